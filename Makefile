@@ -1,0 +1,46 @@
+# Quickstart: `make demo` and `make test`. Each installs what it needs (idempotently) first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo test synth manifests summary train-local check-transport lock clean
+
+install: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+## The main job: synthesize the whole stack, write the manifests, train on a local Ray cluster, gate the transport.
+demo: install
+	$(PY) -m cli demo
+
+synth: install
+	npx cdk synth --quiet
+
+manifests: $(VENV)/.installed
+	$(PY) -m cli manifests --out dist
+
+summary: $(VENV)/.installed
+	$(PY) -m cli plan
+
+test: install
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+## Re-pin the Python dependency tree after changing pyproject.toml (needs network).
+lock:
+	rm -rf /tmp/ray-efa-lock && $(PYTHON) -m venv /tmp/ray-efa-lock
+	/tmp/ray-efa-lock/bin/pip install -q -e '.[dev]'
+	/tmp/ray-efa-lock/bin/pip freeze --exclude-editable --exclude ray-efa-stack | sort > requirements.lock
+
+clean:
+	rm -rf cdk.out dist .pytest_cache

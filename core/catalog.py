@@ -1,0 +1,272 @@
+"""Facts about EC2 instance types, and the small pure functions that derive everything else from them.
+
+Every number the stack, the manifests and the training job need about hardware comes from this table:
+launch-template interfaces, GPUs per node, pod resources, EFA resources, FI_EFA_USE_DEVICE_RDMA, cost per hour,
+the all-reduce bandwidth floor and the peak FLOP/s used for MFU. Nothing here imports aws_cdk, cdk8s or torch,
+because the training job imports it inside the container.
+
+Sources: AWS "Accelerated computing instances" specifications and the EFA user guide (network cards, EFA
+interfaces, GPUDirect RDMA), NVIDIA data sheets (dense bf16 tensor throughput), the AWS on-demand price list for
+Linux in us-east-2 (recorded 2026-11; prices change, treat them as estimates). Where describe-instance-types
+disagrees, it wins: fix the row here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "CatalogError",
+    "Gpu",
+    "InstanceType",
+    "GPUS",
+    "GPU_INSTANCES",
+    "SYSTEM_INSTANCES",
+    "EFA_DEVICE_PLUGIN_ALLOWLISTS",
+    "EKS_CONTROL_PLANE_USD_PER_HOUR",
+    "NAT_GATEWAY_USD_PER_HOUR",
+    "gpu_instance",
+    "system_instance",
+    "gpu_for_device_name",
+    "efa_network_interfaces",
+    "WorkerPodResources",
+    "worker_pod_resources",
+    "head_pod_resources",
+    "use_device_rdma",
+    "allreduce_floor_gbps",
+    "efa_plugin_supports",
+]
+
+
+class CatalogError(ValueError):
+    """An instance type or chart version the catalog does not know or cannot use."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gpu:
+    """One GPU model."""
+
+    name: str
+    """Short model name, as AWS writes it (L4, A100, H100...)."""
+    memory_gib: float
+    """Device memory the driver reports, in GiB (less than the marketing GB)."""
+    peak_bf16_tflops: float
+    """Dense bf16 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity). Used for MFU."""
+    device_names: tuple[str, ...]
+    """Substrings of torch.cuda.get_device_name() that identify this GPU."""
+
+
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in (
+        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",)),
+        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",)),
+        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",)),
+        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB")),
+        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB")),
+        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",)),
+        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",)),
+    )
+}
+
+
+def gpu_for_device_name(device_name: str) -> Gpu | None:
+    """The catalog GPU whose name appears in a torch device name (e.g. "NVIDIA H200"), or None."""
+    # Longest match first so "A100-SXM4-80GB" never resolves to a shorter, wrong pattern.
+    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names if pattern in device_name]
+    return max(candidates, key=lambda c: c[0])[1] if candidates else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InstanceType:
+    """One EC2 instance type and the facts this project derives from."""
+
+    name: str
+    vcpus: int
+    memory_gib: int
+    usd_per_hour: float
+    """On-demand Linux price in us-east-2, USD per hour (an estimate; prices change)."""
+    gpu: Gpu | None = None
+    gpus: int = 0
+    efa_interfaces: int = 0
+    """EFA interfaces the node gets: one per network card (0 = no EFA support)."""
+    gpudirect_rdma: bool = False
+    """Whether EFA can read and write GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1)."""
+    network_gbps: int = 0
+    """Aggregate network bandwidth in Gbit/s."""
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".")[0]
+
+    @property
+    def efa_capable(self) -> bool:
+        return self.efa_interfaces > 0
+
+
+def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd) -> InstanceType:
+    return InstanceType(
+        name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib,
+        efa_interfaces=efa, gpudirect_rdma=rdma, network_gbps=gbps, usd_per_hour=usd,
+    )
+
+
+# fmt: off
+GPU_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
+    #         name             gpu          gpus vcpu  mem  efa  rdma   Gbps   USD/h
+    _gpu_row("g5.12xlarge",   "A10G",      4,   48,   192,  1, False,   40,  5.672),
+    _gpu_row("g5.48xlarge",   "A10G",      8,   192,  768,  1, False,  100, 16.288),
+    _gpu_row("g6.12xlarge",   "L4",        4,   48,   192,  1, False,   40,  4.6016),
+    _gpu_row("g6.48xlarge",   "L4",        8,   192,  768,  1, False,  100, 13.3504),
+    _gpu_row("g6e.24xlarge",  "L40S",      4,   96,   768,  2, False,  200, 15.0656),
+    _gpu_row("g6e.48xlarge",  "L40S",      8,   192, 1536,  4, False,  400, 30.1312),
+    _gpu_row("p4d.24xlarge",  "A100-40GB", 8,   96,  1152,  4, True,   400, 21.9576),
+    _gpu_row("p4de.24xlarge", "A100-80GB", 8,   96,  1152,  4, True,   400, 27.4470),
+    _gpu_row("p5.48xlarge",   "H100",      8,   192, 2048, 32, True,  3200, 55.0400),
+    _gpu_row("p5e.48xlarge",  "H200",      8,   192, 2048, 32, True,  3200, 63.2960),
+    _gpu_row("p5en.48xlarge", "H200",      8,   192, 2048, 16, True,  3200, 63.2960),
+    # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
+    _gpu_row("g5.xlarge",     "A10G",      1,   4,     16,  0, False,   10,  1.006),
+        _gpu_row("g6.xlarge",     "L4",        1,   4,     16,  0, False,   10,  0.8048),
+    _gpu_row("g6.4xlarge",    "L4",        1,   16,    64,  0, False,   25,  1.3232),
+    _gpu_row("g6e.xlarge",    "L40S",      1,   4,     32,  0, False,   20,  1.861),
+)}
+
+SYSTEM_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
+    InstanceType(name="m7i.large",   vcpus=2,  memory_gib=8,  usd_per_hour=0.1008),
+    InstanceType(name="m7i.xlarge",  vcpus=4,  memory_gib=16, usd_per_hour=0.2016),
+    InstanceType(name="m7i.2xlarge", vcpus=8,  memory_gib=32, usd_per_hour=0.4032),
+    InstanceType(name="m7i.4xlarge", vcpus=16, memory_gib=64, usd_per_hour=0.8064),
+    InstanceType(name="m6i.xlarge",  vcpus=4,  memory_gib=16, usd_per_hour=0.192),
+    InstanceType(name="m6i.2xlarge", vcpus=8,  memory_gib=32, usd_per_hour=0.384),
+    InstanceType(name="m5.xlarge",   vcpus=4,  memory_gib=16, usd_per_hour=0.192),
+    InstanceType(name="m5.2xlarge",  vcpus=8,  memory_gib=32, usd_per_hour=0.384),
+)}
+# fmt: on
+
+EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
+NAT_GATEWAY_USD_PER_HOUR = 0.045
+"""Per NAT gateway, before data processing charges."""
+
+# The instance-type allowlist (values key supportedInstanceLabels.values) of each aws-efa-k8s-device-plugin chart
+# version this project has read, reduced to the GPU types above. The chart schedules its DaemonSet only on listed
+# types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md (aws/eks-charts).
+_EFA_ALLOWLIST_GPU_TYPES = frozenset({
+    "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge",
+    "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+})
+EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = {
+    "v0.5.30": _EFA_ALLOWLIST_GPU_TYPES,
+    "v0.5.29": _EFA_ALLOWLIST_GPU_TYPES,
+    "v0.5.28": _EFA_ALLOWLIST_GPU_TYPES,
+}
+
+
+def _lookup(table: dict[str, InstanceType], name: str, what: str) -> InstanceType:
+    try:
+        return table[name]
+    except KeyError:
+        raise CatalogError(f"unknown {what} instance type {name!r}; known: {', '.join(sorted(table))}") from None
+
+
+def gpu_instance(name: str) -> InstanceType:
+    """The catalog row of an EFA-capable GPU instance type; raises CatalogError for anything else."""
+    if name in SYSTEM_INSTANCES:
+        raise CatalogError(f"{name} has no GPU; choose one of: {', '.join(sorted(_efa_gpu_names()))}")
+    row = _lookup(GPU_INSTANCES, name, "GPU")
+    if not row.efa_capable:
+        raise CatalogError(
+            f"{name} has {row.gpus} x {row.gpu.name} but no EFA support; choose one of: {', '.join(sorted(_efa_gpu_names()))}"
+        )
+    return row
+
+
+def system_instance(name: str) -> InstanceType:
+    """The catalog row of a general-purpose instance type for the system node group."""
+    return _lookup(SYSTEM_INSTANCES, name, "system")
+
+
+def _efa_gpu_names() -> list[str]:
+    return [n for n, row in GPU_INSTANCES.items() if row.efa_capable]
+
+
+def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]:
+    """Launch-template network interfaces: one EFA interface per network card.
+
+    Card 0 carries the primary interface (DeviceIndex 0); every other card i gets DeviceIndex 1 and
+    NetworkCardIndex i, which is how EC2 numbers secondary cards (eksctl and terraform-aws-eks do the same).
+    Security groups are attached by the caller: they are CloudFormation values, not facts.
+    """
+    if not instance.efa_capable:
+        raise CatalogError(f"{instance.name} has no EFA interfaces")
+    return [
+        {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa"}
+        for card in range(instance.efa_interfaces)
+    ]
+
+
+def use_device_rdma(instance: InstanceType) -> bool:
+    """FI_EFA_USE_DEVICE_RDMA=1 only where GPUDirect RDMA exists: on g5/g6/g6e it aborts the ranks."""
+    return instance.gpudirect_rdma
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerPodResources:
+    """What one Ray worker pod (one per GPU node) asks for. Requests equal limits (Guaranteed QoS)."""
+
+    cpu: int
+    memory_gib: int
+    gpus: int
+    efa: int
+    shm_gib: int
+    """Size of the memory-backed /dev/shm emptyDir; it counts against memory_gib."""
+
+
+# Room left on a GPU node for the kubelet, the OS and the DaemonSets (aws-node, kube-proxy, both device plugins,
+# CloudWatch agents a platform may add). EKS's own kube-reserved for a 48-vCPU node is about 0.2 vCPU and 3.5 GiB;
+# we leave more so that a worker pod with requests == limits always fits on allocatable.
+_RESERVED_CPU_FRACTION, _RESERVED_CPU_MIN = 0.08, 2
+_RESERVED_MEMORY_FRACTION, _RESERVED_MEMORY_MIN_GIB = 0.08, 8
+# NCCL's SHM transport and torch DataLoader workers live in /dev/shm; a quarter of the pod is plenty and bounded.
+_SHM_FRACTION, _SHM_MAX_GIB = 0.25, 128
+
+
+def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
+    """Resources of the Ray worker pod that fills one GPU node: all GPUs and EFA interfaces, most CPU and memory."""
+    cpu = instance.vcpus - max(_RESERVED_CPU_MIN, math.ceil(instance.vcpus * _RESERVED_CPU_FRACTION))
+    memory = instance.memory_gib - max(_RESERVED_MEMORY_MIN_GIB, math.ceil(instance.memory_gib * _RESERVED_MEMORY_FRACTION))
+    return WorkerPodResources(
+        cpu=cpu,
+        memory_gib=memory,
+        gpus=instance.gpus,
+        efa=instance.efa_interfaces,
+        shm_gib=min(_SHM_MAX_GIB, int(memory * _SHM_FRACTION)),
+    )
+
+
+def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
+    """(cpu, memory GiB) of the GPU-less Ray head on a system node, leaving room for the KubeRay operator."""
+    return max(1, instance.vcpus - 2), max(2, instance.memory_gib - 6)
+
+
+# NCCL all-reduce rarely beats ~80% of line rate over EFA and TCP sockets reach far less; half the line rate is a
+# floor that a healthy EFA path clears with margin. It is an estimate, not a measurement: override it in settings
+# (preflightMinBusbwGbps) once you have measured your own nodes.
+_ALLREDUCE_FLOOR_FRACTION = 0.5
+
+
+def allreduce_floor_gbps(instance: InstanceType) -> float:
+    """Lowest inter-node all-reduce bus bandwidth (GB/s) we accept at 1 GiB messages before calling the path slow."""
+    return round(instance.network_gbps / 8 * _ALLREDUCE_FLOOR_FRACTION, 2)
+
+
+def efa_plugin_supports(instance_name: str, chart_version: str) -> bool:
+    """Whether the EFA device plugin chart at this version schedules on this instance type; raises for unknown versions."""
+    try:
+        return instance_name in EFA_DEVICE_PLUGIN_ALLOWLISTS[chart_version]
+    except KeyError:
+        raise CatalogError(
+            f"no allowlist recorded for aws-efa-k8s-device-plugin chart {chart_version!r}; "
+            f"known versions: {', '.join(sorted(EFA_DEVICE_PLUGIN_ALLOWLISTS))}"
+        ) from None
