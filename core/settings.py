@@ -390,6 +390,20 @@ class Settings:
     def world_size(self) -> int:
         return self.nodes.total_gpus
 
+    @property
+    def cluster_stack_name(self) -> str:
+        """The stack with the VPC, the EKS cluster, the system nodes and the charts."""
+        return f"{self.cluster.cluster_name}-cluster"
+
+    @property
+    def gpu_stack_name(self) -> str:
+        """The stack with the GPU node group alone: destroy it first, and alone, to stop paying for GPUs."""
+        return f"{self.cluster.cluster_name}-gpu"
+
+    @property
+    def teardown_commands(self) -> tuple[str, ...]:
+        return (f"npx cdk destroy {self.gpu_stack_name}", f"npx cdk destroy {self.cluster_stack_name}")
+
     # -- construction ---------------------------------------------------------------------------------------
 
     @classmethod
