@@ -1,0 +1,39 @@
+"""Helpers shared by the infra constructs (not part of the public API)."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+from constructs import Construct
+
+from core.addons import HelmRelease
+
+from core.settings import KUBERNETES_VERSIONS
+
+# kubernetesVersion -> (aws_eks_v2 version, kubectl layer class). The kubectl layer must match the cluster version;
+# every version core.settings allows must appear here (a test checks it).
+_VERSIONS = {
+    "1.35": (eks.KubernetesVersion.V1_35, KubectlV35Layer),
+    "1.36": (eks.KubernetesVersion.V1_36, KubectlV36Layer),
+}
+assert set(_VERSIONS) == set(KUBERNETES_VERSIONS), "core.settings.KUBERNETES_VERSIONS and infra disagree"
+
+
+def kubernetes_version(version: str) -> eks.KubernetesVersion:
+    return _VERSIONS[version][0]
+
+
+def kubectl_layer(scope: Construct, version: str):
+    """The kubectl Lambda layer matching the cluster's Kubernetes version."""
+    return _VERSIONS[version][1](scope, "KubectlLayer")
+
+
+def helm_chart(
+    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str, values: dict, **options
+) -> eks.HelmChart:
+    """A pinned Helm release; `wait` so that what depends on it (CRDs, DaemonSets) exists when it completes."""
+    return eks.HelmChart(
+        scope, construct_id, cluster=cluster, chart=release.chart, repository=release.repository,
+        release=release.release, namespace=release.namespace, version=version, values=values, wait=True, **options,
+    )

@@ -1,0 +1,50 @@
+"""Assemble the CDK app from the settings: the cluster stack, the GPU stack, and the compliance checks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from core.settings import Problem, Settings, SettingsError
+from infra.cluster_stack import ClusterStack
+from infra.gpu_stack import GpuStack
+
+__all__ = ["RayEfaStacks", "build_stacks", "settings_from_app", "stack_environment"]
+
+
+@dataclass(frozen=True)
+class RayEfaStacks:
+    cluster: ClusterStack
+    gpu: GpuStack
+
+
+def settings_from_app(app: cdk.App) -> Settings:
+    """Settings from the app's context (cdk.json, cdk.context.json and `-c`, merged by the CDK CLI)."""
+    return Settings.from_context(app.node.get_all_context())
+
+
+def stack_environment(settings: Settings) -> cdk.Environment:
+    """The settings' region, and the account of the credentials when there are any (synth needs none).
+
+    Looking up an existing VPC (`vpcId`) needs a concrete account; without one we fail here, before synthesis.
+    """
+    account = os.environ.get("CDK_DEFAULT_ACCOUNT")
+    if settings.cluster.vpc_id and not account:
+        raise SettingsError([Problem("vpcId", settings.cluster.vpc_id,
+                                     "needs AWS credentials (or CDK_DEFAULT_ACCOUNT) to look the VPC up; unset it to create a VPC")])
+    return cdk.Environment(account=account, region=settings.cluster.region)
+
+
+def build_stacks(app: cdk.App, settings: Settings, *, env: cdk.Environment | None = None) -> RayEfaStacks:
+    """Both stacks of the product, with cdk-nag's AwsSolutions checks and our reasoned acknowledgements."""
+    env = env or stack_environment(settings)
+    cluster = ClusterStack(app, settings.cluster_stack_name, settings=settings, env=env)
+    gpu = GpuStack(app, settings.gpu_stack_name, settings=settings, cluster_stack=cluster, env=env)
+    for stack in (cluster, gpu):
+        cdk.Tags.of(stack).add("project", "ray-efa")
+        cdk.Tags.of(stack).add("ray-efa/cluster", settings.cluster.cluster_name)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return RayEfaStacks(cluster=cluster, gpu=gpu)

@@ -1,0 +1,45 @@
+"""The long-lived stack: VPC, EKS cluster, system nodes, KubeRay operator and the device plugins."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from core.cost import hourly_cost
+from core.settings import Settings
+from infra.cluster import RayEksCluster
+from infra.device_plugins import GpuDevicePlugins
+from infra.kuberay import KubeRayOperator
+from infra.network import ClusterVpc
+
+__all__ = ["ClusterStack"]
+
+
+class ClusterStack(Stack):
+    """Everything but the GPU nodes. `vpc` overrides the VPC the settings would create or look up."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, env: Environment | None = None,
+        vpc: ec2.IVpc | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description=(
+            f"ray-efa: EKS cluster {settings.cluster.cluster_name} with system nodes, KubeRay operator and device plugins"
+        ))
+        self.settings = settings
+        self.vpc = vpc or ClusterVpc(self, "Network", settings=settings).vpc
+        self.ray_cluster = RayEksCluster(self, "Eks", settings=settings, vpc=self.vpc)
+        cluster = self.ray_cluster.cluster
+        self.kuberay = KubeRayOperator(self, "KubeRay", settings=settings, cluster=cluster)
+        self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", settings=settings, cluster=cluster)
+
+        region = settings.cluster.region
+        CfnOutput(self, "ClusterName", value=cluster.cluster_name, description="EKS cluster name")
+        CfnOutput(self, "UpdateKubeconfigCommand", description="Point kubectl at the cluster",
+                  value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}")
+        CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
+        cost = hourly_cost(settings)
+        CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
+                  description="On-demand estimate with the GPU stack deployed (GPU + system nodes, control plane, NAT)")
+        CfnOutput(self, "EstimatedUsdPerHourWithoutGpuStack", value=f"{cost.without_gpu_stack:.2f}",
+                  description="What keeps running after the GPU stack alone is destroyed")

@@ -1,0 +1,142 @@
+"""The EFA GPU node group: launch template with one EFA interface per network card, its security group,
+a cluster placement group (or a capacity reservation), all in one subnet of one AZ."""
+
+from __future__ import annotations
+
+from aws_cdk import Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from core import catalog
+from core.scheduling import GPU_NODE_LABELS, GPU_TAINT
+from core.settings import Settings
+from infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
+from infra.network import gpu_subnet
+
+__all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces"]
+
+_TAINT_EFFECTS = {
+    "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
+    "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
+    "NoExecute": eks.TaintEffect.NO_EXECUTE,
+}
+
+
+def launch_template_network_interfaces(
+    instance: catalog.InstanceType, security_group_ids: list[str]
+) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
+    """The launch template's NetworkInterfaces: the catalog's EFA interfaces, each with every security group.
+
+    Interfaces in a launch template replace the groups EKS would attach, so the cluster security group goes on
+    each interface next to the EFA group.
+    """
+    return [
+        ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+            network_card_index=interface["NetworkCardIndex"],
+            device_index=interface["DeviceIndex"],
+            interface_type=interface["InterfaceType"],
+            groups=security_group_ids,
+            delete_on_termination=True,
+        )
+        for interface in catalog.efa_network_interfaces(instance)
+    ]
+
+
+class EfaGpuNodegroup(Construct):
+    """A managed node group of `gpuNodeCount` x `gpuInstanceType` (AL2023 NVIDIA AMI) with EFA on every network card.
+
+    Nodes are labelled role=gpu-worker and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
+    IMDSv2 is required and the gp3 root volume is encrypted.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, vpc: ec2.IVpc
+    ) -> None:
+        super().__init__(scope, construct_id)
+        nodes = settings.nodes
+        instance = nodes.gpu_instance
+        name = f"{settings.cluster.cluster_name}-gpu"
+        # Validate before creating any resource: the subnet lookup raises for an AZ the VPC does not cover.
+        self.subnet = gpu_subnet(vpc, settings.gpu_availability_zone)
+
+        self.efa_security_group = ec2.SecurityGroup(
+            self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description=f"EFA traffic between the GPU nodes of {settings.cluster.cluster_name}: all traffic to and from itself",
+        )
+        # EFA's SRD traffic is not TCP/UDP: it needs every protocol, in and out, between members of this group.
+        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from GPU nodes")
+        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to GPU nodes")
+
+        # A cluster placement group packs the nodes close together; with a capacity reservation the reservation
+        # decides where instances land, and a forced placement group could leave reserved capacity unused.
+        self.placement_group: ec2.PlacementGroup | None = None
+        placement = None
+        if nodes.use_placement_group:
+            self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            placement = ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
+        reservation = None
+        if nodes.capacity_reservation_id:
+            reservation = ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                    capacity_reservation_id=nodes.capacity_reservation_id
+                )
+            )
+
+        security_group_ids = [self.efa_security_group.security_group_id, cluster.cluster_security_group_id]
+        self.launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                instance_type=nodes.gpu_instance_type,
+                network_interfaces=launch_template_network_interfaces(instance, security_group_ids),
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_tokens="required",
+                    # 2 hops: containers on the node reach IMDSv2 through the extra network hop of the pod.
+                    http_put_response_hop_limit=2,
+                    http_endpoint="enabled",
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name="/dev/xvda",
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=nodes.gpu_root_volume_gib, volume_type="gp3", encrypted=True,
+                            delete_on_termination=True, iops=6000, throughput=500,
+                        ),
+                    )
+                ],
+                placement=placement,
+                capacity_reservation_specification=reservation,
+                tag_specifications=[
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                        resource_type="instance", tags=[{"key": "Name", "value": name}]
+                    )
+                ],
+            ),
+        )
+
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=cluster,
+            nodegroup_name=name,
+            # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
+            # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            capacity_type=eks.CapacityType.ON_DEMAND,
+            min_size=nodes.gpu_node_count,
+            desired_size=nodes.gpu_node_count,
+            max_size=nodes.gpu_node_count,
+            subnets=ec2.SubnetSelection(subnets=[self.subnet]),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
+            labels=dict(GPU_NODE_LABELS),
+            taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
+        )
+        Tags.of(self).add("ray-efa/instance-type", nodes.gpu_instance_type)
+        acknowledge_managed_policies(
+            self.nodegroup.role, NODE_ROLE_POLICIES,
+            "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
+        )
+

@@ -1,0 +1,29 @@
+"""The KubeRay operator, from its Helm chart, on the system nodes. Its chart installs the ray.io CRDs."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from core.addons import KUBERAY_OPERATOR
+from core.scheduling import SYSTEM_NODE_LABELS, node_selector
+from core.settings import Settings
+from infra._private import helm_chart
+
+__all__ = ["KubeRayOperator", "kuberay_values"]
+
+def kuberay_values() -> dict:
+    """The operator on role=system nodes (1.4.0's values.yaml does not declare nodeSelector, but its template reads it)."""
+    return {"nodeSelector": node_selector(SYSTEM_NODE_LABELS)}
+
+
+class KubeRayOperator(Construct):
+    """The kuberay-operator chart at `kuberayVersion`; RayCluster and RayJob manifests must depend on `self.chart`."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster) -> None:
+        super().__init__(scope, construct_id)
+        self.chart = helm_chart(
+            self, "Chart", cluster, KUBERAY_OPERATOR, settings.addons.kuberay_version, kuberay_values(),
+            create_namespace=True, timeout=Duration.minutes(10),
+        )
