@@ -287,6 +287,11 @@ class TrainingSettings(_Section):
     compile: bool = setting(False, "compile", "torch.compile each decoder layer.")
     activation_checkpointing: bool = setting(False, "activationCheckpointing", "Recompute decoder-layer activations in backward.")
     loss_chunk_size: int = setting(0, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.")
+    data_pool_size: int = setting(
+        0, "dataPoolSize",
+        "Random token sequences per rank that batches are drawn from (a set the model can memorize, so the loss falls); "
+        "0: fresh random tokens every step.",
+    )
 
     def problems(self):
         p: list[Problem] = []
@@ -306,6 +311,7 @@ class TrainingSettings(_Section):
         _check(p, self.checkpoint_every >= 0, cls, "checkpoint_every", self.checkpoint_every, "must be >= 0")
         _check(p, self.max_failures >= -1, cls, "max_failures", self.max_failures, "must be >= 0, or -1 for unlimited")
         _check(p, self.loss_chunk_size >= 0, cls, "loss_chunk_size", self.loss_chunk_size, "must be >= 0")
+        _check(p, self.data_pool_size >= 0, cls, "data_pool_size", self.data_pool_size, "must be >= 0")
         return p
 
     @property
