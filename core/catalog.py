@@ -36,6 +36,7 @@ __all__ = [
     "use_device_rdma",
     "allreduce_floor_gbps",
     "efa_plugin_supports",
+    "efa_plugin_problem",
 ]
 
 
@@ -270,3 +271,20 @@ def efa_plugin_supports(instance_name: str, chart_version: str) -> bool:
             f"no allowlist recorded for aws-efa-k8s-device-plugin chart {chart_version!r}; "
             f"known versions: {', '.join(sorted(EFA_DEVICE_PLUGIN_ALLOWLISTS))}"
         ) from None
+
+
+def efa_plugin_problem(
+    instance_name: str, chart_version: str, allowlists: dict[str, frozenset[str]] = EFA_DEVICE_PLUGIN_ALLOWLISTS
+) -> str | None:
+    """Why the EFA device plugin at this chart version would not run on this type (and which version would), or None."""
+    if instance_name in allowlists.get(chart_version, frozenset()):
+        return None
+    if chart_version not in allowlists:
+        return f"no allowlist recorded for this chart version; known versions: {', '.join(sorted(allowlists))}"
+    fixed = sorted((v for v, types in allowlists.items() if instance_name in types), key=_version_key)
+    hint = f"use efaDevicePluginVersion {fixed[-1]}" if fixed else "no recorded chart version lists it"
+    return f"its allowlist does not hold {instance_name}, so the plugin would schedule on no node; {hint}"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split("."))

@@ -68,7 +68,7 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
         # The same architecture at a size a 2-core laptop trains in seconds: the embedded local default.
         ModelPreset(
             name="tiny", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, intermediate_size=256, vocab_size=1024, max_position_embeddings=1024,
+            num_key_value_heads=2, intermediate_size=256, vocab_size=1024, max_position_embeddings=32_768,
         ),
     )
 }

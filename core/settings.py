@@ -369,14 +369,10 @@ class Settings:
         elif region not in regions.AVAILABILITY_ZONES:
             p.append(Problem(ClusterSettings.key_of("region"), region,
                              f"has no recorded AZ names; set gpuAvailabilityZone, or use one of {', '.join(regions.AVAILABILITY_ZONES)}"))
-        try:
-            if not catalog.efa_plugin_supports(self.nodes.gpu_instance_type, self.addons.efa_device_plugin_version):
-                fixed = sorted(v for v, types in catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS.items() if self.nodes.gpu_instance_type in types)
-                hint = f"use efaDevicePluginVersion {fixed[-1]}" if fixed else "no recorded chart version lists it"
-                p.append(Problem(AddonSettings.key_of("efa_device_plugin_version"), self.addons.efa_device_plugin_version,
-                                 f"its allowlist does not hold {self.nodes.gpu_instance_type} (the plugin would schedule on no node); {hint}"))
-        except catalog.CatalogError:
-            pass  # an unknown chart version is already reported by its section
+        if self.nodes.gpu_instance_type in catalog.GPU_INSTANCES:
+            problem = catalog.efa_plugin_problem(self.nodes.gpu_instance_type, self.addons.efa_device_plugin_version)
+            if problem:
+                p.append(Problem(AddonSettings.key_of("efa_device_plugin_version"), self.addons.efa_device_plugin_version, problem))
         return p
 
     # -- derived values every layer shares ------------------------------------------------------------------

@@ -44,6 +44,11 @@ def gpu_subnet(vpc: ec2.IVpc, availability_zone: str) -> ec2.ISubnet:
     ).subnets
     if not subnets:
         zones = sorted({s.availability_zone for s in vpc.private_subnets})
+        if all(zone.startswith("dummy") for zone in zones):
+            # A Vpc.from_lookup still pending: CDK synthesizes once with placeholders, the CLI looks the VPC up
+            # and synthesizes again with real subnets, when this check applies.
+            return vpc.private_subnets[0]
+        zones = sorted({s.availability_zone for s in vpc.private_subnets})
         raise SettingsError([Problem("gpuAvailabilityZone", availability_zone,
                                      f"must be an AZ where the VPC has a private subnet: {', '.join(zones)}")])
     return subnets[0]

@@ -1,0 +1,100 @@
+"""The instance catalog and the values derived from it, table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import catalog
+
+# instance -> (GPUs, EFA interfaces, GPUDirect RDMA)   from FACTS.md's table
+FACTS_TABLE = {
+    "g5.48xlarge": (8, 1, False),
+    "g6.12xlarge": (4, 1, False),
+    "g6.48xlarge": (8, 1, False),
+    "g6e.24xlarge": (4, 2, False),
+    "g6e.48xlarge": (8, 4, False),
+    "p4d.24xlarge": (8, 4, True),
+    "p4de.24xlarge": (8, 4, True),
+    "p5.48xlarge": (8, 32, True),
+    "p5e.48xlarge": (8, 32, True),
+    "p5en.48xlarge": (8, 16, True),
+}
+
+
+@pytest.mark.parametrize("name, facts", FACTS_TABLE.items())
+def test_catalog_holds_every_row_of_the_facts_table(name, facts):
+    row = catalog.gpu_instance(name)
+    assert (row.gpus, row.efa_interfaces, row.gpudirect_rdma) == facts
+
+
+@pytest.mark.parametrize("name", FACTS_TABLE)
+def test_efa_interfaces_one_per_network_card(name):
+    row = catalog.gpu_instance(name)
+    interfaces = catalog.efa_network_interfaces(row)
+    assert len(interfaces) == row.efa_interfaces
+    assert interfaces[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa"}
+    assert all(i["DeviceIndex"] == 1 and i["InterfaceType"] == "efa" for i in interfaces[1:])
+    assert [i["NetworkCardIndex"] for i in interfaces] == list(range(row.efa_interfaces))
+
+
+@pytest.mark.parametrize("name", FACTS_TABLE)
+def test_worker_pod_takes_all_gpus_and_efa_and_leaves_room_for_the_node(name):
+    row = catalog.gpu_instance(name)
+    pod = catalog.worker_pod_resources(row)
+    assert (pod.gpus, pod.efa) == (row.gpus, row.efa_interfaces)
+    assert 0 < pod.cpu <= row.vcpus - 2
+    assert 0 < pod.memory_gib <= row.memory_gib - 8
+    assert 0 < pod.shm_gib < pod.memory_gib
+
+
+def test_g6_12xlarge_worker_pod():
+    assert catalog.worker_pod_resources(catalog.gpu_instance("g6.12xlarge")) == catalog.WorkerPodResources(
+        cpu=44, memory_gib=176, gpus=4, efa=1, shm_gib=44)
+
+
+@pytest.mark.parametrize("name, expected", [("g6.12xlarge", False), ("g6e.48xlarge", False), ("p4d.24xlarge", True),
+                                            ("p5.48xlarge", True), ("p5en.48xlarge", True), ("g5.48xlarge", False)])
+def test_device_rdma_only_with_gpudirect(name, expected):
+    assert catalog.use_device_rdma(catalog.gpu_instance(name)) is expected
+
+
+def test_allreduce_floor_scales_with_line_rate():
+    assert catalog.allreduce_floor_gbps(catalog.gpu_instance("g6.12xlarge")) == 2.5  # 40 Gbit/s = 5 GB/s, half
+    assert catalog.allreduce_floor_gbps(catalog.gpu_instance("p5.48xlarge")) == 200.0
+
+
+@pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA L4", "L4"),
+                                         ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+                                         ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G")])
+def test_gpu_from_torch_device_name(device, gpu):
+    assert catalog.gpu_for_device_name(device).name == gpu
+
+
+def test_unknown_device_has_no_peak():
+    assert catalog.gpu_for_device_name("cpu") is None
+
+
+@pytest.mark.parametrize("name, message", [
+    ("m7i.xlarge", "m7i.xlarge has no GPU; choose one of: g5.12xlarge"),
+    ("g6.xlarge", "g6.xlarge has 1 x L4 but no EFA support"),
+    ("p9.96xlarge", "unknown GPU instance type 'p9.96xlarge'; known: "),
+])
+def test_unusable_gpu_types_are_refused_with_the_choices(name, message):
+    with pytest.raises(catalog.CatalogError, match=message):
+        catalog.gpu_instance(name)
+
+
+def test_efa_plugin_allowlist_lookup():
+    assert catalog.efa_plugin_supports("p5.48xlarge", "v0.5.30")
+    with pytest.raises(catalog.CatalogError, match="no allowlist recorded for aws-efa-k8s-device-plugin chart 'v0.5.32'"):
+        catalog.efa_plugin_supports("p5.48xlarge", "v0.5.32")
+
+
+ALLOWLISTS = {"v0.5.9": frozenset({"p4d.24xlarge"}), "v0.5.10": frozenset({"p4d.24xlarge", "p5.48xlarge"})}
+
+
+def test_efa_plugin_problem_names_the_version_that_lists_the_type():
+    assert catalog.efa_plugin_problem("p5.48xlarge", "v0.5.10", ALLOWLISTS) is None
+    assert catalog.efa_plugin_problem("p5.48xlarge", "v0.5.9", ALLOWLISTS) == (
+        "its allowlist does not hold p5.48xlarge, so the plugin would schedule on no node; use efaDevicePluginVersion v0.5.10")
+    assert "no recorded chart version lists it" in catalog.efa_plugin_problem("g6.12xlarge", "v0.5.9", ALLOWLISTS)

@@ -1,0 +1,118 @@
+"""The settings object: defaults, parsing of context values, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.settings import Settings, SettingsError, setting_keys
+
+
+def test_defaults_match_the_reference_deployment():
+    s = Settings()
+    assert (s.cluster.cluster_name, s.cluster.region, s.cluster.kubernetes_version) == ("ray-train", "us-east-2", "1.36")
+    assert (s.nodes.system_instance_type, s.nodes.system_node_count) == ("m7i.xlarge", 1)
+    assert (s.nodes.gpu_instance_type, s.nodes.gpu_node_count) == ("g6.12xlarge", 2)
+    assert s.nodes.gpu_availability_zone is None and s.gpu_availability_zone == "us-east-2a"
+    assert s.nodes.capacity_reservation_id is None and s.nodes.placement_group == "auto" and s.nodes.use_placement_group
+    assert s.cluster.vpc_id is None
+    assert s.workload.dlc_image == "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    assert s.workload.ray_version == "2.58.0"
+    assert s.addons.nvidia_device_plugin_version == "0.20.0"
+    assert s.world_size == 8
+
+
+def test_context_strings_are_parsed_to_field_types():
+    # GIVEN values as `cdk -c` passes them: strings
+    s = Settings.from_context({"gpuNodeCount": "4", "preflight": "false", "learningRate": "1e-4",
+                               "pipPackages": "einops==0.8.1, datasets==4.0.0", "gpuAvailabilityZone": "us-east-2c",
+                               "storagePath": "none"})
+    assert s.nodes.gpu_node_count == 4 and s.workload.preflight is False and s.training.learning_rate == 1e-4
+    assert s.workload.pip_packages == ("einops==0.8.1", "datasets==4.0.0")
+    assert s.nodes.gpu_availability_zone == "us-east-2c" and s.workload.storage_path is None
+
+
+def test_json_values_from_cdk_json_are_accepted():
+    s = Settings.from_context({"gpuNodeCount": 3, "preflight": True, "pipPackages": ["a==1"]})
+    assert (s.nodes.gpu_node_count, s.workload.preflight, s.workload.pip_packages) == (3, True, ("a==1",))
+
+
+def test_cdk_own_context_keys_are_not_settings_and_not_errors():
+    Settings.from_context({"@aws-cdk/core:enablePartitionLiterals": True,
+                           "availability-zones:account=1:region=us-east-2": ["us-east-2a"], "aws:cdk:enable-path-metadata": True})
+
+
+def test_every_problem_is_reported_at_once_with_key_value_and_allowed():
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"gpuNodeCount": "zero", "steps": "0", "placementGroup": "sometimes", "model": "gpt-5"})
+    problems = {p.key: p for p in caught.value.problems}
+    assert set(problems) == {"gpuNodeCount", "steps", "placementGroup", "model"}
+    assert problems["gpuNodeCount"].message == "must be an integer"
+    assert problems["placementGroup"].message == "must be one of auto, on, off"
+    assert "qwen2.5-1.5b" in problems["model"].message
+    assert "steps: must be >= 1, got 0" in str(caught.value)
+
+
+@pytest.mark.parametrize("context, key, fragment", [
+    ({"seqLen": "40000"}, "seqLen", "must be <= 32768, the max positions of qwen2.5-1.5b"),
+    ({"microBatch": "0"}, "microBatch", "must be >= 1"),
+    ({"learningRate": "-0.1"}, "learningRate", "must be > 0"),
+    ({"model": "llama"}, "model", "must be one of"),
+    ({"region": "Ohio"}, "region", "must be a region name"),
+    ({"region": "mx-central-1"}, "region", "has no recorded AZ names; set gpuAvailabilityZone"),
+    ({"clusterName": "-bad"}, "clusterName", "must be 1-100 letters"),
+    ({"vpcId": "vpc-1"}, "vpcId", "must look like vpc-"),
+    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "must be one of 1.35, 1.36"),
+    ({"kuberayVersion": "0.6.0"}, "kuberayVersion", "must be one of 1.4.0, 1.7.0"),
+    ({"efaDevicePluginVersion": "v0.5.32"}, "efaDevicePluginVersion", "must be one of v0.5.30"),
+    ({"rayVersion": "2.49.0"}, "rayVersion", "must equal the Ray inside public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
+    ({"capacityReservationId": "cr-0123456789abcdef0", "placementGroup": "on"}, "placementGroup", "must be auto or off"),
+    ({"namespace": "Ray_Jobs"}, "namespace", "must be a DNS label"),
+    ({"publicAccessCidrs": "10.0.0.0"}, "publicAccessCidrs", "must be IPv4 CIDRs"),
+    ({"gpuRootVolumeGib": "20"}, "gpuRootVolumeGib", "must be between 100 and 16384"),
+])
+def test_bad_values_name_the_setting(context, key, fragment):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context(context)
+    assert any(p.key == key and fragment in p.message for p in caught.value.problems), caught.value
+
+
+def test_az_in_a_region_without_a_table_is_checked_by_name():
+    assert Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1a"}).gpu_availability_zone == "mx-central-1a"
+    with pytest.raises(SettingsError, match="must be an AZ of region mx-central-1"):
+        Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "us-east-2a"})
+
+
+def test_image_by_digest_is_accepted():
+    digest = "sha256:" + "a" * 64
+    assert Settings.from_context({"dlcImage": f"123456789012.dkr.ecr.us-east-2.amazonaws.com/ray@{digest}"})
+
+
+@pytest.mark.parametrize("placement, reservation, expected", [
+    ("auto", None, True), ("auto", "cr-0123456789abcdef0", False), ("off", None, False), ("on", None, True),
+])
+def test_placement_group_resolution(placement, reservation, expected):
+    s = Settings.from_context({"placementGroup": placement, "capacityReservationId": reservation or ""})
+    assert s.nodes.use_placement_group is expected
+
+
+def test_settings_round_trip_through_json():
+    s = Settings.from_context({"gpuInstanceType": "p5.48xlarge", "pipPackages": "x==1", "storagePath": "s3://bucket/runs"})
+    assert Settings.from_json(s.to_json()) == s
+    assert json.loads(s.to_json())["gpuInstanceType"] == "p5.48xlarge"
+
+
+def test_replace_changes_by_context_key():
+    assert Settings().replace(steps=7, model="tiny").training.steps == 7
+
+
+def test_every_field_has_a_unique_camel_case_key_and_a_docstring():
+    keys = setting_keys()
+    for key, (_, f) in keys.items():
+        assert key[0].islower() and "_" not in key, key
+        assert len(f.metadata["doc"]) > 10, key
+
+
+def test_vpc_azs_start_with_the_gpu_az():
+    assert Settings.from_context({"gpuAvailabilityZone": "us-east-2c"}).vpc_availability_zones == ("us-east-2c", "us-east-2a")

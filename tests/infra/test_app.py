@@ -1,0 +1,178 @@
+"""The app as users run it (`npx cdk synth`, `-c` overrides, bad settings), an existing VPC, and embedding the
+constructs in a platform repository's own stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from core.settings import KUBERNETES_VERSIONS, Settings
+from infra._private import kubectl_layer, kubernetes_version
+from infra.app import build_stacks
+from infra.cluster import RayEksCluster
+from infra.gpu_nodegroup import EfaGpuNodegroup
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh machine: no AWS credentials or profile anywhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+               AWS_EC2_METADATA_DISABLED="true", JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", **extra)
+    return env
+
+
+# -- the app as users run it ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
+                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(tmp_path):
+    # GIVEN no AWS credentials WHEN `npx cdk synth -c gpuInstanceType=p5.48xlarge` runs with the pinned CLI
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "gpuInstanceType=p5.48xlarge"],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # THEN both templates exist, with real AZ names and the p5's 32 EFA interfaces
+    cluster = json.loads((tmp_path / "ray-train-cluster.template.json").read_text())
+    gpu = json.loads((tmp_path / "ray-train-gpu.template.json").read_text())
+    zones = {r["Properties"]["AvailabilityZone"] for r in cluster["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"}
+    assert zones == {"us-east-2a", "us-east-2b"}
+    (launch_template,) = [r for r in gpu["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
+
+
+BAD_CONTEXT = {
+    "non-GPU type": ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType: m7i.xlarge has no GPU"),
+    "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),
+    "unknown type": ({"gpuInstanceType": "p9.96xlarge"}, "unknown GPU instance type 'p9.96xlarge'"),
+    "no GPU nodes": ({"gpuNodeCount": "0"}, "gpuNodeCount: must be between 1 and 64, got '?0'?"),
+    "AZ of another region": ({"gpuAvailabilityZone": "us-west-2a"}, "gpuAvailabilityZone: must be an AZ of region us-east-2"),
+    "malformed reservation": ({"capacityReservationId": "cr-123"}, "capacityReservationId: must be 'cr-' and 17 hex digits"),
+    "typo in a key": ({"gpuInstanceTyp": "p5.48xlarge"}, "gpuInstanceTyp: unknown setting \\(did you mean gpuInstanceType\\?\\)"),
+    "malformed image": ({"dlcImage": "Not An Image"}, "dlcImage: must be an image reference with a tag or digest"),
+    "untagged image": ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, "dlcImage: must be an image reference"),
+}
+
+
+@pytest.mark.parametrize("context, message", BAD_CONTEXT.values(), ids=BAD_CONTEXT.keys())
+def test_bad_settings_fail_before_synthesis(context, message):
+    with pytest.raises(ValueError, match=message):
+        Settings.from_context(context)
+
+
+def test_bad_settings_stop_the_app_and_write_nothing(tmp_path):
+    # GIVEN `-c gpuNodeCount=0 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
+    outdir = tmp_path / "cdk.out"
+    context = json.dumps({"gpuNodeCount": "0", "gpuInstanceTyp": "x"})
+    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env=offline_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(outdir)))
+    # THEN it exits non-zero naming both problems, and no template was written
+    assert result.returncode == 1
+    assert "gpuNodeCount: must be between 1 and 64" in result.stderr
+    assert "gpuInstanceTyp: unknown setting (did you mean gpuInstanceType?)" in result.stderr
+    assert not outdir.exists() or not list(outdir.glob("*.template.json"))
+
+
+def test_every_allowed_kubernetes_version_has_a_matching_kubectl_layer():
+    for version in KUBERNETES_VERSIONS:
+        stack = cdk.Stack(cdk.App())
+        layer = kubectl_layer(stack, version)
+        assert type(layer).__name__ == f"KubectlV{version.split('.')[1]}Layer"  # 1.36 -> KubectlV36Layer
+        assert kubernetes_version(version).version == version
+
+
+# -- an existing VPC --------------------------------------------------------------------------------------------
+
+
+def existing_vpc_context(vpc_id: str, account: str) -> dict:
+    """The cached result of CDK's own VPC lookup, as cdk.context.json stores it after `cdk synth` with credentials."""
+    key = f"vpc-provider:account={account}:filter.vpc-id={vpc_id}:region=us-east-2:returnAsymmetricSubnets=true"
+
+    def subnet(i: int, az: str, cidr: str) -> dict:
+        return {"subnetId": f"subnet-0000000000000000{i}", "cidr": cidr, "availabilityZone": az, "routeTableId": f"rtb-{i}"}
+
+    return {key: {
+        "vpcId": vpc_id, "vpcCidrBlock": "10.20.0.0/16", "ownerAccountId": account, "availabilityZones": [],
+        "subnetGroups": [
+            {"name": "Private", "type": "Private", "subnets": [
+                subnet(1, "us-east-2a", "10.20.0.0/19"), subnet(2, "us-east-2b", "10.20.32.0/19"), subnet(3, "us-east-2c", "10.20.64.0/19")]},
+            {"name": "Public", "type": "Public", "subnets": [subnet(4, "us-east-2a", "10.20.96.0/24"), subnet(5, "us-east-2b", "10.20.97.0/24")]},
+        ],
+    }}
+
+
+def test_existing_vpc_is_looked_up_and_gpu_nodes_use_its_subnet_in_the_gpu_az():
+    # GIVEN vpcId and the lookup CDK cached in cdk.context.json (no AWS call here: that is the context's purpose)
+    account, vpc_id = "123456789012", "vpc-0123456789abcdef0"
+    app = cdk.App(context=existing_vpc_context(vpc_id, account))
+    settings = Settings.from_context({"vpcId": vpc_id, "gpuAvailabilityZone": "us-east-2c"})
+    stacks = build_stacks(app, settings, env=cdk.Environment(account=account, region="us-east-2"))
+    app.synth()
+    cluster, gpu = Template.from_stack(stacks.cluster), Template.from_stack(stacks.gpu)
+    # THEN no VPC is created, and the GPU nodes land in the existing private subnet of us-east-2c
+    cluster.resource_count_is("AWS::EC2::VPC", 0)
+    (nodegroup,) = gpu.find_resources("AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["Subnets"] == ["subnet-00000000000000003"]
+    # ...and the NAT gateways of someone else's VPC are not in our cost estimate
+    outputs = cluster.to_json()["Outputs"]
+    assert float(outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.505, abs=0.01)
+
+
+def test_existing_vpc_without_a_private_subnet_in_the_gpu_az_fails_clearly():
+    account, vpc_id = "123456789012", "vpc-0123456789abcdef0"
+    context = existing_vpc_context(vpc_id, account)
+    next(iter(context.values()))["subnetGroups"][0]["subnets"].pop()  # drop us-east-2c
+    app = cdk.App(context=context)
+    settings = Settings.from_context({"vpcId": vpc_id, "gpuAvailabilityZone": "us-east-2c"})
+    with pytest.raises(ValueError, match="gpuAvailabilityZone: must be an AZ where the VPC has a private subnet: us-east-2a, us-east-2b"):
+        build_stacks(app, settings, env=cdk.Environment(account=account, region="us-east-2"))
+
+
+def test_existing_vpc_needs_an_account():
+    from infra.app import stack_environment
+
+    with pytest.raises(ValueError, match="vpcId: needs AWS credentials"):
+        env = dict(os.environ)
+        os.environ.pop("CDK_DEFAULT_ACCOUNT", None)
+        try:
+            stack_environment(Settings.from_context({"vpcId": "vpc-0123456789abcdef0"}))
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+
+
+# -- a platform repository embeds the constructs in its own stack and VPC ---------------------------------------
+
+
+def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
+    # GIVEN a platform repo's app, one stack of its own and its own VPC
+    app = cdk.App()
+    platform = cdk.Stack(app, "PlatformStack", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(platform, "PlatformVpc", availability_zones=["us-east-2a", "us-east-2b"], nat_gateways=1)
+    settings = Settings.from_context({"clusterName": "research", "gpuInstanceType": "p4d.24xlarge"})
+    # WHEN it adds our constructs to that stack
+    ray = RayEksCluster(platform, "Ray", settings=settings, vpc=vpc)
+    gpu = EfaGpuNodegroup(platform, "Gpu", settings=settings, cluster=ray.cluster, vpc=vpc)
+    template = Template.from_stack(platform)
+    # THEN one stack holds the cluster and both node groups, on the platform's VPC
+    template.resource_count_is("AWS::EC2::VPC", 1)
+    template.resource_count_is("AWS::EKS::Nodegroup", 2)
+    template.has_resource_properties("AWS::EKS::Cluster", {"Name": "research"})
+    private_a = platform.resolve(vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                                                    availability_zones=["us-east-2a"]).subnet_ids[0])
+    gpu_nodegroup = platform.resolve(gpu.nodegroup.node.default_child.subnets)
+    assert gpu_nodegroup == [private_a]
+    launch_data = next(iter(template.find_resources("AWS::EC2::LaunchTemplate").values()))["Properties"]["LaunchTemplateData"]
+    assert len(launch_data["NetworkInterfaces"]) == 4
