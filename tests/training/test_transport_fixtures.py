@@ -1,0 +1,73 @@
+"""Every NCCL log fixture gets the verdict its row in fixtures/nccl/expected.csv states.
+
+Adding a fixture (synthetic or recorded on a GPU machine) is one file plus one row in expected.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.transport import classify_paths
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
+
+
+def _rows() -> list[dict[str, str]]:
+    text = (FIXTURES / "expected.csv").read_text(encoding="utf-8")
+    return list(csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#")))
+
+
+ROWS = _rows()
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r['files']}->{r['expect']}" for r in ROWS])
+def test_fixture_gets_its_expected_verdict(row):
+    # GIVEN the logs of one job and the transport its row expects
+    paths = [FIXTURES / f for f in row["files"].split(";")]
+    # WHEN the gate judges them
+    verdict = classify_paths(paths).verdict(row["expect"])
+    # THEN the exit code is the one recorded, and the summary says the same
+    assert verdict.exit_code == int(row["exit_code"]), f"{row['note']}\n{verdict.summary}\n{verdict.render_table()}"
+    assert verdict.summary.startswith({0: "PASS", 1: "FAIL", 3: "NO PROOF"}[verdict.exit_code])
+
+
+def test_every_fixture_log_has_a_row():
+    # GIVEN every log under fixtures/nccl (synthetic and real)
+    logs = {p.relative_to(FIXTURES).as_posix() for p in FIXTURES.rglob("*") if p.name.endswith((".log", ".log.gz"))}
+    # WHEN compared with the files named in expected.csv
+    listed = {f for r in ROWS for f in r["files"].split(";")}
+    # THEN none is left without an expected verdict, and no row names a missing file
+    assert logs - listed == set()
+    assert listed - logs == set()
+
+
+def test_every_row_is_well_formed():
+    # GIVEN the rows of expected.csv
+    # THEN each names a known transport, a gate exit code and why
+    for row in ROWS:
+        assert row["expect"] in ("efa", "ib", "socket"), row
+        assert row["exit_code"] in ("0", "1", "3"), row
+        assert row["note"], row
+
+
+def test_synthetic_fixtures_equal_what_the_generator_writes():
+    # GIVEN the generator that builds the synthetic logs from the documented line patterns
+    spec = importlib.util.spec_from_file_location("make_synthetic", FIXTURES / "make_synthetic.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    # WHEN it renders every fixture
+    expected = {name: module.render(lines) for name, lines in module.fixtures().items()}
+    # THEN the committed files are exactly its output (edit the generator, never the files)
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (FIXTURES / "synthetic").glob("*.log")}
+    assert committed.keys() == expected.keys()
+    for name, text in expected.items():
+        assert committed[name] == text, f"{name} differs from make_synthetic.py's output; rerun it"

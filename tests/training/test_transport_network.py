@@ -1,0 +1,67 @@
+"""The NCCL/libfabric environment of each network (training.network), shared by the manifests and the driver."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core import catalog
+from core.settings import WorkloadSettings
+from training.network import NETWORKS, expected_transport, network_env
+from training.transport import EXPECTS
+from training.transport import network_env as reexported
+
+
+def test_efa_env_on_an_instance_without_gpudirect_rdma():
+    # GIVEN g6.12xlarge (EFA, no GPUDirect RDMA)
+    # WHEN the EFA environment is built
+    env = network_env("efa", catalog.gpu_instance("g6.12xlarge"))
+    # THEN it selects the OFI plugin on the efa provider, on eth0, with the INFO log, and no device RDMA
+    assert env == {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))
+def test_device_rdma_follows_the_catalog(name):
+    # GIVEN every EFA instance type of the catalog
+    env = network_env("efa", name)
+    # THEN FI_EFA_USE_DEVICE_RDMA=1 appears exactly where GPUDirect RDMA exists (it aborts ranks on g5/g6/g6e)
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) == catalog.use_device_rdma(catalog.gpu_instance(name))
+    assert env.get("FI_EFA_USE_DEVICE_RDMA", "1") == "1"
+
+
+def test_tcp_env_forces_nccls_socket_transport_and_keeps_the_plugin_out():
+    env = network_env("tcp", "p5.48xlarge")
+    assert env == {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
+                   "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+
+
+def test_each_call_returns_a_fresh_dict():
+    env = network_env("efa", "g6.12xlarge")
+    env["NCCL_DEBUG"] = "WARN"
+    assert network_env("efa", "g6.12xlarge")["NCCL_DEBUG"] == "INFO"
+
+
+def test_an_unknown_network_is_rejected_naming_the_allowed_values():
+    with pytest.raises(ValueError, match=r"network must be one of efa, tcp, got 'ib'"):
+        network_env("ib", "g6.12xlarge")
+
+
+def test_an_instance_without_efa_is_rejected_by_the_catalog():
+    with pytest.raises(catalog.CatalogError, match="no EFA support"):
+        network_env("efa", "g6.xlarge")
+
+
+def test_networks_are_the_settings_choices():
+    (choices,) = [f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network"]
+    assert NETWORKS == choices
+
+
+@pytest.mark.parametrize("network, expect", [("efa", "efa"), ("tcp", "socket")])
+def test_each_network_names_the_transport_the_gate_expects(network, expect):
+    assert expected_transport(network) == expect
+    assert expect in EXPECTS
+
+
+def test_transport_reexports_network_env():
+    assert reexported is network_env

@@ -1,0 +1,62 @@
+"""The NCCL and libfabric environment of each inter-node network, as data.
+
+One table, read by the RayCluster manifests (k8s/) and by the training driver, so that no environment value is typed
+twice. "efa" is the production path (aws-ofi-nccl on the libfabric efa provider); "tcp" is the comparison run that
+forces NCCL's own Socket transport on the same nodes, to measure what EFA buys.
+
+Pure Python on purpose: the k8s charts import it outside the container and the job imports it inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core import catalog
+from core.settings import WorkloadSettings
+
+__all__ = ["NETWORKS", "network_env", "expected_transport"]
+
+NETWORKS: tuple[str, ...] = next(
+    f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network"
+)
+"""The values the `network` setting allows (read from the settings, not repeated here)."""
+
+# Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL
+# INFO log, because the transport gate reads that log to prove which transport carried the traffic.
+_COMMON = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+
+_ENV: dict[str, dict[str, str]] = {
+    # aws-ofi-nccl is the NCCL net plugin "ofi" (libnccl-net-ofi.so); FI_PROVIDER keeps libfabric on EFA.
+    "efa": {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", **_COMMON},
+    # NCCL_NET=Socket picks NCCL's internal TCP transport; NCCL_NET_PLUGIN=none stops the OFI plugin from loading at
+    # all, and FI_PROVIDER=tcp overrides the image's efa default for anything else that opens libfabric.
+    "tcp": {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none", **_COMMON},
+}
+
+# The transport the gate must see in the NCCL log for each network (training.transport's `expect` values).
+_EXPECTED_TRANSPORT = {"efa": "efa", "tcp": "socket"}
+
+
+def _check_network(network: str) -> None:
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+
+
+def network_env(network: str, instance: catalog.InstanceType | str) -> dict[str, str]:
+    """The environment variables every Ray worker needs for `network` ("efa" or "tcp") on `instance`.
+
+    FI_EFA_USE_DEVICE_RDMA=1 is added only on EFA instances with GPUDirect RDMA (core.catalog.use_device_rdma);
+    on g5/g6/g6e it aborts the ranks. `instance` is a catalog row or an instance type name.
+    """
+    _check_network(network)
+    row = catalog.gpu_instance(instance) if isinstance(instance, str) else instance
+    env = dict(_ENV[network])
+    if network == "efa" and catalog.use_device_rdma(row):
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return env
+
+
+def expected_transport(network: str) -> str:
+    """The transport (an `expect` value of training.transport) that a run on `network` must show in its NCCL log."""
+    _check_network(network)
+    return _EXPECTED_TRANSPORT[network]

@@ -1,0 +1,734 @@
+"""The transport gate: read NCCL INFO logs and prove which transport carried the traffic between nodes.
+
+When the EFA userspace, the aws-ofi-nccl plugin and NCCL do not match, NCCL falls back to TCP sockets without an
+error and the job finishes several times slower. NCCL_DEBUG=INFO is the only witness, so this module turns that log
+into a verdict:
+
+    report = classify_paths(["worker-a.log", "worker-b.log"])     # or classify(lines) on any iterable of lines
+    verdict = report.verdict(expect="efa")                         # "efa", "ib" or "socket"
+    print(verdict.render_table()); print(verdict.summary)
+    sys.exit(verdict.exit_code)                                    # 0 pass, 1 contradicted, 3 proves nothing
+
+The reader is streaming: it keeps a few counters and small sets per process (host:pid), never the lines, so its
+memory does not grow with the log. It understands NCCL 2.4 to 2.29 (see the reference FACTS, "How NCCL says which
+transport it used"), the aws-ofi-nccl names "AWS Libfabric" and "Libfabric", InfiniBand (IB, IBext_vN), and lines
+wrapped by Ray ("(RayTrainWorker pid=N, ip=X)", colours, "[repeated Nx across cluster]"), mpirun ("[1,N]<stdout>:"),
+CloudWatch and kubelet timestamps, and JSON log records ({"log": ...}).
+
+Rules (the reason for each is in `Verdict`):
+- Evidence of a process is the NET transport of its channel lines ("via NET/Libfabric/0"), and the network it chose
+  ("Using network X", "Assigned NET plugin X to comm") when its communicator spans nodes.
+- A single-node process that merely chose a network ("Using network Socket" is printed even when no byte uses it)
+  proves nothing and contradicts nothing. NET channels on one node (P2P and SHM disabled) do count: traffic used them.
+- Pass only when at least one process proves the expected transport and no process shows another one. An empty log,
+  a WARN-only log or a single-node job proves nothing (exit 3); a gate must treat 3 as "not passed".
+
+Pure standard library: the driver imports it inside the training container, the CLI imports it outside.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from training.network import expected_transport, network_env
+
+__all__ = [
+    "EXPECTS",
+    "EXIT_PASS",
+    "EXIT_CONTRADICTED",
+    "EXIT_NO_PROOF",
+    "CommShape",
+    "ProcessEvidence",
+    "ProcessVerdict",
+    "TransportReport",
+    "Verdict",
+    "classify",
+    "classify_paths",
+    "transport_kind",
+    "network_env",
+    "expected_transport",
+]
+
+EXPECTS: tuple[str, ...] = ("efa", "ib", "socket")
+"""Transports a verdict can expect: EFA through aws-ofi-nccl, InfiniBand verbs, NCCL's TCP Socket transport."""
+
+EXIT_PASS, EXIT_CONTRADICTED, EXIT_NO_PROOF = 0, 1, 3
+
+_LABEL = {
+    "efa": "EFA (aws-ofi-nccl, libfabric provider efa)",
+    "ib": "InfiniBand (NET/IB)",
+    "socket": "TCP sockets (NET/Socket)",
+}
+
+# Bounds that keep memory flat whatever the input: a line longer than this is cut (NCCL's own lines are < 1 KiB),
+# a process keeps at most this many distinct hints, and past this many processes the rest share one bucket
+# ("(other processes)") whose evidence still counts, so no contradiction can be lost.
+_MAX_LINE_CHARS = 16_384
+_MAX_HINTS = 8
+_MAX_PROCESSES = 65_536
+_MAX_NOTES = 5
+_OVERFLOW_KEY = "(other processes)"
+_UNATTRIBUTED_KEY = "(unattributed)"
+
+# ---------------------------------------------------------------------------------------------------------------
+# Line patterns
+# ---------------------------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Ray's driver-side deduplication: the line of the latest source, then how many other sources printed it (numbers
+# are ignored when comparing), and once per driver a note in parentheses.
+_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\].*$")
+_RAY_PREFIX = re.compile(r"\((?:[^()\s]+ )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s,]+))?[^)]*\)")
+_MPI_PREFIX = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
+# NCCL's prefix: "[timestamp] host:pid:tid [cudaDev] NCCL INFO msg"; WARN and TRACE put "file:line" or
+# "func(args):line" between the device and the level. The hostname is cut at the first dot by NCCL.
+_NCCL = re.compile(
+    r"(?:(?P<host>[^\s:\[\]()<>{}\"'=,]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] (?:.*? )?)?"
+    r"NCCL (?P<level>INFO|WARN|TRACE|ATTN)\b:? ?(?P<msg>.*)"
+)
+_VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+\S*)")
+
+_USING_NETWORK = re.compile(r"Using network (?P<name>.+)")
+_ASSIGNED = re.compile(r"Assigned NET plugin (?P<name>.+?) to comm")
+_INITIALIZED = re.compile(r"Initialized NET plugin (?P<name>.+)")
+_LOADED = re.compile(r"NET/Plugin ?: ?Loaded (?:net )?plugin (?P<name>.+?)(?: \(v\d+\))?\.?$")
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^\s,(]+)")
+_OFI_VERSION = re.compile(r"NET/OFI Initializing aws-ofi-nccl (?P<version>\S+)")
+_COMM = re.compile(
+    r"\bcomm (?:0x)?[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+    r"(?: nnodes (?P<nnodes>\d+) localranks (?P<local>\d+))?",
+    re.IGNORECASE,
+)
+# "Channel 00/0 : 3[3] -> 4[0] [send] via NET/Libfabric/0/GDRDMA"; old NCCL: "Ring 00 : 7 -> 8 [receive] via ...";
+# the bracket after a rank is the CUDA device (new) or the bus id in hex (old).
+_CHANNEL = re.compile(
+    r"(?:Channel|Ring) \d+(?:/\d+)? ?: (?P<src>\d+)(?:\[[0-9a-fA-F]+\])? -> (?P<dst>\d+)(?:\[[0-9a-fA-F]+\])?"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+)"
+)
+_NET_VIA = re.compile(r"NET/(?P<name>[^/]+?)(?:/|$)")
+
+# Internal NCCL transports also print "Initialized NET plugin"; they are not plugins a user installs.
+_INTERNAL_NETS = frozenset({"IB", "Socket"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Hint:
+    pattern: re.Pattern[str]
+    expects: frozenset[str]
+    """The expected transports for which this line explains a fallback (a missing OFI plugin is normal for IB)."""
+    text: str
+
+
+_EFA, _EFA_IB = frozenset({"efa"}), frozenset({"efa", "ib"})
+_HINTS: tuple[_Hint, ...] = (
+    _Hint(re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,
+          "aws-ofi-nccl failed to initialize (EFA userspace, libfabric and plugin do not match, "
+          "or the pod has no EFA device: vpc.amazonaws.com/efa)"),
+    # "... supporting GPUDirect RDMA" is a normal retry on instances without GPUDirect RDMA (g5, g6, g6e).
+    _Hint(re.compile(r"Could not find any optimal provider(?! supporting GPUDirect)"
+                     r"|NET/OFI No eligible providers were found|Unable to find a protocol that worked"), _EFA,
+          "libfabric found no usable EFA provider (no EFA device in the pod: request vpc.amazonaws.com/efa; "
+          "or FI_PROVIDER names a provider that is not installed)"),
+    _Hint(re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"), _EFA,
+          "NCCL could not load the net plugin ({what}): aws-ofi-nccl is not installed or not on "
+          "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library"),
+    _Hint(re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
+          "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports"),
+    _Hint(re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
+          "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)"),
+    _Hint(re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
+          "NCCL_NET asks for network {what}, which no loaded plugin provides"),
+    _Hint(re.compile(r"NET/IB ?: ?No device found"), frozenset({"ib"}),
+          "NCCL found no InfiniBand device (NET/IB : No device found)"),
+)
+
+
+# Every hint pattern holds one of these words; one search skips the hint table on ordinary lines.
+_HINT_WORDS = re.compile(r"ould not|ailed|No |not found|Unable|No eligible")
+
+
+def transport_kind(network: str, providers: Iterable[str] = ()) -> set[str]:
+    """The transports a NCCL network name stands for: "efa", "ib", "socket", "libfabric/<provider>" or "other/<name>".
+
+    aws-ofi-nccl calls itself "AWS Libfabric" (old) or "Libfabric" (new) whatever its libfabric provider is, so the
+    provider decides: efa -> "efa", anything else (tcp, sockets...) -> "libfabric/<provider>". With no provider
+    logged, a Libfabric network counts as EFA (aws-ofi-nccl's AWS platform build selects efa or fails).
+    """
+    name = network.strip()
+    lower = name.lower()
+    if lower == "socket":
+        return {"socket"}
+    if lower.startswith("ib"):  # IB, IBext, IBext_v8...: NCCL's verbs transport or the HPC-X plugin
+        return {"ib"}
+    if "libfabric" in lower or lower.startswith("ofi") or lower == "aws ofi":
+        kinds = {"efa" if p.split(";")[0].lower() == "efa" else f"libfabric/{p}" for p in providers}
+        return kinds or {"efa"}
+    return {f"other/{name}"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommShape:
+    """The shape of one communicator as NCCL logged it ("rank R nRanks N nNodes M localRanks L")."""
+
+    nranks: int
+    nnodes: int | None = None
+    """None where the NCCL version does not log it (before about 2.9, and on "Init COMPLETE" lines)."""
+    local_ranks: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.nranks}/{'?' if self.nnodes is None else self.nnodes}/{'?' if self.local_ranks is None else self.local_ranks}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessEvidence:
+    """Everything the log says about one process (one NCCL host:pid)."""
+
+    key: str
+    """host:pid from NCCL's prefix; else ip:pid from Ray's prefix; else mpi-rank-N; else "(unattributed)"."""
+    ranks: tuple[int, ...]
+    """Ranks of the largest communicator (or, for NCCL without comm lines, from its channel lines)."""
+    shapes: tuple[CommShape, ...]
+    networks: tuple[str, ...]
+    """Networks chosen ("Using network X", "Assigned NET plugin X to comm"), in order of appearance."""
+    plugins: tuple[str, ...]
+    """External net plugins loaded ("NET/Plugin: Loaded net plugin X", "Initialized NET plugin X")."""
+    providers: tuple[str, ...]
+    """libfabric providers aws-ofi-nccl selected ("NET/OFI Selected provider is X")."""
+    ofi_version: str | None
+    channels: tuple[tuple[str, int], ...]
+    """Channel transports and how many connections used each: ("NET/Libfabric", 16), ("P2P/CUMEM", 8)."""
+    net_transports: tuple[str, ...]
+    """NET names of channel lines (Libfabric, Socket, IB...): traffic that went through a network transport."""
+    hints: tuple[str, ...]
+    """Likely causes found in this process's lines (plugin not found, provider missing...)."""
+    hint_expects: tuple[frozenset[str], ...]
+    info_lines: int
+    warn_lines: int
+    repeated: int
+    """Lines Ray folded into this process's lines ("[repeated Nx across cluster]")."""
+
+    @property
+    def multi_node(self) -> bool | None:
+        """True if a communicator of this process spans nodes, False if all known ones are single-node, else None."""
+        known = [s.nnodes for s in self.shapes if s.nnodes is not None]
+        if any(n > 1 for n in known):
+            return True
+        return False if known else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TransportReport:
+    """What a set of NCCL logs says, per process; `verdict(expect)` judges it."""
+
+    processes: tuple[ProcessEvidence, ...]
+    lines: int
+    nccl_lines: int
+    info_lines: int
+    warn_lines: int
+    repeated: int
+    nccl_versions: tuple[str, ...]
+    warnings: tuple[str, ...]
+    """The first few distinct NCCL WARN messages, for a human."""
+    hints: tuple[str, ...]
+    hint_expects: tuple[frozenset[str], ...]
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether any communicator in the logs spans nodes."""
+        return any(p.multi_node for p in self.processes)
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(pr for p in self.processes for pr in p.providers))
+
+    def verdict(self, expect: str = "efa") -> "Verdict":
+        """Judge the logs against the expected transport ("efa", "ib" or "socket")."""
+        if expect not in EXPECTS:
+            raise ValueError(f"expect must be one of {', '.join(EXPECTS)}, got {expect!r}")
+        rows = tuple(sorted((_judge(p, self, expect) for p in self.processes), key=_row_order))
+        return _verdict(self, expect, rows)
+
+    def to_json(self) -> dict:
+        return {
+            "lines": self.lines, "ncclLines": self.nccl_lines, "infoLines": self.info_lines,
+            "warnLines": self.warn_lines, "repeated": self.repeated, "ncclVersions": list(self.nccl_versions),
+            "multiNode": self.multi_node, "warnings": list(self.warnings),
+            "processes": [_process_json(p) for p in self.processes],
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessVerdict:
+    """One process judged against the expected transport."""
+
+    evidence: ProcessEvidence
+    status: str
+    """"pass", "FAIL", "single-node" (chose a network no traffic used), "unproven" (crossed nodes, no transport
+    line) or "no proof" (nothing about transport or shape)."""
+    transports: tuple[str, ...]
+    """The transports that count as evidence for this process (see transport_kind)."""
+    cause: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """The gate's answer. Exit codes: 0 every process that crossed nodes used `expect` and none used another;
+    1 some process used another transport (per-rank disagreement included); 3 nothing proves either way."""
+
+    expect: str
+    exit_code: int
+    summary: str
+    """One line for logs and CI."""
+    rows: tuple[ProcessVerdict, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        return {EXIT_PASS: "pass", EXIT_CONTRADICTED: "fail"}.get(self.exit_code, "no-proof")
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_PASS
+
+    def render_table(self) -> str:
+        """A fixed-width table, one row per process, then the notes."""
+        header = ("PROCESS", "RANKS", "nRanks/nNodes/localRanks", "NETWORK", "PLUGIN / PROVIDER", "CHANNELS",
+                  "VERDICT", "LIKELY CAUSE")
+        table = [header] + [_row_cells(r) for r in self.rows]
+        if not self.rows:
+            table.append(("(no NCCL process found)",) + ("",) * (len(header) - 1))
+        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in table]
+        lines = [line.rstrip() for line in lines]
+        lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * len(header[-1]))
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "expect": self.expect,
+            "status": self.status,
+            "exitCode": self.exit_code,
+            "summary": self.summary,
+            "notes": list(self.notes),
+            "processes": [
+                {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause}
+                for r in self.rows
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Process:
+    """Mutable evidence of one process while the stream is read; every container is bounded."""
+
+    __slots__ = ("key", "comm_ranks", "chan_ranks", "shapes", "networks", "plugins", "providers", "ofi_version",
+                 "channels", "nets", "hints", "info", "warn", "repeated")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.comm_ranks: dict[int, set[int]] = {}  # nranks -> ranks of this process in comms of that size
+        self.chan_ranks: set[int] = set()
+        self.shapes: dict[CommShape, None] = {}
+        self.networks: dict[str, None] = {}
+        self.plugins: dict[str, None] = {}
+        self.providers: dict[str, None] = {}
+        self.ofi_version: str | None = None
+        self.channels: dict[str, int] = {}
+        self.nets: dict[str, None] = {}
+        self.hints: dict[str, frozenset[str]] = {}
+        self.info = self.warn = self.repeated = 0
+
+    def freeze(self) -> ProcessEvidence:
+        if self.comm_ranks:
+            ranks = self.comm_ranks[max(self.comm_ranks)]
+        else:
+            ranks = self.chan_ranks
+        return ProcessEvidence(
+            key=self.key, ranks=tuple(sorted(ranks)), shapes=tuple(self.shapes), networks=tuple(self.networks),
+            plugins=tuple(self.plugins), providers=tuple(self.providers), ofi_version=self.ofi_version,
+            channels=tuple(sorted(self.channels.items(), key=lambda kv: (-kv[1], kv[0]))),
+            net_transports=tuple(self.nets), hints=tuple(self.hints), hint_expects=tuple(self.hints.values()),
+            info_lines=self.info, warn_lines=self.warn, repeated=self.repeated,
+        )
+
+
+class _Reader:
+    """Folds lines into per-process evidence."""
+
+    def __init__(self) -> None:
+        self.processes: dict[str, _Process] = {}
+        self.ray_alias: dict[tuple[str, str], str] = {}
+        self.lines = self.nccl = self.info = self.warn = self.repeated = 0
+        self.versions: dict[str, None] = {}
+        self.warnings: dict[str, None] = {}
+
+    def feed(self, line: str) -> None:
+        self.lines += 1
+        if "NCCL" not in line:  # the cheap test that skips almost every line of a training log
+            return
+        if len(line) > _MAX_LINE_CHARS:
+            line = line[:_MAX_LINE_CHARS]
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        if line.lstrip().startswith("{"):
+            line = _json_message(line)
+        m = _NCCL.search(line)
+        if m is None:
+            v = _VERSION.search(line)  # NCCL >= 2.2x prints its version line without the host prefix
+            if v:
+                self.versions.setdefault(v["version"], None)
+            return
+        self.nccl += 1
+        msg = m["msg"].split("\t", 1)[0].rstrip()
+        repeats = 0
+        if "[repeated " in msg:
+            r = _REPEATED.search(msg)
+            if r:
+                repeats = int(r.group(1))
+                msg = msg[: r.start()]
+        proc = self._process(line, m)
+        proc.repeated += repeats
+        self.repeated += repeats
+        if m["level"] == "WARN":
+            self.warn += 1
+            proc.warn += 1
+            if len(self.warnings) < _MAX_NOTES:
+                self.warnings.setdefault(msg[:200], None)
+        else:
+            self.info += 1
+            proc.info += 1
+        _parse_message(proc, msg, self.versions)
+
+    def _process(self, line: str, m: re.Match[str]) -> _Process:
+        host = m["host"]
+        head = line[: m.start()]
+        ray = _RAY_PREFIX.search(head) if "pid=" in head else None
+        if host is not None:
+            key = f"{host}:{m['pid']}"
+            if ray is not None:
+                self.ray_alias[(ray["ip"] or "", ray["pid"])] = key
+        elif ray is not None:
+            ip = ray["ip"] or ""
+            key = self.ray_alias.get((ip, ray["pid"])) or f"{ip or 'local'}:{ray['pid']}"
+        elif (mpi := _MPI_PREFIX.search(head)) is not None:
+            key = f"mpi-rank-{mpi['rank']}"
+        else:
+            key = _UNATTRIBUTED_KEY
+        proc = self.processes.get(key)
+        if proc is None:
+            if len(self.processes) >= _MAX_PROCESSES:
+                key = _OVERFLOW_KEY
+                proc = self.processes.get(key)
+            if proc is None:
+                proc = self.processes[key] = _Process(key)
+        return proc
+
+    def report(self) -> TransportReport:
+        hints: dict[str, frozenset[str]] = {}
+        for p in self.processes.values():
+            for text, expects in p.hints.items():
+                hints.setdefault(text, expects)
+        return TransportReport(
+            processes=tuple(p.freeze() for p in self.processes.values()),
+            lines=self.lines, nccl_lines=self.nccl, info_lines=self.info, warn_lines=self.warn,
+            repeated=self.repeated, nccl_versions=tuple(self.versions), warnings=tuple(self.warnings),
+            hints=tuple(hints), hint_expects=tuple(hints.values()),
+        )
+
+
+def _json_message(line: str) -> str:
+    """The message of a JSON log record (Fluent Bit / CloudWatch Container Insights, docker json-file)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(record, dict):
+        for field_name in ("log", "message", "msg", "MESSAGE"):
+            value = record.get(field_name)
+            if isinstance(value, str):
+                return value.rstrip("\n")
+    return line
+
+
+def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
+    """Update one process from one NCCL message (the text after "NCCL INFO " / "NCCL WARN ")."""
+    if " via " in msg:
+        c = _CHANNEL.match(msg)
+        if c:
+            via = c["via"].strip()
+            proc.chan_ranks.add(int(c["dst"] if c["dir"] == "receive" else c["src"]))
+            net = _NET_VIA.match(via)
+            if net:
+                name = net["name"].strip()
+                proc.nets.setdefault(name, None)
+                label = f"NET/{name}"
+            else:
+                label = via[:40]
+            proc.channels[label] = proc.channels.get(label, 0) + 1
+            return
+    if msg.startswith("Using network "):
+        if (u := _USING_NETWORK.match(msg)) is not None:
+            proc.networks.setdefault(u["name"].strip(), None)
+        return
+    if msg.startswith("Assigned NET plugin "):
+        a = _ASSIGNED.match(msg)
+        if a:
+            proc.networks.setdefault(a["name"].strip(), None)
+        return
+    if msg.startswith("Initialized NET plugin "):
+        if (i := _INITIALIZED.match(msg)) is not None and i["name"].strip() not in _INTERNAL_NETS:
+            proc.plugins.setdefault(i["name"].strip(), None)
+        return
+    if "comm " in msg and "rank " in msg:
+        c = _COMM.search(msg)
+        if c:
+            nranks = int(c["nranks"])
+            shape = CommShape(
+                nranks=nranks,
+                nnodes=int(c["nnodes"]) if c["nnodes"] else None,
+                local_ranks=int(c["local"]) if c["local"] else None,
+            )
+            if len(proc.shapes) < 64:
+                proc.shapes.setdefault(shape, None)
+            ranks = proc.comm_ranks.setdefault(nranks, set())
+            if len(ranks) < 4096:
+                ranks.add(int(c["rank"]))
+            return
+    if msg.startswith("NCCL version"):
+        v = _VERSION.match(msg)
+        if v:
+            versions.setdefault(v["version"], None)
+        return
+    if msg.startswith("NET/OFI "):
+        if (p := _PROVIDER.match(msg)) is not None:
+            proc.providers.setdefault(p["provider"], None)
+        elif (o := _OFI_VERSION.match(msg)) is not None:
+            proc.ofi_version = o["version"]
+    elif msg.startswith("NET/Plugin") and (loaded := _LOADED.match(msg)) is not None:
+        name = loaded["name"].strip()
+        if name not in _INTERNAL_NETS:
+            proc.plugins.setdefault(name, None)
+        return
+    if len(proc.hints) < _MAX_HINTS and _HINT_WORDS.search(msg):
+        for hint in _HINTS:
+            h = hint.pattern.search(msg)
+            if h:
+                proc.hints.setdefault(hint.text.format(**h.groupdict()), hint.expects)
+                break
+
+
+def _read_lines(stream: IO[str]) -> Iterator[str]:
+    """Lines of a text stream, each cut at _MAX_LINE_CHARS, so a pathological line cannot fill memory."""
+    readline = stream.readline
+    skipping = False
+    while chunk := readline(_MAX_LINE_CHARS):
+        if not skipping:
+            yield chunk
+        skipping = len(chunk) >= _MAX_LINE_CHARS and not chunk.endswith("\n")
+
+
+def classify(lines: Iterable[str]) -> TransportReport:
+    """Read NCCL log lines (any mix of processes, prefixes and files) into a report. Streaming: memory stays flat."""
+    reader = _Reader()
+    feed = reader.feed
+    for line in lines:
+        feed(line)
+    return reader.report()
+
+
+def classify_paths(paths: Iterable[str | Path]) -> TransportReport:
+    """Read NCCL logs from files ("-" is stdin; *.gz is decompressed) into one report.
+
+    Raises OSError (FileNotFoundError, PermissionError, IsADirectoryError) for a path that cannot be read.
+    """
+    return classify(_lines_of_paths(paths))
+
+
+def _lines_of_paths(paths: Iterable[str | Path]) -> Iterator[str]:
+    for path in paths:
+        if str(path) == "-":
+            buffer = getattr(sys.stdin, "buffer", None)
+            if buffer is None:  # a replaced sys.stdin (tests, embedding) is already text
+                yield from _read_lines(sys.stdin)
+                continue
+            stream = io.TextIOWrapper(buffer, encoding="utf-8", errors="replace")
+            try:
+                yield from _read_lines(stream)
+            finally:
+                stream.detach()  # leave sys.stdin open
+            continue
+        path = Path(path)
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
+            yield from _read_lines(stream)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Judging
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _judge(p: ProcessEvidence, report: TransportReport, expect: str) -> ProcessVerdict:
+    # A process that logged no provider shares the job's: Ray's deduplication keeps only one process's copy of
+    # "Selected provider is efa" when every process printed the same line.
+    providers = p.providers or report.providers
+    seen: set[str] = set()
+    for name in p.net_transports:
+        seen |= transport_kind(name, providers)
+    multi = p.multi_node
+    # The chosen network counts only where the communicator spans nodes; a process whose shape was not logged (old
+    # NCCL, or its comm line folded away by Ray) counts when the job spans nodes: the safe side is to not pass.
+    if multi or (multi is None and (report.multi_node or p.net_transports)):
+        for name in p.networks:
+            seen |= transport_kind(name, providers)
+    transports = tuple(sorted(seen))
+    if seen - {expect}:
+        return ProcessVerdict(evidence=p, status="FAIL", transports=transports,
+                              cause=_cause(p, report, expect, seen - {expect}))
+    if seen:
+        return ProcessVerdict(evidence=p, status="pass", transports=transports, cause=None)
+    if multi:
+        return ProcessVerdict(evidence=p, status="unproven", transports=(), cause=None)
+    if multi is False:
+        return ProcessVerdict(evidence=p, status="single-node", transports=(), cause=None)
+    return ProcessVerdict(evidence=p, status="no proof", transports=(), cause=None)
+
+
+def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str]) -> str:
+    """The most likely reason a process used `wrong` instead of `expect`: its own log lines, the job's, or a guess."""
+    for texts, expects in ((p.hints, p.hint_expects), (report.hints, report.hint_expects)):
+        relevant = [t for t, e in zip(texts, expects) if expect in e]
+        if relevant:
+            return relevant[0]
+    got = sorted(wrong)[0]
+    if got == "socket":
+        return ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or NCCL_NET_PLUGIN=none is set, "
+                "or no net plugin is installed")
+    if got == "ib":
+        return "NCCL chose InfiniBand verbs, not the OFI plugin: check NCCL_NET_PLUGIN=ofi and NCCL_NET"
+    if got.startswith("libfabric/"):
+        return f"aws-ofi-nccl ran on libfabric provider {got.split('/', 1)[1]}, not efa: check FI_PROVIDER=efa"
+    if got == "efa":
+        return "EFA carried the traffic although another transport was expected (the comparison run's NCCL_NET=Socket was not applied)"
+    return f"NCCL used network {got.split('/', 1)[-1]}"
+
+
+def _row_order(r: ProcessVerdict) -> tuple:
+    return (min(r.evidence.ranks) if r.evidence.ranks else 1 << 30, r.evidence.key)
+
+
+def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, ...]) -> Verdict:
+    label = _LABEL[expect]
+    failed = [r for r in rows if r.status == "FAIL"]
+    passed = [r for r in rows if r.status == "pass"]
+    unproven = [r for r in rows if r.status == "unproven"]
+    notes = _notes(report, expect, unproven)
+    if failed:
+        seen = sorted({_short(t) for r in failed for t in r.transports if t != expect})
+        who = ", ".join(_who(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
+        summary = (f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes used {', '.join(seen)} "
+                   f"({who}); likely cause: {failed[0].cause}")
+        return Verdict(expect=expect, exit_code=EXIT_CONTRADICTED, summary=summary, rows=rows, notes=notes)
+    if passed:
+        ranks = sorted({rank for r in passed for rank in r.evidence.ranks})
+        nodes = max((s.nnodes for r in passed for s in r.evidence.shapes if s.nnodes), default=None)
+        where = f"{nodes} nodes" if nodes else "nodes"
+        summary = (f"PASS: all {len(passed)} processes whose traffic crossed {where} used {label}"
+                   + (f" (ranks {_ranges(ranks)})" if ranks else "") + "; none used another transport")
+        return Verdict(expect=expect, exit_code=EXIT_PASS, summary=summary, rows=rows, notes=notes)
+    return Verdict(expect=expect, exit_code=EXIT_NO_PROOF, summary=f"NO PROOF: {_why_nothing(report, rows)}; "
+                   f"{label} is neither confirmed nor contradicted", rows=rows, notes=notes)
+
+
+def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...]) -> str:
+    if report.nccl_lines == 0:
+        return f"no NCCL lines in {report.lines} lines (is NCCL_DEBUG=INFO set, and is this the workers' log?)"
+    if report.info_lines == 0:
+        return f"only NCCL WARN lines ({report.warn_lines}), no INFO lines (NCCL_DEBUG=WARN?)"
+    statuses = {r.status for r in rows}
+    if statuses == {"single-node"}:
+        return "single-node job: its traffic never used the network (a chosen network such as Socket proves nothing here)"
+    if "unproven" in statuses:
+        n = sum(r.status == "unproven" for r in rows)
+        return f"{n} processes span nodes but logged no channel or network line (log truncated, or NCCL_DEBUG_SUBSYS without INIT/NET?)"
+    return "no line says which transport carried traffic between nodes (no channel, network or communicator lines)"
+
+
+def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict]) -> tuple[str, ...]:
+    notes = [f"plugin/provider problem logged: {t}" for t, e in zip(report.hints, report.hint_expects) if expect in e]
+    if unproven:
+        notes.append(f"{len(unproven)} processes span nodes without a transport line ({', '.join(r.evidence.key for r in unproven[:4])})")
+    if report.repeated:
+        notes.append(f"Ray folded {report.repeated} lines of other processes into '[repeated Nx across cluster]'; "
+                     "their transport equals the line shown, but their identity is lost (read the workers' own logs)")
+    if report.warn_lines and not notes:
+        notes.append(f"{report.warn_lines} NCCL WARN lines, first: {report.warnings[0]}")
+    return tuple(notes[: _MAX_NOTES + 1])
+
+
+def _short(kind: str) -> str:
+    """A transport kind as a person reads it: "socket" -> "Socket", "libfabric/tcp" -> "libfabric provider tcp"."""
+    if kind.startswith("libfabric/"):
+        return f"libfabric provider {kind.split('/', 1)[1]}"
+    if kind.startswith("other/"):
+        return f"network {kind.split('/', 1)[1]}"
+    return {"efa": "EFA", "ib": "InfiniBand", "socket": "Socket"}[kind]
+
+
+def _who(r: ProcessVerdict) -> str:
+    ranks = r.evidence.ranks
+    return f"{r.evidence.key} rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}" if ranks else r.evidence.key
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3,8"."""
+    out: list[str] = []
+    values = sorted(values)
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
+    p = r.evidence
+    plugin = ", ".join(p.plugins) or "-"
+    if p.ofi_version:
+        plugin += f" (aws-ofi-nccl {p.ofi_version})"
+    provider = ", ".join(p.providers) or "-"
+    channels = ", ".join(f"{label} x{n}" for label, n in p.channels) or "-"
+    shapes = ", ".join(str(s) for s in sorted(p.shapes, key=lambda s: -s.nranks)[:2]) or "-"
+    return (p.key, _ranges(p.ranks) or "-", shapes, ", ".join(p.networks) or "-", f"{plugin} / {provider}",
+            channels, r.status, r.cause or "")
+
+
+def _process_json(p: ProcessEvidence) -> dict:
+    return {
+        "process": p.key, "ranks": list(p.ranks),
+        "comms": [{"nRanks": s.nranks, "nNodes": s.nnodes, "localRanks": s.local_ranks} for s in p.shapes],
+        "multiNode": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
+        "providers": list(p.providers), "ofiVersion": p.ofi_version, "channels": dict(p.channels),
+        "netTransports": list(p.net_transports), "hints": list(p.hints), "infoLines": p.info_lines,
+        "warnLines": p.warn_lines, "repeated": p.repeated,
+    }
