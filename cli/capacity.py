@@ -1,0 +1,119 @@
+"""`ray-efa capacity`: which AZs can launch the GPU nodes (offerings, vCPU quota, placement score, optional probe)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cli._common import EXIT_USAGE, add_context_option, add_json_option, resolve_or_exit
+
+EXIT_INTERRUPTED = 130
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(
+        name, help="check which AZs of a region can launch the GPU nodes: offerings, vCPU quota, placement score",
+        description=__doc__,
+    )
+    p.add_argument("--region", help="AWS region (default: the region setting)")
+    p.add_argument("--instance-type", help="EFA GPU instance type (default: the gpuInstanceType setting)")
+    p.add_argument("--count", type=int, help="instances needed in one AZ (default: the gpuNodeCount setting)")
+    p.add_argument(
+        "--probe", action="store_true",
+        help="also create a real targeted capacity reservation for --count instances in each offered AZ and cancel it "
+        "at once (billed for the seconds it exists; always cancelled, also on Ctrl-C)",
+    )
+    p.add_argument(
+        "--write-context", action="store_true",
+        help="store the recommended AZ as gpuAvailabilityZone in cdk.context.json, for the next `cdk deploy`",
+    )
+    add_context_option(p)
+    add_json_option(p)
+    p.set_defaults(run=run)
+
+
+def _fail(args: argparse.Namespace, message: str, problems: list[dict] | None = None, code: int = 1) -> int:
+    if args.json:
+        print(json.dumps({"error": message, "problems": problems or []}, default=str))
+    else:
+        details = "".join(f"\n  - {p['key']}: {p['message']}, got {p['value']!r}" for p in problems or [])
+        print(f"ray-efa capacity: {message}{details}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from core import catalog, regions
+    from core.context import parse_overrides, resolve_settings
+    from core.settings import SettingsError
+
+    settings = resolve_or_exit(args).settings
+    region = args.region or settings.cluster.region
+    instance_type = args.instance_type or settings.nodes.gpu_instance_type
+    count = settings.nodes.gpu_node_count if args.count is None else args.count
+
+    problems = []
+    if not regions.is_valid_region(region):
+        problems.append({"key": "--region", "value": region, "message": "must be a region name like us-east-2"})
+    try:
+        instance = catalog.gpu_instance(instance_type)
+    except catalog.CatalogError as error:
+        problems.append({"key": "--instance-type", "value": instance_type, "message": str(error)})
+    if count < 1:
+        problems.append({"key": "--count", "value": count, "message": "must be >= 1"})
+    if args.write_context and region != settings.cluster.region:
+        problems.append({"key": "--region", "value": region, "message": (
+            f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "
+            "in the region the stack deploys to (set the region setting first)")})
+    if problems:
+        return _fail(args, "invalid arguments", problems, EXIT_USAGE)
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+    from rich.console import Console
+
+    from ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
+
+    request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe)
+    session = boto3.session.Session(region_name=region)
+    progress = Console(stderr=True)
+    try:
+        with progress.status(f"checking capacity for {count} x {instance_type} in {region}") as spinner:
+            report = check_capacity(
+                request, ec2=session.client("ec2"), service_quotas=session.client("service-quotas"),
+                catalog_vcpus=instance.vcpus, status=spinner.update,
+            )
+    except CancelFailed as error:
+        return _fail(args, str(error))
+    except KeyboardInterrupt:  # ProbeInterrupted too: by then every probe reservation has been cancelled
+        _fail(args, "interrupted; no probe reservation was left behind")
+        return EXIT_INTERRUPTED
+    except (ClientError, BotoCoreError) as error:
+        return _fail(args, f"AWS call failed: {error}")
+
+    written = None
+    if args.write_context:
+        zone = report.recommended_zone
+        if not report.ok:
+            progress.print("[yellow]--write-context: nothing written, no AZ is usable with the current quota[/]")
+        else:
+            try:  # the stored value must give valid settings, before anything is written
+                resolve_settings({**parse_overrides(args.context), "gpuAvailabilityZone": zone})
+            except SettingsError as error:
+                return _fail(args, "the recommended AZ does not give valid settings; nothing written",
+                             [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
+            from ops.cdk_context import ContextFileError, write_context
+
+            try:
+                written = str(write_context({"gpuAvailabilityZone": zone}))
+            except (ContextFileError, OSError) as error:
+                return _fail(args, str(error))
+
+    if args.json:
+        print(json.dumps({**report.as_dict(), "context_written": written}, indent=2))
+    else:
+        console = Console()
+        render_capacity(report, console)
+        if written:
+            console.print(f"Wrote gpuAvailabilityZone={report.recommended_zone} to {written}")
+    return 0 if report.ok else 1
