@@ -360,8 +360,11 @@ class _Process:
             ranks = self.comm_ranks[max(self.comm_ranks)]
         else:
             ranks = self.chan_ranks
+        # "Init START/COMPLETE" lines repeat a communicator's size without its node count: keep the fuller line.
+        known = {s.nranks for s in self.shapes if s.nnodes is not None}
+        shapes = tuple(s for s in self.shapes if s.nnodes is not None or s.nranks not in known)
         return ProcessEvidence(
-            key=self.key, ranks=tuple(sorted(ranks)), shapes=tuple(self.shapes), networks=tuple(self.networks),
+            key=self.key, ranks=tuple(sorted(ranks)), shapes=shapes, networks=tuple(self.networks),
             plugins=tuple(self.plugins), providers=tuple(self.providers), ofi_version=self.ofi_version,
             channels=tuple(sorted(self.channels.items(), key=lambda kv: (-kv[1], kv[0]))),
             net_transports=tuple(self.nets), hints=tuple(self.hints), hint_expects=tuple(self.hints.values()),
@@ -613,10 +616,10 @@ def _judge(p: ProcessEvidence, report: TransportReport, expect: str) -> ProcessV
 
 def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str]) -> str:
     """The most likely reason a process used `wrong` instead of `expect`: its own log lines, the job's, or a guess."""
-    for texts, expects in ((p.hints, p.hint_expects), (report.hints, report.hint_expects)):
+    for texts, expects, where in ((p.hints, p.hint_expects, ""), (report.hints, report.hint_expects, " (logged by another process)")):
         relevant = [t for t, e in zip(texts, expects) if expect in e]
         if relevant:
-            return relevant[0]
+            return relevant[0] + where
     got = sorted(wrong)[0]
     if got == "socket":
         return ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or NCCL_NET_PLUGIN=none is set, "

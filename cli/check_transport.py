@@ -1,0 +1,92 @@
+"""`ray-efa check-transport`: prove from NCCL logs which transport carried the traffic between nodes.
+
+    ray-efa check-transport [--expect efa|ib|socket] [--json] LOG...      ("-" reads stdin; *.gz is decompressed)
+
+Prints one row per process (host:pid) and a one-line verdict. Exit codes: 0 every process whose traffic crossed nodes
+used the expected transport; 1 some process used another (the row names it and the likely cause); 3 the logs prove
+nothing (empty, WARN-only, single-node, no transport lines); 2 usage errors, unreadable files included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from cli._common import EXIT_USAGE, add_json_option
+
+__all__ = ["register", "run", "main"]
+
+# Kept equal to training.transport.EXPECTS (a test checks it); not imported here so that building the whole CLI
+# parser imports nothing from training/.
+EXPECTS = ("efa", "ib", "socket")
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(
+        name,
+        help="prove from NCCL logs that collectives crossed nodes over EFA (exit 0), or not (1), or nothing (3)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--expect", choices=EXPECTS, default="efa",
+                   help="transport the logs must show between nodes (default: efa)")
+    add_json_option(p)
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="NCCL_DEBUG=INFO log files of one job (worker logs, driver output); '-' reads stdin")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from training.transport import classify_paths
+
+    problem = _unreadable(args.logs)
+    if problem:
+        return _usage_error(args, problem)
+    try:
+        report = classify_paths(args.logs)
+    except OSError as error:  # a file vanished or turned unreadable between the check and the read
+        return _usage_error(args, f"cannot read {error.filename}: {error.strerror}")
+    verdict = report.verdict(args.expect)
+    if args.json:
+        print(json.dumps({**verdict.to_json(), "logs": list(args.logs)}, indent=2))
+    else:
+        print(verdict.render_table())
+        print()
+        print(verdict.summary)
+    return verdict.exit_code
+
+
+def _unreadable(paths: list[str]) -> str | None:
+    """The first reason a LOG argument cannot be read, before anything is printed."""
+    if paths.count("-") > 1:
+        return "'-' (stdin) can be given only once"
+    for path in paths:
+        if path == "-":
+            continue
+        if not os.path.exists(path):
+            return f"cannot read {path}: no such file"
+        if os.path.isdir(path):
+            return f"cannot read {path}: it is a directory (give the log files in it)"
+        if not os.access(path, os.R_OK):
+            return f"cannot read {path}: permission denied"
+    return None
+
+
+def _usage_error(args: argparse.Namespace, message: str) -> int:
+    if args.json:
+        print(json.dumps({"error": message, "exitCode": EXIT_USAGE}))
+    print(f"ray-efa check-transport: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This subcommand alone (`python -m cli.check_transport LOG...`), without building the whole CLI."""
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    register(parser.add_subparsers(dest="command", required=True).add_parser, "check-transport")
+    args = parser.parse_args(["check-transport", *(sys.argv[1:] if argv is None else argv)])
+    return args.run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
