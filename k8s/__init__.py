@@ -1,0 +1,29 @@
+"""cdk8s charts of the KubeRay workload (Namespace, RayCluster, RayJobs), synthesized from the same Settings as the
+CDK stack. See k8s/README.md for the charts, their apply order and the design choices.
+
+    import cdk8s, k8s
+    charts = k8s.build_workload(cdk8s.App(), settings)   # [namespace, rayjob-<network>], in apply order
+
+The chart builders load cdk8s (jsii) on first use, so `import k8s.names` stays cheap for ops/ and cli/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["build_workload", "build_manifests", "write_manifests", "ManifestError"]
+
+_LAZY = {
+    "build_workload": "k8s.workload",
+    "build_manifests": "k8s.workload",
+    "write_manifests": "k8s.dist",
+    "ManifestError": "k8s.code_bundle",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'k8s' has no attribute {name!r}")

@@ -1,0 +1,195 @@
+"""The one builder of the Ray cluster: head, GPU worker group and submitter pods, from settings and the instance catalog.
+
+Both the long-lived RayCluster and each RayJob's own cluster come from `ray_cluster_spec`, so they cannot drift apart.
+Every number comes from core.catalog (pod resources, GPUs, EFA interfaces, /dev/shm size), every label and taint from
+core.scheduling, and the NCCL environment from training.network; nothing about hardware is typed here.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client import (
+    V1ConfigMapVolumeSource,
+    V1Container,
+    V1ContainerPort,
+    V1EmptyDirVolumeSource,
+    V1EnvVar,
+    V1ExecAction,
+    V1KeyToPath,
+    V1Lifecycle,
+    V1LifecycleHandler,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1ResourceRequirements,
+    V1Toleration,
+    V1Volume,
+    V1VolumeMount,
+)
+
+from core import catalog, scheduling
+from core.settings import Settings
+from k8s.code_bundle import CodeBundle
+from k8s.names import CODE_MOUNT_PATH
+from k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
+from training.network import network_env
+
+__all__ = [
+    "HEAD_PORTS",
+    "WORKER_GROUP_NAME",
+    "RAY_TMP_PATH",
+    "SHM_PATH",
+    "head_template",
+    "worker_template",
+    "submitter_template",
+    "ray_cluster_spec",
+]
+
+HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
+"""Ray's GCS, dashboard/job API and client ports, under the names KubeRay looks up (it finds the dashboard by name)."""
+
+WORKER_GROUP_NAME = "gpu"
+RAY_TMP_PATH = "/tmp/ray"
+"""Ray's session directory (logs, sockets, spilled objects): an emptyDir, so it neither fills the image layer nor
+survives a restart with a stale session."""
+SHM_PATH = "/dev/shm"
+
+# The submitter pod only runs `ray job submit` and tails the logs: small, and Guaranteed like every other Ray pod.
+_SUBMITTER_CPU, _SUBMITTER_MEMORY = "500m", "1Gi"
+
+_HEAD_CONTAINER, _WORKER_CONTAINER, _SUBMITTER_CONTAINER = "ray-head", "ray-worker", "ray-job-submitter"
+_RAY_TMP_VOLUME, _SHM_VOLUME, _CODE_VOLUME = "ray-tmp", "dshm", "code"
+
+
+def _gib(value: int) -> str:
+    return f"{value}Gi"
+
+
+def _guaranteed(cpu: str, memory: str, extended: dict[str, str] | None = None) -> V1ResourceRequirements:
+    """Requests equal to limits (Guaranteed QoS): one throttled or evicted rank would stall every other rank."""
+    amounts = {"cpu": cpu, "memory": memory, **(extended or {})}
+    return V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
+
+
+def _env(values: dict[str, str]) -> list[V1EnvVar]:
+    return [V1EnvVar(name=name, value=value) for name, value in sorted(values.items())]
+
+
+def _code_env() -> dict[str, str]:
+    # PYTHONPATH, not a working_dir: Ray workers inherit the container env, so Ray Train workers on every node can
+    # import training.* (the train function is pickled by reference) with no upload through the job API.
+    return {"PYTHONPATH": CODE_MOUNT_PATH}
+
+
+def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
+    items = [V1KeyToPath(key=key, path=path) for key, path in bundle.items]
+    return V1Volume(name=_CODE_VOLUME, config_map=V1ConfigMapVolumeSource(name=config_map, items=items))
+
+
+def _code_mount() -> V1VolumeMount:
+    return V1VolumeMount(name=_CODE_VOLUME, mount_path=CODE_MOUNT_PATH, read_only=True)
+
+
+def _ray_tmp() -> tuple[V1Volume, V1VolumeMount]:
+    return (V1Volume(name=_RAY_TMP_VOLUME, empty_dir=V1EmptyDirVolumeSource()),
+            V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH))
+
+
+def _ray_stop_before_exit() -> V1Lifecycle:
+    # `ray stop` lets the raylet and GCS shut down cleanly instead of dying with SIGKILL at the grace period's end.
+    return V1Lifecycle(pre_stop=V1LifecycleHandler(_exec=V1ExecAction(command=["/bin/sh", "-c", "ray stop"])))
+
+
+def head_template(settings: Settings, *, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
+    """The GPU-less head on a system node: GCS, dashboard and the job driver."""
+    cpu, memory_gib = catalog.head_pod_resources(settings.nodes.system_instance)
+    tmp_volume, tmp_mount = _ray_tmp()
+    container = V1Container(
+        name=_HEAD_CONTAINER,
+        image=settings.workload.dlc_image,
+        # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env()}),
+        ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
+        resources=_guaranteed(str(cpu), _gib(memory_gib)),
+        volume_mounts=[tmp_mount, _code_mount()],
+        lifecycle=_ray_stop_before_exit(),
+    )
+    return V1PodTemplateSpec(
+        spec=V1PodSpec(
+            node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
+            containers=[container],
+            volumes=[tmp_volume, _code_volume(config_map, bundle)],
+        )
+    )
+
+
+def worker_template(settings: Settings, *, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
+    """One worker pod per GPU node, holding all its GPUs and EFA interfaces, with the NCCL env of `settings.network`."""
+    instance = settings.nodes.gpu_instance
+    pod = catalog.worker_pod_resources(instance)
+    tmp_volume, tmp_mount = _ray_tmp()
+    # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
+    # the transport alone (NCCL_NET=Socket never opens them).
+    extended = {"nvidia.com/gpu": str(pod.gpus), "vpc.amazonaws.com/efa": str(pod.efa)}
+    container = V1Container(
+        name=_WORKER_CONTAINER,
+        image=settings.workload.dlc_image,
+        env=_env({**network_env(settings.workload.network, instance), **_code_env()}),
+        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
+        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount()],
+        lifecycle=_ray_stop_before_exit(),
+    )
+    # NCCL's SHM transport and DataLoader workers live in /dev/shm; the container runtime's default is 64 MiB.
+    # A Memory emptyDir counts against the pod's memory limit, so it is bounded by the catalog's shm_gib.
+    shm = V1Volume(name=_SHM_VOLUME, empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_gib(pod.shm_gib)))
+    taint = scheduling.GPU_TAINT.toleration()
+    return V1PodTemplateSpec(
+        spec=V1PodSpec(
+            node_selector=scheduling.node_selector(scheduling.GPU_NODE_LABELS),
+            tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
+            containers=[container],
+            volumes=[shm, tmp_volume, _code_volume(config_map, bundle)],
+        )
+    )
+
+
+def submitter_template(settings: Settings) -> V1PodTemplateSpec:
+    """The RayJob's submitter pod: on a system node (where the head pulled the image already), Guaranteed QoS.
+
+    KubeRay fills in its command (`ray job submit ... -- ENTRYPOINT`) and the dashboard address; the entrypoint
+    itself runs on the head, so this pod needs no code.
+    """
+    container = V1Container(
+        name=_SUBMITTER_CONTAINER,
+        image=settings.workload.dlc_image,
+        resources=_guaranteed(_SUBMITTER_CPU, _SUBMITTER_MEMORY),
+    )
+    return V1PodTemplateSpec(
+        spec=V1PodSpec(
+            node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
+            containers=[container],
+            restart_policy="Never",
+        )
+    )
+
+
+def ray_cluster_spec(settings: Settings, *, config_map: str, bundle: CodeBundle) -> RayClusterSpec:
+    """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size."""
+    instance = settings.nodes.gpu_instance
+    nodes = settings.nodes.gpu_node_count
+    return RayClusterSpec(
+        ray_version=settings.workload.ray_version,
+        head_group_spec=HeadGroupSpec(
+            # num-cpus 0 keeps Ray tasks off the small system node; Ray Train's controller asks for 0 CPUs.
+            ray_start_params={"num-gpus": "0", "num-cpus": "0"},
+            template=head_template(settings, config_map=config_map, bundle=bundle),
+        ),
+        worker_group_specs=(
+            WorkerGroupSpec(
+                group_name=WORKER_GROUP_NAME,
+                replicas=nodes,
+                min_replicas=nodes,
+                max_replicas=nodes,
+                ray_start_params={"num-gpus": str(catalog.worker_pod_resources(instance).gpus)},
+                template=worker_template(settings, config_map=config_map, bundle=bundle),
+            ),
+        ),
+    )

@@ -1,0 +1,129 @@
+"""The training code and settings shipped to the Ray pods at synth time, as ConfigMap data (no image build, no registry).
+
+Every .py file of the shipped packages (core/, training/) becomes one ConfigMap key; ConfigMap keys cannot contain
+'/', so each key is the path with '/' replaced by '.', and the volume's `items` map it back to its path. The resolved
+settings ride along as settings.json. Size limits are checked here, at synth time, so that an oversized bundle fails
+with a clear message instead of a rejected `kubectl apply` half-way through a deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.context import PROJECT_ROOT
+from core.settings import Settings
+from k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES
+
+__all__ = [
+    "ManifestError",
+    "ShippedFile",
+    "CodeBundle",
+    "collect_code",
+    "CONFIG_MAP_MAX_BYTES",
+    "LAST_APPLIED_MAX_BYTES",
+]
+
+CONFIG_MAP_MAX_BYTES = 1024 * 1024
+"""The API server rejects a ConfigMap whose keys and values together exceed 1 MiB."""
+
+LAST_APPLIED_MAX_BYTES = 256 * 1024
+"""Annotations of one object are capped at 256 KiB. Client-side `kubectl apply` and `kubectl create --save-config`
+(what the CDK's KubernetesManifest runs) copy the whole object into the last-applied-configuration annotation, so
+they fail well below the 1 MiB ConfigMap limit."""
+
+_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_ANNOTATION_OVERHEAD_BYTES = 4 * 1024
+"""Room for metadata, labels and the annotation's own key in the last-applied copy."""
+
+
+class ManifestError(ValueError):
+    """The manifests cannot be synthesized as asked; the message names what and why."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShippedFile:
+    """One file of the bundle."""
+
+    path: str
+    """Path below the mount point, '/'-separated (core/settings.py)."""
+    text: str
+
+    @property
+    def key(self) -> str:
+        """The ConfigMap key: the path with '/' replaced by '.' (core.settings.py)."""
+        return self.path.replace("/", ".")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CodeBundle:
+    """The shipped packages plus settings.json, ready to become ConfigMap data and volume items."""
+
+    files: tuple[ShippedFile, ...]
+    """Every file, settings.json included, sorted by path."""
+
+    def __post_init__(self) -> None:
+        keys = [f.key for f in self.files]
+        bad = [k for k in keys if not _KEY.match(k)]
+        if bad:
+            raise ManifestError(f"shipped file names must give ConfigMap keys of letters, digits, '-', '_' or '.', got {bad}")
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ManifestError(f"shipped files map to the same ConfigMap keys {duplicates}; rename one of each pair")
+
+    @property
+    def data(self) -> dict[str, str]:
+        """ConfigMap data: key -> file text."""
+        return {f.key: f.text for f in self.files}
+
+    @property
+    def items(self) -> list[tuple[str, str]]:
+        """(key, path) pairs for the ConfigMap volume's items, which restore the directory tree."""
+        return [(f.key, f.path) for f in self.files]
+
+    @property
+    def size_bytes(self) -> int:
+        """Size as the API server counts it for the 1 MiB limit: UTF-8 bytes of every key and value."""
+        return sum(len(f.key.encode()) + len(f.text.encode()) for f in self.files)
+
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    def check_fits(self, config_map: str) -> None:
+        """Raise ManifestError unless a ConfigMap with this data can be created and applied with kubectl."""
+        largest = ", ".join(f"{f.path} ({len(f.text.encode()):,} B)" for f in sorted(self.files, key=lambda f: -len(f.text))[:3])
+        if self.size_bytes > CONFIG_MAP_MAX_BYTES:
+            raise ManifestError(
+                f"ConfigMap {config_map} would hold {self.size_bytes:,} bytes of code, over the Kubernetes limit of "
+                f"{CONFIG_MAP_MAX_BYTES:,} bytes (1 MiB); largest files: {largest}. Ship less code or build an image."
+            )
+        applied = len(json.dumps({"data": self.data})) + _ANNOTATION_OVERHEAD_BYTES
+        if applied > LAST_APPLIED_MAX_BYTES:
+            raise ManifestError(
+                f"ConfigMap {config_map} would need a last-applied-configuration annotation of about {applied:,} bytes, "
+                f"over the {LAST_APPLIED_MAX_BYTES:,}-byte annotation limit that client-side `kubectl apply` and the CDK's "
+                f"KubernetesManifest hit; largest files: {largest}. Ship less code, or apply with `kubectl apply --server-side`."
+            )
+
+    def require_module(self, module: str) -> None:
+        """Raise ManifestError unless `module` (dotted) is a module of the bundle."""
+        path = module.replace(".", "/")
+        if f"{path}.py" not in self.paths() and f"{path}/__main__.py" not in self.paths():
+            raise ManifestError(f"module {module} is not in the shipped code (no {path}.py under {', '.join(SHIPPED_PACKAGES)})")
+
+
+def collect_code(settings: Settings, *, root: Path = PROJECT_ROOT, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:
+    """Read every .py file of `packages` under `root` (sorted, no caches) and add settings.json."""
+    files: list[ShippedFile] = []
+    for package in packages:
+        package_dir = root / package
+        if not (package_dir / "__init__.py").is_file():
+            raise ManifestError(f"package {package}/ to ship is missing under {root} (no {package}/__init__.py)")
+        for path in sorted(package_dir.rglob("*.py")):
+            if "__pycache__" in path.parts or any(part.startswith(".") for part in path.relative_to(root).parts):
+                continue
+            files.append(ShippedFile(path=path.relative_to(root).as_posix(), text=path.read_text(encoding="utf-8")))
+    files.append(ShippedFile(path=SETTINGS_FILE, text=settings.to_json() + "\n"))
+    return CodeBundle(files=tuple(sorted(files, key=lambda f: f.path)))

@@ -1,0 +1,77 @@
+"""Names and paths of the workload objects, as plain data (no cdk8s), for the charts and for tools that run kubectl.
+
+ops/ and cli/ import this module to find the RayJob of a run (`kubectl -n NAMESPACE get rayjob train-efa`) without
+starting jsii. The namespace itself is a setting (workload.namespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from core.settings import WorkloadSettings
+
+__all__ = [
+    "RAY_CLUSTER_NAME",
+    "ray_job_name",
+    "code_config_map_name",
+    "CODE_MOUNT_PATH",
+    "SETTINGS_FILE",
+    "SETTINGS_PATH",
+    "DRIVER_MODULE",
+    "SHIPPED_PACKAGES",
+    "NETWORKS",
+    "comparison_network",
+    "check_object_name",
+]
+
+RAY_CLUSTER_NAME = "ray-efa"
+"""The long-lived RayCluster for interactive use (`ray job submit`, `kubectl exec`); the RayJobs own their own."""
+
+NETWORKS: tuple[str, ...] = next(f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network")
+"""The transports a job can run on (the `network` setting's choices); each run has a comparison run on the other."""
+
+CODE_MOUNT_PATH = "/opt/ray-efa/app"
+"""Where every Ray container mounts the shipped code: it holds core/, training/ and settings.json, and is on PYTHONPATH."""
+
+SETTINGS_FILE = "settings.json"
+SETTINGS_PATH = f"{CODE_MOUNT_PATH}/{SETTINGS_FILE}"
+
+DRIVER_MODULE = "training.driver"
+"""The module the RayJob entrypoint runs (`python -m training.driver --settings SETTINGS_PATH`)."""
+
+SHIPPED_PACKAGES = ("core", "training")
+"""Top-level packages of this repository shipped to the pods at synth time (every .py file in them)."""
+
+# KubeRay names a RayJob's cluster "<job>-<5 random chars>" and requires a DNS-1035 label of at most 63 characters,
+# so RayJob names are capped at 47 (KubeRay's MaxRayJobNameLength); RayCluster names get the same cap for symmetry.
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_MAX_RAY_OBJECT_NAME = 47
+
+
+def ray_job_name(network: str) -> str:
+    """The RayJob of a training run on one transport: train-efa, or train-tcp for the comparison run."""
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    return f"train-{network}"
+
+
+def comparison_network(network: str) -> str:
+    """The other transport: the comparison job of an EFA run is TCP, and the other way round."""
+    (other,) = (n for n in NETWORKS if n != network)
+    return other
+
+
+def code_config_map_name(owner: str) -> str:
+    """The ConfigMap holding the code and settings mounted by the Ray pods of `owner` (a RayCluster or a RayJob)."""
+    return f"{owner}-code"
+
+
+def check_object_name(name: str) -> str:
+    """Return `name` if KubeRay accepts it as a RayCluster or RayJob name, else raise ValueError saying why."""
+    if len(name) > _MAX_RAY_OBJECT_NAME or not _DNS_1035.match(name):
+        raise ValueError(
+            f"Ray object name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter) "
+            f"of at most {_MAX_RAY_OBJECT_NAME} characters, got {name!r}"
+        )
+    return name

@@ -1,0 +1,34 @@
+"""The long-lived RayCluster, for interactive use (`ray job submit`, `kubectl exec`)."""
+
+from __future__ import annotations
+
+from constructs import Construct
+
+from core.settings import Settings
+from k8s._private import api_object, labels
+from k8s.cluster_spec import ray_cluster_spec
+from k8s.code_config_map import CodeConfigMap
+from k8s.names import check_object_name
+from k8s.ray_types import API_VERSION
+
+__all__ = ["RayCluster"]
+
+
+class RayCluster(Construct):
+    """A ray.io/v1 RayCluster: the head on a system node and one GPU worker per GPU node, mounting `code`.
+
+    It holds every GPU node while it exists, so a RayJob (which brings its own cluster) waits for it to be deleted.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap):
+        """
+        :param settings: image, Ray version, node types and counts, network.
+        :param name: the RayCluster's name (a DNS-1035 label of at most 47 characters).
+        :param code: the ConfigMap the pods mount (in the same namespace).
+        """
+        super().__init__(scope, id)
+        self.name = check_object_name(name)
+        spec = ray_cluster_spec(settings, config_map=code.name, bundle=code.bundle)
+        api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
+                   namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),
+                   body={"spec": spec.to_dict()})

@@ -1,0 +1,67 @@
+"""A RayJob that runs the training driver on a Ray cluster of its own, and ends Failed when the driver fails."""
+
+from __future__ import annotations
+
+import shlex
+
+import yaml
+from constructs import Construct
+
+from core.settings import Settings
+from k8s._private import api_object, labels
+from k8s.cluster_spec import ray_cluster_spec, submitter_template
+from k8s.code_config_map import CodeConfigMap
+from k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
+from k8s.ray_types import API_VERSION, RayJobSpec
+
+__all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
+
+
+def driver_entrypoint() -> str:
+    """`python -m training.driver --settings .../settings.json`: one plain command, so the Ray job's status is the
+    driver's exit status (non-zero, e.g. a failed transport gate, makes the job FAILED and the RayJob Failed).
+
+    No shell operators: KubeRay pastes the entrypoint into the submitter's own shell line, where `&&` or `;` would run
+    on the submitter instead of the head.
+    """
+    return shlex.join(["python", "-m", DRIVER_MODULE, "--settings", SETTINGS_PATH])
+
+
+def runtime_env_yaml(settings: Settings) -> str | None:
+    """The job's Ray runtime_env: the extra pip packages; None when there are none (the image has the rest)."""
+    packages = list(settings.workload.pip_packages)
+    return yaml.safe_dump({"pip": packages}, sort_keys=True) if packages else None
+
+
+class RayJob(Construct):
+    """A ray.io/v1 RayJob in K8sJobMode that owns its RayCluster (same builder as the long-lived RayCluster).
+
+    Why not clusterSelector (attach to the long-lived RayCluster): KubeRay ignores shutdownAfterJobFinishes for a
+    selected cluster and (since kuberay PR #3653) rejects ttlSecondsAfterFinished > 0 without it, and a retry
+    (backoffLimit > 0) deletes the selected cluster (ray-project/kuberay#4516). An owned cluster honours all four
+    settings, carries its own network's env, and frees the GPU nodes after the TTL. See k8s/README.md.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap):
+        """
+        :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
+        :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
+        :param code: the ConfigMap with the code and this run's settings.json (in the same namespace).
+        """
+        super().__init__(scope, id)
+        self.name = check_object_name(name)
+        code.bundle.require_module(DRIVER_MODULE)
+        workload = settings.workload
+        spec = RayJobSpec(
+            entrypoint=driver_entrypoint(),
+            runtime_env_yaml=runtime_env_yaml(settings),
+            ray_cluster_spec=ray_cluster_spec(settings, config_map=code.name, bundle=code.bundle),
+            submitter_pod_template=submitter_template(settings),
+            shutdown_after_job_finishes=True,
+            ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
+            active_deadline_seconds=workload.job_active_deadline_seconds,
+            backoff_limit=workload.job_backoff_limit,
+        )
+        api_object(self, "Resource", api_version=API_VERSION, kind="RayJob", name=name,
+                   namespace=workload.namespace, object_labels=labels(name, "rayjob"),
+                   body={"spec": spec.to_dict()})

@@ -1,0 +1,82 @@
+"""The charts of the workload, composed from the constructs of this package, in the order they must be applied.
+
+    build_workload(scope, settings)   -> [namespace, rayjob-<network>]           what the CDK stack applies
+    build_manifests(scope, settings)  -> [namespace, raycluster, rayjob-efa, rayjob-tcp]   what dist/ gets
+
+Each chart depends on the one before it (chart.add_dependency), which numbers dist/ files in apply order. The KubeRay
+CRDs come from the kuberay-operator Helm chart, so every chart after the namespace needs the operator installed first.
+"""
+
+from __future__ import annotations
+
+import cdk8s
+from constructs import Construct
+
+from core.settings import Settings
+from k8s.code_bundle import collect_code
+from k8s.code_config_map import CodeConfigMap
+from k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
+from k8s.namespace import WorkloadNamespace
+from k8s.ray_cluster import RayCluster
+from k8s.ray_job import RayJob
+
+__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "build_workload", "build_manifests"]
+
+
+def _chart(scope: Construct, id: str) -> cdk8s.Chart:
+    # Names are chosen, not hashed: ops/ and users find the objects with kubectl by the names in k8s.names.
+    return cdk8s.Chart(scope, id, disable_resource_name_hashes=True)
+
+
+def namespace_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
+    """The Namespace alone (cluster-scoped: apply it first)."""
+    chart = _chart(scope, "namespace")
+    WorkloadNamespace(chart, "Namespace", name=settings.workload.namespace)
+    return chart
+
+
+def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
+    """The long-lived RayCluster and its code ConfigMap."""
+    chart = _chart(scope, "raycluster")
+    code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
+                         namespace=settings.workload.namespace, bundle=collect_code(settings))
+    RayCluster(chart, "RayCluster", settings=settings, name=RAY_CLUSTER_NAME, code=code)
+    return chart
+
+
+def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
+    """The training RayJob on `settings.workload.network`, with its code ConfigMap (ConfigMap first)."""
+    name = ray_job_name(settings.workload.network)
+    chart = _chart(scope, f"rayjob-{settings.workload.network}")
+    code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
+                         namespace=settings.workload.namespace, bundle=collect_code(settings))
+    RayJob(chart, "RayJob", settings=settings, name=name, code=code)
+    return chart
+
+
+def _in_order(charts: list[cdk8s.Chart]) -> list[cdk8s.Chart]:
+    for before, after in zip(charts, charts[1:]):
+        after.add_dependency(before)
+    return charts
+
+
+def build_workload(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
+    """The charts that run training, in apply order: the namespace, then the RayJob of `settings.workload.network`.
+
+    The RayJob brings its own RayCluster and deletes it jobTtlSecondsAfterFinished after the end, so the long-lived
+    RayCluster is deliberately not here: both at once would wait on each other for the same GPU nodes.
+    """
+    return _in_order([namespace_chart(scope, settings), ray_job_chart(scope, settings)])
+
+
+def build_manifests(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
+    """Everything dist/ gets, in apply order: the namespace, the long-lived RayCluster, the training RayJob and its
+    comparison run on the other network (settings with network flipped). Apply the namespace and then ONE of the
+    others at a time: each of them takes every GPU node."""
+    other = settings.replace(network=comparison_network(settings.workload.network))
+    jobs = sorted([settings, other], key=lambda s: s.workload.network)  # rayjob-efa before rayjob-tcp, always
+    return _in_order([
+        namespace_chart(scope, settings),
+        ray_cluster_chart(scope, settings),
+        *(ray_job_chart(scope, job) for job in jobs),
+    ])
