@@ -1,0 +1,105 @@
+"""Fixtures of the k8s tests: the charts synthesized once per session per settings, with lookups into them."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import cdk8s
+import pytest
+
+from core.settings import Settings
+from k8s.workload import build_manifests
+
+INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
+"""The same GPU types as the infra tests."""
+
+BASE = Settings().replace(
+    gpuNodeCount=3, jobTtlSecondsAfterFinished=123, jobActiveDeadlineSeconds=4567, jobBackoffLimit=2,
+    pipPackages="einops==0.8.1,tabulate==0.9.0",
+)
+"""Non-default values wherever a default would hide a field that is not read from the settings."""
+
+
+@dataclass(frozen=True)
+class Synth:
+    """The manifests of build_manifests for one Settings, by chart id (namespace, raycluster, rayjob-efa, rayjob-tcp)."""
+
+    settings: Settings
+    charts: dict[str, list[dict[str, Any]]]
+
+    def objects(self) -> Iterator[dict[str, Any]]:
+        for manifests in self.charts.values():
+            yield from manifests
+
+    def one(self, kind: str, name: str) -> dict[str, Any]:
+        (obj,) = [o for o in self.objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+        return obj
+
+    @property
+    def ray_cluster(self) -> dict[str, Any]:
+        (obj,) = self.charts["raycluster"][1:]
+        return obj
+
+    def ray_job(self, network: str) -> dict[str, Any]:
+        (obj,) = [o for o in self.charts[f"rayjob-{network}"] if o["kind"] == "RayJob"]
+        return obj
+
+    def cluster_specs(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(owner, RayClusterSpec) of the RayCluster and of each RayJob's own cluster."""
+        yield "RayCluster", self.ray_cluster["spec"]
+        for network in ("efa", "tcp"):
+            yield f"RayJob {network}", self.ray_job(network)["spec"]["rayClusterSpec"]
+
+    def pod_templates(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(where, pod template) of every pod of every Ray object: heads, workers and submitters."""
+        for owner, spec in self.cluster_specs():
+            yield f"{owner} head", spec["headGroupSpec"]["template"]
+            for group in spec["workerGroupSpecs"]:
+                yield f"{owner} worker {group['groupName']}", group["template"]
+        for network in ("efa", "tcp"):
+            yield f"RayJob {network} submitter", self.ray_job(network)["spec"]["submitterPodTemplate"]
+
+
+@functools.cache
+def synthesize(settings: Settings) -> Synth:
+    """Synthesize every chart for `settings`, once per process (xdist workers each keep their own cache)."""
+    charts = build_manifests(cdk8s.App(), settings)
+    return Synth(settings=settings, charts={chart.node.id: chart.to_json() for chart in charts})
+
+
+@pytest.fixture(scope="session", params=INSTANCE_TYPES)
+def synth(request) -> Synth:
+    return synthesize(BASE.replace(gpuInstanceType=request.param))
+
+
+@pytest.fixture(scope="session")
+def default_synth() -> Synth:
+    return synthesize(BASE)
+
+
+def container(template: dict[str, Any]) -> dict[str, Any]:
+    """The one container of a Ray pod template."""
+    (c,) = template["spec"]["containers"]
+    return c
+
+
+def env(template: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(template).get("env", [])}
+
+
+def volume_at(template: dict[str, Any], mount_path: str) -> dict[str, Any]:
+    """The volume mounted at `mount_path` in the pod's container."""
+    (mount,) = [m for m in container(template)["volumeMounts"] if m["mountPath"] == mount_path]
+    (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == mount["name"]]
+    return volume
+
+
+def head(spec: dict[str, Any]) -> dict[str, Any]:
+    return spec["headGroupSpec"]
+
+
+def worker_group(spec: dict[str, Any]) -> dict[str, Any]:
+    (group,) = spec["workerGroupSpecs"]
+    return group

@@ -1,0 +1,134 @@
+"""The shipped code: the ConfigMap really holds importable core/ and training/, and the settings of its run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cdk8s
+import pytest
+
+from core.context import PROJECT_ROOT
+from core.settings import Settings
+from k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
+from k8s.code_config_map import CodeConfigMap
+from k8s.names import CODE_MOUNT_PATH
+from tests.k8s.conftest import volume_at
+
+
+def _materialize(synth, network: str, root: Path) -> Path:
+    """Write the job's ConfigMap to `root` the way the kubelet mounts it: each item's key at the item's path."""
+    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
+    head = synth.ray_job(network)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    volume = volume_at(head, CODE_MOUNT_PATH)
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    for item in volume["configMap"]["items"]:
+        target = root / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(config_map["data"][item["key"]])
+    return root
+
+
+_PROBE = """
+import importlib.util, json, sys
+sys.path.insert(0, sys.argv[1])
+from core.settings import Settings
+import core.settings
+settings = Settings.from_json(open(sys.argv[1] + "/settings.json").read())
+print(json.dumps({
+    "core": core.settings.__file__,
+    "driver": importlib.util.find_spec("training.driver").origin,
+    "settings": settings.to_context(),
+}))
+"""
+
+
+@pytest.mark.parametrize("network", ["efa", "tcp"])
+def test_shipped_code_imports_and_its_settings_round_trip(default_synth, tmp_path, network):
+    # GIVEN the job's ConfigMap written out as the pods see it
+    root = _materialize(default_synth, network, tmp_path)
+    # WHEN a fresh interpreter imports core.settings from it and reads settings.json back
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(root)], cwd=root, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, check=True)
+    probe = json.loads(out.stdout)
+    # THEN the code came from the mount, the driver module is there, and the settings are this run's
+    assert Path(probe["core"]).is_relative_to(root) and Path(probe["driver"]).is_relative_to(root)
+    assert Settings.from_context(probe["settings"]) == default_synth.settings.replace(network=network)
+
+
+def test_every_tracked_python_file_of_core_and_training_is_shipped(default_synth):
+    # GIVEN what git tracks under core/ and training/ (the source of truth, independent of the bundle's own walk)
+    tracked = subprocess.run(["git", "ls-files", "--", "core/*.py", "training/*.py"], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert any(p.startswith("core/") for p in tracked)
+    # WHEN we list the items of the mounted ConfigMap
+    head = default_synth.ray_job("efa")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    shipped = {item["path"] for item in volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]}
+    # THEN every tracked file is there, with its text
+    assert set(tracked) <= shipped
+
+
+def test_config_map_keys_map_back_to_their_paths(default_synth):
+    head = default_synth.ray_cluster["spec"]["headGroupSpec"]["template"]
+    items = volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]
+    assert {"key": "core.settings.py", "path": "core/settings.py"} in items
+    for item in items:
+        assert item["key"] == item["path"].replace("/", ".")
+
+
+def test_real_bundle_fits_a_client_side_kubectl_apply():
+    # GIVEN the code of this checkout WHEN its size is checked THEN it fits (the error names the budget if it ever does not)
+    bundle = collect_code(Settings())
+    bundle.check_fits("train-efa-code")
+    assert 0 < bundle.size_bytes < LAST_APPLIED_MAX_BYTES
+
+
+def _bundle_of(size: int) -> CodeBundle:
+    return CodeBundle(files=(ShippedFile(path="core/big.py", text="#" * size), ShippedFile(path="settings.json", text="{}")))
+
+
+def test_bundle_over_one_mebibyte_is_rejected_naming_the_limit():
+    with pytest.raises(ManifestError, match=r"ConfigMap train-efa-code would hold 1,\d{3},\d{3} bytes .* limit of 1,048,576 bytes .* core/big\.py"):
+        _bundle_of(CONFIG_MAP_MAX_BYTES).check_fits("train-efa-code")
+
+
+def test_bundle_too_big_for_client_side_apply_is_rejected_naming_the_way_out():
+    with pytest.raises(ManifestError, match=r"annotation limit .*`kubectl apply --server-side`"):
+        _bundle_of(LAST_APPLIED_MAX_BYTES).check_fits("train-efa-code")
+
+
+def test_oversized_bundle_fails_before_the_config_map_exists():
+    # GIVEN a chart and a bundle over the limit
+    chart = cdk8s.Chart(cdk8s.App(), "c")
+    # WHEN the ConfigMap construct is created THEN it raises and leaves the chart empty
+    with pytest.raises(ManifestError):
+        CodeConfigMap(chart, "Code", name="x-code", namespace="ray", bundle=_bundle_of(CONFIG_MAP_MAX_BYTES))
+    assert chart.to_json() == []
+
+
+def test_colliding_config_map_keys_are_rejected():
+    files = (ShippedFile(path="core/a.b.py", text=""), ShippedFile(path="core/a/b.py", text=""))
+    with pytest.raises(ManifestError, match=r"same ConfigMap keys \['core.a.b.py'\]"):
+        CodeBundle(files=files)
+
+
+def test_missing_driver_module_is_named():
+    bundle = CodeBundle(files=(ShippedFile(path="training/__init__.py", text=""),))
+    with pytest.raises(ManifestError, match=r"module training\.driver is not in the shipped code \(no training/driver\.py"):
+        bundle.require_module("training.driver")
+
+
+def test_missing_package_is_named(tmp_path):
+    with pytest.raises(ManifestError, match=r"package training/ to ship is missing .*\(no training/__init__\.py\)"):
+        collect_code(Settings(), root=tmp_path, packages=("training",))
+
+
+def test_caches_and_hidden_files_are_not_shipped(tmp_path):
+    # GIVEN a package with a bytecode cache and a hidden directory next to its module
+    for path in ("pkg/__init__.py", "pkg/mod.py", "pkg/__pycache__/mod.py", "pkg/.hidden/x.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    # WHEN it is collected THEN only the package's modules and settings.json ship
+    assert collect_code(Settings(), root=tmp_path, packages=("pkg",)).paths() == ["pkg/__init__.py", "pkg/mod.py", "settings.json"]

@@ -1,0 +1,95 @@
+"""`ray-efa manifests --out DIR`: plain YAML, one file per chart in apply order, deterministic, all or nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import yaml
+
+from cli import manifests
+from k8s import code_bundle, workload
+
+EXPECTED_FILES = ["0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
+
+
+def _run(*argv: str) -> int:
+    """Run the subcommand through its own parser, as `ray-efa manifests ...` does."""
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    manifests.register(parser.add_subparsers().add_parser, "manifests")
+    args = parser.parse_args(["manifests", *argv])
+    return args.run(args)
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("manifests") / "dist"
+    assert _run("--out", str(out)) == 0
+    return out
+
+
+def test_writes_one_file_per_chart_in_apply_order(dist):
+    assert sorted(p.name for p in dist.iterdir()) == EXPECTED_FILES
+
+
+def test_files_are_plain_yaml_of_the_charts(dist):
+    docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.iterdir()}
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
+        ("ConfigMap", "train-efa-code"), ("RayJob", "train-efa")]
+    assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
+
+
+def test_output_is_deterministic(dist, tmp_path):
+    again = tmp_path / "again"
+    assert _run("--out", str(again)) == 0
+    assert {p.name: p.read_bytes() for p in again.iterdir()} == {p.name: p.read_bytes() for p in dist.iterdir()}
+
+
+def test_context_overrides_reach_the_manifests(tmp_path):
+    out = tmp_path / "dist"
+    assert _run("--out", str(out), "-c", "gpuNodeCount=5", "-c", "namespace=training") == 0
+    cluster = list(yaml.safe_load_all((out / "0001-raycluster.yaml").read_text()))[-1]
+    assert cluster["metadata"]["namespace"] == "training" and cluster["spec"]["workerGroupSpecs"][0]["replicas"] == 5
+
+
+def test_bad_settings_exit_2_and_leave_the_output_alone(tmp_path, capsys):
+    # GIVEN an output directory from an earlier run
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "keep.yaml").write_text("earlier")
+    # WHEN the settings are invalid
+    with pytest.raises(SystemExit) as exit_:
+        _run("--out", str(out), "-c", "gpuNodeCount=0")
+    # THEN the command exits 2 naming the setting, and the directory is untouched
+    assert exit_.value.code == 2
+    assert "gpuNodeCount: must be between 1 and 64, got 0" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.yaml"]
+
+
+def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypatch, capsys):
+    # GIVEN an earlier output, and code too big for a ConfigMap
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "keep.yaml").write_text("earlier")
+    big = code_bundle.CodeBundle(files=(code_bundle.ShippedFile(path="core/big.py", text="#" * (1 << 20)),))
+    monkeypatch.setattr(workload, "collect_code", lambda settings: big)
+    # WHEN the manifests are written THEN the error is named, nothing is half-written, no staging dir is left
+    assert _run("--out", str(out)) == 1
+    assert "over the Kubernetes limit of 1,048,576 bytes" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["dist"] and [p.name for p in out.iterdir()] == ["keep.yaml"]
+
+
+def test_stale_files_of_an_earlier_run_are_gone(tmp_path):
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "0009-old-chart.yaml").write_text("stale")
+    assert _run("--out", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == EXPECTED_FILES
+
+
+def test_json_output_names_the_files_and_the_job(tmp_path, capsys):
+    assert _run("--out", str(tmp_path / "d"), "--json", "-c", "network=tcp") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p.rsplit("/", 1)[-1] for p in report["files"]] == EXPECTED_FILES
+    assert (report["namespace"], report["rayJob"]) == ("ray", "train-tcp")

@@ -1,0 +1,134 @@
+"""The training RayJob and its TCP comparison variant: entrypoint, lifecycle, runtime_env, submitter, env."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import cdk8s
+import pytest
+import yaml
+
+from k8s.names import CODE_MOUNT_PATH, check_object_name
+from k8s.workload import build_workload
+from tests.k8s.conftest import BASE, container, env, synthesize, worker_group
+
+
+def _settings_json(synth, network: str) -> dict:
+    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
+    return json.loads(config_map["data"]["settings.json"])
+
+
+def test_entrypoint_runs_the_driver_with_the_shipped_settings_and_nothing_else(default_synth):
+    # GIVEN the EFA job
+    job = default_synth.ray_job("efa")
+    # WHEN its entrypoint is split as the head's shell would
+    argv = shlex.split(job["spec"]["entrypoint"])
+    # THEN it is the driver alone: its exit status is the Ray job's (no `|| true`, `;`, `&&` to mask a failed gate)
+    assert argv == ["python", "-m", "training.driver", "--settings", f"{CODE_MOUNT_PATH}/settings.json"]
+
+
+def test_entrypoint_settings_file_is_mounted_on_the_head(default_synth):
+    spec = default_synth.ray_job("efa")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    (mount,) = [m for m in container(spec)["volumeMounts"] if m["mountPath"] == CODE_MOUNT_PATH]
+    (volume,) = [v for v in spec["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert {"key": "settings.json", "path": "settings.json"} in volume["configMap"]["items"]
+
+
+def test_job_lifecycle_comes_from_settings(default_synth):
+    spec = default_synth.ray_job("efa")["spec"]
+    workload = default_synth.settings.workload
+    assert (spec["ttlSecondsAfterFinished"], spec["activeDeadlineSeconds"], spec["backoffLimit"]) == (
+        workload.job_ttl_seconds_after_finished, workload.job_active_deadline_seconds, workload.job_backoff_limit)
+    assert (123, 4567, 2) == (spec["ttlSecondsAfterFinished"], spec["activeDeadlineSeconds"], spec["backoffLimit"])
+
+
+def test_job_owns_its_cluster_and_shuts_it_down(default_synth):
+    spec = default_synth.ray_job("efa")["spec"]
+    # clusterSelector would ignore shutdown/TTL and a retry would delete the shared cluster (kuberay#4516).
+    assert "clusterSelector" not in spec and "rayClusterSpec" in spec
+    assert spec["shutdownAfterJobFinishes"] is True
+
+
+def test_job_is_submitted_by_a_kubernetes_job(default_synth):
+    assert default_synth.ray_job("efa")["spec"]["submissionMode"] == "K8sJobMode"
+
+
+def test_runtime_env_installs_the_extra_pip_packages(default_synth):
+    runtime_env = yaml.safe_load(default_synth.ray_job("efa")["spec"]["runtimeEnvYAML"])
+    assert runtime_env == {"pip": ["einops==0.8.1", "tabulate==0.9.0"]}
+
+
+def test_no_runtime_env_without_extra_packages():
+    job = synthesize(BASE.replace(pipPackages="")).ray_job("efa")
+    assert "runtimeEnvYAML" not in job["spec"]
+
+
+def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_synth):
+    pod = default_synth.ray_job("efa")["spec"]["submitterPodTemplate"]["spec"]
+    assert pod["nodeSelector"] == {"role": "system"}
+    assert pod["restartPolicy"] == "Never"  # a Job's pods must be Never or OnFailure
+    assert "command" not in container({"spec": pod})  # KubeRay writes the `ray job submit` command
+
+
+def test_tcp_variant_workers_force_nccl_sockets(default_synth):
+    worker_env = env(worker_group(default_synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
+    assert {k: v for k, v in worker_env.items() if k != "PYTHONPATH"} == {
+        "NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+    }
+
+
+def test_tcp_variant_never_asks_for_gpudirect_rdma():
+    # GIVEN an instance with GPUDirect RDMA, where the EFA run sets FI_EFA_USE_DEVICE_RDMA
+    synth = synthesize(BASE.replace(gpuInstanceType="p5.48xlarge"))
+    # THEN the TCP run does not
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env(worker_group(synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
+    assert env(worker_group(synth.ray_job("efa")["spec"]["rayClusterSpec"])["template"])["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+def test_each_job_ships_settings_for_its_own_network(default_synth):
+    assert _settings_json(default_synth, "efa")["network"] == "efa"
+    assert _settings_json(default_synth, "tcp")["network"] == "tcp"
+
+
+def test_tcp_variant_differs_from_the_efa_run_only_in_network(default_synth):
+    efa, tcp = _settings_json(default_synth, "efa"), _settings_json(default_synth, "tcp")
+    assert {k for k in efa if efa[k] != tcp[k]} == {"network"}
+
+
+def test_tcp_variant_keeps_the_same_pod_resources(default_synth):
+    # The comparison measures the transport alone: same nodes, same devices, same CPU and memory.
+    resources = [container(worker_group(default_synth.ray_job(n)["spec"]["rayClusterSpec"])["template"])["resources"]
+                 for n in ("efa", "tcp")]
+    assert resources[0] == resources[1]
+
+
+def test_ray_object_names_are_valid_for_kuberay(default_synth):
+    for obj in default_synth.objects():
+        if obj["kind"] in ("RayCluster", "RayJob"):
+            assert check_object_name(obj["metadata"]["name"]) == obj["metadata"]["name"]
+
+
+def test_invalid_ray_object_name_is_rejected_with_the_rule():
+    with pytest.raises(ValueError, match=r"DNS-1035 .* at most 47 characters, got 'Train_EFA'"):
+        check_object_name("Train_EFA")
+
+
+def test_a_tcp_run_gets_an_efa_comparison():
+    synth = synthesize(BASE.replace(network="tcp"))
+    assert set(synth.charts) == {"namespace", "raycluster", "rayjob-efa", "rayjob-tcp"}
+    assert env(worker_group(synth.ray_cluster["spec"])["template"])["NCCL_NET"] == "Socket"
+
+
+@pytest.mark.parametrize("network", ["efa", "tcp"])
+def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
+    # GIVEN settings for a run on `network`
+    settings = BASE.replace(network=network)
+    # WHEN the CDK stack's charts are built
+    charts = build_workload(cdk8s.App(), settings)
+    # THEN they are the namespace, then that network's RayJob with its ConfigMap first, and no standing RayCluster
+    assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
+    assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
+        [("Namespace", "ray")], [("ConfigMap", f"train-{network}-code"), ("RayJob", f"train-{network}")]]
+    assert charts[0] in charts[1].node.dependencies
