@@ -1,0 +1,352 @@
+"""After `cdk deploy`: does the cluster match the plan? Every check runs, each names what it found and what it expected.
+
+- GPU nodes Ready: the nodes labelled like the GPU node group (core.scheduling) that are Ready, against gpuNodeCount;
+- GPU and EFA allocatable: every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa equal to the instance
+  catalog (what the worker pods request). A missing EFA resource means the EFA device plugin is not running there;
+- both device-plugin DaemonSets ready == desired > 0. Both charts schedule by node selection (the NVIDIA one by the
+  nvidia.com/gpu.present label, the EFA one by its instance-type allowlist) and fail silently with DESIRED 0: the
+  DaemonSet exists, is "healthy", and no node ever gets the resource;
+- the KubeRay operator Deployment is Available;
+- the RayCluster is ready: the long-lived one (k8s.names.RAY_CLUSTER_NAME) when applied, else the one the training
+  RayJob created (its status.rayClusterName).
+
+The workloads are found by the Helm release names infra installs (core.addons): each chart names its DaemonSet or
+Deployment after its release. Reads go through a kubernetes ApiClient passed in; nothing is written to the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from core import catalog
+from core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from core.scheduling import GPU_NODE_LABELS, node_selector
+from core.settings import Settings
+from k8s.names import RAY_CLUSTER_NAME, ray_job_name
+
+__all__ = [
+    "GPU_RESOURCE",
+    "EFA_RESOURCE",
+    "Expectations",
+    "Check",
+    "VerifyReport",
+    "verify_cluster",
+    "verify_until",
+    "render_verify",
+]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+RAY_GROUP, RAY_VERSION = "ray.io", "v1"
+
+Status = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Expectations:
+    """What a healthy deployment of the settings looks like, from the settings and the instance catalog."""
+
+    gpu_nodes: int
+    instance_type: str
+    gpus_per_node: int
+    efa_per_node: int
+    gpu_node_selector: str
+    """Label selector of the GPU node group, e.g. role=gpu-worker."""
+    device_plugins: tuple[HelmRelease, ...]
+    operator: HelmRelease
+    namespace: str
+    ray_cluster: str
+    ray_job: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Expectations":
+        instance = settings.nodes.gpu_instance
+        return cls(
+            gpu_nodes=settings.nodes.gpu_node_count,
+            instance_type=instance.name,
+            gpus_per_node=instance.gpus,
+            efa_per_node=catalog.worker_pod_resources(instance).efa,
+            gpu_node_selector=",".join(f"{k}={v}" for k, v in node_selector(GPU_NODE_LABELS).items()),
+            device_plugins=(NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN),
+            operator=KUBERAY_OPERATOR,
+            namespace=settings.workload.namespace,
+            ray_cluster=RAY_CLUSTER_NAME,
+            ray_job=ray_job_name(settings.workload.network),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """One verified property of the cluster."""
+
+    id: str
+    """Stable identifier (gpu-nodes, gpu-allocatable, efa-allocatable, the release names, raycluster)."""
+    name: str
+    ok: bool
+    detail: str
+    """What was found, and on failure what was expected and where to look."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerifyReport:
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "failed": [c.id for c in self.failed],
+            "checks": [{"id": c.id, "name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+        }
+
+
+# -- the checks (pure functions of API objects) ---------------------------------------------------------------------
+
+
+def _is_ready(node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def _allocatable(node, resource: str) -> int | None:
+    value = (node.status.allocatable or {}).get(resource)
+    return None if value is None else int(value)  # extended resources are whole numbers
+
+
+def check_gpu_nodes(nodes: list, expected: Expectations) -> Check:
+    ready = [n.metadata.name for n in nodes if _is_ready(n)]
+    not_ready = [n.metadata.name for n in nodes if not _is_ready(n)]
+    ok = len(ready) == expected.gpu_nodes
+    detail = f"{len(ready)} Ready of {len(nodes)} nodes labelled {expected.gpu_node_selector}, expected {expected.gpu_nodes}"
+    if not_ready:
+        detail += f"; not Ready: {', '.join(not_ready)}"
+    if not nodes:
+        detail += " (is the GPU stack deployed, and did its nodes join?)"
+    return Check(id="gpu-nodes", name="GPU nodes Ready", ok=ok, detail=detail)
+
+
+def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str) -> Check:
+    name = f"allocatable {resource}"
+    if not nodes:
+        return Check(id=check_id, name=name, ok=False, detail="no GPU nodes to check")
+    wrong = {n.metadata.name: _allocatable(n, resource) for n in nodes if _allocatable(n, resource) != want}
+    if not wrong:
+        return Check(id=check_id, name=name, ok=True, detail=f"{want} on each of {len(nodes)} GPU nodes")
+    found = ", ".join(f"{node}: {'missing' if have is None else have}" for node, have in sorted(wrong.items()))
+    return Check(id=check_id, name=name, ok=False,
+                 detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)")
+
+
+_ZERO_DESIRED_HINT = {
+    NVIDIA_DEVICE_PLUGIN.release: "its affinity needs the node label nvidia.com/gpu.present=true and a toleration of the GPU taint",
+    EFA_DEVICE_PLUGIN.release: "its chart schedules only on the instance types in supportedInstanceLabels.values "
+                               "and tolerates only CriticalAddonsOnly unless tolerations are set",
+}
+
+
+def check_daemon_set(daemon_set, release: HelmRelease) -> Check:
+    name = f"DaemonSet {release.namespace}/{release.release}"
+    if daemon_set is None:
+        return Check(id=release.release, name=name, ok=False,
+                     detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
+    s = daemon_set.status
+    desired, ready = s.desired_number_scheduled or 0, s.number_ready or 0
+    if desired == 0:
+        hint = _ZERO_DESIRED_HINT.get(release.release, "check its nodeSelector, affinity and tolerations")
+        return Check(id=release.release, name=name, ok=False, detail=(
+            "desired 0: the DaemonSet schedules on no node, the silent failure (no error anywhere, and no node gets "
+            f"the device resource); {hint}"))
+    if ready != desired:
+        return Check(id=release.release, name=name, ok=False,
+                     detail=f"{ready} of {desired} pods ready (kubectl -n {release.namespace} describe ds {release.release})")
+    return Check(id=release.release, name=name, ok=True, detail=f"{ready} of {desired} pods ready")
+
+
+def check_deployment_available(deployment, release: HelmRelease) -> Check:
+    name = f"Deployment {release.namespace}/{release.release}"
+    if deployment is None:
+        return Check(id=release.release, name=name, ok=False,
+                     detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
+    available = next((c for c in (deployment.status.conditions or []) if c.type == "Available"), None)
+    replicas = f"{deployment.status.available_replicas or 0} of {deployment.spec.replicas} replicas available"
+    if available is None or available.status != "True":
+        why = f": {available.reason}, {available.message}" if available is not None else ": no Available condition yet"
+        return Check(id=release.release, name=name, ok=False, detail=f"not Available{why} ({replicas})")
+    return Check(id=release.release, name=name, ok=True, detail=f"Available ({replicas})")
+
+
+def _conditions(obj: dict) -> dict[str, str]:
+    return {c.get("type"): c.get("status") for c in obj.get("status", {}).get("conditions", []) or []}
+
+
+def ray_cluster_ready(cluster: dict) -> tuple[bool, str]:
+    """(ready, description) of a RayCluster custom object.
+
+    KubeRay sets status.state "ready" once the head and every worker are running; newer operators also set the
+    conditions HeadPodReady and RayClusterProvisioned, and some stop updating state. Either form counts.
+    """
+    status = cluster.get("status", {}) or {}
+    state = status.get("state")
+    conditions = _conditions(cluster)
+    ready = state == "ready" or (conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True")
+    workers = status.get("readyWorkerReplicas")
+    desired = status.get("desiredWorkerReplicas")
+    if workers is not None and desired is not None and workers < desired:
+        ready = False
+    parts = [f"state {state or 'unset'}"]
+    if conditions:
+        parts.append(", ".join(f"{k}={v}" for k, v in sorted(conditions.items())))
+    if desired is not None:
+        parts.append(f"{workers or 0} of {desired} workers ready")
+    return ready, "; ".join(parts)
+
+
+def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectations) -> Check:
+    where = expected.namespace
+    if cluster is None:
+        if job is None:
+            detail = (f"no RayCluster {where}/{expected.ray_cluster} and no RayJob {where}/{expected.ray_job}: "
+                      "nothing runs Ray (was the workload applied?)")
+        else:
+            js = job.get("status", {}) or {}
+            detail = (f"RayJob {where}/{expected.ray_job} has no live RayCluster (jobDeploymentStatus "
+                      f"{js.get('jobDeploymentStatus', 'unset')}, jobStatus {js.get('jobStatus', 'unset')}); a finished "
+                      "job deletes its cluster after jobTtlSecondsAfterFinished")
+        return Check(id="raycluster", name=f"RayCluster in {where}", ok=False, detail=detail)
+    name = cluster["metadata"]["name"]
+    ready, description = ray_cluster_ready(cluster)
+    owner = f" (of RayJob {expected.ray_job})" if name != expected.ray_cluster else ""
+    return Check(id="raycluster", name=f"RayCluster {where}/{name}{owner}", ok=ready,
+                 detail=description if ready else f"not ready: {description}")
+
+
+# -- reading the cluster --------------------------------------------------------------------------------------------
+
+
+def _api_failure(check_id: str, name: str, error: Exception) -> Check:
+    status = getattr(error, "status", None)
+    reason = getattr(error, "reason", None)
+    text = f"API error {status} {reason}" if status else f"cannot reach the Kubernetes API ({type(error).__name__}: {error})"
+    return Check(id=check_id, name=name, ok=False, detail=text)
+
+
+def _read_or_none(read: Callable[[], Any]) -> Any:
+    """The object, or None when the API answers 404."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return read()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def verify_cluster(api_client, expected: Expectations, *, status: Status = _quiet) -> VerifyReport:
+    """Run every check once. API errors fail the checks that needed the call; the others still run."""
+    from kubernetes import client
+
+    failures = (client.exceptions.ApiException, OSError, _urllib3_error())
+    core_v1, apps_v1, custom = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.CustomObjectsApi(api_client)
+    checks: list[Check] = []
+
+    status("reading the GPU nodes")
+    try:
+        nodes = core_v1.list_node(label_selector=expected.gpu_node_selector).items
+        checks.append(check_gpu_nodes(nodes, expected))
+        checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
+                                        check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release))
+        checks.append(check_allocatable(nodes, resource=EFA_RESOURCE, want=expected.efa_per_node,
+                                        check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release))
+    except failures as error:
+        for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
+                               ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
+            checks.append(_api_failure(check_id, name, error))
+
+    for release in expected.device_plugins:
+        status(f"reading DaemonSet {release.namespace}/{release.release}")
+        try:
+            ds = _read_or_none(lambda: apps_v1.read_namespaced_daemon_set(release.release, release.namespace))
+            checks.append(check_daemon_set(ds, release))
+        except failures as error:
+            checks.append(_api_failure(release.release, f"DaemonSet {release.namespace}/{release.release}", error))
+
+    operator = expected.operator
+    status(f"reading Deployment {operator.namespace}/{operator.release}")
+    try:
+        deployment = _read_or_none(lambda: apps_v1.read_namespaced_deployment(operator.release, operator.namespace))
+        checks.append(check_deployment_available(deployment, operator))
+    except failures as error:
+        checks.append(_api_failure(operator.release, f"Deployment {operator.namespace}/{operator.release}", error))
+
+    status(f"reading the RayCluster in {expected.namespace}")
+    try:
+        def get(plural: str, name: str) -> dict | None:
+            return _read_or_none(lambda: custom.get_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, expected.namespace, plural, name))
+
+        cluster = get("rayclusters", expected.ray_cluster)
+        job = None
+        if cluster is None:
+            job = get("rayjobs", expected.ray_job)
+            job_cluster = ((job or {}).get("status") or {}).get("rayClusterName")
+            cluster = get("rayclusters", job_cluster) if job_cluster else None
+        checks.append(check_ray_cluster(cluster, job, expected))
+    except failures as error:
+        checks.append(_api_failure("raycluster", f"RayCluster in {expected.namespace}", error))
+    return VerifyReport(checks=tuple(checks))
+
+
+def _urllib3_error() -> type[Exception]:
+    import urllib3
+
+    return urllib3.exceptions.HTTPError
+
+
+def verify_until(
+    api_client,
+    expected: Expectations,
+    *,
+    timeout_s: float,
+    interval_s: float = 10.0,
+    status: Status = _quiet,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> VerifyReport:
+    """Repeat verify_cluster until every check passes or timeout_s has passed; the last report is returned."""
+    deadline = clock() + timeout_s
+    while True:
+        report = verify_cluster(api_client, expected, status=status)
+        left = deadline - clock()
+        if report.ok or left <= 0:
+            return report
+        status(f"waiting ({left:.0f} s left): failing {', '.join(c.id for c in report.failed)}")
+        sleep(min(interval_s, left))
+
+
+def render_verify(report: VerifyReport, console) -> None:
+    """A table of every check, then the failing ones named."""
+    from rich.table import Table
+
+    table = Table(title="ray-efa verify")
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for c in report.checks:
+        table.add_row(c.name, "[green]pass[/]" if c.ok else "[red]FAIL[/]", c.detail)
+    console.print(table)
+    if report.ok:
+        console.print("[green]All checks passed.[/]")
+    else:
+        console.print(f"[red]Failed: {', '.join(c.id for c in report.failed)}[/]")
