@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import cdk8s
 import pytest
 
 from core.settings import Settings
+from k8s.names import CODE_MOUNT_PATH
 from k8s.workload import build_manifests
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
@@ -103,3 +105,16 @@ def head(spec: dict[str, Any]) -> dict[str, Any]:
 def worker_group(spec: dict[str, Any]) -> dict[str, Any]:
     (group,) = spec["workerGroupSpecs"]
     return group
+
+
+def materialize_code(synth, network: str, root: Path) -> Path:
+    """Write the job's ConfigMap to `root` the way the kubelet mounts it: each item's key at the item's path."""
+    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
+    head = synth.ray_job(network)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    volume = volume_at(head, CODE_MOUNT_PATH)
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    for item in volume["configMap"]["items"]:
+        target = root / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(config_map["data"][item["key"]])
+    return root

@@ -15,20 +15,7 @@ from core.settings import Settings
 from k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
 from k8s.code_config_map import CodeConfigMap
 from k8s.names import CODE_MOUNT_PATH
-from tests.k8s.conftest import volume_at
-
-
-def _materialize(synth, network: str, root: Path) -> Path:
-    """Write the job's ConfigMap to `root` the way the kubelet mounts it: each item's key at the item's path."""
-    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
-    head = synth.ray_job(network)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
-    volume = volume_at(head, CODE_MOUNT_PATH)
-    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
-    for item in volume["configMap"]["items"]:
-        target = root / item["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(config_map["data"][item["key"]])
-    return root
+from tests.k8s.conftest import materialize_code, volume_at
 
 
 _PROBE = """
@@ -48,7 +35,7 @@ print(json.dumps({
 @pytest.mark.parametrize("network", ["efa", "tcp"])
 def test_shipped_code_imports_and_its_settings_round_trip(default_synth, tmp_path, network):
     # GIVEN the job's ConfigMap written out as the pods see it
-    root = _materialize(default_synth, network, tmp_path)
+    root = materialize_code(default_synth, network, tmp_path)
     # WHEN a fresh interpreter imports core.settings from it and reads settings.json back
     out = subprocess.run([sys.executable, "-c", _PROBE, str(root)], cwd=root, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"}, check=True)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 
 import cdk8s
 import pytest
@@ -11,7 +14,8 @@ import yaml
 
 from k8s.names import CODE_MOUNT_PATH, check_object_name
 from k8s.workload import build_workload
-from tests.k8s.conftest import BASE, container, env, synthesize, worker_group
+from tests.k8s.conftest import BASE, container, env, materialize_code, synthesize, worker_group
+from training.driver import EXIT_BAD_SETTINGS
 
 
 def _settings_json(synth, network: str) -> dict:
@@ -132,3 +136,18 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
         [("Namespace", "ray")], [("ConfigMap", f"train-{network}-code"), ("RayJob", f"train-{network}")]]
     assert charts[0] in charts[1].node.dependencies
+
+
+def test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it(default_synth, tmp_path):
+    # GIVEN the EFA job's ConfigMap written out where its pods mount it (here: tmp_path), and settings the driver
+    # refuses (3 GPU nodes and no shared storagePath for the checkpoints)
+    root = materialize_code(default_synth, "efa", tmp_path)
+    assert default_synth.settings.workload.storage_path is None and default_synth.settings.nodes.gpu_node_count == 3
+    entrypoint = default_synth.ray_job("efa")["spec"]["entrypoint"].replace(CODE_MOUNT_PATH, str(root))
+    # WHEN the entrypoint runs through a shell, as Ray's job supervisor runs it, with the pod's PYTHONPATH
+    path = f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"
+    done = subprocess.run(entrypoint, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": path, "PYTHONPATH": str(root)}, timeout=120)
+    # THEN the driver's own failure is the command's exit status, which Ray turns into a FAILED job
+    assert done.returncode == EXIT_BAD_SETTINGS, done.stderr
+    assert "storagePath" in done.stderr
