@@ -1,0 +1,22 @@
+"""The k8s package's import surface: the chart builders on demand, the names without starting jsii."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import k8s
+import k8s.workload
+from core.context import PROJECT_ROOT
+
+
+def test_builders_are_exported_from_the_package():
+    assert k8s.build_workload is k8s.workload.build_workload
+    assert k8s.build_manifests is k8s.workload.build_manifests
+
+
+def test_names_import_without_cdk8s():
+    # GIVEN a fresh interpreter WHEN ops/ or cli/ import the object names THEN neither cdk8s nor the k8s client loads
+    probe = "import sys, k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
