@@ -7,8 +7,12 @@ import importlib
 
 
 def run_cli(command: str, *argv: str) -> int:
+    """The exit code the process would have (resolve_or_exit raises SystemExit for bad settings)."""
     module = importlib.import_module(f"cli.{command}")
     parser = argparse.ArgumentParser(prog="ray-efa")
     module.register(parser.add_subparsers(dest="command", required=True).add_parser, command)
-    args = parser.parse_args([command, *argv])
-    return int(args.run(args) or 0)
+    try:
+        args = parser.parse_args([command, *argv])
+        return int(args.run(args) or 0)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
