@@ -15,7 +15,6 @@ import yaml
 from k8s.names import CODE_MOUNT_PATH, check_object_name
 from k8s.workload import build_workload
 from tests.k8s.conftest import BASE, container, env, materialize_code, synthesize, worker_group
-from training.driver import EXIT_BAD_SETTINGS
 
 
 def _settings_json(synth, network: str) -> dict:
@@ -141,6 +140,8 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
 def test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it(default_synth, tmp_path):
     # GIVEN the EFA job's ConfigMap written out where its pods mount it (here: tmp_path), and settings the driver
     # refuses (3 GPU nodes and no shared storagePath for the checkpoints)
+    from training.driver import EXIT_BAD_SETTINGS
+
     root = materialize_code(default_synth, "efa", tmp_path)
     assert default_synth.settings.workload.storage_path is None and default_synth.settings.nodes.gpu_node_count == 3
     entrypoint = default_synth.ray_job("efa")["spec"]["entrypoint"].replace(CODE_MOUNT_PATH, str(root))
