@@ -74,6 +74,7 @@ _MAX_LINE_CHARS = 16_384
 _MAX_HINTS = 8
 _MAX_PROCESSES = 65_536
 _MAX_NOTES = 5
+_MAX_HEADS = 4096
 _OVERFLOW_KEY = "(other processes)"
 _UNATTRIBUTED_KEY = "(unattributed)"
 
@@ -87,12 +88,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\].*$")
 _RAY_PREFIX = re.compile(r"\((?:[^()\s]+ )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s,]+))?[^)]*\)")
 _MPI_PREFIX = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:")
-# NCCL's prefix: "[timestamp] host:pid:tid [cudaDev] NCCL INFO msg"; WARN and TRACE put "file:line" or
-# "func(args):line" between the device and the level. The hostname is cut at the first dot by NCCL.
-_NCCL = re.compile(
-    r"(?:(?P<host>[^\s:\[\]()<>{}\"'=,]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] (?:.*? )?)?"
-    r"NCCL (?P<level>INFO|WARN|TRACE|ATTN)\b:? ?(?P<msg>.*)"
-)
+# NCCL's levels as they follow its prefix; TRACE lines carry nothing the gate needs.
+_LEVELS = ("NCCL INFO ", "NCCL WARN ", "NCCL ATTN ")
+# NCCL's prefix: "[timestamp] host:pid:tid [cudaDev] NCCL INFO msg"; WARN lines put "file:line" or
+# "func(args):line" between the device and the level. NCCL cuts the hostname at its first dot.
+_HOST = re.compile(r"[^\s:\[\]()<>{}\"'=,\x1b]+")
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+\S*)")
 
 _USING_NETWORK = re.compile(r"Using network (?P<name>.+)")
@@ -377,6 +377,8 @@ class _Reader:
 
     def __init__(self) -> None:
         self.processes: dict[str, _Process] = {}
+        self.by_prefix: dict[tuple[str, str], _Process] = {}
+        self.by_head: dict[str, _Process] = {}
         self.ray_alias: dict[tuple[str, str], str] = {}
         self.lines = self.nccl = self.info = self.warn = self.repeated = 0
         self.versions: dict[str, None] = {}
@@ -388,49 +390,71 @@ class _Reader:
             return
         if len(line) > _MAX_LINE_CHARS:
             line = line[:_MAX_LINE_CHARS]
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
-        if line.lstrip().startswith("{"):
+        if line[:1] == "{" or (line[:1].isspace() and line.lstrip().startswith("{")):
             line = _json_message(line)
-        m = _NCCL.search(line)
-        if m is None:
+        # str.find runs in C; a regex searched from every position of a long Ray-prefixed line costs ten times more.
+        for level in _LEVELS:
+            at = line.find(level)
+            if at >= 0:
+                break
+        else:
             v = _VERSION.search(line)  # NCCL >= 2.2x prints its version line without the host prefix
             if v:
                 self.versions.setdefault(v["version"], None)
             return
         self.nccl += 1
-        msg = m["msg"].split("\t", 1)[0].rstrip()
+        msg = line[at + len(level):]
+        if "\t" in msg:  # tab-separated exports carry more columns after the message
+            msg = msg.split("\t", 1)[0]
         repeats = 0
         if "[repeated " in msg:
             r = _REPEATED.search(msg)
             if r:
                 repeats = int(r.group(1))
                 msg = msg[: r.start()]
-        proc = self._process(line, m)
+        if "\x1b" in msg:
+            msg = _ANSI.sub("", msg)
+        msg = msg.strip()
+        proc = self._process(line, at)
         proc.repeated += repeats
         self.repeated += repeats
-        if m["level"] == "WARN":
+        if level == "NCCL INFO ":
+            self.info += 1
+            proc.info += 1
+        else:
             self.warn += 1
             proc.warn += 1
             if len(self.warnings) < _MAX_NOTES:
                 self.warnings.setdefault(msg[:200], None)
-        else:
-            self.info += 1
-            proc.info += 1
         _parse_message(proc, msg, self.versions)
 
-    def _process(self, line: str, m: re.Match[str]) -> _Process:
-        host = m["host"]
-        head = line[: m.start()]
-        ray = _RAY_PREFIX.search(head) if "pid=" in head else None
-        if host is not None:
-            key = f"{host}:{m['pid']}"
+    def _process(self, line: str, at: int) -> _Process:
+        """The process of a line whose NCCL level starts at `at`: from NCCL's "host:pid:tid [dev] " prefix, else
+        Ray's "(Actor pid=N, ip=X)", else mpirun's "[1,N]<stdout>:"."""
+        head = line[:at]
+        proc = self.by_head.get(head)  # most lines repeat a prefix seen before (same process, same thread)
+        if proc is None:
+            proc = self._resolve(line, at)
+            if len(self.by_head) >= _MAX_HEADS:  # timestamped lines never repeat: keep the cache bounded
+                self.by_head.clear()
+            self.by_head[head] = proc
+        return proc
+
+    def _resolve(self, line: str, at: int) -> _Process:
+        prefix = _nccl_prefix(line, at)
+        proc = self.by_prefix.get(prefix) if prefix else None
+        if proc is not None:
+            return proc
+        ray_at = line.find("pid=", 0, at)
+        ray = _RAY_PREFIX.search(line, 0, at) if ray_at >= 0 else None
+        if prefix is not None:
+            key = f"{prefix[0]}:{prefix[1]}"
             if ray is not None:
                 self.ray_alias[(ray["ip"] or "", ray["pid"])] = key
         elif ray is not None:
             ip = ray["ip"] or ""
             key = self.ray_alias.get((ip, ray["pid"])) or f"{ip or 'local'}:{ray['pid']}"
-        elif (mpi := _MPI_PREFIX.search(head)) is not None:
+        elif (mpi := _MPI_PREFIX.search(line, 0, at)) is not None:
             key = f"mpi-rank-{mpi['rank']}"
         else:
             key = _UNATTRIBUTED_KEY
@@ -441,6 +465,8 @@ class _Reader:
                 proc = self.processes.get(key)
             if proc is None:
                 proc = self.processes[key] = _Process(key)
+        if prefix is not None and len(self.by_prefix) < _MAX_PROCESSES:
+            self.by_prefix[prefix] = proc  # a process is resolved once; later lines find it by its prefix
         return proc
 
     def report(self) -> TransportReport:
@@ -468,6 +494,28 @@ def _json_message(line: str) -> str:
             if isinstance(value, str):
                 return value.rstrip("\n")
     return line
+
+
+def _nccl_prefix(line: str, at: int) -> tuple[str, str] | None:
+    """(host, pid) of NCCL's "host:pid:tid [dev] " prefix before position `at`, or None. String scans, no regex
+    search: this runs for every NCCL line."""
+    bracket = line.rfind(" [", 0, at)
+    if bracket < 0:
+        return None
+    close = line.find("] ", bracket, at + 1)
+    if close < 0 or not line[bracket + 2:close].lstrip("-").isdigit():
+        return None
+    token = line[line.rfind(" ", 0, bracket) + 1:bracket]  # "host:pid:tid", perhaps after mpirun's "<stdout>:"
+    parts = token.rsplit(":", 2)
+    if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    host = parts[0]
+    if not _HOST.fullmatch(host):
+        found = _HOST.findall(host)
+        if not found:
+            return None
+        host = found[-1]
+    return host, parts[1]
 
 
 def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
