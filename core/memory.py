@@ -1,0 +1,203 @@
+"""The memory planner: GiB per GPU of an FSDP2 training run, from the settings alone (no torch).
+
+What training/ does, and what each part of the estimate counts (P parameters, W = world size = every GPU of every
+node, T = microBatch x seqLen tokens per GPU, L layers, d hidden, kv key/value width, I MLP width, V vocabulary):
+
+- parameters   4P/W       fp32 master weights, sharded over all W GPUs (FSDP2 fully_shard).
+- gradients    4P/W       fp32 sharded gradients (reduced in fp32). They are freed before each forward
+                          (zero_grad(set_to_none=True)), so they rarely coexist with the peak activations: counting
+                          them anyway keeps the total an upper bound.
+- optimizer    8P/W       AdamW exp_avg and exp_avg_sq, fp32, sharded.
+- gathered     2*P_root + 2*2*P_layer + 2*6*P_layer
+                          bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
+                          gathered from forward to backward; one layer computes while the next is prefetched; in
+                          backward two layers' unsharded gradients (bf16 + the fp32 copy reduce-scattered) are in
+                          flight.
+- activations  T * (L * a + 10d) bytes, a = 22d + 4kv + 8I: per token and layer two RMSNorms (fp32 input, bf16
+                          normalized and scaled output: 8d each), attention with SDPA (q, k, v, output and o_proj
+                          input: 6d + 4kv; no seq x seq scores), SwiGLU MLP (gate, SiLU, up, product: 8I); 10d for
+                          the final norm and the hidden states the loss reads.
+               with activation checkpointing: T * (L * 2d + a + 10d): each layer keeps only its bf16 input, and one
+                          layer is recomputed at a time in backward.
+- logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
+                          and the logits' gradient, 4 bytes each).
+               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies) plus 6 V d
+                          (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
+                          (the stored gradient of the hidden states).
+- overhead     1.5 GiB (CUDA context, cuBLAS and NCCL workspaces) + 5% of the rest (allocator fragmentation).
+
+bf16 everywhere except where noted: the GPU path gathers parameters in bf16 (MixedPrecisionPolicy). The local CPU
+run keeps fp32 and has no GPU to plan for. Cross-check: on 2 x H200 the Qwen2.5-1.5B run at 4 x 4096 tokens measured
+81 GiB peak allocated (reference/FACTS.md); this model gives 86 GiB before overhead, ~4 GiB of it the gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core import catalog
+from core.models import ModelPreset
+from core.settings import NodeSettings, Problem, Settings, SettingsError, TrainingSettings
+
+__all__ = ["MemoryEstimate", "estimate", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION"]
+
+_GIB = 2**30
+OVERHEAD_FIXED_GIB = 1.5
+"""CUDA context plus cuBLAS and NCCL workspaces, per GPU."""
+FRAGMENTATION = 0.05
+"""Share of the allocated memory the caching allocator reserves beyond it."""
+_SUGGESTED_LOSS_CHUNK = 4096
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryEstimate:
+    """GiB per GPU of one training run, by part, and whether it fits the GPU of the settings' instance type."""
+
+    parameters_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    gathered_gib: float
+    """All-gathered bf16 parameters and unsharded gradients of the layers in flight and the root."""
+    activations_gib: float
+    logits_gib: float
+    overhead_gib: float
+    total_gib: float
+    capacity_gib: float
+    """Device memory of one GPU of gpuInstanceType (core.catalog)."""
+    gpu: str
+    world_size: int
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.capacity_gib
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.capacity_gib - self.total_gib
+
+    def breakdown(self) -> tuple[tuple[str, float], ...]:
+        """(part, GiB) rows in a stable order, total last: what `ray-efa plan` prints."""
+        return (
+            ("parameters (fp32, sharded)", self.parameters_gib),
+            ("gradients (fp32, sharded)", self.gradients_gib),
+            ("optimizer (AdamW fp32, sharded)", self.optimizer_gib),
+            ("gathered layers (bf16)", self.gathered_gib),
+            ("activations", self.activations_gib),
+            ("logits", self.logits_gib),
+            ("overhead", self.overhead_gib),
+            ("total", self.total_gib),
+        )
+
+
+def _layer_parameters(p: ModelPreset) -> int:
+    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
+    return (d * d + d) + 2 * (d * kv + kv) + d * d + 3 * d * inter + 2 * d
+
+
+def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool) -> float:
+    d, kv, inter, layers = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size, p.num_hidden_layers
+    per_layer = 22 * d + 4 * kv + 8 * inter
+    kept = 2 * d if checkpointing else per_layer
+    return layers * kept + (per_layer if checkpointing else 0) + 10 * d
+
+
+def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
+    v, d = p.vocab_size, p.hidden_size
+    if chunk <= 0:
+        return 12 * v * tokens
+    return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
+
+
+def _estimate(t: TrainingSettings, nodes: NodeSettings) -> MemoryEstimate:
+    p = t.preset
+    world = nodes.total_gpus
+    gpu = nodes.gpu_instance.gpu
+    params = p.num_parameters
+    layer = _layer_parameters(p)
+    root = params - p.num_hidden_layers * layer
+    tokens = t.micro_batch * t.seq_len
+    parts = {
+        "parameters": 4 * params / world,
+        "gradients": 4 * params / world,
+        "optimizer": 8 * params / world,
+        "gathered": 2 * root + 2 * 2 * layer + 2 * 6 * layer,
+        "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing),
+        "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
+    }
+    gib = {k: v / _GIB for k, v in parts.items()}
+    allocated = sum(gib.values())
+    overhead = OVERHEAD_FIXED_GIB + FRAGMENTATION * allocated
+    return MemoryEstimate(
+        parameters_gib=gib["parameters"], gradients_gib=gib["gradients"], optimizer_gib=gib["optimizer"],
+        gathered_gib=gib["gathered"], activations_gib=gib["activations"], logits_gib=gib["logits"],
+        overhead_gib=overhead, total_gib=allocated + overhead, capacity_gib=gpu.memory_gib, gpu=gpu.name,
+        world_size=world,
+    )
+
+
+def estimate(settings: Settings) -> MemoryEstimate:
+    """GiB per GPU of the training run the settings describe (see the module docstring for the formulas)."""
+    return _estimate(settings.training, settings.nodes)
+
+
+def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
+    """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first."""
+    t, n = settings.training, settings.nodes
+    out: list[tuple[str, object, dict[str, object]]] = []
+    if t.loss_chunk_size == 0:
+        out.append(("lossChunkSize", 0, {"lossChunkSize": _SUGGESTED_LOSS_CHUNK}))
+    if not t.activation_checkpointing:
+        out.append(("activationCheckpointing", False, {"activationCheckpointing": True}))
+    if t.micro_batch > 1:
+        out.append(("microBatch", t.micro_batch, {"microBatch": t.micro_batch // 2}))
+    if t.seq_len > 1:
+        out.append(("seqLen", t.seq_len, {"seqLen": t.seq_len // 2}))
+    bigger = sorted(
+        (row for row in catalog.GPU_INSTANCES.values()
+         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib
+         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
+        key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
+    )
+    for row in bigger:
+        out.append(("gpuInstanceType", n.gpu_instance_type, {"gpuInstanceType": row.name}))
+    return out
+
+
+def _describe(change: dict[str, object]) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
+
+
+def check_fits(settings: Settings) -> MemoryEstimate:
+    """The estimate, or SettingsError naming the settings to change and what each change would need."""
+    plan = estimate(settings)
+    if plan.fits:
+        return plan
+    t, n = settings.training, settings.nodes
+    fixes, key, value = [], None, None
+    seen_instance = False
+    for lever, current, change in _alternatives(settings):
+        if lever == "gpuInstanceType" and seen_instance:
+            continue  # name only the smallest bigger GPU that fits
+        alt = estimate(settings.replace(**change))
+        if alt.fits:
+            fixes.append(f"{_describe(change)} ({alt.total_gib:.1f} GiB)")
+            key, value = (key, value) if key else (lever, current)
+            seen_instance = seen_instance or lever == "gpuInstanceType"
+    if fixes:
+        advice = "any one of these fits: " + "; ".join(fixes)
+    else:
+        combined: dict[str, object] = {}
+        for lever, _, change in _alternatives(settings):
+            if lever != "gpuInstanceType":
+                combined.update(change)
+        alt = estimate(settings.replace(**combined)) if combined else plan
+        verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
+        advice = f"no single change fits; together {_describe(combined) or 'none'} would need {alt.total_gib:.1f} GiB ({verdict})"
+        key, value = ("microBatch", t.micro_batch) if t.micro_batch > 1 else ("seqLen", t.seq_len)
+    parts = ", ".join(f"{name.split(' (')[0]} {gib:.1f}" for name, gib in plan.breakdown()[:-1])
+    message = (
+        f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "
+        f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.model}, microBatch {t.micro_batch} x "
+        f"seqLen {t.seq_len}, {plan.world_size} GPUs); {advice}"
+    )
+    raise SettingsError([Problem(key, value, message)])
