@@ -1,0 +1,65 @@
+"""Checkpoints: torch.distributed.checkpoint (DCP) shards inside Ray Train checkpoints.
+
+Save: every rank writes its own shard of the model and AdamW state (`__<rank>_0.distcp`; rank 0 also the DCP
+`.metadata` and `train_state.json` with the step) into a local temporary directory, then every rank passes that
+directory to `ray.train.report`. Ray merges the directories into one checkpoint folder under
+`<storagePath>/<run name>/checkpoint_<step>` (a local path, a shared filesystem or s3://...) - the file names never
+collide. Load: `ray.train.get_checkpoint()` (the latest reported checkpoint of this run, after a worker-group restart
+or a re-run with the same name) is opened as a directory and every rank reads the shards it needs, whatever the world
+size that wrote them.
+
+The step is all the other state there is: the learning rate and the batches are pure functions of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+__all__ = ["save_and_report", "restore", "TRAIN_STATE_FILE"]
+
+TRAIN_STATE_FILE = "train_state.json"
+
+
+def _dir_name(step: int) -> str:
+    return f"checkpoint_{step:06d}"
+
+
+def save_and_report(
+    metrics: dict, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
+) -> None:
+    """Write this rank's shard, then report it with `metrics` (a barrier: every rank calls this at the same step)."""
+    import ray.train
+
+    local = Path(tempfile.mkdtemp(prefix=f"ray-efa-ckpt-{step}-"))
+    try:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=local)
+        if rank == 0:
+            (local / TRAIN_STATE_FILE).write_text(json.dumps({"step": step}))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)  # the upload is synchronous: storage has its copy now
+
+
+def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the run's latest checkpoint into model and optimizer, in place; return its step (0: none, start fresh)."""
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as directory:
+        step = json.loads((Path(directory) / TRAIN_STATE_FILE).read_text())["step"]
+        # get_state_dict first creates AdamW's state (with zeros), so that DCP has tensors to load into.
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=directory)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return int(step)

@@ -1,0 +1,89 @@
+"""The model: transformers' Qwen2ForCausalLM built from a core.models preset, with the loss attached.
+
+`build_model` seeds torch and builds the architecture with random weights, identical on every rank (FSDP then
+keeps each rank's shard), or loads weights from a local directory (`modelPath`): never a hub download.
+`CausalLM` wraps the Hugging Face model so that one forward call runs decoder *and* loss: FSDP2 unshards the root's
+parameters (embeddings, final norm and, tied to the embeddings, the output projection) around that call, which is
+what lets the loss read the projection weight directly instead of asking the model for full logits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from core.models import ModelPreset
+from training.loss import causal_lm_loss
+
+__all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError"]
+
+
+class ModelPathError(ValueError):
+    """modelPath is missing, not a directory, or holds an architecture other than the preset's."""
+
+
+def qwen2_config(preset: ModelPreset):
+    """The transformers Qwen2Config of a preset, for training: SDPA attention, no KV cache."""
+    from transformers import Qwen2Config
+
+    # SDPA dispatches to flash / memory-efficient kernels on GPU, so no seq x seq attention matrix is kept.
+    return Qwen2Config(**preset.config_dict(), attn_implementation="sdpa", use_cache=False)
+
+
+class CausalLM(nn.Module):
+    """A Qwen2ForCausalLM whose forward(input_ids, labels) returns the mean next-token loss."""
+
+    def __init__(self, hf_model: nn.Module, *, loss_chunk_size: int = 0) -> None:
+        super().__init__()
+        self.hf = hf_model
+        self.loss_chunk_size = loss_chunk_size
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The decoder layers, the unit of sharding, compilation and activation checkpointing."""
+        return self.hf.model.layers
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        hidden = self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        return causal_lm_loss(hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size)
+
+
+def build_model(
+    preset: ModelPreset, *, seed: int, device: torch.device, model_path: str | None = None, loss_chunk_size: int = 0
+) -> CausalLM:
+    """The preset's architecture in fp32 on `device`: random weights from `seed`, or those stored at `model_path`."""
+    from transformers import Qwen2ForCausalLM
+
+    config = qwen2_config(preset)
+    if model_path is None:
+        torch.manual_seed(seed)  # the same weights on every rank: each keeps its FSDP shard of one model
+        with torch.device(device):
+            hf_model = Qwen2ForCausalLM(config)
+    else:
+        hf_model = _load_local(Qwen2ForCausalLM, Path(model_path), config).to(device)
+    return CausalLM(hf_model, loss_chunk_size=loss_chunk_size)
+
+
+# The fields that must agree between a stored model and the preset for the plan (memory, FLOPs, MFU) to be true.
+_ARCHITECTURE_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "tie_word_embeddings",
+)
+
+
+def _load_local(model_cls, path: Path, config) -> nn.Module:
+    if not path.is_dir():
+        raise ModelPathError(f"modelPath must be a local directory of saved weights (config.json + safetensors), got {str(path)!r}")
+    model = model_cls.from_pretrained(
+        path, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa", use_cache=False
+    )
+    wrong = [
+        f"{name} {getattr(model.config, name)} (preset: {getattr(config, name)})"
+        for name in _ARCHITECTURE_FIELDS
+        if getattr(model.config, name) != getattr(config, name)
+    ]
+    if wrong:
+        raise ModelPathError(f"modelPath {str(path)!r} holds another architecture than the model preset: {', '.join(wrong)}")
+    return model

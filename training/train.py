@@ -1,0 +1,179 @@
+"""`train_func(config)`: the loop each Ray Train worker runs.
+
+config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
+into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs. The loop, nanoGPT style:
+preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, every rank reports (a barrier).
+
+Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from core.settings import Settings, TrainingSettings
+from training import checkpoint
+from training.data import TokenBatches
+from training.metrics import Meter, Throughput, format_line, peak_flops_per_s
+from training.model import build_model
+from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+
+__all__ = ["train_func", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
+
+# The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
+_PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
+
+
+class InjectedFault(RuntimeError):
+    """The failure FaultInjection raises (tests only)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultInjection:
+    """Test-only hooks, from train_loop_config["_faults"] (a dict of these fields)."""
+
+    raise_at_step: int | None = None
+    """Rank `raise_on_rank` raises right after optimizer step k, before that step's report or checkpoint. It fires
+    once: only in an attempt that started from step 0, so the restarted attempt (resumed from a checkpoint before k,
+    which the test must provide) runs through."""
+    raise_on_rank: int = 1
+    stop_after_step: int | None = None
+    """Every rank leaves the loop after this step's report, keeping the full run's LR schedule: a job stopped
+    between checkpoints, for resume tests."""
+
+    @classmethod
+    def from_config(cls, config: dict) -> "FaultInjection":
+        return cls(**config.get("_faults", {}))
+
+    def after_step(self, *, step: int, rank: int, start_step: int) -> None:
+        if self.raise_at_step == step and rank == self.raise_on_rank and start_step == 0:
+            raise InjectedFault(f"injected fault at step {step} on rank {rank}")
+
+
+def learning_rate(step: int, t: TrainingSettings) -> float:
+    """Linear warm-up over warmupSteps (1-based steps), then cosine decay to 10% of the peak at the last step."""
+    warmup = min(t.warmup_steps, t.steps)
+    if step <= warmup:
+        return t.learning_rate * step / warmup
+    progress = (step - warmup) / max(1, t.steps - warmup)
+    return t.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def build_optimizer(model: torch.nn.Module, t: TrainingSettings, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norms or biases); fused kernels on GPU."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=t.learning_rate, betas=(0.9, 0.95), eps=1e-8, **fused)
+
+
+def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
+    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor."""
+    import ray.train
+
+    from training import preflight
+
+    context = ray.train.get_context()
+    results = preflight.allreduce_probe(**({} if device.type == "cuda" else _PROBE_CPU), device=device)
+    if rank == 0:
+        _say(preflight.format_probe_table(results))
+    inter_node = context.get_local_world_size() < context.get_world_size()
+    preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(settings), inter_node=inter_node)
+
+
+def _say(text: str) -> None:
+    """Write a line to stdout, past Ray Train's print patch (which would also log it, showing it twice)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _global_mean(value: torch.Tensor, world_size: int) -> float:
+    """The mean of a scalar over all ranks (SUM / n: gloo has no AVG); .item() also synchronizes the device."""
+    value = value.detach().float().clone()
+    if dist.is_initialized() and world_size > 1:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= world_size
+    return value.item()
+
+
+def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """AdamW's own step count: every optimizer step ever applied to the state, across restarts."""
+    return max((int(state["step"]) for state in optimizer.state.values()), default=0)
+
+
+def train_func(config: dict) -> dict:
+    """Train as the settings say; rank 0 returns {"summary", "history", "optimizer_steps"} (Result.return_value)."""
+    import ray.train
+    import ray.train.torch
+
+    # Ray logs every ray.train.report at INFO through the root logger (one line per rank per report); our progress
+    # line says it once. Ray Train's own "ray.train" logger keeps its level and handlers.
+    logging.getLogger().setLevel(logging.WARNING)
+    settings = Settings.from_context(config["settings"])
+    faults = FaultInjection.from_config(config)
+    t = settings.training
+    rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
+    device = ray.train.torch.get_device()
+
+    if settings.workload.preflight and dist.is_initialized():
+        _run_preflight(settings, device, rank)
+
+    model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
+    plan = ParallelPlan(
+        activation_checkpointing=t.activation_checkpointing, compile=t.compile, mixed_precision=mixed_precision_policy(device)
+    )
+    model = parallelize(model, plan)
+    optimizer = build_optimizer(model, t, device)
+    start = checkpoint.restore(model, optimizer)  # 0 unless Ray hands us a checkpoint of this run
+    data = TokenBatches(
+        vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed, rank=rank,
+        pool_size=t.data_pool_size,
+    )
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=t.micro_batch * t.seq_len, world_size=world,
+            flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+        ),
+        total_steps=t.steps, start_step=start, device=device,
+    )
+    if rank == 0 and start:
+        _say(f"resumed from the checkpoint of step {start}")
+
+    model.train()
+    for step in range(start + 1, t.steps + 1):
+        lr = learning_rate(step, t)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, labels = data.batch(step)
+        loss = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+        loss.backward()
+        if t.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
+        faults.after_step(step=step, rank=rank, start_step=start)
+
+        save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
+        if not (save or step == start + 1 or step % t.report_every == 0):
+            continue
+        metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr}
+        if rank == 0:
+            _say(format_line(metrics, t.steps))
+        if save:
+            checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
+            meter.restart_clock()  # the save is not a training step
+        else:
+            ray.train.report(metrics)
+        if faults.stop_after_step == step:
+            break
+
+    return {"summary": meter.summary(), "history": meter.history, "optimizer_steps": _optimizer_steps(optimizer)}
