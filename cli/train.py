@@ -1,0 +1,35 @@
+"""`ray-efa train`: run the training job, on the existing Ray cluster or locally with `--local`.
+
+`--local` starts an in-process Ray cluster with 2 CPU workers (gloo) and applies the local preset
+(training/local.py: the tiny model, 60 steps) as a settings layer below `-c`, so `-c steps=10` still wins. Without
+it, the command connects to the running cluster (address auto) with one worker per GPU, after the memory planner
+has accepted the plan. Bad settings and plans that cannot fit end here, with exit code 2, before Ray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cli._common import add_context_option, resolve_or_exit
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=__doc__.splitlines()[0])
+    p.add_argument("--local", action="store_true",
+                   help="in-process Ray cluster, 2 CPU workers (gloo), tiny model: the whole loop in under a minute")
+    p.add_argument("--name", help="Ray Train run name under storagePath; reusing one resumes its latest checkpoint")
+    p.add_argument("--logs-dir", type=Path, help="where to collect the NCCL logs for the transport gate")
+    add_context_option(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from training.local import LOCAL_PRESET
+
+    extra = [("--local preset", LOCAL_PRESET)] if args.local else []
+    settings = resolve_or_exit(args, extra_layers=extra).settings  # exits 2 on bad settings, before Ray starts
+
+    from training import driver
+
+    return driver.run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir)
