@@ -374,3 +374,22 @@ def test_memory_stays_flat_as_the_log_grows():
     # THEN ten times the lines costs no more memory (within noise) and stays small
     assert large < small * 1.5 + 64 * 1024
     assert large < 2 * 1024 * 1024
+
+
+def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(monkeypatch):
+    # GIVEN room for two processes only, and a third that used Socket
+    monkeypatch.setattr("training.transport._MAX_PROCESSES", 2)
+    lines = [*EFA_JOB, "node-z:999:1000 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0"]
+    verdict = verdict_of(lines)
+    # THEN the third lands in "(other processes)" and the job still fails
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert [r.evidence.key for r in verdict.rows if r.status == "FAIL"] == ["(other processes)"]
+
+
+def test_the_prefix_cache_stays_correct_when_it_is_full(monkeypatch):
+    # GIVEN a tiny prefix cache and timestamped lines, so that every line has a new prefix
+    monkeypatch.setattr("training.transport._MAX_HEADS", 2)
+    lines = [f"2026-11-29T18:44:{i:02d}.000Z {line}" for i, line in enumerate(EFA_JOB)]
+    report = classify(lines)
+    # THEN each line still reaches its own process
+    assert {p.key: p.info_lines for p in report.processes} == {"ip-10-0-1-11:4100": 4, "ip-10-0-1-12:4200": 4}
