@@ -37,8 +37,9 @@ def test_fixture_gets_its_expected_verdict(row):
 
 
 def test_every_fixture_log_has_a_row():
-    # GIVEN every log under fixtures/nccl (synthetic and real)
-    logs = {p.relative_to(FIXTURES).as_posix() for p in FIXTURES.rglob("*") if p.name.endswith((".log", ".log.gz"))}
+    # GIVEN every log under fixtures/nccl/synthetic and fixtures/nccl/real (any name: .log, .out, .gz...)
+    logs = {p.relative_to(FIXTURES).as_posix() for d in ("synthetic", "real") for p in (FIXTURES / d).rglob("*")
+            if p.is_file() and p.name != "README.md" and not p.name.startswith(".")}
     # WHEN compared with the files named in expected.csv
     listed = {f for r in ROWS for f in r["files"].split(";")}
     # THEN none is left without an expected verdict, and no row names a missing file
