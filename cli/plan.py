@@ -1,0 +1,35 @@
+"""`ray-efa plan`: what `cdk deploy` would build and run, from the settings alone (no AWS, no synthesis)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cli._common import add_context_option, add_json_option, resolve_or_exit
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(
+        name,
+        help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
+        "memory per GPU, USD per hour, teardown order",
+        description=__doc__ + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings.",
+    )
+    add_context_option(p)
+    add_json_option(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2
+
+    from ops.plan import build_plan, render_plan
+
+    plan = build_plan(resolved)
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2, default=str))
+    else:
+        from rich.console import Console
+
+        render_plan(plan, Console())
+    return 0 if plan.fits else 1

@@ -1,0 +1,272 @@
+"""What `cdk deploy` would build and run from the resolved settings: nothing is synthesized, nothing reaches AWS.
+
+`build_plan(resolved)` derives every number from core (settings and where each came from, the instance catalog, the
+EFA launch-template interfaces, the pod resources, the memory planner, the hourly cost, the stack names) into a
+frozen `Plan`; `render_plan(plan, console)` prints it as rich tables; `Plan.as_dict()` is the --json form.
+`make demo` prints the same summary through these two functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from core import catalog
+from core.context import ResolvedSettings
+from core.cost import HourlyCost, hourly_cost
+from core.memory import MemoryEstimate, check_fits, estimate
+from core.settings import Settings, SettingsError, setting_keys
+
+__all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettingRow:
+    key: str
+    section: str
+    value: Any
+    source: str
+    """default, cdk.json, cdk.context.json, -c, or another named layer."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PodResources:
+    """Requests (= limits) of one Ray pod."""
+
+    role: str
+    cpu: int
+    memory_gib: int
+    gpus: int = 0
+    efa: int = 0
+    shm_gib: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    settings: Settings
+    rows: tuple[SettingRow, ...]
+    gpu_instance: catalog.InstanceType
+    system_instance: catalog.InstanceType
+    availability_zone: str
+    placement_group: bool
+    efa_interfaces: tuple[dict[str, Any], ...]
+    """The GPU launch template's network interfaces (security groups are added by infra/)."""
+    use_device_rdma: bool
+    allreduce_floor_gbps: float
+    allreduce_floor_source: str
+    """"setting" (preflightMinBusbwGbps) or "catalog" (half the line rate)."""
+    pods: tuple[PodResources, ...]
+    """The Ray worker pod (one per GPU node), then the Ray head (on a system node)."""
+    memory: MemoryEstimate
+    memory_advice: str | None
+    """When the estimate does not fit: which settings to change (core.memory.check_fits)."""
+    cost: HourlyCost
+    stacks: tuple[str, str]
+    """(cluster stack, GPU stack)."""
+    teardown: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "settings": {r.key: {"value": r.value, "source": r.source, "section": r.section} for r in self.rows},
+            "deployment": {
+                "region": s.cluster.region, "availability_zone": self.availability_zone,
+                "cluster_stack": self.stacks[0], "gpu_stack": self.stacks[1],
+                "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
+                "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
+                "network": s.workload.network,
+            },
+            "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
+            "efa": {
+                "interfaces": [dict(i) for i in self.efa_interfaces],
+                "FI_EFA_USE_DEVICE_RDMA": "1" if self.use_device_rdma else "0",
+                "allreduce_floor_gbps": self.allreduce_floor_gbps, "allreduce_floor_source": self.allreduce_floor_source,
+            },
+            "pods": {p.role: dataclasses.asdict(p) for p in self.pods},
+            "memory_per_gpu": {
+                **dataclasses.asdict(self.memory), "fits": self.memory.fits, "headroom_gib": self.memory.headroom_gib,
+                "advice": self.memory_advice,
+            },
+            "usd_per_hour": {
+                **dataclasses.asdict(self.cost), "total": self.cost.total,
+                "after_destroying_gpu_stack": self.cost.without_gpu_stack,
+            },
+            "teardown": list(self.teardown),
+        }
+
+
+def _rows(resolved: ResolvedSettings) -> tuple[SettingRow, ...]:
+    values = resolved.settings.to_context()
+    return tuple(
+        SettingRow(key=key, section=section, value=values[key], source=resolved.sources.get(key, "default"))
+        for key, (section, _) in setting_keys().items()
+    )
+
+
+def _memory_advice(settings: Settings, memory: MemoryEstimate) -> str | None:
+    if memory.fits:
+        return None
+    try:
+        check_fits(settings)
+    except SettingsError as error:
+        return "; ".join(p.message for p in error.problems)
+    return None
+
+
+def build_plan(resolved: ResolvedSettings) -> Plan:
+    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O)."""
+    s = resolved.settings
+    gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
+    worker = catalog.worker_pod_resources(gpu)
+    head_cpu, head_memory = catalog.head_pod_resources(system)
+    floor = s.workload.preflight_min_busbw_gbps
+    memory = estimate(s)
+    return Plan(
+        settings=s,
+        rows=_rows(resolved),
+        gpu_instance=gpu,
+        system_instance=system,
+        availability_zone=s.gpu_availability_zone,
+        placement_group=s.nodes.use_placement_group,
+        efa_interfaces=tuple(catalog.efa_network_interfaces(gpu)),
+        use_device_rdma=catalog.use_device_rdma(gpu),
+        allreduce_floor_gbps=floor if floor is not None else catalog.allreduce_floor_gbps(gpu),
+        allreduce_floor_source="setting" if floor is not None else "catalog",
+        pods=(
+            PodResources(role="worker", cpu=worker.cpu, memory_gib=worker.memory_gib, gpus=worker.gpus, efa=worker.efa,
+                         shm_gib=worker.shm_gib),
+            PodResources(role="head", cpu=head_cpu, memory_gib=head_memory),
+        ),
+        memory=memory,
+        memory_advice=_memory_advice(s, memory),
+        cost=hourly_cost(s),
+        stacks=(s.cluster_stack_name, s.gpu_stack_name),
+        teardown=s.teardown_commands,
+    )
+
+
+# -- rendering ------------------------------------------------------------------------------------------------------
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
+
+
+def _usd(amount: float) -> str:
+    return f"${amount:,.3f}"  # three decimals: a NAT gateway costs $0.045
+
+
+def render_plan(plan: Plan, console) -> None:
+    """Print the plan as rich tables: settings, deployment, instances, EFA, pods, memory, cost, teardown."""
+    from rich.table import Table
+
+    s = plan.settings
+
+    settings = Table(title="Settings", caption="source: default, cdk.json, cdk.context.json or -c")
+    for column in ("section", "key", "value", "source"):
+        settings.add_column(column)
+    previous = None
+    for r in plan.rows:
+        style = None if r.source == "default" else "bold"
+        settings.add_row(r.section if r.section != previous else "", r.key, _value(r.value), r.source, style=style)
+        previous = r.section
+    console.print(settings)
+
+    gpu, system = plan.gpu_instance, plan.system_instance
+    deployment = Table(title="Deployment", show_header=False)
+    deployment.add_column("what")
+    deployment.add_column("value")
+    for what, value in (
+        ("stacks", f"{plan.stacks[0]} (VPC, EKS, system nodes, charts), {plan.stacks[1]} (GPU node group)"),
+        ("region / GPU AZ", f"{s.cluster.region} / {plan.availability_zone}"),
+        ("GPU nodes", f"{s.nodes.gpu_node_count} x {gpu.name} = {s.world_size} x {gpu.gpu.name} (world size {s.world_size})"),
+        ("system nodes", f"{s.nodes.system_node_count} x {system.name}"),
+        ("placement group", "cluster strategy" if plan.placement_group else "none"),
+        ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
+        ("network", s.workload.network),
+    ):
+        deployment.add_row(what, value)
+    console.print(deployment)
+
+    instances = Table(title="Instances")
+    for column in ("role", "type", "GPUs", "GPU memory", "vCPUs", "memory", "EFA interfaces", "GPUDirect RDMA",
+                   "network", "USD/h each"):
+        instances.add_column(column)
+    for role, row in (("GPU worker", gpu), ("system", system)):
+        instances.add_row(
+            role, row.name, f"{row.gpus} x {row.gpu.name}" if row.gpu else "-",
+            f"{row.gpu.memory_gib:g} GiB" if row.gpu else "-", str(row.vcpus), f"{row.memory_gib} GiB",
+            str(row.efa_interfaces), "yes" if row.gpudirect_rdma else "no",
+            f"{row.network_gbps} Gbit/s" if row.network_gbps else "-", _usd(row.usd_per_hour),
+        )
+    console.print(instances)
+
+    efa = Table(title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
+                caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
+                        f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB ({plan.allreduce_floor_source})")
+    for column in ("NetworkCardIndex", "DeviceIndex", "InterfaceType"):
+        efa.add_column(column)
+    for interface in plan.efa_interfaces:
+        efa.add_row(str(interface["NetworkCardIndex"]), str(interface["DeviceIndex"]), str(interface["InterfaceType"]))
+    console.print(efa)
+
+    pods = Table(title="Ray pods (requests = limits)")
+    for column in ("pod", "cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "/dev/shm"):
+        pods.add_column(column)
+    for p in plan.pods:
+        pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
+    console.print(pods)
+
+    m = plan.memory
+    t = s.training
+    memory = Table(title="Memory per GPU", caption=f"{t.model}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
+                                                  f"FSDP2 over {m.world_size} GPUs")
+    memory.add_column("part")
+    memory.add_column("GiB", justify="right")
+    rows = m.breakdown()
+    for part, gib in rows[:-1]:
+        memory.add_row(part, f"{gib:.2f}")
+    part, gib = rows[-1]
+    memory.add_row(part, f"{gib:.2f}", style="bold", end_section=True)
+    memory.add_row(f"capacity of one {m.gpu}", f"{m.capacity_gib:.2f}")
+    verdict = "[green]fits[/]" if m.fits else "[red]does NOT fit[/]"
+    memory.add_row(verdict, f"{m.headroom_gib:+.2f}")
+    console.print(memory)
+    if plan.memory_advice:
+        console.print(f"[red]memory:[/] {plan.memory_advice}", highlight=False)
+
+    c = plan.cost
+    cost = Table(title="USD per hour", caption="on-demand list prices, an estimate; excludes data transfer, "
+                                               "NAT data processing, EBS and S3")
+    cost.add_column("item")
+    cost.add_column("USD/h", justify="right")
+    nat = 0 if s.cluster.vpc_id else s.cluster.nat_gateways
+    for item, amount in (
+        (f"GPU nodes ({s.nodes.gpu_node_count} x {gpu.name})", c.gpu_nodes),
+        (f"system nodes ({s.nodes.system_node_count} x {system.name})", c.system_nodes),
+        ("EKS control plane", c.control_plane),
+        (f"NAT gateways ({nat})" if nat else "NAT gateways (existing VPC: not ours)", c.nat_gateways),
+    ):
+        cost.add_row(item, _usd(amount))
+    cost.add_row("total", _usd(c.total), style="bold", end_section=True)
+    cost.add_row(f"after `cdk destroy {plan.stacks[1]}`", _usd(c.without_gpu_stack))
+    console.print(cost)
+
+    teardown = Table(title="Teardown, in order", caption="the GPU stack first, alone: it stops the GPU bill",
+                     show_header=False)
+    teardown.add_column("step")
+    teardown.add_column("command")
+    for step, command in enumerate(plan.teardown, start=1):
+        teardown.add_row(str(step), command)
+    console.print(teardown)

@@ -1,0 +1,127 @@
+"""`ops.plan` and `ray-efa plan`: every number comes from core, each setting shows where it came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from core import catalog
+from core.context import resolve_settings
+from core.cost import hourly_cost
+from core.memory import estimate
+from ops.plan import build_plan, render_plan
+from tests.ops.cli_helpers import run_cli
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project directory with its own cdk.json, so the tests do not depend on the repository's."""
+    (tmp_path / "cdk.json").write_text(json.dumps({"app": "true", "context": {"region": "us-west-2", "gpuNodeCount": 2}}))
+    return tmp_path
+
+
+def plan_of(project, **overrides):
+    return build_plan(resolve_settings({k: str(v) for k, v in overrides.items()}, root=project))
+
+
+def test_each_setting_names_its_source(project):
+    # GIVEN region from cdk.json, gpuNodeCount from cdk.json overridden by -c, the rest defaults
+    plan = plan_of(project, gpuNodeCount=4)
+    rows = {r.key: r for r in plan.rows}
+    # THEN each row says where its value came from
+    assert (rows["region"].value, rows["region"].source) == ("us-west-2", "cdk.json")
+    assert (rows["gpuNodeCount"].value, rows["gpuNodeCount"].source) == (4, "-c")
+    assert (rows["steps"].source, rows["steps"].section) == ("default", "training")
+
+
+def test_cdk_context_json_overrides_cdk_json_and_is_named(project):
+    (project / "cdk.context.json").write_text(json.dumps({"gpuAvailabilityZone": "us-west-2c"}))
+    plan = plan_of(project)
+    row = next(r for r in plan.rows if r.key == "gpuAvailabilityZone")
+    assert (row.source, plan.availability_zone) == ("cdk.context.json", "us-west-2c")
+
+
+def test_efa_interfaces_and_rdma_come_from_the_catalog(project):
+    # GIVEN p5.48xlarge (32 EFA interfaces, GPUDirect RDMA)
+    plan = plan_of(project, gpuInstanceType="p5.48xlarge")
+    # THEN the launch template lists one interface per card, card 0 primary, and RDMA is on
+    assert list(plan.efa_interfaces) == catalog.efa_network_interfaces(catalog.gpu_instance("p5.48xlarge"))
+    assert len(plan.efa_interfaces) == 32 and plan.efa_interfaces[1]["DeviceIndex"] == 1
+    assert plan.use_device_rdma is True
+
+
+def test_pods_match_the_catalog(project):
+    plan = plan_of(project, gpuInstanceType="g6e.48xlarge", systemInstanceType="m7i.2xlarge")
+    worker, head = plan.pods
+    w = catalog.worker_pod_resources(catalog.gpu_instance("g6e.48xlarge"))
+    assert (worker.cpu, worker.memory_gib, worker.gpus, worker.efa, worker.shm_gib) == (w.cpu, w.memory_gib, 8, 4, w.shm_gib)
+    assert (head.cpu, head.memory_gib, head.gpus) == (*catalog.head_pod_resources(catalog.system_instance("m7i.2xlarge")), 0)
+
+
+def test_memory_and_cost_are_core_s(project):
+    plan = plan_of(project)
+    assert plan.memory == estimate(plan.settings)
+    assert plan.cost == hourly_cost(plan.settings)
+    assert plan.as_dict()["usd_per_hour"]["after_destroying_gpu_stack"] == pytest.approx(plan.cost.total - plan.cost.gpu_nodes)
+
+
+def test_a_run_that_does_not_fit_carries_the_planners_advice(project):
+    # GIVEN 8 x 32k tokens per L4
+    plan = plan_of(project, seqLen=32768, microBatch=8)
+    # THEN it does not fit and the advice names a setting to change
+    assert not plan.fits
+    assert "lossChunkSize" in plan.memory_advice or "microBatch" in plan.memory_advice
+
+
+def test_teardown_destroys_the_gpu_stack_first(project):
+    plan = plan_of(project, clusterName="demo")
+    assert plan.teardown == ("npx cdk destroy demo-gpu", "npx cdk destroy demo-cluster")
+
+
+def test_a_capacity_reservation_turns_the_placement_group_off(project):
+    plan = plan_of(project, capacityReservationId="cr-0123456789abcdef0")
+    assert plan.placement_group is False
+    assert plan.as_dict()["deployment"]["capacity_reservation_id"] == "cr-0123456789abcdef0"
+
+
+def test_render_prints_every_section(project):
+    console = Console(record=True, width=200)
+    # WHEN the plan of the defaults is rendered
+    render_plan(plan_of(project), console)
+    text = console.export_text()
+    # THEN every section is there, with the numbers
+    for title in ("Settings", "Deployment", "Instances", "EFA interfaces", "Ray pods", "Memory per GPU", "USD per hour",
+                  "Teardown"):
+        assert title in text
+    assert "after `cdk destroy ray-train-gpu`" in text and "$0.045" in text and "npx cdk destroy ray-train-gpu" in text
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+
+
+def test_command_json_is_complete(capsys):
+    code = run_cli("plan", "-c", "gpuInstanceType=p5en.48xlarge", "-c", "gpuNodeCount=2", "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour", "teardown"}
+    assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
+    assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert out["pods"]["worker"]["efa"] == 16
+
+
+def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):
+    # GIVEN three bad settings
+    code = run_cli("plan", "-c", "network=ib", "-c", "gpuNodeCount=0", "-c", "kubernetesVersion=1.20", "--json")
+    problems = {p["key"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
+    # THEN exit 2, each named with what is allowed
+    assert code == 2
+    assert problems["network"] == "must be one of efa, tcp"
+    assert problems["kubernetesVersion"] == "must be one of 1.35, 1.36"
+    assert "between 1 and 64" in problems["gpuNodeCount"]
+
+
+def test_command_exits_1_when_training_does_not_fit(capsys):
+    assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge", "-c", "seqLen=32768", "-c", "microBatch=8", "--json") == 1
+    assert json.loads(capsys.readouterr().out)["memory_per_gpu"]["fits"] is False
