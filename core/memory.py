@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from core import catalog
 from core.models import ModelPreset
-from core.settings import NodeSettings, Problem, Settings, SettingsError, TrainingSettings
+from core.settings import Problem, Settings, SettingsError, TrainingSettings
 
-__all__ = ["MemoryEstimate", "estimate", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION"]
+__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -108,18 +108,17 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
     return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
 
 
-def _estimate(t: TrainingSettings, nodes: NodeSettings) -> MemoryEstimate:
+def estimate_for(t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu) -> MemoryEstimate:
+    """GiB per GPU of training `t` sharded over `world_size` GPUs of model `gpu` (any world size, e.g. a measured one)."""
     p = t.preset
-    world = nodes.total_gpus
-    gpu = nodes.gpu_instance.gpu
     params = p.num_parameters
     layer = _layer_parameters(p)
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch * t.seq_len
     parts = {
-        "parameters": 4 * params / world,
-        "gradients": 4 * params / world,
-        "optimizer": 8 * params / world,
+        "parameters": 4 * params / world_size,
+        "gradients": 4 * params / world_size,
+        "optimizer": 8 * params / world_size,
         "gathered": 2 * root + 2 * 2 * layer + 2 * 6 * layer,
         "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
@@ -131,13 +130,13 @@ def _estimate(t: TrainingSettings, nodes: NodeSettings) -> MemoryEstimate:
         parameters_gib=gib["parameters"], gradients_gib=gib["gradients"], optimizer_gib=gib["optimizer"],
         gathered_gib=gib["gathered"], activations_gib=gib["activations"], logits_gib=gib["logits"],
         overhead_gib=overhead, total_gib=allocated + overhead, capacity_gib=gpu.memory_gib, gpu=gpu.name,
-        world_size=world,
+        world_size=world_size,
     )
 
 
 def estimate(settings: Settings) -> MemoryEstimate:
     """GiB per GPU of the training run the settings describe (see the module docstring for the formulas)."""
-    return _estimate(settings.training, settings.nodes)
+    return estimate_for(settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu)
 
 
 def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
