@@ -25,7 +25,7 @@ from core.settings import Problem, Settings, SettingsError
 from training.local import LOCAL_PRESET, LOCAL_WORKERS
 
 __all__ = [
-    "check_plan", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
+    "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
     "run", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
 ]
 
@@ -83,7 +83,8 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
     return f"{prefix}-{settings.training.model}-{stamp}"
 
 
-def _init_ray(local: bool) -> None:
+def init_ray(*, local: bool) -> None:
+    """Start the in-process local cluster, or connect to the running one; nothing if Ray is already up."""
     import ray
 
     if ray.is_initialized():
@@ -112,7 +113,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
 
     from training.train import train_func
 
-    _init_ray(local)
+    init_ray(local=local)
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"settings": settings.to_context(), **(test_config or {})},

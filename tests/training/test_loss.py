@@ -1,0 +1,84 @@
+"""The chunked output projection + cross-entropy gives the unchunked loss and gradients, in fp32 and bf16."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.models import model_preset
+from training.loss import causal_lm_loss
+from training.model import build_model
+
+# bf16 rounds to 8 bits of mantissa; the two paths round at different places (per chunk vs once).
+TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-6}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3}}
+
+
+def _inputs(dtype, tokens=(3, 37), hidden=16, vocab=97, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(*tokens, hidden, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(vocab, hidden, generator=g) * 0.5).to(dtype).requires_grad_()
+    y = torch.randint(0, vocab, tokens, generator=g)
+    return h, w, y
+
+
+def _loss_and_grads(h, w, y, chunk):
+    loss = causal_lm_loss(h, w, y, chunk_size=chunk)
+    return (loss, *torch.autograd.grad(loss, (h, w)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk", [1, 7, 37, 111, 4096])
+def test_chunked_loss_and_gradients_equal_unchunked(dtype, chunk):
+    # GIVEN hidden states, a projection and labels (111 tokens: chunks that do and do not divide it, and one chunk)
+    h, w, y = _inputs(dtype)
+    # WHEN the loss is computed whole and in chunks
+    whole = _loss_and_grads(h, w, y, 0)
+    chunked = _loss_and_grads(h, w, y, chunk)
+    # THEN loss, grad of the hidden states and grad of the weight agree, each in the input's dtype
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(b.float(), a.float(), **TOLERANCE[dtype])
+    assert chunked[1].dtype == chunked[2].dtype == dtype
+
+
+def test_unchunked_loss_is_the_mean_cross_entropy_of_the_fp32_logits():
+    h, w, y = _inputs(torch.bfloat16)
+    expected = F.cross_entropy((h @ w.T).float().flatten(0, 1), y.flatten())
+    torch.testing.assert_close(causal_lm_loss(h, w, y), expected)
+
+
+def test_chunked_loss_without_grad_matches_and_keeps_no_graph():
+    # GIVEN inputs under no_grad (evaluation)
+    h, w, y = _inputs(torch.float32)
+    with torch.no_grad():
+        loss = causal_lm_loss(h, w, y, chunk_size=8)
+    # THEN the value is the same and nothing was built for backward
+    torch.testing.assert_close(loss, causal_lm_loss(h, w, y).detach())
+    assert loss.grad_fn is None
+
+
+def test_a_scaled_loss_scales_both_gradients():
+    # GIVEN the chunked loss, multiplied by 3 before backward (as a sum of losses or a loss scale would)
+    h, w, y = _inputs(torch.float32)
+    grads_1 = torch.autograd.grad(causal_lm_loss(h, w, y, chunk_size=8), (h, w))
+    grads_3 = torch.autograd.grad(3 * causal_lm_loss(h, w, y, chunk_size=8), (h, w))
+    # THEN both gradients are three times larger
+    for one, three in zip(grads_1, grads_3):
+        torch.testing.assert_close(three, 3 * one)
+
+
+def test_tied_embedding_gets_both_gradients_with_the_chunked_loss():
+    # GIVEN the tiny model (tied embeddings: the projection IS the embedding matrix) with the chunked loss
+    model = build_model(model_preset("tiny"), seed=0, device=torch.device("cpu"), loss_chunk_size=5)
+    weight = model.hf.model.embed_tokens.weight
+    assert model.hf.lm_head.weight is weight
+    tokens = torch.randint(0, 1024, (2, 17), generator=torch.Generator().manual_seed(1))
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    # WHEN the loss is back-propagated through the whole model, and separately through the projection alone
+    model(inputs, labels).backward()
+    hidden = model.hf.model(input_ids=inputs).last_hidden_state.detach()
+    (projection_only,) = torch.autograd.grad(causal_lm_loss(hidden, weight, labels, chunk_size=5), weight)
+    # THEN the shared weight holds the projection's gradient plus the lookup's, which touches the input tokens' rows only
+    lookup = weight.grad - projection_only
+    used = torch.zeros(weight.shape[0], dtype=torch.bool)
+    used[inputs.flatten()] = True
+    assert lookup[used].abs().amax(dim=1).min() > 0
+    torch.testing.assert_close(lookup[~used], torch.zeros_like(lookup[~used]), rtol=0, atol=1e-7)

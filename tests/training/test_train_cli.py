@@ -1,0 +1,74 @@
+"""`ray-efa train`: bad settings and plans that cannot fit end before Ray starts; `--local` trains end to end and
+says honestly that a gloo run proves nothing about EFA."""
+
+import argparse
+import os
+
+import pytest
+
+from cli import train
+from core.context import parse_overrides, resolve_settings
+from training.local import LOCAL_PRESET
+
+
+def run_cli(*argv: str) -> int:
+    """The exit code the process would have (resolve_or_exit raises SystemExit for bad settings)."""
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    train.register(parser.add_subparsers(dest="command", required=True).add_parser, "train")
+    try:
+        args = parser.parse_args(["train", *argv])
+        return int(args.run(args) or 0)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--local", "-c", "seqLen=40000"], "seqLen: must be <= 32768"),
+        (["--local", "-c", "microBatch=0"], "microBatch: must be >= 1"),
+        (["--local", "-c", "model=llama"], "model: must be one of"),
+        (["--local", "-c", "learningRate=-0.1"], "learningRate: must be > 0"),
+        (["--local", "-c", "stepz=3"], "stepz: unknown setting (did you mean steps?)"),
+        # the cluster path also plans memory: 8 x 4096 tokens of Qwen2.5-1.5B do not fit an L4
+        (["-c", "microBatch=8", "-c", "seqLen=4096", "-c", "storagePath=s3://b/p"], "GiB per GPU"),
+    ],
+    ids=["seq-len", "micro-batch", "preset", "learning-rate", "typo", "memory"],
+)
+def test_bad_settings_exit_2_before_ray_starts(capsys, argv, message):
+    import ray
+
+    assert run_cli(*argv) == 2
+    assert message in capsys.readouterr().err
+    assert not ray.is_initialized()
+
+
+def test_local_preset_sits_below_dash_c():
+    # GIVEN the --local preset layer and `-c steps=3`
+    resolved = resolve_settings(parse_overrides(["steps=3"]), extra_layers=[("--local preset", LOCAL_PRESET)])
+    # THEN -c wins where both set a value, and the preset supplies the rest
+    assert resolved.settings.training.steps == 3 and resolved.sources["steps"] == "-c"
+    assert resolved.settings.training.model == "tiny" and resolved.sources["model"] == "--local preset"
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path, capsys, monkeypatch):
+    import ray
+
+    # the local driver sets these for its workers; monkeypatch puts this process's values back afterwards
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    try:
+        # WHEN `ray-efa train --local` runs a short version of the preset
+        code = run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"),
+                       "-c", f"storagePath={tmp_path}", "-c", "steps=10", "-c", "checkpointEvery=0")
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    # THEN it succeeds, with the final table, the checkpoint in storagePath, and a gate that proves nothing locally
+    assert code == 0
+    assert "training summary: cli-local" in out and "steps        1..10" in out
+    assert f"last checkpoint: {tmp_path}/cli-local/checkpoint_000010" in out
+    assert "proves nothing about EFA (exit 3)" in out

@@ -1,0 +1,83 @@
+"""Step metrics: step time between reports, tokens/s, MFU against the catalog peak, the progress line and table."""
+
+import pytest
+import torch
+
+from training.metrics import Meter, Throughput, format_line, format_summary, peak_flops_per_s
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _meter(peak=None, start_step=0, total=100):
+    clock = Clock()
+    throughput = Throughput(tokens_per_step_per_device=4 * 4096, world_size=8, flops_per_token=1e10, peak_flops_per_s=peak)
+    return Meter(throughput=throughput, total_steps=total, start_step=start_step, device=torch.device("cpu"), clock=clock), clock
+
+
+def test_step_time_is_the_wall_time_between_reports_over_the_steps_in_between():
+    # GIVEN a meter; step 1 reported after 5 s (warm-up), step 11 after 2 s more
+    meter, clock = _meter()
+    clock.now += 5.0
+    first = meter.measure(1, 7.0)
+    clock.now += 2.0
+    later = meter.measure(11, 5.0)
+    # THEN the step times are 5 s and 0.2 s, with tokens/s per device and in total, and the ETA of the 89 left
+    assert first["time/step_s"] == pytest.approx(5.0)
+    assert later["time/step_s"] == pytest.approx(0.2)
+    assert later["throughput/tokens_per_s_per_device"] == pytest.approx(4 * 4096 / 0.2)
+    assert later["throughput/tokens_per_s"] == pytest.approx(8 * 4 * 4096 / 0.2)
+    assert later["time/eta_s"] == pytest.approx(89 * 0.2)
+    assert later["loss"] == 5.0 and later["step"] == 11
+
+
+def test_mfu_is_achieved_flops_over_the_peak_and_absent_without_one():
+    # GIVEN a device with a 989 TFLOP/s peak, and one without a known peak
+    with_peak, clock = _meter(peak=989e12)
+    clock.now += 0.5
+    metrics = with_peak.measure(1, 1.0)
+    without, clock2 = _meter(peak=None)
+    clock2.now += 0.5
+    # THEN MFU = tokens/s per device x FLOPs per token / peak, in percent; and no MFU key without a peak
+    assert metrics["throughput/mfu_pct"] == pytest.approx(100 * (4 * 4096 / 0.5) * 1e10 / 989e12)
+    assert "throughput/mfu_pct" not in without.measure(1, 1.0)
+
+
+def test_cpu_has_no_peak_and_reports_resident_memory():
+    assert peak_flops_per_s(torch.device("cpu")) is None
+    meter, clock = _meter()
+    clock.now += 1.0
+    metrics = meter.measure(1, 1.0)
+    assert metrics["memory/peak_rss_gib"] > 0 and "memory/peak_allocated_gib" not in metrics
+
+
+def test_summary_leaves_out_the_warm_up_interval_and_a_checkpoint_pause():
+    # GIVEN a slow first interval, a checkpoint save between reports, then two 1 s steps
+    meter, clock = _meter(total=3)
+    clock.now += 30.0
+    meter.measure(1, 6.0)
+    clock.now += 50.0  # the checkpoint save
+    meter.restart_clock()
+    clock.now += 2.0
+    meter.measure(3, 4.0)
+    summary = meter.summary()
+    # THEN the steady state is 1 s per step, and the losses are the first and last reported
+    assert summary["time/step_s"] == pytest.approx(1.0)
+    assert (summary["first_step"], summary["first_loss"], summary["final_loss"]) == (1, 6.0, 4.0)
+    assert meter.history == [(1, 6.0), (3, 4.0)]
+
+
+def test_progress_line_and_table_show_what_was_measured():
+    meter, clock = _meter(peak=989e12, start_step=20, total=100)
+    clock.now += 4.0
+    metrics = meter.measure(30, 2.5)
+    line = format_line(metrics, 100)
+    assert line.startswith("step  30/100 | loss 2.5000 | 400 ms/step")
+    assert "MFU" in line and "rss" in line and "ETA 28s" in line
+    table = format_summary(meter.summary(), title="t")
+    assert "resumed after step 20" in table and "2.5000" in table and "MFU" in table
