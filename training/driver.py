@@ -165,14 +165,26 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         result = fit(settings, local=local, name=name)
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
+        _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name))
         return EXIT_FAILED
     outcome = result.return_value or {}
     if "summary" in outcome:
         print(format_summary(outcome["summary"], title=f"training summary: {name}"))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    logs_dir = logs_dir or Path(tempfile.gettempdir()) / "ray-efa-nccl-logs" / name
-    return transport_gate(settings, local=local, logs_dir=logs_dir)
+    return transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name))
+
+
+def _logs_dir(logs_dir: Path | None, name: str) -> Path:
+    return logs_dir or Path(tempfile.gettempdir()) / "ray-efa-nccl-logs" / name
+
+
+def _diagnose_transport(settings: Settings, *, local: bool, logs_dir: Path) -> None:
+    """After a failed run, the gate's table still says which transport NCCL used (a slow fallback fails the preflight)."""
+    try:
+        transport_gate(settings, local=local, logs_dir=logs_dir)
+    except Exception as error:  # noqa: BLE001 - the training failure is the error to report, not this one
+        print(f"transport gate: could not read the NCCL logs after the failure: {error}", file=sys.stderr)
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
