@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 __all__ = ["causal_lm_loss"]
 
@@ -64,19 +65,21 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_logits = probs.div_(n).to(hidden.dtype)
             del logits, probs
             grad_hidden[start : start + chunk_size] = grad_logits @ weight
-            grad_weight += (grad_logits.T @ h).float()
+            grad_weight.add_(grad_logits.T @ h)  # in place: the bf16 product is widened element by element
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(labels)
         return total / n
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        # grad_output is 1.0 for loss.backward(); anything else (a loss scale, a sum of losses) scales both.
+        # grad_output is 1.0 for loss.backward(); anything else (a loss scale, a sum of losses) scales both. In place:
+        # the stored gradients are used once, and a copy of the fp32 accumulator would cost vocab x hidden x 4 bytes.
         return (
-            grad_hidden * grad_output.to(grad_hidden.dtype),
-            (grad_weight * grad_output).to(ctx.weight_dtype),
+            grad_hidden.mul_(grad_output.to(grad_hidden.dtype)),
+            grad_weight.mul_(grad_output).to(ctx.weight_dtype),
             None,
             None,
         )
