@@ -243,6 +243,13 @@ class WorkloadSettings(_Section):
         None, "storagePath", "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results."
     )
     pip_packages: tuple[str, ...] = setting((), "pipPackages", "Extra pip packages for the job's runtime_env (the image has the rest).")
+    service_account: str = setting(
+        "ray-train", "serviceAccount",
+        "Kubernetes service account of the Ray pods; the cluster stack creates it with access to the checkpoint bucket.",
+    )
+    training_job: bool = setting(
+        True, "trainingJob", "Apply the training RayJob with the cluster stack (it runs once per deploy); false: namespace only."
+    )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.")
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).")
     job_ttl_seconds_after_finished: int = setting(600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.")
@@ -251,6 +258,8 @@ class WorkloadSettings(_Section):
         p: list[Problem] = []
         cls = WorkloadSettings
         _check(p, bool(_DNS_LABEL.match(self.namespace)), cls, "namespace", self.namespace, "must be a DNS label (lowercase, digits, '-')")
+        _check(p, bool(_DNS_LABEL.match(self.service_account)), cls, "service_account", self.service_account,
+               "must be a DNS label (lowercase, digits, '-')")
         image = _IMAGE_REFERENCE.match(self.dlc_image)
         _check(p, bool(image and (image["tag"] or image["digest"])), cls, "dlc_image", self.dlc_image,
                "must be an image reference with a tag or digest, like registry/repository:tag")

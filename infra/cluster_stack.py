@@ -8,10 +8,12 @@ from constructs import Construct
 
 from core.cost import hourly_cost
 from core.settings import Settings
+from infra.checkpoints import CheckpointStorage
 from infra.cluster import RayEksCluster
 from infra.device_plugins import GpuDevicePlugins
 from infra.kuberay import KubeRayOperator
 from infra.network import ClusterVpc
+from infra.workload import RayWorkload
 
 __all__ = ["ClusterStack"]
 
@@ -32,12 +34,22 @@ class ClusterStack(Stack):
         cluster = self.ray_cluster.cluster
         self.kuberay = KubeRayOperator(self, "KubeRay", settings=settings, cluster=cluster)
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", settings=settings, cluster=cluster)
+        # The workload after the CRDs (KubeRay chart) and the device plugins; the job after its service account.
+        self.workload = RayWorkload(self, "Workload", settings=settings, cluster=cluster, after=[
+            self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
+        self.checkpoints = CheckpointStorage(
+            self, "Checkpoints", settings=settings, cluster=cluster, after=self.workload.namespace)
+        if settings.workload.training_job:
+            self.workload.add_training_job(
+                storage_path=self.checkpoints.storage_path, after=[self.checkpoints.service_account])
 
         region = settings.cluster.region
         CfnOutput(self, "ClusterName", value=cluster.cluster_name, description="EKS cluster name")
         CfnOutput(self, "UpdateKubeconfigCommand", description="Point kubectl at the cluster",
                   value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}")
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
+        CfnOutput(self, "CheckpointStoragePath", value=self.checkpoints.storage_path,
+                  description="Ray Train storagePath of the training job (pass it as -c storagePath=... to make manifests)")
         cost = hourly_cost(settings)
         CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
                   description="On-demand estimate with the GPU stack deployed (GPU + system nodes, control plane, NAT)")

@@ -114,6 +114,8 @@ def head_template(settings: Settings, *, config_map: str, bundle: CodeBundle) ->
     )
     return V1PodTemplateSpec(
         spec=V1PodSpec(
+            # The driver and Ray Train's checkpoint uploads read and write storagePath with this account's role.
+            service_account_name=settings.workload.service_account,
             node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
             containers=[container],
             volumes=[tmp_volume, _code_volume(config_map, bundle)],
@@ -143,6 +145,7 @@ def worker_template(settings: Settings, *, config_map: str, bundle: CodeBundle) 
     taint = scheduling.GPU_TAINT.toleration()
     return V1PodTemplateSpec(
         spec=V1PodSpec(
+            service_account_name=settings.workload.service_account,
             node_selector=scheduling.node_selector(scheduling.GPU_NODE_LABELS),
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
             containers=[container],
