@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 __all__ = ["main", "SUBCOMMANDS"]
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # jsii (CDK, cdk8s) prints a banner on Node 20, which AWS CDK still supports in this pinned version; the Makefile
+    # sets the same switch. An explicit setting of the variable wins.
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = build_parser().parse_args(argv)
     return int(args.run(args) or 0)
 

@@ -23,7 +23,7 @@ def register(add_parser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = resolve_or_exit(args).settings  # bad settings: every problem printed, exit 2, nothing written
     from k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
-    from k8s.dist import write_manifests
+    from k8s.dist import storage_warning, write_manifests
     from k8s.names import RAY_CLUSTER_NAME, ray_job_name
 
     try:
@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"files": [str(f) for f in files], "namespace": namespace,
                           "rayCluster": RAY_CLUSTER_NAME, "rayJob": ray_job_name(settings.workload.network)}))
         return 0
+    warning = storage_warning(settings)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {len(files)} files to {args.out}/ (apply in this order; each Ray object takes every GPU node):")
     for f in files:
         print(f"  {args.out / f.name}")

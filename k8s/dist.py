@@ -11,7 +11,7 @@ import cdk8s
 from core.settings import Settings
 from k8s.workload import build_manifests
 
-__all__ = ["write_manifests"]
+__all__ = ["write_manifests", "storage_warning"]
 
 
 def write_manifests(settings: Settings, out: Path) -> list[Path]:
@@ -46,3 +46,15 @@ def write_manifests(settings: Settings, out: Path) -> list[Path]:
         if staging.exists():
             shutil.rmtree(staging)
     return sorted(out.glob("*.yaml"))
+
+
+def storage_warning(settings: Settings) -> str | None:
+    """Why the RayJobs of these settings would refuse to train, if they would: a multi-node run without storagePath."""
+    if settings.workload.storage_path is None and settings.nodes.gpu_node_count > 1:
+        return (
+            f"storagePath is unset, so the RayJobs will refuse to train on {settings.nodes.gpu_node_count} nodes (their "
+            "checkpoints need storage every node shares). The cluster stack creates a bucket: pass its output, "
+            f"-c storagePath=$(aws cloudformation describe-stacks --stack-name {settings.cluster_stack_name} "
+            "--query \"Stacks[0].Outputs[?OutputKey=='CheckpointStoragePath'].OutputValue\" --output text)"
+        )
+    return None

@@ -93,3 +93,14 @@ def test_json_output_names_the_files_and_the_job(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert [p.rsplit("/", 1)[-1] for p in report["files"]] == EXPECTED_FILES
     assert (report["namespace"], report["rayJob"]) == ("ray", "train-tcp")
+
+
+def test_multi_node_manifests_without_storage_path_warn_how_to_fix():
+    from core.settings import Settings
+    from k8s.dist import storage_warning
+
+    warning = storage_warning(Settings())
+    assert "storagePath is unset, so the RayJobs will refuse to train on 2 nodes" in warning
+    assert "CheckpointStoragePath" in warning
+    assert storage_warning(Settings.from_context({"storagePath": "s3://b/p"})) is None
+    assert storage_warning(Settings.from_context({"gpuNodeCount": 1})) is None

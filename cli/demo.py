@@ -1,0 +1,100 @@
+"""`ray-efa demo` (`make demo`): the whole product on this machine, no cloud and no credentials needed.
+
+1. plan       what `cdk deploy` would build and what it costs (settings, instances, EFA, pods, memory per GPU)
+2. synth      both CDK stacks, checked by cdk-nag, into cdk.out/
+3. manifests  the KubeRay Namespace, RayCluster and RayJobs as YAML, into dist/
+4. train      the FSDP train function on an embedded Ray cluster (2 CPU workers, gloo, the tiny preset), then the
+              NCCL transport verdict on what those workers logged
+`-c key=value` changes the settings of steps 1-3 (as with `cdk -c`); step 4 always uses the local preset on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from cli._common import add_context_option, resolve_or_exit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
+                   description=__doc__.splitlines()[0])
+    p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes (default: cdk.out)")
+    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go (default: dist)")
+    add_context_option(p)
+    p.set_defaults(run=run)
+
+
+def _synth(settings, cdk_out: Path) -> list[tuple[str, int]]:
+    """Both stacks, as `cdk synth` makes them (cdk.json's feature flags included); (stack, resources) per stack."""
+    import aws_cdk as cdk
+
+    from infra.app import build_stacks
+
+    flags = {k: v for k, v in json.loads((ROOT / "cdk.json").read_text())["context"].items() if k.startswith("@")}
+    app = cdk.App(outdir=str(cdk_out), context=flags)
+    build_stacks(app, settings)
+    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
+    return [(s.stack_name, len(s.template["Resources"])) for s in assembly.stacks]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ops.plan import build_plan, render_plan
+
+    console = Console()
+    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
+    settings = resolved.settings
+    results: list[tuple[str, str, float]] = []
+
+    def step(title: str) -> float:
+        console.rule(f"[bold]{title}")
+        return time.perf_counter()
+
+    started = step("1/4 plan: what `cdk deploy` would build")
+    plan = build_plan(resolved)
+    render_plan(plan, console)
+    results.append(("plan", "fits GPU memory" if plan.fits else "does NOT fit GPU memory", time.perf_counter() - started))
+
+    started = step("2/4 synth: both CDK stacks, with cdk-nag")
+    with console.status("synthesizing (jsii starts node; a few seconds)"):
+        stacks = _synth(settings, args.cdk_out)
+    for name, resources in stacks:
+        console.print(f"  {name}: {resources} resources -> {args.cdk_out}/{name}.template.json")
+    console.print("  cdk-nag AwsSolutions: no unacknowledged findings")
+    results.append(("synth", ", ".join(f"{n} ({r})" for n, r in stacks), time.perf_counter() - started))
+
+    started = step("3/4 manifests: the KubeRay workload as YAML")
+    from k8s.dist import storage_warning, write_manifests
+
+    files = write_manifests(settings, args.dist)
+    for f in files:
+        console.print(f"  {f}")
+    if warning := storage_warning(settings):
+        console.print(f"  [yellow]note:[/yellow] {warning}")
+    results.append(("manifests", f"{len(files)} files in {args.dist}", time.perf_counter() - started))
+
+    started = step("4/4 train: FSDP on an embedded Ray cluster (2 CPU workers), then the transport gate")
+    from training import driver
+    from training.local import LOCAL_PRESET
+
+    local = resolve_or_exit(args, extra_layers=[("--local preset", LOCAL_PRESET)]).settings
+    code = driver.run(local, local=True)
+    results.append(("train + gate", "ok (the gate cannot prove EFA on CPU: see above)" if code == 0 else f"exit {code}",
+                    time.perf_counter() - started))
+
+    table = Table(title="ray-efa demo")
+    for column in ("step", "result", "seconds"):
+        table.add_column(column)
+    for name, result, seconds in results:
+        table.add_row(name, result, f"{seconds:.1f}")
+    console.print(table)
+    console.print(f"Next: [bold]npx cdk deploy --all[/bold] (USD {plan.cost.total:.2f}/h), then "
+                  f"[bold]{settings.teardown_commands[0]}[/bold] first when done.")
+    return code if plan.fits else 1
