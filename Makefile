@@ -6,7 +6,10 @@ PY := $(VENV)/bin/python
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test synth manifests summary train-local check-transport lock clean
+# Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
+ARGS ?=
+
+.PHONY: install demo test synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -22,16 +25,23 @@ node_modules/.installed: package.json package-lock.json
 
 ## The main job: synthesize the whole stack, write the manifests, train on a local Ray cluster, gate the transport.
 demo: install
-	$(PY) -m cli demo
+	$(PY) -m cli demo $(ARGS)
 
 synth: install
-	npx cdk synth --quiet
+	npx cdk synth --quiet $(ARGS)
 
 manifests: $(VENV)/.installed
-	$(PY) -m cli manifests --out dist
+	$(PY) -m cli manifests --out dist $(ARGS)
 
-summary: $(VENV)/.installed
-	$(PY) -m cli plan
+plan: $(VENV)/.installed
+	$(PY) -m cli plan $(ARGS)
+
+train-local: $(VENV)/.installed
+	$(PY) -m cli train --local $(ARGS)
+
+## The transport gate on NCCL logs: make check-transport LOGS="driver.log worker-*.out" [ARGS="--expect efa"]
+check-transport: $(VENV)/.installed
+	$(PY) -m cli check-transport $(ARGS) $(LOGS)
 
 test: install
 	$(PY) -m pytest -n 2 --dist loadgroup

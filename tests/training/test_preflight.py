@@ -43,9 +43,10 @@ def gloo_results(tmp_path_factory) -> dict[int, list[ProbeResult]]:
     tmp = tmp_path_factory.mktemp("probe")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("GLOO_SOCKET_IFNAME", "lo")  # talk over loopback only, whatever the machine's NICs
-        # fork: the children inherit the imported torch and start in milliseconds (spawn costs seconds per process).
+        # spawn, not fork: this pytest worker may hold jsii's or Ray's threads (other tests ran here first), and a
+        # fork taken while one of them holds a lock deadlocks the child. Spawning costs seconds, once per module.
         mp.start_processes(_probe_worker, args=(2, str(tmp / "rendezvous"), str(tmp)), nprocs=2, join=True,
-                           start_method="fork")
+                           start_method="spawn")
     return {rank: [ProbeResult(**row) for row in json.loads((tmp / f"rank{rank}.json").read_text())] for rank in (0, 1)}
 
 
