@@ -44,8 +44,8 @@ class FaultInjection:
     which the test must provide) runs through."""
     raise_on_rank: int = 1
     stop_after_step: int | None = None
-    """Every rank leaves the loop after this step's report, keeping the full run's LR schedule: a job stopped
-    between checkpoints, for resume tests."""
+    """Every rank leaves the loop after this step (and its report, if due), keeping the full run's LR schedule: a job
+    stopped between checkpoints, for resume tests."""
 
     @classmethod
     def from_config(cls, config: dict) -> "FaultInjection":
@@ -163,16 +163,15 @@ def train_func(config: dict) -> dict:
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
-        if not (save or step == start + 1 or step % t.report_every == 0):
-            continue
-        metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr}
-        if rank == 0:
-            _say(format_line(metrics, t.steps))
-        if save:
-            checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
-            meter.restart_clock()  # the save is not a training step
-        else:
-            ray.train.report(metrics)
+        if save or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank: report is a barrier
+            metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr}
+            if rank == 0:
+                _say(format_line(metrics, t.steps))
+            if save:
+                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
+                meter.restart_clock()  # the save is not a training step
+            else:
+                ray.train.report(metrics)
         if faults.stop_after_step == step:
             break
 
