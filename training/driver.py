@@ -1,8 +1,8 @@
 """The training driver: checks the plan, runs train_func on a TorchTrainer, then gates the NCCL transport.
 
 The RayJob runs exactly `python -m training.driver --settings /path/settings.json` from a working directory holding
-core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (the `--local` preset,
-core.context-style, when no settings file is given). Exit codes: 0 trained (and the transport proven, on the
+core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (with the local preset
+when no settings file is given). Exit codes: 0 trained (and the transport proven, on the
 cluster), 1 training failed or the gate failed, 2 bad settings or a plan that cannot fit, 3 the gate could not prove
 the transport (cluster only; the local run uses no NCCL, so it cannot prove anything there and says so).
 

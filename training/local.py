@@ -5,7 +5,7 @@ any value here can still be overridden on the command line.
 
 Random tokens carry no signal, so a model trained on fresh ones cannot beat ln(vocab). The preset therefore draws
 each rank's batches from a pool of 8 fixed random sequences (dataPoolSize): the tiny model memorizes them and the
-loss falls from ln(1024) = 6.9 to below 1 in 60 steps, which proves that gradients, the optimizer, FSDP's
+loss falls from ln(1024) = 6.9 to about 1 in 60 steps, which proves that gradients, the optimizer, FSDP's
 reduce-scatter and the checkpoints all work.
 """
 
