@@ -162,6 +162,12 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
 
     name = name or default_run_name(settings, local=local)
     try:
+        init_ray(local=local)
+    except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
+        print(f"training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
+              "or locally with --local.", file=sys.stderr)
+        return EXIT_FAILED
+    try:
         result = fit(settings, local=local, name=name)
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)

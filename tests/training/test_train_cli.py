@@ -3,6 +3,7 @@ says honestly that a gloo run proves nothing about EFA."""
 
 import argparse
 import os
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,32 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert "training summary: cli-local" in out and "steps        1..10" in out
     assert f"last checkpoint: {tmp_path}/cli-local/checkpoint_000010" in out
     assert "proves nothing about EFA (exit 3)" in out
+
+
+def _gcs_server_running() -> bool:
+    """Whether any Ray cluster's GCS runs on this machine (Linux /proc; psutil is not a dependency)."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "gcs_server":
+                return True
+        except OSError:
+            pass  # the process ended while we looked
+    return False
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")  # serialized with the tests that start Ray: `address="auto"` joins ANY local cluster
+def test_cluster_run_away_from_a_cluster_says_so(capsys, monkeypatch, tmp_path):
+    import ray
+
+    if _gcs_server_running():
+        pytest.skip("a Ray cluster runs on this machine, and address=auto would join it")
+    # GIVEN no Ray cluster (and an empty temp dir as Ray's record of the last one) and settings that plan fine
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    # WHEN `ray-efa train` runs without --local
+    code = run_cli("-c", "gpuNodeCount=1")
+    # THEN it fails with a sentence, not a traceback, and points at --local
+    assert code == 1
+    assert "no Ray cluster to join" in capsys.readouterr().err
+    assert not ray.is_initialized()
