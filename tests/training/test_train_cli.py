@@ -3,6 +3,7 @@ says honestly that a gloo run proves nothing about EFA."""
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -75,15 +76,22 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert "proves nothing about EFA (exit 3)" in out
 
 
-def _gcs_server_running() -> bool:
-    """Whether any Ray cluster's GCS runs on this machine (Linux /proc; psutil is not a dependency)."""
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip() == "gcs_server":
-                return True
-        except OSError:
-            pass  # the process ended while we looked
-    return False
+def _gcs_server_running(wait_s: float = 20.0) -> bool:
+    """Whether a Ray cluster's GCS still runs on this machine after `wait_s` (a shut-down one takes a moment to exit).
+
+    Linux /proc, since psutil is not a dependency.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        names = []
+        for comm in Path("/proc").glob("[0-9]*/comm"):
+            try:
+                names.append(comm.read_text().strip())
+            except OSError:
+                pass  # the process ended while we looked
+        if "gcs_server" not in names or time.monotonic() > deadline:
+            return "gcs_server" in names
+        time.sleep(0.5)
 
 
 @pytest.mark.ray
