@@ -39,6 +39,8 @@ class CausalLM(nn.Module):
         super().__init__()
         self.hf = hf_model
         self.loss_chunk_size = loss_chunk_size
+        # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
+        self.compile_loss = False
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -47,7 +49,9 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         hidden = self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
-        return causal_lm_loss(hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size)
+        return causal_lm_loss(
+            hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss
+        )
 
 
 def build_model(

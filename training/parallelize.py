@@ -55,6 +55,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             layer.compile()  # in place: no "_orig_mod." in state-dict keys
         layers[index] = layer
 
+    model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
     mp = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     for index, layer in enumerate(layers):
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.

@@ -20,8 +20,8 @@ def _inputs(dtype, tokens=(3, 37), hidden=16, vocab=97, seed=0):
     return h, w, y
 
 
-def _loss_and_grads(h, w, y, chunk):
-    loss = causal_lm_loss(h, w, y, chunk_size=chunk)
+def _loss_and_grads(h, w, y, chunk, compiled=False):
+    loss = causal_lm_loss(h, w, y, chunk_size=chunk, compiled=compiled)
     return (loss, *torch.autograd.grad(loss, (h, w)))
 
 
@@ -37,6 +37,17 @@ def test_chunked_loss_and_gradients_equal_unchunked(dtype, chunk):
     for a, b in zip(whole, chunked):
         torch.testing.assert_close(b.float(), a.float(), **TOLERANCE[dtype])
     assert chunked[1].dtype == chunked[2].dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_chunk_softmax_equals_the_eager_one(dtype):
+    # GIVEN the chunked loss with each chunk's softmax and gradient compiled (the GPU path with compile on)
+    h, w, y = _inputs(dtype)
+    eager = _loss_and_grads(h, w, y, 37)
+    compiled = _loss_and_grads(h, w, y, 37, compiled=True)
+    # THEN loss and both gradients are those of the eager chunked path (and so of the unchunked one)
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(b.float(), a.float(), **TOLERANCE[dtype])
 
 
 def test_unchunked_loss_is_the_mean_cross_entropy_of_the_fp32_logits():
