@@ -284,7 +284,7 @@ class TrainingSettings(_Section):
     model_path: str | None = setting(None, "modelPath", "Local directory of pretrained weights to load (never a hub download).")
     steps: int = setting(20, "steps", "Optimizer steps.")
     seq_len: int = setting(2048, "seqLen", "Tokens per sequence.")
-    micro_batch: int = setting(1, "microBatch", "Sequences per GPU per step.")
+    micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.")
     learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.")
     warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.")
     weight_decay: float = setting(0.1, "weightDecay", "AdamW weight decay.")
@@ -293,9 +293,9 @@ class TrainingSettings(_Section):
     report_every: int = setting(1, "reportEvery", "Report metrics every N steps (and on the first and last).")
     checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.")
     max_failures: int = setting(1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint.")
-    compile: bool = setting(False, "compile", "torch.compile each decoder layer.")
+    compile: bool = setting(True, "compile", "torch.compile each decoder layer (and the chunked loss's softmax).")
     activation_checkpointing: bool = setting(False, "activationCheckpointing", "Recompute decoder-layer activations in backward.")
-    loss_chunk_size: int = setting(0, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.")
+    loss_chunk_size: int = setting(4096, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.")
     data_pool_size: int = setting(
         0, "dataPoolSize",
         "Random token sequences per rank that batches are drawn from (a set the model can memorize, so the loss falls); "

@@ -18,6 +18,7 @@ LOCAL_WORKERS = 2
 
 LOCAL_PRESET: dict[str, object] = {
     "model": "tiny",
+    "compile": False,  # inductor's C++ build on a 2-core CPU would take longer than the whole run
     "steps": 60,
     "seqLen": 128,
     "microBatch": 4,

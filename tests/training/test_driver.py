@@ -59,8 +59,9 @@ def test_local_plan_is_never_refused():
 
 
 def test_cluster_plan_names_every_problem_at_once():
-    # GIVEN 4 GPU nodes without shared storage and a batch no L4 holds
-    settings = Settings.from_context({"gpuNodeCount": 4, "microBatch": 8, "seqLen": 4096})
+    # GIVEN 4 GPU nodes without shared storage and a batch no L4 holds (eager step, unchunked loss)
+    settings = Settings.from_context({"gpuNodeCount": 4, "microBatch": 8, "seqLen": 4096, "compile": False,
+                                      "lossChunkSize": 0})
     # WHEN the cluster plan is checked
     with pytest.raises(SettingsError) as raised:
         driver.check_plan(settings, local=False)
@@ -71,7 +72,8 @@ def test_cluster_plan_names_every_problem_at_once():
 
 
 def test_one_node_needs_no_shared_storage():
-    driver.check_plan(Settings.from_context({"gpuNodeCount": 1}), local=False)
+    # One node shards over 4 GPUs instead of 8: the default microBatch 2 needs more than an L4, 1 fits.
+    driver.check_plan(Settings.from_context({"gpuNodeCount": 1, "microBatch": 1}), local=False)
 
 
 @pytest.mark.parametrize(
