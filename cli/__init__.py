@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "manifests": "manifests",
     "train": "train",
     "check-transport": "check_transport",
+    "compare": "compare",
     "capacity": "capacity",
     "verify": "verify",
 }

@@ -159,6 +159,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     import ray.train
 
     from training.metrics import format_summary
+    from training.run_summary import summary_line
 
     name = name or default_run_name(settings, local=local)
     try:
@@ -176,6 +177,8 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     outcome = result.return_value or {}
     if "summary" in outcome:
         print(format_summary(outcome["summary"], title=f"training summary: {name}"))
+        print(summary_line(name=name, network=settings.workload.network, instance_type=settings.nodes.gpu_instance_type,
+                           nodes=settings.nodes.gpu_node_count, summary=outcome["summary"]), flush=True)
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
     return transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name))

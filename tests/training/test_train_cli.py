@@ -11,6 +11,7 @@ import pytest
 from cli import train
 from core.context import parse_overrides, resolve_settings
 from training.local import LOCAL_PRESET
+from training.run_summary import find_summaries
 
 
 def run_cli(*argv: str) -> int:
@@ -74,6 +75,9 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert "training summary: cli-local" in out and "steps        1..10" in out
     assert f"last checkpoint: {tmp_path}/cli-local/checkpoint_000010" in out
     assert "proves nothing about EFA (exit 3)" in out
+    # and the machine-readable summary that `ray-efa compare` reads from two runs' logs
+    (summary,) = find_summaries(out.splitlines())
+    assert (summary["name"], summary["network"], summary["steps"]) == ("cli-local", "efa", 10)
 
 
 def _gcs_server_running(wait_s: float = 20.0) -> bool:
