@@ -21,7 +21,7 @@ from training.data import TokenBatches
 from training.metrics import Meter, Throughput, peak_flops_per_s
 from training.model import build_model
 from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
-from training.train import build_optimizer, learning_rate
+from training.train import build_optimizer, learning_rate, train_step
 
 
 def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:
@@ -44,15 +44,7 @@ def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:
                   total_steps=t.steps, start_step=0, device=device)
     model.train()
     for step in range(1, t.steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, t)
-        inputs, labels = data.batch(step)
-        loss = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
-        loss.backward()
-        if t.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(model, optimizer, data.batch(step), lr=learning_rate(step, t), grad_clip=t.grad_clip, device=device)
         if step == 1 or step % t.report_every == 0 or step == t.steps:
             mean = loss.detach().float().clone()
             dist.all_reduce(mean)

@@ -61,7 +61,7 @@ def _nccl_pool() -> list[str]:
                 lines.append(p + f"Channel {channel:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % GPUS}] via P2P/CUMEM/read")
             else:
                 lines.append(p + f"Channel {channel:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % GPUS}] [send] via NET/Libfabric/0")
-        lines.append(p + f"Connected all rings, use ring PXN 0 GDR 0\x1b[2m [repeated 3x across cluster]\x1b[0m")
+        lines.append(p + "Connected all rings, use ring PXN 0 GDR 0\x1b[2m [repeated 3x across cluster]\x1b[0m")
     return lines
 
 

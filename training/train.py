@@ -24,7 +24,7 @@ from training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from training.model import build_model
 from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
 
-__all__ = ["train_func", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
+__all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
 # The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
 _PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
@@ -105,6 +105,23 @@ def _global_mean(value: torch.Tensor, world_size: int) -> float:
     return value.item()
 
 
+def train_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], *,
+    lr: float, grad_clip: float, device: torch.device,
+) -> torch.Tensor:
+    """One optimizer step on one batch; returns the (unsynchronized) loss. bench/fsdp_reference.py runs it too."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    inputs, labels = batch
+    loss = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
+    return loss
+
+
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """AdamW's own step count: every optimizer step ever applied to the state, across restarts."""
     return max((int(state["step"]) for state in optimizer.state.values()), default=0)
@@ -151,15 +168,7 @@ def train_func(config: dict) -> dict:
     model.train()
     for step in range(start + 1, t.steps + 1):
         lr = learning_rate(step, t)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, labels = data.batch(step)
-        loss = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
-        loss.backward()
-        if t.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
+        loss = train_step(model, optimizer, data.batch(step), lr=lr, grad_clip=t.grad_clip, device=device)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
