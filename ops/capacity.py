@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ops._status import Status, quiet
+
 __all__ = [
     "VcpuQuotaClass",
     "ON_DEMAND_VCPU_QUOTAS",
@@ -59,11 +61,6 @@ __all__ = [
     "check_capacity",
 ]
 
-Status = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 # -- quotas ---------------------------------------------------------------------------------------------------------
@@ -478,7 +475,7 @@ def probe_zone(
     count: int,
     settle_timeout_s: float = 60.0,
     poll_s: float = 2.0,
-    status: Status = _quiet,
+    status: Status = quiet,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeResult:
@@ -576,7 +573,7 @@ def check_capacity(
     ec2,
     service_quotas,
     catalog_vcpus: int,
-    status: Status = _quiet,
+    status: Status = quiet,
     probe_options: dict[str, Any] | None = None,
 ) -> CapacityReport:
     """Run every check for `request` and rank the region's AZs; `catalog_vcpus` is used if EC2 does not know the type."""

@@ -25,6 +25,7 @@ from core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGI
 from core.scheduling import GPU_NODE_LABELS, node_selector
 from core.settings import Settings
 from k8s.names import RAY_CLUSTER_NAME, ray_job_name
+from ops._status import Status, quiet
 
 __all__ = [
     "GPU_RESOURCE",
@@ -41,11 +42,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 
-Status = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -254,7 +250,7 @@ def _read_or_none(read: Callable[[], Any]) -> Any:
         raise
 
 
-def verify_cluster(api_client, expected: Expectations, *, status: Status = _quiet) -> VerifyReport:
+def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet) -> VerifyReport:
     """Run every check once. API errors fail the checks that needed the call; the others still run."""
     from kubernetes import client
 
@@ -321,7 +317,7 @@ def verify_until(
     *,
     timeout_s: float,
     interval_s: float = 10.0,
-    status: Status = _quiet,
+    status: Status = quiet,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> VerifyReport:
