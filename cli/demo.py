@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -33,10 +32,9 @@ def _synth(settings, cdk_out: Path) -> list[tuple[str, int]]:
     """Both stacks, as `cdk synth` makes them (cdk.json's feature flags included); (stack, resources) per stack."""
     import aws_cdk as cdk
 
-    from infra.app import build_stacks
+    from infra.app import build_stacks, feature_flags
 
-    flags = {k: v for k, v in json.loads((ROOT / "cdk.json").read_text())["context"].items() if k.startswith("@")}
-    app = cdk.App(outdir=str(cdk_out), context=flags)
+    app = cdk.App(outdir=str(cdk_out), context=feature_flags())
     build_stacks(app, settings)
     assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
     return [(s.stack_name, len(s.template["Resources"])) for s in assembly.stacks]

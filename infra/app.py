@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
@@ -12,7 +14,16 @@ from core.settings import Problem, Settings, SettingsError
 from infra.cluster_stack import ClusterStack
 from infra.gpu_stack import GpuStack
 
-__all__ = ["RayEfaStacks", "build_stacks", "settings_from_app", "stack_environment"]
+__all__ = ["RayEfaStacks", "build_stacks", "settings_from_app", "stack_environment", "feature_flags"]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def feature_flags(root: Path = PROJECT_ROOT) -> dict:
+    """The CDK feature flags of cdk.json (context keys starting with "@"), for apps built outside the CDK CLI
+    (`ray-efa demo`, the tests), so that they synthesize what `cdk synth` does."""
+    context = json.loads((root / "cdk.json").read_text())["context"]
+    return {key: value for key, value in context.items() if key.startswith("@")}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from core.settings import Settings
-from infra.app import RayEfaStacks, build_stacks
+from infra.app import RayEfaStacks, build_stacks, feature_flags
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
 
@@ -29,7 +29,8 @@ class Synthesized:
 def synthesize(**context) -> Synthesized:
     """Synthesize both stacks (cdk-nag included: synth raises on any unacknowledged finding)."""
     settings = Settings.from_context(context)
-    app = cdk.App(outdir=tempfile.mkdtemp(prefix="ray-efa-synth-"))
+    # cdk.json's feature flags, as `cdk synth` applies them
+    app = cdk.App(outdir=tempfile.mkdtemp(prefix="ray-efa-synth-"), context=feature_flags())
     stacks = build_stacks(app, settings)
     assembly = app.synth()
     return Synthesized(settings, stacks, Template.from_stack(stacks.cluster), Template.from_stack(stacks.gpu), assembly)

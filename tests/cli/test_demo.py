@@ -1,0 +1,38 @@
+"""`make demo`, end to end: plan, synth with cdk-nag, manifests, local training and the transport verdict."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.xdist_group("ray")  # it starts a local Ray cluster: keep it beside the other Ray tests
+def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
+    # GIVEN a machine without AWS credentials WHEN `ray-efa demo` runs (what `make demo` runs after installing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5",
+               COLUMNS="200")
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(tmp_path / "dist"),
+         "-c", "gpuInstanceType=p5.48xlarge"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    out = result.stdout
+    # THEN it succeeds, through all four steps, for the instance type given with -c
+    assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
+    for step in ("1/4 plan", "2/4 synth", "3/4 manifests", "4/4 train"):
+        assert step in out
+    assert "p5.48xlarge" in out and "no unacknowledged findings" in out
+    assert sorted(p.name for p in (tmp_path / "cdk.out").glob("*.template.json")) == [
+        "ray-train-cluster.template.json", "ray-train-gpu.template.json"]
+    assert [p.name for p in sorted((tmp_path / "dist").glob("*.yaml"))] == [
+        "0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
+    # the local run trained (the loss fell) and the gate said honestly what it can prove on a CPU
+    assert "step 60/60" in out and "training summary" in out
+    assert "proves nothing about EFA" in out
