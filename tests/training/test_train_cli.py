@@ -109,7 +109,7 @@ def test_cluster_run_away_from_a_cluster_says_so(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     # WHEN `ray-efa train` runs without --local
-    code = run_cli("-c", "gpuNodeCount=1")
+    code = run_cli("-c", "gpuNodeCount=1", "-c", "microBatch=1")
     # THEN it fails with a sentence, not a traceback, and points at --local
     assert code == 1
     assert "no Ray cluster to join" in capsys.readouterr().err
