@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = classify_paths(args.logs)
     except OSError as error:  # a file vanished or turned unreadable between the check and the read
-        return _usage_error(args, f"cannot read {error.filename}: {error.strerror}")
+        return _usage_error(args, f"cannot read {error.filename or ', '.join(args.logs)}: {error.strerror or error}")
     verdict = report.verdict(args.expect)
     if args.json:
         print(json.dumps({**verdict.to_json(), "logs": list(args.logs)}, indent=2))
@@ -70,6 +70,11 @@ def _unreadable(paths: list[str]) -> str | None:
             return f"cannot read {path}: it is a directory (give the log files in it)"
         if not os.access(path, os.R_OK):
             return f"cannot read {path}: permission denied"
+        try:  # some files open but fail on read (I/O errors, /proc entries): find out before printing anything
+            with open(path, "rb") as log:
+                log.read(1)
+        except OSError as error:
+            return f"cannot read {path}: {error.strerror or error}"
     return None
 
 
