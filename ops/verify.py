@@ -271,21 +271,19 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
             checks.append(_api_failure(check_id, name, error))
 
-    for release in expected.device_plugins:
-        status(f"reading DaemonSet {release.namespace}/{release.release}")
+    def check_release(kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge) -> Check:
+        """Read the workload a Helm release made (named after the release) and judge it; an API error is a failure."""
+        where = f"{kind} {release.namespace}/{release.release}"
+        status(f"reading {where}")
         try:
-            ds = _read_or_none(lambda: apps_v1.read_namespaced_daemon_set(release.release, release.namespace))
-            checks.append(check_daemon_set(ds, release))
+            return judge(_read_or_none(lambda: read(release.release, release.namespace)), release)
         except failures as error:
-            checks.append(_api_failure(release.release, f"DaemonSet {release.namespace}/{release.release}", error))
+            return _api_failure(release.release, where, error)
 
-    operator = expected.operator
-    status(f"reading Deployment {operator.namespace}/{operator.release}")
-    try:
-        deployment = _read_or_none(lambda: apps_v1.read_namespaced_deployment(operator.release, operator.namespace))
-        checks.append(check_deployment_available(deployment, operator))
-    except failures as error:
-        checks.append(_api_failure(operator.release, f"Deployment {operator.namespace}/{operator.release}", error))
+    for release in expected.device_plugins:
+        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, check_daemon_set))
+    checks.append(check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment,
+                                check_deployment_available))
 
     status(f"reading the RayCluster in {expected.namespace}")
     try:
