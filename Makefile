@@ -25,23 +25,23 @@ node_modules/.installed: package.json package-lock.json
 
 ## The main job: synthesize the whole stack, write the manifests, train on a local Ray cluster, gate the transport.
 demo: install
-	$(PY) -m cli demo $(ARGS)
+	$(PY) -m ray_efa.cli demo $(ARGS)
 
 synth: install
 	npx cdk synth --quiet $(ARGS)
 
 manifests: $(VENV)/.installed
-	$(PY) -m cli manifests --out dist $(ARGS)
+	$(PY) -m ray_efa.cli manifests --out dist $(ARGS)
 
 plan: $(VENV)/.installed
-	$(PY) -m cli plan $(ARGS)
+	$(PY) -m ray_efa.cli plan $(ARGS)
 
 train-local: $(VENV)/.installed
-	$(PY) -m cli train --local $(ARGS)
+	$(PY) -m ray_efa.cli train --local $(ARGS)
 
 ## The transport gate on NCCL logs: make check-transport LOGS="driver.log worker-*.out" [ARGS="--expect efa"]
 check-transport: $(VENV)/.installed
-	$(PY) -m cli check-transport $(ARGS) $(LOGS)
+	$(PY) -m ray_efa.cli check-transport $(ARGS) $(LOGS)
 
 test: install
 	$(PY) -m pytest -n 2 --dist loadgroup

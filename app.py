@@ -5,8 +5,8 @@ import sys
 
 import aws_cdk as cdk
 
-from core.settings import SettingsError
-from infra.app import build_stacks, settings_from_app
+from ray_efa.core.settings import SettingsError
+from ray_efa.infra.app import build_stacks, settings_from_app
 
 app = cdk.App()
 try:

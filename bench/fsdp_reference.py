@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from core.settings import Settings
-from training.data import TokenBatches
-from training.metrics import Meter, Throughput, peak_flops_per_s
-from training.model import build_model
-from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
-from training.train import build_optimizer, learning_rate, train_step
+from ray_efa.core.settings import Settings
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.metrics import Meter, Throughput, peak_flops_per_s
+from ray_efa.training.model import build_model
+from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+from ray_efa.training.train import build_optimizer, learning_rate, train_step
 
 
 def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.context import parse_overrides  # noqa: E402
-from core.settings import Settings  # noqa: E402
+from ray_efa.core.context import parse_overrides  # noqa: E402
+from ray_efa.core.settings import Settings  # noqa: E402
 
 # The benchmark's own defaults; -c overrides them. Sized for 2 x H200 (141 GB each).
 BENCH_CONTEXT = {
@@ -63,7 +63,7 @@ def steady_metrics(summary: dict, settings: Settings, world: int) -> dict:
 
 def planner_estimate(settings: Settings, world: int) -> float:
     """core.memory's estimate of peak GiB per GPU for this run's world size (None if the planner cannot say)."""
-    from core import catalog, memory
+    from ray_efa.core import catalog, memory
 
     return round(memory.estimate_for(settings.training, world_size=world, gpu=catalog.GPUS["H200"]).total_gib, 2)
 
@@ -82,7 +82,7 @@ def _trainer(loop, settings: Settings, world: int, name: str, gpu: bool):
 
 
 def run_project(settings: Settings, world: int, name: str, gpu: bool) -> dict:
-    from training.train import train_func
+    from ray_efa.training.train import train_func
 
     return _trainer(train_func, settings, world, name, gpu).fit().return_value["summary"]
 
@@ -95,10 +95,10 @@ def aws_sample_loop(config: dict) -> dict:
     from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
     from transformers import Qwen2ForCausalLM
 
-    from core.settings import Settings
-    from training.data import TokenBatches
-    from training.metrics import Meter, Throughput, peak_flops_per_s
-    from training.model import qwen2_config
+    from ray_efa.core.settings import Settings
+    from ray_efa.training.data import TokenBatches
+    from ray_efa.training.metrics import Meter, Throughput, peak_flops_per_s
+    from ray_efa.training.model import qwen2_config
 
     settings = Settings.from_context(config["settings"])
     t = settings.training

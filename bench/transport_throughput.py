@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from training.transport import classify, classify_paths  # noqa: E402
+from ray_efa.training.transport import classify, classify_paths  # noqa: E402
 
 NODES, GPUS = 2, 8
 

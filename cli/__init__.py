@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ray-efa", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
-        importlib.import_module(f"cli.{module}").register(subparsers.add_parser, name)
+        importlib.import_module(f"ray_efa.cli.{module}").register(subparsers.add_parser, name)
     return parser
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from cli import main
+from ray_efa.cli import main
 
 sys.exit(main())

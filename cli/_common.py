@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any, Iterable, Mapping
 
-from core.context import ResolvedSettings, parse_overrides, resolve_settings
-from core.settings import SettingsError
+from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
+from ray_efa.core.settings import SettingsError
 
 EXIT_USAGE = 2
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from cli._common import EXIT_USAGE, add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, resolve_or_exit
 
 EXIT_INTERRUPTED = 130
 
@@ -43,9 +43,9 @@ def _fail(args: argparse.Namespace, message: str, problems: list[dict] | None = 
 
 
 def run(args: argparse.Namespace) -> int:
-    from core import catalog, regions
-    from core.context import parse_overrides, resolve_settings
-    from core.settings import SettingsError
+    from ray_efa.core import catalog, regions
+    from ray_efa.core.context import parse_overrides, resolve_settings
+    from ray_efa.core.settings import SettingsError
 
     settings = resolve_or_exit(args).settings
     region = args.region or settings.cluster.region
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
     from rich.console import Console
 
-    from ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
+    from ray_efa.ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
 
     request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe)
     session = boto3.session.Session(region_name=region)
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             except SettingsError as error:
                 return _fail(args, "the recommended AZ does not give valid settings; nothing written",
                              [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
-            from ops.cdk_context import ContextFileError, write_context
+            from ray_efa.ops.cdk_context import ContextFileError, write_context
 
             try:
                 written = str(write_context({"gpuAvailabilityZone": zone}))

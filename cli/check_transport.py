@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from cli._common import EXIT_USAGE, add_json_option
+from ray_efa.cli._common import EXIT_USAGE, add_json_option
 
 __all__ = ["register", "run", "main"]
 
@@ -38,7 +38,7 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.transport import classify_paths
+    from ray_efa.training.transport import classify_paths
 
     problem = _unreadable(args.logs)
     if problem:
@@ -86,7 +86,7 @@ def _usage_error(args: argparse.Namespace, message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """This subcommand alone (`python -m cli.check_transport LOG...`), without building the whole CLI."""
+    """This subcommand alone (`python -m ray_efa.cli.check_transport LOG...`), without building the whole CLI."""
     parser = argparse.ArgumentParser(prog="ray-efa")
     register(parser.add_subparsers(dest="command", required=True).add_parser, "check-transport")
     args = parser.parse_args(["check-transport", *(sys.argv[1:] if argv is None else argv)])

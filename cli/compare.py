@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from cli._common import EXIT_USAGE, add_json_option
+from ray_efa.cli._common import EXIT_USAGE, add_json_option
 
 
 def register(add_parser, name: str) -> None:
@@ -23,7 +23,7 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ops.compare import CompareError, compare_logs
+    from ray_efa.ops.compare import CompareError, compare_logs
 
     try:
         comparison = compare_logs(args.logs)

@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from cli._common import add_context_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, resolve_or_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def _synth(settings, cdk_out: Path) -> list[tuple[str, int]]:
     """Both stacks, as `cdk synth` makes them (cdk.json's feature flags included); (stack, resources) per stack."""
     import aws_cdk as cdk
 
-    from infra.app import build_stacks, feature_flags
+    from ray_efa.infra.app import build_stacks, feature_flags
 
     app = cdk.App(outdir=str(cdk_out), context=feature_flags())
     build_stacks(app, settings)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ops.plan import build_plan, render_plan
+    from ray_efa.ops.plan import build_plan, render_plan
 
     console = Console()
     resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     results.append(("synth", ", ".join(f"{n} ({r})" for n, r in stacks), time.perf_counter() - started))
 
     started = step("3/4 manifests: the KubeRay workload as YAML")
-    from k8s.dist import storage_warning, write_manifests
+    from ray_efa.k8s.dist import storage_warning, write_manifests
 
     files = write_manifests(settings, args.dist)
     for f in files:
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     results.append(("manifests", f"{len(files)} files in {args.dist}", time.perf_counter() - started))
 
     started = step("4/4 train: FSDP on an embedded Ray cluster (2 CPU workers), then the transport gate")
-    from training import driver
-    from training.local import LOCAL_PRESET
+    from ray_efa.training import driver
+    from ray_efa.training.local import LOCAL_PRESET
 
     local = resolve_or_exit(args, extra_layers=[("--local preset", LOCAL_PRESET)]).settings
     code = driver.run(local, local=True)

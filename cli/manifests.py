@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from cli._common import add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, add_json_option, resolve_or_exit
 
 EXIT_FAILED = 1
 
@@ -22,9 +22,9 @@ def register(add_parser, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = resolve_or_exit(args).settings  # bad settings: every problem printed, exit 2, nothing written
-    from k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
-    from k8s.dist import storage_warning, write_manifests
-    from k8s.names import RAY_CLUSTER_NAME, ray_job_name
+    from ray_efa.k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
+    from ray_efa.k8s.dist import storage_warning, write_manifests
+    from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
 
     try:
         files = write_manifests(settings, args.out)

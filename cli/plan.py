@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli._common import add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, add_json_option, resolve_or_exit
 
 
 def register(add_parser, name: str) -> None:
@@ -23,7 +23,7 @@ def register(add_parser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_or_exit(args)  # every settings problem at once, exit 2
 
-    from ops.plan import build_plan, render_plan
+    from ray_efa.ops.plan import build_plan, render_plan
 
     plan = build_plan(resolved)
     if args.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli._common import add_context_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, resolve_or_exit
 
 
 def register(add_parser, name: str) -> None:
@@ -25,11 +25,11 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.local import LOCAL_PRESET
+    from ray_efa.training.local import LOCAL_PRESET
 
     extra = [("--local preset", LOCAL_PRESET)] if args.local else []
     settings = resolve_or_exit(args, extra_layers=extra).settings  # exits 2 on bad settings, before Ray starts
 
-    from training import driver
+    from ray_efa.training import driver
 
     return driver.run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir)

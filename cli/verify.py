@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from cli._common import EXIT_USAGE, add_json_option, resolve_or_exit
+from ray_efa.cli._common import EXIT_USAGE, add_json_option, resolve_or_exit
 
 
 def register(add_parser, name: str) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import config
     from rich.console import Console
 
-    from ops.verify import Expectations, render_verify, verify_until
+    from ray_efa.ops.verify import Expectations, render_verify, verify_until
 
     try:
         api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)

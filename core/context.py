@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from core.settings import Settings, SettingsError, Problem, setting_keys
+from ray_efa.core.settings import Settings, SettingsError, Problem, setting_keys
 
 __all__ = ["ResolvedSettings", "parse_overrides", "read_context", "resolve_settings", "PROJECT_ROOT"]
 

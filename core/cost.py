@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core import catalog
-from core.settings import Settings
+from ray_efa.core import catalog
+from ray_efa.core.settings import Settings
 
 __all__ = ["HourlyCost", "hourly_cost"]
 

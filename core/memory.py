@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core import catalog
-from core.models import ModelPreset
-from core.settings import Problem, Settings, SettingsError, TrainingSettings
+from ray_efa.core import catalog
+from ray_efa.core.models import ModelPreset
+from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS"]
 

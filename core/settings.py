@@ -19,8 +19,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from core import catalog, regions
-from core.models import MODEL_PRESETS, model_preset
+from ray_efa.core import catalog, regions
+from ray_efa.core.models import MODEL_PRESETS, model_preset
 
 __all__ = [
     "SettingsError",

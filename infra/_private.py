@@ -7,9 +7,9 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
-from core.addons import HelmRelease
+from ray_efa.core.addons import HelmRelease
 
-from core.settings import KUBERNETES_VERSIONS
+from ray_efa.core.settings import KUBERNETES_VERSIONS
 
 # kubernetesVersion -> (aws_eks_v2 version, kubectl layer class). The kubectl layer must match the cluster version;
 # every version core.settings allows must appear here (a test checks it).

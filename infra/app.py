@@ -10,9 +10,9 @@ from pathlib import Path
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from core.settings import Problem, Settings, SettingsError
-from infra.cluster_stack import ClusterStack
-from infra.gpu_stack import GpuStack
+from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.infra.cluster_stack import ClusterStack
+from ray_efa.infra.gpu_stack import GpuStack
 
 __all__ = ["RayEfaStacks", "build_stacks", "settings_from_app", "stack_environment", "feature_flags"]
 

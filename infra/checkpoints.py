@@ -7,8 +7,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from core.settings import Settings
-from infra.nag import acknowledge
+from ray_efa.core.settings import Settings
+from ray_efa.infra.nag import acknowledge
 
 __all__ = ["CheckpointStorage"]
 

@@ -8,10 +8,10 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from core.scheduling import SYSTEM_NODE_LABELS
-from core.settings import Settings
-from infra._private import kubectl_layer, kubernetes_version
-from infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies
+from ray_efa.core.scheduling import SYSTEM_NODE_LABELS
+from ray_efa.core.settings import Settings
+from ray_efa.infra._private import kubectl_layer, kubernetes_version
+from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies
 
 __all__ = ["RayEksCluster", "CONTROL_PLANE_LOG_TYPES"]
 

@@ -6,14 +6,14 @@ from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from core.cost import hourly_cost
-from core.settings import Settings
-from infra.checkpoints import CheckpointStorage
-from infra.cluster import RayEksCluster
-from infra.device_plugins import GpuDevicePlugins
-from infra.kuberay import KubeRayOperator
-from infra.network import ClusterVpc
-from infra.workload import RayWorkload
+from ray_efa.core.cost import hourly_cost
+from ray_efa.core.settings import Settings
+from ray_efa.infra.checkpoints import CheckpointStorage
+from ray_efa.infra.cluster import RayEksCluster
+from ray_efa.infra.device_plugins import GpuDevicePlugins
+from ray_efa.infra.kuberay import KubeRayOperator
+from ray_efa.infra.network import ClusterVpc
+from ray_efa.infra.workload import RayWorkload
 
 __all__ = ["ClusterStack"]
 

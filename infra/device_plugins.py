@@ -11,10 +11,10 @@ from __future__ import annotations
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from core.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
-from core.scheduling import GPU_NODE_LABELS, gpu_tolerations, node_selector
-from core.settings import Settings
-from infra._private import helm_chart
+from ray_efa.core.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
+from ray_efa.core.scheduling import GPU_NODE_LABELS, gpu_tolerations, node_selector
+from ray_efa.core.settings import Settings
+from ray_efa.infra._private import helm_chart
 
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 

@@ -8,11 +8,11 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from core import catalog
-from core.scheduling import GPU_NODE_LABELS, GPU_TAINT
-from core.settings import Settings
-from infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
-from infra.network import gpu_subnet
+from ray_efa.core import catalog
+from ray_efa.core.scheduling import GPU_NODE_LABELS, GPU_TAINT
+from ray_efa.core.settings import Settings
+from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
+from ray_efa.infra.network import gpu_subnet
 
 __all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces"]
 

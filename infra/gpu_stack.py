@@ -5,10 +5,10 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Environment, Stack
 from constructs import Construct
 
-from core.cost import hourly_cost
-from core.settings import Settings
-from infra.cluster_stack import ClusterStack
-from infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.core.cost import hourly_cost
+from ray_efa.core.settings import Settings
+from ray_efa.infra.cluster_stack import ClusterStack
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 
 __all__ = ["GpuStack"]
 

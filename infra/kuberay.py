@@ -6,10 +6,10 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from core.addons import KUBERAY_OPERATOR
-from core.scheduling import SYSTEM_NODE_LABELS, node_selector
-from core.settings import Settings
-from infra._private import helm_chart
+from ray_efa.core.addons import KUBERAY_OPERATOR
+from ray_efa.core.scheduling import SYSTEM_NODE_LABELS, node_selector
+from ray_efa.core.settings import Settings
+from ray_efa.infra._private import helm_chart
 
 __all__ = ["KubeRayOperator", "kuberay_values"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from core.settings import Problem, Settings, SettingsError
+from ray_efa.core.settings import Problem, Settings, SettingsError
 
 __all__ = ["ClusterVpc", "gpu_subnet"]
 

@@ -8,8 +8,8 @@ import cdk8s
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
-from core.settings import Settings
-from k8s.workload import namespace_chart, ray_job_chart
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.workload import namespace_chart, ray_job_chart
 
 __all__ = ["RayWorkload"]
 

@@ -14,10 +14,10 @@ from typing import Any
 __all__ = ["build_workload", "build_manifests", "write_manifests", "ManifestError"]
 
 _LAZY = {
-    "build_workload": "k8s.workload",
-    "build_manifests": "k8s.workload",
-    "write_manifests": "k8s.dist",
-    "ManifestError": "k8s.code_bundle",
+    "build_workload": "ray_efa.k8s.workload",
+    "build_manifests": "ray_efa.k8s.workload",
+    "write_manifests": "ray_efa.k8s.dist",
+    "ManifestError": "ray_efa.k8s.code_bundle",
 }
 
 

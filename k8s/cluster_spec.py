@@ -25,12 +25,12 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
-from core import catalog, scheduling
-from core.settings import Settings
-from k8s.code_bundle import CodeBundle
-from k8s.names import CODE_MOUNT_PATH
-from k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
-from training.network import network_env
+from ray_efa.core import catalog, scheduling
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.code_bundle import CodeBundle
+from ray_efa.k8s.names import CODE_MOUNT_PATH
+from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
+from ray_efa.training.network import network_env
 
 __all__ = [
     "HEAD_PORTS",

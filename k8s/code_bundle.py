@@ -1,6 +1,6 @@
 """The training code and settings shipped to the Ray pods at synth time, as ConfigMap data (no image build, no registry).
 
-Every .py file of the shipped packages (core/, training/) becomes one ConfigMap key; ConfigMap keys cannot contain
+Every .py file of the shipped packages (ray_efa.core, ray_efa.training) becomes one ConfigMap key; ConfigMap keys cannot contain
 '/', so each key is the path with '/' replaced by '.', and the volume's `items` map it back to its path. The resolved
 settings ride along as settings.json. Size limits are checked here, at synth time, so that an oversized bundle fails
 with a clear message instead of a rejected `kubectl apply` half-way through a deployment.
@@ -8,14 +8,14 @@ with a clear message instead of a rejected `kubectl apply` half-way through a de
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.context import PROJECT_ROOT
-from core.settings import Settings
-from k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES
 
 __all__ = [
     "ManifestError",
@@ -48,12 +48,12 @@ class ShippedFile:
     """One file of the bundle."""
 
     path: str
-    """Path below the mount point, '/'-separated (core/settings.py)."""
+    """Path below the mount point, '/'-separated (ray_efa/core/settings.py)."""
     text: str
 
     @property
     def key(self) -> str:
-        """The ConfigMap key: the path with '/' replaced by '.' (core.settings.py)."""
+        """The ConfigMap key: the path with '/' replaced by '.' (ray_efa.core.settings.py)."""
         return self.path.replace("/", ".")
 
 
@@ -114,16 +114,38 @@ class CodeBundle:
             raise ManifestError(f"module {module} is not in the shipped code (no {path}.py under {', '.join(SHIPPED_PACKAGES)})")
 
 
-def collect_code(settings: Settings, *, root: Path = PROJECT_ROOT, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:
-    """Read every .py file of `packages` under `root` (sorted, no caches) and add settings.json."""
-    files: list[ShippedFile] = []
+def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:
+    """Read every .py file of `packages` (dotted names, found where Python imports them: the repository's folders in
+    a checkout, site-packages in an install; sorted, no caches), each parent package's __init__.py, and settings.json.
+
+    Paths in the bundle follow the import names (ray_efa/core/settings.py), so the pods import the same modules.
+    """
+    files: dict[str, ShippedFile] = {}
     for package in packages:
-        package_dir = root / package
-        if not (package_dir / "__init__.py").is_file():
-            raise ManifestError(f"package {package}/ to ship is missing under {root} (no {package}/__init__.py)")
-        for path in sorted(package_dir.rglob("*.py")):
-            if "__pycache__" in path.parts or any(part.startswith(".") for part in path.relative_to(root).parts):
+        package_dir = _package_dir(package)
+        base = package.replace(".", "/")
+        parts = package.split(".")
+        for depth in range(1, len(parts)):  # ray_efa/__init__.py for ray_efa.core
+            parent = ".".join(parts[:depth])
+            init = _package_dir(parent) / "__init__.py"
+            path = f"{parent.replace('.', '/')}/__init__.py"
+            files[path] = ShippedFile(path=path, text=init.read_text(encoding="utf-8"))
+        for source in sorted(package_dir.rglob("*.py")):
+            relative = source.relative_to(package_dir)
+            if "__pycache__" in relative.parts or any(part.startswith(".") for part in relative.parts):
                 continue
-            files.append(ShippedFile(path=path.relative_to(root).as_posix(), text=path.read_text(encoding="utf-8")))
-    files.append(ShippedFile(path=SETTINGS_FILE, text=settings.to_json() + "\n"))
-    return CodeBundle(files=tuple(sorted(files, key=lambda f: f.path)))
+            path = f"{base}/{relative.as_posix()}"
+            files[path] = ShippedFile(path=path, text=source.read_text(encoding="utf-8"))
+    files[SETTINGS_FILE] = ShippedFile(path=SETTINGS_FILE, text=settings.to_json() + "\n")
+    return CodeBundle(files=tuple(sorted(files.values(), key=lambda f: f.path)))
+
+
+def _package_dir(package: str) -> Path:
+    """The folder Python imports `package` from; ManifestError if it is not an importable package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ManifestError(f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)")
+    return Path(next(iter(spec.submodule_search_locations)))

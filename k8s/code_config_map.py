@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from k8s._private import api_object, labels
-from k8s.code_bundle import CodeBundle
+from ray_efa.k8s._private import api_object, labels
+from ray_efa.k8s.code_bundle import CodeBundle
 
 __all__ = ["CodeConfigMap"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import cdk8s
 
-from core.settings import Settings
-from k8s.workload import build_manifests
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.workload import build_manifests
 
 __all__ = ["write_manifests", "storage_warning"]
 

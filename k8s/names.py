@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from core.settings import WorkloadSettings
+from ray_efa.core.settings import WorkloadSettings
 
 __all__ = [
     "RAY_CLUSTER_NAME",
@@ -32,16 +32,16 @@ NETWORKS: tuple[str, ...] = next(f.metadata["choices"] for f in dataclasses.fiel
 """The transports a job can run on (the `network` setting's choices); each run has a comparison run on the other."""
 
 CODE_MOUNT_PATH = "/opt/ray-efa/app"
-"""Where every Ray container mounts the shipped code: it holds core/, training/ and settings.json, and is on PYTHONPATH."""
+"""Where every Ray container mounts the shipped code: it holds ray_efa/core/, ray_efa/training/ and settings.json, and is on PYTHONPATH."""
 
 SETTINGS_FILE = "settings.json"
 SETTINGS_PATH = f"{CODE_MOUNT_PATH}/{SETTINGS_FILE}"
 
-DRIVER_MODULE = "training.driver"
-"""The module the RayJob entrypoint runs (`python -m training.driver --settings SETTINGS_PATH`)."""
+DRIVER_MODULE = "ray_efa.training.driver"
+"""The module the RayJob entrypoint runs (`python -m ray_efa.training.driver --settings SETTINGS_PATH`)."""
 
-SHIPPED_PACKAGES = ("core", "training")
-"""Top-level packages of this repository shipped to the pods at synth time (every .py file in them)."""
+SHIPPED_PACKAGES = ("ray_efa.core", "ray_efa.training")
+"""Packages shipped to the pods at synth time (every .py file in them, and ray_efa/__init__.py above them)."""
 
 # KubeRay names a RayJob's cluster "<job>-<5 random chars>" and requires a DNS-1035 label of at most 63 characters,
 # so RayJob names are capped at 47 (KubeRay's MaxRayJobNameLength); RayCluster names get the same cap for symmetry.

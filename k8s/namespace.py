@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from k8s._private import api_object, labels
+from ray_efa.k8s._private import api_object, labels
 
 __all__ = ["WorkloadNamespace"]
 

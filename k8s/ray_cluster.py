@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from constructs import Construct
 
-from core.settings import Settings
-from k8s._private import api_object, labels
-from k8s.cluster_spec import ray_cluster_spec
-from k8s.code_config_map import CodeConfigMap
-from k8s.names import check_object_name
-from k8s.ray_types import API_VERSION
+from ray_efa.core.settings import Settings
+from ray_efa.k8s._private import api_object, labels
+from ray_efa.k8s.cluster_spec import ray_cluster_spec
+from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.names import check_object_name
+from ray_efa.k8s.ray_types import API_VERSION
 
 __all__ = ["RayCluster"]
 

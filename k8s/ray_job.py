@@ -7,18 +7,18 @@ import shlex
 import yaml
 from constructs import Construct
 
-from core.settings import Settings
-from k8s._private import api_object, labels
-from k8s.cluster_spec import ray_cluster_spec, submitter_template
-from k8s.code_config_map import CodeConfigMap
-from k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
-from k8s.ray_types import API_VERSION, RayJobSpec
+from ray_efa.core.settings import Settings
+from ray_efa.k8s._private import api_object, labels
+from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
+from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
+from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
 
 def driver_entrypoint() -> str:
-    """`python -m training.driver --settings .../settings.json`: one plain command, so the Ray job's status is the
+    """`python -m ray_efa.training.driver --settings .../settings.json`: one plain command, so the Ray job's status is the
     driver's exit status (non-zero, e.g. a failed transport gate, makes the job FAILED and the RayJob Failed).
 
     No shell operators: KubeRay pastes the entrypoint into the submitter's own shell line, where `&&` or `;` would run

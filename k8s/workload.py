@@ -12,13 +12,13 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from core.settings import Settings
-from k8s.code_bundle import collect_code
-from k8s.code_config_map import CodeConfigMap
-from k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
-from k8s.namespace import WorkloadNamespace
-from k8s.ray_cluster import RayCluster
-from k8s.ray_job import RayJob
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.code_bundle import collect_code
+from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
+from ray_efa.k8s.namespace import WorkloadNamespace
+from ray_efa.k8s.ray_cluster import RayCluster
+from ray_efa.k8s.ray_job import RayJob
 
 __all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "build_workload", "build_manifests"]
 

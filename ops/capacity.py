@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ops._status import Status, quiet
+from ray_efa.ops._status import Status, quiet
 
 __all__ = [
     "VcpuQuotaClass",

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.context import PROJECT_ROOT
+from ray_efa.core.context import PROJECT_ROOT
 
 __all__ = ["ContextFileError", "context_file", "write_context"]
 

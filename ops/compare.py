@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.run_summary import find_summaries
+from ray_efa.training.run_summary import find_summaries
 
 __all__ = ["CompareError", "Comparison", "compare_logs"]
 

@@ -12,11 +12,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from core import catalog
-from core.context import ResolvedSettings
-from core.cost import HourlyCost, hourly_cost
-from core.memory import MemoryEstimate, check_fits, estimate
-from core.settings import Settings, SettingsError, setting_keys
+from ray_efa.core import catalog
+from ray_efa.core.context import ResolvedSettings
+from ray_efa.core.cost import HourlyCost, hourly_cost
+from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
+from ray_efa.core.settings import Settings, SettingsError, setting_keys
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
 

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from core import catalog
-from core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
-from core.scheduling import GPU_NODE_LABELS, node_selector
-from core.settings import Settings
-from k8s.names import RAY_CLUSTER_NAME, ray_job_name
-from ops._status import Status, quiet
+from ray_efa.core import catalog
+from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from ray_efa.core.scheduling import GPU_NODE_LABELS, node_selector
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
+from ray_efa.ops._status import Status, quiet
 
 __all__ = [
     "GPU_RESOURCE",

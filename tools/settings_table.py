@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core import catalog  # noqa: E402
-from core.settings import Settings, setting_keys  # noqa: E402
+from ray_efa.core import catalog  # noqa: E402
+from ray_efa.core.settings import Settings, setting_keys  # noqa: E402
 
 
 def _cell(value) -> str:

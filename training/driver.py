@@ -1,6 +1,6 @@
 """The training driver: checks the plan, runs train_func on a TorchTrainer, then gates the NCCL transport.
 
-The RayJob runs exactly `python -m training.driver --settings /path/settings.json` from a working directory holding
+The RayJob runs exactly `python -m ray_efa.training.driver --settings /path/settings.json` from a working directory holding
 core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (with the local preset
 when no settings file is given). Exit codes: 0 trained (and the transport proven, on the
 cluster), 1 training failed or the gate failed, 2 bad settings or a plan that cannot fit, 3 the gate could not prove
@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from core import catalog, memory
-from core.settings import Problem, Settings, SettingsError
-from training.local import LOCAL_PRESET, LOCAL_WORKERS
+from ray_efa.core import catalog, memory
+from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
@@ -111,7 +111,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
     """Run train_func on a TorchTrainer; return the Ray Train Result (raises ray.train.TrainingFailedError)."""
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from training.train import train_func
+    from ray_efa.training.train import train_func
 
     init_ray(local=local)
     trainer = TorchTrainer(
@@ -133,9 +133,9 @@ def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
 
 def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport."""
-    from training.log_collect import collect_nccl_logs
-    from training.network import expected_transport
-    from training.transport import classify_paths
+    from ray_efa.training.log_collect import collect_nccl_logs
+    from ray_efa.training.network import expected_transport
+    from ray_efa.training.transport import classify_paths
 
     paths = collect_nccl_logs(logs_dir)
     verdict = classify_paths(paths).verdict(expected_transport(settings.workload.network))
@@ -153,19 +153,19 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     try:
         check_plan(settings, local=local)
     except SettingsError as error:
-        print(f"training.driver: {error}", file=sys.stderr)
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
 
     import ray.train
 
-    from training.metrics import format_summary
-    from training.run_summary import summary_line
+    from ray_efa.training.metrics import format_summary
+    from ray_efa.training.run_summary import summary_line
 
     name = name or default_run_name(settings, local=local)
     try:
         init_ray(local=local)
     except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
-        print(f"training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
+        print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
               "or locally with --local.", file=sys.stderr)
         return EXIT_FAILED
     try:
@@ -205,7 +205,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.driver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=__doc__.splitlines()[0])
     parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
     parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
     parser.add_argument("--name", help="Ray Train run name; reusing one resumes its latest checkpoint")
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = _settings_from_args(args)
     except (ValueError, OSError) as error:  # SettingsError and bad JSON are ValueErrors
-        print(f"training.driver: {error}", file=sys.stderr)
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     return run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir)
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from core import catalog
+from ray_efa.core import catalog
 
 __all__ = ["Throughput", "Meter", "peak_flops_per_s", "device_name", "format_line", "format_summary"]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.models import ModelPreset
-from training.loss import causal_lm_loss
+from ray_efa.core.models import ModelPreset
+from ray_efa.training.loss import causal_lm_loss
 
 __all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from core import catalog
-from core.settings import WorkloadSettings
+from ray_efa.core import catalog
+from ray_efa.core.settings import WorkloadSettings
 
 __all__ = ["NETWORKS", "network_env", "expected_transport"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.model import CausalLM
+from ray_efa.training.model import CausalLM
 
 __all__ = ["ParallelPlan", "parallelize", "mixed_precision_policy"]
 

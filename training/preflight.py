@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from core import catalog
+from ray_efa.core import catalog
 
 if TYPE_CHECKING:  # torch stays out of import time: the CLI and the manifests import this module's neighbours
     import torch
 
-    from core.settings import Settings
+    from ray_efa.core.settings import Settings
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from core.settings import Settings, TrainingSettings
-from training import checkpoint
-from training.data import TokenBatches
-from training.metrics import Meter, Throughput, format_line, peak_flops_per_s
-from training.model import build_model
-from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+from ray_efa.core.settings import Settings, TrainingSettings
+from ray_efa.training import checkpoint
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
+from ray_efa.training.model import build_model
+from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
 
 __all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
@@ -80,7 +80,7 @@ def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
     """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor."""
     import ray.train
 
-    from training import preflight
+    from ray_efa.training import preflight
 
     context = ray.train.get_context()
     results = preflight.allreduce_probe(**({} if device.type == "cuda" else _PROBE_CPU), device=device)

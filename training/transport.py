@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from training.network import expected_transport, network_env
+from ray_efa.training.network import expected_transport, network_env
 
 __all__ = [
     "EXPECTS",

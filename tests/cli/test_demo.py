@@ -19,7 +19,7 @@ def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
     env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5",
                COLUMNS="200")
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(tmp_path / "dist"),
+        [sys.executable, "-m", "ray_efa.cli", "demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(tmp_path / "dist"),
          "-c", "gpuInstanceType=p5.48xlarge"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )

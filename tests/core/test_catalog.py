@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import catalog
+from ray_efa.core import catalog
 
 # instance -> (GPUs, EFA interfaces, GPUDirect RDMA)   from FACTS.md's table
 FACTS_TABLE = {

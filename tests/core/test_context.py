@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from core.context import parse_overrides, resolve_settings
-from core.settings import SettingsError
+from ray_efa.core.context import parse_overrides, resolve_settings
+from ray_efa.core.settings import SettingsError
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.cost import hourly_cost
-from core.settings import Settings
+from ray_efa.core.cost import hourly_cost
+from ray_efa.core.settings import Settings
 
 
 def test_default_cost_breakdown():

@@ -3,9 +3,9 @@ name the settings to change."""
 
 import pytest
 
-from core import catalog
-from core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, check_fits, estimate, estimate_for
-from core.settings import Settings, SettingsError, TrainingSettings
+from ray_efa.core import catalog
+from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, check_fits, estimate, estimate_for
+from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 GIB = 2**30
 QWEN = TrainingSettings(model="qwen2.5-1.5b")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.settings import Settings, SettingsError, setting_keys
+from ray_efa.core.settings import Settings, SettingsError, setting_keys
 
 
 def test_defaults_match_the_reference_deployment():

@@ -10,8 +10,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from core.settings import Settings
-from infra.app import RayEfaStacks, build_stacks, feature_flags
+from ray_efa.core.settings import Settings
+from ray_efa.infra.app import RayEfaStacks, build_stacks, feature_flags
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
 

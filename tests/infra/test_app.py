@@ -15,11 +15,11 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from core.settings import KUBERNETES_VERSIONS, Settings
-from infra._private import kubectl_layer, kubernetes_version
-from infra.app import build_stacks
-from infra.cluster import RayEksCluster
-from infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
+from ray_efa.infra._private import kubectl_layer, kubernetes_version
+from ray_efa.infra.app import build_stacks
+from ray_efa.infra.cluster import RayEksCluster
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,7 @@ def test_existing_vpc_without_a_private_subnet_in_the_gpu_az_fails_clearly():
 
 
 def test_existing_vpc_needs_an_account():
-    from infra.app import stack_environment
+    from ray_efa.infra.app import stack_environment
 
     with pytest.raises(ValueError, match="vpcId: needs AWS credentials"):
         env = dict(os.environ)

@@ -11,8 +11,8 @@ import yaml
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
 
-from infra.device_plugins import device_plugin_values
-from infra.kuberay import kuberay_values
+from ray_efa.infra.device_plugins import device_plugin_values
+from ray_efa.infra.kuberay import kuberay_values
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 
@@ -102,7 +102,7 @@ def test_kuberay_values_are_keys_of_the_chart():
 
 
 def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
-    from core import catalog
+    from ray_efa.core import catalog
 
     values = yaml.safe_load((SHARED / "helm-values" / "aws-efa-k8s-device-plugin-v0.5.30" / "values.yaml").read_text())
     allowlist = set(values["supportedInstanceLabels"]["values"])
@@ -114,7 +114,7 @@ def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
 
 
 def test_nvidia_default_affinity_matches_gpu_node_label():
-    from core.scheduling import GPU_NODE_LABELS
+    from ray_efa.core.scheduling import GPU_NODE_LABELS
 
     values = yaml.safe_load((SHARED / "helm-values" / "nvidia-device-plugin-0.20.0" / "values.yaml").read_text())
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

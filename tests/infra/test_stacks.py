@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match
 
-from core import catalog
-from core.cost import hourly_cost
-from core.scheduling import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS
+from ray_efa.core import catalog
+from ray_efa.core.cost import hourly_cost
+from ray_efa.core.scheduling import GPU_NODE_LABELS, GPU_TAINT, SYSTEM_NODE_LABELS
 from tests.infra.conftest import synthesize
 
 

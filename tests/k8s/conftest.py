@@ -10,9 +10,9 @@ from typing import Any, Iterator
 import cdk8s
 import pytest
 
-from core.settings import Settings
-from k8s.names import CODE_MOUNT_PATH
-from k8s.workload import build_manifests
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.names import CODE_MOUNT_PATH
+from ray_efa.k8s.workload import build_manifests
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
 """The same GPU types as the infra tests."""

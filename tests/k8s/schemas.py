@@ -15,7 +15,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from core.context import PROJECT_ROOT
+from ray_efa.core.context import PROJECT_ROOT
 
 CRD_DIR = PROJECT_ROOT.parent / "shared" / "kuberay-crds"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}

@@ -10,23 +10,23 @@ from pathlib import Path
 import cdk8s
 import pytest
 
-from core.context import PROJECT_ROOT
-from core.settings import Settings
-from k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
-from k8s.code_config_map import CodeConfigMap
-from k8s.names import CODE_MOUNT_PATH
+from ray_efa.core.context import PROJECT_ROOT
+from ray_efa.core.settings import Settings
+from ray_efa.k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
+from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.names import CODE_MOUNT_PATH
 from tests.k8s.conftest import materialize_code, volume_at
 
 
 _PROBE = """
 import importlib.util, json, sys
 sys.path.insert(0, sys.argv[1])
-from core.settings import Settings
-import core.settings
+import ray_efa.core.settings
+from ray_efa.core.settings import Settings
 settings = Settings.from_json(open(sys.argv[1] + "/settings.json").read())
 print(json.dumps({
-    "core": core.settings.__file__,
-    "driver": importlib.util.find_spec("training.driver").origin,
+    "core": ray_efa.core.settings.__file__,
+    "driver": importlib.util.find_spec("ray_efa.training.driver").origin,
     "settings": settings.to_context(),
 }))
 """
@@ -53,14 +53,14 @@ def test_every_tracked_python_file_of_core_and_training_is_shipped(default_synth
     # WHEN we list the items of the mounted ConfigMap
     head = default_synth.ray_job("efa")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     shipped = {item["path"] for item in volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]}
-    # THEN every tracked file is there, with its text
-    assert set(tracked) <= shipped
+    # THEN every tracked file is there, under the import namespace, with ray_efa/__init__.py above them
+    assert {f"ray_efa/{path}" for path in tracked} | {"ray_efa/__init__.py"} <= shipped
 
 
 def test_config_map_keys_map_back_to_their_paths(default_synth):
     head = default_synth.ray_cluster["spec"]["headGroupSpec"]["template"]
     items = volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]
-    assert {"key": "core.settings.py", "path": "core/settings.py"} in items
+    assert {"key": "ray_efa.core.settings.py", "path": "ray_efa/core/settings.py"} in items
     for item in items:
         assert item["key"] == item["path"].replace("/", ".")
 
@@ -102,20 +102,22 @@ def test_colliding_config_map_keys_are_rejected():
 
 
 def test_missing_driver_module_is_named():
-    bundle = CodeBundle(files=(ShippedFile(path="training/__init__.py", text=""),))
-    with pytest.raises(ManifestError, match=r"module training\.driver is not in the shipped code \(no training/driver\.py"):
-        bundle.require_module("training.driver")
+    bundle = CodeBundle(files=(ShippedFile(path="ray_efa/training/__init__.py", text=""),))
+    with pytest.raises(ManifestError, match=r"module ray_efa\.training\.driver is not in the shipped code \(no ray_efa/training/driver\.py"):
+        bundle.require_module("ray_efa.training.driver")
 
 
-def test_missing_package_is_named(tmp_path):
-    with pytest.raises(ManifestError, match=r"package training/ to ship is missing .*\(no training/__init__\.py\)"):
-        collect_code(Settings(), root=tmp_path, packages=("training",))
+def test_missing_package_is_named():
+    with pytest.raises(ManifestError, match=r"package ray_efa\.nothing to ship is not importable here \(no ray_efa/nothing/__init__\.py\)"):
+        collect_code(Settings(), packages=("ray_efa.nothing",))
 
 
-def test_caches_and_hidden_files_are_not_shipped(tmp_path):
-    # GIVEN a package with a bytecode cache and a hidden directory next to its module
-    for path in ("pkg/__init__.py", "pkg/mod.py", "pkg/__pycache__/mod.py", "pkg/.hidden/x.py"):
+def test_caches_and_hidden_files_are_not_shipped(tmp_path, monkeypatch):
+    # GIVEN an importable package with a parent, a bytecode cache and a hidden directory next to its module
+    for path in ("top/__init__.py", "top/pkg/__init__.py", "top/pkg/mod.py", "top/pkg/__pycache__/mod.py", "top/pkg/.hidden/x.py"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("")
-    # WHEN it is collected THEN only the package's modules and settings.json ship
-    assert collect_code(Settings(), root=tmp_path, packages=("pkg",)).paths() == ["pkg/__init__.py", "pkg/mod.py", "settings.json"]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # WHEN it is collected THEN only the package's modules, its parent's __init__ and settings.json ship
+    assert collect_code(Settings(), packages=("top.pkg",)).paths() == [
+        "settings.json", "top/__init__.py", "top/pkg/__init__.py", "top/pkg/mod.py"]

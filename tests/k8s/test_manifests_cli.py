@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from cli import manifests
-from k8s import code_bundle, workload
+from ray_efa.cli import manifests
+from ray_efa.k8s import code_bundle, workload
 
 EXPECTED_FILES = ["0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
 
@@ -96,8 +96,8 @@ def test_json_output_names_the_files_and_the_job(tmp_path, capsys):
 
 
 def test_multi_node_manifests_without_storage_path_warn_how_to_fix():
-    from core.settings import Settings
-    from k8s.dist import storage_warning
+    from ray_efa.core.settings import Settings
+    from ray_efa.k8s.dist import storage_warning
 
     warning = storage_warning(Settings())
     assert "storagePath is unset, so the RayJobs will refuse to train on 2 nodes" in warning

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import k8s
-import k8s.workload
-from core.context import PROJECT_ROOT
+from ray_efa import k8s
+import ray_efa.k8s.workload
+from ray_efa.core.context import PROJECT_ROOT
 
 
 def test_builders_are_exported_from_the_package():
@@ -17,6 +17,6 @@ def test_builders_are_exported_from_the_package():
 
 def test_names_import_without_cdk8s():
     # GIVEN a fresh interpreter WHEN ops/ or cli/ import the object names THEN neither cdk8s nor the k8s client loads
-    probe = "import sys, k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
+    probe = "import sys, ray_efa.k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

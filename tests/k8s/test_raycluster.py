@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core import catalog
+from ray_efa.core import catalog
 from tests.k8s.conftest import BASE, container, env, head, synthesize, volume_at, worker_group
 
 # Facts from the reference table (FACTS.md), independent of core.catalog: GPUs, EFA interfaces, GPUDirect RDMA.

@@ -12,8 +12,8 @@ import cdk8s
 import pytest
 import yaml
 
-from k8s.names import CODE_MOUNT_PATH, check_object_name
-from k8s.workload import build_workload
+from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
+from ray_efa.k8s.workload import build_workload
 from tests.k8s.conftest import BASE, container, env, materialize_code, synthesize, worker_group
 
 
@@ -28,7 +28,7 @@ def test_entrypoint_runs_the_driver_with_the_shipped_settings_and_nothing_else(d
     # WHEN its entrypoint is split as the head's shell would
     argv = shlex.split(job["spec"]["entrypoint"])
     # THEN it is the driver alone: its exit status is the Ray job's (no `|| true`, `;`, `&&` to mask a failed gate)
-    assert argv == ["python", "-m", "training.driver", "--settings", f"{CODE_MOUNT_PATH}/settings.json"]
+    assert argv == ["python", "-m", "ray_efa.training.driver", "--settings", f"{CODE_MOUNT_PATH}/settings.json"]
 
 
 def test_entrypoint_settings_file_is_mounted_on_the_head(default_synth):
@@ -140,7 +140,7 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
 def test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it(default_synth, tmp_path):
     # GIVEN the EFA job's ConfigMap written out where its pods mount it (here: tmp_path), and settings the driver
     # refuses (3 GPU nodes and no shared storagePath for the checkpoints)
-    from training.driver import EXIT_BAD_SETTINGS
+    from ray_efa.training.driver import EXIT_BAD_SETTINGS
 
     root = materialize_code(default_synth, "efa", tmp_path)
     assert default_synth.settings.workload.storage_path is None and default_synth.settings.nodes.gpu_node_count == 3

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import all_versions
 
-from core.settings import KUBERAY_VERSIONS
+from ray_efa.core.settings import KUBERAY_VERSIONS
 from tests.k8s.conftest import synthesize
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 

@@ -8,7 +8,7 @@ import importlib
 
 def run_cli(command: str, *argv: str) -> int:
     """The exit code the process would have (resolve_or_exit raises SystemExit for bad settings)."""
-    module = importlib.import_module(f"cli.{command}")
+    module = importlib.import_module(f"ray_efa.cli.{command}")
     parser = argparse.ArgumentParser(prog="ray-efa")
     module.register(parser.add_subparsers(dest="command", required=True).add_parser, command)
     try:

@@ -23,8 +23,8 @@ from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
-from ops import capacity
-from ops.capacity import (
+from ray_efa.ops import capacity
+from ray_efa.ops.capacity import (
     AVAILABLE,
     ERROR,
     INSUFFICIENT_CAPACITY,

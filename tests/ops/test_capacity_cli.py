@@ -48,7 +48,7 @@ def context_file(monkeypatch, tmp_path):
     """cdk.context.json in a temporary directory, holding a CDK lookup that must survive the write."""
     path = tmp_path / "cdk.context.json"
     path.write_text(json.dumps({"availability-zones:account=123456789012:region=us-east-1": ["us-east-1a"]}))
-    monkeypatch.setattr("ops.cdk_context.context_file", lambda: path)
+    monkeypatch.setattr("ray_efa.ops.cdk_context.context_file", lambda: path)
     return path
 
 

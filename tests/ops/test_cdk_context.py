@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ops.cdk_context import ContextFileError, write_context
+from ray_efa.ops.cdk_context import ContextFileError, write_context
 
 
 def test_write_context_merges_and_keeps_the_other_keys(tmp_path):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from ops.compare import CompareError, compare_logs
+from ray_efa.ops.compare import CompareError, compare_logs
 from tests.ops.cli_helpers import run_cli
-from training.run_summary import find_summaries, summary_line
+from ray_efa.training.run_summary import find_summaries, summary_line
 
 
 def _summary(tokens_per_s: float, step_s: float) -> dict:

@@ -7,11 +7,11 @@ import json
 import pytest
 from rich.console import Console
 
-from core import catalog
-from core.context import resolve_settings
-from core.cost import hourly_cost
-from core.memory import estimate
-from ops.plan import build_plan, render_plan
+from ray_efa.core import catalog
+from ray_efa.core.context import resolve_settings
+from ray_efa.core.cost import hourly_cost
+from ray_efa.core.memory import estimate
+from ray_efa.ops.plan import build_plan, render_plan
 from tests.ops.cli_helpers import run_cli
 
 

@@ -14,8 +14,8 @@ import socket
 import pytest
 from kubernetes import client
 
-from core.settings import Settings
-from ops.verify import Expectations, verify_cluster, verify_until
+from ray_efa.core.settings import Settings
+from ray_efa.ops.verify import Expectations, verify_cluster, verify_until
 from tests.ops.cli_helpers import run_cli
 from tests.ops.kube_server import FakeKubeApi, load_recording
 

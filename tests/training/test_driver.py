@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from core import catalog
-from core.settings import Settings, SettingsError
-from training import driver
-from training.local import LOCAL_WORKERS
+from ray_efa.core import catalog
+from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.training import driver
+from ray_efa.training.local import LOCAL_WORKERS
 
 
 def test_local_scaling_is_cpu_workers():
@@ -80,7 +80,7 @@ def test_one_node_needs_no_shared_storage():
     ("argv", "content", "message"),
     [
         ([], None, "--settings: is required without --local"),
-        (["--settings", "{path}"], "{not json", "training.driver:"),
+        (["--settings", "{path}"], "{not json", "ray_efa.training.driver:"),
         (["--settings", "{path}"], json.dumps({"seqLen": 99999, "model": "tiny"}), "seqLen: must be <= 32768"),
         (["--settings", "{path}"], Settings.from_context({"microBatch": 8, "seqLen": 4096}).to_json(), "GiB per GPU"),
     ],

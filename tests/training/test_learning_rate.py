@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from core.settings import TrainingSettings
-from training.train import FaultInjection, InjectedFault, learning_rate
+from ray_efa.core.settings import TrainingSettings
+from ray_efa.training.train import FaultInjection, InjectedFault, learning_rate
 
 
 @pytest.mark.parametrize(

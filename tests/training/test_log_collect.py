@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from training.log_collect import collect_nccl_logs, read_nccl_lines
-from training.transport import classify_paths
+from ray_efa.training.log_collect import collect_nccl_logs, read_nccl_lines
+from ray_efa.training.transport import classify_paths
 
 # -- reading a node's worker logs (no Ray needed) ------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.models import model_preset
-from training.loss import causal_lm_loss
-from training.model import build_model
+from ray_efa.core.models import model_preset
+from ray_efa.training.loss import causal_lm_loss
+from ray_efa.training.model import build_model
 
 # bf16 rounds to 8 bits of mantissa; the two paths round at different places (per chunk vs once).
 TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-6}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3}}

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from core.models import model_preset
-from training.model import ModelPathError, build_model, qwen2_config
+from ray_efa.core.models import model_preset
+from ray_efa.training.model import ModelPathError, build_model, qwen2_config
 
 CPU = torch.device("cpu")
 TINY = model_preset("tiny")

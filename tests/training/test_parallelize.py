@@ -8,12 +8,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from core.models import model_preset
-from core.settings import TrainingSettings
-from training.data import TokenBatches
-from training.model import build_model
-from training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
-from training.train import build_optimizer
+from ray_efa.core.models import model_preset
+from ray_efa.core.settings import TrainingSettings
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.model import build_model
+from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+from ray_efa.training.train import build_optimizer
 
 CPU = torch.device("cpu")
 STEPS = 3

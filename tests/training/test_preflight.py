@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core import catalog
-from core.settings import Settings
-from training.preflight import (
+from ray_efa.core import catalog
+from ray_efa.core.settings import Settings
+from ray_efa.training.preflight import (
     PreflightError,
     ProbeResult,
     allreduce_probe,

@@ -2,7 +2,7 @@
 
 import torch
 
-from training.data import TokenBatches
+from ray_efa.training.data import TokenBatches
 
 
 def _batches(**overrides):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cli import train
-from core.context import parse_overrides, resolve_settings
-from training.local import LOCAL_PRESET
-from training.run_summary import find_summaries
+from ray_efa.cli import train
+from ray_efa.core.context import parse_overrides, resolve_settings
+from ray_efa.training.local import LOCAL_PRESET
+from ray_efa.training.run_summary import find_summaries
 
 
 def run_cli(*argv: str) -> int:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from training.metrics import Meter, Throughput, format_line, format_summary, peak_flops_per_s
+from ray_efa.training.metrics import Meter, Throughput, format_line, format_summary, peak_flops_per_s
 
 
 class Clock:

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from core.settings import Settings
-from training import driver
-from training.local import LOCAL_PRESET
+from ray_efa.core.settings import Settings
+from ray_efa.training import driver
+from ray_efa.training.local import LOCAL_PRESET
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 

@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from training.transport import (
+from ray_efa.training.transport import (
     EXIT_CONTRADICTED,
     EXIT_NO_PROOF,
     EXIT_PASS,
@@ -378,7 +378,7 @@ def test_memory_stays_flat_as_the_log_grows():
 
 def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(monkeypatch):
     # GIVEN room for two processes only, and a third that used Socket
-    monkeypatch.setattr("training.transport._MAX_PROCESSES", 2)
+    monkeypatch.setattr("ray_efa.training.transport._MAX_PROCESSES", 2)
     lines = [*EFA_JOB, "node-z:999:1000 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0"]
     verdict = verdict_of(lines)
     # THEN the third lands in "(other processes)" and the job still fails
@@ -388,7 +388,7 @@ def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(m
 
 def test_the_prefix_cache_stays_correct_when_it_is_full(monkeypatch):
     # GIVEN a tiny prefix cache and timestamped lines, so that every line has a new prefix
-    monkeypatch.setattr("training.transport._MAX_HEADS", 2)
+    monkeypatch.setattr("ray_efa.training.transport._MAX_HEADS", 2)
     lines = [f"2026-11-29T18:44:{i:02d}.000Z {line}" for i, line in enumerate(EFA_JOB)]
     report = classify(lines)
     # THEN each line still reaches its own process

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cli import check_transport
-from core.context import PROJECT_ROOT
-from training import transport
+from ray_efa.cli import check_transport
+from ray_efa.core.context import PROJECT_ROOT
+from ray_efa.training import transport
 
 SYNTHETIC = Path(__file__).parent / "fixtures" / "nccl" / "synthetic"
 EFA_LOG = SYNTHETIC / "efa_g6_2node_nccl2.29.log"
@@ -109,7 +109,7 @@ def _python_env() -> dict[str, str]:
 def test_a_subprocess_reads_stdin_and_returns_the_exit_code():
     # GIVEN the fallback log piped into a separate process
     with FALLBACK_LOG.open("rb") as stdin:
-        done = subprocess.run([sys.executable, "-m", "cli.check_transport", "--expect", "efa", "-"], stdin=stdin,
+        done = subprocess.run([sys.executable, "-m", "ray_efa.cli.check_transport", "--expect", "efa", "-"], stdin=stdin,
                               capture_output=True, text=True, cwd=PROJECT_ROOT, env=_python_env(), timeout=60)
     # THEN the shell sees exit 1 and the FAIL line
     assert done.returncode == 1, done.stderr
@@ -118,7 +118,7 @@ def test_a_subprocess_reads_stdin_and_returns_the_exit_code():
 
 def test_the_full_cli_dispatches_check_transport(capsys):
     # GIVEN the whole `ray-efa` parser (it imports every subcommand module)
-    import cli
+    from ray_efa import cli
 
     parser = cli.build_parser()
     # WHEN check-transport runs through it

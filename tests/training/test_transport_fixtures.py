@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from training.transport import classify_paths
+from ray_efa.training.transport import classify_paths
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 

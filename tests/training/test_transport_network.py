@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from core import catalog
-from core.settings import WorkloadSettings
-from training.network import NETWORKS, expected_transport, network_env
-from training.transport import EXPECTS
-from training.transport import network_env as reexported
+from ray_efa.core import catalog
+from ray_efa.core.settings import WorkloadSettings
+from ray_efa.training.network import NETWORKS, expected_transport, network_env
+from ray_efa.training.transport import EXPECTS
+from ray_efa.training.transport import network_env as reexported
 
 
 def test_efa_env_on_an_instance_without_gpudirect_rdma():

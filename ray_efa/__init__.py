@@ -1,0 +1,17 @@
+"""ray-efa-stack: distributed PyTorch training from one machine to a multi-node EFA GPU cluster on AWS.
+
+Everything the project installs lives under this one namespace, so that it sits beside a platform repository's own
+`infra` or `core` packages without a clash:
+
+    ray_efa.core       settings, instance catalog, model presets, memory planner     (pure Python)
+    ray_efa.infra      AWS CDK constructs and stacks
+    ray_efa.k8s        cdk8s charts of the KubeRay workload
+    ray_efa.training   the Ray Train function, driver and transport gate            (runs in the container)
+    ray_efa.ops        plan, capacity, verify, compare
+    ray_efa.cli        the `ray-efa` command
+
+In this repository the subpackages keep their top-level folders (core/, infra/, ...); pyproject.toml maps each to
+its name here. This module imports nothing, so that `import ray_efa.training` in the container stays light.
+"""
+
+__version__ = "0.1.0"
