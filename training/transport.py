@@ -33,6 +33,7 @@ import io
 import json
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -51,6 +52,7 @@ __all__ = [
     "Verdict",
     "classify",
     "classify_paths",
+    "LogReadError",
     "transport_kind",
     "network_env",
     "expected_transport",
@@ -262,9 +264,9 @@ class TransportReport:
 
     def to_json(self) -> dict:
         return {
-            "lines": self.lines, "ncclLines": self.nccl_lines, "infoLines": self.info_lines,
-            "warnLines": self.warn_lines, "repeated": self.repeated, "ncclVersions": list(self.nccl_versions),
-            "multiNode": self.multi_node, "warnings": list(self.warnings),
+            "lines": self.lines, "nccl_lines": self.nccl_lines, "info_lines": self.info_lines,
+            "warn_lines": self.warn_lines, "repeated": self.repeated, "nccl_versions": list(self.nccl_versions),
+            "multi_node": self.multi_node, "warnings": list(self.warnings),
             "processes": [_process_json(p) for p in self.processes],
         }
 
@@ -320,7 +322,7 @@ class Verdict:
         return {
             "expect": self.expect,
             "status": self.status,
-            "exitCode": self.exit_code,
+            "exit_code": self.exit_code,
             "summary": self.summary,
             "notes": list(self.notes),
             "processes": [
@@ -604,10 +606,20 @@ def classify(lines: Iterable[str]) -> TransportReport:
     return reader.report()
 
 
+class LogReadError(OSError):
+    """A log file opened but could not be read to the end (a truncated or corrupt .gz)."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.strerror = message
+        self.filename = str(path)
+
+
 def classify_paths(paths: Iterable[str | Path]) -> TransportReport:
     """Read NCCL logs from files ("-" is stdin; *.gz is decompressed) into one report.
 
-    Raises OSError (FileNotFoundError, PermissionError, IsADirectoryError) for a path that cannot be read.
+    Raises OSError (FileNotFoundError, PermissionError, IsADirectoryError, LogReadError for a truncated or corrupt
+    .gz) for a path that cannot be read: unreadable input is never evidence for or against a transport.
     """
     return classify(_lines_of_paths(paths))
 
@@ -627,8 +639,13 @@ def _lines_of_paths(paths: Iterable[str | Path]) -> Iterator[str]:
             continue
         path = Path(path)
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
-            yield from _read_lines(stream)
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
+                yield from _read_lines(stream)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+            # A truncated or corrupt .gz is unreadable input, never evidence: callers treat it like any OSError.
+            raise LogReadError(f"{path}: corrupt or truncated compressed log ({error or type(error).__name__})",
+                               path) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -777,9 +794,9 @@ def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
 def _process_json(p: ProcessEvidence) -> dict:
     return {
         "process": p.key, "ranks": list(p.ranks),
-        "comms": [{"nRanks": s.nranks, "nNodes": s.nnodes, "localRanks": s.local_ranks} for s in p.shapes],
-        "multiNode": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
-        "providers": list(p.providers), "ofiVersion": p.ofi_version, "channels": dict(p.channels),
-        "netTransports": list(p.net_transports), "hints": list(p.hints), "infoLines": p.info_lines,
-        "warnLines": p.warn_lines, "repeated": p.repeated,
+        "comms": [{"n_ranks": s.nranks, "n_nodes": s.nnodes, "local_ranks": s.local_ranks} for s in p.shapes],
+        "multi_node": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
+        "providers": list(p.providers), "ofi_version": p.ofi_version, "channels": dict(p.channels),
+        "net_transports": list(p.net_transports), "hints": list(p.hints), "info_lines": p.info_lines,
+        "warn_lines": p.warn_lines, "repeated": p.repeated,
     }

@@ -53,7 +53,7 @@ def test_an_empty_log_proves_nothing(capsys):
 def test_json_output_carries_the_verdict_and_the_logs(capsys):
     code = run_cli("--json", str(FALLBACK_LOG))
     data = json.loads(capsys.readouterr().out)
-    assert code == data["exitCode"] == 1
+    assert code == data["exit_code"] == 1
     assert data["status"] == "fail" and data["logs"] == [str(FALLBACK_LOG)]
     assert {p["verdict"] for p in data["processes"]} == {"FAIL"}
 
