@@ -126,3 +126,40 @@ def test_the_full_cli_dispatches_check_transport(capsys):
     # THEN it is this module's run, with the same exit code
     assert args.run is check_transport.run
     assert cli.main(["check-transport", "--expect", "socket", str(FALLBACK_LOG)]) == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "not gzip", "empty"])
+def test_a_damaged_gz_is_a_usage_error_never_contradicted(damage, tmp_path, capsys):
+    # GIVEN a compressed EFA log cut short by a full disk, flipped in the middle, or not gzip at all
+    import gzip
+
+    whole = gzip.compress(EFA_LOG.read_bytes())
+    data = {
+        "truncated": whole[: len(whole) // 2],
+        "corrupt": whole[:40] + bytes(b ^ 0xFF for b in whole[40:80]) + whole[80:],
+        "not gzip": b"NCCL INFO this is plain text\n",
+        "empty": b"",
+    }[damage]
+    log = tmp_path / "driver.log.gz"
+    log.write_bytes(data)
+    # WHEN the gate reads it
+    code = run_cli(str(log))
+    captured = capsys.readouterr()
+    # THEN exit 2 (could not read), one line naming the file, no traceback; never 1, which means "another transport"
+    if damage == "empty":  # an empty .gz is a valid empty stream: nothing to prove
+        assert code == 3
+        return
+    assert code == 2, captured
+    assert captured.err.count("\n") == 1 and str(log) in captured.err and "Traceback" not in captured.err
+    assert run_cli("--json", str(log)) == 2
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 2
+
+
+def test_the_classifier_raises_an_oserror_naming_a_truncated_gz(tmp_path):
+    import gzip
+
+    log = tmp_path / "x.gz"
+    log.write_bytes(gzip.compress(b"NCCL INFO NET/OFI Selected provider is efa\n" * 1000)[:-30])
+    with pytest.raises(OSError) as raised:
+        transport.classify_paths([log])
+    assert isinstance(raised.value, transport.LogReadError) and raised.value.filename == str(log)
