@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 
 from ray_efa.cli._common import add_json_option, fail, print_json
@@ -51,10 +52,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**verdict.to_json(), "logs": list(args.logs)})
     else:
-        print(verdict.render_table())
+        print(verdict.render_table(width=_width()))
         print()
         print(verdict.summary)
     return verdict.exit_code
+
+
+def _width() -> int | None:
+    """The width to fit the table in: $COLUMNS, else the terminal's; None (the whole table) for a file or a pipe."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _unreadable(paths: list[str]) -> str | None:

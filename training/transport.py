@@ -304,8 +304,12 @@ class Verdict:
     def passed(self) -> bool:
         return self.exit_code == EXIT_PASS
 
-    def render_table(self) -> str:
-        """A fixed-width table, one row per process, then the notes."""
+    def render_table(self, width: int | None = None) -> str:
+        """A fixed-width table, one row per process, then the notes.
+
+        When the table is wider than `width` (a terminal or CI log of 80 columns), each process becomes a block of
+        "field: value" lines instead, so that nothing is cut: the values are the same.
+        """
         header = ("PROCESS", "RANKS", "nRanks/nNodes/localRanks", "NETWORK", "PLUGIN / PROVIDER", "CHANNELS",
                   "VERDICT", "LIKELY CAUSE")
         table = [header] + [_row_cells(r) for r in self.rows]
@@ -315,7 +319,25 @@ class Verdict:
         lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in table]
         lines = [line.rstrip() for line in lines]
         lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * len(header[-1]))
-        lines += [f"note: {n}" for n in self.notes]
+        if width is not None and self.rows and max(map(len, lines)) > width:
+            import textwrap
+
+            lines = []
+            for row in table[1:]:
+                lines.append(f"{row[0]}  {row[-2]}")
+                for name, value in (*zip(header[1:-2], row[1:-2]), (header[-1], row[-1])):
+                    if value:  # wrapped at spaces only: a value (a number, a library name) is never split
+                        lines += textwrap.wrap(f"{name}: {value}", width=max(20, width), initial_indent="  ",
+                                               subsequent_indent="      ", break_long_words=False,
+                                               break_on_hyphens=False)
+        for note in self.notes:
+            if width is None:
+                lines.append(f"note: {note}")
+            else:
+                import textwrap
+
+                lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
+                                       break_long_words=False, break_on_hyphens=False)
         return "\n".join(lines)
 
     def to_json(self) -> dict:
