@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.wait) or args.wait < 0:
         return fail(args, "verify", f"--wait must be a number of seconds >= 0, got {args.wait}")
 
+    import yaml
     from kubernetes import config
     from rich.console import Console
 
@@ -41,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
-    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError) as error:
-        # kubernetes' loader raises ConfigException for most bad files, but plain ValueError/TypeError/AttributeError
-        # for YAML that parses to the wrong shape: all of them are an unreadable kubeconfig, not a crash.
+    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
+        # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
         where = args.kubeconfig or "the default kubeconfig"
         message = " ".join(str(error).split()) or type(error).__name__
         return fail(args, "verify", f"cannot load {where}"
