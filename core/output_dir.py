@@ -197,8 +197,9 @@ def publish(
         for name in names:
             target = resolved / name
             if target.is_dir() and not target.is_symlink():
-                old = staging / f".old-{name}"
-                target.rename(old)
+                target.rename(staging / f".old-{name}")  # removed with the staging folder
+            elif (staging / name).is_dir() and (target.exists() or target.is_symlink()):
+                target.unlink()  # a file of an earlier run where a folder goes now: os.replace cannot swap them
             os.replace(staging / name, target)
         for name in (previous | adopted) - set(names):
             _remove(resolved / name)

@@ -23,6 +23,13 @@ def run_cli(*argv: str) -> int:
     return check_transport.main(list(argv))
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """These tests read the whole table, as a file or a pipe gets it; $COLUMNS (an 80-column CI log) would stack
+    each process instead (tests/cli/test_vocabulary.py checks that form)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def test_efa_log_passes_with_a_table_and_a_summary(capsys):
     # WHEN the EFA job's log is checked
     code = run_cli(str(EFA_LOG))
