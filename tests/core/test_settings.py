@@ -111,9 +111,9 @@ def test_replace_changes_by_context_key():
 
 def test_every_field_has_a_unique_camel_case_key_and_a_docstring():
     keys = setting_keys()
-    for key, (_, f) in keys.items():
+    for key, (_, info) in keys.items():
         assert key[0].islower() and "_" not in key, key
-        assert len(f.metadata["doc"]) > 10, key
+        assert len(info.doc) > 10, key
 
 
 def test_vpc_azs_start_with_the_gpu_az():
