@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -17,6 +18,12 @@ output folder that may not be written. The message names the file, argument or s
 
 JSON_DIGITS = 6
 """Significant digits of the floats in --json output (settings values keep theirs)."""
+
+EXIT_NOT_INSTALLED = 4
+"""A command that needs an extra that is not installed (`ray-efa train` without torch)."""
+
+TRAIN_EXTRA_MODULES = ("torch", "ray", "transformers")
+"""What `pip install 'ray-efa-stack[train]'` adds to the base install (which has the constructs, manifests and CLI)."""
 
 
 def add_context_option(parser: argparse.ArgumentParser) -> None:
@@ -80,3 +87,13 @@ def resolve_or_exit(
                 {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
         print(f"ray-efa: {error}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def missing_train_extra(command: str) -> int | None:
+    """None when torch, Ray and transformers import; else say how to install them and return EXIT_NOT_INSTALLED."""
+    missing = [name for name in TRAIN_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    print(f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
+          "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'", file=sys.stderr)
+    return EXIT_NOT_INSTALLED

@@ -16,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, fail, resolve_or_exit
+from ray_efa.cli._common import add_context_option, fail, missing_train_extra, resolve_or_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
 
+    if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
+        return code
     console = Console()
     resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
     settings = resolved.settings
