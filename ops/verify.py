@@ -74,6 +74,7 @@ class Expectations:
     @classmethod
     def from_settings(cls, settings: Settings) -> "Expectations":
         instance = settings.nodes.gpu_instance
+        auth = token_auth(settings)
         return cls(
             gpu_nodes=settings.nodes.gpu_node_count,
             instance_type=instance.name,
@@ -85,8 +86,8 @@ class Expectations:
             namespace=settings.workload.namespace,
             ray_cluster=RAY_CLUSTER_NAME,
             ray_job=ray_job_name(settings.workload.network),
-            token_auth=token_auth(settings).enabled,
-            token_auth_reason=token_auth(settings).reason,
+            token_auth=auth.enabled,
+            token_auth_reason=auth.reason,
         )
 
 
