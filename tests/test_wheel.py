@@ -150,6 +150,8 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     made = _run([sys.executable, "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr[-3000:]
     python = venv / "bin" / "python"
+    # Python 3.11's venv seeds setuptools too: remove it, so the venv holds pip and the wheel's closure alone.
+    _run([str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     base_site = work / "base-site"
     _link(_base_closure(wheel), base_site)
