@@ -654,7 +654,10 @@ class Settings(_Model):
         values: dict[str, Any] = {}
         for section, section_cls in _SECTIONS.items():
             given = data.get(section)
-            values.update(given._flat() if isinstance(given, section_cls) else section_cls()._flat())
+            if isinstance(given, section_cls):
+                values.update(given._flat())
+            else:  # a mapping of the section's values, or nothing (its defaults)
+                values.update(section_cls._values_by_key(given if isinstance(given, Mapping) else {}))
         return values
 
     def _flat(self) -> dict[str, Any]:

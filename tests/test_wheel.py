@@ -184,9 +184,12 @@ def test_base_cli_plans_and_train_names_the_extra(installed):
     plan = _run([str(ray_efa), "plan", "--json", "-c", "clusterName=research"], cwd=installed["work"])
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(plan.stdout)["settings"]["clusterName"]["value"] == "research"
-    train = _run([str(ray_efa), "train", "--local"], cwd=installed["work"])
-    assert train.returncode == 4, train.stderr[-3000:]
-    assert "pip install 'ray-efa-stack[train]'" in train.stderr and "Traceback" not in train.stderr
+    for command in (["train", "--local"], ["demo", "--cdk-out", "demo-cdk.out", "--dist", "demo-dist"]):
+        result = _run([str(ray_efa), *command], cwd=installed["work"])
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert "pip install 'ray-efa-stack[train]'" in result.stderr and "Traceback" not in result.stderr
+    # the demo says so before its first step writes anything
+    assert not (installed["work"] / "demo-cdk.out").exists() and not (installed["work"] / "demo-dist").exists()
 
 
 def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(installed, tmp_path):
