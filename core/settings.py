@@ -40,7 +40,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator,
 )
 
-from ray_efa.core import catalog, regions
+from ray_efa.core import catalog, regions, scheduling
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 
 __all__ = [
@@ -188,6 +188,11 @@ GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
                             _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
+NodeSelector = Annotated[
+    dict[str, str], _check(scheduling.node_selector_problem),
+    WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
+]
+"""Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
 # A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
 _LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
@@ -429,6 +434,16 @@ class NodeSettings(_Section):
         message="must be between 100 and 16384 GiB (the training image alone is tens of GB)",
     )
 
+    system_node_selector: NodeSelector = setting(
+        scheduling.DEFAULT_SYSTEM_NODE_SELECTOR, "systemNodeSelector",
+        "Node labels of the system side (KubeRay operator, Ray head, RayJob submitter); the system node group gets them.",
+    )
+    gpu_node_selector: NodeSelector = setting(
+        scheduling.DEFAULT_GPU_NODE_SELECTOR, "gpuNodeSelector",
+        "Node labels of the GPU side (Ray workers, device plugins); the GPU node group gets them "
+        "(and nvidia.com/gpu.present=true).",
+    )
+
     @property
     def gpu_instance(self) -> catalog.InstanceType:
         return catalog.gpu_instance(self.gpu_instance_type)
@@ -557,6 +572,15 @@ def _forced_placement_group(reservation: str | None, placement: str) -> Problem 
     if reservation is not None and placement == "on":
         return Problem("placementGroup", placement, "must be auto or off when capacityReservationId is set "
                                                     "(a forced placement group can leave reserved capacity unused)")
+    return None
+
+
+@_rule("systemNodeSelector", "gpuNodeSelector")
+def _gpu_selector_skips_system_nodes(system: dict[str, str], gpu: dict[str, str]) -> Problem | None:
+    # Workers asking for GPUs on a system node would stay Pending forever.
+    if gpu.items() <= system.items():
+        return Problem("gpuNodeSelector", gpu, f"must not also select the system nodes ({scheduling.label_selector(system)}): "
+                                               "add a label only GPU nodes carry")
     return None
 
 
@@ -731,7 +755,8 @@ class Settings(_Model):
 
     def to_context(self) -> dict[str, Any]:
         """Every setting as JSON-ready context values (the form the RayJob ships to the training driver)."""
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in self._flat().items()}
+        return {key: list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
+                for key, value in self._flat().items()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
@@ -766,6 +791,12 @@ def _parse(raw: Any, annotation: Any) -> Any:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _parse(raw, inner)
+    if typing.get_origin(annotation) is dict:  # a node selector
+        if isinstance(raw, str):
+            return scheduling.parse_node_selector(raw)
+        if isinstance(raw, Mapping) and all(isinstance(v, str) for v in raw.values()):
+            return {str(k): v for k, v in raw.items()}
+        raise ValueError("must be a JSON object of string labels or key=value,key2=value2")
     if typing.get_origin(annotation) is tuple:
         if isinstance(raw, str):
             text = raw.strip()

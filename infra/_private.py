@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
 from ray_efa.core.addons import HelmRelease
-
+from ray_efa.core.scheduling import node_selector_problem
 from ray_efa.core.settings import KUBERNETES_VERSIONS
 
 # kubernetesVersion -> (aws_eks_v2 version, kubectl layer class). The kubectl layer must match the cluster version;
@@ -37,3 +39,10 @@ def helm_chart(
         scope, construct_id, cluster=cluster, chart=release.chart, repository=release.repository,
         release=release.release, namespace=release.namespace, version=version, values=values, wait=True, **options,
     )
+
+
+def check_node_selector(prop: str, selector: Mapping[str, str]) -> None:
+    """Raise ValueError naming the prop when `selector` is not a valid node selector."""
+    problem = node_selector_problem(selector)
+    if problem is not None:
+        raise ValueError(f"{prop} {problem}, got {dict(selector)!r}")

@@ -151,7 +151,7 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
         spec=V1PodSpec(
             # The driver and Ray Train's checkpoint uploads read and write storagePath with this account's role.
             service_account_name=settings.workload.service_account,
-            node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
+            node_selector=dict(settings.nodes.system_node_selector),
             containers=[container],
             volumes=[tmp_volume, _code_volume(config_map, bundle)],
         )
@@ -184,7 +184,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         metadata=V1ObjectMeta(labels=pod_labels(owner, RAY_NODE_COMPONENT)),
         spec=V1PodSpec(
             service_account_name=settings.workload.service_account,
-            node_selector=scheduling.node_selector(scheduling.GPU_NODE_LABELS),
+            node_selector=dict(settings.nodes.gpu_node_selector),
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
             containers=[container],
             volumes=[shm, tmp_volume, _code_volume(config_map, bundle)],
@@ -208,7 +208,7 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
     return V1PodTemplateSpec(
         metadata=V1ObjectMeta(labels=pod_labels(owner, SUBMITTER_COMPONENT)),
         spec=V1PodSpec(
-            node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
+            node_selector=dict(settings.nodes.system_node_selector),
             containers=[container],
             restart_policy="Never",
         )

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
-from ray_efa.core.scheduling import GPU_NODE_LABELS, node_selector
+from ray_efa.core.scheduling import label_selector
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
 from ray_efa.k8s.security import AUTH_MODE_ENV, network_policy_name, token_auth
@@ -80,7 +80,7 @@ class Expectations:
             instance_type=instance.name,
             gpus_per_node=instance.gpus,
             efa_per_node=catalog.worker_pod_resources(instance).efa,
-            gpu_node_selector=",".join(f"{k}={v}" for k, v in node_selector(GPU_NODE_LABELS).items()),
+            gpu_node_selector=label_selector(settings.nodes.gpu_node_selector),
             device_plugins=(NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN),
             operator=KUBERAY_OPERATOR,
             namespace=settings.workload.namespace,
