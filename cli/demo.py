@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from ray_efa.ops.plan import build_plan, render_plan
 
     console = Console()
-    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
+    # every settings problem at once (a plan that cannot fit included: the synth would refuse it), exit 2, before
+    # anything is written
+    resolved = resolve_or_exit(args, require_fit=True)
     settings = resolved.settings
     results: list[tuple[str, str, float]] = []
 

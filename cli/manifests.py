@@ -21,7 +21,8 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = resolve_or_exit(args).settings  # bad settings: every problem printed, exit 2, nothing written
+    # bad settings or a plan that cannot fit the GPUs: every problem printed, exit 2, nothing written
+    settings = resolve_or_exit(args, require_fit=True).settings
     from ray_efa.k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
     from ray_efa.k8s.dist import storage_warning, write_manifests
     from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name

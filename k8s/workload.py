@@ -12,6 +12,7 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
+from ray_efa.core.memory import check_fits
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
@@ -45,7 +46,12 @@ def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
 
 
 def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
-    """The training RayJob on `settings.workload.network`, with its code ConfigMap (ConfigMap first)."""
+    """The training RayJob on `settings.workload.network`, with its code ConfigMap (ConfigMap first).
+
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits): every way a job is
+    produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would fail after.
+    """
+    check_fits(settings)
     name = ray_job_name(settings.workload.network)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
