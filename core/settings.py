@@ -131,6 +131,11 @@ class ClusterSettings(_Section):
     )
     vpc_id: str | None = setting(None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.")
     nat_gateways: int = setting(1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).")
+    availability_zones: tuple[str, ...] = setting(
+        (), "vpcAvailabilityZones",
+        "AZs of a created VPC, fixed for its life (changing them replaces subnets); unset: the region's first three "
+        "in name order. gpuAvailabilityZone must be one of them.",
+    )
 
     def problems(self):
         p: list[Problem] = []
@@ -143,6 +148,15 @@ class ClusterSettings(_Section):
         if self.vpc_id is not None:
             _check(p, bool(_VPC_ID.match(self.vpc_id)), cls, "vpc_id", self.vpc_id, "must look like vpc-0123456789abcdef0")
         _check(p, 1 <= self.nat_gateways <= 3, cls, "nat_gateways", self.nat_gateways, "must be between 1 and 3")
+        if self.availability_zones:
+            zones = self.availability_zones
+            known = regions.AVAILABILITY_ZONES.get(self.region)
+            for zone in zones:
+                in_region = zone in known if known else bool(re.fullmatch(re.escape(self.region) + "[a-z]", zone))
+                _check(p, in_region, cls, "availability_zones", zone,
+                       f"must be AZs of region {self.region}: {', '.join(known or (f'{self.region}a..{self.region}z',))}")
+            _check(p, len(set(zones)) == len(zones) and 2 <= len(zones) <= 6, cls, "availability_zones", ",".join(zones),
+                   "must be 2 to 6 different AZs (EKS needs subnets in two)")
         return p
 
 
@@ -375,9 +389,20 @@ class Settings:
             if not in_region:
                 p.append(Problem(NodeSettings.key_of("gpu_availability_zone"), az,
                                  f"must be an AZ of region {region}: {', '.join(allowed)}"))
-        elif region not in regions.AVAILABILITY_ZONES:
+        elif region not in regions.AVAILABILITY_ZONES and not self.cluster.availability_zones:
             p.append(Problem(ClusterSettings.key_of("region"), region,
-                             f"has no recorded AZ names; set gpuAvailabilityZone, or use one of {', '.join(regions.AVAILABILITY_ZONES)}"))
+                             "has no recorded AZ names; set gpuAvailabilityZone and vpcAvailabilityZones (or vpcId), "
+                             f"or use one of {', '.join(regions.AVAILABILITY_ZONES)}"))
+        if not p and self.cluster.vpc_id is None:
+            vpc_zones = self.vpc_availability_zones
+            if len(vpc_zones) < 2:
+                p.append(Problem(ClusterSettings.key_of("availability_zones"), ",".join(self.cluster.availability_zones),
+                                 f"must name two AZs or more of {region} (EKS needs subnets in two): the region has no "
+                                 "recorded AZ names"))
+            elif self.gpu_availability_zone not in vpc_zones:
+                p.append(Problem(NodeSettings.key_of("gpu_availability_zone"), self.gpu_availability_zone,
+                                 f"must be one of the VPC's AZs ({', '.join(vpc_zones)}); to use it, set vpcAvailabilityZones "
+                                 "to include it before the first deploy (changing a deployed VPC's AZs replaces its subnets)"))
         if self.nodes.gpu_instance_type in catalog.GPU_INSTANCES:
             problem = catalog.efa_plugin_problem(self.nodes.gpu_instance_type, self.addons.efa_device_plugin_version)
             if problem:
@@ -388,14 +413,26 @@ class Settings:
 
     @property
     def gpu_availability_zone(self) -> str:
-        """The GPU AZ, resolved: the setting, else the region's first AZ."""
-        return self.nodes.gpu_availability_zone or regions.availability_zones(self.cluster.region)[0]
+        """The GPU AZ, resolved: the setting, else the region's first AZ (of the VPC's, for a region not recorded)."""
+        if self.nodes.gpu_availability_zone:
+            return self.nodes.gpu_availability_zone
+        recorded = regions.AVAILABILITY_ZONES.get(self.cluster.region) or self.cluster.availability_zones
+        return recorded[0]
 
     @property
     def vpc_availability_zones(self) -> tuple[str, ...]:
-        """AZs of a created VPC: the GPU AZ first, then the next one (EKS needs subnets in two AZs)."""
-        others = [z for z in regions.AVAILABILITY_ZONES.get(self.cluster.region, ()) if z != self.gpu_availability_zone]
-        return (self.gpu_availability_zone, *others[:1])
+        """AZs of a created VPC: vpcAvailabilityZones, else the region's first three recorded AZs in name order.
+
+        Independent of gpuAvailabilityZone on purpose: the VPC's subnets (and with them the NAT gateway, the EKS
+        cluster's subnets and the system node group) are created per AZ, in this order, so a list that followed the
+        GPU AZ would replace them all when capacity moves. Moving the GPU AZ changes only the GPU stack.
+        """
+        if self.cluster.availability_zones:
+            return self.cluster.availability_zones
+        recorded = regions.AVAILABILITY_ZONES.get(self.cluster.region)
+        if recorded:
+            return tuple(sorted(recorded)[:3])
+        return ()  # a region without recorded AZs: _cross_section_problems asks for vpcAvailabilityZones
 
     @property
     def world_size(self) -> int:

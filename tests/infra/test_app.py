@@ -48,7 +48,7 @@ def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(t
     cluster = json.loads((tmp_path / "ray-train-cluster.template.json").read_text())
     gpu = json.loads((tmp_path / "ray-train-gpu.template.json").read_text())
     zones = {r["Properties"]["AvailabilityZone"] for r in cluster["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"}
-    assert zones == {"us-east-2a", "us-east-2b"}
+    assert zones == {"us-east-2a", "us-east-2b", "us-east-2c"}
     (launch_template,) = [r for r in gpu["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
 

@@ -144,8 +144,9 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     # GIVEN the long-lived RayCluster and the EFA RayJob's own cluster, built by the same builder
     cluster = synth.ray_cluster["spec"]
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
-    # WHEN the job's ConfigMap name is swapped for the RayCluster's
-    renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"'))
+    # WHEN the job's ConfigMap names are swapped for the RayCluster's
+    renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"')
+                         .replace('"train-efa-settings"', '"ray-efa-settings"'))
     # THEN nothing else differs
     assert renamed == cluster
 
