@@ -126,7 +126,7 @@ def test_existing_vpc_is_looked_up_and_gpu_nodes_use_its_subnet_in_the_gpu_az():
     (nodegroup,) = gpu.find_resources("AWS::EKS::Nodegroup").values()
     assert nodegroup["Properties"]["Subnets"] == ["subnet-00000000000000003"]
     # ...and the NAT gateways of someone else's VPC are not in our cost estimate
-    outputs = cluster.to_json()["Outputs"]
+    outputs = gpu.to_json()["Outputs"]
     assert float(outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.505, abs=0.01)
 
 
