@@ -262,7 +262,8 @@ class WorkloadSettings(_Section):
         "Kubernetes service account of the Ray pods; the cluster stack creates it with access to the checkpoint bucket.",
     )
     training_job: bool = setting(
-        True, "trainingJob", "Apply the training RayJob with the cluster stack (it runs once per deploy); false: namespace only."
+        True, "trainingJob",
+        "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
     )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.")
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).")
