@@ -1,6 +1,7 @@
 """The charts of the workload, composed from the constructs of this package, in the order they must be applied.
 
-    build_workload(scope, settings)   -> [namespace, rayjob-<network>]           what the CDK stack applies
+    build_workload(scope, settings)   -> [namespace, rayjob-<network>]           what the CDK stacks apply (infra/
+                                                                                  applies each chart's objects)
     build_manifests(scope, settings)  -> [namespace, raycluster, rayjob-efa, rayjob-tcp]   what dist/ gets
 
 Each chart depends on the one before it (chart.add_dependency), which numbers dist/ files in apply order. The KubeRay

@@ -53,6 +53,21 @@ def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(t
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
 
 
+@pytest.mark.skipif(shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
+                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
+    # GIVEN `npx cdk synth -c microBatch=64`: 32 times the default micro batch, far beyond an L4's 22.5 GiB
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "microBatch=64"],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+    )
+    # THEN the synth fails naming the setting and the fix, and no template is written (nothing to deploy)
+    assert result.returncode != 0
+    assert "microBatch: the training plan needs" in result.stderr and "microBatch=2, its default" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("*.template.json"))
+
+
 BAD_CONTEXT = {
     "non-GPU type": ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType: m7i.xlarge has no GPU"),
     "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),
