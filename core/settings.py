@@ -1,7 +1,7 @@
 """The one settings object: every value the stack, the manifests and the training job read.
 
-Settings come from CDK context (cdk.json's "context", cdk.context.json, `-c key=value`) under camelCase keys,
-the CDK convention. Each field below names its key, its default and what it allows; `Settings.from_context` parses
+Settings come from CDK context (`-c key=value`, cdk.json's "context", cdk.context.json, ~/.cdk.json: see
+core.context) under camelCase keys, the CDK convention. Each field below names its key, its default and what it allows; `Settings.from_context` parses
 strings (`-c` gives strings), rejects unknown keys (a typo would otherwise be ignored silently) and reports every
 problem at once, each naming the key, the bad value and what is allowed. Nothing is synthesized or written before
 this succeeds.
