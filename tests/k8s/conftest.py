@@ -87,6 +87,10 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+NOT_NETWORK_ENV = ("PYTHONPATH", "AWS_REGION", "AWS_DEFAULT_REGION")
+"""Env of every Ray container that is not the network's: the shipped code and the AWS region."""
+
+
 def env(template: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container(template).get("env", [])}
 

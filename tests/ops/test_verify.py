@@ -27,7 +27,7 @@ RAYJOBS = "/apis/ray.io/v1/namespaces/ray/rayjobs"
 
 EXPECTED = Expectations.from_settings(Settings())  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
-              "kuberay-operator", "raycluster"]
+              "kuberay-operator", "raycluster", "ray-token-auth", "network-policy-enforcement", "network-policy"]
 
 
 def item(recording: dict, collection: str, name: str) -> dict:
@@ -167,8 +167,10 @@ def test_finished_job_without_a_cluster_fails_saying_so():
     recording[RAYCLUSTERS]["items"] = []
     recording[RAYJOBS]["items"][0]["status"].update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
     report = verify(recording)
-    assert [c.id for c in report.failed] == ["raycluster"]
+    # THEN the cluster check says why, and token auth cannot be confirmed without a cluster
+    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"]
     assert "jobDeploymentStatus Complete" in report.failed[0].detail
+    assert "no live RayCluster" in report.failed[1].detail
 
 
 def test_unreachable_api_fails_every_check_without_raising():
@@ -221,7 +223,7 @@ SETTINGS = ("-c", "gpuInstanceType=g6.12xlarge", "-c", "gpuNodeCount=2", "-c", "
 def test_command_passes_on_the_healthy_recording_with_a_table(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps to the terminal width
     with FakeKubeApi(load_recording()) as api:
-        code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, api.url)), "--context", "recorded", *SETTINGS)
+        code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, api.url)), "--kube-context", "recorded", *SETTINGS)
     out = capsys.readouterr().out
     assert code == 0
     assert "DaemonSet kube-system/aws-efa-k8s-device-plugin" in out and "All checks passed." in out
@@ -239,6 +241,19 @@ def test_command_exits_1_naming_the_failing_check(tmp_path, capsys):
 
 
 def test_command_with_an_unknown_kubeconfig_context_exits_2(tmp_path, capsys):
-    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--context", "nope")
+    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--kube-context", "nope")
     assert code == 2
     assert "context nope" in capsys.readouterr().err
+
+
+def test_context_is_for_settings_and_the_old_kubeconfig_use_is_named(tmp_path, capsys):
+    # GIVEN the spelling of earlier versions, `--context NAME` for the kubeconfig context
+    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--context", "recorded")
+    # THEN exit 2 with the new flag named, rather than a settings error about 'recorded'
+    assert code == 2
+    assert "use --kube-context recorded" in capsys.readouterr().err
+    # and -c/--context KEY=VALUE is a setting, as in every other subcommand
+    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=0", "--json")
+    assert code == 2
+    error = json.loads(capsys.readouterr().out)
+    assert [p["key"] for p in error["problems"]] == ["gpuNodeCount"]
