@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
@@ -10,31 +12,64 @@ from constructs import Construct, IConstruct
 from ray_efa.core.settings import Settings
 from ray_efa.infra.nag import acknowledge
 
-__all__ = ["CheckpointStorage"]
+__all__ = ["CheckpointStorage", "POD_IDENTITY_AGENT_ADDON"]
+
+POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
+"""The add-on that hands Pod Identity credentials to pods; aws_eks_v2 adds it to a cluster it creates."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class CheckpointStorage(Construct):
-    """The service account of the Ray pods (EKS Pod Identity) and, unless `storagePath` names storage of your own, an
-    encrypted, private, SSL-only S3 bucket it can read and write.
+    """The service account of the Ray pods (EKS Pod Identity) and, unless `storage_path` names storage of your own,
+    an encrypted, private, SSL-only S3 bucket it can read and write.
 
     Every node's workers write checkpoint shards into Ray Train's storage_path, and a restarted worker group may land
     on other nodes, so a multi-node run needs storage all nodes share. The bucket is retained on `cdk destroy`:
-    checkpoints outlive the cluster. `storage_path` is what the training job's settings get.
+    checkpoints outlive the cluster. `self.storage_path` is what the training job gets.
+
+    Pod Identity needs the eks-pod-identity-agent add-on on the cluster. A cluster RayEksCluster creates has it
+    (aws_eks_v2 adds it with the first Pod Identity service account); an imported cluster must have it already,
+    or pass `pod_identity_agent=True` to add it here.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.Cluster, after: IConstruct
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",
+        service_account: str = "ray-train", storage_path: str | None = None, after: IConstruct | None = None,
+        pod_identity_agent: bool = False,
     ) -> None:
+        """
+        :param cluster: the EKS cluster, created or imported.
+        :param namespace: the namespace of the Ray pods (it must exist: pass what creates it in `after`). @default "ray"
+        :param service_account: the Ray pods' service account. @default "ray-train"
+        :param storage_path: storage of your own (s3://bucket/prefix, or a shared filesystem path); the service
+            account gets no access to it from here. @default - a new bucket, s3://<bucket>/ray-efa
+        :param after: what creates the namespace. @default - nothing
+        :param pod_identity_agent: add the eks-pod-identity-agent add-on (for an imported cluster without it).
+            @default False
+        """
         super().__init__(scope, construct_id)
-        workload = settings.workload
+        for prop, value in (("namespace", namespace), ("service_account", service_account)):
+            if not _DNS_LABEL.match(value):
+                raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
+        if storage_path is not None and not (storage_path.startswith("s3://") or storage_path.startswith("/")):
+            raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
+                             f"every node shares, got {storage_path!r}")
+        self.pod_identity_agent: eks.Addon | None = None
+        if pod_identity_agent:
+            self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
+                                                addon_name=POD_IDENTITY_AGENT_ADDON)
         self.service_account = cluster.add_service_account(
-            "RayServiceAccount", name=workload.service_account, namespace=workload.namespace,
+            "RayServiceAccount", name=service_account, namespace=namespace,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )
-        self.service_account.node.add_dependency(after)  # the namespace must exist first
+        if after is not None:
+            self.service_account.node.add_dependency(after)  # the namespace must exist first
+        if self.pod_identity_agent is not None:
+            self.service_account.node.add_dependency(self.pod_identity_agent)
 
         self.bucket: s3.Bucket | None = None
-        self.storage_path = workload.storage_path
+        self.storage_path = storage_path
         if self.storage_path is None:
             self.bucket = s3.Bucket(
                 self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
@@ -52,3 +87,13 @@ class CheckpointStorage(Construct):
                 acknowledge(policy, "AwsSolutions-IAM5",
                             "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
                             "objects under one prefix of this one bucket, nothing else.", finding)
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+        after: IConstruct | None = None,
+    ) -> "CheckpointStorage":
+        """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings."""
+        workload = settings.workload
+        return cls(scope, construct_id, cluster=cluster, namespace=workload.namespace,
+                   service_account=workload.service_account, storage_path=workload.storage_path, after=after)

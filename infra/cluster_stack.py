@@ -35,15 +35,15 @@ class ClusterStack(Stack):
         cluster = self.ray_cluster.cluster
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
-        self.kuberay = KubeRayOperator(self, "KubeRay", settings=settings, cluster=cluster)
+        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster)
         # The operator's release waits (up to 10 minutes) for its Deployment, which only the system nodes can run.
         self.kuberay.chart.node.add_dependency(self.ray_cluster.system_nodegroup)
-        self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", settings=settings, cluster=cluster)
+        self.device_plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
-        self.workload = RayWorkload(self, "Workload", settings=settings, cluster=cluster, after=[
+        self.workload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
             self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
-        self.checkpoints = CheckpointStorage(
-            self, "Checkpoints", settings=settings, cluster=cluster, after=self.workload.namespace)
+        self.checkpoints = CheckpointStorage.from_settings(
+            self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace)
         self._export_private_subnets()
 
         # Nothing here depends on the GPU settings (type, count, AZ, reservation) or the training settings: changing

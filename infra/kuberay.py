@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import Annotations, Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -12,6 +12,7 @@ from ray_efa.core.addons import KUBERAY_OPERATOR
 from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
 from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.k8s.security import token_auth_of
 
 __all__ = ["KubeRayOperator", "kuberay_values"]
 
@@ -26,7 +27,7 @@ class KubeRayOperator(Construct):
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = "1.7.0",
-        node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR,
+        node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, ray_version: str | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (its kubectl provider installs the chart).
@@ -34,6 +35,8 @@ class KubeRayOperator(Construct):
             @default "1.7.0"
         :param node_selector: labels of the nodes the operator runs on (yours, on an imported cluster).
             @default {"role": "system"}
+        :param ray_version: the Ray of the images it will run; with it, synth warns when this KubeRay and that Ray
+            cannot put Ray behind a token. @default - no check
         """
         super().__init__(scope, construct_id)
         if version not in KUBERAY_VERSIONS:
@@ -43,9 +46,14 @@ class KubeRayOperator(Construct):
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
             create_namespace=True, timeout=Duration.minutes(10),
         )
+        if ray_version is not None and not (auth := token_auth_of(version, ray_version)).enabled:
+            # Said at synth (cdk synth/deploy print warnings), so the weaker setup is a choice, not a surprise.
+            Annotations.of(self).add_warning_v2(
+                "ray-efa:noRayTokenAuth",
+                f"Ray token authentication is off: {auth.reason}. The workload's NetworkPolicy is the only guard.")
 
     @classmethod
     def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> "KubeRayOperator":
-        """The operator of the project's own app: kuberayVersion on systemNodeSelector."""
+        """The operator of the project's own app: kuberayVersion on systemNodeSelector, checked against rayVersion."""
         return cls(scope, construct_id, cluster=cluster, version=settings.addons.kuberay_version,
-                   node_selector=settings.nodes.system_node_selector)
+                   node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import cdk8s
@@ -10,18 +11,37 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
 from ray_efa.infra.manifests import apply_objects
-from ray_efa.k8s.workload import namespace_chart
+from ray_efa.k8s.namespace import WorkloadNamespace
 
 __all__ = ["RayWorkload"]
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
 
 class RayWorkload(Construct):
-    """The workload namespace (k8s.workload.namespace_chart), applied after `after`: the KubeRay operator chart
-    (CRDs first) and the device plugins. The training job itself is `RayTrainingJob`, in the GPU stack."""
+    """The workload namespace, applied after `after`: the KubeRay operator chart (CRDs first) and the device
+    plugins. The training job itself is `RayTrainingJob`, in the GPU stack."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster,
-        after: Sequence[IConstruct],
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",
+        after: Sequence[IConstruct] = (),
     ) -> None:
+        """
+        :param cluster: the EKS cluster, created or imported.
+        :param namespace: the namespace of the RayCluster and the RayJob. @default "ray"
+        :param after: what the namespace waits for (the KubeRay operator chart, the device plugins). @default - nothing
+        """
         super().__init__(scope, construct_id)
-        (self.namespace,) = apply_objects(self, cluster, namespace_chart(cdk8s.App(), settings).to_json(), after=after)
+        if not _DNS_LABEL.match(namespace):
+            raise ValueError(f"RayWorkload namespace must be a DNS label (lowercase, digits, '-'), got {namespace!r}")
+        chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
+        WorkloadNamespace(chart, "Namespace", name=namespace)
+        (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+        after: Sequence[IConstruct] = (),
+    ) -> "RayWorkload":
+        """The namespace of the project's own app (`namespace`)."""
+        return cls(scope, construct_id, cluster=cluster, namespace=settings.workload.namespace, after=after)

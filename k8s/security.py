@@ -22,6 +22,7 @@ from ray_efa.core.settings import Settings
 __all__ = [
     "TOKEN_AUTH_MIN_KUBERAY",
     "TOKEN_AUTH_MIN_RAY",
+    "token_auth_of",
     "AUTH_MODE_ENV",
     "INSTANCE_LABEL",
     "COMPONENT_LABEL",
@@ -80,7 +81,11 @@ class TokenAuth:
 
 def token_auth(settings: Settings) -> TokenAuth:
     """Token authentication is on wherever the pinned KubeRay and the image's Ray support it."""
-    kuberay, ray = settings.addons.kuberay_version, settings.workload.ray_version
+    return token_auth_of(settings.addons.kuberay_version, settings.workload.ray_version)
+
+
+def token_auth_of(kuberay: str, ray: str) -> TokenAuth:
+    """token_auth for a KubeRay chart version and a Ray version (what the KubeRayOperator construct knows)."""
     if _version(kuberay) < TOKEN_AUTH_MIN_KUBERAY:
         return TokenAuth(enabled=False, reason=(
             f"kuberayVersion {kuberay} has no authOptions (token auth needs KubeRay 1.5.1 or later, e.g. 1.7.0): any "
