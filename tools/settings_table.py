@@ -23,6 +23,8 @@ from ray_efa.core.settings import Settings, setting_keys  # noqa: E402
 def _cell(value) -> str:
     if value is None:
         return "unset"
+    if isinstance(value, dict):  # a node selector, as `-c` takes it
+        return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value)) or "(none)"
     return str(value).replace("|", "\\|")

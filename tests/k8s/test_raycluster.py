@@ -157,3 +157,15 @@ def test_worker_replicas_follow_gpu_node_count(nodes):
     spec = synthesize(BASE.replace(gpuNodeCount=nodes, activationCheckpointing=True)).ray_cluster["spec"]
     group = worker_group(spec)
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, nodes)
+
+
+def test_pods_follow_the_node_selector_settings():
+    # GIVEN a platform's own node labels for both sides
+    system, gpu = {"pool": "platform-system"}, {"pool": "platform-gpu", "team": "ml"}
+    synth = synthesize(BASE.replace(systemNodeSelector=system, gpuNodeSelector=gpu))
+    for owner, spec in synth.cluster_specs():
+        # THEN the head runs on the system side and every worker on the GPU side
+        assert head(spec)["template"]["spec"]["nodeSelector"] == system, owner
+        assert worker_group(spec)["template"]["spec"]["nodeSelector"] == gpu, owner
+    # and the RayJob's submitter with the head
+    assert synth.ray_job("efa")["spec"]["submitterPodTemplate"]["spec"]["nodeSelector"] == system
