@@ -33,12 +33,17 @@ __all__ = [
     "Settings",
     "KUBERNETES_VERSIONS",
     "KUBERAY_VERSIONS",
+    "LOG_RETENTION_DAYS",
     "KNOWN_IMAGE_RAY_VERSIONS",
     "setting_keys",
 ]
 
 KUBERNETES_VERSIONS = ("1.35", "1.36")
 """Versions that both aws_eks_v2 (aws-cdk-lib 2.275.0) and a pinned kubectl layer package support."""
+
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+"""The retention periods CloudWatch Logs accepts (AWS::Logs::LogGroup RetentionInDays)."""
 
 KUBERAY_VERSIONS = ("1.4.0", "1.7.0")
 """KubeRay releases whose CRD schemas the manifests are validated against."""
@@ -60,6 +65,9 @@ _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _VPC_ID = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _CIDR = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
+# An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
+_IAM_PRINCIPAL_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|user)/[\w+=,.@/-]{1,512}$")
+_STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,16 @@ class ClusterSettings(_Section):
     )
     vpc_id: str | None = setting(None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.")
     nat_gateways: int = setting(1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).")
+    log_retention_days: int = setting(
+        365, "logRetentionDays",
+        "Retention of the stack's log groups (control plane, VPC flow logs, Lambda), days; they are deleted with the stack.",
+        LOG_RETENTION_DAYS,
+    )
+    admin_principal_arns: tuple[str, ...] = setting(
+        (), "adminPrincipalArns",
+        "IAM role/user ARNs that get cluster-admin access entries (comma-separated or a JSON list); unset: nobody "
+        "but the stack's own roles can reach the Kubernetes API (`ray-efa whoami` prints yours).",
+    )
 
     def problems(self):
         p: list[Problem] = []
@@ -143,6 +161,19 @@ class ClusterSettings(_Section):
         if self.vpc_id is not None:
             _check(p, bool(_VPC_ID.match(self.vpc_id)), cls, "vpc_id", self.vpc_id, "must look like vpc-0123456789abcdef0")
         _check(p, 1 <= self.nat_gateways <= 3, cls, "nat_gateways", self.nat_gateways, "must be between 1 and 3")
+        for arn in self.admin_principal_arns:
+            session = _STS_ASSUMED_ROLE_ARN.match(arn)
+            if session:
+                # EKS refuses STS session principals in access entries, and the role's path (if any) is not in the
+                # session ARN, so we cannot derive the role ARN here.
+                _check(p, False, cls, "admin_principal_arns", arn,
+                       "must be IAM role or user ARNs, not an STS session; `ray-efa whoami` prints the role's ARN "
+                       f"(or: aws iam get-role --role-name {session['role']} --query Role.Arn --output text)")
+            else:
+                _check(p, bool(_IAM_PRINCIPAL_ARN.match(arn)), cls, "admin_principal_arns", arn,
+                       "must be IAM role or user ARNs like arn:aws:iam::111122223333:role/Admin")
+        _check(p, len(set(self.admin_principal_arns)) == len(self.admin_principal_arns), cls, "admin_principal_arns",
+               list(self.admin_principal_arns), "must not repeat an ARN (EKS allows one access entry per principal)")
         return p
 
 
@@ -168,6 +199,15 @@ class NodeSettings(_Section):
         ("auto", "on", "off"),
     )
     gpu_root_volume_gib: int = setting(500, "gpuRootVolumeGib", "Encrypted gp3 root volume of each GPU node, GiB (holds the image).")
+    system_root_volume_gib: int = setting(
+        100, "systemRootVolumeGib",
+        "Encrypted gp3 root volume of each system node, GiB (holds the image of the Ray head and the job submitter).",
+    )
+    capacity_reservation_type: str = setting(
+        "odcr", "capacityReservationType",
+        "What capacityReservationId names: odcr (On-Demand Capacity Reservation) or capacity-block (Capacity Blocks for ML).",
+        ("odcr", "capacity-block"),
+    )
 
     def problems(self):
         p: list[Problem] = []
@@ -185,7 +225,22 @@ class NodeSettings(_Section):
                    "must be auto or off when capacityReservationId is set (a forced placement group can leave reserved capacity unused)")
         _check(p, 100 <= self.gpu_root_volume_gib <= 16384, cls, "gpu_root_volume_gib", self.gpu_root_volume_gib,
                "must be between 100 and 16384 GiB (the training image alone is tens of GB)")
+        # gp3's range; whether the volume holds the image is checked where the image is known (at synth).
+        _check(p, 20 <= self.system_root_volume_gib <= 16384, cls, "system_root_volume_gib", self.system_root_volume_gib,
+               "must be between 20 and 16384 GiB")
+        if self.capacity_block:
+            _check(p, self.capacity_reservation_id is not None, cls, "capacity_reservation_type", self.capacity_reservation_type,
+                   "needs capacityReservationId: the Capacity Block's reservation id (cr-...)")
+            _check(p, self.gpu_instance_type in catalog.CAPACITY_BLOCK_INSTANCES or self.gpu_instance_type not in catalog.GPU_INSTANCES,
+                   cls, "gpu_instance_type", self.gpu_instance_type,
+                   f"must be a type Capacity Blocks offer with capacityReservationType capacity-block: "
+                   f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))}")
         return p
+
+    @property
+    def capacity_block(self) -> bool:
+        """Whether the GPU nodes launch into a Capacity Block for ML (CAPACITY_BLOCK node group, capacity-block market)."""
+        return self.capacity_reservation_type == "capacity-block"
 
     @property
     def gpu_instance(self) -> catalog.InstanceType:
