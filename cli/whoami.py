@@ -1,0 +1,30 @@
+"""`ray-efa whoami`: print the IAM role or user ARN of your AWS credentials, for -c adminPrincipalArns=..."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(
+        name, help="print your credentials' IAM role/user ARN, as adminPrincipalArns wants it",
+        description=__doc__ + " Use it as: npx cdk deploy --all -c adminPrincipalArns=$(ray-efa whoami). "
+        "Exit 1 when the identity cannot be read or is not an IAM role or user.",
+    )
+    p.add_argument("--profile", help="AWS profile (default: the AWS SDK's usual chain)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    from ray_efa.ops.identity import IdentityError, admin_principal_arn
+
+    try:
+        print(admin_principal_arn(boto3.Session(profile_name=args.profile)))
+    except (IdentityError, BotoCoreError) as error:  # BotoCoreError: e.g. an unknown --profile
+        print(f"ray-efa whoami: {error}", file=sys.stderr)
+        return 1
+    return 0
