@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+from ray_efa.cli._common import add_json_option
 
 
 def register(add_parser, name: str) -> None:
@@ -13,6 +16,7 @@ def register(add_parser, name: str) -> None:
         "Exit 1 when the identity cannot be read or is not an IAM role or user.",
     )
     p.add_argument("--profile", help="AWS profile (default: the AWS SDK's usual chain)")
+    add_json_option(p)
     p.set_defaults(run=run)
 
 
@@ -23,8 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from ray_efa.ops.identity import IdentityError, admin_principal_arn
 
     try:
-        print(admin_principal_arn(boto3.Session(profile_name=args.profile)))
+        arn = admin_principal_arn(boto3.Session(profile_name=args.profile))
     except (IdentityError, BotoCoreError) as error:  # BotoCoreError: e.g. an unknown --profile
+        if args.json:
+            print(json.dumps({"error": str(error)}))
         print(f"ray-efa whoami: {error}", file=sys.stderr)
         return 1
+    print(json.dumps({"adminPrincipalArn": arn}) if args.json else arn)
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 from moto import mock_aws
@@ -58,6 +60,8 @@ def test_whoami_prints_the_arn_for_the_deploy_command(aws, capsys, monkeypatch):
     monkeypatch.setenv("AWS_SESSION_TOKEN", credentials.token)
     assert main(["whoami"]) == 0
     assert capsys.readouterr().out.strip().endswith(":role/AWSReservedSSO_Admin_0123")
+    assert main(["whoami", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["adminPrincipalArn"].endswith(":role/AWSReservedSSO_Admin_0123")
 
 
 def test_whoami_without_credentials_says_so_in_one_line(monkeypatch, capsys, tmp_path):
