@@ -14,7 +14,7 @@ from typing import Any
 
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
-from ray_efa.core.cost import HourlyCost, hourly_cost
+from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 
@@ -65,6 +65,8 @@ class Plan:
     stacks: tuple[str, str]
     """(cluster stack, GPU stack)."""
     teardown: tuple[str, ...]
+    retained_after_destroy: tuple[str, ...] = ()
+    """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
 
     @property
     def fits(self) -> bool:
@@ -97,6 +99,7 @@ class Plan:
                 "after_destroying_gpu_stack": self.cost.without_gpu_stack,
             },
             "teardown": list(self.teardown),
+            "retained_after_destroy": list(self.retained_after_destroy),
         }
 
 
@@ -147,6 +150,7 @@ def build_plan(resolved: ResolvedSettings) -> Plan:
         cost=hourly_cost(s),
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
+        retained_after_destroy=retained_after_destroy(s),
     )
 
 
@@ -269,4 +273,5 @@ def render_plan(plan: Plan, console) -> None:
     teardown.add_column("command")
     for step, command in enumerate(plan.teardown, start=1):
         teardown.add_row(str(step), command)
+    teardown.add_row("left", "; ".join(plan.retained_after_destroy) or "nothing")
     console.print(teardown)
