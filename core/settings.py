@@ -14,6 +14,15 @@ a placement group with a reservation) are rules run beside the field checks, so 
 
 Pure Python with pydantic alone on purpose: the training job imports this module inside the container, which has
 no CDK but has pydantic (Ray depends on it).
+
+Adding a setting: one annotated field in its section,
+
+    system_root_volume_gib: int = setting(100, "systemRootVolumeGib", "Root volume of each system node, GiB.", ge=20, le=16384)
+
+with `Literal[...]` for a closed set of values, pydantic constraints (ge, le, gt, pattern) for the rest and
+`message=` where the generic "must be between 20 and 16384" needs the setting's own words; a check that pydantic
+cannot express is an Annotated type with `_check(...)` (see Cidr); one that reads two settings is a `@_rule(...)`
+function below the sections. Then `python tools/settings_table.py --write` and `python tools/settings_schema.py --write`.
 """
 
 from __future__ import annotations
@@ -721,7 +730,10 @@ class Settings(_Model):
         values: dict[str, Any] = {}
         for section, section_cls in _SECTIONS.items():
             given = data.get(section)
-            values.update(given._flat() if isinstance(given, section_cls) else section_cls()._flat())
+            if isinstance(given, section_cls):
+                values.update(given._flat())
+            else:  # a mapping of the section's values, or nothing (its defaults)
+                values.update(section_cls._values_by_key(given if isinstance(given, Mapping) else {}))
         return values
 
     def _flat(self) -> dict[str, Any]:

@@ -150,6 +150,8 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     made = _run([sys.executable, "-m", "venv", str(venv)])
     assert made.returncode == 0, made.stderr[-3000:]
     python = venv / "bin" / "python"
+    # Python 3.11's venv seeds setuptools too: remove it, so the venv holds pip and the wheel's closure alone.
+    _run([str(python), "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     base_site = work / "base-site"
     _link(_base_closure(wheel), base_site)
@@ -182,9 +184,12 @@ def test_base_cli_plans_and_train_names_the_extra(installed):
     plan = _run([str(ray_efa), "plan", "--json", "-c", "clusterName=research"], cwd=installed["work"])
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert json.loads(plan.stdout)["settings"]["clusterName"]["value"] == "research"
-    train = _run([str(ray_efa), "train", "--local"], cwd=installed["work"])
-    assert train.returncode == 4, train.stderr[-3000:]
-    assert "pip install 'ray-efa-stack[train]'" in train.stderr and "Traceback" not in train.stderr
+    for command in (["train", "--local"], ["demo", "--cdk-out", "demo-cdk.out", "--dist", "demo-dist"]):
+        result = _run([str(ray_efa), *command], cwd=installed["work"])
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert "pip install 'ray-efa-stack[train]'" in result.stderr and "Traceback" not in result.stderr
+    # the demo says so before its first step writes anything
+    assert not (installed["work"] / "demo-cdk.out").exists() and not (installed["work"] / "demo-dist").exists()
 
 
 def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(installed, tmp_path):

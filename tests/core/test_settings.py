@@ -214,3 +214,11 @@ def test_setting_info_describes_each_key():
     section, info = setting_keys()["placementGroup"]
     assert (section, info.name, info.default, info.choices) == ("nodes", "placement_group", "auto", ("auto", "on", "off"))
     assert info.metadata["choices"] == info.choices  # the dataclass-era form still reads
+
+
+def test_sections_given_as_mappings_are_judged_by_their_own_values():
+    # GIVEN a section as a mapping with one bad field and a good region, and a zone of that region
+    with pytest.raises(SettingsError) as caught:
+        Settings(cluster={"cluster_name": "-bad", "region": "us-west-2"}, nodes=NodeSettings(gpu_availability_zone="us-west-2a"))
+    # THEN the bad field is reported and the zone is judged against us-west-2 (not the default region)
+    assert [p.key for p in caught.value.problems] == ["clusterName"]
