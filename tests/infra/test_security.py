@@ -13,6 +13,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 from ray_efa.infra.vpc_cni import VpcCniAddon
 from tests.infra.conftest import synthesize
 from tests.infra.test_stacks import launch_template_data
+from tests.infra.test_workload import find_kind, manifest_objects
 
 # The same settings as test_stacks' chart-version test, so the session synthesizes them once.
 KUBERAY_1_4 = {"kuberayVersion": "1.4.0", "nvidiaDevicePluginVersion": "0.19.2"}
@@ -70,3 +71,13 @@ def test_a_pinned_vpc_cni_version_is_used():
     VpcCniAddon(stack, "VpcCni", cluster=cluster, addon_version="v1.21.1-eksbuild.3")
     Template.from_stack(stack).has_resource_properties("AWS::EKS::Addon", {
         "AddonName": "vpc-cni", "AddonVersion": "v1.21.1-eksbuild.3", "ClusterName": "c"})
+
+
+def test_the_stack_applies_the_jobs_network_policy_with_the_job_and_token_auth_on(default_synth):
+    # GIVEN the training RayJob the cluster stack applies
+    job_id, job_resource, job = find_kind(default_synth, "RayJob")
+    # THEN its manifest carries the NetworkPolicy in front of its pods, before the job, in the job's namespace
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in manifest_objects(job_resource)]
+    assert kinds.index(("NetworkPolicy", "train-efa-ray-ingress")) < kinds.index(("RayJob", "train-efa"))
+    # AND the job's cluster requires a token
+    assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
