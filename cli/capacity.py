@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, fail, print_json, resolve_or_exit
 
 EXIT_INTERRUPTED = 130
 
@@ -34,12 +32,7 @@ def register(add_parser, name: str) -> None:
 
 
 def _fail(args: argparse.Namespace, message: str, problems: list[dict] | None = None, code: int = 1) -> int:
-    if args.json:
-        print(json.dumps({"error": message, "problems": problems or []}, default=str))
-    else:
-        details = "".join(f"\n  - {p['key']}: {p['message']}, got {p['value']!r}" for p in problems or [])
-        print(f"ray-efa capacity: {message}{details}", file=sys.stderr)
-    return code
+    return fail(args, "capacity", message, code=code, problems=problems)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 return _fail(args, str(error))
 
     if args.json:
-        print(json.dumps({**report.as_dict(), "context_written": written}, indent=2))
+        print_json({**report.as_dict(), "context_written": written})
     else:
         console = Console()
         render_capacity(report, console)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from ray_efa.cli._common import add_json_option
+from ray_efa.cli._common import add_json_option, fail, print_json
+
+EXIT_NO_IDENTITY = 1
+"""The credentials' identity could not be read, or is not an IAM role or user (root, a federated user)."""
 
 
 def register(add_parser, name: str) -> None:
@@ -29,9 +30,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         arn = admin_principal_arn(boto3.Session(profile_name=args.profile))
     except (IdentityError, BotoCoreError) as error:  # BotoCoreError: e.g. an unknown --profile
-        if args.json:
-            print(json.dumps({"error": str(error)}))
-        print(f"ray-efa whoami: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps({"adminPrincipalArn": arn}) if args.json else arn)
+        return fail(args, "whoami", str(error), code=EXIT_NO_IDENTITY)
+    if args.json:
+        print_json({"admin_principal_arn": arn})
+    else:
+        print(arn)
     return 0

@@ -61,7 +61,7 @@ def test_whoami_prints_the_arn_for_the_deploy_command(aws, capsys, monkeypatch):
     assert main(["whoami"]) == 0
     assert capsys.readouterr().out.strip().endswith(":role/AWSReservedSSO_Admin_0123")
     assert main(["whoami", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["adminPrincipalArn"].endswith(":role/AWSReservedSSO_Admin_0123")
+    assert json.loads(capsys.readouterr().out)["admin_principal_arn"].endswith(":role/AWSReservedSSO_Admin_0123")
 
 
 def test_whoami_without_credentials_says_so_in_one_line(monkeypatch, capsys, tmp_path):
@@ -73,6 +73,8 @@ def test_whoami_without_credentials_says_so_in_one_line(monkeypatch, capsys, tmp
     assert main(["whoami"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ray-efa whoami: no AWS credentials found") and "Traceback" not in err
+    assert main(["whoami", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 1
 
 
 def test_an_unreadable_role_names_what_to_do(aws):
