@@ -76,11 +76,20 @@ def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_or_exit(
-    args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = ()
+    args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
 ) -> ResolvedSettings:
-    """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2."""
+    """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
+
+    `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
+    (core.memory.check_fits names what to change).
+    """
     try:
-        return resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
+        resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
+        if require_fit:
+            from ray_efa.core.memory import check_fits
+
+            check_fits(resolved.settings)
+        return resolved
     except SettingsError as error:
         if getattr(args, "json", False):
             print(json.dumps({"error": "invalid settings", "exit_code": EXIT_USAGE, "problems": [

@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
         return code
     console = Console()
-    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
+    # every settings problem at once (a plan that cannot fit included: the synth would refuse it), exit 2, before
+    # anything is written
+    resolved = resolve_or_exit(args, require_fit=True)
     settings = resolved.settings
     try:  # both output folders before any step: a refused folder must not cost a synthesis
         check_output_dir(args.cdk_out, accept=is_cloud_assembly_entry)

@@ -28,7 +28,8 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = resolve_or_exit(args).settings  # bad settings: every problem printed, exit 2, nothing written
+    # bad settings or a plan that cannot fit the GPUs: every problem printed, exit 2, nothing written
+    settings = resolve_or_exit(args, require_fit=True).settings
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
 
     try:

@@ -27,7 +27,7 @@ class SettingRow:
     section: str
     value: Any
     source: str
-    """default, cdk.json, cdk.context.json, -c, or another named layer."""
+    """default, ~/.cdk.json, cdk.context.json, cdk.json, -c, or another named layer."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,7 +197,8 @@ def render_plan(plan: Plan, console) -> None:
 
     s = plan.settings
 
-    settings = Table(title="Settings", caption="source: default, cdk.json, cdk.context.json or -c")
+    settings = Table(title="Settings",
+                     caption="source: default, ~/.cdk.json, cdk.context.json, cdk.json or -c (later wins, as in the CDK CLI)")
     for column in ("section", "key", "value", "source"):
         settings.add_column(column)
     previous = None

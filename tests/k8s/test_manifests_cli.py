@@ -43,7 +43,8 @@ def test_writes_one_file_per_chart_in_apply_order(dist):
 def test_files_are_plain_yaml_of_the_charts(dist):
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.glob("*.yaml")}
     assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
-        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("RayJob", "train-efa")]
+        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("ConfigMap", "train-efa-settings"),
+        ("RayJob", "train-efa")]
     assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
 
 
@@ -80,6 +81,33 @@ def test_bad_settings_exit_2_and_leave_the_output_alone(tmp_path, capsys):
     assert exit_.value.code == 2
     assert "gpuNodeCount: must be between 1 and 64, got 0" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_plan_that_cannot_fit_exits_2_naming_the_setting_and_writes_nothing(tmp_path, capsys):
+    # GIVEN an earlier output
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "keep.yaml").write_text("earlier")
+    # WHEN the micro batch is 32 times what fits an L4
+    with pytest.raises(SystemExit) as exit_:
+        _run("--out", str(out), "-c", "microBatch=64")
+    # THEN exit 2, the memory planner's refusal names microBatch and its default as the fix, nothing is written
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "microBatch: the training plan needs" in err and "microBatch=2, its default" in err
+    assert [p.name for p in out.iterdir()] == ["keep.yaml"]
+
+
+def test_the_rayjob_chart_itself_refuses_a_plan_that_cannot_fit():
+    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with default batch)
+    import cdk8s
+
+    from ray_efa.core.settings import Settings, SettingsError
+
+    settings = Settings.from_context({"gpuNodeCount": 1})
+    # WHEN any caller builds the RayJob chart (the CDK stack does, through infra.workload) THEN it is refused
+    with pytest.raises(SettingsError, match="gpuNodeCount: the training plan needs"):
+        workload.ray_job_chart(cdk8s.App(), settings)
 
 
 def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypatch, capsys):
