@@ -28,7 +28,30 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+
+
+def namespace_root() -> str | None:
+    """A folder that makes `import ray_efa.core` work for this process and its workers, or None where it already
+    does (the editable install). On a machine with the bare checkout only (the GPU machine), builds
+    /tmp/ray-efa-ns/ray_efa from ray_efa/__init__.py and links to the top-level folders, as pyproject maps them."""
+    try:
+        import ray_efa.core  # noqa: F401
+
+        return None
+    except ImportError:
+        pass
+    package = Path("/tmp/ray-efa-ns/ray_efa")
+    package.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "ray_efa" / "__init__.py", package / "__init__.py")
+    for name in ("core", "training"):
+        link = package / name
+        if not link.exists():
+            link.symlink_to(ROOT / name)
+    sys.path.insert(0, str(package.parent))
+    return str(package.parent)
+
+
+NAMESPACE = namespace_root()
 
 from ray_efa.core.context import parse_overrides  # noqa: E402
 from ray_efa.core.settings import Settings  # noqa: E402
@@ -141,7 +164,7 @@ def run_reference(settings: Settings, world: int, out: Path, gpu: bool) -> dict:
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
          str(ROOT / "bench" / "fsdp_reference.py"), str(settings_file), str(summary_file), "nccl" if gpu else "gloo"],
-        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)},
     )
     return json.loads(summary_file.read_text())
 
@@ -173,8 +196,8 @@ def main() -> int:
         "eager": (eager, lambda s: run_project(s, world, "eager", gpu)),
         "aws_sample": (aws_sample, lambda s: run_aws_sample(s, world, "aws_sample", gpu)),
     }
-    # Workers inherit the driver's PYTHONPATH plus the repository root (core/, training/).
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    # Workers inherit the driver's PYTHONPATH plus the namespace root (ray_efa.core, ray_efa.training).
+    pythonpath = os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)
     ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     results: dict[str, dict] = {}
     with (args.out / "bench.jsonl").open("w") as sink:

@@ -296,6 +296,23 @@ class TrainingSettings(_Section):
     compile: bool = setting(True, "compile", "torch.compile each decoder layer (and the chunked loss's softmax).")
     activation_checkpointing: bool = setting(False, "activationCheckpointing", "Recompute decoder-layer activations in backward.")
     loss_chunk_size: int = setting(4096, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.")
+    sharding: str = setting(
+        "auto", "sharding",
+        "How parameters, gradients and optimizer state are split: fsdp shards over every GPU; hsdp shards within a node "
+        "and replicates across nodes (2-D DeviceMesh), so only a gradient all-reduce crosses the network; auto takes the "
+        "one core.perf predicts fastest that fits memory.",
+        ("auto", "fsdp", "hsdp"),
+    )
+    grad_accumulation: int = setting(
+        1, "gradAccumulation",
+        "Micro-batches per optimizer step (each of microBatch x seqLen tokens per GPU); gradients cross the network once "
+        "per optimizer step. The effective batch is microBatch x gradAccumulation x world size sequences.",
+    )
+    grad_reduce_dtype: str = setting(
+        "fp32", "gradReduceDtype",
+        "Precision of the gradient reduce-scatter/all-reduce on GPU: fp32, or bf16 (half the bytes on the wire).",
+        ("fp32", "bf16"),
+    )
     data_pool_size: int = setting(
         0, "dataPoolSize",
         "Random token sequences per rank that batches are drawn from (a set the model can memorize, so the loss falls); "
@@ -305,7 +322,7 @@ class TrainingSettings(_Section):
     def problems(self):
         p: list[Problem] = []
         cls = TrainingSettings
-        positive = ("steps", "seq_len", "micro_batch", "report_every")
+        positive = ("steps", "seq_len", "micro_batch", "report_every", "grad_accumulation")
         for name in positive:
             value = getattr(self, name)
             _check(p, value >= 1, cls, name, value, "must be >= 1")
