@@ -4,7 +4,8 @@ For a model, a batch, an instance type, a node count, a network (efa or tcp) and
 
 - compute   every micro-batch's forward + backward: FLOPs (core.models, 6N + 12 L d S per token) over the GPU's dense
             bf16 peak (core.catalog) times COMPUTE_EFFICIENCY, plus MICRO_STEP_FIXED_S, never under LAUNCH_FLOOR_S;
-            activation checkpointing recomputes the forward (x 4/3), eager layers run at EAGER_SPEED of compiled ones.
+            activation checkpointing recomputes the forward (x 4/3), eager layers run at EAGER_SPEED of compiled ones
+            and the unchunked loss at UNCHUNKED_LOSS_SPEED of the chunked one.
 - optimizer gradient clipping + fused AdamW over the local shard: OPTIMIZER_BYTES_PER_PARAM bytes per parameter through
             device memory at the data sheet's bandwidth.
 - network   the bytes each collective moves per optimizer step (below), on the link each crosses: inside a node the
@@ -70,6 +71,10 @@ batches the step is bound by the host launching kernels, not by the GPU."""
 EAGER_SPEED = 0.946
 """Speed of eager decoder layers relative to compiled ones: 35,434 vs 37,465 tokens/s per GPU on 2 x H200 at 4 x 4096
 (reference/FACTS.md, torchrun, unchunked loss)."""
+UNCHUNKED_LOSS_SPEED = 0.785
+"""Speed of a step with the unchunked fp32 loss (lossChunkSize 0) relative to the chunked, compiled one: 37,465 tokens/s
+per GPU (2 x H200, 4 x 4096, compiled layers, unchunked; reference/FACTS.md) against 47,747 (one H200, 4 x 4096,
+chunked; the calibration)."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Gradient clipping + fused AdamW + zero_grad, in bytes of device-memory traffic per local parameter at the data
 sheet's bandwidth: 0.0183 s for 1.544e9 parameters on one H200 (4,800 GB/s) in the calibration."""
@@ -223,7 +228,8 @@ def predict(
 
     tokens = t.micro_batch * t.seq_len
     flops = tokens * p.flops_per_token(t.seq_len) * (4 / 3 if t.activation_checkpointing else 1)
-    rate = gpu.peak_bf16_tflops * 1e12 * COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+    rate = (gpu.peak_bf16_tflops * 1e12 * COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+            * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
     micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
     compute = micro * t.grad_accumulation
 

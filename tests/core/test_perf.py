@@ -91,3 +91,20 @@ def test_every_efa_instance_type_gets_a_prediction_for_both_networks(name):
         assert row["step_time_s"] >= max(row["compute_s"], row["network_s"]) > 0
         assert 0 < row["mfu"] < 1 and row["tokens_per_s_per_gpu"] > 0
         assert row["bottleneck"] in ("compute", "network", "intra-node link")
+
+
+@pytest.mark.parametrize(
+    ("link_gb_s", "compile_", "measured"),
+    [(3.1, False, 8_522), (325.0, False, 34_278), (325.0, True, 37_465)],
+    ids=["socket-eager", "nvlink-eager", "nvlink-compiled"],
+)
+def test_two_gpu_fsdp_cells_measured_before_are_predicted_within_20_percent(link_gb_s, compile_, measured):
+    # GIVEN 2 x H200 runs of 2026-11-29 (docs/BENCHMARKS.md, issue 12 table): FSDP2, 4 x 4096, unchunked loss, over NVLink
+    # (325 GB/s all-reduce bus bandwidth) or NCCL forced onto sockets (3.1 GB/s), tokens/s per GPU
+    t = TrainingSettings(micro_batch=4, seq_len=4096, compile=compile_, loss_chunk_size=0)
+    link = perf.Link(name="measured", gb_s=link_gb_s)
+    # WHEN the model predicts the same run as 2 "nodes" of one GPU joined by that link
+    p = perf.predict(t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=2, gpus_per_node=1, network="efa",
+                     strategy="fsdp", links=(link, link))
+    # THEN it is within 20%
+    assert p.tokens_per_s_per_gpu == pytest.approx(measured, rel=0.2)
