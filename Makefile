@@ -49,7 +49,7 @@ test: install
 ## Re-pin the Python dependency tree after changing pyproject.toml (needs network).
 lock:
 	rm -rf /tmp/ray-efa-lock && $(PYTHON) -m venv /tmp/ray-efa-lock
-	/tmp/ray-efa-lock/bin/pip install -q -e '.[dev]'
+	/tmp/ray-efa-lock/bin/pip install -q -e '.[train,dev]'
 	/tmp/ray-efa-lock/bin/pip freeze --exclude-editable --exclude ray-efa-stack | sort > requirements.lock
 
 clean:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any, Iterable, Mapping
@@ -11,6 +12,11 @@ from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_sett
 from ray_efa.core.settings import SettingsError
 
 EXIT_USAGE = 2
+EXIT_NOT_INSTALLED = 4
+"""A command that needs an extra that is not installed (`ray-efa train` without torch)."""
+
+TRAIN_EXTRA_MODULES = ("torch", "ray", "transformers")
+"""What `pip install 'ray-efa-stack[train]'` adds to the base install (which has the constructs, manifests and CLI)."""
 
 
 def add_context_option(parser: argparse.ArgumentParser) -> None:
@@ -38,3 +44,13 @@ def resolve_or_exit(
         else:
             print(f"ray-efa: {error}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def missing_train_extra(command: str) -> int | None:
+    """None when torch, Ray and transformers import; else say how to install them and return EXIT_NOT_INSTALLED."""
+    missing = [name for name in TRAIN_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    print(f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
+          "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'", file=sys.stderr)
+    return EXIT_NOT_INSTALLED

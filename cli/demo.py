@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_or_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.ops.plan import build_plan, render_plan
 
+    if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
+        return code
     console = Console()
     resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
     settings = resolved.settings

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_or_exit
 
 
 def register(add_parser, name: str) -> None:
@@ -25,6 +25,8 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (code := missing_train_extra("train")) is not None:
+        return code
     from ray_efa.training.local import LOCAL_PRESET
 
     extra = [("--local preset", LOCAL_PRESET)] if args.local else []

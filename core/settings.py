@@ -6,18 +6,39 @@ strings (`-c` gives strings), rejects unknown keys (a typo would otherwise be ig
 problem at once, each naming the key, the bad value and what is allowed. Nothing is synthesized or written before
 this succeeds.
 
-Pure Python on purpose: the training job imports this module inside the container, which has no CDK.
+The sections are pydantic v2 models in strict mode: the Python API takes the field's own type
+(`NodeSettings(gpu_node_count=2.5)`, `True` or `'4'` is a SettingsError naming the setting, never a TypeError), and
+only `from_context` parses the strings of `-c` leniently. Checks that read several fields (a zone of the region,
+a placement group with a reservation) are rules run beside the field checks, so one error lists everything.
+`context_json_schema()` is the JSON Schema of the context (docs/settings.schema.json, for editors of cdk.json).
+
+Pure Python with pydantic alone on purpose: the training job imports this module inside the container, which has
+no CDK but has pydantic (Ray depends on it).
+
+Adding a setting: one annotated field in its section,
+
+    system_root_volume_gib: int = setting(100, "systemRootVolumeGib", "Root volume of each system node, GiB.", ge=20, le=16384)
+
+with `Literal[...]` for a closed set of values, pydantic constraints (ge, le, gt, pattern) for the rest and
+`message=` where the generic "must be between 20 and 16384" needs the setting's own words; a check that pydantic
+cannot express is an Annotated type with `_check(...)` (see Cidr); one that reads two settings is a `@_rule(...)`
+function below the sections. Then `python tools/settings_table.py --write` and `python tools/settings_schema.py --write`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
+import ipaddress
 import json
+import math
 import re
 import typing
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping
+
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator,
+)
 
 from ray_efa.core import catalog, regions
 from ray_efa.core.models import MODEL_PRESETS, model_preset
@@ -25,6 +46,7 @@ from ray_efa.core.models import MODEL_PRESETS, model_preset
 __all__ = [
     "SettingsError",
     "Problem",
+    "SettingInfo",
     "ClusterSettings",
     "NodeSettings",
     "AddonSettings",
@@ -35,6 +57,7 @@ __all__ = [
     "KUBERAY_VERSIONS",
     "KNOWN_IMAGE_RAY_VERSIONS",
     "setting_keys",
+    "context_json_schema",
 ]
 
 KUBERNETES_VERSIONS = ("1.35", "1.36")
@@ -54,13 +77,17 @@ _IMAGE_REFERENCE = re.compile(
     r"(?P<repository>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
-_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-_CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
-_VPC_ID = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_CIDR = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$")
+# Patterns that pydantic checks and the JSON Schema publishes: plain syntax that Python, Rust (pydantic-core) and
+# ECMAScript (editors) read alike.
+_CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_SEMVER = r"^\d+\.\d+\.\d+$"
+_CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
+_VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
+_DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
 
+
+# -- problems -----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -82,110 +109,325 @@ class SettingsError(ValueError):
         super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def setting(default: Any, key: str, doc: str, choices: tuple | None = None) -> Any:
-    """A settings field: its context key, a one-line description and, where the values are a closed set, the choices."""
-    return field(default=default, metadata={"key": key, "doc": doc, "choices": choices})
+# -- how a field is declared --------------------------------------------------------------------------------------
+
+def setting(default: Any, key: str, doc: str, *, message: str | None = None, **constraints: Any) -> Any:
+    """A settings field: its context key, a one-line description and pydantic constraints (ge, le, pattern...).
+
+    Closed sets of values are `Literal[...]` annotations. `message` replaces the generic text of a constraint error
+    ("must be between 1 and 64") where the setting needs its own words; the JSON Schema carries it as errorMessage,
+    which editors show.
+    """
+    extra = {"errorMessage": message} if message else None
+    return Field(default, alias=key, description=doc, json_schema_extra=extra, **constraints)
 
 
-class _Section:
-    """Shared behaviour of the settings sections: field-level checks run on construction."""
+def _check(predicate: Callable[[Any], str | None]) -> AfterValidator:
+    """A field check beyond types and constraints: `predicate` returns what is wrong ("must be ...") or None."""
 
-    def __post_init__(self) -> None:
-        problems = list(self._choice_problems()) + list(self.problems())
+    def validate(value: Any) -> Any:
+        if (problem := predicate(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+def _region_problem(region: str) -> str | None:
+    return None if regions.is_valid_region(region) else "must be a region name like us-east-2"
+
+
+def _cidr_problem(cidr: str) -> str | None:
+    # ipaddress accepts a bare address as a /32; a public-access list names networks, so the prefix is required.
+    try:
+        network = ipaddress.IPv4Network(cidr, strict=False)
+    except ValueError:
+        network = None
+    if network is None or "/" not in cidr:
+        return "must be IPv4 CIDRs like 203.0.113.0/24"
+    if str(network) != cidr:
+        return f"must be a network address with its host bits zero: {network}"
+    return None
+
+
+def _gpu_instance_problem(name: str) -> str | None:
+    try:
+        catalog.gpu_instance(name)
+    except catalog.CatalogError as error:
+        return str(error)
+    return None
+
+
+def _image_problem(image: str) -> str | None:
+    match = _IMAGE_REFERENCE.match(image)
+    if match and (match["tag"] or match["digest"]):
+        return None
+    return "must be an image reference with a tag or digest, like registry/repository:tag"
+
+
+def _storage_path_problem(path: str) -> str | None:
+    # Every node writes checkpoint shards here, so a relative path (each node's own working directory) is useless.
+    # The bucket name is not checked: a stack passes its own bucket as a CDK token, unresolved until deploy.
+    if path.startswith("s3://"):
+        bucket = path[len("s3://"):].partition("/")[0]
+        return None if bucket else "must name a bucket: s3://bucket/prefix"
+    if path.startswith("/"):
+        return None
+    return "must be s3://bucket/prefix or an absolute path on storage every node shares, like /mnt/fsx/runs"
+
+
+def _schema(**schema: Any) -> WithJsonSchema:
+    """What the JSON Schema shows of a checked string: a hint for editors; the check itself is the Python above."""
+    return WithJsonSchema({"type": "string", **schema})
+
+
+# Annotated types with their checks; pydantic runs them after the type.
+Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
+Cidr = Annotated[str, _check(_cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
+GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
+                            _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
+StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
+# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
+_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
+
+
+# -- rules across fields ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Rule:
+    keys: tuple[str, ...]
+    check: Callable[..., Problem | None]
+
+
+_RULES: list[_Rule] = []
+
+
+def _rule(*keys: str) -> Callable[[Callable[..., Problem | None]], Callable[..., Problem | None]]:
+    """Register a check that reads several settings (by key, passed in that order) and returns a Problem or None.
+
+    A rule runs whenever each of its settings is valid on its own, also when other settings are not: so one
+    SettingsError reports field problems and rule problems together.
+    """
+
+    def register(check: Callable[..., Problem | None]) -> Callable[..., Problem | None]:
+        _RULES.append(_Rule(keys, check))
+        return check
+
+    return register
+
+
+def _rule_problems(rules: Iterable[_Rule], values: Mapping[str, Any], invalid: set[str]) -> list[Problem]:
+    """The problems of the rules whose settings are all valid; `values` maps keys to (valid) values."""
+    problems = []
+    for rule in rules:
+        if any(key in invalid for key in rule.keys):
+            continue
+        problem = rule.check(*(values[key] for key in rule.keys))
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+# -- translating pydantic's errors into problems ------------------------------------------------------------------
+
+_TYPE_MESSAGES = {
+    "int_type": "must be an integer", "int_parsing": "must be an integer", "int_from_float": "must be an integer",
+    "float_type": "must be a number", "float_parsing": "must be a number", "finite_number": "must be a finite number",
+    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "string_type": "must be a string", "tuple_type": "must be a list of strings",
+}
+
+
+def _choices_of(annotation: Any) -> tuple | None:
+    """The values of a Literal annotation (also inside `X | None`), else None."""
+    if typing.get_origin(annotation) is Literal:
+        return typing.get_args(annotation)
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(arg) is Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def _bounds(info: Any) -> dict[str, Any]:
+    bounds: dict[str, Any] = {}
+    for item in info.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            if getattr(item, name, None) is not None:
+                bounds[name] = getattr(item, name)
+    return bounds
+
+
+def _bounds_message(bounds: dict[str, Any]) -> str:
+    if "ge" in bounds and "le" in bounds:
+        return f"must be between {bounds['ge']} and {bounds['le']}"
+    for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if name in bounds:
+            return f"must be {sign} {bounds[name]}"
+    return "is out of range"
+
+
+def _field_message(error_type: str, info: Any, fallback: str) -> str:
+    """Our message for a pydantic error of a field: the field's own words, its choices, its bounds or its type."""
+    if error_type == "literal_error":
+        return f"must be one of {', '.join(map(str, _choices_of(info.annotation) or ()))}"
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if error_type in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "string_pattern_mismatch"):
+        if extra.get("errorMessage"):
+            return str(extra["errorMessage"])
+        if error_type != "string_pattern_mismatch":
+            return _bounds_message(_bounds(info))
+    return _TYPE_MESSAGES.get(error_type, fallback)
+
+
+def _problems_of(error: ValidationError, model: type[BaseModel]) -> list[Problem]:
+    """pydantic's errors as Problems: each names the context key, the value and what is allowed."""
+    by_name = {**{name: name for name in model.model_fields},
+               **{info.alias: name for name, info in model.model_fields.items() if info.alias}}
+    problems: list[Problem] = []
+    for item in error.errors():
+        ctx_error = (item.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, SettingsError):  # raised by our own validator below, already in our words
+            problems.extend(ctx_error.problems)
+            continue
+        loc = item["loc"]
+        name = by_name.get(loc[0]) if loc else None
+        if item["type"] == "extra_forbidden":
+            known = sorted(by_name)
+            close = difflib.get_close_matches(str(loc[0]), known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known settings: {', '.join(known)}"
+            problems.append(Problem(str(loc[0]), item["input"], f"unknown setting ({hint})"))
+            continue
+        if name is None:
+            problems.append(Problem(model.__name__, item["input"], item["msg"]))
+            continue
+        info = model.model_fields[name]
+        key = info.alias or name
+        if item["type"] == "value_error" and ctx_error is not None:  # a _check: its message is ours already
+            message = str(ctx_error)
+        elif item["type"] in ("model_type", "is_instance_of"):
+            message = f"must be a {getattr(info.annotation, '__name__', info.annotation)}"
+        else:
+            message = _field_message(item["type"], info, item["msg"])
+        problems.append(Problem(key, item["input"], message))
+    return problems
+
+
+class _Model(BaseModel):
+    """Shared behaviour: strict and frozen, keys by name or context key, every problem at once as a SettingsError."""
+
+    # populate_by_name (not validate_by_name, which needs pydantic 2.11): the container's Ray accepts pydantic >= 2.5.
+    # No protected namespaces: model_path is a setting, not pydantic's.
+    model_config = ConfigDict(
+        frozen=True, strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False, protected_namespaces=(),
+    )
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise SettingsError(_problems_of(error, type(self))) from None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_problem_at_once(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
+        """Field checks, then the rules over this model's settings, reported together."""
+        rules = cls._rules()
+        try:
+            model = handler(data)
+        except ValidationError as error:
+            if not isinstance(data, Mapping):
+                raise
+            problems = _problems_of(error, cls)
+            values = cls._values_by_key(data)
+            problems += _rule_problems(rules, values, {p.key for p in problems})
+            raise SettingsError(problems) from None
+        problems = _rule_problems(rules, model._flat(), set())
         if problems:
             raise SettingsError(problems)
-
-    def _choice_problems(self):
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices and value not in choices:
-                yield Problem(f.metadata["key"], value, f"must be one of {', '.join(map(str, choices))}")
-
-    def problems(self):  # overridden by sections with checks beyond their choices
-        return ()
+        return model
 
     @classmethod
-    def key_of(cls, name: str) -> str:
-        return cls.__dataclass_fields__[name].metadata["key"]
+    def _rules(cls) -> list[_Rule]:
+        raise NotImplementedError
+
+    @classmethod
+    def _values_by_key(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults overlaid with the given values (by name or key), keyed by context key."""
+        values = {info.alias: info.default for info in cls.model_fields.values()}
+        for given, value in data.items():
+            info = cls.model_fields.get(given) or next((i for i in cls.model_fields.values() if i.alias == given), None)
+            if info is not None:
+                values[info.alias] = value
+        return values
+
+    def _flat(self) -> dict[str, Any]:
+        raise NotImplementedError
 
 
-def _check(problems: list, ok: bool, section: type, name: str, value: Any, message: str) -> None:
-    if not ok:
-        problems.append(Problem(section.key_of(name), value, message))
+class _Section(_Model):
+    """A settings section: a flat group of settings, each with a context key."""
+
+    @classmethod
+    def _rules(cls) -> list[_Rule]:
+        keys = {info.alias for info in cls.model_fields.values()}
+        return [rule for rule in _RULES if set(rule.keys) <= keys]
+
+    def _flat(self) -> dict[str, Any]:
+        return {info.alias: getattr(self, name) for name, info in type(self).model_fields.items()}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+# -- the sections -------------------------------------------------------------------------------------------------
+
 class ClusterSettings(_Section):
     """The EKS cluster and its network."""
 
-    cluster_name: str = setting("ray-train", "clusterName", "EKS cluster name; also prefixes the stack names.")
-    region: str = setting("us-east-2", "region", "AWS region of both stacks.")
-    kubernetes_version: str = setting("1.36", "kubernetesVersion", "EKS Kubernetes version.", KUBERNETES_VERSIONS)
-    endpoint_access: str = setting(
-        "public_and_private", "endpointAccess", "Who reaches the Kubernetes API endpoint.",
-        ("public_and_private", "private", "public"),
+    cluster_name: str = setting(
+        "ray-train", "clusterName", "EKS cluster name; also prefixes the stack names.", pattern=_CLUSTER_NAME,
+        message="must be 1-100 letters, digits, '-' or '_', starting with a letter or digit",
     )
-    public_access_cidrs: tuple[str, ...] = setting(
+    region: Region = setting("us-east-2", "region", "AWS region of both stacks.")
+    kubernetes_version: Literal[*KUBERNETES_VERSIONS] = setting("1.36", "kubernetesVersion", "EKS Kubernetes version.")
+    endpoint_access: Literal["public_and_private", "private", "public"] = setting(
+        "public_and_private", "endpointAccess", "Who reaches the Kubernetes API endpoint.",
+    )
+    public_access_cidrs: Annotated[tuple[Cidr, ...], _LIST_AS_TUPLE] = setting(
         ("0.0.0.0/0",), "publicAccessCidrs", "CIDRs allowed to the public endpoint (comma-separated or a JSON list)."
     )
-    vpc_id: str | None = setting(None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.")
-    nat_gateways: int = setting(1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).")
-
-    def problems(self):
-        p: list[Problem] = []
-        cls = ClusterSettings
-        _check(p, bool(_CLUSTER_NAME.match(self.cluster_name)), cls, "cluster_name", self.cluster_name,
-               "must be 1-100 letters, digits, '-' or '_', starting with a letter or digit")
-        _check(p, regions.is_valid_region(self.region), cls, "region", self.region, "must be a region name like us-east-2")
-        for cidr in self.public_access_cidrs:
-            _check(p, bool(_CIDR.match(cidr)), cls, "public_access_cidrs", cidr, "must be IPv4 CIDRs like 203.0.113.0/24")
-        if self.vpc_id is not None:
-            _check(p, bool(_VPC_ID.match(self.vpc_id)), cls, "vpc_id", self.vpc_id, "must look like vpc-0123456789abcdef0")
-        _check(p, 1 <= self.nat_gateways <= 3, cls, "nat_gateways", self.nat_gateways, "must be between 1 and 3")
-        return p
+    vpc_id: str | None = setting(
+        None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.", pattern=_VPC_ID,
+        message="must look like vpc-0123456789abcdef0",
+    )
+    nat_gateways: int = setting(
+        1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).", ge=1, le=3
+    )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeSettings(_Section):
     """The two managed node groups."""
 
-    system_instance_type: str = setting(
+    system_instance_type: Literal[*catalog.SYSTEM_INSTANCES] = setting(
         "m7i.xlarge", "systemInstanceType", "Instance type of the system node group (KubeRay operator, Ray head).",
-        tuple(catalog.SYSTEM_INSTANCES),
     )
-    system_node_count: int = setting(1, "systemNodeCount", "Nodes in the system node group.")
-    gpu_instance_type: str = setting("g6.12xlarge", "gpuInstanceType", "EFA-capable GPU instance type of the worker nodes.")
-    gpu_node_count: int = setting(2, "gpuNodeCount", "GPU nodes (one Ray worker pod each).")
+    system_node_count: int = setting(1, "systemNodeCount", "Nodes in the system node group.", ge=1, le=10)
+    gpu_instance_type: GpuInstanceType = setting(
+        "g6.12xlarge", "gpuInstanceType", "EFA-capable GPU instance type of the worker nodes."
+    )
+    gpu_node_count: int = setting(2, "gpuNodeCount", "GPU nodes (one Ray worker pod each).", ge=1, le=64)
     gpu_availability_zone: str | None = setting(
         None, "gpuAvailabilityZone", "The one AZ of all GPU nodes (EFA does not cross AZs); unset: the region's first."
     )
     capacity_reservation_id: str | None = setting(
-        None, "capacityReservationId", "On-Demand Capacity Reservation (cr-...) the GPU nodes launch into."
+        None, "capacityReservationId", "On-Demand Capacity Reservation (cr-...) the GPU nodes launch into.",
+        pattern=_CAPACITY_RESERVATION, message="must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0",
     )
-    placement_group: str = setting(
+    placement_group: Literal["auto", "on", "off"] = setting(
         "auto", "placementGroup", "Cluster placement group for the GPU nodes; auto: on unless a reservation is targeted.",
-        ("auto", "on", "off"),
     )
-    gpu_root_volume_gib: int = setting(500, "gpuRootVolumeGib", "Encrypted gp3 root volume of each GPU node, GiB (holds the image).")
-
-    def problems(self):
-        p: list[Problem] = []
-        cls = NodeSettings
-        _check(p, 1 <= self.system_node_count <= 10, cls, "system_node_count", self.system_node_count, "must be between 1 and 10")
-        try:
-            catalog.gpu_instance(self.gpu_instance_type)
-        except catalog.CatalogError as error:
-            p.append(Problem(cls.key_of("gpu_instance_type"), self.gpu_instance_type, str(error)))
-        _check(p, 1 <= self.gpu_node_count <= 64, cls, "gpu_node_count", self.gpu_node_count, "must be between 1 and 64")
-        if self.capacity_reservation_id is not None:
-            _check(p, bool(_CAPACITY_RESERVATION.match(self.capacity_reservation_id)), cls, "capacity_reservation_id",
-                   self.capacity_reservation_id, "must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0")
-            _check(p, self.placement_group != "on", cls, "placement_group", self.placement_group,
-                   "must be auto or off when capacityReservationId is set (a forced placement group can leave reserved capacity unused)")
-        _check(p, 100 <= self.gpu_root_volume_gib <= 16384, cls, "gpu_root_volume_gib", self.gpu_root_volume_gib,
-               "must be between 100 and 16384 GiB (the training image alone is tens of GB)")
-        return p
+    gpu_root_volume_gib: int = setting(
+        500, "gpuRootVolumeGib", "Encrypted gp3 root volume of each GPU node, GiB (holds the image).", ge=100, le=16384,
+        message="must be between 100 and 16384 GiB (the training image alone is tens of GB)",
+    )
 
     @property
     def gpu_instance(self) -> catalog.InstanceType:
@@ -204,141 +446,111 @@ class NodeSettings(_Section):
         return self.gpu_node_count * self.gpu_instance.gpus
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class AddonSettings(_Section):
     """Pinned versions of the Helm charts installed into the cluster."""
 
-    kuberay_version: str = setting("1.7.0", "kuberayVersion", "kuberay-operator Helm chart version.", KUBERAY_VERSIONS)
-    nvidia_device_plugin_version: str = setting("0.20.0", "nvidiaDevicePluginVersion", "nvidia-device-plugin Helm chart version.")
-    efa_device_plugin_version: str = setting(
-        "v0.5.30", "efaDevicePluginVersion", "aws-efa-k8s-device-plugin Helm chart version (its allowlist must hold the GPU type).",
-        tuple(catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS),
+    kuberay_version: Literal[*KUBERAY_VERSIONS] = setting("1.7.0", "kuberayVersion", "kuberay-operator Helm chart version.")
+    nvidia_device_plugin_version: str = setting(
+        "0.20.0", "nvidiaDevicePluginVersion", "nvidia-device-plugin Helm chart version.", pattern=_SEMVER,
+        message="must be a chart version like 0.20.0",
+    )
+    efa_device_plugin_version: Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS] = setting(
+        "v0.5.30", "efaDevicePluginVersion",
+        "aws-efa-k8s-device-plugin Helm chart version (its allowlist must hold the GPU type).",
     )
 
-    def problems(self):
-        p: list[Problem] = []
-        _check(p, bool(_SEMVER.match(self.nvidia_device_plugin_version)), AddonSettings, "nvidia_device_plugin_version",
-               self.nvidia_device_plugin_version, "must be a chart version like 0.20.0")
-        return p
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class WorkloadSettings(_Section):
     """The RayCluster and the RayJob that runs training on it."""
 
-    namespace: str = setting("ray", "namespace", "Kubernetes namespace of the RayCluster and the RayJob.")
-    dlc_image: str = setting(
+    namespace: str = setting(
+        "ray", "namespace", "Kubernetes namespace of the RayCluster and the RayJob.", pattern=_DNS_LABEL,
+        message=_DNS_LABEL_MESSAGE,
+    )
+    dlc_image: ImageReference = setting(
         "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1", "dlcImage",
         "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required).",
     )
-    ray_version: str = setting("2.58.0", "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).")
-    network: str = setting(
-        "efa", "network", "Transport between nodes: efa, or tcp for the EFA-versus-TCP comparison run.", ("efa", "tcp")
+    ray_version: str = setting(
+        "2.58.0", "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=_SEMVER,
+        message="must be a version like 2.58.0",
+    )
+    network: Literal["efa", "tcp"] = setting(
+        "efa", "network", "Transport between nodes: efa, or tcp for the EFA-versus-TCP comparison run."
     )
     preflight: bool = setting(True, "preflight", "Run the all-reduce bandwidth probe before training and fail fast on a slow path.")
     preflight_min_busbw_gbps: float | None = setting(
-        None, "preflightMinBusbwGbps", "Inter-node all-reduce floor in GB/s at 1 GiB; unset: the instance catalog's estimate."
+        None, "preflightMinBusbwGbps", "Inter-node all-reduce floor in GB/s at 1 GiB; unset: the instance catalog's estimate.",
+        gt=0,
     )
-    storage_path: str | None = setting(
-        None, "storagePath", "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results."
+    storage_path: StoragePath | None = setting(
+        None, "storagePath",
+        "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results.",
     )
-    pip_packages: tuple[str, ...] = setting((), "pipPackages", "Extra pip packages for the job's runtime_env (the image has the rest).")
+    pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
+        (), "pipPackages", "Extra pip packages for the job's runtime_env (the image has the rest)."
+    )
     service_account: str = setting(
         "ray-train", "serviceAccount",
         "Kubernetes service account of the Ray pods; the cluster stack creates it with access to the checkpoint bucket.",
+        pattern=_DNS_LABEL, message=_DNS_LABEL_MESSAGE,
     )
     training_job: bool = setting(
         True, "trainingJob", "Apply the training RayJob with the cluster stack (it runs once per deploy); false: namespace only."
     )
-    job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.")
-    job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).")
-    job_ttl_seconds_after_finished: int = setting(600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.")
-
-    def problems(self):
-        p: list[Problem] = []
-        cls = WorkloadSettings
-        _check(p, bool(_DNS_LABEL.match(self.namespace)), cls, "namespace", self.namespace, "must be a DNS label (lowercase, digits, '-')")
-        _check(p, bool(_DNS_LABEL.match(self.service_account)), cls, "service_account", self.service_account,
-               "must be a DNS label (lowercase, digits, '-')")
-        image = _IMAGE_REFERENCE.match(self.dlc_image)
-        _check(p, bool(image and (image["tag"] or image["digest"])), cls, "dlc_image", self.dlc_image,
-               "must be an image reference with a tag or digest, like registry/repository:tag")
-        _check(p, bool(_SEMVER.match(self.ray_version)), cls, "ray_version", self.ray_version, "must be a version like 2.58.0")
-        known = KNOWN_IMAGE_RAY_VERSIONS.get(self.dlc_image)
-        _check(p, known is None or known == self.ray_version, cls, "ray_version", self.ray_version,
-               f"must equal the Ray inside {self.dlc_image} ({known})")
-        if self.preflight_min_busbw_gbps is not None:
-            _check(p, self.preflight_min_busbw_gbps > 0, cls, "preflight_min_busbw_gbps", self.preflight_min_busbw_gbps, "must be > 0")
-        _check(p, self.job_active_deadline_seconds > 0, cls, "job_active_deadline_seconds", self.job_active_deadline_seconds, "must be > 0")
-        _check(p, self.job_backoff_limit >= 0, cls, "job_backoff_limit", self.job_backoff_limit, "must be >= 0")
-        _check(p, self.job_ttl_seconds_after_finished >= 0, cls, "job_ttl_seconds_after_finished",
-               self.job_ttl_seconds_after_finished, "must be >= 0")
-        return p
+    job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.", gt=0)
+    job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).", ge=0)
+    job_ttl_seconds_after_finished: int = setting(
+        600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.", ge=0
+    )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
-    model: str = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).", tuple(MODEL_PRESETS))
+    model: Literal[*MODEL_PRESETS] = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).")
     model_path: str | None = setting(None, "modelPath", "Local directory of pretrained weights to load (never a hub download).")
-    steps: int = setting(20, "steps", "Optimizer steps.")
-    seq_len: int = setting(2048, "seqLen", "Tokens per sequence.")
-    micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.")
-    learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.")
-    warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.")
-    weight_decay: float = setting(0.1, "weightDecay", "AdamW weight decay.")
-    grad_clip: float = setting(1.0, "gradClip", "Gradient norm clip; 0 turns clipping off.")
-    seed: int = setting(0, "seed", "Seed of the initialization and the token batches (each rank adds its rank).")
-    report_every: int = setting(1, "reportEvery", "Report metrics every N steps (and on the first and last).")
-    checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.")
-    max_failures: int = setting(1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint.")
+    steps: int = setting(20, "steps", "Optimizer steps.", ge=1)
+    seq_len: int = setting(2048, "seqLen", "Tokens per sequence.", ge=1)
+    micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.", ge=1)
+    learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.", gt=0)
+    warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.", ge=0)
+    weight_decay: float = setting(0.1, "weightDecay", "AdamW weight decay.", ge=0)
+    grad_clip: float = setting(1.0, "gradClip", "Gradient norm clip; 0 turns clipping off.", ge=0)
+    seed: int = setting(0, "seed", "Seed of the initialization and the token batches (each rank adds its rank).", ge=0)
+    report_every: int = setting(1, "reportEvery", "Report metrics every N steps (and on the first and last).", ge=1)
+    checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.", ge=0)
+    max_failures: int = setting(
+        1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint.",
+        ge=-1, message="must be >= 0, or -1 for unlimited",
+    )
     compile: bool = setting(True, "compile", "torch.compile each decoder layer (and the chunked loss's softmax).")
     activation_checkpointing: bool = setting(False, "activationCheckpointing", "Recompute decoder-layer activations in backward.")
-    loss_chunk_size: int = setting(4096, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.")
-    sharding: str = setting(
+    loss_chunk_size: int = setting(
+        4096, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.", ge=0
+    )
+    sharding: Literal["auto", "fsdp", "hsdp"] = setting(
         "auto", "sharding",
         "How parameters, gradients and optimizer state are split: fsdp shards over every GPU; hsdp shards within a node "
         "and replicates across nodes (2-D DeviceMesh), so only a gradient all-reduce crosses the network; auto takes the "
         "one core.perf predicts fastest that fits memory.",
-        ("auto", "fsdp", "hsdp"),
     )
     grad_accumulation: int = setting(
         1, "gradAccumulation",
         "Micro-batches per optimizer step (each of microBatch x seqLen tokens per GPU); gradients cross the network once "
         "per optimizer step. The effective batch is microBatch x gradAccumulation x world size sequences.",
+        ge=1,
     )
-    grad_reduce_dtype: str = setting(
+    grad_reduce_dtype: Literal["fp32", "bf16"] = setting(
         "fp32", "gradReduceDtype",
         "Precision of the gradient reduce-scatter/all-reduce on GPU: fp32, or bf16 (half the bytes on the wire).",
-        ("fp32", "bf16"),
     )
     data_pool_size: int = setting(
         0, "dataPoolSize",
         "Random token sequences per rank that batches are drawn from (a set the model can memorize, so the loss falls); "
         "0: fresh random tokens every step.",
+        ge=0,
     )
-
-    def problems(self):
-        p: list[Problem] = []
-        cls = TrainingSettings
-        positive = ("steps", "seq_len", "micro_batch", "report_every", "grad_accumulation")
-        for name in positive:
-            value = getattr(self, name)
-            _check(p, value >= 1, cls, name, value, "must be >= 1")
-        if self.model in MODEL_PRESETS:
-            limit = model_preset(self.model).max_position_embeddings
-            _check(p, self.seq_len <= limit, cls, "seq_len", self.seq_len, f"must be <= {limit}, the max positions of {self.model}")
-        _check(p, self.learning_rate > 0, cls, "learning_rate", self.learning_rate, "must be > 0")
-        _check(p, self.warmup_steps >= 0, cls, "warmup_steps", self.warmup_steps, "must be >= 0")
-        _check(p, self.weight_decay >= 0, cls, "weight_decay", self.weight_decay, "must be >= 0")
-        _check(p, self.grad_clip >= 0, cls, "grad_clip", self.grad_clip, "must be >= 0")
-        _check(p, self.seed >= 0, cls, "seed", self.seed, "must be >= 0")
-        _check(p, self.checkpoint_every >= 0, cls, "checkpoint_every", self.checkpoint_every, "must be >= 0")
-        _check(p, self.max_failures >= -1, cls, "max_failures", self.max_failures, "must be >= 0, or -1 for unlimited")
-        _check(p, self.loss_chunk_size >= 0, cls, "loss_chunk_size", self.loss_chunk_size, "must be >= 0")
-        _check(p, self.data_pool_size >= 0, cls, "data_pool_size", self.data_pool_size, "must be >= 0")
-        return p
 
     @property
     def preset(self):
@@ -354,11 +566,80 @@ _SECTIONS: dict[str, type[_Section]] = {
 }
 
 
-def setting_keys() -> dict[str, tuple[str, dataclasses.Field]]:
-    """Every context key -> (section name, dataclass field)."""
-    return {
-        f.metadata["key"]: (section, f) for section, cls in _SECTIONS.items() for f in dataclasses.fields(cls)
-    }
+# -- rules across fields (declared after the sections they read) ---------------------------------------------------
+
+@_rule("capacityReservationId", "placementGroup")
+def _forced_placement_group(reservation: str | None, placement: str) -> Problem | None:
+    if reservation is not None and placement == "on":
+        return Problem("placementGroup", placement, "must be auto or off when capacityReservationId is set "
+                                                    "(a forced placement group can leave reserved capacity unused)")
+    return None
+
+
+@_rule("dlcImage", "rayVersion")
+def _ray_of_the_image(image: str, ray_version: str) -> Problem | None:
+    known = KNOWN_IMAGE_RAY_VERSIONS.get(image)
+    if known is not None and known != ray_version:
+        return Problem("rayVersion", ray_version, f"must equal the Ray inside {image} ({known})")
+    return None
+
+
+@_rule("model", "seqLen")
+def _sequence_fits_the_model(model: str, seq_len: int) -> Problem | None:
+    limit = model_preset(model).max_position_embeddings
+    if seq_len > limit:
+        return Problem("seqLen", seq_len, f"must be <= {limit}, the max positions of {model}")
+    return None
+
+
+@_rule("region", "gpuAvailabilityZone")
+def _zone_of_the_region(region: str, zone: str | None) -> Problem | None:
+    known = regions.AVAILABILITY_ZONES.get(region)
+    if zone is None:
+        if known is None:
+            return Problem("region", region, "has no recorded AZ names; set gpuAvailabilityZone, or use one of "
+                                             f"{', '.join(regions.AVAILABILITY_ZONES)}")
+        return None
+    in_region = zone in known if known else bool(re.fullmatch(re.escape(region) + "[a-z]", zone))
+    if not in_region:
+        allowed = known if known else (f"{region}a..{region}z",)
+        return Problem("gpuAvailabilityZone", zone, f"must be an AZ of region {region}: {', '.join(allowed)}")
+    return None
+
+
+@_rule("gpuInstanceType", "efaDevicePluginVersion")
+def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str) -> Problem | None:
+    problem = catalog.efa_plugin_problem(instance_type, chart_version)
+    return Problem("efaDevicePluginVersion", chart_version, problem) if problem else None
+
+
+# -- the settings object ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One setting as the docs, the README table and the JSON Schema describe it."""
+
+    section: str
+    name: str
+    key: str
+    doc: str
+    default: Any
+    choices: tuple | None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The dataclass-era view ({"key", "doc", "choices"}), kept for code written against it."""
+        return {"key": self.key, "doc": self.doc, "choices": self.choices}
+
+
+def setting_keys() -> dict[str, tuple[str, SettingInfo]]:
+    """Every context key -> (section name, what the setting is), in declaration order."""
+    out: dict[str, tuple[str, SettingInfo]] = {}
+    for section, cls in _SECTIONS.items():
+        for name, info in cls.model_fields.items():
+            out[info.alias] = (section, SettingInfo(section, name, info.alias, info.description or "", info.default,
+                                                    _choices_of(info.annotation)))
+    return out
 
 
 def _is_foreign_key(key: str) -> bool:
@@ -366,40 +647,37 @@ def _is_foreign_key(key: str) -> bool:
     return key.startswith("@") or ":" in key or key.startswith("cdk") or key.startswith("aws-cdk")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Settings:
+_FOREIGN_KEY_PATTERN = "^@|:|^cdk|^aws-cdk"  # the same test as _is_foreign_key, for the JSON Schema
+
+
+class Settings(_Model):
     """All settings, in sections. Build with `Settings.from_context(...)` or `Settings()` for the defaults."""
 
-    cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    nodes: NodeSettings = field(default_factory=NodeSettings)
-    addons: AddonSettings = field(default_factory=AddonSettings)
-    workload: WorkloadSettings = field(default_factory=WorkloadSettings)
-    training: TrainingSettings = field(default_factory=TrainingSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    nodes: NodeSettings = Field(default_factory=NodeSettings)
+    addons: AddonSettings = Field(default_factory=AddonSettings)
+    workload: WorkloadSettings = Field(default_factory=WorkloadSettings)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
 
-    def __post_init__(self) -> None:
-        problems = self._cross_section_problems()
-        if problems:
-            raise SettingsError(problems)
+    @classmethod
+    def _rules(cls) -> list[_Rule]:
+        """The rules that read settings of more than one section (each section runs its own)."""
+        inside = [rule for section in _SECTIONS.values() for rule in section._rules()]
+        return [rule for rule in _RULES if rule not in inside]
 
-    def _cross_section_problems(self) -> list[Problem]:
-        p: list[Problem] = []
-        az = self.nodes.gpu_availability_zone
-        region = self.cluster.region
-        if az is not None:
-            known = regions.AVAILABILITY_ZONES.get(region)
-            allowed = known if known else (f"{region}a..{region}z",)
-            in_region = az in known if known else bool(re.fullmatch(re.escape(region) + "[a-z]", az))
-            if not in_region:
-                p.append(Problem(NodeSettings.key_of("gpu_availability_zone"), az,
-                                 f"must be an AZ of region {region}: {', '.join(allowed)}"))
-        elif region not in regions.AVAILABILITY_ZONES:
-            p.append(Problem(ClusterSettings.key_of("region"), region,
-                             f"has no recorded AZ names; set gpuAvailabilityZone, or use one of {', '.join(regions.AVAILABILITY_ZONES)}"))
-        if self.nodes.gpu_instance_type in catalog.GPU_INSTANCES:
-            problem = catalog.efa_plugin_problem(self.nodes.gpu_instance_type, self.addons.efa_device_plugin_version)
-            if problem:
-                p.append(Problem(AddonSettings.key_of("efa_device_plugin_version"), self.addons.efa_device_plugin_version, problem))
-        return p
+    @classmethod
+    def _values_by_key(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for section, section_cls in _SECTIONS.items():
+            given = data.get(section)
+            if isinstance(given, section_cls):
+                values.update(given._flat())
+            else:  # a mapping of the section's values, or nothing (its defaults)
+                values.update(section_cls._values_by_key(given if isinstance(given, Mapping) else {}))
+        return values
+
+    def _flat(self) -> dict[str, Any]:
+        return {key: value for section in _SECTIONS for key, value in getattr(self, section)._flat().items()}
 
     # -- derived values every layer shares ------------------------------------------------------------------
 
@@ -447,30 +725,29 @@ class Settings:
                     hint = f"did you mean {close[0]}?" if close else f"known settings: {', '.join(sorted(keys))}"
                     problems.append(Problem(key, raw, f"unknown setting ({hint})"))
                 continue
-            section, f = keys[key]
+            section, info = keys[key]
             try:
-                values[section][f.name] = _parse(raw, _field_type(_SECTIONS[section], f.name))
+                values[section][key] = _parse(raw, _SECTIONS[section].model_fields[info.name].annotation)
             except ValueError as error:
                 problems.append(Problem(key, raw, str(error)))
-        sections: dict[str, Any] = {}
+        sections: dict[str, _Section] = {}
         for section, section_cls in _SECTIONS.items():
             try:
                 sections[section] = section_cls(**values[section])
             except SettingsError as error:
                 problems.extend(error.problems)
-        if problems:
-            raise SettingsError(problems)
-        return cls(**sections)
+        if not problems:
+            return cls(**sections)
+        # Some settings are bad: still run the rules across sections on the good ones, so that one error says all.
+        flat = {info.key: info.default for _, info in keys.values()}
+        for section_values in values.values():
+            flat.update(section_values)
+        problems += _rule_problems(cls._rules(), flat, {p.key for p in problems})
+        raise SettingsError(problems)
 
     def to_context(self) -> dict[str, Any]:
         """Every setting as JSON-ready context values (the form the RayJob ships to the training driver)."""
-        out: dict[str, Any] = {}
-        for section in _SECTIONS:
-            obj = getattr(self, section)
-            for f in dataclasses.fields(obj):
-                value = getattr(obj, f.name)
-                out[f.metadata["key"]] = list(value) if isinstance(value, tuple) else value
-        return out
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in self._flat().items()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
@@ -484,15 +761,21 @@ class Settings:
         return Settings.from_context({**self.to_context(), **context})
 
 
-def _field_type(section_cls: type, name: str) -> Any:
-    return typing.get_type_hints(section_cls)[name]
-
+# -- parsing context values ---------------------------------------------------------------------------------------
 
 _TRUE, _FALSE, _NONE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}, {"", "none", "null"}
 
 
+def _strip_annotated(annotation: Any) -> Any:
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+
+
 def _parse(raw: Any, annotation: Any) -> Any:
-    """Convert a context value to a field's type; raise ValueError with what was expected."""
+    """Convert a context value to a field's type, leniently (`-c` gives strings); raise ValueError with what was expected.
+
+    The field's own checks (ranges, patterns, choices) run afterwards, in the model.
+    """
+    annotation = _strip_annotated(annotation)
     args = typing.get_args(annotation)
     if type(None) in args:  # X | None
         if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
@@ -502,10 +785,15 @@ def _parse(raw: Any, annotation: Any) -> Any:
     if typing.get_origin(annotation) is tuple:
         if isinstance(raw, str):
             text = raw.strip()
-            items = json.loads(text) if text.startswith("[") else [s for s in (x.strip() for x in text.split(",")) if s]
+            try:
+                items = json.loads(text) if text.startswith("[") else [s for s in (x.strip() for x in text.split(",")) if s]
+            except json.JSONDecodeError:
+                raise ValueError("must be a list (JSON list or comma-separated string)") from None
         elif isinstance(raw, (list, tuple)):
             items = list(raw)
         else:
+            raise ValueError("must be a list (JSON list or comma-separated string)")
+        if not isinstance(items, list):
             raise ValueError("must be a list (JSON list or comma-separated string)")
         return tuple(str(item) for item in items)
     if annotation is bool:
@@ -519,17 +807,52 @@ def _parse(raw: Any, annotation: Any) -> Any:
             raise ValueError("must be an integer")
         try:
             return int(raw) if not isinstance(raw, str) else int(raw.strip())
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError("must be an integer") from None
     if annotation is float:
         if isinstance(raw, bool):
             raise ValueError("must be a number")
         try:
-            return float(raw)
+            value = float(raw)
         except (TypeError, ValueError):
             raise ValueError("must be a number") from None
-    if annotation is str:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+    if annotation is str or typing.get_origin(annotation) is Literal:
         if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
             raise ValueError("must be a string")
         return str(raw)
     raise TypeError(f"unsupported settings type {annotation!r}")  # a programming error, not bad input
+
+
+# -- JSON Schema ----------------------------------------------------------------------------------------------------
+
+def context_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a cdk.json whose "context" holds these settings (docs/settings.schema.json).
+
+    It describes the typed JSON form (numbers as numbers); `-c` strings are parsed before these checks apply.
+    The CDK's own context keys (feature flags "@aws-cdk/...", lookups "x:y") are allowed as anything.
+    """
+    properties: dict[str, Any] = {}
+    for section, cls in _SECTIONS.items():
+        schema = cls.model_json_schema(by_alias=True, mode="validation")
+        for key, prop in schema["properties"].items():
+            prop.pop("title", None)
+            prop["description"] = f"[{section}] {prop.get('description', '')}"
+            properties[key] = prop
+    context = {
+        "type": "object",
+        "description": "CDK context: the ray-efa settings (README, Settings) and the CDK's own keys.",
+        "properties": properties,
+        "patternProperties": {_FOREIGN_KEY_PATTERN: {}},
+        "additionalProperties": False,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "cdk.json of a ray-efa-stack app",
+        "description": "Generated by tools/settings_schema.py from ray_efa.core.settings; do not edit by hand.",
+        "type": "object",
+        "properties": {"$schema": {"type": "string"}, "app": {"type": "string"}, "context": {"$ref": "#/$defs/context"}},
+        "$defs": {"context": context},
+    }

@@ -13,6 +13,7 @@ from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.network import ClusterVpc
+from ray_efa.infra.vpc_cni import VpcCniAddon
 from ray_efa.infra.workload import RayWorkload
 
 __all__ = ["ClusterStack"]
@@ -32,6 +33,8 @@ class ClusterStack(Stack):
         self.vpc = vpc or ClusterVpc(self, "Network", settings=settings).vpc
         self.ray_cluster = RayEksCluster(self, "Eks", settings=settings, vpc=self.vpc)
         cluster = self.ray_cluster.cluster
+        # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
+        self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
         self.kuberay = KubeRayOperator(self, "KubeRay", settings=settings, cluster=cluster)
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", settings=settings, cluster=cluster)
         # The workload after the CRDs (KubeRay chart) and the device plugins; the job after its service account.

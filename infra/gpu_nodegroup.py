@@ -47,7 +47,7 @@ class EfaGpuNodegroup(Construct):
     """A managed node group of `gpuNodeCount` x `gpuInstanceType` (AL2023 NVIDIA AMI) with EFA on every network card.
 
     Nodes are labelled role=gpu-worker and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
-    IMDSv2 is required and the gp3 root volume is encrypted.
+    IMDSv2 is required with a hop limit of 1 (out of pods' reach) and the gp3 root volume is encrypted.
     """
 
     def __init__(
@@ -92,8 +92,10 @@ class EfaGpuNodegroup(Construct):
                 network_interfaces=launch_template_network_interfaces(instance, security_group_ids),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
-                    # 2 hops: containers on the node reach IMDSv2 through the extra network hop of the pod.
-                    http_put_response_hop_limit=2,
+                    # 1 hop: IMDS answers the node and host-network pods only, so no other pod can take the node
+                    # role's credentials (EKS best practices). Nothing the stack runs in a pod network needs IMDS:
+                    # the Ray pods get credentials from Pod Identity and the region from their env; see the README.
+                    http_put_response_hop_limit=1,
                     http_endpoint="enabled",
                 ),
                 block_device_mappings=[

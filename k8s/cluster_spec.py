@@ -2,12 +2,14 @@
 
 Both the long-lived RayCluster and each RayJob's own cluster come from `ray_cluster_spec`, so they cannot drift apart.
 Every number comes from core.catalog (pod resources, GPUs, EFA interfaces, /dev/shm size), every label and taint from
-core.scheduling, and the NCCL environment from training.network; nothing about hardware is typed here.
+core.scheduling, and the NCCL environment from training.network; nothing about hardware is typed here. Who may reach
+the pods and what their containers may do comes from k8s.security (token auth, pod labels, capabilities).
 """
 
 from __future__ import annotations
 
 from kubernetes.client import (
+    V1Capabilities,
     V1ConfigMapVolumeSource,
     V1Container,
     V1ContainerPort,
@@ -17,9 +19,11 @@ from kubernetes.client import (
     V1KeyToPath,
     V1Lifecycle,
     V1LifecycleHandler,
+    V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ResourceRequirements,
+    V1SecurityContext,
     V1Toleration,
     V1Volume,
     V1VolumeMount,
@@ -30,6 +34,13 @@ from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
 from ray_efa.k8s.names import CODE_MOUNT_PATH
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
+from ray_efa.k8s.security import (
+    EFA_CAPABILITIES,
+    RAY_NODE_COMPONENT,
+    SUBMITTER_COMPONENT,
+    pod_labels,
+    token_auth,
+)
 from ray_efa.training.network import network_env
 
 __all__ = [
@@ -37,6 +48,7 @@ __all__ = [
     "WORKER_GROUP_NAME",
     "RAY_TMP_PATH",
     "SHM_PATH",
+    "container_security_context",
     "head_template",
     "worker_template",
     "submitter_template",
@@ -93,26 +105,49 @@ def _ray_tmp() -> tuple[V1Volume, V1VolumeMount]:
             V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH))
 
 
+def _region_env(settings: Settings) -> dict[str, str]:
+    # The AWS SDKs (boto3, pyarrow's S3 filesystem) would otherwise ask IMDS for the region, which pods cannot reach
+    # (IMDSv2 hop limit 1 on the nodes); Pod Identity supplies the credentials, this the region.
+    return {"AWS_REGION": settings.cluster.region, "AWS_DEFAULT_REGION": settings.cluster.region}
+
+
+def container_security_context(*, add: tuple[str, ...] = ()) -> V1SecurityContext:
+    """No privilege escalation and no capability but `add`.
+
+    Dropping every capability keeps a process that runs as the image's user (root, unless the image says otherwise)
+    from raw sockets, mknod, chown of other users' files or setuid. Not set, and why: runAsNonRoot (the image's user
+    is the image's choice, and Ray writes into its home and site-packages for runtime_env pip installs) and
+    readOnlyRootFilesystem (those installs, torch.compile's and Triton's caches and the image's CUDA compatibility
+    setup write to the root filesystem).
+    """
+    return V1SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=V1Capabilities(drop=["ALL"], add=list(add) or None),
+    )
+
+
 def _ray_stop_before_exit() -> V1Lifecycle:
     # `ray stop` lets the raylet and GCS shut down cleanly instead of dying with SIGKILL at the grace period's end.
     return V1Lifecycle(pre_stop=V1LifecycleHandler(_exec=V1ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
-def head_template(settings: Settings, *, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
-    """The GPU-less head on a system node: GCS, dashboard and the job driver."""
+def head_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
+    """The GPU-less head on a system node: GCS, dashboard and the job driver. `owner`: the RayCluster or RayJob."""
     cpu, memory_gib = catalog.head_pod_resources(settings.nodes.system_instance)
     tmp_volume, tmp_mount = _ray_tmp()
     container = V1Container(
         name=_HEAD_CONTAINER,
         image=settings.workload.dlc_image,
         # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
-        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env()}),
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(), **_region_env(settings)}),
         ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
         resources=_guaranteed(str(cpu), _gib(memory_gib)),
         volume_mounts=[tmp_mount, _code_mount()],
         lifecycle=_ray_stop_before_exit(),
+        security_context=container_security_context(),
     )
     return V1PodTemplateSpec(
+        metadata=V1ObjectMeta(labels=pod_labels(owner, RAY_NODE_COMPONENT)),
         spec=V1PodSpec(
             # The driver and Ray Train's checkpoint uploads read and write storagePath with this account's role.
             service_account_name=settings.workload.service_account,
@@ -123,7 +158,7 @@ def head_template(settings: Settings, *, config_map: str, bundle: CodeBundle) ->
     )
 
 
-def worker_template(settings: Settings, *, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
+def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
     """One worker pod per GPU node, holding all its GPUs and EFA interfaces, with the NCCL env of `settings.network`."""
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
@@ -134,16 +169,19 @@ def worker_template(settings: Settings, *, config_map: str, bundle: CodeBundle) 
     container = V1Container(
         name=_WORKER_CONTAINER,
         image=settings.workload.dlc_image,
-        env=_env({**network_env(settings.workload.network, instance), **_code_env()}),
+        env=_env({**network_env(settings.workload.network, instance), **_code_env(), **_region_env(settings)}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount()],
         lifecycle=_ray_stop_before_exit(),
+        # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
+        security_context=container_security_context(add=EFA_CAPABILITIES),
     )
     # NCCL's SHM transport and DataLoader workers live in /dev/shm; the container runtime's default is 64 MiB.
     # A Memory emptyDir counts against the pod's memory limit, so it is bounded by the catalog's shm_gib.
     shm = V1Volume(name=_SHM_VOLUME, empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_gib(pod.shm_gib)))
     taint = scheduling.GPU_TAINT.toleration()
     return V1PodTemplateSpec(
+        metadata=V1ObjectMeta(labels=pod_labels(owner, RAY_NODE_COMPONENT)),
         spec=V1PodSpec(
             service_account_name=settings.workload.service_account,
             node_selector=scheduling.node_selector(scheduling.GPU_NODE_LABELS),
@@ -154,18 +192,21 @@ def worker_template(settings: Settings, *, config_map: str, bundle: CodeBundle) 
     )
 
 
-def submitter_template(settings: Settings) -> V1PodTemplateSpec:
+def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
     """The RayJob's submitter pod: on a system node (where the head pulled the image already), Guaranteed QoS.
 
-    KubeRay fills in its command (`ray job submit ... -- ENTRYPOINT`) and the dashboard address; the entrypoint
-    itself runs on the head, so this pod needs no code.
+    KubeRay fills in its command (`ray job submit ... -- ENTRYPOINT`), the dashboard address and, with token auth,
+    RAY_AUTH_TOKEN from the cluster's Secret; the entrypoint itself runs on the head, so this pod needs no code.
+    `owner`: the RayJob, whose NetworkPolicy admits this pod to the head's dashboard by these labels.
     """
     container = V1Container(
         name=_SUBMITTER_CONTAINER,
         image=settings.workload.dlc_image,
         resources=_guaranteed(_SUBMITTER_CPU, _SUBMITTER_MEMORY),
+        security_context=container_security_context(),
     )
     return V1PodTemplateSpec(
+        metadata=V1ObjectMeta(labels=pod_labels(owner, SUBMITTER_COMPONENT)),
         spec=V1PodSpec(
             node_selector=scheduling.node_selector(scheduling.SYSTEM_NODE_LABELS),
             containers=[container],
@@ -174,16 +215,18 @@ def submitter_template(settings: Settings) -> V1PodTemplateSpec:
     )
 
 
-def ray_cluster_spec(settings: Settings, *, config_map: str, bundle: CodeBundle) -> RayClusterSpec:
-    """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size."""
+def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> RayClusterSpec:
+    """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size, behind a token
+    where KubeRay supports it. `owner`: the RayCluster or RayJob (its pods are labelled with it)."""
     instance = settings.nodes.gpu_instance
     nodes = settings.nodes.gpu_node_count
     return RayClusterSpec(
         ray_version=settings.workload.ray_version,
+        token_auth=token_auth(settings).enabled,
         head_group_spec=HeadGroupSpec(
             # num-cpus 0 keeps Ray tasks off the small system node; Ray Train's controller asks for 0 CPUs.
             ray_start_params={"num-gpus": "0", "num-cpus": "0"},
-            template=head_template(settings, config_map=config_map, bundle=bundle),
+            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle),
         ),
         worker_group_specs=(
             WorkerGroupSpec(
@@ -192,7 +235,7 @@ def ray_cluster_spec(settings: Settings, *, config_map: str, bundle: CodeBundle)
                 min_replicas=nodes,
                 max_replicas=nodes,
                 ray_start_params={"num-gpus": str(catalog.worker_pod_resources(instance).gpus)},
-                template=worker_template(settings, config_map=config_map, bundle=bundle),
+                template=worker_template(settings, owner=owner, config_map=config_map, bundle=bundle),
             ),
         ),
     )

@@ -6,10 +6,9 @@ starting jsii. The namespace itself is a setting (workload.namespace).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
-from ray_efa.core.settings import WorkloadSettings
+from ray_efa.core.settings import setting_keys
 
 __all__ = [
     "RAY_CLUSTER_NAME",
@@ -28,7 +27,7 @@ __all__ = [
 RAY_CLUSTER_NAME = "ray-efa"
 """The long-lived RayCluster for interactive use (`ray job submit`, `kubectl exec`); the RayJobs own their own."""
 
-NETWORKS: tuple[str, ...] = next(f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network")
+NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
 """The transports a job can run on (the `network` setting's choices); each run has a comparison run on the other."""
 
 CODE_MOUNT_PATH = "/opt/ray-efa/app"

@@ -28,7 +28,7 @@ class RayCluster(Construct):
         """
         super().__init__(scope, id)
         self.name = check_object_name(name)
-        spec = ray_cluster_spec(settings, config_map=code.name, bundle=code.bundle)
+        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle)
         api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
                    namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),
                    body={"spec": spec.to_dict()})

@@ -55,8 +55,8 @@ class RayJob(Construct):
         spec = RayJobSpec(
             entrypoint=driver_entrypoint(),
             runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(settings, config_map=code.name, bundle=code.bundle),
-            submitter_pod_template=submitter_template(settings),
+            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle),
+            submitter_pod_template=submitter_template(settings, owner=name),
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
             active_deadline_seconds=workload.job_active_deadline_seconds,

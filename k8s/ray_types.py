@@ -84,14 +84,20 @@ class RayClusterSpec:
     worker_group_specs: tuple[WorkerGroupSpec, ...]
     enable_in_tree_autoscaling: bool = False
     """Off: the worker group is a fixed size, one pod per GPU node (an autoscaler would add a non-Guaranteed sidecar)."""
+    token_auth: bool = False
+    """authOptions.mode token (KubeRay 1.5.1+): KubeRay generates the cluster's token in a Secret and injects it into
+    every Ray container and the submitter; False leaves authOptions out (older CRDs do not have the field)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "rayVersion": self.ray_version,
             "enableInTreeAutoscaling": self.enable_in_tree_autoscaling,
-            "headGroupSpec": self.head_group_spec.to_dict(),
-            "workerGroupSpecs": [group.to_dict() for group in self.worker_group_specs],
         }
+        if self.token_auth:
+            out["authOptions"] = {"mode": "token"}
+        out["headGroupSpec"] = self.head_group_spec.to_dict()
+        out["workerGroupSpecs"] = [group.to_dict() for group in self.worker_group_specs]
+        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,6 +17,7 @@ from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
 from ray_efa.k8s.namespace import WorkloadNamespace
+from ray_efa.k8s.network_policy import RayNetworkPolicy
 from ray_efa.k8s.ray_cluster import RayCluster
 from ray_efa.k8s.ray_job import RayJob
 
@@ -36,8 +37,9 @@ def namespace_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
 
 
 def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
-    """The long-lived RayCluster and its code ConfigMap."""
+    """The long-lived RayCluster, its code ConfigMap and the NetworkPolicy in front of its pods (before the pods)."""
     chart = _chart(scope, "raycluster")
+    RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=RAY_CLUSTER_NAME, submitter=False)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
                          namespace=settings.workload.namespace, bundle=collect_code(settings))
     RayCluster(chart, "RayCluster", settings=settings, name=RAY_CLUSTER_NAME, code=code)
@@ -45,9 +47,11 @@ def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
 
 
 def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
-    """The training RayJob on `settings.workload.network`, with its code ConfigMap (ConfigMap first)."""
+    """The training RayJob on `settings.workload.network`, with the NetworkPolicy in front of its pods and its code
+    ConfigMap, both before the job."""
     name = ray_job_name(settings.workload.network)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
+    RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
                          namespace=settings.workload.namespace, bundle=collect_code(settings))
     RayJob(chart, "RayJob", settings=settings, name=name, code=code)

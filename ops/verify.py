@@ -8,7 +8,11 @@
   DaemonSet exists, is "healthy", and no node ever gets the resource;
 - the KubeRay operator Deployment is Available;
 - the RayCluster is ready: the long-lived one (k8s.names.RAY_CLUSTER_NAME) when applied, else the one the training
-  RayJob created (its status.rayClusterName).
+  RayJob created (its status.rayClusterName);
+- Ray token auth is active on that cluster (its spec asks for it and KubeRay injected RAY_AUTH_MODE=token into the
+  head), where the settings' KubeRay supports it;
+- network policies are enforced (the VPC CNI's aws-node pods run the policy agent with --enable-network-policy=true)
+  and the NetworkPolicy of the live Ray object exists.
 
 The workloads are found by the Helm release names infra installs (core.addons): each chart names its DaemonSet or
 Deployment after its release. Reads go through a kubernetes ApiClient passed in; nothing is written to the cluster.
@@ -25,6 +29,7 @@ from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVI
 from ray_efa.core.scheduling import GPU_NODE_LABELS, node_selector
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
+from ray_efa.k8s.security import AUTH_MODE_ENV, network_policy_name, token_auth
 from ray_efa.ops._status import Status, quiet
 
 __all__ = [
@@ -41,6 +46,9 @@ __all__ = [
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
+VPC_CNI_DAEMON_SET, POLICY_AGENT_CONTAINER = ("kube-system", "aws-node"), "aws-eks-nodeagent"
+"""Where the VPC CNI runs its network policy agent (EKS user guide, cni-network-policy-configure)."""
+POLICY_AGENT_FLAG = "--enable-network-policy=true"
 
 
 
@@ -59,10 +67,14 @@ class Expectations:
     namespace: str
     ray_cluster: str
     ray_job: str
+    token_auth: bool = True
+    """Whether the Ray cluster should require a token (k8s.security.token_auth of the settings)."""
+    token_auth_reason: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Expectations":
         instance = settings.nodes.gpu_instance
+        auth = token_auth(settings)
         return cls(
             gpu_nodes=settings.nodes.gpu_node_count,
             instance_type=instance.name,
@@ -74,6 +86,8 @@ class Expectations:
             namespace=settings.workload.namespace,
             ray_cluster=RAY_CLUSTER_NAME,
             ray_job=ray_job_name(settings.workload.network),
+            token_auth=auth.enabled,
+            token_auth_reason=auth.reason,
         )
 
 
@@ -228,6 +242,60 @@ def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectat
                  detail=description if ready else f"not ready: {description}")
 
 
+def check_token_auth(cluster: dict | None, head_pods: list, expected: Expectations) -> Check:
+    """Token auth asked for in the RayCluster's spec and applied by KubeRay to the head's Ray container."""
+    name = "Ray token authentication"
+    if not expected.token_auth:
+        return Check(id="ray-token-auth", name=name, ok=True, detail=f"off, as planned: {expected.token_auth_reason}")
+    if cluster is None:
+        return Check(id="ray-token-auth", name=name, ok=False, detail="no live RayCluster to check (see raycluster)")
+    cluster_name = cluster["metadata"]["name"]
+    mode = ((cluster.get("spec") or {}).get("authOptions") or {}).get("mode")
+    if mode != "token":
+        return Check(id="ray-token-auth", name=name, ok=False, detail=(
+            f"RayCluster {cluster_name} has authOptions.mode {mode or 'unset'}, expected token (an operator whose CRD "
+            "lacks authOptions prunes it: is the kuberay-operator chart the kuberayVersion of the settings?)"))
+    if not head_pods:
+        return Check(id="ray-token-auth", name=name, ok=False,
+                     detail=f"RayCluster {cluster_name} asks for a token, but its head pod was not found")
+    head = head_pods[0]
+    ray_container = head.spec.containers[0]
+    env = {e.name: e.value for e in (ray_container.env or [])}
+    if env.get(AUTH_MODE_ENV) != "token":
+        return Check(id="ray-token-auth", name=name, ok=False, detail=(
+            f"head pod {head.metadata.name} runs without {AUTH_MODE_ENV}=token: the operator did not inject the "
+            "token (was the pod created before the operator supported authOptions?)"))
+    return Check(id="ray-token-auth", name=name, ok=True, detail=(
+        f"RayCluster {cluster_name}: authOptions.mode token, head pod {head.metadata.name} has {AUTH_MODE_ENV}=token"))
+
+
+def check_policy_enforcement(daemon_set) -> Check:
+    """The VPC CNI's aws-node pods run the network policy agent with enforcement on."""
+    namespace, release = VPC_CNI_DAEMON_SET
+    name = "network policies enforced"
+    if daemon_set is None:
+        return Check(id="network-policy-enforcement", name=name, ok=False,
+                     detail=f"DaemonSet {namespace}/{release} not found: this cluster does not run the VPC CNI")
+    agents = [c for c in daemon_set.spec.template.spec.containers if c.name == POLICY_AGENT_CONTAINER]
+    if not agents or POLICY_AGENT_FLAG not in (agents[0].args or []):
+        found = "no such container" if not agents else f"args {' '.join(agents[0].args or []) or '(none)'}"
+        return Check(id="network-policy-enforcement", name=name, ok=False, detail=(
+            f"{namespace}/{release} container {POLICY_AGENT_CONTAINER}: {found}, expected {POLICY_AGENT_FLAG}; "
+            "NetworkPolicies are stored but not enforced (is the vpc-cni add-on configured with enableNetworkPolicy?)"))
+    return Check(id="network-policy-enforcement", name=name, ok=True,
+                 detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
+
+
+def check_network_policy(policy, policy_name: str, namespace: str) -> Check:
+    name = f"NetworkPolicy {namespace}/{policy_name}"
+    if policy is None:
+        return Check(id="network-policy", name=name, ok=False, detail=(
+            "not found: any pod in the cluster can reach the Ray pods (apply the manifests' NetworkPolicy)"))
+    peers = sum(len(rule.get("from") or []) for rule in (policy.get("spec") or {}).get("ingress") or [])
+    return Check(id="network-policy", name=name, ok=True,
+                 detail=f"present: ingress to the Ray pods from {peers} peers only")
+
+
 # -- reading the cluster --------------------------------------------------------------------------------------------
 
 
@@ -286,6 +354,7 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
                                 check_deployment_available))
 
     status(f"reading the RayCluster in {expected.namespace}")
+    cluster, cluster_error = None, None
     try:
         def get(plural: str, name: str) -> dict | None:
             return _read_or_none(lambda: custom.get_namespaced_custom_object(
@@ -299,8 +368,55 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
             cluster = get("rayclusters", job_cluster) if job_cluster else None
         checks.append(check_ray_cluster(cluster, job, expected))
     except failures as error:
+        cluster_error = error
         checks.append(_api_failure("raycluster", f"RayCluster in {expected.namespace}", error))
+    checks.extend(_security_checks(api_client, expected, cluster, cluster_error, failures, status))
     return VerifyReport(checks=tuple(checks))
+
+
+def _security_checks(
+    api_client, expected: Expectations, cluster: dict | None, cluster_error: Exception | None, failures, status: Status,
+) -> list[Check]:
+    """Token auth on the live Ray cluster, network-policy enforcement, and the Ray object's NetworkPolicy.
+    `cluster_error`: why the RayCluster could not be read, if it could not."""
+    from kubernetes import client
+
+    core_v1, apps_v1 = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    networking = client.NetworkingV1Api(api_client)
+    checks: list[Check] = []
+    status("reading the Ray head pod")
+    try:
+        if cluster_error is not None and expected.token_auth:
+            raise cluster_error
+        head_pods = []
+        if cluster is not None and expected.token_auth:
+            selector = f"ray.io/cluster={cluster['metadata']['name']},ray.io/node-type=head"
+            head_pods = core_v1.list_namespaced_pod(expected.namespace, label_selector=selector).items
+        checks.append(check_token_auth(cluster, head_pods, expected))
+    except failures as error:
+        checks.append(_api_failure("ray-token-auth", "Ray token authentication", error))
+
+    namespace, release = VPC_CNI_DAEMON_SET
+    status(f"reading DaemonSet {namespace}/{release}")
+    try:
+        daemon_set = _read_or_none(lambda: apps_v1.read_namespaced_daemon_set(release, namespace))
+        checks.append(check_policy_enforcement(daemon_set))
+    except failures as error:
+        checks.append(_api_failure("network-policy-enforcement", "network policies enforced", error))
+
+    # The policy of the live Ray object: the long-lived RayCluster's, else the training RayJob's.
+    labels = ((cluster or {}).get("metadata") or {}).get("labels") or {}
+    owner = labels.get("ray.io/originated-from-cr-name") or (cluster or {}).get("metadata", {}).get("name") \
+        or expected.ray_job
+    policy_name = network_policy_name(owner)
+    status(f"reading NetworkPolicy {expected.namespace}/{policy_name}")
+    try:
+        policy = _read_or_none(lambda: networking.read_namespaced_network_policy(policy_name, expected.namespace))
+        policy = api_client.sanitize_for_serialization(policy) if policy is not None else None
+        checks.append(check_network_policy(policy, policy_name, expected.namespace))
+    except failures as error:
+        checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
+    return checks
 
 
 def _urllib3_error() -> type[Exception]:

@@ -31,10 +31,9 @@ def _cell(value) -> str:
 def settings_table() -> str:
     defaults = Settings().to_context()
     rows = ["| section | key (`-c key=value`) | default | allowed | what |", "|---|---|---|---|---|"]
-    for key, (section, f) in setting_keys().items():
-        choices = f.metadata.get("choices")
-        allowed = ", ".join(map(str, choices)) if choices else ""
-        rows.append(f"| {section} | `{key}` | `{_cell(defaults[key])}` | {allowed} | {f.metadata['doc']} |")
+    for key, (section, info) in setting_keys().items():
+        allowed = ", ".join(map(str, info.choices)) if info.choices else ""
+        rows.append(f"| {section} | `{key}` | `{_cell(defaults[key])}` | {allowed} | {info.doc} |")
     return "\n".join(rows)
 
 

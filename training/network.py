@@ -9,16 +9,13 @@ Pure Python on purpose: the k8s charts import it outside the container and the j
 
 from __future__ import annotations
 
-import dataclasses
 
 from ray_efa.core import catalog
-from ray_efa.core.settings import WorkloadSettings
+from ray_efa.core.settings import setting_keys
 
 __all__ = ["NETWORKS", "network_env", "expected_transport"]
 
-NETWORKS: tuple[str, ...] = next(
-    f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network"
-)
+NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
 """The values the `network` setting allows (read from the settings, not repeated here)."""
 
 # Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL

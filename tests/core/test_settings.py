@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from ray_efa.core.settings import Settings, SettingsError, setting_keys
+from ray_efa.core.settings import (
+    ClusterSettings, NodeSettings, Settings, SettingsError, TrainingSettings, setting_keys,
+)
 
 
 def test_defaults_match_the_reference_deployment():
@@ -109,10 +111,114 @@ def test_replace_changes_by_context_key():
 
 def test_every_field_has_a_unique_camel_case_key_and_a_docstring():
     keys = setting_keys()
-    for key, (_, f) in keys.items():
+    for key, (_, info) in keys.items():
         assert key[0].islower() and "_" not in key, key
-        assert len(f.metadata["doc"]) > 10, key
+        assert len(info.doc) > 10, key
 
 
 def test_vpc_azs_start_with_the_gpu_az():
     assert Settings.from_context({"gpuAvailabilityZone": "us-east-2c"}).vpc_availability_zones == ("us-east-2c", "us-east-2a")
+
+
+# -- the typed Python API: strict types, every problem as a SettingsError naming the setting -------------------------
+
+@pytest.mark.parametrize("value", [2.5, True, "4", None])
+def test_python_api_takes_the_field_type_only(value):
+    # GIVEN a value of the wrong type in the typed API (only context strings are parsed)
+    with pytest.raises(SettingsError) as caught:
+        NodeSettings(gpu_node_count=value)
+    # THEN a SettingsError names the setting, the value and the type; no TypeError
+    assert [(p.key, p.value, p.message) for p in caught.value.problems] == [("gpuNodeCount", value, "must be an integer")]
+
+
+def test_python_api_accepts_names_or_keys_and_a_list_for_a_tuple():
+    assert NodeSettings(gpu_node_count=4) == NodeSettings(gpuNodeCount=4)
+    assert ClusterSettings(public_access_cidrs=["10.0.0.0/8"]).public_access_cidrs == ("10.0.0.0/8",)
+    assert TrainingSettings(learning_rate=1).learning_rate == 1.0  # an int is a number
+
+
+def test_python_api_unknown_field_suggests_the_name():
+    with pytest.raises(SettingsError, match=r"gpu_node_cont: unknown setting \(did you mean gpu_node_count\?\)"):
+        NodeSettings(gpu_node_cont=4)
+
+
+def test_settings_are_frozen():
+    with pytest.raises(Exception, match="frozen"):
+        Settings().nodes.gpu_node_count = 3  # type: ignore[misc]
+
+
+def test_python_api_reports_field_and_cross_field_problems_together():
+    with pytest.raises(SettingsError) as caught:
+        NodeSettings(gpu_node_count=0, capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
+    assert {p.key for p in caught.value.problems} == {"gpuNodeCount", "placementGroup"}
+
+
+# -- values the hand-rolled checks let through --------------------------------------------------------------------
+
+@pytest.mark.parametrize("cidrs, message", [
+    ("999.1.1.1/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
+    ("10.0.0.0/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
+    ("10.0.0.1/8", "must be a network address with its host bits zero: 10.0.0.0/8"),
+    ("2001:db8::/32", "must be IPv4 CIDRs like 203.0.113.0/24"),
+])
+def test_cidrs_are_parsed_as_networks(cidrs, message):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"publicAccessCidrs": f"10.0.0.0/8,{cidrs}"})
+    assert [(p.key, p.value, p.message) for p in caught.value.problems] == [("publicAccessCidrs", cidrs, message)]
+
+
+def test_good_cidrs_pass():
+    assert Settings.from_context({"publicAccessCidrs": '["203.0.113.0/24", "198.51.100.7/32"]'}).cluster.public_access_cidrs == (
+        "203.0.113.0/24", "198.51.100.7/32")
+
+
+@pytest.mark.parametrize("context", [{"learningRate": "inf"}, {"learningRate": "nan"}, {"weightDecay": float("inf")},
+                                     {"preflightMinBusbwGbps": "-inf"}])
+def test_numbers_must_be_finite(context):
+    ((key, _),) = context.items()
+    with pytest.raises(SettingsError, match=rf"{key}: must be a finite number"):
+        Settings.from_context(context)
+    with pytest.raises(SettingsError, match="learningRate: must be a finite number"):
+        TrainingSettings(learning_rate=float("inf"))
+
+
+@pytest.mark.parametrize("path, ok", [
+    ("s3://bucket/prefix", True), ("s3://bucket", True), ("/mnt/fsx/runs", True),
+    ("bucket/prefix", False), ("runs", False), ("s3:///prefix", False), ("~/ray_results", False),
+])
+def test_storage_path_is_s3_or_absolute(path, ok):
+    if ok:
+        assert Settings.from_context({"storagePath": path}).workload.storage_path == path
+    else:
+        with pytest.raises(SettingsError, match="storagePath: must"):
+            Settings.from_context({"storagePath": path})
+
+
+def test_a_bad_zone_is_reported_with_field_errors():
+    # GIVEN a field error AND a zone of another region WHEN parsed THEN both are in the one error
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"gpuNodeCount": "zero", "region": "us-west-2", "gpuAvailabilityZone": "us-east-2a",
+                               "seqLen": "99999", "stpes": "3"})
+    assert [p.key for p in caught.value.problems] == ["gpuNodeCount", "stpes", "seqLen", "gpuAvailabilityZone"]
+    assert "stpes: unknown setting (did you mean steps?)" in str(caught.value)
+
+
+def test_a_rule_over_a_bad_setting_is_skipped_not_misreported():
+    # GIVEN a bad region WHEN its zone cannot be judged THEN only the region is reported
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"region": "Ohio", "gpuAvailabilityZone": "us-east-2a"})
+    assert [p.key for p in caught.value.problems] == ["region"]
+
+
+def test_setting_info_describes_each_key():
+    section, info = setting_keys()["placementGroup"]
+    assert (section, info.name, info.default, info.choices) == ("nodes", "placement_group", "auto", ("auto", "on", "off"))
+    assert info.metadata["choices"] == info.choices  # the dataclass-era form still reads
+
+
+def test_sections_given_as_mappings_are_judged_by_their_own_values():
+    # GIVEN a section as a mapping with one bad field and a good region, and a zone of that region
+    with pytest.raises(SettingsError) as caught:
+        Settings(cluster={"cluster_name": "-bad", "region": "us-west-2"}, nodes=NodeSettings(gpu_availability_zone="us-west-2a"))
+    # THEN the bad field is reported and the zone is judged against us-west-2 (not the default region)
+    assert [p.key for p in caught.value.problems] == ["clusterName"]

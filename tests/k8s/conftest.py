@@ -41,7 +41,7 @@ class Synth:
 
     @property
     def ray_cluster(self) -> dict[str, Any]:
-        (obj,) = self.charts["raycluster"][1:]
+        (obj,) = [o for o in self.charts["raycluster"] if o["kind"] == "RayCluster"]
         return obj
 
     def ray_job(self, network: str) -> dict[str, Any]:
@@ -85,6 +85,10 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
     """The one container of a Ray pod template."""
     (c,) = template["spec"]["containers"]
     return c
+
+
+NOT_NETWORK_ENV = ("PYTHONPATH", "AWS_REGION", "AWS_DEFAULT_REGION")
+"""Env of every Ray container that is not the network's: the shipped code and the AWS region."""
 
 
 def env(template: dict[str, Any]) -> dict[str, str]:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ray_efa.core import catalog
-from tests.k8s.conftest import BASE, container, env, head, synthesize, volume_at, worker_group
+from tests.k8s.conftest import NOT_NETWORK_ENV, BASE, container, env, head, synthesize, volume_at, worker_group
 
 # Facts from the reference table (FACTS.md), independent of core.catalog: GPUs, EFA interfaces, GPUDirect RDMA.
 HARDWARE = {
@@ -111,7 +111,7 @@ def test_efa_workers_get_the_efa_nccl_env_and_rdma_only_with_gpudirect(synth):
     for owner, spec in (("RayCluster", synth.ray_cluster["spec"]),
                         ("RayJob efa", synth.ray_job("efa")["spec"]["rayClusterSpec"])):
         worker_env = env(worker_group(spec)["template"])
-        assert {k: v for k, v in worker_env.items() if k != "PYTHONPATH"} == expected, owner
+        assert {k: v for k, v in worker_env.items() if k not in NOT_NETWORK_ENV} == expected, owner
 
 
 def test_dev_shm_is_a_bounded_memory_empty_dir(synth):
@@ -145,8 +145,9 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     # GIVEN the long-lived RayCluster and the EFA RayJob's own cluster, built by the same builder
     cluster = synth.ray_cluster["spec"]
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
-    # WHEN the job's ConfigMap name is swapped for the RayCluster's
-    renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"'))
+    # WHEN the job's ConfigMap name and the owner its pods are labelled with are swapped for the RayCluster's
+    renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"')
+                         .replace('"train-efa"', '"ray-efa"'))
     # THEN nothing else differs
     assert renamed == cluster
 

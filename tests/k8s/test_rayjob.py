@@ -14,7 +14,7 @@ import yaml
 
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
-from tests.k8s.conftest import BASE, container, env, materialize_code, synthesize, worker_group
+from tests.k8s.conftest import NOT_NETWORK_ENV, BASE, container, env, materialize_code, synthesize, worker_group
 
 
 def _settings_json(synth, network: str) -> dict:
@@ -76,7 +76,7 @@ def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_syn
 
 def test_tcp_variant_workers_force_nccl_sockets(default_synth):
     worker_env = env(worker_group(default_synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
-    assert {k: v for k, v in worker_env.items() if k != "PYTHONPATH"} == {
+    assert {k: v for k, v in worker_env.items() if k not in NOT_NETWORK_ENV} == {
         "NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -131,10 +131,12 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     settings = BASE.replace(network=network)
     # WHEN the CDK stack's charts are built
     charts = build_workload(cdk8s.App(), settings)
-    # THEN they are the namespace, then that network's RayJob with its ConfigMap first, and no standing RayCluster
+    # THEN they are the namespace, then that network's RayJob with its NetworkPolicy and ConfigMap first, and no
+    # standing RayCluster
     assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
-        [("Namespace", "ray")], [("ConfigMap", f"train-{network}-code"), ("RayJob", f"train-{network}")]]
+        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"),
+                                 ("ConfigMap", f"train-{network}-code"), ("RayJob", f"train-{network}")]]
     assert charts[0] in charts[1].node.dependencies
 
 

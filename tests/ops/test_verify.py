@@ -27,7 +27,7 @@ RAYJOBS = "/apis/ray.io/v1/namespaces/ray/rayjobs"
 
 EXPECTED = Expectations.from_settings(Settings())  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
-              "kuberay-operator", "raycluster"]
+              "kuberay-operator", "raycluster", "ray-token-auth", "network-policy-enforcement", "network-policy"]
 
 
 def item(recording: dict, collection: str, name: str) -> dict:
@@ -167,8 +167,10 @@ def test_finished_job_without_a_cluster_fails_saying_so():
     recording[RAYCLUSTERS]["items"] = []
     recording[RAYJOBS]["items"][0]["status"].update(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
     report = verify(recording)
-    assert [c.id for c in report.failed] == ["raycluster"]
+    # THEN the cluster check says why, and token auth cannot be confirmed without a cluster
+    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"]
     assert "jobDeploymentStatus Complete" in report.failed[0].detail
+    assert "no live RayCluster" in report.failed[1].detail
 
 
 def test_unreachable_api_fails_every_check_without_raising():

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
 from ray_efa.core import catalog
-from ray_efa.core.settings import WorkloadSettings
+from ray_efa.core.settings import setting_keys
 from ray_efa.training.network import NETWORKS, expected_transport, network_env
 from ray_efa.training.transport import EXPECTS
 from ray_efa.training.transport import network_env as reexported
@@ -55,8 +54,7 @@ def test_an_instance_without_efa_is_rejected_by_the_catalog():
 
 
 def test_networks_are_the_settings_choices():
-    (choices,) = [f.metadata["choices"] for f in dataclasses.fields(WorkloadSettings) if f.name == "network"]
-    assert NETWORKS == choices
+    assert NETWORKS == setting_keys()["network"][1].choices == ("efa", "tcp")
 
 
 @pytest.mark.parametrize("network, expect", [("efa", "efa"), ("tcp", "socket")])

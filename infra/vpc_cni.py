@@ -1,0 +1,63 @@
+"""The Amazon VPC CNI as an EKS managed add-on, with Kubernetes network policies enforced.
+
+EKS installs the VPC CNI on every new cluster, but with network-policy enforcement off, so a NetworkPolicy is stored
+and silently ignored. The managed add-on with `{"enableNetworkPolicy": "true"}` runs the network policy agent in every
+aws-node pod (container aws-eks-nodeagent, flag --enable-network-policy=true) and the policy controller on the
+control plane (EKS user guide, "Restrict Pod network traffic with Kubernetes network policies":
+https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html; VPC CNI 1.14 or later).
+
+Version: left to EKS unless pinned. Without AddonVersion, EKS installs the latest add-on version it publishes for the
+cluster's Kubernetes version (aws-cdk-lib aws_eks_v2.AddonProps.addon_version, "@default the latest version"; the
+versions per Kubernetes version are `aws eks describe-addon-versions --addon-name vpc-cni --kubernetes-version 1.36`,
+https://docs.aws.amazon.com/eks/latest/userguide/addon-compat.html), so it is compatible with the cluster by
+construction, as the stack's eks-pod-identity-agent add-on (which aws_eks_v2 adds the same way) is.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+__all__ = ["VpcCniAddon", "VPC_CNI_ADDON", "NETWORK_POLICY_CONFIGURATION", "MIN_NETWORK_POLICY_VERSION"]
+
+VPC_CNI_ADDON = "vpc-cni"
+NETWORK_POLICY_CONFIGURATION = {"enableNetworkPolicy": "true"}
+"""The add-on's configuration values: the schema types the flag as a string ("true"), not a boolean."""
+MIN_NETWORK_POLICY_VERSION = (1, 14, 0)
+"""The first VPC CNI that enforces network policies."""
+
+_ADDON_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.\d+$")
+
+
+class VpcCniAddon(Construct):
+    """The `vpc-cni` managed add-on of `cluster`, enforcing NetworkPolicies.
+
+    It takes over the self-managed VPC CNI that EKS installed with the cluster (ResolveConflicts OVERWRITE: the
+    fields EKS set itself are replaced by the add-on's, which is what the EKS guide does when it migrates a cluster
+    to the managed add-on). The aws-node pods restart once, node by node; running pods keep their addresses.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, addon_version: str | None = None):
+        """
+        :param cluster: the EKS cluster.
+        :param addon_version: a vpc-cni add-on version (v1.21.1-eksbuild.3), 1.14 or later; default: the latest EKS
+            publishes for the cluster's Kubernetes version.
+        """
+        super().__init__(scope, construct_id)
+        if addon_version is not None:
+            match = _ADDON_VERSION.match(addon_version)
+            if match is None:
+                raise ValueError(f"vpc-cni addon_version must look like v1.21.1-eksbuild.3, got {addon_version!r}")
+            if tuple(int(part) for part in match.groups()) < MIN_NETWORK_POLICY_VERSION:
+                raise ValueError(f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
+                                 f"got {addon_version!r}")
+        self.addon = eks.Addon(
+            self, "Addon", cluster=cluster, addon_name=VPC_CNI_ADDON, addon_version=addon_version,
+            configuration_values=dict(NETWORK_POLICY_CONFIGURATION),
+            # Deleting the stack (or this construct) must not take pod networking away from running nodes.
+            preserve_on_delete=True,
+        )
+        # aws-cdk-lib 2.275's Addon has no resolve_conflicts prop; the L1 property is the same CloudFormation field.
+        self.addon.node.default_child.resolve_conflicts = "OVERWRITE"

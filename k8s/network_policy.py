@@ -1,0 +1,68 @@
+"""The NetworkPolicy in front of one Ray cluster's pods: who may open a connection to the head and the workers."""
+
+from __future__ import annotations
+
+from constructs import Construct
+from kubernetes.client import (
+    V1LabelSelector,
+    V1NetworkPolicyIngressRule,
+    V1NetworkPolicyPeer,
+    V1NetworkPolicyPort,
+    V1NetworkPolicySpec,
+)
+
+from ray_efa.core.addons import KUBERAY_OPERATOR
+from ray_efa.core.settings import Settings
+from ray_efa.k8s._private import api_object, labels
+from ray_efa.k8s.ray_types import to_json
+from ray_efa.k8s.security import (
+    DASHBOARD_PORT,
+    OPERATOR_POD_LABELS,
+    RAY_NODE_COMPONENT,
+    SUBMITTER_COMPONENT,
+    network_policy_name,
+    pod_labels,
+)
+
+__all__ = ["RayNetworkPolicy", "NAMESPACE_NAME_LABEL"]
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace by its name."""
+
+
+class RayNetworkPolicy(Construct):
+    """Ingress to the Ray pods (head and workers) of `owner`, a RayCluster or RayJob, and nothing else:
+
+    - from the same Ray cluster's pods, every port: GCS, raylets, object managers, Ray workers and NCCL (the TCP
+      run's sockets, every run's bootstrap) use ports Ray picks at run time;
+    - from the RayJob's submitter pod (`submitter`), the dashboard port: `ray job submit` and the log tail;
+    - from the KubeRay operator's pod in its namespace, the dashboard port: it polls the job's status there.
+
+    Egress stays open: the pods reach S3 for checkpoints, PyPI for runtime_env packages, DNS and Pod Identity's agent.
+    Traffic from the node itself (kubelet probes) is always allowed by the VPC CNI's policy agent; EFA's SRD traffic
+    goes through the EFA device, not the pod's IP interface, and the EFA security group governs it.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, owner: str, submitter: bool):
+        """
+        :param owner: the RayCluster or RayJob whose pods are guarded (their app.kubernetes.io/instance label).
+        :param submitter: admit the RayJob's submitter pod to the dashboard (RayJobs in K8sJobMode).
+        """
+        super().__init__(scope, id)
+        self.name = network_policy_name(owner)
+        ray_pods = V1LabelSelector(match_labels=pod_labels(owner, RAY_NODE_COMPONENT))
+        dashboard = [V1NetworkPolicyPort(protocol="TCP", port=DASHBOARD_PORT)]
+        ingress = [V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=ray_pods)])]
+        if submitter:
+            submitter_pod = V1LabelSelector(match_labels=pod_labels(owner, SUBMITTER_COMPONENT))
+            ingress.append(V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=submitter_pod)],
+                                                      ports=dashboard))
+        operator = V1NetworkPolicyPeer(
+            namespace_selector=V1LabelSelector(match_labels={NAMESPACE_NAME_LABEL: KUBERAY_OPERATOR.namespace}),
+            pod_selector=V1LabelSelector(match_labels=dict(OPERATOR_POD_LABELS)),
+        )
+        ingress.append(V1NetworkPolicyIngressRule(_from=[operator], ports=dashboard))
+        spec = V1NetworkPolicySpec(pod_selector=ray_pods, policy_types=["Ingress"], ingress=ingress)
+        api_object(self, "Resource", api_version="networking.k8s.io/v1", kind="NetworkPolicy", name=self.name,
+                   namespace=settings.workload.namespace, object_labels=labels(self.name, "network-policy"),
+                   body={"spec": to_json(spec)})

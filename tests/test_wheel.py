@@ -1,0 +1,155 @@
+"""The wheel as a platform repository installs it: base dependencies only (no torch, Ray or transformers), one
+top-level package (`ray_efa`), and the README's embedding snippet synthesizing next to the platform's own top-level
+`infra` and `core` packages.
+
+Offline, so the base dependencies do not come from an index. What is real: the wheel is built from a copy of this
+repository by setuptools (`pip wheel --no-build-isolation`); a fresh venv (no system site-packages) sees exactly the
+base closure of the wheel's own Requires-Dist, resolved over the distributions installed in this venv (each locked
+version must satisfy the declared range) and linked into it (tests/venvs.py); then that venv's pip installs the
+wheel with `--no-index`, so pip itself checks that the closure satisfies the metadata. What is not: the dependencies
+are the locked versions already installed, not downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+from tests.venvs import fresh_venv, run
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "ray_efa", "core", "infra", "k8s", "training", "ops", "cli")
+GENERIC_NAMES = ("core", "infra", "k8s", "training", "ops", "cli")
+TRAIN_EXTRA = ("torch", "ray", "transformers")
+
+pytestmark = [pytest.mark.wheel, pytest.mark.xdist_group("wheel")]
+
+
+def _requires_dist(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        return Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
+
+
+PLATFORM_INFRA = '''
+"""The platform's OWN `infra` package: the name that collided with the project's before the ray_efa namespace."""
+from aws_cdk import aws_ec2 as ec2
+
+
+def platform_vpc(scope, zones):
+    return ec2.Vpc(scope, "PlatformVpc", availability_zones=list(zones), nat_gateways=1)
+'''
+
+PLATFORM_CORE = '''
+"""The platform's OWN `core` package."""
+TEAM = "research"
+'''
+
+PLATFORM_APP = '''
+import json
+import sys
+
+import aws_cdk as cdk
+
+import core.naming
+import infra.network
+from ray_efa.core.settings import Settings
+from ray_efa.infra.cluster import RayEksCluster
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+
+app = cdk.App(outdir=sys.argv[1])
+platform = cdk.Stack(app, "PlatformStack", env=cdk.Environment(region="us-east-2"))
+vpc = infra.network.platform_vpc(platform, ["us-east-2a", "us-east-2b"])
+settings = Settings.from_context({"clusterName": core.naming.TEAM, "gpuInstanceType": "p5.48xlarge"})
+ray = RayEksCluster(platform, "Ray", settings=settings, vpc=vpc)
+EfaGpuNodegroup(platform, "Gpu", settings=settings, cluster=ray.cluster, vpc=vpc)
+template = app.synth().get_stack_by_name("PlatformStack").template
+types = [r["Type"] for r in template["Resources"].values()]
+print(json.dumps({
+    "platform_infra": infra.network.__file__, "platform_core": core.naming.__file__,
+    "ray_efa_infra": sys.modules["ray_efa.infra.network"].__file__ if "ray_efa.infra.network" in sys.modules else None,
+    "ray_efa": sys.modules["ray_efa"].__file__,
+    "vpcs": types.count("AWS::EC2::VPC"), "nodegroups": types.count("AWS::EKS::Nodegroup"),
+    "clusters": [r["Properties"].get("Name") for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Cluster"],
+}))
+'''
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, Path]:
+    """The wheel, built from a copy of the repository and installed into a fresh venv with its base closure only."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    for name in SOURCES:  # a copy, so that the build's own build/ and .egg-info never land in the repository
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            source.mkdir(exist_ok=True)
+            (source / name).write_bytes(path.read_bytes())
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)])
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (work / "dist").glob("ray_efa_stack-*.whl")
+
+    venv = work / "venv"
+    python, site = fresh_venv(venv, _requires_dist(wheel), pip=True)
+    before = set(os.listdir(site))
+    install = run([str(python), "-m", "pip", "install", "--no-index", "--no-cache-dir", str(wheel)])
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    return {"wheel": wheel, "venv": venv, "python": python, "site": site, "base_site": work / "venv-deps",
+            "added": set(os.listdir(site)) - before, "work": work}
+
+
+def test_wheel_holds_one_top_level_package(installed):
+    with zipfile.ZipFile(installed["wheel"]) as z:
+        tops = {name.split("/")[0] for name in z.namelist()}
+    assert tops == {"ray_efa", installed["wheel"].name.split("-py3")[0] + ".dist-info"}
+    # THEN installing it adds ray_efa and its metadata to site-packages, and nothing with a generic name
+    assert installed["added"] == {"ray_efa", "ray_efa_stack-0.1.0.dist-info"}
+    for generic in GENERIC_NAMES:
+        assert not (installed["site"] / generic).exists() and not (installed["base_site"] / generic).exists(), generic
+
+
+def test_base_install_has_no_training_dependencies(installed):
+    probe = run([str(installed["python"]), "-c",
+                  f"import importlib.util, json; print(json.dumps({{m: importlib.util.find_spec(m) is not None for m in {TRAIN_EXTRA!r}}}))"])
+    assert json.loads(probe.stdout) == {m: False for m in TRAIN_EXTRA}, probe.stderr
+
+
+def test_base_cli_plans_and_train_names_the_extra(installed):
+    ray_efa = installed["venv"] / "bin" / "ray-efa"
+    plan = run([str(ray_efa), "plan", "--json", "-c", "clusterName=research"], cwd=installed["work"])
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert json.loads(plan.stdout)["settings"]["clusterName"]["value"] == "research"
+    for command in (["train", "--local"], ["demo", "--cdk-out", "demo-cdk.out", "--dist", "demo-dist"]):
+        result = run([str(ray_efa), *command], cwd=installed["work"])
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert "pip install 'ray-efa-stack[train]'" in result.stderr and "Traceback" not in result.stderr
+    # the demo says so before its first step writes anything
+    assert not (installed["work"] / "demo-cdk.out").exists() and not (installed["work"] / "demo-dist").exists()
+
+
+def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(installed, tmp_path):
+    # GIVEN a platform repository with its own top-level `infra` and `core` packages
+    platform = tmp_path / "platform"
+    for package, module, text in (("infra", "network", PLATFORM_INFRA), ("core", "naming", PLATFORM_CORE)):
+        (platform / package).mkdir(parents=True)
+        (platform / package / "__init__.py").write_text("")
+        (platform / package / f"{module}.py").write_text(textwrap.dedent(text))
+    (platform / "app.py").write_text(textwrap.dedent(PLATFORM_APP))
+    # WHEN its app puts RayEksCluster and EfaGpuNodegroup into its own stack, with the installed wheel
+    result = run([str(installed["python"]), "app.py", str(tmp_path / "cdk.out")], cwd=platform)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    # THEN both `infra` packages import side by side, and one stack holds the VPC, the cluster and both node groups
+    assert Path(out["platform_infra"]).parent.parent == platform and Path(out["platform_core"]).parent.parent == platform
+    assert Path(out["ray_efa"]).is_relative_to(installed["site"])
+    assert (out["vpcs"], out["nodegroups"], out["clusters"]) == (1, 2, ["research"])
