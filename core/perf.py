@@ -12,8 +12,13 @@ For a model, a batch, an instance type, a node count, a network (efa or tcp) and
             catalog's NVLink or PCIe, between nodes the catalog's network_gbps times EFA's or TCP's achievable share.
             Each link's busy time is its bytes over its bandwidth; the network time is the busiest link's.
 - overlap   FSDP2 prefetches the next layer's all-gather during this layer's compute and reduces each layer's gradients
-            during the next layer's backward, so the slower of compute and network sets the pace and of the faster one
-            only one layer's worth (1/L) is exposed: step = max(c, n) + min(c, n) / L + optimizer.
+            during the backward of the layers before it, so within a micro-batch the slower of compute (c) and its
+            collectives (n) sets the pace and of the faster one only one layer's worth (1/L) is exposed. The
+            collectives sent once per optimizer step (f: fsdp's reduce-scatter, hsdp's all-reduce across nodes) can
+            only overlap the *last* micro-batch, and only its backward (gradients exist after the forward, FORWARD_SHARE
+            of the FLOPs): step = (k-1) max(c, n) + max(c, n + f, FORWARD_SHARE c + f) + optimizer (+ the 1/L terms).
+            This last rule was added after the first 2-GPU measurement (docs/BENCHMARKS.md): with the once-per-step
+            all-reduce spread over all k micro-batches the model had predicted HSDP with accumulation 40% too fast.
 
 Collectives per optimizer step of k = gradAccumulation micro-batches (P parameters, 2 bytes each when gathered in
 bf16, r = 4 or 2 bytes per gradient for gradReduceDtype fp32 or bf16; a ring of n ranks carries (n-1)/n of a
@@ -75,6 +80,9 @@ UNCHUNKED_LOSS_SPEED = 0.785
 """Speed of a step with the unchunked fp32 loss (lossChunkSize 0) relative to the chunked, compiled one: 37,465 tokens/s
 per GPU (2 x H200, 4 x 4096, compiled layers, unchunked; reference/FACTS.md) against 47,747 (one H200, 4 x 4096,
 chunked; the calibration)."""
+FORWARD_SHARE = 1 / 3
+"""Share of a micro-batch's FLOPs in its forward pass: 2 of the 6 FLOPs per parameter and token (core.models, 6N);
+gradient collectives cannot start before the backward does."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Gradient clipping + fused AdamW + zero_grad, in bytes of device-memory traffic per local parameter at the data
 sheet's bandwidth: 0.0183 s for 1.544e9 parameters on one H200 (4,800 GB/s) in the calibration."""
@@ -111,6 +119,8 @@ class Collective:
     """Calls per optimizer step."""
     wire_gb: float
     """GB per direction on the busiest link of this kind, per optimizer step."""
+    per_micro_batch: bool
+    """Sent in every micro-batch (the all-gathers; hsdp's reduce-scatter inside the node), not once per step."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,7 +155,8 @@ class StepPrediction:
             "mfu_causal": round(self.mfu_causal, 4), "bottleneck": self.bottleneck,
             "memory_gib": round(self.memory_gib, 2), "fits": self.fits,
             "collectives": [
-                {"name": c.name, "link": c.link, "size_gb": round(c.size_gb, 3), "calls": c.calls, "wire_gb": round(c.wire_gb, 3)}
+                {"name": c.name, "link": c.link, "size_gb": round(c.size_gb, 3), "calls": c.calls,
+                 "wire_gb": round(c.wire_gb, 3), "per_micro_batch": c.per_micro_batch}
                 for c in self.collectives
             ],
         }
@@ -186,14 +197,14 @@ def _collectives(
             return out
         link = "inter" if nodes > 1 else "intra"
         share = (world - 1) / world
-        for name, size, calls in (
-            ("all-gather parameters (forward)", gather_fwd, k),
-            ("all-gather parameters (backward)", gather_bwd, k),
-            ("reduce-scatter gradients", grads, 1),
+        for name, size, calls, every in (
+            ("all-gather parameters (forward)", gather_fwd, k, True),
+            ("all-gather parameters (backward)", gather_bwd, k, True),
+            ("reduce-scatter gradients", grads, 1, False),
         ):
-            out.append(Collective(name=name, link=link, size_gb=size, calls=calls, wire_gb=size * calls * share))
-            if link == "inter":  # the same ring also runs through every GPU link inside each node
-                out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share))
+            for on in (link, "intra") if link == "inter" else (link,):  # the ring also runs through each node's GPUs
+                out.append(Collective(name=name, link=on, size_gb=size, calls=calls, wire_gb=size * calls * share,
+                                      per_micro_batch=every))
         return out
     # hsdp across nodes
     if gpus_per_node > 1:
@@ -203,9 +214,10 @@ def _collectives(
             ("all-gather parameters (backward)", gather_bwd, k),
             ("reduce-scatter gradients", grads, k),
         ):
-            out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share))
+            out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share,
+                                  per_micro_batch=True))
     out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=grads, calls=1,
-                          wire_gb=grads * 2 * (nodes - 1) / nodes))
+                          wire_gb=grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
     return out
 
 
@@ -237,13 +249,22 @@ def predict(
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
     collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes))
-    busy = {"intra": 0.0, "inter": 0.0}
+    # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step.
+    each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
     for c in collectives:
-        busy[c.link] += c.wire_gb / (intra.gb_s if c.link == "intra" else inter.gb_s)
+        seconds = c.wire_gb / (intra.gb_s if c.link == "intra" else inter.gb_s)
+        if c.per_micro_batch:
+            each[c.link] += seconds / c.calls
+        else:
+            once[c.link] += seconds
+    k, layers = t.grad_accumulation, p.num_hidden_layers
+    busy = {link: k * each[link] + once[link] for link in each}
     network_s = max(busy.values())
-    exposed = min(compute, network_s) / p.num_hidden_layers
-    step = max(compute, network_s) + exposed + optimizer
-    if network_s <= compute:
+    n_each, n_last = max(each.values()), max(each[link] + once[link] for link in each)
+    before_last = max(micro, n_each) + min(micro, n_each) / layers
+    last = max(micro, n_last, FORWARD_SHARE * micro + max(once.values())) + min(micro, n_last) / layers
+    step = (k - 1) * before_last + last + optimizer
+    if step - compute - optimizer < 0.1 * step:  # under a tenth of the step waits on the wire
         bottleneck = "compute"
     else:
         bottleneck = "network" if busy["inter"] >= busy["intra"] else "intra-node link"
