@@ -15,12 +15,14 @@ install: $(VENV)/.installed node_modules/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	@echo "== installing the Python tree (requirements.lock: torch, ray, aws-cdk-lib; several GB the first time)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	@echo "== installing the pinned CDK CLI (npm ci)"
+	npm ci --no-audit --no-fund --progress=true --loglevel=http
 	@touch $@
 
 ## The main job: synthesize the whole stack, write the manifests, train on a local Ray cluster, gate the transport.

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, fail, print_json, resolve_or_exit
 
 EXIT_INTERRUPTED = 130
 
@@ -26,7 +24,8 @@ def register(add_parser, name: str) -> None:
     )
     p.add_argument(
         "--write-context", action="store_true",
-        help="store the recommended AZ as gpuAvailabilityZone in cdk.context.json, for the next `cdk deploy`",
+        help="store the recommended AZ as gpuAvailabilityZone in the app's cdk.json (its \"context\"), for the next "
+        "`cdk deploy`; outside an app directory, print the `-c` flag to pass instead",
     )
     add_context_option(p)
     add_json_option(p)
@@ -34,12 +33,7 @@ def register(add_parser, name: str) -> None:
 
 
 def _fail(args: argparse.Namespace, message: str, problems: list[dict] | None = None, code: int = 1) -> int:
-    if args.json:
-        print(json.dumps({"error": message, "problems": problems or []}, default=str))
-    else:
-        details = "".join(f"\n  - {p['key']}: {p['message']}, got {p['value']!r}" for p in problems or [])
-        print(f"ray-efa capacity: {message}{details}", file=sys.stderr)
-    return code
+    return fail(args, "capacity", message, code=code, problems=problems)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     except (ClientError, BotoCoreError) as error:
         return _fail(args, f"AWS call failed: {error}")
 
-    written = None
+    written = flags = None
     if args.write_context:
         zone = report.recommended_zone
         if not report.ok:
@@ -102,18 +96,24 @@ def run(args: argparse.Namespace) -> int:
             except SettingsError as error:
                 return _fail(args, "the recommended AZ does not give valid settings; nothing written",
                              [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
-            from ray_efa.ops.cdk_context import ContextFileError, write_context
+            from ray_efa.ops.cdk_context import ContextFileError, app_config_file, context_flags, write_context
 
-            try:
-                written = str(write_context({"gpuAvailabilityZone": zone}))
-            except (ContextFileError, OSError) as error:
-                return _fail(args, str(error))
+            flags = context_flags({"gpuAvailabilityZone": zone})
+            if app_config_file() is None:  # no app here: nothing to write into, the flag does the same
+                progress.print(f"--write-context: no cdk.json in this directory or above; pass {flags} to cdk and ray-efa",
+                               soft_wrap=True)
+            else:
+                try:
+                    written = str(write_context({"gpuAvailabilityZone": zone}))
+                except (ContextFileError, OSError) as error:
+                    return _fail(args, str(error))
 
     if args.json:
-        print(json.dumps({**report.as_dict(), "context_written": written}, indent=2))
+        print_json({**report.as_dict(), "context_written": written, "context_flags": flags})
     else:
         console = Console()
         render_capacity(report, console)
         if written:
-            console.print(f"Wrote gpuAvailabilityZone={report.recommended_zone} to {written}")
+            console.print(f"Wrote gpuAvailabilityZone={report.recommended_zone} to {written} (its \"context\"; "
+                          f"the same as {flags})")
     return 0 if report.ok else 1

@@ -4,17 +4,18 @@
 
 Prints one row per process (host:pid) and a one-line verdict. Exit codes: 0 every process whose traffic crossed nodes
 used the expected transport; 1 some process used another (the row names it and the likely cause); 3 the logs prove
-nothing (empty, WARN-only, single-node, no transport lines); 2 usage errors, unreadable files included.
+nothing (empty, WARN-only, single-node, no transport lines); 2 usage errors: bad arguments, or a log that cannot be read
+(missing, a directory, no permission, a truncated or corrupt .gz). Exit 1 means only "another transport".
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import sys
 
-from ray_efa.cli._common import EXIT_USAGE, add_json_option
+from ray_efa.cli._common import add_json_option, fail, print_json
 
 __all__ = ["register", "run", "main"]
 
@@ -45,16 +46,23 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(args, problem)
     try:
         report = classify_paths(args.logs)
-    except OSError as error:  # a file vanished or turned unreadable between the check and the read
+    except OSError as error:  # a truncated .gz (LogReadError), or a file that vanished since the check
         return _usage_error(args, f"cannot read {error.filename or ', '.join(args.logs)}: {error.strerror or error}")
     verdict = report.verdict(args.expect)
     if args.json:
-        print(json.dumps({**verdict.to_json(), "logs": list(args.logs)}, indent=2))
+        print_json({**verdict.to_json(), "logs": list(args.logs)})
     else:
-        print(verdict.render_table())
+        print(verdict.render_table(width=_width()))
         print()
         print(verdict.summary)
     return verdict.exit_code
+
+
+def _width() -> int | None:
+    """The width to fit the table in: $COLUMNS, else the terminal's; None (the whole table) for a file or a pipe."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _unreadable(paths: list[str]) -> str | None:
@@ -79,10 +87,7 @@ def _unreadable(paths: list[str]) -> str | None:
 
 
 def _usage_error(args: argparse.Namespace, message: str) -> int:
-    if args.json:
-        print(json.dumps({"error": message, "exitCode": EXIT_USAGE}))
-    print(f"ray-efa check-transport: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return fail(args, "check-transport", message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,47 +1,68 @@
-"""`ray-efa compare EFA_LOG TCP_LOG`: the throughput ratio of the same job run over EFA and over TCP.
+"""`ray-efa compare LOG...`: the throughput ratio of the same job run over EFA and over TCP.
 
 Feed it the driver output of both RayJobs (`kubectl -n ray logs job/<submitter of train-efa>` and of train-tcp, or
-`ray job logs`); it finds each run's RAY_EFA_RUN_SUMMARY line. Exit 0 with the ratio, 2 when a run is missing.
+`ray job logs`); it finds each run's RAY_EFA_RUN_SUMMARY line. Exit 0 with the ratio; 2 when a run is missing, a
+summary lacks a field or has no throughput, a log cannot be read, or the runs ran on different hardware or host
+counts (unless --allow-different-hardware).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import EXIT_USAGE, add_json_option
+from ray_efa.cli._common import add_json_option, fail, print_json
 
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
-                   description=__doc__.splitlines()[0])
+                   description=__doc__.split("\n\n")[0])
     p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="driver logs holding both runs' summaries")
+    p.add_argument("--allow-different-hardware", action="store_true",
+                   help="compare runs on different instance types, devices or host counts (the ratio is then not "
+                   "the transport's alone)")
     add_json_option(p)
     p.set_defaults(run=run)
+
+
+def _unreadable(paths: list[Path]) -> str | None:
+    for path in paths:
+        if not path.exists():
+            return f"cannot read {path}: no such file"
+        if path.is_dir():
+            return f"cannot read {path}: it is a directory (give the log files in it)"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     from ray_efa.ops.compare import CompareError, compare_logs
 
+    problem = _unreadable(args.logs)
+    if problem:
+        return fail(args, "compare", problem)
     try:
-        comparison = compare_logs(args.logs)
-    except (CompareError, OSError) as error:
-        print(f"ray-efa compare: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        comparison = compare_logs(args.logs, allow_different_hardware=args.allow_different_hardware)
+    except CompareError as error:
+        return fail(args, "compare", str(error))
+    except OSError as error:
+        return fail(args, "compare", f"cannot read {error.filename or ', '.join(map(str, args.logs))}: "
+                                     f"{error.strerror or error}")
     if args.json:
-        print(json.dumps(comparison.as_dict(), indent=2))
+        print_json(comparison.as_dict())
         return 0
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="EFA versus TCP, same job")
     for column in ("", "EFA", "TCP"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in comparison.rows():
         table.add_row(*row)
     console = Console()
     console.print(table)
+    if not comparison.same_hardware:
+        print("ray-efa compare: warning: the runs used different hardware (--allow-different-hardware); the ratio "
+              "is not the transport's alone", file=sys.stderr)
     console.print(f"EFA runs the job [bold]{comparison.ratio:.2f}x[/bold] as fast as TCP")
     return 0

@@ -6,6 +6,8 @@
 4. train      the FSDP train function on an embedded Ray cluster (2 CPU workers, gloo, the tiny preset), then the
               NCCL transport verdict on what those workers logged
 `-c key=value` changes the settings of steps 1-3 (as with `cdk -c`); step 4 always uses the local preset on top.
+--cdk-out and --dist follow the safe-output rule of core.output_dir: both are checked before step 1, and a folder
+holding files ray-efa did not write is refused (exit 2; a cloud assembly `cdk synth` wrote counts as the CDK's own).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_or_exit
+from ray_efa.cli._common import add_context_option, fail, missing_train_extra, resolve_or_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,22 +24,42 @@ ROOT = Path(__file__).resolve().parent.parent
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
                    description=__doc__.splitlines()[0])
-    p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes (default: cdk.out)")
-    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go (default: dist)")
+    p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")
+    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)")
     add_context_option(p)
     p.set_defaults(run=run)
+
+
+_ASSEMBLY_FILES = ("manifest.json", "tree.json", "cdk.out", "validation-report.json", "synth.lock", "read.lock")
+
+
+def is_cloud_assembly_entry(entry: Path) -> bool:
+    """An entry `cdk synth` writes into a cloud assembly (cdk.out): demo may replace these though it did not record them."""
+    folder = entry.parent
+    if not ((folder / "cdk.out").is_file() and (folder / "manifest.json").is_file()):
+        return False  # not a cloud assembly: nothing in it is the CDK's
+    name = entry.name
+    return name in _ASSEMBLY_FILES or name.startswith("asset.") or name.endswith(
+        (".template.json", ".assets.json", ".metadata.json"))
 
 
 def _synth(settings, cdk_out: Path) -> list[tuple[str, int]]:
     """Both stacks, as `cdk synth` makes them (cdk.json's feature flags included); (stack, resources) per stack."""
     import aws_cdk as cdk
 
+    from ray_efa.core.output_dir import publish
     from ray_efa.infra.app import build_stacks, feature_flags
 
-    app = cdk.App(outdir=str(cdk_out), context=feature_flags())
-    build_stacks(app, settings)
-    assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
-    return [(s.stack_name, len(s.template["Resources"])) for s in assembly.stacks]
+    stacks: list[tuple[str, int]] = []
+
+    def synth(staging: Path) -> None:
+        app = cdk.App(outdir=str(staging), context=feature_flags())
+        build_stacks(app, settings)
+        assembly = app.synth()  # raises on any unacknowledged cdk-nag finding
+        stacks.extend((s.stack_name, len(s.template["Resources"])) for s in assembly.stacks)
+
+    publish(cdk_out, synth, command="ray-efa demo --cdk-out", accept=is_cloud_assembly_entry)
+    return stacks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,11 +68,20 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.ops.plan import build_plan, render_plan
 
+    from ray_efa.core.output_dir import OutputDirError, check_output_dir
+
     if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
         return code
     console = Console()
-    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2, before anything is written
+    # every settings problem at once (a plan that cannot fit included: the synth would refuse it), exit 2, before
+    # anything is written
+    resolved = resolve_or_exit(args, require_fit=True)
     settings = resolved.settings
+    try:  # both output folders before any step: a refused folder must not cost a synthesis
+        check_output_dir(args.cdk_out, accept=is_cloud_assembly_entry)
+        check_output_dir(args.dist)
+    except OutputDirError as error:
+        return fail(args, "demo", str(error))
     results: list[tuple[str, str, float]] = []
 
     def step(title: str) -> float:

@@ -1,27 +1,42 @@
-"""`ray-efa manifests`: write the KubeRay workload as plain YAML (one file per chart, in apply order) for kubectl."""
+"""`ray-efa manifests`: write the KubeRay workload as plain YAML (one file per chart, in apply order) for kubectl.
+
+The output folder must be a folder of its own: new, empty, or one an earlier run wrote (its record,
+.ray-efa-output.json, lists the files). Exit 0 written, 1 the manifests cannot be built, 2 bad settings or an output
+folder that may not be written (nothing is written then).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, add_json_option, fail, print_json, resolve_or_exit
 
 EXIT_FAILED = 1
 
 
 def register(add_parser, name: str) -> None:
-    p = add_parser(name, help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl")
-    p.add_argument("--out", type=Path, default=Path("dist"), help="output directory, replaced as a whole (default: dist)")
+    p = add_parser(name, help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl",
+                   description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("dist"),
+                   help="output folder: new, empty, or written by ray-efa before; only its own files are replaced "
+                   "(default: dist)")
     add_context_option(p)
     add_json_option(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = resolve_or_exit(args).settings  # bad settings: every problem printed, exit 2, nothing written
+    # bad settings or a plan that cannot fit the GPUs: every problem printed, exit 2, nothing written
+    settings = resolve_or_exit(args, require_fit=True).settings
+    from ray_efa.core.output_dir import OutputDirError, check_output_dir
+
+    try:
+        check_output_dir(args.out)  # before jsii starts: a refused folder costs nothing
+    except OutputDirError as error:
+        return fail(args, "manifests", str(error))
+
     from ray_efa.k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
     from ray_efa.k8s.dist import storage_warning, write_manifests
     from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
@@ -29,15 +44,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = write_manifests(settings, args.out)
     except ManifestError as error:
-        if args.json:
-            print(json.dumps({"error": str(error)}))
-        else:
-            print(f"ray-efa: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(args, "manifests", str(error), code=EXIT_FAILED)
+    except (OutputDirError, OSError) as error:
+        return fail(args, "manifests", f"cannot write {args.out}: {error}")
     namespace = settings.workload.namespace
     if args.json:
-        print(json.dumps({"files": [str(f) for f in files], "namespace": namespace,
-                          "rayCluster": RAY_CLUSTER_NAME, "rayJob": ray_job_name(settings.workload.network)}))
+        print_json({"files": [str(f) for f in files], "out": str(args.out), "namespace": namespace,
+                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_name(settings.workload.network)})
         return 0
     warning = storage_warning(settings)
     if warning:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ray_efa.cli._common import add_context_option, add_json_option, resolve_or_exit
+from ray_efa.cli._common import add_context_option, add_json_option, print_json, resolve_or_exit
 
 
 def register(add_parser, name: str) -> None:
@@ -27,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = build_plan(resolved)
     if args.json:
-        print(json.dumps(plan.as_dict(), indent=2, default=str))
+        print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
     else:
         from rich.console import Console
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 
-from ray_efa.cli._common import EXIT_USAGE, add_json_option, resolve_or_exit
+from ray_efa.cli._common import (
+    add_context_option, add_json_option, add_kube_context_option, fail, print_json, resolve_or_exit,
+)
 
 
 def register(add_parser, name: str) -> None:
@@ -15,10 +17,8 @@ def register(add_parser, name: str) -> None:
         description=__doc__,
     )
     p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--context", dest="kube_context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    # Settings overrides: -c only, because --context is the kubeconfig context here, as in kubectl.
-    p.add_argument("-c", dest="context", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting, as with `cdk -c` (repeatable)")
+    add_kube_context_option(p)  # -c/--context is for settings, as in every subcommand (kubectl's --context is this)
+    add_context_option(p)
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="repeat the checks every 10 s until all pass or SECONDS have passed (default: check once)")
     add_json_option(p)
@@ -26,11 +26,15 @@ def register(add_parser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    names = [c for c in args.context if "=" not in c]
+    if names:  # `verify --context NAME` named the kubeconfig context before --kube-context existed
+        return fail(args, "verify", f"-c/--context takes KEY=VALUE settings, got {names[0]!r}; for the kubeconfig "
+                                    f"context use --kube-context {names[0]}")
     settings = resolve_or_exit(args).settings
-    if args.wait < 0:
-        print(f"ray-efa verify: --wait must be >= 0 seconds, got {args.wait}", file=sys.stderr)
-        return EXIT_USAGE
+    if not math.isfinite(args.wait) or args.wait < 0:
+        return fail(args, "verify", f"--wait must be a number of seconds >= 0, got {args.wait}")
 
+    import yaml
     from kubernetes import config
     from rich.console import Console
 
@@ -38,18 +42,20 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
-    except (config.ConfigException, OSError) as error:
+    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
+        # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
         where = args.kubeconfig or "the default kubeconfig"
-        print(f"ray-efa verify: cannot load {where}"
-              f"{' context ' + args.kube_context if args.kube_context else ''}: {error} "
-              "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)", file=sys.stderr)
-        return EXIT_USAGE
+        message = " ".join(str(error).split()) or type(error).__name__
+        return fail(args, "verify", f"cannot load {where}"
+                                    f"{' context ' + args.kube_context if args.kube_context else ''}: {message} "
+                                    "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)")
 
     expected = Expectations.from_settings(settings)
     with Console(stderr=True).status("verifying the cluster") as spinner:
         report = verify_until(api_client, expected, timeout_s=args.wait, status=spinner.update)
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print_json(report.as_dict())
     else:
         render_verify(report, Console())
     if not report.ok:

@@ -181,8 +181,23 @@ def estimate(settings: Settings, strategy: str | None = None) -> MemoryEstimate:
     )
 
 
+_MAX_GPU_NODES = 64
+"""The largest gpuNodeCount core.settings accepts: the ceiling of the "more GPU nodes" lever."""
+
+
+def _more_nodes(settings: Settings) -> dict[str, object] | None:
+    """The smallest gpuNodeCount above the current one whose plan fits (FSDP shards the model state over every GPU,
+    so each node added lowers the memory per GPU), or None when even the largest count does not fit."""
+    for count in range(settings.nodes.gpu_node_count + 1, _MAX_GPU_NODES + 1):
+        if estimate(settings.replace(gpuNodeCount=count)).fits:
+            return {"gpuNodeCount": count}
+    return None
+
+
 def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
-    """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first."""
+    """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first:
+    the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
+    more of them), then every GPU with more memory."""
     t, n = settings.training, settings.nodes
     out: list[tuple[str, object, dict[str, object]]] = []
     if t.loss_chunk_size == 0:
@@ -193,6 +208,8 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
         out.append(("microBatch", t.micro_batch, {"microBatch": t.micro_batch // 2}))
     if t.seq_len > 1:
         out.append(("seqLen", t.seq_len, {"seqLen": t.seq_len // 2}))
+    if n.gpu_node_count < _MAX_GPU_NODES:
+        out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
     bigger = sorted(
         (row for row in catalog.GPU_INSTANCES.values()
          if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib
@@ -204,21 +221,51 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
     return out
 
 
+_PLAN_KEYS = (
+    "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
+    "compile", "model", "sharding", "gradAccumulation",
+)
+"""The settings the memory plan depends on, in the order a refusal names them."""
+
+
+def _changed_cause(settings: Settings) -> tuple[str, object, object] | None:
+    """(key, value, default) of the first plan setting that differs from its default and, put back alone, fits.
+
+    A plan that cannot fit is usually one setting away from the defaults (which fit): that setting is the one to
+    name, e.g. gpuNodeCount=1 rather than activationCheckpointing, which the user never touched.
+    """
+    defaults, current = Settings().to_context(), settings.to_context()
+    for key in _PLAN_KEYS:
+        if current[key] != defaults[key] and estimate(settings.replace(**{key: defaults[key]})).fits:
+            return key, current[key], defaults[key]
+    return None
+
+
 def _describe(change: dict[str, object]) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
 
 
 def check_fits(settings: Settings) -> MemoryEstimate:
-    """The estimate, or SettingsError naming the settings to change and what each change would need."""
+    """The estimate, or SettingsError naming the setting to change and every single change that would fit.
+
+    The problem's key is the setting that broke a plan the defaults fit (its default value fits), else the first
+    lever that fits alone; the message lists each lever that fits alone with its GiB, more GPU nodes and larger
+    GPUs included, or, when none does, all of them together.
+    """
     plan = estimate(settings)
     if plan.fits:
         return plan
     t, n = settings.training, settings.nodes
-    fixes, key, value = [], None, None
+    fixes: list[str] = []
+    key, value = None, None
+    cause = _changed_cause(settings)
+    if cause:  # the one setting that broke a plan the defaults fit: name it first
+        key, value, default = cause
+        fixes.append(f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)")
     seen_instance = False
     for lever, current, change in _alternatives(settings):
-        if lever == "gpuInstanceType" and seen_instance:
-            continue  # name only the smallest bigger GPU that fits
+        if (lever == "gpuInstanceType" and seen_instance) or (cause and change == {cause[0]: cause[2]}):
+            continue  # name only the smallest bigger GPU that fits; the default is named already
         alt = estimate(settings.replace(**change))
         if alt.fits:
             fixes.append(f"{_describe(change)} ({alt.total_gib:.1f} GiB)")
@@ -229,7 +276,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     else:
         combined: dict[str, object] = {}
         for lever, _, change in _alternatives(settings):
-            if lever != "gpuInstanceType":
+            if lever not in ("gpuInstanceType", "gpuNodeCount"):
                 combined.update(change)
         alt = estimate(settings.replace(**combined)) if combined else plan
         verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
@@ -239,6 +286,6 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     message = (
         f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "
         f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.model}, microBatch {t.micro_batch} x "
-        f"seqLen {t.seq_len}, {plan.world_size} GPUs); {advice}"
+        f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
     )
     raise SettingsError([Problem(key, value, message)])

@@ -1,7 +1,7 @@
 """The one settings object: every value the stack, the manifests and the training job read.
 
-Settings come from CDK context (cdk.json's "context", cdk.context.json, `-c key=value`) under camelCase keys,
-the CDK convention. Each field below names its key, its default and what it allows; `Settings.from_context` parses
+Settings come from CDK context (`-c key=value`, cdk.json's "context", cdk.context.json, ~/.cdk.json: see
+core.context) under camelCase keys, the CDK convention. Each field below names its key, its default and what it allows; `Settings.from_context` parses
 strings (`-c` gives strings), rejects unknown keys (a typo would otherwise be ignored silently) and reports every
 problem at once, each naming the key, the bad value and what is allowed. Nothing is synthesized or written before
 this succeeds.
@@ -401,6 +401,11 @@ class ClusterSettings(_Section):
     nat_gateways: int = setting(
         1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).", ge=1, le=3
     )
+    availability_zones: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
+        (), "vpcAvailabilityZones",
+        "AZs of a created VPC, fixed for its life (changing them replaces subnets); unset: the region's first three "
+        "in name order. gpuAvailabilityZone must be one of them.",
+    )
 
 
 class NodeSettings(_Section):
@@ -496,7 +501,8 @@ class WorkloadSettings(_Section):
         pattern=_DNS_LABEL, message=_DNS_LABEL_MESSAGE,
     )
     training_job: bool = setting(
-        True, "trainingJob", "Apply the training RayJob with the cluster stack (it runs once per deploy); false: namespace only."
+        True, "trainingJob",
+        "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
     )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.", gt=0)
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).", ge=0)
@@ -592,18 +598,57 @@ def _sequence_fits_the_model(model: str, seq_len: int) -> Problem | None:
     return None
 
 
-@_rule("region", "gpuAvailabilityZone")
-def _zone_of_the_region(region: str, zone: str | None) -> Problem | None:
+def _in_region(region: str, zone: str) -> bool:
     known = regions.AVAILABILITY_ZONES.get(region)
+    return zone in known if known else bool(re.fullmatch(re.escape(region) + "[a-z]", zone))
+
+
+def _zones_of(region: str) -> str:
+    return ", ".join(regions.AVAILABILITY_ZONES.get(region) or (f"{region}a..{region}z",))
+
+
+@_rule("region", "gpuAvailabilityZone", "vpcAvailabilityZones")
+def _zone_of_the_region(region: str, zone: str | None, vpc_zones: tuple[str, ...]) -> Problem | None:
     if zone is None:
-        if known is None:
-            return Problem("region", region, "has no recorded AZ names; set gpuAvailabilityZone, or use one of "
-                                             f"{', '.join(regions.AVAILABILITY_ZONES)}")
+        if region not in regions.AVAILABILITY_ZONES and not vpc_zones:
+            return Problem("region", region, "has no recorded AZ names; set gpuAvailabilityZone and vpcAvailabilityZones "
+                                             f"(or vpcId), or use one of {', '.join(regions.AVAILABILITY_ZONES)}")
         return None
-    in_region = zone in known if known else bool(re.fullmatch(re.escape(region) + "[a-z]", zone))
-    if not in_region:
-        allowed = known if known else (f"{region}a..{region}z",)
-        return Problem("gpuAvailabilityZone", zone, f"must be an AZ of region {region}: {', '.join(allowed)}")
+    if not _in_region(region, zone):
+        return Problem("gpuAvailabilityZone", zone, f"must be an AZ of region {region}: {_zones_of(region)}")
+    return None
+
+
+@_rule("region", "vpcAvailabilityZones")
+def _vpc_zones_of_the_region(region: str, vpc_zones: tuple[str, ...]) -> Problem | None:
+    if not vpc_zones:
+        return None
+    outside = [zone for zone in vpc_zones if not _in_region(region, zone)]
+    if outside:
+        return Problem("vpcAvailabilityZones", ",".join(outside), f"must be AZs of region {region}: {_zones_of(region)}")
+    if len(set(vpc_zones)) != len(vpc_zones) or not 2 <= len(vpc_zones) <= 6:
+        return Problem("vpcAvailabilityZones", ",".join(vpc_zones), "must be 2 to 6 different AZs (EKS needs subnets in two)")
+    return None
+
+
+@_rule("region", "vpcId", "vpcAvailabilityZones", "gpuAvailabilityZone")
+def _gpu_zone_in_the_vpc(region: str, vpc_id: str | None, vpc_zones: tuple[str, ...], zone: str | None) -> Problem | None:
+    """A created VPC's AZs do not follow the GPU AZ (see Settings.vpc_availability_zones): the GPU AZ must be one of
+    them. An existing VPC (vpcId) is checked at synth, against its looked-up subnets."""
+    if vpc_id is not None or (zone is not None and not _in_region(region, zone)):
+        return None  # the zone's own rule reports a zone of another region
+    recorded = regions.AVAILABILITY_ZONES.get(region)
+    zones = vpc_zones or (tuple(sorted(recorded)[:3]) if recorded else ())
+    if not zones:
+        if zone is None:
+            return None  # _zone_of_the_region asks for both
+        return Problem("vpcAvailabilityZones", "", f"must name two AZs or more of {region} (EKS needs subnets in two): "
+                                                   "the region has no recorded AZ names")
+    gpu_zone = zone or (recorded[0] if recorded else zones[0])
+    if gpu_zone not in zones:
+        return Problem("gpuAvailabilityZone", gpu_zone,
+                       f"must be one of the VPC's AZs ({', '.join(zones)}); to use it, set vpcAvailabilityZones to include "
+                       "it before the first deploy (changing a deployed VPC's AZs replaces its subnets)")
     return None
 
 
@@ -683,14 +728,23 @@ class Settings(_Model):
 
     @property
     def gpu_availability_zone(self) -> str:
-        """The GPU AZ, resolved: the setting, else the region's first AZ."""
-        return self.nodes.gpu_availability_zone or regions.availability_zones(self.cluster.region)[0]
+        """The GPU AZ, resolved: the setting, else the region's first AZ (of the VPC's, for a region not recorded)."""
+        if self.nodes.gpu_availability_zone:
+            return self.nodes.gpu_availability_zone
+        recorded = regions.AVAILABILITY_ZONES.get(self.cluster.region) or self.cluster.availability_zones
+        return recorded[0]
 
     @property
     def vpc_availability_zones(self) -> tuple[str, ...]:
-        """AZs of a created VPC: the GPU AZ first, then the next one (EKS needs subnets in two AZs)."""
-        others = [z for z in regions.AVAILABILITY_ZONES.get(self.cluster.region, ()) if z != self.gpu_availability_zone]
-        return (self.gpu_availability_zone, *others[:1])
+        """AZs of a created VPC: vpcAvailabilityZones, else the region's first three recorded AZs in name order.
+
+        Independent of gpuAvailabilityZone on purpose: the VPC's subnets (and with them the NAT gateway, the EKS
+        cluster's subnets and the system node group) are created per AZ, in this order, so a list that followed the
+        GPU AZ would replace them all when capacity moves. Moving the GPU AZ changes only the GPU stack.
+        """
+        if self.cluster.availability_zones:
+            return self.cluster.availability_zones
+        return tuple(sorted(regions.AVAILABILITY_ZONES.get(self.cluster.region, ()))[:3])
 
     @property
     def world_size(self) -> int:

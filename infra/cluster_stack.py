@@ -36,25 +36,36 @@ class ClusterStack(Stack):
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
         self.kuberay = KubeRayOperator(self, "KubeRay", settings=settings, cluster=cluster)
+        # The operator's release waits (up to 10 minutes) for its Deployment, which only the system nodes can run.
+        self.kuberay.chart.node.add_dependency(self.ray_cluster.system_nodegroup)
         self.device_plugins = GpuDevicePlugins(self, "DevicePlugins", settings=settings, cluster=cluster)
-        # The workload after the CRDs (KubeRay chart) and the device plugins; the job after its service account.
+        # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
         self.workload = RayWorkload(self, "Workload", settings=settings, cluster=cluster, after=[
             self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
         self.checkpoints = CheckpointStorage(
             self, "Checkpoints", settings=settings, cluster=cluster, after=self.workload.namespace)
-        if settings.workload.training_job:
-            self.workload.add_training_job(
-                storage_path=self.checkpoints.storage_path, after=[self.checkpoints.service_account])
+        self._export_private_subnets()
 
+        # Nothing here depends on the GPU settings (type, count, AZ, reservation) or the training settings: changing
+        # those changes the GPU stack alone. The GPU stack has its own outputs.
         region = settings.cluster.region
         CfnOutput(self, "ClusterName", value=cluster.cluster_name, description="EKS cluster name")
         CfnOutput(self, "UpdateKubeconfigCommand", description="Point kubectl at the cluster",
                   value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}")
-        CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
         CfnOutput(self, "CheckpointStoragePath", value=self.checkpoints.storage_path,
                   description="Ray Train storagePath of the training job (pass it as -c storagePath=... to make manifests)")
         cost = hourly_cost(settings)
-        CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
-                  description="On-demand estimate with the GPU stack deployed (GPU + system nodes, control plane, NAT)")
         CfnOutput(self, "EstimatedUsdPerHourWithoutGpuStack", value=f"{cost.without_gpu_stack:.2f}",
-                  description="What keeps running after the GPU stack alone is destroyed")
+                  description="On-demand estimate of this stack alone (system nodes, control plane, NAT)")
+
+    def _export_private_subnets(self) -> None:
+        """Export every private subnet of a created VPC, whichever the GPU stack uses.
+
+        The GPU stack imports the subnet of its AZ; with exports made only on demand, moving the GPU AZ would remove
+        the export the running GPU stack still imports, and CloudFormation refuses to update the cluster stack.
+        Exporting them all keeps this stack's template the same for every GPU AZ.
+        """
+        if self.settings.cluster.vpc_id:
+            return  # a looked-up VPC's subnet ids are literals in the GPU stack: no exports
+        for subnet in self.vpc.private_subnets:
+            self.export_value(subnet.subnet_id)

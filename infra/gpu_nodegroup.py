@@ -121,7 +121,9 @@ class EfaGpuNodegroup(Construct):
             self,
             "Nodegroup",
             cluster=cluster,
-            nodegroup_name=name,
+            # The AZ in the name: moving the GPU AZ replaces the node group (its Subnets need a new one), and
+            # CloudFormation cannot replace a resource whose custom name stays the same.
+            nodegroup_name=f"{name}-{settings.gpu_availability_zone.rsplit('-', 1)[-1]}",
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,

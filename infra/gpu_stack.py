@@ -9,6 +9,7 @@ from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings
 from ray_efa.infra.cluster_stack import ClusterStack
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra.training_job import RayTrainingJob
 
 __all__ = ["GpuStack"]
 
@@ -27,12 +28,27 @@ class GpuStack(Stack):
         self.gpu_nodes = EfaGpuNodegroup(
             self, "GpuNodes", settings=settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
         )
-        # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises.
+        # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the
+        # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.
         self.add_stack_dependency(cluster_stack)
+        self.training_job: RayTrainingJob | None = None
+        if settings.workload.training_job:
+            # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
+            self.training_job = RayTrainingJob(
+                self, "TrainingJob", settings=settings, cluster=cluster_stack.ray_cluster.cluster,
+                storage_path=cluster_stack.checkpoints.storage_path, after=[self.gpu_nodes.nodegroup],
+            )
 
         instance = settings.nodes.gpu_instance
+        cost = hourly_cost(settings)
         CfnOutput(self, "GpuNodeGroup", description="GPU node group",
                   value=f"{settings.nodes.gpu_node_count} x {instance.name} ({instance.gpus} x {instance.gpu.name}, "
                         f"{instance.efa_interfaces} EFA) in {settings.gpu_availability_zone}")
-        CfnOutput(self, "EstimatedGpuUsdPerHour", value=f"{hourly_cost(settings).gpu_nodes:.2f}",
+        CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
+        CfnOutput(self, "EstimatedGpuUsdPerHour", value=f"{cost.gpu_nodes:.2f}",
                   description="On-demand estimate of the GPU nodes alone")
+        CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
+                  description="On-demand estimate with both stacks deployed (GPU + system nodes, control plane, NAT)")
+        if self.training_job:
+            CfnOutput(self, "TrainingJobWatchCommand", description="Watch the RayJob this stack applied",
+                      value=f"kubectl -n {settings.workload.namespace} get rayjob {self.training_job.name} -w")

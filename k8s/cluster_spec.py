@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kubernetes.client import (
     V1Capabilities,
-    V1ConfigMapVolumeSource,
+    V1ConfigMapProjection,
     V1Container,
     V1ContainerPort,
     V1EmptyDirVolumeSource,
@@ -22,17 +22,19 @@ from kubernetes.client import (
     V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,
+    V1ProjectedVolumeSource,
     V1ResourceRequirements,
     V1SecurityContext,
     V1Toleration,
     V1Volume,
     V1VolumeMount,
+    V1VolumeProjection,
 )
 
 from ray_efa.core import catalog, scheduling
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
-from ray_efa.k8s.names import CODE_MOUNT_PATH
+from ray_efa.k8s.names import CODE_MOUNT_PATH, settings_config_map_name
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
     EFA_CAPABILITIES,
@@ -92,8 +94,13 @@ def _code_env() -> dict[str, str]:
 
 
 def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
-    items = [V1KeyToPath(key=key, path=path) for key, path in bundle.items]
-    return V1Volume(name=_CODE_VOLUME, config_map=V1ConfigMapVolumeSource(name=config_map, items=items))
+    """The code ConfigMap and its settings ConfigMap (k8s.code_config_map) projected into one directory."""
+    sources = [
+        V1VolumeProjection(config_map=V1ConfigMapProjection(
+            name=name, items=[V1KeyToPath(key=key, path=path) for key, path in part.items]))
+        for name, part in zip((config_map, settings_config_map_name(config_map)), bundle.split_settings())
+    ]
+    return V1Volume(name=_CODE_VOLUME, projected=V1ProjectedVolumeSource(sources=sources))
 
 
 def _code_mount() -> V1VolumeMount:

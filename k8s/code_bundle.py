@@ -83,6 +83,12 @@ class CodeBundle:
         """(key, path) pairs for the ConfigMap volume's items, which restore the directory tree."""
         return [(f.key, f.path) for f in self.files]
 
+    def split_settings(self) -> tuple["CodeBundle", "CodeBundle"]:
+        """(the code, settings.json alone): two ConfigMaps, so that a settings change leaves the code's unchanged."""
+        code = tuple(f for f in self.files if f.path != SETTINGS_FILE)
+        settings = tuple(f for f in self.files if f.path == SETTINGS_FILE)
+        return CodeBundle(files=code), CodeBundle(files=settings)
+
     @property
     def size_bytes(self) -> int:
         """Size as the API server counts it for the 1 MiB limit: UTF-8 bytes of every key and value."""

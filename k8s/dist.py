@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import cdk8s
 
+from ray_efa.core.output_dir import check_output_dir, publish
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.workload import build_manifests
 
@@ -15,37 +14,22 @@ __all__ = ["write_manifests", "storage_warning"]
 
 
 def write_manifests(settings: Settings, out: Path) -> list[Path]:
-    """Synthesize into a temporary directory beside `out`, then swap it in for `out`; return the files, in apply order.
+    """Synthesize the charts, then publish them into `out` (core.output_dir); return the files, in apply order.
 
-    Nothing is written to `out` unless synthesis succeeds (a ManifestError or SettingsError leaves it as it was), and
-    `out` never holds files of an older run. Files are named NNNN-<chart>.yaml in dependency (= apply) order, and the
-    same settings and code give the same bytes.
+    `out` must be a folder of its own: new, empty, or one an earlier run wrote (OutputDirError otherwise, before
+    anything is synthesized or written). Nothing changes in `out` unless synthesis succeeds (a ManifestError or
+    SettingsError leaves it as it was); afterwards it holds exactly this run's files. Files are named
+    NNNN-<chart>.yaml in dependency (= apply) order, and the same settings and code give the same bytes.
     """
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+
+    def synth(staging: Path) -> None:
         app = cdk8s.App(outdir=str(staging), output_file_extension=".yaml",
                         yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART)
         build_manifests(app, settings)
         app.synth()
-        previous = None
-        if out.exists():
-            previous = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
-            out.rename(previous / out.name)
-        try:
-            staging.rename(out)
-        except OSError:
-            if previous is not None:  # put the old output back rather than leave nothing
-                (previous / out.name).rename(out)
-            raise
-        finally:
-            if previous is not None:
-                shutil.rmtree(previous)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return sorted(out.glob("*.yaml"))
+
+    check_output_dir(out)  # refuse before the slow synthesis
+    return [p for p in publish(out, synth, command="ray-efa manifests") if p.suffix == ".yaml"]
 
 
 def storage_warning(settings: Settings) -> str | None:

@@ -14,6 +14,7 @@ __all__ = [
     "RAY_CLUSTER_NAME",
     "ray_job_name",
     "code_config_map_name",
+    "settings_config_map_name",
     "CODE_MOUNT_PATH",
     "SETTINGS_FILE",
     "SETTINGS_PATH",
@@ -62,8 +63,17 @@ def comparison_network(network: str) -> str:
 
 
 def code_config_map_name(owner: str) -> str:
-    """The ConfigMap holding the code and settings mounted by the Ray pods of `owner` (a RayCluster or a RayJob)."""
+    """The ConfigMap holding the code mounted by the Ray pods of `owner` (a RayCluster or a RayJob)."""
     return f"{owner}-code"
+
+
+def settings_config_map_name(code_config_map: str) -> str:
+    """The ConfigMap holding settings.json beside the code ConfigMap `<owner>-code`: `<owner>-settings`.
+
+    Settings live apart from the code so that changing one training setting changes a ConfigMap of a few hundred
+    bytes (a readable `cdk diff`), not the 70 KB one of the code.
+    """
+    return f"{code_config_map.removesuffix('-code')}-settings"
 
 
 def check_object_name(name: str) -> str:

@@ -1,6 +1,7 @@
 """The charts of the workload, composed from the constructs of this package, in the order they must be applied.
 
-    build_workload(scope, settings)   -> [namespace, rayjob-<network>]           what the CDK stack applies
+    build_workload(scope, settings)   -> [namespace, rayjob-<network>]           what the CDK stacks apply (infra/
+                                                                                  applies each chart's objects)
     build_manifests(scope, settings)  -> [namespace, raycluster, rayjob-efa, rayjob-tcp]   what dist/ gets
 
 Each chart depends on the one before it (chart.add_dependency), which numbers dist/ files in apply order. The KubeRay
@@ -12,6 +13,7 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
+from ray_efa.core.memory import check_fits
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
@@ -48,7 +50,12 @@ def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
 
 def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     """The training RayJob on `settings.workload.network`, with the NetworkPolicy in front of its pods and its code
-    ConfigMap, both before the job."""
+    and settings ConfigMaps, all before the job.
+
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits): every way a job is
+    produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would fail after.
+    """
+    check_fits(settings)
     name = ray_job_name(settings.workload.network)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)

@@ -640,7 +640,7 @@ def render_capacity(report: CapacityReport, console) -> None:
     r = report.request
     zones = Table(title=f"{r.count} x {r.instance_type} ({report.vcpus_per_instance} vCPUs each) in {r.region}")
     for column in ("rank", "AZ", "AZ ID", "offered", "placement score", "probe"):
-        zones.add_column(column)
+        zones.add_column(column, overflow="fold")  # wrap, never cut with an ellipsis (80-column logs)
     for rank, z in enumerate(report.zones, start=1):
         if z.probe is None:
             probe = "not probed" if z.offered else "-"
@@ -659,7 +659,7 @@ def render_capacity(report: CapacityReport, console) -> None:
     if q is not None:
         quota = Table(title="On-Demand vCPU quota")
         for column in ("quota", "code", "limit", "in use", "needed", "headroom", "verdict"):
-            quota.add_column(column)
+            quota.add_column(column, overflow="fold")
         verdict = {True: "[green]enough[/]", False: "[red]short[/]", None: "[yellow]unknown[/]"}[q.sufficient]
 
         def num(value):

@@ -1,25 +1,36 @@
-"""The EFA-versus-TCP comparison: the same training job run once per transport, and the throughput ratio."""
+"""The EFA-versus-TCP comparison: the same training job run once per transport, and the throughput ratio.
+
+Each run's RAY_EFA_RUN_SUMMARY line (training.run_summary) names where it ran; runs on different hardware or host
+counts are refused unless the caller allows it, because their ratio would not be the transport's.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ray_efa.training.run_summary import find_summaries
+from ray_efa.training.run_summary import describe_hardware, find_summaries, hardware
 
-__all__ = ["CompareError", "Comparison", "compare_logs"]
+__all__ = ["CompareError", "Comparison", "compare_logs", "REQUIRED"]
 
 _TOKENS = "throughput/tokens_per_s"
 
+REQUIRED = ("name", "network", _TOKENS)
+"""Fields every run summary must have for a comparison (the hardware fields are checked separately)."""
+
 
 class CompareError(ValueError):
-    """The logs do not hold one finished run per transport."""
+    """The logs do not hold one usable finished run per transport; the message names the file and the field."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Comparison:
     efa: dict
     tcp: dict
+    sources: dict = field(default_factory=dict)
+    """network -> the log file its summary came from."""
+    same_hardware: bool = True
 
     @property
     def ratio(self) -> float:
@@ -27,33 +38,64 @@ class Comparison:
         return self.efa[_TOKENS] / self.tcp[_TOKENS]
 
     def as_dict(self) -> dict:
-        return {"efa": self.efa, "tcp": self.tcp, "efa_over_tcp": self.ratio}
+        return {"efa": self.efa, "tcp": self.tcp, "efa_over_tcp": self.ratio, "same_hardware": self.same_hardware,
+                "logs": {k: str(v) for k, v in self.sources.items()}}
 
     def rows(self) -> list[tuple[str, str, str]]:
         def cell(run: dict, key: str, fmt: str) -> str:
-            return format(run[key], fmt) if key in run else "-"
+            value = run.get(key)
+            return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
         return [
-            ("run", self.efa["name"], self.tcp["name"]),
-            ("hardware", f"{self.efa['nodes']} x {self.efa['instance_type']}", f"{self.tcp['nodes']} x {self.tcp['instance_type']}"),
+            ("run", str(self.efa["name"]), str(self.tcp["name"])),
+            ("hardware", describe_hardware(self.efa), describe_hardware(self.tcp)),
             ("tokens/s", cell(self.efa, _TOKENS, ",.0f"), cell(self.tcp, _TOKENS, ",.0f")),
             ("step time (s)", cell(self.efa, "time/step_s", ".3f"), cell(self.tcp, "time/step_s", ".3f")),
             ("MFU (%)", cell(self.efa, "throughput/mfu_pct", ".1f"), cell(self.tcp, "throughput/mfu_pct", ".1f")),
         ]
 
 
-def compare_logs(paths: list[Path]) -> Comparison:
-    """The last run summary of each network found in the logs; raises CompareError unless both networks are there."""
+def _check(summary: object, path: Path) -> dict:
+    """The summary when it can be compared; CompareError naming the file and the field when not."""
+    if not isinstance(summary, dict):
+        raise CompareError(f"{path}: a RAY_EFA_RUN_SUMMARY line does not hold a JSON object")
+    for key in REQUIRED:
+        if key not in summary:
+            raise CompareError(f"{path}: the run summary of {summary.get('name', '(unnamed run)')!s} has no "
+                               f"field {key!r}")
+    tokens = summary[_TOKENS]
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens <= 0:
+        raise CompareError(f"{path}: the run summary of {summary['name']!s} has {_TOKENS}={tokens!r}; a finished run "
+                           "has a positive number of tokens per second")
+    if summary["network"] not in ("efa", "tcp"):
+        raise CompareError(f"{path}: the run summary of {summary['name']!s} has network={summary['network']!r}; "
+                           "allowed: efa, tcp")
+    return summary
+
+
+def compare_logs(paths: list[Path], *, allow_different_hardware: bool = False) -> Comparison:
+    """The last run summary of each network found in the logs.
+
+    Raises CompareError (naming the file and the field) unless both networks are there with valid summaries, and,
+    unless `allow_different_hardware`, unless both ran on the same hardware (training.run_summary.hardware).
+    Raises OSError for a file that cannot be read.
+    """
     latest: dict[str, dict] = {}
+    sources: dict[str, Path] = {}
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as lines:
             for summary in find_summaries(lines):
+                summary = _check(summary, Path(path))
                 latest[summary["network"]] = summary
+                sources[summary["network"]] = Path(path)
     missing = [n for n in ("efa", "tcp") if n not in latest]
     if missing:
         raise CompareError(f"no finished {' or '.join(missing)} run in {', '.join(map(str, paths))} "
                            "(the driver prints a RAY_EFA_RUN_SUMMARY line at the end of each run)")
-    hardware = {(r["instance_type"], r["nodes"]) for r in latest.values()}
-    if len(hardware) > 1:
-        raise CompareError(f"the runs used different hardware {sorted(hardware)}: the ratio would not be the transport's")
-    return Comparison(efa=latest["efa"], tcp=latest["tcp"])
+    same = hardware(latest["efa"]) == hardware(latest["tcp"])
+    if not same and not allow_different_hardware:
+        raise CompareError(
+            f"the runs used different hardware: efa on {describe_hardware(latest['efa'])} ({sources['efa']}), tcp on "
+            f"{describe_hardware(latest['tcp'])} ({sources['tcp']}); the ratio would not be the transport's "
+            "(--allow-different-hardware compares them anyway)")
+    return Comparison(efa=latest["efa"], tcp=latest["tcp"], sources=sources, same_hardware=same)

@@ -28,7 +28,7 @@ class SettingRow:
     section: str
     value: Any
     source: str
-    """default, cdk.json, cdk.context.json, -c, or another named layer."""
+    """default, ~/.cdk.json, cdk.context.json, cdk.json, -c, or another named layer."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,8 +86,10 @@ class Plan:
             },
             "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
             "efa": {
-                "interfaces": [dict(i) for i in self.efa_interfaces],
-                "FI_EFA_USE_DEVICE_RDMA": "1" if self.use_device_rdma else "0",
+                # snake_case like every key of the CLI's JSON (the launch template's own names are in CamelCase)
+                "interfaces": [{"network_card_index": i["NetworkCardIndex"], "device_index": i["DeviceIndex"],
+                                "interface_type": i["InterfaceType"]} for i in self.efa_interfaces],
+                "fi_efa_use_device_rdma": "1" if self.use_device_rdma else "0",
                 "allreduce_floor_gbps": self.allreduce_floor_gbps, "allreduce_floor_source": self.allreduce_floor_source,
             },
             "pods": {p.role: dataclasses.asdict(p) for p in self.pods},
@@ -172,13 +174,32 @@ def _usd(amount: float) -> str:
     return f"${amount:,.3f}"  # three decimals: a NAT gateway costs $0.045
 
 
+def _folding(table_class):
+    """rich's Table whose columns wrap (fold) rather than cut with an ellipsis: at 80 columns (CI logs) every value
+    stays whole, a long one on several lines."""
+
+    class FoldingTable(table_class):
+        def add_column(self, *args, **kwargs):
+            kwargs.setdefault("overflow", "fold")
+            return super().add_column(*args, **kwargs)
+
+    return FoldingTable
+
+
 def render_plan(plan: Plan, console) -> None:
-    """Print the plan as rich tables: settings, deployment, instances, EFA, pods, memory, cost, teardown."""
-    from rich.table import Table
+    """Print the plan as rich tables: settings, deployment, instances, EFA, pods, memory, cost, teardown.
+
+    Every table stays whole at 80 columns: long values wrap, and the instance table has one column per role
+    rather than one per attribute.
+    """
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
 
     s = plan.settings
 
-    settings = Table(title="Settings", caption="source: default, cdk.json, cdk.context.json or -c")
+    settings = Table(title="Settings",
+                     caption="source: default, ~/.cdk.json, cdk.context.json, cdk.json or -c (later wins, as in the CDK CLI)")
     for column in ("section", "key", "value", "source"):
         settings.add_column(column)
     previous = None
@@ -205,22 +226,26 @@ def render_plan(plan: Plan, console) -> None:
     console.print(deployment)
 
     instances = Table(title="Instances")
-    for column in ("role", "type", "GPUs", "GPU memory", "vCPUs", "memory", "EFA interfaces", "GPUDirect RDMA",
-                   "network", "USD/h each"):
+    for column in ("", "GPU worker", "system"):
         instances.add_column(column)
-    for role, row in (("GPU worker", gpu), ("system", system)):
-        instances.add_row(
-            role, row.name, f"{row.gpus} x {row.gpu.name}" if row.gpu else "-",
-            f"{row.gpu.memory_gib:g} GiB" if row.gpu else "-", str(row.vcpus), f"{row.memory_gib} GiB",
-            str(row.efa_interfaces), "yes" if row.gpudirect_rdma else "no",
-            f"{row.network_gbps} Gbit/s" if row.network_gbps else "-", _usd(row.usd_per_hour),
-        )
+    for what, value in (
+        ("type", lambda r: r.name),
+        ("GPUs", lambda r: f"{r.gpus} x {r.gpu.name}" if r.gpu else "-"),
+        ("GPU memory", lambda r: f"{r.gpu.memory_gib:g} GiB" if r.gpu else "-"),
+        ("vCPUs", lambda r: str(r.vcpus)),
+        ("memory", lambda r: f"{r.memory_gib} GiB"),
+        ("EFA interfaces", lambda r: str(r.efa_interfaces)),
+        ("GPUDirect RDMA", lambda r: "yes" if r.gpudirect_rdma else "no"),
+        ("network", lambda r: f"{r.network_gbps} Gbit/s" if r.network_gbps else "-"),
+        ("USD/h each", lambda r: _usd(r.usd_per_hour)),
+    ):
+        instances.add_row(what, value(gpu), value(system))
     console.print(instances)
 
     efa = Table(title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
                 caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
                         f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB ({plan.allreduce_floor_source})")
-    for column in ("NetworkCardIndex", "DeviceIndex", "InterfaceType"):
+    for column in ("NetworkCardIndex", "DeviceIndex", "InterfaceType"):  # the launch template's field names
         efa.add_column(column)
     for interface in plan.efa_interfaces:
         efa.add_row(str(interface["NetworkCardIndex"]), str(interface["DeviceIndex"]), str(interface["InterfaceType"]))

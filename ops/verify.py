@@ -452,7 +452,7 @@ def render_verify(report: VerifyReport, console) -> None:
 
     table = Table(title="ray-efa verify")
     for column in ("check", "result", "detail"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrap, never cut with an ellipsis (80-column logs)
     for c in report.checks:
         table.add_row(c.name, "[green]pass[/]" if c.ok else "[red]FAIL[/]", c.detail)
     console.print(table)

@@ -133,11 +133,13 @@ def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
 
 def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport."""
-    from ray_efa.training.log_collect import collect_nccl_logs
+    from ray_efa.core.output_dir import publish
+    from ray_efa.training.log_collect import collect_nccl_logs, is_collected_log
     from ray_efa.training.network import expected_transport
     from ray_efa.training.transport import classify_paths
 
-    paths = collect_nccl_logs(logs_dir)
+    paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs of the transport gate)",
+                    accept=is_collected_log)
     verdict = classify_paths(paths).verdict(expected_transport(settings.workload.network))
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
@@ -155,13 +157,21 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     except SettingsError as error:
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    from ray_efa.core.output_dir import OutputDirError, check_output_dir
+    from ray_efa.training.log_collect import is_collected_log
+
+    name = name or default_run_name(settings, local=local)
+    try:  # the gate's log folder, before Ray starts: a refused folder must not cost a training run
+        check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_log)
+    except OutputDirError as error:
+        print(f"ray_efa.training.driver: --logs-dir: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
 
     import ray.train
 
     from ray_efa.training.metrics import format_summary
-    from ray_efa.training.run_summary import summary_line
+    from ray_efa.training.run_summary import LOCAL, summary_line
 
-    name = name or default_run_name(settings, local=local)
     try:
         init_ray(local=local)
     except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
@@ -177,8 +187,10 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     outcome = result.return_value or {}
     if "summary" in outcome:
         print(format_summary(outcome["summary"], title=f"training summary: {name}"))
-        print(summary_line(name=name, network=settings.workload.network, instance_type=settings.nodes.gpu_instance_type,
-                           nodes=settings.nodes.gpu_node_count, summary=outcome["summary"]), flush=True)
+        # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
+        print(summary_line(name=name, network=settings.workload.network,
+                           instance_type=LOCAL if local else settings.nodes.gpu_instance_type,
+                           nodes=1 if local else settings.nodes.gpu_node_count, summary=outcome["summary"]), flush=True)
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
     return transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name))

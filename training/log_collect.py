@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["NodeLines", "collect_nccl_logs", "find_logs_dir", "read_nccl_lines", "MAX_LINES_PER_NODE"]
+__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "find_logs_dir", "read_nccl_lines", "MAX_LINES_PER_NODE"]
 
 log = logging.getLogger(__name__)
 
@@ -201,12 +201,26 @@ def collect_nccl_logs(
     return paths
 
 
+_HEADER = "# ray-efa log collection:"
+
+
+def is_collected_log(entry: Path) -> bool:
+    """A file `collect_nccl_logs` wrote (its name and first line), so that a later run may replace it."""
+    if not (entry.is_file() and entry.name.startswith("nccl-") and entry.name.endswith(".log")):
+        return False
+    try:
+        with entry.open("rb") as f:
+            return f.read(len(_HEADER)) == _HEADER.encode()
+    except OSError:
+        return False
+
+
 def _write(out_dir: Path, node: NodeLines, job: str | None) -> Path:
     safe_ip = re.sub(r"[^0-9A-Za-z.-]", "_", node.ip)
     path = out_dir / f"nccl-{safe_ip}-{node.node_id[:8]}.log"
     # Header lines start with '#' and never contain the word the classifier looks for, so they cannot count as evidence.
     header = [
-        f"# ray-efa log collection: node {node.node_id} host {node.hostname} ip {node.ip}",
+        f"{_HEADER} node {node.node_id} host {node.hostname} ip {node.ip}",
         f"# logs dir {node.logs_dir or '(none found)'}; worker files read {node.files}; job {job or 'all'}; "
         f"lines kept {len(node.lines)}" + ("; TRUNCATED" if node.truncated else ""),
     ]

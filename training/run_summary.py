@@ -9,15 +9,42 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-__all__ = ["MARKER", "summary_line", "find_summaries"]
+__all__ = ["MARKER", "LOCAL", "summary_line", "find_summaries", "hardware", "describe_hardware"]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
 
+LOCAL = "local"
+"""The instance_type of a run on this machine (`ray-efa train --local`): it names no cloud instance."""
+
+
 def summary_line(*, name: str, network: str, instance_type: str, nodes: int, summary: dict) -> str:
-    """The line for one run: its name, transport, hardware and steady-state figures (training.metrics summary)."""
-    record = {"name": name, "network": network, "instance_type": instance_type, "nodes": nodes, **summary}
+    """The line for one run: its name, transport, where it ran, and its steady-state figures (training.metrics).
+
+    Where it ran: `instance_type` (the gpuInstanceType, or "local" for a run on this machine), `hosts` (machines the
+    workers ran on), `devices` (workers: GPUs, or CPU processes) and `device` ("cpu" or the GPU's name). `summary`'s
+    measured `hosts` and `devices` win over the planned `nodes`; `nodes` stays as an alias of `hosts`.
+    """
+    hosts = summary.get("hosts", nodes)
+    record = {"name": name, "network": network, "instance_type": instance_type, **summary, "hosts": hosts,
+              "nodes": hosts}
     return f"{MARKER} {json.dumps(record, sort_keys=True)}"
+
+
+def hardware(record: dict) -> tuple:
+    """What two runs must share for their throughput ratio to be the transport's: (instance type, device, devices,
+    hosts); a field an older summary lacks is None."""
+    return (record.get("instance_type"), record.get("device"), record.get("devices"),
+            record.get("hosts", record.get("nodes")))
+
+
+def describe_hardware(record: dict) -> str:
+    """"2 x g6.12xlarge, 8 x NVIDIA L4", or "this machine, 2 x cpu" for a local run."""
+    hosts = record.get("hosts", record.get("nodes", "?"))
+    devices = record.get("devices")
+    kind = record.get("instance_type", "?")
+    text = "this machine" if kind == LOCAL else f"{hosts} x {kind}"
+    return text + (f", {devices} x {record.get('device', '?')}" if devices is not None else "")
 
 
 def find_summaries(lines: Iterable[str]) -> list[dict]:

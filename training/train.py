@@ -219,4 +219,7 @@ def train_func(config: dict) -> dict:
         if faults.stop_after_step == step:
             break
 
-    return {"summary": meter.summary(), "history": meter.history, "optimizer_steps": _optimizer_steps(optimizer)}
+    context = ray.train.get_context()
+    where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
+    return {"summary": {**meter.summary(), **where}, "history": meter.history,
+            "optimizer_steps": _optimizer_steps(optimizer)}

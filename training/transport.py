@@ -33,6 +33,7 @@ import io
 import json
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -51,6 +52,7 @@ __all__ = [
     "Verdict",
     "classify",
     "classify_paths",
+    "LogReadError",
     "transport_kind",
     "network_env",
     "expected_transport",
@@ -262,9 +264,9 @@ class TransportReport:
 
     def to_json(self) -> dict:
         return {
-            "lines": self.lines, "ncclLines": self.nccl_lines, "infoLines": self.info_lines,
-            "warnLines": self.warn_lines, "repeated": self.repeated, "ncclVersions": list(self.nccl_versions),
-            "multiNode": self.multi_node, "warnings": list(self.warnings),
+            "lines": self.lines, "nccl_lines": self.nccl_lines, "info_lines": self.info_lines,
+            "warn_lines": self.warn_lines, "repeated": self.repeated, "nccl_versions": list(self.nccl_versions),
+            "multi_node": self.multi_node, "warnings": list(self.warnings),
             "processes": [_process_json(p) for p in self.processes],
         }
 
@@ -302,8 +304,12 @@ class Verdict:
     def passed(self) -> bool:
         return self.exit_code == EXIT_PASS
 
-    def render_table(self) -> str:
-        """A fixed-width table, one row per process, then the notes."""
+    def render_table(self, width: int | None = None) -> str:
+        """A fixed-width table, one row per process, then the notes.
+
+        When the table is wider than `width` (a terminal or CI log of 80 columns), each process becomes a block of
+        "field: value" lines instead, so that nothing is cut: the values are the same.
+        """
         header = ("PROCESS", "RANKS", "nRanks/nNodes/localRanks", "NETWORK", "PLUGIN / PROVIDER", "CHANNELS",
                   "VERDICT", "LIKELY CAUSE")
         table = [header] + [_row_cells(r) for r in self.rows]
@@ -313,14 +319,32 @@ class Verdict:
         lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in table]
         lines = [line.rstrip() for line in lines]
         lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * len(header[-1]))
-        lines += [f"note: {n}" for n in self.notes]
+        if width is not None and self.rows and max(map(len, lines)) > width:
+            import textwrap
+
+            lines = []
+            for row in table[1:]:
+                lines.append(f"{row[0]}  {row[-2]}")
+                for name, value in (*zip(header[1:-2], row[1:-2]), (header[-1], row[-1])):
+                    if value:  # wrapped at spaces only: a value (a number, a library name) is never split
+                        lines += textwrap.wrap(f"{name}: {value}", width=max(20, width), initial_indent="  ",
+                                               subsequent_indent="      ", break_long_words=False,
+                                               break_on_hyphens=False)
+        for note in self.notes:
+            if width is None:
+                lines.append(f"note: {note}")
+            else:
+                import textwrap
+
+                lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
+                                       break_long_words=False, break_on_hyphens=False)
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {
             "expect": self.expect,
             "status": self.status,
-            "exitCode": self.exit_code,
+            "exit_code": self.exit_code,
             "summary": self.summary,
             "notes": list(self.notes),
             "processes": [
@@ -604,10 +628,20 @@ def classify(lines: Iterable[str]) -> TransportReport:
     return reader.report()
 
 
+class LogReadError(OSError):
+    """A log file opened but could not be read to the end (a truncated or corrupt .gz)."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.strerror = message
+        self.filename = str(path)
+
+
 def classify_paths(paths: Iterable[str | Path]) -> TransportReport:
     """Read NCCL logs from files ("-" is stdin; *.gz is decompressed) into one report.
 
-    Raises OSError (FileNotFoundError, PermissionError, IsADirectoryError) for a path that cannot be read.
+    Raises OSError (FileNotFoundError, PermissionError, IsADirectoryError, LogReadError for a truncated or corrupt
+    .gz) for a path that cannot be read: unreadable input is never evidence for or against a transport.
     """
     return classify(_lines_of_paths(paths))
 
@@ -627,8 +661,13 @@ def _lines_of_paths(paths: Iterable[str | Path]) -> Iterator[str]:
             continue
         path = Path(path)
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
-            yield from _read_lines(stream)
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
+                yield from _read_lines(stream)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+            # A truncated or corrupt .gz is unreadable input, never evidence: callers treat it like any OSError.
+            raise LogReadError(f"{path}: corrupt or truncated compressed log ({error or type(error).__name__})",
+                               path) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -777,9 +816,9 @@ def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
 def _process_json(p: ProcessEvidence) -> dict:
     return {
         "process": p.key, "ranks": list(p.ranks),
-        "comms": [{"nRanks": s.nranks, "nNodes": s.nnodes, "localRanks": s.local_ranks} for s in p.shapes],
-        "multiNode": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
-        "providers": list(p.providers), "ofiVersion": p.ofi_version, "channels": dict(p.channels),
-        "netTransports": list(p.net_transports), "hints": list(p.hints), "infoLines": p.info_lines,
-        "warnLines": p.warn_lines, "repeated": p.repeated,
+        "comms": [{"n_ranks": s.nranks, "n_nodes": s.nnodes, "local_ranks": s.local_ranks} for s in p.shapes],
+        "multi_node": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
+        "providers": list(p.providers), "ofi_version": p.ofi_version, "channels": dict(p.channels),
+        "net_transports": list(p.net_transports), "hints": list(p.hints), "info_lines": p.info_lines,
+        "warn_lines": p.warn_lines, "repeated": p.repeated,
     }

@@ -139,10 +139,11 @@ def test_check_fits_returns_the_plan_when_it_fits():
         # nothing single fits: the combination of every lever is offered
         ({"microBatch": 8, "seqLen": 4096}, "microBatch",
          ("no single change fits", "lossChunkSize=4096", "activationCheckpointing=true", "microBatch=4", "seqLen=2048")),
-        # micro batch 1 already: the sequence is the setting to name
-        ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("no single change fits", "seqLen=16384")),
-        # only a GPU with more memory fits alone: the smallest such instance type is named
-        ({"microBatch": 1, "seqLen": 16384}, "gpuInstanceType", ("gpuInstanceType=p5e.48xlarge",)),
+        # micro batch 1 already: the sequence is the setting to name, and its default fits
+        ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
+        # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest
+        # that fits alone
+        ({"microBatch": 1, "seqLen": 16384}, "seqLen", ("seqLen=2048, its default", "gpuInstanceType=p5e.48xlarge")),
     ],
 )
 def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions):
@@ -157,6 +158,51 @@ def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions
     assert problem.key == key
     assert "GiB per GPU" in problem.message
     assert all(text in problem.message for text in mentions), problem.message
+
+
+def test_one_gpu_node_is_named_as_the_cause_and_more_nodes_as_a_fix():
+    # GIVEN the default run on one GPU node instead of two (4 GPUs share the model state instead of 8)
+    settings = Settings.from_context({"gpuNodeCount": 1})
+    assert not estimate(settings).fits and estimate(Settings()).fits
+    # WHEN it is checked
+    with pytest.raises(SettingsError) as raised:
+        check_fits(settings)
+    # THEN the node count is blamed (not activationCheckpointing, which the user never touched), and every lever is
+    # offered: more nodes, and the training settings
+    (problem,) = raised.value.problems
+    assert (problem.key, problem.value) == ("gpuNodeCount", 1)
+    for lever in ("gpuNodeCount=2", "activationCheckpointing=true", "microBatch=1", "seqLen=1024", "gpuInstanceType="):
+        assert lever in problem.message, (lever, problem.message)
+
+
+def test_more_gpu_nodes_is_offered_when_they_fit():
+    # GIVEN a plan whose sharded state is what overflows: the unchunked loss on one node
+    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 1, "lossChunkSize": 0, "compile": False})
+    if estimate(settings).fits:
+        settings = settings.replace(microBatch=2)
+    assert not estimate(settings).fits
+    # WHEN it is checked
+    with pytest.raises(SettingsError) as raised:
+        check_fits(settings)
+    # THEN the smallest node count that fits is named with its GiB, and it does fit
+    message = raised.value.problems[0].message
+    counts = [int(word.split("=")[1]) for word in message.replace(",", " ").replace(";", " ").split()
+              if word.startswith("gpuNodeCount=")]
+    assert counts, message
+    assert estimate(settings.replace(gpuNodeCount=counts[0])).fits
+    assert not estimate(settings.replace(gpuNodeCount=counts[0] - 1)).fits
+
+
+def test_a_setting_changed_from_its_default_is_named_when_its_default_fits():
+    # GIVEN the defaults with a micro batch 32 times larger
+    settings = Settings.from_context({"microBatch": 64})
+    # WHEN it is checked
+    with pytest.raises(SettingsError) as raised:
+        check_fits(settings)
+    # THEN microBatch is blamed, and its default is the fix offered
+    (problem,) = raised.value.problems
+    assert (problem.key, problem.value) == ("microBatch", 64)
+    assert "microBatch=2, its default" in problem.message
 
 
 RESERVED = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200x1-calibrate-expandable.jsonl"

@@ -81,7 +81,11 @@ def test_bad_values_name_the_setting(context, key, fragment):
 
 
 def test_az_in_a_region_without_a_table_is_checked_by_name():
-    assert Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1a"}).gpu_availability_zone == "mx-central-1a"
+    zones = {"vpcAvailabilityZones": "mx-central-1a,mx-central-1b"}
+    assert Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1b", **zones}).gpu_availability_zone == "mx-central-1b"
+    assert Settings.from_context({"region": "mx-central-1", **zones}).gpu_availability_zone == "mx-central-1a"
+    with pytest.raises(SettingsError, match="vpcAvailabilityZones: must name two AZs or more of mx-central-1"):
+        Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1a"})
     with pytest.raises(SettingsError, match="must be an AZ of region mx-central-1"):
         Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "us-east-2a"})
 
@@ -116,8 +120,43 @@ def test_every_field_has_a_unique_camel_case_key_and_a_docstring():
         assert len(info.doc) > 10, key
 
 
-def test_vpc_azs_start_with_the_gpu_az():
-    assert Settings.from_context({"gpuAvailabilityZone": "us-east-2c"}).vpc_availability_zones == ("us-east-2c", "us-east-2a")
+@pytest.mark.parametrize("gpu_zone", [None, "us-east-2a", "us-east-2b", "us-east-2c"])
+def test_vpc_azs_do_not_move_with_the_gpu_az(gpu_zone):
+    # GIVEN any GPU AZ of us-east-2 WHEN the VPC's AZs are derived THEN they are the region's three, in name order
+    context = {"gpuAvailabilityZone": gpu_zone} if gpu_zone else {}
+    assert Settings.from_context(context).vpc_availability_zones == ("us-east-2a", "us-east-2b", "us-east-2c")
+
+
+def test_vpc_azs_are_at_most_the_first_three_in_name_order():
+    assert Settings.from_context({"region": "us-east-1"}).vpc_availability_zones == ("us-east-1a", "us-east-1b", "us-east-1c")
+    assert Settings.from_context({"region": "us-west-1"}).vpc_availability_zones == ("us-west-1a", "us-west-1c")
+
+
+def test_a_gpu_az_outside_the_vpc_azs_is_refused_naming_both_keys():
+    # GIVEN us-east-1, whose VPC takes its first three AZs, and GPUs in the fourth
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d"})
+    # THEN gpuAvailabilityZone is refused, and the message says how to include it
+    (problem,) = caught.value.problems
+    assert problem.key == "gpuAvailabilityZone" and problem.value == "us-east-1d"
+    assert "must be one of the VPC's AZs (us-east-1a, us-east-1b, us-east-1c)" in problem.message
+    assert "vpcAvailabilityZones" in problem.message
+    # WHEN vpcAvailabilityZones includes it THEN it is accepted; an existing VPC (vpcId) is checked at synth instead
+    chosen = Settings.from_context({"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d",
+                                    "vpcAvailabilityZones": "us-east-1a,us-east-1d"})
+    assert chosen.vpc_availability_zones == ("us-east-1a", "us-east-1d")
+    assert Settings.from_context({"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d", "vpcId": "vpc-0123456789abcdef0"})
+
+
+@pytest.mark.parametrize("zones, fragment", [
+    ("us-east-2a", "must be 2 to 6 different AZs"),
+    ("us-east-2a,us-east-2a", "must be 2 to 6 different AZs"),
+    ("us-east-2a,us-west-2b", "must be AZs of region us-east-2"),
+])
+def test_bad_vpc_azs_name_the_setting(zones, fragment):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"vpcAvailabilityZones": zones})
+    assert any(p.key == "vpcAvailabilityZones" and fragment in p.message for p in caught.value.problems), caught.value
 
 
 # -- the typed Python API: strict types, every problem as a SettingsError naming the setting -------------------------

@@ -48,9 +48,24 @@ def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(t
     cluster = json.loads((tmp_path / "ray-train-cluster.template.json").read_text())
     gpu = json.loads((tmp_path / "ray-train-gpu.template.json").read_text())
     zones = {r["Properties"]["AvailabilityZone"] for r in cluster["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"}
-    assert zones == {"us-east-2a", "us-east-2b"}
+    assert zones == {"us-east-2a", "us-east-2b", "us-east-2c"}
     (launch_template,) = [r for r in gpu["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
+
+
+@pytest.mark.skipif(shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
+                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
+    # GIVEN `npx cdk synth -c microBatch=64`: 32 times the default micro batch, far beyond an L4's 22.5 GiB
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "microBatch=64"],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+    )
+    # THEN the synth fails naming the setting and the fix, and no template is written (nothing to deploy)
+    assert result.returncode != 0
+    assert "microBatch: the training plan needs" in result.stderr and "microBatch=2, its default" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("*.template.json"))
 
 
 BAD_CONTEXT = {
@@ -126,7 +141,7 @@ def test_existing_vpc_is_looked_up_and_gpu_nodes_use_its_subnet_in_the_gpu_az():
     (nodegroup,) = gpu.find_resources("AWS::EKS::Nodegroup").values()
     assert nodegroup["Properties"]["Subnets"] == ["subnet-00000000000000003"]
     # ...and the NAT gateways of someone else's VPC are not in our cost estimate
-    outputs = cluster.to_json()["Outputs"]
+    outputs = gpu.to_json()["Outputs"]
     assert float(outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.505, abs=0.01)
 
 

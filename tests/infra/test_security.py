@@ -13,7 +13,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 from ray_efa.infra.vpc_cni import VpcCniAddon
 from tests.infra.conftest import synthesize
 from tests.infra.test_stacks import launch_template_data
-from tests.infra.test_workload import find_kind, manifest_objects
+from tests.infra.test_workload import find
 
 # The same settings as test_stacks' chart-version test, so the session synthesizes them once.
 KUBERAY_1_4 = {"kuberayVersion": "1.4.0", "nvidiaDevicePluginVersion": "0.19.2"}
@@ -74,10 +74,16 @@ def test_a_pinned_vpc_cni_version_is_used():
 
 
 def test_the_stack_applies_the_jobs_network_policy_with_the_job_and_token_auth_on(default_synth):
-    # GIVEN the training RayJob the cluster stack applies
-    job_id, job_resource, job = find_kind(default_synth, "RayJob")
-    # THEN its manifest carries the NetworkPolicy in front of its pods, before the job, in the job's namespace
-    kinds = [(o["kind"], o["metadata"]["name"]) for o in manifest_objects(job_resource)]
-    assert kinds.index(("NetworkPolicy", "train-efa-ray-ingress")) < kinds.index(("RayJob", "train-efa"))
+    # GIVEN the training RayJob the GPU stack applies, each object its own manifest
+    job_id, job_resource, job = find(default_synth.gpu, "RayJob")
+    policy_id, policy_resource, policy = find(default_synth.gpu, "NetworkPolicy", "train-efa-ray-ingress")
+    # THEN the NetworkPolicy in front of its pods is applied before the job (the job waits on the chain after it),
+    # in the job's namespace
+    resources = default_synth.gpu.to_json()["Resources"]
+    def waits_for(logical_id: str, target: str) -> bool:
+        depends = resources[logical_id].get("DependsOn", [])
+        return target in depends or any(waits_for(d, target) for d in depends if d in resources)
+    assert waits_for(job_id, policy_id)
+    assert policy["metadata"]["namespace"] == job["metadata"]["namespace"] == "ray"
     # AND the job's cluster requires a token
     assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}

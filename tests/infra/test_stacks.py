@@ -29,12 +29,21 @@ def logical_id_of_import(value: dict) -> str:
 # -- VPC -------------------------------------------------------------------------------------------------------
 
 
-def test_vpc_has_private_subnets_in_two_real_azs(default_synth):
+def test_vpc_has_private_subnets_in_the_regions_three_real_azs(default_synth):
     # GIVEN the default settings (region us-east-2) WHEN synthesized without credentials
     subnets = default_synth.cluster.find_resources("AWS::EC2::Subnet", {"Properties": {"MapPublicIpOnLaunch": False}})
-    # THEN private subnets sit in two real, named AZs (not Fn::GetAZs tokens)
+    # THEN private subnets sit in the region's three real, named AZs (not Fn::GetAZs tokens)
     zones = sorted(s["Properties"]["AvailabilityZone"] for s in subnets.values())
-    assert zones == ["us-east-2a", "us-east-2b"]
+    assert zones == ["us-east-2a", "us-east-2b", "us-east-2c"]
+
+
+def test_cluster_stack_is_the_same_for_every_gpu_az_type_count_and_training_setting(default_synth):
+    # GIVEN settings that change only the GPU nodes and the training run
+    other = synthesize(gpuAvailabilityZone="us-east-2c", gpuInstanceType="g6e.24xlarge", gpuNodeCount=4, steps=99)
+    # WHEN both cluster stacks are compared THEN they are identical: such changes touch the GPU stack alone (and a
+    # moved GPU AZ finds the export of its subnet already there, since every private subnet is exported)
+    assert other.cluster.to_json() == default_synth.cluster.to_json()
+    assert other.gpu.to_json() != default_synth.gpu.to_json()
 
 
 def test_vpc_logs_rejected_flows(default_synth):
@@ -272,17 +281,21 @@ def test_outputs_name_cluster_kubeconfig_az_and_cost(synthesized):
     outputs = synthesized.cluster.to_json()["Outputs"]
     settings = synthesized.settings
     assert outputs["UpdateKubeconfigCommand"]["Value"] == "aws eks update-kubeconfig --region us-east-2 --name ray-train"
-    assert outputs["GpuAvailabilityZone"]["Value"] == "us-east-2a"
     assert outputs["ClusterName"]["Value"] == {"Ref": next(iter(synthesized.cluster.find_resources("AWS::EKS::Cluster")))}
-    assert float(outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(hourly_cost(settings).total, abs=0.01)
+    assert float(outputs["EstimatedUsdPerHourWithoutGpuStack"]["Value"]) == pytest.approx(
+        hourly_cost(settings).without_gpu_stack, abs=0.01)
+    # the GPU settings' outputs are the GPU stack's: changing them leaves the cluster stack alone
     gpu_outputs = synthesized.gpu.to_json()["Outputs"]
+    assert gpu_outputs["GpuAvailabilityZone"]["Value"] == "us-east-2a"
+    assert float(gpu_outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(hourly_cost(settings).total, abs=0.01)
     assert float(gpu_outputs["EstimatedGpuUsdPerHour"]["Value"]) == pytest.approx(
         2 * settings.nodes.gpu_instance.usd_per_hour, abs=0.01)
+    assert gpu_outputs["TrainingJobWatchCommand"]["Value"] == "kubectl -n ray get rayjob train-efa -w"
 
 
 def test_default_stack_costs_about_nine_and_a_half_dollars_an_hour(default_synth):
     # FACTS.md: the AWS reference deployment (2 x g6.12xlarge + control plane + NAT + system node) ~ USD 9.50/h
-    assert float(default_synth.cluster.to_json()["Outputs"]["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.5, abs=0.2)
+    assert float(default_synth.gpu.to_json()["Outputs"]["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.5, abs=0.2)
 
 
 def test_stacks_are_tagged(default_synth):

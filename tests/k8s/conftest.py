@@ -111,14 +111,25 @@ def worker_group(spec: dict[str, Any]) -> dict[str, Any]:
     return group
 
 
+def projected_config_maps(volume: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    """ConfigMap name -> items, of a projected volume (the code and the settings ConfigMaps)."""
+    return {source["configMap"]["name"]: source["configMap"]["items"] for source in volume["projected"]["sources"]}
+
+
+def mounted_items(template: dict[str, Any]) -> list[dict[str, str]]:
+    """Every item (key, path) of the ConfigMaps projected at the code mount, in order."""
+    return [item for items in projected_config_maps(volume_at(template, CODE_MOUNT_PATH)).values() for item in items]
+
+
 def materialize_code(synth, network: str, root: Path) -> Path:
-    """Write the job's ConfigMap to `root` the way the kubelet mounts it: each item's key at the item's path."""
-    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
+    """Write the job's ConfigMaps to `root` the way the kubelet mounts them: each item's key at the item's path."""
+    config_maps = {o["metadata"]["name"]: o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"}
     head = synth.ray_job(network)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
-    volume = volume_at(head, CODE_MOUNT_PATH)
-    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
-    for item in volume["configMap"]["items"]:
-        target = root / item["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(config_map["data"][item["key"]])
+    sources = projected_config_maps(volume_at(head, CODE_MOUNT_PATH))
+    assert set(sources) == set(config_maps)
+    for name, items in sources.items():
+        for item in items:
+            target = root / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(config_maps[name]["data"][item["key"]])
     return root

@@ -15,7 +15,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import CODE_MOUNT_PATH
-from tests.k8s.conftest import materialize_code, volume_at
+from tests.k8s.conftest import materialize_code, mounted_items
 
 
 _PROBE = """
@@ -52,14 +52,14 @@ def test_every_tracked_python_file_of_core_and_training_is_shipped(default_synth
     assert any(p.startswith("core/") for p in tracked)
     # WHEN we list the items of the mounted ConfigMap
     head = default_synth.ray_job("efa")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
-    shipped = {item["path"] for item in volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]}
+    shipped = {item["path"] for item in mounted_items(head)}
     # THEN every tracked file is there, under the import namespace, with ray_efa/__init__.py above them
     assert {f"ray_efa/{path}" for path in tracked} | {"ray_efa/__init__.py"} <= shipped
 
 
 def test_config_map_keys_map_back_to_their_paths(default_synth):
     head = default_synth.ray_cluster["spec"]["headGroupSpec"]["template"]
-    items = volume_at(head, CODE_MOUNT_PATH)["configMap"]["items"]
+    items = mounted_items(head)
     assert {"key": "ray_efa.core.settings.py", "path": "ray_efa/core/settings.py"} in items
     for item in items:
         assert item["key"] == item["path"].replace("/", ".")

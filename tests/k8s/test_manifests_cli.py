@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from ray_efa.cli import manifests
+from ray_efa.core.output_dir import RECORD_NAME
 from ray_efa.k8s import code_bundle, workload
 
 EXPECTED_FILES = ["0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
@@ -29,14 +30,21 @@ def dist(tmp_path_factory):
     return out
 
 
+def _files(out):
+    """The folder's entries, less the record of what ray-efa wrote (core.output_dir)."""
+    return sorted(p.name for p in out.iterdir() if p.name != RECORD_NAME)
+
+
 def test_writes_one_file_per_chart_in_apply_order(dist):
-    assert sorted(p.name for p in dist.iterdir()) == EXPECTED_FILES
+    assert _files(dist) == EXPECTED_FILES
+    assert json.loads((dist / RECORD_NAME).read_text())["entries"] == EXPECTED_FILES
 
 
 def test_files_are_plain_yaml_of_the_charts(dist):
-    docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.iterdir()}
+    docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.glob("*.yaml")}
     assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
-        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("RayJob", "train-efa")]
+        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("ConfigMap", "train-efa-settings"),
+        ("RayJob", "train-efa")]
     assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
 
 
@@ -44,6 +52,7 @@ def test_output_is_deterministic(dist, tmp_path):
     again = tmp_path / "again"
     assert _run("--out", str(again)) == 0
     assert {p.name: p.read_bytes() for p in again.iterdir()} == {p.name: p.read_bytes() for p in dist.iterdir()}
+    assert _files(again) == EXPECTED_FILES
 
 
 def test_context_overrides_reach_the_manifests(tmp_path):
@@ -53,46 +62,83 @@ def test_context_overrides_reach_the_manifests(tmp_path):
     assert cluster["metadata"]["namespace"] == "training" and cluster["spec"]["workerGroupSpecs"][0]["replicas"] == 5
 
 
+def _earlier_run(out):
+    """An output folder as an earlier run left it: its files (here with other content) and its record."""
+    assert _run("--out", str(out)) == 0
+    for name in EXPECTED_FILES:
+        (out / name).write_text("earlier")
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
 def test_bad_settings_exit_2_and_leave_the_output_alone(tmp_path, capsys):
     # GIVEN an output directory from an earlier run
     out = tmp_path / "dist"
-    out.mkdir()
-    (out / "keep.yaml").write_text("earlier")
+    before = _earlier_run(out)
     # WHEN the settings are invalid
     with pytest.raises(SystemExit) as exit_:
         _run("--out", str(out), "-c", "gpuNodeCount=0")
     # THEN the command exits 2 naming the setting, and the directory is untouched
     assert exit_.value.code == 2
     assert "gpuNodeCount: must be between 1 and 64, got 0" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_plan_that_cannot_fit_exits_2_naming_the_setting_and_writes_nothing(tmp_path, capsys):
+    # GIVEN an earlier output
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "keep.yaml").write_text("earlier")
+    # WHEN the micro batch is 32 times what fits an L4
+    with pytest.raises(SystemExit) as exit_:
+        _run("--out", str(out), "-c", "microBatch=64")
+    # THEN exit 2, the memory planner's refusal names microBatch and its default as the fix, nothing is written
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "microBatch: the training plan needs" in err and "microBatch=2, its default" in err
     assert [p.name for p in out.iterdir()] == ["keep.yaml"]
+
+
+def test_the_rayjob_chart_itself_refuses_a_plan_that_cannot_fit():
+    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with default batch)
+    import cdk8s
+
+    from ray_efa.core.settings import Settings, SettingsError
+
+    settings = Settings.from_context({"gpuNodeCount": 1})
+    # WHEN any caller builds the RayJob chart (the CDK stack does, through infra.workload) THEN it is refused
+    with pytest.raises(SettingsError, match="gpuNodeCount: the training plan needs"):
+        workload.ray_job_chart(cdk8s.App(), settings)
 
 
 def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypatch, capsys):
     # GIVEN an earlier output, and code too big for a ConfigMap
     out = tmp_path / "dist"
-    out.mkdir()
-    (out / "keep.yaml").write_text("earlier")
+    before = _earlier_run(out)
+    capsys.readouterr()
     big = code_bundle.CodeBundle(files=(code_bundle.ShippedFile(path="core/big.py", text="#" * (1 << 20)),))
     monkeypatch.setattr(workload, "collect_code", lambda settings: big)
     # WHEN the manifests are written THEN the error is named, nothing is half-written, no staging dir is left
     assert _run("--out", str(out)) == 1
     assert "over the Kubernetes limit of 1,048,576 bytes" in capsys.readouterr().err
-    assert [p.name for p in tmp_path.iterdir()] == ["dist"] and [p.name for p in out.iterdir()] == ["keep.yaml"]
+    assert [p.name for p in tmp_path.iterdir()] == ["dist"] and {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_stale_files_of_an_earlier_run_are_gone(tmp_path):
+    # GIVEN a folder an earlier run wrote, with a chart this run no longer makes (listed in the record)
     out = tmp_path / "dist"
-    out.mkdir()
+    _earlier_run(out)
     (out / "0009-old-chart.yaml").write_text("stale")
+    record = json.loads((out / RECORD_NAME).read_text())
+    (out / RECORD_NAME).write_text(json.dumps({**record, "entries": record["entries"] + ["0009-old-chart.yaml"]}))
     assert _run("--out", str(out)) == 0
-    assert sorted(p.name for p in out.iterdir()) == EXPECTED_FILES
+    assert _files(out) == EXPECTED_FILES
 
 
 def test_json_output_names_the_files_and_the_job(tmp_path, capsys):
     assert _run("--out", str(tmp_path / "d"), "--json", "-c", "network=tcp") == 0
     report = json.loads(capsys.readouterr().out)
     assert [p.rsplit("/", 1)[-1] for p in report["files"]] == EXPECTED_FILES
-    assert (report["namespace"], report["rayJob"]) == ("ray", "train-tcp")
+    assert (report["namespace"], report["ray_job"]) == ("ray", "train-tcp")
 
 
 def test_multi_node_manifests_without_storage_path_warn_how_to_fix():

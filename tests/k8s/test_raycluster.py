@@ -145,15 +145,16 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     # GIVEN the long-lived RayCluster and the EFA RayJob's own cluster, built by the same builder
     cluster = synth.ray_cluster["spec"]
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
-    # WHEN the job's ConfigMap name and the owner its pods are labelled with are swapped for the RayCluster's
+    # WHEN the job's ConfigMap names and the owner its pods are labelled with are swapped for the RayCluster's
     renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"')
-                         .replace('"train-efa"', '"ray-efa"'))
+                         .replace('"train-efa-settings"', '"ray-efa-settings"').replace('"train-efa"', '"ray-efa"'))
     # THEN nothing else differs
     assert renamed == cluster
 
 
 @pytest.mark.parametrize("nodes", [1, 8])
 def test_worker_replicas_follow_gpu_node_count(nodes):
-    spec = synthesize(BASE.replace(gpuNodeCount=nodes)).ray_cluster["spec"]
+    # activation checkpointing: the 1.5B plan fits one node's four L4s only with it (the charts refuse plans that do not)
+    spec = synthesize(BASE.replace(gpuNodeCount=nodes, activationCheckpointing=True)).ray_cluster["spec"]
     group = worker_group(spec)
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (nodes, nodes, nodes)

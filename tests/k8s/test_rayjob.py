@@ -14,11 +14,13 @@ import yaml
 
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
-from tests.k8s.conftest import NOT_NETWORK_ENV, BASE, container, env, materialize_code, synthesize, worker_group
+from tests.k8s.conftest import (
+    NOT_NETWORK_ENV, BASE, container, env, materialize_code, projected_config_maps, synthesize, worker_group,
+)
 
 
 def _settings_json(synth, network: str) -> dict:
-    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["kind"] == "ConfigMap"]
+    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["metadata"]["name"] == f"train-{network}-settings"]
     return json.loads(config_map["data"]["settings.json"])
 
 
@@ -35,7 +37,7 @@ def test_entrypoint_settings_file_is_mounted_on_the_head(default_synth):
     spec = default_synth.ray_job("efa")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     (mount,) = [m for m in container(spec)["volumeMounts"] if m["mountPath"] == CODE_MOUNT_PATH]
     (volume,) = [v for v in spec["spec"]["volumes"] if v["name"] == mount["name"]]
-    assert {"key": "settings.json", "path": "settings.json"} in volume["configMap"]["items"]
+    assert projected_config_maps(volume)["train-efa-settings"] == [{"key": "settings.json", "path": "settings.json"}]
 
 
 def test_job_lifecycle_comes_from_settings(default_synth):
@@ -135,8 +137,8 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     # standing RayCluster
     assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
-        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"),
-                                 ("ConfigMap", f"train-{network}-code"), ("RayJob", f"train-{network}")]]
+        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), ("ConfigMap", f"train-{network}-code"),
+                                 ("ConfigMap", f"train-{network}-settings"), ("RayJob", f"train-{network}")]]
     assert charts[0] in charts[1].node.dependencies
 
 

@@ -28,7 +28,8 @@ import pytest
 
 from ray_efa.k8s.security import AUTH_MODE_ENV
 
-pytestmark = pytest.mark.xdist_group("ray-token-auth")
+# Serialized with the other tests that start Ray: the no-cluster test would see this head and skip.
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
 RAY = Path(sys.executable).with_name("ray")
 

@@ -43,12 +43,16 @@ def aws(monkeypatch):
         yield stubs
 
 
+LOOKUP_CACHE = {"availability-zones:account=123456789012:region=us-east-1": ["us-east-1a"]}
+
+
 @pytest.fixture
 def context_file(monkeypatch, tmp_path):
-    """cdk.context.json in a temporary directory, holding a CDK lookup that must survive the write."""
-    path = tmp_path / "cdk.context.json"
-    path.write_text(json.dumps({"availability-zones:account=123456789012:region=us-east-1": ["us-east-1a"]}))
-    monkeypatch.setattr("ray_efa.ops.cdk_context.context_file", lambda: path)
+    """The cdk.json of an app directory (the working directory), beside a lookup cache that must stay untouched."""
+    path = tmp_path / "cdk.json"
+    path.write_text(json.dumps({"app": "python3 app.py", "context": {"region": "us-east-1", "@aws-cdk/x:y": True}}, indent=2))
+    (tmp_path / "cdk.context.json").write_text(json.dumps(LOOKUP_CACHE))
+    monkeypatch.chdir(tmp_path)
     return path
 
 
@@ -74,11 +78,27 @@ def test_write_context_stores_the_zone_and_keeps_other_keys(aws, context_file, c
     healthy_account(aws)
     # WHEN the region setting is us-east-1 and --write-context is given
     code = run_cli("capacity", *P5EN_US_EAST_1, "-c", "region=us-east-1", "--write-context", "--json")
-    # THEN cdk.context.json gains gpuAvailabilityZone and keeps the CDK's cached lookup
+    # THEN cdk.json's context gains gpuAvailabilityZone and keeps its keys; the CDK's lookup cache is not touched
     stored = json.loads(context_file.read_text())
     assert code == 0
-    assert stored == {"availability-zones:account=123456789012:region=us-east-1": ["us-east-1a"], "gpuAvailabilityZone": "us-east-1c"}
-    assert json.loads(capsys.readouterr().out)["context_written"] == str(context_file)
+    assert stored == {"app": "python3 app.py", "context": {"region": "us-east-1", "@aws-cdk/x:y": True,
+                                                           "gpuAvailabilityZone": "us-east-1c"}}
+    assert json.loads((context_file.parent / "cdk.context.json").read_text()) == LOOKUP_CACHE
+    report = json.loads(capsys.readouterr().out)
+    assert report["context_written"] == str(context_file)
+    assert report["context_flags"] == "-c gpuAvailabilityZone=us-east-1c"
+
+
+def test_write_context_outside_an_app_prints_the_flag_and_writes_nothing(aws, tmp_path, monkeypatch, capsys):
+    healthy_account(aws)
+    monkeypatch.chdir(tmp_path)
+    # WHEN there is no cdk.json in the working directory or above
+    code = run_cli("capacity", *P5EN_US_EAST_1, "-c", "region=us-east-1", "--write-context", "--json")
+    # THEN nothing is written, and the -c flag to use instead is given
+    out = capsys.readouterr()
+    assert code == 0 and list(tmp_path.iterdir()) == []
+    assert json.loads(out.out)["context_flags"] == "-c gpuAvailabilityZone=us-east-1c"
+    assert "pass -c gpuAvailabilityZone=us-east-1c" in out.err
 
 
 def test_short_quota_exits_1_and_prints_the_request_command(aws, capsys):

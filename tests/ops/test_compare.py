@@ -63,3 +63,86 @@ def test_cli_prints_the_ratio_and_json(tmp_path, capsys):
     assert run_cli("compare", "--json", str(efa), str(tcp)) == 0
     assert json.loads(capsys.readouterr().out)["efa_over_tcp"] == pytest.approx(2.06)
     assert run_cli("compare", str(efa)) == 2
+
+
+def _summary_log(path, record: dict):
+    path.write_text(f"RAY_EFA_RUN_SUMMARY {json.dumps(record)}\n")
+    return path
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"throughput/tokens_per_s": 0}, "throughput/tokens_per_s=0"),
+    ({"throughput/tokens_per_s": -5.0}, "throughput/tokens_per_s=-5.0"),
+    ({"throughput/tokens_per_s": "fast"}, "throughput/tokens_per_s='fast'"),
+    ({"throughput/tokens_per_s": None}, "throughput/tokens_per_s=None"),
+    ({"throughput/tokens_per_s": ...}, "no field 'throughput/tokens_per_s'"),
+    ({"name": ...}, "no field 'name'"),
+    ({"network": "carrier-pigeon"}, "network='carrier-pigeon'"),
+])
+def test_a_bad_summary_exits_2_naming_the_file_and_the_field(change, field, tmp_path, capsys):
+    # GIVEN a good EFA run and a TCP run whose summary is zero, missing a key, or wrong
+    efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
+    record = find_summaries((tmp_path / "efa.log").read_text().splitlines())[0]
+    record = {**record, "name": "t", "network": "tcp", **change}
+    record = {k: v for k, v in record.items() if v is not ...}
+    tcp = _summary_log(tmp_path / "tcp.log", record)
+    # WHEN compared THEN exit 2, one message naming the file and the field, no traceback (ZeroDivisionError, KeyError)
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    err = capsys.readouterr().err
+    assert str(tcp) in err and field in err and "Traceback" not in err
+    assert run_cli("compare", "--json", str(efa), str(tcp)) == 2
+    assert field in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_a_summary_that_is_not_an_object_is_exit_2(tmp_path, capsys):
+    efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
+    tcp = tmp_path / "tcp.log"
+    tcp.write_text("RAY_EFA_RUN_SUMMARY {}\nRAY_EFA_RUN_SUMMARY [1, 2]\n".replace("{}", "{\"a\": 1}"))
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    assert str(tcp) in capsys.readouterr().err
+
+
+def test_unreadable_logs_are_exit_2(tmp_path, capsys):
+    efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
+    for bad in (tmp_path / "missing.log", tmp_path):
+        assert run_cli("compare", str(efa), str(bad)) == 2
+        assert f"cannot read {bad}" in capsys.readouterr().err
+
+
+def test_a_local_run_is_not_compared_with_a_cluster_run(tmp_path, capsys):
+    # GIVEN a cluster EFA run and a laptop TCP run (what `ray-efa train --local -c network=tcp` prints)
+    efa = tmp_path / "efa.log"
+    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
+                                summary={**_summary(20_600, 0.4), "devices": 8, "hosts": 2}))
+    tcp = tmp_path / "tcp.log"
+    tcp.write_text(summary_line(name="t", network="tcp", instance_type="local", nodes=1,
+                                summary={**_summary(100, 1.0), "device": "cpu", "devices": 2, "hosts": 1}))
+    # THEN compare refuses, naming both machines
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    err = capsys.readouterr().err
+    assert "2 x g6.12xlarge, 8 x NVIDIA L4" in err and "this machine, 2 x cpu" in err
+    assert "--allow-different-hardware" in err
+    # unless told to compare anyway: then it says so
+    assert run_cli("compare", "--allow-different-hardware", "--json", str(efa), str(tcp)) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["same_hardware"] is False
+
+
+@pytest.mark.parametrize("field, value", [("hosts", 4), ("devices", 16), ("device", "NVIDIA A10G")])
+def test_runs_on_different_host_or_device_counts_are_refused(field, value, tmp_path, capsys):
+    base = {**_summary(1000, 1.0), "devices": 8, "hosts": 2}
+    efa = tmp_path / "efa.log"
+    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2, summary=base))
+    tcp = tmp_path / "tcp.log"
+    tcp.write_text(summary_line(name="t", network="tcp", instance_type="g6.12xlarge", nodes=2,
+                                summary={**base, field: value}))
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    assert "different hardware" in capsys.readouterr().err
+
+
+def test_json_numbers_are_rounded(tmp_path, capsys):
+    efa = _driver_log(tmp_path / "efa.log", "efa", 20_600.123456789, 0.4)
+    tcp = _driver_log(tmp_path / "tcp.log", "tcp", 3, 0.82)
+    assert run_cli("compare", "--json", str(efa), str(tcp)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["efa_over_tcp"] == 6866.71 and out["efa"]["throughput/tokens_per_s"] == 20600.1

@@ -108,7 +108,7 @@ def test_command_json_is_complete(capsys):
     assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
                         "performance", "teardown"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
-    assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
 
 

@@ -223,7 +223,7 @@ SETTINGS = ("-c", "gpuInstanceType=g6.12xlarge", "-c", "gpuNodeCount=2", "-c", "
 def test_command_passes_on_the_healthy_recording_with_a_table(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps to the terminal width
     with FakeKubeApi(load_recording()) as api:
-        code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, api.url)), "--context", "recorded", *SETTINGS)
+        code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, api.url)), "--kube-context", "recorded", *SETTINGS)
     out = capsys.readouterr().out
     assert code == 0
     assert "DaemonSet kube-system/aws-efa-k8s-device-plugin" in out and "All checks passed." in out
@@ -241,6 +241,19 @@ def test_command_exits_1_naming_the_failing_check(tmp_path, capsys):
 
 
 def test_command_with_an_unknown_kubeconfig_context_exits_2(tmp_path, capsys):
-    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--context", "nope")
+    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--kube-context", "nope")
     assert code == 2
     assert "context nope" in capsys.readouterr().err
+
+
+def test_context_is_for_settings_and_the_old_kubeconfig_use_is_named(tmp_path, capsys):
+    # GIVEN the spelling of earlier versions, `--context NAME` for the kubeconfig context
+    code = run_cli("verify", "--kubeconfig", str(kubeconfig(tmp_path, "http://127.0.0.1:9")), "--context", "recorded")
+    # THEN exit 2 with the new flag named, rather than a settings error about 'recorded'
+    assert code == 2
+    assert "use --kube-context recorded" in capsys.readouterr().err
+    # and -c/--context KEY=VALUE is a setting, as in every other subcommand
+    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=0", "--json")
+    assert code == 2
+    error = json.loads(capsys.readouterr().out)
+    assert [p["key"] for p in error["problems"]] == ["gpuNodeCount"]

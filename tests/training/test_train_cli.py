@@ -78,6 +78,11 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     # and the machine-readable summary that `ray-efa compare` reads from two runs' logs
     (summary,) = find_summaries(out.splitlines())
     assert (summary["name"], summary["network"], summary["steps"]) == ("cli-local", "efa", 10)
+    # naming where it ran: this machine, 2 CPU workers on 1 host; never the settings' 2 x g6.12xlarge
+    assert (summary["instance_type"], summary["hosts"], summary["nodes"]) == ("local", 1, 1)
+    assert (summary["device"], summary["devices"]) == ("cpu", 2)
+    # and the gate's logs went into a safe output folder, with its record
+    assert (tmp_path / "nccl" / ".ray-efa-output.json").is_file()
 
 
 def _gcs_server_running(wait_s: float = 60.0) -> bool:

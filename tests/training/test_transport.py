@@ -338,7 +338,7 @@ def test_the_table_has_a_row_per_process_with_its_columns():
 
 def test_to_json_is_plain_json_with_the_verdict_per_process():
     data = json.loads(json.dumps(verdict_of(EFA_JOB).to_json()))
-    assert data["status"] == "pass" and data["exitCode"] == 0 and data["expect"] == "efa"
+    assert data["status"] == "pass" and data["exit_code"] == 0 and data["expect"] == "efa"
     assert [(p["process"], p["verdict"], p["transports"]) for p in data["processes"]] == [
         ("ip-10-0-1-11:4100", "pass", ["efa"]), ("ip-10-0-1-12:4200", "pass", ["efa"])]
 

@@ -23,6 +23,13 @@ def run_cli(*argv: str) -> int:
     return check_transport.main(list(argv))
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """These tests read the whole table, as a file or a pipe gets it; $COLUMNS (an 80-column CI log) would stack
+    each process instead (tests/cli/test_vocabulary.py checks that form)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def test_efa_log_passes_with_a_table_and_a_summary(capsys):
     # WHEN the EFA job's log is checked
     code = run_cli(str(EFA_LOG))
@@ -53,7 +60,7 @@ def test_an_empty_log_proves_nothing(capsys):
 def test_json_output_carries_the_verdict_and_the_logs(capsys):
     code = run_cli("--json", str(FALLBACK_LOG))
     data = json.loads(capsys.readouterr().out)
-    assert code == data["exitCode"] == 1
+    assert code == data["exit_code"] == 1
     assert data["status"] == "fail" and data["logs"] == [str(FALLBACK_LOG)]
     assert {p["verdict"] for p in data["processes"]} == {"FAIL"}
 
@@ -126,3 +133,40 @@ def test_the_full_cli_dispatches_check_transport(capsys):
     # THEN it is this module's run, with the same exit code
     assert args.run is check_transport.run
     assert cli.main(["check-transport", "--expect", "socket", str(FALLBACK_LOG)]) == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "not gzip", "empty"])
+def test_a_damaged_gz_is_a_usage_error_never_contradicted(damage, tmp_path, capsys):
+    # GIVEN a compressed EFA log cut short by a full disk, flipped in the middle, or not gzip at all
+    import gzip
+
+    whole = gzip.compress(EFA_LOG.read_bytes())
+    data = {
+        "truncated": whole[: len(whole) // 2],
+        "corrupt": whole[:40] + bytes(b ^ 0xFF for b in whole[40:80]) + whole[80:],
+        "not gzip": b"NCCL INFO this is plain text\n",
+        "empty": b"",
+    }[damage]
+    log = tmp_path / "driver.log.gz"
+    log.write_bytes(data)
+    # WHEN the gate reads it
+    code = run_cli(str(log))
+    captured = capsys.readouterr()
+    # THEN exit 2 (could not read), one line naming the file, no traceback; never 1, which means "another transport"
+    if damage == "empty":  # an empty .gz is a valid empty stream: nothing to prove
+        assert code == 3
+        return
+    assert code == 2, captured
+    assert captured.err.count("\n") == 1 and str(log) in captured.err and "Traceback" not in captured.err
+    assert run_cli("--json", str(log)) == 2
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 2
+
+
+def test_the_classifier_raises_an_oserror_naming_a_truncated_gz(tmp_path):
+    import gzip
+
+    log = tmp_path / "x.gz"
+    log.write_bytes(gzip.compress(b"NCCL INFO NET/OFI Selected provider is efa\n" * 1000)[:-30])
+    with pytest.raises(OSError) as raised:
+        transport.classify_paths([log])
+    assert isinstance(raised.value, transport.LogReadError) and raised.value.filename == str(log)
