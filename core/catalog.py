@@ -19,6 +19,9 @@ from dataclasses import dataclass
 __all__ = [
     "CatalogError",
     "Gpu",
+    "GpuLink",
+    "GPU_LINKS",
+    "gpu_link",
     "InstanceType",
     "GPUS",
     "GPU_INSTANCES",
@@ -62,20 +65,49 @@ class Gpu:
     """Dense bf16 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity). Used for MFU."""
     device_names: tuple[str, ...]
     """Substrings of torch.cuda.get_device_name() that identify this GPU."""
+    memory_bandwidth_gb_s: float = 0.0
+    """Device-memory bandwidth, GB/s, from the data sheet. The step-time model (core.perf) times the optimizer by it."""
 
 
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",)),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",)),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",)),
-        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB")),
-        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB")),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",)),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",)),
+        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
+        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0),
+        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0),
+        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
+        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
+        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0),
+        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0),
     )
 }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuLink:
+    """How the GPUs inside one node talk to each other."""
+
+    name: str
+    gb_s: float
+    """Data-sheet bandwidth per GPU per direction, GB/s."""
+
+
+_PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
+_NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
+_NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
+GPU_LINKS: dict[str, GpuLink] = {
+    "g5": _PCIE4, "g6": _PCIE4, "g6e": _PCIE4, "p4d": _NVLINK3, "p4de": _NVLINK3,
+    "p5": _NVLINK4, "p5e": _NVLINK4, "p5en": _NVLINK4,
+}
+"""Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
+
+
+def gpu_link(instance: "InstanceType") -> GpuLink:
+    """The intra-node GPU link of a GPU instance type."""
+    try:
+        return GPU_LINKS[instance.family]
+    except KeyError:
+        raise CatalogError(f"no intra-node GPU link recorded for {instance.name}") from None
 
 
 def gpu_for_device_name(device_name: str) -> Gpu | None:

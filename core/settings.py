@@ -587,6 +587,22 @@ class TrainingSettings(_Section):
     loss_chunk_size: int = setting(
         4096, "lossChunkSize", "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked.", ge=0
     )
+    sharding: Literal["auto", "fsdp", "hsdp"] = setting(
+        "auto", "sharding",
+        "How parameters, gradients and optimizer state are split: fsdp shards over every GPU; hsdp shards within a node "
+        "and replicates across nodes (2-D DeviceMesh), so only a gradient all-reduce crosses the network; auto takes the "
+        "one core.perf predicts fastest that fits memory.",
+    )
+    grad_accumulation: int = setting(
+        1, "gradAccumulation",
+        "Micro-batches per optimizer step (each of microBatch x seqLen tokens per GPU); gradients cross the network once "
+        "per optimizer step. The effective batch is microBatch x gradAccumulation x world size sequences.",
+        ge=1,
+    )
+    grad_reduce_dtype: Literal["fp32", "bf16"] = setting(
+        "fp32", "gradReduceDtype",
+        "Precision of the gradient reduce-scatter/all-reduce on GPU: fp32, or bf16 (half the bytes on the wire).",
+    )
     data_pool_size: int = setting(
         0, "dataPoolSize",
         "Random token sequences per rank that batches are drawn from (a set the model can memorize, so the loss falls); "
