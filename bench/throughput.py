@@ -1,6 +1,6 @@
 """GPU throughput of the train function, against two baselines, in one process on the same GPUs.
 
-    python bench/throughput.py --out DIR [-c key=value ...] [--runs project,reference,aws_sample]
+    python bench/throughput.py --out DIR [-c key=value ...] [--runs project,reference,aws_sample@6,...]
 
 Runs, each on every visible GPU, Qwen2.5-1.5B architecture, random tokens, bf16:
   project     the project's train_func through Ray Train TorchTrainer (FSDP2, the settings' levers)
@@ -10,9 +10,11 @@ Runs, each on every visible GPU, Qwen2.5-1.5B architecture, random tokens, bf16:
               plain FSDP2 step, and the loss reference that the optimized step must match on the same seed
   aws_sample  the AWS reference sample's approach: ray.train.torch.prepare_model(parallel_strategy="fsdp"), FSDP1
               with size-based auto-wrap at 1e7 parameters, bf16 model weights, the model's own full-logits loss
+A run may name its micro-batch, `aws_sample@6` or `project@4`, to sweep each approach's batch up to its
+out-of-memory point: the ratios then compare each approach at its best batch and at every batch both ran.
 Every run is timed by training.metrics.Meter (steady state: the first report interval, with compilation, is left
-out). Prints one JSON line per run (tokens/s per GPU, MFU against 989 TFLOP/s, step time, peak memory, the
-memory planner's estimate), then the ratios, and writes bench.jsonl into --out.
+out). Prints the versions, one JSON line per run (tokens/s per GPU, MFU against 989 TFLOP/s under both FLOP
+conventions, step time, peak memory, the memory planner's estimate), then the ratios, and writes bench.jsonl into --out.
 """
 
 from __future__ import annotations
@@ -28,7 +30,30 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+
+
+def namespace_root() -> str | None:
+    """A folder that makes `import ray_efa.core` work for this process and its workers, or None where it already
+    does (the editable install). On a machine with the bare checkout only (the GPU machine), builds
+    /tmp/ray-efa-ns/ray_efa from ray_efa/__init__.py and links to the top-level folders, as pyproject maps them."""
+    try:
+        import ray_efa.core  # noqa: F401
+
+        return None
+    except ImportError:
+        pass
+    package = Path("/tmp/ray-efa-ns/ray_efa")
+    package.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "ray_efa" / "__init__.py", package / "__init__.py")
+    for name in ("core", "training"):
+        link = package / name
+        if not link.exists():
+            link.symlink_to(ROOT / name)
+    sys.path.insert(0, str(package.parent))
+    return str(package.parent)
+
+
+NAMESPACE = namespace_root()
 
 from ray_efa.core.context import parse_overrides  # noqa: E402
 from ray_efa.core.settings import Settings  # noqa: E402
@@ -51,7 +76,11 @@ def steady_metrics(summary: dict, settings: Settings, world: int) -> dict:
     per_gpu = summary["throughput/tokens_per_s_per_device"]
     return {
         "tokens_per_s_per_gpu": round(per_gpu, 1),
+        # 12 L d S attention FLOPs per token (the project's convention, training.metrics) and causal 6 L d S
         "mfu_pct": round(100 * per_gpu * t.preset.flops_per_token(t.seq_len) / (PEAK_TFLOPS * 1e12), 2),
+        "mfu_causal_pct": round(100 * per_gpu * (t.preset.flops_per_token(t.seq_len)
+                                                 - 6 * t.preset.num_hidden_layers * t.preset.hidden_size * t.seq_len)
+                                / (PEAK_TFLOPS * 1e12), 2),
         "step_time_s": round(summary["time/step_s"], 4),
         "peak_allocated_gib": round(summary.get("memory/peak_allocated_gib", float("nan")), 2),
         "peak_reserved_gib": round(summary.get("memory/peak_reserved_gib", float("nan")), 2),
@@ -141,9 +170,30 @@ def run_reference(settings: Settings, world: int, out: Path, gpu: bool) -> dict:
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
          str(ROOT / "bench" / "fsdp_reference.py"), str(settings_file), str(summary_file), "nccl" if gpu else "gloo"],
-        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)},
     )
     return json.loads(summary_file.read_text())
+
+
+def _sweep_ratios(results: dict[str, dict]) -> dict[str, float]:
+    """The project's step (through Ray, `project`, or without, `reference`) against aws_sample at each one's best
+    batch and at every batch both ran: a batch sweep's comparison."""
+    by = {name: {v["batch"]: v["tokens_per_s_per_gpu"] for k, v in results.items() if k.partition("@")[0] == name}
+          for name in ("project", "reference", "aws_sample")}
+    out: dict[str, float] = {}
+    if not by["aws_sample"]:
+        return out
+    aws_batch, aws_best = max(by["aws_sample"].items(), key=lambda kv: kv[1])
+    out["best_aws_sample_batch"] = aws_batch
+    for name in ("project", "reference"):
+        if not by[name]:
+            continue
+        batch, best = max(by[name].items(), key=lambda kv: kv[1])
+        out[f"best_{name}_batch"] = batch
+        out[f"{name}_vs_aws_sample_best_to_best"] = round(best / aws_best, 3)
+        for common in sorted(by[name].keys() & by["aws_sample"].keys()):
+            out[f"{name}_vs_aws_sample_at_batch_{common}"] = round(by[name][common] / by["aws_sample"][common], 3)
+    return out
 
 
 def main() -> int:
@@ -153,7 +203,11 @@ def main() -> int:
     parser.add_argument("--runs", default="project,reference,eager,aws_sample")
     parser.add_argument("--cpu", action="store_true", help="smoke-test the plumbing on 2 CPU workers (tiny model, gloo)")
     args = parser.parse_args()
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    # Ray puts the driver's working directory first on its workers' sys.path: in the repository root, the bare
+    # ray_efa/ folder there (no core/ or training/ inside) would hide the real package from them.
+    os.chdir(args.out)
 
     import ray
     import torch
@@ -173,31 +227,45 @@ def main() -> int:
         "eager": (eager, lambda s: run_project(s, world, "eager", gpu)),
         "aws_sample": (aws_sample, lambda s: run_aws_sample(s, world, "aws_sample", gpu)),
     }
-    # Workers inherit the driver's PYTHONPATH plus the repository root (core/, training/).
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    versions = {"versions": {"torch": torch.__version__, "ray": ray.__version__,
+                             "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+                             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None, "gpus": world}}
+    import transformers
+
+    versions["versions"]["transformers"] = transformers.__version__
+    print(json.dumps(versions), flush=True)
+    # Workers inherit the driver's PYTHONPATH plus the namespace root (ray_efa.core, ray_efa.training).
+    pythonpath = os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)
     ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     results: dict[str, dict] = {}
     with (args.out / "bench.jsonl").open("w") as sink:
-        for name in args.runs.split(","):
+        sink.write(json.dumps(versions) + "\n")
+        for label in args.runs.split(","):
+            name, _, batch = label.partition("@")
             run_settings, runner = plans[name]
+            if batch:
+                run_settings = run_settings.replace(microBatch=int(batch))
             started = time.time()
             try:
                 summary = runner(run_settings)
                 summary = summary.return_value["summary"] if hasattr(summary, "return_value") else summary
             except Exception as error:  # one failed run must not hide the others' numbers
-                line = {"run": name, "error": f"{type(error).__name__}: {error}"[:2000]}
+                line = {"run": label, "batch": run_settings.training.micro_batch,
+                        "error": f"{type(error).__name__}: {error}"[:2000]}
             else:
                 t = run_settings.training
-                line = {"run": name, "batch": t.micro_batch, "seq_len": t.seq_len, "compile": t.compile,
+                line = {"run": label, "batch": t.micro_batch, "grad_accumulation": t.grad_accumulation,
+                        "sharding": t.sharding, "grad_reduce_dtype": t.grad_reduce_dtype, "report_every": t.report_every, "seq_len": t.seq_len, "compile": t.compile,
                         "loss_chunk_size": t.loss_chunk_size, **steady_metrics(summary, run_settings, world),
                         "planner_total_gib": planner_estimate(run_settings, world), "wall_s": round(time.time() - started, 1)}
-                results[name] = line
+                results[label] = line
             print(json.dumps(line), flush=True)
             sink.write(json.dumps(line) + "\n")
             sink.flush()
             shutil.rmtree(STORAGE, ignore_errors=True)
         ratios = {}
         tps = {k: v["tokens_per_s_per_gpu"] for k, v in results.items()}
+        ratios.update(_sweep_ratios(results))
         if {"project", "aws_sample"} <= tps.keys():
             ratios["project_vs_aws_sample"] = round(tps["project"] / tps["aws_sample"], 3)
         if {"project", "reference"} <= tps.keys():

@@ -11,7 +11,7 @@ def register(add_parser, name: str) -> None:
     p = add_parser(
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
-        "memory per GPU, USD per hour, teardown order",
+        "memory per GPU, predicted step time on EFA and TCP, USD per hour, teardown order",
         description=__doc__ + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings.",
     )
     add_context_option(p)

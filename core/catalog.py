@@ -19,6 +19,9 @@ from dataclasses import dataclass
 __all__ = [
     "CatalogError",
     "Gpu",
+    "GpuLink",
+    "GPU_LINKS",
+    "gpu_link",
     "InstanceType",
     "GPUS",
     "GPU_INSTANCES",
@@ -30,6 +33,12 @@ __all__ = [
     "system_instance",
     "gpu_for_device_name",
     "efa_network_interfaces",
+    "EFA_ONLY_FAMILIES",
+    "CAPACITY_BLOCK_INSTANCES",
+    "ContainerImage",
+    "CONTAINER_IMAGES",
+    "min_root_volume_gib",
+    "root_volume_problem",
     "WorkerPodResources",
     "worker_pod_resources",
     "head_pod_resources",
@@ -56,20 +65,49 @@ class Gpu:
     """Dense bf16 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity). Used for MFU."""
     device_names: tuple[str, ...]
     """Substrings of torch.cuda.get_device_name() that identify this GPU."""
+    memory_bandwidth_gb_s: float = 0.0
+    """Device-memory bandwidth, GB/s, from the data sheet. The step-time model (core.perf) times the optimizer by it."""
 
 
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",)),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",)),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",)),
-        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB")),
-        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB")),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",)),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",)),
+        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
+        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0),
+        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0),
+        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
+        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
+        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0),
+        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0),
     )
 }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuLink:
+    """How the GPUs inside one node talk to each other."""
+
+    name: str
+    gb_s: float
+    """Data-sheet bandwidth per GPU per direction, GB/s."""
+
+
+_PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
+_NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
+_NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
+GPU_LINKS: dict[str, GpuLink] = {
+    "g5": _PCIE4, "g6": _PCIE4, "g6e": _PCIE4, "p4d": _NVLINK3, "p4de": _NVLINK3,
+    "p5": _NVLINK4, "p5e": _NVLINK4, "p5en": _NVLINK4,
+}
+"""Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
+
+
+def gpu_link(instance: "InstanceType") -> GpuLink:
+    """The intra-node GPU link of a GPU instance type."""
+    try:
+        return GPU_LINKS[instance.family]
+    except KeyError:
+        raise CatalogError(f"no intra-node GPU link recorded for {instance.name}") from None
 
 
 def gpu_for_device_name(device_name: str) -> Gpu | None:
@@ -192,19 +230,92 @@ def _efa_gpu_names() -> list[str]:
     return [n for n, row in GPU_INSTANCES.items() if row.efa_capable]
 
 
+EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en"})
+"""Families whose secondary network cards get `efa-only` interfaces (an EFA device without an ENA and its private IP).
+
+p5/p5e have 32 cards and p5en 16: `efa` interfaces on every card would take 31 (15) private IPs per node from the
+subnet that nobody routes to, since NCCL's SRD traffic addresses EFA devices by MAC. terraform-aws-eks does the same
+by default (`enable_efa_only = true`, EFA on card 0, efa-only elsewhere) and notes that it needs the Amazon VPC CNI
+v1.18.4 or later, which ignores interfaces without an IP; EC2 offers efa-only on every EFA instance type since
+2024-10 and never on the primary interface. Other families keep `efa` on every card, as eksctl does.
+"""
+
+
 def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]:
     """Launch-template network interfaces: one EFA interface per network card.
 
-    Card 0 carries the primary interface (DeviceIndex 0); every other card i gets DeviceIndex 1 and
-    NetworkCardIndex i, which is how EC2 numbers secondary cards (eksctl and terraform-aws-eks do the same).
-    Security groups are attached by the caller: they are CloudFormation values, not facts.
+    Card 0 carries the primary interface (DeviceIndex 0, type `efa`: EFA with ENA, the node's IP); every other card i
+    gets DeviceIndex 1 and NetworkCardIndex i, which is how EC2 numbers secondary cards (eksctl and terraform-aws-eks
+    do the same), with type `efa-only` on the families in EFA_ONLY_FAMILIES. Security groups are attached by the
+    caller: they are CloudFormation values, not facts.
     """
     if not instance.efa_capable:
         raise CatalogError(f"{instance.name} has no EFA interfaces")
+    secondary = "efa-only" if instance.family in EFA_ONLY_FAMILIES else "efa"
     return [
-        {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa"}
+        {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa" if card == 0 else secondary}
         for card in range(instance.efa_interfaces)
     ]
+
+
+CAPACITY_BLOCK_INSTANCES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"})
+"""GPU types of this catalog that EC2 Capacity Blocks for ML offer (EC2 User Guide, "Capacity Blocks for ML",
+supported instance types; also trn1/trn2, which this project does not run). Regions differ per type."""
+
+
+# -- container images and the disk they need ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContainerImage:
+    """What a node's root volume must hold for one container image."""
+
+    unpacked_gib: float
+    """Size of the image's layers once unpacked on the node (what `crictl images` / `docker images` show)."""
+    source: str
+    """Where the number comes from."""
+
+
+_DLC_SIZE_SOURCE = (
+    "estimate: AWS publishes no size for ray:train-ml-cuda-v1.1; the PyTorch 2.0 training GPU DLC, the same "
+    "CUDA/NCCL/EFA stack without Ray, flash-attn, Transformer Engine and DeepSpeed, measured 20,575 MB in the DLC "
+    "build's image-size check (aws/deep-learning-containers PR #3270, 2023-08); this image carries more on CUDA 13. "
+    "Replace it with `crictl images` on a node once measured."
+)
+CONTAINER_IMAGES: dict[str, ContainerImage] = {
+    image: ContainerImage(unpacked_gib=30.0, source=_DLC_SIZE_SOURCE)
+    for image in (
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
+    )
+}
+"""Images whose size we know (the AWS Ray Train Deep Learning Container tags); others are not checked."""
+
+# What a node's root volume holds besides the image: the AL2023 EKS AMI (OS, kubelet, containerd, the pause and
+# add-on images, logs). During a pull containerd keeps the compressed layers next to the unpacked ones; compressed
+# layers of these CUDA images are about half their unpacked size. The kubelet's default hard eviction threshold
+# imagefs.available<15% must not trigger once the image is in place.
+_NODE_BASE_GIB = 10
+_PULL_OVERHEAD = 0.5
+_EVICTION_FREE_FRACTION = 0.15
+
+
+def min_root_volume_gib(image: str) -> int | None:
+    """Smallest root volume (GiB) on which a node can pull and run `image`, or None for an image of unknown size."""
+    known = CONTAINER_IMAGES.get(image)
+    if known is None:
+        return None
+    needed = _NODE_BASE_GIB + known.unpacked_gib * (1 + _PULL_OVERHEAD)
+    return math.ceil(needed / (1 - _EVICTION_FREE_FRACTION))
+
+
+def root_volume_problem(image: str, volume_gib: int) -> str | None:
+    """Why a root volume of `volume_gib` cannot hold `image` on a node (naming the minimum), or None when it can."""
+    minimum = min_root_volume_gib(image)
+    if minimum is None or volume_gib >= minimum:
+        return None
+    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image].unpacked_gib:g} GiB "
+            f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)")
 
 
 def use_device_rdma(instance: InstanceType) -> bool:

@@ -1,13 +1,17 @@
 """The memory planner: GiB per GPU of an FSDP2 training run, from the settings alone (no torch).
 
-What training/ does, and what each part of the estimate counts (P parameters, W = world size = every GPU of every
-node, T = microBatch x seqLen tokens per GPU, L layers, d hidden, kv key/value width, I MLP width, V vocabulary):
+What training/ does, and what each part of the estimate counts (P parameters, S = the shard group: every GPU of
+every node (W) under sharding fsdp, the GPUs of one node under hsdp; T = microBatch x seqLen tokens per GPU, L layers,
+d hidden, kv key/value width, I MLP width, V vocabulary):
 
-- parameters   4P/W       fp32 master weights, sharded over all W GPUs (FSDP2 fully_shard).
-- gradients    4P/W       fp32 sharded gradients (reduced in fp32). They are freed before each forward
-                          (zero_grad(set_to_none=True)), so they rarely coexist with the peak activations: counting
-                          them anyway keeps the total an upper bound.
-- optimizer    8P/W       AdamW exp_avg and exp_avg_sq, fp32, sharded.
+- parameters   4P/S       fp32 master weights, sharded over the S GPUs of the shard group (FSDP2 fully_shard).
+- gradients    4P/S       fp32 sharded gradients. They are freed before each forward (zero_grad(set_to_none=True)),
+                          so the *allocated* peak rarely holds them, but the caching allocator keeps their blocks
+                          *reserved*: the 2026-12-01 calibration measured reserved = allocated + about this much.
+               + 4P       with sharding fsdp and gradAccumulation > 1: the unsharded fp32 gradients FSDP2 accumulates
+                          between optimizer steps (set_requires_gradient_sync(False)). hsdp keeps reducing within the
+                          node at every micro-batch and accumulates sharded gradients only.
+- optimizer    8P/S       AdamW exp_avg and exp_avg_sq, fp32, sharded.
 - gathered     2*P_root + 2*2*P_layer + 2*6*P_layer
                           bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
                           gathered from forward to backward; one layer computes while the next is prefetched; in
@@ -19,17 +23,23 @@ node, T = microBatch x seqLen tokens per GPU, L layers, d hidden, kv key/value w
                           the final norm and the hidden states the loss reads.
                with activation checkpointing: T * (L * 2d + a + 10d): each layer keeps only its bf16 input, and one
                           layer is recomputed at a time in backward.
-               with compile: a x COMPILED_ACTIVATIONS (0.64, measured on H200).
+               with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
                chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
-- overhead     1.5 GiB (CUDA context, cuBLAS and NCCL workspaces) + 5% of the rest (allocator fragmentation).
+- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (headroom over
+               what the caching allocator reserves).
+
+What the job runs out of is *reserved* memory plus what lies outside the allocator, not allocated memory, and the
+constants are calibrated against exactly that (bench/calibrate.py on one H200, PYTORCH_CUDA_ALLOC_CONF=
+expandable_segments:True as the job sets it, bench/results/2026-12-01-h200x1-calibrate-*.jsonl): at six shapes from
+1 x 2048 to 8 x 4096 tokens the peak reserved memory is 0.92 to 0.99 of the parts above (COMPILED_ACTIVATIONS 0.68),
+and 1.30 GiB more is in use outside the allocator. docs/BENCHMARKS.md has the table.
 
 bf16 everywhere except where noted: the GPU path gathers parameters in bf16 (MixedPrecisionPolicy). The local CPU
-run keeps fp32 and has no GPU to plan for. Cross-check: on 2 x H200 the Qwen2.5-1.5B run at 4 x 4096 tokens measured
-81 GiB peak allocated (reference/FACTS.md); this model gives 86 GiB before overhead, ~4 GiB of it the gradients.
+run keeps fp32 and has no GPU to plan for.
 """
 
 from __future__ import annotations
@@ -44,9 +54,11 @@ __all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
-"""CUDA context plus cuBLAS and NCCL workspaces, per GPU."""
+"""Device memory in use outside PyTorch's caching allocator, per GPU: 1.30 GiB measured at world size 1 (CUDA context,
+cuBLAS, a one-rank NCCL communicator: total - free - reserved, torch 2.11 + CUDA 13.0 on H200, 2026-12-01) plus 0.2 GiB
+for the channel buffers of the larger communicators a real job opens (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
-"""Share of the allocated memory the caching allocator reserves beyond it."""
+"""Headroom over the parts: the 2026-12-01 calibration's peak *reserved* memory was at most 0.986 of them."""
 _SUGGESTED_LOSS_CHUNK = 4096
 
 
@@ -95,10 +107,11 @@ def _layer_parameters(p: ModelPreset) -> int:
     return (d * d + d) + 2 * (d * kv + kv) + d * d + 3 * d * inter + 2 * d
 
 
-COMPILED_ACTIVATIONS = 0.64
-"""Share of the eager activation bytes that torch.compile'd decoder layers keep for backward. Measured on 2 x H200
-(docs/BENCHMARKS.md): at 4 x 4096 and 8 x 4096 tokens the compiled runs' peaks imply 0.631 and 0.635 of the eager
-formula (inductor recomputes cheap pointwise results in backward instead of saving them)."""
+COMPILED_ACTIVATIONS = 0.68
+"""Share of the eager activation bytes that torch.compile'd decoder layers keep for backward (inductor recomputes
+cheap pointwise results in backward instead of saving them). The allocated peaks of 2026-11-29 (2 x H200, 4 and 8 x
+4096) imply 0.63; fitted to *reserved* peaks (one H200, 2026-12-01, six shapes) 0.68 keeps every measurement at or
+under the parts, and the largest shape (8 x 4096) at 0.986 of them."""
 
 
 def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: bool = False) -> float:
@@ -117,17 +130,25 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
     return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
 
 
-def estimate_for(t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu) -> MemoryEstimate:
-    """GiB per GPU of training `t` sharded over `world_size` GPUs of model `gpu` (any world size, e.g. a measured one)."""
+def estimate_for(
+    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp"
+) -> MemoryEstimate:
+    """GiB per GPU of training `t` on `world_size` GPUs of model `gpu` (any world size, e.g. a measured one).
+
+    shard_size: GPUs each parameter is sharded over (default: all of them, plain FSDP; hsdp: the GPUs of one node).
+    strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
+    """
     p = t.preset
     params = p.num_parameters
     layer = _layer_parameters(p)
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch * t.seq_len
+    shard = shard_size or world_size
+    accumulated = 4 * params if strategy == "fsdp" and t.grad_accumulation > 1 and world_size > 1 else 0
     parts = {
-        "parameters": 4 * params / world_size,
-        "gradients": 4 * params / world_size,
-        "optimizer": 8 * params / world_size,
+        "parameters": 4 * params / shard,
+        "gradients": 4 * params / shard + accumulated,
+        "optimizer": 8 * params / shard,
         "gathered": 2 * root + 2 * 2 * layer + 2 * 6 * layer,
         "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing, t.compile),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
@@ -143,9 +164,21 @@ def estimate_for(t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu) -> M
     )
 
 
-def estimate(settings: Settings) -> MemoryEstimate:
-    """GiB per GPU of the training run the settings describe (see the module docstring for the formulas)."""
-    return estimate_for(settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu)
+def estimate(settings: Settings, strategy: str | None = None) -> MemoryEstimate:
+    """GiB per GPU of the training run the settings describe (see the module docstring for the formulas).
+
+    strategy: "fsdp" or "hsdp"; None takes the settings' `sharding`, with auto resolved by core.perf.
+    """
+    if strategy is None:
+        from ray_efa.core import perf  # perf builds on this module; resolve auto lazily
+
+        strategy = perf.resolve_sharding(settings)
+    gpus_per_node = settings.nodes.gpu_instance.gpus
+    shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
+    return estimate_for(
+        settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu, shard_size=shard,
+        strategy=strategy,
+    )
 
 
 _MAX_GPU_NODES = 64
@@ -190,7 +223,7 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
 
 _PLAN_KEYS = (
     "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
-    "compile", "model",
+    "compile", "model", "sharding", "gradAccumulation",
 )
 """The settings the memory plan depends on, in the order a refusal names them."""
 

@@ -14,8 +14,9 @@ from typing import Any
 
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
-from ray_efa.core.cost import HourlyCost, hourly_cost
+from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
+from ray_efa.core.perf import performance
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
@@ -62,9 +63,13 @@ class Plan:
     memory_advice: str | None
     """When the estimate does not fit: which settings to change (core.memory.check_fits)."""
     cost: HourlyCost
+    performance: dict[str, dict]
+    """core.perf's predicted step for each network (efa, tcp): the strategy the job would run and every strategy."""
     stacks: tuple[str, str]
     """(cluster stack, GPU stack)."""
     teardown: tuple[str, ...]
+    retained_after_destroy: tuple[str, ...] = ()
+    """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
 
     @property
     def fits(self) -> bool:
@@ -98,7 +103,9 @@ class Plan:
                 **dataclasses.asdict(self.cost), "total": self.cost.total,
                 "after_destroying_gpu_stack": self.cost.without_gpu_stack,
             },
+            "performance": self.performance,
             "teardown": list(self.teardown),
+            "retained_after_destroy": list(self.retained_after_destroy),
         }
 
 
@@ -147,8 +154,10 @@ def build_plan(resolved: ResolvedSettings) -> Plan:
         memory=memory,
         memory_advice=_memory_advice(s, memory),
         cost=hourly_cost(s),
+        performance=performance(s),
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
+        retained_after_destroy=retained_after_destroy(s),
     )
 
 
@@ -271,6 +280,8 @@ def render_plan(plan: Plan, console) -> None:
     if plan.memory_advice:
         console.print(f"[red]memory:[/] {plan.memory_advice}", highlight=False)
 
+    _render_performance(plan, console)
+
     c = plan.cost
     cost = Table(title="USD per hour", caption="on-demand list prices, an estimate; excludes data transfer, "
                                                "NAT data processing, EBS and S3")
@@ -294,4 +305,34 @@ def render_plan(plan: Plan, console) -> None:
     teardown.add_column("command")
     for step, command in enumerate(plan.teardown, start=1):
         teardown.add_row(str(step), command)
+    teardown.add_row("left", "; ".join(plan.retained_after_destroy) or "nothing")
     console.print(teardown)
+
+
+def _render_performance(plan: Plan, console) -> None:
+    """The predicted step (core.perf) on EFA and on TCP: one row per network and strategy, the job's choice in bold."""
+    from rich.table import Table
+
+    s = plan.settings
+    t = s.training
+    table = Table(
+        title="Predicted step (core.perf)",
+        caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
+                f"gradients reduced in {t.grad_reduce_dtype}; * the strategy the job runs (sharding {t.sharding}); ✗ does not "
+                "fit memory; MFU with 6N + 12 L d S FLOPs/token. A model calibrated on H200: a lead, not a measurement",
+    )
+    for column in ("net", "sharding", "step s", "compute", "network", "tok/s/GPU", "MFU", "bound by", "GiB/GPU"):
+        table.add_column(column, justify="left" if column in ("net", "sharding", "bound by") else "right")
+    for net, prediction in plan.performance.items():
+        for strategy, row in prediction["strategies"].items():
+            chosen = strategy == prediction["strategy"]
+            table.add_row(
+                net, strategy + ("*" if chosen else ""), f"{row['step_time_s']:.2f}", f"{row['compute_s']:.2f}",
+                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}", f"{100 * row['mfu']:.1f}%",
+                row["bottleneck"], f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
+                style="bold" if chosen else None,
+            )
+    console.print(table)
+    for net, prediction in plan.performance.items():
+        if prediction.get("advice"):
+            console.print(f"[yellow]performance ({net}):[/] {prediction['advice']}", highlight=False)

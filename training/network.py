@@ -20,7 +20,9 @@ NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
 
 # Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL
 # INFO log, because the transport gate reads that log to prove which transport carried the traffic.
-_COMMON = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+# The caching allocator with expandable segments grows one mapping instead of stacking fixed blocks, so less memory
+# sits reserved but unused; core.memory's plan is calibrated against reserved memory with it on (docs/BENCHMARKS.md).
+_COMMON = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 _ENV: dict[str, dict[str, str]] = {
     # aws-ofi-nccl is the NCCL net plugin "ofi" (libnccl-net-ofi.so); FI_PROVIDER keeps libfabric on EFA.

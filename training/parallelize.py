@@ -1,5 +1,12 @@
 """Apply the parallelism to a CausalLM, in torchtitan's order: activation checkpointing, compile, then FSDP2.
 
+Two sharding strategies (the `sharding` setting; core.perf resolves auto): plain FSDP shards every parameter over
+all ranks; HSDP (`replicas` > 1) builds a 2-D DeviceMesh (replicate across nodes x shard within a node), so the
+all-gathers and reduce-scatters stay on the fast link inside a node and only an all-reduce of each gradient shard
+crosses the network. With gradient accumulation, `set_gradient_sync(model, False)` holds back what crosses the
+network until the last micro-batch: plain FSDP skips its reduce-scatter (and keeps unsharded gradients meanwhile);
+HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
+
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
 gathered in bf16 and gradients reduce-scattered in fp32 (MixedPrecisionPolicy); the sharded master weights and
@@ -15,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ray_efa.training.model import CausalLM
 
-__all__ = ["ParallelPlan", "parallelize", "mixed_precision_policy"]
+__all__ = ["ParallelPlan", "parallelize", "mixed_precision_policy", "set_gradient_sync"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,13 +40,37 @@ class ParallelPlan:
     """torch.compile each decoder layer (one graph per layer type, reused across layers)."""
     mixed_precision: MixedPrecisionPolicy | None = None
     """FSDP2 parameter/reduction dtypes; None keeps the parameters' own dtype (fp32) for both."""
+    replicas: int = 1
+    """HSDP: replicate over this many groups of ranks (the nodes) and shard within each; 1 is plain FSDP."""
 
 
-def mixed_precision_policy(device: torch.device) -> MixedPrecisionPolicy | None:
-    """bf16 parameters with fp32 gradient reduction on GPU; None (all fp32) on CPU, see the module docstring."""
+def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
+    """bf16 parameters with fp32 (or, gradReduceDtype bf16, bf16) gradient reduction on GPU; None (all fp32) on CPU."""
     if device.type == "cuda":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        reduce = torch.bfloat16 if reduce_dtype == "bf16" else torch.float32
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
     return None
+
+
+def _mesh(model: CausalLM, replicas: int):
+    """The 2-D (replicate, shard) DeviceMesh of HSDP over the default process group, or None for plain FSDP."""
+    if replicas <= 1:
+        return None
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if world % replicas:
+        raise ValueError(f"HSDP needs the world size ({world}) to be a multiple of the replica count ({replicas})")
+    device_type = next(model.parameters()).device.type
+    return init_device_mesh(device_type, (replicas, world // replicas), mesh_dim_names=("replicate", "shard"))
+
+
+def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
+    """Whether this micro-batch's backward sends gradients across the network (False until the last micro-batch)."""
+    if getattr(model, "hsdp", False):
+        model.set_requires_all_reduce(sync, recurse=True)
+    else:
+        model.set_requires_gradient_sync(sync, recurse=True)
 
 
 def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
@@ -57,8 +89,12 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
 
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
     mp = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
+    mesh = _mesh(model, plan.replicas)
+    if mesh is not None:
+        mp["mesh"] = mesh
     for index, layer in enumerate(layers):
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
         fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
     fully_shard(model, **mp)
+    model.hsdp = mesh is not None
     return model

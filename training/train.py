@@ -22,7 +22,7 @@ from ray_efa.training import checkpoint
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
-from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
 
 __all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
@@ -105,21 +105,50 @@ def _global_mean(value: torch.Tensor, world_size: int) -> float:
     return value.item()
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
 def train_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], *,
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch | list[Batch], *,
     lr: float, grad_clip: float, device: torch.device,
 ) -> torch.Tensor:
-    """One optimizer step on one batch; returns the (unsynchronized) loss. bench/fsdp_reference.py runs it too."""
+    """One optimizer step on one batch or on a list of equal micro-batches (gradient accumulation); returns the
+    (unsynchronized) mean loss over them. bench/fsdp_reference.py runs it too.
+
+    Each micro-batch's loss is scaled by 1/k before backward, so the accumulated gradient and the returned loss are
+    those of the mean over all k x microBatch sequences: the same as one batch of them. Gradients cross the network
+    only in the last micro-batch's backward (training.parallelize.set_gradient_sync).
+    """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    inputs, labels = batch
-    loss = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
-    loss.backward()
+    batches = batch if isinstance(batch, list) else [batch]
+    k = len(batches)
+    loss = torch.zeros((), device=device)
+    for index, (inputs, labels) in enumerate(batches):
+        if k > 1:
+            set_gradient_sync(model, index == k - 1)
+        micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+        (micro / k).backward()
+        loss = loss + micro.detach() / k
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
     return loss
+
+
+def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int]:
+    """(strategy, HSDP replicas): the settings' sharding (auto resolved by core.perf) on the ranks Ray started.
+
+    HSDP replicates across the nodes actually present (world / ranks per node); on one node it is plain FSDP.
+    """
+    from ray_efa.core.perf import resolve_sharding
+
+    strategy = resolve_sharding(settings)
+    nodes = world // max(1, local_world)
+    if strategy == "hsdp" and nodes > 1 and world % nodes == 0:
+        return strategy, nodes
+    return "fsdp", 1
 
 
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -145,9 +174,13 @@ def train_func(config: dict) -> dict:
         _run_preflight(settings, device, rank)
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
+    strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
     plan = ParallelPlan(
-        activation_checkpointing=t.activation_checkpointing, compile=t.compile, mixed_precision=mixed_precision_policy(device)
+        activation_checkpointing=t.activation_checkpointing, compile=t.compile,
+        mixed_precision=mixed_precision_policy(device, t.grad_reduce_dtype), replicas=replicas,
     )
+    if rank == 0:
+        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else ""))
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start = checkpoint.restore(model, optimizer)  # 0 unless Ray hands us a checkpoint of this run
@@ -157,7 +190,7 @@ def train_func(config: dict) -> dict:
     )
     meter = Meter(
         throughput=Throughput(
-            tokens_per_step_per_device=t.micro_batch * t.seq_len, world_size=world,
+            tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
             flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
         ),
         total_steps=t.steps, start_step=start, device=device,
@@ -168,7 +201,9 @@ def train_func(config: dict) -> dict:
     model.train()
     for step in range(start + 1, t.steps + 1):
         lr = learning_rate(step, t)
-        loss = train_step(model, optimizer, data.batch(step), lr=lr, grad_clip=t.grad_clip, device=device)
+        k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
+        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
+        loss = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)

@@ -104,7 +104,8 @@ def test_head_cpu_and_memory_come_from_the_catalog(synth):
 
 def test_efa_workers_get_the_efa_nccl_env_and_rdma_only_with_gpudirect(synth):
     _, _, rdma = HARDWARE[_instance(synth)]
-    expected = {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+    expected = {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     if rdma:
         expected["FI_EFA_USE_DEVICE_RDMA"] = "1"
     for owner, spec in (("RayCluster", synth.ray_cluster["spec"]),

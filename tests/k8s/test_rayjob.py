@@ -81,6 +81,7 @@ def test_tcp_variant_workers_force_nccl_sockets(default_synth):
     assert {k: v for k, v in worker_env.items() if k not in NOT_NETWORK_ENV} == {
         "NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
 
 

@@ -78,6 +78,9 @@ def test_a_run_that_does_not_fit_carries_the_planners_advice(project):
 def test_teardown_destroys_the_gpu_stack_first(project):
     plan = plan_of(project, clusterName="demo")
     assert plan.teardown == ("npx cdk destroy demo-gpu", "npx cdk destroy demo-cluster")
+    # ...and says what stays behind, with its monthly cost: only the checkpoint bucket
+    (left,) = plan.retained_after_destroy
+    assert left.startswith("the checkpoint S3 bucket") and "per GB-month" in left
 
 
 def test_a_capacity_reservation_turns_the_placement_group_off(project):
@@ -105,10 +108,31 @@ def test_command_json_is_complete(capsys):
     code = run_cli("plan", "-c", "gpuInstanceType=p5en.48xlarge", "-c", "gpuNodeCount=2", "--json")
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour", "teardown"}
+    assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
+                        "performance", "teardown", "retained_after_destroy"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
+
+
+def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
+    # GIVEN the default deployment (2 x g6.12xlarge)
+    assert run_cli("plan", "--json") == 0
+    performance = json.loads(capsys.readouterr().out)["performance"]
+    # THEN each network has the strategy the job would run and its predicted step, in snake_case keys
+    assert set(performance) == {"efa", "tcp"}
+    for net, row in performance.items():
+        assert {"strategy", "step_time_s", "compute_s", "network_s", "tokens_per_s_per_gpu", "mfu", "bottleneck"} <= set(row)
+        assert row["strategy"] in ("fsdp", "hsdp") and set(row["strategies"]) == {"fsdp", "hsdp"}
+    # and the default step waits on the one EFA link, more so over TCP
+    assert performance["efa"]["bottleneck"] == "network"
+    assert performance["tcp"]["step_time_s"] > performance["efa"]["step_time_s"]
+
+
+def test_command_prints_the_predicted_step(capsys):
+    assert run_cli("plan") == 0
+    out = capsys.readouterr().out
+    assert "Predicted step" in out and "hsdp" in out and "lossChunkSize=2048" in out
 
 
 def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):

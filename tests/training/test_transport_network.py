@@ -17,7 +17,8 @@ def test_efa_env_on_an_instance_without_gpudirect_rdma():
     # WHEN the EFA environment is built
     env = network_env("efa", catalog.gpu_instance("g6.12xlarge"))
     # THEN it selects the OFI plugin on the efa provider, on eth0, with the INFO log, and no device RDMA
-    assert env == {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+    assert env == {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 @pytest.mark.parametrize("name", sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))
@@ -32,7 +33,8 @@ def test_device_rdma_follows_the_catalog(name):
 def test_tcp_env_forces_nccls_socket_transport_and_keeps_the_plugin_out():
     env = network_env("tcp", "p5.48xlarge")
     assert env == {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
-                   "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+                   "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 def test_each_call_returns_a_fresh_dict():

@@ -1,0 +1,104 @@
+"""Sharding strategies and gradient accumulation keep the loss's meaning: real torch.distributed, 4 gloo ranks on CPU.
+
+The same effective batch (8 sequences per step over 4 ranks) trains to the same losses whether it runs as plain FSDP
+or as HSDP on a 2 x 2 DeviceMesh ("2 nodes of 2 GPUs"), in one micro-batch of 2 sequences or in 2 accumulated
+micro-batches of 1. fp32 on CPU: only summation order differs. The collectives each rank issues are counted (the real
+ones run): with accumulation, what crosses "nodes" is sent once per optimizer step, not once per micro-batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ray_efa.core.models import model_preset
+from ray_efa.core.settings import TrainingSettings
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.model import build_model
+from ray_efa.training.parallelize import ParallelPlan, parallelize
+from ray_efa.training.train import build_optimizer, train_step
+
+WORLD, STEPS, SEQ = 4, 3, 32
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.xdist_group("gloo-spawn")
+
+
+def _count_collectives(counts: collections.Counter) -> None:
+    """Wrap the two gradient collectives FSDP2 calls so each call is counted by (name, group size); they still run."""
+    for name, kind in (("reduce_scatter_single", "reduce_scatter"), ("reduce_scatter_tensor", "reduce_scatter"),
+                       ("all_reduce", "all_reduce")):
+        real = getattr(dist, name, None)
+        if real is None:
+            continue
+
+        def counted(*args, _real=real, _kind=kind, **kwargs):
+            counts[f"{_kind}/{dist.get_world_size(kwargs.get('group'))}"] += 1
+            return _real(*args, **kwargs)
+
+        setattr(dist, name, counted)
+
+
+def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulation: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(replicas=replicas))
+    optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
+    # Each rank's 2 sequences of a step, split into `accumulation` micro-batches of equal size.
+    # A small pool of sequences the model can memorize, so that the loss falls within a few steps.
+    data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
+    counts: collections.Counter = collections.Counter()
+    _count_collectives(counts)
+    losses = []
+    for step in range(1, STEPS + 1):
+        inputs, labels = data.batch(step)
+        batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
+        loss = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0, device=CPU)
+        mean = loss.detach().clone()
+        torch.distributed.all_reduce(mean)
+        counts["all_reduce/4"] -= 1  # the loss average above is ours, not FSDP2's
+        losses.append(mean.item() / WORLD)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}, f)
+    dist.destroy_process_group()
+
+
+def _run(tmp_path, replicas: int, accumulation: int) -> dict:
+    out = tmp_path / f"r{replicas}-k{accumulation}.json"
+    mp.spawn(_worker, args=(str(tmp_path / f"store-{replicas}-{accumulation}"), str(out), replicas, accumulation),
+             nprocs=WORLD, join=True)
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sharding")
+    return {(r, k): _run(tmp, r, k) for r in (1, 2) for k in (1, 2)}
+
+
+def test_fsdp_hsdp_and_accumulation_train_to_the_same_losses(runs):
+    # GIVEN plain FSDP over 4 ranks, one micro-batch of 2 sequences per rank and step
+    reference = runs[(1, 1)]["losses"]
+    assert reference[-1] < reference[0]  # it trains
+    # THEN HSDP on a 2 x 2 mesh, and each with 2 accumulated micro-batches of 1, give the same loss at every step
+    for key in ((1, 2), (2, 1), (2, 2)):
+        assert runs[key]["losses"] == pytest.approx(reference, rel=1e-5), key
+    assert runs[(2, 1)]["hsdp"] and not runs[(1, 1)]["hsdp"]
+
+
+def test_accumulation_sends_gradients_across_nodes_once_per_optimizer_step(runs):
+    units = 3  # FSDP units of the tiny model: 2 decoder layers + the root
+    # plain FSDP: one reduce-scatter over all 4 ranks per unit and optimizer step, with or without accumulation
+    assert runs[(1, 1)]["counts"].get("reduce_scatter/4") == units * STEPS
+    assert runs[(1, 2)]["counts"].get("reduce_scatter/4") == units * STEPS
+    # HSDP: the reduce-scatter stays inside the "node" (2 ranks) at every micro-batch; the all-reduce across the
+    # 2 "nodes" runs once per unit and optimizer step
+    assert runs[(2, 2)]["counts"].get("reduce_scatter/2") == units * STEPS * 2
+    assert runs[(2, 2)]["counts"].get("all_reduce/2") == units * STEPS
+    assert runs[(2, 1)]["counts"].get("all_reduce/2") == units * STEPS
+    assert not runs[(2, 2)]["counts"].get("reduce_scatter/4")
