@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 import jsii
 from aws_cdk import Aspects, CfnResource, Duration, IAspect, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -10,9 +12,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from ray_efa.core.scheduling import SYSTEM_NODE_LABELS
-from ray_efa.core.settings import Settings
-from ray_efa.infra._private import kubectl_layer, kubernetes_version
+from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
+from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
+from ray_efa.infra._private import check_node_selector, kubectl_layer
+from ray_efa.infra._private import kubernetes_version as _kubernetes_version
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
@@ -29,7 +32,7 @@ CONTROL_PLANE_LOG_TYPES = (
 )
 
 
-def endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.EndpointAccess:
+def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.EndpointAccess:
     """The API endpoint setting; the public side is limited to `publicAccessCidrs`."""
     if access == "private":
         return eks.EndpointAccess.PRIVATE
@@ -37,59 +40,92 @@ def endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.EndpointA
     return base.only_from(*public_cidrs)
 
 
+_ENDPOINT_ACCESS = ("public_and_private", "private", "public")
+
+
 class RayEksCluster(Construct):
     """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
     secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
-    access entries for `adminPrincipalArns`, and a managed system node group labelled role=system with an encrypted
-    gp3 root volume of `systemRootVolumeGib` and IMDSv2 at hop limit 1.
+    access entries for `admin_principal_arns`, and a managed system node group labelled `system_node_selector` with
+    an encrypted gp3 root volume and IMDSv2 at hop limit 1.
 
     Bring your own `vpc` to embed it in a platform repository; GPU capacity is added by `EfaGpuNodegroup`. `logs`
     holds the stack's log groups; without one the construct makes its own.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, logs: StackLogs | None = None
+        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = "ray-train",
+        kubernetes_version: str = "1.36", endpoint_access: str = "public_and_private",
+        public_access_cidrs: Sequence[str] = ("0.0.0.0/0",), admin_principal_arns: Sequence[str] = (),
+        system_instance_type: str = "m7i.xlarge", system_node_count: int = 1, system_root_volume_gib: int = 100,
+        system_node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, image: str | None = None,
+        logs: StackLogs | None = None, log_retention_days: int = 365,
     ) -> None:
+        """
+        :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
+        :param cluster_name: the EKS cluster's name. @default "ray-train"
+        :param kubernetes_version: one of KUBERNETES_VERSIONS (the kubectl layer matches it). @default "1.36"
+        :param endpoint_access: public_and_private, private or public. @default "public_and_private"
+        :param public_access_cidrs: who reaches the public endpoint. @default ("0.0.0.0/0",)
+        :param admin_principal_arns: IAM principals that get cluster-admin access entries. @default - none
+        :param system_instance_type: instance type of the system nodes. @default "m7i.xlarge"
+        :param system_node_count: system nodes. @default 1
+        :param system_root_volume_gib: their encrypted gp3 root volume, GiB. @default 100
+        :param system_node_selector: the system nodes' labels (what the operator and the Ray head select).
+            @default {"role": "system"}
+        :param image: the image the Ray head runs, to check that the root volume holds it. @default - not checked
+        :param logs: the stack's log groups. @default - a StackLogs of this construct
+        :param log_retention_days: retention of the control-plane logs when `logs` is not given. @default 365
+        """
         super().__init__(scope, construct_id)
-        cluster_settings, nodes = settings.cluster, settings.nodes
-        # The system nodes run the Ray head and the job submitter: both pull the training image.
-        check_root_volume("systemRootVolumeGib", nodes.system_root_volume_gib, settings.workload.dlc_image)
-        self.logs = logs or StackLogs(self, "Logs", retention_days=cluster_settings.log_retention_days)
+        if kubernetes_version not in KUBERNETES_VERSIONS:
+            raise ValueError(f"RayEksCluster kubernetes_version must be one of {', '.join(KUBERNETES_VERSIONS)}, "
+                             f"got {kubernetes_version!r}")
+        if endpoint_access not in _ENDPOINT_ACCESS:
+            raise ValueError(f"RayEksCluster endpoint_access must be one of {', '.join(_ENDPOINT_ACCESS)}, "
+                             f"got {endpoint_access!r}")
+        if not 1 <= system_node_count <= 10:
+            raise ValueError(f"RayEksCluster system_node_count must be between 1 and 10, got {system_node_count!r}")
+        check_node_selector("RayEksCluster system_node_selector", system_node_selector)
+        if image is not None:
+            # The system nodes run the Ray head and the job submitter: both pull the training image.
+            check_root_volume("system_root_volume_gib", system_root_volume_gib, image)
+        self.logs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
 
         self.secrets_key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
-            description=f"Envelope encryption of Kubernetes secrets of EKS cluster {cluster_settings.cluster_name}",
+            description=f"Envelope encryption of Kubernetes secrets of EKS cluster {cluster_name}",
             # The key encrypts only this cluster's secrets: it goes with the cluster (deleted after a 7-day wait).
             removal_policy=RemovalPolicy.DESTROY, pending_window=Duration.days(7),
         )
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, never expiring and outside
         # the stack, unless it exists: the stack creates it first.
         self.control_plane_logs = self.logs.log_group(
-            self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_settings.cluster_name}/cluster")
+            self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
         self.cluster = eks.Cluster(
             self,
             "Cluster",
-            cluster_name=cluster_settings.cluster_name,
-            version=kubernetes_version(cluster_settings.kubernetes_version),
+            cluster_name=cluster_name,
+            version=_kubernetes_version(kubernetes_version),
             vpc=vpc,
             vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
-            endpoint_access=endpoint_access(cluster_settings.endpoint_access, cluster_settings.public_access_cidrs),
+            endpoint_access=_endpoint_access(endpoint_access, tuple(public_access_cidrs)),
             cluster_logging=list(CONTROL_PLANE_LOG_TYPES),
             secrets_encryption_key=self.secrets_key,
             # Node groups are ours (system + GPU), not EKS Auto Mode's.
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
             kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=kubectl_layer(self, cluster_settings.kubernetes_version)
+                kubectl_layer=kubectl_layer(self, kubernetes_version)
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
         self.admin_access = ClusterAdminAccess(
-            self, "AdminAccess", cluster=self.cluster, principal_arns=cluster_settings.admin_principal_arns)
+            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
 
-        system_name = f"{cluster_settings.cluster_name}-system"
+        system_name = f"{cluster_name}-system"
         self.system_launch_template = SystemNodeLaunchTemplate(
-            self, "SystemLaunchTemplate", root_volume_gib=nodes.system_root_volume_gib, name=system_name)
+            self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             nodegroup_name=system_name,
@@ -98,16 +134,33 @@ class RayEksCluster(Construct):
                 id=self.system_launch_template.launch_template_id,
                 version=self.system_launch_template.latest_version,
             ),
-            instance_types=[ec2.InstanceType(nodes.system_instance_type)],
+            instance_types=[ec2.InstanceType(system_instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            min_size=nodes.system_node_count,
-            desired_size=nodes.system_node_count,
-            max_size=nodes.system_node_count,
-            labels=dict(SYSTEM_NODE_LABELS),
+            min_size=system_node_count,
+            desired_size=system_node_count,
+            max_size=system_node_count,
+            labels=dict(system_node_selector),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
         self._adopt_provider_logs()
         self._acknowledge_findings()
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, vpc: ec2.IVpc, logs: StackLogs | None = None
+    ) -> "RayEksCluster":
+        """The cluster of the project's own app, from the cluster and node settings."""
+        cluster, nodes = settings.cluster, settings.nodes
+        # Checked here too, so that the error names the setting rather than the prop.
+        check_root_volume("systemRootVolumeGib", nodes.system_root_volume_gib, settings.workload.dlc_image)
+        return cls(
+            scope, construct_id, vpc=vpc, cluster_name=cluster.cluster_name, kubernetes_version=cluster.kubernetes_version,
+            endpoint_access=cluster.endpoint_access, public_access_cidrs=cluster.public_access_cidrs,
+            admin_principal_arns=cluster.admin_principal_arns, system_instance_type=nodes.system_instance_type,
+            system_node_count=nodes.system_node_count, system_root_volume_gib=nodes.system_root_volume_gib,
+            system_node_selector=nodes.system_node_selector, image=settings.workload.dlc_image, logs=logs,
+            log_retention_days=cluster.log_retention_days,
+        )
 
     def _adopt_provider_logs(self) -> None:
         """With the feature flag @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json sets it), aws-lambda gives the

@@ -33,8 +33,8 @@ class ClusterStack(Stack):
         self.settings = settings
         # One KMS key and one retention for every log group of the stack.
         self.logs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
-        self.vpc = vpc or ClusterVpc(self, "Network", settings=settings, logs=self.logs).vpc
-        self.ray_cluster = RayEksCluster(self, "Eks", settings=settings, vpc=self.vpc, logs=self.logs)
+        self.vpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
+        self.ray_cluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
         cluster = self.ray_cluster.cluster
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)

@@ -3,16 +3,19 @@ a cluster placement group (or a capacity reservation or Capacity Block), all in 
 
 from __future__ import annotations
 
-from aws_cdk import Tags
+from typing import Mapping
+
+from aws_cdk import Tags, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog
-from ray_efa.core.scheduling import GPU_NODE_LABELS, GPU_TAINT
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
+from ray_efa.infra._private import check_node_selector
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
-from ray_efa.infra.network import gpu_subnet
+from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces"]
@@ -45,13 +48,17 @@ def launch_template_network_interfaces(
     ]
 
 
-class EfaGpuNodegroup(Construct):
-    """A managed node group of `gpuNodeCount` x `gpuInstanceType` (AL2023 NVIDIA AMI) with EFA on every network card.
+_RESERVATION_TYPES = ("odcr", "capacity-block")
 
-    Nodes are labelled role=gpu-worker and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
+
+class EfaGpuNodegroup(Construct):
+    """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
+    one private subnet of one AZ.
+
+    Nodes are labelled with `node_selector` and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
     IMDSv2 is required with a hop limit of 1 (out of pods' reach) and the gp3 root volume is encrypted.
 
-    With `capacityReservationType` capacity-block the node group's capacity type is CAPACITY_BLOCK and the launch
+    With `capacity_reservation_type` capacity-block the node group's capacity type is CAPACITY_BLOCK and the launch
     template targets the block with the capacity-block market type, as the EKS User Guide's "Create a managed node
     group with Capacity Blocks for ML" requires (a custom launch template with InstanceMarketOptions.MarketType
     capacity-block, the reservation id and the instance type). Instances launch only while the block is active, and
@@ -59,19 +66,61 @@ class EfaGpuNodegroup(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, vpc: ec2.IVpc
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
+        instance_type: str = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
+        node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, capacity_reservation_id: str | None = None,
+        capacity_reservation_type: str = "odcr", placement_group: bool | None = None, root_volume_gib: int = 500,
+        image: str | None = None, cluster_name: str | None = None,
     ) -> None:
+        """
+        :param cluster: the EKS cluster, created or imported (with its cluster security group id).
+        :param vpc: the cluster's VPC; the nodes go into its private subnet in `availability_zone`.
+        :param instance_type: an EFA-capable GPU instance type of core.catalog. @default "g6.12xlarge"
+        :param node_count: GPU nodes, fixed (min = desired = max). @default 2
+        :param availability_zone: the one AZ of all GPU nodes (EFA does not cross AZs), in the stack's region.
+            @default - the AZ of the VPC's first private subnet
+        :param node_selector: the nodes' labels (what the Ray workers and the device plugins select).
+            @default {"role": "gpu-worker"}
+        :param capacity_reservation_id: a capacity reservation (cr-...) to launch into. @default - none
+        :param capacity_reservation_type: odcr, or capacity-block for a Capacity Block for ML. @default "odcr"
+        :param placement_group: a cluster placement group. @default - on unless a reservation is targeted
+        :param root_volume_gib: encrypted gp3 root volume, GiB (holds the image). @default 500
+        :param image: the image the Ray workers run, to check that the root volume holds it. @default - not checked
+        :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions.
+            @default - cluster.cluster_name where it is a literal (an imported cluster), else "ray-efa"
+        """
         super().__init__(scope, construct_id)
-        nodes = settings.nodes
-        instance = nodes.gpu_instance
-        name = f"{settings.cluster.cluster_name}-gpu"
-        # Validate before creating any resource: the subnet lookup raises for an AZ the VPC does not cover.
-        self.subnet = gpu_subnet(vpc, settings.gpu_availability_zone)
-        check_root_volume("gpuRootVolumeGib", nodes.gpu_root_volume_gib, settings.workload.dlc_image)  # Ray workers
+        # Validate every prop before creating any resource.
+        try:
+            instance = catalog.gpu_instance(instance_type)
+        except catalog.CatalogError as error:
+            raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
+        if not 1 <= node_count <= 64:
+            raise ValueError(f"EfaGpuNodegroup node_count must be between 1 and 64, got {node_count!r}")
+        if capacity_reservation_type not in _RESERVATION_TYPES:
+            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of {', '.join(_RESERVATION_TYPES)}, "
+                             f"got {capacity_reservation_type!r}")
+        capacity_block = capacity_reservation_type == "capacity-block"
+        if capacity_block and capacity_reservation_id is None:
+            raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
+        if placement_group and capacity_reservation_id is not None:
+            raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
+                             "placement group can leave reserved capacity unused)")
+        check_node_selector("EfaGpuNodegroup node_selector", node_selector)
+        if image is not None:
+            check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
+        zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
+        # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
+        self.subnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
+        self.availability_zone = zone
+        if cluster_name is None:
+            cluster_name = "ray-efa" if Token.is_unresolved(cluster.cluster_name) else cluster.cluster_name
+        name = f"{cluster_name}-gpu"
+        use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
 
         self.efa_security_group = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
-            description=f"EFA traffic between the GPU nodes of {settings.cluster.cluster_name}: all traffic to and from itself",
+            description=f"EFA traffic between the GPU nodes of {cluster_name}: all traffic to and from itself",
         )
         # EFA's SRD traffic is not TCP/UDP: it needs every protocol, in and out, between members of this group.
         self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from GPU nodes")
@@ -81,18 +130,18 @@ class EfaGpuNodegroup(Construct):
         # decides where instances land, and a forced placement group could leave reserved capacity unused.
         self.placement_group: ec2.PlacementGroup | None = None
         placement = None
-        if nodes.use_placement_group:
+        if use_placement_group:
             self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             placement = ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
         reservation = None
-        if nodes.capacity_reservation_id:
+        if capacity_reservation_id:
             reservation = ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
                 capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                    capacity_reservation_id=nodes.capacity_reservation_id
+                    capacity_reservation_id=capacity_reservation_id
                 )
             )
         market = None
-        if nodes.capacity_block:
+        if capacity_block:
             market = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
 
         security_group_ids = [self.efa_security_group.security_group_id, cluster.cluster_security_group_id]
@@ -100,7 +149,7 @@ class EfaGpuNodegroup(Construct):
             self,
             "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                instance_type=nodes.gpu_instance_type,
+                instance_type=instance_type,
                 network_interfaces=launch_template_network_interfaces(instance, security_group_ids),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
@@ -111,7 +160,7 @@ class EfaGpuNodegroup(Construct):
                     http_endpoint="enabled",
                 ),
                 # Above gp3's baseline: the image's layers unpack faster, so a new node is ready sooner.
-                block_device_mappings=[encrypted_root_volume(nodes.gpu_root_volume_gib, iops=6000, throughput=500)],
+                block_device_mappings=[encrypted_root_volume(root_volume_gib, iops=6000, throughput=500)],
                 placement=placement,
                 capacity_reservation_specification=reservation,
                 instance_market_options=market,
@@ -129,24 +178,42 @@ class EfaGpuNodegroup(Construct):
             cluster=cluster,
             # The AZ in the name: moving the GPU AZ replaces the node group (its Subnets need a new one), and
             # CloudFormation cannot replace a resource whose custom name stays the same.
-            nodegroup_name=f"{name}-{settings.gpu_availability_zone.rsplit('-', 1)[-1]}",
+            nodegroup_name=f"{name}-{zone.rsplit('-', 1)[-1]}",
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType.CAPACITY_BLOCK if nodes.capacity_block else eks.CapacityType.ON_DEMAND,
-            min_size=nodes.gpu_node_count,
-            desired_size=nodes.gpu_node_count,
-            max_size=nodes.gpu_node_count,
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
+            min_size=node_count,
+            desired_size=node_count,
+            max_size=node_count,
             subnets=ec2.SubnetSelection(subnets=[self.subnet]),
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
             ),
-            labels=dict(GPU_NODE_LABELS),
+            labels=gpu_node_labels(node_selector),
             taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
         )
-        Tags.of(self).add("ray-efa/instance-type", nodes.gpu_instance_type)
+        Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,
             "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
         )
 
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster, vpc: ec2.IVpc
+    ) -> "EfaGpuNodegroup":
+        """The GPU nodes of the project's own app, from the node settings (in gpuAvailabilityZone)."""
+        nodes = settings.nodes
+        # Checked here first, so that the errors name the settings rather than the props.
+        check_root_volume("gpuRootVolumeGib", nodes.gpu_root_volume_gib, settings.workload.dlc_image)
+        gpu_subnet(vpc, settings.gpu_availability_zone)
+        return cls(
+            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance_type,
+            node_count=nodes.gpu_node_count, availability_zone=settings.gpu_availability_zone,
+            node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
+            capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
+            root_volume_gib=nodes.gpu_root_volume_gib, image=settings.workload.dlc_image,
+            cluster_name=settings.cluster.cluster_name,
+        )

@@ -25,8 +25,8 @@ class GpuStack(Stack):
             f"ray-efa: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} EFA GPU nodes "
             f"for EKS cluster {settings.cluster.cluster_name}"
         ))
-        self.gpu_nodes = EfaGpuNodegroup(
-            self, "GpuNodes", settings=settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
+        self.gpu_nodes = EfaGpuNodegroup.from_settings(
+            self, "GpuNodes", settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
         )
         # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the
         # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+from typing import Sequence
+
+from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -10,39 +12,66 @@ from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import skip_checkov
 
-__all__ = ["ClusterVpc", "gpu_subnet"]
+__all__ = ["ClusterVpc", "gpu_subnet", "default_gpu_zone"]
 
 
 class ClusterVpc(Construct):
-    """A VPC with public and private subnets in the GPU AZ and one more (EKS needs two), or the VPC `vpcId` names.
+    """A VPC with public and private subnets in the GPU AZ and one more (EKS needs two), or the VPC `vpc_id` names.
 
-    A created VPC has flow logs (rejected traffic) to an encrypted CloudWatch log group of `logs`, and `natGateways`
+    A created VPC has flow logs (rejected traffic) to an encrypted CloudWatch log group of `logs`, and `nat_gateways`
     NAT gateways; its default security group allows nothing (CDK's restrictDefaultSecurityGroup custom resource).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, logs: StackLogs | None = None) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, availability_zones: Sequence[str] | None = None,
+        nat_gateways: int = 1, vpc_id: str | None = None, logs: StackLogs | None = None,
+        log_retention_days: int = 365,
+    ) -> None:
+        """
+        :param availability_zones: AZs of the subnets, the GPU AZ first (EKS needs two).
+            @default - the first two AZs of the enclosing stack
+        :param nat_gateways: NAT gateways (1 is cheapest, one per AZ survives AZ loss). @default 1
+        :param vpc_id: an existing VPC to look up instead (needs the stack's account and region). @default - create one
+        :param logs: the stack's log groups (key, retention). @default - a StackLogs of this construct
+        :param log_retention_days: retention of the flow logs when `logs` is not given. @default 365
+        """
         super().__init__(scope, construct_id)
-        cluster = settings.cluster
-        if cluster.vpc_id:
-            self.vpc: ec2.IVpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=cluster.vpc_id)
+        if vpc_id:
+            self.vpc: ec2.IVpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id)
             return
+        if availability_zones is not None and len(availability_zones) < 2:
+            raise ValueError(f"ClusterVpc availability_zones must name at least two AZs (EKS needs subnets in two), "
+                             f"got {list(availability_zones)!r}")
+        if not 1 <= nat_gateways <= 3:
+            raise ValueError(f"ClusterVpc nat_gateways must be between 1 and 3, got {nat_gateways!r}")
+        zones = list(availability_zones) if availability_zones is not None else Stack.of(self).availability_zones[:2]
         vpc = ec2.Vpc(
             self,
             "Vpc",
-            availability_zones=list(settings.vpc_availability_zones),
-            nat_gateways=cluster.nat_gateways,
+            availability_zones=zones,
+            nat_gateways=nat_gateways,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 # /18: pods take VPC IPs (aws-node), and p5 nodes take 32 EFA interfaces each.
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18),
             ],
         )
-        logs = logs or StackLogs(self, "Logs", retention_days=cluster.log_retention_days)
+        logs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
         self.flow_logs = logs.log_group(self, "FlowLogs")
         vpc.add_flow_log("FlowLog", traffic_type=ec2.FlowLogTrafficType.REJECT,
                          destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs))
         self._manage_restrict_default_sg_logs(vpc, logs)
         self.vpc = vpc
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, logs: StackLogs | None = None
+    ) -> "ClusterVpc":
+        """The VPC of the project's own app: vpcId, or a VPC in the GPU AZ and the next with natGateways."""
+        cluster = settings.cluster
+        return cls(scope, construct_id, availability_zones=settings.vpc_availability_zones,
+                   nat_gateways=cluster.nat_gateways, vpc_id=cluster.vpc_id, logs=logs,
+                   log_retention_days=cluster.log_retention_days)
 
     @staticmethod
     def _manage_restrict_default_sg_logs(vpc: ec2.Vpc, logs: StackLogs) -> None:
@@ -65,8 +94,30 @@ class ClusterVpc(Construct):
             skip_checkov(handler, check, f"{reason}; {why}.")
 
 
-def gpu_subnet(vpc: ec2.IVpc, availability_zone: str) -> ec2.ISubnet:
-    """The one private subnet of the GPU nodes: EFA traffic does not cross AZs, nor do we want it to cross subnets."""
+def default_gpu_zone(vpc: ec2.IVpc) -> str:
+    """The GPU AZ when none is given: the AZ of the VPC's first private subnet."""
+    if not vpc.private_subnets:
+        raise ValueError("the VPC has no private subnets: the GPU nodes need one (PRIVATE_WITH_EGRESS)")
+    return vpc.private_subnets[0].availability_zone
+
+
+def _zone_problem_in_region(zone: str, region: str) -> str | None:
+    if Token.is_unresolved(region):
+        return None  # the stack's region is not known at synth: nothing to compare with
+    if not zone.startswith(region):
+        return f"must be an AZ of the stack's region {region}"
+    return None
+
+
+def gpu_subnet(vpc: ec2.IVpc, availability_zone: str, *, key: str = "gpuAvailabilityZone") -> ec2.ISubnet:
+    """The one private subnet of the GPU nodes: EFA traffic does not cross AZs, nor do we want it to cross subnets.
+
+    Raises SettingsError naming `key` (the setting, or the construct's prop) and the zone given, with the zones the
+    VPC has; never an unresolved token.
+    """
+    region = Stack.of(vpc).region
+    if not Token.is_unresolved(availability_zone) and (problem := _zone_problem_in_region(availability_zone, region)):
+        raise SettingsError([Problem(key, availability_zone, problem)])
     subnets = vpc.select_subnets(
         subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[availability_zone]
     ).subnets
@@ -76,7 +127,9 @@ def gpu_subnet(vpc: ec2.IVpc, availability_zone: str) -> ec2.ISubnet:
             # A Vpc.from_lookup still pending: CDK synthesizes once with placeholders, the CLI looks the VPC up
             # and synthesizes again with real subnets, when this check applies.
             return vpc.private_subnets[0]
-        zones = sorted({s.availability_zone for s in vpc.private_subnets})
-        raise SettingsError([Problem("gpuAvailabilityZone", availability_zone,
-                                     f"must be an AZ where the VPC has a private subnet: {', '.join(zones)}")])
+        known = [zone for zone in zones if not Token.is_unresolved(zone)]
+        where = (f"must be an AZ where the VPC has a private subnet: {', '.join(known)}" if known else
+                 "must be an AZ where the VPC has a private subnet; the stack's region is not known at synth, so "
+                 "neither are the VPC's AZs: give the stack an env with a region")
+        raise SettingsError([Problem(key, availability_zone, where)])
     return subnets[0]
