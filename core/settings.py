@@ -354,6 +354,10 @@ class _Model(BaseModel):
         frozen=True, strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False, protected_namespaces=(),
     )
 
+    def __hash__(self) -> int:
+        # Node selectors are dicts, which pydantic's field-tuple hash cannot take; equal settings dump equal JSON.
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
+
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)

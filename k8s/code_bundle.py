@@ -8,6 +8,7 @@ with a clear message instead of a rejected `kubectl apply` half-way through a de
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -122,7 +123,8 @@ class CodeBundle:
 
 def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:
     """Read every .py file of `packages` (dotted names, found where Python imports them: the repository's folders in
-    a checkout, site-packages in an install; sorted, no caches), each parent package's __init__.py, and settings.json.
+    a checkout, site-packages in an install; sorted, no caches), each parent package's __init__.py, and settings.json;
+    of the packages before the last, only the modules the last one imports (see _imported_from).
 
     Paths in the bundle follow the import names (ray_efa/core/settings.py), so the pods import the same modules.
     """
@@ -142,8 +144,40 @@ def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACK
                 continue
             path = f"{base}/{relative.as_posix()}"
             files[path] = ShippedFile(path=path, text=source.read_text(encoding="utf-8"))
+    # The last package is the one the pods run (training); the ones before it ship as far as it imports them.
+    files = _imported_from(files, roots=(packages[-1].replace(".", "/") + "/",))
     files[SETTINGS_FILE] = ShippedFile(path=SETTINGS_FILE, text=settings.to_json() + "\n")
     return CodeBundle(files=tuple(sorted(files.values(), key=lambda f: f.path)))
+
+
+def _imported_from(files: dict[str, ShippedFile], *, roots: tuple[str, ...]) -> dict[str, ShippedFile]:
+    """The files under `roots` (the training package) and the modules they import, directly or through each other.
+
+    ray_efa.core is shipped for training's sake: what training never imports (the CDK
+    app's context files, cost tables) stays out, so the ConfigMap stays under kubectl's annotation limit.
+    """
+    def module_path(module: str) -> str | None:
+        base = module.replace(".", "/")
+        for candidate in (f"{base}.py", f"{base}/__init__.py"):
+            if candidate in files:
+                return candidate
+        return None
+
+    keep: set[str] = set()
+    todo = [path for path in files if path.startswith(roots) or path.endswith("__init__.py")]
+    while todo:
+        path = todo.pop()
+        if path in keep:
+            continue
+        keep.add(path)
+        for node in ast.walk(ast.parse(files[path].text)):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            todo.extend(found for name in names if (found := module_path(name)) is not None)
+    return {path: file for path, file in files.items() if path in keep}
 
 
 def _package_dir(package: str) -> Path:

@@ -41,7 +41,8 @@ DRIVER_MODULE = "ray_efa.training.driver"
 """The module the RayJob entrypoint runs (`python -m ray_efa.training.driver --settings SETTINGS_PATH`)."""
 
 SHIPPED_PACKAGES = ("ray_efa.core", "ray_efa.training")
-"""Packages shipped to the pods at synth time (every .py file in them, and ray_efa/__init__.py above them)."""
+"""Packages shipped to the pods at synth time: every .py file of the last (training), the modules of the others that
+it imports, and ray_efa/__init__.py above them."""
 
 # KubeRay names a RayJob's cluster "<job>-<5 random chars>" and requires a DNS-1035 label of at most 63 characters,
 # so RayJob names are capped at 47 (KubeRay's MaxRayJobNameLength); RayCluster names get the same cap for symmetry.

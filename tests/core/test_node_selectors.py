@@ -29,7 +29,7 @@ def test_defaults_are_todays_role_labels():
 
 
 @pytest.mark.parametrize("text, selector", [
-    ("role=system", {"role": "system"}),
+    ("role=gpu", {"role": "gpu"}),
     ("platform.example.com/pool=gpu, team=ml", PLATFORM_GPU),
     ('{"platform.example.com/pool": "gpu", "team": "ml"}', PLATFORM_GPU),
     ("dedicated=", {"dedicated": ""}),  # an empty value is a valid label value
