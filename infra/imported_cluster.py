@@ -4,7 +4,9 @@ aws_eks_v2 runs kubectl and helm for the stack in a Lambda function, the kubectl
 unless it is given one (`Cluster.from_cluster_attributes` ignores kubectl_provider_options): `import_cluster` either
 uses a provider the platform already has (`kubectl_provider`), or creates one whose execution role is
 `kubectl_role`, a role the platform granted cluster-admin (an EKS access entry with AmazonEKSClusterAdminPolicy, or
-system:masters in aws-auth) and that Lambda may assume (aws-cdk-lib aws_eks_v2.KubectlProviderProps.role).
+system:masters in aws-auth) and that Lambda may assume (aws-cdk-lib aws_eks_v2.KubectlProviderProps.role). CDK
+cannot attach managed policies to an imported role (synth warns IRoleCantBeUsedWithIManagedPolicy), so that role needs
+AWSLambdaBasicExecutionRole and AmazonEC2ContainerRegistryReadOnly of its own; CDK adds eks:DescribeCluster inline.
 """
 
 from __future__ import annotations

@@ -61,16 +61,14 @@ import aws_cdk as cdk
 
 import core.naming
 import infra.network
-from ray_efa.core.settings import Settings
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 
 app = cdk.App(outdir=sys.argv[1])
 platform = cdk.Stack(app, "PlatformStack", env=cdk.Environment(region="us-east-2"))
 vpc = infra.network.platform_vpc(platform, ["us-east-2a", "us-east-2b"])
-settings = Settings.from_context({"clusterName": core.naming.TEAM, "gpuInstanceType": "p5.48xlarge"})
-ray = RayEksCluster(platform, "Ray", settings=settings, vpc=vpc)
-EfaGpuNodegroup(platform, "Gpu", settings=settings, cluster=ray.cluster, vpc=vpc)
+ray = RayEksCluster(platform, "Ray", vpc=vpc, cluster_name=core.naming.TEAM)
+EfaGpuNodegroup(platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge", cluster_name=core.naming.TEAM)
 template = app.synth().get_stack_by_name("PlatformStack").template
 types = [r["Type"] for r in template["Resources"].values()]
 print(json.dumps({

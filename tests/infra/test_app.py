@@ -176,10 +176,10 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
     app = cdk.App()
     platform = cdk.Stack(app, "PlatformStack", env=cdk.Environment(region="us-east-2"))
     vpc = ec2.Vpc(platform, "PlatformVpc", availability_zones=["us-east-2a", "us-east-2b"], nat_gateways=1)
-    settings = Settings.from_context({"clusterName": "research", "gpuInstanceType": "p4d.24xlarge"})
-    # WHEN it adds our constructs to that stack
-    ray = RayEksCluster(platform, "Ray", settings=settings, vpc=vpc)
-    gpu = EfaGpuNodegroup(platform, "Gpu", settings=settings, cluster=ray.cluster, vpc=vpc)
+    # WHEN it adds our constructs to that stack, with props of its own
+    ray = RayEksCluster(platform, "Ray", vpc=vpc, cluster_name="research")
+    gpu = EfaGpuNodegroup(platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p4d.24xlarge",
+                          cluster_name="research")
     template = Template.from_stack(platform)
     # THEN one stack holds the cluster and both node groups, on the platform's VPC
     template.resource_count_is("AWS::EC2::VPC", 1)
@@ -192,3 +192,21 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
     (launch_data,) = [t["Properties"]["LaunchTemplateData"] for t in template.find_resources("AWS::EC2::LaunchTemplate").values()
                       if "NetworkInterfaces" in t["Properties"]["LaunchTemplateData"]]  # the GPU one (not the system nodes')
     assert len(launch_data["NetworkInterfaces"]) == 4
+
+
+def test_readme_embedding_snippet_synthesizes():
+    # GIVEN the README's smallest embedding snippet, as written there
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("The smallest use:"):]
+    snippet = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    namespace: dict = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    # WHEN a platform app in us-west-2 puts it in a stack of its own, on its own VPC
+    app = cdk.App()
+    network = cdk.Stack(app, "Network", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(network, "Vpc", availability_zones=["us-west-2b", "us-west-2c"], nat_gateways=1)
+    stack = namespace["ResearchPlatform"](app, "Research", vpc=vpc, env=cdk.Environment(region="us-west-2"))
+    template = Template.from_stack(stack)
+    # THEN it synthesizes there, with the GPU nodes in the VPC's first private subnet's AZ (nothing of us-east-2)
+    template.has_resource_properties("AWS::EKS::Nodegroup", {"NodegroupName": "research-gpu-2b"})
+    assert "us-east-2" not in json.dumps(template.to_json())

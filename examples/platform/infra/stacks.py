@@ -1,0 +1,74 @@
+"""The platform's two stacks that use ray-efa-stack's constructs."""
+
+from __future__ import annotations
+
+from aws_cdk import Stack
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from core import naming
+from infra import network
+from ray_efa.core.settings import Settings
+from ray_efa.infra.checkpoints import CheckpointStorage
+from ray_efa.infra.cluster import RayEksCluster
+from ray_efa.infra.device_plugins import GpuDevicePlugins
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra.imported_cluster import import_cluster
+from ray_efa.infra.kuberay import KubeRayOperator
+from ray_efa.infra.training_job import RayTrainingJob
+from ray_efa.infra.workload import RayWorkload
+
+# The training job's configuration (the constructs' props come from the platform below).
+TRAINING = {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "namespace": "ml-ray", "steps": 50}
+
+
+class ImportedClusterGpu(Stack):
+    """The GPU side added to the platform's existing cluster, scheduled by the platform's own node labels."""
+
+    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        vpc = network.imported_prod_vpc(self)
+        # A role the platform granted cluster-admin (an EKS access entry) and that Lambda may assume.
+        kubectl_role = iam.Role.from_role_name(self, "KubectlRole", "platform-eks-cluster-admin")
+        cluster = import_cluster(
+            self, "Prod", cluster_name=naming.cluster_name("prod"), cluster_security_group_id="sg-0a1b2c3d4e5f60718",
+            vpc=vpc, kubernetes_version="1.35", kubectl_role=kubectl_role,
+        )
+        settings = Settings.from_context({**TRAINING, "region": self.region})
+        gpu = EfaGpuNodegroup(self, "GpuNodes", cluster=cluster, vpc=vpc, instance_type="p5.48xlarge", node_count=2,
+                              availability_zone="us-west-2b", node_selector=naming.GPU_NODE_LABELS,
+                              image=settings.workload.dlc_image)
+        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, node_selector=naming.GPU_NODE_LABELS)
+        kuberay = KubeRayOperator(self, "KubeRay", cluster=cluster, node_selector=naming.SYSTEM_NODE_LABELS,
+                                  ray_version=settings.workload.ray_version)
+        workload = RayWorkload(self, "Workload", cluster=cluster, namespace="ml-ray",
+                               after=[kuberay.chart, plugins.nvidia, plugins.efa])
+        # The platform's cluster has no Pod Identity agent yet: the checkpoint bucket's access needs it.
+        storage = CheckpointStorage(self, "Checkpoints", cluster=cluster, namespace="ml-ray",
+                                    after=workload.namespace, pod_identity_agent=True)
+        RayTrainingJob(self, "TrainingJob", settings=settings, cluster=cluster, storage_path=storage.storage_path,
+                       system_node_selector=naming.SYSTEM_NODE_LABELS, gpu_node_selector=naming.GPU_NODE_LABELS,
+                       after=[gpu.nodegroup, storage.service_account])
+
+
+class PlatformWithRay(Stack):
+    """A whole new cluster built with the project's constructs inside one platform stack, on the platform's VPC."""
+
+    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        vpc = network.platform_vpc(self, ["us-west-2a", "us-west-2b"])
+        name = naming.cluster_name("research")
+        settings = Settings.from_context({**TRAINING, "clusterName": name, "region": self.region,
+                                          "systemNodeSelector": naming.SYSTEM_NODE_LABELS,
+                                          "gpuNodeSelector": naming.GPU_NODE_LABELS})
+        ray = RayEksCluster.from_settings(self, "Ray", settings, vpc=vpc)
+        gpu = EfaGpuNodegroup.from_settings(self, "GpuNodes", settings, cluster=ray.cluster, vpc=vpc)
+        plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=ray.cluster)
+        kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=ray.cluster)
+        kuberay.chart.node.add_dependency(ray.system_nodegroup)
+        workload = RayWorkload.from_settings(self, "Workload", settings, cluster=ray.cluster,
+                                             after=[kuberay.chart, plugins.nvidia, plugins.efa])
+        storage = CheckpointStorage.from_settings(self, "Checkpoints", settings, cluster=ray.cluster,
+                                                  after=workload.namespace)
+        RayTrainingJob(self, "TrainingJob", settings=settings, cluster=ray.cluster, storage_path=storage.storage_path,
+                       after=[gpu.nodegroup, storage.service_account])
