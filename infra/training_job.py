@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import cdk8s
+from aws_cdk import Stack, Token
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
@@ -34,7 +35,8 @@ class RayTrainingJob(Construct):
         gpu_node_selector: Mapping[str, str] | None = None, after: Sequence[IConstruct] = (),
     ) -> None:
         """
-        :param settings: the job's configuration (model, steps, network, image, namespace...).
+        :param settings: the job's configuration (model, steps, network, image, namespace...); its region becomes
+            the enclosing stack's where that is known.
         :param cluster: the EKS cluster, created or imported, with KubeRay and the device plugins installed.
         :param storage_path: Ray Train's storage_path (CheckpointStorage.storage_path; a token is fine).
             @default - the settings' storagePath
@@ -45,6 +47,9 @@ class RayTrainingJob(Construct):
         """
         super().__init__(scope, construct_id)
         changes: dict[str, object] = {}
+        region = Stack.of(self).region
+        if not Token.is_unresolved(region) and region != settings.cluster.region:
+            changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
         for key, selector in (("systemNodeSelector", system_node_selector), ("gpuNodeSelector", gpu_node_selector)):
             if selector is not None:
                 check_node_selector(f"RayTrainingJob {key}", selector)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,11 @@ def test_imported_cluster_gets_the_gpu_side_with_the_platforms_labels(synthesize
     assert _helm_values(template, "kuberay-operator")["nodeSelector"] == {"platform.example.com/pool": "system"}
     addons = [r["Properties"]["AddonName"] for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Addon"]
     assert addons == ["eks-pod-identity-agent"]
-    assert "us-east-2" not in json.dumps(template)
+    # nothing of the settings' default region: the job's settings say us-west-2 (the code ConfigMap's source text,
+    # with its tables of every region, aside)
+    not_code = {k: r for k, r in template["Resources"].items() if "code" not in k.lower()}
+    assert "us-east-2" not in json.dumps(not_code)
+    assert re.search(r"AWS_REGION\W+value\W+us-west-2", json.dumps(not_code))
 
 
 def test_platform_stack_holds_a_whole_new_cluster(synthesized):

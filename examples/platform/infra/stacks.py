@@ -34,7 +34,7 @@ class ImportedClusterGpu(Stack):
             self, "Prod", cluster_name=naming.cluster_name("prod"), cluster_security_group_id="sg-0a1b2c3d4e5f60718",
             vpc=vpc, kubernetes_version="1.35", kubectl_role=kubectl_role,
         )
-        settings = Settings.from_context({**TRAINING, "region": self.region})
+        settings = Settings.from_context(TRAINING)  # RayTrainingJob takes the region from this stack
         gpu = EfaGpuNodegroup(self, "GpuNodes", cluster=cluster, vpc=vpc, instance_type="p5.48xlarge", node_count=2,
                               availability_zone="us-west-2b", node_selector=naming.GPU_NODE_LABELS,
                               image=settings.workload.dlc_image)
