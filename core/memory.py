@@ -11,6 +11,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                + 4P       with sharding fsdp and gradAccumulation > 1: the unsharded fp32 gradients FSDP2 accumulates
                           between optimizer steps (set_requires_gradient_sync(False)). hsdp keeps reducing within the
                           node at every micro-batch and accumulates sharded gradients only.
+               + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
+                          hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
 - optimizer    8P/S       AdamW exp_avg and exp_avg_sq, fp32, sharded.
 - gathered     2*P_root + 2*2*P_layer + 2*6*P_layer
                           bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
@@ -50,7 +52,8 @@ from ray_efa.core import catalog
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
-__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS"]
+__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
+           "ACCUMULATION_GRADIENT_COPIES"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -114,6 +117,13 @@ cheap pointwise results in backward instead of saving them). The allocated peaks
 under the parts, and the largest shape (8 x 4096) at 0.986 of them."""
 
 
+ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
+"""Extra fp32 sharded-gradient copies held with gradAccumulation > 1 on more than one GPU: the sharded gradients stay
+allocated through the next micro-batches' forward, and FSDP2 holds reduce outputs in flight while a slow link lags.
+Fitted to the peak reserved memory of the 2 x H200 cells of 2026-12-01 (docs/BENCHMARKS.md, shard groups of 1 and
+2 GPUs): with them every cell's reserved memory + 1.3 GiB is at or under the plan (it was up to 16% over)."""
+
+
 def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: bool = False) -> float:
     d, kv, inter, layers = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size, p.num_hidden_layers
     per_layer = 22 * d + 4 * kv + 8 * inter
@@ -144,7 +154,10 @@ def estimate_for(
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch * t.seq_len
     shard = shard_size or world_size
-    accumulated = 4 * params if strategy == "fsdp" and t.grad_accumulation > 1 and world_size > 1 else 0
+    accumulated = 0.0
+    if t.grad_accumulation > 1 and world_size > 1:
+        copies = ACCUMULATION_GRADIENT_COPIES[strategy]
+        accumulated = (4 * params if strategy == "fsdp" else 0) + copies * 4 * params / shard
     parts = {
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
