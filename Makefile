@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# checkov pins its own dependency tree (boto3 among them), which cannot share the project's venv: it gets one of its own.
+CHECKOV_VENV := .venv-checkov
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONUNBUFFERED := 1
 
@@ -11,13 +13,18 @@ ARGS ?=
 
 .PHONY: install demo test synth manifests plan train-local check-transport lock clean
 
-install: $(VENV)/.installed node_modules/.installed
+install: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "== installing the Python tree (requirements.lock: torch, ray, aws-cdk-lib; several GB the first time)"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.lock
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-checkov.lock
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -53,6 +60,9 @@ lock:
 	rm -rf /tmp/ray-efa-lock && $(PYTHON) -m venv /tmp/ray-efa-lock
 	/tmp/ray-efa-lock/bin/pip install -q -e '.[train,dev]'
 	/tmp/ray-efa-lock/bin/pip freeze --exclude-editable --exclude ray-efa-stack | sort > requirements.lock
+	rm -rf /tmp/ray-efa-lock-checkov && $(PYTHON) -m venv /tmp/ray-efa-lock-checkov
+	/tmp/ray-efa-lock-checkov/bin/pip install -q checkov==$$(sed -n 's/^checkov==//p' requirements-checkov.lock)
+	/tmp/ray-efa-lock-checkov/bin/pip freeze | sort > requirements-checkov.lock
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "compare",
     "capacity": "capacity",
     "verify": "verify",
+    "whoami": "whoami",
 }
 
 

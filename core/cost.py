@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from ray_efa.core import catalog
 from ray_efa.core.settings import Settings
 
-__all__ = ["HourlyCost", "hourly_cost"]
+__all__ = ["HourlyCost", "hourly_cost", "S3_STANDARD_USD_PER_GB_MONTH", "retained_after_destroy"]
+
+S3_STANDARD_USD_PER_GB_MONTH = 0.023
+"""S3 Standard storage in us-east-2, first 50 TB (AWS price list, recorded 2026-11; an estimate)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,3 +42,17 @@ def hourly_cost(settings: Settings) -> HourlyCost:
         control_plane=catalog.EKS_CONTROL_PLANE_USD_PER_HOUR,
         nat_gateways=nat * catalog.NAT_GATEWAY_USD_PER_HOUR,
     )
+
+
+def retained_after_destroy(settings: Settings) -> tuple[str, ...]:
+    """What is left in the account, and what it costs per month, after `cdk destroy` of both stacks.
+
+    Everything else goes with the stacks: the log groups (created by the stacks, deleted with them), the two KMS keys
+    (scheduled for deletion after 7 days; KMS charges nothing for keys pending deletion), EBS root volumes (deleted on
+    instance termination).
+    """
+    if settings.workload.storage_path is not None:
+        return ()  # the checkpoints live in storage of your own; the stacks created none
+    return (f"the checkpoint S3 bucket, kept on purpose (checkpoints outlive the cluster): "
+            f"USD {S3_STANDARD_USD_PER_GB_MONTH} per GB-month of checkpoints, old versions for 30 days included; "
+            f"empty and delete it yourself when done",)

@@ -56,12 +56,17 @@ __all__ = [
     "KUBERNETES_VERSIONS",
     "KUBERAY_VERSIONS",
     "KNOWN_IMAGE_RAY_VERSIONS",
+    "LOG_RETENTION_DAYS",
     "setting_keys",
     "context_json_schema",
 ]
 
 KUBERNETES_VERSIONS = ("1.35", "1.36")
 """Versions that both aws_eks_v2 (aws-cdk-lib 2.275.0) and a pinned kubectl layer package support."""
+
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+"""The retention periods CloudWatch Logs accepts (AWS::Logs::LogGroup RetentionInDays)."""
 
 KUBERAY_VERSIONS = ("1.4.0", "1.7.0")
 """KubeRay releases whose CRD schemas the manifests are validated against."""
@@ -85,6 +90,9 @@ _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
+# An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
+_IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
+_STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
 
 
 # -- problems -----------------------------------------------------------------------------------------------------
@@ -150,6 +158,22 @@ def _cidr_problem(cidr: str) -> str | None:
     return None
 
 
+def _admin_arn_problem(arn: str) -> str | None:
+    session = _STS_ASSUMED_ROLE_ARN.match(arn)
+    if session:
+        # EKS refuses STS session principals in access entries, and the role's path (if any) is not in the session
+        # ARN, so the role ARN cannot be derived here.
+        return ("must be IAM role or user ARNs, not an STS session; `ray-efa whoami` prints the role's ARN "
+                f"(or: aws iam get-role --role-name {session['role']} --query Role.Arn --output text)")
+    if not re.match(_IAM_PRINCIPAL_ARN, arn):
+        return "must be IAM role or user ARNs like arn:aws:iam::111122223333:role/Admin"
+    return None
+
+
+def _log_retention_problem(days: int) -> str | None:
+    return None if days in LOG_RETENTION_DAYS else f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}"
+
+
 def _gpu_instance_problem(name: str) -> str | None:
     try:
         catalog.gpu_instance(name)
@@ -188,6 +212,9 @@ GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
                             _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
+AdminPrincipalArn = Annotated[str, _check(_admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
+LogRetentionDays = Annotated[int, _check(_log_retention_problem),
+                             WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})]
 # A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
 _LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
@@ -401,6 +428,16 @@ class ClusterSettings(_Section):
     nat_gateways: int = setting(
         1, "natGateways", "NAT gateways of a created VPC (1 is cheapest, one per AZ survives AZ loss).", ge=1, le=3
     )
+    log_retention_days: LogRetentionDays = setting(
+        365, "logRetentionDays",
+        "Retention of the stack's log groups (control plane, VPC flow logs, Lambda), days, one of CloudWatch Logs' "
+        "periods (1, 3, 5, 7, 14, 30, 60, 90, ... 365, ... 3653); the groups are deleted with the stack.",
+    )
+    admin_principal_arns: Annotated[tuple[AdminPrincipalArn, ...], _LIST_AS_TUPLE] = setting(
+        (), "adminPrincipalArns",
+        "IAM role/user ARNs that get cluster-admin access entries (comma-separated or a JSON list); unset: nobody "
+        "but the stack's own roles can reach the Kubernetes API (`ray-efa whoami` prints yours).",
+    )
     availability_zones: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
         (), "vpcAvailabilityZones",
         "AZs of a created VPC, fixed for its life (changing them replaces subnets); unset: the region's first three "
@@ -433,6 +470,21 @@ class NodeSettings(_Section):
         500, "gpuRootVolumeGib", "Encrypted gp3 root volume of each GPU node, GiB (holds the image).", ge=100, le=16384,
         message="must be between 100 and 16384 GiB (the training image alone is tens of GB)",
     )
+    # gp3's range; whether the volume holds the image is checked where the image is known (at synth).
+    system_root_volume_gib: int = setting(
+        100, "systemRootVolumeGib",
+        "Encrypted gp3 root volume of each system node, GiB (holds the image of the Ray head and the job submitter).",
+        ge=20, le=16384, message="must be between 20 and 16384 GiB",
+    )
+    capacity_reservation_type: Literal["odcr", "capacity-block"] = setting(
+        "odcr", "capacityReservationType",
+        "What capacityReservationId names: odcr (On-Demand Capacity Reservation) or capacity-block (Capacity Blocks for ML).",
+    )
+
+    @property
+    def capacity_block(self) -> bool:
+        """Whether the GPU nodes launch into a Capacity Block for ML (CAPACITY_BLOCK node group, capacity-block market)."""
+        return self.capacity_reservation_type == "capacity-block"
 
     @property
     def gpu_instance(self) -> catalog.InstanceType:
@@ -579,6 +631,30 @@ def _forced_placement_group(reservation: str | None, placement: str) -> Problem 
     if reservation is not None and placement == "on":
         return Problem("placementGroup", placement, "must be auto or off when capacityReservationId is set "
                                                     "(a forced placement group can leave reserved capacity unused)")
+    return None
+
+
+@_rule("capacityReservationType", "capacityReservationId")
+def _capacity_block_needs_its_id(reservation_type: str, reservation: str | None) -> Problem | None:
+    if reservation_type == "capacity-block" and reservation is None:
+        return Problem("capacityReservationType", reservation_type,
+                       "needs capacityReservationId: the Capacity Block's reservation id (cr-...)")
+    return None
+
+
+@_rule("capacityReservationType", "gpuInstanceType")
+def _capacity_block_instance_type(reservation_type: str, instance_type: str) -> Problem | None:
+    if reservation_type == "capacity-block" and instance_type not in catalog.CAPACITY_BLOCK_INSTANCES:
+        return Problem("gpuInstanceType", instance_type,
+                       "must be a type Capacity Blocks offer with capacityReservationType capacity-block: "
+                       f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))}")
+    return None
+
+
+@_rule("adminPrincipalArns")
+def _admins_once_each(arns: tuple[str, ...]) -> Problem | None:
+    if len(set(arns)) != len(arns):
+        return Problem("adminPrincipalArns", list(arns), "must not repeat an ARN (EKS allows one access entry per principal)")
     return None
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
-from ray_efa.infra.nag import acknowledge
+from ray_efa.infra.nag import acknowledge, skip_checkov
 
-__all__ = ["CheckpointStorage"]
+__all__ = ["CheckpointStorage", "NONCURRENT_VERSION_DAYS"]
+
+NONCURRENT_VERSION_DAYS = 30
+"""How long an overwritten or deleted checkpoint object stays recoverable (as a noncurrent version)."""
 
 
 class CheckpointStorage(Construct):
@@ -19,7 +22,9 @@ class CheckpointStorage(Construct):
 
     Every node's workers write checkpoint shards into Ray Train's storage_path, and a restarted worker group may land
     on other nodes, so a multi-node run needs storage all nodes share. The bucket is retained on `cdk destroy`:
-    checkpoints outlive the cluster. `storage_path` is what the training job's settings get.
+    checkpoints outlive the cluster. It is versioned: an overwritten or deleted checkpoint stays recoverable for
+    NONCURRENT_VERSION_DAYS days, then its old version expires, as do uploads left incomplete for a week.
+    `storage_path` is what the training job's settings get.
     """
 
     def __init__(
@@ -39,12 +44,20 @@ class CheckpointStorage(Construct):
             self.bucket = s3.Bucket(
                 self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
                 block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
+                versioned=True,
+                lifecycle_rules=[s3.LifecycleRule(
+                    id="expire-old-checkpoint-versions",
+                    noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                    expired_object_delete_marker=True,
+                )],
             )
             self.bucket.grant_read_write(self.service_account)
             self.storage_path = f"s3://{self.bucket.bucket_name}/ray-efa"
-            acknowledge(self.bucket, "AwsSolutions-S1",
-                        "Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
-                        "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
+            no_access_logs = ("Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
+                              "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
+            acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
+            skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
             policy = self.service_account.role.node.find_child("DefaultPolicy").node.default_child
             bucket_arn = Stack.of(self).get_logical_id(self.bucket.node.default_child)
             for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",

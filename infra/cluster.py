@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+import jsii
+from aws_cdk import Aspects, CfnResource, Duration, IAspect, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
-from constructs import Construct
+from aws_cdk import aws_logs as logs
+from constructs import Construct, IConstruct
 
 from ray_efa.core.scheduling import SYSTEM_NODE_LABELS
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import kubectl_layer, kubernetes_version
-from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies
+from ray_efa.infra.access import ClusterAdminAccess
+from ray_efa.infra.log_groups import StackLogs
+from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
+from ray_efa.infra.node_storage import SystemNodeLaunchTemplate, check_root_volume
 
 __all__ = ["RayEksCluster", "CONTROL_PLANE_LOG_TYPES"]
 
@@ -33,20 +38,34 @@ def endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.EndpointA
 
 
 class RayEksCluster(Construct):
-    """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on, secrets envelope-encrypted with a rotated KMS key,
-    a kubectl provider matching the Kubernetes version, and a managed system node group labelled role=system.
+    """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
+    secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
+    access entries for `adminPrincipalArns`, and a managed system node group labelled role=system with an encrypted
+    gp3 root volume of `systemRootVolumeGib` and IMDSv2 at hop limit 1.
 
-    Bring your own `vpc` to embed it in a platform repository; GPU capacity is added by `EfaGpuNodegroup`.
+    Bring your own `vpc` to embed it in a platform repository; GPU capacity is added by `EfaGpuNodegroup`. `logs`
+    holds the stack's log groups; without one the construct makes its own.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, logs: StackLogs | None = None
+    ) -> None:
         super().__init__(scope, construct_id)
         cluster_settings, nodes = settings.cluster, settings.nodes
+        # The system nodes run the Ray head and the job submitter: both pull the training image.
+        check_root_volume("systemRootVolumeGib", nodes.system_root_volume_gib, settings.workload.dlc_image)
+        self.logs = logs or StackLogs(self, "Logs", retention_days=cluster_settings.log_retention_days)
 
         self.secrets_key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
             description=f"Envelope encryption of Kubernetes secrets of EKS cluster {cluster_settings.cluster_name}",
+            # The key encrypts only this cluster's secrets: it goes with the cluster (deleted after a 7-day wait).
+            removal_policy=RemovalPolicy.DESTROY, pending_window=Duration.days(7),
         )
+        # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, never expiring and outside
+        # the stack, unless it exists: the stack creates it first.
+        self.control_plane_logs = self.logs.log_group(
+            self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_settings.cluster_name}/cluster")
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -64,9 +83,21 @@ class RayEksCluster(Construct):
                 kubectl_layer=kubectl_layer(self, cluster_settings.kubernetes_version)
             ),
         )
+        self.cluster.node.add_dependency(self.control_plane_logs)
+        self.admin_access = ClusterAdminAccess(
+            self, "AdminAccess", cluster=self.cluster, principal_arns=cluster_settings.admin_principal_arns)
+
+        system_name = f"{cluster_settings.cluster_name}-system"
+        self.system_launch_template = SystemNodeLaunchTemplate(
+            self, "SystemLaunchTemplate", root_volume_gib=nodes.system_root_volume_gib, name=system_name)
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
-            nodegroup_name=f"{cluster_settings.cluster_name}-system",
+            nodegroup_name=system_name,
+            # The disk size lives in the launch template: EKS refuses a node group with both (so does aws-cdk-lib).
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.system_launch_template.launch_template_id,
+                version=self.system_launch_template.latest_version,
+            ),
             instance_types=[ec2.InstanceType(nodes.system_instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             min_size=nodes.system_node_count,
@@ -75,7 +106,23 @@ class RayEksCluster(Construct):
             labels=dict(SYSTEM_NODE_LABELS),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
+        self._adopt_provider_logs()
         self._acknowledge_findings()
+
+    def _adopt_provider_logs(self) -> None:
+        """With the feature flag @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json sets it), aws-lambda gives the
+        kubectl provider's functions log groups that it retains (RETAIN, two years): put them under the stack's
+        retention, key and lifecycle. Without the flag Lambda creates them on first write, outside the stack."""
+        provider = self.cluster.kubectl_provider.node
+        groups = []
+        for function in (provider.find_child("Handler"), provider.find_child("Provider").node.find_child("framework-onEvent")):
+            group = function.node.try_find_child("LogGroup")
+            if isinstance(group, logs.LogGroup):
+                self.logs.adopt(group.node.default_child)
+                groups.append(group)
+        # The functions also run when `cdk destroy` deletes the charts and manifests: their log groups must go after
+        # those, or Lambda would recreate them, unmanaged, while the stack is being deleted.
+        Aspects.of(Stack.of(self)).add(_AfterLogGroups(tuple(groups)))
 
     def _acknowledge_findings(self) -> None:
         cluster = self.cluster
@@ -111,3 +158,26 @@ class RayEksCluster(Construct):
         acknowledge(on_event_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5",
                     "The custom-resource framework may invoke any version of its own handler function (Arn:*), nothing else.",
                     f"Resource::<{handler_function}.Arn>:*")
+        functions = (handler.node.find_child("Resource"),
+                     provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("Resource"))
+        for function in functions:
+            for check, why in (
+                ("CKV_AWS_115", "CloudFormation calls it once per custom resource change, so concurrency is bounded"),
+                ("CKV_AWS_116", "CloudFormation is the caller and reports a failed call; a DLQ would hold nothing"),
+                ("CKV_AWS_173", "its environment holds the cluster name and endpoint flags, no secrets"),
+            ):
+                skip_checkov(function, check, f"aws-eks-v2's kubectl provider function, built by the construct "
+                                              f"library: {why}.")
+
+
+@jsii.implements(IAspect)
+class _AfterLogGroups:
+    """Makes every Kubernetes custom resource of aws-eks-v2 in the stack depend on the kubectl provider's log groups."""
+
+    def __init__(self, groups: tuple[logs.LogGroup, ...]) -> None:
+        self._groups = groups
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, CfnResource) and node.cfn_resource_type.startswith("Custom::AWSCDK-EKS-"):
+            for group in self._groups:
+                node.node.add_dependency(group)

@@ -6,12 +6,13 @@ from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from ray_efa.core.cost import hourly_cost
+from ray_efa.core.cost import hourly_cost, retained_after_destroy
 from ray_efa.core.settings import Settings
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
 from ray_efa.infra.kuberay import KubeRayOperator
+from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
 from ray_efa.infra.vpc_cni import VpcCniAddon
 from ray_efa.infra.workload import RayWorkload
@@ -30,8 +31,10 @@ class ClusterStack(Stack):
             f"ray-efa: EKS cluster {settings.cluster.cluster_name} with system nodes, KubeRay operator and device plugins"
         ))
         self.settings = settings
-        self.vpc = vpc or ClusterVpc(self, "Network", settings=settings).vpc
-        self.ray_cluster = RayEksCluster(self, "Eks", settings=settings, vpc=self.vpc)
+        # One KMS key and one retention for every log group of the stack.
+        self.logs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
+        self.vpc = vpc or ClusterVpc(self, "Network", settings=settings, logs=self.logs).vpc
+        self.ray_cluster = RayEksCluster(self, "Eks", settings=settings, vpc=self.vpc, logs=self.logs)
         cluster = self.ray_cluster.cluster
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
@@ -57,6 +60,8 @@ class ClusterStack(Stack):
         cost = hourly_cost(settings)
         CfnOutput(self, "EstimatedUsdPerHourWithoutGpuStack", value=f"{cost.without_gpu_stack:.2f}",
                   description="On-demand estimate of this stack alone (system nodes, control plane, NAT)")
+        CfnOutput(self, "RetainedAfterDestroy", description="What `cdk destroy` of both stacks leaves, and its monthly cost",
+                  value="; ".join(retained_after_destroy(settings)) or "nothing")
 
     def _export_private_subnets(self) -> None:
         """Export every private subnet of a created VPC, whichever the GPU stack uses.

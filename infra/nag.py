@@ -1,7 +1,9 @@
-"""cdk-nag AwsSolutions acknowledgements: each names the rule, the exact finding and why it is accepted.
+"""cdk-nag AwsSolutions acknowledgements and checkov skips: each names the rule, the exact finding and why it is
+accepted.
 
 The constructs that own the resources call these, so a platform repository that embeds them inherits the same
-reasoned acknowledgements. Nothing is acknowledged stack-wide.
+reasoned acknowledgements. Nothing is acknowledged stack-wide. checkov reads its skips from the resource's
+CloudFormation metadata (`Metadata.checkov.skip: [{id, comment}]`), where they travel with the template.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import IConstruct
 
-__all__ = ["acknowledge", "acknowledge_managed_policies", "NODE_ROLE_POLICIES"]
+__all__ = ["acknowledge", "acknowledge_managed_policies", "skip_checkov", "NODE_ROLE_POLICIES"]
 
 _MANAGED = "Policy::arn:<AWS::Partition>:iam::aws:policy/{}"
 
@@ -27,3 +29,18 @@ def acknowledge_managed_policies(construct: IConstruct, policies: tuple[str, ...
     """AwsSolutions-IAM4, once per AWS managed policy the role uses."""
     for policy in policies:
         acknowledge(construct, "AwsSolutions-IAM4", reason, _MANAGED.format(policy))
+
+
+def skip_checkov(construct: IConstruct, check_id: str, reason: str) -> None:
+    """Record in the CloudFormation resource's metadata that checkov's `check_id` does not apply to it, and why.
+
+    `construct` is the CfnResource or an L2 construct whose default child is one.
+    """
+    resource = construct if isinstance(construct, cdk.CfnResource) else construct.node.default_child
+    if not isinstance(resource, cdk.CfnResource):
+        raise TypeError(f"{construct.node.path} is not a CloudFormation resource")
+    if len(reason) < 30:
+        raise ValueError(f"give checkov skip {check_id} on {construct.node.path} a specific reason")
+    metadata = resource.get_metadata("checkov") or {}
+    skips = [skip for skip in metadata.get("skip", []) if skip["id"] != check_id]
+    resource.add_metadata("checkov", {**metadata, "skip": [*skips, {"id": check_id, "comment": reason}]})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.infra.log_groups import StackLogs
+from ray_efa.infra.nag import skip_checkov
 
 __all__ = ["ClusterVpc", "gpu_subnet"]
 
@@ -13,10 +16,11 @@ __all__ = ["ClusterVpc", "gpu_subnet"]
 class ClusterVpc(Construct):
     """A VPC with public and private subnets in the GPU AZ and one more (EKS needs two), or the VPC `vpcId` names.
 
-    A created VPC has flow logs to CloudWatch (rejected traffic) and `natGateways` NAT gateways.
+    A created VPC has flow logs (rejected traffic) to an encrypted CloudWatch log group of `logs`, and `natGateways`
+    NAT gateways; its default security group allows nothing (CDK's restrictDefaultSecurityGroup custom resource).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, logs: StackLogs | None = None) -> None:
         super().__init__(scope, construct_id)
         cluster = settings.cluster
         if cluster.vpc_id:
@@ -33,8 +37,32 @@ class ClusterVpc(Construct):
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18),
             ],
         )
-        vpc.add_flow_log("FlowLog", traffic_type=ec2.FlowLogTrafficType.REJECT)
+        logs = logs or StackLogs(self, "Logs", retention_days=cluster.log_retention_days)
+        self.flow_logs = logs.log_group(self, "FlowLogs")
+        vpc.add_flow_log("FlowLog", traffic_type=ec2.FlowLogTrafficType.REJECT,
+                         destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs))
+        self._manage_restrict_default_sg_logs(vpc, logs)
         self.vpc = vpc
+
+    @staticmethod
+    def _manage_restrict_default_sg_logs(vpc: ec2.Vpc, logs: StackLogs) -> None:
+        """The Lambda function behind restrictDefaultSecurityGroup is a stack-wide singleton of aws-cdk-lib with no
+        log group of its own: give it one, created before the custom resource invokes it."""
+        stack = Stack.of(vpc)
+        provider = stack.node.try_find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
+        custom_resource = vpc.node.try_find_child("RestrictDefaultSecurityGroupCustomResource")
+        if provider is None or custom_resource is None:  # the feature flag is off: no function, no logs
+            return
+        handler = provider.node.find_child("Handler")
+        if stack.node.try_find_child("VpcRestrictDefaultSGLogs") is None:
+            logs.for_function(stack, "VpcRestrictDefaultSGLogs", function_name=handler.ref, users=(custom_resource,))
+        reason = ("aws-cdk-lib's singleton handler of restrictDefaultSecurityGroup: it runs once per deploy to revoke the "
+                  "default security group's rules, calls only the EC2 API and keeps no state")
+        for check, why in (("CKV_AWS_115", "concurrency is bounded by CloudFormation's one call per resource"),
+                           ("CKV_AWS_116", "CloudFormation retries and reports a failed call; a DLQ would hold nothing"),
+                           ("CKV_AWS_117", "it needs no VPC access; putting it in the VPC would only add ENIs"),
+                           ("CKV_AWS_173", "its environment holds no secrets")):
+            skip_checkov(handler, check, f"{reason}; {why}.")
 
 
 def gpu_subnet(vpc: ec2.IVpc, availability_zone: str) -> ec2.ISubnet:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
-from ray_efa.core.cost import HourlyCost, hourly_cost
+from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
 from ray_efa.core.perf import performance
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
@@ -68,6 +68,8 @@ class Plan:
     stacks: tuple[str, str]
     """(cluster stack, GPU stack)."""
     teardown: tuple[str, ...]
+    retained_after_destroy: tuple[str, ...] = ()
+    """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
 
     @property
     def fits(self) -> bool:
@@ -103,6 +105,7 @@ class Plan:
             },
             "performance": self.performance,
             "teardown": list(self.teardown),
+            "retained_after_destroy": list(self.retained_after_destroy),
         }
 
 
@@ -154,6 +157,7 @@ def build_plan(resolved: ResolvedSettings) -> Plan:
         performance=performance(s),
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
+        retained_after_destroy=retained_after_destroy(s),
     )
 
 
@@ -301,6 +305,7 @@ def render_plan(plan: Plan, console) -> None:
     teardown.add_column("command")
     for step, command in enumerate(plan.teardown, start=1):
         teardown.add_row(str(step), command)
+    teardown.add_row("left", "; ".join(plan.retained_after_destroy) or "nothing")
     console.print(teardown)
 
 

@@ -189,5 +189,6 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
                                                     availability_zones=["us-east-2a"]).subnet_ids[0])
     gpu_nodegroup = platform.resolve(gpu.nodegroup.node.default_child.subnets)
     assert gpu_nodegroup == [private_a]
-    launch_data = next(iter(template.find_resources("AWS::EC2::LaunchTemplate").values()))["Properties"]["LaunchTemplateData"]
+    (launch_data,) = [t["Properties"]["LaunchTemplateData"] for t in template.find_resources("AWS::EC2::LaunchTemplate").values()
+                      if "NetworkInterfaces" in t["Properties"]["LaunchTemplateData"]]  # the GPU one (not the system nodes')
     assert len(launch_data["NetworkInterfaces"]) == 4

@@ -28,10 +28,12 @@ def validation_report(synth) -> dict[str, dict]:
 def test_nag_passes_with_only_reasoned_acknowledgements(synthesized):
     # GIVEN a synth with AwsSolutionsChecks (the fixture's app.synth() raises on any unacknowledged finding)
     plugins = validation_report(synthesized)
-    # THEN the AwsSolutions pack ran and every plugin found nothing unacknowledged
+    # THEN the AwsSolutions pack ran and every plugin found nothing unacknowledged (the one warning the report also
+    # carries is the deliberate "no adminPrincipalArns" annotation: these synths set none)
     assert "AwsSolutions" in plugins
     for plugin in plugins.values():
-        assert plugin["conclusion"] == "success" and plugin["violations"] == [], plugin["violations"]
+        violations = [v for v in plugin["violations"] if v["ruleName"] != "Annotation::ray-efa:no-admin-principal"]
+        assert plugin["conclusion"] == "success" and violations == [], violations
 
 
 def test_every_acknowledgement_names_the_finding_and_a_specific_reason(default_synth):

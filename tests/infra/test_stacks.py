@@ -157,7 +157,9 @@ def test_launch_template_has_one_efa_interface_per_network_card(synthesized):
     assert [i["NetworkCardIndex"] for i in interfaces] == list(range(instance.efa_interfaces))
     assert interfaces[0]["DeviceIndex"] == 0
     assert all(i["DeviceIndex"] == 1 for i in interfaces[1:])
-    assert all(i["InterfaceType"] == "efa" for i in interfaces)
+    # card 0 is EFA with ENA (the node's IP); p5/p5e/p5en's other cards are efa-only (no IP), the rest efa
+    secondary = "efa-only" if instance.family in ("p5", "p5e", "p5en") else "efa"
+    assert [i["InterfaceType"] for i in interfaces] == ["efa"] + [secondary] * (instance.efa_interfaces - 1)
 
 
 def test_p5_launch_template_has_32_efa_interfaces():

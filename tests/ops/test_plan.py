@@ -78,6 +78,9 @@ def test_a_run_that_does_not_fit_carries_the_planners_advice(project):
 def test_teardown_destroys_the_gpu_stack_first(project):
     plan = plan_of(project, clusterName="demo")
     assert plan.teardown == ("npx cdk destroy demo-gpu", "npx cdk destroy demo-cluster")
+    # ...and says what stays behind, with its monthly cost: only the checkpoint bucket
+    (left,) = plan.retained_after_destroy
+    assert left.startswith("the checkpoint S3 bucket") and "per GB-month" in left
 
 
 def test_a_capacity_reservation_turns_the_placement_group_off(project):
@@ -106,7 +109,7 @@ def test_command_json_is_complete(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
-                        "performance", "teardown"}
+                        "performance", "teardown", "retained_after_destroy"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
