@@ -35,10 +35,6 @@ __all__ = [
     "efa_network_interfaces",
     "EFA_ONLY_FAMILIES",
     "CAPACITY_BLOCK_INSTANCES",
-    "ContainerImage",
-    "CONTAINER_IMAGES",
-    "min_root_volume_gib",
-    "root_volume_problem",
     "WorkerPodResources",
     "worker_pod_resources",
     "head_pod_resources",
@@ -231,14 +227,8 @@ def _efa_gpu_names() -> list[str]:
 
 
 EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en"})
-"""Families whose secondary network cards get `efa-only` interfaces (an EFA device without an ENA and its private IP).
-
-p5/p5e have 32 cards and p5en 16: `efa` interfaces on every card would take 31 (15) private IPs per node from the
-subnet that nobody routes to, since NCCL's SRD traffic addresses EFA devices by MAC. terraform-aws-eks does the same
-by default (`enable_efa_only = true`, EFA on card 0, efa-only elsewhere) and notes that it needs the Amazon VPC CNI
-v1.18.4 or later, which ignores interfaces without an IP; EC2 offers efa-only on every EFA instance type since
-2024-10 and never on the primary interface. Other families keep `efa` on every card, as eksctl does.
-"""
+"""Families whose secondary network cards get `efa-only` interfaces (EFA without an ENA, so without a private IP:
+31 or 15 saved per node). terraform-aws-eks does this by default and requires VPC CNI v1.18.4 or later."""
 
 
 def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]:
@@ -259,63 +249,7 @@ def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]
 
 
 CAPACITY_BLOCK_INSTANCES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"})
-"""GPU types of this catalog that EC2 Capacity Blocks for ML offer (EC2 User Guide, "Capacity Blocks for ML",
-supported instance types; also trn1/trn2, which this project does not run). Regions differ per type."""
-
-
-# -- container images and the disk they need ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ContainerImage:
-    """What a node's root volume must hold for one container image."""
-
-    unpacked_gib: float
-    """Size of the image's layers once unpacked on the node (what `crictl images` / `docker images` show)."""
-    source: str
-    """Where the number comes from."""
-
-
-_DLC_SIZE_SOURCE = (
-    "estimate: AWS publishes no size for ray:train-ml-cuda-v1.1; the PyTorch 2.0 training GPU DLC, the same "
-    "CUDA/NCCL/EFA stack without Ray, flash-attn, Transformer Engine and DeepSpeed, measured 20,575 MB in the DLC "
-    "build's image-size check (aws/deep-learning-containers PR #3270, 2023-08); this image carries more on CUDA 13. "
-    "Replace it with `crictl images` on a node once measured."
-)
-CONTAINER_IMAGES: dict[str, ContainerImage] = {
-    image: ContainerImage(unpacked_gib=30.0, source=_DLC_SIZE_SOURCE)
-    for image in (
-        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
-        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
-    )
-}
-"""Images whose size we know (the AWS Ray Train Deep Learning Container tags); others are not checked."""
-
-# What a node's root volume holds besides the image: the AL2023 EKS AMI (OS, kubelet, containerd, the pause and
-# add-on images, logs). During a pull containerd keeps the compressed layers next to the unpacked ones; compressed
-# layers of these CUDA images are about half their unpacked size. The kubelet's default hard eviction threshold
-# imagefs.available<15% must not trigger once the image is in place.
-_NODE_BASE_GIB = 10
-_PULL_OVERHEAD = 0.5
-_EVICTION_FREE_FRACTION = 0.15
-
-
-def min_root_volume_gib(image: str) -> int | None:
-    """Smallest root volume (GiB) on which a node can pull and run `image`, or None for an image of unknown size."""
-    known = CONTAINER_IMAGES.get(image)
-    if known is None:
-        return None
-    needed = _NODE_BASE_GIB + known.unpacked_gib * (1 + _PULL_OVERHEAD)
-    return math.ceil(needed / (1 - _EVICTION_FREE_FRACTION))
-
-
-def root_volume_problem(image: str, volume_gib: int) -> str | None:
-    """Why a root volume of `volume_gib` cannot hold `image` on a node (naming the minimum), or None when it can."""
-    minimum = min_root_volume_gib(image)
-    if minimum is None or volume_gib >= minimum:
-        return None
-    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image].unpacked_gib:g} GiB "
-            f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)")
+"""GPU types of this catalog that Capacity Blocks for ML offer (EC2 User Guide, supported instance types)."""
 
 
 def use_device_rdma(instance: InstanceType) -> bool:

@@ -45,14 +45,9 @@ def hourly_cost(settings: Settings) -> HourlyCost:
 
 
 def retained_after_destroy(settings: Settings) -> tuple[str, ...]:
-    """What is left in the account, and what it costs per month, after `cdk destroy` of both stacks.
-
-    Everything else goes with the stacks: the log groups (created by the stacks, deleted with them), the two KMS keys
-    (scheduled for deletion after 7 days; KMS charges nothing for keys pending deletion), EBS root volumes (deleted on
-    instance termination).
-    """
+    """What `cdk destroy` of both stacks leaves in the account, with its monthly cost (the README says the rest)."""
     if settings.workload.storage_path is not None:
-        return ()  # the checkpoints live in storage of your own; the stacks created none
+        return ()
     return (f"the checkpoint S3 bucket, kept on purpose (checkpoints outlive the cluster): "
             f"USD {S3_STANDARD_USD_PER_GB_MONTH} per GB-month of checkpoints, old versions for 30 days included; "
             f"empty and delete it yourself when done",)

@@ -11,6 +11,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                + 4P       with sharding fsdp and gradAccumulation > 1: the unsharded fp32 gradients FSDP2 accumulates
                           between optimizer steps (set_requires_gradient_sync(False)). hsdp keeps reducing within the
                           node at every micro-batch and accumulates sharded gradients only.
+               + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
+                          hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
 - optimizer    8P/S       AdamW exp_avg and exp_avg_sq, fp32, sharded.
 - gathered     2*P_root + 2*2*P_layer + 2*6*P_layer
                           bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
@@ -32,11 +34,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
 - overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (headroom over
                what the caching allocator reserves).
 
-What the job runs out of is *reserved* memory plus what lies outside the allocator, not allocated memory, and the
-constants are calibrated against exactly that (bench/calibrate.py on one H200, PYTORCH_CUDA_ALLOC_CONF=
-expandable_segments:True as the job sets it, bench/results/2026-12-01-h200x1-calibrate-*.jsonl): at six shapes from
-1 x 2048 to 8 x 4096 tokens the peak reserved memory is 0.92 to 0.99 of the parts above (COMPILED_ACTIVATIONS 0.68),
-and 1.30 GiB more is in use outside the allocator. docs/BENCHMARKS.md has the table.
+The constants are calibrated against what runs out: *reserved* memory plus what lies outside the allocator
+(bench/calibrate.py and bench/sharding_proof.py on H200, expandable segments on; docs/BENCHMARKS.md).
 
 bf16 everywhere except where noted: the GPU path gathers parameters in bf16 (MixedPrecisionPolicy). The local CPU
 run keeps fp32 and has no GPU to plan for.
@@ -50,15 +49,15 @@ from ray_efa.core import catalog
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
-__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS"]
+__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
+           "ACCUMULATION_GRADIENT_COPIES"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
-"""Device memory in use outside PyTorch's caching allocator, per GPU: 1.30 GiB measured at world size 1 (CUDA context,
-cuBLAS, a one-rank NCCL communicator: total - free - reserved, torch 2.11 + CUDA 13.0 on H200, 2026-12-01) plus 0.2 GiB
-for the channel buffers of the larger communicators a real job opens (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
+"""Outside PyTorch's allocator, per GPU: 1.30 GiB measured at world size 1 (CUDA context, cuBLAS, NCCL; one H200)
++ 0.2 GiB for larger communicators' buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
-"""Headroom over the parts: the 2026-12-01 calibration's peak *reserved* memory was at most 0.986 of them."""
+"""Headroom over the parts: measured peak reserved memory was at most 0.986 of them."""
 _SUGGESTED_LOSS_CHUNK = 4096
 
 
@@ -108,10 +107,13 @@ def _layer_parameters(p: ModelPreset) -> int:
 
 
 COMPILED_ACTIVATIONS = 0.68
-"""Share of the eager activation bytes that torch.compile'd decoder layers keep for backward (inductor recomputes
-cheap pointwise results in backward instead of saving them). The allocated peaks of 2026-11-29 (2 x H200, 4 and 8 x
-4096) imply 0.63; fitted to *reserved* peaks (one H200, 2026-12-01, six shapes) 0.68 keeps every measurement at or
-under the parts, and the largest shape (8 x 4096) at 0.986 of them."""
+"""Share of eager activation bytes compiled layers keep: fitted to reserved peaks of six shapes on one H200 (0.63 fits
+allocated peaks)."""
+
+
+ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
+"""Sharded fp32 gradient copies held across micro-batches on several GPUs (FSDP2 keeps reduce outputs in flight while
+a slow link lags): fitted to reserved memory of the 2 x H200 cells (shard groups of 1 and 2)."""
 
 
 def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: bool = False) -> float:
@@ -144,7 +146,10 @@ def estimate_for(
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch * t.seq_len
     shard = shard_size or world_size
-    accumulated = 4 * params if strategy == "fsdp" and t.grad_accumulation > 1 and world_size > 1 else 0
+    accumulated = 0.0
+    if t.grad_accumulation > 1 and world_size > 1:
+        copies = ACCUMULATION_GRADIENT_COPIES[strategy]
+        accumulated = (4 * params if strategy == "fsdp" else 0) + copies * 4 * params / shard
     parts = {
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,

@@ -1,44 +1,21 @@
-"""The step-time model: how long one optimizer step takes, and what it waits on, from the settings alone (no torch).
+"""The step-time model: one optimizer step's time and what it waits on, from the settings alone (no torch).
 
-For a model, a batch, an instance type, a node count, a network (efa or tcp) and a sharding strategy it predicts:
+- compute: FLOPs (core.models) over the GPU's bf16 peak x COMPUTE_EFFICIENCY, + MICRO_STEP_FIXED_S, at least
+  LAUNCH_FLOOR_S per micro-batch; optimizer: OPTIMIZER_BYTES_PER_PARAM per local parameter at memory bandwidth.
+- network: each collective's bytes on the link it crosses (inside a node NVLink or PCIe, between nodes network_gbps
+  x NETWORK_SHARE); a ring of n ranks carries (n-1)/n of a collective over each link (nccl-tests' PERFORMANCE.md).
+  fsdp: per micro-batch a bf16 all-gather in forward (2P) and backward (2P less the root and last layer, which stay
+  gathered); per optimizer step a reduce-scatter (rP, r = 4 or 2 bytes). Across nodes the ring crosses each node's
+  interface both ways. hsdp: gathers and reduce-scatters stay in the node; per optimizer step the shards are
+  all-reduced across the N nodes: 2(N-1)/N x rP through each node's interface.
+- overlap: FSDP2 prefetches and reduces layer by layer, so within a micro-batch the slower of compute c and its
+  collectives n sets the pace (+ 1/L of the faster). The once-per-step collective f overlaps only the last
+  micro-batch's backward: step = (k-1) max(c, n) + max(c, n + f, FORWARD_SHARE c + f) + optimizer. (The first version
+  spread f over all k micro-batches and missed HSDP with accumulation by 40% on 2 x H200.)
 
-- compute   every micro-batch's forward + backward: FLOPs (core.models, 6N + 12 L d S per token) over the GPU's dense
-            bf16 peak (core.catalog) times COMPUTE_EFFICIENCY, plus MICRO_STEP_FIXED_S, never under LAUNCH_FLOOR_S;
-            activation checkpointing recomputes the forward (x 4/3), eager layers run at EAGER_SPEED of compiled ones
-            and the unchunked loss at UNCHUNKED_LOSS_SPEED of the chunked one.
-- optimizer gradient clipping + fused AdamW over the local shard: OPTIMIZER_BYTES_PER_PARAM bytes per parameter through
-            device memory at the data sheet's bandwidth.
-- network   the bytes each collective moves per optimizer step (below), on the link each crosses: inside a node the
-            catalog's NVLink or PCIe, between nodes the catalog's network_gbps times EFA's or TCP's achievable share.
-            Each link's busy time is its bytes over its bandwidth; the network time is the busiest link's.
-- overlap   FSDP2 prefetches the next layer's all-gather during this layer's compute and reduces each layer's gradients
-            during the backward of the layers before it, so within a micro-batch the slower of compute (c) and its
-            collectives (n) sets the pace and of the faster one only one layer's worth (1/L) is exposed. The
-            collectives sent once per optimizer step (f: fsdp's reduce-scatter, hsdp's all-reduce across nodes) can
-            only overlap the *last* micro-batch, and only its backward (gradients exist after the forward, FORWARD_SHARE
-            of the FLOPs): step = (k-1) max(c, n) + max(c, n + f, FORWARD_SHARE c + f) + optimizer (+ the 1/L terms).
-            This last rule was added after the first 2-GPU measurement (docs/BENCHMARKS.md): with the once-per-step
-            all-reduce spread over all k micro-batches the model had predicted HSDP with accumulation 40% too fast.
-
-Collectives per optimizer step of k = gradAccumulation micro-batches (P parameters, 2 bytes each when gathered in
-bf16, r = 4 or 2 bytes per gradient for gradReduceDtype fp32 or bf16; a ring of n ranks carries (n-1)/n of a
-collective's full size over each of its links, nccl-tests' PERFORMANCE.md):
-
-- fsdp  (one shard group of all W GPUs): per micro-batch an all-gather of the parameters in forward (2P) and again in
-        backward (2(P - root - last layer): those two stay gathered, training/parallelize.py), and one reduce-scatter
-        of the gradients (rP) per optimizer step (the micro-batches before it skip it: set_requires_gradient_sync).
-        Across nodes the ring crosses each node's network interface once each way, so the network carries (W-1)/W of
-        every collective.
-- hsdp  (shard within a node of G GPUs, replicate across N nodes): the all-gathers and a reduce-scatter per
-        micro-batch stay inside the node; once per optimizer step each shard is all-reduced across the N nodes, and
-        the G shards together send 2(N-1)/N x rP through each node's interface.
-
-Every constant below names its source or the measurement that calibrated it. The compute constants are calibrated on
-one H200 (bench/calibrate.py, bench/results/2026-12-01-h200x1-calibrate-expandable.jsonl); on other GPUs they are
-leads until measured there. The overlap rule and the network shares are not yet checked against a multi-GPU
-measurement: docs/BENCHMARKS.md says which cells are still to measure.
+Constants name their source or calibration: bench/calibrate.py on one H200, bench/sharding_proof.py on two;
+docs/BENCHMARKS.md has the tables and what is still to measure.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,31 +41,22 @@ __all__ = [
 STRATEGIES = ("fsdp", "hsdp")
 
 COMPUTE_EFFICIENCY = 0.666
-"""Achieved share of the dense bf16 peak in forward + backward of compiled decoder layers at large micro-batches.
-Least-squares fit of fwd+bwd time against FLOPs over 4 x 2048, 8 x 2048, 4 x 4096 and 8 x 4096 tokens on one H200
-(658 TFLOP/s of 989; the bf16 matrix-product ceiling measured in the same call was 760)."""
+"""Share of the bf16 peak in fwd+bwd of compiled layers: least-squares fit over 4x2048, 8x2048, 4x4096 and 8x4096
+tokens on one H200 (658 TFLOP/s of 989; matrix-product ceiling in the same call 760)."""
 MICRO_STEP_FIXED_S = 0.046
-"""Seconds per micro-batch that do not scale with FLOPs (kernel launches, FSDP2 hooks, the loss's chunk loop): the
-same fit's intercept."""
+"""Seconds per micro-batch that do not scale with FLOPs (launches, FSDP2 hooks): the same fit's intercept."""
 LAUNCH_FLOOR_S = 0.155
-"""The shortest forward + backward measured, 0.140 s at 2 x 2048 and 0.169 s at 1 x 2048 tokens, averaged: at small
-batches the step is bound by the host launching kernels, not by the GPU."""
+"""Shortest fwd+bwd measured (0.140 s at 2x2048, 0.169 s at 1x2048, averaged): small batches are launch-bound."""
 EAGER_SPEED = 0.946
-"""Speed of eager decoder layers relative to compiled ones: 35,434 vs 37,465 tokens/s per GPU on 2 x H200 at 4 x 4096
-(reference/FACTS.md, torchrun, unchunked loss)."""
+"""Eager vs compiled layers: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked (reference/FACTS.md)."""
 UNCHUNKED_LOSS_SPEED = 0.785
-"""Speed of a step with the unchunked fp32 loss (lossChunkSize 0) relative to the chunked, compiled one: 37,465 tokens/s
-per GPU (2 x H200, 4 x 4096, compiled layers, unchunked; reference/FACTS.md) against 47,747 (one H200, 4 x 4096,
-chunked; the calibration)."""
+"""Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, reference/FACTS.md) vs 47,747 (calibration)."""
 FORWARD_SHARE = 1 / 3
-"""Share of a micro-batch's FLOPs in its forward pass: 2 of the 6 FLOPs per parameter and token (core.models, 6N);
-gradient collectives cannot start before the backward does."""
+"""Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
-"""Gradient clipping + fused AdamW + zero_grad, in bytes of device-memory traffic per local parameter at the data
-sheet's bandwidth: 0.0183 s for 1.544e9 parameters on one H200 (4,800 GB/s) in the calibration."""
+"""Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
 INTRA_NODE_SHARE = 0.72
-"""Achievable share of the intra-node link's data-sheet bandwidth: NCCL all-reduce bus bandwidth 325 GB/s over
-NVLink 4 (450 GB/s per direction) on 2 x H200 (reference/FACTS.md). Used for PCIe too, as a lead."""
+"""All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORK_SHARE: dict[str, float] = {"efa": 0.8, "tcp": 0.8 / 2.06}
 """Achievable share of the instance's network_gbps. efa: the catalog's reading that NCCL over EFA rarely beats ~80% of
 line rate (core.catalog's all-reduce floor). tcp: the AWS reference measured EFA at 2.06x the steps/s of TCP on

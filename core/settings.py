@@ -161,8 +161,7 @@ def _cidr_problem(cidr: str) -> str | None:
 def _admin_arn_problem(arn: str) -> str | None:
     session = _STS_ASSUMED_ROLE_ARN.match(arn)
     if session:
-        # EKS refuses STS session principals in access entries, and the role's path (if any) is not in the session
-        # ARN, so the role ARN cannot be derived here.
+        # EKS refuses session ARNs, which lack the role's path: no way to derive the role ARN here.
         return ("must be IAM role or user ARNs, not an STS session; `ray-efa whoami` prints the role's ARN "
                 f"(or: aws iam get-role --role-name {session['role']} --query Role.Arn --output text)")
     if not re.match(_IAM_PRINCIPAL_ARN, arn):
@@ -439,8 +438,7 @@ class ClusterSettings(_Section):
     )
     log_retention_days: LogRetentionDays = setting(
         365, "logRetentionDays",
-        "Retention of the stack's log groups (control plane, VPC flow logs, Lambda), days, one of CloudWatch Logs' "
-        "periods (1, 3, 5, 7, 14, 30, 60, 90, ... 365, ... 3653); the groups are deleted with the stack.",
+        "Days the stack's log groups keep logs (a CloudWatch Logs period: 1, 3, 5, 7, 14, 30, 60, 90, ... 3653).",
     )
     admin_principal_arns: Annotated[tuple[AdminPrincipalArn, ...], _LIST_AS_TUPLE] = setting(
         (), "adminPrincipalArns",
@@ -479,7 +477,6 @@ class NodeSettings(_Section):
         500, "gpuRootVolumeGib", "Encrypted gp3 root volume of each GPU node, GiB (holds the image).", ge=100, le=16384,
         message="must be between 100 and 16384 GiB (the training image alone is tens of GB)",
     )
-    # gp3's range; whether the volume holds the image is checked where the image is known (at synth).
     system_root_volume_gib: int = setting(
         100, "systemRootVolumeGib",
         "Encrypted gp3 root volume of each system node, GiB (holds the image of the Ray head and the job submitter).",

@@ -2,13 +2,69 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from ray_efa.core import catalog
 from ray_efa.core.settings import Problem, SettingsError
 
-__all__ = ["SystemNodeLaunchTemplate", "encrypted_root_volume", "check_root_volume"]
+__all__ = ["SystemNodeLaunchTemplate", "encrypted_root_volume", "check_root_volume", "ContainerImage",
+           "CONTAINER_IMAGES", "min_root_volume_gib", "root_volume_problem"]
+
+# Kept here, not in core/catalog.py: the training job ships core/ in a ConfigMap with a size limit, and never needs this.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContainerImage:
+    """What a node's root volume must hold for one container image."""
+
+    unpacked_gib: float
+    """Size of the image's layers once unpacked on the node (what `crictl images` / `docker images` show)."""
+    source: str
+    """Where the number comes from."""
+
+
+_DLC_SIZE_SOURCE = (
+    "estimate: AWS publishes no size for ray:train-ml-cuda-v1.1; the PyTorch 2.0 training GPU DLC, the same "
+    "CUDA/NCCL/EFA stack without Ray, flash-attn, Transformer Engine and DeepSpeed, measured 20,575 MB in the DLC "
+    "build's image-size check (aws/deep-learning-containers PR #3270, 2023-08); this image carries more on CUDA 13. "
+    "Replace it with `crictl images` on a node once measured."
+)
+CONTAINER_IMAGES: dict[str, ContainerImage] = {
+    image: ContainerImage(unpacked_gib=30.0, source=_DLC_SIZE_SOURCE)
+    for image in (
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
+    )
+}
+"""Images whose size we know (the AWS Ray Train Deep Learning Container tags); others are not checked."""
+
+# What a node's root volume holds besides the image: the AL2023 EKS AMI (OS, kubelet, containerd, the pause and
+# add-on images, logs). During a pull containerd keeps the compressed layers next to the unpacked ones; compressed
+# layers of these CUDA images are about half their unpacked size. The kubelet's default hard eviction threshold
+# imagefs.available<15% must not trigger once the image is in place.
+_NODE_BASE_GIB = 10
+_PULL_OVERHEAD = 0.5
+_EVICTION_FREE_FRACTION = 0.15
+
+
+def min_root_volume_gib(image: str) -> int | None:
+    """Smallest root volume (GiB) on which a node can pull and run `image`, or None for an image of unknown size."""
+    known = CONTAINER_IMAGES.get(image)
+    if known is None:
+        return None
+    needed = _NODE_BASE_GIB + known.unpacked_gib * (1 + _PULL_OVERHEAD)
+    return math.ceil(needed / (1 - _EVICTION_FREE_FRACTION))
+
+
+def root_volume_problem(image: str, volume_gib: int) -> str | None:
+    """Why a root volume of `volume_gib` cannot hold `image` on a node (naming the minimum), or None when it can."""
+    minimum = min_root_volume_gib(image)
+    if minimum is None or volume_gib >= minimum:
+        return None
+    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image].unpacked_gib:g} GiB "
+            f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)")
+
 
 
 def encrypted_root_volume(size_gib: int, *, iops: int | None = None, throughput: int | None = None
@@ -31,9 +87,9 @@ def check_root_volume(key: str, size_gib: int, image: str) -> None:
     """Raise SettingsError (naming `key`, the size and the minimum) when a node's root volume cannot hold `image`.
 
     Node groups call this for the image their pods run: the system nodes (Ray head and job submitter) and the GPU
-    nodes (Ray workers). Images the catalog does not know pass unchecked.
+    nodes (Ray workers). Images not in CONTAINER_IMAGES pass unchecked.
     """
-    problem = catalog.root_volume_problem(image, size_gib)
+    problem = root_volume_problem(image, size_gib)
     if problem:
         raise SettingsError([Problem(key, size_gib, problem)])
 

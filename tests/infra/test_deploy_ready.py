@@ -64,12 +64,14 @@ def test_system_nodes_require_imdsv2_with_hop_limit_one(default_synth):
     assert "InstanceType" not in data and "ImageId" not in data and "UserData" not in data
 
 
-def test_catalog_records_the_dlc_image_size_with_its_source():
-    image = catalog.CONTAINER_IMAGES[DLC]
+def test_the_dlc_image_size_is_recorded_with_its_source():
+    from ray_efa.infra import node_storage
+
+    image = node_storage.CONTAINER_IMAGES[DLC]
     assert image.unpacked_gib >= 20 and "PR #3270" in image.source
     # 30 GiB unpacked + half again while pulling + the OS, with the kubelet's 15% eviction margin
-    assert catalog.min_root_volume_gib(DLC) == 65
-    assert catalog.min_root_volume_gib("registry.example.com/ray:custom") is None
+    assert node_storage.min_root_volume_gib(DLC) == 65
+    assert node_storage.min_root_volume_gib("registry.example.com/ray:custom") is None
 
 
 def test_a_system_root_volume_too_small_for_the_image_is_refused_at_synth():
