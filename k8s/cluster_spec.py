@@ -94,11 +94,11 @@ def _code_env() -> dict[str, str]:
 
 
 def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
-    """The code ConfigMap and its settings ConfigMap (k8s.code_config_map) projected into one directory."""
+    """The code ConfigMaps and the settings ConfigMap (k8s.code_config_map) projected into one directory."""
     sources = [
         V1VolumeProjection(config_map=V1ConfigMapProjection(
             name=name, items=[V1KeyToPath(key=key, path=path) for key, path in part.items]))
-        for name, part in zip((config_map, settings_config_map_name(config_map)), bundle.split_settings())
+        for name, part in bundle.config_maps(config_map)
     ]
     return V1Volume(name=_CODE_VOLUME, projected=V1ProjectedVolumeSource(sources=sources))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ray_efa.core.settings import Settings
-from ray_efa.k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES
+from ray_efa.k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES, settings_config_map_name
 
 __all__ = [
     "ManifestError",
@@ -84,11 +84,31 @@ class CodeBundle:
         """(key, path) pairs for the ConfigMap volume's items, which restore the directory tree."""
         return [(f.key, f.path) for f in self.files]
 
-    def split_settings(self) -> tuple["CodeBundle", "CodeBundle"]:
-        """(the code, settings.json alone): two ConfigMaps, so that a settings change leaves the code's unchanged."""
-        code = tuple(f for f in self.files if f.path != SETTINGS_FILE)
+    def config_maps(self, name: str) -> list[tuple[str, "CodeBundle"]]:
+        """The ConfigMaps this bundle ships in, as (ConfigMap name, its files), in mount order.
+
+        One per shipped package (ray_efa/__init__.py rides with the first, named `name`; the others `name-<package>`),
+        then settings.json alone (k8s.names.settings_config_map_name). Each is checked against the limits on its own,
+        so the code can grow by a package without reaching the annotation limit of one object; and a change of one
+        training setting changes the small settings ConfigMap only: a readable `cdk diff`.
+        """
+        groups: dict[str, list[ShippedFile]] = {}
+        for f in self.files:
+            if f.path == SETTINGS_FILE:
+                continue
+            parts = f.path.split("/")
+            groups.setdefault(parts[1] if len(parts) > 2 else "", []).append(f)
+        packages = sorted(group for group in groups if group)
+        if "" in groups:  # top-level files (ray_efa/__init__.py) ship with the first package
+            first = packages[0] if packages else ""
+            groups[first] = groups.pop("") + groups.get(first, [])
+            packages = packages or [""]
+        out = [(name if i == 0 else f"{name}-{package}", CodeBundle(files=tuple(sorted(groups[package], key=lambda f: f.path))))
+               for i, package in enumerate(packages)]
         settings = tuple(f for f in self.files if f.path == SETTINGS_FILE)
-        return CodeBundle(files=code), CodeBundle(files=settings)
+        if settings:
+            out.append((settings_config_map_name(name), CodeBundle(files=settings)))
+        return out
 
     @property
     def size_bytes(self) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -12,6 +14,10 @@ from aws_cdk.assertions import Template
 
 from ray_efa.core.settings import Settings
 from ray_efa.infra.app import RayEfaStacks, build_stacks, feature_flags
+
+_SYNTH_ROOT = tempfile.mkdtemp(prefix="ray-efa-synth-")
+# One folder per test process for every cloud assembly (each is ~60 MB with the kubectl layer), removed at exit.
+atexit.register(shutil.rmtree, _SYNTH_ROOT, True)
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
 
@@ -30,7 +36,7 @@ def synthesize(**context) -> Synthesized:
     """Synthesize both stacks (cdk-nag included: synth raises on any unacknowledged finding)."""
     settings = Settings.from_context(context)
     # cdk.json's feature flags, as `cdk synth` applies them
-    app = cdk.App(outdir=tempfile.mkdtemp(prefix="ray-efa-synth-"), context=feature_flags())
+    app = cdk.App(outdir=tempfile.mkdtemp(dir=_SYNTH_ROOT), context=feature_flags())
     stacks = build_stacks(app, settings)
     assembly = app.synth()
     return Synthesized(settings, stacks, Template.from_stack(stacks.cluster), Template.from_stack(stacks.gpu), assembly)

@@ -68,16 +68,19 @@ def test_kuberay_operator_waits_for_the_system_node_group(default_synth):
 
 
 def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(default_synth):
-    # GIVEN the GPU stack's manifests: the code ConfigMap, the settings ConfigMap, the RayJob, one resource each
+    # GIVEN the GPU stack's manifests: the code ConfigMaps (one per package), the settings ConfigMap, the RayJob,
+    # one resource each
     code_id, code, _ = find(default_synth.gpu, "ConfigMap", "train-efa-code")
+    training_id, training, _ = find(default_synth.gpu, "ConfigMap", "train-efa-code-training")
     settings_id, settings, _ = find(default_synth.gpu, "ConfigMap", "train-efa-settings")
     job_id, job_resource, job = find(default_synth.gpu, "RayJob")
-    assert [len(manifest_objects(r)) for r in (code, settings, job_resource)] == [1, 1, 1]
+    assert [len(manifest_objects(r)) for r in (code, training, settings, job_resource)] == [1, 1, 1, 1]
     # THEN they are applied in that order, the first after the GPU node group: the job's activeDeadlineSeconds starts
     # when GPU nodes exist, not while the cluster stack is still being built
     (nodegroup_id,) = default_synth.gpu.find_resources("AWS::EKS::Nodegroup")
     assert nodegroup_id in code["DependsOn"]
-    assert code_id in settings["DependsOn"] and settings_id in job_resource["DependsOn"]
+    assert code_id in training["DependsOn"] and training_id in settings["DependsOn"]
+    assert settings_id in job_resource["DependsOn"]
     assert job["metadata"]["name"] == "train-efa" and job["metadata"]["namespace"] == "ray"
     # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket)
     kinds = {o["kind"] for r in manifests(default_synth.cluster).values() for o in manifest_objects(r)}

@@ -75,9 +75,23 @@ def test_config_map_keys_map_back_to_their_paths(default_synth):
 
 def test_real_bundle_fits_a_client_side_kubectl_apply():
     # GIVEN the code of this checkout WHEN its size is checked THEN it fits (the error names the budget if it ever does not)
-    bundle = collect_code(Settings())
-    bundle.check_fits("train-efa-code")
-    assert 0 < bundle.size_bytes < LAST_APPLIED_MAX_BYTES
+    parts = collect_code(Settings()).config_maps("train-efa-code")
+    # THEN it ships as one ConfigMap per package plus the settings, each of which fits on its own
+    assert [name for name, _ in parts] == ["train-efa-code", "train-efa-code-training", "train-efa-settings"]
+    for name, part in parts:
+        part.check_fits(name)
+        assert 0 < part.size_bytes < LAST_APPLIED_MAX_BYTES
+
+
+def test_top_level_files_ship_with_the_first_package_and_settings_alone():
+    # GIVEN a bundle of two packages, the namespace's __init__ and settings.json
+    files = tuple(ShippedFile(path=p, text="") for p in (
+        "ray_efa/__init__.py", "ray_efa/core/a.py", "ray_efa/training/b.py", "settings.json"))
+    # WHEN it is split into ConfigMaps
+    parts = {name: part.paths() for name, part in CodeBundle(files=files).config_maps("x-code")}
+    # THEN the first package carries ray_efa/__init__.py, the second has its own, and settings.json is alone
+    assert parts == {"x-code": ["ray_efa/__init__.py", "ray_efa/core/a.py"],
+                     "x-code-training": ["ray_efa/training/b.py"], "x-settings": ["settings.json"]}
 
 
 def _bundle_of(size: int) -> CodeBundle:

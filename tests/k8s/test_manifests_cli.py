@@ -43,7 +43,7 @@ def test_writes_one_file_per_chart_in_apply_order(dist):
 def test_files_are_plain_yaml_of_the_charts(dist):
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.glob("*.yaml")}
     assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
-        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("ConfigMap", "train-efa-settings"),
+        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("ConfigMap", "train-efa-code-training"), ("ConfigMap", "train-efa-settings"),
         ("RayJob", "train-efa")]
     assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
 

@@ -147,6 +147,7 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
     # WHEN the job's ConfigMap names and the owner its pods are labelled with are swapped for the RayCluster's
     renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"')
+                         .replace('"train-efa-code-training"', '"ray-efa-code-training"')
                          .replace('"train-efa-settings"', '"ray-efa-settings"').replace('"train-efa"', '"ray-efa"'))
     # THEN nothing else differs
     assert renamed == cluster

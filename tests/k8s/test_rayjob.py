@@ -137,7 +137,7 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     # standing RayCluster
     assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
-        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), ("ConfigMap", f"train-{network}-code"),
+        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), ("ConfigMap", f"train-{network}-code"), ("ConfigMap", f"train-{network}-code-training"),
                                  ("ConfigMap", f"train-{network}-settings"), ("RayJob", f"train-{network}")]]
     assert charts[0] in charts[1].node.dependencies
 

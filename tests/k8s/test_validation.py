@@ -34,7 +34,7 @@ def test_kubernetes_validate_has_the_clusters_kubernetes_version(default_synth):
 def test_core_objects_validate_for_the_clusters_kubernetes_version(synth):
     version = synth.settings.cluster.kubernetes_version
     core_objects = [o for o in synth.objects() if o["apiVersion"] == "v1"]
-    assert sorted(o["kind"] for o in core_objects) == ["ConfigMap"] * 6 + ["Namespace"]
+    assert sorted(o["kind"] for o in core_objects) == ["ConfigMap"] * 9 + ["Namespace"]
     for obj in core_objects:
         assert k8s_validate(obj, version) == version, obj["metadata"]["name"]
 
