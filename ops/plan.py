@@ -311,18 +311,20 @@ def render_plan(plan: Plan, console) -> None:
 
 def _render_performance(plan: Plan, console) -> None:
     """The predicted step (core.perf) on EFA and on TCP: one row per network and strategy, the job's choice in bold."""
-    from rich.table import Table
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)  # whole at 80 columns: short headers, values wrap rather than cut
 
     s = plan.settings
     t = s.training
     table = Table(
         title="Predicted step (core.perf)",
         caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
-                f"gradients reduced in {t.grad_reduce_dtype}; * the strategy the job runs (sharding {t.sharding}); ✗ does not "
+                f"gradients reduced in {t.grad_reduce_dtype}; tok/s per GPU; * the strategy the job runs (sharding {t.sharding}); ✗ does not "
                 "fit memory; MFU with 6N + 12 L d S FLOPs/token. A model calibrated on H200: a lead, not a measurement",
     )
-    for column in ("net", "sharding", "step s", "compute", "network", "tok/s/GPU", "MFU", "bound by", "GiB/GPU"):
-        table.add_column(column, justify="left" if column in ("net", "sharding", "bound by") else "right")
+    for column in ("net", "shard", "step s", "comp s", "net s", "tok/s", "MFU", "bound", "GiB/GPU"):
+        table.add_column(column, justify="left" if column in ("net", "shard", "bound") else "right")
     for net, prediction in plan.performance.items():
         for strategy, row in prediction["strategies"].items():
             chosen = strategy == prediction["strategy"]
