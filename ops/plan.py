@@ -171,6 +171,8 @@ def _value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return ", ".join(map(str, value)) or "-"
+    if isinstance(value, dict):  # a node selector, as -c takes it
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
     return str(value)
 
 
