@@ -384,6 +384,7 @@ class _Model(BaseModel):
 
     @classmethod
     def _rules(cls) -> list[_Rule]:
+        """The cross-field rules of this model: an abstract hook, defined by each section and by Settings."""
         raise NotImplementedError
 
     @classmethod
@@ -397,6 +398,7 @@ class _Model(BaseModel):
         return values
 
     def _flat(self) -> dict[str, Any]:
+        """Every value of this model by context key: an abstract hook, defined by each section and by Settings."""
         raise NotImplementedError
 
 
