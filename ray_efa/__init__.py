@@ -10,8 +10,10 @@ Everything the project installs lives under this one namespace, so that it sits 
     ray_efa.ops        plan, capacity, verify, compare
     ray_efa.cli        the `ray-efa` command
 
-In this repository the subpackages keep their top-level folders (core/, infra/, ...); pyproject.toml maps each to
-its name here. This module imports nothing, so that `import ray_efa.training` in the container stays light.
+In this repository the subpackages keep their top-level folders (core/, infra/, ...) and this folder holds a relative
+symlink to each (ray_efa/core -> ../core): the tree on disk is the tree Python imports, so editors and type checkers
+resolve `ray_efa.*` from a checkout. This module imports nothing, so that `import ray_efa.training` in the container
+stays light.
 """
 
 __version__ = "0.1.0"
