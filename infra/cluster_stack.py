@@ -38,9 +38,8 @@ class ClusterStack(Stack):
         cluster = self.ray_cluster.cluster
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
-        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster)
-        # The operator's release waits (up to 10 minutes) for its Deployment, which only the system nodes can run.
-        self.kuberay.chart.node.add_dependency(self.ray_cluster.system_nodegroup)
+        # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
+        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
         self.device_plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
         self.workload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[

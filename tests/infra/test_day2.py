@@ -29,6 +29,7 @@ CHANGES = [
     ("gpuAvailabilityZone us-east-2a -> us-east-2c", {}, {"gpuAvailabilityZone": "us-east-2c"}),
     ("capacityReservationId set", {}, {"capacityReservationId": RESERVATION}),
     ("capacityReservationId unset", {"capacityReservationId": RESERVATION}, {}),
+    ("kuberayVersion 1.4.0 -> 1.7.0", {"kuberayVersion": "1.4.0"}, {}),
     ("chart versions (kuberay, NVIDIA and EFA plugins)", {},
      {"kuberayVersion": "1.4.0", "nvidiaDevicePluginVersion": "0.19.0", "efaDevicePluginVersion": "v0.5.29"}),
     ("dlcImage", {}, {"dlcImage": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0"}),
@@ -154,6 +155,21 @@ def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
     assert {c.path for c in changes} == {"GpuNodes/Nodegroup", "TrainingJob/ConfigMap-train-efa-settings/Resource"}
     (nodegroup,) = [c for c in changes if c.type == "AWS::EKS::Nodegroup"]
     assert nodegroup.replaced  # new subnet: a new node group, under a new name (the AZ is in it)
+
+
+def test_a_kuberay_upgrade_updates_its_crds_in_place_before_the_chart():
+    old, new = synth_of({"kuberayVersion": "1.4.0"}), synth_of({})
+    _, changes = cdk_diff(old, new, old.settings.cluster_stack_name)
+    by_path = {c.path.rsplit("/Resource", 1)[0]: c for c in changes}
+    # THEN the CRDs resource is updated to the new version (not replaced: one physical id per cluster) ...
+    crds = by_path["KubeRay/Crds"]
+    assert crds.op == "~" and not crds.replaced and "[-] 1.4.0" in crds.details and "[+] 1.7.0" in crds.details
+    # ... and the Helm release waits for it, so the operator of 1.7.0 starts on the 1.7.0 schema
+    resources = new.cluster.to_json()["Resources"]
+    (chart,) = [r for r in resources.values()
+                if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"]
+    assert crds.logical_id in chart["DependsOn"]
+    assert by_path["KubeRay/Chart"].op == "~"
 
 
 def test_a_training_setting_is_a_small_readable_diff():
