@@ -132,6 +132,11 @@ class EfaGpuNodegroup(Construct):
         placement = None
         if use_placement_group:
             self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            # A cluster placement group lives in the AZ of its first instance. Its tags (a change replaces it) name
+            # the AZ and the type, so that a zone move replaces it together with the node group: the new nodes
+            # launch into a new group while the old ones still run in the old one (EC2 refuses a group in use in
+            # another AZ: InvalidPlacementGroup.InUse).
+            Tags.of(self.placement_group).add("ray-efa/availability-zone", zone)
             placement = ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
         reservation = None
         if capacity_reservation_id:

@@ -145,6 +145,30 @@ def test_a_day2_change_never_replaces_what_the_cluster_is_built_on(change, befor
     print(f"\n{change}\n" + "\n".join(rows))
 
 
+def placement_groups_in_use(synth: Synthesized, generation: dict[str, int]) -> dict[tuple[str, int], str]:
+    """Placement group (logical id, physical generation) -> the AZ of the GPU node group launching into it."""
+    resources = synth.gpu.to_json()["Resources"]
+    groups = [i for i, r in resources.items() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    return {(group, generation.get(group, 0)): synth.settings.gpu_availability_zone for group in groups}
+
+
+@pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
+def test_no_placement_group_is_shared_across_azs_while_cloudformation_updates(change, before, after):
+    """CloudFormation creates a replacement before it deletes what it replaces, and deletes nothing before the update
+    is done: while a change rolls out, the node groups (or nodes) of before and after run side by side. A cluster
+    placement group belongs to the AZ of its first instance, so one group used by nodes of two AZs fails the launch
+    (InvalidPlacementGroup.InUse)."""
+    old, new = synth_of(before), synth_of(after)
+    if old.gpu.to_json() == new.gpu.to_json():
+        return
+    _, changes = cdk_diff(old, new, old.settings.gpu_stack_name)
+    replaced = {c.logical_id: 1 for c in changes if c.replaced and c.type == "AWS::EC2::PlacementGroup"}
+    in_use = placement_groups_in_use(old, {})
+    for group, zone in placement_groups_in_use(new, replaced).items():
+        # THEN a group kept (same logical id, not replaced) serves the same AZ before and after
+        assert in_use.get(group, zone) == zone, f"{change}: placement group {group[0]} kept across {in_use[group]} -> {zone}"
+
+
 def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
     old, new = synth_of({}), synth_of({"gpuAvailabilityZone": "us-east-2c"})
     # THEN the cluster stack is the same template (no subnet, NAT or system node group moves) ...
@@ -152,9 +176,12 @@ def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
     # ... and in the GPU stack only the GPU node group and what is tied to its AZ change
     _, changes = cdk_diff(old, new, old.settings.gpu_stack_name)
     # (the settings ConfigMap holds every setting, the AZ too)
-    assert {c.path for c in changes} == {"GpuNodes/Nodegroup", "TrainingJob/ConfigMap-train-efa-settings/Resource"}
+    assert {c.path for c in changes} == {"GpuNodes/Nodegroup", "GpuNodes/PlacementGroup",
+                                         "TrainingJob/ConfigMap-train-efa-settings/Resource"}
     (nodegroup,) = [c for c in changes if c.type == "AWS::EKS::Nodegroup"]
     assert nodegroup.replaced  # new subnet: a new node group, under a new name (the AZ is in it)
+    (placement_group,) = [c for c in changes if c.type == "AWS::EC2::PlacementGroup"]
+    assert placement_group.replaced  # ... into a new placement group (its tags name the AZ), not the old AZ's
 
 
 def test_a_kuberay_upgrade_updates_its_crds_in_place_before_the_chart():
