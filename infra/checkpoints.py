@@ -33,6 +33,9 @@ class CheckpointStorage(Construct):
     NONCURRENT_VERSION_DAYS days, then its old version expires, as do uploads left incomplete for a week.
     `self.storage_path` is what the training job gets.
 
+    Wiring attributes: `service_account` (the job waits for it), `bucket` (None with `storage_path`), `storage_path`
+    (a token for a new bucket) and `pod_identity_agent` (the add-on, when asked for).
+
     Pod Identity needs the eks-pod-identity-agent add-on on the cluster. A cluster RayEksCluster creates has it
     (aws_eks_v2 adds it with the first Pod Identity service account); an imported cluster must have it already,
     or pass `pod_identity_agent=True` to add it here.

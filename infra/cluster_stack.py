@@ -14,7 +14,6 @@ from ray_efa.infra.device_plugins import GpuDevicePlugins
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
-from ray_efa.infra.vpc_cni import VpcCniAddon
 from ray_efa.infra.workload import RayWorkload
 
 __all__ = ["ClusterStack"]
@@ -36,8 +35,12 @@ class ClusterStack(Stack):
         self.vpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
         self.ray_cluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
         cluster = self.ray_cluster.cluster
-        # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
-        self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
+        # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
+        # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
+        # second vpc-cni add-on, which EKS refuses, before deleting the first).
+        self.vpc_cni = self.ray_cluster.vpc_cni
+        assert self.vpc_cni is not None
+        self.vpc_cni.addon.node.default_child.override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
         self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
         self.device_plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)

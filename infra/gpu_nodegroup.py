@@ -13,7 +13,7 @@ from constructs import Construct
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector
+from ray_efa.infra._private import check_node_selector, nodegroup_name
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -63,6 +63,9 @@ class EfaGpuNodegroup(Construct):
     group with Capacity Blocks for ML" requires (a custom launch template with InstanceMarketOptions.MarketType
     capacity-block, the reservation id and the instance type). Instances launch only while the block is active, and
     EKS asks for desired size 0 before a node group of a Capacity Block is upgraded.
+
+    Wiring attributes: `nodegroup` (the eks.Nodegroup: what the training job waits for), `launch_template`,
+    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ).
     """
 
     def __init__(
@@ -183,7 +186,7 @@ class EfaGpuNodegroup(Construct):
             cluster=cluster,
             # The AZ in the name: moving the GPU AZ replaces the node group (its Subnets need a new one), and
             # CloudFormation cannot replace a resource whose custom name stays the same.
-            nodegroup_name=f"{name}-{zone.rsplit('-', 1)[-1]}",
+            nodegroup_name=nodegroup_name("EfaGpuNodegroup cluster_name", name, zone.rsplit('-', 1)[-1]),
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,

@@ -52,7 +52,8 @@ def test_a_zone_the_vpc_lacks_is_named_with_the_vpcs_zones_and_nothing_is_create
 def test_a_zone_of_another_region_names_the_stacks_region():
     stack = _stack("us-west-2")
     vpc, cluster = _imported(stack)
-    with pytest.raises(SettingsError, match=r"availability_zone: must be an AZ of the stack's region us-west-2, got 'us-east-2a'"):
+    with pytest.raises(SettingsError, match=r"availability_zone: must be an AZ of the stack's region us-west-2: one of "
+                                            r"us-west-2a, us-west-2b, got 'us-east-2a'"):
         EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, availability_zone="us-east-2a")
 
 
