@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     except catalog.CatalogError as error:
         problems.append({"key": "--instance-type", "value": instance_type, "message": str(error)})
     if count < 1:
-        problems.append({"key": "--count", "value": count, "message": "must be >= 1"})
+        hint = " (gpuNodeCount is 0, scaled to zero: pass the count you will come back with)" if args.count is None else ""
+        problems.append({"key": "--count", "value": count, "message": f"must be >= 1{hint}"})
     if args.write_context and region != settings.cluster.region:
         problems.append({"key": "--region", "value": region, "message": (
             f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "

@@ -174,6 +174,8 @@ def estimate(settings: Settings, strategy: str | None = None) -> MemoryEstimate:
 
     strategy: "fsdp" or "hsdp"; None takes the settings' `sharding`, with auto resolved by core.perf.
     """
+    if settings.nodes.scaled_to_zero:
+        raise SettingsError([settings.scaled_to_zero_problem()])
     if strategy is None:
         from ray_efa.core import perf  # perf builds on this module; resolve auto lazily
 

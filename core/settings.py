@@ -464,7 +464,12 @@ class NodeSettings(_Section):
     gpu_instance_type: GpuInstanceType = setting(
         "g6.12xlarge", "gpuInstanceType", "EFA-capable GPU instance type of the worker nodes."
     )
-    gpu_node_count: int = setting(2, "gpuNodeCount", "GPU nodes (one Ray worker pod each).", ge=1, le=64)
+    gpu_node_count: int = setting(
+        2, "gpuNodeCount",
+        "GPU nodes (one Ray worker pod each); 0 scales the GPU node group to zero and applies no job, keeping both "
+        "stacks (deploy again with 1 or more to come back).",
+        ge=0, le=64,
+    )
     gpu_availability_zone: str | None = setting(
         None, "gpuAvailabilityZone", "The one AZ of all GPU nodes (EFA does not cross AZs); unset: the region's first."
     )
@@ -519,6 +524,11 @@ class NodeSettings(_Section):
     @property
     def total_gpus(self) -> int:
         return self.gpu_node_count * self.gpu_instance.gpus
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        """gpuNodeCount 0: the GPU node group stays, with no node, and no training job is applied."""
+        return self.gpu_node_count == 0
 
 
 class AddonSettings(_Section):
@@ -866,6 +876,19 @@ class Settings(_Model):
     @property
     def teardown_commands(self) -> tuple[str, ...]:
         return (f"npx cdk destroy {self.gpu_stack_name}", f"npx cdk destroy {self.cluster_stack_name}")
+
+    @property
+    def scale_commands(self) -> tuple[str, str]:
+        """(scale the GPU nodes to zero, come back): the GPU stack alone, both stacks kept."""
+        back = self.nodes.gpu_node_count or NodeSettings.model_fields["gpu_node_count"].default
+        return (f"npx cdk deploy {self.gpu_stack_name} -c gpuNodeCount=0",
+                f"npx cdk deploy {self.gpu_stack_name} -c gpuNodeCount={back}")
+
+    def scaled_to_zero_problem(self) -> Problem:
+        """What to say where a training plan or a job needs GPUs and gpuNodeCount is 0."""
+        return Problem("gpuNodeCount", 0, (
+            "is 0: the GPU node group is scaled to zero and no job runs, so there is no GPU to plan or run the job "
+            f"on; set it to 1 or more to train (`{self.scale_commands[1]}`)"))
 
     # -- construction ---------------------------------------------------------------------------------------
 

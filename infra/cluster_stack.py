@@ -50,6 +50,7 @@ class ClusterStack(Stack):
         self.checkpoints = CheckpointStorage.from_settings(
             self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace)
         self._export_private_subnets()
+        self._export_what_the_job_imports()
 
         # Nothing here depends on the GPU settings (type, count, AZ, reservation) or the training settings: changing
         # those changes the GPU stack alone. The GPU stack has its own outputs.
@@ -64,6 +65,19 @@ class ClusterStack(Stack):
                   description="On-demand estimate of this stack alone (system nodes, control plane, NAT)")
         CfnOutput(self, "RetainedAfterDestroy", description="What `cdk destroy` of both stacks leaves, and its monthly cost",
                   value="; ".join(retained_after_destroy(settings)) or "nothing")
+
+    def _export_what_the_job_imports(self) -> None:
+        """Export what the GPU stack's training job imports (the kubectl provider's service token, the checkpoint
+        bucket's name), whether or not the GPU stack has a job now.
+
+        CDK exports a value only while another stack imports it. Without these, scaling the GPU nodes to zero (or
+        trainingJob false) would remove the exports from this stack, which CloudFormation refuses while the deployed
+        GPU stack still imports them; Stack.export_value keeps the name CDK would have given them (aws-cdk-lib
+        Stack.exportValue, written for this case).
+        """
+        self.export_value(self.ray_cluster.cluster.kubectl_provider.service_token)
+        if self.checkpoints.bucket is not None:
+            self.export_value(self.checkpoints.bucket.bucket_name)
 
     def _export_private_subnets(self) -> None:
         """Export every private subnet of a created VPC, whichever the GPU stack uses.

@@ -79,7 +79,8 @@ class EfaGpuNodegroup(Construct):
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
         :param vpc: the cluster's VPC; the nodes go into its private subnet in `availability_zone`.
         :param instance_type: an EFA-capable GPU instance type of core.catalog. @default "g6.12xlarge"
-        :param node_count: GPU nodes, fixed (min = desired = max). @default 2
+        :param node_count: GPU nodes, fixed (min = desired = max); 0 scales the node group to zero (min = desired =
+            0, max 1, the least EKS allows) and keeps it, its launch template and placement group. @default 2
         :param availability_zone: the one AZ of all GPU nodes (EFA does not cross AZs), in the stack's region.
             @default - the AZ of the VPC's first private subnet
         :param node_selector: the nodes' labels (what the Ray workers and the device plugins select).
@@ -98,8 +99,8 @@ class EfaGpuNodegroup(Construct):
             instance = catalog.gpu_instance(instance_type)
         except catalog.CatalogError as error:
             raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
-        if not 1 <= node_count <= 64:
-            raise ValueError(f"EfaGpuNodegroup node_count must be between 1 and 64, got {node_count!r}")
+        if not 0 <= node_count <= 64:
+            raise ValueError(f"EfaGpuNodegroup node_count must be between 0 (scaled to zero) and 64, got {node_count!r}")
         if capacity_reservation_type not in _RESERVATION_TYPES:
             raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of {', '.join(_RESERVATION_TYPES)}, "
                              f"got {capacity_reservation_type!r}")
@@ -193,7 +194,9 @@ class EfaGpuNodegroup(Construct):
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             min_size=node_count,
             desired_size=node_count,
-            max_size=node_count,
+            # EKS requires maxSize >= 1 (NodegroupScalingConfig, EKS API reference); with nothing that scales the
+            # group (no Cluster Autoscaler or Karpenter here) desired 0 keeps it at zero nodes.
+            max_size=max(node_count, 1),
             subnets=ec2.SubnetSelection(subnets=[self.subnet]),
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number

@@ -71,6 +71,11 @@ class Expectations:
     """Whether the Ray cluster should require a token (k8s.security.token_auth of the settings)."""
     token_auth_reason: str = ""
 
+    @property
+    def scaled_to_zero(self) -> bool:
+        """gpuNodeCount 0: no GPU node, device-plugin pod or Ray cluster is expected; only the cluster side is."""
+        return self.gpu_nodes == 0
+
     @classmethod
     def from_settings(cls, settings: Settings) -> "Expectations":
         instance = settings.nodes.gpu_instance
@@ -147,8 +152,14 @@ def check_gpu_nodes(nodes: list, expected: Expectations) -> Check:
     return Check(id="gpu-nodes", name="GPU nodes Ready", ok=ok, detail=detail)
 
 
-def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str) -> Check:
+_SCALED_TO_ZERO = "gpuNodeCount is 0 (the GPU node group scaled to zero)"
+
+
+def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str,
+                      scaled_to_zero: bool = False) -> Check:
     name = f"allocatable {resource}"
+    if not nodes and scaled_to_zero:
+        return Check(id=check_id, name=name, ok=True, detail=f"no GPU node to check: {_SCALED_TO_ZERO}")
     if not nodes:
         return Check(id=check_id, name=name, ok=False, detail="no GPU nodes to check")
     wrong = {n.metadata.name: _allocatable(n, resource) for n in nodes if _allocatable(n, resource) != want}
@@ -166,13 +177,15 @@ _ZERO_DESIRED_HINT = {
 }
 
 
-def check_daemon_set(daemon_set, release: HelmRelease) -> Check:
+def check_daemon_set(daemon_set, release: HelmRelease, *, scaled_to_zero: bool = False) -> Check:
     name = f"DaemonSet {release.namespace}/{release.release}"
     if daemon_set is None:
         return Check(id=release.release, name=name, ok=False,
                      detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
     s = daemon_set.status
     desired, ready = s.desired_number_scheduled or 0, s.number_ready or 0
+    if desired == 0 and scaled_to_zero:
+        return Check(id=release.release, name=name, ok=True, detail=f"desired 0, as planned: {_SCALED_TO_ZERO}")
     if desired == 0:
         hint = _ZERO_DESIRED_HINT.get(release.release, "check its nodeSelector, affinity and tolerations")
         return Check(id=release.release, name=name, ok=False, detail=(
@@ -225,6 +238,9 @@ def ray_cluster_ready(cluster: dict) -> tuple[bool, str]:
 
 def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectations) -> Check:
     where = expected.namespace
+    if cluster is None and expected.scaled_to_zero:
+        return Check(id="raycluster", name=f"RayCluster in {where}", ok=True,
+                     detail=f"none, as planned: {_SCALED_TO_ZERO}, so no job is applied")
     if cluster is None:
         if job is None:
             detail = (f"no RayCluster {where}/{expected.ray_cluster} and no RayJob {where}/{expected.ray_job}: "
@@ -247,6 +263,8 @@ def check_token_auth(cluster: dict | None, head_pods: list, expected: Expectatio
     name = "Ray token authentication"
     if not expected.token_auth:
         return Check(id="ray-token-auth", name=name, ok=True, detail=f"off, as planned: {expected.token_auth_reason}")
+    if cluster is None and expected.scaled_to_zero:
+        return Check(id="ray-token-auth", name=name, ok=True, detail=f"no Ray cluster to check: {_SCALED_TO_ZERO}")
     if cluster is None:
         return Check(id="ray-token-auth", name=name, ok=False, detail="no live RayCluster to check (see raycluster)")
     cluster_name = cluster["metadata"]["name"]
@@ -286,8 +304,10 @@ def check_policy_enforcement(daemon_set) -> Check:
                  detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
 
 
-def check_network_policy(policy, policy_name: str, namespace: str) -> Check:
+def check_network_policy(policy, policy_name: str, namespace: str, *, scaled_to_zero: bool = False) -> Check:
     name = f"NetworkPolicy {namespace}/{policy_name}"
+    if policy is None and scaled_to_zero:
+        return Check(id="network-policy", name=name, ok=True, detail=f"none: no Ray pod to guard ({_SCALED_TO_ZERO})")
     if policy is None:
         return Check(id="network-policy", name=name, ok=False, detail=(
             "not found: any pod in the cluster can reach the Ray pods (apply the manifests' NetworkPolicy)"))
@@ -331,9 +351,11 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
         nodes = core_v1.list_node(label_selector=expected.gpu_node_selector).items
         checks.append(check_gpu_nodes(nodes, expected))
         checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
-                                        check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release))
+                                        check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release,
+                                        scaled_to_zero=expected.scaled_to_zero))
         checks.append(check_allocatable(nodes, resource=EFA_RESOURCE, want=expected.efa_per_node,
-                                        check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release))
+                                        check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release,
+                                        scaled_to_zero=expected.scaled_to_zero))
     except failures as error:
         for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
@@ -348,8 +370,11 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
         except failures as error:
             return _api_failure(release.release, where, error)
 
+    def judge_daemon_set(daemon_set, release: HelmRelease) -> Check:
+        return check_daemon_set(daemon_set, release, scaled_to_zero=expected.scaled_to_zero)
+
     for release in expected.device_plugins:
-        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, check_daemon_set))
+        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, judge_daemon_set))
     checks.append(check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment,
                                 check_deployment_available))
 
@@ -413,7 +438,8 @@ def _security_checks(
     try:
         policy = _read_or_none(lambda: networking.read_namespaced_network_policy(policy_name, expected.namespace))
         policy = api_client.sanitize_for_serialization(policy) if policy is not None else None
-        checks.append(check_network_policy(policy, policy_name, expected.namespace))
+        checks.append(check_network_policy(policy, policy_name, expected.namespace,
+                                           scaled_to_zero=expected.scaled_to_zero))
     except failures as error:
         checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
     return checks

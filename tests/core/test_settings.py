@@ -188,7 +188,7 @@ def test_settings_are_frozen():
 
 def test_python_api_reports_field_and_cross_field_problems_together():
     with pytest.raises(SettingsError) as caught:
-        NodeSettings(gpu_node_count=0, capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
+        NodeSettings(gpu_node_count=-1, capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
     assert {p.key for p in caught.value.problems} == {"gpuNodeCount", "placementGroup"}
 
 

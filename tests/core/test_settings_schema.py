@@ -51,7 +51,7 @@ def test_project_cdk_json_names_the_schema_and_passes_it():
 
 
 @pytest.mark.parametrize("context, expected", [
-    ({"gpuNodeCount": 0}, ["context/gpuNodeCount: minimum"]),
+    ({"gpuNodeCount": -1}, ["context/gpuNodeCount: minimum"]),
     ({"gpuNodeCont": 2}, ["context: additionalProperties"]),
     ({"placementGroup": "sometimes"}, ["context/placementGroup: enum"]),
     ({"gpuInstanceType": "g6.xlarge"}, ["context/gpuInstanceType: enum"]),

@@ -73,7 +73,7 @@ BAD_CONTEXT = {
     "non-GPU type": ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType: m7i.xlarge has no GPU"),
     "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),
     "unknown type": ({"gpuInstanceType": "p9.96xlarge"}, "unknown GPU instance type 'p9.96xlarge'"),
-    "no GPU nodes": ({"gpuNodeCount": "0"}, "gpuNodeCount: must be between 1 and 64, got '?0'?"),
+    "too many GPU nodes": ({"gpuNodeCount": "65"}, "gpuNodeCount: must be between 0 and 64, got '?65'?"),
     "AZ of another region": ({"gpuAvailabilityZone": "us-west-2a"}, "gpuAvailabilityZone: must be an AZ of region us-east-2"),
     "malformed reservation": ({"capacityReservationId": "cr-123"}, "capacityReservationId: must be 'cr-' and 17 hex digits"),
     "typo in a key": ({"gpuInstanceTyp": "p5.48xlarge"}, "gpuInstanceTyp: unknown setting \\(did you mean gpuInstanceType\\?\\)"),
@@ -89,14 +89,14 @@ def test_bad_settings_fail_before_synthesis(context, message):
 
 
 def test_bad_settings_stop_the_app_and_write_nothing(tmp_path):
-    # GIVEN `-c gpuNodeCount=0 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
+    # GIVEN `-c gpuNodeCount=65 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
     outdir = tmp_path / "cdk.out"
-    context = json.dumps({"gpuNodeCount": "0", "gpuInstanceTyp": "x"})
+    context = json.dumps({"gpuNodeCount": "65", "gpuInstanceTyp": "x"})
     result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env=offline_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(outdir)))
     # THEN it exits non-zero naming both problems, and no template was written
     assert result.returncode == 1
-    assert "gpuNodeCount: must be between 1 and 64" in result.stderr
+    assert "gpuNodeCount: must be between 0 and 64" in result.stderr
     assert "gpuInstanceTyp: unknown setting (did you mean gpuInstanceType?)" in result.stderr
     assert not outdir.exists() or not list(outdir.glob("*.template.json"))
 

@@ -26,6 +26,8 @@ RESERVATION = "cr-0123456789abcdef0"
 CHANGES = [
     ("gpuInstanceType g6.12xlarge -> g6e.24xlarge", {}, {"gpuInstanceType": "g6e.24xlarge"}),
     ("gpuNodeCount 2 -> 4", {}, {"gpuNodeCount": 4}),
+    ("gpuNodeCount 2 -> 0 (scale to zero)", {}, {"gpuNodeCount": 0}),
+    ("gpuNodeCount 0 -> 2 (come back)", {"gpuNodeCount": 0}, {}),
     ("gpuAvailabilityZone us-east-2a -> us-east-2c", {}, {"gpuAvailabilityZone": "us-east-2c"}),
     ("capacityReservationId set", {}, {"capacityReservationId": RESERVATION}),
     ("capacityReservationId unset", {"capacityReservationId": RESERVATION}, {}),
@@ -127,6 +129,24 @@ def cdk_diff(before: Synthesized, after: Synthesized, stack: str) -> tuple[str, 
     return output, changes
 
 
+def _imports(node) -> set[str]:
+    if isinstance(node, dict):
+        if set(node) == {"Fn::ImportValue"} and isinstance(node["Fn::ImportValue"], str):
+            return {node["Fn::ImportValue"]}
+        return set().union(*(_imports(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_imports(v) for v in node)) if node else set()
+    return set()
+
+
+def exports_in_use_removed(old: Synthesized, new: Synthesized) -> set[str]:
+    """Exports of the cluster stack that the change removes while the deployed GPU stack still imports them:
+    `cdk deploy` updates the cluster stack first, and CloudFormation refuses to delete an export in use."""
+    def exports(template) -> set[str]:
+        return {o["Export"]["Name"] for o in template.to_json().get("Outputs", {}).values() if "Export" in o}
+    return (exports(old.cluster) - exports(new.cluster)) & _imports(old.gpu.to_json())
+
+
 def synth_of(context: dict) -> Synthesized:
     return synthesize(**context)
 
@@ -154,6 +174,8 @@ def test_a_day2_change_never_replaces_what_the_cluster_is_built_on(change, befor
         assert not stuck, f"{change}: CloudFormation cannot replace custom-named {stuck}"
         rows.append(f"  {stack}: {summary(changes)}")
     assert replaced >= EXPECTED_REPLACEMENTS.get(change, set()), f"{change}: expected {EXPECTED_REPLACEMENTS[change]}"
+    # ...and no export the running GPU stack imports disappears first
+    assert not exports_in_use_removed(old, new), f"{change} removes exports in use: {exports_in_use_removed(old, new)}"
     print(f"\n{change}\n" + "\n".join(rows))
 
 

@@ -71,8 +71,8 @@ def test_an_unknown_region_is_said_in_words_not_tokens():
 @pytest.mark.parametrize("build, message", [
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, instance_type="m7i.xlarge"),
      r"EfaGpuNodegroup instance_type .*m7i\.xlarge"),
-    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count=0),
-     r"EfaGpuNodegroup node_count must be between 1 and 64, got 0"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count=65),
+     r"EfaGpuNodegroup node_count must be between 0 \(scaled to zero\) and 64, got 65"),
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_selector={"bad key": "x"}),
      r"EfaGpuNodegroup node_selector label key 'bad key' must be"),
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, capacity_reservation_type="capacity-block"),

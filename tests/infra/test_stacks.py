@@ -302,3 +302,22 @@ def test_default_stack_costs_about_nine_and_a_half_dollars_an_hour(default_synth
 
 def test_stacks_are_tagged(default_synth):
     default_synth.gpu.has_resource_properties("AWS::EKS::Nodegroup", {"Tags": Match.object_like({"project": "ray-efa"})})
+
+
+# -- scaled to zero ---------------------------------------------------------------------------------------------
+
+
+def test_scaled_to_zero_keeps_both_stacks_and_the_node_group_at_zero_nodes_with_no_job():
+    # GIVEN gpuNodeCount 0 WHEN synthesized (cdk-nag and the planner included)
+    synth = synthesize(gpuNodeCount=0)
+    # THEN the GPU node group stays, at zero (EKS needs maxSize >= 1), with its launch template and placement group
+    scaling = only(synth.gpu, "AWS::EKS::Nodegroup")["Properties"]["ScalingConfig"]
+    assert scaling == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
+    only(synth.gpu, "AWS::EC2::LaunchTemplate")
+    only(synth.gpu, "AWS::EC2::PlacementGroup")
+    # ...no job is applied (no worker could run), and the cluster stack is the one of a running deployment
+    assert synth.gpu.find_resources("Custom::AWSCDK-EKS-KubernetesResource") == {}
+    assert synth.cluster.to_json() == synthesize().cluster.to_json()
+    outputs = synth.gpu.to_json()["Outputs"]
+    assert float(outputs["EstimatedGpuUsdPerHour"]["Value"]) == 0
+    assert outputs["ComeBackCommand"]["Value"] == "npx cdk deploy ray-train-gpu -c gpuNodeCount=2"

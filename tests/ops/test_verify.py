@@ -253,7 +253,28 @@ def test_context_is_for_settings_and_the_old_kubeconfig_use_is_named(tmp_path, c
     assert code == 2
     assert "use --kube-context recorded" in capsys.readouterr().err
     # and -c/--context KEY=VALUE is a setting, as in every other subcommand
-    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=0", "--json")
+    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=65", "--json")
     assert code == 2
     error = json.loads(capsys.readouterr().out)
     assert [p["key"] for p in error["problems"]] == ["gpuNodeCount"]
+
+
+def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_cluster():
+    # GIVEN gpuNodeCount 0: the GPU node group has no node, so the plugins' DaemonSets want no pod, and no job runs
+    recording = load_recording()
+    recording[NODES]["items"] = [n for n in recording[NODES]["items"] if n not in gpu_nodes(recording)]
+    for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
+        item(recording, DAEMONSETS, name)["status"].update(desiredNumberScheduled=0, numberReady=0,
+                                                           currentNumberScheduled=0, numberAvailable=0)
+    for collection in (RAYCLUSTERS, RAYJOBS, "/apis/networking.k8s.io/v1/namespaces/ray/networkpolicies"):
+        recording[collection]["items"] = []
+    expected = Expectations.from_settings(Settings.from_context({"gpuNodeCount": 0}))
+    # WHEN verified THEN every check passes, saying why nothing GPU-side is there
+    report = verify(recording, expected)
+    assert report.ok, report.as_dict()
+    details = {c.id: c.detail for c in report.checks}
+    assert "0 Ready of 0 nodes" in details["gpu-nodes"] and "scaled to zero" in details["aws-efa-k8s-device-plugin"]
+    assert "scaled to zero" in details["raycluster"]
+    # ...while the same cluster with the GPU nodes expected fails exactly there
+    failed = {c.id for c in verify(recording).failed}
+    assert {"gpu-nodes", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "raycluster"} <= failed
