@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if not regions.is_valid_region(region):
         problems.append({"key": "--region", "value": region, "message": "must be a region name like us-east-2"})
     try:
-        instance = catalog.gpu_instance(instance_type)
+        instance = (settings.nodes.gpu_instance if instance_type == settings.nodes.gpu_instance_type
+                    else catalog.gpu_instance(instance_type))
     except catalog.CatalogError as error:
         problems.append({"key": "--instance-type", "value": instance_type, "message": str(error)})
     if count < 1:

@@ -89,6 +89,7 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
+_INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
@@ -174,11 +175,38 @@ def _log_retention_problem(days: int) -> str | None:
 
 
 def _gpu_instance_problem(name: str) -> str | None:
+    # A name the catalog does not know may be one of extraGpuInstanceTypes: the rule _gpu_type_is_known decides.
+    # A name it knows must be usable (a GPU, with EFA) here already, so that no other rule reads a type it refuses.
+    if name not in catalog.GPU_INSTANCES and name not in catalog.SYSTEM_INSTANCES:
+        return None if re.match(_INSTANCE_TYPE, name) else "must be an EC2 instance type like p5.48xlarge"
     try:
         catalog.gpu_instance(name)
     except catalog.CatalogError as error:
         return str(error)
     return None
+
+
+def _descriptions_problem(descriptions: tuple[dict[str, Any], ...]) -> str | None:
+    problems, names = [], []
+    for index, description in enumerate(descriptions):
+        label = f"entry {index} ({description.get('name', 'no name')})" if isinstance(description, dict) else f"entry {index}"
+        if not isinstance(description, dict):
+            problems.append(f"{label} must be a JSON object")
+            continue
+        try:
+            names.append(catalog.describe_gpu_instance(description).name)
+        except catalog.CatalogError as error:
+            problems.append(f"{label}: {error}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problems.append(f"names must differ: {', '.join(repeated)} more than once")
+    return ("must describe GPU types as the catalog's rows are checked: " + "; ".join(problems)) if problems else None
+
+
+def described_gpu_instances(descriptions: Iterable[Mapping[str, Any]]) -> dict[str, catalog.InstanceType]:
+    """The extraGpuInstanceTypes rows by name (each checked by catalog.describe_gpu_instance)."""
+    rows = (catalog.describe_gpu_instance(description) for description in descriptions)
+    return {row.name: row for row in rows}
 
 
 def _image_problem(image: str) -> str | None:
@@ -204,11 +232,24 @@ def _schema(**schema: Any) -> WithJsonSchema:
     return WithJsonSchema({"type": "string", **schema})
 
 
+# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
+_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 # Annotated types with their checks; pydantic runs them after the type.
 Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
 Cidr = Annotated[str, _check(_cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
-GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
-                            _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+GpuInstanceType = Annotated[str, _check(_gpu_instance_problem), _schema(
+    pattern=_INSTANCE_TYPE, examples=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+_DESCRIPTION_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": [key for key, (_, required, _) in catalog.DESCRIPTION_KEYS.items() if required],
+    "properties": {key: {"description": meaning, **({"type": "string"} if kind is str else {"type": "boolean"}
+                                                     if kind is bool else {"type": "integer"} if kind is int
+                                                     else {"type": "number"})}
+                   for key, (kind, _, meaning) in catalog.DESCRIPTION_KEYS.items()},
+}
+GpuDescriptions = Annotated[tuple[dict[str, Any], ...], _LIST_AS_TUPLE, _check(_descriptions_problem),
+                            WithJsonSchema({"type": "array", "items": _DESCRIPTION_SCHEMA})]
+"""GPU instance types a user describes (catalog.DESCRIPTION_KEYS), checked like the catalog's own rows."""
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
 AdminPrincipalArn = Annotated[str, _check(_admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
@@ -219,8 +260,6 @@ NodeSelector = Annotated[
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
-# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
-_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
 
 # -- rules across fields ------------------------------------------------------------------------------------------
@@ -462,7 +501,8 @@ class NodeSettings(_Section):
     )
     system_node_count: int = setting(1, "systemNodeCount", "Nodes in the system node group.", ge=1, le=10)
     gpu_instance_type: GpuInstanceType = setting(
-        "g6.12xlarge", "gpuInstanceType", "EFA-capable GPU instance type of the worker nodes."
+        "g6.12xlarge", "gpuInstanceType",
+        "EFA-capable GPU instance type of the worker nodes: one of the catalog, or one of extraGpuInstanceTypes.",
     )
     gpu_node_count: int = setting(
         2, "gpuNodeCount",
@@ -509,8 +549,20 @@ class NodeSettings(_Section):
         "(and nvidia.com/gpu.present=true).",
     )
 
+    extra_gpu_instance_types: GpuDescriptions = setting(
+        (), "extraGpuInstanceTypes",
+        "GPU instance types the catalog does not build in, each a JSON object: name, gpus, gpuName, vcpus, memoryGib, "
+        "efaInterfaces, networkGbps, usdPerHour, and gpuMemoryGib, peakBf16Tflops and memoryBandwidthGbS for a GPU the "
+        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary); checked like the "
+        "catalog's rows (EFA required). gpuInstanceType may then name one.",
+    )
+
     @property
     def gpu_instance(self) -> catalog.InstanceType:
+        """The catalog row of gpuInstanceType, or its description in extraGpuInstanceTypes."""
+        described = described_gpu_instances(self.extra_gpu_instance_types)
+        if self.gpu_instance_type in described:
+            return described[self.gpu_instance_type]
         return catalog.gpu_instance(self.gpu_instance_type)
 
     @property
@@ -765,8 +817,23 @@ def _gpu_zone_in_the_vpc(region: str, vpc_id: str | None, vpc_zones: tuple[str, 
     return None
 
 
-@_rule("gpuInstanceType", "efaDevicePluginVersion")
-def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str) -> Problem | None:
+@_rule("gpuInstanceType", "extraGpuInstanceTypes")
+def _gpu_type_is_known(instance_type: str, descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+    if instance_type in catalog.GPU_INSTANCES or instance_type in described_gpu_instances(descriptions):
+        return None
+    try:
+        catalog.gpu_instance(instance_type)
+    except catalog.CatalogError as error:
+        return Problem("gpuInstanceType", instance_type, f"{error}; or describe it in extraGpuInstanceTypes")
+    return None
+
+
+@_rule("gpuInstanceType", "efaDevicePluginVersion", "extraGpuInstanceTypes")
+def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str,
+                                     descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+    # Built-in and described types alike: the recorded allowlist is the chart's own (every GPU type it lists).
+    if instance_type not in catalog.GPU_INSTANCES and instance_type not in described_gpu_instances(descriptions):
+        return None  # _gpu_type_is_known says what is wrong
     problem = catalog.efa_plugin_problem(instance_type, chart_version)
     return Problem("efaDevicePluginVersion", chart_version, problem) if problem else None
 
@@ -951,6 +1018,20 @@ def _strip_annotated(annotation: Any) -> Any:
     return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
 
 
+def _parse_objects(raw: Any) -> tuple[dict[str, Any], ...]:
+    """A list of JSON objects: a JSON list or one JSON object (`-c`), or a list of mappings (cdk.json)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else []
+        except json.JSONDecodeError as error:
+            raise ValueError(f"must be a JSON list of objects (or one object): {error.msg} at {error.pos}") from None
+    if isinstance(raw, Mapping):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(item, Mapping) for item in raw):
+        raise ValueError("must be a JSON list of objects (or one object)")
+    return tuple(dict(item) for item in raw)
+
+
 def _parse(raw: Any, annotation: Any) -> Any:
     """Convert a context value to a field's type, leniently (`-c` gives strings); raise ValueError with what was expected.
 
@@ -969,6 +1050,8 @@ def _parse(raw: Any, annotation: Any) -> Any:
         if isinstance(raw, Mapping) and all(isinstance(v, str) for v in raw.values()):
             return {str(k): v for k, v in raw.items()}
         raise ValueError("must be a JSON object of string labels or key=value,key2=value2")
+    if typing.get_origin(annotation) is tuple and typing.get_origin(typing.get_args(annotation)[0]) is dict:
+        return _parse_objects(raw)  # extraGpuInstanceTypes: JSON objects
     if typing.get_origin(annotation) is tuple:
         if isinstance(raw, str):
             text = raw.strip()

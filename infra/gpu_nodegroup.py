@@ -70,7 +70,7 @@ class EfaGpuNodegroup(Construct):
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
-        instance_type: str = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
+        instance_type: str | catalog.InstanceType = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
         node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, capacity_reservation_id: str | None = None,
         capacity_reservation_type: str = "odcr", placement_group: bool | None = None, root_volume_gib: int = 500,
         image: str | None = None, cluster_name: str | None = None,
@@ -78,7 +78,8 @@ class EfaGpuNodegroup(Construct):
         """
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
         :param vpc: the cluster's VPC; the nodes go into its private subnet in `availability_zone`.
-        :param instance_type: an EFA-capable GPU instance type of core.catalog. @default "g6.12xlarge"
+        :param instance_type: an EFA-capable GPU instance type of core.catalog, by name, or a row of your own
+            (catalog.describe_gpu_instance: checked as the catalog's rows are). @default "g6.12xlarge"
         :param node_count: GPU nodes, fixed (min = desired = max); 0 scales the node group to zero (min = desired =
             0, max 1, the least EKS allows) and keeps it, its launch template and placement group. @default 2
         :param availability_zone: the one AZ of all GPU nodes (EFA does not cross AZs), in the stack's region.
@@ -96,9 +97,13 @@ class EfaGpuNodegroup(Construct):
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
         try:
-            instance = catalog.gpu_instance(instance_type)
+            if isinstance(instance_type, catalog.InstanceType):
+                instance = catalog.usable_gpu_instance(instance_type)
+            else:
+                instance = catalog.gpu_instance(instance_type)
         except catalog.CatalogError as error:
             raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
+        instance_type = instance.name
         if not 0 <= node_count <= 64:
             raise ValueError(f"EfaGpuNodegroup node_count must be between 0 (scaled to zero) and 64, got {node_count!r}")
         if capacity_reservation_type not in _RESERVATION_TYPES:
@@ -221,7 +226,7 @@ class EfaGpuNodegroup(Construct):
         check_root_volume("gpuRootVolumeGib", nodes.gpu_root_volume_gib, settings.workload.dlc_image)
         gpu_subnet(vpc, settings.gpu_availability_zone)
         return cls(
-            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance_type,
+            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance,
             node_count=nodes.gpu_node_count, availability_zone=settings.gpu_availability_zone,
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,

@@ -135,10 +135,10 @@ def test_check_fits_returns_the_plan_when_it_fits():
     [
         # 44 GiB on a 22.5 GiB L4: activation checkpointing alone fits, and so does the next bigger GPU
         ({"microBatch": 2, "seqLen": 4096}, "activationCheckpointing",
-         ("activationCheckpointing=true", "gpuInstanceType=g6e.24xlarge", "22.5 GiB")),
-        # nothing single fits: the combination of every lever is offered
-        ({"microBatch": 8, "seqLen": 4096}, "microBatch",
-         ("no single change fits", "lossChunkSize=4096", "activationCheckpointing=true", "microBatch=4", "seqLen=2048")),
+         ("activationCheckpointing=true", "gpuInstanceType=g6e.12xlarge", "22.5 GiB")),
+        # nothing single fits (not even the largest GPU, p6-b200's B200): the combination of every lever is offered
+        ({"microBatch": 32, "seqLen": 4096}, "microBatch",
+         ("no single change fits", "lossChunkSize=4096", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
         # micro batch 1 already: the sequence is the setting to name, and its default fits
         ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
         # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest

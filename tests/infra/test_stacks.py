@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -321,3 +324,40 @@ def test_scaled_to_zero_keeps_both_stacks_and_the_node_group_at_zero_nodes_with_
     outputs = synth.gpu.to_json()["Outputs"]
     assert float(outputs["EstimatedGpuUsdPerHour"]["Value"]) == 0
     assert outputs["ComeBackCommand"]["Value"] == "npx cdk deploy ray-train-gpu -c gpuNodeCount=2"
+
+
+# -- the open catalog -------------------------------------------------------------------------------------------
+
+
+def test_p6_b200_synthesizes_with_eight_efa_interfaces_and_gpudirect_rdma():
+    synth = synthesize(gpuInstanceType="p6-b200.48xlarge")
+    data = launch_template_data(synth)
+    assert data["InstanceType"] == "p6-b200.48xlarge"
+    assert [i["InterfaceType"] for i in data["NetworkInterfaces"]] == ["efa"] + ["efa-only"] * 7
+    from tests.infra.test_workload import find
+
+    _, _, job = find(synth.gpu, "RayJob")
+    (worker,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == "8"
+    assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in worker["env"]
+
+
+def test_a_gpu_type_of_your_own_goes_into_the_construct_checked():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from ray_efa.infra.cluster import RayEksCluster
+    from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+
+    row = catalog.describe_gpu_instance({
+        "name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
+        "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0})
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    ray = RayEksCluster(stack, "Ray", vpc=vpc)
+    gpu = EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type=row)
+    data = stack.resolve(gpu.launch_template.launch_template_data)
+    assert data["instanceType"] == "p6-b300.48xlarge" and len(data["networkInterfaces"]) == 16
+    no_efa = dataclasses.replace(row, name="p6-b300x.48xlarge", efa_interfaces=0)
+    with pytest.raises(ValueError, match="EfaGpuNodegroup instance_type efaInterfaces must be >= 1"):
+        EfaGpuNodegroup(stack, "NoEfa", cluster=ray.cluster, vpc=vpc, instance_type=no_efa)

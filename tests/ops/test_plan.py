@@ -174,3 +174,19 @@ def test_a_running_plan_shows_what_scaling_to_zero_would_cost(project):
     console = Console(record=True, width=120)
     render_plan(plan_of(project), console)
     assert "scaled to zero (gpuNodeCount=0, both stacks kept)" in console.export_text()
+
+
+def test_a_described_gpu_type_without_efa_is_exit_2_naming_the_setting(capsys):
+    description = json.dumps({"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268,
+                              "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000, "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 0,
+                              "networkGbps": 6400, "usdPerHour": 150.0})
+    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={description}")
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert code == 2 and [p["key"] for p in problems] == ["extraGpuInstanceTypes"]
+    assert "efaInterfaces must be >= 1" in problems[0]["message"]
+    # ...and with EFA the plan is the described node's: 8 GPUs, 16 EFA interfaces, its price
+    ok = description.replace('"efaInterfaces": 0', '"efaInterfaces": 16')
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={ok}") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pods"]["worker"]["gpus"] == 8 and out["pods"]["worker"]["efa"] == 16
+    assert out["usd_per_hour"]["gpu_nodes"] == 300.0
