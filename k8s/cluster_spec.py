@@ -34,6 +34,7 @@ from kubernetes.client import (
 from ray_efa.core import catalog, scheduling
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
+from ray_efa.k8s.cuda_compat import cuda_compat_setup
 from ray_efa.k8s.names import CODE_MOUNT_PATH, settings_config_map_name
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
@@ -176,6 +177,9 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
     container = V1Container(
         name=_WORKER_CONTAINER,
         image=settings.workload.dlc_image,
+        # The image's CUDA forward-compatibility setup, which its ENTRYPOINT would run: KubeRay puts these args in
+        # front of `ray start`, in the same shell (k8s.cuda_compat).
+        args=[cuda_compat_setup()],
         env=_env({**network_env(settings.workload.network, instance), **_code_env(), **_region_env(settings)}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount()],
