@@ -40,7 +40,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator,
 )
 
-from ray_efa.core import catalog, regions, scheduling
+from ray_efa.core import addons, catalog, regions, scheduling
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 
 __all__ = [
@@ -595,6 +595,20 @@ class AddonSettings(_Section):
         "v0.5.30", "efaDevicePluginVersion",
         "aws-efa-k8s-device-plugin Helm chart version (its allowlist must hold the GPU type).",
     )
+    device_allocation: Literal["device-plugin", "dra"] = setting(
+        "device-plugin", "deviceAllocation",
+        "How the worker pods get GPUs and EFA interfaces: device-plugin (nvidia.com/gpu, vpc.amazonaws.com/efa "
+        "extended resources), or dra (the NVIDIA and EFA DRA drivers; ResourceClaimTemplates that pair each GPU with "
+        "the EFA interfaces on its PCIe root; Kubernetes 1.34 or later). Switch with the GPU nodes at zero.",
+    )
+    nvidia_dra_driver_version: str = setting(
+        "0.4.1", "nvidiaDraDriverVersion", "dra-driver-nvidia-gpu Helm chart version (deviceAllocation dra).",
+        pattern=_SEMVER, message="must be a chart version like 0.4.1",
+    )
+    efa_dra_driver_version: Literal[*addons.EFA_DRA_DRIVER_ALLOWLISTS] = setting(
+        "1.0.0", "efaDraDriverVersion",
+        "aws-dranet (EFA DRA driver) Helm chart version, deviceAllocation dra (its allowlist must hold the GPU type).",
+    )
 
 
 class WorkloadSettings(_Section):
@@ -828,14 +842,33 @@ def _gpu_type_is_known(instance_type: str, descriptions: tuple[dict[str, Any], .
     return None
 
 
-@_rule("gpuInstanceType", "efaDevicePluginVersion", "extraGpuInstanceTypes")
-def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str,
-                                     descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+@_rule("gpuInstanceType", "efaDevicePluginVersion", "extraGpuInstanceTypes", "deviceAllocation", "efaDraDriverVersion")
+def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str, descriptions: tuple[dict[str, Any], ...],
+                                     allocation: str, dra_version: str) -> Problem | None:
     # Built-in and described types alike: the recorded allowlist is the chart's own (every GPU type it lists).
     if instance_type not in catalog.GPU_INSTANCES and instance_type not in described_gpu_instances(descriptions):
         return None  # _gpu_type_is_known says what is wrong
+    if allocation == "dra":  # the EFA DRA driver is installed instead, with an allowlist of its own
+        problem = catalog.efa_plugin_problem(instance_type, dra_version, addons.EFA_DRA_DRIVER_ALLOWLISTS)
+        return Problem("efaDraDriverVersion", dra_version, problem.replace("efaDevicePluginVersion", "efaDraDriverVersion")
+                       ) if problem else None
     problem = catalog.efa_plugin_problem(instance_type, chart_version)
     return Problem("efaDevicePluginVersion", chart_version, problem) if problem else None
+
+
+def dra_kubernetes_problem(kubernetes_version: str) -> str | None:
+    """Why DRA cannot be used on this Kubernetes version (resource.k8s.io/v1 is GA from 1.34), or None."""
+    major, minor = (int(part) for part in kubernetes_version.split(".")[:2])
+    if (major, minor) < addons.DRA_MIN_KUBERNETES:
+        return (f"must be device-plugin on Kubernetes {kubernetes_version}: DRA (resource.k8s.io/v1, the NVIDIA and EFA "
+                f"DRA drivers) needs Kubernetes {'.'.join(map(str, addons.DRA_MIN_KUBERNETES))} or later")
+    return None
+
+
+@_rule("deviceAllocation", "kubernetesVersion")
+def _dra_needs_its_kubernetes(allocation: str, kubernetes_version: str) -> Problem | None:
+    problem = dra_kubernetes_problem(kubernetes_version) if allocation == "dra" else None
+    return Problem("deviceAllocation", allocation, problem) if problem else None
 
 
 # -- the settings object ------------------------------------------------------------------------------------------

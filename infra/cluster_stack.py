@@ -11,6 +11,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
+from ray_efa.infra.dra_drivers import GpuDraDrivers
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
@@ -43,7 +44,11 @@ class ClusterStack(Stack):
         self.vpc_cni.addon.node.default_child.override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
         self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
-        self.device_plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)
+        # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
+        self.device_plugins: GpuDevicePlugins | GpuDraDrivers = (
+            GpuDraDrivers.from_settings(self, "DraDrivers", settings, cluster=cluster)
+            if settings.addons.device_allocation == "dra"
+            else GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster))
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
         self.workload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
             self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])

@@ -17,6 +17,7 @@ from ray_efa.core.memory import check_fits
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.device_claims import WorkerDeviceClaims
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
 from ray_efa.k8s.namespace import WorkloadNamespace
 from ray_efa.k8s.network_policy import RayNetworkPolicy
@@ -44,6 +45,7 @@ def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=RAY_CLUSTER_NAME, submitter=False)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
                          namespace=settings.workload.namespace, bundle=collect_code(settings))
+    _device_claims(chart, settings, RAY_CLUSTER_NAME)
     RayCluster(chart, "RayCluster", settings=settings, name=RAY_CLUSTER_NAME, code=code)
     return chart
 
@@ -61,8 +63,16 @@ def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
                          namespace=settings.workload.namespace, bundle=collect_code(settings))
+    _device_claims(chart, settings, name)
     RayJob(chart, "RayJob", settings=settings, name=name, code=code)
     return chart
+
+
+def _device_claims(chart: cdk8s.Chart, settings: Settings, owner: str) -> None:
+    """With deviceAllocation dra, the workers' ResourceClaimTemplate, before the Ray object whose pods claim from it."""
+    if settings.addons.device_allocation == "dra":
+        WorkerDeviceClaims(chart, "DeviceClaims", owner=owner, namespace=settings.workload.namespace,
+                           instance=settings.nodes.gpu_instance)
 
 
 def _in_order(charts: list[cdk8s.Chart]) -> list[cdk8s.Chart]:

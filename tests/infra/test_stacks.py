@@ -361,3 +361,39 @@ def test_a_gpu_type_of_your_own_goes_into_the_construct_checked():
     no_efa = dataclasses.replace(row, name="p6-b300x.48xlarge", efa_interfaces=0)
     with pytest.raises(ValueError, match="EfaGpuNodegroup instance_type efaInterfaces must be >= 1"):
         EfaGpuNodegroup(stack, "NoEfa", cluster=ray.cluster, vpc=vpc, instance_type=no_efa)
+
+
+# -- deviceAllocation dra -----------------------------------------------------------------------------------------
+
+
+def test_dra_installs_both_dra_drivers_on_the_gpu_nodes_and_no_device_plugin():
+    synth = synthesize(deviceAllocation="dra", gpuInstanceType="p5.48xlarge")
+    charts = {c["Properties"]["Chart"]: c for c in synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    assert set(charts) == {"kuberay-operator", "dra-driver-nvidia-gpu", "aws-dranet"}
+    nvidia, efa = charts["dra-driver-nvidia-gpu"]["Properties"], charts["aws-dranet"]["Properties"]
+    assert nvidia["Repository"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+    assert (nvidia["Version"], nvidia["Namespace"], efa["Version"], efa["Namespace"]) == ("0.4.1", "nvidia", "1.0.0", "kube-system")
+    values = json.loads(nvidia["Values"])
+    assert values["resources"]["computeDomains"] == {"enabled": False} and values["gpuResourcesEnabledOverride"] is True
+    assert values["kubeletPlugin"]["nodeSelector"] == {"role": GPU_NODE_LABELS["role"]}
+    assert json.loads(efa["Values"])["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # the training job claims from its ResourceClaimTemplate, applied before the RayJob
+    from tests.infra.test_workload import find
+
+    template_id, _, _ = find(synth.gpu, "ResourceClaimTemplate")
+    job_id, job_resource, _ = find(synth.gpu, "RayJob")
+    assert template_id in job_resource["DependsOn"]
+
+
+def test_dra_drivers_refuse_a_kubernetes_without_dra():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_eks_v2 as eks
+
+    from ray_efa.infra.dra_drivers import GpuDraDrivers
+
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c", vpc=vpc)
+    with pytest.raises(ValueError, match=r"GpuDraDrivers kubernetes_version '1.33'.*needs Kubernetes 1.34 or later"):
+        GpuDraDrivers(stack, "Dra", cluster=cluster, kubernetes_version="1.33")
