@@ -37,6 +37,8 @@ CHANGES = [
     ("dlcImage", {}, {"dlcImage": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0"}),
     ("a training setting (steps 20 -> 40)", {}, {"steps": 40}),
     ("systemInstanceType m7i.xlarge -> m7i.2xlarge", {}, {"systemInstanceType": "m7i.2xlarge"}),
+    ("deviceAllocation device-plugin -> dra (GPU nodes at zero)", {"gpuNodeCount": 0},
+     {"gpuNodeCount": 0, "deviceAllocation": "dra"}),
 ]
 
 EXPECTED_REPLACEMENTS = {
