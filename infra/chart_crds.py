@@ -25,6 +25,7 @@ from pathlib import Path
 from aws_cdk import CustomResource, Duration
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs_
 from constructs import Construct
 
 from ray_efa.core.addons import KUBERAY_OPERATOR, HelmRelease
@@ -67,7 +68,6 @@ class HelmChartCrds(Construct):
         kubectl_function = kubectl_handler.node.default_child
         assert isinstance(kubectl_function, lambda_.CfnFunction)
         layer_arns = kubectl_function.layers or []
-        log_group = logs.log_group(self, "Logs") if logs is not None else None
         self.function = lambda_.Function(
             self, "Function",
             description=f"Server-side apply of the crds/ of Helm chart {release.chart} at a version",
@@ -78,7 +78,6 @@ class HelmChartCrds(Construct):
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, f"Layer{i}", str(arn))
                     for i, arn in enumerate(layer_arns)],
             environment={"AWS_STS_REGIONAL_ENDPOINTS": "regional"},
-            log_group=log_group,
         )
         cfn_function = self.function.node.default_child
         assert isinstance(cfn_function, lambda_.CfnFunction)
@@ -90,8 +89,17 @@ class HelmChartCrds(Construct):
             properties={"ClusterName": cluster.cluster_name, "Chart": release.chart,
                         "Repository": release.repository, "Version": version},
         )
-        if log_group is not None:
-            self.resource.node.add_dependency(log_group)
+        # Its logs: with @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json) aws-lambda creates /aws/lambda/<name> in
+        # the stack; under the stack's retention, key and lifecycle when `logs` is given (as RayEksCluster does for the
+        # kubectl provider's), else the stack's own log group for it. Created before CloudFormation first invokes the
+        # function, deleted after its last call (the Delete of the custom resource).
+        group = self.function.node.try_find_child("LogGroup")
+        if isinstance(group, logs_.LogGroup):
+            if logs is not None:
+                logs.adopt(group.node.default_child)  # type: ignore[arg-type]
+            self.resource.node.add_dependency(group)
+        elif logs is not None:
+            logs.for_function(self, "Logs", function_name=self.function.function_name, users=(self.resource,))
         self._acknowledge_findings(in_vpc=kubectl_function.vpc_config is not None)
 
     def _acknowledge_findings(self, *, in_vpc: bool) -> None:
