@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ray_efa.cli._common import fail, missing_plots_extra
+from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json
 
 
 def register(add_parser, name: str) -> None:
@@ -20,6 +20,7 @@ def register(add_parser, name: str) -> None:
                    description=__doc__.split("\n\n")[0])
     p.add_argument("run_folder", metavar="RUN", help="the run folder: <storagePath>/<run name>, a local path or s3://...")
     p.add_argument("--out", type=Path, help="where the report goes: a folder of its own (default: reports/<run name>)")
+    add_json_option(p)
     p.set_defaults(run=run)
 
 
@@ -42,11 +43,17 @@ def run(args: argparse.Namespace) -> int:
         return fail(args, "report", str(error))
     except OSError as error:
         return fail(args, "report", f"cannot write {out}: {error.strerror or error}")
-    print(f"report of {records.name}: {len(records.history)} reports, steps {records.history[0]['step']}.."
-          f"{records.history[-1]['step']}")
+    first, last = records.history[0]["step"], records.history[-1]["step"]
+    index = next(p for p in files if p.name == "index.html")
+    if args.json:
+        print_json({"run": records.uri, "name": records.name, "reports": len(records.history), "first_step": first,
+                    "last_step": last, "notes": records.notes, "files": [str(p) for p in files],
+                    "index": str(index)})
+        return 0
+    print(f"report of {records.name}: {len(records.history)} reports, steps {first}..{last}")
     for note in records.notes:
         print(f"  note: {note}")
     for path in files:
         print(f"  {path}")
-    print(f"open {Path(out) / 'index.html'}")
+    print(f"open {index}")
     return 0

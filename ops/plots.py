@@ -46,12 +46,12 @@ def _figure(*, width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int
     return figure, axes
 
 
-def png_bytes(figure: "Figure", *, command: str) -> bytes:
+def png_bytes(figure: "Figure", *, command: str, dpi: int = _DPI) -> bytes:
     """The figure as PNG bytes, its Software text naming the command that drew it."""
     import matplotlib
 
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=_DPI,
+    figure.savefig(buffer, format="png", dpi=dpi,
                    metadata={"Software": f"{SOFTWARE} {command} (matplotlib {matplotlib.__version__})"})
     return buffer.getvalue()
 

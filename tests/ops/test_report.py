@@ -86,7 +86,7 @@ def test_report_of_a_real_run_has_every_chart_and_a_self_contained_page(run_fold
     assert sorted(p.name for p in out.iterdir()) == [".ray-efa-output.json", "index.html", *CHARTS]
     for name in CHARTS:
         _assert_png(out / name)
-    assert f"open {out / 'index.html'}" in printed and "no prediction line: the run ran on cpu" in printed
+    assert f"open {out.resolve() / 'index.html'}" in printed and "no prediction line: the run ran on cpu" in printed
     # and the page carries each chart inline, the summary, the verdict and the settings, and fetches nothing
     page = (out / "index.html").read_text()
     for name in CHARTS:
@@ -98,6 +98,18 @@ def test_report_of_a_real_run_has_every_chart_and_a_self_contained_page(run_fold
     assert f"{summary['final_loss']:.4f}" in page and "this machine, 2 x cpu" in page
     assert "no-proof" in page and "NO PROOF" in page
     assert "<td>gradClip</td><td>1.0</td>" in page and "<td>steps</td><td>8</td>" in page
+
+
+def test_report_json_names_the_files_and_the_gaps(run_folder, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert run_cli("report", str(run_folder), "--out", str(out), "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["name"], data["reports"], data["first_step"], data["last_step"]) == ("viz-run", 8, 1, 8)
+    assert data["index"] == str(out.resolve() / "index.html") and len(data["files"]) == 6
+    assert any("no prediction line" in note for note in data["notes"])
+    # and an error under --json is JSON too
+    assert run_cli("report", str(tmp_path / "nothing"), "--json") == 2
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 2
 
 
 def test_the_charts_hold_the_runs_series(run_folder):
