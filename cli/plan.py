@@ -26,7 +26,7 @@ def register(add_parser, name: str) -> None:
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
         "memory per GPU, predicted step time on EFA and TCP, USD per hour, teardown order",
-        description=__doc__ + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings or a "
+        description=(__doc__ or "") + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings or a "
         "--plot file that may not be written, 4 for --plot without matplotlib.",
     )
     add_context_option(p)

@@ -17,7 +17,7 @@ from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, prin
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="charts and an HTML page of a training run, from its run folder (local or s3://)",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("run_folder", metavar="RUN", help="the run folder: <storagePath>/<run name>, a local path or s3://...")
     p.add_argument("--out", type=Path, help="where the report goes: a folder of its own (default: reports/<run name>)")
     add_json_option(p)

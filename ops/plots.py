@@ -30,7 +30,7 @@ SOFTWARE = "ray-efa"
 
 _DPI = 110
 _COLORS = {"fsdp": "#1f77b4", "hsdp": "#ff7f0e"}
-_NETWORK_STYLE = {"efa": "-", "tcp": "--"}
+_NETWORK_STYLE: dict[str, Any] = {"efa": "-", "tcp": "--"}  # matplotlib line styles
 _EFA, _TCP = "#2ca02c", "#7f7f7f"
 
 
@@ -290,7 +290,7 @@ def scaling_chart(scaling: Mapping[str, Any]) -> "Figure":
     bottom.set_xlabel(f"GPU nodes ({scaling['instance']}, {scaling['gpus_per_node']} x {scaling['gpu']} each)")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_xlim(min(nodes) - 0.5, max(nodes) + 0.5)
-    handles = [
+    handles: list[Any] = [  # Line2D and Patch legend entries
         *(Line2D([], [], color=c, label=s) for s, c in _COLORS.items()),
         *(Line2D([], [], color="black", linestyle=ls, label=n.upper()) for n, ls in _NETWORK_STYLE.items()),
         Line2D([], [], marker="*", markersize=14, color="gold", markeredgecolor="black", linestyle="none",

@@ -28,6 +28,8 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
     """Predicted tokens/s, memory and USD per million tokens at 1..max_nodes nodes, per network and strategy."""
     last = max(max_nodes or default_max_nodes(settings), settings.nodes.gpu_node_count)  # the plan's own point too
     t, instance = settings.training, settings.nodes.gpu_instance
+    gpu = instance.gpu
+    assert gpu is not None, "gpuInstanceType is a GPU instance type (core.settings validates it)"
     cost = hourly_cost(settings)
     fixed_usd_per_hour = cost.total - cost.gpu_nodes  # system nodes, control plane, NAT: the same at any GPU count
     series = []
@@ -48,8 +50,8 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
             series.append({"network": network, "strategy": strategy, "points": points})
     network = settings.workload.network
     return {
-        "model": t.model, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": instance.gpu.name,
-        "capacity_gib": instance.gpu.memory_gib, "max_nodes": last,
+        "model": t.model, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": gpu.name,
+        "capacity_gib": gpu.memory_gib, "max_nodes": last,
         "batch": f"{t.micro_batch} x {t.seq_len} tokens per GPU" + (
             f", gradAccumulation {t.grad_accumulation}" if t.grad_accumulation > 1 else ""),
         "chosen": {"nodes": settings.nodes.gpu_node_count, "network": network,

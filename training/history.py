@@ -63,8 +63,8 @@ class History:
             self._lines.write("\n")
         try:  # its synchronous writer: SummaryWriter's queue and thread would leave the last reports unwritten
             from tensorboardX.event_file_writer import EventsWriter
-            from tensorboardX.proto.event_pb2 import Event, SessionLog
-            from tensorboardX.proto.summary_pb2 import Summary
+            from tensorboardX.proto.event_pb2 import Event, SessionLog  # pyright: ignore[reportAttributeAccessIssue]
+            from tensorboardX.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]
         except ImportError:
             _warn("tensorboardX is not installed: metrics.jsonl only, no TensorBoard events")
             return
@@ -136,4 +136,6 @@ def open_history(start_step: int) -> History | None:
     if context.get_world_rank() != 0:
         return None
     storage = context.get_storage()
+    if storage is None:  # not inside a Ray Train run: nowhere to keep it
+        return None
     return History(RunFolder(storage.storage_filesystem, storage.experiment_fs_path), start_step=start_step)

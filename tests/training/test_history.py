@@ -120,10 +120,10 @@ def test_storage_without_appends_gets_whole_files_at_most_every_interval_and_at_
 class RefusingMemoryFileSystem(MemoryFileSystem):
     """fsspec's in-memory filesystem, refusing every write as a bucket without write permission does."""
 
-    def _open(self, path, mode="rb", **kwargs):
+    def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
         if "r" not in mode:
             raise PermissionError("Access Denied")
-        return super()._open(path, mode, **kwargs)
+        return super()._open(path, mode, block_size, autocommit, cache_options, **kwargs)
 
     def mkdir(self, path, create_parents=True, **kwargs):
         raise PermissionError("Access Denied")
@@ -151,6 +151,7 @@ def test_the_run_folder_writes_and_reads_its_files(tmp_path, kind):
         pyarrow.fs.FSSpecHandler(MemoryFileSystem()))
     folder = RunFolder(fs, str(tmp_path / "run"))
     folder.write_json("summary.json", {"b": 1, "a": [1.5]})
-    assert json.loads(folder.read_bytes("summary.json")) == {"a": [1.5], "b": 1}
+    data = folder.read_bytes("summary.json")
+    assert data is not None and json.loads(data) == {"a": [1.5], "b": 1}
     assert folder.read_bytes("absent.json") is None
     assert (folder.local_path() is not None) == (kind == "local")
