@@ -19,7 +19,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -70,8 +69,9 @@ class History:
             return
         self._event, self._summary = Event, Summary
         (self._root / TENSORBOARD_DIR).mkdir(exist_ok=True)
-        # one file per attempt; its name is unique even for two attempts in one second on one host
-        self._writer = EventsWriter(str(self._root / TENSORBOARD_DIR / "events"), f".{uuid.uuid4().hex[:8]}")
+        # One file per attempt. TensorBoard reads a folder's files in name order, and a later attempt's purge must
+        # come after the earlier file: the name holds the second (tensorboardX's), then nanoseconds break a tie.
+        self._writer = EventsWriter(str(self._root / TENSORBOARD_DIR / "events"), f".{time.time_ns():020d}")
         if start_step:  # TensorBoard drops what earlier files hold from this step on (SummaryWriter's purge_step)
             self._writer.write_event(Event(step=start_step + 1, session_log=SessionLog(status=SessionLog.START)))
         self._writer.flush()
