@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 __all__ = [
     "CatalogError",
@@ -244,7 +244,15 @@ EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en"})
 31 or 15 saved per node). terraform-aws-eks does this by default and requires VPC CNI v1.18.4 or later."""
 
 
-def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]:
+class NetworkInterface(TypedDict):
+    """One launch-template network interface, keyed as CloudFormation's NetworkInterfaces entries."""
+
+    NetworkCardIndex: int
+    DeviceIndex: int
+    InterfaceType: str
+
+
+def efa_network_interfaces(instance: InstanceType) -> list[NetworkInterface]:
     """Launch-template network interfaces: one EFA interface per network card.
 
     Card 0 carries the primary interface (DeviceIndex 0, type `efa`: EFA with ENA, the node's IP); every other card i

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, cast
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
@@ -20,6 +20,14 @@ _VERSIONS = {
     "1.36": (eks.KubernetesVersion.V1_36, KubectlV36Layer),
 }
 assert set(_VERSIONS) == set(KUBERNETES_VERSIONS), "core.settings.KUBERNETES_VERSIONS and infra disagree"
+
+
+def as_icluster(cluster: eks.Cluster) -> eks.ICluster:
+    """`cluster` typed as the eks.ICluster that constructs take. It is one: in TypeScript Cluster implements
+    ICluster, but ICluster's optional kubectlProviderOptions is not a member of Cluster (TypeScript lets a class omit
+    an optional interface member; a Python Protocol does not), so to pyright the jsii stub of Cluster (aws-cdk-lib
+    2.275) does not match the protocol."""
+    return cast(eks.ICluster, cluster)
 
 
 def kubernetes_version(version: str) -> eks.KubernetesVersion:

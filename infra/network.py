@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
-from aws_cdk import Stack, Token
+from aws_cdk import CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -82,7 +82,7 @@ class ClusterVpc(Construct):
         custom_resource = vpc.node.try_find_child("RestrictDefaultSecurityGroupCustomResource")
         if provider is None or custom_resource is None:  # the feature flag is off: no function, no logs
             return
-        handler = provider.node.find_child("Handler")
+        handler = cast(CfnResource, provider.node.find_child("Handler"))
         if stack.node.try_find_child("VpcRestrictDefaultSGLogs") is None:
             logs.for_function(stack, "VpcRestrictDefaultSGLogs", function_name=handler.ref, users=(custom_resource,))
         reason = ("aws-cdk-lib's singleton handler of restrictDefaultSecurityGroup: it runs once per deploy to revoke the "
