@@ -61,6 +61,7 @@ __all__ = [
     "KNOWN_IMAGE_RAY_VERSIONS",
     "LOG_RETENTION_DAYS",
     "setting_keys",
+    "setting_choices",
     "context_json_schema",
 ]
 
@@ -806,6 +807,14 @@ def setting_keys() -> dict[str, tuple[str, SettingInfo]]:
             out[key] = (section, SettingInfo(section, name, key, info.description or "", info.default,
                                              _choices_of(info.annotation)))
     return out
+
+
+def setting_choices(key: str) -> tuple[str, ...]:
+    """The values a closed setting (a Literal of strings, such as `network`) allows; ValueError for any other."""
+    choices = setting_keys()[key][1].choices
+    if choices is None:
+        raise ValueError(f"setting {key} is not a closed set of values")
+    return tuple(str(choice) for choice in choices)
 
 
 def _is_foreign_key(key: str) -> bool:
