@@ -217,7 +217,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
     parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
     parser.add_argument("--name", help="Ray Train run name; reusing one resumes its latest checkpoint")
