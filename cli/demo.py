@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
-                   description=__doc__.splitlines()[0])
+                   description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")
     p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)")
     add_context_option(p)
