@@ -66,9 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ray_efa.ops.plan import build_plan, render_plan
-
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
+    from ray_efa.ops.plan import build_plan, render_plan
 
     if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
         return code

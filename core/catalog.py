@@ -100,7 +100,7 @@ GPU_LINKS: dict[str, GpuLink] = {
 """Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
 
 
-def gpu_link(instance: "InstanceType") -> GpuLink:
+def gpu_link(instance: InstanceType) -> GpuLink:
     """The intra-node GPU link of a GPU instance type."""
     try:
         return GPU_LINKS[instance.family]

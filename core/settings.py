@@ -33,11 +33,19 @@ import json
 import math
 import re
 import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
 )
 
 from ray_efa.core import catalog, regions, scheduling
@@ -819,7 +827,7 @@ def setting_choices(key: str) -> tuple[str, ...]:
 
 def _is_foreign_key(key: str) -> bool:
     """Context keys that belong to the CDK itself (feature flags, lookups, CLI switches), not to us."""
-    return key.startswith("@") or ":" in key or key.startswith("cdk") or key.startswith("aws-cdk")
+    return key.startswith(("@", "cdk", "aws-cdk")) or ":" in key
 
 
 _FOREIGN_KEY_PATTERN = "^@|:|^cdk|^aws-cdk"  # the same test as _is_foreign_key, for the JSON Schema
@@ -897,7 +905,7 @@ class Settings(_Model):
     # -- construction ---------------------------------------------------------------------------------------
 
     @classmethod
-    def from_context(cls, context: Mapping[str, Any]) -> "Settings":
+    def from_context(cls, context: Mapping[str, Any]) -> Settings:
         """Settings from CDK context values (strings from `-c`, JSON values from cdk.json); raises SettingsError."""
         keys = setting_keys()
         problems: list[Problem] = []
@@ -938,10 +946,10 @@ class Settings(_Model):
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Settings":
+    def from_json(cls, text: str) -> Settings:
         return cls.from_context(json.loads(text))
 
-    def replace(self, **context: Any) -> "Settings":
+    def replace(self, **context: Any) -> Settings:
         """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`."""
         return Settings.from_context({**self.to_context(), **context})
 

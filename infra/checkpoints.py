@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from typing import cast
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -60,7 +59,7 @@ class CheckpointStorage(Construct):
         for prop, value in (("namespace", namespace), ("service_account", service_account)):
             if not _DNS_LABEL.match(value):
                 raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
-        if storage_path is not None and not (storage_path.startswith("s3://") or storage_path.startswith("/")):
+        if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
         self.pod_identity_agent: eks.Addon | None = None
@@ -110,7 +109,7 @@ class CheckpointStorage(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         after: IConstruct | None = None,
-    ) -> "CheckpointStorage":
+    ) -> CheckpointStorage:
         """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings."""
         workload = settings.workload
         return cls(scope, construct_id, cluster=cluster, namespace=workload.namespace,

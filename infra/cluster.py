@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence, cast
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 import jsii
 from aws_cdk import Aspects, CfnElement, CfnResource, Duration, IAspect, RemovalPolicy, Stack
@@ -148,7 +149,7 @@ class RayEksCluster(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, vpc: ec2.IVpc, logs: StackLogs | None = None
-    ) -> "RayEksCluster":
+    ) -> RayEksCluster:
         """The cluster of the project's own app, from the cluster and node settings."""
         cluster, nodes = settings.cluster, settings.nodes
         # Checked here too, so that the error names the setting rather than the prop.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 from aws_cdk import CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
@@ -66,7 +67,7 @@ class ClusterVpc(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, logs: StackLogs | None = None
-    ) -> "ClusterVpc":
+    ) -> ClusterVpc:
         """The VPC of the project's own app: vpcId, or a VPC in the GPU AZ and the next with natGateways."""
         cluster = settings.cluster
         return cls(scope, construct_id, availability_zones=settings.vpc_availability_zones,

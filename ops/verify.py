@@ -21,8 +21,9 @@ Deployment after its release. Reads go through a kubernetes ApiClient passed in;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
@@ -72,7 +73,7 @@ class Expectations:
     token_auth_reason: str = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Expectations":
+    def from_settings(cls, settings: Settings) -> Expectations:
         instance = settings.nodes.gpu_instance
         auth = token_auth(settings)
         return cls(

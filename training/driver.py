@@ -78,7 +78,7 @@ def run_config(settings: Settings, name: str):
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
     return f"{prefix}-{settings.training.model}-{stamp}"
 

@@ -19,9 +19,9 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "find_logs_dir", "read_nccl_lines", "MAX_LINES_PER_NODE"]
 

@@ -9,7 +9,6 @@ Pure Python on purpose: the k8s charts import it outside the container and the j
 
 from __future__ import annotations
 
-
 from ray_efa.core import catalog
 from ray_efa.core.settings import setting_choices
 

@@ -34,9 +34,10 @@ import json
 import re
 import sys
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from ray_efa.training.network import expected_transport, network_env
 
@@ -255,7 +256,7 @@ class TransportReport:
     def providers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(pr for p in self.processes for pr in p.providers))
 
-    def verdict(self, expect: str = "efa") -> "Verdict":
+    def verdict(self, expect: str = "efa") -> Verdict:
         """Judge the logs against the expected transport ("efa", "ib" or "socket")."""
         if expect not in EXPECTS:
             raise ValueError(f"expect must be one of {', '.join(EXPECTS)}, got {expect!r}")

@@ -4,7 +4,6 @@
 """
 
 import aws_cdk as cdk
-
 from infra.stacks import ImportedClusterGpu, PlatformWithRay
 
 app = cdk.App()
