@@ -4,6 +4,7 @@
 """
 
 import aws_cdk as cdk
+
 from infra.stacks import ImportedClusterGpu, PlatformWithRay
 
 app = cdk.App()
