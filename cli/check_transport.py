@@ -1,6 +1,6 @@
 """`ray-efa check-transport`: prove from NCCL logs which transport carried the traffic between nodes.
 
-    ray-efa check-transport [--expect efa|ib|socket] [--json] LOG...      ("-" reads stdin; *.gz is decompressed)
+    ray-efa check-transport [--expect efa|ib|socket] [--hosts N] [--json] LOG...   ("-" is stdin; *.gz is read too)
 
 Prints one row per process (host:pid) and a one-line verdict. Exit codes: 0 every process whose traffic crossed nodes
 used the expected transport; 1 some process used another (the row names it and the likely cause); 3 the logs prove
@@ -32,6 +32,9 @@ def register(add_parser, name: str) -> None:
     )
     p.add_argument("--expect", choices=EXPECTS, default="efa",
                    help="transport the logs must show between nodes (default: efa)")
+    p.add_argument("--hosts", type=_host_count, metavar="N",
+                   help="how many hosts the job ran on, if you know it: 1 makes a chosen network prove nothing; 2 or more "
+                        "lets a network every process chose contradict --expect (it never makes a pass)")
     add_json_option(p)
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="NCCL_DEBUG=INFO log files of one job (worker logs, driver output); '-' reads stdin")
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         report = classify_paths(args.logs)
     except OSError as error:  # a truncated .gz (LogReadError), or a file that vanished since the check
         return _usage_error(args, f"cannot read {error.filename or ', '.join(args.logs)}: {error.strerror or error}")
-    verdict = report.verdict(args.expect)
+    verdict = report.verdict(args.expect, hosts=args.hosts)
     if args.json:
         print_json({**verdict.to_json(), "logs": list(args.logs)})
     else:
@@ -56,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(verdict.summary)
     return verdict.exit_code
+
+
+def _host_count(text: str) -> int:
+    """--hosts: a whole number >= 1 (argparse turns the error into exit 2 naming the value)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _width() -> int | None:

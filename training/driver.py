@@ -140,7 +140,9 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
 
     paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs of the transport gate)",
                     accept=is_collected_log)
-    verdict = classify_paths(paths).verdict(expected_transport(settings.workload.network))
+    # The driver knows how many hosts the job ran on: a network every process chose then contradicts, even unlogged.
+    hosts = 1 if local else settings.nodes.gpu_node_count
+    verdict = classify_paths(paths).verdict(expected_transport(settings.workload.network), hosts=hosts)
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
     code = gate_exit_code(verdict.exit_code, local=local)
