@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
+from ray_efa.training import efa_counters
 from ray_efa.training.network import expected_transport, network_env
 
 __all__ = [
@@ -55,6 +56,8 @@ __all__ = [
     "LogReadError",
     "transport_kind",
     "network_env",
+    "gate",
+    "with_counters",
     "expected_transport",
 ]
 
@@ -369,6 +372,8 @@ class Verdict:
     """How many hosts the job ran on, where known (TransportReport.job_hosts)."""
     hosts_source: str = "unknown"
     """How that is known: "2 hosts (given by the caller)", "2 hosts (NCCL's nNodes 2)", "2 hosts (host names a, b)"."""
+    counters: efa_counters.CounterVerdict | None = None
+    """The EFA hardware counters' verdict, where snapshots were given (see `gate`)."""
 
     @property
     def status(self) -> str:
@@ -412,6 +417,8 @@ class Verdict:
 
                 lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
                                        break_long_words=False, break_on_hyphens=False)
+        if self.counters is not None and self.counters.nodes:
+            lines += ["", self.counters.render_table()]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -423,6 +430,7 @@ class Verdict:
             "notes": list(self.notes),
             "hosts": self.hosts,
             "hosts_source": self.hosts_source,
+            "counters": None if self.counters is None else self.counters.to_json(),
             "processes": [
                 {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause,
                  "basis": r.basis}
@@ -984,3 +992,64 @@ def _process_json(p: ProcessEvidence) -> dict:
         "net_transports": list(p.net_transports), "hints": list(p.hints), "info_lines": p.info_lines,
         "warn_lines": p.warn_lines, "repeated": p.repeated,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Logs and counters together
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def gate(report: TransportReport, expect: str = "efa", *, hosts: int | None = None,
+         counters: Iterable[efa_counters.Snapshot] | None = None, predicted_bytes: float | None = None) -> Verdict:
+    """The whole gate: the logs' verdict, then the EFA counters' where snapshots are given (None: the logs alone).
+
+    Counters that contradict (EFA expected and under 10% of the predicted bytes, no EFA device, EFA busy in a TCP run)
+    fail the job even when the logs pass; counters that cannot be trusted (partial, reset, of another node) keep a
+    pass from happening; counters that match the prediction on every node prove EFA when the logs prove nothing.
+    """
+    verdict = report.verdict(expect, hosts=hosts)
+    if counters is None:
+        return verdict
+    judged = efa_counters.judge(counters, expect, predicted_bytes=predicted_bytes, log_hosts=report.host_names,
+                                hosts=verdict.hosts)
+    return with_counters(verdict, judged)
+
+
+def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Verdict:
+    """The logs' verdict joined with the counters' (see `gate`)."""
+    notes = list(verdict.notes) + list(counters.notes)
+    for node in counters.nodes:  # the device says it carried traffic while NCCL's processes there said Socket
+        socket_rows = [r for r in verdict.rows if r.evidence.host == node.host and "socket" in r.transports]
+        least = min(node.sent_bytes or 0, node.received_bytes or 0)
+        if socket_rows and least >= max(efa_counters.MIN_SHARE * (node.predicted_bytes or 0), 64 << 20):
+            notes.append(f"{node.host}: NCCL logged Socket ({_who(socket_rows[0])}), yet its EFA devices carried "
+                         f"{least:,} bytes each way during training: another process used EFA, or the logs and the "
+                         "counters are not of the same run")
+    if not counters.nodes:
+        notes.append("no EFA counter snapshots were given: the logs alone decide")
+        return _replace(verdict, notes=notes, counters=counters)
+    logs, own = verdict.exit_code, counters.exit_code
+    if own == EXIT_CONTRADICTED:
+        code = EXIT_CONTRADICTED
+        summary = (f"FAIL: {counters.summary}" + (f"; the logs: {verdict.summary}" if logs != EXIT_CONTRADICTED
+                                                  else f"; and {verdict.summary}"))
+    elif logs == EXIT_CONTRADICTED:
+        code, summary = EXIT_CONTRADICTED, f"{verdict.summary}; {counters.summary}"
+    elif logs == EXIT_PASS and counters.bad:
+        code = EXIT_NO_PROOF
+        summary = f"NO PROOF: the logs pass, but the EFA counters cannot be trusted: {counters.summary}"
+    elif logs == EXIT_PASS:
+        code, summary = EXIT_PASS, f"{verdict.summary}; {counters.summary}"
+    elif own == EXIT_PASS:
+        code, summary = EXIT_PASS, f"PASS: {counters.summary} (the logs alone: {verdict.summary})"
+    else:
+        code, summary = EXIT_NO_PROOF, f"{verdict.summary}; {counters.summary}"
+    return _replace(verdict, exit_code=code, summary=summary, notes=notes, counters=counters)
+
+
+def _replace(verdict: Verdict, **changes: object) -> Verdict:
+    import dataclasses
+
+    if "notes" in changes:
+        changes["notes"] = tuple(changes["notes"])  # type: ignore[arg-type]
+    return dataclasses.replace(verdict, **changes)  # type: ignore[arg-type]
