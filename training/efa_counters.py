@@ -181,9 +181,10 @@ def write_snapshot(snapshot: Snapshot, directory: Path) -> Path:
     return path
 
 
-def is_counter_file(path: Path) -> bool:
+def is_counter_file(path: str | Path) -> bool:
     """A snapshot file by its name: efa-counters-*.json (what write_snapshot and the log collector write)."""
-    return path.name.startswith("efa-counters-") and path.name.endswith(".json")
+    name = Path(path).name
+    return name.startswith("efa-counters-") and name.endswith(".json")
 
 
 def _int(value: object) -> bool:
@@ -309,8 +310,11 @@ class CounterVerdict:
     def bad(self) -> tuple[NodeCounters, ...]:
         return tuple(n for n in self.nodes if n.status in _BAD)
 
-    def render_table(self) -> str:
-        header = ("NODE", "EFA DEVICES", "SENT", "RECEIVED", "PREDICTED", "SHARE", "VERDICT")
+    def render_table(self, width: int | None = None) -> str:
+        """One row per node; past `width` columns (an 80-column CI log) each node becomes a block of lines instead."""
+        import textwrap
+
+        header = ("NODE", "EFA", "SENT", "RECEIVED", "PREDICTED", "SHARE", "VERDICT")
         rows = [header] + [(
             n.host, str(n.devices), _bytes(n.sent_bytes), _bytes(n.received_bytes),
             _bytes(n.predicted_bytes) + (f" ({n.steps} steps)" if n.predicted_bytes is not None and n.steps else ""),
@@ -318,8 +322,17 @@ class CounterVerdict:
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        lines += [f"  {n.host}: {n.detail}" for n in self.nodes if n.detail]
-        return "\n".join(["EFA hardware counters during training (bytes per node, each way):", *lines])
+        if width is not None and max(map(len, lines)) > width:
+            lines = []
+            for r in rows[1:]:
+                lines += [f"{r[0]}  {r[6]}", f"  EFA devices {r[1]}; sent {r[2]}; received {r[3]}",
+                          f"  predicted {r[4]}; share {r[5]}"]
+        wrap = max(20, width or 10**6)
+        for n in self.nodes:
+            if n.detail:
+                lines += textwrap.wrap(f"{n.host}: {n.detail}", width=wrap, initial_indent="  ",
+                                       subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+        return "\n".join(["EFA hardware counters during training (bytes per node, each way; EFA = devices):", *lines])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -368,24 +381,25 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
     if expect == "efa" and not after.uverbs:
         return row("no EFA device", "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
                    "request vpc.amazonaws.com/efa", devices=len(after.devices))
+    count = {"devices": len(after.devices)}
     if set(before.devices) != set(after.devices) or any(before.guids.get(d) != after.guids.get(d) for d in after.devices):
         return row("mismatch", f"the before and after snapshots are of different devices ({sorted(before.devices)} "
-                   f"vs {sorted(after.devices)}, by name and node_guid): from another node?")
+                   f"vs {sorted(after.devices)}, by name and node_guid): from another node?", **count)
     sent = received = 0
     for device, ports in after.devices.items():
         for port, counters in ports.items():
             old = before.devices[device].get(port)
             if old is None:
-                return row("mismatch", f"port {port} of {device} is only in the after snapshot")
+                return row("mismatch", f"port {port} of {device} is only in the after snapshot", **count)
             for name in _REQUIRED:
                 if name not in counters or name not in old:
                     return row("incomplete", f"{device} port {port} has no {name} in the "
                                f"{'after' if name not in counters else 'before'} snapshot "
-                               f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})")
+                               f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})", **count)
             for name, value in counters.items():
                 if name in old and value < old[name]:
                     return row("reset", f"{device} port {port} {name} went down ({old[name]} -> {value}): the device "
-                               "was reset between the snapshots, so its counts say nothing")
+                               "was reset between the snapshots, so its counts say nothing", **count)
             sent += counters["tx_bytes"] - old["tx_bytes"]
             received += counters["rx_bytes"] - old["rx_bytes"]
     steps = after.steps

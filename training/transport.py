@@ -418,7 +418,7 @@ class Verdict:
                 lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
                                        break_long_words=False, break_on_hyphens=False)
         if self.counters is not None and self.counters.nodes:
-            lines += ["", self.counters.render_table()]
+            lines += ["", self.counters.render_table(width)]
         return "\n".join(lines)
 
     def to_json(self) -> dict:

@@ -256,3 +256,88 @@ def test_the_prediction_is_core_perfs_inter_node_bytes():
     settings = Settings.from_context({})
     expected = sum(c.wire_gb for c in predict_settings(settings).collectives if c.link == "inter") * 1e9
     assert efa_counters.predicted_bytes_per_step(settings) == pytest.approx(expected) and expected > 0
+
+
+# -- the committed snapshot fixtures and the CLI -----------------------------------------------------------------
+
+COUNTERS = __import__("pathlib").Path(__file__).parent / "fixtures" / "efa_counters"
+EFA_LOG = COUNTERS.parent / "nccl" / "synthetic" / "efa_g6_2node_nccl2.29.log"
+
+
+def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("make_counters", COUNTERS / "make_counters.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    for case in module.CASES:
+        written = [write_snapshot(s, tmp_path / case) for s in module.snapshots(case, tmp_path / "work")]
+        expected = {p.name: p.read_text() for p in written}
+        committed = {p.name: p.read_text() for p in (COUNTERS / case).glob("*.json")}
+        assert committed == expected, f"{case}: rerun tests/training/fixtures/efa_counters/make_counters.py"
+
+
+@pytest.mark.parametrize("case, expect, code, says", [
+    ("g6_2node_efa", "efa", 0, "EFA counters prove it"),
+    ("g6_2node_efa", "socket", 1, "EFA counters contradict"),
+    ("g6_2node_tcp_fallback", "efa", 1, "EFA carried 0.0% of the 206.31 GB predicted"),
+    ("g6_2node_tcp_fallback", "socket", 1, "expected TCP sockets"),
+    ("g6_2node_device_reset", "efa", 3, "tx_bytes went down"),
+])
+def test_check_transport_judges_logs_and_counters_together(case, expect, code, says, capsys, monkeypatch):
+    from ray_efa.cli import check_transport
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert check_transport.main(["--expect", expect, "--counters", str(COUNTERS / case), str(EFA_LOG)]) == code
+    out = capsys.readouterr().out
+    assert says in out and "EFA hardware counters during training" in out
+
+
+def test_counter_files_among_the_logs_are_recognised_by_name(capsys):
+    from ray_efa.cli import check_transport
+
+    files = sorted(str(p) for p in (COUNTERS / "g6_2node_tcp_fallback").glob("*.json"))
+    assert check_transport.main(["--json", str(EFA_LOG), *files]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["counter_files"] == files and data["logs"] == [str(EFA_LOG)]
+    assert [n["status"] for n in data["counters"]["nodes"]] == ["LOW", "LOW"]
+    assert data["counters"]["nodes"][0]["sent_bytes"] == 1_812_480
+
+
+def test_counters_alone_are_enough_to_judge(capsys):
+    from ray_efa.cli import check_transport
+
+    assert check_transport.main(["--counters", str(COUNTERS / "g6_2node_efa")]) == 0
+    assert "PASS: EFA counters prove it" in capsys.readouterr().out
+
+
+def test_predicted_bytes_from_the_command_line_override_the_snapshots(capsys):
+    from ray_efa.cli import check_transport
+
+    # 461 GB each way predicted: the 231 GB measured is 50%, still a pass; 10 TB: 2%, a failure
+    assert check_transport.main(["--predicted-bytes", "4.61e11", "--counters", str(COUNTERS / "g6_2node_efa")]) == 0
+    assert check_transport.main(["--predicted-bytes", "1e13", "--counters", str(COUNTERS / "g6_2node_efa")]) == 1
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda tmp: (tmp / "efa-counters-x.json", "{\"format\": \"ray-efa/efa-counters/1\", \"pha"), "not JSON"),
+    (lambda tmp: (tmp / "empty-dir", None), "holds no efa-counters-*.json snapshot"),
+    (lambda tmp: (tmp / "missing-dir", "gone"), "no such file"),
+], ids=["cut short", "empty folder", "missing"])
+def test_a_bad_counter_path_is_exit_2_naming_it(tmp_path, capsys, make_bad, message):
+    from ray_efa.cli import check_transport
+
+    path, text = make_bad(tmp_path)
+    if text is None:
+        path.mkdir()
+    elif text != "gone":
+        path.write_text(text)
+    assert check_transport.main(["--counters", str(path), str(EFA_LOG)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and err.count("\n") == 1
