@@ -556,3 +556,42 @@ def is_written_snapshot(path: Path) -> bool:
         return len(head) <= _MAX_FILE_BYTES and json.loads(head).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ray_efa.training.efa_counters snapshot --phase before|after --out DIR [...]`: one node's snapshot
+    from a shell, for jobs that do not run this project's driver (torchrun, a PyTorchJob, HyperPod): run it once per
+    node before and after training, then `ray-efa check-transport --counters DIR LOG...`."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.efa_counters", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    snap = sub.add_parser("snapshot", help="write this node's EFA counters to DIR")
+    snap.add_argument("--phase", choices=("before", "after"), required=True)
+    snap.add_argument("--out", type=Path, required=True, help="folder to write efa-counters-<host>-<phase>-<time>.json in")
+    snap.add_argument("--run", default=os.environ.get("RAY_EFA_RUN", "run"),
+                      help="a name shared by the job's snapshots (default $RAY_EFA_RUN or 'run')")
+    snap.add_argument("--steps", type=int, help="after: optimizer steps since the before snapshot")
+    snap.add_argument("--predicted-bytes-per-step", type=float,
+                      help="after: bytes each node sends (and receives) between nodes per step")
+    snap.add_argument("--sysfs-root", type=Path, default=SYSFS_ROOT)
+    snap.add_argument("--dev-root", type=Path, default=DEV_ROOT, help="where the pod's uverbs device files are")
+    args = parser.parse_args(argv)
+    for name in ("steps", "predicted_bytes_per_step"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            print(f"{parser.prog}: --{name.replace('_', '-')} must be >= 0, got {value!r}", file=sys.stderr)
+            return 2
+    try:
+        path = write_snapshot(take_snapshot(args.phase, run=args.run, root=args.sysfs_root, dev_root=args.dev_root, steps=args.steps,
+                                            predicted_bytes_per_step=args.predicted_bytes_per_step), args.out)
+    except OSError as error:
+        print(f"{parser.prog}: cannot write to {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

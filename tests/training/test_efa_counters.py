@@ -341,3 +341,24 @@ def test_a_bad_counter_path_is_exit_2_naming_it(tmp_path, capsys, make_bad, mess
     assert check_transport.main(["--counters", str(path), str(EFA_LOG)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and message in err and err.count("\n") == 1
+
+
+def test_the_snapshot_command_writes_what_check_transport_reads(tmp_path, capsys):
+    # GIVEN a node of a torchrun job (no Ray), its EFA tree, and the command run before and after training
+    klass, dev = make_efa_sysfs(tmp_path / "node", {"rdmap16s27": {"tx_bytes": 1, "rx_bytes": 2}})
+    out = tmp_path / "counters"
+    roots = ["--sysfs-root", str(klass), "--dev-root", str(dev)]
+    assert efa_counters.main(["snapshot", "--phase", "before", "--out", str(out), *roots]) == 0
+    set_counter(klass, "rdmap16s27", "tx_bytes", 1 + 3 * GB)
+    set_counter(klass, "rdmap16s27", "rx_bytes", 2 + 3 * GB)
+    assert efa_counters.main(["snapshot", "--phase", "after", "--out", str(out), *roots,
+                              "--steps", "3", "--predicted-bytes-per-step", "1e9"]) == 0
+    assert "wrote " in capsys.readouterr().out
+    # THEN the two files pair up as this node's training: 3 GB each way, all of the prediction
+    (node,) = judge(load_snapshots([out]), "efa").nodes
+    assert (node.sent_bytes, node.received_bytes, node.predicted_bytes, node.status) == (3 * GB, 3 * GB, 3e9, "pass")
+
+
+def test_the_snapshot_command_refuses_a_negative_step_count(tmp_path, capsys):
+    assert efa_counters.main(["snapshot", "--phase", "after", "--out", str(tmp_path), "--steps", "-1"]) == 2
+    assert "--steps must be >= 0, got -1" in capsys.readouterr().err
