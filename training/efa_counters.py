@@ -26,7 +26,7 @@ import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -275,8 +275,9 @@ class NodeCounters:
     steps: int | None
     status: str
     """"pass", "LOW" (fail), "EFA moved" (fail: a TCP run), "no EFA device" (fail if EFA expected, else fine),
-    "moved" / "idle" (no prediction to compare), "no traffic predicted", "not judged" (IB expected), or a named
-    problem that can never pass: "incomplete", "reset", "mismatch", "foreign"."""
+    "moved" / "idle" (no prediction to compare), "no traffic predicted", "not judged" (IB expected), "superseded" (a
+    node of an attempt Ray Train restarted away from), or a named problem that can never pass: "incomplete", "reset",
+    "mismatch", "foreign"."""
     detail: str
     fails: bool = False
     """The counters contradict the expected transport on this node."""
@@ -452,6 +453,15 @@ def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes
         pair[0 if s.phase == "before" else 1].append(s)
     names = frozenset(h.split(".")[0] for h in log_hosts)
     nodes = tuple(_node(host, run, b, a, expect, predicted_bytes, names) for (run, host), (b, a) in sorted(groups.items()))
+    # Ray Train restarted the run (FailureConfig): a node of a failed attempt that the last attempt did not use has a
+    # before snapshot and no after one. Older than every finished node's before snapshot, it is that attempt's.
+    finished = [max(b, key=lambda x: x.time_s).time_s for (_, _), (b, a) in groups.items() if a and b]
+    nodes = tuple(
+        replace(n, status="superseded", detail="a before snapshot of an attempt that did not finish (Ray Train "
+                "restarted the run on other nodes): not judged")
+        if n.status == "incomplete" and not groups[(n.run, n.host)][1] and finished
+        and max(x.time_s for x in groups[(n.run, n.host)][0]) < min(finished) else n
+        for n in nodes)
     notes: list[str] = []
     runs = sorted({n.run for n in nodes})
     if len(runs) > 1:
@@ -467,7 +477,8 @@ def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes
             f"{first.detail}"))
     passed = [n for n in nodes if n.status == "pass"]
     needed = max(hosts or 0, 2)
-    if passed and not bad and len(runs) == 1 and len(passed) == len(nodes) and len(passed) >= needed \
+    if passed and not bad and len(runs) == 1 and all(n.status in ("pass", "superseded") for n in nodes) \
+            and len(passed) >= needed \
             and expect == "efa":
         total = sum(n.sent_bytes or 0 for n in passed)
         return CounterVerdict(expect=expect, nodes=nodes, exit_code=0, notes=tuple(notes), summary=(
@@ -524,7 +535,7 @@ def snapshot_ray_worker(phase: str, *, steps: int | None = None, settings: Any =
         import ray.train
         import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl"):
+        if not (dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend())):
             return None
         if ray.train.get_context().get_local_rank() != 0:
             return None

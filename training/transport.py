@@ -20,8 +20,13 @@ Rules (the reason for each is in `Verdict`):
   ("Using network X", "Assigned NET plugin X to comm") when its communicator spans nodes.
 - A single-node process that merely chose a network ("Using network Socket" is printed even when no byte uses it)
   proves nothing and contradicts nothing. NET channels on one node (P2P and SHM disabled) do count: traffic used them.
+- Where NCCL did not log a communicator's shape, a network a process chose still contradicts (never confirms) the
+  expectation when the job spans 2+ hosts (nNodes, distinct host names, or the caller's `hosts`), or when the plugin
+  of the expected transport failed just before (aws-ofi-nccl init failed, no provider, libnccl-net missing).
 - Pass only when at least one process proves the expected transport and no process shows another one. An empty log,
   a WARN-only log or a single-node job proves nothing (exit 3); a gate must treat 3 as "not passed".
+- `gate(report, expect, counters=snapshots)` adds the EFA hardware counters (training.efa_counters) as a second
+  witness: they can fail a job whose logs pass, prove one whose logs prove nothing, or keep a pass from happening.
 
 Pure standard library: the driver imports it inside the training container, the CLI imports it outside.
 """
@@ -34,7 +39,7 @@ import json
 import re
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
@@ -1027,7 +1032,7 @@ def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Ve
                          "counters are not of the same run")
     if not counters.nodes:
         notes.append("no EFA counter snapshots were given: the logs alone decide")
-        return _replace(verdict, notes=notes, counters=counters)
+        return replace(verdict, notes=tuple(notes), counters=counters)
     logs, own = verdict.exit_code, counters.exit_code
     if own == EXIT_CONTRADICTED:
         code = EXIT_CONTRADICTED
@@ -1044,12 +1049,4 @@ def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Ve
         code, summary = EXIT_PASS, f"PASS: {counters.summary} (the logs alone: {verdict.summary})"
     else:
         code, summary = EXIT_NO_PROOF, f"{verdict.summary}; {counters.summary}"
-    return _replace(verdict, exit_code=code, summary=summary, notes=notes, counters=counters)
-
-
-def _replace(verdict: Verdict, **changes: object) -> Verdict:
-    import dataclasses
-
-    if "notes" in changes:
-        changes["notes"] = tuple(changes["notes"])  # type: ignore[arg-type]
-    return dataclasses.replace(verdict, **changes)  # type: ignore[arg-type]
+    return replace(verdict, exit_code=code, summary=summary, notes=tuple(notes), counters=counters)

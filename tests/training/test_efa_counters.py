@@ -379,3 +379,18 @@ def test_the_readmes_gate_example_is_what_check_transport_prints(monkeypatch, ca
     out = capsys.readouterr().out
     # THEN the README shows its real output, from the counters' table to the verdict
     assert out[out.index("EFA hardware counters"):].rstrip("\n") == shown
+
+
+def test_a_node_of_an_attempt_ray_train_restarted_away_from_is_not_judged(tmp_path):
+    # GIVEN attempt 1 on nodes a and b (b died: a before snapshot only), attempt 2 on a and c, which finished
+    stale = _node_run(tmp_path / "b", "node-b", moved_tx=0, moved_rx=0)[0]
+    stale = efa_counters.Snapshot(**{**{f: getattr(stale, f) for f in stale.__slots__}, "time_s": stale.time_s - 600})
+    finished = [s for host in ("node-a", "node-c")
+                for s in _node_run(tmp_path / host, host, moved_tx=50 * GB, moved_rx=50 * GB)[:2]]
+    verdict = judge([stale, *finished], "efa")
+    # THEN b is "superseded", a and c prove EFA
+    assert [(n.host, n.status) for n in verdict.nodes] == [("node-a", "pass"), ("node-b", "superseded"), ("node-c", "pass")]
+    assert verdict.exit_code == 0
+    # AND a before-only node as recent as the others is still incomplete: it never passes
+    fresh = _node_run(tmp_path / "d", "node-d", moved_tx=0, moved_rx=0)[0]
+    assert judge([fresh, *finished], "efa").exit_code == 3
