@@ -91,5 +91,4 @@ def test_the_platforms_own_infra_and_core_import_next_to_ray_efa():
     # THEN `core` and `infra` are the platform's, and ray_efa's own modules are the project's
     assert Path(files["core"]).parent == EXAMPLE / "core"
     assert Path(files["infra"]).parent == EXAMPLE / "infra"
-    # (imported as ray_efa/infra/network.py, through the ray_efa/infra -> ../infra symlink)
-    assert Path(files["ray_efa.infra.network"]).resolve() == ROOT / "infra" / "network.py"
+    assert Path(files["ray_efa.infra.network"]).resolve() == ROOT / "infra" / "network.py"  # ray_efa/infra -> ../infra
