@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint
+from ray_efa.training import checkpoint, efa_counters
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.history import open_history
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
@@ -50,7 +50,7 @@ class FaultInjection:
     stopped between checkpoints, for resume tests."""
 
     @classmethod
-    def from_config(cls, config: dict) -> "FaultInjection":
+    def from_config(cls, config: dict) -> FaultInjection:
         return cls(**config.get("_faults", {}))
 
     def after_step(self, *, step: int, rank: int, start_step: int) -> None:
@@ -191,6 +191,7 @@ def train_func(config: dict) -> dict:
 
     if settings.workload.preflight and dist.is_initialized():
         _run_preflight(settings, device, rank)
+    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
     strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
@@ -219,7 +220,9 @@ def train_func(config: dict) -> dict:
     history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
     model.train()
+    steps_run = 0
     for step in range(start + 1, t.steps + 1):
+        steps_run += 1
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
@@ -243,6 +246,7 @@ def train_func(config: dict) -> dict:
     if history:
         history.close()
 
+    efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     return {"summary": {**meter.summary(), **where}, "history": meter.history,
