@@ -6,7 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, add_json_option, fail, missing_plots_extra, print_json, resolve_or_exit
+from ray_efa.cli._common import (
+    add_context_option,
+    add_json_option,
+    fail,
+    missing_plots_extra,
+    print_json,
+    resolve_or_exit,
+)
 
 
 def _node_count(text: str) -> int:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import io
 import math
 import struct
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,7 +47,7 @@ def _figure(*, width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int
     return figure, axes
 
 
-def png_bytes(figure: "Figure", *, command: str, dpi: int = _DPI) -> bytes:
+def png_bytes(figure: Figure, *, command: str, dpi: int = _DPI) -> bytes:
     """The figure as PNG bytes, its Software text naming the command that drew it."""
     import matplotlib
 
@@ -106,19 +107,19 @@ def eval_loss_keys(history: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted({k for r in history for k in r if k.startswith("eval") and "loss" in k and has_series(history, k)})
 
 
-def _headroom(ax: "Axes", *values: float | None) -> None:
+def _headroom(ax: Axes, *values: float | None) -> None:
     """y from 0 to a little above the highest of `values` (lines drawn at the top edge are hard to read)."""
     top = max((v for v in values if v is not None and math.isfinite(v)), default=0.0)
     ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
 
 
-def _legend_below(figure: "Figure", lines: list) -> None:
+def _legend_below(figure: Figure, lines: list) -> None:
     """One legend under the axes, for charts with a second y axis (a legend inside would cover a line)."""
     figure.legend(lines, [str(line.get_label()) for line in lines], loc="outside lower center", ncol=len(lines),
                   frameon=False)
 
 
-def _steps_axis(ax: "Axes", title: str) -> None:
+def _steps_axis(ax: Axes, title: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.set_xlabel("optimizer step")
@@ -126,7 +127,7 @@ def _steps_axis(ax: "Axes", title: str) -> None:
     ax.set_title(title, loc="left")
 
 
-def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> "Figure":
+def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
     """Training loss per reported step, and each evaluation loss the history holds."""
     figure, axes = _figure()
     ax = axes[0, 0]
@@ -140,7 +141,7 @@ def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> "Figure":
     return figure
 
 
-def throughput_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> "Figure":
+def throughput_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
     """Tokens/s (all devices) per reported step; MFU on the right axis where the device has a catalog peak."""
     figure, axes = _figure()
     ax = axes[0, 0]
@@ -168,7 +169,7 @@ def _thousands():
 
 
 def step_time_chart(history: Sequence[Mapping[str, Any]], *, run: str, predicted_s: float | None = None,
-                    predicted_label: str = "") -> "Figure":
+                    predicted_label: str = "") -> Figure:
     """Step time per reported step (the wall time between reports over the steps between), and the plan's prediction."""
     import statistics
 
@@ -193,7 +194,7 @@ def step_time_chart(history: Sequence[Mapping[str, Any]], *, run: str, predicted
 
 
 def memory_chart(history: Sequence[Mapping[str, Any]], *, run: str, device: str, capacity_gib: float | None = None,
-                 estimate_gib: float | None = None) -> "Figure":
+                 estimate_gib: float | None = None) -> Figure:
     """Peak memory of rank 0 per reported step: allocated and reserved GPU memory against the device's capacity (and
     the memory planner's estimate), or the resident memory of a CPU run."""
     figure, axes = _figure()
@@ -216,7 +217,7 @@ def memory_chart(history: Sequence[Mapping[str, Any]], *, run: str, device: str,
     return figure
 
 
-def optimizer_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> "Figure":
+def optimizer_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
     """The learning rate and, on the right axis, the gradient norm before clipping."""
     figure, axes = _figure()
     ax = axes[0, 0]
@@ -250,7 +251,7 @@ def _masked(points: Iterable[Mapping[str, Any]], key: str, fits: bool) -> tuple[
     return xs, ys
 
 
-def scaling_chart(scaling: Mapping[str, Any]) -> "Figure":
+def scaling_chart(scaling: Mapping[str, Any]) -> Figure:
     """`plan --json`'s "scaling": predicted tokens/s in total and per GPU, and USD per million tokens, against the
     node count, for each strategy on EFA and TCP; the plan's own point starred; node counts where nothing fits shaded."""
     from matplotlib.lines import Line2D
@@ -310,7 +311,7 @@ def scaling_chart(scaling: Mapping[str, Any]) -> "Figure":
 # -- compare --plot --------------------------------------------------------------------------------------------------
 
 
-def comparison_chart(comparison: Mapping[str, Any]) -> "Figure":
+def comparison_chart(comparison: Mapping[str, Any]) -> Figure:
     """`compare --json`: tokens/s and step time of the EFA and the TCP run as bars, with the ratio."""
     figure, axes = _figure(width=9.0, height=4.5, cols=2)
     efa, tcp = comparison["efa"], comparison["tcp"]

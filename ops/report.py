@@ -12,9 +12,10 @@ import base64
 import html
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE
 

@@ -19,8 +19,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, TENSORBOARD_DIR, RunFolder
 

@@ -29,7 +29,7 @@ class RunFolder:
     path: str
 
     @classmethod
-    def of(cls, storage_path: str | None, name: str) -> "RunFolder":
+    def of(cls, storage_path: str | None, name: str) -> RunFolder:
         """The folder Ray Train uses for run `name` under `storage_path` (None: Ray's default, ~/ray_results)."""
         import pyarrow.fs
         from ray.train.constants import DEFAULT_STORAGE_PATH
