@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Annotations, Duration, Token
 from aws_cdk import aws_eks_v2 as eks
@@ -91,7 +91,7 @@ class KubeRayOperator(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
-    ) -> "KubeRayOperator":
+    ) -> KubeRayOperator:
         """The operator of the project's own app: kuberayVersion on systemNodeSelector, checked against rayVersion."""
         return cls(scope, construct_id, cluster=cluster, version=settings.addons.kuberay_version,
                    node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version,

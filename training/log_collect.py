@@ -19,11 +19,12 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
-__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "find_logs_dir", "read_nccl_lines", "MAX_LINES_PER_NODE"]
+__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "is_collected_file", "find_logs_dir", "read_nccl_lines",
+           "MAX_LINES_PER_NODE"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class NodeLines:
     files: int
     lines: tuple[str, ...]
     truncated: bool
+    counter_files: tuple[tuple[str, str], ...] = ()
+    """(name, text) of the EFA counter snapshots the job's workers spooled on this node (training.efa_counters)."""
 
 
 def find_logs_dir() -> Path | None:
@@ -67,7 +70,9 @@ def find_logs_dir() -> Path | None:
     try:
         from ray._private import worker as ray_worker  # private, so only a fallback
 
-        candidates.append(Path(ray_worker.global_worker.node.get_logs_dir_path()))
+        node = ray_worker.global_worker.node
+        if node is not None:  # None outside a connected worker
+            candidates.append(Path(node.get_logs_dir_path()))
     except Exception:
         pass
     roots = [Path(os.environ["RAY_TMPDIR"]) / "ray"] if os.environ.get("RAY_TMPDIR") else []
@@ -106,7 +111,9 @@ def read_nccl_lines(
     for group in _worker_files(logs_dir):
         current: str | None = None
         for path in group:
-            name_job = _WORKER_FILE.match(path.name)["job"]
+            match = _WORKER_FILE.match(path.name)
+            assert match is not None  # _worker_files keeps only the names that match
+            name_job = match["job"]
             try:
                 stream = path.open("r", encoding="utf-8", errors="replace")
             except OSError as error:  # a worker log removed or unreadable while we read: skip it, say so
@@ -145,10 +152,12 @@ def _read_this_node(job_id: str | None, max_lines: int) -> NodeLines:
 
     logs_dir = find_logs_dir()
     lines, files, truncated = read_nccl_lines(logs_dir, job_id, max_lines) if logs_dir else ([], 0, False)
+    from ray_efa.training.efa_counters import read_spool
+
     return NodeLines(
         node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),
         hostname=socket.gethostname(), logs_dir=str(logs_dir) if logs_dir else None, files=files,
-        lines=tuple(lines), truncated=truncated,
+        lines=tuple(lines), truncated=truncated, counter_files=tuple(read_spool(job_id)) if job_id else (),
     )
 
 
@@ -162,11 +171,15 @@ def collect_nccl_logs(
 ) -> list[Path]:
     """Write the NCCL lines of every alive node's Ray workers to out_dir, one file per node; return the paths.
 
+    The EFA counter snapshots the job's workers spooled on each node are written beside them
+    (efa-counters-<node>-....json, see training.efa_counters); they are not in the returned list.
+
     Call from the driver after ray.init(). `job_id` defaults to the driver's own job; `all_jobs=True` keeps every
     job's lines. A node that does not answer within `timeout_s` (or dies) is logged and skipped: its file is missing
     from the result, so callers can compare len(result) with the node count.
     """
     import ray
+    from ray.exceptions import RayError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
@@ -193,7 +206,7 @@ def collect_nccl_logs(
     for node, ref in zip(nodes, refs):
         try:
             result: NodeLines = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-        except (ray.exceptions.RayError, TimeoutError) as error:
+        except (RayError, TimeoutError) as error:
             log.warning("no NCCL logs from node %s (%s): %s", node["NodeID"], node["NodeManagerAddress"], error)
             ray.cancel(ref, force=True)
             continue
@@ -229,4 +242,13 @@ def _write(out_dir: Path, node: NodeLines, job: str | None) -> Path:
             f.write(line + "\n")
         for line in node.lines:
             f.write(line + "\n")
+    for name, text in node.counter_files:  # efa-counters-<host>-<phase>-<us>.json: the node id keeps them apart
+        (out_dir / f"efa-counters-{node.node_id[:8]}-{name.removeprefix('efa-counters-')}").write_text(text, encoding="utf-8")
     return path
+
+
+def is_collected_file(entry: Path) -> bool:
+    """A file `collect_nccl_logs` wrote: a node's log or an EFA counter snapshot."""
+    from ray_efa.training.efa_counters import is_written_snapshot
+
+    return is_collected_log(entry) or is_written_snapshot(entry)
