@@ -22,10 +22,11 @@ or `describe_gpu_instance` / `add_gpu_instance` in Python.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
 __all__ = [
@@ -437,7 +438,7 @@ DESCRIPTION_KEYS: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
 """The keys of a described GPU instance type: (type, required, meaning)."""
 
 
-def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool = True) -> InstanceType:
+def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool = True) -> GpuInstanceType:
     """An InstanceType from a user's description (DESCRIPTION_KEYS), checked as a built-in row would be: a GPU type
     with EFA that the job can use. Raises CatalogError listing every problem, each naming its key.
 
@@ -453,7 +454,7 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
                 problems.append(f"{key} is required: {meaning}")
             continue
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            problems.append(f"{key} must be {'a number' if kind == (int, float) else kind.__name__}: {meaning}, "
+            problems.append(f"{key} must be {'a number' if isinstance(kind, tuple) else kind.__name__}: {meaning}, "
                             f"got {value!r}")
     if problems:
         raise CatalogError("; ".join(problems))
@@ -485,7 +486,7 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
-    row = InstanceType(
+    row = GpuInstanceType(
         name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
         usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
@@ -501,7 +502,7 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
     return row
 
 
-def usable_gpu_instance(instance: InstanceType) -> InstanceType:
+def usable_gpu_instance(instance: InstanceType) -> GpuInstanceType:
     """`instance` when the job can use it: a built-in EFA row, or a row of your own passing describe_gpu_instance's
     checks (EFA, GPUs, room for the worker pod). Raises CatalogError otherwise."""
     if _BUILT_IN.get(instance.name) == instance:
@@ -511,10 +512,12 @@ def usable_gpu_instance(instance: InstanceType) -> InstanceType:
     if instance.name in _BUILT_IN:
         raise CatalogError(f"{instance.name} is in the catalog with other facts: pass its name, or a type of your own")
     _describe_row(instance)
-    return instance
+    if isinstance(instance, GpuInstanceType):
+        return instance
+    return GpuInstanceType(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
 
 
-def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> InstanceType:
+def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> GpuInstanceType:
     """Add a described type to this process's catalog (GPU_INSTANCES), after the checks of describe_gpu_instance:
     the Python way to choose it by name in constructs and settings (gpuInstanceType). Adding the same row twice is
     fine; another row under a built-in name is refused. Returns the row."""
@@ -523,7 +526,7 @@ def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> InstanceT
     return row
 
 
-def _describe_row(instance: InstanceType) -> InstanceType:
+def _describe_row(instance: InstanceType) -> GpuInstanceType:
     """describe_gpu_instance's checks on a row built in Python."""
     assert instance.gpu is not None
     description: dict[str, object] = {

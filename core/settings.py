@@ -135,12 +135,14 @@ class SettingsError(ValueError):
 # a plain str.
 if TYPE_CHECKING:
     KubernetesVersion = KuberayVersion = SystemInstanceType = EfaDevicePluginVersion = ModelPreset = str
+    EfaDraDriverVersion = str
 else:
     KubernetesVersion = Literal[*KUBERNETES_VERSIONS]
     KuberayVersion = Literal[*KUBERAY_VERSIONS]
     SystemInstanceType = Literal[*catalog.SYSTEM_INSTANCES]
     EfaDevicePluginVersion = Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS]
     ModelPreset = Literal[*MODEL_PRESETS]
+    EfaDraDriverVersion = Literal[*addons.EFA_DRA_DRIVER_ALLOWLISTS]
 
 
 # -- how a field is declared --------------------------------------------------------------------------------------
@@ -228,7 +230,7 @@ def _descriptions_problem(descriptions: tuple[dict[str, Any], ...]) -> str | Non
     return ("must describe GPU types as the catalog's rows are checked: " + "; ".join(problems)) if problems else None
 
 
-def described_gpu_instances(descriptions: Iterable[Mapping[str, Any]]) -> dict[str, catalog.InstanceType]:
+def described_gpu_instances(descriptions: Iterable[Mapping[str, Any]]) -> dict[str, catalog.GpuInstanceType]:
     """The extraGpuInstanceTypes rows by name (each checked by catalog.describe_gpu_instance)."""
     rows = (catalog.describe_gpu_instance(description) for description in descriptions)
     return {row.name: row for row in rows}
@@ -631,7 +633,7 @@ class AddonSettings(_Section):
         "0.4.1", "nvidiaDraDriverVersion", "dra-driver-nvidia-gpu Helm chart version (deviceAllocation dra).",
         pattern=_SEMVER, message="must be a chart version like 0.4.1",
     )
-    efa_dra_driver_version: Literal[*addons.EFA_DRA_DRIVER_ALLOWLISTS] = setting(
+    efa_dra_driver_version: EfaDraDriverVersion = setting(
         "1.0.0", "efaDraDriverVersion",
         "aws-dranet (EFA DRA driver) Helm chart version, deviceAllocation dra (its allowlist must hold the GPU type).",
     )

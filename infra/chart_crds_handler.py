@@ -24,7 +24,8 @@ import os
 import shutil
 import subprocess
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["handler", "apply_chart_crds"]
 

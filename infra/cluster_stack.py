@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Environment, Stack
+from typing import cast
+
+from aws_cdk import CfnOutput, CfnResource, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -42,7 +44,7 @@ class ClusterStack(Stack):
         # second vpc-cni add-on, which EKS refuses, before deleting the first).
         self.vpc_cni = self.ray_cluster.vpc_cni
         assert self.vpc_cni is not None
-        self.vpc_cni.addon.node.default_child.override_logical_id("VpcCniAddon0A9AF95A")
+        cast(CfnResource, self.vpc_cni.addon.node.default_child).override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
         self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
         # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
@@ -81,7 +83,9 @@ class ClusterStack(Stack):
         GPU stack still imports them; Stack.export_value keeps the name CDK would have given them (aws-cdk-lib
         Stack.exportValue, written for this case).
         """
-        self.export_value(self.ray_cluster.cluster.kubectl_provider.service_token)
+        provider = self.ray_cluster.cluster.kubectl_provider
+        assert provider is not None  # RayEksCluster always creates one
+        self.export_value(provider.service_token)
         if self.checkpoints.bucket is not None:
             self.export_value(self.checkpoints.bucket.bucket_name)
 

@@ -12,7 +12,7 @@ GPU nodes at zero.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -73,7 +73,7 @@ class GpuDraDrivers(Construct):
         self.efa = helm_chart(self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> "GpuDraDrivers":
+    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDraDrivers:
         """The drivers of the project's own app: the chart versions of the settings, on gpuNodeSelector."""
         addons = settings.addons
         return cls(scope, construct_id, cluster=cluster, kubernetes_version=settings.cluster.kubernetes_version,

@@ -14,6 +14,7 @@ container's `resources.claims` are in both KubeRay CRDs (1.4.0 and 1.7.0) and ar
 
 from __future__ import annotations
 
+from constructs import Construct
 from kubernetes.client import (
     CoreV1ResourceClaim,
     V1DeviceClaim,
@@ -25,7 +26,6 @@ from kubernetes.client import (
     V1ResourceClaimSpec,
     V1ResourceClaimTemplateSpec,
 )
-from constructs import Construct
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_CLASS, GPU_DEVICE_CLASS

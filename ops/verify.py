@@ -29,7 +29,12 @@ from typing import Any, cast
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import (
-    EFA_DEVICE_PLUGIN, EFA_DRA_DRIVER, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, NVIDIA_DRA_DRIVER, HelmRelease,
+    EFA_DEVICE_PLUGIN,
+    EFA_DRA_DRIVER,
+    KUBERAY_OPERATOR,
+    NVIDIA_DEVICE_PLUGIN,
+    NVIDIA_DRA_DRIVER,
+    HelmRelease,
 )
 from ray_efa.core.scheduling import label_selector
 from ray_efa.core.settings import Settings

