@@ -201,7 +201,9 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     _gpu_row("p5e.48xlarge",  "H200",      8,   192, 2048, 32, True,  3200, 63.2960),
     _gpu_row("p5en.48xlarge", "H200",      8,   192, 2048, 16, True,  3200, 63.2960),
     # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
-    # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); the others from the price list.
+    # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
+    # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
+    # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
     _gpu_row("g5.8xlarge",    "A10G",      1,   32,   128,  1, False,   25,  2.448),
     _gpu_row("g5.16xlarge",   "A10G",      1,   64,   256,  1, False,   25,  4.096),
     _gpu_row("g5.24xlarge",   "A10G",      4,   96,   384,  1, False,   50,  8.144),
