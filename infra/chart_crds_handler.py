@@ -37,12 +37,22 @@ _ESTABLISHED_TIMEOUT = "120s"
 Run = Callable[[list[str]], str]
 
 
+def _tool_env() -> dict[str, str]:
+    """The layers' tools first on PATH; helm's and kubectl's caches in the writable work directory (a Lambda
+    function may write only /tmp)."""
+    return {
+        **os.environ, "PATH": f"{_TOOL_PATHS}:{os.environ.get('PATH', '')}", "HOME": WORK_DIR,
+        "HELM_CACHE_HOME": os.path.join(WORK_DIR, "helm", "cache"),
+        "HELM_CONFIG_HOME": os.path.join(WORK_DIR, "helm", "config"),
+        "HELM_DATA_HOME": os.path.join(WORK_DIR, "helm", "data"),
+    }
+
+
 def _run(command: list[str]) -> str:
     """Run `command`; on failure raise with its output (which CloudFormation shows as the failure reason)."""
     print(f"running: {' '.join(command)}", flush=True)
     for attempt in range(3):
-        result = subprocess.run(command, capture_output=True, text=True, env={
-            **os.environ, "PATH": f"{_TOOL_PATHS}:{os.environ.get('PATH', '')}"})
+        result = subprocess.run(command, capture_output=True, text=True, env=_tool_env())
         output = result.stdout + result.stderr
         print(output, flush=True)
         if result.returncode == 0:

@@ -238,3 +238,12 @@ def test_the_handlers_flags_exist_in_the_layers_kubectl_and_helm(layer_tools, tm
         flags = {arg.split("=")[0] for arg in command if arg.startswith("--")}
         missing = [flag for flag in flags if flag not in help_text and flag != "--kubeconfig"]  # a global flag
         assert not missing, f"{command[0]} {command[1]} has no {missing}"
+
+
+def test_the_tools_write_only_into_the_work_directory(tmp_path, monkeypatch):
+    # A Lambda function may write /tmp alone: helm's caches and kubectl's HOME go there
+    monkeypatch.setattr(chart_crds_handler, "WORK_DIR", str(tmp_path))
+    env = chart_crds_handler._tool_env()
+    assert env["HOME"] == str(tmp_path)
+    assert all(env[key].startswith(str(tmp_path)) for key in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"))
+    assert env["PATH"].startswith("/opt/kubectl:/opt/helm:/opt/awscli:")
