@@ -77,14 +77,21 @@ def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
 
 def resolve_or_exit(
     args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
+    require_code: bool = False,
 ) -> ResolvedSettings:
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
     `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
-    (core.memory.check_fits names what to change).
+    (core.memory.check_fits names what to change). `require_code`: the command runs or ships the train function, so
+    a trainFunction missing from codeDir, or a codeDir that cannot be shipped, is bad settings too
+    (core.user_code.check_user_code; nothing is imported).
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
+        if require_code or require_fit:
+            from ray_efa.core.user_code import check_user_code
+
+            check_user_code(resolved.settings, app_dir=resolved.app_dir)
         if require_fit:
             from ray_efa.core.memory import check_fits
 
