@@ -19,10 +19,9 @@ from pathlib import Path
 from constructs import Construct
 
 from ray_efa.k8s._private import api_object, labels
-from ray_efa.k8s.code_bundle import CodeBundle, ManifestError, ShippedFile
-from ray_efa.core.user_code import code_files
+from ray_efa.k8s.code_bundle import CodeBundle, ManifestError, collect_user_code
 
-__all__ = ["UserCodeVolume", "UserCodeConfigMap", "collect_user_code", "config_map_problem", "FETCH_SCRIPT"]
+__all__ = ["UserCodeVolume", "UserCodeConfigMap", "FETCH_SCRIPT"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,30 +53,6 @@ FETCH_SCRIPT = (
 )
 """What the init container runs (`python -c FETCH_SCRIPT URI DEST`): the zip through pyarrow's S3 filesystem (region
 from AWS_REGION, credentials from Pod Identity), unpacked with zipfile (which refuses absolute and '..' paths)."""
-
-
-def collect_user_code(code_dir: Path) -> CodeBundle:
-    """Every file of code_dir that ships (core.user_code.code_files) as ConfigMap data, keys the paths with '/' as
-    '.'; ManifestError for a file that is not UTF-8 text or whose name cannot be a ConfigMap key."""
-    files = []
-    for path, source in code_files(code_dir):
-        try:
-            text = source.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise ManifestError(f"{source} is not UTF-8 text: a ConfigMap ships text files only") from None
-        files.append(ShippedFile(path=path, text=text))
-    if not files:
-        raise ManifestError(f"codeDir {code_dir} holds no file to ship")
-    return CodeBundle(files=tuple(files))
-
-
-def config_map_problem(code_dir: Path, name: str) -> str | None:
-    """Why code_dir cannot ship as the ConfigMap `name` (binary files, odd names, too large), or None if it can."""
-    try:
-        collect_user_code(code_dir).check_fits(name)
-    except ManifestError as error:
-        return str(error)
-    return None
 
 
 class UserCodeConfigMap(Construct):
