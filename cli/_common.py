@@ -10,7 +10,7 @@ import sys
 from typing import Any, Iterable, Mapping
 
 from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
-from ray_efa.core.settings import SettingsError
+from ray_efa.core.settings import Settings, SettingsError
 
 EXIT_USAGE = 2
 """Bad usage or unreadable input, everywhere: bad arguments, bad settings, a file that cannot be read or parsed, an
@@ -113,3 +113,21 @@ def missing_train_extra(command: str) -> int | None:
     print(f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
           "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'", file=sys.stderr)
     return EXIT_NOT_INSTALLED
+
+
+def code_dir_problem(settings: Settings) -> str | None:
+    """Why codeDir cannot ship in the ConfigMap of the kubectl path (`manifests`, `submit`), naming the setting and
+    the route that can (an S3 asset through `cdk deploy`); None when it can, or there is no codeDir."""
+    from ray_efa.core.user_code import code_dir_path
+    from ray_efa.k8s.code_bundle import config_map_problem
+    from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
+
+    code_dir = code_dir_path(settings)
+    if code_dir is None:
+        return None
+    problem = config_map_problem(code_dir, user_code_config_map_name(ray_job_of(settings)))
+    if problem is None:
+        return None
+    return (f"codeDir {settings.workload.code_dir} cannot ship with kubectl: {problem}. A ConfigMap is the only route "
+            "here; `cdk deploy` ships larger code as an S3 asset (RayTrainingJob), or keep data and weights out of "
+            "codeDir (storagePath, modelPath) so that the code fits")
