@@ -993,9 +993,18 @@ class Settings(_Model):
     def from_json(cls, text: str) -> "Settings":
         return cls.from_context(json.loads(text))
 
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The context keys these settings were given (by from_context, a section's keyword or replace), as opposed
+        to left at their defaults: what a construct that takes a value from elsewhere must not contradict."""
+        return frozenset(info.alias for section in _SECTIONS for name, info in
+                         type(getattr(self, section)).model_fields.items() if name in getattr(self, section).model_fields_set)
+
     def replace(self, **context: Any) -> "Settings":
-        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`."""
-        return Settings.from_context({**self.to_context(), **context})
+        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`. The keys
+        left at their defaults stay so (given_keys)."""
+        current = self.to_context()
+        return Settings.from_context({**{key: current[key] for key in self.given_keys}, **context})
 
 
 # -- parsing context values ---------------------------------------------------------------------------------------

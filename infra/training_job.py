@@ -54,8 +54,9 @@ class RayTrainingJob(Construct):
     One source of truth: where the job runs (GPU instance type, node count, GPU node selector, namespace, service
     account, storage path, system node selector) comes from the constructs that build those things, `gpu_nodes`,
     `workload`, `storage` and `operator`, each taken from the props or, when not given, as the only construct of its
-    kind in the enclosing stack. A value the settings set (not their default) or a prop that disagrees with them
-    fails synth naming both; the settings describe the training itself (model, steps, network, trainConfig...).
+    kind in the enclosing stack. A value the settings were given (Settings.given_keys: not left at its default) or a
+    prop that disagrees with them fails synth naming both; the settings describe the training itself (model, steps,
+    network, trainConfig...).
 
     Applied after the GPU node group (pass it in `after`): the RayJob's activeDeadlineSeconds counts from its creation,
     so it must not start before any GPU node can exist. Changing a training setting changes the small settings
@@ -138,7 +139,8 @@ class RayTrainingJob(Construct):
         claim("gpuNodeSelector", dict(gpu_node_selector) if gpu_node_selector is not None else None,
               "RayTrainingJob gpu_node_selector")
 
-        defaults, given = Settings().to_context(), base.to_context()
+        given = base.to_context()
+        explicit = base.given_keys if settings is not None else frozenset()
         changes: dict[str, Any] = {}
         for key, values in claims.items():
             (first, first_source), *rest = values
@@ -146,7 +148,7 @@ class RayTrainingJob(Construct):
                 if value != first:
                     raise ValueError(f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
                                      "make them agree (one cluster, one source of truth)")
-            if settings is not None and given[key] != defaults[key] and given[key] != first:
+            if key in explicit and given[key] != first:
                 raise ValueError(f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
                                  f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
                                  "them agree")
