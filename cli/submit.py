@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from ray_efa.cli._common import (
-    add_context_option, add_kube_context_option, code_dir_problem, fail, resolve_or_exit,
+    add_context_option, add_json_option, add_kube_context_option, code_dir_problem, fail, print_json, resolve_or_exit,
 )
 
 EXIT_FAILED = 1
@@ -35,6 +35,7 @@ def register(add_parser, name: str) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {_FOLLOW_MARGIN_S})")
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
     p.set_defaults(run=run)
 
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         final, log = follow(
             api_client, namespace, name, timeout_s=timeout, poll_s=args.poll,
             on_state=lambda state, elapsed: _say(f"[{_elapsed(elapsed)}] RayJob {name}: {state.describe()}"),
-            on_line=lambda line: print(line, flush=True),
+            on_line=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
         )
     except SubmitError as error:
         return fail(args, "submit", str(error), code=EXIT_FAILED)
@@ -102,6 +103,14 @@ def run(args: argparse.Namespace) -> int:
         _say(f"ray-efa submit: stopped following; the job keeps running: kubectl -n {namespace} get rayjob {name} -w")
         return 130
     code = job_exit_code(final)
+    if args.json:
+        from ray_efa.training.run_summary import find_summaries
+
+        summaries = find_summaries(log.splitlines())
+        print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
+                    "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
+                    "run_summary": summaries[-1] if summaries else None, "cleanup": cleanup_command(objects)})
+        return code
     print(f"RayJob {namespace}/{name}: {final.describe()}")
     for line in gate_lines(log) or ["transport gate: no verdict in the submitter's log (did the driver start?)"]:
         print(line)

@@ -147,3 +147,16 @@ def test_the_exit_code_is_the_drivers(status, code):
     state = JobState(deployment=status["jobDeploymentStatus"], job=status.get("jobStatus", ""), status=status)
     assert job_exit_code(state) == code
     assert json.dumps(status)  # plain data
+
+
+def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(tmp_path, capsys):
+    with _api("complete") as api:
+        code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--name", JOB, "--poll", "0.01",
+                    *(a for s in SETTINGS for a in ("-c", s)))
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert code == 0 and result["exit_code"] == 0 and result["ray_job"] == JOB
+    assert (result["deployment_status"], result["job_status"]) == ("Complete", "SUCCEEDED")
+    assert result["run_summary"]["devices"] == 16 and result["transport_gate"][0].startswith("transport gate: PASS")
+    assert "epoch 3/3" in err
