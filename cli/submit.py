@@ -16,7 +16,13 @@ import argparse
 import sys
 
 from ray_efa.cli._common import (
-    add_context_option, add_json_option, add_kube_context_option, code_dir_problem, fail, print_json, resolve_or_exit,
+    add_context_option,
+    add_json_option,
+    add_kube_context_option,
+    code_dir_problem,
+    fail,
+    print_json,
+    resolve_or_exit,
 )
 
 EXIT_FAILED = 1
@@ -71,7 +77,15 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import config
 
     from ray_efa.k8s.code_bundle import ManifestError
-    from ray_efa.ops.submit import SubmitError, cleanup_command, create_objects, follow, gate_lines, job_exit_code, submission
+    from ray_efa.ops.submit import (
+        SubmitError,
+        cleanup_command,
+        create_objects,
+        follow,
+        gate_lines,
+        job_exit_code,
+        submission,
+    )
 
     try:
         settings, objects = submission(settings, job_name=args.name)

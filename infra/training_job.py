@@ -20,8 +20,8 @@ from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.workload import RayWorkload
-from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.code_bundle import config_map_problem
+from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.workload import ray_job_chart
 
 __all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE"]
@@ -202,7 +202,7 @@ class RayTrainingJob(Construct):
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         gpu_nodes: EfaGpuNodegroup | None = None, workload: RayWorkload | None = None,
         storage: CheckpointStorage | None = None, after: Sequence[IConstruct] = (),
-    ) -> "RayTrainingJob":
+    ) -> RayTrainingJob:
         """The job of the project's own app: trainFunction, codeDir, jobName and trainConfig of the settings."""
         return cls(scope, construct_id, cluster=cluster, settings=settings, gpu_nodes=gpu_nodes, workload=workload,
                    storage=storage, after=after)

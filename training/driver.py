@@ -98,10 +98,11 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
     return f"{prefix}-{what}-{stamp}"
 
 
-def _import_root() -> str:
-    """The folder that holds the ray_efa package: the checkout (its ray_efa/ links the source folders), or
-    site-packages in an install (not site-packages/ray_efa, where `import ray_efa` would fail)."""
-    return str(Path(ray_efa.__file__).resolve().parent.parent)
+def _import_root(package_init: str | None = None) -> str:
+    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (its ray_efa/
+    links the source folders), or site-packages in an install (not site-packages/ray_efa, where `import ray_efa`
+    would fail, nor the source folder a symlink resolves to)."""
+    return str(Path(package_init or str(ray_efa.__file__)).parent.parent.resolve())
 
 
 def init_ray(*, local: bool, code_dir: str | None = None) -> None:

@@ -114,7 +114,7 @@ class _ReportRecorder:
     def __init__(self) -> None:
         self.last: dict[str, Any] | None = None
 
-    def __enter__(self) -> "_ReportRecorder":
+    def __enter__(self) -> _ReportRecorder:
         import ray.train
 
         self._original = ray.train.report
@@ -137,10 +137,10 @@ def _quiet_report_log() -> None:
     import logging
 
     try:
-        from ray.train.v2._internal.execution import context
+        module = importlib.import_module("ray.train.v2._internal.execution.context")
     except ImportError:  # another Ray layout: its chatter stays
         return
-    logging.getLogger(context.__file__).setLevel(logging.WARNING)  # that module's logger is named by its file
+    logging.getLogger(module.__file__).setLevel(logging.WARNING)  # that module's logger is named by its file
 
 
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:

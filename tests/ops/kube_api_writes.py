@@ -58,12 +58,12 @@ class KubeApiWithWrites:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802 (http.server's naming)
+            def do_GET(self):
                 url = urlsplit(self.path)
                 server.requests.append(("GET", url.path))
                 self._reply(*server.get(url.path, parse_qs(url.query)))
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 url = urlsplit(self.path)
                 server.requests.append(("POST", url.path))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -113,7 +113,7 @@ class KubeApiWithWrites:
                     return 200, item
             return 404, _status(404, "NotFound", f"{path} not found")
 
-    def __enter__(self) -> "KubeApiWithWrites":
+    def __enter__(self) -> KubeApiWithWrites:
         self._thread.start()
         return self
 

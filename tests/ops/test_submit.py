@@ -64,9 +64,9 @@ def _api(outcome: str) -> KubeApiWithWrites:
 
 @pytest.mark.parametrize("outcome", ["complete", "unproven"])
 def test_recorded_statuses_follow_the_rayjob_crd_schema(outcome):
-    from tests.k8s.schemas import crd_schema, strict
-
     import jsonschema
+
+    from tests.k8s.schemas import crd_schema, strict
 
     status_schema = strict(crd_schema("1.7.0", "RayJob")["properties"]["status"])
     for status in load(f"statuses_{outcome}.json"):
