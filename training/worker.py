@@ -1,9 +1,10 @@
 """What every Ray Train worker runs: the settings' train function, between the project's checks.
 
     train_loop(config)              TorchTrainer(train_loop, train_loop_config=train_loop_config(settings, ...))
-        before_training(run)        the bandwidth preflight: fail before step 1 on a slow inter-node path
+        before_training(run)        the bandwidth preflight (fail before step 1 on a slow inter-node path), then
+                                    each node's EFA counters (training.efa_counters: the gate's second witness)
         function(config)            trainFunction (the built-in train_func, or yours), imported by name
-        after_training(run)         nothing yet: the place for checks that read what training did
+        after_training(run)         each node's EFA counters again (the built-in takes its own, with its steps)
 
 Ray Train has joined the workers into a torch.distributed process group (NCCL on GPU, gloo on CPU) before
 train_loop runs. The function is imported in the worker from codeDir (put first on sys.path) or from the installed
@@ -82,17 +83,25 @@ def before_training(run: WorkerRun) -> None:
 
     from ray_efa.training import preflight
 
-    if not (run.settings.workload.preflight and dist.is_initialized()):
-        return
-    results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
-    if run.rank == 0:
-        _say(preflight.format_probe_table(results))
-    inter_node = run.local_world_size < run.world_size
-    preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(run.settings), inter_node=inter_node)
+    from ray_efa.training import efa_counters
+
+    if run.settings.workload.preflight and dist.is_initialized():
+        results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
+        if run.rank == 0:
+            _say(preflight.format_probe_table(results))
+        inter_node = run.local_world_size < run.world_size
+        preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(run.settings), inter_node=inter_node)
+    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
 
 def after_training(run: WorkerRun) -> None:
-    """After the function returned, on every worker (not after a failure): nothing yet."""
+    """After the function returned, on every worker (not after a failure): each node's EFA counters again. The
+    built-in function takes this snapshot itself, with its step count, so that the gate can compare the bytes with
+    core.perf's prediction; for a function of yours the prediction is unknown and the counters support the logs."""
+    from ray_efa.training import efa_counters
+
+    if not run.settings.training.builtin:
+        efa_counters.snapshot_ray_worker("after")
 
 
 def _call(function: Callable[..., Any], config: dict[str, Any]) -> Any:
