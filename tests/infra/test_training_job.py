@@ -200,3 +200,34 @@ def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(
     _, _, ray_job = find(gpu, "RayJob", "big")
     assert ray_job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"]
     assert stacks.gpu.training_job is not None and stacks.gpu.training_job.code_asset is not None
+
+
+@pytest.mark.skipif(__import__("shutil").which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
+                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
+    import subprocess
+
+    from tests.infra.test_app import offline_env
+
+    # WHEN the real CDK CLI synthesizes the project's app with the three settings (codeDir relative to the app dir)
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "trainFunction=own_training.train:train_func",
+         "-c", "codeDir=examples/own-training/src", "-c", "jobName=mlp-exp", "-c", 'trainConfig={"epochs": 3}'],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # THEN the GPU stack applies the code ConfigMap of codeDir and the RayJob mlp-exp, whose settings name the function
+    template = Template.from_json(json.loads((tmp_path / "ray-train-gpu.template.json").read_text()))
+    _, _, code = find(template, "ConfigMap", "mlp-exp-user-code")
+    assert code["data"]["own_training.train.py"] == (EXAMPLE_SRC / "own_training" / "train.py").read_text()
+    settings = _job_settings(template, "mlp-exp")
+    assert (settings["trainFunction"], settings["codeDir"], settings["trainConfig"]) == (
+        "own_training.train:train_func", USER_CODE_PATH, {"epochs": 3})
+    _, _, job = find(template, "RayJob", "mlp-exp")
+    assert job["metadata"]["namespace"] == "ray"
+    # and a function that is not there stops synth before anything is written, naming trainFunction
+    bad = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path / "bad"), "-c", "trainFunction=own_training.train:nope",
+         "-c", "codeDir=examples/own-training/src"],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "trainFunction: must name a function of own_training.train" in bad.stderr
+    assert not (tmp_path / "bad" / "ray-train-gpu.template.json").exists()
