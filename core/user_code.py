@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray_efa.core.context import find_app_dir
 from ray_efa.core.settings import Problem, Settings, SettingsError
 
 __all__ = ["UserCode", "code_dir_path", "check_user_code", "code_files", "split_function", "PROJECT_PACKAGE"]
@@ -46,15 +47,6 @@ def split_function(spec: str) -> tuple[str, str]:
     return module, function
 
 
-def _app_dir() -> Path:
-    """The app directory (the nearest folder holding cdk.json, as core.context finds it), else the working directory."""
-    here = Path.cwd().resolve()
-    for directory in (here, *here.parents):
-        if (directory / "cdk.json").is_file():
-            return directory
-    return here
-
-
 def code_dir_path(settings: Settings, *, app_dir: Path | None = None) -> Path | None:
     """codeDir as an absolute path: as given when absolute, else relative to `app_dir` (default: the app directory,
     the nearest folder at or above the working directory holding cdk.json, else the working directory)."""
@@ -62,7 +54,7 @@ def code_dir_path(settings: Settings, *, app_dir: Path | None = None) -> Path | 
     if given is None:
         return None
     path = Path(os.path.expanduser(given))
-    return (path if path.is_absolute() else (app_dir or _app_dir()) / path).resolve()
+    return (path if path.is_absolute() else (app_dir or find_app_dir() or Path.cwd()) / path).resolve()
 
 
 def _code_dir_problem(code_dir: Path, given: str) -> Problem | None:
