@@ -99,7 +99,8 @@ class RayTrainingJob(Construct):
         :param gpu_node_selector: labels of the GPU nodes of the workers. @default - gpu_nodes', else the settings'
         :param code_reader: the role that reads the code asset (the Ray pods' role), when `storage` is not given.
             @default - storage's service account role
-        :param after: what the job waits for (the GPU node group). @default - nothing
+        :param after: what the job waits for (the GPU node group), besides the namespace of `workload` and the service
+            account of `storage`, which it always waits for. @default - nothing
         """
         super().__init__(scope, construct_id)
         # Resolve and validate everything before creating any child.
@@ -193,7 +194,10 @@ class RayTrainingJob(Construct):
             archive_uri = self.code_asset.s3_object_url
 
         objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri).to_json()
-        self.manifests = apply_objects(self, cluster, objects, after=after)
+        # The namespace and the pods' service account exist before the job's first object, whatever `after` says.
+        waits = [*after, *(c for c in (workload.namespace if workload else None,
+                                       storage.service_account if storage else None) if c is not None and c not in after)]
+        self.manifests = apply_objects(self, cluster, objects, after=waits)
         self.job = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
 

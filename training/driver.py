@@ -159,7 +159,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
     return _unwrapped(trainer.fit())
 
 
-def _unwrapped(result):
+def _unwrapped(result: Any) -> Any:
     """The Result as the function left it: its own return value, and as metrics what it reported last (Ray Train v2
     keeps only the metrics of the last checkpoint; training.worker records every report)."""
     outcome = result.return_value

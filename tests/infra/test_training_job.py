@@ -231,3 +231,17 @@ def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
         cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "trainFunction: must name a function of own_training.train" in bad.stderr
     assert not (tmp_path / "bad" / "ray-train-gpu.template.json").exists()
+
+
+def test_the_job_waits_for_the_namespace_and_the_service_account_it_was_given():
+    # GIVEN the issue's stack, where the job was told to wait for the GPU nodes only
+    stack = Platform(cdk.App(), "Platform")
+    RayTrainingJob(stack, "Job", cluster=stack.cluster, after=[stack.gpu.nodegroup])
+    template = Template.from_stack(stack)
+    # THEN its first object also waits for the namespace and the pods' service account (no race at deploy)
+    first_id, first, _ = find(template, "NetworkPolicy")
+    waits = set(first["DependsOn"])
+    namespace_id = stack.get_logical_id(stack.workload.namespace.node.default_child)
+    assert namespace_id in waits
+    assert any(stack.get_logical_id(c.node.default_child) in waits
+               for c in stack.storage.service_account.node.find_all() if isinstance(c.node.default_child, cdk.CfnResource))
