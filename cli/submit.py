@@ -32,7 +32,7 @@ _FOLLOW_MARGIN_S = 900
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="run the train function as a new RayJob on the deployed cluster and follow it",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
                                   "plus 5 random characters")
     p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")

@@ -15,8 +15,9 @@ import re
 import secrets
 import string
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
 
@@ -126,8 +127,8 @@ def job_state(api_client: Any, namespace: str, name: str) -> JobState:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        job = client.CustomObjectsApi(api_client).get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace,
-                                                                               RAY_JOBS, name)
+        job: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace,
+                                                                                    RAY_JOBS, name)
     except ApiException as error:
         raise SubmitError(f"cannot read RayJob {namespace}/{name}: {_api_error(error)}") from None
     status = job.get("status") or {}
@@ -138,7 +139,8 @@ def _submitter_pod(api_client: Any, namespace: str, name: str) -> Any | None:
     """The newest pod of the submitter Job (named like the RayJob), or None before it exists."""
     from kubernetes import client
 
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    listing: Any = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"job-name={name}")
+    pods: list[Any] = listing.items
     return max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
 
 
@@ -157,8 +159,9 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
     core = client.CoreV1Api(api_client)
     try:
         if not follow_log:
-            return core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER)
-        response = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
+            text: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER)
+            return str(text)
+        response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
                                                 follow=True, _preload_content=False)
     except ApiException as error:
         if error.status == 400:  # the container has not started yet

@@ -179,7 +179,8 @@ def reported_summary(metrics: dict[str, Any] | None, settings: Settings, *, loca
         where = {"devices": local_workers, "hosts": 1, "device": "cpu"}
     else:
         instance = settings.nodes.gpu_instance
-        where = {"devices": settings.world_size, "hosts": settings.nodes.gpu_node_count, "device": instance.gpu.name}
+        device = instance.gpu.name if instance.gpu is not None else instance.name
+        where = {"devices": settings.world_size, "hosts": settings.nodes.gpu_node_count, "device": device}
     return {**values, **where}
 
 

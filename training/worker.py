@@ -21,8 +21,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ray_efa.core.settings import Settings
 from ray_efa.core.user_code import split_function
@@ -81,9 +82,7 @@ def before_training(run: WorkerRun) -> None:
     rank when the inter-node path is slower than the floor."""
     import torch.distributed as dist
 
-    from ray_efa.training import preflight
-
-    from ray_efa.training import efa_counters
+    from ray_efa.training import efa_counters, preflight
 
     if run.settings.workload.preflight and dist.is_initialized():
         results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
