@@ -6,6 +6,9 @@
         function(config)            trainFunction (the built-in train_func, or yours), imported by name
         after_training(run)         each node's EFA counters again (the built-in takes its own, with its steps)
 
+Every ray.train.report of a function of yours also goes to the run's metrics history (training.history: metrics.jsonl
+and TensorBoard events in the run folder, by its "step" metric or else the report's index), as the built-in's do.
+
 Ray Train has joined the workers into a torch.distributed process group (NCCL on GPU, gloo on CPU) before
 train_loop runs. The function is imported in the worker from codeDir (put first on sys.path) or from the installed
 packages; it is never pickled, so its module needs to import only where it runs.
@@ -27,6 +30,7 @@ from typing import Any
 
 from ray_efa.core.settings import Settings
 from ray_efa.core.user_code import split_function
+from ray_efa.training.history import open_history
 
 __all__ = ["WRAPPER_KEY", "WorkerRun", "train_loop", "train_loop_config", "load_train_function", "before_training",
            "after_training"]
@@ -116,11 +120,14 @@ class _ReportRecorder:
 
     Ray Train v2's Result.metrics holds only the metrics reported with the latest checkpoint
     (ray/train/v2/_internal/execution/controller/controller.py, _build_result), so a function that reports without
-    checkpoints would leave the run summary empty; this records every call and passes it on unchanged.
+    checkpoints would leave the run summary empty; this records every call, hands it to `on_report` (metrics, the
+    call's 1-based index) and passes it on unchanged.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_report: Callable[[dict[str, Any], int], None] | None = None) -> None:
         self.last: dict[str, Any] | None = None
+        self.calls = 0
+        self._on_report = on_report
 
     def __enter__(self) -> _ReportRecorder:
         import ray.train
@@ -129,6 +136,9 @@ class _ReportRecorder:
 
         def report(metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
             self.last = dict(metrics)
+            self.calls += 1
+            if self._on_report is not None:
+                self._on_report(self.last, self.calls)
             return self._original(metrics, *args, **kwargs)
 
         ray.train.report = report
@@ -167,9 +177,22 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                     world_size=context.get_world_size(), local_world_size=context.get_local_world_size(),
                     device=ray.train.torch.get_device())
     _quiet_report_log()
-    with _ReportRecorder() as reports:  # installed before the import: `from ray.train import report` gets it too
-        function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
-        before_training(run)
-        value = _call(function, user_config)
+    # A function of yours gets the built-in's metrics history (metrics.jsonl and TensorBoard in the run folder, rank 0),
+    # one record per report; the built-in keeps its own, by optimizer step.
+    history = None if run.settings.training.builtin else open_history(0)
+
+    def record(metrics: dict[str, Any], index: int) -> None:
+        if history is not None:
+            step = metrics.get("step")
+            history.log(metrics, step if isinstance(step, int) and not isinstance(step, bool) else index)
+
+    try:
+        with _ReportRecorder(record) as reports:  # installed before the import: `from ray.train import report` too
+            function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
+            before_training(run)
+            value = _call(function, user_config)
+    finally:
+        if history is not None:
+            history.close()
     after_training(run)
     return {"return_value": value, "reported": reports.last}

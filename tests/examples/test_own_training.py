@@ -47,6 +47,10 @@ def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
     assert "own_training" not in json.dumps({k: v for k, v in summary.items() if k != "name"})
     # and the gate's verdict is honest about gloo
     assert "proves nothing about EFA (exit 3)" in out
+    # every report is in the run's metrics history, as the built-in's are (ray-efa report reads it)
+    history = [json.loads(line) for line in (tmp_path / summary["name"] / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["epoch"]) for r in history] == [(e, e) for e in range(1, 7)]
+    assert history[-1]["loss"] == summary["loss"]
 
 
 def test_a_missing_function_is_exit_2_naming_train_function_before_ray_starts():
