@@ -160,3 +160,11 @@ def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(tmp_path, capsys):
     assert (result["deployment_status"], result["job_status"]) == ("Complete", "SUCCEEDED")
     assert result["run_summary"]["devices"] == 16 and result["transport_gate"][0].startswith("transport gate: PASS")
     assert "epoch 3/3" in err
+
+
+def test_a_bad_name_is_exit_2_naming_the_flag(tmp_path, capsys):
+    with KubeApiWithWrites() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", "Run_1", *(a for s in SETTINGS for a in ("-c", s)))
+    assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
+    assert api.requests == []
