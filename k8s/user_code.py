@@ -8,7 +8,9 @@
 Why an init container and not Ray's runtime_env working_dir from s3://: Ray fetches remote working_dir and py_modules
 URIs through smart_open (ray/_private/runtime_env/protocol.py, "You must `pip install smart_open[s3]`"), which the
 Deep Learning Container does not promise; the init container uses pyarrow's S3 filesystem, which Ray Train itself
-needs for an s3:// storagePath, with the same credentials.
+needs for an s3:// storagePath, with the same credentials: the EKS pod identity webhook gives init containers the
+credentials it gives the others (aws/amazon-eks-pod-identity-webhook, pkg/handler/testdata/
+rawPodWithInitContainer.pod.yaml: its expected patch adds them to /spec/initContainers too).
 """
 
 from __future__ import annotations
