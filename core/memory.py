@@ -256,9 +256,12 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     The problem's key is the setting that broke a plan the defaults fit (its default value fits), else the first
     lever that fits alone; the message lists each lever that fits alone with its GiB, more GPU nodes and larger
     GPUs included, or, when none does, all of them together.
+
+    Only the built-in train function is judged (its model is the settings' preset or modelPath architecture): a
+    trainFunction of your own builds what it builds, so its estimate is returned unjudged.
     """
     plan = estimate(settings)
-    if plan.fits:
+    if plan.fits or not settings.training.builtin:
         return plan
     t, n = settings.training, settings.nodes
     fixes: list[str] = []

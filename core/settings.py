@@ -68,6 +68,9 @@ __all__ = [
     "KUBERAY_VERSIONS",
     "KNOWN_IMAGE_RAY_VERSIONS",
     "LOG_RETENTION_DAYS",
+    "DEFAULT_TRAIN_FUNCTION",
+    "DEFAULT_JOB_NAME",
+    "MAX_JOB_NAME_LENGTH",
     "setting_keys",
     "setting_choices",
     "context_json_schema",
@@ -224,6 +227,50 @@ def _storage_path_problem(path: str) -> str | None:
     return "must be s3://bucket/prefix or an absolute path on storage every node shares, like /mnt/fsx/runs"
 
 
+DEFAULT_TRAIN_FUNCTION = "ray_efa.training.train:train_func"
+"""The built-in train function (FSDP2 on the model presets); trainFunction names another as module:function."""
+
+DEFAULT_JOB_NAME = "train-efa"
+"""The RayJob of the EFA run; its TCP comparison job is train-tcp (k8s.names.ray_job_name)."""
+
+MAX_JOB_NAME_LENGTH = 43
+"""KubeRay caps a RayJob's name at 47 characters (its cluster is <job>-<5 chars>, a 63-character DNS label), and
+the TCP comparison job adds "-tcp": so 43."""
+
+_TRAIN_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+_DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+TRAIN_CONFIG_RESERVED = "settings"
+"""The key of the function's config dict that holds the resolved settings; trainConfig may not use it (nor keys
+starting with "_", which the project's test hooks use)."""
+
+
+def _job_name_problem(name: str) -> str | None:
+    if not re.match(_DNS_1035, name) or len(name) > MAX_JOB_NAME_LENGTH:
+        return (f"must be a DNS-1035 label of at most {MAX_JOB_NAME_LENGTH} characters (lowercase letters, digits, '-', "
+                "starting with a letter): KubeRay's 47 minus the -tcp of the comparison job")
+    if name.endswith("-tcp"):
+        return "must not end with -tcp: that is the suffix of the TCP comparison job (train-efa's is train-tcp)"
+    return None
+
+
+def _code_dir_problem(path: str) -> str | None:
+    return "must be a folder of your code (absolute, or relative to the app directory)" if not path.strip() else None
+
+
+def _train_config_problem(config: dict[str, Any]) -> str | None:
+    try:
+        text = json.dumps(config, allow_nan=False)
+    except (TypeError, ValueError):
+        return "must be a JSON object (strings, numbers, booleans, null, lists and objects; no NaN)"
+    if not isinstance(json.loads(text), dict):
+        return "must be a JSON object"
+    reserved = sorted(k for k in config if k == TRAIN_CONFIG_RESERVED or k.startswith("_"))
+    if reserved:
+        return (f"must not use the keys {', '.join(reserved)}: config[{TRAIN_CONFIG_RESERVED!r}] holds the resolved "
+                "settings, and keys starting with '_' are the project's")
+    return None
+
+
 def _schema(**schema: Any) -> WithJsonSchema:
     """What the JSON Schema shows of a checked string: a hint for editors; the check itself is the Python above."""
     return WithJsonSchema({"type": "string", **schema})
@@ -244,6 +291,11 @@ NodeSelector = Annotated[
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
+TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
+"""A free-form JSON object; on `-c` its JSON text."""
+JobName = Annotated[str, _check(_job_name_problem),
+                    _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}})]
+CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 # A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
 _LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
@@ -600,6 +652,16 @@ class WorkloadSettings(_Section):
         True, "trainingJob",
         "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
     )
+    job_name: JobName = setting(
+        DEFAULT_JOB_NAME, "jobName",
+        "Name of the training RayJob; its ConfigMaps, NetworkPolicy and TCP comparison job (<name>-tcp, or train-tcp "
+        "for train-efa) follow it, so several jobs live side by side in one namespace.",
+    )
+    code_dir: CodeDir | None = setting(
+        None, "codeDir",
+        "Folder of your training code (absolute, or relative to the app directory), shipped to the pods and put on "
+        "every worker's import path; unset: none.",
+    )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.", gt=0)
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).", ge=0)
     job_ttl_seconds_after_finished: int = setting(
@@ -653,6 +715,23 @@ class TrainingSettings(_Section):
         "0: fresh random tokens every step.",
         ge=0,
     )
+
+    train_function: str = setting(
+        DEFAULT_TRAIN_FUNCTION, "trainFunction",
+        "The function every Ray Train worker runs, as module:function (in codeDir, or importable); it gets a config "
+        "dict of trainConfig's keys plus \"settings\" (README: Your own training).",
+        pattern=_TRAIN_FUNCTION, message="must be module:function, like my_training.train:train_func",
+    )
+    train_config: TrainConfig = setting(
+        {}, "trainConfig",
+        "Free-form JSON object of your function's own parameters: its keys are the top-level keys of the config "
+        "dict the function gets.",
+    )
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the job runs the built-in train function, whose model and memory the settings describe."""
+        return self.train_function == DEFAULT_TRAIN_FUNCTION
 
     @property
     def preset(self):
@@ -939,8 +1018,8 @@ class Settings(_Model):
 
     def to_context(self) -> dict[str, Any]:
         """Every setting as JSON-ready context values (the form the RayJob ships to the training driver)."""
-        return {key: list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
-                for key, value in self._flat().items()}
+        return {key: list(value) if isinstance(value, tuple) else json.loads(json.dumps(value)) if isinstance(value, dict)
+                else value for key, value in self._flat().items()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
@@ -949,9 +1028,18 @@ class Settings(_Model):
     def from_json(cls, text: str) -> Settings:
         return cls.from_context(json.loads(text))
 
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The context keys these settings were given (by from_context, a section's keyword or replace), as opposed
+        to left at their defaults: what a construct that takes a value from elsewhere must not contradict."""
+        return frozenset(info.alias for section in _SECTIONS for name, info in
+                         type(getattr(self, section)).model_fields.items() if name in getattr(self, section).model_fields_set)
+
     def replace(self, **context: Any) -> Settings:
-        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`."""
-        return Settings.from_context({**self.to_context(), **context})
+        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`. The keys
+        left at their defaults stay so (given_keys)."""
+        current = self.to_context()
+        return Settings.from_context({**{key: current[key] for key in self.given_keys}, **context})
 
 
 # -- parsing context values ---------------------------------------------------------------------------------------
@@ -975,6 +1063,15 @@ def _parse(raw: Any, annotation: Any) -> Any:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _parse(raw, inner)
+    if typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is Any:  # a JSON object
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as error:
+                raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
+        if not isinstance(raw, Mapping):
+            raise ValueError("must be a JSON object")
+        return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
     if typing.get_origin(annotation) is dict:  # a node selector
         if isinstance(raw, str):
             return scheduling.parse_node_selector(raw)

@@ -62,6 +62,8 @@ class CheckpointStorage(Construct):
         if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
+        self.namespace_name = namespace
+        self.service_account_name = service_account
         self.pod_identity_agent: eks.Addon | None = None
         if pod_identity_agent:
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,

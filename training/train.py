@@ -1,8 +1,9 @@
 """`train_func(config)`: the loop each Ray Train worker runs.
 
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
-into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs. The loop, nanoGPT style:
-preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, every rank reports (a barrier).
+into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
+(training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
+rank 0 prints progress, every rank reports (a barrier).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -27,10 +28,6 @@ from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
 
 __all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
-
-# The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
-_PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
-
 
 class InjectedFault(RuntimeError):
     """The failure FaultInjection raises (tests only)."""
@@ -76,20 +73,6 @@ def build_optimizer(model: torch.nn.Module, t: TrainingSettings, device: torch.d
     ]
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(groups, lr=t.learning_rate, betas=(0.9, 0.95), eps=1e-8, **fused)
-
-
-def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
-    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor."""
-    import ray.train
-
-    from ray_efa.training import preflight
-
-    context = ray.train.get_context()
-    results = preflight.allreduce_probe(**({} if device.type == "cuda" else _PROBE_CPU), device=device)
-    if rank == 0:
-        _say(preflight.format_probe_table(results))
-    inter_node = context.get_local_world_size() < context.get_world_size()
-    preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(settings), inter_node=inter_node)
 
 
 def _say(text: str) -> None:
@@ -188,10 +171,6 @@ def train_func(config: dict) -> dict:
     t = settings.training
     rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
     device = ray.train.torch.get_device()
-
-    if settings.workload.preflight and dist.is_initialized():
-        _run_preflight(settings, device, rank)
-    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
     strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
