@@ -77,14 +77,21 @@ def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
 
 def resolve_or_exit(
     args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
+    require_model: bool = False,
 ) -> ResolvedSettings:
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
     `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
-    (core.memory.check_fits names what to change).
+    (core.memory.check_fits names what to change). `require_model`: the command plans the model, so modelPath's
+    architecture must be readable here (core.model_source.model_problems; require_fit checks it too).
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
+        if require_model:
+            from ray_efa.core.model_source import model_problems
+
+            if problems := model_problems(resolved.settings.training):
+                raise SettingsError(problems)
         if require_fit:
             from ray_efa.core.memory import check_fits
 
