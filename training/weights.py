@@ -12,7 +12,6 @@ hf:// uses huggingface_hub.snapshot_download (its own cache, HF_HUB_CACHE), offl
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import fnmatch
 import os
@@ -20,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from ray_efa.core.model_source import CONFIG_FILE, ModelSource, parse_model_path, s3_cache_dir
 
@@ -51,16 +50,21 @@ def _wanted(name: str, small_only: bool) -> bool:
     return not small_only and any(fnmatch.fnmatch(base, pattern) for pattern in WEIGHT_PATTERNS)
 
 
-@contextlib.contextmanager
-def _node_lock(folder: Path) -> Iterator[None]:
-    """One holder per node: processes of one node share its disk, hence this lock file."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+class _NodeLock:
+    """One holder per node at a time: the processes of one node share its disk, hence a lock file beside `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        self.path = folder.parent / f".{folder.name}.lock"
+
+    def __enter__(self) -> "_NodeLock":
+        self.handle = open(self.path, "w")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)  # blocks while another process of the node downloads
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
 
 
 def _say(text: str) -> None:
@@ -98,7 +102,7 @@ def _fetch_s3(source: ModelSource, *, small_only: bool, say: Callable[[str], Non
     s3 = client or boto3.client("s3")
     folder = s3_cache_dir(source.bucket, source.prefix)
     base = f"{source.prefix}/" if source.prefix else ""
-    with _node_lock(folder):
+    with _NodeLock(folder):
         objects = []
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=base):
             objects += [o for o in page.get("Contents", ()) if not o["Key"].endswith("/")]
