@@ -88,7 +88,7 @@ def _columns(filesystem, first: str, fmt: str) -> list[str]:
 
         return list(pq.read_schema(first, filesystem=filesystem).names)
     with filesystem.open_input_stream(first) as stream:
-        line = stream.readline().decode("utf-8")
+        line = stream.read(1 << 20).decode("utf-8", errors="replace").split("\n", 1)[0]
     record = json.loads(line) if line.strip() else {}
     return list(record) if isinstance(record, dict) else []
 

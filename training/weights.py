@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ray_efa.core.model_source import CONFIG_FILE, ModelSource, parse_model_path, s3_cache_dir
+from ray_efa.core.model_source import CONFIG_FILE, ModelSource, hub_cache_root, parse_model_path, s3_cache_dir
 
 __all__ = ["fetch_model", "describe_loaded", "SMALL_FILES", "WEIGHT_PATTERNS", "ModelFetchError"]
 
@@ -138,8 +138,9 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
     say(f"model: {source.text}: {'looking up the Hub cache' if offline else 'snapshot_download from the Hub'} "
         f"({'config and tokenizer' if small_only else 'weights, config and tokenizer'})")
     try:
+        # cache_dir explicitly: huggingface_hub reads HF_HUB_CACHE once, at import; the plan reads it at each call
         folder = Path(snapshot_download(source.repo_id, revision=source.revision, allow_patterns=patterns,
-                                        local_files_only=offline))
+                                        local_files_only=offline, cache_dir=hub_cache_root()))
     except Exception as error:  # noqa: BLE001 - huggingface_hub raises many kinds; the message says which
         raise ModelFetchError(source.text, f"{type(error).__name__}: {error}") from None
     if not (folder / CONFIG_FILE).is_file():
