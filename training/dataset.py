@@ -191,9 +191,11 @@ def _read(files: DataFiles, order: list[str]) -> "Dataset":
     import ray.data
 
     read = ray.data.read_parquet if files.format == "parquet" else ray.data.read_json
-    kwargs: dict[str, Any] = {"columns": [files.column]} if files.format == "parquet" else {"lines": True}
-    # One read task per file: the blocks, and with them the packed rows, do not depend on the cluster's size.
-    return read(order, filesystem=files.filesystem, override_num_blocks=len(order), **kwargs)
+    kwargs: dict[str, Any] = {} if files.format == "parquet" else {"lines": True}
+    # One read task per file: the blocks, and with them the packed rows, do not depend on the cluster's size. The
+    # column selection is pushed down into the parquet read.
+    dataset = read(order, filesystem=files.filesystem, override_num_blocks=len(order), **kwargs)
+    return dataset.select_columns([files.column])
 
 
 def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size: int) -> dict[str, "Dataset"]:
