@@ -94,7 +94,10 @@ def resolve_or_exit(
                 raise SettingsError(problems)
         if require_fit:
             from ray_efa.core.memory import check_fits
+            from ray_efa.core.model_source import pod_path_problems
 
+            if problems := pod_path_problems(resolved.settings):  # the job's paths: each one a pod can read
+                raise SettingsError(problems)
             check_fits(resolved.settings)
         return resolved
     except SettingsError as error:

@@ -14,7 +14,8 @@ import cdk8s
 from constructs import Construct
 
 from ray_efa.core.memory import check_fits
-from ray_efa.core.settings import Settings
+from ray_efa.core.model_source import pod_path_problems
+from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
@@ -52,9 +53,13 @@ def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     """The training RayJob on `settings.workload.network`, with the NetworkPolicy in front of its pods and its code
     and settings ConfigMaps, all before the job.
 
-    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits): every way a job is
-    produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would fail after.
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits), or when it names a
+    local path no pod can read (core.model_source.pod_path_problems: not under the sharedVolumeClaim's mount): every
+    way a job is produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would
+    fail after.
     """
+    if problems := pod_path_problems(settings):
+        raise SettingsError(problems)
     check_fits(settings)
     name = ray_job_name(settings.workload.network)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
