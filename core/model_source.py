@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ModelSource", "parse_model_path", "model_path_problem", "data_path_problem", "parse_s3_url", "model_cache_root",
     "s3_cache_dir", "hub_cache_root", "hub_snapshot_dir", "local_model_dir", "architecture", "tokenizer_size",
-    "model_problems", "pod_path_problems", "CONFIG_FILE", "MODEL_CACHE_ENV",
+    "model_problems", "pod_path_problems", "s3_read_locations", "CONFIG_FILE", "MODEL_CACHE_ENV",
 ]
 
 CONFIG_FILE = "config.json"
@@ -287,3 +287,11 @@ def pod_path_problems(settings: "Settings") -> list["Problem"]:
                                                 f"where the pods mount PersistentVolumeClaim {w.shared_volume_claim}: "
                                                 "no pod can read it"))
     return problems
+
+
+def s3_read_locations(settings: "Settings") -> list[str]:
+    """The s3:// URLs the job reads (modelPath, dataset, evalDataset), in that order, each once: what the pods' role
+    is granted read on (infra.checkpoints.CheckpointStorage)."""
+    t = settings.training
+    urls = [url for url in (t.model_path, t.dataset, t.eval_dataset) if url is not None and url.startswith("s3://")]
+    return list(dict.fromkeys(urls))
