@@ -268,3 +268,32 @@ def test_local_paths_of_a_cluster_run_need_the_shared_volume():
     assert [(p.key, "not under sharedVolumeMountPath /mnt/fsx" in p.message) for p in elsewhere] == [("dataset", True)]
     assert pod_path_problems(Settings.from_context({"modelPath": "hf://Qwen/Qwen2.5-1.5B",
                                                     "dataset": "s3://data-bucket/text"})) == []
+
+
+# -- the CLI: exit 2 before Ray starts ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("context", "key", "message"), [
+    (["dataset=/nonexistent/text"], "dataset", "dataset: does not exist, got '/nonexistent/text'"),
+    (["modelPath=hf://not-an-id"], "modelPath", "modelPath: must be hf://org/name"),
+    (["dataset=/tmp", "evalFraction=0.2", "evalDataset=/tmp"], "evalFraction", "must be 0 when evalDataset is set"),
+], ids=["missing-dataset", "malformed-hf", "two-held-out-sets"])
+def test_bad_inputs_exit_2_naming_the_setting_before_ray_starts(capsys, context, key, message):
+    import ray
+
+    from tests.training.test_train_cli import run_cli
+
+    argv = [arg for pair in context for arg in ("-c", pair)]
+    assert run_cli("--local", *argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"- {key}:" in err
+    assert not ray.is_initialized()
+
+
+def test_a_model_folder_without_config_is_exit_2_before_ray_starts(capsys, tmp_path):
+    import ray
+
+    from tests.training.test_train_cli import run_cli
+
+    assert run_cli("--local", "-c", f"modelPath={tmp_path}") == 2
+    assert f"modelPath: has no config.json (it must be a save_pretrained folder), got '{tmp_path}'" in capsys.readouterr().err
+    assert not ray.is_initialized()
