@@ -137,10 +137,13 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
     patterns = list(SMALL_FILES) + ([] if small_only else list(WEIGHT_PATTERNS))
     say(f"model: {source.text}: {'looking up the Hub cache' if offline else 'snapshot_download from the Hub'} "
         f"({'config and tokenizer' if small_only else 'weights, config and tokenizer'})")
+    cache = hub_cache_root()
     try:
-        # cache_dir explicitly: huggingface_hub reads HF_HUB_CACHE once, at import; the plan reads it at each call
-        folder = Path(snapshot_download(source.repo_id, revision=source.revision, allow_patterns=patterns,
-                                        local_files_only=offline, cache_dir=hub_cache_root()))
+        # One snapshot_download per node at a time (the others then find the files cached); cache_dir explicitly:
+        # huggingface_hub reads HF_HUB_CACHE once, at import, and the plan reads it at each call.
+        with _NodeLock(cache / ("ray-efa--" + source.repo_id.replace("/", "--"))):
+            folder = Path(snapshot_download(source.repo_id, revision=source.revision, allow_patterns=patterns,
+                                            local_files_only=offline, cache_dir=cache))
     except Exception as error:  # noqa: BLE001 - huggingface_hub raises many kinds; the message says which
         raise ModelFetchError(source.text, f"{type(error).__name__}: {error}") from None
     if not (folder / CONFIG_FILE).is_file():
