@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint, weights
+from ray_efa.training import checkpoint, efa_counters, weights
 from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
@@ -172,6 +172,7 @@ def train_func(config: dict) -> dict:
 
     if settings.workload.preflight and dist.is_initialized():
         _run_preflight(settings, device, rank)
+    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
     # modelPath's files on this node (s3:// and hf:// downloaded once per node); the architecture is its config.json
     folder = weights.fetch_model(t.model_path) if t.model_path else None
@@ -203,7 +204,9 @@ def train_func(config: dict) -> dict:
         _say(f"resumed from the checkpoint of step {start}")
 
     model.train()
+    steps_run = 0
     for step in range(start + 1, t.steps + 1):
+        steps_run += 1
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
@@ -229,6 +232,7 @@ def train_func(config: dict) -> dict:
         if faults.stop_after_step == step:
             break
 
+    efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     return {"summary": {**meter.summary(), **last_eval, **where}, "history": meter.history,
