@@ -1,9 +1,9 @@
 """What the Ray Data input path costs a fine-tune: tokens/s of train_func on random tokens against the same run fed by
 `dataset` through Ray Data (training.dataset), on the visible GPUs, everything made here (no network, no Hub).
 
-    python bench/data_path.py --out DIR [-c key=value ...] [--runs random,text,ids] [--data-cpus 1] [--cpu]
+    python bench/data_path.py --out DIR [--work DIR] [-c key=value ...] [--runs random,text,ids] [--data-cpus 1] [--cpu]
 
-Made in --out first: a BPE tokenizer (`tokenizers`, vocabulary 8,192, or the model's if smaller) trained on the license texts installed with the
+Made in --work first (default /tmp/ray-efa-data-path: gigabytes, kept out of --out): a BPE tokenizer (`tokenizers`, vocabulary 8,192, or the model's if smaller) trained on the license texts installed with the
 Python packages, saved with a random-initialized Qwen2.5-1.5B (save_pretrained, bf16) as the fine-tune's modelPath;
 parquet files of those texts (paragraphs in seeded orders, repeated until one epoch holds every step's tokens), and
 the same text pre-tokenized into input_ids rows. Then, each through Ray Train's TorchTrainer exactly as the driver
@@ -148,12 +148,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ray-efa-data-path"),
+                        help="where the model and the data sets are made (not --out: they are gigabytes)")
     parser.add_argument("--runs", default="random,text,ids")
     parser.add_argument("--data-cpus", type=int, default=1, help="CPUs Ray Data may use (default 1)")
     parser.add_argument("--cpu", action="store_true", help="smoke-test on 2 CPU workers (tiny model, gloo)")
     args = parser.parse_args()
-    args.out = args.out.resolve()
+    args.out, args.work = args.out.resolve(), args.work.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     os.chdir(args.out)  # not the repository root: its bare ray_efa/ would shadow the package on the workers
 
     import ray
@@ -165,12 +168,12 @@ def main() -> int:
     t = base.training
     started = time.time()
     paragraphs = license_paragraphs()
-    model_folder = args.out / "model"
+    model_folder = args.work / "model"
     shutil.rmtree(model_folder, ignore_errors=True)
     make_model(model_folder, paragraphs, base)
     # One epoch holds every step's micro-batches (x 1.5): no epoch restart inside the measured steps.
     needed = int(1.5 * t.steps * t.grad_accumulation * t.micro_batch * world * (t.seq_len + 1))
-    text_dir, ids_dir, tokens = make_data(args.out, paragraphs, needed, model_folder, row=t.seq_len + 1)
+    text_dir, ids_dir, tokens = make_data(args.work, paragraphs, needed, model_folder, row=t.seq_len + 1)
     made = {"made": {"paragraphs": len(paragraphs), "text_tokens": tokens, "model": str(model_folder),
                      "seconds": round(time.time() - started, 1)}}
     versions = {"versions": {"torch": torch.__version__, "ray": ray.__version__, "gpus": world,

@@ -174,7 +174,7 @@ def _pack(batch: dict[str, np.ndarray], *, column: str, row: int, split: str, fr
     documents = list(batch[column])
     if fraction > 0:
         keep = _held_out(documents, fraction)
-        documents = [d for d, held in zip(documents, keep) if held == (split == EVAL)]
+        documents = [d for d, held in zip(documents, keep, strict=True) if held == (split == EVAL)]
     if column == "text":
         encoded = _tokenizer(tokenizer).encode_batch([str(d) for d in documents], add_special_tokens=False) if documents else []  # type: ignore[arg-type]
         pieces = [np.asarray(e.ids + [eos_id], dtype=np.int32) for e in encoded]
