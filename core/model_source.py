@@ -29,6 +29,7 @@ snapshots/<commit>/ the files).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -197,7 +198,7 @@ def architecture(t: "TrainingSettings") -> ModelPreset:
     if folder is not None:
         return _config_architecture(folder / CONFIG_FILE, f"config.json of {t.model_path}", "modelPath", t.model_path)
     if t.model_configuration in MODEL_PRESETS:
-        return model_preset(t.model_configuration)
+        return dataclasses.replace(model_preset(t.model_configuration), name=f"modelConfig {t.model_configuration}")
     if t.model_configuration is not None:
         path = Path(t.model_configuration)
         if not path.is_file():

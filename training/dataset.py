@@ -198,10 +198,12 @@ def _read(files: DataFiles, order: list[str]) -> "Dataset":
     return dataset.select_columns([files.column])
 
 
-def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size: int) -> dict[str, "Dataset"]:
+def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size: int,
+                   world_size: int | None = None) -> dict[str, "Dataset"]:
     """{"train": ..., "eval": ...} (eval only with evalFraction or evalDataset) for TorchTrainer(datasets=...).
 
-    model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it).
+    model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it). world_size:
+    the ranks; an eval split with fewer sequences than ranks is a SettingsError (each rank needs one to evaluate).
     The eval split is materialized here, once: every evaluation then streams the same rows from the object store
     instead of re-reading (and, with evalFraction, re-hashing) the whole data set.
     """
@@ -236,6 +238,16 @@ def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size
         datasets[EVAL] = packed(train, list(train.files), EVAL, t.eval_fraction).materialize()
     elif held is not None:
         datasets[EVAL] = packed(held, list(held.files), EVAL, 0.0).materialize()
+    if EVAL in datasets and world_size:
+        rows = datasets[EVAL].count()  # materialized: counted, not read again
+        if rows < world_size:
+            from ray_efa.core.settings import Problem, SettingsError
+
+            key, value = ("evalFraction", t.eval_fraction) if t.eval_fraction > 0 else ("evalDataset", t.eval_dataset)
+            raise SettingsError([Problem(key, value, (
+                f"holds {rows} held-out sequences of seqLen + 1 = {t.seq_len + 1} tokens after packing "
+                f"({rows * (t.seq_len + 1):,} tokens), fewer than the {world_size} ranks that each evaluate at least "
+                "one: hold out more documents, or lower seqLen"))])
     return datasets
 
 

@@ -134,7 +134,8 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
         from ray_efa.training.dataset import data_config
         from ray_efa.training.inputs import driver_datasets
 
-        datasets, dataset_config = driver_datasets(settings), data_config()
+        world = local_workers if local else settings.world_size
+        datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"settings": settings.to_context(), **(test_config or {})},
@@ -216,6 +217,9 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         return EXIT_FAILED
     try:
         result = fit(settings, local=local, name=name)
+    except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name))

@@ -120,3 +120,16 @@ def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluste
                                                             r"129 tokens after packing \(\d+ tokens\), and one step "
                                                             r"needs 8 \(1,032 tokens"):
         driver.fit(settings, local=True, name="too-small")
+
+
+def test_an_eval_split_smaller_than_the_ranks_is_refused_before_training(ray_cluster, tmp_path, fine_tune_inputs, texts):
+    from ray_efa.core.settings import SettingsError
+
+    # GIVEN an evalDataset of one short document: one packed row for two ranks
+    artifacts.write_parquet(tmp_path / "held-out", [texts[0][:400]], files=1)
+    settings = Settings.from_context({**RESUME, **fine_tune_inputs, "evalFraction": 0.0,
+                                      "evalDataset": str(tmp_path / "held-out"), "storagePath": str(tmp_path)})
+    # WHEN the driver builds the data sets THEN it refuses, naming evalDataset and how much it holds
+    with pytest.raises(SettingsError, match=r"evalDataset: holds 1 held-out sequences of seqLen \+ 1 = 129 tokens "
+                                            r"after packing \(129 tokens\), fewer than the 2 ranks"):
+        driver.fit(settings, local=True, name="eval-too-small")
