@@ -31,6 +31,7 @@ import site
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import NAMESPACE, STORAGE, steady_metrics  # noqa: E402  (also makes ray_efa importable)
@@ -77,7 +78,7 @@ def make_model(folder: Path, paragraphs: list[str], settings: Settings) -> None:
         vocab_size=min(TOKENIZER_VOCAB, settings.training.preset.vocab_size), special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS).save_pretrained(folder)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(qwen2_config(settings.training.preset)).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(qwen2_config(settings.training.preset)).to(torch.bfloat16)  # pyright: ignore[reportArgumentType]
     model.save_pretrained(folder)
 
 
@@ -132,7 +133,7 @@ def run_fit(settings: Settings, world: int, gpu: bool, worker_cpus: float, name:
     from ray_efa.training.train import train_func
 
     check_inputs(settings)  # as the driver does before Ray Train starts
-    datasets = driver_datasets(settings) if settings.training.dataset else None
+    datasets: dict[str, Any] | None = driver_datasets(settings) if settings.training.dataset else None
     trainer = TorchTrainer(
         train_func, train_loop_config={"settings": settings.to_context()},
         torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
@@ -141,11 +142,13 @@ def run_fit(settings: Settings, world: int, gpu: bool, worker_cpus: float, name:
         run_config=RunConfig(name=f"{name}-{time.strftime('%H%M%S')}", storage_path=STORAGE),
         datasets=datasets, dataset_config=data_config() if datasets else None,
     )
-    return trainer.fit().return_value["summary"]
+    result = trainer.fit().return_value
+    assert result is not None, "train_func returned nothing"
+    return result["summary"]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--work", type=Path, default=Path("/tmp/ray-efa-data-path"),

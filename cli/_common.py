@@ -7,7 +7,8 @@ import importlib.util
 import json
 import math
 import sys
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
 from ray_efa.core.settings import SettingsError

@@ -17,7 +17,7 @@ from ray_efa.cli._common import add_json_option, fail, print_json
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="driver logs holding both runs' summaries")
     p.add_argument("--allow-different-hardware", action="store_true",
                    help="compare runs on different instance types, devices or host counts (the ratio is then not "

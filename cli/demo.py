@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
-                   description=__doc__.splitlines()[0])
+                   description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")
     p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)")
     add_context_option(p)
@@ -66,9 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ray_efa.ops.plan import build_plan, render_plan
-
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
+    from ray_efa.ops.plan import build_plan, render_plan
 
     if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
         return code

@@ -12,7 +12,7 @@ def register(add_parser, name: str) -> None:
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
         "memory per GPU, predicted step time on EFA and TCP, USD per hour, teardown order",
-        description=__doc__ + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings.",
+        description=(__doc__ or "") + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings.",
     )
     add_context_option(p)
     add_json_option(p)

@@ -297,4 +297,5 @@ def check_fits(settings: Settings) -> MemoryEstimate:
         f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.preset.name}, microBatch {t.micro_batch} x "
         f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
     )
+    assert key is not None  # named by the cause, the first lever that fits, or the fallback above
     raise SettingsError([Problem(key, value, message)])

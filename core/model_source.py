@@ -36,12 +36,25 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ray_efa.core.models import MODEL_PRESETS, ModelPreset, model_preset, preset_from_config
 
 if TYPE_CHECKING:
-    from ray_efa.core.settings import Problem, Settings, TrainingSettings
+    from ray_efa.core.settings import Problem, Settings
+
+
+class ModelFields(Protocol):
+    """What this module reads of TrainingSettings (a protocol: core.settings imports this module)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def model_path(self) -> str | None: ...
+    @property
+    def model_configuration(self) -> str | None: ...
+    @property
+    def seq_len(self) -> int: ...
 
 __all__ = [
     "ModelSource", "parse_model_path", "model_path_problem", "data_path_problem", "parse_s3_url", "model_cache_root",
@@ -184,7 +197,7 @@ def _config_architecture(path: Path, name: str, key: str, value: str) -> ModelPr
         raise SettingsError([Problem(key, value, f"{path} {error}")]) from None
 
 
-def architecture(t: "TrainingSettings") -> ModelPreset:
+def architecture(t: ModelFields) -> ModelPreset:
     """The architecture to train and plan: modelPath's config.json, else modelConfig, else (no modelPath) the preset.
 
     Raises SettingsError (naming modelPath or modelConfig) when modelPath is set and neither can be read here.
@@ -239,7 +252,7 @@ def tokenizer_size(folder: Path) -> int | None:
     return max([size, *(i + 1 for i in added)])
 
 
-def model_problems(t: "TrainingSettings") -> list["Problem"]:
+def model_problems(t: ModelFields) -> list[Problem]:
     """What keeps the settings' model from being planned and trained, read from this machine: the architecture cannot
     be found, or the tokenizer emits ids past the model's embeddings."""
     from ray_efa.core.settings import Problem, SettingsError
@@ -266,7 +279,7 @@ def _under(path: str, mount: str) -> bool:
     return PurePosixPath(path).is_relative_to(PurePosixPath(mount))
 
 
-def pod_path_problems(settings: "Settings") -> list["Problem"]:
+def pod_path_problems(settings: Settings) -> list[Problem]:
     """Local paths of a cluster run (modelPath, dataset, evalDataset, storagePath) that no pod can read: each must be
     s3:// (or hf:// for the model), or lie under sharedVolumeMountPath with sharedVolumeClaim set."""
     from ray_efa.core.settings import Problem
@@ -290,7 +303,7 @@ def pod_path_problems(settings: "Settings") -> list["Problem"]:
     return problems
 
 
-def s3_read_locations(settings: "Settings") -> list[str]:
+def s3_read_locations(settings: Settings) -> list[str]:
     """The s3:// URLs the job reads (modelPath, dataset, evalDataset), in that order, each once: what the pods' role
     is granted read on (infra.checkpoints.CheckpointStorage)."""
     t = settings.training

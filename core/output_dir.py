@@ -21,8 +21,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 __all__ = ["RECORD_NAME", "SOURCE_FOLDERS", "OutputDirError", "check_output_dir", "publish", "recorded_entries"]
 

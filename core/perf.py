@@ -190,7 +190,7 @@ def _collectives(
 
 
 def predict(
-    t: TrainingSettings, *, instance: catalog.InstanceType, nodes: int, network: str, strategy: str,
+    t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
 ) -> StepPrediction:
     """The step of training `t` with `strategy` ("fsdp" or "hsdp") on `nodes` x `instance` over `network`.

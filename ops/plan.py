@@ -47,11 +47,11 @@ class PodResources:
 class Plan:
     settings: Settings
     rows: tuple[SettingRow, ...]
-    gpu_instance: catalog.InstanceType
+    gpu_instance: catalog.GpuInstanceType
     system_instance: catalog.InstanceType
     availability_zone: str
     placement_group: bool
-    efa_interfaces: tuple[dict[str, Any], ...]
+    efa_interfaces: tuple[catalog.NetworkInterface, ...]
     """The GPU launch template's network interfaces (security groups are added by infra/)."""
     use_device_rdma: bool
     allreduce_floor_gbps: float

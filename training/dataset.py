@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:
     import torch
-    from ray.data import Dataset, DataIterator
+    from ray.data import DataIterator, Dataset
 
     from ray_efa.core.settings import Problem, Settings
 
@@ -187,7 +188,7 @@ def _pack(batch: dict[str, np.ndarray], *, column: str, row: int, split: str, fr
     return {ROW_COLUMN: stream[: rows * row].astype(np.int32).reshape(rows, row)}
 
 
-def _read(files: DataFiles, order: list[str]) -> "Dataset":
+def _read(files: DataFiles, order: list[str]) -> Dataset:
     import ray.data
 
     read = ray.data.read_parquet if files.format == "parquet" else ray.data.read_json
@@ -198,8 +199,8 @@ def _read(files: DataFiles, order: list[str]) -> "Dataset":
     return dataset.select_columns([files.column])
 
 
-def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size: int,
-                   world_size: int | None = None) -> dict[str, "Dataset"]:
+def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: int,
+                   world_size: int | None = None) -> dict[str, Dataset]:
     """{"train": ..., "eval": ...} (eval only with evalFraction or evalDataset) for TorchTrainer(datasets=...).
 
     model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it). world_size:
@@ -223,11 +224,12 @@ def build_datasets(settings: "Settings", *, model_folder: str | None, vocab_size
     tokenizer = load_tokenizer(model_folder, value=t.model_path) if text and model_folder is not None else None
     order = [train.files[i] for i in np.random.default_rng([t.seed, 1]).permutation(len(train.files))]
 
-    def packed(files: DataFiles, paths: list[str], split: str, fraction: float) -> "Dataset":
+    def packed(files: DataFiles, paths: list[str], split: str, fraction: float) -> Dataset:
         if files.column == "text" and tokenizer is None:
             raise _no_tokenizer(files)
+        udf: Any = _pack  # Ray's UDF type knows no keyword arguments; fn_kwargs supplies them
         return _read(files, paths).map_batches(
-            _pack, batch_size=None, batch_format="numpy",
+            udf, batch_size=None, batch_format="numpy",
             fn_kwargs={"column": files.column, "row": t.seq_len + 1, "split": split, "fraction": fraction,
                        "tokenizer": tokenizer.json if tokenizer else None, "eos_id": tokenizer.eos_id if tokenizer else 0,
                        "vocab_size": vocab_size, "source": f"{files.key} {files.path}"},
@@ -259,7 +261,7 @@ def _no_tokenizer(files: DataFiles):
                                                          "input_ids column")])
 
 
-def dataset_problems(settings: "Settings", *, model_folder: str | None) -> list["Problem"]:
+def dataset_problems(settings: Settings, *, model_folder: str | None) -> list[Problem]:
     """The data settings' problems found before Ray starts: paths that do not exist or hold no usable files, a text
     column without a tokenizer to read it (model_folder: modelPath's files on this machine)."""
     from ray_efa.core.settings import SettingsError
@@ -315,7 +317,7 @@ def too_small(what: str, *, rows: int, row_tokens: int, needed: int, world_size:
 class ShardBatches:
     """This rank's micro-batches of its `get_dataset_shard` iterator, epoch after epoch, from a saved position."""
 
-    def __init__(self, shard: "DataIterator", *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
+    def __init__(self, shard: DataIterator, *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
                  consumed: int = 0, world_size: int = 1, what: str = "dataset") -> None:
         self.shard, self.micro_batch, self.row_tokens, self.seed = shard, micro_batch, row_tokens, seed
         self.epoch, self.consumed = epoch, consumed
@@ -330,7 +332,7 @@ class ShardBatches:
             local_shuffle_seed=self.seed * 1_000_003 + self.epoch,
         )
         for index, batch in enumerate(batches):
-            tokens = batch[ROW_COLUMN]
+            tokens = np.asarray(batch[ROW_COLUMN])
             rows += len(tokens)
             if len(tokens) < self.micro_batch:
                 break  # the epoch's last, partial micro-batch: dropped, as every rank's is (equal shards)
@@ -340,7 +342,7 @@ class ShardBatches:
             raise too_small(self.what, rows=rows * self.world_size, row_tokens=self.row_tokens,
                             needed=self.micro_batch * self.world_size, world_size=self.world_size)
 
-    def next(self) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, labels), each (micro_batch, seqLen) int64; a new epoch starts where the last one ends."""
         import torch
 

@@ -91,7 +91,7 @@ def run_config(settings: Settings, name: str):
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
     return f"{prefix}-{settings.training.model}-{stamp}"
 
@@ -129,7 +129,8 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
     from ray_efa.training.train import train_func
 
     init_ray(local=local)
-    datasets, dataset_config = None, None
+    datasets: dict[str, Any] | None = None
+    dataset_config = None
     if settings.training.dataset is not None:  # Ray Data: each rank streams its shard (get_dataset_shard)
         from ray_efa.training.dataset import data_config
         from ray_efa.training.inputs import driver_datasets
@@ -257,7 +258,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
     parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
     parser.add_argument("--name", help="Ray Train run name; reusing one resumes its latest checkpoint")

@@ -23,7 +23,7 @@ __all__ = ["evaluate"]
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, shard: "DataIterator", *, micro_batch: int, max_batches: int,
+def evaluate(model: torch.nn.Module, shard: DataIterator, *, micro_batch: int, max_batches: int,
              device: torch.device, world_size: int, row_tokens: int) -> dict[str, float]:
     """{"eval_loss", "eval_perplexity", "eval_tokens"} over the whole eval split (or `max_batches` micro-batches of
     each shard); the model is back in training mode afterwards."""

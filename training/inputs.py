@@ -3,9 +3,9 @@ and the held-out evaluation (training.evaluate) when there is one."""
 
 from __future__ import annotations
 
-import torch
-
 from typing import TYPE_CHECKING
+
+import torch
 
 from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.training.data import TokenBatches
@@ -13,7 +13,7 @@ from ray_efa.training.dataset import EVAL, TRAIN, ShardBatches, quiet_ray_data
 from ray_efa.training.evaluate import evaluate
 
 if TYPE_CHECKING:
-    from ray.data import Dataset
+    from ray.data import DataIterator, Dataset
 
 __all__ = ["Inputs", "check_inputs", "driver_datasets"]
 
@@ -48,7 +48,7 @@ def check_inputs(settings: Settings) -> None:
         raise SettingsError(problems)
 
 
-def driver_datasets(settings: Settings, *, world_size: int | None = None) -> dict[str, "Dataset"]:
+def driver_datasets(settings: Settings, *, world_size: int | None = None) -> dict[str, Dataset]:
     """TorchTrainer's datasets for `dataset` (training.dataset.build_datasets), tokenized with modelPath's tokenizer."""
     from ray_efa.training.dataset import build_datasets
 
@@ -56,11 +56,19 @@ def driver_datasets(settings: Settings, *, world_size: int | None = None) -> dic
                           world_size=world_size)
 
 
+def _shard(name: str) -> DataIterator:
+    import ray.train
+
+    shard = ray.train.get_dataset_shard(name)
+    if shard is None:  # the driver hands the trainer every split the settings ask for (training.driver.fit)
+        raise RuntimeError(f"Ray Train has no {name!r} dataset: TorchTrainer was built without datasets=")
+    return shard
+
+
 class Inputs:
     """The micro-batches of one rank, their position for a checkpoint, and the evaluations due."""
 
     def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int, data_state: dict) -> None:
-        import ray.train
 
         t = settings.training
         self.t, self.world_size = t, world_size
@@ -69,11 +77,11 @@ class Inputs:
         self.shard = None
         if t.dataset is not None:
             quiet_ray_data()
-            self.shard = ShardBatches(ray.train.get_dataset_shard(TRAIN), micro_batch=t.micro_batch,
+            self.shard = ShardBatches(_shard(TRAIN), micro_batch=t.micro_batch,
                                       row_tokens=t.seq_len + 1, seed=t.seed, world_size=world_size,
                                       what=f"dataset {t.dataset}", **data_state)
         held_out = t.dataset is not None and (t.eval_fraction > 0 or t.eval_dataset is not None)
-        self.eval_shard = ray.train.get_dataset_shard(EVAL) if held_out else None
+        self.eval_shard = _shard(EVAL) if held_out else None
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Micro-batch `index` (1-based) of this rank: random tokens are a function of it, shards come in order."""

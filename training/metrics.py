@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -177,7 +177,7 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
     if "eval_loss" in summary:
         rows.append(("eval loss", f"{summary['eval_loss']:.4f} (perplexity {summary['eval_perplexity']:.2f}, "
                                   f"step {int(summary['eval_step'])}, {int(summary['eval_tokens']):,} tokens)"))
-    rows.append(("wall time", _duration(summary["time/elapsed_s"])))
+    rows.append(("wall time", _duration(float(summary["time/elapsed_s"]))))
     width = max(len(k) for k, _ in rows)
     rule = "-" * (width + 2 + max(len(v) for _, v in rows))
     return "\n".join([title, rule, *(f"{k:<{width}}  {v}" for k, v in rows), rule])

@@ -9,13 +9,12 @@ Pure Python on purpose: the k8s charts import it outside the container and the j
 
 from __future__ import annotations
 
-
 from ray_efa.core import catalog
-from ray_efa.core.settings import setting_keys
+from ray_efa.core.settings import setting_choices
 
 __all__ = ["NETWORKS", "network_env", "expected_transport"]
 
-NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
+NETWORKS: tuple[str, ...] = setting_choices("network")
 """The values the `network` setting allows (read from the settings, not repeated here)."""
 
 # Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL

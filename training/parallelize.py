@@ -20,10 +20,11 @@ arithmetic lets the tests compare resumed, chunked, checkpointed and compiled ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ray_efa.training.model import CausalLM
 
@@ -67,10 +68,11 @@ def _mesh(model: CausalLM, replicas: int):
 
 def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
     """Whether this micro-batch's backward sends gradients across the network (False until the last micro-batch)."""
+    sharded = cast(FSDPModule, model)  # parallelize()'s fully_shard made the model's class an FSDPModule
     if getattr(model, "hsdp", False):
-        model.set_requires_all_reduce(sync, recurse=True)
+        sharded.set_requires_all_reduce(sync, recurse=True)
     else:
-        model.set_requires_gradient_sync(sync, recurse=True)
+        sharded.set_requires_gradient_sync(sync, recurse=True)
 
 
 def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
@@ -88,7 +90,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         layers[index] = layer
 
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
-    mp = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
+    mp: dict[str, Any] = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     mesh = _mesh(model, plan.replicas)
     if mesh is not None:
         mp["mesh"] = mesh

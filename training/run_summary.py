@@ -7,7 +7,7 @@ output (`kubectl logs` of the RayJob's submitter, `ray job logs`, a file): `find
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["MARKER", "LOCAL", "summary_line", "find_summaries", "hardware", "describe_hardware"]
 

@@ -48,7 +48,7 @@ class FaultInjection:
     stopped between checkpoints, for resume tests."""
 
     @classmethod
-    def from_config(cls, config: dict) -> "FaultInjection":
+    def from_config(cls, config: dict) -> FaultInjection:
         return cls(**config.get("_faults", {}))
 
     def after_step(self, *, step: int, rank: int, start_step: int) -> None:

@@ -18,8 +18,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ray_efa.core.model_source import CONFIG_FILE, ModelSource, hub_cache_root, parse_model_path, s3_cache_dir
 
@@ -57,7 +57,7 @@ class _NodeLock:
         folder.parent.mkdir(parents=True, exist_ok=True)
         self.path = folder.parent / f".{folder.name}.lock"
 
-    def __enter__(self) -> "_NodeLock":
+    def __enter__(self) -> _NodeLock:
         self.handle = open(self.path, "w")
         fcntl.flock(self.handle, fcntl.LOCK_EX)  # blocks while another process of the node downloads
         return self
@@ -134,7 +134,7 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
     from huggingface_hub import snapshot_download
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    patterns = list(SMALL_FILES) + ([] if small_only else list(WEIGHT_PATTERNS))
+    patterns: list[str] = [*SMALL_FILES, *([] if small_only else WEIGHT_PATTERNS)]
     say(f"model: {source.text}: {'looking up the Hub cache' if offline else 'snapshot_download from the Hub'} "
         f"({'config and tokenizer' if small_only else 'weights, config and tokenizer'})")
     cache = hub_cache_root()

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from ray_efa.core import catalog
-from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, check_fits, estimate, estimate_for
+from ray_efa.core.memory import (
+    COMPILED_ACTIVATIONS,
+    FRAGMENTATION,
+    OVERHEAD_FIXED_GIB,
+    check_fits,
+    estimate,
+    estimate_for,
+)
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 GIB = 2**30

@@ -4,8 +4,8 @@ other; without s3:// inputs it gets no read grant at all (the synthesized IAM po
 from __future__ import annotations
 
 import pytest
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import App, Stack
+from aws_cdk import aws_eks_v2 as eks
 
 from ray_efa.infra.checkpoints import CheckpointStorage
 from tests.infra.conftest import synthesize

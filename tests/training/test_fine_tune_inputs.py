@@ -112,8 +112,9 @@ def test_hf_model_from_a_prefilled_hub_cache_offline(tmp_path, model_folder, mon
     assert settings.training.preset.vocab_size == 640 and model_problems(settings.training) == []
     assert weights.fetch_model("hf://ray-efa/tiny-qwen2", say=lambda _: None) == snapshot
     # and the weights load from it
-    from ray_efa.training.model import build_model
     import torch
+
+    from ray_efa.training.model import build_model
 
     model = build_model(settings.training.preset, seed=0, device=torch.device("cpu"), model_path=str(snapshot))
     assert sum(p.numel() for p in model.parameters()) == settings.training.preset.num_parameters
