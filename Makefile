@@ -64,7 +64,7 @@ lint: $(VENV)/.installed node_modules/.installed
 ## Re-pin the Python dependency tree after changing pyproject.toml (needs network).
 lock:
 	rm -rf /tmp/ray-efa-lock && $(PYTHON) -m venv /tmp/ray-efa-lock
-	/tmp/ray-efa-lock/bin/pip install -q -e '.[train,dev]'
+	/tmp/ray-efa-lock/bin/pip install -q -e '.[train,plots,dev]'
 	/tmp/ray-efa-lock/bin/pip freeze --exclude-editable --exclude ray-efa-stack | sort > requirements.lock
 	rm -rf /tmp/ray-efa-lock-checkov && $(PYTHON) -m venv /tmp/ray-efa-lock-checkov
 	/tmp/ray-efa-lock-checkov/bin/pip install -q checkov==$$(sed -n 's/^checkov==//p' requirements-checkov.lock)

@@ -73,7 +73,7 @@ def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: i
             dist.barrier()
             start = time.perf_counter()
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
-        loss = train_step(model, optimizer, batches, lr=1e-4, grad_clip=1.0, device=device)
+        loss, _ = train_step(model, optimizer, batches, lr=1e-4, grad_clip=1.0, device=device)
         losses.append(loss)
     _sync(device)
     step_time = (time.perf_counter() - start) / steps

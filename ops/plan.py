@@ -70,6 +70,8 @@ class Plan:
     teardown: tuple[str, ...]
     retained_after_destroy: tuple[str, ...] = ()
     """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
+    scaling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The predicted scaling curve over 1..N nodes (ops.scaling): what `plan --plot` draws."""
 
     @property
     def fits(self) -> bool:
@@ -109,6 +111,7 @@ class Plan:
             "performance": self.performance,
             "teardown": list(self.teardown),
             "retained_after_destroy": list(self.retained_after_destroy),
+            "scaling": self.scaling,
         }
 
 
@@ -130,8 +133,11 @@ def _memory_advice(settings: Settings, memory: MemoryEstimate) -> str | None:
     return None
 
 
-def build_plan(resolved: ResolvedSettings) -> Plan:
-    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O)."""
+def build_plan(resolved: ResolvedSettings, *, max_nodes: int | None = None) -> Plan:
+    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O); the scaling
+    curve runs to `max_nodes` (default ops.scaling.default_max_nodes)."""
+    from ray_efa.ops.scaling import scaling
+
     s = resolved.settings
     gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     worker = catalog.worker_pod_resources(gpu)
@@ -161,6 +167,7 @@ def build_plan(resolved: ResolvedSettings) -> Plan:
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
         retained_after_destroy=retained_after_destroy(s),
+        scaling=scaling(s, max_nodes=max_nodes),
     )
 
 

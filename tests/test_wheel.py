@@ -140,6 +140,12 @@ def test_base_cli_plans_and_train_names_the_extra(installed):
         assert "pip install 'ray-efa-stack[train]'" in result.stderr and "Traceback" not in result.stderr
     # the demo says so before its first step writes anything
     assert not (installed["work"] / "demo-cdk.out").exists() and not (installed["work"] / "demo-dist").exists()
+    # and the charts name their own extra, matplotlib, which the base install lacks too
+    for command in (["report", "some-run"], ["plan", "--plot", "scaling.png"]):
+        result = run([str(ray_efa), *command], cwd=installed["work"])
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert "pip install 'ray-efa-stack[plots]'" in result.stderr and "Traceback" not in result.stderr
+    assert not (installed["work"] / "scaling.png").exists() and not (installed["work"] / "reports").exists()
 
 
 def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(installed, tmp_path):

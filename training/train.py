@@ -13,18 +13,20 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from ray_efa.core.settings import Settings, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters, weights
+from ray_efa.training.history import open_history
 from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
 
-__all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
+__all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
 # The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
 _PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
@@ -108,12 +110,30 @@ def _global_mean(value: torch.Tensor, world_size: int) -> float:
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+class StepResult(NamedTuple):
+    """What one optimizer step returns, still on the device (reading it synchronizes: do so at report steps)."""
+
+    loss: torch.Tensor
+    """This rank's mean loss over the step's micro-batches."""
+    grad_norm: torch.Tensor | None
+    """The total gradient norm before clipping (clip_grad_norm_'s; the same on every rank); None when gradClip is 0."""
+
+
+def _grad_norm(norm: torch.Tensor | None) -> dict[str, float]:
+    """{"grad_norm": value} for the report (FSDP2 returns a replicated DTensor), {} without one."""
+    if norm is None:
+        return {}
+    from torch.distributed.tensor import DTensor
+
+    return {"grad_norm": (norm.full_tensor() if isinstance(norm, DTensor) else norm).item()}
+
+
 def train_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch | list[Batch], *,
     lr: float, grad_clip: float, device: torch.device,
-) -> torch.Tensor:
+) -> StepResult:
     """One optimizer step on one batch or on a list of equal micro-batches (gradient accumulation); returns the
-    (unsynchronized) mean loss over them. bench/fsdp_reference.py runs it too.
+    (unsynchronized) mean loss over them and the gradient norm. bench/fsdp_reference.py runs it too.
 
     Each micro-batch's loss is scaled by 1/k before backward, so the accumulated gradient and the returned loss are
     those of the mean over all k x microBatch sequences: the same as one batch of them. Gradients cross the network
@@ -130,11 +150,10 @@ def train_step(
         micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
         (micro / k).backward()
         loss = loss + micro.detach() / k
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
-    return loss
+    return StepResult(loss, norm)
 
 
 def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int]:
@@ -202,6 +221,7 @@ def train_func(config: dict) -> dict:
     )
     if rank == 0 and start:
         _say(f"resumed from the checkpoint of step {start}")
+    history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
     model.train()
     steps_run = 0
@@ -210,19 +230,21 @@ def train_func(config: dict) -> dict:
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
-        loss = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
         evaluate = data.eval_due(step)
         if save or evaluate or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank
-            metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr}
+            metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr, **_grad_norm(grad_norm)}
             if evaluate:  # after measure: the held-out pass is not a training step
                 last_eval = {**data.evaluate(model, device), "eval_step": step}
                 metrics.update(last_eval)
                 meter.restart_clock()
             if rank == 0:
                 _say(format_line(metrics, t.steps))
+            if history:
+                history.log(metrics, step)
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
                                            train_state=data.state())
@@ -231,6 +253,8 @@ def train_func(config: dict) -> dict:
                 ray.train.report(metrics)
         if faults.stop_after_step == step:
             break
+    if history:
+        history.close()
 
     efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()

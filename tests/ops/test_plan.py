@@ -109,7 +109,7 @@ def test_command_json_is_complete(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
-                        "performance", "teardown", "retained_after_destroy"}
+                        "performance", "teardown", "retained_after_destroy", "scaling"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
