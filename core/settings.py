@@ -48,7 +48,8 @@ from pydantic import (
     model_validator,
 )
 
-from ray_efa.core import catalog, regions, scheduling
+from ray_efa.core import catalog, models, regions, scheduling
+from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
 _STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
@@ -283,6 +285,8 @@ GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
                             _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
+ModelPath = Annotated[str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")]
+DataPath = Annotated[str, _check(data_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?)$")]
 AdminPrincipalArn = Annotated[str, _check(_admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
 LogRetentionDays = Annotated[int, _check(_log_retention_problem),
                              WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})]
@@ -667,13 +671,55 @@ class WorkloadSettings(_Section):
     job_ttl_seconds_after_finished: int = setting(
         600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.", ge=0
     )
+    shared_volume_claim: str | None = setting(
+        None, "sharedVolumeClaim",
+        "PersistentVolumeClaim (in namespace) of a shared filesystem (FSx for Lustre, EFS) mounted into every Ray pod at "
+        "sharedVolumeMountPath; local paths in modelPath, dataset, evalDataset and storagePath must lie under it. "
+        "Unset: no volume, and a cluster run refuses local paths.",
+        pattern=_DNS_SUBDOMAIN, message="must be a PersistentVolumeClaim name (lowercase, digits, '-', '.')",
+    )
+    shared_volume_mount_path: str = setting(
+        "/mnt/shared", "sharedVolumeMountPath", "Where the pods mount sharedVolumeClaim (an absolute folder).",
+        pattern=r"^/\S*[^/\s]$", message="must be an absolute folder like /mnt/fsx, not / itself",
+    )
 
 
 class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
-    model: ModelPreset = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).")
-    model_path: str | None = setting(None, "modelPath", "Local directory of pretrained weights to load (never a hub download).")
+    model: ModelPreset = setting(
+        "qwen2.5-1.5b", "model", "Model architecture preset of a random initialization (unused with modelPath)."
+    )
+    model_path: ModelPath | None = setting(
+        None, "modelPath",
+        "Pretrained weights and tokenizer to fine-tune: an absolute folder (save_pretrained output), s3://bucket/prefix "
+        "(downloaded once per node) or hf://org/name[@revision] (the Hub, from the cluster); the architecture comes "
+        "from its config.json. Unset: random initialization of `model`.",
+    )
+    model_configuration: str | None = setting(
+        None, "modelConfig",
+        "The architecture for the plan when modelPath's config.json is not on this machine (s3://, a pod-only folder, "
+        "an hf:// repository not in the Hub cache): a local copy of that config.json, or a preset name.",
+    )
+    dataset: DataPath | None = setting(
+        None, "dataset",
+        "Training data: an absolute path or s3://bucket/prefix of parquet or JSON-lines files with a text column "
+        "(tokenized with modelPath's tokenizer, packed into seqLen sequences, EOS between documents) or an input_ids "
+        "column; read with Ray Data. Unset: random tokens.",
+    )
+    eval_dataset: DataPath | None = setting(
+        None, "evalDataset", "Held-out data in dataset's format, evaluated every evalEvery steps and at the end."
+    )
+    eval_fraction: float = setting(
+        0.0, "evalFraction",
+        "Share of dataset's documents held out for evaluation (chosen by a hash of each document, so the split is the "
+        "same on every run); 0: none.",
+        ge=0, lt=0.5, message="must be >= 0 and < 0.5",
+    )
+    eval_every: int = setting(0, "evalEvery", "Evaluate every N steps (and at the end); 0: at the end only.", ge=0)
+    eval_batches: int = setting(
+        0, "evalBatches", "Micro-batches per GPU of each evaluation; 0: the whole held-out split.", ge=0
+    )
     steps: int = setting(20, "steps", "Optimizer steps.", ge=1)
     seq_len: int = setting(2048, "seqLen", "Tokens per sequence.", ge=1)
     micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.", ge=1)
@@ -734,8 +780,14 @@ class TrainingSettings(_Section):
         return self.train_function == DEFAULT_TRAIN_FUNCTION
 
     @property
-    def preset(self):
-        return model_preset(self.model)
+    def preset(self) -> models.ModelPreset:
+        """The architecture to train and plan: modelPath's config.json (core.model_source), else the `model` preset.
+
+        Raises SettingsError when modelPath is set and neither its config.json nor modelConfig can be read here.
+        """
+        from ray_efa.core.model_source import architecture
+
+        return architecture(self)
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -803,6 +855,30 @@ def _sequence_fits_the_model(model: str, seq_len: int) -> Problem | None:
     limit = model_preset(model).max_position_embeddings
     if seq_len > limit:
         return Problem("seqLen", seq_len, f"must be <= {limit}, the max positions of {model}")
+    return None
+
+
+@_rule("modelConfig", "modelPath")
+def _model_config_describes_a_model_path(model_config: str | None, model_path: str | None) -> Problem | None:
+    if model_config is not None and model_path is None:
+        return Problem("modelConfig", model_config, "needs modelPath: it describes modelPath's architecture "
+                                                    "(a random initialization takes `model`)")
+    return None
+
+
+@_rule("dataset", "evalDataset", "evalFraction", "evalEvery", "evalBatches")
+def _evaluation_needs_held_out_data(
+    dataset: str | None, eval_dataset: str | None, fraction: float, every: int, batches: int
+) -> Problem | None:
+    if eval_dataset is not None and fraction > 0:
+        return Problem("evalFraction", fraction, "must be 0 when evalDataset is set (one held-out set: either "
+                                                 "evalDataset or a fraction of dataset)")
+    if (eval_dataset is not None or fraction > 0) and dataset is None:
+        key, value = ("evalDataset", eval_dataset) if eval_dataset is not None else ("evalFraction", fraction)
+        return Problem(key, value, "needs dataset: random tokens have no held-out split to evaluate")
+    if (every or batches) and eval_dataset is None and fraction == 0:
+        key, value = ("evalEvery", every) if every else ("evalBatches", batches)
+        return Problem(key, value, "needs held-out data: set evalFraction or evalDataset")
     return None
 
 

@@ -21,6 +21,7 @@ from kubernetes.client import (
     V1Lifecycle,
     V1LifecycleHandler,
     V1ObjectMeta,
+    V1PersistentVolumeClaimVolumeSource,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ProjectedVolumeSource,
@@ -33,6 +34,7 @@ from kubernetes.client import (
 )
 
 from ray_efa.core import catalog, scheduling
+from ray_efa.core.model_source import MODEL_CACHE_ENV
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
 from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH
@@ -52,6 +54,7 @@ __all__ = [
     "WORKER_GROUP_NAME",
     "RAY_TMP_PATH",
     "SHM_PATH",
+    "MODEL_CACHE_PATH",
     "container_security_context",
     "head_template",
     "worker_template",
@@ -67,6 +70,9 @@ RAY_TMP_PATH = "/tmp/ray"
 """Ray's session directory (logs, sockets, spilled objects): an emptyDir, so it neither fills the image layer nor
 survives a restart with a stale session."""
 SHM_PATH = "/dev/shm"
+MODEL_CACHE_PATH = "/mnt/model-cache"
+"""Node-local copies of s3:// models and the Hub cache of hf:// ones: an emptyDir on the node's disk, kept while the pod
+lives (a restarted worker group reuses it), gone with the pod."""
 
 # The submitter pod only runs `ray job submit` and tails the logs: small, and Guaranteed like every other Ray pod.
 _SUBMITTER_CPU, _SUBMITTER_MEMORY = "500m", "1Gi"
@@ -74,6 +80,7 @@ _SUBMITTER_CPU, _SUBMITTER_MEMORY = "500m", "1Gi"
 _HEAD_CONTAINER, _WORKER_CONTAINER, _SUBMITTER_CONTAINER = "ray-head", "ray-worker", "ray-job-submitter"
 _FETCH_CODE_CONTAINER = "fetch-code"
 _RAY_TMP_VOLUME, _SHM_VOLUME, _CODE_VOLUME, _USER_CODE_VOLUME = "ray-tmp", "dshm", "code", "user-code"
+_MODEL_CACHE_VOLUME, _SHARED_VOLUME = "model-cache", "shared"
 # The init container that unpacks codeDir from S3 streams the zip through a temporary file: little CPU or memory.
 _FETCH_CPU, _FETCH_MEMORY = "1", "2Gi"
 
@@ -146,6 +153,23 @@ def _ray_tmp() -> tuple[V1Volume, V1VolumeMount]:
             V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH))
 
 
+def _data_volumes(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMount], dict[str, str]]:
+    """The model cache (emptyDir) and, with sharedVolumeClaim, the shared filesystem; their env for training.weights.
+
+    modelPath, dataset and storagePath may name folders under sharedVolumeMountPath (core.model_source.pod_path_problems
+    refuses any other local path at synth).
+    """
+    volumes = [V1Volume(name=_MODEL_CACHE_VOLUME, empty_dir=V1EmptyDirVolumeSource())]
+    mounts = [V1VolumeMount(name=_MODEL_CACHE_VOLUME, mount_path=MODEL_CACHE_PATH)]
+    claim = settings.workload.shared_volume_claim
+    if claim is not None:
+        volumes.append(V1Volume(name=_SHARED_VOLUME,
+                                persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name=claim)))
+        mounts.append(V1VolumeMount(name=_SHARED_VOLUME, mount_path=settings.workload.shared_volume_mount_path))
+    env = {MODEL_CACHE_ENV: MODEL_CACHE_PATH, "HF_HUB_CACHE": f"{MODEL_CACHE_PATH}/hf"}
+    return volumes, mounts, env
+
+
 def _region_env(settings: Settings) -> dict[str, str]:
     # The AWS SDKs (boto3, pyarrow's S3 filesystem) would otherwise ask IMDS for the region, which pods cannot reach
     # (IMDSv2 hop limit 1 on the nodes); Pod Identity supplies the credentials, this the region.
@@ -179,14 +203,16 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
     cpu, memory_gib = catalog.head_pod_resources(settings.nodes.system_instance)
     tmp_volume, tmp_mount = _ray_tmp()
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    # The driver runs here: it fetches modelPath's config and tokenizer, and lists the data sets, before training.
+    data_volumes, data_mounts, data_env = _data_volumes(settings)
     container = V1Container(
         name=_HEAD_CONTAINER,
         image=settings.workload.dlc_image,
         # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
-        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(user_code), **_region_env(settings)}),
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(user_code), **_region_env(settings), **data_env}),
         ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
         resources=_guaranteed(str(cpu), _gib(memory_gib)),
-        volume_mounts=[tmp_mount, _code_mount(), *user_mounts],
+        volume_mounts=[tmp_mount, _code_mount(), *user_mounts, *data_mounts],
         lifecycle=_ray_stop_before_exit(),
         security_context=container_security_context(),
     )
@@ -198,7 +224,7 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
             node_selector=dict(settings.nodes.system_node_selector),
             init_containers=init or None,
             containers=[container],
-            volumes=[tmp_volume, _code_volume(config_map, bundle), *user_volumes],
+            volumes=[tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
         )
     )
 
@@ -210,15 +236,18 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
     pod = catalog.worker_pod_resources(instance)
     tmp_volume, tmp_mount = _ray_tmp()
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    data_volumes, data_mounts, data_env = _data_volumes(settings)
     # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
     # the transport alone (NCCL_NET=Socket never opens them).
     extended = {"nvidia.com/gpu": str(pod.gpus), "vpc.amazonaws.com/efa": str(pod.efa)}
     container = V1Container(
         name=_WORKER_CONTAINER,
         image=settings.workload.dlc_image,
-        env=_env({**network_env(settings.workload.network, instance), **_code_env(user_code), **_region_env(settings)}),
+        env=_env({**network_env(settings.workload.network, instance), **_code_env(user_code), **_region_env(settings),
+                  **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
-        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts],
+        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
+                       *data_mounts],
         lifecycle=_ray_stop_before_exit(),
         # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
         security_context=container_security_context(add=EFA_CAPABILITIES),
@@ -235,7 +264,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
             init_containers=init or None,
             containers=[container],
-            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes],
+            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
         )
     )
 

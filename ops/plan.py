@@ -93,6 +93,9 @@ class Plan:
                 "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
                 "network": s.workload.network,
+                # what trains: the architecture (modelPath's config.json, or the preset) and on what data
+                "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
+                "dataset": s.training.dataset,
             },
             "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
             "efa": {
@@ -240,6 +243,9 @@ def render_plan(plan: Plan, console) -> None:
         ("placement group", "cluster strategy" if plan.placement_group else "none"),
         ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
         ("network", s.workload.network),
+        ("model", f"{s.training.preset.name}, {s.training.preset.num_parameters / 1e9:.2f} B parameters"
+                  + ("" if s.training.model_path else " (random initialization)")),
+        ("data", s.training.dataset or "random tokens"),
     ):
         deployment.add_row(what, value)
     console.print(deployment)

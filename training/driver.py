@@ -42,15 +42,26 @@ __all__ = [
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SETTINGS, EXIT_UNPROVEN = 0, 1, 2, 3
 # CPUs per GPU node left to Ray itself (the log collector, checkpoint uploads), not given to the training workers.
 _RESERVED_CPUS_PER_NODE = 1
+# CPUs per node kept for the Ray Data tasks that read, tokenize and pack `dataset` (Ray Train excludes the workers'
+# resources from Ray Data's budget, so a data path with no CPU of its own would wait forever).
+DATA_CPUS_PER_NODE = 4
+LOCAL_DATA_CPUS = 2
+"""Logical CPUs the local cluster adds for Ray Data beside its LOCAL_WORKERS training workers."""
 
 
 def check_plan(settings: Settings, *, local: bool) -> None:
-    """Refuse, before Ray starts, a trainFunction that is not in codeDir, and a cluster run whose memory plan cannot
-    fit (the built-in function's: core.memory.check_fits) or whose checkpoints have nowhere shared to go."""
+    """Refuse, before Ray starts: a trainFunction that is not in codeDir, and a model or data set that cannot be read
+    (training.inputs.check_inputs), both runs; then a cluster run whose memory plan cannot fit (the built-in
+    function's: core.memory.check_fits), whose checkpoints have nowhere shared to go, or whose local paths no pod can
+    read."""
+    from ray_efa.core.model_source import pod_path_problems
+    from ray_efa.training.inputs import check_inputs
+
     check_user_code(settings)
+    check_inputs(settings)
     if local:
         return  # CPU workers: no GPU memory to plan, and one machine shares ~/ray_results
-    problems: list[Problem] = []
+    problems: list[Problem] = pod_path_problems(settings)
     if settings.nodes.gpu_node_count > 1 and settings.workload.storage_path is None:
         problems.append(Problem(
             "storagePath", None,
@@ -73,7 +84,8 @@ def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCA
         return ScalingConfig(num_workers=local_workers, use_gpu=False, resources_per_worker={"CPU": 1})
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
-    cpus = max(1, (pod.cpu - _RESERVED_CPUS_PER_NODE) // instance.gpus)
+    reserved = _RESERVED_CPUS_PER_NODE + (DATA_CPUS_PER_NODE if settings.training.dataset is not None else 0)
+    cpus = max(1, (pod.cpu - reserved) // instance.gpus)
     return ScalingConfig(num_workers=settings.world_size, use_gpu=True, resources_per_worker={"CPU": cpus, "GPU": 1})
 
 
@@ -129,7 +141,9 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
         # print() in a worker would also go to Ray Train's log, which the driver shows too: every line twice.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
         ray.init(
-            num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS),  # room for the workers even on a 1-core machine
+            # Room for the workers even on a 1-core machine, and CPUs of its own for Ray Data: Ray Train takes the
+            # workers' CPUs out of Ray Data's budget, and with none left a dataset read would wait forever.
+            num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS) + LOCAL_DATA_CPUS,
             include_dashboard=False,
             # Ray's own chatter off; without a dashboard the placement-group cleaner warns on every poll.
             logging_config=ray.LoggingConfig(log_level="ERROR"),
@@ -150,6 +164,13 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
     code_dir = check_user_code(settings).code_dir
     code_path = str(code_dir) if code_dir is not None else None
     init_ray(local=local, code_dir=code_path)
+    dataset_config = None
+    if datasets is None and settings.training.dataset is not None:  # Ray Data: each rank streams its shard
+        from ray_efa.training.dataset import data_config
+        from ray_efa.training.inputs import driver_datasets
+
+        world = local_workers if local else settings.world_size
+        datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=train_loop_config(settings, code_dir=code_path, extra=test_config),
@@ -157,6 +178,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
         scaling_config=scaling_config(settings, local=local, local_workers=local_workers),
         run_config=run_config(settings, name or default_run_name(settings, local=local)),
         datasets=datasets,
+        dataset_config=dataset_config,
     )
     return _unwrapped(trainer.fit())
 
@@ -261,6 +283,9 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     try:
         result = fit(settings, local=local, name=name)
+    except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
