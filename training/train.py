@@ -1,8 +1,9 @@
 """`train_func(config)`: the loop each Ray Train worker runs.
 
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
-into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs. The loop, nanoGPT style:
-preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, every rank reports (a barrier).
+into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
+(training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
+rank 0 prints progress, every rank reports (a barrier).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -19,18 +20,14 @@ import torch
 import torch.distributed as dist
 
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint, efa_counters
-from ray_efa.training.data import TokenBatches
+from ray_efa.training import checkpoint, efa_counters, weights
 from ray_efa.training.history import open_history
+from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
 
 __all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
-
-# The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
-_PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
-
 
 class InjectedFault(RuntimeError):
     """The failure FaultInjection raises (tests only)."""
@@ -76,20 +73,6 @@ def build_optimizer(model: torch.nn.Module, t: TrainingSettings, device: torch.d
     ]
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(groups, lr=t.learning_rate, betas=(0.9, 0.95), eps=1e-8, **fused)
-
-
-def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
-    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor."""
-    import ray.train
-
-    from ray_efa.training import preflight
-
-    context = ray.train.get_context()
-    results = preflight.allreduce_probe(**({} if device.type == "cuda" else _PROBE_CPU), device=device)
-    if rank == 0:
-        _say(preflight.format_probe_table(results))
-    inter_node = context.get_local_world_size() < context.get_world_size()
-    preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(settings), inter_node=inter_node)
 
 
 def _say(text: str) -> None:
@@ -189,11 +172,13 @@ def train_func(config: dict) -> dict:
     rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
     device = ray.train.torch.get_device()
 
-    if settings.workload.preflight and dist.is_initialized():
-        _run_preflight(settings, device, rank)
-    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
-
-    model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
+    # modelPath's files on this node (s3:// and hf:// downloaded once per node); the architecture is its config.json
+    folder = weights.fetch_model(t.model_path) if t.model_path else None
+    arch = t.preset
+    model = build_model(arch, seed=t.seed, device=device, model_path=str(folder) if folder else None,
+                        loss_chunk_size=t.loss_chunk_size)
+    if rank == 0 and folder is not None and t.model_path is not None:
+        _say(weights.describe_loaded(t.model_path, folder, model))
     strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
     plan = ParallelPlan(
         activation_checkpointing=t.activation_checkpointing, compile=t.compile,
@@ -203,15 +188,13 @@ def train_func(config: dict) -> dict:
         _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else ""))
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
-    start = checkpoint.restore(model, optimizer)  # 0 unless Ray hands us a checkpoint of this run
-    data = TokenBatches(
-        vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed, rank=rank,
-        pool_size=t.data_pool_size,
-    )
+    start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
+    data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
+    last_eval: dict[str, float] = {}
     meter = Meter(
         throughput=Throughput(
             tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
-            flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+            flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
         ),
         total_steps=t.steps, start_step=start, device=device,
     )
@@ -225,19 +208,25 @@ def train_func(config: dict) -> dict:
         steps_run += 1
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
-        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
+        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
         loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
-        if save or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank: report is a barrier
+        evaluate = data.eval_due(step)
+        if save or evaluate or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank
             metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr, **_grad_norm(grad_norm)}
+            if evaluate:  # after measure: the held-out pass is not a training step
+                last_eval = {**data.evaluate(model, device), "eval_step": step}
+                metrics.update(last_eval)
+                meter.restart_clock()
             if rank == 0:
                 _say(format_line(metrics, t.steps))
             if history:
                 history.log(metrics, step)
             if save:
-                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
+                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
+                                           train_state=data.state())
                 meter.restart_clock()  # the save is not a training step
             else:
                 ray.train.report(metrics)
@@ -249,5 +238,5 @@ def train_func(config: dict) -> dict:
     efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    return {"summary": {**meter.summary(), **where}, "history": meter.history,
+    return {"summary": {**meter.summary(), **last_eval, **where}, "history": meter.history,
             "optimizer_steps": _optimizer_steps(optimizer)}
