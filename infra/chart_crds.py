@@ -46,6 +46,13 @@ class HelmChartCrds(Construct):
     `kubectl_role`): its Lambda's role, layers and VPC placement are reused.
     """
 
+    @staticmethod
+    def can_apply(cluster: eks.ICluster) -> bool:
+        """Whether the cluster's kubectl provider is one this construct can run as (built in this app, with a role)."""
+        provider = cluster.kubectl_provider
+        return provider is not None and provider.role is not None and isinstance(
+            provider.node.try_find_child("Handler"), lambda_.Function)
+
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str,
         release: HelmRelease = KUBERAY_OPERATOR, logs: StackLogs | None = None,

@@ -49,7 +49,7 @@ class KubeRayOperator(Construct):
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = "1.7.0",
         node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, ray_version: str | None = None,
-        crds: bool = True, nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
+        crds: bool | None = None, nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (its kubectl provider installs the chart).
@@ -61,7 +61,9 @@ class KubeRayOperator(Construct):
             cannot put Ray behind a token. @default - no check
         :param crds: apply the chart version's CRDs before the chart, on every version change (needs the cluster's
             kubectl provider built in this app); False leaves them to Helm, which installs them once and never
-            upgrades them. @default True
+            upgrades them. @default - True where the kubectl provider is built in this app (RayEksCluster,
+            import_cluster with kubectl_role); with a provider imported by attributes, left to Helm with a synth
+            warning that says what a version change then needs
         :param nodes: what the operator's pod needs to run (its node group): the release waits up to 10 minutes for
             the pod, so it must come after them. @default - the node groups of `cluster` whose labels hold
             `node_selector` (RayEksCluster's system node group); none on an imported cluster
@@ -73,6 +75,15 @@ class KubeRayOperator(Construct):
         check_node_selector("KubeRayOperator node_selector", node_selector)
         self.node_selector: dict[str, str] = dict(node_selector)
         """The system nodes' labels (RayTrainingJob puts the Ray head and the submitter there too)."""
+        if crds is None:
+            crds = HelmChartCrds.can_apply(cluster)
+            if not crds:
+                Annotations.of(self).add_warning_v2("ray-efa:kuberay-crds-left-to-helm", (
+                    "the cluster's kubectl provider is imported by attributes, so the stack cannot apply the KubeRay "
+                    "CRDs itself: Helm installs them once and never upgrades them. Before changing the chart version, "
+                    "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
+                    "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
+                    "--untar`), or pass crds=False to silence this."))
         self.crds = HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
         self.chart = helm_chart(
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),

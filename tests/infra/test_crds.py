@@ -106,8 +106,14 @@ def test_kuberay_operator_on_a_provider_it_cannot_reuse_says_what_to_do():
     from aws_cdk import aws_eks_v2 as eks
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(stack, "P", service_token="arn:aws:lambda:x")
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c", vpc=vpc, kubectl_provider=provider)
+    # an explicit crds=True cannot be honoured: the error says what to do
     with pytest.raises(ValueError, match="pass crds=False to KubeRayOperator"):
-        KubeRayOperator(stack, "KubeRay", cluster=cluster)
+        KubeRayOperator(stack, "KubeRay", cluster=cluster, crds=True)
+    # by default the operator is installed, the CRDs left to Helm, and synth says what a version change then needs
+    default = KubeRayOperator(stack, "KubeRayDefault", cluster=cluster)
+    assert default.crds is None
+    warnings = [str(m.data) for m in default.node.metadata if m.type == "aws:cdk:warning"]
+    assert any("kubectl apply --server-side --force-conflicts -f crds/" in w for w in warnings), warnings
     KubeRayOperator(stack, "KubeRayWithoutCrds", cluster=cluster, crds=False)  # the documented way out
 
 
