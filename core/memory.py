@@ -175,6 +175,8 @@ def estimate(settings: Settings, strategy: str | None = None) -> MemoryEstimate:
 
     strategy: "fsdp" or "hsdp"; None takes the settings' `sharding`, with auto resolved by core.perf.
     """
+    if settings.nodes.scaled_to_zero:
+        raise SettingsError([settings.scaled_to_zero_problem()])
     if strategy is None:
         from ray_efa.core import perf  # perf builds on this module; resolve auto lazily
 
@@ -217,8 +219,10 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
     if n.gpu_node_count < _MAX_GPU_NODES:
         out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
     bigger = sorted(
+        # A larger GPU in a node of the same shape or larger (as many GPUs per node): not a single-GPU node that
+        # shards the model state over fewer GPUs.
         (row for row in catalog.GPU_INSTANCES.values()
-         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib
+         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
          and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
         key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
     )

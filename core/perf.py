@@ -273,7 +273,7 @@ def resolve_sharding(settings: Settings, network: str | None = None) -> str:
     t = settings.training
     if t.sharding != "auto":
         return t.sharding
-    if settings.nodes.gpu_node_count == 1:
+    if settings.nodes.gpu_node_count <= 1:  # 0: scaled to zero, no job to shard
         return "fsdp"
     net = network or settings.workload.network
     options = [
@@ -311,8 +311,11 @@ def _advice(settings: Settings, network: str, chosen: StepPrediction, others: di
 
 
 def performance(settings: Settings) -> dict[str, dict]:
-    """`plan --json`'s "performance": for each network, the chosen strategy's prediction and every strategy's."""
+    """`plan --json`'s "performance": for each network, the chosen strategy's prediction and every strategy's; empty
+    with the GPU node group scaled to zero (no GPU, no step)."""
     out: dict[str, dict] = {}
+    if settings.nodes.scaled_to_zero:
+        return out
     for net in NETWORK_SHARE:
         chosen = predict_settings(settings, network=net)
         others = {s: predict_settings(settings, network=net, strategy=s) for s in STRATEGIES}
