@@ -27,6 +27,7 @@ __all__ = [
     "collect_user_code",
     "config_map_problem",
     "CONFIG_MAP_MAX_BYTES",
+    "CHUNK_BYTES",
     "LAST_APPLIED_MAX_BYTES",
 ]
 
@@ -37,6 +38,10 @@ LAST_APPLIED_MAX_BYTES = 256 * 1024
 """Annotations of one object are capped at 256 KiB. Client-side `kubectl apply` and `kubectl create --save-config`
 (what the CDK's KubernetesManifest runs) copy the whole object into the last-applied-configuration annotation, so
 they fail well below the 1 MiB ConfigMap limit."""
+
+CHUNK_BYTES = 160 * 1024
+"""Where a package's ConfigMap ends and its next one begins (the last-applied size, as check_fits counts it): well
+under LAST_APPLIED_MAX_BYTES, so that a module can grow without a chunk reaching the limit."""
 
 _KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _ANNOTATION_OVERHEAD_BYTES = 4 * 1024
@@ -91,9 +96,10 @@ class CodeBundle:
         """The ConfigMaps this bundle ships in, as (ConfigMap name, its files), in mount order.
 
         One per shipped package (ray_efa/__init__.py rides with the first, named `name`; the others `name-<package>`),
-        then settings.json alone (k8s.names.settings_config_map_name). Each is checked against the limits on its own,
-        so the code can grow by a package without reaching the annotation limit of one object; and a change of one
-        training setting changes the small settings ConfigMap only: a readable `cdk diff`.
+        then settings.json alone (k8s.names.settings_config_map_name). A package larger than CHUNK_BYTES continues in
+        `<its name>-2`, `-3`, ... (files in path order, each whole), so no one object approaches kubectl's annotation
+        limit as the code grows. Each is checked against the limits on its own; and a change of one training setting
+        changes the small settings ConfigMap only: a readable `cdk diff`.
         """
         groups: dict[str, list[ShippedFile]] = {}
         for f in self.files:
@@ -106,8 +112,11 @@ class CodeBundle:
             first = packages[0] if packages else ""
             groups[first] = groups.pop("") + groups.get(first, [])
             packages = packages or [""]
-        out = [(name if i == 0 else f"{name}-{package}", CodeBundle(files=tuple(sorted(groups[package], key=lambda f: f.path))))
-               for i, package in enumerate(packages)]
+        out: list[tuple[str, CodeBundle]] = []
+        for i, package in enumerate(packages):
+            base = name if i == 0 else f"{name}-{package}"
+            for j, chunk in enumerate(_chunks(sorted(groups[package], key=lambda f: f.path), CHUNK_BYTES)):
+                out.append((base if j == 0 else f"{base}-{j + 1}", CodeBundle(files=tuple(chunk))))
         settings = tuple(f for f in self.files if f.path == SETTINGS_FILE)
         if settings:
             out.append((settings_config_map_name(name), CodeBundle(files=settings)))
@@ -142,6 +151,25 @@ class CodeBundle:
         path = module.replace(".", "/")
         if f"{path}.py" not in self.paths() and f"{path}/__main__.py" not in self.paths():
             raise ManifestError(f"module {module} is not in the shipped code (no {path}.py under {', '.join(SHIPPED_PACKAGES)})")
+
+
+def _applied_bytes(f: ShippedFile) -> int:
+    """What one file adds to a ConfigMap's last-applied annotation (its key and text as JSON)."""
+    return len(json.dumps(f.key)) + len(json.dumps(f.text)) + 2
+
+
+def _chunks(files: list[ShippedFile], budget: int) -> list[list[ShippedFile]]:
+    """`files` in order, cut into runs of at most `budget` applied bytes (a file larger than that alone in its run)."""
+    chunks: list[list[ShippedFile]] = [[]]
+    size = 0
+    for f in files:
+        cost = _applied_bytes(f)
+        if chunks[-1] and size + cost > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(f)
+        size += cost
+    return chunks
 
 
 def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:

@@ -34,6 +34,9 @@ class CodeConfigMap(Construct):
         self.bundle = bundle
         for part_name, part in parts:
             is_settings = part_name == self.settings_name
-            construct_id = "Settings" if is_settings else ("Resource" if part_name == name else part_name.removeprefix(f"{name}-"))
+            suffix = part_name.removeprefix(f"{name}-")
+            # Never an integer-like id ("2"): construct children keep JavaScript object order, which puts those first.
+            construct_id = "Settings" if is_settings else ("Resource" if part_name == name else
+                                                           f"part-{suffix}" if suffix.isdigit() else suffix)
             api_object(self, construct_id, api_version="v1", kind="ConfigMap", name=part_name, namespace=namespace,
                        object_labels=labels(part_name, "settings" if is_settings else "code"), body={"data": part.data})

@@ -7,6 +7,7 @@ import json
 import cdk8s
 
 from ray_efa.infra.manifests import CUSTOM_RESOURCE_PAYLOAD_BYTES
+from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.workload import build_manifests
 from tests.infra.conftest import synthesize
 
@@ -72,17 +73,18 @@ def test_kuberay_operator_waits_for_the_system_node_group(default_synth):
 def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(default_synth):
     # GIVEN the GPU stack's manifests: the code ConfigMaps (one per package), the settings ConfigMap, the RayJob,
     # one resource each
-    code_id, code, _ = find(default_synth.gpu, "ConfigMap", "train-efa-code")
-    training_id, training, _ = find(default_synth.gpu, "ConfigMap", "train-efa-code-training")
-    settings_id, settings, _ = find(default_synth.gpu, "ConfigMap", "train-efa-settings")
+    names = [name for name, _ in collect_code(default_synth.settings).config_maps("train-efa-code")]  # code, settings
+    assert names[0] == "train-efa-code" and "train-efa-code-training" in names and names[-1] == "train-efa-settings"
+    config_maps = [find(default_synth.gpu, "ConfigMap", name)[:2] for name in names]
     job_id, job_resource, job = find(default_synth.gpu, "RayJob")
-    assert [len(manifest_objects(r)) for r in (code, training, settings, job_resource)] == [1, 1, 1, 1]
+    assert [len(manifest_objects(r)) for _, r in config_maps] + [len(manifest_objects(job_resource))] == [1] * (len(names) + 1)
     # THEN they are applied in that order, the first after the GPU node group: the job's activeDeadlineSeconds starts
     # when GPU nodes exist, not while the cluster stack is still being built
     (nodegroup_id,) = default_synth.gpu.find_resources("AWS::EKS::Nodegroup")
-    assert nodegroup_id in code["DependsOn"]
-    assert code_id in training["DependsOn"] and training_id in settings["DependsOn"]
-    assert settings_id in job_resource["DependsOn"]
+    assert nodegroup_id in config_maps[0][1]["DependsOn"]
+    for (before_id, _), (_, after) in zip(config_maps, config_maps[1:]):
+        assert before_id in after["DependsOn"]
+    assert config_maps[-1][0] in job_resource["DependsOn"]
     assert job["metadata"]["name"] == "train-efa" and job["metadata"]["namespace"] == "ray"
     # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket)
     kinds = {o["kind"] for r in manifests(default_synth.cluster).values() for o in manifest_objects(r)}

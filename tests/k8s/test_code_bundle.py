@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import (
+    CHUNK_BYTES,
     CONFIG_MAP_MAX_BYTES,
     LAST_APPLIED_MAX_BYTES,
     CodeBundle,
@@ -81,11 +83,33 @@ def test_config_map_keys_map_back_to_their_paths(default_synth):
 def test_real_bundle_fits_a_client_side_kubectl_apply():
     # GIVEN the code of this checkout WHEN its size is checked THEN it fits (the error names the budget if it ever does not)
     parts = collect_code(Settings()).config_maps("train-efa-code")
-    # THEN it ships as one ConfigMap per package plus the settings, each of which fits on its own
-    assert [name for name, _ in parts] == ["train-efa-code", "train-efa-code-training", "train-efa-settings"]
+    # THEN it ships as one ConfigMap per package (continued in -2, -3, ... past CHUNK_BYTES) plus the settings, each of
+    # which fits on its own with room to grow
+    names = [name for name, _ in parts]
+    assert names[0] == "train-efa-code" and "train-efa-code-training" in names and names[-1] == "train-efa-settings"
+    assert all(re.fullmatch(r"train-efa-code(-training)?(-\d+)?", name) for name in names[:-1]), names
     for name, part in parts:
         part.check_fits(name)
-        assert 0 < part.size_bytes < LAST_APPLIED_MAX_BYTES
+        assert 0 < part.size_bytes < LAST_APPLIED_MAX_BYTES * 3 // 4
+
+
+def test_a_package_past_the_chunk_size_continues_in_numbered_config_maps_in_path_order():
+    # GIVEN a training package of four files that together pass CHUNK_BYTES, each under half of it
+    third = "#" * (CHUNK_BYTES // 3)
+    files = tuple(ShippedFile(path=p, text=t) for p, t in (
+        ("ray_efa/__init__.py", ""), ("ray_efa/core/a.py", ""), ("ray_efa/training/a.py", third),
+        ("ray_efa/training/b.py", third), ("ray_efa/training/c.py", third), ("ray_efa/training/d.py", third),
+        ("settings.json", "{}")))
+    # WHEN it is split into ConfigMaps
+    parts = CodeBundle(files=files).config_maps("x-code")
+    # THEN the package continues in x-code-training-2, every file whole and once, in path order, each part fits
+    assert [(name, part.paths()) for name, part in parts] == [
+        ("x-code", ["ray_efa/__init__.py", "ray_efa/core/a.py"]),
+        ("x-code-training", ["ray_efa/training/a.py", "ray_efa/training/b.py"]),
+        ("x-code-training-2", ["ray_efa/training/c.py", "ray_efa/training/d.py"]),
+        ("x-settings", ["settings.json"])]
+    for name, part in parts:
+        part.check_fits(name)
 
 
 def test_top_level_files_ship_with_the_first_package_and_settings_alone():

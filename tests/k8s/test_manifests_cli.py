@@ -10,7 +10,9 @@ import yaml
 
 from ray_efa.cli import manifests
 from ray_efa.core.output_dir import RECORD_NAME
+from ray_efa.core.settings import Settings
 from ray_efa.k8s import code_bundle, workload
+from ray_efa.k8s.code_bundle import collect_code
 
 EXPECTED_FILES = ["0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
 
@@ -42,9 +44,10 @@ def test_writes_one_file_per_chart_in_apply_order(dist):
 
 def test_files_are_plain_yaml_of_the_charts(dist):
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.glob("*.yaml")}
+    code = [("ConfigMap", name) for name, _ in collect_code(Settings()).config_maps("train-efa-code")]  # code, then settings
     assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
-        ("NetworkPolicy", "train-efa-ray-ingress"), ("ConfigMap", "train-efa-code"), ("ConfigMap", "train-efa-code-training"), ("ConfigMap", "train-efa-settings"),
-        ("RayJob", "train-efa")]
+        ("NetworkPolicy", "train-efa-ray-ingress"), *code, ("RayJob", "train-efa")]
+    assert ("ConfigMap", "train-efa-code-training") in code and code[-1] == ("ConfigMap", "train-efa-settings")
     assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -146,9 +147,8 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     cluster = synth.ray_cluster["spec"]
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
     # WHEN the job's ConfigMap names and the owner its pods are labelled with are swapped for the RayCluster's
-    renamed = json.loads(json.dumps(job_cluster).replace('"train-efa-code"', '"ray-efa-code"')
-                         .replace('"train-efa-code-training"', '"ray-efa-code-training"')
-                         .replace('"train-efa-settings"', '"ray-efa-settings"').replace('"train-efa"', '"ray-efa"'))
+    renamed = json.loads(re.sub(r'"train-efa-(code|code-[a-z0-9-]+|settings)"', r'"ray-efa-\1"', json.dumps(job_cluster))
+                         .replace('"train-efa"', '"ray-efa"'))
     # THEN nothing else differs
     assert renamed == cluster
 

@@ -12,6 +12,7 @@ import cdk8s
 import pytest
 import yaml
 
+from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
 from tests.k8s.conftest import (
@@ -143,9 +144,10 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     # THEN they are the namespace, then that network's RayJob with its NetworkPolicy and ConfigMap first, and no
     # standing RayCluster
     assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
+    config_maps = [("ConfigMap", name) for name, _ in collect_code(settings).config_maps(f"train-{network}-code")]
+    assert config_maps[0] == ("ConfigMap", f"train-{network}-code") and config_maps[-1][1] == f"train-{network}-settings"
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
-        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), ("ConfigMap", f"train-{network}-code"), ("ConfigMap", f"train-{network}-code-training"),
-                                 ("ConfigMap", f"train-{network}-settings"), ("RayJob", f"train-{network}")]]
+        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), *config_maps, ("RayJob", f"train-{network}")]]
     assert charts[0] in charts[1].node.dependencies
 
 

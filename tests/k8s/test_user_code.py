@@ -50,10 +50,13 @@ def test_job_name_names_every_object_of_both_jobs(own):
     # GIVEN jobName mlp-exp THEN the EFA job is mlp-exp and its TCP comparison mlp-exp-tcp, each with its own objects
     for network, name in (("efa", "mlp-exp"), ("tcp", "mlp-exp-tcp")):
         names = sorted((o["kind"], o["metadata"]["name"]) for o in own[f"rayjob-{network}"])
+        code = [o["metadata"]["name"] for o in own[f"rayjob-{network}"]
+                if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "code"]
+        assert f"{name}-code" in code and f"{name}-code-training" in code
+        assert all(c == f"{name}-code" or c.startswith(f"{name}-code-") for c in code)  # the code, in chunks
         assert names == sorted([
-            ("NetworkPolicy", f"{name}-ray-ingress"), ("ConfigMap", f"{name}-code"),
-            ("ConfigMap", f"{name}-code-training"), ("ConfigMap", f"{name}-settings"),
-            ("ConfigMap", f"{name}-user-code"), ("RayJob", name)])
+            ("NetworkPolicy", f"{name}-ray-ingress"), *(("ConfigMap", c) for c in code),
+            ("ConfigMap", f"{name}-settings"), ("ConfigMap", f"{name}-user-code"), ("RayJob", name)])
     # and the default keeps its names
     assert (ray_job_name("efa"), ray_job_name("tcp")) == ("train-efa", "train-tcp")
     assert (ray_job_name("efa", "exp1-efa"), ray_job_name("tcp", "exp1-efa")) == ("exp1-efa", "exp1-tcp")

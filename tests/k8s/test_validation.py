@@ -11,6 +11,7 @@ import pytest
 from kubernetes_validate.utils import all_versions
 
 from ray_efa.core.settings import KUBERAY_VERSIONS
+from ray_efa.k8s.code_bundle import collect_code
 from tests.k8s.conftest import synthesize
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
@@ -34,7 +35,9 @@ def test_kubernetes_validate_has_the_clusters_kubernetes_version(default_synth):
 def test_core_objects_validate_for_the_clusters_kubernetes_version(synth):
     version = synth.settings.cluster.kubernetes_version
     core_objects = [o for o in synth.objects() if o["apiVersion"] == "v1"]
-    assert sorted(o["kind"] for o in core_objects) == ["ConfigMap"] * 9 + ["Namespace"]
+    # the RayCluster's and both RayJobs' code and settings ConfigMaps, and the namespace
+    per_owner = len(collect_code(synth.settings).config_maps("x-code"))
+    assert sorted(o["kind"] for o in core_objects) == ["ConfigMap"] * 3 * per_owner + ["Namespace"]
     for obj in core_objects:
         assert k8s_validate(obj, version) == version, obj["metadata"]["name"]
 
