@@ -13,6 +13,7 @@ from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
+from ray_efa.training.network import job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
@@ -27,10 +28,15 @@ def driver_entrypoint() -> str:
     return shlex.join(["python", "-m", DRIVER_MODULE, "--settings", SETTINGS_PATH])
 
 
-def runtime_env_yaml(settings: Settings) -> str | None:
-    """The job's Ray runtime_env: the extra pip packages; None when there are none (the image has the rest)."""
+def runtime_env_yaml(settings: Settings) -> str:
+    """The job's Ray runtime_env: the job's environment (training.network.job_env: the Ray Train controller's poll
+    interval, which training.reporting spaces its reports by) and the extra pip packages, if any (the image has the
+    rest)."""
+    runtime_env: dict[str, object] = {"env_vars": job_env()}
     packages = list(settings.workload.pip_packages)
-    return yaml.safe_dump({"pip": packages}, sort_keys=True) if packages else None
+    if packages:
+        runtime_env["pip"] = packages
+    return yaml.safe_dump(runtime_env, sort_keys=True)
 
 
 class RayJob(Construct):

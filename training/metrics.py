@@ -1,8 +1,9 @@
 """Step metrics, the rank-0 progress line and the final table.
 
-Metrics are measured at report steps only (the first step of an attempt, every `reportEvery` steps, checkpoint steps
-and the last): the loss's `.item()` synchronizes the GPU there, so the wall time since the previous report, divided
-by the steps in between, is the true step time without a sync on every step. Keys are namespaced the torchtitan way
+Metrics are measured at measure steps only (the first step of an attempt, every `reportEvery` steps, checkpoint steps
+and the last; training.reporting decides which of them also go to `ray.train.report`): the losses' transfer to the
+host synchronizes the GPU there, so the wall time since the previous measure step, divided by the steps in between,
+is the true step time without a sync on every step. Keys are namespaced the torchtitan way
 (`throughput/...`, `memory/...`) and the same dict goes to `ray.train.report` and to the progress line.
 
 MFU = achieved FLOP/s per device / the device's dense bf16 peak (core.catalog), with FLOPs per token from
@@ -94,13 +95,14 @@ class Meter:
             "time/step_s": step_time,
             "time/elapsed_s": now - self._started,
             "time/eta_s": step_time * (self.total_steps - step),
-            **self._rates(step_time),
+            **self.rates(step_time),
             **_peak_memory(self.device),
         }
         self.last = metrics
         return metrics
 
-    def _rates(self, step_time: float) -> dict[str, float]:
+    def rates(self, step_time: float) -> dict[str, float]:
+        """tokens/s (in total and per device) and MFU (where the peak is known) of one step of `step_time` seconds."""
         t = self.throughput
         per_device = t.tokens_per_step_per_device / step_time
         rates = {"throughput/tokens_per_s": per_device * t.world_size, "throughput/tokens_per_s_per_device": per_device}
@@ -123,7 +125,7 @@ class Meter:
             "final_loss": self.history[-1][1] if self.history else float("nan"),
             "time/step_s": step_time,
             "time/elapsed_s": self._clock() - self._started,
-            **self._rates(step_time),
+            **self.rates(step_time),
             **{k: v for k, v in self.last.items() if k.startswith("memory/")},
         }
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from ray_efa.core import catalog
 from ray_efa.core.settings import setting_keys
 
-__all__ = ["NETWORKS", "network_env", "expected_transport"]
+__all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
+           "JOB_POLL_INTERVAL_S", "job_env"]
 
 NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
 """The values the `network` setting allows (read from the settings, not repeated here)."""
@@ -31,6 +32,21 @@ _ENV: dict[str, dict[str, str]] = {
     # all, and FI_PROVIDER=tcp overrides the image's efa default for anything else that opens libfabric.
     "tcp": {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none", **_COMMON},
 }
+
+POLL_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+"""How often Ray Train v2's controller polls the workers and drains their one-report queues (ray 2.58:
+ray/train/v2/_internal/constants.py; Ray propagates it from the driver to the controller and the workers)."""
+RAY_DEFAULT_POLL_INTERVAL_S = 2.0
+"""Ray's DEFAULT_HEALTH_CHECK_INTERVAL_S (the same file)."""
+JOB_POLL_INTERVAL_S = 1.0
+"""The training job's poll interval: fresher reports than Ray's 2 s (training.reporting spaces reports by it); a poll
+is one small RPC per worker."""
+
+
+def job_env() -> dict[str, str]:
+    """Environment of the training job on any network (the RayJob's runtime_env env_vars)."""
+    return {POLL_INTERVAL_ENV: str(JOB_POLL_INTERVAL_S)}
+
 
 # The transport the gate must see in the NCCL log for each network (training.transport's `expect` values).
 _EXPECTED_TRANSPORT = {"efa": "efa", "tcp": "socket"}
