@@ -7,7 +7,8 @@ because the training job imports it inside the container.
 
 Sources: AWS "Accelerated computing instances" specifications and the EFA user guide (network cards, EFA
 interfaces, GPUDirect RDMA), NVIDIA data sheets (dense bf16 tensor throughput), the AWS on-demand price list for
-Linux in us-east-2 (recorded 2026-11; prices change, treat them as estimates). Where describe-instance-types
+Linux in us-east-2 (recorded 2026-11; prices change, treat them as estimates). Dense fp8 peaks: the L4, L40S and
+H100/H200 SXM data sheets (242.5, 733, 1,979 TFLOP/s without sparsity); A10G and A100 have no fp8 tensor cores. Where describe-instance-types
 disagrees, it wins: fix the row here.
 """
 
@@ -63,18 +64,25 @@ class Gpu:
     """Substrings of torch.cuda.get_device_name() that identify this GPU."""
     memory_bandwidth_gb_s: float = 0.0
     """Device-memory bandwidth, GB/s, from the data sheet. The step-time model (core.perf) times the optimizer by it."""
+    peak_fp8_tflops: float = 0.0
+    """Dense fp8 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity); 0: no fp8 tensor cores (Ampere
+    and older), so the `precision` setting cannot be fp8."""
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_tflops > 0
 
 
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
         Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0),
+        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0, peak_fp8_tflops=242.5),
+        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0, peak_fp8_tflops=733.0),
         Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
         Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0),
+        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
+        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0, peak_fp8_tflops=1979.0),
     )
 }
 
@@ -138,6 +146,13 @@ class InstanceType:
     @property
     def efa_capable(self) -> bool:
         return self.efa_interfaces > 0
+
+    @property
+    def primary_card_gbps(self) -> float:
+        """Gbit/s of network card 0, which carries the node's IP and so every TCP flow (NCCL's sockets included):
+        the aggregate split evenly over the cards (p5.48xlarge: 32 x 100, p5en: 16 x 200, p4d and g6e.48xlarge:
+        4 x 100; single-card types: all of it). EFA uses every card; TCP only this one."""
+        return self.network_gbps / max(1, self.efa_interfaces)
 
 
 def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd) -> InstanceType:

@@ -15,8 +15,9 @@ from typing import Any
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
 from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
-from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
-from ray_efa.core.perf import performance
+from ray_efa.core.memory import MemoryEstimate
+from ray_efa.core.perf import Calibration
+from ray_efa.core.strategy import check_fits, choose, estimate, performance
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
@@ -84,7 +85,8 @@ class Plan:
                 "cluster_stack": self.stacks[0], "gpu_stack": self.stacks[1],
                 "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
-                "network": s.workload.network,
+                "network": s.workload.network, "sharding": choose(s).strategy,
+                "grad_reduce_dtype": choose(s).reduce_dtype, "precision": s.training.precision,
             },
             "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
             "efa": {
@@ -127,8 +129,10 @@ def _memory_advice(settings: Settings, memory: MemoryEstimate) -> str | None:
     return None
 
 
-def build_plan(resolved: ResolvedSettings) -> Plan:
-    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O)."""
+def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = None) -> Plan:
+    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O).
+
+    calibration: constants measured on a finished run (core.calibrate), used by the step-time predictions."""
     s = resolved.settings
     gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     worker = catalog.worker_pod_resources(gpu)
@@ -154,7 +158,7 @@ def build_plan(resolved: ResolvedSettings) -> Plan:
         memory=memory,
         memory_advice=_memory_advice(s, memory),
         cost=hourly_cost(s),
-        performance=performance(s),
+        performance=performance(s, calibration),
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
         retained_after_destroy=retained_after_destroy(s),
@@ -311,6 +315,9 @@ def render_plan(plan: Plan, console) -> None:
     console.print(teardown)
 
 
+_BOUND = {"network": "net", "intra-node link": "intra", "compute": "compute"}
+
+
 def _render_performance(plan: Plan, console) -> None:
     """The predicted step (core.perf) on EFA and on TCP: one row per network and strategy, the job's choice in bold."""
     from rich.table import Table as RichTable
@@ -322,21 +329,29 @@ def _render_performance(plan: Plan, console) -> None:
     table = Table(
         title="Predicted step (core.perf)",
         caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
-                f"gradients reduced in {t.grad_reduce_dtype}; tok/s per GPU; * the strategy the job runs (sharding {t.sharding}); ✗ does not "
-                "fit memory; MFU with 6N + 12 L d S FLOPs/token. A model calibrated on H200: a lead, not a measurement",
+                f"{t.precision}; red: gradients on the wire between nodes (gradReduceDtype {t.grad_reduce_dtype}); "
+                f"net s: busiest link (compute in --json); tok/s per GPU; * what the job runs (sharding {t.sharding}); GiB per GPU, ✗ does not fit memory; "
+                "MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token. "
+                + (f"Calibrated by {plan.performance['efa']['calibration']}."
+                   if plan.performance["efa"].get("calibration") else
+                   "A model calibrated on H200: a lead, not a measurement"),
     )
-    for column in ("net", "shard", "step s", "comp s", "net s", "tok/s", "MFU", "bound", "GiB/GPU"):
-        table.add_column(column, justify="left" if column in ("net", "shard", "bound") else "right")
+    for column in ("net", "shard", "red", "step s", "net s", "tok/s", "MFU %", "bound", "GiB"):
+        table.add_column(column, justify="left" if column in ("net", "shard", "red", "bound") else "right")
     for net, prediction in plan.performance.items():
         for strategy, row in prediction["strategies"].items():
             chosen = strategy == prediction["strategy"]
             table.add_row(
-                net, strategy + ("*" if chosen else ""), f"{row['step_time_s']:.2f}", f"{row['compute_s']:.2f}",
-                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}", f"{100 * row['mfu']:.1f}%",
-                row["bottleneck"], f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
+                net, strategy + ("*" if chosen else ""), row["reduce_dtype"], f"{row['step_time_s']:.2f}",
+                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}",
+                f"{100 * row['mfu']:.1f}/{100 * row['mfu_causal']:.1f}", _BOUND.get(row["bottleneck"], row["bottleneck"]),
+                f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
                 style="bold" if chosen else None,
             )
     console.print(table)
     for net, prediction in plan.performance.items():
         if prediction.get("advice"):
             console.print(f"[yellow]performance ({net}):[/] {prediction['advice']}", highlight=False)
+        scaling = prediction.get("scaling") or {}
+        if scaling.get("slower_than_fewer_nodes"):
+            console.print(f"[yellow]nodes ({net}):[/] {scaling['advice']}", highlight=False)

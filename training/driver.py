@@ -20,9 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ray_efa.core import catalog, memory
+from ray_efa.core import catalog, strategy
 from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
+from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
@@ -46,7 +47,7 @@ def check_plan(settings: Settings, *, local: bool) -> None:
             "workers write checkpoint shards into it, and a restart may land on other nodes",
         ))
     try:
-        memory.check_fits(settings)
+        strategy.check_fits(settings)
     except SettingsError as error:
         problems.extend(error.problems)
     if problems:
@@ -94,7 +95,7 @@ def init_ray(*, local: bool) -> None:
         # training/ without an install (a runtime_env would do the same, but costs fresh worker processes).
         root = str(Path(__file__).resolve().parent.parent)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")  # notice the end of training sooner
+        os.environ.setdefault(POLL_INTERVAL_ENV, "0.5")  # notice the end of training sooner
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # no spot nodes to watch on a laptop
         ray.init(
             num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS),  # room for the workers even on a 1-core machine
@@ -103,6 +104,9 @@ def init_ray(*, local: bool) -> None:
             logging_config=ray.LoggingConfig(log_level="ERROR"),
         )
     else:
+        # The controller polls the workers' one-report queues this often (training.reporting); the RayJob's
+        # runtime_env sets the same value, this covers `ray-efa train` run by hand on the head.
+        os.environ.setdefault(POLL_INTERVAL_ENV, str(JOB_POLL_INTERVAL_S))
         ray.init(address="auto")
 
 

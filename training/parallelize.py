@@ -7,6 +7,16 @@ crosses the network. With gradient accumulation, `set_gradient_sync(model, False
 network until the last micro-batch: plain FSDP skips its reduce-scatter (and keeps unsharded gradients meanwhile);
 HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
 
+Gradient precision (gradReduceDtype, resolved by core.strategy): fp32, or bf16 on the wire. Gradients are accumulated
+and the optimizer steps in fp32 either way: without accumulation FSDP2 reduces in bf16 and writes the sharded fp32
+gradient; with accumulation it would add the held-back gradients in its reduction dtype (bf16), so the policy stays
+fp32 and a custom reduce-scatter (`Bf16WireReduceScatter`) casts to bf16 only for the wire. HSDP's cross-node partial
+sums are then fp32 too (FSDP2 has no custom all-reduce), which core.perf counts.
+
+precision fp8 (`ParallelPlan.fp8`): torchao float8 training (tensorwise dynamic scaling) of every decoder-layer
+linear, converted before sharding with FSDP2's fp8 all-gather on; after each optimizer step the weights' scales are
+computed in one all-reduce (`after_optimizer_step`). The embeddings, the output projection and the norms stay bf16.
+
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
 gathered in bf16 and gradients reduce-scattered in fp32 (MixedPrecisionPolicy); the sharded master weights and
@@ -27,7 +37,13 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ray_efa.training.model import CausalLM
 
-__all__ = ["ParallelPlan", "parallelize", "mixed_precision_policy", "set_gradient_sync"]
+__all__ = [
+    "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
+    "Bf16WireReduceScatter", "after_optimizer_step", "TORCHAO_VERSION",
+]
+
+TORCHAO_VERSION = "0.18.0"
+"""The torchao the job installs for precision fp8 (measured on torch 2.11, issue 19; the job's runtime_env pins it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,6 +58,11 @@ class ParallelPlan:
     """FSDP2 parameter/reduction dtypes; None keeps the parameters' own dtype (fp32) for both."""
     replicas: int = 1
     """HSDP: replicate over this many groups of ranks (the nodes) and shard within each; 1 is plain FSDP."""
+    bf16_wire: bool = False
+    """Reduce-scatter gradients in bf16 while the policy's fp32 accumulates them (gradient accumulation with
+    gradReduceDtype bf16): Bf16WireReduceScatter on every FSDP unit."""
+    fp8: bool = False
+    """torchao float8 training of the decoder layers' linears, with fp8 all-gather (GPU only)."""
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -50,6 +71,53 @@ def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> 
         reduce = torch.bfloat16 if reduce_dtype == "bf16" else torch.float32
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
     return None
+
+
+def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulation: int) -> tuple[MixedPrecisionPolicy | None, bool]:
+    """(policy, bf16_wire) for a resolved gradReduceDtype: bf16 without accumulation reduces in bf16 directly; with
+    accumulation the policy reduces (and accumulates) in fp32 and only the wire is bf16."""
+    if reduce_dtype == "bf16" and grad_accumulation > 1:
+        return mixed_precision_policy(device, "fp32"), device.type == "cuda"
+    return mixed_precision_policy(device, reduce_dtype), False
+
+
+class Bf16WireReduceScatter:
+    """An FSDP2 reduce-scatter (the `set_custom_reduce_scatter` interface: allocate + call) that sends bf16 and hands
+    FSDP2 its result in the buffers' own dtype (fp32): half the bytes on the wire, fp32 everywhere else."""
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op, async_op: bool = False):
+        import torch.distributed as dist
+
+        wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
+        dist.reduce_scatter_tensor(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)
+        output_tensor.copy_(wire_out)
+        return None
+
+
+def _convert_to_fp8(model: CausalLM) -> None:
+    """Swap each decoder-layer nn.Linear for torchao's Float8Linear (tensorwise scaling, fp8 all-gather under FSDP2)."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as error:
+        raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
+                           f"(the RayJob's runtime_env installs it): {error}") from None
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    convert_to_float8_training(
+        model.hf.model.layers, config=config,
+        module_filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear),
+    )
+
+
+def after_optimizer_step(model: torch.nn.Module) -> None:
+    """fp8: compute every fp8 weight's scale for the next all-gather in one all-reduce (torchao's
+    precompute_float8_dynamic_scale_for_fsdp); nothing otherwise."""
+    if getattr(model, "fp8", False):
+        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+        precompute_float8_dynamic_scale_for_fsdp(model)
 
 
 def _mesh(model: CausalLM, replicas: int):
@@ -77,6 +145,8 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    if plan.fp8:
+        _convert_to_fp8(model)  # before wrapping and sharding, as torchao's FSDP2 fp8 all-gather expects
     layers = model.layers
     for index, layer in enumerate(layers):
         if plan.activation_checkpointing:
@@ -96,5 +166,13 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
         fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
     fully_shard(model, **mp)
+    if plan.bf16_wire:
+        if not hasattr(model, "set_custom_reduce_scatter"):
+            raise RuntimeError("gradReduceDtype bf16 with gradAccumulation > 1 needs FSDP2's set_custom_reduce_scatter "
+                               f"(torch >= 2.9; this is {torch.__version__})")
+        comm = Bf16WireReduceScatter()
+        for module in (*layers, model):
+            module.set_custom_reduce_scatter(comm)
     model.hsdp = mesh is not None
+    model.fp8 = plan.fp8
     return model

@@ -2,7 +2,8 @@
 
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
 into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs. The loop, nanoGPT style:
-preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, every rank reports (a barrier).
+preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, and every rank reports to Ray at
+the steps training.reporting agrees on (at most one report per controller poll, so the loop never waits on one).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -22,7 +23,10 @@ from ray_efa.training import checkpoint
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
-from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
+from ray_efa.training.parallelize import (
+    ParallelPlan, after_optimizer_step, gradient_precision, parallelize, set_gradient_sync,
+)
+from ray_efa.training.reporting import Reporter
 
 __all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
@@ -96,15 +100,6 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _global_mean(value: torch.Tensor, world_size: int) -> float:
-    """The mean of a scalar over all ranks (SUM / n: gloo has no AVG); .item() also synchronizes the device."""
-    value = value.detach().float().clone()
-    if dist.is_initialized() and world_size > 1:
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        value /= world_size
-    return value.item()
-
-
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -133,22 +128,24 @@ def train_step(
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
+    after_optimizer_step(model)  # fp8: the next all-gather's weight scales, in one all-reduce
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
     return loss
 
 
-def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int]:
-    """(strategy, HSDP replicas): the settings' sharding (auto resolved by core.perf) on the ranks Ray started.
+def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
+    """(strategy, HSDP replicas, gradient reduction dtype): what core.strategy chooses for the settings (auto
+    resolved), on the ranks Ray started.
 
     HSDP replicates across the nodes actually present (world / ranks per node); on one node it is plain FSDP.
     """
-    from ray_efa.core.perf import resolve_sharding
+    from ray_efa.core.strategy import choose
 
-    strategy = resolve_sharding(settings)
+    option = choose(settings)
     nodes = world // max(1, local_world)
-    if strategy == "hsdp" and nodes > 1 and world % nodes == 0:
-        return strategy, nodes
-    return "fsdp", 1
+    if option.strategy == "hsdp" and nodes > 1 and world % nodes == 0:
+        return option.strategy, nodes, option.reduce_dtype
+    return "fsdp", 1, option.reduce_dtype
 
 
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -157,7 +154,8 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
 
 
 def train_func(config: dict) -> dict:
-    """Train as the settings say; rank 0 returns {"summary", "history", "optimizer_steps"} (Result.return_value)."""
+    """Train as the settings say; rank 0 returns (Result.return_value) {"summary", "history": [(step, loss)] of every
+    step, "step_metrics": every step's metrics dict (training.reporting.Reporter.history), "optimizer_steps"}."""
     import ray.train
     import ray.train.torch
 
@@ -174,13 +172,16 @@ def train_func(config: dict) -> dict:
         _run_preflight(settings, device, rank)
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
-    strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
+    strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
+    policy, bf16_wire = gradient_precision(device, reduce_dtype, t.grad_accumulation)
     plan = ParallelPlan(
-        activation_checkpointing=t.activation_checkpointing, compile=t.compile,
-        mixed_precision=mixed_precision_policy(device, t.grad_reduce_dtype), replicas=replicas,
+        activation_checkpointing=t.activation_checkpointing, compile=t.compile, mixed_precision=policy,
+        replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda",
     )
     if rank == 0:
-        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else ""))
+        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else "")
+             + (f", gradients {reduce_dtype} on the wire" if device.type == "cuda" else "")
+             + (", fp8 decoder linears" if plan.fp8 else ""))
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start = checkpoint.restore(model, optimizer)  # 0 unless Ray hands us a checkpoint of this run
@@ -198,28 +199,32 @@ def train_func(config: dict) -> dict:
     if rank == 0 and start:
         _say(f"resumed from the checkpoint of step {start}")
 
+    reporter = Reporter(meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device)
     model.train()
     for step in range(start + 1, t.steps + 1):
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
         loss = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.record(step, loss, lr)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
-        if save or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank: report is a barrier
-            metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr}
+        if reporter.is_measure_step(step, save=save):  # the same steps on every rank
+            metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank (training.reporting)
             if rank == 0:
                 _say(format_line(metrics, t.steps))
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
-                meter.restart_clock()  # the save is not a training step
-            else:
+                reporter.reported()
+                reporter.restart_clock()  # the save is not a training step
+            elif report:
                 ray.train.report(metrics)
+                reporter.reported()
         if faults.stop_after_step == step:
             break
 
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    return {"summary": {**meter.summary(), **where}, "history": meter.history,
-            "optimizer_steps": _optimizer_steps(optimizer)}
+    return {"summary": {**meter.summary(), **where, "reports": reporter.reports}, "history": reporter.losses(),
+            "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}
