@@ -14,7 +14,7 @@ from ray_efa.core import catalog
 from ray_efa.core.settings import setting_keys
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
-           "JOB_POLL_INTERVAL_S", "job_env"]
+           "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION"]
 
 NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
 """The values the `network` setting allows (read from the settings, not repeated here)."""
@@ -41,6 +41,11 @@ RAY_DEFAULT_POLL_INTERVAL_S = 2.0
 JOB_POLL_INTERVAL_S = 1.0
 """The training job's poll interval: fresher reports than Ray's 2 s (training.reporting spaces reports by it); a poll
 is one small RPC per worker."""
+
+
+TORCHAO_VERSION = "0.18.0"
+"""The torchao the job installs (RayJob runtime_env pip) for precision fp8: float8 training measured with it on torch
+2.11 (issue 19); training.parallelize converts the layers with it."""
 
 
 def job_env() -> dict[str, str]:

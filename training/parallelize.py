@@ -36,14 +36,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ray_efa.training.model import CausalLM
+from ray_efa.training.network import TORCHAO_VERSION
 
 __all__ = [
     "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
     "Bf16WireReduceScatter", "after_optimizer_step", "TORCHAO_VERSION",
 ]
-
-TORCHAO_VERSION = "0.18.0"
-"""The torchao the job installs for precision fp8 (measured on torch 2.11, issue 19; the job's runtime_env pins it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,7 +90,9 @@ class Bf16WireReduceScatter:
         import torch.distributed as dist
 
         wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
-        dist.reduce_scatter_tensor(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)
+        # reduce_scatter_single is torch 2.13's name (FSDP2's own DefaultReduceScatter); 2.11 has reduce_scatter_tensor
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)
         output_tensor.copy_(wire_out)
         return None
 

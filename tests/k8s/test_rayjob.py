@@ -67,6 +67,11 @@ def test_runtime_env_installs_the_extra_pip_packages_and_sets_the_controller_pol
                            "env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
 
 
+def test_precision_fp8_installs_the_pinned_torchao():
+    job = synthesize(BASE.replace(precision="fp8", gpuInstanceType="g6.12xlarge")).ray_job("efa")
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"])["pip"] == ["einops==0.8.1", "tabulate==0.9.0", "torchao==0.18.0"]
+
+
 def test_runtime_env_without_extra_packages_only_sets_the_environment():
     job = synthesize(BASE.replace(pipPackages="")).ray_job("efa")
     assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
