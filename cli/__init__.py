@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "train": "train",
     "check-transport": "check_transport",
     "compare": "compare",
+    "calibrate": "calibrate",
     "capacity": "capacity",
     "verify": "verify",
     "whoami": "whoami",

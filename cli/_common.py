@@ -81,12 +81,12 @@ def resolve_or_exit(
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
     `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
-    (core.memory.check_fits names what to change).
+    (core.strategy.check_fits names what to change).
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
         if require_fit:
-            from ray_efa.core.memory import check_fits
+            from ray_efa.core.strategy import check_fits
 
             check_fits(resolved.settings)
         return resolved

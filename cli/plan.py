@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ray_efa.cli._common import add_context_option, add_json_option, print_json, resolve_or_exit
 
@@ -16,6 +17,9 @@ def register(add_parser, name: str) -> None:
     )
     add_context_option(p)
     add_json_option(p)
+    p.add_argument("--calibration", type=Path, metavar="LOG",
+                   help="predict with the constants fitted to a finished run on the same instance type "
+                        "(its driver log or summary JSON; see `ray-efa calibrate`)")
     p.set_defaults(run=run)
 
 
@@ -24,7 +28,23 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.ops.plan import build_plan, render_plan
 
-    plan = build_plan(resolved)
+    calibration = None
+    if args.calibration is not None:
+        from ray_efa.cli._common import fail
+        from ray_efa.cli.calibrate import read_summary
+        from ray_efa.core.calibrate import CalibrationError, compare_run
+
+        try:
+            summary = read_summary(args.calibration)
+            if summary.get("instance_type") != resolved.settings.nodes.gpu_instance_type:
+                raise CalibrationError(f"the run ran on {summary.get('instance_type')!r}, the plan is for "
+                                       f"{resolved.settings.nodes.gpu_instance_type}: calibrate with a run of that type")
+            calibration = compare_run(resolved.settings, summary).calibration
+        except OSError as error:
+            return fail(args, "plan", f"--calibration: cannot read {args.calibration}: {error.strerror or error}")
+        except (ValueError, CalibrationError) as error:
+            return fail(args, "plan", f"--calibration: {error}")
+    plan = build_plan(resolved, calibration)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
     else:

@@ -172,7 +172,9 @@ class Calibration:
     compute_efficiency: float | None = None
     """Share of the bf16 peak the compute reached."""
     inter_node_gb_s: float | None = None
-    """Achieved GB/s per direction through each node's interface."""
+    """Achieved GB/s per direction through each node's interface, on `network`."""
+    network: str | None = None
+    """The network the link was measured on: the link applies to predictions on it only."""
     source: str = ""
     """Which run it came from."""
 
@@ -283,7 +285,7 @@ def predict(
     g = gpus_per_node or instance.gpus
     world = nodes * g
     intra, inter = links or links_for(instance, network, placement_group=placement_group)
-    if calibration and calibration.inter_node_gb_s:
+    if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
         inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
     reduce = _reduce_dtype(t, reduce_dtype)
     fp8 = (precision or t.precision) == "fp8"

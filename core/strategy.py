@@ -303,7 +303,7 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
         rival = max((choose(changed.replace(gpuNodeCount=n), net) for n in range(1, nodes)),
                     key=lambda o: o.tokens_per_s if o.fits else 0.0)
         if option.fits and option.tokens_per_s > best.tokens_per_s:
-            turnarounds.append({"change": change, "tokens_per_s": round(option.tokens_per_s, 1),
+            turnarounds.append({"change": _describe_change(change), "tokens_per_s": round(option.tokens_per_s, 1),
                                 "ratio_to_fewer_nodes_now": round(option.tokens_per_s / best.tokens_per_s, 3),
                                 "ratio_to_fewer_nodes_changed": round(option.tokens_per_s / max(1.0, rival.tokens_per_s), 3)
                                 if rival.fits else None})
@@ -316,7 +316,7 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
             f"{'network' if p.bottleneck == 'network' else p.bottleneck}")
     if turnarounds:
         first = turnarounds[0]
-        text += (f"; {_describe_change(first['change'])} would give {first['tokens_per_s']:,.0f} tokens/s "
+        text += (f"; {first['change']} would give {first['tokens_per_s']:,.0f} tokens/s "
                  f"({first['ratio_to_fewer_nodes_now']:.2f}x of {best_n} node{'s' if best_n > 1 else ''} now)")
     else:
         text += "; no single change here turns that around: fewer nodes, or a faster network"

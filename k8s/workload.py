@@ -13,7 +13,7 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from ray_efa.core.memory import check_fits
+from ray_efa.core.strategy import check_fits
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
@@ -52,7 +52,7 @@ def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     """The training RayJob on `settings.workload.network`, with the NetworkPolicy in front of its pods and its code
     and settings ConfigMaps, all before the job.
 
-    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits): every way a job is
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.strategy.check_fits): every way a job is
     produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would fail after.
     """
     check_fits(settings)

@@ -62,7 +62,7 @@ class Plan:
     """The Ray worker pod (one per GPU node), then the Ray head (on a system node)."""
     memory: MemoryEstimate
     memory_advice: str | None
-    """When the estimate does not fit: which settings to change (core.memory.check_fits)."""
+    """When the estimate does not fit: which settings to change (core.strategy.check_fits)."""
     cost: HourlyCost
     performance: dict[str, dict]
     """core.perf's predicted step for each network (efa, tcp): the strategy the job would run and every strategy."""

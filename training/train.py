@@ -80,8 +80,9 @@ def build_optimizer(model: torch.nn.Module, t: TrainingSettings, device: torch.d
     return torch.optim.AdamW(groups, lr=t.learning_rate, betas=(0.9, 0.95), eps=1e-8, **fused)
 
 
-def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
-    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor."""
+def _run_preflight(settings: Settings, device: torch.device, rank: int) -> float:
+    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor; returns the
+    bus bandwidth (GB/s) at its largest size, which `ray-efa calibrate` takes for the measured link."""
     import ray.train
 
     from ray_efa.training import preflight
@@ -92,6 +93,7 @@ def _run_preflight(settings: Settings, device: torch.device, rank: int) -> None:
         _say(preflight.format_probe_table(results))
     inter_node = context.get_local_world_size() < context.get_world_size()
     preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(settings), inter_node=inter_node)
+    return max(results, key=lambda r: r.size_bytes).busbw_gbps if results else float("nan")
 
 
 def _say(text: str) -> None:
@@ -168,8 +170,9 @@ def train_func(config: dict) -> dict:
     rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
     device = ray.train.torch.get_device()
 
+    busbw: float | None = None
     if settings.workload.preflight and dist.is_initialized():
-        _run_preflight(settings, device, rank)
+        busbw = _run_preflight(settings, device, rank)
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
     strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
@@ -226,5 +229,11 @@ def train_func(config: dict) -> dict:
 
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    return {"summary": {**meter.summary(), **where, "reports": reporter.reports}, "history": reporter.losses(),
+    # What ran, for `ray-efa calibrate` to predict the same step: the shape, the resolved choices, the measured link.
+    shape = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
+             "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
+             "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
+             "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
+             "preflight_busbw_gb_s": busbw}
+    return {"summary": {**meter.summary(), **where, **shape, "reports": reporter.reports}, "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}
