@@ -2,8 +2,8 @@
 
 - compute: FLOPs (core.models) over the GPU's bf16 peak x COMPUTE_EFFICIENCY, + MICRO_STEP_FIXED_S, at least
   LAUNCH_FLOOR_S per micro-batch; optimizer: OPTIMIZER_BYTES_PER_PARAM per local parameter at memory bandwidth.
-- network: each collective's bytes on the link it crosses (inside a node NVLink or PCIe, between nodes network_gbps
-  x NETWORK_SHARE); a ring of n ranks carries (n-1)/n of a collective over each link (nccl-tests' PERFORMANCE.md).
+- network: each collective's bytes on the link it crosses (inside a node NVLink or PCIe, between nodes the EFA or
+  socket link below); a ring of n ranks carries (n-1)/n of a collective over each link (nccl-tests' PERFORMANCE.md).
   fsdp: per micro-batch a bf16 all-gather in forward (2P) and backward (2P less the root and last layer, which stay
   gathered); per optimizer step a reduce-scatter (rP, r = 4 or 2 bytes). Across nodes the ring crosses each node's
   interface both ways. hsdp: gathers and reduce-scatters stay in the node; per optimizer step the shards are

@@ -13,6 +13,7 @@ A run with the same name and storagePath as an earlier one resumes from its late
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import sys
@@ -138,13 +139,26 @@ def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
 def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport."""
     from ray_efa.core.output_dir import publish
-    from ray_efa.training.log_collect import collect_nccl_logs, is_collected_log
+    from ray_efa.training import efa_counters
+    from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
     from ray_efa.training.network import expected_transport
-    from ray_efa.training.transport import classify_paths
+    from ray_efa.training.transport import classify_paths, gate
 
-    paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs of the transport gate)",
-                    accept=is_collected_log)
-    verdict = classify_paths(paths).verdict(expected_transport(settings.workload.network))
+    paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs and EFA counters of the transport gate)",
+                    accept=is_collected_file)
+    logs = [p for p in paths if not efa_counters.is_counter_file(p)]
+    # The driver knows how many hosts the job ran on: a network every process chose then contradicts, even unlogged.
+    hosts = 1 if local else settings.nodes.gpu_node_count
+    unusable: efa_counters.CounterFileError | None = None
+    try:  # the snapshots each node's local rank 0 took before and after training (none on the local gloo run)
+        snapshots = efa_counters.load_snapshots([p for p in paths if efa_counters.is_counter_file(p)])
+    except efa_counters.CounterFileError as error:
+        unusable, snapshots = error, []
+    verdict = gate(classify_paths(logs), expected_transport(settings.workload.network), hosts=hosts,
+                   counters=None if local else snapshots)
+    if unusable is not None and verdict.exit_code == EXIT_OK:  # a counter file we cannot read never lets a job pass
+        verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, summary=(
+            f"NO PROOF: an EFA counter snapshot cannot be used ({unusable}); the rest: {verdict.summary}"))
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
     code = gate_exit_code(verdict.exit_code, local=local)
@@ -162,11 +176,11 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
-    from ray_efa.training.log_collect import is_collected_log
+    from ray_efa.training.log_collect import is_collected_file
 
     name = name or default_run_name(settings, local=local)
     try:  # the gate's log folder, before Ray starts: a refused folder must not cost a training run
-        check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_log)
+        check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_file)
     except OutputDirError as error:
         print(f"ray_efa.training.driver: --logs-dir: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "find_logs_dir", "read_nccl_lines", "MAX_LINES_PER_NODE"]
+__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "is_collected_file", "find_logs_dir", "read_nccl_lines",
+           "MAX_LINES_PER_NODE"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class NodeLines:
     files: int
     lines: tuple[str, ...]
     truncated: bool
+    counter_files: tuple[tuple[str, str], ...] = ()
+    """(name, text) of the EFA counter snapshots the job's workers spooled on this node (training.efa_counters)."""
 
 
 def find_logs_dir() -> Path | None:
@@ -145,10 +148,12 @@ def _read_this_node(job_id: str | None, max_lines: int) -> NodeLines:
 
     logs_dir = find_logs_dir()
     lines, files, truncated = read_nccl_lines(logs_dir, job_id, max_lines) if logs_dir else ([], 0, False)
+    from ray_efa.training.efa_counters import read_spool
+
     return NodeLines(
         node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),
         hostname=socket.gethostname(), logs_dir=str(logs_dir) if logs_dir else None, files=files,
-        lines=tuple(lines), truncated=truncated,
+        lines=tuple(lines), truncated=truncated, counter_files=tuple(read_spool(job_id)) if job_id else (),
     )
 
 
@@ -161,6 +166,9 @@ def collect_nccl_logs(
     max_lines_per_node: int = MAX_LINES_PER_NODE,
 ) -> list[Path]:
     """Write the NCCL lines of every alive node's Ray workers to out_dir, one file per node; return the paths.
+
+    The EFA counter snapshots the job's workers spooled on each node are written beside them
+    (efa-counters-<node>-....json, see training.efa_counters); they are not in the returned list.
 
     Call from the driver after ray.init(). `job_id` defaults to the driver's own job; `all_jobs=True` keeps every
     job's lines. A node that does not answer within `timeout_s` (or dies) is logged and skipped: its file is missing
@@ -229,4 +237,13 @@ def _write(out_dir: Path, node: NodeLines, job: str | None) -> Path:
             f.write(line + "\n")
         for line in node.lines:
             f.write(line + "\n")
+    for name, text in node.counter_files:  # efa-counters-<host>-<phase>-<us>.json: the node id keeps them apart
+        (out_dir / f"efa-counters-{node.node_id[:8]}-{name.removeprefix('efa-counters-')}").write_text(text, encoding="utf-8")
     return path
+
+
+def is_collected_file(entry: Path) -> bool:
+    """A file `collect_nccl_logs` wrote: a node's log or an EFA counter snapshot."""
+    from ray_efa.training.efa_counters import is_written_snapshot
+
+    return is_collected_log(entry) or is_written_snapshot(entry)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint
+from ray_efa.training import checkpoint, efa_counters
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
@@ -173,6 +173,7 @@ def train_func(config: dict) -> dict:
     busbw: float | None = None
     if settings.workload.preflight and dist.is_initialized():
         busbw = _run_preflight(settings, device, rank)
+    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
     model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
     strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
@@ -204,7 +205,9 @@ def train_func(config: dict) -> dict:
 
     reporter = Reporter(meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device)
     model.train()
+    steps_run = 0
     for step in range(start + 1, t.steps + 1):
+        steps_run += 1
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
@@ -227,6 +230,7 @@ def train_func(config: dict) -> dict:
         if faults.stop_after_step == step:
             break
 
+    efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # What ran, for `ray-efa calibrate` to predict the same step: the shape, the resolved choices, the measured link.

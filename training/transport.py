@@ -20,8 +20,13 @@ Rules (the reason for each is in `Verdict`):
   ("Using network X", "Assigned NET plugin X to comm") when its communicator spans nodes.
 - A single-node process that merely chose a network ("Using network Socket" is printed even when no byte uses it)
   proves nothing and contradicts nothing. NET channels on one node (P2P and SHM disabled) do count: traffic used them.
+- Where NCCL did not log a communicator's shape, a network a process chose still contradicts (never confirms) the
+  expectation when the job spans 2+ hosts (nNodes, distinct host names, or the caller's `hosts`), or when the plugin
+  of the expected transport failed just before (aws-ofi-nccl init failed, no provider, libnccl-net missing).
 - Pass only when at least one process proves the expected transport and no process shows another one. An empty log,
   a WARN-only log or a single-node job proves nothing (exit 3); a gate must treat 3 as "not passed".
+- `gate(report, expect, counters=snapshots)` adds the EFA hardware counters (training.efa_counters) as a second
+  witness: they can fail a job whose logs pass, prove one whose logs prove nothing, or keep a pass from happening.
 
 Pure standard library: the driver imports it inside the training container, the CLI imports it outside.
 """
@@ -34,10 +39,11 @@ import json
 import re
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
+from ray_efa.training import efa_counters
 from ray_efa.training.network import expected_transport, network_env
 
 __all__ = [
@@ -55,6 +61,8 @@ __all__ = [
     "LogReadError",
     "transport_kind",
     "network_env",
+    "gate",
+    "with_counters",
     "expected_transport",
 ]
 
@@ -115,6 +123,9 @@ _CHANNEL = re.compile(
     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+)"
 )
 _NET_VIA = re.compile(r"NET/(?P<name>[^/]+?)(?:/|$)")
+# "NET/Socket : Using [0]eth0:10.0.0.1<0>", "NET/IB : Using [0]mlx5_0:1/IB ; OOB ...": that transport initialized.
+# NCCL up to 2.11 initializes Socket only when the plugin and IB both failed; later versions initialize it always.
+_NET_INIT = re.compile(r"NET/(?:Socket|IB) ?: ?Using\b")
 
 # Internal NCCL transports also print "Initialized NET plugin"; they are not plugins a user installs.
 _INTERNAL_NETS = frozenset({"IB", "Socket"})
@@ -143,6 +154,16 @@ _HINTS: tuple[_Hint, ...] = (
           "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library"),
     _Hint(re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
           "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports"),
+    # NCCL 2.12-2.18: "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : ...", then "No plugin found, using
+    # internal implementation".
+    _Hint(re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"), _EFA,
+          "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports"),
+    _Hint(re.compile(r"No plugin found, using internal"), _EFA,
+          "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports"),
+    # NCCL 2.19+: the library loaded but exports no net API this NCCL can use (a plugin too old or too new).
+    _Hint(re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"), _EFA,
+          "the net plugin library exports no ncclNetPlugin API this NCCL supports (plugin and NCCL versions do "
+          "not match), so NCCL used its internal IB/Socket transports"),
     _Hint(re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
           "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)"),
     _Hint(re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
@@ -153,7 +174,7 @@ _HINTS: tuple[_Hint, ...] = (
 
 
 # Every hint pattern holds one of these words; one search skips the hint table on ordinary lines.
-_HINT_WORDS = re.compile(r"ould not|ailed|No |not found|Unable|No eligible")
+_HINT_WORDS = re.compile(r"ould not|ailed|No |not found|Unable|No eligible|returned")
 
 
 def transport_kind(network: str, providers: Iterable[str] = ()) -> set[str]:
@@ -199,6 +220,10 @@ class ProcessEvidence:
 
     key: str
     """host:pid from NCCL's prefix; else ip:pid from Ray's prefix; else mpi-rank-N; else "(unattributed)"."""
+    host: str | None
+    """The host name NCCL printed (cut at its first dot), None where its prefix was lost."""
+    ip: str | None
+    """The node IP of Ray's "(Actor pid=N, ip=X)" prefix, where there was one."""
     ranks: tuple[int, ...]
     """Ranks of the largest communicator (or, for NCCL without comm lines, from its channel lines)."""
     shapes: tuple[CommShape, ...]
@@ -220,14 +245,19 @@ class ProcessEvidence:
     warn_lines: int
     repeated: int
     """Lines Ray folded into this process's lines ("[repeated Nx across cluster]")."""
+    socket_net_initialized: bool = False
+    """NCCL printed "NET/Socket : Using [0]eth0:..." (its Socket transport initialized)."""
+    ib_net_initialized: bool = False
+    """NCCL printed "NET/IB : Using [0]mlx5_0:1/IB ..." (its IB transport initialized)."""
 
     @property
     def multi_node(self) -> bool | None:
-        """True if a communicator of this process spans nodes, False if all known ones are single-node, else None."""
-        known = [s.nnodes for s in self.shapes if s.nnodes is not None]
-        if any(n > 1 for n in known):
+        """True if a communicator of this process spans nodes, False if every one is known to stay on one node (nNodes
+        1, or a single rank), else None."""
+        nodes = [1 if s.nranks == 1 else s.nnodes for s in self.shapes]
+        if any(n is not None and n > 1 for n in nodes):
             return True
-        return False if known else None
+        return False if nodes and all(n == 1 for n in nodes) else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -255,12 +285,56 @@ class TransportReport:
     def providers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(pr for p in self.processes for pr in p.providers))
 
-    def verdict(self, expect: str = "efa") -> "Verdict":
-        """Judge the logs against the expected transport ("efa", "ib" or "socket")."""
+    @property
+    def max_nnodes(self) -> int:
+        """The largest node count any communicator logged (0 where none logged one)."""
+        return max((s.nnodes or 0 for p in self.processes for s in p.shapes), default=0)
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        """The distinct host names of NCCL's prefixes, sorted."""
+        return tuple(sorted({p.host for p in self.processes if p.host}))
+
+    @property
+    def node_ips(self) -> tuple[str, ...]:
+        """The distinct node IPs of Ray's prefixes, sorted."""
+        return tuple(sorted({p.ip for p in self.processes if p.ip}))
+
+    def job_hosts(self, hosts: int | None = None) -> tuple[int | None, str]:
+        """How many hosts the job ran on, and how that is known ("2 hosts (given by the caller)", "3 hosts (host names
+        a, b, c)"): the caller's `hosts`, else the most of NCCL's nNodes, the distinct NCCL host names and the distinct
+        Ray node IPs; (None, "unknown") where nothing says 2 or more.
+
+        Distinct host names mean distinct nodes to NCCL too: its host hash is the host name plus the boot id, so two
+        pods on one machine talk through the network transport like two machines.
+        """
+        if hosts is not None:
+            return hosts, f"{hosts} host{'s' if hosts != 1 else ''} (given by the caller)"
+        names, ips, nnodes = self.host_names, self.node_ips, self.max_nnodes
+        best = max(len(names), len(ips), nnodes)
+        if best < 2:
+            return None, "unknown"
+        if nnodes == best:
+            return best, f"{best} hosts (NCCL's nNodes {nnodes})"
+        if len(names) == best:
+            return best, f"{best} hosts (host names {_few(names)})"
+        return best, f"{best} hosts (node IPs {_few(ips)})"
+
+    def verdict(self, expect: str = "efa", *, hosts: int | None = None) -> "Verdict":
+        """Judge the logs against the expected transport ("efa", "ib" or "socket").
+
+        `hosts` is how many hosts the job ran on, where the caller knows it (the driver does; `check-transport
+        --hosts N`). 1 makes every process whose communicator shape was not logged single-node; 2 or more lets a
+        non-expected network that a process chose contradict the expectation even without channel lines. It never
+        makes a pass: that takes NCCL's own word (channel lines, or a chosen network on a communicator with nNodes > 1).
+        """
         if expect not in EXPECTS:
             raise ValueError(f"expect must be one of {', '.join(EXPECTS)}, got {expect!r}")
-        rows = tuple(sorted((_judge(p, self, expect) for p in self.processes), key=_row_order))
-        return _verdict(self, expect, rows)
+        if hosts is not None and (isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1):
+            raise ValueError(f"hosts must be a whole number >= 1, got {hosts!r}")
+        job = self.job_hosts(hosts)
+        rows = tuple(sorted((_judge(p, self, expect, job=job, given=hosts) for p in self.processes), key=_row_order))
+        return _verdict(self, expect, rows, job=job, given=hosts)
 
     def to_json(self) -> dict:
         return {
@@ -282,6 +356,10 @@ class ProcessVerdict:
     transports: tuple[str, ...]
     """The transports that count as evidence for this process (see transport_kind)."""
     cause: str | None
+    basis: str | None = None
+    """Why the evidence counts: "traffic" (channel lines), "multi-node communicator" (a network chosen where nNodes >
+    1), or, for a chosen network that can only contradict, "chosen on a job of 2 host names: a, b" or "chosen right
+    after a plugin failure"."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -295,6 +373,12 @@ class Verdict:
     """One line for logs and CI."""
     rows: tuple[ProcessVerdict, ...]
     notes: tuple[str, ...]
+    hosts: int | None = None
+    """How many hosts the job ran on, where known (TransportReport.job_hosts)."""
+    hosts_source: str = "unknown"
+    """How that is known: "2 hosts (given by the caller)", "2 hosts (NCCL's nNodes 2)", "2 hosts (host names a, b)"."""
+    counters: efa_counters.CounterVerdict | None = None
+    """The EFA hardware counters' verdict, where snapshots were given (see `gate`)."""
 
     @property
     def status(self) -> str:
@@ -338,6 +422,8 @@ class Verdict:
 
                 lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
                                        break_long_words=False, break_on_hyphens=False)
+        if self.counters is not None and self.counters.nodes:
+            lines += ["", self.counters.render_table(width)]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -347,8 +433,12 @@ class Verdict:
             "exit_code": self.exit_code,
             "summary": self.summary,
             "notes": list(self.notes),
+            "hosts": self.hosts,
+            "hosts_source": self.hosts_source,
+            "counters": None if self.counters is None else self.counters.to_json(),
             "processes": [
-                {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause}
+                {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause,
+                 "basis": r.basis}
                 for r in self.rows
             ],
         }
@@ -362,11 +452,14 @@ class Verdict:
 class _Process:
     """Mutable evidence of one process while the stream is read; every container is bounded."""
 
-    __slots__ = ("key", "comm_ranks", "chan_ranks", "shapes", "networks", "plugins", "providers", "ofi_version",
-                 "channels", "nets", "hints", "info", "warn", "repeated")
+    __slots__ = ("key", "host", "ip", "comm_ranks", "chan_ranks", "shapes", "networks", "plugins", "providers",
+                 "ofi_version", "channels", "nets", "hints", "info", "warn", "repeated", "socket_init", "ib_init")
 
     def __init__(self, key: str) -> None:
         self.key = key
+        self.host: str | None = None
+        self.ip: str | None = None
+        self.socket_init = self.ib_init = False
         self.comm_ranks: dict[int, set[int]] = {}  # nranks -> ranks of this process in comms of that size
         self.chan_ranks: set[int] = set()
         self.shapes: dict[CommShape, None] = {}
@@ -388,11 +481,12 @@ class _Process:
         known = {s.nranks for s in self.shapes if s.nnodes is not None}
         shapes = tuple(s for s in self.shapes if s.nnodes is not None or s.nranks not in known)
         return ProcessEvidence(
-            key=self.key, ranks=tuple(sorted(ranks)), shapes=shapes, networks=tuple(self.networks),
+            key=self.key, host=self.host, ip=self.ip, ranks=tuple(sorted(ranks)), shapes=shapes, networks=tuple(self.networks),
             plugins=tuple(self.plugins), providers=tuple(self.providers), ofi_version=self.ofi_version,
             channels=tuple(sorted(self.channels.items(), key=lambda kv: (-kv[1], kv[0]))),
             net_transports=tuple(self.nets), hints=tuple(self.hints), hint_expects=tuple(self.hints.values()),
             info_lines=self.info, warn_lines=self.warn, repeated=self.repeated,
+            socket_net_initialized=self.socket_init, ib_net_initialized=self.ib_init,
         )
 
 
@@ -489,6 +583,10 @@ class _Reader:
                 proc = self.processes.get(key)
             if proc is None:
                 proc = self.processes[key] = _Process(key)
+        if proc.host is None and prefix is not None and proc.key != _OVERFLOW_KEY:
+            proc.host = prefix[0]
+        if proc.ip is None and ray is not None and ray["ip"] and proc.key != _OVERFLOW_KEY:
+            proc.ip = ray["ip"]
         if prefix is not None and len(self.by_prefix) < _MAX_PROCESSES:
             self.by_prefix[prefix] = proc  # a process is resolved once; later lines find it by its prefix
         return proc
@@ -591,6 +689,12 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
         if v:
             versions.setdefault(v["version"], None)
         return
+    if msg.startswith(("NET/Socket", "NET/IB")) and _NET_INIT.match(msg):
+        if msg.startswith("NET/Socket"):
+            proc.socket_init = True
+        else:
+            proc.ib_init = True
+        return
     if msg.startswith("NET/OFI "):
         if (p := _PROVIDER.match(msg)) is not None:
             proc.providers.setdefault(p["provider"], None)
@@ -675,25 +779,47 @@ def _lines_of_paths(paths: Iterable[str | Path]) -> Iterator[str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _judge(p: ProcessEvidence, report: TransportReport, expect: str) -> ProcessVerdict:
+def _judge(p: ProcessEvidence, report: TransportReport, expect: str, *, job: tuple[int | None, str],
+           given: int | None) -> ProcessVerdict:
     # A process that logged no provider shares the job's: Ray's deduplication keeps only one process's copy of
     # "Selected provider is efa" when every process printed the same line.
     providers = p.providers or report.providers
     seen: set[str] = set()
     for name in p.net_transports:
         seen |= transport_kind(name, providers)
+    basis = "traffic" if seen else None
     multi = p.multi_node
+    if multi is None and given == 1 and not report.multi_node:
+        multi = False  # the caller ran the job on one host, and no communicator says otherwise
     # The chosen network counts only where the communicator spans nodes; a process whose shape was not logged (old
     # NCCL, or its comm line folded away by Ray) counts when the job spans nodes: the safe side is to not pass.
     if multi or (multi is None and (report.multi_node or p.net_transports)):
         for name in p.networks:
             seen |= transport_kind(name, providers)
+        basis = basis or ("multi-node communicator" if p.networks else None)
+    elif multi is None:
+        # Where NCCL did not say its communicator spans nodes, a network it chose can still contradict (never
+        # confirm) the expectation: when the job ran on several hosts, or when the plugin that carries the expected
+        # transport failed just before (NCCL then falls back to Socket, and the job runs on, slowly).
+        chosen: set[str] = set()
+        for name in p.networks:
+            chosen |= transport_kind(name, providers)
+        failure = _plugin_failure(p, report, expect)
+        if not chosen and not p.channels and failure and p.socket_net_initialized and not p.ib_net_initialized:
+            chosen = {"socket"}  # NCCL <= 2.5 prints no "Using network": its Socket transport initialized instead
+        wrong = chosen - {expect}
+        hosts, how = job
+        if wrong and hosts is not None and hosts >= 2:
+            seen, basis = wrong, f"chosen on a job of {how}"
+        elif wrong and failure:
+            seen, basis = wrong, "chosen right after a plugin failure"
     transports = tuple(sorted(seen))
     if seen - {expect}:
         return ProcessVerdict(evidence=p, status="FAIL", transports=transports,
-                              cause=_cause(p, report, expect, seen - {expect}))
+                              cause=_cause(p, report, expect, seen - {expect}, chose=bool(basis and basis.startswith("chosen"))),
+                              basis=basis)
     if seen:
-        return ProcessVerdict(evidence=p, status="pass", transports=transports, cause=None)
+        return ProcessVerdict(evidence=p, status="pass", transports=transports, cause=None, basis=basis)
     if multi:
         return ProcessVerdict(evidence=p, status="unproven", transports=(), cause=None)
     if multi is False:
@@ -701,7 +827,13 @@ def _judge(p: ProcessEvidence, report: TransportReport, expect: str) -> ProcessV
     return ProcessVerdict(evidence=p, status="no proof", transports=(), cause=None)
 
 
-def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str]) -> str:
+def _plugin_failure(p: ProcessEvidence, report: TransportReport, expect: str) -> bool:
+    """Whether this process, or another of the job, logged that the plugin which carries `expect` failed to load or
+    initialize (a process's own failure lines are often folded away by Ray, or cut from an excerpt)."""
+    return any(expect in e for e in p.hint_expects) or any(expect in e for e in report.hint_expects)
+
+
+def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str], *, chose: bool = False) -> str:
     """The most likely reason a process used `wrong` instead of `expect`: its own log lines, the job's, or a guess."""
     for texts, expects, where in ((p.hints, p.hint_expects, ""), (report.hints, report.hint_expects, " (logged by another process)")):
         relevant = [t for t, e in zip(texts, expects) if expect in e]
@@ -716,7 +848,8 @@ def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[
     if got.startswith("libfabric/"):
         return f"aws-ofi-nccl ran on libfabric provider {got.split('/', 1)[1]}, not efa: check FI_PROVIDER=efa"
     if got == "efa":
-        return "EFA carried the traffic although another transport was expected (the comparison run's NCCL_NET=Socket was not applied)"
+        return (f"EFA {'was chosen' if chose else 'carried the traffic'} although another transport was expected "
+                "(the comparison run's NCCL_NET=Socket was not applied)")
     return f"NCCL used network {got.split('/', 1)[-1]}"
 
 
@@ -724,30 +857,59 @@ def _row_order(r: ProcessVerdict) -> tuple:
     return (min(r.evidence.ranks) if r.evidence.ranks else 1 << 30, r.evidence.key)
 
 
-def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, ...]) -> Verdict:
+def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, ...], *,
+             job: tuple[int | None, str] = (None, "unknown"), given: int | None = None) -> Verdict:
     label = _LABEL[expect]
     failed = [r for r in rows if r.status == "FAIL"]
     passed = [r for r in rows if r.status == "pass"]
     unproven = [r for r in rows if r.status == "unproven"]
-    notes = _notes(report, expect, unproven)
+    notes = _notes(report, expect, unproven, given=given)
     if failed:
         seen = sorted({_short(t) for r in failed for t in r.transports if t != expect})
+        chose_only = all(r.basis and r.basis.startswith("chosen") for r in failed)
+        verb = "chose" if chose_only else "used"
         who = ", ".join(_who(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
-        summary = (f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes used {', '.join(seen)} "
+        summary = (f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes {verb} {', '.join(seen)} "
                    f"({who}); likely cause: {failed[0].cause}")
-        return Verdict(expect=expect, exit_code=EXIT_CONTRADICTED, summary=summary, rows=rows, notes=notes)
+        if chose_only:
+            summary += f" (no channel line shows the traffic; the network counts because it was {failed[0].basis})"
+        groups = _disagreement(rows, expect)
+        if len(groups) > 1:
+            summary += "; the processes disagree: " + "; ".join(groups)
+        return Verdict(expect=expect, exit_code=EXIT_CONTRADICTED, summary=summary, rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
     if passed:
         ranks = sorted({rank for r in passed for rank in r.evidence.ranks})
         nodes = max((s.nnodes for r in passed for s in r.evidence.shapes if s.nnodes), default=None)
         where = f"{nodes} nodes" if nodes else "nodes"
         summary = (f"PASS: all {len(passed)} processes whose traffic crossed {where} used {label}"
                    + (f" (ranks {_ranges(ranks)})" if ranks else "") + "; none used another transport")
-        return Verdict(expect=expect, exit_code=EXIT_PASS, summary=summary, rows=rows, notes=notes)
-    return Verdict(expect=expect, exit_code=EXIT_NO_PROOF, summary=f"NO PROOF: {_why_nothing(report, rows)}; "
-                   f"{label} is neither confirmed nor contradicted", rows=rows, notes=notes)
+        return Verdict(expect=expect, exit_code=EXIT_PASS, summary=summary, rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
+    return Verdict(expect=expect, exit_code=EXIT_NO_PROOF, summary=f"NO PROOF: {_why_nothing(report, rows, job)}; "
+                   f"{label} is neither confirmed nor contradicted", rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
 
 
-def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...]) -> str:
+def _disagreement(rows: tuple[ProcessVerdict, ...], expect: str) -> list[str]:
+    """One "<transport>: <processes with hosts and ranks>" group per transport the processes showed, where they differ."""
+    groups: dict[str, list[ProcessVerdict]] = {}
+    for r in rows:
+        if r.transports:
+            groups.setdefault(", ".join(_short(t) for t in r.transports), []).append(r)
+    out = []
+    for name, members in sorted(groups.items(), key=lambda kv: (kv[0] != _short(expect), kv[0])):
+        hosts = sorted({m.evidence.host or m.evidence.ip or m.evidence.key for m in members})
+        ranks = sorted({rank for m in members for rank in m.evidence.ranks})
+        out.append(f"{name} on {len(members)} process{'es' if len(members) > 1 else ''} (host{'s' if len(hosts) > 1 else ''} "
+                   f"{_few(hosts)}" + (f", ranks {_ranges(ranks)}" if ranks else "") + ")")
+    return out
+
+
+def _few(names: Iterable[str], limit: int = 4) -> str:
+    names = list(names)
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...],
+                 job: tuple[int | None, str] = (None, "unknown")) -> str:
     if report.nccl_lines == 0:
         return f"no NCCL lines in {report.lines} lines (is NCCL_DEBUG=INFO set, and is this the workers' log?)"
     if report.info_lines == 0:
@@ -758,11 +920,24 @@ def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...]) -> s
     if "unproven" in statuses:
         n = sum(r.status == "unproven" for r in rows)
         return f"{n} processes span nodes but logged no channel or network line (log truncated, or NCCL_DEBUG_SUBSYS without INIT/NET?)"
+    hosts, how = job
+    if hosts is not None and hosts >= 2 and any(r.evidence.networks for r in rows):
+        return (f"the job spans {how} and its processes chose a network, but no channel line or nNodes shows that "
+                "traffic crossed them (the job stopped before connecting, or the log is cut)")
     return "no line says which transport carried traffic between nodes (no channel, network or communicator lines)"
 
 
-def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict]) -> tuple[str, ...]:
+def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict], *,
+           given: int | None = None) -> tuple[str, ...]:
     notes = [f"plugin/provider problem logged: {t}" for t, e in zip(report.hints, report.hint_expects) if expect in e]
+    if given is not None:
+        nnodes, names = report.max_nnodes, report.host_names
+        if given == 1 and (nnodes > 1 or len(names) > 1):
+            notes.append(f"the caller said 1 host, but NCCL saw {max(nnodes, len(names))} (nNodes or host names): "
+                         "pods with their own host names, or NCCL_HOSTID, make one machine several nodes to NCCL")
+        elif given > 1 and report.processes and max(nnodes, len(names)) < given:
+            notes.append(f"the caller said {given} hosts, but the logs show {max(nnodes, len(names), 1)}: "
+                         "are the other nodes' logs missing?")
     if unproven:
         notes.append(f"{len(unproven)} processes span nodes without a transport line ({', '.join(r.evidence.key for r in unproven[:4])})")
     if report.repeated:
@@ -815,10 +990,63 @@ def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
 
 def _process_json(p: ProcessEvidence) -> dict:
     return {
-        "process": p.key, "ranks": list(p.ranks),
+        "process": p.key, "host": p.host, "ip": p.ip, "ranks": list(p.ranks),
         "comms": [{"n_ranks": s.nranks, "n_nodes": s.nnodes, "local_ranks": s.local_ranks} for s in p.shapes],
         "multi_node": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
         "providers": list(p.providers), "ofi_version": p.ofi_version, "channels": dict(p.channels),
         "net_transports": list(p.net_transports), "hints": list(p.hints), "info_lines": p.info_lines,
         "warn_lines": p.warn_lines, "repeated": p.repeated,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Logs and counters together
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def gate(report: TransportReport, expect: str = "efa", *, hosts: int | None = None,
+         counters: Iterable[efa_counters.Snapshot] | None = None, predicted_bytes: float | None = None) -> Verdict:
+    """The whole gate: the logs' verdict, then the EFA counters' where snapshots are given (None: the logs alone).
+
+    Counters that contradict (EFA expected and under 10% of the predicted bytes, no EFA device, EFA busy in a TCP run)
+    fail the job even when the logs pass; counters that cannot be trusted (partial, reset, of another node) keep a
+    pass from happening; counters that match the prediction on every node prove EFA when the logs prove nothing.
+    """
+    verdict = report.verdict(expect, hosts=hosts)
+    if counters is None:
+        return verdict
+    judged = efa_counters.judge(counters, expect, predicted_bytes=predicted_bytes, log_hosts=report.host_names,
+                                hosts=verdict.hosts)
+    return with_counters(verdict, judged)
+
+
+def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Verdict:
+    """The logs' verdict joined with the counters' (see `gate`)."""
+    notes = list(verdict.notes) + list(counters.notes)
+    for node in counters.nodes:  # the device says it carried traffic while NCCL's processes there said Socket
+        socket_rows = [r for r in verdict.rows if r.evidence.host == node.host and "socket" in r.transports]
+        least = min(node.sent_bytes or 0, node.received_bytes or 0)
+        if socket_rows and least >= max(efa_counters.MIN_SHARE * (node.predicted_bytes or 0), 64 << 20):
+            notes.append(f"{node.host}: NCCL logged Socket ({_who(socket_rows[0])}), yet its EFA devices carried "
+                         f"{least:,} bytes each way during training: another process used EFA, or the logs and the "
+                         "counters are not of the same run")
+    if not counters.nodes:
+        notes.append("no EFA counter snapshots were given: the logs alone decide")
+        return replace(verdict, notes=tuple(notes), counters=counters)
+    logs, own = verdict.exit_code, counters.exit_code
+    if own == EXIT_CONTRADICTED:
+        code = EXIT_CONTRADICTED
+        summary = (f"FAIL: {counters.summary}" + (f"; the logs: {verdict.summary}" if logs != EXIT_CONTRADICTED
+                                                  else f"; and {verdict.summary}"))
+    elif logs == EXIT_CONTRADICTED:
+        code, summary = EXIT_CONTRADICTED, f"{verdict.summary}; {counters.summary}"
+    elif logs == EXIT_PASS and counters.bad:
+        code = EXIT_NO_PROOF
+        summary = f"NO PROOF: the logs pass, but the EFA counters cannot be trusted: {counters.summary}"
+    elif logs == EXIT_PASS:
+        code, summary = EXIT_PASS, f"{verdict.summary}; {counters.summary}"
+    elif own == EXIT_PASS:
+        code, summary = EXIT_PASS, f"PASS: {counters.summary} (the logs alone: {verdict.summary})"
+    else:
+        code, summary = EXIT_NO_PROOF, f"{verdict.summary}; {counters.summary}"
+    return replace(verdict, exit_code=code, summary=summary, notes=tuple(notes), counters=counters)

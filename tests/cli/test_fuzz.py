@@ -130,6 +130,58 @@ def test_cut_gzip_of_random_bytes_is_exit_2_or_a_verdict_never_a_crash(tmp_path_
         assert err.count("\n") == 1 and str(log) in err
 
 
+# -- EFA counter snapshots given to the gate ----------------------------------------------------------------------
+
+COUNTERS = Path(__file__).resolve().parents[1] / "training" / "fixtures" / "efa_counters" / "g6_2node_efa"
+
+
+@FUZZ
+@given(st.binary(max_size=2048) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_random_counter_files_never_raise_and_never_pass(tmp_path_factory, data):
+    # a random file named as a snapshot, alone or beside one node's real pair: exit 2 naming it, or a verdict that
+    # is not a pass (one node's counters never prove a job)
+    folder = tmp_path_factory.mktemp("fuzz")
+    bad = folder / "efa-counters-x-after-1.json"
+    bad.write_bytes(data)
+    pair = sorted(str(p) for p in COUNTERS.glob("*ip-10-0-1-1-*.json"))
+    for argv in ([str(bad)], ["--counters", str(folder)], [*pair, str(bad)]):
+        code, out, err = _cli("check-transport", *argv)
+        assert code in (1, 2, 3) and "Traceback" not in err, (argv, out, err)
+        if code == 2:
+            assert err.count("\n") == 1 and str(bad) in err
+
+
+@FUZZ
+@given(st.sampled_from(sorted(COUNTERS.glob("*.json"))), st.integers(min_value=0, max_value=4096),
+       st.sampled_from(["cut", "flip", "negate"]))
+def test_damaged_snapshots_of_a_passing_job_are_exit_2_or_a_named_verdict(tmp_path_factory, victim, at, how):
+    # GIVEN the four snapshots of a job that passes on counters alone, one of them damaged
+    folder = tmp_path_factory.mktemp("fuzz")
+    for path in COUNTERS.glob("*.json"):
+        folder.joinpath(path.name).write_bytes(path.read_bytes())
+    target = folder / victim.name
+    text = target.read_text()
+    at = min(at, len(text.rstrip()) - 1)  # a cut that keeps the whole object is no damage
+    if how == "cut":
+        target.write_text(text[:at])
+    elif how == "flip":
+        target.write_text(text[:at] + ("x" if text[at] != "x" else "y") + text[at + 1:])
+    else:  # a counter that went down: the device was reset
+        data = json.loads(text)
+        device = next(iter(data["devices"]))
+        data["devices"][device]["1"]["tx_bytes"] = 0 if data["phase"] == "after" else 10**15
+        target.write_text(json.dumps(data))
+    code, out, err = _cli("check-transport", "--counters", str(folder))
+    # THEN no traceback; a file cut short or a reset never passes; unreadable input is exit 2 naming the file
+    assert code in (0, 1, 2, 3) and "Traceback" not in err, (out, err)
+    if how == "negate":
+        assert code == 3 and "went down" in out
+    if how == "cut":
+        assert code == 2 and str(target) in err
+    if code == 2:
+        assert err.count("\n") == 1
+
+
 # -- every subcommand, bad arguments and bad files ------------------------------------------------------------------
 
 
@@ -195,6 +247,11 @@ BAD = [
     (["check-transport", "--json", "truncated.log.gz"], 2),
     (["check-transport", "--expect", "carrier-pigeon", "garbage.bin"], 2),
     (["check-transport", "-", "-"], 2),
+    (["check-transport", "--hosts", "0", "garbage.bin"], 2),
+    (["check-transport", "--counters", "missing-dir", "garbage.bin"], 2),
+    (["check-transport", "--counters", "a-dir", "garbage.bin"], 2),
+    (["check-transport", "--json", "--counters", "garbage.bin"], 2),
+    (["check-transport", "--predicted-bytes", "lots", "garbage.bin"], 2),
     (["compare"], 2),
     (["compare", "missing.log"], 2),
     (["compare", "a-dir"], 2),

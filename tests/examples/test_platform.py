@@ -91,4 +91,4 @@ def test_the_platforms_own_infra_and_core_import_next_to_ray_efa():
     # THEN `core` and `infra` are the platform's, and ray_efa's own modules are the project's
     assert Path(files["core"]).parent == EXAMPLE / "core"
     assert Path(files["infra"]).parent == EXAMPLE / "infra"
-    assert Path(files["ray_efa.infra.network"]) == ROOT / "infra" / "network.py"
+    assert Path(files["ray_efa.infra.network"]).resolve() == ROOT / "infra" / "network.py"  # ray_efa/infra -> ../infra

@@ -7,6 +7,7 @@ import pytest
 from ray_efa.core import catalog
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.training import driver
+from ray_efa.training.driver import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, transport_gate
 from ray_efa.training.local import LOCAL_WORKERS
 
 
@@ -96,3 +97,61 @@ def test_driver_main_refuses_bad_settings_before_ray_starts(tmp_path, capsys, ar
     assert code == driver.EXIT_BAD_SETTINGS
     assert message in capsys.readouterr().err
     assert not ray.is_initialized()
+
+
+# -- the gate at the end of a cluster run: logs and EFA counters ----------------------------------------------------
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def _fake_collection(monkeypatch, counters_case: str | None, extra: dict[str, str] | None = None):
+    """What collect_nccl_logs writes on a 2-node cluster (a real collection needs the cluster; test_log_collect runs
+    it on a local Ray): the nodes' NCCL log and the EFA counter snapshots of one fixture case."""
+    import shutil
+
+    from ray_efa.training import log_collect
+
+    def collect(out_dir):
+        log = out_dir / "nccl-10.0.1.11-aaaaaaaa.log"
+        log.write_text("# ray-efa log collection: node a host ip-10-0-1-1 ip 10.0.1.11\n"
+                       + (FIXTURES / "nccl" / "synthetic" / "efa_g6_2node_nccl2.29.log").read_text())
+        for path in sorted((FIXTURES / "efa_counters" / counters_case).glob("*.json")) if counters_case else []:
+            shutil.copy(path, out_dir / path.name)
+        for name, text in (extra or {}).items():
+            (out_dir / name).write_text(text)
+        return [log]
+
+    monkeypatch.setattr(log_collect, "collect_nccl_logs", collect)
+
+
+def _cluster_settings():
+    return Settings.from_context({})
+
+
+@pytest.mark.parametrize("case, code, says", [
+    ("g6_2node_efa", EXIT_OK, "EFA counters prove it"),
+    ("g6_2node_tcp_fallback", EXIT_FAILED, "FAIL: EFA counters contradict"),
+    ("g6_2node_device_reset", EXIT_UNPROVEN, "the EFA counters cannot be trusted"),
+    (None, EXIT_OK, "no EFA counter snapshots were given"),
+])
+def test_the_cluster_gate_judges_the_collected_counters_with_the_logs(monkeypatch, tmp_path, capsys, case, code, says):
+    _fake_collection(monkeypatch, case)
+    assert transport_gate(_cluster_settings(), local=False, logs_dir=tmp_path / "logs") == code
+    out = capsys.readouterr().out
+    assert says in out
+    assert sorted(p.name for p in (tmp_path / "logs").glob("efa-counters-*.json")) == (
+        sorted(p.name for p in (FIXTURES / "efa_counters" / case).glob("*.json")) if case else [])
+
+
+def test_an_unreadable_collected_snapshot_never_lets_the_job_pass(monkeypatch, tmp_path, capsys):
+    _fake_collection(monkeypatch, "g6_2node_efa", {"efa-counters-zzzzzzzz-x-after-1.json": '{"format": "ray-efa/efa'})
+    assert transport_gate(_cluster_settings(), local=False, logs_dir=tmp_path / "logs") == EXIT_UNPROVEN
+    out = capsys.readouterr().out
+    assert "NO PROOF: an EFA counter snapshot cannot be used" in out and "efa-counters-zzzzzzzz-x-after-1.json" in out
+
+
+def test_the_local_gate_ignores_counters(monkeypatch, tmp_path, capsys):
+    _fake_collection(monkeypatch, "g6_2node_tcp_fallback")
+    # the local run's gloo never uses EFA: its verdict is the logs' alone
+    assert transport_gate(_cluster_settings(), local=True, logs_dir=tmp_path / "logs") == EXIT_OK
+    assert "EFA hardware counters" not in capsys.readouterr().out

@@ -133,3 +133,31 @@ def test_collect_needs_a_ray_driver(monkeypatch, tmp_path):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     with pytest.raises(RuntimeError, match=r"call ray.init\(\) first"):
         collect_nccl_logs(tmp_path)
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_collect_brings_the_nodes_spooled_efa_counter_snapshots_beside_the_logs(local_ray, tmp_path):
+    # GIVEN this job's before and after snapshots spooled on the node, of a tree laid out as the efa driver does
+    from ray_efa.training import efa_counters
+    from tests.training.efa_sysfs import make_efa_sysfs, set_counter
+
+    job = ray.get_runtime_context().get_job_id()
+    klass, dev = make_efa_sysfs(tmp_path / "node", {"rdmap16s27": {"tx_bytes": 10, "rx_bytes": 20}})
+    spool = efa_counters.spool_dir(job)
+    before = efa_counters.write_snapshot(efa_counters.take_snapshot("before", run=job, root=klass, dev_root=dev), spool)
+    set_counter(klass, "rdmap16s27", "tx_bytes", 10 + 4 * 10**9)
+    after = efa_counters.write_snapshot(efa_counters.take_snapshot("after", run=job, root=klass, dev_root=dev), spool)
+    try:
+        # WHEN the driver collects
+        out = tmp_path / "out"
+        logs = collect_nccl_logs(out)
+        # THEN the snapshots are written beside the node's log (not in the returned log list), and load as they were
+        written = sorted(p for p in out.iterdir() if efa_counters.is_counter_file(p))
+        assert len(written) == 2 and all(efa_counters.is_written_snapshot(p) for p in written)
+        assert not any(efa_counters.is_counter_file(p) for p in logs)
+        node = efa_counters.judge(efa_counters.load_snapshots([out]), "efa").nodes[0]
+        assert node.sent_bytes == 4 * 10**9 and node.received_bytes == 0
+    finally:
+        before.unlink()
+        after.unlink()

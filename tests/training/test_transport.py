@@ -393,3 +393,119 @@ def test_the_prefix_cache_stays_correct_when_it_is_full(monkeypatch):
     report = classify(lines)
     # THEN each line still reaches its own process
     assert {p.key: p.info_lines for p in report.processes} == {"ip-10-0-1-11:4100": 4, "ip-10-0-1-12:4200": 4}
+
+
+# -- expert verdicts: multi-host jobs, plugin failures, disagreement -----------------------------------------------
+
+CHOSE_SOCKET = [A + "Using network Socket", B + "Using network Socket"]  # two hosts, no comm or channel line
+
+
+def test_socket_chosen_by_every_process_of_a_two_host_job_is_a_contradiction():
+    # GIVEN processes on two hosts that chose Socket, with no channel or nNodes line (NCCL_DEBUG_SUBSYS, a cut log)
+    verdict = verdict_of(CHOSE_SOCKET)
+    # THEN EFA is contradicted, naming the hosts that make it a multi-host job
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert "2 of 2 processes chose Socket" in verdict.summary
+    assert "2 hosts (host names ip-10-0-1-11, ip-10-0-1-12)" in verdict.summary
+    assert {r.basis for r in verdict.rows} == {"chosen on a job of 2 hosts (host names ip-10-0-1-11, ip-10-0-1-12)"}
+    assert verdict.hosts == 2
+
+
+@pytest.mark.parametrize("expect", ["socket", "efa"])
+def test_a_chosen_network_alone_never_passes(expect):
+    # GIVEN two hosts that chose the expected network but logged no channel line and no nNodes
+    lines = CHOSE_SOCKET if expect == "socket" else [l.replace("Socket", "Libfabric") for l in CHOSE_SOCKET]
+    # THEN it proves nothing: a pass takes NCCL's own word that traffic crossed nodes
+    assert verdict_of(lines, expect).exit_code == EXIT_NO_PROOF
+    assert classify(lines).verdict(expect, hosts=8).exit_code == EXIT_NO_PROOF
+
+
+def test_the_caller_says_how_many_hosts_the_job_had():
+    # GIVEN one process's log that chose Socket (the other host's log is not given)
+    lines = CHOSE_SOCKET[:1]
+    report = classify(lines)
+    # THEN alone it proves nothing; told the job had 2 hosts, it is a contradiction; told 1, a single-node job
+    assert report.verdict("efa").exit_code == EXIT_NO_PROOF
+    two = report.verdict("efa", hosts=2)
+    assert two.exit_code == EXIT_CONTRADICTED and "2 hosts (given by the caller)" in two.summary
+    one = report.verdict("efa", hosts=1)
+    assert one.exit_code == EXIT_NO_PROOF and {r.status for r in one.rows} == {"single-node"}
+
+
+@pytest.mark.parametrize("failure, cause", [
+    ("NET/OFI aws-ofi-nccl initialization failed", "aws-ofi-nccl failed to initialize"),
+    ("NET/OFI Initializing plugin failed", "aws-ofi-nccl failed to initialize"),
+    ("NET/OFI Could not find any optimal provider", "libfabric found no usable EFA provider"),
+    ("NET/Plugin: Could not find: ofi libnccl-net-ofi.so", "could not load the net plugin (ofi libnccl-net-ofi.so)"),
+    ("NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file",
+     "could not load the net plugin (libnccl-net.so)"),
+    ("NET/Plugin : No plugin found, using internal implementation", "no NCCL net plugin was found"),
+    ("NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are not supported.",
+     "exports no ncclNetPlugin API this NCCL supports"),
+], ids=["ofi init", "plugin init", "no provider", "no libnccl-net-ofi", "plugin load", "no plugin", "old symbols"])
+def test_socket_chosen_right_after_a_plugin_failure_is_a_contradiction_naming_the_failure(failure, cause):
+    # GIVEN one process (shape unknown) whose plugin failed, then NCCL chose Socket
+    lines = [A + failure, A + "NET/Socket : Using [0]eth0:10.0.1.11<0>", A + "Using network Socket"]
+    verdict = verdict_of(lines)
+    # THEN EFA is contradicted, and the cause is the failure
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert cause in verdict.rows[0].cause
+    assert "chosen right after a plugin failure" in verdict.summary
+    # AND it never proves Socket
+    assert verdict_of(lines, "socket").exit_code == EXIT_NO_PROOF
+
+
+def test_a_plugin_failure_on_a_known_single_node_job_proves_nothing():
+    # GIVEN the fallback on one node (nNodes 1), or on a job the caller ran on one host
+    lines = [A + "NET/OFI aws-ofi-nccl initialization failed", A + "Using network Socket"]
+    shaped = lines + [A + "comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0"]
+    # THEN it proves nothing about the network, and the note still names the failure
+    for verdict in (verdict_of(shaped), classify(lines).verdict("efa", hosts=1)):
+        assert verdict.exit_code == EXIT_NO_PROOF
+        assert any("aws-ofi-nccl failed to initialize" in n for n in verdict.notes)
+
+
+def test_a_one_rank_communicator_is_single_node():
+    lines = [A + "NET/Plugin : No plugin found, using internal implementation", A + "Using network Socket",
+             A + "comm 0x55f0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 30 commId 0x43 - Init START"]
+    assert verdict_of(lines).exit_code == EXIT_NO_PROOF
+    assert classify(lines).processes[0].multi_node is False
+
+
+def test_old_nccl_socket_initialized_after_a_missing_plugin_is_socket():
+    # GIVEN NCCL 2.4, which prints no "Using network": no plugin, no IB device, then its Socket transport initialized
+    lines = [A + "NET/Plugin : No plugin found (libnccl-net.so).", A + "NET/IB : No device found.",
+             A + "NET/Socket : Using [0]eth0:10.0.1.11<0>"]
+    # THEN EFA is contradicted: Socket is the network NCCL fell back to
+    verdict = verdict_of(lines)
+    assert verdict.exit_code == EXIT_CONTRADICTED and verdict.rows[0].transports == ("socket",)
+    # AND where IB initialized too (the bootstrap socket of an IB job), nothing is inferred
+    assert verdict_of([*lines, A + "NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.1<0>"]).exit_code == EXIT_NO_PROOF
+
+
+def test_processes_that_disagree_are_named_with_their_hosts_and_ranks():
+    # GIVEN node 1 on EFA (nNodes 2, channels) and node 2 choosing Socket after its plugin failed
+    lines = [*EFA_JOB[:3], EFA_JOB[6], B + "NET/Plugin: Could not find: ofi libnccl-net-ofi.so", B + "Using network Socket"]
+    verdict = verdict_of(lines)
+    # THEN it fails, and the summary groups the processes by transport with their hosts and ranks
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert "the processes disagree: EFA on 1 process (host ip-10-0-1-11, ranks 0)" in verdict.summary
+    assert "Socket on 1 process (host ip-10-0-1-12)" in verdict.summary
+
+
+def test_the_collnet_and_versioned_symbol_probes_are_not_failures():
+    # NCCL probes newer plugin symbols first and aws-ofi-nccl has no CollNet: both lines are normal
+    lines = [A + "NET/Plugin: Failed to find ncclCollNetPlugin_v8 symbol.", A + "NET/Plugin: Failed to find ncclNetPlugin_v7 symbol."]
+    assert classify(lines).hints == ()
+
+
+def test_the_caller_hosts_that_contradict_nccl_are_noted():
+    verdict = classify(EFA_JOB).verdict("efa", hosts=1)
+    assert verdict.exit_code == EXIT_PASS  # NCCL's nNodes 2 and its channels win over the caller's claim
+    assert any("the caller said 1 host, but NCCL saw 2" in n for n in verdict.notes)
+
+
+@pytest.mark.parametrize("hosts", [0, -1, True, 1.5, "2"])
+def test_a_bad_host_count_is_rejected(hosts):
+    with pytest.raises(ValueError, match="hosts must be a whole number >= 1"):
+        classify(EFA_JOB).verdict("efa", hosts=hosts)

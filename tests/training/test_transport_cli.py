@@ -99,10 +99,9 @@ def test_an_unknown_expectation_is_rejected_by_the_parser(capsys):
     assert "invalid choice: 'tcp'" in capsys.readouterr().err
 
 
-def test_no_log_argument_is_rejected_by_the_parser(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        run_cli()
-    assert exit_info.value.code == 2
+def test_no_log_argument_is_a_usage_error(capsys):
+    assert run_cli() == 2
+    assert "give at least one NCCL log (LOG, '-' for stdin) or --counters PATH" in capsys.readouterr().err
 
 
 def test_the_cli_choices_equal_the_classifiers():
@@ -170,3 +169,25 @@ def test_the_classifier_raises_an_oserror_naming_a_truncated_gz(tmp_path):
     with pytest.raises(OSError) as raised:
         transport.classify_paths([log])
     assert isinstance(raised.value, transport.LogReadError) and raised.value.filename == str(log)
+
+
+def test_hosts_turns_a_chosen_socket_into_a_contradiction(tmp_path, capsys):
+    # GIVEN one host's log of a job whose NCCL chose Socket without channel lines
+    log = tmp_path / "node1.log"
+    log.write_text("ip-10-0-1-11:4100:4101 [0] NCCL INFO Using network Socket\n")
+    # WHEN checked alone, then with --hosts 2
+    assert run_cli(str(log)) == 3
+    capsys.readouterr()
+    assert run_cli("--hosts", "2", "--json", str(log)) == 1
+    data = json.loads(capsys.readouterr().out)
+    # THEN the JSON says how many hosts and from where
+    assert data["hosts"] == 2 and data["hosts_source"] == "2 hosts (given by the caller)"
+    assert data["processes"][0]["basis"].startswith("chosen on a job of 2 hosts")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_bad_host_count_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("--hosts", value, str(EFA_LOG))
+    assert exit_info.value.code == 2
+    assert f"must be a whole number >= 1, got {value!r}" in capsys.readouterr().err

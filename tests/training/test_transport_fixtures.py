@@ -37,8 +37,8 @@ def test_fixture_gets_its_expected_verdict(row):
 
 
 def test_every_fixture_log_has_a_row():
-    # GIVEN every log under fixtures/nccl/synthetic and fixtures/nccl/real (any name: .log, .out, .gz...)
-    logs = {p.relative_to(FIXTURES).as_posix() for d in ("synthetic", "real") for p in (FIXTURES / d).rglob("*")
+    # GIVEN every log under fixtures/nccl/synthetic, real and public (any name: .log, .out, .gz...)
+    logs = {p.relative_to(FIXTURES).as_posix() for d in ("synthetic", "real", "public") for p in (FIXTURES / d).rglob("*")
             if p.is_file() and p.name != "README.md" and not p.name.startswith(".")}
     # WHEN compared with the files named in expected.csv
     listed = {f for r in ROWS for f in r["files"].split(";")}
@@ -72,3 +72,14 @@ def test_synthetic_fixtures_equal_what_the_generator_writes():
     assert committed.keys() == expected.keys()
     for name, text in expected.items():
         assert committed[name] == text, f"{name} differs from make_synthetic.py's output; rerun it"
+
+
+def test_every_public_fixture_names_its_source():
+    # GIVEN the logs taken from public issues
+    # THEN each one's first line is its source URL, and the README's table lists it with the same URL
+    readme = (FIXTURES / "public" / "README.md").read_text(encoding="utf-8")
+    for log in sorted((FIXTURES / "public").glob("*.log")):
+        first = log.read_text(encoding="utf-8").splitlines()[0]
+        assert first.startswith("# source: https://github.com/"), log.name
+        url = first.split()[2]
+        assert f"| {log.name} | {url} |" in readme, log.name

@@ -1,0 +1,60 @@
+"""Build sysfs trees laid out as the kernel's efa driver lays them out, for the counter tests.
+
+/sys/class/infiniband/<dev> is a symlink into the PCI device's folder; <dev>/device links back to the PCI function,
+whose `driver` links to the efa driver and whose `vendor` is Amazon's 0x1d0f; the counters are one decimal number per
+file in ports/<port>/hw_counters/, named as in amzn-drivers kernel/linux/efa/src/efa_verbs.c (EFA_DEFINE_PORT_STATS),
+beside the rdma core's `lifespan` file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ray_efa.training.efa_counters import PORT_COUNTERS
+
+
+def make_efa_sysfs(base: Path, devices: dict[str, dict[str, int | str]], *, guid_prefix: str = "0a1b:2c3d:4e5f",
+                   uverbs: int | None = None, mlx5: bool = False) -> tuple[Path, Path]:
+    """(sysfs root /sys/class/infiniband, /dev/infiniband) under `base`, one EFA device per entry of `devices` with
+    its counters (every other efa counter 0); `uverbs` device files (default: one per device)."""
+    sys_root = base / "sys"
+    klass = sys_root / "class" / "infiniband"
+    klass.mkdir(parents=True, exist_ok=True)
+    drivers = sys_root / "bus" / "pci" / "drivers"
+    (drivers / "efa").mkdir(parents=True, exist_ok=True)
+    (drivers / "mlx5_core").mkdir(parents=True, exist_ok=True)
+    for index, (name, values) in enumerate(devices.items()):
+        pci = sys_root / "devices" / "pci0000:00" / f"0000:00:{0x1d + index:02x}.0"
+        _device(klass, pci, name, drivers / "efa", "0x1d0f", f"{guid_prefix}:{index:04x}")
+        hw = pci / "infiniband" / name / "ports" / "1" / "hw_counters"
+        hw.mkdir(parents=True)
+        (hw / "lifespan").write_text("10\n")
+        for counter in PORT_COUNTERS:
+            (hw / counter).write_text(f"{values.get(counter, 0)}\n")
+        (hw.parent / "state").write_text("4: ACTIVE\n")
+    if mlx5:  # another RDMA device on the host: IB counters live in ports/1/counters, not hw_counters
+        pci = sys_root / "devices" / "pci0000:00" / "0000:00:10.0"
+        _device(klass, pci, "mlx5_0", drivers / "mlx5_core", "0x15b3", "b8ce:f603:00aa:0001")
+        counters = pci / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+        counters.mkdir(parents=True)
+        (counters / "port_xmit_data").write_text("123456\n")
+    dev = base / "dev" / "infiniband"
+    dev.mkdir(parents=True, exist_ok=True)
+    for i in range(len(devices) if uverbs is None else uverbs):
+        (dev / f"uverbs{i}").write_text("")
+    return klass, dev
+
+
+def _device(klass: Path, pci: Path, name: str, driver: Path, vendor: str, guid: str) -> None:
+    folder = pci / "infiniband" / name
+    folder.mkdir(parents=True)
+    (pci / "vendor").write_text(vendor + "\n")
+    (pci / "driver").symlink_to(driver)
+    (folder / "device").symlink_to(pci)
+    (folder / "node_guid").write_text(guid + "\n")
+    (folder / "node_type").write_text("1: CA\n")
+    (klass / name).symlink_to(folder)
+
+
+def set_counter(klass: Path, device: str, counter: str, value: int | str) -> None:
+    (klass / device / "ports" / "1" / "hw_counters" / counter).write_text(f"{value}\n")

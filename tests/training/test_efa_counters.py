@@ -1,0 +1,396 @@
+"""EFA hardware counters (training.efa_counters) on sysfs trees laid out as the efa driver lays them out, and the gate
+that joins them with the NCCL logs (training.transport.gate)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ray_efa.training import efa_counters
+from ray_efa.training.efa_counters import (
+    PORT_COUNTERS,
+    CounterFileError,
+    judge,
+    load_snapshot,
+    load_snapshots,
+    read_sysfs,
+    take_snapshot,
+    write_snapshot,
+)
+from ray_efa.training.transport import EXIT_CONTRADICTED, EXIT_NO_PROOF, EXIT_PASS, classify, gate
+from tests.training.efa_sysfs import make_efa_sysfs, set_counter
+
+GB = 10**9
+HOSTS = ("ip-10-0-1-11", "ip-10-0-1-12")
+# A healthy 2-node EFA job's NCCL lines, one process per node (as in test_transport.py)
+A, B = f"{HOSTS[0]}:4100:4101 [0] NCCL INFO ", f"{HOSTS[1]}:4200:4201 [0] NCCL INFO "
+EFA_JOB = [
+    A + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)", A + "Using network Libfabric",
+    A + "comm 0x55d0 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+    B + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)", B + "Using network Libfabric",
+    B + "comm 0x55d1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+    A + "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0", B + "Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Libfabric/0",
+]
+SOCKET_JOB = [line.replace("Libfabric", "Socket") for line in EFA_JOB if "NET/OFI" not in line]
+
+
+def _node_run(tmp_path, host, *, moved_tx, moved_rx, devices=("rdmap16s27",), steps=100, per_step=1 * GB,
+              before_values=None, run="02000000"):
+    """Before and after snapshots of one node whose devices' counters moved by moved_tx/moved_rx (split evenly)."""
+    base = tmp_path / host
+    start = before_values or {"tx_bytes": 5 * GB, "rx_bytes": 7 * GB, "tx_pkts": 1000}
+    klass, dev = make_efa_sysfs(base, {d: dict(start) for d in devices})
+    before = take_snapshot("before", run=run, root=klass, dev_root=dev, host=host)
+    for d in devices:
+        set_counter(klass, d, "tx_bytes", start["tx_bytes"] + moved_tx // len(devices))
+        set_counter(klass, d, "rx_bytes", start["rx_bytes"] + moved_rx // len(devices))
+    after = take_snapshot("after", run=run, root=klass, dev_root=dev, host=host, steps=steps,
+                          predicted_bytes_per_step=per_step)
+    return before, after, klass, dev
+
+
+def _job(tmp_path, moved=(50 * GB, 50 * GB), **kw):
+    snaps = []
+    for host in HOSTS:
+        before, after, *_ = _node_run(tmp_path, host, moved_tx=moved[0], moved_rx=moved[1], **kw)
+        snaps += [before, after]
+    return snaps
+
+
+# -- reading sysfs -------------------------------------------------------------------------------------------------
+
+
+def test_every_efa_counter_of_every_efa_device_is_read_and_other_rdma_devices_are_not(tmp_path):
+    # GIVEN two EFA devices (as on p4d) and a Mellanox device on the same host
+    klass, _ = make_efa_sysfs(tmp_path, {"rdmap16s27": {"tx_bytes": 11}, "rdmap32s27": {"rx_bytes": 22}}, mlx5=True)
+    # WHEN the tree is read
+    devices, guids, problems = read_sysfs(klass)
+    # THEN both EFA devices are there with every counter the efa driver defines, the mlx5 device and `lifespan` not
+    assert sorted(devices) == ["rdmap16s27", "rdmap32s27"]
+    assert set(devices["rdmap16s27"]["1"]) == set(PORT_COUNTERS)
+    assert devices["rdmap16s27"]["1"]["tx_bytes"] == 11 and devices["rdmap32s27"]["1"]["rx_bytes"] == 22
+    assert guids["rdmap16s27"] == "0a1b:2c3d:4e5f:0000" and problems == []
+
+
+def test_a_counter_that_is_not_a_number_is_a_problem_not_a_crash(tmp_path):
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}})
+    set_counter(klass, "rdmap16s27", "tx_bytes", "N/A")
+    snap = take_snapshot("before", run="r", root=klass, dev_root=dev, host="h")
+    assert "tx_bytes" not in snap.devices["rdmap16s27"]["1"]
+    assert snap.problems == ("rdmap16s27 port 1: tx_bytes is not a number: 'N/A'",)
+
+
+def test_a_missing_sysfs_tree_is_no_device(tmp_path):
+    snap = take_snapshot("before", run="r", root=tmp_path / "none", dev_root=tmp_path / "none", host="h")
+    assert snap.devices == {} and snap.uverbs == () and snap.problems == ()
+
+
+def test_a_snapshot_round_trips_through_its_file(tmp_path):
+    before, after, *_ = _node_run(tmp_path, "h1", moved_tx=1, moved_rx=2)
+    path = write_snapshot(after, tmp_path / "out")
+    assert efa_counters.is_counter_file(path) and efa_counters.is_written_snapshot(path)
+    loaded = load_snapshot(path)
+    assert loaded.devices == after.devices and loaded.steps == 100 and loaded.source == str(path)
+
+
+# -- judging -------------------------------------------------------------------------------------------------------
+
+
+def test_counters_that_moved_as_predicted_pass_on_every_node(tmp_path):
+    # GIVEN 2 nodes whose EFA devices each sent and received 50 GB; 100 steps x 1 GB predicted each way
+    verdict = judge(_job(tmp_path), "efa")
+    # THEN each node passes at 50% of the prediction, and the counters alone prove EFA
+    assert verdict.exit_code == 0
+    assert [(n.host, n.sent_bytes, n.received_bytes, n.predicted_bytes, n.status) for n in verdict.nodes] == [
+        (HOSTS[0], 50 * GB, 50 * GB, 100 * GB, "pass"), (HOSTS[1], 50 * GB, 50 * GB, 100 * GB, "pass")]
+    table = verdict.render_table()
+    assert "50.00 GB" in table and "100.00 GB (100 steps)" in table and "50%" in table
+
+
+def test_bytes_are_summed_over_a_nodes_devices(tmp_path):
+    verdict = judge(_job(tmp_path, devices=("rdmap16s27", "rdmap32s27", "rdmap48s27", "rdmap64s27")), "efa")
+    assert {n.devices for n in verdict.nodes} == {4} and {n.sent_bytes for n in verdict.nodes} == {50 * GB}
+
+
+def test_counters_far_below_the_prediction_fail_even_when_the_logs_pass(tmp_path):
+    # GIVEN logs that prove EFA, but devices that moved 2 GB of the 100 GB predicted (the traffic went by TCP)
+    snaps = _job(tmp_path, moved=(2 * GB, 2 * GB))
+    verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
+    # THEN the job fails, naming the nodes and the shares
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert verdict.summary.startswith("FAIL: EFA counters contradict: 2 of 2 nodes")
+    assert "2.0% of the 100.00 GB predicted" in verdict.summary
+    assert {n.status for n in verdict.counters.nodes} == {"LOW"}
+
+
+def test_the_counters_prove_efa_where_the_logs_prove_nothing(tmp_path):
+    verdict = gate(classify([]), "efa", counters=_job(tmp_path))
+    assert verdict.exit_code == EXIT_PASS and verdict.summary.startswith("PASS: EFA counters prove it")
+
+
+def test_counters_of_one_node_alone_never_pass(tmp_path):
+    before, after, *_ = _node_run(tmp_path, HOSTS[0], moved_tx=50 * GB, moved_rx=50 * GB)
+    assert judge([before, after], "efa").exit_code == 3
+    assert gate(classify([]), "efa", hosts=2, counters=[before, after]).exit_code == EXIT_NO_PROOF
+
+
+def test_without_a_prediction_the_counters_support_but_never_prove(tmp_path):
+    # GIVEN a user's own train function: the after snapshots carry no step count or prediction
+    snaps = _job(tmp_path, steps=None, per_step=None)
+    verdict = judge(snaps, "efa")
+    assert {n.status for n in verdict.nodes} == {"moved"} and verdict.exit_code == 3
+    assert gate(classify(EFA_JOB), "efa", counters=snaps).exit_code == EXIT_PASS
+    assert gate(classify([]), "efa", counters=snaps).exit_code == EXIT_NO_PROOF
+    idle = judge(_job(tmp_path / "idle", moved=(1000, 1000), steps=None, per_step=None), "efa")
+    assert {n.status for n in idle.nodes} == {"idle"} and idle.exit_code == 3
+
+
+@pytest.mark.parametrize("pod_devices, detail", [
+    (0, "the pod was given no EFA device (no /dev/infiniband/uverbs*): request vpc.amazonaws.com/efa"),
+    (None, "the node has no EFA device in /sys/class/infiniband"),
+], ids=["no uverbs in the pod", "no device on the node"])
+def test_no_efa_device_is_its_own_verdict(tmp_path, pod_devices, detail):
+    if pod_devices is None:
+        klass, dev = tmp_path / "sys", tmp_path / "dev"
+    else:
+        klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}}, uverbs=pod_devices)
+    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, steps=10, predicted_bytes_per_step=GB)
+             for h in HOSTS for phase in ("before", "after")]
+    verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert {n.status for n in verdict.counters.nodes} == {"no EFA device"} and detail in verdict.summary
+    # AND the TCP comparison run does not need one
+    assert judge(snaps, "socket").exit_code != EXIT_CONTRADICTED
+
+
+def test_efa_busy_in_a_tcp_run_fails_and_is_named_beside_the_socket_logs(tmp_path):
+    snaps = _job(tmp_path)
+    verdict = gate(classify(SOCKET_JOB), "socket", counters=snaps)
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert {n.status for n in verdict.counters.nodes} == {"EFA moved"}
+    assert any("NCCL logged Socket" in note and HOSTS[0] in note for note in verdict.notes)
+    # AND the EFA-expected verdict of the same Socket logs names the devices that moved
+    efa = gate(classify(SOCKET_JOB), "efa", counters=snaps)
+    assert efa.exit_code == EXIT_CONTRADICTED and any("yet its EFA devices carried" in n for n in efa.notes)
+
+
+# -- bad counters: a named verdict, never a pass ----------------------------------------------------------------
+
+
+def test_a_counter_that_went_down_is_a_device_reset(tmp_path):
+    before, after, klass, dev = _node_run(tmp_path, HOSTS[0], moved_tx=50 * GB, moved_rx=50 * GB)
+    set_counter(klass, "rdmap16s27", "tx_pkts", 3)  # lower than the 1000 before
+    after = take_snapshot("after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=100,
+                          predicted_bytes_per_step=GB)
+    other = _job(tmp_path / "b")[2:]
+    verdict = gate(classify(EFA_JOB), "efa", counters=[before, after, *other])
+    assert verdict.exit_code == EXIT_NO_PROOF and "cannot be trusted" in verdict.summary
+    assert verdict.counters.nodes[0].status == "reset" and "tx_pkts went down (1000 -> 3)" in verdict.counters.nodes[0].detail
+
+
+def test_snapshots_of_different_devices_are_a_mismatch(tmp_path):
+    before, _, *_ = _node_run(tmp_path / "a", HOSTS[0], moved_tx=0, moved_rx=0)
+    _, after, *_ = _node_run(tmp_path / "b", HOSTS[0], moved_tx=GB, moved_rx=GB)
+    after = efa_counters.Snapshot(**{**{f: getattr(after, f) for f in after.__slots__}, "guids": {"rdmap16s27": "ffff"}})
+    verdict = judge([before, after], "efa")
+    assert verdict.nodes[0].status == "mismatch" and "node_guid" in verdict.nodes[0].detail and verdict.exit_code == 3
+
+
+def test_a_missing_after_snapshot_or_counter_is_incomplete(tmp_path):
+    before, after, klass, dev = _node_run(tmp_path, HOSTS[0], moved_tx=GB, moved_rx=GB)
+    assert judge([before], "efa").nodes[0].status == "incomplete"
+    assert judge([after], "efa").nodes[0].status == "incomplete"
+    set_counter(klass, "rdmap16s27", "rx_bytes", "garbage")
+    cut = take_snapshot("after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=1, predicted_bytes_per_step=1)
+    node = judge([before, cut], "efa").nodes[0]
+    assert node.status == "incomplete" and "rx_bytes is not a number" in node.detail
+
+
+def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
+    snaps = _job(tmp_path)
+    verdict = gate(classify([l for l in EFA_JOB if l.startswith(A)]), "efa", counters=snaps)
+    foreign = [n for n in verdict.counters.nodes if n.status == "foreign"]
+    assert [n.host for n in foreign] == [HOSTS[1]] and verdict.exit_code == EXIT_NO_PROOF
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "not JSON"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": "12"}}}}',
+     "counter d/1/tx_bytes must be a whole number >= 0, got '12'"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": -5}}}}',
+     "must be a whole number >= 0, got -5"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "later", "run": "r", "host": "h", "time_s": 1, "devices": {}}', "phase must be"),
+    ('{"format": "something-else"}', "not an EFA counter snapshot"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "dev', "not JSON"),
+], ids=["empty", "string value", "negative", "bad phase", "other format", "cut short"])
+def test_a_bad_counter_file_raises_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "efa-counters-h-after-1.json"
+    path.write_text(text)
+    with pytest.raises(CounterFileError) as raised:
+        load_snapshots([tmp_path])
+    assert raised.value.filename == str(path) and message in str(raised.value)
+
+
+def test_a_folder_without_snapshots_is_an_error(tmp_path):
+    with pytest.raises(CounterFileError, match="holds no efa-counters"):
+        load_snapshots([tmp_path])
+
+
+def test_the_spool_is_per_run_and_read_back_newest_last(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_EFA_COUNTERS_DIR", str(tmp_path))
+    before, after, *_ = _node_run(tmp_path / "t", "h1", moved_tx=1, moved_rx=1, run="0a000000")
+    write_snapshot(after, efa_counters.spool_dir("0a000000"))
+    write_snapshot(before, efa_counters.spool_dir("0a000000"))
+    write_snapshot(before, efa_counters.spool_dir("0b000000"))
+    names = [name for name, _ in efa_counters.read_spool("0a000000")]
+    assert len(names) == 2 and all(n.startswith("efa-counters-h1-") for n in names)
+    assert json.loads(efa_counters.read_spool("0a000000")[0][1])["run"] == "0a000000"
+    assert efa_counters.read_spool("ffffffff") == []
+
+
+def test_the_prediction_is_core_perfs_inter_node_bytes():
+    from ray_efa.core.settings import Settings
+    from ray_efa.core.strategy import choose
+
+    settings = Settings.from_context({})
+    expected = sum(c.wire_gb for c in choose(settings).prediction.collectives if c.link == "inter") * 1e9
+    assert efa_counters.predicted_bytes_per_step(settings) == pytest.approx(expected) and expected > 0
+
+
+# -- the committed snapshot fixtures and the CLI -----------------------------------------------------------------
+
+COUNTERS = __import__("pathlib").Path(__file__).parent / "fixtures" / "efa_counters"
+EFA_LOG = COUNTERS.parent / "nccl" / "synthetic" / "efa_g6_2node_nccl2.29.log"
+
+
+def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("make_counters", COUNTERS / "make_counters.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    for case in module.CASES:
+        written = [write_snapshot(s, tmp_path / case) for s in module.snapshots(case, tmp_path / "work")]
+        expected = {p.name: p.read_text() for p in written}
+        committed = {p.name: p.read_text() for p in (COUNTERS / case).glob("*.json")}
+        assert committed == expected, f"{case}: rerun tests/training/fixtures/efa_counters/make_counters.py"
+
+
+@pytest.mark.parametrize("case, expect, code, says", [
+    ("g6_2node_efa", "efa", 0, "EFA counters prove it"),
+    ("g6_2node_efa", "socket", 1, "EFA counters contradict"),
+    ("g6_2node_tcp_fallback", "efa", 1, "EFA carried 0.0% of the 206.31 GB predicted"),
+    ("g6_2node_tcp_fallback", "socket", 1, "expected TCP sockets"),
+    ("g6_2node_device_reset", "efa", 3, "tx_bytes went down"),
+])
+def test_check_transport_judges_logs_and_counters_together(case, expect, code, says, capsys, monkeypatch):
+    from ray_efa.cli import check_transport
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert check_transport.main(["--expect", expect, "--counters", str(COUNTERS / case), str(EFA_LOG)]) == code
+    out = capsys.readouterr().out
+    assert says in out and "EFA hardware counters during training" in out
+
+
+def test_counter_files_among_the_logs_are_recognised_by_name(capsys):
+    from ray_efa.cli import check_transport
+
+    files = sorted(str(p) for p in (COUNTERS / "g6_2node_tcp_fallback").glob("*.json"))
+    assert check_transport.main(["--json", str(EFA_LOG), *files]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["counter_files"] == files and data["logs"] == [str(EFA_LOG)]
+    assert [n["status"] for n in data["counters"]["nodes"]] == ["LOW", "LOW"]
+    assert data["counters"]["nodes"][0]["sent_bytes"] == 1_812_480
+
+
+def test_counters_alone_are_enough_to_judge(capsys):
+    from ray_efa.cli import check_transport
+
+    assert check_transport.main(["--counters", str(COUNTERS / "g6_2node_efa")]) == 0
+    assert "PASS: EFA counters prove it" in capsys.readouterr().out
+
+
+def test_predicted_bytes_from_the_command_line_override_the_snapshots(capsys):
+    from ray_efa.cli import check_transport
+
+    # 461 GB each way predicted: the 231 GB measured is 50%, still a pass; 10 TB: 2%, a failure
+    assert check_transport.main(["--predicted-bytes", "4.61e11", "--counters", str(COUNTERS / "g6_2node_efa")]) == 0
+    assert check_transport.main(["--predicted-bytes", "1e13", "--counters", str(COUNTERS / "g6_2node_efa")]) == 1
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda tmp: (tmp / "efa-counters-x.json", "{\"format\": \"ray-efa/efa-counters/1\", \"pha"), "not JSON"),
+    (lambda tmp: (tmp / "empty-dir", None), "holds no efa-counters-*.json snapshot"),
+    (lambda tmp: (tmp / "missing-dir", "gone"), "no such file"),
+], ids=["cut short", "empty folder", "missing"])
+def test_a_bad_counter_path_is_exit_2_naming_it(tmp_path, capsys, make_bad, message):
+    from ray_efa.cli import check_transport
+
+    path, text = make_bad(tmp_path)
+    if text is None:
+        path.mkdir()
+    elif text != "gone":
+        path.write_text(text)
+    assert check_transport.main(["--counters", str(path), str(EFA_LOG)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and err.count("\n") == 1
+
+
+def test_the_snapshot_command_writes_what_check_transport_reads(tmp_path, capsys):
+    # GIVEN a node of a torchrun job (no Ray), its EFA tree, and the command run before and after training
+    klass, dev = make_efa_sysfs(tmp_path / "node", {"rdmap16s27": {"tx_bytes": 1, "rx_bytes": 2}})
+    out = tmp_path / "counters"
+    roots = ["--sysfs-root", str(klass), "--dev-root", str(dev)]
+    assert efa_counters.main(["snapshot", "--phase", "before", "--out", str(out), *roots]) == 0
+    set_counter(klass, "rdmap16s27", "tx_bytes", 1 + 3 * GB)
+    set_counter(klass, "rdmap16s27", "rx_bytes", 2 + 3 * GB)
+    assert efa_counters.main(["snapshot", "--phase", "after", "--out", str(out), *roots,
+                              "--steps", "3", "--predicted-bytes-per-step", "1e9"]) == 0
+    assert "wrote " in capsys.readouterr().out
+    # THEN the two files pair up as this node's training: 3 GB each way, all of the prediction
+    (node,) = judge(load_snapshots([out]), "efa").nodes
+    assert (node.sent_bytes, node.received_bytes, node.predicted_bytes, node.status) == (3 * GB, 3 * GB, 3e9, "pass")
+
+
+def test_the_snapshot_command_refuses_a_negative_step_count(tmp_path, capsys):
+    assert efa_counters.main(["snapshot", "--phase", "after", "--out", str(tmp_path), "--steps", "-1"]) == 2
+    assert "--steps must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_the_readmes_gate_example_is_what_check_transport_prints(monkeypatch, capsys):
+    # GIVEN the example in the README's gate section
+    from ray_efa.cli import check_transport
+
+    readme = (COUNTERS.parents[3] / "README.md").read_text()
+    block = readme.split("### The transport gate", 1)[1].split("```\n", 2)[1]
+    shown = block.split("\n", 2)[2].rstrip("\n")  # after the two lines of the command
+    # WHEN the same command runs at 80 columns
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(COUNTERS.parents[3])
+    assert check_transport.main(["--counters", "tests/training/fixtures/efa_counters/g6_2node_tcp_fallback",
+                                 "tests/training/fixtures/nccl/synthetic/efa_g6_2node_nccl2.29.log"]) == 1
+    out = capsys.readouterr().out
+    # THEN the README shows its real output, from the counters' table to the verdict
+    assert out[out.index("EFA hardware counters"):].rstrip("\n") == shown
+
+
+def test_a_node_of_an_attempt_ray_train_restarted_away_from_is_not_judged(tmp_path):
+    # GIVEN attempt 1 on nodes a and b (b died: a before snapshot only), attempt 2 on a and c, which finished
+    stale = _node_run(tmp_path / "b", "node-b", moved_tx=0, moved_rx=0)[0]
+    stale = efa_counters.Snapshot(**{**{f: getattr(stale, f) for f in stale.__slots__}, "time_s": stale.time_s - 600})
+    finished = [s for host in ("node-a", "node-c")
+                for s in _node_run(tmp_path / host, host, moved_tx=50 * GB, moved_rx=50 * GB)[:2]]
+    verdict = judge([stale, *finished], "efa")
+    # THEN b is "superseded", a and c prove EFA
+    assert [(n.host, n.status) for n in verdict.nodes] == [("node-a", "pass"), ("node-b", "superseded"), ("node-c", "pass")]
+    assert verdict.exit_code == 0
+    # AND a before-only node as recent as the others is still incomplete: it never passes
+    fresh = _node_run(tmp_path / "d", "node-d", moved_tx=0, moved_rx=0)[0]
+    assert judge([fresh, *finished], "efa").exit_code == 3

@@ -1,0 +1,609 @@
+"""EFA hardware counters: the bytes each node's EFA devices really carried during training, a second witness to the logs.
+
+The kernel's efa driver counts every device's traffic and exposes it in sysfs, one decimal number per file:
+
+    /sys/class/infiniband/<device>/ports/<port>/hw_counters/{tx_bytes,rx_bytes,tx_pkts,rx_pkts,send_bytes,...}
+
+Counter names: amzn-drivers kernel/linux/efa/src/efa_verbs.c, EFA_DEFINE_PORT_STATS (commit 64788ef7c182, driver
+3.1.0), filled in efa_fill_port_stats from the device's basic, messages, RDMA read, RDMA write and network statistics
+(efa_admin_cmds_defs.h: efa_admin_basic_stats ...). An EFA device is one whose driver is "efa" or whose PCI vendor is
+0x1d0f (Amazon). The counters are the device's, shared by every process on the node: snapshot once per node.
+
+    before = take_snapshot("before", run=job_id)       # local rank 0 of each node, after the preflight
+    ...train...
+    after = take_snapshot("after", run=job_id, steps=n, predicted_bytes_per_step=b)
+    # in a Ray Train worker: snapshot_ray_worker("before"), snapshot_ray_worker("after", steps=n, settings=s)
+    verdict = judge([before, after, ...], expect="efa")  # one row per node: bytes sent/received vs predicted
+
+Snapshots are JSON files (`write_snapshot`, `load_snapshots`); a bad file raises CounterFileError naming it. Pure
+standard library, like training.transport: the job and the CLI both import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = [
+    "PORT_COUNTERS", "SYSFS_ROOT", "DEV_ROOT", "FORMAT", "MIN_SHARE", "CounterFileError", "Snapshot", "NodeCounters",
+    "CounterVerdict", "take_snapshot", "write_snapshot", "load_snapshot", "load_snapshots", "is_counter_file",
+    "judge", "spool_dir", "snapshot_ray_worker", "read_spool", "predicted_bytes_per_step", "is_written_snapshot",
+]
+
+PORT_COUNTERS: tuple[str, ...] = (
+    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes", "recv_wrs",
+    "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes", "rdma_write_wrs",
+    "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts",
+    "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events",
+)
+"""The efa driver's per-port hardware counters (efa_verbs.c EFA_DEFINE_PORT_STATS); older drivers have a prefix."""
+_REQUIRED = ("tx_bytes", "rx_bytes")
+"""All bytes the device put on and took off the wire (efa_admin_basic_stats): what the verdict compares."""
+
+SYSFS_ROOT = Path("/sys/class/infiniband")
+DEV_ROOT = Path("/dev/infiniband")
+FORMAT = "ray-efa/efa-counters/1"
+MIN_SHARE = 0.10
+"""EFA expected: a node whose devices carried less than this share of the predicted bytes fails the gate."""
+_MOVED_BYTES = 64 << 20
+"""With no prediction, this many bytes each way count as "EFA carried traffic" (a training step sends far more)."""
+_AMAZON_VENDOR = "0x1d0f"
+_MAX_FILE_BYTES = 4 << 20
+
+
+class CounterFileError(ValueError):
+    """A counter snapshot file that cannot be used: unreadable, not JSON, or with wrong fields (exit 2)."""
+
+    def __init__(self, path: str | Path, message: str):
+        super().__init__(f"{path}: {message}")
+        self.filename = str(path)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Snapshot:
+    """One node's EFA counters at one moment."""
+
+    phase: str
+    """"before" or "after" training."""
+    run: str
+    """The job the snapshot belongs to (the Ray job id), so that one folder's snapshots of two runs are not mixed."""
+    host: str
+    node_ip: str | None
+    time_s: float
+    devices: dict[str, dict[str, dict[str, int]]]
+    """EFA device -> port -> counter -> value."""
+    guids: dict[str, str]
+    """EFA device -> node_guid, to tell a device of another node."""
+    uverbs: tuple[str, ...]
+    """/dev/infiniband/uverbs* in the pod: the EFA devices the pod was given (vpc.amazonaws.com/efa)."""
+    problems: tuple[str, ...] = ()
+    """What could not be read (a counter that is not a number, a device without hw_counters)."""
+    steps: int | None = None
+    """Optimizer steps between the before snapshot and this one (after only; None where not known)."""
+    predicted_bytes_per_step: float | None = None
+    """Bytes core.perf predicts each node sends (and receives) between nodes per step (after only)."""
+    source: str | None = None
+    """The file it was read from."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "phase": self.phase, "run": self.run, "host": self.host, "node_ip": self.node_ip,
+            "time_s": self.time_s, "devices": self.devices, "guids": self.guids, "uverbs": list(self.uverbs),
+            "problems": list(self.problems), "steps": self.steps, "predicted_bytes_per_step": self.predicted_bytes_per_step,
+        }
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _is_efa(device: Path, ports: Path) -> bool:
+    driver = device / "device" / "driver"
+    if driver.exists():
+        return os.path.basename(os.path.realpath(driver)) == "efa"
+    vendor = _read_text(device / "device" / "vendor")
+    if vendor is not None:
+        return vendor.lower() == _AMAZON_VENDOR
+    # No PCI link (a copied tree): the efa driver's own counter names decide.
+    return any((port / "hw_counters" / "rdma_read_resp_bytes").exists() for port in ports.glob("*"))
+
+
+def read_sysfs(root: Path = SYSFS_ROOT) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, str], list[str]]:
+    """(EFA device -> port -> counters, device -> node_guid, problems) from an infiniband sysfs tree."""
+    devices: dict[str, dict[str, dict[str, int]]] = {}
+    guids: dict[str, str] = {}
+    problems: list[str] = []
+    try:
+        entries = sorted(root.iterdir()) if root.is_dir() else []
+    except OSError as error:
+        return devices, guids, [f"cannot list {root}: {error.strerror or error}"]
+    for device in entries:
+        ports_dir = device / "ports"
+        if not _is_efa(device, ports_dir):
+            continue
+        guids[device.name] = _read_text(device / "node_guid") or ""
+        ports: dict[str, dict[str, int]] = {}
+        for port in sorted(ports_dir.glob("*")) if ports_dir.is_dir() else []:
+            counters: dict[str, int] = {}
+            hw = port / "hw_counters"
+            if not hw.is_dir():
+                problems.append(f"{device.name} port {port.name}: no hw_counters (efa driver without statistics?)")
+                continue
+            for name in PORT_COUNTERS:
+                text = _read_text(hw / name)
+                if text is None:
+                    continue  # counters an older driver or device lacks (rdma_write_* before RDMA write)
+                if not text.isdigit():
+                    problems.append(f"{device.name} port {port.name}: {name} is not a number: {text[:40]!r}")
+                    continue
+                counters[name] = int(text)
+            ports[port.name] = counters
+        devices[device.name] = ports
+    return devices, guids, problems
+
+
+def take_snapshot(
+    phase: str, *, run: str, root: Path = SYSFS_ROOT, dev_root: Path = DEV_ROOT, host: str | None = None,
+    node_ip: str | None = None, steps: int | None = None, predicted_bytes_per_step: float | None = None,
+) -> Snapshot:
+    """This node's EFA counters now. Never raises for what sysfs holds: problems are recorded in the snapshot."""
+    if phase not in ("before", "after"):
+        raise ValueError(f"phase must be 'before' or 'after', got {phase!r}")
+    devices, guids, problems = read_sysfs(Path(root))
+    try:
+        uverbs = tuple(sorted(p.name for p in Path(dev_root).glob("uverbs*")))
+    except OSError:
+        uverbs = ()
+    return Snapshot(
+        phase=phase, run=run, host=host or socket.gethostname().split(".")[0], node_ip=node_ip, time_s=time.time(),
+        devices=devices, guids=guids, uverbs=uverbs, problems=tuple(problems), steps=steps,
+        predicted_bytes_per_step=predicted_bytes_per_step,
+    )
+
+
+def write_snapshot(snapshot: Snapshot, directory: Path) -> Path:
+    """Write the snapshot as efa-counters-<host>-<phase>-<time>.json into `directory`; return the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-." else "_" for c in snapshot.host)
+    path = directory / f"efa-counters-{safe}-{snapshot.phase}-{int(snapshot.time_s * 1e6)}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(snapshot.to_json(), sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # a reader never sees half a file
+    return path
+
+
+def is_counter_file(path: str | Path) -> bool:
+    """A snapshot file by its name: efa-counters-*.json (what write_snapshot and the log collector write)."""
+    name = Path(path).name
+    return name.startswith("efa-counters-") and name.endswith(".json")
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Read one snapshot file; CounterFileError names the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > _MAX_FILE_BYTES:
+            raise CounterFileError(path, f"larger than {_MAX_FILE_BYTES >> 20} MiB: not a counter snapshot")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CounterFileError(path, f"cannot read: {error.strerror or error}") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        if isinstance(error, CounterFileError):
+            raise
+        raise CounterFileError(path, f"not JSON (cut short or not a counter snapshot): {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CounterFileError(path, f"not an EFA counter snapshot (no \"format\": \"{FORMAT}\")")
+    if data.get("phase") not in ("before", "after"):
+        raise CounterFileError(path, f"phase must be 'before' or 'after', got {data.get('phase')!r}")
+    for key in ("run", "host"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise CounterFileError(path, f"{key} must be a non-empty string, got {data.get(key)!r}")
+    stamp = data.get("time_s")
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+        raise CounterFileError(path, f"time_s must be a number, got {stamp!r}")
+    devices = data.get("devices")
+    if not isinstance(devices, dict):
+        raise CounterFileError(path, f"devices must be an object, got {type(devices).__name__}")
+    for device, ports in devices.items():
+        if not isinstance(ports, dict):
+            raise CounterFileError(path, f"devices.{device} must be an object of ports")
+        for port, counters in ports.items():
+            if not isinstance(counters, dict):
+                raise CounterFileError(path, f"devices.{device}.{port} must be an object of counters")
+            for name, value in counters.items():
+                if not _int(value):
+                    raise CounterFileError(path, f"counter {device}/{port}/{name} must be a whole number >= 0, got {value!r}")
+    steps, per_step = data.get("steps"), data.get("predicted_bytes_per_step")
+    if steps is not None and not _int(steps):
+        raise CounterFileError(path, f"steps must be a whole number >= 0 or null, got {steps!r}")
+    if per_step is not None and (isinstance(per_step, bool) or not isinstance(per_step, (int, float)) or per_step < 0):
+        raise CounterFileError(path, f"predicted_bytes_per_step must be a number >= 0 or null, got {per_step!r}")
+    guids, uverbs, problems = data.get("guids", {}), data.get("uverbs", []), data.get("problems", [])
+    if not (isinstance(guids, dict) and isinstance(uverbs, list) and isinstance(problems, list)):
+        raise CounterFileError(path, "guids must be an object, uverbs and problems lists")
+    return Snapshot(
+        phase=data["phase"], run=data["run"], host=data["host"], node_ip=data.get("node_ip") or None,
+        time_s=float(stamp), devices=devices, guids={str(k): str(v) for k, v in guids.items()},
+        uverbs=tuple(str(u) for u in uverbs), problems=tuple(str(p) for p in problems), steps=steps,
+        predicted_bytes_per_step=None if per_step is None else float(per_step), source=str(path),
+    )
+
+
+def load_snapshots(paths: Iterable[str | Path]) -> list[Snapshot]:
+    """Snapshots from files and folders (a folder: its efa-counters-*.json files). CounterFileError on a bad one."""
+    out: list[Snapshot] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if is_counter_file(p))
+            if not files:
+                raise CounterFileError(path, "holds no efa-counters-*.json snapshot")
+            out += [load_snapshot(p) for p in files]
+        else:
+            out.append(load_snapshot(path))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Judging
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeCounters:
+    """One node's EFA traffic during training, judged."""
+
+    host: str
+    run: str
+    devices: int
+    sent_bytes: int | None
+    received_bytes: int | None
+    predicted_bytes: float | None
+    """Per direction, for the steps between the snapshots (None: no prediction)."""
+    steps: int | None
+    status: str
+    """"pass", "LOW" (fail), "EFA moved" (fail: a TCP run), "no EFA device" (fail if EFA expected, else fine),
+    "moved" / "idle" (no prediction to compare), "no traffic predicted", "not judged" (IB expected), "superseded" (a
+    node of an attempt Ray Train restarted away from), or a named problem that can never pass: "incomplete", "reset",
+    "mismatch", "foreign"."""
+    detail: str
+    fails: bool = False
+    """The counters contradict the expected transport on this node."""
+    files: tuple[str, ...] = ()
+
+    @property
+    def share(self) -> float | None:
+        if not self.predicted_bytes or self.sent_bytes is None or self.received_bytes is None:
+            return None
+        return min(self.sent_bytes, self.received_bytes) / self.predicted_bytes
+
+
+_BAD = ("incomplete", "reset", "mismatch", "foreign")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CounterVerdict:
+    """The counters' side of the gate: one row per node; `exit_code` 0 proven, 1 contradicted, 3 nothing proven."""
+
+    expect: str
+    nodes: tuple[NodeCounters, ...]
+    exit_code: int
+    summary: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> tuple[NodeCounters, ...]:
+        return tuple(n for n in self.nodes if n.fails)
+
+    @property
+    def bad(self) -> tuple[NodeCounters, ...]:
+        return tuple(n for n in self.nodes if n.status in _BAD)
+
+    def render_table(self, width: int | None = None) -> str:
+        """One row per node; past `width` columns (an 80-column CI log) each node becomes a block of lines instead."""
+        import textwrap
+
+        header = ("NODE", "EFA", "SENT", "RECEIVED", "PREDICTED", "SHARE", "VERDICT")
+        rows = [header] + [(
+            n.host, str(n.devices), _bytes(n.sent_bytes), _bytes(n.received_bytes),
+            _bytes(n.predicted_bytes) + (f" ({n.steps} steps)" if n.predicted_bytes is not None and n.steps else ""),
+            "-" if n.share is None else f"{n.share:.0%}", n.status) for n in self.nodes]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        if width is not None and max(map(len, lines)) > width:
+            lines = []
+            for r in rows[1:]:
+                lines += [f"{r[0]}  {r[6]}", f"  EFA devices {r[1]}; sent {r[2]}; received {r[3]}",
+                          f"  predicted {r[4]}; share {r[5]}"]
+        wrap = max(20, width or 10**6)
+        for n in self.nodes:
+            if n.detail:
+                lines += textwrap.wrap(f"{n.host}: {n.detail}", width=wrap, initial_indent="  ",
+                                       subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+        return "\n".join(["EFA hardware counters during training (bytes per node, each way; EFA = devices):", *lines])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code, "summary": self.summary, "notes": list(self.notes),
+            "nodes": [{"host": n.host, "run": n.run, "efa_devices": n.devices, "sent_bytes": n.sent_bytes,
+                       "received_bytes": n.received_bytes, "predicted_bytes": n.predicted_bytes, "steps": n.steps,
+                       "share": n.share, "status": n.status, "fails": n.fails, "detail": n.detail, "files": list(n.files)}
+                      for n in self.nodes],
+        }
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{int(value)} B"
+
+
+def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], expect: str,
+          predicted_override: float | None, log_hosts: frozenset[str]) -> NodeCounters:
+    files = tuple(s.source or "" for s in befores + afters)
+
+    def row(status: str, detail: str, **kw: Any) -> NodeCounters:
+        base: dict[str, Any] = {"devices": 0, "sent_bytes": None, "received_bytes": None, "predicted_bytes": None,
+                                "steps": None}
+        fails = status in ("LOW", "EFA moved") or (status == "no EFA device" and expect == "efa")
+        return NodeCounters(host=host, run=run, status=status, detail=detail, files=files, fails=fails, **{**base, **kw})
+
+    if log_hosts and host not in log_hosts:
+        return row("foreign", f"no NCCL process of the logs ran on host {host} (logs name {', '.join(sorted(log_hosts)[:4])}): "
+                   "these counters are of another node or job")
+    if not afters:
+        return row("incomplete", "a 'before' snapshot without an 'after' one (training did not end, or the file is missing)")
+    after = max(afters, key=lambda s: s.time_s)
+    earlier = [b for b in befores if b.time_s <= after.time_s]
+    if not earlier:
+        return row("incomplete", "an 'after' snapshot without an earlier 'before' one")
+    before = max(earlier, key=lambda b: b.time_s)
+    if not after.devices and not before.devices:
+        pod = "the node has no EFA device in /sys/class/infiniband (an instance without EFA, or the efa driver not loaded)"
+        if expect == "efa":
+            return row("no EFA device", f"EFA expected, but {pod}")
+        return row("no EFA device", pod)
+    if expect == "efa" and not after.uverbs:
+        return row("no EFA device", "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
+                   "request vpc.amazonaws.com/efa", devices=len(after.devices))
+    count = {"devices": len(after.devices)}
+    if set(before.devices) != set(after.devices) or any(before.guids.get(d) != after.guids.get(d) for d in after.devices):
+        return row("mismatch", f"the before and after snapshots are of different devices ({sorted(before.devices)} "
+                   f"vs {sorted(after.devices)}, by name and node_guid): from another node?", **count)
+    sent = received = 0
+    for device, ports in after.devices.items():
+        for port, counters in ports.items():
+            old = before.devices[device].get(port)
+            if old is None:
+                return row("mismatch", f"port {port} of {device} is only in the after snapshot", **count)
+            for name in _REQUIRED:
+                if name not in counters or name not in old:
+                    return row("incomplete", f"{device} port {port} has no {name} in the "
+                               f"{'after' if name not in counters else 'before'} snapshot "
+                               f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})", **count)
+            for name, value in counters.items():
+                if name in old and value < old[name]:
+                    return row("reset", f"{device} port {port} {name} went down ({old[name]} -> {value}): the device "
+                               "was reset between the snapshots, so its counts say nothing", **count)
+            sent += counters["tx_bytes"] - old["tx_bytes"]
+            received += counters["rx_bytes"] - old["rx_bytes"]
+    steps = after.steps
+    predicted = predicted_override
+    if predicted is None and steps is not None and after.predicted_bytes_per_step is not None:
+        predicted = steps * after.predicted_bytes_per_step
+    seen = {"devices": len(after.devices), "sent_bytes": sent, "received_bytes": received, "predicted_bytes": predicted,
+            "steps": steps}
+    least = min(sent, received)
+    if expect == "ib":
+        return row("not judged", "InfiniBand expected: EFA counters are not its witness", **seen)
+    if predicted is not None and predicted <= 0:
+        moved = least >= _MOVED_BYTES
+        return row("EFA moved" if moved and expect == "socket" else "no traffic predicted",
+                   "no traffic between nodes was predicted (one node)" + (", yet EFA carried traffic" if moved else ""),
+                   **seen)
+    if expect == "efa":
+        if predicted is None:
+            if least >= _MOVED_BYTES:
+                return row("moved", "EFA carried traffic; no prediction to compare with (the train function's "
+                           "traffic is not modelled), so this supports the logs but proves no amount", **seen)
+            return row("idle", f"EFA carried {_bytes(least)} at most each way and no prediction says how much it should "
+                       "have: if the function sent tensors between nodes, they went another way", **seen)
+        if least < MIN_SHARE * predicted:
+            return row("LOW", f"EFA carried {least / predicted:.1%} of the {_bytes(predicted)} predicted each way for "
+                       f"{steps} steps (under {MIN_SHARE:.0%}): NCCL's traffic between nodes went another way (TCP?)",
+                       **seen)
+        return row("pass", "", **seen)
+    # socket expected (the TCP comparison run): EFA should carry next to nothing
+    threshold = MIN_SHARE * predicted if predicted is not None else None
+    if threshold is not None and least >= threshold:
+        return row("EFA moved", f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
+                   "comparison run's NCCL_NET=Socket was not applied", **seen)
+    return row("pass" if threshold is not None else ("moved" if least >= _MOVED_BYTES else "idle"),
+               "" if threshold is not None or least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no "
+               "prediction to say how much is too much)", **seen)
+
+
+def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes: float | None = None,
+          log_hosts: Iterable[str] = (), hosts: int | None = None) -> CounterVerdict:
+    """Judge snapshots (any order, any nodes) against the expected transport.
+
+    `predicted_bytes` overrides each node's predicted bytes per direction (else steps x predicted_bytes_per_step of
+    its after snapshot); `log_hosts` are the host names of the NCCL logs (a snapshot of another host is named
+    "foreign"); `hosts` is the job's host count, if known (counters alone prove EFA only on every one of them).
+    """
+    groups: dict[tuple[str, str], tuple[list[Snapshot], list[Snapshot]]] = {}
+    for s in snapshots:
+        pair = groups.setdefault((s.run, s.host.split(".")[0]), ([], []))
+        pair[0 if s.phase == "before" else 1].append(s)
+    names = frozenset(h.split(".")[0] for h in log_hosts)
+    nodes = tuple(_node(host, run, b, a, expect, predicted_bytes, names) for (run, host), (b, a) in sorted(groups.items()))
+    # Ray Train restarted the run (FailureConfig): a node of a failed attempt that the last attempt did not use has a
+    # before snapshot and no after one. Older than every finished node's before snapshot, it is that attempt's.
+    finished = [max(b, key=lambda x: x.time_s).time_s for (_, _), (b, a) in groups.items() if a and b]
+    nodes = tuple(
+        replace(n, status="superseded", detail="a before snapshot of an attempt that did not finish (Ray Train "
+                "restarted the run on other nodes): not judged")
+        if n.status == "incomplete" and not groups[(n.run, n.host)][1] and finished
+        and max(x.time_s for x in groups[(n.run, n.host)][0]) < min(finished) else n
+        for n in nodes)
+    notes: list[str] = []
+    runs = sorted({n.run for n in nodes})
+    if len(runs) > 1:
+        notes.append(f"snapshots of {len(runs)} runs ({', '.join(runs[:3])}): each is judged apart, and none proves the others")
+    failed = [n for n in nodes if n.fails]
+    bad = [n for n in nodes if n.status in _BAD]
+    if not nodes:
+        return CounterVerdict(expect=expect, nodes=(), exit_code=3, summary="no EFA counter snapshots", notes=tuple(notes))
+    if failed:
+        first = failed[0]
+        return CounterVerdict(expect=expect, nodes=nodes, exit_code=1, notes=tuple(notes), summary=(
+            f"EFA counters contradict: {len(failed)} of {len(nodes)} nodes ({', '.join(n.host for n in failed[:4])}): "
+            f"{first.detail}"))
+    passed = [n for n in nodes if n.status == "pass"]
+    needed = max(hosts or 0, 2)
+    if passed and not bad and len(runs) == 1 and all(n.status in ("pass", "superseded") for n in nodes) \
+            and len(passed) >= needed \
+            and expect == "efa":
+        total = sum(n.sent_bytes or 0 for n in passed)
+        return CounterVerdict(expect=expect, nodes=nodes, exit_code=0, notes=tuple(notes), summary=(
+            f"EFA counters prove it: all {len(passed)} nodes sent and received at least {MIN_SHARE:.0%} of the predicted "
+            f"bytes over EFA ({_bytes(total)} sent in all)"))
+    why = (f"{bad[0].host}: {bad[0].status}: {bad[0].detail}" if bad else
+           f"counters of {len(passed)} node(s) match the prediction, {needed} needed" if passed and expect == "efa" else
+           "the counters neither confirm nor contradict: " + ", ".join(sorted({n.status for n in nodes})))
+    return CounterVerdict(expect=expect, nodes=nodes, exit_code=3, notes=tuple(notes), summary=f"EFA counters prove nothing ({why})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# In the job: a node-local spool the log collector reads
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def spool_dir(run: str) -> Path:
+    """Where a node's snapshots of run `run` wait for the driver's collector (node-local temp, per job)."""
+    safe = "".join(c if c.isalnum() else "_" for c in run) or "run"
+    return Path(os.environ.get("RAY_EFA_COUNTERS_DIR") or Path(tempfile.gettempdir()) / "ray-efa-counters") / safe
+
+
+def read_spool(run: str, max_files: int = 64) -> list[tuple[str, str]]:
+    """(file name, text) of this node's spooled snapshots of `run`, newest last; for the driver's collector task."""
+    folder = spool_dir(run)
+    try:
+        files = sorted((p for p in folder.iterdir() if is_counter_file(p)), key=lambda p: p.name)[-max_files:]
+    except OSError:
+        return []
+    out = []
+    for path in files:
+        try:
+            if path.stat().st_size <= _MAX_FILE_BYTES:
+                out.append((path.name, path.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    return out
+
+
+def predicted_bytes_per_step(settings: Any) -> float:
+    """Bytes each node sends (and receives) between nodes per optimizer step, from core.perf's collectives of what the
+    job runs (core.strategy.choose: auto sharding and reduction dtype resolved)."""
+    from ray_efa.core.strategy import choose
+
+    return sum(c.wire_gb * 1e9 for c in choose(settings).prediction.collectives if c.link == "inter")
+
+
+def snapshot_ray_worker(phase: str, *, steps: int | None = None, settings: Any = None) -> Path | None:
+    """The hook of a Ray Train worker: local rank 0 of each node spools a snapshot of its node's EFA counters; other
+    ranks, and runs whose process group is not NCCL (the local gloo run), do nothing. With `settings` and `steps` the
+    after snapshot carries core.perf's predicted bytes, so that the gate can compare; without, the prediction is
+    unknown (a user's own train function) and the counters only support the logs. Never raises."""
+    try:
+        import ray
+        import ray.train
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend())):
+            return None
+        if ray.train.get_context().get_local_rank() != 0:
+            return None
+        run, ip = ray.get_runtime_context().get_job_id(), ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - not in a Ray Train worker: nothing to snapshot for the gate
+        return None
+    per_step = None
+    if settings is not None and steps is not None:
+        try:
+            per_step = predicted_bytes_per_step(settings)
+        except Exception:  # noqa: BLE001 - no prediction is an honest "unknown", not a failure
+            per_step = None
+    try:
+        snap = take_snapshot(phase, run=run, node_ip=ip, steps=steps, predicted_bytes_per_step=per_step,
+                             root=Path(os.environ.get("RAY_EFA_SYSFS_ROOT") or SYSFS_ROOT))
+        return write_snapshot(snap, spool_dir(run))
+    except Exception as error:  # noqa: BLE001 - a failed snapshot is a missing witness, which the gate names
+        print(f"efa counters: could not snapshot ({phase}): {error}", flush=True)
+        return None
+
+
+def is_written_snapshot(path: Path) -> bool:
+    """A snapshot file this module wrote (its name and format), so that a later run may replace it."""
+    if not (is_counter_file(path) and path.is_file()):
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(_MAX_FILE_BYTES + 1)
+        return len(head) <= _MAX_FILE_BYTES and json.loads(head).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ray_efa.training.efa_counters snapshot --phase before|after --out DIR [...]`: one node's snapshot
+    from a shell, for jobs that do not run this project's driver (torchrun, a PyTorchJob, HyperPod): run it once per
+    node before and after training, then `ray-efa check-transport --counters DIR LOG...`."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.efa_counters", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    snap = sub.add_parser("snapshot", help="write this node's EFA counters to DIR")
+    snap.add_argument("--phase", choices=("before", "after"), required=True)
+    snap.add_argument("--out", type=Path, required=True, help="folder to write efa-counters-<host>-<phase>-<time>.json in")
+    snap.add_argument("--run", default=os.environ.get("RAY_EFA_RUN", "run"),
+                      help="a name shared by the job's snapshots (default $RAY_EFA_RUN or 'run')")
+    snap.add_argument("--steps", type=int, help="after: optimizer steps since the before snapshot")
+    snap.add_argument("--predicted-bytes-per-step", type=float,
+                      help="after: bytes each node sends (and receives) between nodes per step")
+    snap.add_argument("--sysfs-root", type=Path, default=SYSFS_ROOT)
+    snap.add_argument("--dev-root", type=Path, default=DEV_ROOT, help="where the pod's uverbs device files are")
+    args = parser.parse_args(argv)
+    for name in ("steps", "predicted_bytes_per_step"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            print(f"{parser.prog}: --{name.replace('_', '-')} must be >= 0, got {value!r}", file=sys.stderr)
+            return 2
+    try:
+        path = write_snapshot(take_snapshot(args.phase, run=args.run, root=args.sysfs_root, dev_root=args.dev_root, steps=args.steps,
+                                            predicted_bytes_per_step=args.predicted_bytes_per_step), args.out)
+    except OSError as error:
+        print(f"{parser.prog}: cannot write to {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
