@@ -7,7 +7,8 @@ is the true step time without a sync on every step. Keys are namespaced the torc
 (`throughput/...`, `memory/...`) and the same dict goes to `ray.train.report` and to the progress line.
 
 MFU = achieved FLOP/s per device / the device's dense bf16 peak (core.catalog), with FLOPs per token from
-core.models (6N + 12 * layers * hidden * seq). CPUs and GPUs the catalog does not know report no MFU.
+core.models (6N + 12 * layers * hidden * seq), and beside it under the causal convention (6N + 6 * layers * hidden *
+seq, core.perf.flops_per_token_causal). CPUs and GPUs the catalog does not know report no MFU.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Throughput:
     """Training FLOPs per token (forward + backward)."""
     peak_flops_per_s: float | None
     """Dense bf16 peak of one device, FLOP/s; None: no MFU."""
+    flops_per_token_causal: float | None = None
+    """The same with causal attention counted at half (6N + 6 L d S): MFU under that convention too."""
 
 
 def peak_flops_per_s(device: torch.device) -> float | None:
@@ -108,6 +111,8 @@ class Meter:
         rates = {"throughput/tokens_per_s": per_device * t.world_size, "throughput/tokens_per_s_per_device": per_device}
         if t.peak_flops_per_s:
             rates["throughput/mfu_pct"] = 100.0 * per_device * t.flops_per_token / t.peak_flops_per_s
+            if t.flops_per_token_causal:
+                rates["throughput/mfu_causal_pct"] = 100.0 * per_device * t.flops_per_token_causal / t.peak_flops_per_s
         return rates
 
     def summary(self) -> dict[str, float | str]:
@@ -153,7 +158,8 @@ def format_line(metrics: dict[str, float], total_steps: int) -> str:
         f"{metrics['throughput/tokens_per_s']:,.0f} tok/s ({metrics['throughput/tokens_per_s_per_device']:,.0f}/device)",
     ]
     if "throughput/mfu_pct" in metrics:
-        parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%")
+        causal = metrics.get("throughput/mfu_causal_pct")
+        parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%" + (f" (causal {causal:.1f}%)" if causal else ""))
     parts += [_memory_text(metrics), f"ETA {_duration(metrics['time/eta_s'])}"]
     return " | ".join(parts)
 
@@ -166,8 +172,10 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
         ("loss", f"{summary['first_loss']:.4f} (step {int(summary['first_step'])}) -> {summary['final_loss']:.4f}"),
         ("step time", f"{summary['time/step_s'] * 1000:.1f} ms (steady state)"),
         ("tokens/s", f"{summary['throughput/tokens_per_s']:,.0f} ({summary['throughput/tokens_per_s_per_device']:,.0f} per device)"),
-        ("MFU", f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak" if "throughput/mfu_pct" in summary
-                else f"n/a ({summary['device']}: no bf16 peak in the catalog)"),
+        ("MFU", f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak (6N + 12 L d S)"
+                + (f", {summary['throughput/mfu_causal_pct']:.1f}% causal (6N + 6 L d S)"
+                   if "throughput/mfu_causal_pct" in summary else "")
+                if "throughput/mfu_pct" in summary else f"n/a ({summary['device']}: no bf16 peak in the catalog)"),
     ]
     if "memory/peak_allocated_gib" in summary:
         rows.append(("peak memory", f"{summary['memory/peak_allocated_gib']:.2f} GiB allocated, "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Settings, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters
 from ray_efa.training.data import TokenBatches
@@ -197,6 +198,7 @@ def train_func(config: dict) -> dict:
         throughput=Throughput(
             tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
             flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+            flops_per_token_causal=flops_per_token_causal(t.preset, t.seq_len),
         ),
         total_steps=t.steps, start_step=start, device=device,
     )
