@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.cuda import nccl  # not imported by `import torch`
 
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
@@ -45,12 +46,12 @@ def matmul_tflops(n: int = 8192, repeats: int = 50) -> float:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(5):
-        a @ b
+        _ = a @ b
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(repeats):
-        a @ b
+        _ = a @ b
     end.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1e3 / repeats
@@ -71,7 +72,8 @@ def run_shape(model, optimizer, preset, micro_batch: int, seq_len: int, accumula
     torch.cuda.reset_peak_memory_stats()
     events = []
     losses = []
-    wall_start = None
+    wall_start = time.perf_counter()  # reset when the timed steps begin
+    loss = torch.zeros((), device=device)  # each step's last micro-batch loss (accumulation >= 1)
     for step in range(1, warmup + steps + 1):
         if step == warmup + 1:
             torch.cuda.synchronize()
@@ -115,7 +117,7 @@ def run_shape(model, optimizer, preset, micro_batch: int, seq_len: int, accumula
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="qwen2.5-1.5b")
     parser.add_argument("--shapes", default="2x2048,2x2048x4,4x2048,8x2048,4x4096,8x4096")
@@ -132,13 +134,14 @@ def main() -> int:
     torch._dynamo.config.cache_size_limit = 64
     torch._dynamo.config.accumulated_cache_size_limit = 512
 
-    store = dist.FileStore("/tmp/calibrate-pg-store", 1)
+    # FileStore comes from torch's C extension and is not re-exported as a typed name, although it is public API.
+    store = dist.FileStore("/tmp/calibrate-pg-store", 1)  # pyright: ignore[reportPrivateImportUsage]
     dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=torch.device("cuda", 0))
     torch.cuda.set_device(0)
     preset = model_preset(args.model)
     device = torch.device("cuda")
     header = {
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, nccl.version())),
         "cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "model": args.model,
         "compile": not args.no_compile, "matmul_bf16_tflops": round(matmul_tflops(), 1),
     }

@@ -44,7 +44,7 @@ def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:
                   total_steps=t.steps, start_step=0, device=device)
     model.train()
     for step in range(1, t.steps + 1):
-        loss = train_step(model, optimizer, data.batch(step), lr=learning_rate(step, t), grad_clip=t.grad_clip, device=device)
+        loss, _ = train_step(model, optimizer, data.batch(step), lr=learning_rate(step, t), grad_clip=t.grad_clip, device=device)
         if step == 1 or step % t.report_every == 0 or step == t.steps:
             mean = loss.detach().float().clone()
             dist.all_reduce(mean)

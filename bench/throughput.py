@@ -110,10 +110,17 @@ def _trainer(loop, settings: Settings, world: int, name: str, gpu: bool):
     )
 
 
+def _summary(result) -> dict:
+    """The summary a train function returned, from the trainer's Result (return_value is None when it returned none)."""
+    if result.return_value is None:
+        raise RuntimeError("the train function returned no summary")
+    return result.return_value["summary"]
+
+
 def run_project(settings: Settings, world: int, name: str, gpu: bool) -> dict:
     from ray_efa.training.train import train_func
 
-    return _trainer(train_func, settings, world, name, gpu).fit().return_value["summary"]
+    return _summary(_trainer(train_func, settings, world, name, gpu).fit())
 
 
 def aws_sample_loop(config: dict) -> dict:
@@ -134,7 +141,8 @@ def aws_sample_loop(config: dict) -> dict:
     context = ray.train.get_context()
     device = ray.train.torch.get_device()
     torch.manual_seed(t.seed)
-    model = Qwen2ForCausalLM(qwen2_config(t.preset)).to(torch.bfloat16)
+    # functools.wraps on PreTrainedModel.to: pyright reads the dtype as `self` (see training/model.py).
+    model = Qwen2ForCausalLM(qwen2_config(t.preset)).to(torch.bfloat16)  # pyright: ignore[reportArgumentType]
     model = ray.train.torch.prepare_model(
         model, parallel_strategy="fsdp",
         parallel_strategy_kwargs={"auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))},
@@ -159,7 +167,7 @@ def aws_sample_loop(config: dict) -> dict:
 
 
 def run_aws_sample(settings: Settings, world: int, name: str, gpu: bool) -> dict:
-    return _trainer(aws_sample_loop, settings, world, name, gpu).fit().return_value["summary"]
+    return _summary(_trainer(aws_sample_loop, settings, world, name, gpu).fit())
 
 
 def run_reference(settings: Settings, world: int, out: Path, gpu: bool) -> dict:
@@ -197,7 +205,7 @@ def _sweep_ratios(results: dict[str, dict]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--runs", default="project,reference,eager,aws_sample")
@@ -211,6 +219,7 @@ def main() -> int:
 
     import ray
     import torch
+    import torch.cuda.nccl  # not imported by `import torch`; used for the NCCL version
 
     gpu = not args.cpu
     world = torch.cuda.device_count() if gpu else 2
@@ -248,7 +257,7 @@ def main() -> int:
             started = time.time()
             try:
                 summary = runner(run_settings)
-                summary = summary.return_value["summary"] if hasattr(summary, "return_value") else summary
+                summary = _summary(summary) if hasattr(summary, "return_value") else summary
             except Exception as error:  # one failed run must not hide the others' numbers
                 line = {"run": label, "batch": run_settings.training.micro_batch,
                         "error": f"{type(error).__name__}: {error}"[:2000]}

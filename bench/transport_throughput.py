@@ -165,7 +165,7 @@ def bench_heap(mb: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--gb", type=float, default=2.0, help="GB of log per stream run (default 2)")
     parser.add_argument("--file-mb", type=int, default=400, help="MB of the temporary log file (default 400)")
     parser.add_argument("--tracemalloc-mb", type=int, default=50, help="MB streamed under tracemalloc (default 50)")

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "check-transport": "check_transport",
     "compare": "compare",
     "calibrate": "calibrate",
+    "report": "report",
     "capacity": "capacity",
     "verify": "verify",
     "whoami": "whoami",
@@ -30,7 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ray-efa", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ray-efa", description=(__doc__ or "").partition("\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
         importlib.import_module(f"ray_efa.cli.{module}").register(subparsers.add_parser, name)

@@ -7,7 +7,8 @@ import importlib.util
 import json
 import math
 import sys
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
 from ray_efa.core.settings import SettingsError
@@ -20,7 +21,8 @@ JSON_DIGITS = 6
 """Significant digits of the floats in --json output (settings values keep theirs)."""
 
 EXIT_NOT_INSTALLED = 4
-"""A command that needs an extra that is not installed (`ray-efa train` without torch)."""
+"""A command that needs an extra that is not installed (`ray-efa train` without torch, `ray-efa report` without
+matplotlib)."""
 
 TRAIN_EXTRA_MODULES = ("torch", "ray", "transformers")
 """What `pip install 'ray-efa-stack[train]'` adds to the base install (which has the constructs, manifests and CLI)."""
@@ -96,6 +98,25 @@ def resolve_or_exit(
                 {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
         print(f"ray-efa: {error}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+PLOTS_EXTRA_MODULES = ("matplotlib",)
+"""What `pip install 'ray-efa-stack[plots]'` adds: the charts of `report`, `plan --plot` and `compare --plot`."""
+
+
+def missing_plots_extra(command: str) -> int | None:
+    """None when matplotlib imports; else say how to install it and return EXIT_NOT_INSTALLED."""
+    missing = []
+    for name in PLOTS_EXTRA_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if not missing:
+        return None
+    print(f"ray-efa {command}: the charts need {', '.join(missing)}, which this install lacks: "
+          "pip install 'ray-efa-stack[plots]'", file=sys.stderr)
+    return EXIT_NOT_INSTALLED
 
 
 def missing_train_extra(command: str) -> int | None:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     count = settings.nodes.gpu_node_count if args.count is None else args.count
 
     problems = []
+    instance = None
     if not regions.is_valid_region(region):
         problems.append({"key": "--region", "value": region, "message": "must be a region name like us-east-2"})
     try:
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         problems.append({"key": "--region", "value": region, "message": (
             f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "
             "in the region the stack deploys to (set the region setting first)")})
-    if problems:
+    if problems or instance is None:  # no instance means a problem was recorded for it
         return _fail(args, "invalid arguments", problems, EXIT_USAGE)
 
     import boto3
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from ray_efa.ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
 
     request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe)
-    session = boto3.session.Session(region_name=region)
+    session = boto3.Session(region_name=region)
     progress = Console(stderr=True)
     try:
         with progress.status(f"checking capacity for {count} x {instance_type} in {region}") as spinner:

@@ -34,7 +34,7 @@ def register(add_parser, name: str) -> None:
     p = add_parser(
         name,
         help="prove from NCCL logs that collectives crossed nodes over EFA (exit 0), or not (1), or nothing (3)",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
     )
     p.add_argument("--expect", choices=EXPECTS, default="efa",
                    help="transport the logs must show between nodes (default: efa)")

@@ -3,7 +3,7 @@
 Feed it the driver output of both RayJobs (`kubectl -n ray logs job/<submitter of train-efa>` and of train-tcp, or
 `ray job logs`); it finds each run's RAY_EFA_RUN_SUMMARY line. Exit 0 with the ratio; 2 when a run is missing, a
 summary lacks a field or has no throughput, a log cannot be read, or the runs ran on different hardware or host
-counts (unless --allow-different-hardware).
+counts (unless --allow-different-hardware) or the --plot file may not be written; 4 --plot without matplotlib.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_json_option, fail, print_json
+from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json
 
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="driver logs holding both runs' summaries")
     p.add_argument("--allow-different-hardware", action="store_true",
                    help="compare runs on different instance types, devices or host counts (the ratio is then not "
                    "the transport's alone)")
+    p.add_argument("--plot", type=Path, metavar="FILE",
+                   help="also draw EFA against TCP (tokens/s and step time as bars, with the ratio) into this PNG")
     add_json_option(p)
     p.set_defaults(run=run)
 
@@ -38,6 +40,16 @@ def _unreadable(paths: list[Path]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from ray_efa.ops.compare import CompareError, compare_logs
 
+    if args.plot is not None:
+        if (code := missing_plots_extra("compare")) is not None:
+            return code
+        from ray_efa.core.output_dir import OutputDirError, check_output_file
+        from ray_efa.ops.plots import is_ray_efa_png
+
+        try:
+            check_output_file(args.plot, is_ours=is_ray_efa_png)
+        except OutputDirError as error:
+            return fail(args, "compare", f"--plot: {error}")
     problem = _unreadable(args.logs)
     if problem:
         return fail(args, "compare", problem)
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                                      f"{error.strerror or error}")
     if args.json:
         print_json(comparison.as_dict())
-        return 0
+        return _plot(args, comparison)
     from rich.console import Console
     from rich.table import Table
 
@@ -65,4 +77,22 @@ def run(args: argparse.Namespace) -> int:
         print("ray-efa compare: warning: the runs used different hardware (--allow-different-hardware); the ratio "
               "is not the transport's alone", file=sys.stderr)
     console.print(f"EFA runs the job [bold]{comparison.ratio:.2f}x[/bold] as fast as TCP")
+    return _plot(args, comparison)
+
+
+def _plot(args: argparse.Namespace, comparison) -> int:
+    """Draw --plot (nothing without it); 0, or 2 when the file cannot be written."""
+    if args.plot is None:
+        return 0
+    from ray_efa.core.output_dir import OutputDirError, publish_file
+    from ray_efa.ops.plots import comparison_chart, is_ray_efa_png, png_bytes
+
+    try:
+        path = publish_file(args.plot, png_bytes(comparison_chart(comparison.as_dict()), command="compare --plot"),
+                            is_ours=is_ray_efa_png)
+    except OutputDirError as error:
+        return fail(args, "compare", f"--plot: {error}")
+    except OSError as error:
+        return fail(args, "compare", f"--plot: cannot write {args.plot}: {error.strerror or error}")
+    print(f"comparison chart: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

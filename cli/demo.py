@@ -5,9 +5,11 @@
 3. manifests  the KubeRay Namespace, RayCluster and RayJobs as YAML, into dist/
 4. train      the FSDP train function on an embedded Ray cluster (2 CPU workers, gloo, the tiny preset), then the
               NCCL transport verdict on what those workers logged
+5. report     the local run's charts and HTML page (`ray-efa report` of its run folder), into reports/demo/
 `-c key=value` changes the settings of steps 1-3 (as with `cdk -c`); step 4 always uses the local preset on top.
---cdk-out and --dist follow the safe-output rule of core.output_dir: both are checked before step 1, and a folder
-holding files ray-efa did not write is refused (exit 2; a cloud assembly `cdk synth` wrote counts as the CDK's own).
+--cdk-out, --dist and --report follow the safe-output rule of core.output_dir: all are checked before step 1, and a
+folder holding files ray-efa did not write is refused (exit 2; a cloud assembly `cdk synth` wrote counts as the CDK's
+own).
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ import argparse
 import time
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, fail, missing_train_extra, resolve_or_exit
+from ray_efa.cli._common import add_context_option, fail, missing_plots_extra, missing_train_extra, resolve_or_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
-                   description=__doc__.splitlines()[0])
+                   description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")
     p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)")
+    p.add_argument("--report", type=Path, default=ROOT / "reports" / "demo",
+                   help="where the local run's report goes: a folder of its own (default: reports/demo)")
     add_context_option(p)
     p.set_defaults(run=run)
 
@@ -66,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from ray_efa.core.output_dir import OutputDirError, check_output_dir
     from ray_efa.ops.plan import build_plan, render_plan
 
-    from ray_efa.core.output_dir import OutputDirError, check_output_dir
-
-    if (code := missing_train_extra("demo")) is not None:  # step 4 trains: say so before steps 1-3 take a minute
+    # steps 4 and 5 train and draw: say what is missing before steps 1-3 take a minute
+    if (code := missing_train_extra("demo") or missing_plots_extra("demo")) is not None:
         return code
     console = Console()
     # every settings problem at once (a plan that cannot fit included: the synth would refuse it), exit 2, before
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # both output folders before any step: a refused folder must not cost a synthesis
         check_output_dir(args.cdk_out, accept=is_cloud_assembly_entry)
         check_output_dir(args.dist)
+        check_output_dir(args.report)
     except OutputDirError as error:
         return fail(args, "demo", str(error))
     results: list[tuple[str, str, float]] = []
@@ -88,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
         console.rule(f"[bold]{title}")
         return time.perf_counter()
 
-    started = step("1/4 plan: what `cdk deploy` would build")
+    started = step("1/5 plan: what `cdk deploy` would build")
     plan = build_plan(resolved)
     render_plan(plan, console)
     results.append(("plan", "fits GPU memory" if plan.fits else "does NOT fit GPU memory", time.perf_counter() - started))
 
-    started = step("2/4 synth: both CDK stacks, with cdk-nag")
+    started = step("2/5 synth: both CDK stacks, with cdk-nag")
     with console.status("synthesizing (jsii starts node; a few seconds)"):
         stacks = _synth(settings, args.cdk_out)
     for name, resources in stacks:
@@ -101,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     console.print("  cdk-nag AwsSolutions: no unacknowledged findings")
     results.append(("synth", ", ".join(f"{n} ({r})" for n, r in stacks), time.perf_counter() - started))
 
-    started = step("3/4 manifests: the KubeRay workload as YAML")
+    started = step("3/5 manifests: the KubeRay workload as YAML")
     from ray_efa.k8s.dist import storage_warning, write_manifests
 
     files = write_manifests(settings, args.dist)
@@ -111,13 +116,18 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  [yellow]note:[/yellow] {warning}")
     results.append(("manifests", f"{len(files)} files in {args.dist}", time.perf_counter() - started))
 
-    started = step("4/4 train: FSDP on an embedded Ray cluster (2 CPU workers), then the transport gate")
+    started = step("4/5 train: FSDP on an embedded Ray cluster (2 CPU workers), then the transport gate")
     from ray_efa.training import driver
     from ray_efa.training.local import LOCAL_PRESET
 
     local = resolve_or_exit(args, extra_layers=[("--local preset", LOCAL_PRESET)]).settings
-    code = driver.run(local, local=True)
+    name = driver.default_run_name(local, local=True)
+    code = driver.run(local, local=True, name=name)
     results.append(("train + gate", "ok (the gate cannot prove EFA on CPU: see above)" if code == 0 else f"exit {code}",
+                    time.perf_counter() - started))
+
+    started = step("5/5 report: the local run's charts and HTML page")
+    results.append(("report", _report(driver.open_run_folder(local, name), args.report, console),
                     time.perf_counter() - started))
 
     table = Table(title="ray-efa demo")
@@ -129,3 +139,25 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"Next: [bold]npx cdk deploy --all[/bold] (USD {plan.cost.total:.2f}/h), then "
                   f"[bold]{settings.teardown_commands[0]}[/bold] first when done.")
     return code if plan.fits else 1
+
+
+def _report(folder, out: Path, console) -> str:
+    """`ray-efa report` of the local run's folder into `out`; the result cell of the summary table."""
+    from ray_efa.core.output_dir import OutputDirError
+    from ray_efa.ops.report import ReportError, read_run, write_report
+
+    if folder is None:
+        return "no run folder to report"
+    try:
+        records = read_run(folder.uri)
+        files = write_report(records, out)
+    except (ReportError, OutputDirError, OSError) as error:
+        console.print(f"  [yellow]no report:[/yellow] {error}", highlight=False)
+        return "no report (see above)"
+    for note in records.notes:
+        console.print(f"  note: {note}", highlight=False)
+    index = next(p for p in files if p.name == "index.html")
+    console.print(f"  {len(files) - 1} charts and {index}", highlight=False)
+    console.print(f"  [bold]open {index}[/bold] (a cluster run's: ray-efa report <storagePath>/<run name>)",
+                  highlight=False)
+    return str(index)

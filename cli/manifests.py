@@ -18,7 +18,7 @@ EXIT_FAILED = 1
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("dist"),
                    help="output folder: new, empty, or written by ray-efa before; only its own files are replaced "
                    "(default: dist)")

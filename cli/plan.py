@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, add_json_option, print_json, resolve_or_exit
+from ray_efa.cli._common import (
+    add_context_option,
+    add_json_option,
+    fail,
+    missing_plots_extra,
+    print_json,
+    resolve_or_exit,
+)
+
+
+def _node_count(text: str) -> int:
+    from ray_efa.ops.scaling import MAX_NODES
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"must be a whole number between 1 and {MAX_NODES}, got {text!r}")
+    return value
 
 
 def register(add_parser, name: str) -> None:
@@ -13,24 +33,31 @@ def register(add_parser, name: str) -> None:
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
         "memory per GPU, predicted step time on EFA and TCP, USD per hour, teardown order",
-        description=__doc__ + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings.",
+        description=(__doc__ or "") + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings or a "
+        "--plot file that may not be written, 4 for --plot without matplotlib.",
     )
     add_context_option(p)
     add_json_option(p)
     p.add_argument("--calibration", type=Path, metavar="LOG",
                    help="predict with the constants fitted to a finished run on the same instance type "
                         "(its driver log or summary JSON; see `ray-efa calibrate`)")
+    p.add_argument("--plot", type=Path, metavar="FILE",
+                   help="also draw the predicted scaling curve (tokens/s and USD per million tokens against node "
+                   "count, each strategy on EFA and TCP) into this PNG")
+    p.add_argument("--max-nodes", type=_node_count, metavar="N",
+                   help="the scaling curve's last node count (default: 8, or twice gpuNodeCount)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and (code := missing_plots_extra("plan")) is not None:
+        return code
     resolved = resolve_or_exit(args)  # every settings problem at once, exit 2
 
     from ray_efa.ops.plan import build_plan, render_plan
 
     calibration = None
     if args.calibration is not None:
-        from ray_efa.cli._common import fail
         from ray_efa.cli.calibrate import read_summary
         from ray_efa.core.calibrate import CalibrationError, compare_run
 
@@ -44,11 +71,39 @@ def run(args: argparse.Namespace) -> int:
             return fail(args, "plan", f"--calibration: cannot read {args.calibration}: {error.strerror or error}")
         except (ValueError, CalibrationError) as error:
             return fail(args, "plan", f"--calibration: {error}")
-    plan = build_plan(resolved, calibration)
+    if args.plot is not None:
+        from ray_efa.core.output_dir import OutputDirError, check_output_file
+        from ray_efa.ops.plots import is_ray_efa_png
+
+        try:  # before any work: a refused file costs nothing
+            check_output_file(args.plot, is_ours=is_ray_efa_png)
+        except OutputDirError as error:
+            return fail(args, "plan", f"--plot: {error}")
+    plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
     else:
         from rich.console import Console
 
         render_plan(plan, Console())
+    if args.plot is not None:
+        code = _plot(args, plan)
+        if code:
+            return code
     return 0 if plan.fits else 1
+
+
+def _plot(args: argparse.Namespace, plan) -> int:
+    from ray_efa.core.output_dir import OutputDirError, publish_file
+    from ray_efa.ops.plots import is_ray_efa_png, png_bytes, scaling_chart
+
+    try:
+        path = publish_file(args.plot, png_bytes(scaling_chart(plan.scaling), command="plan --plot"),
+                            is_ours=is_ray_efa_png)
+    except OutputDirError as error:
+        return fail(args, "plan", f"--plot: {error}")
+    except OSError as error:
+        return fail(args, "plan", f"--plot: cannot write {args.plot}: {error.strerror or error}")
+    # stderr with --json, so that stdout stays one JSON document
+    print(f"scaling chart: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0

@@ -15,7 +15,7 @@ from ray_efa.cli._common import add_context_option, missing_train_extra, resolve
 
 
 def register(add_parser, name: str) -> None:
-    p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=__doc__.splitlines()[0])
+    p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--local", action="store_true",
                    help="in-process Ray cluster, 2 CPU workers (gloo), tiny model: the whole loop in under a minute")
     p.add_argument("--name", help="Ray Train run name under storagePath; reusing one resumes its latest checkpoint")

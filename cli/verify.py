@@ -7,7 +7,12 @@ import math
 import sys
 
 from ray_efa.cli._common import (
-    add_context_option, add_json_option, add_kube_context_option, fail, print_json, resolve_or_exit,
+    add_context_option,
+    add_json_option,
+    add_kube_context_option,
+    fail,
+    print_json,
+    resolve_or_exit,
 )
 
 

@@ -13,7 +13,7 @@ EXIT_NO_IDENTITY = 1
 def register(add_parser, name: str) -> None:
     p = add_parser(
         name, help="print your credentials' IAM role/user ARN, as adminPrincipalArns wants it",
-        description=__doc__ + " Use it as: npx cdk deploy --all -c adminPrincipalArns=$(ray-efa whoami). "
+        description=(__doc__ or "") + " Use it as: npx cdk deploy --all -c adminPrincipalArns=$(ray-efa whoami). "
         "Exit 1 when the identity cannot be read or is not an IAM role or user.",
     )
     p.add_argument("--profile", help="AWS profile (default: the AWS SDK's usual chain)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict, TypeVar
 
 __all__ = [
     "CatalogError",
@@ -24,6 +25,7 @@ __all__ = [
     "GPU_LINKS",
     "gpu_link",
     "InstanceType",
+    "GpuInstanceType",
     "GPUS",
     "GPU_INSTANCES",
     "SYSTEM_INSTANCES",
@@ -106,7 +108,7 @@ GPU_LINKS: dict[str, GpuLink] = {
 """Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
 
 
-def gpu_link(instance: "InstanceType") -> GpuLink:
+def gpu_link(instance: InstanceType) -> GpuLink:
     """The intra-node GPU link of a GPU instance type."""
     try:
         return GPU_LINKS[instance.family]
@@ -155,15 +157,23 @@ class InstanceType:
         return self.network_gbps / max(1, self.efa_interfaces)
 
 
-def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd) -> InstanceType:
-    return InstanceType(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuInstanceType(InstanceType):
+    """An instance type with GPUs: the same facts, with `gpu` always set (so callers need no None check)."""
+
+    # A kw_only dataclass may put a required field after defaulted ones; pyright's override check ignores kw_only.
+    gpu: Gpu  # pyright: ignore[reportGeneralTypeIssues]
+
+
+def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd) -> GpuInstanceType:
+    return GpuInstanceType(
         name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib,
         efa_interfaces=efa, gpudirect_rdma=rdma, network_gbps=gbps, usd_per_hour=usd,
     )
 
 
 # fmt: off
-GPU_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
+GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     #         name             gpu          gpus vcpu  mem  efa  rdma   Gbps   USD/h
     _gpu_row("g5.12xlarge",   "A10G",      4,   48,   192,  1, False,   40,  5.672),
     _gpu_row("g5.48xlarge",   "A10G",      8,   192,  768,  1, False,  100, 16.288),
@@ -213,14 +223,17 @@ EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = {
 }
 
 
-def _lookup(table: dict[str, InstanceType], name: str, what: str) -> InstanceType:
+_Row = TypeVar("_Row", bound=InstanceType)
+
+
+def _lookup(table: dict[str, _Row], name: str, what: str) -> _Row:
     try:
         return table[name]
     except KeyError:
         raise CatalogError(f"unknown {what} instance type {name!r}; known: {', '.join(sorted(table))}") from None
 
 
-def gpu_instance(name: str) -> InstanceType:
+def gpu_instance(name: str) -> GpuInstanceType:
     """The catalog row of an EFA-capable GPU instance type; raises CatalogError for anything else."""
     if name in SYSTEM_INSTANCES:
         raise CatalogError(f"{name} has no GPU; choose one of: {', '.join(sorted(_efa_gpu_names()))}")
@@ -246,7 +259,15 @@ EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en"})
 31 or 15 saved per node). terraform-aws-eks does this by default and requires VPC CNI v1.18.4 or later."""
 
 
-def efa_network_interfaces(instance: InstanceType) -> list[dict[str, int | str]]:
+class NetworkInterface(TypedDict):
+    """One launch-template network interface, keyed as CloudFormation's NetworkInterfaces entries."""
+
+    NetworkCardIndex: int
+    DeviceIndex: int
+    InterfaceType: str
+
+
+def efa_network_interfaces(instance: InstanceType) -> list[NetworkInterface]:
     """Launch-template network interfaces: one EFA interface per network card.
 
     Card 0 carries the primary interface (DeviceIndex 0, type `efa`: EFA with ENA, the node's IP); every other card i

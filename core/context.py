@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ray_efa.core.settings import Problem, Settings, SettingsError, setting_keys
 
@@ -145,7 +146,7 @@ def resolve_settings(
     preset), then `-c` overrides. `root`: the app directory; default: find_app_dir() from the working directory."""
     root = root if root is not None else find_app_dir()
     keys = setting_keys()
-    sources = {key: "default" for key in keys}
+    sources = dict.fromkeys(keys, "default")
     layers = [*read_context(root, home=home), *extra_layers, ("-c", dict(overrides or {}))]
     for name, values in layers:
         for key in values:

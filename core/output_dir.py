@@ -12,6 +12,11 @@ goes through `publish`:
   leaves the folder as it was (and removes the folders this call created). Folders are created 0755, files 0644 (0755 if executable).
 
 `check_output_dir` runs the same checks without writing, so a command can refuse before any slow work.
+
+A single output file (`plan --plot FILE`, `compare --plot FILE`) goes through `publish_file`: it is new, or a file
+that the caller recognizes as one ray-efa wrote (a chart whose PNG text says so); never inside the project's source
+folders or the installed package; written to a temporary file beside it and moved into place, so that a failure
+leaves no half-written file. `check_output_file` runs the same checks without writing.
 The module is pure standard library, so that training (in the container) and the CLI share it.
 """
 
@@ -21,10 +26,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
-__all__ = ["RECORD_NAME", "SOURCE_FOLDERS", "OutputDirError", "check_output_dir", "publish", "recorded_entries"]
+__all__ = ["RECORD_NAME", "SOURCE_FOLDERS", "OutputDirError", "check_output_dir", "publish", "recorded_entries",
+           "check_output_file", "publish_file"]
 
 RECORD_NAME = ".ray-efa-output.json"
 """The record of what ray-efa wrote into a folder (one per output folder)."""
@@ -216,3 +222,54 @@ def publish(
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return [resolved / name for name in names]
+
+
+def check_output_file(path: Path | str, *, is_ours: Callable[[Path], bool]) -> Path:
+    """The resolved file path when a command may write it; raises OutputDirError (writing nothing) when not.
+
+    Its folder may be missing (it is created), the working directory or the repository root (one new file puts
+    nothing else at risk), but not a source folder of the project or the installed package. An existing file is
+    replaced only when `is_ours(file)`.
+    """
+    import ray_efa
+
+    given = Path(path)
+    resolved = given.expanduser().resolve()
+    if resolved.is_dir():
+        raise OutputDirError(f"refusing to write {given}: it is a folder; give a file name, e.g. {given}/chart.png")
+    package = Path(ray_efa.__file__).resolve().parent
+    for name in SOURCE_FOLDERS:
+        if _within(resolved.parent, PROJECT_ROOT / name):
+            raise OutputDirError(f"refusing to write {given}: it is inside the project's source folder {name}/")
+    if _within(resolved.parent, package):
+        raise OutputDirError(f"refusing to write {given}: it is inside the installed ray_efa package")
+    existing = next((p for p in (resolved.parent, *resolved.parent.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise OutputDirError(f"refusing to write {given}: {existing} is a file, not a folder")
+    if resolved.exists() and not is_ours(resolved):
+        raise OutputDirError(f"refusing to write {given}: the file exists and ray-efa did not write it. Give a new "
+                             "file name, or remove it yourself")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise OutputDirError(f"cannot write {given}: {existing} is not writable")
+    return resolved
+
+
+def publish_file(path: Path | str, data: bytes, *, is_ours: Callable[[Path], bool]) -> Path:
+    """Write `data` to `path` (see check_output_file; nothing is written on refusal); return the resolved path."""
+    resolved = check_output_file(path, is_ours=is_ours)
+    created = _create(resolved.parent)
+    fd, temporary = tempfile.mkstemp(prefix=f".{resolved.name}.", dir=resolved.parent)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+        os.chmod(temporary, _FILE_MODE)
+        os.replace(temporary, resolved)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+    return resolved

@@ -269,7 +269,7 @@ def _reduce_dtype(t: TrainingSettings, reduce_dtype: str | None) -> str:
 
 
 def predict(
-    t: TrainingSettings, *, instance: catalog.InstanceType, nodes: int, network: str, strategy: str,
+    t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
     precision: str | None = None, placement_group: bool = True, calibration: Calibration | None = None,
 ) -> StepPrediction:

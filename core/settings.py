@@ -33,15 +33,26 @@ import json
 import math
 import re
 import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
 )
 
 from ray_efa.core import catalog, regions, scheduling
 from ray_efa.core.models import MODEL_PRESETS, model_preset
+
+if TYPE_CHECKING:
+    from pydantic.config import JsonDict
 
 __all__ = [
     "SettingsError",
@@ -58,6 +69,7 @@ __all__ = [
     "KNOWN_IMAGE_RAY_VERSIONS",
     "LOG_RETENTION_DAYS",
     "setting_keys",
+    "setting_choices",
     "context_json_schema",
 ]
 
@@ -117,6 +129,19 @@ class SettingsError(ValueError):
         super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+# The closed sets that come from data (a version tuple, a catalog table): pydantic validates against a Literal built
+# at import, which static type checkers cannot evaluate (`Literal[*x]` is not a type expression), so to them each is
+# a plain str.
+if TYPE_CHECKING:
+    KubernetesVersion = KuberayVersion = SystemInstanceType = EfaDevicePluginVersion = ModelPreset = str
+else:
+    KubernetesVersion = Literal[*KUBERNETES_VERSIONS]
+    KuberayVersion = Literal[*KUBERAY_VERSIONS]
+    SystemInstanceType = Literal[*catalog.SYSTEM_INSTANCES]
+    EfaDevicePluginVersion = Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS]
+    ModelPreset = Literal[*MODEL_PRESETS]
+
+
 # -- how a field is declared --------------------------------------------------------------------------------------
 
 def setting(default: Any, key: str, doc: str, *, message: str | None = None, **constraints: Any) -> Any:
@@ -126,7 +151,7 @@ def setting(default: Any, key: str, doc: str, *, message: str | None = None, **c
     ("must be between 1 and 64") where the setting needs its own words; the JSON Schema carries it as errorMessage,
     which editors show.
     """
-    extra = {"errorMessage": message} if message else None
+    extra: JsonDict | None = {"errorMessage": message} if message else None
     return Field(default, alias=key, description=doc, json_schema_extra=extra, **constraints)
 
 
@@ -322,7 +347,7 @@ def _problems_of(error: ValidationError, model: type[BaseModel]) -> list[Problem
             problems.extend(ctx_error.problems)
             continue
         loc = item["loc"]
-        name = by_name.get(loc[0]) if loc else None
+        name = by_name.get(str(loc[0])) if loc else None
         if item["type"] == "extra_forbidden":
             known = sorted(by_name)
             close = difflib.get_close_matches(str(loc[0]), known, n=1)
@@ -390,11 +415,12 @@ class _Model(BaseModel):
     @classmethod
     def _values_by_key(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults overlaid with the given values (by name or key), keyed by context key."""
-        values = {info.alias: info.default for info in cls.model_fields.values()}
+        keys = {name: info.alias or name for name, info in cls.model_fields.items()}
+        values = {keys[name]: info.default for name, info in cls.model_fields.items()}
         for given, value in data.items():
-            info = cls.model_fields.get(given) or next((i for i in cls.model_fields.values() if i.alias == given), None)
-            if info is not None:
-                values[info.alias] = value
+            name = given if given in keys else next((n for n, key in keys.items() if key == given), None)
+            if name is not None:
+                values[keys[name]] = value
         return values
 
     def _flat(self) -> dict[str, Any]:
@@ -411,7 +437,7 @@ class _Section(_Model):
         return [rule for rule in _RULES if set(rule.keys) <= keys]
 
     def _flat(self) -> dict[str, Any]:
-        return {info.alias: getattr(self, name) for name, info in type(self).model_fields.items()}
+        return {info.alias or name: getattr(self, name) for name, info in type(self).model_fields.items()}
 
 
 # -- the sections -------------------------------------------------------------------------------------------------
@@ -424,7 +450,7 @@ class ClusterSettings(_Section):
         message="must be 1-100 letters, digits, '-' or '_', starting with a letter or digit",
     )
     region: Region = setting("us-east-2", "region", "AWS region of both stacks.")
-    kubernetes_version: Literal[*KUBERNETES_VERSIONS] = setting("1.36", "kubernetesVersion", "EKS Kubernetes version.")
+    kubernetes_version: KubernetesVersion = setting("1.36", "kubernetesVersion", "EKS Kubernetes version.")
     endpoint_access: Literal["public_and_private", "private", "public"] = setting(
         "public_and_private", "endpointAccess", "Who reaches the Kubernetes API endpoint.",
     )
@@ -457,7 +483,7 @@ class ClusterSettings(_Section):
 class NodeSettings(_Section):
     """The two managed node groups."""
 
-    system_instance_type: Literal[*catalog.SYSTEM_INSTANCES] = setting(
+    system_instance_type: SystemInstanceType = setting(
         "m7i.xlarge", "systemInstanceType", "Instance type of the system node group (KubeRay operator, Ray head).",
     )
     system_node_count: int = setting(1, "systemNodeCount", "Nodes in the system node group.", ge=1, le=10)
@@ -505,7 +531,7 @@ class NodeSettings(_Section):
     )
 
     @property
-    def gpu_instance(self) -> catalog.InstanceType:
+    def gpu_instance(self) -> catalog.GpuInstanceType:
         return catalog.gpu_instance(self.gpu_instance_type)
 
     @property
@@ -524,12 +550,12 @@ class NodeSettings(_Section):
 class AddonSettings(_Section):
     """Pinned versions of the Helm charts installed into the cluster."""
 
-    kuberay_version: Literal[*KUBERAY_VERSIONS] = setting("1.7.0", "kuberayVersion", "kuberay-operator Helm chart version.")
+    kuberay_version: KuberayVersion = setting("1.7.0", "kuberayVersion", "kuberay-operator Helm chart version.")
     nvidia_device_plugin_version: str = setting(
         "0.20.0", "nvidiaDevicePluginVersion", "nvidia-device-plugin Helm chart version.", pattern=_SEMVER,
         message="must be a chart version like 0.20.0",
     )
-    efa_device_plugin_version: Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS] = setting(
+    efa_device_plugin_version: EfaDevicePluginVersion = setting(
         "v0.5.30", "efaDevicePluginVersion",
         "aws-efa-k8s-device-plugin Helm chart version (its allowlist must hold the GPU type).",
     )
@@ -584,7 +610,7 @@ class WorkloadSettings(_Section):
 class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
-    model: Literal[*MODEL_PRESETS] = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).")
+    model: ModelPreset = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).")
     model_path: str | None = setting(None, "modelPath", "Local directory of pretrained weights to load (never a hub download).")
     steps: int = setting(20, "steps", "Optimizer steps.", ge=1)
     seq_len: int = setting(2048, "seqLen", "Tokens per sequence.", ge=1)
@@ -805,14 +831,23 @@ def setting_keys() -> dict[str, tuple[str, SettingInfo]]:
     out: dict[str, tuple[str, SettingInfo]] = {}
     for section, cls in _SECTIONS.items():
         for name, info in cls.model_fields.items():
-            out[info.alias] = (section, SettingInfo(section, name, info.alias, info.description or "", info.default,
-                                                    _choices_of(info.annotation)))
+            key = info.alias or name  # setting() always gives an alias; a field without one is keyed by its name
+            out[key] = (section, SettingInfo(section, name, key, info.description or "", info.default,
+                                             _choices_of(info.annotation)))
     return out
+
+
+def setting_choices(key: str) -> tuple[str, ...]:
+    """The values a closed setting (a Literal of strings, such as `network`) allows; ValueError for any other."""
+    choices = setting_keys()[key][1].choices
+    if choices is None:
+        raise ValueError(f"setting {key} is not a closed set of values")
+    return tuple(str(choice) for choice in choices)
 
 
 def _is_foreign_key(key: str) -> bool:
     """Context keys that belong to the CDK itself (feature flags, lookups, CLI switches), not to us."""
-    return key.startswith("@") or ":" in key or key.startswith("cdk") or key.startswith("aws-cdk")
+    return key.startswith(("@", "cdk", "aws-cdk")) or ":" in key
 
 
 _FOREIGN_KEY_PATTERN = "^@|:|^cdk|^aws-cdk"  # the same test as _is_foreign_key, for the JSON Schema
@@ -890,7 +925,7 @@ class Settings(_Model):
     # -- construction ---------------------------------------------------------------------------------------
 
     @classmethod
-    def from_context(cls, context: Mapping[str, Any]) -> "Settings":
+    def from_context(cls, context: Mapping[str, Any]) -> Settings:
         """Settings from CDK context values (strings from `-c`, JSON values from cdk.json); raises SettingsError."""
         keys = setting_keys()
         problems: list[Problem] = []
@@ -907,7 +942,7 @@ class Settings(_Model):
                 values[section][key] = _parse(raw, _SECTIONS[section].model_fields[info.name].annotation)
             except ValueError as error:
                 problems.append(Problem(key, raw, str(error)))
-        sections: dict[str, _Section] = {}
+        sections: dict[str, Any] = {}  # section name -> its model, one type per name (ClusterSettings, ...)
         for section, section_cls in _SECTIONS.items():
             try:
                 sections[section] = section_cls(**values[section])
@@ -931,10 +966,10 @@ class Settings(_Model):
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Settings":
+    def from_json(cls, text: str) -> Settings:
         return cls.from_context(json.loads(text))
 
-    def replace(self, **context: Any) -> "Settings":
+    def replace(self, **context: Any) -> Settings:
         """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`."""
         return Settings.from_context({**self.to_context(), **context})
 

@@ -67,10 +67,13 @@ def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: s
     return Option(prediction=prediction, memory=memory.estimate(settings, strategy), reduce_dtype=reduce_dtype)
 
 
-def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None) -> list[Option]:
+def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None,
+             strategy: str | None = None) -> list[Option]:
     t = settings.training
-    if t.sharding != "auto":
-        shardings: tuple[str, ...] = (t.sharding,)
+    if strategy is not None:
+        shardings: tuple[str, ...] = (strategy,)
+    elif t.sharding != "auto":
+        shardings = (t.sharding,)
     elif settings.nodes.gpu_node_count == 1:
         shardings = ("fsdp",)  # one node has nothing to replicate across: hsdp is plain fsdp there
     else:
@@ -80,10 +83,12 @@ def _options(settings: Settings, network: str | None, calibration: perf.Calibrat
             for s in shardings for r in reduces]
 
 
-def choose(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None) -> Option:
+def choose(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None, *,
+           strategy: str | None = None) -> Option:
     """What the job runs: the fastest option that fits memory (bf16 reduction by auto only when BF16_REDUCE_GAIN
-    faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory."""
-    options = _options(settings, network, calibration)
+    faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory. `strategy`
+    restricts the choice to one sharding (the reduction dtype is still chosen)."""
+    options = _options(settings, network, calibration, strategy)
     auto_reduce = settings.training.grad_reduce_dtype == "auto"
 
     def score(option: Option) -> tuple[float, int, int]:
@@ -219,6 +224,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
         f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.model}, microBatch {t.micro_batch} x "
         f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
     )
+    assert key is not None  # named by the cause, the first lever that fits, or the fallback above
     raise SettingsError([Problem(key, value, message)])
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any, cast
 
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
@@ -22,17 +24,26 @@ _VERSIONS = {
 assert set(_VERSIONS) == set(KUBERNETES_VERSIONS), "core.settings.KUBERNETES_VERSIONS and infra disagree"
 
 
+def as_icluster(cluster: eks.Cluster) -> eks.ICluster:
+    """`cluster` typed as the eks.ICluster that constructs take. It is one: in TypeScript Cluster implements
+    ICluster, but ICluster's optional kubectlProviderOptions is not a member of Cluster (TypeScript lets a class omit
+    an optional interface member; a Python Protocol does not), so to pyright the jsii stub of Cluster (aws-cdk-lib
+    2.275) does not match the protocol."""
+    return cast(eks.ICluster, cluster)
+
+
 def kubernetes_version(version: str) -> eks.KubernetesVersion:
     return _VERSIONS[version][0]
 
 
-def kubectl_layer(scope: Construct, version: str):
+def kubectl_layer(scope: Construct, version: str) -> lambda_.LayerVersion:
     """The kubectl Lambda layer matching the cluster's Kubernetes version."""
     return _VERSIONS[version][1](scope, "KubectlLayer")
 
 
 def helm_chart(
-    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str, values: dict, **options
+    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str, values: dict,
+    **options: Any,
 ) -> eks.HelmChart:
     """A pinned Helm release; `wait` so that what depends on it (CRDs, DaemonSets) exists when it completes."""
     return eks.HelmChart(

@@ -29,7 +29,7 @@ class ClusterAdminAccess(Construct):
     the ARN is the identity your AWS CLI already uses).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, principal_arns: tuple[str, ...]) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, principal_arns: tuple[str, ...]) -> None:
         super().__init__(scope, construct_id)
         self.entries: list[eks.AccessEntry] = []
         if not principal_arns:

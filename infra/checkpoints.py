@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
@@ -57,7 +59,7 @@ class CheckpointStorage(Construct):
         for prop, value in (("namespace", namespace), ("service_account", service_account)):
             if not _DNS_LABEL.match(value):
                 raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
-        if storage_path is not None and not (storage_path.startswith("s3://") or storage_path.startswith("/")):
+        if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
         self.pod_identity_agent: eks.Addon | None = None
@@ -74,8 +76,10 @@ class CheckpointStorage(Construct):
             self.service_account.node.add_dependency(self.pod_identity_agent)
 
         self.bucket: s3.Bucket | None = None
-        self.storage_path = storage_path
-        if self.storage_path is None:
+        self.storage_path: str  # the given storage, or the bucket made here
+        if storage_path is not None:
+            self.storage_path = storage_path
+        else:
             self.bucket = s3.Bucket(
                 self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
                 block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
@@ -93,8 +97,8 @@ class CheckpointStorage(Construct):
                               "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
             acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
             skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
-            policy = self.service_account.role.node.find_child("DefaultPolicy").node.default_child
-            bucket_arn = Stack.of(self).get_logical_id(self.bucket.node.default_child)
+            policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+            bucket_arn = Stack.of(self).get_logical_id(cast(s3.CfnBucket, self.bucket.node.default_child))
             for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
                             "Action::s3:GetObject*", "Action::s3:List*", f"Resource::<{bucket_arn}.Arn>/*"):
                 acknowledge(policy, "AwsSolutions-IAM5",
@@ -105,7 +109,7 @@ class CheckpointStorage(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         after: IConstruct | None = None,
-    ) -> "CheckpointStorage":
+    ) -> CheckpointStorage:
         """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings."""
         workload = settings.workload
         return cls(scope, construct_id, cluster=cluster, namespace=workload.namespace,

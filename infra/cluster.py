@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 import jsii
-from aws_cdk import Aspects, CfnResource, Duration, IAspect, RemovalPolicy, Stack
+from aws_cdk import Aspects, CfnElement, CfnResource, Duration, IAspect, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -14,7 +15,7 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
 from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
-from ray_efa.infra._private import check_node_selector, kubectl_layer
+from ray_efa.infra._private import as_icluster, check_node_selector, kubectl_layer
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
@@ -121,7 +122,7 @@ class RayEksCluster(Construct):
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
         self.admin_access = ClusterAdminAccess(
-            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
+            self, "AdminAccess", cluster=as_icluster(self.cluster), principal_arns=tuple(admin_principal_arns))
 
         system_name = f"{cluster_name}-system"
         self.system_launch_template = SystemNodeLaunchTemplate(
@@ -148,7 +149,7 @@ class RayEksCluster(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, vpc: ec2.IVpc, logs: StackLogs | None = None
-    ) -> "RayEksCluster":
+    ) -> RayEksCluster:
         """The cluster of the project's own app, from the cluster and node settings."""
         cluster, nodes = settings.cluster, settings.nodes
         # Checked here too, so that the error names the setting rather than the prop.
@@ -166,12 +167,13 @@ class RayEksCluster(Construct):
         """With the feature flag @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json sets it), aws-lambda gives the
         kubectl provider's functions log groups that it retains (RETAIN, two years): put them under the stack's
         retention, key and lifecycle. Without the flag Lambda creates them on first write, outside the stack."""
+        assert self.cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
         provider = self.cluster.kubectl_provider.node
         groups = []
         for function in (provider.find_child("Handler"), provider.find_child("Provider").node.find_child("framework-onEvent")):
             group = function.node.try_find_child("LogGroup")
             if isinstance(group, logs.LogGroup):
-                self.logs.adopt(group.node.default_child)
+                self.logs.adopt(cast(logs.CfnLogGroup, group.node.default_child))
                 groups.append(group)
         # The functions also run when `cdk destroy` deletes the charts and manifests: their log groups must go after
         # those, or Lambda would recreate them, unmanaged, while the stack is being deleted.
@@ -188,6 +190,7 @@ class RayEksCluster(Construct):
             "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
         )
         # The kubectl provider (Lambda functions that run kubectl/helm for the stack) is built by aws-eks-v2 itself.
+        assert cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
         provider = cluster.kubectl_provider.node
         handler_role = provider.find_child("Handler").node.find_child("ServiceRole")
         on_event_role = provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("ServiceRole")
@@ -200,8 +203,8 @@ class RayEksCluster(Construct):
         # Logical ids depend on where this construct sits, so read them instead of hard-coding them.
         handler = provider.find_child("Handler")
         stack = Stack.of(self)
-        has_ecr_public = stack.get_logical_id(handler.node.find_child("HasEcrPublic"))
-        handler_function = stack.get_logical_id(handler.node.find_child("Resource"))
+        has_ecr_public = stack.get_logical_id(cast(CfnElement, handler.node.find_child("HasEcrPublic")))
+        handler_function = stack.get_logical_id(cast(CfnElement, handler.node.find_child("Resource")))
         acknowledge(handler_role, "AwsSolutions-IAM4", lambda_reason, (
             f'Policy::{{"Fn::If":["{has_ecr_public}",{{"Fn::Join":["",["arn:",{{"Ref":"AWS::Partition"}},'
             '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}'

@@ -8,6 +8,7 @@ from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost, retained_after_destroy
 from ray_efa.core.settings import Settings
+from ray_efa.infra._private import as_icluster
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
@@ -35,7 +36,7 @@ class ClusterStack(Stack):
         self.logs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
         self.vpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
         self.ray_cluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
-        cluster = self.ray_cluster.cluster
+        cluster = as_icluster(self.ray_cluster.cluster)
         # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
         self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
         self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster)

@@ -9,7 +9,7 @@ by its instance-type allowlist, which core.settings checks against the chosen ty
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -59,7 +59,7 @@ class GpuDevicePlugins(Construct):
         self.efa = helm_chart(self, "Efa", cluster, EFA_DEVICE_PLUGIN, efa_version, values)
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> "GpuDevicePlugins":
+    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDevicePlugins:
         """The plugins of the project's own app: the chart versions of the settings, on gpuNodeSelector."""
         addons = settings.addons
         return cls(scope, construct_id, cluster=cluster, nvidia_version=addons.nvidia_device_plugin_version,

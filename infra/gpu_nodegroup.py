@@ -3,7 +3,7 @@ a cluster placement group (or a capacity reservation or Capacity Block), all in 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from aws_cdk import Tags, Token
 from aws_cdk import aws_ec2 as ec2
@@ -203,7 +203,7 @@ class EfaGpuNodegroup(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster, vpc: ec2.IVpc
-    ) -> "EfaGpuNodegroup":
+    ) -> EfaGpuNodegroup:
         """The GPU nodes of the project's own app, from the node settings (in gpuAvailabilityZone)."""
         nodes = settings.nodes
         # Checked here first, so that the errors name the settings rather than the props.

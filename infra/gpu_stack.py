@@ -7,6 +7,7 @@ from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings
+from ray_efa.infra._private import as_icluster
 from ray_efa.infra.cluster_stack import ClusterStack
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.training_job import RayTrainingJob
@@ -26,7 +27,7 @@ class GpuStack(Stack):
             f"for EKS cluster {settings.cluster.cluster_name}"
         ))
         self.gpu_nodes = EfaGpuNodegroup.from_settings(
-            self, "GpuNodes", settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
+            self, "GpuNodes", settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster), vpc=cluster_stack.vpc
         )
         # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the
         # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.
@@ -35,7 +36,7 @@ class GpuStack(Stack):
         if settings.workload.training_job:
             # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
             self.training_job = RayTrainingJob(
-                self, "TrainingJob", settings=settings, cluster=cluster_stack.ray_cluster.cluster,
+                self, "TrainingJob", settings=settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster),
                 storage_path=cluster_stack.checkpoints.storage_path, after=[self.gpu_nodes.nodegroup],
             )
 

@@ -46,13 +46,18 @@ def import_cluster(
         raise ValueError("import_cluster needs exactly one of kubectl_role (a role with cluster-admin, for a new "
                          "kubectl provider) and kubectl_provider (an existing one)")
     scope = Construct(scope, construct_id)
-    attributes = dict(cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id, vpc=vpc)
     if kubectl_provider is None:
         # The provider needs a cluster to be built (its ARN, VPC, security group); the cluster the constructs use
         # needs the provider: import twice.
-        bare = eks.Cluster.from_cluster_attributes(scope, "ForKubectlProvider", **attributes)
+        bare = eks.Cluster.from_cluster_attributes(
+            scope, "ForKubectlProvider", cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id,
+            vpc=vpc,
+        )
         kubectl_provider = eks.KubectlProvider(
             scope, "KubectlProvider", cluster=bare, kubectl_layer=kubectl_layer(scope, kubernetes_version),
             role=kubectl_role,
         )
-    return eks.Cluster.from_cluster_attributes(scope, "Cluster", kubectl_provider=kubectl_provider, **attributes)
+    return eks.Cluster.from_cluster_attributes(
+        scope, "Cluster", cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id, vpc=vpc,
+        kubectl_provider=kubectl_provider,
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from aws_cdk import Annotations, Duration
 from aws_cdk import aws_eks_v2 as eks
@@ -53,7 +53,7 @@ class KubeRayOperator(Construct):
                 f"Ray token authentication is off: {auth.reason}. The workload's NetworkPolicy is the only guard.")
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> "KubeRayOperator":
+    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> KubeRayOperator:
         """The operator of the project's own app: kuberayVersion on systemNodeSelector, checked against rayVersion."""
         return cls(scope, construct_id, cluster=cluster, version=settings.addons.kuberay_version,
                    node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version)

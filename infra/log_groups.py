@@ -8,6 +8,8 @@ puts them under the stack's retention, encryption and lifecycle.
 
 from __future__ import annotations
 
+from typing import cast
+
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -42,7 +44,9 @@ class StackLogs(Construct):
         # CloudWatch Logs encrypts with the key only for log groups of this account and region (the encryption context
         # names the log group), as the CloudWatch Logs User Guide's key policy for encrypted log groups shows.
         self.key.add_to_resource_policy(iam.PolicyStatement(
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            # The jsii stub of ServicePrincipal names a parameter `_statement` where IPrincipal says `statement`, so
+            # pyright finds the class unlike the protocol it implements (aws-cdk-lib 2.275).
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],  # pyright: ignore[reportArgumentType]
             actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
             resources=["*"],
             conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
@@ -54,7 +58,7 @@ class StackLogs(Construct):
         group = logs.LogGroup(
             scope, construct_id, log_group_name=name, encryption_key=self.key, removal_policy=RemovalPolicy.DESTROY,
         )
-        group.node.default_child.retention_in_days = self.retention_days
+        cast(logs.CfnLogGroup, group.node.default_child).retention_in_days = self.retention_days
         return group
 
     def adopt(self, log_group: logs.CfnLogGroup) -> None:

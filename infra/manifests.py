@@ -7,7 +7,8 @@ resource: `cdk diff` shows that object alone, and an update sends only its old a
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct

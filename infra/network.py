@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
-from aws_cdk import Stack, Token
+from aws_cdk import CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -66,7 +67,7 @@ class ClusterVpc(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, logs: StackLogs | None = None
-    ) -> "ClusterVpc":
+    ) -> ClusterVpc:
         """The VPC of the project's own app: vpcId, or a VPC in the GPU AZ and the next with natGateways."""
         cluster = settings.cluster
         return cls(scope, construct_id, availability_zones=settings.vpc_availability_zones,
@@ -82,7 +83,7 @@ class ClusterVpc(Construct):
         custom_resource = vpc.node.try_find_child("RestrictDefaultSecurityGroupCustomResource")
         if provider is None or custom_resource is None:  # the feature flag is off: no function, no logs
             return
-        handler = provider.node.find_child("Handler")
+        handler = cast(CfnResource, provider.node.find_child("Handler"))
         if stack.node.try_find_child("VpcRestrictDefaultSGLogs") is None:
             logs.for_function(stack, "VpcRestrictDefaultSGLogs", function_name=handler.ref, users=(custom_resource,))
         reason = ("aws-cdk-lib's singleton handler of restrictDefaultSecurityGroup: it runs once per deploy to revoke the "

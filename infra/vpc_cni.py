@@ -16,6 +16,7 @@ construction, as the stack's eks-pod-identity-agent add-on (which aws_eks_v2 add
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -60,4 +61,4 @@ class VpcCniAddon(Construct):
             preserve_on_delete=True,
         )
         # aws-cdk-lib 2.275's Addon has no resolve_conflicts prop; the L1 property is the same CloudFormation field.
-        self.addon.node.default_child.resolve_conflicts = "OVERWRITE"
+        cast(eks.CfnAddon, self.addon.node.default_child).resolve_conflicts = "OVERWRITE"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import cdk8s
 from aws_cdk import aws_eks_v2 as eks
@@ -42,6 +42,6 @@ class RayWorkload(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         after: Sequence[IConstruct] = (),
-    ) -> "RayWorkload":
+    ) -> RayWorkload:
         """The namespace of the project's own app (`namespace`)."""
         return cls(scope, construct_id, cluster=cluster, namespace=settings.workload.namespace, after=after)

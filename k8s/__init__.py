@@ -9,7 +9,12 @@ The chart builders load cdk8s (jsii) on first use, so `import k8s.names` stays c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ below imports on first use, visible to type checkers and editors
+    from ray_efa.k8s.code_bundle import ManifestError
+    from ray_efa.k8s.dist import write_manifests
+    from ray_efa.k8s.workload import build_manifests, build_workload
 
 __all__ = ["build_workload", "build_manifests", "write_manifests", "ManifestError"]
 

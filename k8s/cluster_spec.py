@@ -34,7 +34,7 @@ from kubernetes.client import (
 from ray_efa.core import catalog, scheduling
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
-from ray_efa.k8s.names import CODE_MOUNT_PATH, settings_config_map_name
+from ray_efa.k8s.names import CODE_MOUNT_PATH
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
     EFA_CAPABILITIES,

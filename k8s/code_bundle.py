@@ -84,7 +84,7 @@ class CodeBundle:
         """(key, path) pairs for the ConfigMap volume's items, which restore the directory tree."""
         return [(f.key, f.path) for f in self.files]
 
-    def config_maps(self, name: str) -> list[tuple[str, "CodeBundle"]]:
+    def config_maps(self, name: str) -> list[tuple[str, CodeBundle]]:
         """The ConfigMaps this bundle ships in, as (ConfigMap name, its files), in mount order.
 
         One per shipped package (ray_efa/__init__.py rides with the first, named `name`; the others `name-<package>`),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ray_efa.core.settings import setting_keys
+from ray_efa.core.settings import setting_choices
 
 __all__ = [
     "RAY_CLUSTER_NAME",
@@ -28,7 +28,7 @@ __all__ = [
 RAY_CLUSTER_NAME = "ray-efa"
 """The long-lived RayCluster for interactive use (`ray job submit`, `kubectl exec`); the RayJobs own their own."""
 
-NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
+NETWORKS: tuple[str, ...] = setting_choices("network")
 """The transports a job can run on (the `network` setting's choices); each run has a comparison run on the other."""
 
 CODE_MOUNT_PATH = "/opt/ray-efa/app"

@@ -8,8 +8,9 @@ name is checked by a real type rather than typed into a dict. Field names follow
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from kubernetes.client import ApiClient, V1PodTemplateSpec
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Status = Callable[[str], None]
 """Called with what a long operation is doing now (the CLI shows it in a rich status spinner)."""

@@ -26,8 +26,9 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -495,7 +496,7 @@ def probe_zone(
         InstanceMatchCriteria="targeted",
         # Belt and braces: if this process is killed with SIGKILL between create and cancel, EC2 ends it itself.
         EndDateType="limited",
-        EndDate=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
+        EndDate=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
         TagSpecifications=[{
             "ResourceType": "capacity-reservation",
             "Tags": [{"Key": _PROBE_TAG, "Value": token}, {"Key": "Name", "Value": "ray-efa capacity probe"}],

@@ -11,8 +11,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ray_efa.core.context import PROJECT_CONFIG, find_app_dir
 

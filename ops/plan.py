@@ -48,11 +48,11 @@ class PodResources:
 class Plan:
     settings: Settings
     rows: tuple[SettingRow, ...]
-    gpu_instance: catalog.InstanceType
+    gpu_instance: catalog.GpuInstanceType
     system_instance: catalog.InstanceType
     availability_zone: str
     placement_group: bool
-    efa_interfaces: tuple[dict[str, Any], ...]
+    efa_interfaces: tuple[catalog.NetworkInterface, ...]
     """The GPU launch template's network interfaces (security groups are added by infra/)."""
     use_device_rdma: bool
     allreduce_floor_gbps: float
@@ -71,6 +71,8 @@ class Plan:
     teardown: tuple[str, ...]
     retained_after_destroy: tuple[str, ...] = ()
     """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
+    scaling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The predicted scaling curve over 1..N nodes (ops.scaling): what `plan --plot` draws."""
 
     @property
     def fits(self) -> bool:
@@ -108,6 +110,7 @@ class Plan:
             "performance": self.performance,
             "teardown": list(self.teardown),
             "retained_after_destroy": list(self.retained_after_destroy),
+            "scaling": self.scaling,
         }
 
 
@@ -129,10 +132,14 @@ def _memory_advice(settings: Settings, memory: MemoryEstimate) -> str | None:
     return None
 
 
-def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = None) -> Plan:
-    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O).
+def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = None, *,
+               max_nodes: int | None = None) -> Plan:
+    """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O); the scaling
+    curve runs to `max_nodes` (default ops.scaling.default_max_nodes).
 
     calibration: constants measured on a finished run (core.calibrate), used by the step-time predictions."""
+    from ray_efa.ops.scaling import scaling
+
     s = resolved.settings
     gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     worker = catalog.worker_pod_resources(gpu)
@@ -162,6 +169,7 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
         retained_after_destroy=retained_after_destroy(s),
+        scaling=scaling(s, max_nodes=max_nodes),
     )
 
 

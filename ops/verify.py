@@ -21,8 +21,9 @@ Deployment after its release. Reads go through a kubernetes ApiClient passed in;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, cast
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
@@ -72,7 +73,7 @@ class Expectations:
     token_auth_reason: str = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Expectations":
+    def from_settings(cls, settings: Settings) -> Expectations:
         instance = settings.nodes.gpu_instance
         auth = token_auth(settings)
         return cls(
@@ -321,14 +322,18 @@ def _read_or_none(read: Callable[[], Any]) -> Any:
 def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet) -> VerifyReport:
     """Run every check once. API errors fail the checks that needed the call; the others still run."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
-    failures = (client.exceptions.ApiException, OSError, _urllib3_error())
+    # The generated API methods are typed as returning the object, or (object, status, headers) with
+    # _return_http_data_only=False, or a thread with async_req=True; called plainly they return the object: the casts
+    # below say which.
+    failures = (ApiException, OSError, _urllib3_error())
     core_v1, apps_v1, custom = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.CustomObjectsApi(api_client)
     checks: list[Check] = []
 
     status("reading the GPU nodes")
     try:
-        nodes = core_v1.list_node(label_selector=expected.gpu_node_selector).items
+        nodes = cast(client.V1NodeList, core_v1.list_node(label_selector=expected.gpu_node_selector)).items or []
         checks.append(check_gpu_nodes(nodes, expected))
         checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
                                         check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release))
@@ -391,7 +396,8 @@ def _security_checks(
         head_pods = []
         if cluster is not None and expected.token_auth:
             selector = f"ray.io/cluster={cluster['metadata']['name']},ray.io/node-type=head"
-            head_pods = core_v1.list_namespaced_pod(expected.namespace, label_selector=selector).items
+            head_pods = cast(client.V1PodList, core_v1.list_namespaced_pod(expected.namespace,
+                                                                           label_selector=selector)).items or []
         checks.append(check_token_auth(cluster, head_pods, expected))
     except failures as error:
         checks.append(_api_failure("ray-token-auth", "Ray token authentication", error))

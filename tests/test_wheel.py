@@ -116,10 +116,17 @@ def test_wheel_holds_one_top_level_package(installed):
         assert not (installed["site"] / generic).exists() and not (installed["base_site"] / generic).exists(), generic
 
 
+def test_wheel_ships_py_typed_so_importers_type_check_against_it(installed):
+    # PEP 561: without the marker a platform repository's type checker treats every ray_efa import as untyped
+    with zipfile.ZipFile(installed["wheel"]) as z:
+        assert "ray_efa/py.typed" in z.namelist()
+    assert (installed["site"] / "ray_efa" / "py.typed").is_file()
+
+
 def test_base_install_has_no_training_dependencies(installed):
     probe = run([str(installed["python"]), "-c",
                   f"import importlib.util, json; print(json.dumps({{m: importlib.util.find_spec(m) is not None for m in {TRAIN_EXTRA!r}}}))"])
-    assert json.loads(probe.stdout) == {m: False for m in TRAIN_EXTRA}, probe.stderr
+    assert json.loads(probe.stdout) == dict.fromkeys(TRAIN_EXTRA, False), probe.stderr
 
 
 def test_base_cli_plans_and_train_names_the_extra(installed):
@@ -133,6 +140,12 @@ def test_base_cli_plans_and_train_names_the_extra(installed):
         assert "pip install 'ray-efa-stack[train]'" in result.stderr and "Traceback" not in result.stderr
     # the demo says so before its first step writes anything
     assert not (installed["work"] / "demo-cdk.out").exists() and not (installed["work"] / "demo-dist").exists()
+    # and the charts name their own extra, matplotlib, which the base install lacks too
+    for command in (["report", "some-run"], ["plan", "--plot", "scaling.png"]):
+        result = run([str(ray_efa), *command], cwd=installed["work"])
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert "pip install 'ray-efa-stack[plots]'" in result.stderr and "Traceback" not in result.stderr
+    assert not (installed["work"] / "scaling.png").exists() and not (installed["work"] / "reports").exists()
 
 
 def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(installed, tmp_path):

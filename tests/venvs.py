@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

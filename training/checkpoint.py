@@ -40,7 +40,9 @@ def save_and_report(
     local = Path(tempfile.mkdtemp(prefix=f"ray-efa-ckpt-{step}-"))
     try:
         model_state, optimizer_state = get_state_dict(model, optimizer)
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=local)
+        # torch's dcp/__init__ imports save and load without re-exporting them (no `as` alias, no __all__), so to a
+        # type checker they are private, although they are the documented API.
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=local)  # pyright: ignore[reportPrivateImportUsage]
         if rank == 0:
             (local / TRAIN_STATE_FILE).write_text(json.dumps({"step": step}))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step))
@@ -60,6 +62,6 @@ def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
         # get_state_dict first creates AdamW's state (with zeros), so that DCP has tensors to load into.
         model_state, optimizer_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optimizer_state}
-        dcp.load(state, checkpoint_id=directory)
+        dcp.load(state, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage] (see save above)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return int(step)

@@ -25,10 +25,11 @@ from ray_efa.core import catalog, strategy
 from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
 from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
+from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
-    "run", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
+    "run", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SETTINGS, EXIT_UNPROVEN = 0, 1, 2, 3
@@ -80,7 +81,7 @@ def run_config(settings: Settings, name: str):
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
     return f"{prefix}-{settings.training.model}-{stamp}"
 
@@ -136,8 +137,9 @@ def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
     return verdict_exit_code
 
 
-def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
-    """Collect the workers' NCCL logs, classify them and judge them against the expected transport."""
+def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None) -> int:
+    """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
+    goes to the run folder's verdict.json)."""
     from ray_efa.core.output_dir import publish
     from ray_efa.training import efa_counters
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
@@ -162,6 +164,8 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path) -> int:
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
     code = gate_exit_code(verdict.exit_code, local=local)
+    record_in_run_folder(run_folder, VERDICT_FILE, {**verdict.to_json(), "table": verdict.render_table(),
+                                                    "driver_exit_code": code})
     if local and verdict.exit_code == EXIT_UNPROVEN:
         print("transport gate: the local run talks gloo over loopback, not NCCL, so it proves nothing about EFA "
               "(exit 3); this passes locally and fails a cluster run")
@@ -188,7 +192,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     import ray.train
 
     from ray_efa.training.metrics import format_summary
-    from ray_efa.training.run_summary import LOCAL, summary_line
+    from ray_efa.training.run_summary import LOCAL, summary_line, summary_record
 
     try:
         init_ray(local=local)
@@ -196,32 +200,67 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
               "or locally with --local.", file=sys.stderr)
         return EXIT_FAILED
+    folder = open_run_folder(settings, name)
+    record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     try:
         result = fit(settings, local=local, name=name)
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
-        _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name))
+        _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
+        _say_report(folder)
         return EXIT_FAILED
     outcome = result.return_value or {}
     if "summary" in outcome:
         print(format_summary(outcome["summary"], title=f"training summary: {name}"))
         # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
-        print(summary_line(name=name, network=settings.workload.network,
-                           instance_type=LOCAL if local else settings.nodes.gpu_instance_type,
-                           nodes=1 if local else settings.nodes.gpu_node_count, summary=outcome["summary"]), flush=True)
+        where = {"name": name, "network": settings.workload.network, "summary": outcome["summary"],
+                 "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
+                 "nodes": 1 if local else settings.nodes.gpu_node_count}
+        print(summary_line(**where), flush=True)
+        record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    return transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name))
+    code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
+    _say_report(folder)
+    return code
+
+
+def open_run_folder(settings: Settings, name: str) -> RunFolder | None:
+    """The run's folder (Ray Train's storage path / run name); None, said, when its filesystem cannot be opened."""
+    try:
+        return RunFolder.of(settings.workload.storage_path, name)
+    except Exception as error:  # noqa: BLE001 - pyarrow's errors for a bad URI or missing credentials vary
+        print(f"ray_efa.training.driver: cannot open the run folder {settings.workload.storage_path}/{name}: {error}; "
+              "no settings, summary or verdict will be kept there", file=sys.stderr)
+        return None
+
+
+def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict) -> None:
+    """Write one of the files `ray-efa report` reads into the run folder; a storage error is said, never fatal."""
+    if folder is None:
+        return
+    try:
+        if isinstance(data, bytes):
+            folder.write_bytes(file, data)
+        else:
+            folder.write_json(file, data)
+    except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its record
+        print(f"ray_efa.training.driver: cannot write {file} into {folder.uri}: {error}", file=sys.stderr)
+
+
+def _say_report(folder: RunFolder | None) -> None:
+    if folder is not None:
+        print(f"run folder: {folder.uri} (charts: ray-efa report {folder.uri})")
 
 
 def _logs_dir(logs_dir: Path | None, name: str) -> Path:
     return logs_dir or Path(tempfile.gettempdir()) / "ray-efa-nccl-logs" / name
 
 
-def _diagnose_transport(settings: Settings, *, local: bool, logs_dir: Path) -> None:
+def _diagnose_transport(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None) -> None:
     """After a failed run, the gate's table still says which transport NCCL used (a slow fallback fails the preflight)."""
     try:
-        transport_gate(settings, local=local, logs_dir=logs_dir)
+        transport_gate(settings, local=local, logs_dir=logs_dir, run_folder=run_folder)
     except Exception as error:  # noqa: BLE001 - the training failure is the error to report, not this one
         print(f"transport gate: could not read the NCCL logs after the failure: {error}", file=sys.stderr)
 
@@ -235,7 +274,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
     parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
     parser.add_argument("--name", help="Ray Train run name; reusing one resumes its latest checkpoint")

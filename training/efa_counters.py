@@ -26,9 +26,10 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = [
     "PORT_COUNTERS", "SYSFS_ROOT", "DEV_ROOT", "FORMAT", "MIN_SHARE", "CounterFileError", "Snapshot", "NodeCounters",
@@ -430,13 +431,14 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
                        **seen)
         return row("pass", "", **seen)
     # socket expected (the TCP comparison run): EFA should carry next to nothing
-    threshold = MIN_SHARE * predicted if predicted is not None else None
-    if threshold is not None and least >= threshold:
-        return row("EFA moved", f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
-                   "comparison run's NCCL_NET=Socket was not applied", **seen)
-    return row("pass" if threshold is not None else ("moved" if least >= _MOVED_BYTES else "idle"),
-               "" if threshold is not None or least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no "
-               "prediction to say how much is too much)", **seen)
+    if predicted is not None:
+        if least >= MIN_SHARE * predicted:
+            return row("EFA moved", f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
+                       "comparison run's NCCL_NET=Socket was not applied", **seen)
+        return row("pass", "", **seen)
+    return row("moved" if least >= _MOVED_BYTES else "idle",
+               "" if least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no prediction to say how much is too "
+               "much)", **seen)
 
 
 def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes: float | None = None,

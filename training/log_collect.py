@@ -19,9 +19,9 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "is_collected_file", "find_logs_dir", "read_nccl_lines",
            "MAX_LINES_PER_NODE"]
@@ -70,7 +70,9 @@ def find_logs_dir() -> Path | None:
     try:
         from ray._private import worker as ray_worker  # private, so only a fallback
 
-        candidates.append(Path(ray_worker.global_worker.node.get_logs_dir_path()))
+        node = ray_worker.global_worker.node
+        if node is not None:  # None outside a connected worker
+            candidates.append(Path(node.get_logs_dir_path()))
     except Exception:
         pass
     roots = [Path(os.environ["RAY_TMPDIR"]) / "ray"] if os.environ.get("RAY_TMPDIR") else []
@@ -109,7 +111,9 @@ def read_nccl_lines(
     for group in _worker_files(logs_dir):
         current: str | None = None
         for path in group:
-            name_job = _WORKER_FILE.match(path.name)["job"]
+            match = _WORKER_FILE.match(path.name)
+            assert match is not None  # _worker_files keeps only the names that match
+            name_job = match["job"]
             try:
                 stream = path.open("r", encoding="utf-8", errors="replace")
             except OSError as error:  # a worker log removed or unreadable while we read: skip it, say so
@@ -175,6 +179,7 @@ def collect_nccl_logs(
     from the result, so callers can compare len(result) with the node count.
     """
     import ray
+    from ray.exceptions import RayError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
@@ -201,7 +206,7 @@ def collect_nccl_logs(
     for node, ref in zip(nodes, refs):
         try:
             result: NodeLines = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-        except (ray.exceptions.RayError, TimeoutError) as error:
+        except (RayError, TimeoutError) as error:
             log.warning("no NCCL logs from node %s (%s): %s", node["NodeID"], node["NodeManagerAddress"], error)
             ray.cancel(ref, force=True)
             continue

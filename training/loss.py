@@ -75,7 +75,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_output: torch.Tensor):
+    # torch's documented form takes one gradient per forward output; the base class declares *grad_outputs.
+    def backward(ctx, grad_output: torch.Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]
         grad_hidden, grad_weight = ctx.saved_tensors
         # grad_output is 1.0 for loss.backward(); anything else (a loss scale, a sum of losses) scales both. In place:
         # the stored gradients are used once, and a copy of the fp32 accumulator would cost vocab x hidden x 4 bytes.

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -182,7 +182,7 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
                                     f"{summary['memory/peak_reserved_gib']:.2f} GiB reserved (rank 0)"))
     else:
         rows.append(("peak memory", f"{summary.get('memory/peak_rss_gib', float('nan')):.2f} GiB resident (rank 0, CPU)"))
-    rows.append(("wall time", _duration(summary["time/elapsed_s"])))
+    rows.append(("wall time", _duration(float(summary["time/elapsed_s"]))))
     width = max(len(k) for k, _ in rows)
     rule = "-" * (width + 2 + max(len(v) for _, v in rows))
     return "\n".join([title, rule, *(f"{k:<{width}}  {v}" for k, v in rows), rule])

@@ -10,12 +10,16 @@ what lets the loss read the projection weight directly instead of asking the mod
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ray_efa.core.models import ModelPreset
 from ray_efa.training.loss import causal_lm_loss
+
+if TYPE_CHECKING:
+    from transformers import Qwen2ForCausalLM  # imported where used: transformers loads slowly
 
 __all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError"]
 
@@ -29,18 +33,21 @@ def qwen2_config(preset: ModelPreset):
     from transformers import Qwen2Config
 
     # SDPA dispatches to flash / memory-efficient kernels on GPU, so no seq x seq attention matrix is kept.
-    return Qwen2Config(**preset.config_dict(), attn_implementation="sdpa", use_cache=False)
+    # transformers 5 configs are dataclasses: attn_implementation reaches PreTrainedConfig through **kwargs, which
+    # the __init__ pyright derives from the fields does not show.
+    return Qwen2Config(**preset.config_dict(), attn_implementation="sdpa", use_cache=False)  # pyright: ignore[reportCallIssue]
 
 
 class CausalLM(nn.Module):
     """A Qwen2ForCausalLM whose forward(input_ids, labels) returns the mean next-token loss."""
 
-    def __init__(self, hf_model: nn.Module, *, loss_chunk_size: int = 0) -> None:
+    def __init__(self, hf_model: Qwen2ForCausalLM, *, loss_chunk_size: int = 0) -> None:
         super().__init__()
         self.hf = hf_model
         self.loss_chunk_size = loss_chunk_size
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
+        self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -66,7 +73,9 @@ def build_model(
         with torch.device(device):
             hf_model = Qwen2ForCausalLM(config)
     else:
-        hf_model = _load_local(Qwen2ForCausalLM, Path(model_path), config).to(device)
+        # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to), which pyright does not bind
+        # as a method (typeshed's _Wrapped is no descriptor), so it reads `device` as `self`.
+        hf_model = _load_local(Qwen2ForCausalLM, Path(model_path), config).to(device)  # pyright: ignore[reportArgumentType]
     return CausalLM(hf_model, loss_chunk_size=loss_chunk_size)
 
 
@@ -77,7 +86,7 @@ _ARCHITECTURE_FIELDS = (
 )
 
 
-def _load_local(model_cls, path: Path, config) -> nn.Module:
+def _load_local(model_cls: type[Qwen2ForCausalLM], path: Path, config) -> Qwen2ForCausalLM:
     if not path.is_dir():
         raise ModelPathError(f"modelPath must be a local directory of saved weights (config.json + safetensors), got {str(path)!r}")
     model = model_cls.from_pretrained(

@@ -9,14 +9,13 @@ Pure Python on purpose: the k8s charts import it outside the container and the j
 
 from __future__ import annotations
 
-
 from ray_efa.core import catalog
-from ray_efa.core.settings import setting_keys
+from ray_efa.core.settings import setting_choices
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
            "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION"]
 
-NETWORKS: tuple[str, ...] = setting_keys()["network"][1].choices
+NETWORKS: tuple[str, ...] = setting_choices("network")
 """The values the `network` setting allows (read from the settings, not repeated here)."""
 
 # Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL

@@ -30,10 +30,11 @@ arithmetic lets the tests compare resumed, chunked, checkpointed and compiled ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ray_efa.training.model import CausalLM
 from ray_efa.training.network import TORCHAO_VERSION
@@ -135,10 +136,11 @@ def _mesh(model: CausalLM, replicas: int):
 
 def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
     """Whether this micro-batch's backward sends gradients across the network (False until the last micro-batch)."""
+    sharded = cast(FSDPModule, model)  # parallelize()'s fully_shard made the model's class an FSDPModule
     if getattr(model, "hsdp", False):
-        model.set_requires_all_reduce(sync, recurse=True)
+        sharded.set_requires_all_reduce(sync, recurse=True)
     else:
-        model.set_requires_gradient_sync(sync, recurse=True)
+        sharded.set_requires_gradient_sync(sync, recurse=True)
 
 
 def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
@@ -158,7 +160,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         layers[index] = layer
 
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
-    mp = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
+    mp: dict[str, Any] = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     mesh = _mesh(model, plan.replicas)
     if mesh is not None:
         mp["mesh"] = mesh

@@ -15,8 +15,9 @@ All ranks get identical results (the slowest rank's time), so they all pass or a
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ray_efa.core import catalog
 
@@ -63,7 +64,7 @@ class ProbeResult:
     dtype: str = "float32"
 
     @classmethod
-    def from_timing(cls, *, size_bytes: int, seconds: float, world_size: int, dtype: str = "float32") -> "ProbeResult":
+    def from_timing(cls, *, size_bytes: int, seconds: float, world_size: int, dtype: str = "float32") -> ProbeResult:
         if seconds <= 0:
             raise ValueError(f"seconds must be > 0, got {seconds!r}")
         if world_size < 1:
@@ -78,7 +79,7 @@ def allreduce_probe(
     iters: int = DEFAULT_ITERS,
     *,
     warmup: int = WARMUP_ITERS,
-    device: "torch.device | None" = None,
+    device: torch.device | None = None,
 ) -> list[ProbeResult]:
     """Time SUM all-reduces of each size on the default process group; every rank must call it, with the same sizes.
 
@@ -162,7 +163,7 @@ def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: b
         )
 
 
-def floor_gbps(settings: "Settings") -> float:
+def floor_gbps(settings: Settings) -> float:
     """The bus-bandwidth floor of a run: preflightMinBusbwGbps if set, else the instance catalog's estimate."""
     configured = settings.workload.preflight_min_busbw_gbps
     return configured if configured is not None else catalog.allreduce_floor_gbps(settings.nodes.gpu_instance)

@@ -64,6 +64,8 @@ class _Pending:
     lr: float
     mark: object
     """time.perf_counter() value on CPU, a recorded torch.cuda.Event on GPU: the end of the step."""
+    grad_norm: torch.Tensor | None = None
+    """The gradient norm before clipping, the same on every rank (a local tensor); None without clipping."""
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Reporter:
     _pending: list[_Pending] = field(default_factory=list)
     _previous_mark: object = None
     _last_report: float = -math.inf
+    _logged: int = 0
 
     def __post_init__(self) -> None:
         self._previous_mark = self._mark()
@@ -103,9 +106,13 @@ class Reporter:
             return start.elapsed_time(end) / 1000.0
         return float(end) - float(start)  # type: ignore[arg-type]
 
-    def record(self, step: int, loss: torch.Tensor, lr: float) -> None:
-        """A finished optimizer step: its (unsynchronized, this rank's) loss. No host sync."""
-        self._pending.append(_Pending(step=step, loss=loss.detach().float().reshape(()), lr=lr, mark=self._mark()))
+    def record(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None:
+        """A finished optimizer step: its (unsynchronized, this rank's) loss and gradient norm. No host sync."""
+        if grad_norm is not None and hasattr(grad_norm, "full_tensor"):  # FSDP2's norm is a DTensor: on the device
+            grad_norm = grad_norm.full_tensor()
+        norm = None if grad_norm is None else grad_norm.detach().float().reshape(())
+        self._pending.append(_Pending(step=step, loss=loss.detach().float().reshape(()), lr=lr, mark=self._mark(),
+                                      grad_norm=norm))
 
     def is_measure_step(self, step: int, *, save: bool) -> bool:
         """The steps that measure (and may report): the same on every rank."""
@@ -116,23 +123,35 @@ class Reporter:
         due = save or self.clock() - self._last_report >= self.min_interval_s
         flag = 1.0 if (self.rank == 0 and due) else 0.0
         losses = [p.loss for p in self._pending]
+        # The gradient norms are the same on every rank: they ride the same all-reduce and come back x world size.
+        norms = [p.grad_norm for p in self._pending if p.grad_norm is not None]
         # torch.full is a fill kernel: no host-to-device copy, so nothing waits before the all-reduce is queued.
-        packed = torch.stack([*losses, torch.full((), flag, device=self.device)])
+        packed = torch.stack([*losses, *norms, torch.full((), flag, device=self.device)])
         values = self.reduce(packed).tolist()  # the host sync of this interval
         report = values[-1] > 0.5
         means = [v / self.world_size for v in values[:-1]]
-        for pending, loss in zip(self._pending, means):
+        loss_means, norm_means = iter(means[:len(losses)]), iter(means[len(losses):])
+        for pending in self._pending:
             seconds = self._seconds(self._previous_mark, pending.mark)
             self._previous_mark = pending.mark
-            self.history.append({"step": pending.step, "loss": loss, "lr": pending.lr, "time/step_s": seconds,
-                                 **self.meter.rates(seconds)})
+            entry = {"step": pending.step, "loss": next(loss_means), "lr": pending.lr, "time/step_s": seconds,
+                     **self.meter.rates(seconds)}
+            if pending.grad_norm is not None:
+                entry["grad_norm"] = next(norm_means)
+            self.history.append(entry)
         self._pending.clear()
-        metrics = {**self.meter.measure(step, means[-1] if means else float("nan")),
-                   "lr": self.history[-1]["lr"] if self.history else 0.0}
-        if self.history and self.history[-1]["step"] == step:
-            self.history[-1] = {**metrics, "time/step_s": self.history[-1]["time/step_s"],
-                                **self.meter.rates(self.history[-1]["time/step_s"])}
+        last = self.history[-1] if self.history and self.history[-1]["step"] == step else None
+        metrics = {**self.meter.measure(step, last["loss"] if last else float("nan")),
+                   "lr": last["lr"] if last else 0.0, **({"grad_norm": last["grad_norm"]} if last and "grad_norm" in last else {})}
+        if last is not None:  # the measure step's entry: the full metrics, with its own step time
+            self.history[-1] = {**metrics, "time/step_s": last["time/step_s"], **self.meter.rates(last["time/step_s"])}
         return metrics, report
+
+    def take_unlogged(self) -> list[dict[str, float]]:
+        """The history entries since the last call, for a history writer (rank 0) to append."""
+        entries = self.history[self._logged:]
+        self._logged = len(self.history)
+        return entries
 
     def reported(self) -> None:
         """Call right after every rank's ray.train.report returned."""

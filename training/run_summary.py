@@ -7,9 +7,9 @@ output (`kubectl logs` of the RayJob's submitter, `ray job logs`, a file): `find
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
-__all__ = ["MARKER", "LOCAL", "summary_line", "find_summaries", "hardware", "describe_hardware"]
+__all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware"]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
@@ -19,16 +19,20 @@ LOCAL = "local"
 
 
 def summary_line(*, name: str, network: str, instance_type: str, nodes: int, summary: dict) -> str:
-    """The line for one run: its name, transport, where it ran, and its steady-state figures (training.metrics).
+    """The line for one run: MARKER and summary_record's JSON."""
+    record = summary_record(name=name, network=network, instance_type=instance_type, nodes=nodes, summary=summary)
+    return f"{MARKER} {json.dumps(record, sort_keys=True)}"
+
+
+def summary_record(*, name: str, network: str, instance_type: str, nodes: int, summary: dict) -> dict:
+    """One run: its name, transport, where it ran, and its steady-state figures (training.metrics).
 
     Where it ran: `instance_type` (the gpuInstanceType, or "local" for a run on this machine), `hosts` (machines the
     workers ran on), `devices` (workers: GPUs, or CPU processes) and `device` ("cpu" or the GPU's name). `summary`'s
     measured `hosts` and `devices` win over the planned `nodes`; `nodes` stays as an alias of `hosts`.
     """
     hosts = summary.get("hosts", nodes)
-    record = {"name": name, "network": network, "instance_type": instance_type, **summary, "hosts": hosts,
-              "nodes": hosts}
-    return f"{MARKER} {json.dumps(record, sort_keys=True)}"
+    return {"name": name, "network": network, "instance_type": instance_type, **summary, "hosts": hosts, "nodes": hosts}
 
 
 def hardware(record: dict) -> tuple:

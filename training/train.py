@@ -14,6 +14,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Settings, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters
 from ray_efa.training.data import TokenBatches
+from ray_efa.training.history import open_history
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import (
@@ -29,7 +31,7 @@ from ray_efa.training.parallelize import (
 )
 from ray_efa.training.reporting import Reporter
 
-__all__ = ["train_func", "train_step", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
+__all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
 # The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
 _PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
@@ -53,7 +55,7 @@ class FaultInjection:
     stopped between checkpoints, for resume tests."""
 
     @classmethod
-    def from_config(cls, config: dict) -> "FaultInjection":
+    def from_config(cls, config: dict) -> FaultInjection:
         return cls(**config.get("_faults", {}))
 
     def after_step(self, *, step: int, rank: int, start_step: int) -> None:
@@ -106,12 +108,21 @@ def _say(text: str) -> None:
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+class StepResult(NamedTuple):
+    """What one optimizer step returns, still on the device (reading it synchronizes: do so at report steps)."""
+
+    loss: torch.Tensor
+    """This rank's mean loss over the step's micro-batches."""
+    grad_norm: torch.Tensor | None
+    """The total gradient norm before clipping (clip_grad_norm_'s; the same on every rank); None when gradClip is 0."""
+
+
 def train_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch | list[Batch], *,
     lr: float, grad_clip: float, device: torch.device,
-) -> torch.Tensor:
+) -> StepResult:
     """One optimizer step on one batch or on a list of equal micro-batches (gradient accumulation); returns the
-    (unsynchronized) mean loss over them. bench/fsdp_reference.py runs it too.
+    (unsynchronized) mean loss over them and the gradient norm. bench/fsdp_reference.py runs it too.
 
     Each micro-batch's loss is scaled by 1/k before backward, so the accumulated gradient and the returned loss are
     those of the mean over all k x microBatch sequences: the same as one batch of them. Gradients cross the network
@@ -128,12 +139,11 @@ def train_step(
         micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
         (micro / k).backward()
         loss = loss + micro.detach() / k
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None
     optimizer.step()
     after_optimizer_step(model)  # fp8: the next all-gather's weight scales, in one all-reduce
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
-    return loss
+    return StepResult(loss, norm)
 
 
 def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
@@ -204,6 +214,7 @@ def train_func(config: dict) -> dict:
     )
     if rank == 0 and start:
         _say(f"resumed from the checkpoint of step {start}")
+    history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
     reporter = Reporter(meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device)
     model.train()
@@ -213,8 +224,8 @@ def train_func(config: dict) -> dict:
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
-        loss = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
-        reporter.record(step, loss, lr)
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.record(step, loss, lr, grad_norm=grad_norm)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
@@ -222,6 +233,9 @@ def train_func(config: dict) -> dict:
             metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank (training.reporting)
             if rank == 0:
                 _say(format_line(metrics, t.steps))
+            if history:  # every step since the last measure step, each with its own metrics (the last one's in full)
+                for entry in reporter.take_unlogged():
+                    history.log(entry, int(entry["step"]))
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
                 reporter.reported()
@@ -231,6 +245,8 @@ def train_func(config: dict) -> dict:
                 reporter.reported()
         if faults.stop_after_step == step:
             break
+    if history:
+        history.close()
 
     efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()

@@ -39,9 +39,10 @@ import json
 import re
 import sys
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from ray_efa.training import efa_counters
 from ray_efa.training.network import expected_transport, network_env
@@ -320,7 +321,7 @@ class TransportReport:
             return best, f"{best} hosts (host names {_few(names)})"
         return best, f"{best} hosts (node IPs {_few(ips)})"
 
-    def verdict(self, expect: str = "efa", *, hosts: int | None = None) -> "Verdict":
+    def verdict(self, expect: str = "efa", *, hosts: int | None = None) -> Verdict:
         """Judge the logs against the expected transport ("efa", "ib" or "socket").
 
         `hosts` is how many hosts the job ran on, where the caller knows it (the driver does; `check-transport

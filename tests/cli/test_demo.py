@@ -20,13 +20,13 @@ def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
                COLUMNS="200")
     result = subprocess.run(
         [sys.executable, "-m", "ray_efa.cli", "demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(tmp_path / "dist"),
-         "-c", "gpuInstanceType=p5.48xlarge"],
+         "--report", str(tmp_path / "report"), "-c", "gpuInstanceType=p5.48xlarge"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     out = result.stdout
-    # THEN it succeeds, through all four steps, for the instance type given with -c
+    # THEN it succeeds, through all five steps, for the instance type given with -c
     assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
-    for step in ("1/4 plan", "2/4 synth", "3/4 manifests", "4/4 train"):
+    for step in ("1/5 plan", "2/5 synth", "3/5 manifests", "4/5 train", "5/5 report"):
         assert step in out
     assert "p5.48xlarge" in out and "no unacknowledged findings" in out
     assert sorted(p.name for p in (tmp_path / "cdk.out").glob("*.template.json")) == [
@@ -36,3 +36,9 @@ def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
     # the local run trained (the loss fell) and the gate said honestly what it can prove on a CPU
     assert "step 60/60" in out and "training summary" in out
     assert "proves nothing about EFA" in out
+    # and it ends with the local run's report, its path printed
+    report = tmp_path / "report"
+    assert f"open {report / 'index.html'}" in out
+    assert sorted(p.name for p in report.glob("*.png")) == ["loss.png", "memory.png", "optimizer.png", "step_time.png",
+                                                             "throughput.png"]
+    assert "Run report: local-tiny-" in (report / "index.html").read_text()

@@ -16,7 +16,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ray_efa.cli import main
 from ray_efa.core.context import parse_overrides, resolve_settings
@@ -271,6 +272,18 @@ BAD = [
     (["verify", "--wait", "-1"], 2),
     (["verify", "--wait", "soon"], 2),
     (["verify", "--context", "my-cluster"], 2),
+    (["plan", "--plot", "mywork.py"], 2),
+    (["plan", "--plot", "a-dir"], 2),
+    (["plan", "--plot", "mywork.py/chart.png"], 2),
+    (["plan", "--json", "--plot", "mywork.py"], 2),
+    (["compare", "zero.log", "--plot", "mywork.py"], 2),
+    (["report"], 2),
+    (["report", "missing"], 2),
+    (["report", "a-dir"], 2),
+    (["report", "mywork.py"], 2),
+    (["report", "garbage.bin"], 2),
+    (["report", "a-dir", "--out", "deploy"], 2),
+    (["report", "a-dir", "--out", "."], 2),
     (["nosuchcommand"], 2),
 ]
 

@@ -141,7 +141,7 @@ def test_demo_checks_both_folders_before_any_step(tmp_path, capsys):
     (dist / "mine.txt").write_text("mine")
     assert run_cli("demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(dist)) == 2
     captured = capsys.readouterr()
-    assert "mine.txt" in captured.err and "1/4 plan" not in captured.out
+    assert "mine.txt" in captured.err and "1/5 plan" not in captured.out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
     assert run_cli("demo", "--cdk-out", str(ROOT / "infra"), "--dist", str(tmp_path / "d")) == 2
     assert "source folder infra/" in capsys.readouterr().err

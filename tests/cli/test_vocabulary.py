@@ -100,6 +100,8 @@ def test_check_transport_json_is_snake_case(capsys):
     ("manifests", "--json", "--out", "."),
     ("check-transport", "--json", "/nonexistent.log"),
     ("compare", "--json", "/nonexistent.log"),
+    ("report", "--json", "/nonexistent-run"),
+    ("plan", "--json", "--plot", "/"),
     ("verify", "--json", "--kubeconfig", "/nonexistent"),
     ("verify", "--json", "--wait", "-1"),
     ("capacity", "--json", "--count", "0"),

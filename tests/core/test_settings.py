@@ -7,7 +7,12 @@ import json
 import pytest
 
 from ray_efa.core.settings import (
-    ClusterSettings, NodeSettings, Settings, SettingsError, TrainingSettings, setting_keys,
+    ClusterSettings,
+    NodeSettings,
+    Settings,
+    SettingsError,
+    TrainingSettings,
+    setting_keys,
 )
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from ray_efa.core import catalog
 from ray_efa.core.cost import retained_after_destroy
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.infra.access import NO_ADMIN_WARNING

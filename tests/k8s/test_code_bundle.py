@@ -12,11 +12,16 @@ import pytest
 
 from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.core.settings import Settings
-from ray_efa.k8s.code_bundle import CONFIG_MAP_MAX_BYTES, LAST_APPLIED_MAX_BYTES, CodeBundle, ManifestError, ShippedFile, collect_code
+from ray_efa.k8s.code_bundle import (
+    CONFIG_MAP_MAX_BYTES,
+    LAST_APPLIED_MAX_BYTES,
+    CodeBundle,
+    ManifestError,
+    ShippedFile,
+    collect_code,
+)
 from ray_efa.k8s.code_config_map import CodeConfigMap
-from ray_efa.k8s.names import CODE_MOUNT_PATH
 from tests.k8s.conftest import materialize_code, mounted_items
-
 
 _PROBE = """
 import importlib.util, json, sys

@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 from ray_efa import k8s
-import ray_efa.k8s.workload
 from ray_efa.core.context import PROJECT_ROOT
+from ray_efa.k8s import workload
 
 
 def test_builders_are_exported_from_the_package():
-    assert k8s.build_workload is k8s.workload.build_workload
-    assert k8s.build_manifests is k8s.workload.build_manifests
+    assert k8s.build_workload is workload.build_workload
+    assert k8s.build_manifests is workload.build_manifests
 
 
 def test_names_import_without_cdk8s():

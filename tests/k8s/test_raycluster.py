@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ray_efa.core import catalog
-from tests.k8s.conftest import NOT_NETWORK_ENV, BASE, container, env, head, synthesize, volume_at, worker_group
+from tests.k8s.conftest import BASE, NOT_NETWORK_ENV, container, env, head, synthesize, volume_at, worker_group
 
 # Facts from the reference table (FACTS.md), independent of core.catalog: GPUs, EFA interfaces, GPUDirect RDMA.
 HARDWARE = {

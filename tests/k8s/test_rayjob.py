@@ -15,7 +15,14 @@ import yaml
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
 from tests.k8s.conftest import (
-    NOT_NETWORK_ENV, BASE, container, env, materialize_code, projected_config_maps, synthesize, worker_group,
+    BASE,
+    NOT_NETWORK_ENV,
+    container,
+    env,
+    materialize_code,
+    projected_config_maps,
+    synthesize,
+    worker_group,
 )
 
 

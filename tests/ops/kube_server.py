@@ -74,7 +74,7 @@ class FakeKubeApi:
                 return 200, item
         return 404, _not_found(path)
 
-    def __enter__(self) -> "FakeKubeApi":
+    def __enter__(self) -> FakeKubeApi:
         self._thread.start()
         return self
 

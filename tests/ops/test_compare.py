@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ray_efa.ops.compare import CompareError, compare_logs
-from tests.ops.cli_helpers import run_cli
 from ray_efa.training.run_summary import find_summaries, summary_line
+from tests.ops.cli_helpers import run_cli
 
 
 def _summary(tokens_per_s: float, step_s: float) -> dict:

@@ -109,7 +109,7 @@ def test_command_json_is_complete(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
-                        "performance", "teardown", "retained_after_destroy"}
+                        "performance", "teardown", "retained_after_destroy", "scaling"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
@@ -121,7 +121,7 @@ def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
     performance = json.loads(capsys.readouterr().out)["performance"]
     # THEN each network has the strategy the job would run and its predicted step, in snake_case keys
     assert set(performance) == {"efa", "tcp"}
-    for net, row in performance.items():
+    for row in performance.values():
         assert {"strategy", "step_time_s", "compute_s", "network_s", "tokens_per_s_per_gpu", "mfu", "bottleneck"} <= set(row)
         assert row["strategy"] in ("fsdp", "hsdp") and set(row["strategies"]) == {"fsdp", "hsdp"}
     # and the default step waits on the one EFA link, more so over TCP

@@ -209,7 +209,7 @@ def test_a_missing_after_snapshot_or_counter_is_incomplete(tmp_path):
 
 def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
     snaps = _job(tmp_path)
-    verdict = gate(classify([l for l in EFA_JOB if l.startswith(A)]), "efa", counters=snaps)
+    verdict = gate(classify([line for line in EFA_JOB if line.startswith(A)]), "efa", counters=snaps)
     foreign = [n for n in verdict.counters.nodes if n.status == "foreign"]
     assert [n.host for n in foreign] == [HOSTS[1]] and verdict.exit_code == EXIT_NO_PROOF
 

@@ -57,7 +57,7 @@ def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulati
     for step in range(1, STEPS + 1):
         inputs, labels = data.batch(step)
         batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
-        loss = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0, device=CPU)
+        loss, _ = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0, device=CPU)
         mean = loss.detach().clone()
         torch.distributed.all_reduce(mean)
         counts["all_reduce/4"] -= 1  # the loss average above is ours, not FSDP2's

@@ -80,6 +80,42 @@ def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     expected = {step: loss for step, loss in _losses(uninterrupted).items() if step >= 3}
     assert _losses(resumed) == pytest.approx(expected, rel=1e-6)
     assert resumed.return_value["optimizer_steps"] == 6
+    # and the run folder's history holds both attempts (step 3 twice), while TensorBoard shows each step once, the
+    # resumed attempt's from step 3 on
+    folder = os.path.join(storage, "resumed")
+    assert [r["step"] for r in _history(folder)] == [1, 2, 3, 3, 4, 5, 6]
+    assert _tensorboard(folder, "loss") == pytest.approx({**{s: v for s, v in _losses(stopped).items() if s < 3},
+                                                          **_losses(resumed)}, rel=1e-6)
+
+
+def _history(folder):
+    import json
+
+    with open(os.path.join(folder, "metrics.jsonl")) as lines:
+        return [json.loads(line) for line in lines]
+
+
+def _tensorboard(folder, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.path.join(folder, "tensorboard"))
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars(tag)}
+
+
+def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storage, uninterrupted):
+    # GIVEN the uninterrupted run (a report every step) WHEN its run folder is read
+    folder = os.path.join(storage, "uninterrupted")
+    history = _history(folder)
+    # THEN metrics.jsonl has one record per report with the loss, lr, gradient norm, tokens/s, step time and memory
+    assert [r["step"] for r in history] == [1, 2, 3, 4, 5, 6]
+    assert {r["step"]: r["loss"] for r in history} == pytest.approx(_losses(uninterrupted), rel=1e-6)
+    for record in history:
+        for key in ("lr", "grad_norm", "throughput/tokens_per_s", "time/step_s", "memory/peak_rss_gib", "wall_time"):
+            assert record[key] > 0, key
+    # and TensorBoard's reader finds the same losses and gradient norms in the run folder's event files
+    assert _tensorboard(folder, "loss") == pytest.approx(_losses(uninterrupted), rel=1e-6)
+    assert _tensorboard(folder, "grad_norm") == pytest.approx({r["step"]: r["grad_norm"] for r in history}, rel=1e-6)
 
 
 def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninterrupted):

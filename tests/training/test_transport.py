@@ -204,9 +204,9 @@ def test_interleaved_processes_of_one_file_are_kept_apart():
 
 def test_several_files_and_stdin_of_one_job_merge(tmp_path, monkeypatch):
     # GIVEN node 1's lines in a file, node 2's gzipped, and nothing else on stdin
-    (tmp_path / "a.log").write_text("\n".join(l for l in EFA_JOB if l.startswith(A)) + "\n")
+    (tmp_path / "a.log").write_text("\n".join(line for line in EFA_JOB if line.startswith(A)) + "\n")
     with gzip.open(tmp_path / "b.log.gz", "wt") as f:
-        f.write("\n".join(l for l in EFA_JOB if l.startswith(B)) + "\n")
+        f.write("\n".join(line for line in EFA_JOB if line.startswith(B)) + "\n")
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     # WHEN read together
     report = classify_paths([tmp_path / "a.log", str(tmp_path / "b.log.gz"), "-"])
@@ -263,14 +263,14 @@ def test_receive_lines_belong_to_the_destination_rank_and_send_lines_to_the_sour
 ])
 def test_infiniband_and_libfabric_names(network, expect, code):
     # GIVEN a 2-node job on the named network
-    lines = [l.replace("Libfabric", network) for l in EFA_JOB if "NET/OFI" not in l]
+    lines = [line.replace("Libfabric", network) for line in EFA_JOB if "NET/OFI" not in line]
     # THEN it passes exactly the matching expectation
     assert verdict_of(lines, expect).exit_code == code
 
 
 def test_old_nccl_bootstrap_net_socket_line_is_not_socket_traffic():
     # GIVEN an IB job whose NCCL printed "NET/Socket : Using [0]ib0" during bootstrap
-    lines = [A + "NET/Socket : Using [0]ib0:10.1.0.1<0>", *[l.replace("Libfabric", "IB") for l in EFA_JOB if "OFI" not in l]]
+    lines = [A + "NET/Socket : Using [0]ib0:10.1.0.1<0>", *[line.replace("Libfabric", "IB") for line in EFA_JOB if "OFI" not in line]]
     # THEN the job proves IB and does not count as Socket
     assert verdict_of(lines, "ib").exit_code == EXIT_PASS
     assert verdict_of(lines, "socket").exit_code == EXIT_CONTRADICTED
@@ -278,7 +278,7 @@ def test_old_nccl_bootstrap_net_socket_line_is_not_socket_traffic():
 
 
 def test_libfabric_on_the_tcp_provider_is_not_efa():
-    lines = [l.replace("provider is efa, fabric is efa", "provider is tcp, fabric is 10.0.0.0/16") for l in EFA_JOB]
+    lines = [line.replace("provider is efa, fabric is efa", "provider is tcp, fabric is 10.0.0.0/16") for line in EFA_JOB]
     verdict = verdict_of(lines)
     assert verdict.exit_code == EXIT_CONTRADICTED
     assert "libfabric provider tcp" in verdict.summary
@@ -287,7 +287,7 @@ def test_libfabric_on_the_tcp_provider_is_not_efa():
 
 def test_a_process_without_a_provider_line_shares_the_jobs_provider():
     # GIVEN Ray's deduplication kept "Selected provider is efa" for node 1 only
-    lines = [l for l in EFA_JOB if not (l.startswith(B) and "NET/OFI" in l)]
+    lines = [line for line in EFA_JOB if not (line.startswith(B) and "NET/OFI" in line)]
     assert verdict_of(lines).exit_code == EXIT_PASS
 
 
@@ -414,7 +414,7 @@ def test_socket_chosen_by_every_process_of_a_two_host_job_is_a_contradiction():
 @pytest.mark.parametrize("expect", ["socket", "efa"])
 def test_a_chosen_network_alone_never_passes(expect):
     # GIVEN two hosts that chose the expected network but logged no channel line and no nNodes
-    lines = CHOSE_SOCKET if expect == "socket" else [l.replace("Socket", "Libfabric") for l in CHOSE_SOCKET]
+    lines = CHOSE_SOCKET if expect == "socket" else [line.replace("Socket", "Libfabric") for line in CHOSE_SOCKET]
     # THEN it proves nothing: a pass takes NCCL's own word that traffic crossed nodes
     assert verdict_of(lines, expect).exit_code == EXIT_NO_PROOF
     assert classify(lines).verdict(expect, hosts=8).exit_code == EXIT_NO_PROOF

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from ray_efa.core import catalog

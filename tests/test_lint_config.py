@@ -1,0 +1,49 @@
+"""The lint configuration keeps covering the code: every package folder is in pyright's include (each by one path),
+and the tools are pinned. pyright itself runs once, in `make lint` (CI), not here: this checks what it is told to read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PYRIGHT = PYPROJECT["tool"]["pyright"]
+
+
+def _package_folders() -> set[str]:
+    """The top-level folders the wheel maps into ray_efa (ray_efa.core -> core/)."""
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]
+    return {name.split(".")[1] for name in packages if name.count(".") == 1}
+
+
+def test_every_package_folder_is_a_ray_efa_symlink_and_a_wheel_package():
+    linked = {path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()}
+    assert linked == _package_folders()
+
+
+def test_pyright_includes_every_package_folder_once():
+    include = set(PYRIGHT["include"])
+    # THEN each package folder is checked under its top-level path, ray_efa/__init__.py beside them
+    assert _package_folders() | {"ray_efa/__init__.py"} <= include
+    # and never also through the ray_efa/ symlinks: pyright would report each file twice, once per path
+    assert not {entry for entry in include if entry.rstrip("/") == "ray_efa" or entry.startswith("ray_efa/")} - {
+        "ray_efa/__init__.py"}
+    # and no exclude takes a package folder (or a file in one) back out
+    for pattern in PYRIGHT.get("exclude", []):
+        assert pattern.split("/")[0] not in _package_folders(), pattern
+
+
+def test_pyright_checks_at_least_standard_mode_with_the_project_venv():
+    assert PYRIGHT["typeCheckingMode"] in ("standard", "strict")
+    assert (PYRIGHT["venvPath"], PYRIGHT["venv"]) == (".", ".venv")
+
+
+def test_lint_tools_are_pinned_exactly():
+    pyright = json.loads((ROOT / "package.json").read_text())["devDependencies"]["pyright"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pyright), pyright
+    (ruff,) = [spec for spec in PYPROJECT["project"]["optional-dependencies"]["dev"] if spec.startswith("ruff")]
+    assert ruff in (ROOT / "requirements.lock").read_text().splitlines()

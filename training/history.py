@@ -1,0 +1,142 @@
+"""The run's metrics history, kept by rank 0 in the run folder (training.run_folder) while it trains.
+
+- metrics.jsonl: one JSON object per report ({"step", "wall_time", and every metric}), appended and flushed at once,
+  so a run killed mid-way leaves every report up to its last (at worst the last line is cut; readers skip it).
+- tensorboard/: TensorBoard event files (tensorboardX's writer; Ray brings tensorboardX), one scalar per metric, tags as the metric
+  keys (loss, throughput/tokens_per_s, ...): `tensorboard --logdir <run folder>`. A resumed attempt starts a new event
+  file that starts with a purge (SessionLog START at its first step), so TensorBoard drops the steps the failed attempt ran past its checkpoint.
+
+On a local or shared filesystem both are written in place. S3 has no appends: there they are written to a local
+folder and each file is uploaded whole at most every UPLOAD_EVERY_S seconds and at close (a killed run loses at most
+that much). A storage error never stops training: it is said once and the history stops there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ray_efa.training.run_folder import METRICS_FILE, TENSORBOARD_DIR, RunFolder
+
+__all__ = ["History", "open_history", "UPLOAD_EVERY_S"]
+
+UPLOAD_EVERY_S = 30.0
+
+
+def _number(value: Any) -> Any:
+    """JSON has no NaN or infinity: null instead (strict readers such as jq reject Python's NaN)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class History:
+    """`log(metrics, step)` at each report; `close()` at the end."""
+
+    def __init__(self, folder: RunFolder, *, start_step: int = 0, upload_every_s: float = UPLOAD_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.folder, self._every, self._clock = folder, upload_every_s, clock
+        local = folder.local_path()
+        self._staging: Path | None = None
+        if local is None:
+            self._staging = self._root = Path(tempfile.mkdtemp(prefix="ray-efa-history-"))
+        else:
+            self._root = local
+        self._uploaded = clock()
+        self._writer: Any = None
+        self._failed = False
+        self._guard(lambda: self._open(start_step))
+
+    def _open(self, start_step: int) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        metrics = self._root / METRICS_FILE
+        if self._staging is not None:  # the earlier attempts' reports: this attempt appends to them
+            metrics.write_bytes(self.folder.read_bytes(METRICS_FILE) or b"")
+        cut = metrics.exists() and metrics.stat().st_size > 0 and not metrics.read_bytes().endswith(b"\n")
+        self._lines = open(metrics, "a", encoding="utf-8")
+        if cut:  # a line cut by a kill: the next record starts on a line of its own
+            self._lines.write("\n")
+        try:  # its synchronous writer: SummaryWriter's queue and thread would leave the last reports unwritten
+            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboardX.proto.event_pb2 import Event, SessionLog  # pyright: ignore[reportAttributeAccessIssue]
+            from tensorboardX.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]
+        except ImportError:
+            _warn("tensorboardX is not installed: metrics.jsonl only, no TensorBoard events")
+            return
+        self._event, self._summary = Event, Summary
+        (self._root / TENSORBOARD_DIR).mkdir(exist_ok=True)
+        # One file per attempt. TensorBoard reads a folder's files in name order, and a later attempt's purge must
+        # come after the earlier file: the name holds the second (tensorboardX's), then nanoseconds break a tie.
+        self._writer = EventsWriter(str(self._root / TENSORBOARD_DIR / "events"), f".{time.time_ns():020d}")
+        if start_step:  # TensorBoard drops what earlier files hold from this step on (SummaryWriter's purge_step)
+            self._writer.write_event(Event(step=start_step + 1, session_log=SessionLog(status=SessionLog.START)))
+        self._writer.flush()
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Append one report (rank 0, at a report step); numbers only go to TensorBoard."""
+        self._guard(lambda: self._log(metrics, step))
+
+    def _log(self, metrics: Mapping[str, Any], step: int) -> None:
+        record = {"step": step, "wall_time": time.time(),
+                  **{k: _number(v) for k, v in metrics.items() if k != "step"}}
+        self._lines.write(json.dumps(record) + "\n")
+        self._lines.flush()
+        if self._writer is not None:
+            values = [self._summary.Value(tag=key, simple_value=value) for key, value in record.items()
+                      if key not in ("step", "wall_time") and isinstance(value, (int, float))
+                      and not isinstance(value, bool)]
+            self._writer.write_event(self._event(wall_time=record["wall_time"], step=step,
+                                                 summary=self._summary(value=values)))
+            self._writer.flush()
+        if self._staging is not None and self._clock() - self._uploaded >= self._every:
+            self._upload()
+
+    def close(self) -> None:
+        """Flush, upload what is staged, and remove the staging folder."""
+        def finish() -> None:
+            self._lines.close()
+            if self._writer is not None:
+                self._writer.close()
+            self._upload()
+
+        self._guard(finish)
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+
+    def _upload(self) -> None:
+        if self._staging is None:
+            return
+        for path in sorted(p for p in self._staging.rglob("*") if p.is_file()):
+            self.folder.write_bytes(path.relative_to(self._staging).as_posix(), path.read_bytes())
+        self._uploaded = self._clock()
+
+    def _guard(self, action: Callable[[], None]) -> None:
+        if self._failed:
+            return
+        try:
+            action()
+        except Exception as error:  # noqa: BLE001 - a history that cannot be written must not stop training
+            self._failed = True
+            _warn(f"cannot write the metrics history to {self.folder.uri}: {error}; training goes on without it")
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"ray_efa.training.history: {message}\n")
+
+
+def open_history(start_step: int) -> History | None:
+    """Rank 0's history in this Ray Train run's folder (the storage Ray Train resolved); None on other ranks."""
+    import ray.train
+
+    context = ray.train.get_context()
+    if context.get_world_rank() != 0:
+        return None
+    storage = context.get_storage()
+    if storage is None:  # not inside a Ray Train run: nowhere to keep it
+        return None
+    return History(RunFolder(storage.storage_filesystem, storage.experiment_fs_path), start_step=start_step)
