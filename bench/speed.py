@@ -99,7 +99,9 @@ def run_report(args, gpu: bool) -> list[dict]:
             scaling_config=ScalingConfig(num_workers=1 if gpu else 2, use_gpu=gpu),
             run_config=RunConfig(name=f"speed-{every}-{time.strftime('%H%M%S')}", storage_path=STORAGE),
         )
-        summary = trainer.fit().return_value["summary"]
+        outcome = trainer.fit().return_value
+        assert outcome is not None, "rank 0 returns the summary"
+        summary = outcome["summary"]
         per_gpu = summary["throughput/tokens_per_s_per_device"]
         rows.append({"part": "report", "run": label, "report_every": every, "steps": args.steps,
                      "poll_interval_s": 2.0, "ray_reports": summary.get("reports"),
@@ -118,6 +120,7 @@ def run_report(args, gpu: bool) -> list[dict]:
 
 def run_fp8(args, gpu: bool) -> list[dict]:
     import torch
+    import torch._dynamo
     import torch.distributed as dist
 
     from ray_efa.core import strategy
@@ -125,8 +128,6 @@ def run_fp8(args, gpu: bool) -> list[dict]:
     from ray_efa.training.model import build_model
     from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
     from ray_efa.training.train import build_optimizer, train_step
-
-    import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = 64  # one model per cell
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
@@ -152,6 +153,7 @@ def run_fp8(args, gpu: bool) -> list[dict]:
             if gpu:
                 torch.cuda.reset_peak_memory_stats(device)
             losses = []
+            start = time.perf_counter()
             for step in range(1, warmup + timed + 1):
                 if step == warmup + 1:
                     if gpu:
@@ -239,7 +241,7 @@ def _ratios(rows: list[dict]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--parts", default="report,fp8,sharding")
     parser.add_argument("--steps", type=int, default=40, help="steps of each report run")

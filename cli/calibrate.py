@@ -18,7 +18,7 @@ from ray_efa.cli._common import add_context_option, add_json_option, fail, print
 
 def register(add_parser, name: str) -> None:
     p = add_parser(name, help="compare a finished run's step with the model's prediction and fit its constants",
-                   description=__doc__.split("\n\n")[0])
+                   description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("log", type=Path, metavar="LOG", help="the run's driver log (or its summary JSON)")
     add_context_option(p)
     add_json_option(p)

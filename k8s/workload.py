@@ -13,8 +13,8 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from ray_efa.core.strategy import check_fits
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import check_fits
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name

@@ -17,8 +17,8 @@ from ray_efa.core.context import ResolvedSettings
 from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.perf import Calibration
-from ray_efa.core.strategy import check_fits, choose, estimate, performance
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
+from ray_efa.core.strategy import check_fits, choose, estimate, performance
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
 

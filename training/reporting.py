@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -108,7 +108,9 @@ class Reporter:
 
     def record(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None:
         """A finished optimizer step: its (unsynchronized, this rank's) loss and gradient norm. No host sync."""
-        if grad_norm is not None and hasattr(grad_norm, "full_tensor"):  # FSDP2's norm is a DTensor: on the device
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(grad_norm, DTensor):  # FSDP2's norm: made whole on the device, no host sync
             grad_norm = grad_norm.full_tensor()
         norm = None if grad_norm is None else grad_norm.detach().float().reshape(())
         self._pending.append(_Pending(step=step, loss=loss.detach().float().reshape(()), lr=lr, mark=self._mark(),
@@ -141,8 +143,9 @@ class Reporter:
             self.history.append(entry)
         self._pending.clear()
         last = self.history[-1] if self.history and self.history[-1]["step"] == step else None
-        metrics = {**self.meter.measure(step, last["loss"] if last else float("nan")),
-                   "lr": last["lr"] if last else 0.0, **({"grad_norm": last["grad_norm"]} if last and "grad_norm" in last else {})}
+        metrics = {**self.meter.measure(step, last["loss"] if last else float("nan")), "lr": last["lr"] if last else 0.0}
+        if last is not None and "grad_norm" in last:
+            metrics["grad_norm"] = last["grad_norm"]
         if last is not None:  # the measure step's entry: the full metrics, with its own step time
             self.history[-1] = {**metrics, "time/step_s": last["time/step_s"], **self.meter.rates(last["time/step_s"])}
         return metrics, report

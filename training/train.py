@@ -27,7 +27,11 @@ from ray_efa.training.history import open_history
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import (
-    ParallelPlan, after_optimizer_step, gradient_precision, parallelize, set_gradient_sync,
+    ParallelPlan,
+    after_optimizer_step,
+    gradient_precision,
+    parallelize,
+    set_gradient_sync,
 )
 from ray_efa.training.reporting import Reporter
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog
-from ray_efa.core import memory
+from ray_efa.core import catalog, memory
 from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, estimate_for
-from ray_efa.core.strategy import check_fits, estimate
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
+from ray_efa.core.strategy import check_fits, estimate
 
 GIB = 2**30
 QWEN = TrainingSettings(model="qwen2.5-1.5b")

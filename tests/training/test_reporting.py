@@ -110,7 +110,7 @@ def test_two_gloo_ranks_agree_on_the_report_steps_through_one_all_reduce():
     procs = [ctx.Process(target=_gloo_worker, args=(rank, 2, port, out)) for rank in range(2)]
     for p in procs:
         p.start()
-    results = dict((rank, (reported, losses)) for rank, reported, losses in (out.get(timeout=120) for _ in procs))
+    results = {rank: (reported, losses) for rank, reported, losses in (out.get(timeout=120) for _ in procs)}
     for p in procs:
         p.join(timeout=60)
     # THEN they report at the same steps, rank 0's (0.3 s steps, 1 s apart: every 4th), and see the same mean losses
