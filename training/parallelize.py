@@ -174,7 +174,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
                                f"(torch >= 2.9; this is {torch.__version__})")
         comm = Bf16WireReduceScatter()
         for module in (*layers, model):
-            getattr(module, "set_custom_reduce_scatter")(comm)  # FSDPModule's, added by fully_shard above
+            module.set_custom_reduce_scatter(comm)  # FSDPModule's, added by fully_shard above
     model.hsdp = mesh is not None
     model.fp8 = plan.fp8
     return model
