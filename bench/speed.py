@@ -159,7 +159,7 @@ def run_fp8(args, gpu: bool) -> list[dict]:
                     if gpu:
                         torch.cuda.synchronize(device)
                     start = time.perf_counter()
-                loss = train_step(model, optimizer, data.batch(step), lr=3e-4, grad_clip=1.0, device=device)
+                loss, _ = train_step(model, optimizer, data.batch(step), lr=3e-4, grad_clip=1.0, device=device)
                 losses.append(loss)
             if gpu:
                 torch.cuda.synchronize(device)

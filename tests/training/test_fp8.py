@@ -37,7 +37,7 @@ def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
     losses = []
     for step in range(1, STEPS + 1):
-        loss = train_step(model, optimizer, data.batch(step), lr=3e-3, grad_clip=1.0, device=CPU)
+        loss, _ = train_step(model, optimizer, data.batch(step), lr=3e-3, grad_clip=1.0, device=CPU)
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / WORLD)
