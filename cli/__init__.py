@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "plan": "plan",
     "manifests": "manifests",
     "train": "train",
+    "submit": "submit",
     "check-transport": "check_transport",
     "compare": "compare",
     "calibrate": "calibrate",

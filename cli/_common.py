@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
-from ray_efa.core.settings import SettingsError
+from ray_efa.core.settings import Problem, Settings, SettingsError
 
 EXIT_USAGE = 2
 """Bad usage or unreadable input, everywhere: bad arguments, bad settings, a file that cannot be read or parsed, an
@@ -79,17 +79,39 @@ def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
 
 def resolve_or_exit(
     args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
+    require_code: bool = False, require_model: bool = False,
 ) -> ResolvedSettings:
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
     `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
-    (core.strategy.check_fits names what to change).
+    (core.strategy.check_fits names what to change). `require_code`: the command runs or ships the train function, so
+    a trainFunction missing from codeDir, or a codeDir that cannot be shipped, is bad settings too
+    (core.user_code.check_user_code; nothing is imported). `require_model`: the command plans the model, so
+    modelPath's architecture must be readable here (core.model_source.model_problems; require_fit checks both too).
+    Every problem of these checks is reported at once.
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
+        problems: list[Problem] = []
+        if require_code or require_fit:
+            from ray_efa.core.user_code import check_user_code
+
+            try:
+                check_user_code(resolved.settings, app_dir=resolved.app_dir)
+            except SettingsError as error:
+                problems.extend(error.problems)
+        if require_model or require_fit:
+            from ray_efa.core.model_source import model_problems
+
+            problems.extend(model_problems(resolved.settings.training))
+        if problems:
+            raise SettingsError(problems)
         if require_fit:
+            from ray_efa.core.model_source import pod_path_problems
             from ray_efa.core.strategy import check_fits
 
+            if problems := pod_path_problems(resolved.settings):  # the job's paths: each one a pod can read
+                raise SettingsError(problems)
             check_fits(resolved.settings)
         return resolved
     except SettingsError as error:
@@ -127,3 +149,21 @@ def missing_train_extra(command: str) -> int | None:
     print(f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
           "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'", file=sys.stderr)
     return EXIT_NOT_INSTALLED
+
+
+def code_dir_problem(settings: Settings) -> str | None:
+    """Why codeDir cannot ship in the ConfigMap of the kubectl path (`manifests`, `submit`), naming the setting and
+    the route that can (an S3 asset through `cdk deploy`); None when it can, or there is no codeDir."""
+    from ray_efa.core.user_code import code_dir_path
+    from ray_efa.k8s.code_bundle import config_map_problem
+    from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
+
+    code_dir = code_dir_path(settings)
+    if code_dir is None:
+        return None
+    problem = config_map_problem(code_dir, user_code_config_map_name(ray_job_of(settings)))
+    if problem is None:
+        return None
+    return (f"codeDir {settings.workload.code_dir} cannot ship with kubectl: {problem}. A ConfigMap is the only route "
+            "here; `cdk deploy` ships larger code as an S3 asset (RayTrainingJob), or keep data and weights out of "
+            "codeDir (storagePath, modelPath) so that the code fits")

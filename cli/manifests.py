@@ -1,8 +1,10 @@
 """`ray-efa manifests`: write the KubeRay workload as plain YAML (one file per chart, in apply order) for kubectl.
 
 The output folder must be a folder of its own: new, empty, or one an earlier run wrote (its record,
-.ray-efa-output.json, lists the files). Exit 0 written, 1 the manifests cannot be built, 2 bad settings or an output
-folder that may not be written (nothing is written then).
+.ray-efa-output.json, lists the files). With codeDir, the code ships in a ConfigMap beside the job; code too large or
+binary for one has no kubectl route here (exit 2 naming codeDir): `cdk deploy` ships it as an S3 asset. Exit 0
+written, 1 the manifests cannot be built, 2 bad settings, code that cannot ship, or an output folder that may not be
+written (nothing is written then).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, add_json_option, fail, print_json, resolve_or_exit
+from ray_efa.cli._common import add_context_option, add_json_option, code_dir_problem, fail, print_json, resolve_or_exit
 
 EXIT_FAILED = 1
 
@@ -37,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
     except OutputDirError as error:
         return fail(args, "manifests", str(error))
 
+    if (problem := code_dir_problem(settings)) is not None:
+        return fail(args, "manifests", problem)
+
     from ray_efa.k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
     from ray_efa.k8s.dist import storage_warning, write_manifests
-    from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
+    from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
 
     try:
         files = write_manifests(settings, args.out)
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     namespace = settings.workload.namespace
     if args.json:
         print_json({"files": [str(f) for f in files], "out": str(args.out), "namespace": namespace,
-                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_name(settings.workload.network)})
+                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_of(settings)})
         return 0
     warning = storage_warning(settings)
     if warning:
@@ -61,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
     first, job = files[0].name, next(f.name for f in files if f.name.endswith(f"rayjob-{settings.workload.network}.yaml"))
     print("train:")
     print(f"  kubectl apply -f {args.out / first} -f {args.out / job}")
-    print(f"  kubectl -n {namespace} get rayjob {ray_job_name(settings.workload.network)} -w   # Complete, or Failed (gate)")
+    print(f"  kubectl -n {namespace} get rayjob {ray_job_of(settings)} -w   # Complete, or Failed (gate)")
     return 0

@@ -52,7 +52,7 @@ def register(add_parser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.plot is not None and (code := missing_plots_extra("plan")) is not None:
         return code
-    resolved = resolve_or_exit(args)  # every settings problem at once, exit 2
+    resolved = resolve_or_exit(args, require_code=True, require_model=True)  # every settings problem at once, exit 2
 
     from ray_efa.ops.plan import build_plan, render_plan
 

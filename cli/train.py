@@ -1,5 +1,7 @@
 """`ray-efa train`: run the training job, on the existing Ray cluster or locally with `--local`.
 
+It runs trainFunction (default the built-in train_func; `-c trainFunction=my_pkg.train:train_func -c
+codeDir=path/to/src` runs yours), through the driver: preflight, the function, the NCCL logs and the transport gate.
 `--local` starts an in-process Ray cluster with 2 CPU workers (gloo) and applies the local preset
 (training/local.py: the tiny model, 60 steps) as a settings layer below `-c`, so `-c steps=10` still wins. Without
 it, the command connects to the running cluster (address auto) with one worker per GPU, after the memory planner
@@ -30,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from ray_efa.training.local import LOCAL_PRESET
 
     extra = [("--local preset", LOCAL_PRESET)] if args.local else []
-    settings = resolve_or_exit(args, extra_layers=extra).settings  # exits 2 on bad settings, before Ray starts
+    # exits 2 on bad settings, or a trainFunction that is not in codeDir, before Ray starts
+    settings = resolve_or_exit(args, extra_layers=extra, require_code=True).settings
 
     from ray_efa.training import driver
 

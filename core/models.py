@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["ModelPreset", "MODEL_PRESETS", "model_preset"]
+__all__ = ["ModelPreset", "MODEL_PRESETS", "model_preset", "preset_from_config", "QWEN2_MODEL_TYPE"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,3 +79,30 @@ def model_preset(name: str) -> ModelPreset:
         return MODEL_PRESETS[name]
     except KeyError:
         raise ValueError(f"model must be one of {', '.join(MODEL_PRESETS)}, got {name!r}") from None
+
+
+QWEN2_MODEL_TYPE = "qwen2"
+"""The one `model_type` of config.json that training/model.py (Qwen2ForCausalLM) and the planner's formulas know."""
+
+
+def preset_from_config(name: str, config: dict) -> ModelPreset:
+    """The architecture a Hugging Face config.json describes, as a preset named `name`; ValueError if it is not Qwen2
+    or lacks a field the plan needs."""
+    model_type = config.get("model_type")
+    if model_type != QWEN2_MODEL_TYPE:
+        raise ValueError(f"has model_type {model_type!r}; only {QWEN2_MODEL_TYPE!r} is supported (training/model.py "
+                         "builds Qwen2ForCausalLM and the planner counts its parameters)")
+    required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [key for key in required if not isinstance(config.get(key), int)]
+    if missing:
+        raise ValueError(f"lacks integer {', '.join(missing)}")
+    heads = config["num_attention_heads"]
+    return ModelPreset(
+        name=name, hidden_size=config["hidden_size"], num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=heads, num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+        intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"],
+        max_position_embeddings=int(config.get("max_position_embeddings", 32_768)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),  # transformers' Qwen2Config default
+        rope_theta=float(config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10_000.0)),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+    )

@@ -48,7 +48,8 @@ from pydantic import (
     model_validator,
 )
 
-from ray_efa.core import catalog, regions, scheduling
+from ray_efa.core import catalog, models, regions, scheduling
+from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ __all__ = [
     "KUBERAY_VERSIONS",
     "KNOWN_IMAGE_RAY_VERSIONS",
     "LOG_RETENTION_DAYS",
+    "DEFAULT_TRAIN_FUNCTION",
+    "DEFAULT_JOB_NAME",
+    "MAX_JOB_NAME_LENGTH",
     "setting_keys",
     "setting_choices",
     "context_json_schema",
@@ -102,6 +106,7 @@ _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
 _STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
@@ -224,6 +229,50 @@ def _storage_path_problem(path: str) -> str | None:
     return "must be s3://bucket/prefix or an absolute path on storage every node shares, like /mnt/fsx/runs"
 
 
+DEFAULT_TRAIN_FUNCTION = "ray_efa.training.train:train_func"
+"""The built-in train function (FSDP2 on the model presets); trainFunction names another as module:function."""
+
+DEFAULT_JOB_NAME = "train-efa"
+"""The RayJob of the EFA run; its TCP comparison job is train-tcp (k8s.names.ray_job_name)."""
+
+MAX_JOB_NAME_LENGTH = 43
+"""KubeRay caps a RayJob's name at 47 characters (its cluster is <job>-<5 chars>, a 63-character DNS label), and
+the TCP comparison job adds "-tcp": so 43."""
+
+_TRAIN_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+_DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+TRAIN_CONFIG_RESERVED = "settings"
+"""The key of the function's config dict that holds the resolved settings; trainConfig may not use it (nor keys
+starting with "_", which the project's test hooks use)."""
+
+
+def _job_name_problem(name: str) -> str | None:
+    if not re.match(_DNS_1035, name) or len(name) > MAX_JOB_NAME_LENGTH:
+        return (f"must be a DNS-1035 label of at most {MAX_JOB_NAME_LENGTH} characters (lowercase letters, digits, '-', "
+                "starting with a letter): KubeRay's 47 minus the -tcp of the comparison job")
+    if name.endswith("-tcp"):
+        return "must not end with -tcp: that is the suffix of the TCP comparison job (train-efa's is train-tcp)"
+    return None
+
+
+def _code_dir_problem(path: str) -> str | None:
+    return "must be a folder of your code (absolute, or relative to the app directory)" if not path.strip() else None
+
+
+def _train_config_problem(config: dict[str, Any]) -> str | None:
+    try:
+        text = json.dumps(config, allow_nan=False)
+    except (TypeError, ValueError):
+        return "must be a JSON object (strings, numbers, booleans, null, lists and objects; no NaN)"
+    if not isinstance(json.loads(text), dict):
+        return "must be a JSON object"
+    reserved = sorted(k for k in config if k == TRAIN_CONFIG_RESERVED or k.startswith("_"))
+    if reserved:
+        return (f"must not use the keys {', '.join(reserved)}: config[{TRAIN_CONFIG_RESERVED!r}] holds the resolved "
+                "settings, and keys starting with '_' are the project's")
+    return None
+
+
 def _schema(**schema: Any) -> WithJsonSchema:
     """What the JSON Schema shows of a checked string: a hint for editors; the check itself is the Python above."""
     return WithJsonSchema({"type": "string", **schema})
@@ -236,6 +285,8 @@ GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
                             _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
+ModelPath = Annotated[str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")]
+DataPath = Annotated[str, _check(data_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?)$")]
 AdminPrincipalArn = Annotated[str, _check(_admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
 LogRetentionDays = Annotated[int, _check(_log_retention_problem),
                              WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})]
@@ -244,6 +295,11 @@ NodeSelector = Annotated[
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
+TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
+"""A free-form JSON object; on `-c` its JSON text."""
+JobName = Annotated[str, _check(_job_name_problem),
+                    _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}})]
+CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 # A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
 _LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
@@ -600,18 +656,70 @@ class WorkloadSettings(_Section):
         True, "trainingJob",
         "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
     )
+    job_name: JobName = setting(
+        DEFAULT_JOB_NAME, "jobName",
+        "Name of the training RayJob; its ConfigMaps, NetworkPolicy and TCP comparison job (<name>-tcp, or train-tcp "
+        "for train-efa) follow it, so several jobs live side by side in one namespace.",
+    )
+    code_dir: CodeDir | None = setting(
+        None, "codeDir",
+        "Folder of your training code (absolute, or relative to the app directory), shipped to the pods and put on "
+        "every worker's import path; unset: none.",
+    )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.", gt=0)
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).", ge=0)
     job_ttl_seconds_after_finished: int = setting(
         600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.", ge=0
+    )
+    shared_volume_claim: str | None = setting(
+        None, "sharedVolumeClaim",
+        "PersistentVolumeClaim (in namespace) of a shared filesystem (FSx for Lustre, EFS) mounted into every Ray pod at "
+        "sharedVolumeMountPath; local paths in modelPath, dataset, evalDataset and storagePath must lie under it. "
+        "Unset: no volume, and a cluster run refuses local paths.",
+        pattern=_DNS_SUBDOMAIN, message="must be a PersistentVolumeClaim name (lowercase, digits, '-', '.')",
+    )
+    shared_volume_mount_path: str = setting(
+        "/mnt/shared", "sharedVolumeMountPath", "Where the pods mount sharedVolumeClaim (an absolute folder).",
+        pattern=r"^/\S*[^/\s]$", message="must be an absolute folder like /mnt/fsx, not / itself",
     )
 
 
 class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
-    model: ModelPreset = setting("qwen2.5-1.5b", "model", "Model architecture preset (random initialization).")
-    model_path: str | None = setting(None, "modelPath", "Local directory of pretrained weights to load (never a hub download).")
+    model: ModelPreset = setting(
+        "qwen2.5-1.5b", "model", "Model architecture preset of a random initialization (unused with modelPath)."
+    )
+    model_path: ModelPath | None = setting(
+        None, "modelPath",
+        "Pretrained weights and tokenizer to fine-tune: an absolute folder (save_pretrained output), s3://bucket/prefix "
+        "(downloaded once per node) or hf://org/name[@revision] (the Hub, from the cluster); the architecture comes "
+        "from its config.json. Unset: random initialization of `model`.",
+    )
+    model_configuration: str | None = setting(
+        None, "modelConfig",
+        "The architecture for the plan when modelPath's config.json is not on this machine (s3://, a pod-only folder, "
+        "an hf:// repository not in the Hub cache): a local copy of that config.json, or a preset name.",
+    )
+    dataset: DataPath | None = setting(
+        None, "dataset",
+        "Training data: an absolute path or s3://bucket/prefix of parquet or JSON-lines files with a text column "
+        "(tokenized with modelPath's tokenizer, packed into seqLen sequences, EOS between documents) or an input_ids "
+        "column; read with Ray Data. Unset: random tokens.",
+    )
+    eval_dataset: DataPath | None = setting(
+        None, "evalDataset", "Held-out data in dataset's format, evaluated every evalEvery steps and at the end."
+    )
+    eval_fraction: float = setting(
+        0.0, "evalFraction",
+        "Share of dataset's documents held out for evaluation (chosen by a hash of each document, so the split is the "
+        "same on every run); 0: none.",
+        ge=0, lt=0.5, message="must be >= 0 and < 0.5",
+    )
+    eval_every: int = setting(0, "evalEvery", "Evaluate every N steps (and at the end); 0: at the end only.", ge=0)
+    eval_batches: int = setting(
+        0, "evalBatches", "Micro-batches per GPU of each evaluation; 0: the whole held-out split.", ge=0
+    )
     steps: int = setting(20, "steps", "Optimizer steps.", ge=1)
     seq_len: int = setting(2048, "seqLen", "Tokens per sequence.", ge=1)
     micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.", ge=1)
@@ -664,9 +772,32 @@ class TrainingSettings(_Section):
         ge=0,
     )
 
+    train_function: str = setting(
+        DEFAULT_TRAIN_FUNCTION, "trainFunction",
+        "The function every Ray Train worker runs, as module:function (in codeDir, or importable); it gets a config "
+        "dict of trainConfig's keys plus \"settings\" (README: Your own training).",
+        pattern=_TRAIN_FUNCTION, message="must be module:function, like my_training.train:train_func",
+    )
+    train_config: TrainConfig = setting(
+        {}, "trainConfig",
+        "Free-form JSON object of your function's own parameters: its keys are the top-level keys of the config "
+        "dict the function gets.",
+    )
+
     @property
-    def preset(self):
-        return model_preset(self.model)
+    def builtin(self) -> bool:
+        """Whether the job runs the built-in train function, whose model and memory the settings describe."""
+        return self.train_function == DEFAULT_TRAIN_FUNCTION
+
+    @property
+    def preset(self) -> models.ModelPreset:
+        """The architecture to train and plan: modelPath's config.json (core.model_source), else the `model` preset.
+
+        Raises SettingsError when modelPath is set and neither its config.json nor modelConfig can be read here.
+        """
+        from ray_efa.core.model_source import architecture
+
+        return architecture(self)
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -744,6 +875,30 @@ def _sequence_fits_the_model(model: str, seq_len: int) -> Problem | None:
     limit = model_preset(model).max_position_embeddings
     if seq_len > limit:
         return Problem("seqLen", seq_len, f"must be <= {limit}, the max positions of {model}")
+    return None
+
+
+@_rule("modelConfig", "modelPath")
+def _model_config_describes_a_model_path(model_config: str | None, model_path: str | None) -> Problem | None:
+    if model_config is not None and model_path is None:
+        return Problem("modelConfig", model_config, "needs modelPath: it describes modelPath's architecture "
+                                                    "(a random initialization takes `model`)")
+    return None
+
+
+@_rule("dataset", "evalDataset", "evalFraction", "evalEvery", "evalBatches")
+def _evaluation_needs_held_out_data(
+    dataset: str | None, eval_dataset: str | None, fraction: float, every: int, batches: int
+) -> Problem | None:
+    if eval_dataset is not None and fraction > 0:
+        return Problem("evalFraction", fraction, "must be 0 when evalDataset is set (one held-out set: either "
+                                                 "evalDataset or a fraction of dataset)")
+    if (eval_dataset is not None or fraction > 0) and dataset is None:
+        key, value = ("evalDataset", eval_dataset) if eval_dataset is not None else ("evalFraction", fraction)
+        return Problem(key, value, "needs dataset: random tokens have no held-out split to evaluate")
+    if (every or batches) and eval_dataset is None and fraction == 0:
+        key, value = ("evalEvery", every) if every else ("evalBatches", batches)
+        return Problem(key, value, "needs held-out data: set evalFraction or evalDataset")
     return None
 
 
@@ -959,8 +1114,8 @@ class Settings(_Model):
 
     def to_context(self) -> dict[str, Any]:
         """Every setting as JSON-ready context values (the form the RayJob ships to the training driver)."""
-        return {key: list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
-                for key, value in self._flat().items()}
+        return {key: list(value) if isinstance(value, tuple) else json.loads(json.dumps(value)) if isinstance(value, dict)
+                else value for key, value in self._flat().items()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_context(), indent=2, sort_keys=True)
@@ -969,9 +1124,18 @@ class Settings(_Model):
     def from_json(cls, text: str) -> Settings:
         return cls.from_context(json.loads(text))
 
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The context keys these settings were given (by from_context, a section's keyword or replace), as opposed
+        to left at their defaults: what a construct that takes a value from elsewhere must not contradict."""
+        return frozenset(info.alias for section in _SECTIONS for name, info in
+                         type(getattr(self, section)).model_fields.items() if name in getattr(self, section).model_fields_set)
+
     def replace(self, **context: Any) -> Settings:
-        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`."""
-        return Settings.from_context({**self.to_context(), **context})
+        """A copy with some settings changed, by context key: `settings.replace(steps=5, model="tiny")`. The keys
+        left at their defaults stay so (given_keys)."""
+        current = self.to_context()
+        return Settings.from_context({**{key: current[key] for key in self.given_keys}, **context})
 
 
 # -- parsing context values ---------------------------------------------------------------------------------------
@@ -995,6 +1159,15 @@ def _parse(raw: Any, annotation: Any) -> Any:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _parse(raw, inner)
+    if typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is Any:  # a JSON object
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as error:
+                raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
+        if not isinstance(raw, Mapping):
+            raise ValueError("must be a JSON object")
+        return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
     if typing.get_origin(annotation) is dict:  # a node selector
         if isinstance(raw, str):
             return scheduling.parse_node_selector(raw)

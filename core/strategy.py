@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ray_efa.core import catalog, memory, perf
 from ray_efa.core.memory import MemoryEstimate
+from ray_efa.core.model_source import model_problems
 from ray_efa.core.settings import Problem, Settings, SettingsError
 
 __all__ = [
@@ -186,10 +187,16 @@ def check_fits(settings: Settings) -> MemoryEstimate:
 
     The problem's key is the setting that broke a plan the defaults fit (its default value fits), else the first
     lever that fits alone; the message lists each lever that fits alone with its GiB, more GPU nodes and larger
-    GPUs included, or, when none does, all of them together.
+    GPUs included, or, when none does, all of them together. First, the model must be plannable at all: modelPath's
+    architecture readable here, its tokenizer within its embeddings (core.model_source.model_problems).
+
+    Only the built-in train function is judged (its model is the settings' preset or modelPath architecture): a
+    trainFunction of your own builds what it builds, so its estimate is returned unjudged.
     """
+    if problems := model_problems(settings.training):
+        raise SettingsError(problems)
     plan = estimate(settings)
-    if plan.fits:
+    if plan.fits or not settings.training.builtin:
         return plan
     t, n = settings.training, settings.nodes
     fixes: list[str] = []
@@ -221,7 +228,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     parts = ", ".join(f"{name.split(' (')[0]} {gib:.1f}" for name, gib in plan.breakdown()[:-1])
     message = (
         f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "
-        f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.model}, microBatch {t.micro_batch} x "
+        f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.preset.name}, microBatch {t.micro_batch} x "
         f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
     )
     assert key is not None  # named by the cause, the first lever that fits, or the fallback above

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import cast
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -11,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
+from ray_efa.core.model_source import parse_s3_url, s3_read_locations
 from ray_efa.core.settings import Settings
 from ray_efa.infra.nag import acknowledge, skip_checkov
 
@@ -35,6 +37,10 @@ class CheckpointStorage(Construct):
     NONCURRENT_VERSION_DAYS days, then its old version expires, as do uploads left incomplete for a week.
     `self.storage_path` is what the training job gets.
 
+    `read_locations` (s3:// URLs: modelPath, dataset, evalDataset) become read grants for the service account, each
+    exactly its bucket: s3:ListBucket on the bucket (listing the files, and a 404 rather than a 403 for a key that is
+    not there, which pyarrow's and boto3's lookups need) and s3:GetObject on the objects under the prefix.
+
     Pod Identity needs the eks-pod-identity-agent add-on on the cluster. A cluster RayEksCluster creates has it
     (aws_eks_v2 adds it with the first Pod Identity service account); an imported cluster must have it already,
     or pass `pod_identity_agent=True` to add it here.
@@ -43,7 +49,7 @@ class CheckpointStorage(Construct):
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",
         service_account: str = "ray-train", storage_path: str | None = None, after: IConstruct | None = None,
-        pod_identity_agent: bool = False,
+        pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -54,6 +60,8 @@ class CheckpointStorage(Construct):
         :param after: what creates the namespace. @default - nothing
         :param pod_identity_agent: add the eks-pod-identity-agent add-on (for an imported cluster without it).
             @default False
+        :param read_locations: s3://bucket/prefix URLs the pods read (weights, data sets); each is granted read, no
+            other bucket. @default - none
         """
         super().__init__(scope, construct_id)
         for prop, value in (("namespace", namespace), ("service_account", service_account)):
@@ -62,6 +70,16 @@ class CheckpointStorage(Construct):
         if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
+        self.namespace_name = namespace
+        self.service_account_name = service_account
+        locations = []
+        for url in read_locations:
+            try:
+                locations.append(parse_s3_url(url) if url.startswith("s3://") else ("", ""))
+            except ValueError:
+                locations.append(("", ""))
+            if not locations[-1][0]:
+                raise ValueError(f"CheckpointStorage read_locations must be s3://bucket/prefix URLs, got {url!r}")
         self.pod_identity_agent: eks.Addon | None = None
         if pod_identity_agent:
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
@@ -105,12 +123,56 @@ class CheckpointStorage(Construct):
                             "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
                             "objects under one prefix of this one bucket, nothing else.", finding)
 
+        self.read_buckets: tuple[str, ...] = ()
+        """The buckets the service account may read for modelPath and the data sets."""
+        if locations:
+            self._grant_read(locations)
+
+    def _grant_read(self, locations: list[tuple[str, str]]) -> None:
+        """One statement per bucket for the objects under its prefixes, one for listing the buckets."""
+        buckets: dict[str, list[str]] = {}
+        for bucket, prefix in locations:
+            buckets.setdefault(bucket, [])
+            pattern = f"{prefix}/*" if prefix else "*"
+            if pattern not in buckets[bucket]:
+                buckets[bucket].append(pattern)
+        imported = {name: s3.Bucket.from_bucket_name(self, f"Read{index}", name)
+                    for index, name in enumerate(sorted(buckets))}
+        role = self.service_account.role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ReadModelAndDataObjects", actions=["s3:GetObject"],
+            resources=[imported[name].arn_for_objects(p) for name in sorted(buckets) for p in buckets[name]],
+        ))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="ListModelAndDataBuckets", actions=["s3:ListBucket"],
+            resources=[imported[name].bucket_arn for name in sorted(buckets)],
+        ))
+        policy = cast(iam.CfnPolicy, role.node.find_child("DefaultPolicy").node.default_child)
+        for name in sorted(buckets):
+            for pattern in buckets[name]:
+                acknowledge(policy, "AwsSolutions-IAM5",
+                            "Read of modelPath / dataset / evalDataset: GetObject on the objects under the prefix the "
+                            "settings name (their file names are not known at synth), in that bucket alone.",
+                            f"Resource::{_nag_arn(Stack.of(self).resolve(imported[name].arn_for_objects(pattern)))}")
+        self.read_buckets = tuple(sorted(buckets))
+
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         after: IConstruct | None = None,
     ) -> CheckpointStorage:
-        """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings."""
+        """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings, and read on
+        the buckets of modelPath, dataset and evalDataset."""
         workload = settings.workload
         return cls(scope, construct_id, cluster=cluster, namespace=workload.namespace,
-                   service_account=workload.service_account, storage_path=workload.storage_path, after=after)
+                   service_account=workload.service_account, storage_path=workload.storage_path, after=after,
+                   read_locations=s3_read_locations(settings))
+
+
+def _nag_arn(resolved: object) -> str:
+    """An ARN as cdk-nag names it in a finding: the partition a literal where the stack's region fixes it, else
+    <AWS::Partition>."""
+    if isinstance(resolved, str):
+        return resolved
+    parts = resolved["Fn::Join"][1]  # type: ignore[index]
+    return "".join("<AWS::Partition>" if part == {"Ref": "AWS::Partition"} else str(part) for part in parts)

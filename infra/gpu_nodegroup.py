@@ -113,6 +113,10 @@ class EfaGpuNodegroup(Construct):
         # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
         self.subnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
         self.availability_zone = zone
+        self.instance_type = instance_type
+        self.node_count = node_count
+        self.node_selector: dict[str, str] = dict(node_selector)
+        """What the Ray workers select (RayTrainingJob reads instance type, count and selector from here)."""
         if cluster_name is None:
             cluster_name = "ray-efa" if Token.is_unresolved(cluster.cluster_name) else cluster.cluster_name
         name = f"{cluster_name}-gpu"

@@ -35,9 +35,12 @@ class GpuStack(Stack):
         self.training_job: RayTrainingJob | None = None
         if settings.workload.training_job:
             # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
-            self.training_job = RayTrainingJob(
-                self, "TrainingJob", settings=settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster),
-                storage_path=cluster_stack.checkpoints.storage_path, after=[self.gpu_nodes.nodegroup],
+            # Where it runs comes from the constructs that build it: these GPU nodes, the cluster stack's namespace
+            # and checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
+            self.training_job = RayTrainingJob.from_settings(
+                self, "TrainingJob", settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster),
+                gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
+                after=[self.gpu_nodes.nodegroup],
             )
 
         instance = settings.nodes.gpu_instance

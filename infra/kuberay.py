@@ -42,6 +42,8 @@ class KubeRayOperator(Construct):
         if version not in KUBERAY_VERSIONS:
             raise ValueError(f"KubeRayOperator version must be one of {', '.join(KUBERAY_VERSIONS)}, got {version!r}")
         check_node_selector("KubeRayOperator node_selector", node_selector)
+        self.node_selector: dict[str, str] = dict(node_selector)
+        """The system nodes' labels (RayTrainingJob puts the Ray head and the submitter there too)."""
         self.chart = helm_chart(
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
             create_namespace=True, timeout=Duration.minutes(10),

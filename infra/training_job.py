@@ -1,66 +1,213 @@
-"""The training RayJob, applied from the GPU stack once the GPU nodes exist."""
+"""The training RayJob, applied from the GPU stack once the GPU nodes exist: the built-in function or yours."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import cdk8s
 from aws_cdk import Stack, Token
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
 
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.core.user_code import check_user_code
 from ray_efa.infra._private import check_node_selector
+from ray_efa.infra.checkpoints import CheckpointStorage
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.manifests import apply_objects
+from ray_efa.infra.workload import RayWorkload
+from ray_efa.k8s.code_bundle import config_map_problem
+from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.workload import ray_job_chart
 
-__all__ = ["RayTrainingJob"]
+__all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE"]
+
+CODE_ASSET_EXCLUDE = (".*", "__pycache__", "node_modules", "cdk.out", "*.egg-info", "*.pyc", "*.pyo")
+"""What the S3 asset of codeDir leaves out: what core.user_code.code_files skips (glob patterns, each matched
+against the base name at any depth, as aws-cdk-lib's GLOB ignore mode does with matchBase)."""
+
+# Setting key -> the prop that sets it: an error names what the caller wrote.
+_PROPS = {"trainFunction": "train_function", "codeDir": "code", "jobName": "job_name", "trainConfig": "train_config"}
+
+
+def _one(scope: Construct, kind: type, given: Any, prop: str) -> Any:
+    """The construct of `kind` given as `prop`, else the only one in the enclosing stack (None if there is none)."""
+    if given is not None:
+        return given
+    found = [c for c in Stack.of(scope).node.find_all() if isinstance(c, kind)]
+    if len(found) > 1:
+        paths = ", ".join(c.node.path for c in found)
+        raise ValueError(f"RayTrainingJob: the stack holds {len(found)} {kind.__name__} constructs ({paths}); pass "
+                         f"{prop}= to say which one the job runs on")
+    return found[0] if found else None
 
 
 class RayTrainingJob(Construct):
-    """The RayJob of settings.network with its code and settings ConfigMaps (k8s.workload.ray_job_chart), each object
-    its own KubernetesManifest, applied after `after`.
+    """The RayJob of the train function (the built-in one, or `train_function` in `code`) with its ConfigMaps (code,
+    settings, and your code's when it fits one; else an S3 asset the pods fetch), each object its own
+    KubernetesManifest, applied after `after`.
 
-    The settings are the job's configuration (the driver reads them from its settings ConfigMap); where it runs and
-    where it writes are props. Applied after the GPU node group (pass it in `after`): the RayJob's
-    activeDeadlineSeconds counts from its creation, so it must not start before any GPU node can exist. Changing a
-    training setting changes the small settings ConfigMap alone. CloudFormation creates the RayJob once per deploy;
-    see the README for running it again. Refuses (SettingsError) a plan that cannot fit the GPUs, like every producer
-    of a job.
+    One source of truth: where the job runs (GPU instance type, node count, GPU node selector, namespace, service
+    account, storage path, system node selector) comes from the constructs that build those things, `gpu_nodes`,
+    `workload`, `storage` and `operator`, each taken from the props or, when not given, as the only construct of its
+    kind in the enclosing stack. A value the settings were given (Settings.given_keys: not left at its default) or a
+    prop that disagrees with them fails synth naming both; the settings describe the training itself (model, steps,
+    network, trainConfig...).
+
+    Applied after the GPU node group (pass it in `after`): the RayJob's activeDeadlineSeconds counts from its creation,
+    so it must not start before any GPU node can exist. Changing a training setting changes the small settings
+    ConfigMap alone. CloudFormation creates the RayJob once per deploy; see the README for running it again.
+    Refuses (SettingsError) a plan that cannot fit the GPUs, like every producer of a job, and a train function that
+    is not in `code`.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster,
-        storage_path: str | None = None, system_node_selector: Mapping[str, str] | None = None,
-        gpu_node_selector: Mapping[str, str] | None = None, after: Sequence[IConstruct] = (),
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, settings: Settings | None = None,
+        train_function: str | None = None, code: str | Path | None = None, job_name: str | None = None,
+        train_config: Mapping[str, Any] | None = None, gpu_nodes: EfaGpuNodegroup | None = None,
+        workload: RayWorkload | None = None, storage: CheckpointStorage | None = None,
+        operator: KubeRayOperator | None = None, storage_path: str | None = None,
+        system_node_selector: Mapping[str, str] | None = None, gpu_node_selector: Mapping[str, str] | None = None,
+        code_reader: iam.IRole | None = None, after: Sequence[IConstruct] = (),
     ) -> None:
         """
-        :param settings: the job's configuration (model, steps, network, image, namespace...); its region becomes
-            the enclosing stack's where that is known.
         :param cluster: the EKS cluster, created or imported, with KubeRay and the device plugins installed.
-        :param storage_path: Ray Train's storage_path (CheckpointStorage.storage_path; a token is fine).
-            @default - the settings' storagePath
+        :param settings: the job's configuration (model, steps, network, image, trainConfig...); its region becomes
+            the enclosing stack's where that is known. @default - Settings(): the defaults
+        :param train_function: the function every worker runs, module:function (setting trainFunction).
+            @default - the settings' (the built-in train_func)
+        :param code: the folder of your code (absolute, or relative to the working directory of `cdk synth`: the app
+            directory), put on every worker's import path (setting codeDir). @default - the settings' codeDir
+        :param job_name: the RayJob's name; its ConfigMaps and NetworkPolicy follow it (setting jobName).
+            @default - the settings' jobName ("train-efa")
+        :param train_config: your function's own parameters, the top-level keys of its config (setting trainConfig).
+            @default - the settings' trainConfig
+        :param gpu_nodes: the GPU node group the workers run on: instance type, node count and node selector.
+            @default - the stack's only EfaGpuNodegroup, else the settings
+        :param workload: the workload namespace. @default - the stack's only RayWorkload, else the settings
+        :param storage: checkpoint storage: namespace, service account and storage path; its service account's role
+            reads the code asset. @default - the stack's only CheckpointStorage, else the settings
+        :param operator: the KubeRay operator, whose node selector the head and the submitter share.
+            @default - the stack's only KubeRayOperator, else the settings' systemNodeSelector
+        :param storage_path: Ray Train's storage_path (a token is fine). @default - storage's, else the settings'
         :param system_node_selector: labels of the nodes of the Ray head and the submitter.
-            @default - the settings' systemNodeSelector
-        :param gpu_node_selector: labels of the GPU nodes of the workers. @default - the settings' gpuNodeSelector
-        :param after: what the job waits for (the GPU node group). @default - nothing
+            @default - operator's, else the settings' systemNodeSelector
+        :param gpu_node_selector: labels of the GPU nodes of the workers. @default - gpu_nodes', else the settings'
+        :param code_reader: the role that reads the code asset (the Ray pods' role), when `storage` is not given.
+            @default - storage's service account role
+        :param after: what the job waits for (the GPU node group), besides the namespace of `workload` and the service
+            account of `storage`, which it always waits for. @default - nothing
         """
         super().__init__(scope, construct_id)
-        changes: dict[str, object] = {}
-        region = Stack.of(self).region
-        if not Token.is_unresolved(region) and region != settings.cluster.region:
-            changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
-        for key, selector in (("systemNodeSelector", system_node_selector), ("gpuNodeSelector", gpu_node_selector)):
+        # Resolve and validate everything before creating any child.
+        base = settings if settings is not None else Settings()
+        gpu_nodes = _one(self, EfaGpuNodegroup, gpu_nodes, "gpu_nodes")
+        workload = _one(self, RayWorkload, workload, "workload")
+        storage = _one(self, CheckpointStorage, storage, "storage")
+        operator = _one(self, KubeRayOperator, operator, "operator")
+        for key, selector in (("system_node_selector", system_node_selector), ("gpu_node_selector", gpu_node_selector)):
             if selector is not None:
                 check_node_selector(f"RayTrainingJob {key}", selector)
-                changes[key] = dict(selector)
-        if storage_path is not None and storage_path != settings.workload.storage_path:
-            # A CloudFormation token inside settings.json: resolved when the manifest is applied.
-            changes["storagePath"] = storage_path
-        if changes:
-            settings = settings.replace(**changes)
-        objects = ray_job_chart(cdk8s.App(), settings).to_json()
-        self.name: str = objects[-1]["metadata"]["name"]
-        self.manifests = apply_objects(self, cluster, objects, after=after)
+
+        # Each setting the constructs and props decide, with who says what.
+        claims: dict[str, list[tuple[Any, str]]] = {}
+
+        def claim(key: str, value: Any, source: str) -> None:
+            if value is not None:
+                claims.setdefault(key, []).append((value, source))
+
+        if gpu_nodes is not None:
+            where = f"EfaGpuNodegroup {gpu_nodes.node.path}"
+            claim("gpuInstanceType", gpu_nodes.instance_type, where)
+            claim("gpuNodeCount", gpu_nodes.node_count, where)
+            claim("gpuNodeSelector", gpu_nodes.node_selector, where)
+        if workload is not None:
+            claim("namespace", workload.namespace_name, f"RayWorkload {workload.node.path}")
+        if storage is not None:
+            where = f"CheckpointStorage {storage.node.path}"
+            claim("namespace", storage.namespace_name, where)
+            claim("serviceAccount", storage.service_account_name, where)
+            claim("storagePath", storage.storage_path, where)
+        if operator is not None:
+            claim("systemNodeSelector", operator.node_selector, f"KubeRayOperator {operator.node.path}")
+        claim("storagePath", storage_path, "RayTrainingJob storage_path")
+        claim("systemNodeSelector", dict(system_node_selector) if system_node_selector is not None else None,
+              "RayTrainingJob system_node_selector")
+        claim("gpuNodeSelector", dict(gpu_node_selector) if gpu_node_selector is not None else None,
+              "RayTrainingJob gpu_node_selector")
+
+        given = base.to_context()
+        explicit = base.given_keys if settings is not None else frozenset()
+        changes: dict[str, Any] = {}
+        for key, values in claims.items():
+            (first, first_source), *rest = values
+            for value, source in rest:
+                if value != first:
+                    raise ValueError(f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
+                                     "make them agree (one cluster, one source of truth)")
+            if key in explicit and given[key] != first:
+                raise ValueError(f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
+                                 f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
+                                 "them agree")
+            if first != given[key]:
+                changes[key] = first
+        region = Stack.of(self).region
+        if not Token.is_unresolved(region) and region != base.cluster.region:
+            changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
+        props = {"trainFunction": train_function, "jobName": job_name,
+                 "codeDir": str(Path(code).resolve()) if code is not None else None,
+                 "trainConfig": dict(train_config) if train_config is not None else None}
+        changes.update({key: value for key, value in props.items() if value is not None})
+        try:
+            resolved = base.replace(**changes) if changes else base
+            code_dir = check_user_code(resolved).code_dir
+        except SettingsError as error:
+            raise SettingsError([
+                type(p)(f"RayTrainingJob {_PROPS[p.key]}" if p.key in _PROPS and props.get(p.key) is not None else p.key,
+                        p.value, p.message)
+                for p in error.problems
+            ]) from None
+        self.settings: Settings = resolved
+        """The settings the job runs with: the given ones, with where it runs taken from the constructs."""
+        self.name: str = ray_job_of(resolved)
+
+        # codeDir: a ConfigMap when it fits one, else an S3 asset that an init container of every Ray pod fetches.
+        archive_uri: str | None = None
+        self.code_asset: s3_assets.Asset | None = None
+        if code_dir is not None and config_map_problem(code_dir, user_code_config_map_name(self.name)) is not None:
+            reader = code_reader or (storage.service_account.role if storage is not None else None)
+            if reader is None:
+                raise ValueError(f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
+                                 "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
+                                 "or code_reader= (the role of serviceAccount)")
+            self.code_asset = s3_assets.Asset(self, "Code", path=str(code_dir), exclude=list(CODE_ASSET_EXCLUDE))
+            # The grant lives here, in the job's stack, attached to the role of the (often other) storage stack: a
+            # grant on the role's own policy would make that stack refer to this one's asset, a cycle.
+            iam.Policy(self, "CodeRead", roles=[reader], statements=[iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.code_asset.bucket.arn_for_objects(self.code_asset.s3_object_key)],
+            )])
+            archive_uri = self.code_asset.s3_object_url
+
+        objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri).to_json()
+        # The namespace and the pods' service account exist before the job's first object, whatever `after` says.
+        waits = [*after, *(c for c in (workload.namespace if workload else None,
+                                       storage.service_account if storage else None) if c is not None and c not in after)]
+        self.manifests = apply_objects(self, cluster, objects, after=waits)
         self.job = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
+
+    @classmethod
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup | None = None, workload: RayWorkload | None = None,
+        storage: CheckpointStorage | None = None, after: Sequence[IConstruct] = (),
+    ) -> RayTrainingJob:
+        """The job of the project's own app: trainFunction, codeDir, jobName and trainConfig of the settings."""
+        return cls(scope, construct_id, cluster=cluster, settings=settings, gpu_nodes=gpu_nodes, workload=workload,
+                   storage=storage, after=after)

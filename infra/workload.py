@@ -34,6 +34,7 @@ class RayWorkload(Construct):
         super().__init__(scope, construct_id)
         if not _DNS_LABEL.match(namespace):
             raise ValueError(f"RayWorkload namespace must be a DNS label (lowercase, digits, '-'), got {namespace!r}")
+        self.namespace_name = namespace
         chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
         WorkloadNamespace(chart, "Namespace", name=namespace)
         (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kubernetes.client import (
     V1Capabilities,
     V1ConfigMapProjection,
+    V1ConfigMapVolumeSource,
     V1Container,
     V1ContainerPort,
     V1EmptyDirVolumeSource,
@@ -20,6 +21,7 @@ from kubernetes.client import (
     V1Lifecycle,
     V1LifecycleHandler,
     V1ObjectMeta,
+    V1PersistentVolumeClaimVolumeSource,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ProjectedVolumeSource,
@@ -32,9 +34,10 @@ from kubernetes.client import (
 )
 
 from ray_efa.core import catalog, scheduling
+from ray_efa.core.model_source import MODEL_CACHE_ENV
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
-from ray_efa.k8s.names import CODE_MOUNT_PATH
+from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
     EFA_CAPABILITIES,
@@ -43,6 +46,7 @@ from ray_efa.k8s.security import (
     pod_labels,
     token_auth,
 )
+from ray_efa.k8s.user_code import FETCH_SCRIPT, UserCodeVolume
 from ray_efa.training.network import network_env
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "WORKER_GROUP_NAME",
     "RAY_TMP_PATH",
     "SHM_PATH",
+    "MODEL_CACHE_PATH",
     "container_security_context",
     "head_template",
     "worker_template",
@@ -65,12 +70,19 @@ RAY_TMP_PATH = "/tmp/ray"
 """Ray's session directory (logs, sockets, spilled objects): an emptyDir, so it neither fills the image layer nor
 survives a restart with a stale session."""
 SHM_PATH = "/dev/shm"
+MODEL_CACHE_PATH = "/mnt/model-cache"
+"""Node-local copies of s3:// models and the Hub cache of hf:// ones: an emptyDir on the node's disk, kept while the pod
+lives (a restarted worker group reuses it), gone with the pod."""
 
 # The submitter pod only runs `ray job submit` and tails the logs: small, and Guaranteed like every other Ray pod.
 _SUBMITTER_CPU, _SUBMITTER_MEMORY = "500m", "1Gi"
 
 _HEAD_CONTAINER, _WORKER_CONTAINER, _SUBMITTER_CONTAINER = "ray-head", "ray-worker", "ray-job-submitter"
-_RAY_TMP_VOLUME, _SHM_VOLUME, _CODE_VOLUME = "ray-tmp", "dshm", "code"
+_FETCH_CODE_CONTAINER = "fetch-code"
+_RAY_TMP_VOLUME, _SHM_VOLUME, _CODE_VOLUME, _USER_CODE_VOLUME = "ray-tmp", "dshm", "code", "user-code"
+_MODEL_CACHE_VOLUME, _SHARED_VOLUME = "model-cache", "shared"
+# The init container that unpacks codeDir from S3 streams the zip through a temporary file: little CPU or memory.
+_FETCH_CPU, _FETCH_MEMORY = "1", "2Gi"
 
 
 def _gib(value: int) -> str:
@@ -87,10 +99,39 @@ def _env(values: dict[str, str]) -> list[V1EnvVar]:
     return [V1EnvVar(name=name, value=value) for name, value in sorted(values.items())]
 
 
-def _code_env() -> dict[str, str]:
+def _code_env(user_code: UserCodeVolume | None = None) -> dict[str, str]:
     # PYTHONPATH, not a working_dir: Ray workers inherit the container env, so Ray Train workers on every node can
-    # import training.* (the train function is pickled by reference) with no upload through the job API.
-    return {"PYTHONPATH": CODE_MOUNT_PATH}
+    # import training.* (the train function is pickled by reference) with no upload through the job API. codeDir
+    # comes after the project's code, which it may not shadow (core.user_code refuses a ray_efa/ in it).
+    return {"PYTHONPATH": CODE_MOUNT_PATH if user_code is None else f"{CODE_MOUNT_PATH}:{USER_CODE_PATH}"}
+
+
+def _user_code_volume(user_code: UserCodeVolume) -> V1Volume:
+    """codeDir: its ConfigMap with the items that restore the tree, or the emptyDir the init container fills."""
+    if user_code.bundle is not None:
+        return V1Volume(name=_USER_CODE_VOLUME, config_map=V1ConfigMapVolumeSource(
+            name=user_code.config_map, items=[V1KeyToPath(key=key, path=path) for key, path in user_code.bundle.items]))
+    return V1Volume(name=_USER_CODE_VOLUME, empty_dir=V1EmptyDirVolumeSource())
+
+
+def _user_code_parts(settings: Settings, user_code: UserCodeVolume | None) -> tuple[
+        list[V1Volume], list[V1VolumeMount], list[V1Container]]:
+    """(volumes, main-container mounts, init containers) of codeDir on a Ray pod; nothing without user code."""
+    if user_code is None:
+        return [], [], []
+    mount = V1VolumeMount(name=_USER_CODE_VOLUME, mount_path=USER_CODE_PATH, read_only=True)
+    init: list[V1Container] = []
+    if user_code.archive_uri is not None:
+        init.append(V1Container(
+            name=_FETCH_CODE_CONTAINER,
+            image=settings.workload.dlc_image,  # already on the node for the Ray container: no second pull
+            command=["python", "-c", FETCH_SCRIPT, user_code.archive_uri, USER_CODE_PATH],
+            env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_region_env(settings)}),  # it needs no GPU
+            resources=_guaranteed(_FETCH_CPU, _FETCH_MEMORY),
+            volume_mounts=[V1VolumeMount(name=_USER_CODE_VOLUME, mount_path=USER_CODE_PATH)],
+            security_context=container_security_context(),
+        ))
+    return [_user_code_volume(user_code)], [mount], init
 
 
 def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
@@ -110,6 +151,23 @@ def _code_mount() -> V1VolumeMount:
 def _ray_tmp() -> tuple[V1Volume, V1VolumeMount]:
     return (V1Volume(name=_RAY_TMP_VOLUME, empty_dir=V1EmptyDirVolumeSource()),
             V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH))
+
+
+def _data_volumes(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMount], dict[str, str]]:
+    """The model cache (emptyDir) and, with sharedVolumeClaim, the shared filesystem; their env for training.weights.
+
+    modelPath, dataset and storagePath may name folders under sharedVolumeMountPath (core.model_source.pod_path_problems
+    refuses any other local path at synth).
+    """
+    volumes = [V1Volume(name=_MODEL_CACHE_VOLUME, empty_dir=V1EmptyDirVolumeSource())]
+    mounts = [V1VolumeMount(name=_MODEL_CACHE_VOLUME, mount_path=MODEL_CACHE_PATH)]
+    claim = settings.workload.shared_volume_claim
+    if claim is not None:
+        volumes.append(V1Volume(name=_SHARED_VOLUME,
+                                persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name=claim)))
+        mounts.append(V1VolumeMount(name=_SHARED_VOLUME, mount_path=settings.workload.shared_volume_mount_path))
+    env = {MODEL_CACHE_ENV: MODEL_CACHE_PATH, "HF_HUB_CACHE": f"{MODEL_CACHE_PATH}/hf"}
+    return volumes, mounts, env
 
 
 def _region_env(settings: Settings) -> dict[str, str]:
@@ -138,18 +196,23 @@ def _ray_stop_before_exit() -> V1Lifecycle:
     return V1Lifecycle(pre_stop=V1LifecycleHandler(_exec=V1ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
-def head_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
-    """The GPU-less head on a system node: GCS, dashboard and the job driver. `owner`: the RayCluster or RayJob."""
+def head_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
+                  user_code: UserCodeVolume | None = None) -> V1PodTemplateSpec:
+    """The GPU-less head on a system node: GCS, dashboard and the job driver. `owner`: the RayCluster or RayJob;
+    `user_code`: codeDir, mounted at USER_CODE_PATH."""
     cpu, memory_gib = catalog.head_pod_resources(settings.nodes.system_instance)
     tmp_volume, tmp_mount = _ray_tmp()
+    user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    # The driver runs here: it fetches modelPath's config and tokenizer, and lists the data sets, before training.
+    data_volumes, data_mounts, data_env = _data_volumes(settings)
     container = V1Container(
         name=_HEAD_CONTAINER,
         image=settings.workload.dlc_image,
         # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
-        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(), **_region_env(settings)}),
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(user_code), **_region_env(settings), **data_env}),
         ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
         resources=_guaranteed(str(cpu), _gib(memory_gib)),
-        volume_mounts=[tmp_mount, _code_mount()],
+        volume_mounts=[tmp_mount, _code_mount(), *user_mounts, *data_mounts],
         lifecycle=_ray_stop_before_exit(),
         security_context=container_security_context(),
     )
@@ -159,26 +222,32 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
             # The driver and Ray Train's checkpoint uploads read and write storagePath with this account's role.
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.system_node_selector),
+            init_containers=init or None,
             containers=[container],
-            volumes=[tmp_volume, _code_volume(config_map, bundle)],
+            volumes=[tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
         )
     )
 
 
-def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> V1PodTemplateSpec:
+def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
+                    user_code: UserCodeVolume | None = None) -> V1PodTemplateSpec:
     """One worker pod per GPU node, holding all its GPUs and EFA interfaces, with the NCCL env of `settings.network`."""
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
     tmp_volume, tmp_mount = _ray_tmp()
+    user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    data_volumes, data_mounts, data_env = _data_volumes(settings)
     # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
     # the transport alone (NCCL_NET=Socket never opens them).
     extended = {"nvidia.com/gpu": str(pod.gpus), "vpc.amazonaws.com/efa": str(pod.efa)}
     container = V1Container(
         name=_WORKER_CONTAINER,
         image=settings.workload.dlc_image,
-        env=_env({**network_env(settings.workload.network, instance), **_code_env(), **_region_env(settings)}),
+        env=_env({**network_env(settings.workload.network, instance), **_code_env(user_code), **_region_env(settings),
+                  **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
-        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount()],
+        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
+                       *data_mounts],
         lifecycle=_ray_stop_before_exit(),
         # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
         security_context=container_security_context(add=EFA_CAPABILITIES),
@@ -193,8 +262,9 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.gpu_node_selector),
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
+            init_containers=init or None,
             containers=[container],
-            volumes=[shm, tmp_volume, _code_volume(config_map, bundle)],
+            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
         )
     )
 
@@ -222,9 +292,11 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
     )
 
 
-def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle) -> RayClusterSpec:
+def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
+                     user_code: UserCodeVolume | None = None) -> RayClusterSpec:
     """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size, behind a token
-    where KubeRay supports it. `owner`: the RayCluster or RayJob (its pods are labelled with it)."""
+    where KubeRay supports it. `owner`: the RayCluster or RayJob (its pods are labelled with it); `user_code`:
+    codeDir, on every pod."""
     instance = settings.nodes.gpu_instance
     nodes = settings.nodes.gpu_node_count
     return RayClusterSpec(
@@ -233,7 +305,7 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
         head_group_spec=HeadGroupSpec(
             # num-cpus 0 keeps Ray tasks off the small system node; Ray Train's controller asks for 0 CPUs.
             ray_start_params={"num-gpus": "0", "num-cpus": "0"},
-            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle),
+            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle, user_code=user_code),
         ),
         worker_group_specs=(
             WorkerGroupSpec(
@@ -242,7 +314,8 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
                 min_replicas=nodes,
                 max_replicas=nodes,
                 ray_start_params={"num-gpus": str(catalog.worker_pod_resources(instance).gpus)},
-                template=worker_template(settings, owner=owner, config_map=config_map, bundle=bundle),
+                template=worker_template(settings, owner=owner, config_map=config_map, bundle=bundle,
+                                         user_code=user_code),
             ),
         ),
     )

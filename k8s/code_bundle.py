@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ray_efa.core.settings import Settings
+from ray_efa.core.user_code import code_files
 from ray_efa.k8s.names import SETTINGS_FILE, SHIPPED_PACKAGES, settings_config_map_name
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "ShippedFile",
     "CodeBundle",
     "collect_code",
+    "collect_user_code",
+    "config_map_problem",
     "CONFIG_MAP_MAX_BYTES",
     "LAST_APPLIED_MAX_BYTES",
 ]
@@ -209,3 +212,27 @@ def _package_dir(package: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ManifestError(f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def collect_user_code(code_dir: Path) -> CodeBundle:
+    """Every file of code_dir that ships (core.user_code.code_files) as ConfigMap data, keys the paths with '/' as
+    '.'; ManifestError for a file that is not UTF-8 text or whose name cannot be a ConfigMap key."""
+    files = []
+    for path, source in code_files(code_dir):
+        try:
+            text = source.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ManifestError(f"{source} is not UTF-8 text: a ConfigMap ships text files only") from None
+        files.append(ShippedFile(path=path, text=text))
+    if not files:
+        raise ManifestError(f"codeDir {code_dir} holds no file to ship")
+    return CodeBundle(files=tuple(files))
+
+
+def config_map_problem(code_dir: Path, name: str) -> str | None:
+    """Why code_dir cannot ship as the ConfigMap `name` (binary files, odd names, too large), or None if it can."""
+    try:
+        collect_user_code(code_dir).check_fits(name)
+    except ManifestError as error:
+        return str(error)
+    return None

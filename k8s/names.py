@@ -1,6 +1,6 @@
 """Names and paths of the workload objects, as plain data (no cdk8s), for the charts and for tools that run kubectl.
 
-ops/ and cli/ import this module to find the RayJob of a run (`kubectl -n NAMESPACE get rayjob train-efa`) without
+ops/ and cli/ import this module to find the RayJob of a run (`kubectl -n NAMESPACE get rayjob JOBNAME`) without
 starting jsii. The namespace itself is a setting (workload.namespace).
 """
 
@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import re
 
-from ray_efa.core.settings import setting_choices
+from ray_efa.core.settings import DEFAULT_JOB_NAME, Settings, setting_choices
 
 __all__ = [
     "RAY_CLUSTER_NAME",
     "ray_job_name",
+    "ray_job_of",
     "code_config_map_name",
+    "user_code_config_map_name",
     "settings_config_map_name",
     "CODE_MOUNT_PATH",
+    "USER_CODE_PATH",
     "SETTINGS_FILE",
     "SETTINGS_PATH",
     "DRIVER_MODULE",
@@ -34,6 +37,10 @@ NETWORKS: tuple[str, ...] = setting_choices("network")
 CODE_MOUNT_PATH = "/opt/ray-efa/app"
 """Where every Ray container mounts the shipped code: it holds ray_efa/core/, ray_efa/training/ and settings.json, and is on PYTHONPATH."""
 
+USER_CODE_PATH = "/opt/ray-efa/user"
+"""Where every Ray container finds codeDir (a ConfigMap volume, or an emptyDir an init container fills from S3); on
+PYTHONPATH after CODE_MOUNT_PATH, and the codeDir of the settings.json the pods get."""
+
 SETTINGS_FILE = "settings.json"
 SETTINGS_PATH = f"{CODE_MOUNT_PATH}/{SETTINGS_FILE}"
 
@@ -50,11 +57,19 @@ _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _MAX_RAY_OBJECT_NAME = 47
 
 
-def ray_job_name(network: str) -> str:
-    """The RayJob of a training run on one transport: train-efa, or train-tcp for the comparison run."""
+def ray_job_name(network: str, job_name: str = DEFAULT_JOB_NAME) -> str:
+    """The RayJob of a training run on one transport: `job_name` (the jobName setting) on EFA; on TCP, the comparison
+    run, its name with -efa replaced by -tcp (train-efa: train-tcp) or else -tcp added (exp1: exp1-tcp)."""
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
-    return f"train-{network}"
+    if network == "efa":
+        return job_name
+    return f"{job_name.removesuffix('-efa')}-{network}"
+
+
+def ray_job_of(settings: Settings) -> str:
+    """The RayJob of these settings: ray_job_name of their network and jobName."""
+    return ray_job_name(settings.workload.network, settings.workload.job_name)
 
 
 def comparison_network(network: str) -> str:
@@ -66,6 +81,11 @@ def comparison_network(network: str) -> str:
 def code_config_map_name(owner: str) -> str:
     """The ConfigMap holding the code mounted by the Ray pods of `owner` (a RayCluster or a RayJob)."""
     return f"{owner}-code"
+
+
+def user_code_config_map_name(owner: str) -> str:
+    """The ConfigMap holding codeDir for the pods of `owner`, when it is small enough for one."""
+    return f"{owner}-user-code"
 
 
 def settings_config_map_name(code_config_map: str) -> str:

@@ -10,6 +10,7 @@ from ray_efa.k8s.cluster_spec import ray_cluster_spec
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import check_object_name
 from ray_efa.k8s.ray_types import API_VERSION
+from ray_efa.k8s.user_code import UserCodeVolume
 
 __all__ = ["RayCluster"]
 
@@ -20,15 +21,17 @@ class RayCluster(Construct):
     It holds every GPU node while it exists, so a RayJob (which brings its own cluster) waits for it to be deleted.
     """
 
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap):
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap,
+                 user_code: UserCodeVolume | None = None):
         """
         :param settings: image, Ray version, node types and counts, network.
         :param name: the RayCluster's name (a DNS-1035 label of at most 47 characters).
         :param code: the ConfigMap the pods mount (in the same namespace).
+        :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
         self.name = check_object_name(name)
-        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle)
+        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle, user_code=user_code)
         api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
                    namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),
                    body={"spec": spec.to_dict()})

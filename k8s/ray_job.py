@@ -13,6 +13,7 @@ from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
 from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
+from ray_efa.k8s.user_code import UserCodeVolume
 from ray_efa.training.network import TORCHAO_VERSION, job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
@@ -50,11 +51,13 @@ class RayJob(Construct):
     settings, carries its own network's env, and frees the GPU nodes after the TTL. See k8s/README.md.
     """
 
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap):
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap,
+                 user_code: UserCodeVolume | None = None):
         """
         :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
         :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
         :param code: the ConfigMap with the code and this run's settings.json (in the same namespace).
+        :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
         self.name = check_object_name(name)
@@ -63,7 +66,8 @@ class RayJob(Construct):
         spec = RayJobSpec(
             entrypoint=driver_entrypoint(),
             runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle),
+            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle,
+                                              user_code=user_code),
             submitter_pod_template=submitter_template(settings, owner=name),
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,

@@ -13,17 +13,45 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from ray_efa.core.settings import Settings
+from ray_efa.core.model_source import pod_path_problems
+from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.strategy import check_fits
+from ray_efa.core.user_code import check_user_code
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
-from ray_efa.k8s.names import RAY_CLUSTER_NAME, code_config_map_name, comparison_network, ray_job_name
+from ray_efa.k8s.names import (
+    RAY_CLUSTER_NAME,
+    USER_CODE_PATH,
+    code_config_map_name,
+    comparison_network,
+    ray_job_of,
+    user_code_config_map_name,
+)
 from ray_efa.k8s.namespace import WorkloadNamespace
 from ray_efa.k8s.network_policy import RayNetworkPolicy
 from ray_efa.k8s.ray_cluster import RayCluster
 from ray_efa.k8s.ray_job import RayJob
+from ray_efa.k8s.user_code import UserCodeConfigMap, UserCodeVolume
 
-__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "build_workload", "build_manifests"]
+__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "build_workload", "build_manifests",
+           "shipped_settings"]
+
+
+def shipped_settings(settings: Settings) -> Settings:
+    """The settings.json the pods get: the same settings, with codeDir where the pods find it (USER_CODE_PATH)."""
+    return settings if settings.workload.code_dir is None else settings.replace(codeDir=USER_CODE_PATH)
+
+
+def _user_code(chart: Construct, settings: Settings, owner: str, archive_uri: str | None) -> UserCodeVolume | None:
+    """codeDir for the pods of `owner`: the zip at `archive_uri`, else a ConfigMap of it (checked against the limits);
+    None without codeDir. SettingsError first when trainFunction is not in it."""
+    code_dir = check_user_code(settings).code_dir
+    if code_dir is None:
+        return None
+    if archive_uri is not None:
+        return UserCodeVolume(archive_uri=archive_uri)
+    return UserCodeConfigMap(chart, "UserCode", name=user_code_config_map_name(owner),
+                             namespace=settings.workload.namespace, code_dir=code_dir).volume
 
 
 def _chart(scope: Construct, id: str) -> cdk8s.Chart:
@@ -41,27 +69,37 @@ def namespace_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
 def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     """The long-lived RayCluster, its code ConfigMap and the NetworkPolicy in front of its pods (before the pods)."""
     chart = _chart(scope, "raycluster")
+    shipped = shipped_settings(settings)
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=RAY_CLUSTER_NAME, submitter=False)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
-                         namespace=settings.workload.namespace, bundle=collect_code(settings))
-    RayCluster(chart, "RayCluster", settings=settings, name=RAY_CLUSTER_NAME, code=code)
+                         namespace=settings.workload.namespace, bundle=collect_code(shipped))
+    user_code = _user_code(chart, settings, RAY_CLUSTER_NAME, None)
+    RayCluster(chart, "RayCluster", settings=shipped, name=RAY_CLUSTER_NAME, code=code, user_code=user_code)
     return chart
 
 
-def ray_job_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
-    """The training RayJob on `settings.workload.network`, with the NetworkPolicy in front of its pods and its code
-    and settings ConfigMaps, all before the job.
+def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> cdk8s.Chart:
+    """The training RayJob on `settings.workload.network` named after jobName (k8s.names.ray_job_of), with the
+    NetworkPolicy in front of its pods, its code and settings ConfigMaps and codeDir's (a ConfigMap, or the zip at
+    `code_archive_uri`, s3://...), all before the job.
 
-    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.strategy.check_fits): every way a job is
-    produced (`cdk synth`, `ray-efa manifests`) refuses it here, before the 25-minute deploy it would fail after.
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.strategy.check_fits), trainFunction is
+    not in codeDir, or it names a local path no pod can read (core.model_source.pod_path_problems: not under the
+    sharedVolumeClaim's mount), and ManifestError when codeDir is too large for a ConfigMap and no archive is given:
+    every way a job is produced (`cdk synth`, `ray-efa manifests`, `ray-efa submit`) refuses it here, before the
+    25-minute deploy it would fail after.
     """
+    if problems := pod_path_problems(settings):
+        raise SettingsError(problems)
     check_fits(settings)
-    name = ray_job_name(settings.workload.network)
+    name = ray_job_of(settings)
+    shipped = shipped_settings(settings)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
-                         namespace=settings.workload.namespace, bundle=collect_code(settings))
-    RayJob(chart, "RayJob", settings=settings, name=name, code=code)
+                         namespace=settings.workload.namespace, bundle=collect_code(shipped))
+    user_code = _user_code(chart, settings, name, code_archive_uri)
+    RayJob(chart, "RayJob", settings=shipped, name=name, code=code, user_code=user_code)
     return chart
 
 

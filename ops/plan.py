@@ -75,8 +75,14 @@ class Plan:
     """The predicted scaling curve over 1..N nodes (ops.scaling): what `plan --plot` draws."""
 
     @property
+    def judged(self) -> bool:
+        """Whether the memory and step predictions describe the job: the built-in train function's model, not a
+        trainFunction of your own (which builds what it builds)."""
+        return self.settings.training.builtin
+
+    @property
     def fits(self) -> bool:
-        return self.memory.fits
+        return self.memory.fits or not self.judged
 
     def as_dict(self) -> dict[str, Any]:
         s = self.settings
@@ -89,6 +95,9 @@ class Plan:
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
                 "network": s.workload.network, "sharding": choose(s).strategy,
                 "grad_reduce_dtype": choose(s).reduce_dtype, "precision": s.training.precision,
+                # what trains: the architecture (modelPath's config.json, or the preset) and on what data
+                "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
+                "dataset": s.training.dataset,
             },
             "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
             "efa": {
@@ -101,7 +110,7 @@ class Plan:
             "pods": {p.role: dataclasses.asdict(p) for p in self.pods},
             "memory_per_gpu": {
                 **dataclasses.asdict(self.memory), "fits": self.memory.fits, "headroom_gib": self.memory.headroom_gib,
-                "advice": self.memory_advice,
+                "advice": self.memory_advice, "judged": self.judged,
             },
             "usd_per_hour": {
                 **dataclasses.asdict(self.cost), "total": self.cost.total,
@@ -239,6 +248,9 @@ def render_plan(plan: Plan, console) -> None:
         ("placement group", "cluster strategy" if plan.placement_group else "none"),
         ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
         ("network", s.workload.network),
+        ("model", f"{s.training.preset.name}, {s.training.preset.num_parameters / 1e9:.2f} B parameters"
+                  + ("" if s.training.model_path else " (random initialization)")),
+        ("data", s.training.dataset or "random tokens"),
     ):
         deployment.add_row(what, value)
     console.print(deployment)
@@ -276,6 +288,20 @@ def render_plan(plan: Plan, console) -> None:
         pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
     console.print(pods)
 
+    if not plan.judged:
+        console.print(f"memory per GPU and step time: not predicted: trainFunction {s.training.train_function} is your "
+                      "own (the planner models the built-in function's model)", highlight=False)
+    else:
+        _render_memory(plan, console)
+        _render_performance(plan, console)
+    _render_cost(plan, console)
+
+
+def _render_memory(plan: Plan, console) -> None:
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
+    s = plan.settings
     m = plan.memory
     t = s.training
     memory = Table(title="Memory per GPU", caption=f"{t.model}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
@@ -294,8 +320,13 @@ def render_plan(plan: Plan, console) -> None:
     if plan.memory_advice:
         console.print(f"[red]memory:[/] {plan.memory_advice}", highlight=False)
 
-    _render_performance(plan, console)
 
+def _render_cost(plan: Plan, console) -> None:
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
+    s = plan.settings
+    gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     c = plan.cost
     cost = Table(title="USD per hour", caption="on-demand list prices, an estimate; excludes data transfer, "
                                                "NAT data processing, EBS and S3")

@@ -29,7 +29,7 @@ from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
 from ray_efa.core.scheduling import label_selector
 from ray_efa.core.settings import Settings
-from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_name
+from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
 from ray_efa.k8s.security import AUTH_MODE_ENV, network_policy_name, token_auth
 from ray_efa.ops._status import Status, quiet
 
@@ -86,7 +86,7 @@ class Expectations:
             operator=KUBERAY_OPERATOR,
             namespace=settings.workload.namespace,
             ray_cluster=RAY_CLUSTER_NAME,
-            ray_job=ray_job_name(settings.workload.network),
+            ray_job=ray_job_of(settings),
             token_auth=auth.enabled,
             token_auth_reason=auth.reason,
         )

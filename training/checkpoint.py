@@ -22,7 +22,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-__all__ = ["save_and_report", "restore", "TRAIN_STATE_FILE"]
+__all__ = ["save_and_report", "restore", "restore_with_state", "TRAIN_STATE_FILE"]
 
 TRAIN_STATE_FILE = "train_state.json"
 
@@ -32,9 +32,13 @@ def _dir_name(step: int) -> str:
 
 
 def save_and_report(
-    metrics: dict, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
+    metrics: dict, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int,
+    train_state: dict | None = None,
 ) -> None:
-    """Write this rank's shard, then report it with `metrics` (a barrier: every rank calls this at the same step)."""
+    """Write this rank's shard, then report it with `metrics` (a barrier: every rank calls this at the same step).
+
+    `train_state`: more of rank 0's state for train_state.json (the data position of a Ray Data run), JSON-ready.
+    """
     import ray.train
 
     local = Path(tempfile.mkdtemp(prefix=f"ray-efa-ckpt-{step}-"))
@@ -44,7 +48,7 @@ def save_and_report(
         # type checker they are private, although they are the documented API.
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=local)  # pyright: ignore[reportPrivateImportUsage]
         if rank == 0:
-            (local / TRAIN_STATE_FILE).write_text(json.dumps({"step": step}))
+            (local / TRAIN_STATE_FILE).write_text(json.dumps({**(train_state or {}), "step": step}))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step))
     finally:
         shutil.rmtree(local, ignore_errors=True)  # the upload is synchronous: storage has its copy now
@@ -52,16 +56,22 @@ def save_and_report(
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Load the run's latest checkpoint into model and optimizer, in place; return its step (0: none, start fresh)."""
+    return restore_with_state(model, optimizer)[0]
+
+
+def restore_with_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict]:
+    """restore(), and the whole train_state.json ({} without a checkpoint)."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        return 0
+        return 0, {}
     with checkpoint.as_directory() as directory:
-        step = json.loads((Path(directory) / TRAIN_STATE_FILE).read_text())["step"]
+        train_state = json.loads((Path(directory) / TRAIN_STATE_FILE).read_text())
+        step = train_state["step"]
         # get_state_dict first creates AdamW's state (with zeros), so that DCP has tensors to load into.
         model_state, optimizer_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage] (see save above)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    return int(step)
+    return int(step), train_state

@@ -1,4 +1,9 @@
-"""The training driver: checks the plan, runs train_func on a TorchTrainer, then gates the NCCL transport.
+"""The training driver: checks the plan, runs the train function on a TorchTrainer, then gates the NCCL transport.
+
+The function is trainFunction (default the built-in train_func), imported by name in each worker from codeDir;
+each worker runs it inside training.worker.train_loop (the bandwidth preflight before it). After it: the NCCL logs
+of every worker, the transport gate, and the run summary (RAY_EFA_RUN_SUMMARY): the built-in's own summary, or for
+a function of yours what it reported last (Result.metrics) and where it ran.
 
 The RayJob runs exactly `python -m ray_efa.training.driver --settings /path/settings.json` from a working directory holding
 core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (with the local preset
@@ -21,27 +26,43 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ray_efa
 from ray_efa.core import catalog, strategy
-from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
+from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
 from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
-    "run", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
+    "reported_summary", "run", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
+    "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SETTINGS, EXIT_UNPROVEN = 0, 1, 2, 3
 # CPUs per GPU node left to Ray itself (the log collector, checkpoint uploads), not given to the training workers.
 _RESERVED_CPUS_PER_NODE = 1
+# CPUs per node kept for the Ray Data tasks that read, tokenize and pack `dataset` (Ray Train excludes the workers'
+# resources from Ray Data's budget, so a data path with no CPU of its own would wait forever).
+DATA_CPUS_PER_NODE = 4
+LOCAL_DATA_CPUS = 2
+"""Logical CPUs the local cluster adds for Ray Data beside its LOCAL_WORKERS training workers."""
 
 
 def check_plan(settings: Settings, *, local: bool) -> None:
-    """Refuse, before Ray starts, a cluster run whose memory plan cannot fit or whose checkpoints have nowhere shared to go."""
+    """Refuse, before Ray starts: a trainFunction that is not in codeDir, and a model or data set that cannot be read
+    (training.inputs.check_inputs), both runs; then a cluster run whose memory plan cannot fit (the built-in
+    function's: core.strategy.check_fits), whose checkpoints have nowhere shared to go, or whose local paths no pod can
+    read."""
+    from ray_efa.core.model_source import pod_path_problems
+    from ray_efa.training.inputs import check_inputs
+
+    check_user_code(settings)
+    check_inputs(settings)
     if local:
         return  # CPU workers: no GPU memory to plan, and one machine shares ~/ray_results
-    problems: list[Problem] = []
+    problems: list[Problem] = pod_path_problems(settings)
     if settings.nodes.gpu_node_count > 1 and settings.workload.storage_path is None:
         problems.append(Problem(
             "storagePath", None,
@@ -64,7 +85,8 @@ def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCA
         return ScalingConfig(num_workers=local_workers, use_gpu=False, resources_per_worker={"CPU": 1})
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
-    cpus = max(1, (pod.cpu - _RESERVED_CPUS_PER_NODE) // instance.gpus)
+    reserved = _RESERVED_CPUS_PER_NODE + (DATA_CPUS_PER_NODE if settings.training.dataset is not None else 0)
+    cpus = max(1, (pod.cpu - reserved) // instance.gpus)
     return ScalingConfig(num_workers=settings.world_size, use_gpu=True, resources_per_worker={"CPU": cpus, "GPU": 1})
 
 
@@ -81,26 +103,48 @@ def run_config(settings: Settings, name: str):
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
+    """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model preset (built-in
+    function) or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
-    return f"{prefix}-{settings.training.model}-{stamp}"
+    if settings.workload.job_name != DEFAULT_JOB_NAME:
+        prefix += f"-{settings.workload.job_name}"
+    what = settings.training.model if settings.training.builtin else split_function(settings.training.train_function)[1]
+    return f"{prefix}-{what}-{stamp}"
 
 
-def init_ray(*, local: bool) -> None:
-    """Start the in-process local cluster, or connect to the running one; nothing if Ray is already up."""
+def _import_root(package_init: str | None = None) -> str:
+    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (its ray_efa/
+    links the source folders), or site-packages in an install (not site-packages/ray_efa, where `import ray_efa`
+    would fail, nor the source folder a symlink resolves to)."""
+    return str(Path(package_init or str(ray_efa.__file__)).parent.parent.resolve())
+
+
+def init_ray(*, local: bool, code_dir: str | None = None) -> None:
+    """Start the in-process local cluster, or connect to the running one; nothing if Ray is already up.
+
+    `code_dir` (codeDir) goes on this process's path and, locally, on the workers' PYTHONPATH (on the cluster the
+    pods' PYTHONPATH has it), so that tasks your function starts import your code too.
+    """
     import ray
 
+    if code_dir and code_dir not in sys.path:
+        sys.path.insert(0, code_dir)  # results and reports that hold your classes unpickle here
     if ray.is_initialized():
         return
     if local:
-        # The workers inherit this process's environment: the repo root on their path lets them import core/ and
-        # training/ without an install (a runtime_env would do the same, but costs fresh worker processes).
-        root = str(Path(__file__).resolve().parent.parent)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        # The workers inherit this process's environment: the folder above ray_efa on their path lets them import
+        # it without an install (a runtime_env would do the same, but costs fresh worker processes).
+        paths = (_import_root(), code_dir, os.environ.get("PYTHONPATH"))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         os.environ.setdefault(POLL_INTERVAL_ENV, "0.5")  # notice the end of training sooner
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # no spot nodes to watch on a laptop
+        # print() in a worker would also go to Ray Train's log, which the driver shows too: every line twice.
+        os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
         ray.init(
-            num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS),  # room for the workers even on a 1-core machine
+            # Room for the workers even on a 1-core machine, and CPUs of its own for Ray Data: Ray Train takes the
+            # workers' CPUs out of Ray Data's budget, and with none left a dataset read would wait forever.
+            num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS) + LOCAL_DATA_CPUS,
             include_dashboard=False,
             # Ray's own chatter off; without a dashboard the placement-group cleaner warns on every poll.
             logging_config=ray.LoggingConfig(log_level="ERROR"),
@@ -113,21 +157,59 @@ def init_ray(*, local: bool) -> None:
 
 
 def fit(settings: Settings, *, local: bool, name: str | None = None, test_config: dict[str, Any] | None = None,
-        local_workers: int = LOCAL_WORKERS):
-    """Run train_func on a TorchTrainer; return the Ray Train Result (raises ray.train.TrainingFailedError)."""
+        local_workers: int = LOCAL_WORKERS, datasets: dict[str, Any] | None = None):
+    """Run trainFunction on a TorchTrainer (each worker through training.worker.train_loop); return the Ray Train
+    Result (raises ray.train.TrainingFailedError). `datasets`: Ray Data datasets for the TorchTrainer (the function
+    reads its shard with ray.train.get_dataset_shard(name))."""
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from ray_efa.training.train import train_func
+    from ray_efa.training.worker import train_loop, train_loop_config
 
-    init_ray(local=local)
+    code_dir = check_user_code(settings).code_dir
+    code_path = str(code_dir) if code_dir is not None else None
+    init_ray(local=local, code_dir=code_path)
+    dataset_config = None
+    if datasets is None and settings.training.dataset is not None:  # Ray Data: each rank streams its shard
+        from ray_efa.training.dataset import data_config
+        from ray_efa.training.inputs import driver_datasets
+
+        world = local_workers if local else settings.world_size
+        datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
     trainer = TorchTrainer(
-        train_func,
-        train_loop_config={"settings": settings.to_context(), **(test_config or {})},
+        train_loop,
+        train_loop_config=train_loop_config(settings, code_dir=code_path, extra=test_config),
         torch_config=TorchConfig(backend="gloo" if local else "nccl"),
         scaling_config=scaling_config(settings, local=local, local_workers=local_workers),
         run_config=run_config(settings, name or default_run_name(settings, local=local)),
+        datasets=datasets,
+        dataset_config=dataset_config,
     )
-    return trainer.fit()
+    return _unwrapped(trainer.fit())
+
+
+def _unwrapped(result: Any) -> Any:
+    """The Result as the function left it: its own return value, and as metrics what it reported last (Ray Train v2
+    keeps only the metrics of the last checkpoint; training.worker records every report)."""
+    outcome = result.return_value
+    if not (isinstance(outcome, dict) and set(outcome) == {"return_value", "reported"}):
+        return result
+    metrics = outcome["reported"] if outcome["reported"] is not None else result.metrics
+    return dataclasses.replace(result, return_value=outcome["return_value"], metrics=metrics)
+
+
+def reported_summary(metrics: dict[str, Any] | None, settings: Settings, *, local: bool,
+                     local_workers: int = LOCAL_WORKERS) -> dict[str, Any]:
+    """The run summary of a function of yours: what it reported last (Result.metrics; JSON scalars only) and where it
+    ran (devices, hosts, device), as the built-in's summary says it."""
+    values = {key: value for key, value in (metrics or {}).items()
+              if isinstance(value, (bool, int, float, str)) or value is None}
+    if local:
+        where = {"devices": local_workers, "hosts": 1, "device": "cpu"}
+    else:
+        instance = settings.nodes.gpu_instance
+        device = instance.gpu.name if instance.gpu is not None else instance.name
+        where = {"devices": settings.world_size, "hosts": settings.nodes.gpu_node_count, "device": device}
+    return {**values, **where}
 
 
 def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
@@ -195,7 +277,8 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     from ray_efa.training.run_summary import LOCAL, summary_line, summary_record
 
     try:
-        init_ray(local=local)
+        code_dir = check_user_code(settings).code_dir  # checked by check_plan above
+        init_ray(local=local, code_dir=str(code_dir) if code_dir is not None else None)
     except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
         print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
               "or locally with --local.", file=sys.stderr)
@@ -204,20 +287,28 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     try:
         result = fit(settings, local=local, name=name)
+    except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
         _say_report(folder)
         return EXIT_FAILED
-    outcome = result.return_value or {}
-    if "summary" in outcome:
-        print(format_summary(outcome["summary"], title=f"training summary: {name}"))
-        # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
-        where = {"name": name, "network": settings.workload.network, "summary": outcome["summary"],
-                 "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
-                 "nodes": 1 if local else settings.nodes.gpu_node_count}
-        print(summary_line(**where), flush=True)
-        record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
+    outcome = result.return_value
+    if isinstance(outcome, dict) and "summary" in outcome:  # the built-in function's own summary
+        summary = outcome["summary"]
+        print(format_summary(summary, title=f"training summary: {name}"))
+    else:  # a function of yours: what it reported last, and where it ran
+        summary = reported_summary(result.metrics, settings, local=local)
+        reported = ", ".join(f"{k}={v}" for k, v in sorted((result.metrics or {}).items())) or "nothing"
+        print(f"{settings.training.train_function} finished: {name}; reported last: {reported}")
+    # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
+    where = {"name": name, "network": settings.workload.network, "summary": summary,
+             "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
+             "nodes": 1 if local else settings.nodes.gpu_node_count}
+    print(summary_line(**where), flush=True)
+    record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
     code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)

@@ -149,7 +149,7 @@ def _memory_text(metrics: dict[str, float]) -> str:
 
 
 def format_line(metrics: dict[str, float], total_steps: int) -> str:
-    """One progress line: step, loss, step time, tokens/s, MFU (GPU), peak memory, ETA."""
+    """One progress line: step, loss, step time, tokens/s, MFU (GPU), eval loss (when evaluated), peak memory, ETA."""
     width = len(str(total_steps))
     parts = [
         f"step {int(metrics['step']):>{width}}/{total_steps}",
@@ -160,6 +160,8 @@ def format_line(metrics: dict[str, float], total_steps: int) -> str:
     if "throughput/mfu_pct" in metrics:
         causal = metrics.get("throughput/mfu_causal_pct")
         parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%" + (f" (causal {causal:.1f}%)" if causal else ""))
+    if "eval_loss" in metrics:
+        parts.append(f"eval loss {metrics['eval_loss']:.4f} (ppl {metrics['eval_perplexity']:.2f})")
     parts += [_memory_text(metrics), f"ETA {_duration(metrics['time/eta_s'])}"]
     return " | ".join(parts)
 
@@ -182,6 +184,9 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
                                     f"{summary['memory/peak_reserved_gib']:.2f} GiB reserved (rank 0)"))
     else:
         rows.append(("peak memory", f"{summary.get('memory/peak_rss_gib', float('nan')):.2f} GiB resident (rank 0, CPU)"))
+    if "eval_loss" in summary:
+        rows.append(("eval loss", f"{summary['eval_loss']:.4f} (perplexity {summary['eval_perplexity']:.2f}, "
+                                  f"step {int(summary['eval_step'])}, {int(summary['eval_tokens']):,} tokens)"))
     rows.append(("wall time", _duration(float(summary["time/elapsed_s"]))))
     width = max(len(k) for k, _ in rows)
     rule = "-" * (width + 2 + max(len(v) for _, v in rows))

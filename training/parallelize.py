@@ -36,6 +36,9 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+# The interface of FSDPModule.set_custom_reduce_scatter (torch >= 2.9); torch exports it from this module only.
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+
 from ray_efa.training.model import CausalLM
 from ray_efa.training.network import TORCHAO_VERSION
 
@@ -80,7 +83,7 @@ def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulatio
     return mixed_precision_policy(device, reduce_dtype), False
 
 
-class Bf16WireReduceScatter:
+class Bf16WireReduceScatter(ReduceScatter):
     """An FSDP2 reduce-scatter (the `set_custom_reduce_scatter` interface: allocate + call) that sends bf16 and hands
     FSDP2 its result in the buffers' own dtype (fp32): half the bytes on the wire, fp32 everywhere else."""
 
@@ -93,7 +96,8 @@ class Bf16WireReduceScatter:
         wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
         # reduce_scatter_single is torch 2.13's name (FSDP2's own DefaultReduceScatter); 2.11 has reduce_scatter_tensor
         reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)
+        # op is what FSDP2 hands its own reduce-scatter (AVG, SUM or a PREMUL_SUM), passed on as it does
+        reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)  # pyright: ignore[reportArgumentType]
         output_tensor.copy_(wire_out)
         return None
 
@@ -169,12 +173,9 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
     fully_shard(model, **mp)
     if plan.bf16_wire:
-        if not hasattr(model, "set_custom_reduce_scatter"):
-            raise RuntimeError("gradReduceDtype bf16 with gradAccumulation > 1 needs FSDP2's set_custom_reduce_scatter "
-                               f"(torch >= 2.9; this is {torch.__version__})")
         comm = Bf16WireReduceScatter()
         for module in (*layers, model):
-            module.set_custom_reduce_scatter(comm)  # FSDPModule's, added by fully_shard above
+            cast(FSDPModule, module).set_custom_reduce_scatter(comm)  # fully_shard above made each an FSDPModule
     model.hsdp = mesh is not None
     model.fp8 = plan.fp8
     return model

@@ -35,6 +35,8 @@ __all__ = [
     "check_busbw",
     "floor_gbps",
     "format_probe_table",
+    "record_probe",
+    "measured_busbw_gb_s",
 ]
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -161,6 +163,21 @@ def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: b
             "not in one AZ and placement group. Set preflightMinBusbwGbps to change the floor, or preflight=false "
             "to skip the probe."
         )
+
+
+_measured: list[float] = []
+"""This worker's probe result (bus bandwidth at the largest size): the wrapper records it, the train function's
+summary carries it for `ray-efa calibrate`."""
+
+
+def record_probe(results: Sequence[ProbeResult]) -> None:
+    """Keep the largest size's bus bandwidth of this worker's probe (training.worker, after the probe)."""
+    _measured[:] = [max(results, key=lambda r: r.size_bytes).busbw_gbps] if results else []
+
+
+def measured_busbw_gb_s() -> float | None:
+    """The bus bandwidth (GB/s) this worker's probe measured at its largest size, or None without a probe."""
+    return _measured[0] if _measured else None
 
 
 def floor_gbps(settings: Settings) -> float:

@@ -150,6 +150,11 @@ class Reporter:
             self.history[-1] = {**metrics, "time/step_s": last["time/step_s"], **self.meter.rates(last["time/step_s"])}
         return metrics, report
 
+    def annotate(self, values: dict[str, float]) -> None:
+        """Add values measured at the last measure step (an evaluation) to that step's history entry."""
+        if self.history:
+            self.history[-1] = {**self.history[-1], **values}
+
     def take_unlogged(self) -> list[dict[str, float]]:
         """The history entries since the last call, for a history writer (rank 0) to append."""
         entries = self.history[self._logged:]

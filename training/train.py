@@ -1,9 +1,10 @@
 """`train_func(config)`: the loop each Ray Train worker runs.
 
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
-into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs. The loop, nanoGPT style:
-preflight probe, model, FSDP2, AdamW, resume, then steps; rank 0 prints progress, and every rank reports to Ray at
-the steps training.reporting agrees on (at most one report per controller poll, so the loop never waits on one).
+into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
+(training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
+rank 0 prints progress, and every rank reports to Ray at the steps training.reporting agrees on (at most one report
+per controller poll, so the loop never waits on one).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -17,13 +18,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.distributed as dist
 
 from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint, efa_counters
-from ray_efa.training.data import TokenBatches
+from ray_efa.training import checkpoint, efa_counters, preflight, weights
 from ray_efa.training.history import open_history
+from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import (
@@ -36,10 +36,6 @@ from ray_efa.training.parallelize import (
 from ray_efa.training.reporting import Reporter
 
 __all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
-
-# The probe on CPU (gloo over loopback): small sizes, so that the local run spends a second on it, not a minute.
-_PROBE_CPU = {"sizes_bytes": (64 << 10, 1 << 20, 8 << 20), "iters": 3}
-
 
 class InjectedFault(RuntimeError):
     """The failure FaultInjection raises (tests only)."""
@@ -85,22 +81,6 @@ def build_optimizer(model: torch.nn.Module, t: TrainingSettings, device: torch.d
     ]
     fused = {"fused": True} if device.type == "cuda" else {"foreach": True}
     return torch.optim.AdamW(groups, lr=t.learning_rate, betas=(0.9, 0.95), eps=1e-8, **fused)
-
-
-def _run_preflight(settings: Settings, device: torch.device, rank: int) -> float:
-    """All-reduce bandwidth probe: fail before step 1 when the inter-node path is slower than the floor; returns the
-    bus bandwidth (GB/s) at its largest size, which `ray-efa calibrate` takes for the measured link."""
-    import ray.train
-
-    from ray_efa.training import preflight
-
-    context = ray.train.get_context()
-    results = preflight.allreduce_probe(**({} if device.type == "cuda" else _PROBE_CPU), device=device)
-    if rank == 0:
-        _say(preflight.format_probe_table(results))
-    inter_node = context.get_local_world_size() < context.get_world_size()
-    preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(settings), inter_node=inter_node)
-    return max(results, key=lambda r: r.size_bytes).busbw_gbps if results else float("nan")
 
 
 def _say(text: str) -> None:
@@ -185,12 +165,13 @@ def train_func(config: dict) -> dict:
     rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
     device = ray.train.torch.get_device()
 
-    busbw: float | None = None
-    if settings.workload.preflight and dist.is_initialized():
-        busbw = _run_preflight(settings, device, rank)
-    efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
-
-    model = build_model(t.preset, seed=t.seed, device=device, model_path=t.model_path, loss_chunk_size=t.loss_chunk_size)
+    # modelPath's files on this node (s3:// and hf:// downloaded once per node); the architecture is its config.json
+    folder = weights.fetch_model(t.model_path) if t.model_path else None
+    arch = t.preset
+    model = build_model(arch, seed=t.seed, device=device, model_path=str(folder) if folder else None,
+                        loss_chunk_size=t.loss_chunk_size)
+    if rank == 0 and folder is not None and t.model_path is not None:
+        _say(weights.describe_loaded(t.model_path, folder, model))
     strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
     policy, bf16_wire = gradient_precision(device, reduce_dtype, t.grad_accumulation)
     plan = ParallelPlan(
@@ -203,16 +184,14 @@ def train_func(config: dict) -> dict:
              + (", fp8 decoder linears" if plan.fp8 else ""))
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
-    start = checkpoint.restore(model, optimizer)  # 0 unless Ray hands us a checkpoint of this run
-    data = TokenBatches(
-        vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed, rank=rank,
-        pool_size=t.data_pool_size,
-    )
+    start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
+    data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
+    last_eval: dict[str, float] = {}
     meter = Meter(
         throughput=Throughput(
             tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
-            flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
-            flops_per_token_causal=flops_per_token_causal(t.preset, t.seq_len),
+            flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+            flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
         ),
         total_steps=t.steps, start_step=start, device=device,
     )
@@ -227,21 +206,28 @@ def train_func(config: dict) -> dict:
         steps_run += 1
         lr = learning_rate(step, t)
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
-        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]
+        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
         loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
         reporter.record(step, loss, lr, grad_norm=grad_norm)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
-        if reporter.is_measure_step(step, save=save):  # the same steps on every rank
+        evaluate = data.eval_due(step)
+        if reporter.is_measure_step(step, save=save or evaluate):  # the same steps on every rank
             metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank (training.reporting)
+            if evaluate:  # after measure: the held-out pass is not a training step
+                last_eval = {**data.evaluate(model, device), "eval_step": step}
+                metrics.update(last_eval)
+                reporter.annotate(last_eval)
+                reporter.restart_clock()
             if rank == 0:
                 _say(format_line(metrics, t.steps))
             if history:  # every step since the last measure step, each with its own metrics (the last one's in full)
                 for entry in reporter.take_unlogged():
                     history.log(entry, int(entry["step"]))
             if save:
-                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank)
+                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
+                                           train_state=data.state())
                 reporter.reported()
                 reporter.restart_clock()  # the save is not a training step
             elif report:
@@ -260,6 +246,7 @@ def train_func(config: dict) -> dict:
              "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
              "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
              "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
-             "preflight_busbw_gb_s": busbw}
-    return {"summary": {**meter.summary(), **where, **shape, "reports": reporter.reports}, "history": reporter.losses(),
+             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
+    return {"summary": {**meter.summary(), **last_eval, **where, **shape, "reports": reporter.reports},
+            "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

@@ -23,6 +23,8 @@ def _piece(piece) -> str:
         return f"<Import:{piece['Fn::ImportValue']}>"
     if "Fn::GetAtt" in piece:
         return f"<GetAtt:{'.'.join(piece['Fn::GetAtt'])}>"
+    if "Fn::Sub" in piece:  # the bootstrap bucket of a file asset: s3://cdk-...-${AWS::AccountId}-<region>/<hash>.zip
+        return piece["Fn::Sub"]
     raise AssertionError(f"unexpected piece {piece}")
 
 

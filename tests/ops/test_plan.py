@@ -93,7 +93,7 @@ def test_render_prints_every_section(project):
     console = Console(record=True, width=200)
     # WHEN the plan of the defaults is rendered
     render_plan(plan_of(project), console)
-    text = console.export_text()
+    text = " ".join(console.export_text().split())  # wrapped at 80 columns
     # THEN every section is there, with the numbers
     for title in ("Settings", "Deployment", "Instances", "EFA interfaces", "Ray pods", "Memory per GPU", "USD per hour",
                   "Teardown"):
@@ -161,3 +161,15 @@ def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):
 def test_command_exits_1_when_training_does_not_fit(capsys):
     assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge", "-c", "seqLen=32768", "-c", "microBatch=8", "--json") == 1
     assert json.loads(capsys.readouterr().out)["memory_per_gpu"]["fits"] is False
+
+
+def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(project):
+    # GIVEN settings whose built-in model would not fit, running a function of your own
+    plan = plan_of(project, seqLen=32768, microBatch=8, trainFunction="own_training.train:train_func")
+    # THEN the plan does not refuse it, and says that it predicts nothing about it
+    assert plan.fits and not plan.judged and plan.as_dict()["memory_per_gpu"]["judged"] is False
+    console = Console(record=True, width=80)
+    render_plan(plan, console)
+    text = " ".join(console.export_text().split())  # wrapped at 80 columns
+    assert "not predicted: trainFunction own_training.train:train_func is your own" in text
+    assert "Memory per GPU" not in text and "Predicted step" not in text

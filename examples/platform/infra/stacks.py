@@ -18,8 +18,11 @@ from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.training_job import RayTrainingJob
 from ray_efa.infra.workload import RayWorkload
 
-# The training job's configuration (the constructs' props come from the platform below).
-TRAINING = {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "namespace": "ml-ray", "steps": 50}
+# The training job's own configuration. Where it runs (GPU type and count, namespace, service account, node labels)
+# comes from the constructs it is given, never from a second description of the cluster.
+TRAINING = {"steps": 50}
+# The platform's GPU side, for the stack that builds a whole cluster from settings.
+PLATFORM = {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "namespace": "ml-ray"}
 
 
 class ImportedClusterGpu(Stack):
@@ -46,9 +49,9 @@ class ImportedClusterGpu(Stack):
         # The platform's cluster has no Pod Identity agent yet: the checkpoint bucket's access needs it.
         storage = CheckpointStorage(self, "Checkpoints", cluster=cluster, namespace="ml-ray",
                                     after=workload.namespace, pod_identity_agent=True)
-        RayTrainingJob(self, "TrainingJob", settings=settings, cluster=cluster, storage_path=storage.storage_path,
-                       system_node_selector=naming.SYSTEM_NODE_LABELS, gpu_node_selector=naming.GPU_NODE_LABELS,
-                       after=[gpu.nodegroup, storage.service_account])
+        # 2 x p5.48xlarge, namespace ml-ray, the platform's labels and bucket: all from the constructs above.
+        RayTrainingJob(self, "TrainingJob", cluster=cluster, settings=settings, gpu_nodes=gpu, workload=workload,
+                       storage=storage, operator=kuberay, after=[gpu.nodegroup, storage.service_account])
 
 
 class PlatformWithRay(Stack):
@@ -58,7 +61,7 @@ class PlatformWithRay(Stack):
         super().__init__(scope, construct_id, **kwargs)
         vpc = network.platform_vpc(self, ["us-west-2a", "us-west-2b"])
         name = naming.cluster_name("research")
-        settings = Settings.from_context({**TRAINING, "clusterName": name, "region": self.region,
+        settings = Settings.from_context({**TRAINING, **PLATFORM, "clusterName": name, "region": self.region,
                                           "systemNodeSelector": naming.SYSTEM_NODE_LABELS,
                                           "gpuNodeSelector": naming.GPU_NODE_LABELS})
         ray = RayEksCluster.from_settings(self, "Ray", settings, vpc=vpc)
@@ -70,5 +73,5 @@ class PlatformWithRay(Stack):
                                              after=[kuberay.chart, plugins.nvidia, plugins.efa])
         storage = CheckpointStorage.from_settings(self, "Checkpoints", settings, cluster=ray.cluster,
                                                   after=workload.namespace)
-        RayTrainingJob(self, "TrainingJob", settings=settings, cluster=ray.cluster, storage_path=storage.storage_path,
-                       after=[gpu.nodegroup, storage.service_account])
+        RayTrainingJob.from_settings(self, "TrainingJob", settings, cluster=ray.cluster, gpu_nodes=gpu, workload=workload,
+                                     storage=storage, after=[gpu.nodegroup, storage.service_account])

@@ -1,0 +1,135 @@
+"""`ray-efa submit`: run the train function with its code as a new RayJob on the cluster of the kube context.
+
+The job gets a unique name (jobName plus 5 random characters, or --name) and exactly the objects `ray-efa manifests`
+writes for it (NetworkPolicy, ConfigMaps of the code, the settings and codeDir, the RayJob), created with the
+kubeconfig's credentials. The command then follows it: each state of the RayJob, the submitter's log as it is
+written (the driver's progress, summary and transport table), and at the end the gate's verdict and the job's exit
+code, which is this command's: 0 trained and the transport proven, 1 failed, 2 the driver refused the settings,
+3 the gate could not prove the transport. Before anything is created, bad settings, a plan that cannot fit, a
+trainFunction missing from codeDir or code too large for a ConfigMap are exit 2. Interrupting (Ctrl-C) stops the
+following, not the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ray_efa.cli._common import (
+    add_context_option,
+    add_json_option,
+    add_kube_context_option,
+    code_dir_problem,
+    fail,
+    print_json,
+    resolve_or_exit,
+)
+
+EXIT_FAILED = 1
+_FOLLOW_MARGIN_S = 900
+"""How long past jobActiveDeadlineSeconds the command waits by default (image pulls, KubeRay's own status lag)."""
+
+
+def register(add_parser, name: str) -> None:
+    p = add_parser(name, help="run the train function as a new RayJob on the deployed cluster and follow it",
+                   description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
+                                  "plus 5 random characters")
+    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    add_kube_context_option(p)
+    add_context_option(p)
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {_FOLLOW_MARGIN_S})")
+    p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
+    p.set_defaults(run=run)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes:d}:{secs:02d}"
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = resolve_or_exit(args, require_fit=True).settings  # exit 2: bad settings, plan, trainFunction
+    from ray_efa.core.settings import SettingsError
+
+    if args.name is not None:
+        try:
+            settings = settings.replace(jobName=args.name)
+        except SettingsError as error:
+            return fail(args, "submit", f"--name: {error.problems[0].message}, got {args.name!r}")
+    try:  # what the driver would refuse on the cluster, minutes after the pods started: refused here
+        from ray_efa.training.driver import check_plan
+
+        check_plan(settings, local=False)
+    except SettingsError as error:
+        print(f"ray-efa: {error}", file=sys.stderr)
+        return 2
+    if (problem := code_dir_problem(settings)) is not None:
+        return fail(args, "submit", problem)
+
+    import yaml
+    from kubernetes import config
+
+    from ray_efa.k8s.code_bundle import ManifestError
+    from ray_efa.ops.submit import (
+        SubmitError,
+        cleanup_command,
+        create_objects,
+        follow,
+        gate_lines,
+        job_exit_code,
+        submission,
+    )
+
+    try:
+        settings, objects = submission(settings, job_name=args.name)
+    except ManifestError as error:
+        return fail(args, "submit", str(error))
+    name, namespace = objects[-1]["metadata"]["name"], settings.workload.namespace
+    try:
+        api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
+    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        where = args.kubeconfig or "the default kubeconfig"
+        message = " ".join(str(error).split()) or type(error).__name__
+        return fail(args, "submit", f"cannot load {where}{' context ' + args.kube_context if args.kube_context else ''}: "
+                                    f"{message} (for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)")
+
+    timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
+    function = settings.training.train_function
+    try:
+        create_objects(api_client, objects)
+        _say(f"submitted RayJob {namespace}/{name}: {function} on {settings.nodes.gpu_node_count} x "
+             f"{settings.nodes.gpu_instance_type} over {settings.workload.network} ({len(objects)} objects)")
+        final, log = follow(
+            api_client, namespace, name, timeout_s=timeout, poll_s=args.poll,
+            on_state=lambda state, elapsed: _say(f"[{_elapsed(elapsed)}] RayJob {name}: {state.describe()}"),
+            on_line=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
+        )
+    except SubmitError as error:
+        return fail(args, "submit", str(error), code=EXIT_FAILED)
+    except KeyboardInterrupt:
+        _say(f"ray-efa submit: stopped following; the job keeps running: kubectl -n {namespace} get rayjob {name} -w")
+        return 130
+    code = job_exit_code(final)
+    if args.json:
+        from ray_efa.training.run_summary import find_summaries
+
+        summaries = find_summaries(log.splitlines())
+        print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
+                    "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
+                    "run_summary": summaries[-1] if summaries else None, "cleanup": cleanup_command(objects)})
+        return code
+    print(f"RayJob {namespace}/{name}: {final.describe()}")
+    for line in gate_lines(log) or ["transport gate: no verdict in the submitter's log (did the driver start?)"]:
+        print(line)
+    if final.status.get("message") and code != 0:
+        print(f"message: {' '.join(str(final.status['message']).split())[:500]}")
+    print(f"exit code {code}")
+    _say(f"clean up: {cleanup_command(objects)}")
+    return code

@@ -1,0 +1,170 @@
+"""Your own training code: where codeDir is, whether trainFunction exists in it, and which files ship to the pods.
+
+Checked without importing your code (its imports may be heavy, or absent on this machine): the module's source is
+found in codeDir (or, for a module outside it, where Python would import it from) and parsed with `ast`, and the
+function must be defined (or imported, or assigned) at its top level. Every problem is a SettingsError naming
+trainFunction or codeDir, raised before Ray starts or anything is synthesized. Nothing under codeDir is written.
+
+    code = check_user_code(settings)          # UserCode(code_dir, module, function), or SettingsError
+    files = code_files(code.code_dir)         # what ships: every file but caches and hidden ones, sorted
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray_efa.core.context import find_app_dir
+from ray_efa.core.settings import Problem, Settings, SettingsError
+
+__all__ = ["UserCode", "code_dir_path", "check_user_code", "code_files", "split_function", "PROJECT_PACKAGE"]
+
+PROJECT_PACKAGE = "ray_efa"
+"""The project's own package: codeDir may not hold one of that name (it would shadow the driver's)."""
+
+_SKIPPED_DIRS = {"__pycache__", "node_modules", "cdk.out"}
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserCode:
+    """The resolved trainFunction and codeDir."""
+
+    code_dir: Path | None
+    """codeDir as an absolute path; None when unset."""
+    module: str
+    function: str
+    source: Path | None
+    """The file that defines the module (None for a module without a source file)."""
+
+
+def split_function(spec: str) -> tuple[str, str]:
+    """"pkg.mod:fn" -> ("pkg.mod", "fn")."""
+    module, _, function = spec.partition(":")
+    return module, function
+
+
+def code_dir_path(settings: Settings, *, app_dir: Path | None = None) -> Path | None:
+    """codeDir as an absolute path: as given when absolute, else relative to `app_dir` (default: the app directory,
+    the nearest folder at or above the working directory holding cdk.json, else the working directory)."""
+    given = settings.workload.code_dir
+    if given is None:
+        return None
+    path = Path(os.path.expanduser(given))
+    return (path if path.is_absolute() else (app_dir or find_app_dir() or Path.cwd()) / path).resolve()
+
+
+def _code_dir_problem(code_dir: Path, given: str) -> Problem | None:
+    if not code_dir.is_dir():
+        what = "is not a folder" if code_dir.exists() else "does not exist"
+        return Problem("codeDir", given, f"must be a folder of your training code; {code_dir} {what}")
+    if code_dir in (Path(os.path.expanduser("~")).resolve(), Path(code_dir.anchor)):
+        return Problem("codeDir", given, f"must be the folder of your training code, not {code_dir} (a home or "
+                                         "filesystem root: everything in it would ship to the pods)")
+    if (code_dir / "cdk.json").is_file():
+        return Problem("codeDir", given, f"must be the folder of your training code, not the app directory {code_dir} "
+                                         "(it holds cdk.json: cdk.out/, tests and the app itself would ship); point it "
+                                         "at the folder that holds your package")
+    if (code_dir / PROJECT_PACKAGE).exists():
+        # The repository root of this project (or site-packages) holds ray_efa/: refused here too.
+        return Problem("codeDir", given, f"must not hold a {PROJECT_PACKAGE}/ ({code_dir / PROJECT_PACKAGE}): that is "
+                                         "this project's package (is codeDir the repository root?), and a copy would "
+                                         "shadow the driver on the pods")
+    return None
+
+
+def _module_source(module: str, code_dir: Path) -> Path | None:
+    """The file of `module` under code_dir: a/b.py, a/b/__init__.py, or a namespace folder a/b/ (returned as is)."""
+    base = code_dir.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return base if base.is_dir() else None
+
+
+def _importable_source(module: str) -> tuple[bool, Path | None]:
+    """(found, source file) of a module importable here, found without importing it (its parents' __init__ run)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent is missing, or not a package
+        return False, None
+    if spec is None:
+        return False, None
+    origin = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
+    return True, Path(origin) if origin else None
+
+
+def _top_level_names(source: Path) -> set[str] | None:
+    """Names bound at the top level of a Python file (def, class, import, assignment); None if it does not parse."""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):  # `if TYPE_CHECKING:`/`try: import x` blocks: count what they bind
+            for child in ast.walk(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(child.name)
+                elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                    names.add(child.id)
+                elif isinstance(child, ast.alias):
+                    names.add((child.asname or child.name).split(".")[0])
+    return names
+
+
+def check_user_code(settings: Settings, *, app_dir: Path | None = None) -> UserCode:
+    """The resolved trainFunction and codeDir, or SettingsError naming the setting, its value and what is allowed."""
+    spec = settings.training.train_function
+    module, function = split_function(spec)
+    code_dir = code_dir_path(settings, app_dir=app_dir)
+    if code_dir is not None and (problem := _code_dir_problem(code_dir, str(settings.workload.code_dir))):
+        raise SettingsError([problem])
+    source = _module_source(module, code_dir) if code_dir is not None else None
+    where = f"codeDir {code_dir}" if code_dir is not None else "codeDir (unset)"
+    if source is None:
+        found, source = _importable_source(module)
+        if not found:
+            expected = module.replace(".", "/")
+            raise SettingsError([Problem("trainFunction", spec, (
+                f"must name a module in {where} or one importable here: no {expected}.py or {expected}/__init__.py"
+                + ("" if code_dir is not None else "; set codeDir to the folder that holds it")))])
+    if source is not None and source.is_file() and source.suffix == ".py":
+        names = _top_level_names(source)
+        if names is None:
+            raise SettingsError([Problem("trainFunction", spec, f"must name a module that parses: {source} has a "
+                                                                "syntax error")])
+        if function not in names:
+            close = sorted(n for n in names if not n.startswith("_") and ("train" in n.lower() or "main" in n.lower()))
+            hint = f" (it defines {', '.join(close)})" if close else ""
+            raise SettingsError([Problem("trainFunction", spec, f"must name a function of {module}: {source} defines "
+                                                                f"no {function} at its top level{hint}")])
+    elif source is not None and source.is_dir():
+        raise SettingsError([Problem("trainFunction", spec, f"must name a module, not the folder {source} (a package "
+                                                            "without __init__.py defines no functions)")])
+    return UserCode(code_dir=code_dir, module=module, function=function, source=source)
+
+
+def code_files(code_dir: Path) -> list[tuple[str, Path]]:
+    """(path relative to code_dir, '/'-separated; file) of every file that ships, sorted: all but hidden files and
+    folders (.git, .venv), __pycache__, node_modules, cdk.out and compiled .pyc files. Symlinks are followed."""
+    out: list[tuple[str, Path]] = []
+    for directory, folders, files in os.walk(code_dir, followlinks=True):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_DIRS
+                            and not f.endswith(".egg-info"))
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith(_SKIPPED_SUFFIXES):
+                continue
+            path = Path(directory) / name
+            out.append((path.relative_to(code_dir).as_posix(), path))
+    return sorted(out)

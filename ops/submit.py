@@ -1,0 +1,239 @@
+"""`ray-efa submit`: the train function and its code as a new RayJob on a deployed cluster, followed to its end.
+
+    settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
+    create_objects(api_client, objects)             # NetworkPolicy, ConfigMaps, then the RayJob
+    final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
+    code = job_exit_code(final.status)               # the driver's exit code: 0, 1 failed, 2 refused, 3 unproven
+
+The objects are exactly those of k8s.workload.ray_job_chart, which `ray-efa manifests` writes for the same settings
+(a test compares them). Everything goes through a kubernetes ApiClient passed in: the CLI's, from the kubeconfig.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
+
+__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "create_objects", "follow", "submitter_log",
+           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
+
+RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
+TERMINAL_STATES = ("Complete", "Failed")
+"""RayJob status.jobDeploymentStatus values after which nothing changes (KubeRay's JobDeploymentStatus)."""
+SUBMITTER_CONTAINER = "ray-job-submitter"
+"""The container of the submitter pod (k8s.cluster_spec.submitter_template); KubeRay names its Job like the RayJob."""
+_EXIT_CODE = re.compile(r"exit code (\d+)")
+_TOKEN_CHARS = string.ascii_lowercase + string.digits
+_TOKEN_LENGTH = 5
+
+
+class SubmitError(RuntimeError):
+    """The job could not be created or followed; the message names the object and the API's answer."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobState:
+    """What the RayJob's status says at one moment."""
+
+    deployment: str
+    """status.jobDeploymentStatus (Initializing, Running, Complete, Failed, ...); "" before KubeRay set it."""
+    job: str
+    """status.jobStatus, Ray's own (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED); "" before the job exists."""
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.deployment in TERMINAL_STATES
+
+    def describe(self) -> str:
+        text = self.deployment or "New"
+        if self.job:
+            text += f" ({self.job})"
+        if self.status.get("rayClusterName"):
+            text += f", Ray cluster {self.status['rayClusterName']}"
+        if self.finished and self.status.get("reason"):
+            text += f", reason {self.status['reason']}"
+        return text
+
+
+def unique_job_name(base: str, token: str | None = None) -> str:
+    """`base` with a random 5-character suffix, within jobName's limit: train-efa -> train-efa-k3x9a."""
+    token = token or "".join(secrets.choice(_TOKEN_CHARS) for _ in range(_TOKEN_LENGTH))
+    return f"{base[:MAX_JOB_NAME_LENGTH - len(token) - 1].rstrip('-')}-{token}"
+
+
+def submission(settings: Settings, *, job_name: str | None = None) -> tuple[Settings, list[dict[str, Any]]]:
+    """The settings with jobName `job_name` (default: a unique one) and the job's objects, in apply order.
+
+    Raises SettingsError or ManifestError as `ray-efa manifests` would (a plan that cannot fit, a trainFunction
+    missing from codeDir, code too large for a ConfigMap).
+    """
+    import cdk8s
+
+    from ray_efa.k8s.workload import ray_job_chart
+
+    settings = settings.replace(jobName=job_name or unique_job_name(settings.workload.job_name))
+    return settings, ray_job_chart(cdk8s.App(), settings).to_json()
+
+
+def _api_error(error: Exception) -> str:
+    body = getattr(error, "body", None)
+    reason = getattr(error, "reason", None) or type(error).__name__
+    try:
+        import json
+
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return f"{getattr(error, 'status', '')} {reason}: {message or body or error}".strip()
+
+
+def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
+    """Create each object (new names: create, never replace), in order; SubmitError on the first refusal."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core, networking, custom = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client), client.CustomObjectsApi(api_client)
+    for obj in objects:
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            if kind == "ConfigMap":
+                core.create_namespaced_config_map(namespace, obj)
+            elif kind == "NetworkPolicy":
+                networking.create_namespaced_network_policy(namespace, obj)
+            elif kind == "RayJob":
+                custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
+            else:
+                raise SubmitError(f"cannot create a {kind} ({name}): not a kind the job's chart holds")
+        except ApiException as error:
+            hint = ""
+            if error.status == 404:
+                hint = (f" (is namespace {namespace} there, and the KubeRay operator with its CRDs? `ray-efa verify` "
+                        "checks the cluster)")
+            elif error.status in (401, 403):
+                hint = " (are these credentials allowed into the cluster? see adminPrincipalArns)"
+            raise SubmitError(f"cannot create {kind} {namespace}/{name}: {_api_error(error)}{hint}") from None
+
+
+def job_state(api_client: Any, namespace: str, name: str) -> JobState:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        job: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace,
+                                                                                    RAY_JOBS, name)
+    except ApiException as error:
+        raise SubmitError(f"cannot read RayJob {namespace}/{name}: {_api_error(error)}") from None
+    status = job.get("status") or {}
+    return JobState(deployment=status.get("jobDeploymentStatus", ""), job=status.get("jobStatus", ""), status=status)
+
+
+def _submitter_pod(api_client: Any, namespace: str, name: str) -> Any | None:
+    """The newest pod of the submitter Job (named like the RayJob), or None before it exists."""
+    from kubernetes import client
+
+    listing: Any = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"job-name={name}")
+    pods: list[Any] = listing.items
+    return max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
+
+
+def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: bool = False,
+                  on_line: Callable[[str], None] | None = None) -> str:
+    """The submitter's log (the driver's output: progress, the summary, the gate's table); "" if no pod has one.
+
+    `follow_log`: stream it until the pod ends, calling `on_line` for each line as it arrives.
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    pod = _submitter_pod(api_client, namespace, name)
+    if pod is None:
+        return ""
+    core = client.CoreV1Api(api_client)
+    try:
+        if not follow_log:
+            text: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER)
+            return str(text)
+        response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
+                                                follow=True, _preload_content=False)
+    except ApiException as error:
+        if error.status == 400:  # the container has not started yet
+            return ""
+        raise SubmitError(f"cannot read the log of pod {namespace}/{pod.metadata.name}: {_api_error(error)}") from None
+    lines: list[str] = []
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            if on_line:
+                on_line(line)
+    if pending:
+        lines.append(pending.decode("utf-8", "replace"))
+        if on_line:
+            on_line(lines[-1])
+    response.release_conn()
+    return "\n".join(lines)
+
+
+def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll_s: float = 5.0,
+           on_state: Callable[[JobState, float], None] = lambda state, elapsed: None,
+           on_line: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> tuple[JobState, str]:
+    """Poll the RayJob until it is Complete or Failed (or `timeout_s` passed: SubmitError), reporting each new state;
+    once the submitter runs, stream its log through `on_line`. Returns the final state and the whole log."""
+    start = clock()
+    last: JobState | None = None
+    log: str | None = None
+    while True:
+        state = job_state(api_client, namespace, name)
+        if last is None or (state.deployment, state.job) != (last.deployment, last.job):
+            on_state(state, clock() - start)
+            last = state
+        if log is None and state.deployment in ("Running", *TERMINAL_STATES):
+            pod = _submitter_pod(api_client, namespace, name)
+            if pod is not None and pod.status is not None and pod.status.phase in ("Running", "Succeeded", "Failed"):
+                log = submitter_log(api_client, namespace, name, follow_log=True, on_line=on_line)
+                continue  # the stream ended with the pod: read the status again at once
+        if state.finished:
+            if log is None:  # the submitter was never seen running (it finished between two polls)
+                log = submitter_log(api_client, namespace, name)
+                if on_line:
+                    for line in log.splitlines():
+                        on_line(line)
+            return state, log
+        if clock() - start > timeout_s:
+            raise SubmitError(f"RayJob {namespace}/{name} is still {state.describe()} after {timeout_s:.0f} s; it keeps "
+                              f"running: kubectl -n {namespace} get rayjob {name} -w")
+        sleep(poll_s)
+
+
+def job_exit_code(state: JobState) -> int:
+    """The driver's exit code, from the finished RayJob: 0 when Ray's job SUCCEEDED; else the code in Ray's message
+    ("Job entrypoint command failed with exit code 3"), or 1 when it failed some other way (deadline, submission)."""
+    if state.job == "SUCCEEDED" and state.deployment == "Complete":
+        return 0
+    match = _EXIT_CODE.search(str(state.status.get("message", "")))
+    code = int(match.group(1)) if match else 1
+    return code if code != 0 else 1
+
+
+def gate_lines(log: str) -> list[str]:
+    """The transport gate's verdict lines of the driver's log ("transport gate: ...")."""
+    return [line[line.index("transport gate:"):] for line in log.splitlines() if "transport gate:" in line]
+
+
+def cleanup_command(objects: list[dict[str, Any]]) -> str:
+    """The kubectl command that deletes what submit created (the RayJob deletes its own Ray cluster)."""
+    namespace = objects[-1]["metadata"]["namespace"]
+    names = " ".join(f"{o['kind'].lower()}/{o['metadata']['name']}" for o in reversed(objects))
+    return f"kubectl -n {namespace} delete {names}"

@@ -1,0 +1,122 @@
+"""A Kubernetes API on localhost that accepts creates and answers reads from recorded responses, for a real
+kubernetes client (ray-efa submit) to talk to.
+
+- POST to a collection stores the object (as the API server would, with a uid and creationTimestamp) and answers 201
+  with it; 409 if the name exists, 404 for a namespace the recording does not have.
+- GET of an object answers the stored object; with statuses recorded for it ("statuses", by path), each GET adds
+  the next one as its status (the last one repeats): a RayJob as KubeRay moves it along; else 404.
+- GET of a collection lists the stored and recorded items (equality labelSelector honoured).
+- GET of .../pods/NAME/log answers the recorded text ("logs"), whole, also with follow=true.
+Nothing else is emulated. `api.created` lists the created objects, `api.requests` every (method, path).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+RECORDINGS = Path(__file__).parent / "fixtures" / "submit"
+
+
+def load(name: str) -> dict:
+    return json.loads((RECORDINGS / name).read_text())
+
+
+def _selected(item: dict, selector: str) -> bool:
+    labels = item.get("metadata", {}).get("labels", {}) or {}
+    return all(labels.get(k) == v for k, _, v in (t.partition("=") for t in filter(None, selector.split(","))))
+
+
+def _status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class KubeApiWithWrites:
+    def __init__(self, *, namespaces: tuple[str, ...] = ("ray",), statuses: dict[str, list[dict]] | None = None,
+                 collections: dict[str, list[dict]] | None = None, logs: dict[str, str] | None = None):
+        self.namespaces = namespaces
+        self.statuses = {path: list(responses) for path, responses in (statuses or {}).items()}
+        self.collections = {path: list(items) for path, items in (collections or {}).items()}
+        self.logs = logs or {}
+        self.created: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, code: int, body: dict | str) -> None:
+                data = (body if isinstance(body, str) else json.dumps(body)).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                url = urlsplit(self.path)
+                server.requests.append(("GET", url.path))
+                self._reply(*server.get(url.path, parse_qs(url.query)))
+
+            def do_POST(self):
+                url = urlsplit(self.path)
+                server.requests.append(("POST", url.path))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self._reply(*server.post(url.path, body))
+
+            def log_message(self, *_):
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    def _namespace_of(self, path: str) -> str | None:
+        parts = path.split("/")
+        return parts[parts.index("namespaces") + 1] if "namespaces" in parts else None
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        with self._lock:
+            namespace = self._namespace_of(path)
+            if namespace not in self.namespaces:
+                return 404, _status(404, "NotFound", f'namespaces "{namespace}" not found')
+            items = self.collections.setdefault(path, [])
+            if any(i["metadata"]["name"] == body["metadata"]["name"] for i in items):
+                return 409, _status(409, "AlreadyExists", f'"{body["metadata"]["name"]}" already exists')
+            stored = copy.deepcopy(body)
+            stored["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-12-01T15:00:00Z")
+            items.append(stored)
+            self.created.append(copy.deepcopy(body))
+            return 201, stored
+
+    def get(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict | str]:
+        with self._lock:
+            if path.endswith("/log"):
+                pod = path.split("/")[-2]
+                return (200, self.logs[pod]) if pod in self.logs else (404, _status(404, "NotFound", f"pod {pod}"))
+            if path in self.collections:
+                selector = query.get("labelSelector", [""])[0]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {},
+                             "items": [i for i in self.collections[path] if _selected(i, selector)]}
+            collection, _, name = path.rpartition("/")
+            for item in self.collections.get(collection, []):
+                if item["metadata"]["name"] == name:
+                    item = copy.deepcopy(item)
+                    if path in self.statuses:
+                        statuses = self.statuses[path]
+                        item["status"] = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+                    return 200, item
+            return 404, _status(404, "NotFound", f"{path} not found")
+
+    def __enter__(self) -> KubeApiWithWrites:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

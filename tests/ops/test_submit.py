@@ -1,0 +1,170 @@
+"""`ray-efa submit`: a real kubernetes client against a local API that serves responses written in the API server's
+and KubeRay's format (tests/ops/fixtures/submit: no cluster was reachable to record them; each RayJob status is
+checked against the RayJob CRD's status schema below). It creates exactly what `ray-efa manifests` writes, follows
+the job, prints the submitter's log and the gate's verdict, and exits with the job's code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ray_efa.cli import manifests, submit
+from ray_efa.ops.submit import JobState, job_exit_code, unique_job_name
+from tests.ops.kube_api_writes import RECORDINGS, KubeApiWithWrites, load
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = "mlp-exp-run1"
+SETTINGS = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-training/src",
+            "storagePath=s3://research-checkpoints/runs", 'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+RAYJOB_PATH = f"/apis/ray.io/v1/namespaces/ray/rayjobs/{JOB}"
+
+
+def _cli(module, name: str, *argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    module.register(parser.add_subparsers().add_parser, name)
+    args = parser.parse_args([name, *argv])
+    try:
+        return int(args.run(args) or 0)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+def _kubeconfig(tmp_path: Path, url: str) -> Path:
+    """Two contexts; the current one points nowhere, so only --kube-context research reaches the API."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "elsewhere",
+        "clusters": [{"name": "fake", "cluster": {"server": url}},
+                     {"name": "none", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "me", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "research", "context": {"cluster": "fake", "user": "me"}},
+                     {"name": "elsewhere", "context": {"cluster": "none", "user": "me"}}],
+    }))
+    return path
+
+
+def _submitter_pod() -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{JOB}-7xk2q", "namespace": "ray", "creationTimestamp": "2026-12-01T15:04:30Z",
+        "labels": {"job-name": JOB, "batch.kubernetes.io/job-name": JOB}}, "spec": {"containers": []},
+        "status": {"phase": "Succeeded"}}
+
+
+def _api(outcome: str) -> KubeApiWithWrites:
+    return KubeApiWithWrites(
+        statuses={RAYJOB_PATH: load(f"statuses_{outcome}.json")},
+        collections={"/api/v1/namespaces/ray/pods": [_submitter_pod()]},
+        logs={f"{JOB}-7xk2q": (RECORDINGS / f"submitter_{outcome}.log").read_text()},
+    )
+
+
+@pytest.mark.parametrize("outcome", ["complete", "unproven"])
+def test_recorded_statuses_follow_the_rayjob_crd_schema(outcome):
+    import jsonschema
+
+    from tests.k8s.schemas import crd_schema, strict
+
+    status_schema = strict(crd_schema("1.7.0", "RayJob")["properties"]["status"])
+    for status in load(f"statuses_{outcome}.json"):
+        assert list(jsonschema.Draft7Validator(status_schema).iter_errors(status)) == [], status
+
+
+def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_verdict(tmp_path, capsys):
+    # GIVEN a cluster whose RayJob goes Initializing, Running, Complete
+    with _api("complete") as api:
+        # WHEN `ray-efa submit` runs the own function against the kube context "research"
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in SETTINGS for a in ("-c", s)))
+    out, err = capsys.readouterr()
+    # THEN it succeeds, with each state, the driver's log, the gate's verdict and the exit code
+    assert code == 0, err
+    assert [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[")] == [
+        f"RayJob {JOB}: New", f"RayJob {JOB}: Initializing, Ray cluster {JOB}-x8k2p",
+        f"RayJob {JOB}: Running (RUNNING), Ray cluster {JOB}-x8k2p",
+        f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p"]
+    assert "epoch 3/3  loss 0.4020  (16 workers)" in out and "RAY_EFA_RUN_SUMMARY {" in out
+    assert out.rstrip().endswith("exit code 0")
+    assert "transport gate: PASS: all 16 processes" in out.splitlines()[-2]
+    assert f"clean up: kubectl -n ray delete rayjob/{JOB}" in err
+    # and what it created is exactly what `ray-efa manifests` writes for the same settings, in that order
+    dist = tmp_path / "dist"
+    assert _cli(manifests, "manifests", "--out", str(dist), *(a for s in (*SETTINGS, f"jobName={JOB}") for a in ("-c", s))) == 0
+    written = list(yaml.safe_load_all((dist / "0002-rayjob-efa.yaml").read_text()))
+    assert api.created == written
+    assert [o["kind"] for o in api.created] == ["NetworkPolicy", "ConfigMap", "ConfigMap", "ConfigMap", "ConfigMap",
+                                                "RayJob"]
+    assert [m for m, _ in api.requests].count("POST") == 6
+
+
+def test_a_job_the_gate_cannot_prove_ends_with_exit_3(tmp_path, capsys):
+    with _api("unproven") as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in SETTINGS for a in ("-c", s)))
+    out = capsys.readouterr().out
+    assert code == 3
+    assert f"RayJob ray/{JOB}: Failed (FAILED), Ray cluster {JOB}-x8k2p, reason AppFailed" in out
+    assert "transport gate: NO PROOF" in out and out.rstrip().endswith("exit code 3")
+
+
+def test_a_missing_namespace_is_named_with_what_to_check(tmp_path, capsys):
+    with KubeApiWithWrites(namespaces=()) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, *(a for s in SETTINGS for a in ("-c", s)))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"cannot create NetworkPolicy ray/{JOB}-ray-ingress: 404 Not Found" in err and "ray-efa verify" in err
+
+
+@pytest.mark.parametrize(("context", "message"), [
+    (("trainFunction=own_training.train:nope",), "trainFunction: must name a function of own_training.train"),
+    (("storagePath=",), "storagePath: must be s3://... or a shared filesystem"),
+], ids=["missing-function", "no-shared-storage"])
+def test_bad_settings_are_exit_2_before_any_request(tmp_path, capsys, context, message):
+    with KubeApiWithWrites() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in (*SETTINGS, *context) for a in ("-c", s)))
+    assert code == 2 and message in capsys.readouterr().err
+    assert api.requests == []
+
+
+def test_unique_names_fit_job_name_and_differ():
+    names = {unique_job_name("train-efa") for _ in range(20)}
+    assert len(names) == 20 and all(n.startswith("train-efa-") and len(n) == 15 for n in names)
+    assert unique_job_name("x" * 43, token="abcde") == "x" * 37 + "-abcde"
+
+
+@pytest.mark.parametrize(("status", "code"), [
+    ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, 0),
+    ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
+      "message": "Job entrypoint command failed with exit code 2, last available logs"}, 2),
+    ({"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "message": "The RayJob has passed the deadline"}, 1),
+])
+def test_the_exit_code_is_the_drivers(status, code):
+    state = JobState(deployment=status["jobDeploymentStatus"], job=status.get("jobStatus", ""), status=status)
+    assert job_exit_code(state) == code
+    assert json.dumps(status)  # plain data
+
+
+def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(tmp_path, capsys):
+    with _api("complete") as api:
+        code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--name", JOB, "--poll", "0.01",
+                    *(a for s in SETTINGS for a in ("-c", s)))
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert code == 0 and result["exit_code"] == 0 and result["ray_job"] == JOB
+    assert (result["deployment_status"], result["job_status"]) == ("Complete", "SUCCEEDED")
+    assert result["run_summary"]["devices"] == 16 and result["transport_gate"][0].startswith("transport gate: PASS")
+    assert "epoch 3/3" in err
+
+
+def test_a_bad_name_is_exit_2_naming_the_flag(tmp_path, capsys):
+    with KubeApiWithWrites() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", "Run_1", *(a for s in SETTINGS for a in ("-c", s)))
+    assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
+    assert api.requests == []

@@ -1,0 +1,87 @@
+"""The per-worker wrapper and the driver's handling of any train function, without a cluster: what the function's
+config holds, how it is imported, what the run summary says, how runs are named."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_efa.core.settings import Settings
+from ray_efa.training import driver, worker
+from ray_efa.training.local import LOCAL_WORKERS
+
+
+def test_the_function_gets_train_config_keys_and_the_settings():
+    settings = Settings.from_context({"trainConfig": '{"lr": 0.01, "layers": [4, 4]}', "seed": 7})
+    config = worker.train_loop_config(settings, code_dir="/code", extra={"_faults": {"raise_at_step": 2}})
+    user = {k: v for k, v in config.items() if k != worker.WRAPPER_KEY}
+    assert user == {"lr": 0.01, "layers": [4, 4], "settings": settings.to_context(), "_faults": {"raise_at_step": 2}}
+    assert Settings.from_context(user["settings"]) == settings
+    assert config[worker.WRAPPER_KEY] == {"train_function": "ray_efa.training.train:train_func", "code_dir": "/code"}
+
+
+def test_functions_are_imported_from_code_dir_first(tmp_path, monkeypatch):
+    (tmp_path / "my_train_mod.py").write_text("def fit(config):\n    return config['x'] * 2\n\ndef bare():\n    return 1\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fit = worker.load_train_function("my_train_mod:fit", str(tmp_path))
+    assert sys.path[0] == str(tmp_path)
+    assert worker._call(fit, {"x": 3}) == 6
+    assert worker._call(worker.load_train_function("my_train_mod:bare", str(tmp_path)), {"x": 3}) == 1  # no argument
+    with pytest.raises(TypeError, match="is not a function"):
+        worker.load_train_function("my_train_mod:nothing", str(tmp_path))
+
+
+def test_a_functions_summary_is_what_it_reported_and_where_it_ran():
+    metrics = {"loss": 0.4, "epoch": 3, "note": "ok", "tensor": object(), "flag": True}
+    local = driver.reported_summary(metrics, Settings(), local=True)
+    assert local == {"loss": 0.4, "epoch": 3, "note": "ok", "flag": True, "devices": LOCAL_WORKERS, "hosts": 1,
+                     "device": "cpu"}
+    cluster = driver.reported_summary(None, Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}),
+                                      local=False)
+    assert (cluster["devices"], cluster["hosts"], cluster["device"]) == (32, 4, "H100")  # the catalog's name
+
+
+def test_the_unwrapped_result_holds_the_functions_return_value_and_last_report():
+    from ray.train import Result
+
+    raw = Result(metrics=None, checkpoint=None, error=None, path="/tmp/run",
+                 return_value={"return_value": {"losses": [1.0]}, "reported": {"loss": 0.5}})
+    result = driver._unwrapped(raw)
+    assert result.return_value == {"losses": [1.0]} and result.metrics == {"loss": 0.5}
+    # a report with a checkpoint keeps Ray's own metrics when the function never reported through the wrapper
+    kept = driver._unwrapped(Result(metrics={"a": 1}, checkpoint=None, error=None, path="/p",
+                                    return_value={"return_value": None, "reported": None}))
+    assert kept.metrics == {"a": 1} and kept.return_value is None
+
+
+def test_run_names_follow_the_job_name_and_the_function():
+    own = Settings.from_context({"trainFunction": "pkg.train:fit_model", "jobName": "mlp-exp"})
+    assert driver.default_run_name(own, local=False).startswith("ray-train-mlp-exp-fit_model-")
+    assert driver.default_run_name(own, local=True).startswith("local-mlp-exp-fit_model-")
+    assert driver.default_run_name(Settings(), local=True).startswith("local-qwen2.5-1.5b-")
+
+
+def test_the_report_recorder_passes_every_call_through_and_keeps_the_last(monkeypatch):
+    import ray.train
+
+    seen = []
+    monkeypatch.setattr(ray.train, "report", lambda metrics, *a, **k: seen.append(metrics))
+    with worker._ReportRecorder() as recorder:
+        ray.train.report({"loss": 2.0})
+        ray.train.report({"loss": 1.0}, None)
+    assert recorder.last == {"loss": 1.0} and seen == [{"loss": 2.0}, {"loss": 1.0}]
+    ray.train.report({"after": True})
+    assert recorder.last == {"loss": 1.0}  # uninstalled on exit
+
+
+def test_the_import_root_is_the_folder_above_ray_efa(tmp_path):
+    # GIVEN an installed layout: site-packages/ray_efa/__init__.py, training/driver.py below it
+    site = tmp_path / "site-packages"
+    (site / "ray_efa" / "training").mkdir(parents=True)
+    (site / "ray_efa" / "__init__.py").write_text("")
+    # THEN the workers get site-packages on their path (where `import ray_efa` works), not site-packages/ray_efa
+    assert driver._import_root(str(site / "ray_efa" / "__init__.py")) == str(site)
+    # and in this checkout, the folder whose ray_efa/ holds the links
+    assert (Path(driver._import_root()) / "ray_efa" / "__init__.py").is_file()
