@@ -1,14 +1,13 @@
 """Step metrics, the rank-0 progress line and the final table.
 
 Metrics are measured at measure steps only (the first step of an attempt, every `reportEvery` steps, checkpoint steps
-and the last; training.reporting decides which of them also go to `ray.train.report`): the losses' transfer to the
-host synchronizes the GPU there, so the wall time since the previous measure step, divided by the steps in between,
-is the true step time without a sync on every step. Keys are namespaced the torchtitan way
+and the last; training.reporting): the losses' transfer synchronizes the GPU there, so the wall time since the
+previous one, divided by the steps in between, is the true step time without a sync on every step. Keys are namespaced the torchtitan way
 (`throughput/...`, `memory/...`) and the same dict goes to `ray.train.report` and to the progress line.
 
 MFU = achieved FLOP/s per device / the device's dense bf16 peak (core.catalog), with FLOPs per token from
-core.models (6N + 12 * layers * hidden * seq), and beside it under the causal convention (6N + 6 * layers * hidden *
-seq, core.perf.flops_per_token_causal). CPUs and GPUs the catalog does not know report no MFU.
+core.models (6N + 12 * layers * hidden * seq; also causal, 6N + 6 L d S). CPUs and GPUs the catalog does not know
+report no MFU.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ class Throughput:
     peak_flops_per_s: float | None
     """Dense bf16 peak of one device, FLOP/s; None: no MFU."""
     flops_per_token_causal: float | None = None
-    """The same with causal attention counted at half (6N + 6 L d S): MFU under that convention too."""
+    """6N + 6 L d S (causal): a second MFU."""
 
 
 def peak_flops_per_s(device: torch.device) -> float | None:
@@ -105,7 +104,7 @@ class Meter:
         return metrics
 
     def rates(self, step_time: float) -> dict[str, float]:
-        """tokens/s (in total and per device) and MFU (where the peak is known) of one step of `step_time` seconds."""
+        """tokens/s and MFU of one step of `step_time` seconds."""
         t = self.throughput
         per_device = t.tokens_per_step_per_device / step_time
         rates = {"throughput/tokens_per_s": per_device * t.world_size, "throughput/tokens_per_s_per_device": per_device}

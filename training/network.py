@@ -32,23 +32,17 @@ _ENV: dict[str, dict[str, str]] = {
     "tcp": {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none", **_COMMON},
 }
 
+# Ray Train v2's controller poll (ray/train/v2/_internal/constants.py; propagated driver -> controller -> workers)
 POLL_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-"""How often Ray Train v2's controller polls the workers and drains their one-report queues (ray 2.58:
-ray/train/v2/_internal/constants.py; Ray propagates it from the driver to the controller and the workers)."""
 RAY_DEFAULT_POLL_INTERVAL_S = 2.0
-"""Ray's DEFAULT_HEALTH_CHECK_INTERVAL_S (the same file)."""
-JOB_POLL_INTERVAL_S = 1.0
-"""The training job's poll interval: fresher reports than Ray's 2 s (training.reporting spaces reports by it); a poll
-is one small RPC per worker."""
+JOB_POLL_INTERVAL_S = 1.0  # the job's: training.reporting spaces reports by it
 
 
-TORCHAO_VERSION = "0.18.0"
-"""The torchao the job installs (RayJob runtime_env pip) for precision fp8: float8 training measured with it on torch
-2.11 (issue 19); training.parallelize converts the layers with it."""
+TORCHAO_VERSION = "0.18.0"  # precision fp8's, installed by the RayJob's runtime_env
 
 
 def job_env() -> dict[str, str]:
-    """Environment of the training job on any network (the RayJob's runtime_env env_vars)."""
+    """The job's environment on any network (RayJob runtime_env env_vars)."""
     return {POLL_INTERVAL_ENV: str(JOB_POLL_INTERVAL_S)}
 
 

@@ -7,15 +7,9 @@ crosses the network. With gradient accumulation, `set_gradient_sync(model, False
 network until the last micro-batch: plain FSDP skips its reduce-scatter (and keeps unsharded gradients meanwhile);
 HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
 
-Gradient precision (gradReduceDtype, resolved by core.strategy): fp32, or bf16 on the wire. Gradients are accumulated
-and the optimizer steps in fp32 either way: without accumulation FSDP2 reduces in bf16 and writes the sharded fp32
-gradient; with accumulation it would add the held-back gradients in its reduction dtype (bf16), so the policy stays
-fp32 and a custom reduce-scatter (`Bf16WireReduceScatter`) casts to bf16 only for the wire. HSDP's cross-node partial
-sums are then fp32 too (FSDP2 has no custom all-reduce), which core.perf counts.
-
-precision fp8 (`ParallelPlan.fp8`): torchao float8 training (tensorwise dynamic scaling) of every decoder-layer
-linear, converted before sharding with FSDP2's fp8 all-gather on; after each optimizer step the weights' scales are
-computed in one all-reduce (`after_optimizer_step`). The embeddings, the output projection and the norms stay bf16.
+gradReduceDtype bf16 keeps fp32 accumulation: FSDP2 adds held-back gradients in its reduction dtype, so with
+accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy (HSDP's cross-node partial sums
+stay fp32). precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, fp8 all-gather.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
@@ -36,7 +30,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-# The interface of FSDPModule.set_custom_reduce_scatter (torch >= 2.9); torch exports it from this module only.
+# set_custom_reduce_scatter's interface (torch >= 2.9), exported from here only
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from ray_efa.training.model import CausalLM
@@ -61,10 +55,9 @@ class ParallelPlan:
     replicas: int = 1
     """HSDP: replicate over this many groups of ranks (the nodes) and shard within each; 1 is plain FSDP."""
     bf16_wire: bool = False
-    """Reduce-scatter gradients in bf16 while the policy's fp32 accumulates them (gradient accumulation with
-    gradReduceDtype bf16): Bf16WireReduceScatter on every FSDP unit."""
+    """Bf16WireReduceScatter on every FSDP unit (bf16 reduction with accumulation)."""
     fp8: bool = False
-    """torchao float8 training of the decoder layers' linears, with fp8 all-gather (GPU only)."""
+    """torchao float8 training of the decoder-layer linears (GPU only)."""
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -76,16 +69,14 @@ def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> 
 
 
 def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulation: int) -> tuple[MixedPrecisionPolicy | None, bool]:
-    """(policy, bf16_wire) for a resolved gradReduceDtype: bf16 without accumulation reduces in bf16 directly; with
-    accumulation the policy reduces (and accumulates) in fp32 and only the wire is bf16."""
+    """(policy, bf16_wire) for a resolved gradReduceDtype: with accumulation, fp32 policy and a bf16 wire."""
     if reduce_dtype == "bf16" and grad_accumulation > 1:
         return mixed_precision_policy(device, "fp32"), device.type == "cuda"
     return mixed_precision_policy(device, reduce_dtype), False
 
 
 class Bf16WireReduceScatter(ReduceScatter):
-    """An FSDP2 reduce-scatter (the `set_custom_reduce_scatter` interface: allocate + call) that sends bf16 and hands
-    FSDP2 its result in the buffers' own dtype (fp32): half the bytes on the wire, fp32 everywhere else."""
+    """FSDP2's reduce-scatter with a bf16 wire: fp32 in, fp32 out."""
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
@@ -94,16 +85,14 @@ class Bf16WireReduceScatter(ReduceScatter):
         import torch.distributed as dist
 
         wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
-        # reduce_scatter_single is torch 2.13's name (FSDP2's own DefaultReduceScatter); 2.11 has reduce_scatter_tensor
-        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        # op is what FSDP2 hands its own reduce-scatter (AVG, SUM or a PREMUL_SUM), passed on as it does
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # 2.13 / 2.11
         reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)  # pyright: ignore[reportArgumentType]
         output_tensor.copy_(wire_out)
         return None
 
 
 def _convert_to_fp8(model: CausalLM) -> None:
-    """Swap each decoder-layer nn.Linear for torchao's Float8Linear (tensorwise scaling, fp8 all-gather under FSDP2)."""
+    """Each decoder-layer nn.Linear to torchao's Float8Linear."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
@@ -117,8 +106,7 @@ def _convert_to_fp8(model: CausalLM) -> None:
 
 
 def after_optimizer_step(model: torch.nn.Module) -> None:
-    """fp8: compute every fp8 weight's scale for the next all-gather in one all-reduce (torchao's
-    precompute_float8_dynamic_scale_for_fsdp); nothing otherwise."""
+    """fp8: the next all-gather's weight scales, in one all-reduce."""
     if getattr(model, "fp8", False):
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
@@ -152,7 +140,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     if plan.fp8:
-        _convert_to_fp8(model)  # before wrapping and sharding, as torchao's FSDP2 fp8 all-gather expects
+        _convert_to_fp8(model)  # before sharding
     layers = model.layers
     for index, layer in enumerate(layers):
         if plan.activation_checkpointing:
@@ -175,7 +163,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     if plan.bf16_wire:
         comm = Bf16WireReduceScatter()
         for module in (*layers, model):
-            cast(FSDPModule, module).set_custom_reduce_scatter(comm)  # fully_shard above made each an FSDPModule
+            cast(FSDPModule, module).set_custom_reduce_scatter(comm)
     model.hsdp = mesh is not None
     model.fp8 = plan.fp8
     return model

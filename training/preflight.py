@@ -165,18 +165,16 @@ def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: b
         )
 
 
-_measured: list[float] = []
-"""This worker's probe result (bus bandwidth at the largest size): the wrapper records it, the train function's
-summary carries it for `ray-efa calibrate`."""
+_measured: list[float] = []  # this worker's probe busbw at the largest size, for the run summary
 
 
 def record_probe(results: Sequence[ProbeResult]) -> None:
-    """Keep the largest size's bus bandwidth of this worker's probe (training.worker, after the probe)."""
+    """Keep this worker's probe result (training.worker)."""
     _measured[:] = [max(results, key=lambda r: r.size_bytes).busbw_gbps] if results else []
 
 
 def measured_busbw_gb_s() -> float | None:
-    """The bus bandwidth (GB/s) this worker's probe measured at its largest size, or None without a probe."""
+    """This worker's probe busbw (GB/s) at the largest size; None without a probe."""
     return _measured[0] if _measured else None
 
 

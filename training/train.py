@@ -3,8 +3,7 @@
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
 into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
 (training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
-rank 0 prints progress, and every rank reports to Ray at the steps training.reporting agrees on (at most one report
-per controller poll, so the loop never waits on one).
+rank 0 prints progress; every rank reports at the steps training.reporting agrees on (at most one per poll).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -131,8 +130,7 @@ def train_step(
 
 
 def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
-    """(strategy, HSDP replicas, gradient reduction dtype): what core.strategy chooses for the settings (auto
-    resolved), on the ranks Ray started.
+    """(strategy, HSDP replicas, gradient reduction dtype): core.strategy's choice, on the ranks Ray started.
 
     HSDP replicates across the nodes actually present (world / ranks per node); on one node it is plain FSDP.
     """
@@ -151,8 +149,8 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
 
 
 def train_func(config: dict) -> dict:
-    """Train as the settings say; rank 0 returns (Result.return_value) {"summary", "history": [(step, loss)] of every
-    step, "step_metrics": every step's metrics dict (training.reporting.Reporter.history), "optimizer_steps"}."""
+    """Train as the settings say; rank 0 returns {"summary", "history": [(step, loss)], "step_metrics": a dict per
+    step (Reporter.history), "optimizer_steps"} (Result.return_value)."""
     import ray.train
     import ray.train.torch
 
@@ -214,7 +212,7 @@ def train_func(config: dict) -> dict:
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
         evaluate = data.eval_due(step)
         if reporter.is_measure_step(step, save=save or evaluate):  # the same steps on every rank
-            metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank (training.reporting)
+            metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank
             if evaluate:  # after measure: the held-out pass is not a training step
                 last_eval = {**data.evaluate(model, device), "eval_step": step}
                 metrics.update(last_eval)
@@ -222,7 +220,7 @@ def train_func(config: dict) -> dict:
                 reporter.restart_clock()
             if rank == 0:
                 _say(format_line(metrics, t.steps))
-            if history:  # every step since the last measure step, each with its own metrics (the last one's in full)
+            if history:  # every step since the last measure step
                 for entry in reporter.take_unlogged():
                     history.log(entry, int(entry["step"]))
             if save:
@@ -241,7 +239,7 @@ def train_func(config: dict) -> dict:
     efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    # What ran, for `ray-efa calibrate` to predict the same step: the shape, the resolved choices, the measured link.
+    # what ran, for `ray-efa calibrate`
     shape = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
              "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
              "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
