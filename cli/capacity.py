@@ -51,11 +51,13 @@ def run(args: argparse.Namespace) -> int:
     if not regions.is_valid_region(region):
         problems.append({"key": "--region", "value": region, "message": "must be a region name like us-east-2"})
     try:
-        instance = catalog.gpu_instance(instance_type)
+        instance = (settings.nodes.gpu_instance if instance_type == settings.nodes.gpu_instance_type
+                    else catalog.gpu_instance(instance_type))
     except catalog.CatalogError as error:
         problems.append({"key": "--instance-type", "value": instance_type, "message": str(error)})
     if count < 1:
-        problems.append({"key": "--count", "value": count, "message": "must be >= 1"})
+        hint = " (gpuNodeCount is 0, scaled to zero: pass the count you will come back with)" if args.count is None else ""
+        problems.append({"key": "--count", "value": count, "message": f"must be >= 1{hint}"})
     if args.write_context and region != settings.cluster.region:
         problems.append({"key": "--region", "value": region, "message": (
             f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "

@@ -5,16 +5,27 @@ launch-template interfaces, GPUs per node, pod resources, EFA resources, FI_EFA_
 the all-reduce bandwidth floor and the peak FLOP/s used for MFU. Nothing here imports aws_cdk, cdk8s or torch,
 because the training job imports it inside the container.
 
-Sources: AWS "Accelerated computing instances" specifications and the EFA user guide (network cards, EFA
-interfaces, GPUDirect RDMA), NVIDIA data sheets (dense bf16 tensor throughput), the AWS on-demand price list for
-Linux in us-east-2 (recorded 2026-11; prices change, treat them as estimates). Dense fp8 peaks: the L4, L40S and
-H100/H200 SXM data sheets (242.5, 733, 1,979 TFLOP/s without sparsity); A10G and A100 have no fp8 tensor cores. Where describe-instance-types
-disagrees, it wins: fix the row here.
+Sources: AWS "Specifications for Amazon EC2 accelerated computing instances" (docs.aws.amazon.com/ec2/latest/
+instancetypes/ac.html: memory, vCPUs, GPUs and their memory, network bandwidth, EFA support, network cards), the EFA
+user guide (GPUDirect RDMA: "Supported instance types", RDMA read/write), NVIDIA data sheets (dense bf16 tensor
+throughput; dense fp8: 242.5 L4, 733 L40S, 1,979 H100/H200, 4,500 B200, none on A10G and A100), the AWS on-demand
+price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list the same prices for these types;
+prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the row here.
+
+Which types: every EFA-capable x86_64 NVIDIA GPU type of that page whose GPU trains in bf16 and that the EKS AL2023
+NVIDIA AMI runs (AL2023_X86_64_NVIDIA), with the facts above recorded. Not built in, and why: g4dn (T4: no bf16
+tensor cores), p6e-gb200/gb300 (Grace arm64 UltraServer nodes: a different AMI and image architecture), and types
+whose bf16 peak or price this catalog has not recorded (g7, g7e, gr6, p6-b300; p6-b300's first network card carries
+no EFA). Describe any of them yourself, with the same checks as a built-in row: the `extraGpuInstanceTypes` setting,
+or `describe_gpu_instance` / `add_gpu_instance` in Python.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
@@ -33,6 +44,10 @@ __all__ = [
     "EKS_CONTROL_PLANE_USD_PER_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
     "gpu_instance",
+    "describe_gpu_instance",
+    "add_gpu_instance",
+    "usable_gpu_instance",
+    "DESCRIPTION_KEYS",
     "system_instance",
     "gpu_for_device_name",
     "efa_network_interfaces",
@@ -85,6 +100,10 @@ GPUS: dict[str, Gpu] = {
         Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
         Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
         Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0, peak_fp8_tflops=1979.0),
+        # NVIDIA HGX B200 data sheet: BF16 tensor 36 PFLOPS with sparsity for 8 GPUs = 2.25 PFLOPS dense each. Memory
+        # and bandwidth as CUDA reports them on p6-b200 (178.35 GiB; 7,680-bit bus at 3,996 MHz: 7.67 TB/s,
+        # pytorch/ao#4002); AWS lists 179 GiB per GPU. FP8 tensor: 72 PFLOPS with sparsity for 8 = 4.5 dense each.
+        Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0, peak_fp8_tflops=4500.0),
     )
 }
 
@@ -101,15 +120,18 @@ class GpuLink:
 _PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
 _NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
 _NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
+_NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
 GPU_LINKS: dict[str, GpuLink] = {
     "g5": _PCIE4, "g6": _PCIE4, "g6e": _PCIE4, "p4d": _NVLINK3, "p4de": _NVLINK3,
-    "p5": _NVLINK4, "p5e": _NVLINK4, "p5en": _NVLINK4,
+    "p5": _NVLINK4, "p5e": _NVLINK4, "p5en": _NVLINK4, "p6-b200": _NVLINK5,
 }
 """Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
 
 
 def gpu_link(instance: InstanceType) -> GpuLink:
-    """The intra-node GPU link of a GPU instance type."""
+    """The intra-node GPU link of a GPU instance type: its own (a described type), else its family's."""
+    if instance.gpu_link is not None:
+        return instance.gpu_link
     try:
         return GPU_LINKS[instance.family]
     except KeyError:
@@ -140,6 +162,12 @@ class InstanceType:
     """Whether EFA can read and write GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1)."""
     network_gbps: int = 0
     """Aggregate network bandwidth in Gbit/s."""
+    gpu_link: GpuLink | None = None
+    """How its GPUs talk inside the node; None: the family's (GPU_LINKS). Described types carry their own."""
+    efa_only_secondary: bool | None = None
+    """Whether network cards after the first get `efa-only` interfaces; None: by family (EFA_ONLY_FAMILIES)."""
+    described: bool = False
+    """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
 
     @property
     def family(self) -> str:
@@ -186,12 +214,31 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     _gpu_row("p5.48xlarge",   "H100",      8,   192, 2048, 32, True,  3200, 55.0400),
     _gpu_row("p5e.48xlarge",  "H200",      8,   192, 2048, 32, True,  3200, 63.2960),
     _gpu_row("p5en.48xlarge", "H200",      8,   192, 2048, 16, True,  3200, 63.2960),
+    # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
+    # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
+    # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
+    # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
+    _gpu_row("g5.8xlarge",    "A10G",      1,   32,   128,  1, False,   25,  2.448),
+    _gpu_row("g5.16xlarge",   "A10G",      1,   64,   256,  1, False,   25,  4.096),
+    _gpu_row("g5.24xlarge",   "A10G",      4,   96,   384,  1, False,   50,  8.144),
+    _gpu_row("g6.8xlarge",    "L4",        1,   32,   128,  1, False,   25,  2.0144),
+    _gpu_row("g6.16xlarge",   "L4",        1,   64,   256,  1, False,   25,  3.3968),
+    _gpu_row("g6.24xlarge",   "L4",        4,   96,   384,  1, False,   50,  6.6752),
+    _gpu_row("g6e.8xlarge",   "L40S",      1,   32,   256,  1, False,   25,  4.52856),
+    _gpu_row("g6e.12xlarge",  "L40S",      4,   48,   384,  1, False,  100, 10.49264),
+    _gpu_row("g6e.16xlarge",  "L40S",      1,   64,   512,  1, False,   35,  7.57719),
+    _gpu_row("p5.4xlarge",    "H100",      1,   16,   256,  1, True,   100,  6.88),
+    # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
+    _gpu_row("p6-b200.48xlarge", "B200",   8,   192, 2048,  8, True,  3200, 113.9328),
     # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
     _gpu_row("g5.xlarge",     "A10G",      1,   4,     16,  0, False,   10,  1.006),
         _gpu_row("g6.xlarge",     "L4",        1,   4,     16,  0, False,   10,  0.8048),
     _gpu_row("g6.4xlarge",    "L4",        1,   16,    64,  0, False,   25,  1.3232),
     _gpu_row("g6e.xlarge",    "L40S",      1,   4,     32,  0, False,   20,  1.861),
 )}
+
+_BUILT_IN: dict[str, InstanceType] = dict(GPU_INSTANCES)
+"""The rows above, before any add_gpu_instance."""
 
 SYSTEM_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
     InstanceType(name="m7i.large",   vcpus=2,  memory_gib=8,  usd_per_hour=0.1008),
@@ -216,8 +263,17 @@ _EFA_ALLOWLIST_GPU_TYPES = frozenset({
     "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge",
     "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
 })
+# v0.5.30's allowlist, every GPU type in it (PROVENANCE.md lists all 303 entries): also the types this catalog does
+# not build in, so that a described type is checked against what the chart really lists.
+_EFA_ALLOWLIST_V0_5_30_GPU_TYPES = _EFA_ALLOWLIST_GPU_TYPES | frozenset({
+    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal",
+    "g5.8xlarge", "g5.16xlarge", "g5.24xlarge", "g6.8xlarge", "g6.16xlarge", "g6.24xlarge",
+    "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g7.8xlarge", "g7.12xlarge", "g7.24xlarge", "g7.48xlarge",
+    "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p5.4xlarge",
+    "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
+})
 EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = {
-    "v0.5.30": _EFA_ALLOWLIST_GPU_TYPES,
+    "v0.5.30": _EFA_ALLOWLIST_V0_5_30_GPU_TYPES,
     "v0.5.29": _EFA_ALLOWLIST_GPU_TYPES,
     "v0.5.28": _EFA_ALLOWLIST_GPU_TYPES,
 }
@@ -254,7 +310,7 @@ def _efa_gpu_names() -> list[str]:
     return [n for n, row in GPU_INSTANCES.items() if row.efa_capable]
 
 
-EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en"})
+EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en", "p6-b200"})
 """Families whose secondary network cards get `efa-only` interfaces (EFA without an ENA, so without a private IP:
 31 or 15 saved per node). terraform-aws-eks does this by default and requires VPC CNI v1.18.4 or later."""
 
@@ -277,7 +333,10 @@ def efa_network_interfaces(instance: InstanceType) -> list[NetworkInterface]:
     """
     if not instance.efa_capable:
         raise CatalogError(f"{instance.name} has no EFA interfaces")
-    secondary = "efa-only" if instance.family in EFA_ONLY_FAMILIES else "efa"
+    efa_only = instance.efa_only_secondary
+    if efa_only is None:
+        efa_only = instance.family in EFA_ONLY_FAMILIES
+    secondary = "efa-only" if efa_only else "efa"
     return [
         {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa" if card == 0 else secondary}
         for card in range(instance.efa_interfaces)
@@ -369,3 +428,129 @@ def efa_plugin_problem(
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.lstrip("v").split("."))
+
+
+# -- types a user describes ------------------------------------------------------------------------------------------
+
+_INSTANCE_NAME = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+DESCRIPTION_KEYS: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
+    "name": (str, True, "the EC2 instance type, e.g. p6-b300.48xlarge"),
+    "gpus": (int, True, "GPUs per node (>= 1)"),
+    "gpuName": (str, True, "the GPU's short name; a catalog GPU (B200, H200, ...) brings its own facts"),
+    "gpuMemoryGib": ((int, float), False, "device memory per GPU as CUDA reports it, GiB (a catalog GPU's otherwise)"),
+    "peakBf16Tflops": ((int, float), False, "dense bf16 tensor TFLOP/s per GPU, for MFU and the step model"),
+    "memoryBandwidthGbS": ((int, float), False, "device-memory bandwidth per GPU, GB/s, for the step model's optimizer "
+                                                "time (a catalog GPU's otherwise)"),
+    "vcpus": (int, True, "vCPUs per node"),
+    "memoryGib": (int, True, "host memory per node, GiB"),
+    "efaInterfaces": (int, True, "EFA interfaces per node: one per network card with EFA (>= 1)"),
+    "networkGbps": (int, True, "aggregate network bandwidth per node, Gbit/s"),
+    "usdPerHour": ((int, float), True, "on-demand price per node, USD per hour"),
+    "gpudirectRdma": (bool, False, "EFA reads and writes GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1); default false"),
+    "gpuLinkGbS": ((int, float), False, "GPU-to-GPU bandwidth inside the node per direction, GB/s; default PCIe Gen4 32"),
+    "efaOnlySecondary": (bool, False, "`efa-only` interfaces on the cards after the first; default true"),
+}
+"""The keys of a described GPU instance type: (type, required, meaning)."""
+
+
+def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool = True) -> GpuInstanceType:
+    """An InstanceType from a user's description (DESCRIPTION_KEYS), checked as a built-in row would be: a GPU type
+    with EFA that the job can use. Raises CatalogError listing every problem, each naming its key.
+
+    new_name: refuse a name the catalog builds in (choose that one by name instead)."""
+    problems: list[str] = []
+    unknown = sorted(set(description) - set(DESCRIPTION_KEYS))
+    if unknown:
+        problems.append(f"unknown keys {', '.join(unknown)} (known: {', '.join(DESCRIPTION_KEYS)})")
+    for key, (kind, required, meaning) in DESCRIPTION_KEYS.items():
+        value = description.get(key)
+        if value is None:
+            if required:
+                problems.append(f"{key} is required: {meaning}")
+            continue
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+            problems.append(f"{key} must be {'a number' if isinstance(kind, tuple) else kind.__name__}: {meaning}, "
+                            f"got {value!r}")
+    if problems:
+        raise CatalogError("; ".join(problems))
+    name = str(description["name"])
+    known_gpu = GPUS.get(str(description["gpuName"]))
+    for key in ("gpuMemoryGib", "peakBf16Tflops", "memoryBandwidthGbS"):
+        if known_gpu is None and description.get(key) is None:
+            problems.append(f"{key} is required for a GPU the catalog does not know ({description['gpuName']}; known: "
+                            f"{', '.join(GPUS)}): {DESCRIPTION_KEYS[key][2]}")
+    checks = [
+        (_INSTANCE_NAME.match(name) is not None, f"name must be an EC2 instance type like p6-b300.48xlarge, got {name!r}"),
+        (not new_name or (name not in _BUILT_IN and name not in SYSTEM_INSTANCES),
+         f"name {name} is in the catalog already: choose it by gpuInstanceType alone"),
+        (int(description["efaInterfaces"]) >= 1,  # type: ignore[call-overload]
+         f"efaInterfaces must be >= 1: {name} needs EFA for the GPU nodes' all-reduce (a GPU type without EFA is "
+         f"refused like g6.xlarge), got {description['efaInterfaces']}"),
+        (int(description["gpus"]) >= 1, f"gpus must be >= 1, got {description['gpus']}"),  # type: ignore[call-overload]
+    ]
+    for key in ("vcpus", "memoryGib", "networkGbps", "usdPerHour", "gpuMemoryGib", "peakBf16Tflops",
+                "memoryBandwidthGbS", "gpuLinkGbS"):
+        value = description.get(key)
+        checks.append((value is None or float(value) > 0, f"{key} must be > 0, got {value}"))  # type: ignore[arg-type]
+    problems += [message for ok, message in checks if not ok]
+    if problems:
+        raise CatalogError("; ".join(problems))
+    gpu = known_gpu or Gpu(
+        name=str(description["gpuName"]), memory_gib=float(description["gpuMemoryGib"]),  # type: ignore[arg-type]
+        peak_bf16_tflops=float(description["peakBf16Tflops"]), device_names=(str(description["gpuName"]),),  # type: ignore[arg-type]
+        memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
+    )
+    link = description.get("gpuLinkGbS")
+    row = GpuInstanceType(
+        name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
+        usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
+        efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
+        gpudirect_rdma=bool(description.get("gpudirectRdma", False)),
+        network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
+        gpu_link=_PCIE4 if link is None else GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)),  # type: ignore[arg-type]
+        efa_only_secondary=bool(description.get("efaOnlySecondary", True)), described=True,
+    )
+    pod = worker_pod_resources(row)
+    if pod.cpu < 1 or pod.memory_gib < 1:
+        raise CatalogError(f"vcpus and memoryGib leave no room for a worker pod next to the node's reserve "
+                           f"(vcpus {row.vcpus}, memoryGib {row.memory_gib})")
+    return row
+
+
+def usable_gpu_instance(instance: InstanceType) -> GpuInstanceType:
+    """`instance` when the job can use it: a built-in EFA row, or a row of your own passing describe_gpu_instance's
+    checks (EFA, GPUs, room for the worker pod). Raises CatalogError otherwise."""
+    if _BUILT_IN.get(instance.name) == instance:
+        return gpu_instance(instance.name)
+    if instance.gpu is None:
+        raise CatalogError(f"{instance.name} has no GPU")
+    if instance.name in _BUILT_IN:
+        raise CatalogError(f"{instance.name} is in the catalog with other facts: pass its name, or a type of your own")
+    _describe_row(instance)
+    if isinstance(instance, GpuInstanceType):
+        return instance
+    return GpuInstanceType(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
+
+
+def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> GpuInstanceType:
+    """Add a described type to this process's catalog (GPU_INSTANCES), after the checks of describe_gpu_instance:
+    the Python way to choose it by name in constructs and settings (gpuInstanceType). Adding the same row twice is
+    fine; another row under a built-in name is refused. Returns the row."""
+    row = usable_gpu_instance(instance) if isinstance(instance, InstanceType) else describe_gpu_instance(instance)
+    GPU_INSTANCES[row.name] = row
+    return row
+
+
+def _describe_row(instance: InstanceType) -> GpuInstanceType:
+    """describe_gpu_instance's checks on a row built in Python."""
+    assert instance.gpu is not None
+    description: dict[str, object] = {
+        "name": instance.name, "gpus": instance.gpus, "gpuName": instance.gpu.name,
+        "gpuMemoryGib": instance.gpu.memory_gib, "peakBf16Tflops": instance.gpu.peak_bf16_tflops,
+        "memoryBandwidthGbS": instance.gpu.memory_bandwidth_gb_s or None, "vcpus": instance.vcpus,
+        "memoryGib": instance.memory_gib, "efaInterfaces": instance.efa_interfaces,
+        "networkGbps": instance.network_gbps, "usdPerHour": instance.usd_per_hour,
+        "gpudirectRdma": instance.gpudirect_rdma,
+    }
+    return describe_gpu_instance({k: v for k, v in description.items() if v is not None}, new_name=False)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from ray_efa.core import catalog
 from ray_efa.core.models import ModelPreset
-from ray_efa.core.settings import Settings, TrainingSettings
+from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
            "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK"]
@@ -186,6 +186,8 @@ def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
     resolves auto, and its `estimate` takes the settings alone)."""
     if strategy not in ("fsdp", "hsdp"):
         raise ValueError(f"strategy must be fsdp or hsdp (core.strategy resolves auto), got {strategy!r}")
+    if settings.nodes.scaled_to_zero:
+        raise SettingsError([settings.scaled_to_zero_problem()])
     gpus_per_node = settings.nodes.gpu_instance.gpus
     shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
     return estimate_for(

@@ -48,7 +48,7 @@ from pydantic import (
     model_validator,
 )
 
-from ray_efa.core import catalog, models, regions, scheduling
+from ray_efa.core import addons, catalog, models, regions, scheduling
 from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 
@@ -105,6 +105,7 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
+_INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
@@ -139,12 +140,14 @@ class SettingsError(ValueError):
 # a plain str.
 if TYPE_CHECKING:
     KubernetesVersion = KuberayVersion = SystemInstanceType = EfaDevicePluginVersion = ModelPreset = str
+    EfaDraDriverVersion = str
 else:
     KubernetesVersion = Literal[*KUBERNETES_VERSIONS]
     KuberayVersion = Literal[*KUBERAY_VERSIONS]
     SystemInstanceType = Literal[*catalog.SYSTEM_INSTANCES]
     EfaDevicePluginVersion = Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS]
     ModelPreset = Literal[*MODEL_PRESETS]
+    EfaDraDriverVersion = Literal[*addons.EFA_DRA_DRIVER_ALLOWLISTS]
 
 
 # -- how a field is declared --------------------------------------------------------------------------------------
@@ -204,11 +207,38 @@ def _log_retention_problem(days: int) -> str | None:
 
 
 def _gpu_instance_problem(name: str) -> str | None:
+    # A name the catalog does not know may be one of extraGpuInstanceTypes: the rule _gpu_type_is_known decides.
+    # A name it knows must be usable (a GPU, with EFA) here already, so that no other rule reads a type it refuses.
+    if name not in catalog.GPU_INSTANCES and name not in catalog.SYSTEM_INSTANCES:
+        return None if re.match(_INSTANCE_TYPE, name) else "must be an EC2 instance type like p5.48xlarge"
     try:
         catalog.gpu_instance(name)
     except catalog.CatalogError as error:
         return str(error)
     return None
+
+
+def _descriptions_problem(descriptions: tuple[dict[str, Any], ...]) -> str | None:
+    problems, names = [], []
+    for index, description in enumerate(descriptions):
+        label = f"entry {index} ({description.get('name', 'no name')})" if isinstance(description, dict) else f"entry {index}"
+        if not isinstance(description, dict):
+            problems.append(f"{label} must be a JSON object")
+            continue
+        try:
+            names.append(catalog.describe_gpu_instance(description).name)
+        except catalog.CatalogError as error:
+            problems.append(f"{label}: {error}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problems.append(f"names must differ: {', '.join(repeated)} more than once")
+    return ("must describe GPU types as the catalog's rows are checked: " + "; ".join(problems)) if problems else None
+
+
+def described_gpu_instances(descriptions: Iterable[Mapping[str, Any]]) -> dict[str, catalog.GpuInstanceType]:
+    """The extraGpuInstanceTypes rows by name (each checked by catalog.describe_gpu_instance)."""
+    rows = (catalog.describe_gpu_instance(description) for description in descriptions)
+    return {row.name: row for row in rows}
 
 
 def _image_problem(image: str) -> str | None:
@@ -278,11 +308,24 @@ def _schema(**schema: Any) -> WithJsonSchema:
     return WithJsonSchema({"type": "string", **schema})
 
 
+# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
+_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 # Annotated types with their checks; pydantic runs them after the type.
 Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
 Cidr = Annotated[str, _check(_cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
-GpuInstanceType = Annotated[str, _check(_gpu_instance_problem),
-                            _schema(enum=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+GpuInstanceType = Annotated[str, _check(_gpu_instance_problem), _schema(
+    pattern=_INSTANCE_TYPE, examples=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+_DESCRIPTION_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": [key for key, (_, required, _) in catalog.DESCRIPTION_KEYS.items() if required],
+    "properties": {key: {"description": meaning, **({"type": "string"} if kind is str else {"type": "boolean"}
+                                                     if kind is bool else {"type": "integer"} if kind is int
+                                                     else {"type": "number"})}
+                   for key, (kind, _, meaning) in catalog.DESCRIPTION_KEYS.items()},
+}
+GpuDescriptions = Annotated[tuple[dict[str, Any], ...], _LIST_AS_TUPLE, _check(_descriptions_problem),
+                            WithJsonSchema({"type": "array", "items": _DESCRIPTION_SCHEMA})]
+"""GPU instance types a user describes (catalog.DESCRIPTION_KEYS), checked like the catalog's own rows."""
 ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
 ModelPath = Annotated[str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")]
@@ -300,8 +343,6 @@ TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonS
 JobName = Annotated[str, _check(_job_name_problem),
                     _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}})]
 CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
-# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
-_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
 
 # -- rules across fields ------------------------------------------------------------------------------------------
@@ -544,9 +585,15 @@ class NodeSettings(_Section):
     )
     system_node_count: int = setting(1, "systemNodeCount", "Nodes in the system node group.", ge=1, le=10)
     gpu_instance_type: GpuInstanceType = setting(
-        "g6.12xlarge", "gpuInstanceType", "EFA-capable GPU instance type of the worker nodes."
+        "g6.12xlarge", "gpuInstanceType",
+        "EFA-capable GPU instance type of the worker nodes: one of the catalog, or one of extraGpuInstanceTypes.",
     )
-    gpu_node_count: int = setting(2, "gpuNodeCount", "GPU nodes (one Ray worker pod each).", ge=1, le=64)
+    gpu_node_count: int = setting(
+        2, "gpuNodeCount",
+        "GPU nodes (one Ray worker pod each); 0 scales the GPU node group to zero and applies no job, keeping both "
+        "stacks (deploy again with 1 or more to come back).",
+        ge=0, le=64,
+    )
     gpu_availability_zone: str | None = setting(
         None, "gpuAvailabilityZone", "The one AZ of all GPU nodes (EFA does not cross AZs); unset: the region's first."
     )
@@ -586,8 +633,20 @@ class NodeSettings(_Section):
         "(and nvidia.com/gpu.present=true).",
     )
 
+    extra_gpu_instance_types: GpuDescriptions = setting(
+        (), "extraGpuInstanceTypes",
+        "GPU instance types the catalog does not build in, each a JSON object: name, gpus, gpuName, vcpus, memoryGib, "
+        "efaInterfaces, networkGbps, usdPerHour, and gpuMemoryGib, peakBf16Tflops and memoryBandwidthGbS for a GPU the "
+        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary); checked like the "
+        "catalog's rows (EFA required). gpuInstanceType may then name one.",
+    )
+
     @property
     def gpu_instance(self) -> catalog.GpuInstanceType:
+        """The catalog row of gpuInstanceType, or its description in extraGpuInstanceTypes."""
+        described = described_gpu_instances(self.extra_gpu_instance_types)
+        if self.gpu_instance_type in described:
+            return described[self.gpu_instance_type]
         return catalog.gpu_instance(self.gpu_instance_type)
 
     @property
@@ -602,6 +661,11 @@ class NodeSettings(_Section):
     def total_gpus(self) -> int:
         return self.gpu_node_count * self.gpu_instance.gpus
 
+    @property
+    def scaled_to_zero(self) -> bool:
+        """gpuNodeCount 0: the GPU node group stays, with no node, and no training job is applied."""
+        return self.gpu_node_count == 0
+
 
 class AddonSettings(_Section):
     """Pinned versions of the Helm charts installed into the cluster."""
@@ -614,6 +678,20 @@ class AddonSettings(_Section):
     efa_device_plugin_version: EfaDevicePluginVersion = setting(
         "v0.5.30", "efaDevicePluginVersion",
         "aws-efa-k8s-device-plugin Helm chart version (its allowlist must hold the GPU type).",
+    )
+    device_allocation: Literal["device-plugin", "dra"] = setting(
+        "device-plugin", "deviceAllocation",
+        "How the worker pods get GPUs and EFA interfaces: device-plugin (nvidia.com/gpu, vpc.amazonaws.com/efa "
+        "extended resources), or dra (the NVIDIA and EFA DRA drivers; ResourceClaimTemplates that pair each GPU with "
+        "the EFA interfaces on its PCIe root; Kubernetes 1.34 or later). Switch with the GPU nodes at zero.",
+    )
+    nvidia_dra_driver_version: str = setting(
+        "0.4.1", "nvidiaDraDriverVersion", "dra-driver-nvidia-gpu Helm chart version (deviceAllocation dra).",
+        pattern=_SEMVER, message="must be a chart version like 0.4.1",
+    )
+    efa_dra_driver_version: EfaDraDriverVersion = setting(
+        "1.0.0", "efaDraDriverVersion",
+        "aws-dranet (EFA DRA driver) Helm chart version, deviceAllocation dra (its allowlist must hold the GPU type).",
     )
 
 
@@ -956,10 +1034,44 @@ def _gpu_zone_in_the_vpc(region: str, vpc_id: str | None, vpc_zones: tuple[str, 
     return None
 
 
-@_rule("gpuInstanceType", "efaDevicePluginVersion")
-def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str) -> Problem | None:
+@_rule("gpuInstanceType", "extraGpuInstanceTypes")
+def _gpu_type_is_known(instance_type: str, descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+    if instance_type in catalog.GPU_INSTANCES or instance_type in described_gpu_instances(descriptions):
+        return None
+    try:
+        catalog.gpu_instance(instance_type)
+    except catalog.CatalogError as error:
+        return Problem("gpuInstanceType", instance_type, f"{error}; or describe it in extraGpuInstanceTypes")
+    return None
+
+
+@_rule("gpuInstanceType", "efaDevicePluginVersion", "extraGpuInstanceTypes", "deviceAllocation", "efaDraDriverVersion")
+def _efa_plugin_runs_on_the_gpu_type(instance_type: str, chart_version: str, descriptions: tuple[dict[str, Any], ...],
+                                     allocation: str, dra_version: str) -> Problem | None:
+    # Built-in and described types alike: the recorded allowlist is the chart's own (every GPU type it lists).
+    if instance_type not in catalog.GPU_INSTANCES and instance_type not in described_gpu_instances(descriptions):
+        return None  # _gpu_type_is_known says what is wrong
+    if allocation == "dra":  # the EFA DRA driver is installed instead, with an allowlist of its own
+        problem = catalog.efa_plugin_problem(instance_type, dra_version, addons.EFA_DRA_DRIVER_ALLOWLISTS)
+        return Problem("efaDraDriverVersion", dra_version, problem.replace("efaDevicePluginVersion", "efaDraDriverVersion")
+                       ) if problem else None
     problem = catalog.efa_plugin_problem(instance_type, chart_version)
     return Problem("efaDevicePluginVersion", chart_version, problem) if problem else None
+
+
+def dra_kubernetes_problem(kubernetes_version: str) -> str | None:
+    """Why DRA cannot be used on this Kubernetes version (resource.k8s.io/v1 is GA from 1.34), or None."""
+    major, minor = (int(part) for part in kubernetes_version.split(".")[:2])
+    if (major, minor) < addons.DRA_MIN_KUBERNETES:
+        return (f"must be device-plugin on Kubernetes {kubernetes_version}: DRA (resource.k8s.io/v1, the NVIDIA and EFA "
+                f"DRA drivers) needs Kubernetes {'.'.join(map(str, addons.DRA_MIN_KUBERNETES))} or later")
+    return None
+
+
+@_rule("deviceAllocation", "kubernetesVersion")
+def _dra_needs_its_kubernetes(allocation: str, kubernetes_version: str) -> Problem | None:
+    problem = dra_kubernetes_problem(kubernetes_version) if allocation == "dra" else None
+    return Problem("deviceAllocation", allocation, problem) if problem else None
 
 
 # -- the settings object ------------------------------------------------------------------------------------------
@@ -1077,6 +1189,19 @@ class Settings(_Model):
     def teardown_commands(self) -> tuple[str, ...]:
         return (f"npx cdk destroy {self.gpu_stack_name}", f"npx cdk destroy {self.cluster_stack_name}")
 
+    @property
+    def scale_commands(self) -> tuple[str, str]:
+        """(scale the GPU nodes to zero, come back): the GPU stack alone, both stacks kept."""
+        back = self.nodes.gpu_node_count or NodeSettings.model_fields["gpu_node_count"].default
+        return (f"npx cdk deploy {self.gpu_stack_name} -c gpuNodeCount=0",
+                f"npx cdk deploy {self.gpu_stack_name} -c gpuNodeCount={back}")
+
+    def scaled_to_zero_problem(self) -> Problem:
+        """What to say where a training plan or a job needs GPUs and gpuNodeCount is 0."""
+        return Problem("gpuNodeCount", 0, (
+            "is 0: the GPU node group is scaled to zero and no job runs, so there is no GPU to plan or run the job "
+            f"on; set it to 1 or more to train (`{self.scale_commands[1]}`)"))
+
     # -- construction ---------------------------------------------------------------------------------------
 
     @classmethod
@@ -1147,6 +1272,20 @@ def _strip_annotated(annotation: Any) -> Any:
     return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
 
 
+def _parse_objects(raw: Any) -> tuple[dict[str, Any], ...]:
+    """A list of JSON objects: a JSON list or one JSON object (`-c`), or a list of mappings (cdk.json)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else []
+        except json.JSONDecodeError as error:
+            raise ValueError(f"must be a JSON list of objects (or one object): {error.msg} at {error.pos}") from None
+    if isinstance(raw, Mapping):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(item, Mapping) for item in raw):
+        raise ValueError("must be a JSON list of objects (or one object)")
+    return tuple(dict(item) for item in raw)
+
+
 def _parse(raw: Any, annotation: Any) -> Any:
     """Convert a context value to a field's type, leniently (`-c` gives strings); raise ValueError with what was expected.
 
@@ -1174,6 +1313,8 @@ def _parse(raw: Any, annotation: Any) -> Any:
         if isinstance(raw, Mapping) and all(isinstance(v, str) for v in raw.values()):
             return {str(k): v for k, v in raw.items()}
         raise ValueError("must be a JSON object of string labels or key=value,key2=value2")
+    if typing.get_origin(annotation) is tuple and typing.get_origin(typing.get_args(annotation)[0]) is dict:
+        return _parse_objects(raw)  # extraGpuInstanceTypes: JSON objects
     if typing.get_origin(annotation) is tuple:
         if isinstance(raw, str):
             text = raw.strip()

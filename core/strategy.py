@@ -75,8 +75,8 @@ def _options(settings: Settings, network: str | None, calibration: perf.Calibrat
         shardings: tuple[str, ...] = (strategy,)
     elif t.sharding != "auto":
         shardings = (t.sharding,)
-    elif settings.nodes.gpu_node_count == 1:
-        shardings = ("fsdp",)  # one node has nothing to replicate across: hsdp is plain fsdp there
+    elif settings.nodes.gpu_node_count <= 1:
+        shardings = ("fsdp",)  # one node has nothing to replicate across (0: scaled to zero, no job)
     else:
         shardings = perf.STRATEGIES
     reduces = ("fp32", "bf16") if t.grad_reduce_dtype == "auto" else (t.grad_reduce_dtype,)
@@ -89,6 +89,8 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
     """What the job runs: the fastest option that fits memory (bf16 reduction by auto only when BF16_REDUCE_GAIN
     faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory. `strategy`
     restricts the choice to one sharding (the reduction dtype is still chosen)."""
+    if settings.nodes.scaled_to_zero:  # no GPU node, no job: nothing to choose or divide by
+        raise SettingsError([settings.scaled_to_zero_problem()])
     options = _options(settings, network, calibration, strategy)
     auto_reduce = settings.training.grad_reduce_dtype == "auto"
 
@@ -104,7 +106,9 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 
 
 def resolve_sharding(settings: Settings, network: str | None = None) -> str:
-    """The strategy the job runs: the `sharding` setting, or for auto the one `choose` picks."""
+    """The strategy the job runs: the `sharding` setting, or for auto the one `choose` picks (fsdp scaled to zero)."""
+    if settings.nodes.scaled_to_zero:
+        return settings.training.sharding if settings.training.sharding != "auto" else "fsdp"
     return choose(settings, network).strategy
 
 
@@ -149,7 +153,8 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
         out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
     bigger = sorted(
         (row for row in catalog.GPU_INSTANCES.values()
-         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib
+         # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
+         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
          and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
         key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
     )
@@ -339,8 +344,10 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
 
 def performance(settings: Settings, calibration: perf.Calibration | None = None) -> dict[str, dict]:
     """`plan --json`'s "performance": for each network, the chosen option's prediction, every option's, the advice
-    when a faster one does not fit as set, and the node scaling verdict."""
+    when a faster one does not fit as set, and the node scaling verdict; empty with the GPU node group scaled to zero."""
     out: dict[str, dict] = {}
+    if settings.nodes.scaled_to_zero:
+        return out
     for net in perf.NETWORKS:
         chosen = choose(settings, net, calibration)
         options = _options(settings.replace(sharding="auto") if settings.nodes.gpu_node_count > 1 else settings, net,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
+from aws_cdk import Token
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
@@ -57,3 +59,16 @@ def check_node_selector(prop: str, selector: Mapping[str, str]) -> None:
     problem = node_selector_problem(selector)
     if problem is not None:
         raise ValueError(f"{prop} {problem}, got {dict(selector)!r}")
+
+
+_NODEGROUP_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,62}$")
+
+
+def nodegroup_name(prop: str, *parts: str) -> str:
+    """A managed node group name from `parts` (dots become '-'); raise ValueError naming `prop` when EKS would refuse
+    it (1-63 letters, digits, '-' or '_', starting with a letter or digit: CreateNodegroup's nodegroupName)."""
+    name = "-".join(part if Token.is_unresolved(part) else part.replace(".", "-") for part in parts)
+    if not Token.is_unresolved(name) and not _NODEGROUP_NAME.match(name):
+        raise ValueError(f"{prop} makes the node group name {name!r}, which EKS refuses: at most 63 letters, digits, "
+                         "'-' or '_'; choose a shorter cluster_name")
+    return name

@@ -37,6 +37,9 @@ class CheckpointStorage(Construct):
     NONCURRENT_VERSION_DAYS days, then its old version expires, as do uploads left incomplete for a week.
     `self.storage_path` is what the training job gets.
 
+    Wiring attributes: `service_account` (the job waits for it), `bucket` (None with `storage_path`), `storage_path`
+    (a token for a new bucket) and `pod_identity_agent` (the add-on, when asked for).
+
     `read_locations` (s3:// URLs: modelPath, dataset, evalDataset) become read grants for the service account, each
     exactly its bucket: s3:ListBucket on the bucket (listing the files, and a 404 rather than a 403 for a key that is
     not there, which pyarrow's and boto3's lookups need) and s3:GetObject on the objects under the prefix.

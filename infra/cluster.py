@@ -15,12 +15,13 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
 from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
-from ray_efa.infra._private import as_icluster, check_node_selector, kubectl_layer
+from ray_efa.infra._private import as_icluster, check_node_selector, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
 from ray_efa.infra.node_storage import SystemNodeLaunchTemplate, check_root_volume
+from ray_efa.infra.vpc_cni import VpcCniAddon
 
 __all__ = ["RayEksCluster", "CONTROL_PLANE_LOG_TYPES"]
 
@@ -47,11 +48,18 @@ _ENDPOINT_ACCESS = ("public_and_private", "private", "public")
 class RayEksCluster(Construct):
     """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
     secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
-    access entries for `admin_principal_arns`, and a managed system node group labelled `system_node_selector` with
-    an encrypted gp3 root volume and IMDSv2 at hop limit 1.
+    access entries for `admin_principal_arns`, a managed system node group labelled `system_node_selector` with
+    an encrypted gp3 root volume and IMDSv2 at hop limit 1, and the VPC CNI managed add-on with network policies
+    enforced (the workload's NetworkPolicies are its security model; EKS's own VPC CNI stores them and ignores them).
 
     Bring your own `vpc` to embed it in a platform repository; GPU capacity is added by `EfaGpuNodegroup`. `logs`
     holds the stack's log groups; without one the construct makes its own.
+
+    Wiring attributes:
+      `cluster` the eks.Cluster (every other construct's `cluster=`); `system_nodegroup` the system eks.Nodegroup
+      (KubeRayOperator finds it by its labels); `vpc_cni` the VpcCniAddon, None with `network_policy=False`;
+      `kubectl_layer` the kubectl/helm Lambda layer; `logs` the StackLogs (pass it on as `logs=`); `secrets_key`
+      the KMS key of Kubernetes secrets; `admin_access` the ClusterAdminAccess of `admin_principal_arns`.
     """
 
     def __init__(
@@ -60,7 +68,7 @@ class RayEksCluster(Construct):
         public_access_cidrs: Sequence[str] = ("0.0.0.0/0",), admin_principal_arns: Sequence[str] = (),
         system_instance_type: str = "m7i.xlarge", system_node_count: int = 1, system_root_volume_gib: int = 100,
         system_node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, image: str | None = None,
-        logs: StackLogs | None = None, log_retention_days: int = 365,
+        logs: StackLogs | None = None, log_retention_days: int = 365, network_policy: bool = True,
     ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
@@ -77,6 +85,10 @@ class RayEksCluster(Construct):
         :param image: the image the Ray head runs, to check that the root volume holds it. @default - not checked
         :param logs: the stack's log groups. @default - a StackLogs of this construct
         :param log_retention_days: retention of the control-plane logs when `logs` is not given. @default 365
+        :param network_policy: install the `vpc-cni` managed add-on with network policy enforcement (it takes over
+            the VPC CNI EKS installed). False when your platform manages the VPC CNI (or another CNI that enforces
+            NetworkPolicies) itself; without enforcement the workload's NetworkPolicies are stored and ignored.
+            @default True
         """
         super().__init__(scope, construct_id)
         if kubernetes_version not in KUBERNETES_VERSIONS:
@@ -103,6 +115,7 @@ class RayEksCluster(Construct):
         # the stack, unless it exists: the stack creates it first.
         self.control_plane_logs = self.logs.log_group(
             self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
+        self.kubectl_layer = kubectl_layer(self, kubernetes_version)
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -116,9 +129,7 @@ class RayEksCluster(Construct):
             # Node groups are ours (system + GPU), not EKS Auto Mode's.
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
-            kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=kubectl_layer(self, kubernetes_version)
-            ),
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
         self.admin_access = ClusterAdminAccess(
@@ -129,7 +140,10 @@ class RayEksCluster(Construct):
             self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
         self.system_nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
-            nodegroup_name=system_name,
+            # The instance type in the name: EKS cannot change a node group's instance types, so a new type replaces
+            # the node group, and CloudFormation replaces a custom-named resource only under a new name (the new
+            # group is created, the operator and the Ray head move to it, then the old one is deleted).
+            nodegroup_name=nodegroup_name("RayEksCluster cluster_name", system_name, system_instance_type),
             # The disk size lives in the launch template: EKS refuses a node group with both (so does aws-cdk-lib).
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.system_launch_template.launch_template_id,
@@ -143,6 +157,7 @@ class RayEksCluster(Construct):
             labels=dict(system_node_selector),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
+        self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=as_icluster(self.cluster)) if network_policy else None
         self._adopt_provider_logs()
         self._acknowledge_findings()
 

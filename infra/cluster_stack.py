@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Environment, Stack
+from typing import cast
+
+from aws_cdk import CfnOutput, CfnResource, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -12,10 +14,10 @@ from ray_efa.infra._private import as_icluster
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
+from ray_efa.infra.dra_drivers import GpuDraDrivers
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
-from ray_efa.infra.vpc_cni import VpcCniAddon
 from ray_efa.infra.workload import RayWorkload
 
 __all__ = ["ClusterStack"]
@@ -37,18 +39,26 @@ class ClusterStack(Stack):
         self.vpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
         self.ray_cluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
         cluster = as_icluster(self.ray_cluster.cluster)
-        # Enforces the workload's NetworkPolicies (EKS's own VPC CNI stores them and ignores them).
-        self.vpc_cni = VpcCniAddon(self, "VpcCni", cluster=cluster)
-        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster)
-        # The operator's release waits (up to 10 minutes) for its Deployment, which only the system nodes can run.
-        self.kuberay.chart.node.add_dependency(self.ray_cluster.system_nodegroup)
-        self.device_plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)
+        # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
+        # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
+        # second vpc-cni add-on, which EKS refuses, before deleting the first).
+        self.vpc_cni = self.ray_cluster.vpc_cni
+        assert self.vpc_cni is not None
+        cast(CfnResource, self.vpc_cni.addon.node.default_child).override_logical_id("VpcCniAddon0A9AF95A")
+        # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
+        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
+        # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
+        self.device_plugins: GpuDevicePlugins | GpuDraDrivers = (
+            GpuDraDrivers.from_settings(self, "DraDrivers", settings, cluster=cluster)
+            if settings.addons.device_allocation == "dra"
+            else GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster))
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
         self.workload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
             self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
         self.checkpoints = CheckpointStorage.from_settings(
             self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace)
         self._export_private_subnets()
+        self._export_what_the_job_imports()
 
         # Nothing here depends on the GPU settings (type, count, AZ, reservation) or the training settings: changing
         # those changes the GPU stack alone. The GPU stack has its own outputs.
@@ -63,6 +73,21 @@ class ClusterStack(Stack):
                   description="On-demand estimate of this stack alone (system nodes, control plane, NAT)")
         CfnOutput(self, "RetainedAfterDestroy", description="What `cdk destroy` of both stacks leaves, and its monthly cost",
                   value="; ".join(retained_after_destroy(settings)) or "nothing")
+
+    def _export_what_the_job_imports(self) -> None:
+        """Export what the GPU stack's training job imports (the kubectl provider's service token, the checkpoint
+        bucket's name), whether or not the GPU stack has a job now.
+
+        CDK exports a value only while another stack imports it. Without these, scaling the GPU nodes to zero (or
+        trainingJob false) would remove the exports from this stack, which CloudFormation refuses while the deployed
+        GPU stack still imports them; Stack.export_value keeps the name CDK would have given them (aws-cdk-lib
+        Stack.exportValue, written for this case).
+        """
+        provider = self.ray_cluster.cluster.kubectl_provider
+        assert provider is not None  # RayEksCluster always creates one
+        self.export_value(provider.service_token)
+        if self.checkpoints.bucket is not None:
+            self.export_value(self.checkpoints.bucket.bucket_name)
 
     def _export_private_subnets(self) -> None:
         """Export every private subnet of a created VPC, whichever the GPU stack uses.

@@ -34,7 +34,10 @@ def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SEL
 
 
 class GpuDevicePlugins(Construct):
-    """Installs both device plugins at pinned chart versions, on the GPU nodes."""
+    """Installs both device plugins at pinned chart versions, on the GPU nodes.
+
+    Wiring attributes: `nvidia` and `efa`, the Helm releases (what the workload namespace waits for).
+    """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, nvidia_version: str = "0.20.0",

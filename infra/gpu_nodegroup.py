@@ -13,7 +13,7 @@ from constructs import Construct
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector
+from ray_efa.infra._private import check_node_selector, nodegroup_name
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -63,11 +63,14 @@ class EfaGpuNodegroup(Construct):
     group with Capacity Blocks for ML" requires (a custom launch template with InstanceMarketOptions.MarketType
     capacity-block, the reservation id and the instance type). Instances launch only while the block is active, and
     EKS asks for desired size 0 before a node group of a Capacity Block is upgraded.
+
+    Wiring attributes: `nodegroup` (the eks.Nodegroup: what the training job waits for), `launch_template`,
+    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ).
     """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
-        instance_type: str = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
+        instance_type: str | catalog.InstanceType = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
         node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, capacity_reservation_id: str | None = None,
         capacity_reservation_type: str = "odcr", placement_group: bool | None = None, root_volume_gib: int = 500,
         image: str | None = None, cluster_name: str | None = None,
@@ -75,8 +78,10 @@ class EfaGpuNodegroup(Construct):
         """
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
         :param vpc: the cluster's VPC; the nodes go into its private subnet in `availability_zone`.
-        :param instance_type: an EFA-capable GPU instance type of core.catalog. @default "g6.12xlarge"
-        :param node_count: GPU nodes, fixed (min = desired = max). @default 2
+        :param instance_type: an EFA-capable GPU instance type of core.catalog, by name, or a row of your own
+            (catalog.describe_gpu_instance: checked as the catalog's rows are). @default "g6.12xlarge"
+        :param node_count: GPU nodes, fixed (min = desired = max); 0 scales the node group to zero (min = desired =
+            0, max 1, the least EKS allows) and keeps it, its launch template and placement group. @default 2
         :param availability_zone: the one AZ of all GPU nodes (EFA does not cross AZs), in the stack's region.
             @default - the AZ of the VPC's first private subnet
         :param node_selector: the nodes' labels (what the Ray workers and the device plugins select).
@@ -92,11 +97,15 @@ class EfaGpuNodegroup(Construct):
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
         try:
-            instance = catalog.gpu_instance(instance_type)
+            if isinstance(instance_type, catalog.InstanceType):
+                instance = catalog.usable_gpu_instance(instance_type)
+            else:
+                instance = catalog.gpu_instance(instance_type)
         except catalog.CatalogError as error:
             raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
-        if not 1 <= node_count <= 64:
-            raise ValueError(f"EfaGpuNodegroup node_count must be between 1 and 64, got {node_count!r}")
+        instance_type = instance.name
+        if not 0 <= node_count <= 64:
+            raise ValueError(f"EfaGpuNodegroup node_count must be between 0 (scaled to zero) and 64, got {node_count!r}")
         if capacity_reservation_type not in _RESERVATION_TYPES:
             raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of {', '.join(_RESERVATION_TYPES)}, "
                              f"got {capacity_reservation_type!r}")
@@ -136,6 +145,11 @@ class EfaGpuNodegroup(Construct):
         placement = None
         if use_placement_group:
             self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            # A cluster placement group lives in the AZ of its first instance. Its tags (a change replaces it) name
+            # the AZ and the type, so that a zone move replaces it together with the node group: the new nodes
+            # launch into a new group while the old ones still run in the old one (EC2 refuses a group in use in
+            # another AZ: InvalidPlacementGroup.InUse).
+            Tags.of(self.placement_group).add("ray-efa/availability-zone", zone)
             placement = ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
         reservation = None
         if capacity_reservation_id:
@@ -182,14 +196,16 @@ class EfaGpuNodegroup(Construct):
             cluster=cluster,
             # The AZ in the name: moving the GPU AZ replaces the node group (its Subnets need a new one), and
             # CloudFormation cannot replace a resource whose custom name stays the same.
-            nodegroup_name=f"{name}-{zone.rsplit('-', 1)[-1]}",
+            nodegroup_name=nodegroup_name("EfaGpuNodegroup cluster_name", name, zone.rsplit('-', 1)[-1]),
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             min_size=node_count,
             desired_size=node_count,
-            max_size=node_count,
+            # EKS requires maxSize >= 1 (NodegroupScalingConfig, EKS API reference); with nothing that scales the
+            # group (no Cluster Autoscaler or Karpenter here) desired 0 keeps it at zero nodes.
+            max_size=max(node_count, 1),
             subnets=ec2.SubnetSelection(subnets=[self.subnet]),
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
@@ -214,7 +230,7 @@ class EfaGpuNodegroup(Construct):
         check_root_volume("gpuRootVolumeGib", nodes.gpu_root_volume_gib, settings.workload.dlc_image)
         gpu_subnet(vpc, settings.gpu_availability_zone)
         return cls(
-            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance_type,
+            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance,
             node_count=nodes.gpu_node_count, availability_zone=settings.gpu_availability_zone,
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,

@@ -33,7 +33,9 @@ class GpuStack(Stack):
         # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.
         self.add_stack_dependency(cluster_stack)
         self.training_job: RayTrainingJob | None = None
-        if settings.workload.training_job:
+        # Scaled to zero (gpuNodeCount 0) there is no GPU to run on: no job, so nothing waits for one. The job comes
+        # back (created anew, so it runs again) with the nodes.
+        if settings.workload.training_job and not settings.nodes.scaled_to_zero:
             # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
             # Where it runs comes from the constructs that build it: these GPU nodes, the cluster stack's namespace
             # and checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
@@ -53,6 +55,9 @@ class GpuStack(Stack):
                   description="On-demand estimate of the GPU nodes alone")
         CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
                   description="On-demand estimate with both stacks deployed (GPU + system nodes, control plane, NAT)")
+        if settings.nodes.scaled_to_zero:
+            CfnOutput(self, "ComeBackCommand", value=settings.scale_commands[1],
+                      description="The GPU node group is scaled to zero and no job is applied: this brings them back")
         if self.training_job:
             CfnOutput(self, "TrainingJobWatchCommand", description="Watch the RayJob this stack applied",
                       value=f"kubectl -n {settings.workload.namespace} get rayjob {self.training_job.name} -w")

@@ -1,20 +1,22 @@
-"""The KubeRay operator, from its Helm chart, on the system nodes. Its chart installs the ray.io CRDs."""
+"""The KubeRay operator, from its Helm chart, on the system nodes, after the ray.io CRDs of the same chart version."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from aws_cdk import Annotations, Duration
+from aws_cdk import Annotations, Duration, Token
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from ray_efa.core.addons import KUBERAY_OPERATOR
 from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
 from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.infra.chart_crds import HelmChartCrds
+from ray_efa.infra.log_groups import StackLogs
 from ray_efa.k8s.security import token_auth_of
 
-__all__ = ["KubeRayOperator", "kuberay_values"]
+__all__ = ["KubeRayOperator", "kuberay_values", "nodegroups_selected_by"]
 
 
 def kuberay_values(node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR) -> dict:
@@ -22,12 +24,32 @@ def kuberay_values(node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECT
     return {"nodeSelector": dict(node_selector)}
 
 
+def nodegroups_selected_by(cluster: eks.ICluster, node_selector: Mapping[str, str]) -> list[eks.Nodegroup]:
+    """The managed node groups added to `cluster` with add_nodegroup_capacity (RayEksCluster's system nodes) whose
+    labels hold every label of `node_selector`: the nodes a pod with that selector can run on."""
+    found = []
+    for child in cluster.node.children:
+        if not isinstance(child, eks.Nodegroup):
+            continue
+        labels = child.node.default_child.labels  # type: ignore[union-attr]
+        if isinstance(labels, Mapping) and not Token.is_unresolved(labels) and \
+                all(labels.get(key) == value for key, value in node_selector.items()):
+            found.append(child)
+    return found
+
+
 class KubeRayOperator(Construct):
-    """The kuberay-operator Helm chart; RayCluster and RayJob manifests must depend on `self.chart` (its CRDs)."""
+    """The kuberay-operator Helm chart, after its version's ray.io CRDs (`self.crds`, server-side applied at deploy
+    time, so that a version change brings the new schema) and after the nodes it runs on.
+
+    Wiring: `self.chart` is the Helm release; make every RayCluster and RayJob manifest depend on it (RayWorkload's
+    and RayTrainingJob's `after`). `self.crds` is the HelmChartCrds construct (None with `crds=False`).
+    """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = "1.7.0",
         node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, ray_version: str | None = None,
+        crds: bool | None = None, nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (its kubectl provider installs the chart).
@@ -37,6 +59,15 @@ class KubeRayOperator(Construct):
             @default {"role": "system"}
         :param ray_version: the Ray of the images it will run; with it, synth warns when this KubeRay and that Ray
             cannot put Ray behind a token. @default - no check
+        :param crds: apply the chart version's CRDs before the chart, on every version change (needs the cluster's
+            kubectl provider built in this app); False leaves them to Helm, which installs them once and never
+            upgrades them. @default - True where the kubectl provider is built in this app (RayEksCluster,
+            import_cluster with kubectl_role); with a provider imported by attributes, left to Helm with a synth
+            warning that says what a version change then needs
+        :param nodes: what the operator's pod needs to run (its node group): the release waits up to 10 minutes for
+            the pod, so it must come after them. @default - the node groups of `cluster` whose labels hold
+            `node_selector` (RayEksCluster's system node group); none on an imported cluster
+        :param logs: the stack's log groups, for the CRD function's logs. @default - its own default log group
         """
         super().__init__(scope, construct_id)
         if version not in KUBERAY_VERSIONS:
@@ -44,10 +75,25 @@ class KubeRayOperator(Construct):
         check_node_selector("KubeRayOperator node_selector", node_selector)
         self.node_selector: dict[str, str] = dict(node_selector)
         """The system nodes' labels (RayTrainingJob puts the Ray head and the submitter there too)."""
+        if crds is None:
+            crds = HelmChartCrds.can_apply(cluster)
+            if not crds:
+                Annotations.of(self).add_warning_v2("ray-efa:kuberay-crds-left-to-helm", (
+                    "the cluster's kubectl provider is imported by attributes, so the stack cannot apply the KubeRay "
+                    "CRDs itself: Helm installs them once and never upgrades them. Before changing the chart version, "
+                    "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
+                    "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
+                    "--untar`), or pass crds=False to silence this."))
+        self.crds = HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
         self.chart = helm_chart(
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
             create_namespace=True, timeout=Duration.minutes(10),
         )
+        if self.crds is not None:
+            self.chart.node.add_dependency(self.crds)
+        self.nodes = list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector)
+        for nodegroup in self.nodes:
+            self.chart.node.add_dependency(nodegroup)
         if ray_version is not None and not (auth := token_auth_of(version, ray_version)).enabled:
             # Said at synth (cdk synth/deploy print warnings), so the weaker setup is a choice, not a surprise.
             Annotations.of(self).add_warning_v2(
@@ -55,7 +101,11 @@ class KubeRayOperator(Construct):
                 f"Ray token authentication is off: {auth.reason}. The workload's NetworkPolicy is the only guard.")
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> KubeRayOperator:
+    def from_settings(
+        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+        nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
+    ) -> KubeRayOperator:
         """The operator of the project's own app: kuberayVersion on systemNodeSelector, checked against rayVersion."""
         return cls(scope, construct_id, cluster=cluster, version=settings.addons.kuberay_version,
-                   node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version)
+                   node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version,
+                   nodes=nodes, logs=logs)

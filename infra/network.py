@@ -95,18 +95,35 @@ class ClusterVpc(Construct):
             skip_checkov(handler, check, f"{reason}; {why}.")
 
 
+PLACEHOLDER_ZONES = ("dummy1a", "dummy1b", "dummy1c")
+"""What aws-cdk-lib answers for an account-bound stack's AZs (Stack.availability_zones) and a pending
+Vpc.from_lookup's subnets before the CDK CLI has looked them up (aws-cdk-lib core/lib/stack.js and
+aws-ec2/lib/vpc.js, dummyValue): the CLI then fills cdk.context.json and synthesizes again with real names."""
+
+
+def is_placeholder_zone(zone: str) -> bool:
+    """Whether `zone` is one of CDK's placeholders for AZs not looked up yet (never an error: the lookup comes next)."""
+    return not Token.is_unresolved(zone) and zone in PLACEHOLDER_ZONES
+
+
 def default_gpu_zone(vpc: ec2.IVpc) -> str:
     """The GPU AZ when none is given: the AZ of the VPC's first private subnet."""
     if not vpc.private_subnets:
-        raise ValueError("the VPC has no private subnets: the GPU nodes need one (PRIVATE_WITH_EGRESS)")
+        raise ValueError("the VPC has no private subnets: the GPU nodes need one (PRIVATE_WITH_EGRESS); give it a "
+                         "SubnetType.PRIVATE_WITH_EGRESS subnet group, or pass a VPC that has one")
     return vpc.private_subnets[0].availability_zone
 
 
-def _zone_problem_in_region(zone: str, region: str) -> str | None:
+def _private_zones(vpc: ec2.IVpc) -> list[str]:
+    return sorted({s.availability_zone for s in vpc.private_subnets if not Token.is_unresolved(s.availability_zone)})
+
+
+def _zone_problem_in_region(zone: str, region: str, known: list[str]) -> str | None:
     if Token.is_unresolved(region):
         return None  # the stack's region is not known at synth: nothing to compare with
     if not zone.startswith(region):
-        return f"must be an AZ of the stack's region {region}"
+        choices = [z for z in known if z.startswith(region)]
+        return f"must be an AZ of the stack's region {region}" + (f": one of {', '.join(choices)}" if choices else "")
     return None
 
 
@@ -117,18 +134,23 @@ def gpu_subnet(vpc: ec2.IVpc, availability_zone: str, *, key: str = "gpuAvailabi
     VPC has; never an unresolved token.
     """
     region = Stack.of(vpc).region
-    if not Token.is_unresolved(availability_zone) and (problem := _zone_problem_in_region(availability_zone, region)):
+    known = _private_zones(vpc)
+    if not vpc.private_subnets:
+        default_gpu_zone(vpc)  # raises, saying what the VPC lacks
+    if is_placeholder_zone(availability_zone) or (known and all(is_placeholder_zone(z) for z in known)):
+        # CDK's AZ (or VPC) lookup is still pending: CDK synthesizes once with placeholders, the CLI looks the zones
+        # up and synthesizes again with real names, when the checks below apply. An error here would stop the CLI
+        # before its lookup, for good.
+        subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                                     availability_zones=[availability_zone]).subnets
+        return subnets[0] if subnets else vpc.private_subnets[0]
+    if not Token.is_unresolved(availability_zone) and (
+            problem := _zone_problem_in_region(availability_zone, region, known)):
         raise SettingsError([Problem(key, availability_zone, problem)])
     subnets = vpc.select_subnets(
         subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[availability_zone]
     ).subnets
     if not subnets:
-        zones = sorted({s.availability_zone for s in vpc.private_subnets})
-        if all(zone.startswith("dummy") for zone in zones):
-            # A Vpc.from_lookup still pending: CDK synthesizes once with placeholders, the CLI looks the VPC up
-            # and synthesizes again with real subnets, when this check applies.
-            return vpc.private_subnets[0]
-        known = [zone for zone in zones if not Token.is_unresolved(zone)]
         where = (f"must be an AZ where the VPC has a private subnet: {', '.join(known)}" if known else
                  "must be an AZ where the VPC has a private subnet; the stack's region is not known at synth, so "
                  "neither are the VPC's AZs: give the stack an env with a region")

@@ -20,7 +20,10 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 class RayWorkload(Construct):
     """The workload namespace, applied after `after`: the KubeRay operator chart (CRDs first) and the device
-    plugins. The training job itself is `RayTrainingJob`, in the GPU stack."""
+    plugins. The training job itself is `RayTrainingJob`, in the GPU stack.
+
+    Wiring attribute: `namespace`, the Namespace's manifest (what CheckpointStorage's service account waits for).
+    """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",

@@ -37,6 +37,8 @@ from ray_efa.core import catalog, scheduling
 from ray_efa.core.model_source import MODEL_CACHE_ENV
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
+from ray_efa.k8s.cuda_compat import cuda_compat_setup
+from ray_efa.k8s.device_claims import container_claims, pod_resource_claims
 from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
@@ -89,10 +91,11 @@ def _gib(value: int) -> str:
     return f"{value}Gi"
 
 
-def _guaranteed(cpu: str, memory: str, extended: dict[str, str] | None = None) -> V1ResourceRequirements:
-    """Requests equal to limits (Guaranteed QoS): one throttled or evicted rank would stall every other rank."""
+def _guaranteed(cpu: str, memory: str, extended: dict[str, str] | None = None, claims=None) -> V1ResourceRequirements:
+    """Requests equal to limits (Guaranteed QoS): one throttled or evicted rank would stall every other rank.
+    `claims`: DRA claims of the container (deviceAllocation dra), which QoS does not count."""
     amounts = {"cpu": cpu, "memory": memory, **(extended or {})}
-    return V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
+    return V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts), claims=claims)
 
 
 def _env(values: dict[str, str]) -> list[V1EnvVar]:
@@ -238,14 +241,19 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
     data_volumes, data_mounts, data_env = _data_volumes(settings)
     # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
-    # the transport alone (NCCL_NET=Socket never opens them).
-    extended = {"nvidia.com/gpu": str(pod.gpus), "vpc.amazonaws.com/efa": str(pod.efa)}
+    # the transport alone (NCCL_NET=Socket never opens them). With DRA the devices come from a ResourceClaimTemplate
+    # (k8s.device_claims) instead of extended resources.
+    dra = settings.addons.device_allocation == "dra"
+    extended = {} if dra else {"nvidia.com/gpu": str(pod.gpus), "vpc.amazonaws.com/efa": str(pod.efa)}
     container = V1Container(
         name=_WORKER_CONTAINER,
         image=settings.workload.dlc_image,
+        # The image's CUDA forward-compatibility setup, which its ENTRYPOINT would run: KubeRay puts these args in
+        # front of `ray start`, in the same shell (k8s.cuda_compat).
+        args=[cuda_compat_setup()],
         env=_env({**network_env(settings.workload.network, instance), **_code_env(user_code), **_region_env(settings),
                   **data_env}),
-        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended),
+        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims() if dra else None),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
                        *data_mounts],
         lifecycle=_ray_stop_before_exit(),
@@ -264,6 +272,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
             init_containers=init or None,
             containers=[container],
+            resource_claims=pod_resource_claims(owner) if dra else None,
             volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
         )
     )

@@ -19,6 +19,7 @@ from ray_efa.core.strategy import check_fits
 from ray_efa.core.user_code import check_user_code
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
+from ray_efa.k8s.device_claims import WorkerDeviceClaims
 from ray_efa.k8s.names import (
     RAY_CLUSTER_NAME,
     USER_CODE_PATH,
@@ -74,6 +75,7 @@ def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
                          namespace=settings.workload.namespace, bundle=collect_code(shipped))
     user_code = _user_code(chart, settings, RAY_CLUSTER_NAME, None)
+    _device_claims(chart, settings, RAY_CLUSTER_NAME)
     RayCluster(chart, "RayCluster", settings=shipped, name=RAY_CLUSTER_NAME, code=code, user_code=user_code)
     return chart
 
@@ -99,8 +101,16 @@ def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
                          namespace=settings.workload.namespace, bundle=collect_code(shipped))
     user_code = _user_code(chart, settings, name, code_archive_uri)
+    _device_claims(chart, settings, name)
     RayJob(chart, "RayJob", settings=shipped, name=name, code=code, user_code=user_code)
     return chart
+
+
+def _device_claims(chart: cdk8s.Chart, settings: Settings, owner: str) -> None:
+    """With deviceAllocation dra, the workers' ResourceClaimTemplate, before the Ray object whose pods claim from it."""
+    if settings.addons.device_allocation == "dra":
+        WorkerDeviceClaims(chart, "DeviceClaims", owner=owner, namespace=settings.workload.namespace,
+                           instance=settings.nodes.gpu_instance)
 
 
 def _in_order(charts: list[cdk8s.Chart]) -> list[cdk8s.Chart]:

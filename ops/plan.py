@@ -60,7 +60,8 @@ class Plan:
     """"setting" (preflightMinBusbwGbps) or "catalog" (half the line rate)."""
     pods: tuple[PodResources, ...]
     """The Ray worker pod (one per GPU node), then the Ray head (on a system node)."""
-    memory: MemoryEstimate
+    memory: MemoryEstimate | None
+    """None with the GPU node group scaled to zero (gpuNodeCount 0): no GPU, no training plan."""
     memory_advice: str | None
     """When the estimate does not fit: which settings to change (core.strategy.check_fits)."""
     cost: HourlyCost
@@ -82,7 +83,12 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.memory.fits or not self.judged
+        """Whether the training run fits GPU memory; scaled to zero there is no run, and nothing to refuse."""
+        return self.memory is None or self.memory.fits or not self.judged
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        return self.settings.nodes.scaled_to_zero
 
     def as_dict(self) -> dict[str, Any]:
         s = self.settings
@@ -93,11 +99,15 @@ class Plan:
                 "cluster_stack": self.stacks[0], "gpu_stack": self.stacks[1],
                 "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
-                "network": s.workload.network, "sharding": choose(s).strategy,
-                "grad_reduce_dtype": choose(s).reduce_dtype, "precision": s.training.precision,
+                "network": s.workload.network,
+                "sharding": None if s.nodes.scaled_to_zero else choose(s).strategy,
+                "grad_reduce_dtype": None if s.nodes.scaled_to_zero else choose(s).reduce_dtype,
+                "precision": s.training.precision,
                 # what trains: the architecture (modelPath's config.json, or the preset) and on what data
                 "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
                 "dataset": s.training.dataset,
+                "scaled_to_zero": self.scaled_to_zero,
+                "scale_to_zero_command": s.scale_commands[0], "come_back_command": s.scale_commands[1],
             },
             "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
             "efa": {
@@ -108,7 +118,7 @@ class Plan:
                 "allreduce_floor_gbps": self.allreduce_floor_gbps, "allreduce_floor_source": self.allreduce_floor_source,
             },
             "pods": {p.role: dataclasses.asdict(p) for p in self.pods},
-            "memory_per_gpu": {
+            "memory_per_gpu": None if self.memory is None else {
                 **dataclasses.asdict(self.memory), "fits": self.memory.fits, "headroom_gib": self.memory.headroom_gib,
                 "advice": self.memory_advice, "judged": self.judged,
             },
@@ -131,8 +141,8 @@ def _rows(resolved: ResolvedSettings) -> tuple[SettingRow, ...]:
     )
 
 
-def _memory_advice(settings: Settings, memory: MemoryEstimate) -> str | None:
-    if memory.fits:
+def _memory_advice(settings: Settings, memory: MemoryEstimate | None) -> str | None:
+    if memory is None or memory.fits:
         return None
     try:
         check_fits(settings)
@@ -154,7 +164,7 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
     worker = catalog.worker_pod_resources(gpu)
     head_cpu, head_memory = catalog.head_pod_resources(system)
     floor = s.workload.preflight_min_busbw_gbps
-    memory = estimate(s)
+    memory = None if s.nodes.scaled_to_zero else estimate(s)
     return Plan(
         settings=s,
         rows=_rows(resolved),
@@ -243,7 +253,9 @@ def render_plan(plan: Plan, console) -> None:
     for what, value in (
         ("stacks", f"{plan.stacks[0]} (VPC, EKS, system nodes, charts), {plan.stacks[1]} (GPU node group)"),
         ("region / GPU AZ", f"{s.cluster.region} / {plan.availability_zone}"),
-        ("GPU nodes", f"{s.nodes.gpu_node_count} x {gpu.name} = {s.world_size} x {gpu.gpu.name} (world size {s.world_size})"),
+        ("GPU nodes", f"0 x {gpu.name}: scaled to zero, no job applied; come back with `{s.scale_commands[1]}`"
+         if plan.scaled_to_zero else
+         f"{s.nodes.gpu_node_count} x {gpu.name} = {s.world_size} x {gpu.gpu.name} (world size {s.world_size})"),
         ("system nodes", f"{s.nodes.system_node_count} x {system.name}"),
         ("placement group", "cluster strategy" if plan.placement_group else "none"),
         ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
@@ -288,7 +300,10 @@ def render_plan(plan: Plan, console) -> None:
         pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
     console.print(pods)
 
-    if not plan.judged:
+    if plan.memory is None:
+        console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
+                      f"job not applied). Come back with `{s.scale_commands[1]}`.", highlight=False)
+    elif not plan.judged:
         console.print(f"memory per GPU and step time: not predicted: trainFunction {s.training.train_function} is your "
                       "own (the planner models the built-in function's model)", highlight=False)
     else:
@@ -304,6 +319,7 @@ def _render_memory(plan: Plan, console) -> None:
     s = plan.settings
     m = plan.memory
     t = s.training
+    assert m is not None  # render_plan says why there is no plan at zero GPU nodes
     memory = Table(title="Memory per GPU", caption=f"{t.model}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
                                                   f"FSDP2 over {m.world_size} GPUs")
     memory.add_column("part")
@@ -321,7 +337,9 @@ def _render_memory(plan: Plan, console) -> None:
         console.print(f"[red]memory:[/] {plan.memory_advice}", highlight=False)
 
 
+
 def _render_cost(plan: Plan, console) -> None:
+    """USD per hour by item, and the teardown order."""
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
@@ -342,6 +360,8 @@ def _render_cost(plan: Plan, console) -> None:
         cost.add_row(item, _usd(amount))
     cost.add_row("total", _usd(c.total), style="bold", end_section=True)
     cost.add_row(f"after `cdk destroy {plan.stacks[1]}`", _usd(c.without_gpu_stack))
+    if not plan.scaled_to_zero:
+        cost.add_row("scaled to zero (gpuNodeCount=0, both stacks kept)", _usd(c.without_gpu_stack))
     console.print(cost)
 
     teardown = Table(title="Teardown, in order", caption="the GPU stack first, alone: it stops the GPU bill",

@@ -3,6 +3,8 @@
 - GPU nodes Ready: the nodes labelled like the GPU node group (core.scheduling) that are Ready, against gpuNodeCount;
 - GPU and EFA allocatable: every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa equal to the instance
   catalog (what the worker pods request). A missing EFA resource means the EFA device plugin is not running there;
+- with deviceAllocation dra instead: every GPU node's ResourceSlices hold as many devices of the NVIDIA DRA driver
+  (gpu.nvidia.com) and of the EFA DRA driver (dra.net) as the catalog says, and both drivers' node DaemonSets are ready;
 - both device-plugin DaemonSets ready == desired > 0. Both charts schedule by node selection (the NVIDIA one by the
   nvidia.com/gpu.present label, the EFA one by its instance-type allowlist) and fail silently with DESIRED 0: the
   DaemonSet exists, is "healthy", and no node ever gets the resource;
@@ -26,7 +28,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ray_efa.core import catalog
-from ray_efa.core.addons import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from ray_efa.core.addons import (
+    EFA_DEVICE_PLUGIN,
+    EFA_DRA_DRIVER,
+    KUBERAY_OPERATOR,
+    NVIDIA_DEVICE_PLUGIN,
+    NVIDIA_DRA_DRIVER,
+    HelmRelease,
+)
 from ray_efa.core.scheduling import label_selector
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
@@ -51,6 +60,14 @@ VPC_CNI_DAEMON_SET, POLICY_AGENT_CONTAINER = ("kube-system", "aws-node"), "aws-e
 """Where the VPC CNI runs its network policy agent (EKS user guide, cni-network-policy-configure)."""
 POLICY_AGENT_FLAG = "--enable-network-policy=true"
 
+DRA_DRIVER_NAMES = {"gpu": "gpu.nvidia.com", "efa": "dra.net"}
+"""The `spec.driver` of the ResourceSlices each DRA driver publishes (EKS User Guide: DRANET's driver is dra.net; the
+NVIDIA DRA driver publishes GPUs as gpu.nvidia.com, its DeviceClass's name)."""
+DRA_DAEMON_SETS = {NVIDIA_DRA_DRIVER.release: f"{NVIDIA_DRA_DRIVER.chart}-kubelet-plugin",
+                   EFA_DRA_DRIVER.release: EFA_DRA_DRIVER.release}
+"""The node DaemonSet of each DRA driver's chart (dra-driver-nvidia-gpu templates/kubeletplugin.yaml names it
+<chart>-kubelet-plugin; aws-dranet names it after the release)."""
+
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +88,18 @@ class Expectations:
     token_auth: bool = True
     """Whether the Ray cluster should require a token (k8s.security.token_auth of the settings)."""
     token_auth_reason: str = ""
+    device_allocation: str = "device-plugin"
+    """device-plugin (extended resources) or dra (ResourceSlices of the DRA drivers)."""
+
+    @property
+    def daemon_set_names(self) -> dict[str, str]:
+        """Release -> the name of the node DaemonSet it runs."""
+        return {release.release: DRA_DAEMON_SETS.get(release.release, release.release) for release in self.device_plugins}
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        """gpuNodeCount 0: no GPU node, device-plugin pod or Ray cluster is expected; only the cluster side is."""
+        return self.gpu_nodes == 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Expectations:
@@ -82,7 +111,9 @@ class Expectations:
             gpus_per_node=instance.gpus,
             efa_per_node=catalog.worker_pod_resources(instance).efa,
             gpu_node_selector=label_selector(settings.nodes.gpu_node_selector),
-            device_plugins=(NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN),
+            device_plugins=((NVIDIA_DRA_DRIVER, EFA_DRA_DRIVER) if settings.addons.device_allocation == "dra"
+                            else (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN)),
+            device_allocation=settings.addons.device_allocation,
             operator=KUBERAY_OPERATOR,
             namespace=settings.workload.namespace,
             ray_cluster=RAY_CLUSTER_NAME,
@@ -148,8 +179,14 @@ def check_gpu_nodes(nodes: list, expected: Expectations) -> Check:
     return Check(id="gpu-nodes", name="GPU nodes Ready", ok=ok, detail=detail)
 
 
-def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str) -> Check:
+_SCALED_TO_ZERO = "gpuNodeCount is 0 (the GPU node group scaled to zero)"
+
+
+def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str,
+                      scaled_to_zero: bool = False) -> Check:
     name = f"allocatable {resource}"
+    if not nodes and scaled_to_zero:
+        return Check(id=check_id, name=name, ok=True, detail=f"no GPU node to check: {_SCALED_TO_ZERO}")
     if not nodes:
         return Check(id=check_id, name=name, ok=False, detail="no GPU nodes to check")
     wrong = {n.metadata.name: _allocatable(n, resource) for n in nodes if _allocatable(n, resource) != want}
@@ -160,20 +197,51 @@ def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, p
                  detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)")
 
 
+def check_resource_slices(nodes: list, slices: list[dict], *, kind: str, want: int, check_id: str, provider: str,
+                          scaled_to_zero: bool = False) -> Check:
+    """deviceAllocation dra: every GPU node has `want` devices of the DRA driver of `kind` (gpu, efa) in its
+    ResourceSlices (resource.k8s.io/v1, spec.nodeName and spec.devices), where the device plugins' nodes would have
+    allocatable extended resources."""
+    driver = DRA_DRIVER_NAMES[kind]
+    name = f"DRA devices {driver}"
+    if not nodes:
+        return Check(id=check_id, name=name, ok=scaled_to_zero,
+                     detail=f"no GPU node to check: {_SCALED_TO_ZERO}" if scaled_to_zero else "no GPU nodes to check")
+    counts: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") == driver and spec.get("nodeName"):
+            counts[spec["nodeName"]] = counts.get(spec["nodeName"], 0) + len(spec.get("devices") or [])
+    wrong = {n.metadata.name: counts.get(n.metadata.name, 0) for n in nodes if counts.get(n.metadata.name, 0) != want}
+    if not wrong:
+        return Check(id=check_id, name=name, ok=True, detail=f"{want} on each of {len(nodes)} GPU nodes")
+    found = ", ".join(f"{node}: {have}" for node, have in sorted(wrong.items()))
+    return Check(id=check_id, name=name, ok=False, detail=(
+        f"expected {want} per node in ResourceSlices of driver {driver}; {found} (is the {provider} DaemonSet running "
+        f"on that node? kubectl get resourceslices --field-selector spec.driver={driver})"))
+
+
 _ZERO_DESIRED_HINT = {
     NVIDIA_DEVICE_PLUGIN.release: "its affinity needs the node label nvidia.com/gpu.present=true and a toleration of the GPU taint",
     EFA_DEVICE_PLUGIN.release: "its chart schedules only on the instance types in supportedInstanceLabels.values "
                                "and tolerates only CriticalAddonsOnly unless tolerations are set",
+    NVIDIA_DRA_DRIVER.release: "its kubelet plugin's affinity needs the node label nvidia.com/gpu.present=true and its "
+                               "nodeSelector the GPU nodes' labels",
+    EFA_DRA_DRIVER.release: "its chart schedules only on the instance types in supportedInstanceLabels.values and "
+                            "tolerates only CriticalAddonsOnly unless tolerations are set",
 }
 
 
-def check_daemon_set(daemon_set, release: HelmRelease) -> Check:
-    name = f"DaemonSet {release.namespace}/{release.release}"
+def check_daemon_set(daemon_set, release: HelmRelease, *, scaled_to_zero: bool = False, name: str | None = None) -> Check:
+    daemon_set_name = name or DRA_DAEMON_SETS.get(release.release, release.release)
+    name = f"DaemonSet {release.namespace}/{daemon_set_name}"
     if daemon_set is None:
         return Check(id=release.release, name=name, ok=False,
                      detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
     s = daemon_set.status
     desired, ready = s.desired_number_scheduled or 0, s.number_ready or 0
+    if desired == 0 and scaled_to_zero:
+        return Check(id=release.release, name=name, ok=True, detail=f"desired 0, as planned: {_SCALED_TO_ZERO}")
     if desired == 0:
         hint = _ZERO_DESIRED_HINT.get(release.release, "check its nodeSelector, affinity and tolerations")
         return Check(id=release.release, name=name, ok=False, detail=(
@@ -181,7 +249,7 @@ def check_daemon_set(daemon_set, release: HelmRelease) -> Check:
             f"the device resource); {hint}"))
     if ready != desired:
         return Check(id=release.release, name=name, ok=False,
-                     detail=f"{ready} of {desired} pods ready (kubectl -n {release.namespace} describe ds {release.release})")
+                     detail=f"{ready} of {desired} pods ready (kubectl -n {release.namespace} describe ds {daemon_set_name})")
     return Check(id=release.release, name=name, ok=True, detail=f"{ready} of {desired} pods ready")
 
 
@@ -226,6 +294,9 @@ def ray_cluster_ready(cluster: dict) -> tuple[bool, str]:
 
 def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectations) -> Check:
     where = expected.namespace
+    if cluster is None and expected.scaled_to_zero:
+        return Check(id="raycluster", name=f"RayCluster in {where}", ok=True,
+                     detail=f"none, as planned: {_SCALED_TO_ZERO}, so no job is applied")
     if cluster is None:
         if job is None:
             detail = (f"no RayCluster {where}/{expected.ray_cluster} and no RayJob {where}/{expected.ray_job}: "
@@ -248,6 +319,8 @@ def check_token_auth(cluster: dict | None, head_pods: list, expected: Expectatio
     name = "Ray token authentication"
     if not expected.token_auth:
         return Check(id="ray-token-auth", name=name, ok=True, detail=f"off, as planned: {expected.token_auth_reason}")
+    if cluster is None and expected.scaled_to_zero:
+        return Check(id="ray-token-auth", name=name, ok=True, detail=f"no Ray cluster to check: {_SCALED_TO_ZERO}")
     if cluster is None:
         return Check(id="ray-token-auth", name=name, ok=False, detail="no live RayCluster to check (see raycluster)")
     cluster_name = cluster["metadata"]["name"]
@@ -287,8 +360,10 @@ def check_policy_enforcement(daemon_set) -> Check:
                  detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
 
 
-def check_network_policy(policy, policy_name: str, namespace: str) -> Check:
+def check_network_policy(policy, policy_name: str, namespace: str, *, scaled_to_zero: bool = False) -> Check:
     name = f"NetworkPolicy {namespace}/{policy_name}"
+    if policy is None and scaled_to_zero:
+        return Check(id="network-policy", name=name, ok=True, detail=f"none: no Ray pod to guard ({_SCALED_TO_ZERO})")
     if policy is None:
         return Check(id="network-policy", name=name, ok=False, detail=(
             "not found: any pod in the cluster can reach the Ray pods (apply the manifests' NetworkPolicy)"))
@@ -335,26 +410,45 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
     try:
         nodes = cast(client.V1NodeList, core_v1.list_node(label_selector=expected.gpu_node_selector)).items or []
         checks.append(check_gpu_nodes(nodes, expected))
-        checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
-                                        check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release))
-        checks.append(check_allocatable(nodes, resource=EFA_RESOURCE, want=expected.efa_per_node,
-                                        check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release))
+        if expected.device_allocation == "dra":
+            slices = api_client.sanitize_for_serialization(client.ResourceV1Api(api_client).list_resource_slice()).get(
+                "items", [])
+            checks.append(check_resource_slices(nodes, slices, kind="gpu", want=expected.gpus_per_node,
+                                                check_id="gpu-allocatable", provider=NVIDIA_DRA_DRIVER.release,
+                                                scaled_to_zero=expected.scaled_to_zero))
+            checks.append(check_resource_slices(nodes, slices, kind="efa", want=expected.efa_per_node,
+                                                check_id="efa-allocatable", provider=EFA_DRA_DRIVER.release,
+                                                scaled_to_zero=expected.scaled_to_zero))
+        else:
+            checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
+                                            check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release,
+                                            scaled_to_zero=expected.scaled_to_zero))
+            checks.append(check_allocatable(nodes, resource=EFA_RESOURCE, want=expected.efa_per_node,
+                                            check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release,
+                                            scaled_to_zero=expected.scaled_to_zero))
     except failures as error:
         for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
             checks.append(_api_failure(check_id, name, error))
 
-    def check_release(kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge) -> Check:
-        """Read the workload a Helm release made (named after the release) and judge it; an API error is a failure."""
-        where = f"{kind} {release.namespace}/{release.release}"
+    def check_release(kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge,
+                      name: str | None = None) -> Check:
+        """Read the workload a Helm release made (named after the release unless `name`) and judge it; an API error is
+        a failure."""
+        name = name or release.release
+        where = f"{kind} {release.namespace}/{name}"
         status(f"reading {where}")
         try:
-            return judge(_read_or_none(lambda: read(release.release, release.namespace)), release)
+            return judge(_read_or_none(lambda: read(name, release.namespace)), release)
         except failures as error:
             return _api_failure(release.release, where, error)
 
+    def judge_daemon_set(daemon_set, release: HelmRelease) -> Check:
+        return check_daemon_set(daemon_set, release, scaled_to_zero=expected.scaled_to_zero)
+
     for release in expected.device_plugins:
-        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, check_daemon_set))
+        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, judge_daemon_set,
+                                    name=expected.daemon_set_names[release.release]))
     checks.append(check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment,
                                 check_deployment_available))
 
@@ -419,7 +513,8 @@ def _security_checks(
     try:
         policy = _read_or_none(lambda: networking.read_namespaced_network_policy(policy_name, expected.namespace))
         policy = api_client.sanitize_for_serialization(policy) if policy is not None else None
-        checks.append(check_network_policy(policy, policy_name, expected.namespace))
+        checks.append(check_network_policy(policy, policy_name, expected.namespace,
+                                           scaled_to_zero=expected.scaled_to_zero))
     except failures as error:
         checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
     return checks

@@ -223,7 +223,7 @@ def bad_files(tmp_path, monkeypatch):
 
 BAD = [
     # (argv, expected exit code); 2 everywhere: bad usage or input that cannot be read
-    (["plan", "-c", "gpuNodeCount=0"], 2),
+    (["plan", "-c", "gpuNodeCount=65"], 2),
     (["plan", "-c", "noSuchKey=1"], 2),
     (["plan", "-c", "no-equals-sign"], 2),
     (["plan", "-c", "gpuInstanceType=g6.xlarge"], 2),

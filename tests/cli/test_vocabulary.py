@@ -96,7 +96,7 @@ def test_check_transport_json_is_snake_case(capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ("plan", "--json", "-c", "gpuNodeCount=0"),
+    ("plan", "--json", "-c", "gpuNodeCount=65"),
     ("manifests", "--json", "--out", "."),
     ("check-transport", "--json", "/nonexistent.log"),
     ("compare", "--json", "/nonexistent.log"),

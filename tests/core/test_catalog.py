@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ray_efa.core import catalog
@@ -100,3 +102,83 @@ def test_efa_plugin_problem_names_the_version_that_lists_the_type():
     assert catalog.efa_plugin_problem("p5.48xlarge", "v0.5.9", ALLOWLISTS) == (
         "its allowlist does not hold p5.48xlarge, so the plugin would schedule on no node; use efaDevicePluginVersion v0.5.10")
     assert "no recorded chart version lists it" in catalog.efa_plugin_problem("g6.12xlarge", "v0.5.9", ALLOWLISTS)
+
+
+# -- the open catalog ------------------------------------------------------------------------------------------------
+
+# From AWS's "Specifications for Amazon EC2 accelerated computing instances" (performance and network tables):
+# instance -> (GPUs, vCPUs, memory GiB, network cards = EFA interfaces, Gbit/s)
+AC_SPECS = {
+    "g5.8xlarge": (1, 32, 128, 1, 25), "g5.16xlarge": (1, 64, 256, 1, 25), "g5.24xlarge": (4, 96, 384, 1, 50),
+    "g6.8xlarge": (1, 32, 128, 1, 25), "g6.16xlarge": (1, 64, 256, 1, 25), "g6.24xlarge": (4, 96, 384, 1, 50),
+    "g6e.8xlarge": (1, 32, 256, 1, 25), "g6e.12xlarge": (4, 48, 384, 1, 100), "g6e.16xlarge": (1, 64, 512, 1, 35),
+    "p5.4xlarge": (1, 16, 256, 1, 100), "p6-b200.48xlarge": (8, 192, 2048, 8, 3200),
+}
+
+
+@pytest.mark.parametrize("name, specs", AC_SPECS.items())
+def test_every_added_row_matches_the_aws_specification(name, specs):
+    row = catalog.gpu_instance(name)
+    assert (row.gpus, row.vcpus, row.memory_gib, row.efa_interfaces, row.network_gbps) == specs
+
+
+def test_p6_b200_is_eight_b200_with_eight_efa_cards_and_gpudirect_rdma():
+    row = catalog.gpu_instance("p6-b200.48xlarge")
+    assert row.gpu.name == "B200" and row.gpu.peak_bf16_tflops == 2250.0 and row.gpudirect_rdma
+    interfaces = catalog.efa_network_interfaces(row)
+    assert [i["InterfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * 7
+    assert catalog.gpu_link(row).gb_s == 900.0 and catalog.gpu_for_device_name("NVIDIA B200").name == "B200"
+
+
+def test_every_built_in_efa_row_is_one_the_efa_device_plugin_lists_and_has_a_gpu_link():
+    listed = catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS["v0.5.30"]
+    for name, row in catalog.GPU_INSTANCES.items():
+        if row.efa_capable:
+            assert name in listed, name
+            assert catalog.gpu_link(row).gb_s > 0
+
+
+B300 = {"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
+        "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0,
+        "gpudirectRdma": True, "gpuLinkGbS": 900}
+
+
+def test_a_described_type_gets_every_derived_value_a_built_in_row_gets():
+    row = catalog.describe_gpu_instance(B300)
+    assert row.described and row.gpu.name == "B300" and catalog.gpu_link(row).gb_s == 900
+    assert len(catalog.efa_network_interfaces(row)) == 16 and catalog.use_device_rdma(row)
+    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 400.0
+    # a GPU the catalog knows brings its facts: no memory or peak needed
+    known = catalog.describe_gpu_instance({k: v for k, v in B300.items() if k not in ("gpuMemoryGib", "peakBf16Tflops",
+                                                                                  "memoryBandwidthGbS")}
+                                          | {"gpuName": "B200", "name": "p6-b200x.48xlarge"})
+    assert known.gpu == catalog.GPUS["B200"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"efaInterfaces": 0}, "efaInterfaces must be >= 1: p6-b300.48xlarge needs EFA"),
+    ({"gpus": 0}, "gpus must be >= 1"),
+    ({"name": "p5.48xlarge"}, "name p5.48xlarge is in the catalog already"),
+    ({"name": "B300 box"}, "name must be an EC2 instance type"),
+    ({"usdPerHour": "cheap"}, "usdPerHour must be a number"),
+    ({"peakBf16Tflops": None}, "peakBf16Tflops is required for a GPU the catalog does not know"),
+    ({"nvlink": True}, "unknown keys nvlink"),
+])
+def test_a_described_type_is_checked_like_a_built_in_row(change, message):
+    description = {k: v for k, v in {**B300, **change}.items() if v is not None}
+    with pytest.raises(catalog.CatalogError, match=message):
+        catalog.describe_gpu_instance(description)
+
+
+def test_a_row_built_in_python_is_checked_and_can_be_added_by_name():
+    row = catalog.describe_gpu_instance(B300)
+    try:
+        assert catalog.add_gpu_instance(row) is row and catalog.gpu_instance("p6-b300.48xlarge") == row
+        assert catalog.add_gpu_instance(row) is row  # the same row twice is fine
+        no_efa = dataclasses.replace(row, name="p6-b300x.48xlarge", efa_interfaces=0)
+        with pytest.raises(catalog.CatalogError, match="efaInterfaces must be >= 1"):
+            catalog.usable_gpu_instance(no_efa)
+        with pytest.raises(catalog.CatalogError, match="in the catalog with other facts"):
+            catalog.usable_gpu_instance(dataclasses.replace(catalog.gpu_instance("p5.48xlarge"), usd_per_hour=1.0))
+    finally:
+        catalog.GPU_INSTANCES.pop("p6-b300.48xlarge", None)

@@ -136,10 +136,10 @@ def test_check_fits_returns_the_plan_when_it_fits():
     [
         # 44 GiB on a 22.5 GiB L4: activation checkpointing alone fits, and so does the next bigger GPU
         ({"microBatch": 2, "seqLen": 4096}, "activationCheckpointing",
-         ("activationCheckpointing=true", "gpuInstanceType=g6e.24xlarge", "22.5 GiB")),
-        # nothing single fits: the combination of every lever is offered
-        ({"microBatch": 8, "seqLen": 4096}, "microBatch",
-         ("no single change fits", "lossChunkSize=1024", "activationCheckpointing=true", "microBatch=4", "seqLen=2048")),
+         ("activationCheckpointing=true", "gpuInstanceType=g6e.12xlarge", "22.5 GiB")),
+        # nothing single fits (not even the largest GPU, p6-b200's B200): the combination of every lever is offered
+        ({"microBatch": 32, "seqLen": 4096}, "microBatch",
+         ("no single change fits", "lossChunkSize=1024", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
         # micro batch 1 already: the sequence is the setting to name, and its default fits
         ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
         # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest
@@ -261,3 +261,23 @@ def test_plan_covers_reserved_memory_of_fsdp_hsdp_and_accumulation_on_two_gpus(r
     plan = estimate_for(t, world_size=2, gpu=catalog.GPUS["H200"], shard_size=shard, strategy=row["strategy"])
     measured = row["peak_reserved_gib"] + 1.3
     assert measured <= plan.total_gib <= 1.3 * measured
+
+
+def test_scaled_to_zero_has_no_plan_and_says_how_to_come_back():
+    # GIVEN gpuNodeCount 0: no GPU, so nothing to divide the model state by
+    settings = Settings.from_context({"gpuNodeCount": 0})
+    assert settings.world_size == 0 and settings.nodes.scaled_to_zero
+    # THEN the planner refuses by name (what a job would need), never dividing by zero
+    for plan in (estimate, check_fits):
+        with pytest.raises(SettingsError) as raised:
+            plan(settings)
+        (problem,) = raised.value.problems
+        assert problem.key == "gpuNodeCount" and "scaled to zero" in problem.message
+        assert "npx cdk deploy ray-train-gpu -c gpuNodeCount=2" in problem.message
+
+
+def test_scaled_to_zero_predicts_no_step():
+    from ray_efa.core.strategy import performance, resolve_sharding
+
+    settings = Settings.from_context({"gpuNodeCount": 0})
+    assert performance(settings) == {} and resolve_sharding(settings) == "fsdp"

@@ -193,7 +193,7 @@ def test_settings_are_frozen():
 
 def test_python_api_reports_field_and_cross_field_problems_together():
     with pytest.raises(SettingsError) as caught:
-        NodeSettings(gpu_node_count=0, capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
+        NodeSettings(gpu_node_count=-1, capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
     assert {p.key for p in caught.value.problems} == {"gpuNodeCount", "placementGroup"}
 
 
@@ -266,3 +266,44 @@ def test_sections_given_as_mappings_are_judged_by_their_own_values():
         Settings(cluster={"cluster_name": "-bad", "region": "us-west-2"}, nodes=NodeSettings(gpu_availability_zone="us-west-2a"))
     # THEN the bad field is reported and the zone is judged against us-west-2 (not the default region)
     assert [p.key for p in caught.value.problems] == ["clusterName"]
+
+
+# -- GPU types of your own (extraGpuInstanceTypes) -------------------------------------------------------------------
+
+_B300 = {"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
+         "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0,
+         "gpudirectRdma": True, "gpuLinkGbS": 900}
+
+
+def test_a_described_gpu_type_is_chosen_by_name_and_travels_with_the_settings():
+    import json
+
+    settings = Settings.from_context({"gpuInstanceType": "p6-b300.48xlarge", "extraGpuInstanceTypes": json.dumps(_B300)})
+    assert settings.nodes.gpu_instance.gpus == 8 and settings.world_size == 16
+    # ...the job's settings.json carries the description, so the container resolves the same row
+    assert Settings.from_json(settings.to_json()) == settings
+
+
+def test_a_described_type_without_efa_names_the_setting():
+    import json
+
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_context({"gpuInstanceType": "p6-b300.48xlarge",
+                               "extraGpuInstanceTypes": json.dumps([{**_B300, "efaInterfaces": 0}])})
+    (problem,) = raised.value.problems
+    assert problem.key == "extraGpuInstanceTypes" and "efaInterfaces must be >= 1" in problem.message
+
+
+def test_a_described_type_the_efa_device_plugin_does_not_list_is_refused_like_a_built_in_one():
+    import json
+
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_context({"gpuInstanceType": "zz9.48xlarge",
+                               "extraGpuInstanceTypes": json.dumps([{**_B300, "name": "zz9.48xlarge"}])})
+    (problem,) = raised.value.problems
+    assert problem.key == "efaDevicePluginVersion" and "does not hold zz9.48xlarge" in problem.message
+
+
+def test_an_unknown_type_says_it_can_be_described():
+    with pytest.raises(SettingsError, match="unknown GPU instance type 'p9.96xlarge'.*describe it in extraGpuInstanceTypes"):
+        Settings.from_context({"gpuInstanceType": "p9.96xlarge"})

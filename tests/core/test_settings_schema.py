@@ -51,10 +51,12 @@ def test_project_cdk_json_names_the_schema_and_passes_it():
 
 
 @pytest.mark.parametrize("context, expected", [
-    ({"gpuNodeCount": 0}, ["context/gpuNodeCount: minimum"]),
+    ({"gpuNodeCount": -1}, ["context/gpuNodeCount: minimum"]),
     ({"gpuNodeCont": 2}, ["context: additionalProperties"]),
     ({"placementGroup": "sometimes"}, ["context/placementGroup: enum"]),
-    ({"gpuInstanceType": "g6.xlarge"}, ["context/gpuInstanceType: enum"]),
+    # any EC2 type name (extraGpuInstanceTypes may describe it); the settings check the rest
+    ({"gpuInstanceType": "G6 12XL"}, ["context/gpuInstanceType: pattern"]),
+    ({"extraGpuInstanceTypes": [{"name": "p6-b300.48xlarge", "gpus": 8}]}, ["context/extraGpuInstanceTypes/0: required"] * 6),
     ({"publicAccessCidrs": ["10.0.0.0"]}, ["context/publicAccessCidrs/0: pattern"]),
     ({"storagePath": "bucket/prefix"}, ["context/storagePath: anyOf"]),
     ({"learningRate": "fast"}, ["context/learningRate: type"]),

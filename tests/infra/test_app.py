@@ -20,6 +20,7 @@ from ray_efa.infra._private import kubectl_layer, kubernetes_version
 from ray_efa.infra.app import build_stacks
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra.kuberay import KubeRayOperator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,7 @@ BAD_CONTEXT = {
     "non-GPU type": ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType: m7i.xlarge has no GPU"),
     "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),
     "unknown type": ({"gpuInstanceType": "p9.96xlarge"}, "unknown GPU instance type 'p9.96xlarge'"),
-    "no GPU nodes": ({"gpuNodeCount": "0"}, "gpuNodeCount: must be between 1 and 64, got '?0'?"),
+    "too many GPU nodes": ({"gpuNodeCount": "65"}, "gpuNodeCount: must be between 0 and 64, got '?65'?"),
     "AZ of another region": ({"gpuAvailabilityZone": "us-west-2a"}, "gpuAvailabilityZone: must be an AZ of region us-east-2"),
     "malformed reservation": ({"capacityReservationId": "cr-123"}, "capacityReservationId: must be 'cr-' and 17 hex digits"),
     "typo in a key": ({"gpuInstanceTyp": "p5.48xlarge"}, "gpuInstanceTyp: unknown setting \\(did you mean gpuInstanceType\\?\\)"),
@@ -88,14 +89,14 @@ def test_bad_settings_fail_before_synthesis(context, message):
 
 
 def test_bad_settings_stop_the_app_and_write_nothing(tmp_path):
-    # GIVEN `-c gpuNodeCount=0 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
+    # GIVEN `-c gpuNodeCount=65 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
     outdir = tmp_path / "cdk.out"
-    context = json.dumps({"gpuNodeCount": "0", "gpuInstanceTyp": "x"})
+    context = json.dumps({"gpuNodeCount": "65", "gpuInstanceTyp": "x"})
     result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env=offline_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(outdir)))
     # THEN it exits non-zero naming both problems, and no template was written
     assert result.returncode == 1
-    assert "gpuNodeCount: must be between 1 and 64" in result.stderr
+    assert "gpuNodeCount: must be between 0 and 64" in result.stderr
     assert "gpuInstanceTyp: unknown setting (did you mean gpuInstanceType?)" in result.stderr
     assert not outdir.exists() or not list(outdir.glob("*.template.json"))
 
@@ -210,3 +211,53 @@ def test_readme_embedding_snippet_synthesizes():
     # THEN it synthesizes there, with the GPU nodes in the VPC's first private subnet's AZ (nothing of us-east-2)
     template.has_resource_properties("AWS::EKS::Nodegroup", {"NodegroupName": "research-gpu-2b"})
     assert "us-east-2" not in json.dumps(template.to_json())
+    # ...and the cluster enforces NetworkPolicies: the vpc-cni managed add-on with its network policy agent on
+    (addon,) = template.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": "vpc-cni"}}).values()
+    assert json.loads(addon["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+
+
+def test_a_cluster_without_network_policy_enforcement_is_an_explicit_choice():
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    ray = RayEksCluster(stack, "Ray", vpc=vpc, network_policy=False)  # the platform runs its own CNI setup
+    assert ray.vpc_cni is None
+    Template.from_stack(stack).resource_count_is("AWS::EKS::Addon", 0)
+
+
+def test_kuberay_operator_embedded_orders_itself_after_the_system_nodes():
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    ray = RayEksCluster(stack, "Ray", vpc=vpc)
+    # WHEN a platform adds the operator with no ordering of its own
+    kuberay = KubeRayOperator(stack, "KubeRay", cluster=ray.cluster)
+    # THEN its release waits for the node group its pod runs on (found by the node selector's labels)
+    assert [n.node.path for n in kuberay.nodes] == [ray.system_nodegroup.node.path]
+    charts = Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart")
+    (chart,) = charts.values()
+    assert stack.get_logical_id(ray.system_nodegroup.node.default_child) in chart["DependsOn"]
+    # ...and on labels that no node group of the cluster carries, it waits for none (an imported cluster's case)
+    other = KubeRayOperator(stack, "Other", cluster=ray.cluster, node_selector={"pool": "elsewhere"})
+    assert other.nodes == []
+
+
+def test_an_account_bound_stack_synthesizes_before_cdk_has_looked_its_azs_up():
+    # GIVEN a platform stack bound to an account, with a VPC over its first two AZs: before the CDK CLI's lookup,
+    # CDK answers the stack's AZs with placeholders (dummy1a, dummy1b)
+    app = cdk.App()
+    stack = cdk.Stack(app, "Platform", env=cdk.Environment(account="111122223333", region="us-east-1"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    ray = RayEksCluster(stack, "Ray", vpc=vpc, cluster_name="research")
+    # WHEN the GPU node group takes its default AZ THEN nothing fails: the CLI looks the AZs up and synthesizes again
+    gpu = EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, cluster_name="research")
+    assert gpu.availability_zone == "dummy1a"
+    manifest = json.loads((Path(app.synth().directory) / "manifest.json").read_text())
+    assert any(m["key"].startswith("availability-zones:") for m in manifest.get("missing", []))
+
+
+def test_an_az_outside_the_stacks_region_names_the_prop_and_the_zones_to_pass():
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-1"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"])
+    ray = RayEksCluster(stack, "Ray", vpc=vpc)
+    with pytest.raises(ValueError, match=r"EfaGpuNodegroup availability_zone: must be an AZ of the stack's region "
+                                         r"us-east-1: one of us-east-1a, us-east-1b, got 'us-west-2a'"):
+        EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, availability_zone="us-west-2a")

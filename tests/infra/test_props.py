@@ -52,7 +52,8 @@ def test_a_zone_the_vpc_lacks_is_named_with_the_vpcs_zones_and_nothing_is_create
 def test_a_zone_of_another_region_names_the_stacks_region():
     stack = _stack("us-west-2")
     vpc, cluster = _imported(stack)
-    with pytest.raises(SettingsError, match=r"availability_zone: must be an AZ of the stack's region us-west-2, got 'us-east-2a'"):
+    with pytest.raises(SettingsError, match=r"availability_zone: must be an AZ of the stack's region us-west-2: one of "
+                                            r"us-west-2a, us-west-2b, got 'us-east-2a'"):
         EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, availability_zone="us-east-2a")
 
 
@@ -70,8 +71,8 @@ def test_an_unknown_region_is_said_in_words_not_tokens():
 @pytest.mark.parametrize("build, message", [
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, instance_type="m7i.xlarge"),
      r"EfaGpuNodegroup instance_type .*m7i\.xlarge"),
-    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count=0),
-     r"EfaGpuNodegroup node_count must be between 1 and 64, got 0"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count=65),
+     r"EfaGpuNodegroup node_count must be between 0 \(scaled to zero\) and 64, got 65"),
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_selector={"bad key": "x"}),
      r"EfaGpuNodegroup node_selector label key 'bad key' must be"),
     (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, capacity_reservation_type="capacity-block"),

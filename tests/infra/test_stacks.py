@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -302,3 +305,95 @@ def test_default_stack_costs_about_nine_and_a_half_dollars_an_hour(default_synth
 
 def test_stacks_are_tagged(default_synth):
     default_synth.gpu.has_resource_properties("AWS::EKS::Nodegroup", {"Tags": Match.object_like({"project": "ray-efa"})})
+
+
+# -- scaled to zero ---------------------------------------------------------------------------------------------
+
+
+def test_scaled_to_zero_keeps_both_stacks_and_the_node_group_at_zero_nodes_with_no_job():
+    # GIVEN gpuNodeCount 0 WHEN synthesized (cdk-nag and the planner included)
+    synth = synthesize(gpuNodeCount=0)
+    # THEN the GPU node group stays, at zero (EKS needs maxSize >= 1), with its launch template and placement group
+    scaling = only(synth.gpu, "AWS::EKS::Nodegroup")["Properties"]["ScalingConfig"]
+    assert scaling == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
+    only(synth.gpu, "AWS::EC2::LaunchTemplate")
+    only(synth.gpu, "AWS::EC2::PlacementGroup")
+    # ...no job is applied (no worker could run), and the cluster stack is the one of a running deployment
+    assert synth.gpu.find_resources("Custom::AWSCDK-EKS-KubernetesResource") == {}
+    assert synth.cluster.to_json() == synthesize().cluster.to_json()
+    outputs = synth.gpu.to_json()["Outputs"]
+    assert float(outputs["EstimatedGpuUsdPerHour"]["Value"]) == 0
+    assert outputs["ComeBackCommand"]["Value"] == "npx cdk deploy ray-train-gpu -c gpuNodeCount=2"
+
+
+# -- the open catalog -------------------------------------------------------------------------------------------
+
+
+def test_p6_b200_synthesizes_with_eight_efa_interfaces_and_gpudirect_rdma():
+    synth = synthesize(gpuInstanceType="p6-b200.48xlarge")
+    data = launch_template_data(synth)
+    assert data["InstanceType"] == "p6-b200.48xlarge"
+    assert [i["InterfaceType"] for i in data["NetworkInterfaces"]] == ["efa"] + ["efa-only"] * 7
+    from tests.infra.test_workload import find
+
+    _, _, job = find(synth.gpu, "RayJob")
+    (worker,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == "8"
+    assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in worker["env"]
+
+
+def test_a_gpu_type_of_your_own_goes_into_the_construct_checked():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from ray_efa.infra.cluster import RayEksCluster
+    from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+
+    row = catalog.describe_gpu_instance({
+        "name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
+        "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0})
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    ray = RayEksCluster(stack, "Ray", vpc=vpc)
+    gpu = EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type=row)
+    data = stack.resolve(gpu.launch_template.launch_template_data)
+    assert data["instanceType"] == "p6-b300.48xlarge" and len(data["networkInterfaces"]) == 16
+    no_efa = dataclasses.replace(row, name="p6-b300x.48xlarge", efa_interfaces=0)
+    with pytest.raises(ValueError, match="EfaGpuNodegroup instance_type efaInterfaces must be >= 1"):
+        EfaGpuNodegroup(stack, "NoEfa", cluster=ray.cluster, vpc=vpc, instance_type=no_efa)
+
+
+# -- deviceAllocation dra -----------------------------------------------------------------------------------------
+
+
+def test_dra_installs_both_dra_drivers_on_the_gpu_nodes_and_no_device_plugin():
+    synth = synthesize(deviceAllocation="dra", gpuInstanceType="p5.48xlarge")
+    charts = {c["Properties"]["Chart"]: c for c in synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    assert set(charts) == {"kuberay-operator", "dra-driver-nvidia-gpu", "aws-dranet"}
+    nvidia, efa = charts["dra-driver-nvidia-gpu"]["Properties"], charts["aws-dranet"]["Properties"]
+    assert nvidia["Repository"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+    assert (nvidia["Version"], nvidia["Namespace"], efa["Version"], efa["Namespace"]) == ("0.4.1", "nvidia", "1.0.0", "kube-system")
+    values = json.loads(nvidia["Values"])
+    assert values["resources"]["computeDomains"] == {"enabled": False} and values["gpuResourcesEnabledOverride"] is True
+    assert values["kubeletPlugin"]["nodeSelector"] == {"role": GPU_NODE_LABELS["role"]}
+    assert json.loads(efa["Values"])["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # the training job claims from its ResourceClaimTemplate, applied before the RayJob
+    from tests.infra.test_workload import find
+
+    template_id, _, _ = find(synth.gpu, "ResourceClaimTemplate")
+    job_id, job_resource, _ = find(synth.gpu, "RayJob")
+    assert template_id in job_resource["DependsOn"]
+
+
+def test_dra_drivers_refuse_a_kubernetes_without_dra():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_eks_v2 as eks
+
+    from ray_efa.infra.dra_drivers import GpuDraDrivers
+
+    stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
+    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c", vpc=vpc)
+    with pytest.raises(ValueError, match=r"GpuDraDrivers kubernetes_version '1.33'.*needs Kubernetes 1.34 or later"):
+        GpuDraDrivers(stack, "Dra", cluster=cluster, kubernetes_version="1.33")

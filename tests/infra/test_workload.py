@@ -64,7 +64,7 @@ def test_kuberay_operator_waits_for_the_system_node_group(default_synth):
     # GIVEN the operator's Helm release, which waits for its Deployment, which only system nodes can run
     operator = default_synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart")[helm_chart_ids(default_synth)["kuberay-operator"]]
     (system_nodegroup,) = [i for i, r in default_synth.cluster.find_resources("AWS::EKS::Nodegroup").items()
-                           if r["Properties"]["NodegroupName"] == "ray-train-system"]
+                           if r["Properties"]["NodegroupName"] == "ray-train-system-m7i-xlarge"]
     # THEN CloudFormation creates it only after the system node group
     assert system_nodegroup in operator["DependsOn"]
 

@@ -76,10 +76,10 @@ def test_bad_settings_exit_2_and_leave_the_output_alone(tmp_path, capsys):
     before = _earlier_run(out)
     # WHEN the settings are invalid
     with pytest.raises(SystemExit) as exit_:
-        _run("--out", str(out), "-c", "gpuNodeCount=0")
+        _run("--out", str(out), "-c", "gpuNodeCount=65")
     # THEN the command exits 2 naming the setting, and the directory is untouched
     assert exit_.value.code == 2
-    assert "gpuNodeCount: must be between 1 and 64, got 0" in capsys.readouterr().err
+    assert "gpuNodeCount: must be between 0 and 64, got 65" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -150,3 +150,15 @@ def test_multi_node_manifests_without_storage_path_warn_how_to_fix():
     assert "CheckpointStoragePath" in warning
     assert storage_warning(Settings.from_context({"storagePath": "s3://b/p"})) is None
     assert storage_warning(Settings.from_context({"gpuNodeCount": 1})) is None
+
+
+def test_scaled_to_zero_writes_no_job_and_says_how_to_come_back(tmp_path, capsys):
+    out = tmp_path / "dist"
+    before = _earlier_run(out)
+    with pytest.raises(SystemExit) as exit_:
+        _run("--out", str(out), "-c", "gpuNodeCount=0")
+    # THEN exit 2 naming gpuNodeCount: a RayJob needs GPU workers, and the manifests are only jobs and their cluster
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "gpuNodeCount: is 0: the GPU node group is scaled to zero" in err and "-c gpuNodeCount=2" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

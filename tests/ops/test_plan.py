@@ -149,18 +149,59 @@ def test_command_advises_the_change_that_lets_a_faster_strategy_fit(capsys):
 
 def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):
     # GIVEN three bad settings
-    code = run_cli("plan", "-c", "network=ib", "-c", "gpuNodeCount=0", "-c", "kubernetesVersion=1.20", "--json")
+    code = run_cli("plan", "-c", "network=ib", "-c", "gpuNodeCount=65", "-c", "kubernetesVersion=1.20", "--json")
     problems = {p["key"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
     # THEN exit 2, each named with what is allowed
     assert code == 2
     assert problems["network"] == "must be one of efa, tcp"
     assert problems["kubernetesVersion"] == "must be one of 1.35, 1.36"
-    assert "between 1 and 64" in problems["gpuNodeCount"]
+    assert "between 0 and 64" in problems["gpuNodeCount"]
 
 
 def test_command_exits_1_when_training_does_not_fit(capsys):
     assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge", "-c", "seqLen=32768", "-c", "microBatch=8", "--json") == 1
     assert json.loads(capsys.readouterr().out)["memory_per_gpu"]["fits"] is False
+
+
+def test_scaled_to_zero_plans_no_training_shows_the_cost_at_zero_and_how_to_come_back(project, capsys):
+    # GIVEN gpuNodeCount 0 (both stacks kept, the GPU node group at zero nodes)
+    plan = plan_of(project, gpuNodeCount=0)
+    # THEN nothing divides by zero: no memory plan or step prediction, GPU nodes cost nothing, the plan "fits"
+    assert plan.memory is None and plan.performance == {} and plan.fits
+    assert plan.cost.gpu_nodes == 0 and plan.cost.total == pytest.approx(plan.cost.without_gpu_stack)
+    console = Console(record=True, width=80)
+    render_plan(plan, console)
+    text = console.export_text()
+    assert "scaled to zero" in text and "npx cdk deploy ray-train-gpu -c gpuNodeCount=2" in " ".join(text.split())
+    # ...and `plan --json` exits 0 with the same, snake_case
+    capsys.readouterr()
+    assert run_cli("plan", "--json", "-c", "gpuNodeCount=0") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory_per_gpu"] is None and out["performance"] == {} and out["usd_per_hour"]["gpu_nodes"] == 0
+    assert out["deployment"]["scaled_to_zero"] is True
+    assert out["deployment"]["come_back_command"] == "npx cdk deploy ray-train-gpu -c gpuNodeCount=2"
+
+
+def test_a_running_plan_shows_what_scaling_to_zero_would_cost(project):
+    console = Console(record=True, width=120)
+    render_plan(plan_of(project), console)
+    assert "scaled to zero (gpuNodeCount=0, both stacks kept)" in console.export_text()
+
+
+def test_a_described_gpu_type_without_efa_is_exit_2_naming_the_setting(capsys):
+    description = json.dumps({"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268,
+                              "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000, "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 0,
+                              "networkGbps": 6400, "usdPerHour": 150.0})
+    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={description}")
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert code == 2 and [p["key"] for p in problems] == ["extraGpuInstanceTypes"]
+    assert "efaInterfaces must be >= 1" in problems[0]["message"]
+    # ...and with EFA the plan is the described node's: 8 GPUs, 16 EFA interfaces, its price
+    ok = description.replace('"efaInterfaces": 0', '"efaInterfaces": 16')
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={ok}") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pods"]["worker"]["gpus"] == 8 and out["pods"]["worker"]["efa"] == 16
+    assert out["usd_per_hour"]["gpu_nodes"] == 300.0
 
 
 def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(project):

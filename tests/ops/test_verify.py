@@ -253,7 +253,75 @@ def test_context_is_for_settings_and_the_old_kubeconfig_use_is_named(tmp_path, c
     assert code == 2
     assert "use --kube-context recorded" in capsys.readouterr().err
     # and -c/--context KEY=VALUE is a setting, as in every other subcommand
-    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=0", "--json")
+    code = run_cli("verify", "--kubeconfig", str(tmp_path / "missing"), "--context", "gpuNodeCount=65", "--json")
     assert code == 2
     error = json.loads(capsys.readouterr().out)
     assert [p["key"] for p in error["problems"]] == ["gpuNodeCount"]
+
+
+def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_cluster():
+    # GIVEN gpuNodeCount 0: the GPU node group has no node, so the plugins' DaemonSets want no pod, and no job runs
+    recording = load_recording()
+    recording[NODES]["items"] = [n for n in recording[NODES]["items"] if n not in gpu_nodes(recording)]
+    for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
+        item(recording, DAEMONSETS, name)["status"].update(desiredNumberScheduled=0, numberReady=0,
+                                                           currentNumberScheduled=0, numberAvailable=0)
+    for collection in (RAYCLUSTERS, RAYJOBS, "/apis/networking.k8s.io/v1/namespaces/ray/networkpolicies"):
+        recording[collection]["items"] = []
+    expected = Expectations.from_settings(Settings.from_context({"gpuNodeCount": 0}))
+    # WHEN verified THEN every check passes, saying why nothing GPU-side is there
+    report = verify(recording, expected)
+    assert report.ok, report.as_dict()
+    details = {c.id: c.detail for c in report.checks}
+    assert "0 Ready of 0 nodes" in details["gpu-nodes"] and "scaled to zero" in details["aws-efa-k8s-device-plugin"]
+    assert "scaled to zero" in details["raycluster"]
+    # ...while the same cluster with the GPU nodes expected fails exactly there
+    failed = {c.id for c in verify(recording).failed}
+    assert {"gpu-nodes", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "raycluster"} <= failed
+
+
+def dra_recording(efa_per_node: int = 1) -> dict:
+    """The healthy cluster with the DRA drivers instead of the device plugins: their node DaemonSets, ResourceSlices
+    that publish each GPU node's 4 GPUs and its EFA interfaces, and no extended resources on the nodes."""
+    recording = load_recording()
+    plugins = recording[DAEMONSETS]["items"]
+    nvidia = json.loads(json.dumps(item(recording, DAEMONSETS, "nvidia-device-plugin")))
+    nvidia["metadata"].update(name="dra-driver-nvidia-gpu-kubelet-plugin", namespace="nvidia")
+    efa = json.loads(json.dumps(item(recording, DAEMONSETS, "aws-efa-k8s-device-plugin")))
+    efa["metadata"]["name"] = "aws-dranet"
+    recording[DAEMONSETS]["items"] = [d for d in plugins if "device-plugin" not in d["metadata"]["name"]] + [efa]
+    recording["/apis/apps/v1/namespaces/nvidia/daemonsets"] = {"kind": "DaemonSetList", "apiVersion": "apps/v1",
+                                                              "metadata": {}, "items": [nvidia]}
+    slices = []
+    for node in gpu_nodes(recording):
+        for resource in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):
+            node["status"]["allocatable"].pop(resource, None)
+        name = node["metadata"]["name"]
+        for driver, count in (("gpu.nvidia.com", 4), ("dra.net", efa_per_node)):
+            slices.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                           "metadata": {"name": f"{name}-{driver}"},
+                           "spec": {"driver": driver, "nodeName": name, "pool": {"name": name, "generation": 1,
+                                                                               "resourceSliceCount": 1},
+                                    "devices": [{"name": f"dev-{i}"} for i in range(count)]}})
+    recording["/apis/resource.k8s.io/v1/resourceslices"] = {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                                                           "metadata": {}, "items": slices}
+    return recording
+
+
+DRA = Expectations.from_settings(Settings.from_context({"deviceAllocation": "dra"}))
+
+
+def test_a_dra_cluster_is_verified_by_its_resource_slices_and_its_drivers_daemon_sets():
+    report = verify(dra_recording(), DRA)
+    assert report.ok, report.as_dict()
+    details = {c.id: c.detail for c in report.checks}
+    assert details["gpu-allocatable"] == "4 on each of 2 GPU nodes"
+    assert {"dra-driver-nvidia-gpu", "aws-dranet"} <= set(details)
+    # ...and the device-plugin checks of the same cluster fail: nothing advertises extended resources there
+    assert {"gpu-allocatable", "nvidia-device-plugin"} <= {c.id for c in verify(dra_recording()).failed}
+
+
+def test_a_dra_node_that_publishes_too_few_efa_devices_fails_naming_the_driver():
+    report = verify(dra_recording(efa_per_node=0), DRA)
+    assert [c.id for c in report.failed] == ["efa-allocatable"]
+    assert "ResourceSlices of driver dra.net" in report.failed[0].detail

@@ -67,8 +67,8 @@ class PlatformWithRay(Stack):
         ray = RayEksCluster.from_settings(self, "Ray", settings, vpc=vpc)
         gpu = EfaGpuNodegroup.from_settings(self, "GpuNodes", settings, cluster=ray.cluster, vpc=vpc)
         plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=ray.cluster)
-        kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=ray.cluster)
-        kuberay.chart.node.add_dependency(ray.system_nodegroup)
+        # After the system node group (found by its labels) and the CRDs of its chart version.
+        kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=ray.cluster, logs=ray.logs)
         workload = RayWorkload.from_settings(self, "Workload", settings, cluster=ray.cluster,
                                              after=[kuberay.chart, plugins.nvidia, plugins.efa])
         storage = CheckpointStorage.from_settings(self, "Checkpoints", settings, cluster=ray.cluster,

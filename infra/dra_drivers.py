@@ -1,0 +1,81 @@
+"""The NVIDIA and EFA DRA drivers (deviceAllocation dra): DaemonSets that publish GPUs and EFA interfaces as
+ResourceSlices, for the workers' ResourceClaimTemplate (k8s.device_claims) to claim.
+
+The EKS User Guide recommends them over the device plugins for managed node groups on Kubernetes 1.34 or later
+(device-management, device-management-efa, device-management-nvidia-dra-device-plugin): they advertise device
+attributes, among them the PCIe root that pairs each GPU with its EFA interfaces. Charts, repositories and the values
+the guide installs them with are in core.addons. Never next to the device plugins of the same devices on one node (the
+guide warns of silent oversubscription): a stack installs one or the other, and the README says to switch with the
+GPU nodes at zero.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from ray_efa.core.addons import EFA_DRA_DRIVER, EFA_DRA_DRIVER_ALLOWLISTS, NVIDIA_DRA_DRIVER
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
+from ray_efa.core.settings import Settings, dra_kubernetes_problem
+from ray_efa.infra._private import check_node_selector, helm_chart
+
+__all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
+
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict:
+    """GPUs only (no ComputeDomains: that is Multi-Node NVLink, GB200), on the GPU nodes, as the EKS guide installs it.
+    The chart's kubelet plugin already tolerates nvidia.com/gpu and needs nvidia.com/gpu.present=true, which
+    EfaGpuNodegroup sets; the node selector keeps it to this stack's GPU nodes."""
+    return {
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "gpuResourcesEnabledOverride": True,
+        "kubeletPlugin": {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()},
+    }
+
+
+def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict:
+    """DRANET on the GPU nodes, tolerating the GPU taint (the chart tolerates only CriticalAddonsOnly by itself)."""
+    return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()}
+
+
+class GpuDraDrivers(Construct):
+    """Installs the NVIDIA DRA driver for GPUs and the EFA DRA driver (DRANET) at pinned chart versions, on the GPU
+    nodes. Wiring attributes, as GpuDevicePlugins': `nvidia` and `efa`, the Helm releases."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, kubernetes_version: str = "1.36",
+        nvidia_version: str = "0.4.1", efa_version: str = "1.0.0",
+        node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+    ) -> None:
+        """
+        :param cluster: the EKS cluster, created or imported, on Kubernetes 1.34 or later.
+        :param kubernetes_version: the cluster's version, to refuse one without DRA. @default "1.36"
+        :param nvidia_version: dra-driver-nvidia-gpu chart version. @default "0.4.1"
+        :param efa_version: aws-dranet chart version; its allowlist must hold your GPU type. @default "1.0.0"
+        :param node_selector: labels of the GPU nodes (EfaGpuNodegroup's node_selector). @default {"role": "gpu-worker"}
+        """
+        super().__init__(scope, construct_id)
+        if problem := dra_kubernetes_problem(kubernetes_version):
+            raise ValueError(f"GpuDraDrivers kubernetes_version {kubernetes_version!r}: the drivers {problem[problem.index('DRA'):]}")
+        if not _SEMVER.match(nvidia_version):
+            raise ValueError(f"GpuDraDrivers nvidia_version must be a chart version like 0.4.1, got {nvidia_version!r}")
+        if efa_version not in EFA_DRA_DRIVER_ALLOWLISTS:
+            raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(EFA_DRA_DRIVER_ALLOWLISTS)}, "
+                             f"got {efa_version!r}")
+        check_node_selector("GpuDraDrivers node_selector", node_selector)
+        self.nvidia = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
+                                 nvidia_dra_values(node_selector), create_namespace=True)
+        self.efa = helm_chart(self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
+
+    @classmethod
+    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDraDrivers:
+        """The drivers of the project's own app: the chart versions of the settings, on gpuNodeSelector."""
+        addons = settings.addons
+        return cls(scope, construct_id, cluster=cluster, kubernetes_version=settings.cluster.kubernetes_version,
+                   nvidia_version=addons.nvidia_dra_driver_version, efa_version=addons.efa_dra_driver_version,
+                   node_selector=settings.nodes.gpu_node_selector)

@@ -1,0 +1,90 @@
+"""deviceAllocation dra: the GPU workers claim their GPUs and EFA interfaces from a ResourceClaimTemplate
+(k8s.device_claims), validated against the real Kubernetes 1.36 schemas (kubernetes-validate, strict) and the pinned
+KubeRay CRDs with unknown fields rejected."""
+
+from __future__ import annotations
+
+import cdk8s
+import pytest
+
+from ray_efa.core import settings as settings_module
+from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
+from ray_efa.k8s.device_claims import CLAIM_NAME, PCIE_ROOT
+from ray_efa.k8s.workload import build_manifests, ray_job_chart
+from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
+
+# instance -> (GPUs, EFA interfaces per GPU when they pair up, else None)
+PAIRING = {"g6.12xlarge": (4, None), "p4d.24xlarge": (8, None), "p5.48xlarge": (8, 4), "p5en.48xlarge": (8, 2),
+           "p6-b200.48xlarge": (8, 1)}
+
+
+def job_objects(**context) -> list[dict]:
+    return ray_job_chart(cdk8s.App(), Settings.from_context({"deviceAllocation": "dra", **context})).to_json()
+
+
+def worker_spec(job: dict) -> dict:
+    return job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+
+@pytest.mark.parametrize("instance_type", PAIRING)
+def test_each_gpu_gets_the_efa_interfaces_on_its_pcie_root_where_they_divide(instance_type):
+    objects = job_objects(gpuInstanceType=instance_type)
+    (template,) = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
+    devices = template["spec"]["spec"]["devices"]
+    gpus, per_gpu = PAIRING[instance_type]
+    counts = {r["name"]: (r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in devices["requests"]}
+    if per_gpu is None:  # fewer EFA interfaces than GPUs: all of each, no pairing
+        efa = {"g6.12xlarge": 1, "p4d.24xlarge": 4}[instance_type]
+        assert counts == {"gpus": ("gpu.nvidia.com", gpus), "efa": ("efa.networking.k8s.aws", efa)}
+        assert "constraints" not in devices
+    else:
+        assert len(counts) == 2 * gpus
+        assert all(counts[f"gpu-{i}"] == ("gpu.nvidia.com", 1) for i in range(gpus))
+        assert all(counts[f"efa-{i}"] == ("efa.networking.k8s.aws", per_gpu) for i in range(gpus))
+        assert devices["constraints"] == [{"requests": [f"gpu-{i}", f"efa-{i}"], "matchAttribute": PCIE_ROOT}
+                                          for i in range(gpus)]
+    # THEN it is a valid resource.k8s.io/v1 object for Kubernetes 1.36 (unknown fields rejected)
+    assert k8s_validate(template, "1.36") == "1.36"
+
+
+@pytest.mark.parametrize("kuberay_version", KUBERAY_VERSIONS)
+def test_the_workers_claim_it_and_ask_for_no_extended_resources_valid_for_both_crds(kuberay_version):
+    objects = job_objects(gpuInstanceType="p5.48xlarge", kuberayVersion=kuberay_version)
+    kinds = [o["kind"] for o in objects]
+    assert kinds.index("ResourceClaimTemplate") < kinds.index("RayJob")  # applied before the pods that claim from it
+    job = objects[-1]
+    spec = worker_spec(job)
+    (container,) = spec["containers"]
+    assert spec["resourceClaims"] == [{"name": CLAIM_NAME, "resourceClaimTemplateName": "train-efa-gpus-efa"}]
+    assert container["resources"]["claims"] == [{"name": CLAIM_NAME}]
+    assert not {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} & set(container["resources"]["limits"])
+    # still Guaranteed: CPU and memory requests equal limits
+    assert container["resources"]["limits"] == container["resources"]["requests"]
+    assert crd_errors(job, kuberay_version) == []
+    assert k8s_validate(pod_template_object(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]),
+                        "1.36") == "1.36"
+
+
+def test_the_long_lived_raycluster_gets_its_own_template():
+    charts = build_manifests(cdk8s.App(), Settings.from_context({"deviceAllocation": "dra"}))
+    templates = [o["metadata"]["name"] for c in charts for o in c.to_json() if o["kind"] == "ResourceClaimTemplate"]
+    assert templates == ["ray-efa-gpus-efa", "train-efa-gpus-efa", "train-tcp-gpus-efa"]  # one per Ray object
+
+
+def test_device_plugins_stay_the_default_with_extended_resources_and_no_claims():
+    objects = ray_job_chart(cdk8s.App(), Settings()).to_json()
+    assert "ResourceClaimTemplate" not in [o["kind"] for o in objects]
+    spec = worker_spec(objects[-1])
+    assert "resourceClaims" not in spec
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+
+
+def test_dra_on_a_kubernetes_without_it_is_refused_naming_the_setting():
+    # Every kubernetesVersion the settings allow today (1.35, 1.36) has DRA; the rule is for an older one, as a
+    # platform's imported cluster may run (and for the day the list grows): checked through the settings' own rules.
+    problems = settings_module._rule_problems(
+        settings_module.Settings._rules(),
+        {**Settings().to_context(), "deviceAllocation": "dra", "kubernetesVersion": "1.33"}, set())
+    (problem,) = [p for p in problems if p.key == "deviceAllocation"]
+    assert "needs Kubernetes 1.34 or later" in problem.message and problem.value == "dra"
+    assert not [p for p in problems if p.key == "deviceAllocation" and p.value == "device-plugin"]
