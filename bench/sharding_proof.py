@@ -29,7 +29,7 @@ from ray_efa.core import catalog, perf
 from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
-from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
+from ray_efa.training.parallelize import ParallelPlan, gradient_precision, parallelize
 from ray_efa.training.train import build_optimizer, train_step
 
 _GIB = 2**30
@@ -57,7 +57,8 @@ def link_busbw_gb_s(device: torch.device, mib: int = 512, iters: int = 3) -> flo
 def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: int, steps: int, compile_: bool) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
-    plan = ParallelPlan(compile=compile_, mixed_precision=mixed_precision_policy(device, t.grad_reduce_dtype),
+    policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.grad_accumulation)  # as train_func runs it
+    plan = ParallelPlan(compile=compile_, mixed_precision=policy, bf16_wire=bf16_wire,
                         replicas=world if strategy == "hsdp" else 1)
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
@@ -99,6 +100,7 @@ def main() -> int:
     parser.add_argument("--cells", default="fsdp:1:fp32,hsdp:1:fp32,fsdp:4:fp32,hsdp:4:fp32,hsdp:4:bf16")
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--loss-chunk", type=int, default=4096)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--cpu", action="store_true")
@@ -128,7 +130,7 @@ def main() -> int:
     for cell in args.cells.split(","):
         strategy, k, reduce = cell.split(":")
         t = TrainingSettings(model=model_name, micro_batch=args.micro_batch, seq_len=seq, grad_accumulation=int(k),
-                             grad_reduce_dtype=reduce, compile=gpu, loss_chunk_size=4096 if gpu else 32)
+                             grad_reduce_dtype=reduce, compile=gpu, loss_chunk_size=args.loss_chunk if gpu else 32)
         predicted = perf.predict(t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=world, gpus_per_node=1,
                                  network="efa", strategy=strategy, links=(link, link))
         started = time.time()

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "submit": "submit",
     "check-transport": "check_transport",
     "compare": "compare",
+    "calibrate": "calibrate",
     "report": "report",
     "capacity": "capacity",
     "verify": "verify",

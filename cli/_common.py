@@ -84,7 +84,7 @@ def resolve_or_exit(
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
     `require_fit`: the command produces a training job, so a memory plan that cannot fit the GPUs is bad settings too
-    (core.memory.check_fits names what to change). `require_code`: the command runs or ships the train function, so
+    (core.strategy.check_fits names what to change). `require_code`: the command runs or ships the train function, so
     a trainFunction missing from codeDir, or a codeDir that cannot be shipped, is bad settings too
     (core.user_code.check_user_code; nothing is imported). `require_model`: the command plans the model, so
     modelPath's architecture must be readable here (core.model_source.model_problems; require_fit checks both too).
@@ -107,8 +107,8 @@ def resolve_or_exit(
         if problems:
             raise SettingsError(problems)
         if require_fit:
-            from ray_efa.core.memory import check_fits
             from ray_efa.core.model_source import pod_path_problems
+            from ray_efa.core.strategy import check_fits
 
             if problems := pod_path_problems(resolved.settings):  # the job's paths: each one a pod can read
                 raise SettingsError(problems)

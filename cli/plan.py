@@ -38,6 +38,9 @@ def register(add_parser, name: str) -> None:
     )
     add_context_option(p)
     add_json_option(p)
+    p.add_argument("--calibration", type=Path, metavar="LOG",
+                   help="predict with the constants fitted to a finished run on the same instance type "
+                        "(its driver log or summary JSON; see `ray-efa calibrate`)")
     p.add_argument("--plot", type=Path, metavar="FILE",
                    help="also draw the predicted scaling curve (tokens/s and USD per million tokens against node "
                    "count, each strategy on EFA and TCP) into this PNG")
@@ -53,6 +56,21 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.ops.plan import build_plan, render_plan
 
+    calibration = None
+    if args.calibration is not None:
+        from ray_efa.cli.calibrate import read_summary
+        from ray_efa.core.calibrate import CalibrationError, compare_run
+
+        try:
+            summary = read_summary(args.calibration)
+            if summary.get("instance_type") != resolved.settings.nodes.gpu_instance_type:
+                raise CalibrationError(f"the run ran on {summary.get('instance_type')!r}, the plan is for "
+                                       f"{resolved.settings.nodes.gpu_instance_type}: calibrate with a run of that type")
+            calibration = compare_run(resolved.settings, summary).calibration
+        except OSError as error:
+            return fail(args, "plan", f"--calibration: cannot read {args.calibration}: {error.strerror or error}")
+        except (ValueError, CalibrationError) as error:
+            return fail(args, "plan", f"--calibration: {error}")
     if args.plot is not None:
         from ray_efa.core.output_dir import OutputDirError, check_output_file
         from ray_efa.ops.plots import is_ray_efa_png
@@ -61,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             check_output_file(args.plot, is_ours=is_ray_efa_png)
         except OutputDirError as error:
             return fail(args, "plan", f"--plot: {error}")
-    plan = build_plan(resolved, max_nodes=args.max_nodes)
+    plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
     else:

@@ -8,9 +8,9 @@ because the training job imports it inside the container.
 Sources: AWS "Specifications for Amazon EC2 accelerated computing instances" (docs.aws.amazon.com/ec2/latest/
 instancetypes/ac.html: memory, vCPUs, GPUs and their memory, network bandwidth, EFA support, network cards), the EFA
 user guide (GPUDirect RDMA: "Supported instance types", RDMA read/write), NVIDIA data sheets (dense bf16 tensor
-throughput), the AWS on-demand price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list
-the same prices for these types; prices change, treat them as estimates). Where describe-instance-types disagrees, it
-wins: fix the row here.
+throughput; dense fp8: 242.5 L4, 733 L40S, 1,979 H100/H200, 4,500 B200, none on A10G and A100), the AWS on-demand
+price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list the same prices for these types;
+prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the row here.
 
 Which types: every EFA-capable x86_64 NVIDIA GPU type of that page whose GPU trains in bf16 and that the EKS AL2023
 NVIDIA AMI runs (AL2023_X86_64_NVIDIA), with the facts above recorded. Not built in, and why: g4dn (T4: no bf16
@@ -81,22 +81,29 @@ class Gpu:
     """Substrings of torch.cuda.get_device_name() that identify this GPU."""
     memory_bandwidth_gb_s: float = 0.0
     """Device-memory bandwidth, GB/s, from the data sheet. The step-time model (core.perf) times the optimizer by it."""
+    peak_fp8_tflops: float = 0.0
+    """Dense fp8 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity); 0: no fp8 tensor cores (Ampere
+    and older), so the `precision` setting cannot be fp8."""
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_tflops > 0
 
 
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
         Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0),
+        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0, peak_fp8_tflops=242.5),
+        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0, peak_fp8_tflops=733.0),
         Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
         Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0),
+        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
+        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0, peak_fp8_tflops=1979.0),
         # NVIDIA HGX B200 data sheet: BF16 tensor 36 PFLOPS with sparsity for 8 GPUs = 2.25 PFLOPS dense each. Memory
         # and bandwidth as CUDA reports them on p6-b200 (178.35 GiB; 7,680-bit bus at 3,996 MHz: 7.67 TB/s,
-        # pytorch/ao#4002); AWS lists 179 GiB per GPU.
-        Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0),
+        # pytorch/ao#4002); AWS lists 179 GiB per GPU. FP8 tensor: 72 PFLOPS with sparsity for 8 = 4.5 dense each.
+        Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0, peak_fp8_tflops=4500.0),
     )
 }
 
@@ -169,6 +176,13 @@ class InstanceType:
     @property
     def efa_capable(self) -> bool:
         return self.efa_interfaces > 0
+
+    @property
+    def primary_card_gbps(self) -> float:
+        """Gbit/s of network card 0, which carries the node's IP and so every TCP flow (NCCL's sockets included):
+        the aggregate split evenly over the cards (p5.48xlarge: 32 x 100, p5en: 16 x 200, p4d and g6e.48xlarge:
+        4 x 100; single-card types: all of it). EFA uses every card; TCP only this one."""
+        return self.network_gbps / max(1, self.efa_interfaces)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -37,8 +37,10 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
 The constants are calibrated against what runs out: *reserved* memory plus what lies outside the allocator
 (bench/calibrate.py and bench/sharding_proof.py on H200, expandable segments on; docs/BENCHMARKS.md).
 
-bf16 everywhere except where noted: the GPU path gathers parameters in bf16 (MixedPrecisionPolicy). The local CPU
-run keeps fp32 and has no GPU to plan for.
+bf16 everywhere except where noted: the GPU path gathers parameters in bf16 (MixedPrecisionPolicy). With precision
+fp8 the layers' linear weights are gathered in fp8 (1 byte) and the activations are FP8_ACTIVATIONS of bf16's. The
+local CPU run keeps fp32 and has no GPU to plan for. This module is a leaf: which strategy runs, and the refusal of a
+plan that cannot fit, are core.strategy's.
 """
 
 from __future__ import annotations
@@ -46,12 +48,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ray_efa.core import catalog
-from ray_efa.core.model_source import model_problems
 from ray_efa.core.models import ModelPreset
-from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
+from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
-__all__ = ["MemoryEstimate", "estimate", "estimate_for", "check_fits", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
-           "ACCUMULATION_GRADIENT_COPIES"]
+__all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
+           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -59,7 +60,8 @@ OVERHEAD_FIXED_GIB = 1.5
 + 0.2 GiB for larger communicators' buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
 """Headroom over the parts: measured peak reserved memory was at most 0.986 of them."""
-_SUGGESTED_LOSS_CHUNK = 4096
+SUGGESTED_LOSS_CHUNK = 1024
+"""The loss chunk the planner suggests for an unchunked plan that does not fit (the settings' default)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,6 +114,12 @@ COMPILED_ACTIVATIONS = 0.68
 allocated peaks)."""
 
 
+FP8_ACTIVATIONS = 0.66
+"""Share of the bf16 activation bytes kept with precision fp8 (torchao float8 saves the linears' inputs in fp8):
+21 GiB less at 8 x 4096 on one H200 (issue 19's measurement, torchao 0.18) against the 62 GiB compiled activations
+planned there; bench/speed.py measures it again."""
+
+
 ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
 """Sharded fp32 gradient copies held across micro-batches on several GPUs (FSDP2 keeps reduce outputs in flight while
 a slow link lags): fitted to reserved memory of the 2 x H200 cells (shard groups of 1 and 2)."""
@@ -142,6 +150,7 @@ def estimate_for(
     strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
     """
     p = t.preset
+    fp8 = t.precision == "fp8"
     params = p.num_parameters
     layer = _layer_parameters(p)
     root = params - p.num_hidden_layers * layer
@@ -155,8 +164,10 @@ def estimate_for(
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
         "optimizer": 8 * params / shard,
-        "gathered": 2 * root + 2 * 2 * layer + 2 * 6 * layer,
-        "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing, t.compile),
+        # fp8 all-gather: the two layers gathered in forward hold 1-byte linear weights
+        "gathered": 2 * root + 2 * (1 if fp8 else 2) * layer + 2 * 6 * layer,
+        "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing, t.compile)
+                       * (FP8_ACTIVATIONS if fp8 else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
     }
     gib = {k: v / _GIB for k, v in parts.items()}
@@ -170,139 +181,16 @@ def estimate_for(
     )
 
 
-def estimate(settings: Settings, strategy: str | None = None) -> MemoryEstimate:
-    """GiB per GPU of the training run the settings describe (see the module docstring for the formulas).
-
-    strategy: "fsdp" or "hsdp"; None takes the settings' `sharding`, with auto resolved by core.perf.
-    """
+def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
+    """GiB per GPU of the run the settings describe with `strategy` ("fsdp" or "hsdp", resolved: core.strategy
+    resolves auto, and its `estimate` takes the settings alone)."""
+    if strategy not in ("fsdp", "hsdp"):
+        raise ValueError(f"strategy must be fsdp or hsdp (core.strategy resolves auto), got {strategy!r}")
     if settings.nodes.scaled_to_zero:
         raise SettingsError([settings.scaled_to_zero_problem()])
-    if strategy is None:
-        from ray_efa.core import perf  # perf builds on this module; resolve auto lazily
-
-        strategy = perf.resolve_sharding(settings)
     gpus_per_node = settings.nodes.gpu_instance.gpus
     shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
     return estimate_for(
         settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu, shard_size=shard,
         strategy=strategy,
     )
-
-
-_MAX_GPU_NODES = 64
-"""The largest gpuNodeCount core.settings accepts: the ceiling of the "more GPU nodes" lever."""
-
-
-def _more_nodes(settings: Settings) -> dict[str, object] | None:
-    """The smallest gpuNodeCount above the current one whose plan fits (FSDP shards the model state over every GPU,
-    so each node added lowers the memory per GPU), or None when even the largest count does not fit."""
-    for count in range(settings.nodes.gpu_node_count + 1, _MAX_GPU_NODES + 1):
-        if estimate(settings.replace(gpuNodeCount=count)).fits:
-            return {"gpuNodeCount": count}
-    return None
-
-
-def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
-    """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first:
-    the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
-    more of them), then every GPU with more memory."""
-    t, n = settings.training, settings.nodes
-    out: list[tuple[str, object, dict[str, object]]] = []
-    if t.loss_chunk_size == 0:
-        out.append(("lossChunkSize", 0, {"lossChunkSize": _SUGGESTED_LOSS_CHUNK}))
-    if not t.activation_checkpointing:
-        out.append(("activationCheckpointing", False, {"activationCheckpointing": True}))
-    if t.micro_batch > 1:
-        out.append(("microBatch", t.micro_batch, {"microBatch": t.micro_batch // 2}))
-    if t.seq_len > 1:
-        out.append(("seqLen", t.seq_len, {"seqLen": t.seq_len // 2}))
-    if n.gpu_node_count < _MAX_GPU_NODES:
-        out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
-    bigger = sorted(
-        # A larger GPU in a node of the same shape or larger (as many GPUs per node): not a single-GPU node that
-        # shards the model state over fewer GPUs.
-        (row for row in catalog.GPU_INSTANCES.values()
-         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
-         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
-        key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
-    )
-    for row in bigger:
-        out.append(("gpuInstanceType", n.gpu_instance_type, {"gpuInstanceType": row.name}))
-    return out
-
-
-_PLAN_KEYS = (
-    "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
-    "compile", "model", "sharding", "gradAccumulation",
-)
-"""The settings the memory plan depends on, in the order a refusal names them."""
-
-
-def _changed_cause(settings: Settings) -> tuple[str, object, object] | None:
-    """(key, value, default) of the first plan setting that differs from its default and, put back alone, fits.
-
-    A plan that cannot fit is usually one setting away from the defaults (which fit): that setting is the one to
-    name, e.g. gpuNodeCount=1 rather than activationCheckpointing, which the user never touched.
-    """
-    defaults, current = Settings().to_context(), settings.to_context()
-    for key in _PLAN_KEYS:
-        if current[key] != defaults[key] and estimate(settings.replace(**{key: defaults[key]})).fits:
-            return key, current[key], defaults[key]
-    return None
-
-
-def _describe(change: dict[str, object]) -> str:
-    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
-
-
-def check_fits(settings: Settings) -> MemoryEstimate:
-    """The estimate, or SettingsError naming the setting to change and every single change that would fit.
-
-    The problem's key is the setting that broke a plan the defaults fit (its default value fits), else the first
-    lever that fits alone; the message lists each lever that fits alone with its GiB, more GPU nodes and larger
-    GPUs included, or, when none does, all of them together. First, the model must be plannable at all: modelPath's
-    architecture readable here, its tokenizer within its embeddings (core.model_source.model_problems).
-
-    Only the built-in train function is judged (its model is the settings' preset or modelPath architecture): a
-    trainFunction of your own builds what it builds, so its estimate is returned unjudged.
-    """
-    if problems := model_problems(settings.training):
-        raise SettingsError(problems)
-    plan = estimate(settings)
-    if plan.fits or not settings.training.builtin:
-        return plan
-    t, n = settings.training, settings.nodes
-    fixes: list[str] = []
-    key, value = None, None
-    cause = _changed_cause(settings)
-    if cause:  # the one setting that broke a plan the defaults fit: name it first
-        key, value, default = cause
-        fixes.append(f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)")
-    seen_instance = False
-    for lever, current, change in _alternatives(settings):
-        if (lever == "gpuInstanceType" and seen_instance) or (cause and change == {cause[0]: cause[2]}):
-            continue  # name only the smallest bigger GPU that fits; the default is named already
-        alt = estimate(settings.replace(**change))
-        if alt.fits:
-            fixes.append(f"{_describe(change)} ({alt.total_gib:.1f} GiB)")
-            key, value = (key, value) if key else (lever, current)
-            seen_instance = seen_instance or lever == "gpuInstanceType"
-    if fixes:
-        advice = "any one of these fits: " + "; ".join(fixes)
-    else:
-        combined: dict[str, object] = {}
-        for lever, _, change in _alternatives(settings):
-            if lever not in ("gpuInstanceType", "gpuNodeCount"):
-                combined.update(change)
-        alt = estimate(settings.replace(**combined)) if combined else plan
-        verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
-        advice = f"no single change fits; together {_describe(combined) or 'none'} would need {alt.total_gib:.1f} GiB ({verdict})"
-        key, value = ("microBatch", t.micro_batch) if t.micro_batch > 1 else ("seqLen", t.seq_len)
-    parts = ", ".join(f"{name.split(' (')[0]} {gib:.1f}" for name, gib in plan.breakdown()[:-1])
-    message = (
-        f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "
-        f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.preset.name}, microBatch {t.micro_batch} x "
-        f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
-    )
-    assert key is not None  # named by the cause, the first lever that fits, or the fallback above
-    raise SettingsError([Problem(key, value, message)])

@@ -2,8 +2,8 @@
 
 - compute: FLOPs (core.models) over the GPU's bf16 peak x COMPUTE_EFFICIENCY, + MICRO_STEP_FIXED_S, at least
   LAUNCH_FLOOR_S per micro-batch; optimizer: OPTIMIZER_BYTES_PER_PARAM per local parameter at memory bandwidth.
-- network: each collective's bytes on the link it crosses (inside a node NVLink or PCIe, between nodes network_gbps
-  x NETWORK_SHARE); a ring of n ranks carries (n-1)/n of a collective over each link (nccl-tests' PERFORMANCE.md).
+- network: each collective's bytes on the link it crosses (inside a node NVLink or PCIe, between nodes the EFA or
+  socket link below); a ring of n ranks carries (n-1)/n of a collective over each link (nccl-tests' PERFORMANCE.md).
   fsdp: per micro-batch a bf16 all-gather in forward (2P) and backward (2P less the root and last layer, which stay
   gathered); per optimizer step a reduce-scatter (rP, r = 4 or 2 bytes). Across nodes the ring crosses each node's
   interface both ways. hsdp: gathers and reduce-scatters stay in the node; per optimizer step the shards are
@@ -13,29 +13,39 @@
   micro-batch's backward: step = (k-1) max(c, n) + max(c, n + f, FORWARD_SHARE c + f) + optimizer. (The first version
   spread f over all k micro-batches and missed HSDP with accumulation by 40% on 2 x H200.)
 
+- precision fp8 (torchao float8 training of the decoder-layer linears): their FLOPs run at the fp8 peak x
+  FP8_COMPUTE_EFFICIENCY, the rest (attention, the output projection, norms) at bf16, and a micro-batch is at least
+  FP8_LAUNCH_FLOOR_S (the casts and scale reductions add kernels); the layers' all-gathers carry 1 byte per
+  parameter (FSDP2 fp8 all-gather) instead of 2.
+- links: between nodes over EFA, the instance's network_gbps x EFA_SHARE; over TCP (NCCL's socket transport) the
+  primary network card's bandwidth x SOCKET_LINE_SHARE, capped by the flows NCCL opens x EC2's per-flow limit and by
+  what NCCL's host-memory socket path moves (SOCKET_HOST_CEILING_GB_S): see socket_gb_s.
+
 Constants name their source or calibration: bench/calibrate.py on one H200, bench/sharding_proof.py on two;
-docs/BENCHMARKS.md has the tables and what is still to measure.
+docs/BENCHMARKS.md has the tables and what is still to measure. `Calibration` replaces the compute and link constants
+with a finished run's (core.calibrate). This module is a leaf: choosing a strategy, which also needs the memory plan,
+is core.strategy's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ray_efa.core import catalog
-from ray_efa.core.memory import estimate_for
 from ray_efa.core.models import ModelPreset
-from ray_efa.core.settings import Settings, TrainingSettings
+from ray_efa.core.settings import TrainingSettings
 
 __all__ = [
     "Link",
     "Collective",
     "StepPrediction",
+    "Calibration",
     "STRATEGIES",
-    "NETWORK_SHARE",
+    "NETWORKS",
+    "EFA_SHARE",
     "links_for",
+    "socket_gb_s",
     "predict",
-    "predict_settings",
-    "resolve_sharding",
-    "performance",
+    "flops_per_token_causal",
 ]
 
 STRATEGIES = ("fsdp", "hsdp")
@@ -57,10 +67,31 @@ OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
 INTRA_NODE_SHARE = 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
-NETWORK_SHARE: dict[str, float] = {"efa": 0.8, "tcp": 0.8 / 2.06}
-"""Achievable share of the instance's network_gbps. efa: the catalog's reading that NCCL over EFA rarely beats ~80% of
-line rate (core.catalog's all-reduce floor). tcp: the AWS reference measured EFA at 2.06x the steps/s of TCP on
-2 x g6.12xlarge with a batch of 1 x 128 tokens, a step that is all network, so TCP reaches 1/2.06 of EFA's share."""
+NETWORKS = ("efa", "tcp")
+EFA_SHARE = 0.8
+"""Achievable share of the instance's network_gbps over EFA: the catalog's reading that NCCL over EFA rarely beats
+~80% of line rate (core.catalog's all-reduce floor)."""
+SOCKET_LINE_SHARE = 0.388
+"""Share of the primary network card's bandwidth NCCL's socket transport reaches: the AWS reference measured EFA at
+2.06x the steps/s of TCP on 2 x g6.12xlarge (one 40 Gbit/s card) with a batch of 1 x 128 tokens, a step that is all
+network: 0.8 / 2.06 of line rate."""
+SOCKET_HOST_CEILING_GB_S = 3.4
+"""What NCCL's socket path moves when the wire does not limit it: GPU -> pinned host buffer -> kernel TCP, 2 helper
+threads x 8 sockets per connection (the defaults NCCL picks on an AWS ENA NIC, vendor 0x1d0f: net_socket.cc
+ncclNetSocketGetNsockNthread). Measured as all-reduce bus bandwidth 3.1-3.44 GB/s with NCCL forced onto sockets
+between 2 x H200 of one host (bench/results/2026-12-01-h200x2-sharding-proof-socket*.jsonl); one measurement, on
+loopback: a lead for the big instances, where it, not the 100-200 Gbit/s card, binds."""
+SOCKETS_PER_CONNECTION = 16
+"""NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD on an ENA NIC: 2 x 8 (net_socket.cc; NCCL docs, env.html)."""
+FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
+"""EC2's single-flow limit (one TCP 5-tuple): 10 Gbit/s inside a cluster placement group, 5 outside (EC2 User Guide,
+"Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
+FP8_COMPUTE_EFFICIENCY = 0.426
+"""Share of the fp8 peak the decoder-layer linears reach under torchao float8 (tensorwise scaling, its casts and amax
+reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (issue 19's measurement, torchao
+0.18), with the rest of the step at bf16. bench/speed.py measures it again."""
+FP8_LAUNCH_FLOOR_S = 0.213
+"""Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (issue 19): the extra kernels bind there."""
 
 _BF16 = 2
 
@@ -111,9 +142,12 @@ class StepPrediction:
     """The same with the causal attention count 6N + 6 L d S (half the attention FLOPs)."""
     bottleneck: str
     """"compute", "network" (between nodes) or "intra-node link"."""
-    memory_gib: float
-    fits: bool
     collectives: tuple[Collective, ...]
+    precision: str = "bf16"
+    reduce_dtype: str = "fp32"
+    """The gradients' dtype on the wire between nodes."""
+    nodes: int = 1
+    gpus_per_node: int = 1
 
     def as_dict(self) -> dict:
         return {
@@ -121,7 +155,8 @@ class StepPrediction:
             "network_s": round(self.network_s, 4), "optimizer_s": round(self.optimizer_s, 4),
             "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1), "mfu": round(self.mfu, 4),
             "mfu_causal": round(self.mfu_causal, 4), "bottleneck": self.bottleneck,
-            "memory_gib": round(self.memory_gib, 2), "fits": self.fits,
+            "precision": self.precision, "reduce_dtype": self.reduce_dtype, "nodes": self.nodes,
+            "tokens_per_s": round(self.tokens_per_s_per_gpu * self.nodes * self.gpus_per_node, 1),
             "collectives": [
                 {"name": c.name, "link": c.link, "size_gb": round(c.size_gb, 3), "calls": c.calls,
                  "wire_gb": round(c.wire_gb, 3), "per_micro_batch": c.per_micro_batch}
@@ -130,13 +165,38 @@ class StepPrediction:
         }
 
 
-def links_for(instance: catalog.InstanceType, network: str) -> tuple[Link, Link]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Calibration:
+    """Constants measured on a real run (core.calibrate), in place of the model's own; None keeps the model's."""
+
+    compute_efficiency: float | None = None
+    """Share of the bf16 peak the compute reached."""
+    inter_node_gb_s: float | None = None
+    """Achieved GB/s per direction through each node's interface, on `network`."""
+    network: str | None = None
+    """The network the link was measured on: the link applies to predictions on it only."""
+    source: str = ""
+    """Which run it came from."""
+
+
+def socket_gb_s(instance: catalog.InstanceType, *, placement_group: bool = True) -> float:
+    """GB/s per direction NCCL's socket transport achieves between two nodes of `instance` (see the constants)."""
+    line = instance.primary_card_gbps / 8 * SOCKET_LINE_SHARE
+    flows = SOCKETS_PER_CONNECTION * FLOW_GBPS["placement" if placement_group else "spread"] / 8
+    return min(line, flows, SOCKET_HOST_CEILING_GB_S)
+
+
+def links_for(instance: catalog.InstanceType, network: str, *, placement_group: bool = True) -> tuple[Link, Link]:
     """(intra-node link, inter-node link) of `instance` for network "efa" or "tcp", at achievable bandwidth."""
-    if network not in NETWORK_SHARE:
-        raise ValueError(f"network must be one of {', '.join(NETWORK_SHARE)}, got {network!r}")
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
     intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * INTRA_NODE_SHARE)
-    inter = Link(name=f"{network.upper()} {instance.network_gbps} Gbit/s", gb_s=instance.network_gbps / 8 * NETWORK_SHARE[network])
+    if network == "efa":
+        inter = Link(name=f"EFA {instance.network_gbps} Gbit/s", gb_s=instance.network_gbps / 8 * EFA_SHARE)
+    else:
+        inter = Link(name=f"TCP sockets, {instance.primary_card_gbps:g} Gbit/s card",
+                     gb_s=socket_gb_s(instance, placement_group=placement_group))
     return intra, inter
 
 
@@ -146,19 +206,33 @@ def _root_and_last_layer(p: ModelPreset) -> tuple[int, int]:
     return p.num_parameters - p.num_hidden_layers * layer, layer
 
 
-def _flops_causal(p: ModelPreset, seq_len: int) -> float:
+def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
+    """Training FLOPs per token with causal attention counted at half: 6N + 6 L d S (the 12LdS convention's sibling)."""
     return 6 * p.num_parameters + 6 * p.num_hidden_layers * p.hidden_size * seq_len
 
 
+def _linear_parameters(p: ModelPreset) -> int:
+    """Weights of the decoder layers' linears (q, k, v, o, gate, up, down): what fp8 training converts."""
+    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
+    return p.num_hidden_layers * (2 * d * d + 2 * d * kv + 3 * d * inter)
+
+
 def _collectives(
-    t: TrainingSettings, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int
+    t: TrainingSettings, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int, fp8: bool = False,
+    inter_reduce_bytes: int | None = None,
 ) -> list[Collective]:
     p = t.preset
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
     k = t.grad_accumulation
     world = nodes * gpus_per_node
-    gather_fwd, gather_bwd, grads = _BF16 * params / 1e9, _BF16 * (params - root - last) / 1e9, reduce_bytes * params / 1e9
+    # fp8 all-gather: the layers' linear weights travel as 1 byte; the root and the norms stay bf16
+    saved = _linear_parameters(p) if fp8 else 0
+    last_saved = saved / p.num_hidden_layers
+    gather_fwd = (_BF16 * params - saved) / 1e9
+    gather_bwd = (_BF16 * (params - root - last) - (saved - last_saved)) / 1e9
+    grads = reduce_bytes * params / 1e9
+    inter_grads = (inter_reduce_bytes or reduce_bytes) * params / 1e9
     out: list[Collective] = []
     if strategy == "fsdp" or nodes == 1:
         if world == 1:
@@ -184,39 +258,62 @@ def _collectives(
         ):
             out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share,
                                   per_micro_batch=True))
-    out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=grads, calls=1,
-                          wire_gb=grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
+    out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=inter_grads, calls=1,
+                          wire_gb=inter_grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
     return out
+
+
+def _reduce_dtype(t: TrainingSettings, reduce_dtype: str | None) -> str:
+    value = reduce_dtype or t.grad_reduce_dtype
+    return "fp32" if value == "auto" else value  # auto is core.strategy's to resolve; unresolved it counts as fp32
 
 
 def predict(
     t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
+    precision: str | None = None, placement_group: bool = True, calibration: Calibration | None = None,
 ) -> StepPrediction:
     """The step of training `t` with `strategy` ("fsdp" or "hsdp") on `nodes` x `instance` over `network`.
 
-    gpus_per_node and links override the instance's (a benchmark on fewer GPUs, or a measured link); reduce_dtype
-    overrides the settings' gradReduceDtype.
+    gpus_per_node and links override the instance's (a benchmark on fewer GPUs, or a measured link); reduce_dtype and
+    precision override the settings' gradReduceDtype and precision; calibration replaces the compute and inter-node
+    constants with measured ones.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     p, gpu = t.preset, instance.gpu
     g = gpus_per_node or instance.gpus
     world = nodes * g
-    intra, inter = links or links_for(instance, network)
-    reduce_bytes = 2 if (reduce_dtype or t.grad_reduce_dtype) == "bf16" else 4
+    intra, inter = links or links_for(instance, network, placement_group=placement_group)
+    if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
+        inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
+    reduce = _reduce_dtype(t, reduce_dtype)
+    fp8 = (precision or t.precision) == "fp8"
+    reduce_bytes = 2 if reduce == "bf16" else 4
+    # With accumulation, gradients are accumulated in fp32 (training.parallelize): hsdp's partial sums, which FSDP2
+    # keeps in the reduction dtype, cross the nodes in fp32 then; bf16 stays on the reduce-scatter inside the node.
+    hsdp_across = strategy == "hsdp" and nodes > 1
+    inter_reduce_bytes = 4 if (hsdp_across and t.grad_accumulation > 1) else reduce_bytes
 
     tokens = t.micro_batch * t.seq_len
-    flops = tokens * p.flops_per_token(t.seq_len) * (4 / 3 if t.activation_checkpointing else 1)
-    rate = (gpu.peak_bf16_tflops * 1e12 * COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+    recompute = 4 / 3 if t.activation_checkpointing else 1
+    flops = tokens * p.flops_per_token(t.seq_len) * recompute
+    efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
+                  else COMPUTE_EFFICIENCY)
+    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
-    micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
+    if fp8:
+        linear = tokens * 6 * _linear_parameters(p) * recompute
+        fp8_rate = gpu.peak_fp8_tflops * 1e12 * FP8_COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+        micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
+    else:
+        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
     compute = micro * t.grad_accumulation
 
-    shard = g if strategy == "hsdp" and nodes > 1 else world
+    shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
-    collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes))
+    collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes, fp8, inter_reduce_bytes))
     # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step.
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
     for c in collectives:
@@ -239,90 +336,10 @@ def predict(
 
     per_gpu = tokens * t.grad_accumulation / step
     peak = gpu.peak_bf16_tflops * 1e12
-    memory = estimate_for(t, world_size=world, gpu=gpu, shard_size=shard, strategy=strategy)
     return StepPrediction(
         strategy=strategy, network=network, compute_s=compute, network_s=network_s, optimizer_s=optimizer,
         step_time_s=step, tokens_per_s_per_gpu=per_gpu, mfu=per_gpu * p.flops_per_token(t.seq_len) / peak,
-        mfu_causal=per_gpu * _flops_causal(p, t.seq_len) / peak, bottleneck=bottleneck,
-        memory_gib=memory.total_gib, fits=memory.fits, collectives=collectives,
+        mfu_causal=per_gpu * flops_per_token_causal(p, t.seq_len) / peak, bottleneck=bottleneck,
+        collectives=collectives, precision="fp8" if fp8 else "bf16",
+        reduce_dtype="fp32" if inter_reduce_bytes == 4 else "bf16", nodes=nodes, gpus_per_node=g,
     )
-
-
-def predict_settings(settings: Settings, *, network: str | None = None, strategy: str | None = None) -> StepPrediction:
-    """The step the settings describe; network and strategy default to the settings' (auto resolved)."""
-    net = network or settings.workload.network
-    return predict(
-        settings.training, instance=settings.nodes.gpu_instance, nodes=settings.nodes.gpu_node_count, network=net,
-        strategy=strategy or resolve_sharding(settings, network=net),
-    )
-
-
-def _best(predictions: list[StepPrediction]) -> StepPrediction:
-    """The fastest prediction that fits memory, else the one that needs the least memory."""
-    fitting = [p for p in predictions if p.fits]
-    if fitting:
-        return min(fitting, key=lambda p: (p.step_time_s, STRATEGIES.index(p.strategy)))
-    return min(predictions, key=lambda p: p.memory_gib)
-
-
-def resolve_sharding(settings: Settings, network: str | None = None) -> str:
-    """The strategy the job runs: the `sharding` setting, or for auto the fastest predicted that fits memory.
-
-    One node has nothing to replicate across, so hsdp is plain fsdp there and auto says fsdp.
-    """
-    t = settings.training
-    if t.sharding != "auto":
-        return t.sharding
-    if settings.nodes.gpu_node_count <= 1:  # 0: scaled to zero, no job to shard
-        return "fsdp"
-    net = network or settings.workload.network
-    options = [
-        predict(t, instance=settings.nodes.gpu_instance, nodes=settings.nodes.gpu_node_count, network=net, strategy=s)
-        for s in STRATEGIES
-    ]
-    return _best(options).strategy
-
-
-def _levers(t: TrainingSettings) -> list[dict[str, object]]:
-    """Single memory levers that leave the effective batch alone, cheapest in speed first."""
-    out: list[dict[str, object]] = []
-    if t.loss_chunk_size == 0 or t.loss_chunk_size > 2048:
-        out.append({"lossChunkSize": 2048})
-    if not t.activation_checkpointing:
-        out.append({"activationCheckpointing": True})
-    return out
-
-
-def _advice(settings: Settings, network: str, chosen: StepPrediction, others: dict[str, StepPrediction]) -> str | None:
-    """When a faster strategy does not fit memory as set: the one change that makes it fit, and what it would give."""
-    for strategy, other in others.items():
-        if strategy == chosen.strategy or other.fits or other.step_time_s >= chosen.step_time_s:
-            continue
-        for change in _levers(settings.training):
-            alt = predict_settings(settings.replace(**change), network=network, strategy=strategy)
-            if alt.fits and alt.step_time_s < chosen.step_time_s:
-                what = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
-                return (
-                    f"{strategy} would be {chosen.step_time_s / alt.step_time_s:.1f}x faster "
-                    f"({alt.step_time_s:.2f} s per step) but needs {other.memory_gib:.1f} GiB per GPU; with {what} it "
-                    f"needs {alt.memory_gib:.1f} GiB and fits, and sharding auto picks {strategy}"
-                )
-    return None
-
-
-def performance(settings: Settings) -> dict[str, dict]:
-    """`plan --json`'s "performance": for each network, the chosen strategy's prediction and every strategy's; empty
-    with the GPU node group scaled to zero (no GPU, no step)."""
-    out: dict[str, dict] = {}
-    if settings.nodes.scaled_to_zero:
-        return out
-    for net in NETWORK_SHARE:
-        chosen = predict_settings(settings, network=net)
-        others = {s: predict_settings(settings, network=net, strategy=s) for s in STRATEGIES}
-        out[net] = {
-            **chosen.as_dict(),
-            "sharding_setting": settings.training.sharding,
-            "advice": _advice(settings, net, chosen, others),
-            "strategies": {s: p.as_dict() for s, p in others.items()},
-        }
-    return out

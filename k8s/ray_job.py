@@ -14,6 +14,7 @@ from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
+from ray_efa.training.network import TORCHAO_VERSION, job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
@@ -28,10 +29,17 @@ def driver_entrypoint() -> str:
     return shlex.join(["python", "-m", DRIVER_MODULE, "--settings", SETTINGS_PATH])
 
 
-def runtime_env_yaml(settings: Settings) -> str | None:
-    """The job's Ray runtime_env: the extra pip packages; None when there are none (the image has the rest)."""
+def runtime_env_yaml(settings: Settings) -> str:
+    """The job's Ray runtime_env: the job's environment (training.network.job_env: the Ray Train controller's poll
+    interval, which training.reporting spaces its reports by) and the extra pip packages, if any (the image has the
+    rest), with torchao at training.network.TORCHAO_VERSION when precision is fp8."""
+    runtime_env: dict[str, object] = {"env_vars": job_env()}
     packages = list(settings.workload.pip_packages)
-    return yaml.safe_dump({"pip": packages}, sort_keys=True) if packages else None
+    if settings.training.precision == "fp8" and not any(p.split("=")[0].strip() == "torchao" for p in packages):
+        packages.append(f"torchao=={TORCHAO_VERSION}")  # float8 training; the image has no torchao
+    if packages:
+        runtime_env["pip"] = packages
+    return yaml.safe_dump(runtime_env, sort_keys=True)
 
 
 class RayJob(Construct):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from ray_efa.core.memory import check_fits
 from ray_efa.core.model_source import pod_path_problems
 from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.core.strategy import check_fits
 from ray_efa.core.user_code import check_user_code
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
@@ -85,7 +85,7 @@ def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str
     NetworkPolicy in front of its pods, its code and settings ConfigMaps and codeDir's (a ConfigMap, or the zip at
     `code_archive_uri`, s3://...), all before the job.
 
-    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.memory.check_fits), trainFunction is
+    Raises SettingsError when the run's memory plan cannot fit the GPUs (core.strategy.check_fits), trainFunction is
     not in codeDir, or it names a local path no pod can read (core.model_source.pod_path_problems: not under the
     sharedVolumeClaim's mount), and ManifestError when codeDir is too large for a ConfigMap and no archive is given:
     every way a job is produced (`cdk synth`, `ray-efa manifests`, `ray-efa submit`) refuses it here, before the

@@ -15,9 +15,10 @@ from typing import Any
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
 from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
-from ray_efa.core.memory import MemoryEstimate, check_fits, estimate
-from ray_efa.core.perf import performance
+from ray_efa.core.memory import MemoryEstimate
+from ray_efa.core.perf import Calibration
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
+from ray_efa.core.strategy import check_fits, choose, estimate, performance
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
 
@@ -62,7 +63,7 @@ class Plan:
     memory: MemoryEstimate | None
     """None with the GPU node group scaled to zero (gpuNodeCount 0): no GPU, no training plan."""
     memory_advice: str | None
-    """When the estimate does not fit: which settings to change (core.memory.check_fits)."""
+    """When the estimate does not fit: which settings to change (core.strategy.check_fits)."""
     cost: HourlyCost
     performance: dict[str, dict]
     """core.perf's predicted step for each network (efa, tcp): the strategy the job would run and every strategy."""
@@ -99,6 +100,9 @@ class Plan:
                 "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
                 "network": s.workload.network,
+                "sharding": None if s.nodes.scaled_to_zero else choose(s).strategy,
+                "grad_reduce_dtype": None if s.nodes.scaled_to_zero else choose(s).reduce_dtype,
+                "precision": s.training.precision,
                 # what trains: the architecture (modelPath's config.json, or the preset) and on what data
                 "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
                 "dataset": s.training.dataset,
@@ -147,9 +151,12 @@ def _memory_advice(settings: Settings, memory: MemoryEstimate | None) -> str | N
     return None
 
 
-def build_plan(resolved: ResolvedSettings, *, max_nodes: int | None = None) -> Plan:
+def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = None, *,
+               max_nodes: int | None = None) -> Plan:
     """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O); the scaling
-    curve runs to `max_nodes` (default ops.scaling.default_max_nodes)."""
+    curve runs to `max_nodes` (default ops.scaling.default_max_nodes).
+
+    calibration: constants measured on a finished run (core.calibrate), used by the step-time predictions."""
     from ray_efa.ops.scaling import scaling
 
     s = resolved.settings
@@ -177,7 +184,7 @@ def build_plan(resolved: ResolvedSettings, *, max_nodes: int | None = None) -> P
         memory=memory,
         memory_advice=_memory_advice(s, memory),
         cost=hourly_cost(s),
-        performance=performance(s),
+        performance=performance(s, calibration),
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
         retained_after_destroy=retained_after_destroy(s),
@@ -367,6 +374,9 @@ def _render_cost(plan: Plan, console) -> None:
     console.print(teardown)
 
 
+_BOUND = {"network": "net", "intra-node link": "intra", "compute": "compute"}
+
+
 def _render_performance(plan: Plan, console) -> None:
     """The predicted step (core.perf) on EFA and on TCP: one row per network and strategy, the job's choice in bold."""
     from rich.table import Table as RichTable
@@ -378,21 +388,29 @@ def _render_performance(plan: Plan, console) -> None:
     table = Table(
         title="Predicted step (core.perf)",
         caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
-                f"gradients reduced in {t.grad_reduce_dtype}; tok/s per GPU; * the strategy the job runs (sharding {t.sharding}); ✗ does not "
-                "fit memory; MFU with 6N + 12 L d S FLOPs/token. A model calibrated on H200: a lead, not a measurement",
+                f"{t.precision}; red: gradients on the wire between nodes (gradReduceDtype {t.grad_reduce_dtype}); "
+                f"net s: busiest link (compute in --json); tok/s per GPU; * what the job runs (sharding {t.sharding}); GiB per GPU, ✗ does not fit memory; "
+                "MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token. "
+                + (f"Calibrated by {plan.performance['efa']['calibration']}."
+                   if plan.performance["efa"].get("calibration") else
+                   "A model calibrated on H200: a lead, not a measurement"),
     )
-    for column in ("net", "shard", "step s", "comp s", "net s", "tok/s", "MFU", "bound", "GiB/GPU"):
-        table.add_column(column, justify="left" if column in ("net", "shard", "bound") else "right")
+    for column in ("net", "shard", "red", "step s", "net s", "tok/s", "MFU %", "bound", "GiB"):
+        table.add_column(column, justify="left" if column in ("net", "shard", "red", "bound") else "right")
     for net, prediction in plan.performance.items():
         for strategy, row in prediction["strategies"].items():
             chosen = strategy == prediction["strategy"]
             table.add_row(
-                net, strategy + ("*" if chosen else ""), f"{row['step_time_s']:.2f}", f"{row['compute_s']:.2f}",
-                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}", f"{100 * row['mfu']:.1f}%",
-                row["bottleneck"], f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
+                net, strategy + ("*" if chosen else ""), row["reduce_dtype"], f"{row['step_time_s']:.2f}",
+                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}",
+                f"{100 * row['mfu']:.1f}/{100 * row['mfu_causal']:.1f}", _BOUND.get(row["bottleneck"], row["bottleneck"]),
+                f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
                 style="bold" if chosen else None,
             )
     console.print(table)
     for net, prediction in plan.performance.items():
         if prediction.get("advice"):
             console.print(f"[yellow]performance ({net}):[/] {prediction['advice']}", highlight=False)
+        scaling = prediction.get("scaling") or {}
+        if scaling.get("slower_than_fewer_nodes"):
+            console.print(f"[yellow]nodes ({net}):[/] {scaling['advice']}", highlight=False)

@@ -214,7 +214,7 @@ def _prediction(run: RunRecords) -> tuple[float | None, str]:
     if run.settings is None:
         return None, ""
     from ray_efa.core import catalog
-    from ray_efa.core.perf import predict_settings
+    from ray_efa.core.strategy import choose
 
     s = run.settings
     device = _device(run)
@@ -225,7 +225,7 @@ def _prediction(run: RunRecords) -> tuple[float | None, str]:
     if gpu is None or gpu.name != planned.gpu.name:
         return None, (f"no prediction line: the run ran on {device}, the settings plan {s.nodes.gpu_node_count} x "
                       f"{planned.name} ({planned.gpu.name}); core.perf predicts the latter")
-    p = predict_settings(s)
+    p = choose(s).prediction
     return p.step_time_s, f"core.perf, {s.nodes.gpu_node_count} x {planned.name}, {p.strategy}, {s.workload.network}"
 
 
@@ -267,7 +267,7 @@ def _memory_lines(run: RunRecords) -> dict[str, float | None]:
         return {"capacity_gib": None, "estimate_gib": None}
     estimate = None
     if run.settings is not None and run.settings.nodes.gpu_instance.gpu.name == gpu.name:
-        from ray_efa.core.memory import estimate as estimate_memory
+        from ray_efa.core.strategy import estimate as estimate_memory
 
         estimate = estimate_memory(run.settings).total_gib
     return {"capacity_gib": gpu.memory_gib, "estimate_gib": estimate}

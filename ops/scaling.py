@@ -1,5 +1,6 @@
 """The predicted scaling curve: core.perf's step for 1..N nodes of the settings' instance type, each strategy on EFA and
-on TCP, with memory (core.memory, through core.perf) and the whole stack's hourly cost (core.cost).
+on TCP (core.strategy: with the gradient reduction dtype each would run), with memory (core.memory) and the whole
+stack's hourly cost (core.cost).
 
 `plan --json` carries it as "scaling"; `plan --plot FILE` draws it (ops.plots.scaling_chart). Pure: no I/O.
 """
@@ -9,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ray_efa.core.cost import hourly_cost
-from ray_efa.core.perf import NETWORK_SHARE, STRATEGIES, predict, resolve_sharding
+from ray_efa.core.perf import NETWORKS, STRATEGIES
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import choose, resolve_sharding
 
 __all__ = ["scaling", "default_max_nodes", "MAX_NODES"]
 
@@ -33,18 +35,21 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
     cost = hourly_cost(settings)
     fixed_usd_per_hour = cost.total - cost.gpu_nodes  # system nodes, control plane, NAT: the same at any GPU count
     series = []
-    for network in NETWORK_SHARE:
+    for network in NETWORKS:
         for strategy in STRATEGIES:
             points = []
             for nodes in range(1, last + 1):
-                p = predict(t, instance=instance, nodes=nodes, network=network, strategy=strategy)
+                # the strategy at this node count, with the gradient reduction dtype it would run (auto resolved)
+                option = choose(settings.replace(gpuNodeCount=nodes), network, strategy=strategy)
+                p = option.prediction
                 gpus = nodes * instance.gpus
                 tokens_per_s = p.tokens_per_s_per_gpu * gpus
                 usd_per_hour = fixed_usd_per_hour + nodes * instance.usd_per_hour
                 points.append({
                     "nodes": nodes, "gpus": gpus, "step_time_s": p.step_time_s, "tokens_per_s": tokens_per_s,
                     "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "mfu": p.mfu, "bottleneck": p.bottleneck,
-                    "memory_gib": p.memory_gib, "fits": p.fits, "usd_per_hour": usd_per_hour,
+                    "memory_gib": option.memory.total_gib, "fits": option.fits,
+                    "grad_reduce_dtype": option.reduce_dtype, "usd_per_hour": usd_per_hour,
                     "usd_per_million_tokens": usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s else None,
                 })
             series.append({"network": network, "strategy": strategy, "points": points})

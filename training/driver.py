@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import ray_efa
-from ray_efa.core import catalog, memory
+from ray_efa.core import catalog, strategy
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
+from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 __all__ = [
@@ -52,7 +53,7 @@ LOCAL_DATA_CPUS = 2
 def check_plan(settings: Settings, *, local: bool) -> None:
     """Refuse, before Ray starts: a trainFunction that is not in codeDir, and a model or data set that cannot be read
     (training.inputs.check_inputs), both runs; then a cluster run whose memory plan cannot fit (the built-in
-    function's: core.memory.check_fits), whose checkpoints have nowhere shared to go, or whose local paths no pod can
+    function's: core.strategy.check_fits), whose checkpoints have nowhere shared to go, or whose local paths no pod can
     read."""
     from ray_efa.core.model_source import pod_path_problems
     from ray_efa.training.inputs import check_inputs
@@ -69,7 +70,7 @@ def check_plan(settings: Settings, *, local: bool) -> None:
             "workers write checkpoint shards into it, and a restart may land on other nodes",
         ))
     try:
-        memory.check_fits(settings)
+        strategy.check_fits(settings)
     except SettingsError as error:
         problems.extend(error.problems)
     if problems:
@@ -136,7 +137,7 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
         # it without an install (a runtime_env would do the same, but costs fresh worker processes).
         paths = (_import_root(), code_dir, os.environ.get("PYTHONPATH"))
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")  # notice the end of training sooner
+        os.environ.setdefault(POLL_INTERVAL_ENV, "0.5")  # notice the end of training sooner
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # no spot nodes to watch on a laptop
         # print() in a worker would also go to Ray Train's log, which the driver shows too: every line twice.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
@@ -149,6 +150,9 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
             logging_config=ray.LoggingConfig(log_level="ERROR"),
         )
     else:
+        # The controller polls the workers' one-report queues this often (training.reporting); the RayJob's
+        # runtime_env sets the same value, this covers `ray-efa train` run by hand on the head.
+        os.environ.setdefault(POLL_INTERVAL_ENV, str(JOB_POLL_INTERVAL_S))
         ray.init(address="auto")
 
 

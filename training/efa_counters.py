@@ -521,10 +521,11 @@ def read_spool(run: str, max_files: int = 64) -> list[tuple[str, str]]:
 
 
 def predicted_bytes_per_step(settings: Any) -> float:
-    """Bytes each node sends (and receives) between nodes per optimizer step, from core.perf's collectives."""
-    from ray_efa.core.perf import predict_settings
+    """Bytes each node sends (and receives) between nodes per optimizer step, from core.perf's collectives of what the
+    job runs (core.strategy.choose: auto sharding and reduction dtype resolved)."""
+    from ray_efa.core.strategy import choose
 
-    return sum(c.wire_gb * 1e9 for c in predict_settings(settings).collectives if c.link == "inter")
+    return sum(c.wire_gb * 1e9 for c in choose(settings).prediction.collectives if c.link == "inter")
 
 
 def snapshot_ray_worker(phase: str, *, steps: int | None = None, settings: Any = None) -> Path | None:

@@ -1,12 +1,13 @@
 """Step metrics, the rank-0 progress line and the final table.
 
-Metrics are measured at report steps only (the first step of an attempt, every `reportEvery` steps, checkpoint steps
-and the last): the loss's `.item()` synchronizes the GPU there, so the wall time since the previous report, divided
-by the steps in between, is the true step time without a sync on every step. Keys are namespaced the torchtitan way
+Metrics are measured at measure steps only (the first step of an attempt, every `reportEvery` steps, checkpoint steps
+and the last; training.reporting): the losses' transfer synchronizes the GPU there, so the wall time since the
+previous one, divided by the steps in between, is the true step time without a sync on every step. Keys are namespaced the torchtitan way
 (`throughput/...`, `memory/...`) and the same dict goes to `ray.train.report` and to the progress line.
 
 MFU = achieved FLOP/s per device / the device's dense bf16 peak (core.catalog), with FLOPs per token from
-core.models (6N + 12 * layers * hidden * seq). CPUs and GPUs the catalog does not know report no MFU.
+core.models (6N + 12 * layers * hidden * seq; also causal, 6N + 6 L d S). CPUs and GPUs the catalog does not know
+report no MFU.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Throughput:
     """Training FLOPs per token (forward + backward)."""
     peak_flops_per_s: float | None
     """Dense bf16 peak of one device, FLOP/s; None: no MFU."""
+    flops_per_token_causal: float | None = None
+    """6N + 6 L d S (causal): a second MFU."""
 
 
 def peak_flops_per_s(device: torch.device) -> float | None:
@@ -94,18 +97,21 @@ class Meter:
             "time/step_s": step_time,
             "time/elapsed_s": now - self._started,
             "time/eta_s": step_time * (self.total_steps - step),
-            **self._rates(step_time),
+            **self.rates(step_time),
             **_peak_memory(self.device),
         }
         self.last = metrics
         return metrics
 
-    def _rates(self, step_time: float) -> dict[str, float]:
+    def rates(self, step_time: float) -> dict[str, float]:
+        """tokens/s and MFU of one step of `step_time` seconds."""
         t = self.throughput
         per_device = t.tokens_per_step_per_device / step_time
         rates = {"throughput/tokens_per_s": per_device * t.world_size, "throughput/tokens_per_s_per_device": per_device}
         if t.peak_flops_per_s:
             rates["throughput/mfu_pct"] = 100.0 * per_device * t.flops_per_token / t.peak_flops_per_s
+            if t.flops_per_token_causal:
+                rates["throughput/mfu_causal_pct"] = 100.0 * per_device * t.flops_per_token_causal / t.peak_flops_per_s
         return rates
 
     def summary(self) -> dict[str, float | str]:
@@ -123,7 +129,7 @@ class Meter:
             "final_loss": self.history[-1][1] if self.history else float("nan"),
             "time/step_s": step_time,
             "time/elapsed_s": self._clock() - self._started,
-            **self._rates(step_time),
+            **self.rates(step_time),
             **{k: v for k, v in self.last.items() if k.startswith("memory/")},
         }
 
@@ -151,7 +157,8 @@ def format_line(metrics: dict[str, float], total_steps: int) -> str:
         f"{metrics['throughput/tokens_per_s']:,.0f} tok/s ({metrics['throughput/tokens_per_s_per_device']:,.0f}/device)",
     ]
     if "throughput/mfu_pct" in metrics:
-        parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%")
+        causal = metrics.get("throughput/mfu_causal_pct")
+        parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%" + (f" (causal {causal:.1f}%)" if causal else ""))
     if "eval_loss" in metrics:
         parts.append(f"eval loss {metrics['eval_loss']:.4f} (ppl {metrics['eval_perplexity']:.2f})")
     parts += [_memory_text(metrics), f"ETA {_duration(metrics['time/eta_s'])}"]
@@ -166,8 +173,10 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
         ("loss", f"{summary['first_loss']:.4f} (step {int(summary['first_step'])}) -> {summary['final_loss']:.4f}"),
         ("step time", f"{summary['time/step_s'] * 1000:.1f} ms (steady state)"),
         ("tokens/s", f"{summary['throughput/tokens_per_s']:,.0f} ({summary['throughput/tokens_per_s_per_device']:,.0f} per device)"),
-        ("MFU", f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak" if "throughput/mfu_pct" in summary
-                else f"n/a ({summary['device']}: no bf16 peak in the catalog)"),
+        ("MFU", f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak (6N + 12 L d S)"
+                + (f", {summary['throughput/mfu_causal_pct']:.1f}% causal (6N + 6 L d S)"
+                   if "throughput/mfu_causal_pct" in summary else "")
+                if "throughput/mfu_pct" in summary else f"n/a ({summary['device']}: no bf16 peak in the catalog)"),
     ]
     if "memory/peak_allocated_gib" in summary:
         rows.append(("peak memory", f"{summary['memory/peak_allocated_gib']:.2f} GiB allocated, "

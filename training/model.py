@@ -48,6 +48,7 @@ class CausalLM(nn.Module):
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
         self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
+        self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
 
     @property
     def layers(self) -> nn.ModuleList:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from ray_efa.core import catalog
 from ray_efa.core.settings import setting_choices
 
-__all__ = ["NETWORKS", "network_env", "expected_transport"]
+__all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
+           "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION"]
 
 NETWORKS: tuple[str, ...] = setting_choices("network")
 """The values the `network` setting allows (read from the settings, not repeated here)."""
@@ -30,6 +31,20 @@ _ENV: dict[str, dict[str, str]] = {
     # all, and FI_PROVIDER=tcp overrides the image's efa default for anything else that opens libfabric.
     "tcp": {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none", **_COMMON},
 }
+
+# Ray Train v2's controller poll (ray/train/v2/_internal/constants.py; propagated driver -> controller -> workers)
+POLL_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+RAY_DEFAULT_POLL_INTERVAL_S = 2.0
+JOB_POLL_INTERVAL_S = 1.0  # the job's: training.reporting spaces reports by it
+
+
+TORCHAO_VERSION = "0.18.0"  # precision fp8's, installed by the RayJob's runtime_env
+
+
+def job_env() -> dict[str, str]:
+    """The job's environment on any network (RayJob runtime_env env_vars)."""
+    return {POLL_INTERVAL_ENV: str(JOB_POLL_INTERVAL_S)}
+
 
 # The transport the gate must see in the NCCL log for each network (training.transport's `expect` values).
 _EXPECTED_TRANSPORT = {"efa": "efa", "tcp": "socket"}

@@ -7,6 +7,10 @@ crosses the network. With gradient accumulation, `set_gradient_sync(model, False
 network until the last micro-batch: plain FSDP skips its reduce-scatter (and keeps unsharded gradients meanwhile);
 HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
 
+gradReduceDtype bf16 keeps fp32 accumulation: FSDP2 adds held-back gradients in its reduction dtype, so with
+accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy (HSDP's cross-node partial sums
+stay fp32). precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, fp8 all-gather.
+
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
 gathered in bf16 and gradients reduce-scattered in fp32 (MixedPrecisionPolicy); the sharded master weights and
@@ -26,9 +30,16 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from ray_efa.training.model import CausalLM
+# set_custom_reduce_scatter's interface (torch >= 2.9), exported from here only
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
-__all__ = ["ParallelPlan", "parallelize", "mixed_precision_policy", "set_gradient_sync"]
+from ray_efa.training.model import CausalLM
+from ray_efa.training.network import TORCHAO_VERSION
+
+__all__ = [
+    "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
+    "Bf16WireReduceScatter", "after_optimizer_step", "TORCHAO_VERSION",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,6 +54,10 @@ class ParallelPlan:
     """FSDP2 parameter/reduction dtypes; None keeps the parameters' own dtype (fp32) for both."""
     replicas: int = 1
     """HSDP: replicate over this many groups of ranks (the nodes) and shard within each; 1 is plain FSDP."""
+    bf16_wire: bool = False
+    """Bf16WireReduceScatter on every FSDP unit (bf16 reduction with accumulation)."""
+    fp8: bool = False
+    """torchao float8 training of the decoder-layer linears (GPU only)."""
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -51,6 +66,51 @@ def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> 
         reduce = torch.bfloat16 if reduce_dtype == "bf16" else torch.float32
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
     return None
+
+
+def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulation: int) -> tuple[MixedPrecisionPolicy | None, bool]:
+    """(policy, bf16_wire) for a resolved gradReduceDtype: with accumulation, fp32 policy and a bf16 wire."""
+    if reduce_dtype == "bf16" and grad_accumulation > 1:
+        return mixed_precision_policy(device, "fp32"), device.type == "cuda"
+    return mixed_precision_policy(device, reduce_dtype), False
+
+
+class Bf16WireReduceScatter(ReduceScatter):
+    """FSDP2's reduce-scatter with a bf16 wire: fp32 in, fp32 out."""
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op, async_op: bool = False):
+        import torch.distributed as dist
+
+        wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # 2.13 / 2.11
+        reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)  # pyright: ignore[reportArgumentType]
+        output_tensor.copy_(wire_out)
+        return None
+
+
+def _convert_to_fp8(model: CausalLM) -> None:
+    """Each decoder-layer nn.Linear to torchao's Float8Linear."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as error:
+        raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
+                           f"(the RayJob's runtime_env installs it): {error}") from None
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    convert_to_float8_training(
+        model.hf.model.layers, config=config,
+        module_filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear),
+    )
+
+
+def after_optimizer_step(model: torch.nn.Module) -> None:
+    """fp8: the next all-gather's weight scales, in one all-reduce."""
+    if getattr(model, "fp8", False):
+        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+        precompute_float8_dynamic_scale_for_fsdp(model)
 
 
 def _mesh(model: CausalLM, replicas: int):
@@ -79,6 +139,8 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    if plan.fp8:
+        _convert_to_fp8(model)  # before sharding
     layers = model.layers
     for index, layer in enumerate(layers):
         if plan.activation_checkpointing:
@@ -98,5 +160,10 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
         fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
     fully_shard(model, **mp)
+    if plan.bf16_wire:
+        comm = Bf16WireReduceScatter()
+        for module in (*layers, model):
+            cast(FSDPModule, module).set_custom_reduce_scatter(comm)
     model.hsdp = mesh is not None
+    model.fp8 = plan.fp8
     return model

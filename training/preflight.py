@@ -35,6 +35,8 @@ __all__ = [
     "check_busbw",
     "floor_gbps",
     "format_probe_table",
+    "record_probe",
+    "measured_busbw_gb_s",
 ]
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -161,6 +163,19 @@ def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: b
             "not in one AZ and placement group. Set preflightMinBusbwGbps to change the floor, or preflight=false "
             "to skip the probe."
         )
+
+
+_measured: list[float] = []  # this worker's probe busbw at the largest size, for the run summary
+
+
+def record_probe(results: Sequence[ProbeResult]) -> None:
+    """Keep this worker's probe result (training.worker)."""
+    _measured[:] = [max(results, key=lambda r: r.size_bytes).busbw_gbps] if results else []
+
+
+def measured_busbw_gb_s() -> float | None:
+    """This worker's probe busbw (GB/s) at the largest size; None without a probe."""
+    return _measured[0] if _measured else None
 
 
 def floor_gbps(settings: Settings) -> float:

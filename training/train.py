@@ -3,7 +3,7 @@
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
 into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
 (training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
-rank 0 prints progress, every rank reports (a barrier).
+rank 0 prints progress; every rank reports at the steps training.reporting agrees on (at most one per poll).
 
 Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
 """
@@ -17,15 +17,22 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.distributed as dist
 
+from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Settings, TrainingSettings
-from ray_efa.training import checkpoint, efa_counters, weights
+from ray_efa.training import checkpoint, efa_counters, preflight, weights
 from ray_efa.training.history import open_history
 from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
 from ray_efa.training.model import build_model
-from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize, set_gradient_sync
+from ray_efa.training.parallelize import (
+    ParallelPlan,
+    after_optimizer_step,
+    gradient_precision,
+    parallelize,
+    set_gradient_sync,
+)
+from ray_efa.training.reporting import Reporter
 
 __all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
@@ -81,15 +88,6 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _global_mean(value: torch.Tensor, world_size: int) -> float:
-    """The mean of a scalar over all ranks (SUM / n: gloo has no AVG); .item() also synchronizes the device."""
-    value = value.detach().float().clone()
-    if dist.is_initialized() and world_size > 1:
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        value /= world_size
-    return value.item()
-
-
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -100,15 +98,6 @@ class StepResult(NamedTuple):
     """This rank's mean loss over the step's micro-batches."""
     grad_norm: torch.Tensor | None
     """The total gradient norm before clipping (clip_grad_norm_'s; the same on every rank); None when gradClip is 0."""
-
-
-def _grad_norm(norm: torch.Tensor | None) -> dict[str, float]:
-    """{"grad_norm": value} for the report (FSDP2 returns a replicated DTensor), {} without one."""
-    if norm is None:
-        return {}
-    from torch.distributed.tensor import DTensor
-
-    return {"grad_norm": (norm.full_tensor() if isinstance(norm, DTensor) else norm).item()}
 
 
 def train_step(
@@ -135,22 +124,23 @@ def train_step(
         loss = loss + micro.detach() / k
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None
     optimizer.step()
+    after_optimizer_step(model)  # fp8: the next all-gather's weight scales, in one all-reduce
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
     return StepResult(loss, norm)
 
 
-def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int]:
-    """(strategy, HSDP replicas): the settings' sharding (auto resolved by core.perf) on the ranks Ray started.
+def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
+    """(strategy, HSDP replicas, gradient reduction dtype): core.strategy's choice, on the ranks Ray started.
 
     HSDP replicates across the nodes actually present (world / ranks per node); on one node it is plain FSDP.
     """
-    from ray_efa.core.perf import resolve_sharding
+    from ray_efa.core.strategy import choose
 
-    strategy = resolve_sharding(settings)
+    option = choose(settings)
     nodes = world // max(1, local_world)
-    if strategy == "hsdp" and nodes > 1 and world % nodes == 0:
-        return strategy, nodes
-    return "fsdp", 1
+    if option.strategy == "hsdp" and nodes > 1 and world % nodes == 0:
+        return option.strategy, nodes, option.reduce_dtype
+    return "fsdp", 1, option.reduce_dtype
 
 
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -159,7 +149,8 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
 
 
 def train_func(config: dict) -> dict:
-    """Train as the settings say; rank 0 returns {"summary", "history", "optimizer_steps"} (Result.return_value)."""
+    """Train as the settings say; rank 0 returns {"summary", "history": [(step, loss)], "step_metrics": a dict per
+    step (Reporter.history), "optimizer_steps"} (Result.return_value)."""
     import ray.train
     import ray.train.torch
 
@@ -179,13 +170,16 @@ def train_func(config: dict) -> dict:
                         loss_chunk_size=t.loss_chunk_size)
     if rank == 0 and folder is not None and t.model_path is not None:
         _say(weights.describe_loaded(t.model_path, folder, model))
-    strategy, replicas = _sharding(settings, world, ray.train.get_context().get_local_world_size())
+    strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
+    policy, bf16_wire = gradient_precision(device, reduce_dtype, t.grad_accumulation)
     plan = ParallelPlan(
-        activation_checkpointing=t.activation_checkpointing, compile=t.compile,
-        mixed_precision=mixed_precision_policy(device, t.grad_reduce_dtype), replicas=replicas,
+        activation_checkpointing=t.activation_checkpointing, compile=t.compile, mixed_precision=policy,
+        replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda",
     )
     if rank == 0:
-        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else ""))
+        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else "")
+             + (f", gradients {reduce_dtype} on the wire" if device.type == "cuda" else "")
+             + (", fp8 decoder linears" if plan.fp8 else ""))
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
@@ -195,6 +189,7 @@ def train_func(config: dict) -> dict:
         throughput=Throughput(
             tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
             flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+            flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
         ),
         total_steps=t.steps, start_step=start, device=device,
     )
@@ -202,6 +197,7 @@ def train_func(config: dict) -> dict:
         _say(f"resumed from the checkpoint of step {start}")
     history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
+    reporter = Reporter(meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device)
     model.train()
     steps_run = 0
     for step in range(start + 1, t.steps + 1):
@@ -210,26 +206,31 @@ def train_func(config: dict) -> dict:
         k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
         loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.record(step, loss, lr, grad_norm=grad_norm)
         faults.after_step(step=step, rank=rank, start_step=start)
 
         save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
         evaluate = data.eval_due(step)
-        if save or evaluate or step == start + 1 or step % t.report_every == 0:  # the same steps on every rank
-            metrics = {**meter.measure(step, _global_mean(loss, world)), "lr": lr, **_grad_norm(grad_norm)}
+        if reporter.is_measure_step(step, save=save or evaluate):  # the same steps on every rank
+            metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank
             if evaluate:  # after measure: the held-out pass is not a training step
                 last_eval = {**data.evaluate(model, device), "eval_step": step}
                 metrics.update(last_eval)
-                meter.restart_clock()
+                reporter.annotate(last_eval)
+                reporter.restart_clock()
             if rank == 0:
                 _say(format_line(metrics, t.steps))
-            if history:
-                history.log(metrics, step)
+            if history:  # every step since the last measure step
+                for entry in reporter.take_unlogged():
+                    history.log(entry, int(entry["step"]))
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
                                            train_state=data.state())
-                meter.restart_clock()  # the save is not a training step
-            else:
+                reporter.reported()
+                reporter.restart_clock()  # the save is not a training step
+            elif report:
                 ray.train.report(metrics)
+                reporter.reported()
         if faults.stop_after_step == step:
             break
     if history:
@@ -238,5 +239,12 @@ def train_func(config: dict) -> dict:
     efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    return {"summary": {**meter.summary(), **last_eval, **where}, "history": meter.history,
-            "optimizer_steps": _optimizer_steps(optimizer)}
+    # what ran, for `ray-efa calibrate`
+    shape = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
+             "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
+             "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
+             "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
+             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
+    return {"summary": {**meter.summary(), **last_eval, **where, **shape, "reports": reporter.reports},
+            "history": reporter.losses(),
+            "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

@@ -93,6 +93,7 @@ def before_training(run: WorkerRun) -> None:
         if run.rank == 0:
             _say(preflight.format_probe_table(results))
         inter_node = run.local_world_size < run.world_size
+        preflight.record_probe(results)  # the measured link, for the run summary (ray-efa calibrate)
         preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(run.settings), inter_node=inter_node)
     efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 

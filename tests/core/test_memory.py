@@ -6,16 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog
-from ray_efa.core.memory import (
-    COMPILED_ACTIVATIONS,
-    FRAGMENTATION,
-    OVERHEAD_FIXED_GIB,
-    check_fits,
-    estimate,
-    estimate_for,
-)
+from ray_efa.core import catalog, memory
+from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, estimate_for
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
+from ray_efa.core.strategy import check_fits, estimate
 
 GIB = 2**30
 QWEN = TrainingSettings(model="qwen2.5-1.5b")
@@ -80,7 +74,7 @@ def test_activations_follow_the_documented_formula(checkpointing, compiled):
     ("lever", "changed", "unchanged"),
     [
         ({"activationCheckpointing": True}, "activations_gib", ("logits_gib", "parameters_gib", "optimizer_gib")),
-        ({"lossChunkSize": 2048}, "logits_gib", ("activations_gib", "parameters_gib", "optimizer_gib")),
+        ({"lossChunkSize": 512}, "logits_gib", ("activations_gib", "parameters_gib", "optimizer_gib")),
         ({"gpuNodeCount": 4}, "optimizer_gib", ("activations_gib", "logits_gib", "gathered_gib")),
     ],
 )
@@ -145,7 +139,7 @@ def test_check_fits_returns_the_plan_when_it_fits():
          ("activationCheckpointing=true", "gpuInstanceType=g6e.12xlarge", "22.5 GiB")),
         # nothing single fits (not even the largest GPU, p6-b200's B200): the combination of every lever is offered
         ({"microBatch": 32, "seqLen": 4096}, "microBatch",
-         ("no single change fits", "lossChunkSize=4096", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
+         ("no single change fits", "lossChunkSize=1024", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
         # micro batch 1 already: the sequence is the setting to name, and its default fits
         ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
         # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest
@@ -167,18 +161,20 @@ def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions
     assert all(text in problem.message for text in mentions), problem.message
 
 
-def test_one_gpu_node_is_named_as_the_cause_and_more_nodes_as_a_fix():
-    # GIVEN the default run on one GPU node instead of two (4 GPUs share the model state instead of 8)
-    settings = Settings.from_context({"gpuNodeCount": 1})
-    assert not estimate(settings).fits and estimate(Settings()).fits
+def test_a_one_node_plan_that_does_not_fit_is_offered_more_nodes():
+    # GIVEN the defaults on one GPU node (4 GPUs share the model state instead of 8) with a micro batch of 3: the
+    # default micro batch fits one node since the loss chunk is 1024, three do not
+    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 3})
+    assert not estimate(settings).fits and estimate(settings.replace(gpuNodeCount=2)).fits
     # WHEN it is checked
     with pytest.raises(SettingsError) as raised:
         check_fits(settings)
-    # THEN the node count is blamed (not activationCheckpointing, which the user never touched), and every lever is
-    # offered: more nodes, and the training settings
+    # THEN the micro batch (changed from its default, which fits) is blamed, and every lever is offered: more nodes,
+    # and the training settings
     (problem,) = raised.value.problems
-    assert (problem.key, problem.value) == ("gpuNodeCount", 1)
-    for lever in ("gpuNodeCount=2", "activationCheckpointing=true", "microBatch=1", "seqLen=1024", "gpuInstanceType="):
+    assert (problem.key, problem.value) == ("microBatch", 3)
+    for lever in ("microBatch=2, its default", "gpuNodeCount=2", "activationCheckpointing=true", "seqLen=1024",
+                  "gpuInstanceType="):
         assert lever in problem.message, (lever, problem.message)
 
 
@@ -237,13 +233,13 @@ def test_plan_covers_reserved_memory_plus_context_on_the_real_allocator(row):
 
 def test_hsdp_shards_within_a_node_and_accumulation_holds_more_gradients():
     s = Settings.from_context({"sharding": "fsdp"})  # 2 x g6.12xlarge: 8 GPUs, 4 per node
-    fsdp, hsdp = estimate(s, "fsdp"), estimate(s, "hsdp")
+    fsdp, hsdp = memory.estimate(s, "fsdp"), memory.estimate(s, "hsdp")
     assert hsdp.optimizer_gib == pytest.approx(2 * fsdp.optimizer_gib)  # sharded over 4 instead of 8
     # with accumulation, fsdp holds the unsharded fp32 gradients plus 2 sharded copies (over 8), hsdp 3 (over 4)
-    accumulating = estimate(s.replace(gradAccumulation=2), "fsdp")
+    accumulating = memory.estimate(s.replace(gradAccumulation=2), "fsdp")
     params = s.training.preset.num_parameters
     assert accumulating.gradients_gib == pytest.approx(fsdp.gradients_gib + (4 * params + 2 * 4 * params / 8) / GIB)
-    hsdp_accumulating = estimate(s.replace(gradAccumulation=2), "hsdp")
+    hsdp_accumulating = memory.estimate(s.replace(gradAccumulation=2), "hsdp")
     assert hsdp_accumulating.gradients_gib == pytest.approx(hsdp.gradients_gib + 3 * 4 * params / 4 / GIB)
 
 
@@ -281,7 +277,7 @@ def test_scaled_to_zero_has_no_plan_and_says_how_to_come_back():
 
 
 def test_scaled_to_zero_predicts_no_step():
-    from ray_efa.core.perf import performance, resolve_sharding
+    from ray_efa.core.strategy import performance, resolve_sharding
 
     settings = Settings.from_context({"gpuNodeCount": 0})
     assert performance(settings) == {} and resolve_sharding(settings) == "fsdp"

@@ -1,11 +1,12 @@
-"""The step-time model: compute calibrated on a real GPU, the bytes of each collective, the links, the choice of auto."""
+"""The step-time model (core.perf) and the choices made with it and the memory plan (core.strategy): compute calibrated
+on a real GPU, the bytes of each collective, the links (EFA and the socket path), fp8, auto, node scaling."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog, perf
+from ray_efa.core import catalog, perf, strategy
 from ray_efa.core.settings import Settings, TrainingSettings
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200x1-calibrate-expandable.jsonl"
@@ -30,7 +31,7 @@ def test_one_gpu_step_is_predicted_within_20_percent_of_the_h200_measurement(row
 
 def test_default_fsdp_step_moves_seven_eighths_of_each_collective_over_the_one_efa_link():
     # GIVEN the defaults: 2 x g6.12xlarge (4 L4 each, PCIe, one 40 Gbit/s EFA), 2 x 2048 tokens, fp32 gradient reduction
-    p = perf.predict_settings(Settings(), network="efa", strategy="fsdp")
+    p = strategy.evaluate(Settings(), network="efa", strategy="fsdp", reduce_dtype="fp32").prediction
     inter = [c for c in p.collectives if c.link == "inter"]
     # THEN two bf16 all-gathers (the root and last layer are not gathered again in backward) and an fp32
     # reduce-scatter each send 7/8 of their size through each node's interface
@@ -39,22 +40,37 @@ def test_default_fsdp_step_moves_seven_eighths_of_each_collective_over_the_one_e
     assert sum(c.wire_gb for c in inter) == pytest.approx(7 / 8 * sum(c.size_gb for c in inter))
     # and at 5 GB/s x 0.8 that is seconds of network against under a second of compute: network-bound
     assert p.bottleneck == "network" and p.network_s > 2 * p.compute_s
-    assert p.network_s == pytest.approx(sum(c.wire_gb for c in inter) / (40 / 8 * perf.NETWORK_SHARE["efa"]))
+    assert p.network_s == pytest.approx(sum(c.wire_gb for c in inter) / (40 / 8 * perf.EFA_SHARE))
+
+
+def _evaluate(s, *, network="efa", strategy_="hsdp", reduce="fp32"):
+    return strategy.evaluate(s, network=network, strategy=strategy_, reduce_dtype=reduce).prediction
 
 
 def test_hsdp_sends_only_the_gradient_all_reduce_between_nodes_and_bf16_halves_it():
     s = Settings()
-    fp32 = perf.predict_settings(s, network="efa", strategy="hsdp")
-    bf16 = perf.predict_settings(s.replace(gradReduceDtype="bf16"), network="efa", strategy="hsdp")
+    fp32, bf16 = _evaluate(s), _evaluate(s, reduce="bf16")
     (inter,) = [c for c in fp32.collectives if c.link == "inter"]
     assert inter.wire_gb == pytest.approx(4 * P / 1e9)  # 2 (N-1)/N x 4P with N = 2 nodes
     assert [c.wire_gb for c in bf16.collectives if c.link == "inter"] == [pytest.approx(2 * P / 1e9)]
-    assert fp32.network_s < perf.predict_settings(s, network="efa", strategy="fsdp").network_s
+    assert fp32.network_s < _evaluate(s, strategy_="fsdp").network_s
+
+
+def test_with_accumulation_hsdp_sends_fp32_partial_sums_between_nodes_and_fsdp_keeps_bf16():
+    # GIVEN bf16 reduction with 4 accumulated micro-batches: gradients are accumulated in fp32 (training.parallelize),
+    # and FSDP2 keeps hsdp's partial sums in the reduction dtype, so they cross the nodes in fp32
+    s = Settings.from_context({"gradAccumulation": 4})
+    hsdp, fsdp = _evaluate(s, reduce="bf16"), _evaluate(s, strategy_="fsdp", reduce="bf16")
+    (inter,) = [c for c in hsdp.collectives if c.link == "inter"]
+    assert inter.size_gb == pytest.approx(4 * P / 1e9) and hsdp.reduce_dtype == "fp32"
+    # while fsdp's reduce-scatter, cast to bf16 for the wire only, sends 2 bytes per parameter
+    (scatter,) = [c for c in fsdp.collectives if c.link == "inter" and c.name.startswith("reduce-scatter")]
+    assert scatter.size_gb == pytest.approx(2 * P / 1e9) and fsdp.reduce_dtype == "bf16"
 
 
 def test_accumulation_spreads_the_network_over_more_compute():
-    s = Settings.from_context({"gradAccumulation": 4, "lossChunkSize": 2048})
-    one, four = perf.predict_settings(s.replace(gradAccumulation=1), strategy="hsdp"), perf.predict_settings(s, strategy="hsdp")
+    s = Settings.from_context({"gradAccumulation": 4})
+    one, four = _evaluate(s.replace(gradAccumulation=1)), _evaluate(s)
     assert four.network_s == pytest.approx(one.network_s)  # the all-reduce runs once per optimizer step
     assert four.compute_s == pytest.approx(4 * one.compute_s)
     assert four.tokens_per_s_per_gpu > 2 * one.tokens_per_s_per_gpu
@@ -62,29 +78,97 @@ def test_accumulation_spreads_the_network_over_more_compute():
 
 def test_tcp_is_slower_than_efa_where_the_network_binds():
     s = Settings()
-    efa, tcp = perf.predict_settings(s, network="efa"), perf.predict_settings(s, network="tcp")
+    efa, tcp = strategy.choose(s, "efa").prediction, strategy.choose(s, "tcp").prediction
     assert tcp.step_time_s > 1.5 * efa.step_time_s
 
 
-def test_auto_takes_the_fastest_strategy_that_fits_memory():
-    # GIVEN the defaults, where hsdp is faster but its less-sharded state does not fit an L4
+def test_socket_path_comes_from_the_instances_own_card_not_a_fraction_of_efa():
+    # GIVEN the socket model: the primary card's bandwidth x NCCL's measured socket share, capped by the host path
+    g6 = catalog.gpu_instance("g6.12xlarge")
+    p5 = catalog.gpu_instance("p5.48xlarge")
+    # THEN g6.12xlarge (one 40 Gbit/s card) keeps the AWS reference's ratio: EFA 2.06x TCP on a network-bound step
+    (_, efa), (_, tcp) = perf.links_for(g6, "efa"), perf.links_for(g6, "tcp")
+    assert efa.gb_s / tcp.gb_s == pytest.approx(2.06, rel=0.01)
+    # and on p5.48xlarge (32 cards of 100 Gbit/s; TCP rides card 0) the sockets are capped by the host path, so EFA's
+    # 3,200 Gbit/s is ~94x the socket path, not the 2.06x a fixed fraction would give
+    (_, efa5), (_, tcp5) = perf.links_for(p5, "efa"), perf.links_for(p5, "tcp")
+    assert p5.primary_card_gbps == 100
+    assert tcp5.gb_s == pytest.approx(perf.SOCKET_HOST_CEILING_GB_S)
+    assert efa5.gb_s / tcp5.gb_s > 50
+    # outside a placement group each of NCCL's 16 flows is capped at 5 Gbit/s: the flows bind before the 200 Gbit/s card
+    p5en = catalog.gpu_instance("p5en.48xlarge")
+    assert perf.socket_gb_s(p5en, placement_group=False) == pytest.approx(min(16 * 5 / 8, 200 / 8 * 0.388, 3.4))
+    # a network-bound default step on p5 is several times slower over TCP than over EFA
+    s = Settings.from_context({"gpuInstanceType": "p5.48xlarge"})
+    assert strategy.choose(s, "tcp").prediction.step_time_s > 4 * strategy.choose(s, "efa").prediction.step_time_s
+
+
+def test_fp8_runs_the_layer_linears_faster_and_halves_their_all_gathers():
+    # GIVEN 8 x 4096 tokens on one H200, where issue 19 measured fp8 at 1.16x bf16's tokens/s
+    t = TrainingSettings(micro_batch=8, seq_len=4096)
+    h200 = catalog.gpu_instance("p5en.48xlarge")
+    bf16 = perf.predict(t, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp")
+    fp8 = perf.predict(t, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision="fp8")
+    assert fp8.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(1.16, rel=0.03)
+    # and at 2 x 2048, launch-bound, fp8 is slower (0.70x measured)
+    small = TrainingSettings(micro_batch=2, seq_len=2048)
+    b, f = (perf.predict(small, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision=x)
+            for x in ("bf16", "fp8"))
+    assert f.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu == pytest.approx(0.73, abs=0.05)
+    # across nodes, fsdp's all-gathers carry 1 byte per linear weight: well under bf16's bytes
+    s = Settings.from_context({"sharding": "fsdp"})
+    gathers = {x: sum(c.wire_gb for c in _evaluate(s.replace(precision=x), strategy_="fsdp").collectives
+                      if c.link == "inter" and c.name.startswith("all-gather")) for x in ("bf16", "fp8")}
+    assert 0.5 < gathers["fp8"] / gathers["bf16"] < 0.65
+
+
+def test_auto_takes_the_fastest_option_that_fits_memory():
+    # GIVEN the defaults (2 x g6.12xlarge, loss chunk 1024): hsdp with bf16 reduction is fastest and fits an L4
     s = Settings()
-    fsdp, hsdp = (perf.predict_settings(s, strategy=x) for x in ("fsdp", "hsdp"))
-    assert hsdp.step_time_s < fsdp.step_time_s and not hsdp.fits and fsdp.fits
-    # THEN auto runs fsdp, and the plan's advice names the change that lets hsdp fit
-    assert perf.resolve_sharding(s) == "fsdp"
-    assert "lossChunkSize=2048" in perf.performance(s)["efa"]["advice"]
-    # and with that change auto runs hsdp
-    assert perf.resolve_sharding(s.replace(lossChunkSize=2048)) == "hsdp"
-    # one node has nothing to replicate across; an explicit setting is kept
-    assert perf.resolve_sharding(s.replace(gpuNodeCount=1)) == "fsdp"
-    assert perf.resolve_sharding(s.replace(sharding="hsdp")) == "hsdp"
+    chosen = strategy.choose(s)
+    assert (chosen.strategy, chosen.reduce_dtype, chosen.fits) == ("hsdp", "bf16", True)
+    for other in ("fsdp", "hsdp"):
+        for reduce in ("fp32", "bf16"):
+            option = strategy.evaluate(s, strategy=other, reduce_dtype=reduce)
+            assert option.prediction.step_time_s >= chosen.prediction.step_time_s or not option.fits
+    # with a 4096-token loss chunk hsdp does not fit: auto runs fsdp, and the advice names the change that fits hsdp
+    big_chunk = s.replace(lossChunkSize=4096)
+    assert strategy.resolve_sharding(big_chunk) == "fsdp"
+    assert "lossChunkSize=1024" in strategy.performance(big_chunk)["efa"]["advice"]
+    # one node has nothing to replicate across and nothing crosses a network: fsdp, and bf16 buys nothing there
+    one = strategy.choose(s.replace(gpuNodeCount=1))
+    assert one.strategy == "fsdp"
+    # an explicit setting is kept
+    assert strategy.resolve_sharding(s.replace(sharding="fsdp")) == "fsdp"
+    assert strategy.resolve_reduce_dtype(s.replace(gradReduceDtype="fp32")) == "fp32"
+
+
+def test_auto_reduces_in_bf16_only_where_it_pays():
+    # over NVLink inside one p5en node the step is compute-bound: fp32 stays
+    s = Settings.from_context({"gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1})
+    assert strategy.resolve_reduce_dtype(s) == "fp32"
+    # on the 40 Gbit/s g6 link it is network-bound: bf16
+    assert strategy.resolve_reduce_dtype(Settings()) == "bf16"
+
+
+def test_plan_says_when_more_nodes_are_slower_than_fewer_and_what_would_change_it():
+    # GIVEN the defaults over TCP: 2 nodes are predicted below one node's tokens/s
+    scaling = strategy.performance(Settings())["tcp"]["scaling"]
+    assert scaling["slower_than_fewer_nodes"] and scaling["fewer_nodes"] == 1 and scaling["ratio"] < 1
+    assert scaling["tokens_per_s"] < scaling["fewer_nodes_tokens_per_s"]
+    # THEN it names the changes that would make 2 nodes faster than 1, fastest first, and says so in words
+    assert scaling["changes"][0]["change"] == "network=efa"
+    assert all(c["ratio_to_fewer_nodes_now"] > 1 for c in scaling["changes"])
+    assert "0.70x of 1 node" in scaling["advice"] and "network=efa" in scaling["advice"]
+    # and over EFA the default's 2 nodes beat one
+    efa = strategy.performance(Settings())["efa"]["scaling"]
+    assert not efa["slower_than_fewer_nodes"] and efa["ratio"] > 1.2
 
 
 @pytest.mark.parametrize("name", sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))
 def test_every_efa_instance_type_gets_a_prediction_for_both_networks(name):
     s = Settings.from_context({"gpuInstanceType": name})
-    out = perf.performance(s)
+    out = strategy.performance(s)
     for net in ("efa", "tcp"):
         row = out[net]
         assert row["strategy"] in ("fsdp", "hsdp")

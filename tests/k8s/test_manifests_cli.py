@@ -102,14 +102,14 @@ def test_a_plan_that_cannot_fit_exits_2_naming_the_setting_and_writes_nothing(tm
 
 
 def test_the_rayjob_chart_itself_refuses_a_plan_that_cannot_fit():
-    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with default batch)
+    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with 3 x 2048 tokens per GPU)
     import cdk8s
 
     from ray_efa.core.settings import Settings, SettingsError
 
-    settings = Settings.from_context({"gpuNodeCount": 1})
+    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 3})
     # WHEN any caller builds the RayJob chart (the CDK stack does, through infra.workload) THEN it is refused
-    with pytest.raises(SettingsError, match="gpuNodeCount: the training plan needs"):
+    with pytest.raises(SettingsError, match="microBatch: the training plan needs"):
         workload.ray_job_chart(cdk8s.App(), settings)
 
 

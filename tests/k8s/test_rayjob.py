@@ -67,14 +67,22 @@ def test_job_is_submitted_by_a_kubernetes_job(default_synth):
     assert default_synth.ray_job("efa")["spec"]["submissionMode"] == "K8sJobMode"
 
 
-def test_runtime_env_installs_the_extra_pip_packages(default_synth):
+def test_runtime_env_installs_the_extra_pip_packages_and_sets_the_controller_poll_interval(default_synth):
     runtime_env = yaml.safe_load(default_synth.ray_job("efa")["spec"]["runtimeEnvYAML"])
-    assert runtime_env == {"pip": ["einops==0.8.1", "tabulate==0.9.0"]}
+    # the Ray Train controller drains each worker's one-report queue at this interval; training.reporting spaces
+    # its reports by the same variable, so the loop never waits on a report
+    assert runtime_env == {"pip": ["einops==0.8.1", "tabulate==0.9.0"],
+                           "env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
 
 
-def test_no_runtime_env_without_extra_packages():
+def test_precision_fp8_installs_the_pinned_torchao():
+    job = synthesize(BASE.replace(precision="fp8", gpuInstanceType="g6.12xlarge")).ray_job("efa")
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"])["pip"] == ["einops==0.8.1", "tabulate==0.9.0", "torchao==0.18.0"]
+
+
+def test_runtime_env_without_extra_packages_only_sets_the_environment():
     job = synthesize(BASE.replace(pipPackages="")).ray_job("efa")
-    assert "runtimeEnvYAML" not in job["spec"]
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
 
 
 def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_synth):

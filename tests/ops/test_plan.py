@@ -10,7 +10,7 @@ from rich.console import Console
 from ray_efa.core import catalog
 from ray_efa.core.context import resolve_settings
 from ray_efa.core.cost import hourly_cost
-from ray_efa.core.memory import estimate
+from ray_efa.core.strategy import estimate
 from ray_efa.ops.plan import build_plan, render_plan
 from tests.ops.cli_helpers import run_cli
 
@@ -129,10 +129,22 @@ def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
     assert performance["tcp"]["step_time_s"] > performance["efa"]["step_time_s"]
 
 
-def test_command_prints_the_predicted_step(capsys):
+def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys):
     assert run_cli("plan") == 0
-    out = capsys.readouterr().out
-    assert "Predicted step" in out and "hsdp" in out and "lossChunkSize=2048" in out
+    out = " ".join(capsys.readouterr().out.split())
+    # the default job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
+    # plan says by how much and what would change that
+    assert "Predicted step" in out and "hsdp*" in out and "bf16" in out
+    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.70x of 1 node" in out
+    assert "network=efa would give" in out
+    # MFU is given under both FLOP conventions
+    assert "6N + 12 L d S / causal 6N + 6 L d S" in out
+
+
+def test_command_advises_the_change_that_lets_a_faster_strategy_fit(capsys):
+    assert run_cli("plan", "-c", "lossChunkSize=4096") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "lossChunkSize=1024" in out and "hsdp (bf16 reduction) would be" in out
 
 
 def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):

@@ -64,9 +64,13 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys):
     for point, y in zip(fsdp_efa["points"], drawn):
         assert y == pytest.approx(point["tokens_per_s"], rel=1e-4) if point["fits"] else y != y
     assert [ax.get_ylabel() for ax in figure.axes] == ["tokens/s, all GPUs", "tokens/s per GPU", "USD per million tokens"]
-    # and the node counts where no strategy fits are shaded (here one node of 4 x L4 fits neither)
+    # and the node counts where no strategy fits are shaded: none with the defaults (loss chunk 1024) ...
     nothing_fits = [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in s["series"])]
-    assert nothing_fits and len(figure.axes[0].patches) == len(nothing_fits)
+    assert len(figure.axes[0].patches) == len(nothing_fits)
+    # ... and one node of 4 x L4 with a 4096-token loss chunk, which fits neither strategy there
+    big = scaling(Settings.from_context({"lossChunkSize": 4096}))
+    assert [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in big["series"])] == [1]
+    assert len(plots.scaling_chart(big).axes[0].patches) == 1
 
 
 def test_the_scaling_curve_reaches_the_planned_node_count():

@@ -150,12 +150,12 @@ def test_a_gpu_run_gets_the_prediction_and_the_capacity_lines(run_folder):
     # WHEN the charts are drawn
     figures = charts(run)
     # THEN the step time has core.perf's prediction for those settings as a line
-    from ray_efa.core.perf import predict_settings
+    from ray_efa.core.strategy import choose
 
     predicted = [line for line in figures["step_time"].axes[0].get_lines() if str(line.get_label()).startswith("predicted")]
     assert len(predicted) == 1
     scale = 1000.0 if figures["step_time"].axes[0].get_ylabel() == "step time (ms)" else 1.0
-    assert predicted[0].get_ydata()[0] == pytest.approx(predict_settings(run.settings).step_time_s * scale)
+    assert predicted[0].get_ydata()[0] == pytest.approx(choose(run.settings).prediction.step_time_s * scale)
     # and memory is drawn against the H200's capacity and the planner's estimate
     labels = [str(line.get_label()) for line in figures["memory"].axes[0].get_lines()]
     assert "capacity of one NVIDIA H200: 139.8 GiB" in labels

@@ -250,11 +250,11 @@ def test_the_spool_is_per_run_and_read_back_newest_last(tmp_path, monkeypatch):
 
 
 def test_the_prediction_is_core_perfs_inter_node_bytes():
-    from ray_efa.core.perf import predict_settings
     from ray_efa.core.settings import Settings
+    from ray_efa.core.strategy import choose
 
     settings = Settings.from_context({})
-    expected = sum(c.wire_gb for c in predict_settings(settings).collectives if c.link == "inter") * 1e9
+    expected = sum(c.wire_gb for c in choose(settings).prediction.collectives if c.link == "inter") * 1e9
     assert efa_counters.predicted_bytes_per_step(settings) == pytest.approx(expected) and expected > 0
 
 

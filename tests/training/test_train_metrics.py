@@ -81,3 +81,17 @@ def test_progress_line_and_table_show_what_was_measured():
     assert "MFU" in line and "rss" in line and "ETA 28s" in line
     table = format_summary(meter.summary(), title="t")
     assert "resumed after step 20" in table and "2.5000" in table and "MFU" in table
+
+
+def test_mfu_is_also_given_under_the_causal_convention():
+    # GIVEN FLOPs per token under both conventions (12 L d S attention, and causal 6 L d S)
+    throughput = Throughput(tokens_per_step_per_device=1000, world_size=1, flops_per_token=1e10,
+                            peak_flops_per_s=989e12, flops_per_token_causal=0.9e10)
+    clock = Clock()
+    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=clock)
+    clock.now += 0.5
+    metrics = meter.measure(1, 1.0)
+    # THEN both MFUs are reported, in the metrics, the progress line and the final table
+    assert metrics["throughput/mfu_causal_pct"] == pytest.approx(0.9 * metrics["throughput/mfu_pct"])
+    assert "(causal " in format_line(metrics, 10)
+    assert "causal (6N + 6 L d S)" in format_summary(meter.summary())

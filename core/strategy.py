@@ -1,0 +1,369 @@
+"""Choosing how the job runs, from the step-time model (core.perf) and the memory plan (core.memory) together.
+
+Both of those are leaves; everything that needs the two at once is here:
+- `choose`: the sharding (auto: fsdp or hsdp) and the gradient reduction dtype (auto: bf16 only where it is predicted
+  at least BF16_REDUCE_GAIN faster than fp32, i.e. where the wire binds) that give the fastest predicted step that
+  fits memory; `resolve_sharding` / `resolve_reduce_dtype` are its two answers, what training/ runs.
+- `estimate` and `check_fits`: the memory plan of the settings as they will run, and the refusal (SettingsError
+  naming the setting to change) of one that cannot fit.
+- `performance`: `plan --json`'s "performance": every strategy's predicted step on EFA and TCP, the advice when a
+  faster strategy is one change away, and whether more nodes are slower than fewer (by how much, and which single
+  change would turn that around).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ray_efa.core import catalog, memory, perf
+from ray_efa.core.memory import MemoryEstimate
+from ray_efa.core.model_source import model_problems
+from ray_efa.core.settings import Problem, Settings, SettingsError
+
+__all__ = [
+    "Option", "BF16_REDUCE_GAIN", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
+    "check_fits", "performance",
+]
+
+BF16_REDUCE_GAIN = 0.05
+"""gradReduceDtype auto takes bf16 only when it is predicted at least this much faster than fp32: half the bytes,
+for some rounding in the sum, is worth it only where the wire binds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Option:
+    """One way to run the settings: its predicted step and its memory plan."""
+
+    prediction: perf.StepPrediction
+    memory: MemoryEstimate
+    reduce_dtype: str
+    """The gradReduceDtype it runs with (fp32 or bf16)."""
+
+    @property
+    def strategy(self) -> str:
+        return self.prediction.strategy
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def tokens_per_s(self) -> float:
+        """The whole job's tokens/s."""
+        return self.prediction.tokens_per_s_per_gpu * self.memory.world_size
+
+    def as_dict(self) -> dict:
+        return {**self.prediction.as_dict(), "grad_reduce_dtype": self.reduce_dtype,
+                "memory_gib": round(self.memory.total_gib, 2), "fits": self.fits}
+
+
+def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
+             calibration: perf.Calibration | None = None) -> Option:
+    """The predicted step and memory plan of the settings run with `strategy` and `reduce_dtype`."""
+    n = settings.nodes
+    prediction = perf.predict(
+        settings.training, instance=n.gpu_instance, nodes=n.gpu_node_count, network=network or settings.workload.network,
+        strategy=strategy, reduce_dtype=reduce_dtype, placement_group=n.use_placement_group, calibration=calibration,
+    )
+    return Option(prediction=prediction, memory=memory.estimate(settings, strategy), reduce_dtype=reduce_dtype)
+
+
+def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None,
+             strategy: str | None = None) -> list[Option]:
+    t = settings.training
+    if strategy is not None:
+        shardings: tuple[str, ...] = (strategy,)
+    elif t.sharding != "auto":
+        shardings = (t.sharding,)
+    elif settings.nodes.gpu_node_count <= 1:
+        shardings = ("fsdp",)  # one node has nothing to replicate across (0: scaled to zero, no job)
+    else:
+        shardings = perf.STRATEGIES
+    reduces = ("fp32", "bf16") if t.grad_reduce_dtype == "auto" else (t.grad_reduce_dtype,)
+    return [evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration)
+            for s in shardings for r in reduces]
+
+
+def choose(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None, *,
+           strategy: str | None = None) -> Option:
+    """What the job runs: the fastest option that fits memory (bf16 reduction by auto only when BF16_REDUCE_GAIN
+    faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory. `strategy`
+    restricts the choice to one sharding (the reduction dtype is still chosen)."""
+    if settings.nodes.scaled_to_zero:  # no GPU node, no job: nothing to choose or divide by
+        raise SettingsError([settings.scaled_to_zero_problem()])
+    options = _options(settings, network, calibration, strategy)
+    auto_reduce = settings.training.grad_reduce_dtype == "auto"
+
+    def score(option: Option) -> tuple[float, int, int]:
+        penalty = 1 + BF16_REDUCE_GAIN if (auto_reduce and option.reduce_dtype == "bf16") else 1.0
+        return (option.prediction.step_time_s * penalty, perf.STRATEGIES.index(option.strategy),
+                option.reduce_dtype == "bf16")
+
+    fitting = [o for o in options if o.fits]
+    if fitting:
+        return min(fitting, key=score)
+    return min(options, key=lambda o: (o.memory.total_gib, score(o)))
+
+
+def resolve_sharding(settings: Settings, network: str | None = None) -> str:
+    """The strategy the job runs: the `sharding` setting, or for auto the one `choose` picks (fsdp scaled to zero)."""
+    if settings.nodes.scaled_to_zero:
+        return settings.training.sharding if settings.training.sharding != "auto" else "fsdp"
+    return choose(settings, network).strategy
+
+
+def resolve_reduce_dtype(settings: Settings, network: str | None = None) -> str:
+    """The gradient reduction dtype the job runs: the `gradReduceDtype` setting, or for auto the one `choose` picks."""
+    return choose(settings, network).reduce_dtype
+
+
+def estimate(settings: Settings) -> MemoryEstimate:
+    """GiB per GPU of the run the settings describe, with the strategy it will run (core.memory's formulas)."""
+    return choose(settings).memory
+
+
+_MAX_GPU_NODES = 64
+"""The largest gpuNodeCount core.settings accepts: the ceiling of the "more GPU nodes" lever."""
+
+
+def _more_nodes(settings: Settings) -> dict[str, object] | None:
+    """The smallest gpuNodeCount above the current one whose plan fits (FSDP shards the model state over every GPU,
+    so each node added lowers the memory per GPU), or None when even the largest count does not fit."""
+    for count in range(settings.nodes.gpu_node_count + 1, _MAX_GPU_NODES + 1):
+        if estimate(settings.replace(gpuNodeCount=count)).fits:
+            return {"gpuNodeCount": count}
+    return None
+
+
+def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
+    """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first:
+    the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
+    more of them), then every GPU with more memory."""
+    t, n = settings.training, settings.nodes
+    out: list[tuple[str, object, dict[str, object]]] = []
+    if t.loss_chunk_size == 0:
+        out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
+    if not t.activation_checkpointing:
+        out.append(("activationCheckpointing", False, {"activationCheckpointing": True}))
+    if t.micro_batch > 1:
+        out.append(("microBatch", t.micro_batch, {"microBatch": t.micro_batch // 2}))
+    if t.seq_len > 1:
+        out.append(("seqLen", t.seq_len, {"seqLen": t.seq_len // 2}))
+    if n.gpu_node_count < _MAX_GPU_NODES:
+        out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
+    bigger = sorted(
+        (row for row in catalog.GPU_INSTANCES.values()
+         # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
+         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
+         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
+        key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
+    )
+    for row in bigger:
+        out.append(("gpuInstanceType", n.gpu_instance_type, {"gpuInstanceType": row.name}))
+    return out
+
+
+_PLAN_KEYS = (
+    "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
+    "compile", "model", "sharding", "gradAccumulation", "precision",
+)
+"""The settings the memory plan depends on, in the order a refusal names them."""
+
+
+def _changed_cause(settings: Settings) -> tuple[str, object, object] | None:
+    """(key, value, default) of the first plan setting that differs from its default and, put back alone, fits.
+
+    A plan that cannot fit is usually one setting away from the defaults (which fit): that setting is the one to
+    name, e.g. gpuNodeCount=1 rather than activationCheckpointing, which the user never touched.
+    """
+    defaults, current = Settings().to_context(), settings.to_context()
+    for key in _PLAN_KEYS:
+        if current[key] != defaults[key] and estimate(settings.replace(**{key: defaults[key]})).fits:
+            return key, current[key], defaults[key]
+    return None
+
+
+def _describe(change: dict[str, object]) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
+
+
+def check_fits(settings: Settings) -> MemoryEstimate:
+    """The estimate, or SettingsError naming the setting to change and every single change that would fit.
+
+    The problem's key is the setting that broke a plan the defaults fit (its default value fits), else the first
+    lever that fits alone; the message lists each lever that fits alone with its GiB, more GPU nodes and larger
+    GPUs included, or, when none does, all of them together. First, the model must be plannable at all: modelPath's
+    architecture readable here, its tokenizer within its embeddings (core.model_source.model_problems).
+
+    Only the built-in train function is judged (its model is the settings' preset or modelPath architecture): a
+    trainFunction of your own builds what it builds, so its estimate is returned unjudged.
+    """
+    if problems := model_problems(settings.training):
+        raise SettingsError(problems)
+    plan = estimate(settings)
+    if plan.fits or not settings.training.builtin:
+        return plan
+    t, n = settings.training, settings.nodes
+    fixes: list[str] = []
+    key, value = None, None
+    cause = _changed_cause(settings)
+    if cause:  # the one setting that broke a plan the defaults fit: name it first
+        key, value, default = cause
+        fixes.append(f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)")
+    seen_instance = False
+    for lever, current, change in _alternatives(settings):
+        if (lever == "gpuInstanceType" and seen_instance) or (cause and change == {cause[0]: cause[2]}):
+            continue  # name only the smallest bigger GPU that fits; the default is named already
+        alt = estimate(settings.replace(**change))
+        if alt.fits:
+            fixes.append(f"{_describe(change)} ({alt.total_gib:.1f} GiB)")
+            key, value = (key, value) if key else (lever, current)
+            seen_instance = seen_instance or lever == "gpuInstanceType"
+    if fixes:
+        advice = "any one of these fits: " + "; ".join(fixes)
+    else:
+        combined: dict[str, object] = {}
+        for lever, _, change in _alternatives(settings):
+            if lever not in ("gpuInstanceType", "gpuNodeCount"):
+                combined.update(change)
+        alt = estimate(settings.replace(**combined)) if combined else plan
+        verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
+        advice = f"no single change fits; together {_describe(combined) or 'none'} would need {alt.total_gib:.1f} GiB ({verdict})"
+        key, value = ("microBatch", t.micro_batch) if t.micro_batch > 1 else ("seqLen", t.seq_len)
+    parts = ", ".join(f"{name.split(' (')[0]} {gib:.1f}" for name, gib in plan.breakdown()[:-1])
+    message = (
+        f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "
+        f"{n.gpu_instance_type} holds {plan.capacity_gib:.1f} GiB (model {t.preset.name}, microBatch {t.micro_batch} x "
+        f"seqLen {t.seq_len}, {plan.world_size} GPUs on {n.gpu_node_count} node{'s' if n.gpu_node_count > 1 else ''}); {advice}"
+    )
+    assert key is not None  # named by the cause, the first lever that fits, or the fallback above
+    raise SettingsError([Problem(key, value, message)])
+
+
+# -- performance: plan --json's "performance" ------------------------------------------------------------------------
+
+
+def _levers(settings: Settings) -> list[dict[str, object]]:
+    """Single memory levers that leave the effective batch alone, cheapest in speed first."""
+    t = settings.training
+    out: list[dict[str, object]] = []
+    if t.loss_chunk_size == 0 or t.loss_chunk_size > memory.SUGGESTED_LOSS_CHUNK:
+        out.append({"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK})
+    if not t.activation_checkpointing:
+        out.append({"activationCheckpointing": True})
+    return out
+
+
+def _describe_change(change: dict[str, object]) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
+
+
+def _advice(settings: Settings, network: str, chosen: Option, others: list[Option]) -> str | None:
+    """When a faster option does not fit memory as set: the one change that makes it fit, and what it would give."""
+    for other in sorted(others, key=lambda o: o.prediction.step_time_s):
+        if other.fits or other.prediction.step_time_s >= chosen.prediction.step_time_s:
+            continue
+        for change in _levers(settings):
+            alt = evaluate(settings.replace(**change), strategy=other.strategy, reduce_dtype=other.reduce_dtype,
+                           network=network)
+            if alt.fits and alt.prediction.step_time_s < chosen.prediction.step_time_s:
+                return (
+                    f"{other.strategy} ({other.reduce_dtype} reduction) would be "
+                    f"{chosen.prediction.step_time_s / alt.prediction.step_time_s:.1f}x faster "
+                    f"({alt.prediction.step_time_s:.2f} s per step) but needs {other.memory.total_gib:.1f} GiB per GPU; "
+                    f"with {_describe_change(change)} it needs {alt.memory.total_gib:.1f} GiB and fits"
+                    + (", and the auto settings pick it" if settings.training.sharding == "auto" else "")
+                )
+    return None
+
+
+def _scaling_changes(settings: Settings, network: str) -> list[dict[str, object]]:
+    """Single changes that move more bytes per second or fewer bytes per token across the nodes."""
+    t, gpu = settings.training, settings.nodes.gpu_instance.gpu
+    changes: list[dict[str, object]] = []
+    if network == "tcp":
+        changes.append({"network": "efa"})
+    if t.sharding != "auto" or t.grad_reduce_dtype != "auto":
+        changes.append({"sharding": "auto", "gradReduceDtype": "auto"})
+    if t.precision != "fp8" and gpu is not None and gpu.has_fp8:
+        changes.append({"precision": "fp8"})
+    for k in (4, 8):  # the network once per k micro-batches; checkpointing where the accumulation would not fit
+        if t.grad_accumulation < k:
+            changes.append({"gradAccumulation": k})
+            changes.append({"gradAccumulation": k, "activationCheckpointing": True})
+    return changes
+
+
+def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
+    """Whether fewer nodes of the same type would train more tokens/s than the settings' nodes (None on one node)."""
+    nodes = settings.nodes.gpu_node_count
+    if nodes == 1:
+        return None
+    fewer = [(n, choose(settings.replace(gpuNodeCount=n), network)) for n in range(1, nodes)]
+    fewer = [(n, o) for n, o in fewer if o.fits]
+    out: dict = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1), "slower_than_fewer_nodes": False}
+    if not fewer:
+        return out
+    best_n, best = max(fewer, key=lambda item: item[1].tokens_per_s)
+    ratio = chosen.tokens_per_s / best.tokens_per_s
+    out.update({"fewer_nodes": best_n, "fewer_nodes_tokens_per_s": round(best.tokens_per_s, 1),
+                "ratio": round(ratio, 3), "slower_than_fewer_nodes": ratio < 1.0})
+    if ratio >= 1.0:
+        return out
+    turnarounds = []
+    for change in _scaling_changes(settings, network):
+        try:
+            changed = settings.replace(**change)
+        except SettingsError:
+            continue
+        net = str(change.get("network", network))
+        option = choose(changed, net)
+        rival = max((choose(changed.replace(gpuNodeCount=n), net) for n in range(1, nodes)),
+                    key=lambda o: o.tokens_per_s if o.fits else 0.0)
+        if option.fits and option.tokens_per_s > best.tokens_per_s:
+            turnarounds.append({"change": _describe_change(change), "tokens_per_s": round(option.tokens_per_s, 1),
+                                "ratio_to_fewer_nodes_now": round(option.tokens_per_s / best.tokens_per_s, 3),
+                                "ratio_to_fewer_nodes_changed": round(option.tokens_per_s / max(1.0, rival.tokens_per_s), 3)
+                                if rival.fits else None})
+    turnarounds.sort(key=lambda c: -c["tokens_per_s"])
+    out["changes"] = turnarounds[:3]
+    p = chosen.prediction
+    text = (f"{nodes} x {settings.nodes.gpu_instance_type} are predicted at {chosen.tokens_per_s:,.0f} tokens/s, "
+            f"{ratio:.2f}x of {best_n} node{'s' if best_n > 1 else ''} ({best.tokens_per_s:,.0f}) at "
+            f"{nodes / best_n:.0f}x the GPU price: {p.network_s:.2f} s of the {p.step_time_s:.2f} s step is on the "
+            f"{'network' if p.bottleneck == 'network' else p.bottleneck}")
+    if turnarounds:
+        first = turnarounds[0]
+        text += (f"; {first['change']} would give {first['tokens_per_s']:,.0f} tokens/s "
+                 f"({first['ratio_to_fewer_nodes_now']:.2f}x of {best_n} node{'s' if best_n > 1 else ''} now)")
+    else:
+        text += "; no single change here turns that around: fewer nodes, or a faster network"
+    out["advice"] = text
+    return out
+
+
+def performance(settings: Settings, calibration: perf.Calibration | None = None) -> dict[str, dict]:
+    """`plan --json`'s "performance": for each network, the chosen option's prediction, every option's, the advice
+    when a faster one does not fit as set, and the node scaling verdict; empty with the GPU node group scaled to zero."""
+    out: dict[str, dict] = {}
+    if settings.nodes.scaled_to_zero:
+        return out
+    for net in perf.NETWORKS:
+        chosen = choose(settings, net, calibration)
+        options = _options(settings.replace(sharding="auto") if settings.nodes.gpu_node_count > 1 else settings, net,
+                           calibration)
+        by_strategy: dict[str, dict] = {}
+        for option in options:  # per strategy, the reduce dtype auto would take for it (or the set one)
+            current = by_strategy.get(option.strategy)
+            if current is None or option.reduce_dtype == chosen.reduce_dtype:
+                by_strategy[option.strategy] = option.as_dict()
+        out[net] = {
+            **chosen.as_dict(),
+            "sharding_setting": settings.training.sharding,
+            "grad_reduce_dtype_setting": settings.training.grad_reduce_dtype,
+            "advice": _advice(settings, net, chosen, options),
+            "strategies": by_strategy,
+            "scaling": _scaling(settings, net, chosen),
+            "calibration": calibration.source if calibration else None,
+        }
+    return out

@@ -1,0 +1,98 @@
+"""core.calibrate and `ray-efa calibrate`: a finished run's summary against the model, and the constants fitted to it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ray_efa.core import perf
+from ray_efa.core.calibrate import CalibrationError, compare_run
+from ray_efa.core.settings import Settings
+from tests.ops.cli_helpers import run_cli
+
+# One H200, 8 x 4096 tokens (docs/BENCHMARKS.md, bench/results/2026-12-01-h200x1-calibrate-expandable.jsonl): 0.632 s
+# per step, 51,828 tokens/s, written as the summary a run of that shape prints. One GPU: compute-bound.
+H200_RUN = {
+    "name": "h200-8x4096", "network": "efa", "instance_type": "p5en.48xlarge", "hosts": 1, "devices": 1,
+    "device": "NVIDIA H200", "time/step_s": 0.632, "throughput/tokens_per_s_per_device": 51828.0,
+    "model": "qwen2.5-1.5b", "micro_batch": 8, "seq_len": 4096, "grad_accumulation": 1, "compile": True,
+    "loss_chunk_size": 4096, "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "fp32",
+    "precision": "bf16", "preflight_busbw_gb_s": None,
+}
+# The train function through Ray at 2 x 2048 x 4 on one H200 (the ga4 run there): launch-bound, 0.613 s per step.
+LAUNCH_BOUND_RUN = {**H200_RUN, "name": "ga4", "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0,
+                    "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "grad_reduce_dtype": "bf16"}
+# A network-bound 2-node run (made up: what an L4 pair might show).
+L4_RUN = {
+    "name": "train-efa", "network": "efa", "instance_type": "g6.12xlarge", "hosts": 2, "devices": 8,
+    "time/step_s": 1.35, "throughput/tokens_per_s_per_device": 3034.0, "micro_batch": 2, "seq_len": 2048,
+    "sharding": "hsdp", "grad_reduce_dtype": "bf16", "preflight_busbw_gb_s": 3.1,
+}
+
+
+def test_a_compute_bound_run_fits_the_compute_efficiency_that_reproduces_its_step():
+    comparison = compare_run(Settings(), H200_RUN)
+    # the model's own prediction was within 1% (0.630 s), and the fitted constant reproduces the measured step
+    assert comparison.predicted.step_time_s == pytest.approx(0.632, rel=0.01)
+    assert comparison.calibrated.step_time_s == pytest.approx(0.632, rel=0.002)
+    assert comparison.compute_observable and comparison.calibration.inter_node_gb_s is None
+    assert comparison.calibration.compute_efficiency == pytest.approx(perf.COMPUTE_EFFICIENCY, rel=0.02)
+    # the run's own shape was predicted (8 x 4096 on one GPU), not the settings' defaults (2 x 2048 on 8)
+    assert comparison.nodes == 1 and comparison.predicted.tokens_per_s_per_gpu > 40_000
+
+
+def test_a_launch_bound_run_says_its_compute_efficiency_is_not_observable():
+    comparison = compare_run(Settings(), LAUNCH_BOUND_RUN)
+    assert not comparison.compute_observable and comparison.calibration.compute_efficiency is None
+    assert comparison.predicted.step_time_s == pytest.approx(0.613, rel=0.05)
+
+
+def test_a_network_bound_run_takes_the_probed_link_and_keeps_the_model_compute():
+    comparison = compare_run(Settings(), L4_RUN)
+    assert comparison.calibration.inter_node_gb_s == pytest.approx(3.1)
+    assert comparison.calibration.network == "efa"
+    assert not comparison.compute_observable and comparison.calibration.compute_efficiency is None
+    # with the measured (slower than modelled) link the prediction moves towards the measured step
+    assert comparison.predicted.step_time_s < comparison.calibrated.step_time_s <= 1.35
+    # and the measured link applies to predictions on its own network only
+    on_efa = perf.predict(Settings().training, instance=Settings().nodes.gpu_instance, nodes=2, network="efa",
+                          strategy="hsdp", reduce_dtype="bf16", calibration=comparison.calibration)
+    on_tcp = perf.predict(Settings().training, instance=Settings().nodes.gpu_instance, nodes=2, network="tcp",
+                          strategy="hsdp", reduce_dtype="bf16", calibration=comparison.calibration)
+    plain_tcp = perf.predict(Settings().training, instance=Settings().nodes.gpu_instance, nodes=2, network="tcp",
+                             strategy="hsdp", reduce_dtype="bf16")
+    assert on_efa.step_time_s == pytest.approx(comparison.calibrated.step_time_s)
+    assert on_tcp.step_time_s == pytest.approx(plain_tcp.step_time_s)
+
+
+def test_a_local_run_or_a_summary_without_a_step_time_cannot_be_calibrated():
+    with pytest.raises(CalibrationError, match="local CPU run"):
+        compare_run(Settings(), {**H200_RUN, "instance_type": "local"})
+    with pytest.raises(CalibrationError, match="steady-state step time"):
+        compare_run(Settings(), {k: v for k, v in H200_RUN.items() if k != "time/step_s"})
+
+
+def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_path, capsys):
+    log = tmp_path / "driver.log"
+    log.write_text("training summary ...\n(pid=1) RAY_EFA_RUN_SUMMARY " + json.dumps(L4_RUN) + "\n")
+    assert run_cli("calibrate", str(log), "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"]["step_time_s"] == 1.35 and out["calibration"]["inter_node_gb_s"] == pytest.approx(3.1)
+    assert {"step_time_s", "compute_s", "network_s", "mfu", "mfu_causal"} <= set(out["calibrated"])
+    # plan --calibration predicts the EFA step with the measured link
+    assert run_cli("plan", "--json", "--calibration", str(log)) == 0
+    performance = json.loads(capsys.readouterr().out)["performance"]
+    assert performance["efa"]["step_time_s"] == pytest.approx(out["calibrated"]["step_time_s"], rel=1e-3)
+    assert performance["efa"]["calibration"].startswith("run train-efa")
+
+
+def test_command_refuses_a_log_without_a_summary_and_a_run_of_another_type(tmp_path, capsys):
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing here\n")
+    assert run_cli("calibrate", str(empty)) == 2
+    assert "no RAY_EFA_RUN_SUMMARY" in capsys.readouterr().err
+    other = tmp_path / "p5.json"
+    other.write_text(json.dumps(H200_RUN))
+    assert run_cli("plan", "--calibration", str(other)) == 2
+    assert "calibrate with a run of that type" in capsys.readouterr().err

@@ -1,0 +1,121 @@
+"""Gradient accumulation gives the gradient of the whole batch, and bf16 on the wire keeps fp32 accumulation: real
+FSDP2 on 2 gloo ranks, comparing the gradients themselves.
+
+AdamW normalizes a gradient by its own running scale and clipping rescales it, so a loss curve cannot see a constant
+factor on the gradient (removing train_step's 1/k scaling broke no test before this one). Here the optimizer is SGD
+with lr 1 and no clipping, so each parameter's change in one step IS its (mean over ranks) gradient, and the runs are
+compared parameter by parameter.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.fsdp import MixedPrecisionPolicy
+
+from ray_efa.core.models import model_preset
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.model import build_model
+from ray_efa.training.parallelize import Bf16WireReduceScatter, ParallelPlan, gradient_precision, parallelize
+from ray_efa.training.train import train_step
+
+WORLD, SEQ = 2, 32
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.xdist_group("gloo-spawn")
+
+
+class _SpyWire(Bf16WireReduceScatter):
+    """The bf16-wire reduce-scatter, recording what it was handed and what it sent."""
+
+    calls: list[tuple[str, str]] = []
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        _SpyWire.calls.append((str(input_tensor.dtype), str(output_tensor.dtype)))
+        return super().__call__(output_tensor, input_tensor, group, op, async_op)
+
+
+def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
+
+
+def _worker(rank: int, store_path: str, out_path: str, mode: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
+    accumulation = 1 if mode == "k1" else 2
+    plan = ParallelPlan(replicas=2 if mode == "hsdp-k2" else 1)
+    if mode == "bf16wire-k2":
+        # what gradient_precision gives a GPU with bf16 reduction and accumulation: fp32 policy, bf16 wire
+        plan = ParallelPlan(mixed_precision=MixedPrecisionPolicy(reduce_dtype=torch.float32))
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), plan)
+    if mode == "bf16wire-k2":
+        spy = _SpyWire()
+        for module in (*model.layers, model):
+            module.set_custom_reduce_scatter(spy)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank)
+    inputs, labels = data.batch(1)
+    batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
+    before = _full(model)
+    train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU)
+    after = _full(model)
+    if rank == 0:
+        gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
+        with open(out_path, "w") as f:
+            json.dump({"gradients": gradients, "wire": _SpyWire.calls}, f)
+    dist.destroy_process_group()
+
+
+def _run(tmp_path, mode: str) -> dict:
+    out = tmp_path / f"{mode}.json"
+    mp.spawn(_worker, args=(str(tmp_path / f"store-{mode}"), str(out), mode), nprocs=WORLD, join=True)
+    result = json.loads(out.read_text())
+    result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("accumulation")
+    return {mode: _run(tmp, mode) for mode in ("k1", "fsdp-k2", "hsdp-k2", "bf16wire-k2")}
+
+
+def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    num = sum(float((a[k] - b[k]).pow(2).sum()) for k in a)
+    den = sum(float(b[k].pow(2).sum()) for k in b)
+    return (num / den) ** 0.5
+
+
+@pytest.mark.parametrize("mode", ["fsdp-k2", "hsdp-k2"])
+def test_two_accumulated_micro_batches_give_the_gradient_of_one_batch_of_both(runs, mode):
+    # GIVEN each rank's 2 sequences as one micro-batch, and as 2 accumulated micro-batches of 1 (fsdp, and hsdp
+    # replicated over the 2 ranks)
+    one, two = runs["k1"]["gradients"], runs[mode]["gradients"]
+    # THEN every parameter's gradient is the same (fp32: only summation order differs) - not twice it
+    assert _relative_difference(two, one) < 1e-5
+    assert sum(float(g.abs().sum()) for g in one.values()) > 0  # and there was a gradient to compare
+
+
+def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs):
+    # GIVEN the same accumulated step with the reduce-scatter cast to bf16 for the wire (Bf16WireReduceScatter)
+    one, wire = runs["k1"]["gradients"], runs["bf16wire-k2"]
+    # THEN the gradient is the fp32 one within bf16 rounding, and not exactly it (the wire really was bf16)
+    difference = _relative_difference(wire["gradients"], one)
+    assert 0 < difference < 1e-2
+    # and FSDP2 handed the comm the fp32 sum of both micro-batches, once per FSDP unit (the layers and the root),
+    # not once per micro-batch: accumulation stayed fp32, only the sent copy was bf16
+    assert wire["wire"] == [["torch.float32", "torch.float32"]] * (model_preset("tiny").num_hidden_layers + 1)
+
+
+def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():
+    gpu = torch.device("cuda", 0)
+    policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=1)
+    assert policy.reduce_dtype == torch.bfloat16 and not wire  # one micro-batch: reduce in bf16 directly
+    policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=4)
+    assert policy.reduce_dtype == torch.float32 and wire  # accumulate in fp32, bf16 only on the wire
+    policy, wire = gradient_precision(gpu, "fp32", grad_accumulation=4)
+    assert policy.reduce_dtype == torch.float32 and not wire
+    assert gradient_precision(CPU, "bf16", grad_accumulation=4) == (None, False)  # CPU stays fp32 throughout
