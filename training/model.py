@@ -49,6 +49,7 @@ class CausalLM(nn.Module):
         self.compile_loss = False
         self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
         self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
+        self.fp8_all_gather = False  # set by parallelize(): whether FSDP2 all-gathers those weights in fp8
 
     @property
     def layers(self) -> nn.ModuleList:

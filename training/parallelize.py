@@ -58,6 +58,8 @@ class ParallelPlan:
     """Bf16WireReduceScatter on every FSDP unit (bf16 reduction with accumulation)."""
     fp8: bool = False
     """torchao float8 training of the decoder-layer linears (GPU only)."""
+    fp8_all_gather: bool | None = None
+    """fp8: all-gather the weights in fp8 (half the bytes); None: where the shard group has more than one rank."""
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -91,14 +93,14 @@ class Bf16WireReduceScatter(ReduceScatter):
         return None
 
 
-def _convert_to_fp8(model: CausalLM) -> None:
+def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
     """Each decoder-layer nn.Linear to torchao's Float8Linear."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
         raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
                            f"(the RayJob's runtime_env installs it): {error}") from None
-    config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
         model.hf.model.layers, config=config,
         module_filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear),
@@ -107,7 +109,7 @@ def _convert_to_fp8(model: CausalLM) -> None:
 
 def after_optimizer_step(model: torch.nn.Module) -> None:
     """fp8: the next all-gather's weight scales, in one all-reduce."""
-    if getattr(model, "fp8", False):
+    if getattr(model, "fp8_all_gather", False):
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
         precompute_float8_dynamic_scale_for_fsdp(model)
@@ -139,8 +141,9 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    fp8_all_gather = plan.fp8 and (plan.fp8_all_gather if plan.fp8_all_gather is not None else _shard_ranks(plan) > 1)
     if plan.fp8:
-        _convert_to_fp8(model)  # before sharding
+        _convert_to_fp8(model, fp8_all_gather)  # before sharding
     layers = model.layers
     for index, layer in enumerate(layers):
         if plan.activation_checkpointing:
@@ -166,4 +169,14 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             cast(FSDPModule, module).set_custom_reduce_scatter(comm)
     model.hsdp = mesh is not None
     model.fp8 = plan.fp8
+    model.fp8_all_gather = fp8_all_gather
     return model
+
+
+def _shard_ranks(plan: ParallelPlan) -> int:
+    """How many ranks each parameter is sharded over (1 without a process group: nothing to gather)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return 1
+    return dist.get_world_size() // max(plan.replicas, 1)
