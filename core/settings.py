@@ -806,7 +806,12 @@ class TrainingSettings(_Section):
     weight_decay: float = setting(0.1, "weightDecay", "AdamW weight decay.", ge=0)
     grad_clip: float = setting(1.0, "gradClip", "Gradient norm clip; 0 turns clipping off.", ge=0)
     seed: int = setting(0, "seed", "Seed of the initialization and the token batches (each rank adds its rank).", ge=0)
-    report_every: int = setting(1, "reportEvery", "Report metrics every N steps (and on the first and last).", ge=1)
+    report_every: int = setting(
+        1, "reportEvery",
+        "Measure metrics every N steps (and on the first and last): one all-reduce and a progress line, kept in the "
+        "history; ray.train.report is called at most once per Ray Train controller poll, so a report never waits.",
+        ge=1,
+    )
     checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.", ge=0)
     max_failures: int = setting(
         1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint.",
