@@ -9,6 +9,7 @@ what lets the loss read the projection weight directly instead of asking the mod
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,8 @@ def build_model(
     preset: ModelPreset, *, seed: int, device: torch.device, model_path: str | None = None, loss_chunk_size: int = 0
 ) -> CausalLM:
     """The preset's architecture in fp32 on `device`: random weights from `seed`, or those stored at `model_path`."""
+    if not torch.cuda.is_available():
+        _quiet_torchao_import()
     from transformers import Qwen2ForCausalLM
 
     config = qwen2_config(preset)
@@ -79,6 +82,21 @@ def build_model(
         # as a method (typeshed's _Wrapped is no descriptor), so it reads `device` as `self`.
         hf_model = _load_local(Qwen2ForCausalLM, Path(model_path), config).to(device)  # pyright: ignore[reportArgumentType]
     return CausalLM(hf_model, loss_chunk_size=loss_chunk_size)
+
+
+def _quiet_torchao_import() -> None:
+    """transformers imports torchao where it is installed (the dev extra, for precision fp8). On a CPU-only torch,
+    torchao then warns about each CUDA kernel library it cannot load, and torch about torchao's enum registrations
+    (deprecated in 2.13): expected there, and noise in every local run. Only those records are dropped."""
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    pytree = logging.getLogger("torch.utils._pytree")
+    if not any(isinstance(f, _TorchaoEnumRegistration) for f in pytree.filters):
+        pytree.addFilter(_TorchaoEnumRegistration())
+
+
+class _TorchaoEnumRegistration(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Calling register_constant() on Enum subclasses is deprecated" not in record.getMessage()
 
 
 # The fields that must agree between a stored model and the preset for the plan (memory, FLOPs, MFU) to be true.
