@@ -149,6 +149,9 @@ def run_fp8(args, gpu: bool) -> list[dict]:
         settings = Settings.from_context(context)
         t = settings.training
         started = time.time()
+        # Each cell compiles as a fresh job would: without this, dynamo has seen the layer at another batch size and
+        # compiles later cells with a dynamic batch dimension (fp8 measured 7% slower that way).
+        torch._dynamo.reset()
         try:
             model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
             model = parallelize(model, ParallelPlan(compile=t.compile, mixed_precision=mixed_precision_policy(device),
