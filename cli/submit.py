@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         follow,
         gate_lines,
         job_exit_code,
+        own_by_job,
         submission,
     )
 
@@ -103,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
     timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
     function = settings.training.train_function
     try:
-        create_objects(api_client, objects)
+        job_uid = create_objects(api_client, objects)
+        unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
+        for problem in unowned:
+            _say(f"warning: could not make RayJob {name} the owner of {problem}; the clean up line names it")
+        owned = not unowned
         _say(f"submitted RayJob {namespace}/{name}: {function} on {settings.nodes.gpu_node_count} x "
              f"{settings.nodes.gpu_instance_type} over {settings.workload.network} ({len(objects)} objects)")
         final, log = follow(
@@ -123,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
         summaries = find_summaries(log.splitlines())
         print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
                     "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
-                    "run_summary": summaries[-1] if summaries else None, "cleanup": cleanup_command(objects)})
+                    "run_summary": summaries[-1] if summaries else None,
+                    "cleanup": cleanup_command(objects, owned=owned)})
         return code
     print(f"RayJob {namespace}/{name}: {final.describe()}")
     for line in gate_lines(log) or ["transport gate: no verdict in the submitter's log (did the driver start?)"]:
@@ -131,5 +137,6 @@ def run(args: argparse.Namespace) -> int:
     if final.status.get("message") and code != 0:
         print(f"message: {' '.join(str(final.status['message']).split())[:500]}")
     print(f"exit code {code}")
-    _say(f"clean up: {cleanup_command(objects)}")
+    _say(f"clean up: {cleanup_command(objects, owned=owned)}"
+         + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else ""))
     return code

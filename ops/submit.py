@@ -1,7 +1,8 @@
 """`ray-efa submit`: the train function and its code as a new RayJob on a deployed cluster, followed to its end.
 
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
-    create_objects(api_client, objects)             # NetworkPolicy, ConfigMaps, then the RayJob
+    uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
+    own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
     code = job_exit_code(final.status)               # the driver's exit code: 0, 1 failed, 2 refused, 3 unproven
 
@@ -21,7 +22,8 @@ from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
 
-__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "create_objects", "follow", "submitter_log",
+__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "create_objects", "own_by_job", "follow",
+           "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
 
 RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
@@ -95,12 +97,14 @@ def _api_error(error: Exception) -> str:
     return f"{getattr(error, 'status', '')} {reason}: {message or body or error}".strip()
 
 
-def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
-    """Create each object (new names: create, never replace), in order; SubmitError on the first refusal."""
+def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None:
+    """Create each object (new names: create, never replace), in order; SubmitError on the first refusal. Returns
+    the created RayJob's uid (None without one), which `own_by_job` makes the others' owner."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core, networking, custom = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client), client.CustomObjectsApi(api_client)
+    job_uid = None
     for obj in objects:
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
@@ -109,7 +113,8 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
             elif kind == "NetworkPolicy":
                 networking.create_namespaced_network_policy(namespace, obj)
             elif kind == "RayJob":
-                custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
+                created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
+                job_uid = (created.get("metadata") or {}).get("uid")
             else:
                 raise SubmitError(f"cannot create a {kind} ({name}): not a kind the job's chart holds")
         except ApiException as error:
@@ -120,6 +125,32 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
             elif error.status in (401, 403):
                 hint = " (are these credentials allowed into the cluster? see adminPrincipalArns)"
             raise SubmitError(f"cannot create {kind} {namespace}/{name}: {_api_error(error)}{hint}") from None
+    return job_uid
+
+
+def own_by_job(api_client: Any, objects: list[dict[str, Any]], job_uid: str) -> list[str]:
+    """Make the RayJob (the last object, uid `job_uid`) the owner of the objects created before it, so that deleting
+    the RayJob deletes its ConfigMaps and NetworkPolicy too (Kubernetes' garbage collector follows ownerReferences;
+    they must exist before the job starts, so the reference is added after the RayJob has its uid). Returns the
+    objects it could not patch, each with the API's answer; they stay until deleted by hand."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    job = objects[-1]
+    owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"], "uid": job_uid}
+    patch = [{"op": "add", "path": "/metadata/ownerReferences", "value": [owner]}]  # a list: sent as a JSON patch
+    core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+    failed = []
+    for obj in objects[:-1]:
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            if kind == "ConfigMap":
+                core.patch_namespaced_config_map(name, namespace, patch)
+            elif kind == "NetworkPolicy":
+                networking.patch_namespaced_network_policy(name, namespace, patch)
+        except ApiException as error:
+            failed.append(f"{kind.lower()}/{name}: {_api_error(error)}")
+    return failed
 
 
 def job_state(api_client: Any, namespace: str, name: str) -> JobState:
@@ -232,8 +263,9 @@ def gate_lines(log: str) -> list[str]:
     return [line[line.index("transport gate:"):] for line in log.splitlines() if "transport gate:" in line]
 
 
-def cleanup_command(objects: list[dict[str, Any]]) -> str:
-    """The kubectl command that deletes what submit created (the RayJob deletes its own Ray cluster)."""
+def cleanup_command(objects: list[dict[str, Any]], *, owned: bool = False) -> str:
+    """The kubectl command that deletes what submit created (the RayJob deletes its own Ray cluster, and with
+    `owned`, the objects own_by_job made it the owner of)."""
     namespace = objects[-1]["metadata"]["namespace"]
-    names = " ".join(f"{o['kind'].lower()}/{o['metadata']['name']}" for o in reversed(objects))
+    names = " ".join(f"{o['kind'].lower()}/{o['metadata']['name']}" for o in (objects[-1:] if owned else reversed(objects)))
     return f"kubectl -n {namespace} delete {names}"

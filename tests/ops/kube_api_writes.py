@@ -7,7 +7,9 @@ kubernetes client (ray-efa submit) to talk to.
   the next one as its status (the last one repeats): a RayJob as KubeRay moves it along; else 404.
 - GET of a collection lists the stored and recorded items (equality labelSelector honoured).
 - GET of .../pods/NAME/log answers the recorded text ("logs"), whole, also with follow=true.
-Nothing else is emulated. `api.created` lists the created objects, `api.requests` every (method, path).
+- PATCH with a JSON patch of "add" operations under /metadata applies them (ray-efa submit adds ownerReferences).
+Nothing else is emulated. `api.created` lists the created objects, `api.patched` every (path, patch),
+`api.requests` every (method, path).
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ def _status(code: int, reason: str, message: str) -> dict:
 
 class KubeApiWithWrites:
     def __init__(self, *, namespaces: tuple[str, ...] = ("ray",), statuses: dict[str, list[dict]] | None = None,
-                 collections: dict[str, list[dict]] | None = None, logs: dict[str, str] | None = None):
+                 collections: dict[str, list[dict]] | None = None, logs: dict[str, str] | None = None,
+                 refuse_patches: int | None = None):
         self.namespaces = namespaces
         self.statuses = {path: list(responses) for path, responses in (statuses or {}).items()}
         self.collections = {path: list(items) for path, items in (collections or {}).items()}
         self.logs = logs or {}
         self.created: list[dict] = []
+        self.patched: list[tuple[str, list]] = []
+        self.refuse_patches = refuse_patches  # an HTTP code every PATCH gets (403: RBAC without patch)
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         server = self
@@ -68,6 +73,12 @@ class KubeApiWithWrites:
                 server.requests.append(("POST", url.path))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._reply(*server.post(url.path, body))
+
+            def do_PATCH(self):
+                url = urlsplit(self.path)
+                server.requests.append(("PATCH", url.path))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self._reply(*server.patch(url.path, self.headers.get("Content-Type", ""), body))
 
             def log_message(self, *_):
                 pass
@@ -93,6 +104,30 @@ class KubeApiWithWrites:
             items.append(stored)
             self.created.append(copy.deepcopy(body))
             return 201, stored
+
+    def patch(self, path: str, content_type: str, body) -> tuple[int, dict]:
+        """A JSON patch (RFC 6902) of "add" operations on an object's metadata; anything else is 415/422."""
+        with self._lock:
+            if self.refuse_patches:
+                return self.refuse_patches, _status(self.refuse_patches, "Forbidden", f"cannot patch {path}")
+            if not content_type.startswith("application/json-patch+json") or not isinstance(body, list):
+                return 415, _status(415, "UnsupportedMediaType", f"this fake takes JSON patches only, got {content_type}")
+            collection, _, name = path.rpartition("/")
+            for item in self.collections.get(collection, []):
+                if item["metadata"]["name"] == name:
+                    for op in body:
+                        key = op["path"].removeprefix("/metadata/")
+                        if op["op"] != "add" or "/" in key or not op["path"].startswith("/metadata/"):
+                            return 422, _status(422, "Invalid", f"unsupported patch operation {op}")
+                        item["metadata"][key] = copy.deepcopy(op["value"])
+                    self.patched.append((path, copy.deepcopy(body)))
+                    return 200, copy.deepcopy(item)
+            return 404, _status(404, "NotFound", f"{path} not found")
+
+    def stored(self, path: str) -> dict | None:
+        """The object at `path` as the API now holds it (after creates and patches)."""
+        collection, _, name = path.rpartition("/")
+        return next((copy.deepcopy(i) for i in self.collections.get(collection, []) if i["metadata"]["name"] == name), None)
 
     def get(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict | str]:
         with self._lock:

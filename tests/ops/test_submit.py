@@ -54,11 +54,12 @@ def _submitter_pod() -> dict:
         "status": {"phase": "Succeeded"}}
 
 
-def _api(outcome: str) -> KubeApiWithWrites:
+def _api(outcome: str, **kwargs) -> KubeApiWithWrites:
     return KubeApiWithWrites(
         statuses={RAYJOB_PATH: load(f"statuses_{outcome}.json")},
         collections={"/api/v1/namespaces/ray/pods": [_submitter_pod()]},
         logs={f"{JOB}-7xk2q": (RECORDINGS / f"submitter_{outcome}.log").read_text()},
+        **kwargs,
     )
 
 
@@ -100,6 +101,31 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     assert kinds[0] == "NetworkPolicy" and kinds[-1] == "RayJob"
     assert set(kinds[1:-1]) == {"ConfigMap"} and len(kinds) >= 4
     assert [m for m, _ in api.requests].count("POST") == len(written)
+    # and the RayJob owns the rest, so that deleting it deletes them (the clean-up line names the RayJob alone)
+    job_uid = api.stored(RAYJOB_PATH)["metadata"]["uid"]
+    owners = {o["metadata"]["name"]: api.stored(_object_path(o))["metadata"].get("ownerReferences") for o in written[:-1]}
+    assert owners == {name: [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": JOB, "uid": job_uid}] for name in owners}
+    assert f"clean up: kubectl -n ray delete rayjob/{JOB} (its ConfigMaps and NetworkPolicy go with it" in err
+
+
+def _object_path(obj: dict) -> str:
+    plural = {"ConfigMap": "/api/v1/namespaces/ray/configmaps",
+              "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/ray/networkpolicies"}[obj["kind"]]
+    return f"{plural}/{obj['metadata']['name']}"
+
+
+def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_object(tmp_path, capsys):
+    # GIVEN credentials that may create but not patch (an RBAC role without "patch" on configmaps)
+    with _api("complete", refuse_patches=403) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in SETTINGS for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN the job still runs to its verdict; each object left unowned is named, and the clean-up line lists them all
+    assert code == 0, err
+    created = [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in api.created]
+    warnings = [line for line in err.splitlines() if line.startswith("warning: could not make RayJob")]
+    assert len(warnings) == len(created) - 1 and all("403" in w for w in warnings)
+    assert f"clean up: kubectl -n ray delete {' '.join(reversed(created))}" in err
 
 
 def test_a_job_the_gate_cannot_prove_ends_with_exit_3(tmp_path, capsys):
