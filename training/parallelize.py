@@ -9,8 +9,8 @@ HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
 
 gradReduceDtype bf16 keeps fp32 accumulation: FSDP2 adds held-back gradients in its reduction dtype, so with
 accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy (HSDP's cross-node partial sums
-stay fp32). precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a weight is sharded
-over more than one rank.
+stay fp32). precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a
+weight is sharded over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
