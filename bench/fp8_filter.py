@@ -109,6 +109,7 @@ def main() -> int:
         print(json.dumps(rows[-1]), flush=True)
     dist.destroy_process_group()
     (args.out / "fp8-filter.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"wrote {args.out / 'fp8-filter.jsonl'}", flush=True)
     return 0
 
 

@@ -285,6 +285,7 @@ def main() -> int:
     rows.append({"ratios": _ratios(rows)})
     print(json.dumps(rows[-1]), flush=True)
     (args.out / "speed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"wrote {args.out / 'speed.jsonl'}", flush=True)
     return 0
 
 
