@@ -141,6 +141,22 @@ def missing_plots_extra(command: str) -> int | None:
     return EXIT_NOT_INSTALLED
 
 
+def write_chart(args: argparse.Namespace, command: str, figure: Any, what: str) -> int:
+    """Write `figure` to args.plot as a ray-efa PNG (replacing only a chart of ours) and say where; 0, or 2 (`fail`)
+    when the file cannot be written. The line goes to stderr with --json, so that stdout stays one JSON document."""
+    from ray_efa.core.output_dir import OutputDirError, publish_file
+    from ray_efa.ops.plots import is_ray_efa_png, png_bytes
+
+    try:
+        path = publish_file(args.plot, png_bytes(figure, command=f"{command} --plot"), is_ours=is_ray_efa_png)
+    except OutputDirError as error:
+        return fail(args, command, f"--plot: {error}")
+    except OSError as error:
+        return fail(args, command, f"--plot: cannot write {args.plot}: {error.strerror or error}")
+    print(f"{what}: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def missing_train_extra(command: str) -> int | None:
     """None when torch, Ray and transformers import; else say how to install them and return EXIT_NOT_INSTALLED."""
     missing = [name for name in TRAIN_EXTRA_MODULES if importlib.util.find_spec(name) is None]

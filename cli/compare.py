@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json
+from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json, write_chart
 
 
 def register(add_parser, name: str) -> None:
@@ -84,15 +84,6 @@ def _plot(args: argparse.Namespace, comparison) -> int:
     """Draw --plot (nothing without it); 0, or 2 when the file cannot be written."""
     if args.plot is None:
         return 0
-    from ray_efa.core.output_dir import OutputDirError, publish_file
-    from ray_efa.ops.plots import comparison_chart, is_ray_efa_png, png_bytes
+    from ray_efa.ops.plots import comparison_chart
 
-    try:
-        path = publish_file(args.plot, png_bytes(comparison_chart(comparison.as_dict()), command="compare --plot"),
-                            is_ours=is_ray_efa_png)
-    except OutputDirError as error:
-        return fail(args, "compare", f"--plot: {error}")
-    except OSError as error:
-        return fail(args, "compare", f"--plot: cannot write {args.plot}: {error.strerror or error}")
-    print(f"comparison chart: {path}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return write_chart(args, "compare", comparison_chart(comparison.as_dict()), "comparison chart")

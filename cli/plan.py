@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ray_efa.cli._common import (
@@ -13,6 +12,7 @@ from ray_efa.cli._common import (
     missing_plots_extra,
     print_json,
     resolve_or_exit,
+    write_chart,
 )
 
 
@@ -94,16 +94,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace, plan) -> int:
-    from ray_efa.core.output_dir import OutputDirError, publish_file
-    from ray_efa.ops.plots import is_ray_efa_png, png_bytes, scaling_chart
+    from ray_efa.ops.plots import scaling_chart
 
-    try:
-        path = publish_file(args.plot, png_bytes(scaling_chart(plan.scaling), command="plan --plot"),
-                            is_ours=is_ray_efa_png)
-    except OutputDirError as error:
-        return fail(args, "plan", f"--plot: {error}")
-    except OSError as error:
-        return fail(args, "plan", f"--plot: cannot write {args.plot}: {error.strerror or error}")
-    # stderr with --json, so that stdout stays one JSON document
-    print(f"scaling chart: {path}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return write_chart(args, "plan", scaling_chart(plan.scaling), "scaling chart")
