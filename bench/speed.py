@@ -37,26 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PEAK_TFLOPS = 989.0  # H100/H200 dense bf16
 
 
-def namespace_root() -> str | None:
-    """A folder that makes `import ray_efa.core` work here and in Ray's workers (see bench/throughput.py)."""
-    try:
-        import ray_efa.core  # noqa: F401
-
-        return None
-    except ImportError:
-        pass
-    package = Path("/tmp/ray-efa-ns/ray_efa")
-    package.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ROOT / "ray_efa" / "__init__.py", package / "__init__.py")
-    for name in ("core", "training"):
-        link = package / name
-        if not link.exists():
-            link.symlink_to(ROOT / name)
-    sys.path.insert(0, str(package.parent))
-    return str(package.parent)
-
-
-NAMESPACE = namespace_root()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import NAMESPACE  # noqa: E402  (makes ray_efa importable here and in Ray's workers)
 
 from ray_efa.core.settings import Settings  # noqa: E402
 

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def namespace_root() -> str | None:
     """A folder that makes `import ray_efa.core` work for this process and its workers, or None where it already
-    does (the editable install). On a machine with the bare checkout only (the GPU machine), builds
-    /tmp/ray-efa-ns/ray_efa from ray_efa/__init__.py and links to the top-level folders, as pyproject maps them."""
+    does (an install, or the checkout's root on PYTHONPATH: its ray_efa/ links to the top-level folders). Elsewhere
+    (a copy that lost the links), builds /tmp/ray-efa-ns/ray_efa from ray_efa/__init__.py and links to the folders."""
     try:
         import ray_efa.core  # noqa: F401
 
