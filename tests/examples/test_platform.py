@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -12,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cdk_cli import needs_cdk_cli
 from tests.infra.test_app import offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "platform"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
-    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+pytestmark = needs_cdk_cli
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from ray_efa.infra.app import build_stacks
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.kuberay import KubeRayOperator
+from tests.cdk_cli import needs_cdk_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,8 +36,7 @@ def offline_env(**extra: str) -> dict[str, str]:
 # -- the app as users run it ------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
-                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+@needs_cdk_cli
 def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(tmp_path):
     # GIVEN no AWS credentials WHEN `npx cdk synth -c gpuInstanceType=p5.48xlarge` runs with the pinned CLI
     result = subprocess.run(
@@ -54,8 +53,7 @@ def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(t
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
 
 
-@pytest.mark.skipif(shutil.which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
-                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+@needs_cdk_cli
 def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
     # GIVEN `npx cdk synth -c microBatch=64`: 32 times the default micro batch, far beyond an L4's 22.5 GiB
     result = subprocess.run(

@@ -20,6 +20,7 @@ from ray_efa.infra.training_job import RayTrainingJob
 from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import LAST_APPLIED_MAX_BYTES
 from ray_efa.k8s.names import USER_CODE_PATH
+from tests.cdk_cli import needs_cdk_cli
 from tests.infra.test_workload import find, manifest_objects, manifests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,8 +203,7 @@ def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(
     assert stacks.gpu.training_job is not None and stacks.gpu.training_job.code_asset is not None
 
 
-@pytest.mark.skipif(__import__("shutil").which("npx") is None or not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
-                    reason="needs the pinned CDK CLI: `make install` (npm ci) provides it")
+@needs_cdk_cli
 def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
     import subprocess
 

@@ -4,7 +4,6 @@ composes the container command (ray-operator/controllers/ray/common/pod.go: `/bi
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import cdk8s
@@ -38,7 +37,6 @@ def run(tmp_path, host_driver: str | None, with_compat: bool = True) -> subproce
                           capture_output=True, text=True, env=env, timeout=30)
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash, as the DLC image has")
 @pytest.mark.parametrize("host_driver, compat_first", [
     ("570.172.08", True),   # older than the image's CUDA driver: forward compatibility on
     ("535.247.01", True),
