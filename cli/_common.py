@@ -77,6 +77,27 @@ def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
                         help="kubeconfig context (default: the current one)")
 
 
+class KubeconfigError(Exception):
+    """The kubeconfig (or its context) cannot be loaded; the message says which and how to get one for EKS."""
+
+
+def kube_api_client(args: argparse.Namespace) -> Any:
+    """A kubernetes ApiClient from --kubeconfig (default: kubectl's) and --kube-context; KubeconfigError if not."""
+    import yaml
+    from kubernetes import config
+
+    try:
+        return config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
+    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
+        # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
+        where = args.kubeconfig or "the default kubeconfig"
+        context = f" context {args.kube_context}" if args.kube_context else ""
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise KubeconfigError(f"cannot load {where}{context}: {message} "
+                              "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)") from None
+
+
 def resolve_or_exit(
     args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
     require_code: bool = False, require_model: bool = False,

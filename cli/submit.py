@@ -16,11 +16,13 @@ import argparse
 import sys
 
 from ray_efa.cli._common import (
+    KubeconfigError,
     add_context_option,
     add_json_option,
     add_kube_context_option,
     code_dir_problem,
     fail,
+    kube_api_client,
     print_json,
     resolve_or_exit,
 )
@@ -73,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
     if (problem := code_dir_problem(settings)) is not None:
         return fail(args, "submit", problem)
 
-    import yaml
-    from kubernetes import config
 
     from ray_efa.k8s.code_bundle import ManifestError
     from ray_efa.ops.submit import (
@@ -94,12 +94,9 @@ def run(args: argparse.Namespace) -> int:
         return fail(args, "submit", str(error))
     name, namespace = objects[-1]["metadata"]["name"], settings.workload.namespace
     try:
-        api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
-    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
-        where = args.kubeconfig or "the default kubeconfig"
-        message = " ".join(str(error).split()) or type(error).__name__
-        return fail(args, "submit", f"cannot load {where}{' context ' + args.kube_context if args.kube_context else ''}: "
-                                    f"{message} (for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)")
+        api_client = kube_api_client(args)
+    except KubeconfigError as error:
+        return fail(args, "submit", str(error))
 
     timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
     function = settings.training.train_function

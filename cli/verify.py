@@ -7,10 +7,12 @@ import math
 import sys
 
 from ray_efa.cli._common import (
+    KubeconfigError,
     add_context_option,
     add_json_option,
     add_kube_context_option,
     fail,
+    kube_api_client,
     print_json,
     resolve_or_exit,
 )
@@ -39,22 +41,14 @@ def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.wait) or args.wait < 0:
         return fail(args, "verify", f"--wait must be a number of seconds >= 0, got {args.wait}")
 
-    import yaml
-    from kubernetes import config
     from rich.console import Console
 
     from ray_efa.ops.verify import Expectations, render_verify, verify_until
 
     try:
-        api_client = config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
-    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
-        # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
-        # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
-        where = args.kubeconfig or "the default kubeconfig"
-        message = " ".join(str(error).split()) or type(error).__name__
-        return fail(args, "verify", f"cannot load {where}"
-                                    f"{' context ' + args.kube_context if args.kube_context else ''}: {message} "
-                                    "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)")
+        api_client = kube_api_client(args)
+    except KubeconfigError as error:
+        return fail(args, "verify", str(error))
 
     expected = Expectations.from_settings(settings)
     with Console(stderr=True).status("verifying the cluster") as spinner:
