@@ -66,6 +66,7 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str) -> None:
         gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
         with open(out_path, "w") as f:
             json.dump({"gradients": gradients, "wire": _SpyWire.calls}, f)
+    dist.barrier()  # rank 0 writes last: neither rank closes its gloo pairs while the other still has work
     dist.destroy_process_group()
 
 

@@ -48,6 +48,7 @@ def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
                        "fp8_all_gather": model.fp8_all_gather,
                        "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
                                                     for m in model.modules() if type(m).__name__ == "Float8Linear"})}, f)
+    dist.barrier()  # rank 0 writes last: neither rank closes its gloo pairs while the other still has work
     dist.destroy_process_group()
 
 

@@ -65,6 +65,7 @@ def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulati
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}, f)
+    dist.barrier()  # rank 0 writes last: neither rank closes its gloo pairs while the other still has work
     dist.destroy_process_group()
 
 
