@@ -18,9 +18,9 @@ import copy
 import json
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+
+from tests.ops.local_api import LocalApi, Reply, selected, status
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "submit"
 
@@ -29,20 +29,11 @@ def load(name: str) -> dict:
     return json.loads((RECORDINGS / name).read_text())
 
 
-def _selected(item: dict, selector: str) -> bool:
-    labels = item.get("metadata", {}).get("labels", {}) or {}
-    return all(labels.get(k) == v for k, _, v in (t.partition("=") for t in filter(None, selector.split(","))))
-
-
-def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
-
-
-class KubeApiWithWrites:
+class KubeApiWithWrites(LocalApi):
     def __init__(self, *, namespaces: tuple[str, ...] = ("ray",), statuses: dict[str, list[dict]] | None = None,
                  collections: dict[str, list[dict]] | None = None, logs: dict[str, str] | None = None,
                  refuse_patches: int | None = None):
+        super().__init__()
         self.namespaces = namespaces
         self.statuses = {path: list(responses) for path, responses in (statuses or {}).items()}
         self.collections = {path: list(items) for path, items in (collections or {}).items()}
@@ -52,92 +43,61 @@ class KubeApiWithWrites:
         self.refuse_patches = refuse_patches  # an HTTP code every PATCH gets (403: RBAC without patch)
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def _reply(self, code: int, body: dict | str) -> None:
-                data = (body if isinstance(body, str) else json.dumps(body)).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                url = urlsplit(self.path)
-                server.requests.append(("GET", url.path))
-                self._reply(*server.get(url.path, parse_qs(url.query)))
-
-            def do_POST(self):
-                url = urlsplit(self.path)
-                server.requests.append(("POST", url.path))
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._reply(*server.post(url.path, body))
-
-            def do_PATCH(self):
-                url = urlsplit(self.path)
-                server.requests.append(("PATCH", url.path))
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._reply(*server.patch(url.path, self.headers.get("Content-Type", ""), body))
-
-            def log_message(self, *_):
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    def received(self, method: str, raw_path: str) -> None:
+        self.requests.append((method, raw_path.partition("?")[0]))
 
     def _namespace_of(self, path: str) -> str | None:
         parts = path.split("/")
         return parts[parts.index("namespaces") + 1] if "namespaces" in parts else None
 
-    def post(self, path: str, body: dict) -> tuple[int, dict]:
+    def post(self, path: str, body: dict) -> Reply:
         with self._lock:
             namespace = self._namespace_of(path)
             if namespace not in self.namespaces:
-                return 404, _status(404, "NotFound", f'namespaces "{namespace}" not found')
+                return 404, status(404, "NotFound", f'namespaces "{namespace}" not found')
             items = self.collections.setdefault(path, [])
             if any(i["metadata"]["name"] == body["metadata"]["name"] for i in items):
-                return 409, _status(409, "AlreadyExists", f'"{body["metadata"]["name"]}" already exists')
+                return 409, status(409, "AlreadyExists", f'"{body["metadata"]["name"]}" already exists')
             stored = copy.deepcopy(body)
             stored["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-12-01T15:00:00Z")
             items.append(stored)
             self.created.append(copy.deepcopy(body))
             return 201, stored
 
-    def patch(self, path: str, content_type: str, body) -> tuple[int, dict]:
+    def patch(self, path: str, content_type: str, body) -> Reply:
         """A JSON patch (RFC 6902) of "add" operations on an object's metadata; anything else is 415/422."""
         with self._lock:
             if self.refuse_patches:
-                return self.refuse_patches, _status(self.refuse_patches, "Forbidden", f"cannot patch {path}")
+                return self.refuse_patches, status(self.refuse_patches, "Forbidden", f"cannot patch {path}")
             if not content_type.startswith("application/json-patch+json") or not isinstance(body, list):
-                return 415, _status(415, "UnsupportedMediaType", f"this fake takes JSON patches only, got {content_type}")
+                return 415, status(415, "UnsupportedMediaType", f"this fake takes JSON patches only, got {content_type}")
             collection, _, name = path.rpartition("/")
             for item in self.collections.get(collection, []):
                 if item["metadata"]["name"] == name:
                     for op in body:
                         key = op["path"].removeprefix("/metadata/")
                         if op["op"] != "add" or "/" in key or not op["path"].startswith("/metadata/"):
-                            return 422, _status(422, "Invalid", f"unsupported patch operation {op}")
+                            return 422, status(422, "Invalid", f"unsupported patch operation {op}")
                         item["metadata"][key] = copy.deepcopy(op["value"])
                     self.patched.append((path, copy.deepcopy(body)))
                     return 200, copy.deepcopy(item)
-            return 404, _status(404, "NotFound", f"{path} not found")
+            return 404, status(404, "NotFound", f"{path} not found")
 
     def stored(self, path: str) -> dict | None:
         """The object at `path` as the API now holds it (after creates and patches)."""
         collection, _, name = path.rpartition("/")
         return next((copy.deepcopy(i) for i in self.collections.get(collection, []) if i["metadata"]["name"] == name), None)
 
-    def get(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict | str]:
+    def get(self, path: str, query: dict[str, list[str]]) -> Reply:
         with self._lock:
             if path.endswith("/log"):
                 pod = path.split("/")[-2]
-                return (200, self.logs[pod]) if pod in self.logs else (404, _status(404, "NotFound", f"pod {pod}"))
+                return (200, self.logs[pod]) if pod in self.logs else (404, status(404, "NotFound", f"pod {pod}"))
             if path in self.collections:
                 selector = query.get("labelSelector", [""])[0]
                 return 200, {"kind": "List", "apiVersion": "v1", "metadata": {},
-                             "items": [i for i in self.collections[path] if _selected(i, selector)]}
+                             "items": [i for i in self.collections[path] if selected(i, selector)]}
             collection, _, name = path.rpartition("/")
             for item in self.collections.get(collection, []):
                 if item["metadata"]["name"] == name:
@@ -146,12 +106,7 @@ class KubeApiWithWrites:
                         statuses = self.statuses[path]
                         item["status"] = statuses.pop(0) if len(statuses) > 1 else statuses[0]
                     return 200, item
-            return 404, _status(404, "NotFound", f"{path} not found")
+            return 404, status(404, "NotFound", f"{path} not found")
 
     def __enter__(self) -> KubeApiWithWrites:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return super().__enter__()
