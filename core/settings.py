@@ -35,7 +35,7 @@ import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -392,7 +392,7 @@ _TYPE_MESSAGES = {
 }
 
 
-def _choices_of(annotation: Any) -> tuple | None:
+def _choices_of(annotation: Any) -> tuple[Any, ...] | None:
     """The values of a Literal annotation (also inside `X | None`), else None."""
     if typing.get_origin(annotation) is Literal:
         return typing.get_args(annotation)
@@ -471,7 +471,7 @@ class _Model(BaseModel):
 
     # populate_by_name (not validate_by_name, which needs pydantic 2.11): the container's Ray accepts pydantic >= 2.5.
     # No protected namespaces: model_path is a setting, not pydantic's.
-    model_config = ConfigDict(
+    model_config: ClassVar[ConfigDict] = ConfigDict(
         frozen=True, strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False, protected_namespaces=(),
     )
 
@@ -1090,7 +1090,7 @@ class SettingInfo:
     key: str
     doc: str
     default: Any
-    choices: tuple | None
+    choices: tuple[Any, ...] | None
 
     @property
     def metadata(self) -> dict[str, Any]:
