@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ray_efa.core import perf
 from ray_efa.core.settings import Settings
@@ -51,8 +52,8 @@ class RunComparison:
     calibration: perf.Calibration
     compute_observable: bool
 
-    def as_dict(self) -> dict:
-        def times(p: perf.StepPrediction) -> dict:
+    def as_dict(self) -> dict[str, Any]:
+        def times(p: perf.StepPrediction) -> dict[str, Any]:
             return {"step_time_s": round(p.step_time_s, 4), "compute_s": round(p.compute_s, 4),
                     "network_s": round(p.network_s, 4), "tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
                     "mfu": round(p.mfu, 4), "mfu_causal": round(p.mfu_causal, 4), "bottleneck": p.bottleneck}
@@ -70,12 +71,12 @@ class RunComparison:
         }
 
 
-def _number(summary: dict, key: str) -> float | None:
+def _number(summary: dict[str, Any], key: str) -> float | None:
     value = summary.get(key)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def settings_of_run(settings: Settings, summary: dict) -> Settings:
+def settings_of_run(settings: Settings, summary: dict[str, Any]) -> Settings:
     """The settings with the run's hardware and shape (the summary's values win)."""
     instance = summary.get("instance_type")
     hosts = summary.get("hosts", summary.get("nodes"))
@@ -96,7 +97,7 @@ def settings_of_run(settings: Settings, summary: dict) -> Settings:
         raise CalibrationError(f"the run's settings are not valid here: {error}") from None
 
 
-def _predict(settings: Settings, summary: dict, calibration: perf.Calibration | None) -> perf.StepPrediction:
+def _predict(settings: Settings, summary: dict[str, Any], calibration: perf.Calibration | None) -> perf.StepPrediction:
     from ray_efa.core.strategy import choose
 
     option = choose(settings)
@@ -111,7 +112,7 @@ def _predict(settings: Settings, summary: dict, calibration: perf.Calibration | 
     )
 
 
-def compare_run(settings: Settings, summary: dict) -> RunComparison:
+def compare_run(settings: Settings, summary: dict[str, Any]) -> RunComparison:
     """The run's measured step against the prediction, and the constants fitted to it (see the module docstring)."""
     step = _number(summary, "time/step_s")
     per_gpu = _number(summary, "throughput/tokens_per_s_per_device")

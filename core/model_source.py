@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ray_efa.core.models import MODEL_PRESETS, ModelPreset, model_preset, preset_from_config
 
@@ -176,14 +176,14 @@ def local_model_dir(source: ModelSource) -> Path | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _read_json(path: str, mtime_ns: int) -> dict:
+def _read_json(path: str, mtime_ns: int) -> dict[str, Any]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError("is not a JSON object")
     return data
 
 
-def _json(path: Path) -> dict:
+def _json(path: Path) -> dict[str, Any]:
     """A JSON file, read once per version of it (the plan asks for the architecture many times)."""
     return _read_json(str(path), path.stat().st_mtime_ns)
 

@@ -8,6 +8,7 @@ model's config.json (hidden 1536, 28 layers, 12 heads, 2 KV heads, MLP 8960, voc
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 __all__ = ["ModelPreset", "MODEL_PRESETS", "model_preset", "preset_from_config", "QWEN2_MODEL_TYPE"]
 
@@ -47,7 +48,7 @@ class ModelPreset:
         """Training FLOPs per token: 6N for the matmuls plus 12 * layers * hidden * seq for attention (PaLM, App. B)."""
         return 6 * self.num_parameters + 12 * self.num_hidden_layers * self.hidden_size * seq_len
 
-    def config_dict(self) -> dict:
+    def config_dict(self) -> dict[str, Any]:
         """Keyword arguments for transformers.Qwen2Config."""
         values = asdict(self)
         values.pop("name")
@@ -85,7 +86,7 @@ QWEN2_MODEL_TYPE = "qwen2"
 """The one `model_type` of config.json that training/model.py (Qwen2ForCausalLM) and the planner's formulas know."""
 
 
-def preset_from_config(name: str, config: dict) -> ModelPreset:
+def preset_from_config(name: str, config: dict[str, Any]) -> ModelPreset:
     """The architecture a Hugging Face config.json describes, as a preset named `name`; ValueError if it is not Qwen2
     or lacks a field the plan needs."""
     model_type = config.get("model_type")

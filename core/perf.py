@@ -29,6 +29,7 @@ is core.strategy's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ray_efa.core import catalog
 from ray_efa.core.models import ModelPreset
@@ -149,7 +150,7 @@ class StepPrediction:
     nodes: int = 1
     gpus_per_node: int = 1
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy, "step_time_s": round(self.step_time_s, 4), "compute_s": round(self.compute_s, 4),
             "network_s": round(self.network_s, 4), "optimizer_s": round(self.optimizer_s, 4),

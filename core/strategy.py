@@ -14,6 +14,7 @@ Both of those are leaves; everything that needs the two at once is here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ray_efa.core import catalog, memory, perf
 from ray_efa.core.memory import MemoryEstimate
@@ -52,7 +53,7 @@ class Option:
         """The whole job's tokens/s."""
         return self.prediction.tokens_per_s_per_gpu * self.memory.world_size
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.prediction.as_dict(), "grad_reduce_dtype": self.reduce_dtype,
                 "memory_gib": round(self.memory.total_gib, 2), "fits": self.fits}
 
@@ -294,14 +295,14 @@ def _scaling_changes(settings: Settings, network: str) -> list[dict[str, object]
     return changes
 
 
-def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
+def _scaling(settings: Settings, network: str, chosen: Option) -> dict[str, Any] | None:
     """Whether fewer nodes of the same type would train more tokens/s than the settings' nodes (None on one node)."""
     nodes = settings.nodes.gpu_node_count
     if nodes == 1:
         return None
     fewer = [(n, choose(settings.replace(gpuNodeCount=n), network)) for n in range(1, nodes)]
     fewer = [(n, o) for n, o in fewer if o.fits]
-    out: dict = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1), "slower_than_fewer_nodes": False}
+    out: dict[str, Any] = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1), "slower_than_fewer_nodes": False}
     if not fewer:
         return out
     best_n, best = max(fewer, key=lambda item: item[1].tokens_per_s)
@@ -342,10 +343,10 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict | None:
     return out
 
 
-def performance(settings: Settings, calibration: perf.Calibration | None = None) -> dict[str, dict]:
+def performance(settings: Settings, calibration: perf.Calibration | None = None) -> dict[str, dict[str, Any]]:
     """`plan --json`'s "performance": for each network, the chosen option's prediction, every option's, the advice
     when a faster one does not fit as set, and the node scaling verdict; empty with the GPU node group scaled to zero."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     if settings.nodes.scaled_to_zero:
         return out
     for net in perf.NETWORKS:
