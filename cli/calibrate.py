@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ray_efa.cli._common import add_context_option, add_json_option, fail, print_json, resolve_or_exit
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="compare a finished run's step with the model's prediction and fit its constants",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("log", type=Path, metavar="LOG", help="the run's driver log (or its summary JSON)")
@@ -25,7 +27,7 @@ def register(add_parser, name: str) -> None:
     p.set_defaults(run=run)
 
 
-def read_summary(path: Path) -> dict:
+def read_summary(path: Path) -> dict[str, Any]:
     """The last RAY_EFA_RUN_SUMMARY of a log, or the JSON object a file holds; ValueError when there is none."""
     from ray_efa.training.run_summary import find_summaries
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, fail, print_json, resolve_or_exit
 
 EXIT_INTERRUPTED = 130
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name, help="check which AZs of a region can launch the GPU nodes: offerings, vCPU quota, placement score",
         description=__doc__,

@@ -20,6 +20,7 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 
 from ray_efa.cli._common import add_json_option, fail, print_json
 
@@ -30,7 +31,7 @@ __all__ = ["register", "run", "main"]
 EXPECTS = ("efa", "ib", "socket")
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name,
         help="prove from NCCL logs that collectives crossed nodes over EFA (exit 0), or not (1), or nothing (3)",

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json, write_chart
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="driver logs holding both runs' summaries")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import add_context_option, fail, missing_plots_extra, missing_train_extra, resolve_or_exit
@@ -23,7 +24,7 @@ from ray_efa.cli._common import add_context_option, fail, missing_plots_extra, m
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
                    description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")

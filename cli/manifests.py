@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import add_context_option, add_json_option, code_dir_problem, fail, print_json, resolve_or_exit
@@ -18,7 +19,7 @@ from ray_efa.cli._common import add_context_option, add_json_option, code_dir_pr
 EXIT_FAILED = 1
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("dist"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import (
@@ -28,7 +29,7 @@ def _node_count(text: str) -> int:
     return value
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "

@@ -10,12 +10,13 @@ metrics history, unreadable storage, or an output folder that may not be written
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, print_json
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="charts and an HTML page of a training run, from its run folder (local or s3://)",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("run_folder", metavar="RUN", help="the run folder: <storagePath>/<run name>, a local path or s3://...")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from ray_efa.cli._common import (
     KubeconfigError,
@@ -32,7 +33,7 @@ _FOLLOW_MARGIN_S = 900
 """How long past jobActiveDeadlineSeconds the command waits by default (image pulls, KubeRay's own status lag)."""
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="run the train function as a new RayJob on the deployed cluster and follow it",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "

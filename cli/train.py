@@ -11,12 +11,13 @@ has accepted the plan. Bad settings and plans that cannot fit end here, with exi
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_or_exit
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--local", action="store_true",
                    help="in-process Ray cluster, 2 CPU workers (gloo), tiny model: the whole loop in under a minute")

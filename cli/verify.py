@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 
 from ray_efa.cli._common import (
     KubeconfigError,
@@ -18,7 +19,7 @@ from ray_efa.cli._common import (
 )
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name, help="check the deployed cluster: GPU nodes Ready with GPU and EFA allocatable, device plugins, KubeRay",
         description=__doc__,

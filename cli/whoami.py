@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ray_efa.cli._common import add_json_option, fail, print_json
 
@@ -10,7 +11,7 @@ EXIT_NO_IDENTITY = 1
 """The credentials' identity could not be read, or is not an IAM role or user (root, a federated user)."""
 
 
-def register(add_parser, name: str) -> None:
+def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name, help="print your credentials' IAM role/user ARN, as adminPrincipalArns wants it",
         description=(__doc__ or "") + " Use it as: npx cdk deploy --all -c adminPrincipalArns=$(ray-efa whoami). "
