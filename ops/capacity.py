@@ -28,11 +28,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ray_efa.ops._status import Status, quiet
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# `ec2` and `service_quotas` are boto3 clients (or botocore Stubber-wrapped ones in the tests): boto3 generates their
+# methods at run time and ships no type annotations (no boto3-stubs in the tree), so they are typed Any.
 
 __all__ = [
     "VcpuQuotaClass",
@@ -266,13 +272,13 @@ def _error_text(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def availability_zones(ec2) -> list[tuple[str, str | None]]:
+def availability_zones(ec2: Any) -> list[tuple[str, str | None]]:
     """(name, zone ID) of the region's availability zones (not Local or Wavelength Zones), by name."""
     response = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])
     return sorted((z["ZoneName"], z.get("ZoneId")) for z in response["AvailabilityZones"])
 
 
-def offered_zones(ec2, instance_type: str) -> set[str]:
+def offered_zones(ec2: Any, instance_type: str) -> set[str]:
     """The AZs of the client's region that offer the instance type."""
     paginator = ec2.get_paginator("describe_instance_type_offerings")
     pages = paginator.paginate(
@@ -281,7 +287,7 @@ def offered_zones(ec2, instance_type: str) -> set[str]:
     return {o["Location"] for page in pages for o in page["InstanceTypeOfferings"]}
 
 
-def instance_vcpus(ec2, instance_types: Iterable[str]) -> dict[str, int]:
+def instance_vcpus(ec2: Any, instance_types: Iterable[str]) -> dict[str, int]:
     """Default vCPUs of each type, from describe-instance-types (AWS wins over the catalog)."""
     names = sorted(set(instance_types))
     out: dict[str, int] = {}
@@ -291,7 +297,7 @@ def instance_vcpus(ec2, instance_types: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def vcpus_in_use(ec2, quota: VcpuQuotaClass) -> int:
+def vcpus_in_use(ec2: Any, quota: VcpuQuotaClass) -> int:
     """vCPUs of the pending and running instances that count against the quota.
 
     Counted at each type's default vCPUs: that is what the quota meters, whatever CPU options an instance uses.
@@ -312,7 +318,7 @@ def vcpus_in_use(ec2, quota: VcpuQuotaClass) -> int:
     return sum(vcpus[kind] * n for kind, n in counts.items())
 
 
-def quota_limit(service_quotas, code: str) -> float:
+def quota_limit(service_quotas: Any, code: str) -> float:
     """The applied value of an EC2 quota; the AWS default when the account has no applied value recorded."""
     try:
         return float(service_quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
@@ -322,7 +328,7 @@ def quota_limit(service_quotas, code: str) -> float:
     return float(service_quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
 
 
-def check_quota(ec2, service_quotas, *, region: str, instance_type: str, count: int, vcpus_per_instance: int) -> QuotaCheck | None:
+def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: str, count: int, vcpus_per_instance: int) -> QuotaCheck | None:
     """The family's vCPU quota against usage plus `count` new instances; read errors are kept, not raised."""
     quota = quota_class(instance_type)
     if quota is None:
@@ -343,7 +349,7 @@ def check_quota(ec2, service_quotas, *, region: str, instance_type: str, count: 
     )
 
 
-def placement_scores(ec2, *, region: str, instance_type: str, count: int, zone_names: dict[str, str]) -> dict[str, int]:
+def placement_scores(ec2: Any, *, region: str, instance_type: str, count: int, zone_names: dict[str, str]) -> dict[str, int]:
     """AZ name -> EC2's Spot placement score (1-10) for `count` instances in that single AZ.
 
     The API answers with AZ IDs; `zone_names` maps them to the account's AZ names.
@@ -434,7 +440,7 @@ _SETTLED = {"active", "failed", "cancelled", "expired", "unsupported"}
 _GONE = {"cancelled", "expired", "failed"}
 
 
-def _cancel(ec2, reservation_id: str, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> None:
+def _cancel(ec2: Any, reservation_id: str, *, attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> None:
     """Cancel one reservation, retrying a few times beyond botocore's own retries; raise on final failure."""
     for attempt in range(1, attempts + 1):
         try:
@@ -448,7 +454,7 @@ def _cancel(ec2, reservation_id: str, *, attempts: int = 3, sleep: Callable[[flo
             sleep(attempt)
 
 
-def _reservations_by_token(ec2, token: str) -> list[str]:
+def _reservations_by_token(ec2: Any, token: str) -> list[str]:
     """Live reservations carrying this probe's tag (when the create call's answer was lost)."""
     response = ec2.describe_capacity_reservations(Filters=[{"Name": f"tag:{_PROBE_TAG}", "Values": [token]}])
     return [r["CapacityReservationId"] for r in response["CapacityReservations"] if r.get("State") not in _GONE]
@@ -468,7 +474,7 @@ def _outcome_of_error(zone: str, error: ClientError) -> ProbeResult:
 
 
 def probe_zone(
-    ec2,
+    ec2: Any,
     *,
     region: str,
     instance_type: str,
@@ -571,8 +577,8 @@ def rank_zones(zones: Iterable[ZoneReport]) -> tuple[ZoneReport, ...]:
 def check_capacity(
     request: CapacityRequest,
     *,
-    ec2,
-    service_quotas,
+    ec2: Any,
+    service_quotas: Any,
     catalog_vcpus: int,
     status: Status = quiet,
     probe_options: dict[str, Any] | None = None,
@@ -634,7 +640,7 @@ def check_capacity(
 _OUTCOME_STYLE = {AVAILABLE: "green", INSUFFICIENT_CAPACITY: "red", QUOTA_EXCEEDED: "yellow", UNSUPPORTED: "red", ERROR: "yellow"}
 
 
-def render_capacity(report: CapacityReport, console) -> None:
+def render_capacity(report: CapacityReport, console: Console) -> None:
     """Tables of the AZs (ranked) and the quota, the recommendation, and the quota request command when short."""
     from rich.table import Table
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ray_efa.training.run_summary import describe_hardware, find_summaries, hardware
 
@@ -26,9 +27,9 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Comparison:
-    efa: dict
-    tcp: dict
-    sources: dict = field(default_factory=dict)
+    efa: dict[str, Any]
+    tcp: dict[str, Any]
+    sources: dict[str, Path] = field(default_factory=dict)
     """network -> the log file its summary came from."""
     same_hardware: bool = True
 
@@ -37,12 +38,12 @@ class Comparison:
         """EFA tokens/s over TCP tokens/s: how much faster the same job is on EFA."""
         return self.efa[_TOKENS] / self.tcp[_TOKENS]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"efa": self.efa, "tcp": self.tcp, "efa_over_tcp": self.ratio, "same_hardware": self.same_hardware,
                 "logs": {k: str(v) for k, v in self.sources.items()}}
 
     def rows(self) -> list[tuple[str, str, str]]:
-        def cell(run: dict, key: str, fmt: str) -> str:
+        def cell(run: dict[str, Any], key: str, fmt: str) -> str:
             value = run.get(key)
             return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
@@ -55,7 +56,7 @@ class Comparison:
         ]
 
 
-def _check(summary: object, path: Path) -> dict:
+def _check(summary: object, path: Path) -> dict[str, Any]:
     """The summary when it can be compared; CompareError naming the file and the field when not."""
     if not isinstance(summary, dict):
         raise CompareError(f"{path}: a RAY_EFA_RUN_SUMMARY line does not hold a JSON object")

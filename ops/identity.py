@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+if TYPE_CHECKING:
+    import boto3.session
 
 __all__ = ["IdentityError", "admin_principal_arn"]
 
@@ -16,7 +20,7 @@ class IdentityError(RuntimeError):
     """The caller's identity cannot be turned into an access-entry principal; the message says what to do."""
 
 
-def admin_principal_arn(session) -> str:
+def admin_principal_arn(session: boto3.session.Session) -> str:
     """The IAM role or user ARN of `session`'s credentials (a boto3 Session).
 
     `sts get-caller-identity` names an assumed role by its session (arn:aws:sts::ACCOUNT:assumed-role/NAME/SESSION),

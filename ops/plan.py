@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
@@ -19,6 +19,9 @@ from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.perf import Calibration
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.core.strategy import check_fits, choose, estimate, performance
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
 
@@ -65,7 +68,7 @@ class Plan:
     memory_advice: str | None
     """When the estimate does not fit: which settings to change (core.strategy.check_fits)."""
     cost: HourlyCost
-    performance: dict[str, dict]
+    performance: dict[str, dict[str, Any]]
     """core.perf's predicted step for each network (efa, tcp): the strategy the job would run and every strategy."""
     stacks: tuple[str, str]
     """(cluster stack, GPU stack)."""
@@ -223,7 +226,7 @@ def _folding(table_class):
     return FoldingTable
 
 
-def render_plan(plan: Plan, console) -> None:
+def render_plan(plan: Plan, console: Console) -> None:
     """Print the plan as rich tables: settings, deployment, instances, EFA, pods, memory, cost, teardown.
 
     Every table stays whole at 80 columns: long values wrap, and the instance table has one column per role
@@ -312,7 +315,7 @@ def render_plan(plan: Plan, console) -> None:
     _render_cost(plan, console)
 
 
-def _render_memory(plan: Plan, console) -> None:
+def _render_memory(plan: Plan, console: Console) -> None:
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
@@ -338,7 +341,7 @@ def _render_memory(plan: Plan, console) -> None:
 
 
 
-def _render_cost(plan: Plan, console) -> None:
+def _render_cost(plan: Plan, console: Console) -> None:
     """USD per hour by item, and the teardown order."""
     from rich.table import Table as RichTable
 
@@ -377,7 +380,7 @@ def _render_cost(plan: Plan, console) -> None:
 _BOUND = {"network": "net", "intra-node link": "intra", "compute": "compute"}
 
 
-def _render_performance(plan: Plan, console) -> None:
+def _render_performance(plan: Plan, console: Console) -> None:
     """The predicted step (core.perf) on EFA and on TCP: one row per network and strategy, the job's choice in bold."""
     from rich.table import Table as RichTable
 

@@ -146,7 +146,7 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(out)
 
 
-def _json_file(read: Callable[[str], bytes | None], name: str, notes: list[str], missing: str) -> dict | None:
+def _json_file(read: Callable[[str], bytes | None], name: str, notes: list[str], missing: str) -> dict[str, Any] | None:
     data = read(name)
     if data is None:
         notes.append(f"no {name}: {missing}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import (
@@ -41,6 +41,13 @@ from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
 from ray_efa.k8s.security import AUTH_MODE_ENV, network_policy_name, token_auth
 from ray_efa.ops._status import Status, quiet
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The kubernetes client ships no type annotations: its models (V1Node, V1Pod, V1DaemonSet, V1Deployment) and its
+# ApiClient (whose inferred sanitize_for_serialization type is not the dict it returns here) are typed Any; custom
+# objects and sanitized objects are JSON dicts (dict[str, Any]).
 
 __all__ = [
     "GPU_RESOURCE",
@@ -158,16 +165,16 @@ class VerifyReport:
 # -- the checks (pure functions of API objects) ---------------------------------------------------------------------
 
 
-def _is_ready(node) -> bool:
+def _is_ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
-def _allocatable(node, resource: str) -> int | None:
+def _allocatable(node: Any, resource: str) -> int | None:
     value = (node.status.allocatable or {}).get(resource)
     return None if value is None else int(value)  # extended resources are whole numbers
 
 
-def check_gpu_nodes(nodes: list, expected: Expectations) -> Check:
+def check_gpu_nodes(nodes: list[Any], expected: Expectations) -> Check:
     ready = [n.metadata.name for n in nodes if _is_ready(n)]
     not_ready = [n.metadata.name for n in nodes if not _is_ready(n)]
     ok = len(ready) == expected.gpu_nodes
@@ -182,7 +189,7 @@ def check_gpu_nodes(nodes: list, expected: Expectations) -> Check:
 _SCALED_TO_ZERO = "gpuNodeCount is 0 (the GPU node group scaled to zero)"
 
 
-def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, provider: str,
+def check_allocatable(nodes: list[Any], *, resource: str, want: int, check_id: str, provider: str,
                       scaled_to_zero: bool = False) -> Check:
     name = f"allocatable {resource}"
     if not nodes and scaled_to_zero:
@@ -197,7 +204,7 @@ def check_allocatable(nodes: list, *, resource: str, want: int, check_id: str, p
                  detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)")
 
 
-def check_resource_slices(nodes: list, slices: list[dict], *, kind: str, want: int, check_id: str, provider: str,
+def check_resource_slices(nodes: list[Any], slices: list[dict[str, Any]], *, kind: str, want: int, check_id: str, provider: str,
                           scaled_to_zero: bool = False) -> Check:
     """deviceAllocation dra: every GPU node has `want` devices of the DRA driver of `kind` (gpu, efa) in its
     ResourceSlices (resource.k8s.io/v1, spec.nodeName and spec.devices), where the device plugins' nodes would have
@@ -232,7 +239,7 @@ _ZERO_DESIRED_HINT = {
 }
 
 
-def check_daemon_set(daemon_set, release: HelmRelease, *, scaled_to_zero: bool = False, name: str | None = None) -> Check:
+def check_daemon_set(daemon_set: Any, release: HelmRelease, *, scaled_to_zero: bool = False, name: str | None = None) -> Check:
     daemon_set_name = name or DRA_DAEMON_SETS.get(release.release, release.release)
     name = f"DaemonSet {release.namespace}/{daemon_set_name}"
     if daemon_set is None:
@@ -253,7 +260,7 @@ def check_daemon_set(daemon_set, release: HelmRelease, *, scaled_to_zero: bool =
     return Check(id=release.release, name=name, ok=True, detail=f"{ready} of {desired} pods ready")
 
 
-def check_deployment_available(deployment, release: HelmRelease) -> Check:
+def check_deployment_available(deployment: Any, release: HelmRelease) -> Check:
     name = f"Deployment {release.namespace}/{release.release}"
     if deployment is None:
         return Check(id=release.release, name=name, ok=False,
@@ -266,11 +273,11 @@ def check_deployment_available(deployment, release: HelmRelease) -> Check:
     return Check(id=release.release, name=name, ok=True, detail=f"Available ({replicas})")
 
 
-def _conditions(obj: dict) -> dict[str, str]:
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
     return {c.get("type"): c.get("status") for c in obj.get("status", {}).get("conditions", []) or []}
 
 
-def ray_cluster_ready(cluster: dict) -> tuple[bool, str]:
+def ray_cluster_ready(cluster: dict[str, Any]) -> tuple[bool, str]:
     """(ready, description) of a RayCluster custom object.
 
     KubeRay sets status.state "ready" once the head and every worker are running; newer operators also set the
@@ -292,7 +299,7 @@ def ray_cluster_ready(cluster: dict) -> tuple[bool, str]:
     return ready, "; ".join(parts)
 
 
-def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectations) -> Check:
+def check_ray_cluster(cluster: dict[str, Any] | None, job: dict[str, Any] | None, expected: Expectations) -> Check:
     where = expected.namespace
     if cluster is None and expected.scaled_to_zero:
         return Check(id="raycluster", name=f"RayCluster in {where}", ok=True,
@@ -314,7 +321,7 @@ def check_ray_cluster(cluster: dict | None, job: dict | None, expected: Expectat
                  detail=description if ready else f"not ready: {description}")
 
 
-def check_token_auth(cluster: dict | None, head_pods: list, expected: Expectations) -> Check:
+def check_token_auth(cluster: dict[str, Any] | None, head_pods: list[Any], expected: Expectations) -> Check:
     """Token auth asked for in the RayCluster's spec and applied by KubeRay to the head's Ray container."""
     name = "Ray token authentication"
     if not expected.token_auth:
@@ -343,7 +350,7 @@ def check_token_auth(cluster: dict | None, head_pods: list, expected: Expectatio
         f"RayCluster {cluster_name}: authOptions.mode token, head pod {head.metadata.name} has {AUTH_MODE_ENV}=token"))
 
 
-def check_policy_enforcement(daemon_set) -> Check:
+def check_policy_enforcement(daemon_set: Any) -> Check:
     """The VPC CNI's aws-node pods run the network policy agent with enforcement on."""
     namespace, release = VPC_CNI_DAEMON_SET
     name = "network policies enforced"
@@ -360,7 +367,7 @@ def check_policy_enforcement(daemon_set) -> Check:
                  detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
 
 
-def check_network_policy(policy, policy_name: str, namespace: str, *, scaled_to_zero: bool = False) -> Check:
+def check_network_policy(policy: dict[str, Any] | None, policy_name: str, namespace: str, *, scaled_to_zero: bool = False) -> Check:
     name = f"NetworkPolicy {namespace}/{policy_name}"
     if policy is None and scaled_to_zero:
         return Check(id="network-policy", name=name, ok=True, detail=f"none: no Ray pod to guard ({_SCALED_TO_ZERO})")
@@ -394,7 +401,7 @@ def _read_or_none(read: Callable[[], Any]) -> Any:
         raise
 
 
-def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet) -> VerifyReport:
+def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = quiet) -> VerifyReport:
     """Run every check once. API errors fail the checks that needed the call; the others still run."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -455,7 +462,7 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
     status(f"reading the RayCluster in {expected.namespace}")
     cluster, cluster_error = None, None
     try:
-        def get(plural: str, name: str) -> dict | None:
+        def get(plural: str, name: str) -> dict[str, Any] | None:
             return _read_or_none(lambda: custom.get_namespaced_custom_object(
                 RAY_GROUP, RAY_VERSION, expected.namespace, plural, name))
 
@@ -474,7 +481,7 @@ def verify_cluster(api_client, expected: Expectations, *, status: Status = quiet
 
 
 def _security_checks(
-    api_client, expected: Expectations, cluster: dict | None, cluster_error: Exception | None, failures, status: Status,
+    api_client, expected: Expectations, cluster: dict[str, Any] | None, cluster_error: Exception | None, failures, status: Status,
 ) -> list[Check]:
     """Token auth on the live Ray cluster, network-policy enforcement, and the Ray object's NetworkPolicy.
     `cluster_error`: why the RayCluster could not be read, if it could not."""
@@ -527,7 +534,7 @@ def _urllib3_error() -> type[Exception]:
 
 
 def verify_until(
-    api_client,
+    api_client: Any,
     expected: Expectations,
     *,
     timeout_s: float,
@@ -547,7 +554,7 @@ def verify_until(
         sleep(min(interval_s, left))
 
 
-def render_verify(report: VerifyReport, console) -> None:
+def render_verify(report: VerifyReport, console: Console) -> None:
     """A table of every check, then the failing ones named."""
     from rich.table import Table
 
