@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
@@ -19,7 +20,7 @@ __all__ = ["RayEfaStacks", "build_stacks", "settings_from_app", "stack_environme
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def feature_flags(root: Path = PROJECT_ROOT) -> dict:
+def feature_flags(root: Path = PROJECT_ROOT) -> dict[str, Any]:
     """The CDK feature flags of cdk.json (context keys starting with "@"), for apps built outside the CDK CLI
     (`ray-efa demo`, the tests), so that they synthesize what `cdk synth` does."""
     context = json.loads((root / "cdk.json").read_text())["context"]

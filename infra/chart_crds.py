@@ -75,7 +75,7 @@ class HelmChartCrds(Construct):
         kubectl_function = kubectl_handler.node.default_child
         assert isinstance(kubectl_function, lambda_.CfnFunction)
         layer_arns = kubectl_function.layers or []
-        self.function = lambda_.Function(
+        self.function: lambda_.Function = lambda_.Function(
             self, "Function",
             description=f"Server-side apply of the crds/ of Helm chart {release.chart} at a version",
             runtime=lambda_.Runtime.determine_latest_python_runtime(self),
@@ -91,7 +91,7 @@ class HelmChartCrds(Construct):
         # The kubectl provider's subnets and security groups, where the cluster's private endpoint is reachable.
         cfn_function.vpc_config = kubectl_function.vpc_config
         self.function.node.add_dependency(kubectl_handler)  # its role's policies (ENIs, EKS) exist first
-        self.resource = CustomResource(
+        self.resource: CustomResource = CustomResource(
             self, "Resource", service_token=self.function.function_arn, resource_type=CRDS_RESOURCE_TYPE,
             properties={"ClusterName": cluster.cluster_name, "Chart": release.chart,
                         "Repository": release.repository, "Version": version},

@@ -87,7 +87,7 @@ class CheckpointStorage(Construct):
         if pod_identity_agent:
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
                                                 addon_name=POD_IDENTITY_AGENT_ADDON)
-        self.service_account = cluster.add_service_account(
+        self.service_account: eks.ServiceAccount = cluster.add_service_account(
             "RayServiceAccount", name=service_account, namespace=namespace,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import jsii
 from aws_cdk import Aspects, CfnElement, CfnResource, Duration, IAspect, RemovalPolicy, Stack
@@ -22,6 +22,10 @@ from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
 from ray_efa.infra.node_storage import SystemNodeLaunchTemplate, check_root_volume
 from ray_efa.infra.vpc_cni import VpcCniAddon
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk import aws_logs
 
 __all__ = ["RayEksCluster", "CONTROL_PLANE_LOG_TYPES"]
 
@@ -103,9 +107,9 @@ class RayEksCluster(Construct):
         if image is not None:
             # The system nodes run the Ray head and the job submitter: both pull the training image.
             check_root_volume("system_root_volume_gib", system_root_volume_gib, image)
-        self.logs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
+        self.logs: StackLogs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
 
-        self.secrets_key = kms.Key(
+        self.secrets_key: kms.Key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
             description=f"Envelope encryption of Kubernetes secrets of EKS cluster {cluster_name}",
             # The key encrypts only this cluster's secrets: it goes with the cluster (deleted after a 7-day wait).
@@ -113,10 +117,10 @@ class RayEksCluster(Construct):
         )
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, never expiring and outside
         # the stack, unless it exists: the stack creates it first.
-        self.control_plane_logs = self.logs.log_group(
+        self.control_plane_logs: aws_logs.LogGroup = self.logs.log_group(
             self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
-        self.kubectl_layer = kubectl_layer(self, kubernetes_version)
-        self.cluster = eks.Cluster(
+        self.kubectl_layer: lambda_.LayerVersion = kubectl_layer(self, kubernetes_version)
+        self.cluster: eks.Cluster = eks.Cluster(
             self,
             "Cluster",
             cluster_name=cluster_name,
@@ -132,13 +136,13 @@ class RayEksCluster(Construct):
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
-        self.admin_access = ClusterAdminAccess(
+        self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
             self, "AdminAccess", cluster=as_icluster(self.cluster), principal_arns=tuple(admin_principal_arns))
 
         system_name = f"{cluster_name}-system"
-        self.system_launch_template = SystemNodeLaunchTemplate(
+        self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
             self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
-        self.system_nodegroup = self.cluster.add_nodegroup_capacity(
+        self.system_nodegroup: eks.Nodegroup = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             # The instance type in the name: EKS cannot change a node group's instance types, so a new type replaces
             # the node group, and CloudFormation replaces a custom-named resource only under a new name (the new

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from aws_cdk import CfnOutput, CfnResource, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -20,6 +20,9 @@ from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
 from ray_efa.infra.workload import RayWorkload
 
+if TYPE_CHECKING:
+    from ray_efa.infra.vpc_cni import VpcCniAddon
+
 __all__ = ["ClusterStack"]
 
 
@@ -35,27 +38,27 @@ class ClusterStack(Stack):
         ))
         self.settings = settings
         # One KMS key and one retention for every log group of the stack.
-        self.logs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
-        self.vpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
-        self.ray_cluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
+        self.logs: StackLogs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
+        self.vpc: ec2.IVpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
+        self.ray_cluster: RayEksCluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
         cluster = as_icluster(self.ray_cluster.cluster)
         # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
         # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
         # second vpc-cni add-on, which EKS refuses, before deleting the first).
-        self.vpc_cni = self.ray_cluster.vpc_cni
+        self.vpc_cni: VpcCniAddon | None = self.ray_cluster.vpc_cni
         assert self.vpc_cni is not None
         cast(CfnResource, self.vpc_cni.addon.node.default_child).override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
-        self.kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
+        self.kuberay: KubeRayOperator = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
         # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
         self.device_plugins: GpuDevicePlugins | GpuDraDrivers = (
             GpuDraDrivers.from_settings(self, "DraDrivers", settings, cluster=cluster)
             if settings.addons.device_allocation == "dra"
             else GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster))
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
-        self.workload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
+        self.workload: RayWorkload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
             self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
-        self.checkpoints = CheckpointStorage.from_settings(
+        self.checkpoints: CheckpointStorage = CheckpointStorage.from_settings(
             self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace)
         self._export_private_subnets()
         self._export_what_the_job_imports()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -25,7 +26,7 @@ __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 
 
-def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict:
+def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
     """Values of both plugin charts: GPU nodes only, tolerating the GPU taint (the EFA chart's defaults miss it).
 
     Helm ignores unknown keys silently; tests check these against each chart's values.yaml.
@@ -58,8 +59,8 @@ class GpuDevicePlugins(Construct):
                              f"{', '.join(catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS)}, got {efa_version!r}")
         check_node_selector("GpuDevicePlugins node_selector", node_selector)
         values = device_plugin_values(node_selector)
-        self.nvidia = helm_chart(self, "Nvidia", cluster, NVIDIA_DEVICE_PLUGIN, nvidia_version, values)
-        self.efa = helm_chart(self, "Efa", cluster, EFA_DEVICE_PLUGIN, efa_version, values)
+        self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DEVICE_PLUGIN, nvidia_version, values)
+        self.efa: eks.HelmChart = helm_chart(self, "Efa", cluster, EFA_DEVICE_PLUGIN, efa_version, values)
 
     @classmethod
     def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDevicePlugins:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -27,7 +28,7 @@ __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 
 
-def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict:
+def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
     """GPUs only (no ComputeDomains: that is Multi-Node NVLink, GB200), on the GPU nodes, as the EKS guide installs it.
     The chart's kubelet plugin already tolerates nvidia.com/gpu and needs nvidia.com/gpu.present=true, which
     EfaGpuNodegroup sets; the node selector keeps it to this stack's GPU nodes."""
@@ -38,7 +39,7 @@ def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECT
     }
 
 
-def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict:
+def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
     """DRANET on the GPU nodes, tolerating the GPU taint (the chart tolerates only CriticalAddonsOnly by itself)."""
     return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()}
 
@@ -68,9 +69,9 @@ class GpuDraDrivers(Construct):
             raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(EFA_DRA_DRIVER_ALLOWLISTS)}, "
                              f"got {efa_version!r}")
         check_node_selector("GpuDraDrivers node_selector", node_selector)
-        self.nvidia = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
+        self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
                                  nvidia_dra_values(node_selector), create_namespace=True)
-        self.efa = helm_chart(self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
+        self.efa: eks.HelmChart = helm_chart(self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
 
     @classmethod
     def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDraDrivers:

@@ -120,7 +120,7 @@ class EfaGpuNodegroup(Construct):
             check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
         zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
         # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
-        self.subnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
+        self.subnet: ec2.ISubnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
         self.availability_zone = zone
         self.instance_type = instance_type
         self.node_count = node_count
@@ -131,7 +131,7 @@ class EfaGpuNodegroup(Construct):
         name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
 
-        self.efa_security_group = ec2.SecurityGroup(
+        self.efa_security_group: ec2.SecurityGroup = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description=f"EFA traffic between the GPU nodes of {cluster_name}: all traffic to and from itself",
         )
@@ -163,7 +163,7 @@ class EfaGpuNodegroup(Construct):
             market = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
 
         security_group_ids = [self.efa_security_group.security_group_id, cluster.cluster_security_group_id]
-        self.launch_template = ec2.CfnLaunchTemplate(
+        self.launch_template: ec2.CfnLaunchTemplate = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
@@ -190,7 +190,7 @@ class EfaGpuNodegroup(Construct):
             ),
         )
 
-        self.nodegroup = eks.Nodegroup(
+        self.nodegroup: eks.Nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
             cluster=cluster,

@@ -26,7 +26,7 @@ class GpuStack(Stack):
             f"ray-efa: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} EFA GPU nodes "
             f"for EKS cluster {settings.cluster.cluster_name}"
         ))
-        self.gpu_nodes = EfaGpuNodegroup.from_settings(
+        self.gpu_nodes: EfaGpuNodegroup = EfaGpuNodegroup.from_settings(
             self, "GpuNodes", settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster), vpc=cluster_stack.vpc
         )
         # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import Annotations, Duration, Token
 from aws_cdk import aws_eks_v2 as eks
@@ -19,7 +20,7 @@ from ray_efa.k8s.security import token_auth_of
 __all__ = ["KubeRayOperator", "kuberay_values", "nodegroups_selected_by"]
 
 
-def kuberay_values(node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR) -> dict:
+def kuberay_values(node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR) -> dict[str, Any]:
     """The operator on the system nodes (1.4.0's values.yaml does not declare nodeSelector, but its template reads it)."""
     return {"nodeSelector": dict(node_selector)}
 
@@ -84,14 +85,14 @@ class KubeRayOperator(Construct):
                     "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
                     "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
                     "--untar`), or pass crds=False to silence this."))
-        self.crds = HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
-        self.chart = helm_chart(
+        self.crds: HelmChartCrds | None = HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
+        self.chart: eks.HelmChart = helm_chart(
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
             create_namespace=True, timeout=Duration.minutes(10),
         )
         if self.crds is not None:
             self.chart.node.add_dependency(self.crds)
-        self.nodes = list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector)
+        self.nodes: list[IConstruct] | list[eks.Nodegroup] = list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector)
         for nodegroup in self.nodes:
             self.chart.node.add_dependency(nodegroup)
         if ray_version is not None and not (auth := token_auth_of(version, ray_version)).enabled:

@@ -36,7 +36,7 @@ class StackLogs(Construct):
             raise ValueError(f"retention_days must be one of {LOG_RETENTION_DAYS}, got {retention_days}")
         self.retention_days = retention_days
         stack = Stack.of(self)
-        self.key = kms.Key(
+        self.key: kms.Key = kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY,
             pending_window=Duration.days(_KEY_PENDING_DAYS),
             description=f"CloudWatch Logs encryption of the log groups of stack {stack.stack_name}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from aws_cdk import CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
@@ -12,6 +12,9 @@ from constructs import Construct
 from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import skip_checkov
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_logs
 
 __all__ = ["ClusterVpc", "gpu_subnet", "default_gpu_zone"]
 
@@ -58,7 +61,7 @@ class ClusterVpc(Construct):
             ],
         )
         logs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
-        self.flow_logs = logs.log_group(self, "FlowLogs")
+        self.flow_logs: aws_logs.LogGroup = logs.log_group(self, "FlowLogs")
         vpc.add_flow_log("FlowLog", traffic_type=ec2.FlowLogTrafficType.REJECT,
                          destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs))
         self._manage_restrict_default_sg_logs(vpc, logs)

@@ -108,7 +108,7 @@ class SystemNodeLaunchTemplate(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, root_volume_gib: int, name: str) -> None:
         super().__init__(scope, construct_id)
-        self.launch_template = ec2.CfnLaunchTemplate(
+        self.launch_template: ec2.CfnLaunchTemplate = ec2.CfnLaunchTemplate(
             self,
             "Resource",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(

@@ -198,8 +198,8 @@ class RayTrainingJob(Construct):
         # The namespace and the pods' service account exist before the job's first object, whatever `after` says.
         waits = [*after, *(c for c in (workload.namespace if workload else None,
                                        storage.service_account if storage else None) if c is not None and c not in after)]
-        self.manifests = apply_objects(self, cluster, objects, after=waits)
-        self.job = self.manifests[-1]
+        self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
+        self.job: eks.KubernetesManifest = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
 
     @classmethod

@@ -54,7 +54,7 @@ class VpcCniAddon(Construct):
             if tuple(int(part) for part in match.groups()) < MIN_NETWORK_POLICY_VERSION:
                 raise ValueError(f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
                                  f"got {addon_version!r}")
-        self.addon = eks.Addon(
+        self.addon: eks.Addon = eks.Addon(
             self, "Addon", cluster=cluster, addon_name=VPC_CNI_ADDON, addon_version=addon_version,
             configuration_values=dict(NETWORK_POLICY_CONFIGURATION),
             # Deleting the stack (or this construct) must not take pod networking away from running nodes.

@@ -40,6 +40,7 @@ class RayWorkload(Construct):
         self.namespace_name = namespace
         chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
         WorkloadNamespace(chart, "Namespace", name=namespace)
+        self.namespace: eks.KubernetesManifest
         (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
 
     @classmethod
