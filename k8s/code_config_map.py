@@ -30,7 +30,7 @@ class CodeConfigMap(Construct):
         for part_name, part in parts:
             part.check_fits(part_name)
         self.name = name
-        self.settings_name = settings_config_map_name(name)
+        self.settings_name: str = settings_config_map_name(name)
         self.bundle = bundle
         for part_name, part in parts:
             is_settings = part_name == self.settings_name

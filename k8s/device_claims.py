@@ -82,7 +82,7 @@ class WorkerDeviceClaims(Construct):
 
     def __init__(self, scope: Construct, id: str, *, owner: str, namespace: str, instance: catalog.InstanceType):
         super().__init__(scope, id)
-        self.name = claim_template_name(owner)
+        self.name: str = claim_template_name(owner)
         spec = V1ResourceClaimTemplateSpec(
             metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
             spec=V1ResourceClaimSpec(devices=worker_device_claim(instance)),

@@ -49,7 +49,7 @@ class RayNetworkPolicy(Construct):
         :param submitter: admit the RayJob's submitter pod to the dashboard (RayJobs in K8sJobMode).
         """
         super().__init__(scope, id)
-        self.name = network_policy_name(owner)
+        self.name: str = network_policy_name(owner)
         ray_pods = V1LabelSelector(match_labels=pod_labels(owner, RAY_NODE_COMPONENT))
         dashboard = [V1NetworkPolicyPort(protocol="TCP", port=DASHBOARD_PORT)]
         ingress = [V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=ray_pods)])]

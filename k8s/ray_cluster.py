@@ -30,7 +30,7 @@ class RayCluster(Construct):
         :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
-        self.name = check_object_name(name)
+        self.name: str = check_object_name(name)
         spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle, user_code=user_code)
         api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
                    namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),

@@ -60,7 +60,7 @@ class RayJob(Construct):
         :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
-        self.name = check_object_name(name)
+        self.name: str = check_object_name(name)
         code.bundle.require_module(DRIVER_MODULE)
         workload = settings.workload
         spec = RayJobSpec(

@@ -78,6 +78,6 @@ class UserCodeConfigMap(Construct):
                 "weights out of codeDir (storagePath, modelPath) so that the code itself fits"
             ) from None
         self.name = name
-        self.volume = UserCodeVolume(config_map=name, bundle=bundle)
+        self.volume: UserCodeVolume = UserCodeVolume(config_map=name, bundle=bundle)
         api_object(self, "Resource", api_version="v1", kind="ConfigMap", name=name, namespace=namespace,
                    object_labels=labels(name, "user-code"), body={"data": bundle.data})
