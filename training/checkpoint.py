@@ -17,6 +17,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -32,8 +33,8 @@ def _dir_name(step: int) -> str:
 
 
 def save_and_report(
-    metrics: dict, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int,
-    train_state: dict | None = None,
+    metrics: dict[str, Any], *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int,
+    train_state: dict[str, Any] | None = None,
 ) -> None:
     """Write this rank's shard, then report it with `metrics` (a barrier: every rank calls this at the same step).
 
@@ -59,7 +60,7 @@ def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return restore_with_state(model, optimizer)[0]
 
 
-def restore_with_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict]:
+def restore_with_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, Any]]:
     """restore(), and the whole train_state.json ({} without a checkpoint)."""
     import ray.train
 

@@ -21,6 +21,12 @@ class TokenBatches:
     """Batches of `micro_batch` sequences of `seq_len` tokens: inputs and their next-token labels."""
 
     def __init__(self, *, vocab_size: int, seq_len: int, micro_batch: int, seed: int, rank: int, pool_size: int = 0):
+        self.vocab_size: int
+        self.seq_len: int
+        self.micro_batch: int
+        self.seed: int
+        self.rank: int
+        self.pool_size: int
         self.vocab_size, self.seq_len, self.micro_batch = vocab_size, seq_len, micro_batch
         self.seed, self.rank, self.pool_size = seed, rank, pool_size
         # One token more than seq_len per sequence: inputs are tokens[:-1], labels tokens[1:].

@@ -38,6 +38,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
     from ray.data import DataIterator, Dataset
+    from ray.train import DataConfig
 
     from ray_efa.core.settings import Problem, Settings
 
@@ -296,7 +297,7 @@ def quiet_ray_data() -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def data_config():
+def data_config() -> DataConfig:
     """Ray Train's DataConfig: every dataset split across the ranks, in a deterministic order (see the docstring)."""
     from ray.data import ExecutionOptions
     from ray.train import DataConfig
@@ -319,6 +320,14 @@ class ShardBatches:
 
     def __init__(self, shard: DataIterator, *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
                  consumed: int = 0, world_size: int = 1, what: str = "dataset") -> None:
+        self.shard: DataIterator
+        self.micro_batch: int
+        self.row_tokens: int
+        self.seed: int
+        self.epoch: int
+        self.consumed: int
+        self.world_size: int
+        self.what: str
         self.shard, self.micro_batch, self.row_tokens, self.seed = shard, micro_batch, row_tokens, seed
         self.epoch, self.consumed = epoch, consumed
         self.world_size, self.what = world_size, what

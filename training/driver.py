@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray_efa
 from ray_efa.core import catalog, strategy
@@ -33,6 +33,9 @@ from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
 from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
+
+if TYPE_CHECKING:
+    from ray.train import Result, RunConfig, ScalingConfig
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
@@ -77,7 +80,7 @@ def check_plan(settings: Settings, *, local: bool) -> None:
         raise SettingsError(problems)
 
 
-def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCAL_WORKERS):
+def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCAL_WORKERS) -> ScalingConfig:
     """Local: CPU workers. Cluster: one worker per GPU, with that GPU's share of the worker pod's CPUs."""
     from ray.train import ScalingConfig
 
@@ -90,7 +93,7 @@ def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCA
     return ScalingConfig(num_workers=settings.world_size, use_gpu=True, resources_per_worker={"CPU": cpus, "GPU": 1})
 
 
-def run_config(settings: Settings, name: str):
+def run_config(settings: Settings, name: str) -> RunConfig:
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
 
     return RunConfig(
@@ -157,7 +160,7 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
 
 
 def fit(settings: Settings, *, local: bool, name: str | None = None, test_config: dict[str, Any] | None = None,
-        local_workers: int = LOCAL_WORKERS, datasets: dict[str, Any] | None = None):
+        local_workers: int = LOCAL_WORKERS, datasets: dict[str, Any] | None = None) -> Result:
     """Run trainFunction on a TorchTrainer (each worker through training.worker.train_loop); return the Ray Train
     Result (raises ray.train.TrainingFailedError). `datasets`: Ray Data datasets for the TorchTrainer (the function
     reads its shard with ray.train.get_dataset_shard(name))."""
@@ -326,7 +329,7 @@ def open_run_folder(settings: Settings, name: str) -> RunFolder | None:
         return None
 
 
-def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict) -> None:
+def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict[str, Any]) -> None:
     """Write one of the files `ray-efa report` reads into the run folder; a storage error is said, never fatal."""
     if folder is None:
         return

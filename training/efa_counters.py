@@ -63,7 +63,7 @@ class CounterFileError(ValueError):
 
     def __init__(self, path: str | Path, message: str):
         super().__init__(f"{path}: {message}")
-        self.filename = str(path)
+        self.filename: str = str(path)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -40,6 +40,7 @@ class History:
 
     def __init__(self, folder: RunFolder, *, start_step: int = 0, upload_every_s: float = UPLOAD_EVERY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.folder: RunFolder
         self.folder, self._every, self._clock = folder, upload_every_s, clock
         local = folder.local_path()
         self._staging: Path | None = None

@@ -3,11 +3,11 @@ and the held-out evaluation (training.evaluate) when there is one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.dataset import EVAL, TRAIN, ShardBatches, quiet_ray_data
 from ray_efa.training.evaluate import evaluate
@@ -68,26 +68,28 @@ def _shard(name: str) -> DataIterator:
 class Inputs:
     """The micro-batches of one rank, their position for a checkpoint, and the evaluations due."""
 
-    def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int, data_state: dict) -> None:
+    def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int, data_state: dict[str, Any]) -> None:
 
         t = settings.training
+        self.t: TrainingSettings
+        self.world_size: int
         self.t, self.world_size = t, world_size
-        self.random = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed,
+        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed,
                                    rank=rank, pool_size=t.data_pool_size)
-        self.shard = None
+        self.shard: ShardBatches | None = None
         if t.dataset is not None:
             quiet_ray_data()
             self.shard = ShardBatches(_shard(TRAIN), micro_batch=t.micro_batch,
                                       row_tokens=t.seq_len + 1, seed=t.seed, world_size=world_size,
                                       what=f"dataset {t.dataset}", **data_state)
         held_out = t.dataset is not None and (t.eval_fraction > 0 or t.eval_dataset is not None)
-        self.eval_shard = _shard(EVAL) if held_out else None
+        self.eval_shard: DataIterator | None = _shard(EVAL) if held_out else None
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Micro-batch `index` (1-based) of this rank: random tokens are a function of it, shards come in order."""
         return self.shard.next() if self.shard is not None else self.random.batch(index)
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """For train_state.json: the data position (a shard run only)."""
         return {"data": self.shard.state()} if self.shard is not None else {}
 

@@ -26,7 +26,7 @@ from pathlib import Path
 __all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "is_collected_file", "find_logs_dir", "read_nccl_lines",
            "MAX_LINES_PER_NODE"]
 
-log = logging.getLogger(__name__)
+log: logging.Logger = logging.getLogger(__name__)
 
 MAX_LINES_PER_NODE = 200_000
 """NCCL lines returned per node at most (a 16-GPU node logs a few thousand at init); the rest is dropped and said so."""

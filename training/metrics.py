@@ -71,6 +71,10 @@ class Meter:
         self, *, throughput: Throughput, total_steps: int, start_step: int, device: torch.device,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        self.throughput: Throughput
+        self.total_steps: int
+        self.start_step: int
+        self.device: torch.device
         self.throughput, self.total_steps, self.start_step, self.device = throughput, total_steps, start_step, device
         self._clock = clock
         self._started = self._last_time = clock()

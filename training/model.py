@@ -20,7 +20,7 @@ from ray_efa.core.models import ModelPreset
 from ray_efa.training.loss import causal_lm_loss
 
 if TYPE_CHECKING:
-    from transformers import Qwen2ForCausalLM  # imported where used: transformers loads slowly
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # imported where used: transformers loads slowly
 
 __all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError"]
 
@@ -29,7 +29,7 @@ class ModelPathError(ValueError):
     """modelPath is missing, not a directory, or holds an architecture other than the preset's."""
 
 
-def qwen2_config(preset: ModelPreset):
+def qwen2_config(preset: ModelPreset) -> Qwen2Config:
     """The transformers Qwen2Config of a preset, for training: SDPA attention, no KV cache."""
     from transformers import Qwen2Config
 

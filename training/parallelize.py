@@ -24,8 +24,9 @@ arithmetic lets the tests compare resumed, chunked, checkpointed and compiled ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
@@ -36,6 +37,9 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from ray_efa.training.model import CausalLM
 from ray_efa.training.network import TORCHAO_VERSION
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 __all__ = [
     "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
@@ -81,10 +85,11 @@ def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulatio
 class Bf16WireReduceScatter(ReduceScatter):
     """FSDP2's reduce-scatter with a bf16 wire: fp32 in, fp32 out."""
 
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op, async_op: bool = False):
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 op: dist.ReduceOp | dist.ReduceOp.RedOpType, async_op: bool = False) -> None:
         import torch.distributed as dist
 
         wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)

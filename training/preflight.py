@@ -39,7 +39,8 @@ __all__ = [
     "measured_busbw_gb_s",
 ]
 
-MiB, GiB = 1 << 20, 1 << 30
+MiB: int = 1 << 20
+GiB: int = 1 << 30
 DEFAULT_SIZES: tuple[int, ...] = (1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB)
 """Message sizes in bytes; the largest (1 GiB) is the one checked, where the network, not latency, is the limit."""
 DEFAULT_ITERS = 5

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware"]
 
@@ -18,13 +19,13 @@ LOCAL = "local"
 """The instance_type of a run on this machine (`ray-efa train --local`): it names no cloud instance."""
 
 
-def summary_line(*, name: str, network: str, instance_type: str, nodes: int, summary: dict) -> str:
+def summary_line(*, name: str, network: str, instance_type: str, nodes: int, summary: dict[str, Any]) -> str:
     """The line for one run: MARKER and summary_record's JSON."""
     record = summary_record(name=name, network=network, instance_type=instance_type, nodes=nodes, summary=summary)
     return f"{MARKER} {json.dumps(record, sort_keys=True)}"
 
 
-def summary_record(*, name: str, network: str, instance_type: str, nodes: int, summary: dict) -> dict:
+def summary_record(*, name: str, network: str, instance_type: str, nodes: int, summary: dict[str, Any]) -> dict[str, Any]:
     """One run: its name, transport, where it ran, and its steady-state figures (training.metrics).
 
     Where it ran: `instance_type` (the gpuInstanceType, or "local" for a run on this machine), `hosts` (machines the
@@ -35,14 +36,14 @@ def summary_record(*, name: str, network: str, instance_type: str, nodes: int, s
     return {"name": name, "network": network, "instance_type": instance_type, **summary, "hosts": hosts, "nodes": hosts}
 
 
-def hardware(record: dict) -> tuple:
+def hardware(record: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     """What two runs must share for their throughput ratio to be the transport's: (instance type, device, devices,
     hosts); a field an older summary lacks is None."""
     return (record.get("instance_type"), record.get("device"), record.get("devices"),
             record.get("hosts", record.get("nodes")))
 
 
-def describe_hardware(record: dict) -> str:
+def describe_hardware(record: dict[str, Any]) -> str:
     """"2 x g6.12xlarge, 8 x NVIDIA L4", or "this machine, 2 x cpu" for a local run."""
     hosts = record.get("hosts", record.get("nodes", "?"))
     devices = record.get("devices")
@@ -51,9 +52,9 @@ def describe_hardware(record: dict) -> str:
     return text + (f", {devices} x {record.get('device', '?')}" if devices is not None else "")
 
 
-def find_summaries(lines: Iterable[str]) -> list[dict]:
+def find_summaries(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Every run summary in `lines`, in order (prefixes such as Ray's or a timestamp are ignored)."""
-    found = []
+    found: list[dict[str, Any]] = []
     for line in lines:
         at = line.find(MARKER + " {")
         if at >= 0:

@@ -14,7 +14,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -54,7 +54,7 @@ class FaultInjection:
     stopped between checkpoints, for resume tests."""
 
     @classmethod
-    def from_config(cls, config: dict) -> FaultInjection:
+    def from_config(cls, config: dict[str, Any]) -> FaultInjection:
         return cls(**config.get("_faults", {}))
 
     def after_step(self, *, step: int, rank: int, start_step: int) -> None:
@@ -148,7 +148,7 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     return max((int(state["step"]) for state in optimizer.state.values()), default=0)
 
 
-def train_func(config: dict) -> dict:
+def train_func(config: dict[str, Any]) -> dict[str, Any]:
     """Train as the settings say; rank 0 returns {"summary", "history": [(step, loss)], "step_metrics": a dict per
     step (Reporter.history), "optimizer_steps"} (Result.return_value)."""
     import ray.train

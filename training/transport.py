@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ray_efa.training import efa_counters
 from ray_efa.training.network import expected_transport, network_env
@@ -337,7 +337,7 @@ class TransportReport:
         rows = tuple(sorted((_judge(p, self, expect, job=job, given=hosts) for p in self.processes), key=_row_order))
         return _verdict(self, expect, rows, job=job, given=hosts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "lines": self.lines, "nccl_lines": self.nccl_lines, "info_lines": self.info_lines,
             "warn_lines": self.warn_lines, "repeated": self.repeated, "nccl_versions": list(self.nccl_versions),
@@ -427,7 +427,7 @@ class Verdict:
             lines += ["", self.counters.render_table(width)]
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "expect": self.expect,
             "status": self.status,
@@ -738,8 +738,8 @@ class LogReadError(OSError):
 
     def __init__(self, message: str, path: Path):
         super().__init__(message)
-        self.strerror = message
-        self.filename = str(path)
+        self.strerror: str | None = message
+        self.filename: str = str(path)
 
 
 def classify_paths(paths: Iterable[str | Path]) -> TransportReport:
@@ -854,7 +854,7 @@ def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[
     return f"NCCL used network {got.split('/', 1)[-1]}"
 
 
-def _row_order(r: ProcessVerdict) -> tuple:
+def _row_order(r: ProcessVerdict) -> tuple[int, str]:
     return (min(r.evidence.ranks) if r.evidence.ranks else 1 << 30, r.evidence.key)
 
 
@@ -989,7 +989,7 @@ def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
             channels, r.status, r.cause or "")
 
 
-def _process_json(p: ProcessEvidence) -> dict:
+def _process_json(p: ProcessEvidence) -> dict[str, Any]:
     return {
         "process": p.key, "host": p.host, "ip": p.ip, "ranks": list(p.ranks),
         "comms": [{"n_ranks": s.nranks, "n_nodes": s.nnodes, "local_ranks": s.local_ranks} for s in p.shapes],

@@ -20,8 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ray_efa.core.model_source import CONFIG_FILE, ModelSource, hub_cache_root, parse_model_path, s3_cache_dir
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["fetch_model", "describe_loaded", "SMALL_FILES", "WEIGHT_PATTERNS", "ModelFetchError"]
 
@@ -39,6 +43,8 @@ class ModelFetchError(RuntimeError):
     """modelPath cannot be fetched: the message names it and why (`reason`: why alone)."""
 
     def __init__(self, model_path: str, reason: str) -> None:
+        self.model_path: str
+        self.reason: str
         self.model_path, self.reason = model_path, reason
         super().__init__(f"modelPath {model_path}: {reason}")
 
@@ -152,7 +158,7 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
 
 
 def fetch_model(model_path: str, *, small_only: bool = False, say: Callable[[str], None] = _say,
-                s3_client=None) -> Path:
+                s3_client: Any = None) -> Path:  # a boto3 S3 client: boto3 ships no types
     """The local folder of modelPath's files, fetching what this node lacks: config and tokenizer only with
     `small_only`, else the safetensors weights too. Raises ModelFetchError."""
     source = parse_model_path(model_path)
@@ -171,7 +177,7 @@ def fetch_model(model_path: str, *, small_only: bool = False, say: Callable[[str
         raise ModelFetchError(model_path, f"cannot be read from S3: {error}") from None
 
 
-def describe_loaded(model_path: str, folder: Path, model) -> str:
+def describe_loaded(model_path: str, folder: Path, model: torch.nn.Module) -> str:
     """Rank 0's line on what was loaded: where from, parameters, the stored dtype and the one training uses."""
     import json
 
