@@ -302,7 +302,8 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict[str, Any]
         return None
     fewer = [(n, choose(settings.replace(gpuNodeCount=n), network)) for n in range(1, nodes)]
     fewer = [(n, o) for n, o in fewer if o.fits]
-    out: dict[str, Any] = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1), "slower_than_fewer_nodes": False}
+    out: dict[str, Any] = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1),
+                           "slower_than_fewer_nodes": False}
     if not fewer:
         return out
     best_n, best = max(fewer, key=lambda item: item[1].tokens_per_s)

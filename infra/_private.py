@@ -44,7 +44,8 @@ def kubectl_layer(scope: Construct, version: str) -> lambda_.LayerVersion:
 
 
 def helm_chart(
-    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str, values: dict[str, Any],
+    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str,
+    values: dict[str, Any],
     **options: Any,
 ) -> eks.HelmChart:
     """A pinned Helm release; `wait` so that what depends on it (CRDs, DaemonSets) exists when it completes."""

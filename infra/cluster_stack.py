@@ -40,7 +40,8 @@ class ClusterStack(Stack):
         # One KMS key and one retention for every log group of the stack.
         self.logs: StackLogs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
         self.vpc: ec2.IVpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
-        self.ray_cluster: RayEksCluster = RayEksCluster.from_settings(self, "Eks", settings, vpc=self.vpc, logs=self.logs)
+        self.ray_cluster: RayEksCluster = RayEksCluster.from_settings(
+            self, "Eks", settings, vpc=self.vpc, logs=self.logs)
         cluster = as_icluster(self.ray_cluster.cluster)
         # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
         # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
@@ -49,7 +50,8 @@ class ClusterStack(Stack):
         assert self.vpc_cni is not None
         cast(CfnResource, self.vpc_cni.addon.node.default_child).override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
-        self.kuberay: KubeRayOperator = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=cluster, logs=self.logs)
+        self.kuberay: KubeRayOperator = KubeRayOperator.from_settings(
+            self, "KubeRay", settings, cluster=cluster, logs=self.logs)
         # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
         self.device_plugins: GpuDevicePlugins | GpuDraDrivers = (
             GpuDraDrivers.from_settings(self, "DraDrivers", settings, cluster=cluster)

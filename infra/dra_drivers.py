@@ -71,7 +71,8 @@ class GpuDraDrivers(Construct):
         check_node_selector("GpuDraDrivers node_selector", node_selector)
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
                                  nvidia_dra_values(node_selector), create_namespace=True)
-        self.efa: eks.HelmChart = helm_chart(self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
+        self.efa: eks.HelmChart = helm_chart(
+            self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
 
     @classmethod
     def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDraDrivers:

@@ -85,14 +85,16 @@ class KubeRayOperator(Construct):
                     "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
                     "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
                     "--untar`), or pass crds=False to silence this."))
-        self.crds: HelmChartCrds | None = HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
+        self.crds: HelmChartCrds | None = (
+            HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None)
         self.chart: eks.HelmChart = helm_chart(
             self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
             create_namespace=True, timeout=Duration.minutes(10),
         )
         if self.crds is not None:
             self.chart.node.add_dependency(self.crds)
-        self.nodes: list[IConstruct] | list[eks.Nodegroup] = list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector)
+        self.nodes: list[IConstruct] | list[eks.Nodegroup] = (
+            list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector))
         for nodegroup in self.nodes:
             self.chart.node.add_dependency(nodegroup)
         if ray_version is not None and not (auth := token_auth_of(version, ray_version)).enabled:

@@ -328,7 +328,8 @@ def quota_limit(service_quotas: Any, code: str) -> float:
     return float(service_quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
 
 
-def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: str, count: int, vcpus_per_instance: int) -> QuotaCheck | None:
+def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: str, count: int,
+                vcpus_per_instance: int) -> QuotaCheck | None:
     """The family's vCPU quota against usage plus `count` new instances; read errors are kept, not raised."""
     quota = quota_class(instance_type)
     if quota is None:
@@ -349,7 +350,8 @@ def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: st
     )
 
 
-def placement_scores(ec2: Any, *, region: str, instance_type: str, count: int, zone_names: dict[str, str]) -> dict[str, int]:
+def placement_scores(ec2: Any, *, region: str, instance_type: str, count: int,
+                     zone_names: dict[str, str]) -> dict[str, int]:
     """AZ name -> EC2's Spot placement score (1-10) for `count` instances in that single AZ.
 
     The API answers with AZ IDs; `zone_names` maps them to the account's AZ names.

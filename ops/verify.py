@@ -204,7 +204,8 @@ def check_allocatable(nodes: list[Any], *, resource: str, want: int, check_id: s
                  detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)")
 
 
-def check_resource_slices(nodes: list[Any], slices: list[dict[str, Any]], *, kind: str, want: int, check_id: str, provider: str,
+def check_resource_slices(nodes: list[Any], slices: list[dict[str, Any]], *, kind: str, want: int, check_id: str,
+                          provider: str,
                           scaled_to_zero: bool = False) -> Check:
     """deviceAllocation dra: every GPU node has `want` devices of the DRA driver of `kind` (gpu, efa) in its
     ResourceSlices (resource.k8s.io/v1, spec.nodeName and spec.devices), where the device plugins' nodes would have
@@ -239,7 +240,8 @@ _ZERO_DESIRED_HINT = {
 }
 
 
-def check_daemon_set(daemon_set: Any, release: HelmRelease, *, scaled_to_zero: bool = False, name: str | None = None) -> Check:
+def check_daemon_set(daemon_set: Any, release: HelmRelease, *, scaled_to_zero: bool = False,
+                     name: str | None = None) -> Check:
     daemon_set_name = name or DRA_DAEMON_SETS.get(release.release, release.release)
     name = f"DaemonSet {release.namespace}/{daemon_set_name}"
     if daemon_set is None:
@@ -367,7 +369,8 @@ def check_policy_enforcement(daemon_set: Any) -> Check:
                  detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
 
 
-def check_network_policy(policy: dict[str, Any] | None, policy_name: str, namespace: str, *, scaled_to_zero: bool = False) -> Check:
+def check_network_policy(policy: dict[str, Any] | None, policy_name: str, namespace: str, *,
+                         scaled_to_zero: bool = False) -> Check:
     name = f"NetworkPolicy {namespace}/{policy_name}"
     if policy is None and scaled_to_zero:
         return Check(id="network-policy", name=name, ok=True, detail=f"none: no Ray pod to guard ({_SCALED_TO_ZERO})")
@@ -481,7 +484,8 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
 
 
 def _security_checks(
-    api_client, expected: Expectations, cluster: dict[str, Any] | None, cluster_error: Exception | None, failures, status: Status,
+    api_client, expected: Expectations, cluster: dict[str, Any] | None, cluster_error: Exception | None, failures,
+    status: Status,
 ) -> list[Check]:
     """Token auth on the live Ray cluster, network-policy enforcement, and the Ray object's NetworkPolicy.
     `cluster_error`: why the RayCluster could not be read, if it could not."""

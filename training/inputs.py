@@ -68,14 +68,15 @@ def _shard(name: str) -> DataIterator:
 class Inputs:
     """The micro-batches of one rank, their position for a checkpoint, and the evaluations due."""
 
-    def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int, data_state: dict[str, Any]) -> None:
+    def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int,
+                 data_state: dict[str, Any]) -> None:
 
         t = settings.training
         self.t: TrainingSettings
         self.world_size: int
         self.t, self.world_size = t, world_size
-        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed,
-                                   rank=rank, pool_size=t.data_pool_size)
+        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch,
+                                                 seed=t.seed, rank=rank, pool_size=t.data_pool_size)
         self.shard: ShardBatches | None = None
         if t.dataset is not None:
             quiet_ray_data()

@@ -25,7 +25,8 @@ def summary_line(*, name: str, network: str, instance_type: str, nodes: int, sum
     return f"{MARKER} {json.dumps(record, sort_keys=True)}"
 
 
-def summary_record(*, name: str, network: str, instance_type: str, nodes: int, summary: dict[str, Any]) -> dict[str, Any]:
+def summary_record(*, name: str, network: str, instance_type: str, nodes: int,
+                   summary: dict[str, Any]) -> dict[str, Any]:
     """One run: its name, transport, where it ran, and its steady-state figures (training.metrics).
 
     Where it ran: `instance_type` (the gpuInstanceType, or "local" for a run on this machine), `hosts` (machines the
