@@ -19,11 +19,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 
-def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """A command with no AWS credentials, no Python environment variables and no package index."""
+def run(args: list[str], extra_env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """A command with no AWS credentials, no Python environment variables (but `extra_env`) and no package index."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_EC2_METADATA_DISABLED="true",
                JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(extra_env or {})
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=240, **kwargs)
 
 
