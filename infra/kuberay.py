@@ -93,7 +93,7 @@ class KubeRayOperator(Construct):
         )
         if self.crds is not None:
             self.chart.node.add_dependency(self.crds)
-        self.nodes: list[IConstruct] | list[eks.Nodegroup] = (
+        self.nodes: Sequence[IConstruct] = (
             list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector))
         for nodegroup in self.nodes:
             self.chart.node.add_dependency(nodegroup)
