@@ -8,10 +8,13 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
 from ray_efa.core.settings import Problem, Settings, SettingsError
+
+if TYPE_CHECKING:
+    from ray_efa.k8s.code_archive import CodeArchive
 
 EXIT_USAGE = 2
 """Bad usage or unreadable input, everywhere: bad arguments, bad settings, a file that cannot be read or parsed, an
@@ -188,19 +191,29 @@ def missing_train_extra(command: str) -> int | None:
     return EXIT_NOT_INSTALLED
 
 
-def code_dir_problem(settings: Settings) -> str | None:
-    """Why codeDir cannot ship in the ConfigMap of the kubectl path (`manifests`, `submit`), naming the setting and
-    the route that can (an S3 asset through `cdk deploy`); None when it can, or there is no codeDir."""
+def kubectl_code_route(settings: Settings) -> tuple[CodeArchive | None, str | None]:
+    """How codeDir ships on the kubectl path (`manifests`, `submit`): (None, None) in a ConfigMap, or there is no
+    codeDir; (archive, None) as a zip under storagePath (k8s.code_archive), for code too large or binary for a
+    ConfigMap when storagePath is on S3; (None, problem) neither, the problem naming the settings and the routes."""
     from ray_efa.core.user_code import code_dir_path
-    from ray_efa.k8s.code_bundle import config_map_problem
+    from ray_efa.k8s.code_archive import build_code_archive
+    from ray_efa.k8s.code_bundle import ManifestError, config_map_problem
     from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 
     code_dir = code_dir_path(settings)
     if code_dir is None:
-        return None
+        return None, None
     problem = config_map_problem(code_dir, user_code_config_map_name(ray_job_of(settings)))
     if problem is None:
-        return None
-    return (f"codeDir {settings.workload.code_dir} cannot ship with kubectl: {problem}. A ConfigMap is the only route "
-            "here; `cdk deploy` ships larger code as an S3 asset (RayTrainingJob), or keep data and weights out of "
-            "codeDir (storagePath, modelPath) so that the code fits")
+        return None, None
+    storage = settings.workload.storage_path
+    if storage is None or not storage.startswith("s3://"):
+        return None, (
+            f"codeDir {settings.workload.code_dir} cannot ship in a ConfigMap: {problem}. Larger or binary code ships "
+            f"as a zip under an s3:// storagePath (storagePath is {storage or 'unset'}; the cluster stack's output "
+            "CheckpointStoragePath is one), which `ray-efa submit` uploads and `ray-efa manifests` writes with its "
+            "upload command; or as an S3 asset with `cdk deploy` (RayTrainingJob)")
+    try:
+        return build_code_archive(code_dir), None
+    except ManifestError as error:
+        return None, str(error)

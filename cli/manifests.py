@@ -2,9 +2,10 @@
 
 The output folder must be a folder of its own: new, empty, or one an earlier run wrote (its record,
 .ray-efa-output.json, lists the files). With codeDir, the code ships in a ConfigMap beside the job; code too large or
-binary for one has no kubectl route here (exit 2 naming codeDir): `cdk deploy` ships it as an S3 asset. Exit 0
-written, 1 the manifests cannot be built, 2 bad settings, code that cannot ship, or an output folder that may not be
-written (nothing is written then).
+binary for one ships as a zip under an s3:// storagePath: written into the folder as code-<hash>.zip, with the
+`aws s3 cp` line that puts it where the pods fetch it (nothing here talks to AWS). Without an s3:// storagePath such
+code is exit 2, naming codeDir and storagePath. Exit 0 written, 1 the manifests cannot be built, 2 bad settings, code
+that cannot ship, or an output folder that may not be written (nothing is written then).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, add_json_option, code_dir_problem, fail, print_json, resolve_or_exit
+from ray_efa.cli._common import (
+    add_context_option,
+    add_json_option,
+    fail,
+    kubectl_code_route,
+    print_json,
+    resolve_or_exit,
+)
 
 EXIT_FAILED = 1
 
@@ -40,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     except OutputDirError as error:
         return fail(args, "manifests", str(error))
 
-    if (problem := code_dir_problem(settings)) is not None:
+    archive, problem = kubectl_code_route(settings)
+    if problem is not None:
         return fail(args, "manifests", problem)
 
     from ray_efa.k8s.code_bundle import ManifestError  # cdk8s starts jsii: import only when the command runs
@@ -48,24 +57,33 @@ def run(args: argparse.Namespace) -> int:
     from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
 
     try:
-        files = write_manifests(settings, args.out)
+        files = write_manifests(settings, args.out, code_archive=archive)
     except ManifestError as error:
         return fail(args, "manifests", str(error), code=EXIT_FAILED)
     except (OutputDirError, OSError) as error:
         return fail(args, "manifests", f"cannot write {args.out}: {error}")
     namespace = settings.workload.namespace
+    upload = None  # codeDir's zip: where it is, where the pods fetch it, how it gets there
+    if archive is not None:
+        uri = archive.uri(settings.workload.storage_path or "")
+        upload = {"file": str(args.out / archive.file_name), "uri": uri,
+                  "command": f"aws s3 cp {args.out / archive.file_name} {uri}"}
     if args.json:
         print_json({"files": [str(f) for f in files], "out": str(args.out), "namespace": namespace,
-                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_of(settings)})
+                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_of(settings), "code_archive": upload})
         return 0
     warning = storage_warning(settings)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"wrote {len(files)} files to {args.out}/ (apply in this order; each Ray object takes every GPU node):")
+    print(f"wrote {len(files)} manifests to {args.out}/ (apply in this order; each Ray object takes every GPU node):")
     for f in files:
         print(f"  {args.out / f.name}")
+    if archive is not None and upload is not None:
+        print(f"and codeDir as {upload['file']} ({archive.describe()}), which the pods fetch from {upload['uri']}")
     first, job = files[0].name, next(f.name for f in files if f.name.endswith(f"rayjob-{settings.workload.network}.yaml"))
     print("train:")
+    if upload is not None:
+        print(f"  {upload['command']}   # first: where every Ray pod fetches codeDir")
     print(f"  kubectl apply -f {args.out / first} -f {args.out / job}")
     print(f"  kubectl -n {namespace} get rayjob {ray_job_of(settings)} -w   # Complete, or Failed (gate)")
     return 0

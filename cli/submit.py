@@ -5,9 +5,11 @@ writes for it (NetworkPolicy, ConfigMaps of the code, the settings and codeDir, 
 kubeconfig's credentials. The command then follows it: each state of the RayJob, the submitter's log as it is
 written (the driver's progress, summary and transport table), and at the end the gate's verdict and the job's exit
 code, which is this command's: 0 trained and the transport proven, 1 failed, 2 the driver refused the settings,
-3 the gate could not prove the transport. Before anything is created, bad settings, a plan that cannot fit, a
-trainFunction missing from codeDir or code too large for a ConfigMap are exit 2. Interrupting (Ctrl-C) stops the
-following, not the job.
+3 the gate could not prove the transport. codeDir too large or binary for a ConfigMap ships as a zip under an s3://
+storagePath (k8s.code_archive): uploaded with this machine's AWS credentials before the job is created, once per
+content. Before anything is created or uploaded, bad settings, a plan that cannot fit, a trainFunction missing from
+codeDir, or code that cannot ship (too large for a ConfigMap without an s3:// storagePath) are exit 2. Interrupting
+(Ctrl-C) stops the following, not the job.
 """
 
 from __future__ import annotations
@@ -15,18 +17,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ray_efa.cli._common import (
     KubeconfigError,
     add_context_option,
     add_json_option,
     add_kube_context_option,
-    code_dir_problem,
     fail,
     kube_api_client,
+    kubectl_code_route,
     print_json,
     resolve_or_exit,
 )
+
+if TYPE_CHECKING:
+    from ray_efa.core.settings import Settings
 
 EXIT_FAILED = 1
 _FOLLOW_MARGIN_S = 900
@@ -46,6 +52,12 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
     p.set_defaults(run=run)
+
+
+def _s3_client(settings: Settings) -> Any:
+    import boto3
+
+    return boto3.client("s3", region_name=settings.cluster.region)
 
 
 def _say(text: str) -> None:
@@ -73,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as error:
         print(f"ray-efa: {error}", file=sys.stderr)
         return 2
-    if (problem := code_dir_problem(settings)) is not None:
+    archive, problem = kubectl_code_route(settings)
+    if problem is not None:
         return fail(args, "submit", problem)
-
+    code_uri = archive.uri(settings.workload.storage_path or "") if archive is not None else None
 
     from ray_efa.k8s.code_bundle import ManifestError
     from ray_efa.ops.submit import (
@@ -90,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     try:
-        settings, objects = submission(settings, job_name=args.name)
+        settings, objects = submission(settings, job_name=args.name, code_archive_uri=code_uri)
     except ManifestError as error:
         return fail(args, "submit", str(error))
     name, namespace = objects[-1]["metadata"]["name"], settings.workload.namespace
@@ -98,6 +111,19 @@ def run(args: argparse.Namespace) -> int:
         api_client = kube_api_client(args)
     except KubeconfigError as error:
         return fail(args, "submit", str(error))
+
+    if archive is not None and code_uri is not None:
+        from botocore.exceptions import BotoCoreError
+
+        from ray_efa.ops.code_upload import CodeUploadError, upload_code_archive
+
+        try:
+            uploaded = upload_code_archive(_s3_client(settings), archive, code_uri)
+        except CodeUploadError as error:
+            return fail(args, "submit", str(error), code=EXIT_FAILED)
+        except BotoCoreError as error:  # the client itself: a profile that does not exist, a broken config
+            return fail(args, "submit", f"cannot upload the code to {code_uri}: {error}", code=EXIT_FAILED)
+        _say(f"codeDir ({archive.describe()}) {'uploaded to' if uploaded else 'is already at'} {code_uri}")
 
     timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
     function = settings.training.train_function
@@ -126,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         summaries = find_summaries(log.splitlines())
         print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
                     "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
-                    "run_summary": summaries[-1] if summaries else None,
+                    "run_summary": summaries[-1] if summaries else None, "code_archive": code_uri,
                     "cleanup": cleanup_command(objects, owned=owned)})
         return code
     print(f"RayJob {namespace}/{name}: {final.describe()}")
@@ -136,5 +162,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"message: {' '.join(str(final.status['message']).split())[:500]}")
     print(f"exit code {code}")
     _say(f"clean up: {cleanup_command(objects, owned=owned)}"
-         + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else ""))
+         + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else "")
+         + (f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
+            if code_uri else ""))
     return code

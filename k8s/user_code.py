@@ -2,8 +2,9 @@
 
 - a ConfigMap (UserCodeConfigMap) when the folder is text and small enough for one ConfigMap and kubectl's
   last-applied annotation: what `ray-efa manifests`, `ray-efa submit` and a small job of `cdk deploy` use;
-- a zip in S3 (an archive URI: the CDK asset of infra.training_job.RayTrainingJob), which an init container of every
-  Ray pod downloads and unpacks into an emptyDir, with the pods' own role (Pod Identity).
+- a zip in S3 (an archive URI), which an init container of every Ray pod downloads and unpacks into an emptyDir,
+  with the pods' own role (Pod Identity): the CDK asset of infra.training_job.RayTrainingJob, or, from `ray-efa
+  submit` and `ray-efa manifests`, the zip of k8s.code_archive under storagePath.
 
 Why an init container and not Ray's runtime_env working_dir from s3://: Ray fetches remote working_dir and py_modules
 URIs through smart_open (ray/_private/runtime_env/protocol.py, "You must `pip install smart_open[s3]`"), which the
@@ -74,8 +75,8 @@ class UserCodeConfigMap(Construct):
         except ManifestError as error:
             raise ManifestError(
                 f"codeDir {code_dir} cannot ship in a ConfigMap: {error}. Larger or binary code ships as an S3 asset "
-                "with `cdk deploy` (RayTrainingJob uploads it and the pods fetch it); for kubectl, keep data and "
-                "weights out of codeDir (storagePath, modelPath) so that the code itself fits"
+                "with `cdk deploy` (RayTrainingJob uploads it and the pods fetch it), or as a zip under an s3:// "
+                "storagePath with `ray-efa submit` and `ray-efa manifests` (k8s.code_archive)"
             ) from None
         self.name = name
         self.volume: UserCodeVolume = UserCodeVolume(config_map=name, bundle=bundle)

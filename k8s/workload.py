@@ -67,14 +67,15 @@ def namespace_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     return chart
 
 
-def ray_cluster_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
-    """The long-lived RayCluster, its code ConfigMap and the NetworkPolicy in front of its pods (before the pods)."""
+def ray_cluster_chart(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> cdk8s.Chart:
+    """The long-lived RayCluster, its code ConfigMap and the NetworkPolicy in front of its pods (before the pods);
+    codeDir as for ray_job_chart."""
     chart = _chart(scope, "raycluster")
     shipped = shipped_settings(settings)
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=RAY_CLUSTER_NAME, submitter=False)
     code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
                          namespace=settings.workload.namespace, bundle=collect_code(shipped))
-    user_code = _user_code(chart, settings, RAY_CLUSTER_NAME, None)
+    user_code = _user_code(chart, settings, RAY_CLUSTER_NAME, code_archive_uri)
     _device_claims(chart, settings, RAY_CLUSTER_NAME)
     RayCluster(chart, "RayCluster", settings=shipped, name=RAY_CLUSTER_NAME, code=code, user_code=user_code)
     return chart
@@ -128,14 +129,15 @@ def build_workload(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
     return _in_order([namespace_chart(scope, settings), ray_job_chart(scope, settings)])
 
 
-def build_manifests(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
+def build_manifests(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> list[cdk8s.Chart]:
     """Everything dist/ gets, in apply order: the namespace, the long-lived RayCluster, the training RayJob and its
     comparison run on the other network (settings with network flipped). Apply the namespace and then ONE of the
-    others at a time: each of them takes every GPU node."""
+    others at a time: each of them takes every GPU node. `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive),
+    which every Ray pod fetches, in place of its ConfigMap."""
     other = settings.replace(network=comparison_network(settings.workload.network))
     jobs = sorted([settings, other], key=lambda s: s.workload.network)  # rayjob-efa before rayjob-tcp, always
     return _in_order([
         namespace_chart(scope, settings),
-        ray_cluster_chart(scope, settings),
-        *(ray_job_chart(scope, job) for job in jobs),
+        ray_cluster_chart(scope, settings, code_archive_uri=code_archive_uri),
+        *(ray_job_chart(scope, job, code_archive_uri=code_archive_uri) for job in jobs),
     ])

@@ -1,6 +1,7 @@
 """`ray-efa submit`: the train function and its code as a new RayJob on a deployed cluster, followed to its end.
 
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
+    upload_code_archive(s3, archive, uri)           # codeDir too large for a ConfigMap: a zip under storagePath
     uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
     own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
@@ -71,18 +72,20 @@ def unique_job_name(base: str, token: str | None = None) -> str:
     return f"{base[:MAX_JOB_NAME_LENGTH - len(token) - 1].rstrip('-')}-{token}"
 
 
-def submission(settings: Settings, *, job_name: str | None = None) -> tuple[Settings, list[dict[str, Any]]]:
-    """The settings with jobName `job_name` (default: a unique one) and the job's objects, in apply order.
+def submission(settings: Settings, *, job_name: str | None = None,
+               code_archive_uri: str | None = None) -> tuple[Settings, list[dict[str, Any]]]:
+    """The settings with jobName `job_name` (default: a unique one) and the job's objects, in apply order;
+    `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive), fetched by the pods in place of a ConfigMap.
 
     Raises SettingsError or ManifestError as `ray-efa manifests` would (a plan that cannot fit, a trainFunction
-    missing from codeDir, code too large for a ConfigMap).
+    missing from codeDir, code too large for a ConfigMap without an archive).
     """
     import cdk8s
 
     from ray_efa.k8s.workload import ray_job_chart
 
     settings = settings.replace(jobName=job_name or unique_job_name(settings.workload.job_name))
-    return settings, ray_job_chart(cdk8s.App(), settings).to_json()
+    return settings, ray_job_chart(cdk8s.App(), settings, code_archive_uri=code_archive_uri).to_json()
 
 
 def _api_error(error: Exception) -> str:

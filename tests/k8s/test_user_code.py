@@ -189,13 +189,57 @@ def test_manifests_cli_refuses_bad_code_settings_with_exit_2_writing_nothing(tmp
     assert not out.exists()
 
 
-def test_manifests_cli_refuses_code_too_large_for_kubectl_naming_code_dir(tmp_path, capsys):
+def _binary_code(tmp_path: Path) -> Path:
     code = tmp_path / "big"
     (code / "pkg").mkdir(parents=True)
     (code / "pkg" / "__init__.py").write_text("def fit(c): ...\n")
     (code / "pkg" / "weights.bin").write_bytes(bytes(range(256)))  # binary: no ConfigMap data
+    return code
+
+
+def test_manifests_cli_refuses_code_too_large_for_a_config_map_without_s3_storage_naming_both(tmp_path, capsys):
+    code = _binary_code(tmp_path)
     out = tmp_path / "dist"
-    assert _manifests_cli("--out", str(out), "-c", "trainFunction=pkg:fit", "-c", f"codeDir={code}") == 2
+    assert _manifests_cli("--out", str(out), "-c", "trainFunction=pkg:fit", "-c", f"codeDir={code}",
+                          "-c", "storagePath=/mnt/fsx/runs", "-c", "sharedVolumeClaim=fsx",
+                          "-c", "sharedVolumeMountPath=/mnt/fsx") == 2
     err = capsys.readouterr().err
-    assert f"codeDir {code} cannot ship with kubectl" in err and "not UTF-8 text" in err and "cdk deploy" in err
+    assert f"codeDir {code} cannot ship in a ConfigMap" in err and "not UTF-8 text" in err
+    assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in err and "cdk deploy" in err
     assert not out.exists()
+
+
+def test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_upload_line(tmp_path, capsys):
+    import yaml
+
+    from ray_efa.k8s.code_archive import build_code_archive
+
+    # GIVEN code no ConfigMap can hold, and storagePath on S3
+    code = _binary_code(tmp_path)
+    out = tmp_path / "dist"
+    argv = ("--out", str(out), "-c", "trainFunction=pkg:fit", "-c", f"codeDir={code}",
+            "-c", "storagePath=s3://research-ckpt/ray-efa")
+    # WHEN `ray-efa manifests` runs
+    assert _manifests_cli(*argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    # THEN the zip is in the folder, and every Ray pod of every object fetches it from storagePath
+    archive = build_code_archive(code)
+    uri = f"s3://research-ckpt/ray-efa/ray-efa-code/{archive.file_name}"
+    assert (out / archive.file_name).read_bytes() == archive.data
+    objects = [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    rays = [o for o in objects if o["kind"] in ("RayCluster", "RayJob")]
+    assert len(rays) == 3  # the RayCluster and the two jobs
+    for ray in rays:
+        spec = ray["spec"].get("rayClusterSpec", ray["spec"])
+        for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
+            (init,) = template["spec"]["initContainers"]
+            assert init["command"][-2:] == [uri, USER_CODE_PATH]
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-user-code")]
+    # and the steps say to upload it first, to exactly that URI
+    steps = printed.split("train:\n", 1)[1].splitlines()
+    assert steps[0].split("#")[0].split() == ["aws", "s3", "cp", str(out / archive.file_name), uri]
+    # and a second run over the same folder replaces its own files, the zip included, with the same bytes
+    assert _manifests_cli(*argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [".ray-efa-output.json", archive.file_name, *(p.name for p in out.glob("*.yaml"))])
+    assert (out / archive.file_name).read_bytes() == archive.data

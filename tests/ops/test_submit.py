@@ -196,3 +196,71 @@ def test_a_bad_name_is_exit_2_naming_the_flag(tmp_path, capsys):
                     "--name", "Run_1", *(a for s in SETTINGS for a in ("-c", s)))
     assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
     assert api.requests == []
+
+
+def _binary_code(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "__init__.py").write_text("def fit(config): ...\n")
+    (code / "pkg" / "vocab.bin").write_bytes(bytes(range(256)) * 4)  # binary: no ConfigMap can hold it
+    return code
+
+
+def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_by_the_pods(tmp_path, capsys):
+    # GIVEN binary code, storagePath in a bucket (moto: the S3 API cannot exist here) and a cluster that runs the job
+    import boto3
+    from moto import mock_aws
+
+    from ray_efa.k8s.code_archive import build_code_archive
+
+    code = _binary_code(tmp_path)
+    settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://research-checkpoints/runs")
+    archive = build_code_archive(code)
+    uri = f"s3://research-checkpoints/runs/ray-efa-code/{archive.file_name}"
+    with mock_aws(), _api("complete") as api:
+        s3 = boto3.client("s3", region_name="us-east-2")
+        s3.create_bucket(Bucket="research-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
+        # WHEN `ray-efa submit` runs it
+        exit_code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig",
+                         str(_kubeconfig(tmp_path, api.url)), "--name", JOB, "--poll", "0.01",
+                         *(a for s in settings for a in ("-c", s)))
+        stored = s3.get_object(Bucket="research-checkpoints", Key=uri.removeprefix("s3://research-checkpoints/"))
+        assert stored["Body"].read() == archive.data
+    err = capsys.readouterr().err
+    # THEN the zip went to storagePath before the job, whose every Ray pod fetches it, and no ConfigMap holds it
+    assert exit_code == 0, err
+    assert f"codeDir (2 files, 0.0 MiB zipped) uploaded to {uri}" in err
+    assert err.index("uploaded to") < err.index("submitted RayJob")
+    job = api.created[-1]
+    spec = job["spec"]["rayClusterSpec"]
+    for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
+        (init,) = template["spec"]["initContainers"]
+        assert init["command"][-2] == uri
+    assert not [o for o in api.created if o["metadata"]["name"].endswith("-user-code")]
+    assert f"the code zip {uri} stays" in err
+
+
+def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(tmp_path, capsys):
+    from moto import mock_aws
+
+    code = _binary_code(tmp_path)
+    settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://no-such-bucket-here/runs")
+    with mock_aws(), KubeApiWithWrites() as api:
+        exit_code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig",
+                         str(_kubeconfig(tmp_path, api.url)), "--name", JOB, "--poll", "0.01", "--timeout", "1",
+                         *(a for s in settings for a in ("-c", s)))
+    assert exit_code == 1
+    assert "cannot upload the code to s3://no-such-bucket-here/runs/ray-efa-code/code-" in capsys.readouterr().err
+    assert [m for m, _ in api.requests if m != "GET"] == []
+
+
+def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_any_request(tmp_path, capsys):
+    code = _binary_code(tmp_path)
+    settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx",
+                "sharedVolumeMountPath=/mnt/fsx")
+    with KubeApiWithWrites() as api:
+        exit_code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig",
+                         str(_kubeconfig(tmp_path, api.url)), *(a for s in settings for a in ("-c", s)))
+    assert exit_code == 2
+    assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
+    assert api.requests == []
