@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from ray_efa.core.user_code import code_files
 from ray_efa.k8s import code_archive
 from ray_efa.k8s.code_archive import build_code_archive
 from ray_efa.k8s.code_bundle import ManifestError
-from ray_efa.k8s.user_code import FETCH_SCRIPT
+from tests.k8s.conftest import fetch_like_the_pods
 
 
 def _code(root: Path) -> Path:
@@ -31,19 +29,6 @@ def _code(root: Path) -> Path:
     return root
 
 
-def _fetch(archive: bytes, tmp_path: Path) -> Path:
-    """What the init container does, with pyarrow's local filesystem in place of S3 (the same calls)."""
-    (tmp_path / "bucket").mkdir()
-    (tmp_path / "bucket" / "code.zip").write_bytes(archive)
-    script = FETCH_SCRIPT.replace("fs.S3FileSystem(region=os.environ['AWS_REGION'])",
-                                  f"fs.SubTreeFileSystem({str(tmp_path)!r}, fs.LocalFileSystem())")
-    assert script != FETCH_SCRIPT
-    dest = tmp_path / "user"
-    subprocess.run([sys.executable, "-c", script, "s3://bucket/code.zip", str(dest)], check=True, timeout=60,
-                   capture_output=True)
-    return dest
-
-
 def test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree(tmp_path):
     # GIVEN a codeDir with a binary file (no ConfigMap can hold it), a cache and a hidden folder
     code = _code(tmp_path / "code")
@@ -52,7 +37,7 @@ def test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree(tmp_path):
     shipped = [name for name, _ in code_files(code)]
     assert shipped == ["README.md", "pkg/__init__.py", "pkg/weights.bin"]
     assert zipfile.ZipFile(io.BytesIO(archive.data)).namelist() == shipped
-    dest = _fetch(archive.data, tmp_path)
+    dest = fetch_like_the_pods(archive.data, tmp_path)
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == shipped
     for name in shipped:
         assert (dest / name).read_bytes() == (code / name).read_bytes(), name
