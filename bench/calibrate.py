@@ -1,6 +1,6 @@
 """Calibrate the step-time model and the memory plan on one GPU: the project's step at several shapes, one process.
 
-    python bench/calibrate.py --out DIR [--shapes 2x2048,4x4096x2,...] [--steps 6] [--warmup 3]
+    python bench/calibrate.py --out DIR [--shapes 2x2048,4x4096x2,...] [--steps 6] [--warmup 3] [--loss-chunk 4096]
 
 A shape is MICRO_BATCHxSEQ_LEN[xGRAD_ACCUMULATION]. One model (Qwen2.5-1.5B architecture, random weights, the
 project's parallelize(): FSDP2 over a one-rank NCCL group, per-layer torch.compile, chunked loss, fused AdamW) runs
@@ -124,6 +124,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--loss-chunk", type=int, default=4096,
+                        help="lossChunkSize (4096: the calibration of 2026-12-01; the default is 1024 since)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -143,7 +145,7 @@ def main() -> int:
     header = {
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, nccl.version())),
         "cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "model": args.model,
-        "compile": not args.no_compile, "matmul_bf16_tflops": round(matmul_tflops(), 1),
+        "compile": not args.no_compile, "loss_chunk_size": args.loss_chunk, "matmul_bf16_tflops": round(matmul_tflops(), 1),
     }
     try:
         import transformers
@@ -152,7 +154,7 @@ def main() -> int:
     except ImportError:
         pass
     print(json.dumps(header), flush=True)
-    model = build_model(preset, seed=0, device=device, loss_chunk_size=4096)
+    model = build_model(preset, seed=0, device=device, loss_chunk_size=args.loss_chunk)
     model = parallelize(model, ParallelPlan(compile=not args.no_compile, mixed_precision=mixed_precision_policy(device)))
     optimizer = build_optimizer(model, TrainingSettings(model=args.model), device)
     model.train()
