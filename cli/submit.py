@@ -7,7 +7,8 @@ written (the driver's progress, summary and transport table), and at the end the
 code, which is this command's: 0 trained and the transport proven, 1 failed, 2 the driver refused the settings,
 3 the gate could not prove the transport. codeDir too large or binary for a ConfigMap ships as a zip under an s3://
 storagePath (k8s.code_archive): uploaded with this machine's AWS credentials before the job is created, once per
-content. Before anything is created or uploaded, bad settings, a plan that cannot fit, a trainFunction missing from
+content. A Ray cluster already in the namespace with workers holds the GPU nodes: it is named in a warning, since
+the new job waits for it with its deadline counting. Before anything is created or uploaded, bad settings, a plan that cannot fit, a trainFunction missing from
 codeDir, or code that cannot ship (too large for a ConfigMap without an s3:// storagePath) are exit 2. Interrupting
 (Ctrl-C) stops the following, not the job.
 """
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         create_objects,
         follow,
         gate_lines,
+        gpu_holders,
         job_exit_code,
         own_by_job,
         submission,
@@ -128,6 +130,13 @@ def run(args: argparse.Namespace) -> int:
     timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
     function = settings.training.train_function
     try:
+        holders, unlisted = gpu_holders(api_client, namespace)
+        deadline = settings.workload.job_active_deadline_seconds
+        for holder in holders:
+            _say(f"warning: {holder} holds the GPU nodes: the workers of {name} wait until it is gone, and its "
+                 f"jobActiveDeadlineSeconds ({deadline} s) counts from now")
+        if unlisted:
+            _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: {unlisted}")
         job_uid = create_objects(api_client, objects)
         unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
         for problem in unowned:

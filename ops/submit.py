@@ -2,6 +2,7 @@
 
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
     upload_code_archive(s3, archive, uri)           # codeDir too large for a ConfigMap: a zip under storagePath
+    holders, _ = gpu_holders(api_client, namespace) # Ray clusters that hold the GPU nodes now: the job would wait
     uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
     own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
@@ -23,7 +24,8 @@ from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
 
-__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "create_objects", "own_by_job", "follow",
+__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects", "own_by_job",
+           "follow",
            "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
 
@@ -98,6 +100,32 @@ def _api_error(error: Exception) -> str:
     except (ValueError, AttributeError):
         message = None
     return f"{getattr(error, 'status', '')} {reason}: {message or body or error}".strip()
+
+
+def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]:
+    """The Ray clusters already in `namespace` with workers, each of which takes every GPU node of the cluster's
+    node group (the plan gives a job all of them), so that a new job's workers wait for it to go; described for a
+    person ("RayCluster ray/x (of RayJob y, ready)"). Second: why they could not be listed (RBAC), else None; a
+    namespace or CRD that is not there lists nothing here (the create that follows names it)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listing: Any = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, "rayclusters")
+    except ApiException as error:
+        return [], None if error.status == 404 else _api_error(error)
+    holders = []
+    for cluster in listing.get("items") or []:
+        groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
+        if not any((g.get("replicas") or g.get("minReplicas") or 0) > 0 for g in groups):
+            continue
+        meta = cluster.get("metadata") or {}
+        owner = next((o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "RayJob"), None)
+        state = (cluster.get("status") or {}).get("state")
+        about = ", ".join(x for x in (f"of RayJob {owner}" if owner else "", state or "") if x)
+        holders.append(f"RayCluster {namespace}/{meta.get('name')}" + (f" ({about})" if about else ""))
+    return holders, None
 
 
 def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None:

@@ -264,3 +264,41 @@ def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_any_req
     assert exit_code == 2
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
     assert api.requests == []
+
+
+def _ray_cluster(name: str, *, replicas: int, owner: str | None = None, state: str | None = "ready") -> dict:
+    """A RayCluster as the API lists it (KubeRay's fields that submit reads: worker replicas, owner, state)."""
+    meta: dict = {"name": name, "namespace": "ray"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": owner, "uid": "u-1"}]
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
+            "spec": {"workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": replicas}]},
+            **({"status": {"state": state}} if state else {})}
+
+
+def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_created(tmp_path, capsys):
+    # GIVEN the cluster of an earlier job still running, and a RayCluster scaled to no workers (which holds none)
+    clusters = [_ray_cluster("train-efa-a1b2c-x8k2p", replicas=2, owner="train-efa-a1b2c"),
+                _ray_cluster("idle", replicas=0)]
+    with _api("complete") as api:
+        api.collections["/apis/ray.io/v1/namespaces/ray/rayclusters"] = clusters
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in SETTINGS for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN the job is still submitted (queueing behind it may be what the user wants), with what it will wait for and
+    # that its deadline counts meanwhile (KubeRay counts activeDeadlineSeconds from Initializing)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: RayCluster ray/train-efa-a1b2c-x8k2p (of RayJob train-efa-a1b2c, ready) holds the "
+                        f"GPU nodes: the workers of {JOB} wait until it is gone, and its jobActiveDeadlineSeconds (3600 s) "
+                        "counts from now"]
+    assert err.index("warning: RayCluster") < err.index("submitted RayJob")
+
+
+def test_no_warning_when_no_ray_cluster_holds_the_gpu_nodes(tmp_path, capsys):
+    with _api("complete") as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in SETTINGS for a in ("-c", s)))
+    err = capsys.readouterr().err
+    assert code == 0 and "holds the GPU nodes" not in err
+    assert ("GET", "/apis/ray.io/v1/namespaces/ray/rayclusters") in api.requests
