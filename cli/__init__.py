@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "manifests": "manifests",
     "train": "train",
     "submit": "submit",
+    "follow": "follow",
     "check-transport": "check_transport",
     "compare": "compare",
     "calibrate": "calibrate",

@@ -86,4 +86,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {upload['command']}   # first: where every Ray pod fetches codeDir")
     print(f"  kubectl apply -f {args.out / first} -f {args.out / job}")
     print(f"  kubectl -n {namespace} get rayjob {ray_job_of(settings)} -w   # Complete, or Failed (gate)")
+    follow = f"ray-efa follow {ray_job_of(settings)}" + (f" -c namespace={namespace}" if namespace != "ray" else "")
+    print(f"  {follow}   # or: its states, log and the gate's verdict; exit code = the job's")
     return 0

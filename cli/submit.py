@@ -34,9 +34,10 @@ from ray_efa.cli._common import (
 
 if TYPE_CHECKING:
     from ray_efa.core.settings import Settings
+    from ray_efa.ops.submit import JobState
 
 EXIT_FAILED = 1
-_FOLLOW_MARGIN_S = 900
+FOLLOW_MARGIN_S = 900
 """How long past jobActiveDeadlineSeconds the command waits by default (image pulls, KubeRay's own status lag)."""
 
 
@@ -49,7 +50,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
     add_kube_context_option(p)
     add_context_option(p)
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {_FOLLOW_MARGIN_S})")
+                   help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})")
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
     p.set_defaults(run=run)
@@ -96,10 +97,7 @@ def run(args: argparse.Namespace) -> int:
         SubmitError,
         cleanup_command,
         create_objects,
-        follow,
-        gate_lines,
         gpu_holders,
-        job_exit_code,
         own_by_job,
         submission,
     )
@@ -127,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(args, "submit", f"cannot upload the code to {code_uri}: {error}", code=EXIT_FAILED)
         _say(f"codeDir ({archive.describe()}) {'uploaded to' if uploaded else 'is already at'} {code_uri}")
 
-    timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + _FOLLOW_MARGIN_S
+    timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + FOLLOW_MARGIN_S
     function = settings.training.train_function
     try:
         holders, unlisted = gpu_holders(api_client, namespace)
@@ -144,16 +142,42 @@ def run(args: argparse.Namespace) -> int:
         owned = not unowned
         _say(f"submitted RayJob {namespace}/{name}: {function} on {settings.nodes.gpu_node_count} x "
              f"{settings.nodes.gpu_instance_type} over {settings.workload.network} ({len(objects)} objects)")
-        final, log = follow(
-            api_client, namespace, name, timeout_s=timeout, poll_s=args.poll,
-            on_state=lambda state, elapsed: _say(f"[{_elapsed(elapsed)}] RayJob {name}: {state.describe()}"),
-            on_line=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
-        )
+        final, log = follow_job(args, api_client, namespace, name, timeout)
     except SubmitError as error:
         return fail(args, "submit", str(error), code=EXIT_FAILED)
     except KeyboardInterrupt:
-        _say(f"ray-efa submit: stopped following; the job keeps running: kubectl -n {namespace} get rayjob {name} -w")
+        _say(f"ray-efa submit: stopped following; the job keeps running: ray-efa follow {name}"
+             + (f" -c namespace={namespace}" if namespace != "ray" else ""))
         return 130
+    cleanup = cleanup_command(objects, owned=owned)
+    code = print_outcome(args, namespace, name, final, log, extra={"code_archive": code_uri, "cleanup": cleanup})
+    if not args.json:
+        _say(f"clean up: {cleanup}"
+             + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else "")
+             + (f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
+                if code_uri else ""))
+    return code
+
+
+def follow_job(args: argparse.Namespace, api_client: Any, namespace: str, name: str,
+               timeout: float) -> tuple[JobState, str]:
+    """Follow RayJob `name` to its end as `submit` and `follow` show it: each state on stderr, the submitter's log on
+    stdout (stderr with --json). SubmitError as ops.submit.follow raises it."""
+    from ray_efa.ops.submit import follow
+
+    return follow(
+        api_client, namespace, name, timeout_s=timeout, poll_s=args.poll,
+        on_state=lambda state, elapsed: _say(f"[{_elapsed(elapsed)}] RayJob {name}: {state.describe()}"),
+        on_line=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
+    )
+
+
+def print_outcome(args: argparse.Namespace, namespace: str, name: str, final: JobState, log: str, *,
+                  extra: dict[str, Any]) -> int:
+    """The end of a followed job: its state, the gate's verdict, Ray's message when it failed and the exit code; with
+    --json one object with them, the run summary and `extra`. Returns the job's exit code."""
+    from ray_efa.ops.submit import gate_lines, job_exit_code
+
     code = job_exit_code(final)
     if args.json:
         from ray_efa.training.run_summary import find_summaries
@@ -161,8 +185,7 @@ def run(args: argparse.Namespace) -> int:
         summaries = find_summaries(log.splitlines())
         print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
                     "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
-                    "run_summary": summaries[-1] if summaries else None, "code_archive": code_uri,
-                    "cleanup": cleanup_command(objects, owned=owned)})
+                    "run_summary": summaries[-1] if summaries else None, **extra})
         return code
     print(f"RayJob {namespace}/{name}: {final.describe()}")
     for line in gate_lines(log) or ["transport gate: no verdict in the submitter's log (did the driver start?)"]:
@@ -170,8 +193,4 @@ def run(args: argparse.Namespace) -> int:
     if final.status.get("message") and code != 0:
         print(f"message: {' '.join(str(final.status['message']).split())[:500]}")
     print(f"exit code {code}")
-    _say(f"clean up: {cleanup_command(objects, owned=owned)}"
-         + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else "")
-         + (f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
-            if code_uri else ""))
     return code

@@ -24,7 +24,7 @@ from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
 
-__all__ = ["SubmitError", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects", "own_by_job",
+__all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects", "own_by_job",
            "follow",
            "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
@@ -41,6 +41,10 @@ _TOKEN_LENGTH = 5
 
 class SubmitError(RuntimeError):
     """The job could not be created or followed; the message names the object and the API's answer."""
+
+
+class JobNotFound(SubmitError):
+    """The RayJob is not there (404): a name or namespace that is wrong, or a job already deleted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,6 +196,8 @@ def job_state(api_client: Any, namespace: str, name: str) -> JobState:
         job: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace,
                                                                                     RAY_JOBS, name)
     except ApiException as error:
+        if error.status == 404:
+            raise JobNotFound(f"no RayJob {namespace}/{name} (kubectl -n {namespace} get rayjobs lists them)") from None
         raise SubmitError(f"cannot read RayJob {namespace}/{name}: {_api_error(error)}") from None
     status = job.get("status") or {}
     return JobState(deployment=status.get("jobDeploymentStatus", ""), job=status.get("jobStatus", ""), status=status)

@@ -302,3 +302,46 @@ def test_no_warning_when_no_ray_cluster_holds_the_gpu_nodes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0 and "holds the GPU nodes" not in err
     assert ("GET", "/apis/ray.io/v1/namespaces/ray/rayclusters") in api.requests
+
+
+def _existing_job(outcome: str) -> KubeApiWithWrites:
+    """The API with RayJob JOB already there (created by an earlier submit, or by kubectl from the manifests)."""
+    api = _api(outcome)
+    api.collections["/apis/ray.io/v1/namespaces/ray/rayjobs"] = [
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": JOB, "namespace": "ray", "uid": "u-9"}}]
+    return api
+
+
+def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(tmp_path, capsys):
+    from ray_efa.cli import follow
+
+    with _existing_job("complete") as api:
+        code = _cli(follow, "follow", JOB, "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--poll", "0.01")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p" in err
+    assert "epoch 3/3  loss 0.4020  (16 workers)" in out  # the submitter's whole log, from its start
+    assert "transport gate: PASS: all 16 processes" in out and out.rstrip().endswith("exit code 0")
+    assert [m for m, _ in api.requests if m != "GET"] == []  # it reads, never writes
+
+
+def test_follow_exits_with_the_jobs_code_and_json_has_the_outcome(tmp_path, capsys):
+    from ray_efa.cli import follow
+
+    with _existing_job("unproven") as api:
+        code = _cli(follow, "follow", JOB, "--json", "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--poll", "0.01")
+    result = json.loads(capsys.readouterr().out)
+    assert code == 3 and result["exit_code"] == 3 and result["ray_job"] == JOB
+    assert result["transport_gate"][0].startswith("transport gate: NO PROOF")
+
+
+def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(tmp_path, capsys):
+    from ray_efa.cli import follow
+
+    with KubeApiWithWrites() as api:
+        code = _cli(follow, "follow", "no-such-job", "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--poll", "0.01")
+    assert code == 2
+    assert "no RayJob ray/no-such-job (kubectl -n ray get rayjobs lists them)" in capsys.readouterr().err
