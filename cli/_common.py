@@ -74,8 +74,10 @@ def fail(args: argparse.Namespace, command: str, message: str, *, code: int = EX
     return code
 
 
-def add_kube_context_option(parser: argparse.ArgumentParser) -> None:
-    """`--kube-context NAME`: the kubeconfig context (kubectl's --context); -c/--context is for settings only."""
+def add_kube_options(parser: argparse.ArgumentParser) -> None:
+    """`--kubeconfig PATH` and `--kube-context NAME` (kubectl's --context; -c/--context is for settings only): what
+    kube_api_client reads."""
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--kube-context", dest="kube_context", metavar="NAME",
                         help="kubeconfig context (default: the current one)")
 

@@ -17,7 +17,7 @@ from ray_efa.cli._common import (
     KubeconfigError,
     add_context_option,
     add_json_option,
-    add_kube_context_option,
+    add_kube_options,
     fail,
     kube_api_client,
     resolve_or_exit,
@@ -31,8 +31,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
     p = add_parser(name, help="follow a RayJob already on the cluster to its end: states, log, the gate's verdict",
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("job", metavar="NAME", help="the RayJob's name (what `ray-efa submit` printed, or a jobName)")
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    add_kube_context_option(p)
+    add_kube_options(p)
     add_context_option(p)  # the namespace (and the default timeout) come from the settings
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})")

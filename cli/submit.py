@@ -24,7 +24,7 @@ from ray_efa.cli._common import (
     KubeconfigError,
     add_context_option,
     add_json_option,
-    add_kube_context_option,
+    add_kube_options,
     fail,
     kube_api_client,
     kubectl_code_route,
@@ -46,8 +46,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
                                   "plus 5 random characters")
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    add_kube_context_option(p)
+    add_kube_options(p)
     add_context_option(p)
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})")

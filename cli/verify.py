@@ -11,7 +11,7 @@ from ray_efa.cli._common import (
     KubeconfigError,
     add_context_option,
     add_json_option,
-    add_kube_context_option,
+    add_kube_options,
     fail,
     kube_api_client,
     print_json,
@@ -24,8 +24,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
         name, help="check the deployed cluster: GPU nodes Ready with GPU and EFA allocatable, device plugins, KubeRay",
         description=__doc__,
     )
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    add_kube_context_option(p)  # -c/--context is for settings, as in every subcommand (kubectl's --context is this)
+    add_kube_options(p)  # -c/--context is for settings, as in every subcommand (kubectl's --context is this)
     add_context_option(p)
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="repeat the checks every 10 s until all pass or SECONDS have passed (default: check once)")
