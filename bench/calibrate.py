@@ -145,7 +145,8 @@ def main() -> int:
     header = {
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, nccl.version())),
         "cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "model": args.model,
-        "compile": not args.no_compile, "loss_chunk_size": args.loss_chunk, "matmul_bf16_tflops": round(matmul_tflops(), 1),
+        "compile": not args.no_compile, "loss_chunk_size": args.loss_chunk,
+        "matmul_bf16_tflops": round(matmul_tflops(), 1),
     }
     try:
         import transformers

@@ -42,7 +42,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
 
 def run(args: argparse.Namespace) -> int:
     settings = resolve_or_exit(args).settings
-    from ray_efa.cli.submit import follow_job, print_outcome
+    from ray_efa.cli.submit import follow_job, follow_timeout, print_outcome
     from ray_efa.ops.submit import JobNotFound, SubmitError
 
     namespace = settings.workload.namespace
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         api_client = kube_api_client(args)
     except KubeconfigError as error:
         return fail(args, "follow", str(error))
-    timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + FOLLOW_MARGIN_S
+    timeout = follow_timeout(args, settings)
     try:
         final, log = follow_job(args, api_client, namespace, args.job, timeout)
     except JobNotFound as error:

@@ -8,9 +8,10 @@ code, which is this command's: 0 trained and the transport proven, 1 failed, 2 t
 3 the gate could not prove the transport. codeDir too large or binary for a ConfigMap ships as a zip under an s3://
 storagePath (k8s.code_archive): uploaded with this machine's AWS credentials before the job is created, once per
 content. A Ray cluster already in the namespace with workers holds the GPU nodes: it is named in a warning, since
-the new job waits for it with its deadline counting. Before anything is created or uploaded, bad settings, a plan that cannot fit, a trainFunction missing from
-codeDir, or code that cannot ship (too large for a ConfigMap without an s3:// storagePath) are exit 2. Interrupting
-(Ctrl-C) stops the following, not the job.
+the new job waits for it with its deadline counting. Before anything is created or uploaded, bad settings, a plan
+that cannot fit, a trainFunction missing from codeDir, or code that cannot ship (too large for a ConfigMap without
+an s3:// storagePath) are exit 2. Interrupting (Ctrl-C) stops the following, not the job: `ray-efa follow NAME`
+picks it up again.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(args, "submit", f"cannot upload the code to {code_uri}: {error}", code=EXIT_FAILED)
         _say(f"codeDir ({archive.describe()}) {'uploaded to' if uploaded else 'is already at'} {code_uri}")
 
-    timeout = args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + FOLLOW_MARGIN_S
+    timeout = follow_timeout(args, settings)
     function = settings.training.train_function
     try:
         holders, unlisted = gpu_holders(api_client, namespace)
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
             _say(f"warning: {holder} holds the GPU nodes: the workers of {name} wait until it is gone, and its "
                  f"jobActiveDeadlineSeconds ({deadline} s) counts from now")
         if unlisted:
-            _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: {unlisted}")
+            _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: "
+                 f"{unlisted}")
         job_uid = create_objects(api_client, objects)
         unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
         for problem in unowned:
@@ -156,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
              + (f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
                 if code_uri else ""))
     return code
+
+
+def follow_timeout(args: argparse.Namespace, settings: Settings) -> float:
+    """--timeout, else the job's own deadline plus FOLLOW_MARGIN_S."""
+    return args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + FOLLOW_MARGIN_S
 
 
 def follow_job(args: argparse.Namespace, api_client: Any, namespace: str, name: str,

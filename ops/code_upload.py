@@ -65,9 +65,9 @@ def upload_code_archive(s3_client: Any, archive: CodeArchive, uri: str) -> bool:
     if head is not None:
         if (head.get("Metadata") or {}).get(_HASH_METADATA) == archive.sha256:
             return False
-        raise CodeUploadError(f"cannot upload the code to {uri}: an object is there that ray-efa did not write for "
-                              f"this code (no x-amz-meta-{_HASH_METADATA} {archive.sha256}); it is left alone: move it, "
-                              "or give another storagePath")
+        raise CodeUploadError(
+            f"cannot upload the code to {uri}: an object is there that ray-efa did not write for this code (no "
+            f"x-amz-meta-{_HASH_METADATA} {archive.sha256}); it is left alone: move it, or give another storagePath")
     try:
         s3_client.put_object(Bucket=bucket, Key=key, Body=archive.data, ContentType="application/zip",
                              Metadata={_HASH_METADATA: archive.sha256})

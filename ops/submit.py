@@ -24,8 +24,8 @@ from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
 
-__all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects", "own_by_job",
-           "follow",
+__all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects",
+           "own_by_job", "follow",
            "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
 
