@@ -216,6 +216,6 @@ def kubectl_code_route(settings: Settings) -> tuple[CodeArchive | None, str | No
             "CheckpointStoragePath is one), which `ray-efa submit` uploads and `ray-efa manifests` writes with its "
             "upload command; or as an S3 asset with `cdk deploy` (RayTrainingJob)")
     try:
-        return build_code_archive(code_dir), None
+        return build_code_archive(code_dir, storage_path=storage), None
     except ManifestError as error:
         return None, str(error)

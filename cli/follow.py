@@ -22,9 +22,7 @@ from ray_efa.cli._common import (
     kube_api_client,
     resolve_or_exit,
 )
-from ray_efa.cli.submit import FOLLOW_MARGIN_S
-
-EXIT_FAILED = 1
+from ray_efa.cli.submit import EXIT_FAILED, FOLLOW_MARGIN_S
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:

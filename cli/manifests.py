@@ -65,9 +65,8 @@ def run(args: argparse.Namespace) -> int:
     namespace = settings.workload.namespace
     upload = None  # codeDir's zip: where it is, where the pods fetch it, how it gets there
     if archive is not None:
-        uri = archive.uri(settings.workload.storage_path or "")
-        upload = {"file": str(args.out / archive.file_name), "uri": uri,
-                  "command": f"aws s3 cp {args.out / archive.file_name} {uri}"}
+        zipped = args.out / archive.file_name
+        upload = {"file": str(zipped), "uri": archive.uri, "command": f"aws s3 cp {zipped} {archive.uri}"}
     if args.json:
         print_json({"files": [str(f) for f in files], "out": str(args.out), "namespace": namespace,
                     "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_of(settings), "code_archive": upload})
@@ -78,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {len(files)} manifests to {args.out}/ (apply in this order; each Ray object takes every GPU node):")
     for f in files:
         print(f"  {args.out / f.name}")
-    if archive is not None and upload is not None:
-        print(f"and codeDir as {upload['file']} ({archive.describe()}), which the pods fetch from {upload['uri']}")
+    if archive is not None:
+        print(f"and codeDir as {args.out / archive.file_name} ({archive.describe()}), which the pods fetch from "
+              f"{archive.uri}")
     first, job = files[0].name, next(f.name for f in files if f.name.endswith(f"rayjob-{settings.workload.network}.yaml"))
     print("train:")
     if upload is not None:

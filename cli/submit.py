@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     archive, problem = kubectl_code_route(settings)
     if problem is not None:
         return fail(args, "submit", problem)
-    code_uri = archive.uri(settings.workload.storage_path or "") if archive is not None else None
+    code_uri = archive.uri if archive is not None else None
 
     from ray_efa.k8s.code_bundle import ManifestError
     from ray_efa.ops.submit import (
@@ -112,18 +112,18 @@ def run(args: argparse.Namespace) -> int:
     except KubeconfigError as error:
         return fail(args, "submit", str(error))
 
-    if archive is not None and code_uri is not None:
+    if archive is not None:
         from botocore.exceptions import BotoCoreError
 
         from ray_efa.ops.code_upload import CodeUploadError, upload_code_archive
 
         try:
-            uploaded = upload_code_archive(_s3_client(settings), archive, code_uri)
+            uploaded = upload_code_archive(_s3_client(settings), archive)
         except CodeUploadError as error:
             return fail(args, "submit", str(error), code=EXIT_FAILED)
         except BotoCoreError as error:  # the client itself: a profile that does not exist, a broken config
-            return fail(args, "submit", f"cannot upload the code to {code_uri}: {error}", code=EXIT_FAILED)
-        _say(f"codeDir ({archive.describe()}) {'uploaded to' if uploaded else 'is already at'} {code_uri}")
+            return fail(args, "submit", f"cannot upload the code to {archive.uri}: {error}", code=EXIT_FAILED)
+        _say(f"codeDir ({archive.describe()}) {'uploaded to' if uploaded else 'is already at'} {archive.uri}")
 
     timeout = follow_timeout(args, settings)
     function = settings.training.train_function

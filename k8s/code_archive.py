@@ -1,7 +1,8 @@
 """codeDir as one zip under storagePath: the kubectl path's route for code that a ConfigMap cannot hold.
 
-    archive = build_code_archive(code_dir)        # the files that ship (core.user_code.code_files), zipped
-    uri = archive.uri(settings.workload.storage_path)   # s3://bucket/prefix/ray-efa-code/<sha256[:16]>.zip
+    archive = build_code_archive(code_dir, storage_path=settings.workload.storage_path)
+    archive.data, archive.uri      # the files that ship (core.user_code.code_files), zipped; where the pods fetch them:
+                                   # s3://bucket/prefix/ray-efa-code/code-<sha256[:16]>.zip
 
 `ray-efa submit` uploads the zip to that URI before it creates the job, and `ray-efa manifests` writes it beside the
 YAML with the `aws s3 cp` line that puts it there; the pods' init container (k8s.user_code.FETCH_SCRIPT) fetches it
@@ -42,33 +43,32 @@ class CodeArchive:
     """How many files it holds."""
     sha256: str
     """Hex digest of `data`."""
+    uri: str
+    """Where the pods fetch it: <storagePath>/ray-efa-code/code-<sha256[:16]>.zip."""
 
     @property
     def file_name(self) -> str:
         """code-<sha256[:16]>.zip: its name in S3 and in the manifests' output folder."""
-        return f"code-{self.sha256[:16]}.zip"
-
-    def uri(self, storage_path: str) -> str:
-        """Where the pods fetch it: <storagePath>/ray-efa-code/code-<sha256[:16]>.zip (storagePath an s3:// URL)."""
-        if not storage_path.startswith("s3://"):
-            raise ValueError(f"the code archive lives under an s3:// storagePath, got {storage_path!r}")
-        return f"{storage_path.rstrip('/')}/{CODE_ARCHIVE_FOLDER}/{self.file_name}"
+        return self.uri.rpartition("/")[2]
 
     def describe(self) -> str:
         return f"{self.files} files, {len(self.data) / 2**20:.1f} MiB zipped"
 
 
-def build_code_archive(code_dir: Path) -> CodeArchive:
-    """Zip the files of `code_dir` that ship (core.user_code.code_files), paths relative to it, deterministically.
+def build_code_archive(code_dir: Path, *, storage_path: str) -> CodeArchive:
+    """Zip the files of `code_dir` that ship (core.user_code.code_files), paths relative to it, deterministically,
+    for `storage_path` (an s3:// URL: ValueError otherwise).
 
     Raises ManifestError naming codeDir when it holds no file or more than CODE_ARCHIVE_MAX_BYTES of them."""
+    if not storage_path.startswith("s3://"):
+        raise ValueError(f"the code archive lives under an s3:// storagePath, got {storage_path!r}")
     try:
-        return _build(code_dir)
+        return _build(code_dir, storage_path.rstrip("/"))
     except OSError as error:
         raise ManifestError(f"codeDir {code_dir} cannot be read: {error.filename}: {error.strerror or error}") from None
 
 
-def _build(code_dir: Path) -> CodeArchive:
+def _build(code_dir: Path, storage_path: str) -> CodeArchive:
     files = code_files(code_dir)
     if not files:
         raise ManifestError(f"codeDir {code_dir} holds no file that ships (hidden files and caches are left out)")
@@ -87,4 +87,6 @@ def _build(code_dir: Path) -> CodeArchive:
             entry.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(entry, path.read_bytes())
     data = buffer.getvalue()
-    return CodeArchive(data=data, files=len(files), sha256=hashlib.sha256(data).hexdigest())
+    sha256 = hashlib.sha256(data).hexdigest()
+    return CodeArchive(data=data, files=len(files), sha256=sha256,
+                       uri=f"{storage_path}/{CODE_ARCHIVE_FOLDER}/code-{sha256[:16]}.zip")

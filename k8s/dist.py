@@ -22,15 +22,14 @@ def write_manifests(settings: Settings, out: Path, *, code_archive: CodeArchive 
     SettingsError leaves it as it was); afterwards it holds exactly this run's files. Files are named
     NNNN-<chart>.yaml in dependency (= apply) order, and the same settings and code give the same bytes.
 
-    `code_archive` (codeDir zipped, for an s3:// storagePath): the pods fetch it from `code_archive.uri(storagePath)`
-    instead of a ConfigMap, and it is written beside the YAML as `code_archive.file_name`, to be uploaded there first.
+    `code_archive` (codeDir zipped, k8s.code_archive): the pods fetch it from `code_archive.uri` instead of a
+    ConfigMap, and it is written beside the YAML as `code_archive.file_name`, to be uploaded there first.
     """
-    uri = code_archive.uri(settings.workload.storage_path or "") if code_archive is not None else None
 
     def synth(staging: Path) -> None:
         app = cdk8s.App(outdir=str(staging), output_file_extension=".yaml",
                         yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART)
-        build_manifests(app, settings, code_archive_uri=uri)
+        build_manifests(app, settings, code_archive_uri=code_archive.uri if code_archive is not None else None)
         app.synth()
         if code_archive is not None:
             (staging / code_archive.file_name).write_bytes(code_archive.data)

@@ -1,6 +1,6 @@
 """Put a code archive (k8s.code_archive) at its s3:// URI for `ray-efa submit`, once per content.
 
-    uploaded = upload_code_archive(s3_client, archive, uri)   # True: written now; False: this code was there
+    uploaded = upload_code_archive(s3_client, archive)   # at archive.uri; True: written now; False: it was there
 
 The key names the content's hash, so an object already at the URI that carries this archive's hash (its x-amz-meta-
 sha256) is this code: nothing is sent again. An object there without that hash was not written by ray-efa for this
@@ -47,12 +47,13 @@ def _failed(uri: str, error: Exception) -> CodeUploadError:
     return CodeUploadError(f"cannot upload the code to {uri}: {error}")
 
 
-def upload_code_archive(s3_client: Any, archive: CodeArchive, uri: str) -> bool:
-    """Write `archive` to `uri` unless this content is there already; True when it was written now.
+def upload_code_archive(s3_client: Any, archive: CodeArchive) -> bool:
+    """Write `archive` to `archive.uri` unless this content is there already; True when it was written now.
 
     Raises CodeUploadError when S3 refuses, or when another object holds the key."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    uri = archive.uri
     bucket, key = _bucket_key(uri)
     try:
         head = s3_client.head_object(Bucket=bucket, Key=key)

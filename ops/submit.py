@@ -1,7 +1,7 @@
 """`ray-efa submit`: the train function and its code as a new RayJob on a deployed cluster, followed to its end.
 
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
-    upload_code_archive(s3, archive, uri)           # codeDir too large for a ConfigMap: a zip under storagePath
+    upload_code_archive(s3, archive)                # codeDir too large for a ConfigMap: a zip under storagePath
     holders, _ = gpu_holders(api_client, namespace) # Ray clusters that hold the GPU nodes now: the job would wait
     uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
     own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others

@@ -17,6 +17,8 @@ from ray_efa.k8s.code_archive import build_code_archive
 from ray_efa.k8s.code_bundle import ManifestError
 from tests.k8s.conftest import fetch_like_the_pods
 
+STORAGE = "s3://research-ckpt/ray-efa"
+
 
 def _code(root: Path) -> Path:
     (root / "pkg" / "__pycache__").mkdir(parents=True)
@@ -32,7 +34,7 @@ def _code(root: Path) -> Path:
 def test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree(tmp_path):
     # GIVEN a codeDir with a binary file (no ConfigMap can hold it), a cache and a hidden folder
     code = _code(tmp_path / "code")
-    archive = build_code_archive(code)
+    archive = build_code_archive(code, storage_path=STORAGE)
     # THEN the zip holds exactly the files that ship, and the init container unpacks them byte for byte
     shipped = [name for name, _ in code_files(code)]
     assert shipped == ["README.md", "pkg/__init__.py", "pkg/weights.bin"]
@@ -46,22 +48,21 @@ def test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree(tmp_path):
 
 def test_the_same_code_gives_the_same_bytes_and_uri_and_other_code_another(tmp_path):
     code = _code(tmp_path / "code")
-    first = build_code_archive(code)
+    first = build_code_archive(code, storage_path=STORAGE)
     # WHEN the files are touched (a checkout, a copy) THEN nothing changes: no time is in the bytes
     os.utime(code / "pkg" / "__init__.py", (1_900_000_000, 1_900_000_000))
-    again = build_code_archive(code)
+    again = build_code_archive(code, storage_path=STORAGE)
     assert again.data == first.data and again.sha256 == first.sha256
-    uri = first.uri("s3://research-ckpt/ray-efa/")
-    assert uri == f"s3://research-ckpt/ray-efa/ray-efa-code/code-{first.sha256[:16]}.zip"
+    assert first.uri == f"s3://research-ckpt/ray-efa/ray-efa-code/code-{first.sha256[:16]}.zip"
+    assert build_code_archive(code, storage_path=STORAGE + "/").uri == first.uri
     # WHEN one byte of code changes THEN the URI does: a running job's code is never replaced under it
     (code / "pkg" / "__init__.py").write_text("def fit(config): return 1\n")
-    assert build_code_archive(code).uri("s3://research-ckpt/ray-efa") != uri
+    assert build_code_archive(code, storage_path=STORAGE).uri != first.uri
 
 
 def test_a_uri_needs_an_s3_storage_path(tmp_path):
-    archive = build_code_archive(_code(tmp_path / "code"))
     with pytest.raises(ValueError, match="s3:// storagePath, got '/mnt/fsx/runs'"):
-        archive.uri("/mnt/fsx/runs")
+        build_code_archive(_code(tmp_path / "code"), storage_path="/mnt/fsx/runs")
 
 
 def test_an_empty_code_dir_or_one_holding_data_is_refused_naming_it(tmp_path, monkeypatch):
@@ -69,12 +70,12 @@ def test_an_empty_code_dir_or_one_holding_data_is_refused_naming_it(tmp_path, mo
     (empty / ".venv").mkdir(parents=True)
     (empty / ".venv" / "pyvenv.cfg").write_text("home = /usr\n")
     with pytest.raises(ManifestError, match=f"codeDir {empty} holds no file that ships"):
-        build_code_archive(empty)
+        build_code_archive(empty, storage_path=STORAGE)
     # a limit of 10 KiB stands in for 1 GiB: the same check
     monkeypatch.setattr(code_archive, "CODE_ARCHIVE_MAX_BYTES", 10 * 1024)
     code = _code(tmp_path / "code")
     with pytest.raises(ManifestError) as raised:
-        build_code_archive(code)
+        build_code_archive(code, storage_path=STORAGE)
     assert f"codeDir {code} holds" in str(raised.value) and "largest: pkg/weights.bin" in str(raised.value)
     assert "dataset, evalDataset and modelPath" in str(raised.value)
 
@@ -84,4 +85,4 @@ def test_a_file_that_cannot_be_read_is_refused_naming_it(tmp_path):
     code = _code(tmp_path / "code")
     (code / "pkg" / "data.parquet").symlink_to(tmp_path / "moved" / "data.parquet")
     with pytest.raises(ManifestError, match=r"codeDir .* cannot be read: .*data.parquet: No such file or directory"):
-        build_code_archive(code)
+        build_code_archive(code, storage_path=STORAGE)

@@ -215,7 +215,7 @@ def test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_uplo
     assert _manifests_cli(*argv) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     # THEN the zip is in the folder, and every Ray pod of every object fetches it from storagePath
-    archive = build_code_archive(code)
+    archive = build_code_archive(code, storage_path="s3://research-ckpt/ray-efa")
     uri = f"s3://research-ckpt/ray-efa/ray-efa-code/{archive.file_name}"
     assert (out / archive.file_name).read_bytes() == archive.data
     objects = [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]

@@ -215,7 +215,7 @@ def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_
 
     code = _binary_code(tmp_path)
     settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://research-checkpoints/runs")
-    archive = build_code_archive(code)
+    archive = build_code_archive(code, storage_path="s3://research-checkpoints/runs")
     uri = f"s3://research-checkpoints/runs/ray-efa-code/{archive.file_name}"
     with mock_aws(), _api("complete") as api:
         s3 = boto3.client("s3", region_name="us-east-2")
