@@ -193,6 +193,12 @@ def missing_train_extra(command: str) -> int | None:
     return EXIT_NOT_INSTALLED
 
 
+def follow_command(job: str, namespace: str) -> str:
+    """The `ray-efa follow` line for RayJob `job` in `namespace` (with -c namespace= only where it is not the default)."""
+    default = Settings.from_context({}).workload.namespace
+    return f"ray-efa follow {job}" + (f" -c namespace={namespace}" if namespace != default else "")
+
+
 def kubectl_code_route(settings: Settings) -> tuple[CodeArchive | None, str | None]:
     """How codeDir ships on the kubectl path (`manifests`, `submit`): (None, None) in a ConfigMap, or there is no
     codeDir; (archive, None) as a zip under storagePath (k8s.code_archive), for code too large or binary for a

@@ -19,6 +19,7 @@ from ray_efa.cli._common import (
     add_json_option,
     add_kube_options,
     fail,
+    follow_command,
     kube_api_client,
     resolve_or_exit,
 )
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     except SubmitError as error:
         return fail(args, "follow", str(error), code=EXIT_FAILED)
     except KeyboardInterrupt:
-        print(f"ray-efa follow: stopped following; the job keeps running: ray-efa follow {args.job}", file=sys.stderr)
+        print(f"ray-efa follow: stopped following; the job keeps running: {follow_command(args.job, namespace)}",
+              file=sys.stderr)
         return 130
     return print_outcome(args, namespace, args.job, final, log, extra={})

@@ -19,6 +19,7 @@ from ray_efa.cli._common import (
     add_context_option,
     add_json_option,
     fail,
+    follow_command,
     kubectl_code_route,
     print_json,
     resolve_or_exit,
@@ -86,6 +87,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {upload['command']}   # first: where every Ray pod fetches codeDir")
     print(f"  kubectl apply -f {args.out / first} -f {args.out / job}")
     print(f"  kubectl -n {namespace} get rayjob {ray_job_of(settings)} -w   # Complete, or Failed (gate)")
-    follow = f"ray-efa follow {ray_job_of(settings)}" + (f" -c namespace={namespace}" if namespace != "ray" else "")
-    print(f"  {follow}   # or: its states, log and the gate's verdict; exit code = the job's")
+    print(f"  {follow_command(ray_job_of(settings), namespace)}   # or: its states, log and the gate's verdict; exit "
+          "code = the job's")
     return 0

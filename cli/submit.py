@@ -27,6 +27,7 @@ from ray_efa.cli._common import (
     add_json_option,
     add_kube_options,
     fail,
+    follow_command,
     kube_api_client,
     kubectl_code_route,
     print_json,
@@ -147,8 +148,7 @@ def run(args: argparse.Namespace) -> int:
     except SubmitError as error:
         return fail(args, "submit", str(error), code=EXIT_FAILED)
     except KeyboardInterrupt:
-        _say(f"ray-efa submit: stopped following; the job keeps running: ray-efa follow {name}"
-             + (f" -c namespace={namespace}" if namespace != "ray" else ""))
+        _say(f"ray-efa submit: stopped following; the job keeps running: {follow_command(name, namespace)}")
         return 130
     cleanup = cleanup_command(objects, owned=owned)
     code = print_outcome(args, namespace, name, final, log, extra={"code_archive": code_uri, "cleanup": cleanup})

@@ -235,3 +235,11 @@ def test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_uplo
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [".ray-efa-output.json", archive.file_name, *(p.name for p in out.glob("*.yaml"))])
     assert (out / archive.file_name).read_bytes() == archive.data
+
+
+def test_manifests_cli_names_the_follow_line_for_the_jobs_namespace(tmp_path, capsys):
+    # the default namespace needs no -c; another one must be named, or `ray-efa follow` looks in the wrong place
+    assert _manifests_cli("--out", str(tmp_path / "a"), "-c", "jobName=mlp-exp") == 0
+    assert "  ray-efa follow mlp-exp   #" in capsys.readouterr().out
+    assert _manifests_cli("--out", str(tmp_path / "b"), "-c", "jobName=mlp-exp", "-c", "namespace=ml") == 0
+    assert "  ray-efa follow mlp-exp -c namespace=ml   #" in capsys.readouterr().out
