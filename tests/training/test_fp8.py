@@ -20,6 +20,7 @@ from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
 from ray_efa.training.train import build_optimizer, train_step
+from tests.training.gloo_ranks import end_rank
 
 pytest.importorskip("torchao", reason="torchao is in the dev extra (requirements.lock): precision fp8's dependency")
 
@@ -48,8 +49,7 @@ def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
                        "fp8_all_gather": model.fp8_all_gather,
                        "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
                                                     for m in model.modules() if type(m).__name__ == "Float8Linear"})}, f)
-    dist.barrier()  # rank 0 writes last: neither rank closes its gloo pairs while the other still has work
-    dist.destroy_process_group()
+    end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
 
 
 def _run(tmp_path, fp8: bool) -> dict:
