@@ -13,9 +13,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from ray_efa.infra.device_plugins import device_plugin_values
 from ray_efa.infra.kuberay import kuberay_values
-
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-
+from tests.shared_reference import shared_path
 
 # -- cdk-nag ----------------------------------------------------------------------------------------------------
 
@@ -88,7 +86,7 @@ def test_cfn_lint_catches_an_error(tmp_path):
 
 
 def chart_keys(folder: str) -> set[str]:
-    return set(yaml.safe_load((SHARED / "helm-values" / folder / "values.yaml").read_text()))
+    return set(yaml.safe_load(shared_path("helm-values", folder, "values.yaml").read_text()))
 
 
 @pytest.mark.parametrize("folder", ["nvidia-device-plugin-0.20.0", "aws-efa-k8s-device-plugin-v0.5.30"])
@@ -99,14 +97,14 @@ def test_device_plugin_values_are_keys_of_the_chart(folder):
 def test_kuberay_values_are_keys_of_the_chart():
     # 1.7.0 declares nodeSelector; 1.4.0's template reads it without declaring it (PROVENANCE.md)
     assert set(kuberay_values()) <= chart_keys("kuberay-operator-1.7.0")
-    template_keys = (SHARED / "helm-values" / "PROVENANCE.md").read_text()
+    template_keys = shared_path("helm-values", "PROVENANCE.md").read_text()
     assert "`.Values.nodeSelector`" in template_keys
 
 
 def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
     from ray_efa.core import catalog
 
-    values = yaml.safe_load((SHARED / "helm-values" / "aws-efa-k8s-device-plugin-v0.5.30" / "values.yaml").read_text())
+    values = yaml.safe_load(shared_path("helm-values", "aws-efa-k8s-device-plugin-v0.5.30", "values.yaml").read_text())
     allowlist = set(values["supportedInstanceLabels"]["values"])
     recorded = catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS["v0.5.30"]
     efa_gpu_types = {name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable}
@@ -118,7 +116,7 @@ def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
 def test_nvidia_default_affinity_matches_gpu_node_label():
     from ray_efa.core.scheduling import GPU_NODE_LABELS
 
-    values = yaml.safe_load((SHARED / "helm-values" / "nvidia-device-plugin-0.20.0" / "values.yaml").read_text())
+    values = yaml.safe_load(shared_path("helm-values", "nvidia-device-plugin-0.20.0", "values.yaml").read_text())
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     wanted = [{"key": k, "operator": "In", "values": [v]} for k, v in GPU_NODE_LABELS.items()]
     assert any(term["matchExpressions"][0] in wanted for term in terms)

@@ -27,7 +27,7 @@ from ray_efa.infra.chart_crds import CRDS_RESOURCE_TYPE
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.k8s.security import token_auth_of
 from tests.infra.conftest import synthesize
-from tests.k8s.schemas import CRD_DIR
+from tests.k8s.schemas import crd_file
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 
@@ -38,7 +38,7 @@ def crds_resource(template) -> tuple[str, dict]:
 
 
 def rayjob_cluster_spec_fields(version: str) -> set[str]:
-    crd = yaml.load((CRD_DIR / f"v{version}" / "ray.io_rayjobs.yaml").read_text(),
+    crd = yaml.load(crd_file(version, "ray.io_rayjobs.yaml").read_text(),
                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return set(v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rayClusterSpec"]["properties"])
@@ -80,7 +80,7 @@ def test_the_crds_cannot_be_applied_the_way_a_kubernetes_manifest_applies(versio
     # WHY a function applies them server-side: aws_eks_v2's kubectl handler applies a KubernetesManifest client-side
     # (`kubectl create --save-config`, then `kubectl apply`), which stores the whole object in its
     # last-applied-configuration annotation; every one of these CRDs is larger than all annotations may be
-    crd = yaml.load((CRD_DIR / f"v{version}" / kind).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = yaml.load(crd_file(version, kind).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert len(json.dumps(crd, separators=(",", ":")).encode()) > ANNOTATIONS_LIMIT_BYTES
 
 
@@ -164,7 +164,7 @@ class Recorder:
             version = command[command.index("--version") + 1]
             crds = Path(command[command.index("--untardir") + 1]) / command[2] / "crds"
             crds.mkdir(parents=True)
-            for source in (CRD_DIR / f"v{version}").glob("*.yaml"):
+            for source in crd_file(version, ".").glob("*.yaml"):
                 shutil.copy(source, crds / source.name)
         return ""
 

@@ -1,6 +1,7 @@
 """Strict validators for the k8s tests: KubeRay CRD schemas with unknown fields rejected, and kubernetes-validate.
 
-The CRDs are read from ../shared/kuberay-crds/<version>/ (never copied into this repository). CRD schemas accept
+The CRDs are read from ../shared/kuberay-crds/<version>/ (never copied into this repository; without it the tests
+that need them skip, tests/shared_reference.py). CRD schemas accept
 unknown fields unless told otherwise, so `strict()` adds additionalProperties: false wherever a schema object lists
 properties and does not say x-kubernetes-preserve-unknown-fields, which is how the API server prunes them.
 """
@@ -9,15 +10,15 @@ from __future__ import annotations
 
 import copy
 import functools
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
-from ray_efa.core.context import PROJECT_ROOT
+from tests.shared_reference import shared_path
 
-CRD_DIR = PROJECT_ROOT.parent / "shared" / "kuberay-crds"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 
 
@@ -40,10 +41,15 @@ def strict(schema: Any) -> Any:
     return schema
 
 
+def crd_file(kuberay_version: str, name: str) -> Path:
+    """One published CRD file (ray.io_rayclusters.yaml or ray.io_rayjobs.yaml); the test skips without ../shared."""
+    return shared_path("kuberay-crds", f"v{kuberay_version}", name)
+
+
 @functools.cache
 def crd_schema(kuberay_version: str, kind: str) -> dict:
     """The served v1 openAPIV3Schema of a KubeRay CRD, as published (not strict)."""
-    path = CRD_DIR / f"v{kuberay_version}" / CRD_FILES[kind]
+    path = crd_file(kuberay_version, CRD_FILES[kind])
     with path.open() as f:
         crd = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
