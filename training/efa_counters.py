@@ -396,15 +396,16 @@ def load_snapshot(path: str | Path) -> Snapshot:
         raise CounterFileError(path, f"job_devices must be a list of device names or null, got {own!r}")
     if not (isinstance(unreadable, dict) and all(isinstance(v, str) for v in unreadable.values())):
         raise CounterFileError(path, f"unreadable must be an object of device -> reason, got {unreadable!r}")
-    if hidden is not None and not isinstance(hidden, str):
-        raise CounterFileError(path, f"not_visible must be a string or null, got {hidden!r}")
+    for key in ("not_visible", "sysfs"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise CounterFileError(path, f"{key} must be a string or null, got {data[key]!r}")
     return Snapshot(
         phase=data["phase"], run=data["run"], host=data["host"], node_ip=data.get("node_ip") or None,
         time_s=float(stamp), devices=devices, guids={str(k): str(v) for k, v in guids.items()},
         uverbs=tuple(str(u) for u in uverbs), problems=tuple(str(p) for p in problems), steps=steps,
         predicted_bytes_per_step=None if per_step is None else float(per_step),
         job_devices=None if own is None else tuple(own), unreadable=dict(unreadable), not_visible=hidden or None,
-        sysfs=str(data["sysfs"]) if data.get("sysfs") else None, source=str(path),
+        sysfs=data.get("sysfs") or None, source=str(path),
     )
 
 

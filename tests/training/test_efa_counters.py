@@ -223,8 +223,12 @@ def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
      "must be a whole number >= 0, got -5"),
     ('{"format": "ray-efa/efa-counters/1", "phase": "later", "run": "r", "host": "h", "time_s": 1, "devices": {}}', "phase must be"),
     ('{"format": "something-else"}', "not an EFA counter snapshot"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "job_devices": "d"}',
+     "job_devices must be a list of device names or null, got 'd'"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "unreadable": {"d": 1}}',
+     "unreadable must be an object of device -> reason"),
     ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "dev', "not JSON"),
-], ids=["empty", "string value", "negative", "bad phase", "other format", "cut short"])
+], ids=["empty", "string value", "negative", "bad phase", "other format", "job devices", "unreadable", "cut short"])
 def test_a_bad_counter_file_raises_naming_the_file(tmp_path, text, message):
     path = tmp_path / "efa-counters-h-after-1.json"
     path.write_text(text)
