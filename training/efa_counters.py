@@ -561,7 +561,7 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
             return row("no EFA device", f"EFA expected, but {pod}")
         return row("no EFA device", pod)
     given = after.job_devices if after.job_devices is not None else after.uverbs
-    if expect == "efa" and not given and after.not_visible is None:
+    if expect == "efa" and not given:  # known whatever sysfs shows: the pod's /dev/infiniband holds no uverbs
         return row("no EFA device", "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
                    "request vpc.amazonaws.com/efa (a snapshot taken outside the pod names the job's devices: "
                    "--devices)", devices=len(after.devices))
@@ -776,7 +776,8 @@ def is_written_snapshot(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """`python -m ray_efa.training.efa_counters snapshot --phase before|after --out DIR [...]`: one node's snapshot
     from a shell, for jobs that do not run this project's driver (torchrun, a PyTorchJob, HyperPod): run it once per
-    node before and after training, then `ray-efa check-transport --counters DIR LOG...`."""
+    node before and after training, then `ray-efa check-transport --counters DIR LOG...`. Outside the job's
+    container (a host shell, a DaemonSet) name the job's devices with --devices: the node's others are not its."""
     import argparse
     import sys
 

@@ -13,6 +13,7 @@ setup_port: `if (port_num && is_full_dev)`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ray_efa.training.efa_counters import PORT_COUNTERS
@@ -63,11 +64,16 @@ def _device(klass: Path, pci: Path, name: str, driver: Path, vendor: str, guid: 
     folder = pci / "infiniband" / name
     folder.mkdir(parents=True)
     (pci / "vendor").write_text(vendor + "\n")
-    (pci / "driver").symlink_to(driver)
-    (folder / "device").symlink_to(pci)
+    _link(pci / "driver", driver)
+    _link(folder / "device", pci)
     (folder / "node_guid").write_text(guid + "\n")
     (folder / "node_type").write_text("1: CA\n")
-    (klass / name).symlink_to(folder)
+    _link(klass / name, folder)
+
+
+def _link(link: Path, target: Path) -> None:
+    """A relative link, as sysfs makes them (`../../devices/...`): it resolves wherever the tree is mounted."""
+    link.symlink_to(os.path.relpath(target, link.parent))
 
 
 def set_counter(klass: Path, device: str, counter: str, value: int | str) -> None:

@@ -325,6 +325,12 @@ def test_a_denied_listing_is_not_visible_not_no_device(tmp_path):
     assert {n.status for n in verdict.counters.nodes} == {"not visible"}
     assert f"cannot list {klass}: Permission denied" in verdict.counters.nodes[0].detail
     assert verdict.exit_code == EXIT_PASS
+    # AND a pod given no EFA device is still failed: its /dev/infiniband says so whatever sysfs hides
+    for uverbs in dev.iterdir():
+        uverbs.unlink()
+    bare = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied)
+            for h in HOSTS for phase in ("before", "after")]
+    assert {n.status for n in judge(bare, "efa").nodes} == {"no EFA device"} and judge(bare, "efa").exit_code == 1
 
 
 @pytest.mark.parametrize("break_it, says", [
@@ -614,3 +620,21 @@ def test_the_snapshot_command_names_the_jobs_devices_from_the_host_side(tmp_path
                               "--dev-root", str(dev), "--devices", TWO[1]]) == 0
     (snap,) = load_snapshots([out])
     assert snap.job_devices == (TWO[1],) and snap.uverbs == () and snap.sysfs == str(klass)
+
+
+def test_the_two_host_folders_the_workers_mount_are_enough_to_read_the_counters(tmp_path):
+    # GIVEN the host's tree, and only what the worker pods mount of it (k8s.cluster_spec.host_sysfs_parts): its
+    # class/infiniband and devices folders under host/sys, links kept (so each device's driver link dangles there)
+    import shutil
+
+    klass, dev = make_efa_sysfs(tmp_path / "node", {"rdmap16s27": {"tx_bytes": 3, "rx_bytes": 4}})
+    mounted = tmp_path / "host" / "sys"
+    for folder in efa_counters.HOST_SYS_FOLDERS:
+        shutil.copytree(klass.parents[1] / folder, mounted / folder, symlinks=True)
+    assert not (mounted / "class" / "infiniband" / "rdmap16s27" / "device" / "driver").exists()
+    # WHEN the worker snapshots them (its uverbs map from its own /sys, which needs no host view)
+    snap = take_snapshot("after", run="r", root=mounted / "class" / "infiniband", dev_root=dev,
+                         verbs_root=klass.parent / "infiniband_verbs", host="h")
+    # THEN the device and its counters are read
+    assert snap.unreadable == {} and snap.job_devices == ("rdmap16s27",)
+    assert (snap.devices["rdmap16s27"]["1"]["tx_bytes"], snap.devices["rdmap16s27"]["1"]["rx_bytes"]) == (3, 4)
