@@ -148,6 +148,14 @@ def test_only_workers_mount_the_host_and_only_its_rdma_sysfs_folders_read_only(s
             assert not [m for m in init.get("volumeMounts", []) if m["name"] in host], where
 
 
+def test_the_namespace_enforces_no_pod_security_level_that_refuses_the_workers(default_synth):
+    # The workers' IPC_LOCK and read-only hostPath are outside Pod Security "baseline" (and so "restricted"): a
+    # namespace labelled to enforce either would refuse every worker pod.
+    (namespace,) = [o for o in default_synth.objects() if o["kind"] == "Namespace"]
+    labels = namespace["metadata"].get("labels", {})
+    assert labels.get("pod-security.kubernetes.io/enforce", "privileged") == "privileged"
+
+
 def test_the_code_is_mounted_read_only(synth):
     for where, template in synth.pod_templates():
         for mount in container(template).get("volumeMounts", []):
