@@ -44,7 +44,7 @@ from typing import Any
 
 __all__ = [
     "PORT_COUNTERS", "SYSFS_ROOT", "VERBS_ROOT", "DEV_ROOT", "HOST_SYS", "HOST_SYS_FOLDERS", "FORMAT", "MIN_SHARE",
-    "CounterFileError", "Snapshot", "SysfsRead", "Filesystem", "NodeCounters", "CounterVerdict", "read_sysfs",
+    "CounterFileError", "Snapshot", "SysfsRead", "Filesystem", "LOCAL", "NodeCounters", "CounterVerdict", "read_sysfs",
     "job_devices", "default_sysfs_root", "take_snapshot", "write_snapshot", "load_snapshot", "load_snapshots",
     "is_counter_file", "judge", "spool_dir", "snapshot_ray_worker", "read_spool", "predicted_bytes_per_step",
     "is_written_snapshot",
