@@ -17,6 +17,7 @@ from kubernetes.client import (
     V1EmptyDirVolumeSource,
     V1EnvVar,
     V1ExecAction,
+    V1HostPathVolumeSource,
     V1KeyToPath,
     V1Lifecycle,
     V1LifecycleHandler,
@@ -49,6 +50,7 @@ from ray_efa.k8s.security import (
     token_auth,
 )
 from ray_efa.k8s.user_code import FETCH_SCRIPT, UserCodeVolume
+from ray_efa.training.efa_counters import HOST_SYS, HOST_SYS_FOLDERS
 from ray_efa.training.network import network_env
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "SHM_PATH",
     "MODEL_CACHE_PATH",
     "container_security_context",
+    "host_sysfs_parts",
     "head_template",
     "worker_template",
     "submitter_template",
@@ -179,6 +182,26 @@ def _region_env(settings: Settings) -> dict[str, str]:
     return {"AWS_REGION": settings.cluster.region, "AWS_DEFAULT_REGION": settings.cluster.region}
 
 
+def host_sysfs_parts() -> tuple[list[V1Volume], list[V1VolumeMount]]:
+    """The host's /sys/class/infiniband and /sys/devices, read-only under HOST_SYS: where a worker reads its EFA
+    devices' hardware counters (training.efa_counters), which the pod's own /sys cannot show.
+
+    The pod's /sys is a sysfs mounted in the pod's network namespace (fs/sysfs/mount.c sysfs_init_fs_context tags it
+    with the mounter's namespace), where the RDMA core shows compat copies of the devices without hw_counters
+    (drivers/infiniband/core/sysfs.c setup_port: `if (port_num && is_full_dev)`). A hostPath is a bind of the host's
+    own sysfs mount, which keeps the host's namespace view. Only these two folders, which have no mount below them,
+    so readOnly covers all of each (a hostPath of all of /sys would leave its submounts, cgroup among them, writable);
+    the pod's own /sys already shows every other device folder, so they add the host namespace's net and RDMA devices
+    alone. No privilege, no hostNetwork, no capability.
+    """
+    volumes, mounts = [], []
+    for folder in HOST_SYS_FOLDERS:
+        name = "host-sys-" + folder.replace("/", "-")
+        volumes.append(V1Volume(name=name, host_path=V1HostPathVolumeSource(path=f"/sys/{folder}", type="Directory")))
+        mounts.append(V1VolumeMount(name=name, mount_path=f"{HOST_SYS}/{folder}", read_only=True))
+    return volumes, mounts
+
+
 def container_security_context(*, add: tuple[str, ...] = ()) -> V1SecurityContext:
     """No privilege escalation and no capability but `add`.
 
@@ -240,6 +263,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
     tmp_volume, tmp_mount = _ray_tmp()
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
     data_volumes, data_mounts, data_env = _data_volumes(settings)
+    sysfs_volumes, sysfs_mounts = host_sysfs_parts()  # the EFA counters of the transport gate, as the host shows them
     # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
     # the transport alone (NCCL_NET=Socket never opens them). With DRA the devices come from a ResourceClaimTemplate
     # (k8s.device_claims) instead of extended resources.
@@ -255,7 +279,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
                   **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims() if dra else None),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
-                       *data_mounts],
+                       *data_mounts, *sysfs_mounts],
         lifecycle=_ray_stop_before_exit(),
         # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
         security_context=container_security_context(add=EFA_CAPABILITIES),
@@ -273,7 +297,8 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             init_containers=init or None,
             containers=[container],
             resource_claims=pod_resource_claims(owner) if dra else None,
-            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
+            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes,
+                     *sysfs_volumes],
         )
     )
 

@@ -7,7 +7,18 @@ The kernel's efa driver counts every device's traffic and exposes it in sysfs, o
 Counter names: amzn-drivers kernel/linux/efa/src/efa_verbs.c, EFA_DEFINE_PORT_STATS (commit 64788ef7c182, driver
 3.1.0), filled in efa_fill_port_stats from the device's basic, messages, RDMA read, RDMA write and network statistics
 (efa_admin_cmds_defs.h: efa_admin_basic_stats ...). An EFA device is one whose driver is "efa" or whose PCI vendor is
-0x1d0f (Amazon). The counters are the device's, shared by every process on the node: snapshot once per node.
+0x1d0f (Amazon). The counters are the device's, shared by every process on the node: snapshot once per node, and
+judge only the devices the job was given (its /dev/infiniband/uverbsN, mapped by
+/sys/class/infiniband_verbs/uverbsN/ibdev), never another job's on the same node.
+
+Where they can be read. The RDMA class is namespaced by network namespace (Linux drivers/infiniband/core/device.c,
+ib_class's ns_type), and a pod's /sys is a sysfs mounted in the pod's namespace (fs/sysfs/mount.c
+sysfs_init_fs_context tags the mount with the mounter's namespace): there the devices are compat copies, which
+sysfs.c setup_port gives no hw_counters (`if (port_num && is_full_dev)`; a1ecb30f hides the device-level ones too).
+A bind of the host's own sysfs keeps the host's (init) namespace view, so the worker pods mount the host's
+/sys/class/infiniband and /sys/devices read-only under HOST_SYS (k8s.cluster_spec) and the reader prefers them.
+Counters that cannot be read (no hw_counters, no tx_bytes/rx_bytes, a listing or a file refused) are "not visible"
+and named, never zero: they neither confirm nor contradict the logs.
 
     before = take_snapshot("before", run=job_id)       # local rank 0 of each node, after the preflight
     ...train...
@@ -26,15 +37,17 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "PORT_COUNTERS", "SYSFS_ROOT", "DEV_ROOT", "FORMAT", "MIN_SHARE", "CounterFileError", "Snapshot", "NodeCounters",
-    "CounterVerdict", "take_snapshot", "write_snapshot", "load_snapshot", "load_snapshots", "is_counter_file",
-    "judge", "spool_dir", "snapshot_ray_worker", "read_spool", "predicted_bytes_per_step", "is_written_snapshot",
+    "PORT_COUNTERS", "SYSFS_ROOT", "VERBS_ROOT", "DEV_ROOT", "HOST_SYS", "HOST_SYS_FOLDERS", "FORMAT", "MIN_SHARE",
+    "CounterFileError", "Snapshot", "SysfsRead", "Filesystem", "LOCAL", "NodeCounters", "CounterVerdict", "read_sysfs",
+    "job_devices", "default_sysfs_root", "take_snapshot", "write_snapshot", "load_snapshot", "load_snapshots",
+    "is_counter_file", "judge", "spool_dir", "snapshot_ray_worker", "read_spool", "predicted_bytes_per_step",
+    "is_written_snapshot",
 ]
 
 PORT_COUNTERS: tuple[str, ...] = (
@@ -43,12 +56,23 @@ PORT_COUNTERS: tuple[str, ...] = (
     "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts",
     "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events",
 )
-"""The efa driver's per-port hardware counters (efa_verbs.c EFA_DEFINE_PORT_STATS); older drivers have a prefix."""
+"""The efa driver's per-port hardware counters (efa_verbs.c EFA_DEFINE_PORT_STATS). The names carry no prefix in any
+driver version (amzn-drivers 030ef70, 2020, already has tx_bytes and rx_bytes); older drivers have fewer of them
+(no send_*, rdma_* or retrans_*), which the reader skips."""
 _REQUIRED = ("tx_bytes", "rx_bytes")
 """All bytes the device put on and took off the wire (efa_admin_basic_stats): what the verdict compares."""
 
 SYSFS_ROOT = Path("/sys/class/infiniband")
+VERBS_ROOT = Path("/sys/class/infiniband_verbs")
+"""uverbsN -> its device (`ibdev`). This class is not namespaced (drivers/infiniband/core/uverbs_main.c uverbs_class
+has no ns_type), so the pod's own /sys answers for it."""
 DEV_ROOT = Path("/dev/infiniband")
+HOST_SYS = Path("/host/sys")
+"""Where the worker pods mount folders of the host's /sys read-only (k8s.cluster_spec.worker_template)."""
+HOST_SYS_FOLDERS = ("class/infiniband", "devices")
+"""The host's sysfs folders the pods mount under HOST_SYS: the class's links and the device folders they point to
+(relative links, `../../devices/...`, that resolve inside HOST_SYS). Neither has a mount below it, so readOnly makes
+all of it read-only (a hostPath of all of /sys would leave its submounts, cgroup among them, writable)."""
 FORMAT = "ray-efa/efa-counters/1"
 MIN_SHARE = 0.10
 """EFA expected: a node whose devices carried less than this share of the predicted bytes fails the gate."""
@@ -56,6 +80,10 @@ _MOVED_BYTES = 64 << 20
 """With no prediction, this many bytes each way count as "EFA carried traffic" (a training step sends far more)."""
 _AMAZON_VENDOR = "0x1d0f"
 _MAX_FILE_BYTES = 4 << 20
+_UNREADABLE = "counters not readable here: "
+_FIX = (f"the worker pods of this project read the host's view, {HOST_SYS}/class/infiniband (a read-only hostPath, "
+        "k8s/cluster_spec.py); elsewhere mount the host's /sys/class/infiniband and /sys/devices read-only the same "
+        "way, or snapshot on the host naming the job's devices (--devices)")
 
 
 class CounterFileError(ValueError):
@@ -78,17 +106,28 @@ class Snapshot:
     node_ip: str | None
     time_s: float
     devices: dict[str, dict[str, dict[str, int]]]
-    """EFA device -> port -> counter -> value."""
+    """EFA device -> port -> counter -> value, for every EFA device whose tx_bytes and rx_bytes could be read."""
     guids: dict[str, str]
-    """EFA device -> node_guid, to tell a device of another node."""
+    """EFA device -> node_guid, to tell a device of another node. The efa driver reports one only from amzn-drivers
+    2.12.0 (d22dfde "Add support for node guid"); before, every device reads 0000:0000:0000:0000, and the check
+    cannot tell nodes apart."""
     uverbs: tuple[str, ...]
     """/dev/infiniband/uverbs* in the pod: the EFA devices the pod was given (vpc.amazonaws.com/efa)."""
     problems: tuple[str, ...] = ()
-    """What could not be read (a counter that is not a number, a device without hw_counters)."""
+    """What could not be read of a device that was read (a counter that is not a number, a refused optional one)."""
     steps: int | None = None
     """Optimizer steps between the before snapshot and this one (after only; None where not known)."""
     predicted_bytes_per_step: float | None = None
     """Bytes core.perf predicts each node sends (and receives) between nodes per step (after only)."""
+    job_devices: tuple[str, ...] | None = None
+    """The job's EFA devices, by name: the pod's uverbsN mapped to their devices, or the --devices a snapshot from the
+    host side was given. None: not known (a snapshot of an older version), so every EFA device of the node counts."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """EFA device -> why its counters are not visible here (no hw_counters, no tx_bytes, permission denied)."""
+    not_visible: str | None = None
+    """Why no counter of this node can be judged here (the class listing refused, a uverbsN that names no device)."""
+    sysfs: str | None = None
+    """The sysfs class folder read (the host's view under HOST_SYS, or the pod's own /sys/class/infiniband)."""
     source: str | None = None
     """The file it was read from."""
 
@@ -97,77 +136,193 @@ class Snapshot:
             "format": FORMAT, "phase": self.phase, "run": self.run, "host": self.host, "node_ip": self.node_ip,
             "time_s": self.time_s, "devices": self.devices, "guids": self.guids, "uverbs": list(self.uverbs),
             "problems": list(self.problems), "steps": self.steps, "predicted_bytes_per_step": self.predicted_bytes_per_step,
+            "job_devices": None if self.job_devices is None else list(self.job_devices), "unreadable": self.unreadable,
+            "not_visible": self.not_visible, "sysfs": self.sysfs,
         }
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii", errors="replace").strip()
+# ---------------------------------------------------------------------------------------------------------------
+# Reading sysfs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _list(path: Path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="ascii", errors="replace").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Filesystem:
+    """The reader's three filesystem calls, in one place. The tests replace one to fail as the kernel does for a
+    container (EACCES on a listing or a file): chmod 000 on a temporary tree does not stop root."""
+
+    listdir: Callable[[Path], list[str]] = _list
+    read: Callable[[Path], str] = _read
+    readlink: Callable[[Path], str] = os.readlink
+
+
+LOCAL = Filesystem()
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SysfsRead:
+    """What an infiniband sysfs class folder shows of its EFA devices."""
+
+    devices: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """EFA device -> port -> counters, for the devices whose tx_bytes and rx_bytes were read."""
+    guids: dict[str, str] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """EFA device -> why its counters are not visible here."""
+    not_visible: str | None = None
+    """The folder itself could not be listed."""
+    problems: tuple[str, ...] = ()
+
+
+def _is_efa(device: Path, fs: Filesystem) -> bool:
+    try:  # a link read as text: in the host's view under HOST_SYS it points outside the mounted folders
+        return os.path.basename(fs.readlink(device / "device" / "driver")) == "efa"
     except OSError:
-        return None
+        pass
+    try:
+        return fs.read(device / "device" / "vendor").lower() == _AMAZON_VENDOR
+    except OSError:
+        pass
+    try:  # no PCI link (a copied tree): the efa driver's own counter names decide
+        return any("rdma_read_resp_bytes" in fs.listdir(device / "ports" / p / "hw_counters")
+                   for p in fs.listdir(device / "ports"))
+    except OSError:
+        return False
 
 
-def _is_efa(device: Path, ports: Path) -> bool:
-    driver = device / "device" / "driver"
-    if driver.exists():
-        return os.path.basename(os.path.realpath(driver)) == "efa"
-    vendor = _read_text(device / "device" / "vendor")
-    if vendor is not None:
-        return vendor.lower() == _AMAZON_VENDOR
-    # No PCI link (a copied tree): the efa driver's own counter names decide.
-    return any((port / "hw_counters" / "rdma_read_resp_bytes").exists() for port in ports.glob("*"))
+def _read_port(device: str, port: str, hw: Path, fs: Filesystem) -> tuple[dict[str, int], str | None, list[str]]:
+    """(counters, why the port's traffic is not visible or None, problems) of one port's hw_counters folder."""
+    try:
+        present = set(fs.listdir(hw))
+    except FileNotFoundError:
+        return {}, (f"port {port} has no hw_counters ({hw.parent}): this namespace sees the device's compat copy, "
+                    "which the kernel gives no counters (drivers/infiniband/core/sysfs.c setup_port: only the full "
+                    "device of the host's network namespace has them)"), []
+    except OSError as error:
+        return {}, f"cannot list {hw}: {_why(error)}", []
+    counters: dict[str, int] = {}
+    problems: list[str] = []
+    for name in PORT_COUNTERS:
+        if name not in present:
+            if name in _REQUIRED:
+                return {}, f"port {port} has no {name} in {hw} (an efa driver without port statistics?)", []
+            continue  # counters an older driver or device lacks (rdma_write_* before RDMA write)
+        try:
+            text = fs.read(hw / name)
+        except OSError as error:
+            if name in _REQUIRED:
+                return {}, f"cannot read {hw / name}: {_why(error)}", []
+            problems.append(f"{device} port {port}: cannot read {name}: {_why(error)}")
+            continue
+        if not text.isdigit():
+            problems.append(f"{device} port {port}: {name} is not a number: {text[:40]!r}")
+            continue
+        counters[name] = int(text)
+    return counters, None, problems
 
 
-def read_sysfs(root: Path = SYSFS_ROOT) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, str], list[str]]:
-    """(EFA device -> port -> counters, device -> node_guid, problems) from an infiniband sysfs tree."""
+def read_sysfs(root: Path = SYSFS_ROOT, *, fs: Filesystem = LOCAL) -> SysfsRead:
+    """The EFA devices of an infiniband sysfs class folder: their counters where visible, else why not."""
+    try:
+        names = fs.listdir(root)
+    except FileNotFoundError:
+        return SysfsRead()  # no RDMA class at all: the node has no device (or the driver is not loaded)
+    except OSError as error:
+        return SysfsRead(not_visible=f"cannot list {root}: {_why(error)}")
     devices: dict[str, dict[str, dict[str, int]]] = {}
     guids: dict[str, str] = {}
+    unreadable: dict[str, str] = {}
     problems: list[str] = []
-    try:
-        entries = sorted(root.iterdir()) if root.is_dir() else []
-    except OSError as error:
-        return devices, guids, [f"cannot list {root}: {error.strerror or error}"]
-    for device in entries:
-        ports_dir = device / "ports"
-        if not _is_efa(device, ports_dir):
+    for name in names:
+        device = root / name
+        if not _is_efa(device, fs):
             continue
-        guids[device.name] = _read_text(device / "node_guid") or ""
+        try:
+            guids[name] = fs.read(device / "node_guid")
+        except OSError:
+            guids[name] = ""
+        try:
+            port_names = fs.listdir(device / "ports")
+        except OSError as error:
+            unreadable[name] = f"cannot list {device / 'ports'}: {_why(error)}"
+            continue
+        if not port_names:
+            unreadable[name] = f"{device / 'ports'} is empty"
+            continue
         ports: dict[str, dict[str, int]] = {}
-        for port in sorted(ports_dir.glob("*")) if ports_dir.is_dir() else []:
-            counters: dict[str, int] = {}
-            hw = port / "hw_counters"
-            if not hw.is_dir():
-                problems.append(f"{device.name} port {port.name}: no hw_counters (efa driver without statistics?)")
-                continue
-            for name in PORT_COUNTERS:
-                text = _read_text(hw / name)
-                if text is None:
-                    continue  # counters an older driver or device lacks (rdma_write_* before RDMA write)
-                if not text.isdigit():
-                    problems.append(f"{device.name} port {port.name}: {name} is not a number: {text[:40]!r}")
-                    continue
-                counters[name] = int(text)
-            ports[port.name] = counters
-        devices[device.name] = ports
-    return devices, guids, problems
+        for port in port_names:
+            counters, hidden, found = _read_port(name, port, device / "ports" / port / "hw_counters", fs)
+            if hidden is not None:
+                unreadable[name] = hidden
+                break
+            ports[port], problems = counters, problems + found
+        else:
+            devices[name] = ports
+    return SysfsRead(devices=devices, guids=guids, unreadable=unreadable, problems=tuple(problems))
+
+
+def job_devices(dev_root: Path = DEV_ROOT, verbs_root: Path = VERBS_ROOT, *,
+                fs: Filesystem = LOCAL) -> tuple[tuple[str, ...], tuple[str, ...] | None, str | None]:
+    """(the pod's uverbsN, their devices or None, why not) from /dev/infiniband and the infiniband_verbs class."""
+    try:
+        uverbs = tuple(sorted(n for n in fs.listdir(dev_root) if n.startswith("uverbs")))
+    except OSError:
+        return (), (), None  # no /dev/infiniband: the pod was given no RDMA device
+    names: list[str] = []
+    for verbs in uverbs:
+        try:
+            names.append(fs.read(verbs_root / verbs / "ibdev"))
+        except OSError as error:
+            return uverbs, None, (f"cannot tell which device /dev/infiniband/{verbs} is "
+                                  f"({verbs_root / verbs / 'ibdev'}: {_why(error)})")
+    return uverbs, tuple(sorted(set(names))), None
+
+
+def default_sysfs_root() -> Path:
+    """$RAY_EFA_SYSFS_ROOT, else the host's view where the pod mounts it (HOST_SYS/class/infiniband), else the pod's
+    own /sys/class/infiniband."""
+    if os.environ.get("RAY_EFA_SYSFS_ROOT"):
+        return Path(os.environ["RAY_EFA_SYSFS_ROOT"])
+    host = HOST_SYS / "class" / "infiniband"
+    return host if host.is_dir() else SYSFS_ROOT
 
 
 def take_snapshot(
-    phase: str, *, run: str, root: Path = SYSFS_ROOT, dev_root: Path = DEV_ROOT, host: str | None = None,
-    node_ip: str | None = None, steps: int | None = None, predicted_bytes_per_step: float | None = None,
+    phase: str, *, run: str, root: Path = SYSFS_ROOT, dev_root: Path = DEV_ROOT, verbs_root: Path | None = None,
+    devices: Iterable[str] | None = None, host: str | None = None, node_ip: str | None = None,
+    steps: int | None = None, predicted_bytes_per_step: float | None = None, fs: Filesystem = LOCAL,
 ) -> Snapshot:
-    """This node's EFA counters now. Never raises for what sysfs holds: problems are recorded in the snapshot."""
+    """This node's EFA counters now. Never raises for what sysfs holds: what cannot be read is recorded.
+
+    The job's devices are `devices` where given (a snapshot taken outside the pod), else the pod's uverbsN mapped
+    through `verbs_root` (default: the infiniband_verbs folder beside `root`, else the pod's own VERBS_ROOT: the
+    host's view under HOST_SYS mounts no infiniband_verbs, which needs none).
+    """
     if phase not in ("before", "after"):
         raise ValueError(f"phase must be 'before' or 'after', got {phase!r}")
-    devices, guids, problems = read_sysfs(Path(root))
-    try:
-        uverbs = tuple(sorted(p.name for p in Path(dev_root).glob("uverbs*")))
-    except OSError:
-        uverbs = ()
+    root = Path(root)
+    seen = read_sysfs(root, fs=fs)
+    beside = root.parent / "infiniband_verbs"
+    verbs = Path(verbs_root) if verbs_root is not None else beside if beside.is_dir() else VERBS_ROOT
+    uverbs, mapped, unmapped = job_devices(Path(dev_root), verbs, fs=fs)
+    if devices is not None:
+        mapped, unmapped = tuple(sorted(set(devices))), None
     return Snapshot(
         phase=phase, run=run, host=host or socket.gethostname().split(".")[0], node_ip=node_ip, time_s=time.time(),
-        devices=devices, guids=guids, uverbs=uverbs, problems=tuple(problems), steps=steps,
-        predicted_bytes_per_step=predicted_bytes_per_step,
+        devices=seen.devices, guids=seen.guids, uverbs=uverbs, problems=seen.problems, steps=steps,
+        predicted_bytes_per_step=predicted_bytes_per_step, job_devices=mapped, unreadable=seen.unreadable,
+        not_visible=seen.not_visible or unmapped, sysfs=str(root),
     )
 
 
@@ -235,11 +390,22 @@ def load_snapshot(path: str | Path) -> Snapshot:
     guids, uverbs, problems = data.get("guids", {}), data.get("uverbs", []), data.get("problems", [])
     if not (isinstance(guids, dict) and isinstance(uverbs, list) and isinstance(problems, list)):
         raise CounterFileError(path, "guids must be an object, uverbs and problems lists")
+    # Added later, absent from older snapshots: the job's devices, and what could not be read.
+    own, unreadable, hidden = data.get("job_devices"), data.get("unreadable", {}), data.get("not_visible")
+    if own is not None and not (isinstance(own, list) and all(isinstance(d, str) for d in own)):
+        raise CounterFileError(path, f"job_devices must be a list of device names or null, got {own!r}")
+    if not (isinstance(unreadable, dict) and all(isinstance(v, str) for v in unreadable.values())):
+        raise CounterFileError(path, f"unreadable must be an object of device -> reason, got {unreadable!r}")
+    for key in ("not_visible", "sysfs"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise CounterFileError(path, f"{key} must be a string or null, got {data[key]!r}")
     return Snapshot(
         phase=data["phase"], run=data["run"], host=data["host"], node_ip=data.get("node_ip") or None,
         time_s=float(stamp), devices=devices, guids={str(k): str(v) for k, v in guids.items()},
         uverbs=tuple(str(u) for u in uverbs), problems=tuple(str(p) for p in problems), steps=steps,
-        predicted_bytes_per_step=None if per_step is None else float(per_step), source=str(path),
+        predicted_bytes_per_step=None if per_step is None else float(per_step),
+        job_devices=None if own is None else tuple(own), unreadable=dict(unreadable), not_visible=hidden or None,
+        sysfs=data.get("sysfs") or None, source=str(path),
     )
 
 
@@ -277,8 +443,9 @@ class NodeCounters:
     status: str
     """"pass", "LOW" (fail), "EFA moved" (fail: a TCP run), "no EFA device" (fail if EFA expected, else fine),
     "moved" / "idle" (no prediction to compare), "no traffic predicted", "not judged" (IB expected), "superseded" (a
-    node of an attempt Ray Train restarted away from), or a named problem that can never pass: "incomplete", "reset",
-    "mismatch", "foreign"."""
+    node of an attempt Ray Train restarted away from), "not visible" (the job's counters cannot be read where the
+    snapshot was taken: neither proof nor contradiction), or a named problem that can never pass: "incomplete",
+    "reset", "mismatch", "foreign"."""
     detail: str
     fails: bool = False
     """The counters contradict the expected transport on this node."""
@@ -292,6 +459,7 @@ class NodeCounters:
 
 
 _BAD = ("incomplete", "reset", "mismatch", "foreign")
+NOT_VISIBLE = "not visible"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -355,6 +523,18 @@ def _bytes(value: float | None) -> str:
     return f"{int(value)} B"
 
 
+def _not_visible(snapshot: Snapshot, names: list[str]) -> str | None:
+    """Why the counters of the devices `names` cannot be judged from this snapshot, or None."""
+    if snapshot.not_visible is not None:
+        return snapshot.not_visible
+    for name in names:
+        if name in snapshot.unreadable:
+            return f"{name} {snapshot.unreadable[name]}"
+        if name not in snapshot.devices:
+            return f"the job's device {name} is not in {snapshot.sysfs or 'the sysfs tree read'}"
+    return None
+
+
 def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], expect: str,
           predicted_override: float | None, log_hosts: frozenset[str]) -> NodeCounters:
     files = tuple(s.source or "" for s in befores + afters)
@@ -375,21 +555,32 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
     if not earlier:
         return row("incomplete", "an 'after' snapshot without an earlier 'before' one")
     before = max(earlier, key=lambda b: b.time_s)
-    if not after.devices and not before.devices:
+    if not any(s.devices or s.unreadable or s.not_visible for s in (before, after)):
         pod = "the node has no EFA device in /sys/class/infiniband (an instance without EFA, or the efa driver not loaded)"
         if expect == "efa":
             return row("no EFA device", f"EFA expected, but {pod}")
         return row("no EFA device", pod)
-    if expect == "efa" and not after.uverbs:
+    given = after.job_devices if after.job_devices is not None else after.uverbs
+    if expect == "efa" and not given:  # known whatever sysfs shows: the pod's /dev/infiniband holds no uverbs
         return row("no EFA device", "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
-                   "request vpc.amazonaws.com/efa", devices=len(after.devices))
-    count = {"devices": len(after.devices)}
-    if set(before.devices) != set(after.devices) or any(before.guids.get(d) != after.guids.get(d) for d in after.devices):
+                   "request vpc.amazonaws.com/efa (a snapshot taken outside the pod names the job's devices: "
+                   "--devices)", devices=len(after.devices))
+    # Only the job's own devices: another job's traffic on the same node proves nothing about this one.
+    names = sorted(after.job_devices if after.job_devices is not None else set(after.devices) | set(after.unreadable))
+    count = {"devices": len(names)}
+    hidden = _not_visible(before, names) or _not_visible(after, names)
+    if hidden is not None:
+        return row(NOT_VISIBLE, f"{_UNREADABLE}{hidden}; {_FIX}", **count)
+    if before.job_devices is not None and after.job_devices is not None and set(before.job_devices) != set(names):
+        return row("mismatch", f"the job's EFA devices changed between the snapshots ({sorted(before.job_devices)} vs "
+                   f"{names})", **count)
+    if (after.job_devices is None and set(before.devices) != set(after.devices)) \
+            or any(before.guids.get(d) != after.guids.get(d) for d in names):
         return row("mismatch", f"the before and after snapshots are of different devices ({sorted(before.devices)} "
                    f"vs {sorted(after.devices)}, by name and node_guid): from another node?", **count)
     sent = received = 0
-    for device, ports in after.devices.items():
-        for port, counters in ports.items():
+    for device in names:
+        for port, counters in after.devices[device].items():
             old = before.devices[device].get(port)
             if old is None:
                 return row("mismatch", f"port {port} of {device} is only in the after snapshot", **count)
@@ -408,7 +599,7 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
     predicted = predicted_override
     if predicted is None and steps is not None and after.predicted_bytes_per_step is not None:
         predicted = steps * after.predicted_bytes_per_step
-    seen = {"devices": len(after.devices), "sent_bytes": sent, "received_bytes": received, "predicted_bytes": predicted,
+    seen = {"devices": len(names), "sent_bytes": sent, "received_bytes": received, "predicted_bytes": predicted,
             "steps": steps}
     least = min(sent, received)
     if expect == "ib":
@@ -470,6 +661,11 @@ def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes
         notes.append(f"snapshots of {len(runs)} runs ({', '.join(runs[:3])}): each is judged apart, and none proves the others")
     failed = [n for n in nodes if n.fails]
     bad = [n for n in nodes if n.status in _BAD]
+    hidden = [n for n in nodes if n.status == NOT_VISIBLE]
+    if hidden:
+        notes.append(f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes "
+                     f"({', '.join(n.host for n in hidden[:4])}): they neither confirm nor contradict the transport, so "
+                     "the logs' verdict stands")
     if not nodes:
         return CounterVerdict(expect=expect, nodes=(), exit_code=3, summary="no EFA counter snapshots", notes=tuple(notes))
     if failed:
@@ -486,6 +682,10 @@ def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes
         return CounterVerdict(expect=expect, nodes=nodes, exit_code=0, notes=tuple(notes), summary=(
             f"EFA counters prove it: all {len(passed)} nodes sent and received at least {MIN_SHARE:.0%} of the predicted "
             f"bytes over EFA ({_bytes(total)} sent in all)"))
+    if hidden and not bad and not passed:
+        first = hidden[0].detail.removeprefix(_UNREADABLE).removesuffix(f"; {_FIX}")
+        return CounterVerdict(expect=expect, nodes=nodes, exit_code=3, notes=tuple(notes), summary=(
+            f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes ({hidden[0].host}: {first})"))
     why = (f"{bad[0].host}: {bad[0].status}: {bad[0].detail}" if bad else
            f"counters of {len(passed)} node(s) match the prediction, {needed} needed" if passed and expect == "efa" else
            "the counters neither confirm nor contradict: " + ", ".join(sorted({n.status for n in nodes})))
@@ -552,8 +752,9 @@ def snapshot_ray_worker(phase: str, *, steps: int | None = None, settings: Any =
         except Exception:  # noqa: BLE001 - no prediction is an honest "unknown", not a failure
             per_step = None
     try:
+        # The counters from the host's view where the pod mounts it; the uverbsN -> device map from the pod's own /sys
         snap = take_snapshot(phase, run=run, node_ip=ip, steps=steps, predicted_bytes_per_step=per_step,
-                             root=Path(os.environ.get("RAY_EFA_SYSFS_ROOT") or SYSFS_ROOT))
+                             root=default_sysfs_root(), verbs_root=VERBS_ROOT)
         return write_snapshot(snap, spool_dir(run))
     except Exception as error:  # noqa: BLE001 - a failed snapshot is a missing witness, which the gate names
         print(f"efa counters: could not snapshot ({phase}): {error}", flush=True)
@@ -575,7 +776,8 @@ def is_written_snapshot(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """`python -m ray_efa.training.efa_counters snapshot --phase before|after --out DIR [...]`: one node's snapshot
     from a shell, for jobs that do not run this project's driver (torchrun, a PyTorchJob, HyperPod): run it once per
-    node before and after training, then `ray-efa check-transport --counters DIR LOG...`."""
+    node before and after training, then `ray-efa check-transport --counters DIR LOG...`. Outside the job's
+    container (a host shell, a DaemonSet) name the job's devices with --devices: the node's others are not its."""
     import argparse
     import sys
 
@@ -589,8 +791,16 @@ def main(argv: list[str] | None = None) -> int:
     snap.add_argument("--steps", type=int, help="after: optimizer steps since the before snapshot")
     snap.add_argument("--predicted-bytes-per-step", type=float,
                       help="after: bytes each node sends (and receives) between nodes per step")
-    snap.add_argument("--sysfs-root", type=Path, default=SYSFS_ROOT)
+    snap.add_argument("--sysfs-root", type=Path, default=None,
+                      help=f"the infiniband class folder to read (default $RAY_EFA_SYSFS_ROOT, else "
+                           f"{HOST_SYS}/class/infiniband where mounted, else {SYSFS_ROOT})")
     snap.add_argument("--dev-root", type=Path, default=DEV_ROOT, help="where the pod's uverbs device files are")
+    snap.add_argument("--verbs-root", type=Path, default=None,
+                      help="the infiniband_verbs class folder that maps each uverbsN to its device (default: the one "
+                           f"beside --sysfs-root, else {VERBS_ROOT})")
+    snap.add_argument("--devices", type=lambda text: [d for d in text.split(",") if d],
+                      help="the job's EFA devices, comma-separated (e.g. rdmap16s27): for a snapshot taken outside the "
+                           "job's pod (a host shell, a DaemonSet), whose own uverbs devices are not the job's")
     args = parser.parse_args(argv)
     for name in ("steps", "predicted_bytes_per_step"):
         value = getattr(args, name)
@@ -598,8 +808,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{parser.prog}: --{name.replace('_', '-')} must be >= 0, got {value!r}", file=sys.stderr)
             return 2
     try:
-        path = write_snapshot(take_snapshot(args.phase, run=args.run, root=args.sysfs_root, dev_root=args.dev_root, steps=args.steps,
-                                            predicted_bytes_per_step=args.predicted_bytes_per_step), args.out)
+        snapshot = take_snapshot(args.phase, run=args.run, root=args.sysfs_root or default_sysfs_root(),
+                                 dev_root=args.dev_root, verbs_root=args.verbs_root, devices=args.devices,
+                                 steps=args.steps, predicted_bytes_per_step=args.predicted_bytes_per_step)
+        path = write_snapshot(snapshot, args.out)
     except OSError as error:
         print(f"{parser.prog}: cannot write to {args.out}: {error.strerror or error}", file=sys.stderr)
         return 2

@@ -122,11 +122,38 @@ def test_only_workers_get_ipc_lock_for_efa_memory_registration(synth):
         assert added == (["IPC_LOCK"] if " worker " in where else None), where
 
 
-def test_no_container_is_privileged_or_mounts_the_host(synth):
+def test_no_container_is_privileged_or_shares_the_hosts_namespaces(synth):
     for where, template in synth.pod_templates():
-        assert "privileged" not in container(template)["securityContext"], where
-        assert not [v for v in template["spec"].get("volumes", []) if "hostPath" in v], where
+        for each in template["spec"]["containers"] + template["spec"].get("initContainers", []):
+            assert "privileged" not in each["securityContext"], where
         assert not template["spec"].get("hostNetwork") and not template["spec"].get("hostIPC"), where
+        assert not template["spec"].get("hostPID"), where
+
+
+def test_only_workers_mount_the_host_and_only_its_rdma_sysfs_folders_read_only(synth):
+    # The EFA counters exist only in the host's network namespace view of sysfs (training.efa_counters): the workers
+    # mount exactly /sys/class/infiniband and /sys/devices, read-only, in the Ray container alone.
+    for where, template in synth.pod_templates():
+        host = {v["name"]: v["hostPath"] for v in template["spec"].get("volumes", []) if "hostPath" in v}
+        if " worker " not in where:
+            assert host == {}, where
+            continue
+        assert sorted(h["path"] for h in host.values()) == ["/sys/class/infiniband", "/sys/devices"], where
+        assert {h["type"] for h in host.values()} == {"Directory"}, where
+        mounts = {m["name"]: m for m in container(template)["volumeMounts"] if m["name"] in host}
+        assert {n: (m["mountPath"], m.get("readOnly")) for n, m in mounts.items()} == {
+            n: ("/host" + h["path"], True) for n, h in host.items()}, where
+        assert not [m for m in mounts.values() if "mountPropagation" in m], where
+        for init in template["spec"].get("initContainers", []):
+            assert not [m for m in init.get("volumeMounts", []) if m["name"] in host], where
+
+
+def test_the_namespace_enforces_no_pod_security_level_that_refuses_the_workers(default_synth):
+    # The workers' IPC_LOCK and read-only hostPath are outside Pod Security "baseline" (and so "restricted"): a
+    # namespace labelled to enforce either would refuse every worker pod.
+    (namespace,) = [o for o in default_synth.objects() if o["kind"] == "Namespace"]
+    labels = namespace["metadata"].get("labels", {})
+    assert labels.get("pod-security.kubernetes.io/enforce", "privileged") == "privileged"
 
 
 def test_the_code_is_mounted_read_only(synth):

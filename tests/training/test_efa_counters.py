@@ -65,12 +65,12 @@ def test_every_efa_counter_of_every_efa_device_is_read_and_other_rdma_devices_ar
     # GIVEN two EFA devices (as on p4d) and a Mellanox device on the same host
     klass, _ = make_efa_sysfs(tmp_path, {"rdmap16s27": {"tx_bytes": 11}, "rdmap32s27": {"rx_bytes": 22}}, mlx5=True)
     # WHEN the tree is read
-    devices, guids, problems = read_sysfs(klass)
+    seen = read_sysfs(klass)
     # THEN both EFA devices are there with every counter the efa driver defines, the mlx5 device and `lifespan` not
-    assert sorted(devices) == ["rdmap16s27", "rdmap32s27"]
-    assert set(devices["rdmap16s27"]["1"]) == set(PORT_COUNTERS)
-    assert devices["rdmap16s27"]["1"]["tx_bytes"] == 11 and devices["rdmap32s27"]["1"]["rx_bytes"] == 22
-    assert guids["rdmap16s27"] == "0a1b:2c3d:4e5f:0000" and problems == []
+    assert sorted(seen.devices) == ["rdmap16s27", "rdmap32s27"]
+    assert set(seen.devices["rdmap16s27"]["1"]) == set(PORT_COUNTERS)
+    assert seen.devices["rdmap16s27"]["1"]["tx_bytes"] == 11 and seen.devices["rdmap32s27"]["1"]["rx_bytes"] == 22
+    assert seen.guids["rdmap16s27"] == "0a1b:2c3d:4e5f:0000" and seen.problems == () and seen.unreadable == {}
 
 
 def test_a_counter_that_is_not_a_number_is_a_problem_not_a_crash(tmp_path):
@@ -83,7 +83,8 @@ def test_a_counter_that_is_not_a_number_is_a_problem_not_a_crash(tmp_path):
 
 def test_a_missing_sysfs_tree_is_no_device(tmp_path):
     snap = take_snapshot("before", run="r", root=tmp_path / "none", dev_root=tmp_path / "none", host="h")
-    assert snap.devices == {} and snap.uverbs == () and snap.problems == ()
+    assert snap.devices == {} and snap.uverbs == () and snap.problems == () and snap.unreadable == {}
+    assert snap.not_visible is None and snap.job_devices == ()
 
 
 def test_a_snapshot_round_trips_through_its_file(tmp_path):
@@ -222,8 +223,12 @@ def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
      "must be a whole number >= 0, got -5"),
     ('{"format": "ray-efa/efa-counters/1", "phase": "later", "run": "r", "host": "h", "time_s": 1, "devices": {}}', "phase must be"),
     ('{"format": "something-else"}', "not an EFA counter snapshot"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "job_devices": "d"}',
+     "job_devices must be a list of device names or null, got 'd'"),
+    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "unreadable": {"d": 1}}',
+     "unreadable must be an object of device -> reason"),
     ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "dev', "not JSON"),
-], ids=["empty", "string value", "negative", "bad phase", "other format", "cut short"])
+], ids=["empty", "string value", "negative", "bad phase", "other format", "job devices", "unreadable", "cut short"])
 def test_a_bad_counter_file_raises_naming_the_file(tmp_path, text, message):
     path = tmp_path / "efa-counters-h-after-1.json"
     path.write_text(text)
@@ -258,6 +263,199 @@ def test_the_prediction_is_core_perfs_inter_node_bytes():
     assert efa_counters.predicted_bytes_per_step(settings) == pytest.approx(expected) and expected > 0
 
 
+# -- what a pod sees: counters that cannot be read are never zero ---------------------------------------------------
+
+
+def _pod_view_job(tmp_path, **kw):
+    """Before and after snapshots of both nodes, read from a pod's own /sys: compat devices without hw_counters."""
+    snaps = []
+    for host in HOSTS:
+        klass, dev = make_efa_sysfs(tmp_path / host, {"rdmap16s27": {}}, hw_counters=False)
+        snaps += [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=host, steps=100,
+                                predicted_bytes_per_step=GB, **kw) for phase in ("before", "after")]
+    return snaps
+
+
+def test_a_pods_own_sysfs_shows_no_counters_and_says_so(tmp_path):
+    # GIVEN the tree a pod's /sys shows: the device's compat copy, its port without hw_counters
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}}, hw_counters=False)
+    snap = take_snapshot("after", run="r", root=klass, dev_root=dev, host="h")
+    # THEN the device is named as not visible, with the reason; it is not a device that counted nothing
+    assert snap.devices == {} and snap.job_devices == ("rdmap16s27",)
+    assert "port 1 has no hw_counters" in snap.unreadable["rdmap16s27"]
+    assert "compat copy" in snap.unreadable["rdmap16s27"] and "setup_port" in snap.unreadable["rdmap16s27"]
+
+
+def test_counters_not_visible_on_both_nodes_leave_the_logs_verdict_standing(tmp_path):
+    snaps = _pod_view_job(tmp_path)
+    verdict = judge(snaps, "efa")
+    # THEN neither node is LOW: both are "not visible", which fails nothing and proves nothing
+    assert {n.status for n in verdict.nodes} == {"not visible"} and not verdict.failed and verdict.exit_code == 3
+    assert verdict.summary.startswith("EFA counters not readable on 2 of 2 nodes")
+    detail = verdict.nodes[0].detail
+    assert "no hw_counters" in detail and "/host/sys/class/infiniband" in detail and "--devices" in detail
+    # AND the healthy EFA job passes on its logs, with a note; logs that prove nothing still prove nothing
+    efa = gate(classify(EFA_JOB), "efa", counters=snaps)
+    assert efa.exit_code == EXIT_PASS and efa.summary.startswith("PASS: all")
+    assert any(n.startswith("EFA counters not readable on 2 of 2 nodes") and "the logs' verdict stands" in n
+               for n in efa.notes)
+    assert gate(classify([]), "efa", counters=snaps).exit_code == EXIT_NO_PROOF
+    # AND the TCP comparison run is not failed by counters it cannot read
+    assert gate(classify(SOCKET_JOB), "socket", counters=snaps).exit_code == EXIT_PASS
+
+
+def test_a_denied_listing_is_not_visible_not_no_device(tmp_path):
+    # GIVEN /sys/class/infiniband whose listing the kernel refuses. Root ignores chmod 000 on a temporary tree, so the
+    # reader's filesystem seam (efa_counters.Filesystem) raises the EACCES the kernel would; the rest is the real tree.
+    import errno
+
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {"tx_bytes": 1}})
+
+    def listdir(path):
+        if path == klass:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return efa_counters.LOCAL.listdir(path)
+
+    denied = efa_counters.Filesystem(listdir=listdir)
+    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied, steps=1,
+                           predicted_bytes_per_step=GB) for h in HOSTS for phase in ("before", "after")]
+    assert snaps[0].not_visible == f"cannot list {klass}: Permission denied" and snaps[0].devices == {}
+    # THEN each node is "not visible", naming the listing, and the logs decide
+    verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
+    assert {n.status for n in verdict.counters.nodes} == {"not visible"}
+    assert f"cannot list {klass}: Permission denied" in verdict.counters.nodes[0].detail
+    assert verdict.exit_code == EXIT_PASS
+    # AND a pod given no EFA device is still failed: its /dev/infiniband says so whatever sysfs hides
+    for uverbs in dev.iterdir():
+        uverbs.unlink()
+    bare = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied)
+            for h in HOSTS for phase in ("before", "after")]
+    assert {n.status for n in judge(bare, "efa").nodes} == {"no EFA device"} and judge(bare, "efa").exit_code == 1
+
+
+@pytest.mark.parametrize("break_it, says", [
+    ("deny", "cannot read {hw}/tx_bytes: Permission denied"),
+    ("remove", "port 1 has no rx_bytes in {hw}"),
+], ids=["tx_bytes refused", "no rx_bytes"])
+def test_a_required_counter_that_cannot_be_read_is_named_not_missing(tmp_path, break_it, says):
+    import errno
+
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}})
+    hw = klass / "rdmap16s27" / "ports" / "1" / "hw_counters"
+
+    def read(path):
+        if path == hw / "tx_bytes":  # the seam: root reads a chmod 000 file (see the test above)
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return efa_counters.LOCAL.read(path)
+
+    fs = efa_counters.Filesystem(read=read) if break_it == "deny" else efa_counters.LOCAL
+    if break_it == "remove":
+        (hw / "rx_bytes").unlink()
+    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=fs)
+             for h in HOSTS for phase in ("before", "after")]
+    node = judge(snaps, "efa").nodes[0]
+    assert node.status == "not visible" and says.format(hw=hw) in node.detail and "counter missing" not in node.detail
+
+
+def test_an_optional_counter_refused_is_a_problem_of_a_device_still_judged(tmp_path):
+    import errno
+
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}})
+
+    def read(path):
+        if path.name == "retrans_pkts":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return efa_counters.LOCAL.read(path)
+
+    snap = take_snapshot("before", run="r", root=klass, dev_root=dev, host="h", fs=efa_counters.Filesystem(read=read))
+    assert "tx_bytes" in snap.devices["rdmap16s27"]["1"] and "retrans_pkts" not in snap.devices["rdmap16s27"]["1"]
+    assert snap.problems == ("rdmap16s27 port 1: cannot read retrans_pkts: Permission denied",)
+
+
+def test_a_uverbs_device_that_names_no_device_makes_the_node_not_visible(tmp_path):
+    klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}})
+    (klass.parent / "infiniband_verbs" / "uverbs0" / "ibdev").unlink()
+    snap = take_snapshot("after", run="r", root=klass, dev_root=dev, host="h")
+    assert snap.job_devices is None and snap.not_visible.startswith("cannot tell which device /dev/infiniband/uverbs0 is")
+
+
+# -- only the job's devices -----------------------------------------------------------------------------------------
+
+TWO = ("rdmap16s27", "rdmap32s27")
+
+
+def _shared_node_job(tmp_path, *, moved: dict[str, int], mine: str = TWO[0], devices=None):
+    """Both nodes hold two EFA devices, one per job; this job's pods hold `mine` (or the snapshot names `devices`)."""
+    snaps = []
+    for host in HOSTS:
+        start = {"tx_bytes": 5 * GB, "rx_bytes": 7 * GB}
+        klass, dev = make_efa_sysfs(tmp_path / host, {d: dict(start) for d in TWO},
+                                    pod_devices=() if devices is not None else (mine,))
+        kw = {"root": klass, "dev_root": dev, "host": host, "devices": devices}
+        snaps.append(take_snapshot("before", run="r", **kw))
+        for name, amount in moved.items():
+            set_counter(klass, name, "tx_bytes", start["tx_bytes"] + amount)
+            set_counter(klass, name, "rx_bytes", start["rx_bytes"] + amount)
+        snaps.append(take_snapshot("after", run="r", steps=100, predicted_bytes_per_step=GB, **kw))
+    return snaps
+
+
+def test_the_pods_uverbs_name_the_devices_it_is_judged_by(tmp_path):
+    klass, dev = make_efa_sysfs(tmp_path, {d: {} for d in TWO}, pod_devices=(TWO[1],))
+    snap = take_snapshot("before", run="r", root=klass, dev_root=dev, host="h")
+    assert snap.uverbs == ("uverbs1",) and snap.job_devices == (TWO[1],) and sorted(snap.devices) == list(TWO)
+
+
+def test_another_jobs_traffic_on_the_node_does_not_pass_a_job_whose_own_device_was_idle(tmp_path):
+    # GIVEN this job's device idle (its NCCL fell back to TCP) while the other job's device on each node carried 50 GB
+    snaps = _shared_node_job(tmp_path, moved={TWO[0]: 1000, TWO[1]: 50 * GB})
+    # THEN the gate judges this job's device alone: LOW, a failure (the node's sum would have passed it)
+    verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
+    assert verdict.exit_code == EXIT_CONTRADICTED
+    assert {(n.status, n.devices, n.sent_bytes) for n in verdict.counters.nodes} == {("LOW", 1, 1000)}
+    # AND the same node with this job's device busy passes, whatever the other device did
+    busy = judge(_shared_node_job(tmp_path / "busy", moved={TWO[0]: 50 * GB, TWO[1]: 0}), "efa")
+    assert busy.exit_code == 0 and {n.sent_bytes for n in busy.nodes} == {50 * GB}
+
+
+def test_a_snapshot_from_the_host_side_judges_the_devices_it_was_given(tmp_path):
+    # GIVEN snapshots taken outside the job's pods (no uverbs of the job there), naming the job's device
+    snaps = _shared_node_job(tmp_path, moved={TWO[0]: 1000, TWO[1]: 50 * GB}, devices=[TWO[0]])
+    assert snaps[0].uverbs == () and snaps[0].job_devices == (TWO[0],)
+    # THEN no "no EFA device in the pod": the named device is judged, and it stayed idle
+    assert {n.status for n in judge(snaps, "efa").nodes} == {"LOW"}
+
+
+def test_a_job_device_the_tree_does_not_show_is_not_visible(tmp_path):
+    snaps = _shared_node_job(tmp_path, moved={}, devices=["rdmap99s27"])
+    node = judge(snaps, "efa").nodes[0]
+    assert node.status == "not visible" and "the job's device rdmap99s27 is not in" in node.detail
+
+
+def test_a_snapshot_of_an_older_version_is_judged_over_every_device(tmp_path):
+    # GIVEN snapshot files written before the job's devices and the unreadable ones were recorded
+    folder = tmp_path / "old"
+    folder.mkdir()
+    for index, snap in enumerate(_job(tmp_path)):
+        data = snap.to_json()
+        for key in ("job_devices", "unreadable", "not_visible", "sysfs"):
+            del data[key]
+        (folder / f"efa-counters-{snap.host}-{snap.phase}-{index}.json").write_text(json.dumps(data))
+    # THEN they load, every device counts, and they pass as they did
+    verdict = judge(load_snapshots([folder]), "efa")
+    assert verdict.exit_code == 0 and {n.devices for n in verdict.nodes} == {1}
+
+
+def test_the_job_reads_the_hosts_view_where_the_pod_mounts_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_EFA_SYSFS_ROOT", raising=False)
+    monkeypatch.setattr(efa_counters, "HOST_SYS", tmp_path / "host" / "sys")
+    assert efa_counters.default_sysfs_root() == efa_counters.SYSFS_ROOT  # not mounted: the pod's own view
+    (tmp_path / "host" / "sys" / "class" / "infiniband").mkdir(parents=True)
+    assert efa_counters.default_sysfs_root() == tmp_path / "host" / "sys" / "class" / "infiniband"
+    monkeypatch.setenv("RAY_EFA_SYSFS_ROOT", str(tmp_path / "mine"))
+    assert efa_counters.default_sysfs_root() == tmp_path / "mine"
+
+
 # -- the committed snapshot fixtures and the CLI -----------------------------------------------------------------
 
 COUNTERS = __import__("pathlib").Path(__file__).parent / "fixtures" / "efa_counters"
@@ -288,6 +486,9 @@ def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
     ("g6_2node_tcp_fallback", "efa", 1, "EFA carried 0.0% of the 206.31 GB predicted"),
     ("g6_2node_tcp_fallback", "socket", 1, "expected TCP sockets"),
     ("g6_2node_device_reset", "efa", 3, "tx_bytes went down"),
+    ("g6_2node_pod_view", "efa", 0, "EFA counters not readable on 2 of 2 nodes (ip-10-0-1-1: rdmap16s27 port 1 has "
+                                    "no hw_counters"),
+    ("g6_2node_pod_view", "socket", 1, "expected TCP sockets"),
 ])
 def test_check_transport_judges_logs_and_counters_together(case, expect, code, says, capsys, monkeypatch):
     from ray_efa.cli import check_transport
@@ -394,3 +595,46 @@ def test_a_node_of_an_attempt_ray_train_restarted_away_from_is_not_judged(tmp_pa
     # AND a before-only node as recent as the others is still incomplete: it never passes
     fresh = _node_run(tmp_path / "d", "node-d", moved_tx=0, moved_rx=0)[0]
     assert judge([fresh, *finished], "efa").exit_code == 3
+
+
+def test_check_transport_fails_a_job_whose_device_idled_beside_a_busy_one(tmp_path, capsys):
+    # GIVEN the shared nodes' snapshots as the job wrote them, and the job's EFA logs
+    from ray_efa.cli import check_transport
+
+    folder = tmp_path / "counters"
+    for snap in _shared_node_job(tmp_path / "nodes", moved={TWO[0]: 1000, TWO[1]: 50 * GB}):
+        write_snapshot(snap, folder)
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(EFA_JOB) + "\n")
+    # THEN the CLI fails it (exit 1), on this job's device alone
+    assert check_transport.main(["--counters", str(folder), str(log)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: EFA counters contradict: 2 of 2 nodes" in out and "EFA carried 0.0% of the 100.00 GB" in out
+
+
+def test_the_snapshot_command_names_the_jobs_devices_from_the_host_side(tmp_path):
+    # GIVEN a host shell: the node's two devices, no uverbs of the job, and the job's device named with --devices
+    klass, dev = make_efa_sysfs(tmp_path / "node", {d: {} for d in TWO}, uverbs=0)
+    out = tmp_path / "counters"
+    assert efa_counters.main(["snapshot", "--phase", "before", "--out", str(out), "--sysfs-root", str(klass),
+                              "--dev-root", str(dev), "--devices", TWO[1]]) == 0
+    (snap,) = load_snapshots([out])
+    assert snap.job_devices == (TWO[1],) and snap.uverbs == () and snap.sysfs == str(klass)
+
+
+def test_the_two_host_folders_the_workers_mount_are_enough_to_read_the_counters(tmp_path):
+    # GIVEN the host's tree, and only what the worker pods mount of it (k8s.cluster_spec.host_sysfs_parts): its
+    # class/infiniband and devices folders under host/sys, links kept (so each device's driver link dangles there)
+    import shutil
+
+    klass, dev = make_efa_sysfs(tmp_path / "node", {"rdmap16s27": {"tx_bytes": 3, "rx_bytes": 4}})
+    mounted = tmp_path / "host" / "sys"
+    for folder in efa_counters.HOST_SYS_FOLDERS:
+        shutil.copytree(klass.parents[1] / folder, mounted / folder, symlinks=True)
+    assert not (mounted / "class" / "infiniband" / "rdmap16s27" / "device" / "driver").exists()
+    # WHEN the worker snapshots them (its uverbs map from its own /sys, which needs no host view)
+    snap = take_snapshot("after", run="r", root=mounted / "class" / "infiniband", dev_root=dev,
+                         verbs_root=klass.parent / "infiniband_verbs", host="h")
+    # THEN the device and its counters are read
+    assert snap.unreadable == {} and snap.job_devices == ("rdmap16s27",)
+    assert (snap.devices["rdmap16s27"]["1"]["tx_bytes"], snap.devices["rdmap16s27"]["1"]["rx_bytes"]) == (3, 4)
