@@ -3,7 +3,8 @@
 LOG is the driver's output of the run (`kubectl -n ray logs job/<submitter>`, `ray job logs`, a file) holding its
 RAY_EFA_RUN_SUMMARY line (the last one counts), or that line's JSON alone. The run's hardware and shape come from the
 summary, the rest from the settings (-c). Prints measured, predicted and calibrated step, compute and network time,
-tokens/s and MFU (both FLOP conventions); `ray-efa plan --calibration LOG` then predicts with the fitted constants.
+tokens/s and MFU (both FLOP conventions) and, from a run across nodes, the preflight floor its probe measured
+(preflightMinBusbwGbps); `ray-efa plan --calibration LOG` then predicts with the fitted constants.
 Exit 0; 2 when the log holds no usable summary.
 """
 
@@ -83,4 +84,9 @@ def run(args: argparse.Namespace) -> int:
     link = f"link {cal['inter_node_gb_s']:.2f} GB/s (preflight)" if cal["inter_node_gb_s"] else "no inter-node link measured"
     console.print(f"predicted / measured step: {data['predicted_over_measured']:.2f}; fitted: {efficiency}; {link}. "
                   f"Use them: ray-efa plan --calibration {args.log}", highlight=False)
+    floor = data["preflight"]
+    if floor:
+        console.print(f"preflight floor from this run ({floor['network']}): {floor['floor_gb_s']:g} GB/s "
+                      f"({floor['margin']:g} of the probe's {floor['measured_busbw_gb_s']:g}); run {floor['network']} "
+                      f"jobs with it: -c network={floor['network']} -c {floor['setting']}", highlight=False)
     return 0

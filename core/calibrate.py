@@ -8,7 +8,9 @@ come from the summary; the rest from the settings) with the model's constants, t
   measured link. Where the step is network-bound it barely moves the step, so it is reported as not observable and the
   model's value is kept.
 The fitted `perf.Calibration` can then replace the model's constants for that instance type (`ray-efa plan
---calibration LOG`). Pure Python: no torch, no Ray.
+--calibration LOG`). The probe's busbw also gives the preflight floor measured on your own nodes
+(`suggested_floor`: catalog.FLOOR_MARGIN of it, for the run's network), to set as preflightMinBusbwGbps.
+Pure Python: no torch, no Ray.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import perf
+from ray_efa.core import catalog, perf
 from ray_efa.core.settings import Settings
 
-__all__ = ["CalibrationError", "RunComparison", "compare_run", "settings_of_run"]
+__all__ = ["CalibrationError", "RunComparison", "SuggestedFloor", "compare_run", "settings_of_run"]
 
 _SHAPE_KEYS = {
     "model": "model", "micro_batch": "microBatch", "seq_len": "seqLen", "grad_accumulation": "gradAccumulation",
@@ -33,6 +35,27 @@ _OBSERVABLE = 0.2
 
 class CalibrationError(ValueError):
     """The summary cannot be compared: a field is missing, or it names no GPU instance the catalog knows."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SuggestedFloor:
+    """The preflight floor a run measured on its own nodes: catalog.FLOOR_MARGIN of its probe's busbw at 1 GiB."""
+
+    floor_gb_s: float
+    measured_busbw_gb_s: float
+    network: str
+    source: str
+
+    @property
+    def setting(self) -> str:
+        """The -c option that makes jobs on `network` run with it (the comparison run on the other network keeps
+        its own floor: k8s.workload.build_manifests)."""
+        return f"preflightMinBusbwGbps={self.floor_gb_s:g}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"floor_gb_s": self.floor_gb_s, "source": self.source, "network": self.network,
+                "measured_busbw_gb_s": round(self.measured_busbw_gb_s, 3), "margin": catalog.FLOOR_MARGIN,
+                "setting": self.setting}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,6 +74,8 @@ class RunComparison:
     time and one probe can tell them apart."""
     calibration: perf.Calibration
     compute_observable: bool
+    suggested_floor: SuggestedFloor | None = None
+    """The preflight floor from the run's probe (None: a single-node run, or no probe)."""
 
     def as_dict(self) -> dict[str, Any]:
         def times(p: perf.StepPrediction) -> dict[str, Any]:
@@ -68,6 +93,7 @@ class RunComparison:
                             "inter_node_gb_s": self.calibration.inter_node_gb_s, "source": self.calibration.source,
                             "compute_observable": self.compute_observable,
                             "model_compute_efficiency": perf.COMPUTE_EFFICIENCY},
+            "preflight": None if self.suggested_floor is None else self.suggested_floor.as_dict(),
         }
 
 
@@ -148,4 +174,7 @@ def compare_run(settings: Settings, summary: dict[str, Any]) -> RunComparison:
         name=str(summary.get("name", "?")), instance_type=run.nodes.gpu_instance_type,
         nodes=run.nodes.gpu_node_count, measured_step_s=step, measured_tokens_per_s_per_gpu=per_gpu,
         predicted=predicted, calibrated=calibrated, calibration=calibration, compute_observable=observable,
+        suggested_floor=None if link is None else SuggestedFloor(
+            floor_gb_s=round(link * catalog.FLOOR_MARGIN, 2), measured_busbw_gb_s=link, network=run.workload.network,
+            source=f"calibration: {source}, probe busbw {link:.2f} GB/s x {catalog.FLOOR_MARGIN:g}"),
     )

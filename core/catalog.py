@@ -58,6 +58,11 @@ __all__ = [
     "head_pod_resources",
     "use_device_rdma",
     "allreduce_floor_gbps",
+    "HealthyBusbw",
+    "healthy_efa_busbw",
+    "EFA_LINE_SHARE",
+    "HOST_STAGED_EFA_GB_S",
+    "FLOOR_MARGIN",
     "efa_plugin_supports",
     "efa_plugin_problem",
 ]
@@ -391,15 +396,62 @@ def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
     return max(1, instance.vcpus - 2), max(2, instance.memory_gib - 6)
 
 
-# NCCL all-reduce rarely beats ~80% of line rate over EFA and TCP sockets reach far less; half the line rate is a
-# floor that a healthy EFA path clears with margin. It is an estimate, not a measurement: override it in settings
-# (preflightMinBusbwGbps) once you have measured your own nodes.
-_ALLREDUCE_FLOOR_FRACTION = 0.5
+# -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------
+# The floor is a share (FLOOR_MARGIN) of what a healthy pair of nodes reaches: all-reduce bus bandwidth at 1 GiB, as
+# nccl-tests reports it and training.preflight measures it. What a healthy node reaches depends on the family:
+# - GPUDirect RDMA (p4d and later): EFA reads and writes GPU memory; NCCL reaches about EFA_LINE_SHARE of the
+#   aggregate line rate of every EFA card (NVIDIA/nccl#527: 2 x p4d.24xlarge, 4 x 100 Gbit/s = 50 GB/s, all-reduce
+#   busbw 57.2 GB/s at 1 GiB with NCCL's tree on 2 nodes, so 0.8 is no overstatement).
+# - No GPUDirect RDMA (g5, g6, g6e): every byte is staged through host memory, and more EFA cards do not help:
+#   nccl-tests on g6e "max out at 3 GBps" with EFA on 4 network cards, and the aws-ofi-nccl maintainers confirm
+#   that G6e has no GPUDirect RDMA, only the P-series from p4d on (aws/aws-ofi-nccl#547, 2024-08 to 2025-08).
+#   HOST_STAGED_EFA_GB_S is that measurement, applied to every family without GPUDirect RDMA (all PCIe Gen4).
+# - The ring also crosses the GPUs of each node: never above the intra-node link (GPU_LINKS, data sheet).
+# Measure your own nodes (`ray-efa calibrate` on a finished run suggests the floor) and set preflightMinBusbwGbps.
+EFA_LINE_SHARE = 0.8
+"""Share of the aggregate EFA line rate that NCCL's all-reduce reaches with GPUDirect RDMA (core.perf uses it too)."""
+HOST_STAGED_EFA_GB_S = 3.0
+"""All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s: nccl-tests on g6e
+(aws/aws-ofi-nccl#547)."""
+FLOOR_MARGIN = 0.5
+"""The floor is this share of a healthy node's bus bandwidth: it catches a broken or fallen-back path, not a slow
+day (the probe's 5 timed all-reduces at 1 GiB vary by far less than half)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthyBusbw:
+    """What a healthy pair of nodes of one type reaches: all-reduce bus bandwidth at 1 GiB, and why that number."""
+
+    gb_s: float
+    source: str
+    """Where the number comes from: the facts it derives from and the measurement it rests on."""
+
+
+def healthy_efa_busbw(instance: InstanceType) -> HealthyBusbw:
+    """The all-reduce bus bandwidth (GB/s, at 1 GiB) a healthy pair of `instance` nodes reaches over EFA: from its
+    GPUDirect RDMA, its EFA cards' line rate and its intra-node link (see the constants above)."""
+    line = instance.network_gbps / 8 * EFA_LINE_SHARE
+    cards = f"{instance.efa_interfaces} EFA x {instance.primary_card_gbps:g} Gbit/s"
+    if instance.gpudirect_rdma:
+        gb_s = line
+        source = (f"GPUDirect RDMA, {cards}: {EFA_LINE_SHARE:g} of {instance.network_gbps} Gbit/s "
+                  "(NVIDIA/nccl#527: 2 x p4d.24xlarge reach 57 GB/s at 1 GiB)")
+    else:
+        gb_s = min(line, HOST_STAGED_EFA_GB_S)
+        source = (f"no GPUDirect RDMA, {cards}: staged through host memory, at most {HOST_STAGED_EFA_GB_S:g} GB/s "
+                  "(aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s)")
+        if line < HOST_STAGED_EFA_GB_S:
+            source += f", here {EFA_LINE_SHARE:g} of the {instance.network_gbps} Gbit/s line"
+    link = instance.gpu_link or GPU_LINKS.get(instance.family)
+    if link is not None and link.gb_s < gb_s:
+        gb_s, source = link.gb_s, f"{source}; capped by the intra-node {link.name} at {link.gb_s:g} GB/s"
+    return HealthyBusbw(gb_s=gb_s, source=source)
 
 
 def allreduce_floor_gbps(instance: InstanceType) -> float:
-    """Lowest inter-node all-reduce bus bandwidth (GB/s) we accept at 1 GiB messages before calling the path slow."""
-    return round(instance.network_gbps / 8 * _ALLREDUCE_FLOOR_FRACTION, 2)
+    """Lowest inter-node all-reduce bus bandwidth (GB/s) at 1 GiB we accept over EFA before calling the path slow:
+    FLOOR_MARGIN of what a healthy pair of nodes reaches (healthy_efa_busbw)."""
+    return round(healthy_efa_busbw(instance).gb_s * FLOOR_MARGIN, 2)
 
 
 def efa_plugin_supports(instance_name: str, chart_version: str) -> bool:

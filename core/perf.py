@@ -18,7 +18,8 @@
   FP8_LAUNCH_FLOOR_S (the casts and scale reductions add kernels); the layers' all-gathers carry 1 byte per
   parameter (FSDP2 fp8 all-gather) instead of 2.
 - links: between nodes over EFA, the instance's network_gbps x EFA_SHARE; over TCP (NCCL's socket transport) the
-  primary network card's bandwidth x SOCKET_LINE_SHARE, capped by the flows NCCL opens x EC2's per-flow limit and by
+  primary network card's bandwidth x SOCKET_LINE_SHARE, capped by the flows NCCL opens (socket_layout: what the TCP
+  job sets NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD to) x EC2's per-flow limit and by
   what NCCL's host-memory socket path moves (SOCKET_HOST_CEILING_GB_S): see socket_gb_s.
 
 Constants name their source or calibration: bench/calibrate.py on one H200, bench/sharding_proof.py on two;
@@ -28,6 +29,7 @@ is core.strategy's.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,8 @@ __all__ = [
     "EFA_SHARE",
     "links_for",
     "socket_gb_s",
+    "SocketLayout",
+    "socket_layout",
     "predict",
     "flops_per_token_causal",
 ]
@@ -69,21 +73,28 @@ OPTIMIZER_BYTES_PER_PARAM = 57.0
 INTRA_NODE_SHARE = 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
-EFA_SHARE = 0.8
+EFA_SHARE = catalog.EFA_LINE_SHARE
 """Achievable share of the instance's network_gbps over EFA: the catalog's reading that NCCL over EFA rarely beats
-~80% of line rate (core.catalog's all-reduce floor)."""
+~80% of line rate (core.catalog.EFA_LINE_SHARE, which the preflight floor uses too)."""
 SOCKET_LINE_SHARE = 0.388
 """Share of the primary network card's bandwidth NCCL's socket transport reaches: the AWS reference measured EFA at
 2.06x the steps/s of TCP on 2 x g6.12xlarge (one 40 Gbit/s card) with a batch of 1 x 128 tokens, a step that is all
-network: 0.8 / 2.06 of line rate."""
+network: 0.8 / 2.06 of line rate. Measured in pods, where NCCL's own detection gives 1 socket a connection (see
+NCCL_ENA_SOCKETS) unless the run set them: with the sockets this project's TCP run sets (socket_layout) it is
+probably below what TCP reaches, not its best."""
 SOCKET_HOST_CEILING_GB_S = 3.4
 """What NCCL's socket path moves when the wire does not limit it: GPU -> pinned host buffer -> kernel TCP, 2 helper
 threads x 8 sockets per connection (the defaults NCCL picks on an AWS ENA NIC, vendor 0x1d0f: net_socket.cc
 ncclNetSocketGetNsockNthread). Measured as all-reduce bus bandwidth 3.1-3.44 GB/s with NCCL forced onto sockets
 between 2 x H200 of one host (bench/results/2026-12-01-h200x2-sharding-proof-socket*.jsonl); one measurement, on
 loopback: a lead for the big instances, where it, not the 100-200 Gbit/s card, binds."""
-SOCKETS_PER_CONNECTION = 16
-"""NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD on an ENA NIC: 2 x 8 (net_socket.cc; NCCL docs, env.html)."""
+NCCL_ENA_SOCKETS = (2, 8)
+"""(NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD) NCCL picks itself when /sys/class/net/<if>/device/vendor is AWS's
+ENA, 0x1d0f (net_socket.cc, ncclNetSocketGetNsockNthread, NCCL 2.29). A pod's eth0 is the VPC CNI's veth, with no
+`device`, so in a pod NCCL falls to 0 helper threads and 1 socket a connection: the TCP network sets them itself."""
+NCCL_MAX_SOCKET_THREADS, NCCL_MAX_SOCKETS = 16, 64
+"""NCCL's caps (net_socket.cc MAX_THREADS, MAX_SOCKETS): NTHREADS above 16 is cut to 16, and a product above 64 cuts
+NSOCKS_PERTHREAD to 64 / NTHREADS."""
 FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
 """EC2's single-flow limit (one TCP 5-tuple): 10 Gbit/s inside a cluster placement group, 5 outside (EC2 User Guide,
 "Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
@@ -180,10 +191,41 @@ class Calibration:
     """Which run it came from."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SocketLayout:
+    """How many TCP sockets NCCL's socket transport opens per connection: threads x sockets per thread."""
+
+    threads: int
+    """NCCL_SOCKET_NTHREADS."""
+    sockets_per_thread: int
+    """NCCL_NSOCKS_PERTHREAD."""
+
+    @property
+    def sockets(self) -> int:
+        return self.threads * self.sockets_per_thread
+
+    def env(self) -> dict[str, str]:
+        """The NCCL environment that makes the job run with this layout."""
+        return {"NCCL_SOCKET_NTHREADS": str(self.threads), "NCCL_NSOCKS_PERTHREAD": str(self.sockets_per_thread)}
+
+
+def socket_layout(instance: catalog.InstanceType, *, placement_group: bool = True) -> SocketLayout:
+    """The sockets the TCP run opens per connection: enough flows to fill the primary card under EC2's per-flow limit
+    (FLOW_GBPS), never fewer than NCCL's own choice on an ENA NIC (NCCL_ENA_SOCKETS, 2 x 8), in threads of 8 sockets,
+    within NCCL's caps (16 threads, 64 sockets)."""
+    ena_threads, per_thread = NCCL_ENA_SOCKETS
+    flows = instance.primary_card_gbps / FLOW_GBPS["placement" if placement_group else "spread"]
+    threads = min(max(ena_threads, math.ceil(flows / per_thread)), NCCL_MAX_SOCKET_THREADS,
+                  NCCL_MAX_SOCKETS // per_thread)
+    return SocketLayout(threads=threads, sockets_per_thread=per_thread)
+
+
 def socket_gb_s(instance: catalog.InstanceType, *, placement_group: bool = True) -> float:
-    """GB/s per direction NCCL's socket transport achieves between two nodes of `instance` (see the constants)."""
+    """GB/s per direction NCCL's socket transport achieves between two nodes of `instance` with the sockets the job
+    opens (socket_layout; see the constants)."""
     line = instance.primary_card_gbps / 8 * SOCKET_LINE_SHARE
-    flows = SOCKETS_PER_CONNECTION * FLOW_GBPS["placement" if placement_group else "spread"] / 8
+    sockets = socket_layout(instance, placement_group=placement_group).sockets
+    flows = sockets * FLOW_GBPS["placement" if placement_group else "spread"] / 8
     return min(line, flows, SOCKET_HOST_CEILING_GB_S)
 
 

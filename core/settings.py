@@ -715,7 +715,9 @@ class WorkloadSettings(_Section):
     )
     preflight: bool = setting(True, "preflight", "Run the all-reduce bandwidth probe before training and fail fast on a slow path.")
     preflight_min_busbw_gbps: float | None = setting(
-        None, "preflightMinBusbwGbps", "Inter-node all-reduce floor in GB/s at 1 GiB; unset: the instance catalog's estimate.",
+        None, "preflightMinBusbwGbps",
+        "Inter-node all-reduce floor in GB/s at 1 GiB on the job's network (the comparison run keeps its own); "
+        "unset: the network's, from a healthy node (plan shows it).",
         gt=0,
     )
     storage_path: StoragePath | None = setting(

@@ -101,8 +101,15 @@ def _guaranteed(cpu: str, memory: str, extended: dict[str, str] | None = None, c
     return V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts), claims=claims)
 
 
+# Every Ray container runs Python with unbuffered stdio, whatever dlcImage sets: CPython then unbuffers C's stdout too
+# (Python/initconfig.c, config_init_stdio: setvbuf(stdout, NULL, _IONBF, ...)), and NCCL writes its INFO lines there
+# with vfprintf and no fflush (src/debug.cc, ncclDebugLog): block-buffered, a rank's last lines (the transport gate's
+# evidence) would be lost when the worker ends with _exit.
+_PYTHON_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
 def _env(values: dict[str, str]) -> list[V1EnvVar]:
-    return [V1EnvVar(name=name, value=value) for name, value in sorted(values.items())]
+    return [V1EnvVar(name=name, value=value) for name, value in sorted({**_PYTHON_ENV, **values}.items())]
 
 
 def _code_env(user_code: UserCodeVolume | None = None) -> dict[str, str]:
@@ -275,8 +282,8 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         # The image's CUDA forward-compatibility setup, which its ENTRYPOINT would run: KubeRay puts these args in
         # front of `ray start`, in the same shell (k8s.cuda_compat).
         args=[cuda_compat_setup()],
-        env=_env({**network_env(settings.workload.network, instance), **_code_env(user_code), **_region_env(settings),
-                  **data_env}),
+        env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group),
+                  **_code_env(user_code), **_region_env(settings), **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims() if dra else None),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
                        *data_mounts, *sysfs_mounts],
@@ -313,6 +320,7 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
     container = V1Container(
         name=_SUBMITTER_CONTAINER,
         image=settings.workload.dlc_image,
+        env=_env({}),
         resources=_guaranteed(_SUBMITTER_CPU, _SUBMITTER_MEMORY),
         security_context=container_security_context(),
     )

@@ -131,10 +131,14 @@ def build_workload(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
 
 def build_manifests(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> list[cdk8s.Chart]:
     """Everything dist/ gets, in apply order: the namespace, the long-lived RayCluster, the training RayJob and its
-    comparison run on the other network (settings with network flipped). Apply the namespace and then ONE of the
+    comparison run on the other network (settings with network flipped, and preflightMinBusbwGbps unset: each
+    network's own floor). Apply the namespace and then ONE of the
     others at a time: each of them takes every GPU node. `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive),
     which every Ray pod fetches, in place of its ConfigMap."""
-    other = settings.replace(network=comparison_network(settings.workload.network))
+    # The comparison run gets its own network's preflight floor (training.preflight.network_floor): a
+    # preflightMinBusbwGbps set for the job's network would hold TCP to EFA's floor, or EFA to TCP's.
+    unset_floor = {} if settings.workload.preflight_min_busbw_gbps is None else {"preflightMinBusbwGbps": None}
+    other = settings.replace(network=comparison_network(settings.workload.network), **unset_floor)
     jobs = sorted([settings, other], key=lambda s: s.workload.network)  # rayjob-efa before rayjob-tcp, always
     return _in_order([
         namespace_chart(scope, settings),

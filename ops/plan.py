@@ -19,6 +19,7 @@ from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.perf import Calibration
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.core.strategy import check_fits, choose, estimate, performance
+from ray_efa.training.preflight import PreflightFloor, preflight_floor
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,7 +61,7 @@ class Plan:
     use_device_rdma: bool
     allreduce_floor_gbps: float
     allreduce_floor_source: str
-    """"setting" (preflightMinBusbwGbps) or "catalog" (half the line rate)."""
+    """"setting" (preflightMinBusbwGbps), "catalog" (EFA) or "socket model" (TCP): preflight.source says more."""
     pods: tuple[PodResources, ...]
     """The Ray worker pod (one per GPU node), then the Ray head (on a system node)."""
     memory: MemoryEstimate | None
@@ -77,6 +78,8 @@ class Plan:
     """What both `cdk destroy` leave in the account, each with its monthly cost (core.cost.retained_after_destroy)."""
     scaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The predicted scaling curve over 1..N nodes (ops.scaling): what `plan --plot` draws."""
+    preflight: PreflightFloor | None = None
+    """The all-reduce floor the job runs with (training.preflight.preflight_floor)."""
 
     @property
     def judged(self) -> bool:
@@ -133,6 +136,7 @@ class Plan:
             "teardown": list(self.teardown),
             "retained_after_destroy": list(self.retained_after_destroy),
             "scaling": self.scaling,
+            "preflight": None if self.preflight is None else self.preflight.as_dict(),
         }
 
 
@@ -166,7 +170,7 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
     gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     worker = catalog.worker_pod_resources(gpu)
     head_cpu, head_memory = catalog.head_pod_resources(system)
-    floor = s.workload.preflight_min_busbw_gbps
+    floor = preflight_floor(s)
     memory = None if s.nodes.scaled_to_zero else estimate(s)
     return Plan(
         settings=s,
@@ -177,8 +181,10 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
         placement_group=s.nodes.use_placement_group,
         efa_interfaces=tuple(catalog.efa_network_interfaces(gpu)),
         use_device_rdma=catalog.use_device_rdma(gpu),
-        allreduce_floor_gbps=floor if floor is not None else catalog.allreduce_floor_gbps(gpu),
-        allreduce_floor_source="setting" if floor is not None else "catalog",
+        allreduce_floor_gbps=floor.floor_gb_s,
+        allreduce_floor_source=("setting" if s.workload.preflight_min_busbw_gbps is not None
+                                else "catalog" if floor.network == "efa" else "socket model"),
+        preflight=floor,
         pods=(
             PodResources(role="worker", cpu=worker.cpu, memory_gib=worker.memory_gib, gpus=worker.gpus, efa=worker.efa,
                          shm_gib=worker.shm_gib),
@@ -289,7 +295,8 @@ def render_plan(plan: Plan, console: Console) -> None:
 
     efa = Table(title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
                 caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
-                        f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB ({plan.allreduce_floor_source})")
+                        f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB over {s.workload.network} "
+                        f"({plan.preflight.source if plan.preflight else plan.allreduce_floor_source})")
     for column in ("NetworkCardIndex", "DeviceIndex", "InterfaceType"):  # the launch template's field names
         efa.add_column(column)
     for interface in plan.efa_interfaces:

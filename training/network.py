@@ -9,7 +9,7 @@ Pure Python on purpose: the k8s charts import it outside the container and the j
 
 from __future__ import annotations
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, perf
 from ray_efa.core.settings import setting_choices
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
@@ -55,17 +55,22 @@ def _check_network(network: str) -> None:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
 
 
-def network_env(network: str, instance: catalog.InstanceType | str) -> dict[str, str]:
+def network_env(network: str, instance: catalog.InstanceType | str, *, placement_group: bool = True) -> dict[str, str]:
     """The environment variables every Ray worker needs for `network` ("efa" or "tcp") on `instance`.
 
     FI_EFA_USE_DEVICE_RDMA=1 is added only on EFA instances with GPUDirect RDMA (core.catalog.use_device_rdma);
-    on g5/g6/g6e it aborts the ranks. `instance` is a catalog row or an instance type name.
+    on g5/g6/g6e it aborts the ranks. "tcp" sets NCCL's sockets per connection (NCCL_SOCKET_NTHREADS x
+    NCCL_NSOCKS_PERTHREAD, core.perf.socket_layout) from the primary card's bandwidth and EC2's per-flow limit, in a
+    cluster placement group (`placement_group`) or not: in a pod NCCL would pick 1 socket a connection itself.
+    `instance` is a catalog row or an instance type name.
     """
     _check_network(network)
     row = catalog.gpu_instance(instance) if isinstance(instance, str) else instance
     env = dict(_ENV[network])
     if network == "efa" and catalog.use_device_rdma(row):
         env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    if network == "tcp":
+        env.update(perf.socket_layout(row, placement_group=placement_group).env())
     return env
 
 

@@ -5,21 +5,25 @@ Ray Train worker calls
 
     results = allreduce_probe()                               # after torch.distributed is initialized
     print(format_probe_table(results))                        # rank 0
-    check_busbw(results, floor_gbps=floor_gbps(settings), inter_node=nodes > 1)
+    floor = preflight_floor(settings)
+    check_busbw(results, floor_gbps=floor.floor_gb_s, inter_node=nodes > 1, network=floor.network)
 
-and the job stops with PreflightError naming the measured and the expected bandwidth. Bandwidths follow nccl-tests
+and the job stops with PreflightError naming the measured and the expected bandwidth. The floor is the network's:
+over EFA a share of what a healthy node of the family reaches (core.catalog.allreduce_floor_gbps: GPUDirect RDMA or
+not, EFA cards, intra-node link), over TCP a share of the socket model (core.perf.socket_gb_s, with the sockets the
+TCP job opens), or preflightMinBusbwGbps; `ray-efa plan --json` shows it as `preflight`. Bandwidths follow nccl-tests
 (doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n for all-reduce, in GB/s (1e9 bytes).
 All ranks get identical results (the slowest rank's time), so they all pass or all raise together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, perf
 
 if TYPE_CHECKING:  # torch stays out of import time: the CLI and the manifests import this module's neighbours
     import torch
@@ -34,6 +38,9 @@ __all__ = [
     "allreduce_probe",
     "check_busbw",
     "floor_gbps",
+    "PreflightFloor",
+    "network_floor",
+    "preflight_floor",
     "format_probe_table",
     "record_probe",
     "measured_busbw_gb_s",
@@ -52,7 +59,7 @@ class PreflightError(RuntimeError):
     """The path between ranks is too slow, or all-reduce returned wrong values."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ProbeResult:
     """One message size of the probe."""
 
@@ -142,27 +149,37 @@ def allreduce_probe(
     return results
 
 
-def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: bool) -> None:
+_LIKELY_CAUSE = {
+    "efa": ("Likely cause: NCCL fell back to TCP sockets (the OFI plugin or the EFA provider did not load: run "
+            "`ray-efa check-transport` on the NCCL log), or the nodes are not in one AZ and placement group."),
+    "tcp": ("Likely cause: fewer sockets than the job sets (NCCL logs 'NET/Socket: Using N threads and M sockets per "
+            "thread'; NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD), or the nodes are not in one placement group "
+            "(EC2 holds one flow to 5 Gbit/s outside it)."),
+}
+
+
+def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: bool, *, network: str = "efa") -> None:
     """Raise PreflightError when the largest size's bus bandwidth is below `floor_gbps` on an inter-node run.
 
-    The floor describes the network between nodes (core.catalog.allreduce_floor_gbps: half the line rate, or the
-    preflightMinBusbwGbps setting), so a single-node run (`inter_node=False`) is not judged against it.
+    The floor describes the network between nodes (preflight_floor: a share of what a healthy node reaches on
+    `network`, or the preflightMinBusbwGbps setting), so a single-node run (`inter_node=False`) is not judged against
+    it. `network` ("efa" or "tcp") picks the likely cause the error names.
     """
     if not results:
         raise ValueError("results must hold at least one ProbeResult (run allreduce_probe first)")
     if not floor_gbps > 0:
         raise ValueError(f"floor_gbps must be > 0, got {floor_gbps!r}")
+    if network not in _LIKELY_CAUSE:
+        raise ValueError(f"network must be one of {', '.join(_LIKELY_CAUSE)}, got {network!r}")
     largest = max(results, key=lambda r: r.size_bytes)
     if not inter_node or largest.world_size < 2:
         return
     if largest.busbw_gbps < floor_gbps:
         raise PreflightError(
             f"all-reduce bus bandwidth {largest.busbw_gbps:.2f} GB/s at {_size(largest.size_bytes)} over "
-            f"{largest.world_size} ranks is below the floor of {floor_gbps:.2f} GB/s "
-            f"({largest.busbw_gbps / floor_gbps:.0%} of it). Likely cause: NCCL fell back to TCP sockets (the OFI "
-            "plugin or the EFA provider did not load: run `ray-efa check-transport` on the NCCL log), or the nodes are "
-            "not in one AZ and placement group. Set preflightMinBusbwGbps to change the floor, or preflight=false "
-            "to skip the probe."
+            f"{largest.world_size} ranks is below the {network} floor of {floor_gbps:.2f} GB/s "
+            f"({largest.busbw_gbps / floor_gbps:.0%} of it). {_LIKELY_CAUSE[network]} Set preflightMinBusbwGbps to "
+            "change the floor, or preflight=false to skip the probe."
         )
 
 
@@ -179,10 +196,61 @@ def measured_busbw_gb_s() -> float | None:
     return _measured[0] if _measured else None
 
 
-def floor_gbps(settings: Settings) -> float:
-    """The bus-bandwidth floor of a run: preflightMinBusbwGbps if set, else the instance catalog's estimate."""
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PreflightFloor:
+    """The all-reduce floor a job runs with, and where it comes from."""
+
+    floor_gb_s: float
+    """Lowest all-reduce bus bandwidth (GB/s) at 1 GiB the preflight accepts between nodes."""
+    source: str
+    """"setting preflightMinBusbwGbps", or the catalog's / the socket model's reasoning with its sources."""
+    network: str
+    """The network it is for: "efa" or "tcp" (the job's `network` setting)."""
+    healthy_gb_s: float | None = None
+    """What a healthy pair of nodes reaches on that network (None with the setting)."""
+    judged: bool = True
+    """Whether the preflight applies it: only between nodes (gpuNodeCount > 1)."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"floor_gb_s": self.floor_gb_s, "source": self.source, "network": self.network,
+                "healthy_gb_s": None if self.healthy_gb_s is None else round(self.healthy_gb_s, 3),
+                "margin": catalog.FLOOR_MARGIN if self.healthy_gb_s is not None else None, "judged": self.judged}
+
+
+def network_floor(instance: catalog.InstanceType, network: str, *, placement_group: bool = True) -> PreflightFloor:
+    """The floor of a job on `network` between `instance` nodes, from the catalog (EFA) or the socket model (TCP),
+    never one network's floor for the other: the TCP comparison run must finish to be compared."""
+    if network == "efa":
+        healthy = catalog.healthy_efa_busbw(instance)
+        gb_s, source = healthy.gb_s, f"catalog: {healthy.source}"
+    elif network == "tcp":
+        layout = perf.socket_layout(instance, placement_group=placement_group)
+        gb_s = perf.socket_gb_s(instance, placement_group=placement_group)
+        source = (f"socket model (core.perf.socket_gb_s): TCP on the {instance.primary_card_gbps:g} Gbit/s card 0, "
+                  f"{layout.threads} threads x {layout.sockets_per_thread} sockets a connection, "
+                  f"{'in' if placement_group else 'outside'} a placement group")
+    else:
+        raise ValueError(f"network must be one of {', '.join(perf.NETWORKS)}, got {network!r}")
+    floor = round(gb_s * catalog.FLOOR_MARGIN, 2)
+    return PreflightFloor(floor_gb_s=floor, source=f"{source}; floor {catalog.FLOOR_MARGIN:g} of {gb_s:.2f} GB/s",
+                          network=network, healthy_gb_s=gb_s)
+
+
+def preflight_floor(settings: Settings) -> PreflightFloor:
+    """The floor the job of `settings` runs with: preflightMinBusbwGbps if set, else its network's (network_floor)."""
+    n = settings.nodes
+    network, judged = settings.workload.network, n.gpu_node_count > 1
     configured = settings.workload.preflight_min_busbw_gbps
-    return configured if configured is not None else catalog.allreduce_floor_gbps(settings.nodes.gpu_instance)
+    if configured is not None:
+        return PreflightFloor(floor_gb_s=configured, source="setting preflightMinBusbwGbps", network=network,
+                              judged=judged)
+    return dataclasses.replace(network_floor(n.gpu_instance, network, placement_group=n.use_placement_group),
+                               judged=judged)
+
+
+def floor_gbps(settings: Settings) -> float:
+    """The bus-bandwidth floor of a run, GB/s (preflight_floor's)."""
+    return preflight_floor(settings).floor_gb_s
 
 
 def format_probe_table(results: Sequence[ProbeResult]) -> str:

@@ -90,11 +90,13 @@ def before_training(run: WorkerRun) -> None:
 
     if run.settings.workload.preflight and dist.is_initialized():
         results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
+        floor = preflight.preflight_floor(run.settings)  # the job's network's floor: TCP is never held to EFA's
         if run.rank == 0:
             _say(preflight.format_probe_table(results))
+            _say(f"preflight floor ({floor.network}): {floor.floor_gb_s:g} GB/s at 1 GiB between nodes; {floor.source}")
         inter_node = run.local_world_size < run.world_size
         preflight.record_probe(results)  # the measured link, for the run summary (ray-efa calibrate)
-        preflight.check_busbw(results, floor_gbps=preflight.floor_gbps(run.settings), inter_node=inter_node)
+        preflight.check_busbw(results, floor_gbps=floor.floor_gb_s, inter_node=inter_node, network=floor.network)
     efa_counters.snapshot_ray_worker("before")  # each node's EFA counters, after the preflight: the gate's 2nd witness
 
 

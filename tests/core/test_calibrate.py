@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ray_efa.core import perf
+from ray_efa.core import catalog, perf
 from ray_efa.core.calibrate import CalibrationError, compare_run
 from ray_efa.core.settings import Settings
 from tests.ops.cli_helpers import run_cli
@@ -85,6 +85,27 @@ def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_pat
     performance = json.loads(capsys.readouterr().out)["performance"]
     assert performance["efa"]["step_time_s"] == pytest.approx(out["calibrated"]["step_time_s"], rel=1e-3)
     assert performance["efa"]["calibration"].startswith("run train-efa")
+
+
+def test_a_run_across_nodes_suggests_the_floor_its_probe_measured(tmp_path, capsys):
+    # GIVEN the 2-node run whose probe measured 3.1 GB/s over EFA
+    floor = compare_run(Settings(), L4_RUN).suggested_floor
+    # THEN the floor is the catalog's margin of it, for EFA runs, with the setting that applies it
+    assert floor is not None and floor.floor_gb_s == round(3.1 * catalog.FLOOR_MARGIN, 2) and floor.network == "efa"
+    assert floor.setting == f"preflightMinBusbwGbps={floor.floor_gb_s:g}"
+    assert floor.source.startswith("calibration: run train-efa on 2 x g6.12xlarge")
+    # AND a single-node run suggests none
+    assert compare_run(Settings(), H200_RUN).suggested_floor is None
+    # AND the command says how to use it
+    log = tmp_path / "driver.log"
+    log.write_text("RAY_EFA_RUN_SUMMARY " + json.dumps({**L4_RUN, "network": "tcp", "preflight_busbw_gb_s": 1.8}) + "\n")
+    assert run_cli("calibrate", str(log), "--json") == 0
+    suggested = json.loads(capsys.readouterr().out)["preflight"]
+    assert suggested.pop("source").startswith("calibration: run train-efa")
+    assert suggested == {"floor_gb_s": 0.9, "network": "tcp", "measured_busbw_gb_s": 1.8, "margin": 0.5,
+                         "setting": "preflightMinBusbwGbps=0.9"}
+    assert run_cli("calibrate", str(log)) == 0
+    assert "-c network=tcp -c preflightMinBusbwGbps=0.9" in " ".join(capsys.readouterr().out.split())
 
 
 def test_command_refuses_a_log_without_a_summary_and_a_run_of_another_type(tmp_path, capsys):

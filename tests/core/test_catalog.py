@@ -62,9 +62,42 @@ def test_device_rdma_only_with_gpudirect(name, expected):
     assert catalog.use_device_rdma(catalog.gpu_instance(name)) is expected
 
 
-def test_allreduce_floor_scales_with_line_rate():
-    assert catalog.allreduce_floor_gbps(catalog.gpu_instance("g6.12xlarge")) == 2.5  # 40 Gbit/s = 5 GB/s, half
-    assert catalog.allreduce_floor_gbps(catalog.gpu_instance("p5.48xlarge")) == 200.0
+@pytest.mark.parametrize("name", ["g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge"])
+def test_without_gpudirect_rdma_the_floor_is_what_a_healthy_host_staged_node_reaches_not_the_line_rate(name):
+    # GIVEN a family without GPUDirect RDMA: 40 to 400 Gbit/s, 1 to 4 EFA cards
+    row = catalog.gpu_instance(name)
+    healthy = catalog.healthy_efa_busbw(row)
+    # THEN a healthy pair reaches the host-staged measurement (nccl-tests on g6e: 3 GB/s), whatever its cards add up
+    # to, and the floor is the margin of that: at most 2.5 GB/s (g6e.48xlarge's half line rate was 25)
+    assert healthy.gb_s == catalog.HOST_STAGED_EFA_GB_S == 3.0
+    assert catalog.allreduce_floor_gbps(row) == 1.5 <= 2.5
+    assert "aws/aws-ofi-nccl#547" in healthy.source and "no GPUDirect RDMA" in healthy.source
+    assert f"{row.efa_interfaces} EFA" in healthy.source
+
+
+def test_a_single_card_slower_than_the_host_path_is_held_to_its_line_rate():
+    # g6.8xlarge: one 25 Gbit/s card, 3.125 GB/s, 2.5 at EFA's share: below the host-staged 3 GB/s
+    row = catalog.gpu_instance("g6.8xlarge")
+    assert catalog.healthy_efa_busbw(row).gb_s == pytest.approx(25 / 8 * catalog.EFA_LINE_SHARE)
+    assert catalog.allreduce_floor_gbps(row) == 1.25
+
+
+def test_with_gpudirect_rdma_the_floor_scales_with_every_efa_card():
+    # p4d: 4 x 100 Gbit/s; p5: 32 x 100; p5en: 16 x 200: the aggregate line rate at EFA's share, then the margin
+    for name, gbps in (("p4d.24xlarge", 400), ("p5.48xlarge", 3200), ("p5en.48xlarge", 3200)):
+        row = catalog.gpu_instance(name)
+        assert catalog.allreduce_floor_gbps(row) == pytest.approx(gbps / 8 * catalog.EFA_LINE_SHARE
+                                                                  * catalog.FLOOR_MARGIN)
+        assert "GPUDirect RDMA" in catalog.healthy_efa_busbw(row).source
+    assert catalog.allreduce_floor_gbps(catalog.gpu_instance("p4d.24xlarge")) == 20.0  # 2 x p4d reach 57 (nccl#527)
+
+
+def test_the_intra_node_link_caps_what_a_healthy_node_reaches():
+    # GIVEN a described type whose GPUs talk at 10 GB/s inside the node, with 3,200 Gbit/s of EFA
+    row = catalog.describe_gpu_instance({**B300, "gpuLinkGbS": 10})
+    # THEN the ring through its GPUs, not the network, sets the floor
+    assert catalog.healthy_efa_busbw(row).gb_s == 10 and "intra-node" in catalog.healthy_efa_busbw(row).source
+    assert catalog.allreduce_floor_gbps(row) == 5.0
 
 
 @pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA L4", "L4"),
@@ -147,7 +180,7 @@ def test_a_described_type_gets_every_derived_value_a_built_in_row_gets():
     row = catalog.describe_gpu_instance(B300)
     assert row.described and row.gpu.name == "B300" and catalog.gpu_link(row).gb_s == 900
     assert len(catalog.efa_network_interfaces(row)) == 16 and catalog.use_device_rdma(row)
-    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 400.0
+    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 320.0  # 6400 x 0.8 x 0.5
     # a GPU the catalog knows brings its facts: no memory or peak needed
     known = catalog.describe_gpu_instance({k: v for k, v in B300.items() if k not in ("gpuMemoryGib", "peakBf16Tflops",
                                                                                   "memoryBandwidthGbS")}

@@ -17,6 +17,30 @@ def _rows():
     return [r for r in map(json.loads, CALIBRATION.read_text().splitlines()) if "step_time_s" in r]
 
 
+def test_the_tcp_run_opens_enough_sockets_to_fill_card_0_and_never_fewer_than_nccls_ena_default():
+    # g6.12xlarge's 40 Gbit/s card needs 4 flows of 10 Gbit/s: NCCL's own ENA choice (2 x 8) already covers it
+    g6 = catalog.gpu_instance("g6.12xlarge")
+    assert perf.socket_layout(g6) == perf.SocketLayout(threads=2, sockets_per_thread=8)
+    assert perf.socket_layout(g6).env() == {"NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8"}
+    # p6-b200's 400 Gbit/s card needs 40 flows in a placement group, 80 outside: capped at NCCL's 64 sockets
+    b200 = catalog.gpu_instance("p6-b200.48xlarge")
+    assert perf.socket_layout(b200).sockets == 40
+    assert perf.socket_layout(b200, placement_group=False) == perf.SocketLayout(threads=8, sockets_per_thread=8)
+
+
+@pytest.mark.parametrize("placement_group", [True, False])
+def test_every_socket_layout_is_within_nccls_caps(placement_group):
+    # net_socket.cc: NCCL_SOCKET_NTHREADS at most 16, NTHREADS x NSOCKS_PERTHREAD at most 64
+    huge = catalog.describe_gpu_instance({"name": "x9.48xlarge", "gpus": 8, "gpuName": "B200", "vcpus": 192,
+                                          "memoryGib": 2048, "efaInterfaces": 1, "networkGbps": 6400, "usdPerHour": 1})
+    flow = perf.FLOW_GBPS["placement" if placement_group else "spread"]
+    for row in [*(r for r in catalog.GPU_INSTANCES.values() if r.efa_capable), huge]:
+        layout = perf.socket_layout(row, placement_group=placement_group)
+        assert 1 <= layout.threads <= perf.NCCL_MAX_SOCKET_THREADS and layout.sockets <= perf.NCCL_MAX_SOCKETS, row.name
+        assert layout.sockets >= min(row.primary_card_gbps / flow, perf.NCCL_MAX_SOCKETS), row.name
+    assert perf.socket_layout(huge, placement_group=placement_group).sockets == perf.NCCL_MAX_SOCKETS
+
+
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']}")
 def test_one_gpu_step_is_predicted_within_20_percent_of_the_h200_measurement(row):
     # GIVEN a step measured on one H200 (bench/calibrate.py: no communication at world size 1)
@@ -95,9 +119,10 @@ def test_socket_path_comes_from_the_instances_own_card_not_a_fraction_of_efa():
     assert p5.primary_card_gbps == 100
     assert tcp5.gb_s == pytest.approx(perf.SOCKET_HOST_CEILING_GB_S)
     assert efa5.gb_s / tcp5.gb_s > 50
-    # outside a placement group each of NCCL's 16 flows is capped at 5 Gbit/s: the flows bind before the 200 Gbit/s card
+    # outside a placement group each flow is capped at 5 Gbit/s: the job opens 40 sockets to fill the 200 Gbit/s card
     p5en = catalog.gpu_instance("p5en.48xlarge")
-    assert perf.socket_gb_s(p5en, placement_group=False) == pytest.approx(min(16 * 5 / 8, 200 / 8 * 0.388, 3.4))
+    assert perf.socket_layout(p5en, placement_group=False).sockets == 40
+    assert perf.socket_gb_s(p5en, placement_group=False) == pytest.approx(min(40 * 5 / 8, 200 / 8 * 0.388, 3.4))
     # a network-bound default step on p5 is several times slower over TCP than over EFA
     s = Settings.from_context({"gpuInstanceType": "p5.48xlarge"})
     assert strategy.choose(s, "tcp").prediction.step_time_s > 4 * strategy.choose(s, "efa").prediction.step_time_s

@@ -88,8 +88,9 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-NOT_NETWORK_ENV = ("PYTHONPATH", "AWS_REGION", "AWS_DEFAULT_REGION", "RAY_EFA_MODEL_CACHE", "HF_HUB_CACHE")
-"""Env of every Ray container that is not the network's: the shipped code, the AWS region, the model caches."""
+NOT_NETWORK_ENV = ("PYTHONPATH", "AWS_REGION", "AWS_DEFAULT_REGION", "RAY_EFA_MODEL_CACHE", "HF_HUB_CACHE",
+                   "PYTHONUNBUFFERED")
+"""Env of every Ray container that is not the network's: the shipped code, the AWS region, the model caches, stdio."""
 
 
 def env(template: dict[str, Any]) -> dict[str, str]:

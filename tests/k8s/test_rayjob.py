@@ -12,9 +12,12 @@ import cdk8s
 import pytest
 import yaml
 
+from ray_efa.core import perf
+from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
+from ray_efa.training.preflight import preflight_floor
 from tests.k8s.conftest import (
     BASE,
     NOT_NETWORK_ENV,
@@ -98,7 +101,47 @@ def test_tcp_variant_workers_force_nccl_sockets(default_synth):
         "NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8",  # g6.12xlarge: NCCL's own choice on an ENA NIC
     }
+
+
+@pytest.mark.parametrize("instance, placement", [
+    ("g6.12xlarge", {}), ("g6e.48xlarge", {}), ("p5en.48xlarge", {}), ("p6-b200.48xlarge", {}),
+    ("p5en.48xlarge", {"capacityReservationId": "cr-0123456789abcdef0"}),  # no placement group: 5 Gbit/s a flow
+])
+def test_the_tcp_rayjob_sets_its_sockets_from_the_card_and_the_model_uses_them(instance, placement):
+    # GIVEN the synthesized TCP comparison RayJob (a pod's veth would leave NCCL at 1 socket a connection)
+    synth = synthesize(BASE.replace(gpuInstanceType=instance, **placement))
+    worker_env = env(worker_group(synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
+    threads, per_thread = int(worker_env["NCCL_SOCKET_NTHREADS"]), int(worker_env["NCCL_NSOCKS_PERTHREAD"])
+    # THEN NCCL's caps hold (net_socket.cc: 16 threads, 64 sockets) and the sockets fill card 0 at EC2's flow limit
+    row, in_group = synth.settings.nodes.gpu_instance, synth.settings.nodes.use_placement_group
+    assert 1 <= threads <= 16 and threads * per_thread <= 64
+    flow = perf.FLOW_GBPS["placement" if in_group else "spread"]
+    assert threads * per_thread >= min(64, row.primary_card_gbps / flow)
+    # AND the step model and the TCP floor count the sockets the job runs with
+    assert perf.socket_layout(row, placement_group=in_group).sockets == threads * per_thread
+    # AND the EFA job leaves NCCL's socket transport alone
+    efa_env = env(worker_group(synth.ray_job("efa")["spec"]["rayClusterSpec"])["template"])
+    assert not {"NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"} & set(efa_env)
+
+
+def test_the_tcp_rayjob_ships_settings_whose_floor_is_tcps_even_when_the_efa_floor_is_set():
+    # GIVEN an EFA job with a floor measured on its nodes (ray-efa calibrate), on the default g6.12xlarge
+    synth = synthesize(BASE.replace(preflightMinBusbwGbps=2.8))
+    efa = Settings.from_context(_settings_json(synth, "efa"))
+    tcp = Settings.from_context(_settings_json(synth, "tcp"))
+    # THEN the EFA job runs with it and the TCP comparison job with the socket model's floor, at most 1.5 GB/s
+    assert preflight_floor(efa).floor_gb_s == 2.8 and preflight_floor(efa).network == "efa"
+    assert preflight_floor(tcp).network == "tcp" and preflight_floor(tcp).floor_gb_s <= 1.5
+    assert preflight_floor(tcp).source.startswith("socket model")
+
+
+@pytest.mark.parametrize("instance", ["g6e.24xlarge", "g6e.48xlarge"])
+def test_the_g6e_efa_rayjob_ships_settings_whose_floor_a_healthy_node_clears(instance):
+    synth = synthesize(BASE.replace(gpuInstanceType=instance))
+    floor = preflight_floor(Settings.from_context(_settings_json(synth, "efa")))
+    assert floor.network == "efa" and floor.floor_gb_s <= 2.5
 
 
 def test_tcp_variant_never_asks_for_gpudirect_rdma():

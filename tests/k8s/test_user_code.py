@@ -104,7 +104,7 @@ def test_a_zip_in_s3_is_fetched_by_an_init_container_into_the_same_path():
         (init,) = template["spec"]["initContainers"]
         assert init["command"] == ["python", "-c", FETCH_SCRIPT, uri, USER_CODE_PATH], where
         assert init["image"] == container(template)["image"]
-        assert {e["name"] for e in init["env"]} >= {"AWS_REGION", "NVIDIA_VISIBLE_DEVICES"}
+        assert {e["name"] for e in init["env"]} >= {"AWS_REGION", "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"}
         assert init["resources"]["requests"] == init["resources"]["limits"]  # the pod stays Guaranteed
         assert "emptyDir" in volume_at(template, USER_CODE_PATH)
         assert k8s_validate(pod_template_object(template), "1.36") == "1.36", where

@@ -89,6 +89,24 @@ def test_a_capacity_reservation_turns_the_placement_group_off(project):
     assert plan.as_dict()["deployment"]["capacity_reservation_id"] == "cr-0123456789abcdef0"
 
 
+@pytest.mark.parametrize("context, network, at_most, source", [
+    ({}, "efa", 1.5, "catalog: no GPUDirect RDMA"),                             # 2 x g6.12xlarge over EFA
+    ({"network": "tcp"}, "tcp", 1.5, "socket model"),                            # its TCP comparison run
+    ({"gpuInstanceType": "g6e.24xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
+    ({"gpuInstanceType": "g6e.48xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
+    ({"gpuInstanceType": "p5.48xlarge"}, "efa", 160.0, "catalog: GPUDirect RDMA"),
+    ({"preflightMinBusbwGbps": 2.2}, "efa", 2.2, "setting preflightMinBusbwGbps"),
+])
+def test_command_json_reports_the_floor_the_job_runs_with(capsys, context, network, at_most, source):
+    options = [arg for key, value in context.items() for arg in ("-c", f"{key}={value}")]
+    assert run_cli("plan", *options, "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    floor = out["preflight"]
+    assert floor["network"] == network == out["deployment"]["network"]
+    assert 0 < floor["floor_gb_s"] <= at_most and floor["source"].startswith(source)
+    assert out["efa"]["allreduce_floor_gbps"] == floor["floor_gb_s"]  # one floor, shown twice
+
+
 def test_render_prints_every_section(project):
     console = Console(record=True, width=200)
     # WHEN the plan of the defaults is rendered
@@ -109,7 +127,7 @@ def test_command_json_is_complete(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
-                        "performance", "teardown", "retained_after_destroy", "scaling"}
+                        "performance", "teardown", "retained_after_destroy", "scaling", "preflight"}
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16

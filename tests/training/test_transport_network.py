@@ -33,7 +33,18 @@ def test_tcp_env_forces_nccls_socket_transport_and_keeps_the_plugin_out():
     env = network_env("tcp", "p5.48xlarge")
     assert env == {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
                    "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                   "NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8"}
+
+
+def test_tcp_env_sets_the_sockets_from_the_card_and_the_placement_group():
+    # a pod's eth0 has no /sys/class/net/eth0/device: without these NCCL would open 1 socket a connection
+    # p5en's card 0 is 200 Gbit/s: 20 flows of 10 Gbit/s in a placement group, 40 of 5 outside
+    assert network_env("tcp", "p5en.48xlarge")["NCCL_SOCKET_NTHREADS"] == "3"
+    outside = network_env("tcp", "p5en.48xlarge", placement_group=False)
+    assert (outside["NCCL_SOCKET_NTHREADS"], outside["NCCL_NSOCKS_PERTHREAD"]) == ("5", "8")
+    # EFA's env has neither: NCCL's socket transport carries nothing there
+    assert not {"NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"} & set(network_env("efa", "p5en.48xlarge"))
 
 
 def test_each_call_returns_a_fresh_dict():
