@@ -517,3 +517,36 @@ def test_the_caller_hosts_that_contradict_nccl_are_noted():
 def test_a_bad_host_count_is_rejected(hosts):
     with pytest.raises(ValueError, match="hosts must be a whole number >= 1"):
         classify(EFA_JOB).verdict("efa", hosts=hosts)
+
+
+def test_the_rdma_probe_of_a_healthy_g6_gets_no_provider_note():
+    # GIVEN aws-ofi-nccl 1.20's RDMA probe finding no provider at INFO, then SENDRECV on efa (nccl_ofi_rdma.cpp)
+    lines = [A + "NET/OFI No eligible providers were found", A + "NET/OFI Using transport protocol SENDRECV", *EFA_JOB]
+    verdict = verdict_of(lines)
+    # THEN it passes with no note about a plugin or provider problem
+    assert verdict.exit_code == EXIT_PASS
+    assert not any("provider problem" in n for n in verdict.notes)
+
+
+def test_two_hosts_given_and_one_hosts_old_lines_never_pass():
+    # GIVEN NCCL 2.4 lines (no communicator shape) of one host of a job the caller ran on 2
+    lines = ["p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
+             "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0"]
+    verdict = classify(lines).verdict("efa", hosts=2)
+    # THEN it proves nothing, naming the host it has
+    assert verdict.exit_code == EXIT_NO_PROOF and verdict.cause == "missing-nodes"
+    assert "lines of 1 (p4d-1)" in verdict.summary
+    # AND without the caller's count, the same lines pass (nothing says the job had more hosts)
+    assert classify(lines).verdict("efa").exit_code == EXIT_PASS
+
+
+def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
+    lines = [*EFA_JOB, B.replace("NCCL INFO ", "transport/net.cc:1 NCCL WARN ") + "NET/OFI Unable to register memory "
+             "(type = 2) for device 0. RC: -22, Error: Invalid argument", B + "transport/net.cc:829 -> 2"]
+    verdict = verdict_of(lines)
+    assert verdict.exit_code == EXIT_CONTRADICTED and verdict.cause == "nccl-error"
+    assert "ip-10-0-1-12:4200 rank 1" in verdict.summary and "Unable to register memory" in verdict.summary
+    # AND the returns of a plugin that failed while NCCL fell back (in-progress 7 included) are no failed collective
+    fallback = [*EFA_JOB, A.replace("NCCL INFO ", "x:1 NCCL WARN ") + "NET/OFI aws-ofi-nccl initialization failed",
+                A + "net.cc:56 -> 2", B + "init.cc:9 -> 7"]
+    assert verdict_of(fallback).cause != "nccl-error"
