@@ -23,6 +23,10 @@ Rules (the reason for each is in `Verdict`):
 - Where NCCL did not log a communicator's shape, a network a process chose still contradicts (never confirms) the
   expectation when the job spans 2+ hosts (nNodes, distinct host names, or the caller's `hosts`), or when the plugin
   of the expected transport failed just before (aws-ofi-nccl init failed, no provider, libnccl-net missing).
+- A Libfabric network is EFA only with the provider efa logged by the process or the job; without one it proves
+  nothing (aws-ofi-nccl runs on tcp, sockets, verbs... too). A failed NCCL call (a WARN with NCCL's "-> code"
+  returns, PyTorch's "NCCL error", an aborted init) fails the verdict whatever the channels say. Missing ranks of
+  the largest communicator, or fewer hosts than the caller's `hosts`, or an init never completed, keep a pass away.
 - Pass only when at least one process proves the expected transport and no process shows another one. An empty log,
   a WARN-only log or a single-node job proves nothing (exit 3); a gate must treat 3 as "not passed".
 - `gate(report, expect, counters=snapshots)` adds the EFA hardware counters (training.efa_counters) as a second
