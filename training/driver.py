@@ -222,6 +222,20 @@ def gate_exit_code(verdict_exit_code: int, *, local: bool) -> int:
     return verdict_exit_code
 
 
+def nodes_without_logs(logs: list[Path], gpu_nodes: int) -> str | None:
+    """Why the collected logs cannot prove the job: fewer files with NCCL lines than the job's GPU nodes (a node whose
+    collector timed out or died has no file, training.log_collect.collect_nccl_logs), else None."""
+    from ray_efa.training.transport import classify_paths
+
+    with_lines = [p for p in logs if classify_paths([p]).nccl_lines]
+    if len(with_lines) >= gpu_nodes:
+        return None
+    have = ", ".join(p.name for p in with_lines) or "none"
+    return (f"NCCL lines were collected from {len(with_lines)} of the job's {gpu_nodes} GPU nodes ({have}): the "
+            "other nodes' logs are missing (their collector timed out, or the node died), and their transport is "
+            "unknown")
+
+
 def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json)."""
@@ -243,6 +257,10 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
         unusable, snapshots = error, []
     verdict = gate(classify_paths(logs), expected_transport(settings.workload.network), hosts=hosts,
                    counters=None if local else snapshots)
+    missing = None if local else nodes_without_logs(logs, hosts)
+    if missing is not None and verdict.exit_code == EXIT_OK:  # every node's logs, or no proof
+        verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, cause="missing-nodes",
+                                      summary=f"NO PROOF: {missing}; the rest: {verdict.summary}")
     if unusable is not None and verdict.exit_code == EXIT_OK:  # a counter file we cannot read never lets a job pass
         verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, summary=(
             f"NO PROOF: an EFA counter snapshot cannot be used ({unusable}); the rest: {verdict.summary}"))

@@ -23,6 +23,10 @@ Rules (the reason for each is in `Verdict`):
 - Where NCCL did not log a communicator's shape, a network a process chose still contradicts (never confirms) the
   expectation when the job spans 2+ hosts (nNodes, distinct host names, or the caller's `hosts`), or when the plugin
   of the expected transport failed just before (aws-ofi-nccl init failed, no provider, libnccl-net missing).
+- A Libfabric network is EFA only with the provider efa logged by the process or the job; without one it proves
+  nothing (aws-ofi-nccl runs on tcp, sockets, verbs... too). A failed NCCL call (a WARN with NCCL's "-> code"
+  returns, PyTorch's "NCCL error", an aborted init) fails the verdict whatever the channels say. Missing ranks of
+  the largest communicator, or fewer hosts than the caller's `hosts`, or an init never completed, keep a pass away.
 - Pass only when at least one process proves the expected transport and no process shows another one. An empty log,
   a WARN-only log or a single-node job proves nothing (exit 3); a gate must treat 3 as "not passed".
 - `gate(report, expect, counters=snapshots)` adds the EFA hardware counters (training.efa_counters) as a second
@@ -134,6 +138,8 @@ _INTERNAL_NETS = frozenset({"IB", "Socket"})
 
 @dataclass(frozen=True, slots=True)
 class _Hint:
+    id: str
+    """A short name for the cause (a verdict's `cause`, expected.csv's cause column)."""
     pattern: re.Pattern[str]
     expects: frozenset[str]
     """The expected transports for which this line explains a fallback (a missing OFI plugin is normal for IB)."""
@@ -142,48 +148,87 @@ class _Hint:
 
 _EFA, _EFA_IB = frozenset({"efa"}), frozenset({"efa", "ib"})
 _HINTS: tuple[_Hint, ...] = (
-    _Hint(re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,
+    _Hint("ofi-init-failed", re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,
           "aws-ofi-nccl failed to initialize (EFA userspace, libfabric and plugin do not match, "
           "or the pod has no EFA device: vpc.amazonaws.com/efa)"),
-    # "... supporting GPUDirect RDMA" is a normal retry on instances without GPUDirect RDMA (g5, g6, g6e).
-    _Hint(re.compile(r"Could not find any optimal provider(?! supporting GPUDirect)"
-                     r"|NET/OFI No eligible providers were found|Unable to find a protocol that worked"), _EFA,
+    # aws-ofi-nccl <= 1.5 (src/nccl_ofi_net.c, ofi_init in 1.1, nccl_net_ofi_init in 1.5): the plugin refuses any
+    # libfabric provider but efa, and NCCL then falls back to its own transports.
+    _Hint("ofi-only-efa", re.compile(r"NET/OFI Only EFA provider is supported"), _EFA,
+          "aws-ofi-nccl found no efa provider (\"Only EFA provider is supported\": no EFA device in the pod, or "
+          "FI_PROVIDER names another provider)"),
+    # "... supporting GPUDirect RDMA" is a normal retry on instances without GPUDirect RDMA (g5, g6, g6e). "NET/OFI
+    # No eligible providers were found" is not a failure either: aws-ofi-nccl 1.14-1.21 logs it at INFO when its
+    # RDMA protocol's probe finds no provider (nccl_ofi_rdma.cpp, nccl_net_ofi_rdma_init, fi_getinfo -FI_ENODATA),
+    # then nccl_net_ofi_create_plugin (nccl_ofi_net.cpp) tries SENDRECV, which is what a healthy g6 runs on; only
+    # "Unable to find a protocol that worked" (both failed) is.
+    _Hint("ofi-no-provider", re.compile(r"Could not find any optimal provider(?! supporting GPUDirect)"
+                                        r"|Couldn't find any optimal provider"
+                                        r"|Unable to find a protocol that worked"), _EFA,
           "libfabric found no usable EFA provider (no EFA device in the pod: request vpc.amazonaws.com/efa; "
           "or FI_PROVIDER names a provider that is not installed)"),
-    _Hint(re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"), _EFA,
+    _Hint("plugin-not-found", re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"), _EFA,
           "NCCL could not load the net plugin ({what}): aws-ofi-nccl is not installed or not on "
           "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library"),
-    _Hint(re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
+    _Hint("no-plugin", re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
           "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports"),
     # NCCL 2.12-2.18: "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : ...", then "No plugin found, using
     # internal implementation".
-    _Hint(re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"), _EFA,
+    _Hint("plugin-load-failed", re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"), _EFA,
           "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports"),
-    _Hint(re.compile(r"No plugin found, using internal"), _EFA,
+    _Hint("no-plugin", re.compile(r"No plugin found, using internal"), _EFA,
           "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports"),
     # NCCL 2.19+: the library loaded but exports no net API this NCCL can use (a plugin too old or too new).
-    _Hint(re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"), _EFA,
+    _Hint("plugin-symbols", re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"), _EFA,
           "the net plugin library exports no ncclNetPlugin API this NCCL supports (plugin and NCCL versions do "
           "not match), so NCCL used its internal IB/Socket transports"),
-    _Hint(re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
+    _Hint("no-net-plugin", re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
           "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)"),
-    _Hint(re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
+    _Hint("net-not-found", re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
           "NCCL_NET asks for network {what}, which no loaded plugin provides"),
-    _Hint(re.compile(r"NET/IB ?: ?No device found"), frozenset({"ib"}),
+    _Hint("ib-no-device", re.compile(r"NET/IB ?: ?No device found"), frozenset({"ib"}),
           "NCCL found no InfiniBand device (NET/IB : No device found)"),
 )
 
 
-# Every hint pattern holds one of these words; one search skips the hint table on ordinary lines.
-_HINT_WORDS = re.compile(r"ould not|ailed|No |not found|Unable|No eligible|returned")
+# Every hint pattern holds one of these words; one search skips the hint table on ordinary lines (a test checks that
+# each hint's example line gets through it).
+_HINT_WORDS = re.compile(r"ould not|ouldn't|ailed|No |Only EFA|not found|Unable|returned")
+
+# WARN lines of a plugin that failed while NCCL fell back to another transport: the job runs on (slowly), so these
+# with the error returns around them are a fallback, not failed collectives.
+_FALLBACK_WARN = re.compile(
+    "|".join(h.pattern.pattern.replace("?P<what>", "") for h in _HINTS)
+    + r"|Failed to initiali[sz]ed? (?:sendrecv|rdma) protocol|Creating new endpoint for domain .* failed"
+    r"|Caught exception in (?:rdma|sendrecv)_init|NET/Plugin|Setting FI_|OFI fi_getinfo\(\) call failed"
+)
+# NCCLCHECK's trace of a failed call (checks.h: INFO "%s:%d -> %d", "-> %d (%s)", "-> %d [Async thread]"); 7 is
+# ncclInProgress, the normal answer of a non-blocking communicator.
+_RETURN = re.compile(r"(?P<loc>[\w./+-]+\.(?:cc|cpp|c|cu|h|hpp)):\d+ -> (?P<code>\d+)\b")
+_NOT_ERRORS = frozenset({"0", "7"})
+# Errors as PyTorch (ProcessGroupNCCL: "NCCL error in: ..., unhandled system error ...") and NCCL's ncclGetErrorString
+# name them; torch prints them without NCCL's prefix, often after "[rankN]:".
+_FATAL = re.compile(r"NCCL error|unhandled (?:system|cuda) error|nccl(?:Internal|System|UnhandledCuda|Remote)Error"
+                    r"|ncclInvalid(?:Usage|Argument)")
+_FATAL_WORDS = ("NCCL error", "nccl", "unhandled")
+_TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
+# init.cc: "... comm %p rank %d nranks %d ... - Init START" (2.18+), "- Init COMPLETE" (2.4+), "- Abort COMPLETE".
+_INIT_STATE = re.compile(r"\bcomm (?P<comm>\S+) rank (?P<rank>\d+) .*- "
+                         r"(?P<state>Init START|Init COMPLETE|Abort COMPLETE)")
+# aws-ofi-nccl <= 1.5 (src/nccl_ofi_net.c, ofi_init / nccl_net_ofi_init) logs this only where the selected provider
+# is efa (IS_EFA_PROVIDER and no GPUDirect RDMA): it names the provider as surely as "Selected Provider is efa".
+_FORCING_NDEV = "NET/OFI Forcing AWS OFI ndev"
+# The libfabric providers aws-ofi-nccl runs on besides efa, for the summary's wording.
+OTHER_PROVIDERS: tuple[str, ...] = ("tcp", "sockets", "verbs", "cxi", "shm", "psm3", "opx")
 
 
 def transport_kind(network: str, providers: Iterable[str] = ()) -> set[str]:
-    """The transports a NCCL network name stands for: "efa", "ib", "socket", "libfabric/<provider>" or "other/<name>".
+    """The transports a NCCL network name stands for: "efa", "ib", "socket", "libfabric/<provider>", "libfabric"
+    (aws-ofi-nccl on a provider nobody logged) or "other/<name>".
 
-    aws-ofi-nccl calls itself "AWS Libfabric" (old) or "Libfabric" (new) whatever its libfabric provider is, so the
-    provider decides: efa -> "efa", anything else (tcp, sockets...) -> "libfabric/<provider>". With no provider
-    logged, a Libfabric network counts as EFA (aws-ofi-nccl's AWS platform build selects efa or fails).
+    aws-ofi-nccl calls itself "AWS Libfabric" (old) or "Libfabric" (new) whatever its libfabric provider is, and it
+    runs on any of them (efa, tcp, sockets, verbs, cxi, shm, psm3, opx: nccl_ofi_ofiutils.cpp takes the first
+    provider fi_getinfo returns that passes OFI_NCCL_PROVIDER / FI_PROVIDER), so only the provider decides: efa ->
+    "efa", anything else -> "libfabric/<provider>", none logged -> "libfabric", which is not EFA evidence.
     """
     name = network.strip()
     lower = name.lower()
@@ -193,7 +238,7 @@ def transport_kind(network: str, providers: Iterable[str] = ()) -> set[str]:
         return {"ib"}
     if "libfabric" in lower or lower.startswith("ofi") or lower == "aws ofi":
         kinds = {"efa" if p.split(";")[0].lower() == "efa" else f"libfabric/{p}" for p in providers}
-        return kinds or {"efa"}
+        return kinds or {"libfabric"}
     return {f"other/{name}"}
 
 
@@ -250,6 +295,14 @@ class ProcessEvidence:
     """NCCL printed "NET/Socket : Using [0]eth0:..." (its Socket transport initialized)."""
     ib_net_initialized: bool = False
     """NCCL printed "NET/IB : Using [0]mlx5_0:1/IB ..." (its IB transport initialized)."""
+    error: str | None = None
+    """The first line that says a NCCL call of this process failed: a WARN (not a plugin fallback's) with NCCL's
+    "file.cc:N -> code" returns, a "NCCL error ... unhandled system error" of PyTorch, or a communicator aborted
+    before its init completed. None where none did."""
+    incomplete_inits: tuple[str, ...] = ()
+    """Communicators (their pointers) whose "Init START" was logged and no "Init COMPLETE"."""
+    folded_comm_lines: int = 0
+    """The most processes Ray folded into one of this process's communicator lines ("[repeated Nx across cluster]")."""
 
     @property
     def multi_node(self) -> bool | None:
@@ -358,6 +411,8 @@ class ProcessVerdict:
     """The transports that count as evidence for this process (see transport_kind)."""
     cause: str | None
     basis: str | None = None
+    cause_id: str | None = None
+    """The cause as a short name: a hint's id ("ofi-init-failed"), "nccl-error", "provider-tcp", "chose-socket"..."""
     """Why the evidence counts: "traffic" (channel lines), "multi-node communicator" (a network chosen where nNodes >
     1), or, for a chosen network that can only contradict, "chosen on a job of 2 host names: a, b" or "chosen right
     after a plugin failure"."""
@@ -380,6 +435,11 @@ class Verdict:
     """How that is known: "2 hosts (given by the caller)", "2 hosts (NCCL's nNodes 2)", "2 hosts (host names a, b)"."""
     counters: efa_counters.CounterVerdict | None = None
     """The EFA hardware counters' verdict, where snapshots were given (see `gate`)."""
+    cause: str = ""
+    """Why, as a short name (tests/training/fixtures/nccl/expected.csv records it): "traffic" or "multi-node
+    communicator" for a pass; "nccl-error", a hint's id ("ofi-init-failed"), "provider-<name>", "chose-<transport>"
+    for a failure; "provider-unknown", "missing-nodes", "missing-ranks", "init-incomplete", "single-node",
+    "no-nccl-lines", "warn-only", "unproven", "no-transport-line" for no proof."""
 
     @property
     def status(self) -> str:
@@ -436,6 +496,7 @@ class Verdict:
             "notes": list(self.notes),
             "hosts": self.hosts,
             "hosts_source": self.hosts_source,
+            "cause": self.cause,
             "counters": None if self.counters is None else self.counters.to_json(),
             "processes": [
                 {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause,
@@ -454,7 +515,8 @@ class _Process:
     """Mutable evidence of one process while the stream is read; every container is bounded."""
 
     __slots__ = ("key", "host", "ip", "comm_ranks", "chan_ranks", "shapes", "networks", "plugins", "providers",
-                 "ofi_version", "channels", "nets", "hints", "info", "warn", "repeated", "socket_init", "ib_init")
+                 "ofi_version", "channels", "nets", "hints", "info", "warn", "repeated", "socket_init", "ib_init",
+                 "first_warn", "returns", "first_return", "fatal", "init_started", "init_done", "aborted", "folded")
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -472,6 +534,14 @@ class _Process:
         self.nets: dict[str, None] = {}
         self.hints: dict[str, frozenset[str]] = {}
         self.info = self.warn = self.repeated = 0
+        self.first_warn: str | None = None  # the first WARN that is not a plugin fallback's
+        self.returns = 0  # NCCLCHECK's "file.cc:N -> code" lines with an error code
+        self.first_return: str | None = None
+        self.fatal: str | None = None
+        self.init_started: dict[str, int] = {}  # comm pointer -> rank, bounded
+        self.init_done: set[str] = set()
+        self.aborted: set[str] = set()
+        self.folded = 0
 
     def freeze(self) -> ProcessEvidence:
         if self.comm_ranks:
@@ -481,7 +551,14 @@ class _Process:
         # "Init START/COMPLETE" lines repeat a communicator's size without its node count: keep the fuller line.
         known = {s.nranks for s in self.shapes if s.nnodes is not None}
         shapes = tuple(s for s in self.shapes if s.nnodes is not None or s.nranks not in known)
+        incomplete = tuple(c for c in self.init_started if c not in self.init_done)
+        error = self.fatal
+        if error is None and self.returns and self.first_warn is not None:
+            error = f"{self.first_warn} (then {self.returns} error returns, first {self.first_return})"
+        if error is None and any(c in self.aborted for c in incomplete):
+            error = f"communicator {incomplete[0]} was aborted before its init completed"
         return ProcessEvidence(
+            error=error, incomplete_inits=incomplete, folded_comm_lines=self.folded,
             key=self.key, host=self.host, ip=self.ip, ranks=tuple(sorted(ranks)), shapes=shapes, networks=tuple(self.networks),
             plugins=tuple(self.plugins), providers=tuple(self.providers), ofi_version=self.ofi_version,
             channels=tuple(sorted(self.channels.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -506,6 +583,8 @@ class _Reader:
     def feed(self, line: str) -> None:
         self.lines += 1
         if "NCCL" not in line:  # the cheap test that skips almost every line of a training log
+            if "nccl" in line and "Error" in line:  # "ncclInternalError: Internal check failed." of PyTorch
+                self._fatal(line)
             return
         if len(line) > _MAX_LINE_CHARS:
             line = line[:_MAX_LINE_CHARS]
@@ -520,6 +599,7 @@ class _Reader:
             v = _VERSION.search(line)  # NCCL >= 2.2x prints its version line without the host prefix
             if v:
                 self.versions.setdefault(v["version"], None)
+            self._fatal(line)
             return
         self.nccl += 1
         msg = line[at + len(level):]
@@ -545,7 +625,26 @@ class _Reader:
             proc.warn += 1
             if len(self.warnings) < _MAX_NOTES:
                 self.warnings.setdefault(msg[:200], None)
+            if proc.first_warn is None and not _FALLBACK_WARN.search(msg):
+                proc.first_warn = f"NCCL WARN {msg[:300]}"
+            if proc.fatal is None and _FATAL.search(msg):
+                proc.fatal = f"NCCL WARN {msg[:300]}"
+        if repeats and "comm " in msg and " rank " in msg:
+            proc.folded = max(proc.folded, repeats)
         _parse_message(proc, msg, self.versions)
+
+    def _fatal(self, line: str) -> None:
+        """Record a line outside NCCL's format that names a failed NCCL call (PyTorch's "NCCL error in: ...")."""
+        if len(line) > _MAX_LINE_CHARS:
+            line = line[:_MAX_LINE_CHARS]
+        f = _FATAL.search(line)
+        if f is None:
+            return
+        proc = self._process(line, f.start())
+        if proc.fatal is None:
+            text = _ANSI.sub("", line).strip()
+            rank = _TORCH_RANK.search(text)
+            proc.fatal = (f"rank {rank['rank']}: " if rank else "") + text[:300]
 
     def _process(self, line: str, at: int) -> _Process:
         """The process of a line whose NCCL level starts at `at`: from NCCL's "host:pid:tid [dev] " prefix, else
@@ -670,6 +769,20 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
         if (i := _INITIALIZED.match(msg)) is not None and i["name"].strip() not in _INTERNAL_NETS:
             proc.plugins.setdefault(i["name"].strip(), None)
         return
+    if " -> " in msg and (r := _RETURN.match(msg)) is not None:
+        if r["code"] not in _NOT_ERRORS:
+            proc.returns += 1
+            proc.first_return = proc.first_return or msg[:120]
+        return
+    if "COMPLETE" in msg or "Init START" in msg:
+        if (state := _INIT_STATE.search(msg)) is not None and len(proc.init_started) < 1024:
+            comm = state["comm"]
+            if state["state"] == "Init START":
+                proc.init_started.setdefault(comm, int(state["rank"]))
+            elif state["state"] == "Init COMPLETE":
+                proc.init_done.add(comm)
+            else:
+                proc.aborted.add(comm)
     if "comm " in msg and "rank " in msg:
         c = _COMM.search(msg)
         if c:
@@ -699,6 +812,8 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
     if msg.startswith("NET/OFI "):
         if (p := _PROVIDER.match(msg)) is not None:
             proc.providers.setdefault(p["provider"], None)
+        elif msg.startswith(_FORCING_NDEV):
+            proc.providers.setdefault("efa", None)
         elif (o := _OFI_VERSION.match(msg)) is not None:
             proc.ofi_version = o["version"]
     elif msg.startswith("NET/Plugin") and (loaded := _LOADED.match(msg)) is not None:
@@ -808,17 +923,24 @@ def _judge(p: ProcessEvidence, report: TransportReport, expect: str, *, job: tup
         failure = _plugin_failure(p, report, expect)
         if not chosen and not p.channels and failure and p.socket_net_initialized and not p.ib_net_initialized:
             chosen = {"socket"}  # NCCL <= 2.5 prints no "Using network": its Socket transport initialized instead
-        wrong = chosen - {expect}
+        wrong = chosen - {expect} - _unknown(expect)
         hosts, how = job
         if wrong and hosts is not None and hosts >= 2:
             seen, basis = wrong, f"chosen on a job of {how}"
         elif wrong and failure:
             seen, basis = wrong, "chosen right after a plugin failure"
     transports = tuple(sorted(seen))
+    if p.error is not None:
+        return ProcessVerdict(evidence=p, status="error", transports=transports, cause=f"a NCCL call failed: {p.error}",
+                              basis=basis, cause_id="nccl-error")
+    if wrong := seen - {expect} - _unknown(expect):
+        cause_id, cause = _cause(p, report, expect, wrong, chose=bool(basis and basis.startswith("chosen")))
+        return ProcessVerdict(evidence=p, status="FAIL", transports=transports, cause=cause, basis=basis,
+                              cause_id=cause_id)
     if seen - {expect}:
-        return ProcessVerdict(evidence=p, status="FAIL", transports=transports,
-                              cause=_cause(p, report, expect, seen - {expect}, chose=bool(basis and basis.startswith("chosen"))),
-                              basis=basis)
+        return ProcessVerdict(evidence=p, status="provider unknown", transports=transports, basis=basis,
+                              cause="aws-ofi-nccl carried it, but no line of the job names its libfabric provider",
+                              cause_id="provider-unknown")
     if seen:
         return ProcessVerdict(evidence=p, status="pass", transports=transports, cause=None, basis=basis)
     if multi:
@@ -834,24 +956,44 @@ def _plugin_failure(p: ProcessEvidence, report: TransportReport, expect: str) ->
     return any(expect in e for e in p.hint_expects) or any(expect in e for e in report.hint_expects)
 
 
-def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str], *, chose: bool = False) -> str:
-    """The most likely reason a process used `wrong` instead of `expect`: its own log lines, the job's, or a guess."""
-    for texts, expects, where in ((p.hints, p.hint_expects, ""), (report.hints, report.hint_expects, " (logged by another process)")):
+def _unknown(expect: str) -> set[str]:
+    """Kinds that neither confirm nor contradict `expect`: aws-ofi-nccl on an unlogged provider may be EFA or not."""
+    return {"libfabric"} if expect == "efa" else set()
+
+
+_HINT_TEXTS = tuple((re.compile(re.escape(h.text).replace(re.escape("{what}"), ".+")), h.id) for h in _HINTS)
+
+
+def _hint_id(text: str) -> str:
+    """The id of the hint whose text this is (hints are kept as their formatted text)."""
+    return next((hint_id for pattern, hint_id in _HINT_TEXTS if pattern.fullmatch(text)), "hint")
+
+
+def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str], *,
+           chose: bool = False) -> tuple[str, str]:
+    """The most likely reason a process used `wrong` instead of `expect` (its own log lines, the job's, or a guess),
+    as (short name, text)."""
+    for texts, expects, where in ((p.hints, p.hint_expects, ""),
+                                  (report.hints, report.hint_expects, " (logged by another process)")):
         relevant = [t for t, e in zip(texts, expects) if expect in e]
         if relevant:
-            return relevant[0] + where
+            return _hint_id(relevant[0]), relevant[0] + where
     got = sorted(wrong)[0]
     if got == "socket":
-        return ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or NCCL_NET_PLUGIN=none is set, "
-                "or no net plugin is installed")
+        return "chose-socket", ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or "
+                                "NCCL_NET_PLUGIN=none is set, or no net plugin is installed")
     if got == "ib":
-        return "NCCL chose InfiniBand verbs, not the OFI plugin: check NCCL_NET_PLUGIN=ofi and NCCL_NET"
+        return "chose-ib", "NCCL chose InfiniBand verbs, not the OFI plugin: check NCCL_NET_PLUGIN=ofi and NCCL_NET"
     if got.startswith("libfabric/"):
-        return f"aws-ofi-nccl ran on libfabric provider {got.split('/', 1)[1]}, not efa: check FI_PROVIDER=efa"
+        provider = got.split("/", 1)[1]
+        return (f"provider-{provider.split(';')[0].lower()}",
+                f"aws-ofi-nccl ran on libfabric provider {provider}, not efa: check FI_PROVIDER=efa")
+    if got == "libfabric":
+        return "chose-libfabric", "aws-ofi-nccl (provider not logged) carried the traffic, not the expected transport"
     if got == "efa":
-        return (f"EFA {'was chosen' if chose else 'carried the traffic'} although another transport was expected "
-                "(the comparison run's NCCL_NET=Socket was not applied)")
-    return f"NCCL used network {got.split('/', 1)[-1]}"
+        return "chose-efa", (f"EFA {'was chosen' if chose else 'carried the traffic'} although another transport was "
+                             "expected (the comparison run's NCCL_NET=Socket was not applied)")
+    return "chose-other", f"NCCL used network {got.split('/', 1)[-1]}"
 
 
 def _row_order(r: ProcessVerdict) -> tuple[int, str]:
@@ -861,12 +1003,27 @@ def _row_order(r: ProcessVerdict) -> tuple[int, str]:
 def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, ...], *,
              job: tuple[int | None, str] = (None, "unknown"), given: int | None = None) -> Verdict:
     label = _LABEL[expect]
+    errors = [r for r in rows if r.status == "error"]
     failed = [r for r in rows if r.status == "FAIL"]
     passed = [r for r in rows if r.status == "pass"]
+    unknown = [r for r in rows if r.status == "provider unknown"]
     unproven = [r for r in rows if r.status == "unproven"]
     notes = _notes(report, expect, unproven, given=given)
+
+    def verdict(code: int, summary: str, cause: str) -> Verdict:
+        return Verdict(expect=expect, exit_code=code, summary=summary, rows=rows, notes=notes, hosts=job[0],
+                       hosts_source=job[1], cause=cause)
+
+    if errors:  # whatever the channels say: a call that failed means the traffic did not run over them
+        first = errors[0]
+        summary = (f"FAIL: NCCL calls failed in {len(errors)} of {len(rows)} processes, so the collectives did not run "
+                   f"as their channels say; first error, {_who(first)}: {first.evidence.error}")
+        if failed:
+            summary += (f"; {len(failed)} processes also used "
+                        f"{', '.join(sorted({_short(t) for r in failed for t in r.transports if t != expect}))}")
+        return verdict(EXIT_CONTRADICTED, summary, "nccl-error")
     if failed:
-        seen = sorted({_short(t) for r in failed for t in r.transports if t != expect})
+        seen = sorted({_short(t) for r in failed for t in r.transports if t != expect and t not in _unknown(expect)})
         chose_only = all(r.basis and r.basis.startswith("chosen") for r in failed)
         verb = "chose" if chose_only else "used"
         who = ", ".join(_who(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
@@ -877,16 +1034,68 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
         groups = _disagreement(rows, expect)
         if len(groups) > 1:
             summary += "; the processes disagree: " + "; ".join(groups)
-        return Verdict(expect=expect, exit_code=EXIT_CONTRADICTED, summary=summary, rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
+        return verdict(EXIT_CONTRADICTED, summary, failed[0].cause_id or "contradicted")
+    if unknown:
+        who = ", ".join(_who(r) for r in unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+        return verdict(EXIT_NO_PROOF, (
+            f"NO PROOF: {len(unknown)} of {len(rows)} processes sent through aws-ofi-nccl ({who}), but no line of the "
+            "job names its libfabric provider (\"NET/OFI Selected provider is efa\"): the plugin runs on "
+            f"{', '.join(OTHER_PROVIDERS)} as well, so the logs alone do not prove {label} (the nodes' EFA counters "
+            "can)"), "provider-unknown")
     if passed:
+        gap = _missing(report, rows, job, given)
+        if gap is not None:
+            return verdict(EXIT_NO_PROOF, f"NO PROOF: {gap[1]}; {label} is not proven for them", gap[0])
+        incomplete = [r for r in rows if r.evidence.incomplete_inits]
+        if incomplete:
+            r = incomplete[0]
+            return verdict(EXIT_NO_PROOF, (
+                f"NO PROOF: {len(incomplete)} processes started a communicator's init and never logged its Init "
+                f"COMPLETE (first {_who(r)}, comm {r.evidence.incomplete_inits[0]}): the job hung or failed in init, "
+                "or the log is cut"), "init-incomplete")
         ranks = sorted({rank for r in passed for rank in r.evidence.ranks})
         nodes = max((s.nnodes for r in passed for s in r.evidence.shapes if s.nnodes), default=None)
         where = f"{nodes} nodes" if nodes else "nodes"
         summary = (f"PASS: all {len(passed)} processes whose traffic crossed {where} used {label}"
                    + (f" (ranks {_ranges(ranks)})" if ranks else "") + "; none used another transport")
-        return Verdict(expect=expect, exit_code=EXIT_PASS, summary=summary, rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
-    return Verdict(expect=expect, exit_code=EXIT_NO_PROOF, summary=f"NO PROOF: {_why_nothing(report, rows, job)}; "
-                   f"{label} is neither confirmed nor contradicted", rows=rows, notes=notes, hosts=job[0], hosts_source=job[1])
+        return verdict(EXIT_PASS, summary, "traffic" if any(r.basis == "traffic" for r in passed) else
+                       "multi-node communicator")
+    cause, why = _why_nothing(report, rows, job)
+    return verdict(EXIT_NO_PROOF, f"NO PROOF: {why}; {label} is neither confirmed nor contradicted", cause)
+
+
+def _missing(report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tuple[int | None, str],
+             given: int | None) -> tuple[str, str] | None:
+    """("missing-nodes" | "missing-ranks", why) where the logs lack nodes or ranks the job had, else None.
+
+    The job's size comes from the caller (`hosts`, which the driver knows) and from NCCL itself ("comm ... rank R
+    nRanks N nNodes M"); a node or rank that logged nothing may have used any transport, so no pass without it.
+    Ray's driver view folds identical lines of other processes ("[repeated Nx across cluster]"): ranks it folded into
+    a communicator line count as present (their identity is lost, which a note says), nodes never do.
+    """
+    largest = max((s.nranks for p in report.processes for s in p.shapes), default=0)
+    if largest >= 2:  # every rank of the largest communicator logged: every node that ran one is there
+        present = {rank for r in rows for rank in r.evidence.ranks
+                   if not r.evidence.shapes or max(s.nranks for s in r.evidence.shapes) == largest}
+        absent = sorted(set(range(largest)) - present)
+        folded = sum(p.folded_comm_lines for p in report.processes)
+        if absent and len(absent) > folded:
+            nodes = f" on {report.max_nnodes} nodes" if report.max_nnodes > 1 else ""
+            return "missing-ranks", (f"NCCL's communicator has {largest} ranks{nodes}, but ranks {_ranges(absent)} "
+                                     f"logged nothing here (the logs hold ranks {_ranges(sorted(present)) or 'none'}: "
+                                     "a node's log not given, or a collector that timed out)")
+        return None
+    # No communicator shape logged (NCCL before 2.9 prints none with nNodes): the hosts the caller named must appear.
+    # Host names can undercount nodes (NCCL_HOSTID), never overcount them.
+    names, ips = report.host_names, report.node_ips
+    seen = names if len(names) >= len(ips) else ips
+    expected = given or 0
+    if expected >= 2 and len(seen) < expected:
+        have = f"{len(seen)} ({_few(seen)})" if seen else "no host name or node IP"
+        return "missing-nodes", (f"the job ran on {expected} hosts ({job[1]}), but the logs hold lines of {have}: "
+                                 f"{expected - len(seen)} host{'s' if expected - len(seen) > 1 else ''}' lines are "
+                                 "missing (a log not given, or a collector that timed out)")
+    return None
 
 
 def _disagreement(rows: tuple[ProcessVerdict, ...], expect: str) -> list[str]:
@@ -910,22 +1119,28 @@ def _few(names: Iterable[str], limit: int = 4) -> str:
 
 
 def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...],
-                 job: tuple[int | None, str] = (None, "unknown")) -> str:
+                 job: tuple[int | None, str] = (None, "unknown")) -> tuple[str, str]:
+    """(short name, why) of a verdict that proves nothing."""
     if report.nccl_lines == 0:
-        return f"no NCCL lines in {report.lines} lines (is NCCL_DEBUG=INFO set, and is this the workers' log?)"
+        return "no-nccl-lines", (f"no NCCL lines in {report.lines} lines (is NCCL_DEBUG=INFO set, and is this the "
+                                 "workers' log?)")
     if report.info_lines == 0:
-        return f"only NCCL WARN lines ({report.warn_lines}), no INFO lines (NCCL_DEBUG=WARN?)"
+        return "warn-only", f"only NCCL WARN lines ({report.warn_lines}), no INFO lines (NCCL_DEBUG=WARN?)"
     statuses = {r.status for r in rows}
     if statuses == {"single-node"}:
-        return "single-node job: its traffic never used the network (a chosen network such as Socket proves nothing here)"
+        return "single-node", ("single-node job: its traffic never used the network (a chosen network such as Socket "
+                               "proves nothing here)")
     if "unproven" in statuses:
         n = sum(r.status == "unproven" for r in rows)
-        return f"{n} processes span nodes but logged no channel or network line (log truncated, or NCCL_DEBUG_SUBSYS without INIT/NET?)"
+        return "unproven", (f"{n} processes span nodes but logged no channel or network line (log truncated, or "
+                            "NCCL_DEBUG_SUBSYS without INIT/NET?)")
     hosts, how = job
     if hosts is not None and hosts >= 2 and any(r.evidence.networks for r in rows):
-        return (f"the job spans {how} and its processes chose a network, but no channel line or nNodes shows that "
-                "traffic crossed them (the job stopped before connecting, or the log is cut)")
-    return "no line says which transport carried traffic between nodes (no channel, network or communicator lines)"
+        return "no-transport-line", (f"the job spans {how} and its processes chose a network, but no channel line or "
+                                     "nNodes shows that traffic crossed them (the job stopped before connecting, or "
+                                     "the log is cut)")
+    return "no-transport-line", ("no line says which transport carried traffic between nodes (no channel, network or "
+                                 "communicator lines)")
 
 
 def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict], *,
@@ -955,6 +1170,8 @@ def _short(kind: str) -> str:
         return f"libfabric provider {kind.split('/', 1)[1]}"
     if kind.startswith("other/"):
         return f"network {kind.split('/', 1)[1]}"
+    if kind == "libfabric":
+        return "aws-ofi-nccl (libfabric provider not logged)"
     return {"efa": "EFA", "ib": "InfiniBand", "socket": "Socket"}[kind]
 
 

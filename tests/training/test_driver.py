@@ -112,15 +112,18 @@ def _fake_collection(monkeypatch, counters_case: str | None, extra: dict[str, st
 
     from ray_efa.training import log_collect
 
-    def collect(out_dir):
-        log = out_dir / "nccl-10.0.1.11-aaaaaaaa.log"
-        log.write_text("# ray-efa log collection: node a host ip-10-0-1-1 ip 10.0.1.11\n"
-                       + (FIXTURES / "nccl" / "synthetic" / "efa_g6_2node_nccl2.29.log").read_text())
+    def collect(out_dir):  # one file per node, as collect_nccl_logs writes them
+        logs = []
+        for node, ip in ((1, "10.0.1.11"), (2, "10.0.1.12")):
+            log = out_dir / f"nccl-{ip}-{node:08d}.log"
+            log.write_text(f"# ray-efa log collection: node {node} host ip-10-0-1-{node} ip {ip}\n"
+                           + (FIXTURES / "nccl" / "synthetic" / f"efa_split_node{node}.log").read_text())
+            logs.append(log)
         for path in sorted((FIXTURES / "efa_counters" / counters_case).glob("*.json")) if counters_case else []:
             shutil.copy(path, out_dir / path.name)
         for name, text in (extra or {}).items():
             (out_dir / name).write_text(text)
-        return [log]
+        return logs
 
     monkeypatch.setattr(log_collect, "collect_nccl_logs", collect)
 
@@ -158,3 +161,16 @@ def test_the_local_gate_ignores_counters(monkeypatch, tmp_path, capsys):
     # the local run's gloo never uses EFA: its verdict is the logs' alone
     assert transport_gate(_cluster_settings(), local=True, logs_dir=tmp_path / "logs") == EXIT_OK
     assert "EFA hardware counters" not in capsys.readouterr().out
+
+
+def test_the_gate_needs_a_log_of_every_gpu_node(tmp_path):
+    # GIVEN the collector's files of a 2-node job: node 1's NCCL lines, the head's file without any, no file of node 2
+    node1 = tmp_path / "nccl-10.0.1.11-aaaa.log"
+    node1.write_text("# ray-efa log collection: node a host ip-10-0-1-11 ip 10.0.1.11\n"
+                     "ip-10-0-1-11:4100:4101 [0] NCCL INFO Using network Libfabric\n")
+    head = tmp_path / "nccl-10.0.0.5-bbbb.log"
+    head.write_text("# ray-efa log collection: node b host head ip 10.0.0.5\n")
+    # THEN two GPU nodes are not covered, naming the file it has; one is
+    why = driver.nodes_without_logs([node1, head], 2)
+    assert why is not None and "from 1 of the job's 2 GPU nodes (nccl-10.0.1.11-aaaa.log)" in why
+    assert driver.nodes_without_logs([node1, head], 1) is None

@@ -22,6 +22,7 @@ from ray_efa.training.transport import (
 
 # A minimal healthy 2-node EFA job seen from two processes, one per node (NCCL 2.29 patterns).
 A, B = "ip-10-0-1-11:4100:4101 [0] NCCL INFO ", "ip-10-0-1-12:4200:4201 [0] NCCL INFO "
+A2 = "ip-10-0-1-11:4101:4102 [1] NCCL INFO "  # a second process on the first node
 EFA_JOB = [
     A + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)",
     A + "Using network Libfabric",
@@ -121,7 +122,9 @@ def test_single_node_using_network_socket_neither_proves_nor_contradicts(expect)
 def test_net_channels_on_one_node_do_count():
     # GIVEN one node with P2P and SHM disabled, so its ranks really talk through NET/Socket
     lines = [A + "Using network Socket", A + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
-             A + "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0"]
+             A + "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0",
+             A2 + "comm 0x2 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1",
+             A2 + "Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0"]
     # THEN EFA is contradicted and Socket proven
     assert verdict_of(lines, "efa").exit_code == EXIT_CONTRADICTED
     assert verdict_of(lines, "socket").exit_code == EXIT_PASS
@@ -245,11 +248,15 @@ def test_nccl_2_4_ring_lines_with_the_old_aws_libfabric_name_pass():
              "p4d-1:10:11 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
              "p4d-1:10:10 [0] NCCL INFO comm 0x7f00 rank 0 nranks 16 cudaDev 0 nvmlDev 0 - Init COMPLETE"]
     report = classify(lines)
-    # THEN the receive line counts for rank 0, the shape has no node count, and EFA passes
+    # THEN the receive line counts for rank 0, the shape has no node count, and rank 0 used EFA
     (p,) = report.processes
     assert p.ranks == (0,) and p.shapes[0].nnodes is None
     assert dict(p.channels) == {"NET/AWS Libfabric": 1, "P2P/IPC": 1}
-    assert report.verdict("efa").exit_code == EXIT_PASS
+    verdict = report.verdict("efa")
+    assert verdict.rows[0].status == "pass"
+    # BUT the communicator has 16 ranks and 15 logged nothing: no pass without them
+    assert verdict.exit_code == EXIT_NO_PROOF and verdict.cause == "missing-ranks"
+    assert "ranks 1-15 logged nothing" in verdict.summary
 
 
 def test_receive_lines_belong_to_the_destination_rank_and_send_lines_to_the_source():
@@ -259,10 +266,11 @@ def test_receive_lines_belong_to_the_destination_rank_and_send_lines_to_the_sour
 
 @pytest.mark.parametrize("network, expect, code", [
     ("IB", "ib", EXIT_PASS), ("IBext_v8", "ib", EXIT_PASS), ("IB", "efa", EXIT_CONTRADICTED),
-    ("IBext_v8", "socket", EXIT_CONTRADICTED), ("AWS Libfabric", "efa", EXIT_PASS), ("Libfabric", "ib", EXIT_CONTRADICTED),
+    ("IBext_v8", "socket", EXIT_CONTRADICTED), ("AWS Libfabric", "efa", EXIT_NO_PROOF), ("Libfabric", "ib", EXIT_CONTRADICTED),
+    ("Libfabric", "socket", EXIT_CONTRADICTED),
 ])
 def test_infiniband_and_libfabric_names(network, expect, code):
-    # GIVEN a 2-node job on the named network
+    # GIVEN a 2-node job on the named network (without aws-ofi-nccl's provider line: Libfabric alone is no EFA)
     lines = [line.replace("Libfabric", network) for line in EFA_JOB if "NET/OFI" not in line]
     # THEN it passes exactly the matching expectation
     assert verdict_of(lines, expect).exit_code == code
@@ -316,7 +324,7 @@ def test_the_cause_is_guessed_when_the_log_has_no_plugin_error():
 
 
 @pytest.mark.parametrize("name, providers, kinds", [
-    ("Socket", (), {"socket"}), ("IB", (), {"ib"}), ("IBext_v11", (), {"ib"}), ("Libfabric", (), {"efa"}),
+    ("Socket", (), {"socket"}), ("IB", (), {"ib"}), ("IBext_v11", (), {"ib"}), ("Libfabric", (), {"libfabric"}),
     ("AWS Libfabric", ("efa",), {"efa"}), ("Libfabric", ("tcp;ofi_rxm",), {"libfabric/tcp;ofi_rxm"}),
     ("Libfabric", ("efa", "tcp"), {"efa", "libfabric/tcp"}), ("UCX", (), {"other/UCX"}),
 ])
@@ -509,3 +517,36 @@ def test_the_caller_hosts_that_contradict_nccl_are_noted():
 def test_a_bad_host_count_is_rejected(hosts):
     with pytest.raises(ValueError, match="hosts must be a whole number >= 1"):
         classify(EFA_JOB).verdict("efa", hosts=hosts)
+
+
+def test_the_rdma_probe_of_a_healthy_g6_gets_no_provider_note():
+    # GIVEN aws-ofi-nccl 1.20's RDMA probe finding no provider at INFO, then SENDRECV on efa (nccl_ofi_rdma.cpp)
+    lines = [A + "NET/OFI No eligible providers were found", A + "NET/OFI Using transport protocol SENDRECV", *EFA_JOB]
+    verdict = verdict_of(lines)
+    # THEN it passes with no note about a plugin or provider problem
+    assert verdict.exit_code == EXIT_PASS
+    assert not any("provider problem" in n for n in verdict.notes)
+
+
+def test_two_hosts_given_and_one_hosts_old_lines_never_pass():
+    # GIVEN NCCL 2.4 lines (no communicator shape) of one host of a job the caller ran on 2
+    lines = ["p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
+             "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0"]
+    verdict = classify(lines).verdict("efa", hosts=2)
+    # THEN it proves nothing, naming the host it has
+    assert verdict.exit_code == EXIT_NO_PROOF and verdict.cause == "missing-nodes"
+    assert "lines of 1 (p4d-1)" in verdict.summary
+    # AND without the caller's count, the same lines pass (nothing says the job had more hosts)
+    assert classify(lines).verdict("efa").exit_code == EXIT_PASS
+
+
+def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
+    lines = [*EFA_JOB, B.replace("NCCL INFO ", "transport/net.cc:1 NCCL WARN ") + "NET/OFI Unable to register memory "
+             "(type = 2) for device 0. RC: -22, Error: Invalid argument", B + "transport/net.cc:829 -> 2"]
+    verdict = verdict_of(lines)
+    assert verdict.exit_code == EXIT_CONTRADICTED and verdict.cause == "nccl-error"
+    assert "ip-10-0-1-12:4200 rank 1" in verdict.summary and "Unable to register memory" in verdict.summary
+    # AND the returns of a plugin that failed while NCCL fell back (in-progress 7 included) are no failed collective
+    fallback = [*EFA_JOB, A.replace("NCCL INFO ", "x:1 NCCL WARN ") + "NET/OFI aws-ofi-nccl initialization failed",
+                A + "net.cc:56 -> 2", B + "init.cc:9 -> 7"]
+    assert verdict_of(fallback).cause != "nccl-error"

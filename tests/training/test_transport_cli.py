@@ -191,3 +191,11 @@ def test_a_bad_host_count_is_a_usage_error(value, capsys):
         run_cli("--hosts", value, str(EFA_LOG))
     assert exit_info.value.code == 2
     assert f"must be a whole number >= 1, got {value!r}" in capsys.readouterr().err
+
+
+def test_two_hosts_with_one_nodes_logs_is_no_proof(capsys):
+    # GIVEN --hosts 2 and only node 1's log of a 2-node EFA job (ranks 0-3 of 8)
+    code = run_cli("--hosts", "2", str(SYNTHETIC / "efa_split_node1.log"))
+    # THEN it does not pass, and names the ranks that logged nothing
+    assert code == transport.EXIT_NO_PROOF
+    assert "ranks 4-7 logged nothing" in capsys.readouterr().out

@@ -31,8 +31,9 @@ def test_fixture_gets_its_expected_verdict(row):
     paths = [FIXTURES / f for f in row["files"].split(";")]
     # WHEN the gate judges them
     verdict = classify_paths(paths).verdict(row["expect"])
-    # THEN the exit code is the one recorded, and the summary says the same
+    # THEN the exit code and the cause are the ones recorded, and the summary says the same
     assert verdict.exit_code == int(row["exit_code"]), f"{row['note']}\n{verdict.summary}\n{verdict.render_table()}"
+    assert verdict.cause == row["cause"], f"{row['note']}\n{verdict.summary}"
     assert verdict.summary.startswith({0: "PASS", 1: "FAIL", 3: "NO PROOF"}[verdict.exit_code])
 
 
@@ -53,7 +54,9 @@ def test_every_row_is_well_formed():
     for row in ROWS:
         assert row["expect"] in ("efa", "ib", "socket"), row
         assert row["exit_code"] in ("0", "1", "3"), row
+        assert row["cause"], row
         assert row["note"], row
+        assert None not in row, f"a note with a comma must be quoted: {row}"
 
 
 def test_synthetic_fixtures_equal_what_the_generator_writes():
