@@ -93,6 +93,10 @@ reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (i
 0.18), with the rest of the step at bf16. bench/speed.py measures it again."""
 FP8_LAUNCH_FLOOR_S = 0.213
 """Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (issue 19): the extra kernels bind there."""
+EAGER_FP8_SPEED = 0.48
+"""Eager fp8 vs eager bf16 micro-batch speed: 16,038 vs 33,762 tokens/s at 4 x 4096 with compile=false on one H200
+through the CLI (issue 27). Without torch.compile torchao's casts and amax reductions run as separate kernels and
+nothing is fused, so eager fp8 is modelled this much slower than eager bf16 (and core.strategy never chooses it)."""
 
 _BF16 = 2
 
@@ -282,6 +286,8 @@ def predict(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if t.undecided:
+        raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
     p, gpu = t.preset, instance.gpu
     g = gpus_per_node or instance.gpus
     world = nodes * g
@@ -290,6 +296,8 @@ def predict(
         inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
     reduce = _reduce_dtype(t, reduce_dtype)
     fp8 = (precision or t.precision) == "fp8"
+    if fp8 and not gpu.has_fp8:  # core.settings refuses precision fp8 here first, naming it
+        raise ValueError(f"precision fp8 needs fp8 tensor cores; the {gpu.name} of {instance.name} has none")
     reduce_bytes = 2 if reduce == "bf16" else 4
     # With accumulation, gradients are accumulated in fp32 (training.parallelize): hsdp's partial sums, which FSDP2
     # keeps in the reduction dtype, cross the nodes in fp32 then; bf16 stays on the reduce-scatter inside the node.
@@ -303,9 +311,11 @@ def predict(
                   else COMPUTE_EFFICIENCY)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
-    if fp8:
+    if fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
+        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
+    elif fp8:
         linear = tokens * 6 * _linear_parameters(p) * recompute
-        fp8_rate = gpu.peak_fp8_tflops * 1e12 * FP8_COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+        fp8_rate = gpu.peak_fp8_tflops * 1e12 * FP8_COMPUTE_EFFICIENCY
         micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)

@@ -60,6 +60,10 @@ def test_pods_match_the_catalog(project):
     assert (head.cpu, head.memory_gib, head.gpus) == (*catalog.head_pod_resources(catalog.system_instance("m7i.2xlarge")), 0)
 
 
+OLD_SHAPE = ("-c", "microBatch=2", "-c", "gradAccumulation=1", "-c", "precision=bf16", "-c", "activationCheckpointing=false")
+"""The batch shape and precision the defaults had before auto: what these step-model tests were written at."""
+
+
 def test_memory_and_cost_are_core_s(project):
     plan = plan_of(project)
     assert plan.memory == estimate(plan.settings)
@@ -116,8 +120,8 @@ def test_command_json_is_complete(capsys):
 
 
 def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
-    # GIVEN the default deployment (2 x g6.12xlarge)
-    assert run_cli("plan", "--json") == 0
+    # GIVEN the default deployment (2 x g6.12xlarge) at the shape of the defaults before auto (2 x 2048, bf16)
+    assert run_cli("plan", "--json", *OLD_SHAPE) == 0
     performance = json.loads(capsys.readouterr().out)["performance"]
     # THEN each network has the strategy the job would run and its predicted step, in snake_case keys
     assert set(performance) == {"efa", "tcp"}
@@ -130,9 +134,9 @@ def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
 
 
 def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys):
-    assert run_cli("plan") == 0
+    assert run_cli("plan", *OLD_SHAPE) == 0
     out = " ".join(capsys.readouterr().out.split())
-    # the default job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
+    # at the old default shape the job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
     # plan says by how much and what would change that
     assert "Predicted step" in out and "hsdp*" in out and "bf16" in out
     assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.70x of 1 node" in out
@@ -142,7 +146,7 @@ def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys
 
 
 def test_command_advises_the_change_that_lets_a_faster_strategy_fit(capsys):
-    assert run_cli("plan", "-c", "lossChunkSize=4096") == 0
+    assert run_cli("plan", "-c", "lossChunkSize=4096", *OLD_SHAPE) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "lossChunkSize=1024" in out and "hsdp (bf16 reduction) would be" in out
 

@@ -68,7 +68,8 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys):
     nothing_fits = [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in s["series"])]
     assert len(figure.axes[0].patches) == len(nothing_fits)
     # ... and one node of 4 x L4 with a 4096-token loss chunk, which fits neither strategy there
-    big = scaling(Settings.from_context({"lossChunkSize": 4096}))
+    big = scaling(Settings.from_context({"lossChunkSize": 4096, "microBatch": 2, "gradAccumulation": 1,
+                                         "precision": "bf16", "activationCheckpointing": False}))
     assert [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in big["series"])] == [1]
     assert len(plots.scaling_chart(big).axes[0].patches) == 1
 
