@@ -333,7 +333,6 @@ def _render_memory(plan: Plan, console: Console) -> None:
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
-    s = plan.settings
     m = plan.memory
     t = plan.decided.training
     assert m is not None  # render_plan says why there is no plan at zero GPU nodes

@@ -218,3 +218,25 @@ def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(proj
     text = " ".join(console.export_text().split())  # wrapped at 80 columns
     assert "not predicted: trainFunction own_training.train:train_func is your own" in text
     assert "Memory per GPU" not in text and "Predicted step" not in text
+
+
+def test_fp8_on_a_described_v100_is_exit_2_naming_precision(capsys):
+    # a V100 described in extraGpuInstanceTypes (no fp8 tensor cores): before, plan crashed dividing by its fp8 peak
+    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
+                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
+                       "usdPerHour": 31.2})
+    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}",
+                   "-c", "precision=fp8")
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert code == 2 and [p["key"] for p in problems] == ["precision"]
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}") == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["precision"] == "bf16"
+
+
+def test_plan_json_reports_the_global_batch_and_its_split(capsys):
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p5.4xlarge", "-c", "gpuNodeCount=1") == 0
+    deployment = json.loads(capsys.readouterr().out)["deployment"]
+    split = deployment["global_batch"]
+    assert deployment["global_batch_tokens"] == split["tokens"] == 524_288 and split["exact"]
+    assert split["micro_batch"] * split["seq_len"] * split["grad_accumulation"] * split["data_parallel_ranks"] == 524_288
+    assert deployment["micro_batch"] == split["micro_batch"] and deployment["precision"] == "fp8"
