@@ -240,3 +240,34 @@ def test_plan_json_reports_the_global_batch_and_its_split(capsys):
     assert deployment["global_batch_tokens"] == split["tokens"] == 524_288 and split["exact"]
     assert split["micro_batch"] * split["seq_len"] * split["grad_accumulation"] * split["data_parallel_ranks"] == 524_288
     assert deployment["micro_batch"] == split["micro_batch"] and deployment["precision"] == "fp8"
+
+
+def test_recommend_ranks_every_instance_type_by_usd_per_million_tokens(capsys):
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "4", "--tokens", "1e9") == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["recommendations"]
+    # THEN at least five plans over three types, cheapest first, each with its own plan, all fitting memory
+    assert len(rows) >= 5 and len({r["instance_type"] for r in rows}) >= 3
+    costs = [r["usd_per_million_tokens"] for r in rows]
+    assert costs == sorted(costs)
+    assert all(r["memory_gib"] <= r["capacity_gib"] and 1 <= r["nodes"] <= 4 for r in rows)
+    assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "hours", "usd"} <= set(rows[0])
+    # the hours and USD are those of the tokens asked for, at the predicted speed and the hourly price
+    first = rows[0]
+    assert first["hours"] == pytest.approx(1e9 / first["tokens_per_s"] / 3600, rel=1e-3)
+    assert first["usd"] == pytest.approx(first["hours"] * first["usd_per_hour"], rel=1e-3)
+    assert out["tokens"] == 1_000_000_000
+
+
+def test_recommend_includes_a_described_type(capsys):
+    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
+                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
+                       "usdPerHour": 31.2})
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", f"extraGpuInstanceTypes={v100}") == 0
+    rows = json.loads(capsys.readouterr().out)["recommendations"]
+    described = [r for r in rows if r["instance_type"] == "p3dn.24xlarge"]
+    assert described and all(r["precision"] == "bf16" for r in described)
+
+
+def test_tokens_without_recommend_is_refused(capsys):
+    assert run_cli("plan", "--tokens", "1e9") == 2
