@@ -202,6 +202,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
+    shape = checkpoint.run_shape(t, world)
+    train_state = checkpoint.remap_train_state(train_state, shape)  # the plan may differ from the checkpoint's
     data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
     last_eval: dict[str, float] = {}
     meter = Meter(
@@ -244,7 +246,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
                     history.log(entry, int(entry["step"]))
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
-                                           train_state=data.state())
+                                           train_state={**data.state(), "shape": shape})
                 reporter.reported()
                 reporter.restart_clock()  # the save is not a training step
             elif report:
@@ -259,11 +261,11 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # what ran, for `ray-efa calibrate`
-    shape = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
+    ran = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
              "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
              "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
              "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
              "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
-    return {"summary": {**meter.summary(), **last_eval, **where, **shape, "reports": reporter.reports},
+    return {"summary": {**meter.summary(), **last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}
