@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, memory, perf
+from ray_efa.core import catalog, families, memory, perf
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
@@ -543,5 +543,7 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
             "calibration": calibration.source if calibration else None,
+            "constants": families.describe(settings.nodes.gpu_instance.gpu.name,
+                                           catalog.gpu_link(settings.nodes.gpu_instance).name),
         }
     return out

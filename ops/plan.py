@@ -424,6 +424,10 @@ def _render_performance(plan: Plan, console: Console) -> None:
                 style="bold" if chosen else None,
             )
     console.print(table)
+    constants = plan.performance["efa"].get("constants") or {}
+    console.print("step-model constants: " + "; ".join(
+        f"{name.replace('_', ' ')} {c['value']:g} ({c['status']}: {c['source']})" for name, c in constants.items()),
+        highlight=False)
     split = global_batch(s)
     console.print(f"global batch: {split.tokens:,} tokens = microBatch {split.micro_batch} x seqLen {split.seq_len} x "
                   f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"

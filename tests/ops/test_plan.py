@@ -139,7 +139,7 @@ def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys
     # at the old default shape the job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
     # plan says by how much and what would change that
     assert "Predicted step" in out and "hsdp*" in out and "bf16" in out
-    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.70x of 1 node" in out
+    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.93x of 1 node" in out
     assert "network=efa would give" in out
     # MFU is given under both FLOP conventions
     assert "6N + 12 L d S / causal 6N + 6 L d S" in out
@@ -271,3 +271,21 @@ def test_recommend_includes_a_described_type(capsys):
 
 def test_tokens_without_recommend_is_refused(capsys):
     assert run_cli("plan", "--tokens", "1e9") == 2
+
+
+def test_plan_says_which_step_model_constants_are_measured_and_which_assumed(capsys):
+    # GIVEN an L4 node (no L4 run measured) and an H200 node (the calibration's own GPU)
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=g6.12xlarge") == 0
+    l4 = json.loads(capsys.readouterr().out)["performance"]["efa"]["constants"]
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p5en.48xlarge", "-c", "gpuNodeCount=1") == 0
+    h200 = json.loads(capsys.readouterr().out)["performance"]["efa"]["constants"]
+    # THEN the L4's compute efficiency is its own, labelled assumed with a source; the H200's is measured
+    assert l4["compute_efficiency"]["status"] == "assumed" and l4["compute_efficiency"]["source"]
+    assert l4["compute_efficiency"]["value"] < h200["compute_efficiency"]["value"]
+    assert h200["compute_efficiency"]["status"] == "measured"
+    # and PCIe has its own share, not NVLink's
+    assert l4["intra_node_link_share"]["status"] == "assumed" and h200["intra_node_link_share"]["status"] == "measured"
+    assert l4["intra_node_link_share"]["value"] != h200["intra_node_link_share"]["value"]
+    # the text plan says so too
+    assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge") == 0
+    assert "compute efficiency 0.45 (assumed:" in " ".join(capsys.readouterr().out.split())
