@@ -111,3 +111,16 @@ def test_fp8_on_a_described_gpu_without_fp8_names_precision():
     # auto on it plans bf16 and predicts without dividing by its zero fp8 peak
     s = Settings.from_context({"gpuInstanceType": "p3dn.24xlarge", "extraGpuInstanceTypes": json.dumps(V100)})
     assert strategy.choose(s).training.precision == "bf16"
+
+
+def test_the_job_decides_what_the_plan_shows_from_the_settings_it_is_shipped():
+    # the RayJob ships Settings.to_context() to the driver, which hands it to train_func as config["settings"]; the
+    # function resolves it with the same core.strategy.resolve the plan shows (training/train.py)
+    for instance, nodes in CLUSTERS:
+        planned = strategy.resolve(_settings(instance, nodes)).training
+        shipped = strategy.resolve(Settings.from_context(_settings(instance, nodes).to_context())).training
+        assert (shipped.micro_batch, shipped.grad_accumulation, shipped.precision, shipped.activation_checkpointing) == (
+            planned.micro_batch, planned.grad_accumulation, planned.precision, planned.activation_checkpointing)
+        assert not shipped.undecided
+        # decided settings decide nothing further
+        assert strategy.resolve(strategy.resolve(_settings(instance, nodes))) == strategy.resolve(_settings(instance, nodes))
