@@ -29,6 +29,16 @@ def _node_count(text: str) -> int:
     return value
 
 
+def _token_count(text: str) -> int:
+    try:
+        value = int(float(text))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of tokens like 1e9, got {text!r}")
+    return value
+
+
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name,
@@ -47,6 +57,11 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
                    "count, each strategy on EFA and TCP) into this PNG")
     p.add_argument("--max-nodes", type=_node_count, metavar="N",
                    help="the scaling curve's last node count (default: 8, or twice gpuNodeCount)")
+    p.add_argument("--recommend", action="store_true",
+                   help="rank every GPU instance type (and extraGpuInstanceTypes) at 1..--max-nodes nodes, each with "
+                        "its own chosen plan, by predicted USD per million tokens (only plans that fit); --plot draws it")
+    p.add_argument("--tokens", type=_token_count, metavar="N",
+                   help="with --recommend: the tokens to train, for the hours and USD (default steps x globalBatchTokens)")
     p.set_defaults(run=run)
 
 
@@ -80,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
             check_output_file(args.plot, is_ours=is_ray_efa_png)
         except OutputDirError as error:
             return fail(args, "plan", f"--plot: {error}")
+    if args.recommend:
+        return _recommend(args, resolved.settings)
+    if args.tokens is not None:
+        return fail(args, "plan", "--tokens: only with --recommend")
     plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
@@ -98,3 +117,30 @@ def _plot(args: argparse.Namespace, plan) -> int:
     from ray_efa.ops.plots import scaling_chart
 
     return write_chart(args, "plan", scaling_chart(plan.scaling), "scaling chart")
+
+
+def _recommend(args: argparse.Namespace, settings) -> int:
+    from ray_efa.ops.recommend import recommend
+
+    ranking = recommend(settings, tokens=args.tokens, max_nodes=args.max_nodes or 8)
+    if args.json:
+        print_json(ranking)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"Cheapest to train {ranking['tokens']:,} tokens (predicted; each with its own plan)",
+                      caption="only plans that fit memory; on-demand list prices, cluster included")
+        for column in ("#", "nodes x type", "GPUs", "tok/s", "USD/M tok", "hours", "USD", "plan"):
+            table.add_column(column, justify="left" if column in ("nodes x type", "plan") else "right")
+        for rank, r in enumerate(ranking["recommendations"], start=1):
+            table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['gpus']} x {r['gpu']}",
+                          f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", f"{r['hours']:,.2f}",
+                          f"{r['usd']:,.0f}", f"{r['micro_batch']} x {r['grad_accumulation']}, {r['precision']}, "
+                          f"{r['strategy']}")
+        Console().print(table)
+    if args.plot is not None:
+        from ray_efa.ops.plots import recommendation_chart
+
+        return write_chart(args, "plan", recommendation_chart(ranking), "recommendation chart")
+    return 0 if ranking["recommendations"] else 1

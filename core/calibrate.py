@@ -29,6 +29,8 @@ _SHAPE_KEYS = {
     "compile": "compile", "loss_chunk_size": "lossChunkSize", "activation_checkpointing": "activationCheckpointing",
     "precision": "precision",
 }
+_BEFORE_AUTO = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False}
+"""What a run summary that lacks one of these keys ran: the defaults before core.strategy decided them (issue 27)."""
 _OBSERVABLE = 0.2
 """Least d(log step) / d(log efficiency) for the compute efficiency to count as measured (1 when compute-bound)."""
 
@@ -117,6 +119,8 @@ def settings_of_run(settings: Settings, summary: dict[str, Any]) -> Settings:
     for key, setting in _SHAPE_KEYS.items():
         if key in summary and summary[key] is not None:
             context[setting] = summary[key]
+        elif setting in _BEFORE_AUTO:  # a summary from before auto ran what the defaults were then
+            context[setting] = _BEFORE_AUTO[setting]
     try:
         return settings.replace(**context)
     except ValueError as error:

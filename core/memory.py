@@ -115,7 +115,9 @@ allocated peaks)."""
 
 
 FP8_ACTIVATIONS = 0.66
-"""Share of the bf16 activation bytes kept with precision fp8 (torchao float8 saves the linears' inputs in fp8):
+"""Share of the bf16 activation bytes kept with precision fp8 and compile on (torchao float8 saves the linears' inputs
+in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input, and eager fp8 peaked at 71.1 GiB
+reserved like bf16 at 4 x 4096 on one H200, issue 27):
 21 GiB less at 8 x 4096 on one H200 (issue 19's measurement, torchao 0.18) against the 62 GiB compiled activations
 planned there; bench/speed.py measures it again."""
 
@@ -149,6 +151,8 @@ def estimate_for(
     shard_size: GPUs each parameter is sharded over (default: all of them, plain FSDP; hsdp: the GPUs of one node).
     strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
     """
+    if t.undecided:
+        raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
     p = t.preset
     fp8 = t.precision == "fp8"
     params = p.num_parameters
@@ -166,8 +170,9 @@ def estimate_for(
         "optimizer": 8 * params / shard,
         # fp8 all-gather: the two layers gathered in forward hold 1-byte linear weights
         "gathered": 2 * root + 2 * (1 if fp8 else 2) * layer + 2 * 6 * layer,
+        # torchao saves the linears' fp8 inputs only when compiled: eager float8_linear.py saves the bf16 input
         "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing, t.compile)
-                       * (FP8_ACTIVATIONS if fp8 else 1.0),
+                       * (FP8_ACTIVATIONS if fp8 and t.compile else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
     }
     gib = {k: v / _GIB for k, v in parts.items()}

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, families
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
@@ -55,7 +55,7 @@ __all__ = [
 
 STRATEGIES = ("fsdp", "hsdp")
 
-COMPUTE_EFFICIENCY = 0.666
+COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].compute_efficiency  # 0.666
 """Share of the bf16 peak in fwd+bwd of compiled layers: least-squares fit over 4x2048, 8x2048, 4x4096 and 8x4096
 tokens on one H200 (658 TFLOP/s of 989; matrix-product ceiling in the same call 760)."""
 MICRO_STEP_FIXED_S = 0.046
@@ -70,7 +70,7 @@ FORWARD_SHARE = 1 / 3
 """Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
-INTRA_NODE_SHARE = 0.72
+INTRA_NODE_SHARE = families.LINK_SHARES["NVLink"][0]  # 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
@@ -98,12 +98,16 @@ NSOCKS_PERTHREAD to 64 / NTHREADS."""
 FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
 """EC2's single-flow limit (one TCP 5-tuple): 10 Gbit/s inside a cluster placement group, 5 outside (EC2 User Guide,
 "Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
-FP8_COMPUTE_EFFICIENCY = 0.426
+FP8_COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
 """Share of the fp8 peak the decoder-layer linears reach under torchao float8 (tensorwise scaling, its casts and amax
 reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (issue 19's measurement, torchao
 0.18), with the rest of the step at bf16. bench/speed.py measures it again."""
 FP8_LAUNCH_FLOOR_S = 0.213
 """Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (issue 19): the extra kernels bind there."""
+EAGER_FP8_SPEED = 0.48
+"""Eager fp8 vs eager bf16 micro-batch speed: 16,038 vs 33,762 tokens/s at 4 x 4096 with compile=false on one H200
+through the CLI (issue 27). Without torch.compile torchao's casts and amax reductions run as separate kernels and
+nothing is fused, so eager fp8 is modelled this much slower than eager bf16 (and core.strategy never chooses it)."""
 
 _BF16 = 2
 
@@ -234,7 +238,7 @@ def links_for(instance: catalog.InstanceType, network: str, *, placement_group: 
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
-    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * INTRA_NODE_SHARE)
+    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * families.link_share(gpu_link.name)[0])
     if network == "efa":
         inter = Link(name=f"EFA {instance.network_gbps} Gbit/s", gb_s=instance.network_gbps / 8 * EFA_SHARE)
     else:
@@ -324,6 +328,8 @@ def predict(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if t.undecided:
+        raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
     p, gpu = t.preset, instance.gpu
     g = gpus_per_node or instance.gpus
     world = nodes * g
@@ -332,6 +338,8 @@ def predict(
         inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
     reduce = _reduce_dtype(t, reduce_dtype)
     fp8 = (precision or t.precision) == "fp8"
+    if fp8 and not gpu.has_fp8:  # core.settings refuses precision fp8 here first, naming it
+        raise ValueError(f"precision fp8 needs fp8 tensor cores; the {gpu.name} of {instance.name} has none")
     reduce_bytes = 2 if reduce == "bf16" else 4
     # With accumulation, gradients are accumulated in fp32 (training.parallelize): hsdp's partial sums, which FSDP2
     # keeps in the reduction dtype, cross the nodes in fp32 then; bf16 stays on the reduce-scatter inside the node.
@@ -341,13 +349,16 @@ def predict(
     tokens = t.micro_batch * t.seq_len
     recompute = 4 / 3 if t.activation_checkpointing else 1
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
+    family = families.constants_for(gpu.name)  # the H200's fit where measured, each family's own elsewhere
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
-                  else COMPUTE_EFFICIENCY)
+                  else family.compute_efficiency)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
-    if fp8:
+    if fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
+        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
+    elif fp8:
         linear = tokens * 6 * _linear_parameters(p) * recompute
-        fp8_rate = gpu.peak_fp8_tflops * 1e12 * FP8_COMPUTE_EFFICIENCY * (1.0 if t.compile else EAGER_SPEED)
+        fp8_rate = gpu.peak_fp8_tflops * 1e12 * (family.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
         micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)

@@ -345,6 +345,17 @@ JobName = Annotated[str, _check(_job_name_problem),
 CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 
 
+def _positive_or_auto(value: int | str) -> str | None:
+    return None if value == "auto" or (isinstance(value, int) and value >= 1) else "must be auto or an integer >= 1"
+
+
+AutoCount = Annotated[Literal["auto"] | int, _check(_positive_or_auto),
+                      WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 1}]})]
+"""A count core.strategy decides when left at auto (microBatch, gradAccumulation); on `-c` auto or an integer."""
+AutoBool = Annotated[Literal["auto"] | bool, WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "boolean"}]})]
+"""A switch core.strategy decides when left at auto (activationCheckpointing); on `-c` auto, true or false."""
+
+
 # -- rules across fields ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -802,7 +813,19 @@ class TrainingSettings(_Section):
     )
     steps: int = setting(20, "steps", "Optimizer steps.", ge=1)
     seq_len: int = setting(2048, "seqLen", "Tokens per sequence.", ge=1)
-    micro_batch: int = setting(2, "microBatch", "Sequences per GPU per step.", ge=1)
+    global_batch_tokens: int = setting(
+        524_288, "globalBatchTokens",
+        "Tokens per optimizer step over the whole job (0.5 M, in the 0.25-1 M range used for models of this size), "
+        "the same on every cluster: core.strategy splits it into microBatch x seqLen x gradAccumulation x the "
+        "data-parallel ranks (a microBatch or gradAccumulation you set is kept; `plan` says when the split cannot "
+        "reach it exactly, and the global batch it reaches).",
+        ge=1,
+    )
+    micro_batch: AutoCount = setting(
+        "auto", "microBatch",
+        "Sequences per GPU per micro-batch; auto: the one core.strategy predicts fastest that fits in "
+        "92% of the GPU's memory (seqLen stays yours).",
+    )
     learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.", gt=0)
     warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.", ge=0)
     weight_decay: float = setting(0.1, "weightDecay", "AdamW weight decay.", ge=0)
@@ -820,7 +843,10 @@ class TrainingSettings(_Section):
         ge=-1, message="must be >= 0, or -1 for unlimited",
     )
     compile: bool = setting(True, "compile", "torch.compile each decoder layer (and the chunked loss's softmax).")
-    activation_checkpointing: bool = setting(False, "activationCheckpointing", "Recompute decoder-layer activations in backward.")
+    activation_checkpointing: AutoBool = setting(
+        "auto", "activationCheckpointing",
+        "Recompute decoder-layer activations in backward; auto: on only where it lets a faster plan fit (core.strategy).",
+    )
     loss_chunk_size: int = setting(
         1024, "lossChunkSize",
         "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size; "
@@ -833,11 +859,11 @@ class TrainingSettings(_Section):
         "and replicates across nodes (2-D DeviceMesh), so only a gradient all-reduce crosses the network; auto takes the "
         "one core.perf predicts fastest that fits memory.",
     )
-    grad_accumulation: int = setting(
-        1, "gradAccumulation",
+    grad_accumulation: AutoCount = setting(
+        "auto", "gradAccumulation",
         "Micro-batches per optimizer step (each of microBatch x seqLen tokens per GPU); gradients cross the network once "
-        "per optimizer step. The effective batch is microBatch x gradAccumulation x world size sequences.",
-        ge=1,
+        "per optimizer step. The global batch is microBatch x gradAccumulation x world size sequences; auto: what "
+        "reaches globalBatchTokens.",
     )
     grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = setting(
         "auto", "gradReduceDtype",
@@ -845,10 +871,11 @@ class TrainingSettings(_Section):
         "gradients are accumulated and the optimizer steps in fp32 either way. auto: bf16 where core.strategy "
         "predicts it at least 5% faster (a network-bound multi-node job), else fp32.",
     )
-    precision: Literal["bf16", "fp8"] = setting(
-        "bf16", "precision",
+    precision: Literal["auto", "bf16", "fp8"] = setting(
+        "auto", "precision",
         "Matrix-product precision of the decoder layers on GPU: bf16, or fp8 (torchao float8 training, tensorwise "
-        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: L4, L40S, H100, H200).",
+        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: L4, L40S, H100, H200); auto: fp8 where the GPU "
+        "has them, compile is on and core.perf predicts it faster at the chosen shape, else bf16.",
     )
     data_pool_size: int = setting(
         0, "dataPoolSize",
@@ -868,6 +895,13 @@ class TrainingSettings(_Section):
         "Free-form JSON object of your function's own parameters: its keys are the top-level keys of the config "
         "dict the function gets.",
     )
+
+    @property
+    def undecided(self) -> tuple[str, ...]:
+        """The context keys still at auto that core.strategy.resolve decides before anything is predicted or run."""
+        values = {"microBatch": self.micro_batch, "gradAccumulation": self.grad_accumulation,
+                  "precision": self.precision, "activationCheckpointing": self.activation_checkpointing}
+        return tuple(key for key, value in values.items() if value == "auto")
 
     @property
     def builtin(self) -> bool:
@@ -945,9 +979,15 @@ def _ray_of_the_image(image: str, ray_version: str) -> Problem | None:
     return None
 
 
-@_rule("precision", "gpuInstanceType")
-def _fp8_needs_fp8_tensor_cores(precision: str, instance_type: str) -> Problem | None:
+@_rule("precision", "gpuInstanceType", "extraGpuInstanceTypes")
+def _fp8_needs_fp8_tensor_cores(precision: str, instance_type: str, descriptions: tuple[dict[str, Any], ...]
+                                ) -> Problem | None:
     row = catalog.GPU_INSTANCES.get(instance_type)
+    if row is None:
+        try:
+            row = described_gpu_instances(descriptions).get(instance_type)
+        except catalog.CatalogError:
+            return None  # _descriptions_problem names extraGpuInstanceTypes
     if precision == "fp8" and row is not None and row.gpu is not None and not row.gpu.has_fp8:
         with_fp8 = sorted({r.gpu.name for r in catalog.GPU_INSTANCES.values() if r.gpu and r.gpu.has_fp8})
         return Problem("precision", precision, f"must be bf16 on {instance_type}: its {row.gpu.name} has no fp8 tensor "
@@ -1300,6 +1340,16 @@ def _parse(raw: Any, annotation: Any) -> Any:
     """
     annotation = _strip_annotated(annotation)
     args = typing.get_args(annotation)
+    literals = [a for a in args if typing.get_origin(a) is Literal]
+    if literals and len(args) == 2:  # auto | int, auto | bool: the word, or the other type
+        if isinstance(raw, str) and raw.strip().lower() in typing.get_args(literals[0]):
+            return raw.strip().lower()
+        other = next(a for a in args if a is not literals[0])
+        try:
+            return _parse(raw, other)
+        except ValueError as error:
+            words = " or ".join(map(str, typing.get_args(literals[0])))
+            raise ValueError(f"must be {words} or {str(error).removeprefix('must be ')}") from None
     if type(None) in args:  # X | None
         if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
             return None

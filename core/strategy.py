@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, memory, perf
+from ray_efa.core import catalog, families, memory, perf
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
-from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
 __all__ = [
-    "Option", "BF16_REDUCE_GAIN", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
+    "Option", "BF16_REDUCE_GAIN", "AUTO_MEMORY_SHARE", "GlobalBatch", "global_batch", "resolve", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
     "check_fits", "performance",
 ]
 
@@ -39,6 +39,8 @@ class Option:
     memory: MemoryEstimate
     reduce_dtype: str
     """The gradReduceDtype it runs with (fp32 or bf16)."""
+    training: TrainingSettings
+    """The training section it runs, every auto decided (resolve): its micro batch, accumulation, precision."""
 
     @property
     def strategy(self) -> str:
@@ -58,20 +60,30 @@ class Option:
                 "memory_gib": round(self.memory.total_gib, 2), "fits": self.fits}
 
 
-def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
-             calibration: perf.Calibration | None = None) -> Option:
-    """The predicted step and memory plan of the settings run with `strategy` and `reduce_dtype`."""
+def _memory(settings: Settings, t: TrainingSettings, strategy: str) -> MemoryEstimate:
+    """core.memory's estimate of `t` (the settings' training, or a candidate shape of it) on the settings' nodes."""
     n = settings.nodes
+    shard = n.gpu_instance.gpus if strategy == "hsdp" and n.gpu_node_count > 1 else settings.world_size
+    return memory.estimate_for(t, world_size=settings.world_size, gpu=n.gpu_instance.gpu, shard_size=shard,
+                               strategy=strategy)
+
+
+def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
+             calibration: perf.Calibration | None = None, training: TrainingSettings | None = None) -> Option:
+    """The predicted step and memory plan of the settings run with `strategy` and `reduce_dtype` (and `training`
+    in place of the settings' own, decided, training section: a candidate shape of core.strategy.resolve)."""
+    n = settings.nodes
+    t = training or resolve(settings, network, calibration).training
     prediction = perf.predict(
-        settings.training, instance=n.gpu_instance, nodes=n.gpu_node_count, network=network or settings.workload.network,
+        t, instance=n.gpu_instance, nodes=n.gpu_node_count, network=network or settings.workload.network,
         strategy=strategy, reduce_dtype=reduce_dtype, placement_group=n.use_placement_group, calibration=calibration,
     )
-    return Option(prediction=prediction, memory=memory.estimate(settings, strategy), reduce_dtype=reduce_dtype)
+    return Option(prediction=prediction, memory=_memory(settings, t, strategy), reduce_dtype=reduce_dtype, training=t)
 
 
 def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None,
-             strategy: str | None = None) -> list[Option]:
-    t = settings.training
+             strategy: str | None = None, training: TrainingSettings | None = None) -> list[Option]:
+    t = training or resolve(settings, network, calibration).training
     if strategy is not None:
         shardings: tuple[str, ...] = (strategy,)
     elif t.sharding != "auto":
@@ -81,18 +93,19 @@ def _options(settings: Settings, network: str | None, calibration: perf.Calibrat
     else:
         shardings = perf.STRATEGIES
     reduces = ("fp32", "bf16") if t.grad_reduce_dtype == "auto" else (t.grad_reduce_dtype,)
-    return [evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration)
+    return [evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration, training=t)
             for s in shardings for r in reduces]
 
 
 def choose(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None, *,
-           strategy: str | None = None) -> Option:
+           strategy: str | None = None, training: TrainingSettings | None = None) -> Option:
     """What the job runs: the fastest option that fits memory (bf16 reduction by auto only when BF16_REDUCE_GAIN
     faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory. `strategy`
-    restricts the choice to one sharding (the reduction dtype is still chosen)."""
+    restricts the choice to one sharding (the reduction dtype is still chosen); the batch shape and precision are
+    resolve's (or `training`'s)."""
     if settings.nodes.scaled_to_zero:  # no GPU node, no job: nothing to choose or divide by
         raise SettingsError([settings.scaled_to_zero_problem()])
-    options = _options(settings, network, calibration, strategy)
+    options = _options(settings, network, calibration, strategy, training)
     auto_reduce = settings.training.grad_reduce_dtype == "auto"
 
     def score(option: Option) -> tuple[float, int, int]:
@@ -104,6 +117,156 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
     if fitting:
         return min(fitting, key=score)
     return min(options, key=lambda o: (o.memory.total_gib, score(o)))
+
+
+# -- the batch shape and precision: what auto decides -----------------------------------------------------------------
+
+AUTO_MEMORY_SHARE = 0.92
+"""An auto shape must plan at most this share of the GPU's memory: the memory plan was 7-12% conservative against
+peak reserved memory on the H200 (issue 27), so 8% headroom covers the allocator where the plan is least so."""
+MAX_AUTO_MICRO_BATCH = 64
+"""The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
+GLOBAL_BATCH_TOLERANCE = 0.02
+"""Where no split reaches globalBatchTokens exactly, the splits within this share of the closest are equals, and
+the fastest of them is taken."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GlobalBatch:
+    """How globalBatchTokens is split: micro batch x seqLen x accumulation x data-parallel ranks."""
+
+    target_tokens: int
+    """globalBatchTokens."""
+    micro_batch: int
+    seq_len: int
+    grad_accumulation: int
+    ranks: int
+
+    @property
+    def tokens(self) -> int:
+        """The global batch the split reaches, tokens per optimizer step."""
+        return self.micro_batch * self.seq_len * self.grad_accumulation * self.ranks
+
+    @property
+    def exact(self) -> bool:
+        return self.tokens == self.target_tokens
+
+    @property
+    def note(self) -> str | None:
+        """What the plan says when the split misses globalBatchTokens."""
+        if self.exact:
+            return None
+        return (f"the global batch is {self.tokens:,} tokens, not globalBatchTokens {self.target_tokens:,}: "
+                f"microBatch {self.micro_batch} x seqLen {self.seq_len} x gradAccumulation {self.grad_accumulation} "
+                f"x {self.ranks} ranks cannot reach it exactly")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target_tokens": self.target_tokens, "tokens": self.tokens, "exact": self.exact,
+                "micro_batch": self.micro_batch, "seq_len": self.seq_len, "grad_accumulation": self.grad_accumulation,
+                "data_parallel_ranks": self.ranks, "note": self.note}
+
+
+def global_batch(settings: Settings, training: TrainingSettings | None = None) -> GlobalBatch:
+    """The split of the settings' global batch as the job runs it (resolve's decisions, or `training`'s)."""
+    t = training or resolve(settings).training
+    assert isinstance(t.micro_batch, int) and isinstance(t.grad_accumulation, int)  # resolve decided them
+    return GlobalBatch(target_tokens=t.global_batch_tokens, micro_batch=t.micro_batch, seq_len=t.seq_len,
+                       grad_accumulation=t.grad_accumulation, ranks=max(1, settings.world_size))
+
+
+def _accumulation(t: TrainingSettings, micro_batch: int, ranks: int) -> int:
+    """gradAccumulation as set, or for auto the one that brings micro_batch's split closest to globalBatchTokens."""
+    if t.grad_accumulation != "auto":
+        return int(t.grad_accumulation)
+    return max(1, round(t.global_batch_tokens / (micro_batch * t.seq_len * ranks)))
+
+
+def _micro_batches(t: TrainingSettings, ranks: int) -> list[int]:
+    """The micro batches auto tries: the set one; else those dividing the sequences per rank exactly (then the
+    global batch is exact), or every one up to them where none does."""
+    if t.micro_batch != "auto":
+        return [int(t.micro_batch)]
+    per_rank = max(1, t.global_batch_tokens // (t.seq_len * ranks))
+    top = min(MAX_AUTO_MICRO_BATCH, per_rank)
+    exact = [m for m in range(1, top + 1)
+             if t.global_batch_tokens % (m * t.seq_len * ranks) == 0]
+    return exact or list(range(1, top + 1))
+
+
+def _precisions(settings: Settings) -> tuple[str, ...]:
+    """precision as set; auto tries fp8 only where the GPU has fp8 tensor cores and compile is on (eager fp8 is
+    slower than eager bf16 and saves no memory: core.perf.EAGER_FP8_SPEED)."""
+    t = settings.training
+    if t.precision != "auto":
+        return (t.precision,)
+    gpu = settings.nodes.gpu_instance.gpu
+    return ("bf16", "fp8") if gpu is not None and gpu.has_fp8 and t.compile else ("bf16",)
+
+
+def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
+    return (False, True) if t.activation_checkpointing == "auto" else (bool(t.activation_checkpointing),)
+
+
+def _within_headroom(option: Option) -> bool:
+    return option.memory.total_gib <= AUTO_MEMORY_SHARE * option.memory.capacity_gib
+
+
+def _decide(settings: Settings, network: str | None, calibration: perf.Calibration | None) -> TrainingSettings:
+    """The training section with every auto decided: the fastest predicted candidate within AUTO_MEMORY_SHARE of
+    the GPU's memory whose split reaches globalBatchTokens (or comes closest), else the one needing least memory."""
+    t = settings.training
+    ranks = max(1, settings.world_size)
+    candidates: list[tuple[Option, float]] = []
+    for precision in _precisions(settings):
+        for m in _micro_batches(t, ranks):
+            k = _accumulation(t, m, ranks)
+            for checkpointing in _checkpointing(t):
+                shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
+                                             "activation_checkpointing": checkpointing})
+                option = choose(settings, network, calibration, training=shape)
+                error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
+                candidates.append((option, error))
+                if _within_headroom(option):
+                    break  # checkpointing only recomputes: on where the shape does not fit without it
+    fitting = [(o, e) for o, e in candidates if _within_headroom(o)]
+    if not fitting:
+        return min(candidates, key=lambda c: (c[0].memory.total_gib, c[1]))[0].training
+    closest = min(e for _, e in fitting)
+    pool = [(o, e) for o, e in fitting if e <= (0.0 if closest == 0 else closest + GLOBAL_BATCH_TOLERANCE)]
+    return max(pool, key=lambda c: (c[0].tokens_per_s, -c[1]))[0].training
+
+
+_RESOLVED: dict[tuple[Settings, str | None, perf.Calibration | None], Settings] = {}
+
+
+def resolve(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None) -> Settings:
+    """The settings with every auto training lever decided (microBatch, gradAccumulation, precision,
+    activationCheckpointing; `training.undecided`): what the plan predicts and the job runs (training.train calls
+    it on the settings it gets, so no value is decided twice). Settings with nothing at auto come back as they are.
+
+    Scaled to zero there is no GPU to plan for: bf16, no checkpointing, microBatch 1 and the accumulation that
+    reaches globalBatchTokens on the settings' GPUs."""
+    t = settings.training
+    if not t.undecided:
+        return settings
+    key = (settings, network, calibration)
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    if settings.nodes.scaled_to_zero:
+        m = 1 if t.micro_batch == "auto" else int(t.micro_batch)
+        decided = t.model_copy(update={
+            "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
+            "precision": "bf16" if t.precision == "auto" else t.precision,
+            "activation_checkpointing": t.activation_checkpointing is True})
+    else:
+        decided = _decide(settings, network, calibration)
+    change = {"microBatch": decided.micro_batch, "gradAccumulation": decided.grad_accumulation,
+              "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing}
+    resolved = settings.replace(**{key: change[key] for key in t.undecided})
+    if len(_RESOLVED) > 4096:  # a long-lived process (tests, --recommend) keeps the newest only
+        _RESOLVED.clear()
+    _RESOLVED[key] = resolved
+    return resolved
 
 
 def resolve_sharding(settings: Settings, network: str | None = None) -> str:
@@ -184,6 +347,14 @@ def _changed_cause(settings: Settings) -> tuple[str, object, object] | None:
     return None
 
 
+def _changed(raw: Settings, decided: Settings, change: dict[str, object]) -> Settings:
+    """`decided` with a training lever changed, or `raw` with a node lever changed: other nodes decide their own
+    shape and precision (a larger GPU may have no fp8)."""
+    if set(change) & {"gpuInstanceType", "gpuNodeCount"}:
+        return raw.replace(**change)
+    return decided.replace(**change)
+
+
 def _describe(change: dict[str, object]) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
 
@@ -204,10 +375,11 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     plan = estimate(settings)
     if plan.fits or not settings.training.builtin:
         return plan
+    raw, settings = settings, resolve(settings)  # the levers below change the shape the job would run
     t, n = settings.training, settings.nodes
     fixes: list[str] = []
     key, value = None, None
-    cause = _changed_cause(settings)
+    cause = _changed_cause(raw)
     if cause:  # the one setting that broke a plan the defaults fit: name it first
         key, value, default = cause
         fixes.append(f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)")
@@ -215,7 +387,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     for lever, current, change in _alternatives(settings):
         if (lever == "gpuInstanceType" and seen_instance) or (cause and change == {cause[0]: cause[2]}):
             continue  # name only the smallest bigger GPU that fits; the default is named already
-        alt = estimate(settings.replace(**change))
+        alt = estimate(_changed(raw, settings, change))
         if alt.fits:
             fixes.append(f"{_describe(change)} ({alt.total_gib:.1f} GiB)")
             key, value = (key, value) if key else (lever, current)
@@ -280,7 +452,7 @@ def _advice(settings: Settings, network: str, chosen: Option, others: list[Optio
 
 def _scaling_changes(settings: Settings, network: str) -> list[dict[str, object]]:
     """Single changes that move more bytes per second or fewer bytes per token across the nodes."""
-    t, gpu = settings.training, settings.nodes.gpu_instance.gpu
+    t, gpu = resolve(settings, network).training, settings.nodes.gpu_instance.gpu
     changes: list[dict[str, object]] = []
     if network == "tcp":
         changes.append({"network": "efa"})
@@ -289,7 +461,7 @@ def _scaling_changes(settings: Settings, network: str) -> list[dict[str, object]
     if t.precision != "fp8" and gpu is not None and gpu.has_fp8:
         changes.append({"precision": "fp8"})
     for k in (4, 8):  # the network once per k micro-batches; checkpointing where the accumulation would not fit
-        if t.grad_accumulation < k:
+        if int(t.grad_accumulation) < k:
             changes.append({"gradAccumulation": k})
             changes.append({"gradAccumulation": k, "activationCheckpointing": True})
     return changes
@@ -352,8 +524,9 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
         return out
     for net in perf.NETWORKS:
         chosen = choose(settings, net, calibration)
+        decided = resolve(settings, net, calibration)  # the shape auto takes on this network
         options = _options(settings.replace(sharding="auto") if settings.nodes.gpu_node_count > 1 else settings, net,
-                           calibration)
+                           calibration, training=chosen.training)
         by_strategy: dict[str, dict] = {}
         for option in options:  # per strategy, the reduce dtype auto would take for it (or the set one)
             current = by_strategy.get(option.strategy)
@@ -363,9 +536,14 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             **chosen.as_dict(),
             "sharding_setting": settings.training.sharding,
             "grad_reduce_dtype_setting": settings.training.grad_reduce_dtype,
-            "advice": _advice(settings, net, chosen, options),
+            "advice": _advice(decided, net, chosen, options),
+            "global_batch": global_batch(settings, chosen.training).as_dict(),
+            "micro_batch": chosen.training.micro_batch, "grad_accumulation": chosen.training.grad_accumulation,
+            "activation_checkpointing": chosen.training.activation_checkpointing,
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
             "calibration": calibration.source if calibration else None,
+            "constants": families.describe(settings.nodes.gpu_instance.gpu.name,
+                                           catalog.gpu_link(settings.nodes.gpu_instance).name),
         }
     return out

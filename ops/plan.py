@@ -18,7 +18,7 @@ from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.perf import Calibration
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
-from ray_efa.core.strategy import check_fits, choose, estimate, performance
+from ray_efa.core.strategy import check_fits, choose, estimate, global_batch, performance, resolve
 from ray_efa.training.preflight import PreflightFloor, preflight_floor
 
 if TYPE_CHECKING:
@@ -96,6 +96,20 @@ class Plan:
     def scaled_to_zero(self) -> bool:
         return self.settings.nodes.scaled_to_zero
 
+    @property
+    def decided(self) -> Settings:
+        """The settings with every auto decided (core.strategy.resolve): the shape and precision the job runs."""
+        return resolve(self.settings)
+
+    def _decided(self) -> dict[str, Any]:
+        t = self.decided.training
+        split = None if self.scaled_to_zero else global_batch(self.settings).as_dict()
+        return {"precision": t.precision, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
+                "grad_accumulation": t.grad_accumulation, "activation_checkpointing": t.activation_checkpointing,
+                "global_batch_tokens": t.global_batch_tokens,
+                "achieved_global_batch_tokens": None if split is None else split["tokens"],
+                "global_batch": split}
+
     def as_dict(self) -> dict[str, Any]:
         s = self.settings
         return {
@@ -108,7 +122,7 @@ class Plan:
                 "network": s.workload.network,
                 "sharding": None if s.nodes.scaled_to_zero else choose(s).strategy,
                 "grad_reduce_dtype": None if s.nodes.scaled_to_zero else choose(s).reduce_dtype,
-                "precision": s.training.precision,
+                **self._decided(),
                 # what trains: the architecture (modelPath's config.json, or the preset) and on what data
                 "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
                 "dataset": s.training.dataset,
@@ -326,9 +340,8 @@ def _render_memory(plan: Plan, console: Console) -> None:
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
-    s = plan.settings
     m = plan.memory
-    t = s.training
+    t = plan.decided.training
     assert m is not None  # render_plan says why there is no plan at zero GPU nodes
     memory = Table(title="Memory per GPU", caption=f"{t.model}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
                                                   f"FSDP2 over {m.world_size} GPUs")
@@ -394,7 +407,7 @@ def _render_performance(plan: Plan, console: Console) -> None:
     Table = _folding(RichTable)  # whole at 80 columns: short headers, values wrap rather than cut
 
     s = plan.settings
-    t = s.training
+    t = plan.decided.training
     table = Table(
         title="Predicted step (core.perf)",
         caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
@@ -418,6 +431,15 @@ def _render_performance(plan: Plan, console: Console) -> None:
                 style="bold" if chosen else None,
             )
     console.print(table)
+    constants = plan.performance["efa"].get("constants") or {}
+    console.print("step-model constants: " + "; ".join(
+        f"{name.replace('_', ' ')} {c['value']:g} ({c['status']}: {c['source']})" for name, c in constants.items()),
+        highlight=False)
+    split = global_batch(s)
+    console.print(f"global batch: {split.tokens:,} tokens = microBatch {split.micro_batch} x seqLen {split.seq_len} x "
+                  f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"
+                  + ("" if split.exact else f" [yellow](not globalBatchTokens {split.target_tokens:,}: no split "
+                                            "reaches it exactly)[/]"), highlight=False)
     for net, prediction in plan.performance.items():
         if prediction.get("advice"):
             console.print(f"[yellow]performance ({net}):[/] {prediction['advice']}", highlight=False)

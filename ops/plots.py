@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SOFTWARE", "png_bytes", "is_ray_efa_png", "loss_chart", "throughput_chart", "step_time_chart", "memory_chart",
-    "optimizer_chart", "scaling_chart", "comparison_chart",
+    "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
 ]
 
 SOFTWARE = "ray-efa"
@@ -337,4 +337,23 @@ def comparison_chart(comparison: Mapping[str, Any]) -> Figure:
         f"different hardware: {describe_hardware(efa)} vs {describe_hardware(tcp)}, so not the transport's ratio alone")
     figure.suptitle(f"EFA runs the job {ratio:.2f}x as fast as TCP\n{efa.get('name')} vs {tcp.get('name')}, {where}",
                     fontweight="bold")
+    return figure
+
+
+def recommendation_chart(recommendations: Mapping[str, Any], *, top: int = 20) -> Figure:
+    """`plan --recommend --json`'s ranking: predicted USD per million tokens of the `top` cheapest (instance type,
+    nodes), cheapest first, with each one's tokens/s beside it."""
+    rows = list(recommendations["recommendations"])[:top]
+    figure, axes = _figure(width=9.0, height=max(3.0, 0.32 * len(rows) + 1.2), cols=2)
+    cost, speed = axes[0][0], axes[0][1]
+    labels = [f"{r['nodes']} x {r['instance_type']}" for r in rows]
+    where = list(range(len(rows)))[::-1]  # cheapest at the top
+    cost.barh(where, [r["usd_per_million_tokens"] for r in rows], color=_EFA)
+    cost.set_yticks(where, labels)
+    cost.set_xlabel("USD per million tokens")
+    speed.barh(where, [r["tokens_per_s"] for r in rows], color=_TCP)
+    speed.set_yticks(where, [""] * len(rows))
+    speed.set_xlabel("tokens/s, all GPUs")
+    speed.xaxis.set_major_formatter(_thousands())
+    figure.suptitle(f"Predicted cost to train {recommendations['tokens']:,} tokens, each with its own plan")
     return figure

@@ -12,7 +12,7 @@ from typing import Any
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.perf import NETWORKS, STRATEGIES
 from ray_efa.core.settings import Settings
-from ray_efa.core.strategy import choose, resolve_sharding
+from ray_efa.core.strategy import choose, resolve, resolve_sharding
 
 __all__ = ["scaling", "default_max_nodes", "MAX_NODES"]
 
@@ -57,9 +57,17 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
     return {
         "model": t.model, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": gpu.name,
         "capacity_gib": gpu.memory_gib, "max_nodes": last,
-        "batch": f"{t.micro_batch} x {t.seq_len} tokens per GPU" + (
-            f", gradAccumulation {t.grad_accumulation}" if t.grad_accumulation > 1 else ""),
+        "batch": _batch(settings),
         "chosen": {"nodes": settings.nodes.gpu_node_count, "network": network,
                    "strategy": resolve_sharding(settings, network=network)},
         "series": series,
     }
+
+
+def _batch(settings: Settings) -> str:
+    """The batch shape of the settings' own node count (auto decided there; each point decides its own)."""
+    if settings.nodes.scaled_to_zero:
+        return "no GPU nodes"
+    t = resolve(settings).training
+    return f"{t.micro_batch} x {t.seq_len} tokens per GPU" + (
+        f", gradAccumulation {t.grad_accumulation}" if int(t.grad_accumulation) > 1 else "")

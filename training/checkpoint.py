@@ -8,7 +8,10 @@ collide. Load: `ray.train.get_checkpoint()` (the latest reported checkpoint of t
 or a re-run with the same name) is opened as a directory and every rank reads the shards it needs, whatever the world
 size that wrote them.
 
-The step is all the other state there is: the learning rate and the batches are pure functions of it.
+The step is all the other state there is: the learning rate and the batches are pure functions of it. train_state.json
+also records the run's shape (world size, micro batch, seq length, accumulation: `run_shape`), so that a resume after
+the plan changed its mind (another gpuNodeCount, an auto micro batch that differs there) re-maps the data position in
+samples, or refuses naming the setting (`remap_train_state`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-__all__ = ["save_and_report", "restore", "restore_with_state", "TRAIN_STATE_FILE"]
+from ray_efa.core.settings import Problem, SettingsError, TrainingSettings
+
+__all__ = ["save_and_report", "restore", "restore_with_state", "TRAIN_STATE_FILE", "run_shape", "remap_train_state"]
 
 TRAIN_STATE_FILE = "train_state.json"
 
@@ -76,3 +81,51 @@ def restore_with_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer)
         dcp.load(state, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage] (see save above)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return int(step), train_state
+
+
+def run_shape(t: TrainingSettings, world_size: int) -> dict[str, int]:
+    """What train_state.json records of the run's batch: decided values (core.strategy.resolve), and the ranks."""
+    return {"world_size": world_size, "micro_batch": int(t.micro_batch), "seq_len": t.seq_len,
+            "grad_accumulation": int(t.grad_accumulation)}
+
+
+def _sequences_per_step(shape: dict[str, int]) -> int:
+    return shape["micro_batch"] * shape["grad_accumulation"] * shape["world_size"]
+
+
+def _split(shape: dict[str, int]) -> str:
+    return (f"microBatch {shape['micro_batch']} x gradAccumulation {shape['grad_accumulation']} x "
+            f"{shape['world_size']} ranks of seqLen {shape['seq_len']}")
+
+
+def remap_train_state(saved: dict[str, Any], shape: dict[str, int]) -> dict[str, Any]:
+    """train_state.json (`saved`) for a run of `shape`: as saved when the shape is the same (or a checkpoint from
+    before shapes were recorded); else with the data position re-mapped in samples. A step counts global batches
+    (the learning-rate schedule, `steps`), so the sequences per step must stay; SettingsError names what differs.
+
+    The data position is micro-batches consumed per rank (training.dataset.ShardBatches): the samples consumed over
+    the job are consumed x microBatch x world size, and the new run skips as many (the same number of samples; which
+    ones each rank holds follows Ray Data's split of the new world size)."""
+    old = saved.get("shape")
+    if not old or old == shape:
+        return saved
+    if old["seq_len"] != shape["seq_len"]:
+        raise SettingsError([Problem("seqLen", shape["seq_len"], f"must be {old['seq_len']} to resume this run: its "
+                                     "checkpoint's data position counts sequences of that length (or start a new run "
+                                     "name)")])
+    if _sequences_per_step(old) != _sequences_per_step(shape):
+        raise SettingsError([Problem(
+            "globalBatchTokens", _sequences_per_step(shape) * shape["seq_len"],
+            f"must be {_sequences_per_step(old) * old['seq_len']:,} tokens to resume this run: its steps were global "
+            f"batches of {_split(old)}, this run's {_split(shape)} (set globalBatchTokens, microBatch or "
+            "gradAccumulation to reach it, or start a new run name)")])
+    data = saved.get("data")
+    if not data:
+        return {**saved, "shape": shape}
+    samples = data["consumed"] * old["micro_batch"] * old["world_size"]
+    per_batch = shape["micro_batch"] * shape["world_size"]
+    if samples % per_batch:
+        raise SettingsError([Problem(
+            "microBatch", shape["micro_batch"], f"must divide the {samples:,} samples this run's checkpoint consumed "
+            f"in epoch {data['epoch']} over {shape['world_size']} ranks to resume it ({_split(old)} before)")])
+    return {**saved, "shape": shape, "data": {**data, "consumed": samples // per_batch}}

@@ -22,6 +22,7 @@ LOCAL_PRESET: dict[str, object] = {
     "steps": 60,
     "seqLen": 128,
     "microBatch": 4,
+    "gradAccumulation": 1,  # the local run's global batch is what it is: 2 CPU ranks, not globalBatchTokens
     "learningRate": 5e-3,  # high for a 0.4M-parameter model that must memorize in 60 steps
     "warmupSteps": 5,
     "dataPoolSize": 8,

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ray_efa.core.perf import flops_per_token_causal
-from ray_efa.core.settings import Settings, TrainingSettings
+from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters, preflight, weights
 from ray_efa.training.history import open_history
 from ray_efa.training.inputs import Inputs
@@ -34,7 +34,7 @@ from ray_efa.training.parallelize import (
 )
 from ray_efa.training.reporting import Reporter
 
-__all__ = ["train_func", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
+__all__ = ["train_func", "check_fp8_capability", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
 
 class InjectedFault(RuntimeError):
     """The failure FaultInjection raises (tests only)."""
@@ -129,6 +129,19 @@ def train_step(
     return StepResult(loss, norm)
 
 
+FP8_COMPUTE_CAPABILITY = (8, 9)
+"""The oldest CUDA compute capability with fp8 tensor cores (Ada L4/L40S 8.9, Hopper 9.0): torchao float8's own check."""
+
+
+def check_fp8_capability(capability: tuple[int, int], device_name: str) -> None:
+    """At run time, whatever the plan said: SettingsError naming precision on a GPU without fp8 tensor cores."""
+    if tuple(capability) < FP8_COMPUTE_CAPABILITY:
+        major, minor = capability
+        raise SettingsError([Problem("precision", "fp8", f"must be bf16 on this {device_name}: compute capability "
+                                     f"{major}.{minor} has no fp8 tensor cores (fp8 needs "
+                                     f"{FP8_COMPUTE_CAPABILITY[0]}.{FP8_COMPUTE_CAPABILITY[1]} or later)")])
+
+
 def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
     """(strategy, HSDP replicas, gradient reduction dtype): core.strategy's choice, on the ranks Ray started.
 
@@ -157,11 +170,17 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     # Ray logs every ray.train.report at INFO through the root logger (one line per rank per report); our progress
     # line says it once. Ray Train's own "ray.train" logger keeps its level and handlers.
     logging.getLogger().setLevel(logging.WARNING)
-    settings = Settings.from_context(config["settings"])
+    from ray_efa.core.strategy import resolve
+
+    # the plan's decisions (microBatch, gradAccumulation, precision, activationCheckpointing at auto): the same
+    # function `ray-efa plan` shows them from, on the same settings, so the job runs the planned split
+    settings = resolve(Settings.from_context(config["settings"]))
     faults = FaultInjection.from_config(config)
     t = settings.training
     rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
     device = ray.train.torch.get_device()
+    if t.precision == "fp8" and device.type == "cuda":
+        check_fp8_capability(torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
 
     # modelPath's files on this node (s3:// and hf:// downloaded once per node); the architecture is its config.json
     folder = weights.fetch_model(t.model_path) if t.model_path else None
@@ -183,6 +202,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
+    shape = checkpoint.run_shape(t, world)
+    train_state = checkpoint.remap_train_state(train_state, shape)  # the plan may differ from the checkpoint's
     data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
     last_eval: dict[str, float] = {}
     meter = Meter(
@@ -225,7 +246,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
                     history.log(entry, int(entry["step"]))
             if save:
                 checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
-                                           train_state=data.state())
+                                           train_state={**data.state(), "shape": shape})
                 reporter.reported()
                 reporter.restart_clock()  # the save is not a training step
             elif report:
@@ -240,11 +261,11 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # what ran, for `ray-efa calibrate`
-    shape = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
+    ran = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
              "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
              "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
              "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
              "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
-    return {"summary": {**meter.summary(), **last_eval, **where, **shape, "reports": reporter.reports},
+    return {"summary": {**meter.summary(), **last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

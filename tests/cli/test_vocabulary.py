@@ -53,7 +53,8 @@ def _bad_keys(data, path: str = "", exempt: tuple[str, ...] = ()) -> list[str]:
 
 def _long_floats(data) -> list[float]:
     if isinstance(data, float):
-        return [data] if len(repr(data).replace("-", "").replace(".", "").lstrip("0")) > 6 else []
+        text = repr(data).replace("-", "").removesuffix(".0")  # 109252.0 has six significant digits, not seven
+        return [data] if len(text.replace(".", "").lstrip("0")) > 6 else []
     if isinstance(data, dict):
         return [f for v in data.values() for f in _long_floats(v)]
     if isinstance(data, list):

@@ -8,11 +8,12 @@ import pytest
 
 from ray_efa.core import catalog, memory
 from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, estimate_for
-from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
+from ray_efa.core.settings import SettingsError
 from ray_efa.core.strategy import check_fits, estimate
+from tests.core.shapes import fixed_settings, fixed_training
 
 GIB = 2**30
-QWEN = TrainingSettings(model="qwen2.5-1.5b")
+QWEN = fixed_training(model="qwen2.5-1.5b")
 P = QWEN.preset.num_parameters
 
 
@@ -48,7 +49,7 @@ def test_sharded_states_are_fp32_bytes_per_parameter_over_the_world_size(world_s
 )
 def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, expected_bytes):
     # GIVEN micro_batch x seq_len tokens per GPU, the loss chunked by `chunk` tokens (0: not at all)
-    t = TrainingSettings(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk)
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk)
     # WHEN it is planned
     plan = estimate_for(t, world_size=8, gpu=catalog.GPUS["H200"])
     # THEN the logits part is the formula's bytes
@@ -59,7 +60,7 @@ def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, expec
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_activations_follow_the_documented_formula(checkpointing, compiled):
     # GIVEN Qwen2.5-1.5B (d 1536, kv 256, MLP 8960, 28 layers) at 2 x 2048 tokens, eager or compiled
-    t = TrainingSettings(model="qwen2.5-1.5b", micro_batch=2, seq_len=2048, activation_checkpointing=checkpointing,
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=2, seq_len=2048, activation_checkpointing=checkpointing,
                          compile=compiled)
     d, kv, inter, layers, tokens = 1536, 256, 8960, 28, 4096
     per_layer = (22 * d + 4 * kv + 8 * inter) * (COMPILED_ACTIVATIONS if compiled else 1)
@@ -81,7 +82,7 @@ def test_activations_follow_the_documented_formula(checkpointing, compiled):
 def test_each_lever_lowers_its_own_part_only(lever, changed, unchanged):
     # GIVEN the default run at 2 x 4096 tokens, and the same run with one lever pulled (sharding pinned: under auto a
     # lever can also switch the strategy, which moves the sharded parts)
-    base = Settings.from_context({"microBatch": 2, "seqLen": 4096, "sharding": "fsdp"})
+    base = fixed_settings({"microBatch": 2, "seqLen": 4096, "sharding": "fsdp"})
     before, after = estimate(base), estimate(base.replace(**lever))
     # THEN the lever's part shrinks, the others stay, and so does the total
     assert getattr(after, changed) < getattr(before, changed)
@@ -91,7 +92,7 @@ def test_each_lever_lowers_its_own_part_only(lever, changed, unchanged):
 
 def test_total_is_the_parts_plus_overhead_and_fits_compares_with_the_catalog_gpu():
     # GIVEN the default settings (Qwen2.5-1.5B, 2 x 2048 tokens, compiled, chunked loss, 2 x g6.12xlarge = 8 L4)
-    plan = estimate(Settings())
+    plan = estimate(fixed_settings())
     parts = [gib for name, gib in plan.breakdown() if name not in ("overhead", "total")]
     # THEN the overhead is the fixed part plus fragmentation, the total adds up, and the capacity is the L4's
     assert plan.overhead_gib == pytest.approx(OVERHEAD_FIXED_GIB + FRAGMENTATION * sum(parts))
@@ -103,7 +104,7 @@ def test_total_is_the_parts_plus_overhead_and_fits_compares_with_the_catalog_gpu
 
 def test_plan_is_an_upper_bound_close_to_the_h200_measurement():
     # GIVEN the run measured on 2 x H200 (reference/FACTS.md): 1.5B, 4 x 4096 tokens, unchunked loss, 81 GiB peak
-    plan = estimate_for(TrainingSettings(model="qwen2.5-1.5b", micro_batch=4, seq_len=4096, compile=False,
+    plan = estimate_for(fixed_training(model="qwen2.5-1.5b", micro_batch=4, seq_len=4096, compile=False,
                                          loss_chunk_size=0), world_size=2, gpu=catalog.GPUS["H200"])
     allocated = plan.total_gib - plan.overhead_gib
     # THEN the allocator's share of the plan is above the measurement, by less than 10%
@@ -120,14 +121,14 @@ H200_MEASUREMENTS = [
 
 @pytest.mark.parametrize("context, measured", H200_MEASUREMENTS)
 def test_plan_bounds_the_benchmark_peaks_from_above_within_a_fifth(context, measured):
-    t = Settings.from_context({"model": "qwen2.5-1.5b", "seqLen": 4096, **context}).training
+    t = fixed_settings({"model": "qwen2.5-1.5b", "seqLen": 4096, **context}).training
     plan = estimate_for(t, world_size=2, gpu=catalog.GPUS["H200"])
     allocated = plan.total_gib - plan.overhead_gib
     assert measured <= allocated <= measured * 1.2, (allocated, measured)
 
 
 def test_check_fits_returns_the_plan_when_it_fits():
-    settings = Settings()
+    settings = fixed_settings()
     assert check_fits(settings) == estimate(settings)
 
 
@@ -149,7 +150,7 @@ def test_check_fits_returns_the_plan_when_it_fits():
 )
 def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions):
     # GIVEN settings whose plan is larger than the GPU (the eager, unchunked step these cases were written for)
-    settings = Settings.from_context({"compile": False, "lossChunkSize": 0, **context})
+    settings = fixed_settings({"compile": False, "lossChunkSize": 0, **context})
     assert not estimate(settings).fits
     # WHEN they are checked
     with pytest.raises(SettingsError) as raised:
@@ -164,23 +165,23 @@ def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions
 def test_a_one_node_plan_that_does_not_fit_is_offered_more_nodes():
     # GIVEN the defaults on one GPU node (4 GPUs share the model state instead of 8) with a micro batch of 3: the
     # default micro batch fits one node since the loss chunk is 1024, three do not
-    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 3})
+    settings = fixed_settings({"gpuNodeCount": 1, "microBatch": 3})
     assert not estimate(settings).fits and estimate(settings.replace(gpuNodeCount=2)).fits
     # WHEN it is checked
     with pytest.raises(SettingsError) as raised:
         check_fits(settings)
-    # THEN the micro batch (changed from its default, which fits) is blamed, and every lever is offered: more nodes,
-    # and the training settings
+    # THEN the first setting changed from its default that fits alone is blamed (activationCheckpointing false: at
+    # auto it would be on here), and every lever is offered: more nodes, and the training settings
     (problem,) = raised.value.problems
-    assert (problem.key, problem.value) == ("microBatch", 3)
-    for lever in ("microBatch=2, its default", "gpuNodeCount=2", "activationCheckpointing=true", "seqLen=1024",
+    assert (problem.key, problem.value) == ("activationCheckpointing", False)
+    for lever in ("activationCheckpointing=auto, its default", "gpuNodeCount=2", "microBatch=1", "seqLen=1024",
                   "gpuInstanceType="):
         assert lever in problem.message, (lever, problem.message)
 
 
 def test_more_gpu_nodes_is_offered_when_they_fit():
     # GIVEN a plan whose sharded state is what overflows: the unchunked loss on one node
-    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 1, "lossChunkSize": 0, "compile": False})
+    settings = fixed_settings({"gpuNodeCount": 1, "microBatch": 1, "lossChunkSize": 0, "compile": False})
     if estimate(settings).fits:
         settings = settings.replace(microBatch=2)
     assert not estimate(settings).fits
@@ -198,14 +199,14 @@ def test_more_gpu_nodes_is_offered_when_they_fit():
 
 def test_a_setting_changed_from_its_default_is_named_when_its_default_fits():
     # GIVEN the defaults with a micro batch 32 times larger
-    settings = Settings.from_context({"microBatch": 64})
+    settings = fixed_settings({"microBatch": 64})
     # WHEN it is checked
     with pytest.raises(SettingsError) as raised:
         check_fits(settings)
     # THEN microBatch is blamed, and its default is the fix offered
     (problem,) = raised.value.problems
     assert (problem.key, problem.value) == ("microBatch", 64)
-    assert "microBatch=2, its default" in problem.message
+    assert "microBatch=auto, its default" in problem.message
 
 
 RESERVED = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200x1-calibrate-expandable.jsonl"
@@ -220,7 +221,7 @@ def _reserved_rows():
 def test_plan_covers_reserved_memory_plus_context_on_the_real_allocator(row):
     # GIVEN a shape measured on one H200 with expandable segments (bench/calibrate.py): peak *reserved* memory and what
     # was in use outside the allocator (CUDA context, NCCL), which is what runs out
-    t = TrainingSettings(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
                          grad_accumulation=row["grad_accumulation"])
     measured = row["peak_reserved_gib"] + row["outside_allocator_gib"]
     # WHEN the planner plans it at the same world size (1)
@@ -232,7 +233,7 @@ def test_plan_covers_reserved_memory_plus_context_on_the_real_allocator(row):
 
 
 def test_hsdp_shards_within_a_node_and_accumulation_holds_more_gradients():
-    s = Settings.from_context({"sharding": "fsdp"})  # 2 x g6.12xlarge: 8 GPUs, 4 per node
+    s = fixed_settings({"sharding": "fsdp"})  # 2 x g6.12xlarge: 8 GPUs, 4 per node
     fsdp, hsdp = memory.estimate(s, "fsdp"), memory.estimate(s, "hsdp")
     assert hsdp.optimizer_gib == pytest.approx(2 * fsdp.optimizer_gib)  # sharded over 4 instead of 8
     # with accumulation, fsdp holds the unsharded fp32 gradients plus 2 sharded copies (over 8), hsdp 3 (over 4)
@@ -254,7 +255,7 @@ def _two_gpu_rows():
 @pytest.mark.parametrize("row", _two_gpu_rows(), ids=lambda r: f"{r['link']}-{r['micro_batch']}x{r['seq_len']}-{r['cell']}")
 def test_plan_covers_reserved_memory_of_fsdp_hsdp_and_accumulation_on_two_gpus(row):
     # GIVEN a cell measured on 2 x H200 (bench/sharding_proof.py): hsdp there replicates over 2 and shards over 1
-    t = TrainingSettings(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
                          grad_accumulation=row["grad_accumulation"], grad_reduce_dtype=row["grad_reduce_dtype"])
     shard = 1 if row["strategy"] == "hsdp" else 2
     # WHEN the planner plans it; THEN it covers the reserved peak plus the 1.3 GiB measured outside the allocator
@@ -265,7 +266,7 @@ def test_plan_covers_reserved_memory_of_fsdp_hsdp_and_accumulation_on_two_gpus(r
 
 def test_scaled_to_zero_has_no_plan_and_says_how_to_come_back():
     # GIVEN gpuNodeCount 0: no GPU, so nothing to divide the model state by
-    settings = Settings.from_context({"gpuNodeCount": 0})
+    settings = fixed_settings({"gpuNodeCount": 0})
     assert settings.world_size == 0 and settings.nodes.scaled_to_zero
     # THEN the planner refuses by name (what a job would need), never dividing by zero
     for plan in (estimate, check_fits):
@@ -279,5 +280,5 @@ def test_scaled_to_zero_has_no_plan_and_says_how_to_come_back():
 def test_scaled_to_zero_predicts_no_step():
     from ray_efa.core.strategy import performance, resolve_sharding
 
-    settings = Settings.from_context({"gpuNodeCount": 0})
+    settings = fixed_settings({"gpuNodeCount": 0})
     assert performance(settings) == {} and resolve_sharding(settings) == "fsdp"

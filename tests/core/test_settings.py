@@ -63,7 +63,7 @@ def test_every_problem_is_reported_at_once_with_key_value_and_allowed():
 
 @pytest.mark.parametrize("context, key, fragment", [
     ({"seqLen": "40000"}, "seqLen", "must be <= 32768, the max positions of qwen2.5-1.5b"),
-    ({"microBatch": "0"}, "microBatch", "must be >= 1"),
+    ({"microBatch": "0"}, "microBatch", "must be auto or an integer >= 1"),
     ({"learningRate": "-0.1"}, "learningRate", "must be > 0"),
     ({"model": "llama"}, "model", "must be one of"),
     ({"region": "Ohio"}, "region", "must be a region name"),

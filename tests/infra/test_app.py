@@ -62,7 +62,7 @@ def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
     )
     # THEN the synth fails naming the setting and the fix, and no template is written (nothing to deploy)
     assert result.returncode != 0
-    assert "microBatch: the training plan needs" in result.stderr and "microBatch=2, its default" in result.stderr
+    assert "microBatch: the training plan needs" in result.stderr and "microBatch=auto, its default" in result.stderr
     assert "Traceback" not in result.stderr
     assert not list(tmp_path.glob("*.template.json"))
 

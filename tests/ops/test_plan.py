@@ -60,6 +60,10 @@ def test_pods_match_the_catalog(project):
     assert (head.cpu, head.memory_gib, head.gpus) == (*catalog.head_pod_resources(catalog.system_instance("m7i.2xlarge")), 0)
 
 
+OLD_SHAPE = ("-c", "microBatch=2", "-c", "gradAccumulation=1", "-c", "precision=bf16", "-c", "activationCheckpointing=false")
+"""The batch shape and precision the defaults had before auto: what these step-model tests were written at."""
+
+
 def test_memory_and_cost_are_core_s(project):
     plan = plan_of(project)
     assert plan.memory == estimate(plan.settings)
@@ -134,8 +138,8 @@ def test_command_json_is_complete(capsys):
 
 
 def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
-    # GIVEN the default deployment (2 x g6.12xlarge)
-    assert run_cli("plan", "--json") == 0
+    # GIVEN the default deployment (2 x g6.12xlarge) at the shape of the defaults before auto (2 x 2048, bf16)
+    assert run_cli("plan", "--json", *OLD_SHAPE) == 0
     performance = json.loads(capsys.readouterr().out)["performance"]
     # THEN each network has the strategy the job would run and its predicted step, in snake_case keys
     assert set(performance) == {"efa", "tcp"}
@@ -148,19 +152,19 @@ def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
 
 
 def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys):
-    assert run_cli("plan") == 0
+    assert run_cli("plan", *OLD_SHAPE) == 0
     out = " ".join(capsys.readouterr().out.split())
-    # the default job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
+    # at the old default shape the job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
     # plan says by how much and what would change that
     assert "Predicted step" in out and "hsdp*" in out and "bf16" in out
-    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.70x of 1 node" in out
+    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.93x of 1 node" in out
     assert "network=efa would give" in out
     # MFU is given under both FLOP conventions
     assert "6N + 12 L d S / causal 6N + 6 L d S" in out
 
 
 def test_command_advises_the_change_that_lets_a_faster_strategy_fit(capsys):
-    assert run_cli("plan", "-c", "lossChunkSize=4096") == 0
+    assert run_cli("plan", "-c", "lossChunkSize=4096", *OLD_SHAPE) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "lossChunkSize=1024" in out and "hsdp (bf16 reduction) would be" in out
 
@@ -232,3 +236,74 @@ def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(proj
     text = " ".join(console.export_text().split())  # wrapped at 80 columns
     assert "not predicted: trainFunction own_training.train:train_func is your own" in text
     assert "Memory per GPU" not in text and "Predicted step" not in text
+
+
+def test_fp8_on_a_described_v100_is_exit_2_naming_precision(capsys):
+    # a V100 described in extraGpuInstanceTypes (no fp8 tensor cores): before, plan crashed dividing by its fp8 peak
+    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
+                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
+                       "usdPerHour": 31.2})
+    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}",
+                   "-c", "precision=fp8")
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert code == 2 and [p["key"] for p in problems] == ["precision"]
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}") == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["precision"] == "bf16"
+
+
+def test_plan_json_reports_the_global_batch_and_its_split(capsys):
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p5.4xlarge", "-c", "gpuNodeCount=1") == 0
+    deployment = json.loads(capsys.readouterr().out)["deployment"]
+    split = deployment["global_batch"]
+    assert deployment["global_batch_tokens"] == split["tokens"] == 524_288 and split["exact"]
+    assert split["micro_batch"] * split["seq_len"] * split["grad_accumulation"] * split["data_parallel_ranks"] == 524_288
+    assert deployment["micro_batch"] == split["micro_batch"] and deployment["precision"] == "fp8"
+
+
+def test_recommend_ranks_every_instance_type_by_usd_per_million_tokens(capsys):
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "4", "--tokens", "1e9") == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["recommendations"]
+    # THEN at least five plans over three types, cheapest first, each with its own plan, all fitting memory
+    assert len(rows) >= 5 and len({r["instance_type"] for r in rows}) >= 3
+    costs = [r["usd_per_million_tokens"] for r in rows]
+    assert costs == sorted(costs)
+    assert all(r["memory_gib"] <= r["capacity_gib"] and 1 <= r["nodes"] <= 4 for r in rows)
+    assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "hours", "usd"} <= set(rows[0])
+    # the hours and USD are those of the tokens asked for, at the predicted speed and the hourly price
+    first = rows[0]
+    assert first["hours"] == pytest.approx(1e9 / first["tokens_per_s"] / 3600, rel=1e-3)
+    assert first["usd"] == pytest.approx(first["hours"] * first["usd_per_hour"], rel=1e-3)
+    assert out["tokens"] == 1_000_000_000
+
+
+def test_recommend_includes_a_described_type(capsys):
+    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
+                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
+                       "usdPerHour": 31.2})
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", f"extraGpuInstanceTypes={v100}") == 0
+    rows = json.loads(capsys.readouterr().out)["recommendations"]
+    described = [r for r in rows if r["instance_type"] == "p3dn.24xlarge"]
+    assert described and all(r["precision"] == "bf16" for r in described)
+
+
+def test_tokens_without_recommend_is_refused(capsys):
+    assert run_cli("plan", "--tokens", "1e9") == 2
+
+
+def test_plan_says_which_step_model_constants_are_measured_and_which_assumed(capsys):
+    # GIVEN an L4 node (no L4 run measured) and an H200 node (the calibration's own GPU)
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=g6.12xlarge") == 0
+    l4 = json.loads(capsys.readouterr().out)["performance"]["efa"]["constants"]
+    assert run_cli("plan", "--json", "-c", "gpuInstanceType=p5en.48xlarge", "-c", "gpuNodeCount=1") == 0
+    h200 = json.loads(capsys.readouterr().out)["performance"]["efa"]["constants"]
+    # THEN the L4's compute efficiency is its own, labelled assumed with a source; the H200's is measured
+    assert l4["compute_efficiency"]["status"] == "assumed" and l4["compute_efficiency"]["source"]
+    assert l4["compute_efficiency"]["value"] < h200["compute_efficiency"]["value"]
+    assert h200["compute_efficiency"]["status"] == "measured"
+    # and PCIe has its own share, not NVLink's
+    assert l4["intra_node_link_share"]["status"] == "assumed" and h200["intra_node_link_share"]["status"] == "measured"
+    assert l4["intra_node_link_share"]["value"] != h200["intra_node_link_share"]["value"]
+    # the text plan says so too
+    assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge") == 0
+    assert "compute efficiency 0.45 (assumed:" in " ".join(capsys.readouterr().out.split())

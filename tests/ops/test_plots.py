@@ -68,7 +68,8 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys):
     nothing_fits = [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in s["series"])]
     assert len(figure.axes[0].patches) == len(nothing_fits)
     # ... and one node of 4 x L4 with a 4096-token loss chunk, which fits neither strategy there
-    big = scaling(Settings.from_context({"lossChunkSize": 4096}))
+    big = scaling(Settings.from_context({"lossChunkSize": 4096, "microBatch": 2, "gradAccumulation": 1,
+                                         "precision": "bf16", "activationCheckpointing": False}))
     assert [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in big["series"])] == [1]
     assert len(plots.scaling_chart(big).axes[0].patches) == 1
 
@@ -171,3 +172,19 @@ def test_a_png_is_ours_only_when_its_software_text_says_so(tmp_path):
     figure.savefig(theirs)  # matplotlib's own Software text, not ray-efa's
     assert plots.is_ray_efa_png(ours) and not plots.is_ray_efa_png(theirs)
     assert not plots.is_ray_efa_png(tmp_path / "absent.png")
+
+
+def test_plan_recommend_plot_draws_the_ranking_of_its_json(tmp_path, capsys):
+    chart = tmp_path / "recommend.png"
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "--plot", str(chart)) == 0
+    captured = capsys.readouterr()
+    ranking = json.loads(captured.out)
+    assert f"recommendation chart: {chart}" in captured.err
+    _assert_png(chart, min_bytes=10_000)
+    figure = plots.recommendation_chart(ranking)
+    cost = figure.axes[0]
+    drawn = sorted(((bar.get_y(), bar.get_width()) for bar in cost.patches), reverse=True)  # top bar first
+    expected = [r["usd_per_million_tokens"] for r in ranking["recommendations"][:20]]
+    assert [width for _, width in drawn] == pytest.approx(expected)
+    assert [t.get_text() for t in cost.get_yticklabels()][0] == (
+        f"{ranking['recommendations'][0]['nodes']} x {ranking['recommendations'][0]['instance_type']}")

@@ -85,3 +85,16 @@ def test_fp8_trains_like_fp32_within_fp8_tolerance(runs):
     assert fp8[0] == pytest.approx(fp32[0], rel=1e-2)
     assert fp8[-1] < fp8[0] - 0.1 and fp32[-1] < fp32[0] - 0.1
     assert all(a == pytest.approx(b, rel=5e-2) for a, b in zip(fp8, fp32))
+
+
+def test_the_job_refuses_fp8_on_a_gpu_without_fp8_tensor_cores_naming_precision():
+    # the run-time check behind the plan's: compute capability as torch.cuda reports it (V100 7.0, A100 8.0)
+    from ray_efa.core.settings import SettingsError
+    from ray_efa.training.train import check_fp8_capability
+
+    for capability, name in (((7, 0), "Tesla V100-SXM2-32GB"), ((8, 0), "NVIDIA A100-SXM4-40GB")):
+        with pytest.raises(SettingsError) as raised:
+            check_fp8_capability(capability, name)
+        assert [p.key for p in raised.value.problems] == ["precision"] and name in raised.value.problems[0].message
+    for capability in ((8, 9), (9, 0), (10, 0)):  # L4/L40S, H100/H200, B200
+        check_fp8_capability(capability, "GPU")

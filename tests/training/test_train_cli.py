@@ -29,7 +29,7 @@ def run_cli(*argv: str) -> int:
     ("argv", "message"),
     [
         (["--local", "-c", "seqLen=40000"], "seqLen: must be <= 32768"),
-        (["--local", "-c", "microBatch=0"], "microBatch: must be >= 1"),
+        (["--local", "-c", "microBatch=0"], "microBatch: must be auto or an integer >= 1"),
         (["--local", "-c", "model=llama"], "model: must be one of"),
         (["--local", "-c", "learningRate=-0.1"], "learningRate: must be > 0"),
         (["--local", "-c", "stepz=3"], "stepz: unknown setting (did you mean steps?)"),

@@ -1,0 +1,62 @@
+"""A resume after the plan changed its mind (training.checkpoint.remap_train_state): the data position re-mapped in
+samples, or a refusal naming the setting; pure functions over train_state.json's contents."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.core.strategy import resolve
+from ray_efa.training.checkpoint import remap_train_state, run_shape
+
+
+def _shape(world: int, micro: int, accumulation: int, seq: int = 2048) -> dict[str, int]:
+    return {"world_size": world, "micro_batch": micro, "seq_len": seq, "grad_accumulation": accumulation}
+
+
+def test_the_same_shape_resumes_as_saved():
+    saved = {"step": 10, "data": {"epoch": 0, "consumed": 40}, "shape": _shape(8, 4, 4)}
+    assert remap_train_state(saved, _shape(8, 4, 4)) == saved
+
+
+def test_a_resized_cluster_with_the_same_global_batch_continues_at_the_same_sample():
+    # GIVEN 10 steps on 8 ranks of 4 x 4 (640 sequences per rank consumed... 40 micro-batches of 4 each)
+    saved = {"step": 10, "data": {"epoch": 0, "consumed": 40}, "shape": _shape(8, 4, 4)}
+    # WHEN the cluster doubles and auto halves the accumulation (the same 128 sequences a step)
+    remapped = remap_train_state(saved, _shape(16, 8, 1))
+    # THEN the step stays and each rank skips the same share of the samples: 40 x 4 x 8 = 1280 = 10 x 8 x 16
+    assert remapped["step"] == 10 and remapped["data"] == {"epoch": 0, "consumed": 10}
+    assert remapped["shape"] == _shape(16, 8, 1)
+
+
+def test_a_changed_global_batch_is_refused_naming_global_batch_tokens():
+    saved = {"step": 10, "data": {"epoch": 0, "consumed": 40}, "shape": _shape(8, 4, 4)}
+    with pytest.raises(SettingsError) as raised:
+        remap_train_state(saved, _shape(8, 2, 1))
+    (problem,) = raised.value.problems
+    assert problem.key == "globalBatchTokens" and "must be 262,144 tokens to resume this run" in problem.message
+
+
+def test_a_changed_sequence_length_is_refused_naming_seq_len():
+    saved = {"step": 3, "shape": _shape(1, 4, 4)}
+    with pytest.raises(SettingsError) as raised:
+        remap_train_state(saved, _shape(1, 8, 4, seq=1024))
+    assert [p.key for p in raised.value.problems] == ["seqLen"]
+
+
+def test_a_position_the_new_micro_batch_cannot_divide_is_refused_naming_micro_batch():
+    saved = {"step": 1, "data": {"epoch": 2, "consumed": 3}, "shape": _shape(2, 1, 6)}  # 6 samples consumed
+    with pytest.raises(SettingsError) as raised:
+        remap_train_state(saved, _shape(1, 4, 3))  # 12 a step as before, but 6 is no whole number of 4s
+    assert [p.key for p in raised.value.problems] == ["microBatch"]
+
+
+def test_a_checkpoint_without_a_shape_resumes_as_before():
+    saved = {"step": 5, "data": {"epoch": 0, "consumed": 5}}
+    assert remap_train_state(saved, _shape(8, 4, 4)) == saved
+
+
+def test_the_shape_recorded_is_the_decided_one():
+    t = resolve(Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4})).training
+    shape = run_shape(t, 32)
+    assert shape["micro_batch"] * shape["grad_accumulation"] * 32 * shape["seq_len"] == t.global_batch_tokens
