@@ -86,7 +86,7 @@ def test_one_node_needs_no_shared_storage():
         ([], None, "--settings: is required without --local"),
         (["--settings", "{path}"], "{not json", "ray_efa.training.driver:"),
         (["--settings", "{path}"], json.dumps({"seqLen": 99999, "model": "tiny"}), "seqLen: must be <= 32768"),
-        (["--settings", "{path}"], Settings.from_context({"microBatch": 8, "seqLen": 4096}).to_json(), "GiB per GPU"),
+        (["--settings", "{path}"], Settings.from_context({"microBatch": 32, "seqLen": 8192}).to_json(), "GiB per GPU"),  # even checkpointed
     ],
     ids=["no-settings", "bad-json", "bad-value", "plan-too-big"],
 )
