@@ -53,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"ray-efa {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # one place for every command: an unreachable cluster or AWS is one line, not a trace
+        from ray_efa.cli._common import EXIT_UNREACHABLE, fail, unreachable_message
+
+        message = unreachable_message(error)
+        if message is None:
+            raise
+        return fail(args, args.command, message, code=EXIT_UNREACHABLE)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -103,6 +103,65 @@ def kube_api_client(args: argparse.Namespace) -> Any:
                               "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)") from None
 
 
+EXIT_UNREACHABLE = 1
+"""The cluster's API server or AWS could not be reached or refused us (network, DNS, TLS, timeout, 401/403)."""
+
+
+def unreachable_message(error: BaseException) -> str | None:
+    """One line naming the endpoint and what to check, for an error talking to the Kubernetes API or AWS; None for
+    any other error (which then propagates as a bug). urllib3 wraps the cause in MaxRetryError.reason (kubernetes'
+    rest client goes through urllib3); kubernetes raises ApiException with .status for HTTP errors; botocore raises
+    EndpointConnectionError, NoCredentialsError and ClientError (with Error.Code AccessDenied...)."""
+    import socket
+    import ssl
+
+    from urllib3 import exceptions as u3
+
+    cause: BaseException = error
+    if isinstance(error, u3.MaxRetryError):
+        cause = error.reason or error
+        endpoint = f"{error.pool.scheme}://{error.pool.host}:{error.pool.port}" if error.pool else "the API server"
+        text = str(cause)
+        if isinstance(cause, u3.SSLError) or "CERTIFICATE_VERIFY_FAILED" in text:
+            return (f"TLS error talking to {endpoint}: {' '.join(text.split())[:160]}; check the kubeconfig's "
+                    "certificate-authority-data is this cluster's (aws eks update-kubeconfig rewrites it)")
+        if isinstance(cause, u3.NameResolutionError) or "Name or service not known" in text or "resolve" in text:
+            return (f"cannot resolve the host of {endpoint}; check the kubeconfig's server address (aws eks "
+                    "update-kubeconfig --name CLUSTER --region REGION)")
+        if isinstance(cause, u3.NewConnectionError):
+            return (f"cannot connect to {endpoint}: connection refused or unreachable; check that the cluster exists "
+                    "and the kubeconfig's server and context point at it")
+        # after NewConnectionError: urllib3 2 makes it a subclass of ConnectTimeoutError
+        if isinstance(cause, (u3.ReadTimeoutError, u3.ConnectTimeoutError)):
+            return f"timed out talking to {endpoint}; check the network path (VPN, security group) to the API server"
+        return f"cannot reach {endpoint}: {' '.join(text.split())[:160]}"
+    if isinstance(error, (ssl.SSLError, socket.timeout, TimeoutError, u3.TimeoutError)):
+        return f"cannot reach the API server: {type(error).__name__}: {error}"
+    try:
+        from kubernetes.client.exceptions import ApiException
+    except ImportError:  # pragma: no cover - kubernetes is a base dependency
+        ApiException = ()  # type: ignore[assignment]  # noqa: N806
+    if isinstance(error, ApiException) and error.status in (401, 403):
+        what = "not authenticated (401)" if error.status == 401 else "forbidden (403)"
+        return (f"the Kubernetes API server answered {what}: {error.reason}; check the kubeconfig's user and "
+                "credentials (for EKS: aws sts get-caller-identity, and the cluster's access entries)")
+    try:
+        from botocore import exceptions as bce
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(error, bce.EndpointConnectionError):
+        return f"cannot reach AWS at {error.kwargs.get('endpoint_url')}; check the network and the region"
+    if isinstance(error, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+        return "no AWS credentials found; check AWS_PROFILE / aws configure (aws sts get-caller-identity)"
+    if isinstance(error, bce.ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
+                    "InvalidClientTokenId", "ExpiredToken", "AuthFailure"):
+            return (f"AWS refused {error.operation_name}: {code}; check the credentials' identity "
+                    "(aws sts get-caller-identity) and its IAM permissions")
+    return None
+
+
 def resolve_or_exit(
     args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
     require_code: bool = False, require_model: bool = False,

@@ -1,6 +1,7 @@
 """The EFA-versus-TCP comparison: the same training job run once per transport, and the throughput ratio.
 
-Each run's RAY_EFA_RUN_SUMMARY line (training.run_summary) names where it ran; runs on different hardware or host
+Each run's RAY_EFA_RUN_SUMMARY line (training.run_summary) names where it ran and what its transport gate proved;
+a ratio needs one run proven EFA and one proven Socket, each across >= 2 hosts; runs on different hardware or host
 counts are refused unless the caller allows it, because their ratio would not be the transport's.
 """
 
@@ -99,4 +100,24 @@ def compare_logs(paths: list[Path], *, allow_different_hardware: bool = False) -
             f"the runs used different hardware: efa on {describe_hardware(latest['efa'])} ({sources['efa']}), tcp on "
             f"{describe_hardware(latest['tcp'])} ({sources['tcp']}); the ratio would not be the transport's "
             "(--allow-different-hardware compares them anyway)")
+    problems = [p for n, want in (("efa", "efa"), ("tcp", "socket"))
+                if (p := transport_problem(latest[n], want, sources[n]))]
+    if problems:
+        raise CompareError("no transport ratio: " + "; ".join(problems))
     return Comparison(efa=latest["efa"], tcp=latest["tcp"], sources=sources, same_hardware=same)
+
+
+def transport_problem(run: dict[str, Any], want: str, path: Path) -> str | None:
+    """Why `run` cannot stand for transport `want` in a ratio (None when it can): it ran on one host (no network
+    carried its traffic), its summary has no gate verdict (an older driver), or the gate did not prove `want`."""
+    name = f"{run.get('name', '(unnamed run)')} ({path})"
+    hosts = run.get("gate_hosts") or run.get("hosts", run.get("nodes"))
+    if not isinstance(hosts, int) or hosts < 2:
+        return f"{name} ran on {hosts if hosts is not None else 'an unknown number of'} host(s): one host exercises no network"
+    if "transport" not in run:
+        return f"{name} has no transport gate verdict in its summary (written by an older driver); rerun it"
+    if run["transport"] is None:
+        return f"{name}: the transport gate proved no transport (gate {run.get('gate_status', 'no-proof')})"
+    if run["transport"] != want:
+        return f"{name}: the gate proved {run['transport']}, not {want} (the same transport on both sides)"
+    return None

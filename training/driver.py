@@ -236,9 +236,10 @@ def nodes_without_logs(logs: list[Path], gpu_nodes: int) -> str | None:
             "unknown")
 
 
-def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None) -> int:
+def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None,
+                   verdicts: list | None = None) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
-    goes to the run folder's verdict.json)."""
+    goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
     from ray_efa.core.output_dir import publish
     from ray_efa.training import efa_counters
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
@@ -264,6 +265,8 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     if unusable is not None and verdict.exit_code == EXIT_OK:  # a counter file we cannot read never lets a job pass
         verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, summary=(
             f"NO PROOF: an EFA counter snapshot cannot be used ({unusable}); the rest: {verdict.summary}"))
+    if verdicts is not None:
+        verdicts.append(verdict)
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
     code = gate_exit_code(verdict.exit_code, local=local)
@@ -295,7 +298,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     import ray.train
 
     from ray_efa.training.metrics import format_summary
-    from ray_efa.training.run_summary import LOCAL, summary_line, summary_record
+    from ray_efa.training.run_summary import LOCAL, gate_fields, summary_line, summary_record
 
     try:
         code_dir = check_user_code(settings).code_dir  # checked by check_plan above
@@ -328,11 +331,15 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     where = {"name": name, "network": settings.workload.network, "summary": summary,
              "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
              "nodes": 1 if local else settings.nodes.gpu_node_count}
-    print(summary_line(**where), flush=True)
-    record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
+    verdicts: list = []
+    code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder,
+                          verdicts=verdicts)
+    # After the gate: the summary carries what the gate proved, so that compare compares transports, not labels.
+    where["summary"] = {**summary, **gate_fields(verdicts[0] if verdicts else None)}
+    print(summary_line(**where), flush=True)
+    record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     _say_report(folder)
     return code
 

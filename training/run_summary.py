@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware"]
+__all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware",
+           "gate_fields"]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
@@ -35,6 +36,17 @@ def summary_record(*, name: str, network: str, instance_type: str, nodes: int,
     """
     hosts = summary.get("hosts", nodes)
     return {"name": name, "network": network, "instance_type": instance_type, **summary, "hosts": hosts, "nodes": hosts}
+
+
+def gate_fields(verdict: Any) -> dict[str, Any]:
+    """What the transport gate proved, for the summary: `gate_status` (pass, fail, no-proof), `gate_exit_code`,
+    `transport` (the transport the gate proved carried the job: its `expect` on a pass, else None) and `gate_hosts`
+    (the hosts the gate counted). None verdict (the gate did not run): no proof."""
+    if verdict is None:
+        return {"gate_status": "no-proof", "gate_exit_code": None, "transport": None, "gate_hosts": None}
+    passed = verdict.exit_code == 0
+    return {"gate_status": verdict.status, "gate_exit_code": verdict.exit_code,
+            "transport": verdict.expect if passed else None, "gate_hosts": verdict.hosts}
 
 
 def hardware(record: dict[str, Any]) -> tuple[Any, Any, Any, Any]:

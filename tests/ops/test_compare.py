@@ -17,10 +17,16 @@ def _summary(tokens_per_s: float, step_s: float) -> dict:
             "throughput/mfu_pct": 30.0, "device": "NVIDIA L4"}
 
 
+def _proven(network: str, hosts: int = 2) -> dict:
+    """The gate fields of a run whose gate proved its network's transport across `hosts` hosts."""
+    return {"gate_status": "pass", "gate_exit_code": 0, "transport": {"efa": "efa", "tcp": "socket"}[network],
+            "gate_hosts": hosts}
+
+
 def _driver_log(path, network: str, tokens_per_s: float, step_s: float, prefix: str = ""):
     # What the driver prints at the end of a run, behind whatever prefix the log's carrier adds.
     line = summary_line(name=f"ray-train-{network}", network=network, instance_type="g6.12xlarge", nodes=2,
-                        summary=_summary(tokens_per_s, step_s))
+                        summary={**_summary(tokens_per_s, step_s), **_proven(network)})
     path.write_text(f"{prefix}step 20/20 | loss 12.1800\n{prefix}{line}\n{prefix}transport gate: PASS\n")
     return path
 
@@ -122,10 +128,53 @@ def test_a_local_run_is_not_compared_with_a_cluster_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 x g6.12xlarge, 8 x NVIDIA L4" in err and "this machine, 2 x cpu" in err
     assert "--allow-different-hardware" in err
-    # unless told to compare anyway: then it says so
-    assert run_cli("compare", "--allow-different-hardware", "--json", str(efa), str(tcp)) == 0
+    # and even when told to compare different hardware, a one-host run carried no network traffic: still no ratio
+    assert run_cli("compare", "--allow-different-hardware", "--json", str(efa), str(tcp)) == 2
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["same_hardware"] is False
+    assert "one host exercises no network" in json.loads(captured.out)["error"]
+
+
+def _local_log(path, network: str, tokens_per_s: float, gate: dict):
+    # What `ray-efa train --local -c network=...` prints: one host, 2 CPU workers, gloo; the gate proves nothing (3).
+    path.write_text(summary_line(name=f"local-{network}", network=network, instance_type="local", nodes=1,
+                                 summary={**_summary(tokens_per_s, 1.0), "device": "cpu", "devices": 2, "hosts": 1,
+                                          **gate}) + "\n")
+    return path
+
+
+def test_two_one_host_runs_get_no_ratio_and_no_chart(tmp_path, capsys):
+    # GIVEN two local gloo runs labelled efa and tcp (the gate: no proof) WHEN compare --plot runs
+    no_proof = {"gate_status": "no-proof", "gate_exit_code": 3, "transport": None, "gate_hosts": 1}
+    efa = _local_log(tmp_path / "demo.log", "efa", 170, no_proof)
+    tcp = _local_log(tmp_path / "tcp.log", "tcp", 100, no_proof)
+    plot = tmp_path / "c.png"
+    code = run_cli("compare", str(efa), str(tcp), "--plot", str(plot))
+    captured = capsys.readouterr()
+    # THEN exit 2 naming each run's lack, no ratio anywhere, and no chart drawn
+    assert code == 2 and not plot.exists()
+    assert "x as fast" not in captured.out + captured.err
+    assert "local-efa" in captured.err and "local-tcp" in captured.err and "one host" in captured.err
+
+
+def test_the_ratio_needs_proof_of_each_transport(tmp_path, capsys):
+    # GIVEN cluster runs on the same hardware: the tcp one proven, the efa one unproven, then both proven socket
+    tcp = tmp_path / "tcp.log"
+    tcp.write_text(summary_line(name="t", network="tcp", instance_type="g6.12xlarge", nodes=2,
+                                summary={**_summary(10_000, 0.8), **_proven("tcp")}))
+    efa = tmp_path / "efa.log"
+    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2, summary={
+        **_summary(20_000, 0.4), "gate_status": "no-proof", "gate_exit_code": 3, "transport": None, "gate_hosts": 2}))
+    assert run_cli("compare", "--json", str(efa), str(tcp)) == 2
+    assert "e (" in json.loads(capsys.readouterr().out)["error"]
+    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
+                                summary={**_summary(20_000, 0.4), **_proven("tcp")}))
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    assert "the gate proved socket, not efa" in capsys.readouterr().err
+    # AND an older summary without the verdict is refused, saying so
+    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
+                                summary=_summary(20_000, 0.4)))
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    assert "no transport gate verdict" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("field, value", [("hosts", 4), ("devices", 16), ("device", "NVIDIA A10G")])

@@ -123,7 +123,8 @@ def test_plan_max_nodes_is_checked(capsys, value):
 def _log(path: Path, network: str, tokens_per_s: float, step_s: float, **where) -> Path:
     summary = {"steps": 20, "first_loss": 12.2, "final_loss": 12.1, "time/step_s": step_s,
                "throughput/tokens_per_s": tokens_per_s, "throughput/tokens_per_s_per_device": tokens_per_s / 8,
-               "device": "NVIDIA L4", "devices": 8, "hosts": 2, **where}
+               "device": "NVIDIA L4", "devices": 8, "hosts": 2, "gate_status": "pass", "gate_exit_code": 0,
+               "transport": {"efa": "efa", "tcp": "socket"}[network], "gate_hosts": 2, **where}
     path.write_text(summary_line(name=f"ray-train-{network}", network=network, instance_type="g6.12xlarge", nodes=2,
                                  summary=summary) + "\n")
     return path
