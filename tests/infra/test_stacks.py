@@ -408,9 +408,11 @@ def test_dra_installs_both_dra_drivers_on_the_gpu_nodes_and_no_device_plugin():
     # the training job claims from its ResourceClaimTemplate, applied before the RayJob
     from tests.infra.test_workload import find
 
-    template_id, _, _ = find(synth.gpu, "ResourceClaimTemplate")
+    # (p5's two claims: the first template before the second, the second before the RayJob)
+    first_id, _, _ = find(synth.gpu, "ResourceClaimTemplate", "train-efa-gpus-efa-0")
+    second_id, second, _ = find(synth.gpu, "ResourceClaimTemplate", "train-efa-gpus-efa-1")
     job_id, job_resource, _ = find(synth.gpu, "RayJob")
-    assert template_id in job_resource["DependsOn"]
+    assert second_id in job_resource["DependsOn"] and first_id in second["DependsOn"]
 
 
 def test_dra_drivers_refuse_a_kubernetes_without_dra():
