@@ -29,6 +29,7 @@ from aws_cdk import aws_logs as logs_
 from constructs import Construct
 
 from ray_efa.core.addons import KUBERAY_OPERATOR, HelmRelease
+from ray_efa.infra.chart_crds_handler import FUNCTION_TIMEOUT_S, SERVICE_TIMEOUT_S
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import acknowledge, skip_checkov
 
@@ -81,7 +82,7 @@ class HelmChartCrds(Construct):
             runtime=lambda_.Runtime.determine_latest_python_runtime(self),
             handler=f"{_HANDLER}.handler",
             code=lambda_.Code.from_asset(str(Path(__file__).parent), exclude=["*", f"!{_HANDLER}.py"]),
-            timeout=Duration.minutes(10), memory_size=1024, role=provider.role,
+            timeout=Duration.seconds(FUNCTION_TIMEOUT_S), memory_size=1024, role=provider.role,
             layers=[lambda_.LayerVersion.from_layer_version_arn(self, f"Layer{i}", str(arn))
                     for i, arn in enumerate(layer_arns)],
             environment={"AWS_STS_REGIONAL_ENDPOINTS": "regional"},
@@ -93,6 +94,7 @@ class HelmChartCrds(Construct):
         self.function.node.add_dependency(kubectl_handler)  # its role's policies (ENIs, EKS) exist first
         self.resource: CustomResource = CustomResource(
             self, "Resource", service_token=self.function.function_arn, resource_type=CRDS_RESOURCE_TYPE,
+            service_timeout=Duration.seconds(SERVICE_TIMEOUT_S),
             properties={"ClusterName": cluster.cluster_name, "Chart": release.chart,
                         "Repository": release.repository, "Version": version},
         )

@@ -23,16 +23,26 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["handler", "apply_chart_crds"]
+__all__ = ["handler", "apply_chart_crds", "FUNCTION_TIMEOUT_S", "SERVICE_TIMEOUT_S", "COMMAND_TIMEOUT_S"]
 
 WORK_DIR = os.environ.get("TEST_OUTDIR", "/tmp")
 FIELD_MANAGER = "ray-efa-chart-crds"
 _TOOL_PATHS = "/opt/kubectl:/opt/helm:/opt/awscli"
 _ESTABLISHED_TIMEOUT = "120s"
+# Every subprocess is bounded, and all of them together end before the function's own timeout with room left to
+# answer CloudFormation (whose ResponseURL PUT has its own 60 s timeout in _respond): a hung `helm pull` is a FAILED
+# answer within minutes, not the hour CloudFormation waits for a custom resource by default. SERVICE_TIMEOUT_S is the
+# custom resource's ServiceTimeout (CloudFormation's, 1-3600 s, default 3600): the backstop should the function die
+# before it answers.
+FUNCTION_TIMEOUT_S = 600
+SERVICE_TIMEOUT_S = 900
+COMMAND_TIMEOUT_S = 180
+RESPONSE_MARGIN_S = 75
 
 Run = Callable[[list[str]], str]
 
@@ -48,11 +58,29 @@ def _tool_env() -> dict[str, str]:
     }
 
 
-def _run(command: list[str]) -> str:
-    """Run `command`; on failure raise with its output (which CloudFormation shows as the failure reason)."""
+def runner(deadline: float) -> Run:
+    """A Run that ends each command after COMMAND_TIMEOUT_S and every command by `deadline` (time.monotonic())."""
+
+    def run(command: list[str]) -> str:
+        return _run(command, deadline)
+
+    return run
+
+
+def _run(command: list[str], deadline: float) -> str:
+    """Run `command` (retrying transient network errors) until `deadline`; on failure or timeout raise with its
+    output (which CloudFormation shows as the failure reason)."""
     print(f"running: {' '.join(command)}", flush=True)
     for attempt in range(3):
-        result = subprocess.run(command, capture_output=True, text=True, env=_tool_env())
+        timeout = min(COMMAND_TIMEOUT_S, deadline - time.monotonic())
+        if timeout <= 0:
+            raise RuntimeError(f"{command[0]} {command[1]} not run: the function's time for commands is spent")
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, env=_tool_env(), timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            partial = (expired.stdout or b"") + (expired.stderr or b"")
+            text = partial.decode(errors="replace") if isinstance(partial, bytes) else str(partial)
+            raise RuntimeError(f"{command[0]} {command[1]} timed out after {timeout:.0f} s: {text.strip()[-1000:]}") from None
         output = result.stdout + result.stderr
         print(output, flush=True)
         if result.returncode == 0:
@@ -63,7 +91,7 @@ def _run(command: list[str]) -> str:
     raise AssertionError("unreachable")
 
 
-def apply_chart_crds(props: dict[str, Any], run: Run = _run) -> list[str]:
+def apply_chart_crds(props: dict[str, Any], run: Run) -> list[str]:
     """Pull chart `Chart` at `Version` from `Repository`, server-side apply every file of its crds/, wait until each
     CRD is Established, and return their file names."""
     cluster, chart, repository, version = props["ClusterName"], props["Chart"], props["Repository"], props["Version"]
@@ -98,7 +126,15 @@ def _respond(event: dict[str, Any], status: str, reason: str, physical_id: str, 
         print(f"CloudFormation response: {response.status}", flush=True)
 
 
-def handler(event: dict[str, Any], context: Any = None, run: Run = _run) -> None:
+def _command_deadline(context: Any) -> float:
+    """When the commands must be done: the function's remaining time (its context's, else FUNCTION_TIMEOUT_S) less the
+    margin for answering CloudFormation."""
+    remaining_ms = context.get_remaining_time_in_millis() if context is not None else FUNCTION_TIMEOUT_S * 1000
+    return time.monotonic() + remaining_ms / 1000 - RESPONSE_MARGIN_S
+
+
+def handler(event: dict[str, Any], context: Any = None, run: Run | None = None) -> None:
+    run = run or runner(_command_deadline(context))
     print(json.dumps({key: value for key, value in event.items() if key != "ResponseURL"}), flush=True)
     props = event.get("ResourceProperties", {})
     # One physical id per cluster and chart: a version change is an update, never a replacement (whose clean-up

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 import jsii
-from aws_cdk import Aspects, CfnElement, CfnResource, Duration, IAspect, RemovalPolicy, Stack
+from aws_cdk import Annotations, Aspects, CfnElement, CfnResource, Duration, IAspect, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
@@ -107,6 +107,13 @@ class RayEksCluster(Construct):
         if image is not None:
             # The system nodes run the Ray head and the job submitter: both pull the training image.
             check_root_volume("system_root_volume_gib", system_root_volume_gib, image)
+        if endpoint_access != "private" and "0.0.0.0/0" in public_access_cidrs:
+            # EKS best practices (cluster endpoint access): a public endpoint open to the internet is reachable by
+            # anyone (authentication still applies); say so at synth, where the platform can still narrow it.
+            Annotations.of(self).add_warning_v2(
+                "ray-efa:publicEndpointOpen",
+                f"The EKS API endpoint of {cluster_name} is public to 0.0.0.0/0: set publicAccessCidrs (cluster "
+                "settings) / public_access_cidrs to your networks, or endpointAccess private")
         self.logs: StackLogs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
 
         self.secrets_key: kms.Key = kms.Key(

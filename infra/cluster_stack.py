@@ -71,6 +71,11 @@ class ClusterStack(Stack):
         CfnOutput(self, "ClusterName", value=cluster.cluster_name, description="EKS cluster name")
         CfnOutput(self, "UpdateKubeconfigCommand", description="Point kubectl at the cluster",
                   value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}")
+        # Named outputs for a platform that builds on this stack (outputs add no resource: a day-2 diff adds them alone).
+        CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the cluster")
+        CfnOutput(self, "ClusterArn", value=cluster.cluster_arn, description="EKS cluster ARN")
+        CfnOutput(self, "ClusterSecurityGroupId", value=cluster.cluster_security_group_id,
+                  description="Security group EKS created for the control plane and the managed node groups")
         CfnOutput(self, "CheckpointStoragePath", value=self.checkpoints.storage_path,
                   description="Ray Train storagePath of the training job (pass it as -c storagePath=... to make manifests)")
         cost = hourly_cost(settings)

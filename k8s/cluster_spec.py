@@ -284,7 +284,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         args=[cuda_compat_setup()],
         env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group),
                   **_code_env(user_code), **_region_env(settings), **data_env}),
-        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims() if dra else None),
+        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims(instance) if dra else None),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
                        *data_mounts, *sysfs_mounts],
         lifecycle=_ray_stop_before_exit(),
@@ -303,7 +303,7 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
             init_containers=init or None,
             containers=[container],
-            resource_claims=pod_resource_claims(owner) if dra else None,
+            resource_claims=pod_resource_claims(owner, instance) if dra else None,
             volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes,
                      *sysfs_volumes],
         )

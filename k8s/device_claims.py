@@ -33,8 +33,8 @@ from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.ray_types import to_json
 
 __all__ = [
-    "CLAIM_NAME", "PCIE_ROOT", "RESOURCE_API_VERSION", "WorkerDeviceClaims", "claim_template_name", "worker_device_claim",
-    "pod_resource_claims", "container_claims",
+    "CLAIM_NAME", "MAX_DEVICES_PER_CLAIM", "PCIE_ROOT", "RESOURCE_API_VERSION", "WorkerDeviceClaims", "claim_names",
+    "claim_template_name", "worker_device_claims", "claim_device_count", "pod_resource_claims", "container_claims",
 ]
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
@@ -44,9 +44,22 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 """The standard device attribute both DRA drivers publish: devices with the same value share a PCIe root."""
 
 
-def claim_template_name(owner: str) -> str:
-    """The ResourceClaimTemplate of the workers of `owner` (the RayJob or RayCluster)."""
-    return f"{owner}-{CLAIM_NAME}"
+MAX_DEVICES_PER_CLAIM = 32
+"""The most devices one ResourceClaim's allocation may hold: AllocationResultsMaxSize = 32 in k8s.io/api resource/v1
+(types.go, DeviceAllocationResult.Results, Kubernetes 1.34-1.36); the scheduler refuses a larger claim ("number of
+requested devices N exceeds the claim limit of 32") and the pod stays Pending. A pod's devices are split into claims
+of at most this many, each GPU with its EFA interfaces inside one claim (their pcieRoot constraint is per claim)."""
+
+
+def claim_names(instance: catalog.InstanceType) -> list[str]:
+    """The worker pod's claim names: CLAIM_NAME where one claim holds the node's devices, else CLAIM_NAME-<i>."""
+    count = len(_gpu_groups(instance))
+    return [CLAIM_NAME] if count == 1 else [f"{CLAIM_NAME}-{index}" for index in range(count)]
+
+
+def claim_template_name(owner: str, claim: str = CLAIM_NAME) -> str:
+    """The ResourceClaimTemplate of the workers of `owner` (the RayJob or RayCluster) for pod claim `claim`."""
+    return f"{owner}-{claim}"
 
 
 def _exact(name: str, device_class: str, count: int) -> V1DeviceRequest:
@@ -54,39 +67,76 @@ def _exact(name: str, device_class: str, count: int) -> V1DeviceRequest:
         device_class_name=device_class, allocation_mode="ExactCount", count=count))
 
 
-def worker_device_claim(instance: catalog.InstanceType) -> V1DeviceClaim:
-    """All GPUs and EFA interfaces of one node, each GPU with the EFA interfaces on its PCIe root where they divide."""
+def _efa_per_gpu(instance: catalog.InstanceType) -> int | None:
     gpus, efa = instance.gpus, instance.efa_interfaces
-    if efa >= gpus and efa % gpus == 0:
-        per_gpu = efa // gpus
+    return efa // gpus if efa >= gpus and efa % gpus == 0 else None
+
+
+def _gpu_groups(instance: catalog.InstanceType) -> list[list[int]]:
+    """The GPU indices of each claim: as few claims as fit MAX_DEVICES_PER_CLAIM, GPUs spread evenly among them."""
+    per_gpu = _efa_per_gpu(instance)
+    gpus = list(range(instance.gpus))
+    if per_gpu is None:
+        devices = instance.gpus + instance.efa_interfaces
+        if devices > MAX_DEVICES_PER_CLAIM:
+            raise ValueError(f"{instance.name}: {devices} devices (all GPUs and EFA interfaces, unpaired) exceed the "
+                             f"{MAX_DEVICES_PER_CLAIM} of one ResourceClaim (resource/v1 AllocationResultsMaxSize)")
+        return [gpus]
+    per_claim = MAX_DEVICES_PER_CLAIM // (1 + per_gpu)
+    if per_claim == 0:
+        raise ValueError(f"{instance.name}: one GPU with its {per_gpu} EFA interfaces exceeds the "
+                         f"{MAX_DEVICES_PER_CLAIM} devices of one ResourceClaim (resource/v1 AllocationResultsMaxSize)")
+    claims = -(-len(gpus) // per_claim)
+    size = -(-len(gpus) // claims)
+    return [gpus[start:start + size] for start in range(0, len(gpus), size)]
+
+
+def worker_device_claims(instance: catalog.InstanceType) -> list[V1DeviceClaim]:
+    """All GPUs and EFA interfaces of one node in claims of at most MAX_DEVICES_PER_CLAIM devices, each GPU with the
+    EFA interfaces on its PCIe root where they divide."""
+    per_gpu = _efa_per_gpu(instance)
+    if per_gpu is None:
+        _gpu_groups(instance)  # checks the size
+        return [V1DeviceClaim(requests=[_exact("gpus", GPU_DEVICE_CLASS, instance.gpus),
+                                        _exact("efa", EFA_DEVICE_CLASS, instance.efa_interfaces)])]
+    claims = []
+    for group in _gpu_groups(instance):
         requests, constraints = [], []
-        for index in range(gpus):
+        for index in group:
             requests += [_exact(f"gpu-{index}", GPU_DEVICE_CLASS, 1), _exact(f"efa-{index}", EFA_DEVICE_CLASS, per_gpu)]
             constraints.append(V1DeviceConstraint(requests=[f"gpu-{index}", f"efa-{index}"], match_attribute=PCIE_ROOT))
-        return V1DeviceClaim(requests=requests, constraints=constraints)
-    return V1DeviceClaim(requests=[_exact("gpus", GPU_DEVICE_CLASS, gpus), _exact("efa", EFA_DEVICE_CLASS, efa)])
+        claims.append(V1DeviceClaim(requests=requests, constraints=constraints))
+    return claims
 
 
-def pod_resource_claims(owner: str) -> list[V1PodResourceClaim]:
-    """The worker pod's resourceClaims: one claim per pod, made from the owner's template."""
-    return [V1PodResourceClaim(name=CLAIM_NAME, resource_claim_template_name=claim_template_name(owner))]
+def claim_device_count(claim: V1DeviceClaim) -> int:
+    """How many devices `claim` allocates (the sum of its exact counts)."""
+    return sum(request.exactly.count for request in claim.requests or [])
 
 
-def container_claims() -> list[CoreV1ResourceClaim]:
-    """The worker container's resources.claims: all of the pod's claim."""
-    return [CoreV1ResourceClaim(name=CLAIM_NAME)]
+def pod_resource_claims(owner: str, instance: catalog.InstanceType) -> list[V1PodResourceClaim]:
+    """The worker pod's resourceClaims: one per claim of the node's devices, each made from the owner's template."""
+    return [V1PodResourceClaim(name=name, resource_claim_template_name=claim_template_name(owner, name))
+            for name in claim_names(instance)]
+
+
+def container_claims(instance: catalog.InstanceType) -> list[CoreV1ResourceClaim]:
+    """The worker container's resources.claims: all of the pod's claims."""
+    return [CoreV1ResourceClaim(name=name) for name in claim_names(instance)]
 
 
 class WorkerDeviceClaims(Construct):
-    """The ResourceClaimTemplate the GPU workers of `owner` claim their devices from (apply it before them)."""
+    """The ResourceClaimTemplates the GPU workers of `owner` claim their devices from (apply them before them)."""
 
     def __init__(self, scope: Construct, id: str, *, owner: str, namespace: str, instance: catalog.InstanceType):
         super().__init__(scope, id)
-        self.name: str = claim_template_name(owner)
-        spec = V1ResourceClaimTemplateSpec(
-            metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
-            spec=V1ResourceClaimSpec(devices=worker_device_claim(instance)),
-        )
-        api_object(self, "Resource", api_version=RESOURCE_API_VERSION, kind="ResourceClaimTemplate", name=self.name,
-                   namespace=namespace, object_labels=labels(owner, "gpu-worker-devices"),
-                   body={"spec": to_json(spec)})
+        self.names: list[str] = [claim_template_name(owner, claim) for claim in claim_names(instance)]
+        self.name: str = self.names[0]
+        for index, (name, claim) in enumerate(zip(self.names, worker_device_claims(instance), strict=True)):
+            spec = V1ResourceClaimTemplateSpec(
+                metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
+                spec=V1ResourceClaimSpec(devices=claim),
+            )
+            api_object(self, "Resource" if index == 0 else f"Resource{index}", api_version=RESOURCE_API_VERSION,
+                       kind="ResourceClaimTemplate", name=name, namespace=namespace,
+                       object_labels=labels(owner, "gpu-worker-devices"), body={"spec": to_json(spec)})

@@ -253,3 +253,46 @@ def test_the_tools_write_only_into_the_work_directory(tmp_path, monkeypatch):
     assert env["HOME"] == str(tmp_path)
     assert all(env[key].startswith(str(tmp_path)) for key in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"))
     assert env["PATH"].startswith("/opt/kubectl:/opt/helm:/opt/awscli:")
+
+
+def test_cloudformation_waits_at_most_15_minutes_for_the_crds(default_synth):
+    resources = default_synth.cluster.to_json()["Resources"]
+    _, crds = crds_resource(default_synth.cluster)
+    function = resources[crds["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
+    # THEN the custom resource times out well before CloudFormation's default hour, and after the function does
+    service_timeout = int(crds["Properties"]["ServiceTimeout"])  # CloudFormation takes it as a string
+    assert 0 < service_timeout <= 900
+    assert function["Timeout"] <= 600 < service_timeout
+
+
+class Context:
+    def __init__(self, remaining_s: float) -> None:
+        self.remaining_s = remaining_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.remaining_s * 1000)
+
+
+def test_a_hung_command_is_a_failure_before_the_function_times_out(tmp_path, monkeypatch):
+    # GIVEN a command that hangs (a real subprocess: sleep stands in for a `helm pull` that never answers)
+    monkeypatch.setattr(chart_crds_handler, "WORK_DIR", str(tmp_path))
+    monkeypatch.setattr(chart_crds_handler, "COMMAND_TIMEOUT_S", 1)
+    run = chart_crds_handler.runner(chart_crds_handler.time.monotonic() + 30)
+    started = chart_crds_handler.time.monotonic()
+    # THEN it is ended after its timeout and raises with the command's name
+    with pytest.raises(RuntimeError, match="sleep 60 timed out after 1 s"):
+        run(["sleep", "60"])
+    assert chart_crds_handler.time.monotonic() - started < 10
+
+
+def test_the_commands_share_the_functions_time_less_the_answer(tmp_path, monkeypatch, response_url):
+    # GIVEN a function with less time left than the margin it keeps for answering CloudFormation
+    monkeypatch.setattr(chart_crds_handler, "WORK_DIR", str(tmp_path))
+    url, bodies = response_url
+    chart_crds_handler.handler(event(url, "Create"), Context(chart_crds_handler.RESPONSE_MARGIN_S - 1))
+    # THEN no command runs and CloudFormation hears FAILED at once (not after the service timeout)
+    (body,) = bodies
+    assert body["Status"] == "FAILED" and "time for commands is spent" in body["Reason"]
+    # ... and the default budget (no context) fits under the function's timeout with the margin
+    deadline = chart_crds_handler._command_deadline(None) - chart_crds_handler.time.monotonic()
+    assert deadline <= chart_crds_handler.FUNCTION_TIMEOUT_S - chart_crds_handler.RESPONSE_MARGIN_S

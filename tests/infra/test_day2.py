@@ -9,10 +9,12 @@ the system node group, the KMS key and the checkpoint bucket. The table printed 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -102,9 +104,10 @@ def custom_name_kept(change: Change, before: dict, after: dict) -> bool:
     return change.replaced and name is not None and name == new.get("Properties", {}).get(key)
 
 
-def cdk_diff(before: Synthesized, after: Synthesized, stack: str) -> tuple[str, list[Change]]:
-    """The real CDK CLI's diff of `stack` from `before`'s template to `after`'s assembly, offline."""
-    template = os.path.join(before.assembly.directory, f"{stack}.template.json")
+def cdk_diff(before: Synthesized | str, after: Synthesized, stack: str) -> tuple[str, list[Change]]:
+    """The real CDK CLI's diff of `stack` from `before`'s template (or a template file) to `after`'s assembly."""
+    template = (before if isinstance(before, str)
+                else os.path.join(before.assembly.directory, f"{stack}.template.json"))
     env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     result = subprocess.run(
         [str(CDK), "diff", "--app", after.assembly.directory, "--template", template, stack, "--exclusively",
@@ -243,3 +246,18 @@ def test_a_training_setting_is_a_small_readable_diff():
     assert [c.path for c in changes] == ["TrainingJob/ConfigMap-train-efa-settings/Resource"]
     assert len(output) < 12_000, len(output)
     assert max(len(line) for line in output.splitlines()) < 4_000
+
+
+def test_the_named_outputs_reach_a_deployed_cluster_stack_without_touching_a_resource(tmp_path):
+    # GIVEN a cluster stack deployed before it had the VpcId, ClusterArn and ClusterSecurityGroupId outputs
+    new = synth_of({})
+    stack = new.settings.cluster_stack_name
+    template = json.loads((Path(new.assembly.directory) / f"{stack}.template.json").read_text())
+    for name in ("VpcId", "ClusterArn", "ClusterSecurityGroupId"):
+        del template["Outputs"][name]
+    before = tmp_path / "before.template.json"
+    before.write_text(json.dumps(template))
+    # WHEN it is updated to this version: THEN the diff adds the outputs and changes no resource
+    output, changes = cdk_diff(str(before), new, stack)
+    assert changes == [], output[-2000:]
+    assert all(f"[+] Output {name}" in output for name in ("VpcId", "ClusterArn", "ClusterSecurityGroupId")), output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match
 
@@ -78,6 +79,33 @@ def test_cluster_version_and_endpoint_come_from_settings():
     vpc_config = cluster["ResourcesVpcConfig"]
     assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
     assert vpc_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def public_endpoint_warnings(synth) -> list[str]:
+    stack = synth.assembly.get_stack_by_name(synth.settings.cluster_stack_name)
+    return [m.entry.data for m in stack.messages
+            if m.level == cdk.cx_api.SynthesisMessageLevel.WARNING and "ray-efa:publicEndpointOpen" in str(m.entry.data)]
+
+
+def test_an_endpoint_open_to_the_internet_is_a_synth_warning(default_synth):
+    # GIVEN the default publicAccessCidrs 0.0.0.0/0: THEN synth warns, naming the setting
+    (warning,) = public_endpoint_warnings(default_synth)
+    assert "publicAccessCidrs" in warning and "0.0.0.0/0" in warning
+    # ... and not once the endpoint is narrowed
+    assert not public_endpoint_warnings(synthesize(publicAccessCidrs="203.0.113.0/24"))
+
+
+def test_the_cluster_stack_names_its_vpc_arn_and_security_group_outputs(default_synth):
+    outputs = default_synth.cluster.to_json()["Outputs"]
+    assert outputs["VpcId"]["Value"] == {"Ref": only_id(default_synth.cluster, "AWS::EC2::VPC")}
+    (cluster_id,) = default_synth.cluster.find_resources("AWS::EKS::Cluster")
+    assert outputs["ClusterArn"]["Value"] == {"Fn::GetAtt": [cluster_id, "Arn"]}
+    assert outputs["ClusterSecurityGroupId"]["Value"] == {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]}
+
+
+def only_id(template, kind: str) -> str:
+    (logical_id,) = template.find_resources(kind)
+    return logical_id
 
 
 def test_private_endpoint_turns_public_access_off():
@@ -380,9 +408,11 @@ def test_dra_installs_both_dra_drivers_on_the_gpu_nodes_and_no_device_plugin():
     # the training job claims from its ResourceClaimTemplate, applied before the RayJob
     from tests.infra.test_workload import find
 
-    template_id, _, _ = find(synth.gpu, "ResourceClaimTemplate")
+    # (p5's two claims: the first template before the second, the second before the RayJob)
+    first_id, _, _ = find(synth.gpu, "ResourceClaimTemplate", "train-efa-gpus-efa-0")
+    second_id, second, _ = find(synth.gpu, "ResourceClaimTemplate", "train-efa-gpus-efa-1")
     job_id, job_resource, _ = find(synth.gpu, "RayJob")
-    assert template_id in job_resource["DependsOn"]
+    assert second_id in job_resource["DependsOn"] and first_id in second["DependsOn"]
 
 
 def test_dra_drivers_refuse_a_kubernetes_without_dra():

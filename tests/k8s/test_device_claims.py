@@ -4,12 +4,21 @@ KubeRay CRDs with unknown fields rejected."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import cdk8s
 import pytest
 
+from ray_efa.core import catalog
 from ray_efa.core import settings as settings_module
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
-from ray_efa.k8s.device_claims import CLAIM_NAME, PCIE_ROOT
+from ray_efa.k8s.device_claims import (
+    CLAIM_NAME,
+    MAX_DEVICES_PER_CLAIM,
+    PCIE_ROOT,
+    claim_device_count,
+    worker_device_claims,
+)
 from ray_efa.k8s.workload import build_manifests, ray_job_chart
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
@@ -27,24 +36,53 @@ def worker_spec(job: dict) -> dict:
 
 
 @pytest.mark.parametrize("instance_type", PAIRING)
-def test_each_gpu_gets_the_efa_interfaces_on_its_pcie_root_where_they_divide(instance_type):
+def test_each_gpu_gets_the_efa_interfaces_on_its_pcie_root_within_claims_of_32(instance_type):
     objects = job_objects(gpuInstanceType=instance_type)
-    (template,) = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
-    devices = template["spec"]["spec"]["devices"]
+    templates = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
     gpus, per_gpu = PAIRING[instance_type]
-    counts = {r["name"]: (r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in devices["requests"]}
-    if per_gpu is None:  # fewer EFA interfaces than GPUs: all of each, no pairing
+    counts: dict[str, tuple[str, int]] = {}
+    for template in templates:
+        devices = template["spec"]["spec"]["devices"]
+        claim = {r["name"]: (r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in devices["requests"]}
+        # THEN no claim asks more than the scheduler allocates (resource/v1 AllocationResultsMaxSize = 32) ...
+        assert sum(count for _, count in claim.values()) <= 32
+        if per_gpu is not None:  # ... and each GPU's EFA interfaces are in the GPU's own claim, on its PCIe root
+            indices = sorted(int(name.split("-")[1]) for name in claim if name.startswith("gpu-"))
+            assert set(claim) == {f"{kind}-{i}" for i in indices for kind in ("gpu", "efa")}
+            assert devices["constraints"] == [{"requests": [f"gpu-{i}", f"efa-{i}"], "matchAttribute": PCIE_ROOT}
+                                              for i in indices]
+        counts.update(claim)
+        # ... each a valid resource.k8s.io/v1 object for Kubernetes 1.36 (unknown fields rejected)
+        assert k8s_validate(template, "1.36") == "1.36"
+    if per_gpu is None:  # fewer EFA interfaces than GPUs: all of each, no pairing, one claim
         efa = {"g6.12xlarge": 1, "p4d.24xlarge": 4}[instance_type]
         assert counts == {"gpus": ("gpu.nvidia.com", gpus), "efa": ("efa.networking.k8s.aws", efa)}
-        assert "constraints" not in devices
-    else:
+        assert len(templates) == 1 and "constraints" not in templates[0]["spec"]["spec"]["devices"]
+    else:  # all the node's devices, across the claims
         assert len(counts) == 2 * gpus
         assert all(counts[f"gpu-{i}"] == ("gpu.nvidia.com", 1) for i in range(gpus))
         assert all(counts[f"efa-{i}"] == ("efa.networking.k8s.aws", per_gpu) for i in range(gpus))
-        assert devices["constraints"] == [{"requests": [f"gpu-{i}", f"efa-{i}"], "matchAttribute": PCIE_ROOT}
-                                          for i in range(gpus)]
-    # THEN it is a valid resource.k8s.io/v1 object for Kubernetes 1.36 (unknown fields rejected)
-    assert k8s_validate(template, "1.36") == "1.36"
+
+
+def test_p5_splits_its_40_devices_into_two_claims_of_20():
+    # 8 GPUs + 8 x 4 EFA = 40 devices: one claim would be refused ("exceeds the claim limit of 32")
+    templates = [o for o in job_objects(gpuInstanceType="p5.48xlarge") if o["kind"] == "ResourceClaimTemplate"]
+    sizes = [sum(r["exactly"]["count"] for r in t["spec"]["spec"]["devices"]["requests"]) for t in templates]
+    assert sizes == [20, 20]
+    assert [t["metadata"]["name"] for t in templates] == ["train-efa-gpus-efa-0", "train-efa-gpus-efa-1"]
+
+
+@pytest.mark.parametrize("instance", catalog.GPU_INSTANCES.values(), ids=lambda i: i.name)
+def test_every_catalog_row_fits_the_claim_limit(instance):
+    claims = worker_device_claims(instance)
+    assert all(claim_device_count(claim) <= MAX_DEVICES_PER_CLAIM for claim in claims)
+    assert sum(claim_device_count(claim) for claim in claims) == instance.gpus + instance.efa_interfaces
+
+
+def test_a_type_whose_gpu_and_efa_cannot_fit_one_claim_is_refused_naming_the_limit():
+    too_many = dataclasses.replace(catalog.GPU_INSTANCES["p5.48xlarge"], name="x.big", gpus=1, efa_interfaces=32)
+    with pytest.raises(ValueError, match="x.big: one GPU with its 32 EFA interfaces exceeds the 32 devices"):
+        worker_device_claims(too_many)
 
 
 @pytest.mark.parametrize("kuberay_version", KUBERAY_VERSIONS)
@@ -55,8 +93,9 @@ def test_the_workers_claim_it_and_ask_for_no_extended_resources_valid_for_both_c
     job = objects[-1]
     spec = worker_spec(job)
     (container,) = spec["containers"]
-    assert spec["resourceClaims"] == [{"name": CLAIM_NAME, "resourceClaimTemplateName": "train-efa-gpus-efa"}]
-    assert container["resources"]["claims"] == [{"name": CLAIM_NAME}]
+    names = [f"{CLAIM_NAME}-0", f"{CLAIM_NAME}-1"]  # p5's 40 devices in two claims of 20
+    assert spec["resourceClaims"] == [{"name": n, "resourceClaimTemplateName": f"train-efa-{n}"} for n in names]
+    assert container["resources"]["claims"] == [{"name": n} for n in names]
     assert not {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} & set(container["resources"]["limits"])
     # still Guaranteed: CPU and memory requests equal limits
     assert container["resources"]["limits"] == container["resources"]["requests"]
