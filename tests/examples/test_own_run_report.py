@@ -92,3 +92,20 @@ def test_an_l1_loss_is_labelled_with_its_key(own_run):
     figures = charts(read_run(str(own_run)))
     assert figures["loss"].axes[0].get_ylabel() == "loss"
     assert figures["accuracy"].axes[0].get_ylabel() == "accuracy"
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_one_aside(own_run):
+    import json
+
+    before = (own_run / "metrics.jsonl").read_bytes()
+    src = own_run.parent.parent / "src"
+    result = _cli("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
+                  "-c", f"codeDir={src}", "-c", f"storagePath={own_run.parent}", "-c", "preflight=false",
+                  "--logs-dir", str(own_run.parent.parent / "nccl2"))
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    steps = [json.loads(line)["step"] for line in (own_run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5]  # the function checkpoints nothing: nothing to resume, one run in the file
+    (aside,) = own_run.glob("metrics.*.jsonl")
+    assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
