@@ -75,6 +75,16 @@ def load_train_function(spec: str, code_dir: str | None) -> Callable[..., Any]:
     return function
 
 
+class UserCodeError(RuntimeError):
+    """The function cannot be imported or run for a reason in its own code or packages, said with the fix."""
+
+
+def missing_module_hint(spec: str, error: ModuleNotFoundError) -> str:
+    """What a ModuleNotFoundError in a function of yours means, and the setting that fixes it."""
+    return (f"trainFunction {spec}: {error} on the workers: add the package that provides {error.name!r} to the "
+            "pipPackages setting (the cluster's workers install it), or install it here for --local")
+
+
 def _say(text: str) -> None:
     """Write a line to stdout, past Ray Train's print patch (which would also log it, showing it twice)."""
     sys.stdout.write(text + "\n")
@@ -193,9 +203,18 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     try:
         with _ReportRecorder(record) as reports:  # installed before the import: `from ray.train import report` too
-            function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
+            try:
+                function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
+            except ModuleNotFoundError as error:
+                raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
+            except SyntaxError as error:  # Ray's failure text may keep only the message: say where it is
+                raise UserCodeError(f"trainFunction {wrapper['train_function']}: syntax error in {error.filename}, "
+                                    f"line {error.lineno}: {error.msg}") from error
             before_training(run)
-            value = _call(function, user_config)
+            try:
+                value = _call(function, user_config)
+            except ModuleNotFoundError as error:
+                raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
     finally:
         if history is not None:
             history.close()

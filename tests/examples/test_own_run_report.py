@@ -109,3 +109,28 @@ def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_on
     assert steps == [1, 2, 3, 4, 5]  # the function checkpoints nothing: nothing to resume, one run in the file
     (aside,) = own_run.glob("metrics.*.jsonl")
     assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
+
+
+def _run_own(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "src" / "own_fn").mkdir(parents=True)
+    (tmp_path / "src" / "own_fn" / "__init__.py").write_text("")
+    (tmp_path / "src" / "own_fn" / "train.py").write_text(textwrap.dedent(source))
+    return _cli("train", "--local", "--name", "own-fn", "-c", "trainFunction=own_fn.train:train_func",
+                "-c", f"codeDir={tmp_path / 'src'}", "-c", f"storagePath={tmp_path / 'runs'}", "-c", "preflight=false",
+                "-c", "maxFailures=0", "--logs-dir", str(tmp_path / "nccl"))
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_function_that_never_reports_is_warned_about(tmp_path):
+    result = _run_own(tmp_path, "def train_func(config):\n    return 1\n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "returned without calling ray.train.report" in result.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_missing_import_names_pip_packages(tmp_path):
+    result = _run_own(tmp_path, "import no_such_package_here\n\ndef train_func(config):\n    pass\n")
+    assert result.returncode == 1
+    assert "pipPackages" in result.stdout + result.stderr
