@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "SOFTWARE", "png_bytes", "is_ray_efa_png", "loss_chart", "throughput_chart", "step_time_chart", "memory_chart",
-    "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
+    "SOFTWARE", "png_bytes", "is_ray_efa_png", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
+    "memory_chart", "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
 ]
 
 SOFTWARE = "ray-efa"
@@ -138,6 +138,19 @@ def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
     ax.set_ylabel("loss (cross-entropy, nats)")
     _steps_axis(ax, f"Loss: {run}")
     ax.legend(loc="upper right")
+    return figure
+
+
+def metric_chart(history: Sequence[Mapping[str, Any]], key: str, *, run: str, group: str = "") -> Figure:
+    """One metric a function reported, per reported step: titled and labelled with its key (the report does not
+    guess units for a function it did not write)."""
+    figure, axes = _figure()
+    ax = axes[0, 0]
+    steps, values = _series(history, key)
+    ax.plot(steps, values, marker="o", markersize=3, label=key)
+    ax.set_ylabel(key)
+    _steps_axis(ax, f"{key}: {run}" + (f" ({group})" if group else ""))
+    ax.set_xlabel("step (the reported step, else the report's number)")
     return figure
 
 

@@ -12,6 +12,7 @@ import base64
 import html
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE
 
-__all__ = ["ReportError", "RunRecords", "read_run", "charts", "render_html", "write_report", "CHARTS"]
+__all__ = ["ReportError", "RunRecords", "read_run", "charts", "render_html", "write_report", "CHARTS", "is_builtin",
+           "metric_keys"]
 
 
 class ReportError(ValueError):
@@ -229,30 +231,88 @@ def _prediction(run: RunRecords) -> tuple[float | None, str]:
     return p.step_time_s, f"core.perf, {s.nodes.gpu_node_count} x {planned.name}, {p.strategy}, {s.workload.network}"
 
 
+def is_builtin(run: RunRecords) -> bool:
+    """Whether the run is the built-in train function's (its settings say so; without settings, its keys do)."""
+    if run.settings is not None:
+        return bool(run.settings.training.builtin)
+    return any("throughput/tokens_per_s" in record for record in run.history)
+
+
+def metric_keys(history: list[dict[str, Any]]) -> list[str]:
+    """Every key the run reported a finite number for (bools are not numbers here), in first-reported order."""
+    from ray_efa.ops import plots
+
+    seen: dict[str, None] = {}
+    for record in history:
+        for key in record:
+            if key not in ("step", "wall_time") and key not in seen and plots.has_series(history, key):
+                seen[key] = None
+    return list(seen)
+
+
+def chart_file_stem(key: str, taken: set[str]) -> str:
+    """The PNG name (no suffix) of a reported metric's chart: the key, with characters a file name should not hold
+    (the "/" of train/loss) as "_"; a name a built-in chart already took gets "_metric"."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("._") or "metric"
+    while stem in taken:
+        stem += "_metric"
+    return stem
+
+
+def metric_group(key: str, keys: list[str]) -> str:
+    """The prefix a key shares with another reported key ("eval" for eval_loss and eval_accuracy, "train" for
+    train/loss and train/lr); "" when it shares none. The page shows a group's charts together."""
+    for separator in ("/", "_"):
+        head, found, _ = key.partition(separator)
+        if found and head and sum(k.startswith(head + separator) for k in keys) > 1:
+            return head
+    return ""
+
+
 def charts(run: RunRecords) -> dict[str, Any]:
-    """name -> matplotlib Figure for each chart the history can draw; what cannot be drawn goes into run.notes."""
+    """name -> matplotlib Figure for each chart the history can draw; what cannot be drawn goes into run.notes.
+
+    The built-in's charts where its keys are there (loss as cross-entropy only for the built-in model's run); for a
+    function of yours, also one chart per other numeric metric it reported, named after the key (accuracy.png)."""
     from ray_efa.ops import plots
 
     h, name = run.history, run.name
-    out: dict[str, Any] = {"loss": plots.loss_chart(h, run=name)}
+    builtin = is_builtin(run)
+    out: dict[str, Any] = {}
+    covered: set[str] = set()
+    if builtin:
+        out["loss"] = plots.loss_chart(h, run=name)
+        covered |= {"loss", *plots.eval_loss_keys(h)}
     if plots.has_series(h, "throughput/tokens_per_s"):
         out["throughput"] = plots.throughput_chart(h, run=name)
+        covered |= {"throughput/tokens_per_s", "throughput/mfu_pct"}
         if not plots.has_series(h, "throughput/mfu_pct"):
             run.notes.append(f"no MFU: {_device(run) or 'the device'} has no bf16 peak in the catalog")
-    else:
+    elif builtin:
         run.notes.append("no throughput chart: the history has no throughput/tokens_per_s")
     if plots.has_series(h, "time/step_s"):
-        predicted, label = _prediction(run)
+        predicted, label = _prediction(run) if builtin else (None, "")
         if predicted is None and label:
             run.notes.append(label)
         out["step_time"] = plots.step_time_chart(h, run=name, predicted_s=predicted,
                                                  predicted_label=label if predicted is not None else "")
+        covered.add("time/step_s")
     if plots.has_series(h, "memory/peak_allocated_gib") or plots.has_series(h, "memory/peak_rss_gib"):
         out["memory"] = plots.memory_chart(h, run=name, device=_device(run) or "device", **_memory_lines(run))
+        covered |= {"memory/peak_allocated_gib", "memory/peak_reserved_gib", "memory/peak_rss_gib"}
     if plots.has_series(h, "lr"):
         out["optimizer"] = plots.optimizer_chart(h, run=name)
-    if not plots.eval_loss_keys(h):
-        run.notes.append("no evaluation loss in the history (the run did not evaluate)")
+        covered |= {"lr", "grad_norm"}
+    if builtin:
+        if not plots.eval_loss_keys(h):
+            run.notes.append("no evaluation loss in the history (the run did not evaluate)")
+        return out
+    keys = metric_keys(h)
+    for key in (k for k in keys if k not in covered):
+        out[chart_file_stem(key, set(out))] = plots.metric_chart(h, key, run=name,
+                                                                               group=metric_group(key, keys))
+    if not keys:
+        run.notes.append("the run reported no numeric metric (ray.train.report with numbers): nothing to chart")
     return out
 
 
@@ -296,6 +356,8 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
     from ray_efa.training.run_summary import describe_hardware
 
     s = run.summary
+    if not is_builtin(run):
+        return _reported_rows(run)
     if s is None:
         last = run.history[-1]
         return [("status", "not finished: no summary.json"), ("last reported step", str(last["step"])),
@@ -320,6 +382,35 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
         rows.append(("peak memory (rank 0)", f"{_number(s['memory/peak_rss_gib'], '.2f')} GiB resident (CPU)"))
     rows.append(("wall time", f"{_number(s.get('time/elapsed_s'), '.1f')} s"))
     return rows
+
+
+def _reported_rows(run: RunRecords) -> list[tuple[str, str]]:
+    """The summary of a function of yours, from what it reported: where it ran, the reports, each metric's first and
+    last value, and the wall time between the first and the last report."""
+    from ray_efa.training.run_summary import describe_hardware
+
+    h, s = run.history, run.summary
+    rows = [("run", run.name)]
+    if s is None:
+        rows.append(("status", "not finished: no summary.json"))
+    else:
+        rows += [("network", str(s.get("network", "-"))), ("hardware", describe_hardware(s))]
+    rows.append(("reports", f"{len(h)}, steps {h[0]['step']}..{h[-1]['step']}"))
+    for key in metric_keys(h):
+        steps, values = _first_last(h, key)
+        rows.append((key, f"{_number(values[0], '.4g')} (step {steps[0]}) -> {_number(values[1], '.4g')} "
+                          f"(step {steps[1]})"))
+    times = [r["wall_time"] for r in h if isinstance(r.get("wall_time"), (int, float))]
+    if len(times) > 1:
+        rows.append(("wall time", f"{times[-1] - times[0]:.1f} s from the first report to the last"))
+    return rows
+
+
+def _first_last(history: list[dict[str, Any]], key: str) -> tuple[tuple[int, int], tuple[float, float]]:
+    from ray_efa.ops import plots
+
+    steps, values = plots._series(history, key)
+    return (steps[0], steps[-1]), (values[0], values[-1])
 
 
 def _table(rows: list[tuple[str, ...]], header: tuple[str, ...] | None = None) -> str:
@@ -365,9 +456,14 @@ def render_html(run: RunRecords, images: dict[str, bytes]) -> str:
     if run.notes:
         out += ["<h2>Gaps and notes</h2>", "<ul>", *(f'<li class="note">{e(n)}</li>' for n in run.notes), "</ul>"]
     out.append("<h2>Charts</h2>")
-    for name, png in images.items():
+    keys = metric_keys(run.history)
+    stems = {chart_file_stem(k, set()): k for k in keys}
+    order = {name: (metric_group(stems[name], keys) if name in stems else "", i) for i, name in enumerate(images)}
+    for name, png in sorted(images.items(), key=lambda item: order[item[0]]):  # a group's charts together
         data = base64.b64encode(png).decode("ascii")
-        out.append(f'<h3>{e(titles.get(name, name))}</h3><img alt="{e(titles.get(name, name))} of {e(run.name)}" '
+        title = titles.get(name) if is_builtin(run) or name not in stems else stems[name]
+        title = title or name
+        out.append(f'<h3>{e(title)}</h3><img alt="{e(title)} of {e(run.name)}" '
                    f'src="data:image/png;base64,{data}">')
     out += ["<h2>Transport gate</h2>", _verdict_html(run.verdict), "<h2>Settings</h2>"]
     if run.settings is None:

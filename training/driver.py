@@ -144,7 +144,12 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
         os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")  # no spot nodes to watch on a laptop
         # print() in a worker would also go to Ray Train's log, which the driver shows too: every line twice.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-        ray.init(
+        # The run's own cluster: address "local" starts one and never joins another Ray on this machine (a
+        # RAY_ADDRESS in the environment, or a running `ray start`); then RAY_ADDRESS names it, for what the run
+        # starts (ray/_private/worker.py, init: "local" always starts a new local instance).
+        os.environ.pop("RAY_ADDRESS", None)
+        context = ray.init(
+            address="local",
             # Room for the workers even on a 1-core machine, and CPUs of its own for Ray Data: Ray Train takes the
             # workers' CPUs out of Ray Data's budget, and with none left a dataset read would wait forever.
             num_cpus=max(os.cpu_count() or 1, LOCAL_WORKERS) + LOCAL_DATA_CPUS,
@@ -152,6 +157,7 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
             # Ray's own chatter off; without a dashboard the placement-group cleaner warns on every poll.
             logging_config=ray.LoggingConfig(log_level="ERROR"),
         )
+        os.environ["RAY_ADDRESS"] = context.address_info["address"]
     else:
         # The controller polls the workers' one-report queues this often (training.reporting); the RayJob's
         # runtime_env sets the same value, this covers `ray-efa train` run by hand on the head.
@@ -327,6 +333,9 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         summary = reported_summary(result.metrics, settings, local=local)
         reported = ", ".join(f"{k}={v}" for k, v in sorted((result.metrics or {}).items())) or "nothing"
         print(f"{settings.training.train_function} finished: {name}; reported last: {reported}")
+        if not result.metrics:
+            print(f"ray_efa.training.driver: warning: {settings.training.train_function} returned without calling "
+                  "ray.train.report: no metrics, no history, nothing for ray-efa report to chart", file=sys.stderr)
     # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
     where = {"name": name, "network": settings.workload.network, "summary": summary,
              "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,

@@ -25,9 +25,13 @@ from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, TENSORBOARD_DIR, RunFolder
 
-__all__ = ["History", "open_history", "UPLOAD_EVERY_S"]
+__all__ = ["History", "open_history", "UPLOAD_EVERY_S", "LAST_CHECKPOINT", "CHECKPOINT_KEY", "cut_back",
+           "last_checkpointed_step"]
 
 UPLOAD_EVERY_S = 30.0
+LAST_CHECKPOINT = "last checkpoint"
+CHECKPOINT_KEY = "ray_efa/checkpoint"
+"""True in a record whose ray.train.report carried a checkpoint (a function of yours): where a resumed run cuts back."""
 
 
 def _number(value: Any) -> Any:
@@ -39,7 +43,10 @@ class History:
     """`log(metrics, step)` at each report; `close()` at the end."""
 
     def __init__(self, folder: RunFolder, *, start_step: int = 0, upload_every_s: float = UPLOAD_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keep_through: int | None | str = "start") -> None:
+        """`keep_through`: the last step of the earlier history this attempt resumes after ("start": start_step when
+        it is above 0; LAST_CHECKPOINT: the last report that carried a checkpoint); None, or 0: a fresh run, whose
+        earlier history (another run under this name) is kept aside as metrics.<UTC time>.jsonl, said on stderr."""
         self.folder: RunFolder
         self.folder, self._every, self._clock = folder, upload_every_s, clock
         local = folder.local_path()
@@ -51,13 +58,28 @@ class History:
         self._uploaded = clock()
         self._writer: Any = None
         self._failed = False
-        self._guard(lambda: self._open(start_step))
+        if keep_through == "start":
+            keep_through = start_step or None
+        self._guard(lambda: self._open(start_step, keep_through))
 
-    def _open(self, start_step: int) -> None:
+    def _open(self, start_step: int, keep_through: int | str | None) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         metrics = self._root / METRICS_FILE
         if self._staging is not None:  # the earlier attempts' reports: this attempt appends to them
             metrics.write_bytes(self.folder.read_bytes(METRICS_FILE) or b"")
+        earlier = metrics.read_bytes() if metrics.exists() else b""
+        if keep_through == LAST_CHECKPOINT:
+            keep_through = last_checkpointed_step(earlier)
+        if earlier.strip() and not keep_through:  # one run, one history: the earlier run's is kept aside, named
+            aside = f"metrics.{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.jsonl"
+            self.folder.write_bytes(aside, earlier)
+            metrics.write_bytes(b"")
+            _warn(f"{self.folder.uri} held the history of an earlier run with nothing to resume: kept as {aside}; "
+                  f"this run starts a fresh {METRICS_FILE}")
+        elif earlier.strip():  # resumed: the history is cut back to the checkpoint it resumes from
+            kept = cut_back(earlier, int(keep_through))
+            if kept != earlier:
+                metrics.write_bytes(kept)
         cut = metrics.exists() and metrics.stat().st_size > 0 and not metrics.read_bytes().endswith(b"\n")
         self._lines = open(metrics, "a", encoding="utf-8")
         if cut:  # a line cut by a kill: the next record starts on a line of its own
@@ -126,11 +148,36 @@ class History:
             _warn(f"cannot write the metrics history to {self.folder.uri}: {error}; training goes on without it")
 
 
+def _records(data: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
+    out = []
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        out.append((line, record if isinstance(record, dict) else None))
+    return out
+
+
+def last_checkpointed_step(data: bytes) -> int | None:
+    """The step of the last report in a history that carried a checkpoint (CHECKPOINT_KEY); None when none did."""
+    steps = [r["step"] for _, r in _records(data) if r and r.get(CHECKPOINT_KEY) and isinstance(r.get("step"), int)]
+    return steps[-1] if steps else None
+
+
+def cut_back(data: bytes, step: int) -> bytes:
+    """The history up to and including `step` (unreadable lines dropped): what a resumed attempt appends to."""
+    kept = [line for line, r in _records(data) if r and isinstance(r.get("step"), int) and r["step"] <= step]
+    return b"".join(line + b"\n" for line in kept)
+
+
 def _warn(message: str) -> None:
     sys.stderr.write(f"ray_efa.training.history: {message}\n")
 
 
-def open_history(start_step: int) -> History | None:
+def open_history(start_step: int, keep_through: int | None | str = "start") -> History | None:
     """Rank 0's history in this Ray Train run's folder (the storage Ray Train resolved); None on other ranks."""
     import ray.train
 
@@ -140,4 +187,5 @@ def open_history(start_step: int) -> History | None:
     storage = context.get_storage()
     if storage is None:  # not inside a Ray Train run: nowhere to keep it
         return None
-    return History(RunFolder(storage.storage_filesystem, storage.experiment_fs_path), start_step=start_step)
+    return History(RunFolder(storage.storage_filesystem, storage.experiment_fs_path), start_step=start_step,
+                   keep_through=keep_through)

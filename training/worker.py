@@ -30,7 +30,7 @@ from typing import Any
 
 from ray_efa.core.settings import Settings
 from ray_efa.core.user_code import split_function
-from ray_efa.training.history import open_history
+from ray_efa.training.history import CHECKPOINT_KEY, LAST_CHECKPOINT, open_history
 
 __all__ = ["WRAPPER_KEY", "WorkerRun", "train_loop", "train_loop_config", "load_train_function", "before_training",
            "after_training"]
@@ -73,6 +73,16 @@ def load_train_function(spec: str, code_dir: str | None) -> Callable[..., Any]:
     if not callable(function):
         raise TypeError(f"trainFunction {spec}: {module_name}.{name} is not a function")
     return function
+
+
+class UserCodeError(RuntimeError):
+    """The function cannot be imported or run for a reason in its own code or packages, said with the fix."""
+
+
+def missing_module_hint(spec: str, error: ModuleNotFoundError) -> str:
+    """What a ModuleNotFoundError in a function of yours means, and the setting that fixes it."""
+    return (f"trainFunction {spec}: {error} on the workers: add the package that provides {error.name!r} to the "
+            "pipPackages setting (the cluster's workers install it), or install it here for --local")
 
 
 def _say(text: str) -> None:
@@ -127,7 +137,7 @@ class _ReportRecorder:
     call's 1-based index) and passes it on unchanged.
     """
 
-    def __init__(self, on_report: Callable[[dict[str, Any], int], None] | None = None) -> None:
+    def __init__(self, on_report: Callable[[dict[str, Any], int, bool], None] | None = None) -> None:
         self.last: dict[str, Any] | None = None
         self.calls = 0
         self._on_report = on_report
@@ -141,7 +151,8 @@ class _ReportRecorder:
             self.last = dict(metrics)
             self.calls += 1
             if self._on_report is not None:
-                self._on_report(self.last, self.calls)
+                checkpoint = kwargs.get("checkpoint", args[0] if args else None)
+                self._on_report(self.last, self.calls, checkpoint is not None)
             return self._original(metrics, *args, **kwargs)
 
         ray.train.report = report
@@ -182,18 +193,30 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     _quiet_report_log()
     # A function of yours gets the built-in's metrics history (metrics.jsonl and TensorBoard in the run folder, rank 0),
     # one record per report; the built-in keeps its own, by optimizer step.
-    history = None if run.settings.training.builtin else open_history(0)
+    # A rerun under the same name resumes after the last report that carried a checkpoint, or starts a fresh history.
+    history = None if run.settings.training.builtin else open_history(
+        0, LAST_CHECKPOINT if ray.train.get_checkpoint() is not None else None)
 
-    def record(metrics: dict[str, Any], index: int) -> None:
+    def record(metrics: dict[str, Any], index: int, checkpointed: bool) -> None:
         if history is not None:
             step = metrics.get("step")
-            history.log(metrics, step if isinstance(step, int) and not isinstance(step, bool) else index)
+            history.log({**metrics, **({CHECKPOINT_KEY: True} if checkpointed else {})},
+                        step if isinstance(step, int) and not isinstance(step, bool) else index)
 
     try:
         with _ReportRecorder(record) as reports:  # installed before the import: `from ray.train import report` too
-            function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
+            try:
+                function = load_train_function(wrapper["train_function"], wrapper["code_dir"])
+            except ModuleNotFoundError as error:
+                raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
+            except SyntaxError as error:  # Ray's failure text may keep only the message: say where it is
+                raise UserCodeError(f"trainFunction {wrapper['train_function']}: syntax error in {error.filename}, "
+                                    f"line {error.lineno}: {error.msg}") from error
             before_training(run)
-            value = _call(function, user_config)
+            try:
+                value = _call(function, user_config)
+            except ModuleNotFoundError as error:
+                raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
     finally:
         if history is not None:
             history.close()

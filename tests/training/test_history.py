@@ -51,7 +51,7 @@ def test_each_report_is_on_disk_as_soon_as_it_is_logged(tmp_path):
     history.close()
 
 
-def test_a_resumed_attempt_appends_after_a_cut_line_and_tensorboard_drops_the_redone_steps(tmp_path):
+def test_a_resumed_attempt_cuts_the_history_back_to_its_checkpoint_and_tensorboard_drops_the_redone_steps(tmp_path):
     # GIVEN an attempt that reported steps 1..4 and was killed while writing its last line
     folder = RunFolder(pyarrow.fs.LocalFileSystem(), str(tmp_path / "run"))
     first = History(folder)
@@ -64,10 +64,10 @@ def test_a_resumed_attempt_appends_after_a_cut_line_and_tensorboard_drops_the_re
     for step in (3, 4):
         second.log({**_metrics(step), "loss": 10.0 + step}, step)
     second.close()
-    # THEN its lines start on a line of their own after the cut one; nothing earlier was lost
+    # THEN the history is cut back to the checkpoint it resumed from (the cut line too): each step once, one run
     lines = metrics.read_text().splitlines()
-    assert lines[4] == '{"step": 5, "lo'
-    assert [json.loads(line)["step"] for line in lines[:4] + lines[5:]] == [1, 2, 3, 4, 3, 4]
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
+    assert [json.loads(line)["loss"] for line in lines][2:] == [13.0, 14.0]
     # and TensorBoard shows each step once: the resumed attempt's values from step 3 on (purge_step)
     assert _scalars(tmp_path / "run" / TENSORBOARD_DIR, "loss") == {1: 6.0, 2: 5.0, 3: 13.0, 4: 14.0}
 
@@ -109,11 +109,12 @@ def test_storage_without_appends_gets_whole_files_at_most_every_interval_and_at_
     assert uploaded() == [1, 2, 3, 4]
     events = fs.get_file_info(pyarrow.fs.FileSelector("/bucket/runs/r1/tensorboard"))
     assert len(events) == 1 and events[0].base_name.startswith("events.out.tfevents.") and events[0].size > 100
-    # WHEN a restarted attempt (from step 2) writes to the same folder THEN it keeps the earlier attempt's lines
+    # WHEN a restarted attempt (from step 2) writes to the same folder THEN it keeps the earlier attempt's lines up to
+    # its checkpoint, and its own after them
     again = History(folder, start_step=2, clock=clock)
     again.log(_metrics(3), 3)
     again.close()
-    assert uploaded() == [1, 2, 3, 4, 3]
+    assert uploaded() == [1, 2, 3]
     assert len(fs.get_file_info(pyarrow.fs.FileSelector("/bucket/runs/r1/tensorboard"))) == 2
 
 

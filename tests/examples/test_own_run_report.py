@@ -1,0 +1,136 @@
+"""A training function of its own, written here (not in this repository): an MLP on DDP over gloo reporting an L1
+`loss`, `accuracy` and `samples_per_s`, run once by `ray-efa train --local` on a real local Ray cluster (2 CPU
+workers), then `ray-efa report` of its run folder: a chart per reported metric, named after it, labelled with its
+key (no cross-entropy for an L1 loss), and a summary from what it reported."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+OWN_FUNCTION = '''
+import time
+
+import ray.train
+import torch
+from ray.train.torch import prepare_model
+
+
+def train_func(config):
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = (x.sum(dim=1, keepdim=True) > 0).float()
+    model = prepare_model(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 6):
+        started = time.perf_counter()
+        out = model(x)
+        loss = torch.nn.functional.l1_loss(torch.sigmoid(out), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        accuracy = ((out > 0).float() == y).float().mean().item()
+        ray.train.report({"step": step, "loss": loss.item(), "accuracy": accuracy,
+                          "samples_per_s": len(x) / (time.perf_counter() - started)})
+'''
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5", COLUMNS="200")
+    return env
+
+
+def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory) -> Path:
+    """The run folder of one local run of the function above."""
+    root = tmp_path_factory.mktemp("own")
+    (root / "src" / "mlp_l1").mkdir(parents=True)
+    (root / "src" / "mlp_l1" / "__init__.py").write_text("")
+    (root / "src" / "mlp_l1" / "train.py").write_text(textwrap.dedent(OWN_FUNCTION))
+    result = _cli("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
+                  "-c", f"codeDir={root / 'src'}", "-c", f"storagePath={root / 'runs'}", "-c", "preflight=false",
+                  "--logs-dir", str(root / "nccl"))
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return root / "runs" / "mlp-l1"
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_the_report_draws_each_reported_metric_and_summarizes_it(own_run, tmp_path):
+    out = tmp_path / "report"
+    result = _cli("report", str(own_run), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert {"loss.png", "accuracy.png", "samples_per_s.png"} <= {p.name for p in out.glob("*.png")}
+    page = (out / "index.html").read_text()
+    assert "cross-entropy" not in page
+    rows = {k: html.unescape(v) for k, v in re.findall(r"<tr><td>([^<]+)</td><td>([^<]*)</td></tr>", page)}
+    assert re.fullmatch(r"[0-9.]+ \(step 1\) -> [0-9.]+ \(step 5\)", rows["loss"]), rows
+    assert rows["reports"] == "5, steps 1..5" and "accuracy" in rows and "samples_per_s" in rows
+    assert "steps 1..-" not in page and "(step ?)" not in page
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_an_l1_loss_is_labelled_with_its_key(own_run):
+    from ray_efa.ops.report import charts, read_run
+
+    figures = charts(read_run(str(own_run)))
+    assert figures["loss"].axes[0].get_ylabel() == "loss"
+    assert figures["accuracy"].axes[0].get_ylabel() == "accuracy"
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_one_aside(own_run):
+    import json
+
+    before = (own_run / "metrics.jsonl").read_bytes()
+    src = own_run.parent.parent / "src"
+    result = _cli("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
+                  "-c", f"codeDir={src}", "-c", f"storagePath={own_run.parent}", "-c", "preflight=false",
+                  "--logs-dir", str(own_run.parent.parent / "nccl2"))
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    steps = [json.loads(line)["step"] for line in (own_run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5]  # the function checkpoints nothing: nothing to resume, one run in the file
+    (aside,) = own_run.glob("metrics.*.jsonl")
+    assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
+
+
+def _run_own(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "src" / "own_fn").mkdir(parents=True)
+    (tmp_path / "src" / "own_fn" / "__init__.py").write_text("")
+    (tmp_path / "src" / "own_fn" / "train.py").write_text(textwrap.dedent(source))
+    return _cli("train", "--local", "--name", "own-fn", "-c", "trainFunction=own_fn.train:train_func",
+                "-c", f"codeDir={tmp_path / 'src'}", "-c", f"storagePath={tmp_path / 'runs'}", "-c", "preflight=false",
+                "-c", "maxFailures=0", "--logs-dir", str(tmp_path / "nccl"))
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_function_that_never_reports_is_warned_about(tmp_path):
+    result = _run_own(tmp_path, "def train_func(config):\n    return 1\n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "returned without calling ray.train.report" in result.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_missing_import_names_pip_packages(tmp_path):
+    result = _run_own(tmp_path, "import no_such_package_here\n\ndef train_func(config):\n    pass\n")
+    assert result.returncode == 1
+    assert "pipPackages" in result.stdout + result.stderr
