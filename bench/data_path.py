@@ -175,7 +175,7 @@ def main() -> int:
     shutil.rmtree(model_folder, ignore_errors=True)
     make_model(model_folder, paragraphs, base)
     # One epoch holds every step's micro-batches (x 1.5): no epoch restart inside the measured steps.
-    needed = int(1.5 * t.steps * t.grad_accumulation * t.micro_batch * world * (t.seq_len + 1))
+    needed = int(1.5 * t.steps * t.accumulation_steps * t.micro_batch_size * world * (t.seq_len + 1))
     text_dir, ids_dir, tokens = make_data(args.work, paragraphs, needed, model_folder, row=t.seq_len + 1)
     made = {"made": {"paragraphs": len(paragraphs), "text_tokens": tokens, "model": str(model_folder),
                      "seconds": round(time.time() - started, 1)}}
@@ -202,7 +202,7 @@ def main() -> int:
             except Exception as error:  # one failed run must not hide the others' numbers
                 line = {"run": name, "error": f"{type(error).__name__}: {error}"[:2000]}
             else:
-                line = {"run": name, "batch": t.micro_batch, "seq_len": t.seq_len, "steps": t.steps,
+                line = {"run": name, "batch": t.micro_batch_size, "seq_len": t.seq_len, "steps": t.steps,
                         **steady_metrics(summary, plans[name], world), "wall_s": round(time.time() - run_started, 1)}
                 results[name] = line
             print(json.dumps(line), flush=True)

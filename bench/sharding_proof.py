@@ -57,13 +57,13 @@ def link_busbw_gb_s(device: torch.device, mib: int = 512, iters: int = 3) -> flo
 def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: int, steps: int, compile_: bool) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
-    policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.grad_accumulation)  # as train_func runs it
+    policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)  # as train_func runs it
     plan = ParallelPlan(compile=compile_, mixed_precision=policy, bf16_wire=bf16_wire,
                         replicas=world if strategy == "hsdp" else 1)
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
-    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=0, rank=rank)
-    k = t.grad_accumulation
+    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=0, rank=rank)
+    k = t.accumulation_steps
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     losses = []
@@ -80,8 +80,8 @@ def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: i
     step_time = (time.perf_counter() - start) / steps
     row = {
         "strategy": strategy, "grad_accumulation": k, "grad_reduce_dtype": t.grad_reduce_dtype,
-        "micro_batch": t.micro_batch, "seq_len": t.seq_len, "step_time_s": round(step_time, 4),
-        "tokens_per_s_per_gpu": round(t.micro_batch * t.seq_len * k / step_time, 1),
+        "micro_batch": t.micro_batch_size, "seq_len": t.seq_len, "step_time_s": round(step_time, 4),
+        "tokens_per_s_per_gpu": round(t.micro_batch_size * t.seq_len * k / step_time, 1),
         "first_loss": round(float(losses[0]), 5), "hsdp": bool(model.hsdp),
     }
     if device.type == "cuda":

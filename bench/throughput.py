@@ -148,9 +148,9 @@ def aws_sample_loop(config: dict) -> dict:
         parallel_strategy_kwargs={"auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))},
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate)
-    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch, seed=t.seed,
+    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=t.seed,
                         rank=context.get_world_rank())
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=t.micro_batch * t.seq_len, world_size=context.get_world_size(),
+    meter = Meter(throughput=Throughput(tokens_per_step_per_device=t.micro_batch_size * t.seq_len, world_size=context.get_world_size(),
                                         flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device)),
                   total_steps=t.steps, start_step=0, device=device)
     model.train()
@@ -263,7 +263,7 @@ def main() -> int:
                         "error": f"{type(error).__name__}: {error}"[:2000]}
             else:
                 t = run_settings.training
-                line = {"run": label, "batch": t.micro_batch, "grad_accumulation": t.grad_accumulation,
+                line = {"run": label, "batch": t.micro_batch_size, "grad_accumulation": t.accumulation_steps,
                         "sharding": t.sharding, "grad_reduce_dtype": t.grad_reduce_dtype, "report_every": t.report_every, "seq_len": t.seq_len, "compile": t.compile,
                         "loss_chunk_size": t.loss_chunk_size, **steady_metrics(summary, run_settings, world),
                         "planner_total_gib": planner_estimate(run_settings, world), "wall_s": round(time.time() - started, 1)}

@@ -158,10 +158,10 @@ def estimate_for(
     params = p.num_parameters
     layer = _layer_parameters(p)
     root = params - p.num_hidden_layers * layer
-    tokens = t.micro_batch * t.seq_len
+    tokens = t.micro_batch_size * t.seq_len
     shard = shard_size or world_size
     accumulated = 0.0
-    if t.grad_accumulation > 1 and world_size > 1:
+    if t.accumulation_steps > 1 and world_size > 1:
         copies = ACCUMULATION_GRADIENT_COPIES[strategy]
         accumulated = (4 * params if strategy == "fsdp" else 0) + copies * 4 * params / shard
     parts = {
@@ -171,7 +171,7 @@ def estimate_for(
         # fp8 all-gather: the two layers gathered in forward hold 1-byte linear weights
         "gathered": 2 * root + 2 * (1 if fp8 else 2) * layer + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled: eager float8_linear.py saves the bf16 input
-        "activations": tokens * _activation_bytes_per_token(p, t.activation_checkpointing, t.compile)
+        "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)
                        * (FP8_ACTIVATIONS if fp8 and t.compile else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
     }

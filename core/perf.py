@@ -271,7 +271,7 @@ def _collectives(
     p = t.preset
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
-    k = t.grad_accumulation
+    k = t.accumulation_steps
     world = nodes * gpus_per_node
     # fp8 all-gather: the layers' linear weights travel as 1 byte; the root and the norms stay bf16
     saved = _linear_parameters(p) if fp8 else 0
@@ -344,10 +344,10 @@ def predict(
     # With accumulation, gradients are accumulated in fp32 (training.parallelize): hsdp's partial sums, which FSDP2
     # keeps in the reduction dtype, cross the nodes in fp32 then; bf16 stays on the reduce-scatter inside the node.
     hsdp_across = strategy == "hsdp" and nodes > 1
-    inter_reduce_bytes = 4 if (hsdp_across and t.grad_accumulation > 1) else reduce_bytes
+    inter_reduce_bytes = 4 if (hsdp_across and t.accumulation_steps > 1) else reduce_bytes
 
-    tokens = t.micro_batch * t.seq_len
-    recompute = 4 / 3 if t.activation_checkpointing else 1
+    tokens = t.micro_batch_size * t.seq_len
+    recompute = 4 / 3 if t.checkpointing else 1
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
     family = families.constants_for(gpu.name)  # the H200's fit where measured, each family's own elsewhere
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
@@ -362,7 +362,7 @@ def predict(
         micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
-    compute = micro * t.grad_accumulation
+    compute = micro * t.accumulation_steps
 
     shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
@@ -376,7 +376,7 @@ def predict(
             each[c.link] += seconds / c.calls
         else:
             once[c.link] += seconds
-    k, layers = t.grad_accumulation, p.num_hidden_layers
+    k, layers = t.accumulation_steps, p.num_hidden_layers
     busy = {link: k * each[link] + once[link] for link in each}
     network_s = max(busy.values())
     n_each, n_last = max(each.values()), max(each[link] + once[link] for link in each)
@@ -388,7 +388,7 @@ def predict(
     else:
         bottleneck = "network" if busy["inter"] >= busy["intra"] else "intra-node link"
 
-    per_gpu = tokens * t.grad_accumulation / step
+    per_gpu = tokens * t.accumulation_steps / step
     peak = gpu.peak_bf16_tflops * 1e12
     return StepPrediction(
         strategy=strategy, network=network, compute_s=compute, network_s=network_s, optimizer_s=optimizer,

@@ -35,7 +35,7 @@ import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -775,6 +775,16 @@ class WorkloadSettings(_Section):
     )
 
 
+_T = TypeVar("_T")
+
+
+def _decided(value: _T | Literal["auto"], key: str) -> _T:
+    """A lever's value once core.strategy.resolve decided it: what the formulas and the job compute with."""
+    if value == "auto":
+        raise ValueError(f"{key} is auto: decide it first (core.strategy.resolve)")
+    return cast(_T, value)
+
+
 class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
@@ -902,6 +912,21 @@ class TrainingSettings(_Section):
         values = {"microBatch": self.micro_batch, "gradAccumulation": self.grad_accumulation,
                   "precision": self.precision, "activationCheckpointing": self.activation_checkpointing}
         return tuple(key for key, value in values.items() if value == "auto")
+
+    @property
+    def micro_batch_size(self) -> int:
+        """microBatch once decided (core.strategy.resolve); ValueError while it is still auto."""
+        return _decided(self.micro_batch, "microBatch")
+
+    @property
+    def accumulation_steps(self) -> int:
+        """gradAccumulation once decided (core.strategy.resolve); ValueError while it is still auto."""
+        return _decided(self.grad_accumulation, "gradAccumulation")
+
+    @property
+    def checkpointing(self) -> bool:
+        """activationCheckpointing once decided (core.strategy.resolve); ValueError while it is still auto."""
+        return _decided(self.activation_checkpointing, "activationCheckpointing")
 
     @property
     def builtin(self) -> bool:

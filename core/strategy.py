@@ -309,8 +309,8 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
         out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
     if not t.activation_checkpointing:
         out.append(("activationCheckpointing", False, {"activationCheckpointing": True}))
-    if t.micro_batch > 1:
-        out.append(("microBatch", t.micro_batch, {"microBatch": t.micro_batch // 2}))
+    if t.micro_batch_size > 1:
+        out.append(("microBatch", t.micro_batch_size, {"microBatch": t.micro_batch_size // 2}))
     if t.seq_len > 1:
         out.append(("seqLen", t.seq_len, {"seqLen": t.seq_len // 2}))
     if n.gpu_node_count < _MAX_GPU_NODES:
@@ -402,7 +402,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
         alt = estimate(settings.replace(**combined)) if combined else plan
         verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
         advice = f"no single change fits; together {_describe(combined) or 'none'} would need {alt.total_gib:.1f} GiB ({verdict})"
-        key, value = ("microBatch", t.micro_batch) if t.micro_batch > 1 else ("seqLen", t.seq_len)
+        key, value = ("microBatch", t.micro_batch_size) if t.micro_batch_size > 1 else ("seqLen", t.seq_len)
     parts = ", ".join(f"{name.split(' (')[0]} {gib:.1f}" for name, gib in plan.breakdown()[:-1])
     message = (
         f"the training plan needs {plan.total_gib:.1f} GiB per GPU ({parts}) but one {plan.gpu} of "

@@ -157,7 +157,7 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
             # Ray's own chatter off; without a dashboard the placement-group cleaner warns on every poll.
             logging_config=ray.LoggingConfig(log_level="ERROR"),
         )
-        os.environ["RAY_ADDRESS"] = context.address_info["address"]
+        os.environ["RAY_ADDRESS"] = context.address_info["address"]  # pyright: ignore[reportAttributeAccessIssue]  # ray.init returns a RayContext, typed as BaseContext
     else:
         # The controller polls the workers' one-report queues this often (training.reporting); the RayJob's
         # runtime_env sets the same value, this covers `ray-efa train` run by hand on the head.

@@ -68,16 +68,16 @@ class History:
         if self._staging is not None:  # the earlier attempts' reports: this attempt appends to them
             metrics.write_bytes(self.folder.read_bytes(METRICS_FILE) or b"")
         earlier = metrics.read_bytes() if metrics.exists() else b""
-        if keep_through == LAST_CHECKPOINT:
-            keep_through = last_checkpointed_step(earlier)
-        if earlier.strip() and not keep_through:  # one run, one history: the earlier run's is kept aside, named
+        through = last_checkpointed_step(earlier) if keep_through == LAST_CHECKPOINT else keep_through
+        through = through if isinstance(through, int) else None
+        if earlier.strip() and not through:  # one run, one history: the earlier run's is kept aside, named
             aside = f"metrics.{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.jsonl"
             self.folder.write_bytes(aside, earlier)
             metrics.write_bytes(b"")
             _warn(f"{self.folder.uri} held the history of an earlier run with nothing to resume: kept as {aside}; "
                   f"this run starts a fresh {METRICS_FILE}")
-        elif earlier.strip():  # resumed: the history is cut back to the checkpoint it resumes from
-            kept = cut_back(earlier, int(keep_through))
+        elif earlier.strip() and through:  # resumed: the history is cut back to the checkpoint it resumes from
+            kept = cut_back(earlier, through)
             if kept != earlier:
                 metrics.write_bytes(kept)
         cut = metrics.exists() and metrics.stat().st_size > 0 and not metrics.read_bytes().endswith(b"\n")

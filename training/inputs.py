@@ -75,12 +75,12 @@ class Inputs:
         self.t: TrainingSettings
         self.world_size: int
         self.t, self.world_size = t, world_size
-        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch,
+        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size,
                                                  seed=t.seed, rank=rank, pool_size=t.data_pool_size)
         self.shard: ShardBatches | None = None
         if t.dataset is not None:
             quiet_ray_data()
-            self.shard = ShardBatches(_shard(TRAIN), micro_batch=t.micro_batch,
+            self.shard = ShardBatches(_shard(TRAIN), micro_batch=t.micro_batch_size,
                                       row_tokens=t.seq_len + 1, seed=t.seed, world_size=world_size,
                                       what=f"dataset {t.dataset}", **data_state)
         held_out = t.dataset is not None and (t.eval_fraction > 0 or t.eval_dataset is not None)
@@ -101,5 +101,5 @@ class Inputs:
 
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         assert self.eval_shard is not None
-        return evaluate(model, self.eval_shard, micro_batch=self.t.micro_batch, max_batches=self.t.eval_batches,
+        return evaluate(model, self.eval_shard, micro_batch=self.t.micro_batch_size, max_batches=self.t.eval_batches,
                         device=device, world_size=self.world_size, row_tokens=self.t.seq_len + 1)

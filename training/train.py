@@ -190,9 +190,9 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     if rank == 0 and folder is not None and t.model_path is not None:
         _say(weights.describe_loaded(t.model_path, folder, model))
     strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
-    policy, bf16_wire = gradient_precision(device, reduce_dtype, t.grad_accumulation)
+    policy, bf16_wire = gradient_precision(device, reduce_dtype, t.accumulation_steps)
     plan = ParallelPlan(
-        activation_checkpointing=t.activation_checkpointing, compile=t.compile, mixed_precision=policy,
+        activation_checkpointing=t.checkpointing, compile=t.compile, mixed_precision=policy,
         replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda",
     )
     if rank == 0:
@@ -208,7 +208,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     last_eval: dict[str, float] = {}
     meter = Meter(
         throughput=Throughput(
-            tokens_per_step_per_device=t.micro_batch * t.seq_len * t.grad_accumulation, world_size=world,
+            tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps, world_size=world,
             flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
             flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
         ),
@@ -224,7 +224,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     for step in range(start + 1, t.steps + 1):
         steps_run += 1
         lr = learning_rate(step, t)
-        k = t.grad_accumulation  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
+        k = t.accumulation_steps  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
         batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
         loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
         reporter.record(step, loss, lr, grad_norm=grad_norm)
@@ -261,9 +261,9 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     context = ray.train.get_context()
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # what ran, for `ray-efa calibrate`
-    ran = {"model": t.model, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
-             "grad_accumulation": t.grad_accumulation, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
-             "activation_checkpointing": t.activation_checkpointing, "sharding": strategy, "replicas": replicas,
+    ran = {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
+             "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
+             "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
              "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
              "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
     return {"summary": {**meter.summary(), **last_eval, **where, **ran, "reports": reporter.reports},
