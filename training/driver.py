@@ -37,6 +37,8 @@ from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FIL
 if TYPE_CHECKING:
     from ray.train import Result, RunConfig, ScalingConfig
 
+    from ray_efa.training.transport import Verdict
+
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
     "reported_summary", "run", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
@@ -148,7 +150,7 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
         # RAY_ADDRESS in the environment, or a running `ray start`); then RAY_ADDRESS names it, for what the run
         # starts (ray/_private/worker.py, init: "local" always starts a new local instance).
         os.environ.pop("RAY_ADDRESS", None)
-        context = ray.init(
+        ray.init(
             address="local",
             # Room for the workers even on a 1-core machine, and CPUs of its own for Ray Data: Ray Train takes the
             # workers' CPUs out of Ray Data's budget, and with none left a dataset read would wait forever.
@@ -157,7 +159,6 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
             # Ray's own chatter off; without a dashboard the placement-group cleaner warns on every poll.
             logging_config=ray.LoggingConfig(log_level="ERROR"),
         )
-        os.environ["RAY_ADDRESS"] = context.address_info["address"]  # pyright: ignore[reportAttributeAccessIssue]  # ray.init returns a RayContext, typed as BaseContext
     else:
         # The controller polls the workers' one-report queues this often (training.reporting); the RayJob's
         # runtime_env sets the same value, this covers `ray-efa train` run by hand on the head.
@@ -243,7 +244,7 @@ def nodes_without_logs(logs: list[Path], gpu_nodes: int) -> str | None:
 
 
 def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None,
-                   verdicts: list | None = None) -> int:
+                   verdicts: list[Verdict] | None = None) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
     from ray_efa.core.output_dir import publish
@@ -342,7 +343,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
              "nodes": 1 if local else settings.nodes.gpu_node_count}
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    verdicts: list = []
+    verdicts: list[Verdict] = []
     code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder,
                           verdicts=verdicts)
     # After the gate: the summary carries what the gate proved, so that compare compares transports, not labels.

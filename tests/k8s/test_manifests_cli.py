@@ -97,17 +97,17 @@ def test_a_plan_that_cannot_fit_exits_2_naming_the_setting_and_writes_nothing(tm
     # THEN exit 2, the memory planner's refusal names microBatch and its default as the fix, nothing is written
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "microBatch: the training plan needs" in err and "microBatch=2, its default" in err
+    assert "microBatch: the training plan needs" in err and "microBatch=32 (" in err  # the micro batch that fits
     assert [p.name for p in out.iterdir()] == ["keep.yaml"]
 
 
 def test_the_rayjob_chart_itself_refuses_a_plan_that_cannot_fit():
-    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with 3 x 2048 tokens per GPU)
+    # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with 32 x 8192 tokens per GPU: no auto lever fits it)
     import cdk8s
 
     from ray_efa.core.settings import Settings, SettingsError
 
-    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 3})
+    settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 32, "seqLen": 8192})
     # WHEN any caller builds the RayJob chart (the CDK stack does, through infra.workload) THEN it is refused
     with pytest.raises(SettingsError, match="microBatch: the training plan needs"):
         workload.ray_job_chart(cdk8s.App(), settings)

@@ -33,8 +33,8 @@ def run_cli(*argv: str) -> int:
         (["--local", "-c", "model=llama"], "model: must be one of"),
         (["--local", "-c", "learningRate=-0.1"], "learningRate: must be > 0"),
         (["--local", "-c", "stepz=3"], "stepz: unknown setting (did you mean steps?)"),
-        # the cluster path also plans memory: 8 x 4096 tokens of Qwen2.5-1.5B do not fit an L4
-        (["-c", "microBatch=8", "-c", "seqLen=4096", "-c", "storagePath=s3://b/p"], "GiB per GPU"),
+        # the cluster path also plans memory: 32 x 8192 tokens of Qwen2.5-1.5B fit an L4 with no auto lever
+        (["-c", "microBatch=32", "-c", "seqLen=8192", "-c", "storagePath=s3://b/p"], "GiB per GPU"),
     ],
     ids=["seq-len", "micro-batch", "preset", "learning-rate", "typo", "memory"],
 )
