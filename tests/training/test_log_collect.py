@@ -84,7 +84,7 @@ class FakeTrainWorker:
     def speak(self, network: str) -> int:
         pid = os.getpid()
         print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO Using network {network}", flush=True)
-        print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+        print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0",
               flush=True)
         print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/{network}/0",
               flush=True)
