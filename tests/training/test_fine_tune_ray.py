@@ -84,8 +84,8 @@ def ray_cluster():
 
 # 178 packed rows of 129 tokens: 89 per rank, 22 micro-batches of 4 per epoch. 30 steps cross into epoch 2, the
 # checkpoint of step 24 lies inside it.
-RESUME = {"model": "tiny", "steps": 30, "seqLen": 128, "microBatch": 4, "learningRate": 3e-3, "warmupSteps": 2,
-          "checkpointEvery": 12, "reportEvery": 1, "maxFailures": 0, "preflight": False, "compile": False,
+RESUME = {"model": "tiny", "steps": 30, "seqLen": 128, "microBatch": 4, "gradAccumulation": 1, "learningRate": 3e-3,
+          "warmupSteps": 2, "checkpointEvery": 12, "reportEvery": 1, "maxFailures": 0, "preflight": False, "compile": False,
           "evalFraction": 0.1}
 
 
@@ -105,7 +105,8 @@ def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_pat
     assert resumed.return_value["summary"]["eval_loss"] == pytest.approx(whole.return_value["summary"]["eval_loss"],
                                                                          rel=1e-5)
     state = json.loads((tmp_path / "whole" / "checkpoint_000024" / "train_state.json").read_text())
-    assert state == {"step": 24, "data": {"epoch": 1, "consumed": 2}}
+    assert state == {"step": 24, "data": {"epoch": 1, "consumed": 2},
+                     "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
 
 
 def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluster, tmp_path, fine_tune_inputs, texts):

@@ -14,9 +14,11 @@ from ray_efa.training.local import LOCAL_PRESET
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
-# Six steps, a checkpoint every two, a report every step: small enough to run four times in a test.
+# Six steps, a checkpoint every two, a report every step: small enough to run four times in a test. One micro-batch a
+# step (gradAccumulation 1): auto would split the default globalBatchTokens into thousands of tiny micro-batches.
 SHORT = {
-    "model": "tiny", "steps": 6, "seqLen": 32, "microBatch": 2, "learningRate": 1e-3, "warmupSteps": 2,
+    "model": "tiny", "steps": 6, "seqLen": 32, "microBatch": 2, "gradAccumulation": 1, "learningRate": 1e-3,
+    "warmupSteps": 2,
     "checkpointEvery": 2, "reportEvery": 1, "maxFailures": 1, "preflight": False,
 }
 
@@ -80,10 +82,11 @@ def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     expected = {step: loss for step, loss in _losses(uninterrupted).items() if step >= 3}
     assert _losses(resumed) == pytest.approx(expected, rel=1e-6)
     assert resumed.return_value["optimizer_steps"] == 6
-    # and the run folder's history holds both attempts (step 3 twice), while TensorBoard shows each step once, the
-    # resumed attempt's from step 3 on
+    # and the run folder's history is one run's: cut back to the step-2 checkpoint, then the resumed attempt's steps
+    # (each step once), as TensorBoard shows them
     folder = os.path.join(storage, "resumed")
-    assert [r["step"] for r in _history(folder)] == [1, 2, 3, 3, 4, 5, 6]
+    assert [r["step"] for r in _history(folder)] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss"] for r in _history(folder)][2:] == pytest.approx([_losses(resumed)[s] for s in range(3, 7)])
     assert _tensorboard(folder, "loss") == pytest.approx({**{s: v for s, v in _losses(stopped).items() if s < 3},
                                                           **_losses(resumed)}, rel=1e-6)
 
