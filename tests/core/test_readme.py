@@ -24,3 +24,6 @@ def test_readme_quickstart_is_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     quickstart = readme.split("## Quickstart", 1)[1].split("##", 1)[0]
     assert "make demo" in quickstart and "make test" in quickstart
+    # and it is the first section a reader meets, right after the one-paragraph overview
+    sections = [line for line in readme.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Quickstart", sections[:3]
