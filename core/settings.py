@@ -51,6 +51,7 @@ from pydantic import (
 from ray_efa.core import addons, catalog, models, regions, scheduling
 from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
+from ray_efa.core.problems import Problem, SettingsError
 
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
@@ -111,28 +112,6 @@ _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
 _STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
-
-
-# -- problems -----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with the settings."""
-
-    key: str
-    value: Any
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}, got {self.value!r}"
-
-
-class SettingsError(ValueError):
-    """Every problem found in the settings, raised before anything is synthesized or written."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 # The closed sets that come from data (a version tuple, a catalog table): pydantic validates against a Literal built
