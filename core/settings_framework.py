@@ -72,7 +72,7 @@ def string_schema(**schema: Any) -> WithJsonSchema:
 
 
 # A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
-LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
+LIST_AS_TUPLE: BeforeValidator = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 
 
 # -- rules across fields ------------------------------------------------------------------------------------------

@@ -196,3 +196,13 @@ def test_three_modules_in_a_ring_are_one_cycle():
     modules = {"p.a": "from p.b import x\n", "p.b": "from p.c import y\n", "p.c": "class C:\n    def m(self):\n        import p.a\n"}
     (cycle,) = cycles(import_graph(modules))
     assert [edge.source for edge in cycle] == ["p.a", "p.b", "p.c"] and cycle[-1].function == "C.m"
+
+
+def test_settings_still_exports_what_moved_out_of_it():
+    # GIVEN Problem and SettingsError in core.problems and the field helper in core.settings_framework
+    from ray_efa.core import problems, settings, settings_framework
+    from ray_efa.core.settings import Problem, SettingsError, setting
+
+    # THEN the old import path gives the same objects (an `except SettingsError` anywhere catches them all)
+    assert (Problem, SettingsError, setting) == (problems.Problem, problems.SettingsError, settings_framework.setting)
+    assert {"Problem", "SettingsError"} <= set(settings.__all__)
