@@ -39,9 +39,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ray_efa.core.models import MODEL_PRESETS, ModelPreset, model_preset, preset_from_config
+from ray_efa.core.problems import Problem, SettingsError
 
 if TYPE_CHECKING:
-    from ray_efa.core.settings import Problem, Settings
+    from ray_efa.core.settings import Settings
 
 
 class ModelFields(Protocol):
@@ -189,8 +190,6 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _config_architecture(path: Path, name: str, key: str, value: str) -> ModelPreset:
-    from ray_efa.core.settings import Problem, SettingsError
-
     try:
         return preset_from_config(name, _json(path))
     except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
@@ -202,8 +201,6 @@ def architecture(t: ModelFields) -> ModelPreset:
 
     Raises SettingsError (naming modelPath or modelConfig) when modelPath is set and neither can be read here.
     """
-    from ray_efa.core.settings import Problem, SettingsError
-
     if t.model_path is None:
         return model_preset(t.model)
     source = parse_model_path(t.model_path)
@@ -255,8 +252,6 @@ def tokenizer_size(folder: Path) -> int | None:
 def model_problems(t: ModelFields) -> list[Problem]:
     """What keeps the settings' model from being planned and trained, read from this machine: the architecture cannot
     be found, or the tokenizer emits ids past the model's embeddings."""
-    from ray_efa.core.settings import Problem, SettingsError
-
     try:
         arch = architecture(t)
     except SettingsError as error:
@@ -282,8 +277,6 @@ def _under(path: str, mount: str) -> bool:
 def pod_path_problems(settings: Settings) -> list[Problem]:
     """Local paths of a cluster run (modelPath, dataset, evalDataset, storagePath) that no pod can read: each must be
     s3:// (or hf:// for the model), or lie under sharedVolumeMountPath with sharedVolumeClaim set."""
-    from ray_efa.core.settings import Problem
-
     t, w = settings.training, settings.workload
     paths = {"modelPath": t.model_path, "dataset": t.dataset, "evalDataset": t.eval_dataset,
              "storagePath": w.storage_path}

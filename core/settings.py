@@ -23,6 +23,8 @@ with `Literal[...]` for a closed set of values, pydantic constraints (ge, le, gt
 `message=` where the generic "must be between 20 and 16384" needs the setting's own words; a check that pydantic
 cannot express is an Annotated type with `_check(...)` (see Cidr); one that reads two settings is a `@_rule(...)`
 function below the sections. Then `python tools/settings_table.py --write` and `python tools/settings_schema.py --write`.
+The machinery behind `setting`, `_check` and `_rule` is core.settings_framework; Problem and SettingsError are
+core.problems' (re-exported here).
 """
 
 from __future__ import annotations
@@ -30,30 +32,31 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
-import math
 import re
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import Field, WithJsonSchema
 
 from ray_efa.core import addons, catalog, models, regions, scheduling
 from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
+from ray_efa.core.problems import Problem, SettingsError
 
-if TYPE_CHECKING:
-    from pydantic.config import JsonDict
+# The framework, under the names the declarations below use (private here: core.settings_framework exports them).
+from ray_efa.core.settings_framework import LIST_AS_TUPLE as _LIST_AS_TUPLE
+from ray_efa.core.settings_framework import RULES as _RULES
+from ray_efa.core.settings_framework import Model as _Model
+from ray_efa.core.settings_framework import Rule as _Rule
+from ray_efa.core.settings_framework import Section as _Section
+from ray_efa.core.settings_framework import check as _check
+from ray_efa.core.settings_framework import choices_of as _choices_of
+from ray_efa.core.settings_framework import parse_context_value as _parse
+from ray_efa.core.settings_framework import rule as _rule
+from ray_efa.core.settings_framework import rule_problems as _rule_problems
+from ray_efa.core.settings_framework import setting
+from ray_efa.core.settings_framework import string_schema as _schema
 
 __all__ = [
     "SettingsError",
@@ -113,28 +116,6 @@ _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-
 _STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
 
 
-# -- problems -----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with the settings."""
-
-    key: str
-    value: Any
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}, got {self.value!r}"
-
-
-class SettingsError(ValueError):
-    """Every problem found in the settings, raised before anything is synthesized or written."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
 # The closed sets that come from data (a version tuple, a catalog table): pydantic validates against a Literal built
 # at import, which static type checkers cannot evaluate (`Literal[*x]` is not a type expression), so to them each is
 # a plain str.
@@ -148,30 +129,6 @@ else:
     EfaDevicePluginVersion = Literal[*catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS]
     ModelPreset = Literal[*MODEL_PRESETS]
     EfaDraDriverVersion = Literal[*addons.EFA_DRA_DRIVER_ALLOWLISTS]
-
-
-# -- how a field is declared --------------------------------------------------------------------------------------
-
-def setting(default: Any, key: str, doc: str, *, message: str | None = None, **constraints: Any) -> Any:
-    """A settings field: its context key, a one-line description and pydantic constraints (ge, le, pattern...).
-
-    Closed sets of values are `Literal[...]` annotations. `message` replaces the generic text of a constraint error
-    ("must be between 1 and 64") where the setting needs its own words; the JSON Schema carries it as errorMessage,
-    which editors show.
-    """
-    extra: JsonDict | None = {"errorMessage": message} if message else None
-    return Field(default, alias=key, description=doc, json_schema_extra=extra, **constraints)
-
-
-def _check(predicate: Callable[[Any], str | None]) -> AfterValidator:
-    """A field check beyond types and constraints: `predicate` returns what is wrong ("must be ...") or None."""
-
-    def validate(value: Any) -> Any:
-        if (problem := predicate(value)) is not None:
-            raise ValueError(problem)
-        return value
-
-    return AfterValidator(validate)
 
 
 def _region_problem(region: str) -> str | None:
@@ -303,13 +260,6 @@ def _train_config_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
-def _schema(**schema: Any) -> WithJsonSchema:
-    """What the JSON Schema shows of a checked string: a hint for editors; the check itself is the Python above."""
-    return WithJsonSchema({"type": "string", **schema})
-
-
-# A list is as good as a tuple in the Python API (strict about types, not about which sequence holds them).
-_LIST_AS_TUPLE = BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
 # Annotated types with their checks; pydantic runs them after the type.
 Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
 Cidr = Annotated[str, _check(_cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
@@ -354,198 +304,6 @@ AutoCount = Annotated[Literal["auto"] | int, _check(_positive_or_auto),
 """A count core.strategy decides when left at auto (microBatch, gradAccumulation); on `-c` auto or an integer."""
 AutoBool = Annotated[Literal["auto"] | bool, WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "boolean"}]})]
 """A switch core.strategy decides when left at auto (activationCheckpointing); on `-c` auto, true or false."""
-
-
-# -- rules across fields ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Rule:
-    keys: tuple[str, ...]
-    check: Callable[..., Problem | None]
-
-
-_RULES: list[_Rule] = []
-
-
-def _rule(*keys: str) -> Callable[[Callable[..., Problem | None]], Callable[..., Problem | None]]:
-    """Register a check that reads several settings (by key, passed in that order) and returns a Problem or None.
-
-    A rule runs whenever each of its settings is valid on its own, also when other settings are not: so one
-    SettingsError reports field problems and rule problems together.
-    """
-
-    def register(check: Callable[..., Problem | None]) -> Callable[..., Problem | None]:
-        _RULES.append(_Rule(keys, check))
-        return check
-
-    return register
-
-
-def _rule_problems(rules: Iterable[_Rule], values: Mapping[str, Any], invalid: set[str]) -> list[Problem]:
-    """The problems of the rules whose settings are all valid; `values` maps keys to (valid) values."""
-    problems = []
-    for rule in rules:
-        if any(key in invalid for key in rule.keys):
-            continue
-        problem = rule.check(*(values[key] for key in rule.keys))
-        if problem is not None:
-            problems.append(problem)
-    return problems
-
-
-# -- translating pydantic's errors into problems ------------------------------------------------------------------
-
-_TYPE_MESSAGES = {
-    "int_type": "must be an integer", "int_parsing": "must be an integer", "int_from_float": "must be an integer",
-    "float_type": "must be a number", "float_parsing": "must be a number", "finite_number": "must be a finite number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be a string", "tuple_type": "must be a list of strings",
-}
-
-
-def _choices_of(annotation: Any) -> tuple[Any, ...] | None:
-    """The values of a Literal annotation (also inside `X | None`), else None."""
-    if typing.get_origin(annotation) is Literal:
-        return typing.get_args(annotation)
-    for arg in typing.get_args(annotation):
-        if typing.get_origin(arg) is Literal:
-            return typing.get_args(arg)
-    return None
-
-
-def _bounds(info: Any) -> dict[str, Any]:
-    bounds: dict[str, Any] = {}
-    for item in info.metadata:
-        for name in ("ge", "gt", "le", "lt"):
-            if getattr(item, name, None) is not None:
-                bounds[name] = getattr(item, name)
-    return bounds
-
-
-def _bounds_message(bounds: dict[str, Any]) -> str:
-    if "ge" in bounds and "le" in bounds:
-        return f"must be between {bounds['ge']} and {bounds['le']}"
-    for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-        if name in bounds:
-            return f"must be {sign} {bounds[name]}"
-    return "is out of range"
-
-
-def _field_message(error_type: str, info: Any, fallback: str) -> str:
-    """Our message for a pydantic error of a field: the field's own words, its choices, its bounds or its type."""
-    if error_type == "literal_error":
-        return f"must be one of {', '.join(map(str, _choices_of(info.annotation) or ()))}"
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    if error_type in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "string_pattern_mismatch"):
-        if extra.get("errorMessage"):
-            return str(extra["errorMessage"])
-        if error_type != "string_pattern_mismatch":
-            return _bounds_message(_bounds(info))
-    return _TYPE_MESSAGES.get(error_type, fallback)
-
-
-def _problems_of(error: ValidationError, model: type[BaseModel]) -> list[Problem]:
-    """pydantic's errors as Problems: each names the context key, the value and what is allowed."""
-    by_name = {**{name: name for name in model.model_fields},
-               **{info.alias: name for name, info in model.model_fields.items() if info.alias}}
-    problems: list[Problem] = []
-    for item in error.errors():
-        ctx_error = (item.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, SettingsError):  # raised by our own validator below, already in our words
-            problems.extend(ctx_error.problems)
-            continue
-        loc = item["loc"]
-        name = by_name.get(str(loc[0])) if loc else None
-        if item["type"] == "extra_forbidden":
-            known = sorted(by_name)
-            close = difflib.get_close_matches(str(loc[0]), known, n=1)
-            hint = f"did you mean {close[0]}?" if close else f"known settings: {', '.join(known)}"
-            problems.append(Problem(str(loc[0]), item["input"], f"unknown setting ({hint})"))
-            continue
-        if name is None:
-            problems.append(Problem(model.__name__, item["input"], item["msg"]))
-            continue
-        info = model.model_fields[name]
-        key = info.alias or name
-        if item["type"] == "value_error" and ctx_error is not None:  # a _check: its message is ours already
-            message = str(ctx_error)
-        elif item["type"] in ("model_type", "is_instance_of"):
-            message = f"must be a {getattr(info.annotation, '__name__', info.annotation)}"
-        else:
-            message = _field_message(item["type"], info, item["msg"])
-        problems.append(Problem(key, item["input"], message))
-    return problems
-
-
-class _Model(BaseModel):
-    """Shared behaviour: strict and frozen, keys by name or context key, every problem at once as a SettingsError."""
-
-    # populate_by_name (not validate_by_name, which needs pydantic 2.11): the container's Ray accepts pydantic >= 2.5.
-    # No protected namespaces: model_path is a setting, not pydantic's.
-    model_config: ClassVar[ConfigDict] = ConfigDict(
-        frozen=True, strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False, protected_namespaces=(),
-    )
-
-    def __hash__(self) -> int:
-        # Node selectors are dicts, which pydantic's field-tuple hash cannot take; equal settings dump equal JSON.
-        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as error:
-            raise SettingsError(_problems_of(error, type(self))) from None
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _every_problem_at_once(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
-        """Field checks, then the rules over this model's settings, reported together."""
-        rules = cls._rules()
-        try:
-            model = handler(data)
-        except ValidationError as error:
-            if not isinstance(data, Mapping):
-                raise
-            problems = _problems_of(error, cls)
-            values = cls._values_by_key(data)
-            problems += _rule_problems(rules, values, {p.key for p in problems})
-            raise SettingsError(problems) from None
-        problems = _rule_problems(rules, model._flat(), set())
-        if problems:
-            raise SettingsError(problems)
-        return model
-
-    @classmethod
-    def _rules(cls) -> list[_Rule]:
-        """The cross-field rules of this model: an abstract hook, defined by each section and by Settings."""
-        raise NotImplementedError
-
-    @classmethod
-    def _values_by_key(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults overlaid with the given values (by name or key), keyed by context key."""
-        keys = {name: info.alias or name for name, info in cls.model_fields.items()}
-        values = {keys[name]: info.default for name, info in cls.model_fields.items()}
-        for given, value in data.items():
-            name = given if given in keys else next((n for n, key in keys.items() if key == given), None)
-            if name is not None:
-                values[keys[name]] = value
-        return values
-
-    def _flat(self) -> dict[str, Any]:
-        """Every value of this model by context key: an abstract hook, defined by each section and by Settings."""
-        raise NotImplementedError
-
-
-class _Section(_Model):
-    """A settings section: a flat group of settings, each with a context key."""
-
-    @classmethod
-    def _rules(cls) -> list[_Rule]:
-        keys = {info.alias for info in cls.model_fields.values()}
-        return [rule for rule in _RULES if set(rule.keys) <= keys]
-
-    def _flat(self) -> dict[str, Any]:
-        return {info.alias or name: getattr(self, name) for name, info in type(self).model_fields.items()}
 
 
 # -- the sections -------------------------------------------------------------------------------------------------
@@ -1333,112 +1091,6 @@ class Settings(_Model):
         left at their defaults stay so (given_keys)."""
         current = self.to_context()
         return Settings.from_context({**{key: current[key] for key in self.given_keys}, **context})
-
-
-# -- parsing context values ---------------------------------------------------------------------------------------
-
-_TRUE, _FALSE, _NONE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}, {"", "none", "null"}
-
-
-def _strip_annotated(annotation: Any) -> Any:
-    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
-
-
-def _parse_objects(raw: Any) -> tuple[dict[str, Any], ...]:
-    """A list of JSON objects: a JSON list or one JSON object (`-c`), or a list of mappings (cdk.json)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else []
-        except json.JSONDecodeError as error:
-            raise ValueError(f"must be a JSON list of objects (or one object): {error.msg} at {error.pos}") from None
-    if isinstance(raw, Mapping):
-        raw = [raw]
-    if not isinstance(raw, (list, tuple)) or not all(isinstance(item, Mapping) for item in raw):
-        raise ValueError("must be a JSON list of objects (or one object)")
-    return tuple(dict(item) for item in raw)
-
-
-def _parse(raw: Any, annotation: Any) -> Any:
-    """Convert a context value to a field's type, leniently (`-c` gives strings); raise ValueError with what was expected.
-
-    The field's own checks (ranges, patterns, choices) run afterwards, in the model.
-    """
-    annotation = _strip_annotated(annotation)
-    args = typing.get_args(annotation)
-    literals = [a for a in args if typing.get_origin(a) is Literal]
-    if literals and len(args) == 2:  # auto | int, auto | bool: the word, or the other type
-        if isinstance(raw, str) and raw.strip().lower() in typing.get_args(literals[0]):
-            return raw.strip().lower()
-        other = next(a for a in args if a is not literals[0])
-        try:
-            return _parse(raw, other)
-        except ValueError as error:
-            words = " or ".join(map(str, typing.get_args(literals[0])))
-            raise ValueError(f"must be {words} or {str(error).removeprefix('must be ')}") from None
-    if type(None) in args:  # X | None
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _parse(raw, inner)
-    if typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is Any:  # a JSON object
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError as error:
-                raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
-        if not isinstance(raw, Mapping):
-            raise ValueError("must be a JSON object")
-        return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
-    if typing.get_origin(annotation) is dict:  # a node selector
-        if isinstance(raw, str):
-            return scheduling.parse_node_selector(raw)
-        if isinstance(raw, Mapping) and all(isinstance(v, str) for v in raw.values()):
-            return {str(k): v for k, v in raw.items()}
-        raise ValueError("must be a JSON object of string labels or key=value,key2=value2")
-    if typing.get_origin(annotation) is tuple and typing.get_origin(typing.get_args(annotation)[0]) is dict:
-        return _parse_objects(raw)  # extraGpuInstanceTypes: JSON objects
-    if typing.get_origin(annotation) is tuple:
-        if isinstance(raw, str):
-            text = raw.strip()
-            try:
-                items = json.loads(text) if text.startswith("[") else [s for s in (x.strip() for x in text.split(",")) if s]
-            except json.JSONDecodeError:
-                raise ValueError("must be a list (JSON list or comma-separated string)") from None
-        elif isinstance(raw, (list, tuple)):
-            items = list(raw)
-        else:
-            raise ValueError("must be a list (JSON list or comma-separated string)")
-        if not isinstance(items, list):
-            raise ValueError("must be a list (JSON list or comma-separated string)")
-        return tuple(str(item) for item in items)
-    if annotation is bool:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
-            return raw.strip().lower() in _TRUE
-        raise ValueError("must be true or false")
-    if annotation is int:
-        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-            raise ValueError("must be an integer")
-        try:
-            return int(raw) if not isinstance(raw, str) else int(raw.strip())
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError("must be an integer") from None
-    if annotation is float:
-        if isinstance(raw, bool):
-            raise ValueError("must be a number")
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            raise ValueError("must be a number") from None
-        if not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
-    if annotation is str or typing.get_origin(annotation) is Literal:
-        if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
-            raise ValueError("must be a string")
-        return str(raw)
-    raise TypeError(f"unsupported settings type {annotation!r}")  # a programming error, not bad input
 
 
 # -- JSON Schema ----------------------------------------------------------------------------------------------------
