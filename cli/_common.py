@@ -80,6 +80,29 @@ def add_kube_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--kube-context", dest="kube_context", metavar="NAME",
                         help="kubeconfig context (default: the current one)")
+    add_request_timeout_option(parser, "the Kubernetes API server (a log stream excepted: it waits for lines)")
+
+
+REQUEST_TIMEOUT_S = 30.0
+"""How long one call to the Kubernetes API or AWS waits to connect, and then for the answer, by default: long enough
+for a slow EKS endpoint, short enough that an endpoint that never answers is an error, not a hang."""
+
+
+def add_request_timeout_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--request-timeout SECONDS` (kubectl's flag, in seconds): the bound on each call to `what`."""
+    parser.add_argument("--request-timeout", dest="request_timeout", type=_positive_seconds, default=REQUEST_TIMEOUT_S,
+                        metavar="SECONDS", help=f"give up on one call to {what} after SECONDS to connect and SECONDS "
+                        f"for the answer (default: {REQUEST_TIMEOUT_S:g})")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 class KubeconfigError(Exception):
@@ -87,12 +110,16 @@ class KubeconfigError(Exception):
 
 
 def kube_api_client(args: argparse.Namespace) -> Any:
-    """A kubernetes ApiClient from --kubeconfig (default: kubectl's) and --kube-context; KubeconfigError if not."""
+    """A kubernetes ApiClient from --kubeconfig (default: kubectl's) and --kube-context, its calls bounded by
+    --request-timeout (BoundedApiClient); KubeconfigError if the kubeconfig cannot be loaded."""
+    import urllib3
     import yaml
-    from kubernetes import config
+    from kubernetes import client, config
 
     try:
-        return config.new_client_from_config(config_file=args.kubeconfig, context=args.kube_context)
+        configuration = type.__call__(client.Configuration)  # what new_client_from_config does: not the global default
+        config.load_kube_config(config_file=args.kubeconfig, context=args.kube_context,
+                                client_configuration=configuration)
     except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
         # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
         # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
@@ -101,17 +128,27 @@ def kube_api_client(args: argparse.Namespace) -> Any:
         message = " ".join(str(error).split()) or type(error).__name__
         raise KubeconfigError(f"cannot load {where}{context}: {message} "
                               "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)") from None
+    # urllib3 retries a GET 3 times by default, also after a read timeout: one retry of a read keeps a dropped
+    # connection during a long `follow` survivable without making a silent server cost 4 x --request-timeout.
+    configuration.retries = urllib3.Retry(total=3, read=1)
+    from ray_efa.cli._kube import BoundedApiClient
+
+    return BoundedApiClient(configuration, timeout_s=getattr(args, "request_timeout", REQUEST_TIMEOUT_S))
+
+
 
 
 EXIT_UNREACHABLE = 1
 """The cluster's API server or AWS could not be reached or refused us (network, DNS, TLS, timeout, 401/403)."""
 
 
-def unreachable_message(error: BaseException) -> str | None:
+def unreachable_message(error: BaseException, *, endpoint: str | None = None) -> str | None:
     """One line naming the endpoint and what to check, for an error talking to the Kubernetes API or AWS; None for
     any other error (which then propagates as a bug). urllib3 wraps the cause in MaxRetryError.reason (kubernetes'
-    rest client goes through urllib3); kubernetes raises ApiException with .status for HTTP errors; botocore raises
-    EndpointConnectionError, NoCredentialsError and ClientError (with Error.Code AccessDenied...)."""
+    rest client goes through urllib3); kubernetes raises ApiException with .status for HTTP errors (the CLI's client
+    adds the endpoint to a 401/403: cli._kube.KubeApiRefused); botocore raises EndpointConnectionError (refused, DNS),
+    SSLError, Connect/ReadTimeoutError, NoCredentialsError and ClientError (with Error.Code AccessDenied...), which
+    names no endpoint: `endpoint` says which AWS endpoint was called."""
     import socket
     import ssl
 
@@ -123,7 +160,7 @@ def unreachable_message(error: BaseException) -> str | None:
         endpoint = f"{error.pool.scheme}://{error.pool.host}:{error.pool.port}" if error.pool else "the API server"
         text = str(cause)
         if isinstance(cause, u3.SSLError) or "CERTIFICATE_VERIFY_FAILED" in text:
-            return (f"TLS error talking to {endpoint}: {' '.join(text.split())[:160]}; check the kubeconfig's "
+            return (f"TLS error talking to {endpoint}: {_short(text)}; check the kubeconfig's "
                     "certificate-authority-data is this cluster's (aws eks update-kubeconfig rewrites it)")
         if isinstance(cause, u3.NameResolutionError) or "Name or service not known" in text or "resolve" in text:
             return (f"cannot resolve the host of {endpoint}; check the kubeconfig's server address (aws eks "
@@ -133,33 +170,66 @@ def unreachable_message(error: BaseException) -> str | None:
                     "and the kubeconfig's server and context point at it")
         # after NewConnectionError: urllib3 2 makes it a subclass of ConnectTimeoutError
         if isinstance(cause, (u3.ReadTimeoutError, u3.ConnectTimeoutError)):
-            return f"timed out talking to {endpoint}; check the network path (VPN, security group) to the API server"
-        return f"cannot reach {endpoint}: {' '.join(text.split())[:160]}"
+            return (f"timed out talking to {endpoint} (--request-timeout); check the network path (VPN, security "
+                    "group, the cluster endpoint's public access CIDRs) to the API server")
+        return f"cannot reach {endpoint}: {_short(text)}"
     if isinstance(error, (ssl.SSLError, socket.timeout, TimeoutError, u3.TimeoutError)):
-        return f"cannot reach the API server: {type(error).__name__}: {error}"
+        return f"cannot reach {endpoint or 'the API server'}: {type(error).__name__}: {_short(str(error))}"
     try:
         from kubernetes.client.exceptions import ApiException
     except ImportError:  # pragma: no cover - kubernetes is a base dependency
         ApiException = ()  # type: ignore[assignment]  # noqa: N806
     if isinstance(error, ApiException) and error.status in (401, 403):
         what = "not authenticated (401)" if error.status == 401 else "forbidden (403)"
-        return (f"the Kubernetes API server answered {what}: {error.reason}; check the kubeconfig's user and "
-                "credentials (for EKS: aws sts get-caller-identity, and the cluster's access entries)")
+        at = getattr(error, "endpoint", None) or endpoint
+        return (f"the Kubernetes API server{f' at {at}' if at else ''} answered {what}: {_status_message(error)}; "
+                "check the kubeconfig's user and credentials (for EKS: aws sts get-caller-identity, and the "
+                "cluster's access entries: adminPrincipalArns)")
     try:
         from botocore import exceptions as bce
     except ImportError:  # pragma: no cover
         return None
+    if isinstance(error, bce.SSLError):
+        return (f"TLS error talking to AWS at {error.kwargs.get('endpoint_url')}: {_short(str(error.kwargs.get('error')))}; "
+                "check AWS_CA_BUNDLE and any proxy that intercepts TLS")
+    if isinstance(error, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+        return (f"timed out talking to AWS at {error.kwargs.get('endpoint_url')} (--request-timeout); check the network "
+                "path (proxy, VPN) to AWS")
     if isinstance(error, bce.EndpointConnectionError):
-        return f"cannot reach AWS at {error.kwargs.get('endpoint_url')}; check the network and the region"
+        url = error.kwargs.get("endpoint_url")
+        if isinstance(error.kwargs.get("error"), (u3.NameResolutionError, socket.gaierror)):
+            return (f"cannot resolve the host of {url}; check the region and any AWS_ENDPOINT_URL* setting, and "
+                    "the DNS of this machine")
+        return f"cannot connect to AWS at {url}; check the network, the region and any AWS_ENDPOINT_URL* setting"
+    if isinstance(error, (bce.ConnectionClosedError, bce.HTTPClientError)):
+        return f"cannot reach AWS at {error.kwargs.get('endpoint_url')}: {_short(str(error))}; check the network"
     if isinstance(error, (bce.NoCredentialsError, bce.PartialCredentialsError)):
         return "no AWS credentials found; check AWS_PROFILE / aws configure (aws sts get-caller-identity)"
     if isinstance(error, bce.ClientError):
         code = error.response.get("Error", {}).get("Code", "")
-        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
-                    "InvalidClientTokenId", "ExpiredToken", "AuthFailure"):
-            return (f"AWS refused {error.operation_name}: {code}; check the credentials' identity "
+        http = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if http in (401, 403) or code in (
+                "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
+                "InvalidClientTokenId", "ExpiredToken", "AuthFailure"):
+            at = f" at {endpoint}" if endpoint else ""
+            return (f"AWS{at} refused {error.operation_name}: {code or http}; check the credentials' identity "
                     "(aws sts get-caller-identity) and its IAM permissions")
     return None
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """`text` on one line, at most `limit` characters: an error's text inside a one-line message."""
+    return " ".join(text.split())[:limit]
+
+
+def _status_message(error: Any) -> str:
+    """The message of the API server's Status body (`User "x" cannot get ...`), else the HTTP reason."""
+    body = getattr(error, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return _short(str(message or error.reason or ""))
 
 
 def resolve_or_exit(

@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ray_efa.cli._common import EXIT_USAGE, add_context_option, add_json_option, fail, print_json, resolve_or_exit
+from ray_efa.cli._common import (
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    add_context_option,
+    add_json_option,
+    add_request_timeout_option,
+    fail,
+    print_json,
+    resolve_or_exit,
+    unreachable_message,
+)
 
 EXIT_INTERRUPTED = 130
 
@@ -28,6 +38,7 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
         help="store the recommended AZ as gpuAvailabilityZone in the app's cdk.json (its \"context\"), for the next "
         "`cdk deploy`; outside an app directory, print the `-c` flag to pass instead",
     )
+    add_request_timeout_option(p, "AWS (botocore retries as configured: AWS_MAX_ATTEMPTS)")
     add_context_option(p)
     add_json_option(p)
     p.set_defaults(run=run)
@@ -67,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(args, "invalid arguments", problems, EXIT_USAGE)
 
     import boto3
+    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
     from rich.console import Console
 
@@ -75,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
     request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe)
     session = boto3.Session(region_name=region)
     progress = Console(stderr=True)
+    bounded = Config(connect_timeout=args.request_timeout, read_timeout=args.request_timeout)
+    ec2 = session.client("ec2", config=bounded)
     try:
         with progress.status(f"checking capacity for {count} x {instance_type} in {region}") as spinner:
             report = check_capacity(
-                request, ec2=session.client("ec2"), service_quotas=session.client("service-quotas"),
+                request, ec2=ec2, service_quotas=session.client("service-quotas", config=bounded),
                 catalog_vcpus=instance.vcpus, status=spinner.update,
             )
     except CancelFailed as error:
@@ -87,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
         _fail(args, "interrupted; no probe reservation was left behind")
         return EXIT_INTERRUPTED
     except (ClientError, BotoCoreError) as error:
+        # most calls go to EC2 (the first one too: an endpoint that refuses or is not there fails there)
+        message = unreachable_message(error, endpoint=ec2.meta.endpoint_url)
+        if message is not None:
+            return _fail(args, message, code=EXIT_UNREACHABLE)
         return _fail(args, f"AWS call failed: {error}")
 
     written = flags = None

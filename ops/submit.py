@@ -103,7 +103,8 @@ def _api_error(error: Exception) -> str:
         message = json.loads(body).get("message") if body else None
     except (ValueError, AttributeError):
         message = None
-    return f"{getattr(error, 'status', '')} {reason}: {message or body or error}".strip()
+    at = getattr(error, "endpoint", None)  # the CLI's client names the API server on a 401/403 (cli._kube)
+    return f"{getattr(error, 'status', '')} {reason}{f' from {at}' if at else ''}: {message or body or error}".strip()
 
 
 def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]:
@@ -198,6 +199,8 @@ def job_state(api_client: Any, namespace: str, name: str) -> JobState:
     except ApiException as error:
         if error.status == 404:
             raise JobNotFound(f"no RayJob {namespace}/{name} (kubectl -n {namespace} get rayjobs lists them)") from None
+        if error.status in (401, 403):  # the credentials, not this job: the CLI says what to check (unreachable_message)
+            raise
         raise SubmitError(f"cannot read RayJob {namespace}/{name}: {_api_error(error)}") from None
     status = job.get("status") or {}
     return JobState(deployment=status.get("jobDeploymentStatus", ""), job=status.get("jobStatus", ""), status=status)
@@ -230,7 +233,8 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
             text: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER)
             return str(text)
         response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
-                                                follow=True, _preload_content=False)
+                                                follow=True, _preload_content=False,
+                                                _request_timeout=(None, None))  # lines come when they come
     except ApiException as error:
         if error.status == 400:  # the container has not started yet
             return ""

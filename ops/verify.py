@@ -405,7 +405,9 @@ def _read_or_none(read: Callable[[], Any]) -> Any:
 
 
 def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = quiet) -> VerifyReport:
-    """Run every check once. API errors fail the checks that needed the call; the others still run."""
+    """Run every check once. API errors fail the checks that needed the call; the others still run. An API server
+    that cannot be reached, or refuses our credentials, on the first read raises that error (urllib3's, or an
+    ApiException 401/403): a report of every check failing for one reason would hide the reason."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -437,6 +439,8 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
                                             check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release,
                                             scaled_to_zero=expected.scaled_to_zero))
     except failures as error:
+        if _unreachable(error):  # the first read: nothing else can be read either (the CLI says what to check)
+            raise
         for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
             checks.append(_api_failure(check_id, name, error))
@@ -529,6 +533,12 @@ def _security_checks(
     except failures as error:
         checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
     return checks
+
+
+def _unreachable(error: Exception) -> bool:
+    """Whether `error` says the API server cannot be talked to at all: no connection (refused, DNS, TLS, timeout) or
+    our credentials refused (401/403), rather than one object's read failing."""
+    return not hasattr(error, "status") or getattr(error, "status", None) in (401, 403)
 
 
 def _urllib3_error() -> type[Exception]:

@@ -1,13 +1,19 @@
-"""An unreachable or refusing cluster is one line naming the endpoint, exit 1, and JSON with --json (real CLI process,
-real sockets: a closed port, a name under .invalid, a server that never answers, a local server answering 401/403)."""
+"""An unreachable or refusing cluster or AWS is one line naming the endpoint, exit 1, and JSON with --json; a bad
+kubeconfig is exit 2. Real CLI processes against real sockets: a closed port, a name under .invalid, a TLS server
+whose self-signed certificate nobody trusts, a server that accepts and never answers, a local server answering
+401/403 (the Kubernetes API's Status, EC2's error XML)."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -15,6 +21,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+KUBE_COMMANDS = ["submit", "follow", "verify"]
+FAILURES = ["refused", "dns", "tls", "timeout", "401", "403"]
 
 
 def _kubeconfig(tmp_path: Path, server: str) -> Path:
@@ -33,52 +41,131 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def _ray_efa(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
-
-
-def _check_one_line(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 8, result.stderr
-    assert all(w in result.stderr for w in words), result.stderr
-
-
-@pytest.mark.parametrize("command", ["submit", "follow"])
-def test_a_closed_port_is_one_line_and_json(tmp_path, command):
-    port = _closed_port()
-    config = _kubeconfig(tmp_path, f"http://127.0.0.1:{port}")
-    argv = [command, *(["some-job"] if command == "follow" else ["-c", "storagePath=s3://b/runs"]),
-            "--kubeconfig", str(config)]
-    _check_one_line(_ray_efa(*argv), f"127.0.0.1:{port}", "cannot connect")
-    result = _ray_efa(*argv, "--json")
-    assert result.returncode == 1 and f"127.0.0.1:{port}" in json.loads(result.stdout)["error"]
-
-
-def test_a_name_that_does_not_resolve(tmp_path):
-    config = _kubeconfig(tmp_path, "https://no-such-cluster.invalid:443")
-    _check_one_line(_ray_efa("follow", "j", "--kubeconfig", str(config)), "no-such-cluster.invalid")
-
-
 class _Refusing(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        code = self.server.code  # type: ignore[attr-defined]
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(json.dumps({"kind": "Status", "code": code, "message": "no"}).encode())
+    """Answers every request with server.code: the Kubernetes API's Status under /api*, EC2's error XML elsewhere."""
 
-    def log_message(self, *_):
+    def _answer(self) -> None:
+        code = self.server.code  # type: ignore[attr-defined]
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/api"):
+            kind, body = "application/json", json.dumps({"kind": "Status", "code": code, "message": "no"})
+        else:
+            kind, body = "text/xml", (
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>"
+                "<Message>no</Message></Error></Errors><RequestID>r</RequestID></Response>")
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = _answer  # noqa: N815
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
         pass
 
 
-@pytest.mark.parametrize("code", [401, 403])
-def test_a_refusing_api_server(tmp_path, code):
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no CA signed, and its key."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+@pytest.fixture
+def endpoint(request, tmp_path) -> Iterator[tuple[str, str]]:
+    """(URL, word its error line must hold) for the failure class request.param, served for the test's length."""
+    failure = request.param
+    if failure == "refused":
+        yield f"http://127.0.0.1:{_closed_port()}", "cannot connect"
+        return
+    if failure == "dns":
+        yield "https://no-such-cluster.invalid:443", "cannot resolve"
+        return
+    if failure == "timeout":
+        with socket.socket() as silent:  # the kernel completes the connection; nobody ever reads or answers
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)
+            yield f"http://127.0.0.1:{silent.getsockname()[1]}", "timed out"
+        return
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    server.code = code  # type: ignore[attr-defined]
+    server.code = int(failure) if failure.isdigit() else 200  # type: ignore[attr-defined]
+    scheme, word = "http", failure
+    if failure == "tls":
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*_self_signed(tmp_path))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme, word = "https", "TLS error"
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        config = _kubeconfig(tmp_path, f"http://127.0.0.1:{server.server_port}")
-        _check_one_line(_ray_efa("follow", "j", "--kubeconfig", str(config)), str(code))
+        yield f"{scheme}://127.0.0.1:{server.server_port}", word
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def _ray_efa(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *argv], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def _check_one_line(result: subprocess.CompletedProcess, *words: str, code: int = 1) -> None:
+    """Exit `code`, at most 8 lines on stderr and no traceback, each of `words` in them, and (the command ran with
+    --json) stdout one JSON object whose error holds the words too."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 8, result.stderr
+    assert all(w in result.stderr for w in words), result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert all(w in error for w in words), error
+
+
+def _kube_argv(command: str) -> list[str]:
+    return [command, *(["some-job"] if command == "follow" else ["-c", "storagePath=s3://b/runs"] if command == "submit"
+                       else [])]
+
+
+@pytest.mark.parametrize("endpoint", FAILURES, indirect=True)
+@pytest.mark.parametrize("command", KUBE_COMMANDS)
+def test_the_kubernetes_api_unreachable_or_refusing(tmp_path, command, endpoint):
+    url, word = endpoint
+    config = _kubeconfig(tmp_path, url)
+    result = _ray_efa(*_kube_argv(command), "--kubeconfig", str(config), "--request-timeout", "1", "--json")
+    _check_one_line(result, url.split("://")[1], word)
+
+
+@pytest.mark.parametrize("command", KUBE_COMMANDS)
+def test_a_bad_kubeconfig_is_exit_2(tmp_path, command):
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")  # no context to use
+    _check_one_line(_ray_efa(*_kube_argv(command), "--kubeconfig", str(config), "--json"), str(config), code=2)
+
+
+@pytest.mark.parametrize("endpoint", ["refused", "dns", "tls", "timeout", "403"], indirect=True)
+def test_aws_unreachable_or_refusing(tmp_path, endpoint):
+    url, word = endpoint
+    if word == "403":
+        word = "UnauthorizedOperation"
+    env = {"AWS_ENDPOINT_URL_EC2": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_CONFIG_FILE": str(tmp_path / "no-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-creds"),
+           "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard", "AWS_EC2_METADATA_DISABLED": "true"}
+    result = _ray_efa("capacity", "--region", "us-east-2", "--request-timeout", "1", "--json", env=env)
+    _check_one_line(result, url.split("://")[1].split(":")[0], word)
