@@ -648,8 +648,8 @@ class NodeSettings(_Section):
         (), "extraGpuInstanceTypes",
         "GPU instance types the catalog does not build in, each a JSON object: name, gpus, gpuName, vcpus, memoryGib, "
         "efaInterfaces, networkGbps, usdPerHour, and gpuMemoryGib, peakBf16Tflops and memoryBandwidthGbS for a GPU the "
-        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary); checked like the "
-        "catalog's rows (EFA required). gpuInstanceType may then name one.",
+        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary, capacityBlocks); checked like "
+        "the catalog's rows (EFA required). gpuInstanceType may then name one.",
     )
 
     @property
@@ -980,12 +980,15 @@ def _capacity_block_needs_its_id(reservation_type: str, reservation: str | None)
     return None
 
 
-@_rule("capacityReservationType", "gpuInstanceType")
-def _capacity_block_instance_type(reservation_type: str, instance_type: str) -> Problem | None:
-    if reservation_type == "capacity-block" and instance_type not in catalog.CAPACITY_BLOCK_INSTANCES:
+@_rule("capacityReservationType", "gpuInstanceType", "extraGpuInstanceTypes")
+def _capacity_block_instance_type(reservation_type: str, instance_type: str,
+                                  descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+    row = described_gpu_instances(descriptions).get(instance_type) or catalog.GPU_INSTANCES.get(instance_type)
+    if reservation_type == "capacity-block" and not (row is not None and row.capacity_blocks):
         return Problem("gpuInstanceType", instance_type,
                        "must be a type Capacity Blocks offer with capacityReservationType capacity-block: "
-                       f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))}")
+                       f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))} (or one of extraGpuInstanceTypes "
+                       "with capacityBlocks true)")
     return None
 
 
