@@ -544,7 +544,7 @@ DESCRIPTION_KEYS: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
     "gpudirectRdma": (bool, False, "EFA reads and writes GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1); default false"),
     "gpuLinkGbS": ((int, float), False, "GPU-to-GPU bandwidth inside the node per direction, GB/s; default PCIe Gen4 32"),
     "efaOnlySecondary": (bool, False, "`efa-only` interfaces on the cards after the first (no IP each; VPC CNI v1.18.4 "
-                                      "or later); default false, as every row that does not say so"),
+                                      "or later); default false, as for every row"),
     "capacityBlocks": (bool, False, "Capacity Blocks for ML offer the type (capacityReservationType capacity-block); "
                                     "default false"),
 }

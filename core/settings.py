@@ -884,7 +884,8 @@ class TrainingSettings(_Section):
     precision: Literal["auto", "bf16", "fp8"] = setting(
         "auto", "precision",
         "Matrix-product precision of the decoder layers on GPU: bf16, or fp8 (torchao float8 training, tensorwise "
-        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: L4, L40S, H100, H200); auto: fp8 where the GPU "
+        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: "
+        f"{', '.join(gpu.name for gpu in catalog.GPUS.values() if gpu.has_fp8)}); auto: fp8 where the GPU "
         "has them, compile is on and core.perf predicts it faster at the chosen shape, else bf16.",
     )
     data_pool_size: int = setting(

@@ -316,6 +316,14 @@ def test_a_described_type_goes_into_a_capacity_block_when_its_row_says_capacity_
     assert problem.key == "gpuInstanceType" and "must be a type Capacity Blocks offer" in problem.message
 
 
+def test_the_extra_gpu_instance_types_doc_names_every_description_key():
+    from ray_efa.core import catalog
+    from ray_efa.core.settings import setting_keys
+
+    _, info = setting_keys()["extraGpuInstanceTypes"]
+    assert [key for key in catalog.DESCRIPTION_KEYS if key not in info.doc] == []
+
+
 def test_an_unknown_type_says_it_can_be_described():
     with pytest.raises(SettingsError, match="unknown GPU instance type 'p9.96xlarge'.*describe it in extraGpuInstanceTypes"):
         Settings.from_context({"gpuInstanceType": "p9.96xlarge"})
