@@ -242,7 +242,7 @@ def _gpu_type(**facts: Any) -> GpuInstanceType:
     the dataclass's (DEFAULT_GPU_LINK, no efa-only, no Capacity Blocks), and the chart versions whose recorded
     allowlist names it."""
     given = {key: value for key, value in facts.items() if value is not None}
-    if "allowlisted_by" not in given:
+    if not given.get("allowlisted_by"):
         given["allowlisted_by"] = frozenset(
             chart for chart, names in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if given["name"] in names)
     return GpuInstanceType(**given)
@@ -261,7 +261,8 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # name, GPU, GPUs, vCPUs, memory GiB, EFA interfaces (one per network card; 0: no EFA), GPUDirect RDMA, Gbit/s,
     # USD/h; the GPUs' link inside the node (AWS instance pages: g5, g6 and g6e have no NVLink); `efa-only` secondary
     # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
-    # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30, aws-dranet 1.0.0).
+    # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30 and
+    # aws-dranet 1.0.0).
     _gpu_row("g5.12xlarge",      "A10G",      4,  48,  192,  1, False,   40,    5.672, _PCIE4,   False, False, _EVERY),
     _gpu_row("g5.48xlarge",      "A10G",      8, 192,  768,  1, False,  100,   16.288, _PCIE4,   False, False, _EVERY),
     _gpu_row("g6.12xlarge",      "L4",        4,  48,  192,  1, False,   40,   4.6016, _PCIE4,   False, False, _EVERY),
@@ -295,6 +296,7 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     _gpu_row("g6.4xlarge",       "L4",        1,  16,   64,  0, False,   25,   1.3232, _PCIE4,   False, False, _NONE),
     _gpu_row("g6e.xlarge",       "L40S",      1,   4,   32,  0, False,   20,    1.861, _PCIE4,   False, False, _NONE),
 )}
+
 _BUILT_IN: dict[str, GpuInstanceType] = dict(GPU_INSTANCES)
 """The rows above, before any add_gpu_instance."""
 
@@ -599,14 +601,15 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
+    gpu_link = None if link is None else _RECORDED_LINKS.get(
+        float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))  # type: ignore[arg-type]
     # Only what the description states; _gpu_type gives the rest the defaults every row gets.
     row = _gpu_type(
         name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
         usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
         gpudirect_rdma=description.get("gpudirectRdma"), network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
-        gpu_link=None if link is None else _RECORDED_LINKS.get(float(link),  # type: ignore[arg-type]
-                                                               GpuLink(name=f"described ({link} GB/s)", gb_s=float(link))),  # type: ignore[arg-type]
+        gpu_link=gpu_link,
         efa_only_secondary=description.get("efaOnlySecondary"), capacity_blocks=description.get("capacityBlocks"),
         described=True,
     )
