@@ -10,6 +10,7 @@ import pytest
 from ray_efa.core import catalog
 from tests.k8s.conftest import BASE, NOT_NETWORK_ENV, container, env, head, synthesize, volume_at, worker_group
 
+
 def _instance(synth) -> str:
     return synth.settings.nodes.gpu_instance_type
 
