@@ -60,4 +60,4 @@ DRA_MIN_KUBERNETES = (1, 34)
 # The GPU types in aws-dranet's instance allowlist by chart version (values.yaml supportedInstanceLabels.values,
 # aws/eks-charts stable/aws-dranet): like the EFA device plugin's, the DaemonSet schedules only on listed types. Each
 # catalog row says which versions list it (core.catalog.InstanceType.allowlisted_by).
-EFA_DRA_DRIVER_ALLOWLISTS = catalog.EFA_DRA_DRIVER_ALLOWLISTS
+EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = catalog.EFA_DRA_DRIVER_ALLOWLISTS

@@ -134,7 +134,7 @@ _NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data
 _NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
 _RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
 """A described link of a recorded link's bandwidth is that link (its name says its kind to core.families)."""
-DEFAULT_GPU_LINK = _PCIE4
+DEFAULT_GPU_LINK: GpuLink = _PCIE4
 """The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
 
 
@@ -211,8 +211,8 @@ class GpuInstanceType(InstanceType):
 # The chart allowlists this project has read (values key supportedInstanceLabels.values): each chart schedules its
 # DaemonSet only on listed types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md
 # (aws/eks-charts stable/aws-efa-k8s-device-plugin; stable/aws-dranet 1.0.0 values.yaml).
-EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
-EFA_DRA_CHART = "aws-dranet"
+EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
+EFA_DRA_CHART: str = "aws-dranet"
 
 CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
     # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
@@ -334,9 +334,9 @@ EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = _allowlists(EFA_DRA_CHART
 # Views of the rows by one fact, for callers that ask by family or name.
 GPU_LINKS: dict[str, GpuLink] = {row.family: row.gpu_link for row in _BUILT_IN.values()}
 """Intra-node GPU link by built-in family (each row carries its own: InstanceType.gpu_link)."""
-EFA_ONLY_FAMILIES = frozenset(row.family for row in _BUILT_IN.values() if row.efa_only_secondary)
+EFA_ONLY_FAMILIES: frozenset[str] = frozenset(row.family for row in _BUILT_IN.values() if row.efa_only_secondary)
 """Built-in families whose secondary network cards get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
-CAPACITY_BLOCK_INSTANCES = frozenset(row.name for row in _BUILT_IN.values() if row.capacity_blocks)
+CAPACITY_BLOCK_INSTANCES: frozenset[str] = frozenset(row.name for row in _BUILT_IN.values() if row.capacity_blocks)
 """Built-in GPU types that Capacity Blocks for ML offer (InstanceType.capacity_blocks)."""
 
 
