@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ray_efa.core import catalog
+
 __all__ = [
     "HelmRelease", "NVIDIA_DEVICE_PLUGIN", "EFA_DEVICE_PLUGIN", "KUBERAY_OPERATOR", "NVIDIA_DRA_DRIVER", "EFA_DRA_DRIVER",
     "GPU_DEVICE_CLASS", "EFA_DEVICE_CLASS", "DRA_MIN_KUBERNETES", "EFA_DRA_DRIVER_ALLOWLISTS",
@@ -55,15 +57,7 @@ EFA_DEVICE_CLASS = "efa.networking.k8s.aws"
 DRA_MIN_KUBERNETES = (1, 34)
 """DRA (resource.k8s.io/v1) is GA from Kubernetes 1.34; both DRA drivers need it (EKS User Guide)."""
 
-# The GPU types in aws-dranet 1.0.0's instance allowlist (values.yaml supportedInstanceLabels.values, aws/eks-charts
-# stable/aws-dranet): like the EFA device plugin's, the DaemonSet schedules only on listed types.
-EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = {
-    "1.0.0": frozenset({
-        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g5.8xlarge", "g5.12xlarge", "g5.16xlarge",
-        "g5.24xlarge", "g5.48xlarge", "g6.8xlarge", "g6.12xlarge", "g6.16xlarge", "g6.24xlarge", "g6.48xlarge",
-        "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g6e.24xlarge", "g6e.48xlarge", "g7e.8xlarge", "g7e.12xlarge",
-        "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.4xlarge",
-        "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge",
-        "p6e-gb300.36xlarge",
-    }),
-}
+# The GPU types in aws-dranet's instance allowlist by chart version (values.yaml supportedInstanceLabels.values,
+# aws/eks-charts stable/aws-dranet): like the EFA device plugin's, the DaemonSet schedules only on listed types. Each
+# catalog row says which versions list it (core.catalog.InstanceType.allowlisted_by).
+EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = catalog.EFA_DRA_DRIVER_ALLOWLISTS

@@ -27,13 +27,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 __all__ = [
     "CatalogError",
     "Gpu",
     "GpuLink",
     "GPU_LINKS",
+    "DEFAULT_GPU_LINK",
     "gpu_link",
     "InstanceType",
     "GpuInstanceType",
@@ -41,6 +42,10 @@ __all__ = [
     "GPU_INSTANCES",
     "SYSTEM_INSTANCES",
     "EFA_DEVICE_PLUGIN_ALLOWLISTS",
+    "EFA_DRA_DRIVER_ALLOWLISTS",
+    "EFA_PLUGIN_CHART",
+    "EFA_DRA_CHART",
+    "CHART_ALLOWLISTS_BEYOND_THE_ROWS",
     "EKS_CONTROL_PLANE_USD_PER_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
     "gpu_instance",
@@ -48,6 +53,7 @@ __all__ = [
     "add_gpu_instance",
     "usable_gpu_instance",
     "DESCRIPTION_KEYS",
+    "description_of",
     "system_instance",
     "gpu_for_device_name",
     "efa_network_interfaces",
@@ -126,21 +132,17 @@ _PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data shee
 _NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
 _NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
 _NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
-GPU_LINKS: dict[str, GpuLink] = {
-    "g5": _PCIE4, "g6": _PCIE4, "g6e": _PCIE4, "p4d": _NVLINK3, "p4de": _NVLINK3,
-    "p5": _NVLINK4, "p5e": _NVLINK4, "p5en": _NVLINK4, "p6-b200": _NVLINK5,
-}
-"""Intra-node GPU interconnect by instance family (AWS instance pages: g5, g6 and g6e have no NVLink)."""
+_RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
+"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.families)."""
+DEFAULT_GPU_LINK: GpuLink = _PCIE4
+"""The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
 
 
 def gpu_link(instance: InstanceType) -> GpuLink:
-    """The intra-node GPU link of a GPU instance type: its own (a described type), else its family's."""
-    if instance.gpu_link is not None:
-        return instance.gpu_link
-    try:
-        return GPU_LINKS[instance.family]
-    except KeyError:
-        raise CatalogError(f"no intra-node GPU link recorded for {instance.name}") from None
+    """The intra-node GPU link of a GPU instance type (its row's)."""
+    if instance.gpu_link is None:
+        raise CatalogError(f"no intra-node GPU link recorded for {instance.name}")
+    return instance.gpu_link
 
 
 def gpu_for_device_name(device_name: str) -> Gpu | None:
@@ -168,9 +170,16 @@ class InstanceType:
     network_gbps: int = 0
     """Aggregate network bandwidth in Gbit/s."""
     gpu_link: GpuLink | None = None
-    """How its GPUs talk inside the node; None: the family's (GPU_LINKS). Described types carry their own."""
-    efa_only_secondary: bool | None = None
-    """Whether network cards after the first get `efa-only` interfaces; None: by family (EFA_ONLY_FAMILIES)."""
+    """How its GPUs talk inside the node (None: no GPUs; a GPU row gets DEFAULT_GPU_LINK when it states none)."""
+    efa_only_secondary: bool = False
+    """Whether network cards after the first get `efa-only` interfaces (EFA without an ENA, so without a private IP:
+    31 or 15 saved per node on p5); needs the Amazon VPC CNI v1.18.4 or later (terraform-aws-eks, which does this by
+    default, documents it). Off unless the row says so: `efa` on every card works with any VPC CNI."""
+    capacity_blocks: bool = False
+    """Whether Capacity Blocks for ML offer this type (EC2 User Guide, supported instance types)."""
+    allowlisted_by: frozenset[str] = frozenset()
+    """The recorded chart versions whose instance allowlist (values key supportedInstanceLabels.values) holds this
+    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTS_BEYOND_THE_ROWS)."""
     described: bool = False
     """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
 
@@ -196,53 +205,99 @@ class GpuInstanceType(InstanceType):
 
     # A kw_only dataclass may put a required field after defaulted ones; pyright's override check ignores kw_only.
     gpu: Gpu  # pyright: ignore[reportGeneralTypeIssues]
+    gpu_link: GpuLink = DEFAULT_GPU_LINK  # pyright: ignore[reportIncompatibleVariableOverride]
 
 
-def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd) -> GpuInstanceType:
-    return GpuInstanceType(
-        name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib,
-        efa_interfaces=efa, gpudirect_rdma=rdma, network_gbps=gbps, usd_per_hour=usd,
+# The chart allowlists this project has read (values key supportedInstanceLabels.values): each chart schedules its
+# DaemonSet only on listed types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md
+# (aws/eks-charts stable/aws-efa-k8s-device-plugin; stable/aws-dranet 1.0.0 values.yaml).
+EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
+EFA_DRA_CHART: str = "aws-dranet"
+
+CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
+    # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
+    # described type is checked against what the chart really lists. v0.5.28 and v0.5.29 list only rows' types.
+    f"{EFA_PLUGIN_CHART} v0.5.30": frozenset({
+        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7.8xlarge", "g7.12xlarge", "g7.24xlarge",
+        "g7.48xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge",
+        "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
+    }),
+    f"{EFA_PLUGIN_CHART} v0.5.29": frozenset(),
+    f"{EFA_PLUGIN_CHART} v0.5.28": frozenset(),
+    f"{EFA_DRA_CHART} 1.0.0": frozenset({
+        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge",
+        "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
+    }),
+}
+"""The GPU types each recorded chart version lists beyond the rows below ("chart version": names); its keys are every
+chart version recorded. A row says itself which of them list it (InstanceType.allowlisted_by)."""
+
+_EVERY = frozenset(CHART_ALLOWLISTS_BEYOND_THE_ROWS)
+_NEWEST = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
+_NONE: frozenset[str] = frozenset()
+
+
+def _gpu_type(**facts: Any) -> GpuInstanceType:
+    """Every GPU row, built in or described, is made here, so a fact a row does not state gets the same default:
+    the dataclass's (DEFAULT_GPU_LINK, no efa-only, no Capacity Blocks), and the chart versions whose recorded
+    allowlist names it."""
+    given = {key: value for key, value in facts.items() if value is not None}
+    if not given.get("allowlisted_by"):
+        given["allowlisted_by"] = frozenset(
+            chart for chart, names in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if given["name"] in names)
+    return GpuInstanceType(**given)
+
+
+def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd, link, efa_only, blocks, charts) -> GpuInstanceType:
+    return _gpu_type(
+        name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib, efa_interfaces=efa, gpudirect_rdma=rdma,
+        network_gbps=gbps, usd_per_hour=usd, gpu_link=link, efa_only_secondary=efa_only, capacity_blocks=blocks,
+        allowlisted_by=charts,
     )
 
 
 # fmt: off
 GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
-    #         name             gpu          gpus vcpu  mem  efa  rdma   Gbps   USD/h
-    _gpu_row("g5.12xlarge",   "A10G",      4,   48,   192,  1, False,   40,  5.672),
-    _gpu_row("g5.48xlarge",   "A10G",      8,   192,  768,  1, False,  100, 16.288),
-    _gpu_row("g6.12xlarge",   "L4",        4,   48,   192,  1, False,   40,  4.6016),
-    _gpu_row("g6.48xlarge",   "L4",        8,   192,  768,  1, False,  100, 13.3504),
-    _gpu_row("g6e.24xlarge",  "L40S",      4,   96,   768,  2, False,  200, 15.0656),
-    _gpu_row("g6e.48xlarge",  "L40S",      8,   192, 1536,  4, False,  400, 30.1312),
-    _gpu_row("p4d.24xlarge",  "A100-40GB", 8,   96,  1152,  4, True,   400, 21.9576),
-    _gpu_row("p4de.24xlarge", "A100-80GB", 8,   96,  1152,  4, True,   400, 27.4470),
-    _gpu_row("p5.48xlarge",   "H100",      8,   192, 2048, 32, True,  3200, 55.0400),
-    _gpu_row("p5e.48xlarge",  "H200",      8,   192, 2048, 32, True,  3200, 63.2960),
-    _gpu_row("p5en.48xlarge", "H200",      8,   192, 2048, 16, True,  3200, 63.2960),
+    # name, GPU, GPUs, vCPUs, memory GiB, EFA interfaces (one per network card; 0: no EFA), GPUDirect RDMA, Gbit/s,
+    # USD/h; the GPUs' link inside the node (AWS instance pages: g5, g6 and g6e have no NVLink); `efa-only` secondary
+    # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
+    # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30 and
+    # aws-dranet 1.0.0).
+    _gpu_row("g5.12xlarge",      "A10G",      4,  48,  192,  1, False,   40,    5.672, _PCIE4,   False, False, _EVERY),
+    _gpu_row("g5.48xlarge",      "A10G",      8, 192,  768,  1, False,  100,   16.288, _PCIE4,   False, False, _EVERY),
+    _gpu_row("g6.12xlarge",      "L4",        4,  48,  192,  1, False,   40,   4.6016, _PCIE4,   False, False, _EVERY),
+    _gpu_row("g6.48xlarge",      "L4",        8, 192,  768,  1, False,  100,  13.3504, _PCIE4,   False, False, _EVERY),
+    _gpu_row("g6e.24xlarge",     "L40S",      4,  96,  768,  2, False,  200,  15.0656, _PCIE4,   False, False, _EVERY),
+    _gpu_row("g6e.48xlarge",     "L40S",      8, 192, 1536,  4, False,  400,  30.1312, _PCIE4,   False, False, _EVERY),
+    _gpu_row("p4d.24xlarge",     "A100-40GB", 8,  96, 1152,  4, True,   400,  21.9576, _NVLINK3, False, True,  _EVERY),
+    _gpu_row("p4de.24xlarge",    "A100-80GB", 8,  96, 1152,  4, True,   400,  27.4470, _NVLINK3, False, False, _EVERY),
+    _gpu_row("p5.48xlarge",      "H100",      8, 192, 2048, 32, True,  3200,  55.0400, _NVLINK4, True,  True,  _EVERY),
+    _gpu_row("p5e.48xlarge",     "H200",      8, 192, 2048, 32, True,  3200,  63.2960, _NVLINK4, True,  True,  _EVERY),
+    _gpu_row("p5en.48xlarge",    "H200",      8, 192, 2048, 16, True,  3200,  63.2960, _NVLINK4, True,  True,  _EVERY),
     # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
     # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
     # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
     # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
-    _gpu_row("g5.8xlarge",    "A10G",      1,   32,   128,  1, False,   25,  2.448),
-    _gpu_row("g5.16xlarge",   "A10G",      1,   64,   256,  1, False,   25,  4.096),
-    _gpu_row("g5.24xlarge",   "A10G",      4,   96,   384,  1, False,   50,  8.144),
-    _gpu_row("g6.8xlarge",    "L4",        1,   32,   128,  1, False,   25,  2.0144),
-    _gpu_row("g6.16xlarge",   "L4",        1,   64,   256,  1, False,   25,  3.3968),
-    _gpu_row("g6.24xlarge",   "L4",        4,   96,   384,  1, False,   50,  6.6752),
-    _gpu_row("g6e.8xlarge",   "L40S",      1,   32,   256,  1, False,   25,  4.52856),
-    _gpu_row("g6e.12xlarge",  "L40S",      4,   48,   384,  1, False,  100, 10.49264),
-    _gpu_row("g6e.16xlarge",  "L40S",      1,   64,   512,  1, False,   35,  7.57719),
-    _gpu_row("p5.4xlarge",    "H100",      1,   16,   256,  1, True,   100,  6.88),
+    _gpu_row("g5.8xlarge",       "A10G",      1,  32,  128,  1, False,   25,    2.448, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g5.16xlarge",      "A10G",      1,  64,  256,  1, False,   25,    4.096, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g5.24xlarge",      "A10G",      4,  96,  384,  1, False,   50,    8.144, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6.8xlarge",       "L4",        1,  32,  128,  1, False,   25,   2.0144, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6.16xlarge",      "L4",        1,  64,  256,  1, False,   25,   3.3968, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6.24xlarge",      "L4",        4,  96,  384,  1, False,   50,   6.6752, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6e.8xlarge",      "L40S",      1,  32,  256,  1, False,   25,  4.52856, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6e.12xlarge",     "L40S",      4,  48,  384,  1, False,  100, 10.49264, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("g6e.16xlarge",     "L40S",      1,  64,  512,  1, False,   35,  7.57719, _PCIE4,   False, False, _NEWEST),
+    _gpu_row("p5.4xlarge",       "H100",      1,  16,  256,  1, True,   100,     6.88, _NVLINK4, True,  False, _NEWEST),
     # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
-    _gpu_row("p6-b200.48xlarge", "B200",   8,   192, 2048,  8, True,  3200, 113.9328),
+    _gpu_row("p6-b200.48xlarge", "B200",      8, 192, 2048,  8, True,  3200, 113.9328, _NVLINK5, True,  False, _NEWEST),
     # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
-    _gpu_row("g5.xlarge",     "A10G",      1,   4,     16,  0, False,   10,  1.006),
-        _gpu_row("g6.xlarge",     "L4",        1,   4,     16,  0, False,   10,  0.8048),
-    _gpu_row("g6.4xlarge",    "L4",        1,   16,    64,  0, False,   25,  1.3232),
-    _gpu_row("g6e.xlarge",    "L40S",      1,   4,     32,  0, False,   20,  1.861),
+    _gpu_row("g5.xlarge",        "A10G",      1,   4,   16,  0, False,   10,    1.006, _PCIE4,   False, False, _NONE),
+    _gpu_row("g6.xlarge",        "L4",        1,   4,   16,  0, False,   10,   0.8048, _PCIE4,   False, False, _NONE),
+    _gpu_row("g6.4xlarge",       "L4",        1,  16,   64,  0, False,   25,   1.3232, _PCIE4,   False, False, _NONE),
+    _gpu_row("g6e.xlarge",       "L40S",      1,   4,   32,  0, False,   20,    1.861, _PCIE4,   False, False, _NONE),
 )}
 
-_BUILT_IN: dict[str, InstanceType] = dict(GPU_INSTANCES)
+_BUILT_IN: dict[str, GpuInstanceType] = dict(GPU_INSTANCES)
 """The rows above, before any add_gpu_instance."""
 
 SYSTEM_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
@@ -261,27 +316,28 @@ EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
 NAT_GATEWAY_USD_PER_HOUR = 0.045
 """Per NAT gateway, before data processing charges."""
 
-# The instance-type allowlist (values key supportedInstanceLabels.values) of each aws-efa-k8s-device-plugin chart
-# version this project has read, reduced to the GPU types above. The chart schedules its DaemonSet only on listed
-# types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md (aws/eks-charts).
-_EFA_ALLOWLIST_GPU_TYPES = frozenset({
-    "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge",
-    "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-})
-# v0.5.30's allowlist, every GPU type in it (PROVENANCE.md lists all 303 entries): also the types this catalog does
-# not build in, so that a described type is checked against what the chart really lists.
-_EFA_ALLOWLIST_V0_5_30_GPU_TYPES = _EFA_ALLOWLIST_GPU_TYPES | frozenset({
-    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal",
-    "g5.8xlarge", "g5.16xlarge", "g5.24xlarge", "g6.8xlarge", "g6.16xlarge", "g6.24xlarge",
-    "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g7.8xlarge", "g7.12xlarge", "g7.24xlarge", "g7.48xlarge",
-    "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p5.4xlarge",
-    "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
-})
-EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = {
-    "v0.5.30": _EFA_ALLOWLIST_V0_5_30_GPU_TYPES,
-    "v0.5.29": _EFA_ALLOWLIST_GPU_TYPES,
-    "v0.5.28": _EFA_ALLOWLIST_GPU_TYPES,
-}
+
+def _allowlists(chart: str) -> dict[str, frozenset[str]]:
+    """Each recorded version of `chart` -> the instance types its allowlist holds: the rows that say so, and the
+    types without a row."""
+    return {
+        key.split(" ", 1)[1]: beyond | {row.name for row in _BUILT_IN.values() if key in row.allowlisted_by}
+        for key, beyond in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if key.split(" ", 1)[0] == chart
+    }
+
+
+EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = _allowlists(EFA_PLUGIN_CHART)
+"""aws-efa-k8s-device-plugin chart version -> the GPU types its allowlist holds (from the rows)."""
+EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = _allowlists(EFA_DRA_CHART)
+"""aws-dranet chart version -> the GPU types its allowlist holds (from the rows)."""
+
+# Views of the rows by one fact, for callers that ask by family or name.
+GPU_LINKS: dict[str, GpuLink] = {row.family: row.gpu_link for row in _BUILT_IN.values()}
+"""Intra-node GPU link by built-in family (each row carries its own: InstanceType.gpu_link)."""
+EFA_ONLY_FAMILIES: frozenset[str] = frozenset(row.family for row in _BUILT_IN.values() if row.efa_only_secondary)
+"""Built-in families whose secondary network cards get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
+CAPACITY_BLOCK_INSTANCES: frozenset[str] = frozenset(row.name for row in _BUILT_IN.values() if row.capacity_blocks)
+"""Built-in GPU types that Capacity Blocks for ML offer (InstanceType.capacity_blocks)."""
 
 
 _Row = TypeVar("_Row", bound=InstanceType)
@@ -315,11 +371,6 @@ def _efa_gpu_names() -> list[str]:
     return [n for n, row in GPU_INSTANCES.items() if row.efa_capable]
 
 
-EFA_ONLY_FAMILIES = frozenset({"p5", "p5e", "p5en", "p6-b200"})
-"""Families whose secondary network cards get `efa-only` interfaces (EFA without an ENA, so without a private IP:
-31 or 15 saved per node). terraform-aws-eks does this by default and requires VPC CNI v1.18.4 or later."""
-
-
 class NetworkInterface(TypedDict):
     """One launch-template network interface, keyed as CloudFormation's NetworkInterfaces entries."""
 
@@ -333,23 +384,16 @@ def efa_network_interfaces(instance: InstanceType) -> list[NetworkInterface]:
 
     Card 0 carries the primary interface (DeviceIndex 0, type `efa`: EFA with ENA, the node's IP); every other card i
     gets DeviceIndex 1 and NetworkCardIndex i, which is how EC2 numbers secondary cards (eksctl and terraform-aws-eks
-    do the same), with type `efa-only` on the families in EFA_ONLY_FAMILIES. Security groups are attached by the
-    caller: they are CloudFormation values, not facts.
+    do the same), with type `efa-only` where the row says so (efa_only_secondary). Security groups are attached by
+    the caller: they are CloudFormation values, not facts.
     """
     if not instance.efa_capable:
         raise CatalogError(f"{instance.name} has no EFA interfaces")
-    efa_only = instance.efa_only_secondary
-    if efa_only is None:
-        efa_only = instance.family in EFA_ONLY_FAMILIES
-    secondary = "efa-only" if efa_only else "efa"
+    secondary = "efa-only" if instance.efa_only_secondary else "efa"
     return [
         {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa" if card == 0 else secondary}
         for card in range(instance.efa_interfaces)
     ]
-
-
-CAPACITY_BLOCK_INSTANCES = frozenset({"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"})
-"""GPU types of this catalog that Capacity Blocks for ML offer (EC2 User Guide, supported instance types)."""
 
 
 def use_device_rdma(instance: InstanceType) -> bool:
@@ -406,7 +450,7 @@ def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
 #   nccl-tests on g6e "max out at 3 GBps" with EFA on 4 network cards, and the aws-ofi-nccl maintainers confirm
 #   that G6e has no GPUDirect RDMA, only the P-series from p4d on (aws/aws-ofi-nccl#547, 2024-08 to 2025-08).
 #   HOST_STAGED_EFA_GB_S is that measurement, applied to every family without GPUDirect RDMA (all PCIe Gen4).
-# - The ring also crosses the GPUs of each node: never above the intra-node link (GPU_LINKS, data sheet).
+# - The ring also crosses the GPUs of each node: never above the intra-node link (the row's gpu_link, data sheet).
 # Measure your own nodes (`ray-efa calibrate` on a finished run suggests the floor) and set preflightMinBusbwGbps.
 EFA_LINE_SHARE = 0.8
 """Share of the aggregate EFA line rate that NCCL's all-reduce reaches with GPUDirect RDMA (core.perf uses it too)."""
@@ -442,7 +486,7 @@ def healthy_efa_busbw(instance: InstanceType) -> HealthyBusbw:
                   "(aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s)")
         if line < HOST_STAGED_EFA_GB_S:
             source += f", here {EFA_LINE_SHARE:g} of the {instance.network_gbps} Gbit/s line"
-    link = instance.gpu_link or GPU_LINKS.get(instance.family)
+    link = instance.gpu_link
     if link is not None and link.gb_s < gb_s:
         gb_s, source = link.gb_s, f"{source}; capped by the intra-node {link.name} at {link.gb_s:g} GB/s"
     return HealthyBusbw(gb_s=gb_s, source=source)
@@ -501,7 +545,10 @@ DESCRIPTION_KEYS: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
     "usdPerHour": ((int, float), True, "on-demand price per node, USD per hour"),
     "gpudirectRdma": (bool, False, "EFA reads and writes GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1); default false"),
     "gpuLinkGbS": ((int, float), False, "GPU-to-GPU bandwidth inside the node per direction, GB/s; default PCIe Gen4 32"),
-    "efaOnlySecondary": (bool, False, "`efa-only` interfaces on the cards after the first; default true"),
+    "efaOnlySecondary": (bool, False, "`efa-only` interfaces on the cards after the first (no IP each; VPC CNI v1.18.4 "
+                                      "or later); default false, as for every row"),
+    "capacityBlocks": (bool, False, "Capacity Blocks for ML offer the type (capacityReservationType capacity-block); "
+                                    "default false"),
 }
 """The keys of a described GPU instance type: (type, required, meaning)."""
 
@@ -554,14 +601,17 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
-    row = GpuInstanceType(
+    gpu_link = None if link is None else _RECORDED_LINKS.get(
+        float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))  # type: ignore[arg-type]
+    # Only what the description states; _gpu_type gives the rest the defaults every row gets.
+    row = _gpu_type(
         name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
         usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
-        gpudirect_rdma=bool(description.get("gpudirectRdma", False)),
-        network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
-        gpu_link=_PCIE4 if link is None else GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)),  # type: ignore[arg-type]
-        efa_only_secondary=bool(description.get("efaOnlySecondary", True)), described=True,
+        gpudirect_rdma=description.get("gpudirectRdma"), network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
+        gpu_link=gpu_link,
+        efa_only_secondary=description.get("efaOnlySecondary"), capacity_blocks=description.get("capacityBlocks"),
+        described=True,
     )
     pod = worker_pod_resources(row)
     if pod.cpu < 1 or pod.memory_gib < 1:
@@ -582,7 +632,8 @@ def usable_gpu_instance(instance: InstanceType) -> GpuInstanceType:
     _describe_row(instance)
     if isinstance(instance, GpuInstanceType):
         return instance
-    return GpuInstanceType(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
+    # An InstanceType with a GPU: the same facts as a GpuInstanceType, with the defaults of any row (its link).
+    return _gpu_type(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
 
 
 def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> GpuInstanceType:
@@ -594,15 +645,23 @@ def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> GpuInstan
     return row
 
 
-def _describe_row(instance: InstanceType) -> GpuInstanceType:
-    """describe_gpu_instance's checks on a row built in Python."""
-    assert instance.gpu is not None
+def description_of(instance: InstanceType) -> dict[str, object]:
+    """The description (DESCRIPTION_KEYS) of a GPU row: describe_gpu_instance of it, under another name, builds the
+    same row."""
+    if instance.gpu is None:
+        raise CatalogError(f"{instance.name} has no GPU")
     description: dict[str, object] = {
         "name": instance.name, "gpus": instance.gpus, "gpuName": instance.gpu.name,
         "gpuMemoryGib": instance.gpu.memory_gib, "peakBf16Tflops": instance.gpu.peak_bf16_tflops,
         "memoryBandwidthGbS": instance.gpu.memory_bandwidth_gb_s or None, "vcpus": instance.vcpus,
         "memoryGib": instance.memory_gib, "efaInterfaces": instance.efa_interfaces,
         "networkGbps": instance.network_gbps, "usdPerHour": instance.usd_per_hour,
-        "gpudirectRdma": instance.gpudirect_rdma,
+        "gpudirectRdma": instance.gpudirect_rdma, "gpuLinkGbS": instance.gpu_link.gb_s if instance.gpu_link else None,
+        "efaOnlySecondary": instance.efa_only_secondary, "capacityBlocks": instance.capacity_blocks,
     }
-    return describe_gpu_instance({k: v for k, v in description.items() if v is not None}, new_name=False)
+    return {key: value for key, value in description.items() if value is not None}
+
+
+def _describe_row(instance: InstanceType) -> GpuInstanceType:
+    """describe_gpu_instance's checks on a row built in Python."""
+    return describe_gpu_instance(description_of(instance), new_name=False)

@@ -406,8 +406,8 @@ class NodeSettings(_Section):
         (), "extraGpuInstanceTypes",
         "GPU instance types the catalog does not build in, each a JSON object: name, gpus, gpuName, vcpus, memoryGib, "
         "efaInterfaces, networkGbps, usdPerHour, and gpuMemoryGib, peakBf16Tflops and memoryBandwidthGbS for a GPU the "
-        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary); checked like the "
-        "catalog's rows (EFA required). gpuInstanceType may then name one.",
+        "catalog does not know (optional: gpudirectRdma, gpuLinkGbS, efaOnlySecondary, capacityBlocks); checked like "
+        "the catalog's rows (EFA required). gpuInstanceType may then name one.",
     )
 
     @property
@@ -642,7 +642,8 @@ class TrainingSettings(_Section):
     precision: Literal["auto", "bf16", "fp8"] = setting(
         "auto", "precision",
         "Matrix-product precision of the decoder layers on GPU: bf16, or fp8 (torchao float8 training, tensorwise "
-        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: L4, L40S, H100, H200); auto: fp8 where the GPU "
+        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: "
+        f"{', '.join(gpu.name for gpu in catalog.GPUS.values() if gpu.has_fp8)}); auto: fp8 where the GPU "
         "has them, compile is on and core.perf predicts it faster at the chosen shape, else bf16.",
     )
     data_pool_size: int = setting(
@@ -738,12 +739,15 @@ def _capacity_block_needs_its_id(reservation_type: str, reservation: str | None)
     return None
 
 
-@_rule("capacityReservationType", "gpuInstanceType")
-def _capacity_block_instance_type(reservation_type: str, instance_type: str) -> Problem | None:
-    if reservation_type == "capacity-block" and instance_type not in catalog.CAPACITY_BLOCK_INSTANCES:
+@_rule("capacityReservationType", "gpuInstanceType", "extraGpuInstanceTypes")
+def _capacity_block_instance_type(reservation_type: str, instance_type: str,
+                                  descriptions: tuple[dict[str, Any], ...]) -> Problem | None:
+    row = described_gpu_instances(descriptions).get(instance_type) or catalog.GPU_INSTANCES.get(instance_type)
+    if reservation_type == "capacity-block" and not (row is not None and row.capacity_blocks):
         return Problem("gpuInstanceType", instance_type,
                        "must be a type Capacity Blocks offer with capacityReservationType capacity-block: "
-                       f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))}")
+                       f"{', '.join(sorted(catalog.CAPACITY_BLOCK_INSTANCES))} (or one of extraGpuInstanceTypes "
+                       "with capacityBlocks true)")
     return None
 
 

@@ -33,8 +33,9 @@ def launch_template_network_interfaces(
     """The launch template's NetworkInterfaces: the catalog's EFA interfaces, each with every security group.
 
     Interfaces in a launch template replace the groups EKS would attach, so the cluster security group goes on
-    each interface next to the EFA group. On p5/p5e/p5en the secondary cards' interfaces are `efa-only` (no IP
-    address), which needs the Amazon VPC CNI v1.18.4 or later on the cluster (see catalog.EFA_ONLY_FAMILIES).
+    each interface next to the EFA group. Where the row says so (catalog.InstanceType.efa_only_secondary) the
+    secondary cards' interfaces are `efa-only` (no IP address), which needs the Amazon VPC CNI v1.18.4 or later on
+    the cluster.
     """
     return [
         ec2.CfnLaunchTemplate.NetworkInterfaceProperty(

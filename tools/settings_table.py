@@ -1,4 +1,5 @@
-"""Print the README's generated tables: every setting (core.settings) and the EFA GPU instance types (core.catalog).
+"""Print the README's generated tables: every setting (core.settings) and the EFA GPU instance types (core.catalog),
+and the lists of types and families its prose names (Capacity Blocks, efa-only cards, GPUDirect RDMA).
 
     python tools/settings_table.py            print both
     python tools/settings_table.py --write    update README.md in place
@@ -39,28 +40,52 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
+def _efa_rows() -> list[catalog.GpuInstanceType]:
+    return [row for row in catalog.GPU_INSTANCES.values() if row.efa_capable]
+
+
 def instances_table() -> str:
     allowed = catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS[Settings().addons.efa_device_plugin_version]
-    rows = ["| `gpuInstanceType` | GPUs | GPU memory | vCPU / GiB | EFA interfaces | GPUDirect RDMA | worker pod CPU / memory / shm | "
-            "EFA plugin default | USD/h per node |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, row in catalog.GPU_INSTANCES.items():
-        if not row.efa_capable:
-            continue
+    rows = ["| `gpuInstanceType` | GPUs | GPU memory | vCPU / GiB | EFA interfaces | GPUDirect RDMA | GPU link | "
+            "secondary cards | Capacity Blocks | worker pod CPU / memory / shm | EFA plugin default | USD/h per node |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in _efa_rows():
         pod = catalog.worker_pod_resources(row)
+        secondary = "-" if row.efa_interfaces == 1 else "`efa-only`" if row.efa_only_secondary else "`efa`"
         rows.append(
-            f"| `{name}` | {row.gpus} x {row.gpu.name} | {row.gpu.memory_gib:g} GiB | {row.vcpus} / {row.memory_gib} | "
-            f"{row.efa_interfaces} | {'yes' if row.gpudirect_rdma else 'no'} | {pod.cpu} / {pod.memory_gib} GiB / {pod.shm_gib} GiB | "
-            f"{'listed' if name in allowed else 'NOT listed'} | {row.usd_per_hour:.2f} |"
+            f"| `{row.name}` | {row.gpus} x {row.gpu.name} | {row.gpu.memory_gib:g} GiB | {row.vcpus} / {row.memory_gib} | "
+            f"{row.efa_interfaces} | {'yes' if row.gpudirect_rdma else 'no'} | {row.gpu_link.name} | {secondary} | "
+            f"{'yes' if row.capacity_blocks else 'no'} | {pod.cpu} / {pod.memory_gib} GiB / {pod.shm_gib} GiB | "
+            f"{'listed' if row.name in allowed else 'NOT listed'} | {row.usd_per_hour:.2f} |"
         )
     return "\n".join(rows)
 
 
-TABLES = {"SETTINGS": settings_table, "INSTANCES": instances_table}
+def _and(names: list[str]) -> str:
+    names = list(dict.fromkeys(names))  # once each, in the catalog's order
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+# Lists inside the README's prose, from the same rows (one line each between the markers).
+LISTS = {
+    "CAPACITY_BLOCK_TYPES": lambda: ", ".join(row.name for row in _efa_rows() if row.capacity_blocks),
+    "EFA_ONLY_FAMILIES": lambda: _and([row.family for row in _efa_rows() if row.efa_only_secondary
+                                       and row.efa_interfaces > 1]),
+    "GPUDIRECT_RDMA_FAMILIES": lambda: _and([row.family for row in _efa_rows() if row.gpudirect_rdma]),
+    "HOST_STAGED_FAMILIES": lambda: _and([row.family for row in _efa_rows() if not row.gpudirect_rdma]),
+}
+
+TABLES = {"SETTINGS": settings_table, "INSTANCES": instances_table, **LISTS}
+
+
+def _marked(name: str) -> re.Pattern[str]:
+    # A table sits on lines of its own between the markers, a list inside a line.
+    return re.compile(rf"(<!-- BEGIN {name} -->\n?)(.*?)(\n?<!-- END {name} -->)", re.S)
 
 
 def readme_section(readme: str, name: str) -> str:
-    match = re.search(rf"<!-- BEGIN {name} -->\n(.*?)\n<!-- END {name} -->", readme, re.S)
-    return match.group(1) if match else ""
+    match = _marked(name).search(readme)
+    return match.group(2) if match else ""
 
 
 def main() -> None:
@@ -68,12 +93,11 @@ def main() -> None:
         path = ROOT / "README.md"
         text = path.read_text()
         for name, make in TABLES.items():
-            text = text.replace(f"<!-- BEGIN {name} -->\n{readme_section(text, name)}\n<!-- END {name} -->",
-                                f"<!-- BEGIN {name} -->\n{make()}\n<!-- END {name} -->")
+            text = _marked(name).sub(lambda m, make=make: m.group(1) + make() + m.group(3), text)
         path.write_text(text)
     else:
-        for make in TABLES.values():
-            print(make(), end="\n\n")
+        for name, make in TABLES.items():
+            print(f"{name}:\n{make()}" if name in LISTS else make(), end="\n\n")
 
 
 if __name__ == "__main__":

@@ -144,18 +144,23 @@ class _Hint:
     expects: frozenset[str]
     """The expected transports for which this line explains a fallback (a missing OFI plugin is normal for IB)."""
     text: str
+    example: str
+    """A message the hint is for, as NCCL prints it after "NCCL INFO " or "NCCL WARN " (from a fixture, else from
+    the source that prints it); a test checks that it gets through _HINT_WORDS and that this hint takes it."""
 
 
 _EFA, _EFA_IB = frozenset({"efa"}), frozenset({"efa", "ib"})
 _HINTS: tuple[_Hint, ...] = (
     _Hint("ofi-init-failed", re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,
           "aws-ofi-nccl failed to initialize (EFA userspace, libfabric and plugin do not match, "
-          "or the pod has no EFA device: vpc.amazonaws.com/efa)"),
+          "or the pod has no EFA device: vpc.amazonaws.com/efa)",
+          example="NET/OFI aws-ofi-nccl initialization failed"),
     # aws-ofi-nccl <= 1.5 (src/nccl_ofi_net.c, ofi_init in 1.1, nccl_net_ofi_init in 1.5): the plugin refuses any
     # libfabric provider but efa, and NCCL then falls back to its own transports.
     _Hint("ofi-only-efa", re.compile(r"NET/OFI Only EFA provider is supported"), _EFA,
           "aws-ofi-nccl found no efa provider (\"Only EFA provider is supported\": no EFA device in the pod, or "
-          "FI_PROVIDER names another provider)"),
+          "FI_PROVIDER names another provider)",
+          example="NET/OFI Only EFA provider is supported"),
     # "... supporting GPUDirect RDMA" is a normal retry on instances without GPUDirect RDMA (g5, g6, g6e). "NET/OFI
     # No eligible providers were found" is not a failure either: aws-ofi-nccl 1.14-1.21 logs it at INFO when its
     # RDMA protocol's probe finds no provider (nccl_ofi_rdma.cpp, nccl_net_ofi_rdma_init, fi_getinfo -FI_ENODATA),
@@ -165,33 +170,45 @@ _HINTS: tuple[_Hint, ...] = (
                                         r"|Couldn't find any optimal provider"
                                         r"|Unable to find a protocol that worked"), _EFA,
           "libfabric found no usable EFA provider (no EFA device in the pod: request vpc.amazonaws.com/efa; "
-          "or FI_PROVIDER names a provider that is not installed)"),
+          "or FI_PROVIDER names a provider that is not installed)",
+          example="NET/OFI Unable to find a protocol that worked.  Failing initialization."),
     _Hint("plugin-not-found", re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"), _EFA,
           "NCCL could not load the net plugin ({what}): aws-ofi-nccl is not installed or not on "
-          "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library"),
+          "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library",
+          example="NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin."),
     _Hint("no-plugin", re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
-          "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports"),
+          "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports",
+          example="NET/Plugin : No plugin found (libnccl-net.so), using internal implementation"),
     # NCCL 2.12-2.18: "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : ...", then "No plugin found, using
     # internal implementation".
     _Hint("plugin-load-failed", re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"), _EFA,
-          "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports"),
+          "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports",
+          example="NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object "
+                  "file: No such file or directory"),
     _Hint("no-plugin", re.compile(r"No plugin found, using internal"), _EFA,
-          "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports"),
+          "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports",
+          example="NET/Plugin : No plugin found, using internal implementation"),
     # NCCL 2.19+: the library loaded but exports no net API this NCCL can use (a plugin too old or too new).
     _Hint("plugin-symbols", re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"), _EFA,
           "the net plugin library exports no ncclNetPlugin API this NCCL supports (plugin and NCCL versions do "
-          "not match), so NCCL used its internal IB/Socket transports"),
+          "not match), so NCCL used its internal IB/Socket transports",
+          example="NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are "
+                  "not supported."),
     _Hint("no-net-plugin", re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
-          "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)"),
+          "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)",
+          example="Failed to initialize any NET plugin"),
     _Hint("net-not-found", re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
-          "NCCL_NET asks for network {what}, which no loaded plugin provides"),
+          "NCCL_NET asks for network {what}, which no loaded plugin provides",
+          example="Error: network AWS Libfabric not found."),
     _Hint("ib-no-device", re.compile(r"NET/IB ?: ?No device found"), frozenset({"ib"}),
-          "NCCL found no InfiniBand device (NET/IB : No device found)"),
+          "NCCL found no InfiniBand device (NET/IB : No device found)",
+          example="NET/IB : No device found."),
 )
 
 
-# Every hint pattern holds one of these words; one search skips the hint table on ordinary lines (a test checks that
-# each hint's example line gets through it).
+# Every hint pattern holds one of these words; one search skips the hint table on ordinary lines. A hint whose words
+# are missing here would never fire: tests/training/test_transport.py checks that each hint's example gets through
+# and that every line of the fixture logs a hint pattern matches does too.
 _HINT_WORDS = re.compile(r"ould not|ouldn't|ailed|No |Only EFA|not found|Unable|returned")
 
 # WARN lines of a plugin that failed while NCCL fell back to another transport: the job runs on (slowly), so these

@@ -35,8 +35,8 @@ def test_efa_interfaces_one_per_network_card(name):
     interfaces = catalog.efa_network_interfaces(row)
     assert len(interfaces) == row.efa_interfaces
     assert interfaces[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa"}
-    # secondary cards: efa-only (no IP) on p5/p5e/p5en, where they are 31 or 15 per node; efa elsewhere
-    secondary = "efa-only" if name.split(".")[0] in ("p5", "p5e", "p5en") else "efa"
+    # secondary cards: efa-only (no IP) where the row says so, efa elsewhere
+    secondary = "efa-only" if row.efa_only_secondary else "efa"
     assert all(i["DeviceIndex"] == 1 and i["InterfaceType"] == secondary for i in interfaces[1:])
     assert [i["NetworkCardIndex"] for i in interfaces] == list(range(row.efa_interfaces))
 
@@ -62,7 +62,8 @@ def test_device_rdma_only_with_gpudirect(name, expected):
     assert catalog.use_device_rdma(catalog.gpu_instance(name)) is expected
 
 
-@pytest.mark.parametrize("name", ["g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge"])
+@pytest.mark.parametrize("name", [name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable
+                                  and not row.gpudirect_rdma and row.network_gbps / 8 * catalog.EFA_LINE_SHARE >= 3.0])
 def test_without_gpudirect_rdma_the_floor_is_what_a_healthy_host_staged_node_reaches_not_the_line_rate(name):
     # GIVEN a family without GPUDirect RDMA: 40 to 400 Gbit/s, 1 to 4 EFA cards
     row = catalog.gpu_instance(name)
@@ -215,3 +216,72 @@ def test_a_row_built_in_python_is_checked_and_can_be_added_by_name():
             catalog.usable_gpu_instance(dataclasses.replace(catalog.gpu_instance("p5.48xlarge"), usd_per_hour=1.0))
     finally:
         catalog.GPU_INSTANCES.pop("p6-b300.48xlarge", None)
+
+
+# -- one contract: a row holds every fact of its type, and built-in and described rows get the same defaults ------
+
+
+def test_secondary_cards_are_efa_only_on_the_rows_that_say_so():
+    # p5.48xlarge's 31 secondary cards save 31 private IPs; g6e.48xlarge and p4d keep `efa` (an IP per card)
+    assert catalog.gpu_instance("p5.48xlarge").efa_only_secondary and catalog.gpu_instance("p5en.48xlarge").efa_only_secondary
+    assert not catalog.gpu_instance("g6e.48xlarge").efa_only_secondary
+    assert not catalog.gpu_instance("p4d.24xlarge").efa_only_secondary
+
+
+def test_a_described_type_with_g6e_48xlarge_facts_builds_the_same_launch_template_interfaces():
+    # GIVEN the facts of g6e.48xlarge as AWS's specification page gives them, described under another name and
+    # another family (so nothing can come from a table by family); efaOnlySecondary and gpuLinkGbS left unsaid
+    built_in = catalog.gpu_instance("g6e.48xlarge")
+    described = catalog.describe_gpu_instance({
+        "name": "x6e.48xlarge", "gpus": 8, "gpuName": "L40S", "vcpus": 192, "memoryGib": 1536, "efaInterfaces": 4,
+        "networkGbps": 400, "usdPerHour": 30.1312,
+    })
+    # THEN its launch template gets the same interfaces: efa on every card, as the built-in row
+    assert catalog.efa_network_interfaces(described) == catalog.efa_network_interfaces(built_in)
+    assert [i["InterfaceType"] for i in catalog.efa_network_interfaces(described)] == ["efa"] * 4
+    # and every other fact but its name and the charts that list it is the built-in row's
+    assert dataclasses.replace(described, name=built_in.name, described=False,
+                               allowlisted_by=built_in.allowlisted_by) == built_in
+
+
+@pytest.mark.parametrize("name", [name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable])
+def test_every_built_in_row_described_again_is_the_same_row(name):
+    # GIVEN a built-in row's own description (every key), under a name the catalog does not build in
+    row = catalog.gpu_instance(name)
+    described = catalog.describe_gpu_instance({**catalog.description_of(row), "name": "x" + name})
+    # THEN it is the same row: the same defaults, link and interfaces, whichever way the type came in
+    assert dataclasses.replace(described, name=name, described=False, allowlisted_by=row.allowlisted_by) == row
+    assert catalog.efa_network_interfaces(described) == catalog.efa_network_interfaces(row)
+
+
+def test_the_views_by_family_and_name_are_the_rows_facts():
+    rows = catalog.GPU_INSTANCES.values()
+    assert catalog.CAPACITY_BLOCK_INSTANCES == {row.name for row in rows if row.capacity_blocks} == {
+        "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"}  # EC2 User Guide, Capacity Blocks
+    assert catalog.EFA_ONLY_FAMILIES == {row.family for row in rows if row.efa_only_secondary}
+    for row in rows:
+        assert catalog.GPU_LINKS[row.family] == row.gpu_link == catalog.gpu_link(row)
+    # each family has one link and one efa-only choice, so the views by family lose nothing
+    for family in catalog.GPU_LINKS:
+        same = [row for row in rows if row.family == family]
+        assert len({row.gpu_link for row in same}) == 1 and len({row.efa_only_secondary for row in same}) == 1
+
+
+def test_chart_allowlists_are_the_rows_and_the_types_without_a_row():
+    from ray_efa.core import addons
+
+    for chart, allowlists in ((catalog.EFA_PLUGIN_CHART, catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS),
+                              (catalog.EFA_DRA_CHART, addons.EFA_DRA_DRIVER_ALLOWLISTS)):
+        assert allowlists, chart
+        for version, names in allowlists.items():
+            key = f"{chart} {version}"
+            rows = {row.name for row in catalog.GPU_INSTANCES.values() if key in row.allowlisted_by}
+            assert names == rows | catalog.CHART_ALLOWLISTS_BEYOND_THE_ROWS[key]
+            assert not catalog.CHART_ALLOWLISTS_BEYOND_THE_ROWS[key] & set(catalog.GPU_INSTANCES)
+    assert addons.EFA_DEVICE_PLUGIN.chart == catalog.EFA_PLUGIN_CHART and addons.EFA_DRA_DRIVER.chart == catalog.EFA_DRA_CHART
+
+
+def test_a_described_type_is_listed_by_the_charts_that_list_its_name():
+    row = catalog.describe_gpu_instance(B300)
+    assert row.allowlisted_by == {f"{catalog.EFA_PLUGIN_CHART} v0.5.30", f"{catalog.EFA_DRA_CHART} 1.0.0"}
+    assert catalog.efa_plugin_supports(row.name, "v0.5.30") and not catalog.efa_plugin_supports(row.name, "v0.5.29")

@@ -304,6 +304,26 @@ def test_a_described_type_the_efa_device_plugin_does_not_list_is_refused_like_a_
     assert problem.key == "efaDevicePluginVersion" and "does not hold zz9.48xlarge" in problem.message
 
 
+def test_a_described_type_goes_into_a_capacity_block_when_its_row_says_capacity_blocks_offer_it():
+    block = {"gpuInstanceType": "p6-b300.48xlarge", "capacityReservationType": "capacity-block",
+             "capacityReservationId": "cr-0123456789abcdef0"}
+    settings = Settings.from_context({**block, "extraGpuInstanceTypes": json.dumps([{**_B300, "capacityBlocks": True}])})
+    assert settings.nodes.capacity_block and settings.nodes.gpu_instance.capacity_blocks
+    # ...and is refused, as g6e.48xlarge is, when it does not say so (the default of every row)
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_context({**block, "extraGpuInstanceTypes": json.dumps([_B300])})
+    (problem,) = raised.value.problems
+    assert problem.key == "gpuInstanceType" and "must be a type Capacity Blocks offer" in problem.message
+
+
+def test_the_extra_gpu_instance_types_doc_names_every_description_key():
+    from ray_efa.core import catalog
+    from ray_efa.core.settings import setting_keys
+
+    _, info = setting_keys()["extraGpuInstanceTypes"]
+    assert [key for key in catalog.DESCRIPTION_KEYS if key not in info.doc] == []
+
+
 def test_an_unknown_type_says_it_can_be_described():
     with pytest.raises(SettingsError, match="unknown GPU instance type 'p9.96xlarge'.*describe it in extraGpuInstanceTypes"):
         Settings.from_context({"gpuInstanceType": "p9.96xlarge"})

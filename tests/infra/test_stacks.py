@@ -188,8 +188,8 @@ def test_launch_template_has_one_efa_interface_per_network_card(synthesized):
     assert [i["NetworkCardIndex"] for i in interfaces] == list(range(instance.efa_interfaces))
     assert interfaces[0]["DeviceIndex"] == 0
     assert all(i["DeviceIndex"] == 1 for i in interfaces[1:])
-    # card 0 is EFA with ENA (the node's IP); p5/p5e/p5en's other cards are efa-only (no IP), the rest efa
-    secondary = "efa-only" if instance.family in ("p5", "p5e", "p5en") else "efa"
+    # card 0 is EFA with ENA (the node's IP); the other cards are efa-only (no IP) where the row says so, else efa
+    secondary = "efa-only" if instance.efa_only_secondary else "efa"
     assert [i["InterfaceType"] for i in interfaces] == ["efa"] + [secondary] * (instance.efa_interfaces - 1)
 
 
@@ -389,6 +389,20 @@ def test_a_gpu_type_of_your_own_goes_into_the_construct_checked():
     no_efa = dataclasses.replace(row, name="p6-b300x.48xlarge", efa_interfaces=0)
     with pytest.raises(ValueError, match="EfaGpuNodegroup instance_type efaInterfaces must be >= 1"):
         EfaGpuNodegroup(stack, "NoEfa", cluster=ray.cluster, vpc=vpc, instance_type=no_efa)
+
+
+def test_a_described_type_with_g6e_48xlarge_facts_gets_the_built_in_rows_launch_template_interfaces():
+    from ray_efa.infra.gpu_nodegroup import launch_template_network_interfaces
+
+    # GIVEN g6e.48xlarge's facts described under a name of their own, efaOnlySecondary unsaid
+    described = catalog.describe_gpu_instance({
+        "name": "x6e.48xlarge", "gpus": 8, "gpuName": "L40S", "vcpus": 192, "memoryGib": 1536, "efaInterfaces": 4,
+        "networkGbps": 400, "usdPerHour": 30.1312})
+    built_in = catalog.gpu_instance("g6e.48xlarge")
+    # THEN the launch template's interfaces are the built-in row's: efa on all 4 cards, the same groups
+    interfaces = launch_template_network_interfaces(described, ["sg-efa", "sg-cluster"])
+    assert interfaces == launch_template_network_interfaces(built_in, ["sg-efa", "sg-cluster"])
+    assert [i.interface_type for i in interfaces] == ["efa"] * 4
 
 
 # -- deviceAllocation dra -----------------------------------------------------------------------------------------

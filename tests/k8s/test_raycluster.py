@@ -10,18 +10,14 @@ import pytest
 from ray_efa.core import catalog
 from tests.k8s.conftest import BASE, NOT_NETWORK_ENV, container, env, head, synthesize, volume_at, worker_group
 
-# Facts from the reference table (FACTS.md), independent of core.catalog: GPUs, EFA interfaces, GPUDirect RDMA.
-HARDWARE = {
-    "g6.12xlarge": (4, 1, False),
-    "g6e.48xlarge": (8, 4, False),
-    "p4d.24xlarge": (8, 4, True),
-    "p5.48xlarge": (8, 32, True),
-    "p5en.48xlarge": (8, 16, True),
-}
-
 
 def _instance(synth) -> str:
     return synth.settings.nodes.gpu_instance_type
+
+
+def _row(synth) -> catalog.GpuInstanceType:
+    # The catalog's row, not a copy of it: tests/core/test_catalog.py holds the rows to FACTS.md and AWS's pages.
+    return catalog.gpu_instance(_instance(synth))
 
 
 def test_head_runs_on_system_nodes(synth):
@@ -74,7 +70,7 @@ def test_workers_run_on_gpu_nodes_and_tolerate_their_taint(synth):
 
 
 def test_worker_gpus_match_the_instance_in_ray_and_in_kubernetes(synth):
-    gpus, _, _ = HARDWARE[_instance(synth)]
+    gpus = _row(synth).gpus
     for owner, spec in synth.cluster_specs():
         group = worker_group(spec)
         resources = container(group["template"])["resources"]
@@ -83,7 +79,7 @@ def test_worker_gpus_match_the_instance_in_ray_and_in_kubernetes(synth):
 
 
 def test_worker_requests_every_efa_interface_of_the_node(synth):
-    _, efa, _ = HARDWARE[_instance(synth)]
+    efa = _row(synth).efa_interfaces
     for owner, spec in synth.cluster_specs():
         resources = container(worker_group(spec)["template"])["resources"]
         assert resources["limits"]["vpc.amazonaws.com/efa"] == str(efa) == resources["requests"]["vpc.amazonaws.com/efa"], owner
@@ -104,7 +100,7 @@ def test_head_cpu_and_memory_come_from_the_catalog(synth):
 
 
 def test_efa_workers_get_the_efa_nccl_env_and_rdma_only_with_gpudirect(synth):
-    _, _, rdma = HARDWARE[_instance(synth)]
+    rdma = _row(synth).gpudirect_rdma
     expected = {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     if rdma:
