@@ -185,7 +185,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
 
         world = local_workers if local else settings.world_size
         datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
-    trainer = TorchTrainer(
+    trainer = _trainer_class(TorchTrainer)(
         train_loop,
         train_loop_config=train_loop_config(settings, code_dir=code_path, extra=test_config),
         torch_config=TorchConfig(backend="gloo" if local else "nccl"),
@@ -195,6 +195,19 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
         dataset_config=dataset_config,
     )
     return _unwrapped(trainer.fit())
+
+
+def _trainer_class(base: type[Any]) -> type[Any]:
+    """The TorchTrainer whose controller retries lost workers only (training.failure_policy): Ray Train 2.58 builds
+    its DefaultFailurePolicy in fit() with no setting to replace it, so the controller's arguments are swapped here."""
+    from ray_efa.training.failure_policy import RetryLostWorkersPolicy
+
+    class Trainer(base):
+        def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+            policy = RetryLostWorkersPolicy(self.run_config.failure_config)
+            return super()._initialize_and_run_controller(**{**controller_init_kwargs, "failure_policy": policy})
+
+    return Trainer
 
 
 def _unwrapped(result: Any) -> Any:
@@ -323,6 +336,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
+        _say_not_retried(error, settings)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
         _say_report(folder)
         return EXIT_FAILED
@@ -375,6 +389,20 @@ def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict
             folder.write_json(file, data)
     except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its record
         print(f"ray_efa.training.driver: cannot write {file} into {folder.uri}: {error}", file=sys.stderr)
+
+
+def _say_not_retried(error: Exception, settings: Settings) -> None:
+    """After an exception of the code: why maxFailures did not retry it (training.failure_policy)."""
+    from ray.train import WorkerGroupError
+
+    from ray_efa.training.failure_policy import code_errors
+
+    raised = code_errors(error) if isinstance(error, WorkerGroupError) else {}
+    if raised:
+        rank, first = min(raised.items())
+        print(f"not retried: {type(first).__name__} on rank {rank} is an exception of "
+              f"{settings.training.train_function}, which would fail the same way again (maxFailures "
+              f"{settings.training.max_failures} retries lost workers and nodes only)", file=sys.stderr)
 
 
 def _say_report(folder: RunFolder | None) -> None:
