@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray_efa
 from ray_efa.core import catalog, strategy
+from ray_efa.core.model_source import model_label
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
@@ -108,13 +109,16 @@ def run_config(settings: Settings, name: str) -> RunConfig:
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
-    """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model preset (built-in
-    function) or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
+    """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model (modelPath's name, or
+    the preset) of the built-in function, or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
     if settings.workload.job_name != DEFAULT_JOB_NAME:
         prefix += f"-{settings.workload.job_name}"
-    what = settings.training.model if settings.training.builtin else split_function(settings.training.train_function)[1]
+    t = settings.training
+    what = ((model_label(t.model_path) if t.model_path else t.model) if t.builtin
+            else split_function(t.train_function)[1])
+    what = "".join(c if c.isalnum() or c in "-_." else "-" for c in what)  # hf://org/name: no "/" in a run name
     return f"{prefix}-{what}-{stamp}"
 
 
