@@ -66,6 +66,11 @@ class FaultInjection:
         if self.raise_at_step == step and rank == self.raise_on_rank and start_step == 0:
             raise InjectedFault(f"injected fault at step {step} on rank {rank}")
         if self.exit_at_step == step and rank == self.raise_on_rank and start_step == 0:
+            # The controller takes reports (and their checkpoints) by polling: wait past a few polls, so the step
+            # k-1 checkpoint is registered before the process goes, as it would be on a node lost later.
+            import time
+
+            time.sleep(3)
             sys.stdout.flush()
             os._exit(1)  # no exception, no cleanup: the worker process is gone
 
