@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return code
     resolved = resolve_or_exit(args, require_code=True, require_model=True)  # every settings problem at once, exit 2
 
-    from ray_efa.ops.plan import build_plan, render_plan
+    from ray_efa.ops.plan import OWN_FUNCTION_NOTE, build_plan, render_plan
 
     calibration = None
     if args.calibration is not None:
@@ -95,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
             check_output_file(args.plot, is_ours=is_ray_efa_png)
         except OutputDirError as error:
             return fail(args, "plan", f"--plot: {error}")
+    if args.plot is not None and not args.recommend and not resolved.settings.training.builtin:
+        return fail(args, "plan", f"--plot: no scaling curve for trainFunction {resolved.settings.training.train_function}: "
+                                  f"{OWN_FUNCTION_NOTE}")
     if args.recommend:
         return _recommend(args, resolved.settings)
     if args.tokens is not None:

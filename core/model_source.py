@@ -59,7 +59,7 @@ class ModelFields(Protocol):
 
 __all__ = [
     "ModelSource", "parse_model_path", "model_path_problem", "data_path_problem", "parse_s3_url", "model_cache_root",
-    "s3_cache_dir", "hub_cache_root", "hub_snapshot_dir", "local_model_dir", "architecture", "tokenizer_size",
+    "s3_cache_dir", "hub_cache_root", "hub_snapshot_dir", "local_model_dir", "architecture", "model_label", "tokenizer_size",
     "model_problems", "pod_path_problems", "s3_read_locations", "CONFIG_FILE", "MODEL_CACHE_ENV",
 ]
 
@@ -196,6 +196,15 @@ def _config_architecture(path: Path, name: str, key: str, value: str) -> ModelPr
         raise SettingsError([Problem(key, value, f"{path} {error}")]) from None
 
 
+def model_label(model_path: str) -> str:
+    """The model's name, from modelPath alone (no I/O): the folder's name, the Hub's org/name[@revision], or the
+    S3 prefix's last part; what captions and run names call a fine-tuned model."""
+    text = model_path.rstrip("/")
+    if text.startswith("hf://"):
+        return text.removeprefix("hf://")
+    return text.rsplit("/", 1)[-1] or text
+
+
 def architecture(t: ModelFields) -> ModelPreset:
     """The architecture to train and plan: modelPath's config.json, else modelConfig, else (no modelPath) the preset.
 
@@ -206,15 +215,15 @@ def architecture(t: ModelFields) -> ModelPreset:
     source = parse_model_path(t.model_path)
     folder = local_model_dir(source)
     if folder is not None:
-        return _config_architecture(folder / CONFIG_FILE, f"config.json of {t.model_path}", "modelPath", t.model_path)
+        return _config_architecture(folder / CONFIG_FILE, model_label(t.model_path), "modelPath", t.model_path)
     if t.model_configuration in MODEL_PRESETS:
-        return dataclasses.replace(model_preset(t.model_configuration), name=f"modelConfig {t.model_configuration}")
+        return dataclasses.replace(model_preset(t.model_configuration), name=model_label(t.model_path))
     if t.model_configuration is not None:
         path = Path(t.model_configuration)
         if not path.is_file():
             raise SettingsError([Problem("modelConfig", t.model_configuration, "must be a readable config.json file or one of "
                                          f"the presets {', '.join(MODEL_PRESETS)}")])
-        return _config_architecture(path, f"config.json of {t.model_path} (modelConfig)", "modelConfig", t.model_configuration)
+        return _config_architecture(path, model_label(t.model_path), "modelConfig", t.model_configuration)
     raise SettingsError([Problem("modelPath", t.model_path, _not_here(source))])
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["ModelPreset", "MODEL_PRESETS", "model_preset", "preset_from_config", "QWEN2_MODEL_TYPE"]
+__all__ = ["ModelPreset", "MODEL_PRESETS", "model_preset", "preset_from_config", "parameters_label", "QWEN2_MODEL_TYPE"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +84,14 @@ def model_preset(name: str) -> ModelPreset:
 
 QWEN2_MODEL_TYPE = "qwen2"
 """The one `model_type` of config.json that training/model.py (Qwen2ForCausalLM) and the planner's formulas know."""
+
+
+def parameters_label(count: int) -> str:
+    """A parameter count as the plan writes it: "1.54 B parameters", "3.18 M parameters", "980 parameters"."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit} parameters"
+    return f"{count} parameters"
 
 
 def preset_from_config(name: str, config: dict[str, Any]) -> ModelPreset:

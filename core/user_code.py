@@ -97,12 +97,15 @@ def _importable_source(module: str) -> tuple[bool, Path | None]:
     return True, Path(origin) if origin else None
 
 
-def _top_level_names(source: Path) -> set[str] | None:
-    """Names bound at the top level of a Python file (def, class, import, assignment); None if it does not parse."""
+def _top_level_names(source: Path) -> set[str] | str:
+    """Names bound at the top level of a Python file (def, class, import, assignment); if it does not parse, what is
+    wrong and where ("line 3: '(' was never closed")."""
     try:
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
-    except (SyntaxError, UnicodeDecodeError, ValueError):
-        return None
+    except SyntaxError as error:  # IndentationError and TabError too
+        return f"line {error.lineno}: {error.msg}" + (f" (column {error.offset})" if error.offset else "")
+    except (UnicodeDecodeError, ValueError) as error:  # not UTF-8 text, or a null byte
+        return f"not Python source text ({error})"
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -141,9 +144,9 @@ def check_user_code(settings: Settings, *, app_dir: Path | None = None) -> UserC
                 + ("" if code_dir is not None else "; set codeDir to the folder that holds it")))])
     if source is not None and source.is_file() and source.suffix == ".py":
         names = _top_level_names(source)
-        if names is None:
-            raise SettingsError([Problem("trainFunction", spec, f"must name a module that parses: {source} has a "
-                                                                "syntax error")])
+        if isinstance(names, str):
+            raise SettingsError([Problem("trainFunction", spec, f"must name a module that parses: syntax error in "
+                                                                f"{source}, {names}")])
         if function not in names:
             close = sorted(n for n in names if not n.startswith("_") and ("train" in n.lower() or "main" in n.lower()))
             hint = f" (it defines {', '.join(close)})" if close else ""

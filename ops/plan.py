@@ -16,6 +16,7 @@ from ray_efa.core import catalog
 from ray_efa.core.context import ResolvedSettings
 from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate
+from ray_efa.core.models import parameters_label
 from ray_efa.core.perf import Calibration
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.core.strategy import check_fits, choose, estimate, global_batch, performance, resolve
@@ -24,7 +25,12 @@ from ray_efa.training.preflight import PreflightFloor, preflight_floor
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan"]
+__all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan", "OWN_FUNCTION_NOTE"]
+
+OWN_FUNCTION_NOTE = ("the planner's memory and step model is the built-in train function's (its own model, FSDP2), "
+                     "not a trainFunction of your own, which builds what it builds; the cluster, pods, EFA, cost and "
+                     "preflight floor are the job's")
+"""What plan says instead of the memory, step and scaling predictions when trainFunction is your own."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,6 +108,10 @@ class Plan:
         return resolve(self.settings)
 
     def _decided(self) -> dict[str, Any]:
+        if not self.judged:  # the built-in's levers, decided for its model: nothing your function is held to
+            return {"precision": None, "micro_batch": None, "seq_len": None, "grad_accumulation": None,
+                    "activation_checkpointing": None, "global_batch_tokens": None, "achieved_global_batch_tokens": None,
+                    "global_batch": None}
         t = self.decided.training
         split = None if self.scaled_to_zero else global_batch(self.settings).as_dict()
         return {"precision": t.precision, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
@@ -120,12 +130,16 @@ class Plan:
                 "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
                 "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
                 "network": s.workload.network,
-                "sharding": None if s.nodes.scaled_to_zero else choose(s).strategy,
-                "grad_reduce_dtype": None if s.nodes.scaled_to_zero else choose(s).reduce_dtype,
+                "sharding": None if s.nodes.scaled_to_zero or not self.judged else choose(s).strategy,
+                "grad_reduce_dtype": None if s.nodes.scaled_to_zero or not self.judged else choose(s).reduce_dtype,
                 **self._decided(),
-                # what trains: the architecture (modelPath's config.json, or the preset) and on what data
-                "model_architecture": s.training.preset.name, "model_parameters": s.training.preset.num_parameters,
+                # what trains: the architecture (modelPath's config.json, or the preset) and on what data; a function
+                # of your own builds its own model, which the plan does not know
+                "model_architecture": s.training.preset.name if self.judged else None,
+                "model_parameters": s.training.preset.num_parameters if self.judged else None,
                 "dataset": s.training.dataset,
+                "train_function": s.training.train_function,
+                "step_model": None if self.judged else OWN_FUNCTION_NOTE,
                 "scaled_to_zero": self.scaled_to_zero,
                 "scale_to_zero_command": s.scale_commands[0], "come_back_command": s.scale_commands[1],
             },
@@ -185,7 +199,8 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
     worker = catalog.worker_pod_resources(gpu)
     head_cpu, head_memory = catalog.head_pod_resources(system)
     floor = preflight_floor(s)
-    memory = None if s.nodes.scaled_to_zero else estimate(s)
+    judged = s.training.builtin  # a function of your own: no built-in model's memory, step or curve
+    memory = None if s.nodes.scaled_to_zero or not judged else estimate(s)
     return Plan(
         settings=s,
         rows=_rows(resolved),
@@ -207,11 +222,11 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
         memory=memory,
         memory_advice=_memory_advice(s, memory),
         cost=hourly_cost(s),
-        performance=performance(s, calibration),
+        performance=performance(s, calibration) if judged else {},
         stacks=(s.cluster_stack_name, s.gpu_stack_name),
         teardown=s.teardown_commands,
         retained_after_destroy=retained_after_destroy(s),
-        scaling=scaling(s, max_nodes=max_nodes),
+        scaling=scaling(s, max_nodes=max_nodes) if judged else {},
     )
 
 
@@ -283,9 +298,10 @@ def render_plan(plan: Plan, console: Console) -> None:
         ("placement group", "cluster strategy" if plan.placement_group else "none"),
         ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
         ("network", s.workload.network),
-        ("model", f"{s.training.preset.name}, {s.training.preset.num_parameters / 1e9:.2f} B parameters"
-                  + ("" if s.training.model_path else " (random initialization)")),
-        ("data", s.training.dataset or "random tokens"),
+        *((("model", f"{s.training.preset.name}, {parameters_label(s.training.preset.num_parameters)}"
+                     + ("" if s.training.model_path else " (random initialization)")),
+           ("data", s.training.dataset or "random tokens")) if plan.judged else
+          (("trainFunction", f"{s.training.train_function} (your own: its model and data are its own)"),)),
     ):
         deployment.add_row(what, value)
     console.print(deployment)
@@ -324,12 +340,12 @@ def render_plan(plan: Plan, console: Console) -> None:
         pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
     console.print(pods)
 
-    if plan.memory is None:
+    if plan.scaled_to_zero:
         console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
                       f"job not applied). Come back with `{s.scale_commands[1]}`.", highlight=False)
     elif not plan.judged:
-        console.print(f"memory per GPU and step time: not predicted: trainFunction {s.training.train_function} is your "
-                      "own (the planner models the built-in function's model)", highlight=False)
+        console.print(f"memory per GPU, step time and scaling curve: not predicted: {OWN_FUNCTION_NOTE}",
+                      highlight=False)
     else:
         _render_memory(plan, console)
         _render_performance(plan, console)
@@ -341,9 +357,10 @@ def _render_memory(plan: Plan, console: Console) -> None:
 
     Table = _folding(RichTable)
     m = plan.memory
+    s = plan.settings
     t = plan.decided.training
     assert m is not None  # render_plan says why there is no plan at zero GPU nodes
-    memory = Table(title="Memory per GPU", caption=f"{t.model}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
+    memory = Table(title="Memory per GPU", caption=f"{s.training.preset.name}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
                                                   f"FSDP2 over {m.world_size} GPUs")
     memory.add_column("part")
     memory.add_column("GiB", justify="right")
@@ -410,7 +427,7 @@ def _render_performance(plan: Plan, console: Console) -> None:
     t = plan.decided.training
     table = Table(
         title="Predicted step (core.perf)",
-        caption=f"{t.model}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
+        caption=f"{s.training.preset.name}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
                 f"{t.precision}; red: gradients on the wire between nodes (gradReduceDtype {t.grad_reduce_dtype}); "
                 f"net s: busiest link (compute in --json); tok/s per GPU; * what the job runs (sharding {t.sharding}); GiB per GPU, ✗ does not fit memory; "
                 "MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token. "

@@ -55,7 +55,7 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
             series.append({"network": network, "strategy": strategy, "points": points})
     network = settings.workload.network
     return {
-        "model": t.model, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": gpu.name,
+        "model": t.preset.name, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": gpu.name,
         "capacity_gib": gpu.memory_gib, "max_nodes": last,
         "batch": _batch(settings),
         "chosen": {"nodes": settings.nodes.gpu_node_count, "network": network,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray_efa
 from ray_efa.core import catalog, strategy
+from ray_efa.core.model_source import model_label
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
@@ -108,13 +109,16 @@ def run_config(settings: Settings, name: str) -> RunConfig:
 
 
 def default_run_name(settings: Settings, *, local: bool) -> str:
-    """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model preset (built-in
-    function) or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
+    """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model (modelPath's name, or
+    the preset) of the built-in function, or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = "local" if local else settings.cluster.cluster_name
     if settings.workload.job_name != DEFAULT_JOB_NAME:
         prefix += f"-{settings.workload.job_name}"
-    what = settings.training.model if settings.training.builtin else split_function(settings.training.train_function)[1]
+    t = settings.training
+    what = ((model_label(t.model_path) if t.model_path else t.model) if t.builtin
+            else split_function(t.train_function)[1])
+    what = "".join(c if c.isalnum() or c in "-_." else "-" for c in what)  # hf://org/name: no "/" in a run name
     return f"{prefix}-{what}-{stamp}"
 
 
@@ -185,7 +189,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
 
         world = local_workers if local else settings.world_size
         datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
-    trainer = TorchTrainer(
+    trainer = _trainer_class(TorchTrainer)(
         train_loop,
         train_loop_config=train_loop_config(settings, code_dir=code_path, extra=test_config),
         torch_config=TorchConfig(backend="gloo" if local else "nccl"),
@@ -195,6 +199,19 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
         dataset_config=dataset_config,
     )
     return _unwrapped(trainer.fit())
+
+
+def _trainer_class(base: type[Any]) -> type[Any]:
+    """The TorchTrainer whose controller retries lost workers only (training.failure_policy): Ray Train 2.58 builds
+    its DefaultFailurePolicy in fit() with no setting to replace it, so the controller's arguments are swapped here."""
+    from ray_efa.training.failure_policy import RetryLostWorkersPolicy
+
+    class Trainer(base):
+        def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+            policy = RetryLostWorkersPolicy(self.run_config.failure_config)
+            return super()._initialize_and_run_controller(**{**controller_init_kwargs, "failure_policy": policy})
+
+    return Trainer
 
 
 def _unwrapped(result: Any) -> Any:
@@ -323,6 +340,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
         print(f"training failed: {error}", file=sys.stderr)
+        _say_not_retried(error, settings)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
         _say_report(folder)
         return EXIT_FAILED
@@ -375,6 +393,20 @@ def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict
             folder.write_json(file, data)
     except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its record
         print(f"ray_efa.training.driver: cannot write {file} into {folder.uri}: {error}", file=sys.stderr)
+
+
+def _say_not_retried(error: Exception, settings: Settings) -> None:
+    """After an exception of the code: why maxFailures did not retry it (training.failure_policy)."""
+    from ray.train import WorkerGroupError
+
+    from ray_efa.training.failure_policy import code_errors
+
+    raised = code_errors(error) if isinstance(error, WorkerGroupError) else {}
+    if raised:
+        rank, first = min(raised.items())
+        print(f"not retried: {type(first).__name__} on rank {rank} is an exception of "
+              f"{settings.training.train_function}, which would fail the same way again (maxFailures "
+              f"{settings.training.max_failures} retries lost workers and nodes only)", file=sys.stderr)
 
 
 def _say_report(folder: RunFolder | None) -> None:

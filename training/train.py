@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -49,6 +50,10 @@ class FaultInjection:
     once: only in an attempt that started from step 0, so the restarted attempt (resumed from a checkpoint before k,
     which the test must provide) runs through."""
     raise_on_rank: int = 1
+    """The rank that raises, or exits."""
+    exit_at_step: int | None = None
+    """Rank `raise_on_rank` ends its process (os._exit) right after optimizer step k, as a worker whose node is lost:
+    the failure a run retries (training.failure_policy; an exception of the code is not retried). Once, as above."""
     stop_after_step: int | None = None
     """Every rank leaves the loop after this step (and its report, if due), keeping the full run's LR schedule: a job
     stopped between checkpoints, for resume tests."""
@@ -60,6 +65,14 @@ class FaultInjection:
     def after_step(self, *, step: int, rank: int, start_step: int) -> None:
         if self.raise_at_step == step and rank == self.raise_on_rank and start_step == 0:
             raise InjectedFault(f"injected fault at step {step} on rank {rank}")
+        if self.exit_at_step == step and rank == self.raise_on_rank and start_step == 0:
+            # The controller takes reports (and their checkpoints) by polling: wait past a few polls, so the step
+            # k-1 checkpoint is registered before the process goes, as it would be on a node lost later.
+            import time
+
+            time.sleep(3)
+            sys.stdout.flush()
+            os._exit(1)  # no exception, no cleanup: the worker process is gone
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:

@@ -175,6 +175,20 @@ def _quiet_report_log() -> None:
     logging.getLogger(module.__file__).setLevel(logging.WARNING)  # that module's logger is named by its file
 
 
+def _drop_error_echo(record: object) -> bool:
+    return not str(getattr(record, "msg", "")).startswith("Error in training function")
+
+
+def _quiet_error_echo() -> None:
+    """Ray Train logs an exception of the function in the worker ("Error in training function", with its
+    traceback), and the driver's TrainingFailedError carries the same traceback: the driver prints it, once."""
+    import logging
+
+    util = logging.getLogger("ray.train.v2._internal.util")  # construct_user_exception_with_traceback's logger
+    if _drop_error_echo not in util.filters:
+        util.addFilter(_drop_error_echo)
+
+
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     """The per-worker loop of every run: before_training, the function, after_training.
 
@@ -191,6 +205,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                     world_size=context.get_world_size(), local_world_size=context.get_local_world_size(),
                     device=ray.train.torch.get_device())
     _quiet_report_log()
+    _quiet_error_echo()
     # A function of yours gets the built-in's metrics history (metrics.jsonl and TensorBoard in the run folder, rank 0),
     # one record per report; the built-in keeps its own, by optimizer step.
     # A rerun under the same name resumes after the last report that carried a checkpoint, or starts a fresh history.

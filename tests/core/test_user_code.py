@@ -74,9 +74,13 @@ def test_an_outside_module_without_code_dir_says_to_set_it():
     assert key == "trainFunction" and "set codeDir" in message
 
 
-def test_a_module_that_does_not_parse_is_named(tmp_path):
-    code = _code(tmp_path, {"mod.py": "def fit(:\n"})
-    assert "syntax error" in _problem(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(code)}))[1]
+def test_a_module_that_does_not_parse_is_named_with_its_file_and_line(tmp_path):
+    # GIVEN a train module whose line 3 does not parse
+    code = _code(tmp_path, {"mod.py": "import os\n\ndef fit(:\n    pass\n"})
+    # THEN the refusal names trainFunction, the file and the line
+    key, message = _problem(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(code)}))
+    assert key == "trainFunction"
+    assert f"syntax error in {code / 'mod.py'}, line 3: invalid syntax" in message, message
 
 
 @pytest.mark.parametrize(("code_dir", "message"), [

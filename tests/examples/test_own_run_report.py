@@ -111,13 +111,16 @@ def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_on
     assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
 
 
-def _run_own(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+def _run_own(tmp_path: Path, source: str, *, max_failures: int = 0,
+             modules: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     (tmp_path / "src" / "own_fn").mkdir(parents=True)
     (tmp_path / "src" / "own_fn" / "__init__.py").write_text("")
     (tmp_path / "src" / "own_fn" / "train.py").write_text(textwrap.dedent(source))
+    for name, text in (modules or {}).items():  # more modules of the package
+        (tmp_path / "src" / "own_fn" / f"{name}.py").write_text(textwrap.dedent(text))
     return _cli("train", "--local", "--name", "own-fn", "-c", "trainFunction=own_fn.train:train_func",
                 "-c", f"codeDir={tmp_path / 'src'}", "-c", f"storagePath={tmp_path / 'runs'}", "-c", "preflight=false",
-                "-c", "maxFailures=0", "--logs-dir", str(tmp_path / "nccl"))
+                "-c", f"maxFailures={max_failures}", "--logs-dir", str(tmp_path / "nccl"))
 
 
 @pytest.mark.ray
@@ -134,3 +137,39 @@ def test_a_missing_import_names_pip_packages(tmp_path):
     result = _run_own(tmp_path, "import no_such_package_here\n\ndef train_func(config):\n    pass\n")
     assert result.returncode == 1
     assert "pipPackages" in result.stdout + result.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_once(tmp_path):
+    # GIVEN a function whose rank 0 raises ValueError on every attempt, counting its attempts, and maxFailures 2
+    attempts = tmp_path / "attempts"
+    result = _run_own(tmp_path, f"""
+        import ray.train
+
+        def train_func(config):
+            if ray.train.get_context().get_world_rank() == 0:
+                with open({str(attempts)!r}, "a") as f:
+                    f.write("attempt\\n")
+                raise ValueError("bad-shape-7f3a: a deterministic bug")
+        """, max_failures=2)
+    # THEN it failed once, not three times: an exception of the code is not retried
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert attempts.read_text().splitlines() == ["attempt"]
+    output = result.stdout + result.stderr
+    # with its own traceback (the function's file and line), printed once, and why it was not retried
+    assert output.count("ValueError: bad-shape-7f3a: a deterministic bug") == 1, output[-6000:]
+    assert f'File "{tmp_path / "src" / "own_fn" / "train.py"}", line 8, in train_func' in output
+    assert "not retried: ValueError on rank 0" in result.stderr
+    assert "retrying" not in output
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line(tmp_path):
+    # GIVEN a train module that parses, importing a module of the package with a syntax error on its line 3
+    result = _run_own(tmp_path, "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",
+                      modules={"helpers": "def go():\n    pass\nx = (1,\n"})
+    # THEN the run fails naming that file and line
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"syntax error in {tmp_path / 'src' / 'own_fn' / 'helpers.py'}, line 3" in result.stdout + result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -13,6 +14,8 @@ from ray_efa.core.cost import hourly_cost
 from ray_efa.core.strategy import estimate
 from ray_efa.ops.plan import build_plan, render_plan
 from tests.ops.cli_helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -230,12 +233,57 @@ def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(proj
     # GIVEN settings whose built-in model would not fit, running a function of your own
     plan = plan_of(project, seqLen=32768, microBatch=8, trainFunction="own_training.train:train_func")
     # THEN the plan does not refuse it, and says that it predicts nothing about it
-    assert plan.fits and not plan.judged and plan.as_dict()["memory_per_gpu"]["judged"] is False
+    assert plan.fits and not plan.judged and plan.as_dict()["memory_per_gpu"] is None
     console = Console(record=True, width=80)
     render_plan(plan, console)
     text = " ".join(console.export_text().split())  # wrapped at 80 columns
-    assert "not predicted: trainFunction own_training.train:train_func is your own" in text
+    assert "not predicted: the planner's memory and step model is the built-in train function's" in text
     assert "Memory per GPU" not in text and "Predicted step" not in text
+
+
+OWN = ("-c", "trainFunction=own_training.train:train_func", "-c", f"codeDir={ROOT / 'examples' / 'own-training' / 'src'}")
+
+
+def test_plan_of_a_function_of_your_own_describes_the_job_and_no_built_in_model(capsys):
+    # GIVEN a function of your own on 2 EFA nodes
+    assert run_cli("plan", "--json", "-c", "gpuNodeCount=2", *OWN) == 0
+    out = json.loads(capsys.readouterr().out)
+    # THEN the cluster, pods, EFA, cost and preflight are there
+    assert out["deployment"]["gpu_nodes"] == 2 and out["pods"]["worker"]["efa"] > 0 and out["efa"]["interfaces"]
+    assert out["usd_per_hour"]["total"] > 0 and out["preflight"]["floor_gb_s"] > 0
+    # and it says whose step model the planner has, with no built-in model's rows or curve anywhere but the settings
+    assert "built-in train function's" in out["deployment"]["step_model"]
+    assert out["memory_per_gpu"] is None and out["performance"] == {} and out["scaling"] == {}
+    assert out["deployment"]["model_architecture"] is None and out["deployment"]["sharding"] is None
+    out.pop("settings")
+    assert "qwen" not in json.dumps(out).lower()
+
+
+def test_plan_plot_of_a_function_of_your_own_draws_no_built_in_curve(tmp_path, capsys):
+    code = run_cli("plan", "--plot", str(tmp_path / "curve.png"), *OWN)
+    assert code == 2 and not (tmp_path / "curve.png").exists()
+    assert "--plot: no scaling curve for trainFunction own_training.train:train_func" in capsys.readouterr().err
+
+
+def test_with_model_path_every_caption_names_that_model_and_its_size(project, tmp_path):
+    # GIVEN modelPath, a folder whose config.json is the tiny Qwen2 shape (427 K parameters)
+    from ray_efa.core.models import model_preset
+
+    folder = tmp_path / "my-tiny-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**model_preset("tiny").config_dict(), "model_type": "qwen2"}))
+    plan = plan_of(project, modelPath=str(folder))
+    console = Console(record=True, width=200)
+    render_plan(plan, console)
+    text = console.export_text()
+    # THEN the deployment row, the memory and step captions and the scaling curve name it, with its size
+    assert "my-tiny-model, 427.14 K parameters" in text
+    assert text.count("my-tiny-model, microBatch") == 1 and text.count("my-tiny-model, 32 x") == 1
+    assert plan.scaling["model"] == "my-tiny-model"
+    assert "0.00 B" not in text
+    # and the built-in preset only where the settings list the `model` setting
+    assert [line for line in text.splitlines() if "qwen" in line] == [
+        line for line in text.splitlines() if "qwen" in line and "│ model " in line]
 
 
 def test_fp8_on_a_described_v100_is_exit_2_naming_precision(capsys):

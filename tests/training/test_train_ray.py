@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ray_efa.core.settings import Settings
-from ray_efa.training import driver
+from ray_efa.training import driver, failure_policy
 from ray_efa.training.local import LOCAL_PRESET
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
@@ -121,9 +121,9 @@ def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storag
     assert _tensorboard(folder, "grad_norm") == pytest.approx({r["step"]: r["grad_norm"] for r in history}, rel=1e-6)
 
 
-def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninterrupted):
-    # GIVEN rank 1 raising right after optimizer step 5 (its step-4 checkpoint is saved), and maxFailures 1
-    faults = {"_faults": {"raise_at_step": 5, "raise_on_rank": 1}}
+def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninterrupted, capfd):
+    # GIVEN rank 1's process ending right after optimizer step 5 (its step-4 checkpoint is saved), and maxFailures 1
+    faults = {"_faults": {"exit_at_step": 5, "raise_on_rank": 1}}
     # WHEN the run is trained
     result = driver.fit(_settings(storage), local=True, name="fault", test_config=faults)
     # THEN Ray Train restarted the worker group from the step-4 checkpoint and the run completed
@@ -135,14 +135,27 @@ def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninter
     # and the losses are the uninterrupted run's
     assert _losses(result) == pytest.approx({5: _losses(uninterrupted)[5], 6: _losses(uninterrupted)[6]}, rel=1e-6)
     assert [m["step"] for _, m in result.best_checkpoints] == [2, 4, 6]
+    # and the retry was said, in one line
+    retries = [line for line in capfd.readouterr().out.splitlines() if "worker lost (" in line]
+    assert len(retries) == 1 and "retrying from the last checkpoint, attempt 2 of 2" in retries[0], retries
+
+
+def test_an_exception_of_the_code_is_not_retried(storage):
+    # GIVEN rank 1 raising after step 5 and maxFailures 1: a retry from the step-4 checkpoint would run through
+    import ray.train
+
+    # WHEN it trains, THEN the run fails at once with the exception (an exception of the code fails again)
+    with pytest.raises(ray.train.TrainingFailedError, match="injected fault at step 5 on rank 1"):
+        driver.fit(_settings(storage), local=True, name="code-error", test_config={"_faults": {"raise_at_step": 5}})
 
 
 def test_a_fault_beyond_max_failures_fails_the_run(storage):
-    # GIVEN maxFailures 0 and the same fault
+    # GIVEN maxFailures 0 and a lost worker
     import ray.train
 
     settings = _settings(storage, maxFailures=0)
-    # WHEN it trains, THEN fit raises Ray Train's error carrying the worker's exception
-    with pytest.raises(ray.train.TrainingFailedError, match="injected fault at step 5 on rank 1"):
-        driver.fit(settings, local=True, name="fault-fatal", test_config={"_faults": {"raise_at_step": 5}})
+    # WHEN it trains, THEN fit raises Ray Train's error for the lost worker
+    with pytest.raises(ray.train.WorkerGroupError) as raised:
+        driver.fit(settings, local=True, name="fault-fatal", test_config={"_faults": {"exit_at_step": 5}})
+    assert any(failure_policy.is_worker_loss(e) for e in raised.value.worker_failures.values()), raised.value
     assert os.path.isdir(os.path.join(storage, "fault-fatal"))

@@ -1,0 +1,53 @@
+"""The failure policy of every run (training.failure_policy), judged on the errors Ray Train hands it: a lost worker
+is retried maxFailures times and said in one line; an exception of the code ends the run at once."""
+
+import pytest
+import torch.distributed as dist
+from ray.exceptions import ActorDiedError
+from ray.train import FailureConfig, WorkerGroupError
+from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
+from ray.train.v2._internal.execution.failure_handling import FailureDecision
+
+from ray_efa.training.failure_policy import RetryLostWorkersPolicy, code_errors
+
+
+def _failed(**by_rank: Exception) -> WorkerGroupError:
+    return WorkerGroupError("workers failed", {int(rank.removeprefix("r")): e for rank, e in by_rank.items()})
+
+
+def _lost() -> Exception:
+    return WorkerHealthCheckFailedError("worker 1 health check failed", ActorDiedError())
+
+
+def test_an_exception_of_the_code_is_raised_at_once_whatever_max_failures(capsys):
+    policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
+    assert policy.make_decision(_failed(r0=ValueError("bad shape"))) == FailureDecision.RAISE
+    assert capsys.readouterr().out == ""  # the driver prints the traceback; nothing about a retry
+
+
+def test_a_lost_worker_is_retried_max_failures_times_each_said_in_one_line(capsys):
+    policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
+    # the lost rank's peers fail in their collectives, or with the code's own error that followed: still a loss
+    error = _failed(r0=RuntimeError("gloo: Connection closed by peer"), r1=_lost())
+    assert [policy.make_decision(error) for _ in range(3)] == [FailureDecision.RETRY, FailureDecision.RETRY,
+                                                               FailureDecision.RAISE]
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("worker lost (rank 1: ActorDiedError: The actor died unexpectedly")
+    assert lines[0].endswith("retrying from the last checkpoint, attempt 2 of 3")
+    assert lines[1].endswith("attempt 3 of 3")
+
+
+def test_a_broken_collective_alone_is_retried():
+    policy = RetryLostWorkersPolicy(FailureConfig(max_failures=1))
+    assert policy.make_decision(_failed(r0=dist.DistBackendError("NCCL error"))) == FailureDecision.RETRY
+
+
+@pytest.mark.parametrize(("failures", "code"), [
+    ({0: ValueError("x")}, {0}),
+    ({0: ValueError("x"), 1: dist.DistNetworkError("peer gone")}, {0}),  # the code's error, its peer's collective
+    ({0: ValueError("x"), 1: ActorDiedError()}, set()),  # a lost worker explains the rest
+    ({0: dist.DistBackendError("timeout")}, set()),
+])
+def test_the_code_errors_are_the_ranks_that_raised_without_a_lost_worker(failures, code):
+    assert set(code_errors(WorkerGroupError("failed", failures))) == code
