@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Tags, Token
+from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -13,7 +13,7 @@ from constructs import Construct
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector, nodegroup_name
+from ray_efa.infra._private import check_node_selector, literal_cluster_name, nodegroup_name
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -91,8 +91,9 @@ class EfaGpuNodegroup(Construct):
         :param placement_group: a cluster placement group. @default - on unless a reservation is targeted
         :param root_volume_gib: encrypted gp3 root volume, GiB (holds the image). @default 500
         :param image: the image the Ray workers run, to check that the root volume holds it. @default - not checked
-        :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions.
-            @default - cluster.cluster_name where it is a literal (an imported cluster), else "ray-efa"
+        :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions;
+            only for a cluster whose name is not known at synth (it must agree with one that is).
+            @default - the cluster's name (an imported cluster's, or the one a created cluster was given), else "ray-efa"
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -126,8 +127,11 @@ class EfaGpuNodegroup(Construct):
         self.node_count = node_count
         self.node_selector: dict[str, str] = dict(node_selector)
         """What the Ray workers select (RayTrainingJob reads instance type, count and selector from here)."""
-        if cluster_name is None:
-            cluster_name = "ray-efa" if Token.is_unresolved(cluster.cluster_name) else cluster.cluster_name
+        known_name = literal_cluster_name(cluster)
+        if cluster_name is not None and known_name is not None and cluster_name != known_name:
+            raise ValueError(f"EfaGpuNodegroup cluster_name {cluster_name!r} is not the name of its cluster, "
+                             f"{known_name!r}: leave cluster_name out (it comes from the cluster)")
+        cluster_name = cluster_name or known_name or "ray-efa"
         name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
 
