@@ -13,10 +13,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
-from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
+from ray_efa.core.settings import Settings
 from ray_efa.infra._private import check_node_selector, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
+from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
@@ -46,9 +46,6 @@ def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.Endpoint
     return base.only_from(*public_cidrs)
 
 
-_ENDPOINT_ACCESS = ("public_and_private", "private", "public")
-
-
 class RayEksCluster(Construct):
     """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
     secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
@@ -68,12 +65,13 @@ class RayEksCluster(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = "ray-train",
-        kubernetes_version: str = "1.36", endpoint_access: str = "public_and_private",
-        public_access_cidrs: Sequence[str] = ("0.0.0.0/0",), admin_principal_arns: Sequence[str] = (),
-        system_instance_type: str = "m7i.xlarge", system_node_count: int = 1, system_root_volume_gib: int = 100,
-        system_node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, image: str | None = None,
-        logs: StackLogs | None = None, log_retention_days: int = 365, network_policy: bool = True,
+        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = default("clusterName"),
+        kubernetes_version: str = default("kubernetesVersion"), endpoint_access: str = default("endpointAccess"),
+        public_access_cidrs: Sequence[str] = default("publicAccessCidrs"), admin_principal_arns: Sequence[str] = (),
+        system_instance_type: str = default("systemInstanceType"), system_node_count: int = default("systemNodeCount"),
+        system_root_volume_gib: int = default("systemRootVolumeGib"),
+        system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
+        logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
     ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
@@ -96,14 +94,12 @@ class RayEksCluster(Construct):
             @default True
         """
         super().__init__(scope, construct_id)
-        if kubernetes_version not in KUBERNETES_VERSIONS:
-            raise ValueError(f"RayEksCluster kubernetes_version must be one of {', '.join(KUBERNETES_VERSIONS)}, "
-                             f"got {kubernetes_version!r}")
-        if endpoint_access not in _ENDPOINT_ACCESS:
-            raise ValueError(f"RayEksCluster endpoint_access must be one of {', '.join(_ENDPOINT_ACCESS)}, "
-                             f"got {endpoint_access!r}")
-        if not 1 <= system_node_count <= 10:
-            raise ValueError(f"RayEksCluster system_node_count must be between 1 and 10, got {system_node_count!r}")
+        for prop, value, key in (("kubernetes_version", kubernetes_version, "kubernetesVersion"),
+                                 ("endpoint_access", endpoint_access, "endpointAccess")):
+            if value not in choices(key):
+                raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
+        check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
+        check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
         check_node_selector("RayEksCluster system_node_selector", system_node_selector)
         if image is not None:
             # The system nodes run the Ray head and the job submitter: both pull the training image.

@@ -11,9 +11,10 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
+from ray_efa.core.scheduling import GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import check_node_selector, literal_cluster_name, nodegroup_name
+from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -48,9 +49,6 @@ def launch_template_network_interfaces(
     ]
 
 
-_RESERVATION_TYPES = ("odcr", "capacity-block")
-
-
 class EfaGpuNodegroup(Construct):
     """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
     one private subnet of one AZ.
@@ -70,9 +68,11 @@ class EfaGpuNodegroup(Construct):
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
-        instance_type: str | catalog.InstanceType = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
-        node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, capacity_reservation_id: str | None = None,
-        capacity_reservation_type: str = "odcr", placement_group: bool | None = None, root_volume_gib: int = 500,
+        instance_type: str | catalog.InstanceType = default("gpuInstanceType"), node_count: int = default("gpuNodeCount"),
+        availability_zone: str | None = None, node_selector: Mapping[str, str] = default("gpuNodeSelector"),
+        capacity_reservation_id: str | None = None,
+        capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
+        root_volume_gib: int = default("gpuRootVolumeGib"),
         image: str | None = None, cluster_name: str | None = None,
     ) -> None:
         """
@@ -105,11 +105,11 @@ class EfaGpuNodegroup(Construct):
         except catalog.CatalogError as error:
             raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
         instance_type = instance.name
-        if not 0 <= node_count <= 64:
-            raise ValueError(f"EfaGpuNodegroup node_count must be between 0 (scaled to zero) and 64, got {node_count!r}")
-        if capacity_reservation_type not in _RESERVATION_TYPES:
-            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of {', '.join(_RESERVATION_TYPES)}, "
-                             f"got {capacity_reservation_type!r}")
+        check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
+        check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
+        if capacity_reservation_type not in choices("capacityReservationType"):
+            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of "
+                             f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}")
         capacity_block = capacity_reservation_type == "capacity-block"
         if capacity_block and capacity_reservation_id is None:
             raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
