@@ -11,6 +11,7 @@ from functools import cache
 from typing import Any
 
 import annotated_types
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ray_efa.core.settings import Settings, setting_choices, setting_keys
@@ -20,7 +21,7 @@ from ray_efa.core.settings import Settings, setting_choices, setting_keys
 def _field(key: str) -> FieldInfo:
     section, info = setting_keys()[key]
     section_cls = Settings.model_fields[section].annotation
-    assert section_cls is not None and hasattr(section_cls, "model_fields"), section
+    assert isinstance(section_cls, type) and issubclass(section_cls, BaseModel), section
     return section_cls.model_fields[info.name]
 
 
