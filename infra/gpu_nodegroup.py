@@ -63,7 +63,7 @@ class EfaGpuNodegroup(Construct):
     EKS asks for desired size 0 before a node group of a Capacity Block is upgraded.
 
     Wiring attributes: `nodegroup` (the eks.Nodegroup: what the training job waits for), `launch_template`,
-    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ).
+    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ), `vpc`.
     """
 
     def __init__(
@@ -123,6 +123,7 @@ class EfaGpuNodegroup(Construct):
         # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
         self.subnet: ec2.ISubnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
         self.availability_zone = zone
+        self.vpc: ec2.IVpc = vpc
         self.instance_type = instance_type
         self.node_count = node_count
         self.node_selector: dict[str, str] = dict(node_selector)

@@ -13,7 +13,6 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
-from jsii.errors import JSIIError
 
 from ray_efa.core import regions
 from ray_efa.core.settings import Settings, SettingsError
@@ -53,15 +52,18 @@ def _one(scope: Construct, kind: type, given: Any, prop: str) -> Any:
 
 def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None,
                   explicit: frozenset[str]) -> dict[str, Any]:
-    """gpuAvailabilityZone (and the VPC's zones it must be one of) from the GPU nodes, else, in a region the settings
-    have no AZ table for, from the cluster's VPC: the table is the project's own app's default, not a gate."""
+    """gpuAvailabilityZone (and the zones of their VPC, which it must be one of) from the GPU nodes, else, in a region
+    the settings have no AZ table for, from the cluster's VPC: the table is the project's own app's default, not a
+    gate. Nothing where the settings already resolve to that zone."""
     def literal(zone: str) -> str | None:
         return None if Token.is_unresolved(zone) or is_placeholder_zone(zone) else zone
 
-    try:
-        vpc: ec2.IVpc | None = cluster.vpc
-    except JSIIError:
-        vpc = None  # a cluster imported without its VPC
+    vpc: ec2.IVpc | None = gpu_nodes.vpc if gpu_nodes is not None else None
+    if vpc is None:
+        try:
+            vpc = cluster.vpc
+        except RuntimeError:  # jsii's form of the JavaScript error
+            vpc = None  # a cluster imported without its VPC ("vpc" is not defined for this imported cluster)
     zone, source = None, ""
     if gpu_nodes is not None:
         zone, source = literal(gpu_nodes.availability_zone), f"EfaGpuNodegroup {gpu_nodes.node.path}"

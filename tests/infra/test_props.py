@@ -12,6 +12,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.infra import (
@@ -22,6 +23,7 @@ from ray_efa.infra import (
     GpuDraDrivers,
     KubeRayOperator,
     RayEksCluster,
+    RayTrainingJob,
     RayWorkload,
     default_gpu_zone,
     import_cluster,
@@ -100,6 +102,15 @@ def test_an_unknown_region_is_said_in_words_not_tokens():
      r"RayWorkload namespace must be a DNS label.*got 'Ray'"),
     (lambda s, v, c: ClusterVpc(s, "X", availability_zones=["us-west-2a"]),
      r"ClusterVpc availability_zones must name at least two AZs.*\['us-west-2a'\]"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, cluster_name="research"),
+     r"EfaGpuNodegroup cluster_name 'research' is not the name of its cluster, 'platform': leave cluster_name out"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, settings=Settings.from_context({"clusterName": "ray-train"})),
+     r"RayTrainingJob clusterName: the settings say 'ray-train' but the cluster Platform/Cluster says 'platform'"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, gpu_nodes=EfaGpuNodegroup(s, "Gpu", cluster=c, vpc=v),
+                                    settings=Settings.from_context({"gpuAvailabilityZone": "us-west-2b",
+                                                                    "region": "us-west-2"})),
+     r"RayTrainingJob gpuAvailabilityZone: the settings say 'us-west-2b' but EfaGpuNodegroup Platform/Gpu says "
+     r"'us-west-2a'"),
 ])
 def test_bad_props_are_refused_by_name_before_any_child_exists(build, message):
     stack = _stack()
@@ -209,3 +220,17 @@ def test_a_props_choices_are_its_settings_choices(build, key):
     allowed = ", ".join(re.escape(str(c)) for c in typing.get_args(_field(key).annotation))
     with pytest.raises(ValueError, match=rf"must be one of {allowed}, got 'nope'"):
         build(stack, vpc, cluster, "nope")
+
+
+def test_a_job_in_a_region_without_an_az_table_takes_the_zone_from_the_clusters_vpc():
+    # GIVEN a cluster imported in eu-south-1 (the settings record no AZs there) and no GPU node group in the stack
+    stack = _stack("eu-south-1")
+    vpc, _ = _imported(stack, zones=("eu-south-1b", "eu-south-1a"))
+    cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
+                             kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
+    # WHEN the job is built there THEN it synthesizes, with the region, the zones and the name of what it was given
+    job = RayTrainingJob(stack, "Job", cluster=cluster)
+    assert job.settings.cluster.region == "eu-south-1"
+    assert job.settings.gpu_availability_zone == "eu-south-1b"  # the VPC's first private subnet's
+    assert job.settings.vpc_availability_zones == ("eu-south-1b", "eu-south-1a")
+    assert job.settings.cluster.cluster_name == "platform"
