@@ -35,13 +35,12 @@ class GpuStack(Stack):
         # Scaled to zero (gpuNodeCount 0) there is no GPU to run on: no job, so nothing waits for one. The job comes
         # back (created anew, so it runs again) with the nodes.
         if settings.workload.training_job and not settings.nodes.scaled_to_zero:
-            # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
-            # Where it runs comes from the constructs that build it: these GPU nodes, the cluster stack's namespace
-            # and checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
+            # Where it runs comes from the constructs that build it: these GPU nodes (the job is applied after their
+            # node group: the RayJob's deadline starts when it is created), the cluster stack's namespace and
+            # checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
             self.training_job = RayTrainingJob.from_settings(
                 self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster,
                 gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
-                after=[self.gpu_nodes.nodegroup],
             )
 
         instance = settings.nodes.gpu_instance
