@@ -13,13 +13,21 @@ ARGS ?=
 
 .PHONY: install demo test lint synth manifests plan train-local check-transport lock clean
 
-install: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "== installing the Python tree (requirements.lock: torch, ray, aws-cdk-lib; several GB the first time)"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+# ray_efa itself, editable in setuptools' strict mode: a tree of links to the package's files (build/__editable__.*)
+# on sys.path through a plain path entry in a .pth file, which static tools (pyright, Pylance, mypy) follow from any
+# folder; the default mode's import-hook finder is invisible to them. The tree holds the files that existed at install
+# time, so the target depends on the package folders too (a folder changes when a module is added or removed).
+PACKAGE_DIRS := ray_efa core infra k8s training ops cli
+$(VENV)/.editable: $(VENV)/.installed pyproject.toml $(PACKAGE_DIRS)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . --config-settings editable_mode=strict
 	@touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.lock

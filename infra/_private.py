@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from aws_cdk import Token
 from aws_cdk import aws_eks_v2 as eks
@@ -26,12 +26,15 @@ _VERSIONS = {
 assert set(_VERSIONS) == set(KUBERNETES_VERSIONS), "core.settings.KUBERNETES_VERSIONS and infra disagree"
 
 
-def as_icluster(cluster: eks.Cluster) -> eks.ICluster:
-    """`cluster` typed as the eks.ICluster that constructs take. It is one: in TypeScript Cluster implements
-    ICluster, but ICluster's optional kubectlProviderOptions is not a member of Cluster (TypeScript lets a class omit
-    an optional interface member; a Python Protocol does not), so to pyright the jsii stub of Cluster (aws-cdk-lib
-    2.275) does not match the protocol."""
-    return cast(eks.ICluster, cluster)
+def literal_cluster_name(cluster: eks.ICluster) -> str | None:
+    """`cluster`'s name as a literal: an imported cluster's, or the cluster_name a created eks.Cluster was given (its
+    cluster_name attribute is a Ref then; its CfnCluster holds the literal). None when neither is one."""
+    if not Token.is_unresolved(cluster.cluster_name):
+        return cluster.cluster_name
+    resource = cluster.node.default_child
+    if isinstance(resource, eks.CfnCluster) and isinstance(resource.name, str) and not Token.is_unresolved(resource.name):
+        return resource.name
+    return None
 
 
 def kubernetes_version(version: str) -> eks.KubernetesVersion:

@@ -14,6 +14,7 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
 from ray_efa.core.settings import Settings
+from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
 
 __all__ = ["CheckpointStorage", "NONCURRENT_VERSION_DAYS", "POD_IDENTITY_AGENT_ADDON"]
@@ -50,8 +51,8 @@ class CheckpointStorage(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",
-        service_account: str = "ray-train", storage_path: str | None = None, after: IConstruct | None = None,
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = default("namespace"),
+        service_account: str = default("serviceAccount"), storage_path: str | None = None, after: IConstruct | None = None,
         pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
     ) -> None:
         """

@@ -13,10 +13,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
-from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
-from ray_efa.infra._private import as_icluster, check_node_selector, kubectl_layer, nodegroup_name
+from ray_efa.core.settings import Settings
+from ray_efa.infra._private import check_node_selector, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
+from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
@@ -46,9 +46,6 @@ def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.Endpoint
     return base.only_from(*public_cidrs)
 
 
-_ENDPOINT_ACCESS = ("public_and_private", "private", "public")
-
-
 class RayEksCluster(Construct):
     """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
     secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
@@ -60,19 +57,21 @@ class RayEksCluster(Construct):
     holds the stack's log groups; without one the construct makes its own.
 
     Wiring attributes:
-      `cluster` the eks.Cluster (every other construct's `cluster=`); `system_nodegroup` the system eks.Nodegroup
+      `cluster` the cluster as eks.ICluster (every other construct's `cluster=`, and aws-cdk-lib's); `eks_cluster`
+      the same cluster as its eks.Cluster class (its `role`, `add_nodegroup_capacity`...); `system_nodegroup` the system eks.Nodegroup
       (KubeRayOperator finds it by its labels); `vpc_cni` the VpcCniAddon, None with `network_policy=False`;
       `kubectl_layer` the kubectl/helm Lambda layer; `logs` the StackLogs (pass it on as `logs=`); `secrets_key`
       the KMS key of Kubernetes secrets; `admin_access` the ClusterAdminAccess of `admin_principal_arns`.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = "ray-train",
-        kubernetes_version: str = "1.36", endpoint_access: str = "public_and_private",
-        public_access_cidrs: Sequence[str] = ("0.0.0.0/0",), admin_principal_arns: Sequence[str] = (),
-        system_instance_type: str = "m7i.xlarge", system_node_count: int = 1, system_root_volume_gib: int = 100,
-        system_node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, image: str | None = None,
-        logs: StackLogs | None = None, log_retention_days: int = 365, network_policy: bool = True,
+        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = default("clusterName"),
+        kubernetes_version: str = default("kubernetesVersion"), endpoint_access: str = default("endpointAccess"),
+        public_access_cidrs: Sequence[str] = default("publicAccessCidrs"), admin_principal_arns: Sequence[str] = (),
+        system_instance_type: str = default("systemInstanceType"), system_node_count: int = default("systemNodeCount"),
+        system_root_volume_gib: int = default("systemRootVolumeGib"),
+        system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
+        logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
     ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
@@ -95,14 +94,12 @@ class RayEksCluster(Construct):
             @default True
         """
         super().__init__(scope, construct_id)
-        if kubernetes_version not in KUBERNETES_VERSIONS:
-            raise ValueError(f"RayEksCluster kubernetes_version must be one of {', '.join(KUBERNETES_VERSIONS)}, "
-                             f"got {kubernetes_version!r}")
-        if endpoint_access not in _ENDPOINT_ACCESS:
-            raise ValueError(f"RayEksCluster endpoint_access must be one of {', '.join(_ENDPOINT_ACCESS)}, "
-                             f"got {endpoint_access!r}")
-        if not 1 <= system_node_count <= 10:
-            raise ValueError(f"RayEksCluster system_node_count must be between 1 and 10, got {system_node_count!r}")
+        for prop, value, key in (("kubernetes_version", kubernetes_version, "kubernetesVersion"),
+                                 ("endpoint_access", endpoint_access, "endpointAccess")):
+            if value not in choices(key):
+                raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
+        check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
+        check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
         check_node_selector("RayEksCluster system_node_selector", system_node_selector)
         if image is not None:
             # The system nodes run the Ray head and the job submitter: both pull the training image.
@@ -127,7 +124,7 @@ class RayEksCluster(Construct):
         self.control_plane_logs: aws_logs.LogGroup = self.logs.log_group(
             self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
         self.kubectl_layer: lambda_.LayerVersion = kubectl_layer(self, kubernetes_version)
-        self.cluster: eks.Cluster = eks.Cluster(
+        self.eks_cluster: eks.Cluster = eks.Cluster(
             self,
             "Cluster",
             cluster_name=cluster_name,
@@ -142,14 +139,20 @@ class RayEksCluster(Construct):
             default_capacity=0,
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
         )
-        self.cluster.node.add_dependency(self.control_plane_logs)
+        self.eks_cluster.node.add_dependency(self.control_plane_logs)
+        # The same cluster, typed as the eks.ICluster that every construct (this project's and aws-cdk-lib's) takes.
+        # It is one: in TypeScript Cluster implements ICluster, but ICluster's optional kubectlProviderOptions is not
+        # a member of Cluster (TypeScript lets a class omit an optional interface member, a Python Protocol does
+        # not), so to pyright the jsii stub of Cluster (aws-cdk-lib 2.275) does not match the protocol. Typed here
+        # once, so that `cluster=ray.cluster` type-checks wherever a platform passes it.
+        self.cluster: eks.ICluster = cast(eks.ICluster, self.eks_cluster)
         self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
-            self, "AdminAccess", cluster=as_icluster(self.cluster), principal_arns=tuple(admin_principal_arns))
+            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
 
         system_name = f"{cluster_name}-system"
         self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
             self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
-        self.system_nodegroup: eks.Nodegroup = self.cluster.add_nodegroup_capacity(
+        self.system_nodegroup: eks.Nodegroup = self.eks_cluster.add_nodegroup_capacity(
             "SystemNodes",
             # The instance type in the name: EKS cannot change a node group's instance types, so a new type replaces
             # the node group, and CloudFormation replaces a custom-named resource only under a new name (the new
@@ -168,7 +171,7 @@ class RayEksCluster(Construct):
             labels=dict(system_node_selector),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
-        self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=as_icluster(self.cluster)) if network_policy else None
+        self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
         self._adopt_provider_logs()
         self._acknowledge_findings()
 
@@ -193,8 +196,8 @@ class RayEksCluster(Construct):
         """With the feature flag @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json sets it), aws-lambda gives the
         kubectl provider's functions log groups that it retains (RETAIN, two years): put them under the stack's
         retention, key and lifecycle. Without the flag Lambda creates them on first write, outside the stack."""
-        assert self.cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
-        provider = self.cluster.kubectl_provider.node
+        assert self.eks_cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
+        provider = self.eks_cluster.kubectl_provider.node
         groups = []
         for function in (provider.find_child("Handler"), provider.find_child("Provider").node.find_child("framework-onEvent")):
             group = function.node.try_find_child("LogGroup")
@@ -206,7 +209,7 @@ class RayEksCluster(Construct):
         Aspects.of(Stack.of(self)).add(_AfterLogGroups(tuple(groups)))
 
     def _acknowledge_findings(self) -> None:
-        cluster = self.cluster
+        cluster = self.eks_cluster
         acknowledge_managed_policies(
             cluster.role, ("AmazonEKSClusterPolicy",),
             "EKS requires AmazonEKSClusterPolicy on the cluster role; AWS keeps it in step with the EKS API.",

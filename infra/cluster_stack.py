@@ -10,7 +10,6 @@ from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost, retained_after_destroy
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import as_icluster
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
@@ -42,7 +41,7 @@ class ClusterStack(Stack):
         self.vpc: ec2.IVpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
         self.ray_cluster: RayEksCluster = RayEksCluster.from_settings(
             self, "Eks", settings, vpc=self.vpc, logs=self.logs)
-        cluster = as_icluster(self.ray_cluster.cluster)
+        cluster = self.ray_cluster.cluster
         # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
         # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
         # second vpc-cni add-on, which EKS refuses, before deleting the first).

@@ -15,11 +15,11 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ray_efa.core import catalog
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.infra._settings import choices, default
 
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 
@@ -41,8 +41,9 @@ class GpuDevicePlugins(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, nvidia_version: str = "0.20.0",
-        efa_version: str = "v0.5.30", node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
+        nvidia_version: str = default("nvidiaDevicePluginVersion"), efa_version: str = default("efaDevicePluginVersion"),
+        node_selector: Mapping[str, str] = default("gpuNodeSelector"),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -54,9 +55,9 @@ class GpuDevicePlugins(Construct):
         super().__init__(scope, construct_id)
         if not _SEMVER.match(nvidia_version):
             raise ValueError(f"GpuDevicePlugins nvidia_version must be a chart version like 0.20.0, got {nvidia_version!r}")
-        if efa_version not in catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS:
+        if efa_version not in choices("efaDevicePluginVersion"):
             raise ValueError(f"GpuDevicePlugins efa_version must be one of "
-                             f"{', '.join(catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS)}, got {efa_version!r}")
+                             f"{', '.join(choices('efaDevicePluginVersion'))}, got {efa_version!r}")
         check_node_selector("GpuDevicePlugins node_selector", node_selector)
         values = device_plugin_values(node_selector)
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DEVICE_PLUGIN, nvidia_version, values)

@@ -18,10 +18,11 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ray_efa.core.addons import EFA_DRA_DRIVER, EFA_DRA_DRIVER_ALLOWLISTS, NVIDIA_DRA_DRIVER
+from ray_efa.core.addons import EFA_DRA_DRIVER, NVIDIA_DRA_DRIVER
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
 from ray_efa.core.settings import Settings, dra_kubernetes_problem
 from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.infra._settings import choices, default
 
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 
@@ -49,9 +50,9 @@ class GpuDraDrivers(Construct):
     nodes. Wiring attributes, as GpuDevicePlugins': `nvidia` and `efa`, the Helm releases."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, kubernetes_version: str = "1.36",
-        nvidia_version: str = "0.4.1", efa_version: str = "1.0.0",
-        node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
+        kubernetes_version: str = default("kubernetesVersion"), nvidia_version: str = default("nvidiaDraDriverVersion"),
+        efa_version: str = default("efaDraDriverVersion"), node_selector: Mapping[str, str] = default("gpuNodeSelector"),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, on Kubernetes 1.34 or later.
@@ -65,8 +66,8 @@ class GpuDraDrivers(Construct):
             raise ValueError(f"GpuDraDrivers kubernetes_version {kubernetes_version!r}: the drivers {problem[problem.index('DRA'):]}")
         if not _SEMVER.match(nvidia_version):
             raise ValueError(f"GpuDraDrivers nvidia_version must be a chart version like 0.4.1, got {nvidia_version!r}")
-        if efa_version not in EFA_DRA_DRIVER_ALLOWLISTS:
-            raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(EFA_DRA_DRIVER_ALLOWLISTS)}, "
+        if efa_version not in choices("efaDraDriverVersion"):
+            raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "
                              f"got {efa_version!r}")
         check_node_selector("GpuDraDrivers node_selector", node_selector)
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Tags, Token
+from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
+from ray_efa.core.scheduling import GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector, nodegroup_name
+from ray_efa.infra._private import check_node_selector, literal_cluster_name, nodegroup_name
+from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -49,9 +50,6 @@ def launch_template_network_interfaces(
     ]
 
 
-_RESERVATION_TYPES = ("odcr", "capacity-block")
-
-
 class EfaGpuNodegroup(Construct):
     """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
     one private subnet of one AZ.
@@ -66,14 +64,16 @@ class EfaGpuNodegroup(Construct):
     EKS asks for desired size 0 before a node group of a Capacity Block is upgraded.
 
     Wiring attributes: `nodegroup` (the eks.Nodegroup: what the training job waits for), `launch_template`,
-    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ).
+    `efa_security_group`, `placement_group` (None without one), `subnet` and `availability_zone` (the one AZ), `vpc`.
     """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
-        instance_type: str | catalog.InstanceType = "g6.12xlarge", node_count: int = 2, availability_zone: str | None = None,
-        node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, capacity_reservation_id: str | None = None,
-        capacity_reservation_type: str = "odcr", placement_group: bool | None = None, root_volume_gib: int = 500,
+        instance_type: str | catalog.InstanceType = default("gpuInstanceType"), node_count: int = default("gpuNodeCount"),
+        availability_zone: str | None = None, node_selector: Mapping[str, str] = default("gpuNodeSelector"),
+        capacity_reservation_id: str | None = None,
+        capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
+        root_volume_gib: int = default("gpuRootVolumeGib"),
         image: str | None = None, cluster_name: str | None = None,
     ) -> None:
         """
@@ -92,8 +92,9 @@ class EfaGpuNodegroup(Construct):
         :param placement_group: a cluster placement group. @default - on unless a reservation is targeted
         :param root_volume_gib: encrypted gp3 root volume, GiB (holds the image). @default 500
         :param image: the image the Ray workers run, to check that the root volume holds it. @default - not checked
-        :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions.
-            @default - cluster.cluster_name where it is a literal (an imported cluster), else "ray-efa"
+        :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions;
+            only for a cluster whose name is not known at synth (it must agree with one that is).
+            @default - the cluster's name (an imported cluster's, or the one a created cluster was given), else "ray-efa"
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -105,11 +106,11 @@ class EfaGpuNodegroup(Construct):
         except catalog.CatalogError as error:
             raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
         instance_type = instance.name
-        if not 0 <= node_count <= 64:
-            raise ValueError(f"EfaGpuNodegroup node_count must be between 0 (scaled to zero) and 64, got {node_count!r}")
-        if capacity_reservation_type not in _RESERVATION_TYPES:
-            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of {', '.join(_RESERVATION_TYPES)}, "
-                             f"got {capacity_reservation_type!r}")
+        check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
+        check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
+        if capacity_reservation_type not in choices("capacityReservationType"):
+            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of "
+                             f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}")
         capacity_block = capacity_reservation_type == "capacity-block"
         if capacity_block and capacity_reservation_id is None:
             raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
@@ -123,12 +124,16 @@ class EfaGpuNodegroup(Construct):
         # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
         self.subnet: ec2.ISubnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
         self.availability_zone = zone
+        self.vpc: ec2.IVpc = vpc
         self.instance_type = instance_type
         self.node_count = node_count
         self.node_selector: dict[str, str] = dict(node_selector)
         """What the Ray workers select (RayTrainingJob reads instance type, count and selector from here)."""
-        if cluster_name is None:
-            cluster_name = "ray-efa" if Token.is_unresolved(cluster.cluster_name) else cluster.cluster_name
+        known_name = literal_cluster_name(cluster)
+        if cluster_name is not None and known_name is not None and cluster_name != known_name:
+            raise ValueError(f"EfaGpuNodegroup cluster_name {cluster_name!r} is not the name of its cluster, "
+                             f"{known_name!r}: leave cluster_name out (it comes from the cluster)")
+        cluster_name = cluster_name or known_name or "ray-efa"
         name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
 

@@ -7,7 +7,6 @@ from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import as_icluster
 from ray_efa.infra.cluster_stack import ClusterStack
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.training_job import RayTrainingJob
@@ -27,7 +26,7 @@ class GpuStack(Stack):
             f"for EKS cluster {settings.cluster.cluster_name}"
         ))
         self.gpu_nodes: EfaGpuNodegroup = EfaGpuNodegroup.from_settings(
-            self, "GpuNodes", settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster), vpc=cluster_stack.vpc
+            self, "GpuNodes", settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
         )
         # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the
         # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.
@@ -36,13 +35,12 @@ class GpuStack(Stack):
         # Scaled to zero (gpuNodeCount 0) there is no GPU to run on: no job, so nothing waits for one. The job comes
         # back (created anew, so it runs again) with the nodes.
         if settings.workload.training_job and not settings.nodes.scaled_to_zero:
-            # After the GPU node group: the RayJob's deadline starts when it is created, and its workers need GPUs.
-            # Where it runs comes from the constructs that build it: these GPU nodes, the cluster stack's namespace
-            # and checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
+            # Where it runs comes from the constructs that build it: these GPU nodes (the job is applied after their
+            # node group: the RayJob's deadline starts when it is created), the cluster stack's namespace and
+            # checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
             self.training_job = RayTrainingJob.from_settings(
-                self, "TrainingJob", settings, cluster=as_icluster(cluster_stack.ray_cluster.cluster),
+                self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster,
                 gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
-                after=[self.gpu_nodes.nodegroup],
             )
 
         instance = settings.nodes.gpu_instance

@@ -16,15 +16,15 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from ray_efa.core.settings import KUBERNETES_VERSIONS
 from ray_efa.infra._private import kubectl_layer
+from ray_efa.infra._settings import choices, default
 
 __all__ = ["import_cluster"]
 
 
 def import_cluster(
     scope: Construct, construct_id: str, *, cluster_name: str, cluster_security_group_id: str, vpc: ec2.IVpc,
-    kubernetes_version: str = "1.36", kubectl_role: iam.IRole | None = None,
+    kubernetes_version: str = default("kubernetesVersion"), kubectl_role: iam.IRole | None = None,
     kubectl_provider: eks.IKubectlProvider | None = None,
 ) -> eks.ICluster:
     """The existing cluster `cluster_name`, with a kubectl provider, for EfaGpuNodegroup, GpuDevicePlugins,
@@ -39,8 +39,8 @@ def import_cluster(
     :param kubectl_provider: an existing provider (KubectlProvider.from_kubectl_provider_attributes). @default - a new
         one with `kubectl_role`
     """
-    if kubernetes_version not in KUBERNETES_VERSIONS:
-        raise ValueError(f"import_cluster kubernetes_version must be one of {', '.join(KUBERNETES_VERSIONS)}, "
+    if kubernetes_version not in choices("kubernetesVersion"):
+        raise ValueError(f"import_cluster kubernetes_version must be one of {', '.join(choices('kubernetesVersion'))}, "
                          f"got {kubernetes_version!r}")
     if (kubectl_role is None) == (kubectl_provider is None):
         raise ValueError("import_cluster needs exactly one of kubectl_role (a role with cluster-admin, for a new "

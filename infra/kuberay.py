@@ -11,8 +11,9 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.addons import KUBERAY_OPERATOR
 from ray_efa.core.scheduling import DEFAULT_SYSTEM_NODE_SELECTOR
-from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
+from ray_efa.core.settings import Settings
 from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.infra._settings import choices, default
 from ray_efa.infra.chart_crds import HelmChartCrds
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.k8s.security import token_auth_of
@@ -48,8 +49,8 @@ class KubeRayOperator(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = "1.7.0",
-        node_selector: Mapping[str, str] = DEFAULT_SYSTEM_NODE_SELECTOR, ray_version: str | None = None,
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = default("kuberayVersion"),
+        node_selector: Mapping[str, str] = default("systemNodeSelector"), ray_version: str | None = None,
         crds: bool | None = None, nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
     ) -> None:
         """
@@ -71,8 +72,9 @@ class KubeRayOperator(Construct):
         :param logs: the stack's log groups, for the CRD function's logs. @default - its own default log group
         """
         super().__init__(scope, construct_id)
-        if version not in KUBERAY_VERSIONS:
-            raise ValueError(f"KubeRayOperator version must be one of {', '.join(KUBERAY_VERSIONS)}, got {version!r}")
+        if version not in choices("kuberayVersion"):
+            raise ValueError(f"KubeRayOperator version must be one of {', '.join(choices('kuberayVersion'))}, "
+                             f"got {version!r}")
         check_node_selector("KubeRayOperator node_selector", node_selector)
         self.node_selector: dict[str, str] = dict(node_selector)
         """The system nodes' labels (RayTrainingJob puts the Ray head and the submitter there too)."""

@@ -10,6 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.infra._settings import check_bounds, default
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import skip_checkov
 
@@ -28,8 +29,8 @@ class ClusterVpc(Construct):
 
     def __init__(
         self, scope: Construct, construct_id: str, *, availability_zones: Sequence[str] | None = None,
-        nat_gateways: int = 1, vpc_id: str | None = None, logs: StackLogs | None = None,
-        log_retention_days: int = 365,
+        nat_gateways: int = default("natGateways"), vpc_id: str | None = None, logs: StackLogs | None = None,
+        log_retention_days: int = default("logRetentionDays"),
     ) -> None:
         """
         :param availability_zones: AZs of the subnets, the GPU AZ first (EKS needs two).
@@ -46,8 +47,7 @@ class ClusterVpc(Construct):
         if availability_zones is not None and len(availability_zones) < 2:
             raise ValueError(f"ClusterVpc availability_zones must name at least two AZs (EKS needs subnets in two), "
                              f"got {list(availability_zones)!r}")
-        if not 1 <= nat_gateways <= 3:
-            raise ValueError(f"ClusterVpc nat_gateways must be between 1 and 3, got {nat_gateways!r}")
+        check_bounds("ClusterVpc nat_gateways", nat_gateways, "natGateways")
         zones = list(availability_zones) if availability_zones is not None else Stack.of(self).availability_zones[:2]
         vpc = ec2.Vpc(
             self,

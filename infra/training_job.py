@@ -8,18 +8,21 @@ from typing import Any
 
 import cdk8s
 from aws_cdk import Stack, Token
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
 
+from ray_efa.core import regions
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.user_code import check_user_code
-from ray_efa.infra._private import check_node_selector
+from ray_efa.infra._private import check_node_selector, literal_cluster_name
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.manifests import apply_objects
+from ray_efa.infra.network import is_placeholder_zone
 from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import config_map_problem
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
@@ -47,19 +50,56 @@ def _one(scope: Construct, kind: type, given: Any, prop: str) -> Any:
     return found[0] if found else None
 
 
+def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None,
+                  explicit: frozenset[str]) -> dict[str, Any]:
+    """gpuAvailabilityZone (and the zones of their VPC, which it must be one of) from the GPU nodes, else, in a region
+    the settings have no AZ table for, from the cluster's VPC: the table is the project's own app's default, not a
+    gate. Nothing where the settings already resolve to that zone."""
+    def literal(zone: str) -> str | None:
+        return None if Token.is_unresolved(zone) or is_placeholder_zone(zone) else zone
+
+    vpc: ec2.IVpc | None = gpu_nodes.vpc if gpu_nodes is not None else None
+    if vpc is None:
+        try:
+            vpc = cluster.vpc
+        except RuntimeError:  # jsii's form of the JavaScript error
+            vpc = None  # a cluster imported without its VPC ("vpc" is not defined for this imported cluster)
+    zone, source = None, ""
+    if gpu_nodes is not None:
+        zone, source = literal(gpu_nodes.availability_zone), f"EfaGpuNodegroup {gpu_nodes.node.path}"
+    elif (region not in regions.AVAILABILITY_ZONES and base.nodes.gpu_availability_zone is None and vpc is not None
+          and vpc.private_subnets):
+        zone, source = literal(vpc.private_subnets[0].availability_zone), "the cluster's VPC"
+    if zone is None:
+        return {}
+    if "gpuAvailabilityZone" in explicit and base.nodes.gpu_availability_zone != zone:
+        raise ValueError(f"RayTrainingJob gpuAvailabilityZone: the settings say {base.nodes.gpu_availability_zone!r} "
+                         f"but {source} says {zone!r}; drop it from the settings (the construct is the source of "
+                         "truth) or make them agree")
+    recorded = regions.AVAILABILITY_ZONES.get(region)
+    if zone == (base.nodes.gpu_availability_zone or (recorded[0] if recorded else None)):
+        return {}  # what the settings resolve to already
+    changes: dict[str, Any] = {"gpuAvailabilityZone": zone}
+    vpc_zones = [z for z in (literal(z) for z in (vpc.availability_zones if vpc is not None else ())) if z is not None]
+    if not explicit & {"vpcAvailabilityZones", "vpcId"} and zone in vpc_zones and len(set(vpc_zones)) >= 2:
+        changes["vpcAvailabilityZones"] = vpc_zones  # the GPU AZ must be one of the VPC's
+    return changes
+
+
 class RayTrainingJob(Construct):
     """The RayJob of the train function (the built-in one, or `train_function` in `code`) with its ConfigMaps (code,
     settings, and your code's when it fits one; else an S3 asset the pods fetch), each object its own
     KubernetesManifest, applied after `after`.
 
-    One source of truth: where the job runs (GPU instance type, node count, GPU node selector, namespace, service
-    account, storage path, system node selector) comes from the constructs that build those things, `gpu_nodes`,
-    `workload`, `storage` and `operator`, each taken from the props or, when not given, as the only construct of its
-    kind in the enclosing stack. A value the settings were given (Settings.given_keys: not left at its default) or a
-    prop that disagrees with them fails synth naming both; the settings describe the training itself (model, steps,
-    network, trainConfig...).
+    One source of truth: where the job runs (cluster name, GPU instance type, node count, GPU node selector and AZ,
+    namespace, service account, storage path, system node selector) comes from `cluster` and the constructs that
+    build those things, `gpu_nodes`, `workload`, `storage` and `operator`, each taken from the props or, when not
+    given, as the only construct of its kind in the enclosing stack; the region is the stack's. A value the settings
+    were given (Settings.given_keys: not left at its default) or a prop that disagrees with them fails synth naming
+    both; the settings describe the training itself (model, steps, network, trainConfig...). The settings' table of
+    region AZs is only a default: with the GPU nodes (or the cluster's VPC) fixing the zone, any region synthesizes.
 
-    Applied after the GPU node group (pass it in `after`): the RayJob's activeDeadlineSeconds counts from its creation,
+    Applied after the GPU node group of `gpu_nodes`: the RayJob's activeDeadlineSeconds counts from its creation,
     so it must not start before any GPU node can exist. Changing a training setting changes the small settings
     ConfigMap alone. CloudFormation creates the RayJob once per deploy; see the README for running it again.
     Refuses (SettingsError) a plan that cannot fit the GPUs, like every producer of a job, and a train function that
@@ -87,8 +127,8 @@ class RayTrainingJob(Construct):
             @default - the settings' jobName ("train-efa")
         :param train_config: your function's own parameters, the top-level keys of its config (setting trainConfig).
             @default - the settings' trainConfig
-        :param gpu_nodes: the GPU node group the workers run on: instance type, node count and node selector.
-            @default - the stack's only EfaGpuNodegroup, else the settings
+        :param gpu_nodes: the GPU node group the workers run on: instance type, node count, node selector and AZ; the
+            job is applied after its node group. @default - the stack's only EfaGpuNodegroup, else the settings
         :param workload: the workload namespace. @default - the stack's only RayWorkload, else the settings
         :param storage: checkpoint storage: namespace, service account and storage path; its service account's role
             reads the code asset. @default - the stack's only CheckpointStorage, else the settings
@@ -100,8 +140,8 @@ class RayTrainingJob(Construct):
         :param gpu_node_selector: labels of the GPU nodes of the workers. @default - gpu_nodes', else the settings'
         :param code_reader: the role that reads the code asset (the Ray pods' role), when `storage` is not given.
             @default - storage's service account role
-        :param after: what the job waits for (the GPU node group), besides the namespace of `workload` and the service
-            account of `storage`, which it always waits for. @default - nothing
+        :param after: what else the job waits for, besides the node group of `gpu_nodes`, the namespace of `workload`
+            and the service account of `storage`, which it always waits for. @default - nothing more
         """
         super().__init__(scope, construct_id)
         # Resolve and validate everything before creating any child.
@@ -121,6 +161,7 @@ class RayTrainingJob(Construct):
             if value is not None:
                 claims.setdefault(key, []).append((value, source))
 
+        claim("clusterName", literal_cluster_name(cluster), f"the cluster {cluster.node.path}")
         if gpu_nodes is not None:
             where = f"EfaGpuNodegroup {gpu_nodes.node.path}"
             claim("gpuInstanceType", gpu_nodes.instance_type, where)
@@ -157,8 +198,10 @@ class RayTrainingJob(Construct):
             if first != given[key]:
                 changes[key] = first
         region = Stack.of(self).region
-        if not Token.is_unresolved(region) and region != base.cluster.region:
-            changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
+        if not Token.is_unresolved(region):
+            if region != base.cluster.region:
+                changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
+            changes.update(_zone_changes(base, region, cluster, gpu_nodes, explicit))
         props = {"trainFunction": train_function, "jobName": job_name,
                  "codeDir": str(Path(code).resolve()) if code is not None else None,
                  "trainConfig": dict(train_config) if train_config is not None else None}
@@ -195,8 +238,10 @@ class RayTrainingJob(Construct):
             archive_uri = self.code_asset.s3_object_url
 
         objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri).to_json()
-        # The namespace and the pods' service account exist before the job's first object, whatever `after` says.
-        waits = [*after, *(c for c in (workload.namespace if workload else None,
+        # The GPU node group (the deadline), the namespace and the pods' service account exist before the job's first
+        # object, whatever `after` says.
+        waits = [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
+                                       workload.namespace if workload else None,
                                        storage.service_account if storage else None) if c is not None and c not in after)]
         self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
         self.job: eks.KubernetesManifest = self.manifests[-1]

@@ -10,6 +10,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
+from ray_efa.infra._settings import default
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.k8s.namespace import WorkloadNamespace
 
@@ -26,7 +27,7 @@ class RayWorkload(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = "ray",
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = default("namespace"),
         after: Sequence[IConstruct] = (),
     ) -> None:
         """

@@ -61,14 +61,13 @@ import aws_cdk as cdk
 
 import core.naming
 import infra.network
-from ray_efa.infra.cluster import RayEksCluster
-from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra import EfaGpuNodegroup, RayEksCluster
 
 app = cdk.App(outdir=sys.argv[1])
 platform = cdk.Stack(app, "PlatformStack", env=cdk.Environment(region="us-east-2"))
 vpc = infra.network.platform_vpc(platform, ["us-east-2a", "us-east-2b"])
 ray = RayEksCluster(platform, "Ray", vpc=vpc, cluster_name=core.naming.TEAM)
-EfaGpuNodegroup(platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge", cluster_name=core.naming.TEAM)
+EfaGpuNodegroup(platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge")
 template = app.synth().get_stack_by_name("PlatformStack").template
 types = [r["Type"] for r in template["Resources"].values()]
 print(json.dumps({

@@ -28,3 +28,11 @@ def test_the_long_install_steps_show_progress():
     assert all("--loglevel=error" not in c and "--progress=true" in c for c in npm), npm
     # and a line saying what is about to take long
     assert any(c.startswith("echo") and "several GB" in c for c in commands)
+
+
+def test_the_editable_install_is_a_path_entry_static_tools_follow():
+    # setuptools' default editable mode puts ray_efa on sys.path through an import-hook finder, which pyright and
+    # Pylance never run: from a folder beside the checkout `import ray_efa` would not resolve for them. Strict mode
+    # writes a .pth path entry to a tree of links instead, which they read.
+    (editable,) = [c for c in _recipe("install") if "pip install" in c and " -e ." in c]
+    assert "--config-settings editable_mode=strict" in editable, editable

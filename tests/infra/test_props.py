@@ -3,18 +3,31 @@ region and zones from the enclosing stack, never an unresolved token in a messag
 
 from __future__ import annotations
 
+import ast
+import inspect
+import re
+import typing
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 
-from ray_efa.core.settings import SettingsError
-from ray_efa.infra.checkpoints import CheckpointStorage
-from ray_efa.infra.device_plugins import GpuDevicePlugins
-from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
-from ray_efa.infra.kuberay import KubeRayOperator
-from ray_efa.infra.network import ClusterVpc, default_gpu_zone
-from ray_efa.infra.workload import RayWorkload
+from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.infra import (
+    CheckpointStorage,
+    ClusterVpc,
+    EfaGpuNodegroup,
+    GpuDevicePlugins,
+    GpuDraDrivers,
+    KubeRayOperator,
+    RayEksCluster,
+    RayTrainingJob,
+    RayWorkload,
+    default_gpu_zone,
+    import_cluster,
+)
 
 
 def _stack(region: str | None = "us-west-2") -> cdk.Stack:
@@ -89,6 +102,15 @@ def test_an_unknown_region_is_said_in_words_not_tokens():
      r"RayWorkload namespace must be a DNS label.*got 'Ray'"),
     (lambda s, v, c: ClusterVpc(s, "X", availability_zones=["us-west-2a"]),
      r"ClusterVpc availability_zones must name at least two AZs.*\['us-west-2a'\]"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, cluster_name="research"),
+     r"EfaGpuNodegroup cluster_name 'research' is not the name of its cluster, 'platform': leave cluster_name out"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, settings=Settings.from_context({"clusterName": "ray-train"})),
+     r"RayTrainingJob clusterName: the settings say 'ray-train' but the cluster Platform/Cluster says 'platform'"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, gpu_nodes=EfaGpuNodegroup(s, "Gpu", cluster=c, vpc=v),
+                                    settings=Settings.from_context({"gpuAvailabilityZone": "us-west-2b",
+                                                                    "region": "us-west-2"})),
+     r"RayTrainingJob gpuAvailabilityZone: the settings say 'us-west-2b' but EfaGpuNodegroup Platform/Gpu says "
+     r"'us-west-2a'"),
 ])
 def test_bad_props_are_refused_by_name_before_any_child_exists(build, message):
     stack = _stack()
@@ -96,3 +118,119 @@ def test_bad_props_are_refused_by_name_before_any_child_exists(build, message):
     with pytest.raises(ValueError, match=message):
         build(stack, vpc, cluster)
     assert _children(stack, "X") == []
+
+
+# -- one declaration: the props' defaults, bounds and choices are the settings fields' ----------------------------
+
+# (construct or function, prop, setting key): every prop that a construct's from_settings fills from a setting.
+PROP_SETTINGS = [
+    (RayEksCluster, "cluster_name", "clusterName"),
+    (RayEksCluster, "kubernetes_version", "kubernetesVersion"),
+    (RayEksCluster, "endpoint_access", "endpointAccess"),
+    (RayEksCluster, "public_access_cidrs", "publicAccessCidrs"),
+    (RayEksCluster, "system_instance_type", "systemInstanceType"),
+    (RayEksCluster, "system_node_count", "systemNodeCount"),
+    (RayEksCluster, "system_root_volume_gib", "systemRootVolumeGib"),
+    (RayEksCluster, "system_node_selector", "systemNodeSelector"),
+    (RayEksCluster, "log_retention_days", "logRetentionDays"),
+    (EfaGpuNodegroup, "instance_type", "gpuInstanceType"),
+    (EfaGpuNodegroup, "node_count", "gpuNodeCount"),
+    (EfaGpuNodegroup, "node_selector", "gpuNodeSelector"),
+    (EfaGpuNodegroup, "capacity_reservation_type", "capacityReservationType"),
+    (EfaGpuNodegroup, "root_volume_gib", "gpuRootVolumeGib"),
+    (KubeRayOperator, "version", "kuberayVersion"),
+    (KubeRayOperator, "node_selector", "systemNodeSelector"),
+    (GpuDevicePlugins, "nvidia_version", "nvidiaDevicePluginVersion"),
+    (GpuDevicePlugins, "efa_version", "efaDevicePluginVersion"),
+    (GpuDevicePlugins, "node_selector", "gpuNodeSelector"),
+    (GpuDraDrivers, "kubernetes_version", "kubernetesVersion"),
+    (GpuDraDrivers, "nvidia_version", "nvidiaDraDriverVersion"),
+    (GpuDraDrivers, "efa_version", "efaDraDriverVersion"),
+    (GpuDraDrivers, "node_selector", "gpuNodeSelector"),
+    (RayWorkload, "namespace", "namespace"),
+    (CheckpointStorage, "namespace", "namespace"),
+    (CheckpointStorage, "service_account", "serviceAccount"),
+    (ClusterVpc, "nat_gateways", "natGateways"),
+    (ClusterVpc, "log_retention_days", "logRetentionDays"),
+    (import_cluster, "kubernetes_version", "kubernetesVersion"),
+]
+
+
+def _field(key: str):
+    """The pydantic field of setting `key`, found through the Settings model itself (not infra's reader)."""
+    (section, name), = [(section, name) for section, field in Settings.model_fields.items()
+                        for name, info in field.annotation.model_fields.items() if info.alias == key]
+    return Settings.model_fields[section].annotation.model_fields[name]
+
+
+def _documented_default(target, prop: str) -> str:
+    doc = inspect.getdoc(target.__init__ if inspect.isclass(target) else target) or ""
+    match = re.search(rf":param {prop}:(.*?)(?=\n\s*:param |\Z)", doc, re.S)
+    assert match, f"{target.__name__} documents no :param {prop}:"
+    (default,) = re.findall(r"@default (.*)", " ".join(match.group(1).split()))
+    return default
+
+
+@pytest.mark.parametrize("target, prop, key", PROP_SETTINGS, ids=[f"{t.__name__}.{p}" for t, p, _ in PROP_SETTINGS])
+def test_a_props_default_is_its_settings_default_and_says_so(target, prop, key):
+    signature = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+    setting_default = _field(key).default
+    # THEN the prop's default is the setting's, and its docstring's @default names that value
+    assert signature.parameters[prop].default == setting_default, (target.__name__, prop, key)
+    documented = ast.literal_eval(_documented_default(target, prop))
+    assert (tuple(documented) if isinstance(documented, list) else documented) == setting_default, (target, prop)
+
+
+def _bounds(key: str) -> tuple[int, int]:
+    metadata = _field(key).metadata
+    return (next(m.ge for m in metadata if hasattr(m, "ge")), next(m.le for m in metadata if hasattr(m, "le")))
+
+
+@pytest.mark.parametrize("build, key", [
+    (lambda s, v, c, n: RayEksCluster(s, "X", vpc=v, system_node_count=n), "systemNodeCount"),
+    (lambda s, v, c, n: RayEksCluster(s, "X", vpc=v, system_root_volume_gib=n), "systemRootVolumeGib"),
+    (lambda s, v, c, n: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count=n), "gpuNodeCount"),
+    (lambda s, v, c, n: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, root_volume_gib=n), "gpuRootVolumeGib"),
+    (lambda s, v, c, n: ClusterVpc(s, "X", nat_gateways=n), "natGateways"),
+], ids=["system_node_count", "system_root_volume_gib", "node_count", "root_volume_gib", "nat_gateways"])
+def test_a_props_bounds_are_its_settings_bounds(build, key):
+    low, high = _bounds(key)
+    for value in (low - 1, high + 1):
+        stack = _stack()
+        vpc, cluster = _imported(stack)
+        with pytest.raises(ValueError, match=rf"must be between {low}\b.* and {high}, got {value}"):
+            build(stack, vpc, cluster, value)
+        assert _children(stack, "X") == []
+
+
+@pytest.mark.parametrize("build, key", [
+    (lambda s, v, c, x: RayEksCluster(s, "X", vpc=v, kubernetes_version=x), "kubernetesVersion"),
+    (lambda s, v, c, x: RayEksCluster(s, "X", vpc=v, endpoint_access=x), "endpointAccess"),
+    (lambda s, v, c, x: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, capacity_reservation_type=x), "capacityReservationType"),
+    (lambda s, v, c, x: KubeRayOperator(s, "X", cluster=c, version=x), "kuberayVersion"),
+    (lambda s, v, c, x: GpuDevicePlugins(s, "X", cluster=c, efa_version=x), "efaDevicePluginVersion"),
+    (lambda s, v, c, x: GpuDraDrivers(s, "X", cluster=c, efa_version=x), "efaDraDriverVersion"),
+    (lambda s, v, c, x: import_cluster(s, "X", cluster_name="c", cluster_security_group_id="sg-1", vpc=v,
+                                       kubernetes_version=x, kubectl_role=None), "kubernetesVersion"),
+], ids=["kubernetes_version", "endpoint_access", "capacity_reservation_type", "kuberay_version", "efa_version",
+        "efa_dra_version", "import_kubernetes_version"])
+def test_a_props_choices_are_its_settings_choices(build, key):
+    stack = _stack()
+    vpc, cluster = _imported(stack)
+    allowed = ", ".join(re.escape(str(c)) for c in typing.get_args(_field(key).annotation))
+    with pytest.raises(ValueError, match=rf"must be one of {allowed}, got 'nope'"):
+        build(stack, vpc, cluster, "nope")
+
+
+def test_a_job_in_a_region_without_an_az_table_takes_the_zone_from_the_clusters_vpc():
+    # GIVEN a cluster imported in eu-south-1 (the settings record no AZs there) and no GPU node group in the stack
+    stack = _stack("eu-south-1")
+    vpc, _ = _imported(stack, zones=("eu-south-1b", "eu-south-1a"))
+    cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
+                             kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
+    # WHEN the job is built there THEN it synthesizes, with the region, the zones and the name of what it was given
+    job = RayTrainingJob(stack, "Job", cluster=cluster)
+    assert job.settings.cluster.region == "eu-south-1"
+    assert job.settings.gpu_availability_zone == "eu-south-1b"  # the VPC's first private subnet's
+    assert job.settings.vpc_availability_zones == ("eu-south-1b", "eu-south-1a")
+    assert job.settings.cluster.cluster_name == "platform"

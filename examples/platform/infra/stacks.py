@@ -9,14 +9,16 @@ from constructs import Construct
 from core import naming
 from infra import network
 from ray_efa.core.settings import Settings
-from ray_efa.infra.checkpoints import CheckpointStorage
-from ray_efa.infra.cluster import RayEksCluster
-from ray_efa.infra.device_plugins import GpuDevicePlugins
-from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
-from ray_efa.infra.imported_cluster import import_cluster
-from ray_efa.infra.kuberay import KubeRayOperator
-from ray_efa.infra.training_job import RayTrainingJob
-from ray_efa.infra.workload import RayWorkload
+from ray_efa.infra import (
+    CheckpointStorage,
+    EfaGpuNodegroup,
+    GpuDevicePlugins,
+    KubeRayOperator,
+    RayEksCluster,
+    RayTrainingJob,
+    RayWorkload,
+    import_cluster,
+)
 
 # The training job's own configuration. Where it runs (GPU type and count, namespace, service account, node labels)
 # comes from the constructs it is given, never from a second description of the cluster.
@@ -49,9 +51,10 @@ class ImportedClusterGpu(Stack):
         # The platform's cluster has no Pod Identity agent yet: the checkpoint bucket's access needs it.
         storage = CheckpointStorage(self, "Checkpoints", cluster=cluster, namespace="ml-ray",
                                     after=workload.namespace, pod_identity_agent=True)
-        # 2 x p5.48xlarge, namespace ml-ray, the platform's labels and bucket: all from the constructs above.
+        # 2 x p5.48xlarge in us-west-2b, namespace ml-ray, the platform's labels and bucket, the cluster's name: all
+        # from the constructs above; the job is applied after the GPU node group and the service account.
         RayTrainingJob(self, "TrainingJob", cluster=cluster, settings=settings, gpu_nodes=gpu, workload=workload,
-                       storage=storage, operator=kuberay, after=[gpu.nodegroup, storage.service_account])
+                       storage=storage, operator=kuberay)
 
 
 class PlatformWithRay(Stack):
@@ -74,4 +77,4 @@ class PlatformWithRay(Stack):
         storage = CheckpointStorage.from_settings(self, "Checkpoints", settings, cluster=ray.cluster,
                                                   after=workload.namespace)
         RayTrainingJob.from_settings(self, "TrainingJob", settings, cluster=ray.cluster, gpu_nodes=gpu, workload=workload,
-                                     storage=storage, after=[gpu.nodegroup, storage.service_account])
+                                     storage=storage)
