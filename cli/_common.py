@@ -10,7 +10,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ray_efa.core.context import ResolvedSettings, parse_overrides, resolve_settings
+from ray_efa.core.context import (
+    ResolvedSettings,
+    find_app_dir,
+    merge_context,
+    parse_overrides,
+    read_context,
+    resolve_settings,
+)
 from ray_efa.core.settings import Problem, Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -275,6 +282,33 @@ def resolve_or_exit(
                 {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
         print(f"ray-efa: {error}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def resolve_local_or_exit(args: argparse.Namespace, command: str, *, require_code: bool = False) -> ResolvedSettings:
+    """The settings of a local run: the --local preset (training.local) below `-c` and, for a run that brings no
+    inputs of its own, the tiny model folder's layer above it (made in the model cache on first use; said on stdout).
+    Exits 2 on bad settings (as resolve_or_exit), 1 when no tiny model folder can be made on this machine."""
+    from ray_efa.training.local import LOCAL_PRESET, tiny_model_layer
+    from ray_efa.training.tiny_model import TinyModelError
+
+    layers: list[tuple[str, Mapping[str, Any]]] = [("--local preset", LOCAL_PRESET)]
+    try:  # every layer but the tiny model's, merged as resolve_settings merges them
+        context = merge_context([*(values for _, values in read_context(find_app_dir())), LOCAL_PRESET,
+                                 parse_overrides(args.context)])
+    except SettingsError:  # unreadable context or a malformed -c: resolve_or_exit below says which
+        context = None
+    try:
+        tiny = tiny_model_layer(context) if context is not None else None
+    except (TinyModelError, OSError) as error:
+        sys.exit(fail(args, command, f"cannot make the local run's tiny model folder: {error}; give your own inputs "
+                                     "(-c modelPath=... -c dataset=...) or random tokens (-c dataPoolSize=8)", code=1))
+    if tiny is not None:
+        name, values = tiny
+        layers.append(tiny)
+        print(f"{name}: fine-tuning modelPath {values['modelPath']} on dataset {values['dataset']} (English license "
+              f"texts of the installed packages, evalFraction {values['evalFraction']} held out); `ray-efa tiny-model "
+              "DIR` writes such a folder of your own")
+    return resolve_or_exit(args, extra_layers=layers, require_code=require_code)
 
 
 PLOTS_EXTRA_MODULES = ("matplotlib",)

@@ -3,8 +3,9 @@
 1. plan       what `cdk deploy` would build and what it costs (settings, instances, EFA, pods, memory per GPU)
 2. synth      both CDK stacks, checked by cdk-nag, into cdk.out/
 3. manifests  the KubeRay Namespace, RayCluster and RayJobs as YAML, into dist/
-4. train      the FSDP train function on an embedded Ray cluster (2 CPU workers, gloo, the tiny preset), then the
-              NCCL transport verdict on what those workers logged
+4. train      the FSDP train function on an embedded Ray cluster (2 CPU workers, gloo, the local preset): a fine-tune
+              of the tiny model folder (training.tiny_model, in the model cache) on English text with a held-out
+              eval loss and its unigram baseline, then the NCCL transport verdict on what those workers logged
 5. report     the local run's charts and HTML page (`ray-efa report` of its run folder), into reports/demo/
 `-c key=value` changes the settings of steps 1-3 (as with `cdk -c`); step 4 always uses the local preset on top.
 --cdk-out, --dist and --report follow the safe-output rule of core.output_dir: all are checked before step 1, and a
@@ -19,7 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, fail, missing_plots_extra, missing_train_extra, resolve_or_exit
+from ray_efa.cli._common import (
+    add_context_option,
+    fail,
+    missing_plots_extra,
+    missing_train_extra,
+    resolve_local_or_exit,
+    resolve_or_exit,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,9 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = step("4/5 train: FSDP on an embedded Ray cluster (2 CPU workers), then the transport gate")
     from ray_efa.training import driver
-    from ray_efa.training.local import LOCAL_PRESET
 
-    local = resolve_or_exit(args, extra_layers=[("--local preset", LOCAL_PRESET)]).settings
+    local = resolve_local_or_exit(args, "demo").settings
     name = driver.default_run_name(local, local=True)
     code = driver.run(local, local=True, name=name)
     results.append(("train + gate", "ok (the gate cannot prove EFA on CPU: see above)" if code == 0 else f"exit {code}",

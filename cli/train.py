@@ -3,7 +3,9 @@
 It runs trainFunction (default the built-in train_func; `-c trainFunction=my_pkg.train:train_func -c
 codeDir=path/to/src` runs yours), through the driver: preflight, the function, the NCCL logs and the transport gate.
 `--local` starts an in-process Ray cluster with 2 CPU workers (gloo) and applies the local preset
-(training/local.py: the tiny model, 60 steps) as a settings layer below `-c`, so `-c steps=10` still wins. Without
+(training/local.py: the tiny model, 60 steps) as a settings layer below `-c`, so `-c steps=10` still wins; with no
+modelPath, dataset or dataPoolSize of yours it fine-tunes the tiny model folder of the model cache (made on first use
+from the installed packages' English license texts, as `ray-efa tiny-model DIR` makes one) with a held-out split. Without
 it, the command connects to the running cluster (address auto) with one worker per GPU, after the memory planner
 has accepted the plan. Bad settings and plans that cannot fit end here, with exit code 2, before Ray starts.
 """
@@ -14,13 +16,14 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_or_exit
+from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_local_or_exit, resolve_or_exit
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--local", action="store_true",
-                   help="in-process Ray cluster, 2 CPU workers (gloo), tiny model: the whole loop in under a minute")
+                   help="in-process Ray cluster, 2 CPU workers (gloo), a tiny model fine-tuned on English text: the whole loop "
+                        "in about a minute")
     p.add_argument("--name", help="Ray Train run name under storagePath; reusing one resumes its latest checkpoint")
     p.add_argument("--logs-dir", type=Path, help="where to collect the NCCL logs for the transport gate")
     add_context_option(p)
@@ -30,11 +33,9 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
 def run(args: argparse.Namespace) -> int:
     if (code := missing_train_extra("train")) is not None:
         return code
-    from ray_efa.training.local import LOCAL_PRESET
-
-    extra = [("--local preset", LOCAL_PRESET)] if args.local else []
     # exits 2 on bad settings, or a trainFunction that is not in codeDir, before Ray starts
-    settings = resolve_or_exit(args, extra_layers=extra, require_code=True).settings
+    settings = (resolve_local_or_exit(args, "train", require_code=True) if args.local
+                else resolve_or_exit(args, require_code=True)).settings
 
     from ray_efa.training import driver
 

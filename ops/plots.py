@@ -128,13 +128,17 @@ def _steps_axis(ax: Axes, title: str) -> None:
 
 
 def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
-    """Training loss per reported step, and each evaluation loss the history holds."""
+    """Training loss per reported step, each evaluation loss the history holds, and the held-out unigram baseline
+    (eval_unigram_entropy: what a model that ignores context scores) where the run measured it."""
     figure, axes = _figure()
     ax = axes[0, 0]
     steps, values = _series(history, "loss")
     ax.plot(steps, values, marker="o", markersize=3, label="training loss")
     for key in eval_loss_keys(history):
         ax.plot(*_series(history, key), marker="s", markersize=4, linestyle="--", label=key)
+    unigram = _series(history, "eval_unigram_entropy")[1]
+    if unigram:
+        ax.axhline(unigram[-1], color="gray", linestyle=":", label=f"unigram baseline (held out), {unigram[-1]:.2f}")
     ax.set_ylabel("loss (cross-entropy, nats)")
     _steps_axis(ax, f"Loss: {run}")
     ax.legend(loc="upper right")

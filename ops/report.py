@@ -380,6 +380,13 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
                                              f"{_number(s.get('memory/peak_reserved_gib'), '.2f')} GiB reserved"))
     elif "memory/peak_rss_gib" in s:
         rows.append(("peak memory (rank 0)", f"{_number(s['memory/peak_rss_gib'], '.2f')} GiB resident (CPU)"))
+    if s.get("dataset"):
+        rows.append(("data", str(s["dataset"])))
+    if "eval_loss" in s:
+        unigram = (f"; unigram baseline {_number(s['eval_unigram_entropy'], '.4f')} (a model that ignores context)"
+                   if "eval_unigram_entropy" in s else "")
+        rows.append(("eval loss (held out)", f"{_number(s['eval_loss'], '.4f')} at step {s.get('eval_step', '?')}"
+                                             + unigram))
     rows.append(("wall time", f"{_number(s.get('time/elapsed_s'), '.1f')} s"))
     return rows
 

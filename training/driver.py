@@ -31,7 +31,7 @@ from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
-from ray_efa.training.local import LOCAL_PRESET, LOCAL_WORKERS
+from ray_efa.training.local import LOCAL_WORKERS, local_settings
 from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
-    "reported_summary", "run", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
+    "reported_summary", "run", "describe_data", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
     "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
 ]
 
@@ -333,6 +333,8 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         return EXIT_FAILED
     folder = open_run_folder(settings, name)
     record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
+    if (data := describe_data(settings)) is not None:
+        print(data)
     try:
         result = fit(settings, local=local, name=name)
     except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
@@ -370,6 +372,19 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     _say_report(folder)
     return code
+
+
+def describe_data(settings: Settings) -> str | None:
+    """The line naming what the built-in function trains and evaluates on; None for a function of yours."""
+    t = settings.training
+    if not t.builtin:
+        return None
+    if t.dataset is None:
+        pool = f"a pool of {t.data_pool_size} sequences per rank" if t.data_pool_size else "fresh every step"
+        return f"data: random tokens ({pool}, nothing held out)"
+    held = (f", {t.eval_fraction:g} of its documents held out" if t.eval_fraction
+            else f", held out: {t.eval_dataset}" if t.eval_dataset else ", nothing held out")
+    return f"data: {t.dataset}{held}"
 
 
 def open_run_folder(settings: Settings, name: str) -> RunFolder | None:
@@ -430,7 +445,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
     if args.settings is not None:
         return Settings.from_json(Path(args.settings).read_text())
     if args.local:
-        return Settings.from_context(LOCAL_PRESET)
+        return local_settings()
     raise SettingsError([Problem("--settings", None, "is required without --local (the RayJob passes settings.json)")])
 
 

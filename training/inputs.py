@@ -74,7 +74,8 @@ class Inputs:
         t = settings.training
         self.t: TrainingSettings
         self.world_size: int
-        self.t, self.world_size = t, world_size
+        self.vocab_size: int
+        self.t, self.world_size, self.vocab_size = t, world_size, vocab_size
         self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size,
                                                  seed=t.seed, rank=rank, pool_size=t.data_pool_size)
         self.shard: ShardBatches | None = None
@@ -102,4 +103,5 @@ class Inputs:
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         assert self.eval_shard is not None
         return evaluate(model, self.eval_shard, micro_batch=self.t.micro_batch_size, max_batches=self.t.eval_batches,
-                        device=device, world_size=self.world_size, row_tokens=self.t.seq_len + 1)
+                        device=device, world_size=self.world_size, row_tokens=self.t.seq_len + 1,
+                        vocab_size=self.vocab_size)

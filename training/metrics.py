@@ -164,7 +164,8 @@ def format_line(metrics: dict[str, float], total_steps: int) -> str:
         causal = metrics.get("throughput/mfu_causal_pct")
         parts.append(f"MFU {metrics['throughput/mfu_pct']:.1f}%" + (f" (causal {causal:.1f}%)" if causal else ""))
     if "eval_loss" in metrics:
-        parts.append(f"eval loss {metrics['eval_loss']:.4f} (ppl {metrics['eval_perplexity']:.2f})")
+        unigram = f", unigram {metrics['eval_unigram_entropy']:.4f}" if "eval_unigram_entropy" in metrics else ""
+        parts.append(f"eval loss {metrics['eval_loss']:.4f} (ppl {metrics['eval_perplexity']:.2f}{unigram})")
     parts += [_memory_text(metrics), f"ETA {_duration(metrics['time/eta_s'])}"]
     return " | ".join(parts)
 
@@ -187,9 +188,14 @@ def format_summary(summary: dict[str, float | str], *, title: str = "training su
                                     f"{summary['memory/peak_reserved_gib']:.2f} GiB reserved (rank 0)"))
     else:
         rows.append(("peak memory", f"{summary.get('memory/peak_rss_gib', float('nan')):.2f} GiB resident (rank 0, CPU)"))
+    if summary.get("dataset"):
+        rows.append(("data", str(summary["dataset"])))
     if "eval_loss" in summary:
         rows.append(("eval loss", f"{summary['eval_loss']:.4f} (perplexity {summary['eval_perplexity']:.2f}, "
                                   f"step {int(summary['eval_step'])}, {int(summary['eval_tokens']):,} tokens)"))
+    if "eval_unigram_entropy" in summary:
+        rows.append(("unigram", f"{summary['eval_unigram_entropy']:.4f} (the held-out tokens' entropy: the eval loss of "
+                                "a model that ignores context)"))
     rows.append(("wall time", _duration(float(summary["time/elapsed_s"]))))
     width = max(len(k) for k, _ in rows)
     rule = "-" * (width + 2 + max(len(v) for _, v in rows))

@@ -278,7 +278,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
              "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
              "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
              "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
-             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s()}
+             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
     return {"summary": {**meter.summary(), **last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

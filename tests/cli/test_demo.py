@@ -17,7 +17,7 @@ def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
     # GIVEN a machine without AWS credentials WHEN `ray-efa demo` runs (what `make demo` runs after installing)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5",
-               COLUMNS="200")
+               COLUMNS="200", RAY_EFA_MODEL_CACHE=str(tmp_path / "model-cache"))
     result = subprocess.run(
         [sys.executable, "-m", "ray_efa.cli", "demo", "--cdk-out", str(tmp_path / "cdk.out"), "--dist", str(tmp_path / "dist"),
          "--report", str(tmp_path / "report"), "-c", "gpuInstanceType=p5.48xlarge"],
@@ -33,8 +33,10 @@ def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
         "ray-train-cluster.template.json", "ray-train-gpu.template.json"]
     assert [p.name for p in sorted((tmp_path / "dist").glob("*.yaml"))] == [
         "0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
-    # the local run trained (the loss fell) and the gate said honestly what it can prove on a CPU
-    assert "step 60/60" in out and "training summary" in out
+    # the local run fine-tuned the tiny model folder on English text, with a held-out loss and its baseline, and the
+    # gate said honestly what it can prove on a CPU
+    assert "tiny model: fine-tuning modelPath" in out and "step 60/60" in out and "training summary" in out
+    assert "| eval loss " in out and "unigram " in out
     assert "proves nothing about EFA" in out
     # and it ends with the local run's report, its path printed
     report = tmp_path / "report"

@@ -163,6 +163,26 @@ def test_a_gpu_run_gets_the_prediction_and_the_capacity_lines(run_folder):
     assert {"peak allocated", "peak reserved"} <= set(labels)
 
 
+def test_a_fine_tunes_eval_loss_is_drawn_and_summarized_against_its_unigram_baseline(run_folder):
+    from ray_efa.ops.report import _summary_rows
+
+    # GIVEN the real run's records, as if it had evaluated a held-out split of a data set at its last step
+    run = read_run(str(run_folder))
+    last = run.history[-1]
+    last.update(eval_loss=4.9, eval_unigram_entropy=5.2)
+    run.summary = {**(run.summary or {}), "dataset": "/data/text", "eval_loss": 4.9, "eval_step": last["step"],
+                   "eval_unigram_entropy": 5.2}
+    # WHEN the charts and the summary are made
+    lines = {str(line.get_label()): line for line in charts(run)["loss"].axes[0].get_lines()}
+    rows = dict(_summary_rows(run))
+    # THEN the loss chart has the eval loss and the baseline as a level line, and the summary names both and the data
+    assert list(lines["eval_loss"].get_ydata()) == [4.9]
+    assert set(lines["unigram baseline (held out), 5.20"].get_ydata()) == {5.2}
+    assert rows["data"] == "/data/text"
+    assert rows["eval loss (held out)"] == (f"4.9000 at step {last['step']}; unigram baseline 5.2000 (a model that "
+                                            "ignores context)")
+
+
 def _copy(run_folder: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "runs" / "viz-run"
     shutil.copytree(run_folder, copy)

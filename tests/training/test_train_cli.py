@@ -2,6 +2,7 @@
 says honestly that a gloo run proves nothing about EFA."""
 
 import argparse
+import math
 import os
 import time
 from pathlib import Path
@@ -63,8 +64,9 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("RAY_EFA_MODEL_CACHE", str(tmp_path / "model-cache"))  # an empty one: the tiny model is made
     try:
-        # WHEN `ray-efa train --local` runs a short version of the preset
+        # WHEN `ray-efa train --local` runs a short version of the preset, with no inputs given
         code = run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"),
                        "-c", f"storagePath={tmp_path}", "-c", "steps=10", "-c", "checkpointEvery=0")
     finally:
@@ -75,9 +77,16 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert "training summary: cli-local" in out and "steps        1..10" in out
     assert f"last checkpoint: {tmp_path}/cli-local/checkpoint_000010" in out
     assert "proves nothing about EFA (exit 3)" in out
+    # having fine-tuned the tiny model folder it made in the model cache, on a data set it names, with an eval loss
+    (root,) = (tmp_path / "model-cache" / "tiny-model").iterdir()
+    assert f"tiny model: fine-tuning modelPath {root / 'model'} on dataset {root / 'data'}" in out
+    assert f"data: {root / 'data'}, 0.1 of its documents held out" in out
+    assert "| eval loss " in out and "unigram " in out
     # and the machine-readable summary that `ray-efa compare` reads from two runs' logs
     (summary,) = find_summaries(out.splitlines())
     assert (summary["name"], summary["network"], summary["steps"]) == ("cli-local", "efa", 10)
+    assert summary["dataset"] == str(root / "data") and math.isfinite(summary["eval_loss"])
+    assert summary["eval_step"] == 10 and math.isfinite(summary["eval_unigram_entropy"])
     # naming where it ran: this machine, 2 CPU workers on 1 host; never the settings' 2 x g6.12xlarge
     assert (summary["instance_type"], summary["hosts"], summary["nodes"]) == ("local", 1, 1)
     assert (summary["device"], summary["devices"]) == ("cpu", 2)
