@@ -543,7 +543,22 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
             "calibration": calibration.source if calibration else None,
-            "constants": families.describe(settings.nodes.gpu_instance.gpu.name,
-                                           catalog.gpu_link(settings.nodes.gpu_instance).name),
+            "constants": _constants(settings, net, calibration),
         }
+    return out
+
+
+def _constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
+    """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
+    GPU family's (core.families), and what a calibration replaced (core.perf.predict takes its values first)."""
+    out = families.describe(settings.nodes.gpu_instance.gpu.name, catalog.gpu_link(settings.nodes.gpu_instance).name)
+    if calibration is None:
+        return out
+    source = f"ray-efa calibrate: {calibration.source}" if calibration.source else "ray-efa calibrate"
+    if calibration.compute_efficiency:
+        out["compute_efficiency"] = {"value": round(calibration.compute_efficiency, 3), "status": "measured",
+                                     "source": source}
+    if calibration.inter_node_gb_s and calibration.network in (None, network):
+        out["inter_node_gb_s"] = {"value": round(calibration.inter_node_gb_s, 2), "status": "measured",
+                                  "source": source}
     return out

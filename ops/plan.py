@@ -449,9 +449,11 @@ def _render_performance(plan: Plan, console: Console) -> None:
             )
     console.print(table)
     constants = plan.performance["efa"].get("constants") or {}
+    by_source: dict[tuple[object, object], list[str]] = {}  # constants of one source said once, with it
+    for name, c in constants.items():
+        by_source.setdefault((c["status"], c["source"]), []).append(f"{name.replace('_', ' ')} {c['value']:g}")
     console.print("step-model constants: " + "; ".join(
-        f"{name.replace('_', ' ')} {c['value']:g} ({c['status']}: {c['source']})" for name, c in constants.items()),
-        highlight=False)
+        f"{', '.join(names)} ({status}: {source})" for (status, source), names in by_source.items()), highlight=False)
     split = global_batch(s)
     console.print(f"global batch: {split.tokens:,} tokens = microBatch {split.micro_batch} x seqLen {split.seq_len} x "
                   f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"

@@ -15,7 +15,9 @@ packages; it is never pickled, so its module needs to import only where it runs.
 
 What the function gets, `config`: every key of the trainConfig setting at the top level (as Ray Train's own
 train_loop_config), plus "settings", the resolved settings as context values (camelCase keys, JSON types;
-`Settings.from_context(config["settings"])` rebuilds the typed object). It may take no argument instead. What it
+`Settings.from_context(config["settings"])` rebuilds the typed object), with every auto lever decided as the plan
+decided it (core.strategy.resolve): microBatch and gradAccumulation are ints, precision "bf16" or "fp8",
+activationCheckpointing a bool, the values `ray-efa plan` shows and the built-in runs. It may take no argument instead. What it
 reports last with ray.train.report is the run summary's metrics; its rank 0 return value is Result.return_value.
 """
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import resolve
 from ray_efa.core.user_code import split_function
 from ray_efa.training.history import CHECKPOINT_KEY, LAST_CHECKPOINT, open_history
 
@@ -55,10 +58,12 @@ class WorkerRun:
 
 
 def train_loop_config(settings: Settings, *, code_dir: str | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The TorchTrainer's train_loop_config: trainConfig's keys, "settings", `extra` (test hooks), the wrapper's."""
+    """The TorchTrainer's train_loop_config: trainConfig's keys, "settings" (every auto lever decided), `extra` (test
+    hooks), the wrapper's."""
     return {
         **settings.training.train_config,
-        "settings": settings.to_context(),
+        # decided here, once, on the driver: a function of yours reads the ints and bools the plan chose, not "auto"
+        "settings": resolve(settings).to_context(),
         **(extra or {}),
         WRAPPER_KEY: {"train_function": settings.training.train_function, "code_dir": code_dir},
     }

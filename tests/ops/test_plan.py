@@ -354,4 +354,6 @@ def test_plan_says_which_step_model_constants_are_measured_and_which_assumed(cap
     assert l4["intra_node_link_share"]["value"] != h200["intra_node_link_share"]["value"]
     # the text plan says so too
     assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge") == 0
-    assert "compute efficiency 0.45 (assumed:" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "compute efficiency 0.45, fp8 compute efficiency 0.29 (assumed: a prior:" in text  # one source, said once
+    assert "intra node link share 0.65 (assumed:" in text

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import resolve
 from ray_efa.training import driver, worker
 from ray_efa.training.local import LOCAL_WORKERS
 
@@ -17,9 +18,36 @@ def test_the_function_gets_train_config_keys_and_the_settings():
     settings = Settings.from_context({"trainConfig": '{"lr": 0.01, "layers": [4, 4]}', "seed": 7})
     config = worker.train_loop_config(settings, code_dir="/code", extra={"_faults": {"raise_at_step": 2}})
     user = {k: v for k, v in config.items() if k != worker.WRAPPER_KEY}
-    assert user == {"lr": 0.01, "layers": [4, 4], "settings": settings.to_context(), "_faults": {"raise_at_step": 2}}
-    assert Settings.from_context(user["settings"]) == settings
+    decided = resolve(settings)
+    assert user == {"lr": 0.01, "layers": [4, 4], "settings": decided.to_context(), "_faults": {"raise_at_step": 2}}
+    assert Settings.from_context(user["settings"]) == decided
     assert config[worker.WRAPPER_KEY] == {"train_function": "ray_efa.training.train:train_func", "code_dir": "/code"}
+
+
+@pytest.mark.parametrize("cluster", [{}, {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4},
+                                     {"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1, "compile": False}])
+def test_a_function_of_yours_gets_the_levers_the_plan_decided(cluster):
+    """The defaults leave microBatch, gradAccumulation, precision and activationCheckpointing at auto; the config a
+    trainFunction of yours gets holds what core.strategy.resolve decided (the built-in's values), never "auto"."""
+    settings = Settings.from_context({**cluster, "trainFunction": "my_pkg.train:fit"})
+    assert set(settings.training.undecided) == {"microBatch", "gradAccumulation", "precision",
+                                                "activationCheckpointing"}
+    got = worker.train_loop_config(settings, code_dir=None)["settings"]
+    t = resolve(settings).training
+    assert (got["microBatch"], got["gradAccumulation"], got["precision"], got["activationCheckpointing"]) == (
+        t.micro_batch, t.grad_accumulation, t.precision, t.activation_checkpointing)
+    assert type(got["microBatch"]) is int and type(got["gradAccumulation"]) is int
+    assert got["precision"] in ("bf16", "fp8") and type(got["activationCheckpointing"]) is bool
+    # the split the function would run is the plan's: micro batch x seqLen x accumulation x ranks near globalBatchTokens
+    tokens = got["microBatch"] * got["seqLen"] * got["gradAccumulation"] * settings.world_size
+    assert abs(tokens - got["globalBatchTokens"]) <= 0.05 * got["globalBatchTokens"]
+    assert Settings.from_context(got).training.undecided == ()  # the typed object rebuilt from it is decided too
+    # what the user set is kept
+    own = Settings.from_context({**cluster, "microBatch": 3, "gradAccumulation": 2, "precision": "bf16",
+                                 "activationCheckpointing": True})
+    kept = worker.train_loop_config(own, code_dir=None)["settings"]
+    assert (kept["microBatch"], kept["gradAccumulation"], kept["precision"], kept["activationCheckpointing"]) == (
+        3, 2, "bf16", True)
 
 
 def test_functions_are_imported_from_code_dir_first(tmp_path, monkeypatch):
