@@ -607,7 +607,7 @@ class TrainingSettings(_Section):
     )
     checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.", ge=0)
     max_failures: int = setting(
-        1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint.",
+        1, "maxFailures", "Ray Train FailureConfig(max_failures): worker-group restarts from the last checkpoint after a lost worker, node or collective; an exception of the code is not retried.",
         ge=-1, message="must be >= 0, or -1 for unlimited",
     )
     compile: bool = setting(True, "compile", "torch.compile each decoder layer (and the chunked loss's softmax).")
