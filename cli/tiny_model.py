@@ -1,10 +1,10 @@
-"""`ray-efa tiny-model DIR`: write a tiny model folder to fine-tune offline (DIR/model for modelPath, DIR/data for dataset).
+"""`ray-efa tiny-model DIR`: write a tiny model folder to fine-tune offline (DIR/tiny-qwen2 for modelPath, DIR/data for dataset).
 
-DIR/model holds a byte-level BPE tokenizer (512 tokens) and a tiny Qwen2 (the `tiny` preset's shape, random weights,
+DIR/tiny-qwen2 holds a byte-level BPE tokenizer (512 tokens) and a tiny Qwen2 (the `tiny` preset's shape, random weights,
 0.38 M parameters) as save_pretrained writes them; DIR/data two parquet files with a `text` column of English
 paragraphs; DIR/SOURCES.txt where the text came from: the license files of the Python packages installed here
 (nothing is downloaded). Then, e.g.:
-  ray-efa train --local -c modelPath=$PWD/DIR/model -c dataset=$PWD/DIR/data -c evalFraction=0.1
+  ray-efa train --local -c modelPath=$PWD/DIR/tiny-qwen2 -c dataset=$PWD/DIR/data -c evalFraction=0.1
 DIR must be new, empty, or a folder ray-efa wrote before (replaced whole); any other folder is refused (exit 2).
 Exit 1 when this machine has too little license text, 4 without the train extra.
 """
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print_json({"root": str(tiny.root), "model_path": str(tiny.model), "dataset": str(tiny.data),
                     "paragraphs": tiny.paragraphs, "context": context})
         return 0
-    print(f"wrote {tiny.root}: model/ (tokenizer + tiny Qwen2, modelPath), data/ ({tiny.paragraphs} English "
+    print(f"wrote {tiny.root}: {tiny.model.name}/ (tokenizer + tiny Qwen2, modelPath), data/ ({tiny.paragraphs} English "
           "paragraphs in parquet, dataset), SOURCES.txt (the license files they came from)")
     flags = " ".join(f"-c {key}={value}" for key, value in context.items())
     print(f"fine-tune it locally: ray-efa train --local {flags}")

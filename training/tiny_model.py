@@ -3,8 +3,9 @@
 `ray-efa tiny-model DIR` writes one, and `ray-efa train --local` fine-tunes one it keeps in its cache
 (tiny_model_cache), so that modelPath, dataset and evalFraction can be tried on a laptop before a cluster:
 
-    DIR/model/   config.json + model.safetensors (random weights, the `tiny` preset's shape) and the tokenizer
-                 (tokenizer.json, tokenizer_config.json: what save_pretrained writes, what modelPath takes)
+    DIR/tiny-qwen2/  config.json + model.safetensors (random weights, the `tiny` preset's shape) and the tokenizer
+                 (tokenizer.json, tokenizer_config.json: what save_pretrained writes, what modelPath takes); the
+                 folder's name is what run names and captions call the model (local-tiny-qwen2-<time>)
     DIR/data/    two parquet files with a `text` column, one English paragraph per row (what dataset takes)
     DIR/SOURCES.txt  the files the paragraphs came from
 
@@ -28,10 +29,12 @@ from pathlib import Path
 from ray_efa.core.model_source import model_cache_root
 from ray_efa.core.output_dir import RECORD_NAME, publish
 
-__all__ = ["EOS", "VOCAB", "TINY_VOCAB", "TinyModel", "TinyModelError", "license_texts", "save_tokenizer",
+__all__ = ["MODEL_FOLDER", "EOS", "VOCAB", "TINY_VOCAB", "TinyModel", "TinyModelError", "license_texts", "save_tokenizer",
            "save_tiny_qwen2", "save_model_folder", "write_parquet", "write_tiny_model", "make_tiny_model",
            "tiny_model_cache"]
 
+MODEL_FOLDER = "tiny-qwen2"
+"""The model's folder in a tiny model folder (modelPath): its name names the runs that fine-tune it."""
 EOS = "<|endoftext|>"
 """The tokenizer's one special token: the packer puts it between documents."""
 VOCAB = 512
@@ -43,7 +46,7 @@ MAX_CHARS = 400_000
 """At most this much text (about 150k tokens): enough for the local run's 60 steps, quick to tokenize on 2 cores."""
 EVAL_FRACTION = 0.1
 """The share of the paragraphs the local run holds out (evalFraction)."""
-_FORMAT = "1"
+_FORMAT = "2"
 """Part of the cache key: bump it when what write_tiny_model makes changes."""
 
 
@@ -175,18 +178,18 @@ def _selection() -> tuple[list[str], list[Path]]:
 
 
 def write_tiny_model(root: Path, texts: list[str] | None = None, sources: list[Path] | None = None) -> TinyModel:
-    """Write root/model, root/data and root/SOURCES.txt (root may exist; use make_tiny_model for a user's folder).
+    """Write root/tiny-qwen2, root/data and root/SOURCES.txt (root may exist; use make_tiny_model for a user's folder).
     `texts`: default the license paragraphs of this machine (license_texts), at most MAX_CHARS of them."""
     if texts is None:
         texts, sources = _selection()
-    save_model_folder(root / "model", texts)
+    save_model_folder(root / MODEL_FOLDER, texts)
     write_parquet(root / "data", texts, files=2)
     listed = "".join(f"{p}\n" for p in sources or [])
     (root / "SOURCES.txt").write_text(
         f"{len(texts)} paragraphs ({sum(map(len, texts)):,} characters) of English text, one per row of data/, "
         f"from these license files of the Python packages installed on the machine that made this folder "
         f"(Python {sys.version.split()[0]}):\n{listed}", encoding="utf-8")
-    return TinyModel(root, root / "model", root / "data", len(texts))
+    return TinyModel(root, root / MODEL_FOLDER, root / "data", len(texts))
 
 
 def make_tiny_model(out: Path | str, *, command: str = "ray-efa tiny-model") -> TinyModel:
@@ -195,7 +198,7 @@ def make_tiny_model(out: Path | str, *, command: str = "ray-efa tiny-model") -> 
     texts, sources = _selection()  # before the folder is touched: too little text writes nothing
     publish(out, lambda staging: write_tiny_model(staging, texts, sources), command=command)
     root = Path(out).expanduser().resolve()
-    return TinyModel(root, root / "model", root / "data", len(texts))
+    return TinyModel(root, root / MODEL_FOLDER, root / "data", len(texts))
 
 
 def tiny_model_cache() -> TinyModel:
@@ -205,7 +208,7 @@ def tiny_model_cache() -> TinyModel:
     texts, sources = _selection()
     key = hashlib.sha256("\n\n".join([_FORMAT, *texts]).encode("utf-8")).hexdigest()[:16]
     root = model_cache_root() / "tiny-model" / key
-    if (root / RECORD_NAME).is_file() and (root / "model" / "config.json").is_file() and (root / "data").is_dir():
-        return TinyModel(root, root / "model", root / "data", len(texts))
+    if (root / RECORD_NAME).is_file() and (root / MODEL_FOLDER / "config.json").is_file() and (root / "data").is_dir():
+        return TinyModel(root, root / MODEL_FOLDER, root / "data", len(texts))
     publish(root, lambda staging: write_tiny_model(staging, texts, sources), command="ray-efa train --local")
-    return TinyModel(root, root / "model", root / "data", len(texts))
+    return TinyModel(root, root / MODEL_FOLDER, root / "data", len(texts))

@@ -11,7 +11,7 @@ import pytest
 from ray_efa.cli import main
 from ray_efa.core.output_dir import RECORD_NAME
 from ray_efa.training.local import LOCAL_PRESET, TINY_MODEL_LAYER, local_settings, tiny_model_layer, wants_tiny_model
-from ray_efa.training.tiny_model import TINY_VOCAB, VOCAB, TinyModelError, license_texts
+from ray_efa.training.tiny_model import MODEL_FOLDER, TINY_VOCAB, VOCAB, TinyModelError, license_texts
 
 
 def run_cli(*argv: str) -> int:
@@ -32,12 +32,12 @@ def test_it_writes_a_model_folder_and_a_data_set_that_load(tmp_path, capsys):
     printed = capsys.readouterr().out
     # THEN it says where, and how to fine-tune it
     assert f"wrote {out}" in printed
-    assert f"-c modelPath={out / 'model'} -c dataset={out / 'data'} -c evalFraction=0.1" in printed
+    assert f"-c modelPath={out / MODEL_FOLDER} -c dataset={out / 'data'} -c evalFraction=0.1" in printed
     # the model folder is what modelPath takes: a Qwen2 config with room for the tokenizer, and a fast tokenizer
-    config = AutoConfig.from_pretrained(out / "model", local_files_only=True)
+    config = AutoConfig.from_pretrained(out / MODEL_FOLDER, local_files_only=True)
     assert (config.model_type, config.vocab_size) == ("qwen2", TINY_VOCAB)
-    assert (out / "model" / "model.safetensors").is_file()
-    tokenizer = AutoTokenizer.from_pretrained(out / "model", local_files_only=True)
+    assert (out / MODEL_FOLDER / "model.safetensors").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(out / MODEL_FOLDER, local_files_only=True)
     assert len(tokenizer) == VOCAB and tokenizer.eos_token == "<|endoftext|>"
     assert tokenizer.decode(tokenizer("Permission is hereby granted")["input_ids"]) == "Permission is hereby granted"
     # the data set is what dataset takes: parquet files with a text column of this machine's license paragraphs
@@ -49,7 +49,7 @@ def test_it_writes_a_model_folder_and_a_data_set_that_load(tmp_path, capsys):
     assert sorted(rows) == sorted(license_texts(len(rows)))
     # where the text came from is written down, and the folder is recorded as ray-efa's
     assert "license files" in (out / "SOURCES.txt").read_text()
-    assert set(json.loads((out / RECORD_NAME).read_text())["entries"]) == {"model", "data", "SOURCES.txt"}
+    assert set(json.loads((out / RECORD_NAME).read_text())["entries"]) == {MODEL_FOLDER, "data", "SOURCES.txt"}
 
 
 def test_it_replaces_its_own_folder_and_refuses_any_other(tmp_path, capsys):
@@ -61,7 +61,7 @@ def test_it_replaces_its_own_folder_and_refuses_any_other(tmp_path, capsys):
     capsys.readouterr()
     # WHEN it writes both again THEN its own is replaced whole (exit 0)
     assert run_cli("tiny-model", str(ours)) == 0
-    assert sorted(p.name for p in ours.iterdir()) == [RECORD_NAME, "SOURCES.txt", "data", "model"]
+    assert sorted(p.name for p in ours.iterdir()) == sorted([RECORD_NAME, "SOURCES.txt", "data", MODEL_FOLDER])
     # and the other is refused with exit 2, one line naming the file, nothing written
     assert run_cli("tiny-model", str(theirs)) == 2
     err = capsys.readouterr().err
@@ -76,7 +76,7 @@ def test_a_file_is_refused_and_json_says_where_it_wrote(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["exit_code"] == 2
     assert run_cli("tiny-model", str(tmp_path / "new"), "--json") == 0
     record = json.loads(capsys.readouterr().out)
-    assert record["model_path"] == str(tmp_path / "new" / "model") and record["paragraphs"] >= 100
+    assert record["model_path"] == str(tmp_path / "new" / MODEL_FOLDER) and record["paragraphs"] >= 100
     assert record["context"] == {"modelPath": record["model_path"], "dataset": record["dataset"], "evalFraction": 0.1}
 
 
@@ -108,14 +108,14 @@ def test_the_local_layer_makes_the_cache_folder_once_and_holds_out_a_split(tmp_p
     # WHEN the local settings are made twice
     settings = local_settings()
     (root,) = (tmp_path / "tiny-model").iterdir()
-    made = os.stat(root / "model" / "model.safetensors").st_mtime_ns
+    made = os.stat(root / MODEL_FOLDER / "model.safetensors").st_mtime_ns
     name, again = tiny_model_layer(LOCAL_PRESET) or ("", {})
     # THEN they fine-tune the cache's folder with a held-out split evaluated twice, and the second use made nothing
     t = settings.training
-    assert (t.model_path, t.dataset) == (str(root / "model"), str(root / "data"))
+    assert (t.model_path, t.dataset) == (str(root / MODEL_FOLDER), str(root / "data"))
     assert (t.eval_fraction, t.eval_every, t.data_pool_size) == (0.1, 30, 0)
     assert (name, again["modelPath"]) == (TINY_MODEL_LAYER, t.model_path)
-    assert os.stat(root / "model" / "model.safetensors").st_mtime_ns == made
+    assert os.stat(root / MODEL_FOLDER / "model.safetensors").st_mtime_ns == made
     assert t.preset.vocab_size == TINY_VOCAB  # the architecture is the folder's config.json
 
 
