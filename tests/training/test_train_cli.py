@@ -13,6 +13,7 @@ from ray_efa.cli import train
 from ray_efa.core.context import parse_overrides, resolve_settings
 from ray_efa.training.local import LOCAL_PRESET
 from ray_efa.training.run_summary import find_summaries
+from ray_efa.training.tiny_model import MODEL_FOLDER
 
 
 def run_cli(*argv: str) -> int:
@@ -79,7 +80,7 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert "proves nothing about EFA (exit 3)" in out
     # having fine-tuned the tiny model folder it made in the model cache, on a data set it names, with an eval loss
     (root,) = (tmp_path / "model-cache" / "tiny-model").iterdir()
-    assert f"tiny model: fine-tuning modelPath {root / 'model'} on dataset {root / 'data'}" in out
+    assert f"tiny model: fine-tuning modelPath {root / MODEL_FOLDER} on dataset {root / 'data'}" in out
     assert f"data: {root / 'data'}, 0.1 of its documents held out" in out
     assert "| eval loss " in out and "unigram " in out
     # and the machine-readable summary that `ray-efa compare` reads from two runs' logs
