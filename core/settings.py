@@ -602,7 +602,9 @@ class TrainingSettings(_Section):
     report_every: int = setting(
         1, "reportEvery",
         "Measure metrics every N steps (and on the first and last): one all-reduce and a progress line, kept in the "
-        "history; ray.train.report is called at most once per Ray Train controller poll, so a report never waits.",
+        "history; ray.train.report is called at most once per Ray Train controller poll, so a metrics report never "
+        "waits; a checkpoint is reported at its own step, after its save, and may wait up to one poll (2 s) if the "
+        "previous report is not yet drained.",
         ge=1,
     )
     checkpoint_every: int = setting(0, "checkpointEvery", "Checkpoint every K steps; 0: only at the end.", ge=0)

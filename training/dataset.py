@@ -205,7 +205,7 @@ def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: 
     """{"train": ..., "eval": ...} (eval only with evalFraction or evalDataset) for TorchTrainer(datasets=...).
 
     model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it). world_size:
-    the ranks; an eval split with fewer sequences than ranks is a SettingsError (each rank needs one to evaluate).
+    the ranks; an eval split with no sequence is a SettingsError.
     The eval split is materialized here, once: every evaluation then streams the same rows from the object store
     instead of re-reading (and, with evalFraction, re-hashing) the whole data set.
     """
@@ -243,14 +243,14 @@ def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: 
         datasets[EVAL] = packed(held, list(held.files), EVAL, 0.0).materialize()
     if EVAL in datasets and world_size:
         rows = datasets[EVAL].count()  # materialized: counted, not read again
-        if rows < world_size:
+        if rows == 0:
             from ray_efa.core.settings import Problem, SettingsError
 
             key, value = ("evalFraction", t.eval_fraction) if t.eval_fraction > 0 else ("evalDataset", t.eval_dataset)
             raise SettingsError([Problem(key, value, (
-                f"holds {rows} held-out sequences of seqLen + 1 = {t.seq_len + 1} tokens after packing "
-                f"({rows * (t.seq_len + 1):,} tokens), fewer than the {world_size} ranks that each evaluate at least "
-                "one: hold out more documents, or lower seqLen"))])
+                f"holds no held-out sequence of seqLen + 1 = {t.seq_len + 1} tokens after packing (each document's "
+                "tokens are packed into rows, and a tail shorter than a row is dropped): hold out more documents, "
+                "or lower seqLen"))])
     return datasets
 
 
@@ -298,11 +298,12 @@ def quiet_ray_data() -> None:
 
 
 def data_config() -> DataConfig:
-    """Ray Train's DataConfig: every dataset split across the ranks, in a deterministic order (see the docstring)."""
+    """Ray Train's DataConfig: the train split cut into one shard per rank, in a deterministic order (see the
+    docstring); the eval split goes whole to every rank, which evaluates its slice of it (training.evaluate)."""
     from ray.data import ExecutionOptions
     from ray.train import DataConfig
 
-    return DataConfig(datasets_to_split="all",
+    return DataConfig(datasets_to_split=[TRAIN],
                       execution_options=ExecutionOptions(preserve_order=True, verbose_progress=False))
 
 

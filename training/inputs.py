@@ -76,6 +76,7 @@ class Inputs:
         self.world_size: int
         self.vocab_size: int
         self.t, self.world_size, self.vocab_size = t, world_size, vocab_size
+        self.rank: int = rank
         self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size,
                                                  seed=t.seed, rank=rank, pool_size=t.data_pool_size)
         self.shard: ShardBatches | None = None
@@ -85,7 +86,7 @@ class Inputs:
                                       row_tokens=t.seq_len + 1, seed=t.seed, world_size=world_size,
                                       what=f"dataset {t.dataset}", **data_state)
         held_out = t.dataset is not None and (t.eval_fraction > 0 or t.eval_dataset is not None)
-        self.eval_shard: DataIterator | None = _shard(EVAL) if held_out else None
+        self.eval_split: DataIterator | None = _shard(EVAL) if held_out else None
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Micro-batch `index` (1-based) of this rank: random tokens are a function of it, shards come in order."""
@@ -98,10 +99,10 @@ class Inputs:
     def eval_due(self, step: int) -> bool:
         """Evaluate after `step`: every evalEvery steps and after the last one (the same on every rank)."""
         every = self.t.eval_every
-        return self.eval_shard is not None and (step == self.t.steps or (every > 0 and step % every == 0))
+        return self.eval_split is not None and (step == self.t.steps or (every > 0 and step % every == 0))
 
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
-        assert self.eval_shard is not None
-        return evaluate(model, self.eval_shard, micro_batch=self.t.micro_batch_size, max_batches=self.t.eval_batches,
-                        device=device, world_size=self.world_size, row_tokens=self.t.seq_len + 1,
+        assert self.eval_split is not None
+        return evaluate(model, self.eval_split, micro_batch=self.t.micro_batch_size, max_batches=self.t.eval_batches,
+                        device=device, rank=self.rank, world_size=self.world_size, row_tokens=self.t.seq_len + 1,
                         vocab_size=self.vocab_size)

@@ -1,5 +1,5 @@
 """Gradient accumulation gives the gradient of the whole batch, and bf16 on the wire keeps fp32 accumulation: real
-FSDP2 on 2 gloo ranks, comparing the gradients themselves.
+FSDP2 on 2 gloo ranks, and HSDP on 4 (2 "nodes" of a shard group of 2), comparing the gradients themselves.
 
 AdamW normalizes a gradient by its own running scale and clipping rescales it, so a loss curve cannot see a constant
 factor on the gradient (removing train_step's 1/k scaling broke no test before this one). Here the optimizer is SGD
@@ -24,7 +24,7 @@ from ray_efa.training.parallelize import Bf16WireReduceScatter, ParallelPlan, gr
 from ray_efa.training.train import train_step
 from tests.training.gloo_ranks import end_rank
 
-WORLD, SEQ = 2, 32
+SEQ = 32
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
@@ -32,10 +32,10 @@ pytestmark = pytest.mark.xdist_group("gloo-spawn")
 class _SpyWire(Bf16WireReduceScatter):
     """The bf16-wire reduce-scatter, recording what it was handed and what it sent."""
 
-    calls: list[tuple[str, str]] = []
+    calls: list[tuple[str, str, int]] = []
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-        _SpyWire.calls.append((str(input_tensor.dtype), str(output_tensor.dtype)))
+        _SpyWire.calls.append((str(input_tensor.dtype), str(output_tensor.dtype), dist.get_world_size(group)))
         return super().__call__(output_tensor, input_tensor, group, op, async_op)
 
 
@@ -43,16 +43,19 @@ def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
 
-def _worker(rank: int, store_path: str, out_path: str, mode: str) -> None:
+def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     accumulation = 1 if mode == "k1" else 2
-    plan = ParallelPlan(replicas=2 if mode == "hsdp-k2" else 1)
-    if mode == "bf16wire-k2":
-        # what gradient_precision gives a GPU with bf16 reduction and accumulation: fp32 policy, bf16 wire
-        plan = ParallelPlan(mixed_precision=MixedPrecisionPolicy(reduce_dtype=torch.float32))
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), plan)
-    if mode == "bf16wire-k2":
+    wire = "bf16wire" in mode
+    # HSDP: 2 replicas of a shard group of world / 2 ranks (at world 4, a reduce-scatter over 2 ranks inside each
+    # "node", then the all-reduce across the 2 "nodes")
+    replicas = 2 if mode.startswith("hsdp") else 1
+    # what gradient_precision gives a GPU with bf16 reduction and accumulation: fp32 policy, bf16 wire
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
+                        ParallelPlan(replicas=replicas, mixed_precision=policy))
+    if wire:
         spy = _SpyWire()
         for module in (*model.layers, model):
             module.set_custom_reduce_scatter(spy)
@@ -70,9 +73,9 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str) -> None:
     end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
 
 
-def _run(tmp_path, mode: str) -> dict:
-    out = tmp_path / f"{mode}.json"
-    mp.spawn(_worker, args=(str(tmp_path / f"store-{mode}"), str(out), mode), nprocs=WORLD, join=True)
+def _run(tmp_path, mode: str, world: int) -> dict:
+    out = tmp_path / f"{mode}-w{world}.json"
+    mp.spawn(_worker, args=(str(tmp_path / f"store-{mode}-w{world}"), str(out), mode, world), nprocs=world, join=True)
     result = json.loads(out.read_text())
     result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
     return result
@@ -81,7 +84,10 @@ def _run(tmp_path, mode: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("accumulation")
-    return {mode: _run(tmp, mode) for mode in ("k1", "fsdp-k2", "hsdp-k2", "bf16wire-k2")}
+    # (mode, world size): at world 2 plain FSDP; at world 4 HSDP with a shard group of 2, each against its own
+    # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2)
+    cases = (("k1", 2), ("fsdp-k2", 2), ("bf16wire-k2", 2), ("k1", 4), ("hsdp-k2", 4), ("hsdp-bf16wire-k2", 4))
+    return {(mode, world): _run(tmp, mode, world) for mode, world in cases}
 
 
 def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -90,25 +96,31 @@ def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
     return (num / den) ** 0.5
 
 
-@pytest.mark.parametrize("mode", ["fsdp-k2", "hsdp-k2"])
-def test_two_accumulated_micro_batches_give_the_gradient_of_one_batch_of_both(runs, mode):
-    # GIVEN each rank's 2 sequences as one micro-batch, and as 2 accumulated micro-batches of 1 (fsdp, and hsdp
-    # replicated over the 2 ranks)
-    one, two = runs["k1"]["gradients"], runs[mode]["gradients"]
+@pytest.mark.parametrize(("mode", "world"), [("fsdp-k2", 2), ("hsdp-k2", 4)])
+def test_two_accumulated_micro_batches_give_the_gradient_of_one_batch_of_both(runs, mode, world):
+    # GIVEN each rank's 2 sequences as one micro-batch, and as 2 accumulated micro-batches of 1 (FSDP over 2 ranks,
+    # and HSDP: 2 replicas of a shard group of 2)
+    one, two = runs[("k1", world)]["gradients"], runs[(mode, world)]["gradients"]
     # THEN every parameter's gradient is the same (fp32: only summation order differs) - not twice it
     assert _relative_difference(two, one) < 1e-5
     assert sum(float(g.abs().sum()) for g in one.values()) > 0  # and there was a gradient to compare
 
 
-def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs):
-    # GIVEN the same accumulated step with the reduce-scatter cast to bf16 for the wire (Bf16WireReduceScatter)
-    one, wire = runs["k1"]["gradients"], runs["bf16wire-k2"]
+@pytest.mark.parametrize(("mode", "world", "shard_group"), [("bf16wire-k2", 2, 2), ("hsdp-bf16wire-k2", 4, 2)])
+def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs, mode, world, shard_group):
+    # GIVEN the same accumulated step with the reduce-scatter cast to bf16 for the wire (Bf16WireReduceScatter),
+    # under FSDP over 2 ranks and under HSDP, where it runs inside each shard group of 2
+    one, wire = runs[("k1", world)]["gradients"], runs[(mode, world)]
     # THEN the gradient is the fp32 one within bf16 rounding, and not exactly it (the wire really was bf16)
     difference = _relative_difference(wire["gradients"], one)
     assert 0 < difference < 1e-2
-    # and FSDP2 handed the comm the fp32 sum of both micro-batches, once per FSDP unit (the layers and the root),
-    # not once per micro-batch: accumulation stayed fp32, only the sent copy was bf16
-    assert wire["wire"] == [["torch.float32", "torch.float32"]] * (model_preset("tiny").num_hidden_layers + 1)
+    # and FSDP2 handed the comm fp32 gradients over the shard group, once per FSDP unit (the layers and the root):
+    # under FSDP the fp32 sum of both micro-batches, once per step; under HSDP, which keeps reducing inside the node
+    # and holds back only the all-reduce across nodes, once per micro-batch, each fp32 shard added to the held one.
+    # Either way accumulation stayed fp32; only the sent copy was bf16
+    units = model_preset("tiny").num_hidden_layers + 1
+    per_step = 2 if mode.startswith("hsdp") else 1
+    assert wire["wire"] == [["torch.float32", "torch.float32", shard_group]] * units * per_step
 
 
 def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():

@@ -4,7 +4,8 @@
 The first test runs the driver as the RayJob does, in a child process under a timeout: before the local cluster kept
 CPUs for Ray Data, a dataset read there waited forever (Ray Train takes the workers' CPUs out of Ray Data's budget),
 so a hang fails it instead of stalling the suite. The others share one Ray instance: a resumed run sees exactly the
-data an uninterrupted one sees, across an epoch boundary, and a data set smaller than one step says how small.
+data an uninterrupted one sees, across an epoch boundary; a data set smaller than one step says how small; every
+held-out row is evaluated, even one row for two ranks.
 """
 
 from __future__ import annotations
@@ -123,14 +124,27 @@ def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluste
         driver.fit(settings, local=True, name="too-small")
 
 
-def test_an_eval_split_smaller_than_the_ranks_is_refused_before_training(ray_cluster, tmp_path, fine_tune_inputs, texts):
+def test_an_eval_split_smaller_than_the_ranks_is_evaluated_whole(ray_cluster, tmp_path, fine_tune_inputs, texts):
+    # GIVEN an evalDataset of one short document: one packed row of 129 tokens for two ranks (Ray Train's equal
+    # split would give each rank none of it)
+    artifacts.write_parquet(tmp_path / "held-out", [texts[0][:400]], files=1)
+    settings = Settings.from_context({**RESUME, **fine_tune_inputs, "steps": 2, "checkpointEvery": 0,
+                                      "evalFraction": 0.0, "evalDataset": str(tmp_path / "held-out"),
+                                      "storagePath": str(tmp_path)})
+    # WHEN it trains THEN the eval loss is that row's: its 128 target tokens, counted once
+    summary = driver.fit(settings, local=True, name="eval-one-row").return_value["summary"]
+    assert (summary["eval_step"], summary["eval_tokens"]) == (2, 128)
+    assert math.isfinite(summary["eval_loss"])
+
+
+def test_an_empty_eval_split_is_refused_before_training(ray_cluster, tmp_path, fine_tune_inputs, texts):
     from ray_efa.core.settings import SettingsError
 
-    # GIVEN an evalDataset of one short document: one packed row for two ranks
-    artifacts.write_parquet(tmp_path / "held-out", [texts[0][:400]], files=1)
+    # GIVEN an evalDataset of a document shorter than one packed row of seqLen + 1 = 129 tokens
+    artifacts.write_parquet(tmp_path / "held-out", [texts[0][:60]], files=1)
     settings = Settings.from_context({**RESUME, **fine_tune_inputs, "evalFraction": 0.0,
                                       "evalDataset": str(tmp_path / "held-out"), "storagePath": str(tmp_path)})
-    # WHEN the driver builds the data sets THEN it refuses, naming evalDataset and how much it holds
-    with pytest.raises(SettingsError, match=r"evalDataset: holds 1 held-out sequences of seqLen \+ 1 = 129 tokens "
-                                            r"after packing \(129 tokens\), fewer than the 2 ranks"):
-        driver.fit(settings, local=True, name="eval-too-small")
+    # WHEN the driver builds the data sets THEN it refuses, naming evalDataset and why it is empty
+    with pytest.raises(SettingsError, match=r"evalDataset: holds no held-out sequence of seqLen \+ 1 = 129 tokens "
+                                            r"after packing"):
+        driver.fit(settings, local=True, name="eval-empty")

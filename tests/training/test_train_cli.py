@@ -130,3 +130,27 @@ def test_cluster_run_away_from_a_cluster_says_so(capsys, monkeypatch, tmp_path):
     assert code == 1
     assert "no Ray cluster to join" in capsys.readouterr().err
     assert not ray.is_initialized()
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_local_run_starts_its_own_cluster_whatever_ray_address_names(monkeypatch):
+    import ray
+
+    from ray_efa.training import driver
+
+    # GIVEN RAY_ADDRESS naming another cluster: here an address where nothing listens, so joining it would fail
+    # (a joined cluster would also be another Ray instance on the machine, and its jobs' workers)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    for name in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "RAY_TRAIN_ENABLE_PRINT_PATCH"):
+        monkeypatch.setenv(name, os.environ.get(name, "0.2" if name.endswith("_S") else "0"))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    try:
+        # WHEN the local driver starts Ray
+        driver.init_ray(local=True)
+        # THEN it is the run's own cluster, started here, not the one RAY_ADDRESS named
+        assert ray.is_initialized()
+        assert ray.get_runtime_context().gcs_address != "127.0.0.1:1"
+        assert os.environ.get("RAY_ADDRESS") != "127.0.0.1:1"
+    finally:
+        ray.shutdown()
