@@ -266,7 +266,6 @@ def _linear_parameters(p: ModelPreset) -> int:
 
 def _collectives(
     t: TrainingSettings, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int, fp8: bool = False,
-    inter_reduce_bytes: int | None = None,
 ) -> list[Collective]:
     p = t.preset
     params = p.num_parameters
@@ -279,7 +278,6 @@ def _collectives(
     gather_fwd = (_BF16 * params - saved) / 1e9
     gather_bwd = (_BF16 * (params - root - last) - (saved - last_saved)) / 1e9
     grads = reduce_bytes * params / 1e9
-    inter_grads = (inter_reduce_bytes or reduce_bytes) * params / 1e9
     out: list[Collective] = []
     if strategy == "fsdp" or nodes == 1:
         if world == 1:
@@ -305,8 +303,8 @@ def _collectives(
         ):
             out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share,
                                   per_micro_batch=True))
-    out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=inter_grads, calls=1,
-                          wire_gb=inter_grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
+    out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=grads, calls=1,
+                          wire_gb=grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
     return out
 
 
@@ -340,11 +338,10 @@ def predict(
     fp8 = (precision or t.precision) == "fp8"
     if fp8 and not gpu.has_fp8:  # core.settings refuses precision fp8 here first, naming it
         raise ValueError(f"precision fp8 needs fp8 tensor cores; the {gpu.name} of {instance.name} has none")
+    # With accumulation, gradients are accumulated in fp32 and only the wire copy is bf16 (training.parallelize),
+    # inside the node and, under hsdp, across nodes too (its own all-reduce: FSDP2's native one would send fp32).
     reduce_bytes = 2 if reduce == "bf16" else 4
-    # With accumulation, gradients are accumulated in fp32 (training.parallelize): hsdp's partial sums, which FSDP2
-    # keeps in the reduction dtype, cross the nodes in fp32 then; bf16 stays on the reduce-scatter inside the node.
     hsdp_across = strategy == "hsdp" and nodes > 1
-    inter_reduce_bytes = 4 if (hsdp_across and t.accumulation_steps > 1) else reduce_bytes
 
     tokens = t.micro_batch_size * t.seq_len
     recompute = 4 / 3 if t.checkpointing else 1
@@ -367,7 +364,7 @@ def predict(
     shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
-    collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes, fp8, inter_reduce_bytes))
+    collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes, fp8))
     # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step.
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
     for c in collectives:
@@ -395,5 +392,5 @@ def predict(
         step_time_s=step, tokens_per_s_per_gpu=per_gpu, mfu=per_gpu * p.flops_per_token(t.seq_len) / peak,
         mfu_causal=per_gpu * flops_per_token_causal(p, t.seq_len) / peak, bottleneck=bottleneck,
         collectives=collectives, precision="fp8" if fp8 else "bf16",
-        reduce_dtype="fp32" if inter_reduce_bytes == 4 else "bf16", nodes=nodes, gpus_per_node=g,
+        reduce_dtype="fp32" if reduce_bytes == 4 else "bf16", nodes=nodes, gpus_per_node=g,
     )

@@ -318,7 +318,8 @@ def scaling_chart(scaling: Mapping[str, Any]) -> Figure:
     if nothing_fits:
         handles.append(Patch(color="#d62728", alpha=0.12, label="no strategy fits GPU memory"))
     axes[0, 0].legend(handles=handles, loc="upper left", fontsize="small", ncol=2)
-    figure.suptitle(f"Predicted scaling of {scaling['model']} ({scaling['batch']}) on {scaling['instance']}",
+    # two lines: model, batch and instance type on one overflow the figure's width
+    figure.suptitle(f"Predicted scaling of {scaling['model']} on {scaling['instance']}\n({scaling['batch']})",
                     fontweight="bold")
     axes[0, 0].set_title("core.perf's step-time model: a lead, not a measurement; cost: the whole stack at on-demand "
                          "prices", loc="left", fontsize="small")

@@ -49,6 +49,7 @@ class CausalLM(nn.Module):
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
         self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
+        self.replica_all_reduce: list = []  # set by parallelize(): HSDP's own bf16-wire all-reduce hooks, if any
         self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
         self.fp8_all_gather = False  # set by parallelize(): whether FSDP2 all-gathers those weights in fp8
 

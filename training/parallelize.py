@@ -8,8 +8,10 @@ network until the last micro-batch: plain FSDP skips its reduce-scatter (and kee
 HSDP keeps reducing inside the node and skips only the all-reduce across nodes.
 
 gradReduceDtype bf16 keeps fp32 accumulation: FSDP2 adds held-back gradients in its reduction dtype, so with
-accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy (HSDP's cross-node partial sums
-stay fp32). precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a
+accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy. FSDP2's native HSDP would then
+all-reduce the partial sums across nodes in fp32, and it takes no custom all-reduce; so HSDP with a bf16 wire shards
+each node 1-D over its shard group and all-reduces across nodes itself, in bf16, from FSDP2's all-reduce hook
+(Bf16WireReplicaAllReduce): the sums stay fp32, only the network copy is bf16. precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a
 weight is sharded over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
-    "Bf16WireReduceScatter", "after_optimizer_step", "TORCHAO_VERSION",
+    "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "after_optimizer_step", "TORCHAO_VERSION",
 ]
 
 
@@ -60,7 +62,8 @@ class ParallelPlan:
     replicas: int = 1
     """HSDP: replicate over this many groups of ranks (the nodes) and shard within each; 1 is plain FSDP."""
     bf16_wire: bool = False
-    """Bf16WireReduceScatter on every FSDP unit (bf16 reduction with accumulation)."""
+    """Bf16WireReduceScatter on every FSDP unit (bf16 reduction with accumulation); with replicas > 1, also the
+    all-reduce across replicas in bf16 (Bf16WireReplicaAllReduce)."""
     fp8: bool = False
     """torchao float8 training of the decoder-layer linears (GPU only)."""
     fp8_all_gather: bool | None = None
@@ -97,6 +100,46 @@ class Bf16WireReduceScatter(ReduceScatter):
         reduce_scatter(wire_out, input_tensor.to(torch.bfloat16), op=op, group=group)  # pyright: ignore[reportArgumentType]
         output_tensor.copy_(wire_out)
         return None
+
+
+class Bf16WireReplicaAllReduce:
+    """HSDP's all-reduce across the replicas (the nodes) with a bf16 wire, as FSDP2's all-reduce hook of one FSDP unit
+    sharded 1-D over its node's shard group (`set_all_reduce_hook`, torch >= 2.7).
+
+    FSDP2 calls it after each micro-batch's reduce-scatter inside the node, on its all-reduce stream, with the fp32
+    shard of this unit's gradients; what it leaves there FSDP2 adds into the sharded `.grad`s. Before the last
+    micro-batch (`last` False, set by set_gradient_sync) it sends nothing: the first call's shard becomes the `.grad`s'
+    storage (FSDP2 views it, in the reduction dtype = the fp32 parameters' dtype), and FSDP2 adds the later
+    micro-batches' into it, in fp32, as native HSDP adds its partial sums. At the last micro-batch the held sum and
+    this shard are added, cast to bf16 for one all-reduce across the replicas, and put back in fp32, divided by the
+    replicas (the reduce-scatter already averaged over the shard group): the mean over every rank.
+    """
+
+    def __init__(self, group: dist.ProcessGroup, replicas: int, owner: torch.nn.Parameter) -> None:
+        self.group, self.replicas, self.owner = group, replicas, owner
+        self.last = True
+        self._held: torch.Tensor | None = None
+
+    def __call__(self, reduce_output: torch.Tensor) -> None:
+        import torch.distributed as dist
+
+        if not self.last:
+            if self._held is None:
+                self._held = reduce_output  # FSDP2 makes it the .grads' storage right after this call
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            grad = self.owner.grad
+            local = getattr(grad, "_local_tensor", grad)
+            if local is None or local.untyped_storage().data_ptr() != held.untyped_storage().data_ptr():
+                # FSDP2 copied the first shard instead of viewing it: the held sum is not the .grads' (a torch change)
+                raise RuntimeError("Bf16WireReplicaAllReduce: FSDP2 no longer keeps the sharded gradients in the "
+                                   "reduce-scatter's output; use gradReduceDtype fp32 or sharding fsdp")
+            reduce_output += held
+            held.zero_()  # the .grads: FSDP2 adds the all-reduced sum into them next
+        wire = reduce_output.to(torch.bfloat16)
+        dist.all_reduce(wire, group=self.group)
+        reduce_output.copy_(wire).div_(self.replicas)
 
 
 def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
@@ -137,7 +180,11 @@ def _mesh(model: CausalLM, replicas: int):
 def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
     """Whether this micro-batch's backward sends gradients across the network (False until the last micro-batch)."""
     sharded = cast(FSDPModule, model)  # parallelize()'s fully_shard made the model's class an FSDPModule
-    if getattr(model, "hsdp", False):
+    hooks: list[Bf16WireReplicaAllReduce] = getattr(model, "replica_all_reduce", [])
+    if hooks:  # HSDP with a bf16 wire: FSDP2 reduces inside the node at every micro-batch, the hooks hold back
+        for hook in hooks:
+            hook.last = sync
+    elif getattr(model, "hsdp", False):
         sharded.set_requires_all_reduce(sync, recurse=True)
     else:
         sharded.set_requires_gradient_sync(sync, recurse=True)
@@ -163,8 +210,10 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
     mp: dict[str, Any] = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     mesh = _mesh(model, plan.replicas)
+    # HSDP with a bf16 wire: 1-D FSDP over the node's shard group, the all-reduce across nodes ours (see above)
+    own_all_reduce = mesh is not None and plan.bf16_wire
     if mesh is not None:
-        mp["mesh"] = mesh
+        mp["mesh"] = mesh["shard"] if own_all_reduce else mesh
     for index, layer in enumerate(layers):
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
         fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
@@ -173,6 +222,15 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         comm = Bf16WireReduceScatter()
         for module in (*layers, model):
             cast(FSDPModule, module).set_custom_reduce_scatter(comm)
+    model.replica_all_reduce = []
+    if own_all_reduce:
+        assert mesh is not None
+        in_layers = {id(p) for layer in layers for p in layer.parameters()}
+        root_param = next(p for p in model.parameters() if id(p) not in in_layers)  # the root unit's own
+        for module, owner in ((*zip(layers, (next(layer.parameters()) for layer in layers)), (model, root_param))):
+            hook = Bf16WireReplicaAllReduce(mesh.get_group("replicate"), plan.replicas, owner)
+            cast(FSDPModule, module).set_all_reduce_hook(hook)
+            model.replica_all_reduce.append(hook)
     model.hsdp = mesh is not None
     model.fp8 = plan.fp8
     model.fp8_all_gather = fp8_all_gather

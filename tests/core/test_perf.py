@@ -80,13 +80,14 @@ def test_hsdp_sends_only_the_gradient_all_reduce_between_nodes_and_bf16_halves_i
     assert fp32.network_s < _evaluate(s, strategy_="fsdp").network_s
 
 
-def test_with_accumulation_hsdp_sends_fp32_partial_sums_between_nodes_and_fsdp_keeps_bf16():
-    # GIVEN bf16 reduction with 4 accumulated micro-batches: gradients are accumulated in fp32 (training.parallelize),
-    # and FSDP2 keeps hsdp's partial sums in the reduction dtype, so they cross the nodes in fp32
+def test_with_accumulation_bf16_reduction_sends_bf16_between_nodes_under_hsdp_and_fsdp():
+    # GIVEN bf16 reduction with 4 accumulated micro-batches: gradients are accumulated in fp32 and only the wire copy
+    # is bf16 (training.parallelize), hsdp's all-reduce across nodes included (Bf16WireReplicaAllReduce)
     s = fixed_settings({"gradAccumulation": 4})
     hsdp, fsdp = _evaluate(s, reduce="bf16"), _evaluate(s, strategy_="fsdp", reduce="bf16")
     (inter,) = [c for c in hsdp.collectives if c.link == "inter"]
-    assert inter.size_gb == pytest.approx(4 * P / 1e9) and hsdp.reduce_dtype == "fp32"
+    assert inter.size_gb == pytest.approx(2 * P / 1e9) and hsdp.reduce_dtype == "bf16"
+    assert inter.size_gb == pytest.approx(_evaluate(s, reduce="fp32").collectives[-1].size_gb / 2)
     # while fsdp's reduce-scatter, cast to bf16 for the wire only, sends 2 bytes per parameter
     (scatter,) = [c for c in fsdp.collectives if c.link == "inter" and c.name.startswith("reduce-scatter")]
     assert scatter.size_gb == pytest.approx(2 * P / 1e9) and fsdp.reduce_dtype == "bf16"

@@ -54,7 +54,15 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
     # what gradient_precision gives a GPU with bf16 reduction and accumulation: fp32 policy, bf16 wire
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
     model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
-                        ParallelPlan(replicas=replicas, mixed_precision=policy))
+                        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire))
+    all_reduces: list[tuple[str, int]] = []
+    real_all_reduce = dist.all_reduce
+
+    def counted_all_reduce(tensor, *args, group=None, **kwargs):
+        all_reduces.append((str(tensor.dtype), dist.get_world_size(group)))
+        return real_all_reduce(tensor, *args, group=group, **kwargs)
+
+    dist.all_reduce = counted_all_reduce  # the gradients' all-reduces across replicas, if any (this process only)
     if wire:
         spy = _SpyWire()
         for module in (*model.layers, model):
@@ -69,7 +77,7 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
     if rank == 0:
         gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
         with open(out_path, "w") as f:
-            json.dump({"gradients": gradients, "wire": _SpyWire.calls}, f)
+            json.dump({"gradients": gradients, "wire": _SpyWire.calls, "all_reduces": all_reduces}, f)
     end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
 
 
@@ -121,6 +129,10 @@ def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs, m
     units = model_preset("tiny").num_hidden_layers + 1
     per_step = 2 if mode.startswith("hsdp") else 1
     assert wire["wire"] == [["torch.float32", "torch.float32", shard_group]] * units * per_step
+    # and under HSDP the all-reduce across the 2 replicas ("nodes") went in bf16, once per unit and step: the fp32
+    # partial sums of both micro-batches, added before the one send (FSDP2's native HSDP would send them in fp32)
+    replicas = world // shard_group
+    assert wire["all_reduces"] == ([["torch.bfloat16", replicas]] * units if replicas > 1 else [])
 
 
 def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():

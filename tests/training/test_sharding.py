@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
@@ -44,10 +45,14 @@ def _count_collectives(counts: collections.Counter) -> None:
         setattr(dist, name, counted)
 
 
-def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulation: int) -> None:
+def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulation: int, wire: bool) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(replicas=replicas))
+    # wire: bf16 on the wire with fp32 accumulation, as a GPU runs gradReduceDtype bf16 with accumulation (under HSDP
+    # each node's FSDP is 1-D and the all-reduce across nodes is Bf16WireReplicaAllReduce)
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
+                        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire))
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     # Each rank's 2 sequences of a step, split into `accumulation` micro-batches of equal size.
     # A small pool of sequences the model can memorize, so that the loss falls within a few steps.
@@ -69,17 +74,17 @@ def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulati
     end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
 
 
-def _run(tmp_path, replicas: int, accumulation: int) -> dict:
-    out = tmp_path / f"r{replicas}-k{accumulation}.json"
-    mp.spawn(_worker, args=(str(tmp_path / f"store-{replicas}-{accumulation}"), str(out), replicas, accumulation),
-             nprocs=WORLD, join=True)
-    return json.loads(out.read_text())
+def _run(tmp_path, replicas: int, accumulation: int, wire: bool = False) -> dict:
+    name = f"r{replicas}-k{accumulation}{'-wire' if wire else ''}"
+    mp.spawn(_worker, args=(str(tmp_path / f"store-{name}"), str(tmp_path / f"{name}.json"), replicas, accumulation,
+                            wire), nprocs=WORLD, join=True)
+    return json.loads((tmp_path / f"{name}.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sharding")
-    return {(r, k): _run(tmp, r, k) for r in (1, 2) for k in (1, 2)}
+    return {**{(r, k): _run(tmp, r, k) for r in (1, 2) for k in (1, 2)}, (2, 2, "wire"): _run(tmp, 2, 2, wire=True)}
 
 
 def test_fsdp_hsdp_and_accumulation_train_to_the_same_losses(runs):
@@ -90,6 +95,17 @@ def test_fsdp_hsdp_and_accumulation_train_to_the_same_losses(runs):
     for key in ((1, 2), (2, 1), (2, 2)):
         assert runs[key]["losses"] == pytest.approx(reference, rel=1e-5), key
     assert runs[(2, 1)]["hsdp"] and not runs[(1, 1)]["hsdp"]
+
+
+def test_hsdp_with_a_bf16_wire_trains_to_the_same_losses_within_bf16_rounding(runs):
+    # GIVEN HSDP on the 2 x 2 mesh with 2 accumulated micro-batches, bf16 on the wire inside and across the "nodes"
+    # (fp32 partial sums; clipping and AdamW over the 1-D sharded gradients, 3 steps)
+    reference, wire = runs[(1, 1)]["losses"], runs[(2, 2, "wire")]
+    # THEN it trains to the fp32 run's losses within bf16 rounding, across steps (the held sums start over each step)
+    assert wire["losses"] == pytest.approx(reference, rel=1e-3)
+    assert wire["hsdp"]
+    # with the all-reduce across the 2 "nodes" once per unit and optimizer step (ours: FSDP2's is not called)
+    assert wire["counts"].get("all_reduce/2") == 3 * STEPS
 
 
 def test_accumulation_sends_gradients_across_nodes_once_per_optimizer_step(runs):
