@@ -68,10 +68,31 @@ def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulati
         torch.distributed.all_reduce(mean)
         counts["all_reduce/4"] -= 1  # the loss average above is ours, not FSDP2's
         losses.append(mean.item() / WORLD)
+    result = {"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}
+    if wire:  # its DCP checkpoint (1-D shards, replicated across the "nodes") loads into plain FSDP over all 4
+        result["restored_max_difference"] = _checkpoint_round_trip(model, optimizer, out_path + ".ckpt")
     if rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}, f)
+            json.dump(result, f)
     end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
+
+
+def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
+    """Save model and AdamW state as training.checkpoint does, load them into a fresh plain-FSDP model; the largest
+    parameter difference."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
+    fresh = parallelize(build_model(model_preset("tiny"), seed=1, device=CPU), ParallelPlan())
+    fresh_optimizer = build_optimizer(fresh, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
+    model_state, optimizer_state = get_state_dict(fresh, fresh_optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=directory)
+    set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    saved = dict(model.named_parameters())
+    return max(float((p.full_tensor() - saved[n].full_tensor()).abs().max()) for n, p in fresh.named_parameters())
 
 
 def _run(tmp_path, replicas: int, accumulation: int, wire: bool = False) -> dict:
@@ -106,6 +127,8 @@ def test_hsdp_with_a_bf16_wire_trains_to_the_same_losses_within_bf16_rounding(ru
     assert wire["hsdp"]
     # with the all-reduce across the 2 "nodes" once per unit and optimizer step (ours: FSDP2's is not called)
     assert wire["counts"].get("all_reduce/2") == 3 * STEPS
+    # and its checkpoint (each "node" holding the same 1-D shards) loads into plain FSDP over all 4 ranks, exactly
+    assert wire["restored_max_difference"] == 0.0
 
 
 def test_accumulation_sends_gradients_across_nodes_once_per_optimizer_step(runs):
