@@ -10,6 +10,7 @@ what lets the loss read the projection weight directly instead of asking the mod
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +50,8 @@ class CausalLM(nn.Module):
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
         self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
-        self.replica_all_reduce: list = []  # set by parallelize(): HSDP's own bf16-wire all-reduce hooks, if any
+        # set by parallelize(): HSDP's own bf16-wire all-reduce hooks, one per FSDP unit, if any
+        self.replica_all_reduce: list[Callable[[torch.Tensor], None]] = []
         self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
         self.fp8_all_gather = False  # set by parallelize(): whether FSDP2 all-gathers those weights in fp8
 

@@ -116,8 +116,13 @@ class Bf16WireReplicaAllReduce:
     """
 
     def __init__(self, group: dist.ProcessGroup, replicas: int, owner: torch.nn.Parameter) -> None:
-        self.group, self.replicas, self.owner = group, replicas, owner
-        self.last = True
+        self.group: dist.ProcessGroup = group
+        """The replicate group: the same shard rank on every node."""
+        self.replicas: int = replicas
+        self.owner: torch.nn.Parameter = owner
+        """A parameter of this unit, whose .grad must view the held sum (checked at the send)."""
+        self.last: bool = True
+        """Whether this micro-batch is the step's last: send (set_gradient_sync)."""
         self._held: torch.Tensor | None = None
 
     def __call__(self, reduce_output: torch.Tensor) -> None:
