@@ -11,8 +11,10 @@ gradReduceDtype bf16 keeps fp32 accumulation: FSDP2 adds held-back gradients in 
 accumulation the policy stays fp32 and Bf16WireReduceScatter casts only the wire copy. FSDP2's native HSDP would then
 all-reduce the partial sums across nodes in fp32, and it takes no custom all-reduce; so HSDP with a bf16 wire shards
 each node 1-D over its shard group and all-reduces across nodes itself, in bf16, from FSDP2's all-reduce hook
-(Bf16WireReplicaAllReduce): the sums stay fp32, only the network copy is bf16. precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a
-weight is sharded over more than one rank.
+(Bf16WireReplicaAllReduce): the sums stay fp32, only the network copy is bf16.
+
+precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a weight is sharded
+over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
