@@ -200,12 +200,11 @@ def _read(files: DataFiles, order: list[str]) -> Dataset:
     return dataset.select_columns([files.column])
 
 
-def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: int,
-                   world_size: int | None = None) -> dict[str, Dataset]:
+def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: int) -> dict[str, Dataset]:
     """{"train": ..., "eval": ...} (eval only with evalFraction or evalDataset) for TorchTrainer(datasets=...).
 
-    model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it). world_size:
-    the ranks; an eval split with no sequence is a SettingsError.
+    model_folder: where modelPath's tokenizer is on this machine (a text column is tokenized with it). An eval split
+    with no sequence is a SettingsError.
     The eval split is materialized here, once: every evaluation then streams the same rows from the object store
     instead of re-reading (and, with evalFraction, re-hashing) the whole data set.
     """
@@ -241,7 +240,7 @@ def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: 
         datasets[EVAL] = packed(train, list(train.files), EVAL, t.eval_fraction).materialize()
     elif held is not None:
         datasets[EVAL] = packed(held, list(held.files), EVAL, 0.0).materialize()
-    if EVAL in datasets and world_size:
+    if EVAL in datasets:
         rows = datasets[EVAL].count()  # materialized: counted, not read again
         if rows == 0:
             from ray_efa.core.settings import Problem, SettingsError

@@ -187,8 +187,7 @@ def fit(settings: Settings, *, local: bool, name: str | None = None, test_config
         from ray_efa.training.dataset import data_config
         from ray_efa.training.inputs import driver_datasets
 
-        world = local_workers if local else settings.world_size
-        datasets, dataset_config = driver_datasets(settings, world_size=world), data_config()
+        datasets, dataset_config = driver_datasets(settings), data_config()
     trainer = _trainer_class(TorchTrainer)(
         train_loop,
         train_loop_config=train_loop_config(settings, code_dir=code_path, extra=test_config),

@@ -48,12 +48,11 @@ def check_inputs(settings: Settings) -> None:
         raise SettingsError(problems)
 
 
-def driver_datasets(settings: Settings, *, world_size: int | None = None) -> dict[str, Dataset]:
+def driver_datasets(settings: Settings) -> dict[str, Dataset]:
     """TorchTrainer's datasets for `dataset` (training.dataset.build_datasets), tokenized with modelPath's tokenizer."""
     from ray_efa.training.dataset import build_datasets
 
-    return build_datasets(settings, model_folder=_model_folder(settings), vocab_size=settings.training.preset.vocab_size,
-                          world_size=world_size)
+    return build_datasets(settings, model_folder=_model_folder(settings), vocab_size=settings.training.preset.vocab_size)
 
 
 def _shard(name: str) -> DataIterator:

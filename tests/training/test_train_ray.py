@@ -86,7 +86,7 @@ def test_local_preset_fine_tunes_below_the_unigram_baseline(storage, tmp_path_fa
     assert summary["eval_step"] == 60 and summary["dataset"] == settings.training.dataset
     assert summary["eval_loss"] < summary["eval_unigram_entropy"] < math.log(512)
     # the baseline is the entropy of every held-out target token, as counted here from the same eval split
-    rows = np.concatenate([b[ROW_COLUMN] for b in driver_datasets(settings, world_size=2)[EVAL].iter_batches(
+    rows = np.concatenate([b[ROW_COLUMN] for b in driver_datasets(settings)[EVAL].iter_batches(
         batch_format="numpy")])
     counts = np.bincount(rows[:, 1:].reshape(-1))
     p = counts[counts > 0] / counts.sum()
