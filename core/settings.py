@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 from pydantic import Field, WithJsonSchema
 
 from ray_efa.core import addons, catalog, models, regions, scheduling
+from ray_efa.core.image import DLC_IMAGE, KNOWN_IMAGES, image_without_digest
 from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS, model_preset
 from ray_efa.core.problems import Problem, SettingsError
@@ -90,11 +91,8 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 KUBERAY_VERSIONS = ("1.4.0", "1.7.0")
 """KubeRay releases whose CRD schemas the manifests are validated against."""
 
-KNOWN_IMAGE_RAY_VERSIONS = {
-    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1": "2.58.0",
-    "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0": "2.58.0",
-}
-"""Ray inside the Deep Learning Container tags we know; rayVersion must match the image's Ray."""
+KNOWN_IMAGE_RAY_VERSIONS = {name: image.ray_version for name, image in KNOWN_IMAGES.items()}
+"""Ray inside the Deep Learning Container tags we know (core.image); rayVersion must match the image's Ray."""
 
 _IMAGE_REFERENCE = re.compile(
     r"^(?:(?P<registry>[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::\d+)?)/)?"
@@ -472,11 +470,12 @@ class WorkloadSettings(_Section):
         message=_DNS_LABEL_MESSAGE,
     )
     dlc_image: ImageReference = setting(
-        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1", "dlcImage",
-        "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required).",
+        DLC_IMAGE.reference, "dlcImage",
+        "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required; "
+        "repository:tag@sha256:... pins it: tags move).",
     )
     ray_version: str = setting(
-        "2.58.0", "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=_SEMVER,
+        DLC_IMAGE.ray_version, "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=_SEMVER,
         message="must be a version like 2.58.0",
     )
     network: Literal["efa", "tcp"] = setting(
@@ -762,7 +761,7 @@ def _admins_once_each(arns: tuple[str, ...]) -> Problem | None:
 
 @_rule("dlcImage", "rayVersion")
 def _ray_of_the_image(image: str, ray_version: str) -> Problem | None:
-    known = KNOWN_IMAGE_RAY_VERSIONS.get(image)
+    known = KNOWN_IMAGE_RAY_VERSIONS.get(image_without_digest(image))  # a pinned digest of a known tag is that tag's
     if known is not None and known != ray_version:
         return Problem("rayVersion", ray_version, f"must equal the Ray inside {image} ({known})")
     return None

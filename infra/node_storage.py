@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from ray_efa.core.image import KNOWN_IMAGES, image_without_digest
 from ray_efa.core.settings import Problem, SettingsError
 
 __all__ = ["SystemNodeLaunchTemplate", "encrypted_root_volume", "check_root_volume", "ContainerImage",
@@ -31,11 +32,7 @@ _DLC_SIZE_SOURCE = (
     "Replace it with `crictl images` on a node once measured."
 )
 CONTAINER_IMAGES: dict[str, ContainerImage] = {
-    image: ContainerImage(unpacked_gib=30.0, source=_DLC_SIZE_SOURCE)
-    for image in (
-        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
-        "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0",
-    )
+    image: ContainerImage(unpacked_gib=30.0, source=_DLC_SIZE_SOURCE) for image in KNOWN_IMAGES
 }
 """Images whose size we know (the AWS Ray Train Deep Learning Container tags); others are not checked."""
 
@@ -50,7 +47,7 @@ _EVICTION_FREE_FRACTION = 0.15
 
 def min_root_volume_gib(image: str) -> int | None:
     """Smallest root volume (GiB) on which a node can pull and run `image`, or None for an image of unknown size."""
-    known = CONTAINER_IMAGES.get(image)
+    known = CONTAINER_IMAGES.get(image_without_digest(image))  # a pinned digest of a known tag: that tag's size
     if known is None:
         return None
     needed = _NODE_BASE_GIB + known.unpacked_gib * (1 + _PULL_OVERHEAD)
@@ -62,7 +59,7 @@ def root_volume_problem(image: str, volume_gib: int) -> str | None:
     minimum = min_root_volume_gib(image)
     if minimum is None or volume_gib >= minimum:
         return None
-    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image].unpacked_gib:g} GiB "
+    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image_without_digest(image)].unpacked_gib:g} GiB "
             f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)")
 
 
