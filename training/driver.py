@@ -33,7 +33,7 @@ from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsE
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
 from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
-from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
+from ray_efa.training.run_folder import GATE_LOGS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 if TYPE_CHECKING:
     from ray.train import Result, RunConfig, ScalingConfig
@@ -293,6 +293,9 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     print(verdict.render_table())
     print(f"transport gate: {verdict.summary} (logs: {logs_dir})")
     code = gate_exit_code(verdict.exit_code, local=local)
+    if run_folder is not None:
+        # The evidence with the verdict: logs_dir is in the head pod's /tmp and goes with the RayCluster.
+        record_in_run_folder(run_folder, GATE_LOGS_FILE, archive_files(paths))
     record_in_run_folder(run_folder, VERDICT_FILE, {**verdict.to_json(), "table": verdict.render_table(),
                                                     "driver_exit_code": code})
     if local and verdict.exit_code == EXIT_UNPROVEN:
@@ -394,6 +397,23 @@ def open_run_folder(settings: Settings, name: str) -> RunFolder | None:
         print(f"ray_efa.training.driver: cannot open the run folder {settings.workload.storage_path}/{name}: {error}; "
               "no settings, summary or verdict will be kept there", file=sys.stderr)
         return None
+
+
+def archive_files(paths: list[Path]) -> bytes:
+    """`paths` as a gzipped tar of their names alone (one folder's files: the gate's), in name order, timestamps
+    zeroed: the same files make the same bytes."""
+    import gzip
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped, tarfile.open(fileobj=zipped, mode="w") as tar:
+        for path in sorted(paths, key=lambda p: p.name):
+            info = tar.gettarinfo(str(path), arcname=path.name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with path.open("rb") as file:
+                tar.addfile(info, file)
+    return buffer.getvalue()
 
 
 def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict[str, Any]) -> None:

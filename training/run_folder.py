@@ -1,7 +1,8 @@
 """A run's folder, `<storagePath>/<run name>`, on the filesystem Ray Train writes it with (local, shared or s3://).
 
 Besides Ray Train's checkpoints it holds what `ray-efa report` reads: metrics.jsonl and tensorboard/ (training.history,
-written during the run), settings.json (before training), summary.json and verdict.json (the driver, at the end).
+written during the run), settings.json (before training), summary.json and verdict.json (the driver, at the end),
+and gate-logs.tar.gz next to the verdict: the NCCL logs and EFA counter snapshots it was judged on.
 Paths are pyarrow.fs paths, as Ray Train resolves them (pyarrow.fs.FileSystem.from_uri; ray/train/v2/_internal/
 execution/storage.py, get_fs_and_path).
 """
@@ -13,13 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "METRICS_FILE", "TENSORBOARD_DIR", "SETTINGS_FILE", "SUMMARY_FILE", "VERDICT_FILE"]
+__all__ = ["RunFolder", "METRICS_FILE", "TENSORBOARD_DIR", "SETTINGS_FILE", "SUMMARY_FILE", "VERDICT_FILE",
+           "GATE_LOGS_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 SETTINGS_FILE = "settings.json"
 SUMMARY_FILE = "summary.json"
 VERDICT_FILE = "verdict.json"
+GATE_LOGS_FILE = "gate-logs.tar.gz"
+"""The evidence of verdict.json: every file the transport gate read (each node's NCCL lines, the EFA counter
+snapshots), which otherwise lives in the head pod's /tmp and goes with its RayCluster."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,3 +176,27 @@ def test_the_gate_needs_a_log_of_every_gpu_node(tmp_path):
     why = driver.nodes_without_logs([node1, head], 2)
     assert why is not None and "from 1 of the job's 2 GPU nodes (nccl-10.0.1.11-aaaa.log)" in why
     assert driver.nodes_without_logs([node1, head], 1) is None
+
+
+def test_the_gate_keeps_its_evidence_next_to_the_verdict(monkeypatch, tmp_path, capsys):
+    import io
+    import json
+    import tarfile
+
+    import pyarrow.fs
+
+    from ray_efa.training.run_folder import GATE_LOGS_FILE, VERDICT_FILE, RunFolder
+
+    # GIVEN a 2-node collection (NCCL logs and EFA counter snapshots) and a run folder on a real pyarrow filesystem
+    _fake_collection(monkeypatch, "g6_2node_efa")
+    folder = RunFolder(pyarrow.fs.LocalFileSystem(), str(tmp_path / "run"))
+    # WHEN the gate judges them
+    assert transport_gate(_cluster_settings(), local=False, logs_dir=tmp_path / "logs", run_folder=folder) == EXIT_OK
+    # THEN the folder holds the verdict and, beside it, every file it was judged on, byte for byte
+    assert json.loads(folder.read_bytes(VERDICT_FILE) or b"{}")["exit_code"] == EXIT_OK
+    with tarfile.open(fileobj=io.BytesIO(folder.read_bytes(GATE_LOGS_FILE) or b""), mode="r:gz") as tar:
+        archived = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    collected = {p.name: p.read_bytes() for p in (tmp_path / "logs").iterdir()}
+    assert archived == {n: b for n, b in collected.items() if n in archived}, sorted(set(collected) - set(archived))
+    assert any(n.startswith("nccl-") for n in archived)
+    assert any(n.startswith("efa-counters-") for n in archived)
