@@ -37,6 +37,16 @@ def literal_cluster_name(cluster: eks.ICluster) -> str | None:
     return None
 
 
+def literal_kubernetes_version(cluster: eks.ICluster) -> str | None:
+    """The Kubernetes version a created eks.Cluster was given (its CfnCluster's Version), as a literal; None for an
+    imported cluster, whose version the construct does not know."""
+    resource = cluster.node.default_child
+    if isinstance(resource, eks.CfnCluster) and isinstance(resource.version, str) and not Token.is_unresolved(
+            resource.version):
+        return resource.version
+    return None
+
+
 def kubernetes_version(version: str) -> eks.KubernetesVersion:
     return _VERSIONS[version][0]
 
@@ -63,6 +73,25 @@ def check_node_selector(prop: str, selector: Mapping[str, str]) -> None:
     problem = node_selector_problem(selector)
     if problem is not None:
         raise ValueError(f"{prop} {problem}, got {dict(selector)!r}")
+
+
+def follow_kubernetes_version(nodegroup: eks.Nodegroup, version: str | None) -> None:
+    """Pin the managed node group to the cluster's Kubernetes `version`, so that a kubernetesVersion bump upgrades its
+    nodes too (UpdateNodegroupVersion to the new version's latest EKS AMI), not only the control plane.
+
+    aws_eks_v2's Nodegroup takes no version (only releaseVersion), so it is set on its AWS::EKS::Nodegroup. Without it
+    a node group keeps the version it was created with: "If no version is specified, then the Kubernetes version of
+    the node group does not change" (EKS API reference, UpdateNodegroupVersion; CreateNodegroup: "By default, the
+    Kubernetes version of the cluster is used"). The launch templates here set no image id (the EKS AMI of the
+    node group's amiType), where EKS accepts a version ("If you specify launchTemplate, and your launch template
+    uses a custom AMI, then don't specify version"). `Version` updates without interruption of the resource
+    (AWS::EKS::Nodegroup, CloudFormation reference): EKS rolls the nodes, drained, onto the new AMI.
+    """
+    if version is None:
+        return
+    resource = nodegroup.node.default_child
+    assert isinstance(resource, eks.CfnNodegroup)
+    resource.version = version
 
 
 _NODEGROUP_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,62}$")

@@ -14,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector, kubectl_layer, nodegroup_name
+from ray_efa.infra._private import check_node_selector, follow_kubernetes_version, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
 from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
@@ -171,6 +171,9 @@ class RayEksCluster(Construct):
             labels=dict(system_node_selector),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
+        # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
+        # cluster first: the node group refers to it).
+        follow_kubernetes_version(self.system_nodegroup, kubernetes_version)
         self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
         self._adopt_provider_logs()
         self._acknowledge_findings()

@@ -13,13 +13,36 @@ from constructs import Construct
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector, literal_cluster_name, nodegroup_name
+from ray_efa.infra._private import (
+    check_node_selector,
+    follow_kubernetes_version,
+    literal_cluster_name,
+    literal_kubernetes_version,
+    nodegroup_name,
+)
 from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
-__all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces"]
+__all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces", "NO_EGRESS_RULE", "gpu_nodegroup_name"]
+
+NO_EGRESS_RULE = {"CidrIp": "255.255.255.255/32", "Description": "Disallow all traffic", "IpProtocol": "icmp",
+                  "FromPort": 252, "ToPort": 86}
+"""aws-cdk-lib's own placeholder egress rule of a SecurityGroup with allowAllOutbound false (aws-ec2 security-group:
+MATCH_NO_TRAFFIC): an ICMP type no packet has, to a broadcast address. Stating any egress rule in the group's own
+SecurityGroupEgress is what removes EC2's default allow-all rule."""
+
+_CAPACITY_TYPE_SUFFIX = {"ON_DEMAND": None, "CAPACITY_BLOCK": "cb"}
+
+
+def gpu_nodegroup_name(prop: str, cluster_name: str, zone: str, capacity_type: str) -> str:
+    """`<cluster>-gpu-<zone letter>[-cb]`: what replaces the node group is in its name (a new subnet, so a new AZ, and
+    a new CapacityType: both "Update requires: Replacement" in AWS::EKS::Nodegroup's CloudFormation reference), because
+    CloudFormation replaces a custom-named resource only under a new name (it creates the new one first). On-demand and
+    an ODCR are both ON_DEMAND (the reservation is in the launch template): no suffix, as before Capacity Blocks."""
+    suffix = _CAPACITY_TYPE_SUFFIX[capacity_type]
+    return nodegroup_name(prop, f"{cluster_name}-gpu", zone.rsplit("-", 1)[-1], *([suffix] if suffix else []))
 
 _TAINT_EFFECTS = {
     "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
@@ -74,7 +97,7 @@ class EfaGpuNodegroup(Construct):
         capacity_reservation_id: str | None = None,
         capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
         root_volume_gib: int = default("gpuRootVolumeGib"),
-        image: str | None = None, cluster_name: str | None = None,
+        image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
@@ -95,6 +118,9 @@ class EfaGpuNodegroup(Construct):
         :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions;
             only for a cluster whose name is not known at synth (it must agree with one that is).
             @default - the cluster's name (an imported cluster's, or the one a created cluster was given), else "ray-efa"
+        :param kubernetes_version: the cluster's Kubernetes version, which the node group follows (a bump upgrades the
+            nodes); only for a cluster whose version is not known at synth (it must agree with one that is).
+            @default - a created cluster's version; an imported cluster's node group keeps the version it has
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -134,8 +160,18 @@ class EfaGpuNodegroup(Construct):
             raise ValueError(f"EfaGpuNodegroup cluster_name {cluster_name!r} is not the name of its cluster, "
                              f"{known_name!r}: leave cluster_name out (it comes from the cluster)")
         cluster_name = cluster_name or known_name or "ray-efa"
+        known_version = literal_kubernetes_version(cluster)
+        if kubernetes_version is not None and known_version is not None and kubernetes_version != known_version:
+            raise ValueError(f"EfaGpuNodegroup kubernetes_version {kubernetes_version!r} is not the version of its "
+                             f"cluster, {known_version!r}: leave kubernetes_version out (it comes from the cluster)")
+        self.kubernetes_version: str | None = kubernetes_version or known_version
+        """The version the node group follows (None: EKS keeps the one it was created with)."""
+        self.capacity_reservation_id = capacity_reservation_id
+        self.root_volume_gib = root_volume_gib
         name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
+        capacity_type = "CAPACITY_BLOCK" if capacity_block else "ON_DEMAND"
+        self.capacity_type = capacity_type
 
         self.efa_security_group: ec2.SecurityGroup = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -144,6 +180,16 @@ class EfaGpuNodegroup(Construct):
         # EFA's SRD traffic is not TCP/UDP: it needs every protocol, in and out, between members of this group.
         self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from GPU nodes")
         self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to GPU nodes")
+        # A rule to the group itself cannot be inline (a circular reference): aws-cdk-lib makes it an
+        # AWS::EC2::SecurityGroupEgress of its own and drops its no-traffic placeholder from the group, which is then
+        # created with no SecurityGroupEgress, and so with EC2's default allow-all egress ("When you create a security
+        # group, if you do not add egress rules, we add egress rules that allow all outbound IPv4 and IPv6 traffic",
+        # AWS::EC2::SecurityGroup, CloudFormation reference). The placeholder stated inline removes it: the group's
+        # egress is EFA to itself and nothing else (the cluster security group on the same interfaces carries the
+        # nodes' other traffic).
+        cfn_group = self.efa_security_group.node.default_child
+        assert isinstance(cfn_group, ec2.CfnSecurityGroup)
+        cfn_group.add_property_override("SecurityGroupEgress", [NO_EGRESS_RULE])
 
         # A cluster placement group packs the nodes close together; with a capacity reservation the reservation
         # decides where instances land, and a forced placement group could leave reserved capacity unused.
@@ -200,13 +246,14 @@ class EfaGpuNodegroup(Construct):
             self,
             "Nodegroup",
             cluster=cluster,
-            # The AZ in the name: moving the GPU AZ replaces the node group (its Subnets need a new one), and
-            # CloudFormation cannot replace a resource whose custom name stays the same.
-            nodegroup_name=nodegroup_name("EfaGpuNodegroup cluster_name", name, zone.rsplit('-', 1)[-1]),
+            # The AZ and the capacity type in the name: moving the GPU AZ (its Subnets) or switching to or from a
+            # Capacity Block (its CapacityType) replaces the node group, and CloudFormation cannot replace a resource
+            # whose custom name stays the same.
+            nodegroup_name=gpu_nodegroup_name("EfaGpuNodegroup cluster_name", cluster_name, zone, capacity_type),
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
+            capacity_type=eks.CapacityType(capacity_type),
             min_size=node_count,
             desired_size=node_count,
             # EKS requires maxSize >= 1 (NodegroupScalingConfig, EKS API reference); with nothing that scales the
@@ -219,6 +266,19 @@ class EfaGpuNodegroup(Construct):
             labels=gpu_node_labels(node_selector),
             taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
         )
+        follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
+        if capacity_reservation_id and not capacity_block:
+            # A targeted ODCR is usually sized to the node count: EKS's default update launches new nodes before it
+            # drains the old ones (surge), which the reservation has no room for, and the launch-template change
+            # fails. MINIMAL "terminates the old instances before launching the new instances ... useful in
+            # scenarios where you are constrained to resources or costs (for example, with hardware accelerators such
+            # as GPUs)" (EKS API reference, NodegroupUpdateConfig.updateStrategy); all nodes at once (maxUnavailable =
+            # the node count, at most EKS's 100): a distributed job needs every node, so a partial roll buys nothing.
+            # A Capacity Block's node group is not updated with nodes up at all (EKS asks for desired size 0 first).
+            cfn_nodegroup = self.nodegroup.node.default_child
+            assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
+            cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
+                max_unavailable=min(max(node_count, 1), 100), update_strategy="MINIMAL")
         Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import Annotations, CfnOutput, Environment, Stack
 from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost
+from ray_efa.core.image import image_digest
 from ray_efa.core.settings import Settings
 from ray_efa.infra.cluster_stack import ClusterStack
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.training_job import RayTrainingJob
 
-__all__ = ["GpuStack"]
+__all__ = ["GpuStack", "gpu_nodes_roll_key"]
+
+
+def gpu_nodes_roll_key(nodes: EfaGpuNodegroup) -> str:
+    """What, changed, rolls the GPU nodes (or, the count, resizes them under a running job), as one line: `cdk diff`
+    shows this output changed exactly when such a deploy is coming (the launch template's own diff says nothing
+    of the nodes; the node group's refers to LatestVersionNumber)."""
+    return (f"gpuInstanceType={nodes.instance_type} gpuNodeCount={nodes.node_count} "
+            f"gpuAvailabilityZone={nodes.availability_zone} gpuRootVolumeGib={nodes.root_volume_gib} "
+            f"capacityReservationId={nodes.capacity_reservation_id or 'none'} "
+            f"capacityType={nodes.capacity_type} kubernetesVersion={nodes.kubernetes_version or 'unchanged'}")
 
 
 class GpuStack(Stack):
@@ -43,11 +54,20 @@ class GpuStack(Stack):
                 gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
             )
 
+        image = settings.workload.dlc_image
+        if self.training_job and image_digest(image) is None:
+            # A tag moves (core.image): pin what was tested, and move the pin on purpose (docs/day2.md).
+            Annotations.of(self).add_warning_v2("ray-efa:floatingImage", (
+                f"dlcImage {image} names a tag, which AWS moves: nodes that pull at different times can run different "
+                f"builds. Pin the digest you tested: dlcImage={image}@sha256:<digest> (docs/day2.md, 'Pin the image')"))
         instance = settings.nodes.gpu_instance
         cost = hourly_cost(settings)
         CfnOutput(self, "GpuNodeGroup", description="GPU node group",
                   value=f"{settings.nodes.gpu_node_count} x {instance.name} ({instance.gpus} x {instance.gpu.name}, "
                         f"{instance.efa_interfaces} EFA) in {settings.gpu_availability_zone}")
+        CfnOutput(self, "GpuNodesRollWhen", value=gpu_nodes_roll_key(self.gpu_nodes), description=(
+            "A deploy that changes one of these drains every GPU node (the node count: adds or removes nodes, which a "
+            "running job cannot use): a running RayJob dies. `ray-efa deploy-check` first (docs/day2.md)"))
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
         CfnOutput(self, "EstimatedGpuUsdPerHour", value=f"{cost.gpu_nodes:.2f}",
                   description="On-demand estimate of the GPU nodes alone")
