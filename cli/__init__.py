@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "capacity": "capacity",
     "verify": "verify",
     "whoami": "whoami",
+    "deploy-check": "deploy_check",
     "tiny-model": "tiny_model",
 }
 

@@ -1,0 +1,178 @@
+"""Before `cdk deploy`: would this deploy kill a running RayJob, bring back a deleted one, or run two device stacks?
+
+What the deploy does comes from `cdk diff` (its text, read offline): a changed GpuNodesRollWhen output (the GPU
+stack's line of what rolls the GPU nodes: infra.gpu_stack.gpu_nodes_roll_key), any changed node group or launch
+template (the system nodes hold the Ray head: draining them kills a job too), a RayJob manifest created or updated
+(aws_eks_v2's kubectl handler runs `kubectl apply` of it on every update: a RayJob deleted since is created again and
+runs), device plugins swapped for DRA drivers or back. What runs comes from the Kubernetes API: the RayJobs of every
+namespace and their status.jobDeploymentStatus, and the GPU nodes (by the GPU node group's labels).
+
+Without a diff nothing is known of the deploy, so any active RayJob refuses it: a deploy may roll the nodes.
+Reads only; nothing is written to the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from ray_efa.core.scheduling import gpu_node_labels, label_selector
+from ray_efa.core.settings import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["DeployDiff", "ClusterState", "Finding", "read_diff", "read_cluster", "check_deploy", "INACTIVE_STATES"]
+
+INACTIVE_STATES = ("Complete", "Failed", "Suspended", "ValidationFailed")
+"""RayJob status.jobDeploymentStatus values with no Ray cluster of the job left running (KubeRay's
+JobDeploymentStatus: Complete and Failed are terminal, a Suspended job has deleted its cluster, ValidationFailed never
+made one). Every other value (New, Initializing, Running, Waiting, Retrying, Suspending, "" before KubeRay set it)
+holds or is about to hold the GPU nodes."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STACK = re.compile(r"^Stack (?P<stack>\S+)")
+# `[~] AWS::EKS::Nodegroup GpuNodes/Nodegroup GpuNodesNodegroup23F56272 replace` (the marker is optional)
+_RESOURCE = re.compile(r"^\[(?P<op>[-+~])\] (?P<type>\S+::\S+) (?P<path>\S+) (?P<id>\S+)")
+_ROLL_OUTPUT = re.compile(r"^\[~\] Output GpuNodesRollWhen ")
+_NODE_TYPES = ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")
+_MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+_HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
+_DEVICE_STACKS = ("DevicePlugins", "DraDrivers")
+"""Construct ids of the cluster stack's device plugins and DRA drivers (infra.cluster_stack)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeployDiff:
+    """What a `cdk diff` says the deploy does, as far as running jobs are concerned."""
+
+    rolled_node_groups: tuple[str, ...] = ()
+    """`stack: construct path` of each node group or launch template the deploy changes (their nodes are drained)."""
+    gpu_roll: bool = False
+    """The GPU stack's GpuNodesRollWhen output changes: the GPU nodes roll or are resized."""
+    reapplied_jobs: tuple[str, ...] = ()
+    """Names of the RayJobs whose manifests the deploy creates or updates (`kubectl apply`)."""
+    removed_manifests: tuple[str, ...] = ()
+    """Logical ids of the Kubernetes manifests the deploy removes (`kubectl delete`: a RayJob among them stops).
+    `cdk diff` names a removed resource by its logical id alone (its construct is gone)."""
+    device_stack_switch: tuple[str, ...] = ()
+    """Device plugin or DRA driver Helm releases the deploy adds or removes."""
+
+
+def read_diff(text: str) -> DeployDiff:
+    """The DeployDiff of `cdk diff`'s output (one stack or several, colours or not)."""
+    stack = ""
+    rolled: list[str] = []
+    jobs: list[str] = []
+    removed: list[str] = []  # `[-] TYPE LOGICAL_ID destroy`: no construct path
+    switch: list[str] = []
+    gpu_roll = False
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw).rstrip()
+        if match := _STACK.match(line):
+            stack = match["stack"]
+            continue
+        if _ROLL_OUTPUT.match(line):
+            gpu_roll = True
+            continue
+        match = _RESOURCE.match(line)
+        if match is None:
+            continue
+        path = match["path"].rsplit("/Resource", 1)[0]
+        if match["type"] in _NODE_TYPES:
+            rolled.append(f"{stack}: {path}")
+        elif match["type"] == _MANIFEST and match["op"] == "-":
+            removed.append(path)
+        elif match["type"] == _MANIFEST and "/RayJob-" in path:
+            jobs.append(path.rsplit("/RayJob-", 1)[1].split("/", 1)[0])
+        elif match["type"] == _HELM_CHART and match["op"] in "+-" and any(
+                path.replace("/", "").startswith(s) for s in _DEVICE_STACKS):
+            switch.append(f"{stack}: {path} {'added' if match['op'] == '+' else 'removed'}")
+    return DeployDiff(rolled_node_groups=tuple(rolled), gpu_roll=gpu_roll, reapplied_jobs=tuple(dict.fromkeys(jobs)),
+                      removed_manifests=tuple(dict.fromkeys(removed)),
+                      device_stack_switch=tuple(switch))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterState:
+    """What runs: the RayJobs (namespace/name -> jobDeploymentStatus) and the GPU nodes' names."""
+
+    ray_jobs: dict[str, str] = field(default_factory=dict)
+    gpu_nodes: tuple[str, ...] = ()
+
+    @property
+    def active_jobs(self) -> dict[str, str]:
+        return {name: state for name, state in self.ray_jobs.items() if state not in INACTIVE_STATES}
+
+
+def read_cluster(api_client: Any, settings: Settings) -> ClusterState:
+    """The RayJobs of every namespace and the nodes labelled like the GPU node group, from the Kubernetes API."""
+    from kubernetes import client
+
+    # The kubernetes client ships no type annotations: a custom object list is the API server's JSON (a dict), a
+    # node list its V1NodeList model.
+    jobs = cast(dict[str, Any], client.CustomObjectsApi(api_client).list_cluster_custom_object(
+        "ray.io", "v1", "rayjobs"))
+    ray_jobs = {f"{j['metadata']['namespace']}/{j['metadata']['name']}": (j.get("status") or {}).get(
+        "jobDeploymentStatus", "") for j in jobs.get("items", [])}
+    selector = label_selector(gpu_node_labels(settings.nodes.gpu_node_selector))
+    nodes = cast(Any, client.CoreV1Api(api_client).list_node(label_selector=selector)).items or []
+    return ClusterState(ray_jobs=ray_jobs, gpu_nodes=tuple(n.metadata.name for n in nodes))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """One reason not to deploy now; `overridable` ones the user may accept (--yes), the others never."""
+
+    id: str
+    message: str
+    overridable: bool = True
+
+
+def _logical_id_of_job(name: str) -> str:
+    """What the logical id of the RayJob `name`'s manifest holds (infra.manifests: construct id RayJob-<name>; a
+    logical id keeps a path's letters and digits)."""
+    return re.sub(r"[^A-Za-z0-9]", "", f"RayJob-{name}")
+
+
+def _names(items: Iterable[str]) -> str:
+    return ", ".join(items)
+
+
+def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Settings) -> list[Finding]:
+    """Why this deploy (None: any deploy) should not run against the cluster as it is now; empty: go ahead."""
+    findings: list[Finding] = []
+    active = state.active_jobs
+    running = _names(f"{name} ({status or 'new'})" for name, status in active.items())
+    if active and diff is None:
+        findings.append(Finding(id="active-jobs", message=(
+            f"RayJob {running} holds the nodes, and without a diff (--diff) any deploy may roll them: give the "
+            "`cdk diff` output to see whether this one does")))
+    elif active and diff is not None and (diff.gpu_roll or diff.rolled_node_groups):
+        what = _names(diff.rolled_node_groups) or "the GPU nodes (GpuNodesRollWhen changes)"
+        findings.append(Finding(id="nodes-roll", message=(
+            f"the deploy drains the nodes of {what}, and RayJob {running} runs on them: it dies (KubeRay does not move "
+            "a running job; recreated workers keep the old shape). Wait for it (`ray-efa follow NAME`), or stop it "
+            "(`kubectl -n NAMESPACE delete rayjob NAME`), then deploy")))
+    namespace = settings.workload.namespace
+    stopped = [job for job in active if job.startswith(f"{namespace}/") and diff is not None
+               and any(_logical_id_of_job(job.split("/", 1)[1]) in i for i in diff.removed_manifests)]
+    if stopped:
+        findings.append(Finding(id="job-deleted", message=(
+            f"the deploy deletes RayJob {_names(stopped)}, which is {_names(active[n] for n in stopped)}: it stops. "
+            "Wait for it to end, then deploy")))
+    if diff is not None and diff.reapplied_jobs:
+        gone = [name for name in diff.reapplied_jobs if f"{namespace}/{name}" not in state.ray_jobs]
+        if gone:
+            findings.append(Finding(id="job-recreated", message=(
+                f"the deploy re-applies RayJob {_names(f'{namespace}/{n}' for n in gone)}, which is not in the "
+                "cluster (deleted since the last deploy): it is created again and starts a new run on every GPU node. "
+                f"To keep it gone, deploy with -c trainingJob=false (runs then come from `ray-efa submit`)")))
+    if diff is not None and diff.device_stack_switch and state.gpu_nodes:
+        findings.append(Finding(id="device-allocation-switch", overridable=False, message=(
+            f"the deploy swaps the device stack ({_names(diff.device_stack_switch)}) with {len(state.gpu_nodes)} "
+            "GPU node(s) up: the DRA drivers and the device plugins would run side by side on them, which the EKS "
+            "User Guide forbids. Scale the GPU nodes to zero first (`npx cdk deploy "
+            f"{settings.gpu_stack_name} -c gpuNodeCount=0`), switch deviceAllocation, then come back")))
+    return findings

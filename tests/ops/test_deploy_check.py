@@ -1,0 +1,137 @@
+"""`ray-efa deploy-check`: the real CDK CLI's diffs (recorded) against a cluster served by a real kubernetes client.
+
+The diffs in fixtures/deploy_check/ are what `cdk diff --app <after> --template <before>` printed for day-2 changes of
+tests/infra/test_day2.py (that test also reads every live diff with the same parser, so a CLI whose output drifts from
+these recordings fails there). The cluster is fixtures/verify/healthy.json (tests/ops/kube_server.py): two GPU nodes
+and the training RayJob Running, served with the API server's JSON shapes, the cluster-wide RayJob list included.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from ray_efa.core.settings import Settings
+from ray_efa.ops.deploy_check import check_deploy, read_cluster, read_diff
+from tests.ops.cli_helpers import run_cli
+from tests.ops.kube_server import FakeKubeApi, load_recording
+from tests.ops.test_verify import SETTINGS, kubeconfig
+
+DIFFS = Path(__file__).parent / "fixtures" / "deploy_check"
+RAYJOBS = "/apis/ray.io/v1/namespaces/ray/rayjobs"
+ALL_RAYJOBS = "/apis/ray.io/v1/rayjobs"
+NODES = "/api/v1/nodes"
+
+
+def diff_text(name: str) -> str:
+    return (DIFFS / f"{name}.txt").read_text()
+
+
+def cluster(job_status: str | None = "Running", gpu_nodes: bool = True) -> dict:
+    """The healthy recording, its RayJob in `job_status` (None: deleted), also listed across namespaces."""
+    recording = load_recording()
+    jobs = recording[RAYJOBS]
+    if job_status is None:
+        jobs["items"] = []
+    else:
+        jobs["items"][0]["status"]["jobDeploymentStatus"] = job_status
+    recording[ALL_RAYJOBS] = copy.deepcopy(jobs)
+    if not gpu_nodes:
+        recording[NODES]["items"] = [n for n in recording[NODES]["items"]
+                                     if n["metadata"]["labels"].get("role") != "gpu-worker"]
+    return recording
+
+
+def findings(diff: str | None, recording: dict) -> dict[str, bool]:
+    with FakeKubeApi(recording) as api:
+        state = read_cluster(client.ApiClient(client.Configuration(host=api.url)), Settings())
+    return {f.id: f.overridable for f in check_deploy(read_diff(diff_text(diff)) if diff else None, state, Settings())}
+
+
+def test_the_recorded_diffs_read_as_the_changes_they_are():
+    instance = read_diff(diff_text("instance_type"))
+    assert instance.gpu_roll and "ray-train-gpu: GpuNodes/LaunchTemplate" in instance.rolled_node_groups
+    assert instance.reapplied_jobs == ("train-efa",) and not instance.device_stack_switch
+    steps = read_diff(diff_text("steps"))
+    assert not steps.gpu_roll and not steps.rolled_node_groups and not steps.reapplied_jobs
+    system = read_diff(diff_text("system_type"))
+    assert not system.gpu_roll and system.rolled_node_groups == ("ray-train-cluster: Eks/Cluster/NodegroupSystemNodes",)
+    dra = read_diff(diff_text("dra_nodes_up"))
+    assert len(dra.device_stack_switch) == 4 and dra.reapplied_jobs == ("train-efa",)
+    zero = read_diff(diff_text("scale_to_zero"))
+    assert zero.gpu_roll and not zero.reapplied_jobs
+    assert any(i.startswith("TrainingJobRayJobtrainefa") for i in zero.removed_manifests)
+
+
+@pytest.mark.parametrize("diff, job, nodes, expected", [
+    # a roll with the job running: refused; with it finished: go (re-applying a finished job does not rerun it)
+    ("instance_type", "Running", True, {"nodes-roll": True}),
+    ("instance_type", "Initializing", True, {"nodes-roll": True}),
+    ("instance_type", "Complete", True, {}),
+    # a deleted job that the deploy re-applies comes back
+    ("instance_type", None, True, {"job-recreated": True}),
+    # a training setting leaves the nodes and the RayJob alone: go, job running or deleted
+    ("steps", "Running", True, {}),
+    ("steps", None, True, {}),
+    # the system nodes hold the head: their roll kills the job too
+    ("system_type", "Running", True, {"nodes-roll": True}),
+    # scaling to zero under a running job: the nodes go and the RayJob is deleted
+    ("scale_to_zero", "Running", True, {"nodes-roll": True, "job-deleted": True}),
+    # DRA next to the device plugins on GPU nodes: never; at zero nodes the same swap is fine
+    ("dra_nodes_up", "Complete", True, {"device-allocation-switch": False}),
+    ("dra_nodes_up", "Complete", False, {}),
+    # no diff: an active job refuses any deploy, a finished one none
+    (None, "Running", True, {"active-jobs": True}),
+    (None, "Failed", True, {}),
+])
+def test_a_deploy_is_refused_for_what_it_would_do_to_what_runs(diff, job, nodes, expected):
+    assert findings(diff, cluster(job, nodes)) == expected
+
+
+def test_the_command_refuses_a_rolling_deploy_under_a_running_job(tmp_path, capsys):
+    diff = tmp_path / "diff.txt"
+    diff.write_text(diff_text("instance_type"))
+    with FakeKubeApi(cluster("Running")) as api:
+        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
+                       "--json", *SETTINGS)
+        # THEN it read the RayJobs of every namespace and the GPU nodes by their labels
+        assert any(r.startswith(ALL_RAYJOBS) for r in api.requests)
+        assert any(r.startswith(NODES) and "labelSelector=" in r for r in api.requests)
+    captured = capsys.readouterr()
+    assert code == 1
+    report = json.loads(captured.out)
+    assert report["ok"] is False and [f["id"] for f in report["findings"]] == ["nodes-roll"]
+    assert report["active_jobs"] == {"ray/train-efa": "Running"} and report["gpu_nodes"] == 2
+    assert "refused: nodes-roll: the deploy drains the nodes of ray-train-gpu: GpuNodes/LaunchTemplate" in captured.err
+
+
+def test_yes_accepts_what_may_be_accepted_and_never_a_device_switch(tmp_path, capsys):
+    for name, job, code in (("instance_type", "Running", 0), ("dra_nodes_up", "Complete", 1)):
+        diff = tmp_path / f"{name}.txt"
+        diff.write_text(diff_text(name))
+        with FakeKubeApi(cluster(job)) as api:
+            assert run_cli("deploy_check", "--diff", str(diff), "--yes", "--kubeconfig",
+                           str(kubeconfig(tmp_path, api.url)), *SETTINGS) == code, name
+    assert "refused: device-allocation-switch" in capsys.readouterr().err
+
+
+def test_a_deploy_that_touches_nothing_running_goes_ahead(tmp_path, capsys):
+    diff = tmp_path / "diff.txt"
+    diff.write_text(diff_text("steps"))
+    with FakeKubeApi(cluster("Running")) as api:
+        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
+                       *SETTINGS)
+    assert code == 0
+    assert "go ahead (active RayJobs: ray/train-efa; GPU nodes up: 2)" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_a_cdk_diff_is_exit_2(tmp_path, capsys):
+    not_a_diff = tmp_path / "plan.txt"
+    not_a_diff.write_text("Resources\n[~] nothing\n")
+    assert run_cli("deploy_check", "--diff", str(not_a_diff), *SETTINGS) == 2
+    assert "is not the output of `cdk diff`" in capsys.readouterr().err
+    assert run_cli("deploy_check", "--diff", str(tmp_path / "missing.txt"), *SETTINGS) == 2
