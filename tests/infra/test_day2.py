@@ -3,12 +3,14 @@
 For each change a user makes, both stacks are synthesized before and after (the session's cached synths), and
 `cdk diff --app <after cloud assembly> --template <before template> STACK --exclusively` compares them with no AWS
 account. Nothing long-lived may be replaced or removed: the VPC, its subnets, route tables and NAT, the EKS cluster,
-the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is the README's
-"What a change does to a running deployment".
+the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is docs/day2.md's
+"What a change does to a running deployment", and each of its rows must say what the diff shows: that the GPU nodes
+roll, that a node group is replaced, that the RayJob is re-applied (a deleted one runs again).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -23,6 +25,10 @@ from tests.infra.conftest import Synthesized, synthesize
 
 CDK = PROJECT_ROOT / "node_modules" / ".bin" / "cdk"
 RESERVATION = "cr-0123456789abcdef0"
+DAY2_DOC = PROJECT_ROOT / "docs" / "day2.md"
+P5 = {"gpuInstanceType": "p5.48xlarge"}  # a type Capacity Blocks offer
+ODCR_P5 = {**P5, "capacityReservationId": RESERVATION}
+BLOCK_P5 = {**ODCR_P5, "capacityReservationType": "capacity-block"}
 
 # (change, settings before, settings after): each a day-2 change of the README's table.
 CHANGES = [
@@ -41,12 +47,22 @@ CHANGES = [
     ("systemInstanceType m7i.xlarge -> m7i.2xlarge", {}, {"systemInstanceType": "m7i.2xlarge"}),
     ("deviceAllocation device-plugin -> dra (GPU nodes at zero)", {"gpuNodeCount": 0},
      {"gpuNodeCount": 0, "deviceAllocation": "dra"}),
+    ("deviceAllocation device-plugin -> dra (GPU nodes up)", {}, {"deviceAllocation": "dra"}),
+    ("capacityReservationType odcr -> capacity-block", ODCR_P5, BLOCK_P5),
+    ("capacityReservationType capacity-block -> odcr", BLOCK_P5, ODCR_P5),
+    ("on-demand -> Capacity Block", P5, BLOCK_P5),
+    ("kubernetesVersion 1.35 -> 1.36", {"kubernetesVersion": "1.35"}, {}),
+    ("gpuRootVolumeGib 500 -> 600", {}, {"gpuRootVolumeGib": 600}),
 ]
 
 EXPECTED_REPLACEMENTS = {
     # EKS cannot change a node group's instance types: a new system type is a new system node group, under a new
     # name (it carries the type), created before the old one is deleted.
     "systemInstanceType m7i.xlarge -> m7i.2xlarge": {"Eks/Cluster/NodegroupSystemNodes"},
+    # CapacityType requires replacement: a new GPU node group, under a new name (it carries the capacity type)
+    "capacityReservationType odcr -> capacity-block": {"GpuNodes/Nodegroup"},
+    "capacityReservationType capacity-block -> odcr": {"GpuNodes/Nodegroup"},
+    "on-demand -> Capacity Block": {"GpuNodes/Nodegroup"},
 }
 """Long-lived resources a change replaces on purpose, by construct path."""
 
@@ -156,18 +172,53 @@ def synth_of(context: dict) -> Synthesized:
     return synthesize(**context)
 
 
+@dataclass(frozen=True)
+class StackDiff:
+    stack: str
+    output: str
+    changes: list[Change]
+
+
+@functools.cache
+def _diff_of(change: str) -> tuple[StackDiff, ...]:
+    """Both stacks' `cdk diff` for one change of CHANGES (one CLI run a stack a session; a stack whose template is
+    unchanged has no diff)."""
+    _, before, after = next(c for c in CHANGES if c[0] == change)
+    old, new = synth_of(before), synth_of(after)
+    diffs = []
+    for stack, template_old, template_new in ((old.settings.cluster_stack_name, old.cluster, new.cluster),
+                                              (old.settings.gpu_stack_name, old.gpu, new.gpu)):
+        if template_old.to_json() != template_new.to_json():
+            output, changes = cdk_diff(old, new, stack)
+            diffs.append(StackDiff(stack, output, changes))
+    return tuple(diffs)
+
+
+def rolls_gpu_nodes(diff: StackDiff) -> bool:
+    """The GPU stack's roll key (gpu_stack.gpu_nodes_roll_key) changed: the GPU nodes roll or are resized."""
+    return re.search(r"^\[~\] Output GpuNodesRollWhen ", diff.output, re.MULTILINE) is not None
+
+
+def reapplies_ray_job(diff: StackDiff) -> bool:
+    """The RayJob's manifest is created or updated: the kubectl handler runs `kubectl apply` (or create) of it, so a
+    RayJob deleted since the last deploy is created again and runs."""
+    return any(c.type == "Custom::AWSCDK-EKS-KubernetesResource" and "/RayJob-" in c.path and c.op in "+~"
+               for c in diff.changes)
+
+
 @pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
 def test_a_day2_change_never_replaces_what_the_cluster_is_built_on(change, before, after):
     old, new = synth_of(before), synth_of(after)
     rows = []
     replaced: set[str] = set()
+    diffs = {d.stack: d for d in _diff_of(change)}
     for stack in (old.settings.cluster_stack_name, old.settings.gpu_stack_name):
         template_old = old.cluster if stack.endswith("-cluster") else old.gpu
         template_new = new.cluster if stack.endswith("-cluster") else new.gpu
-        if template_old.to_json() == template_new.to_json():
+        if stack not in diffs:
             rows.append(f"  {stack}: no change")
             continue
-        output, changes = cdk_diff(old, new, stack)
+        output, changes = diffs[stack].output, diffs[stack].changes
         # THEN nothing long-lived is replaced or removed
         expected = EXPECTED_REPLACEMENTS.get(change, set())
         broken = [c for c in changes if c.long_lived and (c.replaced or c.op == "-") and c.path not in expected]
@@ -198,9 +249,10 @@ def test_no_placement_group_is_shared_across_azs_while_cloudformation_updates(ch
     placement group belongs to the AZ of its first instance, so one group used by nodes of two AZs fails the launch
     (InvalidPlacementGroup.InUse)."""
     old, new = synth_of(before), synth_of(after)
-    if old.gpu.to_json() == new.gpu.to_json():
+    gpu_diff = [d for d in _diff_of(change) if d.stack == old.settings.gpu_stack_name]
+    if not gpu_diff:
         return
-    _, changes = cdk_diff(old, new, old.settings.gpu_stack_name)
+    changes = gpu_diff[0].changes
     replaced = {c.logical_id: 1 for c in changes if c.replaced and c.type == "AWS::EC2::PlacementGroup"}
     in_use = placement_groups_in_use(old, {})
     for group, zone in placement_groups_in_use(new, replaced).items():
@@ -261,3 +313,159 @@ def test_the_named_outputs_reach_a_deployed_cluster_stack_without_touching_a_res
     output, changes = cdk_diff(str(before), new, stack)
     assert changes == [], output[-2000:]
     assert all(f"[+] Output {name}" in output for name in ("VpcId", "ClusterArn", "ClusterSecurityGroupId")), output
+
+
+ROLLING_CHANGES = {
+    "gpuInstanceType g6.12xlarge -> g6e.24xlarge", "gpuNodeCount 2 -> 4", "gpuNodeCount 2 -> 0 (scale to zero)",
+    "gpuNodeCount 0 -> 2 (come back)", "gpuAvailabilityZone us-east-2a -> us-east-2c", "capacityReservationId set",
+    "capacityReservationId unset", "capacityReservationType odcr -> capacity-block",
+    "capacityReservationType capacity-block -> odcr", "on-demand -> Capacity Block", "kubernetesVersion 1.35 -> 1.36",
+    "gpuRootVolumeGib 500 -> 600",
+}
+"""The changes that drain, replace or resize the GPU nodes: a running RayJob dies (or, scaled up, idles new nodes)."""
+
+
+def _gpu_diff(change: str) -> StackDiff | None:
+    return next((d for d in _diff_of(change) if d.stack.endswith("-gpu")), None)
+
+
+@pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
+def test_cdk_diff_says_when_the_gpu_nodes_roll(change, before, after):
+    diff = _gpu_diff(change)
+    rolls = diff is not None and rolls_gpu_nodes(diff)
+    # THEN the GpuNodesRollWhen output changes in the diff exactly for the changes that roll or resize the GPU nodes
+    assert rolls == (change in ROLLING_CHANGES), (change, diff.output[-3000:] if diff else "no GPU stack change")
+    if diff is not None:
+        # ... and never misses one: a changed launch template, or a GPU node group replaced, always changes the key
+        touched = [c for c in diff.changes if c.type in ("AWS::EC2::LaunchTemplate", "AWS::EKS::Nodegroup")
+                   and (c.op != "~" or c.type == "AWS::EC2::LaunchTemplate" or c.replaced)]
+        assert not touched or rolls, f"{change}: {[c.describe() for c in touched]} but the roll key is unchanged"
+
+
+@pytest.mark.parametrize("change", ["capacityReservationType odcr -> capacity-block",
+                                    "capacityReservationType capacity-block -> odcr", "on-demand -> Capacity Block"])
+def test_the_capacity_switch_replaces_the_gpu_node_group_under_a_new_name(change):
+    _, before, after = next(c for c in CHANGES if c[0] == change)
+    names = []
+    for synth in (synth_of(before), synth_of(after)):
+        (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
+        names.append((nodegroup["Properties"]["NodegroupName"], nodegroup["Properties"]["CapacityType"]))
+    # THEN CapacityType changes (replacement), and with it the name: CloudFormation creates the new group first
+    (old_name, old_type), (new_name, new_type) = names
+    assert old_type != new_type and old_name != new_name, names
+    for name, capacity_type in names:
+        assert name.endswith("-cb") == (capacity_type == "CAPACITY_BLOCK"), name
+    (replaced,) = [c for c in _gpu_diff(change).changes if c.type == "AWS::EKS::Nodegroup"]
+    assert replaced.replaced and replaced.op == "~"
+
+
+def test_a_kubernetes_version_bump_upgrades_both_node_groups():
+    diffs = {d.stack: d for d in _diff_of("kubernetesVersion 1.35 -> 1.36")}
+    old, new = synth_of({"kubernetesVersion": "1.35"}), synth_of({})
+    for synth, version in ((old, "1.35"), (new, "1.36")):
+        for template in (synth.cluster, synth.gpu):
+            (nodegroup,) = template.find_resources("AWS::EKS::Nodegroup").values()
+            # THEN both node groups carry the cluster's version ...
+            assert nodegroup["Properties"]["Version"] == version
+    # ... and the bump updates both in place (EKS rolls them onto the new version's AMI), not replaces them
+    for stack, path in ((old.settings.cluster_stack_name, "Eks/Cluster/NodegroupSystemNodes"),
+                        (old.settings.gpu_stack_name, "GpuNodes/Nodegroup")):
+        (nodegroup,) = [c for c in diffs[stack].changes if c.path == path]
+        assert nodegroup.op == "~" and not nodegroup.replaced and "Version" in nodegroup.details, nodegroup
+    (cluster,) = [c for c in diffs[old.settings.cluster_stack_name].changes if c.type == "AWS::EKS::Cluster"]
+    assert not cluster.replaced
+
+
+def _egress_of(template, group_id: str) -> list[dict]:
+    resources = template.to_json()["Resources"]
+    inline = resources[group_id]["Properties"].get("SecurityGroupEgress")
+    separate = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EC2::SecurityGroupEgress"
+                and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}]
+    return [*(inline or []), *separate] if inline is not None else []
+
+
+@pytest.mark.parametrize("context", [{}, {"capacityReservationId": RESERVATION}, P5],
+                         ids=["default", "odcr", "p5"])
+def test_the_efa_security_group_states_its_egress(context):
+    synth = synth_of(context)
+    groups = synth.gpu.find_resources("AWS::EC2::SecurityGroup")
+    (group_id,) = [i for i in groups if "EfaSecurityGroup" in i]
+    egress = _egress_of(synth.gpu, group_id)
+    # THEN the group states its egress (without any, EC2 adds allow-all to everywhere) ...
+    assert egress, "no SecurityGroupEgress on the EFA security group: EC2's default allow-all egress stays"
+    # ... and it allows nothing but EFA to itself: no 0.0.0.0/0 or ::/0
+    assert not [e for e in egress if e.get("CidrIp") == "0.0.0.0/0" or e.get("CidrIpv6") == "::/0"], egress
+    allowed = [e for e in egress if e.get("CidrIp") != "255.255.255.255/32"]
+    assert allowed == [{"Description": "EFA to GPU nodes", "DestinationSecurityGroupId": {"Fn::GetAtt": [group_id, "GroupId"]},
+                        "GroupId": {"Fn::GetAtt": [group_id, "GroupId"]}, "IpProtocol": "-1"}], allowed
+
+
+@pytest.mark.parametrize("context, expected", [
+    ({"capacityReservationId": RESERVATION}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+    ({"capacityReservationId": RESERVATION, "gpuNodeCount": 4}, {"MaxUnavailable": 4, "UpdateStrategy": "MINIMAL"}),
+    ({}, None),
+], ids=["odcr-2", "odcr-4", "on-demand"])
+def test_a_node_group_in_a_reservation_updates_without_surge(context, expected):
+    (nodegroup,) = synth_of(context).gpu.find_resources("AWS::EKS::Nodegroup").values()
+    # THEN in a reservation the nodes are terminated before new ones launch (no surge the reservation has no room for),
+    # all at once; on demand EKS's default (new nodes first) stays
+    assert nodegroup["Properties"].get("UpdateConfig") == expected
+
+
+def test_the_vpc_reaches_s3_through_a_gateway_endpoint(default_synth):
+    endpoints = default_synth.cluster.find_resources("AWS::EC2::VPCEndpoint")
+    (endpoint,) = endpoints.values()
+    props = endpoint["Properties"]
+    # THEN S3 is a gateway endpoint (no NAT processing for checkpoints) on the route tables of every subnet
+    assert props["VpcEndpointType"] == "Gateway"
+    assert props["ServiceName"] == {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
+    tables = {i for i, r in default_synth.cluster.find_resources("AWS::EC2::RouteTable").items()}
+    assert {t["Ref"] for t in props["RouteTableIds"]} == tables
+
+
+# | `change` | cluster stack | GPU stack | ... (docs/day2.md's table: its first column is the change, as in CHANGES)
+_DOC_ROW = re.compile(r"^\| `?(?P<change>[^|`]+?)`? \|(?P<rest>.*)\|$")
+
+
+def doc_rows() -> dict[str, str]:
+    rows = {}
+    for line in DAY2_DOC.read_text().splitlines():
+        match = _DOC_ROW.match(line)
+        if match:
+            rows[match["change"].strip()] = match["rest"]
+    return rows
+
+
+@pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
+def test_the_docs_say_what_the_diff_shows(change, before, after):
+    rows = doc_rows()
+    # THEN docs/day2.md has a row for the change ...
+    assert change in rows, f"docs/day2.md has no row `{change}`"
+    row = rows[change]
+    diff = _gpu_diff(change)
+    # ... that says the GPU nodes roll exactly when they do
+    assert ("**GPU nodes roll**" in row) == (change in ROLLING_CHANGES), row
+    # ... that says when the RayJob is re-applied (a deleted RayJob runs again)
+    reapplied = diff is not None and reapplies_ray_job(diff)
+    assert ("**RayJob re-applied**" in row) == reapplied, row
+    # ... and names each node group replaced
+    replaced = [c for d in _diff_of(change) for c in d.changes if c.type == "AWS::EKS::Nodegroup" and c.replaced]
+    assert ("node group replaced" in row) == bool(replaced), row
+
+
+@pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
+def test_deploy_check_reads_the_live_diff_as_this_table_does(change, before, after):
+    """`ray-efa deploy-check --diff` (ops.deploy_check.read_diff) on what the real CLI printed for the change."""
+    from ray_efa.ops.deploy_check import read_diff
+
+    diffs = _diff_of(change)
+    read = read_diff("".join(d.output for d in diffs))
+    gpu = _gpu_diff(change)
+    # THEN it sees the GPU nodes roll, the RayJob re-applied and the device stack swapped exactly when they are
+    assert read.gpu_roll == (change in ROLLING_CHANGES)
+    assert bool(read.reapplied_jobs) == (gpu is not None and reapplies_ray_job(gpu))
+    assert bool(read.device_stack_switch) == change.startswith("deviceAllocation")
+    # ... and every node group or launch template the deploy touches is one it names
+    touched = {f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}" for d in diffs for c in d.changes
+               if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")}
+    assert set(read.rolled_node_groups) == touched
