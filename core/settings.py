@@ -471,8 +471,7 @@ class WorkloadSettings(_Section):
     )
     dlc_image: ImageReference = setting(
         DLC_IMAGE.reference, "dlcImage",
-        "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required; "
-        "repository:tag@sha256:... pins it: tags move).",
+        "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required).",
     )
     ray_version: str = setting(
         DLC_IMAGE.ray_version, "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=_SEMVER,
