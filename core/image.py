@@ -3,7 +3,7 @@
 AWS's Ray Train Deep Learning Container. Its tags move: AWS re-publishes `train-ml-cuda-v1.1` (and the floating
 `train-ml-cuda`, `-v1`, `-v1.1.0`) with patched builds, so a node that pulls later may run other bits than the one
 that pulled first (../shared/reference/FACTS.md). Only a digest is immutable: `dlcImage` takes
-`<repository>:<tag>@sha256:<digest>` (the tag then only documents; containerd pulls by digest), and docs/day2.md says
+`<repository>:<tag>@sha256:<digest>` (the tag then only documents; containerd pulls by digest), and docs/changes.md says
 how to read the digest of the tag you tested and how to move it. No digest of this release is recorded here (none was
 read from the registry on this machine): DLC_IMAGE.digest is None until one is, and synth says the image floats.
 

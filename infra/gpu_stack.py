@@ -56,10 +56,13 @@ class GpuStack(Stack):
 
         image = settings.workload.dlc_image
         if self.training_job and image_digest(image) is None:
-            # A tag moves (core.image): pin what was tested, and move the pin on purpose (docs/day2.md).
-            Annotations.of(self).add_warning_v2("ray-efa:floatingImage", (
+            # A tag moves (core.image): pin what was tested, and move the pin on purpose (docs/changes.md).
+            # An info, not a warning: the default image floats until a digest is recorded (core.image), and a
+            # deploy configured as documented synthesizes without warnings.
+            Annotations.of(self).add_info(
                 f"dlcImage {image} names a tag, which AWS moves: nodes that pull at different times can run different "
-                f"builds. Pin the digest you tested: dlcImage={image}@sha256:<digest> (docs/day2.md, 'Pin the image')"))
+                f"builds. Pin the digest you tested: dlcImage={image}@sha256:<digest> (docs/changes.md, 'Pin the "
+                "image')")
         instance = settings.nodes.gpu_instance
         cost = hourly_cost(settings)
         CfnOutput(self, "GpuNodeGroup", description="GPU node group",
@@ -67,7 +70,7 @@ class GpuStack(Stack):
                         f"{instance.efa_interfaces} EFA) in {settings.gpu_availability_zone}")
         CfnOutput(self, "GpuNodesRollWhen", value=gpu_nodes_roll_key(self.gpu_nodes), description=(
             "A deploy that changes one of these drains every GPU node (the node count: adds or removes nodes, which a "
-            "running job cannot use): a running RayJob dies. `ray-efa deploy-check` first (docs/day2.md)"))
+            "running job cannot use): a running RayJob dies. `ray-efa deploy-check` first (docs/changes.md)"))
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
         CfnOutput(self, "EstimatedGpuUsdPerHour", value=f"{cost.gpu_nodes:.2f}",
                   description="On-demand estimate of the GPU nodes alone")

@@ -3,7 +3,7 @@
 For each change a user makes, both stacks are synthesized before and after (the session's cached synths), and
 `cdk diff --app <after cloud assembly> --template <before template> STACK --exclusively` compares them with no AWS
 account. Nothing long-lived may be replaced or removed: the VPC, its subnets, route tables and NAT, the EKS cluster,
-the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is docs/day2.md's
+the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is docs/changes.md's
 "What a change does to a running deployment", and each of its rows must say what the diff shows: that the GPU nodes
 roll, that a node group is replaced, that the RayJob is re-applied (a deleted one runs again).
 """
@@ -18,14 +18,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import aws_cdk as cdk
 import pytest
 
 from ray_efa.core.context import PROJECT_ROOT
+from ray_efa.core.image import DLC_IMAGE
 from tests.infra.conftest import Synthesized, synthesize
 
 CDK = PROJECT_ROOT / "node_modules" / ".bin" / "cdk"
 RESERVATION = "cr-0123456789abcdef0"
-DAY2_DOC = PROJECT_ROOT / "docs" / "day2.md"
+DAY2_DOC = PROJECT_ROOT / "docs" / "changes.md"
 P5 = {"gpuInstanceType": "p5.48xlarge"}  # a type Capacity Blocks offer
 ODCR_P5 = {**P5, "capacityReservationId": RESERVATION}
 BLOCK_P5 = {**ODCR_P5, "capacityReservationType": "capacity-block"}
@@ -423,7 +425,7 @@ def test_the_vpc_reaches_s3_through_a_gateway_endpoint(default_synth):
     assert {t["Ref"] for t in props["RouteTableIds"]} == tables
 
 
-# | `change` | cluster stack | GPU stack | ... (docs/day2.md's table: its first column is the change, as in CHANGES)
+# | `change` | cluster stack | GPU stack | ... (docs/changes.md's table: its first column is the change, as in CHANGES)
 _DOC_ROW = re.compile(r"^\| `?(?P<change>[^|`]+?)`? \|(?P<rest>.*)\|$")
 
 
@@ -439,8 +441,8 @@ def doc_rows() -> dict[str, str]:
 @pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
 def test_the_docs_say_what_the_diff_shows(change, before, after):
     rows = doc_rows()
-    # THEN docs/day2.md has a row for the change ...
-    assert change in rows, f"docs/day2.md has no row `{change}`"
+    # THEN docs/changes.md has a row for the change ...
+    assert change in rows, f"docs/changes.md has no row `{change}`"
     row = rows[change]
     diff = _gpu_diff(change)
     # ... that says the GPU nodes roll exactly when they do
@@ -469,3 +471,18 @@ def test_deploy_check_reads_the_live_diff_as_this_table_does(change, before, aft
     touched = {f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}" for d in diffs for c in d.changes
                if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")}
     assert set(read.rolled_node_groups) == touched
+
+
+def _infos(synth: Synthesized) -> list[str]:
+    return [str(message.entry.data) for stack in synth.assembly.stacks for message in stack.messages
+            if message.level == cdk.cx_api.SynthesisMessageLevel.INFO]
+
+
+def test_synth_says_that_a_tag_floats_and_not_once_a_digest_pins_it(default_synth):
+    # GIVEN the default dlcImage, a tag THEN synth says it floats and how to pin it (an info: the documented deploy
+    # synthesizes without warnings, tests/infra/test_deploy_ready.py)
+    (info,) = [i for i in _infos(default_synth) if "names a tag, which AWS moves" in i]
+    assert f"dlcImage={DLC_IMAGE.reference}@sha256:<digest>" in info
+    # WHEN it is pinned by digest THEN it says nothing of the kind
+    pinned = synth_of({"dlcImage": f"{DLC_IMAGE.reference}@sha256:{'0' * 64}"})
+    assert not [i for i in _infos(pinned) if "names a tag" in i]
