@@ -190,7 +190,7 @@ def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
         raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
-                           f"(the RayJob's runtime_env installs it): {error}") from None
+                           f"(the Ray pods' init container installs it: k8s.pip_packages): {error}") from None
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
         model.hf.model.layers, config=config,
