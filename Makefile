@@ -70,8 +70,9 @@ lint: $(VENV)/.installed node_modules/.installed
 	npx --no-install pyright --warnings
 
 ## The reference as a site (mkdocs.yml, docs/): built strictly, so a broken link or anchor fails. Into site/.
+## (NO_MKDOCS_2_WARNING: Material's end-of-life banner, which docs/development.md states once.)
 docs: $(VENV)/.installed
-	$(PY) -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 	@echo "== the site is in site/ (open site/index.html, or serve it live: $(VENV)/bin/mkdocs serve)"
 
 ## Re-pin the Python dependency tree after changing pyproject.toml (needs network).
