@@ -104,6 +104,15 @@ def test_every_readme_link_lands_on_a_file_and_a_heading(site):
             assert f'id="{anchor}"' in html, link
 
 
+def test_the_readme_links_every_page():
+    # GIVEN the pages of the site (the strict build keeps each in the nav)
+    pages = {page.relative_to(ROOT).as_posix() for page in DOCS.rglob("*.md")} - {"docs/index.md"}
+    # THEN the README's Reference section says where each one is
+    reference = (ROOT / "README.md").read_text().split("\n## Reference\n", 1)[1].split("\n## ", 1)[0]
+    linked = {link.partition("#")[0] for link in _relative_links(reference)}
+    assert pages <= linked, f"add a row for each to the README's Reference table: {sorted(pages - linked)}"
+
+
 @pytest.mark.parametrize("name", settings_table.TABLES)
 def test_generated_sections_are_current(name):
     # GIVEN every page of docs/ that holds the section's markers
