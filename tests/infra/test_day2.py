@@ -32,7 +32,7 @@ P5 = {"gpuInstanceType": "p5.48xlarge"}  # a type Capacity Blocks offer
 ODCR_P5 = {**P5, "capacityReservationId": RESERVATION}
 BLOCK_P5 = {**ODCR_P5, "capacityReservationType": "capacity-block"}
 
-# (change, settings before, settings after): each a day-2 change of the README's table.
+# (change, settings before, settings after): each a day-2 change of docs/changes.md's table.
 CHANGES = [
     ("gpuInstanceType g6.12xlarge -> g6e.24xlarge", {}, {"gpuInstanceType": "g6e.24xlarge"}),
     ("gpuNodeCount 2 -> 4", {}, {"gpuNodeCount": 4}),
