@@ -123,3 +123,12 @@ def test_fp8_casts_weigh_more_on_a_gpu_with_less_bandwidth_per_flop():
     l4, h200 = catalog.GPUS["L4"], catalog.GPUS["H200"]
     assert casts / (l4.memory_bandwidth_gb_s * 1e9) > 10 * casts / (h200.memory_bandwidth_gb_s * 1e9)
     assert ratio["g6.12xlarge"] < 1.2
+
+
+def test_a_pcie_link_s_source_names_that_link_not_another_generation():
+    # a PCIe Gen5 link (e.g. a described type's) is named as itself, with its own bandwidth
+    share, measured, source = families.link_share("PCIe Gen5 x16", 64)
+    assert "PCIe Gen5 x16" in source and "64 GB/s" in source and "Gen4" not in source and not measured
+    assert families.link_share("NVLink 4 (NVSwitch)", 450)[1]
+    described = families.describe("L40S", "described (64 GB/s)", 64)["intra_node_link_share"]
+    assert "described (64 GB/s)" in described["source"] and "Gen4" not in described["source"]
