@@ -24,6 +24,7 @@ import statistics
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal, cast
 
 from ray_efa.core import catalog, perf
 from ray_efa.core.models import ModelPreset
@@ -102,6 +103,11 @@ def runs() -> tuple[PublishedRun, ...]:
         rows = list(csv.DictReader(f))
     out = []
     for r in rows:
+        if r["precision"] not in ("bf16", "fp8") or r["split"] not in ("fit", "heldout") or r["role"] not in (
+                "comparable", "ceiling", "context"):
+            raise ValueError(f"{DATA}: a row with precision {r['precision']!r}, split {r['split']!r}, role "
+                             f"{r['role']!r}: precision bf16 or fp8, split fit or heldout, role comparable, ceiling "
+                             "or context")
         out.append(PublishedRun(
             split=r["split"], role=r["role"], gpu=r["gpu"], instance_type=r["instance_type"], nodes=int(r["nodes"]),
             gpus_per_node=int(r["gpus_per_node"]), model=r["model"], seq=int(r["seq"]),
@@ -124,7 +130,8 @@ def predict(run: PublishedRun) -> float:
     """The plan's tokens/s per GPU for the run's configuration (see the module docstring)."""
     instance = catalog.GPU_INSTANCES[run.instance_type]
     t = TrainingSettings(micro_batch=run.micro_batch, seq_len=min(run.seq, 32_768),
-                         grad_accumulation=run.grad_accumulation, precision=run.precision, compile=run.compile,
+                         grad_accumulation=run.grad_accumulation,
+                         precision=cast(Literal["bf16", "fp8"], run.precision), compile=run.compile,
                          activation_checkpointing=run.checkpointing == "full", sharding="fsdp",
                          grad_reduce_dtype="fp32")
     if run.seq != t.seq_len:

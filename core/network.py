@@ -17,10 +17,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ray_efa.core.catalog import InstanceType
+
+class _GpuLink(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def gb_s(self) -> float: ...
+
+
+class InstanceType(Protocol):
+    """What this module reads of a catalog row (core.catalog.InstanceType), without importing it."""
+
+    @property
+    def family(self) -> str: ...
+    @property
+    def network_gbps(self) -> int: ...
+    @property
+    def efa_interfaces(self) -> int: ...
+    @property
+    def primary_card_gbps(self) -> float: ...
+    @property
+    def gpudirect_rdma(self) -> bool: ...
+    @property
+    def gpu_link(self) -> _GpuLink | None: ...
 
 __all__ = ["HOST_STAGED_GB_S", "EFA_SHARE", "MESSAGE_SIZE_SHARE", "COLLECTIVE_LATENCY_S", "GiB", "MiB", "LinkFigure",
            "efa_share", "efa_link", "collective_latency_s"]
