@@ -69,7 +69,7 @@ class PublishedRun:
     """One row of core/data/published_runs.csv."""
 
     split: str
-    """fit or heldout."""
+    """fit, heldout or context (neither)."""
     role: str
     """comparable, ceiling or context."""
     gpu: str
@@ -103,11 +103,11 @@ def runs() -> tuple[PublishedRun, ...]:
         rows = list(csv.DictReader(f))
     out = []
     for r in rows:
-        if r["precision"] not in ("bf16", "fp8") or r["split"] not in ("fit", "heldout") or r["role"] not in (
+        if r["precision"] not in ("bf16", "fp8") or r["split"] not in ("fit", "heldout", "context") or r["role"] not in (
                 "comparable", "ceiling", "context"):
             raise ValueError(f"{DATA}: a row with precision {r['precision']!r}, split {r['split']!r}, role "
-                             f"{r['role']!r}: precision bf16 or fp8, split fit or heldout, role comparable, ceiling "
-                             "or context")
+                             f"{r['role']!r}: precision bf16 or fp8, split fit, heldout or context, role comparable, ceiling "
+                             "or context")  # context rows are neither fitted nor judged
         out.append(PublishedRun(
             split=r["split"], role=r["role"], gpu=r["gpu"], instance_type=r["instance_type"], nodes=int(r["nodes"]),
             gpus_per_node=int(r["gpus_per_node"]), model=r["model"], seq=int(r["seq"]),
