@@ -46,7 +46,8 @@ class InstanceType(Protocol):
 __all__ = ["HOST_STAGED_GB_S", "EFA_SHARE", "MESSAGE_SIZE_SHARE", "COLLECTIVE_LATENCY_S", "GiB", "MiB", "LinkFigure",
            "efa_share", "efa_link", "collective_latency_s"]
 
-GiB, MiB = 1 << 30, 1 << 20
+GiB: int = 1 << 30
+MiB: int = 1 << 20
 
 HOST_STAGED_GB_S = 3.0
 """All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s: nccl-tests on g6e
