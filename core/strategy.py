@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families, memory, perf
-from ray_efa.core import network as network_module
+from ray_efa.core import catalog, families, memory, perf, provenance
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
+from ray_efa.core.provenance import fp8_evidence
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
 __all__ = [
@@ -211,20 +211,6 @@ def _precisions(settings: Settings) -> tuple[str, ...]:
         return ("bf16",)
     return ("bf16", "fp8") if families.constants_for(gpu.name).fp8_evidenced else ("bf16",)
 
-
-def fp8_evidence(settings: Settings) -> str | None:
-    """What the plan says when precision auto stays bf16 on a GPU with fp8 tensor cores because the family's fp8
-    constant is only assumed: what would change its mind. None where auto may pick fp8 (or fp8 is no option)."""
-    t, gpu = settings.training, settings.nodes.gpu_instance.gpu
-    if t.precision != "auto" or gpu is None or not gpu.has_fp8 or not t.compile:
-        return None
-    family = families.constants_for(gpu.name)
-    if family.fp8_evidenced:
-        return None
-    return (f"precision auto stays bf16 on {gpu.name}: its fp8 efficiency is assumed, not measured or published "
-            f"({family.fp8_source}). What would change it: a measurement on this family (a run with -c precision=fp8 "
-            f"and one with bf16, each read by `ray-efa calibrate`) or a published fp8 training run; set "
-            f"precision=fp8 to run fp8 anyway")
 
 
 def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
@@ -567,53 +553,8 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
             "calibration": calibration.source if calibration else None,
-            "constants": _constants(settings, net, calibration),
-            "links": _links(settings, net, chosen, calibration),
+            "constants": provenance.constants(settings, net, calibration),
+            "links": provenance.links(settings, net, chosen.prediction, chosen.training, calibration),
             "precision_note": fp8_evidence(settings),
         }
-    return out
-
-
-def _links(settings: Settings, network: str, chosen: Option, calibration: perf.Calibration | None) -> dict[str, Any]:
-    """`plan --json`'s performance.<net>.links: the GB/s the prediction gave each link (intra-node per GPU, between
-    nodes per node, per direction), with its status and source (core.network for EFA, the socket model for TCP)."""
-    n = settings.nodes
-    instance, p = n.gpu_instance, chosen.prediction
-    gpu_link = catalog.gpu_link(instance)
-    share, measured, source = families.link_share(gpu_link.name, gpu_link.gb_s)
-    intra, inter = perf.links_for(instance, network, placement_group=n.use_placement_group,
-                                  message_bytes=perf.message_bytes(chosen.training.preset, p.strategy, p.nodes,
-                                                                   p.gpus_per_node, 2 if p.reduce_dtype == "bf16" else 4))
-    out: dict[str, Any] = {"intra": {"name": intra.name, "gb_s": round(intra.gb_s, 2),
-                                     "status": "measured" if measured else "assumed",
-                                     "source": f"{share:g} of the data sheet's {gpu_link.gb_s:g} GB/s: {source}"}}
-    if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
-        out["inter"] = {"name": f"{inter.name}, measured", "gb_s": round(calibration.inter_node_gb_s, 2),
-                        "status": "measured", "source": f"ray-efa calibrate: {calibration.source}"}
-    elif network == "efa":
-        figure = network_module.efa_link(instance, perf.message_bytes(
-            chosen.training.preset, p.strategy, p.nodes, p.gpus_per_node, 2 if p.reduce_dtype == "bf16" else 4))
-        out["inter"] = {"name": inter.name, "gb_s": round(figure.gb_s, 2), "status": figure.status,
-                        "source": figure.source}
-    else:
-        out["inter"] = {"name": inter.name, "gb_s": round(inter.gb_s, 2), "status": "assumed",
-                        "source": "the socket model (core.perf.socket_gb_s): SOCKET_LINE_SHARE of card 0, EC2's "
-                                  "per-flow limit x NCCL's sockets, NCCL's host-memory socket ceiling"}
-    return out
-
-
-def _constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
-    """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
-    GPU family's (core.families), and what a calibration replaced (core.perf.predict takes its values first)."""
-    link = catalog.gpu_link(settings.nodes.gpu_instance)
-    out = families.describe(settings.nodes.gpu_instance.gpu.name, link.name, link.gb_s)
-    if calibration is None:
-        return out
-    source = f"ray-efa calibrate: {calibration.source}" if calibration.source else "ray-efa calibrate"
-    if calibration.compute_efficiency:
-        out["compute_efficiency"] = {"value": round(calibration.compute_efficiency, 3), "status": "measured",
-                                     "source": source}
-    if calibration.inter_node_gb_s and calibration.network in (None, network):
-        out["inter_node_gb_s"] = {"value": round(calibration.inter_node_gb_s, 2), "status": "measured",
-                                  "source": source}
     return out
