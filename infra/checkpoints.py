@@ -86,14 +86,14 @@ class CheckpointStorage(Construct):
             namespace = workload.namespace_name
             after = after if after is not None else workload.namespace
         namespace_given = namespace is not None
-        namespace = namespace if namespace is not None else default("namespace")
-        for prop, value in (("namespace", namespace), ("service_account", service_account)):
+        resolved: str = namespace if namespace is not None else default("namespace")
+        for prop, value in (("namespace", resolved), ("service_account", service_account)):
             if not _DNS_LABEL.match(value):
                 raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
         if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
-        self.namespace_name: str = namespace
+        self.namespace_name: str = resolved
         self.service_account_name = service_account
         self.cluster: eks.ICluster = cluster
         if workload is None and not namespace_given:
@@ -111,7 +111,7 @@ class CheckpointStorage(Construct):
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
                                                 addon_name=POD_IDENTITY_AGENT_ADDON)
         self.service_account: eks.ServiceAccount = cluster.add_service_account(
-            "RayServiceAccount", name=service_account, namespace=namespace,
+            "RayServiceAccount", name=service_account, namespace=resolved,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )
         if after is not None:

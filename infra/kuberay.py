@@ -88,13 +88,15 @@ class KubeRayOperator(Construct):
         if version not in choices("kuberayVersion"):
             raise ValueError(f"KubeRayOperator version must be one of {', '.join(choices('kuberayVersion'))}, "
                              f"got {version!r}")
-        if node_selector is None:
+        selector: Mapping[str, str]
+        if node_selector is not None:
+            selector = node_selector
+        else:
             labelled = [labels for n in (nodes if nodes is not None else cluster_nodegroups(cluster))
                         if (labels := nodegroup_labels(n)) is not None]
-            node_selector = (common_labels("KubeRayOperator nodes", labelled) if labelled
-                             else default("systemNodeSelector"))
-        check_node_selector("KubeRayOperator node_selector", node_selector)
-        self.node_selector: dict[str, str] = dict(node_selector)
+            selector = common_labels("KubeRayOperator nodes", labelled) if labelled else default("systemNodeSelector")
+        check_node_selector("KubeRayOperator node_selector", selector)
+        self.node_selector: dict[str, str] = dict(selector)
         """The system nodes' labels (RayTrainingJob puts the Ray head and the submitter there too)."""
         self.cluster: eks.ICluster = cluster
         if crds is None:
@@ -109,13 +111,13 @@ class KubeRayOperator(Construct):
         self.crds: HelmChartCrds | None = (
             HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None)
         self.chart: eks.HelmChart = helm_chart(
-            self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(node_selector),
+            self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(selector),
             create_namespace=True, timeout=Duration.minutes(10),
         )
         if self.crds is not None:
             self.chart.node.add_dependency(self.crds)
         self.nodes: Sequence[IConstruct] = (
-            list(nodes) if nodes is not None else nodegroups_selected_by(cluster, node_selector))
+            list(nodes) if nodes is not None else nodegroups_selected_by(cluster, selector))
         for nodegroup in self.nodes:
             self.chart.node.add_dependency(nodegroup)
         add_synth_check(self, self._check_schedules)

@@ -261,3 +261,23 @@ def test_from_settings_in_a_region_without_an_az_table_derives_what_was_not_set(
     assert (settings["region"], settings["gpuAvailabilityZone"], settings["namespace"]) == (
         "eu-south-1", "eu-south-1a", "ml")
     assert _helm_values(template, "nvidia-device-plugin")["nodeSelector"] == {"role": "gpu-worker"}
+
+
+def test_the_smallest_embedding_type_checks_in_strict_mode(tmp_path):
+    """examples/platform/infra/smallest.py, the README's smallest snippet with its parameters typed (the README's
+    own, untyped, gives strict pyright 20 errors), checked as a platform with `typeCheckingMode strict` sees it."""
+    pyright = ROOT / "node_modules" / ".bin" / "pyright"
+    if not pyright.exists():
+        pytest.fail(f"needs the pinned pyright at {pyright.relative_to(ROOT)}: `make install` (npm ci)", pytrace=False)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "ray_efa").symlink_to(ROOT / "ray_efa", target_is_directory=True)
+    (tmp_path / "app.py").write_text((ROOT / "examples" / "platform" / "infra" / "smallest.py").read_text())
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
+        "venvPath": str(ROOT), "venv": ".venv", "extraPaths": [str(tmp_path / "site")],
+        "typeCheckingMode": "strict", "pythonVersion": "3.11", "include": ["app.py"],
+    }))
+    result = subprocess.run([str(pyright), "--outputjson"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    report = json.loads(result.stdout)
+    errors = [f"{d['range']['start']['line'] + 1}: {d['message']}" for d in report["generalDiagnostics"]
+              if d["severity"] == "error"]
+    assert errors == [] and report["summary"]["filesAnalyzed"] == 1, errors
