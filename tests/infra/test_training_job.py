@@ -153,9 +153,10 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
     _, _, ray_job = find(template, "RayJob")
     spec = ray_job["spec"]["rayClusterSpec"]
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
-        # (the project's own code comes first, from its own asset: fetch-app)
-        (app_init, init) = pod["spec"]["initContainers"]
-        assert app_init["name"] == "fetch-app" and init["name"] == "fetch-code"
+        # (the project's own code comes first, from its own asset: fetch-app; the extra packages' after them)
+        names = [c["name"] for c in pod["spec"]["initContainers"]]
+        assert names[:2] == ["fetch-app", "fetch-code"], names
+        (init,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "fetch-code"]
         uri, dest = init["command"][-2:]
         assert uri.startswith("s3://cdk-") and uri.endswith(".zip") and dest == USER_CODE_PATH
     # and the pods' role (the CheckpointStorage service account's) may read those two objects, and only them
