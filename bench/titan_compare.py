@@ -3,9 +3,10 @@
     python3 titan_compare.py args PLAN_JSON VARIANT STEPS    torchtitan's command-line arguments, one per line
     python3 titan_compare.py report OUT_DIR                   parse the runs' logs, print the table, write compare.json
 
-VARIANT: fp8 (torchtitan's float8 converter, tensorwise, on every block linear) or bf16. The batch shape (micro batch x
-sequence x accumulation), activation checkpointing and compile come from `ray-efa plan --json`, so torchtitan runs
-the shape the project's default job runs.
+VARIANT: fp8 (torchtitan's float8 converter, tensorwise, on every block linear) or bf16; with "-amp" (fp8-amp,
+bf16-amp) the script runs torchtitan's own one-GPU path (TITAN_ONE_GPU_FSDP=0) with the same arguments. The batch shape
+(micro batch x sequence x accumulation), activation checkpointing and compile come from `ray-efa plan --json`, so
+torchtitan runs the shape the project's default job runs.
 
 Throughput is tokens per second per GPU over the steps after the first (the first holds compilation), the project's
 own rule (training.metrics.Meter.summary): every step has the same tokens, so that is the harmonic mean of the steps'
@@ -41,8 +42,9 @@ def titan_args(plan: dict, variant: str, steps: int) -> list[str]:
     """torchtitan's command line for the plan's batch shape, compile and checkpointing; `variant` picks the precision."""
     d = plan["deployment"]
     settings = {k: v["value"] for k, v in plan["settings"].items()}
-    if variant not in ("fp8", "bf16"):
-        raise SystemExit(f"variant must be fp8 or bf16, got {variant!r}")
+    precision = variant.removesuffix("-amp")
+    if precision not in ("fp8", "bf16"):
+        raise SystemExit(f"variant must be fp8 or bf16, optionally with -amp, got {variant!r}")
     micro, seq, accumulation = d["micro_batch"], d["seq_len"], d["grad_accumulation"]
     args = [
         "--model.name", "qwen2_5_shape", "--model.flavor", "1.5B",
@@ -63,7 +65,7 @@ def titan_args(plan: dict, variant: str, steps: int) -> list[str]:
     ]
     if settings["compile"]:
         args += ["--compile.enable", "--compile.components", "model,loss"]  # torchtitan: lists comma-separated
-    if variant == "fp8":
+    if precision == "fp8":
         args += ["--model.converters", "quantize.linear.float8", "--quantize.linear.float8.filter_fqns", "output"]
     return args
 
@@ -89,6 +91,29 @@ def project_steps(text: str) -> list[dict]:
                          "tps": float(m["per_device"].replace(",", ""))})
     # Ray repeats a worker's lines in the driver's log at times: one row per step, the last seen.
     return list({row["step"]: row for row in rows}.values())
+
+
+def project_metrics(text: str) -> list[dict]:
+    """The project's metrics.jsonl (training.history): one row per report; a cut last line is skipped."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "throughput/tokens_per_s_per_device" in record:
+            rows.append({"step": int(record["step"]), "loss": record.get("loss"),
+                         "tps": float(record["throughput/tokens_per_s_per_device"])})
+    return rows
+
+
+def median_tps(rows: list[dict]) -> float | None:
+    """The median of the steps' rates after the first: a check on steady_tps against one slow step."""
+    rates = sorted(r["tps"] for r in rows if r["step"] > 1 and r["tps"] > 0)
+    if not rates:
+        return None
+    middle = len(rates) // 2
+    return rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
 
 
 def steady_tps(rows: list[dict]) -> tuple[float | None, int]:
@@ -120,15 +145,14 @@ def report(out: Path) -> dict:
     runs: dict[str, dict] = {}
 
     summary = json.loads(_read(out / "project" / "summary.json") or "{}")
-    rows = project_steps(_read(out / "project.log"))
+    rows = project_metrics(_read(out / "project" / "metrics.jsonl")) or project_steps(_read(out / "project.log"))
     tps, n = steady_tps(rows)
-    source = "CLI progress lines"
+    source = "per-step rates (metrics.jsonl or the CLI's progress lines)"
     if summary.get("throughput/tokens_per_s_per_device"):
-        tps, source = summary["throughput/tokens_per_s_per_device"], "summary.json"
-        n = sum(1 for r in rows if r["step"] > 1) or n
+        tps, source = summary["throughput/tokens_per_s_per_device"], "summary.json (the job's steady rate)"
     runs["project"] = {
         "what": f"ray-efa train, plan defaults ({d.get('precision')}, FSDP2, per-layer compile, chunked fused loss)",
-        "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": source,
+        "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": source, "median_step_tps": median_tps(rows),
         "peak_reserved_gib": summary.get("memory/peak_reserved_gib"),
         "peak_allocated_gib": summary.get("memory/peak_allocated_gib"),
         "losses": [[r["step"], r["loss"]] for r in rows],
@@ -140,7 +164,7 @@ def report(out: Path) -> dict:
         steady = [r for r in rows if r["step"] > 1]
         runs[f"torchtitan {variant}"] = {
             "what": f"torchtitan trainer, Qwen3 model code in the Qwen2.5-1.5B shape, {variant}",
-            "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": log.name,
+            "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": log.name, "median_step_tps": median_tps(rows),
             "titan_own_mfu_pct": (sum(r["own_mfu_pct"] for r in steady) / len(steady)) if steady else None,
             "peak_reserved_gib": max((r["reserved_gib"] for r in rows), default=None),
             "losses": [[r["step"], r["loss"]] for r in rows],
@@ -182,22 +206,23 @@ def _versions() -> dict:
 
 
 def table(result: dict) -> str:
-    def num(value, fmt):
-        return format(value, fmt) if value is not None else "-"
+    def num(value, fmt, unit=""):
+        return format(value, fmt) + unit if value is not None else "-"
 
     lines = [
         f"{result['model']} shape, micro {result['micro_batch']} x {result['seq_len']}, accumulation "
         f"{result['grad_accumulation']} ({result['global_batch_tokens']:,} tokens/step), one {result['gpu']}; "
         f"MFU of the {result['peak_flops'] / 1e12:.0f} TFLOP/s bf16 peak",
         "| run | tokens/s per GPU | MFU 6N+12LdS (full) | MFU 6N+6LdS (causal) | torchtitan's own MFU "
-        "| steady steps | peak reserved GiB | project / this |",
-        "|---|---|---|---|---|---|---|---|",
+        "| steady steps | median step tokens/s | peak reserved GiB | project / this |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, run in result["runs"].items():
         lines.append(
-            f"| {name} | {num(run['tokens_per_s_per_gpu'], ',.0f')} | {num(run['mfu_full_pct'], '.1f')}% "
-            f"| {num(run['mfu_causal_pct'], '.1f')}% | {num(run.get('titan_own_mfu_pct'), '.1f')} "
-            f"| {run['steady_steps']} | {num(run['peak_reserved_gib'], '.1f')} | {num(run['project_over_this'], '.3f')} |"
+            f"| {name} | {num(run['tokens_per_s_per_gpu'], ',.0f')} | {num(run['mfu_full_pct'], '.1f', '%')} "
+            f"| {num(run['mfu_causal_pct'], '.1f', '%')} | {num(run.get('titan_own_mfu_pct'), '.1f', '%')} "
+            f"| {run['steady_steps']} | {num(run['median_step_tps'], ',.0f')} | {num(run['peak_reserved_gib'], '.1f')} "
+            f"| {num(run['project_over_this'], '.3f')} |"
         )
         if run.get("error"):
             lines.append(f"  {name}: no step lines; last error line: {run['error']}")

@@ -8,11 +8,14 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pyarrow.fs
 import pytest
 
 from ray_efa.core.context import resolve_settings
 from ray_efa.ops.plan import build_plan
+from ray_efa.training.history import History
 from ray_efa.training.metrics import format_line
+from ray_efa.training.run_folder import METRICS_FILE, RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("titan_compare", ROOT / "bench" / "titan_compare.py")
@@ -59,6 +62,19 @@ def test_the_project_progress_lines_are_read_as_training_metrics_writes_them():
     # THEN one row per step, with its tokens/s per device
     rows = titan_compare.project_steps(log)
     assert [(r["step"], r["tps"]) for r in rows] == [(1, 17_476.0), (2, 62_415.0)]
+
+
+def test_the_project_metrics_history_is_read_as_training_history_writes_it(tmp_path):
+    # GIVEN a run's metrics.jsonl with three reports, its last line cut by a kill
+    history = History(RunFolder(pyarrow.fs.LocalFileSystem(), str(tmp_path)))
+    for step, rate in ((1, 17_476.0), (2, 62_415.0), (3, 62_300.0)):
+        history.log({"loss": 12.2, "throughput/tokens_per_s_per_device": rate}, step)
+    history.close()
+    text = (tmp_path / METRICS_FILE).read_text()
+    rows = titan_compare.project_metrics(text[: text.rindex("}")])
+    # THEN the whole reports, their steps and rates
+    assert [(r["step"], r["tps"]) for r in rows] == [(1, 17_476.0), (2, 62_415.0)]
+    assert titan_compare.median_tps(titan_compare.project_metrics(text)) == pytest.approx((62_415.0 + 62_300.0) / 2)
 
 
 def test_torchtitan_step_lines_are_read_with_their_colours_and_signs():
