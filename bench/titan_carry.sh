@@ -21,6 +21,9 @@ python3 -m pip download -q --no-deps "${PLAT[@]}" -d .whl \
   datasets==4.8.5 dill==0.4.0 multiprocess==0.70.18
 rm -f .whl/ray_efa_stack-*.whl
 python3 -m pip wheel -q --no-deps -w .whl .
+# One version of each package: pip refuses two in one install.
+dups=$(ls .whl/*.whl | sed 's#.*/##; s/-[0-9].*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
+[ -z "$dups" ] || { echo "two versions of: $dups in .whl/: remove the older" >&2; exit 1; }
 du -sh .whl
 total=$(du -sb .whl | cut -f1)
 [ "$total" -lt $((60 * 1024 * 1024)) ] || { echo ".whl/ is $total bytes: over the ~60 MiB that leaves room for the tree" >&2; exit 1; }
