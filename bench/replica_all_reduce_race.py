@@ -180,7 +180,7 @@ def _run(args, delays, device, shard_mesh, replicate) -> dict:
     fixed_ok = all(r["bitwise_equal"] for r in runs if r["hook"] == "fixed")
     unfixed_differs = any(not r["bitwise_equal"] for r in runs if r["hook"] == "unfixed" and r["delay_ms"] > 0)
     return {
-        "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),  # pyright: ignore[reportAttributeAccessIssue]
         "gpu": torch.cuda.get_device_name(0), "model": args.model, "accumulation": args.accumulation,
         "micro_batch": args.micro_batch, "seq_len": args.seq_len, "units": preset.num_hidden_layers + 1,
         "sleep_cycles_per_ms": round(cycles_per_ms), "hook_calls_on_side_stream": all(hook_streams),
