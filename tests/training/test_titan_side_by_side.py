@@ -101,9 +101,9 @@ def test_torchtitan_runs_the_batch_shape_precision_and_compile_the_plan_decides(
     args = titan_compare.titan_args(plan, "fp8", 6)
     given = _options(args)
     # THEN the same tokens per micro-batch and per optimizer step, and the float8 converter off the tied output
-    assert int(given["--training.local_batch_size"]) == d["micro_batch"]
-    assert int(given["--training.seq_len"]) == d["seq_len"]
-    global_tokens = int(given["--training.global_batch_size"]) * d["seq_len"]
+    assert int(given["--training.local_batch_size"] or "") == d["micro_batch"]
+    assert int(given["--training.seq_len"] or "") == d["seq_len"]
+    global_tokens = int(given["--training.global_batch_size"] or "") * d["seq_len"]
     assert global_tokens == d["achieved_global_batch_tokens"]
     assert given["--activation_checkpoint.mode"] == ("full" if d["activation_checkpointing"] else "none")
     assert given["--model.converters"] == "quantize.linear.float8"
