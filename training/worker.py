@@ -88,10 +88,12 @@ def crossing(error: BaseException) -> BaseException:
     """`error` as the worker raises it to Ray Train: itself, or when pickle cannot rebuild it (as Ray must, on the
     controller: an exception class whose __init__ takes other arguments than its args) a UserCodeError naming it, so
     that the run fails with the code's error, once, not with a failed health check."""
-    from ray import cloudpickle  # what Ray serializes a worker's exception with
+    import pickle
+
+    from ray.cloudpickle.cloudpickle_fast import dumps  # what Ray serializes a worker's exception with
 
     try:
-        cloudpickle.loads(cloudpickle.dumps(error))
+        pickle.loads(dumps(error))
     except Exception as why:  # noqa: BLE001 - whatever the class's pickling raises
         kind = type(error)
         return UserCodeError(f"{kind.__module__}.{kind.__qualname__}: {error} (re-raised as UserCodeError, its "
