@@ -8,7 +8,8 @@ a function of yours what it reported last (Result.metrics) and where it ran.
 The RayJob runs exactly `python -m ray_efa.training.driver --settings /path/settings.json` from a working directory holding
 core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (with the local preset
 when no settings file is given). Exit codes: 0 trained (and the transport proven, on the
-cluster), 1 training failed or the gate failed, 2 bad settings or a plan that cannot fit, 3 the gate could not prove
+cluster), 1 training failed or the gate failed, 2 bad settings, a plan that cannot fit, or a run that cannot resume
+with these settings (the workers' refusal, before a step), 3 the gate could not prove
 the transport (cluster only; the local run uses no NCCL, so it cannot prove anything there and says so).
 
 Ray Train v2 API (the default in ray 2.58): ScalingConfig, RunConfig(storage_path, FailureConfig(max_failures)).
@@ -343,6 +344,10 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
+        if (refusal := _settings_refusal(error)) is not None:  # e.g. a resume at another global batch
+            print(f"ray_efa.training.driver: {refusal}", file=sys.stderr)
+            _say_report(folder)
+            return EXIT_BAD_SETTINGS
         print(f"training failed: {error}", file=sys.stderr)
         _say_not_retried(error, settings)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
@@ -410,6 +415,17 @@ def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict
             folder.write_json(file, data)
     except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its record
         print(f"ray_efa.training.driver: cannot write {file} into {folder.uri}: {error}", file=sys.stderr)
+
+
+def _settings_refusal(error: Exception) -> SettingsError | None:
+    """The settings' refusal a worker raised (the checkpoint's run cannot resume with these settings:
+    training.checkpoint.remap_train_state), when that is why the run failed; else None."""
+    from ray.train import WorkerGroupError
+
+    from ray_efa.training.failure_policy import code_errors
+
+    raised = code_errors(error) if isinstance(error, WorkerGroupError) else {}
+    return next((e for _, e in sorted(raised.items()) if isinstance(e, SettingsError)), None)
 
 
 def _say_not_retried(error: Exception, settings: Settings) -> None:

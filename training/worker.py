@@ -36,7 +36,7 @@ from ray_efa.core.user_code import split_function
 from ray_efa.training.history import CHECKPOINT_KEY, LAST_CHECKPOINT, open_history
 
 __all__ = ["WRAPPER_KEY", "WorkerRun", "train_loop", "train_loop_config", "load_train_function", "before_training",
-           "after_training"]
+           "after_training", "crossing"]
 
 WRAPPER_KEY = "_ray_efa"
 """The config key of the wrapper's own values (removed before the function sees the config)."""
@@ -82,6 +82,24 @@ def load_train_function(spec: str, code_dir: str | None) -> Callable[..., Any]:
 
 class UserCodeError(RuntimeError):
     """The function cannot be imported or run for a reason in its own code or packages, said with the fix."""
+
+
+def crossing(error: BaseException) -> BaseException:
+    """`error` as the worker raises it to Ray Train: itself, or when pickle cannot rebuild it (as Ray must, on the
+    controller: an exception class whose __init__ takes other arguments than its args) a UserCodeError naming it, so
+    that the run fails with the code's error, once, not with a failed health check."""
+    import pickle
+
+    from ray.cloudpickle.cloudpickle_fast import dumps  # what Ray serializes a worker's exception with
+
+    try:
+        pickle.loads(dumps(error))
+    except Exception as why:  # noqa: BLE001 - whatever the class's pickling raises
+        kind = type(error)
+        return UserCodeError(f"{kind.__module__}.{kind.__qualname__}: {error} (re-raised as UserCodeError, its "
+                             f"traceback above: Ray cannot rebuild this exception on the controller: "
+                             f"{type(why).__name__}: {why})")
+    return error
 
 
 def missing_module_hint(spec: str, error: ModuleNotFoundError) -> str:
@@ -237,6 +255,10 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                 value = _call(function, user_config)
             except ModuleNotFoundError as error:
                 raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
+            except Exception as error:
+                if (sent := crossing(error)) is not error:
+                    raise sent from error
+                raise
     finally:
         if history is not None:
             history.close()
