@@ -108,11 +108,12 @@ def run(args: argparse.Namespace) -> int:
                       else (settings.workload.namespace, settings.workload.job_name))
     try:
         deployed = deployed_settings(api_client, namespace, job, exact=args.deployed is not None)
-        settings, problems = on_deployed_cluster(settings, deployed, sources=resolved.sources)
     except NoDeployedSettings as error:
         return fail(args, "submit", str(error))
     except SubmitError as error:
         return fail(args, "submit", str(error), code=EXIT_FAILED)
+    try:
+        settings, problems = on_deployed_cluster(settings, deployed, sources=resolved.sources)
     except SettingsError as error:  # the deployed values with the local ones break a rule across settings
         return fail(args, "submit", f"the local settings on the cluster of {deployed.source} are not valid together",
                     problems=[{"key": p.key, "value": p.value, "message": p.message} for p in error.problems])

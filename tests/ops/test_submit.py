@@ -495,3 +495,18 @@ def test_deployments_that_differ_must_be_named(tmp_path, monkeypatch, capsys):
                           "one to run on with --deployed NAMESPACE/JOB") in err
     assert named == 0, err
     assert "from ConfigMap research/train-efa-settings" in err
+
+
+def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(tmp_path, monkeypatch, capsys):
+    # GIVEN a cluster of A100 nodes (no fp8 tensor cores), and a job that asks for fp8
+    settings = (*_researcher(tmp_path, monkeypatch), "precision=fp8")
+    deployed = ("gpuInstanceType=p4d.24xlarge", "storagePath=s3://research-checkpoints/runs")
+    with _api("complete", deployed=deployed) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in settings for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN the rule across the two sides names the job's setting, before anything is created
+    assert code == 2, err
+    assert "the local settings on the cluster of ConfigMap ray/train-efa-settings are not valid together" in err
+    assert "  - precision: " in err
+    assert [m for m, _ in api.requests if m != "GET"] == []
