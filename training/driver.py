@@ -112,6 +112,19 @@ def run_config(settings: Settings, name: str) -> RunConfig:
     )
 
 
+GENERIC_FUNCTION_NAMES = frozenset({"train_func", "train_loop_per_worker", "train_loop", "train_fn", "train", "main",
+                                    "fit", "run"})
+"""Names Ray Train's documentation and most functions use (train_func above all): they tell no two runs apart."""
+
+
+def function_label(spec: str) -> str:
+    """What names a run of trainFunction `spec`: the function's name ("pkg.train:fit_mlp" -> fit_mlp), or where a
+    conventional name says nothing (GENERIC_FUNCTION_NAMES), its module ("own_training.train:train_func" ->
+    own_training.train)."""
+    module, function = split_function(spec)
+    return module if function in GENERIC_FUNCTION_NAMES else function
+
+
 def default_run_name(settings: Settings, *, local: bool) -> str:
     """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model (modelPath's name, or
     the preset) of the built-in function, or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
@@ -120,8 +133,7 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
     if settings.workload.job_name != DEFAULT_JOB_NAME:
         prefix += f"-{settings.workload.job_name}"
     t = settings.training
-    what = ((model_label(t.model_path) if t.model_path else t.model) if t.builtin
-            else split_function(t.train_function)[1])
+    what = (model_label(t.model_path) if t.model_path else t.model) if t.builtin else function_label(t.train_function)
     what = "".join(c if c.isalnum() or c in "-_." else "-" for c in what)  # hf://org/name: no "/" in a run name
     return f"{prefix}-{what}-{stamp}"
 

@@ -35,8 +35,8 @@ from ray_efa.training.parallelize import (
 )
 from ray_efa.training.reporting import Reporter
 
-__all__ = ["train_func", "check_fp8_capability", "train_step", "StepResult", "learning_rate", "build_optimizer",
-           "parallel_plan"]
+__all__ = ["train_func", "check_fp8_capability", "trained_precision", "train_step", "StepResult", "learning_rate",
+           "build_optimizer", "parallel_plan"]
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:
@@ -117,6 +117,14 @@ def check_fp8_capability(capability: tuple[int, int], device_name: str) -> None:
         raise SettingsError([Problem("precision", "fp8", f"must be bf16 on this {device_name}: compute capability "
                                      f"{major}.{minor} has no fp8 tensor cores (fp8 needs "
                                      f"{FP8_COMPUTE_CAPABILITY[0]}.{FP8_COMPUTE_CAPABILITY[1]} or later)")])
+
+
+def trained_precision(policy: Any, *, fp8: bool) -> str:
+    """The precision the decoder layers' matrix products ran in, for the run summary: fp8, bf16 (FSDP2's bf16
+    parameters), or fp32 where no mixed-precision policy applies (a CPU run: the precision setting is a GPU's)."""
+    if fp8:
+        return "fp8"
+    return "bf16" if policy is not None and getattr(policy, "param_dtype", None) == torch.bfloat16 else "fp32"
 
 
 def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_world: int) -> tuple[str, ParallelPlan]:
@@ -220,7 +228,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     ran = {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
            "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
            "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
-           "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
+           "grad_reduce_dtype": reduce_dtype if plan.mixed_precision is not None else "fp32",
+           "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
            "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
     return {"summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
