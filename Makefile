@@ -63,10 +63,12 @@ check-transport: $(VENV)/.installed
 test: install
 	$(PY) -m pytest -n 2 --dist loadgroup
 
-## Lint and type-check: ruff (pyproject [tool.ruff]) and pyright (pyproject [tool.pyright]; the pinned one in
-## node_modules, never a download). 0 findings and 0 pyright errors or warnings; CI runs it before `make test`.
+## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter]; --no-cache:
+## it writes nothing) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download).
+## 0 findings, 0 broken contracts and 0 pyright errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.installed node_modules/.installed
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	npx --no-install pyright --warnings
 
 ## Re-pin the Python dependency tree after changing pyproject.toml (needs network).

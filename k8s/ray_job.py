@@ -7,6 +7,7 @@ import shlex
 import yaml
 from constructs import Construct
 
+from ray_efa.core.network import TORCHAO_VERSION, job_env
 from ray_efa.core.settings import Settings
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
@@ -14,7 +15,6 @@ from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
-from ray_efa.training.network import TORCHAO_VERSION, job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
@@ -39,9 +39,9 @@ def _runs_fp8(settings: Settings) -> bool:
 
 
 def runtime_env_yaml(settings: Settings) -> str:
-    """The job's Ray runtime_env: the job's environment (training.network.job_env: the Ray Train controller's poll
+    """The job's Ray runtime_env: the job's environment (core.network.job_env: the Ray Train controller's poll
     interval, which training.reporting spaces its reports by) and the extra pip packages, if any (the image has the
-    rest), with torchao at training.network.TORCHAO_VERSION when precision is fp8."""
+    rest), with torchao at core.network.TORCHAO_VERSION when precision is fp8."""
     runtime_env: dict[str, object] = {"env_vars": job_env()}
     packages = list(settings.workload.pip_packages)
     if _runs_fp8(settings) and not any(p.split("=")[0].strip() == "torchao" for p in packages):

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ray_efa.core import network
+
 __all__ = [
     "PORT_COUNTERS", "SYSFS_ROOT", "VERBS_ROOT", "DEV_ROOT", "HOST_SYS", "HOST_SYS_FOLDERS", "FORMAT", "MIN_SHARE",
     "CounterFileError", "Snapshot", "SysfsRead", "Filesystem", "LOCAL", "NodeCounters", "CounterVerdict", "read_sysfs",
@@ -67,12 +69,9 @@ VERBS_ROOT = Path("/sys/class/infiniband_verbs")
 """uverbsN -> its device (`ibdev`). This class is not namespaced (drivers/infiniband/core/uverbs_main.c uverbs_class
 has no ns_type), so the pod's own /sys answers for it."""
 DEV_ROOT = Path("/dev/infiniband")
-HOST_SYS = Path("/host/sys")
-"""Where the worker pods mount folders of the host's /sys read-only (k8s.cluster_spec.worker_template)."""
-HOST_SYS_FOLDERS = ("class/infiniband", "devices")
-"""The host's sysfs folders the pods mount under HOST_SYS: the class's links and the device folders they point to
-(relative links, `../../devices/...`, that resolve inside HOST_SYS). Neither has a mount below it, so readOnly makes
-all of it read-only (a hostPath of all of /sys would leave its submounts, cgroup among them, writable)."""
+HOST_SYS = Path(network.HOST_SYS)
+"""Where the worker pods mount the host's /sys folders (core.network.HOST_SYS_FOLDERS) read-only."""
+HOST_SYS_FOLDERS = network.HOST_SYS_FOLDERS
 FORMAT = "ray-efa/efa-counters/1"
 MIN_SHARE = 0.10
 """EFA expected: a node whose devices carried less than this share of the predicted bytes fails the gate."""

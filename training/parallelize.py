@@ -39,8 +39,8 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 # set_custom_reduce_scatter's interface (torch >= 2.9), exported from here only
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
+from ray_efa.core.network import TORCHAO_VERSION
 from ray_efa.training.model import CausalLM
-from ray_efa.training.network import TORCHAO_VERSION
 
 if TYPE_CHECKING:
     import torch.distributed as dist

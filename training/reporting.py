@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ray_efa.core.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.metrics import Meter
-from ray_efa.training.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 
 __all__ = ["REPORT_SPACING", "poll_interval_s", "Reporter"]
 

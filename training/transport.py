@@ -48,8 +48,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from ray_efa.core.network import GATE_LOG_ENV, GATE_LOG_SUBSYSTEMS, expected_transport, network_env
 from ray_efa.training import efa_counters
-from ray_efa.training.network import expected_transport, network_env
 
 __all__ = [
     "EXPECTS",
@@ -81,6 +81,9 @@ _LABEL = {
     "ib": "InfiniBand (NET/IB)",
     "socket": "TCP sockets (NET/Socket)",
 }
+
+_GATE_LOG = " ".join(f"{name}={value}" for name, value in GATE_LOG_ENV.items())
+"""What the gate needs the NCCL log to be (core.network.GATE_LOG_ENV): NCCL_DEBUG=INFO."""
 
 # Bounds that keep memory flat whatever the input: a line longer than this is cut (NCCL's own lines are < 1 KiB),
 # a process keeps at most this many distinct hints, and past this many processes the rest share one bucket
@@ -1139,7 +1142,7 @@ def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...],
                  job: tuple[int | None, str] = (None, "unknown")) -> tuple[str, str]:
     """(short name, why) of a verdict that proves nothing."""
     if report.nccl_lines == 0:
-        return "no-nccl-lines", (f"no NCCL lines in {report.lines} lines (is NCCL_DEBUG=INFO set, and is this the "
+        return "no-nccl-lines", (f"no NCCL lines in {report.lines} lines (is {_GATE_LOG} set, and is this the "
                                  "workers' log?)")
     if report.info_lines == 0:
         return "warn-only", f"only NCCL WARN lines ({report.warn_lines}), no INFO lines (NCCL_DEBUG=WARN?)"
@@ -1150,7 +1153,7 @@ def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...],
     if "unproven" in statuses:
         n = sum(r.status == "unproven" for r in rows)
         return "unproven", (f"{n} processes span nodes but logged no channel or network line (log truncated, or "
-                            "NCCL_DEBUG_SUBSYS without INIT/NET?)")
+                            f"NCCL_DEBUG_SUBSYS without {'/'.join(GATE_LOG_SUBSYSTEMS)}?)")
     hosts, how = job
     if hosts is not None and hosts >= 2 and any(r.evidence.networks for r in rows):
         return "no-transport-line", (f"the job spans {how} and its processes chose a network, but no channel line or "
