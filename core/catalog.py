@@ -45,7 +45,7 @@ __all__ = [
     "EFA_DRA_DRIVER_ALLOWLISTS",
     "EFA_PLUGIN_CHART",
     "EFA_DRA_CHART",
-    "CHART_ALLOWLISTS_BEYOND_THE_ROWS",
+    "CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW",
     "EKS_CONTROL_PLANE_USD_PER_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
     "gpu_instance",
@@ -133,7 +133,7 @@ _NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data she
 _NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
 _NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
 _RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
-"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.families)."""
+"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.gpu_constants)."""
 DEFAULT_GPU_LINK: GpuLink = _PCIE4
 """The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
 
@@ -179,7 +179,7 @@ class InstanceType:
     """Whether Capacity Blocks for ML offer this type (EC2 User Guide, supported instance types)."""
     allowlisted_by: frozenset[str] = frozenset()
     """The recorded chart versions whose instance allowlist (values key supportedInstanceLabels.values) holds this
-    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTS_BEYOND_THE_ROWS)."""
+    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)."""
     described: bool = False
     """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
 
@@ -214,7 +214,7 @@ class GpuInstanceType(InstanceType):
 EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
 EFA_DRA_CHART: str = "aws-dranet"
 
-CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
+CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW: dict[str, frozenset[str]] = {
     # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
     # described type is checked against what the chart really lists. v0.5.28 and v0.5.29 list only rows' types.
     f"{EFA_PLUGIN_CHART} v0.5.30": frozenset({
@@ -232,8 +232,9 @@ CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
 """The GPU types each recorded chart version lists beyond the rows below ("chart version": names); its keys are every
 chart version recorded. A row says itself which of them list it (InstanceType.allowlisted_by)."""
 
-_EVERY = frozenset(CHART_ALLOWLISTS_BEYOND_THE_ROWS)
-_NEWEST = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
+_EVERY = frozenset(CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)
+_SINCE_V0_5_30 = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
+"""The recorded chart versions that list a type added in aws-efa-k8s-device-plugin v0.5.30: that one and aws-dranet."""
 _NONE: frozenset[str] = frozenset()
 
 
@@ -244,7 +245,7 @@ def _gpu_type(**facts: Any) -> GpuInstanceType:
     given = {key: value for key, value in facts.items() if value is not None}
     if not given.get("allowlisted_by"):
         given["allowlisted_by"] = frozenset(
-            chart for chart, names in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if given["name"] in names)
+            chart for chart, names in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if given["name"] in names)
     return GpuInstanceType(**given)
 
 
@@ -261,8 +262,8 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # name, GPU, GPUs, vCPUs, memory GiB, EFA interfaces (one per network card; 0: no EFA), GPUDirect RDMA, Gbit/s,
     # USD/h; the GPUs' link inside the node (AWS instance pages: g5, g6 and g6e have no NVLink); `efa-only` secondary
     # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
-    # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30 and
-    # aws-dranet 1.0.0).
+    # allowlists that hold it (_EVERY: every recorded version; _SINCE_V0_5_30: aws-efa-k8s-device-plugin v0.5.30, which
+    # added it, and aws-dranet 1.0.0).
     _gpu_row("g5.12xlarge",      "A10G",      4,  48,  192,  1, False,   40,    5.672, _PCIE4,   False, False, _EVERY),
     _gpu_row("g5.48xlarge",      "A10G",      8, 192,  768,  1, False,  100,   16.288, _PCIE4,   False, False, _EVERY),
     _gpu_row("g6.12xlarge",      "L4",        4,  48,  192,  1, False,   40,   4.6016, _PCIE4,   False, False, _EVERY),
@@ -278,18 +279,18 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
     # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
     # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
-    _gpu_row("g5.8xlarge",       "A10G",      1,  32,  128,  1, False,   25,    2.448, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g5.16xlarge",      "A10G",      1,  64,  256,  1, False,   25,    4.096, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g5.24xlarge",      "A10G",      4,  96,  384,  1, False,   50,    8.144, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.8xlarge",       "L4",        1,  32,  128,  1, False,   25,   2.0144, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.16xlarge",      "L4",        1,  64,  256,  1, False,   25,   3.3968, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.24xlarge",      "L4",        4,  96,  384,  1, False,   50,   6.6752, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.8xlarge",      "L40S",      1,  32,  256,  1, False,   25,  4.52856, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.12xlarge",     "L40S",      4,  48,  384,  1, False,  100, 10.49264, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.16xlarge",     "L40S",      1,  64,  512,  1, False,   35,  7.57719, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("p5.4xlarge",       "H100",      1,  16,  256,  1, True,   100,     6.88, _NVLINK4, True,  False, _NEWEST),
+    _gpu_row("g5.8xlarge",       "A10G",      1,  32,  128,  1, False,   25,    2.448, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g5.16xlarge",      "A10G",      1,  64,  256,  1, False,   25,    4.096, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g5.24xlarge",      "A10G",      4,  96,  384,  1, False,   50,    8.144, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6.8xlarge",       "L4",        1,  32,  128,  1, False,   25,   2.0144, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6.16xlarge",      "L4",        1,  64,  256,  1, False,   25,   3.3968, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6.24xlarge",      "L4",        4,  96,  384,  1, False,   50,   6.6752, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6e.8xlarge",      "L40S",      1,  32,  256,  1, False,   25,  4.52856, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6e.12xlarge",     "L40S",      4,  48,  384,  1, False,  100, 10.49264, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("g6e.16xlarge",     "L40S",      1,  64,  512,  1, False,   35,  7.57719, _PCIE4,   False, False, _SINCE_V0_5_30),
+    _gpu_row("p5.4xlarge",       "H100",      1,  16,  256,  1, True,   100,     6.88, _NVLINK4, True,  False, _SINCE_V0_5_30),
     # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
-    _gpu_row("p6-b200.48xlarge", "B200",      8, 192, 2048,  8, True,  3200, 113.9328, _NVLINK5, True,  False, _NEWEST),
+    _gpu_row("p6-b200.48xlarge", "B200",      8, 192, 2048,  8, True,  3200, 113.9328, _NVLINK5, True,  False, _SINCE_V0_5_30),
     # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
     _gpu_row("g5.xlarge",        "A10G",      1,   4,   16,  0, False,   10,    1.006, _PCIE4,   False, False, _NONE),
     _gpu_row("g6.xlarge",        "L4",        1,   4,   16,  0, False,   10,   0.8048, _PCIE4,   False, False, _NONE),
@@ -322,7 +323,7 @@ def _allowlists(chart: str) -> dict[str, frozenset[str]]:
     types without a row."""
     return {
         key.split(" ", 1)[1]: beyond | {row.name for row in _BUILT_IN.values() if key in row.allowlisted_by}
-        for key, beyond in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if key.split(" ", 1)[0] == chart
+        for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if key.split(" ", 1)[0] == chart
     }
 
 

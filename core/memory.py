@@ -117,8 +117,8 @@ allocated peaks)."""
 FP8_ACTIVATIONS = 0.66
 """Share of the bf16 activation bytes kept with precision fp8 and compile on (torchao float8 saves the linears' inputs
 in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input, and eager fp8 peaked at 71.1 GiB
-reserved like bf16 at 4 x 4096 on one H200, issue 27):
-21 GiB less at 8 x 4096 on one H200 (issue 19's measurement, torchao 0.18) against the 62 GiB compiled activations
+reserved like bf16 at 4 x 4096 on one H200, bench/cli_defaults.sh):
+21 GiB less at 8 x 4096 on one H200 (bench/speed.py, torchao 0.18) against the 62 GiB compiled activations
 planned there; bench/speed.py measures it again."""
 
 

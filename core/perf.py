@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families
+from ray_efa.core import catalog, gpu_constants
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
@@ -55,7 +55,7 @@ __all__ = [
 
 STRATEGIES = ("fsdp", "hsdp")
 
-COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].compute_efficiency  # 0.666
+COMPUTE_EFFICIENCY = gpu_constants.GPU_CONSTANTS["H200"].compute_efficiency  # 0.666
 """Share of the bf16 peak in fwd+bwd of compiled layers: least-squares fit over 4x2048, 8x2048, 4x4096 and 8x4096
 tokens on one H200 (658 TFLOP/s of 989; matrix-product ceiling in the same call 760)."""
 MICRO_STEP_FIXED_S = 0.046
@@ -70,7 +70,7 @@ FORWARD_SHARE = 1 / 3
 """Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
-INTRA_NODE_SHARE = families.LINK_SHARES["NVLink"][0]  # 0.72
+INTRA_NODE_SHARE = gpu_constants.LINK_SHARES["NVLink"][0]  # 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
@@ -98,15 +98,15 @@ NSOCKS_PERTHREAD to 64 / NTHREADS."""
 FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
 """EC2's single-flow limit (one TCP 5-tuple): 10 Gbit/s inside a cluster placement group, 5 outside (EC2 User Guide,
 "Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
-FP8_COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
+FP8_COMPUTE_EFFICIENCY = gpu_constants.GPU_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
 """Share of the fp8 peak the decoder-layer linears reach under torchao float8 (tensorwise scaling, its casts and amax
-reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (issue 19's measurement, torchao
-0.18), with the rest of the step at bf16. bench/speed.py measures it again."""
+reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (bench/speed.py, torchao 0.18;
+docs/BENCHMARKS.md, "The default job at the speed its hardware allows"), with the rest of the step at bf16."""
 FP8_LAUNCH_FLOOR_S = 0.213
-"""Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (issue 19): the extra kernels bind there."""
+"""Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (bench/speed.py): the extra kernels bind there."""
 EAGER_FP8_SPEED = 0.48
 """Eager fp8 vs eager bf16 micro-batch speed: 16,038 vs 33,762 tokens/s at 4 x 4096 with compile=false on one H200
-through the CLI (issue 27). Without torch.compile torchao's casts and amax reductions run as separate kernels and
+through the CLI (bench/cli_defaults.sh). Without torch.compile torchao's casts and amax reductions run as separate kernels and
 nothing is fused, so eager fp8 is modelled this much slower than eager bf16 (and core.strategy never chooses it)."""
 
 _BF16 = 2
@@ -238,7 +238,7 @@ def links_for(instance: catalog.InstanceType, network: str, *, placement_group: 
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
-    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * families.link_share(gpu_link.name)[0])
+    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * gpu_constants.link_share(gpu_link.name)[0])
     if network == "efa":
         inter = Link(name=f"EFA {instance.network_gbps} Gbit/s", gb_s=instance.network_gbps / 8 * EFA_SHARE)
     else:
@@ -346,16 +346,16 @@ def predict(
     tokens = t.micro_batch_size * t.seq_len
     recompute = 4 / 3 if t.checkpointing else 1
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
-    family = families.constants_for(gpu.name)  # the H200's fit where measured, each family's own elsewhere
+    own = gpu_constants.constants_for(gpu.name)  # the H200's fit where measured, each GPU model's own elsewhere
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
-                  else family.compute_efficiency)
+                  else own.compute_efficiency)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
     if fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
     elif fp8:
         linear = tokens * 6 * _linear_parameters(p) * recompute
-        fp8_rate = gpu.peak_fp8_tflops * 1e12 * (family.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
+        fp8_rate = gpu.peak_fp8_tflops * 1e12 * (own.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
         micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families, memory, perf
+from ray_efa.core import catalog, gpu_constants, memory, perf
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
@@ -123,7 +123,7 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 
 AUTO_MEMORY_SHARE = 0.92
 """An auto shape must plan at most this share of the GPU's memory: the memory plan was 7-12% conservative against
-peak reserved memory on the H200 (issue 27), so 8% headroom covers the allocator where the plan is least so."""
+peak reserved memory on the H200 (docs/BENCHMARKS.md, "The plan decides the defaults"), so 8% headroom covers the allocator where the plan is least so."""
 MAX_AUTO_MICRO_BATCH = 64
 """The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
 GLOBAL_BATCH_TOLERANCE = 0.02
@@ -550,8 +550,8 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
 
 def _constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
     """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
-    GPU family's (core.families), and what a calibration replaced (core.perf.predict takes its values first)."""
-    out = families.describe(settings.nodes.gpu_instance.gpu.name, catalog.gpu_link(settings.nodes.gpu_instance).name)
+    GPU model's (core.gpu_constants), and what a calibration replaced (core.perf.predict takes its values first)."""
+    out = gpu_constants.describe(settings.nodes.gpu_instance.gpu.name, catalog.gpu_link(settings.nodes.gpu_instance).name)
     if calibration is None:
         return out
     source = f"ray-efa calibrate: {calibration.source}" if calibration.source else "ray-efa calibrate"

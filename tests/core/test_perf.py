@@ -133,7 +133,7 @@ def test_socket_path_comes_from_the_instances_own_card_not_a_fraction_of_efa():
 
 
 def test_fp8_runs_the_layer_linears_faster_and_halves_their_all_gathers():
-    # GIVEN 8 x 4096 tokens on one H200, where issue 19 measured fp8 at 1.16x bf16's tokens/s
+    # GIVEN 8 x 4096 tokens on one H200, where bench/speed.py measured fp8 at 1.16x bf16's tokens/s
     t = fixed_training(micro_batch=8, seq_len=4096)
     h200 = catalog.gpu_instance("p5en.48xlarge")
     bf16 = perf.predict(t, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp")
@@ -212,7 +212,7 @@ def test_every_efa_instance_type_gets_a_prediction_for_both_networks(name):
     ids=["socket-eager", "nvlink-eager", "nvlink-compiled"],
 )
 def test_two_gpu_fsdp_cells_measured_before_are_predicted_within_20_percent(link_gb_s, compile_, measured):
-    # GIVEN 2 x H200 runs of 2026-11-29 (docs/BENCHMARKS.md, issue 12 table): FSDP2, 4 x 4096, unchunked loss, over NVLink
+    # GIVEN 2 x H200 runs of 2026-11-29 (docs/BENCHMARKS.md, "Step-time model, sharding and the memory plan"): FSDP2, 4 x 4096, unchunked loss, over NVLink
     # (325 GB/s all-reduce bus bandwidth) or NCCL forced onto sockets (3.1 GB/s), tokens/s per GPU
     t = fixed_training(micro_batch=4, seq_len=4096, compile=compile_, loss_chunk_size=0)
     link = perf.Link(name="measured", gb_s=link_gb_s)

@@ -1,4 +1,4 @@
-"""The plan decides every lever it models (issue 27's bars), read from `ray-efa plan --json` as a user runs it.
+"""The plan decides every lever it models (the numbers it must reach), read from `ray-efa plan --json` as a user runs it.
 
 Each test names the instance row and the number it holds the plan's choice to. The numbers are predictions of
 core.perf and core.memory; docs/BENCHMARKS.md ("The plan decides the defaults") has the one-GPU measurement beside
