@@ -494,7 +494,8 @@ class WorkloadSettings(_Section):
         "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results.",
     )
     pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
-        (), "pipPackages", "Extra pip packages for the job's runtime_env (the image has the rest)."
+        (), "pipPackages",
+        "Extra pip packages for the Ray pods, installed by an init container beside the image's (never Ray's runtime_env pip).",
     )
     service_account: str = setting(
         "ray-train", "serviceAccount",

@@ -5,7 +5,7 @@ The EKS User Guide recommends them over the device plugins for managed node grou
 (device-management, device-management-efa, device-management-nvidia-dra-device-plugin): they advertise device
 attributes, among them the PCIe root that pairs each GPU with its EFA interfaces. Charts, repositories and the values
 the guide installs them with are in core.addons. Never next to the device plugins of the same devices on one node (the
-guide warns of silent oversubscription): a stack installs one or the other, and the README says to switch with the
+guide warns of silent oversubscription): a stack installs one or the other, and docs/deploy.md says to switch with the
 GPU nodes at zero.
 """
 

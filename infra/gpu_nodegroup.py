@@ -179,7 +179,7 @@ class EfaGpuNodegroup(Construct):
                     http_tokens="required",
                     # 1 hop: IMDS answers the node and host-network pods only, so no other pod can take the node
                     # role's credentials (EKS best practices). Nothing the stack runs in a pod network needs IMDS:
-                    # the Ray pods get credentials from Pod Identity and the region from their env; see the README.
+                    # the Ray pods get credentials from Pod Identity and the region from their env; docs/security.md.
                     http_put_response_hop_limit=1,
                     http_endpoint="enabled",
                 ),

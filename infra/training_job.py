@@ -101,7 +101,7 @@ class RayTrainingJob(Construct):
 
     Applied after the GPU node group of `gpu_nodes`: the RayJob's activeDeadlineSeconds counts from its creation,
     so it must not start before any GPU node can exist. Changing a training setting changes the small settings
-    ConfigMap alone. CloudFormation creates the RayJob once per deploy; see the README for running it again.
+    ConfigMap alone. CloudFormation creates the RayJob once per deploy; docs/deploy.md says how to run it again.
     Refuses (SettingsError) a plan that cannot fit the GPUs, like every producer of a job, and a train function that
     is not in `code`.
     """

@@ -7,7 +7,7 @@ import shlex
 import yaml
 from constructs import Construct
 
-from ray_efa.core.network import TORCHAO_VERSION, job_env
+from ray_efa.core.network import job_env
 from ray_efa.core.settings import Settings
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
@@ -29,26 +29,11 @@ def driver_entrypoint() -> str:
     return shlex.join(["python", "-m", DRIVER_MODULE, "--settings", SETTINGS_PATH])
 
 
-def _runs_fp8(settings: Settings) -> bool:
-    """Whether the job trains in fp8: precision as set, or as core.strategy decides auto (the job decides the same)."""
-    if settings.training.precision != "auto" or settings.nodes.scaled_to_zero:
-        return settings.training.precision == "fp8"
-    from ray_efa.core.strategy import resolve
-
-    return resolve(settings).training.precision == "fp8"
-
-
 def runtime_env_yaml(settings: Settings) -> str:
-    """The job's Ray runtime_env: the job's environment (core.network.job_env: the Ray Train controller's poll
-    interval, which training.reporting spaces its reports by) and the extra pip packages, if any (the image has the
-    rest), with torchao at core.network.TORCHAO_VERSION when precision is fp8."""
-    runtime_env: dict[str, object] = {"env_vars": job_env()}
-    packages = list(settings.workload.pip_packages)
-    if _runs_fp8(settings) and not any(p.split("=")[0].strip() == "torchao" for p in packages):
-        packages.append(f"torchao=={TORCHAO_VERSION}")  # float8 training; the image has no torchao
-    if packages:
-        runtime_env["pip"] = packages
-    return yaml.safe_dump(runtime_env, sort_keys=True)
+    """The job's Ray runtime_env: the job's environment only (core.network.job_env: the Ray Train controller's poll
+    interval, which training.reporting spaces its reports by). Packages never go through runtime_env pip, which
+    clones the image's whole virtualenv on every node (k8s.pip_packages): the pods' init container installs them."""
+    return yaml.safe_dump({"env_vars": job_env()}, sort_keys=True)
 
 
 class RayJob(Construct):
