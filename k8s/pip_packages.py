@@ -18,7 +18,7 @@ fixed path on PYTHONPATH whatever the image's Python version.
 
 from __future__ import annotations
 
-from ray_efa.core.network import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
+from ray_efa.core.pod_env import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
 from ray_efa.core.settings import Settings
 
 __all__ = ["PACKAGES_PATH", "PACKAGES_SITE_PATH", "INSTALL_SCRIPT", "TORCHAO_VERSION", "pod_packages", "runs_fp8"]

@@ -7,7 +7,7 @@ import shlex
 import yaml
 from constructs import Construct
 
-from ray_efa.core.network import job_env
+from ray_efa.core.pod_env import job_env
 from ray_efa.core.settings import Settings
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
@@ -30,7 +30,7 @@ def driver_entrypoint() -> str:
 
 
 def runtime_env_yaml(settings: Settings) -> str:
-    """The job's Ray runtime_env: the job's environment only (core.network.job_env: the Ray Train controller's poll
+    """The job's Ray runtime_env: the job's environment only (core.pod_env.job_env: the Ray Train controller's poll
     interval, which training.reporting spaces its reports by). Packages never go through runtime_env pip, which
     clones the image's whole virtualenv on every node (k8s.pip_packages): the pods' init container installs them."""
     return yaml.safe_dump({"env_vars": job_env()}, sort_keys=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import ray_efa
 from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
-from ray_efa.core.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
+from ray_efa.core.pod_env import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
@@ -263,8 +263,8 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
                    verdicts: list[Verdict] | None = None) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
-    from ray_efa.core.network import expected_transport
     from ray_efa.core.output_dir import publish
+    from ray_efa.core.pod_env import expected_transport
     from ray_efa.training import efa_counters
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
     from ray_efa.training.transport import classify_paths, gate

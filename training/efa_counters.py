@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ray_efa.core import network
+from ray_efa.core import pod_env
 from ray_efa.training.efa_counters_verdict import (
     _REQUIRED,
     FORMAT,
@@ -78,9 +78,9 @@ VERBS_ROOT = Path("/sys/class/infiniband_verbs")
 """uverbsN -> its device (`ibdev`). This class is not namespaced (drivers/infiniband/core/uverbs_main.c uverbs_class
 has no ns_type), so the pod's own /sys answers for it."""
 DEV_ROOT = Path("/dev/infiniband")
-HOST_SYS = Path(network.HOST_SYS)
-"""Where the worker pods mount the host's /sys folders (core.network.HOST_SYS_FOLDERS) read-only."""
-HOST_SYS_FOLDERS = network.HOST_SYS_FOLDERS
+HOST_SYS = Path(pod_env.HOST_SYS)
+"""Where the worker pods mount the host's /sys folders (core.pod_env.HOST_SYS_FOLDERS) read-only."""
+HOST_SYS_FOLDERS = pod_env.HOST_SYS_FOLDERS
 _AMAZON_VENDOR = "0x1d0f"
 _MAX_FILE_BYTES = 4 << 20
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ray_efa.core.network import HOST_SYS
+from ray_efa.core.pod_env import HOST_SYS
 
 _REQUIRED = ("tx_bytes", "rx_bytes")
 """All bytes the device put on and took off the wire (efa_admin_basic_stats): what the verdict compares."""

@@ -13,8 +13,8 @@ all-reduce the partial sums across nodes in fp32, and it takes no custom all-red
 each node 1-D over its shard group and all-reduces across nodes itself, in bf16, from FSDP2's all-reduce hook
 (Bf16WireReplicaAllReduce): the sums stay fp32, only the network copy is bf16.
 
-precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a weight is sharded
-over more than one rank.
+precision fp8: torchao float8 (tensorwise) on the decoder-layer linears core.fp8 converts (the plan's rule: not the small
+k/v projections), all-gathered in fp8 where a weight is sharded over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
@@ -39,7 +39,8 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 # set_custom_reduce_scatter's interface (torch >= 2.9), exported from here only
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
-from ray_efa.core.network import TORCHAO_VERSION
+from ray_efa.core.fp8 import converts_to_fp8
+from ray_efa.core.pod_env import TORCHAO_VERSION
 from ray_efa.training.model import CausalLM
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ def keep_for_current_stream(tensor: torch.Tensor) -> None:
 
 
 def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
-    """Each decoder-layer nn.Linear to torchao's Float8Linear."""
+    """The decoder-layer nn.Linears worth converting (core.fp8.converts_to_fp8, the rule the plan predicts with:
+    not the small k/v projections) to torchao's Float8Linear."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
@@ -194,7 +196,8 @@ def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
         model.hf.model.layers, config=config,
-        module_filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear),
+        module_filter_fn=lambda module, fqn: (isinstance(module, torch.nn.Linear)
+                                              and converts_to_fp8(module.in_features, module.out_features)),
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ray_efa.core.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
+from ray_efa.core.pod_env import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.metrics import Meter
 
 __all__ = ["REPORT_SPACING", "poll_interval_s", "Reporter"]

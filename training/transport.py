@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ray_efa.core.network import expected_transport, network_env
+from ray_efa.core.pod_env import expected_transport, network_env
 from ray_efa.training import efa_counters
 from ray_efa.training.transport_evidence import CommShape, ProcessEvidence
 from ray_efa.training.transport_lines import transport_kind

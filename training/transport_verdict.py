@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core.network import GATE_LOG_ENV, GATE_LOG_SUBSYSTEMS
+from ray_efa.core.pod_env import GATE_LOG_ENV, GATE_LOG_SUBSYSTEMS
 from ray_efa.training import efa_counters
 from ray_efa.training.transport_evidence import ProcessEvidence
 from ray_efa.training.transport_lines import OTHER_PROVIDERS, _hint_id, transport_kind
@@ -26,7 +26,7 @@ _LABEL = {
 }
 
 _GATE_LOG = " ".join(f"{name}={value}" for name, value in GATE_LOG_ENV.items())
-"""What the gate needs the NCCL log to be (core.network.GATE_LOG_ENV): NCCL_DEBUG=INFO."""
+"""What the gate needs the NCCL log to be (core.pod_env.GATE_LOG_ENV): NCCL_DEBUG=INFO."""
 _MAX_NOTES = 5
 
 
