@@ -172,9 +172,13 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
     caption = [f"{len(shown)} of {len(rows)} fitting plans (--all for every one); each with its own plan; predicted."]
     if ranking.get("tokens_default"):
         caption.append(f"Tokens: {ranking['tokens_default']}; --tokens to change.")
+    unrecorded = any(not r["price"]["on_demand"]["recorded"] for r in shown)
     caption.append("USD/h: On-Demand, cluster included" + (
-        "." if ranking["prices_recorded"] else
-        f"; NOT recorded for {region}: us-east-2's list prices shown as a lower bound."))
+        "." if not unrecorded else
+        f"; * NOT recorded for {region}: us-east-2's list price shown as a lower bound." if ranking["prices_recorded"]
+        else f"; NOT recorded for {region}: us-east-2's list prices shown as a lower bound."))
+    if ranking.get("skipped"):
+        caption.append(f"Left out: {', '.join(ranking['skipped'])} (see --json's skipped).")
     caption.append("CB: a Capacity Block's total USD where its price is recorded. Spot: not recorded.")
     caption.append("c: the step model's constants for the GPU family, m measured / p published / a assumed; "
                    "+-: the prediction's range by it (10/15/35%).")
@@ -190,7 +194,7 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
     for rank, r in enumerate(shown, start=1):
         block = r["price"]["capacity_block"]
         spread = round(100 * (r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1))
-        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['usd_per_hour']:,.1f}",
+        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['usd_per_hour']:,.1f}" + ("" if r["price"]["on_demand"]["recorded"] or not ranking["prices_recorded"] else "*"),
                       f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", _hours(r["hours"]),
                       f"{spread}%", f"{r['usd']:,.0f}", f"{block['usd']:,.0f}" if block else "-",
                       r["constants"]["status"][0], f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")

@@ -64,6 +64,8 @@ __all__ = [
     "WorkerPodResources",
     "worker_pod_resources",
     "head_pod_resources",
+    "system_node_room",
+    "SYSTEM_NODE_NEIGHBOURS",
     "use_device_rdma",
     "allreduce_floor_gbps",
     "HealthyBusbw",
@@ -440,9 +442,53 @@ def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
     )
 
 
+# What a system node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
+# AMI's bootstrap): kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the third and fourth and
+# 0.25% of every other; kube-reserved memory is 255 MiB + 11 MiB per pod the node may run (maxPods, at most 110 on a
+# node of fewer than 30 vCPUs: taken at 110 here, the most it can be); the hard eviction threshold is 100 MiB.
+# The kernel reports less memory than EC2's figure (firmware and kernel reservations): we count 5% less.
+_KUBE_RESERVED_CPU_SHARES = (60, 10, 5, 5)
+_KUBE_RESERVED_CPU_REST = 2.5  # millicores per vCPU beyond the fourth
+_KUBE_RESERVED_MEMORY_MIB = 255 + 11 * 110
+_EVICTION_MEMORY_MIB = 100
+_KERNEL_MEMORY_SHARE = 0.95
+SYSTEM_NODE_NEIGHBOURS: dict[str, tuple[int, int]] = {
+    "aws-node (VPC CNI)": (25, 0),
+    "kube-proxy": (100, 0),
+    "coredns (2 replicas: the only nodes without the GPU taint)": (200, 140),
+    "kuberay-operator (its chart's requests)": (100, 512),
+    "ray-job-submitter (k8s.cluster_spec)": (500, 1024),
+}
+"""The other pods a system node runs beside the Ray head, with their requests (millicores, MiB): EKS's add-ons'
+DaemonSets and Deployments as EKS installs them, the KubeRay chart's values.yaml and the RayJob's submitter pod."""
+_HEAD_MIN_CPU, _HEAD_MIN_MEMORY_GIB = 1, 2
+
+
+def system_node_room(instance: InstanceType) -> tuple[int, int]:
+    """(millicores, MiB) that a system node of `instance` has left for the Ray head: the kubelet's allocatable
+    (capacity less kube-reserved and the eviction threshold) less the requests of SYSTEM_NODE_NEIGHBOURS."""
+    shares = [*_KUBE_RESERVED_CPU_SHARES[:instance.vcpus]]
+    reserved_cpu = sum(shares) + _KUBE_RESERVED_CPU_REST * max(0, instance.vcpus - len(_KUBE_RESERVED_CPU_SHARES))
+    capacity_mib = instance.memory_gib * 1024 * _KERNEL_MEMORY_SHARE
+    allocatable_cpu = instance.vcpus * 1000 - math.ceil(reserved_cpu)
+    allocatable_mib = math.floor(capacity_mib) - _KUBE_RESERVED_MEMORY_MIB - _EVICTION_MEMORY_MIB
+    cpu, memory = (sum(pod[i] for pod in SYSTEM_NODE_NEIGHBOURS.values()) for i in (0, 1))
+    return allocatable_cpu - cpu, allocatable_mib - memory
+
+
 def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
-    """(cpu, memory GiB) of the GPU-less Ray head on a system node, leaving room for the KubeRay operator."""
-    return max(1, instance.vcpus - 2), max(2, instance.memory_gib - 6)
+    """(cpu, memory GiB) of the GPU-less Ray head on a system node: all but 2 vCPU and 6 GiB of the node (at least 1
+    and 2), within the room the node has beside the other pods it runs (system_node_room). CatalogError when not even
+    1 vCPU and 2 GiB fit: the head would never schedule."""
+    room_cpu, room_mib = system_node_room(instance)
+    cpu = min(max(_HEAD_MIN_CPU, instance.vcpus - 2), room_cpu // 1000)
+    memory = min(max(_HEAD_MIN_MEMORY_GIB, instance.memory_gib - 6), room_mib // 1024)
+    if cpu < _HEAD_MIN_CPU or memory < _HEAD_MIN_MEMORY_GIB:
+        raise CatalogError(
+            f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
+            f"MiB beside the system pods, less than the Ray head's {_HEAD_MIN_CPU} CPU and {_HEAD_MIN_MEMORY_GIB} GiB: "
+            f"choose a larger system instance type")
+    return cpu, memory
 
 
 # -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------

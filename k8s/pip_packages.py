@@ -65,10 +65,11 @@ def runs_fp8(settings: Settings) -> bool:
 
 
 def pod_packages(settings: Settings) -> tuple[str, ...]:
-    """The pip requirements the Ray pods install: pipPackages, and torchao at TORCHAO_VERSION when the job trains in
-    fp8 (unless pipPackages names a torchao of its own)."""
+    """The pip requirements the Ray pods install: pipPackages, and torchao at TORCHAO_VERSION when the built-in train
+    function trains in fp8 (unless pipPackages names a torchao of its own)."""
     packages = list(settings.workload.pip_packages)
-    if runs_fp8(settings) and not any(_project_name(p) == "torchao" for p in packages):
+    # the built-in train function converts its linears with torchao; a function of your own brings what it uses
+    if settings.training.builtin and runs_fp8(settings) and not any(_project_name(p) == "torchao" for p in packages):
         packages.append(f"torchao=={TORCHAO_VERSION}")
     return tuple(packages)
 

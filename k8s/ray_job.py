@@ -50,7 +50,7 @@ class RayJob(Construct):
         """
         :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
         :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
-        :param code: the ConfigMap with the code and this run's settings.json (in the same namespace).
+        :param code: the ConfigMaps with the code (or its zip's URI) and this run's settings.json (same namespace).
         :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
@@ -60,8 +60,8 @@ class RayJob(Construct):
         spec = RayJobSpec(
             entrypoint=driver_entrypoint(),
             runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle,
-                                              user_code=user_code),
+            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.mounted,
+                                              user_code=user_code, app_archive_uri=code.archive_uri),
             submitter_pod_template=submitter_template(settings, owner=name),
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,

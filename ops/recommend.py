@@ -95,7 +95,8 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
 
 def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8) -> dict[str, Any]:
     """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
-    (instance type, nodes) sorted by usd_per_million_tokens, "skipped": the types the settings refuse, with why}."""
+    (instance type, nodes) sorted by usd_per_million_tokens, "skipped": the types the settings refuse or the region
+    does not offer, with why}."""
     given = tokens is not None
     tokens = tokens or tokens_to_train(settings)
     rows: list[dict[str, Any]] = []
@@ -106,6 +107,10 @@ def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int =
                 candidate = settings.replace(gpuInstanceType=name, gpuNodeCount=nodes)
             except SettingsError as error:
                 skipped[name] = "; ".join(f"{p.key}: {p.message}" for p in error.problems)
+                break
+            on_demand = prices.on_demand(candidate.nodes.gpu_instance, candidate.cluster.region)
+            if not on_demand.offered:  # the region's record says the type is not sold there
+                skipped[name] = on_demand.source
                 break
             row = _row(candidate, tokens)
             if row is not None:

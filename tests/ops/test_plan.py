@@ -382,16 +382,50 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
         return r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1
 
     assert spread(next(r for r in rows if r["gpu"] == "L4")) > spread(next(r for r in rows if r["gpu"] == "H200"))
-    # the region's prices: us-east-2's are recorded; ap-southeast-2's are not, and every row says so
+    # the region's prices: both regions are recorded (core/data/on_demand_prices.csv for Sydney, with its source)
     assert ohio["prices_recorded"] and ohio["region"] == "us-east-2"
-    assert not sydney["prices_recorded"] and sydney["region"] == "ap-southeast-2"
-    assert all(not r["price"]["on_demand"]["recorded"] and "not recorded for ap-southeast-2" in
-               r["price"]["on_demand"]["source"] for r in sydney["recommendations"])
+    assert sydney["prices_recorded"] and sydney["region"] == "ap-southeast-2"
+    assert all(r["price"]["on_demand"]["recorded"] for r in rows)
     # Capacity Blocks where a price is recorded (p5, p4d in us-east-2), and Spot said to be unrecorded
     p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
     assert p4d["price"]["capacity_block"]["usd_per_hour"] == 14.75 and p4d["price"]["capacity_blocks_offered"]
     assert all(r["price"]["spot"] is None and "Spot" in r["price"]["spot_note"] for r in rows)
     assert ohio["note"] is None
+
+
+def test_recommend_prices_ap_southeast_2_as_sydney_lists_them_not_as_us_east_2(capsys):
+    # GIVEN the same ranking in us-east-2 and in ap-southeast-2 (the stack's region, -c region=...)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2") == 0
+    ohio = json.loads(capsys.readouterr().out)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", "region=ap-southeast-2") == 0
+    sydney = json.loads(capsys.readouterr().out)
+    on_demand = {r["instance_type"]: r["price"]["on_demand"] for r in sydney["recommendations"]}
+    # THEN Sydney's rows carry Sydney's On-Demand list prices, dated and sourced, dearer than Ohio's
+    p5 = on_demand["p5.48xlarge"]
+    assert p5["recorded"] and p5["usd_per_hour"] == 71.552 and p5["region"] == "ap-southeast-2"
+    assert "skypilot-org/skypilot-catalog" in p5["source"] and p5["date"] == "2026-12-03"
+    ohio_usd = {(r["instance_type"], r["nodes"]): r["usd_per_hour"] for r in ohio["recommendations"]}
+    for r in sydney["recommendations"]:
+        if r["price"]["on_demand"]["recorded"]:
+            assert r["usd_per_hour"] > ohio_usd[(r["instance_type"], r["nodes"])]
+    # a type Sydney does not offer is left out, saying why; a type offered there without an On-Demand price (p5e,
+    # Capacity Blocks) keeps us-east-2's as a lower bound, marked not recorded
+    assert "p6-b200.48xlarge" not in on_demand and "not offered in ap-southeast-2" in sydney["skipped"]["p6-b200.48xlarge"]
+    assert not on_demand["p5e.48xlarge"]["recorded"] and "no On-Demand price" in on_demand["p5e.48xlarge"]["source"]
+    # and the table marks that row
+    assert run_cli("plan", "--recommend", "--max-nodes", "1", "-c", "region=ap-southeast-2") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "* NOT recorded for ap-southeast-2" in text and "Left out: g6e.24xlarge" in text
+
+
+def test_recommend_in_a_region_without_a_record_says_so(capsys):
+    # GIVEN a region no price table records (sa-east-1)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "region=sa-east-1") == 0
+    out = json.loads(capsys.readouterr().out)
+    # THEN every row says its price is not that region's, but us-east-2's as a lower bound
+    assert not out["prices_recorded"] and out["recommendations"]
+    assert all(not r["price"]["on_demand"]["recorded"] and "not recorded for sa-east-1" in
+               r["price"]["on_demand"]["source"] for r in out["recommendations"])
 
 
 def test_recommend_table_names_the_model_fits_100_columns_and_shows_the_top_rows(capsys):
