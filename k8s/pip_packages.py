@@ -18,8 +18,8 @@ fixed path on PYTHONPATH whatever the image's Python version.
 
 from __future__ import annotations
 
+from ray_efa.core.pod_env import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
 from ray_efa.core.settings import Settings
-from ray_efa.training.network import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
 
 __all__ = ["PACKAGES_PATH", "PACKAGES_SITE_PATH", "INSTALL_SCRIPT", "TORCHAO_VERSION", "pod_packages", "runs_fp8"]
 

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import ray_efa
 from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
+from ray_efa.core.pod_env import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
-from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 if TYPE_CHECKING:
@@ -139,9 +139,9 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
 
 
 def _import_root(package_init: str | None = None) -> str:
-    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (its ray_efa/
-    links the source folders), or site-packages in an install (not site-packages/ray_efa, where `import ray_efa`
-    would fail, nor the source folder a symlink resolves to)."""
+    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (whose
+    ray_efa/__init__.py makes the top-level folders its subpackages), or site-packages in an install (not
+    site-packages/ray_efa, where `import ray_efa` would fail)."""
     return str(Path(package_init or str(ray_efa.__file__)).parent.parent.resolve())
 
 
@@ -280,9 +280,9 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
     from ray_efa.core.output_dir import publish
+    from ray_efa.core.pod_env import expected_transport
     from ray_efa.training import efa_counters
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
-    from ray_efa.training.network import expected_transport
     from ray_efa.training.transport import classify_paths, gate
 
     paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs and EFA counters of the transport gate)",

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from ray_efa.core.pod_env import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.metrics import Meter, format_line
-from ray_efa.training.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 
 __all__ = ["REPORT_SPACING", "poll_interval_s", "Reporter"]
 

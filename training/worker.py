@@ -119,11 +119,12 @@ def before_training(run: WorkerRun) -> None:
     rank when the inter-node path is slower than the floor."""
     import torch.distributed as dist
 
+    from ray_efa.core.preflight_floor import preflight_floor
     from ray_efa.training import efa_counters, preflight
 
     if run.settings.workload.preflight and dist.is_initialized():
         results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
-        floor = preflight.preflight_floor(run.settings)  # the job's network's floor: TCP is never held to EFA's
+        floor = preflight_floor(run.settings)  # the job's network's floor: TCP is never held to EFA's
         if run.rank == 0:
             _say(preflight.format_probe_table(results))
             _say(f"preflight floor ({floor.network}): {floor.floor_gb_s:g} GB/s at 1 GiB between nodes; {floor.source}")

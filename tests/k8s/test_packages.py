@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from ray_efa.core.pod_env import TORCHAO_VERSION
 from ray_efa.k8s.pip_packages import INSTALL_SCRIPT, PACKAGES_PATH, PACKAGES_SITE_PATH, pod_packages
-from ray_efa.training.network import TORCHAO_VERSION
 from tests.k8s.conftest import BASE, container, env, synthesize
 from tests.k8s.test_user_code import OWN
 

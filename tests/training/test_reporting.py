@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ray_efa.core.pod_env import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.metrics import Meter, Throughput
-from ray_efa.training.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.reporting import REPORT_SPACING, Reporter, poll_interval_s
 
 
