@@ -21,6 +21,7 @@ SLOW_MARKS = ("ray", "synth", "spawn", "wheel")
 
 MARKS: dict[str, tuple[str, ...]] = {
     # whole modules: every test synthesizes (or reads a synth of its own) or runs the CLI in a process
+    "tests/cli/test_demo.py": ("ray",),  # the demo's process trains on a local Ray cluster
     "tests/cli/test_output_dir.py": ("synth",),
     "tests/cli/test_unreachable.py": ("spawn",),
     "tests/examples/test_embedding.py": ("synth",),
@@ -91,44 +92,45 @@ def pytest_runtest_call(item):
 
 @contextlib.contextmanager
 def _marked_for_what_it_runs(item: pytest.Item) -> Iterator[None]:
-    """Every test carries the mark of the slow thing it does in this process, its fixtures' setup included, so that
-    `make test-fast` can leave it out: a local Ray cluster (`ray`), a call into jsii's node process, which every CDK
-    and cdk8s object is (`synth`), or a Python, node or CDK CLI process of its own (`spawn`; `ray`, `synth` and `wheel`
-    include it). An unmarked one fails, naming the mark. What a started process does inside is not seen: a CLI process
-    that synthesizes is `spawn`."""
-    marks = {mark.name for mark in item.iter_markers()}
+    """A test without any of SLOW_MARKS, which `make test-fast` runs, fails when it (its fixtures' setup included)
+    starts Ray (mark it `ray`), calls into jsii's node process, which every CDK and cdk8s object is (`synth`), or
+    starts a Python, node, CDK CLI, pyright or checkov process (`spawn`), naming the mark. A marked test is not
+    checked: the marks are there to leave tests out of `make test-fast`, and it is left out. What a started process
+    does inside is not seen: a CLI process that synthesizes is `spawn` all the same."""
+    if any(item.iter_markers(name) for name in SLOW_MARKS):
+        yield
+        return
 
     def refuse(mark: str, what: str) -> NoReturn:
-        raise UnmarkedCost(f"{item.nodeid} {what} but is not marked {mark}: add @pytest.mark.{mark} (or a pytestmark), "
-                           "so that `make test-fast` leaves it out")
+        raise UnmarkedCost(f"{item.nodeid} {what} but is not marked {mark}: add @pytest.mark.{mark} (or a pytestmark, "
+                           "or an entry in tests/conftest.py's MARKS), so that `make test-fast` leaves it out")
 
     ray = sys.modules.get("ray")
     ray_was_up = ray is not None and ray.is_initialized()
     with pytest.MonkeyPatch.context() as patch:
-        if "ray" not in marks and ray is not None:
+        if ray is not None:
             patch.setattr(ray, "init", lambda *a, **k: refuse("ray", "starts Ray (ray.init)"))
         jsii_process = sys.modules.get("jsii._kernel.providers.process")
-        if "synth" not in marks and jsii_process is not None:
+        if jsii_process is not None:
             patch.setattr(jsii_process._NodeProcess, "send",
                           lambda *a, **k: refuse("synth", "calls into jsii (a CDK or cdk8s object)"))
-        if not marks & set(SLOW_MARKS):
-            execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+        execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
-            def popen(self, args, *rest, **kwargs):
-                if "jsii-runtime" in _command(args):
-                    refuse("synth", "starts jsii's node process (imports the CDK or cdk8s)")
-                if _starts_slowly(args):
-                    refuse("spawn", f"starts a process ({_command(args)[:160]})")
-                return execute_child(self, args, *rest, **kwargs)
+        def popen(self, args, *rest, **kwargs):
+            if "jsii-runtime" in _command(args):
+                refuse("synth", "starts jsii's node process (imports the CDK or cdk8s)")
+            if _starts_slowly(args):
+                refuse("spawn", f"starts a process ({_command(args)[:160]})")
+            return execute_child(self, args, *rest, **kwargs)
 
-            def multiprocessing_spawn(path, args, passfds):
-                refuse("spawn", f"starts a multiprocessing process ({_command(args)[:160]})")
+        def multiprocessing_spawn(path, args, passfds):
+            refuse("spawn", f"starts a multiprocessing process ({_command(args)[:160]})")
 
-            patch.setattr(subprocess.Popen, "_execute_child", popen)
-            patch.setattr(multiprocessing.util, "spawnv_passfds", multiprocessing_spawn)
+        patch.setattr(subprocess.Popen, "_execute_child", popen)
+        patch.setattr(multiprocessing.util, "spawnv_passfds", multiprocessing_spawn)
         yield
     ray = sys.modules.get("ray")
-    if "ray" not in marks and not ray_was_up and ray is not None and ray.is_initialized():
+    if not ray_was_up and ray is not None and ray.is_initialized():
         refuse("ray", "left Ray initialized")
 
 
