@@ -66,8 +66,10 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        module = item.nodeid.split("::")[0]
-        marks = MARKS.get(module, ()) + MARKS.get(item.nodeid.split("[")[0], ()) + MARKS.get(item.nodeid, ())
+        # by path and name, not nodeid: --dist loadgroup appends "@<group>" to the nodeid of a grouped test
+        module = item.path.relative_to(item.config.rootpath).as_posix()
+        function = getattr(item, "originalname", item.name)
+        marks = MARKS.get(module, ()) + MARKS.get(f"{module}::{function}", ()) + MARKS.get(f"{module}::{item.name}", ())
         for fixture in getattr(item, "fixturenames", ()):
             marks += FIXTURE_MARKS.get(fixture, ())
         for mark in dict.fromkeys(marks):
