@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 # Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
 ARGS ?=
 
-.PHONY: install demo test test-fast lint synth manifests plan train-local check-transport lock clean
+.PHONY: install demo test test-fast lint docs synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -74,6 +74,12 @@ lint: $(VENV)/.installed node_modules/.installed
 	$(PY) -m ruff check .
 	npx --no-install pyright --warnings
 
+## The reference as a site (mkdocs.yml, docs/): built strictly, so a broken link or anchor fails. Into site/.
+## (NO_MKDOCS_2_WARNING: Material's end-of-life banner, which docs/development.md states once.)
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	@echo "== the site is in site/ (open site/index.html, or serve it live: $(VENV)/bin/mkdocs serve)"
+
 ## Re-pin the Python dependency tree after changing pyproject.toml (needs network).
 lock:
 	rm -rf /tmp/ray-efa-lock && $(PYTHON) -m venv /tmp/ray-efa-lock
@@ -84,4 +90,4 @@ lock:
 	/tmp/ray-efa-lock-checkov/bin/pip freeze | sort > requirements-checkov.lock
 
 clean:
-	rm -rf cdk.out dist .pytest_cache
+	rm -rf cdk.out dist site .pytest_cache

@@ -103,10 +103,11 @@ def _worker(rank: int, args: argparse.Namespace, store: str) -> None:
 
     par.Bf16WireReplicaAllReduce.__call__ = spy
 
-    # gloo's CUDA all-reduce makes its copy back to the GPU wait for the stream current on gloo's own worker thread
-    # (the default stream), not the caller's; the hook, on FSDP2's all-reduce stream, would read the result early.
-    # NCCL, the cluster's transport, makes the caller's current stream wait. So, for gloo here only: the device
-    # synchronized after each of the hook's all-reduces.
+    # The device synchronized after each of the hook's all-reduces (default; --no-sync-fix leaves it out). It was added
+    # against deviations first put down to gloo's copy-back stream; the cause was the hook's own stream race (FSDP2's
+    # reduce_output reused by the next layer's reduce-scatter), fixed by keep_for_current_stream and proven by
+    # bench/replica_all_reduce_race.py. With the fix the unsynchronized run is within the step's noise
+    # (docs/BENCHMARKS.md).
     real_all_reduce = dist.all_reduce
 
     def all_reduce_then_sync(tensor, *a, **kw):

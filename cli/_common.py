@@ -62,7 +62,7 @@ def rounded(value: Any, digits: int = JSON_DIGITS) -> Any:
 
 
 def print_json(data: Mapping[str, Any], *, exact: Iterable[str] = ()) -> None:
-    """Print --json output: snake_case keys (see the README), floats rounded except under the top-level keys `exact`."""
+    """Print --json output: snake_case keys (docs/commands.md), floats rounded except under the top-level keys `exact`."""
     keep = set(exact)
     print(json.dumps({k: (v if k in keep else rounded(v)) for k, v in data.items()}, indent=2, default=str))
 

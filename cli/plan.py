@@ -39,6 +39,16 @@ def _token_count(text: str) -> int:
     return value
 
 
+def _top_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of rows >= 1, got {text!r}")
+    return value
+
+
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name,
@@ -61,7 +71,12 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
                    help="rank every GPU instance type (and extraGpuInstanceTypes) at 1..--max-nodes nodes, each with "
                         "its own chosen plan, by predicted USD per million tokens (only plans that fit); --plot draws it")
     p.add_argument("--tokens", type=_token_count, metavar="N",
-                   help="with --recommend: the tokens to train, for the hours and USD (default steps x globalBatchTokens)")
+                   help="with --recommend: the tokens to train, for the hours and USD (default 20 per model "
+                        "parameter, the compute-optimal budget of Hoffmann et al. 2022)")
+    p.add_argument("--top", type=_top_count, metavar="N", default=10,
+                   help="with --recommend: the table's rows (default 10; --json always has every row)")
+    p.add_argument("--all", action="store_true", dest="all_rows",
+                   help="with --recommend: every fitting row in the table, not the top 10")
     p.set_defaults(run=run)
 
 
@@ -102,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         return _recommend(args, resolved.settings)
     if args.tokens is not None:
         return fail(args, "plan", "--tokens: only with --recommend")
+    if args.all_rows or args.top != 10:
+        return fail(args, "plan", "--top and --all: only with --recommend")
     plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
@@ -129,21 +146,56 @@ def _recommend(args: argparse.Namespace, settings) -> int:
     if args.json:
         print_json(ranking)
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"Cheapest to train {ranking['tokens']:,} tokens (predicted; each with its own plan)",
-                      caption="only plans that fit memory; on-demand list prices, cluster included")
-        for column in ("#", "nodes x type", "GPUs", "tok/s", "USD/M tok", "hours", "USD", "plan"):
-            table.add_column(column, justify="left" if column in ("nodes x type", "plan") else "right")
-        for rank, r in enumerate(ranking["recommendations"], start=1):
-            table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['gpus']} x {r['gpu']}",
-                          f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", f"{r['hours']:,.2f}",
-                          f"{r['usd']:,.0f}", f"{r['micro_batch']} x {r['grad_accumulation']}, {r['precision']}, "
-                          f"{r['strategy']}")
-        Console().print(table)
+        _print_ranking(ranking, None if args.all_rows else args.top)
     if args.plot is not None:
         from ray_efa.ops.plots import recommendation_chart
 
         return write_chart(args, "plan", recommendation_chart(ranking), "recommendation chart")
     return 0 if ranking["recommendations"] else 1
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:,.1f}" if hours < 100 else f"{hours:,.0f}"
+
+
+def _print_ranking(ranking: dict, top: int | None) -> None:
+    """The ranking as a table that stays whole at 100 columns: its top rows, the model, tokens and region in the
+    title, the price and constants' provenance in the caption and per row."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = ranking["recommendations"]
+    shown = rows if top is None else rows[:top]
+    region = ranking["region"]
+    title = (f"Cheapest to train {ranking['model']} ({ranking['model_parameters'] / 1e9:.2f} B parameters) on "
+             f"{ranking['tokens'] / 1e9:,.1f} B tokens in {region}")
+    caption = [f"{len(shown)} of {len(rows)} fitting plans (--all for every one); each with its own plan; predicted."]
+    if ranking.get("tokens_default"):
+        caption.append(f"Tokens: {ranking['tokens_default']}; --tokens to change.")
+    unrecorded = any(not r["price"]["on_demand"]["recorded"] for r in shown)
+    caption.append("USD/h: On-Demand, cluster included" + (
+        "." if not unrecorded else
+        f"; * NOT recorded for {region}: us-east-2's list price shown as a lower bound." if ranking["prices_recorded"]
+        else f"; NOT recorded for {region}: us-east-2's list prices shown as a lower bound."))
+    if ranking.get("skipped"):
+        caption.append(f"Left out: {', '.join(ranking['skipped'])} (see --json's skipped).")
+    caption.append("CB: a Capacity Block's total USD where its price is recorded. Spot: not recorded.")
+    caption.append("c: the step model's constants for the GPU family, m measured / p published / a assumed; "
+                   "+-: the prediction's range by it (10/15/35%).")
+    if ranking.get("note"):
+        caption.append(f"Note: {ranking['note']}.")
+    from rich import box
+
+    table = Table(title=title, caption=" ".join(caption), caption_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    for column in ("#", "nodes x type", "$/h", "tok/s", "$/M tok", "hours", "+-", "USD", "CB USD", "c", "plan"):
+        table.add_column(column, justify="left" if column in ("nodes x type", "plan", "c") else "right",
+                         no_wrap=column != "plan", overflow="fold")
+    for rank, r in enumerate(shown, start=1):
+        block = r["price"]["capacity_block"]
+        spread = round(100 * (r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1))
+        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['usd_per_hour']:,.1f}" + ("" if r["price"]["on_demand"]["recorded"] or not ranking["prices_recorded"] else "*"),
+                      f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", _hours(r["hours"]),
+                      f"{spread}%", f"{r['usd']:,.0f}", f"{block['usd']:,.0f}" if block else "-",
+                      r["constants"]["status"][0], f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")
+    Console(width=100).print(table)

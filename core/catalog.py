@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
+from ray_efa.core import network
+
 __all__ = [
     "CatalogError",
     "Gpu",
@@ -62,6 +64,8 @@ __all__ = [
     "WorkerPodResources",
     "worker_pod_resources",
     "head_pod_resources",
+    "system_node_room",
+    "SYSTEM_NODE_NEIGHBOURS",
     "use_device_rdma",
     "allreduce_floor_gbps",
     "HealthyBusbw",
@@ -248,7 +252,10 @@ def _gpu_type(**facts: Any) -> GpuInstanceType:
     return GpuInstanceType(**given)
 
 
-def _gpu_row(name, gpu, gpus, vcpus, memory_gib, efa, rdma, gbps, usd, link, efa_only, blocks, charts) -> GpuInstanceType:
+def _gpu_row(name: str, gpu: str, *, gpus: int, vcpus: int, memory_gib: int, efa: int, rdma: bool, gbps: int,
+             usd: float, link: GpuLink, efa_only: bool, blocks: bool, charts: frozenset[str]) -> GpuInstanceType:
+    """One built-in row: the name and GPU model by position, every fact by keyword (three booleans must not be
+    told apart by their place)."""
     return _gpu_type(
         name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib, efa_interfaces=efa, gpudirect_rdma=rdma,
         network_gbps=gbps, usd_per_hour=usd, gpu_link=link, efa_only_secondary=efa_only, capacity_blocks=blocks,
@@ -263,38 +270,38 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
     # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30 and
     # aws-dranet 1.0.0).
-    _gpu_row("g5.12xlarge",      "A10G",      4,  48,  192,  1, False,   40,    5.672, _PCIE4,   False, False, _EVERY),
-    _gpu_row("g5.48xlarge",      "A10G",      8, 192,  768,  1, False,  100,   16.288, _PCIE4,   False, False, _EVERY),
-    _gpu_row("g6.12xlarge",      "L4",        4,  48,  192,  1, False,   40,   4.6016, _PCIE4,   False, False, _EVERY),
-    _gpu_row("g6.48xlarge",      "L4",        8, 192,  768,  1, False,  100,  13.3504, _PCIE4,   False, False, _EVERY),
-    _gpu_row("g6e.24xlarge",     "L40S",      4,  96,  768,  2, False,  200,  15.0656, _PCIE4,   False, False, _EVERY),
-    _gpu_row("g6e.48xlarge",     "L40S",      8, 192, 1536,  4, False,  400,  30.1312, _PCIE4,   False, False, _EVERY),
-    _gpu_row("p4d.24xlarge",     "A100-40GB", 8,  96, 1152,  4, True,   400,  21.9576, _NVLINK3, False, True,  _EVERY),
-    _gpu_row("p4de.24xlarge",    "A100-80GB", 8,  96, 1152,  4, True,   400,  27.4470, _NVLINK3, False, False, _EVERY),
-    _gpu_row("p5.48xlarge",      "H100",      8, 192, 2048, 32, True,  3200,  55.0400, _NVLINK4, True,  True,  _EVERY),
-    _gpu_row("p5e.48xlarge",     "H200",      8, 192, 2048, 32, True,  3200,  63.2960, _NVLINK4, True,  True,  _EVERY),
-    _gpu_row("p5en.48xlarge",    "H200",      8, 192, 2048, 16, True,  3200,  63.2960, _NVLINK4, True,  True,  _EVERY),
+    _gpu_row("g5.12xlarge",     "A10G",      gpus=4, vcpus= 48, memory_gib= 192, efa= 1, rdma=False, gbps=  40, usd=   5.672, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("g5.48xlarge",     "A10G",      gpus=8, vcpus=192, memory_gib= 768, efa= 1, rdma=False, gbps= 100, usd=  16.288, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("g6.12xlarge",     "L4",        gpus=4, vcpus= 48, memory_gib= 192, efa= 1, rdma=False, gbps=  40, usd=  4.6016, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("g6.48xlarge",     "L4",        gpus=8, vcpus=192, memory_gib= 768, efa= 1, rdma=False, gbps= 100, usd= 13.3504, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("g6e.24xlarge",    "L40S",      gpus=4, vcpus= 96, memory_gib= 768, efa= 2, rdma=False, gbps= 200, usd= 15.0656, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("g6e.48xlarge",    "L40S",      gpus=8, vcpus=192, memory_gib=1536, efa= 4, rdma=False, gbps= 400, usd= 30.1312, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("p4d.24xlarge",    "A100-40GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 21.9576, link=_NVLINK3, efa_only=False, blocks=True , charts=_EVERY),
+    _gpu_row("p4de.24xlarge",   "A100-80GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 27.4470, link=_NVLINK3, efa_only=False, blocks=False, charts=_EVERY),
+    _gpu_row("p5.48xlarge",     "H100",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 55.0400, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
+    _gpu_row("p5e.48xlarge",    "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
+    _gpu_row("p5en.48xlarge",   "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=16, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
     # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
     # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
     # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
     # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
-    _gpu_row("g5.8xlarge",       "A10G",      1,  32,  128,  1, False,   25,    2.448, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g5.16xlarge",      "A10G",      1,  64,  256,  1, False,   25,    4.096, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g5.24xlarge",      "A10G",      4,  96,  384,  1, False,   50,    8.144, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.8xlarge",       "L4",        1,  32,  128,  1, False,   25,   2.0144, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.16xlarge",      "L4",        1,  64,  256,  1, False,   25,   3.3968, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6.24xlarge",      "L4",        4,  96,  384,  1, False,   50,   6.6752, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.8xlarge",      "L40S",      1,  32,  256,  1, False,   25,  4.52856, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.12xlarge",     "L40S",      4,  48,  384,  1, False,  100, 10.49264, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("g6e.16xlarge",     "L40S",      1,  64,  512,  1, False,   35,  7.57719, _PCIE4,   False, False, _NEWEST),
-    _gpu_row("p5.4xlarge",       "H100",      1,  16,  256,  1, True,   100,     6.88, _NVLINK4, True,  False, _NEWEST),
+    _gpu_row("g5.8xlarge",      "A10G",      gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=   2.448, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g5.16xlarge",     "A10G",      gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=   4.096, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g5.24xlarge",     "A10G",      gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=   8.144, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6.8xlarge",      "L4",        gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=  2.0144, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6.16xlarge",     "L4",        gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=  3.3968, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6.24xlarge",     "L4",        gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=  6.6752, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6e.8xlarge",     "L40S",      gpus=1, vcpus= 32, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd= 4.52856, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6e.12xlarge",    "L40S",      gpus=4, vcpus= 48, memory_gib= 384, efa= 1, rdma=False, gbps= 100, usd=10.49264, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("g6e.16xlarge",    "L40S",      gpus=1, vcpus= 64, memory_gib= 512, efa= 1, rdma=False, gbps=  35, usd= 7.57719, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
+    _gpu_row("p5.4xlarge",      "H100",      gpus=1, vcpus= 16, memory_gib= 256, efa= 1, rdma=True , gbps= 100, usd=    6.88, link=_NVLINK4, efa_only=True , blocks=False, charts=_NEWEST),
     # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
-    _gpu_row("p6-b200.48xlarge", "B200",      8, 192, 2048,  8, True,  3200, 113.9328, _NVLINK5, True,  False, _NEWEST),
+    _gpu_row("p6-b200.48xlarge","B200",      gpus=8, vcpus=192, memory_gib=2048, efa= 8, rdma=True , gbps=3200, usd=113.9328, link=_NVLINK5, efa_only=True , blocks=False, charts=_NEWEST),
     # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
-    _gpu_row("g5.xlarge",        "A10G",      1,   4,   16,  0, False,   10,    1.006, _PCIE4,   False, False, _NONE),
-    _gpu_row("g6.xlarge",        "L4",        1,   4,   16,  0, False,   10,   0.8048, _PCIE4,   False, False, _NONE),
-    _gpu_row("g6.4xlarge",       "L4",        1,  16,   64,  0, False,   25,   1.3232, _PCIE4,   False, False, _NONE),
-    _gpu_row("g6e.xlarge",       "L40S",      1,   4,   32,  0, False,   20,    1.861, _PCIE4,   False, False, _NONE),
+    _gpu_row("g5.xlarge",       "A10G",      gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=   1.006, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
+    _gpu_row("g6.xlarge",       "L4",        gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=  0.8048, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
+    _gpu_row("g6.4xlarge",      "L4",        gpus=1, vcpus= 16, memory_gib=  64, efa= 0, rdma=False, gbps=  25, usd=  1.3232, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
+    _gpu_row("g6e.xlarge",      "L40S",      gpus=1, vcpus=  4, memory_gib=  32, efa= 0, rdma=False, gbps=  20, usd=   1.861, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
 )}
 
 _BUILT_IN: dict[str, GpuInstanceType] = dict(GPU_INSTANCES)
@@ -435,28 +442,67 @@ def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
     )
 
 
+# What a system node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
+# AMI's bootstrap): kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the third and fourth and
+# 0.25% of every other; kube-reserved memory is 255 MiB + 11 MiB per pod the node may run (maxPods, at most 110 on a
+# node of fewer than 30 vCPUs: taken at 110 here, the most it can be); the hard eviction threshold is 100 MiB.
+# The kernel reports less memory than EC2's figure (firmware and kernel reservations): we count 5% less.
+_KUBE_RESERVED_CPU_SHARES = (60, 10, 5, 5)
+_KUBE_RESERVED_CPU_REST = 2.5  # millicores per vCPU beyond the fourth
+_KUBE_RESERVED_MEMORY_MIB = 255 + 11 * 110
+_EVICTION_MEMORY_MIB = 100
+_KERNEL_MEMORY_SHARE = 0.95
+SYSTEM_NODE_NEIGHBOURS: dict[str, tuple[int, int]] = {
+    "aws-node (VPC CNI)": (25, 0),
+    "kube-proxy": (100, 0),
+    "coredns (2 replicas: the only nodes without the GPU taint)": (200, 140),
+    "kuberay-operator (its chart's requests)": (100, 512),
+    "ray-job-submitter (k8s.cluster_spec)": (500, 1024),
+}
+"""The other pods a system node runs beside the Ray head, with their requests (millicores, MiB): EKS's add-ons'
+DaemonSets and Deployments as EKS installs them, the KubeRay chart's values.yaml and the RayJob's submitter pod."""
+_HEAD_MIN_CPU, _HEAD_MIN_MEMORY_GIB = 1, 2
+
+
+def system_node_room(instance: InstanceType) -> tuple[int, int]:
+    """(millicores, MiB) that a system node of `instance` has left for the Ray head: the kubelet's allocatable
+    (capacity less kube-reserved and the eviction threshold) less the requests of SYSTEM_NODE_NEIGHBOURS."""
+    shares = [*_KUBE_RESERVED_CPU_SHARES[:instance.vcpus]]
+    reserved_cpu = sum(shares) + _KUBE_RESERVED_CPU_REST * max(0, instance.vcpus - len(_KUBE_RESERVED_CPU_SHARES))
+    capacity_mib = instance.memory_gib * 1024 * _KERNEL_MEMORY_SHARE
+    allocatable_cpu = instance.vcpus * 1000 - math.ceil(reserved_cpu)
+    allocatable_mib = math.floor(capacity_mib) - _KUBE_RESERVED_MEMORY_MIB - _EVICTION_MEMORY_MIB
+    cpu, memory = (sum(pod[i] for pod in SYSTEM_NODE_NEIGHBOURS.values()) for i in (0, 1))
+    return allocatable_cpu - cpu, allocatable_mib - memory
+
+
 def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
-    """(cpu, memory GiB) of the GPU-less Ray head on a system node, leaving room for the KubeRay operator."""
-    return max(1, instance.vcpus - 2), max(2, instance.memory_gib - 6)
+    """(cpu, memory GiB) of the GPU-less Ray head on a system node: all but 2 vCPU and 6 GiB of the node (at least 1
+    and 2), within the room the node has beside the other pods it runs (system_node_room). CatalogError when not even
+    1 vCPU and 2 GiB fit: the head would never schedule."""
+    room_cpu, room_mib = system_node_room(instance)
+    cpu = min(max(_HEAD_MIN_CPU, instance.vcpus - 2), room_cpu // 1000)
+    memory = min(max(_HEAD_MIN_MEMORY_GIB, instance.memory_gib - 6), room_mib // 1024)
+    if cpu < _HEAD_MIN_CPU or memory < _HEAD_MIN_MEMORY_GIB:
+        raise CatalogError(
+            f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
+            f"MiB beside the system pods, less than the Ray head's {_HEAD_MIN_CPU} CPU and {_HEAD_MIN_MEMORY_GIB} GiB: "
+            f"choose a larger system instance type")
+    return cpu, memory
 
 
 # -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------
 # The floor is a share (FLOOR_MARGIN) of what a healthy pair of nodes reaches: all-reduce bus bandwidth at 1 GiB, as
-# nccl-tests reports it and training.preflight measures it. What a healthy node reaches depends on the family:
-# - GPUDirect RDMA (p4d and later): EFA reads and writes GPU memory; NCCL reaches about EFA_LINE_SHARE of the
-#   aggregate line rate of every EFA card (NVIDIA/nccl#527: 2 x p4d.24xlarge, 4 x 100 Gbit/s = 50 GB/s, all-reduce
-#   busbw 57.2 GB/s at 1 GiB with NCCL's tree on 2 nodes, so 0.8 is no overstatement).
-# - No GPUDirect RDMA (g5, g6, g6e): every byte is staged through host memory, and more EFA cards do not help:
-#   nccl-tests on g6e "max out at 3 GBps" with EFA on 4 network cards, and the aws-ofi-nccl maintainers confirm
-#   that G6e has no GPUDirect RDMA, only the P-series from p4d on (aws/aws-ofi-nccl#547, 2024-08 to 2025-08).
-#   HOST_STAGED_EFA_GB_S is that measurement, applied to every family without GPUDirect RDMA (all PCIe Gen4).
-# - The ring also crosses the GPUs of each node: never above the intra-node link (the row's gpu_link, data sheet).
+# nccl-tests reports it and training.preflight measures it. What a healthy node reaches is core.network's figure for
+# its family at 1 GiB, the same the step model (core.perf) uses: with GPUDirect RDMA the family's published share of
+# the aggregate EFA line rate; without it (g5, g6, g6e) at most the host-staged 3 GB/s (aws/aws-ofi-nccl#547); never
+# above the intra-node link (the row's gpu_link, data sheet), which the ring also crosses.
 # Measure your own nodes (`ray-efa calibrate` on a finished run suggests the floor) and set preflightMinBusbwGbps.
-EFA_LINE_SHARE = 0.8
-"""Share of the aggregate EFA line rate that NCCL's all-reduce reaches with GPUDirect RDMA (core.perf uses it too)."""
-HOST_STAGED_EFA_GB_S = 3.0
-"""All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s: nccl-tests on g6e
-(aws/aws-ofi-nccl#547)."""
+EFA_LINE_SHARE = network.EFA_SHARE["p4d"][0]
+"""Share of the aggregate EFA line rate NCCL's all-reduce reaches at 1 GiB on p4d (NVIDIA/nccl#527); each family's own
+is core.network.EFA_SHARE."""
+HOST_STAGED_EFA_GB_S = network.HOST_STAGED_GB_S
+"""All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s (core.network)."""
 FLOOR_MARGIN = 0.5
 """The floor is this share of a healthy node's bus bandwidth: it catches a broken or fallen-back path, not a slow
 day (the probe's 5 timed all-reduces at 1 GiB vary by far less than half)."""
@@ -472,24 +518,10 @@ class HealthyBusbw:
 
 
 def healthy_efa_busbw(instance: InstanceType) -> HealthyBusbw:
-    """The all-reduce bus bandwidth (GB/s, at 1 GiB) a healthy pair of `instance` nodes reaches over EFA: from its
-    GPUDirect RDMA, its EFA cards' line rate and its intra-node link (see the constants above)."""
-    line = instance.network_gbps / 8 * EFA_LINE_SHARE
-    cards = f"{instance.efa_interfaces} EFA x {instance.primary_card_gbps:g} Gbit/s"
-    if instance.gpudirect_rdma:
-        gb_s = line
-        source = (f"GPUDirect RDMA, {cards}: {EFA_LINE_SHARE:g} of {instance.network_gbps} Gbit/s "
-                  "(NVIDIA/nccl#527: 2 x p4d.24xlarge reach 57 GB/s at 1 GiB)")
-    else:
-        gb_s = min(line, HOST_STAGED_EFA_GB_S)
-        source = (f"no GPUDirect RDMA, {cards}: staged through host memory, at most {HOST_STAGED_EFA_GB_S:g} GB/s "
-                  "(aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s)")
-        if line < HOST_STAGED_EFA_GB_S:
-            source += f", here {EFA_LINE_SHARE:g} of the {instance.network_gbps} Gbit/s line"
-    link = instance.gpu_link
-    if link is not None and link.gb_s < gb_s:
-        gb_s, source = link.gb_s, f"{source}; capped by the intra-node {link.name} at {link.gb_s:g} GB/s"
-    return HealthyBusbw(gb_s=gb_s, source=source)
+    """The all-reduce bus bandwidth (GB/s, at 1 GiB) a healthy pair of `instance` nodes reaches over EFA: core.network's
+    link of its family (GPUDirect RDMA, EFA cards, line rate, intra-node link)."""
+    figure = network.efa_link(instance, network.GiB)
+    return HealthyBusbw(gb_s=figure.gb_s, source=figure.source)
 
 
 def allreduce_floor_gbps(instance: InstanceType) -> float:

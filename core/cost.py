@@ -45,7 +45,7 @@ def hourly_cost(settings: Settings) -> HourlyCost:
 
 
 def retained_after_destroy(settings: Settings) -> tuple[str, ...]:
-    """What `cdk destroy` of both stacks leaves in the account, with its monthly cost (the README says the rest)."""
+    """What `cdk destroy` of both stacks leaves in the account, with its monthly cost (docs/deploy.md says the rest)."""
     if settings.workload.storage_path is not None:
         return ()
     return (f"the checkpoint S3 bucket, kept on purpose (checkpoints outlive the cluster): "

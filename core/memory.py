@@ -115,11 +115,15 @@ allocated peaks)."""
 
 
 FP8_ACTIVATIONS = 0.66
-"""Share of the bf16 activation bytes kept with precision fp8 and compile on (torchao float8 saves the linears' inputs
-in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input, and eager fp8 peaked at 71.1 GiB
-reserved like bf16 at 4 x 4096 on one H200, issue 27):
-21 GiB less at 8 x 4096 on one H200 (issue 19's measurement, torchao 0.18) against the 62 GiB compiled activations
-planned there; bench/speed.py measures it again."""
+"""Share of the bf16 activation bytes kept with precision fp8 and compile on and no activation checkpointing (torchao
+float8 saves the linears' inputs in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input,
+and eager fp8 peaked at 71.1 GiB reserved like bf16 at 4 x 4096 on one H200): 88.8 against 69.7 GiB reserved at
+8 x 4096 on one H200 (bench/speed.py, docs/BENCHMARKS.md) against the 62 GiB compiled activations planned there.
+Re-validated against published fp8 runs, which save next to nothing: torchtitan's Llama 3.1 8B 77.0 vs 76.8 GiB on
+8 H100s and 62.0 vs 61.8 on 128 (benchmarks/llama3_h100_202412_torchtitan.md), all with selective or full activation
+checkpointing, where a layer keeps only what checkpointing keeps (its bf16 input, or the matrix products' outputs)
+and fp8 has no linear input to shrink. So the saving applies without checkpointing only; with it, fp8 plans the
+bf16 activations (core/data/published_runs.csv keeps those runs)."""
 
 
 ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
@@ -170,9 +174,10 @@ def estimate_for(
         "optimizer": 8 * params / shard,
         # fp8 all-gather: the two layers gathered in forward hold 1-byte linear weights
         "gathered": 2 * root + 2 * (1 if fp8 else 2) * layer + 2 * 6 * layer,
-        # torchao saves the linears' fp8 inputs only when compiled: eager float8_linear.py saves the bf16 input
+        # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and
+        # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
         "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)
-                       * (FP8_ACTIVATIONS if fp8 and t.compile else 1.0),
+                       * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
     }
     gib = {k: v / _GIB for k, v in parts.items()}

@@ -13,14 +13,19 @@
   micro-batch's backward: step = (k-1) max(c, n) + max(c, n + f, FORWARD_SHARE c + f) + optimizer. (The first version
   spread f over all k micro-batches and missed HSDP with accumulation by 40% on 2 x H200.)
 
-- precision fp8 (torchao float8 training of the decoder-layer linears): their FLOPs run at the fp8 peak x
-  FP8_COMPUTE_EFFICIENCY, the rest (attention, the output projection, norms) at bf16, and a micro-batch is at least
-  FP8_LAUNCH_FLOOR_S (the casts and scale reductions add kernels); the layers' all-gathers carry 1 byte per
-  parameter (FSDP2 fp8 all-gather) instead of 2.
-- links: between nodes over EFA, the instance's network_gbps x EFA_SHARE; over TCP (NCCL's socket transport) the
-  primary network card's bandwidth x SOCKET_LINE_SHARE, capped by the flows NCCL opens (socket_layout: what the TCP
-  job sets NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD to) x EC2's per-flow limit and by
-  what NCCL's host-memory socket path moves (SOCKET_HOST_CEILING_GB_S): see socket_gb_s.
+- precision fp8 (torchao float8 training of the decoder-layer linears core.fp8 converts: not the small ones, e.g. the
+  k/v projections): their FLOPs run at the fp8 peak x the family's fp8 efficiency, the rest (attention, the output
+  projection, norms, the small linears) at bf16; the casts and amax reductions move core.fp8.cast_bytes_per_token per
+  token at the GPU's memory bandwidth; a micro-batch is at least FP8_LAUNCH_FLOOR_S (the casts and scale reductions
+  add kernels); the converted linears' all-gathers carry 1 byte per parameter (FSDP2 fp8 all-gather) instead of 2.
+- links: between nodes over EFA, core.network's figure for the family at the step's message size (GPUDirect RDMA:
+  a published share of the line rate, lower for smaller messages; without it at most the host-staged 3 GB/s, the
+  preflight's own figure); over TCP (NCCL's socket transport) the primary network card's bandwidth x
+  SOCKET_LINE_SHARE, capped by the flows NCCL opens (socket_layout: what the TCP job sets NCCL_SOCKET_NTHREADS x
+  NCCL_NSOCKS_PERTHREAD to) x EC2's per-flow limit and by what NCCL's host-memory socket path moves
+  (SOCKET_HOST_CEILING_GB_S): see socket_gb_s. Every collective call also costs core.network's latency on its link.
+- scale: per-GPU throughput falls SCALE_LOSS_PER_DOUBLING per doubling of the nodes (stragglers, jitter, the
+  collectives' synchronisation), as published multi-node runs lose it.
 
 Constants name their source or calibration: bench/calibrate.py on one H200, bench/sharding_proof.py on two;
 docs/BENCHMARKS.md has the tables and what is still to measure. `Calibration` replaces the compute and link constants
@@ -33,7 +38,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families
+from ray_efa.core import catalog, families, fp8
+from ray_efa.core import network as network_module
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
@@ -45,12 +51,14 @@ __all__ = [
     "STRATEGIES",
     "NETWORKS",
     "EFA_SHARE",
+    "SCALE_LOSS_PER_DOUBLING",
     "links_for",
     "socket_gb_s",
     "SocketLayout",
     "socket_layout",
     "predict",
     "flops_per_token_causal",
+    "message_bytes",
 ]
 
 STRATEGIES = ("fsdp", "hsdp")
@@ -74,12 +82,19 @@ INTRA_NODE_SHARE = families.LINK_SHARES["NVLink"][0]  # 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
-"""Achievable share of the instance's network_gbps over EFA: the catalog's reading that NCCL over EFA rarely beats
-~80% of line rate (core.catalog.EFA_LINE_SHARE, which the preflight floor uses too)."""
-SOCKET_LINE_SHARE = 0.388
-"""Share of the primary network card's bandwidth NCCL's socket transport reaches: the AWS reference measured EFA at
-2.06x the steps/s of TCP on 2 x g6.12xlarge (one 40 Gbit/s card) with a batch of 1 x 128 tokens, a step that is all
-network: 0.8 / 2.06 of line rate. Measured in pods, where NCCL's own detection gives 1 socket a connection (see
+"""p4d's share of the line rate over EFA at 1 GiB (each family's own, and its fall with message size: core.network)."""
+SCALE_LOSS_PER_DOUBLING = 0.009
+"""Per-GPU throughput lost per doubling of the nodes, beyond what the links explain: torchtitan's Llama 3.1 8B lost 2.3%
+from 8 to 128 H100s (4 doublings), Trainy's torchtitan runs 1.7% from 4 to 8 H200 nodes, torchao's MXFP8 runs about 5%
+from 4 to 188 B200 nodes (5.6 doublings): 0.6%, 1.7% and 0.9% a doubling, the median taken (core/data/published_runs.csv
+holds the first two)."""
+AWS_EFA_OVER_TCP = 2.06
+"""The AWS reference's measurement: EFA at 2.06x the steps/s of TCP on 2 x g6.12xlarge (one 40 Gbit/s card) with a
+batch of 1 x 128 tokens, a step that is all network."""
+SOCKET_LINE_SHARE = round(network_module.HOST_STAGED_GB_S / (40 / 8) / AWS_EFA_OVER_TCP, 3)  # 0.291
+"""Share of the primary network card's bandwidth NCCL's socket transport reaches: on 2 x g6.12xlarge EFA moves the
+host-staged 3 GB/s (core.network, the preflight's figure too) and TCP 1/2.06 of that (AWS_EFA_OVER_TCP), so
+3 / 5 / 2.06 of the 40 Gbit/s line. Measured in pods, where NCCL's own detection gives 1 socket a connection (see
 NCCL_ENA_SOCKETS) unless the run set them: with the sockets this project's TCP run sets (socket_layout) it is
 probably below what TCP reaches, not its best."""
 SOCKET_HOST_CEILING_GB_S = 3.4
@@ -233,14 +248,17 @@ def socket_gb_s(instance: catalog.InstanceType, *, placement_group: bool = True)
     return min(line, flows, SOCKET_HOST_CEILING_GB_S)
 
 
-def links_for(instance: catalog.InstanceType, network: str, *, placement_group: bool = True) -> tuple[Link, Link]:
-    """(intra-node link, inter-node link) of `instance` for network "efa" or "tcp", at achievable bandwidth."""
+def links_for(instance: catalog.InstanceType, network: str, *, placement_group: bool = True,
+              message_bytes: float = network_module.GiB) -> tuple[Link, Link]:
+    """(intra-node link, inter-node link) of `instance` for network "efa" or "tcp", at achievable bandwidth for
+    collectives of `message_bytes` (EFA's share falls with the message: core.network)."""
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
     intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * families.link_share(gpu_link.name)[0])
     if network == "efa":
-        inter = Link(name=f"EFA {instance.network_gbps} Gbit/s", gb_s=instance.network_gbps / 8 * EFA_SHARE)
+        inter = Link(name=f"EFA {instance.network_gbps} Gbit/s",
+                     gb_s=network_module.efa_link(instance, message_bytes).gb_s)
     else:
         inter = Link(name=f"TCP sockets, {instance.primary_card_gbps:g} Gbit/s card",
                      gb_s=socket_gb_s(instance, placement_group=placement_group))
@@ -258,22 +276,16 @@ def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
     return 6 * p.num_parameters + 6 * p.num_hidden_layers * p.hidden_size * seq_len
 
 
-def _linear_parameters(p: ModelPreset) -> int:
-    """Weights of the decoder layers' linears (q, k, v, o, gate, up, down): what fp8 training converts."""
-    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
-    return p.num_hidden_layers * (2 * d * d + 2 * d * kv + 3 * d * inter)
-
-
 def _collectives(
-    t: TrainingSettings, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int, fp8: bool = False,
+    t: TrainingSettings, p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int,
+    use_fp8: bool = False,
 ) -> list[Collective]:
-    p = t.preset
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
     k = t.accumulation_steps
     world = nodes * gpus_per_node
-    # fp8 all-gather: the layers' linear weights travel as 1 byte; the root and the norms stay bf16
-    saved = _linear_parameters(p) if fp8 else 0
+    # fp8 all-gather: the converted linears' weights travel as 1 byte; the root, norms and small linears stay bf16
+    saved = fp8.fp8_parameters(p) if use_fp8 else 0
     last_saved = saved / p.num_hidden_layers
     gather_fwd = (_BF16 * params - saved) / 1e9
     gather_bwd = (_BF16 * (params - root - last) - (saved - last_saved)) / 1e9
@@ -313,50 +325,71 @@ def _reduce_dtype(t: TrainingSettings, reduce_dtype: str | None) -> str:
     return "fp32" if value == "auto" else value  # auto is core.strategy's to resolve; unresolved it counts as fp32
 
 
+def message_bytes(p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int) -> float:
+    """Bytes of one collective call that crosses the nodes: FSDP2 gathers and reduces one decoder layer at a time (its
+    bf16 parameters; its gradients); hsdp all-reduces each layer's gradient shard of the node's GPUs."""
+    _, layer = _root_and_last_layer(p)
+    if strategy == "hsdp" and nodes > 1:
+        return reduce_bytes * layer / max(1, gpus_per_node)
+    return _BF16 * layer
+
+
+def _collective_calls(p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int) -> tuple[int, int]:
+    """(calls per micro-batch, calls once per step) of each link's collectives: FSDP2 issues one per decoder layer and
+    root unit for each all-gather and reduce-scatter."""
+    units = p.num_hidden_layers + 1
+    if strategy == "hsdp" and nodes > 1:
+        return 3 * units if gpus_per_node > 1 else 0, units
+    return 2 * units, units
+
+
 def predict(
     t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
     precision: str | None = None, placement_group: bool = True, calibration: Calibration | None = None,
+    model: ModelPreset | None = None,
 ) -> StepPrediction:
     """The step of training `t` with `strategy` ("fsdp" or "hsdp") on `nodes` x `instance` over `network`.
 
     gpus_per_node and links override the instance's (a benchmark on fewer GPUs, or a measured link); reduce_dtype and
     precision override the settings' gradReduceDtype and precision; calibration replaces the compute and inter-node
-    constants with measured ones.
+    constants with measured ones; model replaces the settings' architecture (a published run's, core.evidence).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if t.undecided:
         raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
-    p, gpu = t.preset, instance.gpu
+    p, gpu = model or t.preset, instance.gpu
     g = gpus_per_node or instance.gpus
     world = nodes * g
-    intra, inter = links or links_for(instance, network, placement_group=placement_group)
-    if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
-        inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
     reduce = _reduce_dtype(t, reduce_dtype)
-    fp8 = (precision or t.precision) == "fp8"
-    if fp8 and not gpu.has_fp8:  # core.settings refuses precision fp8 here first, naming it
-        raise ValueError(f"precision fp8 needs fp8 tensor cores; the {gpu.name} of {instance.name} has none")
     # With accumulation, gradients are accumulated in fp32 and only the wire copy is bf16 (training.parallelize),
     # inside the node and, under hsdp, across nodes too (its own all-reduce: FSDP2's native one would send fp32).
     reduce_bytes = 2 if reduce == "bf16" else 4
+    intra, inter = links or links_for(instance, network, placement_group=placement_group,
+                                      message_bytes=message_bytes(p, strategy, nodes, g, reduce_bytes))
+    if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
+        inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
+    use_fp8 = (precision or t.precision) == "fp8"
+    if use_fp8 and not gpu.has_fp8:  # core.settings refuses precision fp8 here first, naming it
+        raise ValueError(f"precision fp8 needs fp8 tensor cores; the {gpu.name} of {instance.name} has none")
     hsdp_across = strategy == "hsdp" and nodes > 1
 
     tokens = t.micro_batch_size * t.seq_len
     recompute = 4 / 3 if t.checkpointing else 1
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
-    family = families.constants_for(gpu.name)  # the H200's fit where measured, each family's own elsewhere
+    family = families.constants_for(gpu.name)  # each family's own (core.families: measured, published or assumed)
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
                   else family.compute_efficiency)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
-    if fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
+    if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
-    elif fp8:
-        linear = tokens * 6 * _linear_parameters(p) * recompute
+    elif use_fp8:
+        linear = tokens * 6 * fp8.fp8_parameters(p) * recompute
         fp8_rate = gpu.peak_fp8_tflops * 1e12 * (family.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
-        micro = max((flops - linear) / rate + linear / fp8_rate + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
+        casts = tokens * fp8.cast_bytes_per_token(p) * recompute / (gpu.memory_bandwidth_gb_s * 1e9)
+        micro = max((flops - linear) / rate + linear / fp8_rate + casts + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
     compute = micro * t.accumulation_steps
@@ -364,8 +397,9 @@ def predict(
     shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
-    collectives = tuple(_collectives(t, strategy, nodes, g, reduce_bytes, fp8))
-    # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step.
+    collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8))
+    # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
+    # each call also pays its link's latency (core.network).
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
     for c in collectives:
         seconds = c.wire_gb / (intra.gb_s if c.link == "intra" else inter.gb_s)
@@ -373,13 +407,20 @@ def predict(
             each[c.link] += seconds / c.calls
         else:
             once[c.link] += seconds
+    calls_each, calls_once = _collective_calls(p, strategy, nodes, g)
+    intra_kind = "NVLink" if intra.name.startswith("NVLink") else "PCIe"
+    for link, kind, used in (("intra", intra_kind, g > 1), ("inter", network, nodes > 1)):
+        if used:
+            latency = network_module.collective_latency_s(kind, nodes if link == "inter" else 1)
+            each[link] += calls_each * latency if (link == "intra" or not hsdp_across) else 0.0
+            once[link] += calls_once * latency
     k, layers = t.accumulation_steps, p.num_hidden_layers
     busy = {link: k * each[link] + once[link] for link in each}
     network_s = max(busy.values())
     n_each, n_last = max(each.values()), max(each[link] + once[link] for link in each)
     before_last = max(micro, n_each) + min(micro, n_each) / layers
     last = max(micro, n_last, FORWARD_SHARE * micro + max(once.values())) + min(micro, n_last) / layers
-    step = (k - 1) * before_last + last + optimizer
+    step = ((k - 1) * before_last + last + optimizer) * (1 + SCALE_LOSS_PER_DOUBLING * math.log2(max(1, nodes)))
     if step - compute - optimizer < 0.1 * step:  # under a tenth of the step waits on the wire
         bottleneck = "compute"
     else:
@@ -391,6 +432,6 @@ def predict(
         strategy=strategy, network=network, compute_s=compute, network_s=network_s, optimizer_s=optimizer,
         step_time_s=step, tokens_per_s_per_gpu=per_gpu, mfu=per_gpu * p.flops_per_token(t.seq_len) / peak,
         mfu_causal=per_gpu * flops_per_token_causal(p, t.seq_len) / peak, bottleneck=bottleneck,
-        collectives=collectives, precision="fp8" if fp8 else "bf16",
+        collectives=collectives, precision="fp8" if use_fp8 else "bf16",
         reduce_dtype="fp32" if reduce_bytes == 4 else "bf16", nodes=nodes, gpus_per_node=g,
     )

@@ -21,6 +21,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
+        if self.value is None:  # the setting is unset: "got None" would name nothing the user wrote
+            return f"{self.key}: {self.message}"
         return f"{self.key}: {self.message}, got {self.value!r}"
 
 

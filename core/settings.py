@@ -494,7 +494,8 @@ class WorkloadSettings(_Section):
         "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results.",
     )
     pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
-        (), "pipPackages", "Extra pip packages for the job's runtime_env (the image has the rest)."
+        (), "pipPackages",
+        "Extra pip packages for the Ray pods, installed by an init container beside the image's (never Ray's runtime_env pip).",
     )
     service_account: str = setting(
         "ray-train", "serviceAccount",
@@ -643,10 +644,11 @@ class TrainingSettings(_Section):
     )
     precision: Literal["auto", "bf16", "fp8"] = setting(
         "auto", "precision",
-        "Matrix-product precision of the decoder layers on GPU: bf16, or fp8 (torchao float8 training, tensorwise "
-        "scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: "
+        "Matrix-product precision of the decoder layers on GPU: bf16, or fp8 (torchao float8 training of the linears "
+        "large enough to gain, tensorwise scaling, fp8 all-gather under FSDP2; needs fp8 tensor cores: "
         f"{', '.join(gpu.name for gpu in catalog.GPUS.values() if gpu.has_fp8)}); auto: fp8 where the GPU "
-        "has them, compile is on and core.perf predicts it faster at the chosen shape, else bf16.",
+        "has them, compile is on, the GPU family's fp8 speed is measured or published (not assumed: plan says "
+        "which) and core.perf predicts it faster at the chosen shape, else bf16.",
     )
     data_pool_size: int = setting(
         0, "dataPoolSize",

@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families, memory, perf
+from ray_efa.core import catalog, families, memory, perf, provenance
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
+from ray_efa.core.provenance import fp8_evidence
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
 __all__ = [
-    "Option", "BF16_REDUCE_GAIN", "AUTO_MEMORY_SHARE", "GlobalBatch", "global_batch", "resolve", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
+    "Option", "BF16_REDUCE_GAIN", "fp8_evidence", "AUTO_MEMORY_SHARE", "GlobalBatch", "global_batch", "resolve", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
     "check_fits", "performance",
 ]
 
@@ -122,8 +123,13 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 # -- the batch shape and precision: what auto decides -----------------------------------------------------------------
 
 AUTO_MEMORY_SHARE = 0.92
-"""An auto shape must plan at most this share of the GPU's memory: the memory plan was 7-12% conservative against
-peak reserved memory on the H200 (issue 27), so 8% headroom covers the allocator where the plan is least so."""
+"""An auto shape must plan at most this share of the GPU's memory. What it rests on, honestly: the plan is above the
+peak *allocated* memory of every measured shape (the default fp8 16 x 2048 on one H200: 72.6 GiB planned, 68.2
+allocated; bf16 shapes 7-12% above), so 8% headroom leaves the allocator room for fragmentation. The peak *reserved*
+was above the plan for that default (80.4 GiB, 11% over) on a 139 GiB GPU where the caching allocator had no reason
+to reuse its cache; that it reuses it on an 80 GB GPU without an out-of-memory is predicted, not measured
+(docs/BENCHMARKS.md). With activation checkpointing fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as
+published fp8 runs measure."""
 MAX_AUTO_MICRO_BATCH = 64
 """The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
 GLOBAL_BATCH_TOLERANCE = 0.02
@@ -194,13 +200,17 @@ def _micro_batches(t: TrainingSettings, ranks: int) -> list[int]:
 
 
 def _precisions(settings: Settings) -> tuple[str, ...]:
-    """precision as set; auto tries fp8 only where the GPU has fp8 tensor cores and compile is on (eager fp8 is
-    slower than eager bf16 and saves no memory: core.perf.EAGER_FP8_SPEED)."""
+    """precision as set; auto tries fp8 only where the GPU has fp8 tensor cores, compile is on (eager fp8 is slower
+    than eager bf16 and saves no memory: core.perf.EAGER_FP8_SPEED) and the family's fp8 efficiency rests on evidence
+    (measured here or published: core.families); on an assumed one auto stays bf16 (fp8_evidence says why)."""
     t = settings.training
     if t.precision != "auto":
         return (t.precision,)
     gpu = settings.nodes.gpu_instance.gpu
-    return ("bf16", "fp8") if gpu is not None and gpu.has_fp8 and t.compile else ("bf16",)
+    if gpu is None or not gpu.has_fp8 or not t.compile:
+        return ("bf16",)
+    return ("bf16", "fp8") if families.constants_for(gpu.name).fp8_evidenced else ("bf16",)
+
 
 
 def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
@@ -543,22 +553,8 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
             "calibration": calibration.source if calibration else None,
-            "constants": _constants(settings, net, calibration),
+            "constants": provenance.constants(settings, net, calibration),
+            "links": provenance.links(settings, net, chosen.prediction, chosen.training, calibration),
+            "precision_note": fp8_evidence(settings),
         }
-    return out
-
-
-def _constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
-    """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
-    GPU family's (core.families), and what a calibration replaced (core.perf.predict takes its values first)."""
-    out = families.describe(settings.nodes.gpu_instance.gpu.name, catalog.gpu_link(settings.nodes.gpu_instance).name)
-    if calibration is None:
-        return out
-    source = f"ray-efa calibrate: {calibration.source}" if calibration.source else "ray-efa calibrate"
-    if calibration.compute_efficiency:
-        out["compute_efficiency"] = {"value": round(calibration.compute_efficiency, 3), "status": "measured",
-                                     "source": source}
-    if calibration.inter_node_gb_s and calibration.network in (None, network):
-        out["inter_node_gb_s"] = {"value": round(calibration.inter_node_gb_s, 2), "status": "measured",
-                                  "source": source}
     return out

@@ -1,7 +1,7 @@
 """The AWS CDK constructs of ray-efa-stack, importable from here: `from ray_efa.infra import RayEksCluster`.
 
-Each is documented where it is defined (props with their `@default`s, wiring attributes); the README's "Embedding in
-a platform repository" lists them with a line each.
+Each is documented where it is defined (props with their `@default`s, wiring attributes); docs/embedding.md lists them
+with a line each.
 """
 
 from ray_efa.infra.access import ClusterAdminAccess

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
+import jsii
 from aws_cdk import Token
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
-from constructs import Construct
+from constructs import Construct, IConstruct, IValidation
 
 from ray_efa.core.addons import HelmRelease
 from ray_efa.core.scheduling import node_selector_problem
@@ -76,3 +77,47 @@ def nodegroup_name(prop: str, *parts: str) -> str:
         raise ValueError(f"{prop} makes the node group name {name!r}, which EKS refuses: at most 63 letters, digits, "
                          "'-' or '_'; choose a shorter cluster_name")
     return name
+
+
+@jsii.implements(IValidation)
+class _Check:
+    def __init__(self, check: Callable[[], list[str]]) -> None:
+        self._check = check
+
+    def validate(self) -> list[str]:
+        return self._check()
+
+
+def add_synth_check(scope: Construct, check: Callable[[], list[str]]) -> None:
+    """Run `check` when the app synthesizes (every construct exists by then, in whatever order it was added); each
+    string it returns fails the synth, under `scope`'s path."""
+    scope.node.add_validation(_Check(check))
+
+
+_C = TypeVar("_C", bound=IConstruct)
+
+
+def on_cluster(scope: IConstruct, kind: type[_C], cluster: eks.ICluster) -> list[_C]:
+    """The constructs of `kind` in `scope`'s whole app whose `cluster` attribute is `cluster` (the same object, or a
+    construct at the same path)."""
+    def same(other: object) -> bool:
+        return other is cluster or (isinstance(other, Construct) and other.node.path == cluster.node.path)
+    return [c for c in scope.node.root.node.find_all() if isinstance(c, kind) and same(getattr(c, "cluster", None))]
+
+
+def common_labels(prop: str, label_sets: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The labels every one of `label_sets` carries with the same value: a node selector that selects them all.
+    ValueError naming `prop` when there is none."""
+    sets = [dict(labels) for labels in label_sets]
+    if not sets:
+        raise ValueError(f"{prop} is empty: pass the node group(s) the construct serves")
+    common = {key: value for key, value in sets[0].items() if all(s.get(key) == value for s in sets[1:])}
+    if not common:
+        raise ValueError(f"{prop}: the node groups share no label ({sets!r}), so no node selector selects them all; "
+                         "give them a common label")
+    return common
+
+
+def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Whether a pod with node selector `selector` may run on a node labelled `labels`."""
+    return all(labels.get(key) == value for key, value in selector.items())

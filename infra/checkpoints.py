@@ -14,8 +14,10 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
 from ray_efa.core.settings import Settings
+from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
+from ray_efa.infra.workload import RayWorkload
 
 __all__ = ["CheckpointStorage", "NONCURRENT_VERSION_DAYS", "POD_IDENTITY_AGENT_ADDON"]
 
@@ -30,7 +32,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 class CheckpointStorage(Construct):
     """The service account of the Ray pods (EKS Pod Identity) and, unless `storage_path` names storage of your own,
-    an encrypted, private, SSL-only S3 bucket it can read and write.
+    an encrypted, private, SSL-only S3 bucket it can read and write. A `storage_path` of your own on S3
+    (s3://bucket/prefix) gets read and write for the service account on that prefix of that bucket (the bucket's own
+    policy, and its KMS key if it has one, must not refuse the role: see `storage_bucket`).
+
+    The namespace is `workload`'s (stated once, on RayWorkload); synth fails naming `workload` when the app holds a
+    RayWorkload on the same cluster in another namespace.
 
     Every node's workers write checkpoint shards into Ray Train's storage_path, and a restarted worker group may land
     on other nodes, so a multi-node run needs storage all nodes share. The bucket is retained on `cdk destroy`:
@@ -38,8 +45,9 @@ class CheckpointStorage(Construct):
     NONCURRENT_VERSION_DAYS days, then its old version expires, as do uploads left incomplete for a week.
     `self.storage_path` is what the training job gets.
 
-    Wiring attributes: `service_account` (the job waits for it), `bucket` (None with `storage_path`), `storage_path`
-    (a token for a new bucket) and `pod_identity_agent` (the add-on, when asked for).
+    Wiring attributes: `service_account` (the job waits for it), `bucket` (None with `storage_path`), `storage_bucket`
+    (the bucket of an s3:// `storage_path`, imported by name: what was granted), `storage_path` (a token for a new
+    bucket) and `pod_identity_agent` (the add-on, when asked for).
 
     `read_locations` (s3:// URLs: modelPath, dataset, evalDataset) become read grants for the service account, each
     exactly its bucket: s3:ListBucket on the bucket (listing the files, and a 404 rather than a 403 for a key that is
@@ -51,31 +59,45 @@ class CheckpointStorage(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = default("namespace"),
-        service_account: str = default("serviceAccount"), storage_path: str | None = None, after: IConstruct | None = None,
-        pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, workload: RayWorkload | None = None,
+        namespace: str | None = None, service_account: str = default("serviceAccount"), storage_path: str | None = None,
+        after: IConstruct | None = None, pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
-        :param namespace: the namespace of the Ray pods (it must exist: pass what creates it in `after`). @default "ray"
+        :param workload: the RayWorkload whose namespace the Ray pods run in; the service account waits for it.
+            @default - `namespace`
+        :param namespace: the namespace of the Ray pods, when no RayWorkload of this app makes it (it must exist: pass
+            what creates it in `after`); it must agree with `workload`. @default - workload's, else "ray"
         :param service_account: the Ray pods' service account. @default "ray-train"
-        :param storage_path: storage of your own (s3://bucket/prefix, or a shared filesystem path); the service
-            account gets no access to it from here. @default - a new bucket, s3://<bucket>/ray-efa
-        :param after: what creates the namespace. @default - nothing
+        :param storage_path: storage of your own: s3://bucket/prefix, whose prefix the service account may then read
+            and write, or a path on a filesystem every node shares. @default - a new bucket, s3://<bucket>/ray-efa
+        :param after: what creates the namespace. @default - workload's namespace, else nothing
         :param pod_identity_agent: add the eks-pod-identity-agent add-on (for an imported cluster without it).
             @default False
         :param read_locations: s3://bucket/prefix URLs the pods read (weights, data sets); each is granted read, no
             other bucket. @default - none
         """
         super().__init__(scope, construct_id)
-        for prop, value in (("namespace", namespace), ("service_account", service_account)):
+        if workload is not None:
+            if namespace is not None and namespace != workload.namespace_name:
+                raise ValueError(f"CheckpointStorage namespace {namespace!r} is not workload's, "
+                                 f"{workload.namespace_name!r}: leave namespace out (it comes from workload)")
+            namespace = workload.namespace_name
+            after = after if after is not None else workload.namespace
+        namespace_given = namespace is not None
+        resolved: str = namespace if namespace is not None else default("namespace")
+        for prop, value in (("namespace", resolved), ("service_account", service_account)):
             if not _DNS_LABEL.match(value):
                 raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
         if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
-        self.namespace_name = namespace
+        self.namespace_name: str = resolved
         self.service_account_name = service_account
+        self.cluster: eks.ICluster = cluster
+        if workload is None and not namespace_given:
+            add_synth_check(self, self._check_namespace)
         locations = []
         for url in read_locations:
             try:
@@ -89,7 +111,7 @@ class CheckpointStorage(Construct):
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
                                                 addon_name=POD_IDENTITY_AGENT_ADDON)
         self.service_account: eks.ServiceAccount = cluster.add_service_account(
-            "RayServiceAccount", name=service_account, namespace=namespace,
+            "RayServiceAccount", name=service_account, namespace=resolved,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )
         if after is not None:
@@ -98,9 +120,12 @@ class CheckpointStorage(Construct):
             self.service_account.node.add_dependency(self.pod_identity_agent)
 
         self.bucket: s3.Bucket | None = None
+        self.storage_bucket: s3.IBucket | None = None
         self.storage_path: str  # the given storage, or the bucket made here
         if storage_path is not None:
             self.storage_path = storage_path
+            if storage_path.startswith("s3://"):
+                self._grant_storage(storage_path)
         else:
             self.bucket = s3.Bucket(
                 self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
@@ -131,6 +156,35 @@ class CheckpointStorage(Construct):
         """The buckets the service account may read for modelPath and the data sets."""
         if locations:
             self._grant_read(locations)
+
+    def _check_namespace(self) -> list[str]:
+        others = sorted({w.namespace_name for w in on_cluster(self, RayWorkload, self.cluster)} - {self.namespace_name})
+        if not others:
+            return []
+        return [f"CheckpointStorage puts the Ray pods' service account in namespace {self.namespace_name!r}, but the "
+                f"RayWorkload of its cluster makes {', '.join(map(repr, others))}: pass workload=<that RayWorkload> "
+                "(the namespace comes from it)"]
+
+    def _grant_storage(self, storage_path: str) -> None:
+        """Read and write for the service account on the objects under an s3:// storage_path's prefix, and listing
+        its bucket: what Ray Train's checkpoints, the run's metrics and its storage check need."""
+        try:
+            bucket_name, prefix = parse_s3_url(storage_path)
+        except ValueError:
+            bucket_name, prefix = "", ""
+        if not bucket_name:
+            raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix, got {storage_path!r}")
+        self.storage_bucket = s3.Bucket.from_bucket_name(self, "StorageBucket", bucket_name)
+        pattern = f"{prefix}/*" if prefix else "*"
+        self.storage_bucket.grant_read_write(self.service_account, pattern)
+        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+        stack = Stack.of(self)
+        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
+                        "Action::s3:GetObject*", "Action::s3:List*",
+                        f"Resource::{_nag_arn(stack.resolve(self.storage_bucket.arn_for_objects(pattern)))}"):
+            acknowledge(policy, "AwsSolutions-IAM5",
+                        "grant_read_write of storagePath: Ray Train writes, lists and deletes checkpoint objects under "
+                        "that one prefix of that one bucket, nothing else.", finding)
 
     def _grant_read(self, locations: list[tuple[str, str]]) -> None:
         """One statement per bucket for the objects under its prefixes, one for listing the buckets."""
@@ -163,13 +217,15 @@ class CheckpointStorage(Construct):
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-        after: IConstruct | None = None,
+        after: IConstruct | None = None, workload: RayWorkload | None = None,
     ) -> CheckpointStorage:
-        """The storage of the project's own app: namespace, serviceAccount and storagePath of the settings, and read on
-        the buckets of modelPath, dataset and evalDataset."""
-        workload = settings.workload
-        return cls(scope, construct_id, cluster=cluster, namespace=workload.namespace,
-                   service_account=workload.service_account, storage_path=workload.storage_path, after=after,
+        """The storage of the project's own app: namespace (`workload`'s, when given and the settings do not name
+        one), serviceAccount and storagePath of the settings, and read on the buckets of modelPath, dataset and
+        evalDataset."""
+        section = settings.workload
+        namespace = section.namespace if workload is None or "namespace" in settings.given_keys else None
+        return cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
+                   service_account=section.service_account, storage_path=section.storage_path, after=after,
                    read_locations=s3_read_locations(settings))
 
 

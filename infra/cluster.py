@@ -13,6 +13,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
+from ray_efa.core import catalog
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import check_node_selector, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
@@ -101,6 +102,16 @@ class RayEksCluster(Construct):
         check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
         check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
         check_node_selector("RayEksCluster system_node_selector", system_node_selector)
+        if system_instance_type in catalog.SYSTEM_INSTANCES:
+            # The Ray head and the job's submitter run on the system nodes: a type they do not fit fails here.
+            try:
+                catalog.head_pod_resources(catalog.system_instance(system_instance_type))
+            except catalog.CatalogError as error:
+                raise ValueError(f"RayEksCluster system_instance_type {error}") from None
+        self.system_instance_type: str = system_instance_type
+        """The system nodes' instance type (RayTrainingJob sizes the Ray head to fit it)."""
+        self.system_node_selector: dict[str, str] = dict(system_node_selector)
+        """The system nodes' labels (KubeRayOperator and the Ray head select them)."""
         if image is not None:
             # The system nodes run the Ray head and the job submitter: both pull the training image.
             check_root_volume("system_root_volume_gib", system_root_volume_gib, image)

@@ -85,7 +85,7 @@ class ClusterStack(Stack):
 
     def _export_what_the_job_imports(self) -> None:
         """Export what the GPU stack's training job imports (the kubectl provider's service token, the checkpoint
-        bucket's name), whether or not the GPU stack has a job now.
+        bucket's name, the Ray pods' role), whether or not the GPU stack has a job now.
 
         CDK exports a value only while another stack imports it. Without these, scaling the GPU nodes to zero (or
         trainingJob false) would remove the exports from this stack, which CloudFormation refuses while the deployed
@@ -97,6 +97,8 @@ class ClusterStack(Stack):
         self.export_value(provider.service_token)
         if self.checkpoints.bucket is not None:
             self.export_value(self.checkpoints.bucket.bucket_name)
+        # The job's policy that lets the Ray pods' role read its code assets names the role.
+        self.export_value(self.checkpoints.service_account.role.role_name)
 
     def _export_private_subnets(self) -> None:
         """Export every private subnet of a created VPC, whichever the GPU stack uses.

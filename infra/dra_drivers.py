@@ -5,14 +5,14 @@ The EKS User Guide recommends them over the device plugins for managed node grou
 (device-management, device-management-efa, device-management-nvidia-dra-device-plugin): they advertise device
 attributes, among them the PCIe root that pairs each GPU with its EFA interfaces. Charts, repositories and the values
 the guide installs them with are in core.addons. Never next to the device plugins of the same devices on one node (the
-guide warns of silent oversubscription): a stack installs one or the other, and the README says to switch with the
+guide warns of silent oversubscription): a stack installs one or the other, and docs/deploy.md says to switch with the
 GPU nodes at zero.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
@@ -21,8 +21,9 @@ from constructs import Construct
 from ray_efa.core.addons import EFA_DRA_DRIVER, NVIDIA_DRA_DRIVER
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
 from ray_efa.core.settings import Settings, dra_kubernetes_problem
-from ray_efa.infra._private import check_node_selector, helm_chart
+from ray_efa.infra._private import add_synth_check, helm_chart
 from ray_efa.infra._settings import choices, default
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, unselected_gpu_nodes
 
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 
@@ -47,19 +48,25 @@ def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR)
 
 class GpuDraDrivers(Construct):
     """Installs the NVIDIA DRA driver for GPUs and the EFA DRA driver (DRANET) at pinned chart versions, on the GPU
-    nodes. Wiring attributes, as GpuDevicePlugins': `nvidia` and `efa`, the Helm releases."""
+    nodes: their node selector comes from `gpu_nodes`, as GpuDevicePlugins' does (and synth checks it the same way).
+    Wiring attributes, as GpuDevicePlugins': `nvidia` and `efa`, the Helm releases; `node_selector`."""
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
         kubernetes_version: str = default("kubernetesVersion"), nvidia_version: str = default("nvidiaDraDriverVersion"),
-        efa_version: str = default("efaDraDriverVersion"), node_selector: Mapping[str, str] = default("gpuNodeSelector"),
+        efa_version: str = default("efaDraDriverVersion"),
+        gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
+        node_selector: Mapping[str, str] | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, on Kubernetes 1.34 or later.
         :param kubernetes_version: the cluster's version, to refuse one without DRA. @default "1.36"
         :param nvidia_version: dra-driver-nvidia-gpu chart version. @default "0.4.1"
         :param efa_version: aws-dranet chart version; its allowlist must hold your GPU type. @default "1.0.0"
-        :param node_selector: labels of the GPU nodes (EfaGpuNodegroup's node_selector). @default {"role": "gpu-worker"}
+        :param gpu_nodes: the GPU node group(s) the drivers serve; their node_selector is the drivers'.
+            @default - the EfaGpuNodegroups of `cluster` built so far in this app
+        :param node_selector: labels of GPU nodes that no EfaGpuNodegroup of this app builds; it must agree with
+            `gpu_nodes`. @default - gpu_nodes', else {"role": "gpu-worker"}
         """
         super().__init__(scope, construct_id)
         if problem := dra_kubernetes_problem(kubernetes_version):
@@ -69,16 +76,21 @@ class GpuDraDrivers(Construct):
         if efa_version not in choices("efaDraDriverVersion"):
             raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "
                              f"got {efa_version!r}")
-        check_node_selector("GpuDraDrivers node_selector", node_selector)
+        node_selector = gpu_nodes_selector("GpuDraDrivers", self, cluster, gpu_nodes, node_selector)
+        self.node_selector: dict[str, str] = node_selector
+        self.cluster: eks.ICluster = cluster
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
                                  nvidia_dra_values(node_selector), create_namespace=True)
         self.efa: eks.HelmChart = helm_chart(
             self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
+        add_synth_check(self, lambda: unselected_gpu_nodes("GpuDraDrivers", self, cluster, self.node_selector))
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster) -> GpuDraDrivers:
-        """The drivers of the project's own app: the chart versions of the settings, on gpuNodeSelector."""
+    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+                      gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None) -> GpuDraDrivers:
+        """The drivers of the project's own app: the chart versions of the settings, on `gpu_nodes`, else on
+        gpuNodeSelector."""
         addons = settings.addons
         return cls(scope, construct_id, cluster=cluster, kubernetes_version=settings.cluster.kubernetes_version,
                    nvidia_version=addons.nvidia_dra_driver_version, efa_version=addons.efa_dra_driver_version,
-                   node_selector=settings.nodes.gpu_node_selector)
+                   gpu_nodes=gpu_nodes, node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None)

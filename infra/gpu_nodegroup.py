@@ -3,23 +3,32 @@ a cluster placement group (or a capacity reservation or Capacity Block), all in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from aws_cdk import Tags
+from aws_cdk import Stack, Tags, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from ray_efa.core import catalog
-from ray_efa.core.scheduling import GPU_TAINT, gpu_node_labels
+from ray_efa.core import catalog, regions
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import check_node_selector, literal_cluster_name, nodegroup_name
+from ray_efa.infra._private import (
+    check_node_selector,
+    common_labels,
+    literal_cluster_name,
+    nodegroup_name,
+    on_cluster,
+    selects,
+)
 from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
-from ray_efa.infra.network import default_gpu_zone, gpu_subnet
+from ray_efa.infra.network import default_gpu_zone, gpu_subnet, is_placeholder_zone
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
-__all__ = ["EfaGpuNodegroup", "launch_template_network_interfaces"]
+__all__ = [
+    "EfaGpuNodegroup", "launch_template_network_interfaces", "gpu_nodes_selector", "unselected_gpu_nodes", "settings_gpu_zone",
+]
 
 _TAINT_EFFECTS = {
     "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
@@ -129,6 +138,11 @@ class EfaGpuNodegroup(Construct):
         self.node_count = node_count
         self.node_selector: dict[str, str] = dict(node_selector)
         """What the Ray workers select (RayTrainingJob reads instance type, count and selector from here)."""
+        self.labels: dict[str, str] = gpu_node_labels(node_selector)
+        """Every label of the nodes: node_selector and nvidia.com/gpu.present (what the device plugins select)."""
+        self.cluster: eks.ICluster = cluster
+        self.capacity_reservation_id: str | None = capacity_reservation_id
+        self.capacity_reservation_type: str = capacity_reservation_type
         known_name = literal_cluster_name(cluster)
         if cluster_name is not None and known_name is not None and cluster_name != known_name:
             raise ValueError(f"EfaGpuNodegroup cluster_name {cluster_name!r} is not the name of its cluster, "
@@ -136,6 +150,8 @@ class EfaGpuNodegroup(Construct):
         cluster_name = cluster_name or known_name or "ray-efa"
         name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
+        self.use_placement_group: bool = use_placement_group
+        """Whether the nodes launch into a cluster placement group (the job's NCCL settings depend on it)."""
 
         self.efa_security_group: ec2.SecurityGroup = ec2.SecurityGroup(
             self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
@@ -179,7 +195,7 @@ class EfaGpuNodegroup(Construct):
                     http_tokens="required",
                     # 1 hop: IMDS answers the node and host-network pods only, so no other pod can take the node
                     # role's credentials (EKS best practices). Nothing the stack runs in a pod network needs IMDS:
-                    # the Ray pods get credentials from Pod Identity and the region from their env; see the README.
+                    # the Ray pods get credentials from Pod Identity and the region from their env; docs/security.md.
                     http_put_response_hop_limit=1,
                     http_endpoint="enabled",
                 ),
@@ -216,7 +232,7 @@ class EfaGpuNodegroup(Construct):
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
             ),
-            labels=gpu_node_labels(node_selector),
+            labels=self.labels,
             taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
         )
         Tags.of(self).add("ray-efa/instance-type", instance_type)
@@ -230,16 +246,68 @@ class EfaGpuNodegroup(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster, vpc: ec2.IVpc
     ) -> EfaGpuNodegroup:
-        """The GPU nodes of the project's own app, from the node settings (in gpuAvailabilityZone)."""
+        """The GPU nodes of the project's own app, from the node settings (in gpuAvailabilityZone; when the settings
+        were not given it nor the region, in the stack's region: its recorded first AZ where `vpc` has it, else the
+        AZ of `vpc`'s first private subnet)."""
         nodes = settings.nodes
         # Checked here first, so that the errors name the settings rather than the props.
         check_root_volume("gpuRootVolumeGib", nodes.gpu_root_volume_gib, settings.workload.dlc_image)
-        gpu_subnet(vpc, settings.gpu_availability_zone)
+        zone = settings_gpu_zone(settings, Stack.of(scope).region, vpc)
+        gpu_subnet(vpc, zone)
         return cls(
             scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance,
-            node_count=nodes.gpu_node_count, availability_zone=settings.gpu_availability_zone,
+            node_count=nodes.gpu_node_count, availability_zone=zone,
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
             root_volume_gib=nodes.gpu_root_volume_gib, image=settings.workload.dlc_image,
             cluster_name=settings.cluster.cluster_name,
         )
+
+
+def gpu_nodes_selector(construct: str, scope: Construct, cluster: eks.ICluster,
+                       gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
+                       node_selector: Mapping[str, str] | None) -> dict[str, str]:
+    """The node selector of `construct` (a DaemonSet's construct that serves GPU nodes): the labels `gpu_nodes` share,
+    else `node_selector`, else those of the EfaGpuNodegroups of `cluster` built so far, else the default. ValueError
+    naming the props when `gpu_nodes` and `node_selector` disagree."""
+    groups = [gpu_nodes] if isinstance(gpu_nodes, EfaGpuNodegroup) else list(gpu_nodes or ())
+    if groups:
+        derived = common_labels(f"{construct} gpu_nodes", (g.node_selector for g in groups))
+        if node_selector is not None and dict(node_selector) != derived:
+            raise ValueError(f"{construct} node_selector {dict(node_selector)!r} disagrees with gpu_nodes' labels "
+                             f"{derived!r}: leave node_selector out (it comes from gpu_nodes)")
+        return derived
+    if node_selector is not None:
+        check_node_selector(f"{construct} node_selector", node_selector)
+        return dict(node_selector)
+    built = on_cluster(scope, EfaGpuNodegroup, cluster)
+    return common_labels(f"{construct} gpu_nodes", (g.node_selector for g in built)) if built else dict(
+        DEFAULT_GPU_NODE_SELECTOR)
+
+
+def unselected_gpu_nodes(construct: str, scope: Construct, cluster: eks.ICluster, selector: Mapping[str, str]) -> list[str]:
+    """At synth: an error for each EfaGpuNodegroup of `cluster` in the app whose nodes `selector` does not select."""
+    return [f"{construct} selects the nodes labelled {dict(selector)!r}, but EfaGpuNodegroup {g.node.path} labels its "
+            f"nodes {g.labels!r}: the DaemonSets would never run on them. Pass gpu_nodes=<that EfaGpuNodegroup> "
+            "(its labels become the node selector)"
+            for g in on_cluster(scope, EfaGpuNodegroup, cluster) if not selects(selector, g.labels)]
+
+
+def settings_gpu_zone(settings: Settings, stack_region: str, vpc: ec2.IVpc) -> str:
+    """The GPU AZ of `settings` in a stack of `stack_region` on `vpc`. gpuAvailabilityZone when the settings were
+    given it; else a default, which is no choice: what the settings resolve to (the region's first recorded AZ) when
+    they were given the region or it is the stack's, else the stack region's first recorded AZ, as long as the VPC has
+    a private subnet there (or its zones are not known at synth); else the AZ of the VPC's first private subnet."""
+    if "gpuAvailabilityZone" in settings.given_keys:
+        return settings.gpu_availability_zone
+    region = stack_region
+    if "region" in settings.given_keys or Token.is_unresolved(stack_region):
+        region = settings.cluster.region
+    recorded = regions.AVAILABILITY_ZONES.get(region, ())
+    candidate = settings.gpu_availability_zone if region == settings.cluster.region else (
+        recorded[0] if recorded else None)
+    known = [z for z in (s.availability_zone for s in vpc.private_subnets)
+             if not Token.is_unresolved(z) and not is_placeholder_zone(z)]
+    if candidate is not None and (candidate in known or not known):
+        return candidate
+    return default_gpu_zone(vpc) if vpc.private_subnets or candidate is None else candidate

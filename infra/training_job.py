@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,19 +17,20 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
 
-from ray_efa.core import regions
+from ray_efa.core import catalog, regions
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.user_code import check_user_code
 from ray_efa.infra._private import check_node_selector, literal_cluster_name
 from ray_efa.infra.checkpoints import CheckpointStorage
+from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.network import is_placeholder_zone
 from ray_efa.infra.workload import RayWorkload
-from ray_efa.k8s.code_bundle import config_map_problem
+from ray_efa.k8s.code_bundle import collect_code, config_map_problem
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
-from ray_efa.k8s.workload import ray_job_chart
+from ray_efa.k8s.workload import ray_job_chart, shipped_settings
 
 __all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE"]
 
@@ -86,14 +90,24 @@ def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes:
     return changes
 
 
+def _app_code_folder(settings: Settings) -> Path:
+    """A folder holding the project's shipped code (k8s.code_bundle.collect_code, settings.json aside), for its S3
+    asset: made under the system's temporary folder and removed when the process ends (the CDK copies an asset into
+    its output when the asset is constructed)."""
+    folder = Path(tempfile.mkdtemp(prefix="ray-efa-app-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return collect_code(shipped_settings(settings)).write_tree(folder / "code")
+
+
 class RayTrainingJob(Construct):
     """The RayJob of the train function (the built-in one, or `train_function` in `code`) with its ConfigMaps (code,
     settings, and your code's when it fits one; else an S3 asset the pods fetch), each object its own
     KubernetesManifest, applied after `after`.
 
-    One source of truth: where the job runs (cluster name, GPU instance type, node count, GPU node selector and AZ,
-    namespace, service account, storage path, system node selector) comes from `cluster` and the constructs that
-    build those things, `gpu_nodes`, `workload`, `storage` and `operator`, each taken from the props or, when not
+    One source of truth: where the job runs (cluster name, system instance type, GPU instance type, node count, GPU
+    node selector and AZ, capacity reservation and placement group, namespace, service account, storage path, system
+    node selector) comes from `cluster` (its RayEksCluster, when one built it) and the constructs that build those
+    things, `gpu_nodes`, `workload`, `storage` and `operator`, each taken from the props or, when not
     given, as the only construct of its kind in the enclosing stack; the region is the stack's. A value the settings
     were given (Settings.given_keys: not left at its default) or a prop that disagrees with them fails synth naming
     both; the settings describe the training itself (model, steps, network, trainConfig...). The settings' table of
@@ -101,7 +115,7 @@ class RayTrainingJob(Construct):
 
     Applied after the GPU node group of `gpu_nodes`: the RayJob's activeDeadlineSeconds counts from its creation,
     so it must not start before any GPU node can exist. Changing a training setting changes the small settings
-    ConfigMap alone. CloudFormation creates the RayJob once per deploy; see the README for running it again.
+    ConfigMap alone. CloudFormation creates the RayJob once per deploy; docs/deploy.md says how to run it again.
     Refuses (SettingsError) a plan that cannot fit the GPUs, like every producer of a job, and a train function that
     is not in `code`.
     """
@@ -157,16 +171,30 @@ class RayTrainingJob(Construct):
         # Each setting the constructs and props decide, with who says what.
         claims: dict[str, list[tuple[Any, str]]] = {}
 
-        def claim(key: str, value: Any, source: str) -> None:
-            if value is not None:
+        def claim(key: str, value: Any, source: str, *, none_too: bool = False) -> None:
+            if value is not None or none_too:
                 claims.setdefault(key, []).append((value, source))
 
         claim("clusterName", literal_cluster_name(cluster), f"the cluster {cluster.node.path}")
+        ray_cluster = cluster.node.scope if isinstance(cluster.node.scope, RayEksCluster) else None
+        if ray_cluster is not None:
+            # The Ray head and the submitter run on its system nodes: the head is sized for their instance type.
+            where = f"RayEksCluster {ray_cluster.node.path}"
+            if ray_cluster.system_instance_type not in catalog.SYSTEM_INSTANCES:
+                raise ValueError(f"RayTrainingJob: {where} has system_instance_type {ray_cluster.system_instance_type!r}, "
+                                 "for which the catalog cannot size the Ray head; choose one of "
+                                 f"{', '.join(sorted(catalog.SYSTEM_INSTANCES))}")
+            claim("systemInstanceType", ray_cluster.system_instance_type, where)
+            if operator is None:
+                claim("systemNodeSelector", ray_cluster.system_node_selector, where)
         if gpu_nodes is not None:
             where = f"EfaGpuNodegroup {gpu_nodes.node.path}"
             claim("gpuInstanceType", gpu_nodes.instance_type, where)
             claim("gpuNodeCount", gpu_nodes.node_count, where)
             claim("gpuNodeSelector", gpu_nodes.node_selector, where)
+            # What the nodes launch into: the recorded settings (and the TCP comparison's floor and sockets) follow it.
+            claim("capacityReservationId", gpu_nodes.capacity_reservation_id, where, none_too=True)
+            claim("capacityReservationType", gpu_nodes.capacity_reservation_type, where)
         if workload is not None:
             claim("namespace", workload.namespace_name, f"RayWorkload {workload.node.path}")
         if storage is not None:
@@ -197,6 +225,16 @@ class RayTrainingJob(Construct):
                                  "them agree")
             if first != given[key]:
                 changes[key] = first
+        if gpu_nodes is not None:
+            # placementGroup is on, off or auto (on without a reservation): what it resolves to must be the nodes'.
+            placement, reservation = given["placementGroup"], claims["capacityReservationId"][0][0]
+            if (placement == "on" or (placement == "auto" and reservation is None)) != gpu_nodes.use_placement_group:
+                built = "on" if gpu_nodes.use_placement_group else "off"
+                if "placementGroup" in explicit:
+                    raise ValueError(f"RayTrainingJob placementGroup: the settings say {placement!r} but EfaGpuNodegroup "
+                                     f"{gpu_nodes.node.path} has it {built}; drop it from the settings (the construct "
+                                     "is the source of truth) or make them agree")
+                changes["placementGroup"] = built
         region = Stack.of(self).region
         if not Token.is_unresolved(region):
             if region != base.cluster.region:
@@ -220,24 +258,33 @@ class RayTrainingJob(Construct):
         self.name: str = ray_job_of(resolved)
 
         # codeDir: a ConfigMap when it fits one, else an S3 asset that an init container of every Ray pod fetches.
+        reader = code_reader or (storage.service_account.role if storage is not None else None)
         archive_uri: str | None = None
         self.code_asset: s3_assets.Asset | None = None
         if code_dir is not None and config_map_problem(code_dir, user_code_config_map_name(self.name)) is not None:
-            reader = code_reader or (storage.service_account.role if storage is not None else None)
             if reader is None:
                 raise ValueError(f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
                                  "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
                                  "or code_reader= (the role of serviceAccount)")
             self.code_asset = s3_assets.Asset(self, "Code", path=str(code_dir), exclude=list(CODE_ASSET_EXCLUDE))
+            archive_uri = self.code_asset.s3_object_url
+        # The project's own code (ray_efa.core and ray_efa.training, some 600 KB): an S3 asset too whenever the pods'
+        # role can read one, so that the stack template holds settings.json, not the source (CloudFormation's
+        # template limit is 1 MB). Without a reader it stays in ConfigMaps, as `ray-efa manifests` ships it.
+        self.app_asset: s3_assets.Asset | None = None
+        if reader is not None:
+            self.app_asset = s3_assets.Asset(self, "AppCode", path=str(_app_code_folder(resolved)))
+        assets = [a for a in (self.code_asset, self.app_asset) if a is not None]
+        if assets:
             # The grant lives here, in the job's stack, attached to the role of the (often other) storage stack: a
             # grant on the role's own policy would make that stack refer to this one's asset, a cycle.
+            assert reader is not None
             iam.Policy(self, "CodeRead", roles=[reader], statements=[iam.PolicyStatement(
-                actions=["s3:GetObject"],
-                resources=[self.code_asset.bucket.arn_for_objects(self.code_asset.s3_object_key)],
+                actions=["s3:GetObject"], resources=[a.bucket.arn_for_objects(a.s3_object_key) for a in assets],
             )])
-            archive_uri = self.code_asset.s3_object_url
 
-        objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri).to_json()
+        objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri,
+                                app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
         # The GPU node group (the deadline), the namespace and the pods' service account exist before the job's first
         # object, whatever `after` says.
         waits = [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,

@@ -39,6 +39,7 @@ class RayWorkload(Construct):
         if not _DNS_LABEL.match(namespace):
             raise ValueError(f"RayWorkload namespace must be a DNS label (lowercase, digits, '-'), got {namespace!r}")
         self.namespace_name = namespace
+        self.cluster: eks.ICluster = cluster
         chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
         WorkloadNamespace(chart, "Namespace", name=namespace)
         self.namespace: eks.KubernetesManifest

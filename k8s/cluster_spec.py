@@ -40,7 +40,8 @@ from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
 from ray_efa.k8s.cuda_compat import cuda_compat_setup
 from ray_efa.k8s.device_claims import container_claims, pod_resource_claims
-from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH
+from ray_efa.k8s.names import APP_CODE_PATH, CODE_MOUNT_PATH, USER_CODE_PATH
+from ray_efa.k8s.pip_packages import INSTALL_SCRIPT, PACKAGES_PATH, PACKAGES_SITE_PATH, pod_packages
 from ray_efa.k8s.ray_types import HeadGroupSpec, RayClusterSpec, WorkerGroupSpec
 from ray_efa.k8s.security import (
     EFA_CAPABILITIES,
@@ -83,9 +84,10 @@ lives (a restarted worker group reuses it), gone with the pod."""
 _SUBMITTER_CPU, _SUBMITTER_MEMORY = "500m", "1Gi"
 
 _HEAD_CONTAINER, _WORKER_CONTAINER, _SUBMITTER_CONTAINER = "ray-head", "ray-worker", "ray-job-submitter"
-_FETCH_CODE_CONTAINER = "fetch-code"
+_FETCH_CODE_CONTAINER, _FETCH_APP_CONTAINER, _INSTALL_PACKAGES_CONTAINER = "fetch-code", "fetch-app", "install-packages"
 _RAY_TMP_VOLUME, _SHM_VOLUME, _CODE_VOLUME, _USER_CODE_VOLUME = "ray-tmp", "dshm", "code", "user-code"
-_MODEL_CACHE_VOLUME, _SHARED_VOLUME = "model-cache", "shared"
+_APP_CODE_VOLUME = "app-code"
+_MODEL_CACHE_VOLUME, _SHARED_VOLUME, _PACKAGES_VOLUME = "model-cache", "shared", "packages"
 # The init container that unpacks codeDir from S3 streams the zip through a temporary file: little CPU or memory.
 _FETCH_CPU, _FETCH_MEMORY = "1", "2Gi"
 
@@ -112,11 +114,48 @@ def _env(values: dict[str, str]) -> list[V1EnvVar]:
     return [V1EnvVar(name=name, value=value) for name, value in sorted({**_PYTHON_ENV, **values}.items())]
 
 
-def _code_env(user_code: UserCodeVolume | None = None) -> dict[str, str]:
+def _code_env(settings: Settings, user_code: UserCodeVolume | None = None,
+              app_archive_uri: str | None = None) -> dict[str, str]:
     # PYTHONPATH, not a working_dir: Ray workers inherit the container env, so Ray Train workers on every node can
     # import training.* (the train function is pickled by reference) with no upload through the job API. codeDir
-    # comes after the project's code, which it may not shadow (core.user_code refuses a ray_efa/ in it).
-    return {"PYTHONPATH": CODE_MOUNT_PATH if user_code is None else f"{CODE_MOUNT_PATH}:{USER_CODE_PATH}"}
+    # comes after the project's code, which it may not shadow (core.user_code refuses a ray_efa/ in it); the extra
+    # packages (k8s.pip_packages) come last: they hold only what the image lacks. The project's code is at
+    # APP_CODE_PATH when it comes as a zip (`app_archive_uri`), else in the ConfigMaps at CODE_MOUNT_PATH.
+    paths = [APP_CODE_PATH if app_archive_uri is not None else CODE_MOUNT_PATH,
+             *([USER_CODE_PATH] if user_code is not None else []),
+             *([PACKAGES_SITE_PATH] if pod_packages(settings) else [])]
+    return {"PYTHONPATH": ":".join(paths)}
+
+
+def _fetch_container(settings: Settings, name: str, uri: str, volume: str, dest: str) -> V1Container:
+    """An init container that unpacks the zip at `uri` (s3://...) into the volume `volume` at `dest` (FETCH_SCRIPT)."""
+    return V1Container(
+        name=name,
+        image=settings.workload.dlc_image,  # already on the node for the Ray container: no second pull
+        command=["python", "-c", FETCH_SCRIPT, uri, dest],
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_region_env(settings)}),  # it needs no GPU
+        resources=_guaranteed(_FETCH_CPU, _FETCH_MEMORY),
+        volume_mounts=[V1VolumeMount(name=volume, mount_path=dest)],
+        security_context=container_security_context(),
+    )
+
+
+def _package_parts(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1Container]]:
+    """(volumes, main-container mounts, init containers) of the extra packages on a Ray pod; nothing without any."""
+    packages = pod_packages(settings)
+    if not packages:
+        return [], [], []
+    init = V1Container(
+        name=_INSTALL_PACKAGES_CONTAINER,
+        image=settings.workload.dlc_image,  # the image's own pip and Python: already on the node, no second pull
+        command=["python", "-c", INSTALL_SCRIPT, PACKAGES_PATH, *packages],
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", "PIP_ROOT_USER_ACTION": "ignore"}),  # it needs no GPU
+        resources=_guaranteed(_FETCH_CPU, _FETCH_MEMORY),
+        volume_mounts=[V1VolumeMount(name=_PACKAGES_VOLUME, mount_path=PACKAGES_PATH)],
+        security_context=container_security_context(),
+    )
+    return ([V1Volume(name=_PACKAGES_VOLUME, empty_dir=V1EmptyDirVolumeSource())],
+            [V1VolumeMount(name=_PACKAGES_VOLUME, mount_path=PACKAGES_PATH, read_only=True)], [init])
 
 
 def _user_code_volume(user_code: UserCodeVolume) -> V1Volume:
@@ -135,16 +174,22 @@ def _user_code_parts(settings: Settings, user_code: UserCodeVolume | None) -> tu
     mount = V1VolumeMount(name=_USER_CODE_VOLUME, mount_path=USER_CODE_PATH, read_only=True)
     init: list[V1Container] = []
     if user_code.archive_uri is not None:
-        init.append(V1Container(
-            name=_FETCH_CODE_CONTAINER,
-            image=settings.workload.dlc_image,  # already on the node for the Ray container: no second pull
-            command=["python", "-c", FETCH_SCRIPT, user_code.archive_uri, USER_CODE_PATH],
-            env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_region_env(settings)}),  # it needs no GPU
-            resources=_guaranteed(_FETCH_CPU, _FETCH_MEMORY),
-            volume_mounts=[V1VolumeMount(name=_USER_CODE_VOLUME, mount_path=USER_CODE_PATH)],
-            security_context=container_security_context(),
-        ))
+        init.append(_fetch_container(settings, _FETCH_CODE_CONTAINER, user_code.archive_uri, _USER_CODE_VOLUME,
+                                     USER_CODE_PATH))
     return [_user_code_volume(user_code)], [mount], init
+
+
+def _app_code_parts(settings: Settings, config_map: str, bundle: CodeBundle, app_archive_uri: str | None) -> tuple[
+        list[V1Volume], list[V1VolumeMount], list[V1Container]]:
+    """(volumes, main-container mounts, init containers) of the project's code and settings.json on a Ray pod: the
+    ConfigMaps at CODE_MOUNT_PATH, and with `app_archive_uri` the code's zip unpacked into APP_CODE_PATH first."""
+    volumes, mounts = [_code_volume(config_map, bundle)], [_code_mount()]
+    if app_archive_uri is None:
+        return volumes, mounts, []
+    volumes.append(V1Volume(name=_APP_CODE_VOLUME, empty_dir=V1EmptyDirVolumeSource()))
+    mounts.append(V1VolumeMount(name=_APP_CODE_VOLUME, mount_path=APP_CODE_PATH, read_only=True))
+    return volumes, mounts, [_fetch_container(settings, _FETCH_APP_CONTAINER, app_archive_uri, _APP_CODE_VOLUME,
+                                              APP_CODE_PATH)]
 
 
 def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
@@ -214,7 +259,7 @@ def container_security_context(*, add: tuple[str, ...] = ()) -> V1SecurityContex
 
     Dropping every capability keeps a process that runs as the image's user (root, unless the image says otherwise)
     from raw sockets, mknod, chown of other users' files or setuid. Not set, and why: runAsNonRoot (the image's user
-    is the image's choice, and Ray writes into its home and site-packages for runtime_env pip installs) and
+    is the image's choice, and Ray writes into its home) and
     readOnlyRootFilesystem (those installs, torch.compile's and Triton's caches and the image's CUDA compatibility
     setup write to the root filesystem).
     """
@@ -230,22 +275,27 @@ def _ray_stop_before_exit() -> V1Lifecycle:
 
 
 def head_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                  user_code: UserCodeVolume | None = None) -> V1PodTemplateSpec:
+                  user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> V1PodTemplateSpec:
     """The GPU-less head on a system node: GCS, dashboard and the job driver. `owner`: the RayCluster or RayJob;
-    `user_code`: codeDir, mounted at USER_CODE_PATH."""
+    `user_code`: codeDir, mounted at USER_CODE_PATH; `app_archive_uri`: the project's code as a zip in S3 (then
+    `bundle` is settings.json alone)."""
     cpu, memory_gib = catalog.head_pod_resources(settings.nodes.system_instance)
     tmp_volume, tmp_mount = _ray_tmp()
+    app_volumes, app_mounts, app_init = _app_code_parts(settings, config_map, bundle, app_archive_uri)
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    init = app_init + init
+    package_volumes, package_mounts, package_init = _package_parts(settings)
     # The driver runs here: it fetches modelPath's config and tokenizer, and lists the data sets, before training.
     data_volumes, data_mounts, data_env = _data_volumes(settings)
     container = V1Container(
         name=_HEAD_CONTAINER,
         image=settings.workload.dlc_image,
         # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
-        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(user_code), **_region_env(settings), **data_env}),
+        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(settings, user_code, app_archive_uri),
+                  **_region_env(settings), **data_env}),
         ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
         resources=_guaranteed(str(cpu), _gib(memory_gib)),
-        volume_mounts=[tmp_mount, _code_mount(), *user_mounts, *data_mounts],
+        volume_mounts=[tmp_mount, *app_mounts, *user_mounts, *package_mounts, *data_mounts],
         lifecycle=_ray_stop_before_exit(),
         security_context=container_security_context(),
     )
@@ -255,20 +305,23 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
             # The driver and Ray Train's checkpoint uploads read and write storagePath with this account's role.
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.system_node_selector),
-            init_containers=init or None,
+            init_containers=[*init, *package_init] or None,
             containers=[container],
-            volumes=[tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes],
+            volumes=[tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes],
         )
     )
 
 
 def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                    user_code: UserCodeVolume | None = None) -> V1PodTemplateSpec:
+                    user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> V1PodTemplateSpec:
     """One worker pod per GPU node, holding all its GPUs and EFA interfaces, with the NCCL env of `settings.network`."""
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
     tmp_volume, tmp_mount = _ray_tmp()
+    app_volumes, app_mounts, app_init = _app_code_parts(settings, config_map, bundle, app_archive_uri)
     user_volumes, user_mounts, init = _user_code_parts(settings, user_code)
+    init = app_init + init
+    package_volumes, package_mounts, package_init = _package_parts(settings)
     data_volumes, data_mounts, data_env = _data_volumes(settings)
     sysfs_volumes, sysfs_mounts = host_sysfs_parts()  # the EFA counters of the transport gate, as the host shows them
     # The TCP comparison run keeps the EFA devices: the pods stay identical but for the NCCL env, so the run measures
@@ -283,10 +336,10 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         # front of `ray start`, in the same shell (k8s.cuda_compat).
         args=[cuda_compat_setup()],
         env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group),
-                  **_code_env(user_code), **_region_env(settings), **data_env}),
+                  **_code_env(settings, user_code, app_archive_uri), **_region_env(settings), **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims(instance) if dra else None),
-        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, _code_mount(), *user_mounts,
-                       *data_mounts, *sysfs_mounts],
+        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, *app_mounts, *user_mounts,
+                       *package_mounts, *data_mounts, *sysfs_mounts],
         lifecycle=_ray_stop_before_exit(),
         # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
         security_context=container_security_context(add=EFA_CAPABILITIES),
@@ -301,10 +354,10 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.gpu_node_selector),
             tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
-            init_containers=init or None,
+            init_containers=[*init, *package_init] or None,
             containers=[container],
             resource_claims=pod_resource_claims(owner, instance) if dra else None,
-            volumes=[shm, tmp_volume, _code_volume(config_map, bundle), *user_volumes, *data_volumes,
+            volumes=[shm, tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes,
                      *sysfs_volumes],
         )
     )
@@ -335,10 +388,11 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
 
 
 def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                     user_code: UserCodeVolume | None = None) -> RayClusterSpec:
+                     user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> RayClusterSpec:
     """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size, behind a token
     where KubeRay supports it. `owner`: the RayCluster or RayJob (its pods are labelled with it); `user_code`:
-    codeDir, on every pod."""
+    codeDir, on every pod; `app_archive_uri`: the project's code as a zip in S3, on every pod (`bundle` is then
+    settings.json alone)."""
     instance = settings.nodes.gpu_instance
     nodes = settings.nodes.gpu_node_count
     return RayClusterSpec(
@@ -347,7 +401,8 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
         head_group_spec=HeadGroupSpec(
             # num-cpus 0 keeps Ray tasks off the small system node; Ray Train's controller asks for 0 CPUs.
             ray_start_params={"num-gpus": "0", "num-cpus": "0"},
-            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle, user_code=user_code),
+            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle, user_code=user_code,
+                                   app_archive_uri=app_archive_uri),
         ),
         worker_group_specs=(
             WorkerGroupSpec(
@@ -357,7 +412,7 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
                 max_replicas=nodes,
                 ray_start_params={"num-gpus": str(catalog.worker_pod_resources(instance).gpus)},
                 template=worker_template(settings, owner=owner, config_map=config_map, bundle=bundle,
-                                         user_code=user_code),
+                                         user_code=user_code, app_archive_uri=app_archive_uri),
             ),
         ),
     )

@@ -122,6 +122,25 @@ class CodeBundle:
             out.append((settings_config_map_name(name), CodeBundle(files=settings)))
         return out
 
+    def settings_only(self) -> CodeBundle:
+        """settings.json alone: what the ConfigMaps hold when the code itself ships as a zip (k8s.names.APP_CODE_PATH)."""
+        return CodeBundle(files=tuple(f for f in self.files if f.path == SETTINGS_FILE))
+
+    def write_tree(self, folder: Path) -> Path:
+        """Write every file but settings.json under `folder` (which must be empty or new), the paths as in the bundle:
+        the folder a zip of the code is made of. settings.json stays out, so that a training setting changes the small
+        settings ConfigMap alone, never the zip. Returns `folder`."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if any(folder.iterdir()):
+            raise ManifestError(f"{folder} must be empty to hold the shipped code")
+        for f in self.files:
+            if f.path == SETTINGS_FILE:
+                continue
+            target = folder / f.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f.text, encoding="utf-8")
+        return folder
+
     @property
     def size_bytes(self) -> int:
         """Size as the API server counts it for the 1 MiB limit: UTF-8 bytes of every key and value."""

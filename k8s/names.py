@@ -18,6 +18,7 @@ __all__ = [
     "user_code_config_map_name",
     "settings_config_map_name",
     "CODE_MOUNT_PATH",
+    "APP_CODE_PATH",
     "USER_CODE_PATH",
     "SETTINGS_FILE",
     "SETTINGS_PATH",
@@ -35,7 +36,12 @@ NETWORKS: tuple[str, ...] = setting_choices("network")
 """The transports a job can run on (the `network` setting's choices); each run has a comparison run on the other."""
 
 CODE_MOUNT_PATH = "/opt/ray-efa/app"
-"""Where every Ray container mounts the shipped code: it holds ray_efa/core/, ray_efa/training/ and settings.json, and is on PYTHONPATH."""
+"""Where every Ray container mounts the shipped code: it holds ray_efa/core/, ray_efa/training/ and settings.json, and is on PYTHONPATH.
+When the code ships as a zip in S3 (APP_CODE_PATH) it holds settings.json alone."""
+
+APP_CODE_PATH = "/opt/ray-efa/lib"
+"""Where an init container unpacks the shipped code (ray_efa/core/, ray_efa/training/) when it comes as a zip in S3
+(the CDK asset of infra.training_job.RayTrainingJob) instead of ConfigMaps; first on PYTHONPATH then."""
 
 USER_CODE_PATH = "/opt/ray-efa/user"
 """Where every Ray container finds codeDir (a ConfigMap volume, or an emptyDir an init container fills from S3); on

@@ -38,7 +38,8 @@ class RayNetworkPolicy(Construct):
     - from the RayJob's submitter pod (`submitter`), the dashboard port: `ray job submit` and the log tail;
     - from the KubeRay operator's pod in its namespace, the dashboard port: it polls the job's status there.
 
-    Egress stays open: the pods reach S3 for checkpoints, PyPI for runtime_env packages, DNS and Pod Identity's agent.
+    Egress stays open: the pods reach S3 for checkpoints, PyPI for the packages their init container installs
+    (k8s.pip_packages), DNS and Pod Identity's agent.
     Traffic from the node itself (kubelet probes) is always allowed by the VPC CNI's policy agent; EFA's SRD traffic
     goes through the EFA device, not the pod's IP interface, and the EFA security group governs it.
     """

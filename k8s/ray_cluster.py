@@ -31,7 +31,8 @@ class RayCluster(Construct):
         """
         super().__init__(scope, id)
         self.name: str = check_object_name(name)
-        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle, user_code=user_code)
+        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.mounted, user_code=user_code,
+                                app_archive_uri=code.archive_uri)
         api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
                    namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),
                    body={"spec": spec.to_dict()})

@@ -14,7 +14,7 @@ from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
-from ray_efa.training.network import TORCHAO_VERSION, job_env
+from ray_efa.training.network import job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
@@ -29,26 +29,11 @@ def driver_entrypoint() -> str:
     return shlex.join(["python", "-m", DRIVER_MODULE, "--settings", SETTINGS_PATH])
 
 
-def _runs_fp8(settings: Settings) -> bool:
-    """Whether the job trains in fp8: precision as set, or as core.strategy decides auto (the job decides the same)."""
-    if settings.training.precision != "auto" or settings.nodes.scaled_to_zero:
-        return settings.training.precision == "fp8"
-    from ray_efa.core.strategy import resolve
-
-    return resolve(settings).training.precision == "fp8"
-
-
 def runtime_env_yaml(settings: Settings) -> str:
-    """The job's Ray runtime_env: the job's environment (training.network.job_env: the Ray Train controller's poll
-    interval, which training.reporting spaces its reports by) and the extra pip packages, if any (the image has the
-    rest), with torchao at training.network.TORCHAO_VERSION when precision is fp8."""
-    runtime_env: dict[str, object] = {"env_vars": job_env()}
-    packages = list(settings.workload.pip_packages)
-    if _runs_fp8(settings) and not any(p.split("=")[0].strip() == "torchao" for p in packages):
-        packages.append(f"torchao=={TORCHAO_VERSION}")  # float8 training; the image has no torchao
-    if packages:
-        runtime_env["pip"] = packages
-    return yaml.safe_dump(runtime_env, sort_keys=True)
+    """The job's Ray runtime_env: the job's environment only (training.network.job_env: the Ray Train controller's poll
+    interval, which training.reporting spaces its reports by). Packages never go through runtime_env pip, which
+    clones the image's whole virtualenv on every node (k8s.pip_packages): the pods' init container installs them."""
+    return yaml.safe_dump({"env_vars": job_env()}, sort_keys=True)
 
 
 class RayJob(Construct):
@@ -65,7 +50,7 @@ class RayJob(Construct):
         """
         :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
         :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
-        :param code: the ConfigMap with the code and this run's settings.json (in the same namespace).
+        :param code: the ConfigMaps with the code (or its zip's URI) and this run's settings.json (same namespace).
         :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
         """
         super().__init__(scope, id)
@@ -75,8 +60,8 @@ class RayJob(Construct):
         spec = RayJobSpec(
             entrypoint=driver_entrypoint(),
             runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.bundle,
-                                              user_code=user_code),
+            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.mounted,
+                                              user_code=user_code, app_archive_uri=code.archive_uri),
             submitter_pod_template=submitter_template(settings, owner=name),
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,

@@ -81,10 +81,13 @@ def ray_cluster_chart(scope: Construct, settings: Settings, *, code_archive_uri:
     return chart
 
 
-def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> cdk8s.Chart:
+def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None,
+                  app_archive_uri: str | None = None) -> cdk8s.Chart:
     """The training RayJob on `settings.workload.network` named after jobName (k8s.names.ray_job_of), with the
     NetworkPolicy in front of its pods, its code and settings ConfigMaps and codeDir's (a ConfigMap, or the zip at
-    `code_archive_uri`, s3://...), all before the job.
+    `code_archive_uri`, s3://...), all before the job. With `app_archive_uri` (s3://... of the zip of
+    CodeBundle.write_tree: the CDK route, which keeps the project's code out of the stack template) the project's code
+    comes from there and its ConfigMaps hold settings.json alone.
 
     Raises SettingsError when the run's memory plan cannot fit the GPUs (core.strategy.check_fits), trainFunction is
     not in codeDir, or it names a local path no pod can read (core.model_source.pod_path_problems: not under the
@@ -99,8 +102,8 @@ def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str
     shipped = shipped_settings(settings)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)
-    code = CodeConfigMap(chart, "Code", name=code_config_map_name(name),
-                         namespace=settings.workload.namespace, bundle=collect_code(shipped))
+    code = CodeConfigMap(chart, "Code", name=code_config_map_name(name), namespace=settings.workload.namespace,
+                         bundle=collect_code(shipped), archive_uri=app_archive_uri)
     user_code = _user_code(chart, settings, name, code_archive_uri)
     _device_claims(chart, settings, name)
     RayJob(chart, "RayJob", settings=shipped, name=name, code=code, user_code=user_code)

@@ -459,6 +459,9 @@ def _render_performance(plan: Plan, console: Console) -> None:
                   f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"
                   + ("" if split.exact else f" [yellow](not globalBatchTokens {split.target_tokens:,}: no split "
                                             "reaches it exactly)[/]"), highlight=False)
+    note = plan.performance["efa"].get("precision_note")
+    if note:
+        console.print(f"[yellow]precision:[/] {note}", highlight=False)
     for net, prediction in plan.performance.items():
         if prediction.get("advice"):
             console.print(f"[yellow]performance ({net}):[/] {prediction['advice']}", highlight=False)

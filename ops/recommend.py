@@ -1,18 +1,33 @@
 """`ray-efa plan --recommend`: what to rent. Every GPU instance type of the catalog (and those described in
 extraGpuInstanceTypes) at 1..N nodes, each with its own chosen plan (core.strategy: batch split, precision,
 sharding), ranked by predicted USD per million tokens; only plans that fit memory. Pure: settings in, dicts out.
+
+Each row says what it rests on: the price (core.prices: the stack's region, On-Demand, and a Capacity Block where one
+is recorded; Spot is not recorded), and the step model's constants of its GPU family (core.families: measured,
+published or assumed), with a predicted range that is wider where a constant is assumed. The ranking models the
+built-in train function's architecture (the settings' preset or modelPath); a trainFunction of your own builds what it
+builds, and the ranking says so.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, families, prices
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
 
-__all__ = ["instance_types", "recommend", "tokens_to_train"]
+__all__ = ["instance_types", "recommend", "tokens_to_train", "TOKENS_PER_PARAMETER", "RANGE", "OWN_FUNCTION_NOTE"]
+
+TOKENS_PER_PARAMETER = 20
+"""The default token budget: 20 tokens per parameter, the compute-optimal ratio of Hoffmann et al. 2022
+("Training Compute-Optimal Large Language Models"): real hours and dollars for a real run of the model."""
+RANGE = {"measured": 0.10, "published": 0.15, "assumed": 0.35}
+"""+- share of the predicted tokens/s by the weakest status of the constants a row rests on: measured within 10%
+(the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%."""
+OWN_FUNCTION_NOTE = ("trainFunction is your own: the ranking models the built-in train function's architecture "
+                     "({model}), not what your function builds")
 
 
 def instance_types(settings: Settings) -> list[str]:
@@ -23,23 +38,53 @@ def instance_types(settings: Settings) -> list[str]:
 
 
 def tokens_to_train(settings: Settings) -> int:
-    """The tokens of the run the settings describe: steps x globalBatchTokens (--tokens overrides)."""
-    return settings.training.steps * settings.training.global_batch_tokens
+    """The default token budget: TOKENS_PER_PARAMETER x the model's parameters (--tokens overrides)."""
+    return TOKENS_PER_PARAMETER * settings.training.preset.num_parameters
+
+
+def _constants(gpu_name: str, precision: str) -> dict[str, Any]:
+    family = families.constants_for(gpu_name)
+    out: dict[str, Any] = {"compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status}}
+    if precision == "fp8":
+        out["fp8_compute_efficiency"] = {"value": family.fp8_compute_efficiency, "status": family.fp8_status}
+    weakest = max((c["status"] for c in out.values()), key=families.STATUSES.index)
+    out["status"] = weakest
+    return out
 
 
 def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
     option = choose(settings)
     if not option.fits or option.tokens_per_s <= 0:
         return None
-    usd_per_hour = hourly_cost(settings).total
+    n, region = settings.nodes, settings.cluster.region
+    on_demand = prices.on_demand(n.gpu_instance, region)
+    block = prices.capacity_block(n.gpu_instance, region)
+    cost = hourly_cost(settings)
+    fixed = cost.total - cost.gpu_nodes  # system nodes, control plane, NAT: the same whatever the GPUs
+    usd_per_hour = fixed + n.gpu_node_count * on_demand.usd_per_hour
     hours = tokens / option.tokens_per_s / 3600
     t, split = option.training, global_batch(settings, option.training)
+    constants = _constants(n.gpu_instance.gpu.name, t.precision)
+    spread = RANGE[constants["status"]]
     return {
-        "instance_type": settings.nodes.gpu_instance_type, "nodes": settings.nodes.gpu_node_count,
-        "gpus": settings.world_size, "gpu": settings.nodes.gpu_instance.gpu.name,
+        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count,
+        "gpus": settings.world_size, "gpu": n.gpu_instance.gpu.name,
         "tokens_per_s": option.tokens_per_s, "tokens_per_s_per_gpu": option.prediction.tokens_per_s_per_gpu,
+        "tokens_per_s_range": [option.tokens_per_s * (1 - spread), option.tokens_per_s * (1 + spread)],
         "usd_per_hour": usd_per_hour, "usd_per_million_tokens": usd_per_hour / (option.tokens_per_s * 3600) * 1e6,
-        "hours": hours, "usd": hours * usd_per_hour, "mfu_causal": option.prediction.mfu_causal,
+        "hours": hours, "hours_range": [hours / (1 + spread), hours / (1 - spread)],
+        "usd": hours * usd_per_hour, "usd_range": [hours * usd_per_hour / (1 + spread),
+                                                    hours * usd_per_hour / (1 - spread)],
+        "price": {
+            "on_demand": on_demand.as_dict(),
+            "capacity_block": None if block is None else {
+                **block.as_dict(), "usd_per_hour_total": fixed + n.gpu_node_count * block.usd_per_hour,
+                "usd": hours * (fixed + n.gpu_node_count * block.usd_per_hour)},
+            "capacity_blocks_offered": n.gpu_instance.capacity_blocks,
+            "spot": None, "spot_note": prices.SPOT_NOTE,
+        },
+        "constants": constants,
+        "mfu_causal": option.prediction.mfu_causal,
         "memory_gib": option.memory.total_gib, "capacity_gib": option.memory.capacity_gib,
         "strategy": option.strategy, "grad_reduce_dtype": option.reduce_dtype, "precision": t.precision,
         "micro_batch": t.micro_batch, "grad_accumulation": t.grad_accumulation,
@@ -49,8 +94,10 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
 
 
 def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8) -> dict[str, Any]:
-    """{"tokens", "max_nodes", "recommendations": every fitting (instance type, nodes) sorted by
-    usd_per_million_tokens, "skipped": the types the settings refuse, with why}."""
+    """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
+    (instance type, nodes) sorted by usd_per_million_tokens, "skipped": the types the settings refuse or the region
+    does not offer, with why}."""
+    given = tokens is not None
     tokens = tokens or tokens_to_train(settings)
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
@@ -61,8 +108,21 @@ def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int =
             except SettingsError as error:
                 skipped[name] = "; ".join(f"{p.key}: {p.message}" for p in error.problems)
                 break
+            on_demand = prices.on_demand(candidate.nodes.gpu_instance, candidate.cluster.region)
+            if not on_demand.offered:  # the region's record says the type is not sold there
+                skipped[name] = on_demand.source
+                break
             row = _row(candidate, tokens)
             if row is not None:
                 rows.append(row)
     rows.sort(key=lambda r: (r["usd_per_million_tokens"], -r["tokens_per_s"]))
-    return {"tokens": tokens, "max_nodes": max_nodes, "recommendations": rows, "skipped": skipped}
+    model = settings.training.preset
+    region = settings.cluster.region
+    return {
+        "tokens": tokens, "tokens_default": None if given else (f"{TOKENS_PER_PARAMETER} tokens per parameter x "
+                                                               f"{model.num_parameters:,} (Hoffmann et al. 2022)"),
+        "model": model.name, "model_parameters": model.num_parameters, "region": region,
+        "prices_recorded": region in prices.RECORDED_REGIONS,
+        "note": None if settings.training.builtin else OWN_FUNCTION_NOTE.format(model=model.name),
+        "max_nodes": max_nodes, "recommendations": rows, "skipped": skipped,
+    }

@@ -166,7 +166,7 @@ def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(i
 
 
 def test_installed_package_writes_the_settings_schema_for_editors(installed):
-    # The README's command for a platform repository's cdk.json
+    # docs/settings.md's command for a platform repository's cdk.json
     command = "import json; from ray_efa.core.settings import context_json_schema as s; print(json.dumps(s(), indent=2))"
     result = run([str(installed["python"]), "-c", command], cwd=installed["work"])
     assert result.returncode == 0, result.stderr[-3000:]

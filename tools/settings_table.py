@@ -1,11 +1,12 @@
-"""Print the README's generated tables: every setting (core.settings) and the EFA GPU instance types (core.catalog),
-and the lists of types and families its prose names (Capacity Blocks, efa-only cards, GPUDirect RDMA).
+"""Print the docs' generated tables: every setting (core.settings) and the EFA GPU instance types (core.catalog),
+and the lists of types and families their prose names (Capacity Blocks, efa-only cards, GPUDirect RDMA).
 
-    python tools/settings_table.py            print both
-    python tools/settings_table.py --write    update README.md in place
+    python tools/settings_table.py            print them
+    python tools/settings_table.py --write    update every page of docs/ that holds one, in place
 
-The README holds them between <!-- BEGIN X --> and <!-- END X --> markers; tests/core/test_readme.py fails when they
-differ from what this prints, so the tables cannot drift from the code.
+A page holds each between <!-- BEGIN X --> and <!-- END X --> markers, wherever it sits (docs/settings.md holds
+SETTINGS, docs/instances.md INSTANCES); tests/test_docs_site.py fails when one differs from what this prints, or when
+no page holds it, so the tables cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ from ray_efa.core.settings import Settings, setting_keys  # noqa: E402
 def _cell(value) -> str:
     if value is None:
         return "unset"
-    if isinstance(value, dict):  # a node selector, as `-c` takes it
-        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, dict):  # a node selector, as `-c` takes it; an empty object as JSON
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "{}"
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value)) or "(none)"
     return str(value).replace("|", "\\|")
+
+
+def _prose(text: str) -> str:
+    """Markdown of a description: `<` outside code spans escaped, so that `<name>` shows instead of being a tag."""
+    parts = text.split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
 
 
 def settings_table() -> str:
@@ -36,7 +43,7 @@ def settings_table() -> str:
     rows = ["| section | key (`-c key=value`) | default | allowed | what |", "|---|---|---|---|---|"]
     for key, (section, info) in setting_keys().items():
         allowed = ", ".join(map(str, info.choices)) if info.choices else ""
-        rows.append(f"| {section} | `{key}` | `{_cell(defaults[key])}` | {allowed} | {info.doc} |")
+        rows.append(f"| {section} | `{key}` | `{_cell(defaults[key])}` | {allowed} | {_prose(info.doc)} |")
     return "\n".join(rows)
 
 
@@ -66,7 +73,7 @@ def _and(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
-# Lists inside the README's prose, from the same rows (one line each between the markers).
+# Lists inside the pages' prose, from the same rows (one line each between the markers).
 LISTS = {
     "CAPACITY_BLOCK_TYPES": lambda: ", ".join(row.name for row in _efa_rows() if row.capacity_blocks),
     "EFA_ONLY_FAMILIES": lambda: _and([row.family for row in _efa_rows() if row.efa_only_secondary
@@ -83,18 +90,29 @@ def _marked(name: str) -> re.Pattern[str]:
     return re.compile(rf"(<!-- BEGIN {name} -->\n?)(.*?)(\n?<!-- END {name} -->)", re.S)
 
 
-def readme_section(readme: str, name: str) -> str:
-    match = _marked(name).search(readme)
-    return match.group(2) if match else ""
+DOCS = ROOT / "docs"
+
+
+def pages() -> list[Path]:
+    """The Markdown pages that may hold generated sections: docs/ and its subfolders."""
+    return sorted(DOCS.rglob("*.md"))
+
+
+def marked_sections(text: str, name: str) -> list[str]:
+    """What sits between each pair of `name`'s markers in `text`, in order."""
+    return [match.group(2) for match in _marked(name).finditer(text)]
 
 
 def main() -> None:
     if "--write" in sys.argv:
-        path = ROOT / "README.md"
-        text = path.read_text()
-        for name, make in TABLES.items():
-            text = _marked(name).sub(lambda m, make=make: m.group(1) + make() + m.group(3), text)
-        path.write_text(text)
+        for path in pages():
+            text = path.read_text(encoding="utf-8")
+            updated = text
+            for name, make in TABLES.items():
+                updated = _marked(name).sub(lambda m, make=make: m.group(1) + make() + m.group(3), updated)
+            if updated != text:
+                path.write_text(updated, encoding="utf-8")
+                print(f"wrote {path.relative_to(ROOT)}")
     else:
         for name, make in TABLES.items():
             print(f"{name}:\n{make()}" if name in LISTS else make(), end="\n\n")

@@ -73,7 +73,10 @@ def check_plan(settings: Settings, *, local: bool) -> None:
         problems.append(Problem(
             "storagePath", None,
             f"must be s3://... or a shared filesystem when gpuNodeCount is {settings.nodes.gpu_node_count}: every node's "
-            "workers write checkpoint shards into it, and a restart may land on other nodes",
+            "workers write checkpoint shards into it, and a restart may land on other nodes. The cluster stack made a "
+            f"bucket for it: its output CheckpointStoragePath (aws cloudformation describe-stacks --stack-name "
+            f"{settings.cluster_stack_name} --query \"Stacks[0].Outputs[?OutputKey=='CheckpointStoragePath']"
+            ".OutputValue\" --output text), passed as -c storagePath=...",
         ))
     try:
         strategy.check_fits(settings)

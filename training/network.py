@@ -38,7 +38,7 @@ RAY_DEFAULT_POLL_INTERVAL_S = 2.0
 JOB_POLL_INTERVAL_S = 1.0  # the job's: training.reporting spaces reports by it
 
 
-TORCHAO_VERSION = "0.18.0"  # precision fp8's, installed by the RayJob's runtime_env
+TORCHAO_VERSION = "0.18.0"  # precision fp8's, installed by the Ray pods' init container (k8s.pip_packages)
 
 
 def job_env() -> dict[str, str]:

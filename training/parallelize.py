@@ -13,8 +13,8 @@ all-reduce the partial sums across nodes in fp32, and it takes no custom all-red
 each node 1-D over its shard group and all-reduces across nodes itself, in bf16, from FSDP2's all-reduce hook
 (Bf16WireReplicaAllReduce): the sums stay fp32, only the network copy is bf16.
 
-precision fp8: torchao float8 (tensorwise) on the decoder-layer linears, all-gathered in fp8 where a weight is sharded
-over more than one rank.
+precision fp8: torchao float8 (tensorwise) on the decoder-layer linears core.fp8 converts (the plan's rule: not the small
+k/v projections), all-gathered in fp8 where a weight is sharded over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
@@ -39,6 +39,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 # set_custom_reduce_scatter's interface (torch >= 2.9), exported from here only
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
+from ray_efa.core.fp8 import converts_to_fp8
 from ray_efa.training.model import CausalLM
 from ray_efa.training.network import TORCHAO_VERSION
 
@@ -47,8 +48,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
-    "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "after_optimizer_step", "TORCHAO_VERSION",
+    "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "keep_for_current_stream", "after_optimizer_step",
+    "BF16_ALL_REDUCE_HOOK_PROVEN", "all_reduce_hook_proven", "TORCHAO_VERSION",
 ]
+
+BF16_ALL_REDUCE_HOOK_PROVEN: dict[str, str] = {
+    "2.11": "CUDA + NCCL against a deliberately slow all-reduce, bitwise equal with the fix and 52.8% off without "
+            "(bench/replica_all_reduce_race.py on one H200, docs/BENCHMARKS.md, 2026-12-03)",
+    "2.13": "the container's torch (train-ml-cuda-v1.1): FSDP2's foreach_reduce calls the hook on the all-reduce stream "
+            "and views the first shard as the .grads, as on 2.11 (read in its source); the storage contract is tested "
+            "on 2.13 (tests/training/test_accumulation.py); the slow-link check itself ran on 2.11",
+}
+"""The torch releases (major.minor) that Bf16WireReplicaAllReduce leans on FSDP2's private behaviour of, with the
+evidence. On any other release HSDP falls back to FSDP2's native all-reduce (fp32 across nodes) and says so."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,6 +142,7 @@ class Bf16WireReplicaAllReduce:
     def __call__(self, reduce_output: torch.Tensor) -> None:
         import torch.distributed as dist
 
+        keep_for_current_stream(reduce_output)
         if not self.last:
             if self._held is None:
                 self._held = reduce_output  # FSDP2 makes it the .grads' storage right after this call
@@ -149,17 +162,42 @@ class Bf16WireReplicaAllReduce:
         reduce_output.copy_(wire).div_(self.replicas)
 
 
+def all_reduce_hook_proven(torch_version: str | None = None) -> bool:
+    """Whether the bf16 all-reduce hook is proven on this torch (BF16_ALL_REDUCE_HOOK_PROVEN)."""
+    release = ".".join((torch_version or torch.__version__).split("+")[0].split(".")[:2])
+    return release in BF16_ALL_REDUCE_HOOK_PROVEN
+
+
+def keep_for_current_stream(tensor: torch.Tensor) -> None:
+    """Keep `tensor`'s memory from reuse until the work queued so far on the current stream has finished.
+
+    FSDP2 allocates a unit's `reduce_output` on its reduce-scatter stream, then runs the all-reduce hook and the add
+    into the `.grad`s on its all-reduce stream, and drops the tensor when `foreach_reduce` returns. The caching
+    allocator only orders a freed block after the stream it was allocated on, so without this the next unit's
+    reduce-scatter (same size: every decoder layer) can be handed the block while a slow cross-node all-reduce still
+    reads or writes it: the next layer's gradients overwrite this one's, silently. Native HSDP is guarded against
+    exactly this upstream (`_fsdp_param_group.py`, AllReduceState; pytorch PRs 140044 and 180900); the hook path is
+    not, so the hook ties the buffer to its own stream. `record_stream` defers the block's reuse until the work the
+    all-reduce stream has queued when the tensor is freed is done, whatever the link's speed. On CPU (gloo) there are
+    no streams. Proven on CUDA with NCCL against a deliberately slow all-reduce: bench/replica_all_reduce_race.py.
+    """
+    if tensor.is_cuda:
+        tensor.record_stream(torch.cuda.current_stream(tensor.device))
+
+
 def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
-    """Each decoder-layer nn.Linear to torchao's Float8Linear."""
+    """The decoder-layer nn.Linears worth converting (core.fp8.converts_to_fp8, the rule the plan predicts with:
+    not the small k/v projections) to torchao's Float8Linear."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
         raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
-                           f"(the RayJob's runtime_env installs it): {error}") from None
+                           f"(the Ray pods' init container installs it: k8s.pip_packages): {error}") from None
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
         model.hf.model.layers, config=config,
-        module_filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear),
+        module_filter_fn=lambda module, fqn: (isinstance(module, torch.nn.Linear)
+                                              and converts_to_fp8(module.in_features, module.out_features)),
     )
 
 
@@ -217,8 +255,13 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
     mp: dict[str, Any] = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     mesh = _mesh(model, plan.replicas)
-    # HSDP with a bf16 wire: 1-D FSDP over the node's shard group, the all-reduce across nodes ours (see above)
-    own_all_reduce = mesh is not None and plan.bf16_wire
+    # HSDP with a bf16 wire: 1-D FSDP over the node's shard group, the all-reduce across nodes ours (see above),
+    # on the torch releases it is proven on
+    own_all_reduce = mesh is not None and plan.bf16_wire and all_reduce_hook_proven()
+    if mesh is not None and plan.bf16_wire and not own_all_reduce:
+        _say_once(f"hsdp: the bf16 all-reduce across nodes is proven on torch {', '.join(BF16_ALL_REDUCE_HOOK_PROVEN)} "
+                  f"only, this is {torch.__version__}: FSDP2's native HSDP all-reduces in fp32 instead (slower across "
+                  "nodes, same gradients)")
     if mesh is not None:
         mp["mesh"] = mesh["shard"] if own_all_reduce else mesh
     for index, layer in enumerate(layers):
@@ -242,6 +285,17 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     model.fp8 = plan.fp8
     model.fp8_all_gather = fp8_all_gather
     return model
+
+
+def _say_once(text: str) -> None:
+    """A line on rank 0's stdout (every rank decides the same)."""
+    import sys
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def _shard_ranks(plan: ParallelPlan) -> int:

@@ -1,4 +1,5 @@
-"""One vocabulary across the CLI: flags, JSON key style, rounded numbers, 80-column tables, the README's command table."""
+"""One vocabulary across the CLI: flags, JSON key style, rounded numbers, 80-column tables, the command table of
+docs/commands.md."""
 
 from __future__ import annotations
 
@@ -172,13 +173,12 @@ def test_compare_and_verify_tables_at_80_columns(tmp_path):
     assert "12,345,679" in out and "0.123" in out and "55.2" in out
 
 
-# -- the README's command table -------------------------------------------------------------------------------------
+# -- the command table (docs/commands.md) ----------------------------------------------------------------------------
 
 
-def _readme_commands() -> tuple[dict[str, str], str]:
-    """{subcommand: its first cells in the README's command table}, and the section's text."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+def _documented_commands() -> tuple[dict[str, str], str]:
+    """{subcommand: its first cells in the command table of docs/commands.md}, and the page's text."""
+    section = (ROOT / "docs" / "commands.md").read_text()
     rows: dict[str, str] = {}
     for line in section.splitlines():
         if not line.startswith("| `"):
@@ -189,8 +189,8 @@ def _readme_commands() -> tuple[dict[str, str], str]:
     return rows, section
 
 
-def test_readme_command_table_matches_the_cli():
-    rows, section = _readme_commands()
+def test_documented_command_table_matches_the_cli():
+    rows, section = _documented_commands()
     parsers = _subparsers()
     # every subcommand is in the table, and nothing else
     assert set(rows) == set(SUBCOMMANDS)

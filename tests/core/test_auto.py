@@ -36,11 +36,15 @@ def test_every_default_plan_leaves_the_headroom(instance, nodes):
 
 
 def test_the_plan_predicts_the_bars_of_the_default_shapes():
+    # The H100 rows are predicted with the H100's own constant, fitted to published runs (core.families: 0.501 of the
+    # peak, not the H200's): the p5 bars of the first plan (45% causal MFU, 45,000 tokens/s on one GPU) rested on
+    # the H200's constant lent to the H100. The H200 rows keep them.
     p5 = strategy.choose(_settings("p5.48xlarge", 1)).prediction
+    p5e = strategy.choose(_settings("p5e.48xlarge", 1)).prediction
     single = strategy.choose(_settings("p5.4xlarge", 1)).prediction
     g6 = strategy.choose(_settings("g6.12xlarge", 2))
-    assert p5.mfu_causal >= 0.45
-    assert single.tokens_per_s_per_gpu >= 45_000
+    assert p5.mfu_causal >= 0.40 and p5e.mfu_causal >= 0.45
+    assert single.tokens_per_s_per_gpu >= 40_000 and p5e.tokens_per_s_per_gpu >= 55_000
     assert g6.tokens_per_s >= 5_000
 
 
@@ -52,9 +56,10 @@ def test_the_old_defaults_are_kept_when_set_and_the_missed_global_batch_is_said(
     assert (decided.micro_batch, decided.grad_accumulation, decided.precision) == (2, 1, "bf16")
     split = strategy.global_batch(old)
     assert split.tokens == 4096 and not split.exact and "4,096 tokens, not globalBatchTokens 524,288" in split.note
-    # and the new defaults on the same GPU are predicted at least 2.3x faster
+    # and the new defaults on the same GPU are predicted at least 1.9x faster (3.06x measured on one H200, where the
+    # H200's constant applies; the H100's published one is 20% lower and the old shape is launch-bound either way)
     new = strategy.choose(_settings("p5.4xlarge", 1))
-    assert new.tokens_per_s >= 2.3 * strategy.choose(old).tokens_per_s
+    assert new.tokens_per_s >= 1.9 * strategy.choose(old).tokens_per_s
 
 
 def test_a_set_micro_batch_gets_the_accumulation_that_reaches_the_global_batch():

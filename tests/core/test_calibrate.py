@@ -24,21 +24,24 @@ H200_RUN = {
 # The train function through Ray at 2 x 2048 x 4 on one H200 (the ga4 run there): launch-bound, 0.613 s per step.
 LAUNCH_BOUND_RUN = {**H200_RUN, "name": "ga4", "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0,
                     "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "grad_reduce_dtype": "bf16"}
-# A network-bound 2-node run (made up: what an L4 pair might show).
+# A network-bound 2-node run (made up: what an L4 pair might show), its probe below the host-staged 3 GB/s the model
+# gives a pair without GPUDirect RDMA (core.network).
 L4_RUN = {
     "name": "train-efa", "network": "efa", "instance_type": "g6.12xlarge", "hosts": 2, "devices": 8,
-    "time/step_s": 1.35, "throughput/tokens_per_s_per_device": 3034.0, "micro_batch": 2, "seq_len": 2048,
-    "sharding": "hsdp", "grad_reduce_dtype": "bf16", "preflight_busbw_gb_s": 3.1,
+    "time/step_s": 1.5, "throughput/tokens_per_s_per_device": 2730.0, "micro_batch": 2, "seq_len": 2048,
+    "sharding": "hsdp", "grad_reduce_dtype": "bf16", "preflight_busbw_gb_s": 2.6,
 }
 
 
 def test_a_compute_bound_run_fits_the_compute_efficiency_that_reproduces_its_step():
     comparison = compare_run(Settings(), H200_RUN)
-    # the model's own prediction was within 1% (0.630 s), and the fitted constant reproduces the measured step
-    assert comparison.predicted.step_time_s == pytest.approx(0.632, rel=0.01)
+    # the model's own prediction is within 5% (0.663 s: the H200's constant is fitted to this run and two slower
+    # measurements of the same shapes, 48,930-51,828 tokens/s, core/data/published_runs.csv), and the fitted
+    # constant reproduces the measured step
+    assert comparison.predicted.step_time_s == pytest.approx(0.632, rel=0.05)
     assert comparison.calibrated.step_time_s == pytest.approx(0.632, rel=0.002)
     assert comparison.compute_observable and comparison.calibration.inter_node_gb_s is None
-    assert comparison.calibration.compute_efficiency == pytest.approx(perf.COMPUTE_EFFICIENCY, rel=0.02)
+    assert comparison.calibration.compute_efficiency == pytest.approx(perf.COMPUTE_EFFICIENCY, rel=0.06)
     # the run's own shape was predicted (8 x 4096 on one GPU), not the settings' defaults (2 x 2048 on 8)
     assert comparison.nodes == 1 and comparison.predicted.tokens_per_s_per_gpu > 40_000
 
@@ -51,12 +54,12 @@ def test_a_launch_bound_run_says_its_compute_efficiency_is_not_observable():
 
 def test_a_network_bound_run_takes_the_probed_link_and_keeps_the_model_compute():
     comparison = compare_run(Settings(), L4_RUN)
-    assert comparison.calibration.inter_node_gb_s == pytest.approx(3.1)
+    assert comparison.calibration.inter_node_gb_s == pytest.approx(2.6)
     assert comparison.calibration.network == "efa"
     assert not comparison.compute_observable and comparison.calibration.compute_efficiency is None
     # with the measured (slower than modelled) link the prediction moves towards the measured step
     assert comparison.predicted.step_time_s < comparison.calibrated.step_time_s
-    assert abs(comparison.calibrated.step_time_s - 1.35) < abs(comparison.predicted.step_time_s - 1.35)
+    assert abs(comparison.calibrated.step_time_s - 1.5) < abs(comparison.predicted.step_time_s - 1.5)
     # and the measured link applies to predictions on its own network only
     fixed = fixed_training()  # the run's shape (2 x 2048, bf16), as its summary says
     on_efa = perf.predict(fixed, instance=Settings().nodes.gpu_instance, nodes=2, network="efa",
@@ -81,7 +84,7 @@ def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_pat
     log.write_text("training summary ...\n(pid=1) RAY_EFA_RUN_SUMMARY " + json.dumps(L4_RUN) + "\n")
     assert run_cli("calibrate", str(log), "--json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["measured"]["step_time_s"] == 1.35 and out["calibration"]["inter_node_gb_s"] == pytest.approx(3.1)
+    assert out["measured"]["step_time_s"] == 1.5 and out["calibration"]["inter_node_gb_s"] == pytest.approx(2.6)
     assert {"step_time_s", "compute_s", "network_s", "mfu", "mfu_causal"} <= set(out["calibrated"])
     # plan --calibration predicts the EFA step with the measured link
     assert run_cli("plan", "--json", "--calibration", str(log), "-c", "microBatch=2", "-c", "gradAccumulation=1",
@@ -92,10 +95,10 @@ def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_pat
 
 
 def test_a_run_across_nodes_suggests_the_floor_its_probe_measured(tmp_path, capsys):
-    # GIVEN the 2-node run whose probe measured 3.1 GB/s over EFA
+    # GIVEN the 2-node run whose probe measured 2.6 GB/s over EFA
     floor = compare_run(Settings(), L4_RUN).suggested_floor
     # THEN the floor is the catalog's margin of it, for EFA runs, with the setting that applies it
-    assert floor is not None and floor.floor_gb_s == round(3.1 * catalog.FLOOR_MARGIN, 2) and floor.network == "efa"
+    assert floor is not None and floor.floor_gb_s == round(2.6 * catalog.FLOOR_MARGIN, 2) and floor.network == "efa"
     assert floor.setting == f"preflightMinBusbwGbps={floor.floor_gb_s:g}"
     assert floor.source.startswith("calibration: run train-efa on 2 x g6.12xlarge")
     # AND a single-node run suggests none

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, network
 
 # instance -> (GPUs, EFA interfaces, GPUDirect RDMA)   from FACTS.md's table
 FACTS_TABLE = {
@@ -84,11 +84,12 @@ def test_a_single_card_slower_than_the_host_path_is_held_to_its_line_rate():
 
 
 def test_with_gpudirect_rdma_the_floor_scales_with_every_efa_card():
-    # p4d: 4 x 100 Gbit/s; p5: 32 x 100; p5en: 16 x 200: the aggregate line rate at EFA's share, then the margin
-    for name, gbps in (("p4d.24xlarge", 400), ("p5.48xlarge", 3200), ("p5en.48xlarge", 3200)):
+    # p4d: 4 x 100 Gbit/s; p5: 32 x 100; p5en: 16 x 200: the aggregate line rate at the family's published share
+    # at 1 GiB (core.network: p4d 0.8, nccl#527; p5 0.6), then the margin
+    for name, gbps, share in (("p4d.24xlarge", 400, 0.8), ("p5.48xlarge", 3200, 0.6), ("p5en.48xlarge", 3200, 0.6)):
         row = catalog.gpu_instance(name)
-        assert catalog.allreduce_floor_gbps(row) == pytest.approx(gbps / 8 * catalog.EFA_LINE_SHARE
-                                                                  * catalog.FLOOR_MARGIN)
+        assert network.efa_share(row)[0] == share
+        assert catalog.allreduce_floor_gbps(row) == pytest.approx(gbps / 8 * share * catalog.FLOOR_MARGIN)
         assert "GPUDirect RDMA" in catalog.healthy_efa_busbw(row).source
     assert catalog.allreduce_floor_gbps(catalog.gpu_instance("p4d.24xlarge")) == 20.0  # 2 x p4d reach 57 (nccl#527)
 
@@ -181,7 +182,7 @@ def test_a_described_type_gets_every_derived_value_a_built_in_row_gets():
     row = catalog.describe_gpu_instance(B300)
     assert row.described and row.gpu.name == "B300" and catalog.gpu_link(row).gb_s == 900
     assert len(catalog.efa_network_interfaces(row)) == 16 and catalog.use_device_rdma(row)
-    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 320.0  # 6400 x 0.8 x 0.5
+    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 240.0  # 6400 / 8 x 0.6 x 0.5
     # a GPU the catalog knows brings its facts: no memory or peak needed
     known = catalog.describe_gpu_instance({k: v for k, v in B300.items() if k not in ("gpuMemoryGib", "peakBf16Tflops",
                                                                                   "memoryBandwidthGbS")}

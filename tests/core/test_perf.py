@@ -62,9 +62,11 @@ def test_default_fsdp_step_moves_seven_eighths_of_each_collective_over_the_one_e
     assert [c.size_gb for c in inter][0] == pytest.approx(2 * P / 1e9)
     assert inter[2].size_gb == pytest.approx(4 * P / 1e9)
     assert sum(c.wire_gb for c in inter) == pytest.approx(7 / 8 * sum(c.size_gb for c in inter))
-    # and at 5 GB/s x 0.8 that is seconds of network against under a second of compute: network-bound
+    # and at the host-staged 3 GB/s (no GPUDirect RDMA: the preflight's figure, core.network) that is seconds of
+    # network against under a second of compute: network-bound; each collective call adds microseconds of latency
     assert p.bottleneck == "network" and p.network_s > 2 * p.compute_s
-    assert p.network_s == pytest.approx(sum(c.wire_gb for c in inter) / (40 / 8 * perf.EFA_SHARE))
+    assert p.network_s == pytest.approx(sum(c.wire_gb for c in inter) / catalog.HOST_STAGED_EFA_GB_S, rel=0.01)
+    assert p.network_s > sum(c.wire_gb for c in inter) / catalog.HOST_STAGED_EFA_GB_S
 
 
 def _evaluate(s, *, network="efa", strategy_="hsdp", reduce="fp32"):
@@ -133,12 +135,14 @@ def test_socket_path_comes_from_the_instances_own_card_not_a_fraction_of_efa():
 
 
 def test_fp8_runs_the_layer_linears_faster_and_halves_their_all_gathers():
-    # GIVEN 8 x 4096 tokens on one H200, where issue 19 measured fp8 at 1.16x bf16's tokens/s
+    # GIVEN 8 x 4096 tokens on one H200, where bench/speed.py measured fp8 at 1.152x bf16's tokens/s (56,360 vs 48,930,
+    # docs/BENCHMARKS.md), with the k/v projections left in bf16 and the casts timed at memory bandwidth
     t = fixed_training(micro_batch=8, seq_len=4096)
     h200 = catalog.gpu_instance("p5en.48xlarge")
     bf16 = perf.predict(t, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp")
     fp8 = perf.predict(t, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision="fp8")
-    assert fp8.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(1.16, rel=0.03)
+    # (each within 4% of its measurement, core/data/published_runs.csv: the ratio within 6%)
+    assert fp8.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(56_360 / 48_930, rel=0.06)
     # and at 2 x 2048, launch-bound, fp8 is slower (0.70x measured)
     small = fixed_training(micro_batch=2, seq_len=2048)
     b, f = (perf.predict(small, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision=x)
@@ -185,10 +189,14 @@ def test_plan_says_when_more_nodes_are_slower_than_fewer_and_what_would_change_i
     scaling = strategy.performance(fixed_settings())["tcp"]["scaling"]
     assert scaling["slower_than_fewer_nodes"] and scaling["fewer_nodes"] == 1 and scaling["ratio"] < 1
     assert scaling["tokens_per_s"] < scaling["fewer_nodes_tokens_per_s"]
-    # THEN it names the changes that would make 2 nodes faster than 1, fastest first, and says so in words
-    assert scaling["changes"][0]["change"] == "network=efa"
+    # THEN it names the changes that would make 2 nodes faster than 1, fastest first, and says so in words: EFA among
+    # them (at the host-staged 3 GB/s, core.network, more accumulation with checkpointing gains more)
+    changes = [c["change"] for c in scaling["changes"]]
+    assert "network=efa" in changes
+    assert [c["tokens_per_s"] for c in scaling["changes"]] == sorted((c["tokens_per_s"] for c in scaling["changes"]),
+                                                                     reverse=True)
     assert all(c["ratio_to_fewer_nodes_now"] > 1 for c in scaling["changes"])
-    assert f"{scaling['ratio']:.2f}x of 1 node" in scaling["advice"] and "network=efa" in scaling["advice"]
+    assert f"{scaling['ratio']:.2f}x of 1 node" in scaling["advice"] and changes[0] in scaling["advice"]
     # and over EFA the default's 2 nodes beat one
     efa = strategy.performance(fixed_settings())["efa"]["scaling"]
     assert not efa["slower_than_fewer_nodes"] and efa["ratio"] > 1.2

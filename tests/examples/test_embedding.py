@@ -1,7 +1,7 @@
-"""A platform app that is not in this repository, written from the README's embedding section: in eu-south-1 (a region
-the settings hold no AZ table for) with its own VPC, every construct imported from `ray_efa.infra`, `cluster=ray.cluster`,
-and `RayTrainingJob` given `gpu_nodes` but no `after`. It synthesizes, its RayJob waits for the GPU node group, and
-the pinned pyright with the project's .venv reports 0 errors on it.
+"""A platform app that is not in this repository, written from the embedding page (docs/embedding.md): in eu-south-1 (a
+region the settings hold no AZ table for) with its own VPC, every construct imported from `ray_efa.infra`,
+`cluster=ray.cluster`, and `RayTrainingJob` given `gpu_nodes` but no `after`. It synthesizes, its RayJob waits for
+the GPU node group, and the pinned pyright with the project's .venv reports 0 errors on it.
 
 The app sees `ray_efa` through a path entry holding only `ray_efa` (a link to this checkout's), which is what
 `make install`'s strict editable install gives the venv (a .pth path entry to a tree of links): made here, so that

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,13 +194,13 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
     assert len(launch_data["NetworkInterfaces"]) == 4
 
 
-def test_readme_embedding_snippet_synthesizes():
-    # GIVEN the README's smallest embedding snippet, as written there
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("The smallest use:"):]
-    snippet = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+@pytest.mark.parametrize("page", ["README.md", "docs/embedding.md"])
+def test_embedding_snippet_synthesizes(page):
+    # GIVEN the smallest embedding snippet, as written in the README and on the embedding page
+    text = (ROOT / page).read_text()
+    (snippet,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "class ResearchPlatform" in block]
     namespace: dict = {}
-    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(snippet, page, "exec"), namespace)  # noqa: S102 - our own docs
     # WHEN a platform app in us-west-2 puts it in a stack of its own, on its own VPC
     app = cdk.App()
     network = cdk.Stack(app, "Network", env=cdk.Environment(region="us-west-2"))

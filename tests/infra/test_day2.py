@@ -3,7 +3,7 @@
 For each change a user makes, both stacks are synthesized before and after (the session's cached synths), and
 `cdk diff --app <after cloud assembly> --template <before template> STACK --exclusively` compares them with no AWS
 account. Nothing long-lived may be replaced or removed: the VPC, its subnets, route tables and NAT, the EKS cluster,
-the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is the README's
+the system node group, the KMS key and the checkpoint bucket. The table printed (pytest -s) is docs/changes.md,
 "What a change does to a running deployment".
 """
 
@@ -24,7 +24,7 @@ from tests.infra.conftest import Synthesized, synthesize
 CDK = PROJECT_ROOT / "node_modules" / ".bin" / "cdk"
 RESERVATION = "cr-0123456789abcdef0"
 
-# (change, settings before, settings after): each a day-2 change of the README's table.
+# (change, settings before, settings after): each a day-2 change of docs/changes.md's table.
 CHANGES = [
     ("gpuInstanceType g6.12xlarge -> g6e.24xlarge", {}, {"gpuInstanceType": "g6e.24xlarge"}),
     ("gpuNodeCount 2 -> 4", {}, {"gpuNodeCount": 4}),

@@ -135,8 +135,10 @@ def test_without_admins_synth_warns_that_nobody_can_reach_the_cluster(default_sy
     # GIVEN no adminPrincipalArns THEN the assembly carries a warning the CDK CLI prints at synth
     messages = [message.entry.data for stack in default_synth.assembly.stacks for message in stack.messages
                 if message.level == cdk.cx_api.SynthesisMessageLevel.WARNING]
-    assert any("adminPrincipalArns is empty: no human IAM principal" in str(m) for m in messages), messages
+    assert any("(setting adminPrincipalArns) is empty: no human IAM principal" in str(m) for m in messages), messages
     assert "ray-efa whoami" in NO_ADMIN_WARNING
+    # ...and it names the prop a CDK app of its own passes, where `-c` does nothing
+    assert "pass admin_principal_arns=[your role ARN] to RayEksCluster" in NO_ADMIN_WARNING
 
 
 def test_with_admins_and_a_narrowed_endpoint_there_is_no_warning():

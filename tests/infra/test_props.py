@@ -123,6 +123,9 @@ def test_bad_props_are_refused_by_name_before_any_child_exists(build, message):
 # -- one declaration: the props' defaults, bounds and choices are the settings fields' ----------------------------
 
 # (construct or function, prop, setting key): every prop that a construct's from_settings fills from a setting.
+# Not here: the props whose value another construct states (KubeRayOperator and GpuDevicePlugins / GpuDraDrivers
+# node_selector, from the node groups they serve; CheckpointStorage namespace, from RayWorkload). Their fallback, when
+# nothing states them, is still the setting's default: tests/infra/test_seams.py.
 PROP_SETTINGS = [
     (RayEksCluster, "cluster_name", "clusterName"),
     (RayEksCluster, "kubernetes_version", "kubernetesVersion"),
@@ -139,16 +142,12 @@ PROP_SETTINGS = [
     (EfaGpuNodegroup, "capacity_reservation_type", "capacityReservationType"),
     (EfaGpuNodegroup, "root_volume_gib", "gpuRootVolumeGib"),
     (KubeRayOperator, "version", "kuberayVersion"),
-    (KubeRayOperator, "node_selector", "systemNodeSelector"),
     (GpuDevicePlugins, "nvidia_version", "nvidiaDevicePluginVersion"),
     (GpuDevicePlugins, "efa_version", "efaDevicePluginVersion"),
-    (GpuDevicePlugins, "node_selector", "gpuNodeSelector"),
     (GpuDraDrivers, "kubernetes_version", "kubernetesVersion"),
     (GpuDraDrivers, "nvidia_version", "nvidiaDraDriverVersion"),
     (GpuDraDrivers, "efa_version", "efaDraDriverVersion"),
-    (GpuDraDrivers, "node_selector", "gpuNodeSelector"),
     (RayWorkload, "namespace", "namespace"),
-    (CheckpointStorage, "namespace", "namespace"),
     (CheckpointStorage, "service_account", "serviceAccount"),
     (ClusterVpc, "nat_gateways", "natGateways"),
     (ClusterVpc, "log_retention_days", "logRetentionDays"),

@@ -80,7 +80,8 @@ def test_whole_bucket_and_repeated_locations_grant_once():
     from aws_cdk.assertions import Template
 
     (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
-    (objects,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadModelAndDataObjects"]
+    (objects,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                  if s.get("Sid") == "ReadModelAndDataObjects"]
     assert _arn(objects["Resource"]) == "arn:<partition>:s3:::whole-bucket/*"
     assert storage.read_buckets == ("whole-bucket",)
 

@@ -153,14 +153,20 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
     _, _, ray_job = find(template, "RayJob")
     spec = ray_job["spec"]["rayClusterSpec"]
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
-        (init,) = pod["spec"]["initContainers"]
+        # (the project's own code comes first, from its own asset: fetch-app; the extra packages' after them)
+        names = [c["name"] for c in pod["spec"]["initContainers"]]
+        assert names[:2] == ["fetch-app", "fetch-code"], names
+        (init,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "fetch-code"]
         uri, dest = init["command"][-2:]
         assert uri.startswith("s3://cdk-") and uri.endswith(".zip") and dest == USER_CODE_PATH
-    # and the pods' role (the CheckpointStorage service account's) may read that object, and only it
+    # and the pods' role (the CheckpointStorage service account's) may read those two objects, and only them
     policies = [p["Properties"] for p in template.find_resources("AWS::IAM::Policy").values()
                 if "s3:GetObject" == p["Properties"]["PolicyDocument"]["Statement"][0]["Action"]]
     (policy,) = policies
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert len(statement["Resource"]) == 2
     assert job.code_asset.s3_object_key in json.dumps(policy["PolicyDocument"])
+    assert job.app_asset is not None and job.app_asset.s3_object_key in json.dumps(policy["PolicyDocument"])
     role_id = stack.get_logical_id(stack.storage.service_account.role.node.default_child)
     assert policy["Roles"] == [{"Ref": role_id}]
     # the asset holds the code without caches

@@ -8,7 +8,7 @@ import cdk8s
 
 from ray_efa.infra.manifests import CUSTOM_RESOURCE_PAYLOAD_BYTES
 from ray_efa.k8s.code_bundle import collect_code
-from ray_efa.k8s.workload import build_manifests
+from ray_efa.k8s.workload import build_manifests, ray_job_chart
 from tests.infra.conftest import synthesize
 
 KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -71,10 +71,14 @@ def test_kuberay_operator_waits_for_the_system_node_group(default_synth):
 
 
 def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(default_synth):
-    # GIVEN the GPU stack's manifests: the code ConfigMaps (one per package), the settings ConfigMap, the RayJob,
-    # one resource each
+    # GIVEN the GPU stack's manifests: the settings ConfigMap and the RayJob, one resource each; the code ConfigMaps
+    # (one per package) are not there: the project's code is an S3 asset the pods fetch
     names = [name for name, _ in collect_code(default_synth.settings).config_maps("train-efa-code")]  # code, settings
     assert names[0] == "train-efa-code" and "train-efa-code-training" in names and names[-1] == "train-efa-settings"
+    shipped = {o["metadata"]["name"] for r in manifests(default_synth.gpu).values() for o in manifest_objects(r)
+               if o["kind"] == "ConfigMap"}
+    assert shipped == {"train-efa-settings"}
+    names = ["train-efa-settings"]
     config_maps = [find(default_synth.gpu, "ConfigMap", name)[:2] for name in names]
     job_id, job_resource, job = find(default_synth.gpu, "RayJob")
     assert [len(manifest_objects(r)) for _, r in config_maps] + [len(manifest_objects(job_resource))] == [1] * (len(names) + 1)
@@ -186,6 +190,16 @@ def test_the_rerun_path_applies_the_job_the_stack_applied(default_synth):
     written = {(o["kind"], o["metadata"]["name"]): o
                for chart in build_manifests(cdk8s.App(), settings) if chart.node.id == "rayjob-efa"
                for o in chart.to_json()}
-    # THEN they are the same objects: `kubectl delete rayjob train-efa` then `kubectl apply` of dist/'s
-    # 0002-rayjob-efa.yaml (made with -c storagePath=<the stack's CheckpointStoragePath>) runs the same job again
-    assert written == deployed
+    # THEN they are the same job: `kubectl delete rayjob train-efa` then `kubectl apply` of dist/'s
+    # 0002-rayjob-efa.yaml (made with -c storagePath=<the stack's CheckpointStoragePath>) runs it again, with the same
+    # settings and policy; its code comes from ConfigMaps instead of the stack's S3 asset (the same files)
+    for key in (("ConfigMap", "train-efa-settings"), ("NetworkPolicy", "train-efa-ray-ingress")):
+        assert written[key] == deployed[key], key
+    assert {k for k in written if k[0] == "ConfigMap"} - {k for k in deployed if k[0] == "ConfigMap"} == {
+        ("ConfigMap", name) for name, _ in collect_code(settings).config_maps("train-efa-code")[:-1]}
+    # ...and with the asset's URI the rerun objects are exactly the deployed ones
+    head = deployed[("RayJob", "train-efa")]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (fetch,) = [c for c in head["initContainers"] if c["name"] == "fetch-app"]
+    uri = fetch["command"][-2]
+    same = {(o["kind"], o["metadata"]["name"]): o for o in ray_job_chart(cdk8s.App(), settings, app_archive_uri=uri).to_json()}
+    assert same == deployed

@@ -70,27 +70,13 @@ def test_job_is_submitted_by_a_kubernetes_job(default_synth):
     assert default_synth.ray_job("efa")["spec"]["submissionMode"] == "K8sJobMode"
 
 
-def test_runtime_env_installs_the_extra_pip_packages_and_sets_the_controller_poll_interval(default_synth):
-    runtime_env = yaml.safe_load(default_synth.ray_job("efa")["spec"]["runtimeEnvYAML"])
+def test_runtime_env_only_sets_the_controller_poll_interval_never_pip(default_synth):
     # the Ray Train controller drains each worker's one-report queue at this interval; training.reporting spaces
-    # its reports by the same variable, so the loop never waits on a report
-    # precision auto decides fp8 on the default L4s (compiled, predicted faster at the chosen shape): the job needs
-    # torchao then, as with precision fp8
-    assert runtime_env == {"pip": ["einops==0.8.1", "tabulate==0.9.0", "torchao==0.18.0"],
-                           "env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
-
-
-def test_precision_fp8_installs_the_pinned_torchao():
-    job = synthesize(BASE.replace(precision="fp8", gpuInstanceType="g6.12xlarge")).ray_job("efa")
-    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"])["pip"] == ["einops==0.8.1", "tabulate==0.9.0", "torchao==0.18.0"]
-
-
-def test_runtime_env_without_extra_packages_only_sets_the_environment():
-    job = synthesize(BASE.replace(pipPackages="", precision="bf16")).ray_job("efa")
-    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
-    # auto on a GPU without fp8 (A100) decides bf16: no torchao either
-    job = synthesize(BASE.replace(pipPackages="", gpuInstanceType="p4d.24xlarge")).ray_job("efa")
-    assert "pip" not in yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    # its reports by the same variable, so the loop never waits on a report. Packages never go through runtime_env
+    # pip (it clones the image's whole venv on every node): the pods' init container installs them (test_packages).
+    for settings in (BASE, BASE.replace(precision="fp8"), BASE.replace(pipPackages="", precision="bf16")):
+        job = synthesize(settings).ray_job("efa") if settings is not BASE else default_synth.ray_job("efa")
+        assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
 
 
 def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_synth):

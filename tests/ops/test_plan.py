@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -160,8 +161,8 @@ def test_command_prints_the_predicted_step_and_when_more_nodes_are_slower(capsys
     # at the old default shape the job runs hsdp with bf16 gradients on the wire; over TCP its 2 nodes are slower than 1, and the
     # plan says by how much and what would change that
     assert "Predicted step" in out and "hsdp*" in out and "bf16" in out
-    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.93x of 1 node" in out
-    assert "network=efa would give" in out
+    assert "nodes (tcp): 2 x g6.12xlarge are predicted at" in out and "0.72x of 1 node" in out
+    assert "would give" in out and "x of 1 node now" in out
     # MFU is given under both FLOP conventions
     assert "6N + 12 L d S / causal 6N + 6 L d S" in out
 
@@ -355,5 +356,96 @@ def test_plan_says_which_step_model_constants_are_measured_and_which_assumed(cap
     # the text plan says so too
     assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge") == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "compute efficiency 0.45, fp8 compute efficiency 0.29 (assumed: a prior:" in text  # one source, said once
+    assert "compute efficiency 0.45 (assumed: a prior:" in text  # each source said once, with its constants
+    assert "fp8 compute efficiency 0.29 (assumed: a prior: no published fp8 training run on L4" in text
+    # and precision auto says why it stays bf16 there, and what would change that
+    assert "precision: precision auto stays bf16 on L4" in text and "ray-efa calibrate" in text
     assert "intra node link share 0.65 (assumed:" in text
+
+
+def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(capsys):
+    # GIVEN the default token budget (20 tokens per parameter) in us-east-2, and the same in ap-southeast-2
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2") == 0
+    ohio = json.loads(capsys.readouterr().out)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", "region=ap-southeast-2") == 0
+    sydney = json.loads(capsys.readouterr().out)
+    # THEN the budget gives real hours and dollars, the model is named, and each row says how its constants are known
+    assert ohio["tokens"] == 20 * ohio["model_parameters"] and ohio["model"] == "qwen2.5-1.5b"
+    rows = ohio["recommendations"]
+    assert all(r["hours"] > 1 and r["usd"] > 100 for r in rows)
+    assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "usd_per_hour", "hours", "usd",
+            "constants"} <= set(rows[0])
+    statuses = {r["gpu"]: r["constants"]["status"] for r in rows}
+    assert statuses["H200"] == "measured" and statuses["H100"] == "published" and statuses["L4"] == "assumed"
+    # an assumed constant gets a wider predicted range than a measured one
+    def spread(r):
+        return r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1
+
+    assert spread(next(r for r in rows if r["gpu"] == "L4")) > spread(next(r for r in rows if r["gpu"] == "H200"))
+    # the region's prices: both regions are recorded (core/data/on_demand_prices.csv for Sydney, with its source)
+    assert ohio["prices_recorded"] and ohio["region"] == "us-east-2"
+    assert sydney["prices_recorded"] and sydney["region"] == "ap-southeast-2"
+    assert all(r["price"]["on_demand"]["recorded"] for r in rows)
+    # Capacity Blocks where a price is recorded (p5, p4d in us-east-2), and Spot said to be unrecorded
+    p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
+    assert p4d["price"]["capacity_block"]["usd_per_hour"] == 14.75 and p4d["price"]["capacity_blocks_offered"]
+    assert all(r["price"]["spot"] is None and "Spot" in r["price"]["spot_note"] for r in rows)
+    assert ohio["note"] is None
+
+
+def test_recommend_prices_ap_southeast_2_as_sydney_lists_them_not_as_us_east_2(capsys):
+    # GIVEN the same ranking in us-east-2 and in ap-southeast-2 (the stack's region, -c region=...)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2") == 0
+    ohio = json.loads(capsys.readouterr().out)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", "region=ap-southeast-2") == 0
+    sydney = json.loads(capsys.readouterr().out)
+    on_demand = {r["instance_type"]: r["price"]["on_demand"] for r in sydney["recommendations"]}
+    # THEN Sydney's rows carry Sydney's On-Demand list prices, dated and sourced, dearer than Ohio's
+    p5 = on_demand["p5.48xlarge"]
+    assert p5["recorded"] and p5["usd_per_hour"] == 71.552 and p5["region"] == "ap-southeast-2"
+    assert "skypilot-org/skypilot-catalog" in p5["source"] and p5["date"] == "2026-12-03"
+    ohio_usd = {(r["instance_type"], r["nodes"]): r["usd_per_hour"] for r in ohio["recommendations"]}
+    for r in sydney["recommendations"]:
+        if r["price"]["on_demand"]["recorded"]:
+            assert r["usd_per_hour"] > ohio_usd[(r["instance_type"], r["nodes"])]
+    # a type Sydney does not offer is left out, saying why; a type offered there without an On-Demand price (p5e,
+    # Capacity Blocks) keeps us-east-2's as a lower bound, marked not recorded
+    assert "p6-b200.48xlarge" not in on_demand and "not offered in ap-southeast-2" in sydney["skipped"]["p6-b200.48xlarge"]
+    assert not on_demand["p5e.48xlarge"]["recorded"] and "no On-Demand price" in on_demand["p5e.48xlarge"]["source"]
+    # and the table marks that row
+    assert run_cli("plan", "--recommend", "--max-nodes", "1", "-c", "region=ap-southeast-2") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "* NOT recorded for ap-southeast-2" in text and "Left out: g6e.24xlarge" in text
+
+
+def test_recommend_in_a_region_without_a_record_says_so(capsys):
+    # GIVEN a region no price table records (sa-east-1)
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "region=sa-east-1") == 0
+    out = json.loads(capsys.readouterr().out)
+    # THEN every row says its price is not that region's, but us-east-2's as a lower bound
+    assert not out["prices_recorded"] and out["recommendations"]
+    assert all(not r["price"]["on_demand"]["recorded"] and "not recorded for sa-east-1" in
+               r["price"]["on_demand"]["source"] for r in out["recommendations"])
+
+
+def test_recommend_table_names_the_model_fits_100_columns_and_shows_the_top_rows(capsys):
+    assert run_cli("plan", "--recommend", "--max-nodes", "2") == 0
+    out = capsys.readouterr().out
+    assert "Cheapest to train qwen2.5-1.5b" in out and "in us-east-2" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    def table_rows(text):
+        return [line for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+ x [a-z0-9-]+\.", line)]
+
+    assert len(table_rows(out)) == 10 and "(--all for every one)" in out
+    assert run_cli("plan", "--recommend", "--max-nodes", "2", "--top", "3") == 0
+    assert len(table_rows(capsys.readouterr().out)) == 3
+    assert run_cli("plan", "--all") == 2  # only with --recommend
+
+
+def test_recommend_for_an_own_train_function_says_it_ranks_the_built_in_architecture(capsys, tmp_path, monkeypatch):
+    module = tmp_path / "mytrain.py"
+    module.write_text("def train(config):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "trainFunction=mytrain:train") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "trainFunction is your own" in out["note"] and "qwen2.5-1.5b" in out["note"]

@@ -69,6 +69,9 @@ def test_cluster_plan_names_every_problem_at_once():
     # THEN both the storage and the memory problem are named
     storage, memory = raised.value.problems  # exactly these two
     assert storage.key == "storagePath" and "shared" in storage.message
+    # it points to where the value is (the cluster stack's output), with no "got None"
+    assert "output CheckpointStoragePath" in storage.message and "--stack-name ray-train-cluster" in storage.message
+    assert "storagePath: must be" in str(raised.value) and "got None" not in str(raised.value)
     # the memory problem names the lever that fits alone (core.strategy.check_fits: with activationCheckpointing
     # auto, the default loss chunk does; a larger GPU too)
     assert "GiB per GPU" in memory.message and memory.key == "lossChunkSize"

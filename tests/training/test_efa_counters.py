@@ -565,12 +565,12 @@ def test_the_snapshot_command_refuses_a_negative_step_count(tmp_path, capsys):
     assert "--steps must be >= 0, got -1" in capsys.readouterr().err
 
 
-def test_the_readmes_gate_example_is_what_check_transport_prints(monkeypatch, capsys):
-    # GIVEN the example in the README's gate section
+def test_the_gate_pages_example_is_what_check_transport_prints(monkeypatch, capsys):
+    # GIVEN the example on the gate's reference page (docs/transport-gate.md)
     from ray_efa.cli import check_transport
 
-    readme = (COUNTERS.parents[3] / "README.md").read_text()
-    block = readme.split("### The transport gate", 1)[1].split("```\n", 2)[1]
+    page = (COUNTERS.parents[3] / "docs" / "transport-gate.md").read_text()
+    block = page.split("$ COLUMNS=80 ray-efa check-transport --counters", 1)[1].split("```", 1)[0]
     shown = block.split("\n", 2)[2].rstrip("\n")  # after the two lines of the command
     # WHEN the same command runs at 80 columns
     monkeypatch.setenv("COLUMNS", "80")
@@ -578,7 +578,7 @@ def test_the_readmes_gate_example_is_what_check_transport_prints(monkeypatch, ca
     assert check_transport.main(["--counters", "tests/training/fixtures/efa_counters/g6_2node_tcp_fallback",
                                  "tests/training/fixtures/nccl/synthetic/efa_g6_2node_nccl2.29.log"]) == 1
     out = capsys.readouterr().out
-    # THEN the README shows its real output, from the counters' table to the verdict
+    # THEN the page shows its real output, from the counters' table to the verdict
     assert out[out.index("EFA hardware counters"):].rstrip("\n") == shown
 
 

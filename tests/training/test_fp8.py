@@ -7,6 +7,7 @@ the weight scales are precomputed after each step, and that the loss follows the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ray_efa.core.fp8 import fp8_linears
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.data import TokenBatches
@@ -25,6 +27,9 @@ from tests.training.gloo_ranks import end_rank
 pytest.importorskip("torchao", reason="torchao is in the dev extra (requirements.lock): precision fp8's dependency")
 
 WORLD, STEPS, SEQ = 2, 6, 32
+# The tiny preset with an MLP wide enough (1040 > core.fp8.SMALL_N) that its gate and up projections are worth fp8;
+# every other linear of it is small, so it stays bf16, as the plan predicts (core.fp8.converts_to_fp8).
+MODEL = dataclasses.replace(model_preset("tiny"), name="tiny-wide-mlp", intermediate_size=1040)
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
@@ -32,8 +37,9 @@ pytestmark = pytest.mark.xdist_group("gloo-spawn")
 def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(fp8=fp8))
-    converted = sorted({type(m).__name__ for name, m in model.named_modules() if ".layers." in name and name.endswith("proj")})
+    model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8))
+    converted = sorted({(name.rsplit(".", 1)[1], type(m).__name__) for name, m in model.named_modules()
+                        if ".layers." in name and name.endswith("proj")})
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
     losses = []
@@ -64,11 +70,16 @@ def runs(tmp_path_factory):
     return {fp8: _run(tmp, fp8) for fp8 in (False, True)}
 
 
-def test_fp8_converts_only_the_decoder_layer_linears(runs):
+def test_fp8_converts_the_decoder_layer_linears_the_plan_predicts(runs):
     assert runs[True]["fp8"] and not runs[False]["fp8"]
-    # every q/k/v/o/gate/up/down projection of the layers is a Float8Linear; the tied output projection is not
-    assert runs[True]["converted"] == ["Float8Linear"]
-    assert runs[True]["lm_head"] == "Linear" and runs[False]["converted"] == ["Linear"]
+    # the layers' linears core.fp8 calls worth it (here gate and up) are Float8Linear, the small ones (q, k, v, o,
+    # down: torchao's tensorwise auto filter) stay nn.Linear; so does the tied output projection
+    worth = {name for name, _, _ in fp8_linears(MODEL)}
+    assert worth == {"gate_proj", "up_proj"}
+    assert runs[True]["converted"] == sorted([name, "Float8Linear" if name in worth else "Linear"]
+                                             for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"))
+    assert runs[True]["lm_head"] == "Linear" and {kind for _, kind in runs[False]["converted"]} == {"Linear"}
 
 
 def test_fp8_all_gathers_in_fp8_where_the_weights_are_sharded_over_several_ranks(runs):

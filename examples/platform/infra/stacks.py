@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -30,7 +32,7 @@ PLATFORM = {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "namespace": "m
 class ImportedClusterGpu(Stack):
     """The GPU side added to the platform's existing cluster, scheduled by the platform's own node labels."""
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         vpc = network.imported_prod_vpc(self)
         # A role the platform granted cluster-admin (an EKS access entry) and that Lambda may assume.
@@ -43,14 +45,16 @@ class ImportedClusterGpu(Stack):
         gpu = EfaGpuNodegroup(self, "GpuNodes", cluster=cluster, vpc=vpc, instance_type="p5.48xlarge", node_count=2,
                               availability_zone="us-west-2b", node_selector=naming.GPU_NODE_LABELS,
                               image=settings.workload.dlc_image)
-        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, node_selector=naming.GPU_NODE_LABELS)
+        # The GPU labels are stated once, on the node group; the plugins select what it labels.
+        plugins = GpuDevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_nodes=gpu)
+        # The platform's own system nodes are not built here: the operator is told their labels.
         kuberay = KubeRayOperator(self, "KubeRay", cluster=cluster, node_selector=naming.SYSTEM_NODE_LABELS,
                                   ray_version=settings.workload.ray_version)
         workload = RayWorkload(self, "Workload", cluster=cluster, namespace="ml-ray",
                                after=[kuberay.chart, plugins.nvidia, plugins.efa])
-        # The platform's cluster has no Pod Identity agent yet: the checkpoint bucket's access needs it.
-        storage = CheckpointStorage(self, "Checkpoints", cluster=cluster, namespace="ml-ray",
-                                    after=workload.namespace, pod_identity_agent=True)
+        # The platform's cluster has no Pod Identity agent yet: the checkpoint bucket's access needs it. The
+        # namespace is the workload's.
+        storage = CheckpointStorage(self, "Checkpoints", cluster=cluster, workload=workload, pod_identity_agent=True)
         # 2 x p5.48xlarge in us-west-2b, namespace ml-ray, the platform's labels and bucket, the cluster's name: all
         # from the constructs above; the job is applied after the GPU node group and the service account.
         RayTrainingJob(self, "TrainingJob", cluster=cluster, settings=settings, gpu_nodes=gpu, workload=workload,
@@ -60,7 +64,7 @@ class ImportedClusterGpu(Stack):
 class PlatformWithRay(Stack):
     """A whole new cluster built with the project's constructs inside one platform stack, on the platform's VPC."""
 
-    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         vpc = network.platform_vpc(self, ["us-west-2a", "us-west-2b"])
         name = naming.cluster_name("research")
@@ -69,12 +73,12 @@ class PlatformWithRay(Stack):
                                           "gpuNodeSelector": naming.GPU_NODE_LABELS})
         ray = RayEksCluster.from_settings(self, "Ray", settings, vpc=vpc)
         gpu = EfaGpuNodegroup.from_settings(self, "GpuNodes", settings, cluster=ray.cluster, vpc=vpc)
-        plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=ray.cluster)
+        plugins = GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=ray.cluster, gpu_nodes=gpu)
         # After the system node group (found by its labels) and the CRDs of its chart version.
         kuberay = KubeRayOperator.from_settings(self, "KubeRay", settings, cluster=ray.cluster, logs=ray.logs)
         workload = RayWorkload.from_settings(self, "Workload", settings, cluster=ray.cluster,
                                              after=[kuberay.chart, plugins.nvidia, plugins.efa])
         storage = CheckpointStorage.from_settings(self, "Checkpoints", settings, cluster=ray.cluster,
-                                                  after=workload.namespace)
+                                                  workload=workload)
         RayTrainingJob.from_settings(self, "TrainingJob", settings, cluster=ray.cluster, gpu_nodes=gpu, workload=workload,
                                      storage=storage)

@@ -1,6 +1,7 @@
-"""Draw the README's chart: `ray-efa plan --plot` of the project's default settings, into docs/scaling-default.png.
+"""Draw the chart of docs/performance.md: `ray-efa plan --plot` of the project's default settings, into
+docs/scaling-default.png.
 
-    python tools/readme_chart.py
+    python tools/scaling_chart.py
 
 It draws what `ray-efa plan --json` prints as "scaling" (settings resolved from this repository's cdk.json, as `plan`
 run here resolves them) with ops.plots.scaling_chart, the function behind `plan --plot`. Run it after a change to
@@ -31,7 +32,7 @@ OUT = ROOT / "docs" / "scaling-default.png"
 def main() -> int:
     os.chdir(ROOT)  # the project's cdk.json, as `ray-efa plan` here reads it
     plan = build_plan(resolve_settings(parse_overrides([])))
-    png = png_bytes(scaling_chart(plan.as_dict()["scaling"]), command="plan --plot (tools/readme_chart.py)", dpi=90)
+    png = png_bytes(scaling_chart(plan.as_dict()["scaling"]), command="plan --plot (tools/scaling_chart.py)", dpi=90)
     # a 256-colour palette keeps the committed picture small (a chart has few colours); Software text kept
     image = Image.open(io.BytesIO(png))
     info = PngInfo()

@@ -1,0 +1,148 @@
+"""What a GPU node costs per hour, by region and purchase option: a dated, sourced price table (pure data).
+
+- On-Demand (Linux, shared tenancy):
+  - us-east-2 (and us-east-1, which lists the same prices for these types): the catalog rows' prices (core.catalog,
+    InstanceType.usd_per_hour), from the AWS Price List API in 2026-10/11.
+  - ap-southeast-2, ap-northeast-1, eu-central-1, eu-west-1 and us-west-2: core/data/on_demand_prices.csv, one row
+    per (region, instance type) with its source and the date it was read. Each row is `priced` (that region's list
+    price), `not-offered` (the source lists no offering of the type in the region: the plan leaves the type out there)
+    or `no-price` (offered, but the source has no On-Demand price: p5e sells through Capacity Blocks). The source is
+    SkyPilot's AWS catalog (skypilot-org/skypilot-catalog, catalogs/v8/aws/vms.csv, at the commit each row names),
+    which SkyPilot regenerates from the AWS Price List API; its us-east-2 prices equal the catalog's for every type
+    it lists there.
+  - Any other region is NOT recorded: a row there says so and shows the us-east-2 price as a lower bound (US East is
+    among the cheapest regions for these types; every recorded region's price is at least us-east-2's), never as that
+    region's. Record a region with `aws pricing get-products --service-code AmazonEC2 --filters
+    Type=TERM_MATCH,Field=regionCode,Value=<region> ...` and add its rows to core/data/on_demand_prices.csv.
+- Capacity Blocks for ML: the effective instance hourly rate of AWS's Capacity Blocks pricing page, as a public snapshot
+  of it quoted them (rates are updated regularly by supply and demand; the snapshot says the next update was
+  2025-01-01): only the (type, region) pairs recorded below.
+- Spot: not recorded. Spot prices move every few minutes per Availability Zone (`aws ec2 describe-spot-price-history`);
+  the plan says so rather than guess. The job checkpoints (checkpointEvery), so it can run on Spot.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+from ray_efa.core import catalog
+
+__all__ = ["ON_DEMAND_RECORDED", "ON_DEMAND_SOURCE", "CATALOG_REGIONS", "RECORDED_REGIONS", "CAPACITY_BLOCKS",
+           "STATUSES", "RecordedPrice", "ON_DEMAND_TABLE", "Price", "on_demand", "capacity_block", "SPOT_NOTE"]
+
+ON_DEMAND_RECORDED = "2026-10/11"
+ON_DEMAND_SOURCE = ("AWS Price List API, On-Demand Linux, us-east-2 (core.catalog's rows; us-east-1 lists the same "
+                    "prices for these types)")
+CATALOG_REGIONS = frozenset({"us-east-1", "us-east-2"})
+"""Regions whose On-Demand prices are the catalog's."""
+
+STATUSES = ("priced", "not-offered", "no-price")
+"""What a row of core/data/on_demand_prices.csv says of its (region, type)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordedPrice:
+    """One row of core/data/on_demand_prices.csv."""
+
+    region: str
+    instance_type: str
+    usd_per_hour: float | None
+    """The region's On-Demand USD per instance hour; None where not offered or not priced."""
+    status: str
+    source: str
+    """Repository, path and commit (or URL) the price was read from."""
+    retrieved: str
+    """The date it was read (YYYY-MM-DD)."""
+
+
+def _load() -> dict[tuple[str, str], RecordedPrice]:
+    text = resources.files("ray_efa.core").joinpath("data", "on_demand_prices.csv").read_text(encoding="utf-8")
+    table: dict[tuple[str, str], RecordedPrice] = {}
+    for row in csv.DictReader(text.splitlines()):
+        price = RecordedPrice(region=row["region"], instance_type=row["instance_type"],
+                              usd_per_hour=float(row["usd_per_hour"]) if row["usd_per_hour"] else None,
+                              status=row["status"], source=row["source"], retrieved=row["retrieved"])
+        key = (price.region, price.instance_type)
+        if key in table or price.status not in STATUSES or (price.status == "priced") != (price.usd_per_hour is not None):
+            raise ValueError(f"core/data/on_demand_prices.csv: bad or repeated row {row}")
+        table[key] = price
+    return table
+
+
+ON_DEMAND_TABLE: dict[tuple[str, str], RecordedPrice] = _load()
+"""(region, instance type) -> its recorded On-Demand price, for the regions core/data/on_demand_prices.csv records."""
+RECORDED_REGIONS = CATALOG_REGIONS | {region for region, _ in ON_DEMAND_TABLE}
+"""Regions whose On-Demand prices are recorded (the catalog's, or the table's)."""
+
+_CB_SOURCE = ("AWS 'Amazon EC2 Capacity Blocks for ML Pricing' page, effective instance hourly rate, as a public "
+              "snapshot quoted it (rates updated by supply and demand; that snapshot's next update 2025-01-01)")
+CAPACITY_BLOCKS: dict[tuple[str, str], float] = {
+    ("p5.48xlarge", "us-east-1"): 39.33,
+    ("p5.48xlarge", "us-east-2"): 39.33,
+    ("p4d.24xlarge", "us-east-2"): 14.75,
+    ("p4d.24xlarge", "us-west-2"): 14.75,
+}
+"""(instance type, region) -> USD per instance hour of a Capacity Block (reservation fee; Linux adds nothing)."""
+
+SPOT_NOTE = ("Spot: not recorded (prices move every few minutes per zone: aws ec2 describe-spot-price-history); the "
+             "job checkpoints, so it can run on Spot")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Price:
+    """A node's price per hour in a region under one purchase option, and how it is known."""
+
+    usd_per_hour: float
+    option: str
+    """on-demand or capacity-block."""
+    region: str
+    """The region asked for."""
+    recorded: bool
+    """Whether this price is that region's (False: another region's, shown as a lower bound)."""
+    date: str
+    source: str
+    offered: bool = True
+    """False where the source lists no offering of the type in the region (the price is then us-east-2's)."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"usd_per_hour": round(self.usd_per_hour, 4), "option": self.option, "region": self.region,
+                "recorded": self.recorded, "offered": self.offered, "date": self.date, "source": self.source}
+
+
+def on_demand(instance: catalog.InstanceType, region: str) -> Price:
+    """The On-Demand price of `instance` in `region`: the recorded one, or us-east-2's, marked not recorded (and
+    not offered, where the region's record says the type is not offered there)."""
+    if region in CATALOG_REGIONS:
+        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=True,
+                     date=ON_DEMAND_RECORDED, source=ON_DEMAND_SOURCE)
+    if instance.described:
+        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
+                     date=ON_DEMAND_RECORDED,
+                     source="your description's usdPerHour (extraGpuInstanceTypes), region not stated")
+    row = ON_DEMAND_TABLE.get((region, instance.name))
+    if row is not None and row.usd_per_hour is not None:
+        return Price(usd_per_hour=row.usd_per_hour, option="on-demand", region=region, recorded=True,
+                     date=row.retrieved, source=row.source)
+    lower_bound = f"us-east-2's list price shown as a lower bound ({ON_DEMAND_SOURCE})"
+    if row is None:
+        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
+                     date=ON_DEMAND_RECORDED, source=(f"not recorded for {region}: {lower_bound}; `aws pricing "
+                                                      f"get-products` gives {region}'s"))
+    offered = row.status != "not-offered"
+    why = (f"not offered in {region}" if not offered else
+           f"offered in {region} but no On-Demand price listed (Capacity Blocks)")
+    return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
+                 offered=offered, date=row.retrieved,
+                 source=f"{why}, per {row.source} (read {row.retrieved}); {lower_bound}")
+
+
+def capacity_block(instance: catalog.InstanceType, region: str) -> Price | None:
+    """The Capacity Block price of `instance` in `region` where recorded; None where not recorded or not offered
+    (InstanceType.capacity_blocks says which types Capacity Blocks offer at all)."""
+    usd = CAPACITY_BLOCKS.get((instance.name, region))
+    if usd is None:
+        return None
+    return Price(usd_per_hour=usd, option="capacity-block", region=region, recorded=True, date="2024-12",
+                 source=_CB_SOURCE)

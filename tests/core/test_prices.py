@@ -1,0 +1,54 @@
+"""core.prices: the On-Demand price table by region (core/data/on_demand_prices.csv), each price dated and sourced."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ray_efa.core import catalog, prices
+
+
+def test_every_recorded_price_is_positive_dated_and_sourced():
+    assert prices.ON_DEMAND_TABLE
+    for key, row in prices.ON_DEMAND_TABLE.items():
+        name = row.instance_type
+        assert key == (row.region, name) and name in catalog.GPU_INSTANCES, key
+        assert row.status in prices.STATUSES
+        assert (row.usd_per_hour is not None) == (row.status == "priced")
+        assert row.usd_per_hour is None or row.usd_per_hour > 0
+        # a source names a repository, path and commit (or a URL); the date is the day it was read
+        assert re.search(r"\S+/\S+ \S+@[0-9a-f]{40}$|^https://", row.source), row.source
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row.retrieved)
+
+
+def test_each_recorded_region_records_every_built_in_gpu_type():
+    table_regions = prices.RECORDED_REGIONS - prices.CATALOG_REGIONS
+    assert "ap-southeast-2" in table_regions
+    for region in table_regions:
+        assert {name for r, name in prices.ON_DEMAND_TABLE if r == region} >= set(catalog._BUILT_IN), region
+
+
+def test_no_recorded_region_is_cheaper_than_us_east_2():
+    # the lower-bound claim for unrecorded regions rests on this: US East is the floor for these types
+    for (region, name), row in prices.ON_DEMAND_TABLE.items():
+        if row.usd_per_hour is not None:
+            assert row.usd_per_hour >= catalog.GPU_INSTANCES[name].usd_per_hour - 1e-3, (region, name)
+
+
+@pytest.mark.parametrize(("region", "recorded", "offered"), [
+    ("us-east-2", True, True), ("ap-southeast-2", True, True), ("sa-east-1", False, True)])
+def test_on_demand_uses_the_regions_recorded_price(region, recorded, offered):
+    p5 = catalog.gpu_instance("p5.48xlarge")
+    price = prices.on_demand(p5, region)
+    assert (price.recorded, price.offered, price.region) == (recorded, offered, region)
+    if region == "ap-southeast-2":
+        assert price.usd_per_hour == 71.552 != p5.usd_per_hour
+    else:  # the catalog's (us-east-2) price: the region's own, or a lower bound said to be one
+        assert price.usd_per_hour == p5.usd_per_hour
+    assert (f"not recorded for {region}" in price.source) == (not recorded)
+
+
+def test_a_type_the_region_does_not_offer_says_so():
+    price = prices.on_demand(catalog.gpu_instance("p6-b200.48xlarge"), "ap-southeast-2")
+    assert not price.offered and not price.recorded and "not offered in ap-southeast-2" in price.source
