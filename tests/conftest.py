@@ -31,6 +31,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/k8s/test_cuda_compat.py": ("synth",),
     "tests/k8s/test_device_claims.py": ("synth",),
     "tests/k8s/test_manifests_cli.py": ("synth",),
+    "tests/k8s/test_packages.py": ("synth",),
     "tests/k8s/test_raycluster.py": ("synth",),
     "tests/k8s/test_rayjob.py": ("synth",),
     "tests/k8s/test_security.py": ("synth",),
@@ -49,9 +50,13 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/core/test_settings_alone.py::test_core_settings_imports_with_pydantic_alone": ("spawn",),
     "tests/k8s/test_code_archive.py::test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree": ("spawn",),
     "tests/k8s/test_package.py::test_names_import_without_cdk8s": ("spawn",),
+    "tests/examples/test_one_truth.py::test_the_smallest_embedding_type_checks_in_strict_mode": ("spawn",),  # pyright
+    "tests/test_docs_site.py::test_the_strict_build_fails_on_what_would_break_a_reader": ("spawn",),  # mkdocs
     "tests/training/test_loss.py::test_compiled_chunk_softmax_equals_the_eager_one": ("spawn",),  # inductor's workers
     "tests/training/test_parallelize.py::test_levers_train_to_the_plain_losses_and_keep_checkpoint_keys"
     "[compile+checkpointing+chunked]": ("spawn",),
+    "tests/training/test_replica_all_reduce_hook.py::"
+    "test_hsdp_falls_back_to_the_native_fp32_all_reduce_where_the_hook_is_not_proven": ("spawn",),  # gloo ranks
     "tests/training/test_reporting.py::test_two_gloo_ranks_agree_on_the_report_steps_through_one_all_reduce": ("spawn",),
     "tests/training/test_transport_cli.py::test_a_subprocess_reads_stdin_and_returns_the_exit_code": ("spawn",),
 }
@@ -60,6 +65,7 @@ MARKS: dict[str, tuple[str, ...]] = {
 FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
     "synth": ("synth",), "default_synth": ("synth",), "synthesized": ("synth",),  # the k8s and infra session synths
     "gloo_results": ("spawn",),  # tests/training/test_preflight.py's two gloo ranks
+    "site": ("spawn",),  # tests/test_docs_site.py's mkdocs build
 }
 """Marks of every test that uses a fixture: the fixture's cost is the test's (its first user pays it)."""
 
