@@ -1,4 +1,4 @@
-"""Issue 19's GPU bar in one call: the report cadence through Ray, fp8 against bf16, and (on 2 GPUs) the default
+"""The default job's speed on a GPU in one call: the report cadence through Ray, fp8 against bf16, and (on 2 GPUs) the default
 strategy against plain FSDP on a socket-speed link.
 
     python3 bench/speed.py --out DIR [--parts report,fp8,sharding] [--steps 40] [--cpu]

@@ -65,7 +65,7 @@ BENCH_CONTEXT = {
     # The instance type only feeds the memory planner's capacity; the world size is the visible GPUs.
     "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1,
 }
-PEAK_TFLOPS = 989.0  # H100/H200 dense bf16, as issue 6 specifies
+PEAK_TFLOPS = 989.0  # H100/H200 dense bf16 (NVIDIA data sheet, without sparsity)
 # train_func saves a DCP checkpoint at its last step (18 GB for 1.5B with AdamW): keep it in memory, off the clock.
 STORAGE = "/dev/shm/ray-efa-bench" if os.path.isdir("/dev/shm") else "/tmp/ray-efa-bench"
 

@@ -8,7 +8,8 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ray_efa.core.context import (
     ResolvedSettings,
@@ -254,34 +255,54 @@ def resolve_or_exit(
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
-        problems: list[Problem] = []
-        if require_code or require_fit:
-            from ray_efa.core.user_code import check_user_code
-
-            try:
-                check_user_code(resolved.settings, app_dir=resolved.app_dir)
-            except SettingsError as error:
-                problems.extend(error.problems)
-        if require_model or require_fit:
-            from ray_efa.core.model_source import model_problems
-
-            problems.extend(model_problems(resolved.settings.training))
-        if problems:
-            raise SettingsError(problems)
-        if require_fit:
-            from ray_efa.core.model_source import pod_path_problems
-            from ray_efa.core.strategy import check_fits
-
-            if problems := pod_path_problems(resolved.settings):  # the job's paths: each one a pod can read
-                raise SettingsError(problems)
-            check_fits(resolved.settings)
+        _check(resolved.settings, resolved.app_dir, require_fit=require_fit, require_code=require_code,
+               require_model=require_model)
         return resolved
     except SettingsError as error:
-        if getattr(args, "json", False):
-            print(json.dumps({"error": "invalid settings", "exit_code": EXIT_USAGE, "problems": [
-                {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
-        print(f"ray-efa: {error}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        _exit_invalid(args, error)
+
+
+def check_or_exit(args: argparse.Namespace, settings: Settings, app_dir: Path | None, *, require_fit: bool = False,
+                  require_code: bool = False, require_model: bool = False) -> None:
+    """resolve_or_exit's checks of settings made otherwise (ray-efa submit: the local ones on the deployed cluster's);
+    on bad settings print every problem and exit 2."""
+    try:
+        _check(settings, app_dir, require_fit=require_fit, require_code=require_code, require_model=require_model)
+    except SettingsError as error:
+        _exit_invalid(args, error)
+
+
+def _check(settings: Settings, app_dir: Path | None, *, require_fit: bool, require_code: bool,
+           require_model: bool) -> None:
+    problems: list[Problem] = []
+    if require_code or require_fit:
+        from ray_efa.core.user_code import check_user_code
+
+        try:
+            check_user_code(settings, app_dir=app_dir)
+        except SettingsError as error:
+            problems.extend(error.problems)
+    if require_model or require_fit:
+        from ray_efa.core.model_source import model_problems
+
+        problems.extend(model_problems(settings.training))
+    if problems:
+        raise SettingsError(problems)
+    if require_fit:
+        from ray_efa.core.model_source import pod_path_problems
+        from ray_efa.core.strategy import check_fits
+
+        if problems := pod_path_problems(settings):  # the job's paths: each one a pod can read
+            raise SettingsError(problems)
+        check_fits(settings)
+
+
+def _exit_invalid(args: argparse.Namespace, error: SettingsError) -> NoReturn:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": "invalid settings", "exit_code": EXIT_USAGE, "problems": [
+            {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
+    print(f"ray-efa: {error}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 def resolve_local_or_exit(args: argparse.Namespace, command: str, *, require_code: bool = False) -> ResolvedSettings:

@@ -1,5 +1,13 @@
 """`ray-efa submit`: run the train function with its code as a new RayJob on the cluster of the kube context.
 
+The cluster side of the settings (ops.submit.DEPLOYED_KEYS: instance type and count, node labels, namespace,
+reservation and placement, storagePath, region, ...) comes from the cluster itself: settings.json of the ConfigMap
+the deployment's training job wrote (`<jobName>-settings` in namespace, else the one deployment's found in the
+cluster, or the one --deployed NAMESPACE/JOB names). A local value left at its default takes the deployed one; a
+local value that contradicts it is exit 2 naming the setting and both values, and so is a cluster with no deployed
+settings (saying how to name them). The rest (the train function, its code, trainConfig, network, the training
+knobs) is the local settings'.
+
 The job gets a unique name (jobName plus 5 random characters, or --name) and exactly the objects `ray-efa manifests`
 writes for it (NetworkPolicy, ConfigMaps of the code, the settings and codeDir, the RayJob), created with the
 kubeconfig's credentials. The command then follows it: each state of the RayJob, the submitter's log as it is
@@ -26,6 +34,7 @@ from ray_efa.cli._common import (
     add_context_option,
     add_json_option,
     add_kube_options,
+    check_or_exit,
     fail,
     follow_command,
     kube_api_client,
@@ -48,6 +57,9 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
                    description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
                                   "plus 5 random characters")
+    p.add_argument("--deployed", metavar="NAMESPACE/JOB",
+                   help="the deployment's training job whose settings ConfigMap (JOB-settings) holds the cluster side "
+                        "of the settings (default: jobName in namespace, else the one deployment's in the cluster)")
     add_kube_options(p)
     add_context_option(p)
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -73,14 +85,44 @@ def _elapsed(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = resolve_or_exit(args, require_fit=True).settings  # exit 2: bad settings, plan, trainFunction
+    resolved = resolve_or_exit(args, require_code=True)  # exit 2 before any request: bad settings, trainFunction
+    settings = resolved.settings
     from ray_efa.core.settings import SettingsError
 
     if args.name is not None:
         try:
-            settings = settings.replace(jobName=args.name)
+            settings.replace(jobName=args.name)  # checked now; submission names the job
         except SettingsError as error:
             return fail(args, "submit", f"--name: {error.problems[0].message}, got {args.name!r}")
+    if args.deployed is not None and args.deployed.count("/") != 1:
+        return fail(args, "submit", f"--deployed: must be NAMESPACE/JOB (the deployment's training job, e.g. "
+                                    f"research/train-efa), got {args.deployed!r}")
+    try:
+        api_client = kube_api_client(args)
+    except KubeconfigError as error:
+        return fail(args, "submit", str(error))
+
+    from ray_efa.ops.submit import NoDeployedSettings, SubmitError, deployed_settings, on_deployed_cluster
+
+    namespace, job = (args.deployed.split("/") if args.deployed is not None
+                      else (settings.workload.namespace, settings.workload.job_name))
+    try:
+        deployed = deployed_settings(api_client, namespace, job, exact=args.deployed is not None)
+    except NoDeployedSettings as error:
+        return fail(args, "submit", str(error))
+    except SubmitError as error:
+        return fail(args, "submit", str(error), code=EXIT_FAILED)
+    try:
+        settings, problems = on_deployed_cluster(settings, deployed, sources=resolved.sources)
+    except SettingsError as error:  # the deployed values with the local ones break a rule across settings
+        return fail(args, "submit", f"the local settings on the cluster of {deployed.source} are not valid together",
+                    problems=[{"key": p.key, "value": p.value, "message": p.message} for p in error.problems])
+    if problems:
+        return fail(args, "submit", f"the local settings contradict the cluster's, as deployed ({deployed.source})",
+                    problems=[{"key": p.key, "value": p.value, "message": p.message} for p in problems])
+    _say(f"cluster: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} in namespace "
+         f"{settings.workload.namespace}, {settings.cluster.region} (from {deployed.source})")
+    check_or_exit(args, settings, resolved.app_dir, require_fit=True)  # exit 2: the plan on the deployed nodes
     try:  # what the driver would refuse on the cluster, minutes after the pods started: refused here
         from ray_efa.training.driver import check_plan
 
@@ -94,24 +136,13 @@ def run(args: argparse.Namespace) -> int:
     code_uri = archive.uri if archive is not None else None
 
     from ray_efa.k8s.code_bundle import ManifestError
-    from ray_efa.ops.submit import (
-        SubmitError,
-        cleanup_command,
-        create_objects,
-        gpu_holders,
-        own_by_job,
-        submission,
-    )
+    from ray_efa.ops.submit import cleanup_command, create_objects, gpu_holders, own_by_job, submission
 
     try:
         settings, objects = submission(settings, job_name=args.name, code_archive_uri=code_uri)
     except ManifestError as error:
         return fail(args, "submit", str(error))
     name, namespace = objects[-1]["metadata"]["name"], settings.workload.namespace
-    try:
-        api_client = kube_api_client(args)
-    except KubeconfigError as error:
-        return fail(args, "submit", str(error))
 
     if archive is not None:
         from botocore.exceptions import BotoCoreError

@@ -30,7 +30,7 @@ _SHAPE_KEYS = {
     "precision": "precision",
 }
 _BEFORE_AUTO = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False}
-"""What a run summary that lacks one of these keys ran: the defaults before core.strategy decided them (issue 27)."""
+"""What a run summary that lacks one of these keys ran: the fixed defaults of the run summaries written before core.strategy decided them."""
 _OBSERVABLE = 0.2
 """Least d(log step) / d(log efficiency) for the compute efficiency to count as measured (1 when compute-bound)."""
 

@@ -47,7 +47,7 @@ __all__ = [
     "EFA_DRA_DRIVER_ALLOWLISTS",
     "EFA_PLUGIN_CHART",
     "EFA_DRA_CHART",
-    "CHART_ALLOWLISTS_BEYOND_THE_ROWS",
+    "CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW",
     "EKS_CONTROL_PLANE_USD_PER_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
     "gpu_instance",
@@ -183,7 +183,7 @@ class InstanceType:
     """Whether Capacity Blocks for ML offer this type (EC2 User Guide, supported instance types)."""
     allowlisted_by: frozenset[str] = frozenset()
     """The recorded chart versions whose instance allowlist (values key supportedInstanceLabels.values) holds this
-    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTS_BEYOND_THE_ROWS)."""
+    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)."""
     described: bool = False
     """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
 
@@ -218,7 +218,7 @@ class GpuInstanceType(InstanceType):
 EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
 EFA_DRA_CHART: str = "aws-dranet"
 
-CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
+CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW: dict[str, frozenset[str]] = {
     # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
     # described type is checked against what the chart really lists. v0.5.28 and v0.5.29 list only rows' types.
     f"{EFA_PLUGIN_CHART} v0.5.30": frozenset({
@@ -236,8 +236,8 @@ CHART_ALLOWLISTS_BEYOND_THE_ROWS: dict[str, frozenset[str]] = {
 """The GPU types each recorded chart version lists beyond the rows below ("chart version": names); its keys are every
 chart version recorded. A row says itself which of them list it (InstanceType.allowlisted_by)."""
 
-_EVERY = frozenset(CHART_ALLOWLISTS_BEYOND_THE_ROWS)
-_NEWEST = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
+_EVERY = frozenset(CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)
+_SINCE_V0_5_30 = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
 _NONE: frozenset[str] = frozenset()
 
 
@@ -248,7 +248,7 @@ def _gpu_type(**facts: Any) -> GpuInstanceType:
     given = {key: value for key, value in facts.items() if value is not None}
     if not given.get("allowlisted_by"):
         given["allowlisted_by"] = frozenset(
-            chart for chart, names in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if given["name"] in names)
+            chart for chart, names in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if given["name"] in names)
     return GpuInstanceType(**given)
 
 
@@ -268,7 +268,7 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # name, GPU, GPUs, vCPUs, memory GiB, EFA interfaces (one per network card; 0: no EFA), GPUDirect RDMA, Gbit/s,
     # USD/h; the GPUs' link inside the node (AWS instance pages: g5, g6 and g6e have no NVLink); `efa-only` secondary
     # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
-    # allowlists that hold it (_EVERY: every recorded version; _NEWEST: aws-efa-k8s-device-plugin v0.5.30 and
+    # allowlists that hold it (_EVERY: every recorded version; _SINCE_V0_5_30: aws-efa-k8s-device-plugin v0.5.30 and
     # aws-dranet 1.0.0).
     _gpu_row("g5.12xlarge",     "A10G",      gpus=4, vcpus= 48, memory_gib= 192, efa= 1, rdma=False, gbps=  40, usd=   5.672, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
     _gpu_row("g5.48xlarge",     "A10G",      gpus=8, vcpus=192, memory_gib= 768, efa= 1, rdma=False, gbps= 100, usd=  16.288, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
@@ -285,18 +285,18 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
     # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
     # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
-    _gpu_row("g5.8xlarge",      "A10G",      gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=   2.448, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g5.16xlarge",     "A10G",      gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=   4.096, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g5.24xlarge",     "A10G",      gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=   8.144, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6.8xlarge",      "L4",        gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=  2.0144, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6.16xlarge",     "L4",        gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=  3.3968, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6.24xlarge",     "L4",        gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=  6.6752, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6e.8xlarge",     "L40S",      gpus=1, vcpus= 32, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd= 4.52856, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6e.12xlarge",    "L40S",      gpus=4, vcpus= 48, memory_gib= 384, efa= 1, rdma=False, gbps= 100, usd=10.49264, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("g6e.16xlarge",    "L40S",      gpus=1, vcpus= 64, memory_gib= 512, efa= 1, rdma=False, gbps=  35, usd= 7.57719, link=_PCIE4  , efa_only=False, blocks=False, charts=_NEWEST),
-    _gpu_row("p5.4xlarge",      "H100",      gpus=1, vcpus= 16, memory_gib= 256, efa= 1, rdma=True , gbps= 100, usd=    6.88, link=_NVLINK4, efa_only=True , blocks=False, charts=_NEWEST),
+    _gpu_row("g5.8xlarge",      "A10G",      gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=   2.448, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g5.16xlarge",     "A10G",      gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=   4.096, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g5.24xlarge",     "A10G",      gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=   8.144, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6.8xlarge",      "L4",        gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=  2.0144, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6.16xlarge",     "L4",        gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=  3.3968, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6.24xlarge",     "L4",        gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=  6.6752, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6e.8xlarge",     "L40S",      gpus=1, vcpus= 32, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd= 4.52856, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6e.12xlarge",    "L40S",      gpus=4, vcpus= 48, memory_gib= 384, efa= 1, rdma=False, gbps= 100, usd=10.49264, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("g6e.16xlarge",    "L40S",      gpus=1, vcpus= 64, memory_gib= 512, efa= 1, rdma=False, gbps=  35, usd= 7.57719, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
+    _gpu_row("p5.4xlarge",      "H100",      gpus=1, vcpus= 16, memory_gib= 256, efa= 1, rdma=True , gbps= 100, usd=    6.88, link=_NVLINK4, efa_only=True , blocks=False, charts=_SINCE_V0_5_30),
     # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
-    _gpu_row("p6-b200.48xlarge","B200",      gpus=8, vcpus=192, memory_gib=2048, efa= 8, rdma=True , gbps=3200, usd=113.9328, link=_NVLINK5, efa_only=True , blocks=False, charts=_NEWEST),
+    _gpu_row("p6-b200.48xlarge","B200",      gpus=8, vcpus=192, memory_gib=2048, efa= 8, rdma=True , gbps=3200, usd=113.9328, link=_NVLINK5, efa_only=True , blocks=False, charts=_SINCE_V0_5_30),
     # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
     _gpu_row("g5.xlarge",       "A10G",      gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=   1.006, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
     _gpu_row("g6.xlarge",       "L4",        gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=  0.8048, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
@@ -329,7 +329,7 @@ def _allowlists(chart: str) -> dict[str, frozenset[str]]:
     types without a row."""
     return {
         key.split(" ", 1)[1]: beyond | {row.name for row in _BUILT_IN.values() if key in row.allowlisted_by}
-        for key, beyond in CHART_ALLOWLISTS_BEYOND_THE_ROWS.items() if key.split(" ", 1)[0] == chart
+        for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if key.split(" ", 1)[0] == chart
     }
 
 

@@ -115,13 +115,13 @@ FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
 "Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
 FP8_COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
 """Share of the fp8 peak the decoder-layer linears reach under torchao float8 (tensorwise scaling, its casts and amax
-reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (issue 19's measurement, torchao
-0.18), with the rest of the step at bf16. bench/speed.py measures it again."""
+reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (bench/speed.py, torchao 0.18;
+docs/BENCHMARKS.md, "The default job at the speed its hardware allows"), with the rest of the step at bf16. bench/speed.py measures it again."""
 FP8_LAUNCH_FLOOR_S = 0.213
-"""Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (issue 19): the extra kernels bind there."""
+"""Shortest fp8 fwd+bwd: 0.70x bf16's tokens/s at 2 x 2048 on one H200 (bench/speed.py): the extra kernels bind there."""
 EAGER_FP8_SPEED = 0.48
 """Eager fp8 vs eager bf16 micro-batch speed: 16,038 vs 33,762 tokens/s at 4 x 4096 with compile=false on one H200
-through the CLI (issue 27). Without torch.compile torchao's casts and amax reductions run as separate kernels and
+through the CLI (bench/cli_defaults.sh). Without torch.compile torchao's casts and amax reductions run as separate kernels and
 nothing is fused, so eager fp8 is modelled this much slower than eager bf16 (and core.strategy never chooses it)."""
 
 _BF16 = 2

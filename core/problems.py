@@ -32,3 +32,7 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def __reduce__(self) -> tuple[type[SettingsError], tuple[list[Problem]]]:
+        # rebuilt from its problems, not its message: a worker's refusal reaches the driver whole (through Ray)
+        return (type(self), (self.problems,))

@@ -3,7 +3,8 @@
 Both of those are leaves; everything that needs the two at once is here:
 - `choose`: the sharding (auto: fsdp or hsdp) and the gradient reduction dtype (auto: bf16 only where it is predicted
   at least BF16_REDUCE_GAIN faster than fp32, i.e. where the wire binds) that give the fastest predicted step that
-  fits memory; `resolve_sharding` / `resolve_reduce_dtype` are its two answers, what training/ runs.
+  fits memory; `resolve` writes its answer into the settings with the batch shape and precision, once, and the job
+  runs that (training/ decides nothing again); `resolve_sharding` / `resolve_reduce_dtype` read it.
 - `estimate` and `check_fits`: the memory plan of the settings as they will run, and the refusal (SettingsError
   naming the setting to change) of one that cannot fit.
 - `performance`: `plan --json`'s "performance": every strategy's predicted step on EFA and TCP, the advice when a
@@ -85,15 +86,16 @@ def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: s
 def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None,
              strategy: str | None = None, training: TrainingSettings | None = None) -> list[Option]:
     t = training or resolve(settings, network, calibration).training
+    own = settings.training  # the candidates are what the settings leave open (resolved settings: the decided one)
     if strategy is not None:
         shardings: tuple[str, ...] = (strategy,)
-    elif t.sharding != "auto":
-        shardings = (t.sharding,)
+    elif own.sharding != "auto":
+        shardings = (own.sharding,)
     elif settings.nodes.gpu_node_count <= 1:
         shardings = ("fsdp",)  # one node has nothing to replicate across (0: scaled to zero, no job)
     else:
         shardings = perf.STRATEGIES
-    reduces = ("fp32", "bf16") if t.grad_reduce_dtype == "auto" else (t.grad_reduce_dtype,)
+    reduces = ("fp32", "bf16") if own.grad_reduce_dtype == "auto" else (own.grad_reduce_dtype,)
     return [evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration, training=t)
             for s in shardings for r in reduces]
 
@@ -221,9 +223,10 @@ def _within_headroom(option: Option) -> bool:
     return option.memory.total_gib <= AUTO_MEMORY_SHARE * option.memory.capacity_gib
 
 
-def _decide(settings: Settings, network: str | None, calibration: perf.Calibration | None) -> TrainingSettings:
-    """The training section with every auto decided: the fastest predicted candidate within AUTO_MEMORY_SHARE of
-    the GPU's memory whose split reaches globalBatchTokens (or comes closest), else the one needing least memory."""
+def _decide(settings: Settings, network: str | None, calibration: perf.Calibration | None) -> Option:
+    """The option with every auto decided (its training section, strategy and reduction dtype): the fastest predicted
+    candidate within AUTO_MEMORY_SHARE of the GPU's memory whose split reaches globalBatchTokens (or comes closest),
+    else the one needing least memory."""
     t = settings.training
     ranks = max(1, settings.world_size)
     candidates: list[tuple[Option, float]] = []
@@ -240,24 +243,37 @@ def _decide(settings: Settings, network: str | None, calibration: perf.Calibrati
                     break  # checkpointing only recomputes: on where the shape does not fit without it
     fitting = [(o, e) for o, e in candidates if _within_headroom(o)]
     if not fitting:
-        return min(candidates, key=lambda c: (c[0].memory.total_gib, c[1]))[0].training
+        return min(candidates, key=lambda c: (c[0].memory.total_gib, c[1]))[0]
     closest = min(e for _, e in fitting)
     pool = [(o, e) for o, e in fitting if e <= (0.0 if closest == 0 else closest + GLOBAL_BATCH_TOLERANCE)]
-    return max(pool, key=lambda c: (c[0].tokens_per_s, -c[1]))[0].training
+    return max(pool, key=lambda c: (c[0].tokens_per_s, -c[1]))[0]
 
 
 _RESOLVED: dict[tuple[Settings, str | None, perf.Calibration | None], Settings] = {}
 
 
+_SHARDING_LEVERS = ("sharding", "gradReduceDtype")
+"""The levers `choose` decides for a decided shape; `training.undecided` are the shape's."""
+
+
+def _undecided(t: TrainingSettings) -> tuple[str, ...]:
+    """Every context key still at auto: the shape's and precision's (`undecided`), then sharding and gradReduceDtype."""
+    own = {"sharding": t.sharding, "gradReduceDtype": t.grad_reduce_dtype}
+    return (*t.undecided, *(key for key in _SHARDING_LEVERS if own[key] == "auto"))
+
+
 def resolve(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None) -> Settings:
     """The settings with every auto training lever decided (microBatch, gradAccumulation, precision,
-    activationCheckpointing; `training.undecided`): what the plan predicts and the job runs (training.train calls
-    it on the settings it gets, so no value is decided twice). Settings with nothing at auto come back as they are.
+    activationCheckpointing: `training.undecided`; then sharding and gradReduceDtype, as `choose` picks them for that
+    shape): what the plan predicts and the job runs. The driver hands the workers these (training.worker), so a
+    function of yours and the built-in read one decision and nothing is decided twice. Settings with nothing at auto
+    come back as they are.
 
     Scaled to zero there is no GPU to plan for: bf16, no checkpointing, microBatch 1 and the accumulation that
-    reaches globalBatchTokens on the settings' GPUs."""
+    reaches globalBatchTokens on the settings' GPUs, fsdp with an fp32 reduction."""
     t = settings.training
-    if not t.undecided:
+    undecided = _undecided(t)
+    if not undecided:
         return settings
     key = (settings, network, calibration)
     if key in _RESOLVED:
@@ -268,11 +284,15 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
             "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
             "precision": "bf16" if t.precision == "auto" else t.precision,
             "activation_checkpointing": t.activation_checkpointing is True})
+        strategy = "fsdp" if t.sharding == "auto" else t.sharding
+        reduce_dtype = "fp32" if t.grad_reduce_dtype == "auto" else t.grad_reduce_dtype
     else:
-        decided = _decide(settings, network, calibration)
+        option = _decide(settings, network, calibration)
+        decided, strategy, reduce_dtype = option.training, option.strategy, option.reduce_dtype
     change = {"microBatch": decided.micro_batch, "gradAccumulation": decided.grad_accumulation,
-              "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing}
-    resolved = settings.replace(**{key: change[key] for key in t.undecided})
+              "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing,
+              "sharding": strategy, "gradReduceDtype": reduce_dtype}
+    resolved = settings.replace(**{key: change[key] for key in undecided})
     if len(_RESOLVED) > 4096:  # a long-lived process (tests, --recommend) keeps the newest only
         _RESOLVED.clear()
     _RESOLVED[key] = resolved
@@ -281,14 +301,13 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
 
 def resolve_sharding(settings: Settings, network: str | None = None) -> str:
     """The strategy the job runs: the `sharding` setting, or for auto the one `choose` picks (fsdp scaled to zero)."""
-    if settings.nodes.scaled_to_zero:
-        return settings.training.sharding if settings.training.sharding != "auto" else "fsdp"
-    return choose(settings, network).strategy
+    return resolve(settings, network).training.sharding
 
 
 def resolve_reduce_dtype(settings: Settings, network: str | None = None) -> str:
-    """The gradient reduction dtype the job runs: the `gradReduceDtype` setting, or for auto the one `choose` picks."""
-    return choose(settings, network).reduce_dtype
+    """The gradient reduction dtype the job runs: the `gradReduceDtype` setting, or for auto the one `choose` picks
+    (fp32 scaled to zero)."""
+    return resolve(settings, network).training.grad_reduce_dtype
 
 
 def estimate(settings: Settings) -> MemoryEstimate:
@@ -357,12 +376,19 @@ def _changed_cause(settings: Settings) -> tuple[str, object, object] | None:
     return None
 
 
+def _shape_decided(raw: Settings, decided: Settings) -> Settings:
+    """`decided` with `raw`'s own sharding and gradReduceDtype: a lever changed on it chooses those again, for the
+    changed shape, as the job would."""
+    t = raw.training
+    return decided.replace(sharding=t.sharding, gradReduceDtype=t.grad_reduce_dtype)
+
+
 def _changed(raw: Settings, decided: Settings, change: dict[str, object]) -> Settings:
     """`decided` with a training lever changed, or `raw` with a node lever changed: other nodes decide their own
     shape and precision (a larger GPU may have no fp8)."""
     if set(change) & {"gpuInstanceType", "gpuNodeCount"}:
         return raw.replace(**change)
-    return decided.replace(**change)
+    return _shape_decided(raw, decided).replace(**change)
 
 
 def _describe(change: dict[str, object]) -> str:
@@ -409,7 +435,7 @@ def check_fits(settings: Settings) -> MemoryEstimate:
         for lever, _, change in _alternatives(settings):
             if lever not in ("gpuInstanceType", "gpuNodeCount"):
                 combined.update(change)
-        alt = estimate(settings.replace(**combined)) if combined else plan
+        alt = estimate(_shape_decided(raw, settings).replace(**combined)) if combined else plan
         verdict = "fits" if alt.fits else "still too much: lower microBatch or seqLen further"
         advice = f"no single change fits; together {_describe(combined) or 'none'} would need {alt.total_gib:.1f} GiB ({verdict})"
         key, value = ("microBatch", t.micro_batch_size) if t.micro_batch_size > 1 else ("seqLen", t.seq_len)
@@ -466,7 +492,7 @@ def _scaling_changes(settings: Settings, network: str) -> list[dict[str, object]
     changes: list[dict[str, object]] = []
     if network == "tcp":
         changes.append({"network": "efa"})
-    if t.sharding != "auto" or t.grad_reduce_dtype != "auto":
+    if settings.training.sharding != "auto" or settings.training.grad_reduce_dtype != "auto":
         changes.append({"sharding": "auto", "gradReduceDtype": "auto"})
     if t.precision != "fp8" and gpu is not None and gpu.has_fp8:
         changes.append({"precision": "fp8"})
@@ -546,7 +572,7 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             **chosen.as_dict(),
             "sharding_setting": settings.training.sharding,
             "grad_reduce_dtype_setting": settings.training.grad_reduce_dtype,
-            "advice": _advice(decided, net, chosen, options),
+            "advice": _advice(_shape_decided(settings, decided), net, chosen, options),
             "global_batch": global_batch(settings, chosen.training).as_dict(),
             "micro_batch": chosen.training.micro_batch, "grad_accumulation": chosen.training.grad_accumulation,
             "activation_checkpointing": chosen.training.activation_checkpointing,

@@ -2,7 +2,7 @@
 
 Both the long-lived RayCluster and each RayJob's own cluster come from `ray_cluster_spec`, so they cannot drift apart.
 Every number comes from core.catalog (pod resources, GPUs, EFA interfaces, /dev/shm size), every label and taint from
-core.scheduling, and the NCCL environment from training.network; nothing about hardware is typed here. Who may reach
+core.scheduling, and the NCCL environment from core.pod_env; nothing about hardware is typed here. Who may reach
 the pods and what their containers may do comes from k8s.security (token auth, pod labels, capabilities).
 """
 
@@ -36,6 +36,7 @@ from kubernetes.client import (
 
 from ray_efa.core import catalog, scheduling
 from ray_efa.core.model_source import MODEL_CACHE_ENV
+from ray_efa.core.pod_env import HOST_SYS, HOST_SYS_FOLDERS, network_env
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import CodeBundle
 from ray_efa.k8s.cuda_compat import cuda_compat_setup
@@ -51,8 +52,6 @@ from ray_efa.k8s.security import (
     token_auth,
 )
 from ray_efa.k8s.user_code import FETCH_SCRIPT, UserCodeVolume
-from ray_efa.training.efa_counters import HOST_SYS, HOST_SYS_FOLDERS
-from ray_efa.training.network import network_env
 
 __all__ = [
     "HEAD_PORTS",

@@ -256,9 +256,10 @@ def _package_dir(package: str) -> Path:
         spec = importlib.util.find_spec(package)
     except ModuleNotFoundError:
         spec = None
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or not spec.submodule_search_locations or spec.origin is None:
         raise ManifestError(f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)")
-    return Path(next(iter(spec.submodule_search_locations)))
+    # the folder of its __init__.py: in a checkout ray_efa's path also holds the repository root (ray_efa/__init__.py)
+    return Path(spec.origin).parent
 
 
 def collect_user_code(code_dir: Path) -> CodeBundle:

@@ -18,8 +18,8 @@ fixed path on PYTHONPATH whatever the image's Python version.
 
 from __future__ import annotations
 
+from ray_efa.core.pod_env import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
 from ray_efa.core.settings import Settings
-from ray_efa.training.network import TORCHAO_VERSION  # precision fp8's torchao (float8 training); the image has none
 
 __all__ = ["PACKAGES_PATH", "PACKAGES_SITE_PATH", "INSTALL_SCRIPT", "TORCHAO_VERSION", "pod_packages", "runs_fp8"]
 
@@ -65,10 +65,11 @@ def runs_fp8(settings: Settings) -> bool:
 
 
 def pod_packages(settings: Settings) -> tuple[str, ...]:
-    """The pip requirements the Ray pods install: pipPackages, and torchao at TORCHAO_VERSION when the job trains in
-    fp8 (unless pipPackages names a torchao of its own)."""
+    """The pip requirements the Ray pods install: pipPackages, and torchao at TORCHAO_VERSION when the built-in train
+    function trains in fp8 (unless pipPackages names a torchao of its own)."""
     packages = list(settings.workload.pip_packages)
-    if runs_fp8(settings) and not any(_project_name(p) == "torchao" for p in packages):
+    # the built-in train function converts its linears with torchao; a function of your own brings what it uses
+    if settings.training.builtin and runs_fp8(settings) and not any(_project_name(p) == "torchao" for p in packages):
         packages.append(f"torchao=={TORCHAO_VERSION}")
     return tuple(packages)
 

@@ -7,6 +7,7 @@ import shlex
 import yaml
 from constructs import Construct
 
+from ray_efa.core.pod_env import job_env
 from ray_efa.core.settings import Settings
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.cluster_spec import ray_cluster_spec, submitter_template
@@ -14,7 +15,6 @@ from ray_efa.k8s.code_config_map import CodeConfigMap
 from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
-from ray_efa.training.network import job_env
 
 __all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
 
@@ -30,7 +30,7 @@ def driver_entrypoint() -> str:
 
 
 def runtime_env_yaml(settings: Settings) -> str:
-    """The job's Ray runtime_env: the job's environment only (training.network.job_env: the Ray Train controller's poll
+    """The job's Ray runtime_env: the job's environment only (core.pod_env.job_env: the Ray Train controller's poll
     interval, which training.reporting spaces its reports by). Packages never go through runtime_env pip, which
     clones the image's whole virtualenv on every node (k8s.pip_packages): the pods' init container installs them."""
     return yaml.safe_dump({"env_vars": job_env()}, sort_keys=True)

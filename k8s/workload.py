@@ -138,7 +138,7 @@ def build_manifests(scope: Construct, settings: Settings, *, code_archive_uri: s
     network's own floor). Apply the namespace and then ONE of the
     others at a time: each of them takes every GPU node. `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive),
     which every Ray pod fetches, in place of its ConfigMap."""
-    # The comparison run gets its own network's preflight floor (training.preflight.network_floor): a
+    # The comparison run gets its own network's preflight floor (core.preflight_floor.network_floor): a
     # preflightMinBusbwGbps set for the job's network would hold TCP to EFA's floor, or EFA to TCP's.
     unset_floor = {} if settings.workload.preflight_min_busbw_gbps is None else {"preflightMinBusbwGbps": None}
     other = settings.replace(network=comparison_network(settings.workload.network), **unset_floor)

@@ -18,9 +18,9 @@ from ray_efa.core.cost import HourlyCost, hourly_cost, retained_after_destroy
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.models import parameters_label
 from ray_efa.core.perf import Calibration
+from ray_efa.core.preflight_floor import PreflightFloor, preflight_floor
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.core.strategy import check_fits, choose, estimate, global_batch, performance, resolve
-from ray_efa.training.preflight import PreflightFloor, preflight_floor
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +85,7 @@ class Plan:
     scaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The predicted scaling curve over 1..N nodes (ops.scaling): what `plan --plot` draws."""
     preflight: PreflightFloor | None = None
-    """The all-reduce floor the job runs with (training.preflight.preflight_floor)."""
+    """The all-reduce floor the job runs with (core.preflight_floor)."""
 
     @property
     def judged(self) -> bool:

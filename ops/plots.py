@@ -127,20 +127,24 @@ def _steps_axis(ax: Axes, title: str) -> None:
     ax.set_title(title, loc="left")
 
 
-def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure:
+def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str,
+               unit: str | None = "cross-entropy, nats") -> Figure:
     """Training loss per reported step, each evaluation loss the history holds, and the held-out unigram baseline
-    (eval_unigram_entropy: what a model that ignores context scores) where the run measured it."""
+    (eval_unigram_entropy: what a model that ignores context scores) where the run measured it. `unit`: the built-in
+    model's; None for a function of yours, whose losses are labelled with their keys (no unit guessed)."""
     figure, axes = _figure()
     ax = axes[0, 0]
     steps, values = _series(history, "loss")
-    ax.plot(steps, values, marker="o", markersize=3, label="training loss")
+    ax.plot(steps, values, marker="o", markersize=3, label="training loss" if unit else "loss")
     for key in eval_loss_keys(history):
         ax.plot(*_series(history, key), marker="s", markersize=4, linestyle="--", label=key)
     unigram = _series(history, "eval_unigram_entropy")[1]
     if unigram:
         ax.axhline(unigram[-1], color="gray", linestyle=":", label=f"unigram baseline (held out), {unigram[-1]:.2f}")
-    ax.set_ylabel("loss (cross-entropy, nats)")
+    ax.set_ylabel(f"loss ({unit})" if unit else "loss")
     _steps_axis(ax, f"Loss: {run}")
+    if unit is None:
+        ax.set_xlabel("step (the reported step, else the report's number)")
     ax.legend(loc="upper right")
     return figure
 

@@ -21,7 +21,7 @@ from typing import Any
 from ray_efa.training.run_folder import METRICS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE
 
 __all__ = ["ReportError", "RunRecords", "read_run", "charts", "render_html", "write_report", "CHARTS", "is_builtin",
-           "metric_keys"]
+           "metric_keys", "OWN_RUN_TRAINING_KEYS"]
 
 
 class ReportError(ValueError):
@@ -201,6 +201,19 @@ def read_run(uri: str) -> RunRecords:
 # -- charts ----------------------------------------------------------------------------------------------------------
 
 
+OWN_RUN_TRAINING_KEYS = ("trainFunction", "trainConfig", "maxFailures", "dataset")
+"""The training settings the stack acts on for a function of yours (it runs trainFunction with trainConfig, retries
+lost workers maxFailures times, hands it the dataset's shards): the report's settings table shows these of a run of
+yours, not the built-in function's knobs (steps, learningRate, ...) that such a run never used."""
+
+_DATASET_KEYS = ("evalDataset", "evalFraction", "modelPath", "seqLen")
+"""With a dataset, what shapes the shards a function of yours gets: the held-out split, the tokenizer, the packing."""
+
+
+def own_run_training_keys(settings: Any) -> tuple[str, ...]:
+    """The training settings a run of your function used (OWN_RUN_TRAINING_KEYS, and with a dataset _DATASET_KEYS)."""
+    return OWN_RUN_TRAINING_KEYS + (_DATASET_KEYS if settings.training.dataset is not None else ())
+
 CHARTS = ("loss", "throughput", "step_time", "memory", "optimizer")
 """The charts a report draws, each `<name>.png`, when the history holds their series."""
 
@@ -283,6 +296,9 @@ def charts(run: RunRecords) -> dict[str, Any]:
     if builtin:
         out["loss"] = plots.loss_chart(h, run=name)
         covered |= {"loss", *plots.eval_loss_keys(h)}
+    elif plots.has_series(h, "loss") and plots.eval_loss_keys(h):  # yours: one chart, labelled with the keys
+        out["loss"] = plots.loss_chart(h, run=name, unit=None)
+        covered |= {"loss", *plots.eval_loss_keys(h)}
     if plots.has_series(h, "throughput/tokens_per_s"):
         out["throughput"] = plots.throughput_chart(h, run=name)
         covered |= {"throughput/tokens_per_s", "throughput/mfu_pct"}
@@ -363,7 +379,7 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
         return [("status", "not finished: no summary.json"), ("last reported step", str(last["step"])),
                 ("loss at that step", _number(last.get("loss"), ".4f"))]
     rows = [
-        ("run", str(s.get("name", run.name))), ("network", str(s.get("network", "-"))),
+        ("run", str(s.get("name", run.name))), ("network", _network(s)),
         ("hardware", describe_hardware(s)),
         ("steps", f"{int(s.get('start_step') or 0) + 1}..{_number(s.get('steps'), 'd')}"
                   + (f" (resumed after step {s['start_step']})" if s.get("start_step") else "")),
@@ -380,6 +396,10 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
                                              f"{_number(s.get('memory/peak_reserved_gib'), '.2f')} GiB reserved"))
     elif "memory/peak_rss_gib" in s:
         rows.append(("peak memory (rank 0)", f"{_number(s['memory/peak_rss_gib'], '.2f')} GiB resident (CPU)"))
+    if s.get("precision"):
+        rows.append(("precision", f"{s['precision']} matrix products"
+                                  + (f", gradients {s['grad_reduce_dtype']} on the wire"
+                                     if s.get("grad_reduce_dtype") else "")))
     if s.get("dataset"):
         rows.append(("data", str(s["dataset"])))
     if "eval_loss" in s:
@@ -389,6 +409,16 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
                                              + unigram))
     rows.append(("wall time", f"{_number(s.get('time/elapsed_s'), '.1f')} s"))
     return rows
+
+
+def _network(summary: dict[str, Any]) -> str:
+    """The transport the run used: a local run's is gloo over loopback, whatever the network setting says."""
+    from ray_efa.training.run_summary import LOCAL
+
+    if summary.get("instance_type") == LOCAL:
+        return (f"gloo over loopback (a local run; the network setting, {summary.get('network', '-')}, is a "
+                "cluster run's)")
+    return str(summary.get("network", "-"))
 
 
 def _reported_rows(run: RunRecords) -> list[tuple[str, str]]:
@@ -401,7 +431,7 @@ def _reported_rows(run: RunRecords) -> list[tuple[str, str]]:
     if s is None:
         rows.append(("status", "not finished: no summary.json"))
     else:
-        rows += [("network", str(s.get("network", "-"))), ("hardware", describe_hardware(s))]
+        rows += [("network", _network(s)), ("hardware", describe_hardware(s))]
     rows.append(("reports", f"{len(h)}, steps {h[0]['step']}..{h[-1]['step']}"))
     for key in metric_keys(h):
         steps, values = _first_last(h, key)
@@ -479,8 +509,16 @@ def render_html(run: RunRecords, images: dict[str, bytes]) -> str:
         from ray_efa.core.settings import setting_keys
 
         values = run.settings.to_context()
+        shown = [(section, key) for key, (section, _) in setting_keys().items() if key in values]
+        if not is_builtin(run):
+            left_out = [key for section, key in shown if section == "training" and key not in own_run_training_keys(run.settings)]
+            shown = [(section, key) for section, key in shown if key not in left_out]
+            note = (f"The built-in function's training settings ({', '.join(left_out)}) are left out: they drive the "
+                    f"built-in function, not {run.settings.training.train_function}, which gets them all in "
+                    'config["settings"] and reads what it chooses (its own parameters are trainConfig).')
+            out.append(f'<p class="note">{e(note)}</p>')
         rows = [(section, key, json.dumps(values[key]) if not isinstance(values[key], str) else values[key])
-                for key, (section, _) in setting_keys().items() if key in values]
+                for section, key in shown]
         out.append(_table(rows, ("section", "key", "value")))
     out += ["<p><small>Written by <code>ray-efa report</code>; charts drawn with matplotlib.</small></p>",
             "</body></html>"]

@@ -1,5 +1,7 @@
 """`ray-efa submit`: the train function and its code as a new RayJob on a deployed cluster, followed to its end.
 
+    deployed = deployed_settings(api_client, ns, job) # the cluster side as deployed: its <job>-settings ConfigMap
+    settings, problems = on_deployed_cluster(settings, deployed)  # taken from it; a local contradiction: a problem
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
     upload_code_archive(s3, archive)                # codeDir too large for a ConfigMap: a zip under storagePath
     holders, _ = gpu_holders(api_client, namespace) # Ray clusters that hold the GPU nodes now: the job would wait
@@ -22,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Settings
+from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Problem, Settings
 
 __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects",
+           "DeployedSettings", "NoDeployedSettings", "DEPLOYED_KEYS", "SETTINGS_SELECTOR", "deployed_settings",
+           "on_deployed_cluster",
            "own_by_job", "follow",
            "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
@@ -41,6 +45,10 @@ _TOKEN_LENGTH = 5
 
 class SubmitError(RuntimeError):
     """The job could not be created or followed; the message names the object and the API's answer."""
+
+
+class NoDeployedSettings(SubmitError):
+    """The cluster's deployed settings cannot be found or read; the message says where it looked and what to do."""
 
 
 class JobNotFound(SubmitError):
@@ -92,6 +100,150 @@ def submission(settings: Settings, *, job_name: str | None = None,
 
     settings = settings.replace(jobName=job_name or unique_job_name(settings.workload.job_name))
     return settings, ray_job_chart(cdk8s.App(), settings, code_archive_uri=code_archive_uri).to_json()
+
+
+DEPLOYED_KEYS: tuple[str, ...] = (
+    # the EKS cluster and its network
+    "clusterName", "region", "kubernetesVersion", "vpcId", "vpcAvailabilityZones",
+    # the node groups: what the workers are, how many, where, and the labels their pods select
+    "systemInstanceType", "systemNodeCount", "gpuInstanceType", "gpuNodeCount", "gpuAvailabilityZone",
+    "capacityReservationId", "capacityReservationType", "placementGroup", "systemNodeSelector", "gpuNodeSelector",
+    "extraGpuInstanceTypes", "gpuRootVolumeGib", "systemRootVolumeGib",
+    # what is installed into the cluster: the operator's CRDs, how pods get GPUs and EFA interfaces
+    "kuberayVersion", "deviceAllocation", "nvidiaDevicePluginVersion", "efaDevicePluginVersion",
+    "nvidiaDraDriverVersion", "efaDraDriverVersion",
+    # what the cluster stack made for the pods: their namespace, the service account with access to the checkpoint
+    # bucket, the storage it grants and the shared volume
+    "namespace", "serviceAccount", "storagePath", "sharedVolumeClaim", "sharedVolumeMountPath",
+)
+"""The settings a job takes from the cluster it runs on, not from the submitting machine: a job that asks for other
+nodes, labels, a namespace or storage than the deployment made waits Pending until its deadline, or fails at Ray's
+storage check. The rest (the train function, its code and config, network efa or tcp, the image, the training
+knobs, jobName) belong to the job."""
+
+SETTINGS_SELECTOR = "app.kubernetes.io/component=settings,app.kubernetes.io/part-of=ray-efa-stack"
+"""The labels of every settings ConfigMap (k8s.code_config_map), those of deployments and of submitted jobs alike."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeployedSettings:
+    """The cluster side of the settings a deployment wrote into the cluster (DEPLOYED_KEYS of its settings.json)."""
+
+    source: str
+    """Where they were read: "ConfigMap research/train-efa-settings"."""
+    context: dict[str, Any]
+    """Context key -> the deployed value, as settings.json holds it (JSON)."""
+
+
+def _settings_of(config_map: Any, where: str) -> dict[str, Any]:
+    import json
+
+    from ray_efa.k8s.names import SETTINGS_FILE
+
+    data = (config_map.get("data") if isinstance(config_map, dict) else config_map.data) or {}
+    try:
+        values = json.loads(data[SETTINGS_FILE])
+        if not isinstance(values, dict):
+            raise ValueError("not a JSON object")
+    except (KeyError, ValueError) as error:
+        raise NoDeployedSettings(f"{where} holds no readable {SETTINGS_FILE} ({error}): was it written by "
+                                 "ray-efa-stack? Name the deployment's with --deployed NAMESPACE/JOB") from None
+    return {key: values[key] for key in DEPLOYED_KEYS if key in values}
+
+
+def _owned_by_job(config_map: Any) -> bool:
+    """Whether a RayJob owns it: `ray-efa submit` made it (own_by_job), it is no deployment's."""
+    owners = (config_map.metadata.owner_references or []) if not isinstance(config_map, dict) else \
+        (config_map.get("metadata") or {}).get("ownerReferences") or []
+    return any((o.kind if not isinstance(o, dict) else o.get("kind")) == "RayJob" for o in owners)
+
+
+def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool = False) -> DeployedSettings:
+    """The cluster side of the settings the cluster was deployed with: settings.json of the ConfigMap `<job>-settings`
+    in `namespace` (k8s.names.settings_config_map_name; the deployment's training job writes it). When that one is
+    not there (404) and not `exact`, every settings ConfigMap of the cluster (SETTINGS_SELECTOR, all namespaces) that
+    no submitted RayJob owns: one deployment's, or several that agree on DEPLOYED_KEYS.
+
+    Raises NoDeployedSettings naming where it looked and what to do when there is none, or several that disagree;
+    SubmitError when the API refuses the read (the 401/403 of the credentials themselves propagate, as job_state's).
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from ray_efa.k8s.names import code_config_map_name, settings_config_map_name
+
+    core = client.CoreV1Api(api_client)
+    name = settings_config_map_name(code_config_map_name(job))
+    where = f"ConfigMap {namespace}/{name}"
+    try:
+        return DeployedSettings(source=where, context=_settings_of(core.read_namespaced_config_map(name, namespace),
+                                                                   where))
+    except ApiException as error:
+        if error.status != 404:
+            raise SubmitError(f"cannot read {where}, the cluster's deployed settings: {_api_error(error)}") from None
+    what_to_do = (f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
+                  f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed with trainingJob false or "
+                  "gpuNodeCount 0 has none: deploy it with its training job once (ray-efa-stack writes "
+                  "<jobName>-settings in the job's namespace)")
+    if exact:
+        raise NoDeployedSettings(f"no {where} in the cluster (404 Not Found), so its deployed settings are unknown: "
+                                 f"{what_to_do}")
+    try:
+        listing: Any = core.list_config_map_for_all_namespaces(label_selector=SETTINGS_SELECTOR)
+    except ApiException as error:
+        raise NoDeployedSettings(f"no {where} (404 Not Found), and the settings ConfigMaps of the other namespaces "
+                                 f"cannot be listed: {_api_error(error)}; {what_to_do}") from None
+    found: dict[str, dict[str, Any]] = {}
+    for item in listing.items or []:
+        if not _owned_by_job(item):
+            at = f"ConfigMap {item.metadata.namespace}/{item.metadata.name}"
+            found[at] = _settings_of(item, at)
+    if not found:
+        raise NoDeployedSettings(f"no {where}, nor any other settings ConfigMap of a deployment in the cluster, so "
+                                 f"its deployed settings are unknown: {what_to_do}")
+    first, *others = sorted(found)
+    if differ := [at for at in others if found[at] != found[first]]:
+        raise NoDeployedSettings(f"no {where}, and the cluster holds the settings of deployments that differ "
+                                 f"({', '.join([first, *differ])}): name the one to run on with --deployed "
+                                 "NAMESPACE/JOB")
+    return DeployedSettings(source=first, context=found[first])
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
+                        sources: dict[str, str] | None = None) -> tuple[Settings, list[Problem]]:
+    """`settings` with the cluster side (DEPLOYED_KEYS) as deployed, and a problem for each value given here (not
+    left at its default) that contradicts the deployment, naming both values; a storagePath under the deployed one
+    (a run's own folder in the granted bucket) is no contradiction and stays. `sources`: context key -> where the
+    local value came from (core.context.ResolvedSettings.sources), named in the problems."""
+    import json
+
+    local = settings.to_context()
+    given = settings.given_keys
+    taken: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key, value in deployed.context.items():
+        mine = local.get(key)
+        if json.dumps(mine, sort_keys=True) == json.dumps(value, sort_keys=True):
+            continue
+        if key == "storagePath" and isinstance(mine, str) and isinstance(value, str) and _under(mine, value):
+            continue
+        if key in given:
+            source = (sources or {}).get(key)
+            origin = f" (from {source})" if source and source != "default" else ""
+            problems.append(Problem(key, mine, (
+                f"the cluster was deployed with {json.dumps(value)} ({deployed.source}) and the local value{origin} "
+                f"contradicts it: a job runs on what was deployed; drop {key} from the local settings to take the "
+                f"cluster's{' (or name a folder under it)' if key == 'storagePath' else ''}, or deploy the cluster "
+                "with it")))
+        else:
+            taken[key] = value
+    if problems or not taken:
+        return settings, problems
+    return settings.replace(**taken), []
 
 
 def _api_error(error: Exception) -> str:

@@ -16,20 +16,29 @@ PYRIGHT = PYPROJECT["tool"]["pyright"]
 
 def _package_folders() -> set[str]:
     """The top-level folders the wheel maps into ray_efa (ray_efa.core -> core/)."""
+    return set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
+
+
+def test_every_subpackage_is_a_top_level_folder_that_refuses_a_second_name():
+    # GIVEN the packages the wheel holds THEN each subpackage of ray_efa is mapped onto a top-level folder of its name
     packages = PYPROJECT["tool"]["setuptools"]["packages"]
-    return {name.split(".")[1] for name in packages if name.count(".") == 1}
-
-
-def test_every_package_folder_is_a_ray_efa_symlink_and_a_wheel_package():
-    linked = {path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()}
-    assert linked == _package_folders()
+    mapped = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    assert mapped == {name: name.split(".")[1] for name in packages if name.count(".") == 1}
+    for folder in _package_folders():
+        init = ROOT / folder / "__init__.py"
+        assert init.is_file() and not init.is_symlink(), folder
+        # whose __init__ refuses to load under any name but ray_efa.<folder> (no module twice: core.x and ray_efa.core.x)
+        assert f'if __name__ != "ray_efa.{folder}":' in init.read_text(), folder
+    # and ray_efa/ in the repository holds no links (a Windows checkout has none): only its own files
+    assert sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.name != "__pycache__") == [
+        "__init__.py", "py.typed"]
 
 
 def test_pyright_includes_every_package_folder_once():
     include = set(PYRIGHT["include"])
     # THEN each package folder is checked under its top-level path, ray_efa/__init__.py beside them
     assert _package_folders() | {"ray_efa/__init__.py"} <= include
-    # and never also through the ray_efa/ symlinks: pyright would report each file twice, once per path
+    # and never also through ray_efa/: pyright would report each file twice, once per path
     assert not {entry for entry in include if entry.rstrip("/") == "ray_efa" or entry.startswith("ray_efa/")} - {
         "ray_efa/__init__.py"}
     # and no exclude takes a package folder (or a file in one) back out

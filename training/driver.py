@@ -8,7 +8,8 @@ a function of yours what it reported last (Result.metrics) and where it ran.
 The RayJob runs exactly `python -m ray_efa.training.driver --settings /path/settings.json` from a working directory holding
 core/ and training/; `--local` runs 2 CPU workers (gloo) on an in-process Ray cluster instead (with the local preset
 when no settings file is given). Exit codes: 0 trained (and the transport proven, on the
-cluster), 1 training failed or the gate failed, 2 bad settings or a plan that cannot fit, 3 the gate could not prove
+cluster), 1 training failed or the gate failed, 2 bad settings, a plan that cannot fit, or a run that cannot resume
+with these settings (the workers' refusal, before a step), 3 the gate could not prove
 the transport (cluster only; the local run uses no NCCL, so it cannot prove anything there and says so).
 
 Ray Train v2 API (the default in ray 2.58): ScalingConfig, RunConfig(storage_path, FailureConfig(max_failures)).
@@ -29,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import ray_efa
 from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
+from ray_efa.core.pod_env import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
 from ray_efa.core.user_code import check_user_code, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
-from ray_efa.training.network import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.training.run_folder import SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
 
 if TYPE_CHECKING:
@@ -111,6 +112,19 @@ def run_config(settings: Settings, name: str) -> RunConfig:
     )
 
 
+GENERIC_FUNCTION_NAMES = frozenset({"train_func", "train_loop_per_worker", "train_loop", "train_fn", "train", "main",
+                                    "fit", "run"})
+"""Names Ray Train's documentation and most functions use (train_func above all): they tell no two runs apart."""
+
+
+def function_label(spec: str) -> str:
+    """What names a run of trainFunction `spec`: the function's name ("pkg.train:fit_mlp" -> fit_mlp), or where a
+    conventional name says nothing (GENERIC_FUNCTION_NAMES), its module ("own_training.train:train_func" ->
+    own_training.train)."""
+    module, function = split_function(spec)
+    return module if function in GENERIC_FUNCTION_NAMES else function
+
+
 def default_run_name(settings: Settings, *, local: bool) -> str:
     """<where>[-<jobName>]-<what>-<UTC time>: where is "local" or the cluster, what the model (modelPath's name, or
     the preset) of the built-in function, or your function's name; jobName when it is not the default, so that side-by-side jobs differ."""
@@ -119,16 +133,15 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
     if settings.workload.job_name != DEFAULT_JOB_NAME:
         prefix += f"-{settings.workload.job_name}"
     t = settings.training
-    what = ((model_label(t.model_path) if t.model_path else t.model) if t.builtin
-            else split_function(t.train_function)[1])
+    what = (model_label(t.model_path) if t.model_path else t.model) if t.builtin else function_label(t.train_function)
     what = "".join(c if c.isalnum() or c in "-_." else "-" for c in what)  # hf://org/name: no "/" in a run name
     return f"{prefix}-{what}-{stamp}"
 
 
 def _import_root(package_init: str | None = None) -> str:
-    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (its ray_efa/
-    links the source folders), or site-packages in an install (not site-packages/ray_efa, where `import ray_efa`
-    would fail, nor the source folder a symlink resolves to)."""
+    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (whose
+    ray_efa/__init__.py makes the top-level folders its subpackages), or site-packages in an install (not
+    site-packages/ray_efa, where `import ray_efa` would fail)."""
     return str(Path(package_init or str(ray_efa.__file__)).parent.parent.resolve())
 
 
@@ -267,9 +280,9 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
     from ray_efa.core.output_dir import publish
+    from ray_efa.core.pod_env import expected_transport
     from ray_efa.training import efa_counters
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
-    from ray_efa.training.network import expected_transport
     from ray_efa.training.transport import classify_paths, gate
 
     paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs and EFA counters of the transport gate)",
@@ -343,6 +356,10 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     except ray.train.TrainingFailedError as error:
+        if (refusal := _settings_refusal(error)) is not None:  # e.g. a resume at another global batch
+            print(f"ray_efa.training.driver: {refusal}", file=sys.stderr)
+            _say_report(folder)
+            return EXIT_BAD_SETTINGS
         print(f"training failed: {error}", file=sys.stderr)
         _say_not_retried(error, settings)
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
@@ -410,6 +427,17 @@ def record_in_run_folder(folder: RunFolder | None, file: str, data: bytes | dict
             folder.write_json(file, data)
     except Exception as error:  # noqa: BLE001 - the run's outcome matters more than its record
         print(f"ray_efa.training.driver: cannot write {file} into {folder.uri}: {error}", file=sys.stderr)
+
+
+def _settings_refusal(error: Exception) -> SettingsError | None:
+    """The settings' refusal a worker raised (the checkpoint's run cannot resume with these settings:
+    training.checkpoint.remap_train_state), when that is why the run failed; else None."""
+    from ray.train import WorkerGroupError
+
+    from ray_efa.training.failure_policy import code_errors
+
+    raised = code_errors(error) if isinstance(error, WorkerGroupError) else {}
+    return next((e for _, e in sorted(raised.items()) if isinstance(e, SettingsError)), None)
 
 
 def _say_not_retried(error: Exception, settings: Settings) -> None:

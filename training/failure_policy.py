@@ -9,28 +9,38 @@ same way. This policy, installed by training.driver.fit, asks what failed:
     only collectives broke (torch.distributed.DistError)        retry the same way: the network, not the code
     the code raised (any other exception on any rank)           end the run now: the driver prints the traceback once
 
+A failed health check (WorkerHealthCheckFailedError) is a lost worker only when its cause is: the poll of a live
+worker also fails when what the worker sent cannot be rebuilt on the controller (an exception of the code whose class
+takes other arguments than its args, or lives in a module the controller cannot import), and that is the code's.
+A hanging health check (WorkerHealthCheckTimeoutError) is a worker that stopped answering: lost.
+
 Preemptions and controller errors keep Ray Train's own counting (ray/train/v2/_internal/execution/failure_handling/
-default.py), which this extends.
+default.py), which this extends; a preemption's retry line counts preemptions against maxPreemptionFailures.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ray.exceptions import NodeDiedError, OutOfMemoryError, RayActorError, WorkerCrashedError
+from ray.exceptions import LocalRayletDiedError, NodeDiedError, OutOfMemoryError, RayActorError, WorkerCrashedError
 from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError, WorkerHealthCheckTimeoutError
 from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
+from ray.train.v2._internal.execution.failure_handling.default import _is_preemption_failure
 from ray.train.v2.api.exceptions import TrainingFailedError, WorkerGroupError
 
 __all__ = ["RetryLostWorkersPolicy", "is_worker_loss", "is_collective_error", "code_errors"]
 
-_LOST = (RayActorError, WorkerCrashedError, NodeDiedError, OutOfMemoryError, WorkerHealthCheckFailedError,
-         WorkerHealthCheckTimeoutError)
+_DIED = (RayActorError, WorkerCrashedError, NodeDiedError, OutOfMemoryError, LocalRayletDiedError)
+"""What Ray raises for a process or node that is gone (ray.exceptions; RayActorError covers ActorDiedError, also a
+preempted node's, and ActorUnavailableError)."""
 
 
 def is_worker_loss(error: BaseException) -> bool:
-    """The worker's process or node is gone (or stopped answering): nothing the code on it raised."""
-    return isinstance(error, _LOST)
+    """The worker's process or node is gone (or stopped answering): nothing the code on it raised. A failed health
+    check is a loss only when its cause is one (see the module docstring)."""
+    if isinstance(error, WorkerHealthCheckFailedError):
+        return isinstance(error.health_check_failure, _DIED)
+    return isinstance(error, (*_DIED, WorkerHealthCheckTimeoutError))
 
 
 def is_collective_error(error: BaseException) -> bool:
@@ -72,12 +82,17 @@ class RetryLostWorkersPolicy(DefaultFailurePolicy):
             return FailureDecision.RAISE  # the same code on the same data fails the same way: no retry
         decision = super().make_decision(training_failed_error)
         if decision == FailureDecision.RETRY and isinstance(training_failed_error, WorkerGroupError):
-            limit = self.failure_config.max_failures
+            config = self.failure_config
+            if _is_preemption_failure(training_failed_error):  # Ray counts these apart, against their own limit
+                what = "worker preempted"
+                failures, limit = self._preemption_failures, config.max_preemption_failures
+            else:
+                lost = any(is_worker_loss(e) for e in training_failed_error.worker_failures.values())
+                what = "worker lost" if lost else "collective failed"
+                failures, limit = self._worker_group_failures, config.max_failures
             total = "unlimited" if limit == -1 else str(limit + 1)
-            lost = any(is_worker_loss(e) for e in training_failed_error.worker_failures.values())
-            what = "worker lost" if lost else "collective failed"
             # The controller's stdout reaches the driver's output (Ray's log_to_driver), one line.
             sys.stdout.write(f"{what} ({_reason(training_failed_error)}): retrying from the last checkpoint, "
-                             f"attempt {self._worker_group_failures + 1} of {total}\n")
+                             f"attempt {failures + 1} of {total}\n")
             sys.stdout.flush()
         return decision

@@ -40,8 +40,8 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from ray_efa.core.fp8 import converts_to_fp8
+from ray_efa.core.pod_env import TORCHAO_VERSION
 from ray_efa.training.model import CausalLM
-from ray_efa.training.network import TORCHAO_VERSION
 
 if TYPE_CHECKING:
     import torch.distributed as dist

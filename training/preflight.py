@@ -5,13 +5,11 @@ Ray Train worker calls
 
     results = allreduce_probe()                               # after torch.distributed is initialized
     print(format_probe_table(results))                        # rank 0
-    floor = preflight_floor(settings)
+    floor = preflight_floor(settings)                         # core.preflight_floor
     check_busbw(results, floor_gbps=floor.floor_gb_s, inter_node=nodes > 1, network=floor.network)
 
-and the job stops with PreflightError naming the measured and the expected bandwidth. The floor is the network's:
-over EFA a share of what a healthy node of the family reaches (core.catalog.allreduce_floor_gbps: GPUDirect RDMA or
-not, EFA cards, intra-node link), over TCP a share of the socket model (core.perf.socket_gb_s, with the sockets the
-TCP job opens), or preflightMinBusbwGbps; `ray-efa plan --json` shows it as `preflight`. Bandwidths follow nccl-tests
+and the job stops with PreflightError naming the measured and the expected bandwidth. The floor is the network's
+(core.preflight_floor, pure, so that `ray-efa plan --json` shows it as `preflight` without torch). Bandwidths follow nccl-tests
 (doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n for all-reduce, in GB/s (1e9 bytes).
 All ranks get identical results (the slowest rank's time), so they all pass or all raise together.
 """
@@ -23,12 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ray_efa.core import catalog, perf
-
 if TYPE_CHECKING:  # torch stays out of import time: the CLI and the manifests import this module's neighbours
     import torch
-
-    from ray_efa.core.settings import Settings
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -37,10 +31,6 @@ __all__ = [
     "ProbeResult",
     "allreduce_probe",
     "check_busbw",
-    "floor_gbps",
-    "PreflightFloor",
-    "network_floor",
-    "preflight_floor",
     "format_probe_table",
     "record_probe",
     "measured_busbw_gb_s",
@@ -161,7 +151,7 @@ _LIKELY_CAUSE = {
 def check_busbw(results: Sequence[ProbeResult], floor_gbps: float, inter_node: bool, *, network: str = "efa") -> None:
     """Raise PreflightError when the largest size's bus bandwidth is below `floor_gbps` on an inter-node run.
 
-    The floor describes the network between nodes (preflight_floor: a share of what a healthy node reaches on
+    The floor describes the network between nodes (core.preflight_floor: a share of what a healthy node reaches on
     `network`, or the preflightMinBusbwGbps setting), so a single-node run (`inter_node=False`) is not judged against
     it. `network` ("efa" or "tcp") picks the likely cause the error names.
     """
@@ -194,63 +184,6 @@ def record_probe(results: Sequence[ProbeResult]) -> None:
 def measured_busbw_gb_s() -> float | None:
     """This worker's probe busbw (GB/s) at the largest size; None without a probe."""
     return _measured[0] if _measured else None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class PreflightFloor:
-    """The all-reduce floor a job runs with, and where it comes from."""
-
-    floor_gb_s: float
-    """Lowest all-reduce bus bandwidth (GB/s) at 1 GiB the preflight accepts between nodes."""
-    source: str
-    """"setting preflightMinBusbwGbps", or the catalog's / the socket model's reasoning with its sources."""
-    network: str
-    """The network it is for: "efa" or "tcp" (the job's `network` setting)."""
-    healthy_gb_s: float | None = None
-    """What a healthy pair of nodes reaches on that network (None with the setting)."""
-    judged: bool = True
-    """Whether the preflight applies it: only between nodes (gpuNodeCount > 1)."""
-
-    def as_dict(self) -> dict[str, object]:
-        return {"floor_gb_s": self.floor_gb_s, "source": self.source, "network": self.network,
-                "healthy_gb_s": None if self.healthy_gb_s is None else round(self.healthy_gb_s, 3),
-                "margin": catalog.FLOOR_MARGIN if self.healthy_gb_s is not None else None, "judged": self.judged}
-
-
-def network_floor(instance: catalog.InstanceType, network: str, *, placement_group: bool = True) -> PreflightFloor:
-    """The floor of a job on `network` between `instance` nodes, from the catalog (EFA) or the socket model (TCP),
-    never one network's floor for the other: the TCP comparison run must finish to be compared."""
-    if network == "efa":
-        healthy = catalog.healthy_efa_busbw(instance)
-        gb_s, source = healthy.gb_s, f"catalog: {healthy.source}"
-    elif network == "tcp":
-        layout = perf.socket_layout(instance, placement_group=placement_group)
-        gb_s = perf.socket_gb_s(instance, placement_group=placement_group)
-        source = (f"socket model (core.perf.socket_gb_s): TCP on the {instance.primary_card_gbps:g} Gbit/s card 0, "
-                  f"{layout.threads} threads x {layout.sockets_per_thread} sockets a connection, "
-                  f"{'in' if placement_group else 'outside'} a placement group")
-    else:
-        raise ValueError(f"network must be one of {', '.join(perf.NETWORKS)}, got {network!r}")
-    floor = round(gb_s * catalog.FLOOR_MARGIN, 2)
-    return PreflightFloor(floor_gb_s=floor, source=f"{source}; floor {catalog.FLOOR_MARGIN:g} of {gb_s:.2f} GB/s",
-                          network=network, healthy_gb_s=gb_s)
-
-
-def preflight_floor(settings: Settings) -> PreflightFloor:
-    """The floor the job of `settings` runs with: preflightMinBusbwGbps if set, else its network's (network_floor)."""
-    n = settings.nodes
-    network, judged = settings.workload.network, n.gpu_node_count > 1
-    configured = settings.workload.preflight_min_busbw_gbps
-    if configured is not None:
-        return PreflightFloor(floor_gb_s=configured, source="setting preflightMinBusbwGbps", network=network,
-                              judged=judged)
-    return dataclasses.replace(network_floor(n.gpu_instance, network, placement_group=n.use_placement_group),
-                               judged=judged)
-
-
-def floor_gbps(settings: Settings) -> float:
-    """The bus-bandwidth floor of a run, GB/s (preflight_floor's)."""
-    return preflight_floor(settings).floor_gb_s
 
 
 def format_probe_table(results: Sequence[ProbeResult]) -> str:

@@ -1,4 +1,6 @@
-"""When train_func calls `ray.train.report`; every step's metrics in `Reporter.history`.
+"""Everything train_func does after an optimizer step, in one call (`Reporter.step`): every step's metrics in
+`Reporter.history`; at measure steps the progress line, the run's metrics history, the held-out evaluation, and the
+checkpoint or `ray.train.report` when due.
 
 Ray Train v2 (2.58) holds one report per worker (worker_group/worker.py: Queue(maxsize=1)) and drains it once per
 RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s): a report per short step waited for the poll. Here each step's loss
@@ -13,12 +15,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from ray_efa.training.metrics import Meter
-from ray_efa.training.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
+from ray_efa.core.pod_env import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
+from ray_efa.training.metrics import Meter, format_line
 
 __all__ = ["REPORT_SPACING", "poll_interval_s", "Reporter"]
 
@@ -48,9 +51,24 @@ class _Pending:
     grad_norm: torch.Tensor | None = None  # the same on every rank
 
 
+def _ray_report(metrics: dict[str, float]) -> None:
+    import ray.train
+
+    ray.train.report(metrics)
+
+
+def _never(step: int) -> bool:
+    return False
+
+
+class _Log(Protocol):
+    def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
+
+
 @dataclass
 class Reporter:
-    """Every step's metrics, and which measure steps report to Ray (the same on every rank)."""
+    """Every step's metrics, and which measure steps report to Ray (the same on every rank); `step` does what is due
+    after each optimizer step, with what train_func hands it (evaluation, checkpoint, history)."""
 
     meter: Meter
     report_every: int
@@ -62,6 +80,24 @@ class Reporter:
     reduce: Callable[[torch.Tensor], torch.Tensor] = _all_reduce_sum
     history: list[dict[str, float]] = field(default_factory=list)  # per step: loss, lr, time/step_s, rates (+ more)
     reports: int = 0  # ray.train.report calls
+    checkpoint_every: int = 0
+    """Checkpoint (with its report) every K steps and at the last one; 0: only at the last."""
+    save: Callable[[dict[str, float], int], None] | None = None
+    """Checkpoint and report with these metrics at this step (training.checkpoint.save_and_report, bound); None: a
+    plain report at those steps."""
+    eval_due: Callable[[int], bool] = _never
+    """Whether the held-out evaluation runs after this step."""
+    evaluate: Callable[[], dict[str, float]] | None = None
+    """The held-out evaluation (training.inputs.Inputs.evaluate, bound)."""
+    log: _Log | None = None
+    """The run's metrics history (rank 0: training.history), given every step at the next measure step."""
+    say: Callable[[str], None] | None = None
+    """Where rank 0 writes its progress line; None: nowhere."""
+    report: Callable[[dict[str, float]], None] = _ray_report
+    after_record: Callable[[int], None] | None = None
+    """Called with the step right after it is recorded, before anything is reported (training.faults: tests only)."""
+    last_eval: dict[str, float] = field(default_factory=dict)
+    """The latest evaluation's metrics, with its "eval_step"."""
     _pending: list[_Pending] = field(default_factory=list)
     _previous_mark: object = None
     _last_report: float = -math.inf
@@ -81,6 +117,38 @@ class Reporter:
         if isinstance(start, torch.cuda.Event) and isinstance(end, torch.cuda.Event):
             return start.elapsed_time(end) / 1000.0
         return float(end) - float(start)  # type: ignore[arg-type]
+
+    def step(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None:
+        """After optimizer step `step`, on every rank: record it; at a measure step (the same on every rank) measure,
+        evaluate when due, print rank 0's progress line, hand the history its entries, then checkpoint (its report
+        carries the checkpoint) or report when due."""
+        self.record(step, loss, lr, grad_norm=grad_norm)
+        if self.after_record is not None:
+            self.after_record(step)
+        total = self.meter.total_steps
+        save = step == total or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)
+        evaluate = self.evaluate is not None and self.eval_due(step)
+        if not self.is_measure_step(step, save=save or evaluate):
+            return
+        metrics, report = self.measure(step, save=save)  # report: agreed by every rank
+        if evaluate:  # after measure: the held-out pass is not a training step
+            assert self.evaluate is not None
+            self.last_eval = {**self.evaluate(), "eval_step": step}
+            metrics.update(self.last_eval)
+            self.annotate(self.last_eval)
+            self.restart_clock()
+        if self.say is not None and self.rank == 0:
+            self.say(format_line(metrics, total))
+        if self.log is not None:  # every step since the last measure step
+            for entry in self.take_unlogged():
+                self.log.log(entry, int(entry["step"]))
+        if save and self.save is not None:
+            self.save(metrics, step)
+            self.reported()
+            self.restart_clock()  # the save is not a training step
+        elif report or save:
+            self.report(metrics)
+            self.reported()
 
     def record(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None:
         """A finished step's loss and gradient norm, left on the device."""

@@ -3,18 +3,17 @@
 config["settings"] is `Settings.to_context()`; every value comes from it. Ray Train has already joined the workers
 into a torch.distributed process group (NCCL on GPU, gloo on CPU) when this runs, and the driver's per-worker wrapper
 (training.worker) has run the preflight probe. The loop, nanoGPT style: model, FSDP2, AdamW, resume, then steps;
-rank 0 prints progress; every rank reports at the steps training.reporting agrees on (at most one per poll).
+after each step one call, `Reporter.step`, does what is due (progress line, history, evaluation, checkpoint, report
+to Ray: training.reporting), at the same steps on every rank.
 
-Test-only fault injection (config key "_faults", see FaultInjection) is never set by the driver.
+Tests may break a run on purpose (training.faults, config key "_faults"): read once, before the loop.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -22,9 +21,10 @@ import torch
 from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters, preflight, weights
+from ray_efa.training.faults import FaultInjection
 from ray_efa.training.history import open_history
 from ray_efa.training.inputs import Inputs
-from ray_efa.training.metrics import Meter, Throughput, format_line, peak_flops_per_s
+from ray_efa.training.metrics import Meter, Throughput, peak_flops_per_s
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import (
     ParallelPlan,
@@ -35,44 +35,8 @@ from ray_efa.training.parallelize import (
 )
 from ray_efa.training.reporting import Reporter
 
-__all__ = ["train_func", "check_fp8_capability", "train_step", "StepResult", "learning_rate", "build_optimizer", "FaultInjection", "InjectedFault"]
-
-class InjectedFault(RuntimeError):
-    """The failure FaultInjection raises (tests only)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FaultInjection:
-    """Test-only hooks, from train_loop_config["_faults"] (a dict of these fields)."""
-
-    raise_at_step: int | None = None
-    """Rank `raise_on_rank` raises right after optimizer step k, before that step's report or checkpoint. It fires
-    once: only in an attempt that started from step 0, so the restarted attempt (resumed from a checkpoint before k,
-    which the test must provide) runs through."""
-    raise_on_rank: int = 1
-    """The rank that raises, or exits."""
-    exit_at_step: int | None = None
-    """Rank `raise_on_rank` ends its process (os._exit) right after optimizer step k, as a worker whose node is lost:
-    the failure a run retries (training.failure_policy; an exception of the code is not retried). Once, as above."""
-    stop_after_step: int | None = None
-    """Every rank leaves the loop after this step (and its report, if due), keeping the full run's LR schedule: a job
-    stopped between checkpoints, for resume tests."""
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> FaultInjection:
-        return cls(**config.get("_faults", {}))
-
-    def after_step(self, *, step: int, rank: int, start_step: int) -> None:
-        if self.raise_at_step == step and rank == self.raise_on_rank and start_step == 0:
-            raise InjectedFault(f"injected fault at step {step} on rank {rank}")
-        if self.exit_at_step == step and rank == self.raise_on_rank and start_step == 0:
-            # The controller takes reports (and their checkpoints) by polling: wait past a few polls, so the step
-            # k-1 checkpoint is registered before the process goes, as it would be on a node lost later.
-            import time
-
-            time.sleep(3)
-            sys.stdout.flush()
-            os._exit(1)  # no exception, no cleanup: the worker process is gone
+__all__ = ["train_func", "check_fp8_capability", "trained_precision", "train_step", "StepResult", "learning_rate",
+           "build_optimizer", "parallel_plan"]
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:
@@ -155,18 +119,26 @@ def check_fp8_capability(capability: tuple[int, int], device_name: str) -> None:
                                      f"{FP8_COMPUTE_CAPABILITY[0]}.{FP8_COMPUTE_CAPABILITY[1]} or later)")])
 
 
-def _sharding(settings: Settings, world: int, local_world: int) -> tuple[str, int, str]:
-    """(strategy, HSDP replicas, gradient reduction dtype): core.strategy's choice, on the ranks Ray started.
+def trained_precision(policy: Any, *, fp8: bool) -> str:
+    """The precision the decoder layers' matrix products ran in, for the run summary: fp8, bf16 (FSDP2's bf16
+    parameters), or fp32 where no mixed-precision policy applies (a CPU run: the precision setting is a GPU's)."""
+    if fp8:
+        return "fp8"
+    return "bf16" if policy is not None and getattr(policy, "param_dtype", None) == torch.bfloat16 else "fp32"
 
-    HSDP replicates across the nodes actually present (world / ranks per node); on one node it is plain FSDP.
-    """
-    from ray_efa.core.strategy import choose
 
-    option = choose(settings)
+def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_world: int) -> tuple[str, ParallelPlan]:
+    """(strategy, plan): the resolved sharding, gradReduceDtype, activationCheckpointing and precision (decided once,
+    by core.strategy.resolve; nothing is chosen here) on the ranks Ray started. HSDP replicates across the nodes
+    actually present (world / ranks per node); on one node it is plain FSDP. fp8 runs on GPU only."""
+    if "auto" in (t.sharding, t.grad_reduce_dtype):
+        raise ValueError("sharding and gradReduceDtype must be decided first (core.strategy.resolve), not auto")
     nodes = world // max(1, local_world)
-    if option.strategy == "hsdp" and nodes > 1 and world % nodes == 0:
-        return option.strategy, nodes, option.reduce_dtype
-    return "fsdp", 1, option.reduce_dtype
+    replicas = nodes if t.sharding == "hsdp" and nodes > 1 and world % nodes == 0 else 1
+    policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)
+    return ("hsdp" if replicas > 1 else "fsdp"), ParallelPlan(
+        activation_checkpointing=t.checkpointing, compile=t.compile, mixed_precision=policy, replicas=replicas,
+        bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
 
 
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -185,12 +157,14 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger().setLevel(logging.WARNING)
     from ray_efa.core.strategy import resolve
 
-    # the plan's decisions (microBatch, gradAccumulation, precision, activationCheckpointing at auto): the same
-    # function `ray-efa plan` shows them from, on the same settings, so the job runs the planned split
+    # every auto lever decided as the plan decides it (microBatch, gradAccumulation, precision, activationCheckpointing,
+    # sharding, gradReduceDtype): the same function `ray-efa plan` shows them from, so the job runs the planned split.
+    # The driver's config holds them decided already; resolve returns decided settings as they are.
     settings = resolve(Settings.from_context(config["settings"]))
-    faults = FaultInjection.from_config(config)
+    faults = FaultInjection.from_config(config)  # tests only: None in every real run
     t = settings.training
-    rank, world = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
     if t.precision == "fp8" and device.type == "cuda":
         check_fp8_capability(torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
@@ -202,12 +176,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
                         loss_chunk_size=t.loss_chunk_size)
     if rank == 0 and folder is not None and t.model_path is not None:
         _say(weights.describe_loaded(t.model_path, folder, model))
-    strategy, replicas, reduce_dtype = _sharding(settings, world, ray.train.get_context().get_local_world_size())
-    policy, bf16_wire = gradient_precision(device, reduce_dtype, t.accumulation_steps)
-    plan = ParallelPlan(
-        activation_checkpointing=t.checkpointing, compile=t.compile, mixed_precision=policy,
-        replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda",
-    )
+    strategy, plan = parallel_plan(t, device, world, context.get_local_world_size())
+    replicas, reduce_dtype = plan.replicas, t.grad_reduce_dtype
     if rank == 0:
         _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else "")
              + (f", gradients {reduce_dtype} on the wire" if device.type == "cuda" else "")
@@ -218,7 +188,6 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     shape = checkpoint.run_shape(t, world)
     train_state = checkpoint.remap_train_state(train_state, shape)  # the plan may differ from the checkpoint's
     data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
-    last_eval: dict[str, float] = {}
     meter = Meter(
         throughput=Throughput(
             tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps, world_size=world,
@@ -231,54 +200,37 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
         _say(f"resumed from the checkpoint of step {start}")
     history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
-    reporter = Reporter(meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device)
-    model.train()
-    steps_run = 0
-    for step in range(start + 1, t.steps + 1):
-        steps_run += 1
-        lr = learning_rate(step, t)
-        k = t.accumulation_steps  # micro-batch ids (step-1)k+1 .. sk: with k = 1, batch `step` as always
-        batches = [data.batch((step - 1) * k + i + 1) for i in range(k)]  # random tokens: a function of the id
-        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
-        reporter.record(step, loss, lr, grad_norm=grad_norm)
-        faults.after_step(step=step, rank=rank, start_step=start)
+    def save(metrics: dict[str, float], step: int) -> None:
+        checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
+                                   train_state={**data.state(), "shape": shape})
 
-        save = step == t.steps or (t.checkpoint_every > 0 and step % t.checkpoint_every == 0)
-        evaluate = data.eval_due(step)
-        if reporter.is_measure_step(step, save=save or evaluate):  # the same steps on every rank
-            metrics, report = reporter.measure(step, save=save)  # report: agreed by every rank
-            if evaluate:  # after measure: the held-out pass is not a training step
-                last_eval = {**data.evaluate(model, device), "eval_step": step}
-                metrics.update(last_eval)
-                reporter.annotate(last_eval)
-                reporter.restart_clock()
-            if rank == 0:
-                _say(format_line(metrics, t.steps))
-            if history:  # every step since the last measure step
-                for entry in reporter.take_unlogged():
-                    history.log(entry, int(entry["step"]))
-            if save:
-                checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
-                                           train_state={**data.state(), "shape": shape})
-                reporter.reported()
-                reporter.restart_clock()  # the save is not a training step
-            elif report:
-                ray.train.report(metrics)
-                reporter.reported()
-        if faults.stop_after_step == step:
-            break
+    reporter = Reporter(
+        meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device,
+        checkpoint_every=t.checkpoint_every, save=save, eval_due=data.eval_due,
+        evaluate=(lambda: data.evaluate(model, device)) if data.eval_split is not None else None,
+        log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
+    )
+    last_step = faults.last_step(t.steps) if faults else t.steps
+    k = t.accumulation_steps
+    model.train()
+    for step in range(start + 1, last_step + 1):
+        lr = learning_rate(step, t)
+        # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
+        batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
     if history:
         history.close()
 
-    efa_counters.snapshot_ray_worker("after", steps=steps_run, settings=settings)
-    context = ray.train.get_context()
+    efa_counters.snapshot_ray_worker("after", steps=max(0, last_step - start), settings=settings)
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # what ran, for `ray-efa calibrate`
     ran = {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
-             "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
-             "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
-             "grad_reduce_dtype": reduce_dtype, "precision": "fp8" if plan.fp8 else "bf16",
-             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
-    return {"summary": {**meter.summary(), **last_eval, **where, **ran, "reports": reporter.reports},
+           "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
+           "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
+           "grad_reduce_dtype": reduce_dtype if plan.mixed_precision is not None else "fp32",
+           "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
+           "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
+    return {"summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

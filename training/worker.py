@@ -36,7 +36,7 @@ from ray_efa.core.user_code import split_function
 from ray_efa.training.history import CHECKPOINT_KEY, LAST_CHECKPOINT, open_history
 
 __all__ = ["WRAPPER_KEY", "WorkerRun", "train_loop", "train_loop_config", "load_train_function", "before_training",
-           "after_training"]
+           "after_training", "crossing"]
 
 WRAPPER_KEY = "_ray_efa"
 """The config key of the wrapper's own values (removed before the function sees the config)."""
@@ -84,6 +84,24 @@ class UserCodeError(RuntimeError):
     """The function cannot be imported or run for a reason in its own code or packages, said with the fix."""
 
 
+def crossing(error: BaseException) -> BaseException:
+    """`error` as the worker raises it to Ray Train: itself, or when pickle cannot rebuild it (as Ray must, on the
+    controller: an exception class whose __init__ takes other arguments than its args) a UserCodeError naming it, so
+    that the run fails with the code's error, once, not with a failed health check."""
+    import pickle
+
+    from ray.cloudpickle.cloudpickle_fast import dumps  # what Ray serializes a worker's exception with
+
+    try:
+        pickle.loads(dumps(error))
+    except Exception as why:  # noqa: BLE001 - whatever the class's pickling raises
+        kind = type(error)
+        return UserCodeError(f"{kind.__module__}.{kind.__qualname__}: {error} (re-raised as UserCodeError, its "
+                             f"traceback above: Ray cannot rebuild this exception on the controller: "
+                             f"{type(why).__name__}: {why})")
+    return error
+
+
 def missing_module_hint(spec: str, error: ModuleNotFoundError) -> str:
     """What a ModuleNotFoundError in a function of yours means, and the setting that fixes it."""
     return (f"trainFunction {spec}: {error} on the workers: add the package that provides {error.name!r} to the "
@@ -101,11 +119,12 @@ def before_training(run: WorkerRun) -> None:
     rank when the inter-node path is slower than the floor."""
     import torch.distributed as dist
 
+    from ray_efa.core.preflight_floor import preflight_floor
     from ray_efa.training import efa_counters, preflight
 
     if run.settings.workload.preflight and dist.is_initialized():
         results = preflight.allreduce_probe(**({} if run.device.type == "cuda" else _PROBE_CPU), device=run.device)
-        floor = preflight.preflight_floor(run.settings)  # the job's network's floor: TCP is never held to EFA's
+        floor = preflight_floor(run.settings)  # the job's network's floor: TCP is never held to EFA's
         if run.rank == 0:
             _say(preflight.format_probe_table(results))
             _say(f"preflight floor ({floor.network}): {floor.floor_gb_s:g} GB/s at 1 GiB between nodes; {floor.source}")
@@ -237,6 +256,10 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                 value = _call(function, user_config)
             except ModuleNotFoundError as error:
                 raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
+            except Exception as error:
+                if (sent := crossing(error)) is not error:
+                    raise sent from error
+                raise
     finally:
         if history is not None:
             history.close()

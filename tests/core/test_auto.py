@@ -1,6 +1,6 @@
 """What auto decides (core.strategy.resolve): one global batch on every cluster, the fastest micro batch and precision
 that fit within AUTO_MEMORY_SHARE of the GPU, eager fp8 modelled as it runs, fp8 refused where the GPU has none.
-The bars of issue 27 are predictions of the plan; each test states one."""
+The numbers the plan must reach are its predictions; each test states one."""
 
 from __future__ import annotations
 

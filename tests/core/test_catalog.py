@@ -277,8 +277,8 @@ def test_chart_allowlists_are_the_rows_and_the_types_without_a_row():
         for version, names in allowlists.items():
             key = f"{chart} {version}"
             rows = {row.name for row in catalog.GPU_INSTANCES.values() if key in row.allowlisted_by}
-            assert names == rows | catalog.CHART_ALLOWLISTS_BEYOND_THE_ROWS[key]
-            assert not catalog.CHART_ALLOWLISTS_BEYOND_THE_ROWS[key] & set(catalog.GPU_INSTANCES)
+            assert names == rows | catalog.CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW[key]
+            assert not catalog.CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW[key] & set(catalog.GPU_INSTANCES)
     assert addons.EFA_DEVICE_PLUGIN.chart == catalog.EFA_PLUGIN_CHART and addons.EFA_DRA_DRIVER.chart == catalog.EFA_DRA_CHART
 
 

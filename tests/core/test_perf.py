@@ -220,7 +220,7 @@ def test_every_efa_instance_type_gets_a_prediction_for_both_networks(name):
     ids=["socket-eager", "nvlink-eager", "nvlink-compiled"],
 )
 def test_two_gpu_fsdp_cells_measured_before_are_predicted_within_20_percent(link_gb_s, compile_, measured):
-    # GIVEN 2 x H200 runs of 2026-11-29 (docs/BENCHMARKS.md, issue 12 table): FSDP2, 4 x 4096, unchunked loss, over NVLink
+    # GIVEN 2 x H200 runs of 2026-11-29 (docs/BENCHMARKS.md, "Step-time model, sharding and the memory plan"): FSDP2, 4 x 4096, unchunked loss, over NVLink
     # (325 GB/s all-reduce bus bandwidth) or NCCL forced onto sockets (3.1 GB/s), tokens/s per GPU
     t = fixed_training(micro_batch=4, seq_len=4096, compile=compile_, loss_chunk_size=0)
     link = perf.Link(name="measured", gb_s=link_gb_s)

@@ -173,3 +173,56 @@ def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line
     # THEN the run fails naming that file and line
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"syntax error in {tmp_path / 'src' / 'own_fn' / 'helpers.py'}, line 3" in result.stdout + result.stderr
+
+
+# -- the report of a run of yours, from a run folder written by the driver's own writers (no Ray: fast) -------------
+
+
+def _own_run_folder(tmp_path: Path, records: list[dict], *, function: str = "mlp_l1.train:train_func") -> Path:
+    """A finished local run of `function` as the driver leaves it: the history (training.history's writer), the
+    settings of `ray-efa train --local` (its preset below -c) and the summary record."""
+    from ray_efa.core.settings import Settings
+    from ray_efa.training.history import History
+    from ray_efa.training.local import LOCAL_PRESET
+    from ray_efa.training.run_folder import RunFolder
+    from ray_efa.training.run_summary import LOCAL, summary_record
+
+    settings = Settings.from_context({**LOCAL_PRESET, "trainFunction": function, "trainConfig": {"epochs": 3},
+                                      "storagePath": str(tmp_path)})
+    folder = RunFolder.of(str(tmp_path), "own-run")
+    history = History(folder, keep_through=None)
+    for record in records:
+        history.log(record, record["step"])
+    history.close()
+    folder.write_bytes("settings.json", settings.to_json().encode())
+    folder.write_json("summary.json", summary_record(name="own-run", network="efa", instance_type=LOCAL, nodes=1,
+                                                     summary={**records[-1], "devices": 2, "hosts": 1, "device": "cpu"}))
+    return tmp_path / "own-run"
+
+
+def test_an_own_runs_loss_and_eval_loss_share_one_chart_labelled_with_their_keys(tmp_path):
+    from ray_efa.ops.report import charts, read_run
+
+    records = [{"step": s, "loss": 1.0 / s, **({"eval_loss": 1.2 / s} if s % 2 == 0 else {}), "accuracy": 0.1 * s}
+               for s in range(1, 7)]
+    figures = charts(read_run(str(_own_run_folder(tmp_path, records))))
+    # THEN one loss chart holds both, each line named by its key, no unit guessed; no chart of eval_loss alone
+    assert "eval_loss" not in figures and "accuracy" in figures
+    ax = figures["loss"].axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["loss", "eval_loss"]
+    assert ax.get_ylabel() == "loss" and list(ax.get_lines()[1].get_xdata()) == [2, 4, 6]
+
+
+def test_an_own_runs_page_shows_its_settings_and_where_it_ran_not_the_builtins(tmp_path):
+    from ray_efa.ops.report import read_run, render_html
+
+    page = render_html(read_run(str(_own_run_folder(tmp_path, [{"step": 1, "loss": 0.5}]))), {})
+    rows = {k: html.unescape(v) for k, v in re.findall(r"<tr><td>(?:training|workload|nodes|cluster|addons)</td>"
+                                                          r"<td>([^<]+)</td><td>([^<]*)</td></tr>", page)}
+    # the settings the stack used for it are there; the built-in's knobs of the local preset (steps 60, lr 0.005) not
+    assert rows["trainFunction"] == "mlp_l1.train:train_func" and rows["trainConfig"] == '{"epochs": 3}'
+    assert "steps" not in rows and "learningRate" not in rows and "model" not in rows
+    assert "learningRate" in page and "config[&quot;settings&quot;]" in page  # named as left out, and why
+    # and a local run's network is gloo over loopback, not the network setting's efa
+    summary = {k: html.unescape(v) for k, v in re.findall(r"<tr><td>([^<]+)</td><td>([^<]*)</td></tr>", page)}
+    assert summary["network"].startswith("gloo over loopback")

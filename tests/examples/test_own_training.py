@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,59 @@ def test_a_missing_function_is_exit_2_naming_train_function_before_ray_starts():
     assert "trainFunction: must name a function of own_training.train" in result.stderr
     assert "(it defines train_func)" in result.stderr and "Traceback" not in result.stderr
     assert "ray" not in result.stdout.lower()  # nothing started
+
+
+LOSE_A_WORKER = """
+import os
+import time
+
+import ray.train
+
+from own_training import train as own
+
+
+def train_func(config):
+    # The example, with one lost worker: rank 1's process ends right after the epoch-2 report (a checkpoint), once.
+    report = ray.train.report
+    rank = ray.train.get_context().get_world_rank()
+
+    def report_then_lose_a_worker(metrics, *args, **kwargs):
+        report(metrics, *args, **kwargs)
+        if metrics["epoch"] == 2 and rank == 1 and not os.path.exists({marker!r}):
+            open({marker!r}, "w").close()
+            time.sleep(3)  # past a few controller polls (0.5 s here): the epoch-2 checkpoint is registered
+            os._exit(1)  # no exception, no cleanup: the process is gone, as on a lost node
+
+    ray.train.report = report_then_lose_a_worker
+    try:
+        return own.train_func(config)
+    finally:
+        ray.train.report = report
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_lost_worker_resumes_from_the_last_checkpoint_the_function_reported(tmp_path):
+    # GIVEN the example's package beside a function that runs it and loses a worker after the epoch-2 checkpoint
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "examples" / "own-training" / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "lose_a_worker.py").write_text(textwrap.dedent(LOSE_A_WORKER.format(marker=str(tmp_path / "lost"))))
+    # WHEN it runs locally with maxFailures 1
+    result = subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", "train", "--local", "--name", "resume", "-c",
+         "trainFunction=lose_a_worker:train_func", "-c", f"codeDir={src}", "-c", "maxFailures=1",
+         "-c", "preflight=false", "-c", 'trainConfig={"epochs": 4, "samples": 256}', "-c", f"storagePath={tmp_path}",
+         "--logs-dir", str(tmp_path / "nccl")],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    out = result.stdout
+    # THEN the worker was lost once, and the second attempt went on from epoch 3 with the checkpoint's weights
+    assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
+    assert (tmp_path / "lost").exists() and "retrying from the last checkpoint, attempt 2 of 2" in out + result.stderr
+    assert "resumed from the checkpoint of epoch 2" in out
+    assert out.count("epoch 1/4") == 1 and out.count("epoch 2/4") == 1 and "epoch 4/4" in out
+    assert out.index("resumed from the checkpoint of epoch 2") < out.index("epoch 3/4")
+    # and the run's history is one run: epochs 1-4, each once, the loss still falling across the restart
+    history = [json.loads(line) for line in (tmp_path / "resume" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history] == [1, 2, 3, 4]
+    assert history[-1]["loss"] < history[0]["loss"] and history[-1]["first_loss"] == history[0]["loss"]

@@ -1,5 +1,5 @@
 """What a first deploy needs beyond a clean synth: disks that hold the image, people who can reach the cluster,
-Capacity Blocks, and a teardown that leaves only what it says (issue 10)."""
+Capacity Blocks, and a teardown that leaves only what it says."""
 
 from __future__ import annotations
 

@@ -73,9 +73,9 @@ def test_a_default_settings_object_takes_the_platforms_cluster():
     assert group["replicas"] == 4 and group["rayStartParams"]["num-gpus"] == "8"
     limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
-    # the preflight floor follows: the settings the driver reads are p5's, so preflight.floor_gbps is p5's
-    from ray_efa.training import preflight
-    assert preflight.floor_gbps(Settings.from_context(settings)) == preflight.floor_gbps(
+    # the preflight floor follows: the settings the driver reads are p5's, so preflight_floor.floor_gbps is p5's
+    from ray_efa.core import preflight_floor
+    assert preflight_floor.floor_gbps(Settings.from_context(settings)) == preflight_floor.floor_gbps(
         Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}))
     assert settings["storagePath"].startswith("s3://")  # the platform's bucket (a token until deploy)
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from ray_efa.core.pod_env import TORCHAO_VERSION
 from ray_efa.k8s.pip_packages import INSTALL_SCRIPT, PACKAGES_PATH, PACKAGES_SITE_PATH, pod_packages
-from ray_efa.training.network import TORCHAO_VERSION
 from tests.k8s.conftest import BASE, container, env, synthesize
+from tests.k8s.test_user_code import OWN
 
 _INIT = "install-packages"
 
@@ -62,6 +63,8 @@ def test_fp8_adds_the_pinned_torchao_unless_pip_packages_names_one():
     own = BASE.replace(precision="fp8", pipPackages="TorchAO[extra]>=0.17")
     assert pod_packages(own) == ("TorchAO[extra]>=0.17",)
     assert pod_packages(BASE.replace(precision="bf16")) == ("einops==0.8.1", "tabulate==0.9.0")
+    # a train function of your own brings what it imports (pipPackages): torchao is the built-in's
+    assert pod_packages(OWN.replace(precision="fp8")) == ("einops==0.8.1", "tabulate==0.9.0")
 
 
 def test_without_packages_no_pod_gets_an_init_container_or_the_path():

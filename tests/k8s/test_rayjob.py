@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from ray_efa.core import perf
+from ray_efa.core.preflight_floor import preflight_floor
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
-from ray_efa.training.preflight import preflight_floor
 from tests.k8s.conftest import (
     BASE,
     NOT_NETWORK_ENV,

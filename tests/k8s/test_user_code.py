@@ -14,6 +14,7 @@ import pytest
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings, SettingsError
 from ray_efa.k8s.code_bundle import LAST_APPLIED_MAX_BYTES, ManifestError
 from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH, ray_job_name
+from ray_efa.k8s.pip_packages import PACKAGES_SITE_PATH
 from ray_efa.k8s.user_code import FETCH_SCRIPT
 from ray_efa.k8s.workload import build_manifests, ray_job_chart
 from tests.k8s.conftest import BASE, container, env, fetch_like_the_pods, volume_at
@@ -70,8 +71,10 @@ def test_the_code_config_map_holds_code_dir_and_every_pod_mounts_it_on_its_path(
         assert volume["configMap"]["name"] == "mlp-exp-user-code", where
         assert {i["path"] for i in volume["configMap"]["items"]} == {
             "own_training/__init__.py", "own_training/model.py", "own_training/train.py"}
-        assert env(template)["PYTHONPATH"] == f"{CODE_MOUNT_PATH}:{USER_CODE_PATH}", where
-        assert not template["spec"].get("initContainers"), where
+        # codeDir after the project's code, then the pipPackages (BASE names two), installed by their own init
+        # container: nothing fetches the code
+        assert env(template)["PYTHONPATH"] == f"{CODE_MOUNT_PATH}:{USER_CODE_PATH}:{PACKAGES_SITE_PATH}", where
+        assert [c["name"] for c in template["spec"]["initContainers"]] == ["install-packages"], where
 
 
 def test_the_pods_settings_name_the_function_and_where_the_code_is(own):
@@ -101,7 +104,7 @@ def test_a_zip_in_s3_is_fetched_by_an_init_container_into_the_same_path():
     job = next(o for o in ray_job_chart(cdk8s.App(), OWN, code_archive_uri=uri).to_json() if o["kind"] == "RayJob")
     # THEN no code ConfigMap is needed, and each pod unpacks the zip into an emptyDir at USER_CODE_PATH first
     for where, template in _pods(job):
-        (init,) = template["spec"]["initContainers"]
+        (init,) = [c for c in template["spec"]["initContainers"] if c["name"] == "fetch-code"]
         assert init["command"] == ["python", "-c", FETCH_SCRIPT, uri, USER_CODE_PATH], where
         assert init["image"] == container(template)["image"]
         assert {e["name"] for e in init["env"]} >= {"AWS_REGION", "NVIDIA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"}

@@ -5,7 +5,8 @@ kubernetes client (ray-efa submit) to talk to.
   with it; 409 if the name exists, 404 for a namespace the recording does not have.
 - GET of an object answers the stored object; with statuses recorded for it ("statuses", by path), each GET adds
   the next one as its status (the last one repeats): a RayJob as KubeRay moves it along; else 404.
-- GET of a collection lists the stored and recorded items (equality labelSelector honoured).
+- GET of a collection lists the stored and recorded items (equality labelSelector honoured); of a resource across
+  namespaces (/api/v1/configmaps), the items of that resource in every namespace.
 - GET of .../pods/NAME/log answers the recorded text ("logs"), whole, also with follow=true.
 - PATCH with a JSON patch of "add" operations under /metadata applies them (ray-efa submit adds ownerReferences).
 Nothing else is emulated. `api.created` lists the created objects, `api.patched` every (path, patch),
@@ -94,10 +95,14 @@ class KubeApiWithWrites(LocalApi):
             if path.endswith("/log"):
                 pod = path.split("/")[-2]
                 return (200, self.logs[pod]) if pod in self.logs else (404, status(404, "NotFound", f"pod {pod}"))
-            if path in self.collections:
-                selector = query.get("labelSelector", [""])[0]
-                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {},
-                             "items": [i for i in self.collections[path] if selected(i, selector)]}
+            selector = query.get("labelSelector", [""])[0]
+            across = [items for collection, items in self.collections.items()
+                      if "/namespaces/" in collection and collection.replace(
+                          f"/namespaces/{self._namespace_of(collection)}", "") == path]
+            if path in self.collections or across:
+                items = self.collections.get(path) or [i for items in across for i in items]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "4711"},
+                             "items": [copy.deepcopy(i) for i in items if selected(i, selector)]}
             collection, _, name = path.rpartition("/")
             for item in self.collections.get(collection, []):
                 if item["metadata"]["name"] == name:
@@ -106,7 +111,13 @@ class KubeApiWithWrites(LocalApi):
                         statuses = self.statuses[path]
                         item["status"] = statuses.pop(0) if len(statuses) > 1 else statuses[0]
                     return 200, item
-            return 404, status(404, "NotFound", f"{path} not found")
+            resource = collection.rpartition("/")[2]
+            parts = path.strip("/").split("/")
+            if len(parts) == (3 if parts[0] == "api" else 4):  # /api/v1/configmaps: a resource across namespaces
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "4711"}, "items": []}
+            # the API server's own 404: `configmaps "x" not found`, with the name and the resource in details
+            return 404, {**status(404, "NotFound", f'{resource} "{name}" not found'),
+                         "details": {"name": name, "kind": resource}}
 
     def __enter__(self) -> KubeApiWithWrites:
         return super().__enter__()

@@ -54,10 +54,28 @@ def _submitter_pod() -> dict:
         "status": {"phase": "Succeeded"}}
 
 
-def _api(outcome: str, **kwargs) -> KubeApiWithWrites:
+def _deployed(*context: str) -> dict:
+    """The settings ConfigMap that a deployment's training job wrote into the cluster for `context` (the built-in
+    function's RayJob), as the chart the stacks apply makes it."""
+    import cdk8s
+
+    from ray_efa.core.settings import Settings
+    from ray_efa.k8s.workload import ray_job_chart
+
+    settings = Settings.from_context(dict(c.split("=", 1) for c in context))
+    return next(o for o in ray_job_chart(cdk8s.App(), settings).to_json()
+                if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-settings"))
+
+
+DEPLOYED = ("jobName=mlp-exp", "storagePath=s3://research-checkpoints/runs")
+"""The cluster these tests submit to: deployed with the defaults (as the repository's cdk.json) and their bucket."""
+
+
+def _api(outcome: str, *, deployed: tuple[str, ...] = DEPLOYED, **kwargs) -> KubeApiWithWrites:
     return KubeApiWithWrites(
         statuses={RAYJOB_PATH: load(f"statuses_{outcome}.json")},
-        collections={"/api/v1/namespaces/ray/pods": [_submitter_pod()]},
+        collections={"/api/v1/namespaces/ray/pods": [_submitter_pod()],
+                     "/api/v1/namespaces/ray/configmaps": [_deployed(*deployed)]},
         logs={f"{JOB}-7xk2q": (RECORDINGS / f"submitter_{outcome}.log").read_text()},
         **kwargs,
     )
@@ -139,7 +157,8 @@ def test_a_job_the_gate_cannot_prove_ends_with_exit_3(tmp_path, capsys):
 
 
 def test_a_missing_namespace_is_named_with_what_to_check(tmp_path, capsys):
-    with KubeApiWithWrites(namespaces=()) as api:
+    # GIVEN the deployment's settings, but a namespace the API refuses creates in (deleted since)
+    with KubeApiWithWrites(namespaces=(), collections={"/api/v1/namespaces/ray/configmaps": [_deployed(*DEPLOYED)]}) as api:
         code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
                     "--name", JOB, *(a for s in SETTINGS for a in ("-c", s)))
     err = capsys.readouterr().err
@@ -147,16 +166,23 @@ def test_a_missing_namespace_is_named_with_what_to_check(tmp_path, capsys):
     assert f"cannot create NetworkPolicy ray/{JOB}-ray-ingress: 404 Not Found" in err and "ray-efa verify" in err
 
 
-@pytest.mark.parametrize(("context", "message"), [
-    (("trainFunction=own_training.train:nope",), "trainFunction: must name a function of own_training.train"),
-    (("storagePath=",), "storagePath: must be s3://... or a shared filesystem"),
-], ids=["missing-function", "no-shared-storage"])
-def test_bad_settings_are_exit_2_before_any_request(tmp_path, capsys, context, message):
+def test_bad_settings_are_exit_2_before_any_request(tmp_path, capsys):
     with KubeApiWithWrites() as api:
         code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
-                    *(a for s in (*SETTINGS, *context) for a in ("-c", s)))
-    assert code == 2 and message in capsys.readouterr().err
+                    *(a for s in (*SETTINGS, "trainFunction=own_training.train:nope") for a in ("-c", s)))
+    assert code == 2 and "trainFunction: must name a function of own_training.train" in capsys.readouterr().err
     assert api.requests == []
+
+
+def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_created(tmp_path, capsys):
+    # GIVEN a cluster deployed with no storagePath, and local settings that name none either
+    settings = [s for s in SETTINGS if not s.startswith("storagePath=")]
+    with _api("complete", deployed=("jobName=mlp-exp",)) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in settings for a in ("-c", s)))
+    # THEN the job is refused as the driver would refuse it on the cluster, and nothing is created
+    assert code == 2 and "storagePath: must be s3://... or a shared filesystem" in capsys.readouterr().err
+    assert [m for m, _ in api.requests if m != "GET"] == []
 
 
 def test_unique_names_fit_job_name_and_differ():
@@ -245,7 +271,7 @@ def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(tmp_path, c
 
     code = _binary_code(tmp_path)
     settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://no-such-bucket-here/runs")
-    with mock_aws(), KubeApiWithWrites() as api:
+    with mock_aws(), _api("complete", deployed=("storagePath=s3://no-such-bucket-here/runs",)) as api:
         exit_code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig",
                          str(_kubeconfig(tmp_path, api.url)), "--name", JOB, "--poll", "0.01", "--timeout", "1",
                          *(a for s in settings for a in ("-c", s)))
@@ -254,16 +280,16 @@ def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(tmp_path, c
     assert [m for m, _ in api.requests if m != "GET"] == []
 
 
-def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_any_request(tmp_path, capsys):
+def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_anything_is_created(tmp_path, capsys):
     code = _binary_code(tmp_path)
-    settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx",
-                "sharedVolumeMountPath=/mnt/fsx")
-    with KubeApiWithWrites() as api:
+    shared = ("storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx", "sharedVolumeMountPath=/mnt/fsx")
+    settings = ("trainFunction=pkg:fit", f"codeDir={code}", *shared)
+    with _api("complete", deployed=shared) as api:
         exit_code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig",
                          str(_kubeconfig(tmp_path, api.url)), *(a for s in settings for a in ("-c", s)))
     assert exit_code == 2
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
-    assert api.requests == []
+    assert [m for m, _ in api.requests if m != "GET"] == []
 
 
 def _ray_cluster(name: str, *, replicas: int, owner: str | None = None, state: str | None = "ready") -> dict:
@@ -345,3 +371,142 @@ def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(tmp_path, capsys)
                     str(_kubeconfig(tmp_path, api.url)), "--poll", "0.01")
     assert code == 2
     assert "no RayJob ray/no-such-job (kubectl -n ray get rayjobs lists them)" in capsys.readouterr().err
+
+
+PLATFORM = ("gpuInstanceType=p5en.48xlarge", "gpuNodeCount=3", "region=ap-southeast-2", "namespace=research",
+            'gpuNodeSelector={"example.com/pool": "p5en-train"}', 'systemNodeSelector={"example.com/pool": "platform"}',
+            "storagePath=s3://company-checkpoints/research", "placementGroup=off")
+"""A platform team's cluster: 3 x p5en.48xlarge in ap-southeast-2, namespace research, company node labels, an
+existing checkpoint bucket; its training job is the default train-efa."""
+PLATFORM_PATHS = {"/api/v1/namespaces/research/configmaps", "/api/v1/namespaces/research/pods"}
+
+
+def _platform_api(*others: dict) -> KubeApiWithWrites:
+    """The platform's cluster; `others`: more settings ConfigMaps (in namespace research)."""
+    job_path = f"/apis/ray.io/v1/namespaces/research/rayjobs/{JOB}"
+    pod = _submitter_pod()
+    pod["metadata"]["namespace"] = "research"
+    return KubeApiWithWrites(
+        namespaces=("research",), statuses={job_path: load("statuses_complete.json")},
+        collections={"/api/v1/namespaces/research/configmaps": [_deployed(*PLATFORM), *others],
+                     "/api/v1/namespaces/research/pods": [pod]},
+        logs={f"{JOB}-7xk2q": (RECORDINGS / "submitter_complete.log").read_text()})
+
+
+def _researcher(tmp_path: Path, monkeypatch) -> tuple[str, ...]:
+    """A researcher's own repository, with no cdk.json: their function, code and config, nothing of the cluster."""
+    home = tmp_path / "research-repo"
+    home.mkdir(exist_ok=True)
+    monkeypatch.chdir(home)
+    return ("trainFunction=own_training.train:train_func", f"codeDir={ROOT / 'examples/own-training/src'}",
+            'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+
+
+def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(tmp_path, monkeypatch, capsys):
+    # GIVEN the platform's cluster, where an earlier submitted job (owned by its RayJob) left other settings behind
+    stale = _deployed("jobName=old-run-k3x9a", "namespace=research", "gpuInstanceType=g6e.12xlarge")
+    stale["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "old-run-k3x9a",
+                                             "uid": "u-7"}]
+    with _platform_api(stale) as api:
+        # WHEN a researcher submits from their own repository, naming nothing of the cluster
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in _researcher(tmp_path, monkeypatch) for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN it looked for the settings of its jobName in its namespace (the API's 404), found the deployment's
+    assert code == 0, err
+    assert ("GET", "/api/v1/namespaces/ray/configmaps/mlp-exp-settings") in api.requests
+    assert "cluster: 3 x p5en.48xlarge in namespace research, ap-southeast-2 (from ConfigMap research/train-efa-settings)" in err
+    # and the job is the deployed cluster's: its namespace, node count, node labels, bucket and instance's resources
+    job = api.created[-1]
+    assert {o["metadata"]["namespace"] for o in api.created} == {"research"}
+    spec = job["spec"]["rayClusterSpec"]
+    (workers,) = spec["workerGroupSpecs"]
+    assert workers["replicas"] == 3
+    assert workers["template"]["spec"]["nodeSelector"] == {"example.com/pool": "p5en-train"}
+    assert spec["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"example.com/pool": "platform"}
+    (worker,) = workers["template"]["spec"]["containers"]
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    shipped = json.loads(next(o for o in api.created if o["metadata"]["name"] == f"{JOB}-settings")["data"]["settings.json"])
+    assert {k: shipped[k] for k in ("gpuInstanceType", "gpuNodeCount", "region", "storagePath", "namespace")} == {
+        "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 3, "region": "ap-southeast-2",
+        "storagePath": "s3://company-checkpoints/research", "namespace": "research"}
+    # while the job's own side stays the researcher's
+    assert shipped["trainFunction"] == "own_training.train:train_func" and shipped["trainConfig"] == {"epochs": 3}
+
+
+def test_a_local_value_that_contradicts_the_deployment_is_exit_2_naming_both(tmp_path, capsys):
+    # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2) and the platform's cluster
+    with _platform_api() as api:
+        code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig",
+                    str(_kubeconfig(tmp_path, api.url)), "--name", JOB, *(a for s in SETTINGS for a in ("-c", s)))
+    out, err = capsys.readouterr()
+    # THEN exit 2, each contradiction named with the local value, where it came from and the deployed one
+    assert code == 2, err
+    problems = {p["key"]: p for p in json.loads(out)["problems"]}
+    assert set(problems) == {"gpuInstanceType", "gpuNodeCount", "region", "storagePath"}
+    assert problems["gpuInstanceType"]["value"] == "g6.12xlarge"
+    assert ('the cluster was deployed with "p5en.48xlarge" (ConfigMap research/train-efa-settings) and the local value '
+            "(from cdk.json) contradicts it") in problems["gpuInstanceType"]["message"]
+    assert "gpuNodeCount: the cluster was deployed with 3 " in err and ", got 2" in err
+    assert "storagePath: the cluster was deployed with \"s3://company-checkpoints/research\"" in err
+    assert "(from -c)" in problems["storagePath"]["message"]
+    # and nothing was created
+    assert [m for m, _ in api.requests if m != "GET"] == []
+
+
+def test_a_storage_path_under_the_deployed_one_is_no_contradiction(tmp_path, monkeypatch, capsys):
+    settings = (*_researcher(tmp_path, monkeypatch), "storagePath=s3://company-checkpoints/research/mlp")
+    with _platform_api() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in settings for a in ("-c", s)))
+    assert code == 0, capsys.readouterr().err
+    shipped = json.loads(next(o for o in api.created if o["metadata"]["name"] == f"{JOB}-settings")["data"]["settings.json"])
+    assert shipped["storagePath"] == "s3://company-checkpoints/research/mlp"
+
+
+def test_a_cluster_without_deployed_settings_is_exit_2_saying_what_to_do(tmp_path, monkeypatch, capsys):
+    # GIVEN a cluster that holds no settings ConfigMap (deployed with trainingJob false, or not by ray-efa-stack)
+    with KubeApiWithWrites() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in _researcher(tmp_path, monkeypatch) for a in ("-c", s)))
+        # and one named with --deployed that is not there (the API server's 404 Status)
+        named = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                     "--deployed", "research/train-efa", *(a for s in _researcher(tmp_path, monkeypatch) for a in ("-c", s)))
+    err = capsys.readouterr().err
+    assert (code, named) == (2, 2)
+    assert ("no ConfigMap ray/mlp-exp-settings, nor any other settings ConfigMap of a deployment in the cluster, so its "
+            "deployed settings are unknown: --deployed NAMESPACE/JOB names the deployment's training job") in err
+    assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in err
+    assert "trainingJob false" in err
+    assert [m for m, _ in api.requests if m != "GET"] == []
+
+
+def test_deployments_that_differ_must_be_named(tmp_path, monkeypatch, capsys):
+    # GIVEN two deployments' settings in one cluster (two teams' namespaces, other instance types)
+    other = _deployed("namespace=research", "jobName=vision", "gpuInstanceType=g6e.12xlarge")
+    with _platform_api(other) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in _researcher(tmp_path, monkeypatch) for a in ("-c", s)))
+        named = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                     "--name", JOB, "--poll", "0.01", "--deployed", "research/train-efa",
+                     *(a for s in _researcher(tmp_path, monkeypatch) for a in ("-c", s)))
+    err = capsys.readouterr().err
+    assert code == 2 and ("differ (ConfigMap research/train-efa-settings, ConfigMap research/vision-settings): name the "
+                          "one to run on with --deployed NAMESPACE/JOB") in err
+    assert named == 0, err
+    assert "from ConfigMap research/train-efa-settings" in err
+
+
+def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(tmp_path, monkeypatch, capsys):
+    # GIVEN a cluster of A100 nodes (no fp8 tensor cores), and a job that asks for fp8
+    settings = (*_researcher(tmp_path, monkeypatch), "precision=fp8")
+    deployed = ("gpuInstanceType=p4d.24xlarge", "storagePath=s3://research-checkpoints/runs")
+    with _api("complete", deployed=deployed) as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    *(a for s in settings for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN the rule across the two sides names the job's setting, before anything is created
+    assert code == 2, err
+    assert "the local settings on the cluster of ConfigMap ray/train-efa-settings are not valid together" in err
+    assert "  - precision: " in err
+    assert [m for m, _ in api.requests if m != "GET"] == []

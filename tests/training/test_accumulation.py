@@ -20,7 +20,13 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from ray_efa.core.models import model_preset
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
-from ray_efa.training.parallelize import Bf16WireReduceScatter, ParallelPlan, gradient_precision, parallelize
+from ray_efa.training.parallelize import (
+    Bf16WireReduceScatter,
+    ParallelPlan,
+    gradient_precision,
+    parallelize,
+    set_gradient_sync,
+)
 from ray_efa.training.train import train_step
 from tests.training.gloo_ranks import end_rank
 
@@ -46,7 +52,9 @@ def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
-    accumulation = 1 if mode == "k1" else 2
+    # "k1": one micro-batch; "-k2" / "-k4": that many accumulated; "-s4": 4 sequences per rank and step (else 2)
+    accumulation = 4 if mode.endswith("-k4") else 1 if mode.startswith("k1") else 2
+    sequences = 4 if accumulation == 4 or mode.endswith("-s4") else 2
     wire = "bf16wire" in mode
     # HSDP: 2 replicas of a shard group of world / 2 ranks (at world 4, a reduce-scatter over 2 ranks inside each
     # "node", then the all-reduce across the 2 "nodes")
@@ -68,9 +76,16 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
         for module in (*model.layers, model):
             module.set_custom_reduce_scatter(spy)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank)
+    data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=sequences, seed=0, rank=rank)
     inputs, labels = data.batch(1)
     batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
+    if mode.endswith("-copied"):  # the .grad no longer views the held shard (as if FSDP2 copied it): refused
+        if rank == 0:
+            with open(out_path, "w") as f:
+                json.dump({"raised": _copied_grad_step(model, batches)}, f)
+        else:
+            _copied_grad_step(model, batches)
+        end_rank()
     before = _full(model)
     train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU)
     after = _full(model)
@@ -81,11 +96,28 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
     end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
 
 
+def _copied_grad_step(model, batches) -> str | None:
+    """Two accumulated micro-batches, with the first decoder layer's .grad replaced by a copy in between; what the
+    last micro-batch's backward raised (None: nothing)."""
+    (first_inputs, first_labels), (last_inputs, last_labels) = batches
+    set_gradient_sync(model, False)
+    model(first_inputs, first_labels).backward()
+    owner = model.replica_all_reduce[0].owner  # the hook's parameter of the first decoder layer
+    owner.grad = owner.grad.clone()  # the same values in other storage: the held sum is no longer the .grads'
+    set_gradient_sync(model, True)
+    try:
+        model(last_inputs, last_labels).backward()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 def _run(tmp_path, mode: str, world: int) -> dict:
     out = tmp_path / f"{mode}-w{world}.json"
     mp.spawn(_worker, args=(str(tmp_path / f"store-{mode}-w{world}"), str(out), mode, world), nprocs=world, join=True)
     result = json.loads(out.read_text())
-    result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
+    if "gradients" in result:
+        result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
     return result
 
 
@@ -94,7 +126,8 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("accumulation")
     # (mode, world size): at world 2 plain FSDP; at world 4 HSDP with a shard group of 2, each against its own
     # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2)
-    cases = (("k1", 2), ("fsdp-k2", 2), ("bf16wire-k2", 2), ("k1", 4), ("hsdp-k2", 4), ("hsdp-bf16wire-k2", 4))
+    cases = (("k1", 2), ("fsdp-k2", 2), ("bf16wire-k2", 2), ("k1", 4), ("hsdp-k2", 4), ("hsdp-bf16wire-k2", 4),
+             ("k1-s4", 4), ("hsdp-k4", 4), ("hsdp-bf16wire-k4", 4), ("hsdp-bf16wire-copied", 4))
     return {(mode, world): _run(tmp, mode, world) for mode, world in cases}
 
 
@@ -144,3 +177,27 @@ def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():
     policy, wire = gradient_precision(gpu, "fp32", grad_accumulation=4)
     assert policy.reduce_dtype == torch.float32 and not wire
     assert gradient_precision(CPU, "bf16", grad_accumulation=4) == (None, False)  # CPU stays fp32 throughout
+
+
+def test_four_accumulated_micro_batches_under_hsdp_with_a_bf16_wire_give_the_gradient_of_one_batch(runs):
+    # GIVEN each rank's 4 sequences as one micro-batch, and as 4 accumulated micro-batches of 1 under HSDP (2 replicas
+    # of a shard group of 2): in fp32, and with the bf16 wire (the hook holds the first micro-batch's shard, FSDP2
+    # adds the 2nd and 3rd into it, the 4th is added and sent once)
+    one = runs[("k1-s4", 4)]["gradients"]
+    fp32, wire = runs[("hsdp-k4", 4)], runs[("hsdp-bf16wire-k4", 4)]
+    # THEN fp32 gives the same gradient, the bf16 wire the same within bf16 rounding (not 4 times it, not the last
+    # micro-batch's alone)
+    assert _relative_difference(fp32["gradients"], one) < 1e-5
+    assert 0 < _relative_difference(wire["gradients"], one) < 1e-2
+    # and the all-reduce across the 2 "nodes" went once per unit and step, in bf16
+    units = model_preset("tiny").num_hidden_layers + 1
+    assert wire["all_reduces"] == [["torch.bfloat16", 2]] * units
+
+
+def test_the_bf16_wire_hook_refuses_a_grad_that_no_longer_views_its_held_sum(runs):
+    # GIVEN HSDP with the bf16 wire, and the first layer's .grad replaced by a copy between two micro-batches (what
+    # a torch whose FSDP2 copied the reduce-scatter output would do: the held sum would be sent, the .grad not zeroed)
+    # THEN the last micro-batch's backward raises, naming the way out
+    raised = runs[("hsdp-bf16wire-copied", 4)]["raised"]
+    assert raised is not None and "FSDP2 no longer keeps the sharded gradients in the reduce-scatter's output" in raised
+    assert "gradReduceDtype fp32 or sharding fsdp" in raised

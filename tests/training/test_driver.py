@@ -47,6 +47,15 @@ def test_default_run_names_say_where_and_what():
     assert driver.default_run_name(settings, local=False).startswith("ray-train-qwen2.5-1.5b-")
 
 
+def test_a_function_of_yours_names_its_run_by_what_tells_it_apart():
+    # Ray Train's conventional train_func says nothing: the module says which function of which package ran
+    own = Settings.from_context({"trainFunction": "own_training.train:train_func"})
+    assert driver.default_run_name(own, local=True).startswith("local-own_training.train-")
+    other = Settings.from_context({"trainFunction": "vision.loop:train_loop_per_worker"})
+    assert driver.default_run_name(other, local=False).startswith("ray-train-vision.loop-")
+    assert driver.function_label("pkg.train:fit_mlp") == "fit_mlp"  # a name of its own is the run's
+
+
 @pytest.mark.parametrize(
     ("verdict", "local", "exit_code"),
     [(0, False, 0), (1, False, 1), (3, False, 3), (0, True, 0), (1, True, 1), (3, True, 0)],

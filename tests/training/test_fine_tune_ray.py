@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,6 +109,44 @@ def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_pat
     state = json.loads((tmp_path / "whole" / "checkpoint_000024" / "train_state.json").read_text())
     assert state == {"step": 24, "data": {"epoch": 1, "consumed": 2},
                      "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
+
+
+def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_changed_global_batch_is_refused(
+        ray_cluster, tmp_path, fine_tune_inputs, capsys):
+    def settings(micro: int, accumulation: int) -> Settings:
+        return Settings.from_context({**RESUME, **fine_tune_inputs, "steps": 8, "checkpointEvery": 4,
+                                      "microBatch": micro, "gradAccumulation": accumulation,
+                                      "storagePath": str(tmp_path)})
+
+    # GIVEN a run of 2 x 2 micro-batches per rank and step (8 sequences a step on 2 ranks), stopped after step 6:
+    # its last checkpoint, step 4, has consumed 8 micro-batches of 2 per rank
+    stopped = driver.fit(settings(2, 2), local=True, name="reshaped", test_config={"_faults": {"stop_after_step": 6}})
+    assert max(dict(stopped.return_value["history"])) == 6
+    assert _train_state(tmp_path / "reshaped", 4)["data"] == {"epoch": 0, "consumed": 8}
+    # WHEN it is resumed with 4 x 2 (16 sequences a step: another global batch, another learning-rate schedule)
+    code = driver.run(settings(4, 2), local=True, name="reshaped", logs_dir=tmp_path / "nccl")
+    # THEN the workers refuse before a step, naming the setting and the split to reach, and the driver exits 2
+    err = capsys.readouterr().err
+    assert code == driver.EXIT_BAD_SETTINGS, err[-3000:]
+    assert ("ray_efa.training.driver: invalid settings:\n  - globalBatchTokens: must be 1,024 tokens to resume this "
+            "run: its steps were global batches of microBatch 2 x gradAccumulation 2 x 2 ranks of seqLen 128") in err
+    assert "training failed" not in err
+    assert sorted(p.name for p in (tmp_path / "reshaped").glob("checkpoint_0*")) == ["checkpoint_000004"]
+    # WHEN it is resumed with one micro-batch of 4 instead (the same 8 sequences a step: auto may well do this on
+    # another cluster)
+    resumed = driver.fit(settings(4, 1), local=True, name="reshaped")
+    # THEN it continues from step 4 at the same sample (its 32 samples per rank are 4 micro-batches of 4), and after
+    # 4 more steps it stands where a run of 4 x 1 from the start stands: 8 micro-batches of 4 per rank, none trained
+    # twice, none skipped (without the re-map it would have skipped to 8, and ended at 12)
+    assert resumed.return_value["summary"]["start_step"] == 4
+    assert resumed.return_value["optimizer_steps"] == 8
+    assert _train_state(tmp_path / "reshaped", 8) == {
+        "step": 8, "data": {"epoch": 0, "consumed": 8},
+        "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
+
+
+def _train_state(run: Path, step: int) -> dict:
+    return json.loads((run / f"checkpoint_{step:06d}" / "train_state.json").read_text())
 
 
 def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluster, tmp_path, fine_tune_inputs, texts):

@@ -86,6 +86,15 @@ def test_gpu_gathers_bf16_and_reduces_fp32_while_cpu_keeps_fp32():
     assert mixed_precision_policy(CPU) is None
 
 
+def test_the_run_summary_names_the_precision_the_run_trained_in():
+    # a CPU run (local, a local fine-tune) has no mixed-precision policy: it trained in fp32, whatever precision says
+    from ray_efa.training.train import trained_precision
+
+    assert trained_precision(mixed_precision_policy(torch.device("cpu")), fp8=False) == "fp32"
+    assert trained_precision(mixed_precision_policy(torch.device("cuda")), fp8=False) == "bf16"
+    assert trained_precision(mixed_precision_policy(torch.device("cuda")), fp8=True) == "fp8"
+
+
 def test_the_gpu_mixed_precision_policy_trains_within_bf16_tolerance_of_fp32(plain):
     # GIVEN the GPU's policy (bf16 parameters, fp32 reduction), run on CPU
     losses, _ = _train(ParallelPlan(mixed_precision=mixed_precision_policy(torch.device("cuda", 0))))

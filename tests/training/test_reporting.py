@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ray_efa.core.pod_env import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.metrics import Meter, Throughput
-from ray_efa.training.network import POLL_INTERVAL_ENV, RAY_DEFAULT_POLL_INTERVAL_S
 from ray_efa.training.reporting import REPORT_SPACING, Reporter, poll_interval_s
 
 
@@ -117,3 +117,43 @@ def test_two_gloo_ranks_agree_on_the_report_steps_through_one_all_reduce():
     assert results[0][0] == results[1][0] == [1, 5, 9, 13, 17]
     assert results[0][1] == results[1][1]
     assert results[0][1][0] == (1, pytest.approx(1.5))  # (0 + 1) + (1 + 1), over 2 ranks
+
+
+class _Log:
+    def __init__(self):
+        self.steps = []
+
+    def log(self, metrics, step):
+        self.steps.append(step)
+
+
+def test_one_call_a_step_measures_evaluates_checkpoints_and_reports_when_due():
+    # GIVEN 6 steps of 1 s (past the 0.5 s spacing: every measure step may report), a measure every 2 steps, a
+    # checkpoint every 3 and an evaluation after step 4, with what train_func hands the reporter recorded
+    clock = Clock()
+    events = []
+    reporter = _reporter(clock, report_every=2, min_interval_s=0.5, total=6)
+    reporter.checkpoint_every = 3
+    reporter.save = lambda metrics, step: events.append(("save", step, "eval_loss" in metrics))
+    reporter.report = lambda metrics: events.append(("report", int(metrics["step"]), "eval_loss" in metrics))
+    reporter.eval_due = lambda step: step == 4
+    reporter.evaluate = lambda: {"eval_loss": 1.5, "eval_perplexity": 4.5}
+    reporter.after_record = lambda step: events.append(("recorded", step, False))
+    reporter.log, reporter.say = _Log(), lambda line: events.append(("say", int(line.split()[1].split("/")[0]), False))
+    # WHEN each step makes its one call
+    for step in range(1, 7):
+        clock.now += 1.0
+        reporter.step(step, torch.tensor(2.0), lr=1e-3)
+    # THEN the hook sees each step first; a progress line at every measure step (the first, every 2nd, checkpoints,
+    # the evaluation); checkpoints at 3 and 6 carry their report, plain reports elsewhere; step 4's report has its
+    # evaluation; nothing else happens between measure steps
+    assert [e for e in events if e[0] != "recorded"] == [
+        ("say", 1, False), ("report", 1, False), ("say", 2, False), ("report", 2, False),
+        ("say", 3, False), ("save", 3, False), ("say", 4, False), ("report", 4, True),
+        ("say", 6, False), ("save", 6, False)]
+    assert [e[1] for e in events if e[0] == "recorded"] == [1, 2, 3, 4, 5, 6]
+    assert events.index(("recorded", 3, False)) < events.index(("save", 3, False))
+    # and the history got every step once, in order, the evaluation kept for the summary
+    assert reporter.log.steps == [1, 2, 3, 4, 5, 6]
+    assert reporter.last_eval == {"eval_loss": 1.5, "eval_perplexity": 4.5, "eval_step": 4} and reporter.reports == 5
+    assert reporter.history[3]["eval_loss"] == 1.5

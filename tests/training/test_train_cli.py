@@ -91,6 +91,8 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     # naming where it ran: this machine, 2 CPU workers on 1 host; never the settings' 2 x g6.12xlarge
     assert (summary["instance_type"], summary["hosts"], summary["nodes"]) == ("local", 1, 1)
     assert (summary["device"], summary["devices"]) == ("cpu", 2)
+    # in the precision it trained in: fp32 on CPU (no mixed precision), whatever the precision setting says of a GPU
+    assert (summary["precision"], summary["grad_reduce_dtype"]) == ("fp32", "fp32")
     # and the gate's logs went into a safe output folder, with its record
     assert (tmp_path / "nccl" / ".ray-efa-output.json").is_file()
 

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import resolve
 from ray_efa.training import driver, failure_policy
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
@@ -133,6 +134,18 @@ def _tensorboard(folder, tag):
     return {e.step: e.value for e in events.Scalars(tag)}
 
 
+def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
+    # GIVEN the uninterrupted run's settings, sharding and gradReduceDtype at auto (decided once, by resolve)
+    decided = resolve(_settings(storage)).training
+    summary = uninterrupted.return_value["summary"]
+    # THEN the built-in ran the decided reduction dtype and batch shape
+    assert (summary["grad_reduce_dtype"], summary["micro_batch"], summary["grad_accumulation"]) == (
+        decided.grad_reduce_dtype, decided.micro_batch, decided.grad_accumulation)
+    # and the decided sharding on the ranks Ray started: both local ranks share one node, so hsdp has nothing to
+    # replicate across and runs as plain FSDP
+    assert decided.sharding in ("fsdp", "hsdp") and (summary["sharding"], summary["replicas"]) == ("fsdp", 1)
+
+
 def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storage, uninterrupted):
     # GIVEN the uninterrupted run (a report every step) WHEN its run folder is read
     folder = os.path.join(storage, "uninterrupted")
@@ -186,3 +199,28 @@ def test_a_fault_beyond_max_failures_fails_the_run(storage):
         driver.fit(settings, local=True, name="fault-fatal", test_config={"_faults": {"exit_at_step": 5}})
     assert any(failure_policy.is_worker_loss(e) for e in raised.value.worker_failures.values()), raised.value
     assert os.path.isdir(os.path.join(storage, "fault-fatal"))
+
+
+
+def test_an_exception_ray_cannot_rebuild_is_not_retried_and_names_itself(storage, tmp_path):
+    import ray.train
+
+    # GIVEN a function of yours whose exception class takes a required second argument (Ray Train cannot unpickle it
+    # on the controller: before, the failed health check counted as a lost worker and the run went again), with
+    # maxFailures 1
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    settings = _settings(storage, trainFunction="tests.training.user_functions:fit_and_raise_two_part_error",
+                         trainConfig=f'{{"marks": "{marks}"}}')
+    # WHEN it runs
+    with pytest.raises(ray.train.TrainingFailedError) as raised:
+        driver.fit(settings, local=True, name="user-error")
+    # THEN no rank ran the function twice: not retried as a lost worker
+    ranks = [p.name.split("-")[0] for p in marks.iterdir()]
+    assert ranks and len(ranks) == len(set(ranks)), sorted(p.name for p in marks.iterdir())
+    # and the error names the exception, its message and where it came from
+    assert "TwoPartError: the data is bad" in str(raised.value)
+    assert not any(failure_policy.is_worker_loss(e) for e in raised.value.worker_failures.values())
+    # and the function got the sharding and reduction dtype the plan decided, never "auto"
+    decided = resolve(settings).training
+    assert {p.read_text() for p in marks.iterdir()} == {f"{decided.sharding} {decided.grad_reduce_dtype}"}

@@ -386,7 +386,7 @@ def test_memory_stays_flat_as_the_log_grows():
 
 def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(monkeypatch):
     # GIVEN room for two processes only, and a third that used Socket
-    monkeypatch.setattr("ray_efa.training.transport._MAX_PROCESSES", 2)
+    monkeypatch.setattr("ray_efa.training.transport_parse._MAX_PROCESSES", 2)
     lines = [*EFA_JOB, "node-z:999:1000 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0"]
     verdict = verdict_of(lines)
     # THEN the third lands in "(other processes)" and the job still fails
@@ -396,7 +396,7 @@ def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(m
 
 def test_the_prefix_cache_stays_correct_when_it_is_full(monkeypatch):
     # GIVEN a tiny prefix cache and timestamped lines, so that every line has a new prefix
-    monkeypatch.setattr("ray_efa.training.transport._MAX_HEADS", 2)
+    monkeypatch.setattr("ray_efa.training.transport_parse._MAX_HEADS", 2)
     lines = [f"2026-11-29T18:44:{i:02d}.000Z {line}" for i, line in enumerate(EFA_JOB)]
     report = classify(lines)
     # THEN each line still reaches its own process
@@ -554,17 +554,17 @@ def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
 
 # -- the hint pre-filter: a hint whose words _HINT_WORDS lacks would never fire -----------------------------------
 
-from ray_efa.training import transport as _transport  # noqa: E402
+from ray_efa.training import transport_lines as _lines  # noqa: E402
 
 
-@pytest.mark.parametrize("index", range(len(_transport._HINTS)), ids=[h.id for h in _transport._HINTS])
+@pytest.mark.parametrize("index", range(len(_lines._HINTS)), ids=[h.id for h in _lines._HINTS])
 def test_every_hint_example_gets_through_the_pre_filter_and_names_its_cause(index):
-    hint = _transport._HINTS[index]
+    hint = _lines._HINTS[index]
     # GIVEN the message the hint is for: this hint is the first that matches it, and the pre-filter finds one of its
     # words inside what the pattern matched (not in the rest of the line, which another message need not have)
-    assert next(h for h in _transport._HINTS if h.pattern.search(hint.example)) is hint
+    assert next(h for h in _lines._HINTS if h.pattern.search(hint.example)) is hint
     match = hint.pattern.search(hint.example)
-    assert match and _transport._HINT_WORDS.search(match.group(0)), (
+    assert match and _lines._HINT_WORDS.search(match.group(0)), (
         f"_HINT_WORDS has no word of {hint.id}'s pattern: {match and match.group(0)!r}")
     # WHEN a process logs it and then falls back to Socket
     expect = "efa" if "efa" in hint.expects else "ib"
@@ -579,9 +579,9 @@ def test_every_fixture_line_a_hint_matches_gets_through_the_pre_filter():
 
     logs = [p for p in (Path(__file__).parent / "fixtures" / "nccl").rglob("*") if p.is_file() and p.suffix != ".md"]
     matched = [line for path in logs for line in path.read_text(errors="replace").splitlines()
-               if any(h.pattern.search(line) for h in _transport._HINTS)]
+               if any(h.pattern.search(line) for h in _lines._HINTS)]
     assert len(matched) > 10  # the corpus holds hint lines at all
-    assert [line for line in matched if not _transport._HINT_WORDS.search(line)] == []
+    assert [line for line in matched if not _lines._HINT_WORDS.search(line)] == []
     # ...and the pre-filter saves the hint table most lines: it passes few of the corpus's lines
     lines = [line for path in logs for line in path.read_text(errors="replace").splitlines()]
-    assert sum(1 for line in lines if _transport._HINT_WORDS.search(line)) < len(lines) / 5
+    assert sum(1 for line in lines if _lines._HINT_WORDS.search(line)) < len(lines) / 5

@@ -1,12 +1,12 @@
-"""The NCCL/libfabric environment of each network (training.network), shared by the manifests and the driver."""
+"""The NCCL/libfabric environment of each network (core.pod_env), shared by the manifests and the driver."""
 
 from __future__ import annotations
 
 import pytest
 
 from ray_efa.core import catalog
+from ray_efa.core.pod_env import NETWORKS, expected_transport, network_env
 from ray_efa.core.settings import setting_keys
-from ray_efa.training.network import NETWORKS, expected_transport, network_env
 from ray_efa.training.transport import EXPECTS
 from ray_efa.training.transport import network_env as reexported
 

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ray_efa.core.settings import Settings
-from ray_efa.core.strategy import resolve
-from ray_efa.training import driver, worker
+from ray_efa.core.strategy import choose, resolve
+from ray_efa.training import driver, train, worker
 from ray_efa.training.local import LOCAL_WORKERS
 
 
@@ -32,10 +33,15 @@ def test_a_function_of_yours_gets_the_levers_the_plan_decided(cluster):
     settings = Settings.from_context({**cluster, "trainFunction": "my_pkg.train:fit"})
     assert set(settings.training.undecided) == {"microBatch", "gradAccumulation", "precision",
                                                 "activationCheckpointing"}
+    assert (settings.training.sharding, settings.training.grad_reduce_dtype) == ("auto", "auto")
     got = worker.train_loop_config(settings, code_dir=None)["settings"]
     t = resolve(settings).training
     assert (got["microBatch"], got["gradAccumulation"], got["precision"], got["activationCheckpointing"]) == (
         t.micro_batch, t.grad_accumulation, t.precision, t.activation_checkpointing)
+    # sharding and the reduction dtype too: the plan's choice for that shape (core.strategy.choose), not "auto"
+    chosen = choose(settings)
+    assert (got["sharding"], got["gradReduceDtype"]) == (chosen.strategy, chosen.reduce_dtype)
+    assert got["sharding"] in ("fsdp", "hsdp") and got["gradReduceDtype"] in ("fp32", "bf16")
     assert type(got["microBatch"]) is int and type(got["gradAccumulation"]) is int
     assert got["precision"] in ("bf16", "fp8") and type(got["activationCheckpointing"]) is bool
     # the split the function would run is the plan's: micro batch x seqLen x accumulation x ranks near globalBatchTokens
@@ -44,10 +50,57 @@ def test_a_function_of_yours_gets_the_levers_the_plan_decided(cluster):
     assert Settings.from_context(got).training.undecided == ()  # the typed object rebuilt from it is decided too
     # what the user set is kept
     own = Settings.from_context({**cluster, "microBatch": 3, "gradAccumulation": 2, "precision": "bf16",
-                                 "activationCheckpointing": True})
+                                 "activationCheckpointing": True, "sharding": "fsdp", "gradReduceDtype": "bf16"})
     kept = worker.train_loop_config(own, code_dir=None)["settings"]
-    assert (kept["microBatch"], kept["gradAccumulation"], kept["precision"], kept["activationCheckpointing"]) == (
-        3, 2, "bf16", True)
+    assert (kept["microBatch"], kept["gradAccumulation"], kept["precision"], kept["activationCheckpointing"],
+            kept["sharding"], kept["gradReduceDtype"]) == (3, 2, "bf16", True, "fsdp", "bf16")
+
+
+GPU = torch.device("cuda", 0)  # a device object only: nothing runs on it
+
+
+@pytest.mark.parametrize(("levers", "world", "local_world", "expected"), [
+    # (strategy, replicas, bf16 wire, FSDP2's reduction dtype)
+    ({"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 4}, 8, 4, ("hsdp", 2, True, torch.float32)),
+    ({"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1}, 8, 4, ("hsdp", 2, False, torch.bfloat16)),
+    ({"sharding": "fsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 8, 4, ("fsdp", 1, False, torch.float32)),
+    ({"sharding": "fsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1}, 8, 4, ("fsdp", 1, False, torch.bfloat16)),
+    # hsdp planned for 2 nodes, but Ray started every rank on one: nothing to replicate across
+    ({"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 4, 4, ("fsdp", 1, False, torch.float32)),
+    ({"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 12, 4, ("hsdp", 3, False, torch.float32)),
+])
+def test_the_built_in_runs_the_sharding_and_reduction_it_is_handed(levers, world, local_world, expected):
+    # GIVEN settings as the driver hands them (resolved: the levers set keep their value)
+    t = resolve(Settings.from_context({"gpuNodeCount": 2, **levers})).training
+    # WHEN the built-in turns them into its FSDP2 plan on `world` ranks of `local_world` per node
+    strategy, plan = train.parallel_plan(t, GPU, world, local_world)
+    # THEN it runs them as they are, adapting only the replicas to the nodes present
+    assert plan.mixed_precision is not None
+    assert (strategy, plan.replicas, plan.bf16_wire, plan.mixed_precision.reduce_dtype) == expected
+
+
+@pytest.mark.parametrize("cluster", [{}, {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}, {"gpuNodeCount": 1}])
+def test_the_built_in_runs_what_the_plan_decided_at_auto(cluster):
+    # GIVEN sharding and gradReduceDtype at auto, resolved as the driver resolves them
+    settings = Settings.from_context(cluster)
+    t = resolve(settings).training
+    chosen = choose(settings)
+    # WHEN the built-in makes its plan on the settings' ranks
+    strategy, plan = train.parallel_plan(t, GPU, settings.world_size, settings.nodes.gpu_instance.gpus)
+    # THEN it runs the plan's choice (hsdp: one replica per node)
+    assert strategy == chosen.strategy
+    assert plan.replicas == (settings.nodes.gpu_node_count if chosen.strategy == "hsdp" else 1)
+    wire = chosen.reduce_dtype == "bf16" and int(t.grad_accumulation) > 1
+    assert plan.bf16_wire == wire and plan.mixed_precision is not None
+    assert plan.mixed_precision.reduce_dtype == (torch.bfloat16 if chosen.reduce_dtype == "bf16" and not wire
+                                                 else torch.float32)
+
+
+def test_the_built_in_refuses_settings_nobody_resolved():
+    t = Settings.from_context({"microBatch": 1, "gradAccumulation": 1, "precision": "bf16",
+                               "activationCheckpointing": False}).training
+    with pytest.raises(ValueError, match="sharding and gradReduceDtype must be decided first"):
+        train.parallel_plan(t, GPU, 8, 4)
 
 
 def test_functions_are_imported_from_code_dir_first(tmp_path, monkeypatch):
@@ -113,3 +166,23 @@ def test_the_import_root_is_the_folder_above_ray_efa(tmp_path):
     assert driver._import_root(str(site / "ray_efa" / "__init__.py")) == str(site)
     # and in this checkout, the folder whose ray_efa/ holds the links
     assert (Path(driver._import_root()) / "ray_efa" / "__init__.py").is_file()
+
+
+def test_an_exception_pickle_cannot_rebuild_crosses_as_a_user_code_error_naming_it():
+    from ray_efa.core.settings import Problem, SettingsError
+    from tests.training.user_functions import TwoPartError
+
+    # GIVEN an exception whose class takes a second argument: Ray could not rebuild it on the controller
+    sent = worker.crossing(TwoPartError("the data is bad", 7))
+    # THEN the worker sends a UserCodeError naming its class, message and why
+    assert isinstance(sent, worker.UserCodeError)
+    assert str(sent).startswith("tests.training.user_functions.TwoPartError: the data is bad (re-raised")
+    assert "missing 1 required positional argument: 'code'" in str(sent)
+    # and exceptions that cross are sent as they are, the settings' refusals with their problems
+    plain = ValueError("bad shape")
+    assert worker.crossing(plain) is plain
+    refusal = SettingsError([Problem("globalBatchTokens", 8, "must be 16 to resume this run")])
+    assert worker.crossing(refusal) is refusal
+    import pickle
+
+    assert pickle.loads(pickle.dumps(refusal)).problems == refusal.problems

@@ -1,28 +1,38 @@
-"""The NCCL and libfabric environment of each inter-node network, as data.
+"""The pods' environment, as data: the NCCL and libfabric variables of each inter-node network, the job's own
+variables, the NCCL log the transport gate needs, and where the pods see the host's EFA devices.
 
-One table, read by the RayCluster manifests (k8s/) and by the training driver, so that no environment value is typed
-twice. "efa" is the production path (aws-ofi-nccl on the libfabric efa provider); "tcp" is the comparison run that
-forces NCCL's own Socket transport on the same nodes, to measure what EFA buys.
+One table, read by the RayCluster manifests (k8s/), by the training driver and by the transport gate (training/), so
+that no environment value is typed twice. "efa" is the production path (aws-ofi-nccl on the libfabric efa provider);
+"tcp" is the comparison run that forces NCCL's own Socket transport on the same nodes, to measure what EFA buys.
 
-Pure Python on purpose: the k8s charts import it outside the container and the job imports it inside.
+In core/ on purpose: the k8s charts import it outside the container and the job imports it inside.
 """
 
 from __future__ import annotations
+
+from pathlib import PurePosixPath
 
 from ray_efa.core import catalog, perf
 from ray_efa.core.settings import setting_choices
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
-           "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION"]
+           "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION", "GATE_LOG_ENV", "GATE_LOG_SUBSYSTEMS", "HOST_SYS",
+           "HOST_SYS_FOLDERS"]
 
 NETWORKS: tuple[str, ...] = setting_choices("network")
 """The values the `network` setting allows (read from the settings, not repeated here)."""
 
-# Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the NCCL
-# INFO log, because the transport gate reads that log to prove which transport carried the traffic.
+GATE_LOG_ENV = {"NCCL_DEBUG": "INFO"}
+"""The NCCL log the transport gate (training.transport) reads to prove which transport carried the traffic: INFO
+lines. Every network's environment sets it."""
+GATE_LOG_SUBSYSTEMS = ("INIT", "NET")
+"""The NCCL_DEBUG_SUBSYS subsystems whose INFO lines name the network and the channels (NCCL logs them all by default;
+a run that narrows NCCL_DEBUG_SUBSYS must keep these two, or the gate finds no transport line)."""
+
+# Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the gate's log.
 # The caching allocator with expandable segments grows one mapping instead of stacking fixed blocks, so less memory
 # sits reserved but unused; core.memory's plan is calibrated against reserved memory with it on (docs/BENCHMARKS.md).
-_COMMON = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+_COMMON = {"NCCL_SOCKET_IFNAME": "eth0", **GATE_LOG_ENV, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 _ENV: dict[str, dict[str, str]] = {
     # aws-ofi-nccl is the NCCL net plugin "ofi" (libnccl-net-ofi.so); FI_PROVIDER keeps libfabric on EFA.
@@ -39,6 +49,14 @@ JOB_POLL_INTERVAL_S = 1.0  # the job's: training.reporting spaces reports by it
 
 
 TORCHAO_VERSION = "0.18.0"  # precision fp8's, installed by the Ray pods' init container (k8s.pip_packages)
+
+HOST_SYS = PurePosixPath("/host/sys")
+"""Where the worker pods mount folders of the host's /sys read-only (k8s.cluster_spec.worker_template), for the EFA
+counters (training.efa_counters) that the pod's own /sys cannot show."""
+HOST_SYS_FOLDERS = ("class/infiniband", "devices")
+"""The host's sysfs folders the pods mount under HOST_SYS: the class's links and the device folders they point to
+(relative links, `../../devices/...`, that resolve inside HOST_SYS). Neither has a mount below it, so readOnly makes
+all of it read-only (a hostPath of all of /sys would leave its submounts, cgroup among them, writable)."""
 
 
 def job_env() -> dict[str, str]:

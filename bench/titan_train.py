@@ -1,0 +1,164 @@
+"""torchtitan's own trainer on the project's default model shape, for bench/titan_side_by_side.sh.
+
+torchtitan (0.2.2, the `torchtitan` wheel) has no Qwen2.5 model; its Qwen3 model with qk_norm off, tied embeddings
+and the Qwen2.5-1.5B dimensions of core.models is the same network less the q/k/v biases (57,344 of 1.54 B
+parameters). This file registers that shape as the train spec `qwen2_5_shape` (flavor "1.5B") and runs
+torchtitan.train.main with the command-line arguments it is given, torchtitan's own:
+
+    torchrun --standalone --nproc-per-node 1 bench/titan_train.py --model.name qwen2_5_shape --model.flavor 1.5B ...
+
+Two things differ from torchtitan's Qwen3 spec, both because the GPU machine has no network and one GPU:
+- data: random token ids (the project's benchmarks train on random tokens too), no tokenizer, no Hugging Face dataset;
+- on one GPU torchtitan applies no FSDP (its data-parallel degree is 1) and trains fp32 weights under autocast.
+  With TITAN_ONE_GPU_FSDP=1 (the default) the model is instead wrapped as the project's job wraps it on one GPU:
+  FSDP2 over a 1-rank mesh, one unit per transformer block plus the root (embeddings, final norm and the tied output
+  projection), bf16 parameters, fp32 reduction, and no autocast. TITAN_ONE_GPU_FSDP=0 runs torchtitan's own
+  one-GPU path (autocast bf16 over fp32 weights).
+Everything else (model code, per-block torch.compile, compiled loss, float8 converter, AdamW, step loop, metrics) is
+torchtitan's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+
+import torch
+from torch.utils.data import IterableDataset
+
+
+def _datasets_or_placeholder() -> None:
+    """torchtitan's Qwen3 package imports its Hugging Face text loader, which imports `datasets`. This benchmark never
+    calls that loader; where `datasets` cannot be imported a placeholder module stands in, and says so."""
+    try:
+        import datasets  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - any import failure of an unused package
+        print(f"titan_train: `datasets` does not import ({error!r}); its text loader is unused here, a placeholder "
+              "stands in", file=sys.stderr)
+        placeholder = types.ModuleType("torchtitan.hf_datasets.text_datasets")
+
+        def unused(*args, **kwargs):
+            raise RuntimeError("the Hugging Face text loader is not available in this benchmark")
+
+        placeholder.build_text_dataloader = unused  # type: ignore[attr-defined]
+        placeholder.build_text_validator = unused  # type: ignore[attr-defined]
+        sys.modules[placeholder.__name__] = placeholder
+
+
+_datasets_or_placeholder()
+
+from torchtitan.components.dataloader import ParallelAwareDataloader  # noqa: E402
+from torchtitan.models.qwen3 import get_train_spec as qwen3_train_spec  # noqa: E402
+from torchtitan.models.qwen3.infra.parallelize import parallelize_qwen3  # noqa: E402
+from torchtitan.models.qwen3.model.args import Qwen3ModelArgs  # noqa: E402
+from torchtitan.protocols.train_spec import register_train_spec  # noqa: E402
+
+SPEC = "qwen2_5_shape"
+
+# Qwen2.5-1.5B (core.models: hidden 1536, 28 layers, 12 heads of 128, 2 KV heads, MLP 8960, vocabulary 151,936,
+# tied embeddings, RoPE theta 1e6, RMSNorm eps 1e-6); no q/k norm, as in Qwen2.5.
+MODEL_ARGS = {
+    "1.5B": Qwen3ModelArgs(
+        dim=1536, n_layers=28, n_heads=12, n_kv_heads=2, head_dim=128, hidden_dim=8960, vocab_size=151_936,
+        norm_eps=1e-6, rope_theta=1_000_000, qk_norm=False, max_seq_len=32_768, enable_weight_tying=True,
+    ),
+    # A few-MB model of the same code, for a CPU check of this file.
+    "tiny": Qwen3ModelArgs(
+        dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=256, vocab_size=1024,
+        norm_eps=1e-6, rope_theta=1_000_000, qk_norm=False, max_seq_len=32_768, enable_weight_tying=True,
+    ),
+}
+
+
+class RandomTokens(IterableDataset):
+    """Endless samples of seq_len + 1 uniformly random token ids: ({"input": first seq_len}, last seq_len)."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int) -> None:
+        self.vocab_size, self.seq_len = vocab_size, seq_len
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self):
+        while True:
+            tokens = torch.randint(0, self.vocab_size, (self.seq_len + 1,), generator=self.generator)
+            yield {"input": tokens[:-1]}, tokens[1:]
+
+    # The trainer's checkpoint manager asks every component for its state; random data has none worth keeping.
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass
+
+
+def build_random_dataloader(dp_world_size: int, dp_rank: int, tokenizer, job_config, **kwargs):
+    del tokenizer, kwargs
+    vocab = MODEL_ARGS[job_config.model.flavor].vocab_size
+    dataset = RandomTokens(vocab, job_config.training.seq_len, seed=1234 + dp_rank)
+    return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                                   batch_size=job_config.training.local_batch_size)
+
+
+def one_gpu_fsdp() -> bool:
+    return os.environ.get("TITAN_ONE_GPU_FSDP", "1") == "1"
+
+
+def parallelize(model, parallel_dims, job_config):
+    """torchtitan's Qwen3 parallelize (activation checkpointing, per-block compile, FSDP when sharded); on one GPU with
+    TITAN_ONE_GPU_FSDP=1, then FSDP2 over a 1-rank mesh as the project's job does."""
+    model = parallelize_qwen3(model, parallel_dims, job_config)
+    if parallel_dims.fsdp_enabled or parallel_dims.world_size != 1 or not one_gpu_fsdp():
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torchtitan.config import TORCH_DTYPE_MAP
+    from torchtitan.tools.utils import device_type
+
+    mesh = init_device_mesh(device_type, (1,), mesh_dim_names=("fsdp",))
+    training = job_config.training
+    policy = MixedPrecisionPolicy(param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
+                                  reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce])
+    for block in model.layers.values():
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    # The root unit holds the embedding, which the output projection shares (tied): one unit owns the tied weight.
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    print(f"titan_train: FSDP2 over a 1-rank mesh, {len(model.layers)} blocks + root, params "
+          f"{training.mixed_precision_param}, reduce {training.mixed_precision_reduce}, no autocast", file=sys.stderr)
+    return model
+
+
+def register() -> None:
+    spec = qwen3_train_spec()
+    spec.model_args = MODEL_ARGS
+    spec.parallelize_fn = parallelize
+    spec.build_dataloader_fn = build_random_dataloader
+    spec.build_tokenizer_fn = None
+    spec.build_validator_fn = None
+    spec.state_dict_adapter = None  # converts to Hugging Face checkpoints; no checkpoint is written here
+    register_train_spec(SPEC, spec)
+    if one_gpu_fsdp():
+        # FSDP2 casts parameters to bf16 itself; the trainer would add autocast only because its data-parallel
+        # degree is 1 (torchtitan.distributed.utils.maybe_enable_amp).
+        import torchtitan.distributed.utils as dist_utils
+
+        original = dist_utils.maybe_enable_amp
+
+        def no_autocast_under_fsdp(parallel_dims, mixed_precision_param, device_type):
+            if parallel_dims.world_size == 1 and not parallel_dims.fsdp_enabled:
+                return contextlib.nullcontext()
+            return original(parallel_dims, mixed_precision_param, device_type)
+
+        dist_utils.maybe_enable_amp = no_autocast_under_fsdp
+
+
+def main() -> None:
+    register()
+    from torchtitan.train import Trainer
+    from torchtitan.train import main as titan_main
+
+    titan_main(Trainer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The layers are contracts a tool checks (pyproject [tool.importlinter], `make lint`): the code keeps them, every
+subpackage sits in one, and an import against them breaks the check, naming the module and the line.
+
+Real: import-linter on this checkout (tools/lint_imports.py, as `make lint` runs it), and on a copy with one import
+added.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONTRACTS = {contract["id"]: contract for contract in PYPROJECT["tool"]["importlinter"]["contracts"]}
+PACKAGES = ("core", "infra", "k8s", "training", "ops", "cli")
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(root / "tools" / "lint_imports.py")], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _copy(tmp_path: Path) -> Path:
+    """pyproject.toml, tools/lint_imports.py and the package's sources, as they are in this checkout."""
+    copy = tmp_path / "checkout"
+    (copy / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    shutil.copy(ROOT / "tools" / "lint_imports.py", copy / "tools")
+    for name in ("ray_efa", *PACKAGES):
+        shutil.copytree(ROOT / name, copy / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_every_subpackage_is_in_one_layer():
+    layers = [{name.strip() for name in layer.split("|")} for layer in CONTRACTS["layers"]["layers"]]
+    assert sorted(name for layer in layers for name in layer) == sorted(f"ray_efa.{p}" for p in PACKAGES)
+    # core at the bottom, cli on top, and k8s and training side by side: neither may import the other
+    assert layers[-1] == {"ray_efa.core"} and layers[0] == {"ray_efa.cli"}
+    assert {"ray_efa.k8s", "ray_efa.training"} in layers
+
+
+def test_the_code_keeps_its_layer_contracts():
+    result = _lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in result.stdout
+    # and it read the whole package, not an empty ray_efa/ (in a checkout the subpackages are the top-level folders)
+    analyzed = int(result.stdout.split("Analyzed ")[1].split()[0])
+    assert analyzed >= sum(len(list((ROOT / p).glob("*.py"))) for p in PACKAGES)
+
+
+@pytest.mark.parametrize(("module", "added", "broken"), [
+    # a lazy import counts like one at the top: it runs on the first call
+    ("k8s/names.py", "def _gate():\n    from ray_efa.training import transport\n",
+     "ray_efa.k8s.names -> ray_efa.training.transport"),
+    ("core/catalog.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
+    ("training/history.py", "import aws_cdk\n", "ray_efa.training.history -> aws_cdk"),
+    ("core/perf.py", "def _probe():\n    import torch\n", "ray_efa.core.perf -> torch"),
+])
+def test_an_import_against_the_layers_breaks_the_check(tmp_path, module, added, broken):
+    # GIVEN a copy of the checkout with one import against a contract
+    copy = _copy(tmp_path)
+    path = copy / module
+    path.write_text(path.read_text() + "\n\n" + added)
+    # WHEN the contracts are checked THEN the check fails and names the import
+    result = _lint_imports(copy)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert broken in result.stdout and " BROKEN" in result.stdout
