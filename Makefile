@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 # Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
 ARGS ?=
 
-.PHONY: install demo test lint docs synth manifests plan train-local check-transport lock clean
+.PHONY: install demo test test-fast lint docs synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -61,8 +61,13 @@ train-local: $(VENV)/.installed
 check-transport: $(VENV)/.installed
 	$(PY) -m ray_efa.cli check-transport $(ARGS) $(LOGS)
 
+## The whole suite on 2 workers (docs/testing.md: what it runs, how long, how to time it).
 test: install
 	$(PY) -m pytest -n 2 --dist loadgroup
+
+## The edit loop: the pure-Python tests, without the marks that take seconds a test (ray, synth, spawn, wheel).
+test-fast: $(VENV)/.installed $(VENV)/.editable
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not (ray or synth or spawn or wheel)"
 
 ## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter], by
 ## tools/lint_imports.py) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download).

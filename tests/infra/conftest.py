@@ -1,4 +1,4 @@
-"""Synthesized stacks, once per session and per settings variant (a synth costs seconds)."""
+"""Synthesized stacks, once per test process and per settings (a synth of both stacks costs seconds)."""
 
 from __future__ import annotations
 
@@ -31,10 +31,15 @@ class Synthesized:
     assembly: cdk.cx_api.CloudAssembly
 
 
-@functools.cache
 def synthesize(**context) -> Synthesized:
-    """Synthesize both stacks (cdk-nag included: synth raises on any unacknowledged finding)."""
-    settings = Settings.from_context(context)
+    """Synthesize both stacks (cdk-nag included: synth raises on any unacknowledged finding), once per process for
+    equal settings: build_stacks reads only the settings' values, so `gpuNodeCount=4` and `gpuNodeCount="4"`, or a
+    default given explicitly and left out, share one synth."""
+    return _synthesize(Settings.from_context(context))
+
+
+@functools.cache
+def _synthesize(settings: Settings) -> Synthesized:
     # cdk.json's feature flags, as `cdk synth` applies them
     app = cdk.App(outdir=tempfile.mkdtemp(dir=_SYNTH_ROOT), context=feature_flags())
     stacks = build_stacks(app, settings)
@@ -52,8 +57,21 @@ def default_synth() -> Synthesized:
     return synthesize()
 
 
+XDIST_GROUPS: dict[str, str | None] = {
+    "test_day2.py": "infra-changes", "test_deploy_ready.py": "infra-changes", "test_checkov.py": "infra-changes",
+    "test_app.py": None, "test_props.py": None, "test_training_job.py": None,
+}
+"""The xdist group of each module (`make test`: pytest -n 2 --dist loadgroup) that is not in "infra". A group runs on
+one worker, whose process shares the synths of its modules (synthesize() caches per process): two groups of about
+equal time so that both workers synthesize, each holding the modules that share the most settings. A module that
+builds only its own apps (no synthesize(), no synth fixture) is in none: its tests spread over both workers."""
+
+
 def pytest_collection_modifyitems(items):
-    # Every infra test shares the session's synths: keep them on one xdist worker.
     for item in items:
-        if "tests/infra/" in str(item.fspath):
-            item.add_marker(pytest.mark.xdist_group("infra"))
+        path = item.path
+        if path.parent.name == "infra" and path.parent.parent.name == "tests":
+            item.add_marker(pytest.mark.synth)
+            group = XDIST_GROUPS.get(path.name, "infra")
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
