@@ -27,9 +27,40 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 from ray_efa.core import network
+
+# The types and the rows live in their own modules (core.catalog_types, core.catalog_rows); this one derives from
+# them and re-exports every name, so callers import from core.catalog alone.
+from ray_efa.core.catalog_rows import (
+    _BUILT_IN,
+    CAPACITY_BLOCK_INSTANCES,
+    EFA_DEVICE_PLUGIN_ALLOWLISTS,
+    EFA_DRA_DRIVER_ALLOWLISTS,
+    EFA_ONLY_FAMILIES,
+    EKS_CONTROL_PLANE_USD_PER_HOUR,
+    GPU_INSTANCES,
+    GPU_LINKS,
+    NAT_GATEWAY_USD_PER_HOUR,
+    SYSTEM_INSTANCES,
+)
+from ray_efa.core.catalog_types import (
+    _RECORDED_LINKS,
+    CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW,
+    DEFAULT_GPU_LINK,
+    EFA_DRA_CHART,
+    EFA_PLUGIN_CHART,
+    GPUS,
+    CatalogError,
+    Gpu,
+    GpuInstanceType,
+    GpuLink,
+    InstanceType,
+    _gpu_type,
+    gpu_for_device_name,
+    gpu_link,
+)
 
 __all__ = [
     "CatalogError",
@@ -76,275 +107,6 @@ __all__ = [
     "efa_plugin_supports",
     "efa_plugin_problem",
 ]
-
-
-class CatalogError(ValueError):
-    """An instance type or chart version the catalog does not know or cannot use."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Gpu:
-    """One GPU model."""
-
-    name: str
-    """Short model name, as AWS writes it (L4, A100, H100...)."""
-    memory_gib: float
-    """Device memory the driver reports, in GiB (less than the marketing GB)."""
-    peak_bf16_tflops: float
-    """Dense bf16 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity). Used for MFU."""
-    device_names: tuple[str, ...]
-    """Substrings of torch.cuda.get_device_name() that identify this GPU."""
-    memory_bandwidth_gb_s: float = 0.0
-    """Device-memory bandwidth, GB/s, from the data sheet. The step-time model (core.perf) times the optimizer by it."""
-    peak_fp8_tflops: float = 0.0
-    """Dense fp8 tensor-core throughput, TFLOP/s, from the data sheet (no sparsity); 0: no fp8 tensor cores (Ampere
-    and older), so the `precision` setting cannot be fp8."""
-
-    @property
-    def has_fp8(self) -> bool:
-        return self.peak_fp8_tflops > 0
-
-
-GPUS: dict[str, Gpu] = {
-    g.name: g
-    for g in (
-        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0, peak_fp8_tflops=242.5),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0, peak_fp8_tflops=733.0),
-        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
-        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0, peak_fp8_tflops=1979.0),
-        # NVIDIA HGX B200 data sheet: BF16 tensor 36 PFLOPS with sparsity for 8 GPUs = 2.25 PFLOPS dense each. Memory
-        # and bandwidth as CUDA reports them on p6-b200 (178.35 GiB; 7,680-bit bus at 3,996 MHz: 7.67 TB/s,
-        # pytorch/ao#4002); AWS lists 179 GiB per GPU. FP8 tensor: 72 PFLOPS with sparsity for 8 = 4.5 dense each.
-        Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0, peak_fp8_tflops=4500.0),
-    )
-}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GpuLink:
-    """How the GPUs inside one node talk to each other."""
-
-    name: str
-    gb_s: float
-    """Data-sheet bandwidth per GPU per direction, GB/s."""
-
-
-_PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
-_NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
-_NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
-_NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
-_RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
-"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.families)."""
-DEFAULT_GPU_LINK: GpuLink = _PCIE4
-"""The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
-
-
-def gpu_link(instance: InstanceType) -> GpuLink:
-    """The intra-node GPU link of a GPU instance type (its row's)."""
-    if instance.gpu_link is None:
-        raise CatalogError(f"no intra-node GPU link recorded for {instance.name}")
-    return instance.gpu_link
-
-
-def gpu_for_device_name(device_name: str) -> Gpu | None:
-    """The catalog GPU whose name appears in a torch device name (e.g. "NVIDIA H200"), or None."""
-    # Longest match first so "A100-SXM4-80GB" never resolves to a shorter, wrong pattern.
-    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names if pattern in device_name]
-    return max(candidates, key=lambda c: c[0])[1] if candidates else None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class InstanceType:
-    """One EC2 instance type and the facts this project derives from."""
-
-    name: str
-    vcpus: int
-    memory_gib: int
-    usd_per_hour: float
-    """On-demand Linux price in us-east-2, USD per hour (an estimate; prices change)."""
-    gpu: Gpu | None = None
-    gpus: int = 0
-    efa_interfaces: int = 0
-    """EFA interfaces the node gets: one per network card (0 = no EFA support)."""
-    gpudirect_rdma: bool = False
-    """Whether EFA can read and write GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1)."""
-    network_gbps: int = 0
-    """Aggregate network bandwidth in Gbit/s."""
-    gpu_link: GpuLink | None = None
-    """How its GPUs talk inside the node (None: no GPUs; a GPU row gets DEFAULT_GPU_LINK when it states none)."""
-    efa_only_secondary: bool = False
-    """Whether network cards after the first get `efa-only` interfaces (EFA without an ENA, so without a private IP:
-    31 or 15 saved per node on p5); needs the Amazon VPC CNI v1.18.4 or later (terraform-aws-eks, which does this by
-    default, documents it). Off unless the row says so: `efa` on every card works with any VPC CNI."""
-    capacity_blocks: bool = False
-    """Whether Capacity Blocks for ML offer this type (EC2 User Guide, supported instance types)."""
-    allowlisted_by: frozenset[str] = frozenset()
-    """The recorded chart versions whose instance allowlist (values key supportedInstanceLabels.values) holds this
-    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)."""
-    described: bool = False
-    """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
-
-    @property
-    def family(self) -> str:
-        return self.name.split(".")[0]
-
-    @property
-    def efa_capable(self) -> bool:
-        return self.efa_interfaces > 0
-
-    @property
-    def primary_card_gbps(self) -> float:
-        """Gbit/s of network card 0, which carries the node's IP and so every TCP flow (NCCL's sockets included):
-        the aggregate split evenly over the cards (p5.48xlarge: 32 x 100, p5en: 16 x 200, p4d and g6e.48xlarge:
-        4 x 100; single-card types: all of it). EFA uses every card; TCP only this one."""
-        return self.network_gbps / max(1, self.efa_interfaces)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GpuInstanceType(InstanceType):
-    """An instance type with GPUs: the same facts, with `gpu` always set (so callers need no None check)."""
-
-    # A kw_only dataclass may put a required field after defaulted ones; pyright's override check ignores kw_only.
-    gpu: Gpu  # pyright: ignore[reportGeneralTypeIssues]
-    gpu_link: GpuLink = DEFAULT_GPU_LINK  # pyright: ignore[reportIncompatibleVariableOverride]
-
-
-# The chart allowlists this project has read (values key supportedInstanceLabels.values): each chart schedules its
-# DaemonSet only on listed types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md
-# (aws/eks-charts stable/aws-efa-k8s-device-plugin; stable/aws-dranet 1.0.0 values.yaml).
-EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
-EFA_DRA_CHART: str = "aws-dranet"
-
-CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW: dict[str, frozenset[str]] = {
-    # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
-    # described type is checked against what the chart really lists. v0.5.28 and v0.5.29 list only rows' types.
-    f"{EFA_PLUGIN_CHART} v0.5.30": frozenset({
-        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7.8xlarge", "g7.12xlarge", "g7.24xlarge",
-        "g7.48xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge",
-        "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
-    }),
-    f"{EFA_PLUGIN_CHART} v0.5.29": frozenset(),
-    f"{EFA_PLUGIN_CHART} v0.5.28": frozenset(),
-    f"{EFA_DRA_CHART} 1.0.0": frozenset({
-        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge",
-        "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
-    }),
-}
-"""The GPU types each recorded chart version lists beyond the rows below ("chart version": names); its keys are every
-chart version recorded. A row says itself which of them list it (InstanceType.allowlisted_by)."""
-
-_EVERY = frozenset(CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)
-_SINCE_V0_5_30 = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
-_NONE: frozenset[str] = frozenset()
-
-
-def _gpu_type(**facts: Any) -> GpuInstanceType:
-    """Every GPU row, built in or described, is made here, so a fact a row does not state gets the same default:
-    the dataclass's (DEFAULT_GPU_LINK, no efa-only, no Capacity Blocks), and the chart versions whose recorded
-    allowlist names it."""
-    given = {key: value for key, value in facts.items() if value is not None}
-    if not given.get("allowlisted_by"):
-        given["allowlisted_by"] = frozenset(
-            chart for chart, names in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if given["name"] in names)
-    return GpuInstanceType(**given)
-
-
-def _gpu_row(name: str, gpu: str, *, gpus: int, vcpus: int, memory_gib: int, efa: int, rdma: bool, gbps: int,
-             usd: float, link: GpuLink, efa_only: bool, blocks: bool, charts: frozenset[str]) -> GpuInstanceType:
-    """One built-in row: the name and GPU model by position, every fact by keyword (three booleans must not be
-    told apart by their place)."""
-    return _gpu_type(
-        name=name, gpu=GPUS[gpu], gpus=gpus, vcpus=vcpus, memory_gib=memory_gib, efa_interfaces=efa, gpudirect_rdma=rdma,
-        network_gbps=gbps, usd_per_hour=usd, gpu_link=link, efa_only_secondary=efa_only, capacity_blocks=blocks,
-        allowlisted_by=charts,
-    )
-
-
-# fmt: off
-GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
-    # name, GPU, GPUs, vCPUs, memory GiB, EFA interfaces (one per network card; 0: no EFA), GPUDirect RDMA, Gbit/s,
-    # USD/h; the GPUs' link inside the node (AWS instance pages: g5, g6 and g6e have no NVLink); `efa-only` secondary
-    # cards (p5 family, p6-b200: 31, 15 or 7 private IPs saved per node); Capacity Blocks for ML offer it; the chart
-    # allowlists that hold it (_EVERY: every recorded version; _SINCE_V0_5_30: aws-efa-k8s-device-plugin v0.5.30 and
-    # aws-dranet 1.0.0).
-    _gpu_row("g5.12xlarge",     "A10G",      gpus=4, vcpus= 48, memory_gib= 192, efa= 1, rdma=False, gbps=  40, usd=   5.672, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("g5.48xlarge",     "A10G",      gpus=8, vcpus=192, memory_gib= 768, efa= 1, rdma=False, gbps= 100, usd=  16.288, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("g6.12xlarge",     "L4",        gpus=4, vcpus= 48, memory_gib= 192, efa= 1, rdma=False, gbps=  40, usd=  4.6016, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("g6.48xlarge",     "L4",        gpus=8, vcpus=192, memory_gib= 768, efa= 1, rdma=False, gbps= 100, usd= 13.3504, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("g6e.24xlarge",    "L40S",      gpus=4, vcpus= 96, memory_gib= 768, efa= 2, rdma=False, gbps= 200, usd= 15.0656, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("g6e.48xlarge",    "L40S",      gpus=8, vcpus=192, memory_gib=1536, efa= 4, rdma=False, gbps= 400, usd= 30.1312, link=_PCIE4  , efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("p4d.24xlarge",    "A100-40GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 21.9576, link=_NVLINK3, efa_only=False, blocks=True , charts=_EVERY),
-    _gpu_row("p4de.24xlarge",   "A100-80GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 27.4470, link=_NVLINK3, efa_only=False, blocks=False, charts=_EVERY),
-    _gpu_row("p5.48xlarge",     "H100",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 55.0400, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
-    _gpu_row("p5e.48xlarge",    "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
-    _gpu_row("p5en.48xlarge",   "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=16, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
-    # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
-    # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and
-    # g6e.12xlarge are the list prices as recorded here without that re-read, p5.4xlarge and p6-b200 as a public
-    # snapshot of the us-east-1 list quotes them: check them with `aws pricing get-products` before relying on them.
-    _gpu_row("g5.8xlarge",      "A10G",      gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=   2.448, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g5.16xlarge",     "A10G",      gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=   4.096, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g5.24xlarge",     "A10G",      gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=   8.144, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6.8xlarge",      "L4",        gpus=1, vcpus= 32, memory_gib= 128, efa= 1, rdma=False, gbps=  25, usd=  2.0144, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6.16xlarge",     "L4",        gpus=1, vcpus= 64, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd=  3.3968, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6.24xlarge",     "L4",        gpus=4, vcpus= 96, memory_gib= 384, efa= 1, rdma=False, gbps=  50, usd=  6.6752, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6e.8xlarge",     "L40S",      gpus=1, vcpus= 32, memory_gib= 256, efa= 1, rdma=False, gbps=  25, usd= 4.52856, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6e.12xlarge",    "L40S",      gpus=4, vcpus= 48, memory_gib= 384, efa= 1, rdma=False, gbps= 100, usd=10.49264, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("g6e.16xlarge",    "L40S",      gpus=1, vcpus= 64, memory_gib= 512, efa= 1, rdma=False, gbps=  35, usd= 7.57719, link=_PCIE4  , efa_only=False, blocks=False, charts=_SINCE_V0_5_30),
-    _gpu_row("p5.4xlarge",      "H100",      gpus=1, vcpus= 16, memory_gib= 256, efa= 1, rdma=True , gbps= 100, usd=    6.88, link=_NVLINK4, efa_only=True , blocks=False, charts=_SINCE_V0_5_30),
-    # 8 network cards, 3,200 Gbit/s; GPUDirect RDMA read and write (EFA user guide); 1432 GiB of GPU memory.
-    _gpu_row("p6-b200.48xlarge","B200",      gpus=8, vcpus=192, memory_gib=2048, efa= 8, rdma=True , gbps=3200, usd=113.9328, link=_NVLINK5, efa_only=True , blocks=False, charts=_SINCE_V0_5_30),
-    # GPU types without EFA: known, so that choosing one fails with a helpful message, not "unknown".
-    _gpu_row("g5.xlarge",       "A10G",      gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=   1.006, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
-    _gpu_row("g6.xlarge",       "L4",        gpus=1, vcpus=  4, memory_gib=  16, efa= 0, rdma=False, gbps=  10, usd=  0.8048, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
-    _gpu_row("g6.4xlarge",      "L4",        gpus=1, vcpus= 16, memory_gib=  64, efa= 0, rdma=False, gbps=  25, usd=  1.3232, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
-    _gpu_row("g6e.xlarge",      "L40S",      gpus=1, vcpus=  4, memory_gib=  32, efa= 0, rdma=False, gbps=  20, usd=   1.861, link=_PCIE4  , efa_only=False, blocks=False, charts=_NONE),
-)}
-
-_BUILT_IN: dict[str, GpuInstanceType] = dict(GPU_INSTANCES)
-"""The rows above, before any add_gpu_instance."""
-
-SYSTEM_INSTANCES: dict[str, InstanceType] = {row.name: row for row in (
-    InstanceType(name="m7i.large",   vcpus=2,  memory_gib=8,  usd_per_hour=0.1008),
-    InstanceType(name="m7i.xlarge",  vcpus=4,  memory_gib=16, usd_per_hour=0.2016),
-    InstanceType(name="m7i.2xlarge", vcpus=8,  memory_gib=32, usd_per_hour=0.4032),
-    InstanceType(name="m7i.4xlarge", vcpus=16, memory_gib=64, usd_per_hour=0.8064),
-    InstanceType(name="m6i.xlarge",  vcpus=4,  memory_gib=16, usd_per_hour=0.192),
-    InstanceType(name="m6i.2xlarge", vcpus=8,  memory_gib=32, usd_per_hour=0.384),
-    InstanceType(name="m5.xlarge",   vcpus=4,  memory_gib=16, usd_per_hour=0.192),
-    InstanceType(name="m5.2xlarge",  vcpus=8,  memory_gib=32, usd_per_hour=0.384),
-)}
-# fmt: on
-
-EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
-NAT_GATEWAY_USD_PER_HOUR = 0.045
-"""Per NAT gateway, before data processing charges."""
-
-
-def _allowlists(chart: str) -> dict[str, frozenset[str]]:
-    """Each recorded version of `chart` -> the instance types its allowlist holds: the rows that say so, and the
-    types without a row."""
-    return {
-        key.split(" ", 1)[1]: beyond | {row.name for row in _BUILT_IN.values() if key in row.allowlisted_by}
-        for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if key.split(" ", 1)[0] == chart
-    }
-
-
-EFA_DEVICE_PLUGIN_ALLOWLISTS: dict[str, frozenset[str]] = _allowlists(EFA_PLUGIN_CHART)
-"""aws-efa-k8s-device-plugin chart version -> the GPU types its allowlist holds (from the rows)."""
-EFA_DRA_DRIVER_ALLOWLISTS: dict[str, frozenset[str]] = _allowlists(EFA_DRA_CHART)
-"""aws-dranet chart version -> the GPU types its allowlist holds (from the rows)."""
-
-# Views of the rows by one fact, for callers that ask by family or name.
-GPU_LINKS: dict[str, GpuLink] = {row.family: row.gpu_link for row in _BUILT_IN.values()}
-"""Intra-node GPU link by built-in family (each row carries its own: InstanceType.gpu_link)."""
-EFA_ONLY_FAMILIES: frozenset[str] = frozenset(row.family for row in _BUILT_IN.values() if row.efa_only_secondary)
-"""Built-in families whose secondary network cards get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
-CAPACITY_BLOCK_INSTANCES: frozenset[str] = frozenset(row.name for row in _BUILT_IN.values() if row.capacity_blocks)
-"""Built-in GPU types that Capacity Blocks for ML offer (InstanceType.capacity_blocks)."""
 
 
 _Row = TypeVar("_Row", bound=InstanceType)
