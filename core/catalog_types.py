@@ -85,7 +85,7 @@ _NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data she
 _NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
 _NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
 _RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
-"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.families)."""
+"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.gpu_constants)."""
 DEFAULT_GPU_LINK: GpuLink = _PCIE4
 """The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
 

@@ -2,7 +2,7 @@
 
 core/data/published_runs.csv holds measured and published runs, one a row, each with its source, GPU, model, nodes,
 GPUs per node, sequence, micro batch, accumulation, precision, compile, activation checkpointing, stack and reported
-tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core.families were fitted to them) and
+tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core.gpu_constants were fitted to them) and
 `heldout` (never fitted: tests/core/test_evidence.py holds the model to them). A row's role says how it is judged:
 - comparable: an FSDP stack (FSDP1 or FSDP2, eager or compiled); the plan's prediction for the same configuration
   should land within TOLERANCE of it.
@@ -183,7 +183,7 @@ def judge(split: str = "heldout") -> Verdict:
 
 def fit_scale(gpu: str) -> float:
     """The factor that, times a family's compute efficiency, makes the geometric mean of its fit runs' predicted /
-    published 1 (what tools use to refit core.families; not used at run time)."""
+    published 1 (what tools use to refit core.gpu_constants; not used at run time)."""
     ratios = [predict(r) / r.tokens_per_s_per_gpu for r in runs()
               if r.split == "fit" and r.role == "comparable" and r.gpu == gpu]
     return math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else 1.0

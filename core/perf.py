@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, families, fp8
+from ray_efa.core import catalog, fp8, gpu_constants
 from ray_efa.core import network as network_module
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
@@ -63,7 +63,7 @@ __all__ = [
 
 STRATEGIES = ("fsdp", "hsdp")
 
-COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].compute_efficiency  # 0.666
+COMPUTE_EFFICIENCY = gpu_constants.GPU_CONSTANTS["H200"].compute_efficiency  # 0.666
 """Share of the bf16 peak in fwd+bwd of compiled layers: least-squares fit over 4x2048, 8x2048, 4x4096 and 8x4096
 tokens on one H200 (658 TFLOP/s of 989; matrix-product ceiling in the same call 760)."""
 MICRO_STEP_FIXED_S = 0.046
@@ -78,7 +78,7 @@ FORWARD_SHARE = 1 / 3
 """Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
-INTRA_NODE_SHARE = families.LINK_SHARES["NVLink"][0]  # 0.72
+INTRA_NODE_SHARE = gpu_constants.LINK_SHARES["NVLink"][0]  # 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
@@ -113,7 +113,7 @@ NSOCKS_PERTHREAD to 64 / NTHREADS."""
 FLOW_GBPS = {"placement": 10.0, "spread": 5.0}
 """EC2's single-flow limit (one TCP 5-tuple): 10 Gbit/s inside a cluster placement group, 5 outside (EC2 User Guide,
 "Amazon EC2 instance network bandwidth"); multi-flow traffic inside the Region may use the instance's full rate."""
-FP8_COMPUTE_EFFICIENCY = families.FAMILY_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
+FP8_COMPUTE_EFFICIENCY = gpu_constants.GPU_CONSTANTS["H200"].fp8_compute_efficiency  # 0.426
 """Share of the fp8 peak the decoder-layer linears reach under torchao float8 (tensorwise scaling, its casts and amax
 reductions included): fitted to 1.16x bf16's tokens/s at 8 x 4096 on one H200 (bench/speed.py, torchao 0.18;
 docs/BENCHMARKS.md, "The default job at the speed its hardware allows"), with the rest of the step at bf16. bench/speed.py measures it again."""
@@ -255,7 +255,7 @@ def links_for(instance: catalog.InstanceType, network: str, *, placement_group: 
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
-    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * families.link_share(gpu_link.name)[0])
+    intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * gpu_constants.link_share(gpu_link.name)[0])
     if network == "efa":
         inter = Link(name=f"EFA {instance.network_gbps} Gbit/s",
                      gb_s=network_module.efa_link(instance, message_bytes).gb_s)
@@ -378,7 +378,8 @@ def predict(
     tokens = t.micro_batch_size * t.seq_len
     recompute = 4 / 3 if t.checkpointing else 1
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
-    family = families.constants_for(gpu.name)  # each family's own (core.families: measured, published or assumed)
+    # each GPU's own (core.gpu_constants: measured, published or assumed)
+    family = gpu_constants.constants_for(gpu.name)
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
                   else family.compute_efficiency)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, families, perf
+from ray_efa.core import catalog, gpu_constants, perf
 from ray_efa.core import network as network_module
 from ray_efa.core.settings import Settings, TrainingSettings
 
@@ -19,7 +19,7 @@ def fp8_evidence(settings: Settings) -> str | None:
     t, gpu = settings.training, settings.nodes.gpu_instance.gpu
     if t.precision != "auto" or gpu is None or not gpu.has_fp8 or not t.compile:
         return None
-    family = families.constants_for(gpu.name)
+    family = gpu_constants.constants_for(gpu.name)
     if family.fp8_evidenced:
         return None
     return (f"precision auto stays bf16 on {gpu.name}: its fp8 efficiency is assumed, not measured or published "
@@ -35,7 +35,7 @@ def links(settings: Settings, network: str, p: perf.StepPrediction, training: Tr
     n = settings.nodes
     instance = n.gpu_instance
     gpu_link = catalog.gpu_link(instance)
-    share, measured, source = families.link_share(gpu_link.name, gpu_link.gb_s)
+    share, measured, source = gpu_constants.link_share(gpu_link.name, gpu_link.gb_s)
     intra, inter = perf.links_for(instance, network, placement_group=n.use_placement_group,
                                   message_bytes=perf.message_bytes(training.preset, p.strategy, p.nodes,
                                                                    p.gpus_per_node, 2 if p.reduce_dtype == "bf16" else 4))
@@ -59,9 +59,9 @@ def links(settings: Settings, network: str, p: perf.StepPrediction, training: Tr
 
 def constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
     """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
-    GPU family's (core.families), and what a calibration replaced (core.perf.predict takes its values first)."""
+    GPU family's (core.gpu_constants), and what a calibration replaced (core.perf.predict takes its values first)."""
     link = catalog.gpu_link(settings.nodes.gpu_instance)
-    out = families.describe(settings.nodes.gpu_instance.gpu.name, link.name, link.gb_s)
+    out = gpu_constants.describe(settings.nodes.gpu_instance.gpu.name, link.name, link.gb_s)
     if calibration is None:
         return out
     source = f"ray-efa calibrate: {calibration.source}" if calibration.source else "ray-efa calibrate"

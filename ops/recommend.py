@@ -3,7 +3,7 @@ extraGpuInstanceTypes) at 1..N nodes, each with its own chosen plan (core.strate
 sharding), ranked by predicted USD per million tokens; only plans that fit memory. Pure: settings in, dicts out.
 
 Each row says what it rests on: the price (core.prices: the stack's region, On-Demand, and a Capacity Block where one
-is recorded; Spot is not recorded), and the step model's constants of its GPU family (core.families: measured,
+is recorded; Spot is not recorded), and the step model's constants of its GPU family (core.gpu_constants: measured,
 published or assumed), with a predicted range that is wider where a constant is assumed. The ranking models the
 built-in train function's architecture (the settings' preset or modelPath); a trainFunction of your own builds what it
 builds, and the ranking says so.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, families, prices
+from ray_efa.core import catalog, gpu_constants, prices
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
@@ -43,11 +43,11 @@ def tokens_to_train(settings: Settings) -> int:
 
 
 def _constants(gpu_name: str, precision: str) -> dict[str, Any]:
-    family = families.constants_for(gpu_name)
+    family = gpu_constants.constants_for(gpu_name)
     out: dict[str, Any] = {"compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status}}
     if precision == "fp8":
         out["fp8_compute_efficiency"] = {"value": family.fp8_compute_efficiency, "status": family.fp8_status}
-    weakest = max((c["status"] for c in out.values()), key=families.STATUSES.index)
+    weakest = max((c["status"] for c in out.values()), key=gpu_constants.STATUSES.index)
     out["status"] = weakest
     return out
 

@@ -1,10 +1,10 @@
-"""Refit core.families' published constants to the `fit` rows of core/data/published_runs.csv (core.evidence).
+"""Refit core.gpu_constants' published constants to the `fit` rows of core/data/published_runs.csv (core.evidence).
 
     PYTHONPATH=. python tools/fit_constants.py
 
 Prints, per GPU family with fit rows, the compute efficiency (bf16 rows) and the fp8 efficiency (fp8 rows) that make
 the geometric mean of predicted / published 1, then the held-out verdict with them. Writes nothing: copy the values
-into core/families.py by hand, with the rows they rest on.
+into core/gpu_constants.py by hand, with the rows they rest on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import math
 import statistics
 
-from ray_efa.core import evidence, families
+from ray_efa.core import evidence, gpu_constants
 
 
 def _log_error(gpu: str, precision: str) -> float | None:
@@ -30,7 +30,7 @@ def _solve(gpu: str, field: str, precision: str) -> float | None:
     low, high = 0.05, 1.0
     for _ in range(40):  # predicted tokens/s rise with the efficiency: bisect the log error to zero
         mid = (low + high) / 2
-        families.FAMILY_CONSTANTS[gpu] = dataclasses.replace(families.FAMILY_CONSTANTS[gpu], **{field: mid})
+        gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(gpu_constants.GPU_CONSTANTS[gpu], **{field: mid})
         error = _log_error(gpu, precision)
         assert error is not None
         low, high = (mid, high) if error < 0 else (low, mid)

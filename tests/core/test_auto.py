@@ -36,8 +36,8 @@ def test_every_default_plan_leaves_the_headroom(instance, nodes):
 
 
 def test_the_plan_predicts_the_bars_of_the_default_shapes():
-    # The H100 rows are predicted with the H100's own constant, fitted to published runs (core.families: 0.501 of the
-    # peak, not the H200's): the p5 bars of the first plan (45% causal MFU, 45,000 tokens/s on one GPU) rested on
+    # The H100 rows are predicted with the H100's own constant, fitted to published runs (core.gpu_constants: 0.501
+    # of the peak, not the H200's): the p5 bars of the first plan (45% causal MFU, 45,000 tokens/s on one GPU) rested on
     # the H200's constant lent to the H100. The H200 rows keep them.
     p5 = strategy.choose(_settings("p5.48xlarge", 1)).prediction
     p5e = strategy.choose(_settings("p5e.48xlarge", 1)).prediction

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from ray_efa.core import catalog, evidence, families, fp8, network, perf
+from ray_efa.core import catalog, evidence, fp8, gpu_constants, network, perf
 from ray_efa.core.models import model_preset
 from tests.core.shapes import fixed_training
 
@@ -37,25 +37,26 @@ def test_the_fit_does_not_fit_the_held_out_runs():
 
 def test_the_verdict_fails_when_a_family_constant_is_wrong(monkeypatch):
     # GIVEN the H100 given the H200's constant, as before the published fit (issue 38: +26% to +59%)
-    h200 = families.FAMILY_CONSTANTS["H200"]
-    monkeypatch.setitem(families.FAMILY_CONSTANTS, "H100", dataclasses.replace(
-        families.FAMILY_CONSTANTS["H100"], compute_efficiency=0.666, fp8_compute_efficiency=h200.fp8_compute_efficiency))
+    h200 = gpu_constants.GPU_CONSTANTS["H200"]
+    monkeypatch.setitem(gpu_constants.GPU_CONSTANTS, "H100", dataclasses.replace(
+        gpu_constants.GPU_CONSTANTS["H100"], compute_efficiency=0.666,
+        fp8_compute_efficiency=h200.fp8_compute_efficiency))
     verdict = evidence.judge("heldout")
     # THEN the H100's median is off by more than the bar allows
     assert verdict.medians["H100"] > 0.10
 
 
 def test_h100_does_not_share_the_h200_constant_and_every_family_says_how_it_is_known():
-    h100, h200 = families.constants_for("H100"), families.constants_for("H200")
+    h100, h200 = gpu_constants.constants_for("H100"), gpu_constants.constants_for("H200")
     assert h100.compute_efficiency < h200.compute_efficiency
     for gpu in ("H100", "H200", "A100-40GB", "A100-80GB", "B200", "L40S", "L4", "A10G"):
-        c = families.constants_for(gpu)
-        assert c.compute_status in families.STATUSES and c.fp8_status in families.STATUSES
+        c = gpu_constants.constants_for(gpu)
+        assert c.compute_status in gpu_constants.STATUSES and c.fp8_status in gpu_constants.STATUSES
         assert c.compute_source and c.fp8_source
-    assert families.constants_for("H200").compute_status == "measured"
-    assert families.constants_for("H100").compute_status == "published"
-    assert not families.constants_for("L4").fp8_evidenced and not families.constants_for("L40S").fp8_evidenced
-    assert families.constants_for("H100").fp8_evidenced and families.constants_for("H200").fp8_evidenced
+    assert gpu_constants.constants_for("H200").compute_status == "measured"
+    assert gpu_constants.constants_for("H100").compute_status == "published"
+    assert not gpu_constants.constants_for("L4").fp8_evidenced and not gpu_constants.constants_for("L40S").fp8_evidenced
+    assert gpu_constants.constants_for("H100").fp8_evidenced and gpu_constants.constants_for("H200").fp8_evidenced
 
 
 def test_many_nodes_lose_per_gpu_throughput_as_published_runs_do():
@@ -127,8 +128,8 @@ def test_fp8_casts_weigh_more_on_a_gpu_with_less_bandwidth_per_flop():
 
 def test_a_pcie_link_s_source_names_that_link_not_another_generation():
     # a PCIe Gen5 link (e.g. a described type's) is named as itself, with its own bandwidth
-    share, measured, source = families.link_share("PCIe Gen5 x16", 64)
+    share, measured, source = gpu_constants.link_share("PCIe Gen5 x16", 64)
     assert "PCIe Gen5 x16" in source and "64 GB/s" in source and "Gen4" not in source and not measured
-    assert families.link_share("NVLink 4 (NVSwitch)", 450)[1]
-    described = families.describe("L40S", "described (64 GB/s)", 64)["intra_node_link_share"]
+    assert gpu_constants.link_share("NVLink 4 (NVSwitch)", 450)[1]
+    described = gpu_constants.describe("L40S", "described (64 GB/s)", 64)["intra_node_link_share"]
     assert "described (64 GB/s)" in described["source"] and "Gen4" not in described["source"]

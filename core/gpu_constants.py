@@ -1,4 +1,4 @@
-"""Step-model constants per GPU family, each with its source and whether it was measured or is assumed.
+"""Step-model constants per GPU model (catalog.Gpu.name), each with its source and whether measured or assumed.
 
 core.perf's compute efficiency (the share of the data-sheet bf16 peak that the compiled decoder layers reach) and
 its fp8 efficiency were fitted on one H200 (bench/calibrate.py, docs/BENCHMARKS.md). Applied unlabeled to every GPU
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["STATUSES", "FamilyConstants", "FAMILY_CONSTANTS", "LINK_SHARES", "constants_for", "link_share", "describe"]
+__all__ = ["STATUSES", "GpuConstants", "GPU_CONSTANTS", "LINK_SHARES", "constants_for", "link_share", "describe"]
 
 STATUSES = ("measured", "published", "assumed")
 """How a constant is known: measured here (or by `ray-efa calibrate`), fitted to published runs (core/data/
@@ -31,7 +31,7 @@ _PUBLISHED = "core/data/published_runs.csv"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class FamilyConstants:
+class GpuConstants:
     compute_efficiency: float
     """Share of the bf16 peak in fwd+bwd of compiled layers."""
     compute_status: str
@@ -59,14 +59,14 @@ class FamilyConstants:
 
 _NO_FP8 = "no fp8 tensor cores (NVIDIA data sheet): precision fp8 is refused"
 
-FAMILY_CONSTANTS: dict[str, FamilyConstants] = {
-    "H200": FamilyConstants(
+GPU_CONSTANTS: dict[str, GpuConstants] = {
+    "H200": GpuConstants(
         compute_efficiency=_H200_COMPUTE, compute_status="measured",
         compute_source="bench/calibrate.py on one H200 (docs/BENCHMARKS.md); held against published torchtitan H200 "
                        f"runs ({_PUBLISHED})",
         fp8_compute_efficiency=_H200_FP8, fp8_status="measured",
         fp8_source="bench/speed.py on one H200: fp8 1.16x bf16 at 8 x 4096, 0.70x at 2 x 2048 (docs/BENCHMARKS.md)"),
-    "H100": FamilyConstants(
+    "H100": GpuConstants(
         compute_efficiency=0.501, compute_status="published",
         compute_source="fitted to published FSDP runs on H100 SXM (AWS's torchtitan sample on 4 x p5.48xlarge, "
                        f"llm-foundry's H100 tables; {_PUBLISHED}): not the H200's, the same GH100 die at 3.35 "
@@ -74,7 +74,7 @@ FAMILY_CONSTANTS: dict[str, FamilyConstants] = {
         fp8_compute_efficiency=0.283, fp8_status="published",
         fp8_source="fitted to torchtitan float8 on 4 x p5.48xlarge (AWS's sample: 7,865 vs 6,785 tokens/s/GPU) and "
                    f"llm-foundry's H100 fp8 table ({_PUBLISHED})"),
-    "B200": FamilyConstants(
+    "B200": GpuConstants(
         compute_efficiency=0.30, compute_status="assumed",
         compute_source="a prior: no FSDP run on B200 recorded here with its configuration; issue 38's independent check "
                        "found published B200 FSDP runs 2.1-2.3x below what the H200's 0.666 predicted (about 0.30 "
@@ -84,23 +84,23 @@ FAMILY_CONSTANTS: dict[str, FamilyConstants] = {
         fp8_compute_efficiency=0.20, fp8_status="assumed",
         fp8_source="a prior (two thirds of the bf16 share, as on the H100 and H200), held below NeMo's Megatron-LM fp8 Llama3-8B on DGX-B200 (26,006 tokens/s/GPU); "
                    "torchao's MXFP8 on B200 was 1.22-1.28x bf16 at Llama3-70B scale (PyTorch blog, Crusoe B200)"),
-    "A100-40GB": FamilyConstants(
+    "A100-40GB": GpuConstants(
         compute_efficiency=0.692, compute_status="published",
         compute_source=f"fitted to llm-foundry's A100-40GB FSDP tables, 8-128 GPUs ({_PUBLISHED})",
         fp8_compute_efficiency=0.0, fp8_status="published", fp8_source=_NO_FP8),
-    "A100-80GB": FamilyConstants(
+    "A100-80GB": GpuConstants(
         compute_efficiency=0.70, compute_status="published",
         compute_source="fitted to llm-foundry's A100-80GB FSDP tables and torchtitan's 64 x A100 runs "
                        f"({_PUBLISHED})",
         fp8_compute_efficiency=0.0, fp8_status="published", fp8_source=_NO_FP8),
-    "L40S": FamilyConstants(
+    "L40S": GpuConstants(
         compute_efficiency=0.45, compute_status="assumed",
         compute_source="a prior: a 350 W Ada part sustains well under its boost-clock peak under dense tensor load; "
                        "about two thirds of the H200's share, until `ray-efa calibrate` on an L40S run replaces it",
         fp8_compute_efficiency=0.30, fp8_status="assumed",
         fp8_source="a prior: no published fp8 training run on L40S; precision auto stays bf16 until `ray-efa "
                    "calibrate` on an fp8 run of this family measures it"),
-    "L4": FamilyConstants(
+    "L4": GpuConstants(
         compute_efficiency=0.45, compute_status="assumed",
         compute_source="a prior: a 72 W Ada part is power-capped under dense tensor load (its clock drops below the "
                        "2,040 MHz boost the 121 TFLOP/s peak assumes); two thirds of the H200's share, until `ray-efa "
@@ -109,13 +109,13 @@ FAMILY_CONSTANTS: dict[str, FamilyConstants] = {
         fp8_source="a prior: no published fp8 training run on L4, and what exists points the other way (fp8 0.70x "
                    "bf16 at 2 x 2048 on an H200; the L4 has 16x less memory bandwidth for 8x less compute); precision "
                    "auto stays bf16 until `ray-efa calibrate` on an fp8 run of this family measures it"),
-    "A10G": FamilyConstants(
+    "A10G": GpuConstants(
         compute_efficiency=0.40, compute_status="assumed",
         compute_source="a prior: a 150 W Ampere part, power-capped like the L4 but less so",
         fp8_compute_efficiency=0.0, fp8_status="published", fp8_source=_NO_FP8),
 }
 
-_DEFAULT = FamilyConstants(
+_DEFAULT = GpuConstants(
     compute_efficiency=0.40, compute_status="assumed",
     compute_source="a prior for a GPU the model has no constants for (a described type): below the H200's measured "
                    "0.666, as every other family's",
@@ -130,9 +130,9 @@ LINK_SHARES: dict[str, tuple[float, bool, str]] = {
 a source's {link} and {gb_s} are the link's own name and bandwidth."""
 
 
-def constants_for(gpu_name: str) -> FamilyConstants:
+def constants_for(gpu_name: str) -> GpuConstants:
     """The step-model constants of a GPU model (catalog.Gpu.name); a prior for one without its own."""
-    return FAMILY_CONSTANTS.get(gpu_name, _DEFAULT)
+    return GPU_CONSTANTS.get(gpu_name, _DEFAULT)
 
 
 def link_share(link_name: str, gb_s: float | None = None) -> tuple[float, bool, str]:
