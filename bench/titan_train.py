@@ -18,6 +18,8 @@ Everything else (model code, per-block torch.compile, compiled loss, float8 conv
 torchtitan's own.
 """
 
+# pyright: reportMissingImports=false
+# (torchtitan and datasets exist only on the GPU machine, from .whl/: bench/titan_carry.sh; not project dependencies)
 from __future__ import annotations
 
 import contextlib
