@@ -33,8 +33,10 @@ __all__ = [
     "NO_EGRESS_RULE", "gpu_nodegroup_name",
 ]
 
-NO_EGRESS_RULE = {"CidrIp": "255.255.255.255/32", "Description": "Disallow all traffic", "IpProtocol": "icmp",
-                  "FromPort": 252, "ToPort": 86}
+NO_EGRESS_RULE: dict[str, str | int] = {
+    "CidrIp": "255.255.255.255/32", "Description": "Disallow all traffic", "IpProtocol": "icmp", "FromPort": 252,
+    "ToPort": 86,
+}
 """aws-cdk-lib's own placeholder egress rule of a SecurityGroup with allowAllOutbound false (aws-ec2 security-group:
 MATCH_NO_TRAFFIC): an ICMP type no packet has, to a broadcast address. Stating any egress rule in the group's own
 SecurityGroupEgress is what removes EC2's default allow-all rule."""
