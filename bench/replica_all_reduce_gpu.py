@@ -44,7 +44,7 @@ from ray_efa.training.train import build_optimizer, train_step
 WORLD = 2
 
 
-class _Mesh:
+class ReplicaMesh:
     """What parallelize() asks of HSDP's 2-D mesh here: the shard mesh (1 rank) and the replicate group."""
 
     def __init__(self, shard, replicate) -> None:
@@ -119,7 +119,7 @@ def _worker(rank: int, args: argparse.Namespace, store: str) -> None:
     dist.all_reduce = all_reduce_then_sync
 
     def build(wire: bool):
-        par._mesh = lambda model, replicas: _Mesh(shard_mesh, replicate) if wire else shard_mesh
+        par._mesh = lambda model, replicas: ReplicaMesh(shard_mesh, replicate) if wire else shard_mesh
         plan = par.ParallelPlan(replicas=WORLD, mixed_precision=policy, bf16_wire=wire, compile=args.compile,
                                 fp8=args.fp8)
         return par.parallelize(build_model(preset, seed=0, device=device, loss_chunk_size=1024), plan)

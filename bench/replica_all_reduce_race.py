@@ -48,20 +48,8 @@ from ray_efa.training import parallelize as par
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
 
-
-class _Mesh:
-    """What parallelize() asks of HSDP's 2-D mesh: the shard mesh and the replicate group (both 1 rank here)."""
-
-    def __init__(self, shard, replicate) -> None:
-        self.shard, self.replicate = shard, replicate
-
-    def __getitem__(self, name: str):
-        assert name == "shard", name
-        return self.shard
-
-    def get_group(self, name: str):
-        assert name == "replicate", name
-        return self.replicate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replica_all_reduce_gpu import ReplicaMesh  # noqa: E402  (HSDP's mesh as parallelize() asks for it)
 
 
 def _cycles_per_ms() -> float:
@@ -128,7 +116,7 @@ def _run(args, delays, device, shard_mesh, replicate) -> dict:
         return work
 
     dist.all_reduce = slow_all_reduce  # the hook looks it up at call time
-    par._mesh = lambda model, replicas: _Mesh(shard_mesh, replicate)  # pyright: ignore[reportAttributeAccessIssue]
+    par._mesh = lambda model, replicas: ReplicaMesh(shard_mesh, replicate)  # pyright: ignore[reportAttributeAccessIssue]
     shipped_keep = par.keep_for_current_stream
 
     def gradients(fixed: bool, delay_ms: float) -> dict[str, torch.Tensor]:
