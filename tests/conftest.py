@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
+from tests import scheduling
 from tests.cdk_cli import cdk_cli  # noqa: F401 (the fixture behind tests.cdk_cli.needs_cdk_cli, for every test folder)
 
 # jsii prints an end-of-life banner for Node 20 on every process start; it is noise in test output.
@@ -70,7 +72,8 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
 """Marks of every test that uses a fixture: the fixture's cost is the test's (its first user pays it)."""
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(trylast=True)  # after the area conftests' marks and groups (tests/infra/conftest.py adds groups)
+def pytest_collection_modifyitems(config, items):
     for item in items:
         # by path and name, not nodeid: --dist loadgroup appends "@<group>" to the nodeid of a grouped test
         module = item.path.relative_to(item.config.rootpath).as_posix()
@@ -80,6 +83,44 @@ def pytest_collection_modifyitems(items):
             marks += FIXTURE_MARKS.get(fixture, ())
         for mark in dict.fromkeys(marks):
             item.add_marker(getattr(pytest.mark, mark))
+    if config.getoption("dist", "no") != "no" or hasattr(config, "workerinput"):  # the order xdist hands out
+        items[:] = scheduling.longest_first(items, scheduling.read_durations())
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each test's seconds (setup + call + teardown) to PATH for the longest-first order "
+                          "(tests/scheduling.py; `make test-durations` writes tests/durations.json)")
+
+
+def pytest_configure(config):
+    # Our order, not xdist's: loadgroup would otherwise sort the work units by how many tests they hold
+    # (tests/scheduling.py says why that left one worker idle).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_DurationRecorder(Path(config.getoption("--record-durations"))), "durations")
+
+
+class _DurationRecorder:
+    """Sums each test's phases as the reports arrive (from the workers, under xdist) and writes them at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+        self.failed = False
+
+    def pytest_runtest_logreport(self, report):
+        key = scheduling.duration_key(report.nodeid)
+        self.seconds[key] = self.seconds.get(key, 0.0) + report.duration
+        self.failed |= report.failed
+
+    def pytest_sessionfinish(self, session):
+        if self.failed or session.shouldfail or not self.seconds:
+            print(f"\nnot writing {self.path}: record durations from a full run that passes", file=sys.stderr)
+            return
+        kept = scheduling.write_durations(self.path, self.seconds, command="make test-durations")
+        print(f"\nwrote {self.path}: {kept} tests of at least {scheduling.MIN_RECORDED_S} s", file=sys.stderr)
 
 
 class UnmarkedCost(Exception):

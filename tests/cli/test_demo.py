@@ -7,12 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xdist_group("ray")  # it starts a local Ray cluster: keep it beside the other Ray tests
 def test_demo_runs_every_step_and_writes_stack_and_manifests(tmp_path):
     # GIVEN a machine without AWS credentials WHEN `ray-efa demo` runs (what `make demo` runs after installing)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -70,7 +70,7 @@ def own_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three
 def test_the_report_draws_each_reported_metric_and_summarizes_it(own_run, tmp_path):
     out = tmp_path / "report"
     result = _cli("report", str(own_run), "--out", str(out), timeout=300)
@@ -85,7 +85,7 @@ def test_the_report_draws_each_reported_metric_and_summarizes_it(own_run, tmp_pa
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three
 def test_an_l1_loss_is_labelled_with_its_key(own_run):
     from ray_efa.ops.report import charts, read_run
 
@@ -95,7 +95,7 @@ def test_an_l1_loss_is_labelled_with_its_key(own_run):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three
 def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_one_aside(own_run):
     import json
 
@@ -124,7 +124,6 @@ def _run_own(tmp_path: Path, source: str, *, max_failures: int = 0,
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_a_function_that_never_reports_is_warned_about(tmp_path):
     result = _run_own(tmp_path, "def train_func(config):\n    return 1\n")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -132,7 +131,6 @@ def test_a_function_that_never_reports_is_warned_about(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_a_missing_import_names_pip_packages(tmp_path):
     result = _run_own(tmp_path, "import no_such_package_here\n\ndef train_func(config):\n    pass\n")
     assert result.returncode == 1
@@ -140,7 +138,6 @@ def test_a_missing_import_names_pip_packages(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_once(tmp_path):
     # GIVEN a function whose rank 0 raises ValueError on every attempt, counting its attempts, and maxFailures 2
     attempts = tmp_path / "attempts"
@@ -165,7 +162,6 @@ def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_onc
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line(tmp_path):
     # GIVEN a train module that parses, importing a module of the package with a syntax error on its line 3
     result = _run_own(tmp_path, "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",

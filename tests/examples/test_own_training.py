@@ -24,12 +24,14 @@ COMMAND = [sys.executable, "-m", "ray_efa.cli", "train", "--local", "-c", "train
 def _env() -> dict[str, str]:
     # The README's command, from the repository root; own_training is importable only through codeDir.
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
-    env.update(RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5", COLUMNS="200")
+    # RAY_DEDUP_LOGS=0: Ray folds lines that differ only in their numbers when they come from different processes
+    # within 5 s ("epoch 2/4 ..." from the lost worker, "epoch 3/4 ..." from its replacement), and the tests read
+    # every epoch line
+    env.update(RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5", COLUMNS="200", RAY_DEDUP_LOGS="0")
     return env
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
     # WHEN the README's local command runs, with a short trainConfig
     result = subprocess.run(
@@ -96,7 +98,6 @@ def train_func(config):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
 def test_a_lost_worker_resumes_from_the_last_checkpoint_the_function_reported(tmp_path):
     # GIVEN the example's package beside a function that runs it and loses a worker after the epoch-2 checkpoint
     src = tmp_path / "src"

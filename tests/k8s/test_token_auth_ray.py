@@ -29,7 +29,7 @@ import pytest
 from ray_efa.k8s.security import AUTH_MODE_ENV
 
 # Serialized with the other tests that start Ray: the no-cluster test would see this head and skip.
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray-token-auth")]  # one head for the module
 
 RAY = Path(sys.executable).with_name("ray")
 

@@ -69,7 +69,7 @@ def _assert_png(path: Path) -> None:
     assert plots.is_ray_efa_png(path)
 
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray-report")]  # run_folder: one real run for the module
 
 
 def test_the_driver_leaves_settings_summary_and_verdict_in_the_run_folder(run_folder):

@@ -25,7 +25,7 @@ from ray_efa.training.local import LOCAL_PRESET
 from ray_efa.training.run_summary import find_summaries
 from tests.training import artifacts
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.ray
 
 _HANG_BOUND_S = 600  # the whole child run, Ray's start included; it takes about a minute on an idle 2-core machine
 

@@ -71,10 +71,14 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+def local_ray(tmp_path_factory):
+    # A cluster of its own ("local" never joins another on the machine), and a counter spool of its own: its job id
+    # is 01000000 like the first job of every other local cluster, whose collector would read what this module spools.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_EFA_COUNTERS_DIR", str(tmp_path_factory.mktemp("counter-spool")))
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        yield
+        ray.shutdown()
 
 
 @ray.remote(num_cpus=0)
@@ -94,7 +98,7 @@ class FakeTrainWorker:
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("ray-log-collect")  # local_ray: one cluster for the module
 def test_collect_writes_one_file_per_node_with_this_jobs_nccl_lines(local_ray, tmp_path):
     # GIVEN a worker process of this job that printed NCCL lines on stdout and stderr
     worker = FakeTrainWorker.remote()
@@ -115,7 +119,7 @@ def test_collect_writes_one_file_per_node_with_this_jobs_nccl_lines(local_ray, t
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("ray-log-collect")  # local_ray: one cluster for the module
 def test_collect_leaves_out_other_jobs(local_ray, tmp_path):
     # GIVEN NCCL lines printed by this job's worker
     worker = FakeTrainWorker.remote()
@@ -136,7 +140,7 @@ def test_collect_needs_a_ray_driver(monkeypatch, tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group("ray-log-collect")  # local_ray: one cluster for the module
 def test_collect_brings_the_nodes_spooled_efa_counter_snapshots_beside_the_logs(local_ray, tmp_path):
     # GIVEN this job's before and after snapshots spooled on the node, of a tree laid out as the efa driver does
     from ray_efa.training import efa_counters

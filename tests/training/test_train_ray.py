@@ -13,7 +13,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.core.strategy import resolve
 from ray_efa.training import driver, failure_policy
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.ray
 
 # Six steps, a checkpoint every two, a report every step: small enough to run four times in a test. One micro-batch a
 # step (gradAccumulation 1): auto would split the default globalBatchTokens into thousands of tiny micro-batches.
@@ -99,6 +99,7 @@ def test_local_preset_fine_tunes_below_the_unigram_baseline(storage, tmp_path_fa
     assert result.checkpoint.path.startswith(storage)
 
 
+@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     # GIVEN a run stopped after step 3, between its checkpoints at steps 2 and 4
     stopped = driver.fit(_settings(storage), local=True, name="resumed", test_config={"_faults": {"stop_after_step": 3}})
@@ -134,6 +135,7 @@ def _tensorboard(folder, tag):
     return {e.step: e.value for e in events.Scalars(tag)}
 
 
+@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     # GIVEN the uninterrupted run's settings, sharding and gradReduceDtype at auto (decided once, by resolve)
     decided = resolve(_settings(storage)).training
@@ -146,6 +148,7 @@ def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     assert decided.sharding in ("fsdp", "hsdp") and (summary["sharding"], summary["replicas"]) == ("fsdp", 1)
 
 
+@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storage, uninterrupted):
     # GIVEN the uninterrupted run (a report every step) WHEN its run folder is read
     folder = os.path.join(storage, "uninterrupted")
@@ -161,6 +164,7 @@ def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storag
     assert _tensorboard(folder, "grad_norm") == pytest.approx({r["step"]: r["grad_norm"] for r in history}, rel=1e-6)
 
 
+@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninterrupted, capfd):
     # GIVEN rank 1's process ending right after optimizer step 5 (its step-4 checkpoint is saved), and maxFailures 1
     faults = {"_faults": {"exit_at_step": 5, "raise_on_rank": 1}}
