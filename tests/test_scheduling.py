@@ -34,13 +34,17 @@ def test_recorded_seconds_put_the_longest_unit_first_and_keep_each_module_whole(
         "b.py::t1", "b.py::t2", "a.py::t1", "a.py::t2", "a.py::g", "b.py::g@g"]
 
 
-def test_a_test_the_file_does_not_list_counts_by_its_slowest_mark():
-    durations = {"c.py::recorded": 1.0}
+def test_a_test_the_file_does_not_list_is_quick_in_a_recorded_module_else_counts_by_its_slowest_mark():
+    durations = scheduling.Durations({"c.py::recorded": 1.0}, ["c.py", "e.py"])
     assert scheduling.estimate(FakeItem("c.py::recorded@g", {"ray": ()}), durations) == 1.0  # the record wins
-    assert scheduling.estimate(FakeItem("c.py::new", {"ray": (), "synth": ()}), durations) == scheduling.ESTIMATE_BY_MARK["ray"]
-    assert scheduling.estimate(FakeItem("c.py::plain"), durations) == scheduling.UNMARKED_ESTIMATE_S
-    # so a new Ray test goes before a module of quick recorded tests
-    items = [FakeItem("c.py::recorded"), FakeItem("d.py::new", {"ray": ()})]
+    # a Ray test of a recorded module that the file leaves out took less than MIN_RECORDED_S
+    assert scheduling.estimate(FakeItem("e.py::quick", {"ray": ()}), durations) == scheduling.UNMARKED_ESTIMATE_S
+    # one of a module the recorded run did not hold is new: its slowest mark says
+    new = FakeItem("d.py::new", {"ray": (), "synth": ()})
+    assert scheduling.estimate(new, durations) == scheduling.ESTIMATE_BY_MARK["ray"]
+    assert scheduling.estimate(FakeItem("d.py::plain"), durations) == scheduling.UNMARKED_ESTIMATE_S
+    # so a new module of Ray tests goes before a module of quick recorded tests
+    items = [FakeItem("c.py::recorded"), new]
     assert _ids(scheduling.longest_first(items, durations)) == ["d.py::new", "c.py::recorded"]
 
 
@@ -48,7 +52,8 @@ def test_the_durations_file_round_trips_without_the_quick_tests(tmp_path):
     path = tmp_path / "durations.json"
     kept = scheduling.write_durations(path, {"x.py::b": 2.04, "x.py::a": 0.6, "x.py::quick": 0.1}, command="test")
     assert kept == 2
-    assert scheduling.read_durations(path) == {"x.py::a": 0.6, "x.py::b": 2.0}
+    durations = scheduling.read_durations(path)
+    assert durations == {"x.py::a": 0.6, "x.py::b": 2.0} and durations.recorded_modules == {"x.py"}
     assert list(json.loads(path.read_text())["seconds"]) == ["x.py::a", "x.py::b"]  # sorted: reruns diff by change
     # and a missing or broken file leaves every test to its marks
     assert scheduling.read_durations(tmp_path / "missing.json") == {}
@@ -59,4 +64,5 @@ def test_the_durations_file_round_trips_without_the_quick_tests(tmp_path):
 def test_the_recorded_file_is_one_the_recorder_wrote():
     data = json.loads(scheduling.DURATIONS_FILE.read_text())
     assert data["written_by"] == "make test-durations" and data["min_seconds"] == scheduling.MIN_RECORDED_S
+    assert {key.split("::")[0] for key in data["seconds"]} <= set(data["modules"])
     assert all("@" not in key and value >= scheduling.MIN_RECORDED_S for key, value in data["seconds"].items())
