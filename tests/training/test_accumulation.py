@@ -9,12 +9,9 @@ compared parameter by parameter.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from ray_efa.core.models import model_preset
@@ -28,7 +25,7 @@ from ray_efa.training.parallelize import (
     set_gradient_sync,
 )
 from ray_efa.training.train import train_step
-from tests.training.gloo_ranks import end_rank
+from tests.training.gloo_ranks import run_cases
 
 SEQ = 32
 CPU = torch.device("cpu")
@@ -49,9 +46,7 @@ def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
 
-def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+def _case(rank: int, mode: str, world: int) -> dict:
     # "k1": one micro-batch; "-k2" / "-k4": that many accumulated; "-s4": 4 sequences per rank and step (else 2)
     accumulation = 4 if mode.endswith("-k4") else 1 if mode.startswith("k1") else 2
     sequences = 4 if accumulation == 4 or mode.endswith("-s4") else 2
@@ -71,6 +66,7 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
         return real_all_reduce(tensor, *args, group=group, **kwargs)
 
     dist.all_reduce = counted_all_reduce  # the gradients' all-reduces across replicas, if any (this process only)
+    _SpyWire.calls = []
     if wire:
         spy = _SpyWire()
         for module in (*model.layers, model):
@@ -80,20 +76,12 @@ def _worker(rank: int, store_path: str, out_path: str, mode: str, world: int) ->
     inputs, labels = data.batch(1)
     batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
     if mode.endswith("-copied"):  # the .grad no longer views the held shard (as if FSDP2 copied it): refused
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump({"raised": _copied_grad_step(model, batches)}, f)
-        else:
-            _copied_grad_step(model, batches)
-        end_rank()
+        return {"raised": _copied_grad_step(model, batches)}
     before = _full(model)
     train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU)
     after = _full(model)
-    if rank == 0:
-        gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
-        with open(out_path, "w") as f:
-            json.dump({"gradients": gradients, "wire": _SpyWire.calls, "all_reduces": all_reduces}, f)
-    end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
+    gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
+    return {"gradients": gradients, "wire": _SpyWire.calls, "all_reduces": all_reduces}
 
 
 def _copied_grad_step(model, batches) -> str | None:
@@ -112,23 +100,22 @@ def _copied_grad_step(model, batches) -> str | None:
     return None
 
 
-def _run(tmp_path, mode: str, world: int) -> dict:
-    out = tmp_path / f"{mode}-w{world}.json"
-    mp.spawn(_worker, args=(str(tmp_path / f"store-{mode}-w{world}"), str(out), mode, world), nprocs=world, join=True)
-    result = json.loads(out.read_text())
-    if "gradients" in result:
-        result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
-    return result
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("accumulation")
     # (mode, world size): at world 2 plain FSDP; at world 4 HSDP with a shard group of 2, each against its own
-    # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2)
-    cases = (("k1", 2), ("fsdp-k2", 2), ("bf16wire-k2", 2), ("k1", 4), ("hsdp-k2", 4), ("hsdp-bf16wire-k2", 4),
-             ("k1-s4", 4), ("hsdp-k4", 4), ("hsdp-bf16wire-k4", 4), ("hsdp-bf16wire-copied", 4))
-    return {(mode, world): _run(tmp, mode, world) for mode, world in cases}
+    # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2). One rank set per world
+    # size runs its cases in turn; the refused one last, as its backward raised part way.
+    cases = {2: ("k1", "fsdp-k2", "bf16wire-k2"),
+             4: ("k1", "hsdp-k2", "hsdp-bf16wire-k2", "k1-s4", "hsdp-k4", "hsdp-bf16wire-k4", "hsdp-bf16wire-copied")}
+    results = {}
+    for world, modes in cases.items():
+        outcomes = run_cases(_case, [(mode, world) for mode in modes], world=world, tmp_path=tmp)
+        for mode, result in zip(modes, outcomes):
+            if "gradients" in result:
+                result["gradients"] = {k: torch.tensor(v) for k, v in result["gradients"].items()}
+            results[(mode, world)] = result
+    return results
 
 
 def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

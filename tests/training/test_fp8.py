@@ -8,12 +8,10 @@ the weight scales are precomputed after each step, and that the loss follows the
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from ray_efa.core.fp8 import fp8_linears
 from ray_efa.core.models import model_preset
@@ -22,7 +20,7 @@ from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
 from ray_efa.training.train import build_optimizer, train_step
-from tests.training.gloo_ranks import end_rank
+from tests.training.gloo_ranks import run_cases
 
 pytest.importorskip("torchao", reason="torchao is in the dev extra (requirements.lock): precision fp8's dependency")
 
@@ -34,9 +32,7 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 
-def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
+def _case(rank: int, fp8: bool) -> dict:
     model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8))
     converted = sorted({(name.rsplit(".", 1)[1], type(m).__name__) for name, m in model.named_modules()
                         if ".layers." in name and name.endswith("proj")})
@@ -48,26 +44,16 @@ def _worker(rank: int, store_path: str, out_path: str, fp8: bool) -> None:
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / WORLD)
-    if rank == 0:
-        lm_head = type(model.hf.lm_head).__name__
-        with open(out_path, "w") as f:
-            json.dump({"losses": losses, "converted": converted, "lm_head": lm_head, "fp8": model.fp8,
-                       "fp8_all_gather": model.fp8_all_gather,
-                       "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
-                                                    for m in model.modules() if type(m).__name__ == "Float8Linear"})}, f)
-    end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
-
-
-def _run(tmp_path, fp8: bool) -> dict:
-    out = tmp_path / f"fp8-{fp8}.json"
-    mp.spawn(_worker, args=(str(tmp_path / f"store-{fp8}"), str(out), fp8), nprocs=WORLD, join=True)
-    return json.loads(out.read_text())
+    return {"losses": losses, "converted": converted, "lm_head": type(model.hf.lm_head).__name__, "fp8": model.fp8,
+            "fp8_all_gather": model.fp8_all_gather,
+            "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
+                                         for m in model.modules() if type(m).__name__ == "Float8Linear"})}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fp8")
-    return {fp8: _run(tmp, fp8) for fp8 in (False, True)}
+    fp32, fp8 = run_cases(_case, [(False,), (True,)], world=WORLD, tmp_path=tmp_path_factory.mktemp("fp8"))
+    return {False: fp32, True: fp8}
 
 
 def test_fp8_converts_the_decoder_layer_linears_the_plan_predicts(runs):

@@ -9,12 +9,10 @@ ones run): with accumulation, what crosses "nodes" is sent once per optimizer st
 from __future__ import annotations
 
 import collections
-import json
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from ray_efa.core.models import model_preset
@@ -23,7 +21,7 @@ from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
 from ray_efa.training.train import build_optimizer, train_step
-from tests.training.gloo_ranks import end_rank
+from tests.training.gloo_ranks import run_cases
 
 WORLD, STEPS, SEQ = 4, 3, 32
 CPU = torch.device("cpu")
@@ -45,9 +43,7 @@ def _count_collectives(counts: collections.Counter) -> None:
         setattr(dist, name, counted)
 
 
-def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulation: int, wire: bool) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, WORLD), rank=rank, world_size=WORLD)
+def _case(rank: int, replicas: int, accumulation: int, wire: bool, checkpoint: str) -> dict:
     # wire: bf16 on the wire with fp32 accumulation, as a GPU runs gradReduceDtype bf16 with accumulation (under HSDP
     # each node's FSDP is 1-D and the all-reduce across nodes is Bf16WireReplicaAllReduce)
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
@@ -70,11 +66,8 @@ def _worker(rank: int, store_path: str, out_path: str, replicas: int, accumulati
         losses.append(mean.item() / WORLD)
     result = {"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}
     if wire:  # its DCP checkpoint (1-D shards, replicated across the "nodes") loads into plain FSDP over all 4
-        result["restored_max_difference"] = _checkpoint_round_trip(model, optimizer, out_path + ".ckpt")
-    if rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(result, f)
-    end_rank()  # rank 0 wrote first; see tests/training/gloo_ranks.py for why a rank ends this way
+        result["restored_max_difference"] = _checkpoint_round_trip(model, optimizer, checkpoint)
+    return result
 
 
 def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
@@ -95,17 +88,12 @@ def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
     return max(float((p.full_tensor() - saved[n].full_tensor()).abs().max()) for n, p in fresh.named_parameters())
 
 
-def _run(tmp_path, replicas: int, accumulation: int, wire: bool = False) -> dict:
-    name = f"r{replicas}-k{accumulation}{'-wire' if wire else ''}"
-    mp.spawn(_worker, args=(str(tmp_path / f"store-{name}"), str(tmp_path / f"{name}.json"), replicas, accumulation,
-                            wire), nprocs=WORLD, join=True)
-    return json.loads((tmp_path / f"{name}.json").read_text())
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sharding")
-    return {**{(r, k): _run(tmp, r, k) for r in (1, 2) for k in (1, 2)}, (2, 2, "wire"): _run(tmp, 2, 2, wire=True)}
+    keys = [(1, 1), (1, 2), (2, 1), (2, 2), (2, 2, "wire")]  # (replicas, accumulation[, bf16 wire])
+    cases = [(key[0], key[1], len(key) > 2, str(tmp / "wire.ckpt")) for key in keys]
+    return dict(zip(keys, run_cases(_case, cases, world=WORLD, tmp_path=tmp)))
 
 
 def test_fsdp_hsdp_and_accumulation_train_to_the_same_losses(runs):
