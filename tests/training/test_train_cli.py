@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ray_efa.cli import train
 from ray_efa.core.context import parse_overrides, resolve_settings
-from ray_efa.training.local import LOCAL_PRESET
+from ray_efa.training.dataset import EVAL, ROW_COLUMN
+from ray_efa.training.inputs import driver_datasets
+from ray_efa.training.local import LOCAL_PRESET, local_settings
 from ray_efa.training.run_summary import find_summaries
 from ray_efa.training.tiny_model import MODEL_FOLDER
 
@@ -69,6 +72,9 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
         # WHEN `ray-efa train --local` runs a short version of the preset, with no inputs given
         code = run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"),
                        "-c", f"storagePath={tmp_path}", "-c", "steps=10", "-c", "checkpointEvery=0")
+        # the held-out split the run evaluated, read again here from the same inputs while its cluster is up
+        held_out = driver_datasets(local_settings().replace(storagePath=str(tmp_path)))[EVAL]
+        rows = np.concatenate([b[ROW_COLUMN] for b in held_out.iter_batches(batch_format="numpy")]) if code == 0 else None
     finally:
         ray.shutdown()
     out = capsys.readouterr().out
@@ -87,6 +93,12 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert (summary["name"], summary["network"], summary["steps"]) == ("cli-local", "efa", 10)
     assert summary["dataset"] == str(root / "data") and math.isfinite(summary["eval_loss"])
     assert summary["eval_step"] == 10 and math.isfinite(summary["eval_unigram_entropy"])
+    # over every held-out row, once (none of the world-size remainder dropped), its baseline the entropy of those
+    # rows' target tokens as counted here
+    counts = np.bincount(rows[:, 1:].reshape(-1))
+    p = counts[counts > 0] / counts.sum()
+    assert summary["eval_tokens"] == counts.sum()
+    assert summary["eval_unigram_entropy"] == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-9)
     # naming where it ran: this machine, 2 CPU workers on 1 host; never the settings' 2 x g6.12xlarge
     assert (summary["instance_type"], summary["hosts"], summary["nodes"]) == ("local", 1, 1)
     assert (summary["device"], summary["devices"]) == ("cpu", 2)

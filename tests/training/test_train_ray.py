@@ -1,8 +1,9 @@
-"""train_func on a real local Ray cluster (2 CPU workers, gloo): the loss falls, a resumed run equals an
-uninterrupted one, and a worker failure is recovered with no lost or repeated optimizer step.
+"""train_func on a real local Ray cluster (2 CPU workers, gloo): a resumed run equals an uninterrupted one, and a
+worker failure is recovered with no lost or repeated optimizer step; what is not retried fails once.
 
-One Ray instance for the module; every test uses the tiny model, the first the local preset's fine-tune of the tiny
-model folder (training.tiny_model). About two minutes on 2 cores.
+One Ray instance for the module; every test uses the tiny model. That the local preset learns (the loss falls, the
+held-out loss ends below the unigram baseline) is tests/cli/test_demo.py's, on the run `make demo` makes; that the
+held-out split is evaluated whole, tests/training/test_train_cli.py's.
 """
 
 import os
@@ -54,49 +55,6 @@ def _losses(result):
 @pytest.fixture(scope="module")
 def uninterrupted(storage):
     return driver.fit(_settings(storage), local=True, name="uninterrupted")
-
-
-def test_local_preset_fine_tunes_below_the_unigram_baseline(storage, tmp_path_factory):
-    import math
-
-    import numpy as np
-
-    from ray_efa.training.dataset import EVAL, ROW_COLUMN
-    from ray_efa.training.inputs import driver_datasets
-    from ray_efa.training.local import local_settings
-
-    # GIVEN the --local settings with nothing else given (the tiny model folder, made in an empty model cache, with
-    # 10% of its English paragraphs held out), with the all-reduce probe on
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_EFA_MODEL_CACHE", str(tmp_path_factory.mktemp("model-cache")))
-        settings = local_settings().replace(storagePath=storage)
-    assert settings.workload.preflight and settings.training.dataset is not None
-    # WHEN it trains on 2 CPU workers
-    result = driver.fit(settings, local=True, name="local-preset")
-    summary = result.return_value["summary"]
-    # THEN the loss falls from about ln(640) (a random model over the folder's 640 embeddings), over every step,
-    # each applied once
-    losses = _losses(result)
-    assert losses[1] == pytest.approx(math.log(640), abs=0.15)
-    assert losses[settings.training.steps] < 0.8 * losses[1]
-    assert result.return_value["optimizer_steps"] == settings.training.steps
-    # and the held-out loss, at steps 30 and 60, ends below the unigram baseline: context learned, not just which
-    # tokens are common
-    assert [(r["step"], math.isfinite(r["eval_loss"])) for r in result.return_value["step_metrics"]
-            if "eval_loss" in r] == [(30, True), (60, True)]
-    assert summary["eval_step"] == 60 and summary["dataset"] == settings.training.dataset
-    assert summary["eval_loss"] < summary["eval_unigram_entropy"] < math.log(512)
-    # the baseline is the entropy of every held-out target token, as counted here from the same eval split
-    rows = np.concatenate([b[ROW_COLUMN] for b in driver_datasets(settings)[EVAL].iter_batches(
-        batch_format="numpy")])
-    counts = np.bincount(rows[:, 1:].reshape(-1))
-    p = counts[counts > 0] / counts.sum()
-    # every held-out row, once (none of the world-size remainder dropped)
-    assert summary["eval_tokens"] == counts.sum()
-    assert summary["eval_unigram_entropy"] == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-9)
-    # and the checkpoints are where the settings say, one per checkpointEvery and one at the end
-    assert [m["step"] for _, m in result.best_checkpoints] == [30, 60]
-    assert result.checkpoint.path.startswith(storage)
 
 
 @pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
