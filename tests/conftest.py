@@ -72,8 +72,11 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
 """Marks of every test that uses a fixture: the fixture's cost is the test's (its first user pays it)."""
 
 
-@pytest.hookimpl(trylast=True)  # after the area conftests' marks and groups (tests/infra/conftest.py adds groups)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
+    # A wrapper: the marks go on before every other implementation, `-m`'s deselection among them (a trylast hook
+    # added them after it, and make test-fast ran every test they leave out); the order is set after all of them,
+    # the area conftests' marks and groups included (tests/infra/conftest.py adds groups).
     for item in items:
         # by path and name, not nodeid: --dist loadgroup appends "@<group>" to the nodeid of a grouped test
         module = item.path.relative_to(item.config.rootpath).as_posix()
@@ -83,6 +86,7 @@ def pytest_collection_modifyitems(config, items):
             marks += FIXTURE_MARKS.get(fixture, ())
         for mark in dict.fromkeys(marks):
             item.add_marker(getattr(pytest.mark, mark))
+    yield
     if config.getoption("dist", "no") != "no" or hasattr(config, "workerinput"):  # the order xdist hands out
         items[:] = scheduling.longest_first(items, scheduling.read_durations())
 
