@@ -19,7 +19,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import NoReturn
 
 import torch
@@ -36,36 +35,33 @@ def end_rank() -> NoReturn:
     os._exit(0)
 
 
-def run_cases(case: Callable[..., dict | None], cases: Sequence[tuple], *, world: int, tmp_path: Path,
-              restore: Sequence[ModuleType] = ()) -> list[dict]:
+def run_cases(case: Callable[..., dict | None], cases: Sequence[tuple], *, world: int, tmp_path: Path) -> list[dict]:
     """Run `case(rank, *args)` for each `args` of `cases` on one set of `world` gloo ranks, spawned once; rank 0's
     results, in order.
 
     One process set for all cases rather than one per case: a rank's start (importing torch and the model code, ~2 s
     of CPU) costs more than a case's training step on the tiny model. Each case builds its own model and groups; what
-    it patches on `torch.distributed` (or on a module of `restore`) is put back before the next one, and the ranks
+    it patches on `torch.distributed` is put back before the next one, and the ranks
     meet at a barrier between cases, so a case sees the state a freshly started rank would.
     """
     out = tmp_path / f"cases-w{world}.json"
-    mp.spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world, tuple(restore)),
-             nprocs=world, join=True)
+    mp.spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world), nprocs=world,
+             join=True)
     return json.loads(out.read_text())
 
 
-def _rank(rank: int, case, cases: list[tuple], store_path: str, out_path: str, world: int,
-          restore: tuple[ModuleType, ...]) -> NoReturn:
+def _rank(rank: int, case, cases: list[tuple], store_path: str, out_path: str, world: int) -> NoReturn:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     results = []
     for args in cases:
-        saved = [(module, dict(vars(module))) for module in (dist, *restore)]
+        saved = dict(vars(dist))
         try:
             results.append(case(rank, *args))
         finally:
-            for module, attributes in saved:
-                for name, value in attributes.items():
-                    if getattr(module, name, None) is not value:
-                        setattr(module, name, value)
+            for name, value in saved.items():
+                if getattr(dist, name, None) is not value:
+                    setattr(dist, name, value)
         dist.barrier()
     if rank == 0:
         with open(out_path, "w") as f:
