@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 # Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
 ARGS ?=
 
-.PHONY: install demo test test-fast test-durations lint docs synth manifests plan train-local check-transport lock clean
+.PHONY: install controlplane demo test test-fast test-cluster test-durations lint docs synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -61,17 +61,27 @@ train-local: $(VENV)/.installed
 check-transport: $(VENV)/.installed
 	$(PY) -m ray_efa.cli check-transport $(ARGS) $(LOGS)
 
+## The test control plane's binaries (etcd, kube-apiserver, the scheduler, the controller manager, KWOK, the KubeRay
+## operator), built from the pinned Go modules in tools/controlplane/ into ~/.cache/ray-efa: minutes the first time on a
+## machine, nothing after (docs/testing.md, "The control plane").
+controlplane:
+	$(PYTHON) tools/controlplane/build.py
+
 ## The whole suite on 2 workers (docs/testing.md: what it runs, how long, how to time it).
-test: install
+test: install controlplane
 	$(PY) -m pytest -n 2 --dist loadgroup
+
+## The tests against the real control plane alone (tests/cluster and every other test marked cluster).
+test-cluster: install controlplane
+	$(PY) -m pytest -n 0 -m cluster
 
 ## The edit loop: the pure-Python tests, without the marks that take seconds a test (ray, synth, spawn, wheel).
 test-fast: $(VENV)/.installed $(VENV)/.editable
-	$(PY) -m pytest -n 2 --dist loadgroup -m "not (ray or synth or spawn or wheel)"
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not (ray or synth or spawn or wheel or cluster)"
 
 ## The seconds each test took, for the longest-first order make test hands out (tests/scheduling.py): a full run
 ## that writes tests/durations.json when every test passes. Run it on a quiet machine after adding slow tests.
-test-durations: install
+test-durations: install controlplane
 	$(PY) -m pytest -n 2 --dist loadgroup --record-durations tests/durations.json
 
 ## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter], by

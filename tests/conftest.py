@@ -17,7 +17,7 @@ from tests.cdk_cli import cdk_cli  # noqa: F401 (the fixture behind tests.cdk_cl
 # jsii prints an end-of-life banner for Node 20 on every process start; it is noise in test output.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-SLOW_MARKS = ("ray", "synth", "spawn", "wheel")
+SLOW_MARKS = ("ray", "synth", "spawn", "wheel", "cluster")
 """The marks `make test-fast` leaves out (pyproject's [tool.pytest.ini_options] markers say what each means)."""
 
 

@@ -1,0 +1,175 @@
+"""The real control plane for tests/cluster (tests/cluster/controlplane.py), once per test process, and the nodes the
+stack's node groups would bring, shaped from the catalog and labelled and tainted as the synthesized node groups say.
+
+Every test here is marked `cluster` (make test-fast leaves them out; `make test-cluster` runs them alone) and runs in
+the xdist group "cluster", so one worker starts one control plane for all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from ray_efa.core import catalog
+from tests.cluster.controlplane import ControlPlane
+from tests.shared_reference import shared_path
+from tools.controlplane import build
+
+# The kuberay-operator chart version the stack deploys by default (core settings' kuberayVersion), whose CRDs the
+# API server serves here. The operator binary is the newest the Go proxy serves (tools/controlplane/kuberay/go.mod):
+# docs/testing.md, "The control plane", says what that cannot show.
+DEPLOYED_KUBERAY = "1.7.0"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent.name == "cluster" and item.path.parent.parent.name == "tests":
+            item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
+    if not all(path.is_file() for path in build.bin_dirs().values()):
+        build.main([])  # the first run on a machine builds the binaries (minutes); make test-cluster does it first
+    workdir = Path(tempfile.mkdtemp(prefix="ray-efa-controlplane-"))
+    plane = ControlPlane.start(workdir, crds=sorted(crds.glob("ray.io_*.yaml")))
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()
+
+
+# -- nodes ---------------------------------------------------------------------------------------------------------------
+
+# The kubelet's reservations on an EKS AL2023 node (the EKS AMI's nodeadm formula): kube-reserved CPU 6% of the first
+# core, 1% of the second, 0.5% of the third and fourth, 0.25% of every other; memory 255 MiB + 11 MiB a pod (max pods:
+# 110 under 30 vCPUs, 250 from 30: the VPC CNI's prefix-delegation ceiling); eviction threshold 100 MiB. The kernel
+# reports ~5% less memory than EC2's figure.
+def kubelet_allocatable(vcpus: int, memory_gib: float) -> tuple[int, int]:
+    """(millicores, MiB) the kubelet reports as allocatable on an EKS node of that size."""
+    shares = [60, 10, 5, 5][:vcpus]
+    reserved_cpu = sum(shares) + 2.5 * max(0, vcpus - 4)
+    max_pods = 110 if vcpus < 30 else 250
+    memory_mib = math.floor(memory_gib * 1024 * 0.95) - (255 + 11 * max_pods) - 100
+    return vcpus * 1000 - math.ceil(reserved_cpu), memory_mib
+
+
+_node_numbers = itertools.count()
+
+
+def _node_name(instance: str) -> str:
+    """A name no earlier node had: a pod of an earlier test, bound to a deleted node, never lands on a new one."""
+    return re.sub(r"[^a-z0-9-]", "-", f"{instance}-{next(_node_numbers)}")
+
+
+def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, str], taints: list[dict[str, str]],
+                zone: str = "us-east-2a", nodegroup: str = "") -> dict[str, Any]:
+    """A Node as the kubelet of an EKS managed node of `instance` registers it: allocatable CPU and memory by the
+    AMI's formula, nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins advertise them, the well-known
+    labels EKS sets, the node group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
+    millicores, mib = kubelet_allocatable(instance.vcpus, instance.memory_gib)
+    resources = {"cpu": f"{millicores}m", "memory": f"{mib}Mi", "pods": "110" if instance.vcpus < 30 else "250",
+                 "ephemeral-storage": "500Gi"}
+    gpus = getattr(instance, "gpus", 0)
+    if gpus:
+        resources["nvidia.com/gpu"] = str(gpus)
+    efa = getattr(instance, "efa_interfaces", 0)
+    if efa:
+        resources["vpc.amazonaws.com/efa"] = str(efa)
+    well_known = {
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": instance.name, "topology.kubernetes.io/zone": zone,
+        "topology.kubernetes.io/region": zone[:-1], "eks.amazonaws.com/capacityType": "ON_DEMAND",
+        **({"eks.amazonaws.com/nodegroup": nodegroup} if nodegroup else {}),
+    }
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {**well_known, **labels}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {"taints": taints},
+        "status": {"capacity": resources, "allocatable": resources,
+                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.36.3"}},
+    }
+
+
+class Nodes:
+    """Creates nodes for one test and deletes them (and every pod bound to them) after it."""
+
+    def __init__(self, api: client.ApiClient):
+        self.api, self.core = api, client.CoreV1Api(api)
+        self.names: list[str] = []
+
+    def add(self, instance: catalog.InstanceType, count: int, *, labels: dict[str, str],
+            taints: list[dict[str, str]] | None = None, prefix: str = "", **kwargs: Any) -> list[str]:
+        names = []
+        for index in range(count):
+            name = _node_name(f"{prefix}{instance.name}")
+            body = node_object(name, instance, labels=labels, taints=taints or [], **kwargs)
+            self.core.create_node(body)
+            # The API server drops a Node's status on create (the kubelet sets it): set it as the kubelet would.
+            self.core.patch_node_status(name, {"status": body["status"]})
+            names.append(name)
+        self.names += names
+        wait_for(lambda: all(_ready(self.core.read_node(n)) for n in names), f"nodes {names} Ready (KWOK)")
+        return names
+
+    def remove_all(self) -> None:
+        for name in self.names:
+            try:
+                self.core.delete_node(name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+        self.names.clear()
+
+
+def _ready(node: client.V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+@pytest.fixture
+def nodes(api: client.ApiClient) -> Iterator[Nodes]:
+    made = Nodes(api)
+    yield made
+    made.remove_all()
+
+
+def wait_for(check: Callable[[], Any], what: str, *, timeout_s: float = 60, every_s: float = 0.25) -> Any:
+    """check()'s first truthy value within timeout_s; else fails the test, saying what it waited for."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+_namespace_numbers = itertools.count()
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A namespace of the test's own, deleted after it (with everything in it)."""
+    name = f"t{next(_namespace_numbers)}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    yield name
+    client.CoreV1Api(api).delete_namespace(name)

@@ -1,0 +1,117 @@
+"""The manifests the project produces, applied to a real API server, reconciled by the real KubeRay operator and
+placed by the real scheduler on nodes shaped as the synthesized node groups bring them."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.cluster.conftest import Nodes, wait_for
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.workload import (
+    NodeGroup,
+    add_node_group,
+    apply_in_order,
+    load,
+    pending_reasons,
+    stack_manifests,
+    system_neighbours,
+    wait_for_pods,
+    write_manifests,
+)
+
+pytestmark = pytest.mark.synth  # the node groups come from a real synth, the manifests from the CLI's synth
+
+
+class Stack:
+    """The default stacks, synthesized once: their node groups and the Kubernetes objects they apply."""
+
+    def __init__(self) -> None:
+        from tests.infra.conftest import synthesize
+
+        synth = synthesize()
+        self.cluster_template, self.gpu_template = synth.cluster.to_json(), synth.gpu.to_json()
+        (self.system,) = NodeGroup.from_template(self.cluster_template)
+        (self.gpu,) = NodeGroup.from_template(self.gpu_template)
+        self.namespace = synth.settings.workload.namespace
+
+    def service_account(self, namespace: str) -> dict[str, Any]:
+        """The Ray pods' service account the cluster stack creates (IRSA-annotated), moved to `namespace`."""
+        (account,) = [o for o in stack_manifests(self.cluster_template) if o["kind"] == "ServiceAccount"]
+        account = copy.deepcopy(account)
+        account["metadata"]["namespace"] = namespace
+        return account
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: ControlPlane) -> Stack:
+    made = Stack()
+    system_neighbours(control_plane, made.system.labels)
+    return made
+
+
+def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *context: str) -> list[dict[str, Any]]:
+    """The kubectl route (README): the cluster stack's service account, then every file `ray-efa manifests` wrote,
+    applied server-side; the objects the server stored."""
+    paths = write_manifests(tmp_path / "dist", f"namespace={namespace}", *context)
+    return apply_in_order(plane, [stack.service_account(namespace), *load(paths)])
+
+
+def job_cluster(api: client.ApiClient, namespace: str, job: str) -> str:
+    """The RayCluster the operator made for RayJob `job` (status.rayClusterName)."""
+    objects = client.CustomObjectsApi(api)
+    return wait_for(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
+                    .get("status", {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
+
+
+def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
+    try:
+        return wait_for_pods(api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count,
+                             what=f"Ray {node_type}")
+    except pytest.fail.Exception as error:
+        raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
+
+
+def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: client.ApiClient):
+    from tools.controlplane import build
+
+    # the API server reports the version the Go module pins, and serves the deployed version's CRDs to the operator
+    assert client.VersionApi(api).get_code().git_version == build.required_version("kube", "k8s.io/kubernetes")
+    crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+    assert {c.metadata.name for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
+    assert control_plane.processes["kuberay-operator"].popen.poll() is None
+
+
+def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_gpu_node(
+        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        tmp_path: Path):
+    system = add_node_group(nodes, stack.system)
+    gpu = add_node_group(nodes, stack.gpu)
+    stored = deploy(control_plane, stack, namespace, tmp_path)
+    assert {("RayJob", "train-efa"), ("RayJob", "train-tcp"), ("RayCluster", "ray-efa")} <= {
+        (o["kind"], o["metadata"]["name"]) for o in stored}
+    cluster = job_cluster(api, namespace, "train-efa")
+    head = ray_pods(api, namespace, cluster, "head", 1)
+    workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
+    assert head[0].spec.node_name in system
+    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
+
+
+def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
+        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
+    # GIVEN the objects both stacks apply through the kubectl handler (namespace, service account, RayJob, ...)
+    objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
+    assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "RayJob"}
+    add_node_group(nodes, stack.system)
+    gpu = add_node_group(nodes, stack.gpu)
+    # WHEN applied server-side, THEN the server takes every one, and the operator places the job's pods
+    apply_in_order(control_plane, objects)
+    job = next(o for o in objects if o["kind"] == "RayJob")["metadata"]["name"]
+    cluster = job_cluster(api, stack.namespace, job)
+    ray_pods(api, stack.namespace, cluster, "head", 1)
+    ray_pods(api, stack.namespace, cluster, "worker", len(gpu))
+    client.CoreV1Api(api).delete_namespace(stack.namespace)

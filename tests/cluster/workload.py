@@ -1,0 +1,165 @@
+"""What tests/cluster puts on the control plane: the node groups a synthesized stack describes, the pods EKS and the
+stack run on system nodes, and the manifests `ray-efa manifests` writes, applied as kubectl would."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from ray_efa.core import catalog
+from tests.cluster.conftest import Nodes, wait_for
+from tests.cluster.controlplane import ControlPlane
+
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """One AWS::EKS::Nodegroup of a synthesized template: what its nodes are labelled and tainted with."""
+
+    logical_id: str
+    instance_types: tuple[str, ...]
+    desired: int
+    labels: dict[str, str]
+    taints: tuple[dict[str, str], ...]
+
+    @staticmethod
+    def from_template(template: dict[str, Any]) -> list[NodeGroup]:
+        groups = []
+        for logical_id, resource in template.get("Resources", {}).items():
+            if resource.get("Type") != "AWS::EKS::Nodegroup":
+                continue
+            props = resource["Properties"]
+            taints = tuple({"key": t["Key"], "value": t.get("Value", ""), "effect": _EFFECTS[t["Effect"]]}
+                           for t in props.get("Taints") or [])
+            instance_types = tuple(props.get("InstanceTypes") or ())
+            if not instance_types:  # the type is the launch template's (the EFA node group states it there)
+                reference = props["LaunchTemplate"]["Id"]["Ref"]
+                data = template["Resources"][reference]["Properties"]["LaunchTemplateData"]
+                instance_types = (data["InstanceType"],)
+            groups.append(NodeGroup(logical_id, instance_types,
+                                    int(props["ScalingConfig"]["DesiredSize"]), dict(props.get("Labels") or {}), taints))
+        return groups
+
+
+def add_node_group(nodes: Nodes, group: NodeGroup, *, instance: str | None = None, count: int | None = None,
+                   prefix: str = "") -> list[str]:
+    """The nodes `group` brings up: `count` (its desired size) of `instance` (its first instance type)."""
+    name = instance or group.instance_types[0]
+    row = catalog.GPU_INSTANCES.get(name) or catalog.SYSTEM_INSTANCES[name]
+    return nodes.add(row, group.desired if count is None else count, labels=group.labels, taints=list(group.taints),
+                     prefix=prefix, nodegroup=group.logical_id.lower())
+
+
+def write_manifests(out: Path, *context: str) -> list[Path]:
+    """`ray-efa manifests --out OUT -c ...`, the CLI's own entry point (in this process: jsii starts once); the files
+    it wrote, in apply order."""
+    from ray_efa.cli import main
+
+    argv = ["manifests", "--out", str(out)]
+    for item in context:
+        argv += ["-c", item]
+    code = main(argv)
+    assert code == 0, f"ray-efa {' '.join(argv)}: exit {code}"
+    return sorted(out.glob("*.yaml"))
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def pods(api: client.ApiClient, namespace: str, selector: str = "") -> list[client.V1Pod]:
+    return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: int, *, what: str,
+                  timeout_s: float = 90, phase: str | None = "Running") -> list[client.V1Pod]:
+    """`count` pods matching `selector`, each bound to a node (and in `phase`, unless None)."""
+    def settled() -> list[client.V1Pod] | None:
+        found = pods(api, namespace, selector)
+        placed = [p for p in found if p.spec.node_name and (phase is None or p.status.phase == phase)]
+        return placed if len(placed) >= count else None
+    return wait_for(settled, f"{count} {what} pods ({selector}) in {namespace}", timeout_s=timeout_s)
+
+
+def pending_reasons(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    """Pod name -> the scheduler's message, for every pod it could not place."""
+    reasons = {}
+    for pod in pods(api, namespace):
+        for condition in pod.status.conditions or []:
+            if condition.type == "PodScheduled" and condition.status == "False":
+                reasons[pod.metadata.name] = condition.message or condition.reason or ""
+    return reasons
+
+
+def system_neighbours(plane: ControlPlane, node_selector: dict[str, str]) -> None:
+    """The pods that share a system node with the Ray head, as real DaemonSets and Deployments with the requests the
+    catalog says EKS and the charts give them (core.catalog.SYSTEM_NODE_NEIGHBOURS), so the real scheduler counts
+    them: a head the catalog says fits must be placed beside them."""
+    objects: list[dict[str, Any]] = []
+    for index, (what, (millicores, mib)) in enumerate(catalog.SYSTEM_NODE_NEIGHBOURS.items()):
+        name = f"neighbour-{index}"
+        daemon = "DaemonSet" if what.startswith(("aws-node", "kube-proxy")) else "Deployment"
+        replicas = 2 if what.startswith("coredns") else 1
+        template = {
+            "metadata": {"labels": {"app": name}, "annotations": {"ray-efa.test/neighbour": what}},
+            "spec": {
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {"cpu": f"{millicores}m", "memory": f"{mib}Mi"}}}],
+                # DaemonSets of EKS tolerate every taint; the Deployments run where the system selector says
+                **({"tolerations": [{"operator": "Exists"}]} if daemon == "DaemonSet" else
+                   {"nodeSelector": node_selector}),
+            },
+        }
+        spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}}, "template": template}
+        if daemon == "Deployment":
+            spec["replicas"] = replicas
+        objects.append({"apiVersion": "apps/v1", "kind": daemon,
+                        "metadata": {"name": name, "namespace": "kube-system"}, "spec": spec})
+    plane.apply(objects)
+
+
+def _resolve(value: Any, template: dict[str, Any]) -> Any:
+    """A CloudFormation value with its intrinsics replaced by plausible stand-ins (what the deploy would put there:
+    an ARN for a GetAtt of Arn, the logical id for a Ref); Fn::Join joined."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, arg), = value.items()
+        if key == "Fn::Join":
+            separator, parts = arg
+            return separator.join(str(_resolve(part, template)) for part in parts)
+        if key == "Ref":
+            return {"AWS::Region": "us-east-2", "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
+                    "AWS::URLSuffix": "amazonaws.com"}.get(arg, arg.lower())
+        if key == "Fn::GetAtt":
+            logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+            return f"arn:aws:iam::123456789012:role/{logical_id}" if attribute == "Arn" else f"{logical_id}-{attribute}"
+        if key.startswith("Fn::"):
+            return f"{key[4:].lower()}-token"
+    if isinstance(value, dict):
+        return {k: _resolve(v, template) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, template) for v in value]
+    return value
+
+
+def stack_manifests(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Kubernetes object a synthesized stack applies through aws_eks_v2's kubectl handler (each
+    Custom::AWSCDK-EKS-KubernetesResource's Manifest, a JSON list), in template order."""
+    objects: list[dict[str, Any]] = []
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "Custom::AWSCDK-EKS-KubernetesResource":
+            manifest = _resolve(resource["Properties"]["Manifest"], template)
+            objects += json.loads(manifest)
+    return objects
+
+
+def apply_in_order(plane: ControlPlane, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Namespaces and service accounts first, as the stacks' dependencies order them on a deploy."""
+    first = ("Namespace", "ServiceAccount", "ConfigMap")
+    ordered = sorted(objects, key=lambda o: first.index(o["kind"]) if o["kind"] in first else len(first))
+    return plane.apply(ordered)

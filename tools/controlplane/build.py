@@ -1,0 +1,171 @@
+"""Build the test control plane's binaries from Go modules at pinned versions, once per machine.
+
+    python tools/controlplane/build.py          # builds what is missing, prints where the binaries are
+    python tools/controlplane/build.py --where  # prints the folder only (builds nothing)
+
+Three Go modules beside this file pin what `make test-cluster` runs (go.mod and go.sum are the pins):
+
+    kube/     etcd, kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes, its staging modules
+              replaced by their published versions, as envtest-style projects do; etcd at the version it pins)
+    kuberay/  the KubeRay operator (github.com/ray-project/kuberay/ray-operator)
+    kwok/     KWOK's controller (sigs.k8s.io/kwok/cmd/kwok): the kubelet for nodes that are only API objects
+
+Each module builds into a folder of its own under the cache (`$RAY_EFA_CACHE`, else `$XDG_CACHE_HOME/ray-efa`, else
+`~/.cache/ray-efa`), named by a hash of everything that decides its binaries (the module's files and `go version`):
+a changed pin builds anew beside the old folder, an unchanged one is never rebuilt. A build goes to a temporary folder
+first and is renamed into place whole, so an interrupted build leaves nothing that looks finished. First build on 2
+cores: about 8 minutes for kube/, 4 for kuberay/, 3 for kwok/ (docs/testing.md, "The control plane"). Pure standard
+library, so that it runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Module:
+    folder: str
+    binaries: dict[str, str]
+    """Binary name -> Go package that builds it."""
+    version_of: str = ""
+    """A module whose version (from go.mod) the binaries report as their own, through component-base's ldflags, as
+    Kubernetes' own build stamps it (a plain `go build` reports v0.0.0-master)."""
+
+    def ldflags(self) -> str:
+        flags = "-s -w"
+        if self.version_of:
+            version = required_version(self.folder, self.version_of)
+            major, minor = version.lstrip("v").split(".")[:2]
+            flags += "".join(f" -X k8s.io/component-base/version.{key}={value}" for key, value in (
+                ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")))
+        return flags
+
+
+MODULES = (
+    Module("kube", version_of="k8s.io/kubernetes", binaries={
+        "etcd": "./cmd/etcd",
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    }),
+    Module("kuberay", {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"}),
+    Module("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
+)
+BUILD_FLAGS = ("-trimpath",)
+
+
+def required_version(folder: str, module_path: str) -> str:
+    """The version `folder`'s go.mod requires of `module_path`."""
+    for line in (HERE / folder / "go.mod").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["require"]:
+            words = words[1:]
+        if len(words) >= 2 and words[0] == module_path:
+            return words[1]
+    raise SystemExit(f"tools/controlplane/{folder}/go.mod requires no {module_path}")
+
+
+def module_source(folder: str, module_path: str) -> Path:
+    """The folder of `module_path`'s source in the Go module cache, at the version `folder`'s go.mod pins (the module
+    is there once build() has run): its own data files (CRDs, KWOK's stages) come from the pinned release."""
+    out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module_path], cwd=HERE / folder, check=True,
+                         capture_output=True, text=True, env={**os.environ, "GOFLAGS": "-mod=readonly"}).stdout.strip()
+    return Path(out)
+
+
+def cache_root() -> Path:
+    if os.environ.get("RAY_EFA_CACHE"):
+        return Path(os.environ["RAY_EFA_CACHE"]) / "controlplane"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ray-efa" / "controlplane"
+
+
+def go_version() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit("tools/controlplane/build.py: no `go` on PATH; the control plane is built from Go modules "
+                         "(Go 1.26, see README's requirements)")
+    return subprocess.run([go, "version"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def module_key(module: Module, go: str) -> str:
+    digest = hashlib.sha256(go.encode())
+    digest.update(" ".join(BUILD_FLAGS).encode())
+    digest.update(module.ldflags().encode())
+    folder = HERE / module.folder
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def module_dir(module: Module, go: str) -> Path:
+    return cache_root() / f"{module.folder}-{module_key(module, go)}"
+
+
+def bin_dirs() -> dict[str, Path]:
+    """Binary name -> the file it would be at (built or not)."""
+    go = go_version()
+    return {name: module_dir(m, go) / name for m in MODULES for name in m.binaries}
+
+
+def build(module: Module, go: str) -> Path:
+    target = module_dir(module, go)
+    if all((target / name).is_file() for name in module.binaries):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    names = ", ".join(module.binaries)
+    print(f"== building {names} from Go modules ({HERE / module.folder}/go.mod) into {target}", flush=True)
+    started = time.monotonic()
+    command = ["go", "build", *BUILD_FLAGS, f"-ldflags={module.ldflags()}", "-o", f"{partial}/", *module.binaries.values()]
+    # -mod=readonly: the pins are go.mod and go.sum as committed; a build never rewrites them.
+    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
+    result = subprocess.run(command, cwd=HERE / module.folder, env=env)
+    if result.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SystemExit(f"tools/controlplane/build.py: `{' '.join(command)}` in {HERE / module.folder} failed "
+                         f"(exit {result.returncode})")
+    # go build names a main package's binary after its folder: rename to the name the harness asks for.
+    for name, package in module.binaries.items():
+        built = partial / package.rstrip("/").rsplit("/", 1)[-1]
+        if built != partial / name:
+            built.rename(partial / name)
+    try:
+        partial.rename(target)
+    except OSError:  # another build finished first: keep its folder
+        shutil.rmtree(partial, ignore_errors=True)
+    print(f"   built in {time.monotonic() - started:.0f} s", flush=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--where", action="store_true", help="print the binaries' paths, build nothing")
+    args = parser.parse_args(argv)
+    if args.where:
+        for name, path in bin_dirs().items():
+            print(f"{name}\t{path}\t{'built' if path.is_file() else 'missing'}")
+        return 0
+    go = go_version()
+    for module in MODULES:
+        folder = build(module, go)
+        print(f"control plane: {', '.join(module.binaries)} in {folder}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
