@@ -245,7 +245,7 @@ def system_node_room(instance: InstanceType) -> tuple[int, int]:
     return allocatable_cpu - cpu, allocatable_mib - memory
 
 
-def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "plugins") -> tuple[int, int]:
+def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> tuple[int, int]:
     """(millicores, MiB) that a GPU node of `instance` has left for its Ray worker: node_allocatable less the requests
     of the node's DaemonSets (core.node_pods.node_daemonsets("gpu"): the device plugins or the DRA drivers)."""
     allocatable_cpu, allocatable_mib = node_allocatable(instance)
@@ -253,7 +253,7 @@ def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAll
     return allocatable_cpu - cpu, allocatable_mib - memory
 
 
-def worker_fit_problem(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "plugins") -> str | None:
+def worker_fit_problem(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> str | None:
     """Why the Ray worker pod (worker_pod_resources) would not fit a GPU node of `instance` beside its DaemonSets, or
     None."""
     pod = worker_pod_resources(instance)

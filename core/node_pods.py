@@ -16,7 +16,7 @@ __all__ = ["ContainerRequests", "NodePod", "NodeKind", "DeviceAllocation", "node
            "pod_requests"]
 
 NodeKind = Literal["system", "gpu"]
-DeviceAllocation = Literal["plugins", "dra"]
+DeviceAllocation = Literal["device-plugin", "dra"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,9 +116,9 @@ _RAY_JOB_SUBMITTER = NodePod(
 )
 
 
-def node_daemonsets(node_kind: NodeKind, *, device_allocation: DeviceAllocation = "plugins") -> tuple[NodePod, ...]:
+def node_daemonsets(node_kind: NodeKind, *, device_allocation: DeviceAllocation = "device-plugin") -> tuple[NodePod, ...]:
     """The DaemonSets EKS and the stack run on a node of `node_kind`: on every node the VPC CNI, kube-proxy and the
-    Pod Identity agent; on a GPU node also the device plugins (deviceAllocation plugins) or the DRA drivers (dra).
+    Pod Identity agent; on a GPU node also the device plugins (deviceAllocation device-plugin) or the DRA drivers (dra).
     The EBS CSI driver is not here: the stack does not install it (add it if your platform does)."""
     every_node = (_AWS_NODE, _KUBE_PROXY, _POD_IDENTITY_AGENT)
     if node_kind == "system":

@@ -81,7 +81,7 @@ def test_m7i_large_is_refused_for_the_head_naming_the_setting_the_room_and_what_
 
 def test_every_built_in_gpu_row_fits_its_worker_beside_either_set_of_daemonsets():
     for name, row in catalog.GPU_INSTANCES.items():
-        for allocation in ("plugins", "dra"):
+        for allocation in ("device-plugin", "dra"):
             assert catalog.worker_fit_problem(row, allocation) is None, (name, allocation)
             pod = catalog.worker_pod_resources(row)
             room_cpu, room_mib = catalog.gpu_node_room(row, allocation)
