@@ -208,10 +208,12 @@ def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
     )
 
 
-# What a system node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
+# What a node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
 # AMI's bootstrap): kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the third and fourth and
 # 0.25% of every other; kube-reserved memory is 255 MiB + 11 MiB per pod the node may run (maxPods, at most 110 on a
-# node of fewer than 30 vCPUs: taken at 110 here, the most it can be); the hard eviction threshold is 100 MiB.
+# node of fewer than 30 vCPUs, 250 on larger ones: taken at that cap, the most it can be); the hard eviction threshold
+# is 100 MiB. The pods beside the Ray pods (DaemonSets, and on a system node CoreDNS, the operator, the submitter)
+# are core.node_pods'.
 # The kernel reports less memory than EC2's figure (firmware and kernel reservations): we count 5% less.
 _KUBE_RESERVED_CPU_SHARES = (60, 10, 5, 5)
 _KUBE_RESERVED_CPU_REST = 2.5  # millicores per vCPU beyond the fourth

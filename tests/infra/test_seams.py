@@ -191,6 +191,17 @@ def test_the_head_fits_every_system_type_of_the_catalog_and_a_too_small_one_is_n
         catalog.head_pod_resources(tiny)
 
 
+def test_a_cluster_whose_system_nodes_cannot_hold_the_head_is_refused_naming_the_prop():
+    # GIVEN m7i.large system nodes: 980m CPU left beside their DaemonSets, CoreDNS, the operator and the submitter
+    app = cdk.App()
+    stack = cdk.Stack(app, "Small", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=1)
+    # THEN the cluster is refused before anything is synthesized, not a head Pending until the job's deadline
+    with pytest.raises(ValueError, match=r"RayEksCluster system_instance_type m7i\.large \(2 vCPU, 8 GiB\) leaves "
+                                         r"980m CPU .* less than the head's 1000m CPU .*\(m7i\.xlarge, "):
+        RayEksCluster(stack, "Ray", vpc=vpc, system_instance_type="m7i.large", public_access_cidrs=["203.0.113.0/24"])
+
+
 def test_the_job_sizes_its_head_for_the_clusters_system_nodes(created):
     _, stack, vpc, ray = created
     gpu = EfaGpuNodegroup(stack, "GpuForHead", cluster=ray.cluster, vpc=vpc, node_selector=GPU,
