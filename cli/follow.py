@@ -4,7 +4,9 @@ For a run whose `submit` was interrupted (Ctrl-C, a closed laptop, a dropped con
 kubectl from `ray-efa manifests`: each state of the RayJob, the submitter's whole log (from its start, then as it is
 written), and at the end the gate's verdict and the job's exit code, which is this command's: 0 trained and the
 transport proven, 1 failed, 2 the driver refused the settings, 3 the gate could not prove the transport. A RayJob
-that is not there is exit 2, naming it. It reads and never changes anything.
+that is not there is exit 2, naming it; one whose Ray pods have a failing init container (the code fetch, the pip
+install) is exit 1 at once, naming the pod, the container, its exit code and last log lines (it would stay
+Initializing until a deadline). It reads and never changes anything.
 """
 
 from __future__ import annotations

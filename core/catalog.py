@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
-from ray_efa.core import network
+from ray_efa.core import network, node_pods
 
 # The types and the rows live in their own modules (core.catalog_types, core.catalog_rows); this one derives from
 # them and re-exports every name, so callers import from core.catalog alone.
@@ -97,6 +97,10 @@ __all__ = [
     "head_pod_resources",
     "system_node_room",
     "SYSTEM_NODE_NEIGHBOURS",
+    "node_allocatable",
+    "gpu_node_room",
+    "worker_fit_problem",
+    "head_fit_problem",
     "use_device_rdma",
     "allreduce_floor_gbps",
     "HealthyBusbw",
@@ -204,53 +208,94 @@ def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
     )
 
 
-# What a system node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
+# What a node has room for. The kubelet's reservations on an EKS AL2023 node (nodeadm, the formula of the EKS
 # AMI's bootstrap): kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the third and fourth and
 # 0.25% of every other; kube-reserved memory is 255 MiB + 11 MiB per pod the node may run (maxPods, at most 110 on a
-# node of fewer than 30 vCPUs: taken at 110 here, the most it can be); the hard eviction threshold is 100 MiB.
+# node of fewer than 30 vCPUs, 250 on larger ones: taken at that cap, the most it can be); the hard eviction threshold
+# is 100 MiB. The pods beside the Ray pods (DaemonSets, and on a system node CoreDNS, the operator, the submitter)
+# are core.node_pods'.
 # The kernel reports less memory than EC2's figure (firmware and kernel reservations): we count 5% less.
 _KUBE_RESERVED_CPU_SHARES = (60, 10, 5, 5)
 _KUBE_RESERVED_CPU_REST = 2.5  # millicores per vCPU beyond the fourth
-_KUBE_RESERVED_MEMORY_MIB = 255 + 11 * 110
+_KUBE_RESERVED_MEMORY_BASE_MIB = 255
 _EVICTION_MEMORY_MIB = 100
 _KERNEL_MEMORY_SHARE = 0.95
 SYSTEM_NODE_NEIGHBOURS: dict[str, tuple[int, int]] = {
-    "aws-node (VPC CNI)": (25, 0),
-    "kube-proxy": (100, 0),
-    "coredns (2 replicas: the only nodes without the GPU taint)": (200, 140),
-    "kuberay-operator (its chart's requests)": (100, 512),
-    "ray-job-submitter (k8s.cluster_spec)": (500, 1024),
-}
-"""The other pods a system node runs beside the Ray head, with their requests (millicores, MiB): EKS's add-ons'
-DaemonSets and Deployments as EKS installs them, the KubeRay chart's values.yaml and the RayJob's submitter pod."""
+    f"{pod.name} ({pod.source})": (pod.cpu_m, pod.memory_mib) for pod in node_pods.system_node_pods()}
+"""The other pods a system node runs beside the Ray head, with their requests (millicores, MiB): core.node_pods's
+DaemonSets of a system node, CoreDNS, the KubeRay operator and the RayJob's submitter, each with its source."""
 _HEAD_MIN_CPU, _HEAD_MIN_MEMORY_GIB = 1, 2
+
+
+def node_allocatable(instance: InstanceType) -> tuple[int, int]:
+    """(millicores, MiB) the kubelet of an EKS AL2023 node of `instance` offers pods: capacity less kube-reserved and
+    the eviction threshold (maxPods taken at 110 below 30 vCPUs, 250 from there: nodeadm's caps, the most it can be)."""
+    shares = [*_KUBE_RESERVED_CPU_SHARES[:instance.vcpus]]
+    reserved_cpu = sum(shares) + _KUBE_RESERVED_CPU_REST * max(0, instance.vcpus - len(_KUBE_RESERVED_CPU_SHARES))
+    max_pods = 110 if instance.vcpus < 30 else 250
+    capacity_mib = instance.memory_gib * 1024 * _KERNEL_MEMORY_SHARE
+    allocatable_cpu = instance.vcpus * 1000 - math.ceil(reserved_cpu)
+    allocatable_mib = math.floor(capacity_mib) - (_KUBE_RESERVED_MEMORY_BASE_MIB + 11 * max_pods) - _EVICTION_MEMORY_MIB
+    return allocatable_cpu, allocatable_mib
 
 
 def system_node_room(instance: InstanceType) -> tuple[int, int]:
     """(millicores, MiB) that a system node of `instance` has left for the Ray head: the kubelet's allocatable
-    (capacity less kube-reserved and the eviction threshold) less the requests of SYSTEM_NODE_NEIGHBOURS."""
-    shares = [*_KUBE_RESERVED_CPU_SHARES[:instance.vcpus]]
-    reserved_cpu = sum(shares) + _KUBE_RESERVED_CPU_REST * max(0, instance.vcpus - len(_KUBE_RESERVED_CPU_SHARES))
-    capacity_mib = instance.memory_gib * 1024 * _KERNEL_MEMORY_SHARE
-    allocatable_cpu = instance.vcpus * 1000 - math.ceil(reserved_cpu)
-    allocatable_mib = math.floor(capacity_mib) - _KUBE_RESERVED_MEMORY_MIB - _EVICTION_MEMORY_MIB
-    cpu, memory = (sum(pod[i] for pod in SYSTEM_NODE_NEIGHBOURS.values()) for i in (0, 1))
+    (node_allocatable) less the requests of the pods beside it (SYSTEM_NODE_NEIGHBOURS, core.node_pods)."""
+    allocatable_cpu, allocatable_mib = node_allocatable(instance)
+    cpu, memory = node_pods.pod_requests(node_pods.system_node_pods())
     return allocatable_cpu - cpu, allocatable_mib - memory
+
+
+def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> tuple[int, int]:
+    """(millicores, MiB) that a GPU node of `instance` has left for its Ray worker: node_allocatable less the requests
+    of the node's DaemonSets (core.node_pods.node_daemonsets("gpu"): the device plugins or the DRA drivers)."""
+    allocatable_cpu, allocatable_mib = node_allocatable(instance)
+    cpu, memory = node_pods.pod_requests(node_pods.node_daemonsets("gpu", device_allocation=device_allocation))
+    return allocatable_cpu - cpu, allocatable_mib - memory
+
+
+def worker_fit_problem(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> str | None:
+    """Why the Ray worker pod (worker_pod_resources) would not fit a GPU node of `instance` beside its DaemonSets, or
+    None."""
+    pod = worker_pod_resources(instance)
+    room_cpu, room_mib = gpu_node_room(instance, device_allocation)
+    if pod.cpu * 1000 <= room_cpu and pod.memory_gib * 1024 <= room_mib:
+        return None
+    return (f"the Ray worker asks {pod.cpu} CPU and {pod.memory_gib} GiB, but a {instance.name} node leaves "
+            f"{room_cpu}m CPU and {room_mib} MiB beside the kubelet's reserve and its DaemonSets")
 
 
 def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
     """(cpu, memory GiB) of the GPU-less Ray head on a system node: all but 2 vCPU and 6 GiB of the node (at least 1
     and 2), within the room the node has beside the other pods it runs (system_node_room). CatalogError when not even
     1 vCPU and 2 GiB fit: the head would never schedule."""
+    problem = head_fit_problem(instance)
+    if problem is not None:
+        raise CatalogError(problem)
     room_cpu, room_mib = system_node_room(instance)
     cpu = min(max(_HEAD_MIN_CPU, instance.vcpus - 2), room_cpu // 1000)
     memory = min(max(_HEAD_MIN_MEMORY_GIB, instance.memory_gib - 6), room_mib // 1024)
-    if cpu < _HEAD_MIN_CPU or memory < _HEAD_MIN_MEMORY_GIB:
-        raise CatalogError(
-            f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
-            f"MiB beside the system pods, less than the Ray head's {_HEAD_MIN_CPU} CPU and {_HEAD_MIN_MEMORY_GIB} GiB: "
-            f"choose a larger system instance type")
     return cpu, memory
+
+
+def head_fit_problem(instance: InstanceType) -> str | None:
+    """Why the Ray head (at least 1 CPU and 2 GiB, requests == limits) would not fit a system node of `instance` beside
+    the pods it shares the node with (SYSTEM_NODE_NEIGHBOURS), naming the room, the head's ask and the system types
+    where it fits; None when it fits."""
+    def fits(row: InstanceType) -> bool:
+        room_cpu, room_mib = system_node_room(row)
+        return room_cpu >= _HEAD_MIN_CPU * 1000 and room_mib >= _HEAD_MIN_MEMORY_GIB * 1024
+
+    if fits(instance):
+        return None
+    room_cpu, room_mib = system_node_room(instance)
+    others = ", ".join(f"{pod.name} {pod.cpu_m}m/{pod.memory_mib}Mi" for pod in node_pods.system_node_pods())
+    fitting = [name for name, row in SYSTEM_INSTANCES.items() if fits(row)]
+    return (f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
+            f"MiB for the Ray head once the kubelet's reserve and the pods beside it ({others}) are placed, less than "
+            f"the head's {_HEAD_MIN_CPU * 1000}m CPU and {_HEAD_MIN_MEMORY_GIB * 1024} MiB: its pod would stay "
+            f"Pending; choose a larger system instance type ({', '.join(fitting)})")
 
 
 # -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------
@@ -411,6 +456,8 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
     if pod.cpu < 1 or pod.memory_gib < 1:
         raise CatalogError(f"vcpus and memoryGib leave no room for a worker pod next to the node's reserve "
                            f"(vcpus {row.vcpus}, memoryGib {row.memory_gib})")
+    if (problem := worker_fit_problem(row)) is not None:
+        raise CatalogError(f"vcpus {row.vcpus} and memoryGib {row.memory_gib} leave no room for the worker pod: {problem}")
     return row
 
 

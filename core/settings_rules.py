@@ -63,6 +63,14 @@ def _capacity_block_instance_type(reservation_type: str, instance_type: str,
     return None
 
 
+@_rule("systemInstanceType")
+def _head_fits_the_system_nodes(instance_type: str) -> Problem | None:
+    # A head that does not fit beside the system node's DaemonSets, CoreDNS, the operator and the submitter stays
+    # Pending until the job's deadline while the GPU nodes bill (core.node_pods lists them).
+    problem = catalog.head_fit_problem(catalog.system_instance(instance_type))
+    return None if problem is None else Problem("systemInstanceType", instance_type, f"is too small for the Ray head: {problem}")
+
+
 @_rule("adminPrincipalArns")
 def _admins_once_each(arns: tuple[str, ...]) -> Problem | None:
     if len(set(arns)) != len(arns):

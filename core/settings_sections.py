@@ -265,6 +265,15 @@ class WorkloadSettings(_Section):
         "every worker's import path; unset: none.",
     )
     job_active_deadline_seconds: int = setting(3600, "jobActiveDeadlineSeconds", "RayJob activeDeadlineSeconds.", gt=0)
+    job_pre_running_deadline_seconds: int = setting(
+        1200, "jobPreRunningDeadlineSeconds",
+        "RayJob preRunningDeadlineSeconds: KubeRay fails the job when it has not reached Running this long after it "
+        "was created (a failing init container, a pod that never schedules), instead of holding the GPU nodes until "
+        "jobActiveDeadlineSeconds. The default leaves a few minutes over pulling the multi-GB image on fresh nodes "
+        "and the init containers (code fetch: seconds; pipPackages: a minute or two). Needs kuberayVersion 1.7.0 (the "
+        "1.4.0 CRD has no such field) and a value below jobActiveDeadlineSeconds; else it is left out.",
+        gt=0, le=2**31 - 1,
+    )
     job_backoff_limit: int = setting(0, "jobBackoffLimit", "RayJob backoffLimit (retries of the whole job).", ge=0)
     job_ttl_seconds_after_finished: int = setting(
         600, "jobTtlSecondsAfterFinished", "RayJob ttlSecondsAfterFinished.", ge=0

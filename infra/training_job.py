@@ -18,11 +18,14 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
 
 from ray_efa.core import catalog, regions
+from ray_efa.core.addons import EFA_DEVICE_CLASS, GPU_DEVICE_CLASS
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.user_code import check_user_code
-from ray_efa.infra._private import check_node_selector, literal_cluster_name
+from ray_efa.infra._private import add_synth_check, check_node_selector, literal_cluster_name, on_cluster
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
+from ray_efa.infra.device_plugins import GpuDevicePlugins
+from ray_efa.infra.dra_drivers import GpuDraDrivers
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.manifests import apply_objects
@@ -32,7 +35,7 @@ from ray_efa.k8s.code_bundle import collect_code, config_map_problem
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.workload import ray_job_chart, shipped_settings
 
-__all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE"]
+__all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE", "device_allocation_problems"]
 
 CODE_ASSET_EXCLUDE = (".*", "__pycache__", "node_modules", "cdk.out", "*.egg-info", "*.pyc", "*.pyo")
 """What the S3 asset of codeDir leaves out: what core.user_code.code_files skips (glob patterns, each matched
@@ -88,6 +91,27 @@ def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes:
     if not explicit & {"vpcAvailabilityZones", "vpcId"} and zone in vpc_zones and len(set(vpc_zones)) >= 2:
         changes["vpcAvailabilityZones"] = vpc_zones  # the GPU AZ must be one of the VPC's
     return changes
+
+
+def device_allocation_problems(job: Construct, cluster: eks.ICluster, allocation: str) -> list[str]:
+    """At synth: the job's device requests (deviceAllocation) against what the app installs on `cluster`'s GPU nodes.
+    The device plugins advertise nvidia.com/gpu and vpc.amazonaws.com/efa, the DRA drivers serve ResourceClaims of
+    their DeviceClasses; a job asking for the other kind would stay Pending until its deadline while the GPU nodes
+    bill. Nothing to say when the app installs neither (an imported cluster whose platform installs them elsewhere)."""
+    plugins = [c.node.path for c in on_cluster(job, GpuDevicePlugins, cluster)]
+    drivers = [c.node.path for c in on_cluster(job, GpuDraDrivers, cluster)]
+    if allocation != "dra" and drivers and not plugins:
+        return [f"RayTrainingJob deviceAllocation: the settings say {allocation!r}, so the workers ask for nvidia.com/gpu and "
+                f"vpc.amazonaws.com/efa, but the GPU nodes of {cluster.node.path} run the DRA drivers (GpuDraDrivers "
+                f"{', '.join(drivers)}) and no GpuDevicePlugins advertises those resources: the workers would stay "
+                "Pending. Set deviceAllocation to dra in the job's settings, or install GpuDevicePlugins instead"]
+    if allocation == "dra" and plugins and not drivers:
+        return [f"RayTrainingJob deviceAllocation: the settings say 'dra', so the workers claim {GPU_DEVICE_CLASS} and "
+                f"{EFA_DEVICE_CLASS} devices, but the GPU nodes of {cluster.node.path} run the device plugins "
+                f"(GpuDevicePlugins {', '.join(plugins)}) and no GpuDraDrivers serves those claims: the workers would "
+                "stay Pending. Set deviceAllocation to device-plugin (the default) in the job's settings, or install "
+                "GpuDraDrivers instead"]
+    return []
 
 
 def _app_code_folder(settings: Settings) -> Path:
@@ -255,6 +279,9 @@ class RayTrainingJob(Construct):
             ]) from None
         self.settings: Settings = resolved
         """The settings the job runs with: the given ones, with where it runs taken from the constructs."""
+        # The plugins or drivers may be built after the job: checked once the whole app exists.
+        allocation = resolved.addons.device_allocation
+        add_synth_check(self, lambda: device_allocation_problems(self, cluster, allocation))
         self.name: str = ray_job_of(resolved)
 
         # codeDir: a ConfigMap when it fits one, else an S3 asset that an init container of every Ray pod fetches.

@@ -16,7 +16,21 @@ from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
 
-__all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml"]
+__all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml", "pre_running_deadline", "PRE_RUNNING_DEADLINE_MIN_KUBERAY"]
+
+PRE_RUNNING_DEADLINE_MIN_KUBERAY = (1, 7, 0)
+"""The first KubeRay the stack supports whose RayJob CRD has spec.preRunningDeadlineSeconds (1.4.0's has not)."""
+
+
+def pre_running_deadline(settings: Settings) -> int | None:
+    """spec.preRunningDeadlineSeconds of the RayJob: jobPreRunningDeadlineSeconds where the pinned KubeRay's CRD has
+    the field, else None (left out: an older CRD would prune it, and its operator ignores it). None too when it is not
+    below jobActiveDeadlineSeconds, which counts from the same moment and so ends the job first."""
+    version = tuple(int(part) for part in settings.addons.kuberay_version.split("."))
+    workload = settings.workload
+    if version < PRE_RUNNING_DEADLINE_MIN_KUBERAY or workload.job_pre_running_deadline_seconds >= workload.job_active_deadline_seconds:
+        return None
+    return workload.job_pre_running_deadline_seconds
 
 
 def driver_entrypoint() -> str:
@@ -66,6 +80,7 @@ class RayJob(Construct):
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
             active_deadline_seconds=workload.job_active_deadline_seconds,
+            pre_running_deadline_seconds=pre_running_deadline(settings),
             backoff_limit=workload.job_backoff_limit,
         )
         api_object(self, "Resource", api_version=API_VERSION, kind="RayJob", name=name,

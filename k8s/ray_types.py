@@ -119,6 +119,9 @@ class RayJobSpec:
     submission_mode: Literal["K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"] = "K8sJobMode"
     submitter_pod_template: V1PodTemplateSpec | None = None
     """Pod of the submitter Job (K8sJobMode); KubeRay fills in the `ray job submit` command and its env."""
+    pre_running_deadline_seconds: int | None = None
+    """How long the job may take to reach Running before KubeRay fails it (KubeRay 1.7.0's CRD has the field, 1.4.0's
+    does not); None leaves it out."""
 
     def __post_init__(self) -> None:
         if not self.shutdown_after_job_finishes and self.ttl_seconds_after_finished > 0:
@@ -132,6 +135,8 @@ class RayJobSpec:
             "shutdownAfterJobFinishes": self.shutdown_after_job_finishes,
             "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
             "activeDeadlineSeconds": self.active_deadline_seconds,
+            **({"preRunningDeadlineSeconds": self.pre_running_deadline_seconds}
+               if self.pre_running_deadline_seconds is not None else {}),
             "backoffLimit": self.backoff_limit,
             "rayClusterSpec": self.ray_cluster_spec.to_dict(),
         }

@@ -29,7 +29,7 @@ from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Problem, Settings
 __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects",
            "DeployedSettings", "NoDeployedSettings", "DEPLOYED_KEYS", "SETTINGS_SELECTOR", "deployed_settings",
            "on_deployed_cluster",
-           "own_by_job", "follow",
+           "own_by_job", "follow", "InitContainerFailed", "check_init_containers",
            "submitter_log",
            "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
 
@@ -49,6 +49,16 @@ class SubmitError(RuntimeError):
 
 class NoDeployedSettings(SubmitError):
     """The cluster's deployed settings cannot be found or read; the message says where it looked and what to do."""
+
+
+class InitContainerFailed(SubmitError):
+    """An init container of the job's Ray pods failed (the code fetch, the pip install): KubeRay keeps the RayJob
+    Initializing until a deadline (KubeRay issue 4637), so the command says so and ends at once. `failures` has each
+    container's pod, exit code and last log lines (ops.init_failures)."""
+
+    def __init__(self, message: str, failures: list[Any]):
+        super().__init__(message)
+        self.failures = failures
 
 
 class JobNotFound(SubmitError):
@@ -382,8 +392,10 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
     core = client.CoreV1Api(api_client)
     try:
         if not follow_log:
-            text: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER)
-            return str(text)
+            # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36).
+            whole: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
+                                                      _preload_content=False)
+            return whole.data.decode("utf-8", "replace")
         response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
                                                 follow=True, _preload_content=False,
                                                 _request_timeout=(None, None))  # lines come when they come
@@ -435,10 +447,33 @@ def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll
                     for line in log.splitlines():
                         on_line(line)
             return state, log
+        if state.deployment != "Running":
+            check_init_containers(api_client, namespace, name, state)
         if clock() - start > timeout_s:
             raise SubmitError(f"RayJob {namespace}/{name} is still {state.describe()} after {timeout_s:.0f} s; it keeps "
                               f"running: kubectl -n {namespace} get rayjob {name} -w")
         sleep(poll_s)
+
+
+def check_init_containers(api_client: Any, namespace: str, name: str, state: JobState) -> None:
+    """Raise InitContainerFailed when an init container of RayJob `name`'s Ray pods has failed (ops.init_failures),
+    naming each pod and container with its exit code and last log lines. Pods that cannot be listed say nothing here:
+    the deadline still ends the job."""
+    from kubernetes.client.exceptions import ApiException
+
+    from ray_efa.ops.init_failures import describe_failures, init_container_failures, job_pods_selector
+
+    try:
+        failures = init_container_failures(api_client, namespace, job_pods_selector(name))
+    except ApiException:
+        return
+    if failures:
+        raise InitContainerFailed(
+            f"RayJob {namespace}/{name} cannot start: an init container of its Ray pods failed, and KubeRay keeps the "
+            f"job {state.describe()} until preRunningDeadlineSeconds (or activeDeadlineSeconds) while its nodes "
+            f"bill (KubeRay issue 4637).\n{describe_failures(failures)}\nFix the cause (fetch-*: the code zip and the "
+            f"pods' access to it; install-packages: pipPackages) and delete the job: kubectl -n {namespace} delete "
+            f"rayjob {name}", failures)
 
 
 def job_exit_code(state: JobState) -> int:

@@ -11,6 +11,9 @@
 - the KubeRay operator Deployment is Available;
 - the RayCluster is ready: the long-lived one (k8s.names.RAY_CLUSTER_NAME) when applied, else the one the training
   RayJob created (its status.rayClusterName);
+- no init container of that cluster's Ray pods failed (the code fetch, the packages' install): one that did leaves a
+  RayJob Initializing until a deadline (KubeRay issue 4637); the check names the pod, the container, its exit code and
+  its last log lines, and `--wait` stops at once on it;
 - Ray token auth is active on that cluster (its spec asks for it and KubeRay injected RAY_AUTH_MODE=token into the
   head), where the settings' KubeRay supports it;
 - network policies are enforced (the VPC CNI's aws-node pods run the policy agent with --enable-network-policy=true)
@@ -41,6 +44,12 @@ from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import RAY_CLUSTER_NAME, ray_job_of
 from ray_efa.k8s.security import AUTH_MODE_ENV, network_policy_name, token_auth
 from ray_efa.ops._status import Status, quiet
+from ray_efa.ops.init_failures import (
+    InitContainerFailure,
+    describe_failures,
+    init_container_failures,
+    job_pods_selector,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,6 +67,8 @@ __all__ = [
     "verify_cluster",
     "verify_until",
     "render_verify",
+    "check_init_containers",
+    "INIT_CONTAINERS_CHECK",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -323,6 +334,20 @@ def check_ray_cluster(cluster: dict[str, Any] | None, job: dict[str, Any] | None
                  detail=description if ready else f"not ready: {description}")
 
 
+INIT_CONTAINERS_CHECK = "ray-init-containers"
+
+
+def check_init_containers(failures: list[InitContainerFailure], owner: str, namespace: str) -> Check:
+    """No init container of the Ray pods of `owner` (the RayCluster or RayJob) failed: the code fetch, the packages'
+    install. One that did leaves the RayJob Initializing until a deadline (KubeRay issue 4637)."""
+    name = f"init containers of {owner}'s Ray pods"
+    if not failures:
+        return Check(id=INIT_CONTAINERS_CHECK, name=name, ok=True, detail="none failed")
+    return Check(id=INIT_CONTAINERS_CHECK, name=name, ok=False, detail=(
+        f"{describe_failures(failures)}\nthe Ray cluster cannot start until this is fixed (kubectl -n {namespace} "
+        f"get pods -l {job_pods_selector(owner)})"))
+
+
 def check_token_auth(cluster: dict[str, Any] | None, head_pods: list[Any], expected: Expectations) -> Check:
     """Token auth asked for in the RayCluster's spec and applied by KubeRay to the head's Ray container."""
     name = "Ray token authentication"
@@ -483,6 +508,15 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
     except failures as error:
         cluster_error = error
         checks.append(_api_failure("raycluster", f"RayCluster in {expected.namespace}", error))
+    if cluster is not None and not expected.scaled_to_zero:
+        owner = _ray_owner(cluster, expected)
+        status(f"reading the init containers of {owner}'s Ray pods")
+        try:
+            checks.append(check_init_containers(
+                init_container_failures(api_client, expected.namespace, job_pods_selector(owner)), owner,
+                expected.namespace))
+        except failures as error:
+            checks.append(_api_failure(INIT_CONTAINERS_CHECK, f"init containers of {owner}'s Ray pods", error))
     checks.extend(_security_checks(api_client, expected, cluster, cluster_error, failures, status))
     return VerifyReport(checks=tuple(checks))
 
@@ -520,10 +554,7 @@ def _security_checks(
         checks.append(_api_failure("network-policy-enforcement", "network policies enforced", error))
 
     # The policy of the live Ray object: the long-lived RayCluster's, else the training RayJob's.
-    labels = ((cluster or {}).get("metadata") or {}).get("labels") or {}
-    owner = labels.get("ray.io/originated-from-cr-name") or (cluster or {}).get("metadata", {}).get("name") \
-        or expected.ray_job
-    policy_name = network_policy_name(owner)
+    policy_name = network_policy_name(_ray_owner(cluster, expected))
     status(f"reading NetworkPolicy {expected.namespace}/{policy_name}")
     try:
         policy = _read_or_none(lambda: networking.read_namespaced_network_policy(policy_name, expected.namespace))
@@ -533,6 +564,14 @@ def _security_checks(
     except failures as error:
         checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
     return checks
+
+
+def _ray_owner(cluster: dict[str, Any] | None, expected: Expectations) -> str:
+    """The RayCluster or RayJob whose pods these are: the RayJob that created `cluster`, else `cluster` itself (the
+    long-lived one), else the training RayJob."""
+    labels = ((cluster or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get("ray.io/originated-from-cr-name") or (cluster or {}).get("metadata", {}).get("name") \
+        or expected.ray_job
 
 
 def _unreachable(error: Exception) -> bool:
@@ -562,7 +601,8 @@ def verify_until(
     while True:
         report = verify_cluster(api_client, expected, status=status)
         left = deadline - clock()
-        if report.ok or left <= 0:
+        # A failed init container does not heal by waiting (the pip install or the fetch fails the same way again).
+        if report.ok or left <= 0 or any(c.id == INIT_CONTAINERS_CHECK for c in report.failed):
             return report
         status(f"waiting ({left:.0f} s left): failing {', '.join(c.id for c in report.failed)}")
         sleep(min(interval_s, left))

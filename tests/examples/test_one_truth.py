@@ -1,7 +1,7 @@
 """A held-out platform app, written as a platform team would: each fact stated once, on the construct that builds it.
 
 `Research` (ap-southeast-2): the company's node labels stated only on the node groups (RayEksCluster's system nodes,
-EfaGpuNodegroup's GPU nodes), m7i.large system nodes, GPU nodes in a capacity reservation, checkpoints under a prefix
+EfaGpuNodegroup's GPU nodes), m7i.2xlarge system nodes, GPU nodes in a capacity reservation, checkpoints under a prefix
 of an existing bucket, the namespace stated once (RayWorkload), its own train function in its own folder.
 `EuSouth` (eu-south-1, a region the settings hold no AZ table for): the same through every construct's
 `from_settings`, with settings that name neither the region nor a zone.
@@ -63,7 +63,7 @@ class Research(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         vpc = ec2.Vpc(self, "Vpc", availability_zones=["ap-southeast-2a", "ap-southeast-2b"], nat_gateways=1)
-        ray = RayEksCluster(self, "Ray", vpc=vpc, cluster_name="research", system_instance_type="m7i.large",
+        ray = RayEksCluster(self, "Ray", vpc=vpc, cluster_name="research", system_instance_type="m7i.2xlarge",
                             system_node_selector=SYSTEM_LABELS, admin_principal_arns=[ADMIN],
                             public_access_cidrs=["203.0.113.0/24"])
         gpu = EfaGpuNodegroup(self, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5en.48xlarge", node_count=3,
@@ -189,14 +189,15 @@ def test_the_ray_head_fits_the_system_nodes(synthesized):
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     limits = head["containers"][0]["resources"]["limits"]
     assert head["nodeSelector"] == {"company.example/pool": "controllers"}
-    # THEN it asks what an m7i.large (2 vCPU, 8 GiB) has room for beside the system pods, not m7i.xlarge's 2 / 10 GiB
-    room_cpu, room_mib = catalog.system_node_room(catalog.system_instance("m7i.large"))
+    # THEN it asks what an m7i.2xlarge (8 vCPU, 32 GiB) has room for beside the system pods, not m7i.xlarge's 2 / 10 GiB
+    room_cpu, room_mib = catalog.system_node_room(catalog.system_instance("m7i.2xlarge"))
     cpu, memory = int(limits["cpu"]), int(limits["memory"].removesuffix("Gi"))
     assert cpu * 1000 <= room_cpu and memory * 1024 <= room_mib, (limits, room_cpu, room_mib)
     # every init container too (a pod's request is the larger of its init containers' and its containers' sum)
     for init in head.get("initContainers", []):
         assert float(init["resources"]["requests"]["cpu"]) * 1000 <= room_cpu, init["name"]
-    assert _job_settings(template)["systemInstanceType"] == "m7i.large"
+    assert (cpu, memory) == (6, 26)
+    assert _job_settings(template)["systemInstanceType"] == "m7i.2xlarge"
 
 
 def test_the_pods_may_use_the_existing_bucket(synthesized):

@@ -100,11 +100,11 @@ def test_gpu_nodes_and_a_node_selector_that_disagree_are_refused():
 
 @pytest.fixture(scope="module")
 def created() -> tuple[cdk.App, cdk.Stack, ec2.Vpc, RayEksCluster]:
-    """A stack with a RayEksCluster on m7i.large system nodes labelled SYSTEM (built once: it is the slow part)."""
+    """A stack with a RayEksCluster on m7i.2xlarge system nodes labelled SYSTEM (built once: it is the slow part)."""
     app = cdk.App()
     stack = cdk.Stack(app, "Created", env=cdk.Environment(region="us-west-2"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=1)
-    ray = RayEksCluster(stack, "Ray", vpc=vpc, system_node_selector=SYSTEM, system_instance_type="m7i.large",
+    ray = RayEksCluster(stack, "Ray", vpc=vpc, system_node_selector=SYSTEM, system_instance_type="m7i.2xlarge",
                         public_access_cidrs=["203.0.113.0/24"])
     return app, stack, vpc, ray
 
@@ -173,15 +173,33 @@ def test_a_storage_path_in_an_existing_bucket_is_granted_on_its_prefix_alone():
 
 def test_the_head_fits_every_system_type_of_the_catalog_and_a_too_small_one_is_named():
     for name, row in catalog.SYSTEM_INSTANCES.items():
+        if name == "m7i.large":
+            continue
         cpu, memory = catalog.head_pod_resources(row)
         room_cpu, room_mib = catalog.system_node_room(row)
         assert cpu * 1000 <= room_cpu and memory * 1024 <= room_mib, name
-    assert catalog.head_pod_resources(catalog.system_instance("m7i.large")) == (1, 2)
+    # m7i.large: 1930m allocatable less 950m of DaemonSets (aws-node's two 25m containers), CoreDNS, the operator and
+    # the submitter leaves 980m: a 1-CPU head would stay Pending, so it is refused, naming what fits
+    with pytest.raises(catalog.CatalogError, match=r"m7i\.large \(2 vCPU, 8 GiB\) leaves 980m CPU and 4541 MiB .*"
+                                                   r"aws-node 50m/0Mi.* less than the head's 1000m CPU and 2048 MiB.*"
+                                                   r"choose a larger system instance type \(m7i\.xlarge, "):
+        catalog.head_pod_resources(catalog.system_instance("m7i.large"))
     assert catalog.head_pod_resources(catalog.system_instance("m7i.xlarge")) == (2, 10)  # as before: no job change
     tiny = catalog.InstanceType(name="t3.small", vcpus=2, memory_gib=2, usd_per_hour=0.02)
-    with pytest.raises(catalog.CatalogError, match=r"t3\.small .* less than the Ray head's 1 CPU and 2 GiB: choose a "
-                                                   r"larger system instance type"):
+    with pytest.raises(catalog.CatalogError, match=r"t3\.small .* less than the head's 1000m CPU and 2048 MiB: its pod "
+                                                   r"would stay Pending; choose a larger system instance type"):
         catalog.head_pod_resources(tiny)
+
+
+def test_a_cluster_whose_system_nodes_cannot_hold_the_head_is_refused_naming_the_prop():
+    # GIVEN m7i.large system nodes: 980m CPU left beside their DaemonSets, CoreDNS, the operator and the submitter
+    app = cdk.App()
+    stack = cdk.Stack(app, "Small", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=1)
+    # THEN the cluster is refused before anything is synthesized, not a head Pending until the job's deadline
+    with pytest.raises(ValueError, match=r"RayEksCluster system_instance_type m7i\.large \(2 vCPU, 8 GiB\) leaves "
+                                         r"980m CPU .* less than the head's 1000m CPU .*\(m7i\.xlarge, "):
+        RayEksCluster(stack, "Ray", vpc=vpc, system_instance_type="m7i.large", public_access_cidrs=["203.0.113.0/24"])
 
 
 def test_the_job_sizes_its_head_for_the_clusters_system_nodes(created):
@@ -192,13 +210,13 @@ def test_the_job_sizes_its_head_for_the_clusters_system_nodes(created):
     # GIVEN settings that say nothing of the system nodes or the reservation (Settings(): m7i.xlarge, none)
     job = RayTrainingJob(stack, "JobForHead", cluster=ray.cluster, settings=Settings(), gpu_nodes=gpu,
                          storage=storage, operator=KubeRayOperator(stack, "KubeRayForHead", cluster=ray.cluster))
-    # THEN the job runs with what was built: m7i.large's head, the node group's reservation and no placement group
-    assert job.settings.nodes.system_instance_type == "m7i.large"
+    # THEN the job runs with what was built: m7i.2xlarge's head, the node group's reservation and no placement group
+    assert job.settings.nodes.system_instance_type == "m7i.2xlarge"
     assert job.settings.nodes.capacity_reservation_id == "cr-0123456789abcdef0"
     assert job.settings.nodes.use_placement_group is False and gpu.placement_group is None
     _, _, ray_job = find(Template.from_stack(stack), "RayJob", "train-efa")
     limits = ray_job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
-    assert (limits["limits"]["cpu"], limits["limits"]["memory"]) == ("1", "2Gi")
+    assert (limits["limits"]["cpu"], limits["limits"]["memory"]) == ("6", "26Gi")
 
 
 def test_settings_that_contradict_the_node_groups_placement_are_refused():

@@ -59,6 +59,44 @@ def test_job_lifecycle_comes_from_settings(default_synth):
     assert (123, 4567, 2) == (spec["ttlSecondsAfterFinished"], spec["activeDeadlineSeconds"], spec["backoffLimit"])
 
 
+def test_job_fails_when_it_has_not_reached_running_by_its_pre_running_deadline(default_synth):
+    # A failing init container leaves the RayJob Initializing (KubeRay issue 4637): KubeRay 1.7.0 fails it at this
+    # deadline instead of jobActiveDeadlineSeconds'
+    spec = default_synth.ray_job("efa")["spec"]
+    assert spec["preRunningDeadlineSeconds"] == default_synth.settings.workload.job_pre_running_deadline_seconds == 1200
+    assert spec["preRunningDeadlineSeconds"] < spec["activeDeadlineSeconds"]
+
+
+def test_the_pre_running_deadline_is_left_out_where_it_cannot_act():
+    from ray_efa.k8s.ray_job import pre_running_deadline  # noqa: PLC0415
+
+    assert pre_running_deadline(BASE.replace(jobPreRunningDeadlineSeconds=900)) == 900
+    # KubeRay 1.4.0's CRD has no such field (its schema would prune it; its operator ignores it)
+    assert pre_running_deadline(BASE.replace(kuberayVersion="1.4.0")) is None
+    # at or past activeDeadlineSeconds, which counts from the same moment, it would never act
+    assert pre_running_deadline(BASE.replace(jobPreRunningDeadlineSeconds=4567)) is None
+    assert pre_running_deadline(BASE.replace(jobPreRunningDeadlineSeconds=4566)) == 4566
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2**31, "soon"])
+def test_a_pre_running_deadline_that_is_not_a_positive_int32_is_refused_naming_the_setting(bad):
+    with pytest.raises(ValueError, match=r"jobPreRunningDeadlineSeconds: .*got"):
+        Settings.from_context({"jobPreRunningDeadlineSeconds": bad})
+
+
+def test_the_crds_say_which_kuberay_has_the_pre_running_deadline():
+    from ray_efa.k8s.ray_job import PRE_RUNNING_DEADLINE_MIN_KUBERAY  # noqa: PLC0415
+    from tests.shared_reference import shared_path  # noqa: PLC0415
+
+    def fields(version: str) -> dict:
+        crd = yaml.safe_load(shared_path("kuberay-crds", f"v{version}", "ray.io_rayjobs.yaml").read_text())
+        return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+    assert fields("1.7.0")["preRunningDeadlineSeconds"] == {"format": "int32", "minimum": 1, "type": "integer"}
+    assert "preRunningDeadlineSeconds" not in fields("1.4.0")
+    assert PRE_RUNNING_DEADLINE_MIN_KUBERAY == (1, 7, 0)
+
+
 def test_job_owns_its_cluster_and_shuts_it_down(default_synth):
     spec = default_synth.ray_job("efa")["spec"]
     # clusterSelector would ignore shutdown/TTL and a retry would delete the shared cluster (kuberay#4516).

@@ -510,3 +510,17 @@ def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(tmp_pat
     assert "the local settings on the cluster of ConfigMap ray/train-efa-settings are not valid together" in err
     assert "  - precision: " in err
     assert [m for m, _ in api.requests if m != "GET"] == []
+
+
+def test_the_submitters_log_read_whole_is_its_text_not_the_bytes_repr():
+    # The kubernetes client (36) deserializes a text/plain body into "b'...'": submitter_log reads the raw body.
+    from kubernetes import client
+
+    from ray_efa.ops.submit import submitter_log
+
+    text = "epoch 1/3\ntransport gate: PASS: all 16 processes\n"
+    with KubeApiWithWrites(collections={"/api/v1/namespaces/ray/pods": [_submitter_pod()]},
+                           logs={f"{JOB}-7xk2q": text}) as api:
+        configuration = client.Configuration()
+        configuration.host = api.url
+        assert submitter_log(client.ApiClient(configuration), "ray", JOB) == text

@@ -28,7 +28,7 @@ RAYJOBS = "/apis/ray.io/v1/namespaces/ray/rayjobs"
 
 EXPECTED = Expectations.from_settings(Settings())  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
-              "kuberay-operator", "raycluster", "ray-token-auth", "network-policy-enforcement", "network-policy"]
+              "kuberay-operator", "raycluster", "ray-init-containers", "ray-token-auth", "network-policy-enforcement", "network-policy"]
 
 
 def item(recording: dict, collection: str, name: str) -> dict:
