@@ -97,30 +97,36 @@ def pending_reasons(api: client.ApiClient, namespace: str) -> dict[str, str]:
     return reasons
 
 
-def system_neighbours(plane: ControlPlane, node_selector: dict[str, str]) -> None:
-    """The pods that share a system node with the Ray head, as real DaemonSets and Deployments with the requests the
-    catalog says EKS and the charts give them (core.catalog.SYSTEM_NODE_NEIGHBOURS), so the real scheduler counts
-    them: a head the catalog says fits must be placed beside them."""
+def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str],
+              device_allocation: str = "device-plugin") -> None:
+    """The pods that share the nodes with the Ray pods (core.node_pods: EKS's and the stack's DaemonSets, CoreDNS and
+    the KubeRay operator's Deployment), as real DaemonSets and Deployments with the requests core.node_pods gives
+    them, so the real scheduler counts them beside the Ray pods. `system` and `gpu` are the node groups' labels. The
+    RayJob's submitter is not among them: the operator creates the real one."""
+    from ray_efa.core import node_pods as known
+
+    every_node = {pod.name for pod in known.node_daemonsets("system")}
+    workloads = [*known.node_daemonsets("gpu", device_allocation=device_allocation),  # type: ignore[arg-type]
+                 *(pod for pod in known.system_node_pods() if pod.kind == "Deployment")]
     objects: list[dict[str, Any]] = []
-    for index, (what, (millicores, mib)) in enumerate(catalog.SYSTEM_NODE_NEIGHBOURS.items()):
-        name = f"neighbour-{index}"
-        daemon = "DaemonSet" if what.startswith(("aws-node", "kube-proxy")) else "Deployment"
-        replicas = 2 if what.startswith("coredns") else 1
-        template = {
-            "metadata": {"labels": {"app": name}, "annotations": {"ray-efa.test/neighbour": what}},
-            "spec": {
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {"cpu": f"{millicores}m", "memory": f"{mib}Mi"}}}],
-                # DaemonSets of EKS tolerate every taint; the Deployments run where the system selector says
-                **({"tolerations": [{"operator": "Exists"}]} if daemon == "DaemonSet" else
-                   {"nodeSelector": node_selector}),
-            },
-        }
-        spec: dict[str, Any] = {"selector": {"matchLabels": {"app": name}}, "template": template}
-        if daemon == "Deployment":
-            spec["replicas"] = replicas
-        objects.append({"apiVersion": "apps/v1", "kind": daemon,
-                        "metadata": {"name": name, "namespace": "kube-system"}, "spec": spec})
+    for pod in workloads:
+        containers = [{"name": c.name, "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {
+            **({"cpu": f"{c.cpu_m}m"} if c.cpu_m else {}), **({"memory": f"{c.memory_mib}Mi"} if c.memory_mib else {})}}}
+            for c in pod.containers]
+        spec: dict[str, Any] = {"containers": containers}
+        if pod.kind == "DaemonSet":  # EKS's DaemonSets tolerate every taint; the GPU ones select the GPU nodes
+            spec["tolerations"] = [{"operator": "Exists"}]
+            if pod.name not in every_node:
+                spec["nodeSelector"] = gpu
+        elif pod.name == "kuberay-operator":
+            spec["nodeSelector"] = system
+        labels = {"app": pod.name}
+        body: dict[str, Any] = {"selector": {"matchLabels": labels},
+                                "template": {"metadata": {"labels": labels}, "spec": spec}}
+        if pod.kind == "Deployment":
+            body["replicas"] = pod.pods_per_node
+        objects.append({"apiVersion": "apps/v1", "kind": pod.kind,
+                        "metadata": {"name": pod.name, "namespace": "kube-system"}, "spec": body})
     plane.apply(objects)
 
 
