@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from ray_efa.core import catalog
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.workload import (
@@ -20,6 +21,7 @@ from tests.cluster.workload import (
     pending_reasons,
     stack_manifests,
     node_pods,
+    wait_for_node_pods,
     wait_for_pods,
     write_manifests,
 )
@@ -54,12 +56,15 @@ def stack(control_plane: ControlPlane) -> Stack:
     return made
 
 
-def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *context: str) -> list[dict[str, Any]]:
+def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *context: str,
+           on: tuple[list[str], list[str]]) -> list[dict[str, Any]]:
     """The kubectl route (README): every file `ray-efa manifests` wrote is accepted by a server-side dry run (schema,
     CEL rules, defaulting, admission); then, as the `train:` lines it prints say, the namespace and the EFA RayJob are
-    applied, beside the service account the cluster stack creates. Returns the objects the server stored."""
+    applied, beside the service account the cluster stack creates, once the node pods run on the (system, GPU) nodes
+    `on`. Returns the objects the server stored."""
     paths = write_manifests(tmp_path / "dist", f"namespace={namespace}", *context)
     plane.apply(load(paths), dry_run=True)
+    wait_for_node_pods(plane.api_client(), *on)
     train = [path for path in paths if path.name.endswith(("-namespace.yaml", "-rayjob-efa.yaml"))]
     return apply_in_order(plane, [stack.service_account(namespace), *load(train)])
 
@@ -94,7 +99,7 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
         tmp_path: Path):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
-    stored = deploy(control_plane, stack, namespace, tmp_path)
+    stored = deploy(control_plane, stack, namespace, tmp_path, on=(system, gpu))
     assert ("RayJob", "train-efa") in {(o["kind"], o["metadata"]["name"]) for o in stored}
     cluster = job_cluster(api, namespace, "train-efa")
     head = ray_pods(api, namespace, cluster, "head", 1)
@@ -108,8 +113,9 @@ def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
     # GIVEN the objects both stacks apply through the kubectl handler (namespace, service account, RayJob, ...)
     objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
     assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "RayJob"}
-    add_node_group(nodes, stack.system)
+    system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
+    wait_for_node_pods(api, system, gpu)
     # WHEN applied server-side, THEN the server takes every one, and the operator places the job's pods
     apply_in_order(control_plane, objects)
     job = next(o for o in objects if o["kind"] == "RayJob")["metadata"]["name"]
@@ -117,3 +123,58 @@ def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
     ray_pods(api, stack.namespace, cluster, "head", 1)
     ray_pods(api, stack.namespace, cluster, "worker", len(gpu))
     client.CoreV1Api(api).delete_namespace(stack.namespace)
+
+
+def _refusal(*context: str) -> str | None:
+    """The settings problem `ray-efa manifests` would exit 2 with for `context` (None: it would write them)."""
+    from ray_efa.cli._common import _check, parse_overrides, resolve_settings
+    from ray_efa.core.settings import SettingsError
+
+    try:
+        resolved = resolve_settings(parse_overrides(list(context)))
+        _check(resolved.settings, resolved.app_dir, require_fit=True, require_code=False, require_model=False)
+    except SettingsError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("row", sorted(catalog.GPU_INSTANCES))
+def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
+        row: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        tmp_path: Path):
+    refusal = _refusal(f"gpuInstanceType={row}")
+    if refusal is not None:  # a row the job cannot use is refused before anything is written, naming the setting
+        assert "gpuInstanceType" in refusal, refusal
+        return
+    system = add_node_group(nodes, stack.system)
+    gpu = add_node_group(nodes, stack.gpu, instance=row)
+    deploy(control_plane, stack, namespace, tmp_path, f"gpuInstanceType={row}", on=(system, gpu))
+    cluster = job_cluster(api, namespace, "train-efa")
+    (head,) = ray_pods(api, namespace, cluster, "head", 1)
+    workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
+    assert head.spec.node_name in system
+    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
+    # every GPU and EFA interface of the node goes to its worker: nothing is left for a second one
+    row_type = catalog.GPU_INSTANCES[row]
+    requests = workers[0].spec.containers[0].resources.requests
+    assert requests["nvidia.com/gpu"] == str(row_type.gpus)
+    assert requests["vpc.amazonaws.com/efa"] == str(row_type.efa_interfaces)
+
+
+@pytest.mark.parametrize("system_type", sorted(catalog.SYSTEM_INSTANCES))
+def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says_it_cannot(
+        system_type: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack,
+        namespace: str, tmp_path: Path):
+    context = f"systemInstanceType={system_type}"
+    refusal = _refusal(context)
+    system = add_node_group(nodes, stack.system, instance=system_type)
+    gpu = add_node_group(nodes, stack.gpu)
+    if refusal is not None:
+        # the catalog says the head cannot fit: the real scheduler agrees, and the CLI refused, naming the setting
+        assert "systemInstanceType" in refusal, refusal
+        return
+    deploy(control_plane, stack, namespace, tmp_path, context, on=(system, gpu))
+    cluster = job_cluster(api, namespace, "train-efa")
+    (head,) = ray_pods(api, namespace, cluster, "head", 1)
+    assert head.spec.node_name in system
+    ray_pods(api, namespace, cluster, "worker", len(gpu))

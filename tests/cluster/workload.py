@@ -130,6 +130,28 @@ def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str
     plane.apply(objects)
 
 
+def wait_for_node_pods(api: client.ApiClient, system: list[str], gpu: list[str]) -> None:
+    """Until node_pods' pods are Running where they belong: each DaemonSet on each of its nodes, the Deployments'
+    replicas on the system nodes. Then a Ray pod placed after it competes with all of them, as on a real cluster."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    def settled() -> bool:
+        running = [p for p in core.list_namespaced_pod("kube-system").items
+                   if p.status.phase == "Running" and p.spec.node_name in (*system, *gpu)]
+        for daemon_set in apps.list_namespaced_daemon_set("kube-system").items:
+            selector = daemon_set.spec.template.spec.node_selector or {}
+            targets = gpu if selector else (*system, *gpu)
+            placed = {p.spec.node_name for p in running if p.metadata.labels.get("app") == daemon_set.metadata.name}
+            if not set(targets) <= placed:
+                return False
+        for deployment in apps.list_namespaced_deployment("kube-system").items:
+            placed = [p for p in running if p.metadata.labels.get("app") == deployment.metadata.name]
+            if len(placed) < deployment.spec.replicas:
+                return False
+        return True
+    wait_for(settled, f"the node pods on {system + gpu}", timeout_s=60)
+
+
 def _resolve(value: Any, template: dict[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics replaced by plausible stand-ins (what the deploy would put there:
     an ARN for a GetAtt of Arn, the logical id for a Ref); Fn::Join joined."""
