@@ -95,3 +95,28 @@ def test_mfu_is_also_given_under_the_causal_convention():
     assert metrics["throughput/mfu_causal_pct"] == pytest.approx(0.9 * metrics["throughput/mfu_pct"])
     assert "(causal " in format_line(metrics, 10)
     assert "causal (6N + 6 L d S)" in format_summary(meter.summary())
+
+
+def test_the_loops_tokens_and_mfu_of_a_hand_computed_step():
+    # GIVEN the loop's throughput constants (training.train.step_throughput) for the tiny model, 2 ranks, each step
+    # 4 accumulated micro-batches of 2 x 64 tokens, and a 1 TFLOP/s device
+    import dataclasses
+
+    from ray_efa.training.model import build_model
+    from ray_efa.training.train import step_throughput
+    from tests.core.shapes import fixed_training
+
+    t = fixed_training(model="tiny", micro_batch=2, grad_accumulation=4, seq_len=64)
+    throughput = dataclasses.replace(step_throughput(t, t.preset, 2, torch.device("cpu")), peak_flops_per_s=1e12)
+    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
+    # WHEN a step takes 0.5 s
+    clock.now += 0.5
+    metrics = meter.measure(1, 6.0)
+    # THEN by hand: 2 x 64 x 4 = 512 tokens a device a step, 1,024 tokens/s a device, 2,048 in all
+    assert metrics["throughput/tokens_per_s_per_device"] == pytest.approx(1024.0)
+    assert metrics["throughput/tokens_per_s"] == pytest.approx(2048.0)
+    # and FLOPs per token 6N + 12 L d S (causal: 6 L d S) with N counted on the model itself (tied embeddings once)
+    n = sum(p.numel() for p in build_model(t.preset, seed=0, device=torch.device("cpu")).parameters())
+    full, causal = 6 * n + 12 * 2 * 128 * 64, 6 * n + 6 * 2 * 128 * 64
+    assert metrics["throughput/mfu_pct"] == pytest.approx(100 * 1024 * full / 1e12)
+    assert metrics["throughput/mfu_causal_pct"] == pytest.approx(100 * 1024 * causal / 1e12)
