@@ -126,6 +126,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="a RuntimeError of the code is retried as a lost worker",
     ),
     Mutation(
+        name="lr-schedule-restarted-on-resume", file="training/train.py",
+        old="lr = learning_rate(step, t)",
+        new="lr = learning_rate(step - start, t)",
+        tests=("tests/training/test_learning_rate.py", "-k", "resumed_loop"),
+        why="a resumed run warms up again instead of going on with the schedule",
+    ),
+    Mutation(
         name="resume-order-depends-on-micro-batch", file="training/dataset.py",
         old="self.shard.iter_batches(batch_size=SHUFFLE_WINDOW,",
         new="self.shard.iter_batches(batch_size=16 * self.micro_batch,",

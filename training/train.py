@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -37,7 +37,7 @@ from ray_efa.training.parallelize import (
 from ray_efa.training.reporting import Reporter
 
 __all__ = ["train_func", "check_fp8_capability", "trained_precision", "train_step", "StepResult", "learning_rate",
-           "build_optimizer", "parallel_plan", "step_throughput"]
+           "build_optimizer", "parallel_plan", "step_throughput", "run_steps"]
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:
@@ -142,6 +142,28 @@ def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_w
         bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
 
 
+class _Batches(Protocol):
+    def batch(self, index: int) -> Batch: ...
+
+
+class _StepReporter(Protocol):
+    def step(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None: ...
+
+
+def run_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: _Batches, reporter: _StepReporter,
+              t: TrainingSettings, *, start: int, last_step: int, device: torch.device) -> None:
+    """The loop: optimizer steps start+1 .. last_step, each at its own step's learning rate (a resumed run goes on
+    with the schedule where it stopped) on its own micro-batches, then `reporter.step`."""
+    k = t.accumulation_steps
+    model.train()
+    for step in range(start + 1, last_step + 1):
+        lr = learning_rate(step, t)
+        # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
+        batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
+
+
 def step_throughput(t: TrainingSettings, arch: ModelPreset, world: int, device: torch.device) -> Throughput:
     """What turns the loop's measured step time into tokens/s and MFU: every token of the step's k micro-batches
     (microBatch x seqLen x gradAccumulation per device), FLOPs per token by both conventions, the device's peak."""
@@ -215,14 +237,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
         log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
     )
     last_step = faults.last_step(t.steps) if faults else t.steps
-    k = t.accumulation_steps
-    model.train()
-    for step in range(start + 1, last_step + 1):
-        lr = learning_rate(step, t)
-        # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
-        batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
-        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
-        reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
+    run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device)
     if history:
         history.close()
 

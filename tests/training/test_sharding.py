@@ -13,8 +13,9 @@ import collections
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
@@ -86,7 +87,17 @@ def _reported_grad_norms(rank: int, steps: list, all_reduce) -> dict:
         reporter.record(step, loss, 3e-3, grad_norm=norm)
     reporter.measure(STEPS, save=False)
     whole = [float(norm.full_tensor()) if isinstance(norm, DTensor) else float(norm) for _, norm in steps]
-    return {"reported_grad_norms": [entry["grad_norm"] for entry in reporter.history], "grad_norms": whole}
+    # torch 2.13's clip_grad_norm_ returns the norm replicated; a norm left Partial (as earlier FSDP2 releases
+    # returned it, each rank holding its shards' part) must be reduced before it is read: here rank r holds r + 1
+    partial = DTensor.from_local(torch.tensor(float(rank + 1)), init_device_mesh("cpu", (WORLD,)), [Partial()])
+    meter = Meter(throughput=meter.throughput, total_steps=1, start_step=0, device=CPU)
+    reporter_of_partial = Reporter(meter=meter, report_every=1, rank=rank, world_size=WORLD, device=CPU,
+                                   min_interval_s=0.0, reduce=lambda values: (all_reduce(values), values)[1],
+                                   report=lambda metrics: None)
+    reporter_of_partial.record(1, torch.tensor(1.0), 3e-3, grad_norm=partial)
+    reporter_of_partial.measure(1, save=False)
+    return {"reported_grad_norms": [entry["grad_norm"] for entry in reporter.history], "grad_norms": whole,
+            "reported_partial_norm": reporter_of_partial.history[0]["grad_norm"]}
 
 
 def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
@@ -145,6 +156,8 @@ def test_the_reported_gradient_norm_is_the_whole_models_not_a_ranks_shard(runs):
         # THEN the reporter's grad_norm is that whole norm, the same for FSDP, HSDP and accumulation
         assert run["reported_grad_norms"] == pytest.approx(run["grad_norms"], rel=1e-6), key
         assert run["grad_norms"] == pytest.approx(runs[(1, 1)]["grad_norms"], rel=1e-3 if len(key) > 2 else 1e-5), key
+        # and a norm still Partial over the ranks is reported whole: 1 + 2 + 3 + 4 (not one rank's part)
+        assert run["reported_partial_norm"] == pytest.approx(10.0), key
 
 
 def test_accumulation_sends_gradients_across_nodes_once_per_optimizer_step(runs):
