@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 # Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
 ARGS ?=
 
-.PHONY: install controlplane demo test test-fast test-cluster test-durations lint docs synth manifests plan train-local check-transport lock clean
+.PHONY: install controlplane demo test test-fast test-cluster test-mutations test-durations lint docs synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -78,6 +78,11 @@ test-cluster: install controlplane
 ## The edit loop: the pure-Python tests, without the marks that take seconds a test (ray, synth, spawn, wheel).
 test-fast: $(VENV)/.installed $(VENV)/.editable
 	$(PY) -m pytest -n 2 --dist loadgroup -m "not (ray or synth or spawn or wheel or cluster)"
+
+## The mutation check: each edit of tools/mutations.py (a realistic bug in training/, core/ or the gate) on a fresh
+## copy of the tree must fail its tests; minutes, so not part of `make test` (docs/testing.md: what it found).
+test-mutations: $(VENV)/.installed $(VENV)/.editable
+	$(PY) tools/mutations.py
 
 ## The seconds each test took, for the longest-first order make test hands out (tests/scheduling.py): a full run
 ## that writes tests/durations.json when every test passes. Run it on a quiet machine after adding slow tests.

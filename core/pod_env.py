@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 
 from ray_efa.core import catalog, perf
 from ray_efa.core.settings import setting_choices
+from ray_efa.core.settings_checks import GATE_LOG_SUBSYSTEMS
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
            "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION", "GATE_LOG_ENV", "GATE_LOG_SUBSYSTEMS", "HOST_SYS",
@@ -25,9 +26,11 @@ NETWORKS: tuple[str, ...] = setting_choices("network")
 GATE_LOG_ENV = {"NCCL_DEBUG": "INFO"}
 """The NCCL log the transport gate (training.transport) reads to prove which transport carried the traffic: INFO
 lines. Every network's environment sets it."""
-GATE_LOG_SUBSYSTEMS = ("INIT", "NET")
-"""The NCCL_DEBUG_SUBSYS subsystems whose INFO lines name the network and the channels (NCCL logs them all by default;
-a run that narrows NCCL_DEBUG_SUBSYS must keep these two, or the gate finds no transport line)."""
+# GATE_LOG_SUBSYSTEMS (INIT, NET): the NCCL_DEBUG_SUBSYS subsystems whose INFO lines name the network and the
+# channels (core.settings_checks, which refuses an ncclDebugSubsys without them). NCCL does not log every subsystem by
+# default: 2.29's default is INIT, BOOTSTRAP and ENV (src/debug.cc, ncclDebugInit), and the gate's lines come through
+# it because NCCL logs each of them under INIT (the channel and plugin lines as INIT|NET). The pods get NCCL's
+# default unless the ncclDebugSubsys setting names one (network_env).
 
 # Both networks pin the pod interface (the image's nccl.conf only excludes docker0 and lo) and turn on the gate's log.
 # The caching allocator with expandable segments grows one mapping instead of stacking fixed blocks, so less memory
@@ -73,14 +76,16 @@ def _check_network(network: str) -> None:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
 
 
-def network_env(network: str, instance: catalog.InstanceType | str, *, placement_group: bool = True) -> dict[str, str]:
+def network_env(network: str, instance: catalog.InstanceType | str, *, placement_group: bool = True,
+                debug_subsys: str | None = None) -> dict[str, str]:
     """The environment variables every Ray worker needs for `network` ("efa" or "tcp") on `instance`.
 
     FI_EFA_USE_DEVICE_RDMA=1 is added only on EFA instances with GPUDirect RDMA (core.catalog.use_device_rdma);
     on g5/g6/g6e it aborts the ranks. "tcp" sets NCCL's sockets per connection (NCCL_SOCKET_NTHREADS x
     NCCL_NSOCKS_PERTHREAD, core.perf.socket_layout) from the primary card's bandwidth and EC2's per-flow limit, in a
     cluster placement group (`placement_group`) or not: in a pod NCCL would pick 1 socket a connection itself.
-    `instance` is a catalog row or an instance type name.
+    `instance` is a catalog row or an instance type name. `debug_subsys` (the ncclDebugSubsys setting, checked there)
+    becomes NCCL_DEBUG_SUBSYS; None leaves NCCL's default.
     """
     _check_network(network)
     row = catalog.gpu_instance(instance) if isinstance(instance, str) else instance
@@ -89,6 +94,8 @@ def network_env(network: str, instance: catalog.InstanceType | str, *, placement
         env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     if network == "tcp":
         env.update(perf.socket_layout(row, placement_group=placement_group).env())
+    if debug_subsys is not None:
+        env["NCCL_DEBUG_SUBSYS"] = debug_subsys
     return env
 
 

@@ -239,6 +239,37 @@ JobName = Annotated[str, _check(_job_name_problem),
 CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 
 
+NCCL_DEBUG_SUBSYSTEMS: tuple[str, ...] = (
+    "INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG",
+    "PROFILE", "RAS", "ALL",
+)
+"""The names NCCL_DEBUG_SUBSYS takes (NCCL 2.29.7, src/debug.cc ncclDebugInit: a comma list, case-insensitive, or
+"^" and the subsystems to leave out of all; a name it does not know it ignores)."""
+GATE_LOG_SUBSYSTEMS: tuple[str, ...] = ("INIT", "NET")
+"""The NCCL_DEBUG_SUBSYS subsystems the transport gate reads: INIT (comm init's nNodes line, "Using network": INFO
+NCCL_INIT only) and NET (the channels "via NET/..." and the plugin's lines, logged as NCCL_INIT|NCCL_NET;
+NCCL 2.29.7 src/init.cc, src/transport/net.cc)."""
+
+
+def nccl_debug_subsys_problem(value: str) -> str | None:
+    """What NCCL_DEBUG_SUBSYS=`value` hides from the transport gate (GATE_LOG_SUBSYSTEMS), or an unknown name."""
+    invert = value.startswith("^")
+    names = [name.strip().upper() for name in value.removeprefix("^").split(",") if name.strip()]
+    allowed = f"a comma list of {', '.join(NCCL_DEBUG_SUBSYSTEMS)} (or ^ and the ones to leave out)"
+    if unknown := [name for name in names if name not in NCCL_DEBUG_SUBSYSTEMS]:
+        return f"names no NCCL subsystem ({', '.join(unknown)}): must be {allowed}"
+    kept = ({*NCCL_DEBUG_SUBSYSTEMS} - {*names} if "ALL" not in names else set()) if invert else (
+        {*NCCL_DEBUG_SUBSYSTEMS} if "ALL" in names else {*names})
+    if missing := [name for name in GATE_LOG_SUBSYSTEMS if name not in kept]:
+        return (f"leaves out {' and '.join(missing)}, whose INFO lines the transport gate reads: must keep "
+                f"{' and '.join(GATE_LOG_SUBSYSTEMS)} (e.g. INIT,NET,ENV or ALL), as {allowed}")
+    return None
+
+
+NcclDebugSubsys = Annotated[str, _check(nccl_debug_subsys_problem), _schema(minLength=1)]
+"""NCCL_DEBUG_SUBSYS for the Ray pods, refused where it hides the lines the transport gate reads."""
+
+
 def _positive_or_auto(value: int | str) -> str | None:
     return None if value == "auto" or (isinstance(value, int) and value >= 1) else "must be auto or an integer >= 1"
 

@@ -41,6 +41,7 @@ from ray_efa.core.settings_checks import (
     LogRetentionDays,
     ModelPath,
     ModelPreset,
+    NcclDebugSubsys,
     NodeSelector,
     Region,
     StoragePath,
@@ -229,6 +230,11 @@ class WorkloadSettings(_Section):
     )
     network: Literal["efa", "tcp"] = setting(
         "efa", "network", "Transport between nodes: efa, or tcp for the EFA-versus-TCP comparison run."
+    )
+    nccl_debug_subsys: NcclDebugSubsys | None = setting(
+        None, "ncclDebugSubsys",
+        "NCCL_DEBUG_SUBSYS of the Ray pods; it must keep INIT and NET, whose lines the transport gate reads. Unset: "
+        "NCCL's default (INIT, BOOTSTRAP, ENV), under which NCCL logs each of those lines too (as INIT).",
     )
     preflight: bool = setting(True, "preflight", "Run the all-reduce bandwidth probe before training and fail fast on a slow path.")
     preflight_min_busbw_gbps: float | None = setting(

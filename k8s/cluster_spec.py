@@ -334,7 +334,8 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         # The image's CUDA forward-compatibility setup, which its ENTRYPOINT would run: KubeRay puts these args in
         # front of `ray start`, in the same shell (k8s.cuda_compat).
         args=[cuda_compat_setup()],
-        env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group),
+        env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group,
+                              debug_subsys=settings.workload.nccl_debug_subsys),
                   **_code_env(settings, user_code, app_archive_uri), **_region_env(settings), **data_env}),
         resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims(instance) if dra else None),
         volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, *app_mounts, *user_mounts,

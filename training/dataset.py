@@ -11,7 +11,8 @@ finds the column, so that a missing path or a file without `text` / `input_ids` 
          document (an `input_ids` column is taken as it is), concatenate, cut into rows of seqLen + 1 tokens (inputs
          and their shifted labels); each block's tail shorter than a row is dropped.
 
-Deterministic per seed: the file order comes from the seed, each epoch's local shuffle buffer from seed and epoch, and
+Deterministic per seed: the file order comes from the seed, each epoch's shuffle of a rank's rows (windows of
+SHUFFLE_WINDOW rows, whatever the micro batch) from seed and epoch, and
 the shards are cut with `preserve_order` on. Ray Data documents that a seed alone does not fix the row order (tasks
 finish in any order) unless `DataContext.execution_options.preserve_order` is set (ray.data.FileShuffleConfig,
 ray.data.RandomSeedConfig); with it, Ray's OutputSplitter ignores locality hints "to ensure determinism" and hands
@@ -21,7 +22,9 @@ and world size.
 Resume: open-source Ray Data keeps no iterator state in a checkpoint; a restarted run iterates each epoch from its
 start (mid-epoch resumption is an Anyscale RayTurbo feature: https://docs.anyscale.com/rayturbo/mid-epoch-resumption).
 So the checkpoint records (epoch, micro-batches consumed in it), and a resumed rank re-reads its shard from the
-epoch's start and skips that many micro-batches: no batch repeated or skipped, at the cost of re-reading them.
+epoch's start and skips that many micro-batches: no batch repeated or skipped, at the cost of re-reading them. The
+rank's row order does not depend on microBatch, so a resume at another one (training.checkpoint.remap_train_state:
+the same samples counted in its micro-batches) trains each sample of the epoch exactly once.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from ray_efa.core.settings import Problem, Settings
 
 __all__ = ["DataFiles", "inspect", "dataset_problems", "Tokenizer", "load_tokenizer", "build_datasets", "data_config",
-           "ShardBatches", "DataTooSmall", "too_small", "TRAIN", "EVAL", "ROW_COLUMN"]
+           "ShardBatches", "SHUFFLE_WINDOW", "DataTooSmall", "too_small", "TRAIN", "EVAL", "ROW_COLUMN"]
 
 TRAIN, EVAL = "train", "eval"
 ROW_COLUMN = "tokens"
@@ -315,6 +318,10 @@ def too_small(what: str, *, rows: int, row_tokens: int, needed: int, world_size:
     )
 
 
+SHUFFLE_WINDOW = 256
+"""Rows a rank's seeded shuffle permutes at a time (ShardBatches.rows): fixed, whatever microBatch is."""
+
+
 class ShardBatches:
     """This rank's micro-batches of its `get_dataset_shard` iterator, epoch after epoch, from a saved position."""
 
@@ -333,20 +340,27 @@ class ShardBatches:
         self.world_size, self.what = world_size, what
         self._batches = self._open(skip=consumed)
 
-    def _open(self, skip: int) -> Iterator[np.ndarray]:
-        rows = 0
-        batches = self.shard.iter_batches(
-            batch_size=self.micro_batch, batch_format="numpy", drop_last=False,
-            local_shuffle_buffer_size=max(16 * self.micro_batch, 64),
-            local_shuffle_seed=self.seed * 1_000_003 + self.epoch,
-        )
-        for index, batch in enumerate(batches):
+    def rows(self) -> Iterator[np.ndarray]:
+        """This rank's rows of the epoch in a seeded order that does not depend on microBatch: the shard's rows (in
+        their deterministic order) in windows of SHUFFLE_WINDOW, each permuted by (seed, epoch, window). Ray Data's
+        local shuffle buffer would not do: its order depends on the batch size it is asked for, so a resume at another
+        microBatch trained some samples twice and skipped others."""
+        batches = self.shard.iter_batches(batch_size=SHUFFLE_WINDOW, batch_format="numpy", drop_last=False)
+        for window, batch in enumerate(batches):
             tokens = np.asarray(batch[ROW_COLUMN])
-            rows += len(tokens)
-            if len(tokens) < self.micro_batch:
-                break  # the epoch's last, partial micro-batch: dropped, as every rank's is (equal shards)
+            yield from tokens[np.random.default_rng([self.seed, self.epoch, window]).permutation(len(tokens))]
+
+    def _open(self, skip: int) -> Iterator[np.ndarray]:
+        rows, index, pending = 0, 0, []
+        for row in self.rows():
+            rows += 1
+            pending.append(row)
+            if len(pending) < self.micro_batch:
+                continue
             if index >= skip:
-                yield tokens
+                yield np.stack(pending)
+            index, pending = index + 1, []
+        # the epoch's last, partial micro-batch (pending) is dropped, as every rank's is (equal shards)
         if rows < self.micro_batch:
             raise too_small(self.what, rows=rows * self.world_size, row_tokens=self.row_tokens,
                             needed=self.micro_batch * self.world_size, world_size=self.world_size)

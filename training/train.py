@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from ray_efa.core.models import ModelPreset
 from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 from ray_efa.training import checkpoint, efa_counters, preflight, weights
@@ -36,7 +37,7 @@ from ray_efa.training.parallelize import (
 from ray_efa.training.reporting import Reporter
 
 __all__ = ["train_func", "check_fp8_capability", "trained_precision", "train_step", "StepResult", "learning_rate",
-           "build_optimizer", "parallel_plan"]
+           "build_optimizer", "parallel_plan", "step_throughput", "run_steps"]
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:
@@ -141,6 +142,38 @@ def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_w
         bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
 
 
+class _Batches(Protocol):
+    def batch(self, index: int) -> Batch: ...
+
+
+class _StepReporter(Protocol):
+    def step(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None: ...
+
+
+def run_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: _Batches, reporter: _StepReporter,
+              t: TrainingSettings, *, start: int, last_step: int, device: torch.device) -> None:
+    """The loop: optimizer steps start+1 .. last_step, each at its own step's learning rate (a resumed run goes on
+    with the schedule where it stopped) on its own micro-batches, then `reporter.step`."""
+    k = t.accumulation_steps
+    model.train()
+    for step in range(start + 1, last_step + 1):
+        lr = learning_rate(step, t)
+        # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
+        batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
+
+
+def step_throughput(t: TrainingSettings, arch: ModelPreset, world: int, device: torch.device) -> Throughput:
+    """What turns the loop's measured step time into tokens/s and MFU: every token of the step's k micro-batches
+    (microBatch x seqLen x gradAccumulation per device), FLOPs per token by both conventions, the device's peak."""
+    return Throughput(
+        tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps, world_size=world,
+        flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+        flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
+    )
+
+
 def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """AdamW's own step count: every optimizer step ever applied to the state, across restarts."""
     return max((int(state["step"]) for state in optimizer.state.values()), default=0)
@@ -188,14 +221,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     shape = checkpoint.run_shape(t, world)
     train_state = checkpoint.remap_train_state(train_state, shape)  # the plan may differ from the checkpoint's
     data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
-    meter = Meter(
-        throughput=Throughput(
-            tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps, world_size=world,
-            flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
-            flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
-        ),
-        total_steps=t.steps, start_step=start, device=device,
-    )
+    meter = Meter(throughput=step_throughput(t, arch, world, device), total_steps=t.steps, start_step=start, device=device)
     if rank == 0 and start:
         _say(f"resumed from the checkpoint of step {start}")
     history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
@@ -211,14 +237,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
         log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
     )
     last_step = faults.last_step(t.steps) if faults else t.steps
-    k = t.accumulation_steps
-    model.train()
-    for step in range(start + 1, last_step + 1):
-        lr = learning_rate(step, t)
-        # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
-        batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
-        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
-        reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
+    run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device)
     if history:
         history.close()
 

@@ -130,7 +130,8 @@ _HINT_WORDS = re.compile(r"ould not|ouldn't|ailed|No |Only EFA|not found|Unable|
 # with the error returns around them are a fallback, not failed collectives.
 _FALLBACK_WARN = re.compile(
     "|".join(h.pattern.pattern.replace("?P<what>", "") for h in _HINTS)
-    + r"|Failed to initiali[sz]ed? (?:sendrecv|rdma) protocol|Creating new endpoint for domain .* failed"
+    # the protocol's name as aws-ofi-nccl prints it: lowercase up to 1.17, PROTOCOL's "RDMA"/"SENDRECV" in 1.18-1.21
+    + r"|Failed to initiali[sz]ed? (?i:sendrecv|rdma) protocol|Creating new endpoint for domain .* failed"
     r"|Caught exception in (?:rdma|sendrecv)_init|NET/Plugin|Setting FI_|OFI fi_getinfo\(\) call failed"
 )
 # NCCLCHECK's trace of a failed call (checks.h: INFO "%s:%d -> %d", "-> %d (%s)", "-> %d [Async thread]"); 7 is

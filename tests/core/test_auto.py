@@ -81,6 +81,17 @@ def test_auto_micro_batch_is_the_fastest_that_fits_the_headroom():
         assert not fits or other.tokens_per_s <= chosen.tokens_per_s
 
 
+def test_precision_auto_stays_bf16_on_the_default_cluster_whose_fp8_efficiency_is_assumed():
+    # GIVEN the default cluster (2 x g6.12xlarge: L4s, which have fp8 tensor cores) compiled, as by default, whose
+    # fp8 efficiency rests on an assumed constant, not on evidence (core.gpu_constants)
+    default = Settings()
+    assert (default.nodes.gpu_instance_type, default.nodes.gpu_node_count) == ("g6.12xlarge", 2)
+    assert default.training.compile and default.nodes.gpu_instance.gpu is not None
+    assert default.nodes.gpu_instance.gpu.has_fp8
+    # THEN the plan decides bf16 (an assumed constant never moves the default onto fp8)
+    assert strategy.resolve(default).training.precision == "bf16"
+
+
 def test_precision_auto_takes_fp8_only_compiled_on_fp8_gpus():
     assert strategy.resolve(_settings("p5.4xlarge", 1)).training.precision == "fp8"
     assert strategy.resolve(_settings("p5.4xlarge", 1, compile=False)).training.precision == "bf16"

@@ -25,6 +25,18 @@ def test_an_exception_of_the_code_is_raised_at_once_whatever_max_failures(capsys
     assert capsys.readouterr().out == ""  # the driver prints the traceback; nothing about a retry
 
 
+@pytest.mark.parametrize("error", [RuntimeError("CUDA error: an illegal memory access was encountered"),
+                                   RuntimeError("mat1 and mat2 shapes cannot be multiplied")])
+def test_a_runtime_error_of_the_code_is_not_a_lost_worker(capsys, error):
+    # GIVEN a RuntimeError on one rank and nothing lost (torch raises RuntimeError for the code's own bugs)
+    policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
+    # THEN it is the code's: raised at once, not retried
+    assert not is_worker_loss(error)
+    assert set(code_errors(_failed(r1=error))) == {1}
+    assert policy.make_decision(_failed(r1=error)) == FailureDecision.RAISE
+    assert capsys.readouterr().out == ""
+
+
 def test_a_lost_worker_is_retried_max_failures_times_each_said_in_one_line(capsys):
     policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
     # the lost rank's peers fail in their collectives, or with the code's own error that followed: still a loss

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ray_efa.core.fp8 import fp8_linears
+from ray_efa.core.fp8 import converts_to_fp8, fp8_linears
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.data import TokenBatches
@@ -26,8 +26,9 @@ pytest.importorskip("torchao", reason="torchao is in the dev extra (requirements
 
 WORLD, STEPS, SEQ = 2, 6, 32
 # The tiny preset with an MLP wide enough (1040 > core.fp8.SMALL_N) that its gate and up projections are worth fp8;
-# every other linear of it is small, so it stays bf16, as the plan predicts (core.fp8.converts_to_fp8).
-MODEL = dataclasses.replace(model_preset("tiny"), name="tiny-wide-mlp", intermediate_size=1040)
+# every other decoder linear of it is small, so it stays bf16, as the plan predicts (core.fp8.converts_to_fp8). Its
+# vocabulary is as wide, so that the output projection too would be converted if fp8 reached past the decoder layers.
+MODEL = dataclasses.replace(model_preset("tiny"), name="tiny-wide-mlp", intermediate_size=1040, vocab_size=1040)
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
@@ -65,6 +66,7 @@ def test_fp8_converts_the_decoder_layer_linears_the_plan_predicts(runs):
     assert runs[True]["converted"] == sorted([name, "Float8Linear" if name in worth else "Linear"]
                                              for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                           "up_proj", "down_proj"))
+    assert converts_to_fp8(MODEL.hidden_size, MODEL.vocab_size)  # the head's shape is worth fp8: only the rule keeps it
     assert runs[True]["lm_head"] == "Linear" and {kind for _, kind in runs[False]["converted"]} == {"Linear"}
 
 

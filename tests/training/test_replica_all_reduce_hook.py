@@ -50,6 +50,31 @@ def test_the_hook_ties_every_buffer_it_is_given_to_its_stream_before_using_it(mo
     assert torch.equal(last, torch.full((4,), 2.0))
 
 
+class _FakeCudaTensor:
+    """What keep_for_current_stream touches of a CUDA tensor: is_cuda, device, record_stream (recorded)."""
+
+    is_cuda = True
+    device = "cuda:0"
+
+    def __init__(self):
+        self.recorded: list[object] = []
+
+    def record_stream(self, stream):
+        self.recorded.append(stream)
+
+
+def test_keep_for_current_stream_ties_the_buffer_to_the_current_stream_not_the_default_one(monkeypatch):
+    # GIVEN a current stream (FSDP2's all-reduce stream, where the hook runs) that is not the default stream
+    current, default = object(), object()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
+    tensor = _FakeCudaTensor()
+    # WHEN the hook's buffer is kept
+    par.keep_for_current_stream(tensor)  # pyright: ignore[reportArgumentType]
+    # THEN its block waits for the work queued on the current stream, once (not the default stream's, not nothing)
+    assert tensor.recorded == [current]
+
+
 def test_keep_for_current_stream_leaves_a_cpu_tensor_alone():
     tensor = torch.ones(3)
     par.keep_for_current_stream(tensor)  # CPU tensors have no streams: no record_stream, no error
@@ -90,10 +115,18 @@ def _worker(rank: int, store_path: str, out_path: str, proven: bool) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = train_step(model, optimizer, list(zip(inputs.chunk(2), labels.chunk(2))), lr=0.1, grad_clip=0.0,
                           device=CPU)
+    dist.all_reduce = real_all_reduce
+    # the replicas' parameters after the step: each rank trained on its own batch, so only the all-reduce across
+    # the replicas makes them equal (each rank holds the whole of each parameter: 1 shard per replica)
+    local = torch.cat([getattr(p, "_local_tensor", p).detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(local) for _ in range(2)]
+    dist.all_gather(gathered, local)
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"hooks": len(model.replica_all_reduce), "hsdp": model.hsdp, "loss": float(loss.loss),
-                       "all_reduce_dtypes": sorted(set(all_reduces)), "units": len(model.layers) + 1}, f)
+                       "all_reduce_dtypes": sorted(set(all_reduces)), "all_reduces": len(all_reduces),
+                       "units": len(model.layers) + 1,
+                       "replica_drift": float((gathered[0] - gathered[1]).abs().max())}, f)
     end_rank()
 
 
@@ -106,6 +139,10 @@ def test_hsdp_falls_back_to_the_native_fp32_all_reduce_where_the_hook_is_not_pro
     assert result["hsdp"] is True
     assert torch.isfinite(torch.tensor(result["loss"]))
     said = capfd.readouterr().out
+    # either way the gradients crossed between the replicas: one all-reduce per FSDP unit in the step's last
+    # micro-batch (none in the first), and both replicas hold the same parameters after the step
+    assert result["all_reduces"] == result["units"], result
+    assert result["replica_drift"] == 0.0, result
     if proven:  # the hook on every unit, its all-reduce across the replicas in bf16
         assert result["hooks"] == result["units"]
         assert result["all_reduce_dtypes"] == ["torch.bfloat16"]

@@ -157,3 +157,40 @@ def test_one_call_a_step_measures_evaluates_checkpoints_and_reports_when_due():
     assert reporter.log.steps == [1, 2, 3, 4, 5, 6]
     assert reporter.last_eval == {"eval_loss": 1.5, "eval_perplexity": 4.5, "eval_step": 4} and reporter.reports == 5
     assert reporter.history[3]["eval_loss"] == 1.5
+
+
+def test_an_evaluation_due_between_measure_steps_runs_at_its_step():
+    # GIVEN a measure every 5 steps and an evaluation due after step 3 (not a measure step of its own)
+    clock = Clock()
+    reporter = _reporter(clock, report_every=5, min_interval_s=0.5, total=10)
+    reporter.report = lambda metrics: None
+    reporter.eval_due = lambda step: step == 3
+    reporter.evaluate = lambda: {"eval_loss": 1.25}
+    # WHEN 5 steps run
+    for step in range(1, 6):
+        clock.now += 1.0
+        reporter.step(step, torch.tensor(2.0), lr=1e-3)
+    # THEN step 3 measured and evaluated: its evaluation is kept, on its own step's entry
+    assert reporter.last_eval == {"eval_loss": 1.25, "eval_step": 3}
+    assert reporter.history[2]["step"] == 3 and reporter.history[2]["eval_loss"] == 1.25
+
+
+def test_a_checkpoint_saves_seconds_are_not_counted_as_the_next_step():
+    # GIVEN 1 s steps, a checkpoint every 2 steps whose save takes 10 s
+    clock = Clock()
+    reporter = _reporter(clock, report_every=1, min_interval_s=0.5, total=4)
+    reporter.checkpoint_every = 2
+
+    def save(metrics, step):
+        clock.now += 10.0
+
+    reporter.save = save
+    reporter.report = lambda metrics: None
+    # WHEN 4 steps run
+    for step in range(1, 5):
+        clock.now += 1.0
+        reporter.step(step, torch.tensor(2.0), lr=1e-3)
+    # THEN every step, the one after the save too, took its own 1 s (history and the meter's step time alike)
+    assert [entry["time/step_s"] for entry in reporter.history] == pytest.approx([1.0] * 4)
+    assert reporter.meter.last["time/step_s"] == pytest.approx(1.0)
+    assert reporter.meter.summary()["time/step_s"] == pytest.approx(1.0)

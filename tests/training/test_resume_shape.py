@@ -3,11 +3,14 @@ samples, or a refusal naming the setting; pure functions over train_state.json's
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.strategy import resolve
+from ray_efa.training import checkpoint
 from ray_efa.training.checkpoint import remap_train_state, run_shape
+from ray_efa.training.dataset import ROW_COLUMN, ShardBatches
 
 
 def _shape(world: int, micro: int, accumulation: int, seq: int = 2048) -> dict[str, int]:
@@ -60,3 +63,44 @@ def test_the_shape_recorded_is_the_decided_one():
     t = resolve(Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4})).training
     shape = run_shape(t, 32)
     assert shape["micro_batch"] * shape["grad_accumulation"] * 32 * shape["seq_len"] == t.global_batch_tokens
+
+
+class _Shard:
+    """A rank's shard as ShardBatches reads it (ray.data.DataIterator.iter_batches: batches of exactly batch_size
+    rows of the shard's deterministic order, the last one shorter), over rows whose every token is the sample's id.
+    Ray's own iterator is run by the Ray tests (tests/training/test_fine_tune_ray.py); here, without Ray, the order."""
+
+    def __init__(self, samples: int, row_tokens: int) -> None:
+        self.rows = np.repeat(np.arange(samples, dtype=np.int32)[:, None], row_tokens, axis=1)
+
+    def iter_batches(self, *, batch_size: int, batch_format: str, drop_last: bool):
+        assert batch_format == "numpy" and not drop_last
+        for start in range(0, len(self.rows), batch_size):
+            yield {ROW_COLUMN: self.rows[start:start + batch_size]}
+
+
+def _trained(batches: ShardBatches, micro_batches: int) -> list[int]:
+    """The sample ids of the next micro-batches (each row's first input token is its id)."""
+    return [int(row[0]) for _ in range(micro_batches) for row in batches.next()[0]]
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 4), (4, 2), (8, 16), (16, 8)])
+def test_a_resume_at_another_micro_batch_trains_each_sample_of_the_epoch_exactly_once(before, after):
+    # GIVEN an epoch of 640 samples on one rank, cut after sample 96 (a checkpoint at microBatch `before`), resumed
+    # at microBatch `after` with the same global batch (gradient accumulation makes up the difference)
+    samples, cut, row_tokens = 640, 96, 5
+    first = ShardBatches(_Shard(samples, row_tokens), micro_batch=before, row_tokens=row_tokens, seed=7)
+    trained = _trained(first, cut // before)
+    old = {"world_size": 1, "micro_batch": before, "seq_len": 4, "grad_accumulation": 16 // before}
+    new = {**old, "micro_batch": after, "grad_accumulation": 16 // after}
+    state = checkpoint.remap_train_state({"shape": old, "data": first.state()}, new)["data"]
+    resumed = ShardBatches(_Shard(samples, row_tokens), micro_batch=after, row_tokens=row_tokens, seed=7, **state)
+    # WHEN the resumed run trains the rest of the epoch
+    trained += _trained(resumed, (samples - cut) // after)
+    # THEN every sample of the epoch was trained once: none twice, none skipped
+    assert sorted(trained) == list(range(samples))
+    assert resumed.epoch == 0  # still the first epoch
+    # and the order is the one an uninterrupted run at either micro batch trains (a seeded order of the samples)
+    whole = _trained(ShardBatches(_Shard(samples, row_tokens), micro_batch=after, row_tokens=row_tokens, seed=7),
+                     samples // after)
+    assert trained == whole and whole != list(range(samples))

@@ -13,13 +13,17 @@ import collections
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.tensor import DTensor, Partial
 
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.data import TokenBatches
+from ray_efa.training.metrics import Meter, Throughput
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
+from ray_efa.training.reporting import Reporter
 from ray_efa.training.train import build_optimizer, train_step
 from tests.training.gloo_ranks import run_cases
 
@@ -53,21 +57,47 @@ def _case(rank: int, replicas: int, accumulation: int, wire: bool, checkpoint: s
     # Each rank's 2 sequences of a step, split into `accumulation` micro-batches of equal size.
     # A small pool of sequences the model can memorize, so that the loss falls within a few steps.
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
+    real_all_reduce = dist.all_reduce
     counts: collections.Counter = collections.Counter()
     _count_collectives(counts)
-    losses = []
+    losses, steps = [], []
     for step in range(1, STEPS + 1):
         inputs, labels = data.batch(step)
         batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
-        loss, _ = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0, device=CPU)
+        loss, norm = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0,
+                                device=CPU)
+        steps.append((loss, norm))
         mean = loss.detach().clone()
         torch.distributed.all_reduce(mean)
         counts["all_reduce/4"] -= 1  # the loss average above is ours, not FSDP2's
         losses.append(mean.item() / WORLD)
-    result = {"losses": losses, "counts": dict(counts), "hsdp": model.hsdp}
+    result = {"losses": losses, "counts": dict(counts), "hsdp": model.hsdp, **_reported_grad_norms(rank, steps, real_all_reduce)}
     if wire:  # its DCP checkpoint (1-D shards, replicated across the "nodes") loads into plain FSDP over all 4
         result["restored_max_difference"] = _checkpoint_round_trip(model, optimizer, checkpoint)
     return result
+
+
+def _reported_grad_norms(rank: int, steps: list, all_reduce) -> dict:
+    """The gradient norms training.reporting reports for these steps, and each step's whole norm (the DTensor's)."""
+    meter = Meter(throughput=Throughput(tokens_per_step_per_device=1, world_size=WORLD, flops_per_token=1.0,
+                                        peak_flops_per_s=None), total_steps=STEPS, start_step=0, device=CPU)
+    reporter = Reporter(meter=meter, report_every=STEPS, rank=rank, world_size=WORLD, device=CPU, min_interval_s=0.0,
+                        reduce=lambda values: (all_reduce(values), values)[1], report=lambda metrics: None)
+    for step, (loss, norm) in enumerate(steps, 1):
+        reporter.record(step, loss, 3e-3, grad_norm=norm)
+    reporter.measure(STEPS, save=False)
+    whole = [float(norm.full_tensor()) if isinstance(norm, DTensor) else float(norm) for _, norm in steps]
+    # torch 2.13's clip_grad_norm_ returns the norm replicated; a norm left Partial (as earlier FSDP2 releases
+    # returned it, each rank holding its shards' part) must be reduced before it is read: here rank r holds r + 1
+    partial = DTensor.from_local(torch.tensor(float(rank + 1)), init_device_mesh("cpu", (WORLD,)), [Partial()])
+    meter = Meter(throughput=meter.throughput, total_steps=1, start_step=0, device=CPU)
+    reporter_of_partial = Reporter(meter=meter, report_every=1, rank=rank, world_size=WORLD, device=CPU,
+                                   min_interval_s=0.0, reduce=lambda values: (all_reduce(values), values)[1],
+                                   report=lambda metrics: None)
+    reporter_of_partial.record(1, torch.tensor(1.0), 3e-3, grad_norm=partial)
+    reporter_of_partial.measure(1, save=False)
+    return {"reported_grad_norms": [entry["grad_norm"] for entry in reporter.history], "grad_norms": whole,
+            "reported_partial_norm": reporter_of_partial.history[0]["grad_norm"]}
 
 
 def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
@@ -117,6 +147,17 @@ def test_hsdp_with_a_bf16_wire_trains_to_the_same_losses_within_bf16_rounding(ru
     assert wire["counts"].get("all_reduce/2") == 3 * STEPS
     # and its checkpoint (each "node" holding the same 1-D shards) loads into plain FSDP over all 4 ranks, exactly
     assert wire["restored_max_difference"] == 0.0
+
+
+def test_the_reported_gradient_norm_is_the_whole_models_not_a_ranks_shard(runs):
+    # GIVEN each step's clip_grad_norm_ result: a DTensor over the ranks' shards (FSDP2), whose whole norm the test
+    # takes itself (full_tensor)
+    for key, run in runs.items():
+        # THEN the reporter's grad_norm is that whole norm, the same for FSDP, HSDP and accumulation
+        assert run["reported_grad_norms"] == pytest.approx(run["grad_norms"], rel=1e-6), key
+        assert run["grad_norms"] == pytest.approx(runs[(1, 1)]["grad_norms"], rel=1e-3 if len(key) > 2 else 1e-5), key
+        # and a norm still Partial over the ranks is reported whole: 1 + 2 + 3 + 4 (not one rank's part)
+        assert run["reported_partial_norm"] == pytest.approx(10.0), key
 
 
 def test_accumulation_sends_gradients_across_nodes_once_per_optimizer_step(runs):

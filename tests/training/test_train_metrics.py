@@ -1,5 +1,7 @@
 """Step metrics: step time between reports, tokens/s, MFU against the catalog peak, the progress line and table."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -95,3 +97,53 @@ def test_mfu_is_also_given_under_the_causal_convention():
     assert metrics["throughput/mfu_causal_pct"] == pytest.approx(0.9 * metrics["throughput/mfu_pct"])
     assert "(causal " in format_line(metrics, 10)
     assert "causal (6N + 6 L d S)" in format_summary(meter.summary())
+
+
+def test_the_loops_tokens_and_mfu_of_a_hand_computed_step():
+    # GIVEN the loop's throughput constants (training.train.step_throughput) for the tiny model, 2 ranks, each step
+    # 4 accumulated micro-batches of 2 x 64 tokens, and a 1 TFLOP/s device
+    from ray_efa.training.model import build_model
+    from ray_efa.training.train import step_throughput
+    from tests.core.shapes import fixed_training
+
+    t = fixed_training(model="tiny", micro_batch=2, grad_accumulation=4, seq_len=64)
+    throughput = dataclasses.replace(step_throughput(t, t.preset, 2, torch.device("cpu")), peak_flops_per_s=1e12)
+    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
+    # WHEN a step takes 0.5 s
+    clock.now += 0.5
+    metrics = meter.measure(1, 6.0)
+    # THEN by hand: 2 x 64 x 4 = 512 tokens a device a step, 1,024 tokens/s a device, 2,048 in all
+    assert metrics["throughput/tokens_per_s_per_device"] == pytest.approx(1024.0)
+    assert metrics["throughput/tokens_per_s"] == pytest.approx(2048.0)
+    # and FLOPs per token 6N + 12 L d S (causal: 6 L d S) with N counted on the model itself (tied embeddings once)
+    n = sum(p.numel() for p in build_model(t.preset, seed=0, device=torch.device("cpu")).parameters())
+    full, causal = 6 * n + 12 * 2 * 128 * 64, 6 * n + 6 * 2 * 128 * 64
+    assert metrics["throughput/mfu_pct"] == pytest.approx(100 * 1024 * full / 1e12)
+    assert metrics["throughput/mfu_causal_pct"] == pytest.approx(100 * 1024 * causal / 1e12)
+
+
+def test_the_loop_counts_a_step_as_the_plan_and_calibrate_do():
+    # GIVEN a run calibrate compares (2 x 2048 x 4 accumulated micro-batches on one H200, compile, as the summary of
+    # such a run says) and the plan's prediction of its step
+    from ray_efa.core import catalog
+    from ray_efa.core.calibrate import compare_run, settings_of_run
+    from ray_efa.core.settings import Settings
+    from ray_efa.training.train import step_throughput
+
+    summary = {"name": "ga4", "network": "efa", "instance_type": "p5en.48xlarge", "hosts": 1, "devices": 1,
+               "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0, "model": "qwen2.5-1.5b",
+               "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "compile": True, "loss_chunk_size": 4096,
+               "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "bf16", "precision": "bf16"}
+    t = settings_of_run(Settings(), summary).training
+    predicted = compare_run(Settings(), summary).predicted
+    # WHEN the loop measures a step of the predicted length on that GPU (its peak from the catalog)
+    peak = catalog.gpu_for_device_name("NVIDIA H200").peak_bf16_tflops * 1e12
+    throughput = dataclasses.replace(step_throughput(t, t.preset, 1, torch.device("cpu")), peak_flops_per_s=peak)
+    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
+    clock.now += predicted.step_time_s
+    metrics = meter.measure(1, 6.0)
+    # THEN its tokens/s and MFU (both conventions) are the plan's for that step: what calibrate fits and compare
+    # judges is counted as the loop counts it (every accumulated micro-batch, 6N + 12 L d S and 6N + 6 L d S)
+    assert metrics["throughput/tokens_per_s_per_device"] == pytest.approx(predicted.tokens_per_s_per_gpu, rel=1e-9)
+    assert metrics["throughput/mfu_pct"] == pytest.approx(100 * predicted.mfu, rel=1e-9)
+    assert metrics["throughput/mfu_causal_pct"] == pytest.approx(100 * predicted.mfu_causal, rel=1e-9)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from ray_efa.core import catalog
-from ray_efa.core.pod_env import NETWORKS, expected_transport, network_env
-from ray_efa.core.settings import setting_keys
+from ray_efa.core import catalog, pod_env
+from ray_efa.core.pod_env import GATE_LOG_SUBSYSTEMS, NETWORKS, expected_transport, network_env
+from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.training.transport import EXPECTS
 from ray_efa.training.transport import network_env as reexported
 
@@ -75,3 +77,33 @@ def test_each_network_names_the_transport_the_gate_expects(network, expect):
 
 def test_transport_reexports_network_env():
     assert reexported is network_env
+
+
+@pytest.mark.parametrize("value", ["INIT,NET", "init,net,env", "ALL", "^COLL,P2P", "INIT,BOOTSTRAP,ENV,NET"])
+def test_an_nccl_debug_subsys_that_keeps_the_gates_lines_goes_to_the_pods(value):
+    settings = Settings.from_context({"ncclDebugSubsys": value})
+    assert settings.workload.nccl_debug_subsys == value
+    assert network_env("efa", "g6.12xlarge", debug_subsys=value)["NCCL_DEBUG_SUBSYS"] == value
+    assert "NCCL_DEBUG_SUBSYS" not in network_env("efa", "g6.12xlarge")  # unset: NCCL's default (INIT, BOOTSTRAP, ENV)
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("INIT,BOOTSTRAP,ENV", "leaves out NET"),  # NCCL 2.29's default, written out: no NET
+    ("COLL", "leaves out INIT and NET"),
+    ("^NET", "leaves out NET"),
+    ("^ALL", "leaves out INIT and NET"),
+    ("INIT,NETT", "names no NCCL subsystem (NETT)"),
+])
+def test_an_nccl_debug_subsys_that_hides_the_gates_lines_is_refused_naming_the_setting(value, why):
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_context({"ncclDebugSubsys": value})
+    [problem] = raised.value.problems
+    assert problem.key == "ncclDebugSubsys" and why in problem.message
+    assert "must keep INIT and NET" in problem.message or "must be a comma list of INIT" in problem.message
+    assert repr(value) in str(raised.value)  # the value itself
+
+
+def test_nccl_does_not_log_every_subsystem_by_default_and_the_gate_says_which_it_needs():
+    # NCCL 2.29.7 src/debug.cc: the default mask is INIT | BOOTSTRAP | ENV; the gate's lines are INIT (and INIT|NET)
+    assert GATE_LOG_SUBSYSTEMS == ("INIT", "NET")
+    assert "logs them all by default" not in (pod_env.__doc__ or "") + Path(pod_env.__file__).read_text()

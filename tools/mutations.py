@@ -1,0 +1,238 @@
+"""The mutation check the project keeps (`make test-mutations`): each edit of MUTATIONS is a realistic bug in code a
+torch upgrade or a refactor touches first, and each must make at least one of its tests fail.
+
+    python tools/mutations.py              every mutation, one after another
+    python tools/mutations.py NAME...      those named
+    python tools/mutations.py --list       the names, files and tests
+
+Each mutation is applied to a fresh temporary copy of the working tree (the files git tracks or would track, as they
+are now, committed or not), never to the checkout; its tests run there (`python -m pytest -n 0 -x`, the copy's root
+as the working folder, so the copy's code is what imports). A mutation is killed when pytest reports a failed test
+(exit 1); it survives when its tests pass. An edit whose old text is not in its file exactly once, a copy that cannot
+be made, or a pytest that stops for another reason (no test selected, a collection error) is an error, said as
+such: the list cannot rot silently when the code it mutates moves. Exit 0 when every mutation is killed, 1 when one
+survives, 2 on an error. docs/testing.md says what it runs, how long it takes and what it found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mutation:
+    """One edit: in `file`, the text `old` (exactly once) becomes `new`; `tests` (pytest arguments) must fail."""
+
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    why: str
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        name="hsdp-fallback-shard-mesh", file="training/parallelize.py",
+        old='mp["mesh"] = mesh["shard"] if own_all_reduce else mesh',
+        new='mp["mesh"] = mesh["shard"] if plan.bf16_wire else mesh',
+        tests=("tests/training/test_replica_all_reduce_hook.py", "-k", "falls_back"),
+        why="the native-HSDP fallback shards 1-D over the node and drops every all-reduce across nodes",
+    ),
+    Mutation(
+        name="stream-tie-default-stream", file="training/parallelize.py",
+        old="tensor.record_stream(torch.cuda.current_stream(tensor.device))",
+        new="tensor.record_stream(torch.cuda.default_stream(tensor.device))",
+        tests=("tests/training/test_replica_all_reduce_hook.py", "-k", "keep_for_current_stream"),
+        why="the hook's buffer is tied to the default stream, not the all-reduce stream it runs on",
+    ),
+    Mutation(
+        name="stream-tie-no-op", file="training/parallelize.py",
+        old="    if tensor.is_cuda:\n        tensor.record_stream(torch.cuda.current_stream(tensor.device))",
+        new="    return",
+        tests=("tests/training/test_replica_all_reduce_hook.py", "-k", "keep_for_current_stream"),
+        why="keep_for_current_stream does nothing: a later layer's reduce-scatter may reuse the block",
+    ),
+    Mutation(
+        name="fp8-evidence-rule-dropped", file="core/strategy.py",
+        old='return ("bf16", "fp8") if gpu_constants.constants_for(gpu.name).fp8_evidenced else ("bf16",)',
+        new='return ("bf16", "fp8")',
+        tests=("tests/core/test_auto.py", "-k", "default_cluster"),
+        why="precision auto takes fp8 on an assumed efficiency constant (the default 2 x g6.12xlarge)",
+    ),
+    Mutation(
+        name="tokens-per-step-without-accumulation", file="training/train.py",
+        old="tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps,",
+        new="tokens_per_step_per_device=t.micro_batch_size * t.seq_len,",
+        tests=("tests/training/test_train_metrics.py", "-k", "plan_and_calibrate or hand_computed"),
+        why="tokens/s and MFU counted for one micro-batch a step (32x too low on the default plan)",
+    ),
+    Mutation(
+        name="mfu-flops-doubled", file="core/models.py",
+        old="return 6 * self.num_parameters + 12 * self.num_hidden_layers",
+        new="return 12 * self.num_parameters + 12 * self.num_hidden_layers",
+        tests=("tests/training/test_train_metrics.py", "-k", "hand_computed"),
+        why="FLOPs per token with 12N instead of 6N: MFU ~1.8x inflated",
+    ),
+    Mutation(
+        name="save-counted-as-a-step", file="training/reporting.py",
+        old="            self.restart_clock()  # the save is not a training step",
+        new="            pass  # the save is not a training step",
+        tests=("tests/training/test_reporting.py", "-k", "checkpoint_saves_seconds"),
+        why="a checkpoint save's seconds land in the next step's time",
+    ),
+    Mutation(
+        name="grad-norm-of-a-shard", file="training/reporting.py",
+        old="grad_norm = grad_norm.full_tensor()",
+        new="grad_norm = grad_norm.to_local()",
+        tests=("tests/training/test_sharding.py", "-k", "reported_gradient_norm"),
+        why="the reported gradient norm is this rank's shard's, not the model's",
+    ),
+    Mutation(
+        name="evaluation-not-a-measure-step", file="training/reporting.py",
+        old="if not self.is_measure_step(step, save=save or evaluate):",
+        new="if not self.is_measure_step(step, save=save):",
+        tests=("tests/training/test_reporting.py", "-k", "evaluation_due_between"),
+        why="an evaluation due between measure steps (reportEvery > 1) is skipped",
+    ),
+    Mutation(
+        name="fp8-over-the-whole-model", file="training/parallelize.py",
+        old="model.hf.model.layers, config=config,",
+        new="model, config=config,",
+        tests=("tests/training/test_fp8.py", "-k", "converts_the_decoder_layer"),
+        why="fp8 converts the output projection too, not only the decoder layers' linears",
+    ),
+    Mutation(
+        name="gate-protocol-lowercase-only", file="training/transport_lines.py",
+        old="(?i:sendrecv|rdma) protocol",
+        new="(?:sendrecv|rdma) protocol",
+        tests=("tests/training/test_transport_fixtures.py", "-k", "rdma_protocol"),
+        why="aws-ofi-nccl 1.18-1.21's 'Failed to initialize RDMA protocol' is judged a failed NCCL call",
+    ),
+    Mutation(
+        name="runtime-error-is-a-lost-worker", file="training/failure_policy.py",
+        old="return isinstance(error, (*_DIED, WorkerHealthCheckTimeoutError))",
+        new="return isinstance(error, (*_DIED, WorkerHealthCheckTimeoutError, RuntimeError))",
+        tests=("tests/training/test_failure_policy.py",),
+        why="a RuntimeError of the code is retried as a lost worker",
+    ),
+    Mutation(
+        name="lr-schedule-restarted-on-resume", file="training/train.py",
+        old="lr = learning_rate(step, t)",
+        new="lr = learning_rate(step - start, t)",
+        tests=("tests/training/test_learning_rate.py", "-k", "resumed_loop"),
+        why="a resumed run warms up again instead of going on with the schedule",
+    ),
+    Mutation(
+        name="resume-order-depends-on-micro-batch", file="training/dataset.py",
+        old="self.shard.iter_batches(batch_size=SHUFFLE_WINDOW,",
+        new="self.shard.iter_batches(batch_size=16 * self.micro_batch,",
+        tests=("tests/training/test_resume_shape.py", "-k", "exactly_once"),
+        why="the rows' order follows the micro batch: a resume at another one trains some samples twice",
+    ),
+    Mutation(
+        name="nccl-debug-subsys-without-net", file="core/settings_checks.py",
+        old="if missing := [name for name in GATE_LOG_SUBSYSTEMS if name not in kept]:",
+        new='if missing := [name for name in ("INIT",) if name not in kept]:',
+        tests=("tests/training/test_transport_network.py", "-k", "nccl_debug_subsys"),
+        why="an NCCL_DEBUG_SUBSYS without NET passes the settings check",
+    ),
+)
+
+
+def _tree_files(root: Path) -> list[str]:
+    """The working tree's files git tracks or would track (not ignored), as they are now."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            check=True, capture_output=True).stdout.decode()
+    return sorted({name for name in listed.split("\0") if name and (root / name).is_file()})
+
+
+def _copy_tree(root: Path, files: list[str], into: Path) -> None:
+    for name in files:
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+    for link in (".venv", "node_modules"):  # the installed trees, shared (the copy's own code is what imports)
+        if (root / link).exists():
+            (into / link).symlink_to((root / link).resolve())
+
+
+class MutationError(Exception):
+    """A mutation that cannot be checked: its edit no longer applies, or its tests did not run."""
+
+
+def apply(mutation: Mutation, tree: Path) -> None:
+    """Make the edit in the copy `tree`; MutationError unless the old text is in the file exactly once."""
+    path = tree / mutation.file
+    if not path.is_file():
+        raise MutationError(f"{mutation.name}: {mutation.file} does not exist")
+    text = path.read_text(encoding="utf-8")
+    count = text.count(mutation.old)
+    if count != 1:
+        raise MutationError(f"{mutation.name}: the old text is in {mutation.file} {count} times, not once (the code "
+                            f"moved: update tools/mutations.py): {mutation.old!r}")
+    path.write_text(text.replace(mutation.old, mutation.new), encoding="utf-8")
+
+
+def check(mutation: Mutation, files: list[str]) -> tuple[str, float, str]:
+    """("killed" | "survived", seconds, the tests' last lines) of one mutation on a fresh copy of the tree."""
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{mutation.name}-") as folder:
+        tree = Path(folder)
+        _copy_tree(ROOT, files, tree)
+        apply(mutation, tree)
+        started = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-x", "-q", "-p", "no:cacheprovider",
+                              *mutation.tests], cwd=tree, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+    tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-3:])
+    if run.returncode == 1:
+        return "killed", seconds, tail
+    if run.returncode == 0:
+        return "survived", seconds, tail
+    raise MutationError(f"{mutation.name}: pytest stopped with exit {run.returncode} (no test ran, or collection "
+                        f"failed), so the mutation was not checked:\n{tail}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to check (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in MUTATIONS}
+    if unknown := [n for n in args.names if n not in by_name]:
+        parser.error(f"no mutation named {', '.join(unknown)}; --list shows them")
+    chosen = [by_name[n] for n in args.names] or list(MUTATIONS)
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}\n    {m.file}: {m.why}\n    pytest {' '.join(m.tests)}")
+        return 0
+    files = _tree_files(ROOT)
+    survived, errors, total = [], [], time.perf_counter()
+    for m in chosen:
+        try:
+            outcome, seconds, tail = check(m, files)
+        except MutationError as error:
+            errors.append(m.name)
+            print(f"ERROR     {m.name}: {error}", flush=True)
+            continue
+        print(f"{outcome:<9} {m.name} ({seconds:.0f} s): {m.why}", flush=True)
+        if outcome == "survived":
+            survived.append(m.name)
+            print(f"          its tests passed: pytest {' '.join(m.tests)}\n          {tail}", flush=True)
+    killed = len(chosen) - len(survived) - len(errors)
+    print(f"\n{killed} of {len(chosen)} mutations killed, {len(survived)} survived, {len(errors)} errors "
+          f"({time.perf_counter() - total:.0f} s)")
+    return 2 if errors else (1 if survived else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
