@@ -27,7 +27,7 @@ DURATIONS_FILE = Path(__file__).with_name("durations.json")
 MIN_RECORDED_S = 0.5
 """Quicker tests are left out of the file: they count by their marks, and the file stays small."""
 
-ESTIMATE_BY_MARK = {"ray": 20.0, "wheel": 5.0, "spawn": 3.0, "synth": 0.3}
+ESTIMATE_BY_MARK = {"ray": 20.0, "cluster": 15.0, "wheel": 5.0, "spawn": 3.0, "synth": 0.3}
 """Seconds a test not in the file is taken to cost, by its slowest mark (a Ray run is 15-60 s on 2 cores)."""
 UNMARKED_ESTIMATE_S = 0.02
 

@@ -81,17 +81,18 @@ def _node_name(instance: str) -> str:
 
 
 def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, str], taints: list[dict[str, str]],
-                zone: str = "us-east-2a", nodegroup: str = "") -> dict[str, Any]:
+                zone: str = "us-east-2a", nodegroup: str = "", device_plugins: bool = True) -> dict[str, Any]:
     """A Node as the kubelet of an EKS managed node of `instance` registers it: allocatable CPU and memory by the
-    AMI's formula, nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins advertise them, the well-known
-    labels EKS sets, the node group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
+    AMI's formula, nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins advertise them (not with
+    `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels EKS sets, the node
+    group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
     millicores, mib = kubelet_allocatable(instance.vcpus, instance.memory_gib)
     resources = {"cpu": f"{millicores}m", "memory": f"{mib}Mi", "pods": "110" if instance.vcpus < 30 else "250",
                  "ephemeral-storage": "500Gi"}
-    gpus = getattr(instance, "gpus", 0)
+    gpus = getattr(instance, "gpus", 0) if device_plugins else 0
     if gpus:
         resources["nvidia.com/gpu"] = str(gpus)
-    efa = getattr(instance, "efa_interfaces", 0)
+    efa = getattr(instance, "efa_interfaces", 0) if device_plugins else 0
     if efa:
         resources["vpc.amazonaws.com/efa"] = str(efa)
     well_known = {

@@ -48,12 +48,12 @@ class NodeGroup:
 
 
 def add_node_group(nodes: Nodes, group: NodeGroup, *, instance: str | None = None, count: int | None = None,
-                   prefix: str = "") -> list[str]:
+                   prefix: str = "", **kwargs: Any) -> list[str]:
     """The nodes `group` brings up: `count` (its desired size) of `instance` (its first instance type)."""
     name = instance or group.instance_types[0]
     row = catalog.GPU_INSTANCES.get(name) or catalog.SYSTEM_INSTANCES[name]
     return nodes.add(row, group.desired if count is None else count, labels=group.labels, taints=list(group.taints),
-                     prefix=prefix, nodegroup=group.logical_id.lower())
+                     prefix=prefix, nodegroup=group.logical_id.lower(), **kwargs)
 
 
 def write_manifests(out: Path, *context: str) -> list[Path]:
