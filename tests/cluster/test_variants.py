@@ -107,8 +107,14 @@ def test_a_gpu_stack_without_its_job_applies_no_rayjob_and_the_rest_is_accepted(
     synth = synthesize(trainingJob=False)
     objects = stack_manifests(synth.gpu.to_json())
     assert not [o for o in objects if o["kind"] in ("RayJob", "RayCluster")]
-    cluster_objects = stack_manifests(synth.cluster.to_json())
-    control_plane.apply([*cluster_objects, *objects], dry_run=True)
+    everything = [*stack_manifests(synth.cluster.to_json()), *objects]
+    namespaces = [o for o in everything if o["kind"] == "Namespace"]
+    control_plane.apply(namespaces)  # a dry run creates nothing, and the rest lives in the namespace
+    try:
+        control_plane.apply([o for o in everything if o["kind"] != "Namespace"], dry_run=True)
+    finally:
+        for namespace in namespaces:
+            client.CoreV1Api(control_plane.api_client()).delete_namespace(namespace["metadata"]["name"])
 
 
 @pytest.fixture(scope="module")
