@@ -8,6 +8,7 @@ import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -56,7 +57,7 @@ def allowed(api: client.ApiClient, subject: Subject, request: Request) -> tuple[
     for key, value in (("namespace", request.namespace), ("subresource", request.subresource), ("name", request.name)):
         if value:
             attributes[key] = value
-    review = client.AuthorizationV1Api(api).create_subject_access_review({
+    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes}})
     return bool(review.status.allowed), review.status.reason or review.status.evaluation_error or ""

@@ -31,7 +31,8 @@ class RbacStack:
         from tests.infra.conftest import synthesize
 
         synth = synthesize(researcherPrincipalArns=RESEARCHER_ARN, namespace=NS)
-        self.cluster_template, self.gpu_template = synth.cluster.to_json(), synth.gpu.to_json()
+        self.cluster_template: dict[str, Any] = dict(synth.cluster.to_json())
+        self.gpu_template: dict[str, Any] = dict(synth.gpu.to_json())
         self.objects = stack_manifests(self.cluster_template)
         (entry,) = [r["Properties"] for r in self.cluster_template["Resources"].values()
                     if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"]["PrincipalArn"] == RESEARCHER_ARN]
@@ -122,7 +123,7 @@ def _status(call: Any) -> int:
     try:
         call()
     except client.ApiException as error:
-        return error.status
+        return error.status or 0
     return 200
 
 
@@ -146,8 +147,9 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
     text = out.out + out.err
     assert "Forbidden" not in text and "403" not in text, text
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    job = custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "mine")
-    owned = [c.metadata.name for c in core.list_namespaced_config_map(NS).items
+    job: Any = custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "mine")
+    config_maps: Any = core.list_namespaced_config_map(NS)
+    owned = [c.metadata.name for c in config_maps.items
              if any(o.uid == job["metadata"]["uid"] for o in c.metadata.owner_references or [])]
     assert owned, f"no ConfigMap owned by RayJob mine (submit exit {code}): {text}"
 
