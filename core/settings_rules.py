@@ -78,6 +78,18 @@ def _admins_once_each(arns: tuple[str, ...]) -> Problem | None:
     return None
 
 
+@_rule("researcherPrincipalArns", "adminPrincipalArns")
+def _researchers_once_each_and_not_admins(arns: tuple[str, ...], admins: tuple[str, ...]) -> Problem | None:
+    # EKS allows one access entry per principal: an ARN in both lists would be two entries for one principal.
+    if len(set(arns)) != len(arns):
+        return Problem("researcherPrincipalArns", list(arns), "must not repeat an ARN (EKS allows one access entry per "
+                       "principal)")
+    if both := sorted(set(arns) & set(admins)):
+        return Problem("researcherPrincipalArns", list(arns), f"must not name an ARN of adminPrincipalArns ({', '.join(both)}): "
+                       "EKS allows one access entry per principal, and an admin can do what a researcher can")
+    return None
+
+
 @_rule("dlcImage", "rayVersion")
 def _ray_of_the_image(image: str, ray_version: str) -> Problem | None:
     known = KNOWN_IMAGE_RAY_VERSIONS.get(image_without_digest(image))  # a pinned digest of a known tag is that tag's

@@ -88,6 +88,12 @@ class ClusterSettings(_Section):
         "IAM role/user ARNs that get cluster-admin access entries (comma-separated or a JSON list); unset: nobody "
         "but the stack's own roles can reach the Kubernetes API (`ray-efa whoami` prints yours).",
     )
+    researcher_principal_arns: Annotated[tuple[AdminPrincipalArn, ...], _LIST_AS_TUPLE] = setting(
+        (), "researcherPrincipalArns",
+        "IAM role/user ARNs that get a researcher's access (comma-separated or a JSON list): submit, follow and read "
+        "RayJobs and their pods' logs in the workload namespace, read nodes; never delete or change the RayCluster, "
+        "the nodes or the namespace, nor read Secrets (docs/security.md, Researcher access).",
+    )
     availability_zones: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
         (), "vpcAvailabilityZones",
         "AZs of a created VPC, fixed for its life (changing them replaces subnets); unset: the region's first three "

@@ -21,6 +21,7 @@ from ray_efa.infra.imported_cluster import import_cluster
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc, default_gpu_zone, gpu_subnet
+from ray_efa.infra.researcher_access import ResearcherAccess
 from ray_efa.infra.training_job import RayTrainingJob
 from ray_efa.infra.vpc_cni import VpcCniAddon
 from ray_efa.infra.workload import RayWorkload
@@ -38,6 +39,7 @@ __all__ = [
     "ClusterVpc",
     "StackLogs",
     "ClusterAdminAccess",
+    "ResearcherAccess",
     "VpcCniAddon",
     "HelmChartCrds",
     "ClusterStack",

@@ -12,6 +12,7 @@ from constructs import Construct, IConstruct
 from ray_efa.core.settings import Settings
 from ray_efa.infra._settings import default
 from ray_efa.infra.manifests import apply_objects
+from ray_efa.infra.researcher_access import ResearcherAccess
 from ray_efa.k8s.namespace import WorkloadNamespace
 
 __all__ = ["RayWorkload"]
@@ -23,17 +24,20 @@ class RayWorkload(Construct):
     """The workload namespace, applied after `after`: the KubeRay operator chart (CRDs first) and the device
     plugins. The training job itself is `RayTrainingJob`, in the GPU stack.
 
-    Wiring attribute: `namespace`, the Namespace's manifest (what CheckpointStorage's service account waits for).
+    Wiring attributes: `namespace`, the Namespace's manifest (what CheckpointStorage's service account waits for);
+    `researcher_access`, the ResearcherAccess of `researcher_principal_arns` (None without them).
     """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = default("namespace"),
-        after: Sequence[IConstruct] = (),
+        after: Sequence[IConstruct] = (), researcher_principal_arns: Sequence[str] = (),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
         :param namespace: the namespace of the RayCluster and the RayJob. @default "ray"
         :param after: what the namespace waits for (the KubeRay operator chart, the device plugins). @default - nothing
+        :param researcher_principal_arns: IAM role/user ARNs that may submit and follow jobs in the namespace, not
+            delete or change the cluster (ResearcherAccess). @default - none
         """
         super().__init__(scope, construct_id)
         if not _DNS_LABEL.match(namespace):
@@ -44,11 +48,15 @@ class RayWorkload(Construct):
         WorkloadNamespace(chart, "Namespace", name=namespace)
         self.namespace: eks.KubernetesManifest
         (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
+        self.researcher_access: ResearcherAccess | None = ResearcherAccess(
+            self, "ResearcherAccess", cluster=cluster, namespace=namespace, principal_arns=researcher_principal_arns,
+            after=[self.namespace]) if researcher_principal_arns else None
 
     @classmethod
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         after: Sequence[IConstruct] = (),
     ) -> RayWorkload:
-        """The namespace of the project's own app (`namespace`)."""
-        return cls(scope, construct_id, cluster=cluster, namespace=settings.workload.namespace, after=after)
+        """The namespace of the project's own app (`namespace`), and its researchers (`researcherPrincipalArns`)."""
+        return cls(scope, construct_id, cluster=cluster, namespace=settings.workload.namespace, after=after,
+                   researcher_principal_arns=settings.cluster.researcher_principal_arns)

@@ -132,6 +132,7 @@ class Pki:
         admin = _certificate(_name("admin", "system:masters"), admin_key, ca_name, ca_key, client_auth=True)
         files = {
             "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+            "ca.key": _pem_key(ca_key),  # signs the client certificates of other users (tests/cluster/rbac.py)
             "serving.crt": serving.public_bytes(serialization.Encoding.PEM), "serving.key": _pem_key(serving_key),
             "admin.crt": admin.public_bytes(serialization.Encoding.PEM), "admin.key": _pem_key(admin_key),
             "sa.key": _pem_key(sa_key),

@@ -164,6 +164,28 @@ def test_bad_vpc_azs_name_the_setting(zones, fragment):
     assert any(p.key == "vpcAvailabilityZones" and fragment in p.message for p in caught.value.problems), caught.value
 
 
+_RESEARCHER = "arn:aws:iam::111122223333:role/Researcher"
+
+
+@pytest.mark.parametrize("context, fragment", [
+    ({"researcherPrincipalArns": f"{_RESEARCHER},{_RESEARCHER}"}, "must not repeat an ARN"),
+    ({"researcherPrincipalArns": _RESEARCHER, "adminPrincipalArns": _RESEARCHER}, "must not name an ARN of adminPrincipalArns"),
+    ({"researcherPrincipalArns": "Researcher"}, "must be IAM role or user ARNs"),
+    ({"researcherPrincipalArns": "arn:aws:sts::111122223333:assumed-role/Researcher/me"}, "not an STS session"),
+])
+def test_bad_researcher_principals_name_the_setting(context, fragment):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context(context)
+    assert any(p.key == "researcherPrincipalArns" and fragment in p.message for p in caught.value.problems), caught.value
+
+
+def test_researcher_principals_are_a_list_of_arns():
+    other = "arn:aws:iam::111122223333:user/alice"
+    assert Settings.from_context({"researcherPrincipalArns": f"{_RESEARCHER},{other}"}).cluster.researcher_principal_arns \
+        == (_RESEARCHER, other)
+    assert Settings().cluster.researcher_principal_arns == ()
+
+
 # -- the typed Python API: strict types, every problem as a SettingsError naming the setting -------------------------
 
 @pytest.mark.parametrize("value", [2.5, True, "4", None])

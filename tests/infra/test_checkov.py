@@ -33,6 +33,7 @@ def checkov(directory: Path) -> list[dict]:
 @pytest.mark.parametrize("context", [
     {},
     {"adminPrincipalArns": "arn:aws:iam::111122223333:role/Admin", "gpuInstanceType": "p5.48xlarge",
+     "researcherPrincipalArns": "arn:aws:iam::111122223333:role/Researcher",
      "capacityReservationId": "cr-0123456789abcdef0", "capacityReservationType": "capacity-block"},
 ], ids=["defaults", "p5-capacity-block"])
 def test_checkov_finds_no_failure_and_every_skip_has_a_reason(context):
