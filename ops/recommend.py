@@ -2,8 +2,10 @@
 extraGpuInstanceTypes) at 1..N nodes, each with its own chosen plan (core.strategy: batch split, precision,
 sharding), ranked by predicted USD per million tokens; only plans that fit memory. Pure: settings in, dicts out.
 
-Each row says what it rests on: the price (core.prices: the stack's region, On-Demand, and a Capacity Block where one
-is recorded; Spot is not recorded), and the step model's constants of its GPU family (core.gpu_constants: measured,
+Only what can be bought at a known price is ranked: a row's price is recorded for the stack's region (core.prices:
+On-Demand, or a Capacity Block, labelled `purchase: capacity-block`; a type with both gets a row for each). A type with
+neither (not offered there, offered without an On-Demand price, or a region with no record) is left out, with why
+(`skipped`). Spot is not recorded. Each row says what it rests on: the price, and the step model's constants of its GPU family (core.gpu_constants: measured,
 published or assumed), with a predicted range that is wider where a constant is assumed. The ranking models the
 built-in train function's architecture (the settings' preset or modelPath); a trainFunction of your own builds what it
 builds, and the ranking says so.
@@ -52,22 +54,27 @@ def _constants(gpu_name: str, precision: str) -> dict[str, Any]:
     return out
 
 
-def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
+def _rows(settings: Settings, tokens: int, bought: list[prices.Price]) -> list[dict[str, Any]]:
+    """One row per recorded purchase option of the settings' type and node count; none where the plan does not fit."""
     option = choose(settings)
     if not option.fits or option.tokens_per_s <= 0:
-        return None
+        return []
+    return [_row(settings, tokens, option, price) for price in bought]
+
+
+def _row(settings: Settings, tokens: int, option: Any, price: prices.Price) -> dict[str, Any]:
     n, region = settings.nodes, settings.cluster.region
     on_demand = prices.on_demand(n.gpu_instance, region)
     block = prices.capacity_block(n.gpu_instance, region)
     cost = hourly_cost(settings)
     fixed = cost.total - cost.gpu_nodes  # system nodes, control plane, NAT: the same whatever the GPUs
-    usd_per_hour = fixed + n.gpu_node_count * on_demand.usd_per_hour
+    usd_per_hour = fixed + n.gpu_node_count * price.usd_per_hour
     hours = tokens / option.tokens_per_s / 3600
     t, split = option.training, global_batch(settings, option.training)
     constants = _constants(n.gpu_instance.gpu.name, t.precision)
     spread = RANGE[constants["status"]]
     return {
-        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count,
+        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count, "purchase": price.option,
         "gpus": settings.world_size, "gpu": n.gpu_instance.gpu.name,
         "tokens_per_s": option.tokens_per_s, "tokens_per_s_per_gpu": option.prediction.tokens_per_s_per_gpu,
         "tokens_per_s_range": [option.tokens_per_s * (1 - spread), option.tokens_per_s * (1 + spread)],
@@ -76,6 +83,7 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
         "usd": hours * usd_per_hour, "usd_range": [hours * usd_per_hour / (1 + spread),
                                                     hours * usd_per_hour / (1 - spread)],
         "price": {
+            "ranked": price.as_dict(),
             "on_demand": on_demand.as_dict(),
             "capacity_block": None if block is None else {
                 **block.as_dict(), "usd_per_hour_total": fixed + n.gpu_node_count * block.usd_per_hour,
@@ -93,10 +101,22 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
     }
 
 
+def _left_out_because(settings: Settings) -> str:
+    instance, region = settings.nodes.gpu_instance, settings.cluster.region
+    price = prices.on_demand(instance, region)
+    if not price.offered:
+        return price.source
+    if instance.described:
+        return f"a described type: no price recorded for {region} ({price.source})"
+    if prices.offering(instance.name, region) == "no-price":
+        return f"no On-Demand or Capacity Block price recorded for {region}: {price.source}"
+    return f"no price recorded for {region}: {price.source}"
+
+
 def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8) -> dict[str, Any]:
     """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
-    (instance type, nodes) sorted by usd_per_million_tokens, "skipped": the types the settings refuse or the region
-    does not offer, with why}."""
+    (instance type, nodes, purchase option) sorted by usd_per_million_tokens, "skipped": the types the settings refuse,
+    the region does not offer, or that have no price recorded for the region, with why}."""
     given = tokens is not None
     tokens = tokens or tokens_to_train(settings)
     rows: list[dict[str, Any]] = []
@@ -108,13 +128,11 @@ def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int =
             except SettingsError as error:
                 skipped[name] = "; ".join(f"{p.key}: {p.message}" for p in error.problems)
                 break
-            on_demand = prices.on_demand(candidate.nodes.gpu_instance, candidate.cluster.region)
-            if not on_demand.offered:  # the region's record says the type is not sold there
-                skipped[name] = on_demand.source
+            bought = prices.buyable(candidate.nodes.gpu_instance, candidate.cluster.region)
+            if not bought:  # nothing to buy at a price recorded for the region: never ranked at a borrowed one
+                skipped[name] = _left_out_because(candidate)
                 break
-            row = _row(candidate, tokens)
-            if row is not None:
-                rows.append(row)
+            rows.extend(_rows(candidate, tokens, bought))
     rows.sort(key=lambda r: (r["usd_per_million_tokens"], -r["tokens_per_s"]))
     model = settings.training.preset
     region = settings.cluster.region
