@@ -134,6 +134,12 @@ class NodeSettings(_Section):
         "odcr", "capacityReservationType",
         "What capacityReservationId names: odcr (On-Demand Capacity Reservation) or capacity-block (Capacity Blocks for ML).",
     )
+    offering_check: Literal["on", "off"] = setting(
+        "on", "offeringCheck",
+        "on: a gpuInstanceType that core/data/on_demand_prices.csv records as not offered in the region is an error "
+        "(naming the regions that offer it); off: trust your own check (aws ec2 describe-instance-type-offerings) "
+        "where that dated table is stale.",
+    )
 
     @property
     def capacity_block(self) -> bool:
