@@ -70,8 +70,10 @@ MICRO_STEP_FIXED_S = 0.046
 """Seconds per micro-batch that do not scale with FLOPs (launches, FSDP2 hooks): the same fit's intercept."""
 LAUNCH_FLOOR_S = 0.155
 """Shortest fwd+bwd measured (0.140 s at 2x2048, 0.169 s at 1x2048, averaged): small batches are launch-bound."""
-EAGER_SPEED = 0.946
-"""Eager vs compiled layers: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked (reference/FACTS.md)."""
+EAGER_SPEED = gpu_constants.GPU_CONSTANTS["H200"].eager_speed  # 0.946
+"""Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
+(reference/FACTS.md). Each family has its own (core.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
+pairs where published; the H100's is torchtitan's 1.16x)."""
 UNCHUNKED_LOSS_SPEED = 0.785
 """Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, reference/FACTS.md) vs 47,747 (calibration)."""
 FORWARD_SHARE = 1 / 3
@@ -382,7 +384,7 @@ def predict(
     family = gpu_constants.constants_for(gpu.name)
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
                   else family.compute_efficiency)
-    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
+    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
     if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, memory, perf, provenance
+from ray_efa.core import catalog, gpu_constants, memory, perf, prices, provenance
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
 from ray_efa.core.provenance import fp8_evidence
@@ -348,7 +348,9 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
         (row for row in catalog.GPU_INSTANCES.values()
          # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
          if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
-         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
+         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
+         # sold in the stack's region (the one offering lookup, core.prices): advice names only what can be launched
+         and (n.offering_check == "off" or prices.offering_problem(row.name, settings.cluster.region) is None)),
         key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
     )
     for row in bigger:

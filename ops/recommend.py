@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, prices
+from ray_efa.core import catalog, gpu_constants, network, perf, prices
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
@@ -27,7 +27,9 @@ TOKENS_PER_PARAMETER = 20
 ("Training Compute-Optimal Large Language Models"): real hours and dollars for a real run of the model."""
 RANGE = {"measured": 0.10, "published": 0.15, "assumed": 0.35}
 """+- share of the predicted tokens/s by the weakest status of the constants a row rests on: measured within 10%
-(the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%."""
+(the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%;
+widened to the family's band (core.gpu_constants: 90% of its runs within it when their source was left out of the
+fit) where that is wider."""
 OWN_FUNCTION_NOTE = ("trainFunction is your own: the ranking models the built-in train function's architecture "
                      "({model}), not what your function builds")
 
@@ -44,11 +46,26 @@ def tokens_to_train(settings: Settings) -> int:
     return TOKENS_PER_PARAMETER * settings.training.preset.num_parameters
 
 
-def _constants(gpu_name: str, precision: str) -> dict[str, Any]:
-    family = gpu_constants.constants_for(gpu_name)
-    out: dict[str, Any] = {"compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status}}
+def _constants(settings: Settings, precision: str) -> dict[str, Any]:
+    """Every step-model constant the row's prediction uses, each with its status; "status" is the weakest of them
+    (not the compute constant's alone: an assumed eager share or network share makes the row assumed)."""
+    n = settings.nodes
+    family = gpu_constants.constants_for(n.gpu_instance.gpu.name)
+    out: dict[str, Any] = {
+        "compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status},
+        # compiled predictions of a family fitted on eager rows rest on its eager share too: always used
+        "eager_speed": {"value": family.eager_speed, "status": family.eager_status},
+    }
     if precision == "fp8":
         out["fp8_compute_efficiency"] = {"value": family.fp8_compute_efficiency, "status": family.fp8_status}
+    if n.gpu_instance.gpus > 1:
+        link = n.gpu_instance.gpu_link
+        share, measured, _ = gpu_constants.link_share(link.name if link else "", link.gb_s if link else None)
+        out["intra_node_link_share"] = {"value": share, "status": "measured" if measured else "assumed"}
+    if n.gpu_node_count > 1:
+        figure = network.efa_link(n.gpu_instance)
+        out["inter_node_link"] = {"value": round(figure.gb_s, 3), "status": figure.status}
+        out["scale_loss_per_doubling"] = {"value": perf.SCALE_LOSS_PER_DOUBLING, "status": "published"}
     weakest = max((c["status"] for c in out.values()), key=gpu_constants.STATUSES.index)
     out["status"] = weakest
     return out
@@ -71,8 +88,9 @@ def _row(settings: Settings, tokens: int, option: Any, price: prices.Price) -> d
     usd_per_hour = fixed + n.gpu_node_count * price.usd_per_hour
     hours = tokens / option.tokens_per_s / 3600
     t, split = option.training, global_batch(settings, option.training)
-    constants = _constants(n.gpu_instance.gpu.name, t.precision)
-    spread = RANGE[constants["status"]]
+    constants = _constants(settings, t.precision)
+    band = gpu_constants.constants_for(n.gpu_instance.gpu.name).band
+    spread = max(RANGE[constants["status"]], band or 0.0)  # the observed spread by source, where there is one
     return {
         "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count, "purchase": price.option,
         "gpus": settings.world_size, "gpu": n.gpu_instance.gpu.name,

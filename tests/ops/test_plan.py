@@ -375,8 +375,19 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
     assert all(r["hours"] > 1 and r["usd"] > 100 for r in rows)
     assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "usd_per_hour", "hours", "usd",
             "constants"} <= set(rows[0])
-    statuses = {r["gpu"]: r["constants"]["status"] for r in rows}
+    statuses = {r["gpu"]: r["constants"]["status"] for r in rows if r["nodes"] == 1}
     assert statuses["H200"] == "measured" and statuses["H100"] == "published" and statuses["L4"] == "assumed"
+    # a row's status covers every constant it uses, not the compute constant's alone: the eager share always, the
+    # links and the scale term where they are crossed
+    order = ("measured", "published", "assumed")
+    for r in rows:
+        used = {k: v for k, v in r["constants"].items() if k != "status"}
+        assert {"compute_efficiency", "eager_speed"} <= set(used)
+        assert ("inter_node_link" in used and "scale_loss_per_doubling" in used) == (r["nodes"] > 1)
+        assert r["constants"]["status"] == max((v["status"] for v in used.values()), key=order.index)
+    # an A100 row rests on the H200's eager share, lent (no same-machine compile pair for it): assumed
+    p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
+    assert p4d["constants"]["eager_speed"]["status"] == "assumed" and p4d["constants"]["status"] == "assumed"
     # an assumed constant gets a wider predicted range than a measured one
     def spread(r):
         return r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1
