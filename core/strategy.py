@@ -585,4 +585,19 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "links": provenance.links(settings, net, chosen.prediction, chosen.training, calibration),
             "precision_note": fp8_evidence(settings),
         }
+    # The comparison run (k8s.workload: the job's resolved levers, network flipped, nothing else): what the transport
+    # alone is worth, beside what auto would pick on the other network.
+    job_net = settings.workload.network
+    other_net = "tcp" if job_net == "efa" else "efa"
+    same = choose(resolve(settings, job_net, calibration), other_net, calibration)
+    job = out[job_net]
+    efa, tcp = (job["tokens_per_s"], same.tokens_per_s) if job_net == "efa" else (same.tokens_per_s, job["tokens_per_s"])
+    out[other_net]["same_job"] = {
+        "tokens_per_s": same.tokens_per_s, "tokens_per_s_per_gpu": same.prediction.tokens_per_s_per_gpu,
+        "precision": same.training.precision, "strategy": same.strategy, "grad_reduce_dtype": same.reduce_dtype,
+        "micro_batch": same.training.micro_batch, "grad_accumulation": same.training.grad_accumulation,
+        "efa_over_tcp": efa / tcp if tcp > 0 else None,
+        "note": f"the {job_net} job's levers on {other_net}, nothing else changed: the comparison RayJob "
+                "(ray-efa manifests) and the transport ratio `ray-efa compare` reports",
+    }
     return out
