@@ -347,7 +347,7 @@ class TrainingSettings(_Section):
     micro_batch: AutoCount = setting(
         "auto", "microBatch",
         "Sequences per GPU per micro-batch; auto: the one core.strategy predicts fastest that fits in "
-        "92% of the GPU's memory (seqLen stays yours).",
+        "95% of the GPU's memory, its reserved peak planned (seqLen stays yours).",
     )
     learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.", gt=0)
     warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.", ge=0)
