@@ -9,7 +9,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           so the *allocated* peak rarely holds them, but the caching allocator keeps their blocks
                           *reserved*: the 2026-12-01 calibration measured reserved = allocated + about this much.
                + 4P       with sharding fsdp and gradAccumulation > 1: the unsharded fp32 gradients FSDP2 accumulates
-                          between optimizer steps (set_requires_gradient_sync(False)). hsdp keeps reducing within the
+                          between optimizer steps (set_requires_gradient_sync(False)); not with
+                          gradSyncEveryMicroBatch (reduce-scatter every micro-batch, NVLink traffic instead). hsdp keeps reducing within the
                           node at every micro-batch and accumulates sharded gradients only.
                + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
                           hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
@@ -53,7 +54,8 @@ from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
-           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "FRAGMENTATION_ACCUMULATING"]
+           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "FRAGMENTATION_ACCUMULATING",
+           "grad_sync_every_micro_batch"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -157,13 +159,27 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
     return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
 
 
+def grad_sync_every_micro_batch(t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int,
+                                nvlink: bool) -> bool:
+    """Whether gradients are reduce-scattered after every micro-batch (gradSyncEveryMicroBatch; auto: under fsdp with
+    accumulation on one node of several NVLink-connected GPUs, where the k reduce-scatters stay on NVLink and the
+    unsharded fp32 gradients, 4 bytes a parameter, are never held). hsdp reduces inside the node every micro-batch
+    anyway; training.train and core.perf read the same answer."""
+    if t.grad_sync_every_micro_batch != "auto":
+        return bool(t.grad_sync_every_micro_batch)
+    return (strategy == "fsdp" and t.accumulation_steps > 1 and nodes == 1 and gpus_per_node > 1 and nvlink)
+
+
 def estimate_for(
-    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp"
+    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp",
+    sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
     """GiB per GPU of training `t` on `world_size` GPUs of model `gpu` (any world size, e.g. a measured one).
 
     shard_size: GPUs each parameter is sharded over (default: all of them, plain FSDP; hsdp: the GPUs of one node).
     strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
+    sync_every_micro_batch: fsdp reduce-scatters every micro-batch (grad_sync_every_micro_batch): no unsharded fp32
+    gradients are held between micro-batches.
     """
     if t.undecided:
         raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
@@ -177,7 +193,8 @@ def estimate_for(
     accumulated = 0.0
     if t.accumulation_steps > 1 and world_size > 1:
         copies = ACCUMULATION_GRADIENT_COPIES[strategy]
-        accumulated = (4 * params if strategy == "fsdp" else 0) + copies * 4 * params / shard
+        unsharded = strategy == "fsdp" and not sync_every_micro_batch
+        accumulated = (4 * params if unsharded else 0) + copies * 4 * params / shard
     parts = {
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
@@ -212,7 +229,11 @@ def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
         raise SettingsError([settings.scaled_to_zero_problem()])
     gpus_per_node = settings.nodes.gpu_instance.gpus
     shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
+    instance = settings.nodes.gpu_instance
+    sync = grad_sync_every_micro_batch(
+        settings.training, strategy=strategy, nodes=settings.nodes.gpu_node_count, gpus_per_node=instance.gpus,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
     return estimate_for(
-        settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu, shard_size=shard,
-        strategy=strategy,
+        settings.training, world_size=settings.world_size, gpu=instance.gpu, shard_size=shard,
+        strategy=strategy, sync_every_micro_batch=sync,
     )

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, fp8, gpu_constants
+from ray_efa.core import catalog, fp8, gpu_constants, memory
 from ray_efa.core import network as network_module
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
@@ -280,7 +280,7 @@ def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
 
 def _collectives(
     t: TrainingSettings, p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int,
-    use_fp8: bool = False,
+    use_fp8: bool = False, sync_every: bool = False,
 ) -> list[Collective]:
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
@@ -301,7 +301,8 @@ def _collectives(
         for name, size, calls, every in (
             ("all-gather parameters (forward)", gather_fwd, k, True),
             ("all-gather parameters (backward)", gather_bwd, k, True),
-            ("reduce-scatter gradients", grads, 1, False),
+            # gradSyncEveryMicroBatch: every micro-batch's backward reduce-scatters (k calls), else the last one's
+            ("reduce-scatter gradients", grads, k if sync_every else 1, sync_every),
         ):
             for on in (link, "intra") if link == "inter" else (link,):  # the ring also runs through each node's GPUs
                 out.append(Collective(name=name, link=on, size_gb=size, calls=calls, wire_gb=size * calls * share,
@@ -400,7 +401,10 @@ def predict(
     shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
-    collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8))
+    sync_every = memory.grad_sync_every_micro_batch(
+        t, strategy=strategy, nodes=nodes, gpus_per_node=g,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
+    collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8, sync_every))
     # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
     # each call also pays its link's latency (core.network).
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}

@@ -372,6 +372,13 @@ class TrainingSettings(_Section):
         "auto", "activationCheckpointing",
         "Recompute decoder-layer activations in backward; auto: on only where it lets a faster plan fit (core.strategy).",
     )
+    grad_sync_every_micro_batch: AutoBool = setting(
+        "auto", "gradSyncEveryMicroBatch",
+        "With gradAccumulation > 1 under fsdp: reduce-scatter the gradients after every micro-batch (sharded fp32 "
+        "gradients accumulate: 4 bytes a parameter less per GPU, k times the gradient traffic) instead of keeping the "
+        "unsharded fp32 gradients until the last one; auto: on where one node is one NVLink domain (one node, NVLink "
+        "between its GPUs), where that traffic stays on NVLink (core.memory.grad_sync_every_micro_batch).",
+    )
     loss_chunk_size: int = setting(
         1024, "lossChunkSize",
         "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size; "

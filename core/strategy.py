@@ -66,8 +66,12 @@ def _memory(settings: Settings, t: TrainingSettings, strategy: str) -> MemoryEst
     """core.memory's estimate of `t` (the settings' training, or a candidate shape of it) on the settings' nodes."""
     n = settings.nodes
     shard = n.gpu_instance.gpus if strategy == "hsdp" and n.gpu_node_count > 1 else settings.world_size
+    link = n.gpu_instance.gpu_link
+    sync = memory.grad_sync_every_micro_batch(t, strategy=strategy, nodes=n.gpu_node_count,
+                                              gpus_per_node=n.gpu_instance.gpus,
+                                              nvlink=link is not None and link.name.startswith("NVLink"))
     return memory.estimate_for(t, world_size=settings.world_size, gpu=n.gpu_instance.gpu, shard_size=shard,
-                               strategy=strategy)
+                               strategy=strategy, sync_every_micro_batch=sync)
 
 
 def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
@@ -329,10 +333,18 @@ def _more_nodes(settings: Settings) -> dict[str, object] | None:
 
 def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
     """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first:
-    the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
+    the reduce schedule (gradSyncEveryMicroBatch, with accumulation under fsdp), the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
     more of them), then every GPU with more memory."""
     t, n = settings.training, settings.nodes
     out: list[tuple[str, object, dict[str, object]]] = []
+    # the reduce schedule first: with accumulation under fsdp, reduce-scattering every micro-batch holds no unsharded
+    # fp32 gradients (4 bytes a parameter) for k times the gradient traffic (NVLink in one node)
+    if t.accumulation_steps > 1 and t.sharding == "fsdp" and t.grad_sync_every_micro_batch is not True:
+        link = n.gpu_instance.gpu_link
+        if not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
+                                                  gpus_per_node=n.gpu_instance.gpus,
+                                                  nvlink=link is not None and link.name.startswith("NVLink")):
+            out.append(("gradSyncEveryMicroBatch", t.grad_sync_every_micro_batch, {"gradSyncEveryMicroBatch": True}))
     if t.loss_chunk_size == 0:
         out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
     if not t.activation_checkpointing:
@@ -358,8 +370,8 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
 
 
 _PLAN_KEYS = (
-    "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
-    "compile", "model", "sharding", "gradAccumulation", "precision",
+    "gradSyncEveryMicroBatch", "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount",
+    "gpuInstanceType", "compile", "model", "sharding", "gradAccumulation", "precision",
 )
 """The settings the memory plan depends on, in the order a refusal names them."""
 

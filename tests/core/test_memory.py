@@ -308,3 +308,48 @@ def test_auto_keeps_real_headroom_on_the_p5_4xlarge_row():
     # THEN auto picks a shape whose planned reserved peak leaves the margin, not the one that had 0.6 GiB left
     assert plan.fits and plan.total_gib <= AUTO_MEMORY_SHARE * plan.capacity_gib
     assert (decided.micro_batch, decided.grad_accumulation) != (16, 16)
+
+
+def test_grad_sync_every_micro_batch_trades_the_unsharded_gradients_for_nvlink_traffic():
+    from ray_efa.core import perf
+
+    # GIVEN one p5.48xlarge (8 GPUs on NVLink) accumulating 4 micro-batches under fsdp
+    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 1, "microBatch": 2, "gradAccumulation": 4,
+                        "sharding": "fsdp", "gradReduceDtype": "fp32", "precision": "bf16",
+                        "activationCheckpointing": False})
+    params = s.training.preset.num_parameters
+    held, synced = (memory.estimate(s.replace(gradSyncEveryMicroBatch=v), "fsdp") for v in (False, True))
+    # THEN reduce-scattering every micro-batch holds 4 bytes a parameter less per GPU
+    assert held.gradients_gib - synced.gradients_gib == pytest.approx(4 * params / 2**30)
+    # and auto takes it there: one node, one NVLink domain (the k reduce-scatters stay on NVLink)
+    assert memory.estimate(s, "fsdp").gradients_gib == pytest.approx(synced.gradients_gib)
+
+    def reduce_scatters(settings):
+        t = settings.training
+        prediction = perf.predict(t, instance=settings.nodes.gpu_instance, nodes=settings.nodes.gpu_node_count,
+                                  network="efa", strategy="fsdp", reduce_dtype="fp32")
+        (rs,) = [c for c in prediction.collectives if c.name == "reduce-scatter gradients"]
+        return rs
+
+    once, every = reduce_scatters(s.replace(gradSyncEveryMicroBatch=False)), reduce_scatters(s)
+    assert (once.calls, every.calls) == (1, 4) and every.wire_gb == pytest.approx(4 * once.wire_gb)
+    # across nodes (EFA traffic) or over PCIe auto keeps the gradients instead
+    for other in ({"gpuNodeCount": 2}, {"gpuInstanceType": "g6.48xlarge"}):
+        t = s.replace(**other).training
+        n = s.replace(**other).nodes
+        link = n.gpu_instance.gpu_link
+        assert not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
+                                                      gpus_per_node=n.gpu_instance.gpus,
+                                                      nvlink=link is not None and link.name.startswith("NVLink"))
+
+
+def test_memory_advice_offers_the_reduce_schedule_where_accumulation_holds_the_gradients():
+    # GIVEN 2 x p5.48xlarge (auto keeps the gradients: EFA traffic) with a plan too large for its GPUs
+    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "model": "qwen2.5-1.5b", "seqLen": 2048,
+                        "microBatch": 17, "gradAccumulation": 2, "sharding": "fsdp", "precision": "bf16",
+                        "activationCheckpointing": False})
+    assert not estimate(s).fits
+    with pytest.raises(SettingsError) as raised:
+        check_fits(s)
+    # THEN the advice names the reduce schedule among the changes, with its GiB
+    assert "gradSyncEveryMicroBatch=true" in raised.value.problems[0].message
