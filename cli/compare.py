@@ -1,9 +1,12 @@
-"""`ray-efa compare LOG...`: the throughput ratio of the same job run over EFA and over TCP.
+"""`ray-efa compare RUN...`: the throughput ratio of the same job run over EFA and over TCP; or any two runs.
 
 Feed it the driver output of both RayJobs (`kubectl -n ray logs job/<submitter of train-efa>` and of train-tcp, or
-`ray job logs`); it finds each run's RAY_EFA_RUN_SUMMARY line. Exit 0 with the ratio; 2 when a run is missing, a
-summary lacks a field or has no throughput, a log cannot be read, or the runs ran on different hardware or host
-counts (unless --allow-different-hardware) or the --plot file may not be written; 4 --plot without matplotlib.
+`ray job logs`) or their run folders (summary.json); it finds each run's RAY_EFA_RUN_SUMMARY line. One EFA and one
+TCP run of the same job: the transport ratio. Two runs that are not that (two precisions, two instance types), or
+--runs: both side by side, what differs, and the throughput ratio, never called a transport's. Exit 0 with the
+ratio; 2 when a run is missing, a summary lacks a field or has no throughput, a log cannot be read, the runs of a
+transport ratio trained differently or ran on different hardware or host counts (unless
+--allow-different-hardware), or the --plot file may not be written; 4 --plot without matplotlib.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, prin
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
                    description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="driver logs holding both runs' summaries")
+    p.add_argument("logs", nargs="+", type=Path, metavar="RUN",
+                   help="driver logs holding the runs' summaries, or run folders (summary.json)")
+    p.add_argument("--runs", action="store_true",
+                   help="two runs side by side (the last of each RUN), whatever differs: not a transport ratio")
     p.add_argument("--allow-different-hardware", action="store_true",
                    help="compare runs on different instance types, devices or host counts (the ratio is then not "
                    "the transport's alone)")
@@ -33,13 +39,11 @@ def _unreadable(paths: list[Path]) -> str | None:
     for path in paths:
         if not path.exists():
             return f"cannot read {path}: no such file"
-        if path.is_dir():
-            return f"cannot read {path}: it is a directory (give the log files in it)"
     return None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ray_efa.ops.compare import CompareError, compare_logs
+    from ray_efa.ops.compare import CompareError, compare_logs, compare_runs
 
     if args.plot is not None:
         if (code := missing_plots_extra("compare")) is not None:
@@ -54,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
     problem = _unreadable(args.logs)
     if problem:
         return fail(args, "compare", problem)
+    if args.runs and len(args.logs) != 2:
+        return fail(args, "compare", f"--runs: two runs (RUN RUN), got {len(args.logs)}")
     try:
+        if args.runs or (len(args.logs) == 2 and not _one_run_per_network(args.logs)):
+            return _two_runs(args, compare_runs(args.logs[0], args.logs[1]))
         comparison = compare_logs(args.logs, allow_different_hardware=args.allow_different_hardware)
     except CompareError as error:
         return fail(args, "compare", str(error))
@@ -79,6 +87,42 @@ def run(args: argparse.Namespace) -> int:
               "is not the transport's alone", file=sys.stderr)
     console.print(f"EFA runs the job [bold]{comparison.ratio:.2f}x[/bold] as fast as TCP")
     return _plot(args, comparison)
+
+
+def _one_run_per_network(paths: list[Path]) -> bool:
+    """Whether the two paths hold runs of both networks (a transport comparison), as far as they can be read."""
+    from ray_efa.ops.compare import CompareError, read_runs
+
+    networks = set()
+    for path in paths:
+        try:
+            networks |= {run["network"] for run in read_runs(path)}
+        except (CompareError, OSError):
+            return True  # let the transport comparison say what is wrong, as it always has
+    return networks == {"efa", "tcp"}
+
+
+def _two_runs(args: argparse.Namespace, pair) -> int:
+    """Two runs side by side, what differs, and b over a: never a transport ratio."""
+    if args.plot is not None:
+        return fail(args, "compare", "--plot: only for a transport comparison (one EFA run, one TCP run)")
+    if args.json:
+        print_json(pair.as_dict())
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Two runs side by side (not a transport ratio)")
+    for column in ("", "A", "B"):
+        table.add_column(column, overflow="fold")
+    for row in pair.rows():
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    differs = ", ".join(f"{k} ({a} vs {b})" for k, (a, b) in pair.differences.items()) or "nothing recorded"
+    console.print(f"B runs at [bold]{pair.ratio:.2f}x[/bold] A's tokens/s. They differ in: {differs}; so this is "
+                  "the ratio of two runs, not a transport ratio.")
+    return 0
 
 
 def _plot(args: argparse.Namespace, comparison) -> int:

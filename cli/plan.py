@@ -167,19 +167,22 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
     rows = ranking["recommendations"]
     shown = rows if top is None else rows[:top]
     region = ranking["region"]
+    if not ranking["prices_recorded"]:
+        print(f"No GPU price is recorded for {region}: nothing is ranked (a price borrowed from another region is "
+              f"not one you can buy at). Record {region}'s prices: aws pricing get-products --service-code AmazonEC2 "
+              f"--filters Type=TERM_MATCH,Field=regionCode,Value={region} ..., rows in core/data/on_demand_prices.csv "
+              "(docs/plan-evidence.md); or rank a recorded region with -c region=us-east-2.")
+        return
     title = (f"Cheapest to train {ranking['model']} ({ranking['model_parameters'] / 1e9:.2f} B parameters) on "
              f"{ranking['tokens'] / 1e9:,.1f} B tokens in {region}")
     caption = [f"{len(shown)} of {len(rows)} fitting plans (--all for every one); each with its own plan; predicted."]
     if ranking.get("tokens_default"):
         caption.append(f"Tokens: {ranking['tokens_default']}; --tokens to change.")
-    unrecorded = any(not r["price"]["on_demand"]["recorded"] for r in shown)
-    caption.append("USD/h: On-Demand, cluster included" + (
-        "." if not unrecorded else
-        f"; * NOT recorded for {region}: us-east-2's list price shown as a lower bound." if ranking["prices_recorded"]
-        else f"; NOT recorded for {region}: us-east-2's list prices shown as a lower bound."))
+    caption.append(f"USD/h: the price recorded for {region}, cluster included; buy: OD On-Demand, CB a Capacity "
+                   "Block (reserved ahead, for its days). Only types with a recorded price are ranked.")
     if ranking.get("skipped"):
         caption.append(f"Left out: {', '.join(ranking['skipped'])} (see --json's skipped).")
-    caption.append("CB: a Capacity Block's total USD where its price is recorded. Spot: not recorded.")
+    caption.append("Spot: not recorded.")
     caption.append("c: the step model's constants for the GPU family, m measured / p published / a assumed; "
                    "+-: the prediction's range by it (10/15/35%).")
     if ranking.get("note"):
@@ -188,14 +191,14 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
 
     table = Table(title=title, caption=" ".join(caption), caption_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
-    for column in ("#", "nodes x type", "$/h", "tok/s", "$/M tok", "hours", "+-", "USD", "CB USD", "c", "plan"):
+    for column in ("#", "nodes x type", "buy", "$/h", "tok/s", "$/M tok", "hours", "+-", "USD", "c", "plan"):
         table.add_column(column, justify="left" if column in ("nodes x type", "plan", "c") else "right",
                          no_wrap=column != "plan", overflow="fold")
     for rank, r in enumerate(shown, start=1):
-        block = r["price"]["capacity_block"]
         spread = round(100 * (r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1))
-        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}", f"{r['usd_per_hour']:,.1f}" + ("" if r["price"]["on_demand"]["recorded"] or not ranking["prices_recorded"] else "*"),
+        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}",
+                      "CB" if r.get("purchase") == "capacity-block" else "OD", f"{r['usd_per_hour']:,.1f}",
                       f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", _hours(r["hours"]),
-                      f"{spread}%", f"{r['usd']:,.0f}", f"{block['usd']:,.0f}" if block else "-",
-                      r["constants"]["status"][0], f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")
+                      f"{spread}%", f"{r['usd']:,.0f}", r["constants"]["status"][0],
+                      f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")
     Console(width=100).print(table)

@@ -63,7 +63,9 @@ GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in (
     _gpu_row("p4d.24xlarge",    "A100-40GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 21.9576, link=_NVLINK3, efa_only=False, blocks=True , charts=_EVERY),
     _gpu_row("p4de.24xlarge",   "A100-80GB", gpus=8, vcpus= 96, memory_gib=1152, efa= 4, rdma=True , gbps= 400, usd= 27.4470, link=_NVLINK3, efa_only=False, blocks=False, charts=_EVERY),
     _gpu_row("p5.48xlarge",     "H100",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 55.0400, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
-    _gpu_row("p5e.48xlarge",    "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
+    # p5e: no On-Demand price in any region (core/data/on_demand_prices.csv: no-price or not-offered); its figure is the
+    # us-east-2 Capacity Block rate core.prices records, never shown as an On-Demand price (it was p5en's, copied).
+    _gpu_row("p5e.48xlarge",    "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=32, rdma=True , gbps=3200, usd= 43.2600, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
     _gpu_row("p5en.48xlarge",   "H200",      gpus=8, vcpus=192, memory_gib=2048, efa=16, rdma=True , gbps=3200, usd= 63.2960, link=_NVLINK4, efa_only=True , blocks=True , charts=_EVERY),
     # One network card each; the single-GPU sizes are EFA nodes of one GPU (ac.html, network specifications). Prices:
     # the 8x/16x sizes as read from the AWS Price List API for us-east-2 (2026-10); g5.24xlarge, g6.24xlarge and

@@ -19,18 +19,22 @@ as none (torchtitan's per-op selective checkpointing recomputes little).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import statistics
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal, cast
 
-from ray_efa.core import catalog, perf
+from ray_efa.core import catalog, gpu_constants, perf
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
-__all__ = ["DATA", "MODELS", "TOLERANCE", "CEILING_MARGIN", "PublishedRun", "runs", "predict", "Verdict", "judge"]
+__all__ = ["DATA", "MODELS", "TOLERANCE", "CEILING_MARGIN", "PublishedRun", "runs", "predict", "Verdict", "judge",
+           "LEVERS", "pairs", "ratio", "source_of", "fit_family", "SourceCheck", "leave_one_source_out"]
 
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
 TOLERANCE = 0.15
@@ -187,3 +191,179 @@ def fit_scale(gpu: str) -> float:
     ratios = [predict(r) / r.tokens_per_s_per_gpu for r in runs()
               if r.split == "fit" and r.role == "comparable" and r.gpu == gpu]
     return math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else 1.0
+
+
+# -- same-machine ratios and validation by source ------------------------------------------------------------------
+
+LEVERS = ("compile", "fp8")
+"""The levers whose gain is fitted from same-machine pairs: compile (eager vs compiled bf16) and fp8 (compiled bf16
+vs compiled fp8)."""
+
+
+def _pair_key(run: PublishedRun) -> tuple[object, ...]:
+    return (run.source, run.gpu, run.model, run.nodes, run.gpus_per_node, run.seq, run.micro_batch,
+            run.grad_accumulation, run.checkpointing)
+
+
+def pairs(lever: str, gpu: str | None = None) -> tuple[tuple[PublishedRun, PublishedRun], ...]:
+    """Same-machine pairs of `lever` (LEVERS): two rows of one source, GPU, model, nodes, GPUs per node, sequence,
+    micro batch, accumulation and checkpointing that differ only in the lever, as (without, with). Any split: a
+    pair's ratio holds where its absolute numbers do not (torchtitan's 500 W H100s: the power cancels)."""
+    def wanted(a: PublishedRun, b: PublishedRun) -> bool:
+        if lever == "compile":
+            return a.precision == b.precision == "bf16" and not a.compile and b.compile
+        return a.compile and b.compile and a.precision == "bf16" and b.precision == "fp8"
+
+    rows = [r for r in runs() if (gpu is None or r.gpu == gpu) and r.role != "ceiling" and source_of(r) not in _LEFT_OUT]
+    return tuple((a, b) for a in rows for b in rows if _pair_key(a) == _pair_key(b) and wanted(a, b))
+
+
+def ratio(lever: str, gpu: str, *, predicted: bool) -> float | None:
+    """The geometric mean gain of `lever` over the family's pairs, predicted or published; None without a pair."""
+    found = pairs(lever, gpu)
+    if not found:
+        return None
+    if predicted:
+        logs = [math.log(predict(b) / predict(a)) for a, b in found]
+    else:
+        logs = [math.log(b.tokens_per_s_per_gpu / a.tokens_per_s_per_gpu) for a, b in found]
+    return math.exp(statistics.fmean(logs))
+
+
+def source_of(run: PublishedRun) -> str:
+    """The source a run is validated by: its repository or site (llm-foundry's tables, torchtitan's, AWS's sample,
+    Trainy's, NeMo's, this project's docs/BENCHMARKS.md), so that no held-out row shares its source with a fitted one."""
+    text = run.source
+    if text.startswith("https://github.com/"):
+        return "/".join(text.split("/")[3:5])
+    if text.startswith("https://"):
+        return text.split("/")[2]
+    return text.split(" ")[0]
+
+
+@contextmanager
+def _constants(gpu: str, **values: float) -> Iterator[None]:
+    """core.gpu_constants' row of `gpu` with `values` while inside (what a fit tries); the row as it was after."""
+    before = gpu_constants.GPU_CONSTANTS[gpu]
+    gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(before, **values)
+    try:
+        yield
+    finally:
+        gpu_constants.GPU_CONSTANTS[gpu] = before
+
+
+def _bisect(error: Callable[[float], float], low: float, high: float) -> float:
+    """The x in [low, high] where a rising error(x) crosses zero."""
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if error(mid) < 0 else (low, mid)
+    return (low + high) / 2
+
+
+def _log_error(rows: list[PublishedRun]) -> float:
+    return statistics.fmean(math.log(predict(r) / r.tokens_per_s_per_gpu) for r in rows)
+
+
+def fit_family(gpu: str, rows: list[PublishedRun]) -> dict[str, float]:
+    """The family's constants fitted to `rows` (comparable runs) and its same-machine pairs: the eager share from
+    compile pairs, the compute efficiency from the bf16 rows, the fp8 efficiency from fp8 pairs (else fp8 rows).
+    Only what has evidence is fitted; the rest stays as core.gpu_constants has it."""
+    fitted: dict[str, float] = {}
+    family = gpu_constants.GPU_CONSTANTS[gpu]
+    bf16 = [r for r in rows if r.gpu == gpu and r.precision == "bf16"]
+    fp8_rows = [r for r in rows if r.gpu == gpu and r.precision == "fp8"]
+    with _constants(gpu):
+        for _ in range(3):  # the eager share and the compute efficiency move each other a little: alternate
+            published = ratio("compile", gpu, predicted=False)
+            if published is not None:
+                def compile_error(x: float, published: float = published) -> float:
+                    with _constants(gpu, eager_speed=x):
+                        return -math.log(ratio("compile", gpu, predicted=True) or 1.0) + math.log(published)
+                fitted["eager_speed"] = _bisect(compile_error, 0.3, 1.0)
+                gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(
+                    gpu_constants.GPU_CONSTANTS[gpu], eager_speed=fitted["eager_speed"])
+            if bf16:
+                def compute_error(x: float) -> float:
+                    with _constants(gpu, compute_efficiency=x):
+                        return _log_error(bf16)
+                fitted["compute_efficiency"] = _bisect(compute_error, 0.05, 1.0)
+                gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(
+                    gpu_constants.GPU_CONSTANTS[gpu], compute_efficiency=fitted["compute_efficiency"])
+        published_fp8 = ratio("fp8", gpu, predicted=False) if family.fp8_compute_efficiency else None
+        if published_fp8 is not None:
+            def fp8_error(x: float) -> float:
+                with _constants(gpu, fp8_compute_efficiency=x):
+                    return math.log(ratio("fp8", gpu, predicted=True) or 1.0) - math.log(published_fp8)
+            fitted["fp8_compute_efficiency"] = _bisect(fp8_error, 0.05, 1.0)
+        elif fp8_rows and family.fp8_compute_efficiency:
+            def fp8_rows_error(x: float) -> float:
+                with _constants(gpu, fp8_compute_efficiency=x):
+                    return _log_error(fp8_rows)
+            fitted["fp8_compute_efficiency"] = _bisect(fp8_rows_error, 0.05, 1.0)
+    return fitted
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SourceCheck:
+    """Validation by source: each source's comparable runs predicted with constants fitted without that source."""
+
+    errors: tuple[tuple[PublishedRun, float], ...]
+    """Every held-out comparable run (its source left out of the fit) with predicted / published - 1."""
+    uncovered: tuple[PublishedRun, ...]
+    """Runs of a family no other source has: nothing to fit them from once their source is left out."""
+    ceilings_exceeded: tuple[tuple[PublishedRun, float], ...]
+
+    @property
+    def within(self) -> int:
+        return sum(abs(e) <= TOLERANCE for _, e in self.errors)
+
+    def band(self, gpu: str, share: float = 0.9) -> float | None:
+        """The error that `share` of the family's held-out runs stay within (the observed spread), or None."""
+        values = sorted(abs(e) for r, e in self.errors if r.gpu == gpu)
+        if not values:
+            return None
+        return values[min(len(values) - 1, math.ceil(share * len(values)) - 1)]
+
+
+def leave_one_source_out() -> SourceCheck:
+    """Each source's comparable runs, predicted with every family's constants refitted (fit_family) on the other
+    sources' comparable runs and pairs only: what the plan would say of a source it has never seen."""
+    comparable = [r for r in runs() if r.role == "comparable"]
+    errors: list[tuple[PublishedRun, float]] = []
+    uncovered: list[PublishedRun] = []
+    exceeded: list[tuple[PublishedRun, float]] = []
+    for source in sorted({source_of(r) for r in runs() if r.role != "context"}):
+        others = [r for r in comparable if source_of(r) != source]
+        mine = [r for r in runs() if source_of(r) == source and r.role in ("comparable", "ceiling")]
+        for gpu in sorted({r.gpu for r in mine}):
+            if gpu not in gpu_constants.GPU_CONSTANTS:
+                continue
+            family_rows = [r for r in others if r.gpu == gpu]
+            if not family_rows and mine[0].role != "ceiling":
+                uncovered.extend(r for r in mine if r.gpu == gpu)
+                continue
+            with _constants(gpu):
+                with _without_pairs_of(source):
+                    fitted = fit_family(gpu, family_rows) if family_rows else {}
+                with _constants(gpu, **fitted):
+                    for r in (r for r in mine if r.gpu == gpu):
+                        ratio_ = predict(r) / r.tokens_per_s_per_gpu
+                        if r.role == "ceiling":
+                            if ratio_ > 1 + CEILING_MARGIN:
+                                exceeded.append((r, ratio_))
+                        else:
+                            errors.append((r, ratio_ - 1))
+    return SourceCheck(errors=tuple(errors), uncovered=tuple(uncovered), ceilings_exceeded=tuple(exceeded))
+
+
+_LEFT_OUT: list[str] = []
+
+
+@contextmanager
+def _without_pairs_of(source: str) -> Iterator[None]:
+    """pairs() leaves out `source`'s rows while inside (a held-out source lends no ratio either)."""
+    _LEFT_OUT.append(source)
+    try:
+        yield
+    finally:
+        _LEFT_OUT.pop()

@@ -28,6 +28,11 @@ _H200_FP8 = 0.419
 fp8 run on one H200, 1.17x its bf16; Trainy's torchtitan float8 on 8 x 8 H200), with the casts timed at memory
 bandwidth (core.fp8) and the k/v projections left in bf16."""
 _PUBLISHED = "core/data/published_runs.csv"
+_H200_EAGER = 0.946
+"""Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
+(reference/FACTS.md): the share of a compiled step's compute rate an eager step reaches."""
+_LENT_EAGER = ("the H200's measured eager/compiled share (0.946), lent: no same-machine compile pair recorded for this "
+               "family (eager rows fit its compute efficiency; a compiled prediction leans on this ratio)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +46,15 @@ class GpuConstants:
     """Share of the fp8 peak the converted fp8 linears reach (0 where the GPU has no fp8)."""
     fp8_status: str
     fp8_source: str
+    eager_speed: float = _H200_EAGER
+    """Share of the compiled compute rate an eager step reaches: fitted per family to same-machine pairs (eager and
+    compiled, all else equal) in core/data/published_runs.csv, so power and clock differences cancel."""
+    eager_status: str = "assumed"
+    eager_source: str = _LENT_EAGER
+    band: float | None = None
+    """+- share that 90% of the family's runs stayed within when their source was left out of the fit
+    (core.evidence.leave_one_source_out, tools/fit_constants.py): the observed spread; None where no other source has
+    the family (plan --recommend then uses its status's range)."""
 
     @property
     def measured(self) -> bool:
@@ -65,15 +79,23 @@ GPU_CONSTANTS: dict[str, GpuConstants] = {
         compute_source="bench/calibrate.py on one H200 (docs/BENCHMARKS.md); held against published torchtitan H200 "
                        f"runs ({_PUBLISHED})",
         fp8_compute_efficiency=_H200_FP8, fp8_status="measured",
-        fp8_source="bench/speed.py on one H200: fp8 1.16x bf16 at 8 x 4096, 0.70x at 2 x 2048 (docs/BENCHMARKS.md)"),
+        fp8_source="bench/speed.py on one H200: fp8 1.16x bf16 at 8 x 4096, 0.70x at 2 x 2048 (docs/BENCHMARKS.md)",
+        eager_speed=_H200_EAGER, eager_status="measured",
+        eager_source="eager vs compiled on 2 x H200, 4 x 4096, the same machine (reference/FACTS.md)", band=0.17),
     "H100": GpuConstants(
-        compute_efficiency=0.501, compute_status="published",
+        compute_efficiency=0.552, compute_status="published",
         compute_source="fitted to published FSDP runs on H100 SXM (AWS's torchtitan sample on 4 x p5.48xlarge, "
-                       f"llm-foundry's H100 tables; {_PUBLISHED}): not the H200's, the same GH100 die at 3.35 "
-                       "instead of 4.8 TB/s, and a compiled step's non-matmul share is bandwidth-bound",
-        fp8_compute_efficiency=0.283, fp8_status="published",
-        fp8_source="fitted to torchtitan float8 on 4 x p5.48xlarge (AWS's sample: 7,865 vs 6,785 tokens/s/GPU) and "
-                   f"llm-foundry's H100 fp8 table ({_PUBLISHED})"),
+                       f"llm-foundry's H100 tables; {_PUBLISHED}) with the H100's own eager share: not the H200's, "
+                       "the same GH100 die at 3.35 instead of 4.8 TB/s",
+        fp8_compute_efficiency=0.460, fp8_status="published",
+        fp8_source="fitted to the same-machine fp8/bf16 pairs of torchtitan's H100 tables (Llama 3.1 8B, 8 and 128 "
+                   "GPUs, compiled: 1.28x and 1.29x; torchao's README: up to 1.25x at 8 GPUs / 8B), so power and "
+                   f"clock cancel ({_PUBLISHED}; tools/fit_constants.py)",
+        eager_speed=0.858, eager_status="published",
+        eager_source="fitted to the same-machine eager/compiled pairs of torchtitan's H100 tables (Llama 3.1 8B, "
+                     "5,762 vs 6,667 and 5,605 vs 6,514 tokens/s/GPU: compile 1.16x; "
+                     "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md)",
+        band=0.24),
     "B200": GpuConstants(
         compute_efficiency=0.30, compute_status="assumed",
         compute_source="a prior: no FSDP run on B200 recorded here with its configuration; issue 38's independent check "
@@ -92,7 +114,7 @@ GPU_CONSTANTS: dict[str, GpuConstants] = {
         compute_efficiency=0.70, compute_status="published",
         compute_source="fitted to llm-foundry's A100-80GB FSDP tables and torchtitan's 64 x A100 runs "
                        f"({_PUBLISHED})",
-        fp8_compute_efficiency=0.0, fp8_status="published", fp8_source=_NO_FP8),
+        fp8_compute_efficiency=0.0, fp8_status="published", fp8_source=_NO_FP8, band=0.14),
     "L40S": GpuConstants(
         compute_efficiency=0.45, compute_status="assumed",
         compute_source="a prior: a 350 W Ada part sustains well under its boost-clock peak under dense tensor load; "

@@ -9,7 +9,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           so the *allocated* peak rarely holds them, but the caching allocator keeps their blocks
                           *reserved*: the 2026-12-01 calibration measured reserved = allocated + about this much.
                + 4P       with sharding fsdp and gradAccumulation > 1: the unsharded fp32 gradients FSDP2 accumulates
-                          between optimizer steps (set_requires_gradient_sync(False)). hsdp keeps reducing within the
+                          between optimizer steps (set_requires_gradient_sync(False)); not with
+                          gradSyncEveryMicroBatch (reduce-scatter every micro-batch, NVLink traffic instead). hsdp keeps reducing within the
                           node at every micro-batch and accumulates sharded gradients only.
                + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
                           hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
@@ -31,8 +32,9 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
-- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (headroom over
-               what the caching allocator reserves).
+- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (16% with
+               gradAccumulation > 1 on one GPU: FRAGMENTATION_ACCUMULATING): the caching allocator's reserved peak over its
+               allocated one (rounding, fragmentation), as measured.
 
 The constants are calibrated against what runs out: *reserved* memory plus what lies outside the allocator
 (bench/calibrate.py and bench/sharding_proof.py on H200, expandable segments on; docs/BENCHMARKS.md).
@@ -52,14 +54,24 @@ from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
-           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK"]
+           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "FRAGMENTATION_ACCUMULATING",
+           "grad_sync_every_micro_batch"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
 """Outside PyTorch's allocator, per GPU: 1.30 GiB measured at world size 1 (CUDA context, cuBLAS, NCCL; one H200)
 + 0.2 GiB for larger communicators' buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
-"""Headroom over the parts: measured peak reserved memory was at most 0.986 of them."""
+"""Headroom over the parts without accumulation: measured peak reserved memory was at most 0.986 of them (one H200,
+expandable segments, bench/calibrate.py)."""
+FRAGMENTATION_ACCUMULATING = 0.16
+"""Headroom over the parts with gradAccumulation > 1 on one GPU (on more, ACCUMULATION_GRADIENT_COPIES, fitted to
+2 x H200 reserved memory, covers it): what the caching allocator reserves beyond the allocated peak
+when micro-batches' activations come and go beside gradients held across them (its rounding and fragmentation, as
+measured). The default job reserved 78.5 GiB (72.1 allocated) on an H200 capped at 79.1 GiB as the p5.4xlarge row
+(16 x 2048 x 16) against 67.8 GiB of planned parts, and 39.2 on the g6e.8xlarge row (2 x 2048 x 128) against 34.4
+(issue 48): 0.156 and 0.134 over the parts, with the 1.3 GiB outside the allocator; 0.16 covers both, so a plan that
+fits keeps real headroom."""
 SUGGESTED_LOSS_CHUNK = 1024
 """The loss chunk the planner suggests for an unchunked plan that does not fit (the settings' default)."""
 
@@ -147,13 +159,27 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
     return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
 
 
+def grad_sync_every_micro_batch(t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int,
+                                nvlink: bool) -> bool:
+    """Whether gradients are reduce-scattered after every micro-batch (gradSyncEveryMicroBatch; auto: under fsdp with
+    accumulation on one node of several NVLink-connected GPUs, where the k reduce-scatters stay on NVLink and the
+    unsharded fp32 gradients, 4 bytes a parameter, are never held). hsdp reduces inside the node every micro-batch
+    anyway; training.train and core.perf read the same answer."""
+    if t.grad_sync_every_micro_batch != "auto":
+        return bool(t.grad_sync_every_micro_batch)
+    return (strategy == "fsdp" and t.accumulation_steps > 1 and nodes == 1 and gpus_per_node > 1 and nvlink)
+
+
 def estimate_for(
-    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp"
+    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp",
+    sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
     """GiB per GPU of training `t` on `world_size` GPUs of model `gpu` (any world size, e.g. a measured one).
 
     shard_size: GPUs each parameter is sharded over (default: all of them, plain FSDP; hsdp: the GPUs of one node).
     strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
+    sync_every_micro_batch: fsdp reduce-scatters every micro-batch (grad_sync_every_micro_batch): no unsharded fp32
+    gradients are held between micro-batches.
     """
     if t.undecided:
         raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
@@ -167,7 +193,8 @@ def estimate_for(
     accumulated = 0.0
     if t.accumulation_steps > 1 and world_size > 1:
         copies = ACCUMULATION_GRADIENT_COPIES[strategy]
-        accumulated = (4 * params if strategy == "fsdp" else 0) + copies * 4 * params / shard
+        unsharded = strategy == "fsdp" and not sync_every_micro_batch
+        accumulated = (4 * params if unsharded else 0) + copies * 4 * params / shard
     parts = {
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
@@ -182,7 +209,9 @@ def estimate_for(
     }
     gib = {k: v / _GIB for k, v in parts.items()}
     allocated = sum(gib.values())
-    overhead = OVERHEAD_FIXED_GIB + FRAGMENTATION * allocated
+    # on one GPU the accumulation copies term (fitted on two) adds nothing; what accumulation costs there is reserved
+    fragmentation = FRAGMENTATION_ACCUMULATING if t.accumulation_steps > 1 and world_size == 1 else FRAGMENTATION
+    overhead = OVERHEAD_FIXED_GIB + fragmentation * allocated
     return MemoryEstimate(
         parameters_gib=gib["parameters"], gradients_gib=gib["gradients"], optimizer_gib=gib["optimizer"],
         gathered_gib=gib["gathered"], activations_gib=gib["activations"], logits_gib=gib["logits"],
@@ -200,7 +229,11 @@ def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
         raise SettingsError([settings.scaled_to_zero_problem()])
     gpus_per_node = settings.nodes.gpu_instance.gpus
     shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
+    instance = settings.nodes.gpu_instance
+    sync = grad_sync_every_micro_batch(
+        settings.training, strategy=strategy, nodes=settings.nodes.gpu_node_count, gpus_per_node=instance.gpus,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
     return estimate_for(
-        settings.training, world_size=settings.world_size, gpu=settings.nodes.gpu_instance.gpu, shard_size=shard,
-        strategy=strategy,
+        settings.training, world_size=settings.world_size, gpu=instance.gpu, shard_size=shard,
+        strategy=strategy, sync_every_micro_batch=sync,
     )

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, fp8, gpu_constants
+from ray_efa.core import catalog, fp8, gpu_constants, memory
 from ray_efa.core import network as network_module
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
@@ -70,8 +70,10 @@ MICRO_STEP_FIXED_S = 0.046
 """Seconds per micro-batch that do not scale with FLOPs (launches, FSDP2 hooks): the same fit's intercept."""
 LAUNCH_FLOOR_S = 0.155
 """Shortest fwd+bwd measured (0.140 s at 2x2048, 0.169 s at 1x2048, averaged): small batches are launch-bound."""
-EAGER_SPEED = 0.946
-"""Eager vs compiled layers: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked (reference/FACTS.md)."""
+EAGER_SPEED = gpu_constants.GPU_CONSTANTS["H200"].eager_speed  # 0.946
+"""Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
+(reference/FACTS.md). Each family has its own (core.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
+pairs where published; the H100's is torchtitan's 1.16x)."""
 UNCHUNKED_LOSS_SPEED = 0.785
 """Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, reference/FACTS.md) vs 47,747 (calibration)."""
 FORWARD_SHARE = 1 / 3
@@ -278,7 +280,7 @@ def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
 
 def _collectives(
     t: TrainingSettings, p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int,
-    use_fp8: bool = False,
+    use_fp8: bool = False, sync_every: bool = False,
 ) -> list[Collective]:
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
@@ -299,7 +301,8 @@ def _collectives(
         for name, size, calls, every in (
             ("all-gather parameters (forward)", gather_fwd, k, True),
             ("all-gather parameters (backward)", gather_bwd, k, True),
-            ("reduce-scatter gradients", grads, 1, False),
+            # gradSyncEveryMicroBatch: every micro-batch's backward reduce-scatters (k calls), else the last one's
+            ("reduce-scatter gradients", grads, k if sync_every else 1, sync_every),
         ):
             for on in (link, "intra") if link == "inter" else (link,):  # the ring also runs through each node's GPUs
                 out.append(Collective(name=name, link=on, size_gb=size, calls=calls, wire_gb=size * calls * share,
@@ -382,7 +385,7 @@ def predict(
     family = gpu_constants.constants_for(gpu.name)
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
                   else family.compute_efficiency)
-    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else EAGER_SPEED)
+    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
             * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
     if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
@@ -398,7 +401,10 @@ def predict(
     shard = g if hsdp_across else world
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
-    collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8))
+    sync_every = memory.grad_sync_every_micro_batch(
+        t, strategy=strategy, nodes=nodes, gpus_per_node=g,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
+    collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8, sync_every))
     # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
     # each call also pays its link's latency (core.network).
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ray_efa.core import addons, catalog, regions, scheduling
+from ray_efa.core import addons, catalog, prices, regions, scheduling
 from ray_efa.core.image import image_without_digest
 from ray_efa.core.models import model_preset
 from ray_efa.core.problems import Problem
@@ -69,6 +69,21 @@ def _head_fits_the_system_nodes(instance_type: str) -> Problem | None:
     # Pending until the job's deadline while the GPU nodes bill (core.node_pods lists them).
     problem = catalog.head_fit_problem(catalog.system_instance(instance_type))
     return None if problem is None else Problem("systemInstanceType", instance_type, f"is too small for the Ray head: {problem}")
+
+
+@_rule("region", "gpuInstanceType", "extraGpuInstanceTypes", "offeringCheck")
+def _gpu_type_offered_in_the_region(region: str, instance_type: str, descriptions: tuple[dict[str, Any], ...],
+                                    check: str) -> Problem | None:
+    # The one offering lookup (core.prices.offering_problem): synth, plan and plan --recommend read the same rows.
+    if check == "off" or instance_type in described_gpu_instances(descriptions):
+        return None
+    problem = prices.offering_problem(instance_type, region)
+    if problem is None:
+        return None
+    return Problem("gpuInstanceType", instance_type,
+                   f"{problem}: deploy to one of those (-c region=...) or pick a type {region} offers; if the table is "
+                   f"stale (aws ec2 describe-instance-type-offerings --region {region} --filters "
+                   f"Name=instance-type,Values={instance_type} lists it), set offeringCheck=off")
 
 
 @_rule("adminPrincipalArns")

@@ -141,6 +141,12 @@ class NodeSettings(_Section):
         "odcr", "capacityReservationType",
         "What capacityReservationId names: odcr (On-Demand Capacity Reservation) or capacity-block (Capacity Blocks for ML).",
     )
+    offering_check: Literal["on", "off"] = setting(
+        "on", "offeringCheck",
+        "on: a gpuInstanceType that core/data/on_demand_prices.csv records as not offered in the region is an error "
+        "(naming the regions that offer it); off: trust your own check (aws ec2 describe-instance-type-offerings) "
+        "where that dated table is stale.",
+    )
 
     @property
     def capacity_block(self) -> bool:
@@ -362,7 +368,7 @@ class TrainingSettings(_Section):
     micro_batch: AutoCount = setting(
         "auto", "microBatch",
         "Sequences per GPU per micro-batch; auto: the one core.strategy predicts fastest that fits in "
-        "92% of the GPU's memory (seqLen stays yours).",
+        "95% of the GPU's memory, its reserved peak planned (seqLen stays yours).",
     )
     learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.", gt=0)
     warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.", ge=0)
@@ -386,6 +392,13 @@ class TrainingSettings(_Section):
     activation_checkpointing: AutoBool = setting(
         "auto", "activationCheckpointing",
         "Recompute decoder-layer activations in backward; auto: on only where it lets a faster plan fit (core.strategy).",
+    )
+    grad_sync_every_micro_batch: AutoBool = setting(
+        "auto", "gradSyncEveryMicroBatch",
+        "With gradAccumulation > 1 under fsdp: reduce-scatter the gradients after every micro-batch (sharded fp32 "
+        "gradients accumulate: 4 bytes a parameter less per GPU, k times the gradient traffic) instead of keeping the "
+        "unsharded fp32 gradients until the last one; auto: on where one node is one NVLink domain (one node, NVLink "
+        "between its GPUs), where that traffic stays on NVLink (core.memory.grad_sync_every_micro_batch).",
     )
     loss_chunk_size: int = setting(
         1024, "lossChunkSize",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, memory, perf, provenance
+from ray_efa.core import catalog, gpu_constants, memory, perf, prices, provenance
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
 from ray_efa.core.provenance import fp8_evidence
@@ -66,8 +66,12 @@ def _memory(settings: Settings, t: TrainingSettings, strategy: str) -> MemoryEst
     """core.memory's estimate of `t` (the settings' training, or a candidate shape of it) on the settings' nodes."""
     n = settings.nodes
     shard = n.gpu_instance.gpus if strategy == "hsdp" and n.gpu_node_count > 1 else settings.world_size
+    link = n.gpu_instance.gpu_link
+    sync = memory.grad_sync_every_micro_batch(t, strategy=strategy, nodes=n.gpu_node_count,
+                                              gpus_per_node=n.gpu_instance.gpus,
+                                              nvlink=link is not None and link.name.startswith("NVLink"))
     return memory.estimate_for(t, world_size=settings.world_size, gpu=n.gpu_instance.gpu, shard_size=shard,
-                               strategy=strategy)
+                               strategy=strategy, sync_every_micro_batch=sync)
 
 
 def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
@@ -124,14 +128,13 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 
 # -- the batch shape and precision: what auto decides -----------------------------------------------------------------
 
-AUTO_MEMORY_SHARE = 0.92
-"""An auto shape must plan at most this share of the GPU's memory. What it rests on, honestly: the plan is above the
-peak *allocated* memory of every measured shape (the default fp8 16 x 2048 on one H200: 72.6 GiB planned, 68.2
-allocated; bf16 shapes 7-12% above), so 8% headroom leaves the allocator room for fragmentation. The peak *reserved*
-was above the plan for that default (80.4 GiB, 11% over) on a 139 GiB GPU where the caching allocator had no reason
-to reuse its cache; that it reuses it on an 80 GB GPU without an out-of-memory is predicted, not measured
-(docs/BENCHMARKS.md). With activation checkpointing fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as
-published fp8 runs measure."""
+AUTO_MEMORY_SHARE = 0.95
+"""An auto shape must plan at most this share of the GPU's memory. The plan is the caching allocator's reserved peak
+as measured (core.memory: the parts, and over them FRAGMENTATION, or FRAGMENTATION_ACCUMULATING with accumulation:
+the default 16 x 2048 x 16 reserved 78.5 GiB against 79.1 usable on the p5.4xlarge row, 67.8 GiB of parts), plus
+what lies outside the allocator; 5% is left for what no measurement here covers (another driver, a longer run). It
+was 0.92 while the plan was the allocated peak and the reserved one was 11% above it. With activation checkpointing
+fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as published fp8 runs measure."""
 MAX_AUTO_MICRO_BATCH = 64
 """The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
 GLOBAL_BATCH_TOLERANCE = 0.02
@@ -330,10 +333,18 @@ def _more_nodes(settings: Settings) -> dict[str, object] | None:
 
 def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, object]]]:
     """(key, current value, context change) for each single lever that lowers memory, cheapest in throughput first:
-    the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
+    the reduce schedule (gradSyncEveryMicroBatch, with accumulation under fsdp), the loss chunking, activation checkpointing, a shorter micro batch or sequence, more GPU nodes (the same GPUs,
     more of them), then every GPU with more memory."""
     t, n = settings.training, settings.nodes
     out: list[tuple[str, object, dict[str, object]]] = []
+    # the reduce schedule first: with accumulation under fsdp, reduce-scattering every micro-batch holds no unsharded
+    # fp32 gradients (4 bytes a parameter) for k times the gradient traffic (NVLink in one node)
+    if t.accumulation_steps > 1 and t.sharding == "fsdp" and t.grad_sync_every_micro_batch is not True:
+        link = n.gpu_instance.gpu_link
+        if not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
+                                                  gpus_per_node=n.gpu_instance.gpus,
+                                                  nvlink=link is not None and link.name.startswith("NVLink")):
+            out.append(("gradSyncEveryMicroBatch", t.grad_sync_every_micro_batch, {"gradSyncEveryMicroBatch": True}))
     if t.loss_chunk_size == 0:
         out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
     if not t.activation_checkpointing:
@@ -348,7 +359,9 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
         (row for row in catalog.GPU_INSTANCES.values()
          # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
          if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
-         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)),
+         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
+         # sold in the stack's region (the one offering lookup, core.prices): advice names only what can be launched
+         and (n.offering_check == "off" or prices.offering_problem(row.name, settings.cluster.region) is None)),
         key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
     )
     for row in bigger:
@@ -357,8 +370,8 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
 
 
 _PLAN_KEYS = (
-    "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount", "gpuInstanceType",
-    "compile", "model", "sharding", "gradAccumulation", "precision",
+    "gradSyncEveryMicroBatch", "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount",
+    "gpuInstanceType", "compile", "model", "sharding", "gradAccumulation", "precision",
 )
 """The settings the memory plan depends on, in the order a refusal names them."""
 
@@ -583,4 +596,19 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "links": provenance.links(settings, net, chosen.prediction, chosen.training, calibration),
             "precision_note": fp8_evidence(settings),
         }
+    # The comparison run (k8s.workload: the job's resolved levers, network flipped, nothing else): what the transport
+    # alone is worth, beside what auto would pick on the other network.
+    job_net = settings.workload.network
+    other_net = "tcp" if job_net == "efa" else "efa"
+    same = choose(resolve(settings, job_net, calibration), other_net, calibration)
+    job = out[job_net]
+    efa, tcp = (job["tokens_per_s"], same.tokens_per_s) if job_net == "efa" else (same.tokens_per_s, job["tokens_per_s"])
+    out[other_net]["same_job"] = {
+        "tokens_per_s": same.tokens_per_s, "tokens_per_s_per_gpu": same.prediction.tokens_per_s_per_gpu,
+        "precision": same.training.precision, "strategy": same.strategy, "grad_reduce_dtype": same.reduce_dtype,
+        "micro_batch": same.training.micro_batch, "grad_accumulation": same.training.grad_accumulation,
+        "efa_over_tcp": efa / tcp if tcp > 0 else None,
+        "note": f"the {job_net} job's levers on {other_net}, nothing else changed: the comparison RayJob "
+                "(ray-efa manifests) and the transport ratio `ray-efa compare` reports",
+    }
     return out

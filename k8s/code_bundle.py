@@ -191,6 +191,13 @@ def _chunks(files: list[ShippedFile], budget: int) -> list[list[ShippedFile]]:
     return chunks
 
 
+DATA_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ray_efa/core/prices.py": ("ray_efa.core", ("data/on_demand_prices.csv",)),
+}
+"""Shipped module -> (its package, the data files it reads there with importlib.resources), shipped with it: the settings' offering rule
+(core.prices.offering_problem) runs wherever settings are read, the pods included."""
+
+
 def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> CodeBundle:
     """Read every .py file of `packages` (dotted names, found where Python imports them: the repository's folders in
     a checkout, site-packages in an install; sorted, no caches), each parent package's __init__.py, and settings.json;
@@ -216,6 +223,12 @@ def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACK
             files[path] = ShippedFile(path=path, text=source.read_text(encoding="utf-8"))
     # The last package is the one the pods run (training); the ones before it ship as far as it imports them.
     files = _imported_from(files, roots=(packages[-1].replace(".", "/") + "/",))
+    for module, (package, data) in DATA_FILES.items():  # the data a shipped module reads at import
+        if module in files:
+            for relative in data:
+                path = f"{package.replace('.', '/')}/{relative}"
+                text = (_package_dir(package) / relative).read_text(encoding="utf-8")
+                files[path] = ShippedFile(path=path, text=text)
     files[SETTINGS_FILE] = ShippedFile(path=SETTINGS_FILE, text=settings.to_json() + "\n")
     return CodeBundle(files=tuple(sorted(files.values(), key=lambda f: f.path)))
 

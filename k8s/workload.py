@@ -15,7 +15,7 @@ from constructs import Construct
 
 from ray_efa.core.model_source import pod_path_problems
 from ray_efa.core.settings import Settings, SettingsError
-from ray_efa.core.strategy import check_fits
+from ray_efa.core.strategy import check_fits, resolve
 from ray_efa.core.user_code import check_user_code
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.code_config_map import CodeConfigMap
@@ -134,14 +134,17 @@ def build_workload(scope: Construct, settings: Settings) -> list[cdk8s.Chart]:
 
 def build_manifests(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None) -> list[cdk8s.Chart]:
     """Everything dist/ gets, in apply order: the namespace, the long-lived RayCluster, the training RayJob and its
-    comparison run on the other network (settings with network flipped, and preflightMinBusbwGbps unset: each
-    network's own floor). Apply the namespace and then ONE of the
+    comparison run on the other network (the job's resolved levers with network flipped, and preflightMinBusbwGbps
+    unset: each network's own floor). Apply the namespace and then ONE of the
     others at a time: each of them takes every GPU node. `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive),
     which every Ray pod fetches, in place of its ConfigMap."""
     # The comparison run gets its own network's preflight floor (core.preflight_floor.network_floor): a
     # preflightMinBusbwGbps set for the job's network would hold TCP to EFA's floor, or EFA to TCP's.
     unset_floor = {} if settings.workload.preflight_min_busbw_gbps is None else {"preflightMinBusbwGbps": None}
-    other = settings.replace(network=comparison_network(settings.workload.network), **unset_floor)
+    # The same job on the other network: the job's levers as its driver decides them for ITS network (core.strategy.
+    # resolve), then the network flipped and nothing else. Re-resolving `auto` for the other network trained fp8 with
+    # HSDP and a bf16 wire over TCP against bf16 FSDP over EFA on p5: a ratio of two jobs, not of two transports.
+    other = resolve(settings).replace(network=comparison_network(settings.workload.network), **unset_floor)
     jobs = sorted([settings, other], key=lambda s: s.workload.network)  # rayjob-efa before rayjob-tcp, always
     return _in_order([
         namespace_chart(scope, settings),

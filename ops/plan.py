@@ -157,8 +157,9 @@ class Plan:
                 "advice": self.memory_advice, "judged": self.judged,
             },
             "usd_per_hour": {
-                **dataclasses.asdict(self.cost), "total": self.cost.total,
-                "after_destroying_gpu_stack": self.cost.without_gpu_stack,
+                **{k: v for k, v in dataclasses.asdict(self.cost).items() if k != "gpu_price"},
+                "total": self.cost.total, "after_destroying_gpu_stack": self.cost.without_gpu_stack,
+                "gpu_price": None if self.cost.gpu_price is None else self.cost.gpu_price.as_dict(),
             },
             "performance": self.performance,
             "teardown": list(self.teardown),
@@ -386,8 +387,15 @@ def _render_cost(plan: Plan, console: Console) -> None:
     s = plan.settings
     gpu, system = s.nodes.gpu_instance, s.nodes.system_instance
     c = plan.cost
-    cost = Table(title="USD per hour", caption="on-demand list prices, an estimate; excludes data transfer, "
-                                               "NAT data processing, EBS and S3")
+    price = c.gpu_price
+    if price is None or (price.recorded and price.option == "on-demand"):
+        priced = f"GPU nodes at {s.cluster.region}'s On-Demand list price"
+    elif price.recorded:
+        priced = f"GPU nodes at {s.cluster.region}'s Capacity Block rate (no On-Demand price recorded there)"
+    else:
+        priced = f"GPU nodes: NO price recorded for {gpu.name} in {s.cluster.region}: {price.source}"
+    cost = Table(title="USD per hour", caption=f"{priced}; the rest at us-east-2's list prices; an estimate; excludes "
+                                               "data transfer, NAT data processing, EBS and S3")
     cost.add_column("item")
     cost.add_column("USD/h", justify="right")
     nat = 0 if s.cluster.vpc_id else s.cluster.nat_gateways

@@ -2,8 +2,10 @@
 extraGpuInstanceTypes) at 1..N nodes, each with its own chosen plan (core.strategy: batch split, precision,
 sharding), ranked by predicted USD per million tokens; only plans that fit memory. Pure: settings in, dicts out.
 
-Each row says what it rests on: the price (core.prices: the stack's region, On-Demand, and a Capacity Block where one
-is recorded; Spot is not recorded), and the step model's constants of its GPU family (core.gpu_constants: measured,
+Only what can be bought at a known price is ranked: a row's price is recorded for the stack's region (core.prices:
+On-Demand, or a Capacity Block, labelled `purchase: capacity-block`; a type with both gets a row for each). A type with
+neither (not offered there, offered without an On-Demand price, or a region with no record) is left out, with why
+(`skipped`). Spot is not recorded. Each row says what it rests on: the price, and the step model's constants of its GPU family (core.gpu_constants: measured,
 published or assumed), with a predicted range that is wider where a constant is assumed. The ranking models the
 built-in train function's architecture (the settings' preset or modelPath); a trainFunction of your own builds what it
 builds, and the ranking says so.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, prices
+from ray_efa.core import catalog, gpu_constants, network, perf, prices
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
@@ -25,7 +27,9 @@ TOKENS_PER_PARAMETER = 20
 ("Training Compute-Optimal Large Language Models"): real hours and dollars for a real run of the model."""
 RANGE = {"measured": 0.10, "published": 0.15, "assumed": 0.35}
 """+- share of the predicted tokens/s by the weakest status of the constants a row rests on: measured within 10%
-(the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%."""
+(the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%;
+widened to the family's band (core.gpu_constants: 90% of its runs within it when their source was left out of the
+fit) where that is wider."""
 OWN_FUNCTION_NOTE = ("trainFunction is your own: the ranking models the built-in train function's architecture "
                      "({model}), not what your function builds")
 
@@ -42,32 +46,53 @@ def tokens_to_train(settings: Settings) -> int:
     return TOKENS_PER_PARAMETER * settings.training.preset.num_parameters
 
 
-def _constants(gpu_name: str, precision: str) -> dict[str, Any]:
-    family = gpu_constants.constants_for(gpu_name)
-    out: dict[str, Any] = {"compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status}}
+def _constants(settings: Settings, precision: str) -> dict[str, Any]:
+    """Every step-model constant the row's prediction uses, each with its status; "status" is the weakest of them
+    (not the compute constant's alone: an assumed eager share or network share makes the row assumed)."""
+    n = settings.nodes
+    family = gpu_constants.constants_for(n.gpu_instance.gpu.name)
+    out: dict[str, Any] = {
+        "compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status},
+        # compiled predictions of a family fitted on eager rows rest on its eager share too: always used
+        "eager_speed": {"value": family.eager_speed, "status": family.eager_status},
+    }
     if precision == "fp8":
         out["fp8_compute_efficiency"] = {"value": family.fp8_compute_efficiency, "status": family.fp8_status}
+    if n.gpu_instance.gpus > 1:
+        link = n.gpu_instance.gpu_link
+        share, measured, _ = gpu_constants.link_share(link.name if link else "", link.gb_s if link else None)
+        out["intra_node_link_share"] = {"value": share, "status": "measured" if measured else "assumed"}
+    if n.gpu_node_count > 1:
+        figure = network.efa_link(n.gpu_instance)
+        out["inter_node_link"] = {"value": round(figure.gb_s, 3), "status": figure.status}
+        out["scale_loss_per_doubling"] = {"value": perf.SCALE_LOSS_PER_DOUBLING, "status": "published"}
     weakest = max((c["status"] for c in out.values()), key=gpu_constants.STATUSES.index)
     out["status"] = weakest
     return out
 
 
-def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
+def _rows(settings: Settings, tokens: int, bought: list[prices.Price]) -> list[dict[str, Any]]:
+    """One row per recorded purchase option of the settings' type and node count; none where the plan does not fit."""
     option = choose(settings)
     if not option.fits or option.tokens_per_s <= 0:
-        return None
+        return []
+    return [_row(settings, tokens, option, price) for price in bought]
+
+
+def _row(settings: Settings, tokens: int, option: Any, price: prices.Price) -> dict[str, Any]:
     n, region = settings.nodes, settings.cluster.region
     on_demand = prices.on_demand(n.gpu_instance, region)
     block = prices.capacity_block(n.gpu_instance, region)
     cost = hourly_cost(settings)
     fixed = cost.total - cost.gpu_nodes  # system nodes, control plane, NAT: the same whatever the GPUs
-    usd_per_hour = fixed + n.gpu_node_count * on_demand.usd_per_hour
+    usd_per_hour = fixed + n.gpu_node_count * price.usd_per_hour
     hours = tokens / option.tokens_per_s / 3600
     t, split = option.training, global_batch(settings, option.training)
-    constants = _constants(n.gpu_instance.gpu.name, t.precision)
-    spread = RANGE[constants["status"]]
+    constants = _constants(settings, t.precision)
+    band = gpu_constants.constants_for(n.gpu_instance.gpu.name).band
+    spread = max(RANGE[constants["status"]], band or 0.0)  # the observed spread by source, where there is one
     return {
-        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count,
+        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count, "purchase": price.option,
         "gpus": settings.world_size, "gpu": n.gpu_instance.gpu.name,
         "tokens_per_s": option.tokens_per_s, "tokens_per_s_per_gpu": option.prediction.tokens_per_s_per_gpu,
         "tokens_per_s_range": [option.tokens_per_s * (1 - spread), option.tokens_per_s * (1 + spread)],
@@ -76,6 +101,7 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
         "usd": hours * usd_per_hour, "usd_range": [hours * usd_per_hour / (1 + spread),
                                                     hours * usd_per_hour / (1 - spread)],
         "price": {
+            "ranked": price.as_dict(),
             "on_demand": on_demand.as_dict(),
             "capacity_block": None if block is None else {
                 **block.as_dict(), "usd_per_hour_total": fixed + n.gpu_node_count * block.usd_per_hour,
@@ -93,10 +119,22 @@ def _row(settings: Settings, tokens: int) -> dict[str, Any] | None:
     }
 
 
+def _left_out_because(settings: Settings) -> str:
+    instance, region = settings.nodes.gpu_instance, settings.cluster.region
+    price = prices.on_demand(instance, region)
+    if not price.offered:
+        return price.source
+    if instance.described:
+        return f"a described type: no price recorded for {region} ({price.source})"
+    if prices.offering(instance.name, region) == "no-price":
+        return f"no On-Demand or Capacity Block price recorded for {region}: {price.source}"
+    return f"no price recorded for {region}: {price.source}"
+
+
 def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8) -> dict[str, Any]:
     """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
-    (instance type, nodes) sorted by usd_per_million_tokens, "skipped": the types the settings refuse or the region
-    does not offer, with why}."""
+    (instance type, nodes, purchase option) sorted by usd_per_million_tokens, "skipped": the types the settings refuse,
+    the region does not offer, or that have no price recorded for the region, with why}."""
     given = tokens is not None
     tokens = tokens or tokens_to_train(settings)
     rows: list[dict[str, Any]] = []
@@ -108,13 +146,11 @@ def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int =
             except SettingsError as error:
                 skipped[name] = "; ".join(f"{p.key}: {p.message}" for p in error.problems)
                 break
-            on_demand = prices.on_demand(candidate.nodes.gpu_instance, candidate.cluster.region)
-            if not on_demand.offered:  # the region's record says the type is not sold there
-                skipped[name] = on_demand.source
+            bought = prices.buyable(candidate.nodes.gpu_instance, candidate.cluster.region)
+            if not bought:  # nothing to buy at a price recorded for the region: never ranked at a borrowed one
+                skipped[name] = _left_out_because(candidate)
                 break
-            row = _row(candidate, tokens)
-            if row is not None:
-                rows.append(row)
+            rows.extend(_rows(candidate, tokens, bought))
     rows.sort(key=lambda r: (r["usd_per_million_tokens"], -r["tokens_per_s"]))
     model = settings.training.preset
     region = settings.cluster.region

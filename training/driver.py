@@ -340,7 +340,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     import ray.train
 
     from ray_efa.training.metrics import format_summary
-    from ray_efa.training.run_summary import LOCAL, gate_fields, summary_line, summary_record
+    from ray_efa.training.run_summary import LOCAL, gate_fields, summary_line, summary_record, training_levers
 
     try:
         code_dir = check_user_code(settings).code_dir  # checked by check_plan above
@@ -389,7 +389,8 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder,
                           verdicts=verdicts)
     # After the gate: the summary carries what the gate proved, so that compare compares transports, not labels.
-    where["summary"] = {**summary, **gate_fields(verdicts[0] if verdicts else None)}
+    where["summary"] = {**summary, **gate_fields(verdicts[0] if verdicts else None),
+                        "training": training_levers(settings)}
     print(summary_line(**where), flush=True)
     record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     _say_report(folder)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware",
-           "gate_fields"]
+           "gate_fields", "TRAINING_LEVERS", "training_levers", "training_differences"]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
@@ -63,6 +63,35 @@ def describe_hardware(record: dict[str, Any]) -> str:
     kind = record.get("instance_type", "?")
     text = "this machine" if kind == LOCAL else f"{hosts} x {kind}"
     return text + (f", {devices} x {record.get('device', '?')}" if devices is not None else "")
+
+
+TRAINING_LEVERS = ("model", "seq_len", "micro_batch", "grad_accumulation", "precision", "compile",
+                   "activation_checkpointing", "sharding", "grad_reduce_dtype")
+"""The training settings a run summary records (`training`): a transport ratio needs them equal on both sides."""
+
+
+def training_levers(settings: Any) -> dict[str, Any]:
+    """The run's training levers as its driver decided them (core.strategy.resolve: no `auto` left), by
+    TRAINING_LEVERS: what `compare` checks before it calls a ratio the transport's."""
+    from ray_efa.core.strategy import resolve
+
+    try:
+        t = resolve(settings).training
+    except Exception:  # noqa: BLE001 - the summary must still be printed; the levers as set then (auto shows)
+        t = settings.training
+    return {"model": t.preset.name, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
+            "grad_accumulation": t.grad_accumulation, "precision": t.precision, "compile": t.compile,
+            "activation_checkpointing": t.activation_checkpointing, "sharding": t.sharding,
+            "grad_reduce_dtype": t.grad_reduce_dtype}
+
+
+def training_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The TRAINING_LEVERS on which two run summaries' `training` differ: lever -> (a's, b's); empty when either has
+    none recorded (an older driver)."""
+    ta, tb = a.get("training"), b.get("training")
+    if not isinstance(ta, dict) or not isinstance(tb, dict):
+        return {}
+    return {k: (ta.get(k), tb.get(k)) for k in TRAINING_LEVERS if ta.get(k) != tb.get(k)}
 
 
 def find_summaries(lines: Iterable[str]) -> list[dict[str, Any]]:

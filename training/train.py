@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from ray_efa.core import memory
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.perf import flops_per_token_causal
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
@@ -80,14 +81,15 @@ class StepResult(NamedTuple):
 
 def train_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch | list[Batch], *,
-    lr: float, grad_clip: float, device: torch.device,
+    lr: float, grad_clip: float, device: torch.device, sync_every_micro_batch: bool = False,
 ) -> StepResult:
     """One optimizer step on one batch or on a list of equal micro-batches (gradient accumulation); returns the
     (unsynchronized) mean loss over them and the gradient norm. bench/fsdp_reference.py runs it too.
 
     Each micro-batch's loss is scaled by 1/k before backward, so the accumulated gradient and the returned loss are
     those of the mean over all k x microBatch sequences: the same as one batch of them. Gradients cross the network
-    only in the last micro-batch's backward (training.parallelize.set_gradient_sync).
+    only in the last micro-batch's backward (training.parallelize.set_gradient_sync), or in every one's with
+    `sync_every_micro_batch` (gradSyncEveryMicroBatch: sharded gradients accumulate, no unsharded fp32 copy is held).
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -96,7 +98,7 @@ def train_step(
     loss = torch.zeros((), device=device)
     for index, (inputs, labels) in enumerate(batches):
         if k > 1:
-            set_gradient_sync(model, index == k - 1)
+            set_gradient_sync(model, sync_every_micro_batch or index == k - 1)
         micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
         (micro / k).backward()
         loss = loss + micro.detach() / k
@@ -151,16 +153,19 @@ class _StepReporter(Protocol):
 
 
 def run_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: _Batches, reporter: _StepReporter,
-              t: TrainingSettings, *, start: int, last_step: int, device: torch.device) -> None:
+              t: TrainingSettings, *, start: int, last_step: int, device: torch.device,
+              sync_every_micro_batch: bool = False) -> None:
     """The loop: optimizer steps start+1 .. last_step, each at its own step's learning rate (a resumed run goes on
-    with the schedule where it stopped) on its own micro-batches, then `reporter.step`."""
+    with the schedule where it stopped) on its own micro-batches, then `reporter.step`. `sync_every_micro_batch`:
+    gradSyncEveryMicroBatch as the plan decided it (core.memory)."""
     k = t.accumulation_steps
     model.train()
     for step in range(start + 1, last_step + 1):
         lr = learning_rate(step, t)
         # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
         batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
-        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device)
+        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device,
+                                     sync_every_micro_batch=sync_every_micro_batch)
         reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
 
 
@@ -237,7 +242,16 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
         log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
     )
     last_step = faults.last_step(t.steps) if faults else t.steps
-    run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device)
+    k = t.accumulation_steps
+    link = settings.nodes.gpu_instance.gpu_link
+    local = max(1, context.get_local_world_size())
+    sync_every = memory.grad_sync_every_micro_batch(  # the plan's answer (core.memory), on the ranks Ray started
+        t, strategy=strategy, nodes=max(1, world // local), gpus_per_node=local,
+        nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"))
+    if rank == 0 and sync_every and k > 1:
+        _say("gradients reduce-scattered after every micro-batch (gradSyncEveryMicroBatch)")
+    run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device,
+              sync_every_micro_batch=sync_every)
     if history:
         history.close()
 

@@ -9,7 +9,7 @@ import pytest
 from ray_efa.core import catalog, memory
 from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, estimate_for
 from ray_efa.core.settings import SettingsError
-from ray_efa.core.strategy import check_fits, estimate
+from ray_efa.core.strategy import AUTO_MEMORY_SHARE, check_fits, estimate, resolve
 from tests.core.shapes import fixed_settings, fixed_training
 
 GIB = 2**30
@@ -282,3 +282,74 @@ def test_scaled_to_zero_predicts_no_step():
 
     settings = fixed_settings({"gpuNodeCount": 0})
     assert performance(settings) == {} and resolve_sharding(settings) == "fsdp"
+
+
+# The default job as measured on one H200 with the allocator capped at an 80 GB H100's 79.1 GiB (the p5.4xlarge row)
+# and as the g6e.8xlarge row (issue 48): (GPU, micro batch, accumulation, precision, GiB reserved at the peak).
+CAPPED_RESERVED = [("H100", 16, 16, "fp8", 78.5), ("L40S", 2, 128, "bf16", 39.2)]
+
+
+@pytest.mark.parametrize("gpu, micro_batch, accumulation, precision, reserved", CAPPED_RESERVED)
+def test_the_plan_covers_the_reserved_peak_of_the_default_job_on_one_gpu(gpu, micro_batch, accumulation, precision,
+                                                                         reserved):
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=2048, grad_accumulation=accumulation,
+                       precision=precision)
+    plan = estimate_for(t, world_size=1, gpu=catalog.GPUS[gpu])
+    # the allocator's reserved peak plus the 1.3 GiB measured outside it (it planned 72.6 and 37.6 before)
+    assert plan.total_gib >= reserved + 1.3, plan.total_gib
+    assert plan.total_gib <= 1.2 * (reserved + 1.3)
+
+
+def test_auto_keeps_real_headroom_on_the_p5_4xlarge_row():
+    # GIVEN the default job on one p5.4xlarge, whose 16 x 2048 x 16 reserved 78.5 of 79.1 GiB
+    settings = fixed_settings({"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1})
+    plan = estimate(settings)
+    decided = resolve(settings).training
+    # THEN auto picks a shape whose planned reserved peak leaves the margin, not the one that had 0.6 GiB left
+    assert plan.fits and plan.total_gib <= AUTO_MEMORY_SHARE * plan.capacity_gib
+    assert (decided.micro_batch, decided.grad_accumulation) != (16, 16)
+
+
+def test_grad_sync_every_micro_batch_trades_the_unsharded_gradients_for_nvlink_traffic():
+    from ray_efa.core import perf
+
+    # GIVEN one p5.48xlarge (8 GPUs on NVLink) accumulating 4 micro-batches under fsdp
+    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 1, "microBatch": 2, "gradAccumulation": 4,
+                        "sharding": "fsdp", "gradReduceDtype": "fp32", "precision": "bf16",
+                        "activationCheckpointing": False})
+    params = s.training.preset.num_parameters
+    held, synced = (memory.estimate(s.replace(gradSyncEveryMicroBatch=v), "fsdp") for v in (False, True))
+    # THEN reduce-scattering every micro-batch holds 4 bytes a parameter less per GPU
+    assert held.gradients_gib - synced.gradients_gib == pytest.approx(4 * params / 2**30)
+    # and auto takes it there: one node, one NVLink domain (the k reduce-scatters stay on NVLink)
+    assert memory.estimate(s, "fsdp").gradients_gib == pytest.approx(synced.gradients_gib)
+
+    def reduce_scatters(settings):
+        t = settings.training
+        prediction = perf.predict(t, instance=settings.nodes.gpu_instance, nodes=settings.nodes.gpu_node_count,
+                                  network="efa", strategy="fsdp", reduce_dtype="fp32")
+        (rs,) = [c for c in prediction.collectives if c.name == "reduce-scatter gradients"]
+        return rs
+
+    once, every = reduce_scatters(s.replace(gradSyncEveryMicroBatch=False)), reduce_scatters(s)
+    assert (once.calls, every.calls) == (1, 4) and every.wire_gb == pytest.approx(4 * once.wire_gb)
+    # across nodes (EFA traffic) or over PCIe auto keeps the gradients instead
+    for other in ({"gpuNodeCount": 2}, {"gpuInstanceType": "g6.48xlarge"}):
+        t = s.replace(**other).training
+        n = s.replace(**other).nodes
+        link = n.gpu_instance.gpu_link
+        assert not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
+                                                      gpus_per_node=n.gpu_instance.gpus,
+                                                      nvlink=link is not None and link.name.startswith("NVLink"))
+
+
+def test_memory_advice_offers_the_reduce_schedule_where_accumulation_holds_the_gradients():
+    # GIVEN 2 x p5.48xlarge (auto keeps the gradients: EFA traffic) with a plan too large for its GPUs
+    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "model": "qwen2.5-1.5b", "seqLen": 2048,
+                        "microBatch": 17, "gradAccumulation": 2, "sharding": "fsdp", "precision": "bf16",
+                        "activationCheckpointing": False})
+    assert not estimate(s).fits
+    with pytest.raises(SettingsError) as raised:
+        check_fits(s)
+    # THEN the advice names the reduce schedule among the changes, with its GiB
+    assert "gradSyncEveryMicroBatch=true" in raised.value.problems[0].message

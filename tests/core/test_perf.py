@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog, perf, strategy
+from ray_efa.core import catalog, perf, prices, strategy
 from tests.core.shapes import fixed_settings, fixed_training
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200x1-calibrate-expandable.jsonl"
@@ -204,7 +204,9 @@ def test_plan_says_when_more_nodes_are_slower_than_fewer_and_what_would_change_i
 
 @pytest.mark.parametrize("name", sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))
 def test_every_efa_instance_type_gets_a_prediction_for_both_networks(name):
-    s = fixed_settings({"gpuInstanceType": name})
+    # in a region that sells it (p4de: not us-east-2, the default)
+    region = "us-east-2" if prices.offering_problem(name, "us-east-2") is None else prices.offered_regions(name)[0]
+    s = fixed_settings({"gpuInstanceType": name, "region": region})
     out = strategy.performance(s)
     for net in ("efa", "tcp"):
         row = out[net]

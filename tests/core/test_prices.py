@@ -52,3 +52,28 @@ def test_on_demand_uses_the_regions_recorded_price(region, recorded, offered):
 def test_a_type_the_region_does_not_offer_says_so():
     price = prices.on_demand(catalog.gpu_instance("p6-b200.48xlarge"), "ap-southeast-2")
     assert not price.offered and not price.recorded and "not offered in ap-southeast-2" in price.source
+
+
+def test_p5e_has_no_on_demand_price_in_the_catalog_regions_and_is_not_given_p5ens():
+    # SkyPilot's catalog lists p5e in us-east-2 without an On-Demand price and not at all in us-east-1; p4de is not
+    # offered in us-east-2: the table's rows override the catalog's figures there
+    p5e = catalog.gpu_instance("p5e.48xlarge")
+    ohio, virginia = prices.on_demand(p5e, "us-east-2"), prices.on_demand(p5e, "us-east-1")
+    assert not ohio.recorded and ohio.offered and "no On-Demand price" in ohio.source
+    assert not virginia.recorded and not virginia.offered
+    assert p5e.usd_per_hour != catalog.gpu_instance("p5en.48xlarge").usd_per_hour
+    assert not prices.on_demand(catalog.gpu_instance("p4de.24xlarge"), "us-east-2").offered
+    # what can be bought there at a recorded price: p5e only as a Capacity Block in Ohio, p5 both ways
+    assert [p.option for p in prices.buyable(p5e, "us-east-2")] == ["capacity-block"]
+    assert prices.buyable(p5e, "us-east-1") == []
+    assert [p.option for p in prices.buyable(catalog.gpu_instance("p5.48xlarge"), "us-east-1")] == [
+        "on-demand", "capacity-block"]
+
+
+def test_the_offering_lookup_names_the_regions_that_offer_a_type():
+    problem = prices.offering_problem("p5.48xlarge", "eu-west-1")
+    assert problem is not None and "is not offered in eu-west-1" in problem
+    assert "us-east-2" in problem and "ap-southeast-2" in problem and "eu-central-1" not in problem
+    assert prices.offering_problem("p5.48xlarge", "us-east-2") is None
+    assert prices.offering_problem("p5.48xlarge", "sa-east-1") is None  # not recorded: nothing to say
+    assert prices.offering_problem("p5e.48xlarge", "us-east-2") is None  # offered, through Capacity Blocks

@@ -66,7 +66,7 @@ class Research(cdk.Stack):
         ray = RayEksCluster(self, "Ray", vpc=vpc, cluster_name="research", system_instance_type="m7i.2xlarge",
                             system_node_selector=SYSTEM_LABELS, admin_principal_arns=[ADMIN],
                             public_access_cidrs=["203.0.113.0/24"])
-        gpu = EfaGpuNodegroup(self, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5en.48xlarge", node_count=3,
+        gpu = EfaGpuNodegroup(self, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge", node_count=3,
                               availability_zone="ap-southeast-2b", node_selector=GPU_LABELS,
                               capacity_reservation_id="cr-0123456789abcdef0")
         plugins = GpuDevicePlugins(self, "Plugins", cluster=ray.cluster)  # no labels: they are the node group's
@@ -231,7 +231,7 @@ def test_the_recorded_settings_are_what_was_built(synthesized):
     assert settings["placementGroup"] in ("auto", "off")
     assert not _resources(synthesized["Research"]["template"], "AWS::EC2::PlacementGroup")
     assert (settings["gpuInstanceType"], settings["gpuNodeCount"], settings["gpuAvailabilityZone"]) == (
-        "p5en.48xlarge", 3, "ap-southeast-2b")
+        "p5.48xlarge", 3, "ap-southeast-2b")
     assert (settings["namespace"], settings["region"], settings["trainFunction"]) == (
         "research", "ap-southeast-2", "lab.train:train_func")
 

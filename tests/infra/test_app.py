@@ -68,6 +68,34 @@ def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
     assert not list(tmp_path.glob("*.template.json"))
 
 
+@needs_cdk_cli
+def test_cdk_synth_refuses_a_gpu_type_the_region_does_not_sell(tmp_path):
+    # GIVEN `npx cdk synth -c region=eu-west-1 -c gpuInstanceType=p5.48xlarge`: core/data/on_demand_prices.csv records
+    # p5.48xlarge as not offered in eu-west-1 (SkyPilot's AWS catalog lists no offering there)
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "region=eu-west-1",
+         "-c", "gpuInstanceType=p5.48xlarge"],
+        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+    )
+    # THEN the synth fails naming the setting, the regions that offer the type and the override; nothing is written
+    assert result.returncode != 0
+    message = " ".join(result.stderr.split())
+    assert "gpuInstanceType: is not offered in eu-west-1" in message, result.stderr[-3000:]
+    assert "regions that offer it: ap-northeast-1, ap-southeast-2, us-east-1, us-east-2, us-west-2" in message
+    assert "offeringCheck=off" in message and "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("*.template.json"))
+
+
+def test_the_offering_check_can_be_turned_off_for_a_stale_table():
+    context = {"region": "eu-west-1", "gpuInstanceType": "p5.48xlarge"}
+    with pytest.raises(ValueError, match="is not offered in eu-west-1"):
+        Settings.from_context(context)
+    assert Settings.from_context({**context, "offeringCheck": "off"}).nodes.gpu_instance_type == "p5.48xlarge"
+    # a region the table does not record is not refused (nothing is known there), nor a type it offers
+    assert Settings.from_context({"region": "sa-east-1", "gpuInstanceType": "p5.48xlarge"})
+    assert Settings.from_context({"region": "eu-west-1", "gpuInstanceType": "p4d.24xlarge"})
+
+
 BAD_CONTEXT = {
     "non-GPU type": ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType: m7i.xlarge has no GPU"),
     "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),

@@ -15,6 +15,7 @@ import yaml
 from ray_efa.core import perf
 from ray_efa.core.preflight_floor import preflight_floor
 from ray_efa.core.settings import Settings
+from ray_efa.core.strategy import resolve
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
 from ray_efa.k8s.workload import build_workload
@@ -186,9 +187,30 @@ def test_each_job_ships_settings_for_its_own_network(default_synth):
     assert _settings_json(default_synth, "tcp")["network"] == "tcp"
 
 
+def _trains_as(settings_json: dict) -> dict:
+    """The training levers a job's settings.json makes its driver run (core.strategy.resolve, on its own network)."""
+    t = resolve(Settings.from_json(json.dumps(settings_json))).training
+    return {"microBatch": t.micro_batch, "gradAccumulation": t.grad_accumulation, "precision": t.precision,
+            "activationCheckpointing": t.activation_checkpointing, "sharding": t.sharding,
+            "gradReduceDtype": t.grad_reduce_dtype, "seqLen": t.seq_len, "compile": t.compile}
+
+
 def test_tcp_variant_differs_from_the_efa_run_only_in_network(default_synth):
     efa, tcp = _settings_json(default_synth, "efa"), _settings_json(default_synth, "tcp")
-    assert {k for k in efa if efa[k] != tcp[k]} == {"network"}
+    # the TCP job states the levers the EFA job leaves at auto, as the EFA job's driver decides them; nothing else
+    assert {k for k in efa if efa[k] != tcp[k]} - {"network"} <= {k for k in efa if efa[k] == "auto"}
+    assert _trains_as(efa) == _trains_as(tcp)
+
+
+@pytest.mark.parametrize("instance", ["p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge"])
+def test_the_tcp_comparison_trains_the_efa_jobs_levers_not_its_own(instance):
+    # GIVEN 2 x p5.48xlarge, where auto on TCP alone would pick another job (fp8, HSDP, a bf16 wire) than on EFA
+    synth = synthesize(BASE.replace(gpuInstanceType=instance, gpuNodeCount=2))
+    efa, tcp = _settings_json(synth, "efa"), _settings_json(synth, "tcp")
+    # THEN the comparison RayJob trains exactly what the EFA job trains: the network flipped, nothing else
+    assert tcp["network"] == "tcp" and _trains_as(efa) == _trains_as(tcp)
+    assert all(tcp[k] != "auto" for k in ("microBatch", "gradAccumulation", "precision", "sharding",
+                                          "gradReduceDtype", "activationCheckpointing"))
 
 
 def test_tcp_variant_keeps_the_same_pod_resources(default_synth):

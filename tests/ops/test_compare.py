@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ray_efa.ops.compare import CompareError, compare_logs
-from ray_efa.training.run_summary import find_summaries, summary_line
+from ray_efa.training.run_summary import find_summaries, summary_line, summary_record
 from tests.ops.cli_helpers import run_cli
 
 
@@ -110,9 +110,11 @@ def test_a_summary_that_is_not_an_object_is_exit_2(tmp_path, capsys):
 
 def test_unreadable_logs_are_exit_2(tmp_path, capsys):
     efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
-    for bad in (tmp_path / "missing.log", tmp_path):
+    # a missing file, and a folder that is no run folder (a run folder holds the driver's summary.json)
+    for bad, said in ((tmp_path / "missing.log", f"cannot read {tmp_path / 'missing.log'}"),
+                      (tmp_path, f"{tmp_path}: a folder without summary.json")):
         assert run_cli("compare", str(efa), str(bad)) == 2
-        assert f"cannot read {bad}" in capsys.readouterr().err
+        assert said in capsys.readouterr().err
 
 
 def test_a_local_run_is_not_compared_with_a_cluster_run(tmp_path, capsys):
@@ -195,3 +197,80 @@ def test_json_numbers_are_rounded(tmp_path, capsys):
     assert run_cli("compare", "--json", str(efa), str(tcp)) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["efa_over_tcp"] == 6866.71 and out["efa"]["throughput/tokens_per_s"] == 20600.1
+
+
+_LEVERS = {"model": "qwen2.5-1.5b", "seq_len": 2048, "micro_batch": 16, "grad_accumulation": 1, "precision": "bf16",
+           "compile": True, "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "fp32"}
+
+
+def _run(path, network: str, tokens_per_s: float, **training) -> object:
+    """A driver log of one finished run on 2 x p5.48xlarge whose gate proved its network, with its training levers."""
+    line = summary_line(name=f"ray-train-{network}", network=network, instance_type="p5.48xlarge", nodes=2,
+                        summary={**_summary(tokens_per_s, 0.5), **_proven(network),
+                                 "training": {**_LEVERS, **training}})
+    path.write_text(f"{line}\n")
+    return path
+
+
+def test_a_transport_ratio_of_two_differently_trained_runs_is_refused_naming_the_settings(tmp_path, capsys):
+    # GIVEN the EFA job (bf16, FSDP) and a TCP run that re-decided its levers (fp8, HSDP, a bf16 wire)
+    efa = _run(tmp_path / "efa.log", "efa", 900_000)
+    tcp = _run(tmp_path / "tcp.log", "tcp", 470_000, precision="fp8", sharding="hsdp", grad_reduce_dtype="bf16")
+    # THEN no transport ratio: the message names each setting that differs, with both values
+    with pytest.raises(CompareError, match="trained differently") as raised:
+        compare_logs([efa, tcp])
+    message = str(raised.value)
+    assert "precision: efa 'bf16', tcp 'fp8'" in message and "sharding: efa 'fsdp', tcp 'hsdp'" in message
+    assert "grad_reduce_dtype" in message and "micro_batch" not in message
+    assert run_cli("compare", str(efa), str(tcp)) == 2
+    # and the same job on both transports is a transport ratio
+    same = _run(tmp_path / "tcp-same.log", "tcp", 200_000)
+    assert compare_logs([efa, same]).ratio == pytest.approx(4.5)
+
+
+def test_any_two_runs_side_by_side_from_run_folders_never_a_transport_ratio(tmp_path, capsys):
+    # GIVEN two run folders (summary.json, as the driver writes it): bf16 and fp8 of the same job on EFA
+    for name, precision, tokens in (("bf16", "bf16", 900_000), ("fp8", "fp8", 1_100_000)):
+        folder = tmp_path / name
+        folder.mkdir()
+        record = summary_record(name=f"run-{name}", network="efa", instance_type="p5.48xlarge", nodes=2,
+                                summary={**_summary(tokens, 0.5), **_proven("efa"),
+                                         "training": {**_LEVERS, "precision": precision}})
+        (folder / "summary.json").write_text(json.dumps(record))
+    # WHEN compared
+    assert run_cli("compare", "--json", str(tmp_path / "bf16"), str(tmp_path / "fp8")) == 0
+    out = json.loads(capsys.readouterr().out)
+    # THEN both runs, what differs, and the ratio of the two runs: never called a transport ratio
+    assert out["transport_ratio"] is False and out["b_over_a"] == pytest.approx(1_100_000 / 900_000, rel=1e-4)
+    assert out["differences"] == {"precision": ["bf16", "fp8"]}
+    assert "efa_over_tcp" not in out
+    assert run_cli("compare", str(tmp_path / "bf16"), str(tmp_path / "fp8")) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "not a transport ratio" in text and "precision (bf16 vs fp8)" in text and "1.22x" in text
+    # and --runs puts an EFA and a TCP run side by side too, saying all they differ in
+    efa = _run(tmp_path / "efa.log", "efa", 900_000)
+    tcp = _run(tmp_path / "tcp.log", "tcp", 470_000, precision="fp8")
+    assert run_cli("compare", "--runs", "--json", str(efa), str(tcp)) == 0
+    differences = json.loads(capsys.readouterr().out)["differences"]
+    assert differences["network"] == ["efa", "tcp"] and differences["precision"] == ["bf16", "fp8"]
+
+
+def test_a_folder_that_is_no_run_folder_is_an_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    efa = _run(tmp_path / "efa.log", "efa", 900_000)
+    assert run_cli("compare", str(tmp_path / "empty"), str(efa)) == 2
+    assert "without summary.json" in capsys.readouterr().err
+
+
+def test_a_run_summary_records_the_levers_its_driver_decided():
+    from ray_efa.core.settings import Settings
+    from ray_efa.core.strategy import resolve
+    from ray_efa.training.run_summary import TRAINING_LEVERS, training_levers
+
+    settings = Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2})
+    levers = training_levers(settings)
+    # every lever decided (no auto), as the driver's own resolve decides it: what compare holds equal
+    assert set(levers) == set(TRAINING_LEVERS) and "auto" not in levers.values()
+    decided = resolve(settings).training
+    assert (levers["precision"], levers["sharding"], levers["micro_batch"]) == (
+        decided.precision, decided.sharding, decided.micro_batch)

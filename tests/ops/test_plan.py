@@ -375,8 +375,19 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
     assert all(r["hours"] > 1 and r["usd"] > 100 for r in rows)
     assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "usd_per_hour", "hours", "usd",
             "constants"} <= set(rows[0])
-    statuses = {r["gpu"]: r["constants"]["status"] for r in rows}
+    statuses = {r["gpu"]: r["constants"]["status"] for r in rows if r["nodes"] == 1}
     assert statuses["H200"] == "measured" and statuses["H100"] == "published" and statuses["L4"] == "assumed"
+    # a row's status covers every constant it uses, not the compute constant's alone: the eager share always, the
+    # links and the scale term where they are crossed
+    order = ("measured", "published", "assumed")
+    for r in rows:
+        used = {k: v for k, v in r["constants"].items() if k != "status"}
+        assert {"compute_efficiency", "eager_speed"} <= set(used)
+        assert ("inter_node_link" in used and "scale_loss_per_doubling" in used) == (r["nodes"] > 1)
+        assert r["constants"]["status"] == max((v["status"] for v in used.values()), key=order.index)
+    # an A100 row rests on the H200's eager share, lent (no same-machine compile pair for it): assumed
+    p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
+    assert p4d["constants"]["eager_speed"]["status"] == "assumed" and p4d["constants"]["status"] == "assumed"
     # an assumed constant gets a wider predicted range than a measured one
     def spread(r):
         return r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1
@@ -385,7 +396,7 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
     # the region's prices: both regions are recorded (core/data/on_demand_prices.csv for Sydney, with its source)
     assert ohio["prices_recorded"] and ohio["region"] == "us-east-2"
     assert sydney["prices_recorded"] and sydney["region"] == "ap-southeast-2"
-    assert all(r["price"]["on_demand"]["recorded"] for r in rows)
+    assert all(r["price"]["ranked"]["recorded"] and r["price"]["ranked"]["region"] == "us-east-2" for r in rows)
     # Capacity Blocks where a price is recorded (p5, p4d in us-east-2), and Spot said to be unrecorded
     p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
     assert p4d["price"]["capacity_block"]["usd_per_hour"] == 14.75 and p4d["price"]["capacity_blocks_offered"]
@@ -408,24 +419,53 @@ def test_recommend_prices_ap_southeast_2_as_sydney_lists_them_not_as_us_east_2(c
     for r in sydney["recommendations"]:
         if r["price"]["on_demand"]["recorded"]:
             assert r["usd_per_hour"] > ohio_usd[(r["instance_type"], r["nodes"])]
-    # a type Sydney does not offer is left out, saying why; a type offered there without an On-Demand price (p5e,
-    # Capacity Blocks) keeps us-east-2's as a lower bound, marked not recorded
+    # a type Sydney does not offer is left out, saying why; so is a type offered there without an On-Demand price and
+    # without a recorded Capacity Block (p5e): never ranked at another region's price
     assert "p6-b200.48xlarge" not in on_demand and "not offered in ap-southeast-2" in sydney["skipped"]["p6-b200.48xlarge"]
-    assert not on_demand["p5e.48xlarge"]["recorded"] and "no On-Demand price" in on_demand["p5e.48xlarge"]["source"]
-    # and the table marks that row
+    assert "p5e.48xlarge" not in on_demand
+    assert "no On-Demand or Capacity Block price recorded for ap-southeast-2" in sydney["skipped"]["p5e.48xlarge"]
+    # and the table says what it left out
     assert run_cli("plan", "--recommend", "--max-nodes", "1", "-c", "region=ap-southeast-2") == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "* NOT recorded for ap-southeast-2" in text and "Left out: g6e.24xlarge" in text
+    assert "Only types with a recorded price are ranked" in text and "Left out: g6e.24xlarge" in text
+
+
+@pytest.mark.parametrize("region", ["us-east-2", "us-east-1", "us-west-2", "ap-southeast-2", "eu-west-1"])
+def test_recommend_ranks_only_prices_recorded_for_the_region(capsys, region):
+    # GIVEN the ranking in a recorded region
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", f"region={region}",
+                   "-c", "gpuInstanceType=p4d.24xlarge") == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["recommendations"]
+    # THEN every ranked row's price is recorded for that region, On-Demand or a Capacity Block labelled as such
+    assert rows and all(r["price"]["ranked"]["recorded"] and r["price"]["ranked"]["region"] == region for r in rows)
+    for r in rows:
+        assert r["purchase"] == r["price"]["ranked"]["option"] in ("on-demand", "capacity-block")
+        if r["purchase"] == "on-demand":
+            assert r["price"]["on_demand"]["recorded"]
+    # p5e has no On-Demand price anywhere: it is never ranked On-Demand (it was, at p5en's price, as #1)
+    assert not any(r["instance_type"] == "p5e.48xlarge" and r["purchase"] == "on-demand" for r in rows)
+    if region == "us-east-2":  # a Capacity Block is recorded for p5e in Ohio: ranked as one, said so
+        p5e = [r for r in rows if r["instance_type"] == "p5e.48xlarge"]
+        assert p5e and all(r["purchase"] == "capacity-block" for r in p5e)
+        assert "not offered in us-east-2" in out["skipped"]["p4de.24xlarge"]
+    if region == "us-east-1":
+        assert "not offered in us-east-1" in out["skipped"]["p5e.48xlarge"]
+    # p5 on a Capacity Block is ranked beside p5 On-Demand where both are recorded
+    p5 = {r["purchase"] for r in rows if r["instance_type"] == "p5.48xlarge"}
+    assert p5 == ({"on-demand", "capacity-block"} if region in ("us-east-1", "us-east-2") else
+                  set() if region == "eu-west-1" else {"on-demand"})  # p5 is not offered in eu-west-1
 
 
 def test_recommend_in_a_region_without_a_record_says_so(capsys):
     # GIVEN a region no price table records (sa-east-1)
-    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "region=sa-east-1") == 0
+    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "region=sa-east-1") == 1
     out = json.loads(capsys.readouterr().out)
-    # THEN every row says its price is not that region's, but us-east-2's as a lower bound
-    assert not out["prices_recorded"] and out["recommendations"]
-    assert all(not r["price"]["on_demand"]["recorded"] and "not recorded for sa-east-1" in
-               r["price"]["on_demand"]["source"] for r in out["recommendations"])
+    # THEN nothing is ranked at a price borrowed from us-east-2: every type is left out, saying why
+    assert not out["prices_recorded"] and not out["recommendations"]
+    assert out["skipped"] and all("no price recorded for sa-east-1" in why for why in out["skipped"].values())
+    assert run_cli("plan", "--recommend", "--max-nodes", "1", "-c", "region=sa-east-1") == 1
+    assert "No GPU price is recorded for sa-east-1: nothing is ranked" in " ".join(capsys.readouterr().out.split())
 
 
 def test_recommend_table_names_the_model_fits_100_columns_and_shows_the_top_rows(capsys):
@@ -449,3 +489,22 @@ def test_recommend_for_an_own_train_function_says_it_ranks_the_built_in_architec
     assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", "trainFunction=mytrain:train") == 0
     out = json.loads(capsys.readouterr().out)
     assert "trainFunction is your own" in out["note"] and "qwen2.5-1.5b" in out["note"]
+
+
+def test_plan_prices_the_gpu_nodes_from_the_regions_record_or_says_it_cannot(capsys):
+    # GIVEN p5.48xlarge in Sydney (recorded), p5e in Ohio (Capacity Blocks only) and p5 in an unrecorded region
+    def gpu_price(*context: str) -> dict:
+        assert run_cli("plan", "--json", *(a for c in context for a in ("-c", c))) == 0
+        return json.loads(capsys.readouterr().out)["usd_per_hour"]
+
+    sydney = gpu_price("gpuInstanceType=p5.48xlarge", "gpuNodeCount=2", "region=ap-southeast-2")
+    # THEN the GPU nodes cost Sydney's list price, said to be Sydney's
+    assert sydney["gpu_nodes"] == 2 * 71.552 and sydney["gpu_price"]["recorded"]
+    assert sydney["gpu_price"]["region"] == "ap-southeast-2" and sydney["gpu_price"]["option"] == "on-demand"
+    ohio = gpu_price("gpuInstanceType=p5e.48xlarge", "gpuNodeCount=1")
+    assert ohio["gpu_price"]["option"] == "capacity-block" and ohio["gpu_price"]["usd_per_hour"] == 43.26
+    brazil = gpu_price("gpuInstanceType=p5.48xlarge", "region=sa-east-1")
+    assert not brazil["gpu_price"]["recorded"] and "not recorded for sa-east-1" in brazil["gpu_price"]["source"]
+    # and the table says so
+    assert run_cli("plan", "-c", "gpuInstanceType=p5.48xlarge", "-c", "region=sa-east-1") == 0
+    assert "NO price recorded for p5.48xlarge in sa-east-1" in " ".join(capsys.readouterr().out.split())

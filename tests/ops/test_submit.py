@@ -373,10 +373,10 @@ def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(tmp_path, capsys)
     assert "no RayJob ray/no-such-job (kubectl -n ray get rayjobs lists them)" in capsys.readouterr().err
 
 
-PLATFORM = ("gpuInstanceType=p5en.48xlarge", "gpuNodeCount=3", "region=ap-southeast-2", "namespace=research",
+PLATFORM = ("gpuInstanceType=p5.48xlarge", "gpuNodeCount=3", "region=ap-southeast-2", "namespace=research",
             'gpuNodeSelector={"example.com/pool": "p5en-train"}', 'systemNodeSelector={"example.com/pool": "platform"}',
             "storagePath=s3://company-checkpoints/research", "placementGroup=off")
-"""A platform team's cluster: 3 x p5en.48xlarge in ap-southeast-2, namespace research, company node labels, an
+"""A platform team's cluster: 3 x p5.48xlarge in ap-southeast-2, namespace research, company node labels, an
 existing checkpoint bucket; its training job is the default train-efa."""
 PLATFORM_PATHS = {"/api/v1/namespaces/research/configmaps", "/api/v1/namespaces/research/pods"}
 
@@ -415,7 +415,7 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(t
     # THEN it looked for the settings of its jobName in its namespace (the API's 404), found the deployment's
     assert code == 0, err
     assert ("GET", "/api/v1/namespaces/ray/configmaps/mlp-exp-settings") in api.requests
-    assert "cluster: 3 x p5en.48xlarge in namespace research, ap-southeast-2 (from ConfigMap research/train-efa-settings)" in err
+    assert "cluster: 3 x p5.48xlarge in namespace research, ap-southeast-2 (from ConfigMap research/train-efa-settings)" in err
     # and the job is the deployed cluster's: its namespace, node count, node labels, bucket and instance's resources
     job = api.created[-1]
     assert {o["metadata"]["namespace"] for o in api.created} == {"research"}
@@ -428,7 +428,7 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(t
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
     shipped = json.loads(next(o for o in api.created if o["metadata"]["name"] == f"{JOB}-settings")["data"]["settings.json"])
     assert {k: shipped[k] for k in ("gpuInstanceType", "gpuNodeCount", "region", "storagePath", "namespace")} == {
-        "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 3, "region": "ap-southeast-2",
+        "gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 3, "region": "ap-southeast-2",
         "storagePath": "s3://company-checkpoints/research", "namespace": "research"}
     # while the job's own side stays the researcher's
     assert shipped["trainFunction"] == "own_training.train:train_func" and shipped["trainConfig"] == {"epochs": 3}
@@ -445,7 +445,7 @@ def test_a_local_value_that_contradicts_the_deployment_is_exit_2_naming_both(tmp
     problems = {p["key"]: p for p in json.loads(out)["problems"]}
     assert set(problems) == {"gpuInstanceType", "gpuNodeCount", "region", "storagePath"}
     assert problems["gpuInstanceType"]["value"] == "g6.12xlarge"
-    assert ('the cluster was deployed with "p5en.48xlarge" (ConfigMap research/train-efa-settings) and the local value '
+    assert ('the cluster was deployed with "p5.48xlarge" (ConfigMap research/train-efa-settings) and the local value '
             "(from cdk.json) contradicts it") in problems["gpuInstanceType"]["message"]
     assert "gpuNodeCount: the cluster was deployed with 3 " in err and ", got 2" in err
     assert "storagePath: the cluster was deployed with \"s3://company-checkpoints/research\"" in err

@@ -78,7 +78,8 @@ def _case(rank: int, mode: str, world: int) -> dict:
     if mode.endswith("-copied"):  # the .grad no longer views the held shard (as if FSDP2 copied it): refused
         return {"raised": _copied_grad_step(model, batches)}
     before = _full(model)
-    train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU)
+    train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU,
+               sync_every_micro_batch="sync" in mode)
     after = _full(model)
     gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
     return {"gradients": gradients, "wire": _SpyWire.calls, "all_reduces": all_reduces}
@@ -106,7 +107,7 @@ def runs(tmp_path_factory):
     # (mode, world size): at world 2 plain FSDP; at world 4 HSDP with a shard group of 2, each against its own
     # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2). One rank set per world
     # size runs its cases in turn; the refused one last, as its backward raised part way.
-    cases = {2: ("k1", "fsdp-k2", "bf16wire-k2"),
+    cases = {2: ("k1", "fsdp-k2", "bf16wire-k2", "fsdp-sync-k2"),
              4: ("k1", "hsdp-k2", "hsdp-bf16wire-k2", "k1-s4", "hsdp-k4", "hsdp-bf16wire-k4", "hsdp-bf16wire-copied")}
     results = {}
     for world, modes in cases.items():
@@ -124,10 +125,11 @@ def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
     return (num / den) ** 0.5
 
 
-@pytest.mark.parametrize(("mode", "world"), [("fsdp-k2", 2), ("hsdp-k2", 4)])
+@pytest.mark.parametrize(("mode", "world"), [("fsdp-k2", 2), ("hsdp-k2", 4), ("fsdp-sync-k2", 2)])
 def test_two_accumulated_micro_batches_give_the_gradient_of_one_batch_of_both(runs, mode, world):
     # GIVEN each rank's 2 sequences as one micro-batch, and as 2 accumulated micro-batches of 1 (FSDP over 2 ranks,
-    # and HSDP: 2 replicas of a shard group of 2)
+    # HSDP: 2 replicas of a shard group of 2, and FSDP reduce-scattering after every micro-batch:
+    # gradSyncEveryMicroBatch)
     one, two = runs[("k1", world)]["gradients"], runs[(mode, world)]["gradients"]
     # THEN every parameter's gradient is the same (fp32: only summation order differs) - not twice it
     assert _relative_difference(two, one) < 1e-5
