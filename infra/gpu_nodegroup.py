@@ -30,7 +30,7 @@ from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = [
     "EfaGpuNodegroup", "launch_template_network_interfaces", "gpu_nodes_selector", "unselected_gpu_nodes", "settings_gpu_zone",
-    "NO_EGRESS_RULE", "gpu_nodegroup_name",
+    "NO_EGRESS_RULE", "gpu_nodegroup_name", "gpu_update_config",
 ]
 
 NO_EGRESS_RULE: dict[str, str | int] = {
@@ -57,6 +57,21 @@ _TAINT_EFFECTS = {
     "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
     "NoExecute": eks.TaintEffect.NO_EXECUTE,
 }
+
+
+def gpu_update_config(node_count: int) -> dict[str, int | str]:
+    """The GPU node group's UpdateConfig, for every capacity type: never more GPU nodes than `node_count`.
+
+    EKS's default update "launches the new instances first, before terminating the old instances" (a surge of GPU
+    nodes the quota, a reservation sized to the node count or a full Capacity Block has no room for); MINIMAL
+    "terminates the old instances before launching the new instances ... useful in scenarios where you are
+    constrained to resources or costs (for example, with hardware accelerators such as GPUs)" (EKS API reference,
+    NodegroupUpdateConfig.updateStrategy). All nodes at once (maxUnavailable = the node count, at most EKS's 100,
+    at least its 1): a distributed job needs every node, so a partial roll buys nothing. A Capacity Block's group is
+    not updated with nodes up at all ("When upgrading a managed node group with Capacity Blocks, make sure to set
+    the desired size of the node group to 0", EKS User Guide, capacity-blocks-mng): the job guard refuses that roll
+    (infra.job_guard)."""
+    return {"max_unavailable": min(max(node_count, 1), 100), "update_strategy": "MINIMAL"}
 
 
 def launch_template_network_interfaces(
@@ -279,21 +294,17 @@ class EfaGpuNodegroup(Construct):
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
             ),
             labels=self.labels,
+            # A drain that a PodDisruptionBudget blocks (the job's pods have one: k8s.workload) fails the update
+            # instead of terminating the node under the job: "Force the update if any Pod on the existing node group
+            # can't be drained due to a Pod disruption budget issue" is what this would turn on
+            # (UpdateNodegroupVersion, EKS API reference; ForceUpdateEnabled, AWS::EKS::Nodegroup).
+            force_update=False,
             taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
         )
         follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
-        if capacity_reservation_id and not capacity_block:
-            # A targeted ODCR is usually sized to the node count: EKS's default update launches new nodes before it
-            # drains the old ones (surge), which the reservation has no room for, and the launch-template change
-            # fails. MINIMAL "terminates the old instances before launching the new instances ... useful in
-            # scenarios where you are constrained to resources or costs (for example, with hardware accelerators such
-            # as GPUs)" (EKS API reference, NodegroupUpdateConfig.updateStrategy); all nodes at once (maxUnavailable =
-            # the node count, at most EKS's 100): a distributed job needs every node, so a partial roll buys nothing.
-            # A Capacity Block's node group is not updated with nodes up at all (EKS asks for desired size 0 first).
-            cfn_nodegroup = self.nodegroup.node.default_child
-            assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
-            cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
-                max_unavailable=min(max(node_count, 1), 100), update_strategy="MINIMAL")
+        cfn_nodegroup = self.nodegroup.node.default_child
+        assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
+        cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(**gpu_update_config(node_count))
         Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,
