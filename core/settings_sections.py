@@ -254,6 +254,11 @@ class WorkloadSettings(_Section):
         True, "trainingJob",
         "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
     )
+    allow_job_disruption: bool = setting(
+        False, "allowJobDisruption",
+        "Let a deploy roll or resize the GPU nodes, or change or delete the stack's RayJob, while a RayJob runs (it "
+        "dies); false: the GPU stack's job guard fails such a deploy before anything changes, naming the job.",
+    )
     job_name: JobName = setting(
         DEFAULT_JOB_NAME, "jobName",
         "Name of the training RayJob; its ConfigMaps, NetworkPolicy and TCP comparison job (<name>-tcp, or train-tcp "

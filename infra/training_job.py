@@ -29,6 +29,7 @@ from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.network import is_placeholder_zone
 from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import collect_code, config_map_problem
+from ray_efa.k8s.disruption_budget import ray_pods_disruption_budget
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.workload import ray_job_chart, shipped_settings
 
@@ -285,6 +286,8 @@ class RayTrainingJob(Construct):
 
         objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri,
                                 app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
+        # The Ray pods' PodDisruptionBudget before the job: a drain fails rather than evicting one of them.
+        objects.insert(-1, ray_pods_disruption_budget(self.name, resolved.workload.namespace))
         # The GPU node group (the deadline), the namespace and the pods' service account exist before the job's first
         # object, whatever `after` says.
         waits = [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
@@ -293,6 +296,8 @@ class RayTrainingJob(Construct):
         self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
         self.job: eks.KubernetesManifest = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
+        self.job_object: dict[str, Any] = objects[-1]
+        """The RayJob object of `job` (tokens unresolved)."""
 
     @classmethod
     def from_settings(
