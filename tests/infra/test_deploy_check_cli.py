@@ -66,3 +66,18 @@ def test_a_job_rename_is_refused_while_the_old_job_runs():
     # THEN the rename deletes the Running train-efa: refused
     assert [f.id for f in check_deploy(diff, RUNNING, Settings())] == ["job-deleted"]
     assert check_deploy(diff, ClusterState(ray_jobs={"ray/train-efa": "Failed"}), Settings()) == []
+
+
+def test_the_job_guards_hash_of_the_rayjob_is_the_same_from_synth_to_synth():
+    import json
+
+    from tests.infra.conftest import synthesize
+
+    def job_hash(template: dict) -> str:
+        (guard,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"]
+        return guard["Properties"]["JobHash"]
+
+    cli = json.loads((_assembly("before") / f"{GPU_STACK}.template.json").read_text())
+    # THEN the CLI's synth (another process, path metadata on) and an in-process one agree: an unchanged job never
+    # updates the guard, so an unchanged deploy never asks whether a job runs
+    assert job_hash(cli) == job_hash(synthesize().gpu.to_json()) != "none"
