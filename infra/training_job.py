@@ -286,8 +286,6 @@ class RayTrainingJob(Construct):
 
         objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri,
                                 app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
-        # The Ray pods' PodDisruptionBudget before the job: a drain fails rather than evicting one of them.
-        objects.insert(-1, ray_pods_disruption_budget(self.name, resolved.workload.namespace))
         # The GPU node group (the deadline), the namespace and the pods' service account exist before the job's first
         # object, whatever `after` says.
         waits = [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
@@ -298,6 +296,12 @@ class RayTrainingJob(Construct):
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
         self.job_object: dict[str, Any] = objects[-1]
         """The RayJob object of `job` (tokens unresolved)."""
+        # The Ray pods' PodDisruptionBudget, before the job: a drain fails rather than evicting one of them. The
+        # stack's alone (`ray-efa manifests` and `submit` create none).
+        (self.disruption_budget,) = apply_objects(
+            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)
+        """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget)."""
+        self.job.node.add_dependency(self.disruption_budget)
 
     @classmethod
     def from_settings(
