@@ -19,6 +19,8 @@ from ray_efa.core.settings_checks import (
     _DNS_LABEL,
     _DNS_LABEL_MESSAGE,
     _DNS_SUBDOMAIN,
+    _KMS_KEY_ARN,
+    _KMS_KEY_ARN_MESSAGE,
     _SEMVER,
     _TRAIN_FUNCTION,
     _VPC_ID,
@@ -240,6 +242,17 @@ class WorkloadSettings(_Section):
     storage_path: StoragePath | None = setting(
         None, "storagePath",
         "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results.",
+    )
+    storage_kms_key: str | None = setting(
+        None, "storageKmsKey",
+        "ARN of the KMS key that encrypts storagePath's bucket (SSE-KMS): the Ray pods' role may use it for S3 there.",
+        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
+    )
+    bootstrap_kms_key: str | None = setting(
+        None, "bootstrapKmsKey",
+        "ARN of the KMS key of the CDK asset bucket (`cdk bootstrap --bootstrap-kms-key-id`): the Ray pods' role may "
+        "decrypt the code they fetch from it.",
+        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
     )
     pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
         (), "pipPackages",

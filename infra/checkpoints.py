@@ -13,7 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
@@ -62,6 +62,7 @@ class CheckpointStorage(Construct):
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, workload: RayWorkload | None = None,
         namespace: str | None = None, service_account: str = default("serviceAccount"), storage_path: str | None = None,
         after: IConstruct | None = None, pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
+        storage_kms_key: str | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -77,6 +78,9 @@ class CheckpointStorage(Construct):
             @default False
         :param read_locations: s3://bucket/prefix URLs the pods read (weights, data sets); each is granted read, no
             other bucket. @default - none
+        :param storage_kms_key: the ARN of the KMS key that encrypts `storage_path`'s bucket (SSE-KMS): the service
+            account may use it through S3 (kms:Decrypt, kms:GenerateDataKey). Needs an s3:// `storage_path` (the
+            bucket made here is SSE-S3). @default - none
         """
         super().__init__(scope, construct_id)
         if workload is not None:
@@ -152,10 +156,29 @@ class CheckpointStorage(Construct):
                             "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
                             "objects under one prefix of this one bucket, nothing else.", finding)
 
+        if storage_kms_key is not None:
+            if storage_path is None or not storage_path.startswith("s3://"):
+                raise ValueError(f"CheckpointStorage storage_kms_key {storage_kms_key!r} needs an s3:// storage_path: "
+                                 "the bucket made here is encrypted with S3-managed keys")
+            self.grant_kms(storage_kms_key, ["kms:Decrypt", "kms:GenerateDataKey"])
+
         self.read_buckets: tuple[str, ...] = ()
         """The buckets the service account may read for modelPath and the data sets."""
         if locations:
             self._grant_read(locations)
+
+    def grant_kms(self, key_arn: str, actions: Sequence[str]) -> None:
+        """Let the service account use KMS key `key_arn` through S3 alone (kms:ViaService): without it a bucket
+        encrypted with that key answers the pods AccessDenied."""
+        region = Stack.of(self).region
+        self.service_account.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(actions), resources=[key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+        ))
+        self.kms_keys = (*self.kms_keys, key_arn)
+
+    kms_keys: tuple[str, ...] = ()
+    """The KMS keys the service account may use through S3 (storage_kms_key, and those grant_kms added)."""
 
     def _check_namespace(self) -> list[str]:
         others = sorted({w.namespace_name for w in on_cluster(self, RayWorkload, self.cluster)} - {self.namespace_name})
@@ -224,9 +247,16 @@ class CheckpointStorage(Construct):
         evalDataset."""
         section = settings.workload
         namespace = section.namespace if workload is None or "namespace" in settings.given_keys else None
-        return cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
-                   service_account=section.service_account, storage_path=section.storage_path, after=after,
-                   read_locations=s3_read_locations(settings))
+        if section.storage_kms_key is not None and not (section.storage_path or "").startswith("s3://"):
+            raise SettingsError([Problem("storageKmsKey", section.storage_kms_key,
+                                         "needs storagePath=s3://... (the bucket the cluster stack makes is encrypted "
+                                         "with S3-managed keys)")])
+        storage = cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
+                      service_account=section.service_account, storage_path=section.storage_path, after=after,
+                      read_locations=s3_read_locations(settings), storage_kms_key=section.storage_kms_key)
+        if section.bootstrap_kms_key is not None:  # the code assets the pods fetch from the CDK asset bucket
+            storage.grant_kms(section.bootstrap_kms_key, ["kms:Decrypt"])
+        return storage
 
 
 def _nag_arn(resolved: object) -> str:

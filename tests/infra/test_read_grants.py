@@ -91,3 +91,49 @@ def test_read_locations_must_be_s3_urls():
     cluster = _imported_cluster(stack)
     with pytest.raises(ValueError, match="read_locations must be s3://bucket/prefix URLs, got '/mnt/fsx/data'"):
         CheckpointStorage(stack, "X", cluster=cluster, read_locations=["/mnt/fsx/data"])
+
+
+# -- KMS keys of a platform: storagePath's bucket key and the CDK bootstrap key -------------------------------------
+
+_STORAGE_KEY = "arn:aws:kms:us-east-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+_BOOTSTRAP_KEY = "arn:aws:kms:us-east-2:123456789012:key/9999abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _kms_statements(synth) -> dict[str, dict]:
+    """KMS key ARN -> the statement of the Ray pods' role that grants it."""
+    import json as _json
+
+    found = {}
+    for logical_id, resource in synth.cluster.to_json()["Resources"].items():
+        if resource["Type"] == "AWS::IAM::Policy" and "RayServiceAccount" in logical_id:
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                if "kms:" in _json.dumps(statement["Action"]):
+                    found[statement["Resource"]] = statement
+    return found
+
+
+def test_the_pods_role_may_use_the_storage_and_bootstrap_keys_through_s3_alone():
+    from tests.infra.conftest import synthesize
+
+    synth = synthesize(storagePath="s3://team-bucket/ckpt", storageKmsKey=_STORAGE_KEY, bootstrapKmsKey=_BOOTSTRAP_KEY)
+    grants = _kms_statements(synth)
+    # THEN the bucket's key for checkpoints read and written, the asset bucket's key for the code fetched ...
+    assert sorted(grants[_STORAGE_KEY]["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    assert grants[_BOOTSTRAP_KEY]["Action"] == "kms:Decrypt"
+    # ... each only through S3 in the stack's region
+    for statement in grants.values():
+        assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-east-2.amazonaws.com"}}
+    assert _kms_statements(synthesize(storagePath="s3://team-bucket/ckpt")) == {}
+
+
+def test_a_storage_key_without_a_bucket_of_your_own_is_a_settings_error():
+    import aws_cdk as cdk
+
+    from ray_efa.core.settings import Settings, SettingsError
+    from ray_efa.infra.app import build_stacks, feature_flags
+
+    settings = Settings.from_context({"storageKmsKey": _STORAGE_KEY})
+    with pytest.raises(SettingsError, match="storageKmsKey: needs storagePath=s3://"):
+        build_stacks(cdk.App(context=feature_flags()), settings)
+    with pytest.raises(SettingsError, match="storageKmsKey: must be a KMS key ARN"):
+        Settings.from_context({"storageKmsKey": "alias/team"})
