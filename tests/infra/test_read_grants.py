@@ -137,3 +137,46 @@ def test_a_storage_key_without_a_bucket_of_your_own_is_a_settings_error():
         build_stacks(cdk.App(context=feature_flags()), settings)
     with pytest.raises(SettingsError, match="storageKmsKey: must be a KMS key ARN"):
         Settings.from_context({"storageKmsKey": "alias/team"})
+
+
+# -- CheckpointStorage(bucket=...): a bucket the app creates or references -------------------------------------------
+
+def test_a_bucket_the_app_creates_or_references_is_the_storage():
+    import aws_cdk as cdk
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk.assertions import Template
+    from cdk_nag import AwsSolutionsChecks
+
+    app = App()
+    stack, other = (Stack(app, name, env=cdk.Environment(region="us-west-2")) for name in ("S", "T"))
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    own = s3.Bucket(stack, "Own", encryption_key=key, enforce_ssl=True, server_access_logs_prefix="logs/")
+    made = CheckpointStorage(stack, "Made", cluster=_imported_cluster(stack), bucket=own, prefix="team/ckpt")
+    referenced = CheckpointStorage(other, "Ref", cluster=_imported_cluster(other), bucket=s3.Bucket.from_bucket_name(
+        other, "Shared", "shared-bucket"))
+    # THEN the storage path is the bucket's (a token for the created one) under the prefix ...
+    assert made.storage_path.startswith("s3://${Token[") and made.storage_path.endswith("/team/ckpt")
+    assert referenced.storage_path == "s3://shared-bucket/ray-efa" and referenced.storage_bucket is not None
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # cdk-nag: every finding acknowledged
+    (made_policy,), (ref_policy,) = ([p["Properties"]["PolicyDocument"]["Statement"] for p in
+                                      Template.from_stack(s).find_resources("AWS::IAM::Policy").values()]
+                                     for s in (stack, other))
+    # ... read and write under the prefix, and the created bucket's key with it
+    assert any("/team/ckpt/*" in str(s["Resource"]) and "s3:PutObject" in s["Action"] for s in made_policy)
+    assert any("kms:Decrypt" in s["Action"] for s in made_policy)
+    assert any("shared-bucket/ray-efa/*" in str(s["Resource"]) for s in ref_policy)
+    assert not any("kms:" in str(s["Action"]) for s in ref_policy)
+
+
+def test_bucket_and_storage_path_are_one_or_the_other():
+    from aws_cdk import aws_s3 as s3
+
+    stack = Stack(App(), "S")
+    cluster = _imported_cluster(stack)
+    with pytest.raises(ValueError, match="takes bucket or storage_path, not both"):
+        CheckpointStorage(stack, "X", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "B", "bbb"),
+                          storage_path="s3://bbb/p")
+    with pytest.raises(ValueError, match="prefix must be a key prefix"):
+        CheckpointStorage(stack, "Y", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "C", "ccc"), prefix="/x/")
