@@ -234,6 +234,10 @@ NodeSelector = Annotated[
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
+NodeTaints = Annotated[tuple[str, ...], _LIST_AS_TUPLE, _check(scheduling.taints_problem),
+                       WithJsonSchema({"type": "array", "items": {"type": "string",
+                                                                  "pattern": r"^[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"}})]
+"""Node taints, each key=value:Effect or key:Effect."""
 TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
 """A free-form JSON object; on `-c` its JSON text."""
 JobName = Annotated[str, _check(_job_name_problem),

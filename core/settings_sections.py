@@ -44,6 +44,7 @@ from ray_efa.core.settings_checks import (
     ModelPath,
     ModelPreset,
     NodeSelector,
+    NodeTaints,
     Region,
     StoragePath,
     SystemInstanceType,
@@ -150,6 +151,11 @@ class NodeSettings(_Section):
         scheduling.DEFAULT_GPU_NODE_SELECTOR, "gpuNodeSelector",
         "Node labels of the GPU side (Ray workers, device plugins); the GPU node group gets them "
         "(and nvidia.com/gpu.present=true).",
+    )
+    gpu_node_taints: NodeTaints = setting(
+        scheduling.DEFAULT_GPU_TAINTS, "gpuNodeTaints",
+        "Taints of the GPU node group, each key=value:Effect or key:Effect; the Ray workers and the device plugins "
+        "tolerate them, nothing else does.",
     )
 
     extra_gpu_instance_types: GpuDescriptions = setting(

@@ -11,7 +11,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog, regions
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_node_labels, parse_taint
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import (
     check_node_selector,
@@ -30,7 +30,7 @@ from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = [
     "EfaGpuNodegroup", "launch_template_network_interfaces", "gpu_nodes_selector", "unselected_gpu_nodes", "settings_gpu_zone",
-    "NO_EGRESS_RULE", "gpu_nodegroup_name", "gpu_update_config",
+    "NO_EGRESS_RULE", "gpu_nodegroup_name", "gpu_update_config", "gpu_nodes_taints",
 ]
 
 NO_EGRESS_RULE: dict[str, str | int] = {
@@ -119,7 +119,7 @@ class EfaGpuNodegroup(Construct):
         availability_zone: str | None = None, node_selector: Mapping[str, str] = default("gpuNodeSelector"),
         capacity_reservation_id: str | None = None,
         capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
-        root_volume_gib: int = default("gpuRootVolumeGib"),
+        root_volume_gib: int = default("gpuRootVolumeGib"), taints: Sequence[str] = default("gpuNodeTaints"),
         image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
     ) -> None:
         """
@@ -137,6 +137,9 @@ class EfaGpuNodegroup(Construct):
         :param capacity_reservation_type: odcr, or capacity-block for a Capacity Block for ML. @default "odcr"
         :param placement_group: a cluster placement group. @default - on unless a reservation is targeted
         :param root_volume_gib: encrypted gp3 root volume, GiB (holds the image). @default 500
+        :param taints: the nodes' taints, each key=value:Effect or key:Effect; the Ray workers and the device plugins
+            of this app tolerate them (RayTrainingJob and GpuDevicePlugins read them here).
+            @default ["nvidia.com/gpu=true:NoSchedule"]
         :param image: the image the Ray workers run, to check that the root volume holds it. @default - not checked
         :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions;
             only for a cluster whose name is not known at synth (it must agree with one that is).
@@ -167,6 +170,12 @@ class EfaGpuNodegroup(Construct):
             raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
                              "placement group can leave reserved capacity unused)")
         check_node_selector("EfaGpuNodegroup node_selector", node_selector)
+        try:
+            parsed_taints = [parse_taint(t) for t in taints]
+        except ValueError as error:
+            raise ValueError(f"EfaGpuNodegroup taints: {error}") from None
+        self.taints: tuple[str, ...] = tuple(taints)
+        """The nodes' taints (what the Ray workers and the device plugins tolerate)."""
         if image is not None:
             check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
         zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
@@ -299,7 +308,8 @@ class EfaGpuNodegroup(Construct):
             # can't be drained due to a Pod disruption budget issue" is what this would turn on
             # (UpdateNodegroupVersion, EKS API reference; ForceUpdateEnabled, AWS::EKS::Nodegroup).
             force_update=False,
-            taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
+            taints=[eks.TaintSpec(key=t.key, value=t.value or None, effect=_TAINT_EFFECTS[t.effect])
+                    for t in parsed_taints],
         )
         follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
         cfn_nodegroup = self.nodegroup.node.default_child
@@ -329,7 +339,7 @@ class EfaGpuNodegroup(Construct):
             node_count=nodes.gpu_node_count, availability_zone=zone,
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
-            root_volume_gib=nodes.gpu_root_volume_gib, image=settings.workload.dlc_image,
+            root_volume_gib=nodes.gpu_root_volume_gib, taints=nodes.gpu_node_taints, image=settings.workload.dlc_image,
             cluster_name=settings.cluster.cluster_name,
         )
 
@@ -353,6 +363,25 @@ def gpu_nodes_selector(construct: str, scope: Construct, cluster: eks.ICluster,
     built = on_cluster(scope, EfaGpuNodegroup, cluster)
     return common_labels(f"{construct} gpu_nodes", (g.node_selector for g in built)) if built else dict(
         DEFAULT_GPU_NODE_SELECTOR)
+
+
+def gpu_nodes_taints(construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
+                     taints: Sequence[str] | None) -> tuple[str, ...]:
+    """The taints `construct` (a DaemonSet's construct that serves GPU nodes) tolerates: those of `gpu_nodes` (all of
+    them, when several groups), else `taints`, else the default GPU taint. ValueError naming the props when `gpu_nodes`
+    and `taints` disagree."""
+    groups = [gpu_nodes] if isinstance(gpu_nodes, EfaGpuNodegroup) else list(gpu_nodes or ())
+    if groups:
+        derived = tuple(dict.fromkeys(t for g in groups for t in g.taints))
+        if taints is not None and tuple(taints) != derived:
+            raise ValueError(f"{construct} taints {list(taints)!r} disagree with gpu_nodes' taints {list(derived)!r}: "
+                             "leave taints out (they come from gpu_nodes)")
+        return derived
+    if taints is not None:
+        for text in taints:
+            parse_taint(text)
+        return tuple(taints)
+    return DEFAULT_GPU_TAINTS
 
 
 def unselected_gpu_nodes(construct: str, scope: Construct, cluster: eks.ICluster, selector: Mapping[str, str]) -> list[str]:

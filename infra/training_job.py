@@ -193,6 +193,7 @@ class RayTrainingJob(Construct):
             claim("gpuInstanceType", gpu_nodes.instance_type, where)
             claim("gpuNodeCount", gpu_nodes.node_count, where)
             claim("gpuNodeSelector", gpu_nodes.node_selector, where)
+            claim("gpuNodeTaints", list(gpu_nodes.taints), where)  # what the Ray workers tolerate
             # What the nodes launch into: the recorded settings (and the TCP comparison's floor and sockets) follow it.
             claim("capacityReservationId", gpu_nodes.capacity_reservation_id, where, none_too=True)
             claim("capacityReservationType", gpu_nodes.capacity_reservation_type, where)

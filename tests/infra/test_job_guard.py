@@ -201,3 +201,42 @@ def test_the_jobs_ray_pods_have_a_disruption_budget_that_refuses_every_eviction(
     assert not selector.items() <= submitter.items()
     # ... and it exists before the job starts
     assert budget_id in job_resource["DependsOn"]
+
+
+# -- the GPU nodes' taints flow to what runs on them, as their labels do ---------------------------------------------
+
+def test_the_gpu_taints_reach_the_node_group_the_ray_workers_and_the_device_plugins():
+    taints = "team=ml:NoSchedule,dedicated:NoExecute"
+    synth = synthesize(gpuNodeTaints=taints)
+    (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "team", "Value": "ml"},
+                                                 {"Effect": "NO_EXECUTE", "Key": "dedicated"}]
+    expected = [{"key": "team", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]
+    _, _, job = find(synth.gpu, "RayJob")
+    (workers,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert workers["template"]["spec"]["tolerations"] == expected
+    charts = synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    plugins = [json.loads(c["Properties"]["Values"]) for c in charts if "device-plugin" in c["Properties"]["Chart"]]
+    assert len(plugins) == 2 and all(v["tolerations"] == expected for v in plugins)
+
+
+def test_a_platforms_gpu_node_group_taints_are_what_its_job_tolerates():
+    import aws_cdk as cdk
+
+    from ray_efa.infra.cluster import RayEksCluster
+    from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+    from ray_efa.infra.network import ClusterVpc
+    from ray_efa.infra.training_job import RayTrainingJob
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ClusterVpc(stack, "Vpc").vpc
+    cluster = RayEksCluster(stack, "Eks", vpc=vpc).cluster
+    nodes = EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, taints=["pool=gpu:NoSchedule"])
+    job = RayTrainingJob(stack, "Job", cluster=cluster, gpu_nodes=nodes)
+    # THEN the job's settings take the node group's taints (no setting repeats them) ...
+    assert job.settings.nodes.gpu_node_taints == ("pool=gpu:NoSchedule",)
+    # ... and a bad taint is the prop's error
+    with pytest.raises(ValueError, match="EfaGpuNodegroup taints: taint 'pool' must be key=value:Effect"):
+        EfaGpuNodegroup(stack, "Bad", cluster=cluster, vpc=vpc, taints=["pool"])
