@@ -100,7 +100,8 @@ class EfaGpuNodegroup(Construct):
     """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
     one private subnet of one AZ.
 
-    Nodes are labelled with `node_selector` and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
+    Nodes are labelled with `node_selector` and nvidia.com/gpu.present=true and tainted with `taints` (default
+    nvidia.com/gpu=true:NoSchedule), which the Ray workers and the device plugins tolerate.
     IMDSv2 is required with a hop limit of 1 (out of pods' reach) and the gp3 root volume is encrypted.
 
     With `capacity_reservation_type` capacity-block the node group's capacity type is CAPACITY_BLOCK and the launch
