@@ -58,8 +58,8 @@ class DeployDiff:
     gpu_roll: bool = False
     """The GPU stack's GpuNodesRollWhen output changes: the GPU nodes roll or are resized."""
     reapplied_jobs: tuple[str, ...] = ()
-    """Names of the RayJobs whose manifests the deploy updates (`kubectl apply`: one deleted since comes back). A
-    manifest the deploy adds (a new jobName, the job back after scaling to zero) is a new job, not in here."""
+    """Names of the RayJobs whose manifests the deploy creates or updates (`kubectl apply`: one deleted since comes
+    back; a new jobName, or the job back after scaling to zero, starts a run)."""
     removed_manifests: tuple[str, ...] = ()
     """Logical ids of the Kubernetes manifests the deploy removes (`kubectl delete`: a RayJob among them stops)."""
     removed_jobs: tuple[str, ...] = ()
@@ -106,7 +106,7 @@ def read_diff(text: str) -> DeployDiff:
             removed.append(logical_id)
             if job:
                 removed_jobs.append(job)
-        elif match["type"] == _MANIFEST and job and match["op"] == "~":
+        elif match["type"] == _MANIFEST and job:
             jobs.append(job)
         elif match["type"] == _HELM_CHART and match["op"] in "+-" and any(
                 path.replace("/", "").startswith(s) for s in _DEVICE_STACKS):

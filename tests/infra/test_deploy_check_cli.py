@@ -62,10 +62,11 @@ def test_training_job_false_is_refused_while_the_job_runs():
 
 def test_a_job_rename_is_refused_while_the_old_job_runs():
     diff = read_diff(live_diff("job_rename"))
-    assert diff.removed_jobs == ("train-efa",) and not diff.reapplied_jobs
-    # THEN the rename deletes the Running train-efa: refused
-    assert [f.id for f in check_deploy(diff, RUNNING, Settings())] == ["job-deleted"]
-    assert check_deploy(diff, ClusterState(ray_jobs={"ray/train-efa": "Failed"}), Settings()) == []
+    assert diff.removed_jobs == ("train-efa",) and diff.reapplied_jobs == ("train-efa-2",)
+    # THEN the rename deletes the Running train-efa: refused (and the new job's run is said too)
+    assert [f.id for f in check_deploy(diff, RUNNING, Settings())] == ["job-deleted", "job-recreated"]
+    assert [f.id for f in check_deploy(diff, ClusterState(ray_jobs={"ray/train-efa": "Failed"}), Settings())] == [
+        "job-recreated"]
 
 
 def test_the_job_guards_hash_of_the_rayjob_is_the_same_from_synth_to_synth():

@@ -146,9 +146,9 @@ RUNNING = ClusterState(ray_jobs={"ray/train-efa": "Running"}, gpu_nodes=("gpu-a"
     ("training_job_off_cli", "Running", {"job-deleted": True}),
     ("training_job_off_cli", "Initializing", {"job-deleted": True}),
     ("training_job_off_cli", "Complete", {}),
-    # a jobName rename deletes the old RayJob (and creates the new one, which is no re-created job)
-    ("job_rename_cli", "Running", {"job-deleted": True}),
-    ("job_rename_cli", "Failed", {}),
+    # a jobName rename deletes the old RayJob, and applies the new one (a new run on every GPU node)
+    ("job_rename_cli", "Running", {"job-deleted": True, "job-recreated": True}),
+    ("job_rename_cli", "Failed", {"job-recreated": True}),
 ])
 def test_a_deployed_stacks_diff_is_read_by_construct_path(diff, job, expected):
     # GIVEN the diff the CLI prints against a deployed template: `[-] TYPE PATH LOGICAL_ID destroy`
