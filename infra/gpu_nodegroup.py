@@ -315,7 +315,9 @@ class EfaGpuNodegroup(Construct):
         follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
         cfn_nodegroup = self.nodegroup.node.default_child
         assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
-        cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(**gpu_update_config(node_count))
+        update = gpu_update_config(node_count)
+        cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
+            max_unavailable=int(update["max_unavailable"]), update_strategy=str(update["update_strategy"]))
         Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,

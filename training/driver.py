@@ -356,7 +356,7 @@ def claim_run_folder(settings: Settings, name: str, *, resume: bool) -> RunFolde
     now = settings.to_context()
     # What the run trains is the training section; where it runs (cluster, nodes, network) may change, and so may the
     # split of its global batch, which the workers check against the checkpoint (training.checkpoint).
-    keys = {info.alias for info in type(settings.training).model_fields.values()} - _RESUME_MAY_CHANGE
+    keys = {info.alias for info in type(settings.training).model_fields.values() if info.alias} - _RESUME_MAY_CHANGE
     changed = sorted(k for k in keys if before.get(k) != now.get(k))
     if changed:
         shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
