@@ -84,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
 
-    request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe)
+    # The reservation of the settings, checked where the nodes would launch (the settings' GPU AZ and type).
+    reservation = settings.nodes.capacity_reservation_id
+    request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe,
+                              reservation_id=reservation if region == settings.cluster.region else None,
+                              reservation_zone=settings.gpu_availability_zone if reservation else None,
+                              capacity_block=settings.nodes.capacity_reservation_type == "capacity-block")
     session = boto3.Session(region_name=region)
     progress = Console(stderr=True)
     bounded = Config(connect_timeout=args.request_timeout, read_timeout=args.request_timeout)

@@ -3,9 +3,9 @@
 The cluster side of the settings (ops.submit.DEPLOYED_KEYS: instance type and count, node labels, namespace,
 reservation and placement, storagePath, region, ...) comes from the cluster itself: settings.json of the ConfigMap
 the deployment's training job wrote (`<jobName>-settings` in namespace, else the one deployment's found in the
-cluster, or the one --deployed NAMESPACE/JOB names). A local value left at its default takes the deployed one; a
-local value that contradicts it is exit 2 naming the setting and both values, and so is a cluster with no deployed
-settings (saying how to name them). The rest (the train function, its code, trainConfig, network, the training
+cluster, or the one --deployed NAMESPACE/JOB names). A local value left at its default, or from a context file (the
+checkout's cdk.json describes its own deployment), takes the deployed one; a -c value that contradicts it is exit 2
+naming the setting and both values, and so is a cluster with no deployed settings (saying how to name them). The rest (the train function, its code, trainConfig, network, the training
 knobs) is the local settings'.
 
 The job gets a unique name (jobName plus 5 random characters, or --name) and exactly the objects `ray-efa manifests`

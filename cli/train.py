@@ -13,6 +13,7 @@ has accepted the plan. Bad settings and plans that cannot fit end here, with exi
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +25,10 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
     p.add_argument("--local", action="store_true",
                    help="in-process Ray cluster, 2 CPU workers (gloo), a tiny model fine-tuned on English text: the whole loop "
                         "in about a minute")
-    p.add_argument("--name", help="Ray Train run name under storagePath; reusing one resumes its latest checkpoint")
+    p.add_argument("--name", help="Ray Train run name under storagePath; the name of an existing run folder is "
+                                  "refused (exit 2) unless --resume")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run --name from its latest checkpoint; refused if its settings differ")
     p.add_argument("--logs-dir", type=Path, help="where to collect the NCCL logs for the transport gate")
     add_context_option(p)
     p.set_defaults(run=run)
@@ -39,4 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.training import driver
 
-    return driver.run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir)
+    if args.resume and not args.name:
+        print("ray-efa train: --resume needs --name, the run to continue", file=sys.stderr)
+        return 2
+    return driver.run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir, resume=args.resume)

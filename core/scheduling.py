@@ -23,6 +23,11 @@ __all__ = [
     "GPU_TAINT",
     "gpu_node_labels",
     "gpu_tolerations",
+    "parse_taint",
+    "taints_problem",
+    "taint_text",
+    "DEFAULT_GPU_TAINTS",
+    "TAINT_EFFECTS",
     "label_selector",
     "node_selector_problem",
     "parse_node_selector",
@@ -65,8 +70,44 @@ GPU_NODE_LABELS = gpu_node_labels(DEFAULT_GPU_NODE_SELECTOR)
 """The labels of the GPU node group with the default settings."""
 
 
-def gpu_tolerations() -> list[dict[str, str]]:
-    return [GPU_TAINT.toleration()]
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_taint(text: str) -> Taint:
+    """`key=value:Effect` or `key:Effect` (kubectl's spelling) as a Taint; ValueError saying what is wrong."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    if not head or effect not in TAINT_EFFECTS:
+        raise ValueError(f"taint {text!r} must be key=value:Effect or key:Effect, Effect one of "
+                         f"{', '.join(TAINT_EFFECTS)}")
+    if (problem := _key_problem(key)) is not None:
+        raise ValueError(f"taint {text!r}: {problem}")
+    if value and not _NAME.match(value):
+        raise ValueError(f"taint {text!r}: its value must be empty or {_NAME_RULE}")
+    return Taint(key=key, value=value, effect=effect)
+
+
+def taints_problem(taints: tuple[str, ...]) -> str | None:
+    """What is wrong with a list of taints ("must ..."), or None."""
+    for text in taints:
+        try:
+            parse_taint(text)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def taint_text(taint: Taint) -> str:
+    return f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}:{taint.effect}"
+
+
+DEFAULT_GPU_TAINTS = (taint_text(GPU_TAINT),)
+"""The GPU node group's taints by default (`gpuNodeTaints`)."""
+
+
+def gpu_tolerations(taints: tuple[str, ...] | list[str] = DEFAULT_GPU_TAINTS) -> list[dict[str, str]]:
+    """Tolerations of every taint of the GPU nodes (the Ray workers', the device plugins')."""
+    return [parse_taint(t).toleration() for t in taints]
 
 
 def label_selector(selector: Mapping[str, str]) -> str:

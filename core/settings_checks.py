@@ -51,6 +51,8 @@ _CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _SEMVER = r"^\d+\.\d+\.\d+$"
 _CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
+_KMS_KEY_ARN = r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$"
+_KMS_KEY_ARN_MESSAGE = "must be a KMS key ARN, like arn:aws:kms:us-east-2:123456789012:key/<key id> (not an alias)"
 _VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
 _DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
@@ -232,6 +234,10 @@ NodeSelector = Annotated[
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
+NodeTaints = Annotated[tuple[str, ...], _LIST_AS_TUPLE, _check(scheduling.taints_problem),
+                       WithJsonSchema({"type": "array", "items": {"type": "string",
+                                                                  "pattern": r"^[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"}})]
+"""Node taints, each key=value:Effect or key:Effect."""
 TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
 """A free-form JSON object; on `-c` its JSON text."""
 JobName = Annotated[str, _check(_job_name_problem),

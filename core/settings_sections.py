@@ -19,6 +19,8 @@ from ray_efa.core.settings_checks import (
     _DNS_LABEL,
     _DNS_LABEL_MESSAGE,
     _DNS_SUBDOMAIN,
+    _KMS_KEY_ARN,
+    _KMS_KEY_ARN_MESSAGE,
     _SEMVER,
     _TRAIN_FUNCTION,
     _VPC_ID,
@@ -43,6 +45,7 @@ from ray_efa.core.settings_checks import (
     ModelPreset,
     NcclDebugSubsys,
     NodeSelector,
+    NodeTaints,
     Region,
     StoragePath,
     SystemInstanceType,
@@ -162,6 +165,11 @@ class NodeSettings(_Section):
         "Node labels of the GPU side (Ray workers, device plugins); the GPU node group gets them "
         "(and nvidia.com/gpu.present=true).",
     )
+    gpu_node_taints: NodeTaints = setting(
+        scheduling.DEFAULT_GPU_TAINTS, "gpuNodeTaints",
+        "Taints of the GPU node group, each key=value:Effect or key:Effect; the Ray workers and the device plugins "
+        "tolerate them, nothing else does.",
+    )
 
     extra_gpu_instance_types: GpuDescriptions = setting(
         (), "extraGpuInstanceTypes",
@@ -259,6 +267,17 @@ class WorkloadSettings(_Section):
         None, "storagePath",
         "Ray Train storage_path for checkpoints (s3://... or a shared filesystem); unset: local ~/ray_results.",
     )
+    storage_kms_key: str | None = setting(
+        None, "storageKmsKey",
+        "ARN of the KMS key that encrypts storagePath's bucket (SSE-KMS): the Ray pods' role may use it for S3 there.",
+        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
+    )
+    bootstrap_kms_key: str | None = setting(
+        None, "bootstrapKmsKey",
+        "ARN of the KMS key of the CDK asset bucket (`cdk bootstrap --bootstrap-kms-key-id`): the Ray pods' role may "
+        "decrypt the code they fetch from it.",
+        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
+    )
     pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
         (), "pipPackages",
         "Extra pip packages for the Ray pods, installed by an init container beside the image's (never Ray's runtime_env pip).",
@@ -271,6 +290,11 @@ class WorkloadSettings(_Section):
     training_job: bool = setting(
         True, "trainingJob",
         "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
+    )
+    allow_job_disruption: bool = setting(
+        False, "allowJobDisruption",
+        "Let a deploy roll or resize the GPU nodes, or change or delete the stack's RayJob, while a RayJob runs (it "
+        "dies); false: the GPU stack's job guard fails such a deploy before anything changes, naming the job.",
     )
     job_name: JobName = setting(
         DEFAULT_JOB_NAME, "jobName",

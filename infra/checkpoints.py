@@ -13,7 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Problem, Settings, SettingsError
 from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
@@ -62,6 +62,7 @@ class CheckpointStorage(Construct):
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, workload: RayWorkload | None = None,
         namespace: str | None = None, service_account: str = default("serviceAccount"), storage_path: str | None = None,
         after: IConstruct | None = None, pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
+        storage_kms_key: str | None = None, bucket: s3.IBucket | None = None, prefix: str = "ray-efa",
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -77,6 +78,13 @@ class CheckpointStorage(Construct):
             @default False
         :param read_locations: s3://bucket/prefix URLs the pods read (weights, data sets); each is granted read, no
             other bucket. @default - none
+        :param storage_kms_key: the ARN of the KMS key that encrypts `storage_path`'s bucket (SSE-KMS): the service
+            account may use it through S3 (kms:Decrypt, kms:GenerateDataKey). Needs an s3:// `storage_path` (the
+            bucket made here is SSE-S3). @default - none
+        :param bucket: a bucket your app creates or references (s3.Bucket, Bucket.from_bucket_name...): the storage is
+            s3://<its name>/`prefix`, which the service account may read and write (and use the bucket's KMS key,
+            when the bucket object knows it). Not with `storage_path`. @default - a new bucket made here
+        :param prefix: the prefix of `bucket` the checkpoints go under. @default "ray-efa"
         """
         super().__init__(scope, construct_id)
         if workload is not None:
@@ -90,6 +98,11 @@ class CheckpointStorage(Construct):
         for prop, value in (("namespace", resolved), ("service_account", service_account)):
             if not _DNS_LABEL.match(value):
                 raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
+        if bucket is not None and storage_path is not None:
+            raise ValueError("CheckpointStorage takes bucket or storage_path, not both: bucket is s3://<bucket>/prefix")
+        if not prefix or prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+            raise ValueError(f"CheckpointStorage prefix must be a key prefix like 'ray-efa' or 'team/ray-efa', got "
+                             f"{prefix!r}")
         if storage_path is not None and not storage_path.startswith(("s3://", "/")):
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
                              f"every node shares, got {storage_path!r}")
@@ -122,7 +135,22 @@ class CheckpointStorage(Construct):
         self.bucket: s3.Bucket | None = None
         self.storage_bucket: s3.IBucket | None = None
         self.storage_path: str  # the given storage, or the bucket made here
-        if storage_path is not None:
+        if bucket is not None:
+            # A bucket of the app's own (its name may be a token): what Ray Train writes under the prefix, and the
+            # bucket's key where the bucket object knows it (grant_read_write grants an encryptionKey too).
+            self.storage_bucket = bucket
+            self.storage_path = f"s3://{bucket.bucket_name}/{prefix}"
+            bucket.grant_read_write(self.service_account, f"{prefix}/*")
+            policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+            for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
+                            "Action::s3:GetObject*", "Action::s3:List*", "Action::kms:GenerateDataKey*",
+                            "Action::kms:ReEncrypt*",
+                            f"Resource::{_nag_arn(Stack.of(self).resolve(bucket.arn_for_objects(f'{prefix}/*')))}"):
+                acknowledge(policy, "AwsSolutions-IAM5",
+                            "grant_read_write of the checkpoint bucket given as `bucket`: Ray Train writes, lists and "
+                            "deletes checkpoint objects under that one prefix of that one bucket, nothing else.",
+                            finding)
+        elif storage_path is not None:
             self.storage_path = storage_path
             if storage_path.startswith("s3://"):
                 self._grant_storage(storage_path)
@@ -152,10 +180,29 @@ class CheckpointStorage(Construct):
                             "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
                             "objects under one prefix of this one bucket, nothing else.", finding)
 
+        if storage_kms_key is not None:
+            if storage_path is None or not storage_path.startswith("s3://"):
+                raise ValueError(f"CheckpointStorage storage_kms_key {storage_kms_key!r} needs an s3:// storage_path: "
+                                 "the bucket made here is encrypted with S3-managed keys")
+            self.grant_kms(storage_kms_key, ["kms:Decrypt", "kms:GenerateDataKey"])
+
         self.read_buckets: tuple[str, ...] = ()
         """The buckets the service account may read for modelPath and the data sets."""
         if locations:
             self._grant_read(locations)
+
+    def grant_kms(self, key_arn: str, actions: Sequence[str]) -> None:
+        """Let the service account use KMS key `key_arn` through S3 alone (kms:ViaService): without it a bucket
+        encrypted with that key answers the pods AccessDenied."""
+        region = Stack.of(self).region
+        self.service_account.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(actions), resources=[key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+        ))
+        self.kms_keys = (*self.kms_keys, key_arn)
+
+    kms_keys: tuple[str, ...] = ()
+    """The KMS keys the service account may use through S3 (storage_kms_key, and those grant_kms added)."""
 
     def _check_namespace(self) -> list[str]:
         others = sorted({w.namespace_name for w in on_cluster(self, RayWorkload, self.cluster)} - {self.namespace_name})
@@ -224,9 +271,16 @@ class CheckpointStorage(Construct):
         evalDataset."""
         section = settings.workload
         namespace = section.namespace if workload is None or "namespace" in settings.given_keys else None
-        return cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
-                   service_account=section.service_account, storage_path=section.storage_path, after=after,
-                   read_locations=s3_read_locations(settings))
+        if section.storage_kms_key is not None and not (section.storage_path or "").startswith("s3://"):
+            raise SettingsError([Problem("storageKmsKey", section.storage_kms_key,
+                                         "needs storagePath=s3://... (the bucket the cluster stack makes is encrypted "
+                                         "with S3-managed keys)")])
+        storage = cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
+                      service_account=section.service_account, storage_path=section.storage_path, after=after,
+                      read_locations=s3_read_locations(settings), storage_kms_key=section.storage_kms_key)
+        if section.bootstrap_kms_key is not None:  # the code assets the pods fetch from the CDK asset bucket
+            storage.grant_kms(section.bootstrap_kms_key, ["kms:Decrypt"])
+        return storage
 
 
 def _nag_arn(resolved: object) -> str:
@@ -235,4 +289,14 @@ def _nag_arn(resolved: object) -> str:
     if isinstance(resolved, str):
         return resolved
     parts = resolved["Fn::Join"][1]  # type: ignore[index]
-    return "".join("<AWS::Partition>" if part == {"Ref": "AWS::Partition"} else str(part) for part in parts)
+    return "".join(_nag_part(part) for part in parts)
+
+
+def _nag_part(part: object) -> str:
+    """One piece of a joined ARN as cdk-nag writes it: <AWS::Partition>, <LogicalId.Attr>, <LogicalId>."""
+    if isinstance(part, dict) and "Fn::GetAtt" in part:
+        logical_id, attribute = part["Fn::GetAtt"]
+        return f"<{logical_id}.{attribute}>"
+    if isinstance(part, dict) and "Ref" in part:
+        return f"<{part['Ref']}>"
+    return str(part)

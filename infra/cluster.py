@@ -181,6 +181,9 @@ class RayEksCluster(Construct):
             max_size=system_node_count,
             labels=dict(system_node_selector),
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            # The Ray head runs here under a PodDisruptionBudget (k8s.workload): a drain it blocks fails the update
+            # rather than killing the job (ForceUpdateEnabled, AWS::EKS::Nodegroup).
+            force_update=False,
         )
         # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
         # cluster first: the node group refers to it).

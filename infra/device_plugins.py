@@ -16,23 +16,24 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_tolerations
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import add_synth_check, check_node_selector, helm_chart
 from ray_efa.infra._settings import choices, default
-from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, unselected_gpu_nodes
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu_nodes_taints, unselected_gpu_nodes
 
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 
 
-def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
-    """Values of both plugin charts: GPU nodes only, tolerating the GPU taint (the EFA chart's defaults miss it).
+def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+                         taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
+    """Values of both plugin charts: GPU nodes only, tolerating their taints (the EFA chart's defaults miss them).
 
     Helm ignores unknown keys silently; tests check these against each chart's values.yaml.
     """
-    return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()}
+    return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations(list(taints))}
 
 
 class GpuDevicePlugins(Construct):
@@ -50,7 +51,7 @@ class GpuDevicePlugins(Construct):
         self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
         nvidia_version: str = default("nvidiaDevicePluginVersion"), efa_version: str = default("efaDevicePluginVersion"),
         gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
-        node_selector: Mapping[str, str] | None = None,
+        node_selector: Mapping[str, str] | None = None, taints: Sequence[str] | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -61,9 +62,12 @@ class GpuDevicePlugins(Construct):
             @default - the EfaGpuNodegroups of `cluster` built so far in this app
         :param node_selector: labels of GPU nodes that no EfaGpuNodegroup of this app builds (your own, on an imported
             cluster); it must agree with `gpu_nodes`. @default - gpu_nodes', else {"role": "gpu-worker"}
+        :param taints: the GPU nodes' taints, which the plugins tolerate. @default - gpu_nodes', else
+            nvidia.com/gpu=true:NoSchedule
         """
         super().__init__(scope, construct_id)
         node_selector = gpu_nodes_selector("GpuDevicePlugins", self, cluster, gpu_nodes, node_selector)
+        taints = gpu_nodes_taints("GpuDevicePlugins", gpu_nodes, taints)
         if not _SEMVER.match(nvidia_version):
             raise ValueError(f"GpuDevicePlugins nvidia_version must be a chart version like 0.20.0, got {nvidia_version!r}")
         if efa_version not in choices("efaDevicePluginVersion"):
@@ -72,7 +76,7 @@ class GpuDevicePlugins(Construct):
         check_node_selector("GpuDevicePlugins node_selector", node_selector)
         self.node_selector: dict[str, str] = dict(node_selector)
         self.cluster: eks.ICluster = cluster
-        values = device_plugin_values(node_selector)
+        values = device_plugin_values(node_selector, taints)
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DEVICE_PLUGIN, nvidia_version, values)
         self.efa: eks.HelmChart = helm_chart(self, "Efa", cluster, EFA_DEVICE_PLUGIN, efa_version, values)
         add_synth_check(self, lambda: unselected_gpu_nodes("GpuDevicePlugins", self, cluster, self.node_selector))
@@ -85,4 +89,5 @@ class GpuDevicePlugins(Construct):
         addons = settings.addons
         return cls(scope, construct_id, cluster=cluster, nvidia_version=addons.nvidia_device_plugin_version,
                    efa_version=addons.efa_device_plugin_version, gpu_nodes=gpu_nodes,
-                   node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None)
+                   node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
+                   taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None)

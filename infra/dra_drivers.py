@@ -19,31 +19,33 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core.addons import EFA_DRA_DRIVER, NVIDIA_DRA_DRIVER
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, gpu_tolerations
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_tolerations
 from ray_efa.core.settings import Settings, dra_kubernetes_problem
 from ray_efa.infra._private import add_synth_check, helm_chart
 from ray_efa.infra._settings import choices, default
-from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, unselected_gpu_nodes
+from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu_nodes_taints, unselected_gpu_nodes
 
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 
 
-def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
+def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+                      taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
     """GPUs only (no ComputeDomains: that is Multi-Node NVLink, GB200), on the GPU nodes, as the EKS guide installs it.
     The chart's kubelet plugin already tolerates nvidia.com/gpu and needs nvidia.com/gpu.present=true, which
     EfaGpuNodegroup sets; the node selector keeps it to this stack's GPU nodes."""
     return {
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
         "gpuResourcesEnabledOverride": True,
-        "kubeletPlugin": {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()},
+        "kubeletPlugin": {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations(list(taints))},
     }
 
 
-def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR) -> dict[str, Any]:
+def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
+                   taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
     """DRANET on the GPU nodes, tolerating the GPU taint (the chart tolerates only CriticalAddonsOnly by itself)."""
-    return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations()}
+    return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations(list(taints))}
 
 
 class GpuDraDrivers(Construct):
@@ -56,7 +58,7 @@ class GpuDraDrivers(Construct):
         kubernetes_version: str = default("kubernetesVersion"), nvidia_version: str = default("nvidiaDraDriverVersion"),
         efa_version: str = default("efaDraDriverVersion"),
         gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
-        node_selector: Mapping[str, str] | None = None,
+        node_selector: Mapping[str, str] | None = None, taints: Sequence[str] | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, on Kubernetes 1.34 or later.
@@ -67,6 +69,8 @@ class GpuDraDrivers(Construct):
             @default - the EfaGpuNodegroups of `cluster` built so far in this app
         :param node_selector: labels of GPU nodes that no EfaGpuNodegroup of this app builds; it must agree with
             `gpu_nodes`. @default - gpu_nodes', else {"role": "gpu-worker"}
+        :param taints: the GPU nodes' taints, which the drivers tolerate. @default - gpu_nodes', else
+            nvidia.com/gpu=true:NoSchedule
         """
         super().__init__(scope, construct_id)
         if problem := dra_kubernetes_problem(kubernetes_version):
@@ -77,12 +81,13 @@ class GpuDraDrivers(Construct):
             raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "
                              f"got {efa_version!r}")
         node_selector = gpu_nodes_selector("GpuDraDrivers", self, cluster, gpu_nodes, node_selector)
+        taints = gpu_nodes_taints("GpuDraDrivers", gpu_nodes, taints)
         self.node_selector: dict[str, str] = node_selector
         self.cluster: eks.ICluster = cluster
         self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
-                                 nvidia_dra_values(node_selector), create_namespace=True)
+                                 nvidia_dra_values(node_selector, taints), create_namespace=True)
         self.efa: eks.HelmChart = helm_chart(
-            self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector))
+            self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector, taints))
         add_synth_check(self, lambda: unselected_gpu_nodes("GpuDraDrivers", self, cluster, self.node_selector))
 
     @classmethod
@@ -93,4 +98,5 @@ class GpuDraDrivers(Construct):
         addons = settings.addons
         return cls(scope, construct_id, cluster=cluster, kubernetes_version=settings.cluster.kubernetes_version,
                    nvidia_version=addons.nvidia_dra_driver_version, efa_version=addons.efa_dra_driver_version,
-                   gpu_nodes=gpu_nodes, node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None)
+                   gpu_nodes=gpu_nodes, node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
+                   taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None)

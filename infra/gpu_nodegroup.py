@@ -11,7 +11,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog, regions
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, GPU_TAINT, gpu_node_labels
+from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_node_labels, parse_taint
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import (
     check_node_selector,
@@ -30,7 +30,7 @@ from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = [
     "EfaGpuNodegroup", "launch_template_network_interfaces", "gpu_nodes_selector", "unselected_gpu_nodes", "settings_gpu_zone",
-    "NO_EGRESS_RULE", "gpu_nodegroup_name",
+    "NO_EGRESS_RULE", "gpu_nodegroup_name", "gpu_update_config", "gpu_nodes_taints",
 ]
 
 NO_EGRESS_RULE: dict[str, str | int] = {
@@ -59,6 +59,21 @@ _TAINT_EFFECTS = {
 }
 
 
+def gpu_update_config(node_count: int) -> dict[str, int | str]:
+    """The GPU node group's UpdateConfig, for every capacity type: never more GPU nodes than `node_count`.
+
+    EKS's default update "launches the new instances first, before terminating the old instances" (a surge of GPU
+    nodes the quota, a reservation sized to the node count or a full Capacity Block has no room for); MINIMAL
+    "terminates the old instances before launching the new instances ... useful in scenarios where you are
+    constrained to resources or costs (for example, with hardware accelerators such as GPUs)" (EKS API reference,
+    NodegroupUpdateConfig.updateStrategy). All nodes at once (maxUnavailable = the node count, at most EKS's 100,
+    at least its 1): a distributed job needs every node, so a partial roll buys nothing. A Capacity Block's group is
+    not updated with nodes up at all ("When upgrading a managed node group with Capacity Blocks, make sure to set
+    the desired size of the node group to 0", EKS User Guide, capacity-blocks-mng): the job guard refuses that roll
+    (infra.job_guard)."""
+    return {"max_unavailable": min(max(node_count, 1), 100), "update_strategy": "MINIMAL"}
+
+
 def launch_template_network_interfaces(
     instance: catalog.InstanceType, security_group_ids: list[str]
 ) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
@@ -85,7 +100,8 @@ class EfaGpuNodegroup(Construct):
     """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
     one private subnet of one AZ.
 
-    Nodes are labelled with `node_selector` and nvidia.com/gpu.present=true and tainted nvidia.com/gpu=true:NoSchedule.
+    Nodes are labelled with `node_selector` and nvidia.com/gpu.present=true and tainted with `taints` (default
+    nvidia.com/gpu=true:NoSchedule), which the Ray workers and the device plugins tolerate.
     IMDSv2 is required with a hop limit of 1 (out of pods' reach) and the gp3 root volume is encrypted.
 
     With `capacity_reservation_type` capacity-block the node group's capacity type is CAPACITY_BLOCK and the launch
@@ -104,7 +120,7 @@ class EfaGpuNodegroup(Construct):
         availability_zone: str | None = None, node_selector: Mapping[str, str] = default("gpuNodeSelector"),
         capacity_reservation_id: str | None = None,
         capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
-        root_volume_gib: int = default("gpuRootVolumeGib"),
+        root_volume_gib: int = default("gpuRootVolumeGib"), taints: Sequence[str] = default("gpuNodeTaints"),
         image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
     ) -> None:
         """
@@ -122,6 +138,9 @@ class EfaGpuNodegroup(Construct):
         :param capacity_reservation_type: odcr, or capacity-block for a Capacity Block for ML. @default "odcr"
         :param placement_group: a cluster placement group. @default - on unless a reservation is targeted
         :param root_volume_gib: encrypted gp3 root volume, GiB (holds the image). @default 500
+        :param taints: the nodes' taints, each key=value:Effect or key:Effect; the Ray workers and the device plugins
+            of this app tolerate them (RayTrainingJob and GpuDevicePlugins read them here).
+            @default ["nvidia.com/gpu=true:NoSchedule"]
         :param image: the image the Ray workers run, to check that the root volume holds it. @default - not checked
         :param cluster_name: the cluster's name as a literal, for the node group's name, Name tag and descriptions;
             only for a cluster whose name is not known at synth (it must agree with one that is).
@@ -152,6 +171,12 @@ class EfaGpuNodegroup(Construct):
             raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
                              "placement group can leave reserved capacity unused)")
         check_node_selector("EfaGpuNodegroup node_selector", node_selector)
+        try:
+            parsed_taints = [parse_taint(t) for t in taints]
+        except ValueError as error:
+            raise ValueError(f"EfaGpuNodegroup taints: {error}") from None
+        self.taints: tuple[str, ...] = tuple(taints)
+        """The nodes' taints (what the Ray workers and the device plugins tolerate)."""
         if image is not None:
             check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
         zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
@@ -279,21 +304,20 @@ class EfaGpuNodegroup(Construct):
                 id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
             ),
             labels=self.labels,
-            taints=[eks.TaintSpec(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=_TAINT_EFFECTS[GPU_TAINT.effect])],
+            # A drain that a PodDisruptionBudget blocks (the job's pods have one: k8s.workload) fails the update
+            # instead of terminating the node under the job: "Force the update if any Pod on the existing node group
+            # can't be drained due to a Pod disruption budget issue" is what this would turn on
+            # (UpdateNodegroupVersion, EKS API reference; ForceUpdateEnabled, AWS::EKS::Nodegroup).
+            force_update=False,
+            taints=[eks.TaintSpec(key=t.key, value=t.value or None, effect=_TAINT_EFFECTS[t.effect])
+                    for t in parsed_taints],
         )
         follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
-        if capacity_reservation_id and not capacity_block:
-            # A targeted ODCR is usually sized to the node count: EKS's default update launches new nodes before it
-            # drains the old ones (surge), which the reservation has no room for, and the launch-template change
-            # fails. MINIMAL "terminates the old instances before launching the new instances ... useful in
-            # scenarios where you are constrained to resources or costs (for example, with hardware accelerators such
-            # as GPUs)" (EKS API reference, NodegroupUpdateConfig.updateStrategy); all nodes at once (maxUnavailable =
-            # the node count, at most EKS's 100): a distributed job needs every node, so a partial roll buys nothing.
-            # A Capacity Block's node group is not updated with nodes up at all (EKS asks for desired size 0 first).
-            cfn_nodegroup = self.nodegroup.node.default_child
-            assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
-            cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
-                max_unavailable=min(max(node_count, 1), 100), update_strategy="MINIMAL")
+        cfn_nodegroup = self.nodegroup.node.default_child
+        assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
+        update = gpu_update_config(node_count)
+        cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
+            max_unavailable=int(update["max_unavailable"]), update_strategy=str(update["update_strategy"]))
         Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,
@@ -318,7 +342,7 @@ class EfaGpuNodegroup(Construct):
             node_count=nodes.gpu_node_count, availability_zone=zone,
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
-            root_volume_gib=nodes.gpu_root_volume_gib, image=settings.workload.dlc_image,
+            root_volume_gib=nodes.gpu_root_volume_gib, taints=nodes.gpu_node_taints, image=settings.workload.dlc_image,
             cluster_name=settings.cluster.cluster_name,
         )
 
@@ -342,6 +366,25 @@ def gpu_nodes_selector(construct: str, scope: Construct, cluster: eks.ICluster,
     built = on_cluster(scope, EfaGpuNodegroup, cluster)
     return common_labels(f"{construct} gpu_nodes", (g.node_selector for g in built)) if built else dict(
         DEFAULT_GPU_NODE_SELECTOR)
+
+
+def gpu_nodes_taints(construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
+                     taints: Sequence[str] | None) -> tuple[str, ...]:
+    """The taints `construct` (a DaemonSet's construct that serves GPU nodes) tolerates: those of `gpu_nodes` (all of
+    them, when several groups), else `taints`, else the default GPU taint. ValueError naming the props when `gpu_nodes`
+    and `taints` disagree."""
+    groups = [gpu_nodes] if isinstance(gpu_nodes, EfaGpuNodegroup) else list(gpu_nodes or ())
+    if groups:
+        derived = tuple(dict.fromkeys(t for g in groups for t in g.taints))
+        if taints is not None and tuple(taints) != derived:
+            raise ValueError(f"{construct} taints {list(taints)!r} disagree with gpu_nodes' taints {list(derived)!r}: "
+                             "leave taints out (they come from gpu_nodes)")
+        return derived
+    if taints is not None:
+        for text in taints:
+            parse_taint(text)
+        return tuple(taints)
+    return DEFAULT_GPU_TAINTS
 
 
 def unselected_gpu_nodes(construct: str, scope: Construct, cluster: eks.ICluster, selector: Mapping[str, str]) -> list[str]:

@@ -10,6 +10,7 @@ from ray_efa.core.image import image_digest
 from ray_efa.core.settings import Settings
 from ray_efa.infra.cluster_stack import ClusterStack
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+from ray_efa.infra.job_guard import JobDisruptionGuard
 from ray_efa.infra.training_job import RayTrainingJob
 
 __all__ = ["GpuStack", "gpu_nodes_roll_key"]
@@ -53,6 +54,15 @@ class GpuStack(Stack):
                 self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster,
                 gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
             )
+
+        # The deploy path's own protection of a running job: a change that rolls or resizes the GPU nodes, or changes
+        # or deletes the RayJob, fails before anything changes while a RayJob runs (infra.job_guard).
+        self.job_guard: JobDisruptionGuard = JobDisruptionGuard(
+            self, "JobGuard", cluster=cluster_stack.ray_cluster.cluster, gpu_nodes=self.gpu_nodes,
+            job=self.training_job.job if self.training_job else None,
+            job_object=self.training_job.job_object if self.training_job else None,
+            job_name=self.training_job.name if self.training_job else None, namespace=settings.workload.namespace,
+            allow=settings.workload.allow_job_disruption, logs=cluster_stack.logs)
 
         image = settings.workload.dlc_image
         if self.training_job and image_digest(image) is None:

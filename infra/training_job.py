@@ -32,6 +32,7 @@ from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.network import is_placeholder_zone
 from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import collect_code, config_map_problem
+from ray_efa.k8s.disruption_budget import ray_pods_disruption_budget
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
 from ray_efa.k8s.workload import ray_job_chart, shipped_settings
 
@@ -216,6 +217,7 @@ class RayTrainingJob(Construct):
             claim("gpuInstanceType", gpu_nodes.instance_type, where)
             claim("gpuNodeCount", gpu_nodes.node_count, where)
             claim("gpuNodeSelector", gpu_nodes.node_selector, where)
+            claim("gpuNodeTaints", list(gpu_nodes.taints), where)  # what the Ray workers tolerate
             # What the nodes launch into: the recorded settings (and the TCP comparison's floor and sockets) follow it.
             claim("capacityReservationId", gpu_nodes.capacity_reservation_id, where, none_too=True)
             claim("capacityReservationType", gpu_nodes.capacity_reservation_type, where)
@@ -320,6 +322,14 @@ class RayTrainingJob(Construct):
         self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
         self.job: eks.KubernetesManifest = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
+        self.job_object: dict[str, Any] = objects[-1]
+        """The RayJob object of `job` (tokens unresolved)."""
+        # The Ray pods' PodDisruptionBudget, before the job: a drain fails rather than evicting one of them. The
+        # stack's alone (`ray-efa manifests` and `submit` create none).
+        (self.disruption_budget,) = apply_objects(
+            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)
+        """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget)."""
+        self.job.node.add_dependency(self.disruption_budget)
 
     @classmethod
     def from_settings(

@@ -347,13 +347,13 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
     # NCCL's SHM transport and DataLoader workers live in /dev/shm; the container runtime's default is 64 MiB.
     # A Memory emptyDir counts against the pod's memory limit, so it is bounded by the catalog's shm_gib.
     shm = V1Volume(name=_SHM_VOLUME, empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=_gib(pod.shm_gib)))
-    taint = scheduling.GPU_TAINT.toleration()
     return V1PodTemplateSpec(
         metadata=V1ObjectMeta(labels=pod_labels(owner, RAY_NODE_COMPONENT)),
         spec=V1PodSpec(
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.gpu_node_selector),
-            tolerations=[V1Toleration(key=taint["key"], operator=taint["operator"], effect=taint["effect"])],
+            tolerations=[V1Toleration(key=t["key"], operator=t["operator"], effect=t["effect"])
+                         for t in scheduling.gpu_tolerations(list(settings.nodes.gpu_node_taints))],
             init_containers=[*init, *package_init] or None,
             containers=[container],
             resource_claims=pod_resource_claims(owner, instance) if dra else None,

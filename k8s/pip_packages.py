@@ -10,10 +10,14 @@ venv took 68 s and wrote 2.2 GB; the route below installed torchao 0.18.0 in 6.5
 
 The route: the image's own pip with `--prefix` into the emptyDir. Unlike `--target` (which sets pip's
 ignore_installed and would put a second torch or numpy in front of the image's), `--prefix` skips every requirement
-the image already satisfies, so only what is missing lands there; a constraints file of the image's own `pip freeze`
-makes a package that needs another version of something the image has fail the init container with pip's resolver
-message, instead of shadowing the image's copy. Then the prefix's site-packages is moved to PACKAGES_SITE_PATH, a
-fixed path on PYTHONPATH whatever the image's Python version.
+the image already satisfies, so only what is missing lands there; a constraints file that pins every distribution the
+image's Python sees (importlib.metadata, so those installed from local wheel files too, which `pip freeze` prints as
+`name @ file://...`, not `==`: the DLC's flash-attn and Transformer Engine) makes a package that needs another version
+of something the image has fail the init container with pip's resolver message, instead of shadowing the image's copy.
+Only wheels (`--only-binary=:all:`): no sdist is compiled inside the init container (flash-attn's would try, for an
+hour, with no CUDA toolkit). A package whose top-level names are standard library modules is refused, nothing installed: PYTHONPATH comes before the standard library; a stray top-level
+`test` suite is left out instead (STRAY_TEST_PACKAGES). Then the prefix's
+site-packages is moved to PACKAGES_SITE_PATH, a fixed path on PYTHONPATH whatever the image's Python version.
 """
 
 from __future__ import annotations
@@ -28,26 +32,49 @@ PACKAGES_PATH = "/opt/ray-efa/packages"
 PACKAGES_SITE_PATH = f"{PACKAGES_PATH}/site"
 """The installed packages' import root, on every Ray container's PYTHONPATH when there are any."""
 
+STRAY_TEST_PACKAGES = ("test",)
+"""Top-level packages a wheel ships by mistake (torchao 0.18.0's `test`: its own test suite) under the name of a
+standard library module (CPython's regression tests): the install leaves them out, saying so, rather than refusing
+the package; any other standard library name refuses it."""
+
 INSTALL_SCRIPT = (
-    "import os, shutil, subprocess, sys, sysconfig, tempfile\n"
+    "import importlib.metadata, os, shutil, subprocess, sys, sysconfig, tempfile\n"
+    f"STRAY_TESTS = {STRAY_TEST_PACKAGES!r}\n"
     "dest, packages = sys.argv[1], sys.argv[2:]\n"
     "prefix = tempfile.mkdtemp(prefix='prefix-', dir=dest)\n"
-    "frozen = subprocess.run([sys.executable, '-m', 'pip', 'freeze', '--all'], check=True, capture_output=True,\n"
-    "                        text=True).stdout\n"
+    "pins = {}\n"
+    "for dist in importlib.metadata.distributions():  # sys.path order: the copy Python imports comes first\n"
+    "    name = dist.metadata['Name']\n"
+    "    if name and dist.version:\n"
+    "        pins.setdefault(name.lower().replace('_', '-').replace('.', '-'), name + '==' + dist.version)\n"
     "constraints = os.path.join(dest, 'image-constraints.txt')\n"
     "with open(constraints, 'w') as f:\n"
-    "    f.write(''.join(line + '\\n' for line in frozen.splitlines() if '==' in line))\n"
+    "    f.write(''.join(pin + '\\n' for pin in sorted(pins.values())))\n"
     "pip = [sys.executable, '-m', 'pip', 'install', '--no-cache-dir', '--disable-pip-version-check',\n"
-    "       '--no-warn-script-location', '--prefix', prefix, '--constraint', constraints, *packages]\n"
+    "       '--no-warn-script-location', '--only-binary=:all:', '--prefix', prefix, '--constraint', constraints,\n"
+    "       *packages]\n"
     "if subprocess.run(pip).returncode:\n"
     "    sys.exit('ray-efa: pip could not install ' + ' '.join(packages) + ' beside the image (its packages are '\n"
-    "             'pinned by ' + constraints + '): see pip above; fix the pipPackages setting')\n"
+    "             'pinned by ' + constraints + ', and only wheels are installed): see pip above; fix the pipPackages '\n"
+    "             'setting')\n"
+    "paths = {sysconfig.get_path(k, vars={'base': prefix, 'platbase': prefix}) for k in ('purelib', 'platlib')}\n"
+    "names = [(path, name) for path in sorted(paths) if os.path.isdir(path) for name in os.listdir(path)]\n"
+    "stray = [(path, n) for path, n in names if n in STRAY_TESTS]\n"
+    "for path, name in stray:  # a wheel's own test suite: nothing imports it from here\n"
+    "    print('ray-efa: left out top-level', name, '(a test suite that would shadow the standard library module)')\n"
+    "    shutil.rmtree(os.path.join(path, name), ignore_errors=True)\n"
+    "names = [entry for entry in names if entry not in stray]\n"
+    "shadow = sorted({n.split('.')[0] for _, n in names if not n.endswith(('.dist-info', '.pth'))}\n"
+    "                & set(sys.stdlib_module_names))\n"
+    "if shadow:\n"
+    "    shutil.rmtree(prefix)\n"
+    "    sys.exit('ray-efa: ' + ' '.join(packages) + ' would install top-level ' + ', '.join(shadow) + ', which '\n"
+    "             'shadows the standard library module of that name on PYTHONPATH; nothing was installed: fix the '\n"
+    "             'pipPackages setting')\n"
     "site = os.path.join(dest, 'site')\n"
     "os.makedirs(site, exist_ok=True)\n"
-    "for key in ('purelib', 'platlib'):\n"
-    "    path = sysconfig.get_path(key, vars={'base': prefix, 'platbase': prefix})\n"
-    "    for name in os.listdir(path) if os.path.isdir(path) else ():\n"
-    "        shutil.move(os.path.join(path, name), os.path.join(site, name))\n"
+    "for path, name in names:\n"
+    "    shutil.move(os.path.join(path, name), os.path.join(site, name))\n"
     "shutil.rmtree(prefix)\n"
     "print('ray-efa: installed', ' '.join(packages), 'into', site, '(what the image lacked):',\n"
     "      ', '.join(sorted(n for n in os.listdir(site) if n.endswith('.dist-info'))) or 'nothing', flush=True)\n"

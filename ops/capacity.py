@@ -56,6 +56,9 @@ __all__ = [
     "ProbeResult",
     "ZoneReport",
     "CapacityReport",
+    "ReservationCheck",
+    "reservation_check",
+    "describe_reservation",
     "ProbeInterrupted",
     "CancelFailed",
     "AVAILABLE",
@@ -166,6 +169,12 @@ class CapacityRequest:
     instance_type: str
     count: int
     probe: bool = False
+    reservation_id: str | None = None
+    """A capacity reservation the nodes launch into (capacityReservationId): its AZ, type, size and state are checked."""
+    reservation_zone: str | None = None
+    """The AZ the nodes must launch in (gpuAvailabilityZone), which the reservation must be in; None: not checked."""
+    capacity_block: bool = False
+    """The reservation is a Capacity Block for ML (capacityReservationType capacity-block)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,6 +193,87 @@ class ZoneReport:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ReservationCheck:
+    """What EC2 says of a named capacity reservation, and why the nodes cannot launch into it (problems)."""
+
+    reservation_id: str
+    state: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    total: int | None = None
+    available: int | None = None
+    reservation_type: str | None = None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reservation_id": self.reservation_id, "state": self.state, "instance_type": self.instance_type,
+                "zone": self.zone, "total": self.total, "available": self.available,
+                "reservation_type": self.reservation_type, "ok": self.ok, "problems": list(self.problems),
+                "notes": list(self.notes)}
+
+
+_RESERVATION_READY = ("active",)
+_RESERVATION_LATER = ("scheduled", "pending", "assessing")
+"""States of a reservation not active yet (a Capacity Block before its start): the nodes launch once it is."""
+
+
+def reservation_check(request: CapacityRequest, reservation: dict[str, Any] | None) -> ReservationCheck:
+    """The check of `request.reservation_id` against EC2's CapacityReservation (describe-capacity-reservations), or
+    None when EC2 does not know it."""
+    rid = request.reservation_id or ""
+    key = "capacityReservationId"
+    if reservation is None:
+        return ReservationCheck(reservation_id=rid, problems=(
+            f"{key} {rid}: EC2 knows no such reservation in {request.region} for this account",))
+    state = reservation.get("State")
+    instance_type = reservation.get("InstanceType")
+    zone = reservation.get("AvailabilityZone")
+    total = reservation.get("TotalInstanceCount")
+    available = reservation.get("AvailableInstanceCount")
+    kind = reservation.get("ReservationType") or "default"
+    problems, notes = [], []
+    if instance_type != request.instance_type:
+        problems.append(f"{key} {rid} reserves {instance_type}, but gpuInstanceType is {request.instance_type}: "
+                        "instances launch only into a reservation of their own type")
+    if request.reservation_zone is not None and zone != request.reservation_zone:
+        problems.append(f"{key} {rid} is in {zone}, but the GPU nodes launch in {request.reservation_zone}: set "
+                        f"gpuAvailabilityZone={zone}")
+    if total is not None and total < request.count:
+        problems.append(f"{key} {rid} holds {total} instance(s), but gpuNodeCount is {request.count}: EKS would "
+                        "retry the missing nodes until the node group fails")
+    elif available is not None and available < request.count:
+        notes.append(f"{key} {rid}: {available} of its {total} instance(s) are free now (others run in it)")
+    if state in _RESERVATION_LATER:
+        notes.append(f"{key} {rid} is {state}: the nodes launch once it is active"
+                     + (f" ({reservation['StartDate']})" if reservation.get("StartDate") else ""))
+    elif state not in _RESERVATION_READY:
+        problems.append(f"{key} {rid} is {state}: nothing launches into it; reserve again")
+    if request.capacity_block != (kind == "capacity-block"):
+        want = "capacity-block" if kind == "capacity-block" else "odcr"
+        problems.append(f"{key} {rid} is a {'Capacity Block' if kind == 'capacity-block' else 'capacity reservation'}"
+                        f": set capacityReservationType={want}")
+    return ReservationCheck(reservation_id=rid, state=state, instance_type=instance_type, zone=zone, total=total,
+                            available=available, reservation_type=kind, problems=tuple(problems), notes=tuple(notes))
+
+
+def describe_reservation(ec2: Any, reservation_id: str) -> dict[str, Any] | None:
+    """EC2's CapacityReservation of `reservation_id`; None when EC2 says it does not exist."""
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("InvalidCapacityReservationId.NotFound",
+                                                            "InvalidCapacityReservationId.Malformed"):
+            return None
+        raise
+    return found[0] if found else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CapacityReport:
     request: CapacityRequest
     vcpus_per_instance: int
@@ -193,6 +283,8 @@ class CapacityReport:
     """None for a type outside ON_DEMAND_VCPU_QUOTAS."""
     placement_scores_error: str | None = None
     notes: tuple[str, ...] = ()
+    reservation: ReservationCheck | None = None
+    """The named reservation's check (None without one)."""
 
     @property
     def recommended_zone(self) -> str | None:
@@ -207,8 +299,10 @@ class CapacityReport:
 
     @property
     def ok(self) -> bool:
-        """A usable AZ exists and nothing known stands in the way (an unreadable quota is a note, not a failure)."""
-        return self.recommended_zone is not None and not self.quota_refused
+        """A usable AZ exists and nothing known stands in the way (an unreadable quota is a note, not a failure); a
+        named reservation fits the nodes."""
+        fits = self.reservation is None or self.reservation.ok
+        return self.recommended_zone is not None and not self.quota_refused and fits
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -233,6 +327,7 @@ class CapacityReport:
             ],
             "placement_scores_error": self.placement_scores_error,
             "notes": list(self.notes),
+            "reservation": self.reservation.as_dict() if self.reservation else None,
         }
 
 
@@ -408,8 +503,12 @@ def check_capacity(
                    probe=probes.get(name))
         for name, zone_id in zones
     ]
+    reservation = None
+    if request.reservation_id:
+        status(f"reading capacity reservation {request.reservation_id}")
+        reservation = reservation_check(request, describe_reservation(ec2, request.reservation_id))
     return CapacityReport(request=request, vcpus_per_instance=vcpus, zones=rank_zones(reports), quota=quota,
-                          placement_scores_error=scores_error, notes=tuple(notes))
+                          placement_scores_error=scores_error, notes=tuple(notes), reservation=reservation)
 
 
 # -- rendering ------------------------------------------------------------------------------------------------------
@@ -456,6 +555,13 @@ def render_capacity(report: CapacityReport, console: Console) -> None:
             console.print(q.request_command(), markup=False, highlight=False, soft_wrap=True)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if (rc := report.reservation) is not None:
+        console.print(f"Reservation {rc.reservation_id}: {rc.state or 'unknown'}, {rc.total if rc.total is not None else '?'}"
+                      f" x {rc.instance_type or '?'} in {rc.zone or '?'} ({rc.reservation_type or '?'})", highlight=False)
+        for note in rc.notes:
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
+        for problem in rc.problems:
+            console.print(f"[red]refused:[/] {problem}", highlight=False)
     if report.recommended_zone is None:
         console.print("[red]No usable AZ.[/]")
     else:

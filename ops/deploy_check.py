@@ -33,8 +33,14 @@ holds or is about to hold the GPU nodes."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STACK = re.compile(r"^Stack (?P<stack>\S+)")
-# `[~] AWS::EKS::Nodegroup GpuNodes/Nodegroup GpuNodesNodegroup23F56272 replace` (the marker is optional)
-_RESOURCE = re.compile(r"^\[(?P<op>[-+~])\] (?P<type>\S+::\S+) (?P<path>\S+) (?P<id>\S+)")
+# `[~] AWS::EKS::Nodegroup GpuNodes/Nodegroup GpuNodesNodegroup23F56272 replace`: the construct path, then the logical
+# id, then the impact (optional). The CLI prints the path where a template's `aws:cdk:path` metadata gives it (the new
+# assembly's for a resource kept or added, the deployed template's for a removed one: `cdk deploy` writes it unless
+# --no-path-metadata) and the logical id alone where none does: `[-] TYPE LOGICAL_ID destroy`.
+_RESOURCE = re.compile(r"^\[(?P<op>[-+~])\] (?P<type>\S+::\S+) (?P<rest>.+)$")
+_IMPACTS = ("destroy", "orphan", "replace", "may")
+"""First words of the impacts @aws-cdk/cloudformation-diff prints after the logical id (destroy, orphan, replace,
+may be replaced)."""
 _ROLL_OUTPUT = re.compile(r"^\[~\] Output GpuNodesRollWhen ")
 _NODE_TYPES = ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")
 _MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -52,12 +58,23 @@ class DeployDiff:
     gpu_roll: bool = False
     """The GPU stack's GpuNodesRollWhen output changes: the GPU nodes roll or are resized."""
     reapplied_jobs: tuple[str, ...] = ()
-    """Names of the RayJobs whose manifests the deploy creates or updates (`kubectl apply`)."""
+    """Names of the RayJobs whose manifests the deploy creates or updates (`kubectl apply`: one deleted since comes
+    back; a new jobName, or the job back after scaling to zero, starts a run)."""
     removed_manifests: tuple[str, ...] = ()
-    """Logical ids of the Kubernetes manifests the deploy removes (`kubectl delete`: a RayJob among them stops).
-    `cdk diff` names a removed resource by its logical id alone (its construct is gone)."""
+    """Logical ids of the Kubernetes manifests the deploy removes (`kubectl delete`: a RayJob among them stops)."""
+    removed_jobs: tuple[str, ...] = ()
+    """Names of the RayJobs whose manifests the deploy removes, where the diff prints their construct path
+    (`TrainingJob/RayJob-<name>/Resource`: a deployed template has it); else only removed_manifests knows them."""
     device_stack_switch: tuple[str, ...] = ()
     """Device plugin or DRA driver Helm releases the deploy adds or removes."""
+
+
+def _path_and_logical_id(rest: str) -> tuple[str | None, str]:
+    """(construct path or None, logical id) of what follows a resource's type on a `cdk diff` line."""
+    words = rest.split()
+    if len(words) >= 2 and words[1] not in _IMPACTS:
+        return words[0], words[1]
+    return None, words[0]
 
 
 def read_diff(text: str) -> DeployDiff:
@@ -65,7 +82,8 @@ def read_diff(text: str) -> DeployDiff:
     stack = ""
     rolled: list[str] = []
     jobs: list[str] = []
-    removed: list[str] = []  # `[-] TYPE LOGICAL_ID destroy`: no construct path
+    removed: list[str] = []
+    removed_jobs: list[str] = []
     switch: list[str] = []
     gpu_roll = False
     for raw in text.splitlines():
@@ -79,18 +97,22 @@ def read_diff(text: str) -> DeployDiff:
         match = _RESOURCE.match(line)
         if match is None:
             continue
-        path = match["path"].rsplit("/Resource", 1)[0]
+        path, logical_id = _path_and_logical_id(match["rest"])
+        path = path.rsplit("/Resource", 1)[0] if path else logical_id
+        job = path.rsplit("/RayJob-", 1)[1].split("/", 1)[0] if "/RayJob-" in path else None
         if match["type"] in _NODE_TYPES:
             rolled.append(f"{stack}: {path}")
         elif match["type"] == _MANIFEST and match["op"] == "-":
-            removed.append(path)
-        elif match["type"] == _MANIFEST and "/RayJob-" in path:
-            jobs.append(path.rsplit("/RayJob-", 1)[1].split("/", 1)[0])
+            removed.append(logical_id)
+            if job:
+                removed_jobs.append(job)
+        elif match["type"] == _MANIFEST and job:
+            jobs.append(job)
         elif match["type"] == _HELM_CHART and match["op"] in "+-" and any(
                 path.replace("/", "").startswith(s) for s in _DEVICE_STACKS):
             switch.append(f"{stack}: {path} {'added' if match['op'] == '+' else 'removed'}")
     return DeployDiff(rolled_node_groups=tuple(rolled), gpu_roll=gpu_roll, reapplied_jobs=tuple(dict.fromkeys(jobs)),
-                      removed_manifests=tuple(dict.fromkeys(removed)),
+                      removed_manifests=tuple(dict.fromkeys(removed)), removed_jobs=tuple(dict.fromkeys(removed_jobs)),
                       device_stack_switch=tuple(switch))
 
 
@@ -136,6 +158,12 @@ def _logical_id_of_job(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", f"RayJob-{name}")
 
 
+def _deletes_job(diff: DeployDiff, name: str) -> bool:
+    """The deploy removes the manifest of RayJob `name`: by its construct path, or, where the diff prints none, by
+    its logical id (which may match a longer name too: a refusal too many rather than one too few)."""
+    return name in diff.removed_jobs or any(_logical_id_of_job(name) in i for i in diff.removed_manifests)
+
+
 def _names(items: Iterable[str]) -> str:
     return ", ".join(items)
 
@@ -157,7 +185,7 @@ def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Setting
             "(`kubectl -n NAMESPACE delete rayjob NAME`), then deploy")))
     namespace = settings.workload.namespace
     stopped = [job for job in active if job.startswith(f"{namespace}/") and diff is not None
-               and any(_logical_id_of_job(job.split("/", 1)[1]) in i for i in diff.removed_manifests)]
+               and _deletes_job(diff, job.split("/", 1)[1])]
     if stopped:
         findings.append(Finding(id="job-deleted", message=(
             f"the deploy deletes RayJob {_names(stopped)}, which is {_names(active[n] for n in stopped)}: it stops. "

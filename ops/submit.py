@@ -223,12 +223,19 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+COMMAND_LINE = "-c"
+"""The source name core.context gives a value of the command line."""
+
+
 def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
                         sources: dict[str, str] | None = None) -> tuple[Settings, list[Problem]]:
-    """`settings` with the cluster side (DEPLOYED_KEYS) as deployed, and a problem for each value given here (not
-    left at its default) that contradicts the deployment, naming both values; a storagePath under the deployed one
-    (a run's own folder in the granted bucket) is no contradiction and stays. `sources`: context key -> where the
-    local value came from (core.context.ResolvedSettings.sources), named in the problems."""
+    """`settings` with the cluster side (DEPLOYED_KEYS) as deployed, and a problem for each value stated here that
+    contradicts the deployment, naming both values; a storagePath under the deployed one (a run's own folder in the
+    granted bucket) is no contradiction and stays. `sources`: context key -> where the local value came from
+    (core.context.ResolvedSettings.sources); with them only a value of the command line (-c) is stated: what the
+    checkout's cdk.json or cdk.context.json holds describes the deployment made from that checkout, not the one
+    asked, so the deployed cluster's value wins over it. Without `sources`, every value given (not left at its
+    default) is stated."""
     import json
 
     local = settings.to_context()
@@ -241,7 +248,7 @@ def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
             continue
         if key == "storagePath" and isinstance(mine, str) and isinstance(value, str) and _under(mine, value):
             continue
-        if key in given:
+        if key in given and (sources is None or sources.get(key) == COMMAND_LINE):
             source = (sources or {}).get(key)
             origin = f" (from {source})" if source and source != "default" else ""
             problems.append(Problem(key, mine, (

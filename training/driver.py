@@ -13,7 +13,8 @@ with these settings (the workers' refusal, before a step), 3 the gate could not 
 the transport (cluster only; the local run uses no NCCL, so it cannot prove anything there and says so).
 
 Ray Train v2 API (the default in ray 2.58): ScalingConfig, RunConfig(storage_path, FailureConfig(max_failures)).
-A run with the same name and storagePath as an earlier one resumes from its latest checkpoint.
+A run with the same name and storagePath as an earlier one is refused (exit 2, nothing written) unless `--resume`,
+which continues it from its latest checkpoint with the same settings.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
-    "reported_summary", "run", "describe_data", "open_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
+    "reported_summary", "run", "describe_data", "open_run_folder", "claim_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
     "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
 ]
 
@@ -320,7 +321,56 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     return code
 
 
-def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None) -> int:
+_RESUME_MAY_CHANGE = frozenset({"microBatch", "gradAccumulation"})
+"""Training settings a resumed run may change: the split of the global batch (the workers refuse another global
+batch: training.checkpoint.remap_train_state)."""
+
+
+def claim_run_folder(settings: Settings, name: str, *, resume: bool) -> RunFolder | None:
+    """The run's folder, once it is known that this run may write it: new, or with `resume` an earlier run of the same
+    settings (said, with the checkpoint it continues from). SettingsError, before anything is written, for an existing
+    folder without `resume` (a second run would restore the first one's checkpoint, report its numbers as its own and
+    replace its settings.json), for `resume` with no folder, and for `resume` with other settings than the folder's."""
+    folder = open_run_folder(settings, name)
+    if folder is None:
+        return None
+    exists = folder.exists()
+    if not exists and resume:
+        raise SettingsError([Problem("--resume", None, f"there is no run folder {folder.uri} to resume: leave "
+                                                       "--resume out to start the run")])
+    if not exists:
+        return folder
+    if not resume:
+        raise SettingsError([Problem("--name", name, (
+            f"the run folder {folder.uri} exists (an earlier run of that name): nothing in it is changed. Give a new "
+            "--name, or add --resume to continue that run with the same settings"))])
+    recorded = folder.read_bytes(SETTINGS_FILE)
+    try:
+        before = Settings.from_json(recorded.decode()).to_context() if recorded is not None else None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SettingsError([Problem("--resume", None, f"{folder.uri}/{SETTINGS_FILE} cannot be read ({error}): "
+                                                       "nothing says what the run trained with")]) from None
+    if before is None:
+        raise SettingsError([Problem("--resume", None, f"{folder.uri} holds no {SETTINGS_FILE}: nothing says what "
+                                                       "the run trained with; give a new --name")])
+    now = settings.to_context()
+    # What the run trains is the training section; where it runs (cluster, nodes, network) may change, and so may the
+    # split of its global batch, which the workers check against the checkpoint (training.checkpoint).
+    keys = {info.alias for info in type(settings.training).model_fields.values() if info.alias} - _RESUME_MAY_CHANGE
+    changed = sorted(k for k in keys if before.get(k) != now.get(k))
+    if changed:
+        shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise SettingsError([Problem("--resume", None, (
+            f"{folder.uri} was trained with other settings ({shown}): a resumed run continues the same run. Resume "
+            "with its settings, or give a new --name"))])
+    checkpoint = folder.latest_checkpoint()
+    print(f"resuming {folder.uri} from " + (f"{checkpoint}" if checkpoint else "its start (no checkpoint yet)"),
+          flush=True)
+    return folder
+
+
+def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None,
+        resume: bool = False) -> int:
     """Check, train, print the summary, gate the transport; the process exit code."""
     try:
         check_plan(settings, local=local)
@@ -337,6 +387,12 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: --logs-dir: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
 
+    try:  # an earlier run of this name: refused, or resumed with its settings; before Ray starts
+        folder = claim_run_folder(settings, name, resume=resume)
+    except SettingsError as error:
+        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+
     import ray.train
 
     from ray_efa.training.metrics import format_summary
@@ -349,8 +405,8 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
               "or locally with --local.", file=sys.stderr)
         return EXIT_FAILED
-    folder = open_run_folder(settings, name)
-    record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
+    if not resume:  # a resumed run's settings.json is the same settings already
+        record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     if (data := describe_data(settings)) is not None:
         print(data)
     try:
@@ -504,7 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
     parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
-    parser.add_argument("--name", help="Ray Train run name; reusing one resumes its latest checkpoint")
+    parser.add_argument("--name", help="Ray Train run name; an existing run's name is refused unless --resume")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run --name from its latest checkpoint, with the settings it was run with")
     parser.add_argument("--logs-dir", type=Path, help="where the NCCL logs are collected for the transport gate")
     args = parser.parse_args(argv)
     try:
@@ -512,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:  # SettingsError and bad JSON are ValueErrors
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    return run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir)
+    return run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir, resume=args.resume)
 
 
 if __name__ == "__main__":

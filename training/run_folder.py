@@ -71,3 +71,18 @@ class RunFolder:
             return None
         with self.fs.open_input_stream(target) as stream:
             return stream.read()
+
+    def exists(self) -> bool:
+        """The folder is there: an earlier run of this name under this storage path."""
+        import pyarrow.fs
+
+        return self.fs.get_file_info(self.path).type != pyarrow.fs.FileType.NotFound
+
+    def latest_checkpoint(self) -> str | None:
+        """The name of the run's latest Ray Train checkpoint folder (checkpoint_NNNNNN), None when it has none."""
+        import pyarrow.fs
+
+        entries = self.fs.get_file_info(pyarrow.fs.FileSelector(self.path, allow_not_found=True))
+        names = sorted(e.base_name for e in entries
+                       if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith("checkpoint_"))
+        return names[-1] if names else None

@@ -405,13 +405,20 @@ def test_the_efa_security_group_states_its_egress(context):
 @pytest.mark.parametrize("context, expected", [
     ({"capacityReservationId": RESERVATION}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
     ({"capacityReservationId": RESERVATION, "gpuNodeCount": 4}, {"MaxUnavailable": 4, "UpdateStrategy": "MINIMAL"}),
-    ({}, None),
-], ids=["odcr-2", "odcr-4", "on-demand"])
-def test_a_node_group_in_a_reservation_updates_without_surge(context, expected):
-    (nodegroup,) = synth_of(context).gpu.find_resources("AWS::EKS::Nodegroup").values()
-    # THEN in a reservation the nodes are terminated before new ones launch (no surge the reservation has no room for),
-    # all at once; on demand EKS's default (new nodes first) stays
+    ({}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+    (BLOCK_P5, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+    ({"gpuNodeCount": 0}, {"MaxUnavailable": 1, "UpdateStrategy": "MINIMAL"}),
+], ids=["odcr-2", "odcr-4", "on-demand", "capacity-block", "scaled-to-zero"])
+def test_a_gpu_node_group_never_surges_nor_forces_an_update(context, expected):
+    synth = synth_of(context)
+    (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
+    # THEN for every capacity type the old nodes go before new ones launch (no surge of GPU nodes that a quota, a
+    # reservation or a Capacity Block has no room for), all at once ...
     assert nodegroup["Properties"].get("UpdateConfig") == expected
+    # ... and a drain that a PodDisruptionBudget blocks fails the update instead of killing the job: on both groups
+    (system,) = synth.cluster.find_resources("AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["ForceUpdateEnabled"] is False
+    assert system["Properties"]["ForceUpdateEnabled"] is False
 
 
 def test_the_vpc_reaches_s3_through_a_gateway_endpoint(default_synth):

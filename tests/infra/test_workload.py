@@ -185,6 +185,8 @@ def test_the_rerun_path_applies_the_job_the_stack_applied(default_synth):
         (obj,) = manifest_objects(resource)
         obj["metadata"]["labels"] = {k: v for k, v in obj["metadata"]["labels"].items() if not k.startswith(PRUNE_LABEL_PREFIX)}
         deployed[(obj["kind"], obj["metadata"]["name"])] = obj
+    # (the stack's PodDisruptionBudget of the job's pods is the stack's own: k8s.disruption_budget)
+    assert deployed.pop(("PodDisruptionBudget", "train-efa-ray-pods"))["spec"]["maxUnavailable"] == 0
     storage_path = json.loads(deployed[("ConfigMap", "train-efa-settings")]["data"]["settings.json"])["storagePath"]
     settings = default_synth.settings.replace(storagePath=storage_path)
     written = {(o["kind"], o["metadata"]["name"]): o

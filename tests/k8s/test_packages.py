@@ -77,29 +77,34 @@ def test_without_packages_no_pod_gets_an_init_container_or_the_path():
 
 # --- the install script, run for real ---
 
-def _wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> None:
-    """A minimal pure-Python wheel of `name` 1.0 with one module, `name`, whose VALUE is "<name> 1.0"."""
-    dist = f"{name}-1.0.dist-info"
+def _wheel(folder: Path, name: str, requires: tuple[str, ...] = (), version: str = "1.0",
+           modules: dict[str, str] | None = None) -> Path:
+    """A minimal pure-Python wheel of `name` `version`: `modules` (path -> text), by default one module, `name`, whose
+    VALUE is "<name> <version>"."""
+    dist = f"{name}-{version}.dist-info"
     files = {
-        f"{name}.py": f"VALUE = '{name} 1.0'\n",
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: 1.0\n{}".format(
-            name, "".join(f"Requires-Dist: {r}\n" for r in requires)),
+        **(modules if modules is not None else {f"{name}.py": f"VALUE = '{name} {version}'\n"}),
+        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
+            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
-    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as whl:
-        for path, text in files.items():
-            whl.writestr(path, text)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for file, text in files.items():
+            whl.writestr(file, text)
             digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-            record.append(f"{path},sha256={digest},{len(text.encode())}")
+            record.append(f"{file},sha256={digest},{len(text.encode())}")
         whl.writestr(f"{dist}/RECORD", "\n".join([*record, f"{dist}/RECORD,,"]) + "\n")
+    return path
 
 
-def _install(tmp_path: Path, *packages: str) -> subprocess.CompletedProcess[str]:
+def _install(tmp_path: Path, *packages: str, image_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The install script with this venv as the image (and `image_path` on its PYTHONPATH: more of the image)."""
     dest = tmp_path / "packages"
     dest.mkdir()
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels"),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", **({"PYTHONPATH": str(image_path)} if image_path else {})}
     return subprocess.run([sys.executable, "-c", INSTALL_SCRIPT, str(dest), *packages], env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -134,3 +139,51 @@ def test_a_package_that_would_replace_an_image_package_fails_naming_the_setting(
     assert result.returncode != 0
     assert "fix the pipPackages setting" in result.stderr
     assert not (wheelhouse / "packages" / "site").exists()
+
+
+def test_a_package_installed_from_a_local_wheel_file_is_pinned_too(tmp_path, wheelhouse):
+    # GIVEN an image package installed from a local wheel file, as the DLC installs flash-attn: `pip freeze` prints it
+    # `pinned @ file://...`, with no "=="
+    local = tmp_path / "local-wheels"
+    local.mkdir()
+    image = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(image),
+                    str(_wheel(local, "pinned"))], check=True, capture_output=True, timeout=300)
+    frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--path", str(image)], capture_output=True,
+                            text=True, check=True).stdout
+    assert frozen.startswith("pinned @ file://"), frozen
+    # ... and pipPackages wants a package that needs a newer one, which the index has
+    _wheel(wheelhouse / "wheels", "pinned", version="2.0")
+    _wheel(wheelhouse / "wheels", "wants_new_pinned", ("pinned>=2",))
+    result = _install(wheelhouse, "wants_new_pinned", image_path=image)
+    # THEN the image's copy is pinned like any other: pip's resolver refuses, and no second copy shadows it
+    assert "pinned==1.0" in (wheelhouse / "packages" / "image-constraints.txt").read_text().splitlines()
+    assert result.returncode != 0 and "fix the pipPackages setting" in result.stderr, result.stdout + result.stderr
+    assert not (wheelhouse / "packages" / "site").exists()
+
+
+def test_a_package_that_shadows_the_standard_library_is_refused(wheelhouse):
+    # GIVEN a package whose wheel has a top-level `json` package
+    _wheel(wheelhouse / "wheels", "shadowy", modules={"shadowy.py": "", "json/__init__.py": "HIJACKED = True\n"})
+    result = _install(wheelhouse, "shadowy")
+    # THEN nothing is installed, and the message names the module and the setting
+    assert result.returncode != 0
+    assert "would install top-level json, which shadows the standard library" in result.stderr
+    assert "fix the pipPackages setting" in result.stderr
+    assert not (wheelhouse / "packages" / "site").exists()
+
+
+def test_a_stray_test_suite_is_left_out_and_the_package_installed(wheelhouse):
+    # GIVEN a wheel that ships its own tests as a top-level `test` package (torchao 0.18.0 does)
+    _wheel(wheelhouse / "wheels", "with_tests", modules={"with_tests.py": "VALUE = 1\n", "test/__init__.py": ""})
+    result = _install(wheelhouse, "with_tests")
+    # THEN the package is installed without it: `import test` stays the standard library's
+    assert result.returncode == 0, result.stdout + result.stderr
+    site = wheelhouse / "packages" / "site"
+    assert (site / "with_tests.py").is_file() and not (site / "test").exists()
+    assert "left out top-level test" in result.stdout
+
+
+def test_only_wheels_are_installed():
+    # pip never builds an sdist in the init container (flash-attn's would compile for an hour): the flag is pip's own
+    assert "'--only-binary=:all:'" in INSTALL_SCRIPT

@@ -409,3 +409,66 @@ def test_check_capacity_skips_the_probe_when_the_quota_is_short(moto_region):
     # THEN no reservation was attempted and the report fails on the quota
     assert all(z.probe is None for z in report.zones)
     assert report.quota_refused and not report.ok
+
+
+# -- a named reservation: its AZ, type, size and state, before the deploy -------------------------------------------
+# moto has no capacity reservations: describe-capacity-reservations is answered from the recorded reservation
+# (validated by botocore against the EC2 model); the rest of the check runs on moto.
+
+def _reservation_request(**changes) -> CapacityRequest:
+    return CapacityRequest(**{"region": "us-east-1", "instance_type": "p5en.48xlarge", "count": 2,
+                              "reservation_id": RESERVATION_ID, "reservation_zone": "us-east-1c", **changes})
+
+
+def _check_with(moto_region, request: CapacityRequest, described: dict | None, error: str | None = None):
+    ec2, quotas = moto_region
+    with PartialStubber(ec2) as ec2_stub, Stubber(quotas) as quota_stub:
+        quota_stub.add_response("get_service_quota", recorded("service_quota_p.json"))
+        ec2_stub.add_response("get_spot_placement_scores", recorded("spot_placement_scores_us_east_1.json"))
+        if error:
+            ec2_stub.add_client_error("describe_capacity_reservations", service_error_code=error, http_status_code=400)
+        else:
+            ec2_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [described]},
+                                  {"CapacityReservationIds": [RESERVATION_ID]})
+        return capacity.check_capacity(request, ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
+
+
+def _reserved(**changes) -> dict:
+    return {**recorded("create_capacity_reservation_active.json")["CapacityReservation"], **changes}
+
+
+def test_a_reservation_that_fits_the_nodes_passes(moto_region):
+    report = _check_with(moto_region, _reservation_request(), _reserved())
+    assert report.reservation is not None and report.reservation.ok and report.ok
+    assert report.as_dict()["reservation"]["zone"] == "us-east-1c"
+
+
+@pytest.mark.parametrize("changes, request_changes, says", [
+    ({"AvailabilityZone": "us-east-1a"}, {}, "is in us-east-1a, but the GPU nodes launch in us-east-1c: set "
+                                             "gpuAvailabilityZone=us-east-1a"),
+    ({"InstanceType": "p5.48xlarge"}, {}, "reserves p5.48xlarge, but gpuInstanceType is p5en.48xlarge"),
+    ({"TotalInstanceCount": 1, "AvailableInstanceCount": 1}, {}, "holds 1 instance(s), but gpuNodeCount is 2"),
+    ({"State": "expired"}, {}, "is expired: nothing launches into it"),
+    ({"State": "cancelled"}, {}, "is cancelled"),
+    ({}, {"capacity_block": True}, "is a capacity reservation: set capacityReservationType=odcr"),
+    ({"ReservationType": "capacity-block"}, {}, "is a Capacity Block: set capacityReservationType=capacity-block"),
+])
+def test_a_reservation_the_nodes_cannot_launch_into_is_refused_naming_the_setting(moto_region, changes,
+                                                                                   request_changes, says):
+    report = _check_with(moto_region, _reservation_request(**request_changes), _reserved(**changes))
+    assert report.reservation is not None and not report.ok
+    assert any(says in p for p in report.reservation.problems), report.reservation.problems
+    assert all(p.startswith(f"capacityReservationId {RESERVATION_ID}") for p in report.reservation.problems)
+
+
+def test_a_capacity_block_not_started_yet_is_a_note(moto_region):
+    block = _reserved(State="scheduled", ReservationType="capacity-block", StartDate="2026-12-10T11:30:00Z")
+    report = _check_with(moto_region, _reservation_request(capacity_block=True), block)
+    assert report.ok and "is scheduled: the nodes launch once it is active" in report.reservation.notes[0]
+
+
+def test_a_reservation_ec2_does_not_know_is_refused(moto_region):
+    report = _check_with(moto_region, _reservation_request(), None, error="InvalidCapacityReservationId.NotFound")
+    assert not report.ok
+    assert report.reservation.problems == (
+        f"capacityReservationId {RESERVATION_ID}: EC2 knows no such reservation in us-east-1 for this account",)

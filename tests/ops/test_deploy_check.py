@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from ray_efa.core.settings import Settings
-from ray_efa.ops.deploy_check import check_deploy, read_cluster, read_diff
+from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_cluster, read_diff
 from tests.ops.cli_helpers import run_cli
 from tests.ops.kube_server import FakeKubeApi, load_recording
 from tests.ops.test_verify import SETTINGS, kubeconfig
@@ -135,3 +135,45 @@ def test_a_file_that_is_not_a_cdk_diff_is_exit_2(tmp_path, capsys):
     assert run_cli("deploy_check", "--diff", str(not_a_diff), *SETTINGS) == 2
     assert "is not the output of `cdk diff`" in capsys.readouterr().err
     assert run_cli("deploy_check", "--diff", str(tmp_path / "missing.txt"), *SETTINGS) == 2
+
+
+# -- what the CLI prints for a deployed stack (construct paths on): recorded by tests/infra/test_deploy_check_cli.py
+RUNNING = ClusterState(ray_jobs={"ray/train-efa": "Running"}, gpu_nodes=("gpu-a", "gpu-b"))
+
+
+@pytest.mark.parametrize("diff, job, expected", [
+    # -c trainingJob=false deletes the RayJob: refused while it runs, fine once it is complete
+    ("training_job_off_cli", "Running", {"job-deleted": True}),
+    ("training_job_off_cli", "Initializing", {"job-deleted": True}),
+    ("training_job_off_cli", "Complete", {}),
+    # a jobName rename deletes the old RayJob, and applies the new one (a new run on every GPU node)
+    ("job_rename_cli", "Running", {"job-deleted": True, "job-recreated": True}),
+    ("job_rename_cli", "Failed", {"job-recreated": True}),
+])
+def test_a_deployed_stacks_diff_is_read_by_construct_path(diff, job, expected):
+    # GIVEN the diff the CLI prints against a deployed template: `[-] TYPE PATH LOGICAL_ID destroy`
+    state = ClusterState(ray_jobs={"ray/train-efa": job}, gpu_nodes=RUNNING.gpu_nodes)
+    # THEN the RayJob's removal is read from its construct path, whatever the API server is
+    assert {f.id: f.overridable for f in check_deploy(read_diff(diff_text(diff)), state, Settings())} == expected
+
+
+def test_a_removed_resource_is_read_in_both_forms_the_cli_prints():
+    by_path = read_diff("Stack s\n[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/RayJob-a-b/Resource "
+                        "TrainingJobRayJobabFE58B741 destroy\n")
+    by_id = read_diff("Stack s\n[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJobRayJobabFE58B741 destroy\n")
+    assert by_path.removed_jobs == ("a-b",) and by_path.removed_manifests == ("TrainingJobRayJobabFE58B741",)
+    assert by_id.removed_jobs == () and by_id.removed_manifests == ("TrainingJobRayJobabFE58B741",)
+    settings = Settings.from_context({"jobName": "a-b"})
+    for diff in (by_path, by_id):
+        state = ClusterState(ray_jobs={"ray/a-b": "Running"})
+        assert [f.id for f in check_deploy(diff, state, settings)] == ["job-deleted"]
+
+
+def test_the_command_refuses_training_job_false_on_the_cli_diff(tmp_path, capsys):
+    diff = tmp_path / "diff.txt"
+    diff.write_text(diff_text("training_job_off_cli"))
+    with FakeKubeApi(cluster("Running")) as api:
+        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
+                       *SETTINGS)
+    assert code == 1
+    assert "refused: job-deleted: the deploy deletes RayJob ray/train-efa, which is Running" in capsys.readouterr().err

@@ -434,24 +434,39 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(t
     assert shipped["trainFunction"] == "own_training.train:train_func" and shipped["trainConfig"] == {"epochs": 3}
 
 
-def test_a_local_value_that_contradicts_the_deployment_is_exit_2_naming_both(tmp_path, capsys):
-    # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2) and the platform's cluster
+def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_both(tmp_path, capsys):
+    # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2), the platform's cluster, and on the command line
+    # storagePath and gpuNodeCount that are not the cluster's
     with _platform_api() as api:
         code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig",
-                    str(_kubeconfig(tmp_path, api.url)), "--name", JOB, *(a for s in SETTINGS for a in ("-c", s)))
+                    str(_kubeconfig(tmp_path, api.url)), "--name", JOB,
+                    *(a for s in (*SETTINGS, "gpuNodeCount=2") for a in ("-c", s)))
     out, err = capsys.readouterr()
-    # THEN exit 2, each contradiction named with the local value, where it came from and the deployed one
+    # THEN exit 2, each contradiction of the command line named with its value and the deployed one; what cdk.json
+    # holds (the type, the region) describes the checkout's own deployment and yields to the cluster's
     assert code == 2, err
     problems = {p["key"]: p for p in json.loads(out)["problems"]}
-    assert set(problems) == {"gpuInstanceType", "gpuNodeCount", "region", "storagePath"}
-    assert problems["gpuInstanceType"]["value"] == "g6.12xlarge"
-    assert ('the cluster was deployed with "p5.48xlarge" (ConfigMap research/train-efa-settings) and the local value '
-            "(from cdk.json) contradicts it") in problems["gpuInstanceType"]["message"]
+    assert set(problems) == {"gpuNodeCount", "storagePath"}
     assert "gpuNodeCount: the cluster was deployed with 3 " in err and ", got 2" in err
     assert "storagePath: the cluster was deployed with \"s3://company-checkpoints/research\"" in err
-    assert "(from -c)" in problems["storagePath"]["message"]
+    assert "(from -c)" in problems["storagePath"]["message"] and "(from -c)" in problems["gpuNodeCount"]["message"]
     # and nothing was created
     assert [m for m, _ in api.requests if m != "GET"] == []
+
+
+def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(tmp_path, capsys):
+    # GIVEN the repository's cdk.json (clusterName, region, gpuInstanceType g6.12xlarge, gpuNodeCount 2) and a cluster
+    # somebody else deployed (3 x p5en.48xlarge in ap-southeast-2): nothing contradicting on the command line
+    settings = [s for s in SETTINGS if not s.startswith("storagePath=")]
+    with _platform_api() as api:
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
+                    "--name", JOB, "--poll", "0.01", *(a for s in settings for a in ("-c", s)))
+    err = capsys.readouterr().err
+    # THEN the job is built for the cluster as deployed, not for the checkout's defaults
+    assert code == 0, err
+    shipped = json.loads(next(o for o in api.created if o["metadata"]["name"] == f"{JOB}-settings")["data"]["settings.json"])
+    assert (shipped["gpuInstanceType"], shipped["gpuNodeCount"], shipped["region"]) == ("p5en.48xlarge", 3,
+                                                                                        "ap-southeast-2")
 
 
 def test_a_storage_path_under_the_deployed_one_is_no_contradiction(tmp_path, monkeypatch, capsys):

@@ -123,8 +123,10 @@ def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_chang
     stopped = driver.fit(settings(2, 2), local=True, name="reshaped", test_config={"_faults": {"stop_after_step": 6}})
     assert max(dict(stopped.return_value["history"])) == 6
     assert _train_state(tmp_path / "reshaped", 4)["data"] == {"epoch": 0, "consumed": 8}
+    # (the settings.json that driver.run writes before it trains: what --resume compares)
+    (tmp_path / "reshaped" / "settings.json").write_text(settings(2, 2).to_json())
     # WHEN it is resumed with 4 x 2 (16 sequences a step: another global batch, another learning-rate schedule)
-    code = driver.run(settings(4, 2), local=True, name="reshaped", logs_dir=tmp_path / "nccl")
+    code = driver.run(settings(4, 2), local=True, name="reshaped", logs_dir=tmp_path / "nccl", resume=True)
     # THEN the workers refuse before a step, naming the setting and the split to reach, and the driver exits 2
     err = capsys.readouterr().err
     assert code == driver.EXIT_BAD_SETTINGS, err[-3000:]

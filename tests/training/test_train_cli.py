@@ -19,6 +19,12 @@ from ray_efa.training.run_summary import find_summaries
 from ray_efa.training.tiny_model import MODEL_FOLDER
 
 
+def tree_bytes(folder) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder`: its bytes and modification time (ns), by relative path."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def run_cli(*argv: str) -> int:
     """The exit code the process would have (resolve_or_exit raises SystemExit for bad settings)."""
     parser = argparse.ArgumentParser(prog="ray-efa")
@@ -106,6 +112,12 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert (summary["precision"], summary["grad_reduce_dtype"]) == ("fp32", "fp32")
     # and the gate's logs went into a safe output folder, with its record
     assert (tmp_path / "nccl" / ".ray-efa-output.json").is_file()
+    # WHEN the same command runs again: THEN it is refused before Ray starts, and the first run's files are unchanged
+    before = tree_bytes(tmp_path / "cli-local")
+    assert run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"), "-c", f"storagePath={tmp_path}",
+                   "-c", "steps=10", "-c", "checkpointEvery=0") == 2
+    assert f"the run folder {tmp_path}/cli-local exists" in capsys.readouterr().err
+    assert not ray.is_initialized() and tree_bytes(tmp_path / "cli-local") == before
 
 
 def _alone_on_the_machine() -> list[str]:

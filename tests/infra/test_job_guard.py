@@ -1,0 +1,242 @@
+"""The job guard: a deploy that rolls or resizes the GPU nodes, or changes or deletes the stack's RayJob, fails while a
+RayJob runs, before anything changes, unless `-c allowJobDisruption=true`.
+
+The handler's decision is a pure function of CloudFormation's old and new properties and the cluster's RayJobs
+(given here as a function, the seam a real API server plugs into); the handler answers CloudFormation's ResponseURL
+(a local HTTP server here). The synth tests check that the guard's properties change exactly when such a deploy is
+coming and that the node group and the RayJob wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from ray_efa.infra import job_guard_handler as guard
+from tests.infra.conftest import synthesize
+from tests.infra.test_workload import find
+
+BEFORE = {"ClusterName": "ray-train", "RollKey": "gpuInstanceType=g6.12xlarge capacityType=ON_DEMAND",
+          "NodeCount": "2", "CapacityType": "ON_DEMAND", "JobHash": "aaaa", "JobName": "train-efa", "Namespace": "ray",
+          "AllowJobDisruption": "false"}
+RUNNING = {"ray/train-efa": "Running"}
+
+
+def jobs(listed: dict[str, str]):
+    calls = []
+
+    def list_jobs() -> dict[str, str]:
+        calls.append(1)
+        return listed
+
+    return list_jobs, calls
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"RollKey": "gpuInstanceType=g6e.24xlarge capacityType=ON_DEMAND"},
+     "rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)"),
+    ({"NodeCount": "4"}, "resizes the GPU nodes from 2 to 4"),
+    ({"JobHash": "none", "JobName": "none"}, "deletes RayJob ray/train-efa"),
+    ({"JobHash": "bbbb", "JobName": "train-efa-2"}, "replaces RayJob ray/train-efa with train-efa-2"),
+    ({"JobHash": "bbbb"}, "changes RayJob ray/train-efa"),
+])
+def test_a_disrupting_update_fails_while_a_job_runs_naming_it_and_the_override(change, says):
+    list_jobs, _ = jobs({**RUNNING, "ray/done": "Complete"})
+    refusal = guard.decide("Update", BEFORE, {**BEFORE, **change}, list_jobs)
+    assert refusal is not None and says in refusal
+    assert "while RayJob ray/train-efa (Running) runs" in refusal and "ray/done" not in refusal
+    assert "-c allowJobDisruption=true" in refusal
+
+
+@pytest.mark.parametrize("state", ["Complete", "Failed", "Suspended", "ValidationFailed"])
+def test_a_finished_job_is_no_reason(state):
+    list_jobs, _ = jobs({"ray/train-efa": state})
+    assert guard.decide("Update", BEFORE, {**BEFORE, "NodeCount": "4"}, list_jobs) is None
+
+
+@pytest.mark.parametrize("state", ["", "New", "Initializing", "Running", "Retrying", "Suspending"])
+def test_a_job_about_to_run_counts_as_running(state):
+    list_jobs, _ = jobs({"other/job": state})
+    assert guard.decide("Update", BEFORE, {**BEFORE, "NodeCount": "4"}, list_jobs) is not None
+
+
+def test_the_override_and_harmless_updates_never_ask_the_api_server():
+    list_jobs, calls = jobs(RUNNING)
+    # THEN the override lets the roll through ...
+    assert guard.decide("Update", BEFORE, {**BEFORE, "NodeCount": "4", "AllowJobDisruption": "true"}, list_jobs) is None
+    # ... turning it off again changes nothing that runs, and neither does a create or a delete
+    assert guard.decide("Update", {**BEFORE, "AllowJobDisruption": "true"}, BEFORE, list_jobs) is None
+    assert guard.decide("Create", {}, BEFORE, list_jobs) is None
+    assert guard.decide("Delete", {}, BEFORE, list_jobs) is None
+    assert calls == []
+
+
+def test_a_capacity_block_group_rolls_only_from_zero_nodes():
+    block = {**BEFORE, "CapacityType": "CAPACITY_BLOCK"}
+    rolled = {**block, "RollKey": "gpuInstanceType=p5.48xlarge kubernetesVersion=1.36"}
+    list_jobs, _ = jobs({})
+    # THEN a roll with nodes up is refused, no job running and the override on ...
+    refusal = guard.decide("Update", block, {**rolled, "AllowJobDisruption": "true"}, list_jobs)
+    assert refusal is not None and "Capacity Block node group with 2 node(s) up" in refusal
+    assert "-c gpuNodeCount=0 first" in refusal
+    # ... and at zero nodes it goes ahead, as does scaling to zero itself
+    assert guard.decide("Update", {**block, "NodeCount": "0"}, {**rolled, "NodeCount": "0"}, list_jobs) is None
+    assert guard.decide("Update", block, {**block, "NodeCount": "0"}, list_jobs) is None
+
+
+def test_the_rayjobs_are_read_from_the_api_servers_list():
+    listed = {"items": [
+        {"metadata": {"namespace": "ray", "name": "train-efa"}, "status": {"jobDeploymentStatus": "Running"}},
+        {"metadata": {"namespace": "team", "name": "fresh"}},
+    ]}
+    commands = []
+
+    def run(command: list[str]) -> str:
+        commands.append(command)
+        return json.dumps(listed) if command[0] == "kubectl" else ""
+
+    assert guard.kubectl_ray_jobs("ray-train", run)() == {"ray/train-efa": "Running", "team/fresh": ""}
+    assert commands[0][:5] == ["aws", "eks", "update-kubeconfig", "--name", "ray-train"]
+    assert commands[1][:5] == ["kubectl", "get", "rayjobs.ray.io", "--all-namespaces", "-o"]
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def do_PUT(self):  # noqa: N802 - http.server's name
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def _handle(event_props: tuple[dict, dict], list_jobs) -> dict:
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.handle_request)
+    thread.start()
+    old, new = event_props
+    event = {"RequestType": "Update", "ResponseURL": f"http://127.0.0.1:{server.server_port}/", "StackId": "s",
+             "RequestId": "r", "LogicalResourceId": "JobGuard", "PhysicalResourceId": "ray-train/job-guard",
+             "OldResourceProperties": old, "ResourceProperties": new}
+    guard.handler(event, None, list_jobs)
+    thread.join(10)
+    server.server_close()
+    return _Recorder.bodies.pop()
+
+
+def test_the_handler_answers_cloudformation_and_refuses_what_it_cannot_check():
+    list_jobs, _ = jobs(RUNNING)
+    failed = _handle((BEFORE, {**BEFORE, "NodeCount": "4"}), list_jobs)
+    assert failed["Status"] == "FAILED" and failed["Reason"].startswith("ray-efa job guard: the deploy resizes")
+    assert failed["PhysicalResourceId"] == "ray-train/job-guard"
+    assert _handle((BEFORE, {**BEFORE, "NodeCount": "4"}), jobs({})[0])["Status"] == "SUCCESS"
+
+    def unreachable() -> dict[str, str]:
+        raise RuntimeError("kubectl get failed: i/o timeout")
+
+    # an API server it cannot reach: refused (not knowing is no licence), naming the override
+    answer = _handle((BEFORE, {**BEFORE, "NodeCount": "4"}), unreachable)
+    assert answer["Status"] == "FAILED" and "i/o timeout" in answer["Reason"]
+    assert "-c allowJobDisruption=true" in answer["Reason"]
+
+
+# -- the guard in the GPU stack ------------------------------------------------------------------------------------
+
+def _guard(synth) -> tuple[str, dict]:
+    resources = synth.gpu.to_json()["Resources"]
+    ((logical_id, resource),) = [(i, r) for i, r in resources.items()
+                                 if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"]
+    return logical_id, resource
+
+
+def _properties(context: dict) -> dict:
+    props = dict(_guard(synthesize(**context))[1]["Properties"])
+    for token in ("ServiceToken", "ClusterName"):
+        props.pop(token)
+    return props
+
+
+def test_the_node_group_and_the_rayjob_wait_for_the_guard():
+    synth = synthesize()
+    logical_id, _ = _guard(synth)
+    resources = synth.gpu.to_json()["Resources"]
+    (nodegroup,) = [r for r in resources.values() if r["Type"] == "AWS::EKS::Nodegroup"]
+    (job,) = [r for i, r in resources.items() if i.startswith("TrainingJobRayJob")]
+    assert logical_id in nodegroup["DependsOn"] and logical_id in job["DependsOn"]
+
+
+def test_the_guards_properties_change_exactly_when_a_running_job_would_be_disrupted():
+    base = _properties({})
+    assert base["JobName"] == "train-efa" and base["AllowJobDisruption"] == "false" and base["NodeCount"] == "2"
+    # a training setting (the settings ConfigMap alone): no update of the guard, so no question asked
+    assert _properties({"steps": 40}) == base
+    # what rolls or resizes the nodes, or deletes the job: an update, which the handler judges
+    assert _properties({"gpuInstanceType": "g6e.24xlarge"})["RollKey"] != base["RollKey"]
+    assert _properties({"gpuNodeCount": 4})["NodeCount"] == "4"
+    off = _properties({"trainingJob": False})
+    assert (off["JobHash"], off["JobName"]) == ("none", "none") and off["RollKey"] == base["RollKey"]
+    assert _properties({"jobName": "train-efa-2"})["JobHash"] != base["JobHash"]
+    # the override is a property of its own, which the handler reads from the new properties
+    assert _properties({"allowJobDisruption": True}) == {**base, "AllowJobDisruption": "true"}
+
+
+def test_the_jobs_ray_pods_have_a_disruption_budget_that_refuses_every_eviction():
+    synth = synthesize()
+    budget_id, _, budget = find(synth.gpu, "PodDisruptionBudget", "train-efa-ray-pods")
+    job_id, job_resource, job = find(synth.gpu, "RayJob", "train-efa")
+    # THEN no voluntary eviction of the job's head or workers (a drain fails instead) ...
+    assert budget["apiVersion"] == "policy/v1" and budget["spec"]["maxUnavailable"] == 0
+    selector = budget["spec"]["selector"]["matchLabels"]
+    spec = job["spec"]["rayClusterSpec"]
+    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+    for template in templates:
+        assert selector.items() <= template["metadata"]["labels"].items()
+    # ... and not the submitter's pod, which is no Ray node
+    submitter = job["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    assert not selector.items() <= submitter.items()
+    # ... and it exists before the job starts
+    assert budget_id in job_resource["DependsOn"]
+
+
+# -- the GPU nodes' taints flow to what runs on them, as their labels do ---------------------------------------------
+
+def test_the_gpu_taints_reach_the_node_group_the_ray_workers_and_the_device_plugins():
+    taints = "team=ml:NoSchedule,dedicated:NoExecute"
+    synth = synthesize(gpuNodeTaints=taints)
+    (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "team", "Value": "ml"},
+                                                 {"Effect": "NO_EXECUTE", "Key": "dedicated"}]
+    expected = [{"key": "team", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]
+    _, _, job = find(synth.gpu, "RayJob")
+    (workers,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert workers["template"]["spec"]["tolerations"] == expected
+    charts = synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    plugins = [json.loads(c["Properties"]["Values"]) for c in charts if "device-plugin" in c["Properties"]["Chart"]]
+    assert len(plugins) == 2 and all(v["tolerations"] == expected for v in plugins)
+
+
+def test_a_platforms_gpu_node_group_taints_are_what_its_job_tolerates():
+    import aws_cdk as cdk
+
+    from ray_efa.infra.cluster import RayEksCluster
+    from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
+    from ray_efa.infra.network import ClusterVpc
+    from ray_efa.infra.training_job import RayTrainingJob
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Platform", env=cdk.Environment(region="us-east-2"))
+    vpc = ClusterVpc(stack, "Vpc").vpc
+    cluster = RayEksCluster(stack, "Eks", vpc=vpc).cluster
+    nodes = EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, taints=["pool=gpu:NoSchedule"])
+    job = RayTrainingJob(stack, "Job", cluster=cluster, gpu_nodes=nodes)
+    # THEN the job's settings take the node group's taints (no setting repeats them) ...
+    assert job.settings.nodes.gpu_node_taints == ("pool=gpu:NoSchedule",)
+    # ... and a bad taint is the prop's error
+    with pytest.raises(ValueError, match="EfaGpuNodegroup taints: taint 'pool' must be key=value:Effect"):
+        EfaGpuNodegroup(stack, "Bad", cluster=cluster, vpc=vpc, taints=["pool"])
