@@ -120,7 +120,7 @@ class Nodes:
     def add(self, instance: catalog.InstanceType, count: int, *, labels: dict[str, str],
             taints: list[dict[str, str]] | None = None, prefix: str = "", **kwargs: Any) -> list[str]:
         names = []
-        for index in range(count):
+        for _ in range(count):
             name = _node_name(f"{prefix}{instance.name}")
             body = node_object(name, instance, labels=labels, taints=taints or [], **kwargs)
             self.core.create_node(body)

@@ -5,7 +5,7 @@
 
 Three Go modules beside this file pin what `make test-cluster` runs (go.mod and go.sum are the pins):
 
-    kube/     etcd, kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes, its staging modules
+    kube/     etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes, its staging modules
               replaced by their published versions, as envtest-style projects do; etcd at the version it pins)
     kuberay/  the KubeRay operator (github.com/ray-project/kuberay/ray-operator)
     kwok/     KWOK's controller (sigs.k8s.io/kwok/cmd/kwok): the kubelet for nodes that are only API objects
@@ -58,6 +58,7 @@ MODULES = (
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        "kubectl": "k8s.io/kubernetes/cmd/kubectl",
     }),
     Module("kuberay", {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"}),
     Module("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
