@@ -154,7 +154,7 @@ def build(module: Module, go: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--where", action="store_true", help="print the binaries' paths, build nothing")
     args = parser.parse_args(argv)
     if args.where:
