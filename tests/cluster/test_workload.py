@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from ray_efa.core import catalog
+from ray_efa.core import node_pods as node_pods_data
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.workload import (
@@ -84,6 +85,16 @@ def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str
         raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
 
 
+def submitter(api: client.ApiClient, namespace: str, job: str) -> client.V1Pod:
+    """The RayJob's submitter pod, which the operator's Job makes once the RayCluster is ready: placed on a node (the
+    job's driver runs in it; a submitter that cannot be placed leaves the RayJob waiting until its deadline)."""
+    try:
+        (pod,) = wait_for_pods(api, namespace, f"batch.kubernetes.io/job-name={job}", 1, what="submitter", phase=None)
+    except pytest.fail.Exception as error:
+        raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
+    return pod
+
+
 def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: client.ApiClient):
     from tools.controlplane import build
 
@@ -106,6 +117,7 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     assert head[0].spec.node_name in system
     assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
+    assert submitter(api, namespace, "train-efa").spec.node_name in system
 
 
 def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
@@ -170,11 +182,23 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
     system = add_node_group(nodes, stack.system, instance=system_type)
     gpu = add_node_group(nodes, stack.gpu)
     if refusal is not None:
-        # the catalog says the head cannot fit: the real scheduler agrees, and the CLI refused, naming the setting
+        # the CLI refused, naming the setting; and the real scheduler agrees that the smallest head the job makes
+        # (1 CPU, 2 GiB: catalog.head_fit_problem) and the submitter do not both fit beside the node's pods
         assert "systemInstanceType" in refusal, refusal
+        wait_for_node_pods(api, system, gpu)
+        (submitter_pod,) = [p for p in node_pods_data.system_node_pods() if p.kind == "Job"]
+        asks = {"smallest-head": ("1", "2Gi"), "submitter": (f"{submitter_pod.cpu_m}m", f"{submitter_pod.memory_mib}Mi")}
+        for name, (cpu, memory) in asks.items():
+            client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": {
+                "nodeSelector": stack.system.labels, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}}]}})
+        reasons = wait_for(lambda: pending_reasons(api, namespace), "the scheduler to leave one of them Pending")
+        assert any("Insufficient cpu" in reason for reason in reasons.values()), reasons
         return
     deploy(control_plane, stack, namespace, tmp_path, context, on=(system, gpu))
     cluster = job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
     assert head.spec.node_name in system
     ray_pods(api, namespace, cluster, "worker", len(gpu))
+    # and the submitter, which the catalog counts beside the head, finds its room too
+    assert submitter(api, namespace, "train-efa").spec.node_name in system
