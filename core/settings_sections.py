@@ -366,6 +366,12 @@ class TrainingSettings(_Section):
         "auto", "activationCheckpointing",
         "Recompute decoder-layer activations in backward; auto: on only where it lets a faster plan fit (core.strategy).",
     )
+    decoder_block: Literal["lean", "transformers"] = setting(
+        "lean", "decoderBlock",
+        "The decoder layer's code: lean (training.lean_block: fused RoPE, SDPA flash attention with GQA called directly, "
+        "the same weights and state dict) where it covers the architecture, else transformers' own; transformers: "
+        "always transformers' own layer.",
+    )
     loss_chunk_size: int = setting(
         1024, "lossChunkSize",
         "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size; "
