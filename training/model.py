@@ -69,13 +69,16 @@ class CausalLM(nn.Module):
         return self.hf.model.layers
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.decoder == "lean":
-            hidden = self._lean_hidden(input_ids)
-        else:
-            hidden = self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        hidden = self.hidden_states(input_ids)
         return causal_lm_loss(
             hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss
         )
+
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The final (normed) hidden states the loss projects, through whichever decoder layers the model runs."""
+        if self.decoder == "lean":
+            return self._lean_hidden(input_ids)
+        return self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
 
     def _lean_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Final hidden states through the lean layers: no mask tensor (causal SDPA), positions 0..S-1 as

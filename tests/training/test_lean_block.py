@@ -35,9 +35,7 @@ def _batch(seed=0, batch=2, seq=24):
 
 
 def _logits(model, inputs):
-    hidden = (model._lean_hidden(inputs) if model.decoder == "lean"
-              else model.hf.model(input_ids=inputs, use_cache=False).last_hidden_state)
-    return model.hf.lm_head(hidden)
+    return model.hf.lm_head(model.hidden_states(inputs))
 
 
 def test_a_transformers_checkpoint_loads_into_the_lean_layer_with_the_same_state_dict(checkpoint):
@@ -88,7 +86,7 @@ def test_the_same_loss_as_full_logits_cross_entropy(checkpoint):
     inputs, labels = _batch(seed=1)
     with torch.no_grad():
         full = torch.nn.functional.cross_entropy(_logits(lean, inputs).reshape(-1, TINY.vocab_size), labels.reshape(-1))
-        hidden = lean._lean_hidden(inputs)
+        hidden = lean.hidden_states(inputs)
         torch.testing.assert_close(causal_lm_loss(hidden, lean.hf.lm_head.weight, labels, chunk_size=7), full)
 
 
