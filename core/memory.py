@@ -28,7 +28,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
-               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies) plus 6 V d
+               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies; compiled
+                          COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 instead of 8, measured) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
 - overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (headroom over
@@ -52,7 +53,7 @@ from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
-           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK"]
+           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "COMPILED_LOSS_BYTES_PER_LOGIT"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -60,6 +61,10 @@ OVERHEAD_FIXED_GIB = 1.5
 + 0.2 GiB for larger communicators' buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
 """Headroom over the parts: measured peak reserved memory was at most 0.986 of them."""
+COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
+"""Bytes per logit of one chunk with the compiled softmax (bf16 logits and their bf16 gradient, no fp32 copy):
+measured on one H100, the default fp8 16 x 2048 job's peak allocated 72.09 GiB at lossChunkSize 1024 and 74.42 at
+4096, 2.33 GiB for 3072 x 151,936 more logits = 5.35 bytes each (docs/BENCHMARKS.md, 2026-12-06)."""
 SUGGESTED_LOSS_CHUNK = 1024
 """The loss chunk the planner suggests for an unchunked plan that does not fit (the settings' default)."""
 
@@ -140,11 +145,12 @@ def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: b
     return layers * kept + (per_layer if checkpointing else 0) + 10 * d
 
 
-def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
+def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
     v, d = p.vocab_size, p.hidden_size
     if chunk <= 0:
         return 12 * v * tokens
-    return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
+    per_logit = COMPILED_LOSS_BYTES_PER_LOGIT if compiled else 8
+    return per_logit * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
 
 
 def estimate_for(
@@ -178,7 +184,7 @@ def estimate_for(
         # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
         "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)
                        * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
-        "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
+        "logits": _logits_bytes(p, tokens, t.loss_chunk, compiled=t.compile),
     }
     gib = {k: v / _GIB for k, v in parts.items()}
     allocated = sum(gib.values())

@@ -26,6 +26,7 @@ from ray_efa.core.settings_checks import (
     DEFAULT_TRAIN_FUNCTION,
     AdminPrincipalArn,
     AutoBool,
+    AutoChunk,
     AutoCount,
     Cidr,
     CodeDir,
@@ -372,11 +373,12 @@ class TrainingSettings(_Section):
         "the same weights and state dict) where it covers the architecture, else transformers' own; transformers: "
         "always transformers' own layer.",
     )
-    loss_chunk_size: int = setting(
-        1024, "lossChunkSize",
-        "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size; "
-        "1024 holds 8 x vocab x 1024 bytes of logits (1.2 GiB for Qwen2.5), a quarter of 4096's.",
-        ge=0,
+    loss_chunk_size: AutoChunk = setting(
+        "auto", "lossChunkSize",
+        "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size, but "
+        "each chunk adds one read and write of the projection's fp32 gradient accumulator (on an H100, 1024-token chunks "
+        "ran 10% slower than 4096: docs/BENCHMARKS.md); a chunk holds about 5.4 x vocab x chunk bytes of logits "
+        "compiled. auto: the largest of 4096, 2048, 1024 with which the plan's shape fits (core.strategy).",
     )
     sharding: Literal["auto", "fsdp", "hsdp"] = setting(
         "auto", "sharding",
@@ -427,7 +429,8 @@ class TrainingSettings(_Section):
     def undecided(self) -> tuple[str, ...]:
         """The context keys still at auto that core.strategy.resolve decides before anything is predicted or run."""
         values = {"microBatch": self.micro_batch, "gradAccumulation": self.grad_accumulation,
-                  "precision": self.precision, "activationCheckpointing": self.activation_checkpointing}
+                  "precision": self.precision, "activationCheckpointing": self.activation_checkpointing,
+                  "lossChunkSize": self.loss_chunk_size}
         return tuple(key for key, value in values.items() if value == "auto")
 
     @property
@@ -439,6 +442,11 @@ class TrainingSettings(_Section):
     def accumulation_steps(self) -> int:
         """gradAccumulation once decided (core.strategy.resolve); ValueError while it is still auto."""
         return _decided(self.grad_accumulation, "gradAccumulation")
+
+    @property
+    def loss_chunk(self) -> int:
+        """lossChunkSize once decided (core.strategy.resolve); ValueError while it is still auto."""
+        return _decided(self.loss_chunk_size, "lossChunkSize")
 
     @property
     def checkpointing(self) -> bool:

@@ -215,6 +215,15 @@ def _precisions(settings: Settings) -> tuple[str, ...]:
 
 
 
+AUTO_LOSS_CHUNKS = (4096, 2048, 1024)
+"""The loss chunks auto tries, largest first: each chunk re-reads and re-writes the projection's fp32 gradient
+accumulator (core.perf.LOSS_CHUNK_S), so fewer, larger chunks are faster where their logits fit."""
+
+
+def _loss_chunks(t: TrainingSettings) -> tuple[int, ...]:
+    return AUTO_LOSS_CHUNKS if t.loss_chunk_size == "auto" else (int(t.loss_chunk_size),)
+
+
 def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
     return (False, True) if t.activation_checkpointing == "auto" else (bool(t.activation_checkpointing),)
 
@@ -234,12 +243,17 @@ def _decide(settings: Settings, network: str | None, calibration: perf.Calibrati
         for m in _micro_batches(t, ranks):
             k = _accumulation(t, m, ranks)
             for checkpointing in _checkpointing(t):
-                shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
-                                             "activation_checkpointing": checkpointing})
-                option = choose(settings, network, calibration, training=shape)
-                error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
-                candidates.append((option, error))
-                if _within_headroom(option):
+                fits = False
+                for chunk in _loss_chunks(t):
+                    shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
+                                                 "activation_checkpointing": checkpointing, "loss_chunk_size": chunk})
+                    option = choose(settings, network, calibration, training=shape)
+                    error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
+                    candidates.append((option, error))
+                    if _within_headroom(option):
+                        fits = True
+                        break  # the largest chunk that fits: a smaller one only saves memory this shape has
+                if fits:
                     break  # checkpointing only recomputes: on where the shape does not fit without it
     fitting = [(o, e) for o, e in candidates if _within_headroom(o)]
     if not fitting:
@@ -283,7 +297,8 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         decided = t.model_copy(update={
             "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
             "precision": "bf16" if t.precision == "auto" else t.precision,
-            "activation_checkpointing": t.activation_checkpointing is True})
+            "activation_checkpointing": t.activation_checkpointing is True,
+            "loss_chunk_size": memory.SUGGESTED_LOSS_CHUNK if t.loss_chunk_size == "auto" else t.loss_chunk_size})
         strategy = "fsdp" if t.sharding == "auto" else t.sharding
         reduce_dtype = "fp32" if t.grad_reduce_dtype == "auto" else t.grad_reduce_dtype
     else:
@@ -291,7 +306,7 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         decided, strategy, reduce_dtype = option.training, option.strategy, option.reduce_dtype
     change = {"microBatch": decided.micro_batch, "gradAccumulation": decided.grad_accumulation,
               "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing,
-              "sharding": strategy, "gradReduceDtype": reduce_dtype}
+              "sharding": strategy, "gradReduceDtype": reduce_dtype, "lossChunkSize": decided.loss_chunk_size}
     resolved = settings.replace(**{key: change[key] for key in undecided})
     if len(_RESOLVED) > 4096:  # a long-lived process (tests, --recommend) keeps the newest only
         _RESOLVED.clear()
@@ -456,7 +471,7 @@ def _levers(settings: Settings) -> list[dict[str, object]]:
     """Single memory levers that leave the effective batch alone, cheapest in speed first."""
     t = settings.training
     out: list[dict[str, object]] = []
-    if t.loss_chunk_size == 0 or t.loss_chunk_size > memory.SUGGESTED_LOSS_CHUNK:
+    if t.loss_chunk == 0 or t.loss_chunk > memory.SUGGESTED_LOSS_CHUNK:
         out.append({"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK})
     if not t.activation_checkpointing:
         out.append({"activationCheckpointing": True})

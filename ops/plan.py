@@ -116,6 +116,7 @@ class Plan:
         split = None if self.scaled_to_zero else global_batch(self.settings).as_dict()
         return {"precision": t.precision, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
                 "grad_accumulation": t.grad_accumulation, "activation_checkpointing": t.activation_checkpointing,
+                "loss_chunk_size": t.loss_chunk_size,
                 "global_batch_tokens": t.global_batch_tokens,
                 "achieved_global_batch_tokens": None if split is None else split["tokens"],
                 "global_batch": split}
