@@ -28,8 +28,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
-               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies; compiled
-                          COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 instead of 8, measured) plus 6 V d
+               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies; compiled,
+                          COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 for each token beyond 1024, measured) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
 - overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (headroom over
@@ -61,9 +61,10 @@ OVERHEAD_FIXED_GIB = 1.5
 + 0.2 GiB for larger communicators' buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer)."""
 FRAGMENTATION = 0.05
 """Headroom over the parts: measured peak reserved memory was at most 0.986 of them."""
+_LOSS_CHUNK_REFERENCE = 1024  # the chunk the calibrated constants were measured with
 COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
-"""Bytes per logit of one chunk with the compiled softmax (bf16 logits and their bf16 gradient, no fp32 copy):
-measured on one H100, the default fp8 16 x 2048 job's peak allocated 72.09 GiB at lossChunkSize 1024 and 74.42 at
+"""Bytes per logit of a compiled chunk beyond 1024 tokens (the calibrated 8 up to there, whose slack the measured
+reserved memory of earlier runs needs): bf16 logits and their bf16 gradient, no fp32 copy. Measured on one H100, the default fp8 16 x 2048 job's peak allocated 72.09 GiB at lossChunkSize 1024 and 74.42 at
 4096, 2.33 GiB for 3072 x 151,936 more logits = 5.35 bytes each (docs/BENCHMARKS.md, 2026-12-06)."""
 SUGGESTED_LOSS_CHUNK = 1024
 """The loss chunk the planner suggests for an unchunked plan that does not fit (the settings' default)."""
@@ -149,8 +150,12 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = F
     v, d = p.vocab_size, p.hidden_size
     if chunk <= 0:
         return 12 * v * tokens
-    per_logit = COMPILED_LOSS_BYTES_PER_LOGIT if compiled else 8
-    return per_logit * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
+    held = min(chunk, tokens)
+    if compiled:  # the calibrated 8 bytes up to the reference chunk, the measured marginal bytes beyond it
+        logits = 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(0, held - _LOSS_CHUNK_REFERENCE)
+    else:
+        logits = 8 * v * held
+    return logits + 6 * v * d + 2 * d * tokens
 
 
 def estimate_for(

@@ -286,6 +286,10 @@ class WorkloadSettings(_Section):
 _T = TypeVar("_T")
 
 
+LOSS_CHUNK_BEFORE_PLAN = 1024
+"""lossChunkSize's value in formulas before core.strategy.resolve decides auto (the previous fixed default)."""
+
+
 def _decided(value: _T | Literal["auto"], key: str) -> _T:
     """A lever's value once core.strategy.resolve decided it: what the formulas and the job compute with."""
     if value == "auto":
@@ -342,7 +346,7 @@ class TrainingSettings(_Section):
     micro_batch: AutoCount = setting(
         "auto", "microBatch",
         "Sequences per GPU per micro-batch; auto: the one core.strategy predicts fastest that fits in "
-        "92% of the GPU's memory (seqLen stays yours).",
+        "94% of the GPU's memory (seqLen stays yours).",
     )
     learning_rate: float = setting(3e-4, "learningRate", "Peak AdamW learning rate.", gt=0)
     warmup_steps: int = setting(5, "warmupSteps", "Linear warm-up steps, then cosine decay to 10% of the peak.", ge=0)
@@ -429,8 +433,7 @@ class TrainingSettings(_Section):
     def undecided(self) -> tuple[str, ...]:
         """The context keys still at auto that core.strategy.resolve decides before anything is predicted or run."""
         values = {"microBatch": self.micro_batch, "gradAccumulation": self.grad_accumulation,
-                  "precision": self.precision, "activationCheckpointing": self.activation_checkpointing,
-                  "lossChunkSize": self.loss_chunk_size}
+                  "precision": self.precision, "activationCheckpointing": self.activation_checkpointing}
         return tuple(key for key, value in values.items() if value == "auto")
 
     @property
@@ -445,8 +448,9 @@ class TrainingSettings(_Section):
 
     @property
     def loss_chunk(self) -> int:
-        """lossChunkSize once decided (core.strategy.resolve); ValueError while it is still auto."""
-        return _decided(self.loss_chunk_size, "lossChunkSize")
+        """lossChunkSize as core.strategy.resolve decided it; while still auto, LOSS_CHUNK_BEFORE_PLAN (the chunk the
+        compute and memory constants were measured with), so a formula on a shape set by hand needs no resolve."""
+        return LOSS_CHUNK_BEFORE_PLAN if self.loss_chunk_size == "auto" else int(self.loss_chunk_size)
 
     @property
     def checkpointing(self) -> bool:

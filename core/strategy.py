@@ -124,14 +124,14 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 
 # -- the batch shape and precision: what auto decides -----------------------------------------------------------------
 
-AUTO_MEMORY_SHARE = 0.92
-"""An auto shape must plan at most this share of the GPU's memory. What it rests on, honestly: the plan is above the
-peak *allocated* memory of every measured shape (the default fp8 16 x 2048 on one H200: 72.6 GiB planned, 68.2
-allocated; bf16 shapes 7-12% above), so 8% headroom leaves the allocator room for fragmentation. The peak *reserved*
-was above the plan for that default (80.4 GiB, 11% over) on a 139 GiB GPU where the caching allocator had no reason
-to reuse its cache; that it reuses it on an 80 GB GPU without an out-of-memory is predicted, not measured
-(docs/BENCHMARKS.md). With activation checkpointing fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as
-published fp8 runs measure."""
+AUTO_MEMORY_SHARE = 0.94
+"""An auto shape must plan at most this share of the GPU's memory. What it rests on: the plan is above the peak
+*allocated* memory of every measured shape (the default fp8 16 x 2048 on one H200: 72.6 GiB planned, 68.2 allocated;
+bf16 shapes 7-12% above), and on an 80 GB H100 itself (2026-12-06, docs/BENCHMARKS.md) a plan of 75.0 GiB (94.2% of
+79.65: fp8 16 x 2048, lossChunkSize 4096) ran with 74.4 GiB allocated and 77.9 reserved of the 79.18 the card has, so
+the caching allocator reuses its cache there without an out-of-memory (it was 0.92 while that was only predicted).
+With activation checkpointing fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as published fp8 runs
+measure."""
 MAX_AUTO_MICRO_BATCH = 64
 """The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
 GLOBAL_BATCH_TOLERANCE = 0.02
@@ -272,8 +272,8 @@ _SHARDING_LEVERS = ("sharding", "gradReduceDtype")
 
 def _undecided(t: TrainingSettings) -> tuple[str, ...]:
     """Every context key still at auto: the shape's and precision's (`undecided`), then sharding and gradReduceDtype."""
-    own = {"sharding": t.sharding, "gradReduceDtype": t.grad_reduce_dtype}
-    return (*t.undecided, *(key for key in _SHARDING_LEVERS if own[key] == "auto"))
+    own = {"sharding": t.sharding, "gradReduceDtype": t.grad_reduce_dtype, "lossChunkSize": t.loss_chunk_size}
+    return (*t.undecided, *(key for key in (*_SHARDING_LEVERS, "lossChunkSize") if own[key] == "auto"))
 
 
 def resolve(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None) -> Settings:
