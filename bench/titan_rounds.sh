@@ -10,6 +10,7 @@
 # seqLen x ACCUM micro-batches (default 2: 65,536 tokens a step; the plan's own 16 would take ~9 s a step, and 3 runs
 # a side of 20 steady steps would not fit the session's device time), the project's learning-rate schedule, a
 # progress line every step. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
+# CAP_TOTAL_MIB=81559 on a larger card (an H200) holds the memory above an H100's for the whole call, both sides.
 # Before the call, here: bench/titan_carry.sh fills .whl/; after the install line of ../shared/device/README.md.
 # Writes $OUT/raw.tar.gz (raw/: plan.json, gpu.txt, runs.txt, NAME.log, NAME.summary.json, NAME.metrics.jsonl) and
 # prints one line per run; bench/titan_rounds_report.py makes the table from the unpacked raw/ folders.
@@ -29,6 +30,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch, torchao, ray, importlib.metadata as m; print('torch', torch.__version__, 'torchao', \
 torchao.__version__, 'ray', ray.__version__, 'torchtitan', m.version('torchtitan'), 'ray-efa-stack', \
 m.version('ray-efa-stack'))" | tee -a "$RAW/gpu.txt"
+if [ -n "${CAP_TOTAL_MIB:-}" ]; then
+    # A card larger than the H100: hold what lies above CAP_TOTAL_MIB (the H100's 81,559 MiB) for the whole call, so
+    # that both sides run in the memory an H100 has. The holder's own CUDA context (~520 MiB) counts toward it.
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+    hold=$((total - CAP_TOTAL_MIB - 520))
+    python3 -c "import torch, time; x = torch.empty($hold * 2**20, dtype=torch.uint8, device='cuda'); print('holding', $hold, 'MiB', flush=True); time.sleep(10**6)" &
+    HOLDER=$!
+    sleep 15
+    nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader | sed "s/^/capped at $CAP_TOTAL_MIB MiB: total, used: /" | tee -a "$RAW/gpu.txt"
+fi
 [ -f "$RAW/plan.json" ] || python3 -m ray_efa.cli plan --json "${ROW[@]}" > "$RAW/plan.json" || echo "plan: exit $?"
 SEED=$(python3 -c "import json; print(json.load(open('$RAW/plan.json'))['settings']['seed']['value'])" 2>/dev/null || echo 0)
 timeout 90 ray start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null || echo "ray start failed"
@@ -65,4 +76,5 @@ for spec in "$@"; do
     grep -aE "step +[0-9]+/|step: *[0-9]+ " "$RAW/$name.log" | tail -n 2
 done
 timeout 30 ray stop --force >/dev/null 2>&1
+[ -n "${HOLDER:-}" ] && kill "$HOLDER"
 tar -czf "$OUT/raw.tar.gz" -C /tmp raw
