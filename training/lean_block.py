@@ -14,6 +14,8 @@ config this layer does not cover: sliding-window layers, attention dropout, an a
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -103,9 +105,11 @@ class LeanDecoderLayer(nn.Module):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.self_attn = LeanAttention(hf_layer.self_attn, num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
                                        num_kv_heads=config.num_key_value_heads, head_dim=head_dim)
-        self.mlp = hf_layer.mlp  # Qwen2MLP / LlamaMLP: down(silu(gate(x)) * up(x)), plain already
-        self.input_layernorm = hf_layer.input_layernorm  # RMSNorm in fp32, weight times the input-dtype result
-        self.post_attention_layernorm = hf_layer.post_attention_layernorm
+        # Qwen2MLP / LlamaMLP: down(silu(gate(x)) * up(x)), plain already
+        self.mlp = cast(nn.Module, hf_layer.mlp)
+        # RMSNorm in fp32, weight times the input-dtype result
+        self.input_layernorm = cast(nn.Module, hf_layer.input_layernorm)
+        self.post_attention_layernorm = cast(nn.Module, hf_layer.post_attention_layernorm)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -117,5 +121,6 @@ def to_lean(hf_model: nn.Module) -> None:
     reason = lean_unsupported(hf_model)
     if reason is not None:
         raise ValueError(f"the lean decoder layer does not cover this model: {reason}")
-    inner = hf_model.model  # pyright: ignore[reportAttributeAccessIssue]
-    inner.layers = nn.ModuleList(LeanDecoderLayer(layer, hf_model.config) for layer in inner.layers)  # pyright: ignore[reportAttributeAccessIssue]
+    inner = cast(nn.Module, hf_model.model)
+    layers = cast(nn.ModuleList, inner.layers)
+    inner.layers = nn.ModuleList(LeanDecoderLayer(layer, hf_model.config) for layer in layers)

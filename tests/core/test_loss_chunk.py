@@ -4,7 +4,6 @@ import pytest
 
 from ray_efa.core import catalog, memory, perf, strategy
 from ray_efa.core.settings import Settings
-
 from tests.core.shapes import fixed_training
 
 H100 = catalog.GPUS["H100"]
