@@ -1,6 +1,6 @@
 """The side-by-side of bench/titan_side_by_side.sh: torchtitan's arguments from the project's plan, and the table.
 
-    python3 titan_compare.py args PLAN_JSON VARIANT STEPS    torchtitan's command-line arguments, one per line
+    python3 titan_compare.py args PLAN_JSON VARIANT STEPS [MICRO]  torchtitan's command-line arguments, one per line
     python3 titan_compare.py report OUT_DIR                   parse the runs' logs, print the table, write compare.json
 
 VARIANT: fp8 (torchtitan's float8 converter, tensorwise, on every block linear) or bf16; with "-amp" (fp8-amp,
@@ -38,18 +38,27 @@ MODEL = "qwen2.5-1.5b"
 GPU = "H200"
 
 
-def titan_args(plan: dict, variant: str, steps: int) -> list[str]:
-    """torchtitan's command line for the plan's batch shape, compile and checkpointing; `variant` picks the precision."""
+def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -> list[str]:
+    """torchtitan's command line for the plan's batch shape, compile and checkpointing; `variant` picks the precision.
+
+    micro: torchtitan's micro-batch where the plan's does not fit it (its full logits): the same global batch, more
+    micro-batches. The learning-rate schedule is the project's (training.train.learning_rate): linear warm-up over
+    min(warmupSteps, steps), then cosine to 10% of the peak at the last step; torchtitan's linear_warmup_stable_decay
+    with these arguments gives the same factor at every step."""
     d = plan["deployment"]
     settings = {k: v["value"] for k, v in plan["settings"].items()}
     precision = variant.removesuffix("-amp")
     if precision not in ("fp8", "bf16"):
         raise SystemExit(f"variant must be fp8 or bf16, optionally with -amp, got {variant!r}")
-    micro, seq, accumulation = d["micro_batch"], d["seq_len"], d["grad_accumulation"]
+    seq, accumulation = d["seq_len"], d["grad_accumulation"]
+    global_sequences = d["micro_batch"] * accumulation * d["world_size"]
+    micro = micro or d["micro_batch"]
+    if global_sequences % (micro * d["world_size"]):
+        raise SystemExit(f"micro {micro} does not divide the plan's global batch of {global_sequences} sequences")
     args = [
         "--model.name", "qwen2_5_shape", "--model.flavor", "1.5B",
         "--training.local_batch_size", str(micro),
-        "--training.global_batch_size", str(micro * accumulation * d["world_size"]),
+        "--training.global_batch_size", str(global_sequences),
         "--training.seq_len", str(seq),
         "--training.steps", str(steps),
         "--training.max_norm", str(settings["gradClip"]),
@@ -58,6 +67,7 @@ def titan_args(plan: dict, variant: str, steps: int) -> list[str]:
         "--optimizer.lr", str(settings["learningRate"]),
         "--optimizer.weight_decay", str(settings["weightDecay"]),
         "--lr_scheduler.warmup_steps", str(min(settings["warmupSteps"], max(steps - 1, 0))),
+        "--lr_scheduler.decay_type", "cosine", "--lr_scheduler.min_lr_factor", "0.1",
         "--activation_checkpoint.mode", "full" if d["activation_checkpointing"] else "none",
         "--metrics.log_freq", "1",
         "--checkpoint.no-enable",
@@ -230,9 +240,9 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 4 and argv[0] == "args":
+    if len(argv) in (4, 5) and argv[0] == "args":
         plan = json.loads(Path(argv[1]).read_text())
-        print("\n".join(titan_args(plan, argv[2], int(argv[3]))))
+        print("\n".join(titan_args(plan, argv[2], int(argv[3]), int(argv[4]) if len(argv) == 5 else None)))
     elif len(argv) == 2 and argv[0] == "report":
         report(Path(argv[1]))
     else:

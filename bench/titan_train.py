@@ -130,9 +130,76 @@ def parallelize(model, parallel_dims, job_config):
     return model
 
 
+def project_init_seed() -> int | None:
+    """TITAN_INIT_SEED=<seed>: start from the project's initial weights for that seed (the same loss curve)."""
+    seed = os.environ.get("TITAN_INIT_SEED", "")
+    return int(seed) if seed else None
+
+
+# The project's (transformers Qwen2) parameter names -> torchtitan Qwen3's, per layer and at the root.
+_LAYER_NAMES = {
+    "self_attn.q_proj.weight": "attention.wq.weight", "self_attn.k_proj.weight": "attention.wk.weight",
+    "self_attn.v_proj.weight": "attention.wv.weight", "self_attn.o_proj.weight": "attention.wo.weight",
+    "mlp.gate_proj.weight": "feed_forward.w1.weight", "mlp.down_proj.weight": "feed_forward.w2.weight",
+    "mlp.up_proj.weight": "feed_forward.w3.weight",
+    "input_layernorm.weight": "attention_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+}
+
+
+def copy_project_init(model: torch.nn.Module, seed: int) -> None:
+    """Overwrite torchtitan's initial weights with the project's: ray_efa.training.model.build_model(seed) on this
+    GPU, as every project rank builds it (transformers' Qwen2 init: normal(0, 0.02) matrices and embeddings, unit
+    norms, zero q/k/v biases, which torchtitan's Qwen3 lacks: with zero biases the two networks compute the same
+    function). One rank, so each torchtitan parameter (a 1-rank DTensor under FSDP2) holds the whole tensor."""
+    from ray_efa.core.models import model_preset
+    from ray_efa.training.model import build_model
+
+    device = next(model.parameters()).device
+    project = build_model(model_preset("qwen2.5-1.5b"), seed=seed, device=device, decoder="transformers")
+    source = {}
+    for name, tensor in project.hf.model.named_parameters():
+        if name.startswith("layers."):
+            _, index, rest = name.split(".", 2)
+            if rest.endswith(".bias"):
+                assert not tensor.any(), f"{name}: the project's initial bias is not zero"
+                continue
+            source[f"layers.{index}.{_LAYER_NAMES[rest]}"] = tensor
+        elif name == "embed_tokens.weight":
+            source["tok_embeddings.weight"] = tensor
+        elif name == "norm.weight":
+            source["norm.weight"] = tensor
+    copied = 0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            key = name.replace("._orig_mod", "").replace("._checkpoint_wrapped_module", "")
+            if key == "output.weight":
+                continue  # tied to tok_embeddings
+            local = param.to_local() if hasattr(param, "to_local") else param
+            local.copy_(source.pop(key).to(local.dtype))
+            copied += 1
+    assert not source, f"project weights with no torchtitan parameter: {sorted(source)[:5]}"
+    del project
+    torch.cuda.empty_cache()
+    print(f"titan_train: {copied} parameters set to the project's initial weights (seed {seed})", file=sys.stderr)
+
+
+def model_class(base: type) -> type:
+    """torchtitan's model class, whose init_weights ends with the project's weights where TITAN_INIT_SEED says."""
+
+    class ProjectInit(base):
+        def init_weights(self, *args, **kwargs):
+            super().init_weights(*args, **kwargs)
+            seed = project_init_seed()
+            if seed is not None and next(self.parameters()).device.type != "meta":
+                copy_project_init(self, seed)
+
+    return ProjectInit
+
+
 def register() -> None:
     spec = qwen3_train_spec()
     spec.model_args = MODEL_ARGS
+    spec.model_cls = model_class(spec.model_cls)
     spec.parallelize_fn = parallelize
     spec.build_dataloader_fn = build_random_dataloader
     spec.build_tokenizer_fn = None

@@ -27,9 +27,10 @@ __all__ = ["CalibrationError", "RunComparison", "SuggestedFloor", "compare_run",
 _SHAPE_KEYS = {
     "model": "model", "micro_batch": "microBatch", "seq_len": "seqLen", "grad_accumulation": "gradAccumulation",
     "compile": "compile", "loss_chunk_size": "lossChunkSize", "activation_checkpointing": "activationCheckpointing",
-    "precision": "precision",
+    "precision": "precision", "decoder_block": "decoderBlock",
 }
-_BEFORE_AUTO = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False}
+_BEFORE_AUTO = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False,
+                "decoderBlock": "transformers"}
 """What a run summary that lacks one of these keys ran: the fixed defaults of the run summaries written before core.strategy decided them."""
 _OBSERVABLE = 0.2
 """Least d(log step) / d(log efficiency) for the compute efficiency to count as measured (1 when compute-bound)."""

@@ -29,7 +29,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
-               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies) plus 6 V d
+               chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies; compiled,
+                          COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 for each token beyond 1024, measured) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
 - overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (16% with
@@ -55,7 +56,7 @@ from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
 __all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
            "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "FRAGMENTATION_ACCUMULATING",
-           "grad_sync_every_micro_batch"]
+           "COMPILED_LOSS_BYTES_PER_LOGIT", "grad_sync_every_micro_batch"]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -72,6 +73,11 @@ measured). The default job reserved 78.5 GiB (72.1 allocated) on an H200 capped 
 (16 x 2048 x 16) against 67.8 GiB of planned parts, and 39.2 on the g6e.8xlarge row (2 x 2048 x 128) against 34.4
 (issue 48): 0.156 and 0.134 over the parts, with the 1.3 GiB outside the allocator; 0.16 covers both, so a plan that
 fits keeps real headroom."""
+_LOSS_CHUNK_REFERENCE = 1024  # the chunk the calibrated constants were measured with
+COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
+"""Bytes per logit of a compiled chunk beyond 1024 tokens (the calibrated 8 up to there, whose slack the measured
+reserved memory of earlier runs needs): bf16 logits and their bf16 gradient, no fp32 copy. Measured on one H100, the default fp8 16 x 2048 job's peak allocated 72.09 GiB at lossChunkSize 1024 and 74.42 at
+4096, 2.33 GiB for 3072 x 151,936 more logits = 5.35 bytes each (docs/BENCHMARKS.md, 2026-12-06)."""
 SUGGESTED_LOSS_CHUNK = 1024
 """The loss chunk the planner suggests for an unchunked plan that does not fit (the settings' default)."""
 
@@ -152,11 +158,16 @@ def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: b
     return layers * kept + (per_layer if checkpointing else 0) + 10 * d
 
 
-def _logits_bytes(p: ModelPreset, tokens: int, chunk: int) -> float:
+def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
     v, d = p.vocab_size, p.hidden_size
     if chunk <= 0:
         return 12 * v * tokens
-    return 8 * v * min(chunk, tokens) + 6 * v * d + 2 * d * tokens
+    held = min(chunk, tokens)
+    if compiled:  # the calibrated 8 bytes up to the reference chunk, the measured marginal bytes beyond it
+        logits = 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(0, held - _LOSS_CHUNK_REFERENCE)
+    else:
+        logits = 8 * v * held
+    return logits + 6 * v * d + 2 * d * tokens
 
 
 def grad_sync_every_micro_batch(t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int,
@@ -205,7 +216,7 @@ def estimate_for(
         # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
         "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)
                        * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
-        "logits": _logits_bytes(p, tokens, t.loss_chunk_size),
+        "logits": _logits_bytes(p, tokens, t.loss_chunk, compiled=t.compile),
     }
     gib = {k: v / _GIB for k, v in parts.items()}
     allocated = sum(gib.values())

@@ -76,6 +76,13 @@ EAGER_SPEED = gpu_constants.GPU_CONSTANTS["H200"].eager_speed  # 0.946
 pairs where published; the H100's is torchtitan's 1.16x)."""
 UNCHUNKED_LOSS_SPEED = 0.785
 """Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, reference/FACTS.md) vs 47,747 (calibration)."""
+LOSS_CHUNK_REFERENCE = 1024
+"""The lossChunkSize every compute constant above was measured with: other chunk sizes add or save LOSS_CHUNK_S."""
+LOSS_CHUNK_TRAFFIC = 3.33
+"""Seconds of one loss chunk beyond its FLOPs, in units of 12 V d bytes at the GPU's memory bandwidth (the fp32
+accumulator of the projection's gradient read and written, the bf16 chunk product written and read): one H100, the
+default fp8 16 x 2048 job, 1.3056 s a step of 2 micro-batches at lossChunkSize 1024 (32 chunks each) and 1.1720 s at
+4096 (8): 2.78 ms per chunk, against 0.835 ms for 12 V d = 2.80 GB at 3,350 GB/s (docs/BENCHMARKS.md, 2026-12-06)."""
 FORWARD_SHARE = 1 / 3
 """Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0
@@ -346,6 +353,16 @@ def _collective_calls(p: ModelPreset, strategy: str, nodes: int, gpus_per_node: 
     return 2 * units, units
 
 
+def loss_chunk_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu) -> float:
+    """Seconds per micro-batch the loss's chunk count adds (negative: saves) against LOSS_CHUNK_REFERENCE's."""
+    chunk, tokens = t.loss_chunk, t.micro_batch_size * t.seq_len
+    if chunk <= 0 or not gpu.memory_bandwidth_gb_s:
+        return 0.0
+    chunks, reference = math.ceil(tokens / chunk), math.ceil(tokens / LOSS_CHUNK_REFERENCE)
+    per_chunk = LOSS_CHUNK_TRAFFIC * 12 * p.vocab_size * p.hidden_size / (gpu.memory_bandwidth_gb_s * 1e9)
+    return (chunks - reference) * per_chunk
+
+
 def predict(
     t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
@@ -386,7 +403,7 @@ def predict(
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
                   else family.compute_efficiency)
     rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
-            * (1.0 if t.loss_chunk_size else UNCHUNKED_LOSS_SPEED))
+            * (1.0 if t.loss_chunk else UNCHUNKED_LOSS_SPEED))
     if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
     elif use_fp8:
@@ -396,6 +413,7 @@ def predict(
         micro = max((flops - linear) / rate + linear / fp8_rate + casts + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
+    micro += loss_chunk_seconds(p, t, gpu)
     compute = micro * t.accumulation_steps
 
     shard = g if hsdp_across else world

@@ -283,5 +283,12 @@ def _positive_or_auto(value: int | str) -> str | None:
 AutoCount = Annotated[Literal["auto"] | int, _check(_positive_or_auto),
                       WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 1}]})]
 """A count core.strategy decides when left at auto (microBatch, gradAccumulation); on `-c` auto or an integer."""
+def _non_negative_or_auto(value: int | str) -> str | None:
+    return None if value == "auto" or (isinstance(value, int) and value >= 0) else "must be auto or an integer >= 0"
+
+
+AutoChunk = Annotated[Literal["auto"] | int, _check(_non_negative_or_auto),
+                      WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 0}]})]
+"""A token count core.strategy decides when left at auto, where 0 means none (lossChunkSize); on `-c` auto or an integer."""
 AutoBool = Annotated[Literal["auto"] | bool, WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "boolean"}]})]
 """A switch core.strategy decides when left at auto (activationCheckpointing); on `-c` auto, true or false."""

@@ -28,6 +28,7 @@ from ray_efa.core.settings_checks import (
     DEFAULT_TRAIN_FUNCTION,
     AdminPrincipalArn,
     AutoBool,
+    AutoChunk,
     AutoCount,
     Cidr,
     CodeDir,
@@ -336,6 +337,10 @@ class WorkloadSettings(_Section):
 _T = TypeVar("_T")
 
 
+LOSS_CHUNK_BEFORE_PLAN = 1024
+"""lossChunkSize's value in formulas before core.strategy.resolve decides auto (the previous fixed default)."""
+
+
 def _decided(value: _T | Literal["auto"], key: str) -> _T:
     """A lever's value once core.strategy.resolve decided it: what the formulas and the job compute with."""
     if value == "auto":
@@ -424,11 +429,18 @@ class TrainingSettings(_Section):
         "unsharded fp32 gradients until the last one; auto: on where one node is one NVLink domain (one node, NVLink "
         "between its GPUs), where that traffic stays on NVLink (core.memory.grad_sync_every_micro_batch).",
     )
-    loss_chunk_size: int = setting(
-        1024, "lossChunkSize",
-        "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size; "
-        "1024 holds 8 x vocab x 1024 bytes of logits (1.2 GiB for Qwen2.5), a quarter of 4096's.",
-        ge=0,
+    decoder_block: Literal["lean", "transformers"] = setting(
+        "lean", "decoderBlock",
+        "The decoder layer's code: lean (training.lean_block: fused RoPE, SDPA flash attention with GQA called directly, "
+        "the same weights and state dict) where it covers the architecture, else transformers' own; transformers: "
+        "always transformers' own layer.",
+    )
+    loss_chunk_size: AutoChunk = setting(
+        "auto", "lossChunkSize",
+        "Tokens per chunk of the fused output projection + cross-entropy; 0: unchunked. The same FLOPs at any size, but "
+        "each chunk adds one read and write of the projection's fp32 gradient accumulator (on an H100, 1024-token chunks "
+        "ran 10% slower than 4096: docs/BENCHMARKS.md); a chunk holds about 5.4 x vocab x chunk bytes of logits "
+        "compiled. auto: the largest of 4096, 2048, 1024 with which the plan's shape fits (core.strategy).",
     )
     sharding: Literal["auto", "fsdp", "hsdp"] = setting(
         "auto", "sharding",
@@ -491,6 +503,12 @@ class TrainingSettings(_Section):
     def accumulation_steps(self) -> int:
         """gradAccumulation once decided (core.strategy.resolve); ValueError while it is still auto."""
         return _decided(self.grad_accumulation, "gradAccumulation")
+
+    @property
+    def loss_chunk(self) -> int:
+        """lossChunkSize as core.strategy.resolve decided it; while still auto, LOSS_CHUNK_BEFORE_PLAN (the chunk the
+        compute and memory constants were measured with), so a formula on a shape set by hand needs no resolve."""
+        return LOSS_CHUNK_BEFORE_PLAN if self.loss_chunk_size == "auto" else int(self.loss_chunk_size)
 
     @property
     def checkpointing(self) -> bool:

@@ -134,7 +134,9 @@ as measured (core.memory: the parts, and over them FRAGMENTATION, or FRAGMENTATI
 the default 16 x 2048 x 16 reserved 78.5 GiB against 79.1 usable on the p5.4xlarge row, 67.8 GiB of parts), plus
 what lies outside the allocator; 5% is left for what no measurement here covers (another driver, a longer run). It
 was 0.92 while the plan was the allocated peak and the reserved one was 11% above it. With activation checkpointing
-fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as published fp8 runs measure."""
+fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as published fp8 runs measure. On an 80 GB H100 itself
+(2026-12-06, docs/BENCHMARKS.md) the fp8 16 x 2048 job at lossChunkSize 4096 ran with 74.4 GiB allocated and 77.9
+reserved of the 79.18 the card has."""
 MAX_AUTO_MICRO_BATCH = 64
 """The largest micro batch auto considers (beyond it the global batch per rank is rarely that large)."""
 GLOBAL_BATCH_TOLERANCE = 0.02
@@ -218,6 +220,15 @@ def _precisions(settings: Settings) -> tuple[str, ...]:
 
 
 
+AUTO_LOSS_CHUNKS = (4096, 2048, 1024)
+"""The loss chunks auto tries, largest first: each chunk re-reads and re-writes the projection's fp32 gradient
+accumulator (core.perf.LOSS_CHUNK_S), so fewer, larger chunks are faster where their logits fit."""
+
+
+def _loss_chunks(t: TrainingSettings) -> tuple[int, ...]:
+    return AUTO_LOSS_CHUNKS if t.loss_chunk_size == "auto" else (int(t.loss_chunk_size),)
+
+
 def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
     return (False, True) if t.activation_checkpointing == "auto" else (bool(t.activation_checkpointing),)
 
@@ -237,12 +248,17 @@ def _decide(settings: Settings, network: str | None, calibration: perf.Calibrati
         for m in _micro_batches(t, ranks):
             k = _accumulation(t, m, ranks)
             for checkpointing in _checkpointing(t):
-                shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
-                                             "activation_checkpointing": checkpointing})
-                option = choose(settings, network, calibration, training=shape)
-                error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
-                candidates.append((option, error))
-                if _within_headroom(option):
+                fits = False
+                for chunk in _loss_chunks(t):
+                    shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
+                                                 "activation_checkpointing": checkpointing, "loss_chunk_size": chunk})
+                    option = choose(settings, network, calibration, training=shape)
+                    error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
+                    candidates.append((option, error))
+                    if _within_headroom(option):
+                        fits = True
+                        break  # the largest chunk that fits: a smaller one only saves memory this shape has
+                if fits:
                     break  # checkpointing only recomputes: on where the shape does not fit without it
     fitting = [(o, e) for o, e in candidates if _within_headroom(o)]
     if not fitting:
@@ -261,8 +277,8 @@ _SHARDING_LEVERS = ("sharding", "gradReduceDtype")
 
 def _undecided(t: TrainingSettings) -> tuple[str, ...]:
     """Every context key still at auto: the shape's and precision's (`undecided`), then sharding and gradReduceDtype."""
-    own = {"sharding": t.sharding, "gradReduceDtype": t.grad_reduce_dtype}
-    return (*t.undecided, *(key for key in _SHARDING_LEVERS if own[key] == "auto"))
+    own = {"sharding": t.sharding, "gradReduceDtype": t.grad_reduce_dtype, "lossChunkSize": t.loss_chunk_size}
+    return (*t.undecided, *(key for key in (*_SHARDING_LEVERS, "lossChunkSize") if own[key] == "auto"))
 
 
 def resolve(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None) -> Settings:
@@ -286,7 +302,8 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         decided = t.model_copy(update={
             "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
             "precision": "bf16" if t.precision == "auto" else t.precision,
-            "activation_checkpointing": t.activation_checkpointing is True})
+            "activation_checkpointing": t.activation_checkpointing is True,
+            "loss_chunk_size": memory.SUGGESTED_LOSS_CHUNK if t.loss_chunk_size == "auto" else t.loss_chunk_size})
         strategy = "fsdp" if t.sharding == "auto" else t.sharding
         reduce_dtype = "fp32" if t.grad_reduce_dtype == "auto" else t.grad_reduce_dtype
     else:
@@ -294,7 +311,7 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         decided, strategy, reduce_dtype = option.training, option.strategy, option.reduce_dtype
     change = {"microBatch": decided.micro_batch, "gradAccumulation": decided.grad_accumulation,
               "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing,
-              "sharding": strategy, "gradReduceDtype": reduce_dtype}
+              "sharding": strategy, "gradReduceDtype": reduce_dtype, "lossChunkSize": decided.loss_chunk_size}
     resolved = settings.replace(**{key: change[key] for key in undecided})
     if len(_RESOLVED) > 4096:  # a long-lived process (tests, --recommend) keeps the newest only
         _RESOLVED.clear()
@@ -469,7 +486,7 @@ def _levers(settings: Settings) -> list[dict[str, object]]:
     """Single memory levers that leave the effective batch alone, cheapest in speed first."""
     t = settings.training
     out: list[dict[str, object]] = []
-    if t.loss_chunk_size == 0 or t.loss_chunk_size > memory.SUGGESTED_LOSS_CHUNK:
+    if t.loss_chunk == 0 or t.loss_chunk > memory.SUGGESTED_LOSS_CHUNK:
         out.append({"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK})
     if not t.activation_checkpointing:
         out.append({"activationCheckpointing": True})

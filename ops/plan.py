@@ -110,12 +110,14 @@ class Plan:
     def _decided(self) -> dict[str, Any]:
         if not self.judged:  # the built-in's levers, decided for its model: nothing your function is held to
             return {"precision": None, "micro_batch": None, "seq_len": None, "grad_accumulation": None,
-                    "activation_checkpointing": None, "global_batch_tokens": None, "achieved_global_batch_tokens": None,
+                    "activation_checkpointing": None, "loss_chunk_size": None, "global_batch_tokens": None,
+                    "achieved_global_batch_tokens": None,
                     "global_batch": None}
         t = self.decided.training
         split = None if self.scaled_to_zero else global_batch(self.settings).as_dict()
         return {"precision": t.precision, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
                 "grad_accumulation": t.grad_accumulation, "activation_checkpointing": t.activation_checkpointing,
+                "loss_chunk_size": t.loss_chunk_size,
                 "global_batch_tokens": t.global_batch_tokens,
                 "achieved_global_batch_tokens": None if split is None else split["tokens"],
                 "global_batch": split}

@@ -18,12 +18,16 @@ import torch
 from torch import nn
 
 from ray_efa.core.models import ModelPreset
+from ray_efa.training.lean_block import lean_unsupported, rope_cos_sin, to_lean
 from ray_efa.training.loss import causal_lm_loss
 
 if TYPE_CHECKING:
     from transformers import Qwen2Config, Qwen2ForCausalLM  # imported where used: transformers loads slowly
 
-__all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError"]
+__all__ = ["CausalLM", "build_model", "qwen2_config", "ModelPathError", "DECODER_BLOCKS"]
+
+DECODER_BLOCKS = ("lean", "transformers")
+"""The decoderBlock setting's values: training.lean_block's layer over transformers' weights, or transformers' own."""
 
 
 class ModelPathError(ValueError):
@@ -43,9 +47,13 @@ def qwen2_config(preset: ModelPreset) -> Qwen2Config:
 class CausalLM(nn.Module):
     """A Qwen2ForCausalLM whose forward(input_ids, labels) returns the mean next-token loss."""
 
-    def __init__(self, hf_model: Qwen2ForCausalLM, *, loss_chunk_size: int = 0) -> None:
+    def __init__(self, hf_model: Qwen2ForCausalLM, *, loss_chunk_size: int = 0, decoder: str = "transformers") -> None:
         super().__init__()
         self.hf = hf_model
+        # "lean": hf.model.layers are training.lean_block layers (build_model swapped them in), and forward runs the
+        # embeddings, RoPE, layers and final norm itself; "transformers": hf.model's own forward.
+        self.decoder = decoder
+        self.decoder_fallback = ""  # why the lean layer was asked for and not used (an uncovered architecture)
         self.loss_chunk_size = loss_chunk_size
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
@@ -61,16 +69,40 @@ class CausalLM(nn.Module):
         return self.hf.model.layers
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        hidden = self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        hidden = self.hidden_states(input_ids)
         return causal_lm_loss(
             hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss
         )
 
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The final (normed) hidden states the loss projects, through whichever decoder layers the model runs."""
+        if self.decoder == "lean":
+            return self._lean_hidden(input_ids)
+        return self.hf.model(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    def _lean_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Final hidden states through the lean layers: no mask tensor (causal SDPA), positions 0..S-1 as
+        transformers uses without padding, cos/sin once per call for every layer."""
+        inner = self.hf.model
+        rotary = inner.rotary_emb
+        cos, sin = rope_cos_sin(rotary.inv_freq, input_ids.shape[1], float(rotary.attention_scaling))
+        hidden = inner.embed_tokens(input_ids)
+        for layer in inner.layers:
+            hidden = layer(hidden, cos, sin)
+        return inner.norm(hidden)
+
 
 def build_model(
-    preset: ModelPreset, *, seed: int, device: torch.device, model_path: str | None = None, loss_chunk_size: int = 0
+    preset: ModelPreset, *, seed: int, device: torch.device, model_path: str | None = None, loss_chunk_size: int = 0,
+    decoder: str = "lean",
 ) -> CausalLM:
-    """The preset's architecture in fp32 on `device`: random weights from `seed`, or those stored at `model_path`."""
+    """The preset's architecture in fp32 on `device`: random weights from `seed`, or those stored at `model_path`.
+
+    decoder "lean" (the decoderBlock setting's default) runs training.lean_block's layer over the same weights where
+    it covers the architecture, else transformers' own (CausalLM.decoder_fallback says why); "transformers" always
+    transformers' own."""
+    if decoder not in DECODER_BLOCKS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODER_BLOCKS)}, got {decoder!r}")
     if not torch.cuda.is_available():
         _quiet_torchao_import()
     from transformers import Qwen2ForCausalLM
@@ -84,7 +116,12 @@ def build_model(
         # transformers decorates PreTrainedModel.to with functools.wraps(nn.Module.to), which pyright does not bind
         # as a method (typeshed's _Wrapped is no descriptor), so it reads `device` as `self`.
         hf_model = _load_local(Qwen2ForCausalLM, Path(model_path), config).to(device)  # pyright: ignore[reportArgumentType]
-    return CausalLM(hf_model, loss_chunk_size=loss_chunk_size)
+    fallback = lean_unsupported(hf_model) if decoder == "lean" else None
+    if decoder == "lean" and fallback is None:
+        to_lean(hf_model)
+    model = CausalLM(hf_model, loss_chunk_size=loss_chunk_size, decoder="lean" if decoder == "lean" and not fallback else "transformers")
+    model.decoder_fallback = fallback or ""
+    return model
 
 
 def _quiet_torchao_import() -> None:

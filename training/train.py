@@ -211,7 +211,9 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     folder = weights.fetch_model(t.model_path) if t.model_path else None
     arch = t.preset
     model = build_model(arch, seed=t.seed, device=device, model_path=str(folder) if folder else None,
-                        loss_chunk_size=t.loss_chunk_size)
+                        loss_chunk_size=t.loss_chunk, decoder=t.decoder_block)
+    if rank == 0 and model.decoder_fallback:
+        _say(f"decoderBlock lean does not cover this model ({model.decoder_fallback}): transformers' own layer runs")
     if rank == 0 and folder is not None and t.model_path is not None:
         _say(weights.describe_loaded(t.model_path, folder, model))
     strategy, plan = parallel_plan(t, device, world, context.get_local_world_size())
@@ -259,7 +261,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     # what ran, for `ray-efa calibrate`
     ran = {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
-           "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk_size,
+           "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk,
+           "decoder_block": model.decoder,
            "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
            "grad_reduce_dtype": reduce_dtype if plan.mixed_precision is not None else "fp32",
            "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),

@@ -88,7 +88,8 @@ def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_pat
     assert {"step_time_s", "compute_s", "network_s", "mfu", "mfu_causal"} <= set(out["calibrated"])
     # plan --calibration predicts the EFA step with the measured link
     assert run_cli("plan", "--json", "--calibration", str(log), "-c", "microBatch=2", "-c", "gradAccumulation=1",
-                   "-c", "precision=bf16", "-c", "activationCheckpointing=false") == 0  # the run's shape
+                   "-c", "precision=bf16", "-c", "activationCheckpointing=false",
+                   "-c", "lossChunkSize=1024") == 0  # the run's shape
     performance = json.loads(capsys.readouterr().out)["performance"]
     assert performance["efa"]["step_time_s"] == pytest.approx(out["calibrated"]["step_time_s"], rel=1e-3)
     assert performance["efa"]["calibration"].startswith("run train-efa")

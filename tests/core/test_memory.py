@@ -37,19 +37,24 @@ def test_sharded_states_are_fp32_bytes_per_parameter_over_the_world_size(world_s
 
 
 @pytest.mark.parametrize(
-    ("micro_batch", "seq_len", "chunk", "expected_bytes"),
+    ("micro_batch", "seq_len", "chunk", "compiled", "expected_bytes"),
     [
         # unchunked: 12 bytes per logit
-        (1, 2048, 0, 12 * 151_936 * 2048),
-        (4, 4096, 0, 12 * 151_936 * 4 * 4096),
-        # chunked: one chunk of 8-byte logits, the fp32 weight-gradient accumulator and a bf16 product, grad of hidden
-        (4, 4096, 4096, 8 * 151_936 * 4096 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
-        (1, 1024, 4096, 8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 1024),  # a chunk larger than the batch
+        (1, 2048, 0, False, 12 * 151_936 * 2048),
+        (4, 4096, 0, True, 12 * 151_936 * 4 * 4096),
+        # chunked, eager: one chunk of 8-byte logits, the fp32 weight-gradient accumulator and a bf16 product, grad of
+        # hidden
+        (4, 4096, 4096, False, 8 * 151_936 * 4096 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
+        (1, 1024, 4096, False, 8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 1024),  # a chunk larger than the batch
+        # compiled: 8 bytes per logit up to 1024 tokens, the measured 5.4 beyond (COMPILED_LOSS_BYTES_PER_LOGIT)
+        (4, 4096, 4096, True, (8 * 1024 + 5.4 * 3072) * 151_936 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
+        (4, 4096, 1024, True, 8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
     ],
 )
-def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, expected_bytes):
+def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, compiled, expected_bytes):
     # GIVEN micro_batch x seq_len tokens per GPU, the loss chunked by `chunk` tokens (0: not at all)
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk)
+    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk,
+                       compile=compiled)
     # WHEN it is planned
     plan = estimate_for(t, world_size=8, gpu=catalog.GPUS["H200"])
     # THEN the logits part is the formula's bytes

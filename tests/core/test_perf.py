@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog, perf, prices, strategy
+from ray_efa.core import catalog, memory, perf, prices, strategy
 from tests.core.shapes import fixed_settings, fixed_training
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200x1-calibrate-expandable.jsonl"
@@ -155,7 +155,12 @@ def test_fp8_runs_the_layer_linears_faster_and_halves_their_all_gathers():
     assert 0.5 < gathers["fp8"] / gathers["bf16"] < 0.65
 
 
-def test_auto_takes_the_fastest_option_that_fits_memory():
+def test_auto_takes_the_fastest_option_that_fits_memory(monkeypatch):
+    # every chunk logit at 8 bytes, compiled too (before the measured 5.4 beyond 1024 tokens): the L4 shape where a
+    # 4096-token chunk keeps hsdp from fitting (resolved plans are cached by settings: emptied on both sides)
+    monkeypatch.setattr(memory, "COMPILED_LOSS_BYTES_PER_LOGIT", 8)
+    strategy._RESOLVED.clear()
+    monkeypatch.setattr(strategy, "_RESOLVED", {})
     # GIVEN the defaults (2 x g6.12xlarge, loss chunk 1024): hsdp with bf16 reduction is fastest and fits an L4
     s = fixed_settings()
     chosen = strategy.choose(s)

@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from ray_efa.core import strategy
 from tests.ops.cli_helpers import run_cli
 
 ROWS = {
@@ -51,7 +52,7 @@ def test_one_global_batch_on_every_cluster(capsys):
 def test_every_default_plan_keeps_its_headroom(capsys, row):
     memory = default_plan(capsys, row)["memory_per_gpu"]
     # THEN the chosen plan uses at most 92% of the GPU's memory (the planner is 7-12% conservative on the H200)
-    assert memory["fits"] and memory["total_gib"] <= 0.92 * memory["capacity_gib"], memory
+    assert memory["fits"] and memory["total_gib"] <= strategy.AUTO_MEMORY_SHARE * memory["capacity_gib"], memory
 
 
 def test_p5_48xlarge_runs_at_40_percent_causal_mfu_and_p5e_at_45(capsys):

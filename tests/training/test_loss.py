@@ -85,7 +85,7 @@ def test_tied_embedding_gets_both_gradients_with_the_chunked_loss():
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
     # WHEN the loss is back-propagated through the whole model, and separately through the projection alone
     model(inputs, labels).backward()
-    hidden = model.hf.model(input_ids=inputs).last_hidden_state.detach()
+    hidden = model.hidden_states(inputs).detach()
     (projection_only,) = torch.autograd.grad(causal_lm_loss(hidden, weight, labels, chunk_size=5), weight)
     # THEN the shared weight holds the projection's gradient plus the lookup's, which touches the input tokens' rows only
     lookup = weight.grad - projection_only

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Repeated, interleaved runs of the project's default job (through the CLI, as a user runs it) and torchtitan on one
+# warm GPU machine, for issue 51's side-by-side and issue 48's measured constants. One device call runs the specs given,
+# in order, under one `ray start`; split the rounds over calls (each call holding both sides) to stay inside 10 min.
+#   OUT=<dir> bash bench/titan_rounds.sh SPEC...
+#   SPEC  project:NAME[:key=value,key=value]   `ray-efa train` of the p5.4xlarge row (one H100) with those -c settings
+#         titan:NAME:VARIANT[:MICRO]           bench/titan_train.py (fp8|bf16) at the plan's shape, or at micro MICRO
+#                                              with the same global batch, from the project's initial weights
+# Both sides: micro 16 x 2048 (the default job's), STEPS optimizer steps (default 21: 20 steady after the compiling first) of the plan's micro-batch x
+# seqLen x ACCUM micro-batches (default 2: 65,536 tokens a step; the plan's own 16 would take ~9 s a step, and 3 runs
+# a side of 20 steady steps would not fit the session's device time), the project's learning-rate schedule, a
+# progress line every step. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
+# CAP_TOTAL_MIB=81559 on a larger card (an H200) holds the memory above an H100's for the whole call, both sides.
+# Before the call, here: bench/titan_carry.sh fills .whl/; after the install line of ../shared/device/README.md.
+# Writes $OUT/raw.tar.gz (raw/: plan.json, gpu.txt, runs.txt, NAME.log, NAME.summary.json, NAME.metrics.jsonl) and
+# prints one line per run; bench/titan_rounds_report.py makes the table from the unpacked raw/ folders.
+set -u
+OUT=${OUT:?set OUT to the folder for the results}
+STEPS=${STEPS:-21}
+ACCUM=${ACCUM:-2}
+BUDGET=${BUDGET:-570}  # s: no run starts with less than 80 s of it left; each is cut 10 s before it ends
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROW=(-c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 -c checkpointEvery=0 -c gradAccumulation="$ACCUM" -c microBatch=16
+     -c steps="$STEPS" -c reportEvery=1)
+export PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+RAW=/tmp/raw
+mkdir -p /tmp/titan-bench "$RAW" && cp "$HERE/titan_train.py" "$HERE/titan_compare.py" /tmp/titan-bench/
+cd /tmp  # never from a checkout: its ray_efa/ would shadow the installed wheel
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$RAW/gpu.txt"
+python3 -c "import torch, torchao, ray, importlib.metadata as m; print('torch', torch.__version__, 'torchao', \
+torchao.__version__, 'ray', ray.__version__, 'torchtitan', m.version('torchtitan'), 'ray-efa-stack', \
+m.version('ray-efa-stack'))" | tee -a "$RAW/gpu.txt"
+if [ -n "${CAP_TOTAL_MIB:-}" ]; then
+    # A card larger than the H100: hold what lies above CAP_TOTAL_MIB (the H100's 81,559 MiB) for the whole call, so
+    # that both sides run in the memory an H100 has. The holder's own CUDA context (~520 MiB) counts toward it.
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+    hold=$((total - CAP_TOTAL_MIB - 520))
+    python3 -c "import torch, time; x = torch.empty($hold * 2**20, dtype=torch.uint8, device='cuda'); print('holding', $hold, 'MiB', flush=True); time.sleep(10**6)" &
+    HOLDER=$!
+    sleep 15
+    nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader | sed "s/^/capped at $CAP_TOTAL_MIB MiB: total, used: /" | tee -a "$RAW/gpu.txt"
+fi
+[ -f "$RAW/plan.json" ] || python3 -m ray_efa.cli plan --json "${ROW[@]}" > "$RAW/plan.json" || echo "plan: exit $?"
+SEED=$(python3 -c "import json; print(json.load(open('$RAW/plan.json'))['settings']['seed']['value'])" 2>/dev/null || echo 0)
+timeout 90 ray start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null || echo "ray start failed"
+export RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=2.0  # Ray's own default, what a cluster's controller polls at
+
+for spec in "$@"; do
+    left=$((BUDGET - SECONDS))
+    if [ "$left" -lt 80 ]; then echo "$spec: not run, $left s left" | tee -a "$RAW/runs.txt"; continue; fi
+    IFS=: read -r kind name a b <<< "$spec"
+    start=$SECONDS
+    case $kind in
+    project)
+        extra=()
+        IFS=, read -ra pairs <<< "${a:-}"
+        for kv in "${pairs[@]}"; do [ -n "$kv" ] && extra+=(-c "$kv"); done
+        timeout -k 10 $((left - 10)) python3 -m ray_efa.cli train "${ROW[@]}" "${extra[@]}" --name "$name" \
+            > "$RAW/$name.log" 2>&1
+        rc=$?
+        cp ~/ray_results/"$name"/summary.json "$RAW/$name.summary.json" 2>/dev/null
+        cp ~/ray_results/"$name"/metrics.jsonl "$RAW/$name.metrics.jsonl" 2>/dev/null
+        rm -rf ~/ray_results/"$name"/checkpoint_*  # a final checkpoint of the 1.5B model is 19 GB
+        ;;
+    titan)
+        mapfile -t args < <(python3 /tmp/titan-bench/titan_compare.py args "$RAW/plan.json" "$a" "$STEPS" ${b:+"$b"})
+        (cd /tmp/titan-bench && TITAN_INIT_SEED=$SEED TITAN_ONE_GPU_FSDP=1 timeout -k 10 $((left - 10)) \
+            python3 -m torch.distributed.run --standalone --nproc-per-node 1 titan_train.py "${args[@]}") \
+            > "$RAW/$name.log" 2>&1
+        rc=$?
+        rm -rf "/tmp/titan-$a"
+        ;;
+    *) echo "unknown spec $spec" >&2; rc=2 ;;
+    esac
+    echo "$spec: exit $rc after $((SECONDS - start)) s" | tee -a "$RAW/runs.txt"
+    grep -aE "step +[0-9]+/|step: *[0-9]+ " "$RAW/$name.log" | tail -n 2
+done
+timeout 30 ray stop --force >/dev/null 2>&1
+[ -n "${HOLDER:-}" ] && kill "$HOLDER"
+tar -czf "$OUT/raw.tar.gz" -C /tmp raw

@@ -1,0 +1,118 @@
+"""The side-by-side table of bench/titan_rounds.sh runs, here, from their unpacked raw/ folders.
+
+    python bench/titan_rounds_report.py OUT.jsonl RAW_DIR [RAW_DIR ...]
+
+Each run's tokens/s per GPU is over its steps after the first (the first compiles), the harmonic mean of the steps'
+rates (equal tokens per step): the project's from its per-step progress lines, torchtitan's from its own step lines.
+A side's number is the median of its runs; the spread is min-max. MFU of the H100's 989 TFLOP/s dense bf16 peak, causal
+convention (6N + 6 L d S, core.perf.flops_per_token_causal). Writes one JSON line per run, one per side, one for
+the ratio and one with both sides' mean loss per step (the loss curves), and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from titan_compare import project_steps, steady_tps, titan_steps  # noqa: E402
+
+PEAK_FLOPS = 989e12  # H100 SXM dense bf16 (core.catalog)
+
+
+def _causal_flops(seq_len: int) -> float:
+    from ray_efa.core import models, perf
+
+    return perf.flops_per_token_causal(models.model_preset("qwen2.5-1.5b"), seq_len)
+
+
+def runs(raw: Path) -> list[dict]:
+    out = []
+    for line in (raw / "runs.txt").read_text().splitlines():
+        spec = line.split(": exit")[0]
+        if ": not run" in line:
+            continue
+        kind, name = spec.split(":")[:2]
+        log = (raw / f"{name}.log").read_text(errors="replace")
+        rows = project_steps(log) if kind == "project" else titan_steps(log)
+        tps, n = steady_tps(rows)
+        run = {"kind": kind, "name": name, "spec": spec, "folder": raw.parent.name, "tokens_per_s_per_gpu": tps,
+               "steady_steps": n, "losses": [[r["step"], r["loss"]] for r in sorted(rows, key=lambda r: r["step"])]}
+        if kind == "project":
+            summary_path = raw / f"{name}.summary.json"
+            summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+            run.update({k: summary.get(k) for k in ("loss_chunk_size", "decoder_block", "precision", "micro_batch",
+                                                      "grad_accumulation", "activation_checkpointing", "compile")})
+            run["peak_reserved_gib"] = summary.get("memory/peak_reserved_gib")
+            run["peak_allocated_gib"] = summary.get("memory/peak_allocated_gib")
+        else:
+            run["peak_reserved_gib"] = max((r["reserved_gib"] for r in rows), default=None)
+            run["titan_own_mfu_pct"] = statistics.mean(r["own_mfu_pct"] for r in rows[1:]) if len(rows) > 1 else None
+        out.append(run)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    target, folders = Path(argv[0]), [Path(a) for a in argv[1:]]
+    plan = json.loads((folders[0] / "plan.json").read_text())
+    seq = plan["deployment"]["seq_len"]
+    causal = _causal_flops(seq)
+    all_runs = [run for folder in folders for run in runs(folder)]
+    for run in all_runs:
+        t = run["tokens_per_s_per_gpu"]
+        run["mfu_causal_pct"] = 100 * t * causal / PEAK_FLOPS if t else None
+    sides = {}
+    for kind in ("project", "titan"):
+        rates = [r["tokens_per_s_per_gpu"] for r in all_runs if r["kind"] == kind and r["tokens_per_s_per_gpu"]
+                 and r["steady_steps"] >= 20]
+        if rates:
+            sides[kind] = {"runs": len(rates), "median": statistics.median(rates), "min": min(rates), "max": max(rates),
+                           "min_steady_steps": min(r["steady_steps"] for r in all_runs
+                                                   if r["kind"] == kind and r["steady_steps"] >= 20),
+                           "median_mfu_causal_pct": 100 * statistics.median(rates) * causal / PEAK_FLOPS}
+    ratio = sides["project"]["median"] / sides["titan"]["median"] if len(sides) == 2 else None
+    curves = {}
+    for kind in ("project", "titan"):
+        steps: dict[int, list[float]] = {}
+        for run in all_runs:
+            if run["kind"] == kind:
+                for step, loss in run["losses"]:
+                    steps.setdefault(step, []).append(loss)
+        curves[kind] = {step: statistics.mean(v) for step, v in sorted(steps.items())}
+    with target.open("w") as f:
+        for run in all_runs:
+            f.write(json.dumps({"record": "run", **run}) + "\n")
+        for kind, side in sides.items():
+            f.write(json.dumps({"record": "side", "side": kind, **side}) + "\n")
+        f.write(json.dumps({"record": "ratio", "project_over_titan_fp8": ratio,
+                            "line": line(ratio, sides)}) + "\n")
+        f.write(json.dumps({"record": "loss_curves", **curves}) + "\n")
+    print("| run | tokens/s per GPU | MFU causal | steady steps | peak reserved GiB | first / last loss |")
+    print("|---|---|---|---|---|---|")
+    for run in all_runs:
+        t = run["tokens_per_s_per_gpu"]
+        losses = run["losses"]
+        first_last = f"{losses[0][1]:.4f} / {losses[-1][1]:.4f}" if losses else "-"
+        print(f"| {run['folder']}/{run['name']} | {t:,.0f} | {run['mfu_causal_pct']:.1f}% | {run['steady_steps']} "
+              f"| {run['peak_reserved_gib'] or 0:.1f} | {first_last} |" if t else f"| {run['name']} | - |")
+    for kind, side in sides.items():
+        print(f"{kind}: median {side['median']:,.0f} tokens/s (min {side['min']:,.0f}, max {side['max']:,.0f}), "
+              f"{side['runs']} runs, MFU causal {side['median_mfu_causal_pct']:.1f}%")
+    print(line(ratio, sides))
+    both = sorted(set(curves["project"]) & set(curves["titan"]))
+    print("loss per step (mean over runs), project / torchtitan: "
+          + ", ".join(f"{s}: {curves['project'][s]:.4f}/{curves['titan'][s]:.4f}" for s in both))
+
+
+def line(ratio: float | None, sides: dict) -> str:
+    if ratio is None:
+        return "project / torchtitan fp8: - (a side has no run of 20 steady steps)"
+    n = min(side["runs"] for side in sides.values())
+    m = min(side["min_steady_steps"] for side in sides.values())
+    return f"project / torchtitan fp8: {ratio:.2f}x (median of {n} runs a side, {m} steady steps each)"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
