@@ -11,7 +11,6 @@ pods the real operator made from a template carrying its label.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,55 +209,3 @@ def test_verify_fails_the_init_container_check_alone_and_stops_waiting_on_it(dep
         assert sleeps == []
     finally:
         _delete_job(api, name)
-
-
-def test_submit_stops_at_once_when_the_code_fetch_fails(deployed, api, kubeconfig, capsys):
-    # GIVEN binary code (no ConfigMap holds it: fetched from storagePath by every Ray pod) and the fetch failing on the
-    # head: the test marks the RayCluster's head template as the operator's pods carry it, once the operator made it
-    import boto3
-    from moto import mock_aws
-
-    code_dir = Path(deployed.plane.workdir) / "code"
-    (code_dir / "pkg").mkdir(parents=True, exist_ok=True)
-    (code_dir / "pkg" / "__init__.py").write_text("def fit(config): ...\n")
-    (code_dir / "pkg" / "vocab.bin").write_bytes(bytes(range(256)) * 4)
-    name = "fetch-run1"
-    objects = client.CustomObjectsApi(api)
-
-    def break_the_head() -> None:
-        cluster = wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", name)
-                                    .get("status") or {}).get("rayClusterName"), "the job's RayCluster", timeout_s=60)
-        objects.patch_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", cluster, {"spec": {
-            "headGroupSpec": {"template": {"metadata": {"labels": {FAILING: "fetch-code"}}}}}})
-        core = client.CoreV1Api(api)
-        for pod in core.list_namespaced_pod(NAMESPACE, label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head").items:
-            core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-
-    # the system node cordoned until the head's template is marked: the head cannot start before
-    core = client.CoreV1Api(api)
-    (system,) = deployed.system_nodes
-    core.patch_node(system, {"spec": {"unschedulable": True}})
-
-    def break_then_uncordon() -> None:
-        try:
-            break_the_head()
-        finally:
-            core.patch_node(system, {"spec": {"unschedulable": False}})
-
-    breaker = threading.Thread(target=break_then_uncordon, daemon=True)
-    with mock_aws():  # the S3 API cannot exist here
-        s3 = boto3.client("s3", region_name="us-east-2")
-        s3.create_bucket(Bucket="research-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
-        breaker.start()
-        try:
-            code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
-                        "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120",
-                        *_settings_args("trainFunction=pkg:fit", f"codeDir={code_dir}",
-                                        "storagePath=s3://research-checkpoints/runs", "jobName=mlp-exp"))
-            err = capsys.readouterr().err
-            breaker.join(timeout=5)
-            assert code == 1, err
-            assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err, err
-            assert "init container fetch-code failed (exit code 1, CrashLoopBackOff" in err
-        finally:
-            _delete_job(api, name)
