@@ -45,7 +45,7 @@ def run_cell(precision: str, name: str, batch: int, seq_len: int, device) -> dic
                                       "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1})
     t = settings.training
     torch._dynamo.reset()  # each cell compiles as a fresh job would (static shapes; see bench/speed.py)
-    model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
+    model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
     converted = 0
     if precision == "fp8":
         keep = (_auto_filter_for_recipe("tensorwise", filter_fqns=[]) if name == "auto" else FILTERS[name])

@@ -33,7 +33,7 @@ def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
 
-    model = build_model(t.preset, seed=t.seed, device=device, loss_chunk_size=t.loss_chunk_size)
+    model = build_model(t.preset, seed=t.seed, device=device, loss_chunk_size=t.loss_chunk)
     model = parallelize(model, ParallelPlan(activation_checkpointing=t.checkpointing, compile=t.compile,
                                             mixed_precision=mixed_precision_policy(device)))
     optimizer = build_optimizer(model, t, device)

@@ -56,7 +56,7 @@ def link_busbw_gb_s(device: torch.device, mib: int = 512, iters: int = 3) -> flo
 
 def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: int, steps: int, compile_: bool) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
+    model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
     policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)  # as train_func runs it
     plan = ParallelPlan(compile=compile_, mixed_precision=policy, bf16_wire=bf16_wire,
                         replicas=world if strategy == "hsdp" else 1)

@@ -135,7 +135,7 @@ def run_fp8(args, gpu: bool) -> list[dict]:
         # compiles later cells with a dynamic batch dimension (fp8 measured 7% slower that way).
         torch._dynamo.reset()
         try:
-            model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk_size)
+            model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
             model = parallelize(model, ParallelPlan(compile=t.compile, mixed_precision=mixed_precision_policy(device),
                                                     fp8=precision == "fp8", fp8_all_gather=all_gather))
             optimizer = build_optimizer(model, t, device)

@@ -174,7 +174,7 @@ def copy_project_init(model: torch.nn.Module, seed: int) -> None:
             key = name.replace("._orig_mod", "").replace("._checkpoint_wrapped_module", "")
             if key == "output.weight":
                 continue  # tied to tok_embeddings
-            local = param.to_local() if hasattr(param, "to_local") else param
+            local = getattr(param, "to_local")() if hasattr(param, "to_local") else param  # a DTensor shard
             local.copy_(source.pop(key).to(local.dtype))
             copied += 1
     assert not source, f"project weights with no torchtitan parameter: {sorted(source)[:5]}"

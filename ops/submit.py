@@ -409,7 +409,12 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
     except ApiException as error:
         if error.status == 400:  # the container has not started yet
             return ""
-        raise SubmitError(f"cannot read the log of pod {namespace}/{pod.metadata.name}: {_api_error(error)}") from None
+        # The API server reads logs from the node's kubelet, which may be gone (a node scaled in) or unreachable: say
+        # so in the log's place and go on following the job, whose state and exit code still come from the RayJob.
+        note = f"(the log of pod {namespace}/{pod.metadata.name} cannot be read: {_api_error(error)})"
+        if on_line:
+            on_line(note)
+        return note
     lines: list[str] = []
     pending = b""
     for chunk in response.stream(4096):

@@ -300,8 +300,9 @@ def ray_cluster_ready(cluster: dict[str, Any]) -> tuple[bool, str]:
     state = status.get("state")
     conditions = _conditions(cluster)
     ready = state == "ready" or (conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True")
-    workers = status.get("readyWorkerReplicas")
     desired = status.get("desiredWorkerReplicas")
+    # KubeRay omits a zero count (its status fields are omitempty): no readyWorkerReplicas beside a desired count is 0
+    workers = status.get("readyWorkerReplicas", 0 if desired is not None else None)
     if workers is not None and desired is not None and workers < desired:
         ready = False
     parts = [f"state {state or 'unset'}"]

@@ -1,54 +1,37 @@
-"""`ray-efa deploy-check`: the real CDK CLI's diffs (recorded) against a cluster served by a real kubernetes client.
+"""`ray-efa deploy-check`'s decisions: the real CDK CLI's diffs (recorded) against the states a cluster can be in.
 
 The diffs in fixtures/deploy_check/ are what `cdk diff --app <after> --template <before>` printed for day-2 changes of
 tests/infra/test_day2.py (that test also reads every live diff with the same parser, so a CLI whose output drifts from
-these recordings fails there). The cluster is fixtures/verify/healthy.json (tests/ops/kube_server.py): two GPU nodes
-and the training RayJob Running, served with the API server's JSON shapes, the cluster-wide RayJob list included.
+these recordings fails there). What runs is a ClusterState here (the decision is a pure function of it); reading it
+from the Kubernetes API, and the command, run against the real control plane in tests/cluster/test_deploy_check.py.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from ray_efa.core.settings import Settings
-from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_cluster, read_diff
+from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_diff
 from tests.ops.cli_helpers import run_cli
-from tests.ops.kube_server import FakeKubeApi, load_recording
-from tests.ops.test_verify import SETTINGS, kubeconfig
 
 DIFFS = Path(__file__).parent / "fixtures" / "deploy_check"
-RAYJOBS = "/apis/ray.io/v1/namespaces/ray/rayjobs"
-ALL_RAYJOBS = "/apis/ray.io/v1/rayjobs"
-NODES = "/api/v1/nodes"
+SETTINGS = ("-c", "gpuInstanceType=g6.12xlarge", "-c", "gpuNodeCount=2", "-c", "namespace=ray", "-c", "network=efa")
 
 
 def diff_text(name: str) -> str:
     return (DIFFS / f"{name}.txt").read_text()
 
 
-def cluster(job_status: str | None = "Running", gpu_nodes: bool = True) -> dict:
-    """The healthy recording, its RayJob in `job_status` (None: deleted), also listed across namespaces."""
-    recording = load_recording()
-    jobs = recording[RAYJOBS]
-    if job_status is None:
-        jobs["items"] = []
-    else:
-        jobs["items"][0]["status"]["jobDeploymentStatus"] = job_status
-    recording[ALL_RAYJOBS] = copy.deepcopy(jobs)
-    if not gpu_nodes:
-        recording[NODES]["items"] = [n for n in recording[NODES]["items"]
-                                     if n["metadata"]["labels"].get("role") != "gpu-worker"]
-    return recording
+def cluster(job_status: str | None = "Running", gpu_nodes: bool = True) -> ClusterState:
+    """Two GPU nodes and the training RayJob in `job_status` (None: deleted)."""
+    return ClusterState(ray_jobs={} if job_status is None else {"ray/train-efa": job_status},
+                        gpu_nodes=("ip-10-0-1-17.us-east-2.compute.internal", "ip-10-0-2-41.us-east-2.compute.internal")
+                        if gpu_nodes else ())
 
 
-def findings(diff: str | None, recording: dict) -> dict[str, bool]:
-    with FakeKubeApi(recording) as api:
-        state = read_cluster(client.ApiClient(client.Configuration(host=api.url)), Settings())
+def findings(diff: str | None, state: ClusterState) -> dict[str, bool]:
     return {f.id: f.overridable for f in check_deploy(read_diff(diff_text(diff)) if diff else None, state, Settings())}
 
 
@@ -92,43 +75,6 @@ def test_a_deploy_is_refused_for_what_it_would_do_to_what_runs(diff, job, nodes,
     assert findings(diff, cluster(job, nodes)) == expected
 
 
-def test_the_command_refuses_a_rolling_deploy_under_a_running_job(tmp_path, capsys):
-    diff = tmp_path / "diff.txt"
-    diff.write_text(diff_text("instance_type"))
-    with FakeKubeApi(cluster("Running")) as api:
-        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
-                       "--json", *SETTINGS)
-        # THEN it read the RayJobs of every namespace and the GPU nodes by their labels
-        assert any(r.startswith(ALL_RAYJOBS) for r in api.requests)
-        assert any(r.startswith(NODES) and "labelSelector=" in r for r in api.requests)
-    captured = capsys.readouterr()
-    assert code == 1
-    report = json.loads(captured.out)
-    assert report["ok"] is False and [f["id"] for f in report["findings"]] == ["nodes-roll"]
-    assert report["active_jobs"] == {"ray/train-efa": "Running"} and report["gpu_nodes"] == 2
-    assert "refused: nodes-roll: the deploy drains the nodes of ray-train-gpu: GpuNodes/LaunchTemplate" in captured.err
-
-
-def test_yes_accepts_what_may_be_accepted_and_never_a_device_switch(tmp_path, capsys):
-    for name, job, code in (("instance_type", "Running", 0), ("dra_nodes_up", "Complete", 1)):
-        diff = tmp_path / f"{name}.txt"
-        diff.write_text(diff_text(name))
-        with FakeKubeApi(cluster(job)) as api:
-            assert run_cli("deploy_check", "--diff", str(diff), "--yes", "--kubeconfig",
-                           str(kubeconfig(tmp_path, api.url)), *SETTINGS) == code, name
-    assert "refused: device-allocation-switch" in capsys.readouterr().err
-
-
-def test_a_deploy_that_touches_nothing_running_goes_ahead(tmp_path, capsys):
-    diff = tmp_path / "diff.txt"
-    diff.write_text(diff_text("steps"))
-    with FakeKubeApi(cluster("Running")) as api:
-        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
-                       *SETTINGS)
-    assert code == 0
-    assert "go ahead (active RayJobs: ray/train-efa; GPU nodes up: 2)" in capsys.readouterr().out
-
-
 def test_a_file_that_is_not_a_cdk_diff_is_exit_2(tmp_path, capsys):
     not_a_diff = tmp_path / "plan.txt"
     not_a_diff.write_text("Resources\n[~] nothing\n")
@@ -167,13 +113,3 @@ def test_a_removed_resource_is_read_in_both_forms_the_cli_prints():
     for diff in (by_path, by_id):
         state = ClusterState(ray_jobs={"ray/a-b": "Running"})
         assert [f.id for f in check_deploy(diff, state, settings)] == ["job-deleted"]
-
-
-def test_the_command_refuses_training_job_false_on_the_cli_diff(tmp_path, capsys):
-    diff = tmp_path / "diff.txt"
-    diff.write_text(diff_text("training_job_off_cli"))
-    with FakeKubeApi(cluster("Running")) as api:
-        code = run_cli("deploy_check", "--diff", str(diff), "--kubeconfig", str(kubeconfig(tmp_path, api.url)),
-                       *SETTINGS)
-    assert code == 1
-    assert "refused: job-deleted: the deploy deletes RayJob ray/train-efa, which is Running" in capsys.readouterr().err

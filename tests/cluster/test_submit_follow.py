@@ -1,0 +1,211 @@
+"""`ray-efa submit`, `follow` and `verify` against the real control plane, through a kubeconfig as a user runs them.
+
+The cluster is deployed (tests/cluster/deployment.py) with its training job's settings ConfigMap (`<job>-settings`,
+what submit builds a job for) and no job running. What the real KubeRay operator does with a submitted RayJob where no
+Ray runs is what these tests see: the cluster comes up on the nodes, the submitter Job's pod ends at once (KWOK), and
+30 s later the operator fails the RayJob, finding no Ray job behind it. No kubelet runs, so no pod log can be read:
+the commands say so and go on. A failing init container is KWOK's init-container-crashloop stage (stages.yaml) on
+pods the real operator made from a template carrying its label.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from ray_efa.cli import follow, submit
+from ray_efa.core.settings import Settings
+from tests.cluster.conftest import wait_for
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.deployment import Deployment, kubeconfig_with_context, service_account, training_job
+from tests.ops.test_submit import _cli
+
+NAMESPACE = "ops-submit"
+DEPLOYED = {"jobName": "mlp-exp", "storagePath": "s3://research-checkpoints/runs", "namespace": NAMESPACE}
+"""The deployment: the defaults (2 x g6.12xlarge), its bucket, its training job mlp-exp in namespace ops-submit."""
+JOB = "mlp-exp-run1"
+LOCAL = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-training/src",
+         "storagePath=s3://research-checkpoints/runs", 'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+FAILING = "ray-efa.test/fails-init-container"
+
+
+def settings_maps(api: client.ApiClient) -> list[str]:
+    return [f"{c.metadata.namespace}/{c.metadata.name}" for c in
+            client.CoreV1Api(api).list_config_map_for_all_namespaces().items if c.metadata.name.endswith("-settings")]
+
+
+@pytest.fixture(scope="module")
+def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+    wait_for(lambda: not settings_maps(api), "no settings ConfigMap of an earlier test", timeout_s=90)
+    made = Deployment.up(control_plane, api, Settings.from_context(DEPLOYED), job=False)
+    core = client.CoreV1Api(api)
+    wait_for(lambda: not _exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": service_account(made.settings)}})
+    # the deployment's training job ran and was deleted since: its settings ConfigMap (and the code's) stay
+    control_plane.apply([o for o in training_job(made.settings) if o["kind"] == "ConfigMap"])
+    yield made
+    made.remove()
+
+
+def _exists(read) -> bool:  # noqa: ANN001
+    try:
+        read()
+        return True
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+@pytest.fixture
+def kubeconfig(control_plane: ControlPlane, tmp_path: Path) -> str:
+    return str(kubeconfig_with_context(control_plane, tmp_path))
+
+
+def _settings_args(*settings: str) -> list[str]:
+    return [a for s in settings for a in ("-c", s)]
+
+
+def _delete_job(api: client.ApiClient, name: str) -> None:
+    objects = client.CustomObjectsApi(api)
+    try:
+        objects.delete_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", name)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+    wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
+        NAMESPACE, label_selector=f"app.kubernetes.io/instance={name}").items, f"the pods of RayJob {name} gone",
+        timeout_s=90)
+
+
+def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator_to_its_end(
+        deployed: Deployment, api: client.ApiClient, kubeconfig: str, capsys):
+    # WHEN a researcher submits their function to the deployment, named with --deployed
+    started = time.monotonic()
+    code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
+                "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120", *_settings_args(*LOCAL))
+    out, err = capsys.readouterr()
+    try:
+        # THEN the job was built from the ConfigMap the deployment wrote, created in its namespace
+        assert f"(from ConfigMap {NAMESPACE}/mlp-exp-settings)" in err, err
+        # and followed through the states the real operator gave it: Initializing while its cluster came up on the
+        # nodes, Running once the submitter started, Failed when no Ray job was behind it (no Ray runs here)
+        states = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[")]
+        assert [s.split(" ", 2)[2].split(",")[0].split(" (")[0] for s in states][-2:] == ["Running", "Failed"], states
+        assert any(": Initializing" in s for s in states)
+        assert f"RayJob {NAMESPACE}/{JOB}: Failed (FAILED)" in out
+        assert "did not reach terminal state within 30s" in out  # the operator's own message
+        # the submitter's log cannot be read (no kubelet): said, and the job's end still ends the command
+        assert f"(the log of pod {NAMESPACE}/{JOB}-" in out and "cannot be read: " in out
+        assert "transport gate: no verdict in the submitter's log" in out
+        assert code == 1 and out.rstrip().endswith("exit code 1")
+        assert time.monotonic() - started < 110
+        # the objects the RayJob owns (ownerReferences written by submit) go with it: the real garbage collector
+        core = client.CoreV1Api(api)
+        owned = [c.metadata.name for c in core.list_namespaced_config_map(NAMESPACE).items
+                 if c.metadata.name.startswith(f"{JOB}-")]
+        assert f"{JOB}-settings" in owned
+    finally:
+        _delete_job(api, JOB)
+    wait_for(lambda: not [c for c in client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
+                          if c.metadata.name.startswith(f"{JOB}-")], "the job's ConfigMaps deleted with it")
+
+
+def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfig, capsys):
+    code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig,
+                "--deployed", "research/train-efa", *_settings_args(*LOCAL))
+    assert code == 2
+    assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in capsys.readouterr().err
+
+
+def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_created(deployed, api, kubeconfig,
+                                                                                     capsys):
+    code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
+                *_settings_args(*LOCAL, "gpuInstanceType=p5.48xlarge"))
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    problems = {p["key"]: p for p in json.loads(out)["problems"]}
+    assert "gpuInstanceType" in problems
+    assert (f'the cluster was deployed with "g6.12xlarge" (ConfigMap {NAMESPACE}/mlp-exp-settings)'
+            in problems["gpuInstanceType"]["message"])
+    assert not client.CustomObjectsApi(api).list_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs")["items"]
+
+
+def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(deployed, kubeconfig, capsys):
+    code = _cli(follow, "follow", "no-such-job", "--kube-context", "research", "--kubeconfig", kubeconfig,
+                *_settings_args(f"namespace={NAMESPACE}"))
+    assert code == 2
+    assert f"no RayJob {NAMESPACE}/no-such-job (kubectl -n {NAMESPACE} get rayjobs lists them)" in capsys.readouterr().err
+
+
+# -- a failing init container ------------------------------------------------------------------------------------------
+
+
+def failing_job(plane: ControlPlane, settings: Settings, container: str, group: str = "head",
+                exit_code: int = 1) -> str:
+    """The settings' training job applied with `container` of its `group` pods failing (KWOK's stage); its name."""
+    objects = training_job(settings)
+    job = next(o for o in objects if o["kind"] == "RayJob")
+    spec = job["spec"]["rayClusterSpec"]
+    template = spec["headGroupSpec"]["template"] if group == "head" else spec["workerGroupSpecs"][0]["template"]
+    assert container in [c["name"] for c in template["spec"]["initContainers"]], template["spec"]["initContainers"]
+    template["metadata"]["labels"][FAILING] = container
+    template["metadata"].setdefault("annotations", {})["ray-efa.test/exit-code"] = str(exit_code)
+    plane.apply([o for o in objects if o["kind"] != "RayJob"])
+    plane.apply([job])
+    return job["metadata"]["name"]
+
+
+def test_follow_ends_within_a_minute_naming_the_failed_pip_install(deployed, api, control_plane, kubeconfig, capsys):
+    # GIVEN a job whose head's pip install of pipPackages fails (its pods as the operator made them)
+    settings = Settings.from_context({**DEPLOYED, "jobName": "pip-fails", "pipPackages": '["einops==0.9.9"]'})
+    name = failing_job(control_plane, settings, "install-packages")
+    try:
+        started = time.monotonic()
+        code = _cli(follow, "follow", name, "--kube-context", "research", "--kubeconfig", kubeconfig, "--poll", "0.5",
+                    "--timeout", "600", *_settings_args(f"namespace={NAMESPACE}"))
+        elapsed = time.monotonic() - started
+        err = capsys.readouterr().err
+        # THEN exit 1 within a minute, not at the deadline, naming the pod, the container and its exit code
+        assert code == 1, err
+        assert elapsed < 60
+        assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
+        (head,) = client.CoreV1Api(api).list_namespaced_pod(
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
+        assert (f"pod {NAMESPACE}/{head.metadata.name}: init container install-packages failed (exit code 1, "
+                "CrashLoopBackOff, 3 restarts)") in err
+        assert "its log cannot be read" in err  # no kubelet: said, not hidden
+        assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err
+    finally:
+        _delete_job(api, name)
+
+
+def test_verify_fails_the_init_container_check_alone_and_stops_waiting_on_it(deployed, api, control_plane):
+    from ray_efa.ops.init_failures import failing_init_containers
+    from ray_efa.ops.verify import INIT_CONTAINERS_CHECK, Expectations, verify_until
+
+    # GIVEN a job whose workers' pip install fails (exit 2)
+    settings = Settings.from_context({**DEPLOYED, "jobName": "pip-fails-too", "pipPackages": '["einops==0.9.9"]'})
+    name = failing_job(control_plane, settings, "install-packages", group="worker", exit_code=2)
+    core = client.CoreV1Api(api)
+    try:
+        wait_for(lambda: failing_init_containers(core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=worker").items),
+            "the kubelet's (KWOK's) report of the failing init container")
+        # WHEN verified with --wait 600
+        sleeps: list[float] = []
+        report = verify_until(api, Expectations.from_settings(settings), timeout_s=600, sleep=sleeps.append,
+                              clock=lambda: sum(sleeps))
+        # THEN the check names each worker's container and exit code, and nothing was waited for
+        detail = next(c for c in report.failed if c.id == INIT_CONTAINERS_CHECK).detail
+        assert detail.count("init container install-packages failed (exit code 2, CrashLoopBackOff, 3 restarts)") == 2
+        assert "its log cannot be read" in detail
+        assert sleeps == []
+    finally:
+        _delete_job(api, name)
