@@ -28,6 +28,7 @@ import sys
 import types
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils.data import IterableDataset
 
 
@@ -174,7 +175,7 @@ def copy_project_init(model: torch.nn.Module, seed: int) -> None:
             key = name.replace("._orig_mod", "").replace("._checkpoint_wrapped_module", "")
             if key == "output.weight":
                 continue  # tied to tok_embeddings
-            local = getattr(param, "to_local")() if hasattr(param, "to_local") else param  # a DTensor shard
+            local = param.to_local() if isinstance(param, DTensor) else param  # a DTensor shard
             local.copy_(source.pop(key).to(local.dtype))
             copied += 1
     assert not source, f"project weights with no torchtitan parameter: {sorted(source)[:5]}"

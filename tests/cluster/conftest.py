@@ -8,7 +8,6 @@ the xdist group "cluster", so one worker starts one control plane for all of the
 from __future__ import annotations
 
 import itertools
-import math
 import re
 import shutil
 import tempfile
@@ -59,19 +58,6 @@ def api(control_plane: ControlPlane) -> client.ApiClient:
 
 # -- nodes ---------------------------------------------------------------------------------------------------------------
 
-# The kubelet's reservations on an EKS AL2023 node (the EKS AMI's nodeadm formula): kube-reserved CPU 6% of the first
-# core, 1% of the second, 0.5% of the third and fourth, 0.25% of every other; memory 255 MiB + 11 MiB a pod (max pods:
-# 110 under 30 vCPUs, 250 from 30: the VPC CNI's prefix-delegation ceiling); eviction threshold 100 MiB. The kernel
-# reports ~5% less memory than EC2's figure.
-def kubelet_allocatable(vcpus: int, memory_gib: float) -> tuple[int, int]:
-    """(millicores, MiB) the kubelet reports as allocatable on an EKS node of that size."""
-    shares = [60, 10, 5, 5][:vcpus]
-    reserved_cpu = sum(shares) + 2.5 * max(0, vcpus - 4)
-    max_pods = 110 if vcpus < 30 else 250
-    memory_mib = math.floor(memory_gib * 1024 * 0.95) - (255 + 11 * max_pods) - 100
-    return vcpus * 1000 - math.ceil(reserved_cpu), memory_mib
-
-
 _node_numbers = itertools.count()
 
 
@@ -83,10 +69,10 @@ def _node_name(instance: str) -> str:
 def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, str], taints: list[dict[str, str]],
                 zone: str = "us-east-2a", nodegroup: str = "", device_plugins: bool = True) -> dict[str, Any]:
     """A Node as the kubelet of an EKS managed node of `instance` registers it: allocatable CPU and memory by the
-    AMI's formula, nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins advertise them (not with
-    `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels EKS sets, the node
-    group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
-    millicores, mib = kubelet_allocatable(instance.vcpus, instance.memory_gib)
+    EKS AMI's formula (catalog.node_allocatable), nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins
+    advertise them (not with `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels
+    EKS sets, the node group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
+    millicores, mib = catalog.node_allocatable(instance)
     resources = {"cpu": f"{millicores}m", "memory": f"{mib}Mi", "pods": "110" if instance.vcpus < 30 else "250",
                  "ephemeral-storage": "500Gi"}
     gpus = getattr(instance, "gpus", 0) if device_plugins else 0
