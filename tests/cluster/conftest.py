@@ -2,7 +2,7 @@
 stack's node groups would bring, shaped from the catalog and labelled and tainted as the synthesized node groups say.
 
 Every test here is marked `cluster` (make test-fast leaves them out; `make test-cluster` runs them alone) and runs in
-the xdist group "cluster", so one worker starts one control plane for all of them.
+the xdist group "cluster", so one worker runs them, one control plane a module at a time.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def control_plane() -> Iterator[ControlPlane]:
+    """A control plane of the module's own (about 30 s to start): what one module leaves behind (DaemonSets, RayJobs,
+    namespaces still terminating) never meets another module's expectations."""
     crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
     if not all(path.is_file() for path in build.bin_dirs().values()):
         build.main([])  # the first run on a machine builds the binaries (minutes); make test-cluster does it first
@@ -51,7 +53,7 @@ def control_plane() -> Iterator[ControlPlane]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def api(control_plane: ControlPlane) -> client.ApiClient:
     return control_plane.api_client()
 

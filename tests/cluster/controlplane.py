@@ -221,7 +221,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={','.join(EKS_ADMISSION_PLUGINS)}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--v=1"])
-        self._wait("kube-apiserver", self._ready, timeout_s=90)
+        self._wait("kube-apiserver", self._ready, timeout_s=240)
         kubeconfig = f"--kubeconfig={self.kubeconfig}"
         self._spawn("kube-controller-manager", [
             str(binaries["kube-controller-manager"]), kubeconfig, "--leader-elect=false",
@@ -239,12 +239,12 @@ class ControlPlane:
             "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16"])
         # The deployed version's RayCluster and RayJob CRDs; the operator also watches RayServices: its own CRD.
         self.apply_files([*crds, *(p for p in operator_crds() if p.name == "ray.io_rayservices.yaml")])
-        self._wait("the KubeRay CRDs", self._crds_established, timeout_s=30)
+        self._wait("the KubeRay CRDs", self._crds_established, timeout_s=120)
         self._spawn("kuberay-operator", [
             str(binaries["kuberay-operator"]), f"--metrics-addr=127.0.0.1:{free_port()}",
             f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--enable-leader-election=false"],
             env={"KUBECONFIG": str(self.kubeconfig)})
-        self._wait("the default service account", self._default_service_account, timeout_s=60)
+        self._wait("the default service account", self._default_service_account, timeout_s=180)
 
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):

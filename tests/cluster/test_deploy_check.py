@@ -75,6 +75,16 @@ def test_the_running_job_and_the_gpu_nodes_are_read_from_the_api(deployed, api):
     assert findings(api, None) == {"active-jobs": True}
 
 
+def test_the_command_refuses_training_job_false_on_the_real_cli_diff(deployed, control_plane, tmp_path, capsys):
+    # GIVEN the diff the real CDK CLI prints for -c trainingJob=false against a deployed stack (construct paths on)
+    # and the stack's RayJob Running on the real cluster (this module's first state: later tests end it), THEN
+    # deploy-check refuses: exit 1, naming the job
+    code = cli(control_plane, "--diff", str(diff_file(tmp_path, "training_job_off_cli")))
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"refused: job-deleted: the deploy deletes RayJob {JOB}, which is Running" in err
+
+
 def test_the_command_refuses_a_rolling_deploy_under_a_running_job(deployed, control_plane, tmp_path, capsys):
     code = cli(control_plane, "--diff", str(diff_file(tmp_path, "instance_type")), "--json")
     captured = capsys.readouterr()
@@ -135,11 +145,3 @@ def test_at_zero_gpu_nodes_the_device_switch_goes(deployed, api):
     # the swap is fine with no GPU node up (the job this diff re-applies was deleted by the test before: said too)
     assert findings(api, "dra_nodes_up") == {"job-recreated": True}
 
-
-def test_the_command_refuses_training_job_false_on_the_real_cli_diff(deployed, control_plane, tmp_path, capsys):
-    # GIVEN the diff the real CDK CLI prints for -c trainingJob=false against a deployed stack (construct paths on)
-    # and the stack's RayJob Running on the real cluster, THEN deploy-check refuses: exit 1, naming the job
-    code = cli(control_plane, "--diff", str(diff_file(tmp_path, "training_job_off_cli")))
-    err = capsys.readouterr().err
-    assert code == 1, err
-    assert f"refused: job-deleted: the deploy deletes RayJob {JOB}, which is Running" in err
