@@ -139,20 +139,22 @@ def wait_for_node_pods(api: client.ApiClient, system: list[str], gpu: list[str])
         running = [p for p in core.list_namespaced_pod("kube-system").items
                    if p.status.phase == "Running" and p.spec.node_name in (*system, *gpu)]
         nodes = {n.metadata.name: n for n in core.list_node().items if n.metadata.name in (*system, *gpu)}
-        for daemon_set in apps.list_namespaced_daemon_set("kube-system").items:
-            spec = daemon_set.spec.template.spec
+
+        def targets(spec: client.V1PodSpec) -> set[str]:
+            # the nodes a pod of `spec` may land on: its selector's, untainted ones unless it tolerates every taint
+            # (node pods made for another app's node groups select none of these nodes and are not waited for)
             tolerates_all = any(t.operator == "Exists" and not t.key for t in spec.tolerations or [])
-            # the nodes the DaemonSet controller places it on: its selector's, and untainted ones unless it
-            # tolerates every taint (each test module's DaemonSets stay; each selects its own node groups)
-            targets = {name for name, node in nodes.items()
-                       if all((node.metadata.labels or {}).get(k) == v for k, v in (spec.node_selector or {}).items())
-                       and (tolerates_all or not node.spec.taints)}
+            return {name for name, node in nodes.items()
+                    if all((node.metadata.labels or {}).get(k) == v for k, v in (spec.node_selector or {}).items())
+                    and (tolerates_all or not node.spec.taints)}
+
+        for daemon_set in apps.list_namespaced_daemon_set("kube-system").items:
             placed = {p.spec.node_name for p in running if p.metadata.labels.get("app") == daemon_set.metadata.name}
-            if not targets <= placed:
+            if not targets(daemon_set.spec.template.spec) <= placed:
                 return False
         for deployment in apps.list_namespaced_deployment("kube-system").items:
             placed = [p for p in running if p.metadata.labels.get("app") == deployment.metadata.name]
-            if len(placed) < deployment.spec.replicas:
+            if targets(deployment.spec.template.spec) and len(placed) < deployment.spec.replicas:
                 return False
         return True
     wait_for(settled, f"the node pods on {system + gpu}", timeout_s=60)
