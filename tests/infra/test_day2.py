@@ -268,8 +268,8 @@ def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
     assert old.cluster.to_json() == new.cluster.to_json()
     # ... and in the GPU stack only the GPU node group and what is tied to its AZ change
     _, changes = cdk_diff(old, new, old.settings.gpu_stack_name)
-    # (the settings ConfigMap holds every setting, the AZ too; the job guard's roll key names the node group's
-    # subnets, so it asks the API server for running jobs before the roll)
+    # (the settings ConfigMap holds every setting, the AZ too; the job guard's roll key names the GPU AZ, so it asks
+    # the API server for running jobs before the roll)
     assert {c.path for c in changes} == {"GpuNodes/Nodegroup", "GpuNodes/PlacementGroup",
                                          "TrainingJob/ConfigMap-train-efa-settings/Resource", "JobGuard/Resource"}
     (nodegroup,) = [c for c in changes if c.type == "AWS::EKS::Nodegroup"]
