@@ -206,7 +206,7 @@ class Deployment:
 
     def run_job(self, *, token_auth: bool = True) -> None:
         core = client.CoreV1Api(self.api)
-        wait_for(lambda: not _exists(lambda: core.read_namespace(self.namespace)),
+        wait_for(lambda: not exists(lambda: core.read_namespace(self.namespace)),
                  f"namespace {self.namespace} gone (an earlier test's)", timeout_s=90)
         core.create_namespace({"metadata": {"name": self.namespace}})
         # the Ray pods' service account, which the cluster stack creates (IRSA-annotated) before any job
@@ -226,7 +226,7 @@ class Deployment:
     def remove(self) -> None:
         core = client.CoreV1Api(self.api)
         apps = client.AppsV1Api(self.api)
-        if _exists(lambda: core.read_namespace(self.namespace)):
+        if exists(lambda: core.read_namespace(self.namespace)):
             core.delete_namespace(self.namespace)
         for obj in cluster_addons(self.settings):
             if obj["kind"] == "DaemonSet":
@@ -246,7 +246,8 @@ def ray_job_name(settings: Settings) -> str:
     return ray_job_of(settings)
 
 
-def _exists(read: Callable[[], Any]) -> bool:
+def exists(read: Callable[[], Any]) -> bool:
+    """Whether `read()` finds its object (a 404 says it is gone; any other refusal is raised)."""
     try:
         read()
         return True

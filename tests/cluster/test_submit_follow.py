@@ -22,7 +22,7 @@ from ray_efa.cli import follow, submit
 from ray_efa.core.settings import Settings
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.deployment import Deployment, kubeconfig_with_context, service_account, training_job
+from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, service_account, training_job
 from tests.ops.test_submit import _cli
 
 NAMESPACE = "ops-submit"
@@ -44,7 +44,7 @@ def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Dep
     wait_for(lambda: not settings_maps(api), "no settings ConfigMap of an earlier test", timeout_s=90)
     made = Deployment.up(control_plane, api, Settings.from_context(DEPLOYED), job=False)
     core = client.CoreV1Api(api)
-    wait_for(lambda: not _exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
+    wait_for(lambda: not exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
     core.create_namespace({"metadata": {"name": NAMESPACE}})
     core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": service_account(made.settings)}})
     # the deployment's training job ran and was deleted since: its settings ConfigMap (and the code's) stay
@@ -53,14 +53,6 @@ def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Dep
     made.remove()
 
 
-def _exists(read) -> bool:  # noqa: ANN001
-    try:
-        read()
-        return True
-    except client.ApiException as error:
-        if error.status == 404:
-            return False
-        raise
 
 
 @pytest.fixture
