@@ -29,6 +29,8 @@ def feature_flags(root: Path = PROJECT_ROOT) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RayEfaStacks:
+    """The app's two stacks: the cluster, and the GPU node group with the training job that runs on it."""
+
     cluster: ClusterStack
     gpu: GpuStack
 

@@ -326,8 +326,8 @@ class RayTrainingJob(Construct):
         """The RayJob object of `job` (tokens unresolved)."""
         # The Ray pods' PodDisruptionBudget, before the job: a drain fails rather than evicting one of them. The
         # stack's alone (`ray-efa manifests` and `submit` create none).
-        (self.disruption_budget,) = apply_objects(
-            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)
+        self.disruption_budget: eks.KubernetesManifest = apply_objects(
+            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)[0]
         """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget)."""
         self.job.node.add_dependency(self.disruption_budget)
 

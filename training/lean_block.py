@@ -14,7 +14,7 @@ config this layer does not cover: sliding-window layers, attention dropout, an a
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +82,10 @@ class LeanAttention(nn.Module):
         self.k_proj: nn.Linear = hf_attention.k_proj  # pyright: ignore[reportAttributeAccessIssue]
         self.v_proj: nn.Linear = hf_attention.v_proj  # pyright: ignore[reportAttributeAccessIssue]
         self.o_proj: nn.Linear = hf_attention.o_proj  # pyright: ignore[reportAttributeAccessIssue]
-        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.scaling = float(getattr(hf_attention, "scaling", head_dim**-0.5))
+        self.num_heads: int = num_heads
+        self.num_kv_heads: int = num_kv_heads
+        self.head_dim: int = head_dim
+        self.scaling: float = float(getattr(hf_attention, "scaling", head_dim**-0.5))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -100,16 +102,16 @@ class LeanAttention(nn.Module):
 class LeanDecoderLayer(nn.Module):
     """Pre-norm decoder layer: x + attn(norm(x)), then + mlp(norm(x)), on transformers' modules (same state dict)."""
 
-    def __init__(self, hf_layer: nn.Module, config) -> None:
+    def __init__(self, hf_layer: nn.Module, config: Any) -> None:
         super().__init__()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.self_attn = LeanAttention(hf_layer.self_attn, num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
+        self.self_attn: LeanAttention = LeanAttention(hf_layer.self_attn, num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
                                        num_kv_heads=config.num_key_value_heads, head_dim=head_dim)
         # Qwen2MLP / LlamaMLP: down(silu(gate(x)) * up(x)), plain already
-        self.mlp = cast(nn.Module, hf_layer.mlp)
+        self.mlp: nn.Module = cast(nn.Module, hf_layer.mlp)
         # RMSNorm in fp32, weight times the input-dtype result
-        self.input_layernorm = cast(nn.Module, hf_layer.input_layernorm)
-        self.post_attention_layernorm = cast(nn.Module, hf_layer.post_attention_layernorm)
+        self.input_layernorm: nn.Module = cast(nn.Module, hf_layer.input_layernorm)
+        self.post_attention_layernorm: nn.Module = cast(nn.Module, hf_layer.post_attention_layernorm)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)

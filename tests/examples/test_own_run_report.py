@@ -96,17 +96,25 @@ def test_an_l1_loss_is_labelled_with_its_key(own_run):
 
 @pytest.mark.ray
 @pytest.mark.xdist_group("own-run")  # one run of the function for the three
-def test_a_rerun_under_the_same_name_starts_a_fresh_history_and_keeps_the_old_one_aside(own_run):
+def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_resume_keeps_the_old_history_aside(own_run):
     import json
 
     before = (own_run / "metrics.jsonl").read_bytes()
     src = own_run.parent.parent / "src"
-    result = _cli("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
-                  "-c", f"codeDir={src}", "-c", f"storagePath={own_run.parent}", "-c", "preflight=false",
-                  "--logs-dir", str(own_run.parent.parent / "nccl2"))
+    args = ("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
+            "-c", f"codeDir={src}", "-c", f"storagePath={own_run.parent}", "-c", "preflight=false",
+            "--logs-dir", str(own_run.parent.parent / "nccl2"))
+    files = sorted(p.name for p in own_run.iterdir())
+    # WHEN the same run is started again under the same name: refused before anything is written (exit 2, settings)
+    refused = _cli(*args)
+    assert refused.returncode == 2, (refused.stdout[-3000:], refused.stderr[-3000:])
+    assert "--name" in refused.stderr and "--resume" in refused.stderr and "Traceback" not in refused.stderr
+    assert sorted(p.name for p in own_run.iterdir()) == files and (own_run / "metrics.jsonl").read_bytes() == before
+    # WHEN it is resumed: the function checkpoints nothing, so it starts over with one run in the file, the old aside
+    result = _cli(*args, "--resume")
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     steps = [json.loads(line)["step"] for line in (own_run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5]  # the function checkpoints nothing: nothing to resume, one run in the file
+    assert steps == [1, 2, 3, 4, 5]
     (aside,) = own_run.glob("metrics.*.jsonl")
     assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
 

@@ -374,7 +374,7 @@ def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(tmp_path, capsys)
 
 
 PLATFORM = ("gpuInstanceType=p5.48xlarge", "gpuNodeCount=3", "region=ap-southeast-2", "namespace=research",
-            'gpuNodeSelector={"example.com/pool": "p5en-train"}', 'systemNodeSelector={"example.com/pool": "platform"}',
+            'gpuNodeSelector={"example.com/pool": "p5-train"}', 'systemNodeSelector={"example.com/pool": "platform"}',
             "storagePath=s3://company-checkpoints/research", "placementGroup=off")
 """A platform team's cluster: 3 x p5.48xlarge in ap-southeast-2, namespace research, company node labels, an
 existing checkpoint bucket; its training job is the default train-efa."""
@@ -422,7 +422,7 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(t
     spec = job["spec"]["rayClusterSpec"]
     (workers,) = spec["workerGroupSpecs"]
     assert workers["replicas"] == 3
-    assert workers["template"]["spec"]["nodeSelector"] == {"example.com/pool": "p5en-train"}
+    assert workers["template"]["spec"]["nodeSelector"] == {"example.com/pool": "p5-train"}
     assert spec["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"example.com/pool": "platform"}
     (worker,) = workers["template"]["spec"]["containers"]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -456,7 +456,7 @@ def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_b
 
 def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(tmp_path, capsys):
     # GIVEN the repository's cdk.json (clusterName, region, gpuInstanceType g6.12xlarge, gpuNodeCount 2) and a cluster
-    # somebody else deployed (3 x p5en.48xlarge in ap-southeast-2): nothing contradicting on the command line
+    # somebody else deployed (3 x p5.48xlarge in ap-southeast-2): nothing contradicting on the command line
     settings = [s for s in SETTINGS if not s.startswith("storagePath=")]
     with _platform_api() as api:
         code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", str(_kubeconfig(tmp_path, api.url)),
@@ -465,7 +465,7 @@ def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(tmp_p
     # THEN the job is built for the cluster as deployed, not for the checkout's defaults
     assert code == 0, err
     shipped = json.loads(next(o for o in api.created if o["metadata"]["name"] == f"{JOB}-settings")["data"]["settings.json"])
-    assert (shipped["gpuInstanceType"], shipped["gpuNodeCount"], shipped["region"]) == ("p5en.48xlarge", 3,
+    assert (shipped["gpuInstanceType"], shipped["gpuNodeCount"], shipped["region"]) == ("p5.48xlarge", 3,
                                                                                         "ap-southeast-2")
 
 
