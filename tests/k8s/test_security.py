@@ -1,9 +1,9 @@
-"""Least privilege in the manifests: token auth where KubeRay has it, a NetworkPolicy that admits exactly the Ray
-cluster's own pods, its submitter and the operator, and a securityContext on every container.
+"""Least privilege in the manifests: token auth where KubeRay has it, a NetworkPolicy in front of every Ray object,
+and a securityContext on every container.
 
-The policy is tested against the labels of the pods KubeRay will create from these manifests (tests/k8s/netpol.py
-copies KubeRay's own labelling), so a selector that missed a Ray pod (the job would hang) or matched a stranger
-(the guard would be open) fails here.
+What each NetworkPolicy admits is tested against the pods the real KubeRay operator creates from these manifests
+(tests/cluster/test_network_policy.py, on the real control plane); here what needs no pods: where the policies are
+and that they validate.
 """
 
 from __future__ import annotations
@@ -16,47 +16,11 @@ import pytest
 from ray_efa.core.settings import KUBERAY_VERSIONS
 from ray_efa.k8s.security import token_auth
 from tests.k8s.conftest import BASE, container, synthesize
-from tests.k8s.netpol import Pod, admitted, ray_pod_labels, selects, submitter_pod_labels
 from tests.k8s.schemas import crd_errors, k8s_validate
-
-NS = "ray"
-GCS, DASHBOARD, CLIENT, RAYLET = 6379, 8265, 10001, 43127  # the last: a port Ray picks at run time
 
 
 def _policies(synth) -> list[dict]:
     return [o for o in synth.objects() if o["kind"] == "NetworkPolicy"]
-
-
-def _job_pods(synth, network: str, cluster: str) -> dict[str, Pod]:
-    """The head, a worker and the submitter that KubeRay creates for RayJob train-<network> (cluster `cluster`)."""
-    job = synth.ray_job(network)["spec"]
-    spec = job["rayClusterSpec"]
-    group = spec["workerGroupSpecs"][0]
-    return {
-        "head": Pod(f"{cluster}-head", NS, ray_pod_labels(spec["headGroupSpec"]["template"], cluster=cluster,
-                                                          node_type="head", group="headgroup")),
-        "worker": Pod(f"{cluster}-gpu-worker", NS, ray_pod_labels(group["template"], cluster=cluster,
-                                                                  node_type="worker", group=group["groupName"])),
-        "submitter": Pod(f"train-{network}-abcde", NS, submitter_pod_labels(job["submitterPodTemplate"],
-                                                                            ray_job=f"train-{network}")),
-    }
-
-
-def _raycluster_pods(synth) -> dict[str, Pod]:
-    spec = synth.ray_cluster["spec"]
-    group = spec["workerGroupSpecs"][0]
-    return {
-        "head": Pod("ray-efa-head", NS, ray_pod_labels(spec["headGroupSpec"]["template"], cluster="ray-efa",
-                                                       node_type="head", group="headgroup")),
-        "worker": Pod("ray-efa-gpu-worker", NS, ray_pod_labels(group["template"], cluster="ray-efa",
-                                                               node_type="worker", group=group["groupName"])),
-    }
-
-
-OPERATOR = Pod("kuberay-operator-7c9d", "kuberay-system", {
-    # kuberay-operator chart 1.7.0 templates/deployment.yaml, release kuberay-operator
-    "app.kubernetes.io/name": "kuberay-operator", "app.kubernetes.io/instance": "kuberay-operator",
-    "app.kubernetes.io/component": "kuberay-operator", "pod-template-hash": "7c9d"})
 
 
 # -- token authentication -----------------------------------------------------------------------------------------
@@ -193,63 +157,6 @@ def test_kubernetes_validate_rejects_a_misspelt_policy_field(default_synth):
     broken["spec"]["ingres"] = broken["spec"].pop("ingress")
     with pytest.raises(kubernetes_validate.ValidationError):
         k8s_validate(broken, default_synth.settings.cluster.kubernetes_version)
-
-
-@pytest.mark.parametrize("network", ["efa", "tcp"])
-def test_the_job_runs_its_pods_reach_each_other_on_every_port(default_synth, network):
-    pods = _job_pods(default_synth, network, f"train-{network}-x7k2p")
-    policies = _policies(default_synth)
-    # THEN the policy selects the head and the workers (else it guards nothing)
-    (policy,) = [p for p in policies if p["metadata"]["name"] == f"train-{network}-ray-ingress"]
-    assert selects(policy["spec"]["podSelector"], pods["head"].labels)
-    assert selects(policy["spec"]["podSelector"], pods["worker"].labels)
-    assert not selects(policy["spec"]["podSelector"], pods["submitter"].labels)
-    # AND the job's own traffic passes: workers to the GCS, head and workers to each other on any port
-    for port in (GCS, DASHBOARD, CLIENT, RAYLET):
-        assert admitted(policies, pods["worker"], pods["head"], port), port
-        assert admitted(policies, pods["head"], pods["worker"], port), port
-        assert admitted(policies, pods["worker"], pods["worker"], port), port
-
-
-@pytest.mark.parametrize("network", ["efa", "tcp"])
-def test_the_submitter_and_the_operator_reach_only_the_dashboard(default_synth, network):
-    pods = _job_pods(default_synth, network, f"train-{network}-x7k2p")
-    policies = _policies(default_synth)
-    assert admitted(policies, pods["submitter"], pods["head"], DASHBOARD)
-    assert admitted(policies, OPERATOR, pods["head"], DASHBOARD)
-    for port in (GCS, CLIENT, RAYLET):
-        assert not admitted(policies, pods["submitter"], pods["head"], port), port
-        assert not admitted(policies, OPERATOR, pods["head"], port), port
-
-
-def test_nobody_else_gets_in(default_synth):
-    policies = _policies(default_synth)
-    efa = _job_pods(default_synth, "efa", "train-efa-x7k2p")
-    tcp = _job_pods(default_synth, "tcp", "train-tcp-q4w8z")
-    standing = _raycluster_pods(default_synth)
-    strangers = {
-        "a pod in another namespace": Pod("curl", "default", {"app": "curl"}),
-        "a pod in another namespace labelled like the submitter": Pod("mimic", "default", dict(efa["submitter"].labels)),
-        "another pod in the operator's namespace": Pod("webhook", "kuberay-system", {"app": "webhook"}),
-        "an unlabelled pod in the Ray namespace": Pod("debug", NS, {"run": "debug"}),
-        "the TCP job's head": tcp["head"],
-        "the TCP job's submitter": tcp["submitter"],
-        "the standing RayCluster's worker": standing["worker"],
-    }
-    for who, source in strangers.items():
-        for target in ("head", "worker"):
-            for port in (GCS, DASHBOARD, CLIENT, RAYLET):
-                assert not admitted(policies, source, efa[target], port), (who, target, port)
-
-
-def test_the_standing_raycluster_admits_its_own_pods_and_the_operator_only(default_synth):
-    policies = _policies(default_synth)
-    pods = _raycluster_pods(default_synth)
-    efa = _job_pods(default_synth, "efa", "train-efa-x7k2p")
-    assert admitted(policies, pods["worker"], pods["head"], GCS)
-    assert admitted(policies, OPERATOR, pods["head"], DASHBOARD)
-    # no RayJob submits to it through a submitter pod: a job's submitter is not let in
-    assert not admitted(policies, efa["submitter"], pods["head"], DASHBOARD)
 
 
 def test_the_policy_follows_the_workload_namespace():
