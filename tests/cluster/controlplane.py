@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from kubernetes import client, config
 
+from tests.cluster.lifetime import die_with_parent
 from tools.controlplane import build
 
 HERE = Path(__file__).resolve().parent
@@ -195,7 +196,8 @@ class ControlPlane:
         log = self.workdir / f"{name}.log"
         handle = log.open("wb")
         popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+                                 env={**os.environ, **(env or {})}, start_new_session=True,
+                                 preexec_fn=die_with_parent())  # killed when this process dies (lifetime.py)
         process = Process(name, popen, log, handle)
         self.processes[name] = process
         return process
