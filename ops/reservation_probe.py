@@ -64,7 +64,7 @@ class ProbeResult:
     """True when a reservation was created and has been cancelled."""
 
 
-def _error_text(error: Exception) -> str:
+def error_text(error: Exception) -> str:
     if isinstance(error, ClientError):
         info = error.response.get("Error", {})
         return f"{info.get('Code', 'Error')}: {info.get('Message', str(error))}"
@@ -258,6 +258,6 @@ def probe_zone(
                         cancelled = True
             except (ClientError, BotoCoreError) as error:
                 raise CancelFailed([reservation_id] if reservation_id else [f"(tag {_PROBE_TAG}={token})"],
-                                   region, _error_text(error)) from error
+                                   region, error_text(error)) from error
             guard.release()
     return replace(result, cancelled=cancelled)
