@@ -53,9 +53,11 @@ SEMVER = r"^\d+\.\d+\.\d+$"
 CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
 KMS_KEY_ARN = r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$"
 KMS_KEY_ARN_MESSAGE = "must be a KMS key ARN, like arn:aws:kms:us-east-2:123456789012:key/<key id> (not an alias)"
+"""What a setting that fails KMS_KEY_ARN is told (a section's field gives it as the pattern's message)."""
 VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
 DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
+"""What a setting that fails DNS_LABEL is told."""
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
@@ -173,6 +175,7 @@ MAX_JOB_NAME_LENGTH = 43
 the TCP comparison job adds "-tcp": so 43."""
 
 TRAIN_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+"""trainFunction's form, module:function (a dotted module path, a function name)."""
 _DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 TRAIN_CONFIG_RESERVED = "settings"
 """The key of the function's config dict that holds the resolved settings; trainConfig may not use it (nor keys

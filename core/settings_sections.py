@@ -538,3 +538,4 @@ SECTIONS: dict[str, type[_Section]] = {
     "workload": WorkloadSettings,
     "training": TrainingSettings,
 }
+"""The sections by their key, in the order core.settings.Settings holds them."""

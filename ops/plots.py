@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "SOFTWARE", "png_bytes", "is_ray_efa_png", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
+    "SOFTWARE", "png_bytes", "is_ray_efa_png", "series", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
     "memory_chart", "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
 ]
 

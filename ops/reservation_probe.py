@@ -27,7 +27,7 @@ from ray_efa.ops._status import Status, quiet
 # `ec2` is a boto3 client (or a botocore Stubber-wrapped one in the tests), typed Any as in ops.capacity.
 
 __all__ = ["AVAILABLE", "INSUFFICIENT_CAPACITY", "QUOTA_EXCEEDED", "UNSUPPORTED", "ERROR", "ProbeResult",
-           "ProbeInterrupted", "CancelFailed", "probe_zone"]
+           "ProbeInterrupted", "CancelFailed", "probe_zone", "error_text"]
 
 # -- outcomes -------------------------------------------------------------------------------------------------------
 
@@ -65,6 +65,7 @@ class ProbeResult:
 
 
 def error_text(error: Exception) -> str:
+    """An AWS call's error as one line: a ClientError's "Code: message", else the exception's type and text."""
     if isinstance(error, ClientError):
         info = error.response.get("Error", {})
         return f"{info.get('Code', 'Error')}: {info.get('Message', str(error))}"

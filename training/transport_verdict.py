@@ -28,6 +28,7 @@ _LABEL = {
 _GATE_LOG = " ".join(f"{name}={value}" for name, value in GATE_LOG_ENV.items())
 """What the gate needs the NCCL log to be (core.pod_env.GATE_LOG_ENV): NCCL_DEBUG=INFO."""
 MAX_NOTES = 5
+"""The most WARN lines one process's evidence keeps, and notes a report gives (one more when it says there were more)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -495,6 +496,8 @@ def _short(kind: str) -> str:
 
 
 def process_name(r: ProcessVerdict) -> str:
+    """A process as the summary names it: its key (host:pid, ...) and, where known, its ranks ("ip-10-0-1-5:1234 ranks
+    0-3,8")."""
     ranks = r.evidence.ranks
     return f"{r.evidence.key} rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}" if ranks else r.evidence.key
 
