@@ -36,17 +36,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ray_efa.core.models import MODEL_PRESETS, ModelPreset, model_preset, preset_from_config
 from ray_efa.core.problems import Problem, SettingsError
 
-if TYPE_CHECKING:
-    from ray_efa.core.settings import Settings
+# What this module reads of the settings, as protocols that core.settings.Settings and its sections meet: core.settings
+# imports this module (through core.settings_checks), so this one never imports it back, not even for the type checker.
 
 
 class ModelFields(Protocol):
-    """What this module reads of TrainingSettings (a protocol: core.settings imports this module)."""
+    """What this module reads of TrainingSettings: the model and where its weights are."""
 
     @property
     def model(self) -> str: ...
@@ -56,6 +56,37 @@ class ModelFields(Protocol):
     def model_configuration(self) -> str | None: ...
     @property
     def seq_len(self) -> int: ...
+
+
+class DataFields(Protocol):
+    """What pod_path_problems and s3_read_locations read of TrainingSettings: the paths the job reads."""
+
+    @property
+    def model_path(self) -> str | None: ...
+    @property
+    def dataset(self) -> str | None: ...
+    @property
+    def eval_dataset(self) -> str | None: ...
+
+
+class SharedVolumeFields(Protocol):
+    """What pod_path_problems reads of WorkloadSettings: where the job writes and the volume the pods share."""
+
+    @property
+    def storage_path(self) -> str | None: ...
+    @property
+    def shared_volume_claim(self) -> str | None: ...
+    @property
+    def shared_volume_mount_path(self) -> str: ...
+
+
+class JobPathFields(Protocol):
+    """What pod_path_problems and s3_read_locations read of Settings: its training and workload sections."""
+
+    @property
+    def training(self) -> DataFields: ...
+    @property
+    def workload(self) -> SharedVolumeFields: ...
 
 __all__ = [
     "ModelSource", "parse_model_path", "model_path_problem", "data_path_problem", "parse_s3_url", "model_cache_root",
@@ -283,7 +314,7 @@ def _under(path: str, mount: str) -> bool:
     return PurePosixPath(path).is_relative_to(PurePosixPath(mount))
 
 
-def pod_path_problems(settings: Settings) -> list[Problem]:
+def pod_path_problems(settings: JobPathFields) -> list[Problem]:
     """Local paths of a cluster run (modelPath, dataset, evalDataset, storagePath) that no pod can read: each must be
     s3:// (or hf:// for the model), or lie under sharedVolumeMountPath with sharedVolumeClaim set."""
     t, w = settings.training, settings.workload
@@ -305,7 +336,7 @@ def pod_path_problems(settings: Settings) -> list[Problem]:
     return problems
 
 
-def s3_read_locations(settings: Settings) -> list[str]:
+def s3_read_locations(settings: JobPathFields) -> list[str]:
     """The s3:// URLs the job reads (modelPath, dataset, evalDataset), in that order, each once: what the pods' role
     is granted read on (infra.checkpoints.CheckpointStorage)."""
     t = settings.training

@@ -70,7 +70,7 @@ from ray_efa.core.settings_framework import rule_problems as _rule_problems
 from ray_efa.core.settings_framework import setting
 from ray_efa.core.settings_rules import dra_kubernetes_problem
 from ray_efa.core.settings_sections import (
-    _SECTIONS,
+    SECTIONS,
     AddonSettings,
     ClusterSettings,
     NodeSettings,
@@ -127,7 +127,7 @@ class SettingInfo:
 def setting_keys() -> dict[str, tuple[str, SettingInfo]]:
     """Every context key -> (section name, what the setting is), in declaration order."""
     out: dict[str, tuple[str, SettingInfo]] = {}
-    for section, cls in _SECTIONS.items():
+    for section, cls in SECTIONS.items():
         for name, info in cls.model_fields.items():
             key = info.alias or name  # setting() always gives an alias; a field without one is keyed by its name
             out[key] = (section, SettingInfo(section, name, key, info.description or "", info.default,
@@ -163,13 +163,13 @@ class Settings(_Model):
     @classmethod
     def _rules(cls) -> list[_Rule]:
         """The rules that read settings of more than one section (each section runs its own)."""
-        inside = [rule for section in _SECTIONS.values() for rule in section._rules()]
+        inside = [rule for section in SECTIONS.values() for rule in section._rules()]
         return [rule for rule in _RULES if rule not in inside]
 
     @classmethod
     def _values_by_key(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for section, section_cls in _SECTIONS.items():
+        for section, section_cls in SECTIONS.items():
             given = data.get(section)
             if isinstance(given, section_cls):
                 values.update(given._flat())
@@ -178,7 +178,7 @@ class Settings(_Model):
         return values
 
     def _flat(self) -> dict[str, Any]:
-        return {key: value for section in _SECTIONS for key, value in getattr(self, section)._flat().items()}
+        return {key: value for section in SECTIONS for key, value in getattr(self, section)._flat().items()}
 
     # -- derived values every layer shares ------------------------------------------------------------------
 
@@ -240,7 +240,7 @@ class Settings(_Model):
         """Settings from CDK context values (strings from `-c`, JSON values from cdk.json); raises SettingsError."""
         keys = setting_keys()
         problems: list[Problem] = []
-        values: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
+        values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
         for key, raw in context.items():
             if key not in keys:
                 if not _is_foreign_key(key):
@@ -250,11 +250,11 @@ class Settings(_Model):
                 continue
             section, info = keys[key]
             try:
-                values[section][key] = _parse(raw, _SECTIONS[section].model_fields[info.name].annotation)
+                values[section][key] = _parse(raw, SECTIONS[section].model_fields[info.name].annotation)
             except ValueError as error:
                 problems.append(Problem(key, raw, str(error)))
         sections: dict[str, Any] = {}  # section name -> its model, one type per name (ClusterSettings, ...)
-        for section, section_cls in _SECTIONS.items():
+        for section, section_cls in SECTIONS.items():
             try:
                 sections[section] = section_cls(**values[section])
             except SettingsError as error:
@@ -284,7 +284,7 @@ class Settings(_Model):
     def given_keys(self) -> frozenset[str]:
         """The context keys these settings were given (by from_context, a section's keyword or replace), as opposed
         to left at their defaults: what a construct that takes a value from elsewhere must not contradict."""
-        return frozenset(info.alias for section in _SECTIONS for name, info in
+        return frozenset(info.alias for section in SECTIONS for name, info in
                          type(getattr(self, section)).model_fields.items() if name in getattr(self, section).model_fields_set)
 
     def replace(self, **context: Any) -> Settings:
@@ -303,7 +303,7 @@ def context_json_schema() -> dict[str, Any]:
     The CDK's own context keys (feature flags "@aws-cdk/...", lookups "x:y") are allowed as anything.
     """
     properties: dict[str, Any] = {}
-    for section, cls in _SECTIONS.items():
+    for section, cls in SECTIONS.items():
         schema = cls.model_json_schema(by_alias=True, mode="validation")
         for key, prop in schema["properties"].items():
             prop.pop("title", None)

@@ -47,16 +47,18 @@ _IMAGE_REFERENCE = re.compile(
 )
 # Patterns that pydantic checks and the JSON Schema publishes: plain syntax that Python, Rust (pydantic-core) and
 # ECMAScript (editors) read alike.
-_CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-_SEMVER = r"^\d+\.\d+\.\d+$"
-_CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
-_KMS_KEY_ARN = r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$"
-_KMS_KEY_ARN_MESSAGE = "must be a KMS key ARN, like arn:aws:kms:us-east-2:123456789012:key/<key id> (not an alias)"
-_VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
+CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+SEMVER = r"^\d+\.\d+\.\d+$"
+CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
+KMS_KEY_ARN = r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$"
+KMS_KEY_ARN_MESSAGE = "must be a KMS key ARN, like arn:aws:kms:us-east-2:123456789012:key/<key id> (not an alias)"
+"""What a setting that fails KMS_KEY_ARN is told (a section's field gives it as the pattern's message)."""
+VPC_ID = r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$"
 _INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
-_DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+DNS_LABEL_MESSAGE = "must be a DNS label (lowercase, digits, '-')"
+"""What a setting that fails DNS_LABEL is told."""
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # An IAM role or user ARN (a role may have a path, e.g. AWS IAM Identity Center's aws-reserved/sso.amazonaws.com/).
 _IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$"
 _STS_ASSUMED_ROLE_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:sts::\d{12}:assumed-role/(?P<role>[\w+=,.@-]+)/.+$")
@@ -172,7 +174,8 @@ MAX_JOB_NAME_LENGTH = 43
 """KubeRay caps a RayJob's name at 47 characters (its cluster is <job>-<5 chars>, a 63-character DNS label), and
 the TCP comparison job adds "-tcp": so 43."""
 
-_TRAIN_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+TRAIN_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+"""trainFunction's form, module:function (a dotted module path, a function name)."""
 _DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 TRAIN_CONFIG_RESERVED = "settings"
 """The key of the function's config dict that holds the resolved settings; trainConfig may not use it (nor keys

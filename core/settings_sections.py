@@ -1,7 +1,7 @@
 """The sections of the settings: ClusterSettings, NodeSettings, AddonSettings, WorkloadSettings, TrainingSettings.
 
 Each is a pydantic model of `setting(...)` fields (core.settings_framework) whose types and patterns are
-core.settings_checks'; core.settings.Settings holds one of each, in the order of `_SECTIONS`. Importing this module
+core.settings_checks'; core.settings.Settings holds one of each, in the order of `SECTIONS`. Importing this module
 registers the rules across settings (core.settings_rules), which each section runs on its own fields. Pure Python
 with pydantic alone, like core.settings (the training job imports it inside the container).
 """
@@ -14,18 +14,18 @@ from ray_efa.core import catalog, models, scheduling
 from ray_efa.core import settings_rules as _settings_rules  # noqa: F401  (registers the rules the sections run)
 from ray_efa.core.image import DLC_IMAGE
 from ray_efa.core.settings_checks import (
-    _CAPACITY_RESERVATION,
-    _CLUSTER_NAME,
-    _DNS_LABEL,
-    _DNS_LABEL_MESSAGE,
-    _DNS_SUBDOMAIN,
-    _KMS_KEY_ARN,
-    _KMS_KEY_ARN_MESSAGE,
-    _SEMVER,
-    _TRAIN_FUNCTION,
-    _VPC_ID,
+    CAPACITY_RESERVATION,
+    CLUSTER_NAME,
     DEFAULT_JOB_NAME,
     DEFAULT_TRAIN_FUNCTION,
+    DNS_LABEL,
+    DNS_LABEL_MESSAGE,
+    DNS_SUBDOMAIN,
+    KMS_KEY_ARN,
+    KMS_KEY_ARN_MESSAGE,
+    SEMVER,
+    TRAIN_FUNCTION,
+    VPC_ID,
     AdminPrincipalArn,
     AutoBool,
     AutoChunk,
@@ -65,7 +65,7 @@ class ClusterSettings(_Section):
     """The EKS cluster and its network."""
 
     cluster_name: str = setting(
-        "ray-train", "clusterName", "EKS cluster name; also prefixes the stack names.", pattern=_CLUSTER_NAME,
+        "ray-train", "clusterName", "EKS cluster name; also prefixes the stack names.", pattern=CLUSTER_NAME,
         message="must be 1-100 letters, digits, '-' or '_', starting with a letter or digit",
     )
     region: Region = setting("us-east-2", "region", "AWS region of both stacks.")
@@ -77,7 +77,7 @@ class ClusterSettings(_Section):
         ("0.0.0.0/0",), "publicAccessCidrs", "CIDRs allowed to the public endpoint (comma-separated or a JSON list)."
     )
     vpc_id: str | None = setting(
-        None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.", pattern=_VPC_ID,
+        None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.", pattern=VPC_ID,
         message="must look like vpc-0123456789abcdef0",
     )
     nat_gateways: int = setting(
@@ -127,7 +127,7 @@ class NodeSettings(_Section):
     )
     capacity_reservation_id: str | None = setting(
         None, "capacityReservationId", "On-Demand Capacity Reservation (cr-...) the GPU nodes launch into.",
-        pattern=_CAPACITY_RESERVATION, message="must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0",
+        pattern=CAPACITY_RESERVATION, message="must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0",
     )
     placement_group: Literal["auto", "on", "off"] = setting(
         "auto", "placementGroup", "Cluster placement group for the GPU nodes; auto: on unless a reservation is targeted.",
@@ -211,7 +211,7 @@ class AddonSettings(_Section):
 
     kuberay_version: KuberayVersion = setting("1.7.0", "kuberayVersion", "kuberay-operator Helm chart version.")
     nvidia_device_plugin_version: str = setting(
-        "0.20.0", "nvidiaDevicePluginVersion", "nvidia-device-plugin Helm chart version.", pattern=_SEMVER,
+        "0.20.0", "nvidiaDevicePluginVersion", "nvidia-device-plugin Helm chart version.", pattern=SEMVER,
         message="must be a chart version like 0.20.0",
     )
     efa_device_plugin_version: EfaDevicePluginVersion = setting(
@@ -226,7 +226,7 @@ class AddonSettings(_Section):
     )
     nvidia_dra_driver_version: str = setting(
         "0.4.1", "nvidiaDraDriverVersion", "dra-driver-nvidia-gpu Helm chart version (deviceAllocation dra).",
-        pattern=_SEMVER, message="must be a chart version like 0.4.1",
+        pattern=SEMVER, message="must be a chart version like 0.4.1",
     )
     efa_dra_driver_version: EfaDraDriverVersion = setting(
         "1.0.0", "efaDraDriverVersion",
@@ -238,15 +238,15 @@ class WorkloadSettings(_Section):
     """The RayCluster and the RayJob that runs training on it."""
 
     namespace: str = setting(
-        "ray", "namespace", "Kubernetes namespace of the RayCluster and the RayJob.", pattern=_DNS_LABEL,
-        message=_DNS_LABEL_MESSAGE,
+        "ray", "namespace", "Kubernetes namespace of the RayCluster and the RayJob.", pattern=DNS_LABEL,
+        message=DNS_LABEL_MESSAGE,
     )
     dlc_image: ImageReference = setting(
         DLC_IMAGE.reference, "dlcImage",
         "AWS Ray Train Deep Learning Container image, for head and workers (tag or digest required).",
     )
     ray_version: str = setting(
-        DLC_IMAGE.ray_version, "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=_SEMVER,
+        DLC_IMAGE.ray_version, "rayVersion", "Ray version inside dlcImage (KubeRay's rayVersion).", pattern=SEMVER,
         message="must be a version like 2.58.0",
     )
     network: Literal["efa", "tcp"] = setting(
@@ -271,13 +271,13 @@ class WorkloadSettings(_Section):
     storage_kms_key: str | None = setting(
         None, "storageKmsKey",
         "ARN of the KMS key that encrypts storagePath's bucket (SSE-KMS): the Ray pods' role may use it for S3 there.",
-        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
+        pattern=KMS_KEY_ARN, message=KMS_KEY_ARN_MESSAGE,
     )
     bootstrap_kms_key: str | None = setting(
         None, "bootstrapKmsKey",
         "ARN of the KMS key of the CDK asset bucket (`cdk bootstrap --bootstrap-kms-key-id`): the Ray pods' role may "
         "decrypt the code they fetch from it.",
-        pattern=_KMS_KEY_ARN, message=_KMS_KEY_ARN_MESSAGE,
+        pattern=KMS_KEY_ARN, message=KMS_KEY_ARN_MESSAGE,
     )
     pip_packages: Annotated[tuple[str, ...], _LIST_AS_TUPLE] = setting(
         (), "pipPackages",
@@ -286,7 +286,7 @@ class WorkloadSettings(_Section):
     service_account: str = setting(
         "ray-train", "serviceAccount",
         "Kubernetes service account of the Ray pods; the cluster stack creates it with access to the checkpoint bucket.",
-        pattern=_DNS_LABEL, message=_DNS_LABEL_MESSAGE,
+        pattern=DNS_LABEL, message=DNS_LABEL_MESSAGE,
     )
     training_job: bool = setting(
         True, "trainingJob",
@@ -326,7 +326,7 @@ class WorkloadSettings(_Section):
         "PersistentVolumeClaim (in namespace) of a shared filesystem (FSx for Lustre, EFS) mounted into every Ray pod at "
         "sharedVolumeMountPath; local paths in modelPath, dataset, evalDataset and storagePath must lie under it. "
         "Unset: no volume, and a cluster run refuses local paths.",
-        pattern=_DNS_SUBDOMAIN, message="must be a PersistentVolumeClaim name (lowercase, digits, '-', '.')",
+        pattern=DNS_SUBDOMAIN, message="must be a PersistentVolumeClaim name (lowercase, digits, '-', '.')",
     )
     shared_volume_mount_path: str = setting(
         "/mnt/shared", "sharedVolumeMountPath", "Where the pods mount sharedVolumeClaim (an absolute folder).",
@@ -479,7 +479,7 @@ class TrainingSettings(_Section):
         DEFAULT_TRAIN_FUNCTION, "trainFunction",
         "The function every Ray Train worker runs, as module:function (in codeDir, or importable); it gets a config "
         "dict of trainConfig's keys plus \"settings\" (README: Your own training).",
-        pattern=_TRAIN_FUNCTION, message="must be module:function, like my_training.train:train_func",
+        pattern=TRAIN_FUNCTION, message="must be module:function, like my_training.train:train_func",
     )
     train_config: TrainConfig = setting(
         {}, "trainConfig",
@@ -531,10 +531,11 @@ class TrainingSettings(_Section):
         return architecture(self)
 
 
-_SECTIONS: dict[str, type[_Section]] = {
+SECTIONS: dict[str, type[_Section]] = {
     "cluster": ClusterSettings,
     "nodes": NodeSettings,
     "addons": AddonSettings,
     "workload": WorkloadSettings,
     "training": TrainingSettings,
 }
+"""The sections by their key, in the order core.settings.Settings holds them."""

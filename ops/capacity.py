@@ -37,7 +37,7 @@ from ray_efa.ops.reservation_probe import (
     CancelFailed,
     ProbeInterrupted,
     ProbeResult,
-    _error_text,
+    error_text,
     probe_zone,
 )
 
@@ -401,11 +401,11 @@ def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: st
     try:
         limit = quota_limit(service_quotas, quota.code)
     except ClientError as error:
-        errors.append(f"reading quota {quota.code}: {_error_text(error)}")
+        errors.append(f"reading quota {quota.code}: {error_text(error)}")
     try:
         used = vcpus_in_use(ec2, quota)
     except ClientError as error:
-        errors.append(f"counting running vCPUs: {_error_text(error)}")
+        errors.append(f"counting running vCPUs: {error_text(error)}")
     return QuotaCheck(
         code=quota.code, name=quota.name, region=region, limit_vcpus=limit, used_vcpus=used,
         needed_vcpus=count * vcpus_per_instance, error="; ".join(errors) or None,
@@ -470,7 +470,7 @@ def check_capacity(
     try:
         vcpus = instance_vcpus(ec2, [request.instance_type]).get(request.instance_type, catalog_vcpus)
     except ClientError as error:
-        notes.append(f"describe-instance-types failed ({_error_text(error)}); using the catalog's {catalog_vcpus} vCPUs")
+        notes.append(f"describe-instance-types failed ({error_text(error)}); using the catalog's {catalog_vcpus} vCPUs")
 
     status(f"reading the vCPU quota and usage of the {request.instance_type.split('.')[0]} family")
     quota = check_quota(ec2, service_quotas, region=request.region, instance_type=request.instance_type,
@@ -485,7 +485,7 @@ def check_capacity(
         scores = placement_scores(ec2, region=request.region, instance_type=request.instance_type,
                                   count=request.count, zone_names=zone_names)
     except ClientError as error:
-        scores_error = _error_text(error)
+        scores_error = error_text(error)
         notes.append(f"no placement scores ({scores_error})")
 
     probes: dict[str, ProbeResult] = {}

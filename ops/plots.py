@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "SOFTWARE", "png_bytes", "is_ray_efa_png", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
+    "SOFTWARE", "png_bytes", "is_ray_efa_png", "series", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
     "memory_chart", "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
 ]
 
@@ -87,7 +87,7 @@ def is_ray_efa_png(path: Path) -> bool:
 # -- a run's history -------------------------------------------------------------------------------------------------
 
 
-def _series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+def series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of the records that have a number for `key`."""
     steps, values = [], []
     for record in history:
@@ -99,7 +99,7 @@ def _series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
 
 
 def has_series(history: Sequence[Mapping[str, Any]], key: str) -> bool:
-    return bool(_series(history, key)[0])
+    return bool(series(history, key)[0])
 
 
 def eval_loss_keys(history: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -134,11 +134,11 @@ def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str,
     model's; None for a function of yours, whose losses are labelled with their keys (no unit guessed)."""
     figure, axes = _figure()
     ax = axes[0, 0]
-    steps, values = _series(history, "loss")
+    steps, values = series(history, "loss")
     ax.plot(steps, values, marker="o", markersize=3, label="training loss" if unit else "loss")
     for key in eval_loss_keys(history):
-        ax.plot(*_series(history, key), marker="s", markersize=4, linestyle="--", label=key)
-    unigram = _series(history, "eval_unigram_entropy")[1]
+        ax.plot(*series(history, key), marker="s", markersize=4, linestyle="--", label=key)
+    unigram = series(history, "eval_unigram_entropy")[1]
     if unigram:
         ax.axhline(unigram[-1], color="gray", linestyle=":", label=f"unigram baseline (held out), {unigram[-1]:.2f}")
     ax.set_ylabel(f"loss ({unit})" if unit else "loss")
@@ -154,7 +154,7 @@ def metric_chart(history: Sequence[Mapping[str, Any]], key: str, *, run: str, gr
     guess units for a function it did not write)."""
     figure, axes = _figure()
     ax = axes[0, 0]
-    steps, values = _series(history, key)
+    steps, values = series(history, key)
     ax.plot(steps, values, marker="o", markersize=3, label=key)
     ax.set_ylabel(key)
     _steps_axis(ax, f"{key}: {run}" + (f" ({group})" if group else ""))
@@ -166,14 +166,14 @@ def throughput_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figur
     """Tokens/s (all devices) per reported step; MFU on the right axis where the device has a catalog peak."""
     figure, axes = _figure()
     ax = axes[0, 0]
-    steps, values = _series(history, "throughput/tokens_per_s")
+    steps, values = series(history, "throughput/tokens_per_s")
     lines = ax.plot(steps, values, marker="o", markersize=3, color="#1f77b4", label="tokens/s (all devices)")
     ax.set_ylabel("tokens per second")
     _headroom(ax, *values)
     ax.yaxis.set_major_formatter(_thousands())
     if has_series(history, "throughput/mfu_pct"):
         right = ax.twinx()
-        mfu = _series(history, "throughput/mfu_pct")
+        mfu = series(history, "throughput/mfu_pct")
         lines += right.plot(*mfu, marker="s", markersize=3, color="#d62728", linestyle="--",
                             label="MFU, % of the bf16 peak (6N + 12LdS FLOPs/token)")
         right.set_ylabel("MFU (%)")
@@ -196,7 +196,7 @@ def step_time_chart(history: Sequence[Mapping[str, Any]], *, run: str, predicted
 
     figure, axes = _figure()
     ax = axes[0, 0]
-    steps, values = _series(history, "time/step_s")
+    steps, values = series(history, "time/step_s")
     steady = values[1:] or values
     scale, unit = (1000.0, "ms") if statistics.median(steady + [predicted_s or steady[0]]) < 2.0 else (1.0, "s")
     ax.plot(steps, [v * scale for v in values], marker="o", markersize=3,
@@ -224,7 +224,7 @@ def memory_chart(history: Sequence[Mapping[str, Any]], *, run: str, device: str,
         history, "memory/peak_allocated_gib") else (("memory/peak_rss_gib", "peak resident (CPU)"),)
     highest = []
     for (key, label), marker in zip(keys, "os"):
-        steps, values = _series(history, key)
+        steps, values = series(history, key)
         ax.plot(steps, values, marker=marker, markersize=3, label=label)
         highest += values
     if capacity_gib is not None:
@@ -244,14 +244,14 @@ def optimizer_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figure
     ax = axes[0, 0]
     from matplotlib.ticker import FuncFormatter
 
-    lr = _series(history, "lr")
+    lr = series(history, "lr")
     lines = ax.plot(*lr, color="#1f77b4", label="learning rate")
     ax.set_ylabel("learning rate")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.1e}" if value else "0"))
     _headroom(ax, *lr[1])
     if has_series(history, "grad_norm"):
         right = ax.twinx()
-        norm = _series(history, "grad_norm")
+        norm = series(history, "grad_norm")
         lines += right.plot(*norm, color="#ff7f0e", marker="o", markersize=3, label="gradient norm (before clipping)")
         right.set_ylabel("gradient norm")
         _headroom(right, *norm[1])

@@ -446,7 +446,7 @@ def _reported_rows(run: RunRecords) -> list[tuple[str, str]]:
 def _first_last(history: list[dict[str, Any]], key: str) -> tuple[tuple[int, int], tuple[float, float]]:
     from ray_efa.ops import plots
 
-    steps, values = plots._series(history, key)
+    steps, values = plots.series(history, key)
     return (steps[0], steps[-1]), (values[0], values[-1])
 
 

@@ -27,7 +27,7 @@ from ray_efa.ops._status import Status, quiet
 # `ec2` is a boto3 client (or a botocore Stubber-wrapped one in the tests), typed Any as in ops.capacity.
 
 __all__ = ["AVAILABLE", "INSUFFICIENT_CAPACITY", "QUOTA_EXCEEDED", "UNSUPPORTED", "ERROR", "ProbeResult",
-           "ProbeInterrupted", "CancelFailed", "probe_zone"]
+           "ProbeInterrupted", "CancelFailed", "probe_zone", "error_text"]
 
 # -- outcomes -------------------------------------------------------------------------------------------------------
 
@@ -64,7 +64,8 @@ class ProbeResult:
     """True when a reservation was created and has been cancelled."""
 
 
-def _error_text(error: Exception) -> str:
+def error_text(error: Exception) -> str:
+    """An AWS call's error as one line: a ClientError's "Code: message", else the exception's type and text."""
     if isinstance(error, ClientError):
         info = error.response.get("Error", {})
         return f"{info.get('Code', 'Error')}: {info.get('Message', str(error))}"
@@ -258,6 +259,6 @@ def probe_zone(
                         cancelled = True
             except (ClientError, BotoCoreError) as error:
                 raise CancelFailed([reservation_id] if reservation_id else [f"(tag {_PROBE_TAG}={token})"],
-                                   region, _error_text(error)) from error
+                                   region, error_text(error)) from error
             guard.release()
     return replace(result, cancelled=cancelled)

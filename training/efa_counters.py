@@ -45,9 +45,9 @@ from typing import Any
 
 from ray_efa.core import pod_env
 from ray_efa.training.efa_counters_verdict import (
-    _REQUIRED,
     FORMAT,
     MIN_SHARE,
+    REQUIRED_COUNTERS,
     CounterVerdict,
     NodeCounters,
     Snapshot,
@@ -162,13 +162,13 @@ def _read_port(device: str, port: str, hw: Path, fs: Filesystem) -> tuple[dict[s
     problems: list[str] = []
     for name in PORT_COUNTERS:
         if name not in present:
-            if name in _REQUIRED:
+            if name in REQUIRED_COUNTERS:
                 return {}, f"port {port} has no {name} in {hw} (an efa driver without port statistics?)", []
             continue  # counters an older driver or device lacks (rdma_write_* before RDMA write)
         try:
             text = fs.read(hw / name)
         except OSError as error:
-            if name in _REQUIRED:
+            if name in REQUIRED_COUNTERS:
                 return {}, f"cannot read {hw / name}: {_why(error)}", []
             problems.append(f"{device} port {port}: cannot read {name}: {_why(error)}")
             continue

@@ -16,7 +16,7 @@ from typing import Any
 
 from ray_efa.core.pod_env import HOST_SYS
 
-_REQUIRED = ("tx_bytes", "rx_bytes")
+REQUIRED_COUNTERS = ("tx_bytes", "rx_bytes")
 """All bytes the device put on and took off the wire (efa_admin_basic_stats): what the verdict compares."""
 FORMAT = "ray-efa/efa-counters/1"
 MIN_SHARE = 0.10
@@ -232,7 +232,7 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
             old = before.devices[device].get(port)
             if old is None:
                 return row("mismatch", f"port {port} of {device} is only in the after snapshot", **count)
-            for name in _REQUIRED:
+            for name in REQUIRED_COUNTERS:
                 if name not in counters or name not in old:
                     return row("incomplete", f"{device} port {port} has no {name} in the "
                                f"{'after' if name not in counters else 'before'} snapshot "

@@ -57,7 +57,7 @@ from ray_efa.training.transport_verdict import (
     ProcessVerdict,
     TransportReport,
     Verdict,
-    _who,
+    process_name,
 )
 
 __all__ = [
@@ -104,7 +104,7 @@ def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Ve
         socket_rows = [r for r in verdict.rows if r.evidence.host == node.host and "socket" in r.transports]
         least = min(node.sent_bytes or 0, node.received_bytes or 0)
         if socket_rows and least >= max(efa_counters.MIN_SHARE * (node.predicted_bytes or 0), 64 << 20):
-            notes.append(f"{node.host}: NCCL logged Socket ({_who(socket_rows[0])}), yet its EFA devices carried "
+            notes.append(f"{node.host}: NCCL logged Socket ({process_name(socket_rows[0])}), yet its EFA devices carried "
                          f"{least:,} bytes each way during training: another process used EFA, or the logs and the "
                          "counters are not of the same run")
     if not counters.nodes:

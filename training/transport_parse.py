@@ -16,36 +16,36 @@ from typing import IO
 
 from ray_efa.training.transport_evidence import CommShape, ProcessEvidence
 from ray_efa.training.transport_lines import (
-    _ANSI,
-    _ASSIGNED,
-    _CHANNEL,
-    _COMM,
-    _FALLBACK_WARN,
-    _FATAL,
-    _FORCING_NDEV,
-    _HINT_WORDS,
-    _HINTS,
-    _INIT_STATE,
-    _INITIALIZED,
-    _INTERNAL_NETS,
-    _LEVELS,
-    _LOADED,
-    _MPI_PREFIX,
-    _NET_INIT,
-    _NET_VIA,
-    _NOT_ERRORS,
-    _OFI_VERSION,
-    _PROVIDER,
-    _RAY_PREFIX,
-    _REPEATED,
-    _RETURN,
-    _TORCH_RANK,
-    _USING_NETWORK,
-    _VERSION,
-    _json_message,
-    _nccl_prefix,
+    ANSI,
+    ASSIGNED,
+    CHANNEL,
+    COMM,
+    FALLBACK_WARN,
+    FATAL,
+    FORCING_NDEV,
+    HINT_WORDS,
+    HINTS,
+    INIT_STATE,
+    INITIALIZED,
+    INTERNAL_NETS,
+    LEVELS,
+    LOADED,
+    MPI_PREFIX,
+    NET_INIT,
+    NET_VIA,
+    NOT_ERRORS,
+    OFI_VERSION,
+    PROVIDER,
+    RAY_PREFIX,
+    REPEATED,
+    RETURN,
+    TORCH_RANK,
+    USING_NETWORK,
+    VERSION,
+    json_message,
+    nccl_prefix,
 )
-from ray_efa.training.transport_verdict import _MAX_NOTES, TransportReport
+from ray_efa.training.transport_verdict import MAX_NOTES, TransportReport
 
 # Bounds that keep memory flat whatever the input: a line longer than this is cut (NCCL's own lines are < 1 KiB),
 # a process keeps at most this many distinct hints, and past this many processes the rest share one bucket
@@ -136,14 +136,14 @@ class _Reader:
         if len(line) > _MAX_LINE_CHARS:
             line = line[:_MAX_LINE_CHARS]
         if line[:1] == "{" or (line[:1].isspace() and line.lstrip().startswith("{")):
-            line = _json_message(line)
+            line = json_message(line)
         # str.find runs in C; a regex searched from every position of a long Ray-prefixed line costs ten times more.
-        for level in _LEVELS:
+        for level in LEVELS:
             at = line.find(level)
             if at >= 0:
                 break
         else:
-            v = _VERSION.search(line)  # NCCL >= 2.2x prints its version line without the host prefix
+            v = VERSION.search(line)  # NCCL >= 2.2x prints its version line without the host prefix
             if v:
                 self.versions.setdefault(v["version"], None)
             self._fatal(line)
@@ -154,12 +154,12 @@ class _Reader:
             msg = msg.split("\t", 1)[0]
         repeats = 0
         if "[repeated " in msg:
-            r = _REPEATED.search(msg)
+            r = REPEATED.search(msg)
             if r:
                 repeats = int(r.group(1))
                 msg = msg[: r.start()]
         if "\x1b" in msg:
-            msg = _ANSI.sub("", msg)
+            msg = ANSI.sub("", msg)
         msg = msg.strip()
         proc = self._process(line, at)
         proc.repeated += repeats
@@ -170,11 +170,11 @@ class _Reader:
         else:
             self.warn += 1
             proc.warn += 1
-            if len(self.warnings) < _MAX_NOTES:
+            if len(self.warnings) < MAX_NOTES:
                 self.warnings.setdefault(msg[:200], None)
-            if proc.first_warn is None and not _FALLBACK_WARN.search(msg):
+            if proc.first_warn is None and not FALLBACK_WARN.search(msg):
                 proc.first_warn = f"NCCL WARN {msg[:300]}"
-            if proc.fatal is None and _FATAL.search(msg):
+            if proc.fatal is None and FATAL.search(msg):
                 proc.fatal = f"NCCL WARN {msg[:300]}"
         if repeats and "comm " in msg and " rank " in msg:
             proc.folded = max(proc.folded, repeats)
@@ -184,13 +184,13 @@ class _Reader:
         """Record a line outside NCCL's format that names a failed NCCL call (PyTorch's "NCCL error in: ...")."""
         if len(line) > _MAX_LINE_CHARS:
             line = line[:_MAX_LINE_CHARS]
-        f = _FATAL.search(line)
+        f = FATAL.search(line)
         if f is None:
             return
         proc = self._process(line, f.start())
         if proc.fatal is None:
-            text = _ANSI.sub("", line).strip()
-            rank = _TORCH_RANK.search(text)
+            text = ANSI.sub("", line).strip()
+            rank = TORCH_RANK.search(text)
             proc.fatal = (f"rank {rank['rank']}: " if rank else "") + text[:300]
 
     def _process(self, line: str, at: int) -> _Process:
@@ -206,12 +206,12 @@ class _Reader:
         return proc
 
     def _resolve(self, line: str, at: int) -> _Process:
-        prefix = _nccl_prefix(line, at)
+        prefix = nccl_prefix(line, at)
         proc = self.by_prefix.get(prefix) if prefix else None
         if proc is not None:
             return proc
         ray_at = line.find("pid=", 0, at)
-        ray = _RAY_PREFIX.search(line, 0, at) if ray_at >= 0 else None
+        ray = RAY_PREFIX.search(line, 0, at) if ray_at >= 0 else None
         if prefix is not None:
             key = f"{prefix[0]}:{prefix[1]}"
             if ray is not None:
@@ -219,7 +219,7 @@ class _Reader:
         elif ray is not None:
             ip = ray["ip"] or ""
             key = self.ray_alias.get((ip, ray["pid"])) or f"{ip or 'local'}:{ray['pid']}"
-        elif (mpi := _MPI_PREFIX.search(line, 0, at)) is not None:
+        elif (mpi := MPI_PREFIX.search(line, 0, at)) is not None:
             key = f"mpi-rank-{mpi['rank']}"
         else:
             key = _UNATTRIBUTED_KEY
@@ -254,11 +254,11 @@ class _Reader:
 def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
     """Update one process from one NCCL message (the text after "NCCL INFO " / "NCCL WARN ")."""
     if " via " in msg:
-        c = _CHANNEL.match(msg)
+        c = CHANNEL.match(msg)
         if c:
             via = c["via"].strip()
             proc.chan_ranks.add(int(c["dst"] if c["dir"] == "receive" else c["src"]))
-            net = _NET_VIA.match(via)
+            net = NET_VIA.match(via)
             if net:
                 name = net["name"].strip()
                 proc.nets.setdefault(name, None)
@@ -268,25 +268,25 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
             proc.channels[label] = proc.channels.get(label, 0) + 1
             return
     if msg.startswith("Using network "):
-        if (u := _USING_NETWORK.match(msg)) is not None:
+        if (u := USING_NETWORK.match(msg)) is not None:
             proc.networks.setdefault(u["name"].strip(), None)
         return
     if msg.startswith("Assigned NET plugin "):
-        a = _ASSIGNED.match(msg)
+        a = ASSIGNED.match(msg)
         if a:
             proc.networks.setdefault(a["name"].strip(), None)
         return
     if msg.startswith("Initialized NET plugin "):
-        if (i := _INITIALIZED.match(msg)) is not None and i["name"].strip() not in _INTERNAL_NETS:
+        if (i := INITIALIZED.match(msg)) is not None and i["name"].strip() not in INTERNAL_NETS:
             proc.plugins.setdefault(i["name"].strip(), None)
         return
-    if " -> " in msg and (r := _RETURN.match(msg)) is not None:
-        if r["code"] not in _NOT_ERRORS:
+    if " -> " in msg and (r := RETURN.match(msg)) is not None:
+        if r["code"] not in NOT_ERRORS:
             proc.returns += 1
             proc.first_return = proc.first_return or msg[:120]
         return
     if "COMPLETE" in msg or "Init START" in msg:
-        if (state := _INIT_STATE.search(msg)) is not None and len(proc.init_started) < 1024:
+        if (state := INIT_STATE.search(msg)) is not None and len(proc.init_started) < 1024:
             comm = state["comm"]
             if state["state"] == "Init START":
                 proc.init_started.setdefault(comm, int(state["rank"]))
@@ -295,7 +295,7 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
             else:
                 proc.aborted.add(comm)
     if "comm " in msg and "rank " in msg:
-        c = _COMM.search(msg)
+        c = COMM.search(msg)
         if c:
             nranks = int(c["nranks"])
             shape = CommShape(
@@ -310,30 +310,30 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
                 ranks.add(int(c["rank"]))
             return
     if msg.startswith("NCCL version"):
-        v = _VERSION.match(msg)
+        v = VERSION.match(msg)
         if v:
             versions.setdefault(v["version"], None)
         return
-    if msg.startswith(("NET/Socket", "NET/IB")) and _NET_INIT.match(msg):
+    if msg.startswith(("NET/Socket", "NET/IB")) and NET_INIT.match(msg):
         if msg.startswith("NET/Socket"):
             proc.socket_init = True
         else:
             proc.ib_init = True
         return
     if msg.startswith("NET/OFI "):
-        if (p := _PROVIDER.match(msg)) is not None:
+        if (p := PROVIDER.match(msg)) is not None:
             proc.providers.setdefault(p["provider"], None)
-        elif msg.startswith(_FORCING_NDEV):
+        elif msg.startswith(FORCING_NDEV):
             proc.providers.setdefault("efa", None)
-        elif (o := _OFI_VERSION.match(msg)) is not None:
+        elif (o := OFI_VERSION.match(msg)) is not None:
             proc.ofi_version = o["version"]
-    elif msg.startswith("NET/Plugin") and (loaded := _LOADED.match(msg)) is not None:
+    elif msg.startswith("NET/Plugin") and (loaded := LOADED.match(msg)) is not None:
         name = loaded["name"].strip()
-        if name not in _INTERNAL_NETS:
+        if name not in INTERNAL_NETS:
             proc.plugins.setdefault(name, None)
         return
-    if len(proc.hints) < _MAX_HINTS and _HINT_WORDS.search(msg):
-        for hint in _HINTS:
+    if len(proc.hints) < _MAX_HINTS and HINT_WORDS.search(msg):
+        for hint in HINTS:
             h = hint.pattern.search(msg)
             if h:
                 proc.hints.setdefault(hint.text.format(**h.groupdict()), hint.expects)

@@ -12,7 +12,7 @@ from typing import Any
 from ray_efa.core.pod_env import GATE_LOG_ENV, GATE_LOG_SUBSYSTEMS
 from ray_efa.training import efa_counters
 from ray_efa.training.transport_evidence import ProcessEvidence
-from ray_efa.training.transport_lines import OTHER_PROVIDERS, _hint_id, transport_kind
+from ray_efa.training.transport_lines import OTHER_PROVIDERS, hint_id, transport_kind
 
 EXPECTS: tuple[str, ...] = ("efa", "ib", "socket")
 """Transports a verdict can expect: EFA through aws-ofi-nccl, InfiniBand verbs, NCCL's TCP Socket transport."""
@@ -27,7 +27,8 @@ _LABEL = {
 
 _GATE_LOG = " ".join(f"{name}={value}" for name, value in GATE_LOG_ENV.items())
 """What the gate needs the NCCL log to be (core.pod_env.GATE_LOG_ENV): NCCL_DEBUG=INFO."""
-_MAX_NOTES = 5
+MAX_NOTES = 5
+"""The most WARN lines one process's evidence keeps, and notes a report gives (one more when it says there were more)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -296,7 +297,7 @@ def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[
                                   (report.hints, report.hint_expects, " (logged by another process)")):
         relevant = [t for t, e in zip(texts, expects) if expect in e]
         if relevant:
-            return _hint_id(relevant[0]), relevant[0] + where
+            return hint_id(relevant[0]), relevant[0] + where
     got = sorted(wrong)[0]
     if got == "socket":
         return "chose-socket", ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or "
@@ -336,7 +337,7 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
     if errors:  # whatever the channels say: a call that failed means the traffic did not run over them
         first = errors[0]
         summary = (f"FAIL: NCCL calls failed in {len(errors)} of {len(rows)} processes, so the collectives did not run "
-                   f"as their channels say; first error, {_who(first)}: {first.evidence.error}")
+                   f"as their channels say; first error, {process_name(first)}: {first.evidence.error}")
         if failed:
             summary += (f"; {len(failed)} processes also used "
                         f"{', '.join(sorted({_short(t) for r in failed for t in r.transports if t != expect}))}")
@@ -345,7 +346,7 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
         seen = sorted({_short(t) for r in failed for t in r.transports if t != expect and t not in _unknown(expect)})
         chose_only = all(r.basis and r.basis.startswith("chosen") for r in failed)
         verb = "chose" if chose_only else "used"
-        who = ", ".join(_who(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
+        who = ", ".join(process_name(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
         summary = (f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes {verb} {', '.join(seen)} "
                    f"({who}); likely cause: {failed[0].cause}")
         if chose_only:
@@ -355,7 +356,7 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
             summary += "; the processes disagree: " + "; ".join(groups)
         return verdict(EXIT_CONTRADICTED, summary, failed[0].cause_id or "contradicted")
     if unknown:
-        who = ", ".join(_who(r) for r in unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+        who = ", ".join(process_name(r) for r in unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
         return verdict(EXIT_NO_PROOF, (
             f"NO PROOF: {len(unknown)} of {len(rows)} processes sent through aws-ofi-nccl ({who}), but no line of the "
             "job names its libfabric provider (\"NET/OFI Selected provider is efa\"): the plugin runs on "
@@ -370,7 +371,7 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
             r = incomplete[0]
             return verdict(EXIT_NO_PROOF, (
                 f"NO PROOF: {len(incomplete)} processes started a communicator's init and never logged its Init "
-                f"COMPLETE (first {_who(r)}, comm {r.evidence.incomplete_inits[0]}): the job hung or failed in init, "
+                f"COMPLETE (first {process_name(r)}, comm {r.evidence.incomplete_inits[0]}): the job hung or failed in init, "
                 "or the log is cut"), "init-incomplete")
         ranks = sorted({rank for r in passed for rank in r.evidence.ranks})
         nodes = max((s.nnodes for r in passed for s in r.evidence.shapes if s.nnodes), default=None)
@@ -480,7 +481,7 @@ def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict],
                      "their transport equals the line shown, but their identity is lost (read the workers' own logs)")
     if report.warn_lines and not notes:
         notes.append(f"{report.warn_lines} NCCL WARN lines, first: {report.warnings[0]}")
-    return tuple(notes[: _MAX_NOTES + 1])
+    return tuple(notes[: MAX_NOTES + 1])
 
 
 def _short(kind: str) -> str:
@@ -494,7 +495,9 @@ def _short(kind: str) -> str:
     return {"efa": "EFA", "ib": "InfiniBand", "socket": "Socket"}[kind]
 
 
-def _who(r: ProcessVerdict) -> str:
+def process_name(r: ProcessVerdict) -> str:
+    """A process as the summary names it: its key (host:pid, ...) and, where known, its ranks ("ip-10-0-1-5:1234 ranks
+    0-3,8")."""
     ranks = r.evidence.ranks
     return f"{r.evidence.key} rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}" if ranks else r.evidence.key
 

@@ -552,20 +552,20 @@ def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
     assert verdict_of(fallback).cause != "nccl-error"
 
 
-# -- the hint pre-filter: a hint whose words _HINT_WORDS lacks would never fire -----------------------------------
+# -- the hint pre-filter: a hint whose words HINT_WORDS lacks would never fire -----------------------------------
 
 from ray_efa.training import transport_lines as _lines  # noqa: E402
 
 
-@pytest.mark.parametrize("index", range(len(_lines._HINTS)), ids=[h.id for h in _lines._HINTS])
+@pytest.mark.parametrize("index", range(len(_lines.HINTS)), ids=[h.id for h in _lines.HINTS])
 def test_every_hint_example_gets_through_the_pre_filter_and_names_its_cause(index):
-    hint = _lines._HINTS[index]
+    hint = _lines.HINTS[index]
     # GIVEN the message the hint is for: this hint is the first that matches it, and the pre-filter finds one of its
     # words inside what the pattern matched (not in the rest of the line, which another message need not have)
-    assert next(h for h in _lines._HINTS if h.pattern.search(hint.example)) is hint
+    assert next(h for h in _lines.HINTS if h.pattern.search(hint.example)) is hint
     match = hint.pattern.search(hint.example)
-    assert match and _lines._HINT_WORDS.search(match.group(0)), (
-        f"_HINT_WORDS has no word of {hint.id}'s pattern: {match and match.group(0)!r}")
+    assert match and _lines.HINT_WORDS.search(match.group(0)), (
+        f"HINT_WORDS has no word of {hint.id}'s pattern: {match and match.group(0)!r}")
     # WHEN a process logs it and then falls back to Socket
     expect = "efa" if "efa" in hint.expects else "ib"
     lines = [A + hint.example, A + "NET/Socket : Using [0]eth0:10.0.1.11<0>", A + "Using network Socket"]
@@ -579,9 +579,9 @@ def test_every_fixture_line_a_hint_matches_gets_through_the_pre_filter():
 
     logs = [p for p in (Path(__file__).parent / "fixtures" / "nccl").rglob("*") if p.is_file() and p.suffix != ".md"]
     matched = [line for path in logs for line in path.read_text(errors="replace").splitlines()
-               if any(h.pattern.search(line) for h in _lines._HINTS)]
+               if any(h.pattern.search(line) for h in _lines.HINTS)]
     assert len(matched) > 10  # the corpus holds hint lines at all
-    assert [line for line in matched if not _lines._HINT_WORDS.search(line)] == []
+    assert [line for line in matched if not _lines.HINT_WORDS.search(line)] == []
     # ...and the pre-filter saves the hint table most lines: it passes few of the corpus's lines
     lines = [line for path in logs for line in path.read_text(errors="replace").splitlines()]
-    assert sum(1 for line in lines if _lines._HINT_WORDS.search(line)) < len(lines) / 5
+    assert sum(1 for line in lines if _lines.HINT_WORDS.search(line)) < len(lines) / 5
