@@ -94,7 +94,7 @@ class RecordedProgress:
     it, writing each through the status subresource; the submitter starts when the job goes Running and its log is
     `log`. Installed in place of ops.submit.job_state, which it then calls: the command reads the real object."""
 
-    def __init__(self, plane: ControlPlane, namespace: str, name: str, statuses: list[dict[str, Any]], log: str):
+    def __init__(self, plane: ControlPlane, namespace: str, name: str, statuses: list[dict[str, Any]], log: str | None):
         self.plane, self.namespace, self.name, self.log = plane, namespace, name, log
         self.statuses = list(statuses)
         self.api = plane.api_client()
@@ -112,7 +112,8 @@ class RecordedProgress:
         status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         if not status or status in self.written[-1:]:
             return
-        if status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed") and not self.submitter_pod:
+        if status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed") and not self.submitter_pod \
+                and self.log is not None:
             self.start_submitter()
         objects = client.CustomObjectsApi(self.api)
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
@@ -138,6 +139,7 @@ class RecordedProgress:
                                                                    label_selector=f"job-name={self.name}").items), None),
                        f"the submitter pod of Job {self.namespace}/{self.name}")
         self.submitter_pod = pod.metadata.name
+        assert self.log is not None
         self.plane.serve_logs(self.namespace, {SUBMITTER_CONTAINER: self.log}, pods=[self.submitter_pod])
         wait_for(lambda: core.read_namespaced_pod(self.submitter_pod, self.namespace).status.phase == "Succeeded",
                  f"pod {self.namespace}/{self.submitter_pod} Succeeded (KWOK)", timeout_s=60)
@@ -152,13 +154,14 @@ class RecordedProgress:
         return response.data.decode() == self.log
 
 
-def progress(monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, outcome: str) -> RecordedProgress:
+def progress(monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, outcome: str, *,
+             submitter: bool = True) -> RecordedProgress:
     """RayJob `name` in `namespace` moved through the recorded statuses of `outcome` (complete, unproven) while the
-    command runs, with the recorded submitter log of that outcome."""
+    command runs, with the recorded submitter log of that outcome (`submitter` False: no submitter is started)."""
     from ray_efa.ops import submit as ops_submit
 
     moved = RecordedProgress(plane, namespace, name, load(f"statuses_{outcome}.json"),
-                             (FIXTURES / f"submitter_{outcome}.log").read_text())
+                             (FIXTURES / f"submitter_{outcome}.log").read_text() if submitter else None)
     monkeypatch.setattr(ops_submit, "job_state", moved.wrap(ops_submit.job_state))
     return moved
 

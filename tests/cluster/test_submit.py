@@ -476,6 +476,28 @@ def test_follow_exits_with_the_jobs_code_and_json_has_the_outcome(plane, config,
     assert result["transport_gate"][0].startswith("transport gate: NO PROOF")
 
 
+def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_verdict(plane, api, config,
+                                                                                         monkeypatch, capsys):
+    # GIVEN a job whose submitter ran on a node that is gone since (scaled in): its pod is still listed, ended, but the
+    # API server finds no node to ask for its log
+    _existing_job(plane)
+    progress(monkeypatch, plane, "ray", JOB, "complete", submitter=False)
+    core = client.CoreV1Api(api)
+    pod = f"{JOB}-7xk2q"
+    core.create_namespaced_pod("ray", {"metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
+        "nodeName": "sys-scaled-in", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
+    core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})
+    # WHEN it is followed
+    code = cli(follow, "follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    out, err = capsys.readouterr()
+    # THEN the log's place says it cannot be read and why, and the job's end still ends the command with its code
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if line.startswith(f"(the log of pod ray/{pod} cannot be read: "))
+    assert "sys-scaled-in" in note, note
+    assert "transport gate: no verdict in the submitter's log" in out and out.rstrip().endswith("exit code 0")
+
+
 def _researcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
     """A researcher's own repository, with no cdk.json: their function, code and config, nothing of the cluster."""
     home = tmp_path / "research-repo"
