@@ -69,7 +69,8 @@ def kubeconfig(plane: ControlPlane, folder: Path, *, user: str = SUBMITTER,
 
 def requests(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:
     """(HTTP method, path) of each request `user` made, in the order the API server answered them (its audit log)."""
-    return [(_VERBS.get(e["verb"], e["verb"]), e["requestURI"].partition("?")[0]) for e in plane.audit_events(user)]
+    return [(str(_VERBS.get(e["verb"], e["verb"])), str(e["requestURI"]).partition("?")[0])
+            for e in plane.audit_events(user)]
 
 
 def writes(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:
@@ -115,7 +116,7 @@ class RecordedProgress:
         if status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed") and not self.submitter_pod \
                 and self.log is not None:
             self.start_submitter()
-        objects = client.CustomObjectsApi(self.api)
+        objects: Any = client.CustomObjectsApi(self.api)
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
         stored = objects.replace_namespaced_custom_object_status("ray.io", "v1", self.namespace, "rayjobs", self.name,
                                                                  {**job, "status": status})
@@ -126,7 +127,7 @@ class RecordedProgress:
     def start_submitter(self) -> None:
         """The submitter as KubeRay starts it: a Job of the RayJob's submitterPodTemplate, owned by the RayJob; KWOK
         runs its pod to Succeeded, and serves `log` as its container's log."""
-        objects = client.CustomObjectsApi(self.api)
+        objects: Any = client.CustomObjectsApi(self.api)
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
         owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": self.name, "uid": job["metadata"]["uid"],
                  "controller": True, "blockOwnerDeletion": True}
@@ -134,7 +135,7 @@ class RecordedProgress:
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [owner]},
             "spec": {"backoffLimit": 2, "template": job["spec"]["submitterPodTemplate"]}})
-        core = client.CoreV1Api(self.api)
+        core: Any = client.CoreV1Api(self.api)
         pod = wait_for(lambda: next(iter(core.list_namespaced_pod(self.namespace,
                                                                    label_selector=f"job-name={self.name}").items), None),
                        f"the submitter pod of Job {self.namespace}/{self.name}")
@@ -145,7 +146,7 @@ class RecordedProgress:
                  f"pod {self.namespace}/{self.submitter_pod} Succeeded (KWOK)", timeout_s=60)
         wait_for(lambda: self._log_served(core), f"KWOK serving the log of {self.submitter_pod}")
 
-    def _log_served(self, core: client.CoreV1Api) -> bool:
+    def _log_served(self, core: Any) -> bool:
         try:
             response: Any = core.read_namespaced_pod_log(self.submitter_pod, self.namespace,
                                                          container=SUBMITTER_CONTAINER, _preload_content=False)
@@ -169,8 +170,10 @@ def progress(monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, o
 def clear(api: client.ApiClient, namespace: str) -> None:
     """Everything a test left in `namespace`: RayJobs (their Jobs and owned ConfigMaps go with them, the garbage
     collector's work), RayClusters, ConfigMaps and NetworkPolicies; waits until they are gone."""
-    objects, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    networking, batch = client.NetworkingV1Api(api), client.BatchV1Api(api)
+    objects: Any = client.CustomObjectsApi(api)
+    core: Any = client.CoreV1Api(api)
+    networking: Any = client.NetworkingV1Api(api)
+    batch: Any = client.BatchV1Api(api)
     for plural in ("rayjobs", "rayclusters"):
         for item in objects.list_namespaced_custom_object("ray.io", "v1", namespace, plural)["items"]:
             _gone(lambda p=plural, n=item["metadata"]["name"]: objects.delete_namespaced_custom_object(
@@ -187,12 +190,14 @@ def clear(api: client.ApiClient, namespace: str) -> None:
 
 
 def _left(api: client.ApiClient, namespace: str) -> list[str]:
-    objects, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    objects: Any = client.CustomObjectsApi(api)
+    core: Any = client.CoreV1Api(api)
+    batch: Any = client.BatchV1Api(api)
     return [*(f"{p}/{i['metadata']['name']}" for p in ("rayjobs", "rayclusters")
               for i in objects.list_namespaced_custom_object("ray.io", "v1", namespace, p)["items"]),
             *(f"configmap/{c.metadata.name}" for c in core.list_namespaced_config_map(namespace).items
               if c.metadata.name != "kube-root-ca.crt"),
-            *(f"job/{j.metadata.name}" for j in client.BatchV1Api(api).list_namespaced_job(namespace).items),
+            *(f"job/{j.metadata.name}" for j in batch.list_namespaced_job(namespace).items),
             *(f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace).items)]
 
 

@@ -135,12 +135,14 @@ def stored(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def ray_job(api: client.ApiClient, namespace: str = "ray", name: str = JOB) -> dict[str, Any]:
-    return client.CustomObjectsApi(api).get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
+    objects: Any = client.CustomObjectsApi(api)
+    return objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
 
 
 def shipped(api: client.ApiClient, namespace: str) -> dict[str, Any]:
     """settings.json of the job's settings ConfigMap as the cluster holds it."""
-    data = client.CoreV1Api(api).read_namespaced_config_map(f"{JOB}-settings", namespace).data
+    core: Any = client.CoreV1Api(api)
+    data = core.read_namespaced_config_map(f"{JOB}-settings", namespace).data
     return json.loads(data["settings.json"])
 
 
@@ -205,7 +207,9 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     progress(monkeypatch, plane, "ray", JOB, "complete")
     assert cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS)) == 0, capsys.readouterr().err
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
+    networking: Any = client.NetworkingV1Api(api)
+    batch: Any = client.BatchV1Api(api)
     mine = lambda: sorted(c.metadata.name for c in core.list_namespaced_config_map("ray").items  # noqa: E731
                           if c.metadata.name.startswith(f"{JOB}-"))
     assert f"{JOB}-settings" in mine()
@@ -214,8 +218,8 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     # THEN the real garbage collector deletes its ConfigMaps and NetworkPolicy, and the submitter's Job
     from tests.cluster.conftest import wait_for
 
-    wait_for(lambda: not mine() and not client.NetworkingV1Api(api).list_namespaced_network_policy("ray").items
-             and not client.BatchV1Api(api).list_namespaced_job("ray").items,
+    wait_for(lambda: not mine() and not networking.list_namespaced_network_policy("ray").items
+             and not batch.list_namespaced_job("ray").items,
              "the job's ConfigMaps, NetworkPolicy and Job deleted with it", timeout_s=60)
     assert deploy(plane, *DEPLOYED)["metadata"]["name"] == "mlp-exp-settings"  # the deployment's own stays
 
@@ -640,7 +644,7 @@ def test_the_submitters_log_read_whole_is_its_text_not_the_bytes_repr(plane, api
     from tests.cluster.conftest import wait_for
 
     text = "epoch 1/3\ntransport gate: PASS: all 16 processes\n"
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     core.create_namespaced_pod("ray", {"metadata": {"name": f"{JOB}-7xk2q", "labels": {"job-name": JOB}},
                                        "spec": {"nodeSelector": {"example.com/pool": "platform"},
                                                 "terminationGracePeriodSeconds": 0, "containers": [

@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -255,10 +256,10 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
                             "einops==0.9.9\nERROR: No matching distribution found for einops==0.9.9\n"})
     admission = client.AdmissionregistrationV1Api(api)
     try:
-        # WHEN it is submitted (its deadline: an hour)
+        # WHEN it is submitted (its deadline: an hour; the test stops following after 2 minutes)
         started = time.monotonic()
         code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
-                    "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5",
+                    "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120",
                     *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'))
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
@@ -267,7 +268,8 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
         assert code == 1, err
         assert elapsed < 60
         assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
-        (head,) = client.CoreV1Api(api).list_namespaced_pod(
+        core: Any = client.CoreV1Api(api)
+        (head,) = core.list_namespaced_pod(
             NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
         assert (f"pod {NAMESPACE}/{head.metadata.name}: init container install-packages failed (exit code 1, "
                 "CrashLoopBackOff, 3 restarts)") in err
