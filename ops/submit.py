@@ -449,15 +449,15 @@ def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll
             last = state
         if log is None and state.deployment in ("Running", *TERMINAL_STATES):
             pod = _submitter_pod(api_client, namespace, name)
-            if pod is not None and pod.status is not None and pod.status.phase in ("Running", "Succeeded", "Failed"):
+            if pod is not None and pod.status is not None and pod.status.phase == "Running":
                 log = submitter_log(api_client, namespace, name, follow_log=True, on_line=on_line)
                 continue  # the stream ended with the pod: read the status again at once
+            if pod is not None and pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+                log = _whole_log(api_client, namespace, name, on_line)  # it has ended: nothing more to follow
+                continue
         if state.finished:
             if log is None:  # the submitter was never seen running (it finished between two polls)
-                log = submitter_log(api_client, namespace, name)
-                if on_line:
-                    for line in log.splitlines():
-                        on_line(line)
+                log = _whole_log(api_client, namespace, name, on_line)
             return state, log
         if state.deployment != "Running":
             check_init_containers(api_client, namespace, name, state)
@@ -465,6 +465,15 @@ def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll
             raise SubmitError(f"RayJob {namespace}/{name} is still {state.describe()} after {timeout_s:.0f} s; it keeps "
                               f"running: kubectl -n {namespace} get rayjob {name} -w")
         sleep(poll_s)
+
+
+def _whole_log(api_client: Any, namespace: str, name: str, on_line: Callable[[str], None] | None) -> str:
+    """The submitter's log read once, each line through `on_line`."""
+    log = submitter_log(api_client, namespace, name)
+    if on_line:
+        for line in log.splitlines():
+            on_line(line)
+    return log
 
 
 def check_init_containers(api_client: Any, namespace: str, name: str, state: JobState) -> None:

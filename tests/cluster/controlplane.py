@@ -65,6 +65,23 @@ def kwok_stages() -> str:
     return "\n---\n".join([*documents, (HERE / "stages.yaml").read_text()])
 
 
+KWOK_LOG_KINDS = ("logs", "clusterlogs")
+"""KWOK's Logs and ClusterLogs (kwok.x-k8s.io/v1alpha1): which file KWOK's kubelet API serves as a container's log."""
+
+
+def kwok_crds() -> list[Path]:
+    """The CRDs of the KWOK objects the control plane serves (KWOK_LOG_KINDS), from the kwok module at its pin."""
+    bases = build.module_source("kwok", "sigs.k8s.io/kwok") / "kustomize" / "crd" / "bases"
+    return [bases / f"kwok.x-k8s.io_{kind}.yaml" for kind in KWOK_LOG_KINDS]
+
+
+def cri_log(text: str, stream: str = "stdout") -> str:
+    """`text` in the CRI log format the kubelet's container runtime writes and KWOK's kubelet API reads
+    (`<RFC 3339 time> <stream> F <line>`, one entry a line)."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return "".join(f"{now} {stream} F {line}\n" for line in text.splitlines())
+
+
 def operator_crds() -> list[Path]:
     """The CRDs of the operator binary (its module's config/crd/bases at the pinned version)."""
     bases = build.module_source("kuberay", "github.com/ray-project/kuberay/ray-operator") / "config" / "crd" / "bases"
@@ -171,11 +188,15 @@ class ControlPlane:
     kubeconfig: Path
     pki: Pki
     processes: dict[str, Process] = field(default_factory=dict)
+    kubelet_port: int = 0
+    """Where KWOK serves the kubelet API of every node (127.0.0.1, the nodes' InternalIP)."""
 
     # -- start and stop ------------------------------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, workdir: Path, *, crds: Iterable[Path]) -> ControlPlane:
+    def start(cls, workdir: Path, *, crds: Iterable[Path], operator: bool = True) -> ControlPlane:
+        """`operator` False: no KubeRay operator runs, so a test may move a RayJob through its states itself (the
+        status subresource) where the operator could not (it asks the head's Ray dashboard, which does not run)."""
         binaries = build.bin_dirs()
         missing = [str(path) for path in binaries.values() if not path.is_file()]
         if missing:
@@ -186,7 +207,7 @@ class ControlPlane:
         plane = cls(workdir, f"https://127.0.0.1:{port}", workdir / "admin.kubeconfig", pki)
         plane._write_kubeconfig()
         try:
-            plane._start_all(binaries, port, list(crds))
+            plane._start_all(binaries, port, list(crds), operator=operator)
         except BaseException:
             plane.stop()
             raise
@@ -202,7 +223,7 @@ class ControlPlane:
         self.processes[name] = process
         return process
 
-    def _start_all(self, binaries: dict[str, Path], port: int, crds: list[Path]) -> None:
+    def _start_all(self, binaries: dict[str, Path], port: int, crds: list[Path], *, operator: bool = True) -> None:
         etcd_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._spawn("etcd", [
@@ -222,7 +243,15 @@ class ControlPlane:
             f"--service-account-signing-key-file={self.pki.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={','.join(EKS_ADMISSION_PLUGINS)}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--v=1"])
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            # pods/log, /exec, /attach: the API server calls the node's kubelet API, which KWOK serves (below) at the
+            # node's InternalIP and kubeletEndpoint port (its node stage writes both); the node's Hostname address (its
+            # name) resolves nowhere here. No --kubelet-certificate-authority: KWOK's certificate is not checked.
+            f"--kubelet-client-certificate={self.pki.admin_cert}", f"--kubelet-client-key={self.pki.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP",
+            # the API server's own record of the requests of every user but admin (audit_events)
+            f"--audit-policy-file={self._write_audit_policy()}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-mode=blocking", "--v=1"])
         self._wait("kube-apiserver", self._ready, timeout_s=240)
         kubeconfig = f"--kubeconfig={self.kubeconfig}"
         self._spawn("kube-controller-manager", [
@@ -236,17 +265,54 @@ class ControlPlane:
             f"--secure-port={free_port()}", "--v=1"])
         stages = self.workdir / "kwok-stages.yaml"
         stages.write_text(kwok_stages())
+        # KWOK serves the kubelet API (containerLogs) for every node at --node-port, with the container logs that
+        # Logs and ClusterLogs objects name (serve_logs); its CRDs first, so that its watch finds them.
+        self.apply_files(kwok_crds())
+        self._wait("KWOK's CRDs", lambda: self._crds_established("kwok.x-k8s.io"), timeout_s=120)
+        self.kubelet_port = free_port()
         self._spawn("kwok", [
             str(binaries["kwok"]), kubeconfig, "--manage-all-nodes=true", f"--config={stages}",
-            "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16"])
+            "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16", f"--node-port={self.kubelet_port}",
+            f"--server-address=127.0.0.1:{self.kubelet_port}", f"--tls-cert-file={self.pki.serving_cert}",
+            f"--tls-private-key-file={self.pki.serving_key}", "--enable-crds=Logs,ClusterLogs"])
         # The deployed version's RayCluster and RayJob CRDs; the operator also watches RayServices: its own CRD.
         self.apply_files([*crds, *(p for p in operator_crds() if p.name == "ray.io_rayservices.yaml")])
         self._wait("the KubeRay CRDs", self._crds_established, timeout_s=120)
-        self._spawn("kuberay-operator", [
-            str(binaries["kuberay-operator"]), f"--metrics-addr=127.0.0.1:{free_port()}",
-            f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--enable-leader-election=false"],
-            env={"KUBECONFIG": str(self.kubeconfig)})
+        if operator:
+            self._spawn("kuberay-operator", [
+                str(binaries["kuberay-operator"]), f"--metrics-addr=127.0.0.1:{free_port()}",
+                f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--enable-leader-election=false"],
+                env={"KUBECONFIG": str(self.kubeconfig)})
         self._wait("the default service account", self._default_service_account, timeout_s=180)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def _write_audit_policy(self) -> Path:
+        """Metadata of each request of a user other than admin (the control plane's own components and the test
+        setup are admin): what a test's own user (tests/cluster/rbac.py's user_kubeconfig) asked, in order."""
+        path = self.workdir / "audit-policy.yaml"
+        path.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                                    "rules": [{"level": "None", "users": ["admin"]},
+                                              {"level": "None", "userGroups": ["system:serviceaccounts", "system:nodes"]},
+                                              {"level": "Metadata"}]}))
+        return path
+
+    def audit_events(self, user: str) -> list[dict]:
+        """The audit events (audit.k8s.io/v1 Event: verb, requestURI, objectRef, responseStatus) of `user`'s requests,
+        in the order the API server completed them; read once the log has stopped growing for a moment."""
+        size = None
+        for _ in range(50):
+            now = self.audit_log.stat().st_size if self.audit_log.exists() else 0
+            if now == size:
+                break
+            size = now
+            time.sleep(0.3)
+        if not self.audit_log.exists():
+            return []
+        events = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+        return [e for e in events if e.get("user", {}).get("username") == user and e.get("stage") == "ResponseComplete"]
 
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):
@@ -280,10 +346,10 @@ class ControlPlane:
         response = self.api_client().call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
         return getattr(response[0] if isinstance(response, tuple) else response, "status", 0) == 200
 
-    def _crds_established(self) -> bool:
+    def _crds_established(self, group: str = "ray.io") -> bool:
         ext = client.ApiextensionsV1Api(self.api_client())
         for crd in ext.list_custom_resource_definition(_request_timeout=5).items:
-            if crd.spec.group == "ray.io" and not any(
+            if crd.spec.group == group and not any(
                     c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
                 return False
         return True
@@ -333,3 +399,34 @@ class ControlPlane:
     def apply_files(self, paths: Iterable[Path], **kwargs) -> list[dict]:  # noqa: ANN003
         objects = [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
         return self.apply(objects, **kwargs)
+
+    # -- pod logs ------------------------------------------------------------------------------------------------------
+
+    def serve_logs(self, namespace: str, logs: dict[str, str], *, previous: dict[str, str] | None = None,
+                   pods: Iterable[str] = ()) -> str:
+        """Make the kubelet API (KWOK) answer the logs of the pods in `namespace` (only `pods`, if named): container
+        name -> its log text; `previous`: container name -> the log of its previous instance (a crash-looping
+        container's failed run, read with previous=true). Writes each as a CRI log file under the workdir and creates
+        a ClusterLogs object naming them; returns its name. KWOK v0.7.0 cannot end a followed log (follow=true: it
+        takes every container for running), so a test serves the log of a container that has ended."""
+        folder = self.workdir / "pod-logs"
+        folder.mkdir(exist_ok=True)
+        name = f"logs-{namespace}-{len(list(folder.iterdir()))}"
+        entries = []
+        for container, text in logs.items():
+            entry: dict[str, object] = {"containers": [container]}
+            for key, content, suffix in (("logsFile", text, ""), ("previousLogsFile", (previous or {}).get(container),
+                                                                   ".previous")):
+                if content is not None:
+                    path = folder / f"{name}-{container}{suffix}.log"
+                    path.write_text(cri_log(content))
+                    entry[key] = str(path)
+            entries.append(entry)
+        selector: dict[str, list[str]] = {"matchNamespaces": [namespace]}
+        if pods:
+            selector["matchNames"] = list(pods)
+        client.CustomObjectsApi(self.api_client()).create_cluster_custom_object(
+            "kwok.x-k8s.io", "v1alpha1", "clusterlogs",
+            {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": name},
+             "spec": {"selector": selector, "logs": entries}})
+        return name

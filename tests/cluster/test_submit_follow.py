@@ -3,9 +3,11 @@
 The cluster is deployed (tests/cluster/deployment.py) with its training job's settings ConfigMap (`<job>-settings`,
 what submit builds a job for) and no job running. What the real KubeRay operator does with a submitted RayJob where no
 Ray runs is what these tests see: the cluster comes up on the nodes, the submitter Job's pod ends at once (KWOK), and
-30 s later the operator fails the RayJob, finding no Ray job behind it. No kubelet runs, so no pod log can be read:
-the commands say so and go on. A failing init container is KWOK's init-container-crashloop stage (stages.yaml) on
-pods the real operator made from a template carrying its label.
+30 s later the operator fails the RayJob, finding no Ray job behind it. No kubelet runs: KWOK's kubelet API serves
+the pod logs a test gives it (ControlPlane.serve_logs), and answers 400 for any other, which the commands take for a
+container that has not started (the submitter's) or say they cannot read (an init container's). A failing init
+container is KWOK's init-container-crashloop stage (stages.yaml) on pods the real operator made from a template
+carrying its label, or labelled at admission (a MutatingAdmissionPolicy) where `submit` makes the template.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -76,8 +79,14 @@ def _delete_job(api: client.ApiClient, name: str) -> None:
         timeout_s=90)
 
 
+SUBMITTER_LOG = ("Job submission server address: http://mlp-exp-run1-head-svc.ops-submit.svc.cluster.local:8265\n"
+                 "Job 'mlp-exp-run1-wq7zt' submitted successfully\n")
+"""What the submitter pod's container printed (KWOK's kubelet API serves it: ControlPlane.serve_logs)."""
+
+
 def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator_to_its_end(
-        deployed: Deployment, api: client.ApiClient, kubeconfig: str, capsys):
+        deployed: Deployment, api: client.ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
+    served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()
     code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
@@ -93,8 +102,9 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
         assert any(": Initializing" in s for s in states)
         assert f"RayJob {NAMESPACE}/{JOB}: Failed (FAILED)" in out
         assert "did not reach terminal state within 30s" in out  # the operator's own message
-        # the submitter's log cannot be read (no kubelet): said, and the job's end still ends the command
-        assert f"(the log of pod {NAMESPACE}/{JOB}-" in out and "cannot be read: " in out
+        # the log of the submitter pod the operator made, read through the API server from the node's kubelet API
+        # (KWOK's), then the verdict of a log without the gate's lines
+        assert SUBMITTER_LOG in out
         assert "transport gate: no verdict in the submitter's log" in out
         assert code == 1 and out.rstrip().endswith("exit code 1")
         assert time.monotonic() - started < 110
@@ -104,6 +114,7 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
                  if c.metadata.name.startswith(f"{JOB}-")]
         assert f"{JOB}-settings" in owned
     finally:
+        client.CustomObjectsApi(api).delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", served)
         _delete_job(api, JOB)
     wait_for(lambda: not [c for c in client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
                           if c.metadata.name.startswith(f"{JOB}-")], "the job's ConfigMaps deleted with it")
@@ -200,4 +211,72 @@ def test_verify_fails_the_init_container_check_alone_and_stops_waiting_on_it(dep
         assert "its log cannot be read" in detail
         assert sleeps == []
     finally:
+        _delete_job(api, name)
+
+
+def fail_init_container_at_admission(plane: ControlPlane, job: str, container: str, exit_code: int = 1) -> None:
+    """A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.36) that labels the head pod of RayJob
+    `job` in NAMESPACE for KWOK's init-container-crashloop stage as the API server admits it: the pods `submit`
+    makes the operator create fail `container` from their first status on, as a failing pip install does."""
+    name = f"fail-{job}"
+    condition = (f"has(object.metadata.labels) && object.metadata.labels.exists(k, k == 'ray.io/node-type') && "
+                 f"object.metadata.labels['ray.io/node-type'] == 'head' && "
+                 f"object.metadata.labels.exists(k, k == 'app.kubernetes.io/instance') && "
+                 f"object.metadata.labels['app.kubernetes.io/instance'] == '{job}'")
+    mutation = (f'Object{{metadata: Object.metadata{{labels: {{"{FAILING}": "{container}"}}, '
+                f'annotations: {{"ray-efa.test/exit-code": "{exit_code}"}}}}}}')
+    plane.apply([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
+         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["pods"]}]},
+                  "matchConditions": [{"name": "the-jobs-head", "expression": condition}],
+                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "mutations": [{"patchType": "ApplyConfiguration",
+                                 "applyConfiguration": {"expression": mutation}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+             "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}}}])
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "probe", "namespace": NAMESPACE,
+        "labels": {"ray.io/node-type": "head", "app.kubernetes.io/instance": job}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+    wait_for(lambda: FAILING in (plane.apply([probe], dry_run=True)[0]["metadata"].get("labels") or {}),
+             "the MutatingAdmissionPolicy in force (a dry-run pod labelled)")
+
+
+def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_log_lines(
+        deployed, api, control_plane, kubeconfig, capsys):
+    # GIVEN a job whose head's pip install of pipPackages fails: the pods the operator makes for it are labelled
+    # at admission for KWOK's failing init container, whose failed run's log KWOK's kubelet API serves
+    name = "pip-fails-submit"
+    fail_init_container_at_admission(control_plane, name, "install-packages")
+    served = control_plane.serve_logs(NAMESPACE, {"install-packages": "Collecting einops==0.9.9\n"}, previous={
+        "install-packages": "Collecting einops==0.9.9\nERROR: Could not find a version that satisfies the requirement "
+                            "einops==0.9.9\nERROR: No matching distribution found for einops==0.9.9\n"})
+    admission = client.AdmissionregistrationV1Api(api)
+    try:
+        # WHEN it is submitted (its deadline: an hour; the test stops following after 2 minutes)
+        started = time.monotonic()
+        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
+                    "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120",
+                    *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'))
+        elapsed = time.monotonic() - started
+        err = capsys.readouterr().err
+        # THEN exit 1 within a minute, not at the deadline, naming the pod, the container, its exit code and the last
+        # lines of its failed run's log
+        assert code == 1, err
+        assert elapsed < 60
+        assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
+        core: Any = client.CoreV1Api(api)
+        (head,) = core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
+        assert (f"pod {NAMESPACE}/{head.metadata.name}: init container install-packages failed (exit code 1, "
+                "CrashLoopBackOff, 3 restarts)") in err
+        assert "    ERROR: No matching distribution found for einops==0.9.9" in err
+        assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err
+    finally:
+        admission.delete_mutating_admission_policy_binding(f"fail-{name}")
+        admission.delete_mutating_admission_policy(f"fail-{name}")
+        client.CustomObjectsApi(api).delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", served)
         _delete_job(api, name)
