@@ -15,23 +15,16 @@ PYRIGHT = PYPROJECT["tool"]["pyright"]
 
 
 def _package_folders() -> set[str]:
-    """The top-level folders the wheel maps into ray_efa (ray_efa.core -> core/)."""
-    return set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
+    """The top-level folders that are ray_efa's subpackages: ray_efa/'s links (ray_efa/core -> ../core)."""
+    return {path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()}
 
 
-def test_every_subpackage_is_a_top_level_folder_that_refuses_a_second_name():
-    # GIVEN the packages the wheel holds THEN each subpackage of ray_efa is mapped onto a top-level folder of its name
-    packages = PYPROJECT["tool"]["setuptools"]["packages"]
-    mapped = PYPROJECT["tool"]["setuptools"]["package-dir"]
-    assert mapped == {name: name.split(".")[1] for name in packages if name.count(".") == 1}
-    for folder in _package_folders():
-        init = ROOT / folder / "__init__.py"
-        assert init.is_file() and not init.is_symlink(), folder
-        # whose __init__ refuses to load under any name but ray_efa.<folder> (no module twice: core.x and ray_efa.core.x)
-        assert f'if __name__ != "ray_efa.{folder}":' in init.read_text(), folder
-    # and ray_efa/ in the repository holds no links (a Windows checkout has none): only its own files
-    assert sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.name != "__pycache__") == [
-        "__init__.py", "py.typed"]
+def test_the_wheel_finds_the_packages_through_ray_efas_links():
+    # setuptools finds ray_efa and its subpackages where Python does (through the links): no second map of folder to
+    # package in pyproject (tests/test_checkout_imports.py checks the links, tests/test_wheel.py what the wheel holds)
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert setuptools == {"packages": {"find": {"include": ["ray_efa", "ray_efa.*"]}},
+                          "package-data": setuptools["package-data"]}
 
 
 def test_pyright_includes_every_package_folder_once():
