@@ -21,14 +21,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
 	@touch $@
 
-# ray_efa itself, editable in setuptools' strict mode: a tree of links to the package's files (build/__editable__.*,
-# laid out as the wheel: ray_efa/core/...) on sys.path through a plain path entry in a .pth file, which static tools
-# (pyright, Pylance, mypy) follow from any folder; the default mode's import-hook finder is invisible to them. At run
-# time ray_efa/__init__.py reaches the checkout's folders themselves, so a new module imports at once; for the static
-# tools the tree is redone when a package folder changes (a folder changes when a module is added or removed).
-PACKAGE_DIRS := ray_efa core infra k8s training ops cli
-$(VENV)/.editable: $(VENV)/.installed pyproject.toml $(PACKAGE_DIRS)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . --config-settings editable_mode=strict
+# ray_efa itself, editable (setuptools' default mode): the venv finds `ray_efa` in the checkout's ray_efa/ folder, whose
+# links are its subpackages (ray_efa/core -> ../core), from any folder and as the same files as a command run from the
+# root; nothing else of the repository becomes importable. A module added to a folder imports at once, so only
+# pyproject.toml (the metadata, the console script) makes it redo the install.
+$(VENV)/.editable: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.lock
@@ -89,13 +87,13 @@ test-mutations: $(VENV)/.installed $(VENV)/.editable
 test-durations: install controlplane
 	$(PY) -m pytest -n 2 --dist loadgroup --record-durations tests/durations.json
 
-## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter], by
-## tools/lint_imports.py), the module boundaries (tools/module_boundaries.py: no private name across modules, no import
+## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter]; --no-cache:
+## it writes nothing), the module boundaries (tools/module_boundaries.py: no private name across modules, no import
 ## cycle in a package folder) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download).
 ## 0 findings, 0 broken contracts and 0 pyright errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.editable node_modules/.installed
 	$(PY) -m ruff check .
-	$(PY) tools/lint_imports.py
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) tools/module_boundaries.py
 	npx --no-install pyright --warnings
 

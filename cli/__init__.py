@@ -7,9 +7,6 @@ Each subcommand lives in its own module of this package with two functions, `reg
 
 from __future__ import annotations
 
-if __name__ != "ray_efa.cli":  # one name per module (ray_efa/__init__.py): never also `cli`
-    raise ImportError(f"{__name__}: this folder is the package ray_efa.cli; import it as ray_efa.cli")
-
 import argparse
 import importlib
 import os

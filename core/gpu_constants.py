@@ -30,7 +30,7 @@ bandwidth (core.fp8) and the k/v projections left in bf16."""
 _PUBLISHED = "core/data/published_runs.csv"
 _H200_EAGER = 0.946
 """Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
-(reference/FACTS.md): the share of a compiled step's compute rate an eager step reaches."""
+(the maintainers' reference notes, outside the repository): the share of a compiled step's compute rate an eager step reaches."""
 _LENT_EAGER = ("the H200's measured eager/compiled share (0.946), lent: no same-machine compile pair recorded for this "
                "family (eager rows fit its compute efficiency; a compiled prediction leans on this ratio)")
 
@@ -81,7 +81,7 @@ GPU_CONSTANTS: dict[str, GpuConstants] = {
         fp8_compute_efficiency=_H200_FP8, fp8_status="measured",
         fp8_source="bench/speed.py on one H200: fp8 1.16x bf16 at 8 x 4096, 0.70x at 2 x 2048 (docs/BENCHMARKS.md)",
         eager_speed=_H200_EAGER, eager_status="measured",
-        eager_source="eager vs compiled on 2 x H200, 4 x 4096, the same machine (reference/FACTS.md)", band=0.17),
+        eager_source="eager vs compiled on 2 x H200, 4 x 4096, the same machine (the maintainers' reference notes)", band=0.17),
     "H100": GpuConstants(
         compute_efficiency=0.552, compute_status="published",
         compute_source="fitted to published FSDP runs on H100 SXM (AWS's torchtitan sample on 4 x p5.48xlarge, "

@@ -2,7 +2,7 @@
 
 AWS's Ray Train Deep Learning Container. Its tags move: AWS re-publishes `train-ml-cuda-v1.1` (and the floating
 `train-ml-cuda`, `-v1`, `-v1.1.0`) with patched builds, so a node that pulls later may run other bits than the one
-that pulled first (../shared/reference/FACTS.md). Only a digest is immutable: `dlcImage` takes
+that pulled first (the maintainers' reference notes, outside the repository). Only a digest is immutable: `dlcImage` takes
 `<repository>:<tag>@sha256:<digest>` (the tag then only documents; containerd pulls by digest), and docs/changes.md says
 how to read the digest of the tag you tested and how to move it. No digest of this release is recorded here (none was
 read from the registry on this machine): DLC_IMAGE.digest is None until one is, and synth says the image floats.
@@ -50,7 +50,7 @@ class DlcImage:
 DLC_IMAGE = DlcImage(
     repository="public.ecr.aws/deep-learning-containers/ray", tag="train-ml-cuda-v1.1",
     same_release_tags=("train-ml-cuda-v1.1.0",), digest=None,
-    # FACTS.md, "The target stack": the release of 2026-09-01
+    # the release of 2026-09-01 (its versions as the image reports them; the maintainers' reference notes)
     ray_version="2.58.0", torch_version="2.13.0", cuda_version="13.0.2", nccl_version="2.29.7",
 )
 """The image of the project's default settings (dlcImage)."""

@@ -72,10 +72,10 @@ LAUNCH_FLOOR_S = 0.155
 """Shortest fwd+bwd measured (0.140 s at 2x2048, 0.169 s at 1x2048, averaged): small batches are launch-bound."""
 EAGER_SPEED = gpu_constants.GPU_CONSTANTS["H200"].eager_speed  # 0.946
 """Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
-(reference/FACTS.md). Each family has its own (core.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
+(the maintainers' reference notes, outside the repository). Each family has its own (core.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
 pairs where published; the H100's is torchtitan's 1.16x)."""
 UNCHUNKED_LOSS_SPEED = 0.785
-"""Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, reference/FACTS.md) vs 47,747 (calibration)."""
+"""Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, docs/BENCHMARKS.md) vs 47,747 (calibration)."""
 LOSS_CHUNK_REFERENCE = 1024
 """The lossChunkSize every compute constant above was measured with: other chunk sizes add or save LOSS_CHUNK_S."""
 LOSS_CHUNK_TRAFFIC = 3.33
@@ -88,7 +88,7 @@ FORWARD_SHARE = 1 / 3
 OPTIMIZER_BYTES_PER_PARAM = 57.0
 """Clip + fused AdamW + zero_grad per local parameter at data-sheet bandwidth: 0.0183 s for 1.544e9 on one H200."""
 INTRA_NODE_SHARE = gpu_constants.LINK_SHARES["NVLink"][0]  # 0.72
-"""All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (reference/FACTS.md); PCIe: a lead."""
+"""All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (docs/BENCHMARKS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
 """p4d's share of the line rate over EFA at 1 GiB (each family's own, and its fall with message size: core.network)."""

@@ -4,9 +4,6 @@ Each is documented where it is defined (props with their `@default`s, wiring att
 with a line each.
 """
 
-if __name__ != "ray_efa.infra":  # one name per module (ray_efa/__init__.py): never also `infra`
-    raise ImportError(f"{__name__}: this folder is the package ray_efa.infra; import it as ray_efa.infra")
-
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.app import build_stacks
 from ray_efa.infra.chart_crds import HelmChartCrds

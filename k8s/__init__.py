@@ -9,9 +9,6 @@ The chart builders load cdk8s (jsii) on first use, so `import k8s.names` stays c
 
 from __future__ import annotations
 
-if __name__ != "ray_efa.k8s":  # one name per module (ray_efa/__init__.py): never also `k8s`
-    raise ImportError(f"{__name__}: this folder is the package ray_efa.k8s; import it as ray_efa.k8s")
-
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, visible to type checkers and editors

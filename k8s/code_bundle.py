@@ -271,7 +271,7 @@ def _package_dir(package: str) -> Path:
         spec = None
     if spec is None or not spec.submodule_search_locations or spec.origin is None:
         raise ManifestError(f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)")
-    # the folder of its __init__.py: in a checkout ray_efa's path also holds the repository root (ray_efa/__init__.py)
+    # the folder of its __init__.py (in a checkout ray_efa/core, the link: paths below it are the import names)
     return Path(spec.origin).parent
 
 

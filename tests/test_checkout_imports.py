@@ -1,11 +1,14 @@
-"""A checkout imports as itself, with no install and no links: ray_efa/__init__.py makes the top-level folders its
-subpackages, a module added to a folder imports at once, and each folder refuses a second name (`import core`), so no
-module loads twice. Real interpreters in a copy of the checkout, run from its root as a user runs a command there.
+"""One map of folder to subpackage: ray_efa/ holds a relative link to each top-level package folder (ray_efa/core ->
+../core), and Python, the editable install, the wheel (tests/test_wheel.py), pyright and import-linter
+(tests/test_layers.py) all follow it (docs/development.md, "Layout"). Real interpreters in a copy of the checkout:
+from its root as a user runs a command there, and from another folder through a real editable install.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,72 +16,102 @@ from pathlib import Path
 
 import pytest
 
+from tests.venvs import fresh_venv, run
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "infra", "k8s", "training", "ops", "cli")
+PACKAGES = tuple(sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()))
+"""The subpackages: ray_efa/'s links."""
+
+
+def test_ray_efa_holds_its_own_files_and_one_relative_link_per_package_folder():
+    entries = {path.name: path for path in (ROOT / "ray_efa").iterdir() if path.name != "__pycache__"}
+    assert set(entries) == {"__init__.py", "py.typed", *PACKAGES}
+    assert set(PACKAGES) == {"core", "infra", "k8s", "training", "ops", "cli"}
+    for name in PACKAGES:
+        # a relative link (a clone anywhere keeps it) to the top-level folder of its name, which is a real folder
+        assert os.readlink(entries[name]) == f"../{name}", name
+        assert (ROOT / name / "__init__.py").is_file() and not (ROOT / name).is_symlink(), name
 
 
 @pytest.fixture
 def checkout(tmp_path) -> Path:
-    """ray_efa/ and the package folders of this checkout, copied (so that a test can add a module)."""
+    """ray_efa/ (its links as links) and the package folders of this checkout, copied (so that a test can add a
+    module), with the repository's other importable names beside them: tests/, tools/ and app.py."""
     copy = tmp_path / "checkout"
     for name in ("ray_efa", *PACKAGES):
-        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / name, copy / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("tests", "tools", "docs"):
+        (copy / folder).mkdir()
+        (copy / folder / "__init__.py").write_text("")
+    (copy / "app.py").write_text("raise SystemExit('app.py ran: the CDK app is no module of ray_efa')\n")
+    shutil.copy(ROOT / "pyproject.toml", copy)
     return copy
 
 
-def _python(cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
-    # `-c` puts the working directory first on sys.path: the copy's ray_efa, never an installed one
+def _python(cwd: Path, code: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    # `-c` puts the working directory first on sys.path: from the copy's root, the copy's ray_efa
     env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_the_folders_are_ray_efas_subpackages_and_a_new_module_imports_at_once(checkout):
-    # GIVEN a module added to core/ after the checkout (no install redone)
+def test_a_checkout_imports_the_six_packages_and_nothing_else_of_the_repository(checkout):
+    # GIVEN a module added to core/ after the checkout (nothing installed or redone)
     (checkout / "core" / "added_here.py").write_text("ANSWER = 42\n")
-    # WHEN the checkout's ray_efa imports it and a module that already was there
-    result = _python(checkout, "import json, ray_efa.core.added_here as a, ray_efa.training.transport as t; "
-                               "print(json.dumps([a.ANSWER, a.__file__, t.__file__]))")
-    assert result.returncode == 0, result.stderr[-3000:]
-    answer, added, transport = json.loads(result.stdout)
-    # THEN both load from the checkout's own folders
-    assert answer == 42 and Path(added) == checkout / "core" / "added_here.py"
-    assert Path(transport) == checkout / "training" / "transport.py"
-
-
-@pytest.mark.parametrize("package", PACKAGES)
-def test_a_folder_refuses_its_top_level_name(checkout, package):
-    # WHEN a module is imported by its folder's bare name from the repository root
-    result = _python(checkout, f"import {package}")
-    # THEN the import fails, naming the one name it has, before any of its modules loaded
-    assert result.returncode == 1
-    assert f"ImportError: {package}: this folder is the package ray_efa.{package}; import it as ray_efa.{package}" in (
-        result.stderr)
-
-
-def test_a_module_loads_once_under_one_name(checkout):
-    # the checkout's modules by file: a file loaded under two names would count twice
-    code = ("import sys, ray_efa.core.catalog, ray_efa.k8s.names\n"
-            "try:\n    import core.catalog\nexcept ImportError:\n    pass\n"
-            "files = [f for m in list(sys.modules.values()) if (f := getattr(m, '__file__', None))\n"
-            f"         and f.startswith({str(checkout)!r})]\n"
-            "print(len(files) - len(set(files)), 'core' in sys.modules, 'core.catalog' in sys.modules, len(files))")
+    # WHEN the checkout's ray_efa imports it, a module that already was there, and the repository's other folders
+    code = ("import importlib, json, ray_efa.core.added_here as a, ray_efa.training.transport as t\n"
+            "def found(name):\n"
+            "    try:\n        importlib.import_module(name)\n        return True\n"
+            "    except ModuleNotFoundError:\n        return False\n"
+            "print(json.dumps([a.ANSWER, a.__file__, t.__file__,\n"
+            "                  {n: found('ray_efa.' + n) for n in ('tests', 'tools', 'docs', 'app', 'ray_efa')}]))")
     result = _python(checkout, code)
     assert result.returncode == 0, result.stderr[-3000:]
-    duplicates, core, core_catalog, loaded = result.stdout.split()
-    assert duplicates == "0" and core == "False" and core_catalog == "False" and int(loaded) > 5
+    answer, added, transport, others = json.loads(result.stdout)
+    # THEN both load through ray_efa/'s links, the new one at once
+    assert answer == 42 and Path(added) == checkout / "ray_efa" / "core" / "added_here.py"
+    assert Path(transport) == checkout / "ray_efa" / "training" / "transport.py"
+    # and ray_efa holds nothing else: no tests, tools, docs, CDK app or ray_efa.ray_efa
+    assert others == dict.fromkeys(("tests", "tools", "docs", "app", "ray_efa"), False)
 
 
-def test_an_installed_layout_is_left_as_it_is(tmp_path, checkout):
-    # GIVEN the wheel's layout (ray_efa/core/... beside ray_efa/__init__.py), beside another package named core
-    installed = tmp_path / "site"
-    (installed / "ray_efa").mkdir(parents=True)
-    shutil.copy(checkout / "ray_efa" / "__init__.py", installed / "ray_efa")
-    for package in PACKAGES:
-        shutil.copytree(checkout / package, installed / "ray_efa" / package)
-    shutil.copytree(checkout / "core", installed / "core")
-    # WHEN it is imported THEN its own subpackages load, and ray_efa's path is its folder alone
-    result = _python(installed, "import json, ray_efa, ray_efa.core.catalog as c; "
-                                "print(json.dumps([ray_efa.__path__, c.__file__]))")
-    assert result.returncode == 0, result.stderr[-3000:]
-    path, catalog = json.loads(result.stdout)
-    assert path == [str(installed / "ray_efa")] and Path(catalog) == installed / "ray_efa" / "core" / "catalog.py"
+def test_no_module_imports_a_package_folder_by_its_bare_name():
+    # `import core` from the repository root would load core/ a second time (core.catalog beside
+    # ray_efa.core.catalog, two copies of every class): every import names ray_efa. examples/platform is an app of its
+    # own, whose `core` and `infra` are its own packages.
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    bare = []
+    for name in listed:
+        if name.startswith("examples/platform/") or not (ROOT / name).is_file():
+            continue
+        for node in ast.walk(ast.parse((ROOT / name).read_text(encoding="utf-8"), name)):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            bare += [f"{name}:{node.lineno}: {module}" for module in modules if module.split(".")[0] in PACKAGES]
+    assert not bare, bare
+
+
+@pytest.mark.wheel
+def test_the_editable_install_gives_the_same_files_from_any_folder(tmp_path, checkout):
+    # GIVEN the checkout installed editable (`make install`'s command) into a fresh venv that has setuptools
+    python, _ = fresh_venv(tmp_path / "venv", ["setuptools>=77"], pip=True)
+    install = run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
+                   str(checkout)], cwd=tmp_path)
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    # and a module added after the install
+    (checkout / "training" / "added_later.py").write_text("ANSWER = 42\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # (ray_efa.infra's file by its spec: importing it needs aws_cdk, which this venv leaves out)
+    code = ("import importlib.util, json, ray_efa.training.added_later as a\n"
+            "print(json.dumps([importlib.util.find_spec('ray_efa.infra').origin, a.__file__,\n"
+            "                  [importlib.util.find_spec(n) is not None for n in ('core', 'tests', 'app', 'tools')]]))")
+    # WHEN ray_efa.infra is looked up from the checkout's root, from a folder of it and from a folder outside it
+    results = [_python(folder, code, str(python)) for folder in (checkout, checkout / "tests", elsewhere)]
+    # THEN each loads the same files (the new module without a reinstall), and the install makes no other name of the
+    # repository importable (from the root, Python's own first entry, the working folder, holds them all)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    seen = [json.loads(r.stdout) for r in results]
+    infra = str(checkout / "ray_efa" / "infra" / "__init__.py")
+    assert [s[:2] for s in seen] == [[infra, str(checkout / "ray_efa" / "training" / "added_later.py")]] * 3
+    assert seen[1][2] == seen[2][2] == [False, False, False, False]

@@ -1,8 +1,7 @@
 """The layers are contracts a tool checks (pyproject [tool.importlinter], `make lint`): the code keeps them, every
 subpackage sits in one, and an import against them breaks the check, naming the module and the line.
 
-Real: import-linter on this checkout (tools/lint_imports.py, as `make lint` runs it), and on a copy with one import
-added.
+Real: import-linter on this checkout (`lint-imports`, as `make lint` runs it), and on a copy with one import added.
 """
 
 from __future__ import annotations
@@ -18,20 +17,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 CONTRACTS = {contract["id"]: contract for contract in PYPROJECT["tool"]["importlinter"]["contracts"]}
-PACKAGES = ("core", "infra", "k8s", "training", "ops", "cli")
+PACKAGES = tuple(sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()))
+"""The subpackages: ray_efa/'s links to the top-level folders (docs/development.md, "Layout")."""
+LINT_IMPORTS = ("import sys; from importlinter.cli import lint_imports_command; "
+                "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(root / "tools" / "lint_imports.py")], cwd=root, capture_output=True,
-                          text=True, timeout=120)
+    """`lint-imports --no-cache --no-logo` as `make lint` runs it, from `root` (import-linter puts it first on sys.path,
+    so its ray_efa/ is what the contracts read)."""
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--no-logo"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
 
 
 def _copy(tmp_path: Path) -> Path:
-    """pyproject.toml, tools/lint_imports.py and the package's sources, as they are in this checkout."""
+    """pyproject.toml and the package's sources (ray_efa/ with its links), as they are in this checkout."""
     copy = tmp_path / "checkout"
-    (copy / "tools").mkdir(parents=True)
+    copy.mkdir()
     shutil.copy(ROOT / "pyproject.toml", copy)
-    shutil.copy(ROOT / "tools" / "lint_imports.py", copy / "tools")
     for name in ("ray_efa", *PACKAGES):
         shutil.copytree(ROOT / name, copy / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
@@ -49,7 +52,7 @@ def test_the_code_keeps_its_layer_contracts():
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in result.stdout
-    # and it read the whole package, not an empty ray_efa/ (in a checkout the subpackages are the top-level folders)
+    # and it read the whole package through ray_efa/'s links, not an empty ray_efa/
     analyzed = int(result.stdout.split("Analyzed ")[1].split()[0])
     assert analyzed >= sum(len(list((ROOT / p).glob("*.py"))) for p in PACKAGES)
 
@@ -61,6 +64,11 @@ def test_the_code_keeps_its_layer_contracts():
     ("core/catalog.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
     ("training/history.py", "import aws_cdk\n", "ray_efa.training.history -> aws_cdk"),
     ("core/perf.py", "def _probe():\n    import torch\n", "ray_efa.core.perf -> torch"),
+    # the base install (no `train` extra): infra/, k8s/ and ops/ reach no training dependency, directly or through
+    # training/
+    ("infra/network.py", "def _probe():\n    import numpy\n", "ray_efa.infra.network -> numpy"),
+    ("k8s/dist.py", "import transformers\n", "ray_efa.k8s.dist -> transformers"),
+    ("ops/plan.py", "def _probe():\n    from ray_efa.training import model\n", "ray_efa.ops.plan -> ray_efa.training.model"),
 ])
 def test_an_import_against_the_layers_breaks_the_check(tmp_path, module, added, broken):
     # GIVEN a copy of the checkout with one import against a contract

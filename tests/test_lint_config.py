@@ -1,4 +1,4 @@
-"""The lint configuration keeps covering the code: every package folder is in pyright's include (each by one path),
+"""The lint configuration keeps covering the code: every package is in pyright's include (each by one path),
 and the tools are pinned. pyright itself runs once, in `make lint` (CI), not here: this checks what it is told to read.
 """
 
@@ -15,35 +15,31 @@ PYRIGHT = PYPROJECT["tool"]["pyright"]
 
 
 def _package_folders() -> set[str]:
-    """The top-level folders the wheel maps into ray_efa (ray_efa.core -> core/)."""
-    return set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
+    """The top-level folders that are ray_efa's subpackages: ray_efa/'s links (ray_efa/core -> ../core)."""
+    return {path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()}
 
 
-def test_every_subpackage_is_a_top_level_folder_that_refuses_a_second_name():
-    # GIVEN the packages the wheel holds THEN each subpackage of ray_efa is mapped onto a top-level folder of its name
-    packages = PYPROJECT["tool"]["setuptools"]["packages"]
-    mapped = PYPROJECT["tool"]["setuptools"]["package-dir"]
-    assert mapped == {name: name.split(".")[1] for name in packages if name.count(".") == 1}
-    for folder in _package_folders():
-        init = ROOT / folder / "__init__.py"
-        assert init.is_file() and not init.is_symlink(), folder
-        # whose __init__ refuses to load under any name but ray_efa.<folder> (no module twice: core.x and ray_efa.core.x)
-        assert f'if __name__ != "ray_efa.{folder}":' in init.read_text(), folder
-    # and ray_efa/ in the repository holds no links (a Windows checkout has none): only its own files
-    assert sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.name != "__pycache__") == [
-        "__init__.py", "py.typed"]
+def test_the_wheel_finds_the_packages_through_ray_efas_links():
+    # setuptools finds ray_efa and its subpackages where Python does (through the links): no second map of folder to
+    # package in pyproject (tests/test_checkout_imports.py checks the links, tests/test_wheel.py what the wheel holds)
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert setuptools == {"packages": {"find": {"include": ["ray_efa", "ray_efa.*"]}},
+                          "package-data": setuptools["package-data"]}
 
 
-def test_pyright_includes_every_package_folder_once():
+def test_pyright_includes_every_package_once_by_its_import_path():
     include = set(PYRIGHT["include"])
-    # THEN each package folder is checked under its top-level path, ray_efa/__init__.py beside them
-    assert _package_folders() | {"ray_efa/__init__.py"} <= include
-    # and never also through ray_efa/: pyright would report each file twice, once per path
-    assert not {entry for entry in include if entry.rstrip("/") == "ray_efa" or entry.startswith("ray_efa/")} - {
-        "ray_efa/__init__.py"}
-    # and no exclude takes a package folder (or a file in one) back out
+    # THEN each package is checked through its link, ray_efa/<name> (pyright walks into a link named in include, and
+    # reads its files under the names Python imports them by), ray_efa/__init__.py beside them
+    assert {f"ray_efa/{name}" for name in _package_folders()} | {"ray_efa/__init__.py"} <= include
+    # and never also by its top-level folder: the same file would be a second module (core.settings beside
+    # ray_efa.core.settings), and a class that comes back to its own module a second type; nor ray_efa/ as a whole,
+    # which pyright reads without the links
+    assert not {entry.split("/")[0] for entry in include} & _package_folders()
+    assert "ray_efa" not in {entry.rstrip("/") for entry in include}
+    # and no exclude takes a package (or a file in one) back out
     for pattern in PYRIGHT.get("exclude", []):
-        assert pattern.split("/")[0] not in _package_folders(), pattern
+        assert pattern.split("/")[0] not in _package_folders() | {"ray_efa"}, pattern
 
 
 def test_pyright_checks_at_least_standard_mode_with_the_project_venv():

@@ -55,3 +55,13 @@ def test_an_edit_whose_old_text_moved_is_an_error_naming_it(tmp_path):
     with pytest.raises(mutations.MutationError, match=r"stale: the old text is in core/x.py 0 times"):
         mutations.apply(stale, tmp_path)
     assert (tmp_path / "core" / "x.py").read_text(encoding="utf-8") == "a = 1\n"
+
+
+def test_the_copy_keeps_ray_efas_links_so_its_own_folders_import(tmp_path):
+    # ray_efa/core -> ../core in the copy too: an edit of the copy's core/ is what its tests import, never this
+    # checkout's (a link copied as a folder, or left out, would test the unmutated code)
+    files = [name for name in mutations._tree_files(ROOT) if name.startswith(("ray_efa/", "core/"))]
+    assert "ray_efa/core" in files
+    mutations._copy_tree(ROOT, files, tmp_path)
+    assert (tmp_path / "ray_efa" / "core").is_symlink()
+    assert (tmp_path / "ray_efa" / "core" / "catalog.py").resolve() == (tmp_path / "core" / "catalog.py").resolve()

@@ -26,8 +26,9 @@ import pytest
 from tests.venvs import fresh_venv, run
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "ray_efa", "core", "infra", "k8s", "training", "ops", "cli")
-GENERIC_NAMES = ("core", "infra", "k8s", "training", "ops", "cli")
+GENERIC_NAMES = tuple(sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()))
+"""The package folders (ray_efa/'s links: ray_efa/core -> ../core)."""
+SOURCES = ("pyproject.toml", "README.md", "ray_efa", *GENERIC_NAMES)
 TRAIN_EXTRA = ("torch", "ray", "transformers")
 
 pytestmark = [pytest.mark.wheel, pytest.mark.xdist_group("wheel")]
@@ -88,7 +89,8 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     for name in SOURCES:  # a copy, so that the build's own build/ and .egg-info never land in the repository
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            # the links as links, as a clone holds them
+            shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             source.mkdir(exist_ok=True)
             (source / name).write_bytes(path.read_bytes())

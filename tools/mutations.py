@@ -17,6 +17,7 @@ survives, 2 on an error. docs/testing.md says what it runs, how long it takes an
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -153,14 +154,17 @@ def _tree_files(root: Path) -> list[str]:
     """The working tree's files git tracks or would track (not ignored), as they are now."""
     listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             check=True, capture_output=True).stdout.decode()
-    return sorted({name for name in listed.split("\0") if name and (root / name).is_file()})
+    return sorted({name for name in listed.split("\0") if name and ((root / name).is_file() or (root / name).is_symlink())})
 
 
 def _copy_tree(root: Path, files: list[str], into: Path) -> None:
     for name in files:
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / name, target)
+        if (root / name).is_symlink():  # ray_efa/core -> ../core: the copy's ray_efa is the copy's folders
+            target.symlink_to(os.readlink(root / name))
+        else:
+            shutil.copy2(root / name, target)
     for link in (".venv", "node_modules"):  # the installed trees, shared (the copy's own code is what imports)
         if (root / link).exists():
             (into / link).symlink_to((root / link).resolve())

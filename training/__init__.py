@@ -14,6 +14,3 @@ imported here, so that `import training.local` stays cheap for the CLI.
     checkpoint.py   torch.distributed.checkpoint into Ray Train checkpoints
     local.py        the --local preset
 """
-
-if __name__ != "ray_efa.training":  # one name per module (ray_efa/__init__.py): never also `training`
-    raise ImportError(f"{__name__}: this folder is the package ray_efa.training; import it as ray_efa.training")

@@ -140,9 +140,9 @@ def default_run_name(settings: Settings, *, local: bool) -> str:
 
 
 def _import_root(package_init: str | None = None) -> str:
-    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (whose
-    ray_efa/__init__.py makes the top-level folders its subpackages), or site-packages in an install (not
-    site-packages/ray_efa, where `import ray_efa` would fail)."""
+    """The folder that holds the ray_efa package (`package_init` is its __init__.py): the checkout (whose ray_efa/
+    links the top-level folders), or site-packages in an install (not site-packages/ray_efa, where `import ray_efa`
+    would fail)."""
     return str(Path(package_init or str(ray_efa.__file__)).parent.parent.resolve())
 
 

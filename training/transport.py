@@ -10,8 +10,8 @@ into a verdict:
     sys.exit(verdict.exit_code)                                    # 0 pass, 1 contradicted, 3 proves nothing
 
 The reader is streaming: it keeps a few counters and small sets per process (host:pid), never the lines, so its
-memory does not grow with the log. It understands NCCL 2.4 to 2.29 (see the reference FACTS, "How NCCL says which
-transport it used"), the aws-ofi-nccl names "AWS Libfabric" and "Libfabric", InfiniBand (IB, IBext_vN), and lines
+memory does not grow with the log. It understands NCCL 2.4 to 2.29 (docs/transport-gate.md: the lines it reads,
+per version), the aws-ofi-nccl names "AWS Libfabric" and "Libfabric", InfiniBand (IB, IBext_vN), and lines
 wrapped by Ray ("(RayTrainWorker pid=N, ip=X)", colours, "[repeated Nx across cluster]"), mpirun ("[1,N]<stdout>:"),
 CloudWatch and kubelet timestamps, and JSON log records ({"log": ...}).
 

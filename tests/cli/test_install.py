@@ -30,9 +30,13 @@ def test_the_long_install_steps_show_progress():
     assert any(c.startswith("echo") and "several GB" in c for c in commands)
 
 
-def test_the_editable_install_is_a_path_entry_static_tools_follow():
-    # setuptools' default editable mode puts ray_efa on sys.path through an import-hook finder, which pyright and
-    # Pylance never run: from a folder beside the checkout `import ray_efa` would not resolve for them. Strict mode
-    # writes a .pth path entry to a tree of links instead, which they read.
+def test_the_editable_install_is_redone_only_for_what_it_depends_on():
+    # setuptools' default editable mode: `ray_efa` maps to the checkout's ray_efa/ folder, whose links are the
+    # subpackages, so a module added to a folder imports at once (tests/test_checkout_imports.py) and only the metadata
+    # (pyproject.toml) or the venv itself makes `make lint` and `make test-fast` reinstall; a folder's mtime does not.
     (editable,) = [c for c in _recipe("install") if "pip install" in c and " -e ." in c]
-    assert "--config-settings editable_mode=strict" in editable, editable
+    assert "editable_mode" not in editable, editable
+    database = subprocess.run(["make", "-p", "-n", "-B", ".venv/.editable"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60).stdout.splitlines()
+    (rule,) = [line for line in database if line.startswith(".venv/.editable:")]
+    assert rule.split(":", 1)[1].split() == [".venv/.installed", "pyproject.toml"]

@@ -8,7 +8,8 @@ import pytest
 
 from ray_efa.core import catalog, network
 
-# instance -> (GPUs, EFA interfaces, GPUDirect RDMA)   from FACTS.md's table
+# instance -> (GPUs, EFA interfaces, GPUDirect RDMA), as AWS states them (`aws ec2 describe-instance-types`: GpuInfo,
+# NetworkInfo.EfaInfo.MaximumEfaInterfaces) and the maintainers' reference table outside the repository collects them
 FACTS_TABLE = {
     "g5.48xlarge": (8, 1, False),
     "g6.12xlarge": (4, 1, False),

@@ -3,10 +3,11 @@ region the settings hold no AZ table for) with its own VPC, every construct impo
 `cluster=ray.cluster`, and `RayTrainingJob` given `gpu_nodes` but no `after`. It synthesizes, its RayJob waits for
 the GPU node group, and the pinned pyright with the project's .venv reports 0 errors on it.
 
-The app sees `ray_efa` through a path entry holding only `ray_efa` (a link to this checkout's), which is what
-`make install`'s strict editable install gives the venv (a .pth path entry to a tree of links): made here, so that
-the test checks this checkout whatever the venv's own install points at, and no top-level `infra` or `core` of the
-repository is importable from the app.
+The app sees `ray_efa` through a path entry holding only `ray_efa` (a link to this checkout's), as `make install`'s
+editable install gives the venv `ray_efa` alone (setuptools' finder maps that one name to the checkout's ray_efa/): a
+path entry rather than the finder, so that pyright reads it too, and made here, so that the test checks this checkout
+whatever the venv's own install points at, and no top-level `infra` or `core` of the repository is importable from
+the app.
 """
 
 from __future__ import annotations

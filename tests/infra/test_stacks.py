@@ -327,7 +327,8 @@ def test_outputs_name_cluster_kubeconfig_az_and_cost(synthesized):
 
 
 def test_default_stack_costs_about_nine_and_a_half_dollars_an_hour(default_synth):
-    # FACTS.md: the AWS reference deployment (2 x g6.12xlarge + control plane + NAT + system node) ~ USD 9.50/h
+    # the AWS reference deployment (2 x g6.12xlarge + control plane + NAT + system node) ~ USD 9.50/h at the On-Demand
+    # prices of core/data/on_demand_prices.csv
     assert float(default_synth.gpu.to_json()["Outputs"]["EstimatedUsdPerHour"]["Value"]) == pytest.approx(9.5, abs=0.2)
 
 

@@ -16,7 +16,7 @@ def _instance(synth) -> str:
 
 
 def _row(synth) -> catalog.GpuInstanceType:
-    # The catalog's row, not a copy of it: tests/core/test_catalog.py holds the rows to FACTS.md and AWS's pages.
+    # The catalog's row, not a copy of it: tests/core/test_catalog.py holds the rows to AWS's instance facts.
     return catalog.gpu_instance(_instance(synth))
 
 
