@@ -61,9 +61,22 @@ def gpu_for_device_name(device_name: str) -> Gpu | None:
 RECORDED_LINKS: dict[float, GpuLink] = {family.gpu_link.gb_s: family.gpu_link for family in FAMILIES}
 """A described link of a recorded link's bandwidth is that link (its name says its kind to core.gpu_constants)."""
 
+
+
+def _plugin_listed_since(row: GpuInstanceType) -> int:
+    """How late the EFA device plugin's chart came to list `row`: the index of the oldest recorded version that lists
+    it (oldest first), or the number of versions for a type none lists (one without EFA)."""
+    versions = sorted((key for key in CHART_GPU_ALLOWLISTS if key.startswith(f"{EFA_PLUGIN_CHART} ")),
+                      key=lambda key: tuple(int(part) for part in key.rsplit(" v", 1)[1].split(".")))
+    return next((i for i, key in enumerate(versions) if key in row.allowlisted_by), len(versions))
+
+
 # fmt: off
-BUILT_IN_GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for family in FAMILIES for row in family.rows()}
-"""Every size of every built-in family, before any add_gpu_instance."""
+BUILT_IN_GPU_INSTANCES: dict[str, GpuInstanceType] = {row.name: row for row in sorted(
+    (row for family in FAMILIES for row in family.rows()), key=_plugin_listed_since)}
+"""Every size of every built-in family, before any add_gpu_instance: the types the EFA device plugin has listed
+longest first, then those it came to list later, then those without EFA; within each, the families' order and each
+family's sizes in its record's order (the order of every listing: the docs' instance table, `plan --recommend`)."""
 GPU_INSTANCES: dict[str, GpuInstanceType] = dict(BUILT_IN_GPU_INSTANCES)
 """The GPU rows this process knows: the built-in ones, and those add_gpu_instance added."""
 
