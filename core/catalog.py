@@ -10,7 +10,8 @@ instancetypes/ac.html: memory, vCPUs, GPUs and their memory, network bandwidth, 
 user guide (GPUDirect RDMA: "Supported instance types", RDMA read/write), NVIDIA data sheets (dense bf16 tensor
 throughput; dense fp8: 242.5 L4, 733 L40S, 1,979 H100/H200, 4,500 B200, none on A10G and A100), the AWS on-demand
 price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list the same prices for these types;
-prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the row here.
+prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the record
+(core/gpu_families.py; docs/development.md, "Adding a GPU type").
 
 Which types: every EFA-capable x86_64 NVIDIA GPU type of that page whose GPU trains in bf16 and that the EKS AL2023
 NVIDIA AMI runs (AL2023_X86_64_NVIDIA), with the facts above recorded. Not built in, and why: g4dn (T4: no bf16
