@@ -42,7 +42,8 @@ def _gpus() -> dict[str, Gpu]:
     for family in FAMILIES:
         first = next((other for other in FAMILIES if other.gpu.name == family.gpu.name), family)
         if (first.gpu, first.constants) != (family.gpu, family.constants):
-            raise CatalogError(f"families {first.name} and {family.name} describe the GPU {family.gpu.name} differently")
+            raise CatalogError(
+                f"families {first.name} and {family.name} describe the GPU {family.gpu.name} differently")
         gpus.setdefault(family.gpu.name, family.gpu)
     return gpus
 
@@ -54,7 +55,8 @@ GPUS: dict[str, Gpu] = _gpus()
 def gpu_for_device_name(device_name: str) -> Gpu | None:
     """The catalog GPU whose name appears in a torch device name (e.g. "NVIDIA H200"), or None."""
     # Longest match first so "A100-SXM4-80GB" never resolves to a shorter, wrong pattern.
-    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names if pattern in device_name]
+    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names
+                  if pattern in device_name]
     return max(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
@@ -105,7 +107,8 @@ def _allowlists(chart: str) -> dict[str, frozenset[str]]:
     """Each recorded version of `chart` -> the instance types its allowlist holds: the rows that say so, and the
     types without a row."""
     return {
-        key.split(" ", 1)[1]: beyond | {row.name for row in BUILT_IN_GPU_INSTANCES.values() if key in row.allowlisted_by}
+        key.split(" ", 1)[1]: beyond | {
+            row.name for row in BUILT_IN_GPU_INSTANCES.values() if key in row.allowlisted_by}
         for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if key.split(" ", 1)[0] == chart
     }
 

@@ -251,8 +251,8 @@ class GpuFamily:
             raise CatalogError(f"family {self.name}: every size is named {self.name}.<size>, and there is one at least "
                                f"(got {', '.join(wrong) or 'none'})")
         if self.efa_share is not None and not self.gpudirect_rdma:
-            raise CatalogError(f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every family "
-                               "is host-staged (core.network.HOST_STAGED_GB_S)")
+            raise CatalogError(f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every "
+                               "family is host-staged (core.network.HOST_STAGED_GB_S)")
 
     def rows(self) -> tuple[GpuInstanceType, ...]:
         """The catalog row of each size, built as every GPU row is (build_gpu_row)."""

@@ -5,8 +5,8 @@ its fp8 efficiency were fitted on one H200 (bench/calibrate.py, docs/BENCHMARKS.
 they predicted 53% MFU for a 72 W L4, and lent NVLink's achieved share to PCIe. Here each family has its own, and
 `ray-efa plan` says which are measured here, which are fitted to published runs (core/data/published_runs.csv,
 core.evidence) and which are assumed. Each GPU's constants are part of its family's record (core.gpu_families,
-catalog_types.GpuConstants): GPU_CONSTANTS is derived from them. `ray-efa calibrate` on a finished run replaces the compute
-efficiency with the run's own (core.calibrate), which is how an assumed constant becomes a measured one.
+catalog_types.GpuConstants): GPU_CONSTANTS is derived from them. `ray-efa calibrate` on a finished run replaces the
+compute efficiency with the run's own (core.calibrate), which is how an assumed constant becomes a measured one.
 """
 
 from __future__ import annotations

@@ -120,8 +120,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         )),
     GpuFamily(
         name="p4d", gpu_link=NVLINK3, gpudirect_rdma=True,
-        gpu=Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"),
-                memory_bandwidth_gb_s=1555.0),
+        gpu=Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0,
+                device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
         constants=GpuConstants(
             compute_efficiency=0.692, compute_status="published",
             compute_source=f"fitted to llm-foundry's A100-40GB FSDP tables, 8-128 GPUs ({_PUBLISHED})",
@@ -134,8 +134,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         )),
     GpuFamily(
         name="p4de", gpu_link=NVLINK3, gpudirect_rdma=True,
-        gpu=Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"),
-                memory_bandwidth_gb_s=2039.0),
+        gpu=Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0,
+                device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
         constants=GpuConstants(
             compute_efficiency=0.70, compute_status="published",
             compute_source="fitted to llm-foundry's A100-80GB FSDP tables and torchtitan's 64 x A100 runs "
@@ -149,8 +149,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
     # an EFA node of one GPU (ac.html); its price as a public snapshot of the us-east-1 list quotes it.
     GpuFamily(
         name="p5", gpu_link=NVLINK4, gpudirect_rdma=True, efa_only_secondary=True,
-        gpu=Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0,
-                peak_fp8_tflops=1979.0),
+        gpu=Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",),
+                memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
         constants=GpuConstants(
             compute_efficiency=0.552, compute_status="published",
             compute_source="fitted to published FSDP runs on H100 SXM (AWS's torchtitan sample on 4 x p5.48xlarge, "
@@ -175,7 +175,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
                  capacity_blocks=True),
         )),
     GpuFamily(
-        name="p5e", gpu=_H200, constants=_H200_CONSTANTS, gpu_link=NVLINK4, gpudirect_rdma=True, efa_only_secondary=True,
+        name="p5e", gpu=_H200, constants=_H200_CONSTANTS, gpu_link=NVLINK4, gpudirect_rdma=True,
+        efa_only_secondary=True,
         efa_share=EfaShare(0.6, "published", "as p5 (the same 32 x 100 Gbit/s EFA and NVSwitch)"),
         sizes=(
             # No On-Demand price in any region (core/data/on_demand_prices.csv: no-price or not-offered); its figure is
@@ -185,7 +186,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
                  capacity_blocks=True),
         )),
     GpuFamily(
-        name="p5en", gpu=_H200, constants=_H200_CONSTANTS, gpu_link=NVLINK4, gpudirect_rdma=True, efa_only_secondary=True,
+        name="p5en", gpu=_H200, constants=_H200_CONSTANTS, gpu_link=NVLINK4, gpudirect_rdma=True,
+        efa_only_secondary=True,
         efa_share=EfaShare(0.6, "assumed", "as p5: 16 x 200 Gbit/s EFA, the same aggregate line; no p5en nccl-tests "
                                            "recorded here"),
         sizes=(
@@ -199,8 +201,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         # NVIDIA HGX B200 data sheet: BF16 tensor 36 PFLOPS with sparsity for 8 GPUs = 2.25 PFLOPS dense each. Memory
         # and bandwidth as CUDA reports them on p6-b200 (178.35 GiB; 7,680-bit bus at 3,996 MHz: 7.67 TB/s,
         # pytorch/ao#4002); AWS lists 179 GiB per GPU. FP8 tensor: 72 PFLOPS with sparsity for 8 = 4.5 dense each.
-        gpu=Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0,
-                peak_fp8_tflops=4500.0),
+        gpu=Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",),
+                memory_bandwidth_gb_s=7672.0, peak_fp8_tflops=4500.0),
         constants=GpuConstants(
             compute_efficiency=0.30, compute_status="assumed",
             compute_source="a prior: no FSDP run on B200 recorded here with its configuration; issue 38's independent "

@@ -39,7 +39,7 @@ gpu_families.FAMILIES = (*gpu_families.FAMILIES, FAKE)
 """
 
 PROBE = FAKE_FAMILY + """
-import contextlib, io, json, tempfile
+import contextlib, io, json, sys
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
 from ray_efa.core import addons, catalog, gpu_constants, network, prices
@@ -75,7 +75,7 @@ with contextlib.redirect_stdout(stdout):
 plan = json.loads(stdout.getvalue())
 out["plan"] = [plan["settings"]["gpuInstanceType"]["value"],
                plan["performance"]["efa"]["constants"]["compute_efficiency"]["value"]]
-app = cdk.App(outdir=tempfile.mkdtemp(), context=feature_flags())
+app = cdk.App(outdir=sys.argv[1], context=feature_flags())
 stacks = build_stacks(app, Settings.from_context({"gpuInstanceType": "g7e.48xlarge"}))
 app.synth()
 (template,) = Template.from_stack(stacks.gpu).find_resources("AWS::EC2::LaunchTemplate").values()
@@ -86,9 +86,10 @@ print("PROBE " + json.dumps(out))
 
 
 @pytest.mark.spawn
-def test_a_family_added_as_one_record_reaches_every_derived_place():
+def test_a_family_added_as_one_record_reaches_every_derived_place(tmp_path):
     # GIVEN a throwaway family (8 x a 95 GiB GPU, 4 EFA cards, g7e.48xlarge), added to FAMILIES and nowhere else
-    result = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "cdk.out")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     out = json.loads(line.removeprefix("PROBE "))

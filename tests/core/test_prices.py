@@ -26,7 +26,8 @@ def test_each_recorded_region_records_every_built_in_gpu_type():
     table_regions = prices.RECORDED_REGIONS - prices.CATALOG_REGIONS
     assert "ap-southeast-2" in table_regions
     for region in table_regions:
-        assert {name for r, name in prices.ON_DEMAND_TABLE if r == region} >= set(catalog.BUILT_IN_GPU_INSTANCES), region
+        recorded = {name for r, name in prices.ON_DEMAND_TABLE if r == region}
+        assert recorded >= set(catalog.BUILT_IN_GPU_INSTANCES), region
 
 
 def test_every_gpu_type_record_has_price_rows_and_every_price_row_a_record():
