@@ -10,7 +10,8 @@ instancetypes/ac.html: memory, vCPUs, GPUs and their memory, network bandwidth, 
 user guide (GPUDirect RDMA: "Supported instance types", RDMA read/write), NVIDIA data sheets (dense bf16 tensor
 throughput; dense fp8: 242.5 L4, 733 L40S, 1,979 H100/H200, 4,500 B200, none on A10G and A100), the AWS on-demand
 price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list the same prices for these types;
-prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the row here.
+prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the record
+(core/gpu_families.py; docs/development.md, "Adding a GPU type").
 
 Which types: every EFA-capable x86_64 NVIDIA GPU type of that page whose GPU trains in bf16 and that the EKS AL2023
 NVIDIA AMI runs (AL2023_X86_64_NVIDIA), with the facts above recorded. Not built in, and why: g4dn (T4: no bf16
@@ -31,36 +32,41 @@ from typing import TypedDict, TypeVar
 
 from ray_efa.core import network, node_pods
 
-# The types and the rows live in their own modules (core.catalog_types, core.catalog_rows); this one derives from
-# them and re-exports every name, so callers import from core.catalog alone.
+# The types, the family records and the rows derived from them live in their own modules (core.catalog_types,
+# core.gpu_families, core.catalog_rows); this one derives from them and re-exports every name, so callers import from
+# core.catalog alone.
 from ray_efa.core.catalog_rows import (
-    _BUILT_IN,
+    BUILT_IN_GPU_INSTANCES,
     CAPACITY_BLOCK_INSTANCES,
+    CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW,
     EFA_DEVICE_PLUGIN_ALLOWLISTS,
     EFA_DRA_DRIVER_ALLOWLISTS,
     EFA_ONLY_FAMILIES,
     EKS_CONTROL_PLANE_USD_PER_HOUR,
     GPU_INSTANCES,
     GPU_LINKS,
+    GPUS,
     NAT_GATEWAY_USD_PER_HOUR,
+    RECORDED_LINKS,
     SYSTEM_INSTANCES,
+    gpu_for_device_name,
 )
 from ray_efa.core.catalog_types import (
-    _RECORDED_LINKS,
-    CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW,
+    CHART_GPU_ALLOWLISTS,
     DEFAULT_GPU_LINK,
     EFA_DRA_CHART,
     EFA_PLUGIN_CHART,
-    GPUS,
     CatalogError,
     Gpu,
+    GpuFamily,
     GpuInstanceType,
     GpuLink,
+    InstanceSize,
     InstanceType,
-    _gpu_type,
-    gpu_for_device_name,
+    build_gpu_row,
     gpu_link,
 )
+from ray_efa.core.gpu_families import FAMILIES
 
 __all__ = [
     "CatalogError",
@@ -71,14 +77,19 @@ __all__ = [
     "gpu_link",
     "InstanceType",
     "GpuInstanceType",
+    "GpuFamily",
+    "InstanceSize",
+    "FAMILIES",
     "GPUS",
     "GPU_INSTANCES",
+    "BUILT_IN_GPU_INSTANCES",
     "SYSTEM_INSTANCES",
     "EFA_DEVICE_PLUGIN_ALLOWLISTS",
     "EFA_DRA_DRIVER_ALLOWLISTS",
     "EFA_PLUGIN_CHART",
     "EFA_DRA_CHART",
     "CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW",
+    "CHART_GPU_ALLOWLISTS",
     "EKS_CONTROL_PLANE_USD_PER_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
     "gpu_instance",
@@ -420,7 +431,7 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
                             f"{', '.join(GPUS)}): {DESCRIPTION_KEYS[key][2]}")
     checks = [
         (_INSTANCE_NAME.match(name) is not None, f"name must be an EC2 instance type like p6-b300.48xlarge, got {name!r}"),
-        (not new_name or (name not in _BUILT_IN and name not in SYSTEM_INSTANCES),
+        (not new_name or (name not in BUILT_IN_GPU_INSTANCES and name not in SYSTEM_INSTANCES),
          f"name {name} is in the catalog already: choose it by gpuInstanceType alone"),
         (int(description["efaInterfaces"]) >= 1,  # type: ignore[call-overload]
          f"efaInterfaces must be >= 1: {name} needs EFA for the GPU nodes' all-reduce (a GPU type without EFA is "
@@ -440,10 +451,10 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
-    gpu_link = None if link is None else _RECORDED_LINKS.get(
+    gpu_link = None if link is None else RECORDED_LINKS.get(
         float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))  # type: ignore[arg-type]
-    # Only what the description states; _gpu_type gives the rest the defaults every row gets.
-    row = _gpu_type(
+    # Only what the description states; build_gpu_row gives the rest the defaults every row gets.
+    row = build_gpu_row(
         name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
         usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
@@ -464,17 +475,17 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
 def usable_gpu_instance(instance: InstanceType) -> GpuInstanceType:
     """`instance` when the job can use it: a built-in EFA row, or a row of your own passing describe_gpu_instance's
     checks (EFA, GPUs, room for the worker pod). Raises CatalogError otherwise."""
-    if _BUILT_IN.get(instance.name) == instance:
+    if BUILT_IN_GPU_INSTANCES.get(instance.name) == instance:
         return gpu_instance(instance.name)
     if instance.gpu is None:
         raise CatalogError(f"{instance.name} has no GPU")
-    if instance.name in _BUILT_IN:
+    if instance.name in BUILT_IN_GPU_INSTANCES:
         raise CatalogError(f"{instance.name} is in the catalog with other facts: pass its name, or a type of your own")
     _describe_row(instance)
     if isinstance(instance, GpuInstanceType):
         return instance
     # An InstanceType with a GPU: the same facts as a GpuInstanceType, with the defaults of any row (its link).
-    return _gpu_type(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
+    return build_gpu_row(**{field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)})
 
 
 def add_gpu_instance(instance: InstanceType | Mapping[str, object]) -> GpuInstanceType:

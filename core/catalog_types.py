@@ -1,28 +1,39 @@
-"""The catalog's types (core.catalog): a GPU model, the GPUs' link inside a node, an instance type and a GPU instance
-type, the EFA chart allowlists recorded beyond the rows, and the one constructor every GPU row goes through.
+"""The catalog's types (core.catalog): a GPU model and its step-model constants, the GPUs' link inside a node, an
+instance type and a GPU instance type, a GPU instance family (the one record a GPU type is added by: core.gpu_families),
+the GPU types each recorded EFA chart version lists, and the one constructor every GPU row goes through.
 
-core.catalog_rows holds the built-in rows made of these; core.catalog the lookups and derivations, and re-exports
-both. Nothing here imports aws_cdk, cdk8s or torch (the training job imports it inside the container).
+core.gpu_families holds the built-in families made of these; core.catalog_rows the rows and views derived from them;
+core.catalog the lookups and derivations, and re-exports all three. Nothing here imports aws_cdk, cdk8s or torch (the
+training job imports it inside the container).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "CatalogError",
     "Gpu",
+    "GpuConstants",
+    "STATUSES",
+    "H200_EAGER_SPEED",
     "GpuLink",
+    "PCIE4",
+    "NVLINK3",
+    "NVLINK4",
+    "NVLINK5",
     "DEFAULT_GPU_LINK",
     "gpu_link",
     "InstanceType",
     "GpuInstanceType",
-    "GPUS",
+    "EfaShare",
+    "InstanceSize",
+    "GpuFamily",
     "EFA_PLUGIN_CHART",
     "EFA_DRA_CHART",
-    "CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW",
-    "gpu_for_device_name",
+    "CHART_GPU_ALLOWLISTS",
+    "build_gpu_row",
 ]
 
 
@@ -53,22 +64,55 @@ class Gpu:
         return self.peak_fp8_tflops > 0
 
 
-GPUS: dict[str, Gpu] = {
-    g.name: g
-    for g in (
-        Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0),
-        Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0, peak_fp8_tflops=242.5),
-        Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0, peak_fp8_tflops=733.0),
-        Gpu(name="A100-40GB", memory_gib=39.39, peak_bf16_tflops=312.0, device_names=("A100-SXM4-40GB", "A100-PCIE-40GB"), memory_bandwidth_gb_s=1555.0),
-        Gpu(name="A100-80GB", memory_gib=79.15, peak_bf16_tflops=312.0, device_names=("A100-SXM4-80GB", "A100 80GB"), memory_bandwidth_gb_s=2039.0),
-        Gpu(name="H100", memory_gib=79.65, peak_bf16_tflops=989.0, device_names=("H100",), memory_bandwidth_gb_s=3350.0, peak_fp8_tflops=1979.0),
-        Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0, peak_fp8_tflops=1979.0),
-        # NVIDIA HGX B200 data sheet: BF16 tensor 36 PFLOPS with sparsity for 8 GPUs = 2.25 PFLOPS dense each. Memory
-        # and bandwidth as CUDA reports them on p6-b200 (178.35 GiB; 7,680-bit bus at 3,996 MHz: 7.67 TB/s,
-        # pytorch/ao#4002); AWS lists 179 GiB per GPU. FP8 tensor: 72 PFLOPS with sparsity for 8 = 4.5 dense each.
-        Gpu(name="B200", memory_gib=178.35, peak_bf16_tflops=2250.0, device_names=("B200",), memory_bandwidth_gb_s=7672.0, peak_fp8_tflops=4500.0),
-    )
-}
+STATUSES = ("measured", "published", "assumed")
+"""How a constant is known: measured here (or by `ray-efa calibrate`), fitted to published runs (core/data/
+published_runs.csv, core.evidence), or assumed (a prior; decisions that depend on it stay on the safe side)."""
+
+H200_EAGER_SPEED = 0.946
+"""Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
+(the maintainers' reference notes, outside the repository): the share of a compiled step's compute rate an eager
+step reaches (the H200's record states it measured; a family without a same-machine pair of its own is lent it)."""
+_LENT_EAGER = ("the H200's measured eager/compiled share (0.946), lent: no same-machine compile pair recorded for this "
+               "family (eager rows fit its compute efficiency; a compiled prediction leans on this ratio)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuConstants:
+    """The step model's constants of one GPU model (core.perf), each with its status and source (core.gpu_constants
+    reads them from the families' records)."""
+
+    compute_efficiency: float
+    """Share of the bf16 peak in fwd+bwd of compiled layers."""
+    compute_status: str
+    """measured, published or assumed (STATUSES)."""
+    compute_source: str
+    fp8_compute_efficiency: float
+    """Share of the fp8 peak the converted fp8 linears reach (0 where the GPU has no fp8)."""
+    fp8_status: str
+    fp8_source: str
+    eager_speed: float = H200_EAGER_SPEED
+    """Share of the compiled compute rate an eager step reaches: fitted per family to same-machine pairs (eager and
+    compiled, all else equal) in core/data/published_runs.csv, so power and clock differences cancel."""
+    eager_status: str = "assumed"
+    eager_source: str = _LENT_EAGER
+    band: float | None = None
+    """+- share that 90% of the family's runs stayed within when their source was left out of the fit
+    (core.evidence.leave_one_source_out, tools/fit_constants.py): the observed spread; None where no other source has
+    the family (plan --recommend then uses its status's range)."""
+
+    @property
+    def measured(self) -> bool:
+        """The compute efficiency was measured on this GPU (not published elsewhere, not assumed)."""
+        return self.compute_status == "measured"
+
+    @property
+    def fp8_evidenced(self) -> bool:
+        """The fp8 efficiency rests on a measurement or a published run: what precision auto needs to pick fp8."""
+        return self.fp8_status in ("measured", "published")
+
+    @property
+    def source(self) -> str:
+        return self.compute_source
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,13 +124,11 @@ class GpuLink:
     """Data-sheet bandwidth per GPU per direction, GB/s."""
 
 
-_PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
-_NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
-_NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
-_NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
-_RECORDED_LINKS = {link.gb_s: link for link in (_PCIE4, _NVLINK3, _NVLINK4, _NVLINK5)}
-"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.gpu_constants)."""
-DEFAULT_GPU_LINK: GpuLink = _PCIE4
+PCIE4 = GpuLink(name="PCIe Gen4 x16", gb_s=32.0)  # A10G, L4 and L40S data sheets: "PCIe Gen4 x16: 64 GB/s" both ways
+NVLINK3 = GpuLink(name="NVLink 3 (NVSwitch)", gb_s=300.0)  # A100 SXM4 data sheet: 600 GB/s both ways
+NVLINK4 = GpuLink(name="NVLink 4 (NVSwitch)", gb_s=450.0)  # H100/H200 SXM data sheets: 900 GB/s both ways
+NVLINK5 = GpuLink(name="NVLink 5 (NVSwitch)", gb_s=900.0)  # HGX B200 data sheet: 1.8 TB/s per GPU both ways
+DEFAULT_GPU_LINK: GpuLink = PCIE4
 """The link of a GPU row that states none (a described type without gpuLinkGbS): PCIe, the slowest recorded."""
 
 
@@ -95,13 +137,6 @@ def gpu_link(instance: InstanceType) -> GpuLink:
     if instance.gpu_link is None:
         raise CatalogError(f"no intra-node GPU link recorded for {instance.name}")
     return instance.gpu_link
-
-
-def gpu_for_device_name(device_name: str) -> Gpu | None:
-    """The catalog GPU whose name appears in a torch device name (e.g. "NVIDIA H200"), or None."""
-    # Longest match first so "A100-SXM4-80GB" never resolves to a shorter, wrong pattern.
-    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names if pattern in device_name]
-    return max(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,7 +166,7 @@ class InstanceType:
     """Whether Capacity Blocks for ML offer this type (EC2 User Guide, supported instance types)."""
     allowlisted_by: frozenset[str] = frozenset()
     """The recorded chart versions whose instance allowlist (values key supportedInstanceLabels.values) holds this
-    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; see CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)."""
+    type, as "chart version" (e.g. "aws-efa-k8s-device-plugin v0.5.30"; derived from CHART_GPU_ALLOWLISTS)."""
     described: bool = False
     """True for a type a user described (extraGpuInstanceTypes or add_gpu_instance), not a built-in row."""
 
@@ -160,41 +195,111 @@ class GpuInstanceType(InstanceType):
     gpu_link: GpuLink = DEFAULT_GPU_LINK  # pyright: ignore[reportIncompatibleVariableOverride]
 
 
+class EfaShare(NamedTuple):
+    """What NCCL's all-reduce reaches over EFA between GPUDirect RDMA nodes of a family (core.network)."""
+
+    share: float
+    """Share of the aggregate EFA line rate at >= 1 GiB per collective."""
+    status: str
+    """measured, published or assumed (STATUSES)."""
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InstanceSize:
+    """One size of a GPU instance family: the facts that differ between its sizes."""
+
+    name: str
+    """The EC2 instance type, the family's name before the dot (p5.48xlarge)."""
+    gpus: int
+    vcpus: int
+    memory_gib: int
+    efa_interfaces: int
+    """One per network card with EFA; 0: no EFA (the type is known so that choosing it fails with a helpful message)."""
+    network_gbps: int
+    usd_per_hour: float
+    """On-Demand Linux in us-east-2 (core.prices: other regions are core/data/on_demand_prices.csv's rows)."""
+    capacity_blocks: bool = False
+    """Whether Capacity Blocks for ML offer this size (EC2 User Guide, supported instance types)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuFamily:
+    """One GPU instance family, the one record of its types (core.gpu_families): its GPU model and that GPU's
+    step-model constants, the GPUs' link inside a node, the EFA facts every size shares, NCCL's share of the EFA
+    line, and its sizes. Every row, view and table keyed by instance type, family or GPU name derives from these
+    (core.catalog_rows, core.gpu_constants, core.network); prices stay data (core/data/on_demand_prices.csv)."""
+
+    name: str
+    """The family as EC2 names it: the instance type's part before the dot (p5, p6-b200)."""
+    gpu: Gpu
+    constants: GpuConstants
+    """The step model's constants of this family's GPU (the same for every family of that GPU)."""
+    gpu_link: GpuLink
+    gpudirect_rdma: bool
+    """Whether EFA can read and write GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1)."""
+    efa_only_secondary: bool = False
+    """Whether network cards after the first get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
+    efa_share: EfaShare | None = None
+    """NCCL's share of the EFA line with GPUDirect RDMA; None: core.network's default (p5's published share), or no
+    GPUDirect RDMA (host-staged: core.network.HOST_STAGED_GB_S)."""
+    sizes: tuple[InstanceSize, ...]
+
+    def __post_init__(self) -> None:
+        wrong = [size.name for size in self.sizes if size.name.split(".")[0] != self.name]
+        if wrong or not self.sizes:
+            raise CatalogError(f"family {self.name}: every size is named {self.name}.<size>, and there is one at least "
+                               f"(got {', '.join(wrong) or 'none'})")
+        if self.efa_share is not None and not self.gpudirect_rdma:
+            raise CatalogError(f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every "
+                               "family is host-staged (core.network.HOST_STAGED_GB_S)")
+
+    def rows(self) -> tuple[GpuInstanceType, ...]:
+        """The catalog row of each size, built as every GPU row is (build_gpu_row)."""
+        return tuple(
+            build_gpu_row(name=size.name, gpu=self.gpu, gpus=size.gpus, vcpus=size.vcpus, memory_gib=size.memory_gib,
+                          efa_interfaces=size.efa_interfaces, gpudirect_rdma=self.gpudirect_rdma,
+                          network_gbps=size.network_gbps, usd_per_hour=size.usd_per_hour, gpu_link=self.gpu_link,
+                          efa_only_secondary=self.efa_only_secondary, capacity_blocks=size.capacity_blocks)
+            for size in self.sizes)
+
+
 # The chart allowlists this project has read (values key supportedInstanceLabels.values): each chart schedules its
 # DaemonSet only on listed types and fails silently (DESIRED 0) on others. Source: ../shared/helm-values/PROVENANCE.md
 # (aws/eks-charts stable/aws-efa-k8s-device-plugin; stable/aws-dranet 1.0.0 values.yaml).
 EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
 EFA_DRA_CHART: str = "aws-dranet"
 
-CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW: dict[str, frozenset[str]] = {
-    # Every GPU type of v0.5.30's allowlist (PROVENANCE.md lists all 303 entries) that has no row here, so that a
-    # described type is checked against what the chart really lists. v0.5.28 and v0.5.29 list only rows' types.
-    f"{EFA_PLUGIN_CHART} v0.5.30": frozenset({
-        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7.8xlarge", "g7.12xlarge", "g7.24xlarge",
-        "g7.48xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge",
-        "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
-    }),
-    f"{EFA_PLUGIN_CHART} v0.5.29": frozenset(),
-    f"{EFA_PLUGIN_CHART} v0.5.28": frozenset(),
-    f"{EFA_DRA_CHART} 1.0.0": frozenset({
-        "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge",
-        "g7e.48xlarge", "gr6.8xlarge", "p3dn.24xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge", "p6e-gb300.36xlarge",
-    }),
+_LISTED_SINCE_V0_5_28 = frozenset({
+    "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge", "p4d.24xlarge",
+    "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+})
+_LISTED_SINCE_V0_5_30 = _LISTED_SINCE_V0_5_28 | frozenset({
+    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g5.8xlarge", "g5.16xlarge", "g5.24xlarge",
+    "g6.8xlarge", "g6.16xlarge", "g6.24xlarge", "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g7.8xlarge",
+    "g7.12xlarge", "g7.24xlarge", "g7.48xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge",
+    "gr6.8xlarge", "p3dn.24xlarge", "p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge",
+    "p6e-gb300.36xlarge",
+})
+CHART_GPU_ALLOWLISTS: dict[str, frozenset[str]] = {
+    # v0.5.30's allowlist has 303 entries (PROVENANCE.md lists them all); these are its GPU types, built in or not,
+    # so that a row or a described type is checked against what the chart really lists.
+    f"{EFA_PLUGIN_CHART} v0.5.30": _LISTED_SINCE_V0_5_30,
+    f"{EFA_PLUGIN_CHART} v0.5.29": _LISTED_SINCE_V0_5_28,
+    f"{EFA_PLUGIN_CHART} v0.5.28": _LISTED_SINCE_V0_5_28,
+    f"{EFA_DRA_CHART} 1.0.0": _LISTED_SINCE_V0_5_30 - {"g7.8xlarge", "g7.12xlarge", "g7.24xlarge", "g7.48xlarge"},
 }
-"""The GPU types each recorded chart version lists beyond the rows below ("chart version": names); its keys are every
-chart version recorded. A row says itself which of them list it (InstanceType.allowlisted_by)."""
-
-_EVERY = frozenset(CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW)
-_SINCE_V0_5_30 = frozenset({f"{EFA_PLUGIN_CHART} v0.5.30", f"{EFA_DRA_CHART} 1.0.0"})
-_NONE: frozenset[str] = frozenset()
+"""The GPU types each recorded chart version lists ("chart version": names), facts of the chart: a row is listed by
+the versions whose list holds its name (InstanceType.allowlisted_by), so a new row needs no edit here. Its keys are
+every chart version recorded."""
 
 
-def _gpu_type(**facts: Any) -> GpuInstanceType:
+def build_gpu_row(**facts: Any) -> GpuInstanceType:
     """Every GPU row, built in or described, is made here, so a fact a row does not state gets the same default:
     the dataclass's (DEFAULT_GPU_LINK, no efa-only, no Capacity Blocks), and the chart versions whose recorded
     allowlist names it."""
     given = {key: value for key, value in facts.items() if value is not None}
     if not given.get("allowlisted_by"):
         given["allowlisted_by"] = frozenset(
-            chart for chart, names in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if given["name"] in names)
+            chart for chart, names in CHART_GPU_ALLOWLISTS.items() if given["name"] in names)
     return GpuInstanceType(**given)

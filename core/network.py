@@ -10,7 +10,8 @@
   EFA reaches less than at the 1 GiB of the preflight's probe.
 - Every collective call also pays a latency (COLLECTIVE_LATENCY_S) that grows with the ranks it crosses.
 
-Pure data and arithmetic, no imports above it: training/ (in the container) reads it through core.catalog.
+Arithmetic over the families' records (core.gpu_families), nothing above them: training/ (in the container) reads it
+through core.catalog.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Protocol
+
+from ray_efa.core.gpu_families import FAMILIES
 
 
 class _GpuLink(Protocol):
@@ -56,18 +59,9 @@ HOST_STAGED_SOURCE = ("aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s
                       "staged through host memory")
 
 EFA_SHARE: dict[str, tuple[float, str, str]] = {
-    "p4d": (0.8, "published", "NVIDIA/nccl#527: 2 x p4d.24xlarge (4 x 100 Gbit/s = 50 GB/s) reach all-reduce busbw "
-                              "57.2 GB/s at 1 GiB, so 0.8 of line is no overstatement"),
-    "p4de": (0.8, "published", "as p4d (the same 4 x 100 Gbit/s EFA and NVSwitch): NVIDIA/nccl#527"),
-    "p5": (0.6, "published", "published nccl-tests on 2 x p5.48xlarge: about 0.6 of the 3,200 Gbit/s line at >= 1 GiB "
-                             "and 0.4 at 128 MiB (issue 38's reading); aws/aws-k8s-tester#503 expects 124-125 GB/s "
-                             "all-reduce busbw on 2 x p5.48xlarge in its EKS test, 0.31 of line: a floor, not a target"),
-    "p5e": (0.6, "published", "as p5 (the same 32 x 100 Gbit/s EFA and NVSwitch)"),
-    "p5en": (0.6, "assumed", "as p5: 16 x 200 Gbit/s EFA, the same aggregate line; no p5en nccl-tests recorded here"),
-    "p6-b200": (0.6, "assumed", "as p5: 8 x 400 Gbit/s EFA, the same aggregate line; no p6-b200 nccl-tests recorded "
-                                "here"),
-}
-"""(share of the aggregate EFA line rate at >= 1 GiB, status, source) of each family with GPUDirect RDMA."""
+    family.name: family.efa_share for family in FAMILIES if family.efa_share is not None}
+"""(share of the aggregate EFA line rate at >= 1 GiB, status, source) of each family with GPUDirect RDMA that records
+one (its record in core.gpu_families: GpuFamily.efa_share)."""
 _DEFAULT_SHARE = (0.6, "assumed", "a family without its own nccl-tests here: p5's published 0.6")
 
 MESSAGE_SIZE_SHARE: tuple[tuple[int, float], ...] = ((16 * MiB, 0.25), (128 * MiB, 0.4 / 0.6), (GiB, 1.0))

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -36,7 +37,7 @@ from ray_efa.core import catalog
 
 __all__ = ["ON_DEMAND_RECORDED", "ON_DEMAND_SOURCE", "CATALOG_REGIONS", "RECORDED_REGIONS", "CAPACITY_BLOCKS",
            "STATUSES", "RecordedPrice", "ON_DEMAND_TABLE", "Price", "on_demand", "capacity_block", "SPOT_NOTE",
-           "offering", "offered_regions", "offering_problem", "buyable"]
+           "offering", "offered_regions", "offering_problem", "buyable", "price_record_problems"]
 
 ON_DEMAND_RECORDED = "2026-10/11"
 ON_DEMAND_SOURCE = ("AWS Price List API, On-Demand Linux, us-east-2 (core.catalog's rows; us-east-1 lists the same "
@@ -95,6 +96,21 @@ CAPACITY_BLOCKS: dict[tuple[str, str], float] = {
     ("p5e.48xlarge", "us-east-2"): 43.26,
 }
 """(instance type, region) -> USD per instance hour of a Capacity Block (reservation fee; Linux adds nothing)."""
+
+def price_record_problems(types: Iterable[str] | None = None) -> list[str]:
+    """Each built-in GPU type (core.gpu_families' records: `types`, the catalog's by default) without a row in
+    core/data/on_demand_prices.csv, and each row or recorded Capacity Block of a type without a record: the prices
+    are data beside the records, and neither may name what the other lacks."""
+    known = set(catalog.BUILT_IN_GPU_INSTANCES if types is None else types)
+    priced = {name for _, name in ON_DEMAND_TABLE}
+    problems = [f"{name}: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"
+                for name in sorted(known - priced)]
+    problems += [f"{name}: core/data/on_demand_prices.csv prices a type without a record in core.gpu_families"
+                 for name in sorted(priced - known)]
+    problems += [f"{name}: core.prices.CAPACITY_BLOCKS prices a type without a record in core.gpu_families"
+                 for name in sorted({name for name, _ in CAPACITY_BLOCKS} - known)]
+    return problems
+
 
 SPOT_NOTE = ("Spot: not recorded (prices move every few minutes per zone: aws ec2 describe-spot-price-history); the "
              "job checkpoints, so it can run on Spot")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog, memory
+from ray_efa.core import catalog, memory, prices
 from ray_efa.core.memory import COMPILED_ACTIVATIONS, FRAGMENTATION, OVERHEAD_FIXED_GIB, estimate_for
 from ray_efa.core.settings import SettingsError
 from ray_efa.core.strategy import AUTO_MEMORY_SHARE, check_fits, estimate, resolve
@@ -138,12 +138,31 @@ def test_check_fits_returns_the_plan_when_it_fits():
     assert check_fits(settings) == estimate(settings)
 
 
+SMALLEST_BIGGER_GPU_THAT_FITS = "gpuInstanceType=<the smallest bigger GPU that fits>"
+"""A mention the test derives from the catalog (smallest_bigger_gpu_that_fits), so that a new GPU row needs no edit."""
+
+
+def smallest_bigger_gpu_that_fits(settings) -> str:
+    """`gpuInstanceType=<name>` of the GPU type a refusal should name: of the EFA types that can be launched (the EFA
+    plugin's chart lists it, the region offers it) whose GPU has more memory in a node of as many GPUs or more, the
+    one of least GPU memory (then price) whose plan fits."""
+    current = settings.nodes.gpu_instance
+    bigger = sorted((row for row in catalog.GPU_INSTANCES.values()
+                     if row.efa_capable and row.gpu.memory_gib > current.gpu.memory_gib and row.gpus >= current.gpus
+                     and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
+                     and prices.offering_problem(row.name, settings.cluster.region) is None),
+                    key=lambda row: (row.gpu.memory_gib, row.usd_per_hour))
+    fits = [row.name for row in bigger if estimate(settings.replace(gpuInstanceType=row.name)).fits]
+    assert fits, "no bigger GPU fits: the case needs another shape"
+    return f"gpuInstanceType={fits[0]}"
+
+
 @pytest.mark.parametrize(
     ("context", "key", "mentions"),
     [
         # 44 GiB on a 22.5 GiB L4: activation checkpointing alone fits, and so does the next bigger GPU
         ({"microBatch": 2, "seqLen": 4096}, "activationCheckpointing",
-         ("activationCheckpointing=true", "gpuInstanceType=g6e.12xlarge", "22.5 GiB")),
+         ("activationCheckpointing=true", SMALLEST_BIGGER_GPU_THAT_FITS, "22.5 GiB")),
         # nothing single fits (not even the largest GPU, p6-b200's B200): the combination of every lever is offered
         ({"microBatch": 32, "seqLen": 4096}, "microBatch",
          ("no single change fits", "lossChunkSize=1024", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
@@ -151,13 +170,15 @@ def test_check_fits_returns_the_plan_when_it_fits():
         ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
         # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest
         # that fits alone
-        ({"microBatch": 1, "seqLen": 16384}, "seqLen", ("seqLen=2048, its default", "gpuInstanceType=p5e.48xlarge")),
+        ({"microBatch": 1, "seqLen": 16384}, "seqLen", ("seqLen=2048, its default", SMALLEST_BIGGER_GPU_THAT_FITS)),
     ],
 )
 def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions):
     # GIVEN settings whose plan is larger than the GPU (the eager, unchunked step these cases were written for)
     settings = fixed_settings({"compile": False, "lossChunkSize": 0, **context})
     assert not estimate(settings).fits
+    mentions = tuple(smallest_bigger_gpu_that_fits(settings) if text is SMALLEST_BIGGER_GPU_THAT_FITS else text
+                     for text in mentions)
     # WHEN they are checked
     with pytest.raises(SettingsError) as raised:
         check_fits(settings)

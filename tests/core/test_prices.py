@@ -26,7 +26,18 @@ def test_each_recorded_region_records_every_built_in_gpu_type():
     table_regions = prices.RECORDED_REGIONS - prices.CATALOG_REGIONS
     assert "ap-southeast-2" in table_regions
     for region in table_regions:
-        assert {name for r, name in prices.ON_DEMAND_TABLE if r == region} >= set(catalog._BUILT_IN), region
+        recorded = {name for r, name in prices.ON_DEMAND_TABLE if r == region}
+        assert recorded >= set(catalog.BUILT_IN_GPU_INSTANCES), region
+
+
+def test_every_gpu_type_record_has_price_rows_and_every_price_row_a_record():
+    # the records (core.gpu_families) and the prices (core/data/on_demand_prices.csv, CAPACITY_BLOCKS) agree
+    assert prices.price_record_problems() == []
+    # a record without a price row is named, and so is a price row without a record
+    problems = prices.price_record_problems([*catalog.BUILT_IN_GPU_INSTANCES, "x9.48xlarge"][1:])
+    dropped = next(iter(catalog.BUILT_IN_GPU_INSTANCES))
+    assert problems[0].startswith("x9.48xlarge: a GPU type without a row in core/data/on_demand_prices.csv"), problems
+    assert f"{dropped}: core/data/on_demand_prices.csv prices a type without a record" in problems[1], problems
 
 
 def test_no_recorded_region_is_cheaper_than_us_east_2():
