@@ -90,11 +90,13 @@ test-durations: install controlplane
 	$(PY) -m pytest -n 2 --dist loadgroup --record-durations tests/durations.json
 
 ## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter], by
-## tools/lint_imports.py) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download).
-## 0 findings, 0 broken contracts and 0 pyright errors or warnings; CI runs it before `make test`.
+## tools/lint_imports.py), no function over 80 lines (tools/function_length.py) and pyright (pyproject [tool.pyright];
+## the pinned one in node_modules, never a download). 0 findings, 0 broken contracts, 0 long functions and 0 pyright
+## errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.editable node_modules/.installed
 	$(PY) -m ruff check .
 	$(PY) tools/lint_imports.py
+	$(PY) tools/function_length.py
 	npx --no-install pyright --warnings
 
 ## The reference as a site (mkdocs.yml, docs/): built strictly, so a broken link or anchor fails. Into site/.
