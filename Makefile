@@ -89,12 +89,14 @@ test-durations: install controlplane
 
 ## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter]; --no-cache:
 ## it writes nothing), the module boundaries (tools/module_boundaries.py: no private name across modules, no import
-## cycle in a package folder) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download).
-## 0 findings, 0 broken contracts and 0 pyright errors or warnings; CI runs it before `make test`.
+## cycle in a package folder), no function over 80 lines (tools/function_length.py) and pyright (pyproject
+## [tool.pyright]; the pinned one in node_modules, never a download). 0 findings, 0 broken contracts, 0 long functions
+## and 0 pyright errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.editable node_modules/.installed
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) tools/module_boundaries.py
+	$(PY) tools/function_length.py
 	npx --no-install pyright --warnings
 
 ## The reference as a site (mkdocs.yml, docs/): built strictly, so a broken link or anchor fails. Into site/.

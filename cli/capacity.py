@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ray_efa.cli._common import (
     EXIT_UNREACHABLE,
@@ -16,6 +17,11 @@ from ray_efa.cli._common import (
     resolve_or_exit,
     unreachable_message,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ray_efa.ops.capacity import CapacityReport, CapacityRequest
 
 EXIT_INTERRUPTED = 130
 
@@ -49,9 +55,17 @@ def _fail(args: argparse.Namespace, message: str, problems: list[dict] | None = 
 
 
 def run(args: argparse.Namespace) -> int:
+    parsed = _parse(args)
+    if isinstance(parsed, int):
+        return parsed
+    request, catalog_vcpus = parsed
+    return _check(args, request, catalog_vcpus)
+
+
+def _parse(args: argparse.Namespace) -> tuple[CapacityRequest, int] | int:
+    """The parse step: the request (region, type, count, the settings' reservation) and the catalog's vCPUs of the
+    type; else EXIT_USAGE, naming each bad argument."""
     from ray_efa.core import catalog, regions
-    from ray_efa.core.context import parse_overrides, resolve_settings
-    from ray_efa.core.settings import SettingsError
 
     settings = resolve_or_exit(args).settings
     region = args.region or settings.cluster.region
@@ -77,19 +91,26 @@ def run(args: argparse.Namespace) -> int:
     if problems or instance is None:  # no instance means a problem was recorded for it
         return _fail(args, "invalid arguments", problems, EXIT_USAGE)
 
+    from ray_efa.ops.capacity import CapacityRequest
+
+    # The reservation of the settings, checked where the nodes would launch (the settings' GPU AZ and type).
+    reservation = settings.nodes.capacity_reservation_id
+    return CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe,
+                           reservation_id=reservation if region == settings.cluster.region else None,
+                           reservation_zone=settings.gpu_availability_zone if reservation else None,
+                           capacity_block=settings.nodes.capacity_reservation_type == "capacity-block"), instance.vcpus
+
+
+def _check(args: argparse.Namespace, request: CapacityRequest, catalog_vcpus: int) -> int:
+    """The act step: ask AWS (and probe, with --probe), store the recommended AZ (--write-context), print."""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
     from rich.console import Console
 
-    from ray_efa.ops.capacity import CancelFailed, CapacityRequest, check_capacity, render_capacity
+    from ray_efa.ops.capacity import CancelFailed, check_capacity, render_capacity
 
-    # The reservation of the settings, checked where the nodes would launch (the settings' GPU AZ and type).
-    reservation = settings.nodes.capacity_reservation_id
-    request = CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe,
-                              reservation_id=reservation if region == settings.cluster.region else None,
-                              reservation_zone=settings.gpu_availability_zone if reservation else None,
-                              capacity_block=settings.nodes.capacity_reservation_type == "capacity-block")
+    region, instance_type, count = request.region, request.instance_type, request.count
     session = boto3.Session(region_name=region)
     progress = Console(stderr=True)
     bounded = Config(connect_timeout=args.request_timeout, read_timeout=args.request_timeout)
@@ -98,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         with progress.status(f"checking capacity for {count} x {instance_type} in {region}") as spinner:
             report = check_capacity(
                 request, ec2=ec2, service_quotas=session.client("service-quotas", config=bounded),
-                catalog_vcpus=instance.vcpus, status=spinner.update,
+                catalog_vcpus=catalog_vcpus, status=spinner.update,
             )
     except CancelFailed as error:
         return _fail(args, str(error))
@@ -114,26 +135,10 @@ def run(args: argparse.Namespace) -> int:
 
     written = flags = None
     if args.write_context:
-        zone = report.recommended_zone
-        if not report.ok:
-            progress.print("[yellow]--write-context: nothing written, no AZ is usable with the current quota[/]")
-        else:
-            try:  # the stored value must give valid settings, before anything is written
-                resolve_settings({**parse_overrides(args.context), "gpuAvailabilityZone": zone})
-            except SettingsError as error:
-                return _fail(args, "the recommended AZ does not give valid settings; nothing written",
-                             [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
-            from ray_efa.ops.cdk_context import ContextFileError, app_config_file, context_flags, write_context
-
-            flags = context_flags({"gpuAvailabilityZone": zone})
-            if app_config_file() is None:  # no app here: nothing to write into, the flag does the same
-                progress.print(f"--write-context: no cdk.json in this directory or above; pass {flags} to cdk and ray-efa",
-                               soft_wrap=True)
-            else:
-                try:
-                    written = str(write_context({"gpuAvailabilityZone": zone}))
-                except (ContextFileError, OSError) as error:
-                    return _fail(args, str(error))
+        stored = _write_context(args, report, progress)
+        if isinstance(stored, int):
+            return stored
+        written, flags = stored
 
     if args.json:
         print_json({**report.as_dict(), "context_written": written, "context_flags": flags})
@@ -144,3 +149,33 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"Wrote gpuAvailabilityZone={report.recommended_zone} to {written} (its \"context\"; "
                           f"the same as {flags})")
     return 0 if report.ok else 1
+
+
+def _write_context(args: argparse.Namespace, report: CapacityReport,
+                   progress: Console) -> tuple[str | None, str | None] | int:
+    """--write-context: the recommended AZ into the app's cdk.json (the file written, and the `-c` flag that does the
+    same), or the flag alone outside an app; the exit code where the AZ gives bad settings or the file cannot be
+    written."""
+    from ray_efa.core.context import parse_overrides, resolve_settings
+    from ray_efa.core.settings import SettingsError
+
+    zone = report.recommended_zone
+    if not report.ok:
+        progress.print("[yellow]--write-context: nothing written, no AZ is usable with the current quota[/]")
+        return None, None
+    try:  # the stored value must give valid settings, before anything is written
+        resolve_settings({**parse_overrides(args.context), "gpuAvailabilityZone": zone})
+    except SettingsError as error:
+        return _fail(args, "the recommended AZ does not give valid settings; nothing written",
+                     [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
+    from ray_efa.ops.cdk_context import ContextFileError, app_config_file, context_flags, write_context
+
+    flags = context_flags({"gpuAvailabilityZone": zone})
+    if app_config_file() is None:  # no app here: nothing to write into, the flag does the same
+        progress.print(f"--write-context: no cdk.json in this directory or above; pass {flags} to cdk and ray-efa",
+                       soft_wrap=True)
+        return None, flags
+    try:
+        return str(write_context({"gpuAvailabilityZone": zone})), flags
+    except (ContextFileError, OSError) as error:
+        return _fail(args, str(error))

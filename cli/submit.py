@@ -85,6 +85,16 @@ def _elapsed(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    on_cluster = _settings_on_cluster(args)
+    if isinstance(on_cluster, int):
+        return on_cluster
+    settings, api_client = on_cluster
+    return _submit_and_follow(args, settings, api_client)
+
+
+def _settings_on_cluster(args: argparse.Namespace) -> tuple[Settings, Any] | int:
+    """The parse step: the local settings on the deployed cluster's (its settings ConfigMap), checked as the cluster
+    would, and the API client; else the exit code, after saying why."""
     resolved = resolve_or_exit(args, require_code=True)  # exit 2 before any request: bad settings, trainFunction
     settings = resolved.settings
     from ray_efa.core.settings import SettingsError
@@ -130,6 +140,13 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as error:
         print(f"ray-efa: {error}", file=sys.stderr)
         return 2
+    return settings, api_client
+
+
+def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client: Any) -> int:
+    """The act step: upload the code where it ships as a zip, create the job's objects, follow it to the end."""
+    from ray_efa.ops.submit import SubmitError
+
     archive, problem = kubectl_code_route(settings)
     if problem is not None:
         return fail(args, "submit", problem)

@@ -35,6 +35,7 @@ is core.strategy's.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -363,6 +364,52 @@ def loss_chunk_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu) ->
     return (chunks - reference) * per_chunk
 
 
+def _micro_batch_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, *, use_fp8: bool,
+                         calibration: Calibration | None) -> float:
+    """Seconds of one micro-batch's forward and backward on one GPU (the loss's chunking included), at the GPU's
+    compute rate (core.gpu_constants: measured, published or assumed; or the calibration's)."""
+    tokens = t.micro_batch_size * t.seq_len
+    recompute = 4 / 3 if t.checkpointing else 1
+    flops = tokens * p.flops_per_token(t.seq_len) * recompute
+    family = gpu_constants.constants_for(gpu.name)
+    efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
+                  else family.compute_efficiency)
+    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
+            * (1.0 if t.loss_chunk else UNCHUNKED_LOSS_SPEED))
+    if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
+        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
+    elif use_fp8:
+        linear = tokens * 6 * fp8.fp8_parameters(p) * recompute
+        fp8_rate = gpu.peak_fp8_tflops * 1e12 * (family.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
+        casts = tokens * fp8.cast_bytes_per_token(p) * recompute / (gpu.memory_bandwidth_gb_s * 1e9)
+        micro = max((flops - linear) / rate + linear / fp8_rate + casts + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
+    else:
+        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
+    return micro + loss_chunk_seconds(p, t, gpu)
+
+
+def _link_seconds(collectives: Sequence[Collective], p: ModelPreset, intra: Link, inter: Link, *, network: str,
+                  strategy: str, nodes: int, gpus_per_node: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
+    each call also pays its link's latency (core.network)."""
+    hsdp_across = strategy == "hsdp" and nodes > 1
+    each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
+    for c in collectives:
+        seconds = c.wire_gb / (intra.gb_s if c.link == "intra" else inter.gb_s)
+        if c.per_micro_batch:
+            each[c.link] += seconds / c.calls
+        else:
+            once[c.link] += seconds
+    calls_each, calls_once = _collective_calls(p, strategy, nodes, gpus_per_node)
+    intra_kind = "NVLink" if intra.name.startswith("NVLink") else "PCIe"
+    for link, kind, used in (("intra", intra_kind, gpus_per_node > 1), ("inter", network, nodes > 1)):
+        if used:
+            latency = network_module.collective_latency_s(kind, nodes if link == "inter" else 1)
+            each[link] += calls_each * latency if (link == "intra" or not hsdp_across) else 0.0
+            once[link] += calls_once * latency
+    return each, once
+
+
 def predict(
     t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
     gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
@@ -396,24 +443,7 @@ def predict(
     hsdp_across = strategy == "hsdp" and nodes > 1
 
     tokens = t.micro_batch_size * t.seq_len
-    recompute = 4 / 3 if t.checkpointing else 1
-    flops = tokens * p.flops_per_token(t.seq_len) * recompute
-    # each GPU's own (core.gpu_constants: measured, published or assumed)
-    family = gpu_constants.constants_for(gpu.name)
-    efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
-                  else family.compute_efficiency)
-    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
-            * (1.0 if t.loss_chunk else UNCHUNKED_LOSS_SPEED))
-    if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
-        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
-    elif use_fp8:
-        linear = tokens * 6 * fp8.fp8_parameters(p) * recompute
-        fp8_rate = gpu.peak_fp8_tflops * 1e12 * (family.fp8_compute_efficiency or FP8_COMPUTE_EFFICIENCY)
-        casts = tokens * fp8.cast_bytes_per_token(p) * recompute / (gpu.memory_bandwidth_gb_s * 1e9)
-        micro = max((flops - linear) / rate + linear / fp8_rate + casts + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
-    else:
-        micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
-    micro += loss_chunk_seconds(p, t, gpu)
+    micro = _micro_batch_seconds(p, t, gpu, use_fp8=use_fp8, calibration=calibration)
     compute = micro * t.accumulation_steps
 
     shard = g if hsdp_across else world
@@ -423,22 +453,8 @@ def predict(
         t, strategy=strategy, nodes=nodes, gpus_per_node=g,
         nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
     collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8, sync_every))
-    # Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
-    # each call also pays its link's latency (core.network).
-    each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
-    for c in collectives:
-        seconds = c.wire_gb / (intra.gb_s if c.link == "intra" else inter.gb_s)
-        if c.per_micro_batch:
-            each[c.link] += seconds / c.calls
-        else:
-            once[c.link] += seconds
-    calls_each, calls_once = _collective_calls(p, strategy, nodes, g)
-    intra_kind = "NVLink" if intra.name.startswith("NVLink") else "PCIe"
-    for link, kind, used in (("intra", intra_kind, g > 1), ("inter", network, nodes > 1)):
-        if used:
-            latency = network_module.collective_latency_s(kind, nodes if link == "inter" else 1)
-            each[link] += calls_each * latency if (link == "intra" or not hsdp_across) else 0.0
-            once[link] += calls_once * latency
+    each, once = _link_seconds(collectives, p, intra, inter, network=network, strategy=strategy, nodes=nodes,
+                               gpus_per_node=g)
     k, layers = t.accumulation_steps, p.num_hidden_layers
     busy = {link: k * each[link] + once[link] for link in each}
     network_s = max(busy.values())

@@ -293,6 +293,35 @@ def _parse_objects(raw: Any) -> tuple[dict[str, Any], ...]:
     return tuple(dict(item) for item in raw)
 
 
+def _parse_json_object(raw: Any) -> dict[str, Any]:
+    """A JSON object (a string, or a mapping), copied: never the caller's."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
+    if not isinstance(raw, Mapping):
+        raise ValueError("must be a JSON object")
+    return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
+
+
+def _parse_strings(raw: Any) -> tuple[str, ...]:
+    """A list of strings: a JSON list, a comma-separated string, or a list."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            items = json.loads(text) if text.startswith("[") else [s for s in (x.strip() for x in text.split(",")) if s]
+        except json.JSONDecodeError:
+            raise ValueError("must be a list (JSON list or comma-separated string)") from None
+    elif isinstance(raw, (list, tuple)):
+        items = list(raw)
+    else:
+        raise ValueError("must be a list (JSON list or comma-separated string)")
+    if not isinstance(items, list):
+        raise ValueError("must be a list (JSON list or comma-separated string)")
+    return tuple(str(item) for item in items)
+
+
 def parse_context_value(raw: Any, annotation: Any) -> Any:
     """Convert a context value to a field's type, leniently (`-c` gives strings); raise ValueError with what was expected.
 
@@ -316,14 +345,7 @@ def parse_context_value(raw: Any, annotation: Any) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return parse_context_value(raw, inner)
     if typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is Any:  # a JSON object
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError as error:
-                raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
-        if not isinstance(raw, Mapping):
-            raise ValueError("must be a JSON object")
-        return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
+        return _parse_json_object(raw)
     if typing.get_origin(annotation) is dict:  # a node selector
         if isinstance(raw, str):
             return scheduling.parse_node_selector(raw)
@@ -333,19 +355,7 @@ def parse_context_value(raw: Any, annotation: Any) -> Any:
     if typing.get_origin(annotation) is tuple and typing.get_origin(typing.get_args(annotation)[0]) is dict:
         return _parse_objects(raw)  # extraGpuInstanceTypes: JSON objects
     if typing.get_origin(annotation) is tuple:
-        if isinstance(raw, str):
-            text = raw.strip()
-            try:
-                items = json.loads(text) if text.startswith("[") else [s for s in (x.strip() for x in text.split(",")) if s]
-            except json.JSONDecodeError:
-                raise ValueError("must be a list (JSON list or comma-separated string)") from None
-        elif isinstance(raw, (list, tuple)):
-            items = list(raw)
-        else:
-            raise ValueError("must be a list (JSON list or comma-separated string)")
-        if not isinstance(items, list):
-            raise ValueError("must be a list (JSON list or comma-separated string)")
-        return tuple(str(item) for item in items)
+        return _parse_strings(raw)
     if annotation is bool:
         if isinstance(raw, bool):
             return raw

@@ -30,6 +30,35 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def _check_props(namespace: str, service_account: str, bucket: s3.IBucket | None, storage_path: str | None,
+                 prefix: str) -> None:
+    """ValueError naming the first bad prop of CheckpointStorage."""
+    for prop, value in (("namespace", namespace), ("service_account", service_account)):
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
+    if bucket is not None and storage_path is not None:
+        raise ValueError("CheckpointStorage takes bucket or storage_path, not both: bucket is s3://<bucket>/prefix")
+    if not prefix or prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+        raise ValueError(f"CheckpointStorage prefix must be a key prefix like 'ray-efa' or 'team/ray-efa', got "
+                         f"{prefix!r}")
+    if storage_path is not None and not storage_path.startswith(("s3://", "/")):
+        raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
+                         f"every node shares, got {storage_path!r}")
+
+
+def _read_locations(read_locations: Sequence[str]) -> list[tuple[str, str]]:
+    """(bucket, prefix) of each read location; ValueError for one that is not an s3://bucket/prefix URL."""
+    locations = []
+    for url in read_locations:
+        try:
+            locations.append(parse_s3_url(url) if url.startswith("s3://") else ("", ""))
+        except ValueError:
+            locations.append(("", ""))
+        if not locations[-1][0]:
+            raise ValueError(f"CheckpointStorage read_locations must be s3://bucket/prefix URLs, got {url!r}")
+    return locations
+
+
 class CheckpointStorage(Construct):
     """The service account of the Ray pods (EKS Pod Identity) and, unless `storage_path` names storage of your own,
     an encrypted, private, SSL-only S3 bucket it can read and write. A `storage_path` of your own on S3
@@ -95,30 +124,13 @@ class CheckpointStorage(Construct):
             after = after if after is not None else workload.namespace
         namespace_given = namespace is not None
         resolved: str = namespace if namespace is not None else default("namespace")
-        for prop, value in (("namespace", resolved), ("service_account", service_account)):
-            if not _DNS_LABEL.match(value):
-                raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
-        if bucket is not None and storage_path is not None:
-            raise ValueError("CheckpointStorage takes bucket or storage_path, not both: bucket is s3://<bucket>/prefix")
-        if not prefix or prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
-            raise ValueError(f"CheckpointStorage prefix must be a key prefix like 'ray-efa' or 'team/ray-efa', got "
-                             f"{prefix!r}")
-        if storage_path is not None and not storage_path.startswith(("s3://", "/")):
-            raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
-                             f"every node shares, got {storage_path!r}")
+        _check_props(resolved, service_account, bucket, storage_path, prefix)
         self.namespace_name: str = resolved
         self.service_account_name = service_account
         self.cluster: eks.ICluster = cluster
         if workload is None and not namespace_given:
             add_synth_check(self, self._check_namespace)
-        locations = []
-        for url in read_locations:
-            try:
-                locations.append(parse_s3_url(url) if url.startswith("s3://") else ("", ""))
-            except ValueError:
-                locations.append(("", ""))
-            if not locations[-1][0]:
-                raise ValueError(f"CheckpointStorage read_locations must be s3://bucket/prefix URLs, got {url!r}")
+        locations = _read_locations(read_locations)
         self.pod_identity_agent: eks.Addon | None = None
         if pod_identity_agent:
             self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
@@ -136,49 +148,13 @@ class CheckpointStorage(Construct):
         self.storage_bucket: s3.IBucket | None = None
         self.storage_path: str  # the given storage, or the bucket made here
         if bucket is not None:
-            # A bucket of the app's own (its name may be a token): what Ray Train writes under the prefix, and the
-            # bucket's key where the bucket object knows it (grant_read_write grants an encryptionKey too).
-            self.storage_bucket = bucket
-            self.storage_path = f"s3://{bucket.bucket_name}/{prefix}"
-            bucket.grant_read_write(self.service_account, f"{prefix}/*")
-            policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
-            for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
-                            "Action::s3:GetObject*", "Action::s3:List*", "Action::kms:GenerateDataKey*",
-                            "Action::kms:ReEncrypt*",
-                            f"Resource::{_nag_arn(Stack.of(self).resolve(bucket.arn_for_objects(f'{prefix}/*')))}"):
-                acknowledge(policy, "AwsSolutions-IAM5",
-                            "grant_read_write of the checkpoint bucket given as `bucket`: Ray Train writes, lists and "
-                            "deletes checkpoint objects under that one prefix of that one bucket, nothing else.",
-                            finding)
+            self._use_bucket(bucket, prefix)
         elif storage_path is not None:
             self.storage_path = storage_path
             if storage_path.startswith("s3://"):
                 self._grant_storage(storage_path)
         else:
-            self.bucket = s3.Bucket(
-                self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
-                block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
-                versioned=True,
-                lifecycle_rules=[s3.LifecycleRule(
-                    id="expire-old-checkpoint-versions",
-                    noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
-                    abort_incomplete_multipart_upload_after=Duration.days(7),
-                    expired_object_delete_marker=True,
-                )],
-            )
-            self.bucket.grant_read_write(self.service_account)
-            self.storage_path = f"s3://{self.bucket.bucket_name}/ray-efa"
-            no_access_logs = ("Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
-                              "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
-            acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
-            skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
-            policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
-            bucket_arn = Stack.of(self).get_logical_id(cast(s3.CfnBucket, self.bucket.node.default_child))
-            for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
-                            "Action::s3:GetObject*", "Action::s3:List*", f"Resource::<{bucket_arn}.Arn>/*"):
-                acknowledge(policy, "AwsSolutions-IAM5",
-                            "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
-                            "objects under one prefix of this one bucket, nothing else.", finding)
+            self._make_bucket()
 
         if storage_kms_key is not None:
             if storage_path is None or not storage_path.startswith("s3://"):
@@ -190,6 +166,50 @@ class CheckpointStorage(Construct):
         """The buckets the service account may read for modelPath and the data sets."""
         if locations:
             self._grant_read(locations)
+
+    def _use_bucket(self, bucket: s3.IBucket, prefix: str) -> None:
+        """The storage is `prefix` of a bucket of the app's own (its name may be a token): what Ray Train writes under
+        the prefix, and the bucket's key where the bucket object knows it (grant_read_write grants an encryptionKey
+        too)."""
+        self.storage_bucket = bucket
+        self.storage_path = f"s3://{bucket.bucket_name}/{prefix}"
+        bucket.grant_read_write(self.service_account, f"{prefix}/*")
+        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
+                        "Action::s3:GetObject*", "Action::s3:List*", "Action::kms:GenerateDataKey*",
+                        "Action::kms:ReEncrypt*",
+                        f"Resource::{_nag_arn(Stack.of(self).resolve(bucket.arn_for_objects(f'{prefix}/*')))}"):
+            acknowledge(policy, "AwsSolutions-IAM5",
+                        "grant_read_write of the checkpoint bucket given as `bucket`: Ray Train writes, lists and "
+                        "deletes checkpoint objects under that one prefix of that one bucket, nothing else.",
+                        finding)
+
+    def _make_bucket(self) -> None:
+        """The encrypted, private, SSL-only, versioned bucket made here, which the service account may read and write."""
+        self.bucket = s3.Bucket(
+            self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
+            versioned=True,
+            lifecycle_rules=[s3.LifecycleRule(
+                id="expire-old-checkpoint-versions",
+                noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
+                abort_incomplete_multipart_upload_after=Duration.days(7),
+                expired_object_delete_marker=True,
+            )],
+        )
+        self.bucket.grant_read_write(self.service_account)
+        self.storage_path = f"s3://{self.bucket.bucket_name}/ray-efa"
+        no_access_logs = ("Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
+                          "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
+        acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
+        skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
+        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+        bucket_arn = Stack.of(self).get_logical_id(cast(s3.CfnBucket, self.bucket.node.default_child))
+        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
+                        "Action::s3:GetObject*", "Action::s3:List*", f"Resource::<{bucket_arn}.Arn>/*"):
+            acknowledge(policy, "AwsSolutions-IAM5",
+                        "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
+                        "objects under one prefix of this one bucket, nothing else.", finding)
 
     def grant_kms(self, key_arn: str, actions: Sequence[str]) -> None:
         """Let the service account use KMS key `key_arn` through S3 alone (kms:ViaService): without it a bucket

@@ -47,6 +47,24 @@ def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.Endpoint
     return base.only_from(*public_cidrs)
 
 
+def _check_props(kubernetes_version: str, endpoint_access: str, system_instance_type: str, system_node_count: int,
+                 system_root_volume_gib: int, system_node_selector: Mapping[str, str]) -> None:
+    """ValueError naming the first bad prop of RayEksCluster (the image's root volume aside)."""
+    for prop, value, key in (("kubernetes_version", kubernetes_version, "kubernetesVersion"),
+                             ("endpoint_access", endpoint_access, "endpointAccess")):
+        if value not in choices(key):
+            raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
+    check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
+    check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
+    check_node_selector("RayEksCluster system_node_selector", system_node_selector)
+    if system_instance_type in catalog.SYSTEM_INSTANCES:
+        # The Ray head and the job's submitter run on the system nodes: a type they do not fit fails here.
+        try:
+            catalog.head_pod_resources(catalog.system_instance(system_instance_type))
+        except catalog.CatalogError as error:
+            raise ValueError(f"RayEksCluster system_instance_type {error}") from None
+
+
 class RayEksCluster(Construct):
     """An EKS cluster (aws_eks_v2) for Ray: control-plane logs on (into an encrypted log group with a retention),
     secrets envelope-encrypted with a rotated KMS key, a kubectl provider matching the Kubernetes version, cluster-admin
@@ -95,19 +113,8 @@ class RayEksCluster(Construct):
             @default True
         """
         super().__init__(scope, construct_id)
-        for prop, value, key in (("kubernetes_version", kubernetes_version, "kubernetesVersion"),
-                                 ("endpoint_access", endpoint_access, "endpointAccess")):
-            if value not in choices(key):
-                raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
-        check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
-        check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
-        check_node_selector("RayEksCluster system_node_selector", system_node_selector)
-        if system_instance_type in catalog.SYSTEM_INSTANCES:
-            # The Ray head and the job's submitter run on the system nodes: a type they do not fit fails here.
-            try:
-                catalog.head_pod_resources(catalog.system_instance(system_instance_type))
-            except catalog.CatalogError as error:
-                raise ValueError(f"RayEksCluster system_instance_type {error}") from None
+        _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
+                     system_root_volume_gib, system_node_selector)
         self.system_instance_type: str = system_instance_type
         """The system nodes' instance type (RayTrainingJob sizes the Ray head to fit it)."""
         self.system_node_selector: dict[str, str] = dict(system_node_selector)
@@ -116,12 +123,7 @@ class RayEksCluster(Construct):
             # The system nodes run the Ray head and the job submitter: both pull the training image.
             check_root_volume("system_root_volume_gib", system_root_volume_gib, image)
         if endpoint_access != "private" and "0.0.0.0/0" in public_access_cidrs:
-            # EKS best practices (cluster endpoint access): a public endpoint open to the internet is reachable by
-            # anyone (authentication still applies); say so at synth, where the platform can still narrow it.
-            Annotations.of(self).add_warning_v2(
-                "ray-efa:publicEndpointOpen",
-                f"The EKS API endpoint of {cluster_name} is public to 0.0.0.0/0: set publicAccessCidrs (cluster "
-                "settings) / public_access_cidrs to your networks, or endpointAccess private")
+            self._warn_open_endpoint(cluster_name)
         self.logs: StackLogs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
 
         self.secrets_key: kms.Key = kms.Key(
@@ -135,7 +137,41 @@ class RayEksCluster(Construct):
         self.control_plane_logs: aws_logs.LogGroup = self.logs.log_group(
             self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
         self.kubectl_layer: lambda_.LayerVersion = kubectl_layer(self, kubernetes_version)
-        self.eks_cluster: eks.Cluster = eks.Cluster(
+        self.eks_cluster: eks.Cluster = self._eks_cluster(vpc, cluster_name, kubernetes_version, endpoint_access,
+                                                          public_access_cidrs)
+        # The same cluster, typed as the eks.ICluster that every construct (this project's and aws-cdk-lib's) takes.
+        # It is one: in TypeScript Cluster implements ICluster, but ICluster's optional kubectlProviderOptions is not
+        # a member of Cluster (TypeScript lets a class omit an optional interface member, a Python Protocol does
+        # not), so to pyright the jsii stub of Cluster (aws-cdk-lib 2.275) does not match the protocol. Typed here
+        # once, so that `cluster=ray.cluster` type-checks wherever a platform passes it.
+        self.cluster: eks.ICluster = cast(eks.ICluster, self.eks_cluster)
+        self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
+            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
+
+        system_name = f"{cluster_name}-system"
+        self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
+            self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
+        self.system_nodegroup: eks.Nodegroup = self._system_nodegroup(system_name, system_instance_type,
+                                                                      system_node_count, system_node_selector)
+        # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
+        # cluster first: the node group refers to it).
+        follow_kubernetes_version(self.system_nodegroup, kubernetes_version)
+        self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
+        self._adopt_provider_logs()
+        self._acknowledge_findings()
+
+    def _warn_open_endpoint(self, cluster_name: str) -> None:
+        """EKS best practices (cluster endpoint access): a public endpoint open to the internet is reachable by anyone
+        (authentication still applies); say so at synth, where the platform can still narrow it."""
+        Annotations.of(self).add_warning_v2(
+            "ray-efa:publicEndpointOpen",
+            f"The EKS API endpoint of {cluster_name} is public to 0.0.0.0/0: set publicAccessCidrs (cluster "
+            "settings) / public_access_cidrs to your networks, or endpointAccess private")
+
+    def _eks_cluster(self, vpc: ec2.IVpc, cluster_name: str, kubernetes_version: str, endpoint_access: str,
+                     public_access_cidrs: Sequence[str]) -> eks.Cluster:
+        """The EKS cluster itself, created after its control-plane log group, with no capacity of its own."""
+        cluster = eks.Cluster(
             self,
             "Cluster",
             cluster_name=cluster_name,
@@ -150,20 +186,13 @@ class RayEksCluster(Construct):
             default_capacity=0,
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
         )
-        self.eks_cluster.node.add_dependency(self.control_plane_logs)
-        # The same cluster, typed as the eks.ICluster that every construct (this project's and aws-cdk-lib's) takes.
-        # It is one: in TypeScript Cluster implements ICluster, but ICluster's optional kubectlProviderOptions is not
-        # a member of Cluster (TypeScript lets a class omit an optional interface member, a Python Protocol does
-        # not), so to pyright the jsii stub of Cluster (aws-cdk-lib 2.275) does not match the protocol. Typed here
-        # once, so that `cluster=ray.cluster` type-checks wherever a platform passes it.
-        self.cluster: eks.ICluster = cast(eks.ICluster, self.eks_cluster)
-        self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
-            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
+        cluster.node.add_dependency(self.control_plane_logs)
+        return cluster
 
-        system_name = f"{cluster_name}-system"
-        self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
-            self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
-        self.system_nodegroup: eks.Nodegroup = self.eks_cluster.add_nodegroup_capacity(
+    def _system_nodegroup(self, system_name: str, system_instance_type: str, system_node_count: int,
+                          system_node_selector: Mapping[str, str]) -> eks.Nodegroup:
+        """The managed system node group (the operator, the Ray head, the submitter) on its launch template."""
+        return self.eks_cluster.add_nodegroup_capacity(
             "SystemNodes",
             # The instance type in the name: EKS cannot change a node group's instance types, so a new type replaces
             # the node group, and CloudFormation replaces a custom-named resource only under a new name (the new
@@ -185,12 +214,6 @@ class RayEksCluster(Construct):
             # rather than killing the job (ForceUpdateEnabled, AWS::EKS::Nodegroup).
             force_update=False,
         )
-        # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
-        # cluster first: the node group refers to it).
-        follow_kubernetes_version(self.system_nodegroup, kubernetes_version)
-        self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
-        self._adopt_provider_logs()
-        self._acknowledge_findings()
 
     @classmethod
     def from_settings(

@@ -11,7 +11,13 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_efa.core import catalog, regions
-from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_node_labels, parse_taint
+from ray_efa.core.scheduling import (
+    DEFAULT_GPU_NODE_SELECTOR,
+    DEFAULT_GPU_TAINTS,
+    Taint,
+    gpu_node_labels,
+    parse_taint,
+)
 from ray_efa.core.settings import Settings
 from ray_efa.infra._private import (
     check_node_selector,
@@ -96,6 +102,48 @@ def launch_template_network_interfaces(
     ]
 
 
+def _checked_instance(instance_type: str | catalog.InstanceType) -> catalog.InstanceType:
+    """The catalog row of the `instance_type` prop (a name, or a row of the caller's own, checked as the catalog's)."""
+    try:
+        if isinstance(instance_type, catalog.InstanceType):
+            return catalog.usable_gpu_instance(instance_type)
+        return catalog.gpu_instance(instance_type)
+    except catalog.CatalogError as error:
+        raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
+
+
+def _checked_props(node_count: int, root_volume_gib: int, capacity_reservation_id: str | None,
+                   capacity_reservation_type: str, placement_group: bool | None, node_selector: Mapping[str, str],
+                   taints: Sequence[str], image: str | None) -> list[Taint]:
+    """ValueError naming the first bad prop of EfaGpuNodegroup (but instance_type); the parsed taints."""
+    check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
+    check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
+    if capacity_reservation_type not in choices("capacityReservationType"):
+        raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of "
+                         f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}")
+    if capacity_reservation_type == "capacity-block" and capacity_reservation_id is None:
+        raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
+    if placement_group and capacity_reservation_id is not None:
+        raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
+                         "placement group can leave reserved capacity unused)")
+    check_node_selector("EfaGpuNodegroup node_selector", node_selector)
+    try:
+        parsed_taints = [parse_taint(t) for t in taints]
+    except ValueError as error:
+        raise ValueError(f"EfaGpuNodegroup taints: {error}") from None
+    if image is not None:
+        check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
+    return parsed_taints
+
+
+def _agreed_with_cluster(prop: str, given: str | None, known: str | None) -> str | None:
+    """The cluster's `prop` (its name or version): the one given, which must agree with the one known at synth."""
+    if given is not None and known is not None and given != known:
+        raise ValueError(f"EfaGpuNodegroup {prop} {given!r} is not the {prop.split('_')[-1]} of its cluster, "
+                         f"{known!r}: leave {prop} out (it comes from the cluster)")
+    return given or known
+
+
 class EfaGpuNodegroup(Construct):
     """A managed node group of `node_count` x `instance_type` (AL2023 NVIDIA AMI) with EFA on every network card, in
     one private subnet of one AZ.
@@ -151,34 +199,12 @@ class EfaGpuNodegroup(Construct):
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
-        try:
-            if isinstance(instance_type, catalog.InstanceType):
-                instance = catalog.usable_gpu_instance(instance_type)
-            else:
-                instance = catalog.gpu_instance(instance_type)
-        except catalog.CatalogError as error:
-            raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
+        instance = _checked_instance(instance_type)
         instance_type = instance.name
-        check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
-        check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
-        if capacity_reservation_type not in choices("capacityReservationType"):
-            raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of "
-                             f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}")
-        capacity_block = capacity_reservation_type == "capacity-block"
-        if capacity_block and capacity_reservation_id is None:
-            raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
-        if placement_group and capacity_reservation_id is not None:
-            raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
-                             "placement group can leave reserved capacity unused)")
-        check_node_selector("EfaGpuNodegroup node_selector", node_selector)
-        try:
-            parsed_taints = [parse_taint(t) for t in taints]
-        except ValueError as error:
-            raise ValueError(f"EfaGpuNodegroup taints: {error}") from None
+        parsed_taints = _checked_props(node_count, root_volume_gib, capacity_reservation_id, capacity_reservation_type,
+                                       placement_group, node_selector, taints, image)
         self.taints: tuple[str, ...] = tuple(taints)
         """The nodes' taints (what the Ray workers and the device plugins tolerate)."""
-        if image is not None:
-            check_root_volume("root_volume_gib", root_volume_gib, image)  # the Ray workers' image
         zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
         # The subnet lookup raises for an AZ the VPC does not cover, naming the zone given.
         self.subnet: ec2.ISubnet = gpu_subnet(vpc, zone, key="EfaGpuNodegroup availability_zone")
@@ -193,33 +219,37 @@ class EfaGpuNodegroup(Construct):
         self.cluster: eks.ICluster = cluster
         self.capacity_reservation_id: str | None = capacity_reservation_id
         self.capacity_reservation_type: str = capacity_reservation_type
-        known_name = literal_cluster_name(cluster)
-        if cluster_name is not None and known_name is not None and cluster_name != known_name:
-            raise ValueError(f"EfaGpuNodegroup cluster_name {cluster_name!r} is not the name of its cluster, "
-                             f"{known_name!r}: leave cluster_name out (it comes from the cluster)")
-        cluster_name = cluster_name or known_name or "ray-efa"
-        known_version = literal_kubernetes_version(cluster)
-        if kubernetes_version is not None and known_version is not None and kubernetes_version != known_version:
-            raise ValueError(f"EfaGpuNodegroup kubernetes_version {kubernetes_version!r} is not the version of its "
-                             f"cluster, {known_version!r}: leave kubernetes_version out (it comes from the cluster)")
-        self.kubernetes_version: str | None = kubernetes_version or known_version
+        cluster_name = _agreed_with_cluster("cluster_name", cluster_name, literal_cluster_name(cluster)) or "ray-efa"
+        self.kubernetes_version: str | None = _agreed_with_cluster(
+            "kubernetes_version", kubernetes_version, literal_kubernetes_version(cluster))
         """The version the node group follows (None: EKS keeps the one it was created with)."""
-        self.capacity_reservation_id = capacity_reservation_id
         self.root_volume_gib = root_volume_gib
-        name = f"{cluster_name}-gpu"
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
         self.use_placement_group: bool = use_placement_group
         """Whether the nodes launch into a cluster placement group (the job's NCCL settings depend on it)."""
-        capacity_type = "CAPACITY_BLOCK" if capacity_block else "ON_DEMAND"
-        self.capacity_type = capacity_type
+        self.capacity_type = "CAPACITY_BLOCK" if capacity_reservation_type == "capacity-block" else "ON_DEMAND"
 
-        self.efa_security_group: ec2.SecurityGroup = ec2.SecurityGroup(
-            self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
+        self.efa_security_group: ec2.SecurityGroup = self._efa_security_group(cluster_name)
+        # A cluster placement group packs the nodes close together; with a capacity reservation the reservation
+        # decides where instances land, and a forced placement group could leave reserved capacity unused.
+        self.placement_group: ec2.PlacementGroup | None = self._placement_group() if use_placement_group else None
+        self.launch_template: ec2.CfnLaunchTemplate = self._launch_template(instance, f"{cluster_name}-gpu")
+        self.nodegroup: eks.Nodegroup = self._nodegroup(cluster_name, parsed_taints)
+        Tags.of(self).add("ray-efa/instance-type", instance_type)
+        acknowledge_managed_policies(
+            self.nodegroup.role, NODE_ROLE_POLICIES,
+            "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
+        )
+
+    def _efa_security_group(self, cluster_name: str) -> ec2.SecurityGroup:
+        """The EFA security group: all traffic to and from itself, and no other egress."""
+        group = ec2.SecurityGroup(
+            self, "EfaSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
             description=f"EFA traffic between the GPU nodes of {cluster_name}: all traffic to and from itself",
         )
         # EFA's SRD traffic is not TCP/UDP: it needs every protocol, in and out, between members of this group.
-        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from GPU nodes")
-        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to GPU nodes")
+        group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from GPU nodes")
+        group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to GPU nodes")
         # A rule to the group itself cannot be inline (a circular reference): aws-cdk-lib makes it an
         # AWS::EC2::SecurityGroupEgress of its own and drops its no-traffic placeholder from the group, which is then
         # created with no SecurityGroupEgress, and so with EC2's default allow-all egress ("When you create a security
@@ -227,39 +257,42 @@ class EfaGpuNodegroup(Construct):
         # AWS::EC2::SecurityGroup, CloudFormation reference). The placeholder stated inline removes it: the group's
         # egress is EFA to itself and nothing else (the cluster security group on the same interfaces carries the
         # nodes' other traffic).
-        cfn_group = self.efa_security_group.node.default_child
+        cfn_group = group.node.default_child
         assert isinstance(cfn_group, ec2.CfnSecurityGroup)
         cfn_group.add_property_override("SecurityGroupEgress", [NO_EGRESS_RULE])
+        return group
 
-        # A cluster placement group packs the nodes close together; with a capacity reservation the reservation
-        # decides where instances land, and a forced placement group could leave reserved capacity unused.
-        self.placement_group: ec2.PlacementGroup | None = None
+    def _placement_group(self) -> ec2.PlacementGroup:
+        """A cluster placement group, tagged with the GPU AZ."""
+        group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        # A cluster placement group lives in the AZ of its first instance. Its tags (a change replaces it) name
+        # the AZ and the type, so that a zone move replaces it together with the node group: the new nodes
+        # launch into a new group while the old ones still run in the old one (EC2 refuses a group in use in
+        # another AZ: InvalidPlacementGroup.InUse).
+        Tags.of(group).add("ray-efa/availability-zone", self.availability_zone)
+        return group
+
+    def _launch_template(self, instance: catalog.InstanceType, name: str) -> ec2.CfnLaunchTemplate:
+        """The launch template: the instance type, its EFA interfaces, IMDSv2, the root volume, where to launch."""
         placement = None
-        if use_placement_group:
-            self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-            # A cluster placement group lives in the AZ of its first instance. Its tags (a change replaces it) name
-            # the AZ and the type, so that a zone move replaces it together with the node group: the new nodes
-            # launch into a new group while the old ones still run in the old one (EC2 refuses a group in use in
-            # another AZ: InvalidPlacementGroup.InUse).
-            Tags.of(self.placement_group).add("ray-efa/availability-zone", zone)
+        if self.placement_group is not None:
             placement = ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name)
         reservation = None
-        if capacity_reservation_id:
+        if self.capacity_reservation_id:
             reservation = ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
                 capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                    capacity_reservation_id=capacity_reservation_id
+                    capacity_reservation_id=self.capacity_reservation_id
                 )
             )
         market = None
-        if capacity_block:
+        if self.capacity_type == "CAPACITY_BLOCK":
             market = ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
-
-        security_group_ids = [self.efa_security_group.security_group_id, cluster.cluster_security_group_id]
-        self.launch_template: ec2.CfnLaunchTemplate = ec2.CfnLaunchTemplate(
+        security_group_ids = [self.efa_security_group.security_group_id, self.cluster.cluster_security_group_id]
+        return ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                instance_type=instance_type,
+                instance_type=instance.name,
                 network_interfaces=launch_template_network_interfaces(instance, security_group_ids),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_tokens="required",
@@ -270,7 +303,7 @@ class EfaGpuNodegroup(Construct):
                     http_endpoint="enabled",
                 ),
                 # Above gp3's baseline: the image's layers unpack faster, so a new node is ready sooner.
-                block_device_mappings=[encrypted_root_volume(root_volume_gib, iops=6000, throughput=500)],
+                block_device_mappings=[encrypted_root_volume(self.root_volume_gib, iops=6000, throughput=500)],
                 placement=placement,
                 capacity_reservation_specification=reservation,
                 instance_market_options=market,
@@ -282,18 +315,22 @@ class EfaGpuNodegroup(Construct):
             ),
         )
 
-        self.nodegroup: eks.Nodegroup = eks.Nodegroup(
+    def _nodegroup(self, cluster_name: str, taints: Sequence[Taint]) -> eks.Nodegroup:
+        """The managed node group on the launch template: fixed size, labelled, tainted, following the cluster."""
+        node_count = self.node_count
+        nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=self.cluster,
             # The AZ and the capacity type in the name: moving the GPU AZ (its Subnets) or switching to or from a
             # Capacity Block (its CapacityType) replaces the node group, and CloudFormation cannot replace a resource
             # whose custom name stays the same.
-            nodegroup_name=gpu_nodegroup_name("EfaGpuNodegroup cluster_name", cluster_name, zone, capacity_type),
+            nodegroup_name=gpu_nodegroup_name("EfaGpuNodegroup cluster_name", cluster_name, self.availability_zone,
+                                              self.capacity_type),
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType(capacity_type),
+            capacity_type=eks.CapacityType(self.capacity_type),
             min_size=node_count,
             desired_size=node_count,
             # EKS requires maxSize >= 1 (NodegroupScalingConfig, EKS API reference); with nothing that scales the
@@ -309,21 +346,15 @@ class EfaGpuNodegroup(Construct):
             # can't be drained due to a Pod disruption budget issue" is what this would turn on
             # (UpdateNodegroupVersion, EKS API reference; ForceUpdateEnabled, AWS::EKS::Nodegroup).
             force_update=False,
-            taints=[eks.TaintSpec(key=t.key, value=t.value or None, effect=_TAINT_EFFECTS[t.effect])
-                    for t in parsed_taints],
+            taints=[eks.TaintSpec(key=t.key, value=t.value or None, effect=_TAINT_EFFECTS[t.effect]) for t in taints],
         )
-        follow_kubernetes_version(self.nodegroup, self.kubernetes_version)
-        cfn_nodegroup = self.nodegroup.node.default_child
+        follow_kubernetes_version(nodegroup, self.kubernetes_version)
+        cfn_nodegroup = nodegroup.node.default_child
         assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
         update = gpu_update_config(node_count)
         cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
             max_unavailable=int(update["max_unavailable"]), update_strategy=str(update["update_strategy"]))
-        Tags.of(self).add("ray-efa/instance-type", instance_type)
-        acknowledge_managed_policies(
-            self.nodegroup.role, NODE_ROLE_POLICIES,
-            "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
-        )
-
+        return nodegroup
 
     @classmethod
     def from_settings(

@@ -124,6 +124,112 @@ def _app_code_folder(settings: Settings) -> Path:
     return collect_code(shipped_settings(settings)).write_tree(folder / "code")
 
 
+def _construct_claims(
+    cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None, workload: RayWorkload | None,
+    storage: CheckpointStorage | None, operator: KubeRayOperator | None, *, storage_path: str | None,
+    system_node_selector: Mapping[str, str] | None, gpu_node_selector: Mapping[str, str] | None,
+) -> dict[str, list[tuple[Any, str]]]:
+    """Each setting the constructs and props decide, with who says what (in the order they are asked)."""
+    claims: dict[str, list[tuple[Any, str]]] = {}
+
+    def claim(key: str, value: Any, source: str, *, none_too: bool = False) -> None:
+        if value is not None or none_too:
+            claims.setdefault(key, []).append((value, source))
+
+    claim("clusterName", literal_cluster_name(cluster), f"the cluster {cluster.node.path}")
+    ray_cluster = cluster.node.scope if isinstance(cluster.node.scope, RayEksCluster) else None
+    if ray_cluster is not None:
+        # The Ray head and the submitter run on its system nodes: the head is sized for their instance type.
+        where = f"RayEksCluster {ray_cluster.node.path}"
+        if ray_cluster.system_instance_type not in catalog.SYSTEM_INSTANCES:
+            raise ValueError(f"RayTrainingJob: {where} has system_instance_type {ray_cluster.system_instance_type!r}, "
+                             "for which the catalog cannot size the Ray head; choose one of "
+                             f"{', '.join(sorted(catalog.SYSTEM_INSTANCES))}")
+        claim("systemInstanceType", ray_cluster.system_instance_type, where)
+        if operator is None:
+            claim("systemNodeSelector", ray_cluster.system_node_selector, where)
+    if gpu_nodes is not None:
+        where = f"EfaGpuNodegroup {gpu_nodes.node.path}"
+        claim("gpuInstanceType", gpu_nodes.instance_type, where)
+        claim("gpuNodeCount", gpu_nodes.node_count, where)
+        claim("gpuNodeSelector", gpu_nodes.node_selector, where)
+        claim("gpuNodeTaints", list(gpu_nodes.taints), where)  # what the Ray workers tolerate
+        # What the nodes launch into: the recorded settings (and the TCP comparison's floor and sockets) follow it.
+        claim("capacityReservationId", gpu_nodes.capacity_reservation_id, where, none_too=True)
+        claim("capacityReservationType", gpu_nodes.capacity_reservation_type, where)
+    if workload is not None:
+        claim("namespace", workload.namespace_name, f"RayWorkload {workload.node.path}")
+    if storage is not None:
+        where = f"CheckpointStorage {storage.node.path}"
+        claim("namespace", storage.namespace_name, where)
+        claim("serviceAccount", storage.service_account_name, where)
+        claim("storagePath", storage.storage_path, where)
+    if operator is not None:
+        claim("systemNodeSelector", operator.node_selector, f"KubeRayOperator {operator.node.path}")
+    claim("storagePath", storage_path, "RayTrainingJob storage_path")
+    claim("systemNodeSelector", dict(system_node_selector) if system_node_selector is not None else None,
+          "RayTrainingJob system_node_selector")
+    claim("gpuNodeSelector", dict(gpu_node_selector) if gpu_node_selector is not None else None,
+          "RayTrainingJob gpu_node_selector")
+    return claims
+
+
+def _claimed_changes(claims: Mapping[str, list[tuple[Any, str]]], given: Mapping[str, Any],
+                     explicit: frozenset[str]) -> dict[str, Any]:
+    """The settings' changes the claims make; ValueError where two claims, or a claim and a given setting, disagree."""
+    changes: dict[str, Any] = {}
+    for key, values in claims.items():
+        (first, first_source), *rest = values
+        for value, source in rest:
+            if value != first:
+                raise ValueError(f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
+                                 "make them agree (one cluster, one source of truth)")
+        if key in explicit and given[key] != first:
+            raise ValueError(f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
+                             f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
+                             "them agree")
+        if first != given[key]:
+            changes[key] = first
+    return changes
+
+
+def _placement_change(gpu_nodes: EfaGpuNodegroup, given: Mapping[str, Any],
+                      claims: Mapping[str, list[tuple[Any, str]]], explicit: frozenset[str]) -> dict[str, Any]:
+    """placementGroup is on, off or auto (on without a reservation): what it resolves to must be the nodes'."""
+    placement, reservation = given["placementGroup"], claims["capacityReservationId"][0][0]
+    if (placement == "on" or (placement == "auto" and reservation is None)) == gpu_nodes.use_placement_group:
+        return {}
+    built = "on" if gpu_nodes.use_placement_group else "off"
+    if "placementGroup" in explicit:
+        raise ValueError(f"RayTrainingJob placementGroup: the settings say {placement!r} but EfaGpuNodegroup "
+                         f"{gpu_nodes.node.path} has it {built}; drop it from the settings (the construct "
+                         "is the source of truth) or make them agree")
+    return {"placementGroup": built}
+
+
+def _resolved_settings(base: Settings, changes: Mapping[str, Any],
+                       props: Mapping[str, Any]) -> tuple[Settings, Path | None]:
+    """`base` with `changes`, and its checked code folder; a SettingsError names the job's props where they said it."""
+    try:
+        resolved = base.replace(**changes) if changes else base
+        return resolved, check_user_code(resolved).code_dir
+    except SettingsError as error:
+        raise SettingsError([
+            type(p)(f"RayTrainingJob {_PROPS[p.key]}" if p.key in _PROPS and props.get(p.key) is not None else p.key,
+                    p.value, p.message)
+            for p in error.problems
+        ]) from None
+
+
+def _waits(after: Sequence[IConstruct], gpu_nodes: EfaGpuNodegroup | None, workload: RayWorkload | None,
+           storage: CheckpointStorage | None) -> list[IConstruct]:
+    """What the job's objects wait for: `after`, then the GPU node group (the deadline), the namespace and the pods'
+    service account, which exist before the job's first object whatever `after` says."""
+    return [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
+                                  workload.namespace if workload else None,
+                                  storage.service_account if storage else None) if c is not None and c not in after)]
+
+
 class RayTrainingJob(Construct):
     """The RayJob of the train function (the built-in one, or `train_function` in `code`) with its ConfigMaps (code,
     settings, and your code's when it fits one; else an S3 asset the pods fetch), each object its own
@@ -184,101 +290,16 @@ class RayTrainingJob(Construct):
         """
         super().__init__(scope, construct_id)
         # Resolve and validate everything before creating any child.
-        base = settings if settings is not None else Settings()
         gpu_nodes = _one(self, EfaGpuNodegroup, gpu_nodes, "gpu_nodes")
         workload = _one(self, RayWorkload, workload, "workload")
         storage = _one(self, CheckpointStorage, storage, "storage")
         operator = _one(self, KubeRayOperator, operator, "operator")
-        for key, selector in (("system_node_selector", system_node_selector), ("gpu_node_selector", gpu_node_selector)):
-            if selector is not None:
-                check_node_selector(f"RayTrainingJob {key}", selector)
-
-        # Each setting the constructs and props decide, with who says what.
-        claims: dict[str, list[tuple[Any, str]]] = {}
-
-        def claim(key: str, value: Any, source: str, *, none_too: bool = False) -> None:
-            if value is not None or none_too:
-                claims.setdefault(key, []).append((value, source))
-
-        claim("clusterName", literal_cluster_name(cluster), f"the cluster {cluster.node.path}")
-        ray_cluster = cluster.node.scope if isinstance(cluster.node.scope, RayEksCluster) else None
-        if ray_cluster is not None:
-            # The Ray head and the submitter run on its system nodes: the head is sized for their instance type.
-            where = f"RayEksCluster {ray_cluster.node.path}"
-            if ray_cluster.system_instance_type not in catalog.SYSTEM_INSTANCES:
-                raise ValueError(f"RayTrainingJob: {where} has system_instance_type {ray_cluster.system_instance_type!r}, "
-                                 "for which the catalog cannot size the Ray head; choose one of "
-                                 f"{', '.join(sorted(catalog.SYSTEM_INSTANCES))}")
-            claim("systemInstanceType", ray_cluster.system_instance_type, where)
-            if operator is None:
-                claim("systemNodeSelector", ray_cluster.system_node_selector, where)
-        if gpu_nodes is not None:
-            where = f"EfaGpuNodegroup {gpu_nodes.node.path}"
-            claim("gpuInstanceType", gpu_nodes.instance_type, where)
-            claim("gpuNodeCount", gpu_nodes.node_count, where)
-            claim("gpuNodeSelector", gpu_nodes.node_selector, where)
-            claim("gpuNodeTaints", list(gpu_nodes.taints), where)  # what the Ray workers tolerate
-            # What the nodes launch into: the recorded settings (and the TCP comparison's floor and sockets) follow it.
-            claim("capacityReservationId", gpu_nodes.capacity_reservation_id, where, none_too=True)
-            claim("capacityReservationType", gpu_nodes.capacity_reservation_type, where)
-        if workload is not None:
-            claim("namespace", workload.namespace_name, f"RayWorkload {workload.node.path}")
-        if storage is not None:
-            where = f"CheckpointStorage {storage.node.path}"
-            claim("namespace", storage.namespace_name, where)
-            claim("serviceAccount", storage.service_account_name, where)
-            claim("storagePath", storage.storage_path, where)
-        if operator is not None:
-            claim("systemNodeSelector", operator.node_selector, f"KubeRayOperator {operator.node.path}")
-        claim("storagePath", storage_path, "RayTrainingJob storage_path")
-        claim("systemNodeSelector", dict(system_node_selector) if system_node_selector is not None else None,
-              "RayTrainingJob system_node_selector")
-        claim("gpuNodeSelector", dict(gpu_node_selector) if gpu_node_selector is not None else None,
-              "RayTrainingJob gpu_node_selector")
-
-        given = base.to_context()
-        explicit = base.given_keys if settings is not None else frozenset()
-        changes: dict[str, Any] = {}
-        for key, values in claims.items():
-            (first, first_source), *rest = values
-            for value, source in rest:
-                if value != first:
-                    raise ValueError(f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
-                                     "make them agree (one cluster, one source of truth)")
-            if key in explicit and given[key] != first:
-                raise ValueError(f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
-                                 f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
-                                 "them agree")
-            if first != given[key]:
-                changes[key] = first
-        if gpu_nodes is not None:
-            # placementGroup is on, off or auto (on without a reservation): what it resolves to must be the nodes'.
-            placement, reservation = given["placementGroup"], claims["capacityReservationId"][0][0]
-            if (placement == "on" or (placement == "auto" and reservation is None)) != gpu_nodes.use_placement_group:
-                built = "on" if gpu_nodes.use_placement_group else "off"
-                if "placementGroup" in explicit:
-                    raise ValueError(f"RayTrainingJob placementGroup: the settings say {placement!r} but EfaGpuNodegroup "
-                                     f"{gpu_nodes.node.path} has it {built}; drop it from the settings (the construct "
-                                     "is the source of truth) or make them agree")
-                changes["placementGroup"] = built
-        region = Stack.of(self).region
-        if not Token.is_unresolved(region):
-            if region != base.cluster.region:
-                changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
-            changes.update(_zone_changes(base, region, cluster, gpu_nodes, explicit))
-        props = {"trainFunction": train_function, "jobName": job_name,
-                 "codeDir": str(Path(code).resolve()) if code is not None else None,
-                 "trainConfig": dict(train_config) if train_config is not None else None}
-        changes.update({key: value for key, value in props.items() if value is not None})
-        try:
-            resolved = base.replace(**changes) if changes else base
-            code_dir = check_user_code(resolved).code_dir
-        except SettingsError as error:
-            raise SettingsError([
-                type(p)(f"RayTrainingJob {_PROPS[p.key]}" if p.key in _PROPS and props.get(p.key) is not None else p.key,
-                        p.value, p.message)
-                for p in error.problems
-            ]) from None
+        resolved, code_dir = self._resolve_settings(
+            settings, cluster, gpu_nodes, workload, storage, operator, storage_path=storage_path,
+            system_node_selector=system_node_selector, gpu_node_selector=gpu_node_selector,
+            props={"trainFunction": train_function, "jobName": job_name,
+                   "codeDir": str(Path(code).resolve()) if code is not None else None,
+                   "trainConfig": dict(train_config) if train_config is not None else None})
         self.settings: Settings = resolved
         """The settings the job runs with: the given ones, with where it runs taken from the constructs."""
         # The plugins or drivers may be built after the job: checked once the whole app exists.
@@ -286,39 +307,15 @@ class RayTrainingJob(Construct):
         add_synth_check(self, lambda: device_allocation_problems(self, cluster, allocation))
         self.name: str = ray_job_of(resolved)
 
-        # codeDir: a ConfigMap when it fits one, else an S3 asset that an init container of every Ray pod fetches.
         reader = code_reader or (storage.service_account.role if storage is not None else None)
-        archive_uri: str | None = None
-        self.code_asset: s3_assets.Asset | None = None
-        if code_dir is not None and config_map_problem(code_dir, user_code_config_map_name(self.name)) is not None:
-            if reader is None:
-                raise ValueError(f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
-                                 "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
-                                 "or code_reader= (the role of serviceAccount)")
-            self.code_asset = s3_assets.Asset(self, "Code", path=str(code_dir), exclude=list(CODE_ASSET_EXCLUDE))
-            archive_uri = self.code_asset.s3_object_url
-        # The project's own code (ray_efa.core and ray_efa.training, some 600 KB): an S3 asset too whenever the pods'
-        # role can read one, so that the stack template holds settings.json, not the source (CloudFormation's
-        # template limit is 1 MB). Without a reader it stays in ConfigMaps, as `ray-efa manifests` ships it.
-        self.app_asset: s3_assets.Asset | None = None
-        if reader is not None:
-            self.app_asset = s3_assets.Asset(self, "AppCode", path=str(_app_code_folder(resolved)))
-        assets = [a for a in (self.code_asset, self.app_asset) if a is not None]
-        if assets:
-            # The grant lives here, in the job's stack, attached to the role of the (often other) storage stack: a
-            # grant on the role's own policy would make that stack refer to this one's asset, a cycle.
-            assert reader is not None
-            iam.Policy(self, "CodeRead", roles=[reader], statements=[iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[a.bucket.arn_for_objects(a.s3_object_key) for a in assets],
-            )])
+        self.code_asset: s3_assets.Asset | None = self._user_code_asset(code_dir, reader)
+        self.app_asset: s3_assets.Asset | None = self._app_code_asset(resolved) if reader is not None else None
+        self._grant_code_read(reader)
 
-        objects = ray_job_chart(cdk8s.App(), resolved, code_archive_uri=archive_uri,
+        objects = ray_job_chart(cdk8s.App(), resolved,
+                                code_archive_uri=self.code_asset.s3_object_url if self.code_asset else None,
                                 app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
-        # The GPU node group (the deadline), the namespace and the pods' service account exist before the job's first
-        # object, whatever `after` says.
-        waits = [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
-                                       workload.namespace if workload else None,
-                                       storage.service_account if storage else None) if c is not None and c not in after)]
+        waits = _waits(after, gpu_nodes, workload, storage)
         self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
         self.job: eks.KubernetesManifest = self.manifests[-1]
         """The RayJob's manifest (the last: its ConfigMaps come first)."""
@@ -330,6 +327,61 @@ class RayTrainingJob(Construct):
             self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)[0]
         """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget)."""
         self.job.node.add_dependency(self.disruption_budget)
+
+    def _resolve_settings(
+        self, settings: Settings | None, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None,
+        workload: RayWorkload | None, storage: CheckpointStorage | None, operator: KubeRayOperator | None, *,
+        storage_path: str | None, system_node_selector: Mapping[str, str] | None,
+        gpu_node_selector: Mapping[str, str] | None, props: Mapping[str, Any],
+    ) -> tuple[Settings, Path | None]:
+        """The settings the job runs with (the given ones, where it runs taken from the constructs and props) and its
+        checked code folder; ValueError where they disagree."""
+        for key, selector in (("system_node_selector", system_node_selector), ("gpu_node_selector", gpu_node_selector)):
+            if selector is not None:
+                check_node_selector(f"RayTrainingJob {key}", selector)
+        base = settings if settings is not None else Settings()
+        claims = _construct_claims(cluster, gpu_nodes, workload, storage, operator, storage_path=storage_path,
+                                   system_node_selector=system_node_selector, gpu_node_selector=gpu_node_selector)
+        given = base.to_context()
+        explicit = base.given_keys if settings is not None else frozenset()
+        changes = _claimed_changes(claims, given, explicit)
+        if gpu_nodes is not None:
+            changes.update(_placement_change(gpu_nodes, given, claims, explicit))
+        region = Stack.of(self).region
+        if not Token.is_unresolved(region):
+            if region != base.cluster.region:
+                changes["region"] = region  # the pods' AWS_REGION: the stack's, where the bucket and the cluster are
+            changes.update(_zone_changes(base, region, cluster, gpu_nodes, explicit))
+        changes.update({key: value for key, value in props.items() if value is not None})
+        return _resolved_settings(base, changes, props)
+
+    def _user_code_asset(self, code_dir: Path | None, reader: iam.IRole | None) -> s3_assets.Asset | None:
+        """codeDir as an S3 asset, which an init container of every Ray pod fetches, when it does not fit a ConfigMap
+        (None when it does, or without codeDir)."""
+        if code_dir is None or config_map_problem(code_dir, user_code_config_map_name(self.name)) is None:
+            return None
+        if reader is None:
+            raise ValueError(f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
+                             "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
+                             "or code_reader= (the role of serviceAccount)")
+        return s3_assets.Asset(self, "Code", path=str(code_dir), exclude=list(CODE_ASSET_EXCLUDE))
+
+    def _app_code_asset(self, resolved: Settings) -> s3_assets.Asset:
+        """The project's own code (ray_efa.core and ray_efa.training, some 600 KB) as an S3 asset, made whenever the
+        pods' role can read one, so that the stack template holds settings.json, not the source (CloudFormation's
+        template limit is 1 MB). Without a reader it stays in ConfigMaps, as `ray-efa manifests` ships it."""
+        return s3_assets.Asset(self, "AppCode", path=str(_app_code_folder(resolved)))
+
+    def _grant_code_read(self, reader: iam.IRole | None) -> None:
+        """Lets `reader` (the Ray pods' role) read the code assets, if any."""
+        assets = [a for a in (self.code_asset, self.app_asset) if a is not None]
+        if assets:
+            # The grant lives here, in the job's stack, attached to the role of the (often other) storage stack: a
+            # grant on the role's own policy would make that stack refer to this one's asset, a cycle.
+            assert reader is not None
+            iam.Policy(self, "CodeRead", roles=[reader], statements=[iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[a.bucket.arn_for_objects(a.s3_object_key) for a in assets],
+            )])
 
     @classmethod
     def from_settings(

@@ -270,12 +270,26 @@ def render_plan(plan: Plan, console: Console) -> None:
     Every table stays whole at 80 columns: long values wrap, and the instance table has one column per role
     rather than one per attribute.
     """
+    s = plan.settings
+    for render in (_render_settings, _render_deployment, _render_instances, _render_efa, _render_pods):
+        render(plan, console)
+    if plan.scaled_to_zero:
+        console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
+                      f"job not applied). Come back with `{s.scale_commands[1]}`.", highlight=False)
+    elif not plan.judged:
+        console.print(f"memory per GPU, step time and scaling curve: not predicted: {OWN_FUNCTION_NOTE}",
+                      highlight=False)
+    else:
+        _render_memory(plan, console)
+        _render_performance(plan, console)
+    _render_cost(plan, console)
+
+
+def _render_settings(plan: Plan, console: Console) -> None:
+    """Every setting, its value and where it came from (a value not the default in bold)."""
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
-
-    s = plan.settings
-
     settings = Table(title="Settings",
                      caption="source: default, ~/.cdk.json, cdk.context.json, cdk.json or -c (later wins, as in the CDK CLI)")
     for column in ("section", "key", "value", "source"):
@@ -287,6 +301,13 @@ def render_plan(plan: Plan, console: Console) -> None:
         previous = r.section
     console.print(settings)
 
+
+def _render_deployment(plan: Plan, console: Console) -> None:
+    """Where the stacks put what: region and AZ, nodes, placement, reservation, network, model and data."""
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
+    s = plan.settings
     gpu, system = plan.gpu_instance, plan.system_instance
     deployment = Table(title="Deployment", show_header=False)
     deployment.add_column("what")
@@ -309,6 +330,13 @@ def render_plan(plan: Plan, console: Console) -> None:
         deployment.add_row(what, value)
     console.print(deployment)
 
+
+def _render_instances(plan: Plan, console: Console) -> None:
+    """The GPU worker and system instance types side by side (one column per role)."""
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
+    gpu, system = plan.gpu_instance, plan.system_instance
     instances = Table(title="Instances")
     for column in ("", "GPU worker", "system"):
         instances.add_column(column)
@@ -326,6 +354,13 @@ def render_plan(plan: Plan, console: Console) -> None:
         instances.add_row(what, value(gpu), value(system))
     console.print(instances)
 
+
+def _render_efa(plan: Plan, console: Console) -> None:
+    """The launch template's EFA interfaces, with the device-RDMA setting and the all-reduce floor."""
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
+    s = plan.settings
     efa = Table(title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
                 caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
                         f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB over {s.workload.network} "
@@ -336,23 +371,18 @@ def render_plan(plan: Plan, console: Console) -> None:
         efa.add_row(str(interface["NetworkCardIndex"]), str(interface["DeviceIndex"]), str(interface["InterfaceType"]))
     console.print(efa)
 
+
+def _render_pods(plan: Plan, console: Console) -> None:
+    """The Ray pods' requests (= limits)."""
+    from rich.table import Table as RichTable
+
+    Table = _folding(RichTable)
     pods = Table(title="Ray pods (requests = limits)")
     for column in ("pod", "cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "/dev/shm"):
         pods.add_column(column)
     for p in plan.pods:
         pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
     console.print(pods)
-
-    if plan.scaled_to_zero:
-        console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
-                      f"job not applied). Come back with `{s.scale_commands[1]}`.", highlight=False)
-    elif not plan.judged:
-        console.print(f"memory per GPU, step time and scaling curve: not predicted: {OWN_FUNCTION_NOTE}",
-                      highlight=False)
-    else:
-        _render_memory(plan, console)
-        _render_performance(plan, console)
-    _render_cost(plan, console)
 
 
 def _render_memory(plan: Plan, console: Console) -> None:

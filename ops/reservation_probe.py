@@ -178,6 +178,36 @@ def _outcome_of_error(zone: str, error: ClientError) -> ProbeResult:
     return ProbeResult(zone=zone, outcome=outcome, error_code=code, message=error.response.get("Error", {}).get("Message", ""))
 
 
+def _reservation_request(token: str, *, instance_type: str, zone: str, count: int) -> dict[str, Any]:
+    """The probe's create_capacity_reservation arguments: targeted, ending by itself within the hour, tagged."""
+    return dict(
+        ClientToken=token,  # a retried create returns the same reservation instead of making a second one
+        InstanceType=instance_type,
+        InstancePlatform="Linux/UNIX",
+        AvailabilityZone=zone,
+        InstanceCount=count,
+        InstanceMatchCriteria="targeted",
+        # Belt and braces: if this process is killed with SIGKILL between create and cancel, EC2 ends it itself.
+        EndDateType="limited",
+        EndDate=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+        TagSpecifications=[{
+            "ResourceType": "capacity-reservation",
+            "Tags": [{"Key": _PROBE_TAG, "Value": token}, {"Key": "Name", "Value": "ray-efa capacity probe"}],
+        }],
+    )
+
+
+def _settled_result(zone: str, reservation_id: str | None, state: str, what: str, settle_timeout_s: float) -> ProbeResult:
+    """What the reservation's state (`what`: count x type) says of the zone's capacity."""
+    if state == "active":
+        return ProbeResult(zone=zone, outcome=AVAILABLE, reservation_id=reservation_id, message=f"reserved {what}")
+    if state == "unsupported":
+        return ProbeResult(zone=zone, outcome=UNSUPPORTED, reservation_id=reservation_id,
+                           message="EC2 does not support this reservation here")
+    return ProbeResult(zone=zone, outcome=ERROR, reservation_id=reservation_id,
+                       message=f"reservation {state} after {settle_timeout_s:.0f} s; capacity unknown")
+
+
 def probe_zone(
     ec2: Any,
     *,
@@ -198,21 +228,7 @@ def probe_zone(
     reservation is found by the probe's unique tag and cancelled. A cancel that fails raises CancelFailed.
     """
     token = uuid.uuid4().hex
-    request = dict(
-        ClientToken=token,  # a retried create returns the same reservation instead of making a second one
-        InstanceType=instance_type,
-        InstancePlatform="Linux/UNIX",
-        AvailabilityZone=zone,
-        InstanceCount=count,
-        InstanceMatchCriteria="targeted",
-        # Belt and braces: if this process is killed with SIGKILL between create and cancel, EC2 ends it itself.
-        EndDateType="limited",
-        EndDate=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
-        TagSpecifications=[{
-            "ResourceType": "capacity-reservation",
-            "Tags": [{"Key": _PROBE_TAG, "Value": token}, {"Key": "Name", "Value": "ray-efa capacity probe"}],
-        }],
-    )
+    request = _reservation_request(token, instance_type=instance_type, zone=zone, count=count)
     reservation_id: str | None = None
     create_may_have_happened = False
     result: ProbeResult | None = None
@@ -235,15 +251,7 @@ def probe_zone(
                 sleep(poll_s)
                 described = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
                 state = described["CapacityReservations"][0].get("State", state)
-            if state == "active":
-                result = ProbeResult(zone=zone, outcome=AVAILABLE, reservation_id=reservation_id,
-                                     message=f"reserved {count} x {instance_type}")
-            elif state == "unsupported":
-                result = ProbeResult(zone=zone, outcome=UNSUPPORTED, reservation_id=reservation_id,
-                                     message="EC2 does not support this reservation here")
-            else:
-                result = ProbeResult(zone=zone, outcome=ERROR, reservation_id=reservation_id,
-                                     message=f"reservation {state} after {settle_timeout_s:.0f} s; capacity unknown")
+            result = _settled_result(zone, reservation_id, state, f"{count} x {instance_type}", settle_timeout_s)
         finally:
             guard.holding = True
             try:

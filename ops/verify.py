@@ -434,19 +434,31 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
     """Run every check once. API errors fail the checks that needed the call; the others still run. An API server
     that cannot be reached, or refuses our credentials, on the first read raises that error (urllib3's, or an
     ApiException 401/403): a report of every check failing for one reason would hide the reason."""
-    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    # The generated API methods are typed as returning the object, or (object, status, headers) with
-    # _return_http_data_only=False, or a thread with async_req=True; called plainly they return the object: the casts
-    # below say which.
     failures = (ApiException, OSError, _urllib3_error())
-    core_v1, apps_v1, custom = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.CustomObjectsApi(api_client)
-    checks: list[Check] = []
+    checks = _node_checks(api_client, expected, failures, status)
+    checks += _release_checks(api_client, expected, failures, status)
+    ray_checks, cluster, cluster_error = _ray_cluster_checks(api_client, expected, failures, status)
+    checks += ray_checks
+    checks.extend(_security_checks(api_client, expected, cluster, cluster_error, failures, status))
+    return VerifyReport(checks=tuple(checks))
 
+
+def _node_checks(api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...],
+                 status: Status) -> list[Check]:
+    """The GPU nodes: Ready, and their allocatable GPUs and EFA devices (device plugins' resources or DRA slices).
+    The first read: an API server that cannot be reached raises."""
+    from kubernetes import client
+
+    checks: list[Check] = []
     status("reading the GPU nodes")
     try:
-        nodes = cast(client.V1NodeList, core_v1.list_node(label_selector=expected.gpu_node_selector)).items or []
+        # The generated API methods are typed as returning the object, or (object, status, headers) with
+        # _return_http_data_only=False, or a thread with async_req=True; called plainly they return the object: the
+        # cast says which.
+        nodes = cast(client.V1NodeList, client.CoreV1Api(api_client).list_node(
+            label_selector=expected.gpu_node_selector)).items or []
         checks.append(check_gpu_nodes(nodes, expected))
         if expected.device_allocation == "dra":
             slices = api_client.sanitize_for_serialization(client.ResourceV1Api(api_client).list_resource_slice()).get(
@@ -470,6 +482,15 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
         for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
             checks.append(_api_failure(check_id, name, error))
+    return checks
+
+
+def _release_checks(api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...],
+                    status: Status) -> list[Check]:
+    """The device plugins' (or DRA drivers') DaemonSets and the KubeRay operator's Deployment."""
+    from kubernetes import client
+
+    apps_v1 = client.AppsV1Api(api_client)
 
     def check_release(kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge,
                       name: str | None = None) -> Check:
@@ -486,12 +507,22 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
     def judge_daemon_set(daemon_set, release: HelmRelease) -> Check:
         return check_daemon_set(daemon_set, release, scaled_to_zero=expected.scaled_to_zero)
 
-    for release in expected.device_plugins:
-        checks.append(check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, judge_daemon_set,
-                                    name=expected.daemon_set_names[release.release]))
+    checks = [check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, judge_daemon_set,
+                            name=expected.daemon_set_names[release.release]) for release in expected.device_plugins]
     checks.append(check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment,
                                 check_deployment_available))
+    return checks
 
+
+def _ray_cluster_checks(
+    api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...], status: Status,
+) -> tuple[list[Check], dict[str, Any] | None, Exception | None]:
+    """The RayCluster (or the RayJob's) and its Ray pods' init containers; with the RayCluster read, and why it could
+    not be, if it could not."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    checks: list[Check] = []
     status(f"reading the RayCluster in {expected.namespace}")
     cluster, cluster_error = None, None
     try:
@@ -518,8 +549,7 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
                 expected.namespace))
         except failures as error:
             checks.append(_api_failure(INIT_CONTAINERS_CHECK, f"init containers of {owner}'s Ray pods", error))
-    checks.extend(_security_checks(api_client, expected, cluster, cluster_error, failures, status))
-    return VerifyReport(checks=tuple(checks))
+    return checks, cluster, cluster_error
 
 
 def _security_checks(

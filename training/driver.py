@@ -395,7 +395,6 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
 
     import ray.train
 
-    from ray_efa.training.metrics import format_summary
     from ray_efa.training.run_summary import LOCAL, gate_fields, summary_line, summary_record, training_levers
 
     try:
@@ -424,17 +423,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         _diagnose_transport(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder)
         _say_report(folder)
         return EXIT_FAILED
-    outcome = result.return_value
-    if isinstance(outcome, dict) and "summary" in outcome:  # the built-in function's own summary
-        summary = outcome["summary"]
-        print(format_summary(summary, title=f"training summary: {name}"))
-    else:  # a function of yours: what it reported last, and where it ran
-        summary = reported_summary(result.metrics, settings, local=local)
-        reported = ", ".join(f"{k}={v}" for k, v in sorted((result.metrics or {}).items())) or "nothing"
-        print(f"{settings.training.train_function} finished: {name}; reported last: {reported}")
-        if not result.metrics:
-            print(f"ray_efa.training.driver: warning: {settings.training.train_function} returned without calling "
-                  "ray.train.report: no metrics, no history, nothing for ray-efa report to chart", file=sys.stderr)
+    summary = _print_summary(result, settings, name=name, local=local)
     # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
     where = {"name": name, "network": settings.workload.network, "summary": summary,
              "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
@@ -451,6 +440,25 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     _say_report(folder)
     return code
+
+
+def _print_summary(result: Result, settings: Settings, *, name: str, local: bool) -> dict[str, Any]:
+    """Print what the run's Result says and return its summary: the built-in function's own, or for a function of
+    yours what it reported last, and where it ran."""
+    from ray_efa.training.metrics import format_summary
+
+    outcome = result.return_value
+    if isinstance(outcome, dict) and "summary" in outcome:  # the built-in function's own summary
+        summary = outcome["summary"]
+        print(format_summary(summary, title=f"training summary: {name}"))
+        return summary
+    summary = reported_summary(result.metrics, settings, local=local)
+    reported = ", ".join(f"{k}={v}" for k, v in sorted((result.metrics or {}).items())) or "nothing"
+    print(f"{settings.training.train_function} finished: {name}; reported last: {reported}")
+    if not result.metrics:
+        print(f"ray_efa.training.driver: warning: {settings.training.train_function} returned without calling "
+              "ray.train.report: no metrics, no history, nothing for ray-efa report to chart", file=sys.stderr)
+    return summary
 
 
 def describe_data(settings: Settings) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ray_efa.core.pod_env import HOST_SYS
 
@@ -226,58 +226,79 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
             or any(before.guids.get(d) != after.guids.get(d) for d in names):
         return row("mismatch", f"the before and after snapshots are of different devices ({sorted(before.devices)} "
                    f"vs {sorted(after.devices)}, by name and node_guid): from another node?", **count)
-    sent = received = 0
-    for device in names:
-        for port, counters in after.devices[device].items():
-            old = before.devices[device].get(port)
-            if old is None:
-                return row("mismatch", f"port {port} of {device} is only in the after snapshot", **count)
-            for name in REQUIRED_COUNTERS:
-                if name not in counters or name not in old:
-                    return row("incomplete", f"{device} port {port} has no {name} in the "
-                               f"{'after' if name not in counters else 'before'} snapshot "
-                               f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})", **count)
-            for name, value in counters.items():
-                if name in old and value < old[name]:
-                    return row("reset", f"{device} port {port} {name} went down ({old[name]} -> {value}): the device "
-                               "was reset between the snapshots, so its counts say nothing", **count)
-            sent += counters["tx_bytes"] - old["tx_bytes"]
-            received += counters["rx_bytes"] - old["rx_bytes"]
+    moved = _bytes_moved(before, after, names)
+    if isinstance(moved, _Problem):
+        return row(moved.status, moved.detail, **count)
+    sent, received = moved
     steps = after.steps
     predicted = predicted_override
     if predicted is None and steps is not None and after.predicted_bytes_per_step is not None:
         predicted = steps * after.predicted_bytes_per_step
     seen = {"devices": len(names), "sent_bytes": sent, "received_bytes": received, "predicted_bytes": predicted,
             "steps": steps}
-    least = min(sent, received)
+    status, detail = _amount_verdict(expect, min(sent, received), predicted, steps)
+    return row(status, detail, **seen)
+
+
+class _Problem(NamedTuple):
+    """Why a node's counters cannot be compared: its row's status and detail."""
+
+    status: str
+    detail: str
+
+
+def _bytes_moved(before: Snapshot, after: Snapshot, names: list[str]) -> tuple[int, int] | _Problem:
+    """(sent, received) bytes of the devices `names` between the snapshots, summed over their ports; or why not."""
+    sent = received = 0
+    for device in names:
+        for port, counters in after.devices[device].items():
+            old = before.devices[device].get(port)
+            if old is None:
+                return _Problem("mismatch", f"port {port} of {device} is only in the after snapshot")
+            for name in REQUIRED_COUNTERS:
+                if name not in counters or name not in old:
+                    return _Problem("incomplete", f"{device} port {port} has no {name} in the "
+                                    f"{'after' if name not in counters else 'before'} snapshot "
+                                    f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})")
+            for name, value in counters.items():
+                if name in old and value < old[name]:
+                    return _Problem("reset", f"{device} port {port} {name} went down ({old[name]} -> {value}): the "
+                                    "device was reset between the snapshots, so its counts say nothing")
+            sent += counters["tx_bytes"] - old["tx_bytes"]
+            received += counters["rx_bytes"] - old["rx_bytes"]
+    return sent, received
+
+
+def _amount_verdict(expect: str, least: int, predicted: float | None, steps: int | None) -> tuple[str, str]:
+    """(status, detail) of a node whose EFA devices moved `least` bytes each way (the smaller direction) against the
+    `predicted` bytes, for the `expect`ed transport."""
     if expect == "ib":
-        return row("not judged", "InfiniBand expected: EFA counters are not its witness", **seen)
+        return "not judged", "InfiniBand expected: EFA counters are not its witness"
     if predicted is not None and predicted <= 0:
         moved = least >= _MOVED_BYTES
-        return row("EFA moved" if moved and expect == "socket" else "no traffic predicted",
-                   "no traffic between nodes was predicted (one node)" + (", yet EFA carried traffic" if moved else ""),
-                   **seen)
+        return ("EFA moved" if moved and expect == "socket" else "no traffic predicted",
+                "no traffic between nodes was predicted (one node)" + (", yet EFA carried traffic" if moved else ""))
     if expect == "efa":
         if predicted is None:
             if least >= _MOVED_BYTES:
-                return row("moved", "EFA carried traffic; no prediction to compare with (the train function's "
-                           "traffic is not modelled), so this supports the logs but proves no amount", **seen)
-            return row("idle", f"EFA carried {_bytes(least)} at most each way and no prediction says how much it should "
-                       "have: if the function sent tensors between nodes, they went another way", **seen)
+                return "moved", ("EFA carried traffic; no prediction to compare with (the train function's "
+                                 "traffic is not modelled), so this supports the logs but proves no amount")
+            return "idle", (f"EFA carried {_bytes(least)} at most each way and no prediction says how much it should "
+                            "have: if the function sent tensors between nodes, they went another way")
         if least < MIN_SHARE * predicted:
-            return row("LOW", f"EFA carried {least / predicted:.1%} of the {_bytes(predicted)} predicted each way for "
-                       f"{steps} steps (under {MIN_SHARE:.0%}): NCCL's traffic between nodes went another way (TCP?)",
-                       **seen)
-        return row("pass", "", **seen)
+            return "LOW", (f"EFA carried {least / predicted:.1%} of the {_bytes(predicted)} predicted each way for "
+                           f"{steps} steps (under {MIN_SHARE:.0%}): NCCL's traffic between nodes went another way "
+                           "(TCP?)")
+        return "pass", ""
     # socket expected (the TCP comparison run): EFA should carry next to nothing
     if predicted is not None:
         if least >= MIN_SHARE * predicted:
-            return row("EFA moved", f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
-                       "comparison run's NCCL_NET=Socket was not applied", **seen)
-        return row("pass", "", **seen)
-    return row("moved" if least >= _MOVED_BYTES else "idle",
-               "" if least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no prediction to say how much is too "
-               "much)", **seen)
+            return "EFA moved", (f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
+                                 "comparison run's NCCL_NET=Socket was not applied")
+        return "pass", ""
+    return ("moved" if least >= _MOVED_BYTES else "idle",
+            "" if least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no prediction to say how much is too "
+            "much)")
 
 
 def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes: float | None = None,

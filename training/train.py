@@ -27,7 +27,7 @@ from ray_efa.training.faults import FaultInjection
 from ray_efa.training.history import open_history
 from ray_efa.training.inputs import Inputs
 from ray_efa.training.metrics import Meter, Throughput, peak_flops_per_s
-from ray_efa.training.model import build_model
+from ray_efa.training.model import CausalLM, build_model
 from ray_efa.training.parallelize import (
     ParallelPlan,
     after_optimizer_step,
@@ -184,6 +184,40 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     return max((int(state["step"]) for state in optimizer.state.values()), default=0)
 
 
+def _load_model(t: TrainingSettings, device: torch.device, rank: int) -> CausalLM:
+    """The model on `device`: modelPath's weights (its files on this node: s3:// and hf:// downloaded once per node;
+    the architecture is its config.json), else the preset's, randomly initialized."""
+    folder = weights.fetch_model(t.model_path) if t.model_path else None
+    model = build_model(t.preset, seed=t.seed, device=device, model_path=str(folder) if folder else None,
+                        loss_chunk_size=t.loss_chunk, decoder=t.decoder_block)
+    if rank == 0 and model.decoder_fallback:
+        _say(f"decoderBlock lean does not cover this model ({model.decoder_fallback}): transformers' own layer runs")
+    if rank == 0 and folder is not None and t.model_path is not None:
+        _say(weights.describe_loaded(t.model_path, folder, model))
+    return model
+
+
+def _sync_every_micro_batch(settings: Settings, strategy: str, world: int, local_world: int,
+                            device: torch.device) -> bool:
+    """The plan's answer (core.memory) to gradSyncEveryMicroBatch, on the ranks Ray started."""
+    link = settings.nodes.gpu_instance.gpu_link
+    local = max(1, local_world)
+    return memory.grad_sync_every_micro_batch(
+        settings.training, strategy=strategy, nodes=max(1, world // local), gpus_per_node=local,
+        nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"))
+
+
+def _what_ran(t: TrainingSettings, decoder: str, strategy: str, plan: ParallelPlan) -> dict[str, Any]:
+    """What ran, for `ray-efa calibrate`."""
+    return {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
+            "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk,
+            "decoder_block": decoder,
+            "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": plan.replicas,
+            "grad_reduce_dtype": t.grad_reduce_dtype if plan.mixed_precision is not None else "fp32",
+            "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
+            "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
+
+
 def train_func(config: dict[str, Any]) -> dict[str, Any]:
     """Train as the settings say; rank 0 returns {"summary", "history": [(step, loss)], "step_metrics": a dict per
     step (Reporter.history), "optimizer_steps"} (Result.return_value)."""
@@ -207,15 +241,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     if t.precision == "fp8" and device.type == "cuda":
         check_fp8_capability(torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device))
 
-    # modelPath's files on this node (s3:// and hf:// downloaded once per node); the architecture is its config.json
-    folder = weights.fetch_model(t.model_path) if t.model_path else None
     arch = t.preset
-    model = build_model(arch, seed=t.seed, device=device, model_path=str(folder) if folder else None,
-                        loss_chunk_size=t.loss_chunk, decoder=t.decoder_block)
-    if rank == 0 and model.decoder_fallback:
-        _say(f"decoderBlock lean does not cover this model ({model.decoder_fallback}): transformers' own layer runs")
-    if rank == 0 and folder is not None and t.model_path is not None:
-        _say(weights.describe_loaded(t.model_path, folder, model))
+    model = _load_model(t, device, rank)
     strategy, plan = parallel_plan(t, device, world, context.get_local_world_size())
     replicas, reduce_dtype = plan.replicas, t.grad_reduce_dtype
     if rank == 0:
@@ -244,13 +271,8 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
         log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
     )
     last_step = faults.last_step(t.steps) if faults else t.steps
-    k = t.accumulation_steps
-    link = settings.nodes.gpu_instance.gpu_link
-    local = max(1, context.get_local_world_size())
-    sync_every = memory.grad_sync_every_micro_batch(  # the plan's answer (core.memory), on the ranks Ray started
-        t, strategy=strategy, nodes=max(1, world // local), gpus_per_node=local,
-        nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"))
-    if rank == 0 and sync_every and k > 1:
+    sync_every = _sync_every_micro_batch(settings, strategy, world, context.get_local_world_size(), device)
+    if rank == 0 and sync_every and t.accumulation_steps > 1:
         _say("gradients reduce-scattered after every micro-batch (gradSyncEveryMicroBatch)")
     run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device,
               sync_every_micro_batch=sync_every)
@@ -259,14 +281,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
 
     efa_counters.snapshot_ray_worker("after", steps=max(0, last_step - start), settings=settings)
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    # what ran, for `ray-efa calibrate`
-    ran = {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
-           "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk,
-           "decoder_block": model.decoder,
-           "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": replicas,
-           "grad_reduce_dtype": reduce_dtype if plan.mixed_precision is not None else "fp32",
-           "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
-           "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
+    ran = _what_ran(t, model.decoder, strategy, plan)
     return {"summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

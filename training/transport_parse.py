@@ -253,32 +253,9 @@ class _Reader:
 
 def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
     """Update one process from one NCCL message (the text after "NCCL INFO " / "NCCL WARN ")."""
-    if " via " in msg:
-        c = CHANNEL.match(msg)
-        if c:
-            via = c["via"].strip()
-            proc.chan_ranks.add(int(c["dst"] if c["dir"] == "receive" else c["src"]))
-            net = NET_VIA.match(via)
-            if net:
-                name = net["name"].strip()
-                proc.nets.setdefault(name, None)
-                label = f"NET/{name}"
-            else:
-                label = via[:40]
-            proc.channels[label] = proc.channels.get(label, 0) + 1
-            return
-    if msg.startswith("Using network "):
-        if (u := USING_NETWORK.match(msg)) is not None:
-            proc.networks.setdefault(u["name"].strip(), None)
+    if " via " in msg and _parse_channel(proc, msg):
         return
-    if msg.startswith("Assigned NET plugin "):
-        a = ASSIGNED.match(msg)
-        if a:
-            proc.networks.setdefault(a["name"].strip(), None)
-        return
-    if msg.startswith("Initialized NET plugin "):
-        if (i := INITIALIZED.match(msg)) is not None and i["name"].strip() not in INTERNAL_NETS:
-            proc.plugins.setdefault(i["name"].strip(), None)
+    if _parse_network_choice(proc, msg):
         return
     if " -> " in msg and (r := RETURN.match(msg)) is not None:
         if r["code"] not in NOT_ERRORS:
@@ -286,51 +263,15 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
             proc.first_return = proc.first_return or msg[:120]
         return
     if "COMPLETE" in msg or "Init START" in msg:
-        if (state := INIT_STATE.search(msg)) is not None and len(proc.init_started) < 1024:
-            comm = state["comm"]
-            if state["state"] == "Init START":
-                proc.init_started.setdefault(comm, int(state["rank"]))
-            elif state["state"] == "Init COMPLETE":
-                proc.init_done.add(comm)
-            else:
-                proc.aborted.add(comm)
-    if "comm " in msg and "rank " in msg:
-        c = COMM.search(msg)
-        if c:
-            nranks = int(c["nranks"])
-            shape = CommShape(
-                nranks=nranks,
-                nnodes=int(c["nnodes"]) if c["nnodes"] else None,
-                local_ranks=int(c["local"]) if c["local"] else None,
-            )
-            if len(proc.shapes) < 64:
-                proc.shapes.setdefault(shape, None)
-            ranks = proc.comm_ranks.setdefault(nranks, set())
-            if len(ranks) < 4096:
-                ranks.add(int(c["rank"]))
-            return
+        _parse_init_state(proc, msg)
+    if "comm " in msg and "rank " in msg and _parse_comm_shape(proc, msg):
+        return
     if msg.startswith("NCCL version"):
         v = VERSION.match(msg)
         if v:
             versions.setdefault(v["version"], None)
         return
-    if msg.startswith(("NET/Socket", "NET/IB")) and NET_INIT.match(msg):
-        if msg.startswith("NET/Socket"):
-            proc.socket_init = True
-        else:
-            proc.ib_init = True
-        return
-    if msg.startswith("NET/OFI "):
-        if (p := PROVIDER.match(msg)) is not None:
-            proc.providers.setdefault(p["provider"], None)
-        elif msg.startswith(FORCING_NDEV):
-            proc.providers.setdefault("efa", None)
-        elif (o := OFI_VERSION.match(msg)) is not None:
-            proc.ofi_version = o["version"]
-    elif msg.startswith("NET/Plugin") and (loaded := LOADED.match(msg)) is not None:
-        name = loaded["name"].strip()
-        if name not in INTERNAL_NETS:
-            proc.plugins.setdefault(name, None)
+    if _parse_transport_init(proc, msg):
         return
     if len(proc.hints) < _MAX_HINTS and HINT_WORDS.search(msg):
         for hint in HINTS:
@@ -338,6 +279,99 @@ def _parse_message(proc: _Process, msg: str, versions: dict[str, None]) -> None:
             if h:
                 proc.hints.setdefault(hint.text.format(**h.groupdict()), hint.expects)
                 break
+
+
+def _parse_channel(proc: _Process, msg: str) -> bool:
+    """A channel line ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/..."): its peer rank and transport; False if not
+    one."""
+    c = CHANNEL.match(msg)
+    if not c:
+        return False
+    via = c["via"].strip()
+    proc.chan_ranks.add(int(c["dst"] if c["dir"] == "receive" else c["src"]))
+    net = NET_VIA.match(via)
+    if net:
+        name = net["name"].strip()
+        proc.nets.setdefault(name, None)
+        label = f"NET/{name}"
+    else:
+        label = via[:40]
+    proc.channels[label] = proc.channels.get(label, 0) + 1
+    return True
+
+
+def _parse_network_choice(proc: _Process, msg: str) -> bool:
+    """The network NCCL chose and the plugins it initialized; False if the message is none of those."""
+    if msg.startswith("Using network "):
+        if (u := USING_NETWORK.match(msg)) is not None:
+            proc.networks.setdefault(u["name"].strip(), None)
+        return True
+    if msg.startswith("Assigned NET plugin "):
+        a = ASSIGNED.match(msg)
+        if a:
+            proc.networks.setdefault(a["name"].strip(), None)
+        return True
+    if msg.startswith("Initialized NET plugin "):
+        if (i := INITIALIZED.match(msg)) is not None and i["name"].strip() not in INTERNAL_NETS:
+            proc.plugins.setdefault(i["name"].strip(), None)
+        return True
+    return False
+
+
+def _parse_init_state(proc: _Process, msg: str) -> None:
+    """A communicator's Init START / Init COMPLETE / abort (at most 1024 communicators a process)."""
+    if (state := INIT_STATE.search(msg)) is not None and len(proc.init_started) < 1024:
+        comm = state["comm"]
+        if state["state"] == "Init START":
+            proc.init_started.setdefault(comm, int(state["rank"]))
+        elif state["state"] == "Init COMPLETE":
+            proc.init_done.add(comm)
+        else:
+            proc.aborted.add(comm)
+
+
+def _parse_comm_shape(proc: _Process, msg: str) -> bool:
+    """A communicator's shape (ranks, nodes, local ranks) and this process's rank in it; False if not one."""
+    c = COMM.search(msg)
+    if not c:
+        return False
+    nranks = int(c["nranks"])
+    shape = CommShape(
+        nranks=nranks,
+        nnodes=int(c["nnodes"]) if c["nnodes"] else None,
+        local_ranks=int(c["local"]) if c["local"] else None,
+    )
+    if len(proc.shapes) < 64:
+        proc.shapes.setdefault(shape, None)
+    ranks = proc.comm_ranks.setdefault(nranks, set())
+    if len(ranks) < 4096:
+        ranks.add(int(c["rank"]))
+    return True
+
+
+def _parse_transport_init(proc: _Process, msg: str) -> bool:
+    """NET/Socket, NET/IB, NET/OFI (provider, version) and NET/Plugin lines; False where the message may still be a
+    hint (every NET/OFI line, or no such line)."""
+    if msg.startswith(("NET/Socket", "NET/IB")) and NET_INIT.match(msg):
+        if msg.startswith("NET/Socket"):
+            proc.socket_init = True
+        else:
+            proc.ib_init = True
+        return True
+    if msg.startswith("NET/OFI "):
+        if (p := PROVIDER.match(msg)) is not None:
+            proc.providers.setdefault(p["provider"], None)
+        elif msg.startswith(FORCING_NDEV):
+            proc.providers.setdefault("efa", None)
+        elif (o := OFI_VERSION.match(msg)) is not None:
+            proc.ofi_version = o["version"]
+        return False
+    if msg.startswith("NET/Plugin") and (loaded := LOADED.match(msg)) is not None:
+        name = loaded["name"].strip()
+        if name not in INTERNAL_NETS:
+            proc.plugins.setdefault(name, None)
+        return True
+    return False
 
 
 def _read_lines(stream: IO[str]) -> Iterator[str]:
