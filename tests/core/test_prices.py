@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ray_efa.core import catalog, prices
+from ray_efa.core import catalog, catalog_rows, prices
 
 
 def test_every_recorded_price_is_positive_dated_and_sourced():
@@ -26,7 +26,7 @@ def test_each_recorded_region_records_every_built_in_gpu_type():
     table_regions = prices.RECORDED_REGIONS - prices.CATALOG_REGIONS
     assert "ap-southeast-2" in table_regions
     for region in table_regions:
-        assert {name for r, name in prices.ON_DEMAND_TABLE if r == region} >= set(catalog._BUILT_IN), region
+        assert {name for r, name in prices.ON_DEMAND_TABLE if r == region} >= set(catalog_rows._BUILT_IN), region
 
 
 def test_no_recorded_region_is_cheaper_than_us_east_2():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ray_efa import k8s
+import ray_efa.k8s as k8s
 from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.k8s import workload
 

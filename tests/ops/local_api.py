@@ -65,7 +65,7 @@ class LocalApi:
             def do_PATCH(self):  # noqa: N802
                 self._serve("PATCH")
 
-            def log_message(self, *_):  # keep test output clean
+            def log_message(self, format: str, *args: object) -> None:  # keep test output clean
                 pass
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
