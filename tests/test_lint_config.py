@@ -38,6 +38,8 @@ def test_pyright_includes_every_package_folder_once():
     include = set(PYRIGHT["include"])
     # THEN each package folder is checked under its top-level path, ray_efa/__init__.py beside them
     assert _package_folders() | {"ray_efa/__init__.py"} <= include
+    # and the tests, the type checker's reading of their doubles and assertions too (issue 49)
+    assert "tests" in include
     # and never also through ray_efa/: pyright would report each file twice, once per path
     assert not {entry for entry in include if entry.rstrip("/") == "ray_efa" or entry.startswith("ray_efa/")} - {
         "ray_efa/__init__.py"}
