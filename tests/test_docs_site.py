@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 spec = importlib.util.spec_from_file_location("settings_table", ROOT / "tools" / "settings_table.py")
+assert spec is not None and spec.loader is not None
 settings_table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(settings_table)
 

@@ -37,6 +37,8 @@ def test_pyright_includes_every_package_once_by_its_import_path():
     # which pyright reads without the links
     assert not {entry.split("/")[0] for entry in include} & _package_folders()
     assert "ray_efa" not in {entry.rstrip("/") for entry in include}
+    # and the tests, the type checker's reading of their doubles and assertions too (issue 49)
+    assert "tests" in include
     # and no exclude takes a package (or a file in one) back out
     for pattern in PYRIGHT.get("exclude", []):
         assert pattern.split("/")[0] not in _package_folders() | {"ray_efa"}, pattern

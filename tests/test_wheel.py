@@ -20,6 +20,7 @@ import textwrap
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -81,8 +82,19 @@ print(json.dumps({
 '''
 
 
+class Installed(TypedDict):
+    wheel: Path
+    venv: Path
+    python: Path
+    site: Path
+    base_site: Path
+    added: set[str]
+    """what installing the wheel added to the venv's site folder"""
+    work: Path
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict[str, Path]:
+def installed(tmp_path_factory) -> Installed:
     """The wheel, built from a copy of the repository and installed into a fresh venv with its base closure only."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
@@ -103,8 +115,8 @@ def installed(tmp_path_factory) -> dict[str, Path]:
     before = set(os.listdir(site))
     install = run([str(python), "-m", "pip", "install", "--no-index", "--no-cache-dir", str(wheel)])
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-    return {"wheel": wheel, "venv": venv, "python": python, "site": site, "base_site": work / "venv-deps",
-            "added": set(os.listdir(site)) - before, "work": work}
+    return Installed(wheel=wheel, venv=venv, python=python, site=site, base_site=work / "venv-deps",
+                     added=set(os.listdir(site)) - before, work=work)
 
 
 def test_wheel_holds_one_top_level_package(installed):

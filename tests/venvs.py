@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 
 def run(args: list[str], extra_env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
@@ -35,7 +35,7 @@ def closure(requirements: Iterable[str]) -> dict[str, metadata.Distribution]:
     """
     installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions()}
     todo = [(Requirement(r), "") for r in requirements]
-    chosen: dict[str, set[str]] = {}
+    chosen: dict[NormalizedName, set[str]] = {}
     while todo:
         req, extra = todo.pop()
         if req.marker is not None and not req.marker.evaluate({"extra": extra}):
@@ -59,7 +59,7 @@ def closure(requirements: Iterable[str]) -> dict[str, metadata.Distribution]:
 def link(dists: dict[str, metadata.Distribution], into: Path) -> None:
     """Symlink every file of these distributions (as their RECORD lists them) into one site folder."""
     for dist in dists.values():
-        site = Path(dist.locate_file(""))
+        site = Path(str(dist.locate_file("")))  # a PathLike at run time; its declared type is a protocol of its own
         for file in dist.files or []:
             if file.parts[0] == ".." or "__pycache__" in file.parts:
                 continue  # console scripts live outside site-packages; bytecode is rebuilt

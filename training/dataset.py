@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     import torch
-    from ray.data import DataIterator, Dataset
+    from ray.data import Dataset
     from ray.train import DataConfig
 
     from ray_efa.core.settings import Problem, Settings
@@ -322,12 +322,18 @@ SHUFFLE_WINDOW = 256
 """Rows a rank's seeded shuffle permutes at a time (ShardBatches.rows): fixed, whatever microBatch is."""
 
 
+class BatchSource(Protocol):
+    """What ShardBatches reads of a rank's shard: ray.data.DataIterator's iter_batches (a test's double has it too)."""
+
+    def iter_batches(self, *, batch_size: int, batch_format: str, drop_last: bool) -> Iterable[Any]: ...
+
+
 class ShardBatches:
     """This rank's micro-batches of its `get_dataset_shard` iterator, epoch after epoch, from a saved position."""
 
-    def __init__(self, shard: DataIterator, *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
+    def __init__(self, shard: BatchSource, *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
                  consumed: int = 0, world_size: int = 1, what: str = "dataset") -> None:
-        self.shard: DataIterator
+        self.shard: BatchSource
         self.micro_batch: int
         self.row_tokens: int
         self.seed: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def stack() -> Stack:
     return Stack()
 
 
-def guard_properties(template: dict[str, Any]) -> dict[str, Any]:
+def guard_properties(template: Mapping[str, Any]) -> dict[str, Any]:
     """The synthesized guard's properties, as CloudFormation sends them to the handler (strings)."""
     (props,) = [r["Properties"] for r in template["Resources"].values()
                 if r["Type"] == guard.__dict__.get("JOB_GUARD_RESOURCE_TYPE", "Custom::RayEfa-JobDisruptionGuard")]

@@ -4,6 +4,7 @@ stack run on system nodes, and the manifests `ray-efa manifests` writes, applied
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ class NodeGroup:
     taints: tuple[dict[str, str], ...]
 
     @staticmethod
-    def from_template(template: dict[str, Any]) -> list[NodeGroup]:
+    def from_template(template: Mapping[str, Any]) -> list[NodeGroup]:
         groups = []
         for logical_id, resource in template.get("Resources", {}).items():
             if resource.get("Type") != "AWS::EKS::Nodegroup":
@@ -183,7 +184,7 @@ def _resolve(value: Any, template: dict[str, Any]) -> Any:
     return value
 
 
-def stack_manifests(template: dict[str, Any]) -> list[dict[str, Any]]:
+def stack_manifests(template: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every Kubernetes object a synthesized stack applies through aws_eks_v2's kubectl handler (each
     Custom::AWSCDK-EKS-KubernetesResource's Manifest, a JSON list), in template order."""
     objects: list[dict[str, Any]] = []

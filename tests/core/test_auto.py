@@ -55,6 +55,7 @@ def test_the_old_defaults_are_kept_when_set_and_the_missed_global_batch_is_said(
     # THEN the plan keeps every value set, and says the global batch it reaches instead of globalBatchTokens
     assert (decided.micro_batch, decided.grad_accumulation, decided.precision) == (2, 1, "bf16")
     split = strategy.global_batch(old)
+    assert split.note is not None
     assert split.tokens == 4096 and not split.exact and "4,096 tokens, not globalBatchTokens 524,288" in split.note
     # and the new defaults on the same GPU are predicted at least 1.9x faster (3.06x measured on one H200, where the
     # H200's constant applies; the H100's published one is 20% lower and the old shape is launch-bound either way)

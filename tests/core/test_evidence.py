@@ -4,6 +4,7 @@ per-family constants, links and fp8 rule it rests on."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import pytest
 
@@ -133,10 +134,11 @@ def test_a_pcie_link_s_source_names_that_link_not_another_generation():
     assert "PCIe Gen5 x16" in source and "64 GB/s" in source and "Gen4" not in source and not measured
     assert gpu_constants.link_share("NVLink 4 (NVSwitch)", 450)[1]
     described = gpu_constants.describe("L40S", "described (64 GB/s)", 64)["intra_node_link_share"]
-    assert "described (64 GB/s)" in described["source"] and "Gen4" not in described["source"]
+    source = described["source"]
+    assert isinstance(source, str) and "described (64 GB/s)" in source and "Gen4" not in source
 
 
-def _llama3_8b_on_p5(precision: str, compile_: bool) -> float:
+def _llama3_8b_on_p5(precision: Literal["bf16", "fp8"], compile_: bool) -> float:
     """tokens/s/GPU the plan gives Llama-3-8B at 2 x 8192 on one p5.48xlarge (torchtitan's Table 1 shape)."""
     t = TrainingSettings(micro_batch=2, seq_len=8192, grad_accumulation=1, precision=precision, compile=compile_,
                          activation_checkpointing=False, sharding="fsdp", grad_reduce_dtype="fp32")
@@ -181,4 +183,5 @@ def test_validation_by_source_predicts_sources_the_fit_never_saw():
     # and each fitted family's recorded band covers 90% of its held-out runs (the observed spread, not a guess)
     for gpu in ("H100", "H200", "A100-80GB"):
         observed = check.band(gpu)
-        assert observed is not None and gpu_constants.GPU_CONSTANTS[gpu].band >= observed, (gpu, observed)
+        band = gpu_constants.GPU_CONSTANTS[gpu].band
+        assert observed is not None and band is not None and band >= observed, (gpu, observed)

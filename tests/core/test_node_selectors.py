@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ray_efa.core.scheduling import (
@@ -64,7 +66,8 @@ def test_label_keys_and_values_follow_kubernetes_syntax(selector, message):
 
 def test_python_api_takes_a_mapping_strictly():
     with pytest.raises(SettingsError, match="gpuNodeSelector"):
-        Settings(nodes={"gpu_node_selector": "role=gpu"})  # a string is for -c; the typed API takes a dict
+        nodes: Any = {"gpu_node_selector": "role=gpu"}  # a mapping for a section, refused at run time: what is tested
+        Settings(nodes=nodes)  # a string is for -c; the typed API takes a dict
 
 
 def test_a_gpu_selector_that_also_picks_the_system_nodes_is_refused():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -198,14 +199,17 @@ def test_python_api_takes_the_field_type_only(value):
 
 
 def test_python_api_accepts_names_or_keys_and_a_list_for_a_tuple():
-    assert NodeSettings(gpu_node_count=4) == NodeSettings(gpuNodeCount=4)
-    assert ClusterSettings(public_access_cidrs=["10.0.0.0/8"]).public_access_cidrs == ("10.0.0.0/8",)
+    by_key: dict[str, Any] = {"gpuNodeCount": 4}  # the context key, which pyright does not take for a field name
+    cidrs: Any = ["10.0.0.0/8"]  # a list where the field is a tuple: the run-time coercion under test
+    assert NodeSettings(gpu_node_count=4) == NodeSettings(**by_key)
+    assert ClusterSettings(public_access_cidrs=cidrs).public_access_cidrs == ("10.0.0.0/8",)
     assert TrainingSettings(learning_rate=1).learning_rate == 1.0  # an int is a number
 
 
 def test_python_api_unknown_field_suggests_the_name():
     with pytest.raises(SettingsError, match=r"gpu_node_cont: unknown setting \(did you mean gpu_node_count\?\)"):
-        NodeSettings(gpu_node_cont=4)
+        misspelt: dict[str, Any] = {"gpu_node_cont": 4}  # a caller's typo, which only the run-time check meets
+        NodeSettings(**misspelt)
 
 
 def test_settings_are_frozen():
@@ -285,7 +289,8 @@ def test_setting_info_describes_each_key():
 def test_sections_given_as_mappings_are_judged_by_their_own_values():
     # GIVEN a section as a mapping with one bad field and a good region, and a zone of that region
     with pytest.raises(SettingsError) as caught:
-        Settings(cluster={"cluster_name": "-bad", "region": "us-west-2"}, nodes=NodeSettings(gpu_availability_zone="us-west-2a"))
+        cluster: Any = {"cluster_name": "-bad", "region": "us-west-2"}  # a mapping for a section, judged at run time
+        Settings(cluster=cluster, nodes=NodeSettings(gpu_availability_zone="us-west-2a"))
     # THEN the bad field is reported and the zone is judged against us-west-2 (not the default region)
     assert [p.key for p in caught.value.problems] == ["clusterName"]
 

@@ -17,6 +17,7 @@ SCHEMA_PATH = ROOT / "docs" / "settings.schema.json"
 
 def _tool():
     spec = importlib.util.spec_from_file_location("settings_schema", ROOT / "tools" / "settings_schema.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from aws_cdk.assertions import Template
 
 from ray_efa.core.settings import Settings
 from ray_efa.infra.app import RayEfaStacks, build_stacks, feature_flags
+from tests.settings_cache import per_settings
 
 _SYNTH_ROOT = tempfile.mkdtemp(prefix="ray-efa-synth-")
 # One folder per test process for every cloud assembly (each is ~60 MB with the kubectl layer), removed at exit.
@@ -38,7 +38,7 @@ def synthesize(**context) -> Synthesized:
     return _synthesize(Settings.from_context(context))
 
 
-@functools.cache
+@per_settings
 def _synthesize(settings: Settings) -> Synthesized:
     # cdk.json's feature flags, as `cdk synth` applies them
     app = cdk.App(outdir=tempfile.mkdtemp(dir=_SYNTH_ROOT), context=feature_flags())

@@ -13,6 +13,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
 from ray_efa.core.settings import KUBERNETES_VERSIONS, Settings
@@ -215,7 +216,9 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
     template.has_resource_properties("AWS::EKS::Cluster", {"Name": "research"})
     private_a = platform.resolve(vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
                                                     availability_zones=["us-east-2a"]).subnet_ids[0])
-    gpu_nodegroup = platform.resolve(gpu.nodegroup.node.default_child.subnets)
+    cfn_nodegroup = gpu.nodegroup.node.default_child
+    assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
+    gpu_nodegroup = platform.resolve(cfn_nodegroup.subnets)
     assert gpu_nodegroup == [private_a]
     (launch_data,) = [t["Properties"]["LaunchTemplateData"] for t in template.find_resources("AWS::EC2::LaunchTemplate").values()
                       if "NetworkInterfaces" in t["Properties"]["LaunchTemplateData"]]  # the GPU one (not the system nodes')
@@ -261,7 +264,9 @@ def test_kuberay_operator_embedded_orders_itself_after_the_system_nodes():
     assert [n.node.path for n in kuberay.nodes] == [ray.system_nodegroup.node.path]
     charts = Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart")
     (chart,) = charts.values()
-    assert stack.get_logical_id(ray.system_nodegroup.node.default_child) in chart["DependsOn"]
+    system_nodegroup = ray.system_nodegroup.node.default_child
+    assert isinstance(system_nodegroup, cdk.CfnElement)
+    assert stack.get_logical_id(system_nodegroup) in chart["DependsOn"]
     # ...and on labels that no node group of the cluster carries, it waits for none (an imported cluster's case)
     other = KubeRayOperator(stack, "Other", cluster=ray.cluster, node_selector={"pool": "elsewhere"})
     assert other.nodes == []

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -130,7 +131,7 @@ class _CloudFormation(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
 
-    def log_message(self, *args) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -277,12 +278,12 @@ def test_a_hung_command_is_a_failure_before_the_function_times_out(tmp_path, mon
     # GIVEN a command that hangs (a real subprocess: sleep stands in for a `helm pull` that never answers)
     monkeypatch.setattr(chart_crds_handler, "WORK_DIR", str(tmp_path))
     monkeypatch.setattr(chart_crds_handler, "COMMAND_TIMEOUT_S", 1)
-    run = chart_crds_handler.runner(chart_crds_handler.time.monotonic() + 30)
-    started = chart_crds_handler.time.monotonic()
+    run = chart_crds_handler.runner(time.monotonic() + 30)
+    started = time.monotonic()
     # THEN it is ended after its timeout and raises with the command's name
     with pytest.raises(RuntimeError, match="sleep 60 timed out after 1 s"):
         run(["sleep", "60"])
-    assert chart_crds_handler.time.monotonic() - started < 10
+    assert time.monotonic() - started < 10
 
 
 def test_the_commands_share_the_functions_time_less_the_answer(tmp_path, monkeypatch, response_url):
@@ -294,5 +295,5 @@ def test_the_commands_share_the_functions_time_less_the_answer(tmp_path, monkeyp
     (body,) = bodies
     assert body["Status"] == "FAILED" and "time for commands is spent" in body["Reason"]
     # ... and the default budget (no context) fits under the function's timeout with the margin
-    deadline = chart_crds_handler._command_deadline(None) - chart_crds_handler.time.monotonic()
+    deadline = chart_crds_handler._command_deadline(None) - time.monotonic()
     assert deadline <= chart_crds_handler.FUNCTION_TIMEOUT_S - chart_crds_handler.RESPONSE_MARGIN_S

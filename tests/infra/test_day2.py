@@ -358,7 +358,9 @@ def test_the_capacity_switch_replaces_the_gpu_node_group_under_a_new_name(change
     assert old_type != new_type and old_name != new_name, names
     for name, capacity_type in names:
         assert name.endswith("-cb") == (capacity_type == "CAPACITY_BLOCK"), name
-    (replaced,) = [c for c in _gpu_diff(change).changes if c.type == "AWS::EKS::Nodegroup"]
+    diff = _gpu_diff(change)
+    assert diff is not None
+    (replaced,) = [c for c in diff.changes if c.type == "AWS::EKS::Nodegroup"]
     assert replaced.replaced and replaced.op == "~"
 
 

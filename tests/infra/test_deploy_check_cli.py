@@ -71,10 +71,12 @@ def test_a_job_rename_is_refused_while_the_old_job_runs():
 
 def test_the_job_guards_hash_of_the_rayjob_is_the_same_from_synth_to_synth():
     import json
+    from collections.abc import Mapping
+    from typing import Any
 
     from tests.infra.conftest import synthesize
 
-    def job_hash(template: dict) -> str:
+    def job_hash(template: Mapping[str, Any]) -> str:
         (guard,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"]
         return guard["Properties"]["JobHash"]
 

@@ -13,6 +13,8 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.infra import (
@@ -158,8 +160,15 @@ PROP_SETTINGS = [
 def _field(key: str):
     """The pydantic field of setting `key`, found through the Settings model itself (not infra's reader)."""
     (section, name), = [(section, name) for section, field in Settings.model_fields.items()
-                        for name, info in field.annotation.model_fields.items() if info.alias == key]
-    return Settings.model_fields[section].annotation.model_fields[name]
+                        for name, info in _section(field).model_fields.items() if info.alias == key]
+    return _section(Settings.model_fields[section]).model_fields[name]
+
+
+def _section(field: FieldInfo) -> type[BaseModel]:
+    """The model class of one of Settings' sections."""
+    model = field.annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel), field
+    return model
 
 
 def _documented_default(target, prop: str) -> str:

@@ -38,12 +38,14 @@ def test_synth_grants_read_on_exactly_the_input_buckets():
     statements = _statements(synth.cluster)
     # THEN objects are readable under the three prefixes, and only there
     objects = _by_sid(statements, "ReadModelAndDataObjects")
+    assert objects is not None
     assert objects["Action"] == "s3:GetObject" and objects["Effect"] == "Allow"
     assert sorted(map(_arn, objects["Resource"])) == [
         "arn:<partition>:s3:::data-bucket/text/eval/*", "arn:<partition>:s3:::data-bucket/text/train/*",
         "arn:<partition>:s3:::models-bucket/qwen2.5-1.5b/*"]
     # and the two buckets can be listed, no other
     listing = _by_sid(statements, "ListModelAndDataBuckets")
+    assert listing is not None
     assert listing["Action"] == "s3:ListBucket"
     assert sorted(map(_arn, listing["Resource"])) == ["arn:<partition>:s3:::data-bucket", "arn:<partition>:s3:::models-bucket"]
     # and no other statement of the role names either bucket (the rest is the checkpoint bucket's read-write)
@@ -151,7 +153,9 @@ def test_a_bucket_the_app_creates_or_references_is_the_storage():
     app = App()
     stack, other = (Stack(app, name, env=cdk.Environment(region="us-west-2")) for name in ("S", "T"))
     key = kms.Key(stack, "Key", enable_key_rotation=True)
-    own = s3.Bucket(stack, "Own", encryption_key=key, enforce_ssl=True, server_access_logs_prefix="logs/")
+    # jsii's stubs: Key.add_alias names its parameter alias_name, IKey's alias, so pyright takes a Key for no IKey
+    own = s3.Bucket(stack, "Own", encryption_key=key,  # pyright: ignore[reportArgumentType]
+                    enforce_ssl=True, server_access_logs_prefix="logs/")
     made = CheckpointStorage(stack, "Made", cluster=_imported_cluster(stack), bucket=own, prefix="team/ckpt")
     referenced = CheckpointStorage(other, "Ref", cluster=_imported_cluster(other), bucket=s3.Bucket.from_bucket_name(
         other, "Shared", "shared-bucket"))

@@ -135,7 +135,9 @@ def test_checkpoint_storage_takes_the_workloads_namespace():
     workload = RayWorkload(stack, "Workload", cluster=cluster, namespace="research")
     storage = CheckpointStorage(stack, "Checkpoints", cluster=cluster, workload=workload)
     assert storage.namespace_name == "research"
-    assert stack.get_logical_id(workload.namespace.node.default_child) in json.dumps(
+    namespace = workload.namespace.node.default_child
+    assert isinstance(namespace, cdk.CfnElement)
+    assert stack.get_logical_id(namespace) in json.dumps(
         Template.from_stack(stack).to_json()["Resources"])
     with pytest.raises(ValueError, match=r"CheckpointStorage namespace 'ray' is not workload's, 'research'"):
         CheckpointStorage(stack, "Other", cluster=cluster, workload=workload, namespace="ray")

@@ -167,7 +167,9 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
     assert len(statement["Resource"]) == 2
     assert job.code_asset.s3_object_key in json.dumps(policy["PolicyDocument"])
     assert job.app_asset is not None and job.app_asset.s3_object_key in json.dumps(policy["PolicyDocument"])
-    role_id = stack.get_logical_id(stack.storage.service_account.role.node.default_child)
+    role = stack.storage.service_account.role.node.default_child
+    assert isinstance(role, cdk.CfnElement)
+    role_id = stack.get_logical_id(role)
     assert policy["Roles"] == [{"Ref": role_id}]
     # the asset holds the code without caches
     assembly = app.synth()
@@ -247,7 +249,9 @@ def test_the_job_waits_for_the_namespace_and_the_service_account_it_was_given():
     # THEN its first object also waits for the namespace and the pods' service account (no race at deploy)
     first_id, first, _ = find(template, "NetworkPolicy")
     waits = set(first["DependsOn"])
-    namespace_id = stack.get_logical_id(stack.workload.namespace.node.default_child)
+    namespace = stack.workload.namespace.node.default_child
+    assert isinstance(namespace, cdk.CfnElement)
+    namespace_id = stack.get_logical_id(namespace)
     assert namespace_id in waits
     assert any(stack.get_logical_id(c.node.default_child) in waits
                for c in stack.storage.service_account.node.find_all() if isinstance(c.node.default_child, cdk.CfnResource))

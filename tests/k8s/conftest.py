@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import CODE_MOUNT_PATH
 from ray_efa.k8s.workload import build_manifests
+from tests.settings_cache import per_settings
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
 """The same GPU types as the infra tests."""
@@ -65,7 +65,7 @@ class Synth:
             yield f"RayJob {network} submitter", self.ray_job(network)["spec"]["submitterPodTemplate"]
 
 
-@functools.cache
+@per_settings
 def synthesize(settings: Settings) -> Synth:
     """Synthesize every chart for `settings`, once per process (xdist workers each keep their own cache)."""
     charts = build_manifests(cdk8s.App(), settings)

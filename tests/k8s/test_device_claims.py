@@ -12,6 +12,7 @@ import pytest
 from ray_efa.core import catalog
 from ray_efa.core import settings as settings_module
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
+from ray_efa.core.settings_framework import rule_problems
 from ray_efa.k8s.device_claims import (
     CLAIM_NAME,
     MAX_DEVICES_PER_CLAIM,
@@ -121,7 +122,7 @@ def test_device_plugins_stay_the_default_with_extended_resources_and_no_claims()
 def test_dra_on_a_kubernetes_without_it_is_refused_naming_the_setting():
     # Every kubernetesVersion the settings allow today (1.35, 1.36) has DRA; the rule is for an older one, as a
     # platform's imported cluster may run (and for the day the list grows): checked through the settings' own rules.
-    problems = settings_module._rule_problems(
+    problems = rule_problems(
         settings_module.Settings._rules(),
         {**Settings().to_context(), "deviceAllocation": "dra", "kubernetesVersion": "1.33"}, set())
     (problem,) = [p for p in problems if p.key == "deviceAllocation"]

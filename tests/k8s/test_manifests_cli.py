@@ -149,6 +149,7 @@ def test_multi_node_manifests_without_storage_path_warn_how_to_fix():
     from ray_efa.k8s.dist import storage_warning
 
     warning = storage_warning(Settings())
+    assert warning is not None
     assert "storagePath is unset, so the RayJobs will refuse to train on 2 nodes" in warning
     assert "CheckpointStoragePath" in warning
     assert storage_warning(Settings.from_context({"storagePath": "s3://b/p"})) is None

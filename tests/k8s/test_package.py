@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ray_efa import k8s
+import ray_efa.k8s as k8s
 from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.k8s import workload
 

@@ -48,7 +48,8 @@ def test_every_ray_pod_installs_pip_packages_and_imports_them_after_the_code(def
     pods = _ray_pods(default_synth)
     assert len(pods) == 6  # head and worker of the RayCluster and of each RayJob's own cluster
     for where, template in pods:
-        assert _installs(template)[:2] == ["einops==0.8.1", "tabulate==0.9.0"], where
+        installs = _installs(template)
+        assert installs is not None and installs[:2] == ["einops==0.8.1", "tabulate==0.9.0"], where
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
         assert volumes["packages"] == {"name": "packages", "emptyDir": {}}
         assert {"name": "packages", "mountPath": PACKAGES_PATH, "readOnly": True} in container(template)["volumeMounts"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any, TypedDict
+
 from botocore.stub import Stubber
 
 
@@ -22,3 +26,32 @@ class PartialStubber(Stubber):
     def _assert_expected_params(self, model, params, context, **kwargs):
         if self._stubbed(model):
             super()._assert_expected_params(model, params, context, **kwargs)
+
+
+# -- the capacity probe's recorded answers (tests/ops/test_capacity.py and its signal child, probe_signals.py) -------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "capacity"
+RESERVATION_ID = "cr-0123456789abcdef0"
+
+
+class ProbeArgs(TypedDict):
+    """The keyword arguments of `capacity.probe_zone` every probe test passes."""
+
+    region: str
+    instance_type: str
+    zone: str
+    count: int
+
+
+PROBE = ProbeArgs(region="us-east-1", instance_type="p5en.48xlarge", zone="us-east-1c", count=2)
+CANCEL = ("cancel_capacity_reservation", {"Return": True}, {"CapacityReservationId": RESERVATION_ID})
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def reservation(state: str) -> dict[str, Any]:
+    response = recorded("create_capacity_reservation_active.json")
+    response["CapacityReservation"]["State"] = state
+    return response

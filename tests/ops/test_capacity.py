@@ -13,12 +13,14 @@ What runs where:
 from __future__ import annotations
 
 import json
-import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
 import pytest
+from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
@@ -31,24 +33,12 @@ from ray_efa.ops.capacity import (
     QUOTA_EXCEEDED,
     CancelFailed,
     CapacityRequest,
-    ProbeInterrupted,
     ProbeResult,
     ZoneReport,
 )
-from tests.ops.aws_stubs import PartialStubber
+from tests.ops.aws_stubs import CANCEL, PROBE, RESERVATION_ID, PartialStubber, recorded, reservation
 
-FIXTURES = Path(__file__).parent / "fixtures" / "capacity"
-RESERVATION_ID = "cr-0123456789abcdef0"
-
-
-def recorded(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
-
-
-def reservation(state: str) -> dict:
-    response = recorded("create_capacity_reservation_active.json")
-    response["CapacityReservation"]["State"] = state
-    return response
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,7 +55,7 @@ def launch(ec2, instance_type: str, count: int = 1, zone: str = "us-east-1a") ->
     return [i["InstanceId"] for i in response["Instances"]]
 
 
-def stubbed_ec2() -> boto3.client:
+def stubbed_ec2() -> BaseClient:
     """An EC2 client whose every call must be stubbed (no moto behind it)."""
     return boto3.client("ec2", region_name="us-east-1")
 
@@ -105,6 +95,12 @@ def test_offered_zones_lists_only_the_azs_that_offer_the_type(moto_region):
     assert zones == {"us-east-1a", "us-east-1c"}
 
 
+def g_and_vt_quota() -> capacity.VcpuQuotaClass:
+    quota = capacity.quota_class("g6.12xlarge")
+    assert quota is not None
+    return quota
+
+
 def test_vcpus_in_use_counts_running_instances_of_the_quota_family_only(moto_region):
     """moto emulates run-instances, describe-instances and describe-instance-types."""
     ec2, _ = moto_region
@@ -114,7 +110,7 @@ def test_vcpus_in_use_counts_running_instances_of_the_quota_family_only(moto_reg
     launch(ec2, "p4d.24xlarge")
     launch(ec2, "m7i.xlarge")
     # WHEN counting what runs against the G and VT quota
-    used = capacity.vcpus_in_use(ec2, capacity.quota_class("g6.12xlarge"))
+    used = capacity.vcpus_in_use(ec2, g_and_vt_quota())
     # THEN only the G instances count, at their vCPUs
     assert used == 48 + 2 * 4
 
@@ -125,7 +121,7 @@ def test_vcpus_in_use_ignores_stopped_instances(moto_region):
     launch(ec2, "g6.12xlarge")
     ec2.stop_instances(InstanceIds=launch(ec2, "g6.12xlarge"))
     # WHEN counting WHEN the stopped one does not hold quota
-    assert capacity.vcpus_in_use(ec2, capacity.quota_class("g6.12xlarge")) == 48
+    assert capacity.vcpus_in_use(ec2, g_and_vt_quota()) == 48
 
 
 # -- Stubber: service quotas ----------------------------------------------------------------------------------------
@@ -143,6 +139,7 @@ def test_check_quota_short_gives_the_exact_request_command(moto_region):
         quota = capacity.check_quota(ec2, quotas, region="us-east-1", instance_type="g6.12xlarge", count=2,
                                      vcpus_per_instance=48)
     # THEN the quota is short by the right amount and the request asks for usage + need
+    assert quota is not None
     assert (quota.limit_vcpus, quota.used_vcpus, quota.needed_vcpus, quota.sufficient) == (64, 48, 96, False)
     assert quota.request_command() == (
         "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
@@ -173,7 +170,7 @@ def test_unreadable_quota_is_a_note_not_a_failure(moto_region):
         report = capacity.check_capacity(CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
                                          ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
     # THEN the quota is unknown, a note says why, and the check still recommends an AZ
-    assert report.quota.sufficient is None
+    assert report.quota is not None and report.quota.sufficient is None
     assert any("AccessDeniedException" in note for note in report.notes)
     assert report.ok and report.recommended_zone == "us-east-1c"
 
@@ -207,6 +204,7 @@ def test_missing_placement_scores_leave_the_offered_zones_usable(moto_region):
         report = capacity.check_capacity(CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
                                          ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
     # THEN the error is reported and the first offered AZ (by name) is recommended
+    assert report.placement_scores_error is not None
     assert report.placement_scores_error.startswith("UnauthorizedOperation")
     assert report.recommended_zone == "us-east-1a"
 
@@ -232,18 +230,12 @@ def test_rank_zones_orders_offered_then_probe_then_score():
 
 # -- the probe (Stubber: moto implements no capacity reservation call) ----------------------------------------------
 
-PROBE = dict(region="us-east-1", instance_type="p5en.48xlarge", zone="us-east-1c", count=2)
-
-
 def create_params() -> dict:
     return {
         "ClientToken": ANY, "InstanceType": "p5en.48xlarge", "InstancePlatform": "Linux/UNIX",
         "AvailabilityZone": "us-east-1c", "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
         "EndDateType": "limited", "EndDate": ANY, "TagSpecifications": ANY,
     }
-
-
-CANCEL = ("cancel_capacity_reservation", {"Return": True}, {"CapacityReservationId": RESERVATION_ID})
 
 
 def test_probe_reserves_targeted_capacity_and_cancels_it():
@@ -291,42 +283,32 @@ def test_probe_cancels_when_an_exception_is_raised_between_create_and_cancel():
         stub.assert_no_pending_responses()
 
 
+def interrupted_probe(scenario: str) -> dict[str, object]:
+    """The probe of tests/ops/probe_signals.py, interrupted by real signals in a process of its own: a signal sent to
+    pytest's process could still be pending when the test ends and reach a later one."""
+    child = subprocess.run([sys.executable, "-m", "tests.ops.probe_signals", scenario], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, f"the probe's process ended with {child.returncode}:\n{child.stderr}"
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+@pytest.mark.spawn
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_probe_cancels_when_a_signal_arrives_between_create_and_cancel(signum):
-    ec2 = stubbed_ec2()
-
-    def signal_while_waiting(_seconds):
-        os.kill(os.getpid(), signum)  # Ctrl-C, or `kill` from another shell, while the reservation exists
-
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    with Stubber(ec2) as stub:
-        stub.add_response("create_capacity_reservation", reservation("pending"))
-        stub.add_response(*CANCEL)
-        # WHEN the signal arrives while the probe waits THEN it surfaces as ProbeInterrupted after the cancel
-        with pytest.raises(ProbeInterrupted) as raised:
-            capacity.probe_zone(ec2, **PROBE, sleep=signal_while_waiting)
-        stub.assert_no_pending_responses()
-    assert raised.value.signum == signum
+def test_probe_cancels_when_a_signal_arrives_between_create_and_cancel(signum: signal.Signals):
+    # WHEN the signal arrives while the probe waits for its reservation to settle
+    outcome = interrupted_probe(signum.name)
+    # THEN it surfaces as ProbeInterrupted after the cancel (the last stubbed call)
+    assert (outcome["raised"], outcome["signum"], outcome["every_stubbed_call_made"]) == ("ProbeInterrupted", signum, True)
     # AND the process's own signal handlers are back
-    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert outcome["handlers_back"] is True
 
 
+@pytest.mark.spawn
 def test_a_second_signal_during_the_cancel_does_not_abort_it():
-    ec2 = stubbed_ec2()
-    signals = iter([signal.SIGINT, signal.SIGINT])
-
-    def impatient_user(_seconds):
-        os.kill(os.getpid(), next(signals))
-
-    with Stubber(ec2) as stub:
-        stub.add_response("create_capacity_reservation", reservation("pending"))
-        # GIVEN the first cancel attempt fails and the user presses Ctrl-C again while it is retried
-        stub.add_client_error("cancel_capacity_reservation", "RequestLimitExceeded", "slow down")
-        stub.add_response(*CANCEL)
-        with pytest.raises(ProbeInterrupted):
-            capacity.probe_zone(ec2, **PROBE, sleep=impatient_user)
-        # THEN the retry still ran: the reservation is cancelled
-        stub.assert_no_pending_responses()
+    # GIVEN the first cancel attempt fails and the user presses Ctrl-C again while it is retried
+    outcome = interrupted_probe("second-SIGINT")
+    # THEN the retry still ran: the reservation is cancelled, and the probe ends as interrupted
+    assert (outcome["raised"], outcome["every_stubbed_call_made"]) == ("ProbeInterrupted", True)
 
 
 def test_probe_finds_and_cancels_a_reservation_whose_create_answer_was_lost():
@@ -372,7 +354,7 @@ def test_check_capacity_ranks_by_placement_score_and_lists_zones_that_do_not_off
     # THEN us-east-1c (score 8) beats us-east-1a (score 3); the four AZs without p5en come after, not usable
     assert [z.zone for z in report.zones[:2]] == ["us-east-1c", "us-east-1a"]
     assert not any(z.offered for z in report.zones[2:]) and len(report.zones) == 6
-    assert report.quota.needed_vcpus == 2 * 192 and report.quota.sufficient
+    assert report.quota is not None and report.quota.needed_vcpus == 2 * 192 and report.quota.sufficient
     assert report.ok
 
 
@@ -393,7 +375,9 @@ def test_check_capacity_probes_offered_zones_best_score_first_and_prefers_reserv
         ec2_stub.assert_no_pending_responses()
     # THEN the AZ with reserved (and cancelled) capacity is recommended
     assert report.recommended_zone == "us-east-1a"
-    assert report.zones[0].probe.cancelled and report.zones[1].probe.outcome == INSUFFICIENT_CAPACITY
+    first, second = report.zones[0].probe, report.zones[1].probe
+    assert first is not None and first.cancelled
+    assert second is not None and second.outcome == INSUFFICIENT_CAPACITY
 
 
 def test_check_capacity_skips_the_probe_when_the_quota_is_short(moto_region):
@@ -464,11 +448,12 @@ def test_a_reservation_the_nodes_cannot_launch_into_is_refused_naming_the_settin
 def test_a_capacity_block_not_started_yet_is_a_note(moto_region):
     block = _reserved(State="scheduled", ReservationType="capacity-block", StartDate="2026-12-10T11:30:00Z")
     report = _check_with(moto_region, _reservation_request(capacity_block=True), block)
+    assert report.reservation is not None
     assert report.ok and "is scheduled: the nodes launch once it is active" in report.reservation.notes[0]
 
 
 def test_a_reservation_ec2_does_not_know_is_refused(moto_region):
     report = _check_with(moto_region, _reservation_request(), None, error="InvalidCapacityReservationId.NotFound")
-    assert not report.ok
+    assert not report.ok and report.reservation is not None
     assert report.reservation.problems == (
         f"capacityReservationId {RESERVATION_ID}: EC2 knows no such reservation in us-east-1 for this account",)

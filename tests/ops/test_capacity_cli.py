@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import boto3
 import pytest
+from boto3.session import Session
 from moto import mock_aws
 
 from tests.ops.aws_stubs import PartialStubber
@@ -28,7 +28,7 @@ def recorded(name: str) -> dict:
 def aws(monkeypatch):
     """moto for what it emulates; `aws[service]` lists (method, response) stubs for what it cannot."""
     stubs: dict[str, list[tuple[str, dict]]] = {"ec2": [], "service-quotas": []}
-    real_client = boto3.session.Session.client
+    real_client = Session.client
 
     def client(self, service_name, *args, **kwargs):
         made = real_client(self, service_name, *args, **kwargs)
@@ -39,7 +39,7 @@ def aws(monkeypatch):
         return made
 
     with mock_aws():
-        monkeypatch.setattr(boto3.session.Session, "client", client)
+        monkeypatch.setattr(Session, "client", client)
         yield stubs
 
 

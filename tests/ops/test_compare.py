@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -203,7 +204,7 @@ _LEVERS = {"model": "qwen2.5-1.5b", "seq_len": 2048, "micro_batch": 16, "grad_ac
            "compile": True, "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "fp32"}
 
 
-def _run(path, network: str, tokens_per_s: float, **training) -> object:
+def _run(path: Path, network: str, tokens_per_s: float, **training) -> Path:
     """A driver log of one finished run on 2 x p5.48xlarge whose gate proved its network, with its training levers."""
     line = summary_line(name=f"ray-train-{network}", network=network, instance_type="p5.48xlarge", nodes=2,
                         summary={**_summary(tokens_per_s, 0.5), **_proven(network),

@@ -8,7 +8,8 @@ KubeRay operator made and KWOK reports failing, run against the real control pla
 
 from __future__ import annotations
 
-import copy
+import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,7 +57,8 @@ def _pod(name: str, init_statuses: list[dict], *, component: str = "head", phase
 def _v1pod(pod: dict):
     from kubernetes import client
 
-    return client.ApiClient()._ApiClient__deserialize(copy.deepcopy(pod), "V1Pod")
+    # the public deserialize reads an HTTP response's body: the pod's JSON is that body
+    return client.ApiClient().deserialize(SimpleNamespace(data=json.dumps(pod)), "V1Pod")
 
 
 # -- the pure detection ------------------------------------------------------------------------------------------------

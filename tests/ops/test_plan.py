@@ -93,7 +93,7 @@ def test_a_run_that_does_not_fit_carries_the_planners_advice(project):
     # GIVEN 8 x 32k tokens per L4
     plan = plan_of(project, seqLen=32768, microBatch=8)
     # THEN it does not fit and the advice names a setting to change
-    assert not plan.fits
+    assert not plan.fits and plan.memory_advice is not None
     assert "lossChunkSize" in plan.memory_advice or "microBatch" in plan.memory_advice
 
 

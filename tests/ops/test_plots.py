@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from matplotlib.patches import Rectangle
 from PIL import Image
 
 from ray_efa.core.settings import Settings
@@ -189,7 +190,9 @@ def test_plan_recommend_plot_draws_the_ranking_of_its_json(tmp_path, capsys):
     _assert_png(chart, min_bytes=10_000)
     figure = plots.recommendation_chart(ranking)
     cost = figure.axes[0]
-    drawn = sorted(((bar.get_y(), bar.get_width()) for bar in cost.patches), reverse=True)  # top bar first
+    bars = [bar for bar in cost.patches if isinstance(bar, Rectangle)]
+    assert len(bars) == len(cost.patches)
+    drawn = sorted(((bar.get_y(), bar.get_width()) for bar in bars), reverse=True)  # top bar first
     expected = [r["usd_per_million_tokens"] for r in ranking["recommendations"][:20]]
     assert [width for _, width in drawn] == pytest.approx(expected)
     assert [t.get_text() for t in cost.get_yticklabels()][0] == (

@@ -58,7 +58,9 @@ def test_an_unreachable_api_raises_on_the_first_read():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
-    configuration.retries = 0
+    # kubernetes' Configuration declares retries only as `self.retries = None`, so pyright takes the documented int
+    # (urllib3's retry count) for a type error
+    configuration.retries = 0  # pyright: ignore[reportAttributeAccessIssue]
     # THEN the connection's error is raised (the CLI makes it one line), not a report of every check failing for it
     with pytest.raises(urllib3.exceptions.MaxRetryError):
         verify_cluster(client.ApiClient(configuration), EXPECTED)

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import spawn
 
 
 def end_rank() -> NoReturn:
@@ -45,14 +45,14 @@ def run_cases(case: Callable[..., dict | None], cases: Sequence[tuple], *, world
     meet at a barrier between cases, so a case sees the state a freshly started rank would.
     """
     out = tmp_path / f"cases-w{world}.json"
-    mp.spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world), nprocs=world,
+    spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world), nprocs=world,
              join=True)
     return json.loads(out.read_text())
 
 
 def _rank(rank: int, case, cases: list[tuple], store_path: str, out_path: str, world: int) -> NoReturn:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world)
     results = []
     for args in cases:
         saved = dict(vars(dist))

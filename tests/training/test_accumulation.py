@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
+from torch.distributed.tensor import DTensor
 
 from ray_efa.core.models import model_preset
 from ray_efa.training.data import TokenBatches
@@ -43,7 +44,11 @@ class _SpyWire(Bf16WireReduceScatter):
 
 
 def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
+    full = {}
+    for name, p in model.named_parameters():
+        assert isinstance(p, DTensor)  # fully_shard made every parameter a DTensor
+        full[name] = p.full_tensor().detach().clone()
+    return full
 
 
 def _case(rank: int, mode: str, world: int) -> dict:
@@ -70,6 +75,7 @@ def _case(rank: int, mode: str, world: int) -> dict:
     if wire:
         spy = _SpyWire()
         for module in (*model.layers, model):
+            assert isinstance(module, FSDPModule)
             module.set_custom_reduce_scatter(spy)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=sequences, seed=0, rank=rank)
@@ -160,11 +166,11 @@ def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs, m
 def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():
     gpu = torch.device("cuda", 0)
     policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=1)
-    assert policy.reduce_dtype == torch.bfloat16 and not wire  # one micro-batch: reduce in bf16 directly
+    assert policy is not None and policy.reduce_dtype == torch.bfloat16 and not wire  # one micro-batch: reduce in bf16 directly
     policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=4)
-    assert policy.reduce_dtype == torch.float32 and wire  # accumulate in fp32, bf16 only on the wire
+    assert policy is not None and policy.reduce_dtype == torch.float32 and wire  # accumulate in fp32, bf16 only on the wire
     policy, wire = gradient_precision(gpu, "fp32", grad_accumulation=4)
-    assert policy.reduce_dtype == torch.float32 and not wire
+    assert policy is not None and policy.reduce_dtype == torch.float32 and not wire
     assert gradient_precision(CPU, "bf16", grad_accumulation=4) == (None, False)  # CPU stays fp32 throughout
 
 

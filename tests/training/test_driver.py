@@ -38,6 +38,7 @@ def test_cluster_scaling_is_one_worker_per_gpu_with_its_share_of_the_pod(instanc
 def test_run_config_takes_storage_and_failures_from_the_settings():
     settings = Settings.from_context({"storagePath": "s3://bucket/runs", "maxFailures": 3})
     config = driver.run_config(settings, "run-1")
+    assert config.failure_config is not None
     assert (config.name, config.storage_path, config.failure_config.max_failures) == ("run-1", "s3://bucket/runs", 3)
 
 

@@ -18,7 +18,7 @@ from ray_efa.training.efa_counters import (
     take_snapshot,
     write_snapshot,
 )
-from ray_efa.training.transport import EXIT_CONTRADICTED, EXIT_NO_PROOF, EXIT_PASS, classify, gate
+from ray_efa.training.transport import EXIT_CONTRADICTED, EXIT_NO_PROOF, EXIT_PASS, Verdict, classify, gate
 from tests.training.efa_sysfs import make_efa_sysfs, set_counter
 
 GB = 10**9
@@ -59,6 +59,12 @@ def _job(tmp_path, moved=(50 * GB, 50 * GB), **kw):
 
 
 # -- reading sysfs -------------------------------------------------------------------------------------------------
+
+
+def counters_of(verdict: Verdict) -> efa_counters.CounterVerdict:
+    """The verdict's counters part, which every test here gives the gate."""
+    assert verdict.counters is not None
+    return verdict.counters
 
 
 def test_every_efa_counter_of_every_efa_device_is_read_and_other_rdma_devices_are_not(tmp_path):
@@ -122,7 +128,7 @@ def test_counters_far_below_the_prediction_fail_even_when_the_logs_pass(tmp_path
     assert verdict.exit_code == EXIT_CONTRADICTED
     assert verdict.summary.startswith("FAIL: EFA counters contradict: 2 of 2 nodes")
     assert "2.0% of the 100.00 GB predicted" in verdict.summary
-    assert {n.status for n in verdict.counters.nodes} == {"LOW"}
+    assert {n.status for n in counters_of(verdict).nodes} == {"LOW"}
 
 
 def test_the_counters_prove_efa_where_the_logs_prove_nothing(tmp_path):
@@ -160,7 +166,7 @@ def test_no_efa_device_is_its_own_verdict(tmp_path, pod_devices, detail):
              for h in HOSTS for phase in ("before", "after")]
     verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
     assert verdict.exit_code == EXIT_CONTRADICTED
-    assert {n.status for n in verdict.counters.nodes} == {"no EFA device"} and detail in verdict.summary
+    assert {n.status for n in counters_of(verdict).nodes} == {"no EFA device"} and detail in verdict.summary
     # AND the TCP comparison run does not need one
     assert judge(snaps, "socket").exit_code != EXIT_CONTRADICTED
 
@@ -169,7 +175,7 @@ def test_efa_busy_in_a_tcp_run_fails_and_is_named_beside_the_socket_logs(tmp_pat
     snaps = _job(tmp_path)
     verdict = gate(classify(SOCKET_JOB), "socket", counters=snaps)
     assert verdict.exit_code == EXIT_CONTRADICTED
-    assert {n.status for n in verdict.counters.nodes} == {"EFA moved"}
+    assert {n.status for n in counters_of(verdict).nodes} == {"EFA moved"}
     assert any("NCCL logged Socket" in note and HOSTS[0] in note for note in verdict.notes)
     # AND the EFA-expected verdict of the same Socket logs names the devices that moved
     efa = gate(classify(SOCKET_JOB), "efa", counters=snaps)
@@ -187,7 +193,7 @@ def test_a_counter_that_went_down_is_a_device_reset(tmp_path):
     other = _job(tmp_path / "b")[2:]
     verdict = gate(classify(EFA_JOB), "efa", counters=[before, after, *other])
     assert verdict.exit_code == EXIT_NO_PROOF and "cannot be trusted" in verdict.summary
-    assert verdict.counters.nodes[0].status == "reset" and "tx_pkts went down (1000 -> 3)" in verdict.counters.nodes[0].detail
+    assert counters_of(verdict).nodes[0].status == "reset" and "tx_pkts went down (1000 -> 3)" in counters_of(verdict).nodes[0].detail
 
 
 def test_snapshots_of_different_devices_are_a_mismatch(tmp_path):
@@ -211,7 +217,7 @@ def test_a_missing_after_snapshot_or_counter_is_incomplete(tmp_path):
 def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
     snaps = _job(tmp_path)
     verdict = gate(classify([line for line in EFA_JOB if line.startswith(A)]), "efa", counters=snaps)
-    foreign = [n for n in verdict.counters.nodes if n.status == "foreign"]
+    foreign = [n for n in counters_of(verdict).nodes if n.status == "foreign"]
     assert [n.host for n in foreign] == [HOSTS[1]] and verdict.exit_code == EXIT_NO_PROOF
 
 
@@ -322,8 +328,8 @@ def test_a_denied_listing_is_not_visible_not_no_device(tmp_path):
     assert snaps[0].not_visible == f"cannot list {klass}: Permission denied" and snaps[0].devices == {}
     # THEN each node is "not visible", naming the listing, and the logs decide
     verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
-    assert {n.status for n in verdict.counters.nodes} == {"not visible"}
-    assert f"cannot list {klass}: Permission denied" in verdict.counters.nodes[0].detail
+    assert {n.status for n in counters_of(verdict).nodes} == {"not visible"}
+    assert f"cannot list {klass}: Permission denied" in counters_of(verdict).nodes[0].detail
     assert verdict.exit_code == EXIT_PASS
     # AND a pod given no EFA device is still failed: its /dev/infiniband says so whatever sysfs hides
     for uverbs in dev.iterdir():
@@ -376,7 +382,8 @@ def test_a_uverbs_device_that_names_no_device_makes_the_node_not_visible(tmp_pat
     klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}})
     (klass.parent / "infiniband_verbs" / "uverbs0" / "ibdev").unlink()
     snap = take_snapshot("after", run="r", root=klass, dev_root=dev, host="h")
-    assert snap.job_devices is None and snap.not_visible.startswith("cannot tell which device /dev/infiniband/uverbs0 is")
+    assert snap.job_devices is None and snap.not_visible is not None
+    assert snap.not_visible.startswith("cannot tell which device /dev/infiniband/uverbs0 is")
 
 
 # -- only the job's devices -----------------------------------------------------------------------------------------
@@ -412,7 +419,7 @@ def test_another_jobs_traffic_on_the_node_does_not_pass_a_job_whose_own_device_w
     # THEN the gate judges this job's device alone: LOW, a failure (the node's sum would have passed it)
     verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
     assert verdict.exit_code == EXIT_CONTRADICTED
-    assert {(n.status, n.devices, n.sent_bytes) for n in verdict.counters.nodes} == {("LOW", 1, 1000)}
+    assert {(n.status, n.devices, n.sent_bytes) for n in counters_of(verdict).nodes} == {("LOW", 1, 1000)}
     # AND the same node with this job's device busy passes, whatever the other device did
     busy = judge(_shared_node_job(tmp_path / "busy", moved={TWO[0]: 50 * GB, TWO[1]: 0}), "efa")
     assert busy.exit_code == 0 and {n.sent_bytes for n in busy.nodes} == {50 * GB}
@@ -467,6 +474,7 @@ def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
     import sys
 
     spec = importlib.util.spec_from_file_location("make_counters", COUNTERS / "make_counters.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:

@@ -5,6 +5,7 @@ S3 path runs against moto's in-process S3 (the only stand-in: no AWS account her
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import threading
@@ -240,11 +241,11 @@ def test_packing_puts_eos_between_documents_in_rows_of_seq_len_plus_one(model_fo
 
 def test_eval_fraction_splits_documents_the_same_way_every_time(model_folder, texts):
     tokenizer = load_tokenizer(str(model_folder))
-    kwargs = dict(column="text", row=17, fraction=0.25, tokenizer=tokenizer.json, eos_id=tokenizer.eos_id,
-                  vocab_size=640, source="test")
+    pack = functools.partial(_pack, column="text", row=17, fraction=0.25, tokenizer=tokenizer.json,
+                             eos_id=tokenizer.eos_id, vocab_size=640, source="test")
     batch = {"text": np.array(texts, dtype=object)}
-    train, held = (_pack(batch, split=s, **kwargs)[ROW_COLUMN] for s in ("train", "eval"))
-    again = _pack({"text": np.array(texts[::-1], dtype=object)}, split="eval", **kwargs)[ROW_COLUMN]
+    train, held = (pack(batch, split=s)[ROW_COLUMN] for s in ("train", "eval"))
+    again = pack({"text": np.array(texts[::-1], dtype=object)}, split="eval")[ROW_COLUMN]
     assert 0 < len(held) < len(train) / 2
     # the documents in reverse order: the same ones held out (their tokens, packed in another order, count the same)
     assert len(again) == len(held) and np.bincount(again.ravel(), minlength=640)[:8].sum() > 0

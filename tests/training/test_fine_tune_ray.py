@@ -24,6 +24,7 @@ from ray_efa.training import driver
 from ray_efa.training.local import LOCAL_PRESET
 from ray_efa.training.run_summary import find_summaries
 from tests.training import artifacts
+from tests.training.artifacts import returned
 
 pytestmark = pytest.mark.ray
 
@@ -96,15 +97,15 @@ def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_pat
     # GIVEN an uninterrupted run, and the same run stopped after step 26 (its last checkpoint: step 24, epoch 2)
     whole = driver.fit(settings, local=True, name="whole")
     stopped = driver.fit(settings, local=True, name="resumed", test_config={"_faults": {"stop_after_step": 26}})
-    assert max(dict(stopped.return_value["history"])) == 26
+    assert max(dict(returned(stopped)["history"])) == 26
     # WHEN it is started again
     resumed = driver.fit(settings, local=True, name="resumed")
     # THEN it resumes at step 24, inside the second epoch, and every later step has the uninterrupted run's loss:
     # the same micro-batches, none repeated or skipped
-    assert resumed.return_value["summary"]["start_step"] == 24
-    expected = {step: loss for step, loss in dict(whole.return_value["history"]).items() if step > 24}
-    assert dict(resumed.return_value["history"]) == pytest.approx(expected, rel=1e-5)
-    assert resumed.return_value["summary"]["eval_loss"] == pytest.approx(whole.return_value["summary"]["eval_loss"],
+    assert returned(resumed)["summary"]["start_step"] == 24
+    expected = {step: loss for step, loss in dict(returned(whole)["history"]).items() if step > 24}
+    assert dict(returned(resumed)["history"]) == pytest.approx(expected, rel=1e-5)
+    assert returned(resumed)["summary"]["eval_loss"] == pytest.approx(returned(whole)["summary"]["eval_loss"],
                                                                          rel=1e-5)
     state = json.loads((tmp_path / "whole" / "checkpoint_000024" / "train_state.json").read_text())
     assert state == {"step": 24, "data": {"epoch": 1, "consumed": 2},
@@ -121,7 +122,7 @@ def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_chang
     # GIVEN a run of 2 x 2 micro-batches per rank and step (8 sequences a step on 2 ranks), stopped after step 6:
     # its last checkpoint, step 4, has consumed 8 micro-batches of 2 per rank
     stopped = driver.fit(settings(2, 2), local=True, name="reshaped", test_config={"_faults": {"stop_after_step": 6}})
-    assert max(dict(stopped.return_value["history"])) == 6
+    assert max(dict(returned(stopped)["history"])) == 6
     assert _train_state(tmp_path / "reshaped", 4)["data"] == {"epoch": 0, "consumed": 8}
     # (the settings.json that driver.run writes before it trains: what --resume compares)
     (tmp_path / "reshaped" / "settings.json").write_text(settings(2, 2).to_json())
@@ -140,8 +141,8 @@ def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_chang
     # THEN it continues from step 4 at the same sample (its 32 samples per rank are 4 micro-batches of 4), and after
     # 4 more steps it stands where a run of 4 x 1 from the start stands: 8 micro-batches of 4 per rank, none trained
     # twice, none skipped (without the re-map it would have skipped to 8, and ended at 12)
-    assert resumed.return_value["summary"]["start_step"] == 4
-    assert resumed.return_value["optimizer_steps"] == 8
+    assert returned(resumed)["summary"]["start_step"] == 4
+    assert returned(resumed)["optimizer_steps"] == 8
     assert _train_state(tmp_path / "reshaped", 8) == {
         "step": 8, "data": {"epoch": 0, "consumed": 8},
         "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
@@ -173,7 +174,7 @@ def test_an_eval_split_smaller_than_the_ranks_is_evaluated_whole(ray_cluster, tm
                                       "evalFraction": 0.0, "evalDataset": str(tmp_path / "held-out"),
                                       "storagePath": str(tmp_path)})
     # WHEN it trains THEN the eval loss is that row's: its 128 target tokens, counted once
-    summary = driver.fit(settings, local=True, name="eval-one-row").return_value["summary"]
+    summary = returned(driver.fit(settings, local=True, name="eval-one-row"))["summary"]
     assert (summary["eval_step"], summary["eval_tokens"]) == (2, 128)
     assert math.isfinite(summary["eval_loss"])
 

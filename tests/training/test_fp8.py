@@ -34,6 +34,8 @@ pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 
 def _case(rank: int, fp8: bool) -> dict:
+    from torchao.float8.float8_linear import Float8Linear  # torchao's own module: its package does not export it
+
     model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8))
     converted = sorted({(name.rsplit(".", 1)[1], type(m).__name__) for name, m in model.named_modules()
                         if ".layers." in name and name.endswith("proj")})
@@ -48,7 +50,7 @@ def _case(rank: int, fp8: bool) -> dict:
     return {"losses": losses, "converted": converted, "lm_head": type(model.hf.lm_head).__name__, "fp8": model.fp8,
             "fp8_all_gather": model.fp8_all_gather,
             "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
-                                         for m in model.modules() if type(m).__name__ == "Float8Linear"})}
+                                         for m in model.modules() if isinstance(m, Float8Linear)})}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 """The chunked output projection + cross-entropy gives the unchunked loss and gradients, in fp32 and bf16."""
 
+from typing import TypedDict
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,8 +10,15 @@ from ray_efa.core.models import model_preset
 from ray_efa.training.loss import causal_lm_loss
 from ray_efa.training.model import build_model
 
+
+class Tolerance(TypedDict):
+    rtol: float
+    atol: float
+
+
 # bf16 rounds to 8 bits of mantissa; the two paths round at different places (per chunk vs once).
-TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-6}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3}}
+TOLERANCE: dict[torch.dtype, Tolerance] = {torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+                                           torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3}}
 
 
 def _inputs(dtype, tokens=(3, 37), hidden=16, vocab=97, seed=0):
@@ -88,6 +97,7 @@ def test_tied_embedding_gets_both_gradients_with_the_chunked_loss():
     hidden = model.hidden_states(inputs).detach()
     (projection_only,) = torch.autograd.grad(causal_lm_loss(hidden, weight, labels, chunk_size=5), weight)
     # THEN the shared weight holds the projection's gradient plus the lookup's, which touches the input tokens' rows only
+    assert weight.grad is not None
     lookup = weight.grad - projection_only
     used = torch.zeros(weight.shape[0], dtype=torch.bool)
     used[inputs.flatten()] = True

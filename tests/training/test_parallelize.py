@@ -22,8 +22,8 @@ STEPS = 3
 @pytest.fixture(scope="module", autouse=True)
 def process_group(tmp_path_factory):
     # fully_shard needs a process group; one rank over a file store needs no port.
-    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
@@ -75,13 +75,14 @@ def test_levers_train_to_the_plain_losses_and_keep_checkpoint_keys(plain, plan, 
 
 def test_every_decoder_layer_and_the_root_are_fsdp_units_with_sharded_parameters(plain):
     _, model = plain
-    assert isinstance(model, FSDPModule)
     assert all(isinstance(layer, FSDPModule) for layer in model.layers)
     assert all(isinstance(p, DTensor) for p in model.parameters())
+    assert isinstance(model, FSDPModule)
 
 
 def test_gpu_gathers_bf16_and_reduces_fp32_while_cpu_keeps_fp32():
     gpu = mixed_precision_policy(torch.device("cuda", 0))
+    assert gpu is not None
     assert (gpu.param_dtype, gpu.reduce_dtype) == (torch.bfloat16, torch.float32)
     assert mixed_precision_policy(CPU) is None
 

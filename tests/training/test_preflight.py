@@ -35,15 +35,15 @@ def _probe_worker(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def gloo_results(tmp_path_factory) -> dict[int, list[ProbeResult]]:
     """Both ranks' results of a real 2-process gloo all-reduce probe on this machine's CPU."""
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
 
     tmp = tmp_path_factory.mktemp("probe")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("GLOO_SOCKET_IFNAME", "lo")  # talk over loopback only, whatever the machine's NICs
         # spawn, not fork: this pytest worker may hold jsii's or Ray's threads (other tests ran here first), and a
         # fork taken while one of them holds a lock deadlocks the child. Spawning costs seconds, once per module.
-        mp.start_processes(_probe_worker, args=(2, str(tmp / "rendezvous"), str(tmp)), nprocs=2, join=True,
-                           start_method="spawn")
+        start_processes(_probe_worker, args=(2, str(tmp / "rendezvous"), str(tmp)), nprocs=2, join=True,
+                        start_method="spawn")
     return {rank: [ProbeResult(**row) for row in json.loads((tmp / f"rank{rank}.json").read_text())] for rank in (0, 1)}
 
 

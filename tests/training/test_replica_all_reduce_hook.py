@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.multiprocessing.spawn import spawn
 
 from ray_efa.core.models import model_preset
 from ray_efa.training import parallelize as par
@@ -96,7 +96,7 @@ def test_the_installed_torch_is_one_the_hook_is_proven_on():
 
 def _worker(rank: int, store_path: str, out_path: str, proven: bool) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     if not proven:
         par.all_reduce_hook_proven = lambda torch_version=None: False  # as on a torch the hook is not proven on
     all_reduces: list[str] = []
@@ -134,7 +134,7 @@ def _worker(rank: int, store_path: str, out_path: str, proven: bool) -> None:
 @pytest.mark.parametrize("proven", [True, False])
 def test_hsdp_falls_back_to_the_native_fp32_all_reduce_where_the_hook_is_not_proven(tmp_path, capfd, proven):
     out = tmp_path / "out.json"
-    mp.spawn(_worker, args=(str(tmp_path / "store"), str(out), proven), nprocs=2, join=True)
+    spawn(_worker, args=(str(tmp_path / "store"), str(out), proven), nprocs=2, join=True)
     result = json.loads(out.read_text())
     assert result["hsdp"] is True
     assert torch.isfinite(torch.tensor(result["loss"]))

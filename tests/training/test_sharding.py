@@ -103,19 +103,25 @@ def _reported_grad_norms(rank: int, steps: list, all_reduce) -> dict:
 def _checkpoint_round_trip(model, optimizer, directory: str) -> float:
     """Save model and AdamW state as training.checkpoint does, load them into a fresh plain-FSDP model; the largest
     parameter difference."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
+    save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
     fresh = parallelize(build_model(model_preset("tiny"), seed=1, device=CPU), ParallelPlan())
     fresh_optimizer = build_optimizer(fresh, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     model_state, optimizer_state = get_state_dict(fresh, fresh_optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=directory)
+    load(state, checkpoint_id=directory)
     set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     saved = dict(model.named_parameters())
-    return max(float((p.full_tensor() - saved[n].full_tensor()).abs().max()) for n, p in fresh.named_parameters())
+    differences = []
+    for name, p in fresh.named_parameters():
+        before = saved[name]
+        assert isinstance(p, DTensor) and isinstance(before, DTensor)  # fully_shard made every parameter a DTensor
+        differences.append(float((p.full_tensor() - before.full_tensor()).abs().max()))
+    return max(differences)
 
 
 @pytest.fixture(scope="module")

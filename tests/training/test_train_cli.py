@@ -101,6 +101,7 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert summary["eval_step"] == 10 and math.isfinite(summary["eval_unigram_entropy"])
     # over every held-out row, once (none of the world-size remainder dropped), its baseline the entropy of those
     # rows' target tokens as counted here
+    assert rows is not None  # read whenever the run succeeded, which the test asserted above
     counts = np.bincount(rows[:, 1:].reshape(-1))
     p = counts[counts > 0] / counts.sum()
     assert summary["eval_tokens"] == counts.sum()

@@ -137,7 +137,9 @@ def test_the_loop_counts_a_step_as_the_plan_and_calibrate_do():
     t = settings_of_run(Settings(), summary).training
     predicted = compare_run(Settings(), summary).predicted
     # WHEN the loop measures a step of the predicted length on that GPU (its peak from the catalog)
-    peak = catalog.gpu_for_device_name("NVIDIA H200").peak_bf16_tflops * 1e12
+    h200 = catalog.gpu_for_device_name("NVIDIA H200")
+    assert h200 is not None
+    peak = h200.peak_bf16_tflops * 1e12
     throughput = dataclasses.replace(step_throughput(t, t.preset, 1, torch.device("cpu")), peak_flops_per_s=peak)
     meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
     clock.now += predicted.step_time_s

@@ -13,6 +13,7 @@ import pytest
 from ray_efa.core.settings import Settings
 from ray_efa.core.strategy import resolve
 from ray_efa.training import driver, failure_policy
+from tests.training.artifacts import returned
 
 pytestmark = pytest.mark.ray
 
@@ -49,7 +50,7 @@ def _settings(storage, **context):
 
 
 def _losses(result):
-    return dict(result.return_value["history"])
+    return dict(returned(result)["history"])
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +66,10 @@ def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     # WHEN the same run (same name and storage) is started again
     resumed = driver.fit(_settings(storage), local=True, name="resumed")
     # THEN it continues from the step-2 checkpoint, and every step from 3 on has the uninterrupted run's loss
-    assert resumed.return_value["summary"]["start_step"] == 2
+    assert returned(resumed)["summary"]["start_step"] == 2
     expected = {step: loss for step, loss in _losses(uninterrupted).items() if step >= 3}
     assert _losses(resumed) == pytest.approx(expected, rel=1e-6)
-    assert resumed.return_value["optimizer_steps"] == 6
+    assert returned(resumed)["optimizer_steps"] == 6
     # and the run folder's history is one run's: cut back to the step-2 checkpoint, then the resumed attempt's steps
     # (each step once), as TensorBoard shows them
     folder = os.path.join(storage, "resumed")
@@ -97,7 +98,7 @@ def _tensorboard(folder, tag):
 def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     # GIVEN the uninterrupted run's settings, sharding and gradReduceDtype at auto (decided once, by resolve)
     decided = resolve(_settings(storage)).training
-    summary = uninterrupted.return_value["summary"]
+    summary = returned(uninterrupted)["summary"]
     # THEN the built-in ran the decided reduction dtype and batch shape
     assert (summary["grad_reduce_dtype"], summary["micro_batch"], summary["grad_accumulation"]) == (
         decided.grad_reduce_dtype, decided.micro_batch, decided.grad_accumulation)
@@ -130,12 +131,13 @@ def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninter
     result = driver.fit(_settings(storage), local=True, name="fault", test_config=faults)
     # THEN Ray Train restarted the worker group from the step-4 checkpoint and the run completed
     assert result.error is None
-    assert result.return_value["summary"]["start_step"] == 4
+    assert returned(result)["summary"]["start_step"] == 4
     # with step 5 redone from the checkpoint (the failed attempt's step 5 is lost with its workers) and step 6 once:
     # AdamW's own counter, restored from the checkpoint, has seen exactly 6 steps
-    assert result.return_value["optimizer_steps"] == 6
+    assert returned(result)["optimizer_steps"] == 6
     # and the losses are the uninterrupted run's
     assert _losses(result) == pytest.approx({5: _losses(uninterrupted)[5], 6: _losses(uninterrupted)[6]}, rel=1e-6)
+    assert result.best_checkpoints is not None
     assert [m["step"] for _, m in result.best_checkpoints] == [2, 4, 6]
     # and the retry was said, in one line
     retries = [line for line in capfd.readouterr().out.splitlines() if "worker lost (" in line]
@@ -182,6 +184,7 @@ def test_an_exception_ray_cannot_rebuild_is_not_retried_and_names_itself(storage
     assert ranks and len(ranks) == len(set(ranks)), sorted(p.name for p in marks.iterdir())
     # and the error names the exception, its message and where it came from
     assert "TwoPartError: the data is bad" in str(raised.value)
+    assert isinstance(raised.value, ray.train.WorkerGroupError), raised.value  # the user's error came from a worker
     assert not any(failure_policy.is_worker_loss(e) for e in raised.value.worker_failures.values())
     # and the function got the sharding and reduction dtype the plan decided, never "auto"
     decided = resolve(settings).training

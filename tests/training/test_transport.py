@@ -290,7 +290,7 @@ def test_libfabric_on_the_tcp_provider_is_not_efa():
     verdict = verdict_of(lines)
     assert verdict.exit_code == EXIT_CONTRADICTED
     assert "libfabric provider tcp" in verdict.summary
-    assert "FI_PROVIDER=efa" in verdict.rows[0].cause
+    assert "FI_PROVIDER=efa" in (verdict.rows[0].cause or "")
 
 
 def test_a_process_without_a_provider_line_shares_the_jobs_provider():
@@ -320,7 +320,7 @@ def test_new_nccl_plugin_lines_record_the_plugin_and_the_chosen_network():
 
 def test_the_cause_is_guessed_when_the_log_has_no_plugin_error():
     verdict = verdict_of(SOCKET_JOB)
-    assert "NCCL_NET=Socket or NCCL_NET_PLUGIN=none" in verdict.rows[0].cause
+    assert "NCCL_NET=Socket or NCCL_NET_PLUGIN=none" in (verdict.rows[0].cause or "")
 
 
 @pytest.mark.parametrize("name, providers, kinds", [

@@ -124,7 +124,7 @@ def test_a_subprocess_reads_stdin_and_returns_the_exit_code():
 
 def test_the_full_cli_dispatches_check_transport(capsys):
     # GIVEN the whole `ray-efa` parser (it imports every subcommand module)
-    from ray_efa import cli
+    import ray_efa.cli as cli
 
     parser = cli.build_parser()
     # WHEN check-transport runs through it

@@ -62,6 +62,7 @@ def test_every_row_is_well_formed():
 def test_synthetic_fixtures_equal_what_the_generator_writes():
     # GIVEN the generator that builds the synthetic logs from the documented line patterns
     spec = importlib.util.spec_from_file_location("make_synthetic", FIXTURES / "make_synthetic.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     try:
