@@ -113,6 +113,27 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def bearer_token_where_the_client_reads_it(configuration: Any) -> None:
+    """Have `configuration` send the kubeconfig's bearer token (a `token:`, or an exec plugin's such as EKS's `aws eks
+    get-token`), now and after each refresh.
+
+    kubernetes 36.0.0's kubeconfig loader stores the token under api_key["authorization"], but its generated
+    `auth_settings` reads api_key["BearerToken"]: the token is never sent and every request is `system:anonymous`
+    (kubernetes-client/python#2582, fixed by #2585 in later releases). A loader that already writes "BearerToken"
+    leaves nothing to copy."""
+    refresh = configuration.refresh_api_key_hook
+
+    def refresh_and_copy(config: Any) -> None:
+        if refresh is not None:
+            refresh(config)  # the loader's own: reloads an expired exec token into api_key["authorization"]
+        config.refresh_api_key_hook = refresh_and_copy  # the loader's refresh puts its own hook back: stay first
+        if "authorization" in config.api_key:
+            config.api_key["BearerToken"] = config.api_key["authorization"]
+
+    if "authorization" in configuration.api_key or refresh is not None:
+        refresh_and_copy(configuration)
+
+
 class KubeconfigError(Exception):
     """The kubeconfig (or its context) cannot be loaded; the message says which and how to get one for EKS."""
 
@@ -136,6 +157,7 @@ def kube_api_client(args: argparse.Namespace) -> Any:
         message = " ".join(str(error).split()) or type(error).__name__
         raise KubeconfigError(f"cannot load {where}{context}: {message} "
                               "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)") from None
+    bearer_token_where_the_client_reads_it(configuration)
     # urllib3 retries a GET 3 times by default, also after a read timeout: one retry of a read keeps a dropped
     # connection during a long `follow` survivable without making a silent server cost 4 x --request-timeout.
     configuration.retries = urllib3.Retry(total=3, read=1)

@@ -1,7 +1,8 @@
 """An unreachable or refusing cluster or AWS is one line naming the endpoint, exit 1, and JSON with --json; a bad
-kubeconfig is exit 2. Real CLI processes against real sockets: a closed port, a name under .invalid, a TLS server
-whose self-signed certificate nobody trusts, a server that accepts and never answers, a local server answering
-401/403 (the Kubernetes API's Status, EC2's error XML)."""
+kubeconfig is exit 2. Real CLI processes against real sockets: a closed port, a name under .invalid, a server that
+accepts and never answers; for AWS also a TLS server whose self-signed certificate nobody trusts and a local server
+answering 403 with EC2's error XML (AWS cannot run here). The Kubernetes API server's own refusals (401, 403, an
+untrusted serving certificate) are the real API server's: tests/cluster/test_refusing_api.py."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_COMMANDS = ["submit", "follow", "verify"]
-FAILURES = ["refused", "dns", "tls", "timeout", "401", "403"]
+KUBE_FAILURES = ["refused", "dns", "timeout"]
 
 
 def _kubeconfig(tmp_path: Path, server: str) -> Path:
@@ -42,17 +43,14 @@ def _closed_port() -> int:
 
 
 class _Refusing(BaseHTTPRequestHandler):
-    """Answers every request with server.code: the Kubernetes API's Status under /api*, EC2's error XML elsewhere."""
+    """Answers every request with server.code and EC2's error XML."""
 
     def _answer(self) -> None:
         code = self.server.code  # type: ignore[attr-defined]
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.startswith("/api"):
-            kind, body = "application/json", json.dumps({"kind": "Status", "code": code, "message": "no"})
-        else:
-            kind, body = "text/xml", (
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>"
-                "<Message>no</Message></Error></Errors><RequestID>r</RequestID></Response>")
+        kind, body = "text/xml", (
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>"
+            "<Message>no</Message></Error></Errors><RequestID>r</RequestID></Response>")
         data = body.encode()
         self.send_response(code)
         self.send_header("Content-Type", kind)
@@ -143,7 +141,7 @@ def _kube_argv(command: str) -> list[str]:
                        else [])]
 
 
-@pytest.mark.parametrize("endpoint", FAILURES, indirect=True)
+@pytest.mark.parametrize("endpoint", KUBE_FAILURES, indirect=True)
 @pytest.mark.parametrize("command", KUBE_COMMANDS)
 def test_the_kubernetes_api_unreachable_or_refusing(tmp_path, command, endpoint):
     url, word = endpoint
