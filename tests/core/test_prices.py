@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ray_efa.core import catalog, catalog_rows, prices
+from ray_efa.core import catalog, prices
 
 
 def test_every_recorded_price_is_positive_dated_and_sourced():
