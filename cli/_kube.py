@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 
 
@@ -19,13 +20,13 @@ class KubeApiRefused(ApiException):
         self.body, self.headers, self.endpoint = error.body, error.headers, endpoint
 
 
-class BoundedApiClient(client.ApiClient):
+class BoundedApiClient(ApiClient):
     """An ApiClient whose calls wait at most `timeout_s` to connect and `timeout_s` for the answer (the kubernetes
     client's default is forever). A call that passes its own _request_timeout keeps it, a None in the pair meaning
     unbounded: a followed log passes `(None, None)` and still connects within `timeout_s`, then waits for lines as
     long as the pod runs."""
 
-    def __init__(self, configuration: client.Configuration, *, timeout_s: float):
+    def __init__(self, configuration: Configuration, *, timeout_s: float):
         super().__init__(configuration=configuration)
         self.timeout_s = timeout_s
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core import catalog
 from tests.cluster.controlplane import ControlPlane
@@ -54,7 +56,7 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def api(control_plane: ControlPlane) -> client.ApiClient:
+def api(control_plane: ControlPlane) -> ApiClient:
     return control_plane.api_client()
 
 
@@ -101,7 +103,7 @@ def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, 
 class Nodes:
     """Creates nodes for one test and deletes them (and every pod bound to them) after it."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: ApiClient):
         self.api, self.core = api, client.CoreV1Api(api)
         self.names: list[str] = []
 
@@ -126,14 +128,14 @@ class Nodes:
         for name in self.names:
             try:
                 self.core.delete_node(name)
-            except client.ApiException as error:
+            except ApiException as error:
                 if error.status != 404:
                     raise
         for name in self.names:
             for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
                 try:
                     self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-                except client.ApiException as error:
+                except ApiException as error:
                     if error.status != 404:
                         raise
         self.names.clear()
@@ -144,7 +146,7 @@ def _ready(node: client.V1Node) -> bool:
 
 
 @pytest.fixture
-def nodes(api: client.ApiClient) -> Iterator[Nodes]:
+def nodes(api: ApiClient) -> Iterator[Nodes]:
     made = Nodes(api)
     yield made
     made.remove_all()
@@ -166,7 +168,7 @@ _namespace_numbers = itertools.count()
 
 
 @pytest.fixture
-def namespace(api: client.ApiClient) -> Iterator[str]:
+def namespace(api: ApiClient) -> Iterator[str]:
     """A namespace of the test's own, deleted after it (with everything in it)."""
     name = f"t{next(_namespace_numbers)}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})

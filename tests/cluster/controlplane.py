@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from kubernetes import client, config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 
 from tests.cluster.lifetime import die_with_parent
 from tools.controlplane import build
@@ -370,10 +372,10 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(json.dumps(document))
 
-    def api_client(self) -> client.ApiClient:
-        configuration = client.Configuration()
+    def api_client(self) -> ApiClient:
+        configuration = Configuration()
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
-        return client.ApiClient(configuration)
+        return ApiClient(configuration)
 
     # -- objects -------------------------------------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import GPU_TAINT, SYSTEM_NODE_LABELS, gpu_node_labels
@@ -105,13 +107,13 @@ def training_job(settings: Settings, *, token_auth: bool = True, driver_runs: bo
     return objects
 
 
-def ray_job_cluster(api: client.ApiClient, namespace: str, job: str) -> str:
+def ray_job_cluster(api: ApiClient, namespace: str, job: str) -> str:
     objects = client.CustomObjectsApi(api)
     return wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
                              .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
 
 
-def ray_cluster_ready(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+def ray_cluster_ready(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
     """The RayCluster once ready as verify judges it (ops.verify.ray_cluster_ready); else fails with its status and
     its pods' phases and conditions."""
     from ray_efa.ops.verify import ray_cluster_ready as judged
@@ -130,13 +132,13 @@ def ray_cluster_ready(api: client.ApiClient, namespace: str, name: str) -> dict[
         raise AssertionError(f"{error}\nstatus: {cluster.get('status')}\npods: {pods}") from None
 
 
-def set_auth_options(api: client.ApiClient, namespace: str, cluster: str) -> None:
+def set_auth_options(api: ApiClient, namespace: str, cluster: str) -> None:
     """What a 1.7.0 operator copies from the RayJob into the RayCluster it creates (see the module docstring)."""
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "ray.io", "v1", namespace, "rayclusters", cluster, {"spec": {"authOptions": {"mode": "token"}}})
 
 
-def daemon_set_settled(api: client.ApiClient, name: str, namespace: str = "kube-system",
+def daemon_set_settled(api: ApiClient, name: str, namespace: str = "kube-system",
                        desired: int | None = None) -> client.V1DaemonSet:
     """The DaemonSet once its controller has counted every pod it wants as ready (and wants `desired`, if given)."""
     apps = client.AppsV1Api(api)
@@ -152,7 +154,7 @@ def daemon_set_settled(api: client.ApiClient, name: str, namespace: str = "kube-
     return wait_for(settled, f"DaemonSet {namespace}/{name} settled", timeout_s=60)
 
 
-def set_pod_ready(api: client.ApiClient, pod: client.V1Pod, ready: bool) -> None:
+def set_pod_ready(api: ApiClient, pod: client.V1Pod, ready: bool) -> None:
     """The kubelet's readiness report for one pod (its Ready and ContainersReady conditions), as a failing readiness
     probe makes it; the controllers that own the pod count it again."""
     status = "True" if ready else "False"
@@ -172,7 +174,7 @@ class Deployment:
     """The nodes, the add-ons and the training job of `settings` on the control plane; `remove()` takes them away."""
 
     plane: ControlPlane
-    api: client.ApiClient
+    api: ApiClient
     settings: Settings
     nodes: Nodes
     system_nodes: list[str] = field(default_factory=list)
@@ -185,7 +187,7 @@ class Deployment:
         return self.settings.workload.namespace
 
     @classmethod
-    def up(cls, plane: ControlPlane, api: client.ApiClient, settings: Settings, *, job: bool = True,
+    def up(cls, plane: ControlPlane, api: ApiClient, settings: Settings, *, job: bool = True,
            token_auth: bool = True) -> Deployment:
         made = cls(plane, api, settings, Nodes(api))
         made.system_nodes = made.nodes.add(settings.nodes.system_instance, 1, labels=dict(SYSTEM_NODE_LABELS),
@@ -251,7 +253,7 @@ def exists(read: Callable[[], Any]) -> bool:
     try:
         read()
         return True
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status == 404:
             return False
         raise
@@ -260,7 +262,7 @@ def exists(read: Callable[[], Any]) -> bool:
 def _delete(call: Callable[[], Any]) -> None:
     try:
         call()
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status != 404:
             raise
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.cli import follow, manifests, submit
 from tests.cluster.conftest import DEPLOYED_KUBERAY
@@ -71,7 +72,7 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def plane(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[ControlPlane]:
+def plane(control_plane: ControlPlane, api: ApiClient) -> Iterator[ControlPlane]:
     """The namespaces of the two deployments and a system node (default and platform labels) for the submitters."""
     core = client.CoreV1Api(api)
     for name in NAMESPACES:
@@ -126,7 +127,7 @@ def creates(plane: ControlPlane, user: str) -> list[str]:
             if e["verb"] == "create" and e.get("responseStatus", {}).get("code") == 201]
 
 
-def stored(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+def stored(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     """The object as the API server holds it."""
     from kubernetes.dynamic import DynamicClient
 
@@ -134,12 +135,12 @@ def stored(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     return resource.get(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]).to_dict()
 
 
-def ray_job(api: client.ApiClient, namespace: str = "ray", name: str = JOB) -> dict[str, Any]:
+def ray_job(api: ApiClient, namespace: str = "ray", name: str = JOB) -> dict[str, Any]:
     objects: Any = client.CustomObjectsApi(api)
     return objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
 
 
-def shipped(api: client.ApiClient, namespace: str) -> dict[str, Any]:
+def shipped(api: ApiClient, namespace: str) -> dict[str, Any]:
     """settings.json of the job's settings ConfigMap as the cluster holds it."""
     core: Any = client.CoreV1Api(api)
     data = core.read_namespaced_config_map(f"{JOB}-settings", namespace).data

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.cli import follow, submit
 from ray_efa.core.settings import Settings
@@ -37,13 +39,13 @@ LOCAL = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-tr
 FAILING = "ray-efa.test/fails-init-container"
 
 
-def settings_maps(api: client.ApiClient) -> list[str]:
+def settings_maps(api: ApiClient) -> list[str]:
     return [f"{c.metadata.namespace}/{c.metadata.name}" for c in
             client.CoreV1Api(api).list_config_map_for_all_namespaces().items if c.metadata.name.endswith("-settings")]
 
 
 @pytest.fixture(scope="module")
-def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     wait_for(lambda: not settings_maps(api), "no settings ConfigMap of an earlier test", timeout_s=90)
     made = Deployment.up(control_plane, api, Settings.from_context(DEPLOYED), job=False)
     core = client.CoreV1Api(api)
@@ -67,11 +69,11 @@ def _settings_args(*settings: str) -> list[str]:
     return [a for s in settings for a in ("-c", s)]
 
 
-def _delete_job(api: client.ApiClient, name: str) -> None:
+def _delete_job(api: ApiClient, name: str) -> None:
     objects = client.CustomObjectsApi(api)
     try:
         objects.delete_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", name)
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status != 404:
             raise
     wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
@@ -85,7 +87,7 @@ SUBMITTER_LOG = ("Job submission server address: http://mlp-exp-run1-head-svc.op
 
 
 def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator_to_its_end(
-        deployed: Deployment, api: client.ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
+        deployed: Deployment, api: ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
     served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()

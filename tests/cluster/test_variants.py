@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import addons, catalog
 from tests.cluster.conftest import Nodes, wait_for
@@ -55,7 +56,7 @@ def resource_slices(node: str, instance: catalog.GpuInstanceType) -> list[dict[s
 
 @pytest.mark.parametrize("row", ["p5.48xlarge", "p5en.48xlarge", "g6.12xlarge"])
 def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_publish(
-        row: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     # GIVEN GPU nodes that advertise no extended resources, only the DRA drivers' ResourceSlices
     instance = catalog.GPU_INSTANCES[row]
@@ -88,7 +89,7 @@ def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_
 
 
 def test_an_own_train_function_ships_and_is_placed(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
@@ -134,7 +135,7 @@ def platform() -> dict[str, dict]:
 
 
 def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, platform: dict[str, Any]):
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, platform: dict[str, Any]):
     groups = NodeGroup.from_template(platform)
     system_group = next(g for g in groups if "nvidia.com/gpu.present" not in g.labels)
     gpu_group = next(g for g in groups if "nvidia.com/gpu.present" in g.labels)

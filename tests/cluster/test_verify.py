@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.verify import Expectations, verify_cluster, verify_until
@@ -38,13 +40,13 @@ ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-
 
 
 @pytest.fixture(scope="module")
-def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     made = Deployment.up(control_plane, api, SETTINGS)
     yield made
     made.remove()
 
 
-def verify(api: client.ApiClient, expected: Expectations = EXPECTED):
+def verify(api: ApiClient, expected: Expectations = EXPECTED):
     return verify_cluster(api, expected)
 
 
@@ -60,14 +62,14 @@ def apply_addon(plane: ControlPlane, name: str, *, node_selector: dict[str, str]
     plane.apply([obj])
 
 
-def patch_node(api: client.ApiClient, name: str, status: dict) -> None:
+def patch_node(api: ApiClient, name: str, status: dict) -> None:
     client.CoreV1Api(api).patch_node_status(name, {"status": status})
 
 
 # -- a healthy cluster --------------------------------------------------------------------------------------------------
 
 
-def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: client.ApiClient):
+def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: ApiClient):
     report = verify(api)
     assert [c.id for c in report.checks] == ALL_CHECKS
     assert report.ok, report.as_dict()
@@ -363,9 +365,9 @@ def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_c
     assert {"gpu-nodes", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "raycluster"} <= failed
 
 
-def _namespace_gone(api: client.ApiClient) -> bool:
+def _namespace_gone(api: ApiClient) -> bool:
     try:
         client.CoreV1Api(api).read_namespace(NAMESPACE)
         return False
-    except client.ApiException as error:
+    except ApiException as error:
         return error.status == 404

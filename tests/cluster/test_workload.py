@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core import node_pods as node_pods_data
@@ -70,14 +71,14 @@ def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *c
     return apply_in_order(plane, [stack.service_account(namespace), *load(train)])
 
 
-def job_cluster(api: client.ApiClient, namespace: str, job: str) -> str:
+def job_cluster(api: ApiClient, namespace: str, job: str) -> str:
     """The RayCluster the operator made for RayJob `job` (status.rayClusterName)."""
     objects = client.CustomObjectsApi(api)
     return wait_for(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
                     .get("status", {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
 
 
-def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
+def ray_pods(api: ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
     try:
         return wait_for_pods(api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count,
                              what=f"Ray {node_type}")
@@ -85,7 +86,7 @@ def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str
         raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
 
 
-def submitter(api: client.ApiClient, namespace: str, job: str) -> client.V1Pod:
+def submitter(api: ApiClient, namespace: str, job: str) -> client.V1Pod:
     """The RayJob's submitter pod, which the operator's Job makes once the RayCluster is ready: placed on a node (the
     job's driver runs in it; a submitter that cannot be placed leaves the RayJob waiting until its deadline)."""
     try:
@@ -95,7 +96,7 @@ def submitter(api: client.ApiClient, namespace: str, job: str) -> client.V1Pod:
     return pod
 
 
-def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: client.ApiClient):
+def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: ApiClient):
     from tools.controlplane import build
 
     # the API server reports the version the Go module pins, and serves the deployed version's CRDs to the operator
@@ -106,7 +107,7 @@ def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: Co
 
 
 def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_gpu_node(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
@@ -121,7 +122,7 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
 
 
 def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
     # GIVEN the objects both stacks apply through the kubectl handler (namespace, service account, RayJob, ...)
     objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
     assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "RayJob"}
@@ -152,7 +153,7 @@ def _refusal(*context: str) -> str | None:
 
 @pytest.mark.parametrize("row", sorted(catalog.GPU_INSTANCES))
 def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
-        row: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     refusal = _refusal(f"gpuInstanceType={row}")
     if refusal is not None:  # a row the job cannot use is refused before anything is written, naming the setting
@@ -175,7 +176,7 @@ def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
 
 @pytest.mark.parametrize("system_type", sorted(catalog.SYSTEM_INSTANCES))
 def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says_it_cannot(
-        system_type: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack,
+        system_type: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack,
         namespace: str, tmp_path: Path):
     context = f"systemInstanceType={system_type}"
     refusal = _refusal(context)

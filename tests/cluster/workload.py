@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from tests.cluster.conftest import Nodes, wait_for
@@ -74,11 +75,11 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
     return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def pods(api: client.ApiClient, namespace: str, selector: str = "") -> list[client.V1Pod]:
+def pods(api: ApiClient, namespace: str, selector: str = "") -> list[client.V1Pod]:
     return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
 
 
-def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: int, *, what: str,
+def wait_for_pods(api: ApiClient, namespace: str, selector: str, count: int, *, what: str,
                   timeout_s: float = 90, phase: str | None = "Running") -> list[client.V1Pod]:
     """`count` pods matching `selector`, each bound to a node (and in `phase`, unless None)."""
     def settled() -> list[client.V1Pod] | None:
@@ -88,7 +89,7 @@ def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: i
     return wait_for(settled, f"{count} {what} pods ({selector}) in {namespace}", timeout_s=timeout_s)
 
 
-def pending_reasons(api: client.ApiClient, namespace: str) -> dict[str, str]:
+def pending_reasons(api: ApiClient, namespace: str) -> dict[str, str]:
     """Pod name -> the scheduler's message, for every pod it could not place."""
     reasons = {}
     for pod in pods(api, namespace):
@@ -131,7 +132,7 @@ def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str
     plane.apply(objects)
 
 
-def wait_for_node_pods(api: client.ApiClient, system: list[str], gpu: list[str]) -> None:
+def wait_for_node_pods(api: ApiClient, system: list[str], gpu: list[str]) -> None:
     """Until node_pods' pods are Running where they belong: each DaemonSet on each of its nodes, the Deployments'
     replicas on the system nodes. Then a Ray pod placed after it competes with all of them, as on a real cluster."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
