@@ -26,6 +26,8 @@ class BoundedApiClient(ApiClient):
     unbounded: a followed log passes `(None, None)` and still connects within `timeout_s`, then waits for lines as
     long as the pod runs."""
 
+    configuration: Configuration  # ApiClient.__init__ sets it; the kubernetes stubs declare neither it nor request()
+
     def __init__(self, configuration: Configuration, *, timeout_s: float):
         super().__init__(configuration=configuration)
         self.timeout_s = timeout_s
@@ -37,7 +39,7 @@ class BoundedApiClient(ApiClient):
         elif isinstance(timeout, tuple) and timeout[0] is None:
             kwargs["_request_timeout"] = (self.timeout_s, timeout[1])
         try:
-            return super().request(*args, **kwargs)
+            return super().request(*args, **kwargs)  # pyright: ignore[reportAttributeAccessIssue]  (see above)
         except ApiException as error:
             if error.status in (401, 403):
                 raise KubeApiRefused(error, str(self.configuration.host)) from None
