@@ -3,7 +3,7 @@
 The client's models declare every field optional (`metadata: V1ObjectMeta | None`, `name: str | None`), since a
 request body may leave any out; an object read back from the API server always has its metadata, name, spec and
 status. These helpers say so once, with an assert that names the object if one ever lacks it, so the tests read
-`name(pod)` and `spec(pod).node_name` and the type checker knows the types.
+`name_of(pod)` and `spec_of(pod).node_name` and the type checker knows the types.
 """
 
 from __future__ import annotations
@@ -30,39 +30,39 @@ class _HasStatus(Protocol[_T]):
     def status(self) -> _T | None: ...
 
 
-def meta(obj: _HasMetadata) -> V1ObjectMeta:
+def meta_of(obj: _HasMetadata) -> V1ObjectMeta:
     """The object's metadata (every object the API server returns has it)."""
     assert obj.metadata is not None, f"a {type(obj).__name__} without metadata"
     return obj.metadata
 
 
-def name(obj: _HasMetadata) -> str:
+def name_of(obj: _HasMetadata) -> str:
     """The object's name."""
-    value = meta(obj).name
+    value = meta_of(obj).name
     assert value is not None, f"a {type(obj).__name__} without a name"
     return value
 
 
-def namespace(obj: _HasMetadata) -> str:
+def namespace_of(obj: _HasMetadata) -> str:
     """The namespaced object's namespace."""
-    value = meta(obj).namespace
-    assert value is not None, f"{type(obj).__name__} {name(obj)} without a namespace"
+    value = meta_of(obj).namespace
+    assert value is not None, f"{type(obj).__name__} {name_of(obj)} without a namespace"
     return value
 
 
-def labels(obj: _HasMetadata) -> dict[str, str]:
+def labels_of(obj: _HasMetadata) -> dict[str, str]:
     """The object's labels ({} for none)."""
-    return meta(obj).labels or {}
+    return meta_of(obj).labels or {}
 
 
-def spec(obj: _HasSpec[_T]) -> _T:
+def spec_of(obj: _HasSpec[_T]) -> _T:
     """The object's spec (the API server fills it for every kind that has one)."""
     value = obj.spec
     assert value is not None, f"a {type(obj).__name__} without a spec"
     return value
 
 
-def status(obj: _HasStatus[_T]) -> _T:
+def status_of(obj: _HasStatus[_T]) -> _T:
     """The object's status (the API server fills it for every kind that has one)."""
     value = obj.status
     assert value is not None, f"a {type(obj).__name__} without a status"
