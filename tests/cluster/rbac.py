@@ -59,7 +59,8 @@ def allowed(api: ApiClient, subject: Subject, request: Request) -> tuple[bool, s
     for key, value in (("namespace", request.namespace), ("subresource", request.subresource), ("name", request.name)):
         if value:
             attributes[key] = value
-    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({  # pyright: ignore[reportArgumentType]
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes}})
     return bool(review.status.allowed), review.status.reason or review.status.evaluation_error or ""

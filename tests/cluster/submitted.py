@@ -133,7 +133,8 @@ class RecordedProgress:
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
         owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": self.name, "uid": job["metadata"]["uid"],
                  "controller": True, "blockOwnerDeletion": True}
-        client.BatchV1Api(self.api).create_namespaced_job(self.namespace, {
+        # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+        client.BatchV1Api(self.api).create_namespaced_job(self.namespace, {  # pyright: ignore[reportArgumentType]
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [owner]},
             "spec": {"backoffLimit": 2, "template": job["spec"]["submitterPodTemplate"]}})

@@ -103,15 +103,17 @@ def _job_cluster(api: ApiClient, job: str) -> str:
 
 
 def _stranger(core: client.CoreV1Api, name: str, namespace: str, labels: dict[str, str]) -> Pod:
-    core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})  # pyright: ignore[reportArgumentType]
     return observed(core, core.read_namespaced_pod(name, namespace))
 
 
 def _operator(api: ApiClient) -> Pod:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = KUBERAY_OPERATOR.namespace
-    core.create_namespace({"metadata": {"name": namespace}})
-    apps.create_namespaced_deployment(namespace, {
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    apps.create_namespaced_deployment(namespace, {  # pyright: ignore[reportArgumentType]
         "metadata": {"name": "kuberay-operator"},
         "spec": {"replicas": 1, "selector": {"matchLabels": OPERATOR_CHART_LABELS},
                  "template": {"metadata": {"labels": OPERATOR_CHART_LABELS}, "spec": {"containers": PAUSE}}}})

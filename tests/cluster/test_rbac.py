@@ -183,7 +183,8 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
         "delete the RayJob": lambda: as_custom.delete_namespaced_custom_object(RAY, "v1", NS, "rayjobs", JOB),
         "delete the namespace": lambda: as_core.delete_namespace(NS),
         "list secrets": lambda: as_core.list_namespaced_secret(NS),
-        "create a pod": lambda: as_core.create_namespaced_pod(NS, {"metadata": {"name": "x"}, "spec": {
+        # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+        "create a pod": lambda: as_core.create_namespaced_pod(NS, {"metadata": {"name": "x"}, "spec": {  # pyright: ignore[reportArgumentType]
             "containers": [{"name": "x", "image": "busybox"}]}}),
         "read another namespace's ConfigMaps": lambda: as_core.list_namespaced_config_map("kube-system"),
     }

@@ -76,7 +76,7 @@ def plane(control_plane: ControlPlane, api: ApiClient) -> Iterator[ControlPlane]
     """The namespaces of the two deployments and a system node (default and platform labels) for the submitters."""
     core = client.CoreV1Api(api)
     for name in NAMESPACES:
-        core.create_namespace({"metadata": {"name": name}})
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     with module_nodes(api, {"example.com/pool": "platform"}):
         yield control_plane
 
@@ -489,7 +489,8 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
     progress(monkeypatch, plane, "ray", JOB, "complete", submitter=False)
     core = client.CoreV1Api(api)
     pod = f"{JOB}-7xk2q"
-    core.create_namespaced_pod("ray", {"metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod("ray", {"metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {  # pyright: ignore[reportArgumentType]
         "nodeName": "sys-scaled-in", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})

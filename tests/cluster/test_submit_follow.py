@@ -50,8 +50,9 @@ def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment
     made = Deployment.up(control_plane, api, Settings.from_context(DEPLOYED), job=False)
     core = client.CoreV1Api(api)
     wait_for(lambda: not exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
-    core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": service_account(made.settings)}})
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    core.create_namespaced_service_account(
+        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(made.settings))))
     # the deployment's training job ran and was deleted since: its settings ConfigMap (and the code's) stay
     control_plane.apply([o for o in training_job(made.settings) if o["kind"] == "ConfigMap"])
     yield made

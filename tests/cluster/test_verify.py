@@ -272,7 +272,8 @@ def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(dep
 def test_the_head_pod_is_found_by_its_cluster_not_by_name(deployed, api):
     # GIVEN another Ray cluster's head pod in the namespace, without a token
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": "other-head-abcde", "labels": {
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": "other-head-abcde", "labels": {  # pyright: ignore[reportArgumentType]
         "ray.io/cluster": "other", "ray.io/node-type": "head"}}, "spec": {"containers": [
             {"name": "ray-head", "image": "registry.k8s.io/pause:3.10"}], "nodeSelector": {"role": "system"}}})
     try:
