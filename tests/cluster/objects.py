@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from kubernetes.client import V1ObjectMeta
+from kubernetes.client import V1Container, V1ObjectMeta, V1Pod
 
 _T = TypeVar("_T", covariant=True)
 
@@ -67,3 +67,15 @@ def status_of(obj: _HasStatus[_T]) -> _T:
     value = obj.status
     assert value is not None, f"a {type(obj).__name__} without a status"
     return value
+
+
+def node_of(pod: V1Pod) -> str:
+    """The node the pod is bound to (the pods asked for are placed ones)."""
+    value = spec_of(pod).node_name
+    assert value is not None, f"pod {name_of(pod)} is not bound to a node"
+    return value
+
+
+def requests_of(container: V1Container) -> dict[str, str]:
+    """The container's resource requests ({} for none)."""
+    return (container.resources.requests if container.resources else None) or {}
