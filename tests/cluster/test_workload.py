@@ -15,6 +15,7 @@ from ray_efa.core import catalog
 from ray_efa.core import node_pods as node_pods_data
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import name_of, node_of, requests_of, spec_of
 from tests.cluster.workload import (
     NodeGroup,
     add_node_group,
@@ -102,7 +103,7 @@ def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: Co
     # the API server reports the version the Go module pins, and serves the deployed version's CRDs to the operator
     assert client.VersionApi(api).get_code().git_version == build.required_version("kube", "k8s.io/kubernetes")
     crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
-    assert {c.metadata.name for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
+    assert {name_of(c) for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
     assert control_plane.processes["kuberay-operator"].popen.poll() is None
 
 
@@ -116,9 +117,9 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
     cluster = job_cluster(api, namespace, "train-efa")
     head = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
-    assert head[0].spec.node_name in system
-    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
-    assert submitter(api, namespace, "train-efa").spec.node_name in system
+    assert node_of(head[0]) in system
+    assert sorted(node_of(w) for w in workers) == sorted(gpu), "one worker on each GPU node"
+    assert node_of(submitter(api, namespace, "train-efa")) in system
 
 
 def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
@@ -165,11 +166,11 @@ def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
     cluster = job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
-    assert head.spec.node_name in system
-    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
+    assert node_of(head) in system
+    assert sorted(node_of(w) for w in workers) == sorted(gpu), "one worker on each GPU node"
     # every GPU and EFA interface of the node goes to its worker: nothing is left for a second one
     row_type = catalog.GPU_INSTANCES[row]
-    requests = workers[0].spec.containers[0].resources.requests
+    requests = requests_of(spec_of(workers[0]).containers[0])
     assert requests["nvidia.com/gpu"] == str(row_type.gpus)
     assert requests["vpc.amazonaws.com/efa"] == str(row_type.efa_interfaces)
 
@@ -200,7 +201,7 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
     deploy(control_plane, stack, namespace, tmp_path, context, on=(system, gpu))
     cluster = job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
-    assert head.spec.node_name in system
+    assert node_of(head) in system
     ray_pods(api, namespace, cluster, "worker", len(gpu))
     # and the submitter, which the catalog counts beside the head, finds its room too
-    assert submitter(api, namespace, "train-efa").spec.node_name in system
+    assert node_of(submitter(api, namespace, "train-efa")) in system
