@@ -209,8 +209,9 @@ class Deployment:
         plane.apply(cluster_addons(settings))
         for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin", "aws-node"):
             daemon_set_settled(api, name)
-        wait_for(lambda: (status_of(client.AppsV1Api(api).read_namespaced_deployment("kuberay-operator", "kuberay-system"))
-                          .available_replicas or 0) >= 1, "Deployment kuberay-system/kuberay-operator Available")
+        operator = client.AppsV1Api(api).read_namespaced_deployment
+        wait_for(lambda: (status_of(operator("kuberay-operator", "kuberay-system")).available_replicas or 0) >= 1,
+                 "Deployment kuberay-system/kuberay-operator Available")
         if job:
             made.run_job(token_auth=token_auth)
         return made

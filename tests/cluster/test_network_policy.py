@@ -104,7 +104,8 @@ def _job_cluster(api: ApiClient, job: str) -> str:
 
 def _stranger(core: client.CoreV1Api, name: str, namespace: str, labels: dict[str, str]) -> Pod:
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})  # pyright: ignore[reportArgumentType]
+    core.create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})
     return observed(core, core.read_namespaced_pod(name, namespace))
 
 

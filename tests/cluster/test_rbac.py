@@ -184,8 +184,8 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
         "delete the namespace": lambda: as_core.delete_namespace(NS),
         "list secrets": lambda: as_core.list_namespaced_secret(NS),
         # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-        "create a pod": lambda: as_core.create_namespaced_pod(NS, {"metadata": {"name": "x"}, "spec": {  # pyright: ignore[reportArgumentType]
-            "containers": [{"name": "x", "image": "busybox"}]}}),
+        "create a pod": lambda: as_core.create_namespaced_pod(NS, {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}}),
         "read another namespace's ConfigMaps": lambda: as_core.list_namespaced_config_map("kube-system"),
     }
     assert {what: _status(call) for what, call in refused.items()} == dict.fromkeys(refused, 403)

@@ -490,7 +490,8 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
     core = client.CoreV1Api(api)
     pod = f"{JOB}-7xk2q"
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod("ray", {"metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {  # pyright: ignore[reportArgumentType]
+    core.create_namespaced_pod("ray", {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
         "nodeName": "sys-scaled-in", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})

@@ -274,7 +274,8 @@ def test_the_head_pod_is_found_by_its_cluster_not_by_name(deployed, api):
     # GIVEN another Ray cluster's head pod in the namespace, without a token
     core = client.CoreV1Api(api)
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": "other-head-abcde", "labels": {  # pyright: ignore[reportArgumentType]
+    core.create_namespaced_pod(NAMESPACE, {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": "other-head-abcde", "labels": {
         "ray.io/cluster": "other", "ray.io/node-type": "head"}}, "spec": {"containers": [
             {"name": "ray-head", "image": "registry.k8s.io/pause:3.10"}], "nodeSelector": {"role": "system"}}})
     try:

@@ -192,7 +192,8 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
         asks = {"smallest-head": ("1", "2Gi"), "submitter": (f"{submitter_pod.cpu_m}m", f"{submitter_pod.memory_mib}Mi")}
         for name, (cpu, memory) in asks.items():
             # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-            client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": {  # pyright: ignore[reportArgumentType]
+            client.CoreV1Api(api).create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
+                "metadata": {"name": name}, "spec": {
                 "nodeSelector": stack.system.labels, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}}]}})
         reasons = wait_for(lambda: pending_reasons(api, namespace), "the scheduler to leave one of them Pending")
