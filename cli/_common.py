@@ -143,10 +143,11 @@ def kube_api_client(args: argparse.Namespace) -> Any:
     --request-timeout (BoundedApiClient); KubeconfigError if the kubeconfig cannot be loaded."""
     import urllib3
     import yaml
-    from kubernetes import client, config
+    from kubernetes import config
+    from kubernetes.client.configuration import Configuration
 
     try:
-        configuration = type.__call__(client.Configuration)  # what new_client_from_config does: not the global default
+        configuration = type.__call__(Configuration)  # what new_client_from_config does: not the global default
         config.load_kube_config(config_file=args.kubeconfig, context=args.kube_context,
                                 client_configuration=configuration)
     except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:

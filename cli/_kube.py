@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 
 
@@ -19,13 +20,15 @@ class KubeApiRefused(ApiException):
         self.body, self.headers, self.endpoint = error.body, error.headers, endpoint
 
 
-class BoundedApiClient(client.ApiClient):
+class BoundedApiClient(ApiClient):
     """An ApiClient whose calls wait at most `timeout_s` to connect and `timeout_s` for the answer (the kubernetes
     client's default is forever). A call that passes its own _request_timeout keeps it, a None in the pair meaning
     unbounded: a followed log passes `(None, None)` and still connects within `timeout_s`, then waits for lines as
     long as the pod runs."""
 
-    def __init__(self, configuration: client.Configuration, *, timeout_s: float):
+    configuration: Configuration  # ApiClient.__init__ sets it; the kubernetes stubs declare neither it nor request()
+
+    def __init__(self, configuration: Configuration, *, timeout_s: float):
         super().__init__(configuration=configuration)
         self.timeout_s = timeout_s
 
@@ -36,7 +39,7 @@ class BoundedApiClient(client.ApiClient):
         elif isinstance(timeout, tuple) and timeout[0] is None:
             kwargs["_request_timeout"] = (self.timeout_s, timeout[1])
         try:
-            return super().request(*args, **kwargs)
+            return super().request(*args, **kwargs)  # pyright: ignore[reportAttributeAccessIssue]  (see above)
         except ApiException as error:
             if error.status in (401, 403):
                 raise KubeApiRefused(error, str(self.configuration.host)) from None

@@ -110,8 +110,16 @@ def worker_device_claims(instance: catalog.InstanceType) -> list[V1DeviceClaim]:
 
 
 def claim_device_count(claim: V1DeviceClaim) -> int:
-    """How many devices `claim` allocates (the sum of its exact counts)."""
-    return sum(request.exactly.count for request in claim.requests or [])
+    """How many devices `claim` allocates (the sum of its exact counts); ValueError for a request whose count is not
+    fixed (a firstAvailable list, allocationMode All)."""
+    return sum(_exact_count(request) for request in claim.requests or [])
+
+
+def _exact_count(request: V1DeviceRequest) -> int:
+    exactly = request.exactly
+    if exactly is None or exactly.allocation_mode == "All":
+        raise ValueError(f"device request {request.name!r} has no fixed count (only an ExactCount request has one)")
+    return 1 if exactly.count is None else exactly.count  # the API's default count is 1
 
 
 def pod_resource_claims(owner: str, instance: catalog.InstanceType) -> list[V1PodResourceClaim]:

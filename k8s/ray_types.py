@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kubernetes.client import ApiClient, V1PodTemplateSpec
+from kubernetes.client import V1PodTemplateSpec
+from kubernetes.client.api_client import ApiClient
 
 __all__ = ["API_VERSION", "to_json", "HeadGroupSpec", "WorkerGroupSpec", "RayClusterSpec", "RayJobSpec"]
 

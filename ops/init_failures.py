@@ -118,9 +118,10 @@ def with_log_tails(api_client: Any, failures: list[InitContainerFailure], *,
         for previous in dict.fromkeys((failure.previous, False)):  # the failed run's, else whatever is there
             try:
                 # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36).
+                # The client takes _preload_content on every call (its **kwargs); the kubernetes stubs leave it out.
                 response: Any = core.read_namespaced_pod_log(
                     failure.pod, failure.namespace, container=failure.container, tail_lines=tail_lines,
-                    previous=previous, _preload_content=False)
+                    previous=previous, _preload_content=False)  # pyright: ignore[reportCallIssue]
                 text = response.data.decode("utf-8", "replace")
                 break
             except ApiException as error:

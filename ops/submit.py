@@ -313,10 +313,12 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None
     for obj in objects:
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
+            # The client takes a manifest dict as the body (ApiClient.sanitize_for_serialization passes it through);
+            # the kubernetes stubs name only the model class.
             if kind == "ConfigMap":
-                core.create_namespaced_config_map(namespace, obj)
+                core.create_namespaced_config_map(namespace, obj)  # pyright: ignore[reportArgumentType]
             elif kind == "NetworkPolicy":
-                networking.create_namespaced_network_policy(namespace, obj)
+                networking.create_namespaced_network_policy(namespace, obj)  # pyright: ignore[reportArgumentType]
             elif kind == "RayJob":
                 created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
                 job_uid = (created.get("metadata") or {}).get("uid")
@@ -399,12 +401,13 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
     core = client.CoreV1Api(api_client)
     try:
         if not follow_log:
-            # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36).
+            # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36). The
+            # client takes _preload_content on every call (its **kwargs); the kubernetes stubs leave it out.
             whole: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
-                                                      _preload_content=False)
+                                                      _preload_content=False)  # pyright: ignore[reportCallIssue]
             return whole.data.decode("utf-8", "replace")
         response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
-                                                follow=True, _preload_content=False,
+                                                follow=True, _preload_content=False,  # pyright: ignore[reportCallIssue]
                                                 _request_timeout=(None, None))  # lines come when they come
     except ApiException as error:
         if error.status == 400:  # the container has not started yet

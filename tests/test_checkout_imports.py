@@ -85,8 +85,12 @@ def test_no_module_imports_a_package_folder_by_its_bare_name():
         if name.startswith("examples/platform/") or not (ROOT / name).is_file():
             continue
         for node in ast.walk(ast.parse((ROOT / name).read_text(encoding="utf-8"), name)):
-            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
-                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
             bare += [f"{name}:{node.lineno}: {module}" for module in modules if module.split(".")[0] in PACKAGES]
     assert not bare, bare
 

@@ -18,9 +18,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core import catalog
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import name_of, namespace_of, status_of
 from tests.shared_reference import shared_path
 from tools.controlplane import build
 
@@ -54,7 +57,7 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def api(control_plane: ControlPlane) -> client.ApiClient:
+def api(control_plane: ControlPlane) -> ApiClient:
     return control_plane.api_client()
 
 
@@ -101,7 +104,7 @@ def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, 
 class Nodes:
     """Creates nodes for one test and deletes them (and every pod bound to them) after it."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: ApiClient):
         self.api, self.core = api, client.CoreV1Api(api)
         self.names: list[str] = []
 
@@ -111,7 +114,9 @@ class Nodes:
         for _ in range(count):
             name = _node_name(f"{prefix}{instance.name}")
             body = node_object(name, instance, labels=labels, taints=taints or [], **kwargs)
-            self.core.create_node(body)
+            # the client takes a manifest dict as the body (ApiClient.sanitize_for_serialization passes it through);
+            # the kubernetes stubs name only the model class
+            self.core.create_node(body)  # pyright: ignore[reportArgumentType]
             # The API server drops a Node's status on create (the kubelet sets it): set it as the kubelet would.
             self.core.patch_node_status(name, {"status": body["status"]})
             names.append(name)
@@ -126,25 +131,25 @@ class Nodes:
         for name in self.names:
             try:
                 self.core.delete_node(name)
-            except client.ApiException as error:
+            except ApiException as error:
                 if error.status != 404:
                     raise
         for name in self.names:
             for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
                 try:
-                    self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-                except client.ApiException as error:
+                    self.core.delete_namespaced_pod(name_of(pod), namespace_of(pod), grace_period_seconds=0)
+                except ApiException as error:
                     if error.status != 404:
                         raise
         self.names.clear()
 
 
 def _ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    return any(c.type == "Ready" and c.status == "True" for c in (status_of(node).conditions or []))
 
 
 @pytest.fixture
-def nodes(api: client.ApiClient) -> Iterator[Nodes]:
+def nodes(api: ApiClient) -> Iterator[Nodes]:
     made = Nodes(api)
     yield made
     made.remove_all()
@@ -166,9 +171,9 @@ _namespace_numbers = itertools.count()
 
 
 @pytest.fixture
-def namespace(api: client.ApiClient) -> Iterator[str]:
+def namespace(api: ApiClient) -> Iterator[str]:
     """A namespace of the test's own, deleted after it (with everything in it)."""
     name = f"t{next(_namespace_numbers)}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     client.CoreV1Api(api).delete_namespace(name)

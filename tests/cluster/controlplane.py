@@ -33,8 +33,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from kubernetes import client, config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 
 from tests.cluster.lifetime import die_with_parent
+from tests.cluster.objects import spec_of, status_of
 from tools.controlplane import build
 
 HERE = Path(__file__).resolve().parent
@@ -343,14 +346,16 @@ class ControlPlane:
                                 + "\n".join(f"--- {p.name}\n{p.tail(10)}" for p in self.processes.values()))
 
     def _ready(self) -> bool:
-        response = self.api_client().call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
+        # ApiClient.call_api is the client's own (every generated call goes through it); the stubs leave it out
+        response = self.api_client().call_api(  # pyright: ignore[reportAttributeAccessIssue]
+            "/readyz", "GET", _preload_content=False, _request_timeout=2)
         return getattr(response[0] if isinstance(response, tuple) else response, "status", 0) == 200
 
     def _crds_established(self, group: str = "ray.io") -> bool:
         ext = client.ApiextensionsV1Api(self.api_client())
         for crd in ext.list_custom_resource_definition(_request_timeout=5).items:
-            if crd.spec.group == group and not any(
-                    c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+            if spec_of(crd).group == group and not any(
+                    c.type == "Established" and c.status == "True" for c in (status_of(crd).conditions or [])):
                 return False
         return True
 
@@ -370,10 +375,10 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(json.dumps(document))
 
-    def api_client(self) -> client.ApiClient:
-        configuration = client.Configuration()
+    def api_client(self) -> ApiClient:
+        configuration = Configuration()
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
-        return client.ApiClient(configuration)
+        return ApiClient(configuration)
 
     # -- objects -------------------------------------------------------------------------------------------------------
 

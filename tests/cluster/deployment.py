@@ -22,17 +22,21 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import GPU_TAINT, SYSTEM_NODE_LABELS, gpu_node_labels
 from ray_efa.core.settings import Settings
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import meta_of, name_of, namespace_of, status_of
 
 PAUSE = "registry.k8s.io/pause:3.10"
 POLICY_AGENT_ARGS = ["--enable-ipv6=false", "--enable-network-policy=true", "--enable-cloudwatch-logs=false",
@@ -105,13 +109,13 @@ def training_job(settings: Settings, *, token_auth: bool = True, driver_runs: bo
     return objects
 
 
-def ray_job_cluster(api: client.ApiClient, namespace: str, job: str) -> str:
+def ray_job_cluster(api: ApiClient, namespace: str, job: str) -> str:
     objects = client.CustomObjectsApi(api)
     return wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
                              .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
 
 
-def ray_cluster_ready(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+def ray_cluster_ready(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
     """The RayCluster once ready as verify judges it (ops.verify.ray_cluster_ready); else fails with its status and
     its pods' phases and conditions."""
     from ray_efa.ops.verify import ray_cluster_ready as judged
@@ -125,26 +129,26 @@ def ray_cluster_ready(api: client.ApiClient, namespace: str, name: str) -> dict[
         return wait_for(ready, f"RayCluster {namespace}/{name} ready", timeout_s=90)
     except pytest.fail.Exception as error:
         cluster = objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)
-        pods = {p.metadata.name: (p.status.phase, [(c.type, c.status, c.message) for c in p.status.conditions or []])
+        pods = {name_of(p): (status_of(p).phase, [(c.type, c.status, c.message) for c in status_of(p).conditions or []])
                 for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
         raise AssertionError(f"{error}\nstatus: {cluster.get('status')}\npods: {pods}") from None
 
 
-def set_auth_options(api: client.ApiClient, namespace: str, cluster: str) -> None:
+def set_auth_options(api: ApiClient, namespace: str, cluster: str) -> None:
     """What a 1.7.0 operator copies from the RayJob into the RayCluster it creates (see the module docstring)."""
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "ray.io", "v1", namespace, "rayclusters", cluster, {"spec": {"authOptions": {"mode": "token"}}})
 
 
-def daemon_set_settled(api: client.ApiClient, name: str, namespace: str = "kube-system",
+def daemon_set_settled(api: ApiClient, name: str, namespace: str = "kube-system",
                        desired: int | None = None) -> client.V1DaemonSet:
     """The DaemonSet once its controller has counted every pod it wants as ready (and wants `desired`, if given)."""
     apps = client.AppsV1Api(api)
 
     def settled() -> client.V1DaemonSet | None:
         ds = apps.read_namespaced_daemon_set(name, namespace)
-        s = ds.status
-        if (s.observed_generation or 0) < ds.metadata.generation:
+        s = status_of(ds)
+        if (s.observed_generation or 0) < (meta_of(ds).generation or 0):
             return None
         if desired is not None and (s.desired_number_scheduled or 0) != desired:
             return None
@@ -152,19 +156,26 @@ def daemon_set_settled(api: client.ApiClient, name: str, namespace: str = "kube-
     return wait_for(settled, f"DaemonSet {namespace}/{name} settled", timeout_s=60)
 
 
-def set_pod_ready(api: client.ApiClient, pod: client.V1Pod, ready: bool) -> None:
+def set_pod_ready(api: ApiClient, pod: client.V1Pod, ready: bool) -> None:
     """The kubelet's readiness report for one pod (its Ready and ContainersReady conditions), as a failing readiness
     probe makes it; the controllers that own the pod count it again."""
     status = "True" if ready else "False"
     conditions = [{"type": c.type, "status": status if c.type in ("Ready", "ContainersReady") else c.status}
-                  for c in pod.status.conditions or []]
+                  for c in status_of(pod).conditions or []]
     statuses = [{"name": c.name, "ready": ready, "image": c.image, "imageID": c.image_id or "",
-                 "restartCount": c.restart_count, "state": {"running": {"startedAt": c.state.running.started_at}}}
-                for c in pod.status.container_statuses or []] if pod.status.container_statuses else []
+                 "restartCount": c.restart_count, "state": {"running": {"startedAt": _started_at(c)}}}
+                for c in status_of(pod).container_statuses or []]
     body: dict[str, Any] = {"status": {"conditions": conditions}}
     if statuses:
         body["status"]["containerStatuses"] = statuses
-    client.CoreV1Api(api).patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
+    client.CoreV1Api(api).patch_namespaced_pod_status(name_of(pod), namespace_of(pod), body)
+
+
+def _started_at(container: client.V1ContainerStatus) -> datetime:
+    """When the running container started (set_pod_ready's pods run)."""
+    running = container.state.running if container.state else None
+    assert running is not None and running.started_at is not None, f"container {container.name} is not running"
+    return running.started_at
 
 
 @dataclass
@@ -172,7 +183,7 @@ class Deployment:
     """The nodes, the add-ons and the training job of `settings` on the control plane; `remove()` takes them away."""
 
     plane: ControlPlane
-    api: client.ApiClient
+    api: ApiClient
     settings: Settings
     nodes: Nodes
     system_nodes: list[str] = field(default_factory=list)
@@ -185,7 +196,7 @@ class Deployment:
         return self.settings.workload.namespace
 
     @classmethod
-    def up(cls, plane: ControlPlane, api: client.ApiClient, settings: Settings, *, job: bool = True,
+    def up(cls, plane: ControlPlane, api: ApiClient, settings: Settings, *, job: bool = True,
            token_auth: bool = True) -> Deployment:
         made = cls(plane, api, settings, Nodes(api))
         made.system_nodes = made.nodes.add(settings.nodes.system_instance, 1, labels=dict(SYSTEM_NODE_LABELS),
@@ -198,8 +209,9 @@ class Deployment:
         plane.apply(cluster_addons(settings))
         for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin", "aws-node"):
             daemon_set_settled(api, name)
-        wait_for(lambda: (client.AppsV1Api(api).read_namespaced_deployment("kuberay-operator", "kuberay-system")
-                          .status.available_replicas or 0) >= 1, "Deployment kuberay-system/kuberay-operator Available")
+        operator = client.AppsV1Api(api).read_namespaced_deployment
+        wait_for(lambda: (status_of(operator("kuberay-operator", "kuberay-system")).available_replicas or 0) >= 1,
+                 "Deployment kuberay-system/kuberay-operator Available")
         if job:
             made.run_job(token_auth=token_auth)
         return made
@@ -208,9 +220,10 @@ class Deployment:
         core = client.CoreV1Api(self.api)
         wait_for(lambda: not exists(lambda: core.read_namespace(self.namespace)),
                  f"namespace {self.namespace} gone (an earlier test's)", timeout_s=90)
-        core.create_namespace({"metadata": {"name": self.namespace}})
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
         # the Ray pods' service account, which the cluster stack creates (IRSA-annotated) before any job
-        core.create_namespaced_service_account(self.namespace, {"metadata": {"name": service_account(self.settings)}})
+        core.create_namespaced_service_account(
+            self.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(self.settings))))
         job = ray_job_name(self.settings)
         objects = training_job(self.settings, token_auth=token_auth)
         self.plane.apply([o for o in objects if o["kind"] != "RayJob"])
@@ -251,7 +264,7 @@ def exists(read: Callable[[], Any]) -> bool:
     try:
         read()
         return True
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status == 404:
             return False
         raise
@@ -260,7 +273,7 @@ def exists(read: Callable[[], Any]) -> bool:
 def _delete(call: Callable[[], Any]) -> None:
     try:
         call()
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status != 404:
             raise
 

@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client, config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 
 from tests.cluster.controlplane import ControlPlane
 
@@ -51,13 +53,14 @@ class Request:
         return f"{self.verb} {what}{api}{f' {self.name}' if self.name else ''} in {self.namespace or 'the cluster'}"
 
 
-def allowed(api: client.ApiClient, subject: Subject, request: Request) -> tuple[bool, str]:
+def allowed(api: ApiClient, subject: Subject, request: Request) -> tuple[bool, str]:
     """The authorizer's answer for `subject` making `request`, and its reason (RBAC names the binding that allows)."""
     attributes = {"verb": request.verb, "resource": request.resource, "group": request.group}
     for key, value in (("namespace", request.namespace), ("subresource", request.subresource), ("name", request.name)):
         if value:
             attributes[key] = value
-    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({  # pyright: ignore[reportArgumentType]
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes}})
     return bool(review.status.allowed), review.status.reason or review.status.evaluation_error or ""
@@ -93,7 +96,7 @@ def user_kubeconfig(plane: ControlPlane, folder: Path, *, user: str, groups: tup
     return kubeconfig
 
 
-def api_client_of(kubeconfig: Path) -> client.ApiClient:
-    configuration = client.Configuration()
+def api_client_of(kubeconfig: Path) -> ApiClient:
+    configuration = Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return ApiClient(configuration)

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
@@ -131,7 +133,8 @@ class RecordedProgress:
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
         owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": self.name, "uid": job["metadata"]["uid"],
                  "controller": True, "blockOwnerDeletion": True}
-        client.BatchV1Api(self.api).create_namespaced_job(self.namespace, {
+        # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+        client.BatchV1Api(self.api).create_namespaced_job(self.namespace, {  # pyright: ignore[reportArgumentType]
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [owner]},
             "spec": {"backoffLimit": 2, "template": job["spec"]["submitterPodTemplate"]}})
@@ -150,7 +153,7 @@ class RecordedProgress:
         try:
             response: Any = core.read_namespaced_pod_log(self.submitter_pod, self.namespace,
                                                          container=SUBMITTER_CONTAINER, _preload_content=False)
-        except client.ApiException:
+        except ApiException:
             return False
         return response.data.decode() == self.log
 
@@ -167,7 +170,7 @@ def progress(monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, o
     return moved
 
 
-def clear(api: client.ApiClient, namespace: str) -> None:
+def clear(api: ApiClient, namespace: str) -> None:
     """Everything a test left in `namespace`: RayJobs (their Jobs and owned ConfigMaps go with them, the garbage
     collector's work), RayClusters, ConfigMaps and NetworkPolicies; waits until they are gone."""
     objects: Any = client.CustomObjectsApi(api)
@@ -189,7 +192,7 @@ def clear(api: client.ApiClient, namespace: str) -> None:
     wait_for(lambda: not _left(api, namespace), f"namespace {namespace} emptied", timeout_s=90)
 
 
-def _left(api: client.ApiClient, namespace: str) -> list[str]:
+def _left(api: ApiClient, namespace: str) -> list[str]:
     objects: Any = client.CustomObjectsApi(api)
     core: Any = client.CoreV1Api(api)
     batch: Any = client.BatchV1Api(api)
@@ -204,7 +207,7 @@ def _left(api: client.ApiClient, namespace: str) -> list[str]:
 def _gone(call: Callable[[], Any]) -> None:
     try:
         call()
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status != 404:
             raise
 
@@ -221,7 +224,7 @@ def contains(stored: Any, written: Any) -> bool:
 
 
 @contextmanager
-def module_nodes(api: client.ApiClient, labels: dict[str, str]) -> Iterator[list[str]]:
+def module_nodes(api: ApiClient, labels: dict[str, str]) -> Iterator[list[str]]:
     """A system node for the submitter pods (the template's nodeSelector: the default system labels and `labels`),
     for a module; removed after it."""
     from ray_efa.core import catalog

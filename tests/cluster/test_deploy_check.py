@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_cluster, read_diff
@@ -28,12 +29,12 @@ CLI = ("--kubeconfig", "KUBECONFIG", *(a for k, v in CONTEXT.items() for a in ("
 JOB = f"{NAMESPACE}/train-efa"
 
 
-def all_ray_jobs(api: client.ApiClient) -> list[dict]:
+def all_ray_jobs(api: ApiClient) -> list[dict]:
     return client.CustomObjectsApi(api).list_cluster_custom_object("ray.io", "v1", "rayjobs")["items"]
 
 
 @pytest.fixture(scope="module")
-def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     # only this module's jobs in the cluster (an earlier module's namespace may still be going)
     wait_for(lambda: not all_ray_jobs(api), "no RayJob left by an earlier test", timeout_s=90)
     made = Deployment.up(control_plane, api, SETTINGS)
@@ -42,7 +43,7 @@ def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Dep
     made.remove()
 
 
-def job_status(api: client.ApiClient, name: str = "train-efa") -> str:
+def job_status(api: ApiClient, name: str = "train-efa") -> str:
     job = client.CustomObjectsApi(api).get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", name)
     return (job.get("status") or {}).get("jobDeploymentStatus", "")
 
@@ -58,7 +59,7 @@ def cli(control_plane: ControlPlane, *argv: str) -> int:
     return run_cli("deploy_check", *argv, *args)
 
 
-def findings(api: client.ApiClient, diff: str | None) -> dict[str, bool]:
+def findings(api: ApiClient, diff: str | None) -> dict[str, bool]:
     state = read_cluster(api, SETTINGS)
     parsed = read_diff((DIFFS / f"{diff}.txt").read_text()) if diff else None
     return {f.id: f.overridable for f in check_deploy(parsed, state, SETTINGS)}

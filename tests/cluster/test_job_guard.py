@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.infra import job_guard_handler as guard
 from tests.cluster.conftest import wait_for
@@ -56,7 +57,7 @@ def runner(plane: ControlPlane, workdir: Path):
 
 
 def test_the_guard_refuses_a_roll_while_the_stack_s_job_runs_and_lets_it_through_once_it_is_gone(
-        control_plane: ControlPlane, api: client.ApiClient, stack: Stack, tmp_path: Path,
+        control_plane: ControlPlane, api: ApiClient, stack: Stack, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(guard, "WORK_DIR", str(tmp_path))
     list_jobs = guard.kubectl_ray_jobs("ray-train", runner(control_plane, tmp_path))

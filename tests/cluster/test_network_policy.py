@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import KUBERAY_OPERATOR
@@ -73,7 +74,7 @@ def observed(core: client.CoreV1Api, pod: Any) -> Pod:
                dict(namespace.metadata.labels or {}))
 
 
-def _placed(api: client.ApiClient, selector: str, count: int, what: str, phase: str | None = "Running",
+def _placed(api: ApiClient, selector: str, count: int, what: str, phase: str | None = "Running",
             namespace: str = NS) -> list[client.V1Pod]:
     try:
         return wait_for_pods(api, namespace, selector, count, what=what, phase=phase, timeout_s=180)
@@ -81,7 +82,7 @@ def _placed(api: client.ApiClient, selector: str, count: int, what: str, phase: 
         raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
 
 
-def _ray_pods(api: client.ApiClient, cluster: str, workers: int, job: str | None = None) -> RayPods:
+def _ray_pods(api: ApiClient, cluster: str, workers: int, job: str | None = None) -> RayPods:
     core = client.CoreV1Api(api)
     (head,) = _placed(api, f"ray.io/cluster={cluster},ray.io/node-type=head", 1, f"{cluster} head")
     found = _placed(api, f"ray.io/cluster={cluster},ray.io/node-type=worker", workers, f"{cluster} worker")
@@ -92,7 +93,7 @@ def _ray_pods(api: client.ApiClient, cluster: str, workers: int, job: str | None
     return RayPods(cluster, observed(core, head), [observed(core, w) for w in found], submitter)
 
 
-def _job_cluster(api: client.ApiClient, job: str) -> str:
+def _job_cluster(api: ApiClient, job: str) -> str:
     objects = client.CustomObjectsApi(api)
 
     def name() -> str | None:
@@ -102,15 +103,18 @@ def _job_cluster(api: client.ApiClient, job: str) -> str:
 
 
 def _stranger(core: client.CoreV1Api, name: str, namespace: str, labels: dict[str, str]) -> Pod:
-    core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})
     return observed(core, core.read_namespaced_pod(name, namespace))
 
 
-def _operator(api: client.ApiClient) -> Pod:
+def _operator(api: ApiClient) -> Pod:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = KUBERAY_OPERATOR.namespace
-    core.create_namespace({"metadata": {"name": namespace}})
-    apps.create_namespaced_deployment(namespace, {
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    apps.create_namespaced_deployment(namespace, {  # pyright: ignore[reportArgumentType]
         "metadata": {"name": "kuberay-operator"},
         "spec": {"replicas": 1, "selector": {"matchLabels": OPERATOR_CHART_LABELS},
                  "template": {"metadata": {"labels": OPERATOR_CHART_LABELS}, "spec": {"containers": PAUSE}}}})
@@ -118,7 +122,7 @@ def _operator(api: client.ApiClient) -> Pod:
     return observed(core, pod)
 
 
-def _deploy(control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes) -> Reconciled:
+def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconciled:
     synth = synthesize(SETTINGS)
     core = client.CoreV1Api(api)
     spec = synth.ray_cluster["spec"]
@@ -156,7 +160,7 @@ def _deploy(control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes) ->
 
 
 @pytest.fixture(scope="module")
-def reconciled(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Reconciled]:
+def reconciled(control_plane: ControlPlane, api: ApiClient) -> Iterator[Reconciled]:
     nodes = Nodes(api)
     try:
         yield _deploy(control_plane, api, nodes)
@@ -175,7 +179,7 @@ def _label_selector(selector: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("owner", ["ray-efa", "train-efa", "train-tcp"])
-def test_each_policy_selects_exactly_its_clusters_head_and_workers(reconciled: Reconciled, api: client.ApiClient,
+def test_each_policy_selects_exactly_its_clusters_head_and_workers(reconciled: Reconciled, api: ApiClient,
                                                                   owner: str):
     pods = reconciled.raycluster if owner == "ray-efa" else reconciled.jobs[owner.removeprefix("train-")]
     selector = _policy(reconciled, owner)["spec"]["podSelector"]

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.rbac import Request, Subject, allowed, api_client_of, user_kubeconfig
@@ -49,7 +51,7 @@ class RbacStack:
 
 
 @pytest.fixture(scope="module")
-def rbac_stack(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[RbacStack]:
+def rbac_stack(control_plane: ControlPlane, api: ApiClient) -> Iterator[RbacStack]:
     made = RbacStack()
     kinds = {o["kind"] for o in made.objects}
     assert kinds >= {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}, kinds
@@ -103,19 +105,19 @@ SERVICE_ACCOUNT_MAY_NOT = [
 
 
 @pytest.mark.parametrize("request_", RESEARCHER_MAY, ids=str)
-def test_a_researcher_may(api: client.ApiClient, rbac_stack: RbacStack, request_: Request):
+def test_a_researcher_may(api: ApiClient, rbac_stack: RbacStack, request_: Request):
     verdict, reason = allowed(api, rbac_stack.researcher, request_)
     assert verdict, f"researcher refused: {request_} ({reason or 'no rule allows it'})"
 
 
 @pytest.mark.parametrize("request_", RESEARCHER_MAY_NOT, ids=str)
-def test_a_researcher_may_not(api: client.ApiClient, rbac_stack: RbacStack, request_: Request):
+def test_a_researcher_may_not(api: ApiClient, rbac_stack: RbacStack, request_: Request):
     verdict, reason = allowed(api, rbac_stack.researcher, request_)
     assert not verdict, f"researcher allowed: {request_} ({reason})"
 
 
 @pytest.mark.parametrize("request_", SERVICE_ACCOUNT_MAY_NOT, ids=str)
-def test_the_ray_pods_service_account_may_not(api: client.ApiClient, rbac_stack: RbacStack, request_: Request):
+def test_the_ray_pods_service_account_may_not(api: ApiClient, rbac_stack: RbacStack, request_: Request):
     verdict, reason = allowed(api, rbac_stack.service_account, request_)
     assert not verdict, f"{rbac_stack.service_account.user} allowed: {request_} ({reason})"
 
@@ -123,13 +125,13 @@ def test_the_ray_pods_service_account_may_not(api: client.ApiClient, rbac_stack:
 def _status(call: Any) -> int:
     try:
         call()
-    except client.ApiException as error:
+    except ApiException as error:
         return error.status or 0
     return 200
 
 
 def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster(
-        control_plane: ControlPlane, api: client.ApiClient, rbac_stack: RbacStack, tmp_path: Path,
+        control_plane: ControlPlane, api: ApiClient, rbac_stack: RbacStack, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]):
     from ray_efa.cli import main
 
@@ -181,8 +183,9 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
         "delete the RayJob": lambda: as_custom.delete_namespaced_custom_object(RAY, "v1", NS, "rayjobs", JOB),
         "delete the namespace": lambda: as_core.delete_namespace(NS),
         "list secrets": lambda: as_core.list_namespaced_secret(NS),
-        "create a pod": lambda: as_core.create_namespaced_pod(NS, {"metadata": {"name": "x"}, "spec": {
-            "containers": [{"name": "x", "image": "busybox"}]}}),
+        # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+        "create a pod": lambda: as_core.create_namespaced_pod(NS, {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}}),
         "read another namespace's ConfigMaps": lambda: as_core.list_namespaced_config_map("kube-system"),
     }
     assert {what: _status(call) for what, call in refused.items()} == dict.fromkeys(refused, 403)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.cli import follow, manifests, submit
 from tests.cluster.conftest import DEPLOYED_KUBERAY
@@ -71,11 +72,11 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def plane(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[ControlPlane]:
+def plane(control_plane: ControlPlane, api: ApiClient) -> Iterator[ControlPlane]:
     """The namespaces of the two deployments and a system node (default and platform labels) for the submitters."""
     core = client.CoreV1Api(api)
     for name in NAMESPACES:
-        core.create_namespace({"metadata": {"name": name}})
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     with module_nodes(api, {"example.com/pool": "platform"}):
         yield control_plane
 
@@ -126,7 +127,7 @@ def creates(plane: ControlPlane, user: str) -> list[str]:
             if e["verb"] == "create" and e.get("responseStatus", {}).get("code") == 201]
 
 
-def stored(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+def stored(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     """The object as the API server holds it."""
     from kubernetes.dynamic import DynamicClient
 
@@ -134,12 +135,12 @@ def stored(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     return resource.get(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]).to_dict()
 
 
-def ray_job(api: client.ApiClient, namespace: str = "ray", name: str = JOB) -> dict[str, Any]:
+def ray_job(api: ApiClient, namespace: str = "ray", name: str = JOB) -> dict[str, Any]:
     objects: Any = client.CustomObjectsApi(api)
     return objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
 
 
-def shipped(api: client.ApiClient, namespace: str) -> dict[str, Any]:
+def shipped(api: ApiClient, namespace: str) -> dict[str, Any]:
     """settings.json of the job's settings ConfigMap as the cluster holds it."""
     core: Any = client.CoreV1Api(api)
     data = core.read_namespaced_config_map(f"{JOB}-settings", namespace).data
@@ -488,7 +489,9 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
     progress(monkeypatch, plane, "ray", JOB, "complete", submitter=False)
     core = client.CoreV1Api(api)
     pod = f"{JOB}-7xk2q"
-    core.create_namespaced_pod("ray", {"metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod("ray", {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
         "nodeName": "sys-scaled-in", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})

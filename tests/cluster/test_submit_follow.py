@@ -20,12 +20,15 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.cli import follow, submit
 from ray_efa.core.settings import Settings
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, service_account, training_job
+from tests.cluster.objects import name_of, namespace_of
 from tests.ops.test_submit import _cli
 
 NAMESPACE = "ops-submit"
@@ -37,19 +40,20 @@ LOCAL = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-tr
 FAILING = "ray-efa.test/fails-init-container"
 
 
-def settings_maps(api: client.ApiClient) -> list[str]:
-    return [f"{c.metadata.namespace}/{c.metadata.name}" for c in
-            client.CoreV1Api(api).list_config_map_for_all_namespaces().items if c.metadata.name.endswith("-settings")]
+def settings_maps(api: ApiClient) -> list[str]:
+    return [f"{namespace_of(c)}/{name_of(c)}" for c in
+            client.CoreV1Api(api).list_config_map_for_all_namespaces().items if name_of(c).endswith("-settings")]
 
 
 @pytest.fixture(scope="module")
-def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     wait_for(lambda: not settings_maps(api), "no settings ConfigMap of an earlier test", timeout_s=90)
     made = Deployment.up(control_plane, api, Settings.from_context(DEPLOYED), job=False)
     core = client.CoreV1Api(api)
     wait_for(lambda: not exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
-    core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": service_account(made.settings)}})
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    core.create_namespaced_service_account(
+        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(made.settings))))
     # the deployment's training job ran and was deleted since: its settings ConfigMap (and the code's) stay
     control_plane.apply([o for o in training_job(made.settings) if o["kind"] == "ConfigMap"])
     yield made
@@ -67,11 +71,11 @@ def _settings_args(*settings: str) -> list[str]:
     return [a for s in settings for a in ("-c", s)]
 
 
-def _delete_job(api: client.ApiClient, name: str) -> None:
+def _delete_job(api: ApiClient, name: str) -> None:
     objects = client.CustomObjectsApi(api)
     try:
         objects.delete_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", name)
-    except client.ApiException as error:
+    except ApiException as error:
         if error.status != 404:
             raise
     wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
@@ -85,7 +89,7 @@ SUBMITTER_LOG = ("Job submission server address: http://mlp-exp-run1-head-svc.op
 
 
 def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator_to_its_end(
-        deployed: Deployment, api: client.ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
+        deployed: Deployment, api: ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
     served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()
@@ -110,14 +114,14 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
         assert time.monotonic() - started < 110
         # the objects the RayJob owns (ownerReferences written by submit) go with it: the real garbage collector
         core = client.CoreV1Api(api)
-        owned = [c.metadata.name for c in core.list_namespaced_config_map(NAMESPACE).items
-                 if c.metadata.name.startswith(f"{JOB}-")]
+        owned = [name_of(c) for c in core.list_namespaced_config_map(NAMESPACE).items
+                 if name_of(c).startswith(f"{JOB}-")]
         assert f"{JOB}-settings" in owned
     finally:
         client.CustomObjectsApi(api).delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", served)
         _delete_job(api, JOB)
     wait_for(lambda: not [c for c in client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
-                          if c.metadata.name.startswith(f"{JOB}-")], "the job's ConfigMaps deleted with it")
+                          if name_of(c).startswith(f"{JOB}-")], "the job's ConfigMaps deleted with it")
 
 
 def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfig, capsys):
@@ -181,7 +185,7 @@ def test_follow_ends_within_a_minute_naming_the_failed_pip_install(deployed, api
         assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
         (head,) = client.CoreV1Api(api).list_namespaced_pod(
             NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
-        assert (f"pod {NAMESPACE}/{head.metadata.name}: init container install-packages failed (exit code 1, "
+        assert (f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
                 "CrashLoopBackOff, 3 restarts)") in err
         assert "its log cannot be read" in err  # no kubelet: said, not hidden
         assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err
@@ -271,7 +275,7 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
         core: Any = client.CoreV1Api(api)
         (head,) = core.list_namespaced_pod(
             NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
-        assert (f"pod {NAMESPACE}/{head.metadata.name}: init container install-packages failed (exit code 1, "
+        assert (f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
                 "CrashLoopBackOff, 3 restarts)") in err
         assert "    ERROR: No matching distribution found for einops==0.9.9" in err
         assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err

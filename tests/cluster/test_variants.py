@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import addons, catalog
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import name_of, node_of, requests_of, spec_of, status_of
 from tests.cluster.test_workload import Stack, deploy, job_cluster, ray_pods
 from tests.cluster.test_workload import stack as stack  # noqa: F401 (the module fixture, shared)
 from tests.cluster.workload import NodeGroup, add_node_group, apply_in_order, stack_manifests, wait_for_node_pods
@@ -53,9 +55,22 @@ def resource_slices(node: str, instance: catalog.GpuInstanceType) -> list[dict[s
             for kind, driver, devices in (("gpu", GPU_DRIVER, gpus), ("efa", EFA_DRIVER, efas))]
 
 
+def _claim_name(status: client.V1PodResourceClaimStatus) -> str:
+    """The ResourceClaim made for the pod's claim (the pods asked for have theirs)."""
+    assert status.resource_claim_name is not None, f"no ResourceClaim made for the pod's claim {status.name}"
+    return status.resource_claim_name
+
+
+def _allocated(claim: client.ResourceV1ResourceClaim) -> list[client.V1DeviceRequestAllocationResult]:
+    """The devices the scheduler allocated to `claim` (an allocated one)."""
+    allocation = status_of(claim).allocation
+    assert allocation is not None and allocation.devices is not None, f"ResourceClaim {name_of(claim)} is not allocated"
+    return allocation.devices.results or []
+
+
 @pytest.mark.parametrize("row", ["p5.48xlarge", "p5en.48xlarge", "g6.12xlarge"])
 def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_publish(
-        row: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     # GIVEN GPU nodes that advertise no extended resources, only the DRA drivers' ResourceSlices
     instance = catalog.GPU_INSTANCES[row]
@@ -68,19 +83,19 @@ def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_
     cluster = job_cluster(api, namespace, "train-efa")
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     # THEN each worker is on its own node, with every GPU and EFA device of that node allocated to its claims
-    assert sorted(w.spec.node_name for w in workers) == sorted(gpu)
+    assert sorted(node_of(w) for w in workers) == sorted(gpu)
     resources = client.ResourceV1Api(api)
     for worker in workers:
-        claims = [resources.read_namespaced_resource_claim(status.resource_claim_name, namespace)
-                  for status in worker.status.resource_claim_statuses or []]
-        assert claims, f"{worker.metadata.name} has no allocated claims"
-        results = [r for claim in claims for r in claim.status.allocation.devices.results]
-        assert all(r.pool == worker.spec.node_name for r in results)
+        claims = [resources.read_namespaced_resource_claim(_claim_name(status), namespace)
+                  for status in status_of(worker).resource_claim_statuses or []]
+        assert claims, f"{name_of(worker)} has no allocated claims"
+        results = [r for claim in claims for r in _allocated(claim)]
+        assert all(r.pool == node_of(worker) for r in results)
         assert sorted(r.device for r in results if r.driver == GPU_DRIVER) == sorted(
             f"gpu-{i}" for i in range(instance.gpus))
         assert len([r for r in results if r.driver == EFA_DRIVER]) == instance.efa_interfaces
     # and the ResourceClaims leave the extended resources alone (nothing asks for nvidia.com/gpu)
-    assert all("nvidia.com/gpu" not in (w.spec.containers[0].resources.requests or {}) for w in workers)
+    assert all("nvidia.com/gpu" not in requests_of(spec_of(w).containers[0]) for w in workers)
     client.CoreV1Api(api).delete_collection_namespaced_pod(namespace)
     for node in gpu:
         for kind in ("gpu", "efa"):
@@ -88,7 +103,7 @@ def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_
 
 
 def test_an_own_train_function_ships_and_is_placed(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
@@ -134,7 +149,7 @@ def platform() -> dict[str, dict]:
 
 
 def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, platform: dict[str, Any]):
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, platform: dict[str, Any]):
     groups = NodeGroup.from_template(platform)
     system_group = next(g for g in groups if "nvidia.com/gpu.present" not in g.labels)
     gpu_group = next(g for g in groups if "nvidia.com/gpu.present" in g.labels)
@@ -149,9 +164,9 @@ def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
         cluster = job_cluster(api, namespace, job["metadata"]["name"])
         (head,) = ray_pods(api, namespace, cluster, "head", 1)
         workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
-        assert head.spec.node_name in system
-        assert sorted(w.spec.node_name for w in workers) == sorted(gpu)
+        assert node_of(head) in system
+        assert sorted(node_of(w) for w in workers) == sorted(gpu)
     finally:
         client.CoreV1Api(api).delete_namespace(namespace)
-        wait_for(lambda: namespace not in {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items},
+        wait_for(lambda: namespace not in {name_of(n) for n in client.CoreV1Api(api).list_namespace().items},
                  f"namespace {namespace} gone", timeout_s=60)

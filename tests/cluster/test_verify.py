@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.verify import Expectations, verify_cluster, verify_until
@@ -25,6 +27,7 @@ from tests.cluster.deployment import (
     set_pod_ready,
     training_job,
 )
+from tests.cluster.objects import name_of, namespace_of, status_of
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-verify"
@@ -38,13 +41,13 @@ ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-
 
 
 @pytest.fixture(scope="module")
-def deployed(control_plane: ControlPlane, api: client.ApiClient) -> Iterator[Deployment]:
+def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     made = Deployment.up(control_plane, api, SETTINGS)
     yield made
     made.remove()
 
 
-def verify(api: client.ApiClient, expected: Expectations = EXPECTED):
+def verify(api: ApiClient, expected: Expectations = EXPECTED):
     return verify_cluster(api, expected)
 
 
@@ -60,14 +63,14 @@ def apply_addon(plane: ControlPlane, name: str, *, node_selector: dict[str, str]
     plane.apply([obj])
 
 
-def patch_node(api: client.ApiClient, name: str, status: dict) -> None:
+def patch_node(api: ApiClient, name: str, status: dict) -> None:
     client.CoreV1Api(api).patch_node_status(name, {"status": status})
 
 
 # -- a healthy cluster --------------------------------------------------------------------------------------------------
 
 
-def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: client.ApiClient):
+def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: ApiClient):
     report = verify(api)
     assert [c.id for c in report.checks] == ALL_CHECKS
     assert report.ok, report.as_dict()
@@ -77,13 +80,13 @@ def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: clie
     assert check(report, "raycluster").name == f"RayCluster {NAMESPACE}/{deployed.ray_cluster} (of RayJob train-efa)"
     # the head pod the operator made, found by its cluster's labels
     (head,) = deployed.pods(f"ray.io/cluster={deployed.ray_cluster},ray.io/node-type=head")
-    assert f"head pod {head.metadata.name} has RAY_AUTH_MODE=token" in details["ray-token-auth"]
+    assert f"head pod {name_of(head)} has RAY_AUTH_MODE=token" in details["ray-token-auth"]
     assert check(report, "network-policy").name == f"NetworkPolicy {NAMESPACE}/train-efa-ray-ingress"
 
 
 def test_a_desired_0_daemon_set_of_another_release_is_not_mistaken_for_the_plugin(deployed, api):
     # GIVEN the NVIDIA chart's MPS control daemon, desired 0 by design, beside the plugin with the same labels
-    assert daemon_set_settled(api, "nvidia-device-plugin-mps-control-daemon").status.desired_number_scheduled == 0
+    assert status_of(daemon_set_settled(api, "nvidia-device-plugin-mps-control-daemon")).desired_number_scheduled == 0
     # THEN the plugin check reads the plugin's own DaemonSet (named after the release) and passes
     assert check(verify(api), "nvidia-device-plugin").detail == "2 of 2 pods ready"
 
@@ -108,8 +111,8 @@ def test_daemon_set_with_pods_not_ready_fails(deployed, api):
     pod = deployed.pods("app.kubernetes.io/name=aws-efa-k8s-device-plugin", "kube-system")[0]
     set_pod_ready(api, pod, False)
     try:
-        wait_for(lambda: client.AppsV1Api(api).read_namespaced_daemon_set(
-            "aws-efa-k8s-device-plugin", "kube-system").status.number_ready == 1, "the DaemonSet controller's count")
+        wait_for(lambda: status_of(client.AppsV1Api(api).read_namespaced_daemon_set(
+            "aws-efa-k8s-device-plugin", "kube-system")).number_ready == 1, "the DaemonSet controller's count")
         report = verify(api)
         assert [c.id for c in report.failed] == ["aws-efa-k8s-device-plugin"]
         assert report.failed[0].detail.startswith("1 of 2 pods ready")
@@ -166,7 +169,7 @@ def test_unavailable_operator_fails_the_operator_check(deployed, api):
     apps = client.AppsV1Api(api)
 
     def available() -> str:
-        conditions = apps.read_namespaced_deployment("kuberay-operator", "kuberay-system").status.conditions or []
+        conditions = status_of(apps.read_namespaced_deployment("kuberay-operator", "kuberay-system")).conditions or []
         return next((c.status for c in conditions if c.type == "Available"), "")
     try:
         wait_for(lambda: available() == "False", "the Deployment controller's Available=False")
@@ -204,8 +207,8 @@ def test_verify_until_polls_until_the_cluster_is_healthy(deployed, api):
     plugin = deployed.pods("app.kubernetes.io/name=aws-efa-k8s-device-plugin", "kube-system")
     for pod in plugin:
         set_pod_ready(api, pod, False)
-    wait_for(lambda: client.AppsV1Api(api).read_namespaced_daemon_set(
-        "aws-efa-k8s-device-plugin", "kube-system").status.number_ready == 0, "the DaemonSet controller's count")
+    wait_for(lambda: status_of(client.AppsV1Api(api).read_namespaced_daemon_set(
+        "aws-efa-k8s-device-plugin", "kube-system")).number_ready == 0, "the DaemonSet controller's count")
     polls = []
 
     def sleep(seconds):
@@ -270,7 +273,9 @@ def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(dep
 def test_the_head_pod_is_found_by_its_cluster_not_by_name(deployed, api):
     # GIVEN another Ray cluster's head pod in the namespace, without a token
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": "other-head-abcde", "labels": {
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    core.create_namespaced_pod(NAMESPACE, {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": "other-head-abcde", "labels": {
         "ray.io/cluster": "other", "ray.io/node-type": "head"}}, "spec": {"containers": [
             {"name": "ray-head", "image": "registry.k8s.io/pause:3.10"}], "nodeSelector": {"role": "system"}}})
     try:
@@ -347,7 +352,7 @@ def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_c
         # what the kubelet of a terminated instance no longer reports: its pods, deleted at once rather than by the
         # pod garbage collector's quarantine
         for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
-            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            core.delete_namespaced_pod(name_of(pod), namespace_of(pod), grace_period_seconds=0)
     for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
         daemon_set_settled(api, name, desired=0)
     wait_for(lambda: _namespace_gone(api), f"namespace {NAMESPACE} gone", timeout_s=90)
@@ -363,9 +368,9 @@ def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_c
     assert {"gpu-nodes", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "raycluster"} <= failed
 
 
-def _namespace_gone(api: client.ApiClient) -> bool:
+def _namespace_gone(api: ApiClient) -> bool:
     try:
         client.CoreV1Api(api).read_namespace(NAMESPACE)
         return False
-    except client.ApiException as error:
+    except ApiException as error:
         return error.status == 404

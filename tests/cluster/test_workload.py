@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core import node_pods as node_pods_data
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import name_of, node_of, requests_of, spec_of
 from tests.cluster.workload import (
     NodeGroup,
     add_node_group,
@@ -70,14 +72,14 @@ def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *c
     return apply_in_order(plane, [stack.service_account(namespace), *load(train)])
 
 
-def job_cluster(api: client.ApiClient, namespace: str, job: str) -> str:
+def job_cluster(api: ApiClient, namespace: str, job: str) -> str:
     """The RayCluster the operator made for RayJob `job` (status.rayClusterName)."""
     objects = client.CustomObjectsApi(api)
     return wait_for(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
                     .get("status", {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
 
 
-def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
+def ray_pods(api: ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
     try:
         return wait_for_pods(api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count,
                              what=f"Ray {node_type}")
@@ -85,7 +87,7 @@ def ray_pods(api: client.ApiClient, namespace: str, cluster: str, node_type: str
         raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
 
 
-def submitter(api: client.ApiClient, namespace: str, job: str) -> client.V1Pod:
+def submitter(api: ApiClient, namespace: str, job: str) -> client.V1Pod:
     """The RayJob's submitter pod, which the operator's Job makes once the RayCluster is ready: placed on a node (the
     job's driver runs in it; a submitter that cannot be placed leaves the RayJob waiting until its deadline)."""
     try:
@@ -95,18 +97,18 @@ def submitter(api: client.ApiClient, namespace: str, job: str) -> client.V1Pod:
     return pod
 
 
-def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: client.ApiClient):
+def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: ControlPlane, api: ApiClient):
     from tools.controlplane import build
 
     # the API server reports the version the Go module pins, and serves the deployed version's CRDs to the operator
     assert client.VersionApi(api).get_code().git_version == build.required_version("kube", "k8s.io/kubernetes")
     crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
-    assert {c.metadata.name for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
+    assert {name_of(c) for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
     assert control_plane.processes["kuberay-operator"].popen.poll() is None
 
 
 def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_gpu_node(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
@@ -115,13 +117,13 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
     cluster = job_cluster(api, namespace, "train-efa")
     head = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
-    assert head[0].spec.node_name in system
-    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
-    assert submitter(api, namespace, "train-efa").spec.node_name in system
+    assert node_of(head[0]) in system
+    assert sorted(node_of(w) for w in workers) == sorted(gpu), "one worker on each GPU node"
+    assert node_of(submitter(api, namespace, "train-efa")) in system
 
 
 def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
-        control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
+        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
     # GIVEN the objects both stacks apply through the kubectl handler (namespace, service account, RayJob, ...)
     objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
     assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "RayJob"}
@@ -152,7 +154,7 @@ def _refusal(*context: str) -> str | None:
 
 @pytest.mark.parametrize("row", sorted(catalog.GPU_INSTANCES))
 def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
-        row: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack, namespace: str,
+        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
         tmp_path: Path):
     refusal = _refusal(f"gpuInstanceType={row}")
     if refusal is not None:  # a row the job cannot use is refused before anything is written, naming the setting
@@ -164,18 +166,18 @@ def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
     cluster = job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
-    assert head.spec.node_name in system
-    assert sorted(w.spec.node_name for w in workers) == sorted(gpu), "one worker on each GPU node"
+    assert node_of(head) in system
+    assert sorted(node_of(w) for w in workers) == sorted(gpu), "one worker on each GPU node"
     # every GPU and EFA interface of the node goes to its worker: nothing is left for a second one
     row_type = catalog.GPU_INSTANCES[row]
-    requests = workers[0].spec.containers[0].resources.requests
+    requests = requests_of(spec_of(workers[0]).containers[0])
     assert requests["nvidia.com/gpu"] == str(row_type.gpus)
     assert requests["vpc.amazonaws.com/efa"] == str(row_type.efa_interfaces)
 
 
 @pytest.mark.parametrize("system_type", sorted(catalog.SYSTEM_INSTANCES))
 def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says_it_cannot(
-        system_type: str, control_plane: ControlPlane, api: client.ApiClient, nodes: Nodes, stack: Stack,
+        system_type: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack,
         namespace: str, tmp_path: Path):
     context = f"systemInstanceType={system_type}"
     refusal = _refusal(context)
@@ -189,7 +191,9 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
         (submitter_pod,) = [p for p in node_pods_data.system_node_pods() if p.kind == "Job"]
         asks = {"smallest-head": ("1", "2Gi"), "submitter": (f"{submitter_pod.cpu_m}m", f"{submitter_pod.memory_mib}Mi")}
         for name, (cpu, memory) in asks.items():
-            client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": {
+            # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+            client.CoreV1Api(api).create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
+                "metadata": {"name": name}, "spec": {
                 "nodeSelector": stack.system.labels, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}}]}})
         reasons = wait_for(lambda: pending_reasons(api, namespace), "the scheduler to leave one of them Pending")
@@ -198,7 +202,7 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
     deploy(control_plane, stack, namespace, tmp_path, context, on=(system, gpu))
     cluster = job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
-    assert head.spec.node_name in system
+    assert node_of(head) in system
     ray_pods(api, namespace, cluster, "worker", len(gpu))
     # and the submitter, which the catalog counts beside the head, finds its room too
-    assert submitter(api, namespace, "train-efa").spec.node_name in system
+    assert node_of(submitter(api, namespace, "train-efa")) in system

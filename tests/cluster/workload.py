@@ -11,10 +11,12 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import labels_of, name_of, spec_of, status_of
 
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
@@ -74,27 +76,27 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
     return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def pods(api: client.ApiClient, namespace: str, selector: str = "") -> list[client.V1Pod]:
+def pods(api: ApiClient, namespace: str, selector: str = "") -> list[client.V1Pod]:
     return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
 
 
-def wait_for_pods(api: client.ApiClient, namespace: str, selector: str, count: int, *, what: str,
+def wait_for_pods(api: ApiClient, namespace: str, selector: str, count: int, *, what: str,
                   timeout_s: float = 90, phase: str | None = "Running") -> list[client.V1Pod]:
     """`count` pods matching `selector`, each bound to a node (and in `phase`, unless None)."""
     def settled() -> list[client.V1Pod] | None:
         found = pods(api, namespace, selector)
-        placed = [p for p in found if p.spec.node_name and (phase is None or p.status.phase == phase)]
+        placed = [p for p in found if spec_of(p).node_name and (phase is None or status_of(p).phase == phase)]
         return placed if len(placed) >= count else None
     return wait_for(settled, f"{count} {what} pods ({selector}) in {namespace}", timeout_s=timeout_s)
 
 
-def pending_reasons(api: client.ApiClient, namespace: str) -> dict[str, str]:
+def pending_reasons(api: ApiClient, namespace: str) -> dict[str, str]:
     """Pod name -> the scheduler's message, for every pod it could not place."""
     reasons = {}
     for pod in pods(api, namespace):
-        for condition in pod.status.conditions or []:
+        for condition in status_of(pod).conditions or []:
             if condition.type == "PodScheduled" and condition.status == "False":
-                reasons[pod.metadata.name] = condition.message or condition.reason or ""
+                reasons[name_of(pod)] = condition.message or condition.reason or ""
     return reasons
 
 
@@ -131,37 +133,37 @@ def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str
     plane.apply(objects)
 
 
-def wait_for_node_pods(api: client.ApiClient, system: list[str], gpu: list[str]) -> None:
+def wait_for_node_pods(api: ApiClient, system: list[str], gpu: list[str]) -> None:
     """Until node_pods' pods are Running where they belong: each DaemonSet on each of its nodes, the Deployments'
     replicas on the system nodes. Then a Ray pod placed after it competes with all of them, as on a real cluster."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
 
     def settled() -> bool:
         running = [p for p in core.list_namespaced_pod("kube-system").items
-                   if p.status.phase == "Running" and p.spec.node_name in (*system, *gpu)]
-        nodes = {n.metadata.name: n for n in core.list_node().items if n.metadata.name in (*system, *gpu)}
+                   if status_of(p).phase == "Running" and spec_of(p).node_name in (*system, *gpu)]
+        nodes = {name_of(n): n for n in core.list_node().items if name_of(n) in (*system, *gpu)}
 
         def targets(spec: client.V1PodSpec) -> set[str]:
             # the nodes a pod of `spec` may land on: its selector's, untainted ones unless it tolerates every taint
             # (node pods made for another app's node groups select none of these nodes and are not waited for)
             tolerates_all = any(t.operator == "Exists" and not t.key for t in spec.tolerations or [])
             return {name for name, node in nodes.items()
-                    if all((node.metadata.labels or {}).get(k) == v for k, v in (spec.node_selector or {}).items())
-                    and (tolerates_all or not node.spec.taints)}
+                    if all(labels_of(node).get(k) == v for k, v in (spec.node_selector or {}).items())
+                    and (tolerates_all or not spec_of(node).taints)}
 
         for daemon_set in apps.list_namespaced_daemon_set("kube-system").items:
-            placed = {p.spec.node_name for p in running if p.metadata.labels.get("app") == daemon_set.metadata.name}
-            if not targets(daemon_set.spec.template.spec) <= placed:
+            placed = {spec_of(p).node_name for p in running if labels_of(p).get("app") == name_of(daemon_set)}
+            if not targets(spec_of(spec_of(daemon_set).template)) <= placed:
                 return False
         for deployment in apps.list_namespaced_deployment("kube-system").items:
-            placed = [p for p in running if p.metadata.labels.get("app") == deployment.metadata.name]
-            if targets(deployment.spec.template.spec) and len(placed) < deployment.spec.replicas:
+            placed = [p for p in running if labels_of(p).get("app") == name_of(deployment)]
+            if targets(spec_of(spec_of(deployment).template)) and len(placed) < (spec_of(deployment).replicas or 1):
                 return False
         return True
     wait_for(settled, f"the node pods on {system + gpu}", timeout_s=60)
 
 
-def _resolve(value: Any, template: dict[str, Any]) -> Any:
+def _resolve(value: Any, template: Mapping[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics replaced by plausible stand-ins (what the deploy would put there:
     an ARN for a GetAtt of Arn, the logical id for a Ref); Fn::Join joined."""
     if isinstance(value, dict) and len(value) == 1:

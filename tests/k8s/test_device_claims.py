@@ -128,3 +128,19 @@ def test_dra_on_a_kubernetes_without_it_is_refused_naming_the_setting():
     (problem,) = [p for p in problems if p.key == "deviceAllocation"]
     assert "needs Kubernetes 1.34 or later" in problem.message and problem.value == "dra"
     assert not [p for p in problems if p.key == "deviceAllocation" and p.value == "device-plugin"]
+
+
+def test_a_claim_device_count_is_only_for_exact_requests():
+    from kubernetes.client import V1DeviceClaim, V1DeviceRequest, V1DeviceSubRequest, V1ExactDeviceRequest
+
+    def claim(*requests: V1DeviceRequest) -> V1DeviceClaim:
+        return V1DeviceClaim(requests=list(requests))
+
+    exact = V1DeviceRequest(name="gpus", exactly=V1ExactDeviceRequest(device_class_name="gpu", count=3))
+    default = V1DeviceRequest(name="efa", exactly=V1ExactDeviceRequest(device_class_name="efa"))
+    assert claim_device_count(claim(exact, default)) == 4  # a count left out is the API's default, 1
+    every = V1DeviceRequest(name="all", exactly=V1ExactDeviceRequest(device_class_name="gpu", allocation_mode="All"))
+    listed = V1DeviceRequest(name="any", first_available=[V1DeviceSubRequest(name="a", device_class_name="gpu")])
+    for request in (every, listed):
+        with pytest.raises(ValueError, match=f"device request '{request.name}' has no fixed count"):
+            claim_device_count(claim(exact, request))

@@ -9,7 +9,7 @@ KubeRay operator made and KWOK reports failing, run against the real control pla
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import pytest
 
@@ -55,10 +55,18 @@ def _pod(name: str, init_statuses: list[dict], *, component: str = "head", phase
 
 
 def _v1pod(pod: dict):
-    from kubernetes import client
+    from kubernetes.client import V1Pod
+    from kubernetes.client.api_client import ApiClient
 
     # the public deserialize reads an HTTP response's body: the pod's JSON is that body
-    return client.ApiClient().deserialize(SimpleNamespace(data=json.dumps(pod)), "V1Pod")
+    return ApiClient().deserialize(_Response(json.dumps(pod)), V1Pod)
+
+
+@dataclass
+class _Response:
+    """What ApiClient.deserialize reads of an HTTP response: its body."""
+
+    data: str
 
 
 # -- the pure detection ------------------------------------------------------------------------------------------------

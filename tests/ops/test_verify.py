@@ -10,6 +10,8 @@ import socket
 import pytest
 import urllib3
 from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.verify import Expectations, check_gpu_nodes, check_resource_slices, ray_cluster_ready, verify_cluster
@@ -57,13 +59,13 @@ def test_an_unreachable_api_raises_on_the_first_read():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
+    configuration = Configuration(host=f"http://127.0.0.1:{port}")
     # kubernetes' Configuration declares retries only as `self.retries = None`, so pyright takes the documented int
     # (urllib3's retry count) for a type error
     configuration.retries = 0  # pyright: ignore[reportAttributeAccessIssue]
     # THEN the connection's error is raised (the CLI makes it one line), not a report of every check failing for it
     with pytest.raises(urllib3.exceptions.MaxRetryError):
-        verify_cluster(client.ApiClient(configuration), EXPECTED)
+        verify_cluster(ApiClient(configuration), EXPECTED)
 
 
 def kubeconfig(tmp_path, url: str):
