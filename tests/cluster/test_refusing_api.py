@@ -77,9 +77,11 @@ def test_a_token_the_server_issued_is_sent_and_names_its_user(control_plane, api
 
     core = client.CoreV1Api(api)
     name = f"token-user-{command}"
-    core.create_namespaced_service_account("default", {"metadata": {"name": name}})
-    token = core.create_namespaced_service_account_token(name, "default", {"spec": {"expirationSeconds": 600}})
-    config = _with_user(control_plane, tmp_path / "kubeconfig", {"token": token.status.token})
+    core.create_namespaced_service_account("default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    issued = core.create_namespaced_service_account_token(name, "default", client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)))
+    assert issued.status is not None  # the API server answers a TokenRequest with its status: the token
+    config = _with_user(control_plane, tmp_path / "kubeconfig", {"token": issued.status.token})
     # WHEN a cluster-facing command runs with it
     result = _ray_efa(*_kube_argv(command), "--kubeconfig", str(config), "--request-timeout", "5", "--json")
     # THEN the server knew the caller by the token (403 for that account, not system:anonymous: the token was sent)
