@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +41,27 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
-@pytest.fixture(scope="module")
-def control_plane() -> Iterator[ControlPlane]:
-    """A control plane of the module's own (about 30 s to start): what one module leaves behind (DaemonSets, RayJobs,
-    namespaces still terminating) never meets another module's expectations."""
+@contextmanager
+def running_plane(*, operator: bool = True) -> Iterator[ControlPlane]:
+    """A control plane in a temporary folder, stopped and removed on exit (`operator` as ControlPlane.start)."""
     crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
     if not all(path.is_file() for path in build.bin_dirs().values()):
         build.main([])  # the first run on a machine builds the binaries (minutes); make test-cluster does it first
     workdir = Path(tempfile.mkdtemp(prefix="ray-efa-controlplane-"))
-    plane = ControlPlane.start(workdir, crds=sorted(crds.glob("ray.io_*.yaml")))
+    plane = ControlPlane.start(workdir, crds=sorted(crds.glob("ray.io_*.yaml")), operator=operator)
     try:
         yield plane
     finally:
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[ControlPlane]:
+    """A control plane of the module's own (about 30 s to start): what one module leaves behind (DaemonSets, RayJobs,
+    namespaces still terminating) never meets another module's expectations."""
+    with running_plane() as plane:
+        yield plane
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ own (SUBMITTER, or one with a narrower Role), whose requests the audit policy re
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,17 +41,6 @@ _VERBS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "patch"
 
 def load(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
-
-
-def cli(module: Any, name: str, *argv: str) -> int:
-    """The exit code of `ray-efa NAME ARGV` run in-process (SystemExit included)."""
-    parser = argparse.ArgumentParser(prog="ray-efa")
-    module.register(parser.add_subparsers().add_parser, name)
-    args = parser.parse_args([name, *argv])
-    try:
-        return int(args.run(args) or 0)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
 
 
 def kubeconfig(plane: ControlPlane, folder: Path, *, user: str = SUBMITTER,

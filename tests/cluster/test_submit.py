@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +21,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 
-from ray_efa.cli import follow, manifests, submit
-from tests.cluster.conftest import DEPLOYED_KUBERAY
+from tests.cluster.conftest import running_plane
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.submitted import (
     SUBMITTER,
     clear,
-    cli,
     contains,
     deployed_settings_map,
     kubeconfig,
@@ -39,8 +35,7 @@ from tests.cluster.submitted import (
     requests,
     writes,
 )
-from tests.shared_reference import shared_path
-from tools.controlplane import build
+from tests.ops.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "mlp-exp-run1"
@@ -59,16 +54,8 @@ NAMESPACES = ("ray", "research")
 @pytest.fixture(scope="module")
 def control_plane() -> Iterator[ControlPlane]:
     """This module's control plane, without the KubeRay operator (the module docstring says why)."""
-    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
-    if not all(path.is_file() for path in build.bin_dirs().values()):
-        build.main([])
-    workdir = Path(tempfile.mkdtemp(prefix="ray-efa-controlplane-"))
-    plane = ControlPlane.start(workdir, crds=sorted(crds.glob("ray.io_*.yaml")), operator=False)
-    try:
+    with running_plane(operator=False) as plane:
         yield plane
-    finally:
-        plane.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +151,7 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     deploy(plane, *DEPLOYED)
     moved = progress(monkeypatch, plane, "ray", JOB, "complete")
     # WHEN `ray-efa submit` runs the own function against the kube context "research"
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS))
     out, err = capsys.readouterr()
     # THEN it succeeds, with each state, the driver's log (KWOK's kubelet API, through the API server), the gate's
@@ -182,7 +169,7 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     # and what it created is exactly what `ray-efa manifests` writes for the same settings, in that order, each
     # object stored by the API server with every field as written
     dist = tmp_path / "dist"
-    assert cli(manifests, "manifests", "--out", str(dist), *args(*SETTINGS, f"jobName={JOB}")) == 0
+    assert run_cli("manifests", "--out", str(dist), *args(*SETTINGS, f"jobName={JOB}")) == 0
     written = list(yaml.safe_load_all((dist / "0002-rayjob-efa.yaml").read_text()))
     plural = {"NetworkPolicy": "networkpolicies", "ConfigMap": "configmaps", "RayJob": "rayjobs"}
     assert creates(plane, user) == [f"{plural[o['kind']]}/{o['metadata']['name']}" for o in written]
@@ -206,7 +193,7 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     # GIVEN a job submitted and finished
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    assert cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    assert run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS)) == 0, capsys.readouterr().err
     core: Any = client.CoreV1Api(api)
     networking: Any = client.NetworkingV1Api(api)
@@ -243,7 +230,7 @@ def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_obj
     config = kubeconfig(plane, tmp_path / "users", user="no-patch", groups=())
     progress(monkeypatch, plane, "ray", JOB, "complete")
     try:
-        code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+        code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                    "--poll", "0.05", *args(*SETTINGS))
     finally:
         rbac = client.RbacAuthorizationV1Api(api)
@@ -264,7 +251,7 @@ def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_obj
 def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "unproven")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS))
     out = capsys.readouterr().out
     assert code == 3
@@ -275,7 +262,7 @@ def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch
 def test_a_missing_namespace_is_named_with_what_to_check(plane, config, user, capsys):
     # GIVEN deployed settings whose namespace is not there (deleted since; its settings ConfigMap left in "ray")
     deploy(plane, *DEPLOYED, "namespace=ray-gone", namespace="ray")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                *args(*SETTINGS))
     err = capsys.readouterr().err
     # THEN the API server's 404 for the first create is named, with what to check
@@ -286,7 +273,7 @@ def test_a_missing_namespace_is_named_with_what_to_check(plane, config, user, ca
 
 
 def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys):
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                *args(*SETTINGS, "trainFunction=own_training.train:nope"))
     assert code == 2 and "trainFunction: must name a function of own_training.train" in capsys.readouterr().err
     assert requests(plane, user) == []
@@ -295,7 +282,7 @@ def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys)
 def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_created(plane, config, user, capsys):
     # GIVEN a cluster deployed with no storagePath, and local settings that name none either
     deploy(plane, "jobName=mlp-exp")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                *args(*(s for s in SETTINGS if not s.startswith("storagePath="))))
     # THEN the job is refused as the driver would refuse it on the cluster, and nothing is created
     assert code == 2 and "storagePath: must be s3://... or a shared filesystem" in capsys.readouterr().err
@@ -306,7 +293,7 @@ def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_
 def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                "--poll", "0.05", *args(*SETTINGS))
     out, err = capsys.readouterr()
     result = json.loads(out)
@@ -317,7 +304,7 @@ def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, mon
 
 
 def test_a_bad_name_is_exit_2_naming_the_flag(plane, config, user, capsys):
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", "Run_1",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", "Run_1",
                *args(*SETTINGS))
     assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
     assert requests(plane, user) == []
@@ -349,7 +336,7 @@ def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_
         s3 = boto3.client("s3", region_name="us-east-2")
         s3.create_bucket(Bucket="research-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
         # WHEN `ray-efa submit` runs it
-        exit_code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+        exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                         "--poll", "0.05", *args(*settings))
         stored_zip = s3.get_object(Bucket="research-checkpoints", Key=uri.removeprefix("s3://research-checkpoints/"))
         assert stored_zip["Body"].read() == archive.data
@@ -373,7 +360,7 @@ def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(plane, conf
     code = _binary_code(tmp_path)
     settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://no-such-bucket-here/runs")
     with mock_aws():
-        exit_code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+        exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                         "--poll", "0.05", "--timeout", "1", *args(*settings))
     assert exit_code == 1
     assert "cannot upload the code to s3://no-such-bucket-here/runs/ray-efa-code/code-" in capsys.readouterr().err
@@ -385,7 +372,7 @@ def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_anythin
     code = _binary_code(tmp_path)
     shared = ("storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx", "sharedVolumeMountPath=/mnt/fsx")
     deploy(plane, *shared)
-    exit_code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                     *args("trainFunction=pkg:fit", f"codeDir={code}", *shared))
     assert exit_code == 2
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
@@ -431,7 +418,7 @@ def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_creat
         objects.patch_namespaced_custom_object_status("ray.io", "v1", "ray", "rayclusters", cluster["metadata"]["name"],
                                                       {"status": {"state": "ready"}})
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS))
     err = capsys.readouterr().err
     # THEN the job is still submitted (queueing behind it may be what the user wants), with what it will wait for and
@@ -447,7 +434,7 @@ def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_creat
 def test_no_warning_when_no_ray_cluster_holds_the_gpu_nodes(plane, config, user, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*SETTINGS))
     err = capsys.readouterr().err
     assert code == 0 and "holds the GPU nodes" not in err
@@ -463,7 +450,7 @@ def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(p
                                                                                capsys):
     _existing_job(plane)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = cli(follow, "follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p" in err
@@ -475,7 +462,7 @@ def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(p
 def test_follow_exits_with_the_jobs_code_and_json_has_the_outcome(plane, config, monkeypatch, capsys):
     _existing_job(plane)
     progress(monkeypatch, plane, "ray", JOB, "unproven")
-    code = cli(follow, "follow", JOB, "--json", "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = run_cli("follow", JOB, "--json", "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
     result = json.loads(capsys.readouterr().out)
     assert code == 3 and result["exit_code"] == 3 and result["ray_job"] == JOB
     assert result["transport_gate"][0].startswith("transport gate: NO PROOF")
@@ -496,7 +483,7 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
         "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})
     # WHEN it is followed
-    code = cli(follow, "follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
     out, err = capsys.readouterr()
     # THEN the log's place says it cannot be read and why, and the job's end still ends the command with its code
     assert code == 0, err
@@ -524,7 +511,7 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(p
                              "uid": stale["metadata"]["uid"]}]}})
     progress(monkeypatch, plane, "research", JOB, "complete")
     # WHEN a researcher submits from their own repository, naming nothing of the cluster
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*_researcher(tmp_path, monkeypatch)))
     err = capsys.readouterr().err
     # THEN it looked for the settings of its jobName in its namespace (the API's 404), found the deployment's
@@ -553,7 +540,7 @@ def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_b
     # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2), the platform's cluster, and on the command line
     # storagePath and gpuNodeCount that are not the cluster's
     deploy(plane, *PLATFORM)
-    code = cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
+    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
                *args(*SETTINGS, "gpuNodeCount=2"))
     out, err = capsys.readouterr()
     # THEN exit 2, each contradiction of the command line named with its value and the deployed one; what cdk.json
@@ -573,7 +560,7 @@ def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(plane
     # somebody else deployed (3 x p5.48xlarge in ap-southeast-2): nothing contradicting on the command line
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*(s for s in SETTINGS if not s.startswith("storagePath="))))
     err = capsys.readouterr().err
     # THEN the job is built for the cluster as deployed, not for the checkout's defaults
@@ -587,7 +574,7 @@ def test_a_storage_path_under_the_deployed_one_is_no_contradiction(plane, api, c
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
     settings = (*_researcher(tmp_path, monkeypatch), "storagePath=s3://company-checkpoints/research/mlp")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                *args(*settings))
     assert code == 0, capsys.readouterr().err
     assert shipped(api, "research")["storagePath"] == "s3://company-checkpoints/research/mlp"
@@ -596,10 +583,10 @@ def test_a_storage_path_under_the_deployed_one_is_no_contradiction(plane, api, c
 def test_a_cluster_without_deployed_settings_is_exit_2_saying_what_to_do(plane, config, user, tmp_path, monkeypatch,
                                                                          capsys):
     # GIVEN a cluster that holds no settings ConfigMap (deployed with trainingJob false, or not by ray-efa-stack)
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                *args(*_researcher(tmp_path, monkeypatch)))
     # and one named with --deployed that is not there (the API server's 404 Status)
-    named = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--deployed",
+    named = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--deployed",
                 "research/train-efa", *args(*_researcher(tmp_path, monkeypatch)))
     err = capsys.readouterr().err
     assert (code, named) == (2, 2)
@@ -615,9 +602,9 @@ def test_deployments_that_differ_must_be_named(plane, config, tmp_path, monkeypa
     deploy(plane, *PLATFORM)
     deploy(plane, "namespace=research", "jobName=vision", "gpuInstanceType=g6e.12xlarge")
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                *args(*_researcher(tmp_path, monkeypatch)))
-    named = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
+    named = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
                 "--deployed", "research/train-efa", *args(*_researcher(tmp_path, monkeypatch)))
     err = capsys.readouterr().err
     assert code == 2 and ("differ (ConfigMap research/train-efa-settings, ConfigMap research/vision-settings): name the "
@@ -630,7 +617,7 @@ def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(plane, 
                                                                          capsys):
     # GIVEN a cluster of A100 nodes (no fp8 tensor cores), and a job that asks for fp8
     deploy(plane, "gpuInstanceType=p4d.24xlarge", "storagePath=s3://research-checkpoints/runs")
-    code = cli(submit, "submit", "--kube-context", "research", "--kubeconfig", config,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
                *args(*_researcher(tmp_path, monkeypatch), "precision=fp8"))
     err = capsys.readouterr().err
     # THEN the rule across the two sides names the job's setting, before anything is created

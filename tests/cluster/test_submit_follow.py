@@ -23,13 +23,12 @@ from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from ray_efa.cli import follow, submit
 from ray_efa.core.settings import Settings
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, service_account, training_job
 from tests.cluster.objects import name_of, namespace_of
-from tests.ops.test_submit import _cli
+from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-submit"
 DEPLOYED = {"jobName": "mlp-exp", "storagePath": "s3://research-checkpoints/runs", "namespace": NAMESPACE}
@@ -93,7 +92,7 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
     served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()
-    code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
                 "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120", *_settings_args(*LOCAL))
     out, err = capsys.readouterr()
     try:
@@ -125,7 +124,7 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
 
 
 def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfig, capsys):
-    code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig,
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig,
                 "--deployed", "research/train-efa", *_settings_args(*LOCAL))
     assert code == 2
     assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in capsys.readouterr().err
@@ -133,7 +132,7 @@ def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfi
 
 def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_created(deployed, api, kubeconfig,
                                                                                      capsys):
-    code = _cli(submit, "submit", "--json", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
+    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
                 *_settings_args(*LOCAL, "gpuInstanceType=p5.48xlarge"))
     out, err = capsys.readouterr()
     assert code == 2, err
@@ -145,7 +144,7 @@ def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_
 
 
 def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(deployed, kubeconfig, capsys):
-    code = _cli(follow, "follow", "no-such-job", "--kube-context", "research", "--kubeconfig", kubeconfig,
+    code = run_cli("follow", "no-such-job", "--kube-context", "research", "--kubeconfig", kubeconfig,
                 *_settings_args(f"namespace={NAMESPACE}"))
     assert code == 2
     assert f"no RayJob {NAMESPACE}/no-such-job (kubectl -n {NAMESPACE} get rayjobs lists them)" in capsys.readouterr().err
@@ -175,7 +174,7 @@ def test_follow_ends_within_a_minute_naming_the_failed_pip_install(deployed, api
     name = failing_job(control_plane, settings, "install-packages")
     try:
         started = time.monotonic()
-        code = _cli(follow, "follow", name, "--kube-context", "research", "--kubeconfig", kubeconfig, "--poll", "0.5",
+        code = run_cli("follow", name, "--kube-context", "research", "--kubeconfig", kubeconfig, "--poll", "0.5",
                     "--timeout", "600", *_settings_args(f"namespace={NAMESPACE}"))
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
@@ -262,7 +261,7 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
     try:
         # WHEN it is submitted (its deadline: an hour; the test stops following after 2 minutes)
         started = time.monotonic()
-        code = _cli(submit, "submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
+        code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
                     "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120",
                     *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'))
         elapsed = time.monotonic() - started

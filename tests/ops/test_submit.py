@@ -4,7 +4,6 @@ with the real KubeRay operator)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -12,17 +11,6 @@ import pytest
 from ray_efa.ops.submit import JobState, job_exit_code, unique_job_name
 
 JOB = "mlp-exp-run1"
-
-
-def _cli(module, name: str, *argv: str) -> int:
-    """The exit code of `ray-efa NAME ARGV` run in-process (tests/cluster's submit and follow tests use it)."""
-    parser = argparse.ArgumentParser(prog="ray-efa")
-    module.register(parser.add_subparsers().add_parser, name)
-    args = parser.parse_args([name, *argv])
-    try:
-        return int(args.run(args) or 0)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
 
 
 def test_unique_names_fit_job_name_and_differ():
