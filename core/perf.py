@@ -79,11 +79,14 @@ UNCHUNKED_LOSS_SPEED = 0.785
 """Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, docs/BENCHMARKS.md) vs 47,747 (calibration)."""
 LOSS_CHUNK_REFERENCE = 1024
 """The lossChunkSize every compute constant above was measured with: other chunk sizes add or save LOSS_CHUNK_S."""
-LOSS_CHUNK_TRAFFIC = 3.33
-"""Seconds of one loss chunk beyond its FLOPs, in units of 12 V d bytes at the GPU's memory bandwidth (the fp32
-accumulator of the projection's gradient read and written, the bf16 chunk product written and read): one H100, the
-default fp8 16 x 2048 job, 1.3056 s a step of 2 micro-batches at lossChunkSize 1024 (32 chunks each) and 1.1720 s at
-4096 (8): 2.78 ms per chunk, against 0.835 ms for 12 V d = 2.80 GB at 3,350 GB/s (docs/BENCHMARKS.md, 2026-12-06)."""
+LOSS_CHUNK_TRAFFIC = 1.42
+"""Seconds of one loss chunk beyond its FLOPs, in units of 12 V d bytes at the GPU's memory bandwidth. Measured on one
+H100 with the loss before issue 51's fused sum (each chunk's bf16 product of the projection's gradient built, then
+widened into the fp32 accumulator): 3.33, from the default fp8 16 x 2048 job's 1.3056 s a step of 2 micro-batches at
+lossChunkSize 1024 (32 chunks each) and 1.1720 s at 4096 (8), 2.78 ms a chunk. training.loss now sums each chunk in the
+matrix product's epilogue (cuBLAS, fp32 output, beta = 1); bench/loss_chunk.py on the same H100 measured a chunk's cost
+alone at 0.464 ms with it and 1.090 ms without (32,768 tokens, chunks of 1024 against 8192), so 3.33 x 0.425 (docs/
+BENCHMARKS.md, 2026-12-06: the ratio is the loss's own, measured; the new value was not fitted to a whole step)."""
 FORWARD_SHARE = 1 / 3
 """Forward share of a micro-batch's FLOPs (2 of 6N): gradient collectives start only in the backward."""
 OPTIMIZER_BYTES_PER_PARAM = 57.0

@@ -67,7 +67,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             loss_sum, grad_logits = softmax_grad(F.linear(h, weight), y, 1.0 / n)
             total += loss_sum
             grad_hidden[start : start + chunk_size] = grad_logits @ weight
-            grad_weight.add_(grad_logits.T @ h)  # in place: the bf16 product is widened element by element
+            _accumulate_product(grad_weight, grad_logits, h)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(labels)
@@ -87,6 +87,26 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _accumulate_product(acc: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:
+    """acc += grad_logits.T @ h, acc fp32 and the factors bf16.
+
+    On CUDA the sum is the matrix product's own epilogue (cuBLAS with beta = 1 and an fp32 output): the accumulator is
+    read and written once and the chunk's vocab x hidden product is never stored. Elsewhere (CPU, where torch has no
+    mixed-dtype addmm, or a torch whose addmm refuses it) the bf16 product is built and widened element by element.
+    """
+    global _MIXED_ADDMM
+    if acc.is_cuda and _MIXED_ADDMM:
+        try:
+            torch.addmm(acc, grad_logits.T, h, out_dtype=torch.float32, out=acc)
+            return
+        except (RuntimeError, NotImplementedError):  # a torch before 2.10, whose addmm takes no fp32 input here
+            _MIXED_ADDMM = False
+    acc.add_(grad_logits.T @ h)
+
+
+_MIXED_ADDMM = True  # cleared the first time this torch refuses the fp32-output addmm
 
 
 def _softmax_grad(logits: torch.Tensor, labels: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
