@@ -6,10 +6,13 @@
 #   SPEC  project:NAME[:key=value,key=value]   `ray-efa train` of the p5.4xlarge row (one H100) with those -c settings
 #         titan:NAME:VARIANT[:MICRO]           bench/titan_train.py (fp8|bf16) at the plan's shape, or at micro MICRO
 #                                              with the same global batch, from the project's initial weights
-# Both sides: micro 16 x 2048 (the default job's), STEPS optimizer steps (default 21: 20 steady after the compiling first) of the plan's micro-batch x
-# seqLen x ACCUM micro-batches (default 2: 65,536 tokens a step; the plan's own 16 would take ~9 s a step, and 3 runs
-# a side of 20 steady steps would not fit the session's device time), the project's learning-rate schedule, a
-# progress line every step. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
+# Both sides: the default job's shape on the p5.4xlarge row (the micro-batch `ray-efa plan` picks there, MICRO to
+# override; activation checkpointing and the loss chunk as the plan then decides), STEPS optimizer steps (default 21: 20
+# steady after the compiling first) of ACCUM micro-batches (default: 65,536 tokens a step; the plan's own 524,288 would
+# take ~9 s a step, and 3 runs a side of 20 steady steps would not fit the session's device time; the optimizer's share
+# of a step is ~1% at 65,536 tokens, the same for both sides), the project's learning-rate schedule, a progress line every
+# step. torchtitan runs the same plan.json: micro-batch, global batch, checkpointing (bench/titan_compare.py).
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
 # CAP_TOTAL_MIB=81559 on a larger card (an H200) holds the memory above an H100's for the whole call, both sides.
 # Before the call, here: bench/titan_carry.sh fills .whl/; after the install line of ../shared/device/README.md.
 # Writes $OUT/raw.tar.gz (raw/: plan.json, gpu.txt, runs.txt, NAME.log, NAME.summary.json, NAME.metrics.jsonl) and
@@ -17,15 +20,20 @@
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 STEPS=${STEPS:-21}
-ACCUM=${ACCUM:-2}
 BUDGET=${BUDGET:-570}  # s: no run starts with less than 80 s of it left; each is cut 10 s before it ends
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROW=(-c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 -c checkpointEvery=0 -c gradAccumulation="$ACCUM" -c microBatch=16
-     -c steps="$STEPS" -c reportEvery=1)
 export PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 RAW=/tmp/raw
 mkdir -p /tmp/titan-bench "$RAW" && cp "$HERE/titan_train.py" "$HERE/titan_compare.py" /tmp/titan-bench/
 cd /tmp  # never from a checkout: its ray_efa/ would shadow the installed wheel
+if [ -z "${MICRO:-}" ]; then
+    MICRO=$(python3 -m ray_efa.cli plan --json -c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 \
+        | python3 -c "import json, sys; print(json.load(sys.stdin)['deployment']['micro_batch'])") || exit 1
+fi
+ACCUM=${ACCUM:-$((32 / MICRO > 0 ? 32 / MICRO : 1))}
+ROW=(-c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 -c checkpointEvery=0 -c gradAccumulation="$ACCUM"
+     -c microBatch="$MICRO" -c steps="$STEPS" -c reportEvery=1)
+echo "micro-batch $MICRO x 2048, $ACCUM a step, $STEPS steps"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$RAW/gpu.txt"
 python3 -c "import torch, torchao, ray, importlib.metadata as m; print('torch', torch.__version__, 'torchao', \
 torchao.__version__, 'ray', ray.__version__, 'torchtitan', m.version('torchtitan'), 'ray-efa-stack', \

@@ -6,7 +6,8 @@ Each run's tokens/s per GPU is over its steps after the first (the first compile
 rates (equal tokens per step): the project's from its per-step progress lines, torchtitan's from its own step lines.
 A side's number is the median of its runs; the spread is min-max. MFU of the H100's 989 TFLOP/s dense bf16 peak, causal
 convention (6N + 6 L d S, core.perf.flops_per_token_causal). Writes one JSON line per run, one per side, one for
-the ratio and one with both sides' mean loss per step (the loss curves), and prints the table.
+the ratio, one with both sides' mean loss per step (the loss curves), one per folder with its card and versions
+(gpu.txt) and one with the plan both sides ran (plan.json), and prints the table.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def main(argv: list[str]) -> None:
         f.write(json.dumps({"record": "ratio", "project_over_titan_fp8": ratio,
                             "line": line(ratio, sides)}) + "\n")
         f.write(json.dumps({"record": "loss_curves", **curves}) + "\n")
+        for folder in folders:  # what ran, and where: each call's card and versions, and the shape both sides ran
+            machine = (folder / "gpu.txt").read_text().splitlines() if (folder / "gpu.txt").exists() else []
+            f.write(json.dumps({"record": "machine", "folder": folder.parent.name,
+                                "lines": list(dict.fromkeys(machine))}) + "\n")
+        f.write(json.dumps({"record": "plan", "deployment": plan["deployment"]}) + "\n")
     print("| run | tokens/s per GPU | MFU causal | steady steps | peak reserved GiB | first / last loss |")
     print("|---|---|---|---|---|---|")
     for run in all_runs:
