@@ -19,7 +19,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
                           gathered from forward to backward; one layer computes while the next is prefetched; in
                           backward two layers' unsharded gradients (bf16 + the fp32 copy reduce-scattered) are in
-                          flight.
+                          flight. With one rank in the shard group, 2*P + 2*6*P_layer: the whole model is held
+                          gathered for the step (training.parallelize: ParallelPlan.hold_gathered).
 - activations  T * (L * a + 10d) bytes, a = 22d + 4kv + 8I: per token and layer two RMSNorms (fp32 input, bf16
                           normalized and scaled output: 8d each), attention with SDPA (q, k, v, output and o_proj
                           input: 6d + 4kv; no seq x seq scores), SwiGLU MLP (gate, SiLU, up, product: 8I); 10d for
@@ -210,8 +211,10 @@ def estimate_for(
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
         "optimizer": 8 * params / shard,
-        # fp8 all-gather: the two layers gathered in forward hold 1-byte linear weights
-        "gathered": 2 * root + 2 * (1 if fp8 else 2) * layer + 2 * 6 * layer,
+        # one rank in the shard group: training.parallelize holds the whole gathered model for the step, in bf16 (no
+        # fp8 all-gather on one rank): measured +2.36 GiB allocated on one H100 (docs/BENCHMARKS.md, 2026-12-06).
+        # Otherwise the root and two layers; with the fp8 all-gather the layers hold 1-byte linear weights.
+        "gathered": (2 * params if shard == 1 else 2 * root + 2 * (1 if fp8 else 2) * layer) + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and
         # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
         "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)

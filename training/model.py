@@ -62,6 +62,7 @@ class CausalLM(nn.Module):
         self.replica_all_reduce: list[Callable[[torch.Tensor], None]] = []
         self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
         self.fp8_all_gather = False  # set by parallelize(): whether FSDP2 all-gathers those weights in fp8
+        self.hold_gathered = False  # set by parallelize(): whether the gathered parameters are held for the whole step
 
     @property
     def layers(self) -> nn.ModuleList:

@@ -17,7 +17,9 @@ precision fp8: torchao float8 (tensorwise) on the decoder-layer linears core.fp8
 k/v projections), all-gathered in fp8 where a weight is sharded over more than one rank.
 
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
-tied output projection), so only one or two layers are ever all-gathered at a time. On GPU the parameters are
+tied output projection), so only one or two layers are ever all-gathered at a time; where the shard group has one
+rank there is nothing to shard, and the gathered model is held for the whole step instead (ParallelPlan.hold_gathered:
+one cast and copy a step, not two a micro-batch). On GPU the parameters are
 gathered in bf16 and gradients reduce-scattered in fp32 (MixedPrecisionPolicy); the sharded master weights and
 AdamW's state stay fp32.
 
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     import torch.distributed as dist
 
 __all__ = [
-    "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync",
+    "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync", "set_hold_gathered",
     "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "keep_for_current_stream", "after_optimizer_step",
     "BF16_ALL_REDUCE_HOOK_PROVEN", "all_reduce_hook_proven", "TORCHAO_VERSION",
 ]
@@ -82,6 +84,10 @@ class ParallelPlan:
     """torchao float8 training of the decoder-layer linears (GPU only)."""
     fp8_all_gather: bool | None = None
     """fp8: all-gather the weights in fp8 (half the bytes); None: where the shard group has more than one rank."""
+    hold_gathered: bool | None = None
+    """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step
+    instead of two a micro-batch (train_step, set_hold_gathered). None: where the shard group has one rank, where
+    every all-gather is only a cast and a copy of the whole model and holding its result costs 2 bytes a parameter."""
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -235,6 +241,13 @@ def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
         sharded.set_requires_gradient_sync(sync, recurse=True)
 
 
+def set_hold_gathered(model: torch.nn.Module, hold: bool) -> None:
+    """Whether this micro-batch's backward keeps the gathered parameters for the next micro-batch (True until the
+    step's last micro-batch); nothing where parallelize() did not hold them (ParallelPlan.hold_gathered)."""
+    if getattr(model, "hold_gathered", False):
+        cast(FSDPModule, model).set_reshard_after_backward(not hold, recurse=True)
+
+
 def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -264,10 +277,11 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
                   "nodes, same gradients)")
     if mesh is not None:
         mp["mesh"] = mesh["shard"] if own_all_reduce else mesh
+    hold = plan.hold_gathered if plan.hold_gathered is not None else _shard_ranks(plan) == 1
     for index, layer in enumerate(layers):
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
-        fully_shard(layer, reshard_after_forward=index < len(layers) - 1, **mp)
-    fully_shard(model, **mp)
+        fully_shard(layer, reshard_after_forward=not hold and index < len(layers) - 1, **mp)
+    fully_shard(model, reshard_after_forward=not hold, **mp)
     if plan.bf16_wire:
         comm = Bf16WireReduceScatter()
         for module in (*layers, model):
@@ -282,6 +296,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             cast(FSDPModule, module).set_all_reduce_hook(hook)
             model.replica_all_reduce.append(hook)
     model.hsdp = mesh is not None
+    model.hold_gathered = hold
     model.fp8 = plan.fp8
     model.fp8_all_gather = fp8_all_gather
     return model

@@ -34,6 +34,7 @@ from ray_efa.training.parallelize import (
     gradient_precision,
     parallelize,
     set_gradient_sync,
+    set_hold_gathered,
 )
 from ray_efa.training.reporting import Reporter
 
@@ -99,6 +100,7 @@ def train_step(
     for index, (inputs, labels) in enumerate(batches):
         if k > 1:
             set_gradient_sync(model, sync_every_micro_batch or index == k - 1)
+            set_hold_gathered(model, index < k - 1)
         micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
         (micro / k).backward()
         loss = loss + micro.detach() / k

@@ -1,0 +1,201 @@
+"""Where one training step's GPU time goes, by kind of kernel: the project's step and torchtitan's, from their traces.
+
+    python3 bench/step_profile.py project --out DIR [--micro-batch 8] [--accumulation 4] [--loss-chunk 4096]
+    python3 bench/step_profile.py summarize TRACE.json [TRACE.json ...] --out FILE.jsonl
+    python3 bench/step_profile.py hold --out DIR [--steps 8]     # the step without hold_gathered, with it, without
+
+`project` runs the default job's step without Ray as `ray-efa train` builds it on the p5.4xlarge row (Qwen2.5-1.5B, one
+rank of FSDP2, bf16 parameters, fp32 reduction, the lean decoder layer compiled per layer, fp8 decoder linears, no
+activation checkpointing, the chunked loss, fused AdamW, train_step over --accumulation micro-batches), 3 steps to
+warm up, then profiles one step (torch.profiler, CUDA kernels) into DIR/project_trace.json and summarizes it.
+torchtitan writes its own trace (`--profiling.enable_profiling`, bench/titan_train.py); `summarize` reads either.
+
+The summary (one JSON line per trace, and a table): the kernels' time by kind (fp8 and bf16 matrix products,
+attention, compiled Triton kernels, eager elementwise and reductions, the optimizer, copies, collectives), the GPU's
+busy time and the span from the step's first kernel to its last (span - busy: the GPU idle, waiting on the host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+KINDS = (
+    ("fp8 matmul", re.compile(r"e4m3|e5m2|f8f8|_fp8|fp8_|scaled_mm", re.I)),
+    ("attention", re.compile(r"flash|fmha|attn|sdpa", re.I)),
+    ("optimizer", re.compile(r"multi_tensor|fused_adam|adam", re.I)),
+    ("collectives", re.compile(r"nccl", re.I)),
+    ("bf16 matmul", re.compile(r"gemm|cutlass|nvjet|xmma|sm90_|sm80_|cublas", re.I)),
+    ("triton (compiled)", re.compile(r"^triton_", re.I)),
+    ("elementwise / reduce (eager)", re.compile(r"elementwise|reduce_kernel|vectorized|unrolled|index|scatter|gather|"
+                                                r"cat_|fill|copy", re.I)),
+)
+
+
+def kind_of(name: str) -> str:
+    return next((kind for kind, pattern in KINDS if pattern.search(name)), "other")
+
+
+def summarize(trace: Path) -> dict:
+    """Kernel time by kind, busy time and span of the GPU events in a Chrome trace (torch.profiler's export)."""
+    events = json.loads(trace.read_text()).get("traceEvents", [])
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    by_kind: dict[str, float] = {}
+    top: dict[str, float] = {}
+    for e in gpu:
+        kind = "copies" if e["cat"] != "kernel" else kind_of(e.get("name", ""))
+        by_kind[kind] = by_kind.get(kind, 0.0) + e["dur"] / 1e3
+        top[e.get("name", "")[:90]] = top.get(e.get("name", "")[:90], 0.0) + e["dur"] / 1e3
+    span = (max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)) / 1e3 if gpu else 0.0
+    busy = sum(by_kind.values())
+    return {"trace": str(trace), "kernels": len(gpu), "span_ms": round(span, 2), "busy_ms": round(busy, 2),
+            "ms_by_kind": {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+            "top_kernels_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:25]}}
+
+
+def table(rows: list[dict]) -> str:
+    kinds = sorted({k for r in rows for k in r["ms_by_kind"]}, key=lambda k: -max(r["ms_by_kind"].get(k, 0) for r in rows))
+    lines = ["| kind | " + " | ".join(Path(r["trace"]).parent.name or r["trace"] for r in rows) + " |",
+             "|---|" + "---|" * len(rows)]
+    for k in kinds:
+        lines.append(f"| {k} | " + " | ".join(f"{r['ms_by_kind'].get(k, 0):.1f} ms" for r in rows) + " |")
+    lines.append("| GPU busy | " + " | ".join(f"{r['busy_ms']:.1f} ms" for r in rows) + " |")
+    lines.append("| first to last kernel | " + " | ".join(f"{r['span_ms']:.1f} ms" for r in rows) + " |")
+    return "\n".join(lines)
+
+
+def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gathered: bool | None = None):
+    """The default job's step as train_func builds it on one GPU, without Ray: a function of the step's index."""
+    import torch
+
+    from ray_efa.core.models import model_preset
+    from ray_efa.core.settings import TrainingSettings
+    from ray_efa.training import parallelize as par
+    from ray_efa.training.data import TokenBatches
+    from ray_efa.training.model import build_model
+    from ray_efa.training.train import build_optimizer, train_step
+
+    device = torch.device("cuda", 0)
+    preset = model_preset("qwen2.5-1.5b")
+    t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
+    model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
+    model = par.parallelize(model, par.ParallelPlan(compile=True, fp8=True, hold_gathered=hold_gathered,
+                                                    mixed_precision=par.mixed_precision_policy(device)))
+    optimizer = build_optimizer(model, t, device)
+    data = TokenBatches(vocab_size=preset.vocab_size, seq_len=2048, micro_batch=micro_batch, seed=0, rank=0)
+
+    def step(n: int) -> float:
+        batches = [tuple(x.to(device) for x in data.batch(n * accumulation + i)) for i in range(accumulation)]
+        result = train_step(model, optimizer, batches, lr=3e-4, grad_clip=1.0, device=device)  # type: ignore[arg-type]
+        return float(result.loss)
+
+    return step
+
+
+def _init(port: int):
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=device)
+    return device
+
+
+def profile_project(out: Path, micro_batch: int, accumulation: int, loss_chunk: int) -> Path:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    device = _init(29619)
+    step = _project_step(micro_batch, accumulation, loss_chunk)
+    for n in range(3):
+        step(n)
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step(3)
+        torch.cuda.synchronize(device)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / "project_trace.json"
+    prof.export_chrome_trace(str(trace))
+    dist.destroy_process_group()
+    return trace
+
+
+def time_hold(out: Path, micro_batch: int, accumulation: int, loss_chunk: int, steps: int) -> list[dict]:
+    """The step with the gathered parameters held for it (ParallelPlan.hold_gathered) and without: the losses of the
+    same batches, and the step time (3 steps to warm up, then `steps`, synchronized at both ends)."""
+    import gc
+    import time
+
+    import torch
+    import torch._dynamo
+    import torch.distributed as dist
+
+    device = _init(29621)
+    rows = []
+    for hold in (False, True, False):
+        torch._dynamo.reset()
+        step = _project_step(micro_batch, accumulation, loss_chunk, hold_gathered=hold)
+        losses = [step(n) for n in range(3)]
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        losses += [step(n) for n in range(3, 3 + steps)]
+        torch.cuda.synchronize(device)
+        step_s = (time.perf_counter() - start) / steps
+        rows.append({"hold_gathered": hold, "step_s": round(step_s, 4),
+                     "tokens_per_s": round(micro_batch * accumulation * 2048 / step_s), "losses": losses,
+                     "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+                     "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2)})
+        print(json.dumps(rows[-1]), flush=True)
+        del step
+        gc.collect()  # the compiled layers hold references in cycles: free the model before the next is built
+        torch.cuda.empty_cache()
+    dist.destroy_process_group()
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "hold-gathered.jsonl").open("w") as f:
+        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "micro_batch": micro_batch,
+                            "accumulation": accumulation, "loss_chunk": loss_chunk}) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("project")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--accumulation", type=int, default=4)
+    p.add_argument("--loss-chunk", type=int, default=4096)
+    h = sub.add_parser("hold")
+    h.add_argument("--out", type=Path, required=True)
+    h.add_argument("--micro-batch", type=int, default=8)
+    h.add_argument("--accumulation", type=int, default=4)
+    h.add_argument("--loss-chunk", type=int, default=4096)
+    h.add_argument("--steps", type=int, default=8)
+    s = sub.add_parser("summarize")
+    s.add_argument("traces", type=Path, nargs="+")
+    s.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.command == "hold":
+        time_hold(args.out, args.micro_batch, args.accumulation, args.loss_chunk, args.steps)
+        return
+    if args.command == "project":
+        trace = profile_project(args.out, args.micro_batch, args.accumulation, args.loss_chunk)
+        rows, target = [summarize(trace)], args.out / "project_summary.jsonl"
+    else:
+        rows, target = [summarize(t) for t in args.traces], args.out
+    with target.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(table(rows))
+    print(f"summary: {target}")
+
+
+if __name__ == "__main__":
+    main()
