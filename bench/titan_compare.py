@@ -73,6 +73,11 @@ def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -
         "--checkpoint.no-enable",
         "--job.dump_folder", f"/tmp/titan-{variant}",
     ]
+    if d["world_size"] == 1:
+        # One GPU: nothing to shard, and the project's job holds the gathered model for the whole step
+        # (training.parallelize, ParallelPlan.hold_gathered). torchtitan's nearest setting, its own: keep each block
+        # gathered from forward to backward (one gather a micro-batch; it has none that holds them across micro-batches).
+        args += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if settings["compile"]:
         args += ["--compile.enable", "--compile.components", "model,loss"]  # torchtitan: lists comma-separated
     if precision == "fp8":

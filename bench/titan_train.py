@@ -12,8 +12,9 @@ Two things differ from torchtitan's Qwen3 spec, both because the GPU machine has
 - on one GPU torchtitan applies no FSDP (its data-parallel degree is 1) and trains fp32 weights under autocast.
   With TITAN_ONE_GPU_FSDP=1 (the default) the model is instead wrapped as the project's job wraps it on one GPU:
   FSDP2 over a 1-rank mesh, one unit per transformer block plus the root (embeddings, final norm and the tied output
-  projection), bf16 parameters, fp32 reduction, and no autocast. TITAN_ONE_GPU_FSDP=0 runs torchtitan's own
-  one-GPU path (autocast bf16 over fp32 weights).
+  projection), bf16 parameters, fp32 reduction, and no autocast; torchtitan's --parallelism.fsdp_reshard_after_forward
+  decides whether the blocks are resharded after forward (bench/titan_compare.py passes "never" on one GPU).
+  TITAN_ONE_GPU_FSDP=0 runs torchtitan's own one-GPU path (autocast bf16 over fp32 weights).
 Everything else (model code, per-block torch.compile, compiled loss, float8 converter, AdamW, step loop, metrics) is
 torchtitan's own.
 """
@@ -122,12 +123,15 @@ def parallelize(model, parallel_dims, job_config):
     training = job_config.training
     policy = MixedPrecisionPolicy(param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
                                   reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce])
+    # torchtitan's own policy (--parallelism.fsdp_reshard_after_forward), as its parallelize applies it without PP
+    reshard = job_config.parallelism.fsdp_reshard_after_forward != "never"
     for block in model.layers.values():
-        fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     # The root unit holds the embedding, which the output projection shares (tied): one unit owns the tied weight.
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     print(f"titan_train: FSDP2 over a 1-rank mesh, {len(model.layers)} blocks + root, params "
-          f"{training.mixed_precision_param}, reduce {training.mixed_precision_reduce}, no autocast", file=sys.stderr)
+          f"{training.mixed_precision_param}, reduce {training.mixed_precision_reduce}, no autocast, "
+          f"reshard after forward {reshard}", file=sys.stderr)
     return model
 
 

@@ -111,6 +111,8 @@ def test_torchtitan_runs_the_batch_shape_precision_and_compile_the_plan_decides(
     assert ("--compile.enable" in given) == plan["settings"]["compile"]["value"]
     assert given.get("--compile.components") in (None, "model,loss")  # torchtitan splits lists at commas
     assert "--checkpoint.no-enable" in given and given["--training.steps"] == "6"
+    # and on one GPU, where the job holds the gathered model for the step, torchtitan's own nearest setting
+    assert d["world_size"] == 1 and given["--parallelism.fsdp_reshard_after_forward"] == "never"
     assert "quantize.linear.float8" not in titan_compare.titan_args(plan, "bf16", 6)
     with pytest.raises(SystemExit, match="fp8 or bf16"):
         titan_compare.titan_args(plan, "fp16", 6)
