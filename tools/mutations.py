@@ -64,6 +64,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="keep_for_current_stream does nothing: a later layer's reduce-scatter may reuse the block",
     ),
     Mutation(
+        name="held-past-the-last-micro-batch", file="training/train.py",
+        old="set_hold_gathered(model, index < k - 1)",
+        new="set_hold_gathered(model, index == k - 1)",
+        tests=("tests/training/test_hold_gathered.py",),
+        why="the gathered parameters outlive the step: the next step's forward runs on weights the optimizer never updated",
+    ),
+    Mutation(
+        name="held-on-every-shard-group", file="training/parallelize.py",
+        old="else _shard_ranks(plan) == 1",
+        new="else True",
+        tests=("tests/training/test_hold_gathered.py",),
+        why="every rank holds the whole gathered model, where sharding it was the point (2 bytes a parameter per GPU)",
+    ),
+    Mutation(
         name="fp8-evidence-rule-dropped", file="core/strategy.py",
         old='return ("bf16", "fp8") if gpu_constants.constants_for(gpu.name).fp8_evidenced else ("bf16",)',
         new='return ("bf16", "fp8")',
