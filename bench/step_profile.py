@@ -10,7 +10,7 @@ activation checkpointing, the chunked loss, fused AdamW, train_step over --accum
 warm up, then profiles one step (torch.profiler, CUDA kernels) into DIR/project_trace.json and summarizes it.
 torchtitan writes its own trace (`--profiling.enable_profiling`, bench/titan_train.py); `summarize` reads either.
 
-The summary (one JSON line per trace, and a table): the kernels' time by kind (fp8 and bf16 matrix products,
+The summary (one JSON line per trace, and a table): the kernels' time by kind (matrix products, fp8 and bf16 alike,
 attention, compiled Triton kernels, eager elementwise and reductions, the optimizer, copies, collectives), the GPU's
 busy time and the span from the step's first kernel to its last (span - busy: the GPU idle, waiting on the host).
 """
@@ -23,11 +23,11 @@ import re
 from pathlib import Path
 
 KINDS = (
-    ("fp8 matmul", re.compile(r"e4m3|e5m2|f8f8|_fp8|fp8_|scaled_mm", re.I)),
     ("attention", re.compile(r"flash|fmha|attn|sdpa", re.I)),
     ("optimizer", re.compile(r"multi_tensor|fused_adam|adam", re.I)),
     ("collectives", re.compile(r"nccl", re.I)),
-    ("bf16 matmul", re.compile(r"gemm|cutlass|nvjet|xmma|sm90_|sm80_|cublas", re.I)),
+    # fp8 and bf16 alike: cuBLAS's nvjet kernels do not name their input type
+    ("matrix products", re.compile(r"gemm|cutlass|nvjet|xmma|sm90_|sm80_|cublas|e4m3|scaled_mm", re.I)),
     ("triton (compiled)", re.compile(r"^triton_", re.I)),
     ("elementwise / reduce (eager)", re.compile(r"elementwise|reduce_kernel|vectorized|unrolled|index|scatter|gather|"
                                                 r"cat_|fill|copy", re.I)),
