@@ -201,9 +201,10 @@ def test_verify_fails_the_init_container_check_alone_and_stops_waiting_on_it(dep
     name = failing_job(control_plane, settings, "install-packages", group="worker", exit_code=2)
     core = client.CoreV1Api(api)
     try:
-        wait_for(lambda: failing_init_containers(core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=worker").items),
-            "the kubelet's (KWOK's) report of the failing init container")
+        # both workers' reports: the check below names each, and one worker's can come seconds after the other's
+        wait_for(lambda: len(failing_init_containers(core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=worker").items)) >= 2,
+            "the kubelet's (KWOK's) report of the failing init container on both workers")
         # WHEN verified with --wait 600
         sleeps: list[float] = []
         report = verify_until(api, Expectations.from_settings(settings), timeout_s=600, sleep=sleeps.append,
