@@ -26,8 +26,9 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 
-def _case(rank: int, accumulation: int, hold: bool | None) -> dict:
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(hold_gathered=hold))
+def _case(rank: int, accumulation: int, hold: bool | None, replicas: int = 1) -> dict:
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
+                        ParallelPlan(hold_gathered=hold, replicas=replicas))
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank)
     gathers: list[int] = []
@@ -58,7 +59,9 @@ def _case(rank: int, accumulation: int, hold: bool | None) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hold-gathered")
-    cases = {1: [(1, None), (2, None), (2, False)], 2: [(1, False), (2, True), (2, None)]}
+    # (accumulation, hold, replicas): at world 2, FSDP over both ranks and HSDP of 2 replicas of one rank each
+    cases = {1: [(1, None, 1), (2, None, 1), (2, False, 1)],
+             2: [(1, False, 1), (2, True, 1), (2, None, 1), (1, False, 2), (2, None, 2)]}
     results = {}
     for world, args in cases.items():
         for arg, result in zip(args, run_cases(_case, args, world=world, tmp_path=tmp)):
@@ -75,7 +78,7 @@ def _relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 
 def test_one_rank_holds_the_gathered_model_for_the_step_and_gathers_once(runs):
     # GIVEN one rank (nothing to shard) and the default plan, 2 steps of 2 accumulated micro-batches
-    held, gathered = runs[(1, 2, None)], runs[(1, 2, False)]
+    held, gathered = runs[(1, 2, None, 1)], runs[(1, 2, False, 1)]
     units = model_preset("tiny").num_hidden_layers + 1  # one FSDP unit per layer and the root
     # THEN parallelize() held the gathered parameters, each unit was all-gathered once a step, where gathering for
     # every use takes one a unit and micro-batch in forward and again in backward (all but the last layer, which
@@ -84,7 +87,7 @@ def test_one_rank_holds_the_gathered_model_for_the_step_and_gathers_once(runs):
     assert held["gathers_per_step"] == [units] * STEPS
     assert gathered["gathers_per_step"] == [2 * (2 * units - 1)] * STEPS
     # and the training is the same: the parameters after 2 steps are those of one micro-batch of both sequences
-    one = runs[(1, 1, None)]["parameters"]
+    one = runs[(1, 1, None, 1)]["parameters"]
     assert _relative_difference(held["parameters"], one) < 1e-5
     assert _relative_difference(gathered["parameters"], one) < 1e-5
 
@@ -92,12 +95,22 @@ def test_one_rank_holds_the_gathered_model_for_the_step_and_gathers_once(runs):
 def test_two_ranks_hold_only_when_told(runs):
     # GIVEN two ranks sharding each parameter: holding would keep the whole model gathered on each
     units = model_preset("tiny").num_hidden_layers + 1
-    default, told = runs[(2, 2, None)], runs[(2, 2, True)]
+    default, told = runs[(2, 2, None, 1)], runs[(2, 2, True, 1)]
     # THEN the default gathers for every use, and holding, when the plan asks for it, gathers once a step
     assert not default["held"] and told["held"]
     assert default["gathers_per_step"] == [2 * (2 * units - 1)] * STEPS
     assert told["gathers_per_step"] == [units] * STEPS
     # with the same training either way
-    one = runs[(2, 1, False)]["parameters"]
+    one = runs[(2, 1, False, 1)]["parameters"]
     assert _relative_difference(told["parameters"], one) < 1e-5
     assert _relative_difference(default["parameters"], one) < 1e-5
+
+
+def test_hsdp_with_one_rank_a_node_holds_them_too(runs):
+    # GIVEN HSDP over 2 "nodes" of one rank each (each parameter's shard group is one rank; gradients all-reduced
+    # across the replicas), 2 steps of 2 accumulated micro-batches
+    held = runs[(2, 2, None, 2)]
+    units = model_preset("tiny").num_hidden_layers + 1
+    # THEN the gathered model is held for the step, and the training is that of one micro-batch of both
+    assert held["held"] and held["gathers_per_step"] == [units] * STEPS
+    assert _relative_difference(held["parameters"], runs[(2, 1, False, 2)]["parameters"]) < 1e-5
