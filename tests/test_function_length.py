@@ -4,23 +4,15 @@ functions, one line over and at the limit, so that a check that finds nothing ca
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("function_length", ROOT / "tools" / "function_length.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(ROOT / "tools" / "function_length.py")
 
 
 tool = _tool()

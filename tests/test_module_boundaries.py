@@ -7,7 +7,6 @@ The modules are parsed with `ast`, never imported, so one run names every offend
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -15,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.load_script import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("module_boundaries", ROOT / "tools" / "module_boundaries.py")
-assert spec and spec.loader
-boundaries = importlib.util.module_from_spec(spec)
-sys.modules["module_boundaries"] = boundaries  # dataclasses look their module up by name
-spec.loader.exec_module(boundaries)
+boundaries = load_script(ROOT / "tools" / "module_boundaries.py")
 
 cycles, import_graph, private_uses = boundaries.cycles, boundaries.import_graph, boundaries.private_uses
 

@@ -5,25 +5,17 @@ test-mutations`'s: minutes, so not in `make test`.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("mutations", ROOT / "tools" / "mutations.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(ROOT / "tools" / "mutations.py")
 
 
 mutations = _tool()

@@ -19,6 +19,7 @@ from ray_efa.training.efa_counters import (
     write_snapshot,
 )
 from ray_efa.training.transport import EXIT_CONTRADICTED, EXIT_NO_PROOF, EXIT_PASS, Verdict, classify, gate
+from tests.load_script import load_script
 from tests.training.efa_sysfs import make_efa_sysfs, set_counter
 
 GB = 10**9
@@ -470,17 +471,7 @@ EFA_LOG = COUNTERS.parent / "nccl" / "synthetic" / "efa_g6_2node_nccl2.29.log"
 
 
 def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("make_counters", COUNTERS / "make_counters.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    module = load_script(COUNTERS / "make_counters.py")
     for case in module.CASES:
         written = [write_snapshot(s, tmp_path / case) for s in module.snapshots(case, tmp_path / "work")]
         expected = {p.name: p.read_text() for p in written}

@@ -6,13 +6,12 @@ Adding a fixture (synthetic or recorded on a GPU machine) is one file plus one r
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from ray_efa.training.transport import classify_paths
+from tests.load_script import load_script
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 
@@ -61,14 +60,7 @@ def test_every_row_is_well_formed():
 
 def test_synthetic_fixtures_equal_what_the_generator_writes():
     # GIVEN the generator that builds the synthetic logs from the documented line patterns
-    spec = importlib.util.spec_from_file_location("make_synthetic", FIXTURES / "make_synthetic.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    module = load_script(FIXTURES / "make_synthetic.py")
     # WHEN it renders every fixture
     expected = {name: module.render(lines) for name, lines in module.fixtures().items()}
     # THEN the committed files are exactly its output (edit the generator, never the files)
