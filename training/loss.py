@@ -92,21 +92,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 def _accumulate_product(acc: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:
     """acc += grad_logits.T @ h, acc fp32 and the factors bf16.
 
-    On CUDA the sum is the matrix product's own epilogue (cuBLAS with beta = 1 and an fp32 output): the accumulator is
-    read and written once and the chunk's vocab x hidden product is never stored. Elsewhere (CPU, where torch has no
-    mixed-dtype addmm, or a torch whose addmm refuses it) the bf16 product is built and widened element by element.
+    On CUDA the sum is the matrix product's own epilogue (cuBLAS with beta = 1 and an fp32 output; an fp32 `self` with
+    bf16 factors since pytorch/pytorch#167931, measured on the GPU image's torch 2.11, and the project requires 2.13):
+    the accumulator is read and written once and the chunk's vocab x hidden product is never stored. On CPU, where torch has no
+    mixed-dtype addmm, the bf16 product is built and widened into acc element by element.
     """
-    global _MIXED_ADDMM
-    if acc.is_cuda and _MIXED_ADDMM:
-        try:
-            torch.addmm(acc, grad_logits.T, h, out_dtype=torch.float32, out=acc)
-            return
-        except (RuntimeError, NotImplementedError):  # a torch before 2.10, whose addmm takes no fp32 input here
-            _MIXED_ADDMM = False
-    acc.add_(grad_logits.T @ h)
-
-
-_MIXED_ADDMM = True  # cleared the first time this torch refuses the fp32-output addmm
+    if acc.is_cuda:
+        torch.addmm(acc, grad_logits.T, h, out_dtype=torch.float32, out=acc)
+    else:
+        acc.add_(grad_logits.T @ h)
 
 
 def _softmax_grad(logits: torch.Tensor, labels: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
