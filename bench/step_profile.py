@@ -3,12 +3,19 @@
     python3 bench/step_profile.py project --out DIR [--micro-batch 8] [--accumulation 4] [--loss-chunk 4096]
     python3 bench/step_profile.py summarize TRACE.json [TRACE.json ...] --out FILE.jsonl
     python3 bench/step_profile.py hold --out DIR [--steps 8]     # the step without hold_gathered, with it, without
+    python3 bench/step_profile.py variants hold+nofp8ag hold+fp8ag hold+fp8ag+cdt --out DIR [--steps 8] [--profile]
 
 `project` runs the default job's step without Ray as `ray-efa train` builds it on the p5.4xlarge row (Qwen2.5-1.5B, one
 rank of FSDP2, bf16 parameters, fp32 reduction, the lean decoder layer compiled per layer, fp8 decoder linears, no
 activation checkpointing, the chunked loss, fused AdamW, train_step over --accumulation micro-batches), 3 steps to
 warm up, then profiles one step (torch.profiler, CUDA kernels) into DIR/project_trace.json and summarizes it.
 torchtitan writes its own trace (`--profiling.enable_profiling`, bench/titan_train.py); `summarize` reads either.
+
+`variants` times the same step built each way named, in order (interleave them: A B A B), each a '+'-joined set of
+`hold` / `nohold` (ParallelPlan.hold_gathered on / off; neither: the plan's default), `fp8ag` / `nofp8ag`
+(ParallelPlan.fp8_all_gather on / off; neither: the default) and `cdt` (ParallelPlan.tune_kernels: inductor's
+coordinate-descent tuning of the compiled layers and loss; without it, off); `--profile` adds each one's kernel time
+by kind from one more, profiled step. `hold` is `variants nohold+nofp8ag hold+nofp8ag nohold+nofp8ag`.
 
 The summary (one JSON line per trace, and a table): the kernels' time by kind (matrix products, fp8 and bf16 alike,
 attention, compiled Triton kernels, eager elementwise and reductions, the optimizer, copies, collectives), the GPU's
@@ -66,7 +73,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gathered: bool | None = None):
+VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt")
+
+
+def parse_variant(name: str) -> dict:
+    """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones."""
+    words = name.split("+")
+    unknown = [w for w in words if w not in VARIANT_WORDS]
+    if unknown:
+        raise SystemExit(f"variant {name!r}: unknown {', '.join(unknown)}; allowed, joined by '+': "
+                         f"{', '.join(VARIANT_WORDS)}")
+    return {"hold_gathered": True if "hold" in words else False if "nohold" in words else None,
+            "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None, "coordinate_descent": "cdt" in words}
+
+
+def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gathered: bool | None = None,
+                  fp8_all_gather: bool | None = None, coordinate_descent: bool = False):
     """The default job's step as train_func builds it on one GPU, without Ray: a function of the step's index."""
     import torch
 
@@ -82,6 +104,7 @@ def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gat
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(model, par.ParallelPlan(compile=True, fp8=True, hold_gathered=hold_gathered,
+                                                    fp8_all_gather=fp8_all_gather, tune_kernels=coordinate_descent,
                                                     mixed_precision=par.mixed_precision_policy(device)))
     optimizer = build_optimizer(model, t, device)
     data = TokenBatches(vocab_size=preset.vocab_size, seq_len=2048, micro_batch=micro_batch, seed=0, rank=0)
@@ -124,43 +147,65 @@ def profile_project(out: Path, micro_batch: int, accumulation: int, loss_chunk: 
     return trace
 
 
-def time_hold(out: Path, micro_batch: int, accumulation: int, loss_chunk: int, steps: int) -> list[dict]:
-    """The step with the gathered parameters held for it (ParallelPlan.hold_gathered) and without: the losses of the
-    same batches, and the step time (3 steps to warm up, then `steps`, synchronized at both ends)."""
+def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation: int, loss_chunk: int, steps: int,
+                  profile: bool = False) -> list[dict]:
+    """Each variant's step (parse_variant): the losses of the same batches, the step time (3 steps to warm up, then
+    `steps`, synchronized at both ends), peak memory, and with `profile` one more step's kernel time by kind."""
     import gc
     import time
 
     import torch
     import torch._dynamo
     import torch.distributed as dist
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
 
+    overrides = [parse_variant(v) for v in variants]  # every name checked before the first model is built
     device = _init(29621)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "variants.jsonl"
+    with target.open("w") as f:
+        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "micro_batch": micro_batch,
+                            "accumulation": accumulation, "loss_chunk": loss_chunk, "steps": steps}) + "\n")
     rows = []
-    for hold in (False, True, False):
+    for name, override in zip(variants, overrides):
         torch._dynamo.reset()
-        step = _project_step(micro_batch, accumulation, loss_chunk, hold_gathered=hold)
+        built = time.perf_counter()
+        step = _project_step(micro_batch, accumulation, loss_chunk, **override)
         losses = [step(n) for n in range(3)]
         torch.cuda.synchronize(device)
+        warm_s = time.perf_counter() - built
         torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
         losses += [step(n) for n in range(3, 3 + steps)]
         torch.cuda.synchronize(device)
         step_s = (time.perf_counter() - start) / steps
-        rows.append({"hold_gathered": hold, "step_s": round(step_s, 4),
-                     "tokens_per_s": round(micro_batch * accumulation * 2048 / step_s), "losses": losses,
-                     "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
-                     "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2)})
-        print(json.dumps(rows[-1]), flush=True)
+        row = {"variant": name, **override, "step_s": round(step_s, 4),
+               "tokens_per_s": round(micro_batch * accumulation * 2048 / step_s), "losses": losses,
+               "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+               "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
+               "build_and_warm_s": round(warm_s, 1)}
+        if profile:
+            with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+                step(3 + steps)
+                torch.cuda.synchronize(device)
+            trace = out / f"{name}_trace.json"
+            prof.export_chrome_trace(str(trace))
+            summary = summarize(trace)
+            trace.unlink()  # ~100 MB each; the summary is what is kept
+            row["profile"] = {k: summary[k] for k in ("kernels", "span_ms", "busy_ms", "ms_by_kind", "top_kernels_ms")}
+        rows.append(row)
+        with target.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k not in ("losses", "profile")}), flush=True)
+        if profile:
+            print(f"  {name}: busy {row['profile']['busy_ms']} ms of {row['profile']['span_ms']}, "
+                  f"{row['profile']['kernels']} kernels, {row['profile']['ms_by_kind']}", flush=True)
         del step
         gc.collect()  # the compiled layers hold references in cycles: free the model before the next is built
         torch.cuda.empty_cache()
     dist.destroy_process_group()
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "hold-gathered.jsonl").open("w") as f:
-        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "micro_batch": micro_batch,
-                            "accumulation": accumulation, "loss_chunk": loss_chunk}) + "\n")
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    print(f"variants: {target}")
     return rows
 
 
@@ -178,12 +223,22 @@ def main() -> None:
     h.add_argument("--accumulation", type=int, default=4)
     h.add_argument("--loss-chunk", type=int, default=4096)
     h.add_argument("--steps", type=int, default=8)
+    v = sub.add_parser("variants")
+    v.add_argument("variants", nargs="+", help="each a '+'-joined set of " + ", ".join(VARIANT_WORDS))
+    v.add_argument("--out", type=Path, required=True)
+    v.add_argument("--micro-batch", type=int, default=8)
+    v.add_argument("--accumulation", type=int, default=4)
+    v.add_argument("--loss-chunk", type=int, default=4096)
+    v.add_argument("--steps", type=int, default=8)
+    v.add_argument("--profile", action="store_true")
     s = sub.add_parser("summarize")
     s.add_argument("traces", type=Path, nargs="+")
     s.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.command == "hold":
-        time_hold(args.out, args.micro_batch, args.accumulation, args.loss_chunk, args.steps)
+    if args.command in ("hold", "variants"):
+        names = ["nohold+nofp8ag", "hold+nofp8ag", "nohold+nofp8ag"] if args.command == "hold" else args.variants
+        time_variants(args.out, names, args.micro_batch, args.accumulation, args.loss_chunk, args.steps,
+                      profile=getattr(args, "profile", False))
         return
     if args.command == "project":
         trace = profile_project(args.out, args.micro_batch, args.accumulation, args.loss_chunk)

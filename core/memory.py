@@ -211,8 +211,10 @@ def estimate_for(
         "parameters": 4 * params / shard,
         "gradients": 4 * params / shard + accumulated,
         "optimizer": 8 * params / shard,
-        # one rank in the shard group: training.parallelize holds the whole gathered model for the step, in bf16 (no
-        # fp8 all-gather on one rank): measured +2.36 GiB allocated on one H100 (docs/BENCHMARKS.md, 2026-12-06).
+        # one rank in the shard group: training.parallelize holds the whole gathered model for the step: measured +2.36
+        # GiB allocated on one H100 with it in bf16 (docs/BENCHMARKS.md, 2026-12-06). With fp8 the held linears are
+        # gathered in fp8 now, measured 0.49 GiB less (not the 1.2 GiB of 1 byte a converted weight); planned at the
+        # bf16 figure, 0.5 GiB over.
         # Otherwise the root and two layers; with the fp8 all-gather the layers hold 1-byte linear weights.
         "gathered": (2 * params if shard == 1 else 2 * root + 2 * (1 if fp8 else 2) * layer) + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and

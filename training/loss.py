@@ -16,6 +16,8 @@ gradient flows into the one shared parameter from both uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -24,13 +26,15 @@ __all__ = ["causal_lm_loss"]
 
 
 def causal_lm_loss(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, chunk_size: int = 0, compiled: bool = False
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, chunk_size: int = 0, compiled: bool = False,
+    tuned: bool = False,
 ) -> torch.Tensor:
     """Mean cross-entropy of `hidden @ weight.T` against `labels`.
 
     hidden: (..., hidden_size) final hidden states; weight: (vocab, hidden_size); labels: (...) token ids, the same
     leading shape as hidden. chunk_size: tokens per chunk; 0 builds all logits at once. compiled: fuse each chunk's
-    softmax and gradient with torch.compile (chunked path only).
+    softmax and gradient with torch.compile (chunked path only); tuned: with inductor's coordinate-descent tuning of
+    its kernels (training.parallelize.compile_options).
     """
     hidden = hidden.reshape(-1, hidden.shape[-1])
     labels = labels.reshape(-1)
@@ -38,7 +42,7 @@ def causal_lm_loss(
         return F.cross_entropy(F.linear(hidden, weight).float(), labels)
     if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
         return _chunked_loss_no_grad(hidden, weight, labels, chunk_size)
-    return _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size, compiled)
+    return _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size, compiled, tuned)
 
 
 def _chunked_loss_no_grad(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int) -> torch.Tensor:
@@ -54,10 +58,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int, compiled: bool
+        ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int, compiled: bool,
+        tuned: bool,
     ) -> torch.Tensor:
         n = labels.numel()
-        softmax_grad = _compiled_softmax_grad() if compiled else _softmax_grad
+        softmax_grad = _compiled_softmax_grad(tuned) if compiled else _softmax_grad
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden)
         # fp32 accumulator: summing many bf16 chunk products in bf16 would lose the small ones.
@@ -83,6 +88,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return (
             grad_hidden.mul_(grad_output.to(grad_hidden.dtype)),
             grad_weight.mul_(grad_output).to(ctx.weight_dtype),
+            None,
             None,
             None,
             None,
@@ -126,12 +132,13 @@ def _softmax_grad_functional(logits: torch.Tensor, labels: torch.Tensor, scale: 
     return loss_sum, grad.to(logits.dtype)
 
 
-_COMPILED = None
+_COMPILED: dict[bool, Callable] = {}
 
 
-def _compiled_softmax_grad():
-    """torch.compile of _softmax_grad_functional, made on first use (compiling costs seconds, once per chunk shape)."""
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = torch.compile(_softmax_grad_functional, dynamic=False)
-    return _COMPILED
+def _compiled_softmax_grad(tuned: bool = False) -> Callable:
+    """torch.compile of _softmax_grad_functional, made on first use (compiling costs seconds, once per chunk shape);
+    `tuned`: with inductor's coordinate-descent tuning."""
+    if tuned not in _COMPILED:
+        options = {"coordinate_descent_tuning": True} if tuned else {}
+        _COMPILED[tuned] = torch.compile(_softmax_grad_functional, dynamic=False, options=options)
+    return _COMPILED[tuned]

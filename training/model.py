@@ -57,6 +57,7 @@ class CausalLM(nn.Module):
         self.loss_chunk_size = loss_chunk_size
         # Fuse the chunked loss's softmax with torch.compile; parallelize() turns it on with the compile lever.
         self.compile_loss = False
+        self.tune_kernels = False  # set by parallelize(): inductor's coordinate-descent tuning of the compiled kernels
         self.hsdp = False  # set by parallelize(): whether the model is sharded over a 2-D (replicate, shard) mesh
         # set by parallelize(): HSDP's own bf16-wire all-reduce hooks, one per FSDP unit, if any
         self.replica_all_reduce: list[Callable[[torch.Tensor], None]] = []
@@ -72,7 +73,8 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         hidden = self.hidden_states(input_ids)
         return causal_lm_loss(
-            hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss
+            hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss,
+            tuned=self.tune_kernels,
         )
 
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:

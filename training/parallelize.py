@@ -83,7 +83,14 @@ class ParallelPlan:
     fp8: bool = False
     """torchao float8 training of the decoder-layer linears (GPU only)."""
     fp8_all_gather: bool | None = None
-    """fp8: all-gather the weights in fp8 (half the bytes); None: where the shard group has more than one rank."""
+    """fp8: all-gather the weights in fp8 (half the bytes, cast once for every forward and backward that uses the
+    gathered copy); None: where the shard group has more than one rank, or where the gathered model is held for the
+    step (one cast a step instead of one a micro-batch: 0.5% faster on one H100, docs/BENCHMARKS.md). On one rank that
+    gathers for every use it cost 0.9-1.3% (measured on one H200), so None leaves it off there."""
+    tune_kernels: bool = True
+    """compile: inductor's coordinate-descent tuning of each compiled kernel's launch configuration (block sizes,
+    warps). The default job's step was 1.0% faster with it on one H100 (docs/BENCHMARKS.md); the first compile takes
+    about a minute longer (it times each kernel's candidates), once per layer shape, then comes from inductor's cache."""
     hold_gathered: bool | None = None
     """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step
     instead of two a micro-batch (train_step, set_hold_gathered). None: where the shard group has one rank, where
@@ -252,7 +259,9 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    fp8_all_gather = plan.fp8 and (plan.fp8_all_gather if plan.fp8_all_gather is not None else _shard_ranks(plan) > 1)
+    hold = plan.hold_gathered if plan.hold_gathered is not None else _shard_ranks(plan) == 1
+    fp8_all_gather = plan.fp8 and (plan.fp8_all_gather if plan.fp8_all_gather is not None
+                                   else hold or _shard_ranks(plan) > 1)
     if plan.fp8:
         _convert_to_fp8(model, fp8_all_gather)  # before sharding
     layers = model.layers
@@ -262,10 +271,11 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             # state-dict keys, so checkpoints move freely between runs with and without it.
             layer = checkpoint_wrapper(layer, preserve_rng_state=False)
         if plan.compile:
-            layer.compile()  # in place: no "_orig_mod." in state-dict keys
+            layer.compile(options=compile_options(plan))  # in place: no "_orig_mod." in state-dict keys
         layers[index] = layer
 
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
+    model.tune_kernels = plan.compile and plan.tune_kernels
     mp: dict[str, Any] = {"mp_policy": plan.mixed_precision} if plan.mixed_precision is not None else {}
     mesh = _mesh(model, plan.replicas)
     # HSDP with a bf16 wire: 1-D FSDP over the node's shard group, the all-reduce across nodes ours (see above),
@@ -277,7 +287,6 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
                   "nodes, same gradients)")
     if mesh is not None:
         mp["mesh"] = mesh["shard"] if own_all_reduce else mesh
-    hold = plan.hold_gathered if plan.hold_gathered is not None else _shard_ranks(plan) == 1
     for index, layer in enumerate(layers):
         # The last layer is needed again at once by backward: resharding it after forward only costs an all-gather.
         fully_shard(layer, reshard_after_forward=not hold and index < len(layers) - 1, **mp)
@@ -311,6 +320,11 @@ def _say_once(text: str) -> None:
     if not dist.is_initialized() or dist.get_rank() == 0:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
+
+
+def compile_options(plan: ParallelPlan) -> dict[str, Any]:
+    """torch.compile's inductor options for the layers (and the loss, training.loss): the kernel tuning the plan asks."""
+    return {"coordinate_descent_tuning": True} if plan.tune_kernels else {}
 
 
 def _shard_ranks(plan: ParallelPlan) -> int:
