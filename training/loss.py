@@ -17,6 +17,7 @@ gradient flows into the one shared parameter from both uses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +140,6 @@ def _compiled_softmax_grad(tuned: bool = False) -> Callable:
     """torch.compile of _softmax_grad_functional, made on first use (compiling costs seconds, once per chunk shape);
     `tuned`: with inductor's coordinate-descent tuning."""
     if tuned not in _COMPILED:
-        options = {"coordinate_descent_tuning": True} if tuned else {}
+        options: dict[str, Any] = {"coordinate_descent_tuning": True} if tuned else {}
         _COMPILED[tuned] = torch.compile(_softmax_grad_functional, dynamic=False, options=options)
     return _COMPILED[tuned]
