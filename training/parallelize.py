@@ -89,7 +89,7 @@ class ParallelPlan:
     gathers for every use it cost 0.9-1.3% (measured on one H200), so None leaves it off there."""
     tune_kernels: bool = True
     """compile: inductor's coordinate-descent tuning of each compiled kernel's launch configuration (block sizes,
-    warps). The default job's step was 1.0% faster with it on one H100 (docs/BENCHMARKS.md); the first compile takes
+    warps; the compileTuning setting). The default job's step was 1.0% faster with it on one H100 (docs/BENCHMARKS.md); the first compile takes
     about a minute longer (it times each kernel's candidates), once per layer shape, then comes from inductor's cache."""
     hold_gathered: bool | None = None
     """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step

@@ -142,8 +142,8 @@ def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_w
     replicas = nodes if t.sharding == "hsdp" and nodes > 1 and world % nodes == 0 else 1
     policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)
     return ("hsdp" if replicas > 1 else "fsdp"), ParallelPlan(
-        activation_checkpointing=t.checkpointing, compile=t.compile, mixed_precision=policy, replicas=replicas,
-        bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
+        activation_checkpointing=t.checkpointing, compile=t.compile, tune_kernels=t.compile_tuning,
+        mixed_precision=policy, replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
 
 
 class _Batches(Protocol):

@@ -13,6 +13,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.core.strategy import choose, resolve
 from ray_efa.training import driver, train, worker
 from ray_efa.training.local import LOCAL_WORKERS
+from ray_efa.training.parallelize import compile_options
 
 
 def test_the_function_gets_train_config_keys_and_the_settings():
@@ -94,6 +95,18 @@ def test_the_built_in_runs_what_the_plan_decided_at_auto(cluster):
     assert plan.bf16_wire == wire and plan.mixed_precision is not None
     assert plan.mixed_precision.reduce_dtype == (torch.bfloat16 if chosen.reduce_dtype == "bf16" and not wire
                                                  else torch.float32)
+
+
+@pytest.mark.parametrize(("context", "tuned"), [({}, True), ({"compileTuning": False}, False),
+                                               ({"compileTuning": "false"}, False)])
+def test_compile_tuning_reaches_the_compiled_layers(context, tuned):
+    # GIVEN compileTuning as a user sets it (-c gives strings) or leaves it
+    t = resolve(Settings.from_context({"gpuNodeCount": 1, **context})).training
+    # WHEN the built-in makes its plan
+    _, plan = train.parallel_plan(t, GPU, 1, 1)
+    # THEN torch.compile is asked for inductor's coordinate-descent tuning exactly when the setting is on
+    assert plan.tune_kernels is tuned
+    assert compile_options(plan) == ({"coordinate_descent_tuning": True} if tuned else {})
 
 
 def test_the_built_in_refuses_settings_nobody_resolved():
