@@ -84,7 +84,8 @@ def parse_variant(name: str) -> dict:
         raise SystemExit(f"variant {name!r}: unknown {', '.join(unknown)}; allowed, joined by '+': "
                          f"{', '.join(VARIANT_WORDS)}")
     return {"hold_gathered": True if "hold" in words else False if "nohold" in words else None,
-            "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None, "coordinate_descent": "cdt" in words}
+            "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None,
+            "coordinate_descent": "cdt" in words}
 
 
 def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gathered: bool | None = None,
@@ -212,23 +213,15 @@ def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("project")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--accumulation", type=int, default=4)
-    p.add_argument("--loss-chunk", type=int, default=4096)
-    h = sub.add_parser("hold")
-    h.add_argument("--out", type=Path, required=True)
-    h.add_argument("--micro-batch", type=int, default=8)
-    h.add_argument("--accumulation", type=int, default=4)
-    h.add_argument("--loss-chunk", type=int, default=4096)
-    h.add_argument("--steps", type=int, default=8)
-    v = sub.add_parser("variants")
+    step = argparse.ArgumentParser(add_help=False)  # the step's shape, shared by the commands that build it
+    step.add_argument("--out", type=Path, required=True)
+    step.add_argument("--micro-batch", type=int, default=8)
+    step.add_argument("--accumulation", type=int, default=4)
+    step.add_argument("--loss-chunk", type=int, default=4096)
+    sub.add_parser("project", parents=[step])
+    sub.add_parser("hold", parents=[step]).add_argument("--steps", type=int, default=8)
+    v = sub.add_parser("variants", parents=[step])
     v.add_argument("variants", nargs="+", help="each a '+'-joined set of " + ", ".join(VARIANT_WORDS))
-    v.add_argument("--out", type=Path, required=True)
-    v.add_argument("--micro-batch", type=int, default=8)
-    v.add_argument("--accumulation", type=int, default=4)
-    v.add_argument("--loss-chunk", type=int, default=4096)
     v.add_argument("--steps", type=int, default=8)
     v.add_argument("--profile", action="store_true")
     s = sub.add_parser("summarize")

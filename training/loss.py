@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-__all__ = ["causal_lm_loss"]
+__all__ = ["causal_lm_loss", "inductor_options"]
 
 
 def causal_lm_loss(
@@ -35,7 +35,7 @@ def causal_lm_loss(
     hidden: (..., hidden_size) final hidden states; weight: (vocab, hidden_size); labels: (...) token ids, the same
     leading shape as hidden. chunk_size: tokens per chunk; 0 builds all logits at once. compiled: fuse each chunk's
     softmax and gradient with torch.compile (chunked path only); tuned: with inductor's coordinate-descent tuning of
-    its kernels (training.parallelize.compile_options).
+    its kernels (inductor_options).
     """
     hidden = hidden.reshape(-1, hidden.shape[-1])
     labels = labels.reshape(-1)
@@ -133,6 +133,12 @@ def _softmax_grad_functional(logits: torch.Tensor, labels: torch.Tensor, scale: 
     return loss_sum, grad.to(logits.dtype)
 
 
+def inductor_options(tuned: bool) -> dict[str, Any]:
+    """torch.compile's inductor options for the job's compiled code (the decoder layers, this loss's softmax):
+    coordinate-descent tuning of the generated kernels' launch configurations, or inductor's defaults."""
+    return {"coordinate_descent_tuning": True} if tuned else {}
+
+
 _COMPILED: dict[bool, Callable] = {}
 
 
@@ -140,6 +146,5 @@ def _compiled_softmax_grad(tuned: bool = False) -> Callable:
     """torch.compile of _softmax_grad_functional, made on first use (compiling costs seconds, once per chunk shape);
     `tuned`: with inductor's coordinate-descent tuning."""
     if tuned not in _COMPILED:
-        options: dict[str, Any] = {"coordinate_descent_tuning": True} if tuned else {}
-        _COMPILED[tuned] = torch.compile(_softmax_grad_functional, dynamic=False, options=options)
+        _COMPILED[tuned] = torch.compile(_softmax_grad_functional, dynamic=False, options=inductor_options(tuned))
     return _COMPILED[tuned]

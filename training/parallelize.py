@@ -43,6 +43,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from ray_efa.core.fp8 import converts_to_fp8
 from ray_efa.core.pod_env import TORCHAO_VERSION
+from ray_efa.training.loss import inductor_options
 from ray_efa.training.model import CausalLM
 
 if TYPE_CHECKING:
@@ -89,8 +90,9 @@ class ParallelPlan:
     gathers for every use it cost 0.9-1.3% (measured on one H200), so None leaves it off there."""
     tune_kernels: bool = True
     """compile: inductor's coordinate-descent tuning of each compiled kernel's launch configuration (block sizes,
-    warps; the compileTuning setting). The default job's step was 1.0% faster with it on one H100 (docs/BENCHMARKS.md); the first compile takes
-    about a minute longer (it times each kernel's candidates), once per layer shape, then comes from inductor's cache."""
+    warps; the compileTuning setting). The default job's step was 1.0% faster with it on one H100
+    (docs/BENCHMARKS.md); the first compile takes about a minute longer (it times each kernel's candidates), once per
+    layer shape, then comes from inductor's cache."""
     hold_gathered: bool | None = None
     """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step
     instead of two a micro-batch (train_step, set_hold_gathered). None: where the shard group has one rank, where
@@ -271,7 +273,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             # state-dict keys, so checkpoints move freely between runs with and without it.
             layer = checkpoint_wrapper(layer, preserve_rng_state=False)
         if plan.compile:
-            layer.compile(options=compile_options(plan))  # in place: no "_orig_mod." in state-dict keys
+            layer.compile(options=inductor_options(plan.tune_kernels))  # in place: no "_orig_mod." in state-dict keys
         layers[index] = layer
 
     model.compile_loss = plan.compile  # the chunked loss's softmax is compiled with the layers
@@ -320,11 +322,6 @@ def _say_once(text: str) -> None:
     if not dist.is_initialized() or dist.get_rank() == 0:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-
-
-def compile_options(plan: ParallelPlan) -> dict[str, Any]:
-    """torch.compile's inductor options for the layers (and the loss, training.loss): the kernel tuning the plan asks."""
-    return {"coordinate_descent_tuning": True} if plan.tune_kernels else {}
 
 
 def _shard_ranks(plan: ParallelPlan) -> int:

@@ -33,10 +33,10 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 
-def _case(rank: int, fp8: bool) -> dict:
+def _case(rank: int, fp8: bool, replicas: int = 1) -> dict:
     from torchao.float8.float8_linear import Float8Linear  # torchao's own module: its package does not export it
 
-    model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8))
+    model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8, replicas=replicas))
     converted = sorted({(name.rsplit(".", 1)[1], type(m).__name__) for name, m in model.named_modules()
                         if ".layers." in name and name.endswith("proj")})
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
@@ -48,15 +48,16 @@ def _case(rank: int, fp8: bool) -> dict:
         dist.all_reduce(mean)
         losses.append(mean.item() / WORLD)
     return {"losses": losses, "converted": converted, "lm_head": type(model.hf.lm_head).__name__, "fp8": model.fp8,
-            "fp8_all_gather": model.fp8_all_gather,
+            "fp8_all_gather": model.fp8_all_gather, "held": model.hold_gathered, "hsdp": model.hsdp,
             "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
                                          for m in model.modules() if isinstance(m, Float8Linear)})}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    fp32, fp8 = run_cases(_case, [(False,), (True,)], world=WORLD, tmp_path=tmp_path_factory.mktemp("fp8"))
-    return {False: fp32, True: fp8}
+    fp32, fp8, hsdp = run_cases(_case, [(False,), (True,), (True, WORLD)], world=WORLD,
+                                tmp_path=tmp_path_factory.mktemp("fp8"))
+    return {False: fp32, True: fp8, "hsdp": hsdp}
 
 
 def test_fp8_converts_the_decoder_layer_linears_the_plan_predicts(runs):
@@ -76,6 +77,15 @@ def test_fp8_all_gathers_in_fp8_where_the_weights_are_sharded_over_several_ranks
     # 2 ranks, plain FSDP: every weight is split over both, so the all-gather has bytes to halve (auto turns it on)
     assert runs[True]["fp8_all_gather"] and runs[True]["all_gather_config"] == [True]
     assert not runs[False]["fp8_all_gather"]
+
+
+def test_hsdp_of_one_gpu_a_node_holds_the_model_and_casts_its_fp8_weights_once_a_step(runs):
+    # GIVEN HSDP of 2 replicas of one rank each (one GPU a node): each shard group is one rank
+    hsdp = runs["hsdp"]
+    # THEN the node holds its gathered model and all-gathers the fp8 weights (one cast a step), on the 2-D mesh
+    assert hsdp["hsdp"] and hsdp["held"] and hsdp["fp8_all_gather"] and hsdp["all_gather_config"] == [True]
+    # and it trains as plain FSDP over both ranks does: the same mean gradient, the same scales
+    assert hsdp["losses"] == pytest.approx(runs[True]["losses"], rel=1e-2)
 
 
 def _one_rank_case(rank: int, hold: bool | None) -> dict:

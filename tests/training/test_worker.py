@@ -13,7 +13,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.core.strategy import choose, resolve
 from ray_efa.training import driver, train, worker
 from ray_efa.training.local import LOCAL_WORKERS
-from ray_efa.training.parallelize import compile_options
+from ray_efa.training.loss import inductor_options
 
 
 def test_the_function_gets_train_config_keys_and_the_settings():
@@ -106,7 +106,7 @@ def test_compile_tuning_reaches_the_compiled_layers(context, tuned):
     _, plan = train.parallel_plan(t, GPU, 1, 1)
     # THEN torch.compile is asked for inductor's coordinate-descent tuning exactly when the setting is on
     assert plan.tune_kernels is tuned
-    assert compile_options(plan) == ({"coordinate_descent_tuning": True} if tuned else {})
+    assert inductor_options(plan.tune_kernels) == ({"coordinate_descent_tuning": True} if tuned else {})
 
 
 def test_the_built_in_refuses_settings_nobody_resolved():
