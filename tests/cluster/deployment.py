@@ -109,10 +109,18 @@ def training_job(settings: Settings, *, token_auth: bool = True, driver_runs: bo
     return objects
 
 
-def ray_job_cluster(api: ApiClient, namespace: str, job: str) -> str:
+def ray_job_cluster(api: ApiClient, namespace: str, job: str, *, timeout_s: float = 60) -> str:
+    """The RayCluster the operator made for RayJob `job`, once it exists. The operator names it in the RayJob's
+    status.rayClusterName one reconcile before it creates it (rayjob_controller.go: Initializing), so the name
+    alone can be a 404 for a moment (CI, stop 54: a patch of the named cluster found nothing)."""
     objects = client.CustomObjectsApi(api)
-    return wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
-                             .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
+    name = wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
+                             .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster",
+                    timeout_s=timeout_s)
+    wait_for(lambda: exists(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
+                                                                         name)),
+             f"RayCluster {namespace}/{name} created", timeout_s=timeout_s)
+    return name
 
 
 def ray_cluster_ready(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:

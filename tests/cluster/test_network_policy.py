@@ -25,8 +25,9 @@ from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import KUBERAY_OPERATOR
-from tests.cluster.conftest import Nodes, wait_for
+from tests.cluster.conftest import Nodes
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.deployment import ray_job_cluster
 from tests.cluster.netpol import Pod, admitted, selects
 from tests.cluster.workload import apply_in_order, pending_reasons, wait_for_pods
 from tests.k8s.conftest import BASE, synthesize
@@ -93,15 +94,6 @@ def _ray_pods(api: ApiClient, cluster: str, workers: int, job: str | None = None
     return RayPods(cluster, observed(core, head), [observed(core, w) for w in found], submitter)
 
 
-def _job_cluster(api: ApiClient, job: str) -> str:
-    objects = client.CustomObjectsApi(api)
-
-    def name() -> str | None:
-        job_object: Any = objects.get_namespaced_custom_object("ray.io", "v1", NS, "rayjobs", job)
-        return job_object.get("status", {}).get("rayClusterName")
-    return wait_for(name, f"RayJob {NS}/{job}'s RayCluster", timeout_s=120)
-
-
 def _stranger(core: client.CoreV1Api, name: str, namespace: str, labels: dict[str, str]) -> Pod:
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
     core.create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
@@ -138,7 +130,7 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
                "metadata": {"name": SETTINGS.workload.service_account, "namespace": NS}}
     apply_in_order(control_plane, [account, *synth.objects()])
     raycluster = _ray_pods(api, synth.ray_cluster["metadata"]["name"], workers)
-    jobs = {network: _ray_pods(api, _job_cluster(api, f"train-{network}"), workers, job=f"train-{network}")
+    jobs = {network: _ray_pods(api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers, job=f"train-{network}")
             for network in ("efa", "tcp")}
     efa_submitter = jobs["efa"].submitter
     assert efa_submitter is not None

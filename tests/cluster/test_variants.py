@@ -16,8 +16,9 @@ from kubernetes.client.api_client import ApiClient
 from ray_efa.core import addons, catalog
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.deployment import ray_job_cluster
 from tests.cluster.objects import name_of, node_of, requests_of, spec_of, status_of
-from tests.cluster.test_workload import Stack, deploy, job_cluster, ray_pods
+from tests.cluster.test_workload import Stack, deploy, ray_pods
 from tests.cluster.test_workload import stack as stack  # noqa: F401 (the module fixture, shared)
 from tests.cluster.workload import NodeGroup, add_node_group, apply_in_order, stack_manifests, wait_for_node_pods
 
@@ -80,7 +81,7 @@ def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_
     # WHEN the deviceAllocation=dra job is deployed
     deploy(control_plane, stack, namespace, tmp_path, f"gpuInstanceType={row}", "deviceAllocation=dra",
            on=(system, gpu))
-    cluster = job_cluster(api, namespace, "train-efa")
+    cluster = ray_job_cluster(api, namespace, "train-efa")
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     # THEN each worker is on its own node, with every GPU and EFA device of that node allocated to its claims
     assert sorted(node_of(w) for w in workers) == sorted(gpu)
@@ -111,7 +112,7 @@ def test_an_own_train_function_ships_and_is_placed(
                     "codeDir=examples/own-training/src", on=(system, gpu))
     # the user's code ships beside the job, in objects the server took
     assert any(o["kind"] == "ConfigMap" and "own_training" in json.dumps(o.get("data", {})) for o in stored)
-    cluster = job_cluster(api, namespace, "train-efa")
+    cluster = ray_job_cluster(api, namespace, "train-efa")
     ray_pods(api, namespace, cluster, "head", 1)
     ray_pods(api, namespace, cluster, "worker", len(gpu))
 
@@ -161,7 +162,7 @@ def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
     namespace = job["metadata"]["namespace"]
     apply_in_order(control_plane, objects)
     try:
-        cluster = job_cluster(api, namespace, job["metadata"]["name"])
+        cluster = ray_job_cluster(api, namespace, job["metadata"]["name"])
         (head,) = ray_pods(api, namespace, cluster, "head", 1)
         workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
         assert node_of(head) in system

@@ -15,6 +15,7 @@ from ray_efa.core import catalog
 from ray_efa.core import node_pods as node_pods_data
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.deployment import ray_job_cluster
 from tests.cluster.objects import name_of, node_of, requests_of, spec_of
 from tests.cluster.workload import (
     NodeGroup,
@@ -72,13 +73,6 @@ def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *c
     return apply_in_order(plane, [stack.service_account(namespace), *load(train)])
 
 
-def job_cluster(api: ApiClient, namespace: str, job: str) -> str:
-    """The RayCluster the operator made for RayJob `job` (status.rayClusterName)."""
-    objects = client.CustomObjectsApi(api)
-    return wait_for(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
-                    .get("status", {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster")
-
-
 def ray_pods(api: ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
     try:
         return wait_for_pods(api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count,
@@ -114,7 +108,7 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
     gpu = add_node_group(nodes, stack.gpu)
     stored = deploy(control_plane, stack, namespace, tmp_path, on=(system, gpu))
     assert ("RayJob", "train-efa") in {(o["kind"], o["metadata"]["name"]) for o in stored}
-    cluster = job_cluster(api, namespace, "train-efa")
+    cluster = ray_job_cluster(api, namespace, "train-efa")
     head = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     assert node_of(head[0]) in system
@@ -133,7 +127,7 @@ def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
     # WHEN applied server-side, THEN the server takes every one, and the operator places the job's pods
     apply_in_order(control_plane, objects)
     job = next(o for o in objects if o["kind"] == "RayJob")["metadata"]["name"]
-    cluster = job_cluster(api, stack.namespace, job)
+    cluster = ray_job_cluster(api, stack.namespace, job)
     ray_pods(api, stack.namespace, cluster, "head", 1)
     ray_pods(api, stack.namespace, cluster, "worker", len(gpu))
     client.CoreV1Api(api).delete_namespace(stack.namespace)
@@ -163,7 +157,7 @@ def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu, instance=row)
     deploy(control_plane, stack, namespace, tmp_path, f"gpuInstanceType={row}", on=(system, gpu))
-    cluster = job_cluster(api, namespace, "train-efa")
+    cluster = ray_job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     assert node_of(head) in system
@@ -200,7 +194,7 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
         assert any("Insufficient cpu" in reason for reason in reasons.values()), reasons
         return
     deploy(control_plane, stack, namespace, tmp_path, context, on=(system, gpu))
-    cluster = job_cluster(api, namespace, "train-efa")
+    cluster = ray_job_cluster(api, namespace, "train-efa")
     (head,) = ray_pods(api, namespace, cluster, "head", 1)
     assert node_of(head) in system
     ray_pods(api, namespace, cluster, "worker", len(gpu))
