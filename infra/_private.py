@@ -26,6 +26,9 @@ _VERSIONS = {
 }
 assert set(_VERSIONS) == set(KUBERNETES_VERSIONS), "core.settings.KUBERNETES_VERSIONS and infra disagree"
 
+CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+"""A Helm chart version as the constructs take one: x.y.z."""
+
 
 def literal_cluster_name(cluster: eks.ICluster) -> str | None:
     """`cluster`'s name as a literal: an imported cluster's, or the cluster_name a created eks.Cluster was given (its

@@ -14,6 +14,7 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
 from ray_efa.core.settings import Problem, Settings, SettingsError
+from ray_efa.core.settings_checks import DNS_LABEL, DNS_LABEL_MESSAGE
 from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
@@ -27,15 +28,14 @@ NONCURRENT_VERSION_DAYS = 30
 POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 """The add-on that hands Pod Identity credentials to pods; aws_eks_v2 adds it to a cluster it creates."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _check_props(namespace: str, service_account: str, bucket: s3.IBucket | None, storage_path: str | None,
                  prefix: str) -> None:
     """ValueError naming the first bad prop of CheckpointStorage."""
     for prop, value in (("namespace", namespace), ("service_account", service_account)):
-        if not _DNS_LABEL.match(value):
-            raise ValueError(f"CheckpointStorage {prop} must be a DNS label (lowercase, digits, '-'), got {value!r}")
+        if not re.match(DNS_LABEL, value):
+            raise ValueError(f"CheckpointStorage {prop} {DNS_LABEL_MESSAGE}, got {value!r}")
     if bucket is not None and storage_path is not None:
         raise ValueError("CheckpointStorage takes bucket or storage_path, not both: bucket is s3://<bucket>/prefix")
     if not prefix or prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:

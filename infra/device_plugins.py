@@ -8,7 +8,6 @@ by its instance-type allowlist, which core.settings checks against the chosen ty
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,14 +17,11 @@ from constructs import Construct
 from ray_efa.core.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_tolerations
 from ray_efa.core.settings import Settings
-from ray_efa.infra._private import add_synth_check, check_node_selector, helm_chart
+from ray_efa.infra._private import CHART_VERSION, add_synth_check, check_node_selector, helm_chart
 from ray_efa.infra._settings import choices, default
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu_nodes_taints, unselected_gpu_nodes
 
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
-
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-
 
 def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
                          taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
@@ -68,7 +64,7 @@ class GpuDevicePlugins(Construct):
         super().__init__(scope, construct_id)
         node_selector = gpu_nodes_selector("GpuDevicePlugins", self, cluster, gpu_nodes, node_selector)
         taints = gpu_nodes_taints("GpuDevicePlugins", gpu_nodes, taints)
-        if not _SEMVER.match(nvidia_version):
+        if not CHART_VERSION.match(nvidia_version):
             raise ValueError(f"GpuDevicePlugins nvidia_version must be a chart version like 0.20.0, got {nvidia_version!r}")
         if efa_version not in choices("efaDevicePluginVersion"):
             raise ValueError(f"GpuDevicePlugins efa_version must be one of "

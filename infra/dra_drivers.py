@@ -11,7 +11,6 @@ GPU nodes at zero.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,14 +20,11 @@ from constructs import Construct
 from ray_efa.core.addons import EFA_DRA_DRIVER, NVIDIA_DRA_DRIVER
 from ray_efa.core.scheduling import DEFAULT_GPU_NODE_SELECTOR, DEFAULT_GPU_TAINTS, gpu_tolerations
 from ray_efa.core.settings import Settings, dra_kubernetes_problem
-from ray_efa.infra._private import add_synth_check, helm_chart
+from ray_efa.infra._private import CHART_VERSION, add_synth_check, helm_chart
 from ray_efa.infra._settings import choices, default
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu_nodes_taints, unselected_gpu_nodes
 
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
-
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-
 
 def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
                       taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
@@ -75,7 +71,7 @@ class GpuDraDrivers(Construct):
         super().__init__(scope, construct_id)
         if problem := dra_kubernetes_problem(kubernetes_version):
             raise ValueError(f"GpuDraDrivers kubernetes_version {kubernetes_version!r}: the drivers {problem[problem.index('DRA'):]}")
-        if not _SEMVER.match(nvidia_version):
+        if not CHART_VERSION.match(nvidia_version):
             raise ValueError(f"GpuDraDrivers nvidia_version must be a chart version like 0.4.1, got {nvidia_version!r}")
         if efa_version not in choices("efaDraDriverVersion"):
             raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "

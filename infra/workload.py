@@ -10,6 +10,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
+from ray_efa.core.settings_checks import DNS_LABEL, DNS_LABEL_MESSAGE
 from ray_efa.infra._settings import default
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.researcher_access import ResearcherAccess
@@ -17,7 +18,6 @@ from ray_efa.k8s.namespace import WorkloadNamespace
 
 __all__ = ["RayWorkload"]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class RayWorkload(Construct):
@@ -40,8 +40,8 @@ class RayWorkload(Construct):
             delete or change the cluster (ResearcherAccess). @default - none
         """
         super().__init__(scope, construct_id)
-        if not _DNS_LABEL.match(namespace):
-            raise ValueError(f"RayWorkload namespace must be a DNS label (lowercase, digits, '-'), got {namespace!r}")
+        if not re.match(DNS_LABEL, namespace):
+            raise ValueError(f"RayWorkload namespace {DNS_LABEL_MESSAGE}, got {namespace!r}")
         self.namespace_name = namespace
         self.cluster: eks.ICluster = cluster
         chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
