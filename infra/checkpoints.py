@@ -29,7 +29,6 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 """The add-on that hands Pod Identity credentials to pods; aws_eks_v2 adds it to a cluster it creates."""
 
 
-
 def _check_props(namespace: str, service_account: str, bucket: s3.IBucket | None, storage_path: str | None,
                  prefix: str) -> None:
     """ValueError naming the first bad prop of CheckpointStorage."""

@@ -23,6 +23,7 @@ from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu
 
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 
+
 def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
                          taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
     """Values of both plugin charts: GPU nodes only, tolerating their taints (the EFA chart's defaults miss them).

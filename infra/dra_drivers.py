@@ -26,6 +26,7 @@ from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu
 
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 
+
 def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
                       taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
     """GPUs only (no ComputeDomains: that is Multi-Node NVLink, GB200), on the GPU nodes, as the EKS guide installs it.

@@ -19,7 +19,6 @@ from ray_efa.k8s.namespace import WorkloadNamespace
 __all__ = ["RayWorkload"]
 
 
-
 class RayWorkload(Construct):
     """The workload namespace, applied after `after`: the KubeRay operator chart (CRDs first) and the device
     plugins. The training job itself is `RayTrainingJob`, in the GPU stack.

@@ -112,8 +112,8 @@ def training_job(settings: Settings, *, token_auth: bool = True, driver_runs: bo
 def ray_job_cluster(api: ApiClient, namespace: str, job: str, *, timeout_s: float = 60) -> str:
     """The RayCluster the operator made for RayJob `job`, once it exists. The operator names it in the RayJob's
     status.rayClusterName one reconcile before it creates it (v1.5.0 rayjob_controller.go: initRayJobStatusIfNeed in
-    state New, getOrCreateRayClusterInstance in Initializing), so the name alone can be a 404 for a moment (stop 54's
-    CI: a patch of the named RayCluster found nothing)."""
+    state New, getOrCreateRayClusterInstance in Initializing), so a read or patch of the named RayCluster can be a 404
+    for a moment."""
     objects = client.CustomObjectsApi(api)
     name = wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
                              .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster",

@@ -130,7 +130,8 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
                "metadata": {"name": SETTINGS.workload.service_account, "namespace": NS}}
     apply_in_order(control_plane, [account, *synth.objects()])
     raycluster = _ray_pods(api, synth.ray_cluster["metadata"]["name"], workers)
-    jobs = {network: _ray_pods(api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers, job=f"train-{network}")
+    jobs = {network: _ray_pods(api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers,
+                               job=f"train-{network}")
             for network in ("efa", "tcp")}
     efa_submitter = jobs["efa"].submitter
     assert efa_submitter is not None

@@ -100,8 +100,8 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
         assert f"(from ConfigMap {NAMESPACE}/mlp-exp-settings)" in err, err
         # and followed through the states the real operator gave it, in its order: Initializing while its cluster came
         # up on the nodes, Running once the submitter started, Failed when no Ray job was behind it (no Ray runs here).
-        # A state may pass between two polls (KWOK readies the cluster's pods in well under the 0.5 s poll: a fresh-clone
-        # run of 2c4f3e6 saw no Initializing), so the order is what must hold, not that every state was seen.
+        # A state may pass between two polls (KWOK readies the cluster's pods in well under the 0.5 s poll, so a run
+        # may see no Initializing): the order is what must hold, not that every state was seen.
         states = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[")]
         seen = [s.split(" ", 2)[2].split(",")[0].split(" (")[0] for s in states]
         order = ["New", "Initializing", "Running", "Failed"]
