@@ -12,8 +12,8 @@ tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core
 
 How a published configuration is planned: its architecture as a Qwen2-shaped preset (MODELS: Llama's and MPT's
 dimensions; MPT's 4d GELU MLP as the SwiGLU width with the same weights, 8d/3), FSDP over nodes x GPUs of its
-catalog instance (the network the plan would use there), chunked loss (ours), and checkpointing "selective" planned
-as none (torchtitan's per-op selective checkpointing recomputes little).
+catalog instance (the network the plan would use there), chunked loss (ours), and checkpointing as run: none, selective
+(torchtitan's per-op policy, recomputing every other matrix product: core.perf.recompute_factor) or full.
 """
 
 from __future__ import annotations
@@ -122,6 +122,10 @@ def runs() -> tuple[PublishedRun, ...]:
     return tuple(out)
 
 
+_CHECKPOINTING: dict[str, bool | str] = {"none": False, "selective": "selective", "full": True}
+"""The CSV's checkpointing column as activationCheckpointing."""
+
+
 def _preset(run: PublishedRun) -> ModelPreset:
     if run.model in MODELS:
         return MODELS[run.model]
@@ -136,7 +140,7 @@ def predict(run: PublishedRun) -> float:
     t = TrainingSettings(micro_batch=run.micro_batch, seq_len=min(run.seq, 32_768),
                          grad_accumulation=run.grad_accumulation,
                          precision=cast(Literal["bf16", "fp8"], run.precision), compile=run.compile,
-                         activation_checkpointing=run.checkpointing == "full", sharding="fsdp",
+                         activation_checkpointing=_CHECKPOINTING[run.checkpointing], sharding="fsdp",
                          grad_reduce_dtype="fp32")
     if run.seq != t.seq_len:
         raise ValueError(f"{run.model}: seq {run.seq} beyond what the settings take")

@@ -39,10 +39,9 @@ def converts_to_fp8(in_features: int, out_features: int) -> bool:
 
 
 def decoder_linears(p: ModelPreset) -> tuple[tuple[str, int, int], ...]:
-    """(name, in_features, out_features) of each linear in one decoder layer (Qwen2: q, k, v, o, gate, up, down)."""
-    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
-    return (("q_proj", d, d), ("k_proj", d, kv), ("v_proj", d, kv), ("o_proj", d, d),
-            ("gate_proj", d, inter), ("up_proj", d, inter), ("down_proj", inter, d))
+    """(name, in_features, out_features) of each linear in one decoder layer, as the family builds it (ModelPreset.linears:
+    q, k, v, o, gate, up, down; phi3's fused qkv_proj and gate_up_proj; q's width heads x head_dim)."""
+    return tuple((name, k, n) for name, k, n, _ in p.linears())
 
 
 def fp8_linears(p: ModelPreset) -> tuple[tuple[str, int, int], ...]:

@@ -15,7 +15,8 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
                           hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
 - optimizer    8P/S       AdamW exp_avg and exp_avg_sq, fp32, sharded.
-- gathered     2*P_root + 2*2*P_layer + 2*6*P_layer
+- gathered     2*P_root + 2*B_layer + 2*6*P_layer (B_layer = 2*P_layer bytes; with fp8, 1 byte for each weight
+                          of a converted linear, core.fp8.fp8_linears)
                           bf16 all-gathered copies: the root (embeddings = tied output projection, final norm) stays
                           gathered from forward to backward; one layer computes while the next is prefetched; in
                           backward two layers' unsharded gradients (bf16 + the fp32 copy reduce-scattered) are in
@@ -25,8 +26,12 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           normalized and scaled output: 8d each), attention with SDPA (q, k, v, output and o_proj
                           input: 6d + 4kv; no seq x seq scores), SwiGLU MLP (gate, SiLU, up, product: 8I); 10d for
                           the final norm and the hidden states the loss reads.
-               with activation checkpointing: T * (L * 2d + a + 10d): each layer keeps only its bf16 input, and one
-                          layer is recomputed at a time in backward.
+               (a per family: ModelPreset.activation_bytes_per_token_layer, its norms, q/k norms and head widths.)
+               with full activation checkpointing: T * (L * 2d + a + 10d): each layer keeps only its bf16 input, and
+                          one layer is recomputed at a time in backward.
+               with selective (per-op) checkpointing: T * (L * s + a + 10d), s = 2d + 2 (saved linears' outputs) +
+                          2 q: each layer keeps its input, the outputs of every other matrix product (torchtitan's
+                          op policy, ModelPreset.selective_linears) and the attention output.
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ray_efa.core import catalog
+from ray_efa.core import catalog, fp8
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
@@ -123,11 +128,6 @@ class MemoryEstimate:
         )
 
 
-def _layer_parameters(p: ModelPreset) -> int:
-    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
-    return (d * d + d) + 2 * (d * kv + kv) + d * d + 3 * d * inter + 2 * d
-
-
 COMPILED_ACTIVATIONS = 0.68
 """Share of eager activation bytes compiled layers keep: fitted to reserved peaks of six shapes on one H200 (0.63 fits
 allocated peaks)."""
@@ -150,13 +150,16 @@ ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
 a slow link lags): fitted to reserved memory of the 2 x H200 cells (shard groups of 1 and 2)."""
 
 
-def _activation_bytes_per_token(p: ModelPreset, checkpointing: bool, compiled: bool = False) -> float:
-    d, kv, inter, layers = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size, p.num_hidden_layers
-    per_layer = 22 * d + 4 * kv + 8 * inter
+def _activation_bytes_per_token(p: ModelPreset, mode: str, compiled: bool = False) -> float:
+    """Bytes of activations per token of a micro-batch under checkpointing `mode` (none, selective, full)."""
+    d, layers = p.hidden_size, p.num_hidden_layers
+    per_layer: float = p.activation_bytes_per_token_layer()
     if compiled:
         per_layer *= COMPILED_ACTIVATIONS
-    kept = 2 * d if checkpointing else per_layer
-    return layers * kept + (per_layer if checkpointing else 0) + 10 * d
+    if mode == "none":
+        return layers * per_layer + 10 * d
+    kept = 2 * d if mode == "full" else p.selective_bytes_per_token_layer()
+    return layers * kept + per_layer + 10 * d  # + the one layer recomputed at a time in backward
 
 
 def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
@@ -169,6 +172,14 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = F
     else:
         logits = 8 * v * held
     return logits + 6 * v * d + 2 * d * tokens
+
+
+def _gathered_layer_bytes(p: ModelPreset, fp8_all_gather: bool) -> int:
+    """Bytes of one all-gathered decoder layer: bf16, or with the fp8 all-gather the converted linears' weights in 1
+    byte each (core.fp8.fp8_linears: the k and v projections of a grouped-query model often stay bf16) and the rest
+    (small linears, biases, norms) in bf16."""
+    converted = fp8.fp8_parameters(p) // p.num_hidden_layers if fp8_all_gather else 0
+    return 2 * p.layer_parameters - converted
 
 
 def grad_sync_every_micro_batch(t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int,
@@ -198,7 +209,7 @@ def estimate_for(
     p = t.preset
     fp8 = t.precision == "fp8"
     params = p.num_parameters
-    layer = _layer_parameters(p)
+    layer = p.layer_parameters
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch_size * t.seq_len
     shard = shard_size or world_size
@@ -216,10 +227,10 @@ def estimate_for(
         # gathered in fp8 now, measured 0.49 GiB less (not the 1.2 GiB of 1 byte a converted weight); planned at the
         # bf16 figure, 0.5 GiB over.
         # Otherwise the root and two layers; with the fp8 all-gather the layers hold 1-byte linear weights.
-        "gathered": (2 * params if shard == 1 else 2 * root + 2 * (1 if fp8 else 2) * layer) + 2 * 6 * layer,
+        "gathered": (2 * params if shard == 1 else 2 * root + 2 * _gathered_layer_bytes(p, fp8)) + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and
         # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
-        "activations": tokens * _activation_bytes_per_token(p, t.checkpointing, t.compile)
+        "activations": tokens * _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
                        * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk, compiled=t.compile),
     }

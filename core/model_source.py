@@ -237,25 +237,43 @@ def model_label(model_path: str) -> str:
 
 
 def architecture(t: ModelFields) -> ModelPreset:
-    """The architecture to train and plan: modelPath's config.json, else modelConfig, else (no modelPath) the preset.
+    """The architecture to train and plan: modelPath's config.json, else modelConfig (a config.json or a preset name;
+    without modelPath, the architecture of a random initialization), else the `model` preset.
 
-    Raises SettingsError (naming modelPath or modelConfig) when modelPath is set and neither can be read here.
+    Raises SettingsError (naming modelPath or modelConfig) when neither can be read here, or the config.json's
+    model_type is not one of core.models.SUPPORTED_MODEL_TYPES.
     """
     if t.model_path is None:
-        return model_preset(t.model)
+        if t.model_configuration is None:
+            return model_preset(t.model)
+        return _model_config_architecture(t.model_configuration, _config_label(t.model_configuration))
     source = parse_model_path(t.model_path)
     folder = local_model_dir(source)
     if folder is not None:
         return _config_architecture(folder / CONFIG_FILE, model_label(t.model_path), "modelPath", t.model_path)
-    if t.model_configuration in MODEL_PRESETS:
-        return dataclasses.replace(model_preset(t.model_configuration), name=model_label(t.model_path))
     if t.model_configuration is not None:
-        path = Path(t.model_configuration)
-        if not path.is_file():
-            raise SettingsError([Problem("modelConfig", t.model_configuration, "must be a readable config.json file or one of "
-                                         f"the presets {', '.join(MODEL_PRESETS)}")])
-        return _config_architecture(path, model_label(t.model_path), "modelConfig", t.model_configuration)
+        return _model_config_architecture(t.model_configuration, model_label(t.model_path))
     raise SettingsError([Problem("modelPath", t.model_path, _not_here(source))])
+
+
+def _config_label(model_config: str) -> str:
+    """A random initialization's name, from modelConfig: the preset's, or the folder holding the config.json (the
+    file's own name when it is not config.json)."""
+    if model_config in MODEL_PRESETS:
+        return model_config
+    path = PurePosixPath(model_config)
+    return (path.parent.name if path.name == CONFIG_FILE else path.stem) or path.name
+
+
+def _model_config_architecture(model_config: str, name: str) -> ModelPreset:
+    """modelConfig's architecture under `name`: a preset, or a config.json read here."""
+    if model_config in MODEL_PRESETS:
+        return dataclasses.replace(model_preset(model_config), name=name)
+    path = Path(model_config)
+    if not path.is_file():
+        raise SettingsError([Problem("modelConfig", model_config, "must be a readable config.json file or one of "
+                                     f"the presets {', '.join(MODEL_PRESETS)}")])
+    return _config_architecture(path, name, "modelConfig", model_config)
 
 
 def _not_here(source: ModelSource) -> str:
@@ -297,7 +315,8 @@ def model_problems(t: ModelFields) -> list[Problem]:
     except SettingsError as error:
         return error.problems
     if t.seq_len > arch.max_position_embeddings:
-        key, value = ("modelPath", t.model_path) if t.model_path else ("model", t.model)
+        key, value = (("modelPath", t.model_path) if t.model_path else ("modelConfig", t.model_configuration)
+                      if t.model_configuration else ("model", t.model))
         return [Problem("seqLen", t.seq_len, f"must be <= {arch.max_position_embeddings}, the max positions of "
                                              f"{arch.name} ({key} {value})")]
     if t.model_path is None:

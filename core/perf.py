@@ -59,6 +59,7 @@ __all__ = [
     "socket_layout",
     "predict",
     "flops_per_token_causal",
+    "recompute_factor",
     "message_bytes",
 ]
 
@@ -279,14 +280,14 @@ def links_for(instance: catalog.InstanceType, network: str, *, placement_group: 
 
 
 def _root_and_last_layer(p: ModelPreset) -> tuple[int, int]:
-    d, kv, inter = p.hidden_size, p.num_key_value_heads * p.head_dim, p.intermediate_size
-    layer = (d * d + d) + 2 * (d * kv + kv) + d * d + 3 * d * inter + 2 * d
+    layer = p.layer_parameters
     return p.num_parameters - p.num_hidden_layers * layer, layer
 
 
 def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
-    """Training FLOPs per token with causal attention counted at half: 6N + 6 L d S (the 12LdS convention's sibling)."""
-    return 6 * p.num_parameters + 6 * p.num_hidden_layers * p.hidden_size * seq_len
+    """Training FLOPs per token with causal attention counted at half: 6N + 6 L d S (the 12LdS convention's sibling;
+    heads x head_dim for d, sliding-window layers at the keys they attend: ModelPreset.flops_per_token_causal)."""
+    return p.flops_per_token_causal(seq_len)
 
 
 def _collectives(
@@ -367,12 +368,22 @@ def loss_chunk_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu) ->
     return (chunks - reference) * per_chunk
 
 
+def recompute_factor(p: ModelPreset, mode: str, seq_len: int) -> float:
+    """Compute of a micro-batch with activation checkpointing `mode` over the same without: none 1, full 4/3 (the
+    forward again), selective 1 + the recomputed linears' share (ModelPreset.recompute_flops_per_token: every other
+    matrix product's forward, torchtitan's per-op policy; about 1.12 for a Llama 3 70B layer, where torchtitan's
+    Llama 3.1 70B and 405B runs on H100s checkpoint selectively, benchmarks/llama3_h100_202412_torchtitan.md)."""
+    if mode == "full":
+        return 4 / 3
+    return 1 + p.recompute_flops_per_token(mode, seq_len) / p.flops_per_token(seq_len)
+
+
 def _micro_batch_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, *, use_fp8: bool,
                          calibration: Calibration | None) -> float:
     """Seconds of one micro-batch's forward and backward on one GPU (the loss's chunking included), at the GPU's
     compute rate (core.gpu_constants: measured, published or assumed; or the calibration's)."""
     tokens = t.micro_batch_size * t.seq_len
-    recompute = 4 / 3 if t.checkpointing else 1
+    recompute = recompute_factor(p, t.checkpointing_mode, t.seq_len)
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
     family = gpu_constants.constants_for(gpu.name)
     efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
@@ -388,7 +399,17 @@ def _micro_batch_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, 
         micro = max((flops - linear) / rate + linear / fp8_rate + casts + MICRO_STEP_FIXED_S, FP8_LAUNCH_FLOOR_S)
     else:
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S)
-    return micro + loss_chunk_seconds(p, t, gpu)
+    return micro + loss_chunk_seconds(p, t, gpu) + _selective_traffic_seconds(p, t, gpu)
+
+
+def _selective_traffic_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu) -> float:
+    """Seconds a micro-batch's selective recompute spends moving the recomputed elementwise tensors (norms, RoPE, the
+    MLP's activation and product: ModelPreset.selective_recompute_bytes_per_token) at the GPU's memory bandwidth;
+    their FLOPs are nothing, their traffic is what they cost (full checkpointing's is in its 4/3)."""
+    if t.checkpointing_mode != "selective" or not gpu.memory_bandwidth_gb_s:
+        return 0.0
+    tokens = t.micro_batch_size * t.seq_len
+    return tokens * p.selective_recompute_bytes_per_token() / (gpu.memory_bandwidth_gb_s * 1e9)
 
 
 def _link_seconds(collectives: Sequence[Collective], p: ModelPreset, intra: Link, inter: Link, *, network: str,

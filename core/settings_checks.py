@@ -294,4 +294,10 @@ AutoChunk = Annotated[Literal["auto"] | int, _check(_non_negative_or_auto),
                       WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 0}]})]
 """A token count core.strategy decides when left at auto, where 0 means none (lossChunkSize); on `-c` auto or an integer."""
 AutoBool = Annotated[Literal["auto"] | bool, WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "boolean"}]})]
-"""A switch core.strategy decides when left at auto (activationCheckpointing); on `-c` auto, true or false."""
+"""A switch core.strategy decides when left at auto (gradSyncEveryMicroBatch); on `-c` auto, true or false."""
+CHECKPOINTING_MODES = ("none", "selective", "full")
+"""What activationCheckpointing can be decided to (true means full, false none)."""
+AutoCheckpointing = Annotated[Literal["auto", "none", "selective", "full"] | bool,
+                              WithJsonSchema({"anyOf": [{"enum": ["auto", *CHECKPOINTING_MODES]}, {"type": "boolean"}]})]
+"""activationCheckpointing: auto (core.strategy decides), none, selective or full; true and false, its first values,
+mean full and none."""

@@ -129,19 +129,13 @@ def _fp8_needs_fp8_tensor_cores(precision: str, instance_type: str, descriptions
     return None
 
 
-@_rule("model", "seqLen")
-def _sequence_fits_the_model(model: str, seq_len: int) -> Problem | None:
+@_rule("model", "seqLen", "modelPath", "modelConfig")
+def _sequence_fits_the_model(model: str, seq_len: int, model_path: str | None, model_config: str | None) -> Problem | None:
+    if model_path is not None or model_config is not None:
+        return None  # `model` is unused: core.model_source.model_problems checks the architecture that is
     limit = model_preset(model).max_position_embeddings
     if seq_len > limit:
         return Problem("seqLen", seq_len, f"must be <= {limit}, the max positions of {model}")
-    return None
-
-
-@_rule("modelConfig", "modelPath")
-def _model_config_describes_a_model_path(model_config: str | None, model_path: str | None) -> Problem | None:
-    if model_config is not None and model_path is None:
-        return Problem("modelConfig", model_config, "needs modelPath: it describes modelPath's architecture "
-                                                    "(a random initialization takes `model`)")
     return None
 
 

@@ -28,6 +28,7 @@ from ray_efa.core.settings_checks import (
     VPC_ID,
     AdminPrincipalArn,
     AutoBool,
+    AutoCheckpointing,
     AutoChunk,
     AutoCount,
     Cidr,
@@ -352,7 +353,7 @@ class TrainingSettings(_Section):
     """The training run: model, batch shape, optimizer, reporting, checkpoints."""
 
     model: ModelPreset = setting(
-        "qwen2.5-1.5b", "model", "Model architecture preset of a random initialization (unused with modelPath)."
+        "qwen2.5-1.5b", "model", "Model architecture preset of a random initialization (unused with modelPath or modelConfig)."
     )
     model_path: ModelPath | None = setting(
         None, "modelPath",
@@ -362,8 +363,10 @@ class TrainingSettings(_Section):
     )
     model_configuration: str | None = setting(
         None, "modelConfig",
-        "The architecture for the plan when modelPath's config.json is not on this machine (s3://, a pod-only folder, "
-        "an hf:// repository not in the Hub cache): a local copy of that config.json, or a preset name.",
+        "A config.json (a local file) or a preset name. With modelPath: its architecture, for the plan when "
+        "modelPath's config.json is not on this machine (s3://, a pod-only folder, an hf:// repository not in the Hub "
+        "cache). Without: the architecture of a random initialization, in place of `model`. Its model_type must be one "
+        f"of {', '.join(models.SUPPORTED_MODEL_TYPES)} (or gemma3, read as its text_config).",
     )
     dataset: DataPath | None = setting(
         None, "dataset",
@@ -424,9 +427,12 @@ class TrainingSettings(_Section):
         "coordinate-descent tuning): the default job's step 1.0% faster on an H100, its first compile about a minute "
         "longer (then from inductor's cache).",
     )
-    activation_checkpointing: AutoBool = setting(
+    activation_checkpointing: AutoCheckpointing = setting(
         "auto", "activationCheckpointing",
-        "Recompute decoder-layer activations in backward; auto: on only where it lets a faster plan fit (core.strategy).",
+        "Recompute decoder-layer activations in backward: none; selective (per op: each layer keeps its attention "
+        "output and every other matrix product's, and recomputes the rest: about a third of the forward's matrix "
+        "products again); full (each layer keeps only its input and runs its forward again); true means full, false none. "
+        "auto: the least recompute with which the plan fits (core.strategy).",
     )
     grad_sync_every_micro_batch: AutoBool = setting(
         "auto", "gradSyncEveryMicroBatch",
@@ -518,8 +524,18 @@ class TrainingSettings(_Section):
 
     @property
     def checkpointing(self) -> bool:
-        """activationCheckpointing once decided (core.strategy.resolve); ValueError while it is still auto."""
-        return _decided(self.activation_checkpointing, "activationCheckpointing")
+        """Whether decoder layers recompute anything in backward (checkpointing_mode is not none); ValueError while
+        activationCheckpointing is still auto."""
+        return self.checkpointing_mode != "none"
+
+    @property
+    def checkpointing_mode(self) -> Literal["none", "selective", "full"]:
+        """activationCheckpointing once decided (core.strategy.resolve), true read as full and false as none;
+        ValueError while it is still auto."""
+        value = _decided(self.activation_checkpointing, "activationCheckpointing")
+        if isinstance(value, bool):
+            return "full" if value else "none"
+        return value
 
     @property
     def builtin(self) -> bool:
@@ -530,7 +546,8 @@ class TrainingSettings(_Section):
     def preset(self) -> models.ModelPreset:
         """The architecture to train and plan: modelPath's config.json (core.model_source), else the `model` preset.
 
-        Raises SettingsError when modelPath is set and neither its config.json nor modelConfig can be read here.
+        Raises SettingsError when modelPath's config.json or modelConfig cannot be read here, or names an unsupported
+        model_type.
         """
         from ray_efa.core.model_source import architecture
 

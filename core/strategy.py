@@ -229,8 +229,13 @@ def _loss_chunks(t: TrainingSettings) -> tuple[int, ...]:
     return AUTO_LOSS_CHUNKS if t.loss_chunk_size == "auto" else (int(t.loss_chunk_size),)
 
 
-def _checkpointing(t: TrainingSettings) -> tuple[bool, ...]:
-    return (False, True) if t.activation_checkpointing == "auto" else (bool(t.activation_checkpointing),)
+CHECKPOINTING_CHOICES: tuple[bool | str, ...] = (False, "selective", True)
+"""What auto tries for activationCheckpointing, least recompute first: none (false), selective, full (true); the
+first with which the shape fits is kept (core.perf.recompute_factor: selective recomputes about a third of full's)."""
+
+
+def _checkpointing(t: TrainingSettings) -> tuple[bool | str, ...]:
+    return CHECKPOINTING_CHOICES if t.activation_checkpointing == "auto" else (t.activation_checkpointing,)
 
 
 def _within_headroom(option: Option) -> bool:
@@ -302,7 +307,7 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         decided = t.model_copy(update={
             "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
             "precision": "bf16" if t.precision == "auto" else t.precision,
-            "activation_checkpointing": t.activation_checkpointing is True,
+            "activation_checkpointing": False if t.activation_checkpointing == "auto" else t.activation_checkpointing,
             "loss_chunk_size": memory.SUGGESTED_LOSS_CHUNK if t.loss_chunk_size == "auto" else t.loss_chunk_size})
         strategy = "fsdp" if t.sharding == "auto" else t.sharding
         reduce_dtype = "fp32" if t.grad_reduce_dtype == "auto" else t.grad_reduce_dtype
@@ -364,8 +369,10 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
             out.append(("gradSyncEveryMicroBatch", t.grad_sync_every_micro_batch, {"gradSyncEveryMicroBatch": True}))
     if t.loss_chunk_size == 0:
         out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
-    if not t.activation_checkpointing:
-        out.append(("activationCheckpointing", False, {"activationCheckpointing": True}))
+    if t.checkpointing_mode == "none":  # the cheaper recompute first
+        out.append(("activationCheckpointing", t.activation_checkpointing, {"activationCheckpointing": "selective"}))
+    if t.checkpointing_mode != "full":
+        out.append(("activationCheckpointing", t.activation_checkpointing, {"activationCheckpointing": True}))
     if t.micro_batch_size > 1:
         out.append(("microBatch", t.micro_batch_size, {"microBatch": t.micro_batch_size // 2}))
     if t.seq_len > 1:
@@ -488,7 +495,9 @@ def _levers(settings: Settings) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     if t.loss_chunk == 0 or t.loss_chunk > memory.SUGGESTED_LOSS_CHUNK:
         out.append({"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK})
-    if not t.activation_checkpointing:
+    if t.checkpointing_mode == "none":
+        out.append({"activationCheckpointing": "selective"})
+    if t.checkpointing_mode != "full":
         out.append({"activationCheckpointing": True})
     return out
 
