@@ -101,10 +101,24 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="mfu-flops-doubled", file="core/models.py",
-        old="return 6 * self.num_parameters + 12 * self.num_hidden_layers",
-        new="return 12 * self.num_parameters + 12 * self.num_hidden_layers",
+        old="return 6 * self.matmul_parameters + 12 * self.q_width * 2 * self.attended_keys(seq_len)",
+        new="return 12 * self.matmul_parameters + 12 * self.q_width * 2 * self.attended_keys(seq_len)",
         tests=("tests/training/test_train_metrics.py", "-k", "hand_computed"),
         why="FLOPs per token with 12N instead of 6N: MFU ~1.8x inflated",
+    ),
+    Mutation(
+        name="qk-norms-uncounted", file="core/models.py",
+        old="return linears + self.norms_per_layer * self.hidden_size + self.qk_norm_parameters",
+        new="return linears + self.norms_per_layer * self.hidden_size",
+        tests=("tests/core/test_models.py", "-k", "published_parameters"),
+        why="Qwen3's and OLMo 2's q/k norms left out of the parameter count (and the memory plan)",
+    ),
+    Mutation(
+        name="sliding-window-ignored", file="core/models.py",
+        old="if kind == SLIDING_ATTENTION and window is not None and window < seq_len:",
+        new="if False:",
+        tests=("tests/core/test_models.py", "-k", "sliding_window"),
+        why="Gemma 2's and Mistral's sliding-window layers charged full attention FLOPs",
     ),
     Mutation(
         name="save-counted-as-a-step", file="training/reporting.py",
