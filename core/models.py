@@ -294,8 +294,9 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def _layer_types(model_type: str, config: dict[str, Any], layers: int) -> tuple[int | None, tuple[str, ...]]:
     """(sliding window, each layer's attention kind) as transformers' config class derives them (its defaults where
-    config.json is silent: MistralConfig's sliding_window 4096, Gemma2's every other layer, Gemma3's 5 of 6)."""
-    defaults = {"mistral": 4096, "gemma2": 4096, "gemma3_text": 4096}
+    config.json is silent: sliding_window 4096 (Mistral, Gemma, Qwen with use_sliding_window), Gemma2's every other
+    layer, Gemma3's 5 of 6, Qwen's layers from max_window_layers (28) on; Mistral and Phi-3 slide every layer)."""
+    defaults = {"mistral": 4096, "gemma2": 4096, "gemma3_text": 4096, "qwen2": 4096, "qwen3": 4096}
     window = config.get("sliding_window", defaults.get(model_type))
     if model_type in ("qwen2", "qwen3") and not config.get("use_sliding_window", False):
         window = None
@@ -310,7 +311,7 @@ def _layer_types(model_type: str, config: dict[str, Any], layers: int) -> tuple[
         pattern = int(config.get("sliding_window_pattern") or 6)
         kinds = [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(layers)]
     elif model_type in ("qwen2", "qwen3"):
-        first = int(config.get("max_window_layers", layers))
+        first = int(config.get("max_window_layers", 28))  # Qwen2Config's and Qwen3Config's default
         kinds = [SLIDING_ATTENTION if i >= first else FULL_ATTENTION for i in range(layers)]
     else:  # mistral, phi3: every layer
         kinds = [SLIDING_ATTENTION] * layers

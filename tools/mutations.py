@@ -114,6 +114,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="Qwen3's and OLMo 2's q/k norms left out of the parameter count (and the memory plan)",
     ),
     Mutation(
+        name="phi3-qkv-one-kv-wide", file="core/models.py",
+        old='return (("qkv_proj", d, q + 2 * kv, False)',
+        new='return (("qkv_proj", d, q + kv, False)',
+        tests=("tests/core/test_models_meta.py", "-k", "phi"),
+        why="Phi-3's fused qkv_proj counted one key/value width short of what transformers builds",
+    ),
+    Mutation(
         name="sliding-window-ignored", file="core/models.py",
         old="if kind == SLIDING_ATTENTION and window is not None and window < seq_len:",
         new="if False:",
