@@ -10,8 +10,9 @@ tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core
   CEILING_MARGIN.
 - context: kept for a term other than a family's constant (the scale term), not comparable (the note says why).
 
-How a published configuration is planned: its architecture as a Qwen2-shaped preset (MODELS: Llama's and MPT's
-dimensions; MPT's 4d GELU MLP as the SwiGLU width with the same weights, 8d/3), FSDP over nodes x GPUs of its
+How a published configuration is planned: its own architecture (the model_type column: MODELS holds Llama's as
+Llama, from the models' config.json; MPT, no family of the train function, as the Llama-shaped layer of the same
+weights, its 4d GELU MLP as the SwiGLU width 8d/3), FSDP over nodes x GPUs of its
 catalog instance (the network the plan would use there), chunked loss (ours), and checkpointing as run: none, selective
 (torchtitan's per-op policy, recomputing every other matrix product: core.perf.recompute_factor) or full.
 """
@@ -33,7 +34,7 @@ from ray_efa.core import catalog, gpu_constants, perf
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
-__all__ = ["DATA", "MODELS", "TOLERANCE", "CEILING_MARGIN", "PublishedRun", "runs", "predict", "Verdict", "judge",
+__all__ = ["DATA", "MODELS", "PLANNED_AS", "TOLERANCE", "CEILING_MARGIN", "PublishedRun", "runs", "predict", "Verdict", "judge",
            "LEVERS", "pairs", "ratio", "source_of", "fit_family", "SourceCheck", "leave_one_source_out"]
 
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
@@ -44,15 +45,21 @@ CEILING_MARGIN = 0.05
 
 
 def _llama(name: str, d: int, layers: int, heads: int, kv: int, inter: int, vocab: int) -> ModelPreset:
-    return ModelPreset(name=name, hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
-                       num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
+    return ModelPreset(name=name, model_type="llama", hidden_size=d, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
                        max_position_embeddings=131_072, tie_word_embeddings=False)
 
 
 def _mpt(name: str, d: int, layers: int, heads: int) -> ModelPreset:
-    return ModelPreset(name=name, hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
-                       num_key_value_heads=heads, intermediate_size=round(8 * d / 3), vocab_size=50_368,
-                       max_position_embeddings=131_072, tie_word_embeddings=True)
+    # MPT is no family transformers builds with this project's train function: planned as the Llama-shaped layer of
+    # the same weights (its 4d GELU MLP as a gated one of 8d/3), tied embeddings, no biases, as MPT has none
+    return ModelPreset(name=name, model_type="llama", hidden_size=d, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=round(8 * d / 3),
+                       vocab_size=50_368, max_position_embeddings=131_072, tie_word_embeddings=True)
+
+
+PLANNED_AS = {"mpt": "llama"}
+"""A published run's model_type the plan has no family for, and the family whose shapes stand in for it."""
 
 
 MODELS: dict[str, ModelPreset] = {m.name: m for m in (
@@ -82,6 +89,8 @@ class PublishedRun:
     nodes: int
     gpus_per_node: int
     model: str
+    model_type: str
+    """The run's own architecture (config.json's model_type): qwen2, llama, or mpt (PLANNED_AS)."""
     seq: int
     micro_batch: int
     grad_accumulation: int
@@ -114,7 +123,7 @@ def runs() -> tuple[PublishedRun, ...]:
                              "or context")  # context rows are neither fitted nor judged
         out.append(PublishedRun(
             split=r["split"], role=r["role"], gpu=r["gpu"], instance_type=r["instance_type"], nodes=int(r["nodes"]),
-            gpus_per_node=int(r["gpus_per_node"]), model=r["model"], seq=int(r["seq"]),
+            gpus_per_node=int(r["gpus_per_node"]), model=r["model"], model_type=r["model_type"], seq=int(r["seq"]),
             micro_batch=int(r["micro_batch"]), grad_accumulation=int(r["grad_accumulation"]),
             precision=r["precision"], compile=r["compile"] == "true", checkpointing=r["checkpointing"],
             stack=r["stack"], tokens_per_s_per_gpu=float(r["tokens_per_s_per_gpu"]), date=r["date"],
@@ -127,11 +136,17 @@ _CHECKPOINTING: dict[str, bool | str] = {"none": False, "selective": "selective"
 
 
 def _preset(run: PublishedRun) -> ModelPreset:
+    """The run's architecture, of its own family (or PLANNED_AS's stand-in); ValueError if the CSV's model_type is not
+    the one planned."""
     if run.model in MODELS:
-        return MODELS[run.model]
-    from ray_efa.core.models import model_preset
+        arch = MODELS[run.model]
+    else:
+        from ray_efa.core.models import model_preset
 
-    return model_preset(run.model)
+        arch = model_preset(run.model)
+    if PLANNED_AS.get(run.model_type, run.model_type) != arch.model_type:
+        raise ValueError(f"{DATA}: {run.model} is a {run.model_type} run, planned as {arch.model_type}")
+    return arch
 
 
 def predict(run: PublishedRun) -> float:
