@@ -9,6 +9,9 @@ active, naming it and `-c allowJobDisruption=true`: CloudFormation rolls back wi
 untouched. A Capacity Block's node group rolled with nodes up is refused too, override or not (EKS updates it only
 at desired size 0).
 
+It never refuses CloudFormation's rollback of a failed update (its stack UPDATE_ROLLBACK_IN_PROGRESS, which the
+handler reads with DescribeStacks on this stack alone): every refusal, and every later failure, can be rolled back.
+
 It runs where the cluster's kubectl provider runs (its role, layers and VPC placement), as HelmChartCrds does.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs_
 from constructs import Construct
@@ -102,6 +106,12 @@ class JobDisruptionGuard(Construct):
                         "JobHash": job_hash, "JobName": job_name or "none", "Namespace": namespace,
                         "AllowJobDisruption": "true" if allow else "false"},
         )
+        # The handler tells CloudFormation's rollback from a deploy by its stack's status: DescribeStacks on this
+        # stack alone (its id, AWS::StackId), before the guard is first asked.
+        self.read_stack_status: iam.Policy = iam.Policy(self, "ReadStackStatus", statements=[iam.PolicyStatement(
+            actions=["cloudformation:DescribeStacks"], resources=[Stack.of(self).stack_id])])
+        self.read_stack_status.attach_to_role(provider.role)
+        self.resource.node.add_dependency(self.read_stack_status)
         group = self.function.node.try_find_child("LogGroup")
         if isinstance(group, logs_.LogGroup):
             if logs is not None:

@@ -6,7 +6,17 @@ definition (JobHash; "none" when the stack applies no job). On such an Update, `
 change disrupts a job; if it does, the handler asks the API server for the RayJobs of the cluster (`kubectl get
 rayjobs -A`, through the kubectl provider's layers and role, as infra/chart_crds_handler.py does) and fails the
 update when one is active, naming it and the override: CloudFormation then rolls the stack back before the node
-group or the RayJob changes. Create and Delete never refuse. Standard library only: this module is the Lambda asset.
+group or the RayJob changes. Create and Delete never refuse. Standard library and boto3 (as the Lambda runtime has
+it) only: this module is the Lambda asset.
+
+CloudFormation rolls a failed update back by updating each resource it updated back to its previous properties: the
+guard gets another Update (RequestType Update with ResourceProperties and OldResourceProperties, CloudFormation User
+Guide, crpg-ref-requesttypes-update) whose old and new properties are the forward update's, reversed, while the
+stack's status is UPDATE_ROLLBACK_IN_PROGRESS (ContinueUpdateRollback, CloudFormation API Reference, puts a stack in
+UPDATE_ROLLBACK_FAILED back there). The reversed Update "rolls" the nodes just as the forward one did, with the job still running: refusing it would leave the stack in UPDATE_ROLLBACK_FAILED. So before
+judging an Update the handler reads its stack's status (DescribeStacks on the event's StackId, the one permission
+the guard's role has on CloudFormation) and answers SUCCESS to every rollback, without asking the cluster: a
+rollback restores what ran before, and an unreachable API server cannot fail it.
 
 A Capacity Block's node group is rolled only from zero nodes ("When upgrading a managed node group with Capacity
 Blocks, make sure to set the desired size of the node group to 0", EKS User Guide, capacity-blocks-mng): a roll
@@ -22,8 +32,9 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["handler", "decide", "disruption", "active_ray_jobs", "kubectl_ray_jobs", "INACTIVE_STATES",
-           "FUNCTION_TIMEOUT_S", "SERVICE_TIMEOUT_S"]
+__all__ = ["handler", "judge", "decide", "disruption", "active_ray_jobs", "kubectl_ray_jobs",
+           "cloudformation_stack_status", "rolling_back", "Unsure", "INACTIVE_STATES", "FUNCTION_TIMEOUT_S",
+           "SERVICE_TIMEOUT_S"]
 
 FUNCTION_TIMEOUT_S = 120
 SERVICE_TIMEOUT_S = 300
@@ -38,6 +49,15 @@ OVERRIDE = "-c allowJobDisruption=true"
 
 ListJobs = Callable[[], Mapping[str, str]]
 """The RayJobs of the cluster: namespace/name -> status.jobDeploymentStatus."""
+
+StackStatus = Callable[[str], str]
+"""A stack's StackStatus (DescribeStacks) from its id (the event's StackId)."""
+
+
+def rolling_back(stack_status: str) -> bool:
+    """Whether CloudFormation is rolling the stack back: UPDATE_ROLLBACK_IN_PROGRESS (a failed update, or
+    continue-update-rollback), its cleanup, ROLLBACK_IN_PROGRESS (a failed create) and IMPORT_ROLLBACK_IN_PROGRESS."""
+    return stack_status.endswith("ROLLBACK_IN_PROGRESS") or stack_status == "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS"
 
 
 def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -129,17 +149,62 @@ def _respond(event: Mapping[str, Any], status: str, reason: str, physical_id: st
         print(f"CloudFormation response: {response.status}", flush=True)
 
 
-def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs | None = None) -> None:
+class Unsure(RuntimeError):
+    """The guard could not read what it needs (the stack's status, the cluster's RayJobs): it refuses."""
+
+
+def cloudformation_stack_status(stack_id: str) -> str:
+    """The StackStatus of stack `stack_id` (DescribeStacks, boto3 as the Lambda runtime has it; a few retries)."""
+    import boto3  # the Lambda runtime's; imported here so that the pure functions above need no AWS SDK
+    from botocore.config import Config
+
+    config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 4, "mode": "standard"})
+    stacks = boto3.client("cloudformation", config=config).describe_stacks(StackName=stack_id)["Stacks"]
+    return str(stacks[0]["StackStatus"])
+
+
+def judge(event: Mapping[str, Any], list_jobs: ListJobs, stack_status: StackStatus) -> str | None:
+    """Why the guard fails this request (None: it succeeds): `decide`, but never on CloudFormation's rollback.
+
+    The stack's status is read only for an Update that disrupts (the others succeed without it), and the cluster
+    is asked only when the stack is not rolling back. An error reading either raises (the handler refuses)."""
+    request_type = event["RequestType"]
+    old, new = event.get("OldResourceProperties", {}), event.get("ResourceProperties", {})
+    if request_type != "Update" or not disruption(old, new):
+        return None
+    try:
+        status = stack_status(str(event["StackId"]))
+    except Exception as error:
+        raise Unsure(f"could not read the stack's status ({error})") from error
+    if rolling_back(status):
+        print(f"the stack is {status}: a rollback restores what ran before; never refused", flush=True)
+        return None
+
+    def listed() -> Mapping[str, str]:
+        try:
+            return list_jobs()
+        except Exception as error:
+            raise Unsure(f"could not list the cluster's RayJobs ({error})") from error
+
+    return decide(request_type, old, new, listed)
+
+
+def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs | None = None,
+            stack_status: StackStatus | None = None) -> None:
+    """The Lambda's entry point: judge the request and answer CloudFormation at its ResponseURL, always.
+
+    `list_jobs` (the cluster's RayJobs) and `stack_status` (a stack's status from its id) default to the API server
+    and CloudFormation; tests pass their own."""
     new = event.get("ResourceProperties", {})
-    old = event.get("OldResourceProperties", {})
     physical_id = event.get("PhysicalResourceId") or f"{new.get('ClusterName')}/job-guard"
     print(json.dumps({key: value for key, value in event.items() if key != "ResponseURL"}), flush=True)
     try:
-        refusal = decide(event["RequestType"], old, new, list_jobs or kubectl_ray_jobs(str(new.get("ClusterName"))))
+        refusal = judge(event, list_jobs or kubectl_ray_jobs(str(new.get("ClusterName"))),
+                        stack_status or cloudformation_stack_status)
         status, reason = ("FAILED", f"ray-efa job guard: {refusal}") if refusal else ("SUCCESS", "no running job "
                                                                                       "disrupted")
     except Exception as error:  # noqa: BLE001 - every failure must reach CloudFormation; unknown means refuse
-        status, reason = "FAILED", (f"ray-efa job guard: could not list the cluster's RayJobs ({error}); deploy with "
-                                    f"{OVERRIDE} if no job runs")
+        why = str(error) if isinstance(error, Unsure) else f"failed ({type(error).__name__}: {error})"
+        status, reason = "FAILED", f"ray-efa job guard: {why}; deploy with {OVERRIDE} if no job runs"
     print(reason, flush=True)
     _respond(event, status, reason, physical_id)

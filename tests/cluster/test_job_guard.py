@@ -101,6 +101,8 @@ def test_the_guard_refuses_when_kubectl_cannot_list_the_jobs(control_plane: Cont
     list_jobs = guard.kubectl_ray_jobs("ray-train", runner(stranger, tmp_path))
     answers: list[tuple[str, str]] = []
     monkeypatch.setattr(guard, "_respond", lambda event, status, reason, physical_id: answers.append((status, reason)))
-    guard.handler({"RequestType": "Update", "ResourceProperties": new, "OldResourceProperties": old}, None, list_jobs)
+    event = {"RequestType": "Update", "StackId": "ray-train-gpu", "ResourceProperties": new,
+             "OldResourceProperties": old}
+    guard.handler(event, None, list_jobs, stack_status=lambda stack_id: "UPDATE_IN_PROGRESS")
     ((status, reason),) = answers
     assert status == "FAILED" and "could not list the cluster's RayJobs" in reason and guard.OVERRIDE in reason

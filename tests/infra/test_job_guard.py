@@ -9,9 +9,13 @@ coming and that the node group and the RayJob wait for it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -123,7 +127,7 @@ def _handle(event_props: tuple[dict, dict], list_jobs) -> dict:
     event = {"RequestType": "Update", "ResponseURL": f"http://127.0.0.1:{server.server_port}/", "StackId": "s",
              "RequestId": "r", "LogicalResourceId": "JobGuard", "PhysicalResourceId": "ray-train/job-guard",
              "OldResourceProperties": old, "ResourceProperties": new}
-    guard.handler(event, None, list_jobs)
+    guard.handler(event, None, list_jobs, stack_status=lambda stack_id: "UPDATE_IN_PROGRESS")
     thread.join(10)
     server.server_close()
     return _Recorder.bodies.pop()
@@ -141,8 +145,159 @@ def test_the_handler_answers_cloudformation_and_refuses_what_it_cannot_check():
 
     # an API server it cannot reach: refused (not knowing is no licence), naming the override
     answer = _handle((BEFORE, {**BEFORE, "NodeCount": "4"}), unreachable)
-    assert answer["Status"] == "FAILED" and "i/o timeout" in answer["Reason"]
-    assert "-c allowJobDisruption=true" in answer["Reason"]
+    assert answer["Status"] == "FAILED" and "could not list the cluster's RayJobs (" in answer["Reason"]
+    assert "i/o timeout" in answer["Reason"] and "-c allowJobDisruption=true" in answer["Reason"]
+
+
+# -- CloudFormation's sequences, against the handler CloudFormation runs (the synthesized asset) ----------------------
+
+STACK_ID = "arn:aws:cloudformation:us-east-2:111122223333:stack/ray-train-gpu/0a1b2c3d"
+
+
+def asset_handler(synth) -> ModuleType:
+    """The guard's handler module as the Lambda runs it: loaded from the function's asset in the cloud assembly."""
+    (function,) = [r for r in synth.gpu.find_resources("AWS::Lambda::Function").values()
+                   if r["Properties"]["Handler"] == "job_guard_handler.handler"]
+    # Code.S3Key is the asset's hash and ".zip"; the stack's asset manifest says which folder of the assembly it is
+    asset_hash = function["Properties"]["Code"]["S3Key"].removesuffix(".zip")
+    assembly = Path(synth.assembly.directory)
+    manifest = json.loads((assembly / f"{synth.stacks.gpu.stack_name}.assets.json").read_text())
+    asset = assembly / manifest["files"][asset_hash]["source"]["path"]
+    assert sorted(p.name for p in asset.iterdir()) == ["job_guard_handler.py"]  # the handler alone, stdlib + boto3
+    spec = importlib.util.spec_from_file_location("job_guard_asset", asset / "job_guard_handler.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class CloudFormation:
+    """CloudFormation's side of the custom-resource contract for one guard in one stack, as its documentation
+    describes it (CloudFormation User Guide: crpg-ref-requesttypes-create/-update, crpg-ref-responses; API Reference:
+    ContinueUpdateRollback): a request per change of the properties, answered at the ResponseURL (a local HTTP
+    server here), the stack's status what DescribeStacks would say while the request is out (the handler's
+    `stack_status` seam: the one AWS call, which cannot run here), and a failed update rolled back by an Update with
+    the properties reversed; a failed rollback leaves the stack in UPDATE_ROLLBACK_FAILED."""
+
+    def __init__(self, handler: ModuleType, list_jobs: Callable[[], Mapping[str, str]]) -> None:
+        self.handler, self.list_jobs = handler, list_jobs
+        self.status, self.properties, self.pending = "", {}, {}
+        self.answers: list[tuple[str, str, str]] = []  # (stack status when asked, request, answer)
+
+    def _ask(self, request_type: str, old: dict, new: dict) -> bool:
+        server = HTTPServer(("127.0.0.1", 0), _Recorder)
+        thread = threading.Thread(target=server.handle_request)
+        thread.start()
+        event = {"RequestType": request_type, "ResponseURL": f"http://127.0.0.1:{server.server_port}/",
+                 "StackId": STACK_ID, "RequestId": f"r{len(self.answers)}", "LogicalResourceId": "JobGuard",
+                 "ResourceType": "Custom::RayEfa-JobDisruptionGuard", "ResourceProperties": new}
+        if request_type != "Create":
+            event |= {"PhysicalResourceId": "ray-train/job-guard", "OldResourceProperties": old}
+
+        def stack_status(stack_id: str) -> str:
+            assert stack_id == STACK_ID  # the event's own stack, which the role may describe
+            return self.status
+
+        self.handler.handler(event, None, list_jobs=self.list_jobs, stack_status=stack_status)
+        thread.join(10)
+        server.server_close()
+        answer = _Recorder.bodies.pop()
+        self.answers.append((self.status, request_type, answer["Status"]))
+        return answer["Status"] == "SUCCESS"
+
+    def create(self, properties: dict) -> str:
+        self.status = "CREATE_IN_PROGRESS"
+        assert self._ask("Create", {}, properties)
+        self.properties, self.status = properties, "CREATE_COMPLETE"
+        return self.status
+
+    def update(self, properties: dict, later_failure: bool = False) -> str:
+        """Deploy `properties`; `later_failure`: a resource after the guard fails (the node group's update)."""
+        self.status, self.pending = "UPDATE_IN_PROGRESS", properties
+        if self._ask("Update", self.properties, properties) and not later_failure:
+            self.properties, self.status = properties, "UPDATE_COMPLETE"
+            return self.status
+        self.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+        return self._roll_back()
+
+    def continue_update_rollback(self) -> str:
+        assert self.status == "UPDATE_ROLLBACK_FAILED"
+        self.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+        return self._roll_back()
+
+    def _roll_back(self) -> str:
+        rolled_back = self._ask("Update", self.pending, self.properties)
+        self.status = "UPDATE_ROLLBACK_COMPLETE" if rolled_back else "UPDATE_ROLLBACK_FAILED"
+        return self.status
+
+
+@pytest.fixture(scope="module")
+def asset_guard() -> ModuleType:
+    return asset_handler(synthesize())
+
+
+def unreachable() -> dict[str, str]:
+    raise TimeoutError("dial tcp 10.0.1.5:443: i/o timeout")
+
+
+def test_a_refused_roll_is_rolled_back_and_the_stack_can_be_deployed_again(asset_guard):
+    cloudformation = CloudFormation(asset_guard, jobs(RUNNING)[0])
+    assert cloudformation.create(BEFORE) == "CREATE_COMPLETE"
+    # WHEN a deploy rolls the nodes under a running job, THEN the guard refuses it, and its rollback (the same
+    # change reversed, the job still running) succeeds: the stack is deployable again
+    assert cloudformation.update({**BEFORE, "NodeCount": "4"}) == "UPDATE_ROLLBACK_COMPLETE"
+    assert cloudformation.answers[1:] == [("UPDATE_IN_PROGRESS", "Update", "FAILED"),
+                                          ("UPDATE_ROLLBACK_IN_PROGRESS", "Update", "SUCCESS")]
+    assert cloudformation.properties == BEFORE
+
+
+def test_an_override_that_fails_later_is_rolled_back(asset_guard):
+    cloudformation = CloudFormation(asset_guard, jobs(RUNNING)[0])
+    cloudformation.create(BEFORE)
+    allowed = {**BEFORE, "RollKey": "gpuInstanceType=g6e.24xlarge", "AllowJobDisruption": "true"}
+    # the override passes the guard; the node group's update fails after it; the rollback (AllowJobDisruption
+    # false again, a job running) is not refused
+    assert cloudformation.update(allowed, later_failure=True) == "UPDATE_ROLLBACK_COMPLETE"
+    assert [answer for _, _, answer in cloudformation.answers[1:]] == ["SUCCESS", "SUCCESS"]
+
+
+def test_an_unreachable_api_server_fails_the_deploy_but_never_its_rollback(asset_guard):
+    cloudformation = CloudFormation(asset_guard, unreachable)
+    cloudformation.create(BEFORE)
+    assert cloudformation.update({**BEFORE, "JobHash": "bbbb"}) == "UPDATE_ROLLBACK_COMPLETE"
+    assert [answer for _, _, answer in cloudformation.answers[1:]] == ["FAILED", "SUCCESS"]
+
+
+def test_a_capacity_block_roll_is_refused_and_rolled_back(asset_guard):
+    block = {**BEFORE, "CapacityType": "CAPACITY_BLOCK"}
+    cloudformation = CloudFormation(asset_guard, jobs({})[0])
+    cloudformation.create(block)
+    assert cloudformation.update({**block, "RollKey": "kubernetesVersion=1.36"}) == "UPDATE_ROLLBACK_COMPLETE"
+    assert [answer for _, _, answer in cloudformation.answers[1:]] == ["FAILED", "SUCCESS"]
+
+
+def test_continue_update_rollback_of_a_stranded_stack_passes_the_guard(asset_guard):
+    # GIVEN a stack an earlier guard left in UPDATE_ROLLBACK_FAILED (it refused the rollback), a job running
+    cloudformation = CloudFormation(asset_guard, jobs(RUNNING)[0])
+    cloudformation.create(BEFORE)
+    cloudformation.status, cloudformation.pending = "UPDATE_ROLLBACK_FAILED", {**BEFORE, "NodeCount": "4"}
+    # THEN `aws cloudformation continue-update-rollback` completes it, the cluster not asked
+    list_jobs, calls = jobs(RUNNING)
+    cloudformation.list_jobs = list_jobs
+    assert cloudformation.continue_update_rollback() == "UPDATE_ROLLBACK_COMPLETE" and calls == []
+
+
+def test_what_disrupts_nothing_needs_neither_the_stack_status_nor_the_cluster(asset_guard):
+    def no_call(*_: object) -> str:
+        raise AssertionError("not asked")
+
+    event = {"RequestType": "Update", "StackId": STACK_ID, "OldResourceProperties": BEFORE,
+             "ResourceProperties": {**BEFORE, "AllowJobDisruption": "true"}}
+    assert asset_guard.judge(event, no_call, no_call) is None
+    assert asset_guard.judge({**event, "RequestType": "Delete"}, no_call, no_call) is None
+    # and a stack status it cannot read, for a change that disrupts, refuses (a deploy; never a rollback it read)
+    with pytest.raises(asset_guard.Unsure, match="could not read the stack's status"):
+        asset_guard.judge({**event, "ResourceProperties": {**BEFORE, "NodeCount": "4"}}, no_call, no_call)
 
 
 # -- the guard in the GPU stack ------------------------------------------------------------------------------------
@@ -168,6 +323,18 @@ def test_the_node_group_and_the_rayjob_wait_for_the_guard():
     (nodegroup,) = [r for r in resources.values() if r["Type"] == "AWS::EKS::Nodegroup"]
     (job,) = [r for i, r in resources.items() if i.startswith("TrainingJobRayJob")]
     assert logical_id in nodegroup["DependsOn"] and logical_id in job["DependsOn"]
+
+
+def test_the_guard_may_describe_its_own_stack_and_no_other_before_it_is_asked():
+    synth = synthesize()
+    logical_id, guard_resource = _guard(synth)
+    policies = synth.gpu.find_resources("AWS::IAM::Policy")
+    described = {policy_id: statement for policy_id, policy in policies.items()
+                 for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+                 if "cloudformation:DescribeStacks" in json.dumps(statement["Action"])}
+    ((policy_id, statement),) = described.items()
+    assert statement["Action"] == "cloudformation:DescribeStacks" and statement["Resource"] == {"Ref": "AWS::StackId"}
+    assert policy_id in guard_resource["DependsOn"]
 
 
 def test_the_guards_properties_change_exactly_when_a_running_job_would_be_disrupted():
