@@ -49,6 +49,16 @@ def _top_count(text: str) -> int:
     return value
 
 
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
         name,
@@ -77,6 +87,15 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
                    help="with --recommend: the table's rows (default 10; --json always has every row)")
     p.add_argument("--all", action="store_true", dest="all_rows",
                    help="with --recommend: every fitting row in the table, not the top 10")
+    p.add_argument("--budget", type=_positive_number, metavar="USD",
+                   help="with --recommend: only plans whose predicted cost to train the tokens is at most USD")
+    p.add_argument("--hours", type=_positive_number, metavar="H",
+                   help="with --recommend: only plans predicted to train the tokens within H hours")
+    p.add_argument("--capacity", choices=("on-demand", "capacity-block", "any"), default="any",
+                   help="with --recommend: only On-Demand plans, only Capacity Blocks (reserved ahead), or any "
+                        "(default)")
+    p.add_argument("--settings", action="store_true", dest="settings_table",
+                   help="also print the table of every setting and its source (--json always has them)")
     p.set_defaults(run=run)
 
 
@@ -119,13 +138,16 @@ def run(args: argparse.Namespace) -> int:
         return fail(args, "plan", "--tokens: only with --recommend")
     if args.all_rows or args.top != 10:
         return fail(args, "plan", "--top and --all: only with --recommend")
+    if args.budget is not None or args.hours is not None or args.capacity != "any":
+        return fail(args, "plan", "--budget, --hours and --capacity: only with --recommend (the plan of the settings "
+                                  "is one instance type; -c gpuInstanceType=... picks another)")
     plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
     else:
         from rich.console import Console
 
-        render_plan(plan, Console())
+        render_plan(plan, Console(), settings_table=args.settings_table)
     if args.plot is not None:
         code = _plot(args, plan)
         if code:
@@ -142,7 +164,8 @@ def _plot(args: argparse.Namespace, plan) -> int:
 def _recommend(args: argparse.Namespace, settings) -> int:
     from ray_efa.ops.recommend import recommend
 
-    ranking = recommend(settings, tokens=args.tokens, max_nodes=args.max_nodes or 8)
+    ranking = recommend(settings, tokens=args.tokens, max_nodes=args.max_nodes or 8, budget_usd=args.budget,
+                        max_hours=args.hours, capacity=args.capacity)
     if args.json:
         print_json(ranking)
     else:
@@ -180,6 +203,13 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
         caption.append(f"Tokens: {ranking['tokens_default']}; --tokens to change.")
     caption.append(f"USD/h: the price recorded for {region}, cluster included; buy: OD On-Demand, CB a Capacity "
                    "Block (reserved ahead, for its days). Only types with a recorded price are ranked.")
+    limits = ranking.get("limits") or {}
+    asked = [text for text, on in ((f"at most {limits.get('budget_usd') or 0:,.0f} USD", limits.get("budget_usd")),
+                                   (f"within {limits.get('max_hours') or 0:g} hours", limits.get("max_hours")),
+                                   (f"{limits.get('capacity')} only", limits.get("capacity", "any") != "any")) if on]
+    if asked:
+        caption.append(f"Limits: {', '.join(asked)}; {ranking.get('left_out_by_limits', 0)} fitting plans left out "
+                       "by them.")
     if ranking.get("skipped"):
         caption.append(f"Left out: {', '.join(ranking['skipped'])} (see --json's skipped).")
     caption.append("Spot: not recorded.")
@@ -202,3 +232,6 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
                       f"{spread}%", f"{r['usd']:,.0f}", r["constants"]["status"][0],
                       f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")
     Console(width=100).print(table)
+    if not rows and asked:
+        print(f"No plan within the limits ({', '.join(asked)}): {ranking.get('left_out_by_limits', 0)} fitting plans "
+              "are outside them; raise --budget or --hours, fewer --tokens, or --capacity any.")

@@ -264,14 +264,45 @@ def _folding(table_class):
     return FoldingTable
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """Print the plan as rich tables: settings, deployment, instances, EFA, pods, memory, cost, teardown.
+def answer_lines(plan: Plan) -> list[str]:
+    """The plan's answer in a few lines of at most 80 columns, what `plan` prints first: the nodes, what they cost,
+    how fast the job is predicted to train and whether it fits GPU memory."""
+    s = plan.settings
+    gpu, nodes = plan.gpu_instance, s.nodes.gpu_node_count
+    c = plan.cost
+    lines = [f"Plan: {nodes} x {gpu.name} ({s.world_size} x {gpu.gpu.name}), {s.cluster.region}, {s.workload.network}"]
+    priced = "" if c.gpu_price is None or c.gpu_price.recorded else " (GPU price NOT recorded there)"
+    lines.append(f"  cost: {_usd(c.total)}/h running, {_usd(c.without_gpu_stack)}/h scaled to zero{priced}")
+    if plan.scaled_to_zero:
+        lines.append(f"  training: none (gpuNodeCount 0); back with `{s.scale_commands[1]}`")
+    elif not plan.judged:
+        lines.append("  speed, memory: not predicted for a trainFunction of your own")
+    else:
+        chosen = plan.performance.get(s.workload.network) or {}
+        tokens = chosen.get("tokens_per_s") or 0.0
+        lines.append(f"  speed: {tokens:,.0f} tokens/s predicted ({chosen.get('step_time_s', 0.0):.2f} s a step, "
+                     f"{chosen.get('strategy', '?')})")
+        if tokens:
+            lines.append(f"  {_usd(c.total / (tokens * 3600) * 1e6)} per million tokens")
+        memory = plan.memory
+        if memory is not None:
+            lines.append(f"  memory: {memory.total_gib:.1f} of {memory.capacity_gib:.1f} GiB per GPU: "
+                         + ("fits" if memory.fits else "DOES NOT FIT (exit 1)"))
+    lines.append("  --settings: every setting and its source; --json: everything")
+    return lines
+
+
+def render_plan(plan: Plan, console: Console, *, settings_table: bool = False) -> None:
+    """Print the plan: the answer first (answer_lines), then rich tables: deployment, instances, EFA, pods, memory,
+    step, cost, teardown; with `settings_table` every setting and its source last.
 
     Every table stays whole at 80 columns: long values wrap, and the instance table has one column per role
     rather than one per attribute.
     """
     s = plan.settings
-    for render in (_render_settings, _render_deployment, _render_instances, _render_efa, _render_pods):
+    for line in answer_lines(plan):
+        console.print(line, highlight=False)
+    for render in (_render_deployment, _render_instances, _render_efa, _render_pods):
         render(plan, console)
     if plan.scaled_to_zero:
         console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
@@ -283,6 +314,8 @@ def render_plan(plan: Plan, console: Console) -> None:
         _render_memory(plan, console)
         _render_performance(plan, console)
     _render_cost(plan, console)
+    if settings_table:
+        _render_settings(plan, console)
 
 
 def _render_settings(plan: Plan, console: Console) -> None:

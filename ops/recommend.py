@@ -20,7 +20,7 @@ from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
 
-__all__ = ["instance_types", "recommend", "tokens_to_train", "TOKENS_PER_PARAMETER", "RANGE", "OWN_FUNCTION_NOTE"]
+__all__ = ["instance_types", "recommend", "CAPACITY_CHOICES", "tokens_to_train", "TOKENS_PER_PARAMETER", "RANGE", "OWN_FUNCTION_NOTE"]
 
 TOKENS_PER_PARAMETER = 20
 """The default token budget: 20 tokens per parameter, the compute-optimal ratio of Hoffmann et al. 2022
@@ -131,10 +131,32 @@ def _left_out_because(settings: Settings) -> str:
     return f"no price recorded for {region}: {price.source}"
 
 
-def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8) -> dict[str, Any]:
+CAPACITY_CHOICES = ("any", "on-demand", "capacity-block")
+"""What `plan --recommend --capacity` takes: every purchase option, or only On-Demand, or only Capacity Blocks."""
+
+
+def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8, budget_usd: float | None = None,
+              max_hours: float | None = None, capacity: str = "any") -> dict[str, Any]:
     """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
     (instance type, nodes, purchase option) sorted by usd_per_million_tokens, "skipped": the types the settings refuse,
-    the region does not offer, or that have no price recorded for the region, with why}."""
+    the region does not offer, or that have no price recorded for the region, with why}.
+
+    `budget_usd`, `max_hours`: only rows whose predicted USD, and hours, to train `tokens` are within them (the
+    point prediction); `capacity`: only rows of that purchase option (CAPACITY_CHOICES). "limits" says what was asked
+    and "left_out_by_limits" how many fitting rows they removed."""
+    if capacity not in CAPACITY_CHOICES:
+        raise ValueError(f"capacity must be one of {', '.join(CAPACITY_CHOICES)}, got {capacity!r}")
+    ranking = _ranking(settings, tokens=tokens, max_nodes=max_nodes)
+    rows = ranking["recommendations"]
+    kept = [r for r in rows if (capacity == "any" or r["purchase"] == capacity)
+            and (budget_usd is None or r["usd"] <= budget_usd) and (max_hours is None or r["hours"] <= max_hours)]
+    ranking["recommendations"] = kept
+    ranking["limits"] = {"budget_usd": budget_usd, "max_hours": max_hours, "capacity": capacity}
+    ranking["left_out_by_limits"] = len(rows) - len(kept)
+    return ranking
+
+
+def _ranking(settings: Settings, *, tokens: int | None, max_nodes: int) -> dict[str, Any]:
     given = tokens is not None
     tokens = tokens or tokens_to_train(settings)
     rows: list[dict[str, Any]] = []

@@ -132,7 +132,7 @@ def test_command_json_reports_the_floor_the_job_runs_with(capsys, context, netwo
 def test_render_prints_every_section(project):
     console = Console(record=True, width=200)
     # WHEN the plan of the defaults is rendered
-    render_plan(plan_of(project), console)
+    render_plan(plan_of(project), console, settings_table=True)
     text = " ".join(console.export_text().split())  # wrapped at 80 columns
     # THEN every section is there, with the numbers
     for title in ("Settings", "Deployment", "Instances", "EFA interfaces", "Ray pods", "Memory per GPU", "USD per hour",
@@ -289,7 +289,7 @@ def test_with_model_path_every_caption_names_that_model_and_its_size(project, tm
     (folder / "config.json").write_text(json.dumps({**model_preset("tiny").config_dict(), "model_type": "qwen2"}))
     plan = plan_of(project, modelPath=str(folder))
     console = Console(record=True, width=200)
-    render_plan(plan, console)
+    render_plan(plan, console, settings_table=True)
     text = console.export_text()
     # THEN the deployment row, the memory and step captions and the scaling curve name it, with its size
     assert "my-tiny-model, 427.14 K parameters" in text
