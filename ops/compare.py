@@ -205,7 +205,16 @@ class RunPair:
                 ("tokens/s", cell(self.a, _TOKENS, ",.0f"), cell(self.b, _TOKENS, ",.0f")),
                 ("step time (s)", cell(self.a, "time/step_s", ".3f"), cell(self.b, "time/step_s", ".3f")),
                 ("MFU (%)", cell(self.a, "throughput/mfu_pct", ".1f"), cell(self.b, "throughput/mfu_pct", ".1f"))]
-        rows += [(k.replace("_", " "), lever(self.a, k), lever(self.b, k)) for k in TRAINING_LEVERS]
+        own = [run.get("training", {}) for run in (self.a, self.b) if isinstance(run.get("training"), dict)]
+        if any("train_function" in t for t in own):
+            # functions of your own: what each was given, not the built-in function's levers (which it never ran)
+            rows.append(("train function", lever(self.a, "train_function"), lever(self.b, "train_function")))
+            configs = [(run.get("training") or {}).get("train_config") or {} for run in (self.a, self.b)]
+            rows += [(f"trainConfig.{k}", json.dumps(configs[0][k]) if k in configs[0] else "-",
+                      json.dumps(configs[1][k]) if k in configs[1] else "-")
+                     for k in sorted(set(configs[0]) | set(configs[1]))]
+        else:
+            rows += [(k.replace("_", " "), lever(self.a, k), lever(self.b, k)) for k in TRAINING_LEVERS]
         return rows
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware",
-           "gate_fields", "TRAINING_LEVERS", "training_levers", "training_differences"]
+           "gate_fields", "TRAINING_LEVERS", "training_levers", "training_differences", "own_function_differences"]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
@@ -79,10 +79,14 @@ def training_levers(settings: Any) -> dict[str, Any]:
         t = resolve(settings).training
     except Exception:  # noqa: BLE001 - the summary must still be printed; the levers as set then (auto shows)
         t = settings.training
-    return {"model": t.preset.name, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
-            "grad_accumulation": t.grad_accumulation, "precision": t.precision, "compile": t.compile,
-            "activation_checkpointing": t.activation_checkpointing, "sharding": t.sharding,
-            "grad_reduce_dtype": t.grad_reduce_dtype}
+    levers = {"model": t.preset.name, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
+              "grad_accumulation": t.grad_accumulation, "precision": t.precision, "compile": t.compile,
+              "activation_checkpointing": t.activation_checkpointing, "sharding": t.sharding,
+              "grad_reduce_dtype": t.grad_reduce_dtype}
+    if not settings.training.builtin:  # a function of your own: what it was given is what it trained by
+        levers.update(train_function=settings.training.train_function,
+                      train_config=dict(settings.training.train_config))
+    return levers
 
 
 def training_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -91,7 +95,28 @@ def training_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tupl
     ta, tb = a.get("training"), b.get("training")
     if not isinstance(ta, dict) or not isinstance(tb, dict):
         return {}
-    return {k: (ta.get(k), tb.get(k)) for k in TRAINING_LEVERS if ta.get(k) != tb.get(k)}
+    out = {k: (ta.get(k), tb.get(k)) for k in TRAINING_LEVERS if ta.get(k) != tb.get(k)}
+    out.update(own_function_differences(ta, tb))
+    return out
+
+
+_UNSET = "(unset)"
+
+
+def own_function_differences(ta: dict[str, Any], tb: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Where two runs' own train functions (`training.train_function`) and the trainConfig they were given
+    (`training.train_config`) differ: "train_function" and "trainConfig.KEY" -> (a's, b's), a key one run lacks
+    being "(unset)"; empty when neither recorded them (the built-in function, or an older driver)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if "train_function" not in ta and "train_function" not in tb:
+        return out
+    if ta.get("train_function") != tb.get("train_function"):
+        out["train_function"] = (ta.get("train_function"), tb.get("train_function"))
+    ca, cb = ta.get("train_config") or {}, tb.get("train_config") or {}
+    for key in sorted(set(ca) | set(cb)):
+        if ca.get(key, _UNSET) != cb.get(key, _UNSET):
+            out[f"trainConfig.{key}"] = (ca.get(key, _UNSET), cb.get(key, _UNSET))
+    return out
 
 
 def find_summaries(lines: Iterable[str]) -> list[dict[str, Any]]:
