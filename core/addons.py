@@ -12,7 +12,16 @@ from ray_efa.core import catalog
 __all__ = [
     "HelmRelease", "NVIDIA_DEVICE_PLUGIN", "EFA_DEVICE_PLUGIN", "KUBERAY_OPERATOR", "NVIDIA_DRA_DRIVER", "EFA_DRA_DRIVER",
     "GPU_DEVICE_CLASS", "EFA_DEVICE_CLASS", "DRA_MIN_KUBERNETES", "EFA_DRA_DRIVER_ALLOWLISTS",
+    "NODE_MONITORING_AGENT_ADDON", "NODE_HEALTH_CONDITIONS",
 ]
+
+NODE_MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
+"""The EKS add-on that reports node health (infra.node_health installs it; not a Helm chart)."""
+
+NODE_HEALTH_CONDITIONS = ("AcceleratedHardwareReady", "NetworkingReady", "KernelReady", "ContainerRuntimeReady",
+                          "StorageReady")
+"""The node conditions the EKS node monitoring agent sets; False names a fault that EKS node auto repair acts on
+(EKS User Guide, "Detect node health issues with the EKS node monitoring agent"). `ray-efa verify` reports them."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

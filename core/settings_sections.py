@@ -146,6 +146,17 @@ class NodeSettings(_Section):
         "odcr", "capacityReservationType",
         "What capacityReservationId names: odcr (On-Demand Capacity Reservation) or capacity-block (Capacity Blocks for ML).",
     )
+    node_repair: bool = setting(
+        True, "nodeRepair",
+        "EKS node auto repair (NodeRepairConfig) on the GPU and system node groups: a node whose conditions stay bad "
+        "(a GPU fault: AcceleratedHardwareReady, after 10 min; networking, kernel, runtime, storage or Ready after "
+        "30 min) is rebooted or replaced by EKS (docs/node-health.md).",
+    )
+    node_monitoring_agent: bool = setting(
+        True, "nodeMonitoringAgent",
+        "Install the eks-node-monitoring-agent EKS add-on, which reads each node's GPU (NVIDIA XID, DCGM), network, "
+        "kernel, runtime and storage health into node conditions that nodeRepair acts on and `ray-efa verify` reports.",
+    )
     offering_check: Literal["on", "off"] = setting(
         "on", "offeringCheck",
         "on: a gpuInstanceType that core/data/on_demand_prices.csv records as not offered in the region is an error "

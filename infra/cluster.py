@@ -21,6 +21,7 @@ from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
+from ray_efa.infra.node_health import NodeMonitoringAgent, enable_node_repair
 from ray_efa.infra.node_storage import SystemNodeLaunchTemplate, check_root_volume
 from ray_efa.infra.vpc_cni import VpcCniAddon
 
@@ -80,7 +81,8 @@ class RayEksCluster(Construct):
       the same cluster as its eks.Cluster class (its `role`, `add_nodegroup_capacity`...); `system_nodegroup` the system eks.Nodegroup
       (KubeRayOperator finds it by its labels); `vpc_cni` the VpcCniAddon, None with `network_policy=False`;
       `kubectl_layer` the kubectl/helm Lambda layer; `logs` the StackLogs (pass it on as `logs=`); `secrets_key`
-      the KMS key of Kubernetes secrets; `admin_access` the ClusterAdminAccess of `admin_principal_arns`.
+      the KMS key of Kubernetes secrets; `admin_access` the ClusterAdminAccess of `admin_principal_arns`;
+      `node_monitoring_agent` the NodeMonitoringAgent add-on, None with `node_monitoring_agent=False`.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class RayEksCluster(Construct):
         system_root_volume_gib: int = default("systemRootVolumeGib"),
         system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
         logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
+        node_repair: bool = default("nodeRepair"), node_monitoring_agent: bool = default("nodeMonitoringAgent"),
     ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
@@ -111,6 +114,10 @@ class RayEksCluster(Construct):
             the VPC CNI EKS installed). False when your platform manages the VPC CNI (or another CNI that enforces
             NetworkPolicies) itself; without enforcement the workload's NetworkPolicies are stored and ignored.
             @default True
+        :param node_repair: EKS node auto repair (NodeRepairConfig) on the system node group (EfaGpuNodegroup has
+            its own). @default True
+        :param node_monitoring_agent: install the `eks-node-monitoring-agent` add-on (NodeMonitoringAgent), whose
+            node conditions node auto repair acts on. @default True
         """
         super().__init__(scope, construct_id)
         _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
@@ -148,14 +155,11 @@ class RayEksCluster(Construct):
         self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
             self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
 
-        system_name = f"{cluster_name}-system"
-        self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
-            self, "SystemLaunchTemplate", root_volume_gib=system_root_volume_gib, name=system_name)
-        self.system_nodegroup: eks.Nodegroup = self._system_nodegroup(system_name, system_instance_type,
-                                                                      system_node_count, system_node_selector)
-        # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
-        # cluster first: the node group refers to it).
-        follow_kubernetes_version(self.system_nodegroup, kubernetes_version)
+        self.system_nodegroup: eks.Nodegroup = self._system_nodes(
+            f"{cluster_name}-system", system_instance_type, system_node_count, system_node_selector,
+            system_root_volume_gib, kubernetes_version, node_repair)
+        self.node_monitoring_agent: NodeMonitoringAgent | None = (
+            NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=self.cluster) if node_monitoring_agent else None)
         self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
         self._adopt_provider_logs()
         self._acknowledge_findings()
@@ -188,6 +192,20 @@ class RayEksCluster(Construct):
         )
         cluster.node.add_dependency(self.control_plane_logs)
         return cluster
+
+    def _system_nodes(self, system_name: str, system_instance_type: str, system_node_count: int,
+                      system_node_selector: Mapping[str, str], root_volume_gib: int, kubernetes_version: str,
+                      node_repair: bool) -> eks.Nodegroup:
+        """The system node group on its launch template (`system_launch_template`), following the cluster's version,
+        with node auto repair as `node_repair` says."""
+        self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
+            self, "SystemLaunchTemplate", root_volume_gib=root_volume_gib, name=system_name)
+        nodegroup = self._system_nodegroup(system_name, system_instance_type, system_node_count, system_node_selector)
+        # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
+        # cluster first: the node group refers to it).
+        follow_kubernetes_version(nodegroup, kubernetes_version)
+        enable_node_repair(nodegroup, node_repair)
+        return nodegroup
 
     def _system_nodegroup(self, system_name: str, system_instance_type: str, system_node_count: int,
                           system_node_selector: Mapping[str, str]) -> eks.Nodegroup:
@@ -229,7 +247,8 @@ class RayEksCluster(Construct):
             admin_principal_arns=cluster.admin_principal_arns, system_instance_type=nodes.system_instance_type,
             system_node_count=nodes.system_node_count, system_root_volume_gib=nodes.system_root_volume_gib,
             system_node_selector=nodes.system_node_selector, image=settings.workload.dlc_image, logs=logs,
-            log_retention_days=cluster.log_retention_days,
+            log_retention_days=cluster.log_retention_days, node_repair=nodes.node_repair,
+            node_monitoring_agent=nodes.node_monitoring_agent,
         )
 
     def _adopt_provider_logs(self) -> None:

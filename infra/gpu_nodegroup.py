@@ -32,6 +32,7 @@ from ray_efa.infra._private import (
 from ray_efa.infra._settings import check_bounds, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet, is_placeholder_zone
+from ray_efa.infra.node_health import enable_node_repair
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = [
@@ -170,6 +171,7 @@ class EfaGpuNodegroup(Construct):
         capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
         root_volume_gib: int = default("gpuRootVolumeGib"), taints: Sequence[str] = default("gpuNodeTaints"),
         image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
+        node_repair: bool = default("nodeRepair"),
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
@@ -196,6 +198,7 @@ class EfaGpuNodegroup(Construct):
         :param kubernetes_version: the cluster's Kubernetes version, which the node group follows (a bump upgrades the
             nodes); only for a cluster whose version is not known at synth (it must agree with one that is).
             @default - a created cluster's version; an imported cluster's node group keeps the version it has
+        :param node_repair: EKS node auto repair of unhealthy nodes (NodeRepairConfig; docs/node-health.md). @default True
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -234,7 +237,7 @@ class EfaGpuNodegroup(Construct):
         # decides where instances land, and a forced placement group could leave reserved capacity unused.
         self.placement_group: ec2.PlacementGroup | None = self._placement_group() if use_placement_group else None
         self.launch_template: ec2.CfnLaunchTemplate = self._launch_template(instance, f"{cluster_name}-gpu")
-        self.nodegroup: eks.Nodegroup = self._nodegroup(cluster_name, parsed_taints)
+        self.nodegroup: eks.Nodegroup = self._nodegroup(cluster_name, parsed_taints, node_repair)
         Tags.of(self).add("ray-efa/instance-type", instance_type)
         acknowledge_managed_policies(
             self.nodegroup.role, NODE_ROLE_POLICIES,
@@ -315,7 +318,7 @@ class EfaGpuNodegroup(Construct):
             ),
         )
 
-    def _nodegroup(self, cluster_name: str, taints: Sequence[Taint]) -> eks.Nodegroup:
+    def _nodegroup(self, cluster_name: str, taints: Sequence[Taint], node_repair: bool) -> eks.Nodegroup:
         """The managed node group on the launch template: fixed size, labelled, tainted, following the cluster."""
         node_count = self.node_count
         nodegroup = eks.Nodegroup(
@@ -349,6 +352,7 @@ class EfaGpuNodegroup(Construct):
             taints=[eks.TaintSpec(key=t.key, value=t.value or None, effect=_TAINT_EFFECTS[t.effect]) for t in taints],
         )
         follow_kubernetes_version(nodegroup, self.kubernetes_version)
+        enable_node_repair(nodegroup, node_repair)
         cfn_nodegroup = nodegroup.node.default_child
         assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
         update = gpu_update_config(node_count)
@@ -374,7 +378,7 @@ class EfaGpuNodegroup(Construct):
             node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
             capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
             root_volume_gib=nodes.gpu_root_volume_gib, taints=nodes.gpu_node_taints, image=settings.workload.dlc_image,
-            cluster_name=settings.cluster.cluster_name,
+            cluster_name=settings.cluster.cluster_name, node_repair=nodes.node_repair,
         )
 
 

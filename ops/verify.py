@@ -1,6 +1,8 @@
 """After `cdk deploy`: does the cluster match the plan? Every check runs, each names what it found and what it expected.
 
 - GPU nodes Ready: the nodes labelled like the GPU node group (core.scheduling) that are Ready, against gpuNodeCount;
+- GPU node health: no GPU node has a condition of the EKS node monitoring agent (AcceleratedHardwareReady,
+  NetworkingReady, KernelReady, ContainerRuntimeReady, StorageReady) False, naming each node and fault;
 - GPU and EFA allocatable: every GPU node offers nvidia.com/gpu and vpc.amazonaws.com/efa equal to the instance
   catalog (what the worker pods request). A missing EFA resource means the EFA device plugin is not running there;
 - with deviceAllocation dra instead: every GPU node's ResourceSlices hold as many devices of the NVIDIA DRA driver
@@ -35,6 +37,8 @@ from ray_efa.core.addons import (
     EFA_DEVICE_PLUGIN,
     EFA_DRA_DRIVER,
     KUBERAY_OPERATOR,
+    NODE_HEALTH_CONDITIONS,
+    NODE_MONITORING_AGENT_ADDON,
     NVIDIA_DEVICE_PLUGIN,
     NVIDIA_DRA_DRIVER,
     HelmRelease,
@@ -195,6 +199,36 @@ def check_gpu_nodes(nodes: list[Any], expected: Expectations) -> Check:
     if not nodes:
         detail += " (is the GPU stack deployed, and did its nodes join?)"
     return Check(id="gpu-nodes", name="GPU nodes Ready", ok=ok, detail=detail)
+
+
+def check_node_health(nodes: list[Any]) -> Check:
+    """The GPU nodes' health as the EKS node monitoring agent reports it: a condition of NODE_HEALTH_CONDITIONS that
+    is False is a fault (a GPU's XID error, a network interface down, ...) that node auto repair reboots or replaces
+    the node for, after 10 (GPU) or 30 minutes; the job's pods on it fail until then."""
+    name = "GPU node health (EKS node monitoring agent)"
+    faults = []
+    reported = 0
+    for node in nodes:
+        conditions = {c.type: c for c in (node.status.conditions or []) if c.type in NODE_HEALTH_CONDITIONS}
+        reported += bool(conditions)
+        for kind in NODE_HEALTH_CONDITIONS:
+            condition = conditions.get(kind)
+            if condition is not None and condition.status == "False":
+                why = " ".join(x for x in (condition.reason or "", condition.message or "") if x)
+                faults.append(f"{node.metadata.name} {kind}=False" + (f" ({why[:200]})" if why else ""))
+    if faults:
+        return Check(id="node-health", name=name, ok=False, detail=(
+            "unhealthy: " + "; ".join(faults) + ". With nodeRepair on, EKS reboots or replaces the node (GPU faults "
+            "after 10 min, others after 30); the job restarts from its last checkpoint on the new node "
+            "(docs/node-health.md)"))
+    if not nodes:
+        return Check(id="node-health", name=name, ok=True, detail="no GPU node to check")
+    if not reported:
+        return Check(id="node-health", name=name, ok=True, detail=(
+            f"no condition of the agent on {len(nodes)} GPU nodes: is the {NODE_MONITORING_AGENT_ADDON} add-on "
+            "installed (nodeMonitoringAgent)?"))
+    return Check(id="node-health", name=name, ok=True,
+                 detail=f"{len(nodes)} GPU nodes healthy ({', '.join(NODE_HEALTH_CONDITIONS)} not False)")
 
 
 _SCALED_TO_ZERO = "gpuNodeCount is 0 (the GPU node group scaled to zero)"
@@ -460,6 +494,7 @@ def _node_checks(api_client: Any, expected: Expectations, failures: tuple[type[E
         nodes = cast(client.V1NodeList, client.CoreV1Api(api_client).list_node(
             label_selector=expected.gpu_node_selector)).items or []
         checks.append(check_gpu_nodes(nodes, expected))
+        checks.append(check_node_health(nodes))
         if expected.device_allocation == "dra":
             slices = api_client.sanitize_for_serialization(client.ResourceV1Api(api_client).list_resource_slice()).get(
                 "items", [])
@@ -479,7 +514,7 @@ def _node_checks(api_client: Any, expected: Expectations, failures: tuple[type[E
     except failures as error:
         if _unreachable(error):  # the first read: nothing else can be read either (the CLI says what to check)
             raise
-        for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
+        for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("node-health", "GPU node health"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
                                ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
             checks.append(_api_failure(check_id, name, error))
     return checks

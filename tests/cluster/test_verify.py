@@ -35,7 +35,7 @@ CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAM
 SETTINGS = Settings.from_context(CONTEXT)
 EXPECTED = Expectations.from_settings(SETTINGS)  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 CLI_SETTINGS = tuple(a for k, v in CONTEXT.items() for a in ("-c", f"{k}={v}"))
-ALL_CHECKS = ["gpu-nodes", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
+ALL_CHECKS = ["gpu-nodes", "node-health", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
               "kuberay-operator", "raycluster", "ray-init-containers", "ray-token-auth", "network-policy-enforcement",
               "network-policy"]
 

@@ -96,3 +96,31 @@ def test_context_is_for_settings_and_the_old_kubeconfig_use_is_named(tmp_path, c
     assert code == 2
     error = json.loads(capsys.readouterr().out)
     assert [p["key"] for p in error["problems"]] == ["gpuNodeCount"]
+
+
+def _agent_node(name: str, **faults: str) -> client.V1Node:
+    """A GPU node as the EKS node monitoring agent reports it: its five conditions True but `faults` (type -> the
+    agent's reason), which are False. (The agent cannot run here: KWOK's nodes have no GPUs, kernels or interfaces.)"""
+    from ray_efa.core.addons import NODE_HEALTH_CONDITIONS
+
+    conditions = [client.V1NodeCondition(type="Ready", status="True")]
+    for kind in NODE_HEALTH_CONDITIONS:
+        reason = faults.get(kind)
+        conditions.append(client.V1NodeCondition(type=kind, status="False" if reason else "True", reason=reason,
+                                                 message="XID 79: GPU has fallen off the bus" if reason else None))
+    return client.V1Node(metadata=client.V1ObjectMeta(name=name), status=client.V1NodeStatus(conditions=conditions))
+
+
+def test_node_health_names_each_node_and_fault_the_monitoring_agent_reports():
+    from ray_efa.ops.verify import check_node_health
+
+    # GIVEN two GPU nodes, one whose GPU fell off the bus
+    check = check_node_health([_agent_node("gpu-a"), _agent_node("gpu-b", AcceleratedHardwareReady="NvidiaXID79")])
+    # THEN the check fails naming the node, the condition, the agent's reason and message, and what EKS does
+    assert not check.ok and check.id == "node-health"
+    assert "gpu-b AcceleratedHardwareReady=False (NvidiaXID79 XID 79: GPU has fallen off the bus)" in check.detail
+    assert "gpu-a" not in check.detail and "replaces the node" in check.detail
+    # AND healthy nodes pass; nodes the agent never reported on pass, saying the agent is missing
+    assert check_node_health([_agent_node("gpu-a")]).ok
+    missing = check_node_health([_node("gpu-a")])
+    assert missing.ok and "eks-node-monitoring-agent" in missing.detail
