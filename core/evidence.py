@@ -131,7 +131,7 @@ def runs() -> tuple[PublishedRun, ...]:
     return tuple(out)
 
 
-_CHECKPOINTING: dict[str, bool | str] = {"none": False, "selective": "selective", "full": True}
+_CHECKPOINTING: dict[str, Literal["selective"] | bool] = {"none": False, "selective": "selective", "full": True}
 """The CSV's checkpointing column as activationCheckpointing."""
 
 

@@ -546,7 +546,7 @@ class TrainingSettings(_Section):
         value = _decided(self.activation_checkpointing, "activationCheckpointing")
         if isinstance(value, bool):
             return "full" if value else "none"
-        return value
+        return cast(Literal["none", "selective", "full"], value)
 
     @property
     def builtin(self) -> bool:

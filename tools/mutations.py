@@ -121,6 +121,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="Phi-3's fused qkv_proj counted one key/value width short of what transformers builds",
     ),
     Mutation(
+        name="auto-checkpointing-skips-selective", file="core/strategy.py",
+        old='CHECKPOINTING_CHOICES: tuple[bool | str, ...] = (False, "selective", True)',
+        new='CHECKPOINTING_CHOICES: tuple[bool | str, ...] = (False, True)',
+        tests=("tests/core/test_models.py", "-k", "least_recompute"),
+        why="auto activationCheckpointing jumps from none to full, recomputing the whole forward where selective fits",
+    ),
+    Mutation(
         name="sliding-window-ignored", file="core/models.py",
         old="if kind == SLIDING_ATTENTION and window is not None and window < seq_len:",
         new="if False:",

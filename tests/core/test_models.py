@@ -231,3 +231,15 @@ def test_gemma3_multimodal_config_plans_its_text_decoder():
     assert p.model_type == "gemma3_text" and p.tie_word_embeddings
     assert p.layer_types.count(SLIDING_ATTENTION) == 22  # 5 of every 6 layers
     assert p.qk_norm_parameters == 2 * 256 and p.norms_per_layer == 4
+
+
+@pytest.mark.parametrize(("micro_batch", "mode"), [(8, False), (16, "selective"), (32, True)])
+def test_auto_checkpointing_takes_the_least_recompute_that_fits(micro_batch, mode):
+    # GIVEN the default job on one H100 at a micro-batch the user set: 8 fits without recompute; at 16 the activations
+    # do not fit, selective's do; at 32 only full checkpointing's
+    from ray_efa.core import strategy
+
+    s = Settings.from_context({"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1, "microBatch": micro_batch})
+    resolved = strategy.resolve(s)
+    assert resolved.training.activation_checkpointing == mode
+    assert memory.estimate(resolved, "fsdp").fits
