@@ -137,10 +137,14 @@ class ModelPreset:
     def selective_linears(self) -> tuple[tuple[tuple[str, int, int, bool], ...], tuple[tuple[str, int, int, bool], ...]]:
         """(saved, recomputed) linears of one layer under selective (per-op) activation checkpointing: torchtitan's
         policy (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac: "Saves output of all compute ops,
-        except every second mm"), which keeps the 1st, 3rd, 5th ... matrix product's output in the order the layer
-        runs them, recomputes the others, and keeps the attention kernel's output."""
+        except every second mm"; training.parallelize.selective_policy), which keeps the 1st, 3rd, 5th ... matrix
+        product's output in the order the layer runs them, recomputes the others, and keeps the attention kernel's
+        output. A linear with a bias runs as addmm, a compute-intensive op the policy saves without counting it
+        among the matrix products (Qwen2's q, k and v)."""
         rows = self.linears()
-        return rows[0::2], rows[1::2]
+        plain = [row for row in rows if not row[3]]
+        recomputed = tuple(plain[1::2])
+        return tuple(row for row in rows if row not in recomputed), recomputed
 
     def activation_bytes_per_token_layer(self) -> int:
         """Bytes one decoder layer keeps for backward per token, nothing recomputed (bf16 activations): each RMSNorm its

@@ -243,3 +243,10 @@ def test_auto_checkpointing_takes_the_least_recompute_that_fits(micro_batch, mod
     resolved = strategy.resolve(s)
     assert resolved.training.activation_checkpointing == mode
     assert memory.estimate(resolved, "fsdp").fits
+
+
+def test_selective_saves_biased_linears_as_the_policy_does():
+    # Qwen2's q, k and v carry biases: addmm, saved without counting among the matrix products the policy alternates
+    saved, recomputed = model_preset("qwen2.5-1.5b").selective_linears()
+    assert [row[0] for row in saved] == ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]
+    assert [row[0] for row in recomputed] == ["gate_proj", "down_proj"]
