@@ -128,6 +128,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="auto activationCheckpointing jumps from none to full, recomputing the whole forward where selective fits",
     ),
     Mutation(
+        name="selective-keeps-only-the-input", file="core/models.py",
+        old="return 2 * self.hidden_size + 2 * sum(n for _, _, n, _ in saved) + 2 * self.q_width",
+        new="return 2 * self.hidden_size",
+        tests=("tests/core/test_models.py", "-k", "torchtitan or selective"),
+        why="selective checkpointing planned with full's memory: the saved products' outputs left out",
+    ),
+    Mutation(
         name="sliding-window-ignored", file="core/models.py",
         old="if kind == SLIDING_ATTENTION and window is not None and window < seq_len:",
         new="if False:",
