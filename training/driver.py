@@ -104,12 +104,16 @@ def scaling_config(settings: Settings, *, local: bool, local_workers: int = LOCA
 def run_config(settings: Settings, name: str) -> RunConfig:
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
 
+    from ray_efa.training.progress import ReportLines
+
     return RunConfig(
         name=name,
         storage_path=settings.workload.storage_path,  # None: Ray's default, ~/ray_results
         failure_config=FailureConfig(max_failures=settings.training.max_failures),
         checkpoint_config=CheckpointConfig(num_to_keep=None),
         logging_config=LoggingConfig(log_level="WARNING"),  # our progress lines, not one per ray.train.report
+        # a function of your own prints nothing of ours: a line per ray.train.report it makes (training.progress)
+        callbacks=[] if settings.training.builtin else [ReportLines()],
     )
 
 
@@ -369,6 +373,12 @@ def claim_run_folder(settings: Settings, name: str, *, resume: bool) -> RunFolde
     return folder
 
 
+def progress(what: str) -> None:
+    """One line of what the run is doing now, before its first step (Ray starting, the workers loading the model):
+    minutes can pass in silence otherwise."""
+    print(f"[ray-efa] {what}", flush=True)
+
+
 def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None,
         resume: bool = False) -> int:
     """Check, train, print the summary, gate the transport; the process exit code."""
@@ -399,6 +409,7 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
 
     try:
         code_dir = check_user_code(settings).code_dir  # checked by check_plan above
+        progress("starting a local Ray cluster (2 CPU workers, about 10 s)" if local else "joining the Ray cluster")
         init_ray(local=local, code_dir=str(code_dir) if code_dir is not None else None)
     except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
         print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
@@ -408,6 +419,10 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     if (data := describe_data(settings)) is not None:
         print(data)
+    function = settings.training.train_function
+    progress(f"starting the workers: they load {settings.training.model_path or settings.training.preset.name + ' (built)'}"
+             + (" and compile it" if settings.training.compile else "") + ", then train"
+             if settings.training.builtin else f"starting the workers, which run {function}")
     try:
         result = fit(settings, local=local, name=name)
     except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)

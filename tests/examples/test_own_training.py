@@ -48,7 +48,14 @@ def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
     (summary,) = find_summaries(out.splitlines())
     assert (summary["epoch"], summary["world_size"], summary["devices"], summary["instance_type"]) == (6, 2, 2, "local")
     assert summary["loss"] < 0.5 * summary["first_loss"]
-    assert "own_training" not in json.dumps({k: v for k, v in summary.items() if k != "name"})
+    # what it was given is recorded (compare names the trainConfig keys two runs differ in), nothing else of it
+    assert (summary["training"]["train_function"], summary["training"]["train_config"]) == (
+        "own_training.train:train_func", {"epochs": 6, "lr": 0.01})
+    assert "own_training" not in json.dumps({k: v for k, v in summary.items() if k not in ("name", "training")})
+    # a line per report it made, as it made it (training.progress), and a first line at once
+    reports = [line for line in out.splitlines() if "report " in line and ": step " in line]
+    assert len(reports) == 6 and "epoch 6 | " in reports[-1] and "loss " in reports[-1], reports
+    assert out.splitlines()[0] == "[ray-efa] loading torch and Ray for a local run"
     # and the gate's verdict is honest about gloo
     assert "proves nothing about EFA (exit 3)" in out
     # every report is in the run's metrics history, as the built-in's are (ray-efa report reads it)
@@ -121,3 +128,20 @@ def test_a_lost_worker_resumes_from_the_last_checkpoint_the_function_reported(tm
     history = [json.loads(line) for line in (tmp_path / "resume" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in history] == [1, 2, 3, 4]
     assert history[-1]["loss"] < history[0]["loss"] and history[-1]["first_loss"] == history[0]["loss"]
+
+
+def test_a_local_run_says_what_it_does_within_5_seconds():
+    import signal
+    import time
+
+    started = time.monotonic()
+    process = subprocess.Popen([*COMMAND, "-c", 'trainConfig={"epochs": 1}'], cwd=ROOT, env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        elapsed = time.monotonic() - started
+    finally:
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the run ends (Ray, if it had started, with it)
+        process.wait(timeout=120)
+    assert first.strip() == "[ray-efa] loading torch and Ray for a local run" and elapsed < 5, (first, elapsed)
