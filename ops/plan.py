@@ -139,6 +139,7 @@ class Plan:
                 # of your own builds its own model, which the plan does not know
                 "model_architecture": s.training.preset.name if self.judged else None,
                 "model_parameters": s.training.preset.num_parameters if self.judged else None,
+                "model_type": s.training.preset.model_type if self.judged else None,
                 "dataset": s.training.dataset,
                 "train_function": s.training.train_function,
                 "step_model": None if self.judged else OWN_FUNCTION_NOTE,

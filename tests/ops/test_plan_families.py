@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.core.test_models import CONFIGS, HELD_OUT, PUBLISHED_PARAMETERS
+from tests.core.test_models import CONFIGS, HELD_OUT, PUBLISHED_PARAMETERS, config
 from tests.ops.cli_helpers import run_cli
 
 ONE_P5 = ("-c", "gpuInstanceType=p5.48xlarge", "-c", "gpuNodeCount=1")
@@ -36,6 +36,7 @@ def test_plan_json_plans_each_held_out_family(capsys, tmp_path, monkeypatch, nam
         f"example/{name}",
         PUBLISHED_PARAMETERS[name],
     )
+    assert deployment["model_type"] == config(name)["model_type"]
     assert out["memory_per_gpu"]["fits"] and out["performance"]["efa"]["tokens_per_s_per_gpu"] > 0
 
 
