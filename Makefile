@@ -87,10 +87,10 @@ test-mutations: $(VENV)/.installed $(VENV)/.editable
 test-durations: install controlplane
 	$(PY) -m pytest -n 2 --dist loadgroup --record-durations tests/durations.json
 
-## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts (pyproject [tool.importlinter]; --no-cache:
-## it writes nothing), the module boundaries (tools/module_boundaries.py: no private name across modules, no import
-## cycle in a package folder), no function over 80 lines (tools/function_length.py) and pyright (pyproject
-## [tool.pyright]; the pinned one in node_modules, never a download). 0 findings, 0 broken contracts, 0 long functions
+## Lint and type-check: ruff (pyproject [tool.ruff]), the layer contracts and no import cycle between the modules of a
+## package (pyproject [tool.importlinter], acyclic_siblings among them; --no-cache: it writes nothing), the module
+## boundaries (tools/module_boundaries.py: no private name across modules), no function over 80 lines
+## (tools/function_length.py) and pyright (pyproject [tool.pyright]; the pinned one in node_modules, never a download). 0 findings, 0 broken contracts, 0 long functions
 ## and 0 pyright errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.editable node_modules/.installed
 	$(PY) -m ruff check .

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CDK entry point: `npx cdk synth | deploy | destroy [-c key=value ...]`. Settings: core/settings.py."""
+"""CDK entry point: `npx cdk synth | deploy | destroy [-c key=value ...]`. Settings: core/settings/__init__.py."""
 
 import sys
 

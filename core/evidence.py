@@ -2,7 +2,7 @@
 
 core/data/published_runs.csv holds measured and published runs, one a row, each with its source, GPU, model, nodes,
 GPUs per node, sequence, micro batch, accumulation, precision, compile, activation checkpointing, stack and reported
-tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core.gpu_constants were fitted to them) and
+tokens/s per GPU. Rows are split in two: `fit` (the per-family constants of core.catalog.gpu_constants were fitted to them) and
 `heldout` (never fitted: tests/core/test_evidence.py holds the model to them). A row's role says how it is judged:
 - comparable: an FSDP stack (FSDP1 or FSDP2, eager or compiled); the plan's prediction for the same configuration
   should land within TOLERANCE of it.
@@ -30,7 +30,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, cast
 
-from ray_efa.core import catalog, gpu_constants, perf
+from ray_efa.core import catalog, perf
+from ray_efa.core.catalog import gpu_constants
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
@@ -206,7 +207,7 @@ def judge(split: str = "heldout") -> Verdict:
 
 def fit_scale(gpu: str) -> float:
     """The factor that, times a family's compute efficiency, makes the geometric mean of its fit runs' predicted /
-    published 1 (what tools use to refit core.gpu_constants; not used at run time)."""
+    published 1 (what tools use to refit core.catalog.gpu_constants; not used at run time)."""
     ratios = [predict(r) / r.tokens_per_s_per_gpu for r in runs()
               if r.split == "fit" and r.role == "comparable" and r.gpu == gpu]
     return math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else 1.0
@@ -262,7 +263,7 @@ def source_of(run: PublishedRun) -> str:
 
 @contextmanager
 def _constants(gpu: str, **values: float) -> Iterator[None]:
-    """core.gpu_constants' row of `gpu` with `values` while inside (what a fit tries); the row as it was after."""
+    """core.catalog.gpu_constants' row of `gpu` with `values` while inside (what a fit tries); the row as it was after."""
     before = gpu_constants.GPU_CONSTANTS[gpu]
     gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(before, **values)
     try:
@@ -286,7 +287,7 @@ def _log_error(rows: list[PublishedRun]) -> float:
 def fit_family(gpu: str, rows: list[PublishedRun]) -> dict[str, float]:
     """The family's constants fitted to `rows` (comparable runs) and its same-machine pairs: the eager share from
     compile pairs, the compute efficiency from the bf16 rows, the fp8 efficiency from fp8 pairs (else fp8 rows).
-    Only what has evidence is fitted; the rest stays as core.gpu_constants has it."""
+    Only what has evidence is fitted; the rest stays as core.catalog.gpu_constants has it."""
     fitted: dict[str, float] = {}
     family = gpu_constants.GPU_CONSTANTS[gpu]
     bf16 = [r for r in rows if r.gpu == gpu and r.precision == "bf16"]

@@ -42,7 +42,7 @@ from ray_efa.core.models import MODEL_PRESETS, ModelPreset, model_preset, preset
 from ray_efa.core.problems import Problem, SettingsError
 
 # What this module reads of the settings, as protocols that core.settings.Settings and its sections meet: core.settings
-# imports this module (through core.settings_checks), so this one never imports it back, not even for the type checker.
+# imports this module (through core.settings.checks), so this one never imports it back, not even for the type checker.
 
 
 class ModelFields(Protocol):

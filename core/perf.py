@@ -18,12 +18,12 @@
   projection, norms, the small linears) at bf16; the casts and amax reductions move core.fp8.cast_bytes_per_token per
   token at the GPU's memory bandwidth; a micro-batch is at least FP8_LAUNCH_FLOOR_S (the casts and scale reductions
   add kernels); the converted linears' all-gathers carry 1 byte per parameter (FSDP2 fp8 all-gather) instead of 2.
-- links: between nodes over EFA, core.network's figure for the family at the step's message size (GPUDirect RDMA:
+- links: between nodes over EFA, core.catalog.network's figure for the family at the step's message size (GPUDirect RDMA:
   a published share of the line rate, lower for smaller messages; without it at most the host-staged 3 GB/s, the
   preflight's own figure); over TCP (NCCL's socket transport) the primary network card's bandwidth x
   SOCKET_LINE_SHARE, capped by the flows NCCL opens (socket_layout: what the TCP job sets NCCL_SOCKET_NTHREADS x
   NCCL_NSOCKS_PERTHREAD to) x EC2's per-flow limit and by what NCCL's host-memory socket path moves
-  (SOCKET_HOST_CEILING_GB_S): see socket_gb_s. Every collective call also costs core.network's latency on its link.
+  (SOCKET_HOST_CEILING_GB_S): see socket_gb_s. Every collective call also costs core.catalog.network's latency on its link.
 - scale: per-GPU throughput falls SCALE_LOSS_PER_DOUBLING per doubling of the nodes (stragglers, jitter, the
   collectives' synchronisation), as published multi-node runs lose it.
 
@@ -39,8 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, fp8, gpu_constants, memory
-from ray_efa.core import network as network_module
+from ray_efa.core import catalog, fp8, memory
+from ray_efa.core.catalog import gpu_constants
+from ray_efa.core.catalog import network as network_module
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
@@ -74,7 +75,7 @@ LAUNCH_FLOOR_S = 0.155
 """Shortest fwd+bwd measured (0.140 s at 2x2048, 0.169 s at 1x2048, averaged): small batches are launch-bound."""
 EAGER_SPEED = gpu_constants.GPU_CONSTANTS["H200"].eager_speed  # 0.946
 """Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
-(the maintainers' reference notes, outside the repository). Each family has its own (core.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
+(the maintainers' reference notes, outside the repository). Each family has its own (core.catalog.gpu_constants: GpuConstants.eager_speed, fitted to same-machine
 pairs where published; the H100's is torchtitan's 1.16x)."""
 UNCHUNKED_LOSS_SPEED = 0.785
 """Unchunked vs chunked loss: 37,465 tokens/s/GPU (2 x H200, 4x4096, docs/BENCHMARKS.md) vs 47,747 (calibration)."""
@@ -96,7 +97,7 @@ INTRA_NODE_SHARE = gpu_constants.LINK_SHARES["NVLink"][0]  # 0.72
 """All-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200 (docs/BENCHMARKS.md); PCIe: a lead."""
 NETWORKS = ("efa", "tcp")
 EFA_SHARE = catalog.EFA_LINE_SHARE
-"""p4d's share of the line rate over EFA at 1 GiB (each family's own, and its fall with message size: core.network)."""
+"""p4d's share of the line rate over EFA at 1 GiB (each family's own, and its fall with message size: core.catalog.network)."""
 SCALE_LOSS_PER_DOUBLING = 0.009
 """Per-GPU throughput lost per doubling of the nodes, beyond what the links explain: torchtitan's Llama 3.1 8B lost 2.3%
 from 8 to 128 H100s (4 doublings), Trainy's torchtitan runs 1.7% from 4 to 8 H200 nodes, torchao's MXFP8 runs about 5%
@@ -107,7 +108,7 @@ AWS_EFA_OVER_TCP = 2.06
 batch of 1 x 128 tokens, a step that is all network."""
 SOCKET_LINE_SHARE = round(network_module.HOST_STAGED_GB_S / (40 / 8) / AWS_EFA_OVER_TCP, 3)  # 0.291
 """Share of the primary network card's bandwidth NCCL's socket transport reaches: on 2 x g6.12xlarge EFA moves the
-host-staged 3 GB/s (core.network, the preflight's figure too) and TCP 1/2.06 of that (AWS_EFA_OVER_TCP), so
+host-staged 3 GB/s (core.catalog.network, the preflight's figure too) and TCP 1/2.06 of that (AWS_EFA_OVER_TCP), so
 3 / 5 / 2.06 of the 40 Gbit/s line. Measured in pods, where NCCL's own detection gives 1 socket a connection (see
 NCCL_ENA_SOCKETS) unless the run set them: with the sockets this project's TCP run sets (socket_layout) it is
 probably below what TCP reaches, not its best."""
@@ -265,7 +266,7 @@ def socket_gb_s(instance: catalog.InstanceType, *, placement_group: bool = True)
 def links_for(instance: catalog.InstanceType, network: str, *, placement_group: bool = True,
               message_bytes: float = network_module.GiB) -> tuple[Link, Link]:
     """(intra-node link, inter-node link) of `instance` for network "efa" or "tcp", at achievable bandwidth for
-    collectives of `message_bytes` (EFA's share falls with the message: core.network)."""
+    collectives of `message_bytes` (EFA's share falls with the message: core.catalog.network)."""
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
     gpu_link = catalog.gpu_link(instance)
@@ -381,7 +382,7 @@ def recompute_factor(p: ModelPreset, mode: str, seq_len: int) -> float:
 def _micro_batch_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, *, use_fp8: bool,
                          calibration: Calibration | None) -> float:
     """Seconds of one micro-batch's forward and backward on one GPU (the loss's chunking included), at the GPU's
-    compute rate (core.gpu_constants: measured, published or assumed; or the calibration's)."""
+    compute rate (core.catalog.gpu_constants: measured, published or assumed; or the calibration's)."""
     tokens = t.micro_batch_size * t.seq_len
     recompute = recompute_factor(p, t.checkpointing_mode, t.seq_len)
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
@@ -415,7 +416,7 @@ def _selective_traffic_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog
 def _link_seconds(collectives: Sequence[Collective], p: ModelPreset, intra: Link, inter: Link, *, network: str,
                   strategy: str, nodes: int, gpus_per_node: int) -> tuple[dict[str, float], dict[str, float]]:
     """Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
-    each call also pays its link's latency (core.network)."""
+    each call also pays its link's latency (core.catalog.network)."""
     hsdp_across = strategy == "hsdp" and nodes > 1
     each, once = {"intra": 0.0, "inter": 0.0}, {"intra": 0.0, "inter": 0.0}
     for c in collectives:

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 
 from ray_efa.core import catalog, perf
 from ray_efa.core.settings import setting_choices
-from ray_efa.core.settings_checks import GATE_LOG_SUBSYSTEMS
+from ray_efa.core.settings.checks import GATE_LOG_SUBSYSTEMS
 
 __all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
            "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION", "GATE_LOG_ENV", "GATE_LOG_SUBSYSTEMS", "HOST_SYS",
@@ -27,7 +27,7 @@ GATE_LOG_ENV = {"NCCL_DEBUG": "INFO"}
 """The NCCL log the transport gate (training.transport) reads to prove which transport carried the traffic: INFO
 lines. Every network's environment sets it."""
 # GATE_LOG_SUBSYSTEMS (INIT, NET): the NCCL_DEBUG_SUBSYS subsystems whose INFO lines name the network and the
-# channels (core.settings_checks, which refuses an ncclDebugSubsys without them). NCCL does not log every subsystem by
+# channels (core.settings.checks, which refuses an ncclDebugSubsys without them). NCCL does not log every subsystem by
 # default: 2.29's default is INIT, BOOTSTRAP and ENV (src/debug.cc, ncclDebugInit), and the gate's lines come through
 # it because NCCL logs each of them under INIT (the channel and plugin lines as INIT|NET). The pods get NCCL's
 # default unless the ncclDebugSubsys setting names one (network_env).

@@ -98,16 +98,16 @@ CAPACITY_BLOCKS: dict[tuple[str, str], float] = {
 """(instance type, region) -> USD per instance hour of a Capacity Block (reservation fee; Linux adds nothing)."""
 
 def price_record_problems(types: Iterable[str] | None = None) -> list[str]:
-    """Each built-in GPU type (core.gpu_families' records: `types`, the catalog's by default) without a row in
+    """Each built-in GPU type (core.catalog.families' records: `types`, the catalog's by default) without a row in
     core/data/on_demand_prices.csv, and each row or recorded Capacity Block of a type without a record: the prices
     are data beside the records, and neither may name what the other lacks."""
     known = set(catalog.BUILT_IN_GPU_INSTANCES if types is None else types)
     priced = {name for _, name in ON_DEMAND_TABLE}
     problems = [f"{name}: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"
                 for name in sorted(known - priced)]
-    problems += [f"{name}: core/data/on_demand_prices.csv prices a type without a record in core.gpu_families"
+    problems += [f"{name}: core/data/on_demand_prices.csv prices a type without a record in core.catalog.families"
                  for name in sorted(priced - known)]
-    problems += [f"{name}: core.prices.CAPACITY_BLOCKS prices a type without a record in core.gpu_families"
+    problems += [f"{name}: core.prices.CAPACITY_BLOCKS prices a type without a record in core.catalog.families"
                  for name in sorted({name for name, _ in CAPACITY_BLOCKS} - known)]
     return problems
 

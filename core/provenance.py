@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, perf
-from ray_efa.core import network as network_module
+from ray_efa.core import catalog, perf
+from ray_efa.core.catalog import gpu_constants
+from ray_efa.core.catalog import network as network_module
 from ray_efa.core.settings import Settings, TrainingSettings
 
 __all__ = ["fp8_evidence", "links", "constants"]
@@ -31,7 +32,7 @@ def fp8_evidence(settings: Settings) -> str | None:
 def links(settings: Settings, network: str, p: perf.StepPrediction, training: TrainingSettings,
           calibration: perf.Calibration | None) -> dict[str, Any]:
     """`plan --json`'s performance.<net>.links: the GB/s the prediction gave each link (intra-node per GPU, between
-    nodes per node, per direction), with its status and source (core.network for EFA, the socket model for TCP)."""
+    nodes per node, per direction), with its status and source (core.catalog.network for EFA, the socket model for TCP)."""
     n = settings.nodes
     instance = n.gpu_instance
     gpu_link = catalog.gpu_link(instance)
@@ -59,7 +60,7 @@ def links(settings: Settings, network: str, p: perf.StepPrediction, training: Tr
 
 def constants(settings: Settings, network: str, calibration: perf.Calibration | None) -> dict[str, dict[str, object]]:
     """The step-model constants the prediction on `network` used, each measured or assumed with its source: the
-    GPU family's (core.gpu_constants), and what a calibration replaced (core.perf.predict takes its values first)."""
+    GPU family's (core.catalog.gpu_constants), and what a calibration replaced (core.perf.predict takes its values first)."""
     link = catalog.gpu_link(settings.nodes.gpu_instance)
     out = gpu_constants.describe(settings.nodes.gpu_instance.gpu.name, link.name, link.gb_s)
     if calibration is None:

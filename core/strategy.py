@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, memory, perf, prices, provenance
+from ray_efa.core import catalog, memory, perf, prices, provenance
+from ray_efa.core.catalog import gpu_constants
 from ray_efa.core.memory import MemoryEstimate
 from ray_efa.core.model_source import model_problems
 from ray_efa.core.provenance import fp8_evidence
@@ -209,7 +210,7 @@ def _micro_batches(t: TrainingSettings, ranks: int) -> list[int]:
 def _precisions(settings: Settings) -> tuple[str, ...]:
     """precision as set; auto tries fp8 only where the GPU has fp8 tensor cores, compile is on (eager fp8 is slower
     than eager bf16 and saves no memory: core.perf.EAGER_FP8_SPEED) and the family's fp8 efficiency rests on evidence
-    (measured here or published: core.gpu_constants); on an assumed one auto stays bf16 (fp8_evidence says why)."""
+    (measured here or published: core.catalog.gpu_constants); on an assumed one auto stays bf16 (fp8_evidence says why)."""
     t = settings.training
     if t.precision != "auto":
         return (t.precision,)

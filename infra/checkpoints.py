@@ -14,7 +14,7 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core.model_source import parse_s3_url, s3_read_locations
 from ray_efa.core.settings import Problem, Settings, SettingsError
-from ray_efa.core.settings_checks import DNS_LABEL, DNS_LABEL_MESSAGE
+from ray_efa.core.settings.checks import DNS_LABEL, DNS_LABEL_MESSAGE
 from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov

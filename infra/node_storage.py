@@ -14,7 +14,7 @@ from ray_efa.core.settings import Problem, SettingsError
 __all__ = ["SystemNodeLaunchTemplate", "encrypted_root_volume", "check_root_volume", "ContainerImage",
            "CONTAINER_IMAGES", "min_root_volume_gib", "root_volume_problem"]
 
-# Kept here, not in core/catalog.py: the training job ships core/ in a ConfigMap with a size limit, and never needs this.
+# Kept here, not in core/catalog/__init__.py: the training job ships core/ in a ConfigMap with a size limit, and never needs this.
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContainerImage:
     """What a node's root volume must hold for one container image."""

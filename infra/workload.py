@@ -10,7 +10,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from ray_efa.core.settings import Settings
-from ray_efa.core.settings_checks import DNS_LABEL, DNS_LABEL_MESSAGE
+from ray_efa.core.settings.checks import DNS_LABEL, DNS_LABEL_MESSAGE
 from ray_efa.infra._settings import default
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.researcher_access import ResearcherAccess

@@ -57,12 +57,12 @@ class ShippedFile:
     """One file of the bundle."""
 
     path: str
-    """Path below the mount point, '/'-separated (ray_efa/core/settings.py)."""
+    """Path below the mount point, '/'-separated (ray_efa/core/settings/__init__.py)."""
     text: str
 
     @property
     def key(self) -> str:
-        """The ConfigMap key: the path with '/' replaced by '.' (ray_efa.core.settings.py)."""
+        """The ConfigMap key: the path with '/' replaced by '.' (ray_efa.core.settings.__init__.py)."""
         return self.path.replace("/", ".")
 
 
@@ -203,7 +203,7 @@ def collect_code(settings: Settings, *, packages: tuple[str, ...] = SHIPPED_PACK
     a checkout, site-packages in an install; sorted, no caches), each parent package's __init__.py, and settings.json;
     of the packages before the last, only the modules the last one imports (see _imported_from).
 
-    Paths in the bundle follow the import names (ray_efa/core/settings.py), so the pods import the same modules.
+    Paths in the bundle follow the import names (ray_efa/core/settings/__init__.py), so the pods import the same modules.
     """
     files: dict[str, ShippedFile] = {}
     for package in packages:

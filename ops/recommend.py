@@ -5,7 +5,7 @@ sharding), ranked by predicted USD per million tokens; only plans that fit memor
 Only what can be bought at a known price is ranked: a row's price is recorded for the stack's region (core.prices:
 On-Demand, or a Capacity Block, labelled `purchase: capacity-block`; a type with both gets a row for each). A type with
 neither (not offered there, offered without an On-Demand price, or a region with no record) is left out, with why
-(`skipped`). Spot is not recorded. Each row says what it rests on: the price, and the step model's constants of its GPU family (core.gpu_constants: measured,
+(`skipped`). Spot is not recorded. Each row says what it rests on: the price, and the step model's constants of its GPU family (core.catalog.gpu_constants: measured,
 published or assumed), with a predicted range that is wider where a constant is assumed. The ranking models the
 built-in train function's architecture (the settings' preset or modelPath); a trainFunction of your own builds what it
 builds, and the ranking says so.
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_efa.core import catalog, gpu_constants, network, perf, prices
+from ray_efa.core import catalog, perf, prices
+from ray_efa.core.catalog import gpu_constants, network
 from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
@@ -28,7 +29,7 @@ TOKENS_PER_PARAMETER = 20
 RANGE = {"measured": 0.10, "published": 0.15, "assumed": 0.35}
 """+- share of the predicted tokens/s by the weakest status of the constants a row rests on: measured within 10%
 (the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%;
-widened to the family's band (core.gpu_constants: 90% of its runs within it when their source was left out of the
+widened to the family's band (core.catalog.gpu_constants: 90% of its runs within it when their source was left out of the
 fit) where that is wider."""
 OWN_FUNCTION_NOTE = ("trainFunction is your own: the ranking models the built-in train function's architecture "
                      "({model}), not what your function builds")

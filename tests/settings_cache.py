@@ -14,7 +14,7 @@ T = TypeVar("T")
 def per_settings(build: Callable[[Settings], T]) -> Callable[[Settings], T]:
     """`build`, run once per distinct Settings value.
 
-    Settings hash by value at run time (core/settings_framework.Model.__hash__), but pyright takes every pydantic model
+    Settings hash by value at run time (core.settings.framework.Model.__hash__), but pyright takes every pydantic model
     for unhashable (it does not read `model_config`'s frozen=True, so it gives each model class `__hash__ = None`),
     and so refuses a Settings for the cache's Hashable arguments: the cast states the run-time type.
     """

@@ -69,7 +69,7 @@ def test_a_checkout_imports_the_six_packages_and_nothing_else_of_the_repository(
     answer, added, transport, others = json.loads(result.stdout)
     # THEN both load through ray_efa/'s links, the new one at once
     assert answer == 42 and Path(added) == checkout / "ray_efa" / "core" / "added_here.py"
-    assert Path(transport) == checkout / "ray_efa" / "training" / "transport.py"
+    assert Path(transport) == checkout / "ray_efa" / "training" / "transport" / "__init__.py"
     # and ray_efa holds nothing else: no tests, tools, docs, CDK app or ray_efa.ray_efa
     assert others == dict.fromkeys(("tests", "tools", "docs", "app", "ray_efa"), False)
 

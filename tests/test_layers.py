@@ -61,7 +61,7 @@ def test_the_code_keeps_its_layer_contracts():
     # a lazy import counts like one at the top: it runs on the first call
     ("k8s/names.py", "def _gate():\n    from ray_efa.training import transport\n",
      "ray_efa.k8s.names -> ray_efa.training.transport"),
-    ("core/catalog.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
+    ("core/catalog/__init__.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
     ("training/history.py", "import aws_cdk\n", "ray_efa.training.history -> aws_cdk"),
     ("core/perf.py", "def _probe():\n    import torch\n", "ray_efa.core.perf -> torch"),
     # the base install (no `train` extra): infra/, k8s/ and ops/ reach no training dependency, directly or through
@@ -79,3 +79,26 @@ def test_an_import_against_the_layers_breaks_the_check(tmp_path, module, added, 
     result = _lint_imports(copy)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert broken in result.stdout and " BROKEN" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "added", "cycle"), [
+    # two modules of core/: problems is imported by the settings, and would import them back, lazily
+    ("core/problems.py", "def _late():\n    from ray_efa.core import settings\n    return settings\n",
+     ("No cycles are allowed in ray_efa.core.", ".problems -> .settings")),
+    # two modules of one subpackage folder (core/settings/): the framework importing the sections that build on it
+    ("core/settings/framework.py", "def _late():\n    from ray_efa.core.settings import sections\n",
+     ("No cycles are allowed in ray_efa.core.settings.", ".framework -> .sections")),
+    # a module of training/ and a subpackage of it: the gate's verdict reads the counters, which would read it back
+    ("training/efa_counters/counter_verdict.py", "from ray_efa.training.transport import verdict\n",
+     ("No cycles are allowed in ray_efa.training.", ".efa_counters -> .transport")),
+])
+def test_an_import_cycle_between_siblings_breaks_the_check(tmp_path, module, added, cycle):
+    # GIVEN a copy of the checkout with one import that closes a cycle inside a package
+    copy = _copy(tmp_path)
+    path = copy / module
+    path.write_text(path.read_text() + "\n\n" + added)
+    # WHEN the contracts are checked THEN the acyclic_siblings contract breaks, naming the package and the import
+    result = _lint_imports(copy)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "No import cycle between the modules and subpackages of one package BROKEN" in result.stdout
+    assert all(part in result.stdout for part in cycle), result.stdout[-3000:]

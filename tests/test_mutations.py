@@ -56,4 +56,4 @@ def test_the_copy_keeps_ray_efas_links_so_its_own_folders_import(tmp_path):
     assert "ray_efa/core" in files
     mutations._copy_tree(ROOT, files, tmp_path)
     assert (tmp_path / "ray_efa" / "core").is_symlink()
-    assert (tmp_path / "ray_efa" / "core" / "catalog.py").resolve() == (tmp_path / "core" / "catalog.py").resolve()
+    assert (tmp_path / "ray_efa" / "core" / "models.py").resolve() == (tmp_path / "core" / "models.py").resolve()

@@ -1,4 +1,4 @@
-"""Refit core.gpu_constants' published constants (core.evidence.fit_family) and validate them by source.
+"""Refit core.catalog.gpu_constants' published constants (core.evidence.fit_family) and validate them by source.
 
     PYTHONPATH=. python tools/fit_constants.py
 
@@ -6,7 +6,7 @@ Prints, per GPU family with fit rows, the eager share (from same-machine compile
 rows) and the fp8 efficiency (same-machine fp8 pairs, else fp8 rows) that core.evidence.fit_family gives, then the
 held-out verdict, then validation by source (core.evidence.leave_one_source_out: each source predicted with
 constants fitted without it) with each family's observed spread. Writes nothing: copy the values into
-the GPU's family record (`constants`, core/gpu_families.py) by hand, with the rows they rest on.
+the GPU's family record (`constants`, core/catalog/families.py) by hand, with the rows they rest on.
 """
 
 from __future__ import annotations

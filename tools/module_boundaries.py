@@ -1,19 +1,17 @@
-"""Module boundaries inside the package: an underscore means "this module's own", and a package folder's modules import
-in one direction.
+"""Module boundaries inside the package: an underscore means "this module's own".
 
     python tools/module_boundaries.py [CHECKOUT]   # `make lint` runs it, tests/test_module_boundaries.py too;
-                                                   # exit 0 both rules kept, 1 an offender (each one listed)
+                                                   # exit 0 the rule kept, 1 an offender (each one listed)
 
-Two rules, over the modules of ray_efa's subpackages (core/, infra/, k8s/, training/, ops/, cli/), each read with `ast`
+The rule, over the modules of ray_efa's subpackages (core/, infra/, k8s/, training/, ops/, cli/), each read with `ast`
 and never imported, so every offender is named at once:
 
 - **No private name crosses a module.** `from x import _y`, `import x as m; m._y` and `x._y` on an imported module are
   offenders wherever `_y` is a name defined in module `x` (dunders aside). A private *module* (infra/_private.py) is
   its package's own: the modules of that package may import it, any other module may not.
-- **No import cycle inside a package folder.** Every import that runs counts: at module level, inside a function (it
-  runs on the first call; the cycle is hidden, not gone) and in the `else:` of `if TYPE_CHECKING:`; the body of
-  `if TYPE_CHECKING:` does not (only the type checker reads it). `from pkg import mod` is an import of pkg.mod (the
-  package's __init__ is loaded first by Python itself, which never makes a cycle of its own).
+
+No import cycle between the modules of a package is import-linter's `acyclic_siblings` contract (pyproject
+[tool.importlinter], `lint-imports` in `make lint`; tests/test_layers.py plants one).
 """
 
 from __future__ import annotations
@@ -27,20 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOP = "ray_efa"
 SUBPACKAGES = ("core", "infra", "k8s", "training", "ops", "cli")
-
-
-@dataclass(frozen=True)
-class Edge:
-    """`source` imports `target` at `line` (in `function`, or at module level)."""
-
-    source: str
-    target: str
-    line: int
-    function: str | None
-
-    def __str__(self) -> str:
-        where = f" (in {self.function})" if self.function else ""
-        return f"{self.source}:{self.line}{where} imports {self.target}"
 
 
 @dataclass(frozen=True)
@@ -84,11 +68,6 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     """The module a `from ... import` reads from, relative levels resolved against `module`."""
     base = node.module or ""
@@ -98,97 +77,6 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     for _ in range(node.level - 1):
         package = package.rpartition(".")[0]
     return f"{package}.{base}" if base else package
-
-
-def _imports(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, str | None]]:
-    """Every import statement that runs (TYPE_CHECKING bodies left out), with its enclosing function if any."""
-    found: list[tuple[ast.Import | ast.ImportFrom, str | None]] = []
-
-    def visit(node: ast.AST, scope: str, in_function: bool) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:  # `else:` runs; the body is for the type checker only
-                visit(child, scope, in_function)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append((node, scope if in_function else None))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            scope = f"{scope}.{node.name}" if scope else node.name
-            in_function = in_function or not isinstance(node, ast.ClassDef)
-        for field in ("body", "orelse", "finalbody", "handlers", "cases"):  # imports are statements: no expressions
-            for child in getattr(node, field, ()):
-                visit(child, scope, in_function)
-
-    visit(tree, "", False)
-    return found
-
-
-def import_graph(modules: dict[str, str], packages: frozenset[str] = frozenset()) -> list[Edge]:
-    """The imports between the given modules (name -> source), each edge once, at its first line."""
-    edges: dict[tuple[str, str], Edge] = {}
-    for module, source in modules.items():
-        for node, function in _imports(_parse(source)):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = _absolute(node, module, module in packages)
-                # `from pkg import mod` imports the module pkg.mod; `from mod import name` the module mod
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            for target in targets:
-                if target in modules and target != module and (module, target) not in edges:
-                    edges[(module, target)] = Edge(module, target, node.lineno, function)
-    return sorted(edges.values(), key=lambda e: (e.source, e.line))
-
-
-def cycles(edges: list[Edge]) -> list[list[Edge]]:
-    """One cycle through each group of modules that import each other (each strongly connected component), as edges."""
-    graph: dict[str, list[Edge]] = {}
-    for edge in edges:
-        graph.setdefault(edge.source, []).append(edge)
-    # Tarjan's strongly connected components
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    components: list[set[str]] = []
-
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for edge in graph.get(node, ()):
-            if edge.target not in index:
-                connect(edge.target)
-                low[node] = min(low[node], low[edge.target])
-            elif edge.target in stack:
-                low[node] = min(low[node], index[edge.target])
-        if low[node] == index[node]:
-            component = set()
-            while True:
-                member = stack.pop()
-                component.add(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                components.append(component)
-
-    for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    return [_cycle_in(component, graph) for component in components]
-
-
-def _cycle_in(component: set[str], graph: dict[str, list[Edge]]) -> list[Edge]:
-    """The shortest cycle through the component's first module (breadth first, inside the component)."""
-    start = min(component)
-    paths: dict[str, list[Edge]] = {start: []}
-    queue = [start]
-    while queue:
-        node = queue.pop(0)
-        for edge in graph.get(node, ()):
-            if edge.target == start:
-                return [*paths[node], edge]
-            if edge.target in component and edge.target not in paths:
-                paths[edge.target] = [*paths[node], edge]
-                queue.append(edge.target)
-    raise AssertionError(f"no cycle through {start} in {sorted(component)}")  # cannot happen for a component
 
 
 def _owner_of_private_module(module: str) -> tuple[str, str] | None:
@@ -282,35 +170,26 @@ def package_modules(root: Path = ROOT) -> tuple[dict[str, dict[str, str]], froze
     return by_package, frozenset(packages)
 
 
-def check(root: Path = ROOT) -> tuple[list[PrivateUse], list[list[Edge]]]:
-    """The private uses across modules of the whole package, and the import cycles inside each package folder."""
+def check(root: Path = ROOT) -> list[PrivateUse]:
+    """The private names used across modules of the whole package."""
     by_package, packages = package_modules(root)
     everything = {name: source for modules in by_package.values() for name, source in modules.items()}
-    found_cycles = [cycle for modules in by_package.values() for cycle in cycles(import_graph(modules, packages))]
-    uses = list(private_uses(everything, packages))
-    return uses, found_cycles
+    return private_uses(everything, packages)
 
 
-def report(uses: list[PrivateUse], found_cycles: list[list[Edge]]) -> str:
-    lines = []
-    if uses:
-        lines.append(f"{len(uses)} private names used across modules (make the name public in its owner, with a "
-                     "docstring, or move the user next to it):")
-        lines += [f"  {use}" for use in uses]
-    if found_cycles:
-        lines.append(f"{len(found_cycles)} import cycles inside a package folder:")
-        for cycle in found_cycles:
-            lines.append("  " + " -> ".join(edge.source for edge in cycle) + f" -> {cycle[0].source}")
-            lines += [f"      {edge}" for edge in cycle]
+def report(uses: list[PrivateUse]) -> str:
+    lines = [f"{len(uses)} private names used across modules (make the name public in its owner, with a "
+             "docstring, or move the user next to it):"]
+    lines += [f"  {use}" for use in uses]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    uses, found_cycles = check(Path(argv[0]) if argv else ROOT)
-    if uses or found_cycles:
-        print(report(uses, found_cycles))
+    uses = check(Path(argv[0]) if argv else ROOT)
+    if uses:
+        print(report(uses))
         return 1
-    print("module boundaries kept: no private name crosses a module, no import cycle inside a package folder")
+    print("module boundaries kept: no private name crosses a module")
     return 0
 
 

@@ -170,7 +170,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="fp8 converts the output projection too, not only the decoder layers' linears",
     ),
     Mutation(
-        name="gate-protocol-lowercase-only", file="training/transport_lines.py",
+        name="gate-protocol-lowercase-only", file="training/transport/lines.py",
         old="(?i:sendrecv|rdma) protocol",
         new="(?:sendrecv|rdma) protocol",
         tests=("tests/training/test_transport_fixtures.py", "-k", "rdma_protocol"),
@@ -198,7 +198,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="the rows' order follows the micro batch: a resume at another one trains some samples twice",
     ),
     Mutation(
-        name="nccl-debug-subsys-without-net", file="core/settings_checks.py",
+        name="nccl-debug-subsys-without-net", file="core/settings/checks.py",
         old="if missing := [name for name in GATE_LOG_SUBSYSTEMS if name not in kept]:",
         new='if missing := [name for name in ("INIT",) if name not in kept]:',
         tests=("tests/training/test_transport_network.py", "-k", "nccl_debug_subsys"),

@@ -36,7 +36,7 @@ def test_every_default_plan_leaves_the_headroom(instance, nodes):
 
 
 def test_the_plan_predicts_the_bars_of_the_default_shapes():
-    # The H100 rows are predicted with the H100's own constant, fitted to published runs (core.gpu_constants: 0.501
+    # The H100 rows are predicted with the H100's own constant, fitted to published runs (core.catalog.gpu_constants: 0.501
     # of the peak, not the H200's): the p5 bars of the first plan (45% causal MFU, 45,000 tokens/s on one GPU) rested on
     # the H200's constant lent to the H100. The H200 rows keep them.
     p5 = strategy.choose(_settings("p5.48xlarge", 1)).prediction
@@ -84,7 +84,7 @@ def test_auto_micro_batch_is_the_fastest_that_fits_the_headroom():
 
 def test_precision_auto_stays_bf16_on_the_default_cluster_whose_fp8_efficiency_is_assumed():
     # GIVEN the default cluster (2 x g6.12xlarge: L4s, which have fp8 tensor cores) compiled, as by default, whose
-    # fp8 efficiency rests on an assumed constant, not on evidence (core.gpu_constants)
+    # fp8 efficiency rests on an assumed constant, not on evidence (core.catalog.gpu_constants)
     default = Settings()
     assert (default.nodes.gpu_instance_type, default.nodes.gpu_node_count) == ("g6.12xlarge", 2)
     assert default.training.compile and default.nodes.gpu_instance.gpu is not None

@@ -25,7 +25,7 @@ H200_RUN = {
 LAUNCH_BOUND_RUN = {**H200_RUN, "name": "ga4", "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0,
                     "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "grad_reduce_dtype": "bf16"}
 # A network-bound 2-node run (made up: what an L4 pair might show), its probe below the host-staged 3 GB/s the model
-# gives a pair without GPUDirect RDMA (core.network).
+# gives a pair without GPUDirect RDMA (core.catalog.network).
 L4_RUN = {
     "name": "train-efa", "network": "efa", "instance_type": "g6.12xlarge", "hosts": 2, "devices": 8,
     "time/step_s": 1.5, "throughput/tokens_per_s_per_device": 2730.0, "micro_batch": 2, "seq_len": 2048,

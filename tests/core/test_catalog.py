@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from ray_efa.core import catalog, network
+from ray_efa.core import catalog
+from ray_efa.core.catalog import network
 
 # instance -> (GPUs, EFA interfaces, GPUDirect RDMA), as AWS states them (`aws ec2 describe-instance-types`: GpuInfo,
 # NetworkInfo.EfaInfo.MaximumEfaInterfaces) and the maintainers' reference table outside the repository collects them
@@ -86,7 +87,7 @@ def test_a_single_card_slower_than_the_host_path_is_held_to_its_line_rate():
 
 def test_with_gpudirect_rdma_the_floor_scales_with_every_efa_card():
     # p4d: 4 x 100 Gbit/s; p5: 32 x 100; p5en: 16 x 200: the aggregate line rate at the family's published share
-    # at 1 GiB (core.network: p4d 0.8, nccl#527; p5 0.6), then the margin
+    # at 1 GiB (core.catalog.network: p4d 0.8, nccl#527; p5 0.6), then the margin
     for name, gbps, share in (("p4d.24xlarge", 400, 0.8), ("p5.48xlarge", 3200, 0.6), ("p5en.48xlarge", 3200, 0.6)):
         row = catalog.gpu_instance(name)
         assert network.efa_share(row)[0] == share

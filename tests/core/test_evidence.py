@@ -8,7 +8,8 @@ from typing import Literal
 
 import pytest
 
-from ray_efa.core import catalog, evidence, fp8, gpu_constants, network, perf
+from ray_efa.core import catalog, evidence, fp8, perf
+from ray_efa.core.catalog import gpu_constants, network
 from ray_efa.core.models import model_preset
 from ray_efa.core.settings import TrainingSettings
 from tests.core.shapes import fixed_training

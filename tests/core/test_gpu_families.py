@@ -1,29 +1,33 @@
-"""A GPU type is one record (core.gpu_families): everything keyed by instance type, family or GPU name derives from it.
+"""A GPU type is one record (core.catalog.families): everything keyed by instance type, family or GPU name derives from it.
 
-The proof adds a throwaway family, built from the record type alone, to core.gpu_families.FAMILIES in a fresh Python
-process before anything else of the catalog loads, and edits nothing else: the catalog's lookups and views, the
-step model's constants, the EFA share, the chart allowlists, the price check, the memory plan's advice, `ray-efa
-plan` and a synth of both stacks all pick it up.
+The proof adds a throwaway family, built from the record type alone, to FAMILIES in core/catalog/families.py of a copy of
+the package, as a contributor adds one, and edits nothing else: in a fresh Python process on that copy, the catalog's
+lookups and views, the step model's constants, the EFA share, the chart allowlists, the price check, the memory plan's
+advice, `ray-efa plan` and a synth of both stacks all pick it up.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ray_efa.core import catalog, gpu_constants, gpu_families, network
+from ray_efa.core import catalog
+from ray_efa.core.catalog import families, gpu_constants, network
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # A throwaway family: facts invented for this test (g7e's name, so that the chart allowlists that already list
 # g7e.48xlarge show they need no edit; the numbers are not a record of the real g7e).
 FAKE_FAMILY = """
-from ray_efa.core import gpu_families
-from ray_efa.core.catalog_types import EfaShare, Gpu, GpuConstants, GpuFamily, GpuLink, InstanceSize
+
+# A throwaway family (tests/core/test_gpu_families.py)
+from ray_efa.core.catalog.types import EfaShare, Gpu, GpuConstants, GpuFamily, GpuLink, InstanceSize  # noqa: E402
 
 FAKE = GpuFamily(
     name="g7e", gpu_link=GpuLink(name="PCIe Gen5 x16", gb_s=64.0), gpudirect_rdma=True,
@@ -35,14 +39,15 @@ FAKE = GpuFamily(
     sizes=(InstanceSize(name="g7e.48xlarge", gpus=8, vcpus=192, memory_gib=2048, efa_interfaces=4, network_gbps=1600,
                         usd_per_hour=40.0),),
 )
-gpu_families.FAMILIES = (*gpu_families.FAMILIES, FAKE)
+FAMILIES = (*FAMILIES, FAKE)
 """
 
-PROBE = FAKE_FAMILY + """
+PROBE = """
 import contextlib, io, json, sys
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
-from ray_efa.core import addons, catalog, gpu_constants, network, prices
+from ray_efa.core import addons, catalog, prices
+from ray_efa.core.catalog import gpu_constants, network
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.strategy import check_fits
 from ray_efa.infra.app import build_stacks, feature_flags
@@ -87,9 +92,17 @@ print("PROBE " + json.dumps(out))
 
 @pytest.mark.spawn
 def test_a_family_added_as_one_record_reaches_every_derived_place(tmp_path):
-    # GIVEN a throwaway family (8 x a 95 GiB GPU, 4 EFA cards, g7e.48xlarge), added to FAMILIES and nowhere else
-    result = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "cdk.out")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600)
+    # GIVEN a throwaway family (8 x a 95 GiB GPU, 4 EFA cards, g7e.48xlarge), added to FAMILIES and nowhere else, in a
+    # copy of the package (ray_efa/ with its links, and the folders they point to)
+    copy = tmp_path / "checkout"
+    for name in ("ray_efa", *(p.name for p in (ROOT / "ray_efa").iterdir() if p.is_symlink())):
+        shutil.copytree(ROOT / name, copy / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "cdk.json", copy)  # the CDK app's feature flags, which the synth reads beside the package
+    families_py = copy / "core" / "catalog" / "families.py"
+    families_py.write_text(families_py.read_text() + FAKE_FAMILY)
+    # WHEN a fresh Python process imports that copy (its folder first on the path; this checkout's tests/ after it)
+    result = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "cdk.out")], cwd=copy, capture_output=True,
+                            text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-4000:]
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     out = json.loads(line.removeprefix("PROBE "))
@@ -116,19 +129,19 @@ def test_a_family_added_as_one_record_reaches_every_derived_place(tmp_path):
 
 def test_the_records_are_the_catalogs_rows_and_tables():
     # every row is a size of one record, and every table keyed by family or GPU name is the records'
-    sizes = {size.name: family for family in gpu_families.FAMILIES for size in family.sizes}
+    sizes = {size.name: family for family in families.FAMILIES for size in family.sizes}
     assert sorted(sizes) == sorted(catalog.BUILT_IN_GPU_INSTANCES)
     for name, row in catalog.BUILT_IN_GPU_INSTANCES.items():
         family = sizes[name]
         assert (row.family, row.gpu, row.gpu_link, row.gpudirect_rdma) == (
             family.name, family.gpu, family.gpu_link, family.gpudirect_rdma)
         assert gpu_constants.constants_for(row.gpu.name) == family.constants
-    assert network.EFA_SHARE == {f.name: f.efa_share for f in gpu_families.FAMILIES if f.efa_share is not None}
-    assert catalog.GPUS == {f.gpu.name: f.gpu for f in gpu_families.FAMILIES}
+    assert network.EFA_SHARE == {f.name: f.efa_share for f in families.FAMILIES if f.efa_share is not None}
+    assert catalog.GPUS == {f.gpu.name: f.gpu for f in families.FAMILIES}
 
 
 def test_a_record_is_checked_when_it_is_made():
-    family = gpu_families.FAMILIES[0]
+    family = families.FAMILIES[0]
     with pytest.raises(catalog.CatalogError, match="every size is named g5.<size>"):
         catalog.GpuFamily(**{**_fields(family), "sizes": (catalog.InstanceSize(
             name="g9.xlarge", gpus=1, vcpus=4, memory_gib=16, efa_interfaces=0, network_gbps=10, usd_per_hour=1.0),)})

@@ -62,7 +62,7 @@ def test_default_fsdp_step_moves_seven_eighths_of_each_collective_over_the_one_e
     assert [c.size_gb for c in inter][0] == pytest.approx(2 * P / 1e9)
     assert inter[2].size_gb == pytest.approx(4 * P / 1e9)
     assert sum(c.wire_gb for c in inter) == pytest.approx(7 / 8 * sum(c.size_gb for c in inter))
-    # and at the host-staged 3 GB/s (no GPUDirect RDMA: the preflight's figure, core.network) that is seconds of
+    # and at the host-staged 3 GB/s (no GPUDirect RDMA: the preflight's figure, core.catalog.network) that is seconds of
     # network against under a second of compute: network-bound; each collective call adds microseconds of latency
     assert p.bottleneck == "network" and p.network_s > 2 * p.compute_s
     assert p.network_s == pytest.approx(sum(c.wire_gb for c in inter) / catalog.HOST_STAGED_EFA_GB_S, rel=0.01)
@@ -195,7 +195,7 @@ def test_plan_says_when_more_nodes_are_slower_than_fewer_and_what_would_change_i
     assert scaling["slower_than_fewer_nodes"] and scaling["fewer_nodes"] == 1 and scaling["ratio"] < 1
     assert scaling["tokens_per_s"] < scaling["fewer_nodes_tokens_per_s"]
     # THEN it names the changes that would make 2 nodes faster than 1, fastest first, and says so in words: EFA among
-    # them (at the host-staged 3 GB/s, core.network, more accumulation with checkpointing gains more)
+    # them (at the host-staged 3 GB/s, core.catalog.network, more accumulation with checkpointing gains more)
     changes = [c["change"] for c in scaling["changes"]]
     assert "network=efa" in changes
     assert [c["tokens_per_s"] for c in scaling["changes"]] == sorted((c["tokens_per_s"] for c in scaling["changes"]),

@@ -31,7 +31,7 @@ def test_each_recorded_region_records_every_built_in_gpu_type():
 
 
 def test_every_gpu_type_record_has_price_rows_and_every_price_row_a_record():
-    # the records (core.gpu_families) and the prices (core/data/on_demand_prices.csv, CAPACITY_BLOCKS) agree
+    # the records (core.catalog.families) and the prices (core/data/on_demand_prices.csv, CAPACITY_BLOCKS) agree
     assert prices.price_record_problems() == []
     # a record without a price row is named, and so is a price row without a record
     problems = prices.price_record_problems([*catalog.BUILT_IN_GPU_INSTANCES, "x9.48xlarge"][1:])

@@ -73,13 +73,13 @@ def test_every_tracked_training_file_and_every_core_module_it_uses_is_shipped(de
         module = path.removesuffix(".py").replace("/", ".")
         name = module.rsplit(".", 1)[-1]
         assert f"ray_efa.{module}" not in shipped_text and f"import {name}" not in shipped_text, path
-    assert "ray_efa/core/settings.py" in shipped
+    assert "ray_efa/core/settings/__init__.py" in shipped
 
 
 def test_config_map_keys_map_back_to_their_paths(default_synth):
     head = default_synth.ray_cluster["spec"]["headGroupSpec"]["template"]
     items = mounted_items(head)
-    assert {"key": "ray_efa.core.settings.py", "path": "ray_efa/core/settings.py"} in items
+    assert {"key": "ray_efa.core.settings.__init__.py", "path": "ray_efa/core/settings/__init__.py"} in items
     for item in items:
         assert item["key"] == item["path"].replace("/", ".")
 

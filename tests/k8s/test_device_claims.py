@@ -12,7 +12,7 @@ import pytest
 from ray_efa.core import catalog
 from ray_efa.core import settings as settings_module
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings
-from ray_efa.core.settings_framework import rule_problems
+from ray_efa.core.settings.framework import rule_problems
 from ray_efa.k8s.device_claims import (
     CLAIM_NAME,
     MAX_DEVICES_PER_CLAIM,

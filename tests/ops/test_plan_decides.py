@@ -6,8 +6,8 @@ core.perf and core.memory; docs/BENCHMARKS.md ("The plan decides the defaults") 
 the p5.4xlarge prediction (62,356 measured on an H200 for 68,916 predicted tokens/s, 3.06x the old fixed defaults).
 Issue 27's bars (45% causal MFU and 45,000 tokens/s on p5, 5,000 tokens/s/GPU on the default cluster) were predicted
 with the H200's constant lent to the H100, fp8 on an L4 whose fp8 efficiency is only assumed, and 4 GB/s of EFA
-between g6 nodes that the preflight itself caps at 3: with each family's own evidence (core.gpu_constants,
-core/data/published_runs.csv) and the network as measured (core.network) the bars are the ones below.
+between g6 nodes that the preflight itself caps at 3: with each family's own evidence (core.catalog.gpu_constants,
+core/data/published_runs.csv) and the network as measured (core.catalog.network) the bars are the ones below.
 """
 
 from __future__ import annotations

@@ -386,7 +386,7 @@ def test_memory_stays_flat_as_the_log_grows():
 
 def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(monkeypatch):
     # GIVEN room for two processes only, and a third that used Socket
-    monkeypatch.setattr("ray_efa.training.transport_parse._MAX_PROCESSES", 2)
+    monkeypatch.setattr("ray_efa.training.transport.parse._MAX_PROCESSES", 2)
     lines = [*EFA_JOB, "node-z:999:1000 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0"]
     verdict = verdict_of(lines)
     # THEN the third lands in "(other processes)" and the job still fails
@@ -396,7 +396,7 @@ def test_processes_past_the_bound_share_one_bucket_whose_evidence_still_counts(m
 
 def test_the_prefix_cache_stays_correct_when_it_is_full(monkeypatch):
     # GIVEN a tiny prefix cache and timestamped lines, so that every line has a new prefix
-    monkeypatch.setattr("ray_efa.training.transport_parse._MAX_HEADS", 2)
+    monkeypatch.setattr("ray_efa.training.transport.parse._MAX_HEADS", 2)
     lines = [f"2026-11-29T18:44:{i:02d}.000Z {line}" for i, line in enumerate(EFA_JOB)]
     report = classify(lines)
     # THEN each line still reaches its own process
@@ -554,7 +554,7 @@ def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
 
 # -- the hint pre-filter: a hint whose words HINT_WORDS lacks would never fire -----------------------------------
 
-from ray_efa.training import transport_lines as _lines  # noqa: E402
+from ray_efa.training.transport import lines as _lines  # noqa: E402
 
 
 @pytest.mark.parametrize("index", range(len(_lines.HINTS)), ids=[h.id for h in _lines.HINTS])

@@ -11,8 +11,8 @@ from typing import Any
 
 from ray_efa.core.pod_env import GATE_LOG_ENV, GATE_LOG_SUBSYSTEMS
 from ray_efa.training import efa_counters
-from ray_efa.training.transport_evidence import ProcessEvidence
-from ray_efa.training.transport_lines import OTHER_PROVIDERS, hint_id, transport_kind
+from ray_efa.training.transport.evidence import ProcessEvidence
+from ray_efa.training.transport.lines import OTHER_PROVIDERS, hint_id, transport_kind
 
 EXPECTS: tuple[str, ...] = ("efa", "ib", "socket")
 """Transports a verdict can expect: EFA through aws-ofi-nccl, InfiniBand verbs, NCCL's TCP Socket transport."""

@@ -1,7 +1,7 @@
 """Reading NCCL logs: fold the lines into evidence per process (host:pid), streaming, in bounded memory.
 
-`classify(lines)` and `classify_paths(paths)` return a TransportReport (training.transport_verdict), whose
-`verdict(expect)` judges it. The line patterns are training.transport_lines'.
+`classify(lines)` and `classify_paths(paths)` return a TransportReport (training.transport.verdict), whose
+`verdict(expect)` judges it. The line patterns are training.transport.lines'.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from ray_efa.training.transport_evidence import CommShape, ProcessEvidence
-from ray_efa.training.transport_lines import (
+from ray_efa.training.transport.evidence import CommShape, ProcessEvidence
+from ray_efa.training.transport.lines import (
     ANSI,
     ASSIGNED,
     CHANNEL,
@@ -45,7 +45,7 @@ from ray_efa.training.transport_lines import (
     json_message,
     nccl_prefix,
 )
-from ray_efa.training.transport_verdict import MAX_NOTES, TransportReport
+from ray_efa.training.transport.verdict import MAX_NOTES, TransportReport
 
 # Bounds that keep memory flat whatever the input: a line longer than this is cut (NCCL's own lines are < 1 KiB),
 # a process keeps at most this many distinct hints, and past this many processes the rest share one bucket

@@ -1,11 +1,11 @@
-"""The built-in GPU instance families: one record each (catalog_types.GpuFamily), the one place a GPU type is added.
+"""The built-in GPU instance families: one record each (core.catalog.types.GpuFamily), the one place a GPU type is added.
 
 A record holds every fact of its family: the GPU model and its step-model constants (core.perf), the GPUs' link inside
-a node, GPUDirect RDMA and `efa-only` secondary cards, NCCL's share of the EFA line (core.network), and each size's
+a node, GPUDirect RDMA and `efa-only` secondary cards, NCCL's share of the EFA line (core.catalog.network), and each size's
 GPUs, vCPUs, memory, EFA interfaces, bandwidth, us-east-2 price and Capacity Blocks offer. Everything keyed by instance
-type, family or GPU name derives from FAMILIES: the catalog's rows and views (core.catalog_rows: GPU_INSTANCES, GPUS,
+type, family or GPU name derives from FAMILIES: the catalog's rows and views (core.catalog.rows: GPU_INSTANCES, GPUS,
 GPU_LINKS, the chart allowlists' rows, Capacity Blocks, efa-only families), the constants by GPU
-(core.gpu_constants.GPU_CONSTANTS) and the EFA shares by family (core.network.EFA_SHARE). Prices in other regions are
+(core.catalog.gpu_constants.GPU_CONSTANTS) and the EFA shares by family (core.catalog.network.EFA_SHARE). Prices in other regions are
 market data, keyed by type and region, in core/data/on_demand_prices.csv (tests/core/test_prices.py names a type
 without a price row, and a price row without a type). docs/development.md, "Adding a GPU type", is the checklist.
 
@@ -17,7 +17,7 @@ here imports aws_cdk, cdk8s or torch.
 
 from __future__ import annotations
 
-from ray_efa.core.catalog_types import (
+from ray_efa.core.catalog.types import (
     H200_EAGER_SPEED,
     NVLINK3,
     NVLINK4,
@@ -28,7 +28,7 @@ from ray_efa.core.catalog_types import (
     GpuConstants,
     GpuFamily,
 )
-from ray_efa.core.catalog_types import InstanceSize as Size
+from ray_efa.core.catalog.types import InstanceSize as Size
 
 __all__ = ["FAMILIES"]
 
@@ -63,7 +63,7 @@ _L40S = Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=
 # fmt: off
 FAMILIES: tuple[GpuFamily, ...] = (
     # One network card each (g5, g6, g6e.8-16xlarge); no NVLink (AWS instance pages); no GPUDirect RDMA
-    # (aws/aws-ofi-nccl#547: host-staged, core.network). Sizes without EFA are known so that choosing one fails with a
+    # (aws/aws-ofi-nccl#547: host-staged, core.catalog.network). Sizes without EFA are known so that choosing one fails with a
     # helpful message, not "unknown". Prices: the 8x/16x sizes as read from the AWS Price List API for us-east-2
     # (2026-10); g5.24xlarge, g6.24xlarge and g6e.12xlarge are the list prices as recorded here without that re-read:
     # check them with `aws pricing get-products` before relying on them.
@@ -221,5 +221,5 @@ FAMILIES: tuple[GpuFamily, ...] = (
                  usd_per_hour=113.9328),
         )),
 )
-"""Every built-in GPU instance family, one record each; core.catalog_rows derives the rows in this order."""
+"""Every built-in GPU instance family, one record each; core.catalog.rows derives the rows in this order."""
 # fmt: on

@@ -10,7 +10,7 @@
   EFA reaches less than at the 1 GiB of the preflight's probe.
 - Every collective call also pays a latency (COLLECTIVE_LATENCY_S) that grows with the ranks it crosses.
 
-Arithmetic over the families' records (core.gpu_families), nothing above them: training/ (in the container) reads it
+Arithmetic over the families' records (core.catalog.families), nothing above them: training/ (in the container) reads it
 through core.catalog.
 """
 
@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from ray_efa.core.gpu_families import FAMILIES
+from ray_efa.core.catalog.families import FAMILIES
 
 
 class _GpuLink(Protocol):
@@ -61,7 +61,7 @@ HOST_STAGED_SOURCE = ("aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s
 EFA_SHARE: dict[str, tuple[float, str, str]] = {
     family.name: family.efa_share for family in FAMILIES if family.efa_share is not None}
 """(share of the aggregate EFA line rate at >= 1 GiB, status, source) of each family with GPUDirect RDMA that records
-one (its record in core.gpu_families: GpuFamily.efa_share)."""
+one (its record in core.catalog.families: GpuFamily.efa_share)."""
 _DEFAULT_SHARE = (0.6, "assumed", "a family without its own nccl-tests here: p5's published 0.6")
 
 MESSAGE_SIZE_SHARE: tuple[tuple[int, float], ...] = ((16 * MiB, 0.25), (128 * MiB, 0.4 / 0.6), (GiB, 1.0))

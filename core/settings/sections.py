@@ -1,8 +1,8 @@
 """The sections of the settings: ClusterSettings, NodeSettings, AddonSettings, WorkloadSettings, TrainingSettings.
 
-Each is a pydantic model of `setting(...)` fields (core.settings_framework) whose types and patterns are
-core.settings_checks'; core.settings.Settings holds one of each, in the order of `SECTIONS`. Importing this module
-registers the rules across settings (core.settings_rules), which each section runs on its own fields. Pure Python
+Each is a pydantic model of `setting(...)` fields (core.settings.framework) whose types and patterns are
+core.settings.checks'; core.settings.Settings holds one of each, in the order of `SECTIONS`. Importing this module
+registers the rules across settings (core.settings.rules), which each section runs on its own fields. Pure Python
 with pydantic alone, like core.settings (the training job imports it inside the container).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Annotated, Literal, TypeVar, cast
 
 from ray_efa.core import catalog, models, scheduling
-from ray_efa.core import settings_rules as _settings_rules  # noqa: F401  (registers the rules the sections run)
 from ray_efa.core.image import DLC_IMAGE
-from ray_efa.core.settings_checks import (
+from ray_efa.core.settings import rules as _rules  # noqa: F401  (registers the rules the sections run)
+from ray_efa.core.settings.checks import (
     CAPACITY_RESERVATION,
     CLUSTER_NAME,
     DEFAULT_JOB_NAME,
@@ -55,10 +55,10 @@ from ray_efa.core.settings_checks import (
     described_gpu_instances,
 )
 
-# The framework, under the names the declarations below use (private here: core.settings_framework exports them).
-from ray_efa.core.settings_framework import LIST_AS_TUPLE as _LIST_AS_TUPLE
-from ray_efa.core.settings_framework import Section as _Section
-from ray_efa.core.settings_framework import setting
+# The framework, under the names the declarations below use (private here: core.settings.framework exports them).
+from ray_efa.core.settings.framework import LIST_AS_TUPLE as _LIST_AS_TUPLE
+from ray_efa.core.settings.framework import Section as _Section
+from ray_efa.core.settings.framework import setting
 
 # -- the sections -------------------------------------------------------------------------------------------------
 

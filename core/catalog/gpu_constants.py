@@ -4,21 +4,21 @@ core.perf's compute efficiency (the share of the data-sheet bf16 peak that the c
 its fp8 efficiency were fitted on one H200 (bench/calibrate.py, docs/BENCHMARKS.md). Applied unlabeled to every GPU
 they predicted 53% MFU for a 72 W L4, and lent NVLink's achieved share to PCIe. Here each family has its own, and
 `ray-efa plan` says which are measured here, which are fitted to published runs (core/data/published_runs.csv,
-core.evidence) and which are assumed. Each GPU's constants are part of its family's record (core.gpu_families,
-catalog_types.GpuConstants): GPU_CONSTANTS is derived from them. `ray-efa calibrate` on a finished run replaces the
+core.evidence) and which are assumed. Each GPU's constants are part of its family's record (core.catalog.families,
+core.catalog.types.GpuConstants): GPU_CONSTANTS is derived from them. `ray-efa calibrate` on a finished run replaces the
 compute efficiency with the run's own (core.calibrate), which is how an assumed constant becomes a measured one.
 """
 
 from __future__ import annotations
 
-from ray_efa.core.catalog_types import STATUSES, GpuConstants
-from ray_efa.core.gpu_families import FAMILIES
+from ray_efa.core.catalog.families import FAMILIES
+from ray_efa.core.catalog.types import STATUSES, GpuConstants
 
 __all__ = ["STATUSES", "GpuConstants", "GPU_CONSTANTS", "LINK_SHARES", "constants_for", "link_share", "describe"]
 
 GPU_CONSTANTS: dict[str, GpuConstants] = {family.gpu.name: family.constants for family in FAMILIES}
 """The step-model constants of each built-in GPU model (catalog.Gpu.name), from its families' records (two families
-of one GPU agree on them: core.catalog_rows checks it). A dict that core.evidence's fits replace entries of while
+of one GPU agree on them: core.catalog.rows checks it). A dict that core.evidence's fits replace entries of while
 they try values."""
 
 _DEFAULT = GpuConstants(

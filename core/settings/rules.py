@@ -1,9 +1,9 @@
 """The rules across settings: checks that read several settings (a zone of the region, a placement group with a
-reservation), each a `@_rule(key, ...)` function registered in core.settings_framework.RULES in declaration order.
+reservation), each a `@_rule(key, ...)` function registered in core.settings.framework.RULES in declaration order.
 
 A rule runs whenever each of its settings is valid on its own, so one SettingsError lists field and rule problems
 together; a section runs the rules whose settings are all its own, core.settings.Settings the others. The sections
-(core.settings_sections) import this module, so the rules are registered wherever a section is used. Pure Python with
+(core.settings.sections) import this module, so the rules are registered wherever a section is used. Pure Python with
 pydantic alone, like core.settings (the training job imports it inside the container).
 """
 
@@ -16,13 +16,13 @@ from ray_efa.core import addons, catalog, prices, regions, scheduling
 from ray_efa.core.image import image_without_digest
 from ray_efa.core.models import model_preset
 from ray_efa.core.problems import Problem
-from ray_efa.core.settings_checks import (
+from ray_efa.core.settings.checks import (
     KNOWN_IMAGE_RAY_VERSIONS,
     described_gpu_instances,
 )
 
-# The framework, under the names the declarations below use (private here: core.settings_framework exports them).
-from ray_efa.core.settings_framework import rule as _rule
+# The framework, under the names the declarations below use (private here: core.settings.framework exports them).
+from ray_efa.core.settings.framework import rule as _rule
 
 # -- rules across fields ------------------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 a plugin, a provider, a channel or a communicator, the hints (likely causes) that WARN lines carry, and the two
 helpers that find NCCL's message in a line (a JSON log record's text, NCCL's prefix).
 
-Patterns only; training.transport_parse folds the lines into evidence and training.transport_verdict judges it.
+Patterns only; training.transport.parse folds the lines into evidence and training.transport.verdict judges it.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Hint:
 
 
 _EFA, _EFA_IB = frozenset({"efa"}), frozenset({"efa", "ib"})
-# The hints, first match wins: training.transport_parse looks for them in WARN lines, training.transport_verdict
+# The hints, first match wins: training.transport.parse looks for them in WARN lines, training.transport.verdict
 # names the first as the likely cause of a fallback.
 HINTS: tuple[Hint, ...] = (
     Hint("ofi-init-failed", re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,

@@ -1,5 +1,5 @@
 """What the NCCL log says about one process (ProcessEvidence) and one of its communicators (CommShape): what
-training.transport_parse reads and training.transport_verdict judges.
+training.transport.parse reads and training.transport.verdict judges.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ and named, never zero: they neither confirm nor contradict the logs.
 
 Snapshots are JSON files (`write_snapshot`, `load_snapshots`); a bad file raises CounterFileError naming it. Pure
 standard library, like training.transport: the job and the CLI both import it. Snapshot and the verdict (`judge`,
-CounterVerdict) are training.efa_counters_verdict's, exported here too.
+CounterVerdict) are training.efa_counters.counter_verdict's, exported here too.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_efa.core import pod_env
-from ray_efa.training.efa_counters_verdict import (
+from ray_efa.training.efa_counters.counter_verdict import (
     FORMAT,
     MIN_SHARE,
     REQUIRED_COUNTERS,

@@ -33,9 +33,9 @@ Rules (the reason for each is in `Verdict`):
   witness: they can fail a job whose logs pass, prove one whose logs prove nothing, or keep a pass from happening.
 
 Pure standard library: the driver imports it inside the training container, the CLI imports it outside. The gate
-is in five files, each importing only those before it: training.transport_lines (the NCCL lines it knows),
-training.transport_evidence (what the log says about a process), training.transport_verdict (the report, the verdicts
-and their causes), training.transport_parse (reading the logs) and this one (the whole gate, with the EFA counters),
+is in five files, each importing only those before it: training.transport.lines (the NCCL lines it knows),
+training.transport.evidence (what the log says about a process), training.transport.verdict (the report, the verdicts
+and their causes), training.transport.parse (reading the logs) and this one (the whole gate, with the EFA counters),
 which exports the public names of all five.
 """
 
@@ -46,10 +46,10 @@ from dataclasses import replace
 
 from ray_efa.core.pod_env import expected_transport, network_env
 from ray_efa.training import efa_counters
-from ray_efa.training.transport_evidence import CommShape, ProcessEvidence
-from ray_efa.training.transport_lines import transport_kind
-from ray_efa.training.transport_parse import LogReadError, classify, classify_paths
-from ray_efa.training.transport_verdict import (
+from ray_efa.training.transport.evidence import CommShape, ProcessEvidence
+from ray_efa.training.transport.lines import transport_kind
+from ray_efa.training.transport.parse import LogReadError, classify, classify_paths
+from ray_efa.training.transport.verdict import (
     EXIT_CONTRADICTED,
     EXIT_NO_PROOF,
     EXIT_PASS,

@@ -2,7 +2,7 @@
 
 Each `_*_problem(value)` returns what is wrong ("must be ...") or None; the Annotated types below (Region, Cidr,
 ImageReference, ...) attach one to a field with `_check(...)` and give the JSON Schema a hint with `_schema(...)`.
-The sections (core.settings_sections) declare their fields with these types and patterns; core.settings re-exports
+The sections (core.settings.sections) declare their fields with these types and patterns; core.settings re-exports
 the public constants (KUBERNETES_VERSIONS, LOG_RETENTION_DAYS, ...). Pure Python with pydantic alone, like
 core.settings (the training job imports it inside the container).
 """
@@ -22,10 +22,10 @@ from ray_efa.core.image import KNOWN_IMAGES
 from ray_efa.core.model_source import data_path_problem, model_path_problem
 from ray_efa.core.models import MODEL_PRESETS
 
-# The framework, under the names the declarations below use (private here: core.settings_framework exports them).
-from ray_efa.core.settings_framework import LIST_AS_TUPLE as _LIST_AS_TUPLE
-from ray_efa.core.settings_framework import check as _check
-from ray_efa.core.settings_framework import string_schema as _schema
+# The framework, under the names the declarations below use (private here: core.settings.framework exports them).
+from ray_efa.core.settings.framework import LIST_AS_TUPLE as _LIST_AS_TUPLE
+from ray_efa.core.settings.framework import check as _check
+from ray_efa.core.settings.framework import string_schema as _schema
 
 KUBERNETES_VERSIONS = ("1.35", "1.36")
 """Versions that both aws_eks_v2 (aws-cdk-lib 2.275.0) and a pinned kubectl layer package support."""

@@ -15,25 +15,26 @@ a placement group with a reservation) are rules run beside the field checks, so 
 Pure Python with pydantic alone on purpose: the training job imports this module inside the container, which has
 no CDK but has pydantic (Ray depends on it).
 
-The settings live in four modules, this one on top; import them from here, which re-exports what the others declare:
+The settings are this package: its __init__ (this module) on top, which re-exports what the others declare; import
+them from here:
 
-    core.settings_checks    the checks of one value (`_*_problem`), their patterns and closed sets
+    core.settings.checks    the checks of one value (`_*_problem`), their patterns and closed sets
                             (KUBERNETES_VERSIONS, LOG_RETENTION_DAYS, ...) and the Annotated types built on them
-    core.settings_sections  the sections: ClusterSettings, NodeSettings, AddonSettings, WorkloadSettings,
+    core.settings.sections  the sections: ClusterSettings, NodeSettings, AddonSettings, WorkloadSettings,
                             TrainingSettings, with every field
-    core.settings_rules     the rules across settings (`@_rule(...)` functions), registered when the sections load
-    core.settings           Settings, the introspection (setting_keys, setting_choices) and context_json_schema
+    core.settings.rules     the rules across settings (`@_rule(...)` functions), registered when the sections load
+    core.settings           (this module) Settings, the introspection (setting_keys, setting_choices) and context_json_schema
 
-Adding a setting: one annotated field in its section (core.settings_sections),
+Adding a setting: one annotated field in its section (core.settings.sections),
 
     system_root_volume_gib: int = setting(100, "systemRootVolumeGib", "Root volume of each system node, GiB.", ge=20, le=16384)
 
 with `Literal[...]` for a closed set of values, pydantic constraints (ge, le, gt, pattern) for the rest and
 `message=` where the generic "must be between 20 and 16384" needs the setting's own words; a check that pydantic
-cannot express is an Annotated type with `_check(...)` in core.settings_checks (see Cidr); one that reads two settings
-is a `@_rule(...)` function in core.settings_rules. Then `python tools/settings_table.py --write` and
+cannot express is an Annotated type with `_check(...)` in core.settings.checks (see Cidr); one that reads two settings
+is a `@_rule(...)` function in core.settings.rules. Then `python tools/settings_table.py --write` and
 `python tools/settings_schema.py --write`. The machinery behind `setting`, `_check` and `_rule` is
-core.settings_framework; Problem and SettingsError are core.problems' (re-exported here).
+core.settings.framework; Problem and SettingsError are core.problems' (re-exported here).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from pydantic import Field
 
 from ray_efa.core import regions
 from ray_efa.core.problems import Problem, SettingsError
-from ray_efa.core.settings_checks import (
+from ray_efa.core.settings.checks import (
     DEFAULT_JOB_NAME,
     DEFAULT_TRAIN_FUNCTION,
     KNOWN_IMAGE_RAY_VERSIONS,
@@ -60,16 +61,16 @@ from ray_efa.core.settings_checks import (
     described_gpu_instances,
 )
 
-# The framework, under the names the declarations below use (private here: core.settings_framework exports them).
-from ray_efa.core.settings_framework import RULES as _RULES
-from ray_efa.core.settings_framework import Model as _Model
-from ray_efa.core.settings_framework import Rule as _Rule
-from ray_efa.core.settings_framework import choices_of as _choices_of
-from ray_efa.core.settings_framework import parse_context_value as _parse
-from ray_efa.core.settings_framework import rule_problems as _rule_problems
-from ray_efa.core.settings_framework import setting
-from ray_efa.core.settings_rules import dra_kubernetes_problem
-from ray_efa.core.settings_sections import (
+# The framework, under the names the declarations below use (private here: core.settings.framework exports them).
+from ray_efa.core.settings.framework import RULES as _RULES
+from ray_efa.core.settings.framework import Model as _Model
+from ray_efa.core.settings.framework import Rule as _Rule
+from ray_efa.core.settings.framework import choices_of as _choices_of
+from ray_efa.core.settings.framework import parse_context_value as _parse
+from ray_efa.core.settings.framework import rule_problems as _rule_problems
+from ray_efa.core.settings.framework import setting
+from ray_efa.core.settings.rules import dra_kubernetes_problem
+from ray_efa.core.settings.sections import (
     SECTIONS,
     AddonSettings,
     ClusterSettings,

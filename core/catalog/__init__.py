@@ -11,7 +11,7 @@ user guide (GPUDirect RDMA: "Supported instance types", RDMA read/write), NVIDIA
 throughput; dense fp8: 242.5 L4, 733 L40S, 1,979 H100/H200, 4,500 B200, none on A10G and A100), the AWS on-demand
 price list for Linux in us-east-2 (recorded 2026-10/11; us-east-1 and us-east-2 list the same prices for these types;
 prices change, treat them as estimates). Where describe-instance-types disagrees, it wins: fix the record
-(core/gpu_families.py; docs/development.md, "Adding a GPU type").
+(core/catalog/families.py; docs/development.md, "Adding a GPU type").
 
 Which types: every EFA-capable x86_64 NVIDIA GPU type of that page whose GPU trains in bf16 and that the EKS AL2023
 NVIDIA AMI runs (AL2023_X86_64_NVIDIA), with the facts above recorded. Not built in, and why: g4dn (T4: no bf16
@@ -30,12 +30,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
-from ray_efa.core import network, node_pods
+from ray_efa.core import node_pods
+from ray_efa.core.catalog import network
+from ray_efa.core.catalog.families import FAMILIES
 
-# The types, the family records and the rows derived from them live in their own modules (core.catalog_types,
-# core.gpu_families, core.catalog_rows); this one derives from them and re-exports every name, so callers import from
+# The types, the family records and the rows derived from them live in their own modules (core.catalog.types,
+# core.catalog.families, core.catalog.rows); this one derives from them and re-exports every name, so callers import from
 # core.catalog alone.
-from ray_efa.core.catalog_rows import (
+from ray_efa.core.catalog.rows import (
     BUILT_IN_GPU_INSTANCES,
     CAPACITY_BLOCK_INSTANCES,
     CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW,
@@ -51,7 +53,7 @@ from ray_efa.core.catalog_rows import (
     SYSTEM_INSTANCES,
     gpu_for_device_name,
 )
-from ray_efa.core.catalog_types import (
+from ray_efa.core.catalog.types import (
     CHART_GPU_ALLOWLISTS,
     DEFAULT_GPU_LINK,
     EFA_DRA_CHART,
@@ -66,7 +68,6 @@ from ray_efa.core.catalog_types import (
     build_gpu_row,
     gpu_link,
 )
-from ray_efa.core.gpu_families import FAMILIES
 
 __all__ = [
     "CatalogError",
@@ -311,16 +312,16 @@ def head_fit_problem(instance: InstanceType) -> str | None:
 
 # -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------
 # The floor is a share (FLOOR_MARGIN) of what a healthy pair of nodes reaches: all-reduce bus bandwidth at 1 GiB, as
-# nccl-tests reports it and training.preflight measures it. What a healthy node reaches is core.network's figure for
+# nccl-tests reports it and training.preflight measures it. What a healthy node reaches is core.catalog.network's figure for
 # its family at 1 GiB, the same the step model (core.perf) uses: with GPUDirect RDMA the family's published share of
 # the aggregate EFA line rate; without it (g5, g6, g6e) at most the host-staged 3 GB/s (aws/aws-ofi-nccl#547); never
 # above the intra-node link (the row's gpu_link, data sheet), which the ring also crosses.
 # Measure your own nodes (`ray-efa calibrate` on a finished run suggests the floor) and set preflightMinBusbwGbps.
 EFA_LINE_SHARE = network.EFA_SHARE["p4d"][0]
 """Share of the aggregate EFA line rate NCCL's all-reduce reaches at 1 GiB on p4d (NVIDIA/nccl#527); each family's own
-is core.network.EFA_SHARE."""
+is core.catalog.network.EFA_SHARE."""
 HOST_STAGED_EFA_GB_S = network.HOST_STAGED_GB_S
-"""All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s (core.network)."""
+"""All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s (core.catalog.network)."""
 FLOOR_MARGIN = 0.5
 """The floor is this share of a healthy node's bus bandwidth: it catches a broken or fallen-back path, not a slow
 day (the probe's 5 timed all-reduces at 1 GiB vary by far less than half)."""
@@ -336,7 +337,7 @@ class HealthyBusbw:
 
 
 def healthy_efa_busbw(instance: InstanceType) -> HealthyBusbw:
-    """The all-reduce bus bandwidth (GB/s, at 1 GiB) a healthy pair of `instance` nodes reaches over EFA: core.network's
+    """The all-reduce bus bandwidth (GB/s, at 1 GiB) a healthy pair of `instance` nodes reaches over EFA: core.catalog.network's
     link of its family (GPUDirect RDMA, EFA cards, line rate, intra-node link)."""
     figure = network.efa_link(instance, network.GiB)
     return HealthyBusbw(gb_s=figure.gb_s, source=figure.source)

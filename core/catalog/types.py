@@ -1,8 +1,8 @@
 """The catalog's types (core.catalog): a GPU model and its step-model constants, the GPUs' link inside a node, an
-instance type and a GPU instance type, a GPU instance family (the one record a GPU type is added by: core.gpu_families),
+instance type and a GPU instance type, a GPU instance family (the one record a GPU type is added by: core.catalog.families),
 the GPU types each recorded EFA chart version lists, and the one constructor every GPU row goes through.
 
-core.gpu_families holds the built-in families made of these; core.catalog_rows the rows and views derived from them;
+core.catalog.families holds the built-in families made of these; core.catalog.rows the rows and views derived from them;
 core.catalog the lookups and derivations, and re-exports all three. Nothing here imports aws_cdk, cdk8s or torch (the
 training job imports it inside the container).
 """
@@ -78,7 +78,7 @@ _LENT_EAGER = ("the H200's measured eager/compiled share (0.946), lent: no same-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuConstants:
-    """The step model's constants of one GPU model (core.perf), each with its status and source (core.gpu_constants
+    """The step model's constants of one GPU model (core.perf), each with its status and source (core.catalog.gpu_constants
     reads them from the families' records)."""
 
     compute_efficiency: float
@@ -196,7 +196,7 @@ class GpuInstanceType(InstanceType):
 
 
 class EfaShare(NamedTuple):
-    """What NCCL's all-reduce reaches over EFA between GPUDirect RDMA nodes of a family (core.network)."""
+    """What NCCL's all-reduce reaches over EFA between GPUDirect RDMA nodes of a family (core.catalog.network)."""
 
     share: float
     """Share of the aggregate EFA line rate at >= 1 GiB per collective."""
@@ -225,10 +225,10 @@ class InstanceSize:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuFamily:
-    """One GPU instance family, the one record of its types (core.gpu_families): its GPU model and that GPU's
+    """One GPU instance family, the one record of its types (core.catalog.families): its GPU model and that GPU's
     step-model constants, the GPUs' link inside a node, the EFA facts every size shares, NCCL's share of the EFA
     line, and its sizes. Every row, view and table keyed by instance type, family or GPU name derives from these
-    (core.catalog_rows, core.gpu_constants, core.network); prices stay data (core/data/on_demand_prices.csv)."""
+    (core.catalog.rows, core.catalog.gpu_constants, core.catalog.network); prices stay data (core/data/on_demand_prices.csv)."""
 
     name: str
     """The family as EC2 names it: the instance type's part before the dot (p5, p6-b200)."""
@@ -241,8 +241,8 @@ class GpuFamily:
     efa_only_secondary: bool = False
     """Whether network cards after the first get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
     efa_share: EfaShare | None = None
-    """NCCL's share of the EFA line with GPUDirect RDMA; None: core.network's default (p5's published share), or no
-    GPUDirect RDMA (host-staged: core.network.HOST_STAGED_GB_S)."""
+    """NCCL's share of the EFA line with GPUDirect RDMA; None: core.catalog.network's default (p5's published share), or no
+    GPUDirect RDMA (host-staged: core.catalog.network.HOST_STAGED_GB_S)."""
     sizes: tuple[InstanceSize, ...]
 
     def __post_init__(self) -> None:
@@ -252,7 +252,7 @@ class GpuFamily:
                                f"(got {', '.join(wrong) or 'none'})")
         if self.efa_share is not None and not self.gpudirect_rdma:
             raise CatalogError(f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every "
-                               "family is host-staged (core.network.HOST_STAGED_GB_S)")
+                               "family is host-staged (core.catalog.network.HOST_STAGED_GB_S)")
 
     def rows(self) -> tuple[GpuInstanceType, ...]:
         """The catalog row of each size, built as every GPU row is (build_gpu_row)."""

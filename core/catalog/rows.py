@@ -1,4 +1,4 @@
-"""The catalog's rows and views (core.catalog), derived from the family records (core.gpu_families): the GPU rows,
+"""The catalog's rows and views (core.catalog), derived from the family records (core.catalog.families): the GPU rows,
 the GPU models, the links, the chart allowlists' rows, efa-only families and Capacity Blocks, for callers that ask by
 family or name; and the system node types with the fixed costs beside them. Sources and the choice of types:
 core.catalog's docstring.
@@ -6,7 +6,8 @@ core.catalog's docstring.
 
 from __future__ import annotations
 
-from ray_efa.core.catalog_types import (
+from ray_efa.core.catalog.families import FAMILIES
+from ray_efa.core.catalog.types import (
     CHART_GPU_ALLOWLISTS,
     EFA_DRA_CHART,
     EFA_PLUGIN_CHART,
@@ -16,7 +17,6 @@ from ray_efa.core.catalog_types import (
     GpuLink,
     InstanceType,
 )
-from ray_efa.core.gpu_families import FAMILIES
 
 __all__ = [
     "GPUS",
@@ -61,7 +61,7 @@ def gpu_for_device_name(device_name: str) -> Gpu | None:
 
 
 RECORDED_LINKS: dict[float, GpuLink] = {family.gpu_link.gb_s: family.gpu_link for family in FAMILIES}
-"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.gpu_constants)."""
+"""A described link of a recorded link's bandwidth is that link (its name says its kind to core.catalog.gpu_constants)."""
 
 
 
