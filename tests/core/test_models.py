@@ -281,3 +281,24 @@ def test_llama3_8b_memory_matches_torchtitans_published_runs(
     # THEN the plan is within 5% of it (its compiled selective rows, 77.0 and 76.8 GiB, plan 7% over: torchtitan's
     # compiled loss holds less than this project's unchunked one)
     assert memory.estimate(s, "fsdp").total_gib == pytest.approx(published_gib, rel=0.05)
+
+
+def test_tinyllamas_published_shape_fits_an_a100_40gb():
+    # GIVEN TinyLlama 1.1B as it was pretrained: 8 x 2048 tokens a GPU, no activation checkpointing, FSDP over 16
+    # A100-40GB (fixtures/model_configs/README.md), with this project's chunked loss (the default)
+    s = Settings.from_context(
+        {
+            "modelConfig": str(CONFIGS / "tinyllama-1.1b" / "config.json"),
+            "gpuInstanceType": "p4d.24xlarge",
+            "gpuNodeCount": 2,
+            "microBatch": 8,
+            "seqLen": 2048,
+            "gradAccumulation": 1,
+            "precision": "bf16",
+            "activationCheckpointing": False,
+            "compile": False,
+        }
+    )
+    assert s.training.preset.num_parameters == 1_100_048_384
+    # THEN the plan says it fits, as it ran
+    assert memory.estimate(s, "fsdp").fits
