@@ -3,9 +3,10 @@
 CloudFormation updates the guard before the GPU node group and the stack's RayJob (they depend on it), and sends an
 Update only when its properties change: what rolls or resizes the GPU nodes (RollKey, NodeCount) or the RayJob's
 definition (JobHash; "none" when the stack applies no job). On such an Update, `decide` (pure) says whether the
-change disrupts a job; if it does, the handler asks the API server for the RayJobs of the cluster (`kubectl get
-rayjobs -A`, through the kubectl provider's layers and role, as infra/chart_crds_handler.py does) and fails the
-update when one is active, naming it and the override: CloudFormation then rolls the stack back before the node
+change disrupts a job; if it does, the handler asks the API server for the RayJobs of the cluster (GET
+/apis/ray.io/v1/rayjobs over HTTPS, verified with the cluster's CA from DescribeCluster, as the guard's own role:
+an EKS token made from a presigned STS GetCallerIdentity URL, no kubectl, no layer) and fails the update when one is
+active, naming it and the override: CloudFormation then rolls the stack back before the node
 group or the RayJob changes. Create and Delete never refuse. Standard library and boto3 (as the Lambda runtime has
 it) only: this module is the Lambda asset.
 
@@ -25,21 +26,26 @@ with nodes up is refused whatever allowJobDisruption says.
 
 from __future__ import annotations
 
+import base64
 import json
-import os
-import subprocess
+import ssl
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["handler", "judge", "decide", "disruption", "active_ray_jobs", "kubectl_ray_jobs",
+__all__ = ["handler", "judge", "decide", "disruption", "active_ray_jobs", "eks_ray_jobs", "api_ray_jobs", "eks_token",
            "cloudformation_stack_status", "rolling_back", "Unsure", "INACTIVE_STATES", "FUNCTION_TIMEOUT_S",
            "SERVICE_TIMEOUT_S"]
 
-FUNCTION_TIMEOUT_S = 120
+FUNCTION_TIMEOUT_S = 180
+"""The Lambda's timeout: more than the AWS calls' and the API server's timeouts with their retries, and the answer's
+(`worst_case_s`)."""
 SERVICE_TIMEOUT_S = 300
-WORK_DIR = os.environ.get("TEST_OUTDIR", "/tmp")
-_TOOL_PATHS = "/opt/kubectl:/opt/awscli"
+HTTP_TIMEOUT_S = 20
+"""Each request to the API server and to CloudFormation's ResponseURL."""
+_AWS_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}
+_AWS_RETRIES = {"max_attempts": 3, "mode": "standard"}
 
 INACTIVE_STATES = ("Complete", "Failed", "Suspended", "ValidationFailed")
 """RayJob status.jobDeploymentStatus values with no Ray cluster of the job left (ops.deploy_check's, repeated here:
@@ -108,33 +114,65 @@ def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], li
             "to accept losing it")
 
 
-def active_ray_jobs(items: list[Mapping[str, Any]]) -> dict[str, str]:
+def active_ray_jobs(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """namespace/name -> jobDeploymentStatus of a RayJob list's items (the API server's JSON)."""
     return {f"{j['metadata']['namespace']}/{j['metadata']['name']}": (j.get("status") or {}).get(
         "jobDeploymentStatus", "") for j in items}
 
 
-def kubectl_ray_jobs(cluster_name: str, run: Callable[[list[str]], str] | None = None) -> ListJobs:
-    """The cluster's RayJobs through kubectl (the Lambda's kubeconfig from `aws eks update-kubeconfig`); `run`
-    returns a command's standard output and raises on failure."""
-    run = run or _run
+def eks_token(cluster_name: str, region: str, session: Any = None) -> str:
+    """A bearer token the cluster's API server accepts for this function's role (what `aws eks get-token` prints):
+    `k8s-aws-v1.` and the base64url of a presigned STS GetCallerIdentity URL that signs the header
+    x-k8s-aws-id: <cluster name>, valid 60 seconds (EKS's aws-iam-authenticator scheme)."""
+    from boto3.session import Session
+    from botocore.signers import RequestSigner
+
+    session = session or Session()
+    sts = session.client("sts", region_name=region)
+    signer = RequestSigner(sts.meta.service_model.service_id, region, "sts", "v4", session.get_credentials(),
+                           session.events)
+    url = signer.generate_presigned_url(
+        {"method": "GET", "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+         "body": {}, "headers": {"x-k8s-aws-id": cluster_name}, "context": {}},
+        region_name=region, expires_in=60, operation_name="")
+    return "k8s-aws-v1." + base64.urlsafe_b64encode(str(url).encode()).decode().rstrip("=")
+
+
+def api_ray_jobs(endpoint: str, ca_pem: str, token: Callable[[], str], timeout_s: float = HTTP_TIMEOUT_S) -> ListJobs:
+    """The RayJobs of every namespace from the API server at `endpoint` (GET /apis/ray.io/v1/rayjobs over HTTPS,
+    verified against the cluster's CA `ca_pem`, with the bearer `token()`), page by page."""
+    context = ssl.create_default_context(cadata=ca_pem)
 
     def list_jobs() -> dict[str, str]:
-        kubeconfig = os.path.join(WORK_DIR, "kubeconfig")
-        run(["aws", "eks", "update-kubeconfig", "--name", cluster_name, "--kubeconfig", kubeconfig])
-        listed = json.loads(run(["kubectl", "get", "rayjobs.ray.io", "--all-namespaces", "-o", "json",
-                                 "--kubeconfig", kubeconfig, "--request-timeout", "30s"]))
-        return active_ray_jobs(listed.get("items", []))
+        items: list[Mapping[str, Any]] = []
+        page = ""
+        while True:
+            query = urllib.parse.urlencode({"limit": 500, **({"continue": page} if page else {})})
+            request = urllib.request.Request(f"{endpoint.rstrip('/')}/apis/ray.io/v1/rayjobs?{query}",
+                                             headers={"Authorization": f"Bearer {token()}", "Accept": "application/json"})
+            with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+                listed = json.load(response)
+            items += listed.get("items", [])
+            page = (listed.get("metadata") or {}).get("continue") or ""
+            if not page:
+                return active_ray_jobs(items)
 
     return list_jobs
 
 
-def _run(command: list[str]) -> str:
-    env = {**os.environ, "PATH": f"{_TOOL_PATHS}:{os.environ.get('PATH', '')}", "HOME": WORK_DIR}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
-    if result.returncode:
-        raise RuntimeError(f"{command[0]} {command[1]} failed: {(result.stdout + result.stderr).strip()[-1500:]}")
-    return result.stdout
+def eks_ray_jobs(cluster_name: str) -> ListJobs:
+    """The cluster's RayJobs as this function's role sees them: its endpoint and CA from DescribeCluster, a token
+    from STS (no kubectl, no kubeconfig)."""
+
+    def list_jobs() -> Mapping[str, str]:
+        from boto3.session import Session
+
+        session = Session()
+        cluster = session.client("eks", config=_aws_config()).describe_cluster(name=cluster_name)["cluster"]
+        ca_pem = base64.b64decode(cluster["certificateAuthority"]["data"]).decode()
+        token = eks_token(cluster_name, str(session.region_name), session)  # AWS_REGION, set by Lambda
+        return api_ray_jobs(cluster["endpoint"], ca_pem, lambda: token)()
+    return list_jobs
 
 
 def _respond(event: Mapping[str, Any], status: str, reason: str, physical_id: str) -> None:
@@ -145,8 +183,22 @@ def _respond(event: Mapping[str, Any], status: str, reason: str, physical_id: st
     }).encode()
     request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
                                      headers={"Content-Type": "", "Content-Length": str(len(body))})
-    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - CloudFormation's https URL
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:  # noqa: S310 - CloudFormation's URL
         print(f"CloudFormation response: {response.status}", flush=True)
+
+
+def worst_case_s() -> float:
+    """The longest the handler waits on the network: DescribeStacks and DescribeCluster with their retries, one page
+    of RayJobs, the answer to CloudFormation (more pages are rare: 500 RayJobs a page)."""
+    per_aws_call = _AWS_RETRIES["max_attempts"] * (_AWS_TIMEOUTS["connect_timeout"] + _AWS_TIMEOUTS["read_timeout"])
+    return 2 * per_aws_call + 2 * HTTP_TIMEOUT_S
+
+
+def _aws_config() -> Any:
+    """boto3's client config: short timeouts, a few retries (their sum well inside FUNCTION_TIMEOUT_S)."""
+    from botocore.config import Config
+
+    return Config(**_AWS_TIMEOUTS, retries=_AWS_RETRIES)
 
 
 class Unsure(RuntimeError):
@@ -156,10 +208,8 @@ class Unsure(RuntimeError):
 def cloudformation_stack_status(stack_id: str) -> str:
     """The StackStatus of stack `stack_id` (DescribeStacks, boto3 as the Lambda runtime has it; a few retries)."""
     import boto3  # the Lambda runtime's; imported here so that the pure functions above need no AWS SDK
-    from botocore.config import Config
 
-    config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 4, "mode": "standard"})
-    stacks = boto3.client("cloudformation", config=config).describe_stacks(StackName=stack_id)["Stacks"]
+    stacks = boto3.client("cloudformation", config=_aws_config()).describe_stacks(StackName=stack_id)["Stacks"]
     return str(stacks[0]["StackStatus"])
 
 
@@ -199,7 +249,7 @@ def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs |
     physical_id = event.get("PhysicalResourceId") or f"{new.get('ClusterName')}/job-guard"
     print(json.dumps({key: value for key, value in event.items() if key != "ResponseURL"}), flush=True)
     try:
-        refusal = judge(event, list_jobs or kubectl_ray_jobs(str(new.get("ClusterName"))),
+        refusal = judge(event, list_jobs or eks_ray_jobs(str(new.get("ClusterName"))),
                         stack_status or cloudformation_stack_status)
         status, reason = ("FAILED", f"ray-efa job guard: {refusal}") if refusal else ("SUCCESS", "no running job "
                                                                                       "disrupted")

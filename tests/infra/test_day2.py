@@ -237,6 +237,63 @@ def test_a_day2_change_never_replaces_what_the_cluster_is_built_on(change, befor
     print(f"\n{change}\n" + "\n".join(rows))
 
 
+def _referenced(node) -> set[str]:
+    """The logical ids an output's value refers to (Ref, Fn::GetAtt)."""
+    if isinstance(node, dict):
+        if set(node) == {"Ref"}:
+            return {node["Ref"]}
+        if set(node) == {"Fn::GetAtt"}:
+            target = node["Fn::GetAtt"]
+            return {target[0] if isinstance(target, list) else target.split(".", 1)[0]}
+        return set().union(*(_referenced(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_referenced(v) for v in node)) if node else set()
+    return set()
+
+
+def exports_in_use_changed(change: str, old: Synthesized, new: Synthesized) -> dict[str, str]:
+    """Exports the deployed GPU stack imports whose value the change would change: CloudFormation refuses to update an
+    export another stack imports ("Cannot update export ... as it is in use"), so the cluster stack's update fails.
+
+    A value changes when its expression does, or when a resource it refers to is replaced (the real CLI's `cdk diff`
+    says which), as a Lambda LayerVersion is on any change of its content: its Ref is a new ARN."""
+    def exports(template) -> dict[str, dict]:
+        return {o["Export"]["Name"]: o["Value"] for o in template.to_json().get("Outputs", {}).values()
+                if "Export" in o}
+    before, after = exports(old.cluster), exports(new.cluster)
+    diffs = {d.stack: d for d in _diff_of(change)}
+    cluster_diff = diffs.get(old.settings.cluster_stack_name)
+    replaced = {c.logical_id for c in cluster_diff.changes if c.replaced} if cluster_diff else set()
+    changed = {}
+    for name in sorted(_imports(old.gpu.to_json()) & before.keys()):
+        if after.get(name) != before[name]:
+            changed[name] = f"{before[name]} -> {after.get(name)}"
+        elif _referenced(before[name]) & replaced:
+            changed[name] = f"{sorted(_referenced(before[name]) & replaced)} replaced"
+    return changed
+
+
+EXPORT_CHANGES = ["kubernetesVersion 1.35 -> 1.36", "systemInstanceType m7i.xlarge -> m7i.2xlarge"]
+
+
+@pytest.mark.parametrize("change", EXPORT_CHANGES)
+def test_no_export_the_gpu_stack_imports_changes_value_on_a_supported_change(change):
+    _, before, after = next(c for c in CHANGES if c[0] == change)
+    old, new = synth_of(before), synth_of(after)
+    assert not exports_in_use_changed(change, old, new), f"{change} changes exports in use"
+
+
+def test_the_gpu_stack_imports_nothing_built_from_a_package_s_content(default_synth):
+    """A layer's content is a package of the lock (kubectl, awscli, helm): any bump of one replaces the LayerVersion
+    (a new ARN), whichever setting is unchanged. The GPU stack imports no export of one."""
+    resources = default_synth.cluster.to_json()["Resources"]
+    outputs = default_synth.cluster.to_json().get("Outputs", {}).values()
+    imported = _imports(default_synth.gpu.to_json())
+    layers = {o["Export"]["Name"] for o in outputs if "Export" in o and o["Export"]["Name"] in imported
+              and any(resources[i]["Type"] == "AWS::Lambda::LayerVersion" for i in _referenced(o["Value"]))}
+    assert not layers
+
+
 def placement_groups_in_use(synth: Synthesized, generation: dict[str, int]) -> dict[tuple[str, int], str]:
     """Placement group (logical id, physical generation) -> the AZ of the GPU node group launching into it."""
     resources = synth.gpu.to_json()["Resources"]

@@ -96,15 +96,31 @@ def test_the_rayjobs_are_read_from_the_api_servers_list():
         {"metadata": {"namespace": "ray", "name": "train-efa"}, "status": {"jobDeploymentStatus": "Running"}},
         {"metadata": {"namespace": "team", "name": "fresh"}},
     ]}
-    commands = []
+    assert guard.active_ray_jobs(listed["items"]) == {"ray/train-efa": "Running", "team/fresh": ""}
 
-    def run(command: list[str]) -> str:
-        commands.append(command)
-        return json.dumps(listed) if command[0] == "kubectl" else ""
 
-    assert guard.kubectl_ray_jobs("ray-train", run)() == {"ray/train-efa": "Running", "team/fresh": ""}
-    assert commands[0][:5] == ["aws", "eks", "update-kubeconfig", "--name", "ray-train"]
-    assert commands[1][:5] == ["kubectl", "get", "rayjobs.ray.io", "--all-namespaces", "-o"]
+def test_the_eks_token_is_a_presigned_sts_call_naming_the_cluster(monkeypatch):
+    """What `aws eks get-token` prints, made by botocore's signer alone (no AWS call: signing is local)."""
+    import base64
+    import urllib.parse
+
+    from boto3.session import Session
+
+    session = Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
+                                    region_name="us-east-2")
+    token = guard.eks_token("ray-train", "us-east-2", session)
+    assert token.startswith("k8s-aws-v1.") and "=" not in token
+    url = base64.urlsafe_b64decode(token.removeprefix("k8s-aws-v1.") + "==").decode()
+    parsed = urllib.parse.urlparse(url)
+    query = urllib.parse.parse_qs(parsed.query)
+    assert parsed.scheme == "https" and parsed.netloc == "sts.us-east-2.amazonaws.com"
+    assert query["Action"] == ["GetCallerIdentity"] and query["X-Amz-Expires"] == ["60"]
+    assert query["X-Amz-SignedHeaders"] == ["host;x-k8s-aws-id"] and "X-Amz-Signature" in query
+
+
+def test_the_network_waits_fit_the_functions_timeout():
+    # THEN the handler answers CloudFormation before Lambda stops it, and CloudFormation waits for it
+    assert guard.worst_case_s() < guard.FUNCTION_TIMEOUT_S < guard.SERVICE_TIMEOUT_S
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -325,16 +341,41 @@ def test_the_node_group_and_the_rayjob_wait_for_the_guard():
     assert logical_id in nodegroup["DependsOn"] and logical_id in job["DependsOn"]
 
 
-def test_the_guard_may_describe_its_own_stack_and_no_other_before_it_is_asked():
+def test_the_guard_runs_as_its_own_role_that_may_read_little_and_imports_no_layer():
     synth = synthesize()
-    logical_id, guard_resource = _guard(synth)
-    policies = synth.gpu.find_resources("AWS::IAM::Policy")
-    described = {policy_id: statement for policy_id, policy in policies.items()
-                 for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-                 if "cloudformation:DescribeStacks" in json.dumps(statement["Action"])}
-    ((policy_id, statement),) = described.items()
-    assert statement["Action"] == "cloudformation:DescribeStacks" and statement["Resource"] == {"Ref": "AWS::StackId"}
-    assert policy_id in guard_resource["DependsOn"]
+    template = synth.gpu.to_json()["Resources"]
+    (function,) = [r for r in template.values() if r["Type"] == "AWS::Lambda::Function"
+                   and r["Properties"]["Handler"] == "job_guard_handler.handler"]
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    assert template[role_id]["Type"] == "AWS::IAM::Role" and "Layers" not in function["Properties"]
+    statements = [statement for policy in template.values() if policy["Type"] == "AWS::IAM::Policy"
+                  and {"Ref": role_id} in policy["Properties"]["Roles"]
+                  for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+    # THEN its stack's status (this stack only) and the cluster's endpoint, nothing else of AWS ...
+    assert sorted((s["Action"], json.dumps(s["Resource"])) for s in statements) == [
+        ("cloudformation:DescribeStacks", json.dumps({"Ref": "AWS::StackId"})),
+        ("eks:DescribeCluster", json.dumps(function_cluster_arn(synth)))]
+    # ... and in the cluster, an access entry whose group may list RayJobs, nothing else
+    ((entry_id, entry),) = synth.gpu.find_resources("AWS::EKS::AccessEntry").items()
+    assert entry["Properties"]["PrincipalArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    assert entry["Properties"]["KubernetesGroups"] == ["ray-train-gpu-job-guard"]
+    assert "AccessPolicies" not in entry["Properties"]
+    _, _, role = find(synth.gpu, "ClusterRole", "ray-train-gpu-job-guard")
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]
+    _, _, binding = find(synth.gpu, "ClusterRoleBinding", "ray-train-gpu-job-guard")
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                    "name": "ray-train-gpu-job-guard"}]
+    # ... which exist before CloudFormation first asks the guard
+    _, guard_resource = _guard(synth)
+    assert entry_id in guard_resource["DependsOn"]
+
+
+def function_cluster_arn(synth) -> dict:
+    """The cluster's ARN as the GPU stack refers to it: an import of the cluster stack's export of it."""
+    (cluster_id,) = synth.cluster.find_resources("AWS::EKS::Cluster")
+    exports = {o["Export"]["Name"]: o["Value"] for o in synth.cluster.to_json()["Outputs"].values() if "Export" in o}
+    (name,) = [name for name, value in exports.items() if value == {"Fn::GetAtt": [cluster_id, "Arn"]}]
+    return {"Fn::ImportValue": name}
 
 
 def test_the_guards_properties_change_exactly_when_a_running_job_would_be_disrupted():
