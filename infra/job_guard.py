@@ -39,7 +39,6 @@ from ray_efa.infra.job_guard_handler import FUNCTION_TIMEOUT_S, SERVICE_TIMEOUT_
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.nag import acknowledge, acknowledge_managed_policies, skip_checkov
-from ray_efa.k8s._private import labels
 
 __all__ = ["JobDisruptionGuard", "JOB_GUARD_RESOURCE_TYPE", "job_guard_rbac", "roll_key"]
 
@@ -56,7 +55,8 @@ def roll_key(nodes: EfaGpuNodegroup) -> str:
 
 def job_guard_rbac(name: str) -> list[dict[str, Any]]:
     """The RBAC objects of a guard whose access entry has Kubernetes group `name`: list RayJobs, nothing else."""
-    meta = {"name": name, "labels": labels(name, "job-guard")}
+    meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "ray-efa-stack",
+                                      "app.kubernetes.io/component": "job-guard"}}
     return [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
          "rules": [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]},
