@@ -21,13 +21,25 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
 	@touch $@
 
-# ray_efa itself, editable (setuptools' default mode): the venv finds `ray_efa` in the checkout's ray_efa/ folder, whose
-# links are its subpackages (ray_efa/core -> ../core), from any folder and as the same files as a command run from the
-# root; nothing else of the repository becomes importable. A module added to a folder imports at once, so only
-# pyproject.toml (the metadata, the console script) makes it redo the install.
-$(VENV)/.editable: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+# ray_efa itself, editable in setuptools' strict mode: build/__editable__.ray_efa_stack-*/ holds a tree of links to the
+# package's files (.../ray_efa/core/models.py -> <checkout>/ray_efa/core/models.py) and a .pth file puts that folder on
+# the venv's path. So the venv imports exactly `ray_efa`, as the checkout's own files, from any folder (nothing else of
+# the repository becomes importable), and a type checker or IDE reads it as it reads any folder on the path (the default
+# mode's import-hook finder runs at import, which pyright, mypy and Pylance do not: docs/embedding.md,
+# tests/test_wheel.py). An edit of a file shows at once; a module added, moved or removed needs the tree made again, so
+# the stamp depends on $(VENV)/.package-files, the list of the package's files, rewritten only when that list changes.
+$(VENV)/.editable: $(VENV)/.installed pyproject.toml $(VENV)/.package-files
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . --config-settings editable_mode=strict
 	@touch $@
+
+# The package's files as the wheel would hold them (ray_efa/ through its links), one a line; the file keeps its date
+# while the list is the same, so that only a module added, moved or removed makes the editable install again.
+$(VENV)/.package-files: FORCE
+	@mkdir -p $(@D)
+	@find -L ray_efa -name __pycache__ -prune -o -type f -print | LC_ALL=C sort > $@.new
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
+FORCE:
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.lock
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)

@@ -1,5 +1,5 @@
 """One map of folder to subpackage: ray_efa/ holds a relative link to each top-level package folder (ray_efa/core ->
-../core), and Python, the editable install, the wheel (tests/test_wheel.py), pyright and import-linter
+../core), and Python, the editable install (a tree of links to the package's files), the wheel (tests/test_wheel.py), pyright and import-linter
 (tests/test_layers.py) all follow it (docs/development.md, "Layout"). Real interpreters in a copy of the checkout:
 from its root as a user runs a command there, and from another folder through a real editable install.
 """
@@ -97,25 +97,42 @@ def test_no_module_imports_a_package_folder_by_its_bare_name():
 
 @pytest.mark.wheel
 def test_the_editable_install_gives_the_same_files_from_any_folder(tmp_path, checkout):
-    # GIVEN the checkout installed editable (`make install`'s command) into a fresh venv that has setuptools
+    # GIVEN the checkout installed editable as `make install` installs it (setuptools' strict mode: a tree of links to
+    # the package's files, which a type checker reads too) into a fresh venv that has setuptools
     python, _ = fresh_venv(tmp_path / "venv", ["setuptools>=77"], pip=True)
-    install = run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
-                   str(checkout)], cwd=tmp_path)
+    command = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
+               str(checkout), "--config-settings", "editable_mode=strict"]
+    install = run(command, cwd=tmp_path)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     # and a module added after the install
     (checkout / "training" / "added_later.py").write_text("ANSWER = 42\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # (ray_efa.infra's file by its spec: importing it needs aws_cdk, which this venv leaves out)
-    code = ("import importlib.util, json, ray_efa.training.added_later as a\n"
-            "print(json.dumps([importlib.util.find_spec('ray_efa.infra').origin, a.__file__,\n"
+    code = ("import importlib.util, json\n"
+            "added = importlib.util.find_spec('ray_efa.training.added_later')\n"
+            "print(json.dumps([importlib.util.find_spec('ray_efa.infra').origin, added and added.origin,\n"
             "                  [importlib.util.find_spec(n) is not None for n in ('core', 'tests', 'app', 'tools')]]))")
+    folders = (checkout, checkout / "tests", elsewhere)
+
+    def seen() -> list:
+        results = [_python(folder, code, str(python)) for folder in folders]
+        assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+        # each path as the file it is (the strict tree's entries are links to the checkout's files)
+        return [[str(Path(s[0]).resolve()), s[1] and str(Path(s[1]).resolve()), s[2]]
+                for s in (json.loads(r.stdout) for r in results)]
+
+    infra = str((checkout / "infra" / "__init__.py").resolve())
+    added = str((checkout / "training" / "added_later.py").resolve())
     # WHEN ray_efa.infra is looked up from the checkout's root, from a folder of it and from a folder outside it
-    results = [_python(folder, code, str(python)) for folder in (checkout, checkout / "tests", elsewhere)]
-    # THEN each loads the same files (the new module without a reinstall), and the install makes no other name of the
-    # repository importable (from the root, Python's own first entry, the working folder, holds them all)
-    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
-    seen = [json.loads(r.stdout) for r in results]
-    infra = str(checkout / "ray_efa" / "infra" / "__init__.py")
-    assert [s[:2] for s in seen] == [[infra, str(checkout / "ray_efa" / "training" / "added_later.py")]] * 3
-    assert seen[1][2] == seen[2][2] == [False, False, False, False]
+    before = seen()
+    # THEN each loads the same files, and the install makes no other name of the repository importable (from the
+    # root, Python's own first entry, the working folder, holds them all)
+    assert [s[0] for s in before] == [infra] * 3
+    assert before[1][2] == before[2][2] == [False, False, False, False]
+    # the module added later imports at once from the root (ray_efa/ first on the path); elsewhere once the tree is
+    # made again, which `make` does when the list of the package's files changes (tests/cli/test_install.py)
+    assert [s[1] for s in before] == [added, None, None]
+    again = run(command, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert [s[1] for s in seen()] == [added] * 3

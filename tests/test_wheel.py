@@ -8,6 +8,10 @@ base closure of the wheel's own Requires-Dist, resolved over the distributions i
 version must satisfy the declared range) and linked into it (tests/venvs.py); then that venv's pip installs the
 wheel with `--no-index`, so pip itself checks that the closure satisfies the metadata. What is not: the dependencies
 are the locked versions already installed, not downloads.
+
+The checkout as `make install` installs it (the Makefile's own recipe, into a fresh venv of the same closure) gives a
+platform's type checker the same as the wheel: the pinned pyright on a small platform app outside the checkout finds
+its `ray_efa` imports, their types, and 0 errors, from either install.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import shutil
 import sys
 import textwrap
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -30,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERIC_NAMES = tuple(sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()))
 """The package folders (ray_efa/'s links: ray_efa/core -> ../core)."""
 SOURCES = ("pyproject.toml", "README.md", "ray_efa", *GENERIC_NAMES)
+BASE_REQUIREMENTS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+PYRIGHT = ROOT / "node_modules" / ".bin" / "pyright"
+"""The pinned pyright (package.json), as `make lint` runs it."""
 TRAIN_EXTRA = ("torch", "ray", "transformers")
 
 pytestmark = [pytest.mark.wheel, pytest.mark.xdist_group("wheel")]
@@ -82,6 +90,19 @@ print(json.dumps({
 '''
 
 
+def _copy(names: tuple[str, ...], into: Path) -> Path:
+    """A copy of these files and folders of the repository, so that a build's own build/ and .egg-info never land in
+    it; the links as links, as a clone holds them."""
+    into.mkdir(parents=True)
+    for name in names:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, into / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (into / name).write_bytes(path.read_bytes())
+    return into
+
+
 class Installed(TypedDict):
     wheel: Path
     venv: Path
@@ -97,15 +118,7 @@ class Installed(TypedDict):
 def installed(tmp_path_factory) -> Installed:
     """The wheel, built from a copy of the repository and installed into a fresh venv with its base closure only."""
     work = tmp_path_factory.mktemp("wheel")
-    source = work / "source"
-    for name in SOURCES:  # a copy, so that the build's own build/ and .egg-info never land in the repository
-        path = ROOT / name
-        if path.is_dir():
-            # the links as links, as a clone holds them
-            shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            source.mkdir(exist_ok=True)
-            (source / name).write_bytes(path.read_bytes())
+    source = _copy(SOURCES, work / "source")
     built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)])
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (work / "dist").glob("ray_efa_stack-*.whl")
@@ -205,3 +218,87 @@ def test_every_exported_symbol_has_a_known_type_for_importers(installed, tmp_pat
                        "ray_efa.training.parallelize.Bf16WireReduceScatter", "ray_efa.training.parallelize.parallelize",
                        "ray_efa.training.failure_policy.RetryLostWorkersPolicy"}
     assert report["exportedSymbolCounts"]["withAmbiguousType"] == 0
+
+
+PLATFORM_TYPED = '''
+"""A platform's CDK app, outside the checkout, as its type checker reads it: ray_efa's settings and constructs."""
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+
+from ray_efa.core.settings import Settings
+from ray_efa.infra import EfaGpuNodegroup, RayEksCluster
+
+app = cdk.App()
+stack = cdk.Stack(app, "Platform", env=cdk.Environment(region="us-east-2"))
+vpc = ec2.Vpc(stack, "Vpc")
+settings = Settings.from_context({"clusterName": "research"})
+ray = RayEksCluster(stack, "Ray", vpc=vpc, cluster_name=settings.cluster.cluster_name)
+EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge")
+'''
+
+PLATFORM_MISTYPED = '''
+from ray_efa.core.settings import Settings
+
+name: int = Settings.from_context({}).cluster.cluster_name  # a str: only a checker that reads the types says so
+'''
+
+
+def _pyright_on_a_platform_app(python: Path, platform: Path) -> dict[str, list[dict]]:
+    """The pinned pyright's errors on a small platform app, by file, with `python`'s environment (as a platform
+    repository points its pyright at its venv)."""
+    platform.mkdir()
+    (platform / "app.py").write_text(textwrap.dedent(PLATFORM_TYPED))
+    (platform / "mistyped.py").write_text(textwrap.dedent(PLATFORM_MISTYPED))
+    result = run([str(PYRIGHT), "--pythonpath", str(python), "--outputjson", "app.py", "mistyped.py"], cwd=platform)
+    report = json.loads(result.stdout)
+    errors: dict[str, list[dict]] = {"app.py": [], "mistyped.py": []}
+    for diagnostic in report["generalDiagnostics"]:
+        if diagnostic["severity"] == "error":
+            errors[Path(diagnostic["file"]).name].append(diagnostic)
+    return errors
+
+
+def _assert_typed(errors: dict[str, list[dict]]) -> None:
+    # the app: every ray_efa import resolved, 0 errors (an unresolved import is an error in pyright's standard mode)
+    assert errors["app.py"] == [], [e["message"] for e in errors["app.py"]]
+    # and the types are read, not Unknown: a str setting assigned to an int is the one error of the other file
+    assert [(e.get("rule"), e["range"]["start"]["line"]) for e in errors["mistyped.py"]] == [("reportAssignmentType", 3)]
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory) -> Path:
+    """A copy of the checkout installed as `make install` installs it (the Makefile's recipe for the editable install,
+    run by make), into a fresh venv that sees the base closure; that venv's python."""
+    work = tmp_path_factory.mktemp("editable")
+    source = _copy((*SOURCES, "Makefile", "requirements.lock"), work / "checkout")
+    venv = work / "venv"
+    python, _ = fresh_venv(venv, (*BASE_REQUIREMENTS, "setuptools"), pip=True)
+    (venv / ".installed").touch()  # the dependencies are there (linked): make goes on with the install of ray_efa alone
+    # offline: the build uses the venv's setuptools (PIP_NO_BUILD_ISOLATION=0 turns build isolation off)
+    made = run(["make", "-C", str(source), f"VENV={venv}", f"{venv}/.editable"], extra_env={"PIP_NO_BUILD_ISOLATION": "0"})
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    return python
+
+
+def test_the_editable_install_is_the_checkouts_ray_efa_and_nothing_else(editable, tmp_path):
+    probe = ("import importlib.util, json, ray_efa.infra; print(json.dumps([ray_efa.infra.__file__, "
+             "{name: importlib.util.find_spec(name) is not None for name in ('core', 'infra', 'tests', 'tools', 'app')}]))")
+    result = run([str(editable), "-c", probe], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    infra, others = json.loads(result.stdout)
+    # the checkout's own file (through its links), from a folder outside it; no other folder of the repository
+    assert Path(infra).resolve() == (editable.parents[2] / "checkout" / "infra" / "__init__.py").resolve()
+    assert others == dict.fromkeys(("core", "infra", "tests", "tools", "app"), False)
+
+
+def test_a_platform_app_type_checks_against_the_editable_install(editable, tmp_path):
+    # GIVEN a platform app outside the checkout, and the venv `make install` made
+    # WHEN the pinned pyright checks the app with that venv THEN it reads ray_efa's types: 0 errors
+    # (setuptools' default editable mode, an import hook that pyright cannot run, leaves both ray_efa imports
+    # unresolved: issue 62)
+    _assert_typed(_pyright_on_a_platform_app(editable, tmp_path / "platform"))
+
+
+def test_a_platform_app_type_checks_against_the_wheel(installed, tmp_path):
+    # the same app against the wheel's install gives the same
+    _assert_typed(_pyright_on_a_platform_app(installed["python"], tmp_path / "platform"))
