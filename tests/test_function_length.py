@@ -55,3 +55,13 @@ def test_a_module_of_short_functions_passes(tmp_path, capsys):
     (tmp_path / "mod.py").write_text(_function("short", 80) + "async " + _function("other", 5))
     assert tool.main([str(tmp_path)]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_statement_laid_over_several_lines_counts_once():
+    # GIVEN one function written twice: its call's arguments on one line, and one argument a line as `ruff format`
+    # lays out a call too long for one, with a multi-line string inside the brackets and a docstring outside them
+    compact = 'def f():\n    """Two\n    lines."""\n    x = g(1, 2, "a")\n    return x\n'
+    exploded = 'def f():\n    """Two\n    lines."""\n    x = g(\n        1,\n        2,\n        """a\nb""",\n    )\n    return x\n'
+    # THEN both are as long: the def, the docstring's two lines, the statement and the return
+    assert [length for _, _, length in tool.function_lengths(compact)] == [5]
+    assert [length for _, _, length in tool.function_lengths(exploded)] == [5]

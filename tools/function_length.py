@@ -3,15 +3,20 @@
     python tools/function_length.py            every offender in PACKAGE_FOLDERS, with its length; exit 1 if any
     python tools/function_length.py FOLDER...  those folders (or files) instead
 
-A function's length is counted by ast, from its `def` line to the last line of its body (decorators excluded, its
-docstring and comments included): what a reader has to hold at once. A long function is split by responsibility (a
-construct's constructor into a list of steps, a command into a parse step and an act step), not cut to the number.
+A function's length is counted from its `def` line to the last line of its body (found by ast; decorators excluded,
+its docstring and comments included): what a reader has to hold at once. A line that continues an open bracket (a
+call's arguments, a literal's items, a parenthesized expression) belongs to the line that opened it and does not count
+again, so the number is the same however the formatter (`ruff format`) lays out one statement. A long function is
+split by responsibility (a construct's constructor into a list of steps, a command into a parse step and an act step),
+not cut to the number.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import sys
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +51,27 @@ def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.Funct
             yield from _functions(node, prefix)
 
 
+def _continuation_lines(source: str) -> set[int]:
+    """The line numbers that start inside an open bracket: a statement's second and later lines, as laid out."""
+    depth, last_row, continued = 0, 0, set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        last = token.end[0]
+        if depth:  # every line this token starts or reaches, past the previous token's, begins inside the bracket
+            continued.update(range(last_row + 1, last + 1))
+        if token.type == tokenize.OP and token.string in "([{":
+            depth += 1
+        elif token.type == tokenize.OP and token.string in ")]}":
+            depth -= 1
+        last_row = max(last_row, last)
+    return continued
+
+
 def function_lengths(source: str) -> Iterator[tuple[str, int, int]]:
-    """(qualified name, def line, length in lines) of every function in `source`."""
+    """(qualified name, def line, length in lines) of every function in `source`, bracket continuations not counted."""
+    continued = _continuation_lines(source)
     for name, node in _functions(ast.parse(source)):
         end = node.end_lineno if node.end_lineno is not None else node.lineno
-        yield name, node.lineno, end - node.lineno + 1
+        yield name, node.lineno, sum(1 for line in range(node.lineno, end + 1) if line not in continued)
 
 
 def long_functions(paths: Iterable[Path], *, root: Path = ROOT, limit: int = LIMIT) -> list[LongFunction]:
