@@ -1,5 +1,5 @@
-"""tools/function_length.py, the check `make lint` runs: no function of the package over 80 lines (counted by ast,
-from the `def` line to the body's last line, decorators excluded). Here it runs on this checkout, and on planted
+"""tools/function_length.py, the check `make lint` runs: no function of the package over 80 lines (from the `def`
+line to the body's last, decorators excluded, a bracket's continuation lines not counted again). Here it runs on this checkout, and on planted
 functions, one line over and at the limit, so that a check that finds nothing cannot pass as one that holds."""
 
 from __future__ import annotations
