@@ -211,10 +211,12 @@ class ModelPreset:
         return self.num_parameters - (0 if self.tie_word_embeddings else self.embedding_parameters)
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token, attention counted over the full square (PaLM, App. B): 6N + 12 (heads x head_dim)
-        x (keys a query attends to, causal, doubled) over the layers; 12 L d S for a model without sliding windows
-        whose heads x head_dim is its hidden size. N leaves out untied input embeddings (a lookup, no matmul).
-        core.perf.flops_per_token_causal is the causal half of the attention term, the project's MFU convention."""
+        """Training FLOPs per token, the project's convention (MFU, docs/BENCHMARKS.md "12LdS"), attention counted
+        over the full square (PaLM, App. B): 6N + 12 (heads x head_dim) x (keys a query attends to, causal, doubled)
+        over the layers, which is 6N + 12 L d S for a model without sliding windows whose heads x head_dim is its
+        hidden size (GQA changes k and v, not the attention's FLOPs; a sliding layer counts 2 w - w^2 / S keys, so
+        S where w >= S). N leaves out untied input embeddings (a lookup, no matmul); tied, they are the output
+        projection's. flops_per_token_causal counts the causal attention as run (MFU causal, "6LdS")."""
         return 6 * self.matmul_parameters + 12 * self.q_width * 2 * self.attended_keys(seq_len)
 
     def flops_per_token_causal(self, seq_len: int) -> float:
