@@ -31,7 +31,7 @@ __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submiss
            "on_deployed_cluster",
            "own_by_job", "follow", "InitContainerFailed", "check_init_containers",
            "submitter_log",
-           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER"]
+           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER", "api_error"]
 
 RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
 TERMINAL_STATES = ("Complete", "Failed")
@@ -190,7 +190,7 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
                                                                    where))
     except ApiException as error:
         if error.status != 404:
-            raise SubmitError(f"cannot read {where}, the cluster's deployed settings: {_api_error(error)}") from None
+            raise SubmitError(f"cannot read {where}, the cluster's deployed settings: {api_error(error)}") from None
     what_to_do = (f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
                   f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed with trainingJob false or "
                   "gpuNodeCount 0 has none: deploy it with its training job once (ray-efa-stack writes "
@@ -202,7 +202,7 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
         listing: Any = core.list_config_map_for_all_namespaces(label_selector=SETTINGS_SELECTOR)
     except ApiException as error:
         raise NoDeployedSettings(f"no {where} (404 Not Found), and the settings ConfigMaps of the other namespaces "
-                                 f"cannot be listed: {_api_error(error)}; {what_to_do}") from None
+                                 f"cannot be listed: {api_error(error)}; {what_to_do}") from None
     found: dict[str, dict[str, Any]] = {}
     for item in listing.items or []:
         if not _owned_by_job(item):
@@ -263,7 +263,9 @@ def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
     return settings.replace(**taken), []
 
 
-def _api_error(error: Exception) -> str:
+def api_error(error: Exception) -> str:
+    """The Kubernetes API's answer in one line: status, reason, the endpoint (on a 401/403 of the CLI's client) and
+    the Status message of the body."""
     body = getattr(error, "body", None)
     reason = getattr(error, "reason", None) or type(error).__name__
     try:
@@ -288,7 +290,7 @@ def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]
         listing: Any = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
             RAY_GROUP, RAY_VERSION, namespace, "rayclusters")
     except ApiException as error:
-        return [], None if error.status == 404 else _api_error(error)
+        return [], None if error.status == 404 else api_error(error)
     holders = []
     for cluster in listing.get("items") or []:
         groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
@@ -331,7 +333,7 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None
                         "checks the cluster)")
             elif error.status in (401, 403):
                 hint = " (are these credentials allowed into the cluster? see adminPrincipalArns)"
-            raise SubmitError(f"cannot create {kind} {namespace}/{name}: {_api_error(error)}{hint}") from None
+            raise SubmitError(f"cannot create {kind} {namespace}/{name}: {api_error(error)}{hint}") from None
     return job_uid
 
 
@@ -356,7 +358,7 @@ def own_by_job(api_client: Any, objects: list[dict[str, Any]], job_uid: str) -> 
             elif kind == "NetworkPolicy":
                 networking.patch_namespaced_network_policy(name, namespace, patch)
         except ApiException as error:
-            failed.append(f"{kind.lower()}/{name}: {_api_error(error)}")
+            failed.append(f"{kind.lower()}/{name}: {api_error(error)}")
     return failed
 
 
@@ -372,7 +374,7 @@ def job_state(api_client: Any, namespace: str, name: str) -> JobState:
             raise JobNotFound(f"no RayJob {namespace}/{name} (kubectl -n {namespace} get rayjobs lists them)") from None
         if error.status in (401, 403):  # the credentials, not this job: the CLI says what to check (unreachable_message)
             raise
-        raise SubmitError(f"cannot read RayJob {namespace}/{name}: {_api_error(error)}") from None
+        raise SubmitError(f"cannot read RayJob {namespace}/{name}: {api_error(error)}") from None
     status = job.get("status") or {}
     return JobState(deployment=status.get("jobDeploymentStatus", ""), job=status.get("jobStatus", ""), status=status)
 
@@ -414,7 +416,7 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
             return ""
         # The API server reads logs from the node's kubelet, which may be gone (a node scaled in) or unreachable: say
         # so in the log's place and go on following the job, whose state and exit code still come from the RayJob.
-        note = f"(the log of pod {namespace}/{pod.metadata.name} cannot be read: {_api_error(error)})"
+        note = f"(the log of pod {namespace}/{pod.metadata.name} cannot be read: {api_error(error)})"
         if on_line:
             on_line(note)
         return note

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBE_COMMANDS = ["submit", "follow", "verify"]
+KUBE_COMMANDS = ["submit", "follow", "verify", "jobs", "logs", "cancel", "dashboard"]
 KUBE_FAILURES = ["refused", "dns", "timeout"]
 
 
@@ -137,8 +137,11 @@ def _check_one_line(result: subprocess.CompletedProcess, *words: str, code: int 
 
 
 def _kube_argv(command: str) -> list[str]:
-    return [command, *(["some-job"] if command == "follow" else ["-c", "storagePath=s3://b/runs"] if command == "submit"
-                       else [])]
+    if command in ("follow", "logs", "dashboard"):
+        return [command, "some-job"]
+    if command == "cancel":
+        return [command, "some-job", "--yes"]
+    return [command, *(["-c", "storagePath=s3://b/runs"] if command == "submit" else [])]
 
 
 @pytest.mark.parametrize("endpoint", KUBE_FAILURES, indirect=True)
