@@ -68,8 +68,9 @@ def kwok_stages() -> str:
     return "\n---\n".join([*documents, (HERE / "stages.yaml").read_text()])
 
 
-KWOK_LOG_KINDS = ("logs", "clusterlogs")
-"""KWOK's Logs and ClusterLogs (kwok.x-k8s.io/v1alpha1): which file KWOK's kubelet API serves as a container's log."""
+KWOK_LOG_KINDS = ("logs", "clusterlogs", "clusterportforwards")
+"""KWOK's Logs and ClusterLogs (kwok.x-k8s.io/v1alpha1): which file KWOK's kubelet API serves as a container's log;
+and ClusterPortForward: where it sends a port-forward to a pod's port (a local server of a test's)."""
 
 
 def kwok_crds() -> list[Path]:
@@ -277,7 +278,7 @@ class ControlPlane:
             str(binaries["kwok"]), kubeconfig, "--manage-all-nodes=true", f"--config={stages}",
             "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16", f"--node-port={self.kubelet_port}",
             f"--server-address=127.0.0.1:{self.kubelet_port}", f"--tls-cert-file={self.pki.serving_cert}",
-            f"--tls-private-key-file={self.pki.serving_key}", "--enable-crds=Logs,ClusterLogs"])
+            f"--tls-private-key-file={self.pki.serving_key}", "--enable-crds=Logs,ClusterLogs,ClusterPortForward"])
         # The deployed version's RayCluster and RayJob CRDs; the operator also watches RayServices: its own CRD.
         self.apply_files([*crds, *(p for p in operator_crds() if p.name == "ray.io_rayservices.yaml")])
         self._wait("the KubeRay CRDs", self._crds_established, timeout_s=120)

@@ -27,6 +27,7 @@ from ray_efa.infra.researcher_access import RESEARCHER_GROUP, researcher_rbac
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, ray_job_name
+from tests.cluster.objects import name_of
 from tests.cluster.rbac import user_kubeconfig
 from tests.ops.cli_helpers import run_cli
 
@@ -129,7 +130,7 @@ class _Dashboard(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: Any) -> None:
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         pass
 
 
@@ -167,7 +168,7 @@ def test_dashboard_forwards_to_the_head_with_the_ray_token_until_ctrl_c(
             "kind": "ClusterPortForward",
             "metadata": {"name": "ray-dashboard"},
             "spec": {
-                "selector": {"matchNamespaces": [NAMESPACE], "matchNames": [head.metadata.name]},
+                "selector": {"matchNamespaces": [NAMESPACE], "matchNames": [name_of(head)]},
                 "forwards": [{"ports": [8265], "target": {"port": server.server_address[1], "address": "127.0.0.1"}}],
             },
         },
@@ -192,7 +193,7 @@ def test_dashboard_forwards_to_the_head_with_the_ray_token_until_ctrl_c(
         # THEN a request to the local URL reaches the head's 8265 through the API server, with the token
         with urllib.request.urlopen(printed["url"] + "api/jobs/", timeout=30) as response:
             assert response.read().decode() == f"ray dashboard /api/jobs/ auth=Bearer {token}"
-        assert (printed["ray_cluster"], printed["head_pod"], printed["token"]) == (cluster, head.metadata.name, True)
+        assert (printed["ray_cluster"], printed["head_pod"], printed["token"]) == (cluster, name_of(head), True)
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C
         _, err = process.communicate(timeout=30)
