@@ -54,6 +54,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/k8s/test_package.py::test_names_import_without_cdk8s": ("spawn",),
     "tests/examples/test_one_truth.py::test_the_smallest_embedding_type_checks_in_strict_mode": ("spawn",),  # pyright
     "tests/test_docs_site.py::test_the_strict_build_fails_on_what_would_break_a_reader": ("spawn",),  # mkdocs
+    "tests/training/test_families.py::test_two_gloo_ranks_train_each_family_and_resume_bit_identically": ("spawn",),
     "tests/training/test_loss.py::test_compiled_chunk_softmax_equals_the_eager_one": ("spawn",),  # inductor's workers
     "tests/training/test_parallelize.py::test_levers_train_to_the_plain_losses_and_keep_checkpoint_keys"
     "[compile+checkpointing+chunked]": ("spawn",),

@@ -164,7 +164,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="fp8-over-the-whole-model", file="training/parallelize.py",
-        old="model.hf.model.layers, config=config,",
+        old="model.layers, config=config,",
         new="model, config=config,",
         tests=("tests/training/test_fp8.py", "-k", "converts_the_decoder_layer"),
         why="fp8 converts the output projection too, not only the decoder layers' linears",
@@ -203,6 +203,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         new='if missing := [name for name in ("INIT",) if name not in kept]:',
         tests=("tests/training/test_transport_network.py", "-k", "nccl_debug_subsys"),
         why="an NCCL_DEBUG_SUBSYS without NET passes the settings check",
+    ),
+    Mutation(
+        name="lean-layer-for-a-sliding-mistral", file="training/lean_block.py",
+        old='return bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True)',
+        new="return False",
+        tests=("tests/training/test_families.py", "-k", "lean_computes and mistral-sliding"),
+        why="the lean layer (full causal attention) stands in for a Mistral whose layers attend over a sliding window",
+    ),
+    Mutation(
+        name="lean-layer-drops-qwen3-head-norms", file="training/lean_block.py",
+        old="            q, k = self.q_norm(q), self.k_norm(k)\n",
+        new="            pass\n",
+        tests=("tests/training/test_families.py", "-k", "lean_computes and qwen3"),
+        why="the lean layer runs Qwen3 without its per-head q/k RMSNorms before RoPE",
     ),
 )
 

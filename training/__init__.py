@@ -6,7 +6,8 @@ imported here, so that `import training.local` stays cheap for the CLI.
 
     driver.py       TorchTrainer + ScalingConfig/RunConfig/FailureConfig, then the transport gate
     train.py        train_func(config): the loop
-    model.py        Qwen2ForCausalLM from a core.models preset, with the loss attached (CausalLM)
+    model.py        any decoder family's causal LM (transformers' Auto classes) from a core.models preset, with the loss
+                    attached (CausalLM); lean_block.py its lean decoder layer where exact
     parallelize.py  activation checkpointing, per-layer torch.compile, FSDP2 fully_shard
     loss.py         output projection + cross-entropy, optionally chunked over tokens
     data.py         random token batches seeded per rank and per step

@@ -28,7 +28,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ray_efa.core.settings import Problem, SettingsError, TrainingSettings
 
-__all__ = ["save_and_report", "restore", "restore_with_state", "TRAIN_STATE_FILE", "run_shape", "remap_train_state"]
+__all__ = ["save_and_report", "restore", "restore_with_state", "save_shards", "load_shards", "TRAIN_STATE_FILE", "run_shape",
+           "remap_train_state"]
 
 TRAIN_STATE_FILE = "train_state.json"
 
@@ -49,10 +50,7 @@ def save_and_report(
 
     local = Path(tempfile.mkdtemp(prefix=f"ray-efa-ckpt-{step}-"))
     try:
-        model_state, optimizer_state = get_state_dict(model, optimizer)
-        # torch's dcp/__init__ imports save and load without re-exporting them (no `as` alias, no __all__), so to a
-        # type checker they are private, although they are the documented API.
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=local)  # pyright: ignore[reportPrivateImportUsage]
+        save_shards(model, optimizer, local)
         if rank == 0:
             (local / TRAIN_STATE_FILE).write_text(json.dumps({**(train_state or {}), "step": step}))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step))
@@ -75,12 +73,26 @@ def restore_with_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer)
     with checkpoint.as_directory() as directory:
         train_state = json.loads((Path(directory) / TRAIN_STATE_FILE).read_text())
         step = train_state["step"]
-        # get_state_dict first creates AdamW's state (with zeros), so that DCP has tensors to load into.
-        model_state, optimizer_state = get_state_dict(model, optimizer)
-        state = {"model": model_state, "optimizer": optimizer_state}
-        dcp.load(state, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage] (see save above)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        load_shards(model, optimizer, Path(directory))
     return int(step), train_state
+
+
+def save_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+    """This rank's shard of the model and AdamW state into `directory` (DCP; every rank calls it)."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    # torch's dcp/__init__ imports save and load without re-exporting them (no `as` alias, no __all__), so to a
+    # type checker they are private, although they are the documented API.
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage]
+
+
+def load_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+    """The model and AdamW state saved by save_shards in `directory`, into `model` and `optimizer`, in place, whatever
+    the world size that wrote them (every rank calls it)."""
+    # get_state_dict first creates AdamW's state (with zeros), so that DCP has tensors to load into.
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=directory)  # pyright: ignore[reportPrivateImportUsage] (see save_shards)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def run_shape(t: TrainingSettings, world_size: int) -> dict[str, int]:

@@ -1,15 +1,22 @@
-"""A lean decoder layer for the Qwen2/Llama family: the same weights as transformers' layer, fewer kernels.
+"""A lean decoder layer for the Llama family (llama, mistral, qwen2, qwen3): the same weights as transformers' layer,
+fewer kernels.
 
 transformers' Qwen2DecoderLayer reaches SDPA through its attention-interface registry, builds RoPE's cos/sin in
 the hidden states' dtype and applies it in (B, H, S, D) layout, and its model builds a causal mask and position
 ids each call. This layer is the plain form, as torchtitan and nanoGPT write it: RMSNorm, q/k/v projections,
 RoPE in fp32 (compiled, it fuses into the projections' epilogue), `F.scaled_dot_product_attention` with
 `is_causal=True` and `enable_gqa=True` (flash attention on GPU, no repeated k/v, no mask tensor), o_proj, SwiGLU MLP.
+Qwen3 adds an RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm), which the layer applies as
+Qwen3Attention does. Every family it covers is proved against transformers' logits and gradients
+(tests/training/test_families.py); the others keep transformers' layer: Gemma 2/3 (scaled embeddings, soft-capping,
+sandwich norms, (1 + w) norms), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after attention and MLP,
+q/k norms over the whole projection).
 
 The layer *takes over* the transformers modules (the same nn.Linear and RMSNorm parameters under the same names:
 `self_attn.q_proj`, `mlp.gate_proj`, `input_layernorm`, ...), so a state dict, a checkpoint or a modelPath load is
 the same with either layer. transformers stays the loader, and the fallback (`lean_unsupported` says why) for a
-config this layer does not cover: sliding-window layers, attention dropout, an activation other than SiLU, q/k norms.
+config this layer does not cover: another family, sliding-window layers, attention dropout, an activation other than
+SiLU.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from torch import nn
 
 __all__ = ["LeanAttention", "LeanDecoderLayer", "lean_unsupported", "to_lean", "rope_cos_sin"]
 
-_COVERED_MODELS = ("qwen2", "llama")
+_COVERED_MODELS = ("qwen2", "llama", "mistral", "qwen3")
+_HEAD_NORM_MODELS = ("qwen3",)  # RMSNorm over each head's q and k (q_norm, k_norm) before RoPE
 _STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # inv_freq and scaling fixed at construction
 
 
@@ -37,8 +45,7 @@ def lean_unsupported(hf_model: nn.Module) -> str | None:
         return f"hidden_act {config.hidden_act!r} (covered: silu)"
     if getattr(config, "attention_dropout", 0.0):
         return f"attention_dropout {config.attention_dropout}"
-    layer_types = getattr(config, "layer_types", None) or []
-    if any(kind != "full_attention" for kind in layer_types) or getattr(config, "use_sliding_window", False):
+    if _sliding_window(config):
         return "sliding-window attention layers"
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type not in _STATIC_ROPE_TYPES:
@@ -47,9 +54,18 @@ def lean_unsupported(hf_model: nn.Module) -> str | None:
     if not layers:
         return "no decoder layers at model.layers"
     attention = layers[0].self_attn
-    if any(hasattr(attention, norm) for norm in ("q_norm", "k_norm")):
+    if config.model_type not in _HEAD_NORM_MODELS and any(hasattr(attention, norm) for norm in ("q_norm", "k_norm")):
         return "q/k norms"
     return None
+
+
+def _sliding_window(config: Any) -> bool:
+    """Whether any layer attends over a sliding window: layer_types says so per layer (qwen2, qwen3); a family
+    without it (mistral) slides wherever sliding_window is set, unless use_sliding_window turns it off."""
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return any(kind != "full_attention" for kind in layer_types)
+    return bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True)
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, seq_len: int, scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,6 +98,9 @@ class LeanAttention(nn.Module):
         self.k_proj: nn.Linear = hf_attention.k_proj  # pyright: ignore[reportAttributeAccessIssue]
         self.v_proj: nn.Linear = hf_attention.v_proj  # pyright: ignore[reportAttributeAccessIssue]
         self.o_proj: nn.Linear = hf_attention.o_proj  # pyright: ignore[reportAttributeAccessIssue]
+        # Qwen3: RMSNorm over head_dim of each head's q and k, before RoPE; None where the family has none
+        self.q_norm: nn.Module | None = getattr(hf_attention, "q_norm", None)
+        self.k_norm: nn.Module | None = getattr(hf_attention, "k_norm", None)
         self.num_heads: int = num_heads
         self.num_kv_heads: int = num_kv_heads
         self.head_dim: int = head_dim
@@ -89,8 +108,11 @@ class LeanAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = _apply_rope(self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim), cos, sin)
-        k = _apply_rope(self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim), cos, sin)
+        q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=self.scaling,
@@ -107,7 +129,7 @@ class LeanDecoderLayer(nn.Module):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.self_attn: LeanAttention = LeanAttention(hf_layer.self_attn, num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
                                        num_kv_heads=config.num_key_value_heads, head_dim=head_dim)
-        # Qwen2MLP / LlamaMLP: down(silu(gate(x)) * up(x)), plain already
+        # Qwen2MLP / LlamaMLP / MistralMLP / Qwen3MLP: down(silu(gate(x)) * up(x)), plain already
         self.mlp: nn.Module = cast(nn.Module, hf_layer.mlp)
         # RMSNorm in fp32, weight times the input-dtype result
         self.input_layernorm: nn.Module = cast(nn.Module, hf_layer.input_layernorm)

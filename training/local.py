@@ -7,7 +7,8 @@ By default the local run is a real fine-tune: a second layer (tiny_model_layer) 
 tiny model folder kept in the model cache (training.tiny_model: a byte-level BPE and a tiny Qwen2 made from the
 English license texts of the installed packages), holds out evalFraction 0.1 of its paragraphs and evaluates them
 at steps 30 and 60. The held-out loss falls below the unigram baseline (the held-out tokens' entropy) in 60 steps.
-A run that brings its own inputs (modelPath, dataset), asks for random tokens (dataPoolSize, e.g.
+A run that brings its own inputs (modelPath, dataset, or modelConfig: a random initialization of that config.json's
+architecture, on random tokens), asks for random tokens (dataPoolSize, e.g.
 `-c dataPoolSize=8`: a pool the model memorizes, so the loss falls from ln(1024) to about 1) or runs a
 trainFunction of its own gets no such layer.
 """
@@ -41,20 +42,21 @@ TINY_MODEL_LAYER = "tiny model"
 """The name of the tiny model folder's layer in the settings' sources (`plan` shows where a value came from)."""
 
 
-_INPUT_KEYS = ("modelPath", "dataset", "dataPoolSize", "trainFunction")
+_INPUT_KEYS = ("modelPath", "modelConfig", "dataset", "dataPoolSize", "trainFunction")
 """The settings that say whether a local run brings its own inputs."""
 
 
 def wants_tiny_model(context: Mapping[str, Any]) -> bool:
     """Whether a local run of the merged context values `context` (every layer but the tiny model's) fine-tunes the
-    tiny model folder: the built-in train function with no inputs of its own (no modelPath or dataset; evalDataset
+    tiny model folder: the built-in train function with no inputs of its own (no modelPath, modelConfig or dataset; evalDataset
     needs dataset) and no random-token pool (dataPoolSize 0). Read from the context, not resolved settings: `-c
     evalFraction=0.2` alone is valid only once the tiny model's dataset is there."""
     try:
         t = Settings.from_context({key: context[key] for key in _INPUT_KEYS if key in context}).training
     except SettingsError:  # a bad value: the whole resolution names it, with no tiny model to hide it
         return False
-    return t.builtin and t.model_path is None and t.dataset is None and t.data_pool_size == 0
+    return (t.builtin and t.model_path is None and t.model_configuration is None and t.dataset is None
+            and t.data_pool_size == 0)
 
 
 def tiny_model_layer(context: Mapping[str, Any]) -> tuple[str, dict[str, object]] | None:

@@ -28,17 +28,21 @@ __all__ = ["causal_lm_loss", "inductor_options"]
 
 def causal_lm_loss(
     hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, chunk_size: int = 0, compiled: bool = False,
-    tuned: bool = False,
+    tuned: bool = False, softcap: float | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of `hidden @ weight.T` against `labels`.
 
     hidden: (..., hidden_size) final hidden states; weight: (vocab, hidden_size); labels: (...) token ids, the same
     leading shape as hidden. chunk_size: tokens per chunk; 0 builds all logits at once. compiled: fuse each chunk's
     softmax and gradient with torch.compile (chunked path only); tuned: with inductor's coordinate-descent tuning of
-    its kernels (inductor_options).
+    its kernels (inductor_options). softcap: the family's final-logit soft-cap (Gemma 2: tanh(logits / cap) x cap, as
+    its ForCausalLM applies it); the logits are then built all at once (the chunked path has no soft-cap).
     """
     hidden = hidden.reshape(-1, hidden.shape[-1])
     labels = labels.reshape(-1)
+    if softcap:
+        logits = F.linear(hidden, weight).float()
+        return F.cross_entropy(torch.tanh(logits / softcap) * softcap, labels)
     if chunk_size <= 0:
         return F.cross_entropy(F.linear(hidden, weight).float(), labels)
     if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):

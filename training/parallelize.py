@@ -1,5 +1,15 @@
 """Apply the parallelism to a CausalLM, in torchtitan's order: activation checkpointing, compile, then FSDP2.
 
+Activation checkpointing has three modes (ParallelPlan.activation_checkpointing; the plan decides which,
+TrainingSettings.checkpointing_mode): none keeps every activation; full recomputes each decoder layer in backward from
+its input; selective recomputes per op, as torchtitan's SelectiveAC does (torchtitan/distributed/
+activation_checkpoint.py, commit b5bcd76): the outputs of the compute-intensive ops (the partitioner's list: matrix
+products, attention) and of the fp8 scales' max are saved, the cheap elementwise ops between them (norms, RoPE,
+SiLU, residual adds) recomputed, and of the matrix products every second one recomputed too (`selective_policy`).
+Per op and not every k-th layer, for two reasons: it is torchtitan's own selective mode (its per-layer option is
+gone from that file), and it is the same in every layer, so the plan charges each layer the same memory and
+recompute instead of a layer count's remainder.
+
 Two sharding strategies (the `sharding` setting; core.perf resolves auto): plain FSDP shards every parameter over
 all ranks; HSDP (`replicas` > 1) builds a 2-D DeviceMesh (replicate across nodes x shard within a node), so the
 all-gathers and reduce-scatters stay on the fast link inside a node and only an all-reduce of each gradient shard
@@ -30,9 +40,9 @@ arithmetic lets the tests compare resumed, chunked, checkpointed and compiled ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
@@ -50,7 +60,7 @@ if TYPE_CHECKING:
     import torch.distributed as dist
 
 __all__ = [
-    "ParallelPlan", "parallelize", "mixed_precision_policy", "gradient_precision", "set_gradient_sync", "set_hold_gathered",
+    "ParallelPlan", "parallelize", "CHECKPOINTING_MODES", "checkpointing_mode", "selective_policy", "mixed_precision_policy", "gradient_precision", "set_gradient_sync", "set_hold_gathered",
     "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "keep_for_current_stream", "after_optimizer_step",
     "BF16_ALL_REDUCE_HOOK_PROVEN", "all_reduce_hook_proven", "TORCHAO_VERSION",
 ]
@@ -70,8 +80,10 @@ evidence. On any other release HSDP falls back to FSDP2's native all-reduce (fp3
 class ParallelPlan:
     """How to wrap the decoder layers."""
 
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer in backward: keep only its input (2 bytes x hidden per token)."""
+    activation_checkpointing: bool | Literal["none", "selective", "full"] = False
+    """full (or True): recompute each decoder layer in backward, keeping only its input (2 bytes x hidden per token);
+    selective: recompute per op, keeping half the matrix products' outputs and the attention's (selective_policy);
+    none (or False): keep every activation."""
     compile: bool = False
     """torch.compile each decoder layer (one graph per layer type, reused across layers)."""
     mixed_precision: MixedPrecisionPolicy | None = None
@@ -97,6 +109,68 @@ class ParallelPlan:
     """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step
     instead of two a micro-batch (train_step, set_hold_gathered). None: where the shard group has one rank, where
     every all-gather is only a cast and a copy of the whole model and holding its result costs 2 bytes a parameter."""
+
+
+CHECKPOINTING_MODES = ("none", "selective", "full")
+
+
+def checkpointing_mode(plan: ParallelPlan) -> str:
+    """The plan's activation checkpointing as one of CHECKPOINTING_MODES (a bool is full or none)."""
+    mode = plan.activation_checkpointing
+    if isinstance(mode, bool):
+        return "full" if mode else "none"
+    if mode not in CHECKPOINTING_MODES:
+        raise ValueError(f"activation checkpointing must be one of {', '.join(CHECKPOINTING_MODES)}, got {mode!r}")
+    return mode
+
+
+def _saved_ops() -> set[Any]:
+    """The ops whose outputs selective checkpointing keeps: torchtitan's `_get_default_save_ops` (the AOT
+    partitioner's compute-intensive ops, the SDPA variants, the fp8 scales' max, FSDP's reduce-scatter), and the
+    CPU's flash attention, which the partitioner's list names only as the GPU's."""
+    from torch._functorch.partitioners import get_default_op_list
+
+    aten = torch.ops.aten
+    # OpOverloadPackets (typed as functions): each one's .default overload, as torchtitan takes them
+    ops: set[Any] = {cast(Any, op).default for op in get_default_op_list().compute_intensive_ops}
+    ops |= {aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_attention_math.default,
+            aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default, aten.max.default, aten.linear.default,
+            aten._scaled_mm.default, torch.ops._c10d_functional.reduce_scatter_tensor.default}
+    return ops
+
+
+def selective_policy() -> Callable[..., Any]:
+    """A fresh per-op policy for torch.utils.checkpoint's create_selective_checkpoint_contexts, as torchtitan's
+    SelectiveAC writes it: save what _saved_ops lists, except every second matrix product (counted apart in the
+    forward and in its recompute, so both make the same choices); recompute everything else."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    saved = _saved_ops()
+    matmuls = (torch.ops.aten.mm.default, torch.ops.aten.linear.default)
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        if func in matmuls:
+            counts["recompute" if ctx.is_recompute else "forward"] += 1
+            if counts["recompute" if ctx.is_recompute else "forward"] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def _checkpointed(layer: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """`layer` wrapped for activation checkpointing in `mode` (not none). Non-reentrant checkpointing composes with
+    FSDP2 and compile; the wrapper strips its prefix from state-dict keys, so checkpoints move freely between runs
+    with and without it."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    if mode == "full":
+        return checkpoint_wrapper(layer, preserve_rng_state=False)
+    return checkpoint_wrapper(layer, preserve_rng_state=False,
+                              context_fn=lambda: create_selective_checkpoint_contexts(selective_policy()))
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -210,7 +284,7 @@ def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
                            f"(the Ray pods' init container installs it: k8s.pip_packages): {error}") from None
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
-        model.hf.model.layers, config=config,
+        model.layers, config=config,
         module_filter_fn=lambda module, fqn: (isinstance(module, torch.nn.Linear)
                                               and converts_to_fp8(module.in_features, module.out_features)),
     )
@@ -259,8 +333,7 @@ def set_hold_gathered(model: torch.nn.Module, hold: bool) -> None:
 
 def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
+    mode = checkpointing_mode(plan)
     hold = plan.hold_gathered if plan.hold_gathered is not None else _shard_ranks(plan) == 1
     fp8_all_gather = plan.fp8 and (plan.fp8_all_gather if plan.fp8_all_gather is not None
                                    else hold or _shard_ranks(plan) > 1)
@@ -268,10 +341,8 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         _convert_to_fp8(model, fp8_all_gather)  # before sharding
     layers = model.layers
     for index, layer in enumerate(layers):
-        if plan.activation_checkpointing:
-            # Non-reentrant checkpointing composes with FSDP2 and compile; the wrapper strips its prefix from
-            # state-dict keys, so checkpoints move freely between runs with and without it.
-            layer = checkpoint_wrapper(layer, preserve_rng_state=False)
+        if mode != "none":
+            layer = _checkpointed(layer, mode)
         if plan.compile:
             layer.compile(options=inductor_options(plan.tune_kernels))  # in place: no "_orig_mod." in state-dict keys
         layers[index] = layer

@@ -142,7 +142,7 @@ def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_w
     replicas = nodes if t.sharding == "hsdp" and nodes > 1 and world % nodes == 0 else 1
     policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)
     return ("hsdp" if replicas > 1 else "fsdp"), ParallelPlan(
-        activation_checkpointing=t.checkpointing, compile=t.compile, tune_kernels=t.compile_tuning,
+        activation_checkpointing=t.checkpointing_mode, compile=t.compile, tune_kernels=t.compile_tuning,
         mixed_precision=policy, replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
 
 
@@ -209,12 +209,13 @@ def _sync_every_micro_batch(settings: Settings, strategy: str, world: int, local
         nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"))
 
 
-def _what_ran(t: TrainingSettings, decoder: str, strategy: str, plan: ParallelPlan) -> dict[str, Any]:
-    """What ran, for `ray-efa calibrate`."""
-    return {"model": t.model, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
+def _what_ran(t: TrainingSettings, model: CausalLM, strategy: str, plan: ParallelPlan) -> dict[str, Any]:
+    """What ran, for `ray-efa calibrate`: the architecture (model_type: its transformers family) among it."""
+    return {"model": t.model, "model_type": model.model_type, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
             "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk,
-            "decoder_block": decoder,
-            "activation_checkpointing": t.checkpointing, "sharding": strategy, "replicas": plan.replicas,
+            "decoder_block": model.decoder,
+            "activation_checkpointing": t.checkpointing, "checkpointing_mode": t.checkpointing_mode,
+            "sharding": strategy, "replicas": plan.replicas,
             "grad_reduce_dtype": t.grad_reduce_dtype if plan.mixed_precision is not None else "fp32",
             "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
             "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
@@ -283,7 +284,7 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
 
     efa_counters.snapshot_ray_worker("after", steps=max(0, last_step - start), settings=settings)
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
-    ran = _what_ran(t, model.decoder, strategy, plan)
+    ran = _what_ran(t, model, strategy, plan)
     return {"summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
             "history": reporter.losses(),
             "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}

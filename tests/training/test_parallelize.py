@@ -1,6 +1,8 @@
 """FSDP2 wrapping and the throughput levers: activation checkpointing, per-layer torch.compile and the chunked loss
 train to the same losses as the plain step (CPU, tiny model, a one-process gloo group)."""
 
+from typing import Literal
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -53,11 +55,12 @@ def plain():
     ("plan", "chunk"),
     [
         (ParallelPlan(activation_checkpointing=True), 0),
+        (ParallelPlan(activation_checkpointing="selective"), 0),
         (ParallelPlan(), 16),
         # torch.compile (inductor, C++ on CPU): the slowest test of the area, ~25 s on 2 cores
         (ParallelPlan(compile=True, activation_checkpointing=True), 16),
     ],
-    ids=["activation-checkpointing", "chunked-loss", "compile+checkpointing+chunked"],
+    ids=["activation-checkpointing", "selective-checkpointing", "chunked-loss", "compile+checkpointing+chunked"],
 )
 def test_levers_train_to_the_plain_losses_and_keep_checkpoint_keys(plain, plan, chunk):
     # GIVEN the plain run's losses and model
@@ -101,3 +104,42 @@ def test_the_gpu_mixed_precision_policy_trains_within_bf16_tolerance_of_fp32(pla
     losses, _ = _train(ParallelPlan(mixed_precision=mixed_precision_policy(torch.device("cuda", 0))))
     # THEN the losses stay within bf16 rounding of the fp32 run
     assert losses == pytest.approx(plain[0], rel=2e-2)
+
+
+def _backward_matmuls(mode: Literal["none", "selective", "full"]) -> int:
+    """Matrix products one backward runs (its own and those it recomputes) with activation checkpointing `mode`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.matmuls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default):
+                self.matmuls += 1
+            return func(*args, **(kwargs or {}))
+
+    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(activation_checkpointing=mode))
+    data = TokenBatches(vocab_size=1024, seq_len=32, micro_batch=2, seed=0, rank=0)
+    loss = model(*data.batch(1))
+    with Count() as count:
+        loss.backward()
+    return count.matmuls
+
+
+def test_selective_checkpointing_recomputes_some_matrix_products_and_full_all_of_them():
+    # GIVEN the backward's matrix products without checkpointing (the gradients' own)
+    none, selective, full = _backward_matmuls("none"), _backward_matmuls("selective"), _backward_matmuls("full")
+    # THEN full recomputes every layer's forward products, selective (torchtitan's per-op policy) only every second
+    # plain matrix product (q/k/v carry biases: addmm, saved like the other compute-intensive ops)
+    assert none < selective < full, (none, selective, full)
+
+
+def test_an_unknown_checkpointing_mode_is_refused():
+    from ray_efa.training.parallelize import checkpointing_mode
+
+    assert [checkpointing_mode(ParallelPlan(activation_checkpointing=m)) for m in (False, True, "selective")] == [
+        "none", "full", "selective"]
+    with pytest.raises(ValueError, match="activation checkpointing must be one of none, selective, full, got 'some'"):
+        checkpointing_mode(ParallelPlan(activation_checkpointing="some"))  # pyright: ignore[reportArgumentType]

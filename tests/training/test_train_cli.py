@@ -121,6 +121,29 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert not ray.is_initialized() and tree_bytes(tmp_path / "cli-local") == before
 
 
+@pytest.mark.ray
+def test_local_run_trains_a_random_initialization_of_a_llama_config_json(tmp_path, capsys, monkeypatch):
+    import ray
+
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    # GIVEN a tiny Llama's config.json (llama3 RoPE, tied embeddings, as Llama 3.2's) and nothing else: no weights
+    config = os.path.join(os.path.dirname(__file__), "fixtures", "families", "llama.json")
+    try:
+        # WHEN `ray-efa train --local -c modelConfig=<it>` runs
+        code = run_cli("--local", "--name", "cli-llama", "--logs-dir", str(tmp_path / "nccl"), "-c", f"modelConfig={config}",
+                       "-c", f"storagePath={tmp_path}", "-c", "steps=4", "-c", "reportEvery=2", "-c", "checkpointEvery=0")
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    # THEN it trains a random initialization of that Llama (no tiny model folder, no modelPath), and says so
+    assert code == 0, out[-3000:]
+    assert "training summary: cli-llama" in out and "tiny model:" not in out
+    (summary,) = find_summaries(out.splitlines())
+    assert (summary["model_type"], summary["steps"], summary["decoder_block"]) == ("llama", 4, "lean")
+
+
 def _alone_on_the_machine() -> list[str]:
     """A command prefix that runs a process in a PID namespace of its own, as in a fresh container: it sees no other
     process, so no Ray cluster another test (on the other xdist worker) runs. Root gets it directly; anyone else

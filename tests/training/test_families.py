@@ -1,0 +1,170 @@
+"""Every supported decoder family trains through the built-in train function's model code: a tiny config.json of each
+(tests/training/fixtures/families: 2 layers, hidden 64, vocabulary 256, each family's own features on: llama's
+llama3 RoPE and tied embeddings, qwen3's head_dim 32 and q/k norms, gemma2's soft-capping and sliding window,
+gemma3's sliding and full layers, phi3's fused projections, olmo2's post-norms) is built by transformers' Auto
+classes, its decoderBlock lean model computes transformers' own logits, loss and gradients (the lean layer where it
+is exact for the family, transformers' layer elsewhere), and two gloo ranks train it under FSDP2 with selective
+activation checkpointing, the loss going down, and resume from a checkpoint bit-identically.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ray_efa.core.fp8 import decoder_linears
+from ray_efa.core.models import ModelPreset, preset_from_config
+from ray_efa.core.settings import TrainingSettings
+from ray_efa.training.checkpoint import load_shards, save_shards
+from ray_efa.training.data import TokenBatches
+from ray_efa.training.lean_block import LeanDecoderLayer
+from ray_efa.training.model import CausalLM, build_model
+from ray_efa.training.parallelize import ParallelPlan, parallelize
+from ray_efa.training.train import build_optimizer, train_step
+from tests.training.gloo_ranks import run_cases
+
+FIXTURES = Path(__file__).parent / "fixtures" / "families"
+FAMILIES = sorted(path.stem for path in FIXTURES.glob("*.json"))
+LEAN = ("llama", "mistral", "qwen2", "qwen3")
+"""The families the lean layer is exact for (training.lean_block); the others keep transformers' layer."""
+CPU = torch.device("cpu")
+
+
+def family_config(family: str) -> dict:
+    return json.loads((FIXTURES / f"{family}.json").read_text())
+
+
+def family_preset(family: str, **changes) -> ModelPreset:
+    """The fixture's architecture as the plan reads a modelConfig (core.models.preset_from_config)."""
+    return preset_from_config(f"tiny-{family}", {**family_config(family), **changes})
+
+
+def test_every_supported_family_has_a_fixture():
+    from ray_efa.core.models import SUPPORTED_MODEL_TYPES
+
+    assert sorted(SUPPORTED_MODEL_TYPES) == FAMILIES
+
+
+def _randomized(model: CausalLM, seed: int) -> dict[str, torch.Tensor]:
+    """Every tensor random, the biases and norm weights too (transformers initialises them to 0 and 1 or 0, which
+    would hide a bias or a norm a layer drops): the state dict to load into both models."""
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        noise = torch.randn(tensor.shape, generator=g)
+        state[name] = noise * 0.2 + 1.0 if "norm" in name else noise * 0.3
+    return state
+
+
+def _case_changes(case: str) -> tuple[str, dict]:
+    # mistral with a sliding window shorter than the sequence: transformers' layer slides, the lean one cannot
+    return ("mistral", {"sliding_window": 8}) if case == "mistral-sliding" else (case, {})
+
+
+@pytest.mark.parametrize("case", [*FAMILIES, "mistral-sliding"])
+def test_decoder_lean_computes_transformers_logits_loss_and_gradients(case):
+    # GIVEN the family's tiny architecture with every weight random, built as decoderBlock lean and as transformers
+    family, changes = _case_changes(case)
+    preset = family_preset(family, **changes)
+    lean = build_model(preset, seed=0, device=CPU, loss_chunk_size=16)
+    reference = build_model(preset, seed=0, device=CPU, decoder="transformers")
+    state = _randomized(reference, seed=3)
+    reference.load_state_dict(state)
+    lean.load_state_dict(state)  # the lean layer keeps transformers' state-dict keys
+    # THEN the lean layer runs exactly where it is exact for the family, and says why not elsewhere
+    uses_lean = family in LEAN and not changes
+    assert lean.decoder == ("lean" if uses_lean else "transformers"), lean.decoder_fallback
+    assert all(isinstance(layer, LeanDecoderLayer) for layer in lean.layers) == uses_lean
+    assert bool(lean.decoder_fallback) != uses_lean
+    assert lean.model_type == family_config(family)["model_type"]
+    # AND its logits are transformers' ForCausalLM's own (soft-capped for gemma2), far from uniform
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, preset.vocab_size, (2, 25), generator=g)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    expected = reference.hf(input_ids=inputs, use_cache=False).logits
+    with torch.no_grad():
+        logits = lean.hf.lm_head(lean.hidden_states(inputs))
+        if lean.logit_softcap:
+            logits = torch.tanh(logits / lean.logit_softcap) * lean.logit_softcap
+    torch.testing.assert_close(logits, expected.detach(), rtol=1e-5, atol=1e-5)
+    assert expected.std() > 0.5
+    # AND so are the loss (transformers' logits' cross-entropy) and every parameter's gradient
+    loss = lean(inputs, labels)
+    reference_loss = F.cross_entropy(expected.reshape(-1, preset.vocab_size).float(), labels.reshape(-1))
+    torch.testing.assert_close(loss, reference_loss, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    reference_loss.backward()
+    grads = dict(reference.named_parameters())
+    for name, param in lean.named_parameters():
+        assert param.grad is not None, name
+        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_plans_decoder_linears_are_the_models(family):
+    # the fp8 filter and the plan's FLOPs read these shapes: they must be the layer transformers builds
+    preset = family_preset(family)
+    model = build_model(preset, seed=0, device=CPU, decoder="transformers")
+    built = sorted((name.rsplit(".", 1)[-1], m.in_features, m.out_features)
+                   for name, m in model.layers[0].named_modules() if isinstance(m, torch.nn.Linear))
+    assert built == sorted(decoder_linears(preset))
+    assert sum(p.numel() for p in model.parameters()) == preset.num_parameters
+
+
+# -- two gloo ranks: FSDP2 with selective checkpointing trains each family and resumes bit-identically ---------------
+
+WORLD, STEPS, SAVE_AT = 2, 4, 2
+
+
+def _train_case(rank: int, family: str, folder: str) -> dict:
+    preset = family_preset(family)
+    t = TrainingSettings(model="tiny", learning_rate=1e-2)
+    data = TokenBatches(vocab_size=preset.vocab_size, seq_len=16, micro_batch=2, seed=0, rank=rank, pool_size=2)
+
+    def fresh():
+        model = parallelize(build_model(preset, seed=0, device=CPU), ParallelPlan(activation_checkpointing="selective"))
+        return model, build_optimizer(model, t, CPU)
+
+    def steps(model, optimizer, first: int, last: int) -> list[float]:
+        losses = []
+        for step in range(first, last + 1):
+            loss, _ = train_step(model, optimizer, data.batch(step), lr=1e-2, grad_clip=1.0, device=CPU)
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            losses.append(mean.item() / WORLD)
+            if step == SAVE_AT and first == 1:
+                save_shards(model, optimizer, Path(folder))
+        return losses
+
+    model, optimizer = fresh()
+    uninterrupted = steps(model, optimizer, 1, STEPS)
+    dist.barrier()
+    model, optimizer = fresh()  # a restarted worker: new model and optimizer, the checkpoint loaded into them
+    load_shards(model, optimizer, Path(folder))
+    resumed = steps(model, optimizer, SAVE_AT + 1, STEPS)
+    return {"uninterrupted": uninterrupted, "resumed": resumed, "decoder": model.decoder, "model_type": model.model_type}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One spawn of two gloo ranks for every family (a rank's start costs more than a family's steps)."""
+    folder = tmp_path_factory.mktemp("families")
+    cases = [(family, tempfile.mkdtemp(dir=folder)) for family in FAMILIES]
+    return dict(zip(FAMILIES, run_cases(_train_case, cases, world=WORLD, tmp_path=folder)))
+
+
+@pytest.mark.xdist_group("gloo-spawn")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_gloo_ranks_train_each_family_and_resume_bit_identically(trained, family):
+    run = trained[family]
+    assert run["model_type"] == family_config(family)["model_type"]
+    assert run["decoder"] == ("lean" if family in LEAN else "transformers")
+    losses = run["uninterrupted"]
+    assert losses[-1] < losses[0] - 0.2, losses  # a pool of two sequences a rank: the model learns them
+    assert run["resumed"] == losses[SAVE_AT:]  # exactly: the same fp32 arithmetic from the same state
