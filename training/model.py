@@ -25,7 +25,7 @@ from ray_efa.training.lean_block import lean_unsupported, rope_cos_sin, to_lean
 from ray_efa.training.loss import causal_lm_loss
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, PreTrainedModel  # imported where used: transformers loads slowly
+    from transformers import PretrainedConfig, PreTrainedModel, Qwen2Config  # imported where used: it loads slowly
 
 __all__ = ["CausalLM", "build_model", "hf_config", "qwen2_config", "decoder_layers", "ModelPathError",
            "DECODER_BLOCKS"]
@@ -56,9 +56,15 @@ def hf_config(preset: ModelPreset) -> PretrainedConfig:
     return config
 
 
-def qwen2_config(preset: ModelPreset) -> PretrainedConfig:
-    """hf_config of a Qwen2 preset (the name the Qwen2-only tests and benchmarks import)."""
-    return hf_config(preset)
+def qwen2_config(preset: ModelPreset) -> Qwen2Config:
+    """hf_config of a Qwen2 preset (the name the Qwen2-only tests and benchmarks import); ValueError for another
+    family."""
+    from transformers import Qwen2Config
+
+    config = hf_config(preset)
+    if not isinstance(config, Qwen2Config):
+        raise ValueError(f"{preset.name} is a {preset.model_type} architecture, not qwen2")
+    return config
 
 
 def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
