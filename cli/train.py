@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     settings = (resolve_local_or_exit(args, "train", require_code=True) if args.local
                 else resolve_or_exit(args, require_code=True)).settings
 
+    if args.resume and not args.name:
+        print("ray-efa train: --resume needs --name, the run to continue", file=sys.stderr)
+        return 2
     # The first line within seconds: importing torch and Ray alone takes several on a laptop.
     print("[ray-efa] loading torch and Ray" + (" for a local run" if args.local else ""), flush=True)
     from ray_efa.training import driver
 
-    if args.resume and not args.name:
-        print("ray-efa train: --resume needs --name, the run to continue", file=sys.stderr)
-        return 2
     return driver.run(settings, local=args.local, name=args.name, logs_dir=args.logs_dir, resume=args.resume)
