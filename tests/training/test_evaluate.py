@@ -63,3 +63,35 @@ def test_every_held_out_row_is_counted_once_across_the_ranks(rows, micro_batch, 
     assert sum(counted) == expected * (ROW_TOKENS - 1)
     # and the rows scored are each row once
     assert sorted(scored) == list(range(expected))
+
+
+class _LabelLoss(torch.nn.Module):
+    """A model whose loss is the mean of its labels: every token of row r scores r."""
+
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return labels.double().mean()
+
+
+@pytest.mark.parametrize(("world_size", "micro_batch"), [(1, 2), (2, 2), (3, 1)])
+def test_eval_loss_is_the_mean_over_every_held_out_token(world_size, micro_batch):
+    # GIVEN 5 held-out rows whose tokens each score the row's number, in blocks whose last one is shorter
+    # WHEN each rank evaluates its slices (the sums the all-reduce would add, added here)
+    sums = [0.0, 0.0]
+    for rank in range(world_size):
+        result = evaluate(_LabelLoss(), _Split(5), micro_batch=micro_batch, max_batches=0,  # type: ignore[arg-type]
+                          device=torch.device("cpu"), rank=rank, world_size=world_size, row_tokens=ROW_TOKENS,
+                          vocab_size=5)
+        sums[0] += result["eval_loss"] * result["eval_tokens"]
+        sums[1] += result["eval_tokens"]
+    # THEN eval_loss is the token-weighted mean, (0 + 1 + 2 + 3 + 4) / 5 rows of 4 tokens: not the mean of the
+    # batches' means (2.33 on one rank: a short last batch weighs as much as a full one), nor a sum over batches
+    # divided by the tokens (0.35)
+    assert sums[0] / sums[1] == pytest.approx(2.0)
+    assert sums[1] == 5 * (ROW_TOKENS - 1)
+
+
+def test_eval_loss_and_perplexity_of_one_rank():
+    result = evaluate(_LabelLoss(), _Split(5), micro_batch=2, max_batches=0,  # type: ignore[arg-type]
+                      device=torch.device("cpu"), rank=0, world_size=1, row_tokens=ROW_TOKENS, vocab_size=5)
+    assert result["eval_loss"] == pytest.approx(2.0)
+    assert result["eval_perplexity"] == pytest.approx(np.exp(2.0))

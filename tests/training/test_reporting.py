@@ -194,3 +194,28 @@ def test_a_checkpoint_saves_seconds_are_not_counted_as_the_next_step():
     assert [entry["time/step_s"] for entry in reporter.history] == pytest.approx([1.0] * 4)
     assert reporter.meter.last["time/step_s"] == pytest.approx(1.0)
     assert reporter.meter.summary()["time/step_s"] == pytest.approx(1.0)
+
+
+def test_a_resumed_run_measures_its_first_step_and_times_each_step_from_the_resume():
+    # GIVEN a run resumed after step 15 of 30 (Meter and Reporter start at step 15), 1 s steps, a measure every 10
+    clock = Clock()
+    meter = Meter(throughput=Throughput(tokens_per_step_per_device=1000, world_size=1, flops_per_token=1.0,
+                                        peak_flops_per_s=None),
+                  total_steps=30, start_step=15, device=torch.device("cpu"), clock=clock)
+    reporter = Reporter(meter=meter, report_every=10, rank=0, world_size=1, device=torch.device("cpu"),
+                        min_interval_s=0.5, clock=clock)
+    lines, reports = [], []
+    reporter.say, reporter.report = lines.append, reports.append
+    # WHEN steps 16 to 20 run
+    for step in range(16, 21):
+        clock.now += 1.0
+        reporter.step(step, torch.tensor(3.0), lr=1e-3)
+    # THEN step 16, the resumed run's first, is a measure step: its progress line and report come at once (as step 1's
+    # do in a fresh run), then step 20's
+    assert [int(r["step"]) for r in reports] == [16, 20] and len(lines) == 2
+    # and every step took its own 1 s, from the resume on (not from step 0)
+    assert [h["step"] for h in reporter.history] == [16, 17, 18, 19, 20]
+    assert [h["time/step_s"] for h in reporter.history] == pytest.approx([1.0] * 5)
+    summary = meter.summary()
+    assert summary["first_step"] == 16 and summary["start_step"] == 15
+    assert summary["time/step_s"] == pytest.approx(1.0)

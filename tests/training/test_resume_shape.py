@@ -104,3 +104,34 @@ def test_a_resume_at_another_micro_batch_trains_each_sample_of_the_epoch_exactly
     whole = _trained(ShardBatches(_Shard(samples, row_tokens), micro_batch=after, row_tokens=row_tokens, seed=7),
                      samples // after)
     assert trained == whole and whole != list(range(samples))
+
+
+def test_each_epoch_trains_every_sample_once_in_an_order_of_its_own():
+    # GIVEN a rank's shard of 512 samples (two shuffle windows), read at microBatch 4 for two whole epochs
+    samples, micro, row_tokens = 512, 4, 5
+    batches = ShardBatches(_Shard(samples, row_tokens), micro_batch=micro, row_tokens=row_tokens, seed=7)
+    first = _trained(batches, samples // micro)
+    second = _trained(batches, samples // micro)
+    # THEN each epoch trains every sample once, and the second in another order than the first (the shuffle is seeded
+    # by the epoch too: the same order every epoch would present the samples in one fixed sequence all run long)
+    assert sorted(first) == sorted(second) == list(range(samples))
+    assert second != first
+    assert sum(a == b for a, b in zip(first, second, strict=True)) < samples // 10
+    # and the order of an epoch is the same on every run: a resume re-reads the epoch it stopped in as it was
+    again = ShardBatches(_Shard(samples, row_tokens), micro_batch=micro, row_tokens=row_tokens, seed=7, epoch=1)
+    assert _trained(again, samples // micro) == second
+
+
+def test_the_position_after_an_epoch_rollover_counts_the_new_epochs_micro_batches():
+    # GIVEN an epoch of 10 micro-batches of 2 samples (21 samples: the last, partial micro-batch is dropped)
+    batches = ShardBatches(_Shard(21, 5), micro_batch=2, row_tokens=5, seed=3)
+    _trained(batches, 10)
+    assert batches.state() == {"epoch": 0, "consumed": 10}
+    # WHEN 3 micro-batches of the next epoch are read
+    trained = _trained(batches, 3)
+    # THEN the position is 3 micro-batches into epoch 1: a resume from it goes on with the 4th
+    assert batches.state() == {"epoch": 1, "consumed": 3}
+    resumed = ShardBatches(_Shard(21, 5), micro_batch=2, row_tokens=5, seed=3, **batches.state())
+    rest = _trained(resumed, 7)
+    assert sorted(trained + rest) == sorted(set(trained + rest)) and len(trained + rest) == 20
+    assert resumed.state() == {"epoch": 1, "consumed": 10}

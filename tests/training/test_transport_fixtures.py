@@ -36,6 +36,25 @@ def test_fixture_gets_its_expected_verdict(row):
     assert verdict.summary.startswith({0: "PASS", 1: "FAIL", 3: "NO PROOF"}[verdict.exit_code])
 
 
+# The verdicts of jobs whose host count the caller knows (`check-transport --hosts N`, the driver): (files, hosts,
+# expect, exit code, cause, note). A caller's count may be lower than NCCL's nNodes (pods on one machine) and higher
+# than the hosts the logs show.
+HOSTS_ROWS = [
+    ("synthetic/efa_two_pods_one_host_socket_cut.log", 1, "efa", 1, "plugin-not-found",
+     "--hosts 1, but NCCL's nNodes 2: the rank that chose Socket (shape not logged) spans the pods, not single-node"),
+    ("synthetic/efa_ray_driver_one_rank_folded.log", 2, "efa", 0, "traffic",
+     "--hosts 2 and one rank's lines folded for all 8: the folded ranks count as present"),
+    ("synthetic/efa_provider_with_suffix.log", 2, "efa", 0, "traffic", "--hosts 2: efa;ofi_rxr on both hosts"),
+]
+
+
+@pytest.mark.parametrize(("files", "hosts", "expect", "exit_code", "cause", "note"), HOSTS_ROWS,
+                         ids=[f"{r[0]}--hosts-{r[1]}->{r[2]}" for r in HOSTS_ROWS])
+def test_fixture_with_the_callers_host_count_gets_its_verdict(files, hosts, expect, exit_code, cause, note):
+    verdict = classify_paths([FIXTURES / f for f in files.split(";")]).verdict(expect, hosts=hosts)
+    assert (verdict.exit_code, verdict.cause) == (exit_code, cause), f"{note}\n{verdict.summary}"
+
+
 def test_every_fixture_log_has_a_row():
     # GIVEN every log under fixtures/nccl/synthetic, real and public (any name: .log, .out, .gz...)
     logs = {p.relative_to(FIXTURES).as_posix() for d in ("synthetic", "real", "public") for p in (FIXTURES / d).rglob("*")
