@@ -33,9 +33,16 @@ from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
 from ray_efa.core.pod_env import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
 from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
-from ray_efa.core.user_code import check_user_code, split_function
+from ray_efa.core.user_code import check_user_code, missing_imports, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
-from ray_efa.training.run_folder import GATE_LOGS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE, RunFolder
+from ray_efa.training.run_folder import (
+    GATE_LOGS_FILE,
+    SETTINGS_FILE,
+    SUMMARY_FILE,
+    VERDICT_FILE,
+    RunFolder,
+    run_name_problem,
+)
 
 if TYPE_CHECKING:
     from ray.train import Result, RunConfig, ScalingConfig
@@ -49,6 +56,8 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SETTINGS, EXIT_UNPROVEN = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, what a shell reports (docs/commands.md)."""
 # CPUs per GPU node left to Ray itself (the log collector, checkpoint uploads), not given to the training workers.
 _RESERVED_CPUS_PER_NODE = 1
 # CPUs per node kept for the Ray Data tasks that read, tokenize and pack `dataset` (Ray Train excludes the workers'
@@ -231,6 +240,24 @@ def _trainer_class(base: type[Any]) -> type[Any]:
             policy = RetryLostWorkersPolicy(self.run_config.failure_config)
             return super()._initialize_and_run_controller(**{**controller_init_kwargs, "failure_policy": policy})
 
+        def _register_sigint_handler(self, controller: Any) -> None:
+            # Ray Train's own handler aborts the run and leaves the driver to end in the controller's error (exit 1,
+            # tracebacks); this one aborts it the same way, then ends fit() with KeyboardInterrupt (driver.run: 130).
+            import signal
+
+            import ray
+            import ray.exceptions
+
+            def interrupted(signum: int, frame: Any) -> None:
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C during the abort: at once
+                try:
+                    ray.get(controller.abort.remote())  # the workers stop; what the run folder holds stays
+                except ray.exceptions.RayError:
+                    pass
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, interrupted)
+
     return Trainer
 
 
@@ -384,6 +411,10 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     """Check, train, print the summary, gate the transport; the process exit code."""
     try:
         check_plan(settings, local=local)
+        # the function runs on this machine's Python (its workers'): an import it lacks is found now, not in every
+        # worker after Ray started (submit checks no imports: the pods install pipPackages this machine may lack)
+        if problems := missing_imports(check_user_code(settings)):
+            raise SettingsError(problems)
     except SettingsError as error:
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
@@ -391,6 +422,9 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
     from ray_efa.training.log_collect import is_collected_file
 
     name = name or default_run_name(settings, local=local)
+    if (problem := run_name_problem(name)) is not None:  # the run folder and the gate's log folder are named by it
+        print(f"ray_efa.training.driver: {SettingsError([Problem('--name', name, problem)])}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     try:  # the gate's log folder, before Ray starts: a refused folder must not cost a training run
         check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_file)
     except OutputDirError as error:
@@ -425,6 +459,12 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
              if settings.training.builtin else f"starting the workers, which run {function}")
     try:
         result = fit(settings, local=local, name=name)
+    except KeyboardInterrupt:  # Ctrl-C: one line, and how to go on from the last checkpoint
+        again = f"ray-efa train{' --local' if local else ''} --name {name} --resume"
+        kept = f"{folder.uri} keeps its history and checkpoints" if folder is not None else "its checkpoints stay"
+        print(f"ray-efa train: interrupted; {kept}: continue with {again} (and the same -c settings)",
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
