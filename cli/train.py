@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ray_efa.cli._common import add_context_option, missing_train_extra, resolve_local_or_exit, resolve_or_exit
+from ray_efa.cli._common import add_context_option, fail, missing_train_extra, resolve_local_or_exit, resolve_or_exit
+from ray_efa.training.run_folder import run_name_problem
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
@@ -35,6 +36,9 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    # first: a name that is a path would put the run, and the tiny model made below, where nobody asked
+    if args.name is not None and (problem := run_name_problem(args.name)) is not None:
+        return fail(args, "train", f"--name {problem}, got {args.name!r}")
     if (code := missing_train_extra("train")) is not None:
         return code
     # exits 2 on bad settings, or a trainFunction that is not in codeDir, before Ray starts

@@ -10,11 +10,12 @@ execution/storage.py, get_fs_and_path).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "METRICS_FILE", "TENSORBOARD_DIR", "SETTINGS_FILE", "SUMMARY_FILE", "VERDICT_FILE",
+__all__ = ["RunFolder", "RUN_NAME", "run_name_problem", "METRICS_FILE", "TENSORBOARD_DIR", "SETTINGS_FILE", "SUMMARY_FILE", "VERDICT_FILE",
            "GATE_LOGS_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -25,6 +26,24 @@ VERDICT_FILE = "verdict.json"
 GATE_LOGS_FILE = "gate-logs.tar.gz"
 """The evidence of verdict.json: every file the transport gate read (each node's NCCL lines, the EFA counter
 snapshots), which otherwise lives in the head pod's /tmp and goes with its RayCluster."""
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+"""A run name: one path segment of letters, digits, '.', '_' and '-', starting with a letter or digit (no "..", no
+"/", no hidden folder), at most 200 characters: the folder it names is `<storagePath>/<name>` and nothing else."""
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a run folder (the message of a Problem naming --name), or None when it can."""
+    if RUN_NAME.fullmatch(name):
+        return None
+    if "/" in name or "\\" in name or name in (".", ".."):
+        why = "must be one folder name under storagePath, not a path"
+    elif len(name) > 200:
+        why = f"is {len(name)} characters long: at most 200"
+    else:
+        why = "may hold only letters, digits, '.', '_' and '-', starting with a letter or digit"
+    return f"{why} (the run folder is <storagePath>/<name>)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,3 +76,36 @@ def test_resume_with_the_same_settings_says_what_it_continues_from(tmp_path, ear
     folder = driver.claim_run_folder(settings.replace(microBatch=1), "killtest", resume=True)
     assert folder is not None and folder.local_path() == earlier_run
     assert capsys.readouterr().out == f"resuming {earlier_run} from checkpoint_000010\n"
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "/tmp/x", "a b", "x" * 201])
+def test_a_run_name_that_is_not_one_safe_folder_name_is_exit_2_and_writes_nothing(tmp_path, capsys, monkeypatch, name):
+    import ray
+
+    # GIVEN an empty working folder, storage folder and model cache (the tiny model would be made on first use)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_EFA_MODEL_CACHE", str(tmp_path / "model-cache"))
+    # WHEN a local run is named with a path, a hidden or dotted name, a space, or 201 characters
+    code = train(tmp_path, "--name", name)
+    # THEN exit 2 naming --name and the value, before Ray starts, and nothing written anywhere under tmp_path
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("ray-efa train: --name ") and repr(name) in err and len(err.splitlines()) == 1
+    assert not ray.is_initialized()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["killtest-2", "local-tiny-20261207-055212", "Run_1.v2"])
+def test_a_safe_run_name_is_one_folder_under_storage_path(name):
+    from ray_efa.training.run_folder import RunFolder, run_name_problem
+
+    assert run_name_problem(name) is None
+    assert RunFolder.of("/runs", name).path == f"/runs/{name}"
+
+
+def test_the_driver_refuses_a_run_name_that_is_a_path_too(tmp_path, capsys):
+    # `python -m ray_efa.training.driver` and any caller of driver.run: the same check, before anything is written
+    settings = local_settings().replace(storagePath=str(tmp_path / "storage"))
+    assert driver.run(settings, local=True, name="../escape", logs_dir=tmp_path / "nccl") == 2
+    assert "--name: must be one folder name under storagePath, not a path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
