@@ -20,7 +20,8 @@ from pathlib import Path
 from ray_efa.core.context import find_app_dir
 from ray_efa.core.settings import Problem, Settings, SettingsError
 
-__all__ = ["UserCode", "code_dir_path", "check_user_code", "code_files", "split_function", "PROJECT_PACKAGE"]
+__all__ = ["UserCode", "code_dir_path", "check_user_code", "missing_imports", "code_files", "split_function",
+           "PROJECT_PACKAGE"]
 
 PROJECT_PACKAGE = "ray_efa"
 """The project's own package: codeDir may not hold one of that name (it would shadow the driver's)."""
@@ -156,6 +157,43 @@ def check_user_code(settings: Settings, *, app_dir: Path | None = None) -> UserC
         raise SettingsError([Problem("trainFunction", spec, f"must name a module, not the folder {source} (a package "
                                                             "without __init__.py defines no functions)")])
     return UserCode(code_dir=code_dir, module=module, function=function, source=source)
+
+
+def _top_level_imports(source: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import a module runs when it is imported: its top-level statements only (an
+    import under `try:` may be optional, one under `if TYPE_CHECKING:` never runs, one in a function runs later)."""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+    except (SyntaxError, UnicodeDecodeError, ValueError):  # check_user_code said so already
+        return []
+    found: list[tuple[int, str]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def missing_imports(code: UserCode) -> list[Problem]:
+    """A problem naming trainFunction for each top-level import of its module whose package is neither in codeDir nor
+    installed here: what `train` would otherwise find only in the workers, after Ray started. Only the top-level
+    package is looked up (importlib's finders; no package code runs), so nothing of your code is imported."""
+    if code.source is None or not code.source.is_file() or code.source.suffix != ".py":
+        return []
+    missing: list[str] = []
+    for line, module in _top_level_imports(code.source):
+        package = module.split(".")[0]
+        if code.code_dir is not None and _module_source(package, code.code_dir) is not None:
+            continue
+        if not _importable_source(package)[0]:
+            missing.append(f"line {line}: import {module}")
+    if not missing:
+        return []
+    where = f"codeDir {code.code_dir}" if code.code_dir is not None else "codeDir (unset)"
+    return [Problem("trainFunction", f"{code.module}:{code.function}", (
+        f"must name a module whose imports are there: {code.source} ({'; '.join(missing)}) imports a package that is "
+        f"neither in {where} nor installed on this machine; install it, or put it in codeDir"))]
 
 
 def code_files(code_dir: Path) -> list[tuple[str, Path]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ray_efa.core.settings import DEFAULT_TRAIN_FUNCTION, Settings, SettingsError
-from ray_efa.core.user_code import check_user_code, code_dir_path, code_files
+from ray_efa.core.user_code import check_user_code, code_dir_path, code_files, missing_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +147,26 @@ def test_train_config_round_trips_through_json_and_replace():
     assert from_json.replace(steps=3).training.train_config == given
     assert from_json.training.train_config is not given
     assert Settings().training.train_config == {}
+
+
+def test_an_import_that_is_neither_in_code_dir_nor_installed_is_named_with_its_line(tmp_path):
+    # GIVEN a module that imports a package of codeDir, installed ones, one under `try:` and one that is nowhere
+    code = tmp_path / "code"
+    (code / "helpers").mkdir(parents=True)
+    (code / "helpers" / "__init__.py").write_text("")
+    (code / "mod.py").write_text(
+        "import json\nimport numpy as np\nfrom helpers import x\ntry:\n    import optional_thing\nexcept ImportError:\n"
+        "    pass\nfrom no_such_package_here.sub import y\n\ndef fit(config):\n    import also_missing_but_later\n")
+    code_found = check_user_code(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(code)}))
+    # WHEN its imports are looked up (nothing of the code runs)
+    (problem,) = missing_imports(code_found)
+    # THEN the one missing at import time is named, with its line, as a trainFunction problem naming codeDir
+    assert problem.key == "trainFunction" and problem.value == "mod:fit"
+    assert f"{code / 'mod.py'} (line 8: import no_such_package_here.sub)" in problem.message
+    assert f"neither in codeDir {code} nor installed" in problem.message
+
+
+def test_a_module_whose_imports_are_all_there_has_no_problem(tmp_path):
+    (tmp_path / "mod.py").write_text("import os\nimport pydantic\n\ndef fit(config):\n    pass\n")
+    assert missing_imports(check_user_code(Settings.from_context({"trainFunction": "mod:fit",
+                                                                  "codeDir": str(tmp_path)}))) == []

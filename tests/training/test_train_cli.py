@@ -198,3 +198,21 @@ def test_a_local_run_starts_its_own_cluster_whatever_ray_address_names(monkeypat
         assert os.environ.get("RAY_ADDRESS") != "127.0.0.1:1"
     finally:
         ray.shutdown()
+
+
+def test_a_train_function_whose_import_is_missing_is_exit_2_before_ray_starts(tmp_path, capsys):
+    import ray
+
+    # GIVEN your function in codeDir, whose module imports a package this machine does not have
+    (tmp_path / "my_train.py").write_text("import json\nimport wandb_not_installed_here\n\n\ndef fit(config):\n    pass\n")
+    # WHEN `ray-efa train --local` runs it
+    code = run_cli("--local", "-c", "trainFunction=my_train:fit", "-c", f"codeDir={tmp_path}", "-c",
+                   f"storagePath={tmp_path / 'storage'}")
+    # THEN exit 2 in seconds, naming trainFunction, the file, the line and codeDir, before Ray starts (the workers
+    # would otherwise each fail to import it, with three tracebacks, after Ray started)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "trainFunction: must name a module whose imports are there" in err
+    assert f"{tmp_path / 'my_train.py'} (line 2: import wandb_not_installed_here)" in err and f"codeDir {tmp_path}" in err
+    assert "Traceback" not in err and not ray.is_initialized()
+    assert not (tmp_path / "storage").exists()
