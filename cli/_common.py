@@ -208,8 +208,12 @@ def unreachable_message(error: BaseException, *, endpoint: str | None = None) ->
         return f"cannot reach {endpoint or 'the API server'}: {type(error).__name__}: {_short(str(error))}"
     try:
         from kubernetes.client.exceptions import ApiException
+
+        from ray_efa.cli._kube import NotKubernetesApi
     except ImportError:  # pragma: no cover - kubernetes is a base dependency
-        ApiException = ()  # type: ignore[assignment]  # noqa: N806
+        ApiException = NotKubernetesApi = ()  # type: ignore[assignment]  # noqa: N806
+    if isinstance(error, NotKubernetesApi):
+        return str(error)
     if isinstance(error, ApiException) and error.status in (401, 403):
         what = "not authenticated (401)" if error.status == 401 else "forbidden (403)"
         at = getattr(error, "endpoint", None) or endpoint

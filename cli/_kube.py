@@ -1,10 +1,12 @@
-"""The CLI's kubernetes ApiClient: every call bounded in time, and a refusal (401/403) that names the endpoint.
+"""The CLI's kubernetes ApiClient: every call bounded in time, a refusal (401/403) that names the endpoint, and a
+server that is not a Kubernetes API server at all (404 on /api) named as such.
 
 Its own module so that _common, which every subcommand imports, does not import the kubernetes client.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes.client.api_client import ApiClient
@@ -18,6 +20,25 @@ class KubeApiRefused(ApiException):
     def __init__(self, error: ApiException, endpoint: str):
         super().__init__(status=error.status, reason=error.reason)
         self.body, self.headers, self.endpoint = error.body, error.headers, endpoint
+
+
+class NotKubernetesApi(Exception):
+    """A 404 from a server that answers 404 on /api too: the kubeconfig's server is not a Kubernetes API server (a
+    web server, a proxy's default backend, another port), so "no such object" would point at the wrong cause."""
+
+    def __init__(self, endpoint: str, path: str):
+        super().__init__(f"the server at {endpoint} does not answer the Kubernetes API (404 Not Found on /api, and on "
+                         f"{path}): it is not a Kubernetes API server; check the kubeconfig's server address (for EKS: "
+                         "aws eks update-kubeconfig --name CLUSTER --region REGION)")
+        self.endpoint = endpoint
+
+
+def _kubernetes_status(body: Any) -> bool:
+    """Whether a response body is the API server's own Status object (a real 404 of a missing object is one)."""
+    try:
+        return json.loads(body).get("kind") == "Status"
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 class BoundedApiClient(ApiClient):
@@ -43,4 +64,20 @@ class BoundedApiClient(ApiClient):
         except ApiException as error:
             if error.status in (401, 403):
                 raise KubeApiRefused(error, str(self.configuration.host)) from None
+            if error.status == 404 and not _kubernetes_status(error.body) and not self._serves_kubernetes_api():
+                url = str(args[1] if len(args) > 1 else kwargs.get("url", ""))
+                raise NotKubernetesApi(str(self.configuration.host), url.removeprefix(str(self.configuration.host))
+                                       or "/") from None
             raise
+
+    def _serves_kubernetes_api(self) -> bool:
+        """Whether the server knows the Kubernetes API's discovery path /api: anything but a 404 (a 401 or 403 of an
+        anonymous request included: every API server serves /api, to whom RBAC allows)."""
+        try:
+            super().request("GET", f"{self.configuration.host}/api",  # pyright: ignore[reportAttributeAccessIssue]
+                            headers={"Accept": "application/json"}, _request_timeout=(self.timeout_s, self.timeout_s))
+        except ApiException as error:
+            return error.status != 404
+        except Exception:  # noqa: BLE001 - the probe only names a cause; the original 404 stands when it fails
+            return True
+        return True

@@ -170,3 +170,16 @@ def test_aws_unreachable_or_refusing(tmp_path, endpoint):
            "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard", "AWS_EC2_METADATA_DISABLED": "true"}
     result = _ray_efa("capacity", "--region", "us-east-2", "--request-timeout", "1", "--json", env=env)
     _check_one_line(result, url.split("://")[1].split(":")[0], word)
+
+
+@pytest.mark.parametrize("endpoint", ["404"], indirect=True)
+@pytest.mark.parametrize("command", KUBE_COMMANDS)
+def test_a_server_that_is_not_a_kubernetes_api_server_is_named_as_such(tmp_path, command, endpoint):
+    # GIVEN a kubeconfig whose server answers 404 to everything, /api included (a web server, not an API server)
+    url, _ = endpoint
+    result = _ray_efa(*_kube_argv(command), "--kubeconfig", str(_kubeconfig(tmp_path, url)), "--request-timeout", "5",
+                      "--json")
+    # THEN one line saying that server does not answer the Kubernetes API, exit 1: not a missing ConfigMap or RayJob
+    # with the raw ApiException
+    _check_one_line(result, url.split("://")[1], "does not answer the Kubernetes API (404 Not Found on /api")
+    assert "ConfigMap" not in result.stderr and "HTTP response headers" not in result.stderr, result.stderr
