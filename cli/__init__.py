@@ -38,6 +38,16 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+EXIT_BROKEN_PIPE = 141
+"""A reader that went away (`ray-efa plan | head`): 128 + SIGPIPE, what a shell reports for a killed writer."""
+
+
+def _identity(file: int | str) -> tuple[int, int]:
+    """(device, inode) of an open descriptor or a path: which file it is."""
+    info = os.fstat(file) if isinstance(file, int) else os.stat(file)
+    return info.st_dev, info.st_ino
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ray-efa", description=(__doc__ or "").partition("\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -51,11 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     # sets the same switch. An explicit setting of the variable wins.
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = build_parser().parse_args(argv)
+    stdout = _identity(sys.stdout.fileno())
     try:
         return int(args.run(args) or 0)
     except BrokenPipeError:  # `ray-efa plan | head`: the reader is gone, which is not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
-        return 141  # 128 + SIGPIPE, what a shell reports for a killed writer
+        return EXIT_BROKEN_PIPE
+    except SystemExit as stop:
+        # rich's Console meets the same closed pipe with its own exit 1 (Console.on_broken_pipe points stdout at
+        # /dev/null first): the same quiet end as above, not a failure
+        if stop.code == 1 and stdout != _identity(sys.stdout.fileno()) == _identity(os.devnull):
+            return EXIT_BROKEN_PIPE
+        raise
     except KeyboardInterrupt:
         print(f"ray-efa {args.command}: interrupted", file=sys.stderr)
         return 130

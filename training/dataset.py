@@ -30,10 +30,12 @@ the same samples counted in its micro-batches) trains each sample of the epoch e
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
@@ -87,6 +89,26 @@ def _list(path: str):
     return filesystem, sorted(f.path for f in found if f.type == pafs.FileType.File)
 
 
+def _dangling_links(path: str) -> list[tuple[str, str]]:
+    """(link, target) of each symbolic link at or under a local `path` whose target does not exist (a data file
+    moved or deleted): pyarrow's listing leaves them out, so that "does not exist" or "holds no .parquet files"
+    would hide the cause. Nothing for s3:// and other filesystems' paths."""
+    if "://" in path:
+        return []
+    root = Path(path).expanduser()
+    if root.is_symlink() and not root.exists():
+        return [(str(root), os.readlink(root))]
+    if not root.is_dir():
+        return []
+    found = []
+    for folder, folders, files in os.walk(root):
+        for name in sorted([*folders, *files]):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not entry.exists():
+                found.append((str(entry), os.readlink(entry)))
+    return sorted(found)
+
+
 def _columns(filesystem, first: str, fmt: str) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -109,6 +131,10 @@ def inspect(key: str, path: str) -> DataFiles:
         filesystem, listed = _list(path)
     except OSError as error:  # an s3 error: access denied, no such bucket, no credentials
         raise fail(f"cannot be listed: {error}") from None
+    if dangling := _dangling_links(path):  # pyarrow lists a link to nothing as nothing at all
+        shown = ", ".join(f"{link} -> {target}" for link, target in dangling[:3])
+        more = f" and {len(dangling) - 3} more" if len(dangling) > 3 else ""
+        raise fail(f"holds symbolic links whose targets do not exist: {shown}{more}")
     if listed is None:
         raise fail("does not exist")
     # Files whose names start with '.' or '_' are not data (Spark's _SUCCESS, .crc files), as Ray Data skips them.

@@ -133,3 +133,27 @@ def test_dash_c_still_wins_over_the_tiny_model_layer(tmp_path, monkeypatch, caps
     # and asking for random tokens leaves the inputs unset
     random = resolve_local_or_exit(argparse.Namespace(context=["dataPoolSize=8"]), "train").settings.training
     assert (random.model_path, random.dataset, random.data_pool_size) == (None, None, 8)
+
+
+@pytest.mark.spawn
+@pytest.mark.parametrize("what", ["a-file", "a-folder-of-yours", "under-a-file"])
+def test_a_refusal_is_its_one_line_with_nothing_imported_before_it(tmp_path, what):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # GIVEN a DIR that cannot be written: a file, a folder holding files ray-efa did not write, a path under a file
+    target = {"a-file": tmp_path / "model", "a-folder-of-yours": tmp_path / "mine",
+              "under-a-file": tmp_path / "model" / "sub"}[what]
+    (tmp_path / "model").write_text("mine")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    # WHEN `ray-efa tiny-model DIR` runs in a fresh process (which says whether torch was imported)
+    probe = ("import sys; from ray_efa.cli import main; code = main(['tiny-model', sys.argv[1]]); "
+             "print('torch' in sys.modules, 'transformers' in sys.modules); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    # THEN exit 2 and one line naming DIR, before torch or transformers is imported (whose warnings would come first)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("ray-efa tiny-model: ") and str(target) in done.stderr
+    assert done.stdout.split() == ["False", "False"]

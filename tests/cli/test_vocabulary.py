@@ -208,3 +208,26 @@ def test_every_subcommand_whose_output_a_script_reads_takes_json():
     # demo and train print for people; train's machine-readable output is its RAY_EFA_RUN_SUMMARY line
     without = {n for n, p in _subparsers().items() if "--json" not in _options(p)}
     assert without == {"demo", "train"}
+
+
+@pytest.mark.spawn
+@pytest.mark.parametrize("argv", [["plan"], ["plan", "--json"]], ids=["plan-table", "plan-json"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
+    import fcntl
+    import os
+
+    # GIVEN `ray-efa plan | head -1`: a reader that takes one line and closes the pipe, on a pipe of one page (the
+    # 20 KB table and 45 KB of JSON cannot all be written before the reader goes)
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    process = subprocess.Popen([sys.executable, "-m", "ray_efa.cli", *argv], cwd=ROOT, stdout=write_end,
+                               stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    with os.fdopen(read_end) as reader:
+        reader.readline()
+    assert process.stderr is not None
+    err = process.stderr.read()
+    process.wait(timeout=120)
+    # THEN the command ends as a killed writer does (128 + SIGPIPE), saying nothing: no error, no traceback
+    assert process.returncode == 141, (process.returncode, err)
+    assert err == ""

@@ -299,3 +299,21 @@ def test_a_model_folder_without_config_is_exit_2_before_ray_starts(capsys, tmp_p
     assert run_cli("--local", "-c", f"modelPath={tmp_path}") == 2
     assert f"modelPath: has no config.json (it must be a save_pretrained folder), got '{tmp_path}'" in capsys.readouterr().err
     assert not ray.is_initialized()
+
+
+def test_a_dangling_symlink_is_named_as_such(tmp_path, texts):
+    # GIVEN a data folder of links to parquet files, one of whose targets was moved away, and a dataset path that is
+    # itself a link to a folder that is gone
+    first, second = sorted(artifacts.write_parquet(tmp_path / "real", texts[:4], files=2))
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "a.parquet").symlink_to(first)
+    (links / "b.parquet").symlink_to(tmp_path / "moved" / second.name)
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    # THEN each is refused naming the setting, the link and its missing target: not "holds no .parquet files" or
+    # "does not exist", and not read as a data set without the missing file
+    for path, link, target in ((links, links / "b.parquet", tmp_path / "moved" / second.name),
+                               (tmp_path / "gone", tmp_path / "gone", tmp_path / "nowhere")):
+        (problem,) = dataset_problems(Settings.from_context({"dataset": str(path)}), model_folder=None)
+        assert problem.key == "dataset"
+        assert f"holds symbolic links whose targets do not exist: {link} -> {target}" in problem.message
