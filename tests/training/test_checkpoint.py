@@ -44,7 +44,7 @@ def test_a_restore_puts_back_the_weights_adamw_state_and_the_train_state(tmp_pat
         train_step(model, optimizer, tokens.batch(step), lr=1e-2, grad_clip=1.0, device=CPU)
     saved = tmp_path / "checkpoint_000002"
 
-    def report(metrics, *, checkpoint=None, checkpoint_dir_name=None):
+    def report(metrics, *, checkpoint, checkpoint_dir_name=None):
         shutil.copytree(checkpoint.path, saved)
 
     monkeypatch.setattr(ray.train, "report", report)
