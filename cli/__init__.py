@@ -42,9 +42,13 @@ EXIT_BROKEN_PIPE = 141
 """A reader that went away (`ray-efa plan | head`): 128 + SIGPIPE, what a shell reports for a killed writer."""
 
 
-def _identity(file: int | str) -> tuple[int, int]:
-    """(device, inode) of an open descriptor or a path: which file it is."""
-    info = os.fstat(file) if isinstance(file, int) else os.stat(file)
+def _identity(file: object) -> tuple[int, int] | None:
+    """(device, inode) of a stream's descriptor or of a path: which file it is; None for a stream with no descriptor
+    (a test's captured stdout)."""
+    try:
+        info = os.stat(file) if isinstance(file, str) else os.fstat(file.fileno())  # type: ignore[attr-defined]
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
     return info.st_dev, info.st_ino
 
 
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     # sets the same switch. An explicit setting of the variable wins.
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = build_parser().parse_args(argv)
-    stdout = _identity(sys.stdout.fileno())
+    stdout = _identity(sys.stdout)
     try:
         return int(args.run(args) or 0)
     except BrokenPipeError:  # `ray-efa plan | head`: the reader is gone, which is not an error of ours
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:
         # rich's Console meets the same closed pipe with its own exit 1 (Console.on_broken_pipe points stdout at
         # /dev/null first): the same quiet end as above, not a failure
-        if stop.code == 1 and stdout != _identity(sys.stdout.fileno()) == _identity(os.devnull):
+        if stop.code == 1 and stdout is not None and stdout != _identity(sys.stdout) == _identity(os.devnull):
             return EXIT_BROKEN_PIPE
         raise
     except KeyboardInterrupt:

@@ -406,37 +406,39 @@ def progress(what: str) -> None:
     print(f"[ray-efa] {what}", flush=True)
 
 
-def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None,
-        resume: bool = False) -> int:
-    """Check, train, print the summary, gate the transport; the process exit code."""
+def _refusals_before_ray(settings: Settings, *, local: bool, name: str | None, logs_dir: Path | None,
+                         resume: bool) -> tuple[str, RunFolder | None] | None:
+    """(run name, run folder) once everything refused before Ray starts is not: the plan and inputs (check_plan), the
+    train function's imports, the run name, the gate's log folder, an earlier run of that name; else None, said."""
+    from ray_efa.core.output_dir import OutputDirError, check_output_dir
+    from ray_efa.training.log_collect import is_collected_file
+
+    name = name or default_run_name(settings, local=local)
     try:
         check_plan(settings, local=local)
         # the function runs on this machine's Python (its workers'): an import it lacks is found now, not in every
         # worker after Ray started (submit checks no imports: the pods install pipPackages this machine may lack)
         if problems := missing_imports(check_user_code(settings)):
             raise SettingsError(problems)
+        if (problem := run_name_problem(name)) is not None:  # it names the run folder and the gate's log folder
+            raise SettingsError([Problem("--name", name, problem)])
+        # the gate's log folder, before Ray starts: a refused folder must not cost a training run
+        check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_file)
+        # an earlier run of this name: refused, or resumed with its settings
+        return name, claim_run_folder(settings, name, resume=resume)
     except SettingsError as error:
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    from ray_efa.core.output_dir import OutputDirError, check_output_dir
-    from ray_efa.training.log_collect import is_collected_file
-
-    name = name or default_run_name(settings, local=local)
-    if (problem := run_name_problem(name)) is not None:  # the run folder and the gate's log folder are named by it
-        print(f"ray_efa.training.driver: {SettingsError([Problem('--name', name, problem)])}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    try:  # the gate's log folder, before Ray starts: a refused folder must not cost a training run
-        check_output_dir(_logs_dir(logs_dir, name), accept=is_collected_file)
     except OutputDirError as error:
         print(f"ray_efa.training.driver: --logs-dir: {error}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
+    return None
 
-    try:  # an earlier run of this name: refused, or resumed with its settings; before Ray starts
-        folder = claim_run_folder(settings, name, resume=resume)
-    except SettingsError as error:
-        print(f"ray_efa.training.driver: {error}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
 
+def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None,
+        resume: bool = False) -> int:
+    """Check, train, print the summary, gate the transport; the process exit code."""
+    if (claimed := _refusals_before_ray(settings, local=local, name=name, logs_dir=logs_dir, resume=resume)) is None:
+        return EXIT_BAD_SETTINGS
+    name, folder = claimed
     import ray.train
 
     from ray_efa.training.run_summary import LOCAL, gate_fields, summary_line, summary_record, training_levers
