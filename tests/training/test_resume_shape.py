@@ -131,7 +131,9 @@ def test_the_position_after_an_epoch_rollover_counts_the_new_epochs_micro_batche
     trained = _trained(batches, 3)
     # THEN the position is 3 micro-batches into epoch 1: a resume from it goes on with the 4th
     assert batches.state() == {"epoch": 1, "consumed": 3}
-    resumed = ShardBatches(_Shard(21, 5), micro_batch=2, row_tokens=5, seed=3, **batches.state())
+    state = batches.state()
+    resumed = ShardBatches(_Shard(21, 5), micro_batch=2, row_tokens=5, seed=3, epoch=state["epoch"],
+                           consumed=state["consumed"])
     rest = _trained(resumed, 7)
     assert sorted(trained + rest) == sorted(set(trained + rest)) and len(trained + rest) == 20
     assert resumed.state() == {"epoch": 1, "consumed": 10}
