@@ -153,7 +153,14 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
     code_uri = archive.uri if archive is not None else None
 
     from ray_efa.k8s.code_bundle import ManifestError
-    from ray_efa.ops.submit import cleanup_command, create_objects, gpu_holders, own_by_job, submission
+    from ray_efa.ops.submit import (
+        cleanup_command,
+        create_objects,
+        gpu_holders,
+        own_by_job,
+        submission,
+        submitter_identity,
+    )
 
     try:
         settings, objects = submission(settings, job_name=args.name, code_archive_uri=code_uri)
@@ -185,7 +192,7 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
         if unlisted:
             _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: "
                  f"{unlisted}")
-        job_uid = create_objects(api_client, objects)
+        job_uid = create_objects(api_client, objects, submitted_by=submitter_identity())
         unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
         for problem in unowned:
             _say(f"warning: could not make RayJob {name} the owner of {problem}; the clean up line names it")

@@ -23,6 +23,7 @@ from ray_efa.ops.submit import (
     RAY_JOBS,
     RAY_VERSION,
     SETTINGS_SELECTOR,
+    SUBMITTED_BY,
     SUBMITTER_CONTAINER,
     JobNotFound,
     SubmitError,
@@ -71,7 +72,8 @@ class JobRow:
     function: str
     """The train function its settings ConfigMap names ("" when unreadable or absent)."""
     made_by: str
-    """What created it: `ray-efa submit` or a deployment (the labels and settings ConfigMap say which), else ""."""
+    """Who created it: `user@host (ray-efa submit)` (the annotation submit writes), else what the labels say (the
+    stack's, by a deployment or `ray-efa manifests`), or its owner."""
     step: int | None
     total_steps: int | None
     tokens_per_s: float | None
@@ -161,6 +163,9 @@ def _functions(api_client: Any, namespace: str) -> dict[str, str]:
 
 
 def _made_by(job: dict[str, Any], has_settings: bool) -> str:
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(SUBMITTED_BY):
+        return str(annotations[SUBMITTED_BY])
     labels = (job.get("metadata") or {}).get("labels") or {}
     owners = (job.get("metadata") or {}).get("ownerReferences") or []
     if owners:

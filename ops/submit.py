@@ -31,7 +31,8 @@ __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submiss
            "on_deployed_cluster",
            "own_by_job", "follow", "InitContainerFailed", "check_init_containers",
            "submitter_log",
-           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER", "api_error"]
+           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER", "api_error",
+           "SUBMITTED_BY", "submitter_identity"]
 
 RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
 TERMINAL_STATES = ("Complete", "Failed")
@@ -304,9 +305,27 @@ def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]
     return holders, None
 
 
-def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None:
+SUBMITTED_BY = "ray-efa-stack/submitted-by"
+"""The annotation `submit` puts on the RayJob it creates: who submitted it from where (`ray-efa jobs` shows it);
+Kubernetes itself keeps the creating user only in its audit log."""
+
+
+def submitter_identity() -> str:
+    """`user@host (ray-efa submit)` of this machine, what SUBMITTED_BY holds."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a container's)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()} (ray-efa submit)"
+
+
+def create_objects(api_client: Any, objects: list[dict[str, Any]], *, submitted_by: str | None = None) -> str | None:
     """Create each object (new names: create, never replace), in order; SubmitError on the first refusal. Returns
-    the created RayJob's uid (None without one), which `own_by_job` makes the others' owner."""
+    the created RayJob's uid (None without one), which `own_by_job` makes the others' owner. `submitted_by`: the
+    RayJob's SUBMITTED_BY annotation (the objects themselves are not changed)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -322,6 +341,10 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]]) -> str | None
             elif kind == "NetworkPolicy":
                 networking.create_namespaced_network_policy(namespace, obj)  # pyright: ignore[reportArgumentType]
             elif kind == "RayJob":
+                if submitted_by:
+                    meta = obj["metadata"]
+                    obj = {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}),
+                                                                       SUBMITTED_BY: submitted_by}}}
                 created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
                 job_uid = (created.get("metadata") or {}).get("uid")
             else:

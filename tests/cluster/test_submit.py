@@ -181,6 +181,8 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
         held = stored(api, obj)
         assert contains(held, {k: v for k, v in obj.items() if k != "metadata"}), obj["metadata"]["name"]
         assert contains(held["metadata"], obj["metadata"]), obj["metadata"]["name"]
+    # and the RayJob says who submitted it from where (what `ray-efa jobs` shows)
+    assert ray_job(api)["metadata"]["annotations"]["ray-efa-stack/submitted-by"].endswith("(ray-efa submit)")
     # and the RayJob owns the rest, so that deleting it deletes them (the clean-up line names the RayJob alone)
     job_uid = ray_job(api)["metadata"]["uid"]
     owners = {o["metadata"]["name"]: stored(api, o)["metadata"].get("ownerReferences") for o in written[:-1]}
