@@ -393,6 +393,21 @@ def test_the_guards_properties_change_exactly_when_a_running_job_would_be_disrup
     assert _properties({"allowJobDisruption": True}) == {**base, "AllowJobDisruption": "true"}
 
 
+def test_the_override_forces_the_gpu_node_groups_update_and_says_so():
+    def forced(synth) -> bool:
+        (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
+        return nodegroup["Properties"]["ForceUpdateEnabled"]
+
+    allowed, default = synthesize(allowJobDisruption=True), synthesize()
+    # THEN the deploy that allows disruption drains past the job's PodDisruptionBudget (EKS would fail the update
+    # after 15 minutes, and the rollback would follow) ...
+    assert forced(allowed) is True and forced(default) is False
+    # ... and says so, in the deploy's outputs
+    outputs = allowed.gpu.to_json()["Outputs"]
+    assert "PodDisruptionBudget" in outputs["JobDisruptionAllowed"]["Description"]
+    assert "JobDisruptionAllowed" not in default.gpu.to_json()["Outputs"]
+
+
 def test_the_jobs_ray_pods_have_a_disruption_budget_that_refuses_every_eviction():
     synth = synthesize()
     budget_id, _, budget = find(synth.gpu, "PodDisruptionBudget", "train-efa-ray-pods")
