@@ -67,20 +67,30 @@ def rolling_back(stack_status: str) -> bool:
 
 
 def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What an update from properties `old` to `new` does to a running job (empty: nothing)."""
+    """What an update from properties `old` to `new` does to a running job (empty: nothing).
+
+    Rolling or resizing a node group of 0 nodes touches no pod (nodes coming back from 0 are what a waiting RayJob
+    needs); creating the job, or re-applying a changed spec under the same name, touches no running RayJob (KubeRay
+    disregards a RayJob's spec changes once it runs); deleting or replacing it stops it."""
     what = []
-    if old.get("RollKey") != new.get("RollKey"):
-        what.append(f"rolls the GPU nodes ({_changed(old.get('RollKey'), new.get('RollKey'))})")
-    if str(old.get("NodeCount")) != str(new.get("NodeCount")):
-        what.append(f"resizes the GPU nodes from {old.get('NodeCount')} to {new.get('NodeCount')}")
-    if old.get("JobHash") != new.get("JobHash"):
+    nodes_up = str(old.get("NodeCount")) != "0"
+    if nodes_up and old.get("RollKey") != new.get("RollKey"):
+        what.append(f"rolls the {_nodes(new)} ({_changed(old.get('RollKey'), new.get('RollKey'))})")
+    if nodes_up and old.get("RollDigest") != new.get("RollDigest") and old.get("RollKey") == new.get("RollKey"):
+        what.append(f"rolls the {_nodes(new)} (their launch template, labels or taints)")
+    if nodes_up and str(old.get("NodeCount")) != str(new.get("NodeCount")):
+        what.append(f"resizes the {_nodes(new)} from {old.get('NodeCount')} to {new.get('NodeCount')}")
+    if old.get("JobHash") != new.get("JobHash") and old.get("JobHash", "none") != "none":
         if new.get("JobHash") == "none":
             what.append(f"deletes RayJob {old.get('Namespace')}/{old.get('JobName')}")
-        elif old.get("JobName") != new.get("JobName") and old.get("JobHash") != "none":
+        elif old.get("JobName") != new.get("JobName"):
             what.append(f"replaces RayJob {old.get('Namespace')}/{old.get('JobName')} with {new.get('JobName')}")
-        else:
-            what.append(f"changes RayJob {new.get('Namespace')}/{new.get('JobName')}")
     return what
+
+
+def _nodes(properties: Mapping[str, Any]) -> str:
+    """The guarded node group, in words (the GPU nodes, unless the properties name others)."""
+    return str(properties.get("Nodes") or "GPU nodes")
 
 
 def _changed(old: Any, new: Any) -> str:
@@ -91,18 +101,20 @@ def _changed(old: Any, new: Any) -> str:
                      if before.get(k) != after.get(k)) or "its definition"
 
 
-def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], list_jobs: ListJobs) -> str | None:
-    """Why the guard fails this request (None: it succeeds). `list_jobs` is called only when the update disrupts."""
+def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], list_jobs: ListJobs,
+           stack: str = "STACK") -> str | None:
+    """Why the guard fails this request (None: it succeeds). `list_jobs` is called only when the update disrupts;
+    `stack` (the guard's stack's name) goes into the remedies."""
     if request_type != "Update":
         return None
     what = disruption(old, new)
     if not what:
         return None
-    rolled = old.get("RollKey") != new.get("RollKey")
-    if rolled and new.get("CapacityType") == "CAPACITY_BLOCK" and str(old.get("NodeCount")) != "0":
+    if _rolls_a_capacity_block_in_place(old, new):
         return (f"the deploy {'; '.join(what)} of a Capacity Block node group with {old.get('NodeCount')} node(s) up; "
-                "EKS updates a Capacity Block's node group only at desired size 0. Deploy -c gpuNodeCount=0 first "
-                "(with the settings it has now), then this change, then the node count back")
+                "EKS updates a Capacity Block's node group only at desired size 0. Scale it to zero with the settings "
+                f"it has now: `npx cdk deploy {stack} --exclusively -c gpuNodeCount=0 {_settings_of(old)}`, then "
+                "deploy this change, then the node count back")
     if str(new.get("AllowJobDisruption")).lower() == "true":
         return None
     active = {name: state for name, state in list_jobs().items() if state not in INACTIVE_STATES}
@@ -112,6 +124,29 @@ def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], li
     return (f"the deploy {'; '.join(what)} while RayJob {running} runs: it would die. Nothing was changed. Wait for it "
             f"(ray-efa follow NAME), or stop it (kubectl -n NAMESPACE delete rayjob NAME), or deploy with {OVERRIDE} "
             "to accept losing it")
+
+
+def _rolls_a_capacity_block_in_place(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The deploy updates a Capacity Block's node group with nodes up. Judged on the capacity type it has now: a
+    switch to or from a Capacity Block replaces the node group (a new one, the old one deleted), no update."""
+    block = old.get("CapacityType") == "CAPACITY_BLOCK" and new.get("CapacityType") == "CAPACITY_BLOCK"
+    rolled = old.get("RollKey") != new.get("RollKey") or old.get("RollDigest") != new.get("RollDigest")
+    return block and rolled and str(old.get("NodeCount")) != "0"
+
+
+def _settings_of(properties: Mapping[str, Any]) -> str:
+    """The `-c key=value` of the settings in a roll key (what the deployed stack has), for a remedy's command."""
+    words = dict(w.split("=", 1) for w in str(properties.get("RollKey") or "").split() if "=" in w)
+    settings = [f"-c {key}={value}" for key, value in words.items()
+                if key in _SETTINGS_IN_ROLL_KEY and value not in ("none", "unchanged")]
+    if properties.get("CapacityType") == "CAPACITY_BLOCK":
+        settings.append("-c capacityReservationType=capacity-block")
+    return " ".join(settings)
+
+
+_SETTINGS_IN_ROLL_KEY = ("gpuInstanceType", "gpuAvailabilityZone", "gpuRootVolumeGib", "capacityReservationId",
+                         "kubernetesVersion")
+"""The words of infra.job_guard.roll_key that are settings (capacityType is derived from capacityReservationType)."""
 
 
 def active_ray_jobs(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -236,7 +271,8 @@ def judge(event: Mapping[str, Any], list_jobs: ListJobs, stack_status: StackStat
         except Exception as error:
             raise Unsure(f"could not list the cluster's RayJobs ({error})") from error
 
-    return decide(request_type, old, new, listed)
+    stack = str(event["StackId"]).split(":stack/", 1)[-1].split("/", 1)[0]
+    return decide(request_type, old, new, listed, stack)
 
 
 def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs | None = None,
