@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, Stack
+import jsii
+from aws_cdk import CustomResource, Duration, IStableStringProducer, Lazy, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -40,10 +42,39 @@ from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.nag import acknowledge, acknowledge_managed_policies, skip_checkov
 
-__all__ = ["JobDisruptionGuard", "JOB_GUARD_RESOURCE_TYPE", "job_guard_rbac", "roll_key"]
+__all__ = ["JobDisruptionGuard", "JOB_GUARD_RESOURCE_TYPE", "job_guard_rbac", "roll_digest", "roll_key"]
 
 JOB_GUARD_RESOURCE_TYPE = "Custom::RayEfa-JobDisruptionGuard"
 _HANDLER = "job_guard_handler"
+
+
+@jsii.implements(IStableStringProducer)
+class _RollDigest:
+    """A digest of everything of `nodes` that, changed, replaces or evicts what runs on them, produced at synthesis
+    (after every construct and aspect has set it): the launch template's data as CloudFormation gets it (a new
+    version rolls every node: instance type, volumes, network interfaces, placement, reservation, market), the
+    placement group's own properties (its replacement is a new group name under the same Ref), the node group's
+    AMI type, version, release version and taints (a NoExecute taint evicts pods that do not tolerate it)."""
+
+    def __init__(self, nodes: EfaGpuNodegroup) -> None:
+        self._nodes = nodes
+
+    def produce(self) -> str:
+        nodegroup = self._nodes.nodegroup.node.default_child
+        assert isinstance(nodegroup, eks.CfnNodegroup)
+        placement = self._nodes.placement_group.node.default_child if self._nodes.placement_group else None
+        parts: list[Any] = [self._nodes.launch_template.launch_template_data, nodegroup.ami_type, nodegroup.version,
+                            nodegroup.release_version, nodegroup.taints]
+        if isinstance(placement, ec2.CfnPlacementGroup):
+            parts += [placement.strategy, placement.spread_level, placement.partition_count,
+                      placement.tags.render_tags()]
+        resolved = Stack.of(self._nodes).resolve(parts)
+        return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def roll_digest(nodes: EfaGpuNodegroup) -> str:
+    """The guard's RollDigest property of `nodes` (a token resolved at synthesis)."""
+    return Lazy.string(_RollDigest(nodes))
 
 
 def roll_key(nodes: EfaGpuNodegroup) -> str:
@@ -131,7 +162,7 @@ class JobDisruptionGuard(Construct):
             self, "Resource", service_token=self.function.function_arn, resource_type=JOB_GUARD_RESOURCE_TYPE,
             service_timeout=Duration.seconds(SERVICE_TIMEOUT_S),
             properties={"ClusterName": cluster.cluster_name, "RollKey": roll_key(gpu_nodes),
-                        "NodeCount": str(gpu_nodes.node_count), "CapacityType": gpu_nodes.capacity_type,
+                        "RollDigest": roll_digest(gpu_nodes), "NodeCount": str(gpu_nodes.node_count), "CapacityType": gpu_nodes.capacity_type,
                         "JobHash": job_hash, "JobName": job_name or "none", "Namespace": namespace,
                         "AllowJobDisruption": "true" if allow else "false"},
         )

@@ -76,7 +76,9 @@ def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     nodes_up = str(old.get("NodeCount")) != "0"
     if nodes_up and old.get("RollKey") != new.get("RollKey"):
         what.append(f"rolls the {_nodes(new)} ({_changed(old.get('RollKey'), new.get('RollKey'))})")
-    if nodes_up and old.get("RollDigest") != new.get("RollDigest") and old.get("RollKey") == new.get("RollKey"):
+    # (a guard deployed before RollDigest existed has none: no change known)
+    digest_changed = old.get("RollDigest") not in (None, new.get("RollDigest"))
+    if nodes_up and digest_changed and old.get("RollKey") == new.get("RollKey"):
         what.append(f"rolls the {_nodes(new)} (their launch template, labels or taints)")
     if nodes_up and str(old.get("NodeCount")) != str(new.get("NodeCount")):
         what.append(f"resizes the {_nodes(new)} from {old.get('NodeCount')} to {new.get('NodeCount')}")
@@ -130,7 +132,7 @@ def _rolls_a_capacity_block_in_place(old: Mapping[str, Any], new: Mapping[str, A
     """The deploy updates a Capacity Block's node group with nodes up. Judged on the capacity type it has now: a
     switch to or from a Capacity Block replaces the node group (a new one, the old one deleted), no update."""
     block = old.get("CapacityType") == "CAPACITY_BLOCK" and new.get("CapacityType") == "CAPACITY_BLOCK"
-    rolled = old.get("RollKey") != new.get("RollKey") or old.get("RollDigest") != new.get("RollDigest")
+    rolled = old.get("RollKey") != new.get("RollKey") or old.get("RollDigest") not in (None, new.get("RollDigest"))
     return block and rolled and str(old.get("NodeCount")) != "0"
 
 

@@ -107,6 +107,14 @@ def test_a_switch_to_or_from_a_capacity_block_is_judged_as_any_roll():
         assert "while RayJob ray/train-efa (Running) runs" in (guard.decide("Update", old, new, jobs(RUNNING)[0]) or "")
 
 
+def test_a_roll_the_settings_key_does_not_name_is_seen_by_its_digest():
+    digested = {**BEFORE, "RollDigest": "1111222233334444"}
+    refusal = guard.decide("Update", digested, {**digested, "RollDigest": "5555666677778888"}, jobs(RUNNING)[0])
+    assert "rolls the GPU nodes (their launch template, labels or taints)" in (refusal or "")
+    # a guard deployed before the digest existed: its first digest is no change
+    assert guard.decide("Update", BEFORE, digested, jobs(RUNNING)[0]) is None
+
+
 def test_what_touches_no_running_pod_goes_ahead_while_jobs_run_or_wait():
     list_jobs, calls = jobs({"ray/train-efa": "Initializing", "team/other": "Running"})
     zero = {**BEFORE, "NodeCount": "0", "JobHash": "none", "JobName": "none"}
@@ -417,6 +425,10 @@ def test_the_guards_properties_change_exactly_when_a_running_job_would_be_disrup
     off = _properties({"trainingJob": False})
     assert (off["JobHash"], off["JobName"]) == ("none", "none") and off["RollKey"] == base["RollKey"]
     assert _properties({"jobName": "train-efa-2"})["JobHash"] != base["JobHash"]
+    # what rolls the nodes without a roll-key setting: the launch template's placement, a taint
+    assert _properties({"placementGroup": "off"})["RollDigest"] != base["RollDigest"]
+    assert _properties({"gpuNodeTaints": "team=ml:NoExecute"})["RollDigest"] != base["RollDigest"]
+    assert len(base["RollDigest"]) == 16
     # the override is a property of its own, which the handler reads from the new properties
     assert _properties({"allowJobDisruption": True}) == {**base, "AllowJobDisruption": "true"}
 
