@@ -35,6 +35,8 @@ __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submiss
            "SUBMITTED_BY", "submitter_identity"]
 
 RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
+STRICT = "Strict"
+"""The fieldValidation every write asks for: an unknown or duplicate field is refused, not dropped."""
 TERMINAL_STATES = ("Complete", "Failed")
 """RayJob status.jobDeploymentStatus values after which nothing changes (KubeRay's JobDeploymentStatus)."""
 SUBMITTER_CONTAINER = "ray-job-submitter"
@@ -325,7 +327,11 @@ def submitter_identity() -> str:
 def create_objects(api_client: Any, objects: list[dict[str, Any]], *, submitted_by: str | None = None) -> str | None:
     """Create each object (new names: create, never replace), in order; SubmitError on the first refusal. Returns
     the created RayJob's uid (None without one), which `own_by_job` makes the others' owner. `submitted_by`: the
-    RayJob's SUBMITTED_BY annotation (the objects themselves are not changed)."""
+    RayJob's SUBMITTED_BY annotation (the objects themselves are not changed).
+
+    Each create asks for fieldValidation=Strict, as kubectl does: the API server refuses a field its schema does not
+    declare (a RayJob field the cluster's KubeRay CRD lacks, a misspelt key) instead of dropping it and storing the
+    rest (its default for a plain POST is to warn and prune), so what runs is what was written."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -337,15 +343,18 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]], *, submitted_
             # The client takes a manifest dict as the body (ApiClient.sanitize_for_serialization passes it through);
             # the kubernetes stubs name only the model class.
             if kind == "ConfigMap":
-                core.create_namespaced_config_map(namespace, obj)  # pyright: ignore[reportArgumentType]
+                core.create_namespaced_config_map(namespace, obj,  # pyright: ignore[reportArgumentType]
+                                                  field_validation=STRICT)
             elif kind == "NetworkPolicy":
-                networking.create_namespaced_network_policy(namespace, obj)  # pyright: ignore[reportArgumentType]
+                networking.create_namespaced_network_policy(namespace, obj,  # pyright: ignore[reportArgumentType]
+                                                            field_validation=STRICT)
             elif kind == "RayJob":
                 if submitted_by:
                     meta = obj["metadata"]
                     obj = {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}),
                                                                        SUBMITTED_BY: submitted_by}}}
-                created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj)
+                created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj,
+                                                                     field_validation=STRICT)
                 job_uid = (created.get("metadata") or {}).get("uid")
             else:
                 raise SubmitError(f"cannot create a {kind} ({name}): not a kind the job's chart holds")
@@ -377,9 +386,9 @@ def own_by_job(api_client: Any, objects: list[dict[str, Any]], job_uid: str) -> 
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
             if kind == "ConfigMap":
-                core.patch_namespaced_config_map(name, namespace, patch)
+                core.patch_namespaced_config_map(name, namespace, patch, field_validation=STRICT)
             elif kind == "NetworkPolicy":
-                networking.patch_namespaced_network_policy(name, namespace, patch)
+                networking.patch_namespaced_network_policy(name, namespace, patch, field_validation=STRICT)
         except ApiException as error:
             failed.append(f"{kind.lower()}/{name}: {api_error(error)}")
     return failed

@@ -1,5 +1,6 @@
 """The real control plane for tests/cluster (tests/cluster/controlplane.py), once per test process, and the nodes the
-stack's node groups would bring, shaped from the catalog and labelled and tainted as the synthesized node groups say.
+stack's node groups would bring, shaped as recorded EKS nodes (fixtures/nodes.json) and labelled and tainted as the
+synthesized node groups say.
 
 Every test here is marked `cluster` (make test-fast leaves them out; `make test-cluster` runs them alone) and runs in
 the xdist group "cluster", so one worker runs them, one control plane a module at a time.
@@ -8,6 +9,7 @@ the xdist group "cluster", so one worker runs them, one control plane a module a
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shutil
 import tempfile
@@ -25,12 +27,12 @@ from kubernetes.client.exceptions import ApiException
 from ray_efa.core import catalog
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import name_of, namespace_of, status_of
-from tests.shared_reference import shared_path
+from tests.shared_reference import reference_path
 from tools.controlplane import build
 
 # The kuberay-operator chart version the stack deploys by default (core settings' kuberayVersion), whose CRDs the
-# API server serves here. The operator binary is the newest the Go proxy serves (tools/controlplane/kuberay/go.mod):
-# docs/testing.md, "The control plane", says what that cannot show.
+# API server serves where ../shared has them. The operator binary is the newest the Go proxy serves
+# (tools/controlplane/kuberay/go.mod, v1.5.0): docs/testing.md, "The control plane", says what that cannot show.
 DEPLOYED_KUBERAY = "1.7.0"
 
 
@@ -41,14 +43,32 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
+def ensure_built() -> None:
+    """Builds the control plane's binaries and data files where they are missing (the first run on a machine:
+    minutes; make test-cluster builds them first)."""
+    if not all(path.is_file() for path in build.bin_dirs().values()) or not build.operator_crds():
+        build.main([])
+
+
+def served_crds() -> list[Path]:
+    """The RayCluster and RayJob CRDs the API server serves: the deployed version's (../shared/kuberay-crds/v1.7.0)
+    where ../shared has them, as CI does; else, in a clone alone, the operator's own (v1.5.0, its Go module's
+    config/crd/bases as the build cached them). tests/cluster/test_crd_versions.py validates the manifests against
+    both where both are here, and says which fields the older schema lacks."""
+    deployed = reference_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
+    if deployed is not None:
+        return sorted(deployed.glob("ray.io_*.yaml"))
+    ensure_built()
+    return [path for path in build.operator_crds() if path.name != "ray.io_rayservices.yaml"]
+
+
 @contextmanager
 def running_plane(*, operator: bool = True) -> Iterator[ControlPlane]:
     """A control plane in a temporary folder, stopped and removed on exit (`operator` as ControlPlane.start)."""
-    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
-    if not all(path.is_file() for path in build.bin_dirs().values()):
-        build.main([])  # the first run on a machine builds the binaries (minutes); make test-cluster does it first
+    crds = served_crds()
+    ensure_built()
     workdir = Path(tempfile.mkdtemp(prefix="ray-efa-controlplane-"))
-    plane = ControlPlane.start(workdir, crds=sorted(crds.glob("ray.io_*.yaml")), operator=operator)
+    plane = ControlPlane.start(workdir, crds=crds, operator=operator)
     try:
         yield plane
     finally:
@@ -79,21 +99,31 @@ def _node_name(instance: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", f"{instance}-{next(_node_numbers)}")
 
 
+NODE_SHAPES = Path(__file__).parent / "fixtures" / "nodes.json"
+"""The capacity and allocatable of an EKS node of each instance type the catalog knows, as `kubectl get node -o json`
+shows them (a List of Nodes, one per type, each with the source of its figures): recorded for g5.8xlarge, else by
+the EKS AMI's formula over EC2's published shape (docs/testing.md, "Node shapes"). Never derived from the catalog
+that sizes the pods, so a wrong kubelet reserve there is not matched by the nodes here."""
+
+
+def recorded_node(instance: str) -> dict[str, Any]:
+    """The recorded Node of `instance` (NODE_SHAPES)."""
+    for node in json.loads(NODE_SHAPES.read_text())["items"]:
+        if node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == instance:
+            return node
+    raise LookupError(f"{NODE_SHAPES} has no node of {instance}: record one (docs/testing.md, \"Node shapes\")")
+
+
 def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, str], taints: list[dict[str, str]],
                 zone: str = "us-east-2a", nodegroup: str = "", device_plugins: bool = True) -> dict[str, Any]:
-    """A Node as the kubelet of an EKS managed node of `instance` registers it: allocatable CPU and memory by the
-    EKS AMI's formula (catalog.node_allocatable), nvidia.com/gpu and vpc.amazonaws.com/efa as the device plugins
-    advertise them (not with `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels
-    EKS sets, the node group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
-    millicores, mib = catalog.node_allocatable(instance)
-    resources = {"cpu": f"{millicores}m", "memory": f"{mib}Mi", "pods": "110" if instance.vcpus < 30 else "250",
-                 "ephemeral-storage": "500Gi"}
-    gpus = getattr(instance, "gpus", 0) if device_plugins else 0
-    if gpus:
-        resources["nvidia.com/gpu"] = str(gpus)
-    efa = getattr(instance, "efa_interfaces", 0) if device_plugins else 0
-    if efa:
-        resources["vpc.amazonaws.com/efa"] = str(efa)
+    """A Node as the kubelet of an EKS managed node of `instance` registers it: capacity and allocatable as recorded
+    (NODE_SHAPES; `nvidia.com/gpu` and `vpc.amazonaws.com/efa` as the device plugins advertise them, not with
+    `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels EKS sets, the node
+    group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
+    recorded = recorded_node(instance.name)["status"]
+    plugin_resources = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+    capacity, allocatable = ({k: v for k, v in recorded[key].items() if device_plugins or k not in plugin_resources}
+                             for key in ("capacity", "allocatable"))
     well_known = {
         "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
         "node.kubernetes.io/instance-type": instance.name, "topology.kubernetes.io/zone": zone,
@@ -104,7 +134,7 @@ def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, 
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {**well_known, **labels}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
         "spec": {"taints": taints},
-        "status": {"capacity": resources, "allocatable": resources,
+        "status": {"capacity": capacity, "allocatable": allocatable,
                    "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.36.3"}},
     }
 

@@ -86,12 +86,6 @@ def cri_log(text: str, stream: str = "stdout") -> str:
     return "".join(f"{now} {stream} F {line}\n" for line in text.splitlines())
 
 
-def operator_crds() -> list[Path]:
-    """The CRDs of the operator binary (its module's config/crd/bases at the pinned version)."""
-    bases = build.module_source("kuberay", "github.com/ray-project/kuberay/ray-operator") / "config" / "crd" / "bases"
-    return sorted(bases.glob("ray.io_*.yaml"))
-
-
 # -- certificates ------------------------------------------------------------------------------------------------------
 
 def _key() -> rsa.RSAPrivateKey:
@@ -279,8 +273,9 @@ class ControlPlane:
             "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16", f"--node-port={self.kubelet_port}",
             f"--server-address=127.0.0.1:{self.kubelet_port}", f"--tls-cert-file={self.pki.serving_cert}",
             f"--tls-private-key-file={self.pki.serving_key}", "--enable-crds=Logs,ClusterLogs,ClusterPortForward"])
-        # The deployed version's RayCluster and RayJob CRDs; the operator also watches RayServices: its own CRD.
-        self.apply_files([*crds, *(p for p in operator_crds() if p.name == "ray.io_rayservices.yaml")])
+        # The RayCluster and RayJob CRDs asked for (tests/cluster/conftest.py's served_crds); the operator also
+        # watches RayServices: its own CRD, as the build cached it.
+        self.apply_files([*crds, *(p for p in build.operator_crds() if p.name == "ray.io_rayservices.yaml")])
         self._wait("the KubeRay CRDs", self._crds_established, timeout_s=120)
         if operator:
             self._spawn("kuberay-operator", [

@@ -1,8 +1,8 @@
 """A deployed ray-efa cluster as real objects on the control plane, for the cluster-facing commands (verify,
 deploy-check, submit, follow) to read: what the recordings of tests/ops once held, now made by the real controllers.
 
-- Nodes: one system node and the GPU node group, shaped from the catalog (tests/cluster/conftest.py's Nodes), labelled
-  and tainted as core.scheduling says the node groups are.
+- Nodes: one system node and the GPU node group, shaped as recorded EKS nodes (tests/cluster/conftest.py's Nodes),
+  labelled and tainted as core.scheduling says the node groups are.
 - kube-system: the device-plugin DaemonSets named after their Helm releases (core.addons), selecting the GPU nodes as
   the charts do, plus the NVIDIA chart's MPS control daemon (desired 0 by design), and the VPC CNI's aws-node with the
   network-policy agent's args; kuberay-system: the operator's Deployment. Their pods are pause containers: the real
@@ -230,9 +230,9 @@ class Deployment:
         wait_for(lambda: not exists(lambda: core.read_namespace(self.namespace)),
                  f"namespace {self.namespace} gone (an earlier test's)", timeout_s=90)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
-        # the Ray pods' service account, which the cluster stack creates (IRSA-annotated) before any job
-        core.create_namespaced_service_account(
-            self.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(self.settings))))
+        # the Ray pods' service account as the cluster stack creates it (for Pod Identity) before any job: a job that
+        # names another one gets no pods (the API server's ServiceAccount admission refuses them)
+        self.plane.apply(stack_service_accounts(self.settings))
         job = ray_job_name(self.settings)
         objects = training_job(self.settings, token_auth=token_auth)
         self.plane.apply([o for o in objects if o["kind"] != "RayJob"])
@@ -255,6 +255,16 @@ class Deployment:
                 _delete(lambda o=obj: apps.delete_namespaced_daemon_set(o["metadata"]["name"], "kube-system"))
         _delete(lambda: apps.delete_namespaced_deployment("kuberay-operator", "kuberay-system"))
         self.nodes.remove_all()
+
+
+def stack_service_accounts(settings: Settings) -> list[dict[str, Any]]:
+    """The ServiceAccounts the synthesized cluster stack applies for `settings` (its checkpoint bucket's, for the
+    Ray pods), from a real CDK synth of both stacks (tests/infra/conftest.py, cached per settings)."""
+    from tests.cluster.workload import stack_manifests
+    from tests.infra.conftest import synthesize
+
+    synth = synthesize(namespace=settings.workload.namespace, serviceAccount=settings.workload.service_account)
+    return [o for o in stack_manifests(synth.cluster.to_json()) if o["kind"] == "ServiceAccount"]
 
 
 def service_account(settings: Settings) -> str:

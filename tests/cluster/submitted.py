@@ -2,13 +2,14 @@
 
 The KubeRay operator cannot finish a RayJob here: it asks the head's Ray dashboard for the job, and no Ray runs. So
 tests/cluster/test_submit.py starts its control plane without the operator and moves the RayJob through the states a
-real one took (the recorded statuses under fixtures/submit), writing each through the status subresource as the
-operator does, one state each time the command reads the job (RecordedProgress): every state is seen, in order, and
-the command reads and writes everything else (the settings ConfigMap, the objects it creates, the RayClusters, the
-submitter's pod and its log) on the real API server. When the job goes Running, the submitter runs as the operator
-starts it: a batch Job of the RayJob's submitterPodTemplate, owned by the RayJob, which the real Job controller turns
-into a pod, the scheduler puts on the system node and KWOK runs to Succeeded; its log (the recorded driver's output)
-comes from KWOK's kubelet API through the API server.
+real one takes (the statuses under fixtures/submit, written by hand in KubeRay 1.7's format: its README says so),
+writing each through the status subresource as the operator does, one state each time the command reads the job
+(RecordedProgress): every state is seen, in order, and the command reads and writes everything else (the settings
+ConfigMap, the objects it creates, the RayClusters, the submitter's pod and its log) on the real API server. When the
+job goes Running, the submitter runs as the operator starts it: a batch Job of the RayJob's submitterPodTemplate,
+owned by the RayJob, which the real Job controller turns into a pod, the scheduler puts on the system node and KWOK
+runs to Succeeded; its log (the driver's output, hand-written too) comes from KWOK's kubelet API through the API
+server.
 
 Each request the command makes is in the API server's audit log (ControlPlane.audit_events): it runs as a user of its
 own (SUBMITTER, or one with a narrower Role), whose requests the audit policy records.

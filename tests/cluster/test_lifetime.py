@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from ray_efa.core.context import PROJECT_ROOT
-from tests.cluster.conftest import DEPLOYED_KUBERAY
+from tests.cluster.conftest import served_crds
 from tests.cluster.lifetime import die_with_parent
-from tests.shared_reference import shared_path
 
 pytestmark = pytest.mark.spawn  # a Python of its own, which it kills
 
@@ -42,7 +41,7 @@ PLANE_PARENT = """
 import sys, time
 from pathlib import Path
 from tests.cluster.controlplane import ControlPlane
-plane = ControlPlane.start(Path(sys.argv[1]), crds=sorted(Path(sys.argv[2]).glob("ray.io_*.yaml")))
+plane = ControlPlane.start(Path(sys.argv[1]), crds=[Path(arg) for arg in sys.argv[2:]])
 print(" ".join(f"{name}={process.popen.pid}" for name, process in plane.processes.items()), flush=True)
 time.sleep(600)
 """
@@ -85,8 +84,8 @@ def _gone_within(pid: int, seconds: float) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_every_process_of_a_control_plane_dies_within_seconds_of_a_killed_pytest(tmp_path: Path):
-    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
-    parent = subprocess.Popen([sys.executable, "-c", PLANE_PARENT, str(tmp_path), str(crds)], cwd=PROJECT_ROOT,
+    crds = served_crds()
+    parent = subprocess.Popen([sys.executable, "-c", PLANE_PARENT, str(tmp_path), *map(str, crds)], cwd=PROJECT_ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None

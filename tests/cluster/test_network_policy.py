@@ -6,8 +6,10 @@ controller makes the pod). Every pod's labels, and its namespace's, are read bac
 are the ones the operator, the Job controller and the API server really put there, not a copy of KubeRay's code.
 
 No CNI runs beside the control plane, so nothing enforces a policy here: the API server stores each one, and
-tests/cluster/netpol.py's `admitted` says what a conforming CNI (on EKS the VPC CNI's network policy agent) lets
-through. A selector that missed a Ray pod (the job would hang) or matched a stranger (the guard would be open) fails.
+cyclonus (tests/cluster/netpol.py: an upstream engine, pinned and built from its Go module as the control plane is)
+says what a conforming CNI (on EKS the VPC CNI's network policy agent) lets through, ingress and egress, from the
+policies as the API server stored them. A selector that missed a Ray pod (the job would hang), matched a stranger (the
+guard would be open) or a policy that closed the pods' egress (the workers never reach the GCS, S3 or PyPI) fails.
 
 The nodes are shaped only for the pods' own nodeSelectors and the GPU taint their workers tolerate: where the pods
 land is tests/cluster/test_workload.py's subject, here only that they are made, Running, and labelled.
@@ -27,8 +29,8 @@ from ray_efa.core import catalog
 from ray_efa.core.addons import KUBERAY_OPERATOR
 from tests.cluster.conftest import Nodes
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.deployment import ray_job_cluster
-from tests.cluster.netpol import Pod, admitted, selects
+from tests.cluster.deployment import ray_job_cluster, stack_service_accounts
+from tests.cluster.netpol import Connection, Outside, Pod, admitted, allowed, selects
 from tests.cluster.workload import apply_in_order, pending_reasons, wait_for_pods
 from tests.k8s.conftest import BASE, synthesize
 
@@ -37,6 +39,10 @@ pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
 SETTINGS = BASE
 NS = SETTINGS.workload.namespace
 GCS, DASHBOARD, CLIENT, RAYLET = 6379, 8265, 10001, 43127  # the last: a port Ray picks at run time
+OBJECT_MANAGER, NCCL = 8076, 51234  # Ray's default object manager port; a port NCCL's TCP transport picks
+S3, PYPI = Outside("52.219.100.12"), Outside("151.101.0.223")  # addresses of an S3 endpoint and of PyPI
+POD_IDENTITY_AGENT = Outside("169.254.170.23")  # the EKS Pod Identity agent's link-local address (port 80)
+LAPTOP = Outside("203.0.113.7")  # a machine outside the cluster (TEST-NET-3)
 
 # The operator pod's labels as the kuberay-operator chart 1.7.0 templates them (templates/deployment.yaml, chart name
 # and release kuberay-operator). Helm does not run here and the operator runs as a process beside the API server, so a
@@ -64,6 +70,8 @@ class Reconciled:
     jobs: dict[str, RayPods]
     operator: Pod
     strangers: dict[str, Pod]
+    dns: Pod
+    """A CoreDNS pod in kube-system, labelled as EKS's CoreDNS add-on labels it."""
     namespace_pods: list[Pod]
     """Every pod in the Ray namespace."""
 
@@ -72,7 +80,7 @@ def observed(core: client.CoreV1Api, pod: Any) -> Pod:
     """`pod` (a V1Pod) with its labels and its namespace's, as the API server has them now."""
     namespace: Any = core.read_namespace(pod.metadata.namespace)
     return Pod(pod.metadata.name, pod.metadata.namespace, dict(pod.metadata.labels or {}),
-               dict(namespace.metadata.labels or {}))
+               dict(namespace.metadata.labels or {}), ip=(pod.status and pod.status.pod_ip) or "10.0.255.254")
 
 
 def _placed(api: ApiClient, selector: str, count: int, what: str, phase: str | None = "Running",
@@ -125,10 +133,8 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
     worker = group["template"]["spec"]
     nodes.add(catalog.GPU_INSTANCES[SETTINGS.nodes.gpu_instance_type], 3 * workers, labels=worker["nodeSelector"],
               taints=[{"key": t["key"], "effect": t["effect"]} for t in worker["tolerations"]])
-    # the pods' service account, which the cluster stack creates (without its IRSA annotation here)
-    account = {"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": SETTINGS.workload.service_account, "namespace": NS}}
-    apply_in_order(control_plane, [account, *synth.objects()])
+    # the pods' service account as the synthesized cluster stack creates it
+    apply_in_order(control_plane, [*stack_service_accounts(SETTINGS), *synth.objects()])
     raycluster = _ray_pods(api, synth.ray_cluster["metadata"]["name"], workers)
     jobs = {network: _ray_pods(api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers,
                                job=f"train-{network}")
@@ -141,6 +147,7 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
                                                                             efa_submitter.labels),
         "an unlabelled pod in the Ray namespace": _stranger(core, "debug", NS, {"run": "debug"}),
     }
+    dns = _stranger(core, "coredns", "kube-system", {"k8s-app": "kube-dns", "eks.amazonaws.com/component": "coredns"})
     operator = _operator(api)
     strangers["another pod in the operator's namespace"] = _stranger(core, "webhook", operator.namespace,
                                                                       {"app": "webhook"})
@@ -149,7 +156,7 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
     policies = [cast("dict[str, Any]", api.sanitize_for_serialization(p)) for p in stored.items]
     listed: Any = core.list_namespaced_pod(NS)
     namespace_pods = [observed(core, p) for p in listed.items]
-    return Reconciled(policies, raycluster, jobs, operator, strangers, namespace_pods)
+    return Reconciled(policies, raycluster, jobs, operator, strangers, dns, namespace_pods)
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +196,7 @@ def test_each_policy_selects_exactly_its_clusters_head_and_workers(reconciled: R
 def test_the_job_runs_its_pods_reach_each_other_on_every_port(reconciled: Reconciled, network: str):
     pods = reconciled.jobs[network]
     # the job's own traffic passes: workers to the GCS, head and workers to each other on any port
-    for port in (GCS, DASHBOARD, CLIENT, RAYLET):
+    for port in (GCS, DASHBOARD, CLIENT, RAYLET, OBJECT_MANAGER, NCCL):
         for worker in pods.workers:
             assert admitted(reconciled.policies, worker, pods.head, port), (worker.name, port)
             assert admitted(reconciled.policies, pods.head, worker, port), (worker.name, port)
@@ -232,3 +239,27 @@ def test_the_standing_raycluster_admits_its_own_pods_and_the_operator_only(recon
     efa_submitter = reconciled.jobs["efa"].submitter
     assert efa_submitter is not None
     assert not admitted(policies, efa_submitter, pods.head, DASHBOARD)
+
+
+@pytest.mark.parametrize("owner", ["ray-efa", "train-efa", "train-tcp"])
+def test_the_ray_pods_reach_dns_s3_pypi_and_the_pod_identity_agent(reconciled: Reconciled, owner: str):
+    pods = reconciled.raycluster if owner == "ray-efa" else reconciled.jobs[owner.removeprefix("train-")]
+    # the Ray pods' own egress: names resolved by CoreDNS, checkpoints to S3, the init container's packages from PyPI,
+    # S3 credentials from the Pod Identity agent. A policy that lists Egress in its policyTypes without rules for these
+    # (on EKS: every one of them refused) fails here.
+    needed = [(53, "UDP", reconciled.dns), (53, "TCP", reconciled.dns), (443, "TCP", S3), (443, "TCP", PYPI),
+              (80, "TCP", POD_IDENTITY_AGENT)]
+    connections = [Connection(pod, to, port, protocol) for pod in (pods.head, *pods.workers)
+                   for port, protocol, to in needed]
+    verdicts = allowed(reconciled.policies, connections)
+    refused = [(c.source.name, c.destination, c.port, c.protocol) for c, ok in zip(connections, verdicts, strict=True)
+               if not ok and isinstance(c.source, Pod)]
+    assert refused == [], refused
+
+
+def test_from_outside_the_cluster_nothing_gets_in(reconciled: Reconciled):
+    efa = reconciled.jobs["efa"]
+    connections = [Connection(LAPTOP, target, port) for target in (efa.head, *efa.workers)
+                   for port in (GCS, DASHBOARD, CLIENT, RAYLET, OBJECT_MANAGER)]
+    assert not any(allowed(reconciled.policies, connections))
+

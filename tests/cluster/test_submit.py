@@ -646,3 +646,28 @@ def test_the_submitters_log_read_whole_is_its_text_not_the_bytes_repr(plane, api
     assert wait_for(lambda: submitter_log(api, "ray", JOB) == text and submitter_log(api, "ray", JOB),
                     "the log served") == text
 
+
+
+@pytest.mark.parametrize(("kind", "where"), [("NetworkPolicy", "spec"), ("ConfigMap", "metadata"),
+                                             ("RayJob", "spec")])
+def test_an_unknown_field_is_refused_by_the_api_server_not_dropped(plane, api, kind, where):
+    from ray_efa.core.settings import Settings
+    from ray_efa.ops.submit import SubmitError, create_objects, submission
+
+    # GIVEN the objects `submit` creates for a job, one of them with a field its schema does not declare (a misspelt
+    # key: on a plain POST the API server stores the object without it)
+    _, objects = submission(Settings.from_context({"jobName": "mlp-exp"}), job_name="strict-run1")
+    typo = next(o for o in objects if o["kind"] == kind)
+    typo[where]["entrypoitn"] = "python train.py"
+    # WHEN submit creates them
+    with pytest.raises(SubmitError) as refused:
+        create_objects(api, objects)
+    # THEN the real API server refuses that object, naming the field (fieldValidation=Strict), and it is not stored
+    assert f'unknown field "{where}.entrypoitn"' in str(refused.value), refused.value
+    assert f"cannot create {kind} ray/{typo['metadata']['name']}" in str(refused.value)
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    resource = DynamicClient(api).resources.get(api_version=typo["apiVersion"], kind=kind)
+    with pytest.raises(NotFoundError):
+        resource.get(name=typo["metadata"]["name"], namespace="ray")

@@ -9,6 +9,12 @@ Three Go modules beside this file pin what `make test-cluster` runs (go.mod and 
               replaced by their published versions, as envtest-style projects do; etcd at the version it pins)
     kuberay/  the KubeRay operator (github.com/ray-project/kuberay/ray-operator)
     kwok/     KWOK's controller (sigs.k8s.io/kwok/cmd/kwok): the kubelet for nodes that are only API objects
+    cyclonus/ cyclonus (github.com/mattfenwick/cyclonus), whose `analyze --mode query-traffic` evaluates NetworkPolicies,
+              ingress and egress, as a conforming CNI would (tests/cluster/netpol.py)
+
+Beside its binaries, a module's folder holds data files of a pinned module (`Module.data`): kuberay/crds/ has the
+operator's own CRDs (ray-operator's config/crd/bases at the version go.mod pins), which the control plane serves in a
+clone without ../shared (tests/cluster/conftest.py).
 
 Each module builds into a folder of its own under the cache (`$RAY_EFA_CACHE`, else `$XDG_CACHE_HOME/ray-efa`, else
 `~/.cache/ray-efa`), named by a hash of everything that decides its binaries (the module's files and `go version`):
@@ -27,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +47,8 @@ class Module:
     version_of: str = ""
     """A module whose version (from go.mod) the binaries report as their own, through component-base's ldflags, as
     Kubernetes' own build stamps it (a plain `go build` reports v0.0.0-master)."""
+    data: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Folder in the cache -> (Go module, a glob inside it): files copied from the module at its pinned version."""
 
     def ldflags(self) -> str:
         flags = "-s -w"
@@ -60,9 +68,12 @@ MODULES = (
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kubectl": "k8s.io/kubernetes/cmd/kubectl",
     }),
-    Module("kuberay", {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"}),
+    Module("kuberay", {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
+           data={"crds": ("github.com/ray-project/kuberay/ray-operator", "config/crd/bases/ray.io_*.yaml")}),
     Module("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
+    Module("cyclonus", {"cyclonus": "github.com/mattfenwick/cyclonus/cmd/cyclonus"}),
 )
+OPERATOR = "github.com/ray-project/kuberay/ray-operator"
 BUILD_FLAGS = ("-trimpath",)
 
 
@@ -121,9 +132,46 @@ def bin_dirs() -> dict[str, Path]:
     return {name: module_dir(m, go) / name for m in MODULES for name in m.binaries}
 
 
+def _module(folder: str) -> Module:
+    return next(m for m in MODULES if m.folder == folder)
+
+
+def operator_crds() -> list[Path]:
+    """The CRDs of the operator binary (ray-operator's config/crd/bases at the version kuberay/go.mod pins), as the
+    build copied them into the cache beside it; empty before the build."""
+    return sorted((module_dir(_module("kuberay"), go_version()) / "crds").glob("ray.io_*.yaml"))
+
+
+def operator_version() -> str:
+    """The version of the operator binary (kuberay/go.mod's pin), e.g. v1.5.0."""
+    return required_version("kuberay", OPERATOR)
+
+
+def _copy_data(module: Module, target: Path) -> None:
+    """Each of module.data's files, from the Go module cache at the pinned version, into target/<folder>/ (written
+    beside it and renamed into place whole; a folder already there is kept)."""
+    for folder, (module_path, pattern) in module.data.items():
+        if (target / folder).is_dir():
+            continue
+        source = module_source(module.folder, module_path)
+        files = sorted(source.glob(pattern))
+        if not files:
+            raise SystemExit(f"tools/controlplane/build.py: {module_path} (in {source}) has no {pattern}")
+        partial = target / f".{folder}.{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        for path in files:
+            shutil.copyfile(path, partial / path.name)
+        try:
+            partial.rename(target / folder)
+        except OSError:  # another build finished first: keep its folder
+            shutil.rmtree(partial, ignore_errors=True)
+
+
 def build(module: Module, go: str) -> Path:
     target = module_dir(module, go)
     if all((target / name).is_file() for name in module.binaries):
+        _copy_data(module, target)  # (a folder built before its module had data files gets them now)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}")
@@ -145,6 +193,7 @@ def build(module: Module, go: str) -> Path:
         built = partial / package.rstrip("/").rsplit("/", 1)[-1]
         if built != partial / name:
             built.rename(partial / name)
+    _copy_data(module, partial)
     try:
         partial.rename(target)
     except OSError:  # another build finished first: keep its folder

@@ -1,0 +1,98 @@
+"""The manifests against both KubeRay schemas, on the real API server: the operator's own (v1.5.0, the CRDs of its Go
+module, which the control plane serves in a clone alone) and the deployed chart's (1.7.0, from ../shared).
+
+The stack deploys kuberay-operator 1.7.0 by default; the Go module proxy serves ray-operator v1.4.0 and v1.5.0 only,
+so the operator binary of the control plane is v1.5.0 (docs/testing.md, "The control plane"). The difference is
+stated here as a test: a server-side dry run with fieldValidation=Strict (what `ray-efa submit` and kubectl send)
+of each Ray object the default synth makes, first against the operator's CRDs, then, where ../shared has them,
+against the deployed version's. The 1.5.0 schema refuses exactly the fields that came after it (authOptions: token
+auth, 1.5.1; preRunningDeadlineSeconds, 1.7.0) and nothing else; 1.7.0's accepts everything; the kuberayVersion 1.4.0
+synth (no authOptions, no deadline) is accepted by the operator's own schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from tests.cluster.conftest import DEPLOYED_KUBERAY, ensure_built, running_plane, wait_for
+from tests.cluster.controlplane import ControlPlane
+from tests.k8s.conftest import BASE, synthesize
+from tests.shared_reference import shared_path
+from tools.controlplane import build
+
+pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
+
+NEWER_THAN_THE_OPERATOR = {"spec.authOptions", "spec.rayClusterSpec.authOptions", "spec.preRunningDeadlineSeconds"}
+"""The fields of the default synth that the operator's own CRDs (v1.5.0) do not declare."""
+PLURAL = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[ControlPlane]:
+    """A plane without the operator: only the API server's schema is asked here."""
+    with running_plane(operator=False) as plane:
+        yield plane
+
+
+def _serve(plane: ControlPlane, crds: list[Path]) -> None:
+    """Serve `crds`, replacing whichever RayCluster and RayJob CRDs the plane has (the API server's handler takes the
+    new schema a moment later: the tests ask until its answer is the one they expect, or time out)."""
+    plane.apply_files(crds)
+
+
+def _refused_fields(api: ApiClient, objects: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """name -> the fields the API server refuses in a strict server-side dry run of each Ray object (empty: taken)."""
+    custom = client.CustomObjectsApi(api)
+    refused = {}
+    for obj in objects:
+        if obj["kind"] not in PLURAL:
+            continue
+        name = f"{obj['kind']} {obj['metadata']['name']}"
+        try:
+            custom.create_namespaced_custom_object("ray.io", "v1", "default", PLURAL[obj["kind"]],
+                                                   {**obj, "metadata": {**obj["metadata"], "namespace": "default"}},
+                                                   dry_run="All", field_validation="Strict")
+            refused[name] = set()
+        except ApiException as error:
+            assert error.status == 400, error.body
+            refused[name] = set(re.findall(r'unknown field \\?"([^"\\]+)\\?"', error.body or ""))
+            assert refused[name], error.body
+    return refused
+
+
+def _ray_objects(**context: Any) -> list[dict[str, Any]]:
+    return [o for o in synthesize(BASE.replace(**context)).objects() if o["kind"] in PLURAL]
+
+
+def _answer(api: ApiClient, objects: list[dict[str, Any]], expected: set[str]) -> dict[str, set[str]]:
+    """The refused fields once the union of them is `expected` (the schema just served has taken over), within 30 s;
+    else the test fails with the last answer."""
+    return wait_for(lambda: (lambda refused: refused if set().union(*refused.values()) == expected else None)(
+        _refused_fields(api, objects)), f"the served schema refusing exactly {sorted(expected)}", timeout_s=30)
+
+
+def test_the_operators_own_schema_lacks_exactly_the_fields_after_it(control_plane: ControlPlane, api: ApiClient):
+    ensure_built()
+    _serve(control_plane, [p for p in build.operator_crds() if p.name != "ray.io_rayservices.yaml"])
+    assert build.operator_version() == "v1.5.0"
+    # the default synth (kuberayVersion 1.7.0): its RayCluster and both RayJobs, each refused for the newer fields
+    refused = _answer(api, _ray_objects(), NEWER_THAN_THE_OPERATOR)
+    assert all(refused.values()) and len(refused) == 3, refused
+    # and the kuberayVersion 1.4.0 synth, which uses none of them, is taken whole
+    assert _refused_fields(api, _ray_objects(kuberayVersion="1.4.0")) == {
+        "RayCluster ray-efa": set(), "RayJob train-efa": set(), "RayJob train-tcp": set()}
+
+
+def test_the_deployed_versions_schema_takes_the_manifests_whole(control_plane: ControlPlane, api: ApiClient):
+    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
+    _serve(control_plane, sorted(crds.glob("ray.io_*.yaml")))
+    refused = _answer(api, _ray_objects(), set())
+    assert refused == {"RayCluster ray-efa": set(), "RayJob train-efa": set(), "RayJob train-tcp": set()}
