@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.rbac import Request, Subject, allowed, api_client_of, user_kubeconfig
 from tests.cluster.workload import apply_in_order, stack_manifests
@@ -189,3 +190,28 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
         "read another namespace's ConfigMaps": lambda: as_core.list_namespaced_config_map("kube-system"),
     }
     assert {what: _status(call) for what, call in refused.items()} == dict.fromkeys(refused, 403)
+
+
+def test_a_researcher_reads_the_submitters_log_as_follow_does(
+        control_plane: ControlPlane, api: ApiClient, rbac_stack: RbacStack, nodes: Nodes, tmp_path: Path):
+    from ray_efa.core import catalog
+    from ray_efa.core.scheduling import SYSTEM_NODE_LABELS
+    from ray_efa.ops.submit import SUBMITTER_CONTAINER, submitter_log
+
+    # GIVEN the submitter pod of a researcher's RayJob, running on a system node, whose log the node's kubelet API
+    # (KWOK) serves through the API server
+    nodes.add(catalog.SYSTEM_INSTANCES["m7i.large"], 1, labels=dict(SYSTEM_NODE_LABELS), prefix="sys-")
+    pod = "mine-log-x8k2p"
+    # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
+    client.CoreV1Api(api).create_namespaced_pod(NS, {  # pyright: ignore[reportArgumentType]
+        "metadata": {"name": pod, "labels": {"job-name": "mine-log", "batch.kubernetes.io/job-name": "mine-log"}},
+        "spec": {"nodeSelector": dict(SYSTEM_NODE_LABELS),
+                 "containers": [{"name": SUBMITTER_CONTAINER, "image": "registry.k8s.io/pause:3.10"}]}})
+    wait_for(lambda: client.CoreV1Api(api).read_namespaced_pod(pod, NS).status.phase == "Running", f"pod {pod} Running")
+    control_plane.serve_logs(NS, {SUBMITTER_CONTAINER: "epoch 1/1  loss 0.5\nexit code 0\n"}, pods=[pod])
+    # WHEN `follow` reads it with the researcher's credentials (the access entry's group, the stack's Role)
+    kubeconfig = user_kubeconfig(control_plane, tmp_path / "researcher", user="researcher", groups=(rbac_stack.group,))
+    text = submitter_log(api_client_of(kubeconfig), NS, "mine-log")
+    # THEN the API server fetched it from the kubelet for them: the Role's `get pods/log`, end to end
+    assert text.splitlines() == ["epoch 1/1  loss 0.5", "exit code 0"], text
+    client.CoreV1Api(api).delete_namespaced_pod(pod, NS, grace_period_seconds=0)

@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.where:
         for name, path in bin_dirs().items():
             print(f"{name}\t{path}\t{'built' if path.is_file() else 'missing'}")
+        go = go_version()
+        for module in MODULES:
+            for folder in module.data:
+                path = module_dir(module, go) / folder
+                print(f"{module.folder}/{folder}\t{path}\t{'copied' if path.is_dir() else 'missing'}")
         return 0
     go = go_version()
     for module in MODULES:
