@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.objects import status_of
 from tests.cluster.rbac import Request, Subject, allowed, api_client_of, user_kubeconfig
 from tests.cluster.workload import apply_in_order, stack_manifests
 
@@ -207,7 +208,8 @@ def test_a_researcher_reads_the_submitters_log_as_follow_does(
         "metadata": {"name": pod, "labels": {"job-name": "mine-log", "batch.kubernetes.io/job-name": "mine-log"}},
         "spec": {"nodeSelector": dict(SYSTEM_NODE_LABELS),
                  "containers": [{"name": SUBMITTER_CONTAINER, "image": "registry.k8s.io/pause:3.10"}]}})
-    wait_for(lambda: client.CoreV1Api(api).read_namespaced_pod(pod, NS).status.phase == "Running", f"pod {pod} Running")
+    wait_for(lambda: status_of(client.CoreV1Api(api).read_namespaced_pod(pod, NS)).phase == "Running",
+             f"pod {pod} Running")
     control_plane.serve_logs(NS, {SUBMITTER_CONTAINER: "epoch 1/1  loss 0.5\nexit code 0\n"}, pods=[pod])
     # WHEN `follow` reads it with the researcher's credentials (the access entry's group, the stack's Role)
     kubeconfig = user_kubeconfig(control_plane, tmp_path / "researcher", user="researcher", groups=(rbac_stack.group,))
