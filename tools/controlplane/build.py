@@ -196,8 +196,9 @@ def build(module: Module, go: str) -> Path:
     _copy_data(module, partial)
     try:
         partial.rename(target)
-    except OSError:  # another build finished first: keep its folder
+    except OSError:  # another build finished first: keep its folder (with the data files, which it may lack)
         shutil.rmtree(partial, ignore_errors=True)
+        _copy_data(module, target)
     print(f"   built in {time.monotonic() - started:.0f} s", flush=True)
     return target
 
