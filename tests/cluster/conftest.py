@@ -62,6 +62,13 @@ def served_crds() -> list[Path]:
     return [path for path in build.operator_crds() if path.name != "ray.io_rayservices.yaml"]
 
 
+def served_kuberay() -> str:
+    """The kuberayVersion whose manifests the served CRDs (served_crds) take whole: the deployed one where ../shared
+    has its CRDs; else 1.4.0, the newest whose synth the operator's own v1.5.0 schema takes whole (its 1.7.0 synth has
+    two fields more, which server-side apply refuses: tests/cluster/test_crd_versions.py names them)."""
+    return DEPLOYED_KUBERAY if reference_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}") is not None else "1.4.0"
+
+
 @contextmanager
 def running_plane(*, operator: bool = True) -> Iterator[ControlPlane]:
     """A control plane in a temporary folder, stopped and removed on exit (`operator` as ControlPlane.start)."""

@@ -13,7 +13,7 @@ from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core import node_pods as node_pods_data
-from tests.cluster.conftest import Nodes, wait_for
+from tests.cluster.conftest import Nodes, served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import ray_job_cluster
 from tests.cluster.objects import name_of, node_of, requests_of, spec_of
@@ -39,7 +39,10 @@ class Stack:
     def __init__(self) -> None:
         from tests.infra.conftest import synthesize
 
-        synth = synthesize()
+        # the stacks for the KubeRay version whose CRDs the API server serves (the deployed one, or in a clone alone
+        # the one the operator's own CRDs take: conftest.served_kuberay)
+        self.kuberay = served_kuberay()
+        synth = synthesize(kuberayVersion=self.kuberay)
         self.cluster_template, self.gpu_template = synth.cluster.to_json(), synth.gpu.to_json()
         (self.system,) = NodeGroup.from_template(self.cluster_template)
         (self.gpu,) = NodeGroup.from_template(self.gpu_template)
@@ -66,7 +69,7 @@ def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *c
     CEL rules, defaulting, admission); then, as the `train:` lines it prints say, the namespace and the EFA RayJob are
     applied, beside the service account the cluster stack creates, once the node pods run on the (system, GPU) nodes
     `on`. Returns the objects the server stored."""
-    paths = write_manifests(tmp_path / "dist", f"namespace={namespace}", *context)
+    paths = write_manifests(tmp_path / "dist", f"namespace={namespace}", f"kuberayVersion={stack.kuberay}", *context)
     plane.apply(load(paths), dry_run=True)
     wait_for_node_pods(plane.api_client(), *on)
     train = [path for path in paths if path.name.endswith(("-namespace.yaml", "-rayjob-efa.yaml"))]
