@@ -7,6 +7,7 @@ Settings object and the project's own app agree. tests/infra/test_props.py fails
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -49,3 +50,21 @@ def check_bounds(prop: str, value: int, key: str, what: str = "") -> None:
 def choices(key: str) -> tuple[str, ...]:
     """The values the closed setting `key` allows, in declaration order."""
     return setting_choices(key)
+
+
+def check_type(prop: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
+    """TypeError naming `prop` when `value` is not a `kind` (`what` says it in words); a bool is no int here."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, (int, float))):
+        raise TypeError(f"{prop} must be {what}, got {value!r} ({type(value).__name__})")
+
+
+def check_strings(prop: str, values: Any, problem: Callable[[str], str | None] | None = None) -> tuple[str, ...]:
+    """A list-of-strings prop as a tuple: TypeError naming `prop` for a lone string (which Python would take as its
+    characters) or anything but strings; ValueError for the first item `problem` (the setting's own check) refuses."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) \
+            or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"{prop} must be a list of strings, got {values!r} ({type(values).__name__})")
+    for value in values:
+        if problem is not None and (why := problem(value)) is not None:
+            raise ValueError(f"{prop} {why}, got {value!r}")
+    return tuple(values)

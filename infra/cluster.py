@@ -14,10 +14,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
 from ray_efa.core import catalog
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Settings, admin_arn_problem, cidr_problem
 from ray_efa.infra._private import check_node_selector, follow_kubernetes_version, kubectl_layer, nodegroup_name
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
-from ray_efa.infra._settings import check_bounds, choices, default
+from ray_efa.infra._settings import check_bounds, check_strings, check_type, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
@@ -55,6 +55,8 @@ def _check_props(kubernetes_version: str, endpoint_access: str, system_instance_
                              ("endpoint_access", endpoint_access, "endpointAccess")):
         if value not in choices(key):
             raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
+    check_type("RayEksCluster system_node_count", system_node_count, int, "a whole number")
+    check_type("RayEksCluster system_root_volume_gib", system_root_volume_gib, int, "a whole number")
     check_bounds("RayEksCluster system_node_count", system_node_count, "systemNodeCount")
     check_bounds("RayEksCluster system_root_volume_gib", system_root_volume_gib, "systemRootVolumeGib")
     check_node_selector("RayEksCluster system_node_selector", system_node_selector)
@@ -122,6 +124,10 @@ class RayEksCluster(Construct):
         super().__init__(scope, construct_id)
         _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
                      system_root_volume_gib, system_node_selector)
+        # each value checked as its setting is (one function for both): a lone string is an error, not its letters
+        public_access_cidrs = check_strings("RayEksCluster public_access_cidrs", public_access_cidrs, cidr_problem)
+        admin_principal_arns = check_strings("RayEksCluster admin_principal_arns", admin_principal_arns,
+                                             admin_arn_problem)
         self.system_instance_type: str = system_instance_type
         """The system nodes' instance type (RayTrainingJob sizes the Ray head to fit it)."""
         self.system_node_selector: dict[str, str] = dict(system_node_selector)

@@ -18,7 +18,7 @@ from ray_efa.core.scheduling import (
     gpu_node_labels,
     parse_taint,
 )
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Settings, capacity_reservation_problem
 from ray_efa.infra._private import (
     check_node_selector,
     common_labels,
@@ -29,7 +29,7 @@ from ray_efa.infra._private import (
     on_cluster,
     selects,
 )
-from ray_efa.infra._settings import check_bounds, choices, default
+from ray_efa.infra._settings import check_bounds, check_type, choices, default
 from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet, is_placeholder_zone
 from ray_efa.infra.node_health import enable_node_repair
@@ -117,6 +117,13 @@ def _checked_props(node_count: int, root_volume_gib: int, capacity_reservation_i
                    capacity_reservation_type: str, placement_group: bool | None, node_selector: Mapping[str, str],
                    taints: Sequence[str], image: str | None) -> list[Taint]:
     """ValueError naming the first bad prop of EfaGpuNodegroup (but instance_type); the parsed taints."""
+    check_type("EfaGpuNodegroup node_count", node_count, int, "a whole number")
+    check_type("EfaGpuNodegroup root_volume_gib", root_volume_gib, int, "a whole number")
+    if capacity_reservation_id is not None:  # a CDK token (an imported reservation's id) is checked at deploy
+        check_type("EfaGpuNodegroup capacity_reservation_id", capacity_reservation_id, str, "a reservation id")
+        if not Token.is_unresolved(capacity_reservation_id) and (
+                why := capacity_reservation_problem(capacity_reservation_id)) is not None:
+            raise ValueError(f"EfaGpuNodegroup capacity_reservation_id {why}, got {capacity_reservation_id!r}")
     check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
     check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
     if capacity_reservation_type not in choices("capacityReservationType"):

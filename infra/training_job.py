@@ -22,6 +22,7 @@ from ray_efa.core.addons import EFA_DEVICE_CLASS, GPU_DEVICE_CLASS
 from ray_efa.core.settings import Settings, SettingsError
 from ray_efa.core.user_code import check_user_code
 from ray_efa.infra._private import add_synth_check, check_node_selector, literal_cluster_name, on_cluster
+from ray_efa.infra._settings import check_type
 from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
@@ -221,6 +222,20 @@ def _resolved_settings(base: Settings, changes: Mapping[str, Any],
         ]) from None
 
 
+def _refuse_a_second_job_of_the_name(job: RayTrainingJob, cluster: eks.ICluster, settings: Settings, *,
+                                     explicit: bool) -> None:
+    """ValueError naming job_name when another RayTrainingJob of the app applies a RayJob of the same name to the same
+    namespace of the same cluster: the second would replace the first's objects at deploy."""
+    name, namespace = ray_job_of(settings), settings.workload.namespace
+    for other in job.node.root.node.find_all():
+        if (isinstance(other, RayTrainingJob) and other is not job and getattr(other, "cluster", None) is cluster
+                and getattr(other, "name", None) == name and other.settings.workload.namespace == namespace):
+            prop = "job_name" if explicit else "job_name (the settings' jobName)"
+            raise ValueError(f"RayTrainingJob {prop} must differ from every other job's in namespace {namespace} of "
+                             f"{cluster.node.path}: {other.node.path} runs RayJob {name} there already, got "
+                             f"{settings.workload.job_name!r}")
+
+
 def _waits(after: Sequence[IConstruct], gpu_nodes: EfaGpuNodegroup | None, workload: RayWorkload | None,
            storage: CheckpointStorage | None) -> list[IConstruct]:
     """What the job's objects wait for: `after`, then the GPU node group (the deadline), the namespace and the pods'
@@ -289,7 +304,14 @@ class RayTrainingJob(Construct):
             and the service account of `storage`, which it always waits for. @default - nothing more
         """
         super().__init__(scope, construct_id)
-        # Resolve and validate everything before creating any child.
+        # Resolve and validate everything before creating any child; the props' types first (a str train_config
+        # would be read as a sequence of pairs, a non-str job_name as a pydantic error of the setting's name).
+        for prop, value, kind, what in (("train_function", train_function, str, "module:function"),
+                                        ("job_name", job_name, str, "a string"),
+                                        ("train_config", train_config, Mapping, "a mapping (dict) of your parameters"),
+                                        ("code", code, (str, Path), "a folder's path")):
+            if value is not None:
+                check_type(f"RayTrainingJob {prop}", value, kind, what)
         gpu_nodes = _one(self, EfaGpuNodegroup, gpu_nodes, "gpu_nodes")
         workload = _one(self, RayWorkload, workload, "workload")
         storage = _one(self, CheckpointStorage, storage, "storage")
@@ -302,10 +324,13 @@ class RayTrainingJob(Construct):
                    "trainConfig": dict(train_config) if train_config is not None else None})
         self.settings: Settings = resolved
         """The settings the job runs with: the given ones, with where it runs taken from the constructs."""
+        _refuse_a_second_job_of_the_name(self, cluster, resolved, explicit=job_name is not None)
         # The plugins or drivers may be built after the job: checked once the whole app exists.
         allocation = resolved.addons.device_allocation
         add_synth_check(self, lambda: device_allocation_problems(self, cluster, allocation))
         self.name: str = ray_job_of(resolved)
+        self.cluster: eks.ICluster = cluster
+        """The cluster the job is applied to."""
 
         reader = code_reader or (storage.service_account.role if storage is not None else None)
         self.code_asset: s3_assets.Asset | None = self._user_code_asset(code_dir, reader)

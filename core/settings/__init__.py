@@ -58,7 +58,11 @@ from ray_efa.core.settings.checks import (
     LOG_RETENTION_DAYS,
     MAX_JOB_NAME_LENGTH,
     TRAIN_CONFIG_RESERVED,
+    admin_arn_problem,
+    capacity_reservation_problem,
+    cidr_problem,
     described_gpu_instances,
+    job_name_problem,
 )
 
 # The framework, under the names the declarations below use (private here: core.settings.framework exports them).
@@ -99,6 +103,10 @@ __all__ = [
     "TRAIN_CONFIG_RESERVED",
     "described_gpu_instances",
     "dra_kubernetes_problem",
+    "cidr_problem",
+    "admin_arn_problem",
+    "capacity_reservation_problem",
+    "job_name_problem",
     "setting",
     "setting_keys",
     "setting_choices",

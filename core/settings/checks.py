@@ -51,6 +51,7 @@ CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 SEMVER = r"^\d+\.\d+\.\d+$"
 CAPACITY_RESERVATION = r"^cr-[0-9a-f]{17}$"
+CAPACITY_RESERVATION_MESSAGE = "must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0"
 KMS_KEY_ARN = r"^arn:aws(-[a-z]+)*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$"
 KMS_KEY_ARN_MESSAGE = "must be a KMS key ARN, like arn:aws:kms:us-east-2:123456789012:key/<key id> (not an alias)"
 """What a setting that fails KMS_KEY_ARN is told (a section's field gives it as the pattern's message)."""
@@ -83,7 +84,8 @@ def _region_problem(region: str) -> str | None:
     return None if regions.is_valid_region(region) else "must be a region name like us-east-2"
 
 
-def _cidr_problem(cidr: str) -> str | None:
+def cidr_problem(cidr: str) -> str | None:
+    """publicAccessCidrs' (and RayEksCluster public_access_cidrs') check of one CIDR."""
     # ipaddress accepts a bare address as a /32; a public-access list names networks, so the prefix is required.
     try:
         network = ipaddress.IPv4Network(cidr, strict=False)
@@ -96,7 +98,8 @@ def _cidr_problem(cidr: str) -> str | None:
     return None
 
 
-def _admin_arn_problem(arn: str) -> str | None:
+def admin_arn_problem(arn: str) -> str | None:
+    """adminPrincipalArns' (and RayEksCluster admin_principal_arns') check of one ARN."""
     session = _STS_ASSUMED_ROLE_ARN.match(arn)
     if session:
         # EKS refuses session ARNs, which lack the role's path: no way to derive the role ARN here.
@@ -105,6 +108,11 @@ def _admin_arn_problem(arn: str) -> str | None:
     if not re.match(_IAM_PRINCIPAL_ARN, arn):
         return "must be IAM role or user ARNs like arn:aws:iam::111122223333:role/Admin"
     return None
+
+
+def capacity_reservation_problem(reservation: str) -> str | None:
+    """capacityReservationId's (and EfaGpuNodegroup capacity_reservation_id's) check."""
+    return None if re.match(CAPACITY_RESERVATION, reservation) else CAPACITY_RESERVATION_MESSAGE
 
 
 def _log_retention_problem(days: int) -> str | None:
@@ -182,10 +190,14 @@ TRAIN_CONFIG_RESERVED = "settings"
 starting with "_", which the project's test hooks use)."""
 
 
-def _job_name_problem(name: str) -> str | None:
-    if not re.match(_DNS_1035, name) or len(name) > MAX_JOB_NAME_LENGTH:
-        return (f"must be a DNS-1035 label of at most {MAX_JOB_NAME_LENGTH} characters (lowercase letters, digits, '-', "
-                "starting with a letter): KubeRay's 47 minus the -tcp of the comparison job")
+def job_name_problem(name: str) -> str | None:
+    """jobName's (and RayTrainingJob job_name's) check: a DNS-1035 label of at most MAX_JOB_NAME_LENGTH characters."""
+    if not re.match(_DNS_1035, name):
+        return ("must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a "
+                "letter or digit)")
+    if len(name) > MAX_JOB_NAME_LENGTH:
+        return (f"must be at most {MAX_JOB_NAME_LENGTH} characters, not {len(name)}: KubeRay's 47 minus the -tcp of "
+                "the comparison job")
     if name.endswith("-tcp"):
         return "must not end with -tcp: that is the suffix of the TCP comparison job (train-efa's is train-tcp)"
     return None
@@ -211,7 +223,7 @@ def _train_config_problem(config: dict[str, Any]) -> str | None:
 
 # Annotated types with their checks; pydantic runs them after the type.
 Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
-Cidr = Annotated[str, _check(_cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
+Cidr = Annotated[str, _check(cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
 GpuInstanceType = Annotated[str, _check(_gpu_instance_problem), _schema(
     pattern=_INSTANCE_TYPE, examples=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
 _DESCRIPTION_SCHEMA = {
@@ -229,7 +241,7 @@ ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
 ModelPath = Annotated[str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")]
 DataPath = Annotated[str, _check(data_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?)$")]
-AdminPrincipalArn = Annotated[str, _check(_admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
+AdminPrincipalArn = Annotated[str, _check(admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
 LogRetentionDays = Annotated[int, _check(_log_retention_problem),
                              WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})]
 NodeSelector = Annotated[
@@ -243,7 +255,7 @@ NodeTaints = Annotated[tuple[str, ...], _LIST_AS_TUPLE, _check(scheduling.taints
 """Node taints, each key=value:Effect or key:Effect."""
 TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
 """A free-form JSON object; on `-c` its JSON text."""
-JobName = Annotated[str, _check(_job_name_problem),
+JobName = Annotated[str, _check(job_name_problem),
                     _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}})]
 CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 

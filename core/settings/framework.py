@@ -302,7 +302,11 @@ def _parse_json_object(raw: Any) -> dict[str, Any]:
             raise ValueError(f"must be a JSON object ({error.msg} at character {error.pos})") from None
     if not isinstance(raw, Mapping):
         raise ValueError("must be a JSON object")
-    return json.loads(json.dumps(dict(raw)))  # a copy, never the caller's
+    try:
+        return json.loads(json.dumps(dict(raw), allow_nan=False))  # a copy, never the caller's
+    except (TypeError, ValueError) as error:  # a value JSON has no form for: a set, an object, NaN
+        raise ValueError(f"must be a JSON object (strings, numbers, booleans, null, lists and objects; {error})") \
+            from None
 
 
 def _parse_strings(raw: Any) -> tuple[str, ...]:

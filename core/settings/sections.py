@@ -15,6 +15,7 @@ from ray_efa.core.image import DLC_IMAGE
 from ray_efa.core.settings import rules as _rules  # noqa: F401  (registers the rules the sections run)
 from ray_efa.core.settings.checks import (
     CAPACITY_RESERVATION,
+    CAPACITY_RESERVATION_MESSAGE,
     CLUSTER_NAME,
     DEFAULT_JOB_NAME,
     DEFAULT_TRAIN_FUNCTION,
@@ -128,7 +129,7 @@ class NodeSettings(_Section):
     )
     capacity_reservation_id: str | None = setting(
         None, "capacityReservationId", "On-Demand Capacity Reservation (cr-...) the GPU nodes launch into.",
-        pattern=CAPACITY_RESERVATION, message="must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0",
+        pattern=CAPACITY_RESERVATION, message=CAPACITY_RESERVATION_MESSAGE,
     )
     placement_group: Literal["auto", "on", "off"] = setting(
         "auto", "placementGroup", "Cluster placement group for the GPU nodes; auto: on unless a reservation is targeted.",

@@ -121,8 +121,8 @@ def test_code_files_skip_caches_and_hidden_files(tmp_path):
 @pytest.mark.parametrize(("context", "key", "message"), [
     ({"trainFunction": "my_train"}, "trainFunction", "must be module:function"),
     ({"trainFunction": "my-train:fit"}, "trainFunction", "must be module:function"),
-    ({"jobName": "Exp_1"}, "jobName", "DNS-1035 label of at most 43"),
-    ({"jobName": "e" * 44}, "jobName", "DNS-1035 label of at most 43"),
+    ({"jobName": "Exp_1"}, "jobName", "must be a DNS-1035 label (lowercase letters, digits and '-'"),
+    ({"jobName": "e" * 44}, "jobName", "must be at most 43 characters, not 44"),
     ({"jobName": "exp-tcp"}, "jobName", "must not end with -tcp"),
     ({"trainConfig": "[1, 2]"}, "trainConfig", "must be a JSON object"),
     ({"trainConfig": "{lr: 1}"}, "trainConfig", "must be a JSON object (Expecting property name"),

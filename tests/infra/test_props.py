@@ -248,3 +248,73 @@ def test_a_job_in_a_region_without_an_az_table_takes_the_zone_from_the_clusters_
     assert job.settings.gpu_availability_zone == "eu-south-1b"  # the VPC's first private subnet's
     assert job.settings.vpc_availability_zones == ("eu-south-1b", "eu-south-1a")
     assert job.settings.cluster.cluster_name == "platform"
+
+
+# -- props checked as their settings are: one function per value, and their types at the boundary -----------------
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, public_access_cidrs=["10.0.0.0/33"]), ValueError,
+     r"RayEksCluster public_access_cidrs must be IPv4 CIDRs like 203\.0\.113\.0/24, got '10\.0\.0\.0/33'"),
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, public_access_cidrs=["10.0.0.1/24"]), ValueError,
+     r"RayEksCluster public_access_cidrs must be a network address with its host bits zero: 10\.0\.0\.0/24"),
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, admin_principal_arns=["alice"]), ValueError,
+     r"RayEksCluster admin_principal_arns must be IAM role or user ARNs like .*, got 'alice'"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, capacity_reservation_id="res-123"), ValueError,
+     r"EfaGpuNodegroup capacity_reservation_id must be 'cr-' and 17 hex digits, like cr-0123456789abcdef0, "
+     r"got 'res-123'"),
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, public_access_cidrs="10.0.0.0/16"), TypeError,
+     r"RayEksCluster public_access_cidrs must be a list of strings, got '10\.0\.0\.0/16' \(str\)"),
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, admin_principal_arns="arn:aws:iam::111122223333:role/Admin"),
+     TypeError, r"RayEksCluster admin_principal_arns must be a list of strings, got 'arn:aws:iam::"),
+    (lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count="2"), TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+     r"EfaGpuNodegroup node_count must be a whole number, got '2' \(str\)"),
+    (lambda s, v, c: RayEksCluster(s, "X", vpc=v, system_node_count=1.0), TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+     r"RayEksCluster system_node_count must be a whole number, got 1\.0 \(float\)"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, train_config='{"lr": 1}'), TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+     r"RayTrainingJob train_config must be a mapping \(dict\) of your parameters, got '\{\"lr\": 1\}' \(str\)"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, train_config={"lr": {1, 2}}), ValueError,
+     r"RayTrainingJob train_config: must be a JSON object"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, job_name=7), TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+     r"RayTrainingJob job_name must be a string, got 7 \(int\)"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, job_name="Exp_1"), ValueError,
+     r"RayTrainingJob job_name: must be a DNS-1035 label \(lowercase letters, digits and '-', starting with a letter "
+     r"and ending with a letter or digit\), got 'Exp_1'"),
+    (lambda s, v, c: RayTrainingJob(s, "X", cluster=c, job_name="e" * 44), ValueError,
+     r"RayTrainingJob job_name: must be at most 43 characters, not 44"),
+], ids=["cidr-prefix", "cidr-host-bits", "admin-arn", "reservation", "cidrs-str", "arns-str", "node-count-str",
+        "system-node-count-float", "train-config-str", "train-config-not-json", "job-name-int", "job-name-characters",
+        "job-name-length"])
+def test_props_are_checked_as_their_settings_are_naming_the_prop(build, error, message):
+    stack = _stack()
+    vpc, cluster = _imported(stack)
+    with pytest.raises(error, match=message):
+        build(stack, vpc, cluster)
+    assert _children(stack, "X") == []
+
+
+def test_the_prop_checks_are_the_settings_own():
+    # the same values, as settings, are refused by the same functions' words
+    for context, words in (({"publicAccessCidrs": ["10.0.0.0/33"]}, "must be IPv4 CIDRs like 203.0.113.0/24"),
+                           ({"adminPrincipalArns": ["alice"]}, "must be IAM role or user ARNs like"),
+                           ({"capacityReservationId": "res-123"}, "must be 'cr-' and 17 hex digits"),
+                           ({"jobName": "Exp_1"}, "must be a DNS-1035 label (lowercase letters")):
+        with pytest.raises(SettingsError, match=re.escape(words)):
+            Settings.from_context(context)
+
+
+def test_a_second_job_of_one_name_in_one_namespace_is_refused_naming_job_name():
+    # GIVEN a job on the cluster
+    stack = _stack()
+    vpc, _ = _imported(stack)
+    cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
+                             kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
+    RayTrainingJob(stack, "First", cluster=cluster)
+    # WHEN a second one gets the same RayJob name in the same namespace (the default jobName), THEN synth refuses it
+    with pytest.raises(ValueError, match=r"RayTrainingJob job_name \(the settings' jobName\) must differ from every "
+                                         r"other job's in namespace ray of Platform/Research/Cluster: Platform/First runs "
+                                         r"RayJob train-efa there already, got 'train-efa'"):
+        RayTrainingJob(stack, "X", cluster=cluster)
+    assert _children(stack, "X") == []
+    # AND another name, or the same name in another namespace, is fine
+    RayTrainingJob(stack, "Second", cluster=cluster, job_name="second")
+    RayTrainingJob(stack, "Third", cluster=cluster, settings=Settings.from_context({"namespace": "research"}))
