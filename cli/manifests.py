@@ -4,7 +4,8 @@ The output folder must be a folder of its own: new, empty, or one an earlier run
 .ray-efa-output.json, lists the files). With codeDir, the code ships in a ConfigMap beside the job; code too large or
 binary for one ships as a zip under an s3:// storagePath: written into the folder as code-<hash>.zip, with the
 `aws s3 cp` line that puts it where the pods fetch it (nothing here talks to AWS). Without an s3:// storagePath such
-code is exit 2, naming codeDir and storagePath. Exit 0 written, 1 the manifests cannot be built, 2 bad settings, code
+code is exit 2, naming codeDir and storagePath; so is a multi-node job without storagePath, whose RayJobs would refuse
+to train, unless --allow-no-storage. Exit 0 written, 1 the manifests cannot be built, 2 bad settings, code
 that cannot ship, or an output folder that may not be written (nothing is written then).
 """
 
@@ -34,6 +35,8 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
     p.add_argument("--out", type=Path, default=Path("dist"),
                    help="output folder: new, empty, or written by ray-efa before; only its own files are replaced "
                    "(default: dist)")
+    p.add_argument("--allow-no-storage", action="store_true",
+                   help="write the jobs of a multi-node run without storagePath (they refuse to train until it is set)")
     add_context_option(p)
     add_json_option(p)
     p.set_defaults(run=run)
@@ -49,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     except OutputDirError as error:
         return fail(args, "manifests", str(error))
 
+    from ray_efa.core.settings import shared_storage_problem
+
+    storage = shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
+                                     settings.cluster_stack_name)
+    if storage is not None and not args.allow_no_storage:  # jobs that would refuse to train, minutes after apply
+        return fail(args, "manifests", f"storagePath {storage.message}; or --allow-no-storage to write them anyway")
     archive, problem = kubectl_code_route(settings)
     if problem is not None:
         return fail(args, "manifests", problem)

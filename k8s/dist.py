@@ -7,7 +7,7 @@ from pathlib import Path
 import cdk8s
 
 from ray_efa.core.output_dir import check_output_dir, publish
-from ray_efa.core.settings import Settings
+from ray_efa.core.settings import Settings, shared_storage_problem
 from ray_efa.k8s.code_archive import CodeArchive
 from ray_efa.k8s.workload import build_manifests
 
@@ -39,12 +39,11 @@ def write_manifests(settings: Settings, out: Path, *, code_archive: CodeArchive 
 
 
 def storage_warning(settings: Settings) -> str | None:
-    """Why the RayJobs of these settings would refuse to train, if they would: a multi-node run without storagePath."""
-    if settings.workload.storage_path is None and settings.nodes.gpu_node_count > 1:
-        return (
-            f"storagePath is unset, so the RayJobs will refuse to train on {settings.nodes.gpu_node_count} nodes (their "
-            "checkpoints need storage every node shares). The cluster stack creates a bucket: pass its output, "
-            f"-c storagePath=$(aws cloudformation describe-stacks --stack-name {settings.cluster_stack_name} "
-            "--query \"Stacks[0].Outputs[?OutputKey=='CheckpointStoragePath'].OutputValue\" --output text)"
-        )
-    return None
+    """Why the RayJobs of these settings would refuse to train, if they would: a multi-node run without storagePath
+    (core.settings.shared_storage_problem, the driver's own check)."""
+    problem = shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
+                                     settings.cluster_stack_name)
+    if problem is None:
+        return None
+    return (f"storagePath is unset, so the RayJobs will refuse to train on {settings.nodes.gpu_node_count} nodes: "
+            f"storagePath {problem.message}")

@@ -32,7 +32,7 @@ import ray_efa
 from ray_efa.core import catalog, strategy
 from ray_efa.core.model_source import model_label
 from ray_efa.core.pod_env import JOB_POLL_INTERVAL_S, POLL_INTERVAL_ENV
-from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError
+from ray_efa.core.settings import DEFAULT_JOB_NAME, Problem, Settings, SettingsError, shared_storage_problem
 from ray_efa.core.user_code import check_user_code, missing_imports, split_function
 from ray_efa.training.local import LOCAL_WORKERS, local_settings
 from ray_efa.training.run_folder import (
@@ -80,15 +80,9 @@ def check_plan(settings: Settings, *, local: bool) -> None:
     if local:
         return  # CPU workers: no GPU memory to plan, and one machine shares ~/ray_results
     problems: list[Problem] = pod_path_problems(settings)
-    if settings.nodes.gpu_node_count > 1 and settings.workload.storage_path is None:
-        problems.append(Problem(
-            "storagePath", None,
-            f"must be s3://... or a shared filesystem when gpuNodeCount is {settings.nodes.gpu_node_count}: every node's "
-            "workers write checkpoint shards into it, and a restart may land on other nodes. The cluster stack made a "
-            f"bucket for it: its output CheckpointStoragePath (aws cloudformation describe-stacks --stack-name "
-            f"{settings.cluster_stack_name} --query \"Stacks[0].Outputs[?OutputKey=='CheckpointStoragePath']"
-            ".OutputValue\" --output text), passed as -c storagePath=...",
-        ))
+    if (storage := shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
+                                          settings.cluster_stack_name)) is not None:
+        problems.append(storage)
     try:
         strategy.check_fits(settings)
     except SettingsError as error:

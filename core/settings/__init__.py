@@ -73,7 +73,7 @@ from ray_efa.core.settings.framework import choices_of as _choices_of
 from ray_efa.core.settings.framework import parse_context_value as _parse
 from ray_efa.core.settings.framework import rule_problems as _rule_problems
 from ray_efa.core.settings.framework import setting
-from ray_efa.core.settings.rules import dra_kubernetes_problem
+from ray_efa.core.settings.rules import dra_kubernetes_problem, shared_storage_problem
 from ray_efa.core.settings.sections import (
     SECTIONS,
     AddonSettings,
@@ -103,6 +103,7 @@ __all__ = [
     "TRAIN_CONFIG_RESERVED",
     "described_gpu_instances",
     "dra_kubernetes_problem",
+    "shared_storage_problem",
     "cidr_problem",
     "admin_arn_problem",
     "capacity_reservation_problem",

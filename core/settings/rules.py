@@ -248,3 +248,17 @@ def _dra_needs_its_kubernetes(allocation: str, kubernetes_version: str) -> Probl
     problem = dra_kubernetes_problem(kubernetes_version) if allocation == "dra" else None
     return Problem("deviceAllocation", allocation, problem) if problem else None
 
+
+
+def shared_storage_problem(gpu_node_count: int, storage_path: str | None, stack_name: str) -> Problem | None:
+    """storagePath for a job on gpuNodeCount nodes: a job on more than one node without it refuses to train (every
+    node's workers write checkpoint shards into it, and a restart may land on other nodes). Not a rule of the
+    settings (`plan` shows such settings): what produces or runs a job asks it (the driver, `ray-efa manifests`)."""
+    if gpu_node_count <= 1 or storage_path is not None:
+        return None
+    return Problem("storagePath", None, (
+        f"must be s3://... or a shared filesystem when gpuNodeCount is {gpu_node_count}: every node's workers write "
+        "checkpoint shards into it, and a restart may land on other nodes. The cluster stack made a bucket for it: "
+        f"its output CheckpointStoragePath (aws cloudformation describe-stacks --stack-name {stack_name} --query "
+        "\"Stacks[0].Outputs[?OutputKey=='CheckpointStoragePath'].OutputValue\" --output text), passed as "
+        "-c storagePath=..."))

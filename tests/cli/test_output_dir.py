@@ -69,7 +69,7 @@ def test_manifests_refuses_the_repository_and_its_source_folders(relative, tmp_p
 def test_new_folders_are_0755_whatever_the_umask(tmp_path):
     old = os.umask(0o077)
     try:
-        assert run_cli("manifests", "--out", str(tmp_path / "a" / "dist")) == 0
+        assert run_cli("manifests", "--allow-no-storage", "--out", str(tmp_path / "a" / "dist")) == 0
     finally:
         os.umask(old)
     for folder in (tmp_path / "a", tmp_path / "a" / "dist"):
@@ -79,8 +79,8 @@ def test_new_folders_are_0755_whatever_the_umask(tmp_path):
 
 def test_a_second_run_replaces_its_own_files_and_refuses_a_file_added_since(tmp_path, capsys):
     out = tmp_path / "dist"
-    assert run_cli("manifests", "--out", str(out)) == 0
-    assert run_cli("manifests", "--out", str(out), "-c", "gpuNodeCount=3") == 0  # its own files: replaced
+    assert run_cli("manifests", "--allow-no-storage", "--out", str(out)) == 0
+    assert run_cli("manifests", "--allow-no-storage", "--out", str(out), "-c", "gpuNodeCount=3") == 0  # its own files: replaced
     assert "replicas: 3" in (out / "0001-raycluster.yaml").read_text()
     (out / "kustomization.yaml").write_text("resources: []\n")
     capsys.readouterr()
@@ -91,7 +91,7 @@ def test_a_second_run_replaces_its_own_files_and_refuses_a_file_added_since(tmp_
 
 def test_an_empty_existing_folder_is_fine_and_a_file_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert run_cli("manifests", "--out", str(tmp_path / "empty")) == 0
+    assert run_cli("manifests", "--allow-no-storage", "--out", str(tmp_path / "empty")) == 0
     (tmp_path / "afile").write_text("x")
     assert run_cli("manifests", "--out", str(tmp_path / "afile")) == 2
     assert "it is a file" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "x"

@@ -64,7 +64,7 @@ def write_manifests(out: Path, *context: str) -> list[Path]:
     it wrote, in apply order."""
     from ray_efa.cli import main
 
-    argv = ["manifests", "--out", str(out)]
+    argv = ["manifests", "--allow-no-storage", "--out", str(out)]
     for item in context:
         argv += ["-c", item]
     code = main(argv)

@@ -21,7 +21,7 @@ def _run(*argv: str) -> int:
     """Run the subcommand through its own parser, as `ray-efa manifests ...` does."""
     parser = argparse.ArgumentParser(prog="ray-efa")
     manifests.register(parser.add_subparsers().add_parser, "manifests")
-    args = parser.parse_args(["manifests", *argv])
+    args = parser.parse_args(["manifests", "--allow-no-storage", *argv])  # the storage rule: its own test below
     return args.run(args)
 
 
@@ -166,3 +166,20 @@ def test_scaled_to_zero_writes_no_job_and_says_how_to_come_back(tmp_path, capsys
     err = capsys.readouterr().err
     assert "gpuNodeCount: is 0: the GPU node group is scaled to zero" in err and "-c gpuNodeCount=2" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_multi_node_job_without_storage_path_is_refused_unless_allowed(tmp_path, capsys):
+    # GIVEN the default 2 GPU nodes and no storagePath: RayJobs that would refuse to train, minutes after apply
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    manifests.register(parser.add_subparsers().add_parser, "manifests")
+    args = parser.parse_args(["manifests", "--out", str(tmp_path / "dist")])
+    # WHEN `ray-efa manifests` runs THEN exit 2 naming storagePath, the bucket's output and the way past, nothing written
+    assert args.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ray-efa manifests: storagePath must be s3://... or a shared filesystem when gpuNodeCount is 2")
+    assert "CheckpointStoragePath" in err and "or --allow-no-storage to write them anyway" in err
+    assert not (tmp_path / "dist").exists()
+    # AND one node, or a storagePath, writes them
+    for context in ("gpuNodeCount=1", "storagePath=s3://research-checkpoints/runs"):
+        args = parser.parse_args(["manifests", "--out", str(tmp_path / context.split("=")[0]), "-c", context])
+        assert args.run(args) == 0

@@ -149,7 +149,7 @@ def _manifests_cli(*argv: str) -> int:
 
     parser = argparse.ArgumentParser(prog="ray-efa")
     manifests.register(parser.add_subparsers().add_parser, "manifests")
-    args = parser.parse_args(["manifests", *argv])
+    args = parser.parse_args(["manifests", "--allow-no-storage", *argv])
     try:
         return args.run(args)
     except SystemExit as exit_:  # resolve_or_exit: bad settings
