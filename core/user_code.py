@@ -193,7 +193,8 @@ def missing_imports(code: UserCode) -> list[Problem]:
     where = f"codeDir {code.code_dir}" if code.code_dir is not None else "codeDir (unset)"
     return [Problem("trainFunction", f"{code.module}:{code.function}", (
         f"must name a module whose imports are there: {code.source} ({'; '.join(missing)}) imports a package that is "
-        f"neither in {where} nor installed on this machine; install it, or put it in codeDir"))]
+        f"neither in {where} nor installed on this machine; install it here (pip install; on the cluster, the setting "
+        f"pipPackages installs it in the containers), or put it in codeDir"))]
 
 
 def code_files(code_dir: Path) -> list[tuple[str, Path]]:

@@ -156,8 +156,10 @@ class DashboardForward:
     cannot forward to is an error before the URL is printed."""
 
     def __init__(self, api_client: Any, target: DashboardTarget, token: str | None, *, port: int = 0):
-        self.api_client, self.target, self.token = api_client, target, token
-        self.listener = socket.create_server(("127.0.0.1", port))
+        self.api_client: Any = api_client
+        self.target: DashboardTarget = target
+        self.token: str | None = token
+        self.listener: socket.socket = socket.create_server(("127.0.0.1", port))
         self.port: int = self.listener.getsockname()[1]
         self._lock = threading.Lock()  # kubernetes.stream swaps the client's request method while it connects
         self._closed = threading.Event()

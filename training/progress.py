@@ -40,7 +40,7 @@ class ReportLines(UserCallback):
     driver's output."""
 
     def __init__(self) -> None:
-        self.reports = 0
+        self.reports: int = 0
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         self.reports += 1

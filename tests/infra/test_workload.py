@@ -42,6 +42,13 @@ def manifests(template) -> dict[str, dict]:
     return template.find_resources(KUBERNETES_RESOURCE)
 
 
+def job_manifests(template) -> dict[str, dict]:
+    """manifests(), less the job guard's own RBAC (the guard stays with or without a job: `submit` runs them too)."""
+    return {logical_id: resource for logical_id, resource in manifests(template).items()
+            if not any(o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "job-guard"
+                       for o in manifest_objects(resource))}
+
+
 def find(template, kind: str, name: str | None = None) -> tuple[str, dict, dict]:
     for logical_id, resource in manifests(template).items():
         for obj in manifest_objects(resource):
@@ -143,7 +150,8 @@ def test_own_storage_path_needs_no_bucket():
 
 def test_training_job_can_be_left_out():
     synth = synthesize(trainingJob="false")
-    assert manifests(synth.gpu) == {}
+    assert job_manifests(synth.gpu) == {}
+    assert job_manifests(synth.gpu) != manifests(synth.gpu)  # the guard's RBAC stays
     assert "TrainingJobWatchCommand" not in synth.gpu.to_json()["Outputs"]
     find(synth.cluster, "Namespace")
 
@@ -181,7 +189,7 @@ def test_every_manifest_update_fits_the_custom_resource_payload_limit(synthesize
 def test_the_rerun_path_applies_the_job_the_stack_applied(default_synth):
     # GIVEN the GPU stack's job objects, and what `ray-efa manifests` writes for the same settings and storagePath
     deployed = {}
-    for resource in manifests(default_synth.gpu).values():
+    for resource in job_manifests(default_synth.gpu).values():
         (obj,) = manifest_objects(resource)
         obj["metadata"]["labels"] = {k: v for k, v in obj["metadata"]["labels"].items() if not k.startswith(PRUNE_LABEL_PREFIX)}
         deployed[(obj["kind"], obj["metadata"]["name"])] = obj
