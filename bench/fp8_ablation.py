@@ -61,8 +61,8 @@ def main() -> None:
             torch._dynamo.reset()
             counters.clear()
             # parallelize's module filter asks training.parallelize.converts_to_fp8 (core.fp8's rule)
-            setattr(par, "converts_to_fp8",  # noqa: B010
-                    (lambda k, n: k % 16 == 0 and n % 16 == 0) if cell == "all-linears" else converts_to_fp8)
+            rule = (lambda k, n: k % 16 == 0 and n % 16 == 0) if cell == "all-linears" else converts_to_fp8
+            setattr(par, "converts_to_fp8", rule)  # noqa: B010
             model = build_model(preset, seed=0, device=device, loss_chunk_size=1024)
             model = par.parallelize(model, par.ParallelPlan(compile=True, fp8=cell != "bf16",
                                                             mixed_precision=par.mixed_precision_policy(device)))

@@ -200,8 +200,11 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     core: Any = client.CoreV1Api(api)
     networking: Any = client.NetworkingV1Api(api)
     batch: Any = client.BatchV1Api(api)
-    mine = lambda: sorted(c.metadata.name for c in core.list_namespaced_config_map("ray").items  # noqa: E731
-                          if c.metadata.name.startswith(f"{JOB}-"))
+
+    def mine() -> list[str]:
+        return sorted(c.metadata.name for c in core.list_namespaced_config_map("ray").items
+                      if c.metadata.name.startswith(f"{JOB}-"))
+
     assert f"{JOB}-settings" in mine()
     # WHEN the clean-up line's command runs (the RayJob alone is deleted)
     client.CustomObjectsApi(api).delete_namespaced_custom_object("ray.io", "v1", "ray", "rayjobs", JOB)
