@@ -79,8 +79,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="fp8-cast-every-micro-batch-when-held", file="training/parallelize.py",
-        old="else hold or _shard_ranks(plan) > 1)",
-        new="else _shard_ranks(plan) > 1)",
+        old="else hold or _shard_ranks(plan) > 1",
+        new="else _shard_ranks(plan) > 1",
         tests=("tests/training/test_fp8.py", "-k", "one_rank or hsdp"),
         why="one GPU holds the gathered model for the step but casts its fp8 weights again in every micro-batch's "
             "forward (0.5% of the default step on an H100)",
@@ -115,8 +115,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="phi3-qkv-one-kv-wide", file="core/models.py",
-        old='return (("qkv_proj", d, q + 2 * kv, False)',
-        new='return (("qkv_proj", d, q + kv, False)',
+        old='("qkv_proj", d, q + 2 * kv, False)',
+        new='("qkv_proj", d, q + kv, False)',
         tests=("tests/core/test_models_meta.py", "-k", "phi"),
         why="Phi-3's fused qkv_proj counted one key/value width short of what transformers builds",
     ),
@@ -164,8 +164,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="fp8-over-the-whole-model", file="training/parallelize.py",
-        old="model.layers, config=config,",
-        new="model, config=config,",
+        old="convert_to_float8_training(\n        model.layers,",
+        new="convert_to_float8_training(\n        model,",
         tests=("tests/training/test_fp8.py", "-k", "converts_the_decoder_layer"),
         why="fp8 converts the output projection too, not only the decoder layers' linears",
     ),
