@@ -1,10 +1,12 @@
 """The side-by-side of bench/titan_side_by_side.sh: torchtitan's arguments from the project's plan, and the table.
 
-    python3 titan_compare.py args PLAN_JSON VARIANT STEPS [MICRO]  torchtitan's command-line arguments, one per line
+    python3 titan_compare.py args PLAN_JSON VARIANT STEPS [MICRO [MODEL]]  torchtitan's command-line arguments, one per line
     python3 titan_compare.py report OUT_DIR                   parse the runs' logs, print the table, write compare.json
 
 VARIANT: fp8 (torchtitan's float8 converter, tensorwise, on every block linear) or bf16; with "-amp" (fp8-amp,
-bf16-amp) the script runs torchtitan's own one-GPU path (TITAN_ONE_GPU_FSDP=0) with the same arguments. The batch shape
+bf16-amp) the script runs torchtitan's own one-GPU path (TITAN_ONE_GPU_FSDP=0) with the same arguments. MICRO 0 or
+empty: the plan's micro-batch. MODEL: bench/titan_train.py's spec and flavor, qwen2_5_shape:1.5B (the default) or
+llama3_shape:1B (torchtitan's own Llama 3 model, for a plan of bench/configs/llama-3.2-1b-untied/config.json). The batch shape
 (micro batch x sequence x accumulation), activation checkpointing and compile come from `ray-efa plan --json`, so
 torchtitan runs the shape the project's default job runs.
 
@@ -38,7 +40,8 @@ MODEL = "qwen2.5-1.5b"
 GPU = "H200"
 
 
-def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -> list[str]:
+def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None,
+               model: str = "qwen2_5_shape:1.5B") -> list[str]:
     """torchtitan's command line for the plan's batch shape, compile and checkpointing; `variant` picks the precision.
 
     micro: torchtitan's micro-batch where the plan's does not fit it (its full logits): the same global batch, more
@@ -55,8 +58,11 @@ def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -
     micro = micro or d["micro_batch"]
     if global_sequences % (micro * d["world_size"]):
         raise SystemExit(f"micro {micro} does not divide the plan's global batch of {global_sequences} sequences")
+    spec, _, flavor = model.partition(":")
+    if spec not in ("qwen2_5_shape", "llama3_shape") or not flavor:
+        raise SystemExit(f"model must be qwen2_5_shape:FLAVOR or llama3_shape:FLAVOR, got {model!r}")
     args = [
-        "--model.name", "qwen2_5_shape", "--model.flavor", "1.5B",
+        "--model.name", spec, "--model.flavor", flavor,
         "--training.local_batch_size", str(micro),
         "--training.global_batch_size", str(global_sequences),
         "--training.seq_len", str(seq),
@@ -68,7 +74,7 @@ def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -
         "--optimizer.weight_decay", str(settings["weightDecay"]),
         "--lr_scheduler.warmup_steps", str(min(settings["warmupSteps"], max(steps - 1, 0))),
         "--lr_scheduler.decay_type", "cosine", "--lr_scheduler.min_lr_factor", "0.1",
-        "--activation_checkpoint.mode", "full" if d["activation_checkpointing"] else "none",
+        *checkpointing_args(d["activation_checkpointing"]),
         "--metrics.log_freq", "1",
         "--checkpoint.no-enable",
         "--job.dump_folder", f"/tmp/titan-{variant}",
@@ -83,6 +89,18 @@ def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None) -
     if precision == "fp8":
         args += ["--model.converters", "quantize.linear.float8", "--quantize.linear.float8.filter_fqns", "output"]
     return args
+
+
+def checkpointing_args(mode: bool | str) -> list[str]:
+    """torchtitan's activation checkpointing for the plan's: false/true (a plan of the auto setting: none or full) or
+    the setting's mode (none, selective: torchtitan's per-op selective, full)."""
+    if mode in (False, "none"):
+        return ["--activation_checkpoint.mode", "none"]
+    if mode in (True, "full"):
+        return ["--activation_checkpoint.mode", "full"]
+    if mode == "selective":
+        return ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"]
+    raise SystemExit(f"the plan's activation_checkpointing {mode!r} is not none, selective or full")
 
 
 def titan_steps(text: str) -> list[dict]:
@@ -245,9 +263,11 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) in (4, 5) and argv[0] == "args":
+    if len(argv) in (4, 5, 6) and argv[0] == "args":
         plan = json.loads(Path(argv[1]).read_text())
-        print("\n".join(titan_args(plan, argv[2], int(argv[3]), int(argv[4]) if len(argv) == 5 else None)))
+        micro = int(argv[4]) if len(argv) >= 5 and argv[4] not in ("", "0") else None
+        model = argv[5] if len(argv) == 6 and argv[5] else "qwen2_5_shape:1.5B"
+        print("\n".join(titan_args(plan, argv[2], int(argv[3]), micro, model)))
     elif len(argv) == 2 and argv[0] == "report":
         report(Path(argv[1]))
     else:

@@ -12,6 +12,9 @@
 # take ~9 s a step, and 3 runs a side of 20 steady steps would not fit the session's device time; the optimizer's share
 # of a step is ~1% at 65,536 tokens, the same for both sides), the project's learning-rate schedule, a progress line every
 # step. torchtitan runs the same plan.json: micro-batch, global batch, checkpointing (bench/titan_compare.py).
+# MODEL_CONFIG=<config.json> (a path on the device machine; bench/configs/llama-3.2-1b-untied/config.json for issue 57):
+# the project side trains that architecture (-c modelConfig=, in the plan too) and torchtitan runs TITAN_MODEL
+# (bench/titan_compare.py's MODEL, llama3_shape:1B for it) from the same initial weights; unset: Qwen2.5-1.5B both sides.
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
 # CAP_TOTAL_MIB=81559 on a larger card (an H200) holds the memory above an H100's for the whole call, both sides.
 # Before the call, here: bench/titan_carry.sh fills .whl/; after the install line of ../shared/device/README.md.
@@ -23,16 +26,22 @@ STEPS=${STEPS:-21}
 BUDGET=${BUDGET:-570}  # s: no run starts with less than 80 s of it left; each is cut 10 s before it ends
 HERE=$(cd "$(dirname "$0")" && pwd)
 export PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-RAW=/tmp/raw
+RAW=${RAW:-/tmp/raw}
+MODEL_ROW=()
+if [ -n "${MODEL_CONFIG:-}" ]; then
+    MODEL_CONFIG=$(realpath "$MODEL_CONFIG") || exit 2
+    MODEL_ROW=(-c modelConfig="$MODEL_CONFIG")
+fi
+TITAN_MODEL=${TITAN_MODEL:-qwen2_5_shape:1.5B}
 mkdir -p /tmp/titan-bench "$RAW" && cp "$HERE/titan_train.py" "$HERE/titan_compare.py" /tmp/titan-bench/
 cd /tmp  # never from a checkout: its ray_efa/ would shadow the installed wheel
 if [ -z "${MICRO:-}" ]; then
-    MICRO=$(python3 -m ray_efa.cli plan --json -c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 \
+    MICRO=$(python3 -m ray_efa.cli plan --json -c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 "${MODEL_ROW[@]}" \
         | python3 -c "import json, sys; print(json.load(sys.stdin)['deployment']['micro_batch'])") || exit 1
 fi
 ACCUM=${ACCUM:-$((32 / MICRO > 0 ? 32 / MICRO : 1))}
 ROW=(-c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 -c checkpointEvery=0 -c gradAccumulation="$ACCUM"
-     -c microBatch="$MICRO" -c steps="$STEPS" -c reportEvery=1)
+     -c microBatch="$MICRO" -c steps="$STEPS" -c reportEvery=1 "${MODEL_ROW[@]}")
 echo "micro-batch $MICRO x 2048, $ACCUM a step, $STEPS steps"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$RAW/gpu.txt"
 python3 -c "import torch, torchao, ray, importlib.metadata as m; print('torch', torch.__version__, 'torchao', \
@@ -71,8 +80,9 @@ for spec in "$@"; do
         rm -rf ~/ray_results/"$name"/checkpoint_*  # a final checkpoint of the 1.5B model is 19 GB
         ;;
     titan)
-        mapfile -t args < <(python3 /tmp/titan-bench/titan_compare.py args "$RAW/plan.json" "$a" "$STEPS" ${b:+"$b"})
-        (cd /tmp/titan-bench && TITAN_INIT_SEED=$SEED TITAN_ONE_GPU_FSDP=1 timeout -k 10 $((left - 10)) \
+        mapfile -t args < <(python3 /tmp/titan-bench/titan_compare.py args "$RAW/plan.json" "$a" "$STEPS" "${b:-0}" \
+            "$TITAN_MODEL")
+        (cd /tmp/titan-bench && TITAN_INIT_SEED=$SEED TITAN_PROJECT_CONFIG=${MODEL_CONFIG:-} TITAN_ONE_GPU_FSDP=1 timeout -k 10 $((left - 10)) \
             python3 -m torch.distributed.run --standalone --nproc-per-node 1 titan_train.py "${args[@]}") \
             > "$RAW/$name.log" 2>&1
         rc=$?

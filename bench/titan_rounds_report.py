@@ -1,6 +1,10 @@
 """The side-by-side table of bench/titan_rounds.sh runs, here, from their unpacked raw/ folders.
 
-    python bench/titan_rounds_report.py OUT.jsonl RAW_DIR [RAW_DIR ...]
+    python bench/titan_rounds_report.py [--model-config CONFIG_JSON] OUT.jsonl RAW_DIR [RAW_DIR ...]
+
+--model-config: the config.json both sides trained (the rounds' MODEL_CONFIG, e.g.
+bench/configs/llama-3.2-1b-untied/config.json): its FLOPs per token, and the result line names torchtitan's llama3;
+without it, Qwen2.5-1.5B.
 
 Each run's tokens/s per GPU is over its steps after the first (the first compiles), the harmonic mean of the steps'
 rates (equal tokens per step): the project's from its per-step progress lines, torchtitan's from its own step lines.
@@ -23,10 +27,13 @@ from titan_compare import project_steps, steady_tps, titan_steps  # noqa: E402
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16 (core.catalog)
 
 
-def _causal_flops(seq_len: int) -> float:
+def _causal_flops(seq_len: int, model_config: Path | None = None) -> float:
     from ray_efa.core import models, perf
 
-    return perf.flops_per_token_causal(models.model_preset("qwen2.5-1.5b"), seq_len)
+    if model_config is None:
+        return perf.flops_per_token_causal(models.model_preset("qwen2.5-1.5b"), seq_len)
+    preset = models.preset_from_config(model_config.parent.name, json.loads(model_config.read_text()))
+    return perf.flops_per_token_causal(preset, seq_len)
 
 
 def runs(raw: Path) -> list[dict]:
@@ -56,10 +63,14 @@ def runs(raw: Path) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
+    model_config = None
+    if argv[:1] == ["--model-config"]:
+        model_config, argv = Path(argv[1]), argv[2:]
     target, folders = Path(argv[0]), [Path(a) for a in argv[1:]]
     plan = json.loads((folders[0] / "plan.json").read_text())
     seq = plan["deployment"]["seq_len"]
-    causal = _causal_flops(seq)
+    causal = _causal_flops(seq, model_config)
+    name = "llama3 fp8" if model_config is not None else "fp8"
     all_runs = [run for folder in folders for run in runs(folder)]
     for run in all_runs:
         t = run["tokens_per_s_per_gpu"]
@@ -88,7 +99,7 @@ def main(argv: list[str]) -> None:
         for kind, side in sides.items():
             f.write(json.dumps({"record": "side", "side": kind, **side}) + "\n")
         f.write(json.dumps({"record": "ratio", "project_over_titan_fp8": ratio,
-                            "line": line(ratio, sides)}) + "\n")
+                            "causal_flops_per_token": causal, "line": line(ratio, sides, name)}) + "\n")
         f.write(json.dumps({"record": "loss_curves", **curves}) + "\n")
         for folder in folders:  # what ran, and where: each call's card and versions, and the shape both sides ran
             machine = (folder / "gpu.txt").read_text().splitlines() if (folder / "gpu.txt").exists() else []
@@ -106,18 +117,18 @@ def main(argv: list[str]) -> None:
     for kind, side in sides.items():
         print(f"{kind}: median {side['median']:,.0f} tokens/s (min {side['min']:,.0f}, max {side['max']:,.0f}), "
               f"{side['runs']} runs, MFU causal {side['median_mfu_causal_pct']:.1f}%")
-    print(line(ratio, sides))
+    print(line(ratio, sides, name))
     both = sorted(set(curves["project"]) & set(curves["titan"]))
     print("loss per step (mean over runs), project / torchtitan: "
           + ", ".join(f"{s}: {curves['project'][s]:.4f}/{curves['titan'][s]:.4f}" for s in both))
 
 
-def line(ratio: float | None, sides: dict) -> str:
+def line(ratio: float | None, sides: dict, name: str = "fp8") -> str:
     if ratio is None:
-        return "project / torchtitan fp8: - (a side has no run of 20 steady steps)"
+        return f"project / torchtitan {name}: - (a side has no run of 20 steady steps)"
     n = min(side["runs"] for side in sides.values())
     m = min(side["min_steady_steps"] for side in sides.values())
-    return f"project / torchtitan fp8: {ratio:.2f}x (median of {n} runs a side, {m} steady steps each)"
+    return f"project / torchtitan {name}: {ratio:.2f}x (median of {n} runs a side, {m} steady steps each)"
 
 
 if __name__ == "__main__":
