@@ -308,9 +308,10 @@ def check_llama(config_path: str) -> None:
     import dataclasses
     import json
 
+    from torchtitan.models.llama3.model.model import Transformer
+
     from ray_efa.core.models import preset_from_config
     from ray_efa.training.model import build_model
-    from torchtitan.models.llama3.model.model import Transformer
 
     args = dataclasses.replace(LLAMA_MODEL_ARGS["tiny"], max_seq_len=64)
     with open(config_path) as f:
