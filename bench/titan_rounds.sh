@@ -15,10 +15,14 @@
 # MODEL_CONFIG=<config.json> (a path on the device machine; bench/configs/llama-3.2-1b-untied/config.json for issue 57):
 # the project side trains that architecture (-c modelConfig=, in the plan too) and torchtitan runs TITAN_MODEL
 # (bench/titan_compare.py's MODEL, llama3_shape:1B for it) from the same initial weights; unset: Qwen2.5-1.5B both sides.
+# TITAN_MICRO=<n>: torchtitan's micro-batch for titan specs that name none (default: the plan's); TITAN_OOM_MICRO=<n>:
+# where a torchtitan run runs out of memory (its full logits), it runs again at that micro-batch, the same global
+# batch, as NAME-m<n>, and so do the titan runs after it.
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as on the pods (core.pod_env).
 # CAP_TOTAL_MIB=81559 on a larger card (an H200) holds the memory above an H100's for the whole call, both sides.
 # Before the call, here: bench/titan_carry.sh fills .whl/; after the install line of ../shared/device/README.md.
-# Writes $OUT/raw.tar.gz (raw/: plan.json, gpu.txt, runs.txt, NAME.log, NAME.summary.json, NAME.metrics.jsonl) and
+# Writes $OUT/raw.tar.gz after every run (raw/: plan.json, gpu.txt, runs.txt, NAME.log, NAME.summary.json,
+# NAME.metrics.jsonl), so a call cut at its limit still brings back the runs it finished, and
 # prints one line per run; bench/titan_rounds_report.py makes the table from the unpacked raw/ folders.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
@@ -44,9 +48,10 @@ ROW=(-c gpuInstanceType=p5.4xlarge -c gpuNodeCount=1 -c checkpointEvery=0 -c gra
      -c microBatch="$MICRO" -c steps="$STEPS" -c reportEvery=1 "${MODEL_ROW[@]}")
 echo "micro-batch $MICRO x 2048, $ACCUM a step, $STEPS steps"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$RAW/gpu.txt"
+# The versions and `ray start` run beside the first run's start (both done in ~15 s, long before its steady steps).
 python3 -c "import torch, torchao, ray, importlib.metadata as m; print('torch', torch.__version__, 'torchao', \
 torchao.__version__, 'ray', ray.__version__, 'torchtitan', m.version('torchtitan'), 'ray-efa-stack', \
-m.version('ray-efa-stack'))" | tee -a "$RAW/gpu.txt"
+m.version('ray-efa-stack'))" | tee -a "$RAW/gpu.txt" &
 if [ -n "${CAP_TOTAL_MIB:-}" ]; then
     # A card larger than the H100: hold what lies above CAP_TOTAL_MIB (the H100's 81,559 MiB) for the whole call, so
     # that both sides run in the memory an H100 has. The holder's own CUDA context (~520 MiB) counts toward it.
@@ -59,8 +64,25 @@ if [ -n "${CAP_TOTAL_MIB:-}" ]; then
 fi
 [ -f "$RAW/plan.json" ] || python3 -m ray_efa.cli plan --json "${ROW[@]}" > "$RAW/plan.json" || echo "plan: exit $?"
 SEED=$(python3 -c "import json; print(json.load(open('$RAW/plan.json'))['settings']['seed']['value'])" 2>/dev/null || echo 0)
-timeout 90 ray start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null || echo "ray start failed"
+(timeout 90 ray start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null \
+    || echo "ray start failed") &
+RAY_START=$!
 export RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=2.0  # Ray's own default, what a cluster's controller polls at
+
+titan_run() {  # NAME VARIANT MICRO LEFT: one torchtitan run (MICRO 0: the plan's), cut 10 s before LEFT ends
+    mapfile -t args < <(python3 /tmp/titan-bench/titan_compare.py args "$RAW/plan.json" "$2" "$STEPS" "$3" \
+        "$TITAN_MODEL")
+    (cd /tmp/titan-bench && TITAN_INIT_SEED=$SEED TITAN_PROJECT_CONFIG=${MODEL_CONFIG:-} TITAN_ONE_GPU_FSDP=1 \
+        timeout -k 10 $(($4 - 10)) python3 -m torch.distributed.run --standalone --nproc-per-node 1 titan_train.py \
+        "${args[@]}") > "$RAW/$1.log" 2>&1
+    local rc=$?
+    rm -rf "/tmp/titan-$2"
+    return $rc
+}
+pack() {  # $OUT/raw.tar.gz after every run, so a call cut at its limit still brings back the runs done
+    tar -czf "$OUT/raw.tar.gz.tmp" -C "$(dirname "$RAW")" "$(basename "$RAW")" && mv "$OUT/raw.tar.gz.tmp" "$OUT/raw.tar.gz"
+}
+TITAN_MICRO=${TITAN_MICRO:-0}
 
 for spec in "$@"; do
     left=$((BUDGET - SECONDS))
@@ -69,6 +91,8 @@ for spec in "$@"; do
     start=$SECONDS
     case $kind in
     project)
+        wait "$RAY_START" 2>/dev/null  # the first project run: Ray is up
+        left=$((BUDGET - SECONDS))
         extra=()
         IFS=, read -ra pairs <<< "${a:-}"
         for kv in "${pairs[@]}"; do [ -n "$kv" ] && extra+=(-c "$kv"); done
@@ -80,19 +104,26 @@ for spec in "$@"; do
         rm -rf ~/ray_results/"$name"/checkpoint_*  # a final checkpoint of the 1.5B model is 19 GB
         ;;
     titan)
-        mapfile -t args < <(python3 /tmp/titan-bench/titan_compare.py args "$RAW/plan.json" "$a" "$STEPS" "${b:-0}" \
-            "$TITAN_MODEL")
-        (cd /tmp/titan-bench && TITAN_INIT_SEED=$SEED TITAN_PROJECT_CONFIG=${MODEL_CONFIG:-} TITAN_ONE_GPU_FSDP=1 timeout -k 10 $((left - 10)) \
-            python3 -m torch.distributed.run --standalone --nproc-per-node 1 titan_train.py "${args[@]}") \
-            > "$RAW/$name.log" 2>&1
+        titan_run "$name" "$a" "${b:-$TITAN_MICRO}" "$left"
         rc=$?
-        rm -rf "/tmp/titan-$a"
+        if [ "$rc" -ne 0 ] && [ -n "${TITAN_OOM_MICRO:-}" ] && grep -aq "CUDA out of memory" "$RAW/$name.log" \
+            && [ $((BUDGET - SECONDS)) -ge 80 ]; then
+            # torchtitan's full logits did not fit at this micro-batch: the same global batch at TITAN_OOM_MICRO, for
+            # this run and the titan runs after it
+            echo "$spec: out of memory at micro ${b:-$TITAN_MICRO} (0: the plan's); again at $TITAN_OOM_MICRO" \
+                | tee -a "$RAW/runs.txt"
+            TITAN_MICRO=$TITAN_OOM_MICRO name=$name-m$TITAN_OOM_MICRO
+            spec=titan:$name:$a:$TITAN_MICRO
+            titan_run "$name" "$a" "$TITAN_MICRO" $((BUDGET - SECONDS))
+            rc=$?
+        fi
         ;;
     *) echo "unknown spec $spec" >&2; rc=2 ;;
     esac
     echo "$spec: exit $rc after $((SECONDS - start)) s" | tee -a "$RAW/runs.txt"
     grep -aE "step +[0-9]+/|step: *[0-9]+ " "$RAW/$name.log" | tail -n 2
+    pack
 done
 timeout 30 ray stop --force >/dev/null 2>&1
 [ -n "${HOLDER:-}" ] && kill "$HOLDER"
-tar -czf "$OUT/raw.tar.gz" -C /tmp raw
+pack

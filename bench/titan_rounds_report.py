@@ -39,9 +39,9 @@ def _causal_flops(seq_len: int, model_config: Path | None = None) -> float:
 def runs(raw: Path) -> list[dict]:
     out = []
     for line in (raw / "runs.txt").read_text().splitlines():
-        spec = line.split(": exit")[0]
-        if ": not run" in line:
+        if ": exit" not in line:  # a spec not run, or titan_rounds.sh's note of a run again at a smaller micro-batch
             continue
+        spec = line.split(": exit")[0]
         kind, name = spec.split(":")[:2]
         log = (raw / f"{name}.log").read_text(errors="replace")
         rows = project_steps(log) if kind == "project" else titan_steps(log)
