@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 # Extra arguments for the ray-efa commands, e.g. make manifests ARGS="-c storagePath=s3://bucket/prefix"
 ARGS ?=
 
-.PHONY: install controlplane demo test test-fast test-cluster test-mutations test-durations lint docs synth manifests plan train-local check-transport lock clean
+.PHONY: install controlplane demo check check-tests test test-fast test-cluster test-mutations test-durations lint docs synth manifests plan train-local check-transport lock clean
 
 install: $(VENV)/.installed $(VENV)/.editable node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -76,6 +76,18 @@ check-transport: $(VENV)/.installed
 ## machine, nothing after (docs/testing.md, "The control plane").
 controlplane:
 	$(PYTHON) tools/controlplane/build.py
+
+## The PR tier, what to run before a commit: under 10 minutes on 2 cores (docs/testing.md). make lint and the
+## tests of every mark but ray, spawn, wheel and cluster (the fast ones, the synth and k8s ones) side by side (-j2:
+## pyright is one process, pytest two workers), then one Ray smoke run: `ray-efa train --local` on a real local Ray
+## cluster, its table and the transport gate's verdict. make test runs everything.
+RAY_SMOKE := tests/training/test_train_cli.py::test_local_run_trains_prints_the_table_and_passes_the_gate_honestly
+check: $(VENV)/.installed $(VENV)/.editable node_modules/.installed
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint check-tests
+	$(PY) -m pytest -n 0 $(RAY_SMOKE)
+
+check-tests: $(VENV)/.installed $(VENV)/.editable
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not (ray or spawn or wheel or cluster)"
 
 ## The whole suite on 2 workers (docs/testing.md: what it runs, how long, how to time it).
 test: install controlplane
