@@ -55,3 +55,11 @@ def test_lint_tools_are_pinned_exactly():
     assert re.fullmatch(r"\d+\.\d+\.\d+", pyright), pyright
     (ruff,) = [spec for spec in PYPROJECT["project"]["optional-dependencies"]["dev"] if spec.startswith("ruff")]
     assert ruff in (ROOT / "requirements.lock").read_text().splitlines()
+
+
+def test_the_pre_commit_hooks_run_the_pinned_ruff():
+    # .pre-commit-config.yaml's ruff is the one make lint runs: the same findings before a commit as in CI
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    (rev,) = re.findall(r"repo: https://github.com/astral-sh/ruff-pre-commit\n\s+rev: v(\S+)", config)
+    assert f"ruff=={rev}" in (ROOT / "requirements.lock").read_text().splitlines()
+    assert re.findall(r"- id: (\S+)", config) == ["ruff-check", "ruff-format"]
