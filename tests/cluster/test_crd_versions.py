@@ -57,9 +57,15 @@ def _refused_fields(api: ApiClient, objects: list[dict[str, Any]]) -> dict[str, 
             continue
         name = f"{obj['kind']} {obj['metadata']['name']}"
         try:
-            custom.create_namespaced_custom_object("ray.io", "v1", "default", PLURAL[obj["kind"]],
-                                                   {**obj, "metadata": {**obj["metadata"], "namespace": "default"}},
-                                                   dry_run="All", field_validation="Strict")
+            custom.create_namespaced_custom_object(
+                "ray.io",
+                "v1",
+                "default",
+                PLURAL[obj["kind"]],
+                {**obj, "metadata": {**obj["metadata"], "namespace": "default"}},
+                dry_run="All",
+                field_validation="Strict",
+            )
             refused[name] = set()
         except ApiException as error:
             assert error.status == 400, error.body
@@ -75,8 +81,13 @@ def _ray_objects(**context: Any) -> list[dict[str, Any]]:
 def _answer(api: ApiClient, objects: list[dict[str, Any]], expected: set[str]) -> dict[str, set[str]]:
     """The refused fields once the union of them is `expected` (the schema just served has taken over), within 30 s;
     else the test fails with the last answer."""
-    return wait_for(lambda: (lambda refused: refused if set().union(*refused.values()) == expected else None)(
-        _refused_fields(api, objects)), f"the served schema refusing exactly {sorted(expected)}", timeout_s=30)
+    return wait_for(
+        lambda: (lambda refused: refused if set().union(*refused.values()) == expected else None)(
+            _refused_fields(api, objects)
+        ),
+        f"the served schema refusing exactly {sorted(expected)}",
+        timeout_s=30,
+    )
 
 
 def test_the_operators_own_schema_lacks_exactly_the_fields_after_it(control_plane: ControlPlane, api: ApiClient):
@@ -88,7 +99,10 @@ def test_the_operators_own_schema_lacks_exactly_the_fields_after_it(control_plan
     assert all(refused.values()) and len(refused) == 3, refused
     # and the kuberayVersion 1.4.0 synth, which uses none of them, is taken whole
     assert _refused_fields(api, _ray_objects(kuberayVersion="1.4.0")) == {
-        "RayCluster ray-efa": set(), "RayJob train-efa": set(), "RayJob train-tcp": set()}
+        "RayCluster ray-efa": set(),
+        "RayJob train-efa": set(),
+        "RayJob train-tcp": set(),
+    }
 
 
 def test_the_deployed_versions_schema_takes_the_manifests_whole(control_plane: ControlPlane, api: ApiClient):

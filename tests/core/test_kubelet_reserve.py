@@ -24,8 +24,10 @@ RECORDED = "g5.8xlarge"
 
 
 def _recorded() -> dict[str, dict]:
-    return {n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["status"]
-            for n in json.loads(NODES.read_text())["items"]}
+    return {
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["status"]
+        for n in json.loads(NODES.read_text())["items"]
+    }
 
 
 def _millicores(quantity: str) -> int:
@@ -51,8 +53,9 @@ def test_the_recorded_real_node_is_the_eks_formula():
     assert _mib(capacity["memory"]) - _mib(allocatable["memory"]) == memory
 
 
-@pytest.mark.parametrize("instance", [*catalog.GPU_INSTANCES.values(), *catalog.SYSTEM_INSTANCES.values()],
-                         ids=lambda i: i.name)
+@pytest.mark.parametrize(
+    "instance", [*catalog.GPU_INSTANCES.values(), *catalog.SYSTEM_INSTANCES.values()], ids=lambda i: i.name
+)
 def test_the_catalog_never_counts_on_more_than_an_eks_node_offers(instance):
     # every type the catalog sizes pods for has a recorded node; the catalog's allocatable is at most the node's:
     # the same CPU (its reserve is EKS's formula, not a constant of its own), no more memory (it counts the kernel's

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
 SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
 PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
 """Where the programs are looked up: this environment's Python and its scripts (ray), then the system's."""
-USER_CODE = BASE.replace(codeDir="examples/own-training/src", trainFunction="own_training.train:train_func",
-                         storagePath="s3://research-checkpoints/runs")
+USER_CODE = BASE.replace(
+    codeDir="examples/own-training/src",
+    trainFunction="own_training.train:train_func",
+    storagePath="s3://research-checkpoints/runs",
+)
 
 
 def _job_with_code_archive() -> list[dict[str, Any]]:
@@ -100,21 +103,27 @@ def problems(argv: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("objects", ["default", "code archive"])
 def test_every_command_a_pod_runs_is_one_its_interpreter_accepts(objects):
-    made = ([o for manifests in synthesize(BASE).charts.values() for o in manifests] if objects == "default"
-            else _job_with_code_archive())
+    made = (
+        [o for manifests in synthesize(BASE).charts.values() for o in manifests]
+        if objects == "default"
+        else _job_with_code_archive()
+    )
     lines = list(command_lines(made))
     # (the default synth has init containers: the pip packages' install; the archive its code fetch)
     assert any("container" in where and argv[:2] == ["python", "-c"] for where, argv in lines), lines
     assert {where: problems(argv) for where, argv in lines} == {where: [] for where, _ in lines}
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["pyhton", "-c", "print(1)"], "pyhton: no such program"),
-    (["python", "-c", "import sys\nprint(sys.argv"], "python -c:"),
-    (["python", "-m", "ray_efa.training.drivr"], "no such module"),
-    (["/bin/sh", "-c", "if true; then ray stop"], "/bin/sh -n:"),
-    (["/bin/sh", "-c", "rya stop"], "rya: no such program"),
-])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["pyhton", "-c", "print(1)"], "pyhton: no such program"),
+        (["python", "-c", "import sys\nprint(sys.argv"], "python -c:"),
+        (["python", "-m", "ray_efa.training.drivr"], "no such module"),
+        (["/bin/sh", "-c", "if true; then ray stop"], "/bin/sh -n:"),
+        (["/bin/sh", "-c", "rya stop"], "rya: no such program"),
+    ],
+)
 def test_a_typo_in_a_command_is_found(argv, says):
     (problem,) = problems(argv)
     assert says in problem
