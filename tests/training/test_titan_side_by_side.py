@@ -141,3 +141,45 @@ def test_the_report_compares_per_gpu_rates_in_both_flop_conventions(tmp_path, ca
     assert "out of memory" in runs["torchtitan bf16"]["error"]
     assert json.loads((tmp_path / "compare.json").read_text())["runs"].keys() == runs.keys()
     assert "| torchtitan fp8 | 61,234 |" in capsys.readouterr().out
+
+
+def _rounds_report():
+    spec = importlib.util.spec_from_file_location("titan_rounds_report", ROOT / "bench" / "titan_rounds_report.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _titan_line(step: int, tokens_per_s: int) -> str:
+    return (f"[titan] - root - INFO - step: {step:2d}  loss: 12.1  grad_norm:  1.5  memory: 57.40GiB(72.5%)  "
+            f"tps: {tokens_per_s:,}  tflops: 500.1  mfu: 55.1%")
+
+
+def test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_llama_flops(tmp_path, capsys):
+    # GIVEN titan_rounds.sh's raw folder where torchtitan ran out of memory at the plan's micro-batch and ran again at 8
+    # (its note in runs.txt), a project run, and a spec the budget left unrun
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "plan.json").write_text(json.dumps({"deployment": {"seq_len": 2048}}))
+    (raw / "runs.txt").write_text(
+        "titan:t1:fp8: out of memory at micro 0 (0: the plan's); again at 8\n"
+        "titan:t1-m8:fp8:8: exit 0 after 95 s\n"
+        "project:p1:compileTuning=false: exit 1 after 150 s\n"
+        "titan:t2:fp8: not run, 40 s left\n")
+    (raw / "t1.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB\n")
+    (raw / "t1-m8.log").write_text("\n".join(_titan_line(step, 56_000) for step in range(1, 22)))
+    (raw / "p1.log").write_text("\n".join(_project_line(step, 1.1, 59_000.0) for step in range(1, 22)))
+    config = ROOT / "bench" / "configs" / "llama-3.2-1b-untied" / "config.json"
+    # WHEN the report is made with that model's config.json
+    _rounds_report().main(["--model-config", str(config), str(tmp_path / "out.jsonl"), str(raw)])
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    # THEN the runs are the two that exited, under their own names and logs
+    assert [(r["kind"], r["name"], r["steady_steps"]) for r in records if r["record"] == "run"] == [
+        ("titan", "t1-m8", 20), ("project", "p1", 20)]
+    # the FLOPs are the Llama's, causal: 6 x 1,235,814,400 matrix parameters + 6 L d S (16 x 2048 x 2048)
+    ratio = next(r for r in records if r["record"] == "ratio")
+    assert ratio["causal_flops_per_token"] == 6 * 1_235_814_400 + 6 * 16 * 2048 * 2048
+    assert ratio["project_over_titan_fp8"] == pytest.approx(59_000 / 56_000)
+    assert "project / torchtitan llama3 fp8: 1.05x (median of 1 runs a side, 20 steady steps each)" in (
+        capsys.readouterr().out)
