@@ -27,6 +27,7 @@ with nodes up is refused whatever allowJobDisruption says.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import ssl
 import urllib.parse
@@ -34,9 +35,12 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["handler", "judge", "decide", "disruption", "active_ray_jobs", "eks_ray_jobs", "api_ray_jobs", "eks_token",
-           "cloudformation_stack_status", "rolling_back", "Unsure", "INACTIVE_STATES", "FUNCTION_TIMEOUT_S",
-           "SERVICE_TIMEOUT_S"]
+__all__ = ["handler", "judge", "decide", "disruption", "node_disruption", "job_disruption", "active_ray_jobs",
+           "job_state", "eks_ray_jobs", "api_ray_jobs", "eks_token", "cloudformation_stack_status", "rolling_back",
+           "Unsure", "INACTIVE_STATES", "JOB_GUARD_RESOURCE_TYPE", "FUNCTION_TIMEOUT_S", "SERVICE_TIMEOUT_S"]
+
+JOB_GUARD_RESOURCE_TYPE = "Custom::RayEfa-JobDisruptionGuard"
+"""The guard's CloudFormation resource type (infra.job_guard; `ray-efa deploy-check` finds it in `cdk diff`)."""
 
 FUNCTION_TIMEOUT_S = 180
 """The Lambda's timeout: more than the AWS calls' and the API server's timeouts with their retries, and the answer's
@@ -48,8 +52,11 @@ _AWS_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10}
 _AWS_RETRIES = {"max_attempts": 3, "mode": "standard"}
 
 INACTIVE_STATES = ("Complete", "Failed", "Suspended", "ValidationFailed")
-"""RayJob status.jobDeploymentStatus values with no Ray cluster of the job left (ops.deploy_check's, repeated here:
-the Lambda asset is this file alone). Any other value, "" included, holds or is about to hold the nodes."""
+"""RayJob status.jobDeploymentStatus values (KubeRay's JobDeploymentStatus) of a job that runs no more: Complete and
+Failed are terminal, a Suspended job has deleted its cluster, ValidationFailed never made one. Any other value (New
+"", Initializing, Running, Waiting, Retrying, Suspending) holds or is about to hold the nodes. A Complete or Failed
+job's Ray cluster lives on until KubeRay deletes it (`job_state`): until then its pods, under their
+PodDisruptionBudget, hold the nodes too."""
 
 OVERRIDE = "-c allowJobDisruption=true"
 
@@ -67,11 +74,17 @@ def rolling_back(stack_status: str) -> bool:
 
 
 def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What an update from properties `old` to `new` does to a running job (empty: nothing).
+    """What an update from properties `old` to `new` does to a running job (empty: nothing): to its nodes, then to
+    the stack's RayJob."""
+    return [*node_disruption(old, new), *job_disruption(old, new)]
 
-    Rolling or resizing a node group of 0 nodes touches no pod (nodes coming back from 0 are what a waiting RayJob
-    needs); creating the job, or re-applying a changed spec under the same name, touches no running RayJob (KubeRay
-    disregards a RayJob's spec changes once it runs); deleting or replacing it stops it."""
+
+def node_disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What an update from properties `old` to `new` does to the guarded nodes (empty: nothing). Rolling or resizing a
+    node group of 0 nodes touches no pod (nodes coming back from 0 are what a waiting RayJob needs).
+
+    `ray-efa deploy-check` (ops.deploy_check) judges the properties that `cdk diff` prints changed by this same
+    function: an absent property is one that does not change."""
     what = []
     nodes_up = str(old.get("NodeCount")) != "0"
     if nodes_up and old.get("RollKey") != new.get("RollKey"):
@@ -82,6 +95,14 @@ def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         what.append(f"rolls the {_nodes(new)} (their launch template, labels or taints)")
     if nodes_up and str(old.get("NodeCount")) != str(new.get("NodeCount")):
         what.append(f"resizes the {_nodes(new)} from {old.get('NodeCount')} to {new.get('NodeCount')}")
+    return what
+
+
+def job_disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What an update from properties `old` to `new` does to the stack's RayJob (empty: nothing): creating it, or
+    re-applying a changed spec under the same name, touches no running RayJob (KubeRay disregards a RayJob's spec
+    changes once it runs); deleting or replacing it stops it."""
+    what = []
     if old.get("JobHash") != new.get("JobHash") and old.get("JobHash", "none") != "none":
         if new.get("JobHash") == "none":
             what.append(f"deletes RayJob {old.get('Namespace')}/{old.get('JobName')}")
@@ -151,10 +172,35 @@ _SETTINGS_IN_ROLL_KEY = ("gpuInstanceType", "gpuAvailabilityZone", "gpuRootVolum
 """The words of infra.job_guard.roll_key that are settings (capacityType is derived from capacityReservationType)."""
 
 
-def active_ray_jobs(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """namespace/name -> jobDeploymentStatus of a RayJob list's items (the API server's JSON)."""
-    return {f"{j['metadata']['namespace']}/{j['metadata']['name']}": (j.get("status") or {}).get(
-        "jobDeploymentStatus", "") for j in items}
+def active_ray_jobs(items: Sequence[Mapping[str, Any]], now: datetime.datetime | None = None) -> dict[str, str]:
+    """namespace/name -> `job_state` of a RayJob list's items (the API server's JSON) at `now` (default: now)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return {f"{j['metadata']['namespace']}/{j['metadata']['name']}": job_state(j, now) for j in items}
+
+
+def job_state(job: Mapping[str, Any], now: datetime.datetime) -> str:
+    """The RayJob's status.jobDeploymentStatus, or, for a Complete or Failed job whose Ray cluster KubeRay has not
+    deleted yet, words saying so (not in INACTIVE_STATES: its pods hold the nodes, their PodDisruptionBudget refuses
+    a drain, and a node group update fails after EKS's 15 minutes of retries).
+
+    KubeRay (ray-operator v1.5.0, rayjob_controller.go handleShutdownAfterJobFinishes) deletes a terminal job's own
+    cluster ttlSecondsAfterFinished after status.endTime when shutdownAfterJobFinishes is set, and never without it
+    or with a clusterSelector (the cluster is not the job's). A job with a deletionStrategy is judged by the same
+    fields (conservative: its rules may delete the cluster earlier)."""
+    status, spec = job.get("status") or {}, job.get("spec") or {}
+    state = str(status.get("jobDeploymentStatus", ""))
+    if state not in ("Complete", "Failed") or spec.get("clusterSelector"):
+        return state
+    if not spec.get("shutdownAfterJobFinishes"):
+        return f"{state}, its Ray cluster kept (shutdownAfterJobFinishes false: delete the RayJob to free it)"
+    try:
+        ended = datetime.datetime.fromisoformat(str(status["endTime"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return state  # KubeRay sets endTime on the way to Complete or Failed: none is a job of another kind
+    deleted_at = ended + datetime.timedelta(seconds=int(spec.get("ttlSecondsAfterFinished") or 0))
+    if deleted_at <= now:
+        return state
+    return f"{state}, its Ray cluster deleted at {deleted_at:%H:%M:%S} UTC (ttlSecondsAfterFinished)"
 
 
 def eks_token(cluster_name: str, region: str, session: Any = None) -> str:
