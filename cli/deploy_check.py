@@ -2,8 +2,8 @@
 deleted, or run the DRA drivers next to the device plugins.
 
 Give it what `cdk diff` prints for the same settings (`npx cdk diff -c ... 2>&1 | ray-efa deploy-check --diff -`):
-it reads which node groups roll (the GPU stack's GpuNodesRollWhen output, any node group or launch template), which
-RayJob manifests are re-applied or deleted and whether the device stack changes, then asks the Kubernetes API which
+it reads which nodes roll as the stacks' job guards will judge it (their changed properties; a node group no guard
+covers whenever the diff touches it), which RayJob manifests are re-applied or deleted and whether the device stack changes, then asks the Kubernetes API which
 RayJobs are active and which GPU nodes are up. Exit 0: deploy; 1: refused, with the reasons (on a terminal it asks
 first, and --yes accepts the reasons that may be accepted: a switch of deviceAllocation with GPU nodes up never is);
 2: bad usage or an unreadable diff. Without --diff any active RayJob refuses: any deploy may roll the nodes. It reads

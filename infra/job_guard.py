@@ -37,14 +37,13 @@ from aws_cdk import aws_logs as logs_
 from constructs import Construct
 
 from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
-from ray_efa.infra.job_guard_handler import FUNCTION_TIMEOUT_S, SERVICE_TIMEOUT_S
+from ray_efa.infra.job_guard_handler import FUNCTION_TIMEOUT_S, JOB_GUARD_RESOURCE_TYPE, SERVICE_TIMEOUT_S
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.nag import acknowledge, acknowledge_managed_policies, skip_checkov
 
 __all__ = ["JobDisruptionGuard", "JOB_GUARD_RESOURCE_TYPE", "job_guard_rbac", "roll_digest", "roll_key"]
 
-JOB_GUARD_RESOURCE_TYPE = "Custom::RayEfa-JobDisruptionGuard"
 _HANDLER = "job_guard_handler"
 
 

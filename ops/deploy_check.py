@@ -1,11 +1,14 @@
 """Before `cdk deploy`: would this deploy kill a running RayJob, bring back a deleted one, or run two device stacks?
 
-What the deploy does comes from `cdk diff` (its text, read offline): a changed GpuNodesRollWhen output (the GPU
-stack's line of what rolls the GPU nodes: infra.gpu_stack.gpu_nodes_roll_key), any changed node group or launch
-template (the system nodes hold the Ray head: draining them kills a job too), a RayJob manifest created or updated
+What the deploy does comes from `cdk diff` (its text, read offline). Whether it rolls the nodes under a running job is
+what the stacks' job guards (infra.job_guard) will decide at deploy time, judged here by the same function
+(infra.job_guard_handler.node_disruption) on the guard properties the diff shows changed: a roll key, the digest of
+everything that rolls the nodes, the node count. A node group or launch template that no guard covers, or whose
+guard this deploy creates, counts as drained whenever the diff touches it. Then a RayJob manifest created or updated
 (aws_eks_v2's kubectl handler runs `kubectl apply` of it on every update: a RayJob deleted since is created again and
 runs), device plugins swapped for DRA drivers or back. What runs comes from the Kubernetes API: the RayJobs of every
-namespace and their status.jobDeploymentStatus, and the GPU nodes (by the GPU node group's labels).
+namespace and their state as the guard reads it (infra.job_guard_handler.active_ray_jobs), and the GPU nodes (by the
+GPU node group's labels).
 
 Without a diff nothing is known of the deploy, so any active RayJob refuses it: a deploy may roll the nodes.
 Reads only; nothing is written to the cluster.
@@ -19,17 +22,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ray_efa.core.scheduling import gpu_node_labels, label_selector
 from ray_efa.core.settings import Settings
+from ray_efa.infra.job_guard_handler import (
+    INACTIVE_STATES,
+    JOB_GUARD_RESOURCE_TYPE,
+    active_ray_jobs,
+    node_disruption,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["DeployDiff", "ClusterState", "Finding", "read_diff", "read_cluster", "check_deploy", "INACTIVE_STATES"]
-
-INACTIVE_STATES = ("Complete", "Failed", "Suspended", "ValidationFailed")
-"""RayJob status.jobDeploymentStatus values with no Ray cluster of the job left running (KubeRay's
-JobDeploymentStatus: Complete and Failed are terminal, a Suspended job has deleted its cluster, ValidationFailed never
-made one). Every other value (New, Initializing, Running, Waiting, Retrying, Suspending, "" before KubeRay set it)
-holds or is about to hold the GPU nodes."""
+__all__ = ["DeployDiff", "GuardChange", "ClusterState", "Finding", "read_diff", "read_cluster", "check_deploy",
+           "INACTIVE_STATES"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STACK = re.compile(r"^Stack (?P<stack>\S+)")
@@ -47,6 +51,28 @@ _MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
 _HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 _DEVICE_STACKS = ("DevicePlugins", "DraDrivers")
 """Construct ids of the cluster stack's device plugins and DRA drivers (infra.cluster_stack)."""
+_GUARDED = {"GpuNodes/": "JobGuard/"}
+"""Construct path prefixes of node groups and launch templates -> that of the guard whose properties cover them
+(infra.gpu_stack: the GPU nodes and the JobDisruptionGuard)."""
+_GPU_GUARD = "JobGuard"
+"""The construct id of the GPU nodes' guard (infra.gpu_stack)."""
+# `├─ [~] RollKey`, then `│   ├─ [-] old` and `│   └─ [+] new`: a changed property of a resource and its two values
+_PROPERTY = re.compile(r"^[\s│├└─]*\[(?P<op>[-+~])\] (?P<text>.*)$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GuardChange:
+    """A job guard's resource in a `cdk diff`: what the deploy does to it and the properties it changes."""
+
+    stack: str
+    path: str
+    """Its construct path (the logical id where the diff prints no path)."""
+    op: str
+    """"~" updated (CloudFormation asks it), "+" created with this deploy (it judges nothing), "-" removed."""
+    old: dict[str, str] = field(default_factory=dict)
+    """The changed properties' deployed values (a property the diff does not print does not change)."""
+    new: dict[str, str] = field(default_factory=dict)
+    """The changed properties' values after the deploy."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +93,8 @@ class DeployDiff:
     (`TrainingJob/RayJob-<name>/Resource`: a deployed template has it); else only removed_manifests knows them."""
     device_stack_switch: tuple[str, ...] = ()
     """Device plugin or DRA driver Helm releases the deploy adds or removes."""
+    guards: tuple[GuardChange, ...] = ()
+    """The job guards the deploy updates, creates or removes (one the deploy leaves alone sees no roll)."""
 
 
 def _path_and_logical_id(rest: str) -> tuple[str | None, str]:
@@ -85,9 +113,15 @@ def read_diff(text: str) -> DeployDiff:
     removed: list[str] = []
     removed_jobs: list[str] = []
     switch: list[str] = []
+    guards: list[GuardChange] = []
+    guard: GuardChange | None = None  # the guard whose changed properties the lines below print
     gpu_roll = False
     for raw in text.splitlines():
         line = _ANSI.sub("", raw).rstrip()
+        if guard is not None and line.startswith((" ", "\t")):
+            _read_property(guard, line)
+            continue
+        guard = None
         if match := _STACK.match(line):
             stack = match["stack"]
             continue
@@ -100,7 +134,10 @@ def read_diff(text: str) -> DeployDiff:
         path, logical_id = _path_and_logical_id(match["rest"])
         path = path.rsplit("/Resource", 1)[0] if path else logical_id
         job = path.rsplit("/RayJob-", 1)[1].split("/", 1)[0] if "/RayJob-" in path else None
-        if match["type"] in _NODE_TYPES:
+        if match["type"] == JOB_GUARD_RESOURCE_TYPE:
+            guard = GuardChange(stack=stack, path=path, op=match["op"])
+            guards.append(guard)
+        elif match["type"] in _NODE_TYPES:
             rolled.append(f"{stack}: {path}")
         elif match["type"] == _MANIFEST and match["op"] == "-":
             removed.append(logical_id)
@@ -113,7 +150,22 @@ def read_diff(text: str) -> DeployDiff:
             switch.append(f"{stack}: {path} {'added' if match['op'] == '+' else 'removed'}")
     return DeployDiff(rolled_node_groups=tuple(rolled), gpu_roll=gpu_roll, reapplied_jobs=tuple(dict.fromkeys(jobs)),
                       removed_manifests=tuple(dict.fromkeys(removed)), removed_jobs=tuple(dict.fromkeys(removed_jobs)),
-                      device_stack_switch=tuple(switch))
+                      device_stack_switch=tuple(switch), guards=tuple(guards))
+
+
+def _read_property(guard: GuardChange, line: str) -> None:
+    """One line under a guard's resource: ` ├─ [~] NAME` starts a changed property, whose `[-] OLD` and `[+] NEW`
+    lines follow (its values are one-line strings: infra.job_guard)."""
+    match = _PROPERTY.match(line)
+    if match is None:
+        return
+    if match["op"] == "~":
+        name = match["text"].split(" (", 1)[0]  # `NAME (requires replacement)`: its ServiceToken
+        guard.old[name] = guard.new[name] = ""
+        return
+    name = next(reversed(guard.old), None)
+    if name is not None:
+        (guard.old if match["op"] == "-" else guard.new)[name] = match["text"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,8 +188,7 @@ def read_cluster(api_client: Any, settings: Settings) -> ClusterState:
     # node list its V1NodeList model.
     jobs = cast(dict[str, Any], client.CustomObjectsApi(api_client).list_cluster_custom_object(
         "ray.io", "v1", "rayjobs"))
-    ray_jobs = {f"{j['metadata']['namespace']}/{j['metadata']['name']}": (j.get("status") or {}).get(
-        "jobDeploymentStatus", "") for j in jobs.get("items", [])}
+    ray_jobs = active_ray_jobs(jobs.get("items", []))  # as the job guard reads them
     selector = label_selector(gpu_node_labels(settings.nodes.gpu_node_selector))
     nodes = cast(Any, client.CoreV1Api(api_client).list_node(label_selector=selector)).items or []
     return ClusterState(ray_jobs=ray_jobs, gpu_nodes=tuple(n.metadata.name for n in nodes))
@@ -168,6 +219,32 @@ def _names(items: Iterable[str]) -> str:
     return ", ".join(items)
 
 
+def _guard_of(node_group: str) -> str | None:
+    """`stack: path` of the guard whose properties cover node group or launch template `stack: path` (None: none)."""
+    stack, path = node_group.split(": ", 1)
+    return next((f"{stack}: {guard}" for prefix, guard in _GUARDED.items() if path.startswith(prefix)), None)
+
+
+def node_rolls(diff: DeployDiff, state: ClusterState) -> list[str]:
+    """What the deploy does to the nodes, in the job guards' words (empty: it rolls none that holds a pod).
+
+    A guard the deploy updates judges its changed properties (infra.job_guard_handler.node_disruption; a node count
+    the diff does not print is that of the GPU nodes up now). A node group or launch template that the diff touches
+    is drained when no guard covers it, or when the deploy creates or removes its guard (a Create judges nothing);
+    one whose guard the deploy leaves alone rolls nothing (a label, a ForceUpdateEnabled, an update config)."""
+    what: list[str] = []
+    judged = {f"{g.stack}: {g.path.split('/', 1)[0]}/": g for g in diff.guards if g.op == "~"}
+    unguarded = [n for n in diff.rolled_node_groups if _guard_of(n) not in judged]
+    if unguarded:
+        what.append(f"drains the nodes of {_names(unguarded)}")
+    for guard in judged.values():
+        old, new = dict(guard.old), dict(guard.new)
+        if "NodeCount" not in old and guard.path.split("/", 1)[0] == _GPU_GUARD:
+            old["NodeCount"] = new["NodeCount"] = str(len(state.gpu_nodes))
+        what += node_disruption(old, new)
+    return what
+
+
 def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Settings) -> list[Finding]:
     """Why this deploy (None: any deploy) should not run against the cluster as it is now; empty: go ahead."""
     findings: list[Finding] = []
@@ -177,12 +254,11 @@ def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Setting
         findings.append(Finding(id="active-jobs", message=(
             f"RayJob {running} holds the nodes, and without a diff (--diff) any deploy may roll them: give the "
             "`cdk diff` output to see whether this one does")))
-    elif active and diff is not None and (diff.gpu_roll or diff.rolled_node_groups):
-        what = _names(diff.rolled_node_groups) or "the GPU nodes (GpuNodesRollWhen changes)"
+    elif active and diff is not None and (what := node_rolls(diff, state)):
         findings.append(Finding(id="nodes-roll", message=(
-            f"the deploy drains the nodes of {what}, and RayJob {running} runs on them: it dies (KubeRay does not move "
-            "a running job; recreated workers keep the old shape). Wait for it (`ray-efa follow NAME`), or stop it "
-            "(`kubectl -n NAMESPACE delete rayjob NAME`), then deploy")))
+            f"the deploy {'; '.join(what)}, and RayJob {running} runs on them: it dies (KubeRay does not move a "
+            "running job; recreated workers keep the old shape). The job guard refuses the deploy too. Wait for it "
+            "(`ray-efa follow NAME`), or stop it (`kubectl -n NAMESPACE delete rayjob NAME`), then deploy")))
     namespace = settings.workload.namespace
     stopped = [job for job in active if job.startswith(f"{namespace}/") and diff is not None
                and _deletes_job(diff, job.split("/", 1)[1])]

@@ -93,7 +93,8 @@ def test_the_command_refuses_a_rolling_deploy_under_a_running_job(deployed, cont
     report = json.loads(captured.out)
     assert report["ok"] is False and [f["id"] for f in report["findings"]] == ["nodes-roll"]
     assert report["active_jobs"] == {JOB: "Running"} and report["gpu_nodes"] == 2
-    assert "refused: nodes-roll: the deploy drains the nodes of ray-train-gpu: GpuNodes/LaunchTemplate" in captured.err
+    assert ("refused: nodes-roll: the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)"
+            in captured.err)
     # --yes accepts what may be accepted
     assert cli(control_plane, "--diff", str(diff_file(tmp_path, "instance_type")), "--yes") == 0
 

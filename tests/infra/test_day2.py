@@ -55,6 +55,7 @@ CHANGES = [
     ("on-demand -> Capacity Block", P5, BLOCK_P5),
     ("kubernetesVersion 1.35 -> 1.36", {"kubernetesVersion": "1.35"}, {}),
     ("gpuRootVolumeGib 500 -> 600", {}, {"gpuRootVolumeGib": 600}),
+    ("allowJobDisruption false -> true", {}, {"allowJobDisruption": True}),
 ]
 
 EXPECTED_REPLACEMENTS = {
@@ -538,6 +539,35 @@ def test_deploy_check_reads_the_live_diff_as_this_table_does(change, before, aft
     touched = {f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}" for d in diffs for c in d.changes
                if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")}
     assert set(read.rolled_node_groups) == touched
+
+
+def _guard_properties(template) -> dict:
+    (guard,) = template.find_resources("Custom::RayEfa-JobDisruptionGuard").values()
+    return guard["Properties"]
+
+
+UNGUARDED_NODE_GROUPS = ("Eks/Cluster/NodegroupSystemNodes",)
+"""Node groups no job guard covers yet: the system nodes (the Ray head's)."""
+
+
+@pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
+def test_deploy_check_refuses_a_roll_exactly_when_the_job_guard_will(change, before, after):
+    """`ray-efa deploy-check` on the live diff and the job guard on the synthesized properties, a RayJob running on
+    the nodes the stack had before: the same verdict on every change."""
+    from ray_efa.infra.job_guard_handler import node_disruption
+    from ray_efa.ops.deploy_check import ClusterState, node_rolls, read_diff
+
+    old, new = synth_of(before), synth_of(after)
+    diffs = _diff_of(change)
+    read = read_diff("".join(d.output for d in diffs))
+    state = ClusterState(ray_jobs={"ray/train-efa": "Running"},
+                         gpu_nodes=tuple(f"gpu-{i}" for i in range(old.settings.nodes.gpu_node_count)))
+    guard = node_disruption(_guard_properties(old.gpu), _guard_properties(new.gpu))
+    unguarded = [c for d in diffs for c in d.changes if c.path in UNGUARDED_NODE_GROUPS]
+    # THEN deploy-check says the nodes roll exactly when the guard will refuse, or an unguarded node group changes
+    assert bool(node_rolls(read, state)) == bool(guard or unguarded), (node_rolls(read, state), guard, unguarded)
+    # ... and in the guard's own words
+    assert set(guard) <= set(node_rolls(read, state))
 
 
 def _infos(synth: Synthesized) -> list[str]:

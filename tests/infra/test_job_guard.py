@@ -135,6 +135,38 @@ def test_the_rayjobs_are_read_from_the_api_servers_list():
     assert guard.active_ray_jobs(listed["items"]) == {"ray/train-efa": "Running", "team/fresh": ""}
 
 
+def _ended(state: str, ended: str | None = "2026-12-07T12:00:00Z", **spec: object) -> dict:
+    status = {"jobDeploymentStatus": state, **({"endTime": ended} if ended else {})}
+    return {"metadata": {"namespace": "ray", "name": "done"}, "status": status,
+            "spec": {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, **spec}}
+
+
+@pytest.mark.parametrize("state", ["Complete", "Failed"])
+def test_a_finished_job_holds_the_nodes_until_kuberay_deletes_its_cluster(state):
+    import datetime
+
+    def at(clock: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(f"2026-12-07T{clock}+00:00")
+
+    list_jobs = {"ray/done": _ended(state)}
+    # GIVEN a job that ended at 12:00 with ttlSecondsAfterFinished 600: KubeRay deletes its Ray cluster at 12:10 ...
+    during = guard.active_ray_jobs(list(list_jobs.values()), at("12:09:59"))
+    assert during == {"ray/done": f"{state}, its Ray cluster deleted at 12:10:00 UTC (ttlSecondsAfterFinished)"}
+    # ... until then its pods (under their PodDisruptionBudget) hold the nodes: a roll is refused, saying when
+    refusal = guard.decide("Update", BEFORE, {**BEFORE, "NodeCount": "4"}, lambda: during)
+    assert "RayJob ray/done (" + during["ray/done"] + ")" in (refusal or "")
+    # ... and from then on it holds nothing
+    after = guard.active_ray_jobs(list(list_jobs.values()), at("12:10:00"))
+    assert after == {"ray/done": state}
+    assert guard.decide("Update", BEFORE, {**BEFORE, "NodeCount": "4"}, lambda: after) is None
+    # a cluster KubeRay never deletes (shutdownAfterJobFinishes false) holds them until the RayJob is deleted; one
+    # the job only selected (clusterSelector) is not the job's
+    kept = guard.job_state(_ended(state, shutdownAfterJobFinishes=False), at("23:00:00"))
+    assert kept.startswith(f"{state}, its Ray cluster kept") and kept not in guard.INACTIVE_STATES
+    assert guard.job_state(_ended(state, clusterSelector={"ray.io/cluster": "x"}, shutdownAfterJobFinishes=False),
+                           at("12:05:00")) == state
+
+
 def test_the_eks_token_is_a_presigned_sts_call_naming_the_cluster(monkeypatch):
     """What `aws eks get-token` prints, made by botocore's signer alone (no AWS call: signing is local)."""
     import base64

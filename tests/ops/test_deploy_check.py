@@ -41,8 +41,15 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
     assert instance.reapplied_jobs == ("train-efa",) and not instance.device_stack_switch
     steps = read_diff(diff_text("steps"))
     assert not steps.gpu_roll and not steps.rolled_node_groups and not steps.reapplied_jobs
+    (guard,) = instance.guards
+    assert (guard.stack, guard.path, guard.op) == ("ray-train-gpu", "JobGuard", "~")
+    assert guard.old["RollKey"].startswith("gpuInstanceType=g6.12xlarge ") and "NodeCount" not in guard.old
+    assert guard.new["RollKey"].startswith("gpuInstanceType=g6e.24xlarge ") and guard.new["RollDigest"]
     system = read_diff(diff_text("system_type"))
     assert not system.gpu_roll and system.rolled_node_groups == ("ray-train-cluster: Eks/Cluster/NodegroupSystemNodes",)
+    allowed = read_diff(diff_text("allow_disruption"))
+    assert allowed.rolled_node_groups == ("ray-train-gpu: GpuNodes/Nodegroup",)
+    assert [(g.old, g.new) for g in allowed.guards] == [({"AllowJobDisruption": "false"}, {"AllowJobDisruption": "true"})]
     dra = read_diff(diff_text("dra_nodes_up"))
     assert len(dra.device_stack_switch) == 4 and dra.reapplied_jobs == ("train-efa",)
     zero = read_diff(diff_text("scale_to_zero"))
@@ -62,6 +69,11 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
     ("steps", None, True, {}),
     # the system nodes hold the head: their roll kills the job too
     ("system_type", "Running", True, {"nodes-roll": True}),
+    # a node group update that rolls no node (ForceUpdateEnabled): the guard is asked nothing of the nodes, nor is this
+    ("allow_disruption", "Running", True, {}),
+    # nodes back from zero for a job that waits for them, or a roll of a group at zero nodes: no pod is touched
+    ("come_back", "Initializing", False, {}),
+    ("roll_at_zero", "Running", False, {}),
     # scaling to zero under a running job: the nodes go and the RayJob is deleted
     ("scale_to_zero", "Running", True, {"nodes-roll": True, "job-deleted": True}),
     # DRA next to the device plugins on GPU nodes: never; at zero nodes the same swap is fine
@@ -73,6 +85,27 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
 ])
 def test_a_deploy_is_refused_for_what_it_would_do_to_what_runs(diff, job, nodes, expected):
     assert findings(diff, cluster(job, nodes)) == expected
+
+
+def test_a_roll_is_said_in_the_job_guards_words():
+    (finding,) = check_deploy(read_diff(diff_text("instance_type")), cluster("Running"), Settings())
+    assert finding.id == "nodes-roll"
+    assert finding.message.startswith("the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge), "
+                                      "and RayJob ray/train-efa (Running) runs on them")
+    (finding,) = check_deploy(read_diff(diff_text("scale_to_zero")), cluster("Complete"),
+                              Settings()) or [None]  # nothing runs: no finding
+    assert finding is None
+
+
+def test_a_guard_the_deploy_creates_guards_nothing_yet():
+    # GIVEN a stack deployed before it had a guard: CloudFormation creates the guard (a Create judges nothing) and
+    # updates the launch template in the same deploy
+    text = ("Stack ray-train-gpu\n[+] Custom::RayEfa-JobDisruptionGuard JobGuard/Resource JobGuardFE2367F1\n"
+            "[~] AWS::EC2::LaunchTemplate GpuNodes/LaunchTemplate GpuNodesLaunchTemplate8E6E2A4C\n")
+    # THEN the touched launch template drains the nodes
+    findings = check_deploy(read_diff(text), cluster("Running"), Settings())
+    assert [f.id for f in findings] == ["nodes-roll"]
+    assert "drains the nodes of ray-train-gpu: GpuNodes/LaunchTemplate" in findings[0].message
 
 
 def test_a_file_that_is_not_a_cdk_diff_is_exit_2(tmp_path, capsys):
