@@ -19,7 +19,7 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core import catalog, regions
 from ray_efa.core.addons import EFA_DEVICE_CLASS, GPU_DEVICE_CLASS
-from ray_efa.core.settings import Settings, SettingsError
+from ray_efa.core.settings import Problem, Settings, SettingsError, shared_storage_problem
 from ray_efa.core.user_code import check_user_code
 from ray_efa.infra._private import add_synth_check, check_node_selector, literal_cluster_name, on_cluster
 from ray_efa.infra._settings import check_type
@@ -213,6 +213,13 @@ def _resolved_settings(base: Settings, changes: Mapping[str, Any],
     """`base` with `changes`, and its checked code folder; a SettingsError names the job's props where they said it."""
     try:
         resolved = base.replace(**changes) if changes else base
+        # The driver and `ray-efa manifests` refuse a multi-node job without shared storage; so does its construct.
+        nodes = resolved.nodes.gpu_node_count
+        if shared_storage_problem(nodes, resolved.workload.storage_path, resolved.cluster_stack_name) is not None:
+            raise SettingsError([Problem("RayTrainingJob storage_path", None, (
+                f"must be s3://... or a shared filesystem for a job on {nodes} GPU nodes (gpuNodeCount): every "
+                "node's workers write checkpoint shards into it, and a restart may land on other nodes; pass "
+                "storage= (a CheckpointStorage: its bucket), storage_path=, or the settings' storagePath"))])
         return resolved, check_user_code(resolved).code_dir
     except SettingsError as error:
         raise SettingsError([

@@ -14,6 +14,8 @@ from ray_efa.infra import EfaGpuNodegroup, GpuDevicePlugins, GpuDraDrivers, RayT
 from tests.infra.test_seams import _imported, _synth_errors
 from tests.infra.test_workload import find
 
+CKPT = "s3://ckpt-bucket/runs"  # a job on 2 GPU nodes needs shared storage (shared_storage_problem)
+
 
 def _app(installed: type, allocation: str | None, *, job_first: bool = False):
     app, stack, vpc, cluster = _imported()
@@ -21,7 +23,7 @@ def _app(installed: type, allocation: str | None, *, job_first: bool = False):
     settings = Settings.from_context({"deviceAllocation": allocation} if allocation else {})
 
     def job() -> None:
-        RayTrainingJob(stack, "Job", cluster=cluster, settings=settings, gpu_nodes=gpu)
+        RayTrainingJob(stack, "Job", cluster=cluster, settings=settings, gpu_nodes=gpu, storage_path=CKPT)
 
     if job_first:  # the check runs at synth: the order the platform builds its constructs in does not matter
         job()

@@ -28,6 +28,8 @@ BEFORE = {"ClusterName": "ray-train", "RollKey": "gpuInstanceType=g6.12xlarge ca
           "AllowJobDisruption": "false"}
 RUNNING = {"ray/train-efa": "Running"}
 
+CKPT = "s3://ckpt-bucket/runs"  # a job on 2 GPU nodes needs shared storage (shared_storage_problem)
+
 
 def jobs(listed: dict[str, str]):
     calls = []
@@ -529,7 +531,7 @@ def test_a_platforms_gpu_node_group_taints_are_what_its_job_tolerates():
     vpc = ClusterVpc(stack, "Vpc").vpc
     cluster = RayEksCluster(stack, "Eks", vpc=vpc).cluster
     nodes = EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, taints=["pool=gpu:NoSchedule"])
-    job = RayTrainingJob(stack, "Job", cluster=cluster, gpu_nodes=nodes)
+    job = RayTrainingJob(stack, "Job", cluster=cluster, gpu_nodes=nodes, storage_path=CKPT)
     # THEN the job's settings take the node group's taints (no setting repeats them) ...
     assert job.settings.nodes.gpu_node_taints == ("pool=gpu:NoSchedule",)
     # ... and a bad taint is the prop's error

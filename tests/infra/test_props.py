@@ -31,6 +31,8 @@ from ray_efa.infra import (
     import_cluster,
 )
 
+CKPT = "s3://ckpt-bucket/runs"  # a job on 2 GPU nodes needs shared storage (shared_storage_problem)
+
 
 def _stack(region: str | None = "us-west-2") -> cdk.Stack:
     env = cdk.Environment(region=region) if region else None
@@ -243,11 +245,28 @@ def test_a_job_in_a_region_without_an_az_table_takes_the_zone_from_the_clusters_
     cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
                              kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
     # WHEN the job is built there THEN it synthesizes, with the region, the zones and the name of what it was given
-    job = RayTrainingJob(stack, "Job", cluster=cluster)
+    job = RayTrainingJob(stack, "Job", cluster=cluster, storage_path=CKPT)
     assert job.settings.cluster.region == "eu-south-1"
     assert job.settings.gpu_availability_zone == "eu-south-1b"  # the VPC's first private subnet's
     assert job.settings.vpc_availability_zones == ("eu-south-1b", "eu-south-1a")
     assert job.settings.cluster.cluster_name == "platform"
+
+
+def test_a_job_on_two_nodes_without_shared_storage_is_refused_as_the_cli_refuses_it():
+    # GIVEN an imported cluster with no CheckpointStorage in the stack
+    stack = _stack()
+    vpc, _ = _imported(stack)
+    cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
+                             kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
+    # WHEN a job on the default 2 GPU nodes names no storage THEN synth refuses it, naming the props that give one
+    with pytest.raises(ValueError, match=r"RayTrainingJob storage_path: must be s3://\.\.\. or a shared filesystem for "
+                                         r"a job on 2 GPU nodes .* pass storage= \(a CheckpointStorage: its bucket\), "
+                                         r"storage_path=, or the settings' storagePath"):
+        RayTrainingJob(stack, "X", cluster=cluster)
+    assert _children(stack, "X") == []
+    # AND one node needs none (its workers share a disk); storage_path is enough on two
+    RayTrainingJob(stack, "One", cluster=cluster, settings=Settings.from_context({"gpuNodeCount": 1}))
+    assert RayTrainingJob(stack, "Two", cluster=cluster, job_name="two", storage_path=CKPT).settings.workload.storage_path == CKPT
 
 
 # -- props checked as their settings are: one function per value, and their types at the boundary -----------------
@@ -308,13 +327,14 @@ def test_a_second_job_of_one_name_in_one_namespace_is_refused_naming_job_name():
     vpc, _ = _imported(stack)
     cluster = import_cluster(stack, "Research", cluster_name="platform", cluster_security_group_id="sg-1", vpc=vpc,
                              kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"))
-    RayTrainingJob(stack, "First", cluster=cluster)
+    RayTrainingJob(stack, "First", cluster=cluster, storage_path=CKPT)
     # WHEN a second one gets the same RayJob name in the same namespace (the default jobName), THEN synth refuses it
     with pytest.raises(ValueError, match=r"RayTrainingJob job_name \(the settings' jobName\) must differ from every "
                                          r"other job's in namespace ray of Platform/Research/Cluster: Platform/First runs "
                                          r"RayJob train-efa there already, got 'train-efa'"):
-        RayTrainingJob(stack, "X", cluster=cluster)
+        RayTrainingJob(stack, "X", cluster=cluster, storage_path=CKPT)
     assert _children(stack, "X") == []
     # AND another name, or the same name in another namespace, is fine
-    RayTrainingJob(stack, "Second", cluster=cluster, job_name="second")
-    RayTrainingJob(stack, "Third", cluster=cluster, settings=Settings.from_context({"namespace": "research"}))
+    RayTrainingJob(stack, "Second", cluster=cluster, job_name="second", storage_path=CKPT)
+    RayTrainingJob(stack, "Third", cluster=cluster, settings=Settings.from_context({"namespace": "research"}),
+                   storage_path=CKPT)

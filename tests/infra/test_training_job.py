@@ -28,6 +28,8 @@ EXAMPLE_SRC = ROOT / "examples" / "own-training" / "src"
 SYSTEM = {"platform/pool": "system"}
 GPU = {"platform/pool": "gpu"}
 
+CKPT = "s3://ckpt-bucket/runs"  # a job on 2 GPU nodes needs shared storage (shared_storage_problem)
+
 
 class Platform(cdk.Stack):
     """The issue's case: a platform stack with 4 x p5.48xlarge in namespace ml, on an imported cluster."""
@@ -186,7 +188,8 @@ def test_large_code_without_a_role_to_read_it_names_the_props(tmp_path):
                                       private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa"])
     cluster = eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c", kubectl_provider=provider, vpc=vpc)
     with pytest.raises(ValueError, match="pass storage= .* or code_reader="):
-        RayTrainingJob(stack, "Job", cluster=cluster, train_function="big_train:train_func", code=_large_code(tmp_path))
+        RayTrainingJob(stack, "Job", cluster=cluster, train_function="big_train:train_func", code=_large_code(tmp_path),
+                       storage_path=CKPT)
 
 
 def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(tmp_path):
