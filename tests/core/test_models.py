@@ -302,3 +302,26 @@ def test_tinyllamas_published_shape_fits_an_a100_40gb():
     assert s.training.preset.num_parameters == 1_100_048_384
     # THEN the plan says it fits, as it ran
     assert memory.estimate(s, "fsdp").fits
+
+
+@pytest.mark.parametrize(("sharding", "nodes"), [("hsdp", 2), ("fsdp", 1)])
+def test_olmo2_13bs_published_shape_fits_an_h100(sharding: str, nodes: int):
+    # GIVEN OLMo 2 13B as OLMo-core's OLMo2-13B.py trains it on H100s: 1 x 4096 tokens a GPU, no activation
+    # checkpointing, bf16, compiled, HSDP (fixtures/model_configs/README.md), at one micro-batch a step
+    s = Settings.from_context(
+        {
+            "modelConfig": str(CONFIGS / "olmo-2-13b" / "config.json"),
+            "gpuInstanceType": "p5.48xlarge",
+            "gpuNodeCount": nodes,
+            "sharding": sharding,
+            "microBatch": 1,
+            "seqLen": 4096,
+            "gradAccumulation": 1,
+            "precision": "bf16",
+            "activationCheckpointing": False,
+            "compile": True,
+        }
+    )
+    assert s.training.preset.num_parameters == 13_716_198_400
+    # THEN the plan says it fits, as it ran
+    assert memory.estimate(s, sharding).fits
