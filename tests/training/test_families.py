@@ -4,7 +4,8 @@ llama3 RoPE and tied embeddings, qwen3's head_dim 32 and q/k norms, gemma2's sof
 gemma3's sliding and full layers, phi3's fused projections, olmo2's post-norms) is built by transformers' Auto
 classes, its decoderBlock lean model computes transformers' own logits, loss and gradients (the lean layer where it
 is exact for the family, transformers' layer elsewhere), and two gloo ranks train it under FSDP2 with selective
-activation checkpointing, the loss going down, and resume from a checkpoint bit-identically.
+activation checkpointing, the loss going down, and resume from a checkpoint bit-identically. A checkpoint of each
+that transformers' save_pretrained wrote loads through modelPath with its weights and logits exact.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.checkpoint import load_shards, save_shards
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.lean_block import LeanDecoderLayer
-from ray_efa.training.model import CausalLM, build_model
+from ray_efa.training.model import CausalLM, attention_implementation, build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
 from ray_efa.training.train import build_optimizer, train_step
 from tests.training.gloo_ranks import run_cases
@@ -115,6 +116,42 @@ def test_the_plans_decoder_linears_are_the_models(family):
                    for name, m in model.layers[0].named_modules() if isinstance(m, torch.nn.Linear))
     assert built == sorted(decoder_linears(preset))
     assert sum(p.numel() for p in model.parameters()) == preset.num_parameters
+
+
+def _saved_checkpoint(family: str, folder: Path):
+    """A checkpoint of the family as a user's would be: transformers' own model of the fixture's config.json, every
+    weight random (biases and norms too), written by save_pretrained (config.json + safetensors)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**family_config(family))
+    saved = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_implementation(config))
+    g = torch.Generator().manual_seed(5)
+    saved.load_state_dict({name: torch.randn(t.shape, generator=g) * (0.2 if "norm" in name else 0.3) + ("norm" in name)
+                           for name, t in saved.state_dict().items()})
+    saved.save_pretrained(folder)
+    return saved.eval()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_model_path_loads_each_familys_saved_checkpoint(family, tmp_path):
+    # GIVEN a checkpoint of the family saved to a local folder
+    saved = _saved_checkpoint(family, tmp_path)
+    ids = torch.randint(0, saved.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = saved.lm_head(saved.model(input_ids=ids, use_cache=False).last_hidden_state)
+    # WHEN the built-in train function builds it from modelPath (another seed, which must not matter), with
+    # transformers' layer and with the default decoder (the lean layer where it is exact for the family)
+    preset = family_preset(family)
+    loaded = build_model(preset, seed=1, device=CPU, model_path=str(tmp_path), decoder="transformers")
+    default = build_model(preset, seed=1, device=CPU, model_path=str(tmp_path))
+    # THEN it holds the saved weights exactly, and computes the saved model's logits exactly
+    state = loaded.hf.state_dict()
+    assert state.keys() == saved.state_dict().keys()
+    assert all(torch.equal(state[name], tensor) for name, tensor in saved.state_dict().items())
+    assert default.decoder == ("lean" if family in LEAN else "transformers")
+    with torch.no_grad():
+        assert torch.equal(loaded.hf.lm_head(loaded.hidden_states(ids)), expected)
+        torch.testing.assert_close(default.hf.lm_head(default.hidden_states(ids)), expected, rtol=1e-5, atol=1e-5)
 
 
 # -- two gloo ranks: FSDP2 with selective checkpointing trains each family and resumes bit-identically ---------------
