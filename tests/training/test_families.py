@@ -5,15 +5,18 @@ gemma3's sliding and full layers, phi3's fused projections, olmo2's post-norms) 
 classes, its decoderBlock lean model computes transformers' own logits, loss and gradients (the lean layer where it
 is exact for the family, transformers' layer elsewhere), and two gloo ranks train it under FSDP2 with selective
 activation checkpointing, the loss going down, and resume from a checkpoint bit-identically. A checkpoint of each
-that transformers' save_pretrained wrote loads through modelPath with its weights and logits exact.
+that transformers' save_pretrained wrote loads through modelPath with its weights and logits exact, and evaluate
+gives each one's token-weighted held-out loss.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -24,6 +27,8 @@ from ray_efa.core.models import ModelPreset, preset_from_config
 from ray_efa.core.settings import TrainingSettings
 from ray_efa.training.checkpoint import load_shards, save_shards
 from ray_efa.training.data import TokenBatches
+from ray_efa.training.dataset import ROW_COLUMN
+from ray_efa.training.evaluate import evaluate
 from ray_efa.training.lean_block import LeanDecoderLayer
 from ray_efa.training.model import CausalLM, attention_implementation, build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize
@@ -152,6 +157,48 @@ def test_model_path_loads_each_familys_saved_checkpoint(family, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded.hf.lm_head(loaded.hidden_states(ids)), expected)
         torch.testing.assert_close(default.hf.lm_head(default.hidden_states(ids)), expected, rtol=1e-5, atol=1e-5)
+
+
+class _HeldOutRows:
+    """The eval split evaluate reads (Ray Data's DataIterator, its one contract here): blocks of batch_size packed
+    rows, the last one shorter."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def iter_batches(self, *, batch_size: int, batch_format: str):
+        assert batch_format == "numpy"
+        for start in range(0, len(self.rows), batch_size):
+            yield {ROW_COLUMN: self.rows[start:start + batch_size]}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_evaluate_gives_each_familys_token_weighted_held_out_loss(family):
+    # GIVEN the family's model as the built-in train function builds it (the lean layer where exact), and 5 held-out
+    # rows of 13 tokens in blocks of 2, 2 and 1 (one rank)
+    preset = family_preset(family)
+    reference = build_model(preset, seed=0, device=CPU, decoder="transformers")
+    reference.load_state_dict(_randomized(reference, seed=4))
+    model = build_model(preset, seed=0, device=CPU)
+    model.load_state_dict(reference.state_dict())
+    rows = torch.randint(0, preset.vocab_size, (5, 13), generator=torch.Generator().manual_seed(2)).numpy()
+    # WHEN evaluate runs the split through it
+    result = evaluate(model, _HeldOutRows(rows), micro_batch=2, max_batches=0,  # type: ignore[arg-type]
+                      device=CPU, rank=0, world_size=1, row_tokens=13, vocab_size=preset.vocab_size)
+    # THEN eval_loss is the mean over every held-out token of the next-token loss, from transformers' own logits
+    # (Gemma 2's final soft-capping included)
+    tokens = torch.from_numpy(rows)
+    with torch.no_grad():
+        logits = reference.hf(input_ids=tokens[:, :-1], use_cache=False).logits
+    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
+    assert result["eval_tokens"] == per_token.numel() == 5 * 12
+    assert result["eval_loss"] == pytest.approx(per_token.double().mean().item(), rel=1e-5)
+    assert result["eval_perplexity"] == pytest.approx(math.exp(result["eval_loss"]))
+    # and not the mean of the three blocks' means, which weighs the short last block as much as a full one
+    blocks = per_token.double().reshape(5, 12)
+    block_means = [blocks[0:2].mean(), blocks[2:4].mean(), blocks[4:5].mean()]
+    assert result["eval_loss"] != pytest.approx(torch.stack(block_means).mean().item(), rel=1e-5)
+    assert model.training  # back in training mode
 
 
 # -- two gloo ranks: FSDP2 with selective checkpointing trains each family and resumes bit-identically ---------------
