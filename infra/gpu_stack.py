@@ -44,17 +44,18 @@ class GpuStack(Stack):
         # The device plugins must exist before GPU nodes register, or pods wait for resources nobody advertises; the
         # job needs the namespace, its service account and the checkpoint bucket of the cluster stack.
         self.add_stack_dependency(cluster_stack)
-        self.training_job: RayTrainingJob | None = None
         # Scaled to zero (gpuNodeCount 0) there is no GPU to run on: no job, so nothing waits for one. The job comes
-        # back (created anew, so it runs again) with the nodes.
-        if settings.workload.training_job and not settings.nodes.scaled_to_zero:
-            # Where it runs comes from the constructs that build it: these GPU nodes (the job is applied after their
-            # node group: the RayJob's deadline starts when it is created), the cluster stack's namespace and
-            # checkpoint storage (whose service account also reads codeDir when it ships as an S3 asset).
-            self.training_job = RayTrainingJob.from_settings(
-                self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster,
-                gpu_nodes=self.gpu_nodes, workload=cluster_stack.workload, storage=cluster_stack.checkpoints,
-            )
+        # back (created anew, so it runs again) with the nodes. Where it runs comes from the constructs that build it:
+        # these GPU nodes (the job is applied after their node group: the RayJob's deadline starts when it is
+        # created), the cluster stack's namespace and checkpoint storage (whose service account also reads codeDir
+        # when it ships as an S3 asset). Without a job its settings ConfigMap stays: `ray-efa submit` reads the
+        # deployment's settings from it (trainingJob false is the way to run jobs outside the stack).
+        runs = settings.workload.training_job and not settings.nodes.scaled_to_zero
+        job = RayTrainingJob.from_settings(
+            self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster, gpu_nodes=self.gpu_nodes,
+            workload=cluster_stack.workload, storage=cluster_stack.checkpoints, apply_job=runs)
+        self.training_job: RayTrainingJob | None = job if runs else None
+        """The training job, when the stack applies one (its settings ConfigMap is applied either way)."""
 
         # The deploy path's own protection of a running job: a change that rolls or resizes the GPU nodes, or changes
         # or deletes the RayJob, fails before anything changes while a RayJob runs (infra.job_guard).

@@ -35,7 +35,7 @@ from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import collect_code, config_map_problem
 from ray_efa.k8s.disruption_budget import ray_pods_disruption_budget
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
-from ray_efa.k8s.workload import ray_job_chart, shipped_settings
+from ray_efa.k8s.workload import ray_job_chart, settings_chart, shipped_settings
 
 __all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE", "device_allocation_problems"]
 
@@ -280,7 +280,7 @@ class RayTrainingJob(Construct):
         workload: RayWorkload | None = None, storage: CheckpointStorage | None = None,
         operator: KubeRayOperator | None = None, storage_path: str | None = None,
         system_node_selector: Mapping[str, str] | None = None, gpu_node_selector: Mapping[str, str] | None = None,
-        code_reader: iam.IRole | None = None, after: Sequence[IConstruct] = (),
+        code_reader: iam.IRole | None = None, after: Sequence[IConstruct] = (), apply_job: bool = True,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, with KubeRay and the device plugins installed.
@@ -309,6 +309,9 @@ class RayTrainingJob(Construct):
             @default - storage's service account role
         :param after: what else the job waits for, besides the node group of `gpu_nodes`, the namespace of `workload`
             and the service account of `storage`, which it always waits for. @default - nothing more
+        :param apply_job: apply the RayJob with its code, NetworkPolicy and PodDisruptionBudget; False: the settings
+            ConfigMap alone (what `ray-efa submit` reads as the deployment's settings, under the same construct path,
+            so that turning the job off or on updates it in place), no job. @default True
         """
         super().__init__(scope, construct_id)
         # Resolve and validate everything before creating any child; the props' types first (a str train_config
@@ -339,25 +342,35 @@ class RayTrainingJob(Construct):
         self.cluster: eks.ICluster = cluster
         """The cluster the job is applied to."""
 
+        self.job: eks.KubernetesManifest | None = None
+        """The RayJob's manifest (the last: its ConfigMaps come first); None without apply_job."""
+        self.job_object: dict[str, Any] | None = None
+        """The RayJob object of `job` (tokens unresolved); None without apply_job."""
+        self.disruption_budget: eks.KubernetesManifest | None = None
+        """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget); None without apply_job."""
+        self.code_asset: s3_assets.Asset | None = None
+        self.app_asset: s3_assets.Asset | None = None
+        if not apply_job:
+            self.manifests: list[eks.KubernetesManifest] = apply_objects(
+                self, cluster, settings_chart(cdk8s.App(), resolved).to_json(),
+                after=_waits(after, None, workload, storage))
+            return
         reader = code_reader or (storage.service_account.role if storage is not None else None)
-        self.code_asset: s3_assets.Asset | None = self._user_code_asset(code_dir, reader)
-        self.app_asset: s3_assets.Asset | None = self._app_code_asset(resolved) if reader is not None else None
+        self.code_asset = self._user_code_asset(code_dir, reader)
+        self.app_asset = self._app_code_asset(resolved) if reader is not None else None
         self._grant_code_read(reader)
 
         objects = ray_job_chart(cdk8s.App(), resolved,
                                 code_archive_uri=self.code_asset.s3_object_url if self.code_asset else None,
                                 app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
         waits = _waits(after, gpu_nodes, workload, storage)
-        self.manifests: list[eks.KubernetesManifest] = apply_objects(self, cluster, objects, after=waits)
-        self.job: eks.KubernetesManifest = self.manifests[-1]
-        """The RayJob's manifest (the last: its ConfigMaps come first)."""
-        self.job_object: dict[str, Any] = objects[-1]
-        """The RayJob object of `job` (tokens unresolved)."""
+        self.manifests = apply_objects(self, cluster, objects, after=waits)
+        self.job = self.manifests[-1]
+        self.job_object = objects[-1]
         # The Ray pods' PodDisruptionBudget, before the job: a drain fails rather than evicting one of them. The
         # stack's alone (`ray-efa manifests` and `submit` create none).
-        self.disruption_budget: eks.KubernetesManifest = apply_objects(
+        self.disruption_budget = apply_objects(
             self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)[0]
-        """The manifest of the job's PodDisruptionBudget (k8s.disruption_budget)."""
         self.job.node.add_dependency(self.disruption_budget)
 
     def _resolve_settings(
@@ -419,8 +432,8 @@ class RayTrainingJob(Construct):
     def from_settings(
         cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
         gpu_nodes: EfaGpuNodegroup | None = None, workload: RayWorkload | None = None,
-        storage: CheckpointStorage | None = None, after: Sequence[IConstruct] = (),
+        storage: CheckpointStorage | None = None, after: Sequence[IConstruct] = (), apply_job: bool = True,
     ) -> RayTrainingJob:
         """The job of the project's own app: trainFunction, codeDir, jobName and trainConfig of the settings."""
         return cls(scope, construct_id, cluster=cluster, settings=settings, gpu_nodes=gpu_nodes, workload=workload,
-                   storage=storage, after=after)
+                   storage=storage, after=after, apply_job=apply_job)

@@ -34,7 +34,7 @@ from ray_efa.k8s.ray_cluster import RayCluster
 from ray_efa.k8s.ray_job import RayJob
 from ray_efa.k8s.user_code import UserCodeConfigMap, UserCodeVolume
 
-__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "build_workload", "build_manifests",
+__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "settings_chart", "build_workload", "build_manifests",
            "shipped_settings"]
 
 
@@ -107,6 +107,17 @@ def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str
     user_code = _user_code(chart, settings, name, code_archive_uri)
     _device_claims(chart, settings, name)
     RayJob(chart, "RayJob", settings=shipped, name=name, code=code, user_code=user_code)
+    return chart
+
+
+def settings_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
+    """The training job's settings ConfigMap alone, the object ray_job_chart makes (`<jobName>-settings`: what
+    `ray-efa submit` reads as the deployment's settings), for a deployment that applies no job (trainingJob false, or
+    its GPU nodes at zero). No plan is checked: no job runs from it."""
+    name = ray_job_of(settings)
+    chart = _chart(scope, f"settings-{settings.workload.network}")
+    CodeConfigMap(chart, "Code", name=code_config_map_name(name), namespace=settings.workload.namespace,
+                  bundle=collect_code(shipped_settings(settings)).settings_only())
     return chart
 
 

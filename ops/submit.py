@@ -195,9 +195,9 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
         if error.status != 404:
             raise SubmitError(f"cannot read {where}, the cluster's deployed settings: {api_error(error)}") from None
     what_to_do = (f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
-                  f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed with trainingJob false or "
-                  "gpuNodeCount 0 has none: deploy it with its training job once (ray-efa-stack writes "
-                  "<jobName>-settings in the job's namespace)")
+                  f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed by an earlier release with "
+                  "trainingJob false or gpuNodeCount 0 has none: deploy it again (ray-efa-stack writes "
+                  "<jobName>-settings in the job's namespace, with its training job or without)")
     if exact:
         raise NoDeployedSettings(f"no {where} in the cluster (404 Not Found), so its deployed settings are unknown: "
                                  f"{what_to_do}")

@@ -303,7 +303,8 @@ class WorkloadSettings(_Section):
     )
     training_job: bool = setting(
         True, "trainingJob",
-        "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no job.",
+        "Apply the training RayJob from the GPU stack, once the GPU nodes exist (CloudFormation creates it once); false: no "
+        "job, only its settings ConfigMap (what `ray-efa submit` reads as the deployment's settings).",
     )
     allow_job_disruption: bool = setting(
         False, "allowJobDisruption",

@@ -56,6 +56,7 @@ CHANGES = [
     ("kubernetesVersion 1.35 -> 1.36", {"kubernetesVersion": "1.35"}, {}),
     ("gpuRootVolumeGib 500 -> 600", {}, {"gpuRootVolumeGib": 600}),
     ("allowJobDisruption false -> true", {}, {"allowJobDisruption": True}),
+    ("trainingJob true -> false", {}, {"trainingJob": False}),
 ]
 
 EXPECTED_REPLACEMENTS = {
@@ -539,6 +540,24 @@ def test_deploy_check_reads_the_live_diff_as_this_table_does(change, before, aft
     touched = {f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}" for d in diffs for c in d.changes
                if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")}
     assert set(read.rolled_node_groups) == touched
+
+
+def test_turning_the_job_off_keeps_the_settings_that_submit_reads():
+    """trainingJob false is how runs come from `ray-efa submit` alone, and submit reads the deployment's settings from
+    the `<jobName>-settings` ConfigMap: the deploy that turns the job off keeps that resource (updated in place, so
+    CloudFormation neither deletes the object nor creates it twice), and so does scaling to zero."""
+    for change in ("trainingJob true -> false", "gpuNodeCount 2 -> 0 (scale to zero)"):
+        (diff,) = [d for d in _diff_of(change) if d.stack.endswith("-gpu")]
+        by_path = {c.path: c for c in diff.changes}
+        # THEN the settings ConfigMap is updated, not removed, and the RayJob is removed
+        settings = by_path["TrainingJob/ConfigMap-train-efa-settings/Resource"]
+        assert settings.op == "~" and not settings.replaced, settings
+        # (a removed resource has no construct path in an in-process synth's template: its logical id)
+        assert [c.op for c in diff.changes if c.path.startswith("TrainingJobRayJobtrainefa")] == ["-"]
+    from tests.infra.test_workload import find
+
+    _, _, config_map = find(synth_of({"trainingJob": False}).gpu, "ConfigMap", "train-efa-settings")
+    assert json.loads(config_map["data"]["settings.json"])["trainingJob"] is False
 
 
 def _guard_properties(template) -> dict:

@@ -347,10 +347,12 @@ def test_scaled_to_zero_keeps_both_stacks_and_the_node_group_at_zero_nodes_with_
     assert scaling == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
     only(synth.gpu, "AWS::EC2::LaunchTemplate")
     only(synth.gpu, "AWS::EC2::PlacementGroup")
-    # ...no job is applied (no worker could run), and the cluster stack is the one of a running deployment
-    from tests.infra.test_workload import job_manifests, manifests
+    # ...no job is applied (no worker could run), but its settings (what `submit` reads), and the cluster stack is
+    # the one of a running deployment
+    from tests.infra.test_workload import find, job_manifests, manifest_objects, manifests
 
-    assert job_manifests(synth.gpu) == {}
+    assert [o["kind"] for r in job_manifests(synth.gpu).values() for o in manifest_objects(r)] == ["ConfigMap"]
+    find(synth.gpu, "ConfigMap", "train-efa-settings")
     # ...but the job guard stays: scaling to zero under a job that `submit` started is a roll it refuses
     assert manifests(synth.gpu) != {} and only(synth.gpu, "Custom::RayEfa-JobDisruptionGuard")
     assert synth.cluster.to_json() == synthesize().cluster.to_json()

@@ -150,7 +150,9 @@ def test_own_storage_path_needs_no_bucket():
 
 def test_training_job_can_be_left_out():
     synth = synthesize(trainingJob="false")
-    assert job_manifests(synth.gpu) == {}
+    # THEN only the job's settings stay (what `ray-efa submit` reads), and the guard's RBAC
+    assert [o["kind"] for r in job_manifests(synth.gpu).values() for o in manifest_objects(r)] == ["ConfigMap"]
+    find(synth.gpu, "ConfigMap", "train-efa-settings")
     assert job_manifests(synth.gpu) != manifests(synth.gpu)  # the guard's RBAC stays
     assert "TrainingJobWatchCommand" not in synth.gpu.to_json()["Outputs"]
     find(synth.cluster, "Namespace")
