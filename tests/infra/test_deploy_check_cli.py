@@ -50,6 +50,14 @@ def test_the_deployed_template_names_a_removed_resource_by_its_construct_path():
             "TrainingJobRayJobtrainefaFE58B741 destroy") in live_diff("training_job_off")
 
 
+def test_training_job_false_keeps_the_settings_that_submit_reads():
+    # THEN the deployed settings ConfigMap is updated in place (the same resource: never deleted, never created twice)
+    lines = live_diff("training_job_off").splitlines()
+    assert ("[~] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/ConfigMap-train-efa-settings/Resource "
+            "TrainingJobConfigMaptrainefasettingsCFE365B5") in lines
+    assert not [line for line in lines if line.startswith("[-]") and "ConfigMap-train-efa-settings" in line]
+
+
 def test_training_job_false_is_refused_while_the_job_runs():
     diff = read_diff(live_diff("training_job_off"))
     assert diff.removed_jobs == ("train-efa",)
