@@ -157,9 +157,11 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
         cleanup_command,
         create_objects,
         gpu_holders,
+        mark_submitted,
         own_by_job,
         submission,
         submitter_identity,
+        submitter_name,
     )
 
     try:
@@ -192,6 +194,7 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
         if unlisted:
             _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: "
                  f"{unlisted}")
+        objects = mark_submitted(objects, submitter_name(api_client))
         job_uid = create_objects(api_client, objects, submitted_by=submitter_identity())
         unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
         for problem in unowned:

@@ -12,6 +12,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
 from ray_efa.infra.manifests import apply_objects
+from ray_efa.k8s.admission_policy import researcher_admission
 
 __all__ = ["ResearcherAccess", "RESEARCHER_GROUP", "researcher_rbac"]
 
@@ -69,7 +70,8 @@ def researcher_rbac(namespace: str, group: str = RESEARCHER_GROUP) -> list[dict[
 
 class ResearcherAccess(Construct):
     """One EKS access entry per ARN in `principal_arns`, in Kubernetes group `group` with no EKS access policy, and
-    the RBAC objects of researcher_rbac(namespace, group), applied after `after` (the namespace).
+    the RBAC objects of researcher_rbac(namespace, group) and the group's admission policy
+    (k8s.admission_policy.researcher_admission), applied after `after` (the namespace).
 
     No access policy: EKS's AmazonEKSEditPolicy would let a researcher delete the RayCluster, and no EKS policy
     grants create on RayJobs alone, so Kubernetes RBAC authorizes the group (EKS User Guide, "Create an access entry
@@ -101,5 +103,8 @@ class ResearcherAccess(Construct):
             self.entries.append(eks_l1.CfnAccessEntry(
                 self, f"Researcher{digest}", cluster_name=cluster.cluster_name, principal_arn=arn,
                 kubernetes_groups=[group], type="STANDARD"))
+        # RBAC lets the group create and patch ConfigMaps and NetworkPolicies; the admission policy narrows that to
+        # immutable ConfigMaps and objects of their own (k8s.admission_policy).
         self.manifests: list[eks.KubernetesManifest] = apply_objects(
-            self, cluster, researcher_rbac(namespace, group), after=after)
+            self, cluster, [*researcher_rbac(namespace, group), *researcher_admission(namespace, group=group)],
+            after=after)

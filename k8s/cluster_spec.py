@@ -23,10 +23,12 @@ from kubernetes.client import (
     V1LifecycleHandler,
     V1ObjectMeta,
     V1PersistentVolumeClaimVolumeSource,
+    V1PodSecurityContext,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ProjectedVolumeSource,
     V1ResourceRequirements,
+    V1SeccompProfile,
     V1SecurityContext,
     V1Toleration,
     V1Volume,
@@ -60,6 +62,7 @@ __all__ = [
     "SHM_PATH",
     "MODEL_CACHE_PATH",
     "container_security_context",
+    "pod_security_context",
     "host_sysfs_parts",
     "head_template",
     "worker_template",
@@ -268,6 +271,20 @@ def container_security_context(*, add: tuple[str, ...] = ()) -> V1SecurityContex
     )
 
 
+def pod_security_context() -> V1PodSecurityContext:
+    """The container runtime's default seccomp profile; every Ray pod template (head, workers, submitter) sets it,
+    and automountServiceAccountToken false.
+
+    No token: nothing in a Ray pod calls the Kubernetes API (the submitter calls the head's dashboard; KubeRay itself
+    reads the cluster's token Secret and injects it as env). EKS Pod Identity does not need it either: its webhook
+    projects a token of its own (audience pods.eks.amazonaws.com) whatever automountServiceAccountToken says. The
+    admission policy (k8s.admission_policy) refuses a Ray pod that mounts one. RuntimeDefault: containerd's default
+    profile blocks the syscalls a container has no use for (Pod Security Standards "restricted" asks for it); NCCL,
+    libfabric and PyTorch need none of them.
+    """
+    return V1PodSecurityContext(seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
 def _ray_stop_before_exit() -> V1Lifecycle:
     # `ray stop` lets the raylet and GCS shut down cleanly instead of dying with SIGKILL at the grace period's end.
     return V1Lifecycle(pre_stop=V1LifecycleHandler(_exec=V1ExecAction(command=["/bin/sh", "-c", "ray stop"])))
@@ -307,6 +324,8 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
             init_containers=[*init, *package_init] or None,
             containers=[container],
             volumes=[tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes],
+            automount_service_account_token=False,  # see pod_security_context
+            security_context=pod_security_context(),
         )
     )
 
@@ -359,6 +378,8 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
             resource_claims=pod_resource_claims(owner, instance) if dra else None,
             volumes=[shm, tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes,
                      *sysfs_volumes],
+            automount_service_account_token=False,  # see pod_security_context
+            security_context=pod_security_context(),
         )
     )
 
@@ -383,6 +404,8 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
             node_selector=dict(settings.nodes.system_node_selector),
             containers=[container],
             restart_policy="Never",
+            automount_service_account_token=False,  # see pod_security_context
+            security_context=pod_security_context(),
         )
     )
 

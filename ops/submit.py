@@ -5,6 +5,7 @@
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
     upload_code_archive(s3, archive)                # codeDir too large for a ConfigMap: a zip under storagePath
     holders, _ = gpu_holders(api_client, namespace) # Ray clusters that hold the GPU nodes now: the job would wait
+    objects = mark_submitted(objects, submitter_name(api_client))  # immutable ConfigMaps, annotated with who
     uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
     own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
@@ -27,7 +28,7 @@ from typing import Any
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Problem, Settings
 
 __all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects",
-           "DeployedSettings", "NoDeployedSettings", "DEPLOYED_KEYS", "SETTINGS_SELECTOR", "deployed_settings",
+           "DeployedSettings", "NoDeployedSettings", "submitter_name", "mark_submitted", "DEPLOYED_KEYS", "SETTINGS_SELECTOR", "deployed_settings",
            "on_deployed_cluster",
            "own_by_job", "follow", "InitContainerFailed", "check_init_containers",
            "submitter_log",
@@ -171,6 +172,16 @@ def _owned_by_job(config_map: Any) -> bool:
     return any((o.kind if not isinstance(o, dict) else o.get("kind")) == "RayJob" for o in owners)
 
 
+def _submitted_by(config_map: Any) -> str | None:
+    """Who made it with `ray-efa submit` (mark_submitted), None for a deployment's: a researcher may create a
+    ConfigMap in the namespace, never one without this annotation (k8s.admission_policy)."""
+    from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION
+
+    annotations = (config_map.metadata.annotations or {}) if not isinstance(config_map, dict) else \
+        (config_map.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(SUBMITTED_BY_ANNOTATION)
+
+
 def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool = False) -> DeployedSettings:
     """The cluster side of the settings the cluster was deployed with: settings.json of the ConfigMap `<job>-settings`
     in `namespace` (k8s.names.settings_config_map_name; the deployment's training job writes it). When that one is
@@ -189,11 +200,17 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
     name = settings_config_map_name(code_config_map_name(job))
     where = f"ConfigMap {namespace}/{name}"
     try:
-        return DeployedSettings(source=where, context=_settings_of(core.read_namespaced_config_map(name, namespace),
-                                                                   where))
+        config_map = core.read_namespaced_config_map(name, namespace)
     except ApiException as error:
         if error.status != 404:
             raise SubmitError(f"cannot read {where}, the cluster's deployed settings: {api_error(error)}") from None
+    else:
+        # storagePath comes from here, and the code is uploaded there: never from a ConfigMap a researcher wrote.
+        if (user := _submitted_by(config_map)) is not None:
+            raise NoDeployedSettings(f"{where} was made by `ray-efa submit` (user {user}), not by the deployment: "
+                                     "its settings are not trusted; name the deployment's job with --deployed "
+                                     "NAMESPACE/JOB")
+        return DeployedSettings(source=where, context=_settings_of(config_map, where))
     what_to_do = (f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
                   f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed by an earlier release with "
                   "trainingJob false or gpuNodeCount 0 has none: deploy it again (ray-efa-stack writes "
@@ -208,7 +225,7 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
                                  f"cannot be listed: {api_error(error)}; {what_to_do}") from None
     found: dict[str, dict[str, Any]] = {}
     for item in listing.items or []:
-        if not _owned_by_job(item):
+        if not _owned_by_job(item) and _submitted_by(item) is None:
             at = f"ConfigMap {item.metadata.namespace}/{item.metadata.name}"
             found[at] = _settings_of(item, at)
     if not found:
@@ -305,6 +322,41 @@ def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]
         about = ", ".join(x for x in (f"of RayJob {owner}" if owner else "", state or "") if x)
         holders.append(f"RayCluster {namespace}/{meta.get('name')}" + (f" ({about})" if about else ""))
     return holders, None
+
+
+def submitter_name(api_client: Any) -> str:
+    """The Kubernetes user name the API server gives the caller's credentials (a SelfSubjectReview,
+    authentication.k8s.io/v1, GA in Kubernetes 1.28, which the default system:basic-user ClusterRole lets every
+    authenticated user create: https://kubernetes.io/docs/reference/access-authn-authz/authentication/#self-subject-review).
+    The admission policy (k8s.admission_policy) admits a researcher's ConfigMap or NetworkPolicy only under it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        review: Any = client.AuthenticationV1Api(api_client).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})  # pyright: ignore[reportArgumentType]
+    except ApiException as error:
+        raise SubmitError(f"cannot ask the API server who these credentials are (SelfSubjectReview): "
+                          f"{api_error(error)}") from None
+    return review.status.user_info.username
+
+
+def mark_submitted(objects: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
+    """Copies of `objects` with each ConfigMap immutable (a job's code and settings never change once submitted) and
+    each ConfigMap and NetworkPolicy annotated with `user` (SUBMITTED_BY_ANNOTATION): the admission policy admits
+    a researcher's objects only so, and lets them change their own alone; deployed_settings never trusts them."""
+    from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION
+
+    marked = []
+    for obj in objects:
+        if obj["kind"] in ("ConfigMap", "NetworkPolicy"):
+            metadata = obj["metadata"]
+            obj = {**obj, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
+                                                                   SUBMITTED_BY_ANNOTATION: user}}}
+            if obj["kind"] == "ConfigMap":
+                obj["immutable"] = True
+        marked.append(obj)
+    return marked
 
 
 SUBMITTED_BY = "ray-efa-stack/submitted-by"
