@@ -2,13 +2,14 @@
 
     archive = build_code_archive(code_dir, storage_path=settings.workload.storage_path)
     archive.data, archive.uri      # the files that ship (core.user_code.code_files), zipped; where the pods fetch them:
-                                   # s3://bucket/prefix/ray-efa-code/code-<sha256[:16]>.zip
+                                   # s3://bucket/prefix/ray-efa-code/code-<sha256>.zip
 
 `ray-efa submit` uploads the zip to that URI before it creates the job, and `ray-efa manifests` writes it beside the
 YAML with the `aws s3 cp` line that puts it there; the pods' init container (k8s.user_code.FETCH_SCRIPT) fetches it
 with their own role, which reads storagePath anyway (Ray Train restores checkpoints from it). The key is the
-content's hash, so the same code is one object whatever the job, and a job's code cannot change under it. The zip is
-deterministic (sorted entries, fixed timestamps and modes): the same files give the same bytes and the same URI.
+content's whole sha256, so the same code is one object whatever the job, and the init container refuses an object
+whose bytes are not what its name says (the Ray pods may not write under ray-efa-code/ either: infra.checkpoints).
+The zip is deterministic (sorted entries, fixed timestamps and modes): the same files give the same bytes and the same URI.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ class CodeArchive:
     sha256: str
     """Hex digest of `data`."""
     uri: str
-    """Where the pods fetch it: <storagePath>/ray-efa-code/code-<sha256[:16]>.zip."""
+    """Where the pods fetch it: <storagePath>/ray-efa-code/code-<sha256>.zip."""
 
     @property
     def file_name(self) -> str:
-        """code-<sha256[:16]>.zip: its name in S3 and in the manifests' output folder."""
+        """code-<sha256>.zip: its name in S3 and in the manifests' output folder."""
         return self.uri.rpartition("/")[2]
 
     def describe(self) -> str:
@@ -89,4 +90,4 @@ def _build(code_dir: Path, storage_path: str) -> CodeArchive:
     data = buffer.getvalue()
     sha256 = hashlib.sha256(data).hexdigest()
     return CodeArchive(data=data, files=len(files), sha256=sha256,
-                       uri=f"{storage_path}/{CODE_ARCHIVE_FOLDER}/code-{sha256[:16]}.zip")
+                       uri=f"{storage_path}/{CODE_ARCHIVE_FOLDER}/code-{sha256}.zip")

@@ -43,19 +43,31 @@ class UserCodeVolume:
 
 
 FETCH_SCRIPT = (
-    "import os, shutil, sys, tempfile, zipfile\n"
+    "import hashlib, os, re, shutil, sys, tempfile, zipfile\n"
     "from pyarrow import fs\n"
     "uri, dest = sys.argv[1], sys.argv[2]\n"
     "bucket_key = uri.removeprefix('s3://')\n"
+    "named = re.fullmatch(r'code-([0-9a-f]{64})[.]zip', bucket_key.rpartition('/')[2])\n"
     "s3 = fs.S3FileSystem(region=os.environ['AWS_REGION'])\n"
     "with tempfile.TemporaryFile() as zipped:\n"
     "    with s3.open_input_stream(bucket_key) as source:\n"
     "        shutil.copyfileobj(source, zipped, 1 << 20)\n"
+    "    zipped.seek(0)\n"
+    "    sha256 = hashlib.sha256()\n"
+    "    for block in iter(lambda: zipped.read(1 << 20), b''):\n"
+    "        sha256.update(block)\n"
+    "    digest = sha256.hexdigest()\n"
+    "    if named and digest != named[1]:\n"
+    "        sys.exit(f'ray-efa: {uri} is not the archive its name says (sha256 {digest}): not unpacked')\n"
     "    zipfile.ZipFile(zipped).extractall(dest)\n"
-    "print(f'ray-efa: unpacked {uri} into {dest}', flush=True)\n"
+    "print(f'ray-efa: unpacked {uri} (sha256 {digest}) into {dest}', flush=True)\n"
 )
 """What the init container runs (`python -c FETCH_SCRIPT URI DEST`): the zip through pyarrow's S3 filesystem (region
-from AWS_REGION, credentials from Pod Identity), unpacked with zipfile (which refuses absolute and '..' paths)."""
+from AWS_REGION, credentials from Pod Identity), its sha256 checked against the name of a k8s.code_archive zip
+(code-<sha256>.zip: the job's code is the content it was submitted with, whoever could write the object since; a
+mismatch fails the init container, and the pod, before anything is unpacked), then unpacked with zipfile (which
+refuses absolute and '..' paths). A CDK asset's key is a hash of its source, not of the zip: it is not checked, and
+the Ray pods may only read the CDK assets bucket."""
 
 
 class UserCodeConfigMap(Construct):

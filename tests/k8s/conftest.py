@@ -137,20 +137,21 @@ def materialize_code(synth, network: str, root: Path) -> Path:
     return root
 
 
-def fetch_like_the_pods(archive: bytes, tmp_path: Path) -> Path:
-    """Run the init container's script (k8s.user_code.FETCH_SCRIPT) on `archive`, served by pyarrow's local
-    filesystem in place of S3 (the same calls); returns the folder it unpacked into."""
+def fetch_like_the_pods(archive: bytes, tmp_path: Path, *, name: str = "code.zip") -> Path:
+    """Run the init container's script (k8s.user_code.FETCH_SCRIPT) on `archive`, stored as `name` and served by
+    pyarrow's local filesystem in place of S3 (the same calls); returns the folder it unpacked into.
+    subprocess.CalledProcessError when the script fails (its stderr says why)."""
     import subprocess
     import sys
 
     from ray_efa.k8s.user_code import FETCH_SCRIPT
 
     (tmp_path / "bucket").mkdir()
-    (tmp_path / "bucket" / "code.zip").write_bytes(archive)
+    (tmp_path / "bucket" / name).write_bytes(archive)
     script = FETCH_SCRIPT.replace("fs.S3FileSystem(region=os.environ['AWS_REGION'])",
                                   f"fs.SubTreeFileSystem({str(tmp_path)!r}, fs.LocalFileSystem())")
     assert script != FETCH_SCRIPT, "the init container's script no longer opens S3 as this helper expects"
     dest = tmp_path / "user"
-    subprocess.run([sys.executable, "-c", script, "s3://bucket/code.zip", str(dest)], check=True, timeout=60,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-c", script, f"s3://bucket/{name}", str(dest)], check=True, timeout=60,
+                   capture_output=True, text=True)
     return dest

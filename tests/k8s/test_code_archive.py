@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -39,11 +40,24 @@ def test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree(tmp_path):
     shipped = [name for name, _ in code_files(code)]
     assert shipped == ["README.md", "pkg/__init__.py", "pkg/weights.bin"]
     assert zipfile.ZipFile(io.BytesIO(archive.data)).namelist() == shipped
-    dest = fetch_like_the_pods(archive.data, tmp_path)
+    dest = fetch_like_the_pods(archive.data, tmp_path, name=archive.file_name)
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == shipped
     for name in shipped:
         assert (dest / name).read_bytes() == (code / name).read_bytes(), name
     assert archive.files == 3
+
+
+def test_the_init_container_refuses_an_archive_that_is_not_what_its_name_says(tmp_path):
+    # GIVEN the zip of one codeDir stored under the name of another's (what a writer of the bucket could do)
+    code = _code(tmp_path / "code")
+    archive = build_code_archive(code, storage_path=STORAGE)
+    (code / "pkg" / "__init__.py").write_text("import os; os.system('curl evil')\n")
+    tampered = build_code_archive(code, storage_path=STORAGE)
+    # WHEN the pods' init container fetches it THEN it fails naming the hash, and unpacks nothing
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        fetch_like_the_pods(tampered.data, tmp_path, name=archive.file_name)
+    assert f"is not the archive its name says (sha256 {tampered.sha256})" in failed.value.stderr
+    assert not (tmp_path / "user").exists() or not any((tmp_path / "user").iterdir())
 
 
 def test_the_same_code_gives_the_same_bytes_and_uri_and_other_code_another(tmp_path):
@@ -53,7 +67,7 @@ def test_the_same_code_gives_the_same_bytes_and_uri_and_other_code_another(tmp_p
     os.utime(code / "pkg" / "__init__.py", (1_900_000_000, 1_900_000_000))
     again = build_code_archive(code, storage_path=STORAGE)
     assert again.data == first.data and again.sha256 == first.sha256
-    assert first.uri == f"s3://research-ckpt/ray-efa/ray-efa-code/code-{first.sha256[:16]}.zip"
+    assert first.uri == f"s3://research-ckpt/ray-efa/ray-efa-code/code-{first.sha256}.zip"
     assert build_code_archive(code, storage_path=STORAGE + "/").uri == first.uri
     # WHEN one byte of code changes THEN the URI does: a running job's code is never replaced under it
     (code / "pkg" / "__init__.py").write_text("def fit(config): return 1\n")
