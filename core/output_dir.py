@@ -46,8 +46,21 @@ SOURCE_FOLDERS = (
 )
 """Folders of the repository root that no command may write into (nor into any folder below them)."""
 
-_DIR_MODE = 0o755
-_FILE_MODE = 0o644
+def _umask() -> int:
+    """The process's umask (os.umask can only be read by setting it: set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _dir_mode() -> int:
+    """What mkdir would give under the caller's umask (0755 under 022, 0700 under 077): the temporary folders and
+    files this module renames into place are made 0700/0600 by tempfile, whatever the umask."""
+    return 0o777 & ~_umask()
+
+
+def _file_mode(executable: bool = False) -> int:
+    return (0o777 if executable else 0o666) & ~_umask()
 
 
 class OutputDirError(ValueError):
@@ -132,24 +145,24 @@ def check_output_dir(out: Path | str, *, accept: Callable[[Path], bool] | None =
 
 
 def _create(folder: Path) -> list[Path]:
-    """mkdir -p with mode 0755 whatever the umask; the folders created, outermost first."""
+    """mkdir -p under the caller's umask; the folders created, outermost first."""
     missing = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
     for path in missing:
         path.mkdir(exist_ok=True)
-        os.chmod(path, _DIR_MODE)
+        os.chmod(path, _dir_mode())
     return missing
 
 
 def _set_modes(root: Path) -> None:
-    os.chmod(root, _DIR_MODE)
+    os.chmod(root, _dir_mode())
     for base, dirs, files in os.walk(root):
         for name in dirs:
-            os.chmod(os.path.join(base, name), _DIR_MODE)
+            os.chmod(os.path.join(base, name), _dir_mode())
         for name in files:  # executables (binaries of a CDK asset) stay executable
             path = os.path.join(base, name)
             executable = os.stat(path, follow_symlinks=False).st_mode & 0o100
             if not os.path.islink(path):
-                os.chmod(path, _FILE_MODE | (0o111 if executable else 0))
+                os.chmod(path, _file_mode(bool(executable)))
 
 
 def _remove(path: Path) -> None:
@@ -170,7 +183,7 @@ def _write_record(out: Path, names: Iterable[str], command: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             json.dump(record, stream, indent=2)
             stream.write("\n")
-        os.chmod(temporary, _FILE_MODE)
+        os.chmod(temporary, _file_mode())
         os.replace(temporary, out / RECORD_NAME)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -262,7 +275,7 @@ def publish_file(path: Path | str, data: bytes, *, is_ours: Callable[[Path], boo
     try:
         with os.fdopen(fd, "wb") as stream:
             stream.write(data)
-        os.chmod(temporary, _FILE_MODE)
+        os.chmod(temporary, _file_mode())
         os.replace(temporary, resolved)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -66,15 +66,16 @@ def test_manifests_refuses_the_repository_and_its_source_folders(relative, tmp_p
     assert target.exists() == existed  # not even created
 
 
-def test_new_folders_are_0755_whatever_the_umask(tmp_path):
-    old = os.umask(0o077)
+@pytest.mark.parametrize(("umask", "folders", "files"), [(0o077, 0o700, 0o600), (0o022, 0o755, 0o644)])
+def test_new_folders_and_files_follow_the_umask(tmp_path, umask, folders, files):
+    old = os.umask(umask)
     try:
         assert run_cli("manifests", "--allow-no-storage", "--out", str(tmp_path / "a" / "dist")) == 0
     finally:
         os.umask(old)
     for folder in (tmp_path / "a", tmp_path / "a" / "dist"):
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
-    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a" / "dist").iterdir()} == {0o644}
+        assert stat.S_IMODE(folder.stat().st_mode) == folders
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a" / "dist").iterdir()} == {files}
 
 
 def test_a_second_run_replaces_its_own_files_and_refuses_a_file_added_since(tmp_path, capsys):
