@@ -153,3 +153,16 @@ def common_labels(prop: str, label_sets: Iterable[Mapping[str, str]]) -> dict[st
 def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     """Whether a pod with node selector `selector` may run on a node labelled `labels`."""
     return all(labels.get(key) == value for key, value in selector.items())
+
+
+def node_role_policies(nodegroup: eks.Nodegroup, policies: Iterable[str]) -> None:
+    """Give the role aws-cdk-lib made for `nodegroup` exactly the AWS managed `policies` (it attaches the VPC CNI's
+    too). The role keeps its logical id and ARN, so a deployed node group is not replaced (its NodeRole is
+    unchanged): CloudFormation updates the role's ManagedPolicyArns in place."""
+    from aws_cdk import aws_iam as iam
+
+    role = nodegroup.role.node.default_child
+    assert isinstance(role, iam.CfnRole), f"{nodegroup.node.path}: a node group given a role of its own"
+    # The L1 property itself (not an override), which cdk-nag reads too.
+    role.managed_policy_arns = [iam.ManagedPolicy.from_aws_managed_policy_name(name).managed_policy_arn
+                                for name in policies]

@@ -15,8 +15,8 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 
 NO_ADMIN_WARNING = (
     "RayEksCluster admin_principal_arns (setting adminPrincipalArns) is empty: no human IAM principal will be able to "
-    "reach the Kubernetes API of this cluster (aws_eks_v2 creates it with AuthenticationMode API, and its only admins "
-    "are the CloudFormation execution role and the kubectl provider). `kubectl`, `ray-efa verify` and the README's "
+    "reach the Kubernetes API of this cluster (aws_eks_v2 creates it with AuthenticationMode API, and its only admin "
+    "is the kubectl provider; the CloudFormation execution role too with clusterCreatorAdmin). `kubectl`, `ray-efa verify` and the README's "
     "next steps would be refused. In a CDK app of your own, pass admin_principal_arns=[your role ARN] to "
     "RayEksCluster (or adminPrincipalArns in the Settings you give its from_settings): `-c` context does not reach "
     "your constructs. In the project's own app, deploy with -c adminPrincipalArns=$(ray-efa whoami), or add your role "

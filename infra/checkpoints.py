@@ -19,6 +19,7 @@ from ray_efa.infra._private import add_synth_check, on_cluster
 from ray_efa.infra._settings import default
 from ray_efa.infra.nag import acknowledge, skip_checkov
 from ray_efa.infra.workload import RayWorkload
+from ray_efa.k8s.code_archive import CODE_ARCHIVE_FOLDER
 
 __all__ = ["CheckpointStorage", "NONCURRENT_VERSION_DAYS", "POD_IDENTITY_AGENT_ADDON"]
 
@@ -168,20 +169,16 @@ class CheckpointStorage(Construct):
 
     def _use_bucket(self, bucket: s3.IBucket, prefix: str) -> None:
         """The storage is `prefix` of a bucket of the app's own (its name may be a token): what Ray Train writes under
-        the prefix, and the bucket's key where the bucket object knows it (grant_read_write grants an encryptionKey
-        too)."""
+        the prefix (_grant_prefix), and the bucket's key where the bucket object knows it."""
         self.storage_bucket = bucket
         self.storage_path = f"s3://{bucket.bucket_name}/{prefix}"
-        bucket.grant_read_write(self.service_account, f"{prefix}/*")
-        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
-        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
-                        "Action::s3:GetObject*", "Action::s3:List*", "Action::kms:GenerateDataKey*",
-                        "Action::kms:ReEncrypt*",
-                        f"Resource::{_nag_arn(Stack.of(self).resolve(bucket.arn_for_objects(f'{prefix}/*')))}"):
-            acknowledge(policy, "AwsSolutions-IAM5",
-                        "grant_read_write of the checkpoint bucket given as `bucket`: Ray Train writes, lists and "
-                        "deletes checkpoint objects under that one prefix of that one bucket, nothing else.",
-                        finding)
+        self._grant_prefix(bucket, prefix)
+        if bucket.encryption_key is not None:
+            bucket.encryption_key.grant_encrypt_decrypt(self.service_account)
+            policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
+            for finding in ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*"):
+                acknowledge(policy, "AwsSolutions-IAM5", "The checkpoint bucket's own KMS key (grant_encrypt_decrypt): "
+                            "S3 encrypts and decrypts the checkpoints with it for the Ray pods.", finding)
 
     def _make_bucket(self) -> None:
         """The encrypted, private, SSL-only, versioned bucket made here, which the service account may read and write."""
@@ -196,19 +193,12 @@ class CheckpointStorage(Construct):
                 expired_object_delete_marker=True,
             )],
         )
-        self.bucket.grant_read_write(self.service_account)
         self.storage_path = f"s3://{self.bucket.bucket_name}/ray-efa"
+        self._grant_prefix(self.bucket, "ray-efa")
         no_access_logs = ("Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
                           "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
         acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
         skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
-        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
-        bucket_arn = Stack.of(self).get_logical_id(cast(s3.CfnBucket, self.bucket.node.default_child))
-        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
-                        "Action::s3:GetObject*", "Action::s3:List*", f"Resource::<{bucket_arn}.Arn>/*"):
-            acknowledge(policy, "AwsSolutions-IAM5",
-                        "grant_read_write of the checkpoint bucket: Ray Train writes, lists and deletes checkpoint "
-                        "objects under one prefix of this one bucket, nothing else.", finding)
 
     def grant_kms(self, key_arn: str, actions: Sequence[str]) -> None:
         """Let the service account use KMS key `key_arn` through S3 alone (kms:ViaService): without it a bucket
@@ -241,16 +231,34 @@ class CheckpointStorage(Construct):
         if not bucket_name:
             raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix, got {storage_path!r}")
         self.storage_bucket = s3.Bucket.from_bucket_name(self, "StorageBucket", bucket_name)
-        pattern = f"{prefix}/*" if prefix else "*"
-        self.storage_bucket.grant_read_write(self.service_account, pattern)
-        policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
-        stack = Stack.of(self)
-        for finding in ("Action::s3:Abort*", "Action::s3:DeleteObject*", "Action::s3:GetBucket*",
-                        "Action::s3:GetObject*", "Action::s3:List*",
-                        f"Resource::{_nag_arn(stack.resolve(self.storage_bucket.arn_for_objects(pattern)))}"):
-            acknowledge(policy, "AwsSolutions-IAM5",
-                        "grant_read_write of storagePath: Ray Train writes, lists and deletes checkpoint objects under "
-                        "that one prefix of that one bucket, nothing else.", finding)
+        self._grant_prefix(self.storage_bucket, prefix)
+
+    def _grant_prefix(self, bucket: s3.IBucket, prefix: str) -> None:
+        """What Ray Train's checkpoints, the run's metrics and its storage check need of storagePath, and nothing
+        more: read, write and delete the current version of the objects under `prefix` of `bucket` ("" for all of
+        it), list the bucket. Not s3:DeleteObjectVersion nor any other version or configuration action: a job may
+        overwrite or delete its checkpoints, and the versioned bucket keeps the earlier versions out of its reach
+        (NONCURRENT_VERSION_DAYS). Under `<prefix>/ray-efa-code/` (k8s.code_archive: the code zips `ray-efa
+        submit` uploads with its user's credentials) the pods may only read: an explicit Deny of writes."""
+        under = f"{prefix}/" if prefix else ""
+        objects = bucket.arn_for_objects(f"{under}*")
+        role = self.service_account.role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="CheckpointObjects", resources=[objects],
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                     "s3:ListMultipartUploadParts"]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="CheckpointBucket", resources=[bucket.bucket_arn],
+            actions=["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetBucketLocation"]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="CodeArchivesReadOnly", effect=iam.Effect.DENY,
+            resources=[bucket.arn_for_objects(f"{under}{CODE_ARCHIVE_FOLDER}/*")],
+            actions=["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"]))
+        policy = cast(iam.CfnPolicy, role.node.find_child("DefaultPolicy").node.default_child)
+        acknowledge(policy, "AwsSolutions-IAM5",
+                    "storagePath: Ray Train reads, writes and deletes checkpoint objects (their names are made at run "
+                    "time) under that one prefix of that one bucket, nothing else.",
+                    f"Resource::{_nag_arn(Stack.of(self).resolve(objects))}")
 
     def _grant_read(self, locations: list[tuple[str, str]]) -> None:
         """One statement per bucket for the objects under its prefixes, one for listing the buckets."""

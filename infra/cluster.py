@@ -15,12 +15,18 @@ from constructs import Construct, IConstruct
 
 from ray_efa.core import catalog
 from ray_efa.core.settings import Settings, admin_arn_problem, cidr_problem
-from ray_efa.infra._private import check_node_selector, follow_kubernetes_version, kubectl_layer, nodegroup_name
+from ray_efa.infra._private import (
+    check_node_selector,
+    follow_kubernetes_version,
+    kubectl_layer,
+    node_role_policies,
+    nodegroup_name,
+)
 from ray_efa.infra._private import kubernetes_version as _kubernetes_version
 from ray_efa.infra._settings import check_bounds, check_strings, check_type, choices, default
 from ray_efa.infra.access import ClusterAdminAccess
 from ray_efa.infra.log_groups import StackLogs
-from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
+from ray_efa.infra.nag import CNI_POLICY, NODE_ROLE_POLICIES, acknowledge, acknowledge_managed_policies, skip_checkov
 from ray_efa.infra.node_health import NodeMonitoringAgent, enable_node_repair
 from ray_efa.infra.node_storage import SystemNodeLaunchTemplate, check_root_volume
 from ray_efa.infra.vpc_cni import VpcCniAddon
@@ -96,6 +102,7 @@ class RayEksCluster(Construct):
         system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
         logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
         node_repair: bool = default("nodeRepair"), node_monitoring_agent: bool = default("nodeMonitoringAgent"),
+        cluster_creator_admin: bool = default("clusterCreatorAdmin"),
     ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
@@ -120,6 +127,14 @@ class RayEksCluster(Construct):
             its own). @default True
         :param node_monitoring_agent: install the `eks-node-monitoring-agent` add-on (NodeMonitoringAgent), whose
             node conditions node auto repair acts on. @default True
+        :param cluster_creator_admin: let the principal that creates the cluster (CloudFormation's execution role)
+            keep the cluster-admin access entry EKS gives it. EKS sets this once, at creation (AWS::EKS::Cluster
+            AccessConfig.BootstrapClusterCreatorAdminPermissions, "Update requires: Replacement":
+            https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-eks-cluster-accessconfig.html),
+            so True leaves the property out of the template, as it was before this prop existed: a cluster deployed
+            then keeps its template, and is not replaced. The stack's own Kubernetes objects are applied by the
+            kubectl provider's role, which has an access entry of its own (aws_eks_v2 ClusterAdminRoleAccess).
+            @default False
         """
         super().__init__(scope, construct_id)
         _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
@@ -151,7 +166,7 @@ class RayEksCluster(Construct):
             self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
         self.kubectl_layer: lambda_.LayerVersion = kubectl_layer(self, kubernetes_version)
         self.eks_cluster: eks.Cluster = self._eks_cluster(vpc, cluster_name, kubernetes_version, endpoint_access,
-                                                          public_access_cidrs)
+                                                          public_access_cidrs, cluster_creator_admin)
         # The same cluster, typed as the eks.ICluster that every construct (this project's and aws-cdk-lib's) takes.
         # It is one: in TypeScript Cluster implements ICluster, but ICluster's optional kubectlProviderOptions is not
         # a member of Cluster (TypeScript lets a class omit an optional interface member, a Python Protocol does
@@ -167,6 +182,12 @@ class RayEksCluster(Construct):
         self.node_monitoring_agent: NodeMonitoringAgent | None = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=self.cluster) if node_monitoring_agent else None)
         self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
+        # The VPC CNI's rights are its own role's (infra.vpc_cni); without the add-on, the CNI the platform manages
+        # may still rely on the node role's.
+        self._system_role_policies = NODE_ROLE_POLICIES if network_policy else (*NODE_ROLE_POLICIES, CNI_POLICY)
+        node_role_policies(self.system_nodegroup, self._system_role_policies)
+        if self.vpc_cni is not None:  # the node role loses the policy once aws-node has a role of its own
+            self.system_nodegroup.role.node.add_dependency(self.vpc_cni)
         self._adopt_provider_logs()
         self._acknowledge_findings()
 
@@ -179,7 +200,7 @@ class RayEksCluster(Construct):
             "settings) / public_access_cidrs to your networks, or endpointAccess private")
 
     def _eks_cluster(self, vpc: ec2.IVpc, cluster_name: str, kubernetes_version: str, endpoint_access: str,
-                     public_access_cidrs: Sequence[str]) -> eks.Cluster:
+                     public_access_cidrs: Sequence[str], cluster_creator_admin: bool) -> eks.Cluster:
         """The EKS cluster itself, created after its control-plane log group, with no capacity of its own."""
         cluster = eks.Cluster(
             self,
@@ -195,6 +216,8 @@ class RayEksCluster(Construct):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
+            # None: the property left out (EKS's default, true), as a cluster created before the prop has it.
+            bootstrap_cluster_creator_admin_permissions=None if cluster_creator_admin else False,
         )
         cluster.node.add_dependency(self.control_plane_logs)
         return cluster
@@ -250,6 +273,7 @@ class RayEksCluster(Construct):
         return cls(
             scope, construct_id, vpc=vpc, cluster_name=cluster.cluster_name, kubernetes_version=cluster.kubernetes_version,
             endpoint_access=cluster.endpoint_access, public_access_cidrs=cluster.public_access_cidrs,
+            cluster_creator_admin=cluster.cluster_creator_admin,
             admin_principal_arns=cluster.admin_principal_arns, system_instance_type=nodes.system_instance_type,
             system_node_count=nodes.system_node_count, system_root_volume_gib=nodes.system_root_volume_gib,
             system_node_selector=nodes.system_node_selector, image=settings.workload.dlc_image, logs=logs,
@@ -280,8 +304,8 @@ class RayEksCluster(Construct):
             "EKS requires AmazonEKSClusterPolicy on the cluster role; AWS keeps it in step with the EKS API.",
         )
         acknowledge_managed_policies(
-            self.system_nodegroup.role, NODE_ROLE_POLICIES,
-            "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
+            self.system_nodegroup.role, self._system_role_policies,
+            "EKS requires these AWS managed policies on managed node group roles (worker node, ECR pulls).",
         )
         # The kubectl provider (Lambda functions that run kubectl/helm for the stack) is built by aws-eks-v2 itself.
         assert cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one

@@ -25,12 +25,13 @@ from ray_efa.infra._private import (
     follow_kubernetes_version,
     literal_cluster_name,
     literal_kubernetes_version,
+    node_role_policies,
     nodegroup_name,
     on_cluster,
     selects,
 )
 from ray_efa.infra._settings import check_bounds, check_type, choices, default
-from ray_efa.infra.nag import NODE_ROLE_POLICIES, acknowledge_managed_policies
+from ray_efa.infra.nag import CNI_POLICY, NODE_ROLE_POLICIES, acknowledge_managed_policies
 from ray_efa.infra.network import default_gpu_zone, gpu_subnet, is_placeholder_zone
 from ray_efa.infra.node_health import enable_node_repair
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
@@ -179,6 +180,7 @@ class EfaGpuNodegroup(Construct):
         root_volume_gib: int = default("gpuRootVolumeGib"), taints: Sequence[str] = default("gpuNodeTaints"),
         image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
         node_repair: bool = default("nodeRepair"),
+        cni_on_node_role: bool = False,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (with its cluster security group id).
@@ -206,6 +208,9 @@ class EfaGpuNodegroup(Construct):
             nodes); only for a cluster whose version is not known at synth (it must agree with one that is).
             @default - a created cluster's version; an imported cluster's node group keeps the version it has
         :param node_repair: EKS node auto repair of unhealthy nodes (NodeRepairConfig; docs/node-health.md). @default True
+        :param cni_on_node_role: keep AmazonEKS_CNI_Policy on the nodes' role, for a VPC CNI without a role of its own
+            (RayEksCluster(network_policy=False): the platform manages it). @default False - the vpc-cni add-on of
+            RayEksCluster has its own role (VpcCniAddon)
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -246,9 +251,11 @@ class EfaGpuNodegroup(Construct):
         self.launch_template: ec2.CfnLaunchTemplate = self._launch_template(instance, f"{cluster_name}-gpu")
         self.nodegroup: eks.Nodegroup = self._nodegroup(cluster_name, parsed_taints, node_repair)
         Tags.of(self).add("ray-efa/instance-type", instance_type)
+        policies = (*NODE_ROLE_POLICIES, CNI_POLICY) if cni_on_node_role else NODE_ROLE_POLICIES
+        node_role_policies(self.nodegroup, policies)
         acknowledge_managed_policies(
-            self.nodegroup.role, NODE_ROLE_POLICIES,
-            "EKS requires these AWS managed policies on managed node group roles (worker node, VPC CNI, ECR pulls).",
+            self.nodegroup.role, policies,
+            "EKS requires these AWS managed policies on managed node group roles (worker node, ECR pulls).",
         )
 
     def _efa_security_group(self, cluster_name: str) -> ec2.SecurityGroup:

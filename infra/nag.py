@@ -11,12 +11,16 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import IConstruct
 
-__all__ = ["acknowledge", "acknowledge_managed_policies", "skip_checkov", "NODE_ROLE_POLICIES"]
+__all__ = ["acknowledge", "acknowledge_managed_policies", "skip_checkov", "NODE_ROLE_POLICIES", "CNI_POLICY"]
 
 _MANAGED = "Policy::arn:<AWS::Partition>:iam::aws:policy/{}"
 
-NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
-"""What EKS requires of a managed node group's role: AWS maintains these as the API evolves."""
+NODE_ROLE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
+"""What EKS requires of a managed node group's role (AWS maintains these as the API evolves), less
+AmazonEKS_CNI_Policy: the vpc-cni add-on has a role of its own (infra.vpc_cni), so no process on a node can use the
+CNI's account-wide ENI and security-group rights through the node's role."""
+CNI_POLICY = "AmazonEKS_CNI_Policy"
+"""What aws-node (the VPC CNI) needs; aws-cdk-lib puts it on every node group role it makes."""
 
 
 def acknowledge(construct: IConstruct, rule: str, reason: str, finding: str | None = None) -> None:

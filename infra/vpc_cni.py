@@ -19,11 +19,17 @@ import re
 from typing import cast
 
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-__all__ = ["VpcCniAddon", "VPC_CNI_ADDON", "NETWORK_POLICY_CONFIGURATION", "MIN_NETWORK_POLICY_VERSION"]
+from ray_efa.infra.nag import CNI_POLICY, acknowledge_managed_policies
+
+__all__ = ["VpcCniAddon", "VPC_CNI_ADDON", "VPC_CNI_SERVICE_ACCOUNT", "NETWORK_POLICY_CONFIGURATION",
+           "MIN_NETWORK_POLICY_VERSION"]
 
 VPC_CNI_ADDON = "vpc-cni"
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"
+"""The service account of the add-on's DaemonSet (kube-system), which its Pod Identity association names."""
 NETWORK_POLICY_CONFIGURATION = {"enableNetworkPolicy": "true"}
 """The add-on's configuration values: the schema types the flag as a string ("true"), not a boolean."""
 MIN_NETWORK_POLICY_VERSION = (1, 14, 0)
@@ -54,11 +60,23 @@ class VpcCniAddon(Construct):
             if tuple(int(part) for part in match.groups()) < MIN_NETWORK_POLICY_VERSION:
                 raise ValueError(f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
                                  f"got {addon_version!r}")
+        self.role: iam.Role = iam.Role(
+            self, "Role", description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, through EKS Pod Identity",
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY)])
+        acknowledge_managed_policies(self.role, (CNI_POLICY,), "The VPC CNI's own AWS managed policy, which AWS keeps "
+                                     "in step with what aws-node calls; on this role alone, not on the nodes'.")
         self.addon: eks.Addon = eks.Addon(
             self, "Addon", cluster=cluster, addon_name=VPC_CNI_ADDON, addon_version=addon_version,
             configuration_values=dict(NETWORK_POLICY_CONFIGURATION),
             # Deleting the stack (or this construct) must not take pod networking away from running nodes.
             preserve_on_delete=True,
         )
-        # aws-cdk-lib 2.275's Addon has no resolve_conflicts prop; the L1 property is the same CloudFormation field.
-        cast(eks.CfnAddon, self.addon.node.default_child).resolve_conflicts = "OVERWRITE"
+        # aws-cdk-lib 2.275's Addon has no resolve_conflicts or pod identity prop; the L1 properties are the same
+        # CloudFormation fields.
+        addon = cast(eks.CfnAddon, self.addon.node.default_child)
+        addon.resolve_conflicts = "OVERWRITE"
+        addon.pod_identity_associations = [eks.CfnAddon.PodIdentityAssociationProperty(
+            role_arn=self.role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT)]
+        if isinstance(cluster, eks.Cluster):  # the agent that serves the association's credentials on every node
+            self.addon.node.add_dependency(cluster.eks_pod_identity_agent)

@@ -78,6 +78,11 @@ class ClusterSettings(_Section):
     public_access_cidrs: Annotated[tuple[Cidr, ...], _LIST_AS_TUPLE] = setting(
         ("0.0.0.0/0",), "publicAccessCidrs", "CIDRs allowed to the public endpoint (comma-separated or a JSON list)."
     )
+    cluster_creator_admin: bool = setting(
+        False, "clusterCreatorAdmin",
+        "Let the identity that creates the cluster (CloudFormation's) keep cluster-admin; EKS fixes it at creation, "
+        "so true for a cluster deployed before this setting (false there would replace the cluster).",
+    )
     vpc_id: str | None = setting(
         None, "vpcId", "Existing VPC to use (looked up at synth); unset creates a VPC.", pattern=VPC_ID,
         message="must look like vpc-0123456789abcdef0",
