@@ -16,6 +16,7 @@ from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.researcher_access import ResearcherAccess
 from ray_efa.k8s.admission_policy import workload_admission
 from ray_efa.k8s.namespace import WorkloadNamespace
+from ray_efa.k8s.network_policy import default_deny_ingress
 
 __all__ = ["RayWorkload"]
 
@@ -29,7 +30,8 @@ class RayWorkload(Construct):
     pods); ResearcherAccess adds the researchers' own.
 
     Wiring attributes: `namespace`, the Namespace's manifest (what CheckpointStorage's service account waits for);
-    `admission_policy`, the workload policy's and its binding's manifests;
+    `admission_policy`, the workload policy's and its binding's manifests; `default_deny`, the namespace's default-deny
+    ingress NetworkPolicy (k8s.network_policy.default_deny_ingress);
     `researcher_access`, the ResearcherAccess of `researcher_principal_arns` (None without them).
     """
 
@@ -58,6 +60,9 @@ class RayWorkload(Construct):
         (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
         self.admission_policy: list[eks.KubernetesManifest] = apply_objects(
             self, cluster, workload_admission(namespace, service_account=service_account), after=[self.namespace])
+        # Ingress to a pod of the namespace that no Ray cluster's own policy admits to: none.
+        self.default_deny: list[eks.KubernetesManifest] = apply_objects(
+            self, cluster, [default_deny_ingress(namespace)], after=[self.namespace])
         self.researcher_access: ResearcherAccess | None = ResearcherAccess(
             self, "ResearcherAccess", cluster=cluster, namespace=namespace, principal_arns=researcher_principal_arns,
             after=[self.namespace]) if researcher_principal_arns else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from constructs import Construct
 from kubernetes.client import (
     V1LabelSelector,
@@ -24,10 +26,25 @@ from ray_efa.k8s.security import (
     pod_labels,
 )
 
-__all__ = ["RayNetworkPolicy", "NAMESPACE_NAME_LABEL"]
+__all__ = ["RayNetworkPolicy", "NAMESPACE_NAME_LABEL", "DEFAULT_DENY_NAME", "default_deny_ingress"]
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace by its name."""
+
+
+DEFAULT_DENY_NAME = "default-deny-ingress"
+
+
+def default_deny_ingress(namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy that selects every pod of `namespace` and admits no ingress: a pod that no RayNetworkPolicy
+    admits anything to (one that is not a Ray pod) is reached by nobody. NetworkPolicies add up (a connection is
+    admitted when any policy selecting the pod admits it), so each Ray cluster's own policy still admits what it
+    lists; egress stays open (the submitter reaches the head, the pods S3, PyPI and DNS)."""
+    spec = V1NetworkPolicySpec(pod_selector=V1LabelSelector(), policy_types=["Ingress"])
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": DEFAULT_DENY_NAME, "namespace": namespace,
+                         "labels": labels(DEFAULT_DENY_NAME, "network-policy")},
+            "spec": to_json(spec)}
 
 
 class RayNetworkPolicy(Construct):

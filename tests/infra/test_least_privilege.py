@@ -128,3 +128,10 @@ def test_the_cluster_stack_applies_the_admission_policies():
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
             "kubernetes.io/metadata.name": namespace}
+
+
+def test_the_namespace_denies_ingress_to_any_pod_no_ray_policy_admits_to(default_synth):
+    namespace = default_synth.settings.workload.namespace
+    (deny,) = [o for o in stack_manifests(default_synth.cluster.to_json())
+               if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == namespace]
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}

@@ -99,7 +99,8 @@ def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(def
     assert job["metadata"]["name"] == "train-efa" and job["metadata"]["namespace"] == "ray"
     # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket)
     kinds = {o["kind"] for r in manifests(default_synth.cluster).values() for o in manifest_objects(r)}
-    assert kinds == {"Namespace", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert kinds == {"Namespace", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                     "NetworkPolicy"}
     gpu_stack = default_synth.assembly.get_stack_by_name("ray-train-gpu")
     assert "ray-train-cluster" in [d.id for d in gpu_stack.dependencies]
 
