@@ -102,8 +102,7 @@ class RayEksCluster(Construct):
         system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
         logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
         node_repair: bool = default("nodeRepair"), node_monitoring_agent: bool = default("nodeMonitoringAgent"),
-        cluster_creator_admin: bool = default("clusterCreatorAdmin"),
-    ) -> None:
+        cluster_creator_admin: bool = default("clusterCreatorAdmin")) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
         :param cluster_name: the EKS cluster's name. @default "ray-train"
@@ -127,14 +126,7 @@ class RayEksCluster(Construct):
             its own). @default True
         :param node_monitoring_agent: install the `eks-node-monitoring-agent` add-on (NodeMonitoringAgent), whose
             node conditions node auto repair acts on. @default True
-        :param cluster_creator_admin: let the principal that creates the cluster (CloudFormation's execution role)
-            keep the cluster-admin access entry EKS gives it. EKS sets this once, at creation (AWS::EKS::Cluster
-            AccessConfig.BootstrapClusterCreatorAdminPermissions, "Update requires: Replacement":
-            https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-eks-cluster-accessconfig.html),
-            so True leaves the property out of the template, as it was before this prop existed: a cluster deployed
-            then keeps its template, and is not replaced. The stack's own Kubernetes objects are applied by the
-            kubectl provider's role, which has an access entry of its own (aws_eks_v2 ClusterAdminRoleAccess).
-            @default False
+        :param cluster_creator_admin: its creator keeps cluster-admin (True for a cluster made before the prop). @default False
         """
         super().__init__(scope, construct_id)
         _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
@@ -182,14 +174,21 @@ class RayEksCluster(Construct):
         self.node_monitoring_agent: NodeMonitoringAgent | None = (
             NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=self.cluster) if node_monitoring_agent else None)
         self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
-        # The VPC CNI's rights are its own role's (infra.vpc_cni); without the add-on, the CNI the platform manages
-        # may still rely on the node role's.
-        self._system_role_policies = NODE_ROLE_POLICIES if network_policy else (*NODE_ROLE_POLICIES, CNI_POLICY)
-        node_role_policies(self.system_nodegroup, self._system_role_policies)
-        if self.vpc_cni is not None:  # the node role loses the policy once aws-node has a role of its own
-            self.system_nodegroup.role.node.add_dependency(self.vpc_cni)
+        self._system_role_policies: tuple[str, ...] = self._system_node_role()
         self._adopt_provider_logs()
         self._acknowledge_findings()
+
+    def _system_node_role(self) -> tuple[str, ...]:
+        """The system node role's AWS managed policies, set on it: without AmazonEKS_CNI_Policy where the vpc-cni
+        add-on has a role of its own (infra.vpc_cni), and only after it does; a CNI the platform manages
+        (network_policy False) may still rely on the node role's."""
+        if self.vpc_cni is None:
+            policies = (*NODE_ROLE_POLICIES, CNI_POLICY)
+        else:
+            policies = NODE_ROLE_POLICIES
+            self.system_nodegroup.role.node.add_dependency(self.vpc_cni)
+        node_role_policies(self.system_nodegroup, policies)
+        return policies
 
     def _warn_open_endpoint(self, cluster_name: str) -> None:
         """EKS best practices (cluster endpoint access): a public endpoint open to the internet is reachable by anyone
@@ -201,7 +200,15 @@ class RayEksCluster(Construct):
 
     def _eks_cluster(self, vpc: ec2.IVpc, cluster_name: str, kubernetes_version: str, endpoint_access: str,
                      public_access_cidrs: Sequence[str], cluster_creator_admin: bool) -> eks.Cluster:
-        """The EKS cluster itself, created after its control-plane log group, with no capacity of its own."""
+        """The EKS cluster itself, created after its control-plane log group, with no capacity of its own.
+
+        `cluster_creator_admin` False: the principal that creates the cluster (CloudFormation's execution role) gets
+        no cluster-admin access entry; the stack's own Kubernetes objects are applied by the kubectl provider's role,
+        which has an access entry of its own (aws_eks_v2 ClusterAdminRoleAccess). EKS sets this once, at creation
+        (AWS::EKS::Cluster AccessConfig.BootstrapClusterCreatorAdminPermissions, "Update requires: Replacement":
+        https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-eks-cluster-accessconfig.html),
+        so True leaves the property out of the template, as it was before the prop existed: a cluster deployed then
+        keeps its template and is not replaced."""
         cluster = eks.Cluster(
             self,
             "Cluster",

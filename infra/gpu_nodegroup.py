@@ -208,9 +208,8 @@ class EfaGpuNodegroup(Construct):
             nodes); only for a cluster whose version is not known at synth (it must agree with one that is).
             @default - a created cluster's version; an imported cluster's node group keeps the version it has
         :param node_repair: EKS node auto repair of unhealthy nodes (NodeRepairConfig; docs/node-health.md). @default True
-        :param cni_on_node_role: keep AmazonEKS_CNI_Policy on the nodes' role, for a VPC CNI without a role of its own
-            (RayEksCluster(network_policy=False): the platform manages it). @default False - the vpc-cni add-on of
-            RayEksCluster has its own role (VpcCniAddon)
+        :param cni_on_node_role: keep AmazonEKS_CNI_Policy on the nodes' role (a VPC CNI without a role of its own:
+            RayEksCluster(network_policy=False)). @default False
         """
         super().__init__(scope, construct_id)
         # Validate every prop before creating any resource.
@@ -251,6 +250,10 @@ class EfaGpuNodegroup(Construct):
         self.launch_template: ec2.CfnLaunchTemplate = self._launch_template(instance, f"{cluster_name}-gpu")
         self.nodegroup: eks.Nodegroup = self._nodegroup(cluster_name, parsed_taints, node_repair)
         Tags.of(self).add("ray-efa/instance-type", instance_type)
+        self._node_role(cni_on_node_role)
+
+    def _node_role(self, cni_on_node_role: bool) -> None:
+        """The nodes' role's AWS managed policies, without the VPC CNI's where the vpc-cni add-on has its own role."""
         policies = (*NODE_ROLE_POLICIES, CNI_POLICY) if cni_on_node_role else NODE_ROLE_POLICIES
         node_role_policies(self.nodegroup, policies)
         acknowledge_managed_policies(
