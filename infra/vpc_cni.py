@@ -62,7 +62,9 @@ class VpcCniAddon(Construct):
                                  f"got {addon_version!r}")
         self.role: iam.Role = iam.Role(
             self, "Role", description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, through EKS Pod Identity",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            # sts:AssumeRole and sts:TagSession, what EKS Pod Identity asks of a role's trust policy. (jsii's stub of
+            # PrincipalBase names a parameter differently from IPrincipal's, so pyright takes it for no IPrincipal.)
+            assumed_by=cast(iam.IPrincipal, iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags()),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY)])
         acknowledge_managed_policies(self.role, (CNI_POLICY,), "The VPC CNI's own AWS managed policy, which AWS keeps "
                                      "in step with what aws-node calls; on this role alone, not on the nodes'.")

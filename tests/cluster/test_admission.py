@@ -20,7 +20,7 @@ from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, ray_cluster_ready, ray_job_cluster
-from tests.cluster.objects import labels_of, name_of, spec_of
+from tests.cluster.objects import labels_of, meta_of, name_of, spec_of
 from tests.cluster.rbac import api_client_of, user_kubeconfig
 from tests.cluster.workload import apply_in_order, stack_manifests
 
@@ -80,6 +80,10 @@ def guarded(control_plane: ControlPlane, api: ApiClient, tmp_path_factory: pytes
     made.deployment.remove()
 
 
+def _submitted_by(config_map: client.V1ConfigMap) -> str | None:
+    return (meta_of(config_map).annotations or {}).get(SUBMITTED_BY_ANNOTATION)
+
+
 def _ray_pods(api: ApiClient) -> list[client.V1Pod]:
     return client.CoreV1Api(api).list_namespaced_pod(NS).items
 
@@ -97,8 +101,9 @@ def test_the_stacks_own_job_is_admitted_to_its_pods(control_plane: ControlPlane,
     for pod in _ray_pods(api):
         spec = spec_of(pod)
         assert spec.automount_service_account_token is False, name_of(pod)
-        assert spec.security_context.seccomp_profile.type == "RuntimeDefault", name_of(pod)
-        assert not any(v.projected and any(s.service_account_token for s in v.projected.sources)
+        seccomp = spec.security_context.seccomp_profile if spec.security_context else None
+        assert seccomp is not None and seccomp.type == "RuntimeDefault", name_of(pod)
+        assert not any(v.projected and any(s.service_account_token for s in v.projected.sources or [])
                        for v in spec.volumes or []), name_of(pod)
 
 
@@ -115,8 +120,8 @@ def test_a_researcher_submits_a_job_of_their_own(guarded: Guarded, api: ApiClien
     wait_for(lambda: [p for p in _ray_pods(api) if labels_of(p).get("ray.io/cluster") == cluster],
              f"the pods of RayCluster {cluster}")
     config_maps = client.CoreV1Api(api).list_namespaced_config_map(NS).items
-    mine = [c for c in config_maps if (c.metadata.annotations or {}).get(SUBMITTED_BY_ANNOTATION) == "alice"]
-    assert mine and all(c.immutable and c.metadata.owner_references for c in mine), mine
+    mine = [c for c in config_maps if _submitted_by(c) == "alice"]
+    assert mine and all(c.immutable and meta_of(c).owner_references for c in mine), mine
 
 
 def _the_stacks_job(guarded: Guarded, name: str) -> dict[str, Any]:
@@ -210,7 +215,8 @@ def test_no_escalated_pod_or_service_comes_of_them(guarded: Guarded, api: ApiCli
         assert not (spec.host_network or spec.host_pid or spec.host_ipc), name_of(pod)
         assert not any(c.security_context and c.security_context.privileged for c in spec.containers), name_of(pod)
     services = client.CoreV1Api(api).list_namespaced_service(NS).items
-    assert {s.spec.type for s in services} <= {"ClusterIP"}, [(name_of(s), s.spec.type) for s in services]
+    types = {name_of(s): spec_of(s).type for s in services}
+    assert set(types.values()) <= {"ClusterIP"}, types
 
 
 def test_a_researcher_cannot_patch_what_they_did_not_create(guarded: Guarded, api: ApiClient):
@@ -220,7 +226,7 @@ def test_a_researcher_cannot_patch_what_they_did_not_create(guarded: Guarded, ap
     admins = f"{JOB}-settings"
     core.read_namespaced_config_map(admins, NS)
     alices = wait_for(lambda: [name_of(c) for c in core.list_namespaced_config_map(NS).items
-                               if (c.metadata.annotations or {}).get(SUBMITTED_BY_ANNOTATION) == "alice"],
+                               if _submitted_by(c) == "alice"],
                       "alice's ConfigMaps")[0]
     data = {"data": {"settings.json": "{}"}}
     label = {"metadata": {"labels": {"x": "y"}}}
@@ -235,6 +241,6 @@ def test_a_researcher_cannot_patch_what_they_did_not_create(guarded: Guarded, ap
                              ({SUBMITTED_BY_ANNOTATION: "alice"}, False)):
         made = {"metadata": {"name": f"{JOB}-settings-x", "annotations": marks}, "immutable": immutable,
                 "data": {"settings.json": "{}"}}
-        refusal = _refusal(lambda b=made: as_alice.create_namespaced_config_map(NS, b))
+        refusal = _refusal(lambda b=made: as_alice.create_namespaced_config_map(NS, b))  # pyright: ignore[reportArgumentType]
         assert refusal is not None and refusal[0] == 422, (marks, immutable, refusal)
     assert core.read_namespaced_config_map(admins, NS).data != data["data"]
