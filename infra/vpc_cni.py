@@ -61,7 +61,7 @@ class VpcCniAddon(Construct):
                 raise ValueError(f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
                                  f"got {addon_version!r}")
         self.role: iam.Role = iam.Role(
-            self, "Role", description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, through EKS Pod Identity",
+            self, "Role", description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, by EKS Pod Identity",
             # sts:AssumeRole and sts:TagSession, what EKS Pod Identity asks of a role's trust policy. (jsii's stub of
             # PrincipalBase names a parameter differently from IPrincipal's, so pyright takes it for no IPrincipal.)
             assumed_by=cast(iam.IPrincipal, iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags()),

@@ -45,8 +45,11 @@ class Guarded:
         self.gpu_objects = [o for o in stack_manifests(dict(synth.gpu.to_json())) if o["kind"] != "Namespace"]
         cluster_objects = stack_manifests(dict(synth.cluster.to_json()))
         assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= {o["kind"] for o in cluster_objects}
-        (entry,) = [r["Properties"] for r in synth.cluster.to_json()["Resources"].values()
-                    if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"]["PrincipalArn"] == RESEARCHER_ARN]
+        (entry,) = [
+            r["Properties"]
+            for r in synth.cluster.to_json()["Resources"].values()
+            if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"]["PrincipalArn"] == RESEARCHER_ARN
+        ]
         (self.group,) = entry["KubernetesGroups"]
         self.deployment = Deployment.up(plane, api, self.settings, job=False)
         apply_in_order(plane, cluster_objects)
@@ -54,14 +57,22 @@ class Guarded:
         self.other_kubeconfig = user_kubeconfig(plane, folder / "bob", user="bob", groups=(self.group,))
         self.alice, self.bob = api_client_of(self.kubeconfig), api_client_of(self.other_kubeconfig)
         # A policy is enforced once the API server's informer has it (about a second): wait for a refusal.
-        wait_for(lambda: (_refusal(lambda: _create_service(api, "probe", "LoadBalancer", dry_run="All")) or (0,))[0]
-                 == 422, "the workload admission policy enforced")
+        wait_for(
+            lambda: (_refusal(lambda: _create_service(api, "probe", "LoadBalancer", dry_run="All")) or (0,))[0] == 422,
+            "the workload admission policy enforced",
+        )
 
 
 def _create_service(api: ApiClient, name: str, service_type: str, **kwargs: Any) -> Any:
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    return client.CoreV1Api(api).create_namespaced_service(NS, {  # pyright: ignore[reportArgumentType]
-        "metadata": {"name": name}, "spec": {"type": service_type, "ports": [{"port": 8265}]}}, **kwargs)
+    return client.CoreV1Api(api).create_namespaced_service(
+        NS,
+        {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": name},
+            "spec": {"type": service_type, "ports": [{"port": 8265}]},
+        },
+        **kwargs,
+    )
 
 
 def _refusal(call: Callable[[], Any]) -> tuple[int, str] | None:
@@ -95,30 +106,48 @@ def test_the_stacks_own_job_is_admitted_to_its_pods(control_plane: ControlPlane,
     # policy: the cluster becomes ready, the submitter runs
     cluster = ray_job_cluster(api, NS, JOB)
     ray_cluster_ready(api, NS, cluster)
-    wait_for(lambda: [p for p in _ray_pods(api) if labels_of(p).get("app.kubernetes.io/component") ==
-                      "ray-job-submitter"], f"the submitter pod of RayJob {JOB}")
+    wait_for(
+        lambda: [p for p in _ray_pods(api) if labels_of(p).get("app.kubernetes.io/component") == "ray-job-submitter"],
+        f"the submitter pod of RayJob {JOB}",
+    )
     # AND every pod has no service-account token and the runtime's default seccomp profile
     for pod in _ray_pods(api):
         spec = spec_of(pod)
         assert spec.automount_service_account_token is False, name_of(pod)
         seccomp = spec.security_context.seccomp_profile if spec.security_context else None
         assert seccomp is not None and seccomp.type == "RuntimeDefault", name_of(pod)
-        assert not any(v.projected and any(s.service_account_token for s in v.projected.sources or [])
-                       for v in spec.volumes or []), name_of(pod)
+        assert not any(
+            v.projected and any(s.service_account_token for s in v.projected.sources or []) for v in spec.volumes or []
+        ), name_of(pod)
 
 
 def test_a_researcher_submits_a_job_of_their_own(guarded: Guarded, api: ApiClient, capsys: pytest.CaptureFixture[str]):
     from ray_efa.cli import main
 
-    code = main(["submit", "--kubeconfig", str(guarded.kubeconfig), "--deployed", f"{NS}/{JOB}", "--name", "mine",
-                 "--timeout", "3", "--poll", "0.5"])
+    code = main(
+        [
+            "submit",
+            "--kubeconfig",
+            str(guarded.kubeconfig),
+            "--deployed",
+            f"{NS}/{JOB}",
+            "--name",
+            "mine",
+            "--timeout",
+            "3",
+            "--poll",
+            "0.5",
+        ]
+    )
     out = capsys.readouterr()
     text = out.out + out.err
     assert f"submitted RayJob {NS}/mine" in text and "warning: could not make" not in text, f"exit {code}: {text}"
     # the operator's RayCluster of it and its head pod were admitted too
     cluster = ray_job_cluster(api, NS, "mine")
-    wait_for(lambda: [p for p in _ray_pods(api) if labels_of(p).get("ray.io/cluster") == cluster],
-             f"the pods of RayCluster {cluster}")
+    wait_for(
+        lambda: [p for p in _ray_pods(api) if labels_of(p).get("ray.io/cluster") == cluster],
+        f"the pods of RayCluster {cluster}",
+    )
     config_maps = client.CoreV1Api(api).list_namespaced_config_map(NS).items
     mine = [c for c in config_maps if _submitted_by(c) == "alice"]
     assert mine and all(c.immutable and meta_of(c).owner_references for c in mine), mine
@@ -153,8 +182,10 @@ def _security(path: Callable[[dict[str, Any]], dict[str, Any]], **fields: Any) -
 def _add_volume(volume: dict[str, Any], *, read_only: bool = True) -> Callable[[dict[str, Any]], None]:
     def change(job: dict[str, Any]) -> None:
         _head(job)["volumes"].append({"name": "extra", **volume})
-        _head(job)["containers"][0]["volumeMounts"].append({"name": "extra", "mountPath": "/extra",
-                                                            "readOnly": read_only})
+        _head(job)["containers"][0]["volumeMounts"].append(
+            {"name": "extra", "mountPath": "/extra", "readOnly": read_only}
+        )
+
     return change
 
 
@@ -173,18 +204,34 @@ ESCALATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "another service account": (_set(_head, serviceAccountName="kuberay-operator"), "serviceAccountName"),
     "a Secret volume": (_add_volume({"secret": {"secretName": "any"}}), "secret"),
     "a projected Secret": (_add_volume({"projected": {"sources": [{"secret": {"name": "any"}}]}}), "projected"),
-    "env from a Secret": (_container(_head, env=[{"name": "RAY_AUTH_TOKEN", "valueFrom": {
-        "secretKeyRef": {"name": "another-cluster", "key": "auth_token"}}}]), "secretKeyRef"),
+    "env from a Secret": (
+        _container(
+            _head,
+            env=[
+                {
+                    "name": "RAY_AUTH_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": "another-cluster", "key": "auth_token"}},
+                }
+            ],
+        ),
+        "secretKeyRef",
+    ),
     "envFrom a Secret": (_container(_head, envFrom=[{"secretRef": {"name": "any"}}]), "envFrom"),
     "SYS_ADMIN": (_security(_worker, capabilities={"add": ["SYS_ADMIN"], "drop": ["ALL"]}), "capabilities.add"),
     "privilege escalation": (_security(_head, allowPrivilegeEscalation=True), "allowPrivilegeEscalation"),
     "a service-account token": (_set(_head, automountServiceAccountToken=True), "automountServiceAccountToken"),
-    "a LoadBalancer": (lambda job: job["spec"]["rayClusterSpec"]["headGroupSpec"].update(serviceType="LoadBalancer"),
-                       "serviceType"),
-    "another cluster": (lambda job: job["spec"].update(clusterSelector={"ray.io/cluster": "theirs"}),
-                        "clusterSelector"),
-    "the autoscaler": (lambda job: job["spec"]["rayClusterSpec"].update(enableInTreeAutoscaling=True),
-                       "enableInTreeAutoscaling"),
+    "a LoadBalancer": (
+        lambda job: job["spec"]["rayClusterSpec"]["headGroupSpec"].update(serviceType="LoadBalancer"),
+        "serviceType",
+    ),
+    "another cluster": (
+        lambda job: job["spec"].update(clusterSelector={"ray.io/cluster": "theirs"}),
+        "clusterSelector",
+    ),
+    "the autoscaler": (
+        lambda job: job["spec"]["rayClusterSpec"].update(enableInTreeAutoscaling=True),
+        "enableInTreeAutoscaling",
+    ),
 }
 
 
@@ -193,8 +240,9 @@ def test_an_escalating_rayjob_is_refused_naming_the_field(guarded: Guarded, esca
     change, field = ESCALATIONS[escalation]
     job = _the_stacks_job(guarded, "escalating")
     change(job)
-    refusal = _refusal(lambda: client.CustomObjectsApi(guarded.alice).create_namespaced_custom_object(
-        RAY, "v1", NS, "rayjobs", job))
+    refusal = _refusal(
+        lambda: client.CustomObjectsApi(guarded.alice).create_namespaced_custom_object(RAY, "v1", NS, "rayjobs", job)
+    )
     assert refusal is not None, f"{escalation}: admitted"
     status, message = refusal
     assert status == 422 and "ValidatingAdmissionPolicy" in message and field in message, (status, message)
@@ -203,9 +251,16 @@ def test_an_escalating_rayjob_is_refused_naming_the_field(guarded: Guarded, esca
 def test_no_escalated_pod_or_service_comes_of_them(guarded: Guarded, api: ApiClient):
     # A Pod or a Service in the namespace made directly (by anyone: here the admin) is held to the same rules as
     # the operator's
-    pod = {"metadata": {"name": "host"}, "spec": {"hostNetwork": True, "automountServiceAccountToken": False,
-                                                  "containers": [{"name": "x", "image": "busybox"}]}}
-    refusal = _refusal(lambda: client.CoreV1Api(api).create_namespaced_pod(NS, pod))  # pyright: ignore[reportArgumentType]
+    pod = {
+        "metadata": {"name": "host"},
+        "spec": {
+            "hostNetwork": True,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "x", "image": "busybox"}],
+        },
+    }
+    core = client.CoreV1Api(api)
+    refusal = _refusal(lambda: core.create_namespaced_pod(NS, pod))  # pyright: ignore[reportArgumentType]
     assert refusal is not None and "hostNetwork" in refusal[1], refusal
     refusal = _refusal(lambda: _create_service(api, "exposed", "LoadBalancer"))
     assert refusal is not None and "spec.type" in refusal[1], refusal
@@ -221,26 +276,35 @@ def test_no_escalated_pod_or_service_comes_of_them(guarded: Guarded, api: ApiCli
 
 def test_a_researcher_cannot_patch_what_they_did_not_create(guarded: Guarded, api: ApiClient):
     # GIVEN the deployment's settings ConfigMap (the admin's) and alice's job's code ConfigMap
-    core, as_alice, as_bob = (client.CoreV1Api(api), client.CoreV1Api(guarded.alice),
-                              client.CoreV1Api(guarded.bob))
+    core, as_alice, as_bob = (client.CoreV1Api(api), client.CoreV1Api(guarded.alice), client.CoreV1Api(guarded.bob))
     admins = f"{JOB}-settings"
     core.read_namespaced_config_map(admins, NS)
-    alices = wait_for(lambda: [name_of(c) for c in core.list_namespaced_config_map(NS).items
-                               if _submitted_by(c) == "alice"],
-                      "alice's ConfigMaps")[0]
+    alices = wait_for(
+        lambda: [name_of(c) for c in core.list_namespaced_config_map(NS).items if _submitted_by(c) == "alice"],
+        "alice's ConfigMaps",
+    )[0]
     data = {"data": {"settings.json": "{}"}}
     label = {"metadata": {"labels": {"x": "y"}}}
     # THEN a researcher patches neither the admin's ConfigMap (its data, or only its labels) nor another's
-    for who, api_, name, body in (("alice", as_alice, admins, data), ("alice", as_alice, admins, label),
-                                  ("bob", as_bob, alices, label)):
+    for who, api_, name, body in (
+        ("alice", as_alice, admins, data),
+        ("alice", as_alice, admins, label),
+        ("bob", as_bob, alices, label),
+    ):
         refusal = _refusal(lambda a=api_, n=name, b=body: a.patch_namespaced_config_map(n, NS, b))
-        assert refusal is not None and refusal[0] == 422 and SUBMITTED_BY_ANNOTATION in refusal[1], (who, name,
-                                                                                                      refusal)
+        assert refusal is not None and refusal[0] == 422 and SUBMITTED_BY_ANNOTATION in refusal[1], (who, name, refusal)
     # AND cannot slip in a ConfigMap that is not marked as theirs, or that can change
-    for marks, immutable in (({}, True), ({SUBMITTED_BY_ANNOTATION: "bob"}, True),
-                             ({SUBMITTED_BY_ANNOTATION: "alice"}, False)):
-        made = {"metadata": {"name": f"{JOB}-settings-x", "annotations": marks}, "immutable": immutable,
-                "data": {"settings.json": "{}"}}
-        refusal = _refusal(lambda b=made: as_alice.create_namespaced_config_map(NS, b))  # pyright: ignore[reportArgumentType]
+    create = as_alice.create_namespaced_config_map
+    for marks, immutable in (
+        ({}, True),
+        ({SUBMITTED_BY_ANNOTATION: "bob"}, True),
+        ({SUBMITTED_BY_ANNOTATION: "alice"}, False),
+    ):
+        made = {
+            "metadata": {"name": f"{JOB}-settings-x", "annotations": marks},
+            "immutable": immutable,
+            "data": {"settings.json": "{}"},
+        }
+        refusal = _refusal(lambda b=made: create(NS, b))  # pyright: ignore[reportArgumentType]
         assert refusal is not None and refusal[0] == 422, (marks, immutable, refusal)
     assert core.read_namespaced_config_map(admins, NS).data != data["data"]

@@ -28,9 +28,12 @@ def _managed_policies(role: dict[str, Any]) -> list[str]:
 
 def _statements(template: Any, role_id: str) -> list[dict[str, Any]]:
     """Every statement of the inline policies attached to role `role_id`."""
-    return [statement for policy in _resources(template, "AWS::IAM::Policy").values()
-            if {"Ref": role_id} in policy["Properties"]["Roles"]
-            for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+    return [
+        statement
+        for policy in _resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -52,8 +55,10 @@ def test_every_control_plane_log_is_on(default_synth):
 
 
 def test_every_launch_template_keeps_imds_from_pods(default_synth):
-    templates = [*_resources(default_synth.cluster, "AWS::EC2::LaunchTemplate").values(),
-                 *_resources(default_synth.gpu, "AWS::EC2::LaunchTemplate").values()]
+    templates = [
+        *_resources(default_synth.cluster, "AWS::EC2::LaunchTemplate").values(),
+        *_resources(default_synth.gpu, "AWS::EC2::LaunchTemplate").values(),
+    ]
     assert len(templates) >= 2  # the system nodes' and the GPU nodes'
     for template in templates:
         options = template["Properties"]["LaunchTemplateData"]["MetadataOptions"]
@@ -73,8 +78,11 @@ def test_no_node_role_carries_the_cni_policy_and_the_vpc_cni_has_its_own_role(de
     roles = {**_resources(default_synth.cluster, "AWS::IAM::Role"), **_resources(default_synth.gpu, "AWS::IAM::Role")}
     with_cni = {k for k, role in roles.items() if any(CNI_POLICY in arn for arn in _managed_policies(role))}
     # THEN one role carries the CNI's policy: the one the vpc-cni add-on's Pod Identity association gives aws-node
-    (addon,) = [a["Properties"] for a in _resources(default_synth.cluster, "AWS::EKS::Addon").values()
-                if a["Properties"]["AddonName"] == "vpc-cni"]
+    (addon,) = [
+        a["Properties"]
+        for a in _resources(default_synth.cluster, "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == "vpc-cni"
+    ]
     (association,) = addon["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "aws-node"
     assert with_cni == {association["RoleArn"]["Fn::GetAtt"][0]}
@@ -91,8 +99,11 @@ def test_no_node_role_carries_the_cni_policy_and_the_vpc_cni_has_its_own_role(de
 
 def _ray_role(synth: Any) -> str:
     (account,) = [o for o in stack_manifests(synth.cluster.to_json()) if o["kind"] == "ServiceAccount"]
-    (association,) = [a["Properties"] for a in _resources(synth.cluster, "AWS::EKS::PodIdentityAssociation").values()
-                      if a["Properties"]["ServiceAccount"] == account["metadata"]["name"]]
+    (association,) = [
+        a["Properties"]
+        for a in _resources(synth.cluster, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == account["metadata"]["name"]
+    ]
     return association["RoleArn"]["Fn::GetAtt"][0]
 
 
@@ -127,11 +138,15 @@ def test_the_cluster_stack_applies_the_admission_policies():
     for binding in bindings.values():
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
-            "kubernetes.io/metadata.name": namespace}
+            "kubernetes.io/metadata.name": namespace
+        }
 
 
 def test_the_namespace_denies_ingress_to_any_pod_no_ray_policy_admits_to(default_synth):
     namespace = default_synth.settings.workload.namespace
-    (deny,) = [o for o in stack_manifests(default_synth.cluster.to_json())
-               if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == namespace]
+    (deny,) = [
+        o
+        for o in stack_manifests(default_synth.cluster.to_json())
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == namespace
+    ]
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
