@@ -206,8 +206,10 @@ def test_a_researcher_reads_the_submitters_log_as_follow_does(
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
     client.CoreV1Api(api).create_namespaced_pod(NS, {  # pyright: ignore[reportArgumentType]
         "metadata": {"name": pod, "labels": {"job-name": "mine-log", "batch.kubernetes.io/job-name": "mine-log"}},
-        "spec": {"nodeSelector": dict(SYSTEM_NODE_LABELS),
-                 "containers": [{"name": SUBMITTER_CONTAINER, "image": "registry.k8s.io/pause:3.10"}]}})
+        # as the Job controller makes it from the stack's template: the workload admission policy admits no other
+        "spec": {"nodeSelector": dict(SYSTEM_NODE_LABELS), "automountServiceAccountToken": False,
+                 "containers": [{"name": SUBMITTER_CONTAINER, "image": "registry.k8s.io/pause:3.10",
+                                 "securityContext": {"allowPrivilegeEscalation": False}}]}})
     wait_for(lambda: status_of(client.CoreV1Api(api).read_namespaced_pod(pod, NS)).phase == "Running",
              f"pod {pod} Running")
     control_plane.serve_logs(NS, {SUBMITTER_CONTAINER: "epoch 1/1  loss 0.5\nexit code 0\n"}, pods=[pod])

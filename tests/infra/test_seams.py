@@ -162,7 +162,8 @@ def test_a_storage_path_in_an_existing_bucket_is_granted_on_its_prefix_alone():
     statements = json.dumps([p["Properties"]["PolicyDocument"] for p in
                              Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()])
     assert ":s3:::existing/team/ckpt/*" in statements and ':s3:::existing"' in statements
-    assert "s3:PutObject" in statements and "s3:DeleteObject*" in statements
+    # the current version of objects under the prefix: never s3:DeleteObjectVersion (only in the code folder's Deny)
+    assert "s3:PutObject" in statements and '"s3:DeleteObject"' in statements and "s3:DeleteObject*" not in statements
     assert ":s3:::existing/*" not in statements
     # a shared filesystem path needs no grant
     _, stack, _, cluster = _imported()

@@ -20,6 +20,7 @@ from ray_efa.infra.training_job import RayTrainingJob
 from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import LAST_APPLIED_MAX_BYTES
 from ray_efa.k8s.names import USER_CODE_PATH
+from ray_efa.k8s.security import network_policy_name
 from tests.cdk_cli import needs_cdk_cli
 from tests.infra.test_workload import find, manifest_objects, manifests
 
@@ -248,10 +249,11 @@ def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
 def test_the_job_waits_for_the_namespace_and_the_service_account_it_was_given():
     # GIVEN the issue's stack, where the job was told to wait for the GPU nodes only
     stack = Platform(cdk.App(), "Platform")
-    RayTrainingJob(stack, "Job", cluster=stack.cluster, after=[stack.gpu.nodegroup])
+    job = RayTrainingJob(stack, "Job", cluster=stack.cluster, after=[stack.gpu.nodegroup])
     template = Template.from_stack(stack)
-    # THEN its first object also waits for the namespace and the pods' service account (no race at deploy)
-    first_id, first, _ = find(template, "NetworkPolicy")
+    # THEN its first object (its own NetworkPolicy, not the namespace's default-deny) also waits for the namespace and
+    # the pods' service account (no race at deploy)
+    first_id, first, _ = find(template, "NetworkPolicy", network_policy_name(job.name))
     waits = set(first["DependsOn"])
     namespace = stack.workload.namespace.node.default_child
     assert isinstance(namespace, cdk.CfnElement)
