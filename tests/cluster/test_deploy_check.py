@@ -16,14 +16,15 @@ from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_cluster, read_diff
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, training_job
 from tests.ops.cli_helpers import run_cli
 
 DIFFS = Path(__file__).parents[1] / "ops" / "fixtures" / "deploy_check"
 NAMESPACE = "ops-deploy"
-CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa"}
+CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa",
+           "kuberayVersion": served_kuberay()}  # the KubeRay version whose CRDs the API server serves
 SETTINGS = Settings.from_context(CONTEXT)
 CLI = ("--kubeconfig", "KUBECONFIG", *(a for k, v in CONTEXT.items() for a in ("-c", f"{k}={v}")))
 JOB = f"{NAMESPACE}/train-efa"

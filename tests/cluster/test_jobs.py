@@ -24,7 +24,7 @@ from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core.settings import Settings
 from ray_efa.infra.researcher_access import RESEARCHER_GROUP, researcher_rbac
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, ray_job_name
 from tests.cluster.objects import name_of
@@ -32,7 +32,8 @@ from tests.cluster.rbac import user_kubeconfig
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-jobs"
-SETTINGS = Settings.from_context({"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE})
+SETTINGS = Settings.from_context({"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE,
+                                  "kuberayVersion": served_kuberay()})  # what the served CRDs take
 JOB = ray_job_name(SETTINGS)
 NS = ("-c", f"namespace={NAMESPACE}")
 DRIVER_LOG = (

@@ -27,7 +27,7 @@ from kubernetes.client.api_client import ApiClient
 
 from ray_efa.core import catalog
 from ray_efa.core.addons import KUBERAY_OPERATOR
-from tests.cluster.conftest import Nodes
+from tests.cluster.conftest import Nodes, served_kuberay
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import ray_job_cluster, stack_service_accounts
 from tests.cluster.netpol import Connection, Outside, Pod, admitted, allowed, selects
@@ -36,7 +36,7 @@ from tests.k8s.conftest import BASE, synthesize
 
 pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
 
-SETTINGS = BASE
+SETTINGS = BASE.replace(kuberayVersion=served_kuberay())  # what the served CRDs take (conftest.served_kuberay)
 NS = SETTINGS.workload.namespace
 GCS, DASHBOARD, CLIENT, RAYLET = 6379, 8265, 10001, 43127  # the last: a port Ray picks at run time
 OBJECT_MANAGER, NCCL = 8076, 51234  # Ray's default object manager port; a port NCCL's TCP transport picks

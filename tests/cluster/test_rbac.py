@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.conftest import Nodes, wait_for
+from tests.cluster.conftest import Nodes, served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import status_of
 from tests.cluster.rbac import Request, Subject, allowed, api_client_of, user_kubeconfig
@@ -35,7 +35,8 @@ class RbacStack:
     def __init__(self) -> None:
         from tests.infra.conftest import synthesize
 
-        synth = synthesize(researcherPrincipalArns=RESEARCHER_ARN, namespace=NS)
+        # for the KubeRay version whose CRDs the API server serves (conftest.served_kuberay)
+        synth = synthesize(researcherPrincipalArns=RESEARCHER_ARN, namespace=NS, kuberayVersion=served_kuberay())
         self.cluster_template: dict[str, Any] = dict(synth.cluster.to_json())
         self.gpu_template: dict[str, Any] = dict(synth.gpu.to_json())
         self.objects = stack_manifests(self.cluster_template)

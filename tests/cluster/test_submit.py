@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 
-from tests.cluster.conftest import running_plane
+from tests.cluster.conftest import running_plane, served_kuberay
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.submitted import (
     SUBMITTER,
@@ -49,6 +49,9 @@ PLATFORM = ("gpuInstanceType=p5.48xlarge", "gpuNodeCount=3", "region=ap-southeas
 """A platform team's cluster: 3 x p5.48xlarge in ap-southeast-2, namespace research, company node labels, an
 existing checkpoint bucket; its training job is the default train-efa."""
 NAMESPACES = ("ray", "research")
+SERVED = f"kuberayVersion={served_kuberay()}"
+"""Every deployment here is of the KubeRay version whose CRDs the API server serves (conftest.served_kuberay): the
+RayJob submit makes takes the deployed kuberayVersion, and the server refuses fields its schema does not declare."""
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,7 @@ def config(plane: ControlPlane, tmp_path: Path, user: str) -> str:
 
 def deploy(plane: ControlPlane, *context: str, namespace: str | None = None) -> dict[str, Any]:
     """The settings ConfigMap of a deployment of `context` in the cluster (in `namespace`, if given: else its own)."""
-    config_map = deployed_settings_map(*context)
+    config_map = deployed_settings_map(SERVED, *context)
     if namespace:
         config_map["metadata"]["namespace"] = namespace
     (stored,) = plane.apply([config_map])
@@ -408,7 +411,7 @@ def _earlier_job(plane: ControlPlane, job_name: str, *context: str) -> dict[str,
     from ray_efa.k8s.workload import ray_job_chart
 
     objects = ray_job_chart(cdk8s.App(), Settings.from_context(
-        {"jobName": job_name, **dict(c.split("=", 1) for c in context)})).to_json()
+        {"jobName": job_name, **dict(c.split("=", 1) for c in (SERVED, *context))})).to_json()
     plane.apply([o for o in objects if o["kind"] != "RayJob"])
     (job,) = plane.apply([o for o in objects if o["kind"] == "RayJob"])
     return job
@@ -661,7 +664,8 @@ def test_an_unknown_field_is_refused_by_the_api_server_not_dropped(plane, api, k
 
     # GIVEN the objects `submit` creates for a job, one of them with a field its schema does not declare (a misspelt
     # key: on a plain POST the API server stores the object without it)
-    _, objects = submission(Settings.from_context({"jobName": "mlp-exp"}), job_name="strict-run1")
+    _, objects = submission(Settings.from_context({"jobName": "mlp-exp", "kuberayVersion": served_kuberay()}),
+                            job_name="strict-run1")
     typo = next(o for o in objects if o["kind"] == kind)
     typo[where]["entrypoitn"] = "python train.py"
     # WHEN submit creates them

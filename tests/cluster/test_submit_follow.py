@@ -24,15 +24,17 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, service_account, training_job
 from tests.cluster.objects import name_of, namespace_of
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-submit"
-DEPLOYED = {"jobName": "mlp-exp", "storagePath": "s3://research-checkpoints/runs", "namespace": NAMESPACE}
-"""The deployment: the defaults (2 x g6.12xlarge), its bucket, its training job mlp-exp in namespace ops-submit."""
+DEPLOYED = {"jobName": "mlp-exp", "storagePath": "s3://research-checkpoints/runs", "namespace": NAMESPACE,
+            "kuberayVersion": served_kuberay()}
+"""The deployment: the defaults (2 x g6.12xlarge), its bucket, its training job mlp-exp in namespace ops-submit, for
+the KubeRay version whose CRDs the API server serves (conftest.served_kuberay)."""
 JOB = "mlp-exp-run1"
 LOCAL = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-training/src",
          "storagePath=s3://research-checkpoints/runs", 'trainConfig={"epochs": 3}', "jobName=mlp-exp")

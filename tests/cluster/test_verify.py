@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
 from ray_efa.ops.verify import Expectations, verify_cluster, verify_until
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import DEPLOYED_KUBERAY, served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import (
     Deployment,
@@ -31,7 +31,8 @@ from tests.cluster.objects import name_of, namespace_of, status_of
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-verify"
-CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa"}
+CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa",
+           "kuberayVersion": served_kuberay()}  # the KubeRay version whose CRDs the API server serves
 SETTINGS = Settings.from_context(CONTEXT)
 EXPECTED = Expectations.from_settings(SETTINGS)  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 CLI_SETTINGS = tuple(a for k, v in CONTEXT.items() for a in ("-c", f"{k}={v}"))
@@ -80,7 +81,10 @@ def test_a_healthy_deployment_passes_every_check(deployed: Deployment, api: ApiC
     assert check(report, "raycluster").name == f"RayCluster {NAMESPACE}/{deployed.ray_cluster} (of RayJob train-efa)"
     # the head pod the operator made, found by its cluster's labels
     (head,) = deployed.pods(f"ray.io/cluster={deployed.ray_cluster},ray.io/node-type=head")
-    assert f"head pod {name_of(head)} has RAY_AUTH_MODE=token" in details["ray-token-auth"]
+    if EXPECTED.token_auth:
+        assert f"head pod {name_of(head)} has RAY_AUTH_MODE=token" in details["ray-token-auth"]
+    else:  # a clone alone: the served CRDs (KubeRay 1.5.0's) have no authOptions, so the deployment plans no token
+        assert details["ray-token-auth"].startswith(f"off, as planned: kuberayVersion {served_kuberay()} has no ")
     assert check(report, "network-policy").name == f"NetworkPolicy {NAMESPACE}/train-efa-ray-ingress"
 
 
@@ -255,11 +259,13 @@ def test_missing_network_policy_fails(deployed, api, control_plane):
 
 
 def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(deployed, api):
-    # GIVEN a RayCluster without authOptions, as an operator whose types lack it makes it (this one, v1.5.0, does)
+    # GIVEN a RayCluster without authOptions, as an operator whose types lack it makes it (this one, v1.5.0, does; in a
+    # clone alone the served 1.5.0 schema has no authOptions, so the RayCluster has none already)
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster, {"spec": {"authOptions": None}})
     try:
-        report = verify(api)
+        # THEN settings of the deployed KubeRay, which plan a token, fail the token check
+        report = verify(api, Expectations.from_settings(SETTINGS.replace(kuberayVersion=DEPLOYED_KUBERAY)))
         assert [c.id for c in report.failed] == ["ray-token-auth"]
         assert "authOptions.mode unset, expected token" in report.failed[0].detail
         # while settings pinning KubeRay 1.4.0 plan no token, and the report says so
@@ -267,7 +273,8 @@ def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(dep
         assert report.ok, report.as_dict()
         assert check(report, "ray-token-auth").detail.startswith("off, as planned: kuberayVersion 1.4.0 has no authOptions")
     finally:
-        set_auth_options(api, NAMESPACE, deployed.ray_cluster)
+        if EXPECTED.token_auth:
+            set_auth_options(api, NAMESPACE, deployed.ray_cluster)
 
 
 def test_the_head_pod_is_found_by_its_cluster_not_by_name(deployed, api):
@@ -337,10 +344,11 @@ def test_finished_job_without_a_cluster_fails_saying_so(deployed, api):
     wait_for(lambda: not objects.list_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters")["items"],
              "the RayCluster gone")
     report = verify(api)
-    # THEN the cluster check says why, and token auth cannot be confirmed without a cluster
-    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"]
+    # THEN the cluster check says why, and token auth (where planned) cannot be confirmed without a cluster
+    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"][:1 + EXPECTED.token_auth]
     assert "jobDeploymentStatus Complete" in report.failed[0].detail
-    assert "no live RayCluster" in report.failed[1].detail
+    if EXPECTED.token_auth:
+        assert "no live RayCluster" in report.failed[1].detail
 
 
 def test_a_deployment_scaled_to_zero_passes_with_no_gpu_node_plugin_pod_or_ray_cluster(deployed, api):
