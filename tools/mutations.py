@@ -296,6 +296,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/training/test_families.py", "-k", "lean_computes and qwen3"),
         why="the lean layer runs Qwen3 without its per-head q/k RMSNorms before RoPE",
     ),
+    Mutation(
+        name="netpol-denies-all-egress", file="k8s/network_policy.py",
+        old='policy_types=["Ingress"]',
+        new='policy_types=["Ingress", "Egress"]',
+        tests=("tests/cluster/test_network_policy.py", "-k", "dns_s3"),
+        why="the Ray pods' policy lists Egress with no egress rules: on EKS no DNS, S3 or PyPI, no Ray cluster",
+    ),
+    Mutation(
+        name="kubelet-reserve-first-core-40m", file="core/catalog/__init__.py",
+        old="_KUBE_RESERVED_CPU_SHARES = (60, 10, 5, 5)",
+        new="_KUBE_RESERVED_CPU_SHARES = (40, 10, 5, 5)",
+        tests=("tests/core/test_kubelet_reserve.py",),
+        why="the catalog reserves 40m of the first core, not EKS's 60m: pods sized for CPU a real node does not offer",
+    ),
+    Mutation(
+        name="submit-field-validation-dropped", file="ops/submit.py",
+        old='STRICT = "Strict"',
+        new="STRICT = None",
+        tests=("tests/cluster/test_submit.py", "-k", "unknown_field"),
+        why="submit's writes send no fieldValidation: the API server stores an object without a misspelt field",
+    ),
+    Mutation(
+        name="researcher-role-without-pod-logs", file="infra/researcher_access.py",
+        old='    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},\n',
+        new="",
+        tests=("tests/cluster/test_rbac.py", "-k", "reads_the_submitters_log"),
+        why="the researcher Role cannot get pods/log: `ray-efa follow` is refused the submitter's log",
+    ),
 )
 
 
