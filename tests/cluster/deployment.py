@@ -14,8 +14,9 @@ deploy-check, submit, follow) to read: what the recordings of tests/ops once hel
 What the operator binary here (v1.5.0, the newest the Go proxy serves) cannot do for the deployed chart's 1.7.0:
 inject Ray token auth. `token_auth=True` puts on the head's template the env a 1.7.0 operator puts on the head pod
 (RAY_AUTH_MODE=token, common/pod.go SetContainerTokenAuthEnvVars) and sets the RayCluster's spec.authOptions, which a
-1.7.0 operator copies from the RayJob (v1.5.0's types drop the field). It does so only where the settings plan token
-auth: a kuberayVersion 1.4.0 deployment (what a clone alone deploys: conftest.served_kuberay) gets neither.
+1.7.0 operator copies from the RayJob (v1.5.0's types drop the field). In a clone alone, where the API server serves
+v1.5.0's CRDs, that schema prunes spec.authOptions: the head's env stays (what `ray-efa dashboard` reads), and
+verify's token check of a kuberayVersion 1.4.0 deployment (conftest.served_kuberay) says "off, as planned".
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from kubernetes.client.exceptions import ApiException
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import GPU_TAINT, SYSTEM_NODE_LABELS, gpu_node_labels
 from ray_efa.core.settings import Settings
-from ray_efa.k8s.security import token_auth as planned_token_auth
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import meta_of, name_of, namespace_of, status_of
@@ -228,7 +228,6 @@ class Deployment:
         return made
 
     def run_job(self, *, token_auth: bool = True) -> None:
-        token_auth = token_auth and planned_token_auth(self.settings).enabled
         core = client.CoreV1Api(self.api)
         wait_for(lambda: not exists(lambda: core.read_namespace(self.namespace)),
                  f"namespace {self.namespace} gone (an earlier test's)", timeout_s=90)
