@@ -298,8 +298,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="netpol-denies-all-egress", file="k8s/network_policy.py",
-        old='policy_types=["Ingress"]',
-        new='policy_types=["Ingress", "Egress"]',
+        old='policy_types=["Ingress"], ingress=ingress',
+        new='policy_types=["Ingress", "Egress"], ingress=ingress',
         tests=("tests/cluster/test_network_policy.py", "-k", "dns_s3"),
         why="the Ray pods' policy lists Egress with no egress rules: on EKS no DNS, S3 or PyPI, no Ray cluster",
     ),
