@@ -1,9 +1,9 @@
 """`ray-efa cancel JOB`: delete a RayJob, after asking (`--yes` does not ask); its Ray cluster (which the RayJob owns),
 that cluster's pods (freeing the GPU nodes) and the ConfigMaps and NetworkPolicy the job owns go with it.
 
-Exit 0 deleted; 1 not deleted: you answered no, or the API server refused (your credentials may read RayJobs but not
-delete them: the stack's researcher Role grants no delete); 2 no such RayJob (naming it), or no terminal to ask on
-without `--yes`.
+Exit 0 deleted; 1 not deleted: you answered no, or the API server refused (a researcher of the stack deletes only the
+RayJobs they submitted; other credentials may read RayJobs but not delete them); 2 no such RayJob (naming it), or no
+terminal to ask on without `--yes`.
 """
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
         return fail(
             args,
             "cancel",
-            f"{error}. Your credentials may read RayJobs in {namespace} but not delete them: "
-            "the stack's researcher Role (infra/researcher_access.py) grants create, get, list and watch on "
-            "rayjobs, no delete; ask a cluster admin (adminPrincipalArns) to run `ray-efa cancel "
-            f"{args.job}` or `kubectl -n {namespace} delete rayjob {args.job}`",
+            f"{error}. The stack's researchers (infra/researcher_access.py) delete only the RayJobs they submitted "
+            f"(its admission policy), other credentials may have no delete on rayjobs in {namespace} at all; "
+            f"ask a cluster admin (adminPrincipalArns) to run `ray-efa cancel {args.job}` or "
+            f"`kubectl -n {namespace} delete rayjob {args.job}`",
             code=EXIT_NOT_CANCELLED,
         )
     except SubmitError as error:

@@ -25,7 +25,9 @@ NAMESPACE_RULES: tuple[dict[str, Any], ...] = (
     # ray-efa submit: create the job's ConfigMaps (code, settings), its NetworkPolicy and the RayJob, then make the
     # RayJob their owner (a JSON patch of ownerReferences: ops/submit.own_by_job); read `<job>-settings` (--deployed);
     # list the RayClusters that hold the GPU nodes (gpu_holders).
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["create", *_READ]},
+    # ray-efa cancel: delete a RayJob (its RayCluster and what else it owns go with it, deleted by the garbage
+    # collector, not by the researcher); the admission policy admits the delete of their own RayJobs alone.
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["create", "delete", *_READ]},
     {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": _READ},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "patch", *_READ]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create", "patch", *_READ]},
@@ -34,8 +36,11 @@ NAMESPACE_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": _READ},
 )
-"""What a researcher may do in the workload namespace. Nothing deletes, updates or patches a RayCluster or a RayJob,
-nothing creates pods or execs into them, and Secrets are not named (RBAC grants only what a rule names)."""
+"""What a researcher may do in the workload namespace. Nothing deletes, updates or patches a RayCluster, updates or
+patches a RayJob, or deletes anything but a RayJob (of their own: k8s.admission_policy); nothing creates pods, execs
+into them or port-forwards to them, and Secrets are not named (RBAC grants only what a rule names). Not
+pods/portforward: a port-forward reaches any pod of the namespace past its NetworkPolicy, and neither RBAC nor an
+admission policy can limit it to one's own pods (docs/security.md, "Researcher access")."""
 
 CLUSTER_RULES: tuple[dict[str, Any], ...] = (
     # ray-efa verify: the GPU nodes and their allocatable devices (ResourceSlices with deviceAllocation dra), the device
@@ -103,8 +108,8 @@ class ResearcherAccess(Construct):
             self.entries.append(eks_l1.CfnAccessEntry(
                 self, f"Researcher{digest}", cluster_name=cluster.cluster_name, principal_arn=arn,
                 kubernetes_groups=[group], type="STANDARD"))
-        # RBAC lets the group create and patch ConfigMaps and NetworkPolicies; the admission policy narrows that to
-        # immutable ConfigMaps and objects of their own (k8s.admission_policy).
+        # RBAC lets the group create and patch ConfigMaps and NetworkPolicies and create and delete RayJobs; the
+        # admission policy narrows that to immutable ConfigMaps and objects of their own (k8s.admission_policy).
         self.manifests: list[eks.KubernetesManifest] = apply_objects(
             self, cluster, [*researcher_rbac(namespace, group), *researcher_admission(namespace, group=group)],
             after=after)

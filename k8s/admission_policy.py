@@ -14,11 +14,12 @@ https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-pol
   auth_token), a ClusterIP head service, no in-tree autoscaler (its own service account and RBAC), no clusterSelector
   (a job in another's RayCluster gets that cluster's token). An update that leaves `spec` as it was (the operator's
   status, finalizers and labels) is not checked again.
-- `ray-efa-researchers-<namespace>`: what the researchers' group creates or changes among ConfigMaps and
-  NetworkPolicies: a ConfigMap they create is immutable and every object they create names them in the annotation
-  SUBMITTED_BY_ANNOTATION (their Kubernetes user name, which `ray-efa submit` reads with a SelfSubjectReview); they
-  change only objects annotated with their own name, and only the metadata (`ray-efa submit` adds the RayJob as
-  owner). An object of the deployment, or of another researcher, cannot be patched by them.
+- `ray-efa-researchers-<namespace>`: what the researchers' group creates, changes or deletes among ConfigMaps,
+  NetworkPolicies and RayJobs: a ConfigMap they create is immutable and every object they create names them in the
+  annotation SUBMITTED_BY_ANNOTATION (their Kubernetes user name, which `ray-efa submit` reads with a
+  SelfSubjectReview); they change only objects annotated with their own name, and only the metadata (`ray-efa submit`
+  adds the RayJob as owner), and delete only RayJobs annotated so (`ray-efa cancel`; RBAC grants no other delete).
+  An object of the deployment, or of another researcher, can be neither patched nor deleted by them.
 
 Each validation's message names the field it refuses.
 """
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 SUBMITTED_BY_ANNOTATION = "ray-efa.io/submitted-by"
-"""The Kubernetes user who created a ConfigMap or NetworkPolicy with `ray-efa submit`."""
+"""The Kubernetes user who created a ConfigMap, NetworkPolicy or RayJob with `ray-efa submit`."""
 TOKEN_ENV, TOKEN_SECRET_KEY = "RAY_AUTH_TOKEN", "auth_token"
 """The env KubeRay (token auth) sets from the cluster's Secret in the pods it creates (common/pod.go
 SetContainerTokenAuthEnvVars): the one env from a Secret a Pod may have; a RayJob or RayCluster may name none."""
@@ -204,19 +205,20 @@ def _cluster_validations() -> list[dict[str, str]]:
 
 def _researcher_validations(username: str = "request.userInfo.username") -> list[dict[str, str]]:
     annotation = f"metadata.?annotations[?{_cel(SUBMITTED_BY_ANNOTATION)}]"
+    # A DELETE has no `object`, only `oldObject` (the object as stored); a CREATE has no `oldObject`.
     checks = [
         (
-            f"object.{annotation}.orValue('') == {username}",
+            f"request.operation == 'DELETE' || object.{annotation}.orValue('') == {username}",
             f"metadata.annotations[{SUBMITTED_BY_ANNOTATION}] must be your Kubernetes user name (`ray-efa submit` sets "
             "it): a researcher creates and changes only objects of their own",
         ),
         (
-            f"request.operation != 'UPDATE' || oldObject.{annotation}.orValue('') == {username}",
+            f"request.operation == 'CREATE' || oldObject.{annotation}.orValue('') == {username}",
             f"metadata.annotations[{SUBMITTED_BY_ANNOTATION}]: this object is not yours; a researcher changes only the "
-            "ConfigMaps and NetworkPolicies they submitted",
+            "ConfigMaps and NetworkPolicies they submitted, and deletes only their own RayJobs",
         ),
         (
-            "request.kind.kind != 'ConfigMap' || object.?immutable.orValue(false)",
+            "request.operation == 'DELETE' || request.kind.kind != 'ConfigMap' || object.?immutable.orValue(false)",
             "immutable must be true: a job's ConfigMaps never change once submitted",
         ),
         (
@@ -283,8 +285,8 @@ def workload_admission(namespace: str, *, service_account: str) -> list[dict[str
 
 
 def researcher_admission(namespace: str, *, group: str) -> list[dict[str, Any]]:
-    """The researchers' policy of `namespace` (ConfigMaps and NetworkPolicies of the Kubernetes group `group`) and its
-    binding."""
+    """The researchers' policy of `namespace` (the ConfigMaps, NetworkPolicies and RayJobs the Kubernetes group `group`
+    writes or deletes) and its binding."""
     name = researcher_policy_name(namespace)
     write = ("CREATE", "UPDATE")
     policy = {
@@ -294,7 +296,12 @@ def researcher_admission(namespace: str, *, group: str) -> list[dict[str, Any]]:
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "resourceRules": _rules(("", "configmaps", write), ("networking.k8s.io", "networkpolicies", write))
+                "resourceRules": _rules(
+                    ("", "configmaps", write),
+                    ("networking.k8s.io", "networkpolicies", write),
+                    # RBAC lets them create and delete RayJobs (update and patch: no verb); they delete only their own.
+                    ("ray.io", "rayjobs", ("CREATE", "DELETE")),
+                )
             },
             "matchConditions": [{"name": "researcher", "expression": f"{_cel(group)} in request.userInfo.groups"}],
             "validations": _researcher_validations(),

@@ -5,8 +5,9 @@
     cancel_job(api_client, namespace, name)            # delete the RayJob: its RayCluster and pods go with it
 
 Everything goes through a kubernetes ApiClient passed in (the CLI's, from the kubeconfig), with the verbs the stack's
-researcher Role grants (infra.researcher_access: get/list/watch on rayjobs, pods, pods/log and configmaps). Deleting a
-RayJob is not among them: `cancel_job` raises JobDeleteRefused on a 403, which the CLI explains.
+researcher Role grants (infra.researcher_access: get/list/watch on rayjobs, pods, pods/log and configmaps, delete on
+rayjobs, which its admission policy admits for a researcher's own RayJobs alone): `cancel_job` raises
+JobDeleteRefused on a 403 or the policy's 422, which the CLI explains.
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ def _log_tail(api_client: Any, namespace: str, name: str) -> str:
 
 
 class JobDeleteRefused(SubmitError):
-    """The API server refused to delete the RayJob (403): these credentials may read it but not delete it."""
+    """The API server refused to delete the RayJob: these credentials may read it but not delete it (403), or an
+    admission policy refused (422: a researcher deletes only the RayJobs they submitted)."""
 
 
 def worker_pods(api_client: Any, namespace: str, name: str) -> list[Any]:
@@ -325,7 +327,8 @@ def _pod_log(api_client: Any, namespace: str, pod: str, *, follow: bool, on_line
 def cancel_job(api_client: Any, namespace: str, name: str) -> str:
     """Delete RayJob `name` (after reading it: JobNotFound, naming it, when it is not there); Kubernetes' garbage
     collector then deletes what it owns: its RayCluster (and so the pods) and the ConfigMaps and NetworkPolicy submit
-    made it the owner of. Returns the state it was in. JobDeleteRefused on a 403 of the delete."""
+    made it the owner of. Returns the state it was in. JobDeleteRefused when the API server refuses the delete: 403
+    (RBAC grants no delete) or 422 (an admission policy's refusal: a researcher deletes only their own RayJobs)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -337,7 +340,7 @@ def cancel_job(api_client: Any, namespace: str, name: str) -> str:
     except ApiException as error:
         if error.status == 404:
             raise JobNotFound(f"no RayJob {namespace}/{name} (it went while being cancelled)") from None
-        if error.status == 403:
+        if error.status in (403, 422):
             raise JobDeleteRefused(
                 f"the API server refused to delete RayJob {namespace}/{name}: {api_error(error)}"
             ) from None

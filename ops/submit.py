@@ -5,7 +5,7 @@
     settings, objects = submission(settings)        # jobName made unique; the objects `ray-efa manifests` writes
     upload_code_archive(s3, archive)                # codeDir too large for a ConfigMap: a zip under storagePath
     holders, _ = gpu_holders(api_client, namespace) # Ray clusters that hold the GPU nodes now: the job would wait
-    objects = mark_submitted(objects, submitter_name(api_client))  # immutable ConfigMaps, annotated with who
+    objects = mark_submitted(objects, submitter_name(api_client))  # immutable ConfigMaps; all annotated with who
     uid = create_objects(api_client, objects)       # NetworkPolicy, ConfigMaps, then the RayJob
     own_by_job(api_client, objects, uid)            # deleting the RayJob deletes the others
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
@@ -343,13 +343,14 @@ def submitter_name(api_client: Any) -> str:
 
 def mark_submitted(objects: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
     """Copies of `objects` with each ConfigMap immutable (a job's code and settings never change once submitted) and
-    each ConfigMap and NetworkPolicy annotated with `user` (SUBMITTED_BY_ANNOTATION): the admission policy admits
-    a researcher's objects only so, and lets them change their own alone; deployed_settings never trusts them."""
+    each ConfigMap, NetworkPolicy and RayJob annotated with `user` (SUBMITTED_BY_ANNOTATION): the admission policy
+    admits a researcher's objects only so, and lets them change (or, a RayJob, delete) their own alone;
+    deployed_settings never trusts them."""
     from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION
 
     marked = []
     for obj in objects:
-        if obj["kind"] in ("ConfigMap", "NetworkPolicy"):
+        if obj["kind"] in ("ConfigMap", "NetworkPolicy", "RayJob"):
             metadata = obj["metadata"]
             obj = {**obj, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
                                                                    SUBMITTED_BY_ANNOTATION: user}}}

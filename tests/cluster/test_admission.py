@@ -308,3 +308,37 @@ def test_a_researcher_cannot_patch_what_they_did_not_create(guarded: Guarded, ap
         refusal = _refusal(lambda b=made: create(NS, b))  # pyright: ignore[reportArgumentType]
         assert refusal is not None and refusal[0] == 422, (marks, immutable, refusal)
     assert core.read_namespaced_config_map(admins, NS).data != data["data"]
+
+
+def test_a_researcher_cancels_their_own_job_and_no_one_elses(
+    guarded: Guarded, api: ApiClient, capsys: pytest.CaptureFixture[str]
+):
+    from ray_efa.cli import main
+
+    # GIVEN alice's own job, submitted with `ray-efa submit` (its RayJob annotated with her user name), and the
+    # deployment's training job
+    submitted = main(["submit", "--kubeconfig", str(guarded.kubeconfig), "--deployed", f"{NS}/{JOB}",
+                      "--name", "alices", "--timeout", "1", "--poll", "0.5"])
+    text = "".join(capsys.readouterr())
+    assert f"submitted RayJob {NS}/alices" in text, f"exit {submitted}: {text}"
+    custom = client.CustomObjectsApi(api)
+    job: Any = custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "alices")
+    assert job["metadata"]["annotations"][SUBMITTED_BY_ANNOTATION] == "alice"
+    custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", JOB)
+
+    def cancel(kubeconfig: Path, name: str) -> tuple[int, str]:
+        code = main(["cancel", name, "--yes", "--kubeconfig", str(kubeconfig), "-c", f"namespace={NS}"])
+        return code, "".join(capsys.readouterr())
+
+    # WHEN bob cancels alice's job, or alice the deployment's, THEN the admission policy refuses it (exit 1, the
+    # annotation named) and both are still there
+    for who, kubeconfig, name in (("bob", guarded.other_kubeconfig, "alices"), ("alice", guarded.kubeconfig, JOB)):
+        code, text = cancel(kubeconfig, name)
+        assert code == 1 and "422" in text and SUBMITTED_BY_ANNOTATION in text, (who, name, code, text)
+        assert "delete only the RayJobs they submitted" in text, text
+        custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", name)
+    # WHEN alice cancels her own, THEN it is deleted (exit 0) and goes
+    code, text = cancel(guarded.kubeconfig, "alices")
+    assert code == 0 and f"deleted RayJob {NS}/alices" in text, (code, text)
+    wait_for(lambda: _refusal(lambda: custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "alices")),
+             "RayJob alices gone")

@@ -1,6 +1,7 @@
 """`ray-efa jobs`, `logs` and `cancel` against the real control plane: the deployment's training RayJob (running: its
 submitter pod keeps running, tests/cluster/deployment.py) reconciled by the real KubeRay operator into a RayCluster and
-pods on the nodes, read by a researcher (the stack's Role, infra.researcher_access: read, never delete) and by an admin.
+pods on the nodes, read by a researcher (the stack's Role and admission policy, infra.researcher_access: read, and
+delete only their own RayJobs) and by an admin.
 The pods' logs come from KWOK's kubelet API through the API server (ControlPlane.serve_logs)."""
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.api_client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
 from ray_efa.infra.researcher_access import RESEARCHER_GROUP, researcher_rbac
+from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION, researcher_admission
 from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, ray_job_name
 from tests.cluster.objects import name_of
-from tests.cluster.rbac import user_kubeconfig
+from tests.cluster.rbac import api_client_of, user_kubeconfig
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-jobs"
@@ -50,7 +53,9 @@ WORKER_LOG = "worker 0: NCCL INFO NET/OFI Selected provider is efa\n"
 @pytest.fixture(scope="module")
 def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment]:
     made = Deployment.up(control_plane, api, SETTINGS)
-    control_plane.apply(researcher_rbac(NAMESPACE))
+    # what ResearcherAccess applies: the Role (which lets researchers delete RayJobs) and the admission policy (which
+    # admits the delete of their own alone)
+    control_plane.apply([*researcher_rbac(NAMESPACE), *researcher_admission(NAMESPACE, group=RESEARCHER_GROUP)])
     control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": DRIVER_LOG, "ray-worker": WORKER_LOG})
     yield made
     made.remove()
@@ -205,6 +210,14 @@ def test_dashboard_forwards_to_the_head_with_the_ray_token_until_ctrl_c(
     assert "Traceback" not in err
 
 
+def _status(call: Any) -> int:
+    try:
+        call()
+    except ApiException as error:
+        return error.status or 0
+    return 200
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -230,10 +243,14 @@ def test_cancel_refuses_what_it_may_not_or_cannot_delete(
     assert run_cli("cancel", JOB, *admin, *NS) == 1
     err = capsys.readouterr().err
     assert f"delete RayJob {NAMESPACE}/{JOB} (Running" in err and "nothing deleted" in err, err
-    # a researcher, whom RBAC lets read the job but not delete it: exit 1, saying what the Role grants
+    # a researcher, whom RBAC lets delete a RayJob and the admission policy only one they submitted: the deployment's
+    # is refused (once the API server enforces the policy: a dry-run delete says when), exit 1, saying why
+    as_researcher = client.CustomObjectsApi(api_client_of(Path(researcher)))
+    wait_for(lambda: _status(lambda: as_researcher.delete_namespaced_custom_object(
+        "ray.io", "v1", NAMESPACE, "rayjobs", JOB, dry_run="All")) == 422, "the researchers' admission policy enforced")
     assert run_cli("cancel", JOB, "--yes", "--kubeconfig", researcher, *NS) == 1
     err = capsys.readouterr().err
-    assert "403" in err and "researcher Role" in err and "no delete" in err, err
+    assert "422" in err and SUBMITTED_BY_ANNOTATION in err and "delete only the RayJobs they submitted" in err, err
     assert exists(lambda: _job(api))
 
 

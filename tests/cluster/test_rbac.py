@@ -72,6 +72,8 @@ def rbac_stack(control_plane: ControlPlane, api: ApiClient) -> Iterator[RbacStac
 RESEARCHER_MAY = [
     # ray-efa submit
     Request("create", "rayjobs", NS, RAY), Request("get", "rayjobs", NS, RAY), Request("list", "rayclusters", NS, RAY),
+    # ray-efa cancel: RBAC lets them delete a RayJob; the admission policy, only their own (test_admission.py)
+    Request("delete", "rayjobs", NS, RAY),
     Request("get", "configmaps", NS, name=f"{JOB}-settings"), Request("create", "configmaps", NS),
     Request("patch", "configmaps", NS), Request("create", "networkpolicies", NS, "networking.k8s.io"),
     Request("patch", "networkpolicies", NS, "networking.k8s.io"),
@@ -87,12 +89,14 @@ RESEARCHER_MAY_NOT = [
     # the cluster: the RayCluster, the RayJob that owns it, the nodes, the namespace
     Request("delete", "rayclusters", NS, RAY), Request("patch", "rayclusters", NS, RAY),
     Request("update", "rayclusters", NS, RAY), Request("create", "rayclusters", NS, RAY),
-    Request("delete", "rayjobs", NS, RAY), Request("patch", "rayjobs", NS, RAY),
+    Request("deletecollection", "rayjobs", NS, RAY), Request("patch", "rayjobs", NS, RAY),
+    Request("update", "rayjobs", NS, RAY),
     Request("delete", "nodes"), Request("patch", "nodes"), Request("delete", "namespaces", name=NS),
     Request("delete", "daemonsets", "kube-system", "apps"), Request("patch", "deployments", "kuberay-system", "apps"),
     # secrets, and what would reach them: pods of one's own, exec, the Ray pods' service-account tokens, bindings
     Request("get", "secrets", NS), Request("list", "secrets", NS), Request("list", "secrets"),
     Request("create", "pods", NS), Request("create", "pods", NS, subresource="exec"),
+    Request("create", "pods", NS, subresource="portforward"),
     Request("create", "serviceaccounts", NS, subresource="token", name="ray-train"),
     Request("create", "rolebindings", NS, "rbac.authorization.k8s.io"),
     # another namespace
@@ -176,7 +180,8 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
     assert not denied and len(checks) >= 10, checks
     assert checks["nvidia-device-plugin"].startswith("not found"), checks  # DaemonSets in kube-system: readable
 
-    # AND what deletes or changes the cluster, or reads a secret, is refused with 403
+    # AND what deletes or changes the cluster, or reads a secret, is refused with 403 (RBAC); deleting the
+    # deployment's RayJob, which RBAC allows, with 422 (the admission policy: a researcher deletes only their own)
     researcher = api_client_of(Path(kubeconfig))
     as_custom, as_core = client.CustomObjectsApi(researcher), client.CoreV1Api(researcher)
     cluster = job.get("status", {}).get("rayClusterName") or "any"
@@ -191,7 +196,8 @@ def test_a_researcher_submits_follows_and_verifies_but_cannot_delete_the_cluster
             "metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}}),
         "read another namespace's ConfigMaps": lambda: as_core.list_namespaced_config_map("kube-system"),
     }
-    assert {what: _status(call) for what, call in refused.items()} == dict.fromkeys(refused, 403)
+    assert {what: _status(call) for what, call in refused.items()} == {
+        **dict.fromkeys(refused, 403), "delete the RayJob": 422}
 
 
 def test_a_researcher_reads_the_submitters_log_as_follow_does(

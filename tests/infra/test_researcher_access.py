@@ -45,6 +45,10 @@ def test_researchers_get_an_access_entry_in_their_group_with_no_access_policy_an
         if "Binding" in key:
             assert obj["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": RESEARCHER_GROUP}]
     assert manifests["Role/ray-efa-researcher"][0]["metadata"]["namespace"] == namespace
+    # AND the Role's delete of RayJobs comes with the admission policy that admits the delete of one's own alone
+    policy, _ = manifests[f"ValidatingAdmissionPolicy/ray-efa-researchers-{namespace}"]
+    assert {"apiGroups": ["ray.io"], "apiVersions": ["*"], "resources": ["rayjobs"],
+            "operations": ["CREATE", "DELETE"]} in policy["spec"]["matchConstraints"]["resourceRules"]
 
 
 def test_without_researchers_the_stack_has_no_researcher_rbac(default_synth):
@@ -55,8 +59,11 @@ def test_without_researchers_the_stack_has_no_researcher_rbac(default_synth):
 
 def test_no_researcher_rule_deletes_changes_the_cluster_or_names_secrets():
     for rule in (*NAMESPACE_RULES, *CLUSTER_RULES):
-        assert not {"delete", "deletecollection", "update", "*", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        assert not {"deletecollection", "update", "*", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
         assert "secrets" not in rule["resources"] and "*" not in rule["resources"], rule
+        assert not {"pods/portforward", "pods/exec", "pods/attach"} & set(rule["resources"]), rule
+    deleted = {r for rule in NAMESPACE_RULES if "delete" in rule["verbs"] for r in rule["resources"]}
+    assert deleted == {"rayjobs"}  # ray-efa cancel; the admission policy admits the delete of one's own alone
     for rule in CLUSTER_RULES:  # across the cluster: read only
         assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
     patched = {r for rule in NAMESPACE_RULES if "patch" in rule["verbs"] for r in rule["resources"]}
