@@ -155,7 +155,8 @@ def test_a_researcher_submits_a_job_of_their_own(guarded: Guarded, api: ApiClien
 
 def _the_stacks_job(guarded: Guarded, name: str) -> dict[str, Any]:
     job = copy.deepcopy(next(o for o in guarded.gpu_objects if o["kind"] == "RayJob"))
-    job["metadata"] = {"name": name, "namespace": NS}
+    # marked as alice's, as `ray-efa submit` marks hers: the researchers' policy admits it, so a refusal is the field's
+    job["metadata"] = {"name": name, "namespace": NS, "annotations": {SUBMITTED_BY_ANNOTATION: "alice"}}
     return job
 
 
