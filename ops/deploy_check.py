@@ -6,7 +6,9 @@ what the stacks' job guards (infra.job_guard) will decide at deploy time, judged
 everything that rolls the nodes, the node count. A node group or launch template that no guard covers, or whose
 guard this deploy creates, counts as drained whenever the diff touches it. Then a RayJob manifest created or updated
 (aws_eks_v2's kubectl handler runs `kubectl apply` of it on every update: a RayJob deleted since is created again and
-runs), device plugins swapped for DRA drivers or back. What runs comes from the Kubernetes API: the RayJobs of every
+runs), device plugins swapped for DRA drivers or back, the EKS cluster's BootstrapClusterCreatorAdminPermissions
+changed (EKS sets it at creation only: CloudFormation would replace the cluster, which it refuses under a custom name).
+What runs comes from the Kubernetes API: the RayJobs of every
 namespace and their state as the guard reads it (infra.job_guard_handler.active_ray_jobs), and the GPU nodes (by the
 GPU node group's labels).
 
@@ -49,6 +51,10 @@ _ROLL_OUTPUT = re.compile(r"^\[~\] Output GpuNodesRollWhen ")
 _NODE_TYPES = ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")
 _MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
 _HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
+_EKS_CLUSTER = "AWS::EKS::Cluster"
+_CREATOR_ADMIN = "BootstrapClusterCreatorAdminPermissions"
+"""AWS::EKS::Cluster AccessConfig's property that EKS sets at creation only ("Update requires: Replacement"): `cdk
+diff` prints it as an update (`├─ [~] AccessConfig` then `│   └─ [+] Added: .BootstrapClusterCreatorAdminPermissions`)."""
 _DEVICE_STACKS = ("DevicePlugins", "DraDrivers")
 """Construct ids of the cluster stack's device plugins and DRA drivers (infra.cluster_stack)."""
 _GUARDED = {"GpuNodes/": "JobGuard/"}
@@ -95,6 +101,9 @@ class DeployDiff:
     """Device plugin or DRA driver Helm releases the deploy adds or removes."""
     guards: tuple[GuardChange, ...] = ()
     """The job guards the deploy updates, creates or removes (one the deploy leaves alone sees no roll)."""
+    creator_admin_changes: tuple[str, ...] = ()
+    """`stack: construct path` of each EKS cluster whose AccessConfig.BootstrapClusterCreatorAdminPermissions the
+    deploy adds, removes or changes (a replacement CloudFormation refuses for a named cluster)."""
 
 
 def _path_and_logical_id(rest: str) -> tuple[str | None, str]:
@@ -115,13 +124,19 @@ def read_diff(text: str) -> DeployDiff:
     switch: list[str] = []
     guards: list[GuardChange] = []
     guard: GuardChange | None = None  # the guard whose changed properties the lines below print
+    cluster: str | None = None  # `stack: path` of the EKS cluster whose changed properties the lines below print
+    creator_admin: list[str] = []
     gpu_roll = False
     for raw in text.splitlines():
         line = _ANSI.sub("", raw).rstrip()
         if guard is not None and line.startswith((" ", "\t")):
             _read_property(guard, line)
             continue
-        guard = None
+        if cluster is not None and line.startswith((" ", "\t")):
+            if _CREATOR_ADMIN in line and cluster not in creator_admin:
+                creator_admin.append(cluster)
+            continue
+        guard = cluster = None
         if match := _STACK.match(line):
             stack = match["stack"]
             continue
@@ -137,6 +152,8 @@ def read_diff(text: str) -> DeployDiff:
         if match["type"] == JOB_GUARD_RESOURCE_TYPE:
             guard = GuardChange(stack=stack, path=path, op=match["op"])
             guards.append(guard)
+        elif match["type"] == _EKS_CLUSTER and match["op"] == "~":
+            cluster = f"{stack}: {path}"
         elif match["type"] in _NODE_TYPES:
             rolled.append(f"{stack}: {path}")
         elif match["type"] == _MANIFEST and match["op"] == "-":
@@ -150,7 +167,8 @@ def read_diff(text: str) -> DeployDiff:
             switch.append(f"{stack}: {path} {'added' if match['op'] == '+' else 'removed'}")
     return DeployDiff(rolled_node_groups=tuple(rolled), gpu_roll=gpu_roll, reapplied_jobs=tuple(dict.fromkeys(jobs)),
                       removed_manifests=tuple(dict.fromkeys(removed)), removed_jobs=tuple(dict.fromkeys(removed_jobs)),
-                      device_stack_switch=tuple(switch), guards=tuple(guards))
+                      device_stack_switch=tuple(switch), guards=tuple(guards),
+                      creator_admin_changes=tuple(creator_admin))
 
 
 def _read_property(guard: GuardChange, line: str) -> None:
@@ -279,4 +297,20 @@ def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Setting
             "GPU node(s) up: the DRA drivers and the device plugins would run side by side on them, which the EKS "
             "User Guide forbids. Scale the GPU nodes to zero first (`npx cdk deploy "
             f"{settings.gpu_stack_name} -c gpuNodeCount=0`), switch deviceAllocation, then come back")))
+    if diff is not None and diff.creator_admin_changes:
+        findings.append(_creator_admin_finding(diff.creator_admin_changes, settings))
     return findings
+
+
+def _creator_admin_finding(clusters: tuple[str, ...], settings: Settings) -> Finding:
+    """The deploy changes BootstrapClusterCreatorAdminPermissions: EKS sets it at creation only, so CloudFormation
+    would replace the cluster, and it refuses to replace a custom-named one: the update fails (docs/security.md)."""
+    if settings.cluster.cluster_creator_admin:
+        remedy = "a cluster created with clusterCreatorAdmin=false keeps it: deploy with -c clusterCreatorAdmin=false"
+    else:
+        remedy = ("a cluster deployed before clusterCreatorAdmin existed keeps its creator's admin: deploy with "
+                  "-c clusterCreatorAdmin=true (the property left out, as deployed), then remove the creator's access "
+                  "entry by hand (`aws eks delete-access-entry`, docs/security.md \"The cluster creator\")")
+    return Finding(id="cluster-creator-admin", overridable=False, message=(
+        f"the deploy changes AccessConfig.{_CREATOR_ADMIN} of {_names(clusters)}, which EKS sets at creation only: "
+        f"CloudFormation would replace the cluster and refuses to (it has a custom name), so the update fails. {remedy}"))

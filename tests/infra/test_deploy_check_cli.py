@@ -19,9 +19,11 @@ from tests.cdk_cli import ROOT, cli_diff, cli_synth, needs_cdk_cli
 pytestmark = needs_cdk_cli
 
 GPU_STACK = "ray-train-gpu"
+CLUSTER_STACK = "ray-train-cluster"
 CHANGES: dict[str, dict[str, object]] = {
     "training_job_off": {"trainingJob": "false"},
     "job_rename": {"jobName": "train-efa-2"},
+    "creator_admin_kept": {"clusterCreatorAdmin": "true"},
 }
 """The recorded changes: fixture name -> the `-c` context of the deploy after (before: cdk.json as it is)."""
 
@@ -38,10 +40,31 @@ def live_diff(change: str) -> str:
     return cli_diff(_assembly(change), _assembly("before") / f"{GPU_STACK}.template.json", GPU_STACK)
 
 
+@functools.cache
+def creator_admin_diff() -> str:
+    """The upgrade of a cluster deployed before clusterCreatorAdmin existed: its template is what -c
+    clusterCreatorAdmin=true synthesizes (the property left out), the deploy after has the default settings."""
+    return cli_diff(_assembly("before"), _assembly("creator_admin_kept") / f"{CLUSTER_STACK}.template.json",
+                    CLUSTER_STACK)
+
+
 def record() -> None:
     """Write the fixtures of tests/ops/test_deploy_check.py from the live CLI (a few minutes)."""
-    for change in CHANGES:
-        (ROOT / "tests" / "ops" / "fixtures" / "deploy_check" / f"{change}_cli.txt").write_text(live_diff(change))
+    fixtures = ROOT / "tests" / "ops" / "fixtures" / "deploy_check"
+    for change in ("training_job_off", "job_rename"):
+        (fixtures / f"{change}_cli.txt").write_text(live_diff(change))
+    (fixtures / "creator_admin_cli.txt").write_text(creator_admin_diff())
+
+
+def test_an_upgrade_that_adds_bootstrap_cluster_creator_admin_permissions_is_refused():
+    # THEN the CLI prints the replacement EKS would need as an in-place update of AccessConfig ...
+    text = creator_admin_diff()
+    assert "[~] AWS::EKS::Cluster Eks/Cluster EksClusterB2BDED5B" in text
+    assert "[+] Added: .BootstrapClusterCreatorAdminPermissions" in text
+    # ... which deploy-check reads and refuses, --yes or not, with the remedy
+    (finding,) = check_deploy(read_diff(text), RUNNING, Settings())
+    assert (finding.id, finding.overridable) == ("cluster-creator-admin", False)
+    assert "-c clusterCreatorAdmin=true" in finding.message
 
 
 def test_the_deployed_template_names_a_removed_resource_by_its_construct_path():

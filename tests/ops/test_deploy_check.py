@@ -146,3 +146,20 @@ def test_a_removed_resource_is_read_in_both_forms_the_cli_prints():
     for diff in (by_path, by_id):
         state = ClusterState(ray_jobs={"ray/a-b": "Running"})
         assert [f.id for f in check_deploy(diff, state, settings)] == ["job-deleted"]
+
+
+def test_a_cluster_deployed_before_cluster_creator_admin_is_refused_its_replacement():
+    # GIVEN a cluster deployed before clusterCreatorAdmin existed (recorded: its template as -c
+    # clusterCreatorAdmin=true leaves it, diffed against the default settings): the diff adds
+    # BootstrapClusterCreatorAdminPermissions, which EKS sets at creation only
+    diff = read_diff(diff_text("creator_admin_cli"))
+    assert diff.creator_admin_changes == ("ray-train-cluster: Eks/Cluster",)
+    # THEN the deploy is refused whatever runs (CloudFormation cannot replace a named cluster), --yes or not ...
+    for state in (cluster("Running"), cluster(None, gpu_nodes=False)):
+        (finding,) = [f for f in check_deploy(diff, state, Settings()) if f.id == "cluster-creator-admin"]
+        assert not finding.overridable
+    # ... naming the setting and the remedy: keep the creator's admin, remove its access entry by hand
+    assert "BootstrapClusterCreatorAdminPermissions" in finding.message
+    assert "-c clusterCreatorAdmin=true" in finding.message and "delete-access-entry" in finding.message
+    # ... and the same deploy with -c clusterCreatorAdmin=true changes nothing of the cluster: no such diff
+    assert read_diff("Stack ray-train-cluster\nThere were no differences\n").creator_admin_changes == ()
