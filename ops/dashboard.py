@@ -198,8 +198,29 @@ class DashboardForward:
 
     def check(self) -> None:
         """Open and close one port-forward: DashboardRefused or SubmitError when the API server will not."""
+        self._check_allowed()
         forward = self._open()
         forward.close()
+
+    def _check_allowed(self) -> None:
+        """DashboardRefused unless the API server says this identity may create pods/portforward here. Asked first
+        because a refused port-forward handshake reaches the kubernetes client (36) as an AttributeError, not a 403."""
+        from kubernetes import client
+
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=self.target.namespace, verb="create", resource="pods", subresource="portforward"
+                )
+            )
+        )
+        answer: Any = client.AuthorizationV1Api(self.api_client).create_self_subject_access_review(review)
+        if not answer.status.allowed:
+            raise DashboardRefused(
+                f"the API server refused to port-forward to pod {self.target.namespace}/{self.target.pod_name}: "
+                "create pods/portforward is not allowed (the stack's researcher Role does not grant it: "
+                "docs/security.md, \"Why researchers get no dashboard\")"
+            )
 
     def serve_forever(self) -> None:
         """Relay connections until close() (or KeyboardInterrupt in the calling thread)."""

@@ -183,6 +183,16 @@ def test_dashboard_forwards_to_the_head_with_the_ray_token_until_ctrl_c(
     assert run_cli("dashboard", JOB, "--kubeconfig", researcher, *NS) == 1
     err = capsys.readouterr().err
     assert f"refused to read Secret {NAMESPACE}/{cluster}" in err and "403" in err and "researcher Role" in err, err
+    # ...and where no token is read (a cluster without token auth), the port-forward itself is refused by name
+    from ray_efa.ops.dashboard import DashboardForward, DashboardRefused, dashboard_target
+
+    as_researcher = api_client_of(Path(researcher))
+    forward = DashboardForward(as_researcher, dashboard_target(as_researcher, NAMESPACE, JOB), None)
+    try:
+        with pytest.raises(DashboardRefused, match=r"create pods/portforward is not allowed .*researcher Role"):
+            forward.check()
+    finally:
+        forward.close()
     # WHEN an admin opens the dashboard of the job
     process = subprocess.Popen(
         [sys.executable, "-m", "ray_efa.cli", "dashboard", JOB, *admin, *NS, "--port", "0", "--json"],
