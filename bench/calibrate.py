@@ -64,7 +64,9 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return (parts[0], parts[1], parts[2] if len(parts) > 2 else 1)
 
 
-def run_shape(model, optimizer, preset, micro_batch: int, seq_len: int, accumulation: int, steps: int, warmup: int) -> dict:
+def run_shape(
+    model, optimizer, preset, micro_batch: int, seq_len: int, accumulation: int, steps: int, warmup: int
+) -> dict:
     device = torch.device("cuda")
     data = TokenBatches(vocab_size=preset.vocab_size, seq_len=seq_len, micro_batch=micro_batch, seed=0, rank=0)
     torch.cuda.synchronize()
@@ -102,9 +104,13 @@ def run_shape(model, optimizer, preset, micro_batch: int, seq_len: int, accumula
     flops_12 = preset.flops_per_token(seq_len)
     flops_6 = 6 * preset.num_parameters + 6 * preset.num_hidden_layers * preset.hidden_size * seq_len
     return {
-        "micro_batch": micro_batch, "seq_len": seq_len, "grad_accumulation": accumulation,
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "grad_accumulation": accumulation,
         "tokens_per_step": tokens,
-        "step_time_s": round(wall, 5), "fwd_bwd_s": round(fwd_bwd, 5), "optimizer_s": round(optim, 5),
+        "step_time_s": round(wall, 5),
+        "fwd_bwd_s": round(fwd_bwd, 5),
+        "optimizer_s": round(optim, 5),
         "tokens_per_s": round(tokens / wall, 1),
         "achieved_tflops_12lds": round(tokens * flops_12 / wall / 1e12, 2),
         "achieved_tflops_6lds": round(tokens * flops_6 / wall / 1e12, 2),
@@ -124,8 +130,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--loss-chunk", type=int, default=4096,
-                        help="lossChunkSize (4096: the calibration of 2026-12-01; the default is 1024 since)")
+    parser.add_argument(
+        "--loss-chunk",
+        type=int,
+        default=4096,
+        help="lossChunkSize (4096: the calibration of 2026-12-01; the default is 1024 since)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -143,9 +153,14 @@ def main() -> int:
     preset = model_preset(args.model)
     device = torch.device("cuda")
     header = {
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": ".".join(map(str, nccl.version())),
-        "cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "model": args.model,
-        "compile": not args.no_compile, "loss_chunk_size": args.loss_chunk,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "nccl": ".".join(map(str, nccl.version())),
+        "cuda": torch.version.cuda,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "model": args.model,
+        "compile": not args.no_compile,
+        "loss_chunk_size": args.loss_chunk,
         "matmul_bf16_tflops": round(matmul_tflops(), 1),
     }
     try:
@@ -156,7 +171,9 @@ def main() -> int:
         pass
     print(json.dumps(header), flush=True)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=args.loss_chunk)
-    model = parallelize(model, ParallelPlan(compile=not args.no_compile, mixed_precision=mixed_precision_policy(device)))
+    model = parallelize(
+        model, ParallelPlan(compile=not args.no_compile, mixed_precision=mixed_precision_policy(device))
+    )
     optimizer = build_optimizer(model, TrainingSettings(model=args.model), device)
     model.train()
     rows = []
@@ -168,7 +185,12 @@ def main() -> int:
             try:
                 row = run_shape(model, optimizer, preset, mb, seq, acc, args.steps, args.warmup)
             except torch.OutOfMemoryError as error:
-                row = {"micro_batch": mb, "seq_len": seq, "grad_accumulation": acc, "error": f"OutOfMemoryError: {error}"[:300]}
+                row = {
+                    "micro_batch": mb,
+                    "seq_len": seq,
+                    "grad_accumulation": acc,
+                    "error": f"OutOfMemoryError: {error}"[:300],
+                }
                 optimizer.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
             row["wall_s"] = round(time.time() - started, 1)
@@ -176,14 +198,18 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             sink.write(json.dumps(row) + "\n")
             sink.flush()
-    print(f"{'shape':>12} {'step s':>8} {'fb s':>7} {'opt s':>6} {'tok/s':>8} {'TF12':>6} {'alloc':>6} {'resv':>6} {'ctx':>5}")
+    print(
+        f"{'shape':>12} {'step s':>8} {'fb s':>7} {'opt s':>6} {'tok/s':>8} {'TF12':>6} {'alloc':>6} {'resv':>6} {'ctx':>5}"
+    )
     for r in rows:
         if "error" in r:
             print(f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']:>3} {r['error'][:60]}")
             continue
-        print(f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']:<3} {r['step_time_s']:8.4f} {r['fwd_bwd_s']:7.4f} "
-              f"{r['optimizer_s']:6.4f} {r['tokens_per_s']:8.0f} {r['achieved_tflops_12lds']:6.1f} "
-              f"{r['peak_allocated_gib']:6.2f} {r['peak_reserved_gib']:6.2f} {r['outside_allocator_gib']:5.2f}")
+        print(
+            f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']:<3} {r['step_time_s']:8.4f} {r['fwd_bwd_s']:7.4f} "
+            f"{r['optimizer_s']:6.4f} {r['tokens_per_s']:8.0f} {r['achieved_tflops_12lds']:6.1f} "
+            f"{r['peak_allocated_gib']:6.2f} {r['peak_reserved_gib']:6.2f} {r['outside_allocator_gib']:5.2f}"
+        )
     dist.destroy_process_group()
     return 0
 

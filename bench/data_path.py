@@ -40,12 +40,29 @@ from ray_efa.core.context import parse_overrides  # noqa: E402
 from ray_efa.core.settings import Settings  # noqa: E402
 
 BENCH_CONTEXT = {
-    "model": "qwen2.5-1.5b", "steps": 30, "seqLen": 4096, "microBatch": 4, "warmupSteps": 5, "reportEvery": 10,
-    "checkpointEvery": 0, "preflight": False, "compile": True, "lossChunkSize": 4096, "learningRate": 3e-4,
-    "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1,
+    "model": "qwen2.5-1.5b",
+    "steps": 30,
+    "seqLen": 4096,
+    "microBatch": 4,
+    "warmupSteps": 5,
+    "reportEvery": 10,
+    "checkpointEvery": 0,
+    "preflight": False,
+    "compile": True,
+    "lossChunkSize": 4096,
+    "learningRate": 3e-4,
+    "gpuInstanceType": "p5en.48xlarge",
+    "gpuNodeCount": 1,
 }
-CPU_SMOKE = {"model": "tiny", "seqLen": 128, "microBatch": 2, "steps": 12, "reportEvery": 4, "compile": False,
-             "lossChunkSize": 64}
+CPU_SMOKE = {
+    "model": "tiny",
+    "seqLen": 128,
+    "microBatch": 2,
+    "steps": 12,
+    "reportEvery": 4,
+    "compile": False,
+    "lossChunkSize": 64,
+}
 TOKENIZER_VOCAB = 8192
 EOS = "<|endoftext|>"
 
@@ -74,16 +91,23 @@ def make_model(folder: Path, paragraphs: list[str], settings: Settings) -> None:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(paragraphs, trainer=trainers.BpeTrainer(
-        vocab_size=min(TOKENIZER_VOCAB, settings.training.preset.vocab_size), special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.train_from_iterator(
+        paragraphs,
+        trainer=trainers.BpeTrainer(
+            vocab_size=min(TOKENIZER_VOCAB, settings.training.preset.vocab_size),
+            special_tokens=[EOS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS).save_pretrained(folder)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(qwen2_config(settings.training.preset)).to(torch.bfloat16)  # pyright: ignore[reportArgumentType]
     model.save_pretrained(folder)
 
 
-def make_data(out: Path, paragraphs: list[str], tokens_needed: int, model_folder: Path, row: int,
-              files: int = 8) -> tuple[Path, Path, int]:
+def make_data(
+    out: Path, paragraphs: list[str], tokens_needed: int, model_folder: Path, row: int, files: int = 8
+) -> tuple[Path, Path, int]:
     """Text parquet files holding at least `tokens_needed` tokens, and the same text as input_ids rows of `row`."""
     import numpy as np
     import pyarrow as pa
@@ -105,8 +129,10 @@ def make_data(out: Path, paragraphs: list[str], tokens_needed: int, model_folder
         pq.write_table(pa.table({"text": part}), text_dir / f"part-{index:05d}.parquet")
         stream = np.concatenate([np.asarray(e.ids + [eos], dtype=np.int32) for e in tokenizer.encode_batch(part)])
         rows = stream[: stream.size // row * row].reshape(-1, row)
-        pq.write_table(pa.table({"input_ids": pa.array(list(rows), type=pa.list_(pa.int32()))}),
-                       ids_dir / f"part-{index:05d}.parquet")
+        pq.write_table(
+            pa.table({"input_ids": pa.array(list(rows), type=pa.list_(pa.int32()))}),
+            ids_dir / f"part-{index:05d}.parquet",
+        )
     return text_dir, ids_dir, per_copy * copies
 
 
@@ -120,8 +146,12 @@ def pipeline_tokens_per_s(settings: Settings) -> dict:
     for batch in dataset.iter_batches(batch_size=64, batch_format="numpy"):
         tokens += batch[ROW_COLUMN].size
     seconds = time.perf_counter() - started
-    return {"run": "text-pipeline-alone", "tokens": tokens, "seconds": round(seconds, 2),
-            "tokens_per_s": round(tokens / seconds, 1)}
+    return {
+        "run": "text-pipeline-alone",
+        "tokens": tokens,
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+    }
 
 
 def run_fit(settings: Settings, world: int, gpu: bool, worker_cpus: float, name: str) -> dict:
@@ -135,12 +165,15 @@ def run_fit(settings: Settings, world: int, gpu: bool, worker_cpus: float, name:
     check_inputs(settings)  # as the driver does before Ray Train starts
     datasets: dict[str, Any] | None = driver_datasets(settings) if settings.training.dataset else None
     trainer = TorchTrainer(
-        train_func, train_loop_config={"settings": settings.to_context()},
+        train_func,
+        train_loop_config={"settings": settings.to_context()},
         torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
-        scaling_config=ScalingConfig(num_workers=world, use_gpu=gpu,
-                                     resources_per_worker={"CPU": worker_cpus, **({"GPU": 1} if gpu else {})}),
+        scaling_config=ScalingConfig(
+            num_workers=world, use_gpu=gpu, resources_per_worker={"CPU": worker_cpus, **({"GPU": 1} if gpu else {})}
+        ),
         run_config=RunConfig(name=f"{name}-{time.strftime('%H%M%S')}", storage_path=STORAGE),
-        datasets=datasets, dataset_config=data_config() if datasets else None,
+        datasets=datasets,
+        dataset_config=data_config() if datasets else None,
     )
     result = trainer.fit().return_value
     assert result is not None, "train_func returned nothing"
@@ -151,8 +184,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/ray-efa-data-path"),
-                        help="where the model and the data sets are made (not --out: they are gigabytes)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/ray-efa-data-path"),
+        help="where the model and the data sets are made (not --out: they are gigabytes)",
+    )
     parser.add_argument("--runs", default="random,text,ids")
     parser.add_argument("--data-cpus", type=int, default=1, help="CPUs Ray Data may use (default 1)")
     parser.add_argument("--cpu", action="store_true", help="smoke-test on 2 CPU workers (tiny model, gloo)")
@@ -177,20 +214,39 @@ def main() -> int:
     # One epoch holds every step's micro-batches (x 1.5): no epoch restart inside the measured steps.
     needed = int(1.5 * t.steps * t.accumulation_steps * t.micro_batch_size * world * (t.seq_len + 1))
     text_dir, ids_dir, tokens = make_data(args.work, paragraphs, needed, model_folder, row=t.seq_len + 1)
-    made = {"made": {"paragraphs": len(paragraphs), "text_tokens": tokens, "model": str(model_folder),
-                     "seconds": round(time.time() - started, 1)}}
-    versions = {"versions": {"torch": torch.__version__, "ray": ray.__version__, "gpus": world,
-                             "device": torch.cuda.get_device_name(0) if gpu else "cpu", "data_cpus": args.data_cpus}}
+    made = {
+        "made": {
+            "paragraphs": len(paragraphs),
+            "text_tokens": tokens,
+            "model": str(model_folder),
+            "seconds": round(time.time() - started, 1),
+        }
+    }
+    versions = {
+        "versions": {
+            "torch": torch.__version__,
+            "ray": ray.__version__,
+            "gpus": world,
+            "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+            "data_cpus": args.data_cpus,
+        }
+    }
     print(json.dumps(versions), json.dumps(made), sep="\n", flush=True)
 
     total_cpus = os.cpu_count() or 2
     worker_cpus = max(1, (total_cpus - args.data_cpus) // world) if gpu else 1
     pythonpath = os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)
-    ray.init(include_dashboard=False, num_cpus=world * worker_cpus + args.data_cpus,
-             runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    ray.init(
+        include_dashboard=False,
+        num_cpus=world * worker_cpus + args.data_cpus,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+    )
     with_model = base.replace(modelPath=str(model_folder))
-    plans = {"random": with_model, "text": with_model.replace(dataset=str(text_dir)),
-             "ids": with_model.replace(dataset=str(ids_dir))}
+    plans = {
+        "random": with_model,
+        "text": with_model.replace(dataset=str(text_dir)),
+        "ids": with_model.replace(dataset=str(ids_dir)),
+    }
     results: dict[str, dict] = {}
     with (args.out / "bench.jsonl").open("w") as sink:
         for line in (versions, made):
@@ -202,8 +258,14 @@ def main() -> int:
             except Exception as error:  # one failed run must not hide the others' numbers
                 line = {"run": name, "error": f"{type(error).__name__}: {error}"[:2000]}
             else:
-                line = {"run": name, "batch": t.micro_batch_size, "seq_len": t.seq_len, "steps": t.steps,
-                        **steady_metrics(summary, plans[name], world), "wall_s": round(time.time() - run_started, 1)}
+                line = {
+                    "run": name,
+                    "batch": t.micro_batch_size,
+                    "seq_len": t.seq_len,
+                    "steps": t.steps,
+                    **steady_metrics(summary, plans[name], world),
+                    "wall_s": round(time.time() - run_started, 1),
+                }
                 results[name] = line
             print(json.dumps(line), flush=True)
             sink.write(json.dumps(line) + "\n")
@@ -213,8 +275,11 @@ def main() -> int:
         print(json.dumps(alone), flush=True)
         sink.write(json.dumps(alone) + "\n")
         tps = {k: v["tokens_per_s_per_gpu"] for k, v in results.items()}
-        ratios = {f"{name}_cost_pct": round(100 * (1 - tps[name] / tps["random"]), 2)
-                  for name in ("text", "ids") if {name, "random"} <= tps.keys()}
+        ratios = {
+            f"{name}_cost_pct": round(100 * (1 - tps[name] / tps["random"]), 2)
+            for name in ("text", "ids")
+            if {name, "random"} <= tps.keys()
+        }
         if "random" in tps:
             ratios["pipeline_headroom_x"] = round(alone["tokens_per_s"] / (tps["random"] * world), 2)
         print(json.dumps({"ratios": ratios}), flush=True)

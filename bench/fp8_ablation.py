@@ -55,8 +55,17 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / "fp8-ablation.jsonl"
     with out.open("w") as f:
-        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                            "micro_batch": args.micro_batch, "seq_len": args.seq_len}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0),
+                    "micro_batch": args.micro_batch,
+                    "seq_len": args.seq_len,
+                }
+            )
+            + "\n"
+        )
         for cell in ("shipped", "all-linears", "bf16"):
             torch._dynamo.reset()
             counters.clear()
@@ -64,12 +73,15 @@ def main() -> None:
             rule = (lambda k, n: k % 16 == 0 and n % 16 == 0) if cell == "all-linears" else converts_to_fp8
             setattr(par, "converts_to_fp8", rule)  # noqa: B010
             model = build_model(preset, seed=0, device=device, loss_chunk_size=1024)
-            model = par.parallelize(model, par.ParallelPlan(compile=True, fp8=cell != "bf16",
-                                                            mixed_precision=par.mixed_precision_policy(device)))
+            model = par.parallelize(
+                model,
+                par.ParallelPlan(compile=True, fp8=cell != "bf16", mixed_precision=par.mixed_precision_policy(device)),
+            )
             converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
             optimizer = build_optimizer(model, t, device)
-            data = TokenBatches(vocab_size=preset.vocab_size, seq_len=args.seq_len, micro_batch=args.micro_batch,
-                                seed=0, rank=0)
+            data = TokenBatches(
+                vocab_size=preset.vocab_size, seq_len=args.seq_len, micro_batch=args.micro_batch, seed=0, rank=0
+            )
             torch.cuda.reset_peak_memory_stats(device)
             warmup = 3
             start = time.perf_counter()
@@ -78,17 +90,24 @@ def main() -> None:
                     torch.cuda.synchronize(device)
                     start = time.perf_counter()
                 inputs, labels = data.batch(step)
-                train_step(model, optimizer, (inputs.to(device), labels.to(device)), lr=3e-4, grad_clip=1.0,
-                           device=device)
+                train_step(
+                    model, optimizer, (inputs.to(device), labels.to(device)), lr=3e-4, grad_clip=1.0, device=device
+                )
             torch.cuda.synchronize(device)
             step_s = (time.perf_counter() - start) / args.steps
             tokens_per_s = args.micro_batch * args.seq_len / step_s
-            row = {"cell": cell, "float8_linears": converted, "step_s": round(step_s, 4),
-                   "tokens_per_s": round(tokens_per_s), "mfu_full_pct": round(100 * tokens_per_s * full / PEAK_FLOPS, 2),
-                   "mfu_causal_pct": round(100 * tokens_per_s * causal / PEAK_FLOPS, 2),
-                   "graph_breaks": dict(counters["graph_break"]), "graph_break_count": sum(counters["graph_break"].values()),
-                   "unique_graphs": counters["stats"]["unique_graphs"],
-                   "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2)}
+            row = {
+                "cell": cell,
+                "float8_linears": converted,
+                "step_s": round(step_s, 4),
+                "tokens_per_s": round(tokens_per_s),
+                "mfu_full_pct": round(100 * tokens_per_s * full / PEAK_FLOPS, 2),
+                "mfu_causal_pct": round(100 * tokens_per_s * causal / PEAK_FLOPS, 2),
+                "graph_breaks": dict(counters["graph_break"]),
+                "graph_break_count": sum(counters["graph_break"].values()),
+                "unique_graphs": counters["stats"]["unique_graphs"],
+                "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
+            }
             print(json.dumps(row), flush=True)
             f.write(json.dumps(row) + "\n")
             del model, optimizer

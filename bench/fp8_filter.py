@@ -41,17 +41,27 @@ def run_cell(precision: str, name: str, batch: int, seq_len: int, device) -> dic
     from ray_efa.training.parallelize import ParallelPlan, mixed_precision_policy, parallelize
     from ray_efa.training.train import build_optimizer, train_step
 
-    settings = Settings.from_context({"model": "qwen2.5-1.5b", "seqLen": seq_len, "microBatch": batch,
-                                      "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1})
+    settings = Settings.from_context(
+        {
+            "model": "qwen2.5-1.5b",
+            "seqLen": seq_len,
+            "microBatch": batch,
+            "gpuInstanceType": "p5en.48xlarge",
+            "gpuNodeCount": 1,
+        }
+    )
     t = settings.training
     torch._dynamo.reset()  # each cell compiles as a fresh job would (static shapes; see bench/speed.py)
     model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
     converted = 0
     if precision == "fp8":
-        keep = (_auto_filter_for_recipe("tensorwise", filter_fqns=[]) if name == "auto" else FILTERS[name])
+        keep = _auto_filter_for_recipe("tensorwise", filter_fqns=[]) if name == "auto" else FILTERS[name]
         linear = torch.nn.Linear
-        convert_to_float8_training(model.hf.model.layers, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
-                                   module_filter_fn=lambda m, fqn: isinstance(m, linear) and keep(m, fqn))
+        convert_to_float8_training(
+            model.hf.model.layers,
+            config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
+            module_filter_fn=lambda m, fqn: isinstance(m, linear) and keep(m, fqn),
+        )
         converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
     model = parallelize(model, ParallelPlan(compile=True, mixed_precision=mixed_precision_policy(device)))
     optimizer = build_optimizer(model, t, device)
@@ -68,11 +78,18 @@ def run_cell(precision: str, name: str, batch: int, seq_len: int, device) -> dic
     torch.cuda.synchronize(device)
     step_time = (time.perf_counter() - start) / timed
     per_gpu = batch * seq_len / step_time
-    row = {"precision": precision, "filter": name if precision == "fp8" else None, "float8_linears": converted,
-           "batch": batch, "seq_len": seq_len, "step_time_s": round(step_time, 4),
-           "tokens_per_s_per_gpu": round(per_gpu, 1), **_mfu(settings, per_gpu),
-           "losses": [round(float(x), 5) for x in losses],
-           "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2)}
+    row = {
+        "precision": precision,
+        "filter": name if precision == "fp8" else None,
+        "float8_linears": converted,
+        "batch": batch,
+        "seq_len": seq_len,
+        "step_time_s": round(step_time, 4),
+        "tokens_per_s_per_gpu": round(per_gpu, 1),
+        **_mfu(settings, per_gpu),
+        "losses": [round(float(x), 5) for x in losses],
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
+    }
     del model, optimizer
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
@@ -97,8 +114,15 @@ def main() -> int:
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29614", rank=0, world_size=1)
-    rows: list[dict] = [{"versions": {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-                          "torchao": __import__("torchao").__version__}}]
+    rows: list[dict] = [
+        {
+            "versions": {
+                "torch": torch.__version__,
+                "device": torch.cuda.get_device_name(0),
+                "torchao": __import__("torchao").__version__,
+            }
+        }
+    ]
     print(json.dumps(rows[0]), flush=True)
     for cell in args.cells.split(","):
         precision, _, name = cell.partition(":")

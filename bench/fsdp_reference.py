@@ -34,17 +34,37 @@ def main(settings_path: str, summary_path: str, backend: str = "nccl") -> None:
         torch.cuda.set_device(device)
 
     model = build_model(t.preset, seed=t.seed, device=device, loss_chunk_size=t.loss_chunk)
-    model = parallelize(model, ParallelPlan(activation_checkpointing=t.checkpointing, compile=t.compile,
-                                            mixed_precision=mixed_precision_policy(device)))
+    model = parallelize(
+        model,
+        ParallelPlan(
+            activation_checkpointing=t.checkpointing, compile=t.compile, mixed_precision=mixed_precision_policy(device)
+        ),
+    )
     optimizer = build_optimizer(model, t, device)
-    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=t.seed,
-                        rank=rank, pool_size=t.data_pool_size)
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=t.micro_batch_size * t.seq_len, world_size=world,
-                                        flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device)),
-                  total_steps=t.steps, start_step=0, device=device)
+    data = TokenBatches(
+        vocab_size=t.preset.vocab_size,
+        seq_len=t.seq_len,
+        micro_batch=t.micro_batch_size,
+        seed=t.seed,
+        rank=rank,
+        pool_size=t.data_pool_size,
+    )
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=t.micro_batch_size * t.seq_len,
+            world_size=world,
+            flops_per_token=t.preset.flops_per_token(t.seq_len),
+            peak_flops_per_s=peak_flops_per_s(device),
+        ),
+        total_steps=t.steps,
+        start_step=0,
+        device=device,
+    )
     model.train()
     for step in range(1, t.steps + 1):
-        loss, _ = train_step(model, optimizer, data.batch(step), lr=learning_rate(step, t), grad_clip=t.grad_clip, device=device)
+        loss, _ = train_step(
+            model, optimizer, data.batch(step), lr=learning_rate(step, t), grad_clip=t.grad_clip, device=device
+        )
         if step == 1 or step % t.report_every == 0 or step == t.steps:
             mean = loss.detach().float().clone()
             dist.all_reduce(mean)

@@ -63,13 +63,25 @@ def main() -> None:
     labels = torch.randint(0, VOCAB, (args.tokens,), device=device)
     full_loss = torch.compile(_full_loss)
     shipped = loss_module._accumulate_product
-    cells = [("add", c) for c in map(int, args.chunks.split(","))] + [("addmm", c) for c in map(int, args.chunks.split(","))]
+    cells = [("add", c) for c in map(int, args.chunks.split(","))] + [
+        ("addmm", c) for c in map(int, args.chunks.split(","))
+    ]
     cells.append(("full", 0))
     args.out.mkdir(parents=True, exist_ok=True)
     reference = None
     with (args.out / "loss-chunk.jsonl").open("w") as f:
-        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "tokens": args.tokens,
-                            "vocab": VOCAB, "hidden": HIDDEN}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0),
+                    "tokens": args.tokens,
+                    "vocab": VOCAB,
+                    "hidden": HIDDEN,
+                }
+            )
+            + "\n"
+        )
         for form, chunk in cells:
             loss_module._accumulate_product = _add_product if form == "add" else shipped
             try:
@@ -90,9 +102,17 @@ def main() -> None:
                 peak = (torch.cuda.max_memory_allocated() - base) / 2**30
                 out = _one(hidden, weight, labels, chunk, full_loss)
                 reference = reference or [t.detach().clone() for t in out]
-                row = {"form": form, "chunk": chunk, "ms": statistics.median(times), "ms_min": min(times),
-                       "peak_above_inputs_gib": round(peak, 3), "loss": float(out[0]),
-                       "rel_err": {k: _rel(o, r) for k, o, r in zip(("loss", "grad_hidden", "grad_weight"), out, reference)}}
+                row = {
+                    "form": form,
+                    "chunk": chunk,
+                    "ms": statistics.median(times),
+                    "ms_min": min(times),
+                    "peak_above_inputs_gib": round(peak, 3),
+                    "loss": float(out[0]),
+                    "rel_err": {
+                        k: _rel(o, r) for k, o, r in zip(("loss", "grad_hidden", "grad_weight"), out, reference)
+                    },
+                }
                 del out
             except torch.OutOfMemoryError as e:
                 row = {"form": form, "chunk": chunk, "error": str(e).splitlines()[0]}

@@ -89,8 +89,13 @@ def _worker(rank: int, args: argparse.Namespace, store: str) -> None:
     shard_mesh = DeviceMesh.from_group(own, "cuda", mesh_dim_names=("shard",))
     preset = model_preset(args.model)
     policy, _ = par.gradient_precision(device, "bf16", args.accumulation)  # fp32 policy, bf16 wire: the job's
-    data = TokenBatches(vocab_size=preset.vocab_size, seq_len=args.seq_len, micro_batch=args.micro_batch * args.accumulation,
-                        seed=0, rank=rank)
+    data = TokenBatches(
+        vocab_size=preset.vocab_size,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch * args.accumulation,
+        seed=0,
+        rank=rank,
+    )
     inputs, labels = data.batch(1)
     batches = list(zip(inputs.to(device).chunk(args.accumulation), labels.to(device).chunk(args.accumulation)))
 
@@ -120,8 +125,9 @@ def _worker(rank: int, args: argparse.Namespace, store: str) -> None:
 
     def build(wire: bool):
         par._mesh = lambda model, replicas: ReplicaMesh(shard_mesh, replicate) if wire else shard_mesh
-        plan = par.ParallelPlan(replicas=WORLD, mixed_precision=policy, bf16_wire=wire, compile=args.compile,
-                                fp8=args.fp8)
+        plan = par.ParallelPlan(
+            replicas=WORLD, mixed_precision=policy, bf16_wire=wire, compile=args.compile, fp8=args.fp8
+        )
         return par.parallelize(build_model(preset, seed=0, device=device, loss_chunk_size=1024), plan)
 
     wire = build(True)
@@ -156,13 +162,22 @@ def _worker(rank: int, args: argparse.Namespace, store: str) -> None:
         losses.append(float(result[0]))
     if rank == 0:
         out = {
-            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "model": args.model,
-            "accumulation": args.accumulation, "micro_batch": args.micro_batch, "seq_len": args.seq_len,
-            "fp8": args.fp8, "compile": args.compile, "gloo_sync_fix": not args.no_sync_fix,
-            "relative_difference": difference(wire_grads, first), "reference_vs_reference": difference(second, first),
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0),
+            "model": args.model,
+            "accumulation": args.accumulation,
+            "micro_batch": args.micro_batch,
+            "seq_len": args.seq_len,
+            "fp8": args.fp8,
+            "compile": args.compile,
+            "gloo_sync_fix": not args.no_sync_fix,
+            "relative_difference": difference(wire_grads, first),
+            "reference_vs_reference": difference(second, first),
             "parameters_compared": len(first),
-            "hook_calls_first_step": calls_first_step, "hook_calls": len(on_side_stream),
-            "units": len(wire.replica_all_reduce), "all_on_side_stream": all(on_side_stream),
+            "hook_calls_first_step": calls_first_step,
+            "hook_calls": len(on_side_stream),
+            "units": len(wire.replica_all_reduce),
+            "all_on_side_stream": all(on_side_stream),
             "train_step_losses": losses,
         }
         Path(args.out).mkdir(parents=True, exist_ok=True)

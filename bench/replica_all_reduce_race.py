@@ -98,8 +98,13 @@ def _run(args, delays, device, shard_mesh, replicate) -> dict:
     preset = model_preset(args.model)
     policy, wire = par.gradient_precision(device, "bf16", args.accumulation)  # the job's: fp32 policy, bf16 wire
     assert wire
-    data = TokenBatches(vocab_size=preset.vocab_size, seq_len=args.seq_len,
-                        micro_batch=args.micro_batch * args.accumulation, seed=0, rank=0)
+    data = TokenBatches(
+        vocab_size=preset.vocab_size,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch * args.accumulation,
+        seed=0,
+        rank=0,
+    )
     inputs, labels = (x.to(device) for x in data.batch(1))
     batches = list(zip(inputs.chunk(args.accumulation), labels.chunk(args.accumulation)))
     cycles_per_ms = _cycles_per_ms()
@@ -153,7 +158,8 @@ def _run(args, delays, device, shard_mesh, replicate) -> dict:
             "bitwise_equal": all(torch.equal(run[n], reference[n]) for n in reference),
             "relative_difference": (num / den) ** 0.5,
             "parameters_differing": sum(1 for n in reference if not torch.equal(run[n], reference[n])),
-            "worst_parameter": worst, "worst_relative_difference": per_param[worst],
+            "worst_parameter": worst,
+            "worst_relative_difference": per_param[worst],
         }
 
     started = time.monotonic()
@@ -161,19 +167,35 @@ def _run(args, delays, device, shard_mesh, replicate) -> dict:
     runs = [{"hook": "fixed", "delay_ms": 0.0, "control": True, **compare(gradients(True, 0.0), reference)}]
     for fixed in (True, False):
         for delay_ms in delays:
-            runs.append({"hook": "fixed" if fixed else "unfixed", "delay_ms": delay_ms,
-                         **compare(gradients(fixed, delay_ms), reference)})
-            print(f"{runs[-1]['hook']:>7} +{delay_ms:g} ms: bitwise equal {runs[-1]['bitwise_equal']}, "
-                  f"relative difference {runs[-1]['relative_difference']:.3g}", flush=True)
+            runs.append(
+                {
+                    "hook": "fixed" if fixed else "unfixed",
+                    "delay_ms": delay_ms,
+                    **compare(gradients(fixed, delay_ms), reference),
+                }
+            )
+            print(
+                f"{runs[-1]['hook']:>7} +{delay_ms:g} ms: bitwise equal {runs[-1]['bitwise_equal']}, "
+                f"relative difference {runs[-1]['relative_difference']:.3g}",
+                flush=True,
+            )
     fixed_ok = all(r["bitwise_equal"] for r in runs if r["hook"] == "fixed")
     unfixed_differs = any(not r["bitwise_equal"] for r in runs if r["hook"] == "unfixed" and r["delay_ms"] > 0)
     return {
-        "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),  # pyright: ignore[reportAttributeAccessIssue]
-        "gpu": torch.cuda.get_device_name(0), "model": args.model, "accumulation": args.accumulation,
-        "micro_batch": args.micro_batch, "seq_len": args.seq_len, "units": preset.num_hidden_layers + 1,
-        "sleep_cycles_per_ms": round(cycles_per_ms), "hook_calls_on_side_stream": all(hook_streams),
-        "hook_all_reduces": len(hook_streams), "seconds": round(time.monotonic() - started, 1),
-        "runs": runs, "verdict": "pass" if fixed_ok and unfixed_differs else "fail",
+        "torch": torch.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),  # pyright: ignore[reportAttributeAccessIssue]
+        "gpu": torch.cuda.get_device_name(0),
+        "model": args.model,
+        "accumulation": args.accumulation,
+        "micro_batch": args.micro_batch,
+        "seq_len": args.seq_len,
+        "units": preset.num_hidden_layers + 1,
+        "sleep_cycles_per_ms": round(cycles_per_ms),
+        "hook_calls_on_side_stream": all(hook_streams),
+        "hook_all_reduces": len(hook_streams),
+        "seconds": round(time.monotonic() - started, 1),
+        "runs": runs,
+        "verdict": "pass" if fixed_ok and unfixed_differs else "fail",
     }
 
 

@@ -58,11 +58,14 @@ def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: i
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
     policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)  # as train_func runs it
-    plan = ParallelPlan(compile=compile_, mixed_precision=policy, bf16_wire=bf16_wire,
-                        replicas=world if strategy == "hsdp" else 1)
+    plan = ParallelPlan(
+        compile=compile_, mixed_precision=policy, bf16_wire=bf16_wire, replicas=world if strategy == "hsdp" else 1
+    )
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
-    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=0, rank=rank)
+    data = TokenBatches(
+        vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=0, rank=rank
+    )
     k = t.accumulation_steps
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -79,10 +82,15 @@ def run_cell(t: TrainingSettings, strategy: str, device: torch.device, warmup: i
     _sync(device)
     step_time = (time.perf_counter() - start) / steps
     row = {
-        "strategy": strategy, "grad_accumulation": k, "grad_reduce_dtype": t.grad_reduce_dtype,
-        "micro_batch": t.micro_batch_size, "seq_len": t.seq_len, "step_time_s": round(step_time, 4),
+        "strategy": strategy,
+        "grad_accumulation": k,
+        "grad_reduce_dtype": t.grad_reduce_dtype,
+        "micro_batch": t.micro_batch_size,
+        "seq_len": t.seq_len,
+        "step_time_s": round(step_time, 4),
         "tokens_per_s_per_gpu": round(t.micro_batch_size * t.seq_len * k / step_time, 1),
-        "first_loss": round(float(losses[0]), 5), "hsdp": bool(model.hsdp),
+        "first_loss": round(float(losses[0]), 5),
+        "hsdp": bool(model.hsdp),
     }
     if device.type == "cuda":
         row["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / _GIB, 2)
@@ -108,7 +116,9 @@ def main() -> int:
 
     import torch._dynamo
 
-    torch._dynamo.config.cache_size_limit = 64  # one model per cell: compiled graphs are rebuilt (from inductor's cache)
+    torch._dynamo.config.cache_size_limit = (
+        64  # one model per cell: compiled graphs are rebuilt (from inductor's cache)
+    )
     gpu = not args.cpu
     dist.init_process_group("nccl" if gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -119,32 +129,57 @@ def main() -> int:
     seq = args.seq_len if gpu else 64
     busbw = link_busbw_gb_s(device, mib=512 if gpu else 8)
     link = perf.Link(name=args.link, gb_s=busbw)
-    header = {"link": args.link, "measured_allreduce_busbw_gb_s": round(busbw, 2), "world_size": world,
-              "torch": torch.__version__, "nccl": ".".join(map(str, nccl.version())) if gpu else None,
-              "device": torch.cuda.get_device_name(device) if gpu else "cpu",
-              "NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE"), "NCCL_SHM_DISABLE": os.environ.get("NCCL_SHM_DISABLE")}
+    header = {
+        "link": args.link,
+        "measured_allreduce_busbw_gb_s": round(busbw, 2),
+        "world_size": world,
+        "torch": torch.__version__,
+        "nccl": ".".join(map(str, nccl.version())) if gpu else None,
+        "device": torch.cuda.get_device_name(device) if gpu else "cpu",
+        "NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE"),
+        "NCCL_SHM_DISABLE": os.environ.get("NCCL_SHM_DISABLE"),
+    }
     rows = [header]
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         print(json.dumps(header), flush=True)
     for cell in args.cells.split(","):
         strategy, k, reduce = cell.split(":")
-        t = TrainingSettings(model=model_name, micro_batch=args.micro_batch, seq_len=seq, grad_accumulation=int(k),
-                             grad_reduce_dtype=reduce, compile=gpu, loss_chunk_size=args.loss_chunk if gpu else 32)
-        predicted = perf.predict(t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=world, gpus_per_node=1,
-                                 network="efa", strategy=strategy, links=(link, link))
+        t = TrainingSettings(
+            model=model_name,
+            micro_batch=args.micro_batch,
+            seq_len=seq,
+            grad_accumulation=int(k),
+            grad_reduce_dtype=reduce,
+            compile=gpu,
+            loss_chunk_size=args.loss_chunk if gpu else 32,
+        )
+        predicted = perf.predict(
+            t,
+            instance=catalog.gpu_instance("p5en.48xlarge"),
+            nodes=world,
+            gpus_per_node=1,
+            network="efa",
+            strategy=strategy,
+            links=(link, link),
+        )
         started = time.time()
         try:
             row = run_cell(t, strategy, device, args.warmup, args.steps, compile_=gpu)
         except torch.OutOfMemoryError as error:
             row = {"strategy": strategy, "grad_accumulation": int(k), "error": str(error)[:200]}
-        row.update({
-            "cell": cell, "link": args.link, "wall_s": round(time.time() - started, 1),
-            "predicted_step_time_s": round(predicted.step_time_s, 4),
-            "predicted_tokens_per_s_per_gpu": round(predicted.tokens_per_s_per_gpu, 1),
-            "predicted_compute_s": round(predicted.compute_s, 4), "predicted_network_s": round(predicted.network_s, 4),
-            "predicted_bottleneck": predicted.bottleneck,
-        })
+        row.update(
+            {
+                "cell": cell,
+                "link": args.link,
+                "wall_s": round(time.time() - started, 1),
+                "predicted_step_time_s": round(predicted.step_time_s, 4),
+                "predicted_tokens_per_s_per_gpu": round(predicted.tokens_per_s_per_gpu, 1),
+                "predicted_compute_s": round(predicted.compute_s, 4),
+                "predicted_network_s": round(predicted.network_s, 4),
+                "predicted_bottleneck": predicted.bottleneck,
+            }
+        )
         if "step_time_s" in row:
             row["predicted_over_measured"] = round(predicted.step_time_s / row["step_time_s"], 3)
         rows.append(row)
@@ -155,9 +190,11 @@ def main() -> int:
     if rank == 0:
         print(f"{'link':>7} {'cell':>12} {'step s':>7} {'pred s':>7} {'p/m':>5} {'tok/s/GPU':>10} {'pred tok/s':>10}")
         for r in rows[1:]:
-            print(f"{r['link']:>7} {r['cell']:>12} {r.get('step_time_s', float('nan')):7.3f} {r['predicted_step_time_s']:7.3f} "
-                  f"{r.get('predicted_over_measured', float('nan')):5.2f} {r.get('tokens_per_s_per_gpu', 0):10.0f} "
-                  f"{r['predicted_tokens_per_s_per_gpu']:10.0f}")
+            print(
+                f"{r['link']:>7} {r['cell']:>12} {r.get('step_time_s', float('nan')):7.3f} {r['predicted_step_time_s']:7.3f} "
+                f"{r.get('predicted_over_measured', float('nan')):5.2f} {r.get('tokens_per_s_per_gpu', 0):10.0f} "
+                f"{r['predicted_tokens_per_s_per_gpu']:10.0f}"
+            )
     dist.destroy_process_group()
     return 0
 

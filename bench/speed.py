@@ -44,8 +44,15 @@ from ray_efa.core.settings import Settings  # noqa: E402
 
 STORAGE = "/dev/shm/ray-efa-speed" if os.path.isdir("/dev/shm") else "/tmp/ray-efa-speed"
 L4_DEFAULT = {  # the L4 default job's shape, on the H200 at hand
-    "model": "qwen2.5-1.5b", "seqLen": 2048, "microBatch": 2, "compile": True, "warmupSteps": 5,
-    "checkpointEvery": 0, "preflight": False, "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1,
+    "model": "qwen2.5-1.5b",
+    "seqLen": 2048,
+    "microBatch": 2,
+    "compile": True,
+    "warmupSteps": 5,
+    "checkpointEvery": 0,
+    "preflight": False,
+    "gpuInstanceType": "p5en.48xlarge",
+    "gpuNodeCount": 1,
 }
 CPU_SMOKE = {"model": "tiny", "seqLen": 128, "microBatch": 2, "compile": False, "lossChunkSize": 64}
 
@@ -54,9 +61,12 @@ def _mfu(settings: Settings, tokens_per_s: float) -> dict:
     from ray_efa.core.perf import flops_per_token_causal
 
     t = settings.training
-    return {"mfu_pct": round(100 * tokens_per_s * t.preset.flops_per_token(t.seq_len) / (PEAK_TFLOPS * 1e12), 2),
-            "mfu_causal_pct": round(100 * tokens_per_s * flops_per_token_causal(t.preset, t.seq_len)
-                                    / (PEAK_TFLOPS * 1e12), 2)}
+    return {
+        "mfu_pct": round(100 * tokens_per_s * t.preset.flops_per_token(t.seq_len) / (PEAK_TFLOPS * 1e12), 2),
+        "mfu_causal_pct": round(
+            100 * tokens_per_s * flops_per_token_causal(t.preset, t.seq_len) / (PEAK_TFLOPS * 1e12), 2
+        ),
+    }
 
 
 # -- report: the cadence through Ray ---------------------------------------------------------------------------------
@@ -78,7 +88,8 @@ def run_report(args, gpu: bool) -> list[dict]:
         settings = Settings.from_context({**base, "reportEvery": every})
         started = time.time()
         trainer = TorchTrainer(
-            train_func, train_loop_config={"settings": settings.to_context()},
+            train_func,
+            train_loop_config={"settings": settings.to_context()},
             torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
             scaling_config=ScalingConfig(num_workers=1 if gpu else 2, use_gpu=gpu),
             run_config=RunConfig(name=f"speed-{every}-{time.strftime('%H%M%S')}", storage_path=STORAGE),
@@ -87,12 +98,22 @@ def run_report(args, gpu: bool) -> list[dict]:
         assert outcome is not None, "rank 0 returns the summary"
         summary = outcome["summary"]
         per_gpu = summary["throughput/tokens_per_s_per_device"]
-        rows.append({"part": "report", "run": label, "report_every": every, "steps": args.steps,
-                     "poll_interval_s": 2.0, "ray_reports": summary.get("reports"),
-                     "step_time_s": round(summary["time/step_s"], 4), "tokens_per_s_per_gpu": round(per_gpu, 1),
-                     **_mfu(settings, per_gpu), "final_loss": summary["final_loss"],
-                     "peak_reserved_gib": round(summary.get("memory/peak_reserved_gib", float("nan")), 2),
-                     "wall_s": round(time.time() - started, 1)})
+        rows.append(
+            {
+                "part": "report",
+                "run": label,
+                "report_every": every,
+                "steps": args.steps,
+                "poll_interval_s": 2.0,
+                "ray_reports": summary.get("reports"),
+                "step_time_s": round(summary["time/step_s"], 4),
+                "tokens_per_s_per_gpu": round(per_gpu, 1),
+                **_mfu(settings, per_gpu),
+                "final_loss": summary["final_loss"],
+                "peak_reserved_gib": round(summary.get("memory/peak_reserved_gib", float("nan")), 2),
+                "wall_s": round(time.time() - started, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
         shutil.rmtree(STORAGE, ignore_errors=True)
     ray.shutdown()
@@ -120,14 +141,31 @@ def run_fp8(args, gpu: bool) -> list[dict]:
     dist.init_process_group("nccl" if gpu else "gloo", init_method="tcp://127.0.0.1:29613", rank=0, world_size=1)
     # (precision, batch, fp8 all-gather): None is what the job runs (fp8 all-gather only where a weight is sharded
     # over more than one rank, so off here); True forces it on to show what it costs on one rank.
-    cells = ([("bf16", 8, None), ("bf16", 12, None), ("fp8", 8, None), ("fp8", 12, None), ("fp8", 8, True),
-              ("fp8", 12, True)] if gpu else [("bf16", 2, None), ("fp8", 2, None), ("fp8", 2, True)])
+    cells = (
+        [
+            ("bf16", 8, None),
+            ("bf16", 12, None),
+            ("fp8", 8, None),
+            ("fp8", 12, None),
+            ("fp8", 8, True),
+            ("fp8", 12, True),
+        ]
+        if gpu
+        else [("bf16", 2, None), ("fp8", 2, None), ("fp8", 2, True)]
+    )
     warmup, timed = (3, 8) if gpu else (1, 2)
     rows = []
     for precision, batch, all_gather in cells:
-        context = {"model": "qwen2.5-1.5b", "seqLen": 4096, "microBatch": batch, "compile": True,
-                   "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1, "precision": precision,
-                   **({} if gpu else {**CPU_SMOKE, "microBatch": batch, "precision": precision})}
+        context = {
+            "model": "qwen2.5-1.5b",
+            "seqLen": 4096,
+            "microBatch": batch,
+            "compile": True,
+            "gpuInstanceType": "p5en.48xlarge",
+            "gpuNodeCount": 1,
+            "precision": precision,
+            **({} if gpu else {**CPU_SMOKE, "microBatch": batch, "precision": precision}),
+        }
         settings = Settings.from_context(context)
         t = settings.training
         started = time.time()
@@ -136,8 +174,15 @@ def run_fp8(args, gpu: bool) -> list[dict]:
         torch._dynamo.reset()
         try:
             model = build_model(t.preset, seed=0, device=device, loss_chunk_size=t.loss_chunk)
-            model = parallelize(model, ParallelPlan(compile=t.compile, mixed_precision=mixed_precision_policy(device),
-                                                    fp8=precision == "fp8", fp8_all_gather=all_gather))
+            model = parallelize(
+                model,
+                ParallelPlan(
+                    compile=t.compile,
+                    mixed_precision=mixed_precision_policy(device),
+                    fp8=precision == "fp8",
+                    fp8_all_gather=all_gather,
+                ),
+            )
             optimizer = build_optimizer(model, t, device)
             data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=batch, seed=0, rank=0)
             if gpu:
@@ -155,18 +200,34 @@ def run_fp8(args, gpu: bool) -> list[dict]:
                 torch.cuda.synchronize(device)
             step_time = (time.perf_counter() - start) / timed
         except torch.OutOfMemoryError as error:
-            rows.append({"part": "fp8", "precision": precision, "batch": batch, "forced": all_gather is not None,
-                         "error": str(error)[:200]})
+            rows.append(
+                {
+                    "part": "fp8",
+                    "precision": precision,
+                    "batch": batch,
+                    "forced": all_gather is not None,
+                    "error": str(error)[:200],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
             continue
         per_gpu = batch * t.seq_len / step_time
         planned = strategy.estimate(settings)
-        row = {"part": "fp8", "precision": precision, "batch": batch, "seq_len": t.seq_len,
-               "fp8_all_gather": bool(getattr(model, "fp8_all_gather", False)), "forced": all_gather is not None,
-               "step_time_s": round(step_time, 4), "tokens_per_s_per_gpu": round(per_gpu, 1), **_mfu(settings, per_gpu),
-               "losses": [round(float(x), 5) for x in losses],
-               "predicted_step_time_s": round(strategy.choose(settings).prediction.step_time_s, 4),
-               "planned_gib": round(planned.total_gib, 2), "wall_s": round(time.time() - started, 1)}
+        row = {
+            "part": "fp8",
+            "precision": precision,
+            "batch": batch,
+            "seq_len": t.seq_len,
+            "fp8_all_gather": bool(getattr(model, "fp8_all_gather", False)),
+            "forced": all_gather is not None,
+            "step_time_s": round(step_time, 4),
+            "tokens_per_s_per_gpu": round(per_gpu, 1),
+            **_mfu(settings, per_gpu),
+            "losses": [round(float(x), 5) for x in losses],
+            "predicted_step_time_s": round(strategy.choose(settings).prediction.step_time_s, 4),
+            "planned_gib": round(planned.total_gib, 2),
+            "wall_s": round(time.time() - started, 1),
+        }
         if gpu:
             row["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
             row["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / 2**30, 2)
@@ -191,12 +252,36 @@ def run_sharding(args, gpu: bool) -> list[dict]:
         print(json.dumps(row), flush=True)
         return [row]
     out = args.out / "sharding"
-    env = {**os.environ, "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(ROOT / "bench" / "sharding_proof.py"), "--out", str(out), "--link", "socket",
-               "--micro-batch", "2", "--seq-len", "2048", "--loss-chunk", "1024", "--warmup", "2", "--steps", "4",
-               "--cells", "fsdp:1:fp32,hsdp:1:bf16"] + ([] if gpu else ["--cpu"])
+    env = {
+        **os.environ,
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_SHM_DISABLE": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(ROOT / "bench" / "sharding_proof.py"),
+        "--out",
+        str(out),
+        "--link",
+        "socket",
+        "--micro-batch",
+        "2",
+        "--seq-len",
+        "2048",
+        "--loss-chunk",
+        "1024",
+        "--warmup",
+        "2",
+        "--steps",
+        "4",
+        "--cells",
+        "fsdp:1:fp32,hsdp:1:bf16",
+    ] + ([] if gpu else ["--cpu"])
     subprocess.run(command, check=True, env=env)
     rows = [{"part": "sharding", **json.loads(line)} for line in (out / "proof-socket.jsonl").read_text().splitlines()]
     for row in rows:
@@ -213,8 +298,10 @@ def _ratios(rows: list[dict]) -> dict:
         out["report_bar_met"] = ratio <= 1.05
     # best-to-best among what the job runs (forced cells are the all-gather's own cost, shown beside)
     fp8 = [r for r in rows if r.get("part") == "fp8" and "tokens_per_s_per_gpu" in r and not r.get("forced")]
-    best = {p: max((r for r in fp8 if r["precision"] == p), key=lambda r: r["tokens_per_s_per_gpu"], default=None)
-            for p in ("bf16", "fp8")}
+    best = {
+        p: max((r for r in fp8 if r["precision"] == p), key=lambda r: r["tokens_per_s_per_gpu"], default=None)
+        for p in ("bf16", "fp8")
+    }
     if best["bf16"] and best["fp8"]:
         ratio = best["fp8"]["tokens_per_s_per_gpu"] / best["bf16"]["tokens_per_s_per_gpu"]
         out["fp8_over_bf16_best_to_best"] = round(ratio, 3)
@@ -227,7 +314,9 @@ def _ratios(rows: list[dict]) -> dict:
     cells = {r.get("cell"): r for r in rows if r.get("part") == "sharding" and "step_time_s" in r}
     if {"fsdp:1:fp32", "hsdp:1:bf16"} <= cells.keys():
         fsdp, auto = cells["fsdp:1:fp32"], cells["hsdp:1:bf16"]
-        out["auto_over_plain_fsdp_socket_tokens_per_s"] = round(auto["tokens_per_s_per_gpu"] / fsdp["tokens_per_s_per_gpu"], 3)
+        out["auto_over_plain_fsdp_socket_tokens_per_s"] = round(
+            auto["tokens_per_s_per_gpu"] / fsdp["tokens_per_s_per_gpu"], 3
+        )
         out["auto_predicted_over_measured"] = auto.get("predicted_over_measured")
         out["plain_fsdp_predicted_over_measured"] = fsdp.get("predicted_over_measured")
     return out
@@ -246,8 +335,11 @@ def main() -> int:
     import torch
 
     gpu = not args.cpu
-    versions: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if gpu else "cpu",
-                      "gpus": torch.cuda.device_count() if gpu else 0}
+    versions: dict = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+        "gpus": torch.cuda.device_count() if gpu else 0,
+    }
     for name in ("ray", "torchao", "transformers"):
         try:
             versions[name] = __import__(name).__version__

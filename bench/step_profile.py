@@ -36,8 +36,14 @@ KINDS = (
     # fp8 and bf16 alike: cuBLAS's nvjet kernels do not name their input type
     ("matrix products", re.compile(r"gemm|cutlass|nvjet|xmma|sm90_|sm80_|cublas|e4m3|scaled_mm", re.I)),
     ("triton (compiled)", re.compile(r"^triton_", re.I)),
-    ("elementwise / reduce (eager)", re.compile(r"elementwise|reduce_kernel|vectorized|unrolled|index|scatter|gather|"
-                                                r"cat_|fill|copy", re.I)),
+    (
+        "elementwise / reduce (eager)",
+        re.compile(
+            r"elementwise|reduce_kernel|vectorized|unrolled|index|scatter|gather|"
+            r"cat_|fill|copy",
+            re.I,
+        ),
+    ),
 )
 
 
@@ -57,15 +63,24 @@ def summarize(trace: Path) -> dict:
         top[e.get("name", "")[:90]] = top.get(e.get("name", "")[:90], 0.0) + e["dur"] / 1e3
     span = (max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)) / 1e3 if gpu else 0.0
     busy = sum(by_kind.values())
-    return {"trace": str(trace), "kernels": len(gpu), "span_ms": round(span, 2), "busy_ms": round(busy, 2),
-            "ms_by_kind": {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-            "top_kernels_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:25]}}
+    return {
+        "trace": str(trace),
+        "kernels": len(gpu),
+        "span_ms": round(span, 2),
+        "busy_ms": round(busy, 2),
+        "ms_by_kind": {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top_kernels_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:25]},
+    }
 
 
 def table(rows: list[dict]) -> str:
-    kinds = sorted({k for r in rows for k in r["ms_by_kind"]}, key=lambda k: -max(r["ms_by_kind"].get(k, 0) for r in rows))
-    lines = ["| kind | " + " | ".join(Path(r["trace"]).parent.name or r["trace"] for r in rows) + " |",
-             "|---|" + "---|" * len(rows)]
+    kinds = sorted(
+        {k for r in rows for k in r["ms_by_kind"]}, key=lambda k: -max(r["ms_by_kind"].get(k, 0) for r in rows)
+    )
+    lines = [
+        "| kind | " + " | ".join(Path(r["trace"]).parent.name or r["trace"] for r in rows) + " |",
+        "|---|" + "---|" * len(rows),
+    ]
     for k in kinds:
         lines.append(f"| {k} | " + " | ".join(f"{r['ms_by_kind'].get(k, 0):.1f} ms" for r in rows) + " |")
     lines.append("| GPU busy | " + " | ".join(f"{r['busy_ms']:.1f} ms" for r in rows) + " |")
@@ -81,15 +96,24 @@ def parse_variant(name: str) -> dict:
     words = name.split("+")
     unknown = [w for w in words if w not in VARIANT_WORDS]
     if unknown:
-        raise SystemExit(f"variant {name!r}: unknown {', '.join(unknown)}; allowed, joined by '+': "
-                         f"{', '.join(VARIANT_WORDS)}")
-    return {"hold_gathered": True if "hold" in words else False if "nohold" in words else None,
-            "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None,
-            "coordinate_descent": "cdt" in words}
+        raise SystemExit(
+            f"variant {name!r}: unknown {', '.join(unknown)}; allowed, joined by '+': {', '.join(VARIANT_WORDS)}"
+        )
+    return {
+        "hold_gathered": True if "hold" in words else False if "nohold" in words else None,
+        "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None,
+        "coordinate_descent": "cdt" in words,
+    }
 
 
-def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gathered: bool | None = None,
-                  fp8_all_gather: bool | None = None, coordinate_descent: bool = False):
+def _project_step(
+    micro_batch: int,
+    accumulation: int,
+    loss_chunk: int,
+    hold_gathered: bool | None = None,
+    fp8_all_gather: bool | None = None,
+    coordinate_descent: bool = False,
+):
     """The default job's step as train_func builds it on one GPU, without Ray: a function of the step's index."""
     import torch
 
@@ -104,9 +128,17 @@ def _project_step(micro_batch: int, accumulation: int, loss_chunk: int, hold_gat
     preset = model_preset("qwen2.5-1.5b")
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
-    model = par.parallelize(model, par.ParallelPlan(compile=True, fp8=True, hold_gathered=hold_gathered,
-                                                    fp8_all_gather=fp8_all_gather, tune_kernels=coordinate_descent,
-                                                    mixed_precision=par.mixed_precision_policy(device)))
+    model = par.parallelize(
+        model,
+        par.ParallelPlan(
+            compile=True,
+            fp8=True,
+            hold_gathered=hold_gathered,
+            fp8_all_gather=fp8_all_gather,
+            tune_kernels=coordinate_descent,
+            mixed_precision=par.mixed_precision_policy(device),
+        ),
+    )
     optimizer = build_optimizer(model, t, device)
     data = TokenBatches(vocab_size=preset.vocab_size, seq_len=2048, micro_batch=micro_batch, seed=0, rank=0)
 
@@ -148,8 +180,15 @@ def profile_project(out: Path, micro_batch: int, accumulation: int, loss_chunk: 
     return trace
 
 
-def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation: int, loss_chunk: int, steps: int,
-                  profile: bool = False) -> list[dict]:
+def time_variants(
+    out: Path,
+    variants: list[str],
+    micro_batch: int,
+    accumulation: int,
+    loss_chunk: int,
+    steps: int,
+    profile: bool = False,
+) -> list[dict]:
     """Each variant's step (parse_variant): the losses of the same batches, the step time (3 steps to warm up, then
     `steps`, synchronized at both ends), peak memory, and with `profile` one more step's kernel time by kind."""
     import gc
@@ -166,8 +205,19 @@ def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation
     out.mkdir(parents=True, exist_ok=True)
     target = out / "variants.jsonl"
     with target.open("w") as f:
-        f.write(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "micro_batch": micro_batch,
-                            "accumulation": accumulation, "loss_chunk": loss_chunk, "steps": steps}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0),
+                    "micro_batch": micro_batch,
+                    "accumulation": accumulation,
+                    "loss_chunk": loss_chunk,
+                    "steps": steps,
+                }
+            )
+            + "\n"
+        )
     rows = []
     for name, override in zip(variants, overrides):
         torch._dynamo.reset()
@@ -181,11 +231,16 @@ def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation
         losses += [step(n) for n in range(3, 3 + steps)]
         torch.cuda.synchronize(device)
         step_s = (time.perf_counter() - start) / steps
-        row = {"variant": name, **override, "step_s": round(step_s, 4),
-               "tokens_per_s": round(micro_batch * accumulation * 2048 / step_s), "losses": losses,
-               "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
-               "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
-               "build_and_warm_s": round(warm_s, 1)}
+        row = {
+            "variant": name,
+            **override,
+            "step_s": round(step_s, 4),
+            "tokens_per_s": round(micro_batch * accumulation * 2048 / step_s),
+            "losses": losses,
+            "peak_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
+            "build_and_warm_s": round(warm_s, 1),
+        }
         if profile:
             with profiler(activities=[ProfilerActivity.CUDA]) as prof:
                 step(3 + steps)
@@ -200,8 +255,11 @@ def time_variants(out: Path, variants: list[str], micro_batch: int, accumulation
             f.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k not in ("losses", "profile")}), flush=True)
         if profile:
-            print(f"  {name}: busy {row['profile']['busy_ms']} ms of {row['profile']['span_ms']}, "
-                  f"{row['profile']['kernels']} kernels, {row['profile']['ms_by_kind']}", flush=True)
+            print(
+                f"  {name}: busy {row['profile']['busy_ms']} ms of {row['profile']['span_ms']}, "
+                f"{row['profile']['kernels']} kernels, {row['profile']['ms_by_kind']}",
+                flush=True,
+            )
         del step
         gc.collect()  # the compiled layers hold references in cycles: free the model before the next is built
         torch.cuda.empty_cache()
@@ -230,8 +288,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.command in ("hold", "variants"):
         names = ["nohold+nofp8ag", "hold+nofp8ag", "nohold+nofp8ag"] if args.command == "hold" else args.variants
-        time_variants(args.out, names, args.micro_batch, args.accumulation, args.loss_chunk, args.steps,
-                      profile=getattr(args, "profile", False))
+        time_variants(
+            args.out,
+            names,
+            args.micro_batch,
+            args.accumulation,
+            args.loss_chunk,
+            args.steps,
+            profile=getattr(args, "profile", False),
+        )
         return
     if args.command == "project":
         trace = profile_project(args.out, args.micro_batch, args.accumulation, args.loss_chunk)

@@ -60,10 +60,20 @@ from ray_efa.core.settings import Settings  # noqa: E402
 
 # The benchmark's own defaults; -c overrides them. Sized for 2 x H200 (141 GB each).
 BENCH_CONTEXT = {
-    "model": "qwen2.5-1.5b", "steps": 20, "seqLen": 4096, "microBatch": 8, "warmupSteps": 5, "reportEvery": 5,
-    "checkpointEvery": 0, "preflight": False, "compile": True, "lossChunkSize": 4096, "learningRate": 3e-4,
+    "model": "qwen2.5-1.5b",
+    "steps": 20,
+    "seqLen": 4096,
+    "microBatch": 8,
+    "warmupSteps": 5,
+    "reportEvery": 5,
+    "checkpointEvery": 0,
+    "preflight": False,
+    "compile": True,
+    "lossChunkSize": 4096,
+    "learningRate": 3e-4,
     # The instance type only feeds the memory planner's capacity; the world size is the visible GPUs.
-    "gpuInstanceType": "p5en.48xlarge", "gpuNodeCount": 1,
+    "gpuInstanceType": "p5en.48xlarge",
+    "gpuNodeCount": 1,
 }
 PEAK_TFLOPS = 989.0  # H100/H200 dense bf16 (NVIDIA data sheet, without sparsity)
 # train_func saves a DCP checkpoint at its last step (18 GB for 1.5B with AdamW): keep it in memory, off the clock.
@@ -78,9 +88,13 @@ def steady_metrics(summary: dict, settings: Settings, world: int) -> dict:
         "tokens_per_s_per_gpu": round(per_gpu, 1),
         # 12 L d S attention FLOPs per token (the project's convention, training.metrics) and causal 6 L d S
         "mfu_pct": round(100 * per_gpu * t.preset.flops_per_token(t.seq_len) / (PEAK_TFLOPS * 1e12), 2),
-        "mfu_causal_pct": round(100 * per_gpu * (t.preset.flops_per_token(t.seq_len)
-                                                 - 6 * t.preset.num_hidden_layers * t.preset.hidden_size * t.seq_len)
-                                / (PEAK_TFLOPS * 1e12), 2),
+        "mfu_causal_pct": round(
+            100
+            * per_gpu
+            * (t.preset.flops_per_token(t.seq_len) - 6 * t.preset.num_hidden_layers * t.preset.hidden_size * t.seq_len)
+            / (PEAK_TFLOPS * 1e12),
+            2,
+        ),
         "step_time_s": round(summary["time/step_s"], 4),
         "peak_allocated_gib": round(summary.get("memory/peak_allocated_gib", float("nan")), 2),
         "peak_reserved_gib": round(summary.get("memory/peak_reserved_gib", float("nan")), 2),
@@ -144,15 +158,31 @@ def aws_sample_loop(config: dict) -> dict:
     # functools.wraps on PreTrainedModel.to: pyright reads the dtype as `self` (see training/model.py).
     model = Qwen2ForCausalLM(qwen2_config(t.preset)).to(torch.bfloat16)  # pyright: ignore[reportArgumentType]
     model = ray.train.torch.prepare_model(
-        model, parallel_strategy="fsdp",
-        parallel_strategy_kwargs={"auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))},
+        model,
+        parallel_strategy="fsdp",
+        parallel_strategy_kwargs={
+            "auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))
+        },
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate)
-    data = TokenBatches(vocab_size=t.preset.vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size, seed=t.seed,
-                        rank=context.get_world_rank())
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=t.micro_batch_size * t.seq_len, world_size=context.get_world_size(),
-                                        flops_per_token=t.preset.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device)),
-                  total_steps=t.steps, start_step=0, device=device)
+    data = TokenBatches(
+        vocab_size=t.preset.vocab_size,
+        seq_len=t.seq_len,
+        micro_batch=t.micro_batch_size,
+        seed=t.seed,
+        rank=context.get_world_rank(),
+    )
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=t.micro_batch_size * t.seq_len,
+            world_size=context.get_world_size(),
+            flops_per_token=t.preset.flops_per_token(t.seq_len),
+            peak_flops_per_s=peak_flops_per_s(device),
+        ),
+        total_steps=t.steps,
+        start_step=0,
+        device=device,
+    )
     model.train()
     for step in range(1, t.steps + 1):
         inputs, labels = data.batch(step)
@@ -176,9 +206,19 @@ def run_reference(settings: Settings, world: int, out: Path, gpu: bool) -> dict:
     summary_file = out / "reference-summary.json"
     settings_file.write_text(settings.to_json())
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-         str(ROOT / "bench" / "fsdp_reference.py"), str(settings_file), str(summary_file), "nccl" if gpu else "gloo"],
-        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={world}",
+            str(ROOT / "bench" / "fsdp_reference.py"),
+            str(settings_file),
+            str(summary_file),
+            "nccl" if gpu else "gloo",
+        ],
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (NAMESPACE, os.environ.get("PYTHONPATH")) if p)},
     )
     return json.loads(summary_file.read_text())
 
@@ -186,8 +226,10 @@ def run_reference(settings: Settings, world: int, out: Path, gpu: bool) -> dict:
 def _sweep_ratios(results: dict[str, dict]) -> dict[str, float]:
     """The project's step (through Ray, `project`, or without, `reference`) against aws_sample at each one's best
     batch and at every batch both ran: a batch sweep's comparison."""
-    by = {name: {v["batch"]: v["tokens_per_s_per_gpu"] for k, v in results.items() if k.partition("@")[0] == name}
-          for name in ("project", "reference", "aws_sample")}
+    by = {
+        name: {v["batch"]: v["tokens_per_s_per_gpu"] for k, v in results.items() if k.partition("@")[0] == name}
+        for name in ("project", "reference", "aws_sample")
+    }
     out: dict[str, float] = {}
     if not by["aws_sample"]:
         return out
@@ -209,7 +251,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--runs", default="project,reference,eager,aws_sample")
-    parser.add_argument("--cpu", action="store_true", help="smoke-test the plumbing on 2 CPU workers (tiny model, gloo)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="smoke-test the plumbing on 2 CPU workers (tiny model, gloo)"
+    )
     args = parser.parse_args()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -223,7 +267,11 @@ def main() -> int:
 
     gpu = not args.cpu
     world = torch.cuda.device_count() if gpu else 2
-    smoke = {} if gpu else {"model": "tiny", "seqLen": 128, "microBatch": 2, "steps": 10, "compile": False, "lossChunkSize": 64}
+    smoke = (
+        {}
+        if gpu
+        else {"model": "tiny", "seqLen": 128, "microBatch": 2, "steps": 10, "compile": False, "lossChunkSize": 64}
+    )
     settings = Settings.from_context({**BENCH_CONTEXT, **smoke, **parse_overrides(args.context)})
     # The plain step (no compile, full logits) on the same batches: the loss reference. At the optimized run's batch its
     # fp32 logits alone would not fit, so it recomputes activations, which changes the speed, not the arithmetic.
@@ -236,9 +284,16 @@ def main() -> int:
         "eager": (eager, lambda s: run_project(s, world, "eager", gpu)),
         "aws_sample": (aws_sample, lambda s: run_aws_sample(s, world, "aws_sample", gpu)),
     }
-    versions = {"versions": {"torch": torch.__version__, "ray": ray.__version__,
-                             "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0) if gpu else "cpu",
-                             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None, "gpus": world}}
+    versions = {
+        "versions": {
+            "torch": torch.__version__,
+            "ray": ray.__version__,
+            "cuda": torch.version.cuda,
+            "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None,
+            "gpus": world,
+        }
+    }
     import transformers
 
     versions["versions"]["transformers"] = transformers.__version__
@@ -259,14 +314,27 @@ def main() -> int:
                 summary = runner(run_settings)
                 summary = _summary(summary) if hasattr(summary, "return_value") else summary
             except Exception as error:  # one failed run must not hide the others' numbers
-                line = {"run": label, "batch": run_settings.training.micro_batch,
-                        "error": f"{type(error).__name__}: {error}"[:2000]}
+                line = {
+                    "run": label,
+                    "batch": run_settings.training.micro_batch,
+                    "error": f"{type(error).__name__}: {error}"[:2000],
+                }
             else:
                 t = run_settings.training
-                line = {"run": label, "batch": t.micro_batch_size, "grad_accumulation": t.accumulation_steps,
-                        "sharding": t.sharding, "grad_reduce_dtype": t.grad_reduce_dtype, "report_every": t.report_every, "seq_len": t.seq_len, "compile": t.compile,
-                        "loss_chunk_size": t.loss_chunk_size, **steady_metrics(summary, run_settings, world),
-                        "planner_total_gib": planner_estimate(run_settings, world), "wall_s": round(time.time() - started, 1)}
+                line = {
+                    "run": label,
+                    "batch": t.micro_batch_size,
+                    "grad_accumulation": t.accumulation_steps,
+                    "sharding": t.sharding,
+                    "grad_reduce_dtype": t.grad_reduce_dtype,
+                    "report_every": t.report_every,
+                    "seq_len": t.seq_len,
+                    "compile": t.compile,
+                    "loss_chunk_size": t.loss_chunk_size,
+                    **steady_metrics(summary, run_settings, world),
+                    "planner_total_gib": planner_estimate(run_settings, world),
+                    "wall_s": round(time.time() - started, 1),
+                }
                 results[label] = line
             print(json.dumps(line), flush=True)
             sink.write(json.dumps(line) + "\n")

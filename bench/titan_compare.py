@@ -40,8 +40,9 @@ MODEL = "qwen2.5-1.5b"
 GPU = "H200"
 
 
-def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None,
-               model: str = "qwen2_5_shape:1.5B") -> list[str]:
+def titan_args(
+    plan: dict, variant: str, steps: int, micro: int | None = None, model: str = "qwen2_5_shape:1.5B"
+) -> list[str]:
     """torchtitan's command line for the plan's batch shape, compile and checkpointing; `variant` picks the precision.
 
     micro: torchtitan's micro-batch where the plan's does not fit it (its full logits): the same global batch, more
@@ -62,22 +63,40 @@ def titan_args(plan: dict, variant: str, steps: int, micro: int | None = None,
     if spec not in ("qwen2_5_shape", "llama3_shape") or not flavor:
         raise SystemExit(f"model must be qwen2_5_shape:FLAVOR or llama3_shape:FLAVOR, got {model!r}")
     args = [
-        "--model.name", spec, "--model.flavor", flavor,
-        "--training.local_batch_size", str(micro),
-        "--training.global_batch_size", str(global_sequences),
-        "--training.seq_len", str(seq),
-        "--training.steps", str(steps),
-        "--training.max_norm", str(settings["gradClip"]),
-        "--training.mixed_precision_param", "bfloat16",
-        "--training.mixed_precision_reduce", "float32",
-        "--optimizer.lr", str(settings["learningRate"]),
-        "--optimizer.weight_decay", str(settings["weightDecay"]),
-        "--lr_scheduler.warmup_steps", str(min(settings["warmupSteps"], max(steps - 1, 0))),
-        "--lr_scheduler.decay_type", "cosine", "--lr_scheduler.min_lr_factor", "0.1",
+        "--model.name",
+        spec,
+        "--model.flavor",
+        flavor,
+        "--training.local_batch_size",
+        str(micro),
+        "--training.global_batch_size",
+        str(global_sequences),
+        "--training.seq_len",
+        str(seq),
+        "--training.steps",
+        str(steps),
+        "--training.max_norm",
+        str(settings["gradClip"]),
+        "--training.mixed_precision_param",
+        "bfloat16",
+        "--training.mixed_precision_reduce",
+        "float32",
+        "--optimizer.lr",
+        str(settings["learningRate"]),
+        "--optimizer.weight_decay",
+        str(settings["weightDecay"]),
+        "--lr_scheduler.warmup_steps",
+        str(min(settings["warmupSteps"], max(steps - 1, 0))),
+        "--lr_scheduler.decay_type",
+        "cosine",
+        "--lr_scheduler.min_lr_factor",
+        "0.1",
         *checkpointing_args(d["activation_checkpointing"]),
-        "--metrics.log_freq", "1",
+        "--metrics.log_freq",
+        "1",
         "--checkpoint.no-enable",
-        "--job.dump_folder", f"/tmp/titan-{variant}",
+        "--job.dump_folder",
+        f"/tmp/titan-{variant}",
     ]
     if d["world_size"] == 1:
         # One GPU: nothing to shard, and the project's job holds the gathered model for the whole step
@@ -109,8 +128,15 @@ def titan_steps(text: str) -> list[dict]:
     for line in ANSI.sub("", text).splitlines():
         m = TITAN_STEP.search(line)
         if m:
-            rows.append({"step": int(m["step"]), "loss": float(m["loss"]), "tps": float(m["tps"].replace(",", "")),
-                         "own_mfu_pct": float(m["mfu"]), "reserved_gib": float(m["memory"])})
+            rows.append(
+                {
+                    "step": int(m["step"]),
+                    "loss": float(m["loss"]),
+                    "tps": float(m["tps"].replace(",", "")),
+                    "own_mfu_pct": float(m["mfu"]),
+                    "reserved_gib": float(m["memory"]),
+                }
+            )
     return rows
 
 
@@ -120,8 +146,9 @@ def project_steps(text: str) -> list[dict]:
     for line in ANSI.sub("", text).splitlines():
         m = PROJECT_STEP.search(line)
         if m:
-            rows.append({"step": int(m["step"]), "loss": float(m["loss"]),
-                         "tps": float(m["per_device"].replace(",", ""))})
+            rows.append(
+                {"step": int(m["step"]), "loss": float(m["loss"]), "tps": float(m["per_device"].replace(",", ""))}
+            )
     # Ray repeats a worker's lines in the driver's log at times: one row per step, the last seen.
     return list({row["step"]: row for row in rows}.values())
 
@@ -135,8 +162,13 @@ def project_metrics(text: str) -> list[dict]:
         except json.JSONDecodeError:
             continue
         if "throughput/tokens_per_s_per_device" in record:
-            rows.append({"step": int(record["step"]), "loss": record.get("loss"),
-                         "tps": float(record["throughput/tokens_per_s_per_device"])})
+            rows.append(
+                {
+                    "step": int(record["step"]),
+                    "loss": record.get("loss"),
+                    "tps": float(record["throughput/tokens_per_s_per_device"]),
+                }
+            )
     return rows
 
 
@@ -185,7 +217,10 @@ def report(out: Path) -> dict:
         tps, source = summary["throughput/tokens_per_s_per_device"], "summary.json (the job's steady rate)"
     runs["project"] = {
         "what": f"ray-efa train, plan defaults ({d.get('precision')}, FSDP2, per-layer compile, chunked fused loss)",
-        "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": source, "median_step_tps": median_tps(rows),
+        "tokens_per_s_per_gpu": tps,
+        "steady_steps": n,
+        "source": source,
+        "median_step_tps": median_tps(rows),
         "peak_reserved_gib": summary.get("memory/peak_reserved_gib"),
         "peak_allocated_gib": summary.get("memory/peak_allocated_gib"),
         "losses": [[r["step"], r["loss"]] for r in rows],
@@ -197,7 +232,10 @@ def report(out: Path) -> dict:
         steady = [r for r in rows if r["step"] > 1]
         runs[f"torchtitan {variant}"] = {
             "what": f"torchtitan trainer, Qwen3 model code in the Qwen2.5-1.5B shape, {variant}",
-            "tokens_per_s_per_gpu": tps, "steady_steps": n, "source": log.name, "median_step_tps": median_tps(rows),
+            "tokens_per_s_per_gpu": tps,
+            "steady_steps": n,
+            "source": log.name,
+            "median_step_tps": median_tps(rows),
             "titan_own_mfu_pct": (sum(r["own_mfu_pct"] for r in steady) / len(steady)) if steady else None,
             "peak_reserved_gib": max((r["reserved_gib"] for r in rows), default=None),
             "losses": [[r["step"], r["loss"]] for r in rows],
@@ -210,10 +248,17 @@ def report(out: Path) -> dict:
         run["mfu_causal_pct"] = 100 * t * causal / peak if t else None
         run["project_over_this"] = base / t if (t and base) else None
     result = {
-        "gpu": GPU, "model": MODEL, "seq_len": seq, "micro_batch": d.get("micro_batch"),
-        "grad_accumulation": d.get("grad_accumulation"), "global_batch_tokens": d.get("global_batch_tokens"),
-        "flops_per_token_full": full, "flops_per_token_causal": causal, "peak_flops": peak,
-        "versions": _versions(), "runs": runs,
+        "gpu": GPU,
+        "model": MODEL,
+        "seq_len": seq,
+        "micro_batch": d.get("micro_batch"),
+        "grad_accumulation": d.get("grad_accumulation"),
+        "global_batch_tokens": d.get("global_batch_tokens"),
+        "flops_per_token_full": full,
+        "flops_per_token_causal": causal,
+        "peak_flops": peak,
+        "versions": _versions(),
+        "runs": runs,
     }
     (out / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))

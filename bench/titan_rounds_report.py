@@ -46,13 +46,32 @@ def runs(raw: Path) -> list[dict]:
         log = (raw / f"{name}.log").read_text(errors="replace")
         rows = project_steps(log) if kind == "project" else titan_steps(log)
         tps, n = steady_tps(rows)
-        run = {"kind": kind, "name": name, "spec": spec, "folder": raw.parent.name, "tokens_per_s_per_gpu": tps,
-               "steady_steps": n, "losses": [[r["step"], r["loss"]] for r in sorted(rows, key=lambda r: r["step"])]}
+        run = {
+            "kind": kind,
+            "name": name,
+            "spec": spec,
+            "folder": raw.parent.name,
+            "tokens_per_s_per_gpu": tps,
+            "steady_steps": n,
+            "losses": [[r["step"], r["loss"]] for r in sorted(rows, key=lambda r: r["step"])],
+        }
         if kind == "project":
             summary_path = raw / f"{name}.summary.json"
             summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-            run.update({k: summary.get(k) for k in ("loss_chunk_size", "decoder_block", "precision", "micro_batch",
-                                                      "grad_accumulation", "activation_checkpointing", "compile")})
+            run.update(
+                {
+                    k: summary.get(k)
+                    for k in (
+                        "loss_chunk_size",
+                        "decoder_block",
+                        "precision",
+                        "micro_batch",
+                        "grad_accumulation",
+                        "activation_checkpointing",
+                        "compile",
+                    )
+                }
+            )
             run["peak_reserved_gib"] = summary.get("memory/peak_reserved_gib")
             run["peak_allocated_gib"] = summary.get("memory/peak_allocated_gib")
         else:
@@ -77,13 +96,22 @@ def main(argv: list[str]) -> None:
         run["mfu_causal_pct"] = 100 * t * causal / PEAK_FLOPS if t else None
     sides = {}
     for kind in ("project", "titan"):
-        rates = [r["tokens_per_s_per_gpu"] for r in all_runs if r["kind"] == kind and r["tokens_per_s_per_gpu"]
-                 and r["steady_steps"] >= 20]
+        rates = [
+            r["tokens_per_s_per_gpu"]
+            for r in all_runs
+            if r["kind"] == kind and r["tokens_per_s_per_gpu"] and r["steady_steps"] >= 20
+        ]
         if rates:
-            sides[kind] = {"runs": len(rates), "median": statistics.median(rates), "min": min(rates), "max": max(rates),
-                           "min_steady_steps": min(r["steady_steps"] for r in all_runs
-                                                   if r["kind"] == kind and r["steady_steps"] >= 20),
-                           "median_mfu_causal_pct": 100 * statistics.median(rates) * causal / PEAK_FLOPS}
+            sides[kind] = {
+                "runs": len(rates),
+                "median": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "min_steady_steps": min(
+                    r["steady_steps"] for r in all_runs if r["kind"] == kind and r["steady_steps"] >= 20
+                ),
+                "median_mfu_causal_pct": 100 * statistics.median(rates) * causal / PEAK_FLOPS,
+            }
     ratio = sides["project"]["median"] / sides["titan"]["median"] if len(sides) == 2 else None
     curves = {}
     for kind in ("project", "titan"):
@@ -98,13 +126,24 @@ def main(argv: list[str]) -> None:
             f.write(json.dumps({"record": "run", **run}) + "\n")
         for kind, side in sides.items():
             f.write(json.dumps({"record": "side", "side": kind, **side}) + "\n")
-        f.write(json.dumps({"record": "ratio", "project_over_titan_fp8": ratio,
-                            "causal_flops_per_token": causal, "line": line(ratio, sides, name)}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "record": "ratio",
+                    "project_over_titan_fp8": ratio,
+                    "causal_flops_per_token": causal,
+                    "line": line(ratio, sides, name),
+                }
+            )
+            + "\n"
+        )
         f.write(json.dumps({"record": "loss_curves", **curves}) + "\n")
         for folder in folders:  # what ran, and where: each call's card and versions, and the shape both sides ran
             machine = (folder / "gpu.txt").read_text().splitlines() if (folder / "gpu.txt").exists() else []
-            f.write(json.dumps({"record": "machine", "folder": folder.parent.name,
-                                "lines": list(dict.fromkeys(machine))}) + "\n")
+            f.write(
+                json.dumps({"record": "machine", "folder": folder.parent.name, "lines": list(dict.fromkeys(machine))})
+                + "\n"
+            )
         f.write(json.dumps({"record": "plan", "deployment": plan["deployment"]}) + "\n")
     print("| run | tokens/s per GPU | MFU causal | steady steps | peak reserved GiB | first / last loss |")
     print("|---|---|---|---|---|---|")
@@ -112,15 +151,23 @@ def main(argv: list[str]) -> None:
         t = run["tokens_per_s_per_gpu"]
         losses = run["losses"]
         first_last = f"{losses[0][1]:.4f} / {losses[-1][1]:.4f}" if losses else "-"
-        print(f"| {run['folder']}/{run['name']} | {t:,.0f} | {run['mfu_causal_pct']:.1f}% | {run['steady_steps']} "
-              f"| {run['peak_reserved_gib'] or 0:.1f} | {first_last} |" if t else f"| {run['name']} | - |")
+        print(
+            f"| {run['folder']}/{run['name']} | {t:,.0f} | {run['mfu_causal_pct']:.1f}% | {run['steady_steps']} "
+            f"| {run['peak_reserved_gib'] or 0:.1f} | {first_last} |"
+            if t
+            else f"| {run['name']} | - |"
+        )
     for kind, side in sides.items():
-        print(f"{kind}: median {side['median']:,.0f} tokens/s (min {side['min']:,.0f}, max {side['max']:,.0f}), "
-              f"{side['runs']} runs, MFU causal {side['median_mfu_causal_pct']:.1f}%")
+        print(
+            f"{kind}: median {side['median']:,.0f} tokens/s (min {side['min']:,.0f}, max {side['max']:,.0f}), "
+            f"{side['runs']} runs, MFU causal {side['median_mfu_causal_pct']:.1f}%"
+        )
     print(line(ratio, sides, name))
     both = sorted(set(curves["project"]) & set(curves["titan"]))
-    print("loss per step (mean over runs), project / torchtitan: "
-          + ", ".join(f"{s}: {curves['project'][s]:.4f}/{curves['titan'][s]:.4f}" for s in both))
+    print(
+        "loss per step (mean over runs), project / torchtitan: "
+        + ", ".join(f"{s}: {curves['project'][s]:.4f}/{curves['titan'][s]:.4f}" for s in both)
+    )
 
 
 def line(ratio: float | None, sides: dict, name: str = "fp8") -> str:

@@ -48,8 +48,11 @@ def _datasets_or_placeholder() -> None:
     try:
         import datasets  # noqa: F401
     except Exception as error:  # noqa: BLE001 - any import failure of an unused package
-        print(f"titan_train: `datasets` does not import ({error!r}); its text loader is unused here, a placeholder "
-              "stands in", file=sys.stderr)
+        print(
+            f"titan_train: `datasets` does not import ({error!r}); its text loader is unused here, a placeholder "
+            "stands in",
+            file=sys.stderr,
+        )
         placeholder = types.ModuleType("torchtitan.hf_datasets.text_datasets")
 
         def unused(*args, **kwargs):
@@ -79,13 +82,33 @@ LLAMA_SPEC = "llama3_shape"
 # tied embeddings, RoPE theta 1e6, RMSNorm eps 1e-6); no q/k norm, as in Qwen2.5.
 MODEL_ARGS = {
     "1.5B": Qwen3ModelArgs(
-        dim=1536, n_layers=28, n_heads=12, n_kv_heads=2, head_dim=128, hidden_dim=8960, vocab_size=151_936,
-        norm_eps=1e-6, rope_theta=1_000_000, qk_norm=False, max_seq_len=32_768, enable_weight_tying=True,
+        dim=1536,
+        n_layers=28,
+        n_heads=12,
+        n_kv_heads=2,
+        head_dim=128,
+        hidden_dim=8960,
+        vocab_size=151_936,
+        norm_eps=1e-6,
+        rope_theta=1_000_000,
+        qk_norm=False,
+        max_seq_len=32_768,
+        enable_weight_tying=True,
     ),
     # A few-MB model of the same code, for a CPU check of this file.
     "tiny": Qwen3ModelArgs(
-        dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=256, vocab_size=1024,
-        norm_eps=1e-6, rope_theta=1_000_000, qk_norm=False, max_seq_len=32_768, enable_weight_tying=True,
+        dim=128,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=32,
+        hidden_dim=256,
+        vocab_size=1024,
+        norm_eps=1e-6,
+        rope_theta=1_000_000,
+        qk_norm=False,
+        max_seq_len=32_768,
+        enable_weight_tying=True,
     ),
 }
 
@@ -93,17 +116,36 @@ MODEL_ARGS = {
 # Llama 3.2 1B (its config.json: hidden 2048, 16 layers, 32 heads of 64, 8 KV heads, MLP 8192, vocabulary 128,256, RoPE
 # theta 5e5 with llama3 scaling factor 32 / low 1 / high 4 / original 8192, RMSNorm eps 1e-5), untied output. torchtitan
 # sizes the MLP from dim: 4 x 2048 -> int(2/3 x 8192) = 5461 -> x 1.5 = 8191 -> rounded up to a multiple of 256 = 8192.
-LLAMA_ROPE = RoPEScalingArgs(scaling_factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                             original_max_position_embeddings=8192)
+LLAMA_ROPE = RoPEScalingArgs(
+    scaling_factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+)
 LLAMA_MODEL_ARGS = {
     "1B": TransformerModelArgs(
-        dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128_256, ffn_dim_multiplier=1.5, multiple_of=256,
-        norm_eps=1e-5, rope_theta=500_000, rope_scaling_args=LLAMA_ROPE, max_seq_len=131_072,
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128_256,
+        ffn_dim_multiplier=1.5,
+        multiple_of=256,
+        norm_eps=1e-5,
+        rope_theta=500_000,
+        rope_scaling_args=LLAMA_ROPE,
+        max_seq_len=131_072,
     ),
     # dim 128 -> MLP int(2/3 x 512) = 341 -> x 1.5 = 511 -> 512; for the CPU check (check_llama)
     "tiny": TransformerModelArgs(
-        dim=128, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024, ffn_dim_multiplier=1.5, multiple_of=256,
-        norm_eps=1e-5, rope_theta=500_000, rope_scaling_args=LLAMA_ROPE, max_seq_len=131_072,
+        dim=128,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=1024,
+        ffn_dim_multiplier=1.5,
+        multiple_of=256,
+        norm_eps=1e-5,
+        rope_theta=500_000,
+        rope_scaling_args=LLAMA_ROPE,
+        max_seq_len=131_072,
     ),
 }
 ALL_MODEL_ARGS = {SPEC: MODEL_ARGS, LLAMA_SPEC: LLAMA_MODEL_ARGS}
@@ -133,8 +175,9 @@ def build_random_dataloader(dp_world_size: int, dp_rank: int, tokenizer, job_con
     del tokenizer, kwargs
     vocab = ALL_MODEL_ARGS[job_config.model.name][job_config.model.flavor].vocab_size
     dataset = RandomTokens(vocab, job_config.training.seq_len, seed=1234 + dp_rank)
-    return ParallelAwareDataloader(dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
-                                   batch_size=job_config.training.local_batch_size)
+    return ParallelAwareDataloader(
+        dataset, dp_rank=dp_rank, dp_world_size=dp_world_size, batch_size=job_config.training.local_batch_size
+    )
 
 
 def one_gpu_fsdp() -> bool:
@@ -155,8 +198,10 @@ def parallelize(model, parallel_dims, job_config):
 
     mesh = init_device_mesh(device_type, (1,), mesh_dim_names=("fsdp",))
     training = job_config.training
-    policy = MixedPrecisionPolicy(param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
-                                  reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce])
+    policy = MixedPrecisionPolicy(
+        param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
+        reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce],
+    )
     # torchtitan's own policy (--parallelism.fsdp_reshard_after_forward), as its parallelize applies it without PP
     reshard = job_config.parallelism.fsdp_reshard_after_forward != "never"
     for block in model.layers.values():
@@ -164,9 +209,12 @@ def parallelize(model, parallel_dims, job_config):
     # The root unit holds the embedding, the final norm and the output projection (Qwen: tied to the embedding, so one
     # unit owns the shared weight; Llama 3: its own weight, as the project's root unit holds lm_head).
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    print(f"titan_train: FSDP2 over a 1-rank mesh, {len(model.layers)} blocks + root, params "
-          f"{training.mixed_precision_param}, reduce {training.mixed_precision_reduce}, no autocast, "
-          f"reshard after forward {reshard}", file=sys.stderr)
+    print(
+        f"titan_train: FSDP2 over a 1-rank mesh, {len(model.layers)} blocks + root, params "
+        f"{training.mixed_precision_param}, reduce {training.mixed_precision_reduce}, no autocast, "
+        f"reshard after forward {reshard}",
+        file=sys.stderr,
+    )
     return model
 
 
@@ -178,11 +226,15 @@ def project_init_seed() -> int | None:
 
 # The project's (transformers Qwen2) parameter names -> torchtitan Qwen3's, per layer and at the root.
 _LAYER_NAMES = {
-    "self_attn.q_proj.weight": "attention.wq.weight", "self_attn.k_proj.weight": "attention.wk.weight",
-    "self_attn.v_proj.weight": "attention.wv.weight", "self_attn.o_proj.weight": "attention.wo.weight",
-    "mlp.gate_proj.weight": "feed_forward.w1.weight", "mlp.down_proj.weight": "feed_forward.w2.weight",
+    "self_attn.q_proj.weight": "attention.wq.weight",
+    "self_attn.k_proj.weight": "attention.wk.weight",
+    "self_attn.v_proj.weight": "attention.wv.weight",
+    "self_attn.o_proj.weight": "attention.wo.weight",
+    "mlp.gate_proj.weight": "feed_forward.w1.weight",
+    "mlp.down_proj.weight": "feed_forward.w2.weight",
     "mlp.up_proj.weight": "feed_forward.w3.weight",
-    "input_layernorm.weight": "attention_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "input_layernorm.weight": "attention_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
 }
 
 
@@ -275,8 +327,10 @@ def model_class(base: type) -> type:
 
 
 def register() -> None:
-    for name, own_spec, model_args in ((SPEC, qwen3_train_spec, MODEL_ARGS),
-                                       (LLAMA_SPEC, llama3_train_spec, LLAMA_MODEL_ARGS)):
+    for name, own_spec, model_args in (
+        (SPEC, qwen3_train_spec, MODEL_ARGS),
+        (LLAMA_SPEC, llama3_train_spec, LLAMA_MODEL_ARGS),
+    ):
         spec = own_spec()
         spec.model_args = model_args
         spec.model_cls = model_class(spec.model_cls)
@@ -332,8 +386,10 @@ def check_llama(config_path: str) -> None:
             ours = titan(tokens)
         diff = (ours - theirs).abs().max().item()
         worst = max(worst, diff)
-        print(f"check-llama: project {decoder} layer vs torchtitan llama3: logits max |diff| {diff:.3e} "
-              f"(logits max |value| {theirs.abs().max().item():.3f})")
+        print(
+            f"check-llama: project {decoder} layer vs torchtitan llama3: logits max |diff| {diff:.3e} "
+            f"(logits max |value| {theirs.abs().max().item():.3f})"
+        )
     raise SystemExit(0 if worst < 1e-4 else 1)
 
 

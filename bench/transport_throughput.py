@@ -51,7 +51,8 @@ def _nccl_pool() -> list[str]:
             p + "Initialized NET plugin Libfabric",
             p + "Assigned NET plugin Libfabric to comm",
             p + "Using network Libfabric",
-            p + f"comm 0x55d{rank:03d}a1c0 rank {rank} nRanks {world} nNodes {NODES} localRanks {GPUS} localRank {dev} MNNVL 0",
+            p
+            + f"comm 0x55d{rank:03d}a1c0 rank {rank} nRanks {world} nNodes {NODES} localRanks {GPUS} localRank {dev} MNNVL 0",
             p + f"Trees [0] {rank + 1}/-1/-1->{rank}->{rank - 1} [1] -1/-1/-1->{rank}->{rank + 1}",
             p + "threadThresholds 8/8/64 | 128/8/64 | 512 | 512",
         ]
@@ -60,14 +61,19 @@ def _nccl_pool() -> list[str]:
             if nxt // GPUS == node:
                 lines.append(p + f"Channel {channel:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % GPUS}] via P2P/CUMEM/read")
             else:
-                lines.append(p + f"Channel {channel:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % GPUS}] [send] via NET/Libfabric/0")
+                lines.append(
+                    p + f"Channel {channel:02d}/0 : {rank}[{dev}] -> {nxt}[{nxt % GPUS}] [send] via NET/Libfabric/0"
+                )
         lines.append(p + "Connected all rings, use ring PXN 0 GDR 0\x1b[2m [repeated 3x across cluster]\x1b[0m")
     return lines
 
 
 def _noise_pool(n: int) -> list[str]:
-    return [f"\x1b[36m(RayTrainWorker pid=4100, ip=10.0.1.11)\x1b[0m step {i} loss {10 - i / n:.4f} "
-            f"tokens/s/gpu 34278 mfu 39.4% mem 81.2GiB eta 00:{i % 60:02d}:00" for i in range(n)]
+    return [
+        f"\x1b[36m(RayTrainWorker pid=4100, ip=10.0.1.11)\x1b[0m step {i} loss {10 - i / n:.4f} "
+        f"tokens/s/gpu 34278 mfu 39.4% mem 81.2GiB eta 00:{i % 60:02d}:00"
+        for i in range(n)
+    ]
 
 
 def _pool(nccl_fraction: float) -> list[str]:
@@ -119,10 +125,17 @@ def bench_stream(gb: float, nccl_fraction: float) -> dict:
     verdict = report.verdict("efa")
     assert verdict.exit_code == 0, verdict.summary
     return {
-        "run": f"stream {nccl_fraction:.0%} NCCL", "gb": gb, "lines": report.lines, "ncclLines": report.nccl_lines,
-        "seconds": round(seconds, 2), "linesPerSecond": round(report.lines / seconds),
-        "mbPerSecond": round(gb * 1e3 / seconds, 1), "rssBeforeMiB": round(rss_before, 1),
-        "rssSamples": samples, "peakRssMiB": round(_peak_rss_mib(), 1), "processes": len(report.processes),
+        "run": f"stream {nccl_fraction:.0%} NCCL",
+        "gb": gb,
+        "lines": report.lines,
+        "ncclLines": report.nccl_lines,
+        "seconds": round(seconds, 2),
+        "linesPerSecond": round(report.lines / seconds),
+        "mbPerSecond": round(gb * 1e3 / seconds, 1),
+        "rssBeforeMiB": round(rss_before, 1),
+        "rssSamples": samples,
+        "peakRssMiB": round(_peak_rss_mib(), 1),
+        "processes": len(report.processes),
     }
 
 
@@ -144,10 +157,16 @@ def bench_file(mb: int) -> dict:
         seconds = time.perf_counter() - start
     assert report.verdict("efa").exit_code == 0
     return {
-        "run": "file 100% NCCL", "gb": round(size / 1e9, 3), "lines": report.lines, "ncclLines": report.nccl_lines,
-        "seconds": round(seconds, 2), "linesPerSecond": round(report.lines / seconds),
-        "mbPerSecond": round(size / 1e6 / seconds, 1), "rssBeforeMiB": round(rss_before, 1),
-        "rssAfterMiB": round(_rss_mib(), 1), "peakRssMiB": round(_peak_rss_mib(), 1),
+        "run": "file 100% NCCL",
+        "gb": round(size / 1e9, 3),
+        "lines": report.lines,
+        "ncclLines": report.nccl_lines,
+        "seconds": round(seconds, 2),
+        "linesPerSecond": round(report.lines / seconds),
+        "mbPerSecond": round(size / 1e6 / seconds, 1),
+        "rssBeforeMiB": round(rss_before, 1),
+        "rssAfterMiB": round(_rss_mib(), 1),
+        "peakRssMiB": round(_peak_rss_mib(), 1),
     }
 
 
@@ -160,8 +179,13 @@ def bench_heap(mb: int) -> dict:
         current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return {"run": "heap (tracemalloc) 100% NCCL", "gb": mb / 1e3, "lines": report.lines,
-            "tracedPeakKiB": round(peak / 1024, 1), "tracedAfterKiB": round(current / 1024, 1)}
+    return {
+        "run": "heap (tracemalloc) 100% NCCL",
+        "gb": mb / 1e3,
+        "lines": report.lines,
+        "tracedPeakKiB": round(peak / 1024, 1),
+        "tracedAfterKiB": round(current / 1024, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,19 +199,36 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
 
-    runs = [bench_stream(args.gb, 1.0), bench_stream(args.gb, 0.1), bench_file(args.file_mb), bench_heap(args.tracemalloc_mb)]
-    machine = {"python": platform.python_version(), "cpu": _cpu_model(), "cpus": os.cpu_count(),
-               "platform": platform.platform(), "loadavgAtEnd": [round(x, 2) for x in os.getloadavg()]}
+    runs = [
+        bench_stream(args.gb, 1.0),
+        bench_stream(args.gb, 0.1),
+        bench_file(args.file_mb),
+        bench_heap(args.tracemalloc_mb),
+    ]
+    machine = {
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "loadavgAtEnd": [round(x, 2) for x in os.getloadavg()],
+    }
     print(f"{'run':<30} {'GB':>6} {'lines':>12} {'s':>8} {'lines/s':>10} {'MB/s':>7}  memory")
     for r in runs:
         if "seconds" in r:
-            memory = (f"RSS {r['rssBeforeMiB']} MiB before; per tenth {[s[1] for s in r['rssSamples']]}"
-                      if "rssSamples" in r else f"RSS {r['rssBeforeMiB']} -> {r['rssAfterMiB']} MiB")
-            print(f"{r['run']:<30} {r['gb']:>6} {r['lines']:>12,} {r['seconds']:>8} {r['linesPerSecond']:>10,} "
-                  f"{r['mbPerSecond']:>7}  {memory}")
+            memory = (
+                f"RSS {r['rssBeforeMiB']} MiB before; per tenth {[s[1] for s in r['rssSamples']]}"
+                if "rssSamples" in r
+                else f"RSS {r['rssBeforeMiB']} -> {r['rssAfterMiB']} MiB"
+            )
+            print(
+                f"{r['run']:<30} {r['gb']:>6} {r['lines']:>12,} {r['seconds']:>8} {r['linesPerSecond']:>10,} "
+                f"{r['mbPerSecond']:>7}  {memory}"
+            )
         else:
-            print(f"{r['run']:<30} {r['gb']:>6} {r['lines']:>12,} {'':>8} {'':>10} {'':>7}  "
-                  f"traced peak {r['tracedPeakKiB']} KiB, {r['tracedAfterKiB']} KiB left")
+            print(
+                f"{r['run']:<30} {r['gb']:>6} {r['lines']:>12,} {'':>8} {'':>10} {'':>7}  "
+                f"traced peak {r['tracedPeakKiB']} KiB, {r['tracedAfterKiB']} KiB left"
+            )
     print(f"peak RSS of the whole benchmark: {_peak_rss_mib():.1f} MiB")
     line = json.dumps({"bench": "transport_throughput", "machine": machine, "runs": runs})
     print(line)

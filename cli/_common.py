@@ -42,7 +42,11 @@ TRAIN_EXTRA_MODULES = ("torch", "ray", "transformers")
 def add_context_option(parser: argparse.ArgumentParser) -> None:
     """`-c key=value`, repeatable: the same overrides `cdk -c` takes."""
     parser.add_argument(
-        "-c", "--context", action="append", default=[], metavar="KEY=VALUE",
+        "-c",
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a setting, as with `cdk -c` (repeatable)",
     )
 
@@ -68,8 +72,9 @@ def print_json(data: Mapping[str, Any], *, exact: Iterable[str] = ()) -> None:
     print(json.dumps({k: (v if k in keep else rounded(v)) for k, v in data.items()}, indent=2, default=str))
 
 
-def fail(args: argparse.Namespace, command: str, message: str, *, code: int = EXIT_USAGE,
-         problems: list[dict] | None = None) -> int:
+def fail(
+    args: argparse.Namespace, command: str, message: str, *, code: int = EXIT_USAGE, problems: list[dict] | None = None
+) -> int:
     """Report an error the one way every subcommand does; return `code` (2 unless given).
 
     stderr always gets one line `ray-efa COMMAND: message` (plus one line per problem); with --json, stdout also
@@ -86,8 +91,9 @@ def add_kube_options(parser: argparse.ArgumentParser) -> None:
     """`--kubeconfig PATH` and `--kube-context NAME` (kubectl's --context; -c/--context is for settings only): what
     kube_api_client reads."""
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--kube-context", dest="kube_context", metavar="NAME",
-                        help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--kube-context", dest="kube_context", metavar="NAME", help="kubeconfig context (default: the current one)"
+    )
     add_request_timeout_option(parser, "the Kubernetes API server (a log stream excepted: it waits for lines)")
 
 
@@ -98,9 +104,15 @@ for a slow EKS endpoint, short enough that an endpoint that never answers is an 
 
 def add_request_timeout_option(parser: argparse.ArgumentParser, what: str) -> None:
     """`--request-timeout SECONDS` (kubectl's flag, in seconds): the bound on each call to `what`."""
-    parser.add_argument("--request-timeout", dest="request_timeout", type=_positive_seconds, default=REQUEST_TIMEOUT_S,
-                        metavar="SECONDS", help=f"give up on one call to {what} after SECONDS to connect and SECONDS "
-                        f"for the answer (default: {REQUEST_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--request-timeout",
+        dest="request_timeout",
+        type=_positive_seconds,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up on one call to {what} after SECONDS to connect and SECONDS "
+        f"for the answer (default: {REQUEST_TIMEOUT_S:g})",
+    )
 
 
 def _positive_seconds(text: str) -> float:
@@ -148,16 +160,19 @@ def kube_api_client(args: argparse.Namespace) -> Any:
 
     try:
         configuration = type.__call__(Configuration)  # what new_client_from_config does: not the global default
-        config.load_kube_config(config_file=args.kubeconfig, context=args.kube_context,
-                                client_configuration=configuration)
+        config.load_kube_config(
+            config_file=args.kubeconfig, context=args.kube_context, client_configuration=configuration
+        )
     except (config.ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
         # kubernetes' loader raises ConfigException for most bad files, but YAMLError for a file that is not YAML and
         # ValueError/TypeError/AttributeError for YAML of the wrong shape: all are an unreadable kubeconfig.
         where = args.kubeconfig or "the default kubeconfig"
         context = f" context {args.kube_context}" if args.kube_context else ""
         message = " ".join(str(error).split()) or type(error).__name__
-        raise KubeconfigError(f"cannot load {where}{context}: {message} "
-                              "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)") from None
+        raise KubeconfigError(
+            f"cannot load {where}{context}: {message} "
+            "(for EKS: aws eks update-kubeconfig --name CLUSTER --region REGION)"
+        ) from None
     bearer_token_where_the_client_reads_it(configuration)
     # urllib3 retries a GET 3 times by default, also after a read timeout: one retry of a read keeps a dropped
     # connection during a long `follow` survivable without making a silent server cost 4 x --request-timeout.
@@ -165,8 +180,6 @@ def kube_api_client(args: argparse.Namespace) -> Any:
     from ray_efa.cli._kube import BoundedApiClient
 
     return BoundedApiClient(configuration, timeout_s=getattr(args, "request_timeout", REQUEST_TIMEOUT_S))
-
-
 
 
 EXIT_UNREACHABLE = 1
@@ -191,18 +204,26 @@ def unreachable_message(error: BaseException, *, endpoint: str | None = None) ->
         endpoint = f"{error.pool.scheme}://{error.pool.host}:{error.pool.port}" if error.pool else "the API server"
         text = str(cause)
         if isinstance(cause, u3.SSLError) or "CERTIFICATE_VERIFY_FAILED" in text:
-            return (f"TLS error talking to {endpoint}: {_short(text)}; check the kubeconfig's "
-                    "certificate-authority-data is this cluster's (aws eks update-kubeconfig rewrites it)")
+            return (
+                f"TLS error talking to {endpoint}: {_short(text)}; check the kubeconfig's "
+                "certificate-authority-data is this cluster's (aws eks update-kubeconfig rewrites it)"
+            )
         if isinstance(cause, u3.NameResolutionError) or "Name or service not known" in text or "resolve" in text:
-            return (f"cannot resolve the host of {endpoint}; check the kubeconfig's server address (aws eks "
-                    "update-kubeconfig --name CLUSTER --region REGION)")
+            return (
+                f"cannot resolve the host of {endpoint}; check the kubeconfig's server address (aws eks "
+                "update-kubeconfig --name CLUSTER --region REGION)"
+            )
         if isinstance(cause, u3.NewConnectionError):
-            return (f"cannot connect to {endpoint}: connection refused or unreachable; check that the cluster exists "
-                    "and the kubeconfig's server and context point at it")
+            return (
+                f"cannot connect to {endpoint}: connection refused or unreachable; check that the cluster exists "
+                "and the kubeconfig's server and context point at it"
+            )
         # after NewConnectionError: urllib3 2 makes it a subclass of ConnectTimeoutError
         if isinstance(cause, (u3.ReadTimeoutError, u3.ConnectTimeoutError)):
-            return (f"timed out talking to {endpoint} (--request-timeout); check the network path (VPN, security "
-                    "group, the cluster endpoint's public access CIDRs) to the API server")
+            return (
+                f"timed out talking to {endpoint} (--request-timeout); check the network path (VPN, security "
+                "group, the cluster endpoint's public access CIDRs) to the API server"
+            )
         return f"cannot reach {endpoint}: {_short(text)}"
     if isinstance(error, (ssl.SSLError, socket.timeout, TimeoutError, u3.TimeoutError)):
         return f"cannot reach {endpoint or 'the API server'}: {type(error).__name__}: {_short(str(error))}"
@@ -217,24 +238,32 @@ def unreachable_message(error: BaseException, *, endpoint: str | None = None) ->
     if isinstance(error, ApiException) and error.status in (401, 403):
         what = "not authenticated (401)" if error.status == 401 else "forbidden (403)"
         at = getattr(error, "endpoint", None) or endpoint
-        return (f"the Kubernetes API server{f' at {at}' if at else ''} answered {what}: {_status_message(error)}; "
-                "check the kubeconfig's user and credentials (for EKS: aws sts get-caller-identity, and the "
-                "cluster's access entries: adminPrincipalArns)")
+        return (
+            f"the Kubernetes API server{f' at {at}' if at else ''} answered {what}: {_status_message(error)}; "
+            "check the kubeconfig's user and credentials (for EKS: aws sts get-caller-identity, and the "
+            "cluster's access entries: adminPrincipalArns)"
+        )
     try:
         from botocore import exceptions as bce
     except ImportError:  # pragma: no cover
         return None
     if isinstance(error, bce.SSLError):
-        return (f"TLS error talking to AWS at {error.kwargs.get('endpoint_url')}: {_short(str(error.kwargs.get('error')))}; "
-                "check AWS_CA_BUNDLE and any proxy that intercepts TLS")
+        return (
+            f"TLS error talking to AWS at {error.kwargs.get('endpoint_url')}: {_short(str(error.kwargs.get('error')))}; "
+            "check AWS_CA_BUNDLE and any proxy that intercepts TLS"
+        )
     if isinstance(error, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
-        return (f"timed out talking to AWS at {error.kwargs.get('endpoint_url')} (--request-timeout); check the network "
-                "path (proxy, VPN) to AWS")
+        return (
+            f"timed out talking to AWS at {error.kwargs.get('endpoint_url')} (--request-timeout); check the network "
+            "path (proxy, VPN) to AWS"
+        )
     if isinstance(error, bce.EndpointConnectionError):
         url = error.kwargs.get("endpoint_url")
         if isinstance(error.kwargs.get("error"), (u3.NameResolutionError, socket.gaierror)):
-            return (f"cannot resolve the host of {url}; check the region and any AWS_ENDPOINT_URL* setting, and "
-                    "the DNS of this machine")
+            return (
+                f"cannot resolve the host of {url}; check the region and any AWS_ENDPOINT_URL* setting, and "
+                "the DNS of this machine"
+            )
         return f"cannot connect to AWS at {url}; check the network, the region and any AWS_ENDPOINT_URL* setting"
     if isinstance(error, (bce.ConnectionClosedError, bce.HTTPClientError)):
         return f"cannot reach AWS at {error.kwargs.get('endpoint_url')}: {_short(str(error))}; check the network"
@@ -244,11 +273,19 @@ def unreachable_message(error: BaseException, *, endpoint: str | None = None) ->
         code = error.response.get("Error", {}).get("Code", "")
         http = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if http in (401, 403) or code in (
-                "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
-                "InvalidClientTokenId", "ExpiredToken", "AuthFailure"):
+            "AccessDenied",
+            "AccessDeniedException",
+            "UnauthorizedOperation",
+            "UnrecognizedClientException",
+            "InvalidClientTokenId",
+            "ExpiredToken",
+            "AuthFailure",
+        ):
             at = f" at {endpoint}" if endpoint else ""
-            return (f"AWS{at} refused {error.operation_name}: {code or http}; check the credentials' identity "
-                    "(aws sts get-caller-identity) and its IAM permissions")
+            return (
+                f"AWS{at} refused {error.operation_name}: {code or http}; check the credentials' identity "
+                "(aws sts get-caller-identity) and its IAM permissions"
+            )
     return None
 
 
@@ -268,8 +305,12 @@ def _status_message(error: Any) -> str:
 
 
 def resolve_or_exit(
-    args: argparse.Namespace, extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (), *, require_fit: bool = False,
-    require_code: bool = False, require_model: bool = False,
+    args: argparse.Namespace,
+    extra_layers: Iterable[tuple[str, Mapping[str, Any]]] = (),
+    *,
+    require_fit: bool = False,
+    require_code: bool = False,
+    require_model: bool = False,
 ) -> ResolvedSettings:
     """Resolve settings from the project's context and `-c`; on bad settings print every problem and exit 2.
 
@@ -282,15 +323,27 @@ def resolve_or_exit(
     """
     try:
         resolved = resolve_settings(parse_overrides(args.context), extra_layers=extra_layers)
-        _check(resolved.settings, resolved.app_dir, require_fit=require_fit, require_code=require_code,
-               require_model=require_model)
+        _check(
+            resolved.settings,
+            resolved.app_dir,
+            require_fit=require_fit,
+            require_code=require_code,
+            require_model=require_model,
+        )
         return resolved
     except SettingsError as error:
         _exit_invalid(args, error)
 
 
-def check_or_exit(args: argparse.Namespace, settings: Settings, app_dir: Path | None, *, require_fit: bool = False,
-                  require_code: bool = False, require_model: bool = False) -> None:
+def check_or_exit(
+    args: argparse.Namespace,
+    settings: Settings,
+    app_dir: Path | None,
+    *,
+    require_fit: bool = False,
+    require_code: bool = False,
+    require_model: bool = False,
+) -> None:
     """resolve_or_exit's checks of settings made otherwise (ray-efa submit: the local ones on the deployed cluster's);
     on bad settings print every problem and exit 2."""
     try:
@@ -299,8 +352,9 @@ def check_or_exit(args: argparse.Namespace, settings: Settings, app_dir: Path | 
         _exit_invalid(args, error)
 
 
-def _check(settings: Settings, app_dir: Path | None, *, require_fit: bool, require_code: bool,
-           require_model: bool) -> None:
+def _check(
+    settings: Settings, app_dir: Path | None, *, require_fit: bool, require_code: bool, require_model: bool
+) -> None:
     problems: list[Problem] = []
     if require_code or require_fit:
         from ray_efa.core.user_code import check_user_code
@@ -326,8 +380,16 @@ def _check(settings: Settings, app_dir: Path | None, *, require_fit: bool, requi
 
 def _exit_invalid(args: argparse.Namespace, error: SettingsError) -> NoReturn:
     if getattr(args, "json", False):
-        print(json.dumps({"error": "invalid settings", "exit_code": EXIT_USAGE, "problems": [
-            {"key": p.key, "value": p.value, "message": p.message} for p in error.problems]}, default=str))
+        print(
+            json.dumps(
+                {
+                    "error": "invalid settings",
+                    "exit_code": EXIT_USAGE,
+                    "problems": [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems],
+                },
+                default=str,
+            )
+        )
     print(f"ray-efa: {error}", file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
@@ -341,21 +403,31 @@ def resolve_local_or_exit(args: argparse.Namespace, command: str, *, require_cod
 
     layers: list[tuple[str, Mapping[str, Any]]] = [("--local preset", LOCAL_PRESET)]
     try:  # every layer but the tiny model's, merged as resolve_settings merges them
-        context = merge_context([*(values for _, values in read_context(find_app_dir())), LOCAL_PRESET,
-                                 parse_overrides(args.context)])
+        context = merge_context(
+            [*(values for _, values in read_context(find_app_dir())), LOCAL_PRESET, parse_overrides(args.context)]
+        )
     except SettingsError:  # unreadable context or a malformed -c: resolve_or_exit below says which
         context = None
     try:
         tiny = tiny_model_layer(context) if context is not None else None
     except (TinyModelError, OSError) as error:
-        sys.exit(fail(args, command, f"cannot make the local run's tiny model folder: {error}; give your own inputs "
-                                     "(-c modelPath=... -c dataset=...) or random tokens (-c dataPoolSize=8)", code=1))
+        sys.exit(
+            fail(
+                args,
+                command,
+                f"cannot make the local run's tiny model folder: {error}; give your own inputs "
+                "(-c modelPath=... -c dataset=...) or random tokens (-c dataPoolSize=8)",
+                code=1,
+            )
+        )
     if tiny is not None:
         name, values = tiny
         layers.append(tiny)
-        print(f"{name}: fine-tuning modelPath {values['modelPath']} on dataset {values['dataset']} (English license "
-              f"texts of the installed packages, evalFraction {values['evalFraction']} held out); `ray-efa tiny-model "
-              "DIR` writes such a folder of your own")
+        print(
+            f"{name}: fine-tuning modelPath {values['modelPath']} on dataset {values['dataset']} (English license "
+            f"texts of the installed packages, evalFraction {values['evalFraction']} held out); `ray-efa tiny-model "
+            "DIR` writes such a folder of your own"
+        )
     return resolve_or_exit(args, extra_layers=layers, require_code=require_code)
 
 
@@ -373,8 +445,11 @@ def missing_plots_extra(command: str) -> int | None:
             missing.append(name)
     if not missing:
         return None
-    print(f"ray-efa {command}: the charts need {', '.join(missing)}, which this install lacks: "
-          "pip install 'ray-efa-stack[plots]'", file=sys.stderr)
+    print(
+        f"ray-efa {command}: the charts need {', '.join(missing)}, which this install lacks: "
+        "pip install 'ray-efa-stack[plots]'",
+        file=sys.stderr,
+    )
     return EXIT_NOT_INSTALLED
 
 
@@ -399,8 +474,11 @@ def missing_train_extra(command: str) -> int | None:
     missing = [name for name in TRAIN_EXTRA_MODULES if importlib.util.find_spec(name) is None]
     if not missing:
         return None
-    print(f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
-          "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'", file=sys.stderr)
+    print(
+        f"ray-efa {command}: training needs {', '.join(missing)}, which this install lacks (the base install has the "
+        "CDK constructs, manifests and CLI only): pip install 'ray-efa-stack[train]'",
+        file=sys.stderr,
+    )
     return EXIT_NOT_INSTALLED
 
 
@@ -431,7 +509,8 @@ def kubectl_code_route(settings: Settings) -> tuple[CodeArchive | None, str | No
             f"codeDir {settings.workload.code_dir} cannot ship in a ConfigMap: {problem}. Larger or binary code ships "
             f"as a zip under an s3:// storagePath (storagePath is {storage or 'unset'}; the cluster stack's output "
             "CheckpointStoragePath is one), which `ray-efa submit` uploads and `ray-efa manifests` writes with its "
-            "upload command; or as an S3 asset with `cdk deploy` (RayTrainingJob)")
+            "upload command; or as an S3 asset with `cdk deploy` (RayTrainingJob)"
+        )
     try:
         return build_code_archive(code_dir, storage_path=storage), None
     except ManifestError as error:

@@ -27,9 +27,11 @@ class NotKubernetesApi(Exception):
     web server, a proxy's default backend, another port), so "no such object" would point at the wrong cause."""
 
     def __init__(self, endpoint: str, path: str):
-        super().__init__(f"the server at {endpoint} does not answer the Kubernetes API (404 Not Found on /api, and on "
-                         f"{path}): it is not a Kubernetes API server; check the kubeconfig's server address (for EKS: "
-                         "aws eks update-kubeconfig --name CLUSTER --region REGION)")
+        super().__init__(
+            f"the server at {endpoint} does not answer the Kubernetes API (404 Not Found on /api, and on "
+            f"{path}): it is not a Kubernetes API server; check the kubeconfig's server address (for EKS: "
+            "aws eks update-kubeconfig --name CLUSTER --region REGION)"
+        )
         self.endpoint = endpoint
 
 
@@ -66,16 +68,21 @@ class BoundedApiClient(ApiClient):
                 raise KubeApiRefused(error, str(self.configuration.host)) from None
             if error.status == 404 and not _kubernetes_status(error.body) and not self._serves_kubernetes_api():
                 url = str(args[1] if len(args) > 1 else kwargs.get("url", ""))
-                raise NotKubernetesApi(str(self.configuration.host), url.removeprefix(str(self.configuration.host))
-                                       or "/") from None
+                raise NotKubernetesApi(
+                    str(self.configuration.host), url.removeprefix(str(self.configuration.host)) or "/"
+                ) from None
             raise
 
     def _serves_kubernetes_api(self) -> bool:
         """Whether the server knows the Kubernetes API's discovery path /api: anything but a 404 (a 401 or 403 of an
         anonymous request included: every API server serves /api, to whom RBAC allows)."""
         try:
-            super().request("GET", f"{self.configuration.host}/api",  # pyright: ignore[reportAttributeAccessIssue]
-                            headers={"Accept": "application/json"}, _request_timeout=(self.timeout_s, self.timeout_s))
+            super().request(
+                "GET",
+                f"{self.configuration.host}/api",  # pyright: ignore[reportAttributeAccessIssue]
+                headers={"Accept": "application/json"},
+                _request_timeout=(self.timeout_s, self.timeout_s),
+            )
         except ApiException as error:
             return error.status != 404
         except Exception:  # noqa: BLE001 - the probe only names a cause; the original 404 stands when it fails

@@ -20,8 +20,11 @@ from ray_efa.cli._common import add_context_option, add_json_option, fail, print
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="compare a finished run's step with the model's prediction and fit its constants",
-                   description=(__doc__ or "").split("\n\n")[0])
+    p = add_parser(
+        name,
+        help="compare a finished run's step with the model's prediction and fit its constants",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
     p.add_argument("log", type=Path, metavar="LOG", help="the run's driver log (or its summary JSON)")
     add_context_option(p)
     add_json_option(p)
@@ -63,30 +66,53 @@ def run(args: argparse.Namespace) -> int:
 
     data = comparison.as_dict()
     m, p, c = data["measured"], data["predicted"], data["calibrated"]
-    table = Table(title=f"Run {data['name']}: {data['nodes']} x {data['instance_type']}",
-                  caption="predicted: the model's constants; calibrated: the run's link (preflight busbw) and compute "
-                          "efficiency. MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token")
+    table = Table(
+        title=f"Run {data['name']}: {data['nodes']} x {data['instance_type']}",
+        caption="predicted: the model's constants; calibrated: the run's link (preflight busbw) and compute "
+        "efficiency. MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token",
+    )
     for column in ("", "measured", "predicted", "calibrated"):
         table.add_column(column, justify="left" if not column else "right", overflow="fold")
     table.add_row("step s", f"{m['step_time_s']:.3f}", f"{p['step_time_s']:.3f}", f"{c['step_time_s']:.3f}")
     table.add_row("compute s", "-", f"{p['compute_s']:.3f}", f"{c['compute_s']:.3f}")
     table.add_row("network s", "-", f"{p['network_s']:.3f}", f"{c['network_s']:.3f}")
-    table.add_row("tok/s per GPU", f"{m['tokens_per_s_per_gpu']:,.0f}", f"{p['tokens_per_s_per_gpu']:,.0f}",
-                  f"{c['tokens_per_s_per_gpu']:,.0f}")
-    table.add_row("MFU %", "", f"{100 * p['mfu']:.1f}/{100 * p['mfu_causal']:.1f}",
-                  f"{100 * c['mfu']:.1f}/{100 * c['mfu_causal']:.1f}")
+    table.add_row(
+        "tok/s per GPU",
+        f"{m['tokens_per_s_per_gpu']:,.0f}",
+        f"{p['tokens_per_s_per_gpu']:,.0f}",
+        f"{c['tokens_per_s_per_gpu']:,.0f}",
+    )
+    table.add_row(
+        "MFU %",
+        "",
+        f"{100 * p['mfu']:.1f}/{100 * p['mfu_causal']:.1f}",
+        f"{100 * c['mfu']:.1f}/{100 * c['mfu_causal']:.1f}",
+    )
     table.add_row("bound", "", p["bottleneck"], c["bottleneck"])
     console = Console()
     console.print(table)
     cal = data["calibration"]
-    efficiency = (f"compute at {cal['compute_efficiency']:.3f} of the bf16 peak (model: {cal['model_compute_efficiency']})"
-                  if cal["compute_observable"] else "compute not observable (the step is network-bound): model's kept")
-    link = f"link {cal['inter_node_gb_s']:.2f} GB/s (preflight)" if cal["inter_node_gb_s"] else "no inter-node link measured"
-    console.print(f"predicted / measured step: {data['predicted_over_measured']:.2f}; fitted: {efficiency}; {link}. "
-                  f"Use them: ray-efa plan --calibration {args.log}", highlight=False)
+    efficiency = (
+        f"compute at {cal['compute_efficiency']:.3f} of the bf16 peak (model: {cal['model_compute_efficiency']})"
+        if cal["compute_observable"]
+        else "compute not observable (the step is network-bound): model's kept"
+    )
+    link = (
+        f"link {cal['inter_node_gb_s']:.2f} GB/s (preflight)"
+        if cal["inter_node_gb_s"]
+        else "no inter-node link measured"
+    )
+    console.print(
+        f"predicted / measured step: {data['predicted_over_measured']:.2f}; fitted: {efficiency}; {link}. "
+        f"Use them: ray-efa plan --calibration {args.log}",
+        highlight=False,
+    )
     floor = data["preflight"]
     if floor:
-        console.print(f"preflight floor from this run ({floor['network']}): {floor['floor_gb_s']:g} GB/s "
-                      f"({floor['margin']:g} of the probe's {floor['measured_busbw_gb_s']:g}); run {floor['network']} "
-                      f"jobs with it: -c network={floor['network']} -c {floor['setting']}", highlight=False)
+        console.print(
+            f"preflight floor from this run ({floor['network']}): {floor['floor_gb_s']:g} GB/s "
+            f"({floor['margin']:g} of the probe's {floor['measured_busbw_gb_s']:g}); run {floor['network']} "
+            f"jobs with it: -c network={floor['network']} -c {floor['setting']}",
+            highlight=False,
+        )
     return 0

@@ -28,20 +28,23 @@ EXIT_INTERRUPTED = 130
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
-        name, help="check which AZs of a region can launch the GPU nodes: offerings, vCPU quota, placement score",
+        name,
+        help="check which AZs of a region can launch the GPU nodes: offerings, vCPU quota, placement score",
         description=__doc__,
     )
     p.add_argument("--region", help="AWS region (default: the region setting)")
     p.add_argument("--instance-type", help="EFA GPU instance type (default: the gpuInstanceType setting)")
     p.add_argument("--count", type=int, help="instances needed in one AZ (default: the gpuNodeCount setting)")
     p.add_argument(
-        "--probe", action="store_true",
+        "--probe",
+        action="store_true",
         help="also create a real targeted capacity reservation for --count instances in each offered AZ and cancel it "
         "at once (billed for the seconds it exists; always cancelled, also on Ctrl-C)",
     )
     p.add_argument(
-        "--write-context", action="store_true",
-        help="store the recommended AZ as gpuAvailabilityZone in the app's cdk.json (its \"context\"), for the next "
+        "--write-context",
+        action="store_true",
+        help='store the recommended AZ as gpuAvailabilityZone in the app\'s cdk.json (its "context"), for the next '
         "`cdk deploy`; outside an app directory, print the `-c` flag to pass instead",
     )
     add_request_timeout_option(p, "AWS (botocore retries as configured: AWS_MAX_ATTEMPTS)")
@@ -77,17 +80,29 @@ def _parse(args: argparse.Namespace) -> tuple[CapacityRequest, int] | int:
     if not regions.is_valid_region(region):
         problems.append({"key": "--region", "value": region, "message": "must be a region name like us-east-2"})
     try:
-        instance = (settings.nodes.gpu_instance if instance_type == settings.nodes.gpu_instance_type
-                    else catalog.gpu_instance(instance_type))
+        instance = (
+            settings.nodes.gpu_instance
+            if instance_type == settings.nodes.gpu_instance_type
+            else catalog.gpu_instance(instance_type)
+        )
     except catalog.CatalogError as error:
         problems.append({"key": "--instance-type", "value": instance_type, "message": str(error)})
     if count < 1:
-        hint = " (gpuNodeCount is 0, scaled to zero: pass the count you will come back with)" if args.count is None else ""
+        hint = (
+            " (gpuNodeCount is 0, scaled to zero: pass the count you will come back with)" if args.count is None else ""
+        )
         problems.append({"key": "--count", "value": count, "message": f"must be >= 1{hint}"})
     if args.write_context and region != settings.cluster.region:
-        problems.append({"key": "--region", "value": region, "message": (
-            f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "
-            "in the region the stack deploys to (set the region setting first)")})
+        problems.append(
+            {
+                "key": "--region",
+                "value": region,
+                "message": (
+                    f"must equal the region setting ({settings.cluster.region}) with --write-context: the stored AZ must be "
+                    "in the region the stack deploys to (set the region setting first)"
+                ),
+            }
+        )
     if problems or instance is None:  # no instance means a problem was recorded for it
         return _fail(args, "invalid arguments", problems, EXIT_USAGE)
 
@@ -95,10 +110,15 @@ def _parse(args: argparse.Namespace) -> tuple[CapacityRequest, int] | int:
 
     # The reservation of the settings, checked where the nodes would launch (the settings' GPU AZ and type).
     reservation = settings.nodes.capacity_reservation_id
-    return CapacityRequest(region=region, instance_type=instance_type, count=count, probe=args.probe,
-                           reservation_id=reservation if region == settings.cluster.region else None,
-                           reservation_zone=settings.gpu_availability_zone if reservation else None,
-                           capacity_block=settings.nodes.capacity_reservation_type == "capacity-block"), instance.vcpus
+    return CapacityRequest(
+        region=region,
+        instance_type=instance_type,
+        count=count,
+        probe=args.probe,
+        reservation_id=reservation if region == settings.cluster.region else None,
+        reservation_zone=settings.gpu_availability_zone if reservation else None,
+        capacity_block=settings.nodes.capacity_reservation_type == "capacity-block",
+    ), instance.vcpus
 
 
 def _check(args: argparse.Namespace, request: CapacityRequest, catalog_vcpus: int) -> int:
@@ -118,8 +138,11 @@ def _check(args: argparse.Namespace, request: CapacityRequest, catalog_vcpus: in
     try:
         with progress.status(f"checking capacity for {count} x {instance_type} in {region}") as spinner:
             report = check_capacity(
-                request, ec2=ec2, service_quotas=session.client("service-quotas", config=bounded),
-                catalog_vcpus=catalog_vcpus, status=spinner.update,
+                request,
+                ec2=ec2,
+                service_quotas=session.client("service-quotas", config=bounded),
+                catalog_vcpus=catalog_vcpus,
+                status=spinner.update,
             )
     except CancelFailed as error:
         return _fail(args, str(error))
@@ -146,13 +169,15 @@ def _check(args: argparse.Namespace, request: CapacityRequest, catalog_vcpus: in
         console = Console()
         render_capacity(report, console)
         if written:
-            console.print(f"Wrote gpuAvailabilityZone={report.recommended_zone} to {written} (its \"context\"; "
-                          f"the same as {flags})")
+            console.print(
+                f'Wrote gpuAvailabilityZone={report.recommended_zone} to {written} (its "context"; the same as {flags})'
+            )
     return 0 if report.ok else 1
 
 
-def _write_context(args: argparse.Namespace, report: CapacityReport,
-                   progress: Console) -> tuple[str | None, str | None] | int:
+def _write_context(
+    args: argparse.Namespace, report: CapacityReport, progress: Console
+) -> tuple[str | None, str | None] | int:
     """--write-context: the recommended AZ into the app's cdk.json (the file written, and the `-c` flag that does the
     same), or the flag alone outside an app; the exit code where the AZ gives bad settings or the file cannot be
     written."""
@@ -166,14 +191,19 @@ def _write_context(args: argparse.Namespace, report: CapacityReport,
     try:  # the stored value must give valid settings, before anything is written
         resolve_settings({**parse_overrides(args.context), "gpuAvailabilityZone": zone})
     except SettingsError as error:
-        return _fail(args, "the recommended AZ does not give valid settings; nothing written",
-                     [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems], EXIT_USAGE)
+        return _fail(
+            args,
+            "the recommended AZ does not give valid settings; nothing written",
+            [{"key": p.key, "value": p.value, "message": p.message} for p in error.problems],
+            EXIT_USAGE,
+        )
     from ray_efa.ops.cdk_context import ContextFileError, app_config_file, context_flags, write_context
 
     flags = context_flags({"gpuAvailabilityZone": zone})
     if app_config_file() is None:  # no app here: nothing to write into, the flag does the same
-        progress.print(f"--write-context: no cdk.json in this directory or above; pass {flags} to cdk and ray-efa",
-                       soft_wrap=True)
+        progress.print(
+            f"--write-context: no cdk.json in this directory or above; pass {flags} to cdk and ray-efa", soft_wrap=True
+        )
         return None, flags
     try:
         return str(write_context({"gpuAvailabilityZone": zone})), flags

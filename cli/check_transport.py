@@ -37,20 +37,38 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
         help="prove from NCCL logs that collectives crossed nodes over EFA (exit 0), or not (1), or nothing (3)",
         description=(__doc__ or "").split("\n\n")[0],
     )
-    p.add_argument("--expect", choices=EXPECTS, default="efa",
-                   help="transport the logs must show between nodes (default: efa)")
-    p.add_argument("--hosts", type=_host_count, metavar="N",
-                   help="how many hosts the job ran on, if you know it: 1 makes a chosen network prove nothing; 2 or more "
-                        "lets a network every process chose contradict --expect (it never makes a pass)")
-    p.add_argument("--counters", action="append", default=[], metavar="PATH",
-                   help="EFA counter snapshots: a file, or a folder of efa-counters-*.json (such as the driver's "
-                        "--logs-dir); may be given more than once")
-    p.add_argument("--predicted-bytes", type=_byte_count, metavar="BYTES",
-                   help="bytes each node should have sent (and received) between nodes during training, where the "
-                        "snapshots carry no prediction (a train function the step-time model does not know)")
+    p.add_argument(
+        "--expect", choices=EXPECTS, default="efa", help="transport the logs must show between nodes (default: efa)"
+    )
+    p.add_argument(
+        "--hosts",
+        type=_host_count,
+        metavar="N",
+        help="how many hosts the job ran on, if you know it: 1 makes a chosen network prove nothing; 2 or more "
+        "lets a network every process chose contradict --expect (it never makes a pass)",
+    )
+    p.add_argument(
+        "--counters",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="EFA counter snapshots: a file, or a folder of efa-counters-*.json (such as the driver's "
+        "--logs-dir); may be given more than once",
+    )
+    p.add_argument(
+        "--predicted-bytes",
+        type=_byte_count,
+        metavar="BYTES",
+        help="bytes each node should have sent (and received) between nodes during training, where the "
+        "snapshots carry no prediction (a train function the step-time model does not know)",
+    )
     add_json_option(p)
-    p.add_argument("logs", nargs="*", metavar="LOG",
-                   help="NCCL_DEBUG=INFO log files of one job (worker logs, driver output); '-' reads stdin")
+    p.add_argument(
+        "logs",
+        nargs="*",
+        metavar="LOG",
+        help="NCCL_DEBUG=INFO log files of one job (worker logs, driver output); '-' reads stdin",
+    )
     p.set_defaults(run=run)
 
 
@@ -124,8 +142,10 @@ def _unreadable(paths: list[str], *, folders: bool = False) -> str | None:
                 if not os.access(path, os.R_OK | os.X_OK):
                     return f"cannot read {path}: permission denied"
                 continue
-            return (f"cannot read {path}: it is a directory (give the log files in it; --counters {path} reads the "
-                    "EFA counter snapshots in it)")
+            return (
+                f"cannot read {path}: it is a directory (give the log files in it; --counters {path} reads the "
+                "EFA counter snapshots in it)"
+            )
         if not os.access(path, os.R_OK):
             return f"cannot read {path}: permission denied"
         try:  # some files open but fail on read (I/O errors, /proc entries): find out before printing anything

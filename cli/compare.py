@@ -20,17 +20,35 @@ from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, prin
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="EFA-versus-TCP throughput ratio from the two training runs' logs",
-                   description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("logs", nargs="+", type=Path, metavar="RUN",
-                   help="driver logs holding the runs' summaries, or run folders (summary.json)")
-    p.add_argument("--runs", action="store_true",
-                   help="two runs side by side (the last of each RUN), whatever differs: not a transport ratio")
-    p.add_argument("--allow-different-hardware", action="store_true",
-                   help="compare runs on different instance types, devices or host counts (the ratio is then not "
-                   "the transport's alone)")
-    p.add_argument("--plot", type=Path, metavar="FILE",
-                   help="also draw EFA against TCP (tokens/s and step time as bars, with the ratio) into this PNG")
+    p = add_parser(
+        name,
+        help="EFA-versus-TCP throughput ratio from the two training runs' logs",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    p.add_argument(
+        "logs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="driver logs holding the runs' summaries, or run folders (summary.json)",
+    )
+    p.add_argument(
+        "--runs",
+        action="store_true",
+        help="two runs side by side (the last of each RUN), whatever differs: not a transport ratio",
+    )
+    p.add_argument(
+        "--allow-different-hardware",
+        action="store_true",
+        help="compare runs on different instance types, devices or host counts (the ratio is then not "
+        "the transport's alone)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw EFA against TCP (tokens/s and step time as bars, with the ratio) into this PNG",
+    )
     add_json_option(p)
     p.set_defaults(run=run)
 
@@ -67,8 +85,11 @@ def run(args: argparse.Namespace) -> int:
     except CompareError as error:
         return fail(args, "compare", str(error))
     except OSError as error:
-        return fail(args, "compare", f"cannot read {error.filename or ', '.join(map(str, args.logs))}: "
-                                     f"{error.strerror or error}")
+        return fail(
+            args,
+            "compare",
+            f"cannot read {error.filename or ', '.join(map(str, args.logs))}: {error.strerror or error}",
+        )
     if args.json:
         print_json(comparison.as_dict())
         return _plot(args, comparison)
@@ -83,8 +104,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     if not comparison.same_hardware:
-        print("ray-efa compare: warning: the runs used different hardware (--allow-different-hardware); the ratio "
-              "is not the transport's alone", file=sys.stderr)
+        print(
+            "ray-efa compare: warning: the runs used different hardware (--allow-different-hardware); the ratio "
+            "is not the transport's alone",
+            file=sys.stderr,
+        )
     console.print(f"EFA runs the job [bold]{comparison.ratio:.2f}x[/bold] as fast as TCP")
     return _plot(args, comparison)
 
@@ -120,8 +144,10 @@ def _two_runs(args: argparse.Namespace, pair) -> int:
     console = Console()
     console.print(table)
     differs = ", ".join(f"{k} ({a} vs {b})" for k, (a, b) in pair.differences.items()) or "nothing recorded"
-    console.print(f"B runs at [bold]{pair.ratio:.2f}x[/bold] A's tokens/s. They differ in: {differs}; so this is "
-                  "the ratio of two runs, not a transport ratio.")
+    console.print(
+        f"B runs at [bold]{pair.ratio:.2f}x[/bold] A's tokens/s. They differ in: {differs}; so this is "
+        "the ratio of two runs, not a transport ratio."
+    )
     return 0
 
 

@@ -33,12 +33,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
-                   description=(__doc__ or "").partition("\n")[0])
-    p.add_argument("--cdk-out", type=Path, default=ROOT / "cdk.out", help="where the CloudFormation goes: a folder of its own (default: cdk.out)")
-    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)")
-    p.add_argument("--report", type=Path, default=ROOT / "reports" / "demo",
-                   help="where the local run's report goes: a folder of its own (default: reports/demo)")
+    p = add_parser(
+        name,
+        help="plan, synthesize the stacks, write the manifests and train locally (make demo)",
+        description=(__doc__ or "").partition("\n")[0],
+    )
+    p.add_argument(
+        "--cdk-out",
+        type=Path,
+        default=ROOT / "cdk.out",
+        help="where the CloudFormation goes: a folder of its own (default: cdk.out)",
+    )
+    p.add_argument(
+        "--dist", type=Path, default=ROOT / "dist", help="where the manifests go: a folder of its own (default: dist)"
+    )
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=ROOT / "reports" / "demo",
+        help="where the local run's report goes: a folder of its own (default: reports/demo)",
+    )
     add_context_option(p)
     p.set_defaults(run=run)
 
@@ -52,8 +66,11 @@ def is_cloud_assembly_entry(entry: Path) -> bool:
     if not ((folder / "cdk.out").is_file() and (folder / "manifest.json").is_file()):
         return False  # not a cloud assembly: nothing in it is the CDK's
     name = entry.name
-    return name in _ASSEMBLY_FILES or name.startswith("asset.") or name.endswith(
-        (".template.json", ".assets.json", ".metadata.json"))
+    return (
+        name in _ASSEMBLY_FILES
+        or name.startswith("asset.")
+        or name.endswith((".template.json", ".assets.json", ".metadata.json"))
+    )
 
 
 def _synth(settings, cdk_out: Path) -> list[tuple[str, int]]:
@@ -105,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     started = step("1/5 plan: what `cdk deploy` would build")
     plan = build_plan(resolved)
     render_plan(plan, console)
-    results.append(("plan", "fits GPU memory" if plan.fits else "does NOT fit GPU memory", time.perf_counter() - started))
+    results.append(
+        ("plan", "fits GPU memory" if plan.fits else "does NOT fit GPU memory", time.perf_counter() - started)
+    )
 
     started = step("2/5 synth: both CDK stacks, with cdk-nag")
     with console.status("synthesizing (jsii starts node; a few seconds)"):
@@ -131,12 +150,18 @@ def run(args: argparse.Namespace) -> int:
     local = resolve_local_or_exit(args, "demo").settings
     name = driver.default_run_name(local, local=True)
     code = driver.run(local, local=True, name=name)
-    results.append(("train + gate", "ok (the gate cannot prove EFA on CPU: see above)" if code == 0 else f"exit {code}",
-                    time.perf_counter() - started))
+    results.append(
+        (
+            "train + gate",
+            "ok (the gate cannot prove EFA on CPU: see above)" if code == 0 else f"exit {code}",
+            time.perf_counter() - started,
+        )
+    )
 
     started = step("5/5 report: the local run's charts and HTML page")
-    results.append(("report", _report(driver.open_run_folder(local, name), args.report, console),
-                    time.perf_counter() - started))
+    results.append(
+        ("report", _report(driver.open_run_folder(local, name), args.report, console), time.perf_counter() - started)
+    )
 
     table = Table(title="ray-efa demo")
     for column in ("step", "result", "seconds"):
@@ -144,8 +169,10 @@ def run(args: argparse.Namespace) -> int:
     for name, result, seconds in results:
         table.add_row(name, result, f"{seconds:.1f}")
     console.print(table)
-    console.print(f"Next: [bold]npx cdk deploy --all[/bold] (USD {plan.cost.total:.2f}/h), then "
-                  f"[bold]{settings.teardown_commands[0]}[/bold] first when done.")
+    console.print(
+        f"Next: [bold]npx cdk deploy --all[/bold] (USD {plan.cost.total:.2f}/h), then "
+        f"[bold]{settings.teardown_commands[0]}[/bold] first when done."
+    )
     return code if plan.fits else 1
 
 
@@ -166,6 +193,7 @@ def _report(folder, out: Path, console) -> str:
         console.print(f"  note: {note}", highlight=False)
     index = next(p for p in files if p.name == "index.html")
     console.print(f"  {len(files) - 1} charts and {index}", highlight=False)
-    console.print(f"  [bold]open {index}[/bold] (a cluster run's: ray-efa report <storagePath>/<run name>)",
-                  highlight=False)
+    console.print(
+        f"  [bold]open {index}[/bold] (a cluster run's: ray-efa report <storagePath>/<run name>)", highlight=False
+    )
     return str(index)

@@ -32,8 +32,12 @@ EXIT_REFUSED = 1
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="before `cdk deploy`: refuse one that would kill a running RayJob, re-create a deleted "
-                              "one or run DRA drivers next to the device plugins", description=__doc__)
+    p = add_parser(
+        name,
+        help="before `cdk deploy`: refuse one that would kill a running RayJob, re-create a deleted "
+        "one or run DRA drivers next to the device plugins",
+        description=__doc__,
+    )
     p.add_argument("--diff", metavar="FILE", help="the output of `npx cdk diff` for the deploy ('-': standard input)")
     p.add_argument("--yes", action="store_true", help="accept what may be accepted without asking")
     add_kube_options(p)
@@ -60,9 +64,13 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as error:
             return fail(args, "deploy-check", f"cannot read --diff {args.diff}: {error}")
         if "Stack " not in text:
-            return fail(args, "deploy-check", f"--diff {args.diff} is not the output of `cdk diff` (no 'Stack ' line); "
-                                              "cdk diff writes to standard error: `npx cdk diff 2>&1 | ray-efa "
-                                              "deploy-check --diff -`")
+            return fail(
+                args,
+                "deploy-check",
+                f"--diff {args.diff} is not the output of `cdk diff` (no 'Stack ' line); "
+                "cdk diff writes to standard error: `npx cdk diff 2>&1 | ray-efa "
+                "deploy-check --diff -`",
+            )
         diff = read_diff(text)
     try:
         api_client = kube_api_client(args)
@@ -75,16 +83,24 @@ def run(args: argparse.Namespace) -> int:
         accepted = args.yes or (not args.json and sys.stdin.isatty() and args.diff != "-" and _ask(findings))
     ok = not findings or accepted
     if args.json:
-        print_json({"ok": ok, "accepted": bool(findings) and accepted,
-                    "findings": [{"id": f.id, "message": f.message, "overridable": f.overridable} for f in findings],
-                    "active_jobs": state.active_jobs, "gpu_nodes": len(state.gpu_nodes),
-                    "diff_read": diff is not None})
+        print_json(
+            {
+                "ok": ok,
+                "accepted": bool(findings) and accepted,
+                "findings": [{"id": f.id, "message": f.message, "overridable": f.overridable} for f in findings],
+                "active_jobs": state.active_jobs,
+                "gpu_nodes": len(state.gpu_nodes),
+                "diff_read": diff is not None,
+            }
+        )
     elif not findings:
         active = ", ".join(state.active_jobs) or "none"
         print(f"ray-efa deploy-check: go ahead (active RayJobs: {active}; GPU nodes up: {len(state.gpu_nodes)})")
     for finding in findings:
-        print(f"ray-efa deploy-check: {'accepted' if accepted else 'refused'}: {finding.id}: {finding.message}",
-              file=sys.stderr)
+        print(
+            f"ray-efa deploy-check: {'accepted' if accepted else 'refused'}: {finding.id}: {finding.message}",
+            file=sys.stderr,
+        )
     return 0 if ok else EXIT_REFUSED
 
 

@@ -29,13 +29,20 @@ from ray_efa.cli.submit import EXIT_FAILED, FOLLOW_MARGIN_S
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="follow a RayJob already on the cluster to its end: states, log, the gate's verdict",
-                   description=(__doc__ or "").split("\n\n")[0])
+    p = add_parser(
+        name,
+        help="follow a RayJob already on the cluster to its end: states, log, the gate's verdict",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
     p.add_argument("job", metavar="NAME", help="the RayJob's name (what `ray-efa submit` printed, or a jobName)")
     add_kube_options(p)
     add_context_option(p)  # the namespace (and the default timeout) come from the settings
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})",
+    )
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
     p.set_defaults(run=run)
@@ -59,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     except SubmitError as error:
         return fail(args, "follow", str(error), code=EXIT_FAILED)
     except KeyboardInterrupt:
-        print(f"ray-efa follow: stopped following; the job keeps running: {follow_command(args.job, namespace)}",
-              file=sys.stderr)
+        print(
+            f"ray-efa follow: stopped following; the job keeps running: {follow_command(args.job, namespace)}",
+            file=sys.stderr,
+        )
         return 130
     return print_outcome(args, namespace, args.job, final, log, extra={})

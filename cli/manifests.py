@@ -30,13 +30,22 @@ EXIT_FAILED = 1
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl",
-                   description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("dist"),
-                   help="output folder: new, empty, or written by ray-efa before; only its own files are replaced "
-                   "(default: dist)")
-    p.add_argument("--allow-no-storage", action="store_true",
-                   help="write the jobs of a multi-node run without storagePath (they refuse to train until it is set)")
+    p = add_parser(
+        name,
+        help="write the Namespace, RayCluster and RayJob manifests as YAML for kubectl",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("dist"),
+        help="output folder: new, empty, or written by ray-efa before; only its own files are replaced (default: dist)",
+    )
+    p.add_argument(
+        "--allow-no-storage",
+        action="store_true",
+        help="write the jobs of a multi-node run without storagePath (they refuse to train until it is set)",
+    )
     add_context_option(p)
     add_json_option(p)
     p.set_defaults(run=run)
@@ -54,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ray_efa.core.settings import shared_storage_problem
 
-    storage = shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
-                                     settings.cluster_stack_name)
+    storage = shared_storage_problem(
+        settings.nodes.gpu_node_count, settings.workload.storage_path, settings.cluster_stack_name
+    )
     if storage is not None and not args.allow_no_storage:  # jobs that would refuse to train, minutes after apply
         return fail(args, "manifests", f"storagePath {storage.message}; or --allow-no-storage to write them anyway")
     archive, problem = kubectl_code_route(settings)
@@ -78,8 +88,16 @@ def run(args: argparse.Namespace) -> int:
         zipped = args.out / archive.file_name
         upload = {"file": str(zipped), "uri": archive.uri, "command": f"aws s3 cp {zipped} {archive.uri}"}
     if args.json:
-        print_json({"files": [str(f) for f in files], "out": str(args.out), "namespace": namespace,
-                    "ray_cluster": RAY_CLUSTER_NAME, "ray_job": ray_job_of(settings), "code_archive": upload})
+        print_json(
+            {
+                "files": [str(f) for f in files],
+                "out": str(args.out),
+                "namespace": namespace,
+                "ray_cluster": RAY_CLUSTER_NAME,
+                "ray_job": ray_job_of(settings),
+                "code_archive": upload,
+            }
+        )
         return 0
     warning = storage_warning(settings)
     if warning:
@@ -88,14 +106,21 @@ def run(args: argparse.Namespace) -> int:
     for f in files:
         print(f"  {args.out / f.name}")
     if archive is not None:
-        print(f"and codeDir as {args.out / archive.file_name} ({archive.describe()}), which the pods fetch from "
-              f"{archive.uri}")
-    first, job = files[0].name, next(f.name for f in files if f.name.endswith(f"rayjob-{settings.workload.network}.yaml"))
+        print(
+            f"and codeDir as {args.out / archive.file_name} ({archive.describe()}), which the pods fetch from "
+            f"{archive.uri}"
+        )
+    first, job = (
+        files[0].name,
+        next(f.name for f in files if f.name.endswith(f"rayjob-{settings.workload.network}.yaml")),
+    )
     print("train:")
     if upload is not None:
         print(f"  {upload['command']}   # first: where every Ray pod fetches codeDir")
     print(f"  kubectl apply -f {args.out / first} -f {args.out / job}")
     print(f"  kubectl -n {namespace} get rayjob {ray_job_of(settings)} -w   # Complete, or Failed (gate)")
-    print(f"  {follow_command(ray_job_of(settings), namespace)}   # or: its states, log and the gate's verdict; exit "
-          "code = the job's")
+    print(
+        f"  {follow_command(ray_job_of(settings), namespace)}   # or: its states, log and the gate's verdict; exit "
+        "code = the job's"
+    )
     return 0

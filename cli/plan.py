@@ -64,38 +64,82 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
         name,
         help="show what would be deployed: settings and their sources, instances, EFA interfaces, pods, "
         "memory per GPU, predicted step time on EFA and TCP, USD per hour, teardown order",
-        description=(__doc__ or "") + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings or a "
+        description=(__doc__ or "")
+        + " Exit 1 when the training run would not fit GPU memory, 2 for invalid settings or a "
         "--plot file that may not be written, 4 for --plot without matplotlib.",
     )
     add_context_option(p)
     add_json_option(p)
-    p.add_argument("--calibration", type=Path, metavar="LOG",
-                   help="predict with the constants fitted to a finished run on the same instance type "
-                        "(its driver log or summary JSON; see `ray-efa calibrate`)")
-    p.add_argument("--plot", type=Path, metavar="FILE",
-                   help="also draw the predicted scaling curve (tokens/s and USD per million tokens against node "
-                   "count, each strategy on EFA and TCP) into this PNG")
-    p.add_argument("--max-nodes", type=_node_count, metavar="N",
-                   help="the scaling curve's last node count (default: 8, or twice gpuNodeCount)")
-    p.add_argument("--recommend", action="store_true",
-                   help="rank every GPU instance type (and extraGpuInstanceTypes) at 1..--max-nodes nodes, each with "
-                        "its own chosen plan, by predicted USD per million tokens (only plans that fit); --plot draws it")
-    p.add_argument("--tokens", type=_token_count, metavar="N",
-                   help="with --recommend: the tokens to train, for the hours and USD (default 20 per model "
-                        "parameter, the compute-optimal budget of Hoffmann et al. 2022)")
-    p.add_argument("--top", type=_top_count, metavar="N", default=10,
-                   help="with --recommend: the table's rows (default 10; --json always has every row)")
-    p.add_argument("--all", action="store_true", dest="all_rows",
-                   help="with --recommend: every fitting row in the table, not the top 10")
-    p.add_argument("--budget", type=_positive_number, metavar="USD",
-                   help="with --recommend: only plans whose predicted cost to train the tokens is at most USD")
-    p.add_argument("--hours", type=_positive_number, metavar="H",
-                   help="with --recommend: only plans predicted to train the tokens within H hours")
-    p.add_argument("--capacity", choices=("on-demand", "capacity-block", "any"), default="any",
-                   help="with --recommend: only On-Demand plans, only Capacity Blocks (reserved ahead), or any "
-                        "(default)")
-    p.add_argument("--settings", action="store_true", dest="settings_table",
-                   help="also print the table of every setting and its source (--json always has them)")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="LOG",
+        help="predict with the constants fitted to a finished run on the same instance type "
+        "(its driver log or summary JSON; see `ray-efa calibrate`)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw the predicted scaling curve (tokens/s and USD per million tokens against node "
+        "count, each strategy on EFA and TCP) into this PNG",
+    )
+    p.add_argument(
+        "--max-nodes",
+        type=_node_count,
+        metavar="N",
+        help="the scaling curve's last node count (default: 8, or twice gpuNodeCount)",
+    )
+    p.add_argument(
+        "--recommend",
+        action="store_true",
+        help="rank every GPU instance type (and extraGpuInstanceTypes) at 1..--max-nodes nodes, each with "
+        "its own chosen plan, by predicted USD per million tokens (only plans that fit); --plot draws it",
+    )
+    p.add_argument(
+        "--tokens",
+        type=_token_count,
+        metavar="N",
+        help="with --recommend: the tokens to train, for the hours and USD (default 20 per model "
+        "parameter, the compute-optimal budget of Hoffmann et al. 2022)",
+    )
+    p.add_argument(
+        "--top",
+        type=_top_count,
+        metavar="N",
+        default=10,
+        help="with --recommend: the table's rows (default 10; --json always has every row)",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_rows",
+        help="with --recommend: every fitting row in the table, not the top 10",
+    )
+    p.add_argument(
+        "--budget",
+        type=_positive_number,
+        metavar="USD",
+        help="with --recommend: only plans whose predicted cost to train the tokens is at most USD",
+    )
+    p.add_argument(
+        "--hours",
+        type=_positive_number,
+        metavar="H",
+        help="with --recommend: only plans predicted to train the tokens within H hours",
+    )
+    p.add_argument(
+        "--capacity",
+        choices=("on-demand", "capacity-block", "any"),
+        default="any",
+        help="with --recommend: only On-Demand plans, only Capacity Blocks (reserved ahead), or any (default)",
+    )
+    p.add_argument(
+        "--settings",
+        action="store_true",
+        dest="settings_table",
+        help="also print the table of every setting and its source (--json always has them)",
+    )
     p.set_defaults(run=run)
 
 
@@ -114,8 +158,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             summary = read_summary(args.calibration)
             if summary.get("instance_type") != resolved.settings.nodes.gpu_instance_type:
-                raise CalibrationError(f"the run ran on {summary.get('instance_type')!r}, the plan is for "
-                                       f"{resolved.settings.nodes.gpu_instance_type}: calibrate with a run of that type")
+                raise CalibrationError(
+                    f"the run ran on {summary.get('instance_type')!r}, the plan is for "
+                    f"{resolved.settings.nodes.gpu_instance_type}: calibrate with a run of that type"
+                )
             calibration = compare_run(resolved.settings, summary).calibration
         except OSError as error:
             return fail(args, "plan", f"--calibration: cannot read {args.calibration}: {error.strerror or error}")
@@ -130,8 +176,12 @@ def run(args: argparse.Namespace) -> int:
         except OutputDirError as error:
             return fail(args, "plan", f"--plot: {error}")
     if args.plot is not None and not args.recommend and not resolved.settings.training.builtin:
-        return fail(args, "plan", f"--plot: no scaling curve for trainFunction {resolved.settings.training.train_function}: "
-                                  f"{OWN_FUNCTION_NOTE}")
+        return fail(
+            args,
+            "plan",
+            f"--plot: no scaling curve for trainFunction {resolved.settings.training.train_function}: "
+            f"{OWN_FUNCTION_NOTE}",
+        )
     if args.recommend:
         return _recommend(args, resolved.settings)
     if args.tokens is not None:
@@ -139,8 +189,12 @@ def run(args: argparse.Namespace) -> int:
     if args.all_rows or args.top != 10:
         return fail(args, "plan", "--top and --all: only with --recommend")
     if args.budget is not None or args.hours is not None or args.capacity != "any":
-        return fail(args, "plan", "--budget, --hours and --capacity: only with --recommend (the plan of the settings "
-                                  "is one instance type; -c gpuInstanceType=... picks another)")
+        return fail(
+            args,
+            "plan",
+            "--budget, --hours and --capacity: only with --recommend (the plan of the settings "
+            "is one instance type; -c gpuInstanceType=... picks another)",
+        )
     plan = build_plan(resolved, calibration, max_nodes=args.max_nodes)
     if args.json:
         print_json(plan.as_dict(), exact=("settings",))  # settings values as given; computed numbers rounded
@@ -164,8 +218,14 @@ def _plot(args: argparse.Namespace, plan) -> int:
 def _recommend(args: argparse.Namespace, settings) -> int:
     from ray_efa.ops.recommend import recommend
 
-    ranking = recommend(settings, tokens=args.tokens, max_nodes=args.max_nodes or 8, budget_usd=args.budget,
-                        max_hours=args.hours, capacity=args.capacity)
+    ranking = recommend(
+        settings,
+        tokens=args.tokens,
+        max_nodes=args.max_nodes or 8,
+        budget_usd=args.budget,
+        max_hours=args.hours,
+        capacity=args.capacity,
+    )
     if args.json:
         print_json(ranking)
     else:
@@ -191,47 +251,75 @@ def _print_ranking(ranking: dict, top: int | None) -> None:
     shown = rows if top is None else rows[:top]
     region = ranking["region"]
     if not ranking["prices_recorded"]:
-        print(f"No GPU price is recorded for {region}: nothing is ranked (a price borrowed from another region is "
-              f"not one you can buy at). Record {region}'s prices: aws pricing get-products --service-code AmazonEC2 "
-              f"--filters Type=TERM_MATCH,Field=regionCode,Value={region} ..., rows in core/data/on_demand_prices.csv "
-              "(docs/plan-evidence.md); or rank a recorded region with -c region=us-east-2.")
+        print(
+            f"No GPU price is recorded for {region}: nothing is ranked (a price borrowed from another region is "
+            f"not one you can buy at). Record {region}'s prices: aws pricing get-products --service-code AmazonEC2 "
+            f"--filters Type=TERM_MATCH,Field=regionCode,Value={region} ..., rows in core/data/on_demand_prices.csv "
+            "(docs/plan-evidence.md); or rank a recorded region with -c region=us-east-2."
+        )
         return
-    title = (f"Cheapest to train {ranking['model']} ({ranking['model_parameters'] / 1e9:.2f} B parameters) on "
-             f"{ranking['tokens'] / 1e9:,.1f} B tokens in {region}")
+    title = (
+        f"Cheapest to train {ranking['model']} ({ranking['model_parameters'] / 1e9:.2f} B parameters) on "
+        f"{ranking['tokens'] / 1e9:,.1f} B tokens in {region}"
+    )
     caption = [f"{len(shown)} of {len(rows)} fitting plans (--all for every one); each with its own plan; predicted."]
     if ranking.get("tokens_default"):
         caption.append(f"Tokens: {ranking['tokens_default']}; --tokens to change.")
-    caption.append(f"USD/h: the price recorded for {region}, cluster included; buy: OD On-Demand, CB a Capacity "
-                   "Block (reserved ahead, for its days). Only types with a recorded price are ranked.")
+    caption.append(
+        f"USD/h: the price recorded for {region}, cluster included; buy: OD On-Demand, CB a Capacity "
+        "Block (reserved ahead, for its days). Only types with a recorded price are ranked."
+    )
     limits = ranking.get("limits") or {}
-    asked = [text for text, on in ((f"at most {limits.get('budget_usd') or 0:,.0f} USD", limits.get("budget_usd")),
-                                   (f"within {limits.get('max_hours') or 0:g} hours", limits.get("max_hours")),
-                                   (f"{limits.get('capacity')} only", limits.get("capacity", "any") != "any")) if on]
+    asked = [
+        text
+        for text, on in (
+            (f"at most {limits.get('budget_usd') or 0:,.0f} USD", limits.get("budget_usd")),
+            (f"within {limits.get('max_hours') or 0:g} hours", limits.get("max_hours")),
+            (f"{limits.get('capacity')} only", limits.get("capacity", "any") != "any"),
+        )
+        if on
+    ]
     if asked:
-        caption.append(f"Limits: {', '.join(asked)}; {ranking.get('left_out_by_limits', 0)} fitting plans left out "
-                       "by them.")
+        caption.append(
+            f"Limits: {', '.join(asked)}; {ranking.get('left_out_by_limits', 0)} fitting plans left out by them."
+        )
     if ranking.get("skipped"):
         caption.append(f"Left out: {', '.join(ranking['skipped'])} (see --json's skipped).")
     caption.append("Spot: not recorded.")
-    caption.append("c: the step model's constants for the GPU family, m measured / p published / a assumed; "
-                   "+-: the prediction's range by it (10/15/35%).")
+    caption.append(
+        "c: the step model's constants for the GPU family, m measured / p published / a assumed; "
+        "+-: the prediction's range by it (10/15/35%)."
+    )
     if ranking.get("note"):
         caption.append(f"Note: {ranking['note']}.")
     from rich import box
 
-    table = Table(title=title, caption=" ".join(caption), caption_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = Table(title=title, caption=" ".join(caption), caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("#", "nodes x type", "buy", "$/h", "tok/s", "$/M tok", "hours", "+-", "USD", "c", "plan"):
-        table.add_column(column, justify="left" if column in ("nodes x type", "plan", "c") else "right",
-                         no_wrap=column != "plan", overflow="fold")
+        table.add_column(
+            column,
+            justify="left" if column in ("nodes x type", "plan", "c") else "right",
+            no_wrap=column != "plan",
+            overflow="fold",
+        )
     for rank, r in enumerate(shown, start=1):
         spread = round(100 * (r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1))
-        table.add_row(str(rank), f"{r['nodes']} x {r['instance_type']}",
-                      "CB" if r.get("purchase") == "capacity-block" else "OD", f"{r['usd_per_hour']:,.1f}",
-                      f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_million_tokens']:.3f}", _hours(r["hours"]),
-                      f"{spread}%", f"{r['usd']:,.0f}", r["constants"]["status"][0],
-                      f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}")
+        table.add_row(
+            str(rank),
+            f"{r['nodes']} x {r['instance_type']}",
+            "CB" if r.get("purchase") == "capacity-block" else "OD",
+            f"{r['usd_per_hour']:,.1f}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['usd_per_million_tokens']:.3f}",
+            _hours(r["hours"]),
+            f"{spread}%",
+            f"{r['usd']:,.0f}",
+            r["constants"]["status"][0],
+            f"{r['micro_batch']}x{r['grad_accumulation']} {r['precision']}",
+        )
     Console(width=100).print(table)
     if not rows and asked:
-        print(f"No plan within the limits ({', '.join(asked)}): {ranking.get('left_out_by_limits', 0)} fitting plans "
-              "are outside them; raise --budget or --hours, fewer --tokens, or --capacity any.")
+        print(
+            f"No plan within the limits ({', '.join(asked)}): {ranking.get('left_out_by_limits', 0)} fitting plans "
+            "are outside them; raise --budget or --hours, fewer --tokens, or --capacity any."
+        )

@@ -17,9 +17,14 @@ from ray_efa.cli._common import add_json_option, fail, missing_plots_extra, prin
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="charts and an HTML page of a training run, from its run folder (local or s3://)",
-                   description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("run_folder", metavar="RUN", help="the run folder: <storagePath>/<run name>, a local path or s3://...")
+    p = add_parser(
+        name,
+        help="charts and an HTML page of a training run, from its run folder (local or s3://)",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    p.add_argument(
+        "run_folder", metavar="RUN", help="the run folder: <storagePath>/<run name>, a local path or s3://..."
+    )
     p.add_argument("--out", type=Path, help="where the report goes: a folder of its own (default: reports/<run name>)")
     add_json_option(p)
     p.set_defaults(run=run)
@@ -47,9 +52,18 @@ def run(args: argparse.Namespace) -> int:
     first, last = records.history[0]["step"], records.history[-1]["step"]
     index = next(p for p in files if p.name == "index.html")
     if args.json:
-        print_json({"run": records.uri, "name": records.name, "reports": len(records.history), "first_step": first,
-                    "last_step": last, "notes": records.notes, "files": [str(p) for p in files],
-                    "index": str(index)})
+        print_json(
+            {
+                "run": records.uri,
+                "name": records.name,
+                "reports": len(records.history),
+                "first_step": first,
+                "last_step": last,
+                "notes": records.notes,
+                "files": [str(p) for p in files],
+                "index": str(index),
+            }
+        )
         return 0
     print(f"report of {records.name}: {len(records.history)} reports, steps {first}..{last}")
     for note in records.notes:

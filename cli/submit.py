@@ -53,17 +53,30 @@ FOLLOW_MARGIN_S = 900
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="run the train function as a new RayJob on the deployed cluster and follow it",
-                   description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--name", help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
-                                  "plus 5 random characters")
-    p.add_argument("--deployed", metavar="NAMESPACE/JOB",
-                   help="the deployment's training job whose settings ConfigMap (JOB-settings) holds the cluster side "
-                        "of the settings (default: jobName in namespace, else the one deployment's in the cluster)")
+    p = add_parser(
+        name,
+        help="run the train function as a new RayJob on the deployed cluster and follow it",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    p.add_argument(
+        "--name",
+        help="the RayJob's name (a jobName: DNS-1035, at most 43 characters); default: jobName "
+        "plus 5 random characters",
+    )
+    p.add_argument(
+        "--deployed",
+        metavar="NAMESPACE/JOB",
+        help="the deployment's training job whose settings ConfigMap (JOB-settings) holds the cluster side "
+        "of the settings (default: jobName in namespace, else the one deployment's in the cluster)",
+    )
     add_kube_options(p)
     add_context_option(p)
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"stop following after SECONDS (default: jobActiveDeadlineSeconds + {FOLLOW_MARGIN_S})",
+    )
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
     add_json_option(p)  # the log and progress then go to stderr, and stdout gets one JSON object at the end
     p.set_defaults(run=run)
@@ -105,8 +118,12 @@ def _settings_on_cluster(args: argparse.Namespace) -> tuple[Settings, Any] | int
         except SettingsError as error:
             return fail(args, "submit", f"--name: {error.problems[0].message}, got {args.name!r}")
     if args.deployed is not None and args.deployed.count("/") != 1:
-        return fail(args, "submit", f"--deployed: must be NAMESPACE/JOB (the deployment's training job, e.g. "
-                                    f"research/train-efa), got {args.deployed!r}")
+        return fail(
+            args,
+            "submit",
+            f"--deployed: must be NAMESPACE/JOB (the deployment's training job, e.g. "
+            f"research/train-efa), got {args.deployed!r}",
+        )
     try:
         api_client = kube_api_client(args)
     except KubeconfigError as error:
@@ -114,8 +131,11 @@ def _settings_on_cluster(args: argparse.Namespace) -> tuple[Settings, Any] | int
 
     from ray_efa.ops.submit import NoDeployedSettings, SubmitError, deployed_settings, on_deployed_cluster
 
-    namespace, job = (args.deployed.split("/") if args.deployed is not None
-                      else (settings.workload.namespace, settings.workload.job_name))
+    namespace, job = (
+        args.deployed.split("/")
+        if args.deployed is not None
+        else (settings.workload.namespace, settings.workload.job_name)
+    )
     try:
         deployed = deployed_settings(api_client, namespace, job, exact=args.deployed is not None)
     except NoDeployedSettings as error:
@@ -125,13 +145,23 @@ def _settings_on_cluster(args: argparse.Namespace) -> tuple[Settings, Any] | int
     try:
         settings, problems = on_deployed_cluster(settings, deployed, sources=resolved.sources)
     except SettingsError as error:  # the deployed values with the local ones break a rule across settings
-        return fail(args, "submit", f"the local settings on the cluster of {deployed.source} are not valid together",
-                    problems=[{"key": p.key, "value": p.value, "message": p.message} for p in error.problems])
+        return fail(
+            args,
+            "submit",
+            f"the local settings on the cluster of {deployed.source} are not valid together",
+            problems=[{"key": p.key, "value": p.value, "message": p.message} for p in error.problems],
+        )
     if problems:
-        return fail(args, "submit", f"the local settings contradict the cluster's, as deployed ({deployed.source})",
-                    problems=[{"key": p.key, "value": p.value, "message": p.message} for p in problems])
-    _say(f"cluster: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} in namespace "
-         f"{settings.workload.namespace}, {settings.cluster.region} (from {deployed.source})")
+        return fail(
+            args,
+            "submit",
+            f"the local settings contradict the cluster's, as deployed ({deployed.source})",
+            problems=[{"key": p.key, "value": p.value, "message": p.message} for p in problems],
+        )
+    _say(
+        f"cluster: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} in namespace "
+        f"{settings.workload.namespace}, {settings.cluster.region} (from {deployed.source})"
+    )
     check_or_exit(args, settings, resolved.app_dir, require_fit=True)  # exit 2: the plan on the deployed nodes
     try:  # what the driver would refuse on the cluster, minutes after the pods started: refused here
         from ray_efa.training.driver import check_plan
@@ -189,19 +219,28 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
         holders, unlisted = gpu_holders(api_client, namespace)
         deadline = settings.workload.job_active_deadline_seconds
         for holder in holders:
-            _say(f"warning: {holder} holds the GPU nodes: the workers of {name} wait until it is gone, and its "
-                 f"jobActiveDeadlineSeconds ({deadline} s) counts from now")
+            _say(
+                f"warning: {holder} holds the GPU nodes: the workers of {name} wait until it is gone, and its "
+                f"jobActiveDeadlineSeconds ({deadline} s) counts from now"
+            )
         if unlisted:
-            _say(f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: "
-                 f"{unlisted}")
+            _say(
+                f"note: cannot list the Ray clusters of {namespace} to see whether one holds the GPU nodes: {unlisted}"
+            )
         objects = mark_submitted(objects, submitter_name(api_client))
         job_uid = create_objects(api_client, objects, submitted_by=submitter_identity())
-        unowned = own_by_job(api_client, objects, job_uid) if job_uid else ["every object (the RayJob came back without a uid)"]
+        unowned = (
+            own_by_job(api_client, objects, job_uid)
+            if job_uid
+            else ["every object (the RayJob came back without a uid)"]
+        )
         for problem in unowned:
             _say(f"warning: could not make RayJob {name} the owner of {problem}; the clean up line names it")
         owned = not unowned
-        _say(f"submitted RayJob {namespace}/{name}: {function} on {settings.nodes.gpu_node_count} x "
-             f"{settings.nodes.gpu_instance_type} over {settings.workload.network} ({len(objects)} objects)")
+        _say(
+            f"submitted RayJob {namespace}/{name}: {function} on {settings.nodes.gpu_node_count} x "
+            f"{settings.nodes.gpu_instance_type} over {settings.workload.network} ({len(objects)} objects)"
+        )
         final, log = follow_job(args, api_client, namespace, name, timeout)
     except SubmitError as error:
         return fail(args, "submit", str(error), code=EXIT_FAILED)
@@ -211,10 +250,15 @@ def _submit_and_follow(args: argparse.Namespace, settings: Settings, api_client:
     cleanup = cleanup_command(objects, owned=owned)
     code = print_outcome(args, namespace, name, final, log, extra={"code_archive": code_uri, "cleanup": cleanup})
     if not args.json:
-        _say(f"clean up: {cleanup}"
-             + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else "")
-             + (f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
-                if code_uri else ""))
+        _say(
+            f"clean up: {cleanup}"
+            + (" (its ConfigMaps and NetworkPolicy go with it: the RayJob owns them)" if owned else "")
+            + (
+                f"; the code zip {code_uri} stays: it is named by its content, for every job of the same code"
+                if code_uri
+                else ""
+            )
+        )
     return code
 
 
@@ -223,21 +267,27 @@ def follow_timeout(args: argparse.Namespace, settings: Settings) -> float:
     return args.timeout if args.timeout is not None else settings.workload.job_active_deadline_seconds + FOLLOW_MARGIN_S
 
 
-def follow_job(args: argparse.Namespace, api_client: Any, namespace: str, name: str,
-               timeout: float) -> tuple[JobState, str]:
+def follow_job(
+    args: argparse.Namespace, api_client: Any, namespace: str, name: str, timeout: float
+) -> tuple[JobState, str]:
     """Follow RayJob `name` to its end as `submit` and `follow` show it: each state on stderr, the submitter's log on
     stdout (stderr with --json). SubmitError as ops.submit.follow raises it."""
     from ray_efa.ops.submit import follow
 
     return follow(
-        api_client, namespace, name, timeout_s=timeout, poll_s=args.poll,
+        api_client,
+        namespace,
+        name,
+        timeout_s=timeout,
+        poll_s=args.poll,
         on_state=lambda state, elapsed: _say(f"[{_elapsed(elapsed)}] RayJob {name}: {state.describe()}"),
         on_line=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True),
     )
 
 
-def print_outcome(args: argparse.Namespace, namespace: str, name: str, final: JobState, log: str, *,
-                  extra: dict[str, Any]) -> int:
+def print_outcome(
+    args: argparse.Namespace, namespace: str, name: str, final: JobState, log: str, *, extra: dict[str, Any]
+) -> int:
     """The end of a followed job: its state, the gate's verdict, Ray's message when it failed and the exit code; with
     --json one object with them, the run summary and `extra`. Returns the job's exit code."""
     from ray_efa.ops.submit import gate_lines, job_exit_code
@@ -247,9 +297,18 @@ def print_outcome(args: argparse.Namespace, namespace: str, name: str, final: Jo
         from ray_efa.training.run_summary import find_summaries
 
         summaries = find_summaries(log.splitlines())
-        print_json({"ray_job": name, "namespace": namespace, "deployment_status": final.deployment,
-                    "job_status": final.job, "exit_code": code, "transport_gate": gate_lines(log),
-                    "run_summary": summaries[-1] if summaries else None, **extra})
+        print_json(
+            {
+                "ray_job": name,
+                "namespace": namespace,
+                "deployment_status": final.deployment,
+                "job_status": final.job,
+                "exit_code": code,
+                "transport_gate": gate_lines(log),
+                "run_summary": summaries[-1] if summaries else None,
+                **extra,
+            }
+        )
         return code
     print(f"RayJob {namespace}/{name}: {final.describe()}")
     for line in gate_lines(log) or ["transport gate: no verdict in the submitter's log (did the driver start?)"]:

@@ -22,9 +22,13 @@ EXIT_NO_TEXT = 1
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="write a tiny model + tokenizer and an English text data set to fine-tune offline",
-                   description=(__doc__ or "").partition("\n")[0],
-                   epilog=(__doc__ or "").partition("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_parser(
+        name,
+        help="write a tiny model + tokenizer and an English text data set to fine-tune offline",
+        description=(__doc__ or "").partition("\n")[0],
+        epilog=(__doc__ or "").partition("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dir", type=Path, metavar="DIR", help="the folder to write (new, empty, or written by ray-efa)")
     add_json_option(p)
     p.set_defaults(run=run)
@@ -47,11 +51,20 @@ def run(args: argparse.Namespace) -> int:
         return fail(args, "tiny-model", f"cannot write {args.dir}: {error.strerror or error}", code=EXIT_USAGE)
     context = tiny.context()
     if args.json:
-        print_json({"root": str(tiny.root), "model_path": str(tiny.model), "dataset": str(tiny.data),
-                    "paragraphs": tiny.paragraphs, "context": context})
+        print_json(
+            {
+                "root": str(tiny.root),
+                "model_path": str(tiny.model),
+                "dataset": str(tiny.data),
+                "paragraphs": tiny.paragraphs,
+                "context": context,
+            }
+        )
         return 0
-    print(f"wrote {tiny.root}: {tiny.model.name}/ (tokenizer + tiny Qwen2, modelPath), data/ ({tiny.paragraphs} English "
-          "paragraphs in parquet, dataset), SOURCES.txt (the license files they came from)")
+    print(
+        f"wrote {tiny.root}: {tiny.model.name}/ (tokenizer + tiny Qwen2, modelPath), data/ ({tiny.paragraphs} English "
+        "paragraphs in parquet, dataset), SOURCES.txt (the license files they came from)"
+    )
     flags = " ".join(f"-c {key}={value}" for key, value in context.items())
     print(f"fine-tune it locally: ray-efa train --local {flags}")
     return 0

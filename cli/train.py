@@ -22,14 +22,27 @@ from ray_efa.training.run_folder import run_name_problem
 
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
-    p = add_parser(name, help="train: on the Ray cluster, or locally on CPU with --local", description=(__doc__ or "").partition("\n")[0])
-    p.add_argument("--local", action="store_true",
-                   help="in-process Ray cluster, 2 CPU workers (gloo), a tiny model fine-tuned on English text: the whole loop "
-                        "in about a minute")
-    p.add_argument("--name", help="Ray Train run name under storagePath; the name of an existing run folder is "
-                                  "refused (exit 2) unless --resume")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run --name from its latest checkpoint; refused if its settings differ")
+    p = add_parser(
+        name,
+        help="train: on the Ray cluster, or locally on CPU with --local",
+        description=(__doc__ or "").partition("\n")[0],
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="in-process Ray cluster, 2 CPU workers (gloo), a tiny model fine-tuned on English text: the whole loop "
+        "in about a minute",
+    )
+    p.add_argument(
+        "--name",
+        help="Ray Train run name under storagePath; the name of an existing run folder is "
+        "refused (exit 2) unless --resume",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run --name from its latest checkpoint; refused if its settings differ",
+    )
     p.add_argument("--logs-dir", type=Path, help="where to collect the NCCL logs for the transport gate")
     add_context_option(p)
     p.set_defaults(run=run)
@@ -42,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if (code := missing_train_extra("train")) is not None:
         return code
     # exits 2 on bad settings, or a trainFunction that is not in codeDir, before Ray starts
-    settings = (resolve_local_or_exit(args, "train", require_code=True) if args.local
-                else resolve_or_exit(args, require_code=True)).settings
+    settings = (
+        resolve_local_or_exit(args, "train", require_code=True)
+        if args.local
+        else resolve_or_exit(args, require_code=True)
+    ).settings
 
     if args.resume and not args.name:
         print("ray-efa train: --resume needs --name, the run to continue", file=sys.stderr)

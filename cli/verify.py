@@ -21,13 +21,19 @@ from ray_efa.cli._common import (
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
-        name, help="check the deployed cluster: GPU nodes Ready with GPU and EFA allocatable, device plugins, KubeRay",
+        name,
+        help="check the deployed cluster: GPU nodes Ready with GPU and EFA allocatable, device plugins, KubeRay",
         description=__doc__,
     )
     add_kube_options(p)  # -c/--context is for settings, as in every subcommand (kubectl's --context is this)
     add_context_option(p)
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="repeat the checks every 10 s until all pass or SECONDS have passed (default: check once)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="repeat the checks every 10 s until all pass or SECONDS have passed (default: check once)",
+    )
     add_json_option(p)
     p.set_defaults(run=run)
 
@@ -35,8 +41,12 @@ def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> N
 def run(args: argparse.Namespace) -> int:
     names = [c for c in args.context if "=" not in c]
     if names:  # `verify --context NAME` named the kubeconfig context before --kube-context existed
-        return fail(args, "verify", f"-c/--context takes KEY=VALUE settings, got {names[0]!r}; for the kubeconfig "
-                                    f"context use --kube-context {names[0]}")
+        return fail(
+            args,
+            "verify",
+            f"-c/--context takes KEY=VALUE settings, got {names[0]!r}; for the kubeconfig "
+            f"context use --kube-context {names[0]}",
+        )
     settings = resolve_or_exit(args).settings
     if not math.isfinite(args.wait) or args.wait < 0:
         return fail(args, "verify", f"--wait must be a number of seconds >= 0, got {args.wait}")

@@ -13,7 +13,8 @@ EXIT_NO_IDENTITY = 1
 
 def register(add_parser: Callable[..., argparse.ArgumentParser], name: str) -> None:
     p = add_parser(
-        name, help="print your credentials' IAM role/user ARN, as adminPrincipalArns wants it",
+        name,
+        help="print your credentials' IAM role/user ARN, as adminPrincipalArns wants it",
         description=(__doc__ or "") + " Use it as: npx cdk deploy --all -c adminPrincipalArns=$(ray-efa whoami). "
         "Exit 1 when the identity cannot be read or is not an IAM role or user.",
     )

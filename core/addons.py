@@ -10,16 +10,30 @@ from dataclasses import dataclass
 from ray_efa.core import catalog
 
 __all__ = [
-    "HelmRelease", "NVIDIA_DEVICE_PLUGIN", "EFA_DEVICE_PLUGIN", "KUBERAY_OPERATOR", "NVIDIA_DRA_DRIVER", "EFA_DRA_DRIVER",
-    "GPU_DEVICE_CLASS", "EFA_DEVICE_CLASS", "DRA_MIN_KUBERNETES", "EFA_DRA_DRIVER_ALLOWLISTS",
-    "NODE_MONITORING_AGENT_ADDON", "NODE_HEALTH_CONDITIONS",
+    "HelmRelease",
+    "NVIDIA_DEVICE_PLUGIN",
+    "EFA_DEVICE_PLUGIN",
+    "KUBERAY_OPERATOR",
+    "NVIDIA_DRA_DRIVER",
+    "EFA_DRA_DRIVER",
+    "GPU_DEVICE_CLASS",
+    "EFA_DEVICE_CLASS",
+    "DRA_MIN_KUBERNETES",
+    "EFA_DRA_DRIVER_ALLOWLISTS",
+    "NODE_MONITORING_AGENT_ADDON",
+    "NODE_HEALTH_CONDITIONS",
 ]
 
 NODE_MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 """The EKS add-on that reports node health (infra.node_health installs it; not a Helm chart)."""
 
-NODE_HEALTH_CONDITIONS = ("AcceleratedHardwareReady", "NetworkingReady", "KernelReady", "ContainerRuntimeReady",
-                          "StorageReady")
+NODE_HEALTH_CONDITIONS = (
+    "AcceleratedHardwareReady",
+    "NetworkingReady",
+    "KernelReady",
+    "ContainerRuntimeReady",
+    "StorageReady",
+)
 """The node conditions the EKS node monitoring agent sets; False names a fault that EKS node auto repair acts on
 (EKS User Guide, "Detect node health issues with the EKS node monitoring agent"). `ray-efa verify` reports them."""
 
@@ -34,16 +48,22 @@ class HelmRelease:
 
 
 NVIDIA_DEVICE_PLUGIN = HelmRelease(
-    chart="nvidia-device-plugin", repository="https://nvidia.github.io/k8s-device-plugin",
-    release="nvidia-device-plugin", namespace="kube-system",
+    chart="nvidia-device-plugin",
+    repository="https://nvidia.github.io/k8s-device-plugin",
+    release="nvidia-device-plugin",
+    namespace="kube-system",
 )
 EFA_DEVICE_PLUGIN = HelmRelease(
-    chart="aws-efa-k8s-device-plugin", repository="https://aws.github.io/eks-charts",
-    release="aws-efa-k8s-device-plugin", namespace="kube-system",
+    chart="aws-efa-k8s-device-plugin",
+    repository="https://aws.github.io/eks-charts",
+    release="aws-efa-k8s-device-plugin",
+    namespace="kube-system",
 )
 KUBERAY_OPERATOR = HelmRelease(
-    chart="kuberay-operator", repository="https://ray-project.github.io/kuberay-helm/",
-    release="kuberay-operator", namespace="kuberay-system",
+    chart="kuberay-operator",
+    repository="https://ray-project.github.io/kuberay-helm/",
+    release="kuberay-operator",
+    namespace="kuberay-system",
 )
 
 # -- Dynamic Resource Allocation (deviceAllocation dra) --------------------------------------------------------------
@@ -55,11 +75,16 @@ KUBERAY_OPERATOR = HelmRelease(
 # may run on a node next to the device plugin of the same devices ("silent oversubscription").
 
 NVIDIA_DRA_DRIVER = HelmRelease(
-    chart="dra-driver-nvidia-gpu", repository="oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
-    release="dra-driver-nvidia-gpu", namespace="nvidia",
+    chart="dra-driver-nvidia-gpu",
+    repository="oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
+    release="dra-driver-nvidia-gpu",
+    namespace="nvidia",
 )
 EFA_DRA_DRIVER = HelmRelease(
-    chart="aws-dranet", repository="https://aws.github.io/eks-charts", release="aws-dranet", namespace="kube-system",
+    chart="aws-dranet",
+    repository="https://aws.github.io/eks-charts",
+    release="aws-dranet",
+    namespace="kube-system",
 )
 GPU_DEVICE_CLASS = "gpu.nvidia.com"
 EFA_DEVICE_CLASS = "efa.networking.k8s.aws"

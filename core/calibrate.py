@@ -25,12 +25,23 @@ from ray_efa.core.settings import Settings
 __all__ = ["CalibrationError", "RunComparison", "SuggestedFloor", "compare_run", "settings_of_run"]
 
 _SHAPE_KEYS = {
-    "model": "model", "micro_batch": "microBatch", "seq_len": "seqLen", "grad_accumulation": "gradAccumulation",
-    "compile": "compile", "loss_chunk_size": "lossChunkSize", "activation_checkpointing": "activationCheckpointing",
-    "precision": "precision", "decoder_block": "decoderBlock",
+    "model": "model",
+    "micro_batch": "microBatch",
+    "seq_len": "seqLen",
+    "grad_accumulation": "gradAccumulation",
+    "compile": "compile",
+    "loss_chunk_size": "lossChunkSize",
+    "activation_checkpointing": "activationCheckpointing",
+    "precision": "precision",
+    "decoder_block": "decoderBlock",
 }
-_BEFORE_AUTO = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False,
-                "decoderBlock": "transformers"}
+_BEFORE_AUTO = {
+    "microBatch": 2,
+    "gradAccumulation": 1,
+    "precision": "bf16",
+    "activationCheckpointing": False,
+    "decoderBlock": "transformers",
+}
 """What a run summary that lacks one of these keys ran: the fixed defaults of the run summaries written before core.strategy decided them."""
 _OBSERVABLE = 0.2
 """Least d(log step) / d(log efficiency) for the compute efficiency to count as measured (1 when compute-bound)."""
@@ -56,9 +67,14 @@ class SuggestedFloor:
         return f"preflightMinBusbwGbps={self.floor_gb_s:g}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"floor_gb_s": self.floor_gb_s, "source": self.source, "network": self.network,
-                "measured_busbw_gb_s": round(self.measured_busbw_gb_s, 3), "margin": catalog.FLOOR_MARGIN,
-                "setting": self.setting}
+        return {
+            "floor_gb_s": self.floor_gb_s,
+            "source": self.source,
+            "network": self.network,
+            "measured_busbw_gb_s": round(self.measured_busbw_gb_s, 3),
+            "margin": catalog.FLOOR_MARGIN,
+            "setting": self.setting,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,20 +98,34 @@ class RunComparison:
 
     def as_dict(self) -> dict[str, Any]:
         def times(p: perf.StepPrediction) -> dict[str, Any]:
-            return {"step_time_s": round(p.step_time_s, 4), "compute_s": round(p.compute_s, 4),
-                    "network_s": round(p.network_s, 4), "tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
-                    "mfu": round(p.mfu, 4), "mfu_causal": round(p.mfu_causal, 4), "bottleneck": p.bottleneck}
+            return {
+                "step_time_s": round(p.step_time_s, 4),
+                "compute_s": round(p.compute_s, 4),
+                "network_s": round(p.network_s, 4),
+                "tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
+                "mfu": round(p.mfu, 4),
+                "mfu_causal": round(p.mfu_causal, 4),
+                "bottleneck": p.bottleneck,
+            }
 
         return {
-            "name": self.name, "instance_type": self.instance_type, "nodes": self.nodes,
-            "measured": {"step_time_s": round(self.measured_step_s, 4),
-                         "tokens_per_s_per_gpu": round(self.measured_tokens_per_s_per_gpu, 1)},
-            "predicted": times(self.predicted), "calibrated": times(self.calibrated),
+            "name": self.name,
+            "instance_type": self.instance_type,
+            "nodes": self.nodes,
+            "measured": {
+                "step_time_s": round(self.measured_step_s, 4),
+                "tokens_per_s_per_gpu": round(self.measured_tokens_per_s_per_gpu, 1),
+            },
+            "predicted": times(self.predicted),
+            "calibrated": times(self.calibrated),
             "predicted_over_measured": round(self.predicted.step_time_s / self.measured_step_s, 3),
-            "calibration": {"compute_efficiency": self.calibration.compute_efficiency,
-                            "inter_node_gb_s": self.calibration.inter_node_gb_s, "source": self.calibration.source,
-                            "compute_observable": self.compute_observable,
-                            "model_compute_efficiency": perf.COMPUTE_EFFICIENCY},
+            "calibration": {
+                "compute_efficiency": self.calibration.compute_efficiency,
+                "inter_node_gb_s": self.calibration.inter_node_gb_s,
+                "source": self.calibration.source,
+                "compute_observable": self.compute_observable,
+                "model_compute_efficiency": perf.COMPUTE_EFFICIENCY,
+            },
             "preflight": None if self.suggested_floor is None else self.suggested_floor.as_dict(),
         }
 
@@ -110,8 +140,9 @@ def settings_of_run(settings: Settings, summary: dict[str, Any]) -> Settings:
     instance = summary.get("instance_type")
     hosts = summary.get("hosts", summary.get("nodes"))
     if not isinstance(instance, str) or instance == "local":
-        raise CalibrationError(f"the run names no GPU instance type (instance_type {instance!r}): a local CPU run "
-                               "has nothing to calibrate")
+        raise CalibrationError(
+            f"the run names no GPU instance type (instance_type {instance!r}): a local CPU run has nothing to calibrate"
+        )
     context: dict[str, object] = {"gpuInstanceType": instance}
     if isinstance(hosts, int) and hosts >= 1:
         context["gpuNodeCount"] = hosts
@@ -136,10 +167,15 @@ def _predict(settings: Settings, summary: dict[str, Any], calibration: perf.Cali
     devices = summary.get("devices")
     gpus_per_node = devices // n.gpu_node_count if isinstance(devices, int) and devices >= n.gpu_node_count else None
     return perf.predict(
-        settings.training, instance=n.gpu_instance, nodes=n.gpu_node_count, network=settings.workload.network,
+        settings.training,
+        instance=n.gpu_instance,
+        nodes=n.gpu_node_count,
+        network=settings.workload.network,
         strategy=str(summary.get("sharding") or option.strategy),
         reduce_dtype=str(summary.get("grad_reduce_dtype") or option.reduce_dtype),
-        gpus_per_node=gpus_per_node, placement_group=n.use_placement_group, calibration=calibration,
+        gpus_per_node=gpus_per_node,
+        placement_group=n.use_placement_group,
+        calibration=calibration,
     )
 
 
@@ -148,8 +184,10 @@ def compare_run(settings: Settings, summary: dict[str, Any]) -> RunComparison:
     step = _number(summary, "time/step_s")
     per_gpu = _number(summary, "throughput/tokens_per_s_per_device")
     if step is None or per_gpu is None or step <= 0:
-        raise CalibrationError("the summary has no steady-state step time (time/step_s) or tokens/s: "
-                               "a run of at least two measure steps is needed")
+        raise CalibrationError(
+            "the summary has no steady-state step time (time/step_s) or tokens/s: "
+            "a run of at least two measure steps is needed"
+        )
     run = settings_of_run(settings, summary)
     busbw = _number(summary, "preflight_busbw_gb_s")
     link = busbw if (busbw and run.nodes.gpu_node_count > 1) else None
@@ -171,15 +209,29 @@ def compare_run(settings: Settings, summary: dict[str, Any]) -> RunComparison:
         efficiency = (low + high) / 2
     sensitivity = abs(math.log(step_at(efficiency * 1.1) / step_at(efficiency / 1.1))) / (2 * math.log(1.1))
     observable = sensitivity >= _OBSERVABLE
-    calibration = perf.Calibration(compute_efficiency=round(efficiency, 4) if observable else None,
-                                   inter_node_gb_s=round(link, 3) if link else None,
-                                   network=run.workload.network, source=source)
+    calibration = perf.Calibration(
+        compute_efficiency=round(efficiency, 4) if observable else None,
+        inter_node_gb_s=round(link, 3) if link else None,
+        network=run.workload.network,
+        source=source,
+    )
     calibrated = _predict(run, summary, calibration)
     return RunComparison(
-        name=str(summary.get("name", "?")), instance_type=run.nodes.gpu_instance_type,
-        nodes=run.nodes.gpu_node_count, measured_step_s=step, measured_tokens_per_s_per_gpu=per_gpu,
-        predicted=predicted, calibrated=calibrated, calibration=calibration, compute_observable=observable,
-        suggested_floor=None if link is None else SuggestedFloor(
-            floor_gb_s=round(link * catalog.FLOOR_MARGIN, 2), measured_busbw_gb_s=link, network=run.workload.network,
-            source=f"calibration: {source}, probe busbw {link:.2f} GB/s x {catalog.FLOOR_MARGIN:g}"),
+        name=str(summary.get("name", "?")),
+        instance_type=run.nodes.gpu_instance_type,
+        nodes=run.nodes.gpu_node_count,
+        measured_step_s=step,
+        measured_tokens_per_s_per_gpu=per_gpu,
+        predicted=predicted,
+        calibrated=calibrated,
+        calibration=calibration,
+        compute_observable=observable,
+        suggested_floor=None
+        if link is None
+        else SuggestedFloor(
+            floor_gb_s=round(link * catalog.FLOOR_MARGIN, 2),
+            measured_busbw_gb_s=link,
+            network=run.workload.network,
+            source=f"calibration: {source}, probe busbw {link:.2f} GB/s x {catalog.FLOOR_MARGIN:g}",
+        ),
     )

@@ -83,7 +83,9 @@ def _read_json(path: Path, label: str) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise SettingsError([Problem(label, str(path), f"is not valid JSON ({error}); the CDK CLI cannot read it either")]) from None
+        raise SettingsError(
+            [Problem(label, str(path), f"is not valid JSON ({error}); the CDK CLI cannot read it either")]
+        ) from None
     if not isinstance(value, dict):
         raise SettingsError([Problem(label, str(path), f"must hold a JSON object, found {type(value).__name__}")])
     return value
@@ -107,7 +109,10 @@ def read_context(root: Path | None, *, home: Path | None = None) -> list[tuple[s
     home = home if home is not None else Path(os.path.expanduser("~"))
     candidates = [(USER_DEFAULTS, home / ".cdk.json", "context")]
     if root is not None:
-        candidates += [(PROJECT_CONTEXT, root / PROJECT_CONTEXT, None), (PROJECT_CONFIG, root / PROJECT_CONFIG, "context")]
+        candidates += [
+            (PROJECT_CONTEXT, root / PROJECT_CONTEXT, None),
+            (PROJECT_CONFIG, root / PROJECT_CONFIG, "context"),
+        ]
     layers = []
     for label, path, key in candidates:
         context = _context_of(path, label, key)

@@ -61,6 +61,8 @@ def retained_after_destroy(settings: Settings) -> tuple[str, ...]:
     """What `cdk destroy` of both stacks leaves in the account, with its monthly cost (docs/deploy.md says the rest)."""
     if settings.workload.storage_path is not None:
         return ()
-    return (f"the checkpoint S3 bucket, kept on purpose (checkpoints outlive the cluster): "
-            f"USD {S3_STANDARD_USD_PER_GB_MONTH} per GB-month of checkpoints, old versions for 30 days included; "
-            f"empty and delete it yourself when done",)
+    return (
+        f"the checkpoint S3 bucket, kept on purpose (checkpoints outlive the cluster): "
+        f"USD {S3_STANDARD_USD_PER_GB_MONTH} per GB-month of checkpoints, old versions for 30 days included; "
+        f"empty and delete it yourself when done",
+    )

@@ -35,8 +35,25 @@ from ray_efa.core.catalog import gpu_constants
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import TrainingSettings
 
-__all__ = ["DATA", "MODELS", "PLANNED_AS", "TOLERANCE", "CEILING_MARGIN", "PublishedRun", "runs", "predict", "Verdict", "judge",
-           "LEVERS", "pairs", "ratio", "source_of", "fit_family", "SourceCheck", "leave_one_source_out"]
+__all__ = [
+    "DATA",
+    "MODELS",
+    "PLANNED_AS",
+    "TOLERANCE",
+    "CEILING_MARGIN",
+    "PublishedRun",
+    "runs",
+    "predict",
+    "Verdict",
+    "judge",
+    "LEVERS",
+    "pairs",
+    "ratio",
+    "source_of",
+    "fit_family",
+    "SourceCheck",
+    "leave_one_source_out",
+]
 
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
 TOLERANCE = 0.15
@@ -46,34 +63,59 @@ CEILING_MARGIN = 0.05
 
 
 def _llama(name: str, d: int, layers: int, heads: int, kv: int, inter: int, vocab: int) -> ModelPreset:
-    return ModelPreset(name=name, model_type="llama", hidden_size=d, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
-                       max_position_embeddings=131_072, tie_word_embeddings=False)
+    return ModelPreset(
+        name=name,
+        model_type="llama",
+        hidden_size=d,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=131_072,
+        tie_word_embeddings=False,
+    )
 
 
 def _mpt(name: str, d: int, layers: int, heads: int) -> ModelPreset:
     # MPT is no family transformers builds with this project's train function: planned as the Llama-shaped layer of
     # the same weights (its 4d GELU MLP as a gated one of 8d/3), tied embeddings, no biases, as MPT has none
-    return ModelPreset(name=name, model_type="llama", hidden_size=d, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=round(8 * d / 3),
-                       vocab_size=50_368, max_position_embeddings=131_072, tie_word_embeddings=True)
+    return ModelPreset(
+        name=name,
+        model_type="llama",
+        hidden_size=d,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        intermediate_size=round(8 * d / 3),
+        vocab_size=50_368,
+        max_position_embeddings=131_072,
+        tie_word_embeddings=True,
+    )
 
 
 PLANNED_AS = {"mpt": "llama"}
 """A published run's model_type the plan has no family for, and the family whose shapes stand in for it."""
 
 
-MODELS: dict[str, ModelPreset] = {m.name: m for m in (
-    # Llama: the models' config.json (Meta); MPT: llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml
-    _llama("llama3.1-8b", 4096, 32, 32, 8, 14_336, 128_256),
-    _llama("llama3-8b", 4096, 32, 32, 8, 14_336, 128_256),
-    _llama("llama3-70b", 8192, 80, 64, 8, 28_672, 128_256),
-    _llama("llama2-13b", 5120, 40, 40, 40, 13_824, 32_000),
-    _llama("llama2-70b", 8192, 80, 64, 8, 28_672, 32_000),
-    _mpt("mpt-760m", 1536, 24, 12), _mpt("mpt-1b", 2048, 24, 16), _mpt("mpt-3b", 2560, 32, 20),
-    _mpt("mpt-7b", 4096, 32, 32), _mpt("mpt-13b", 5120, 40, 40), _mpt("mpt-30b", 7168, 48, 56),
-    _mpt("mpt-70b", 8192, 80, 64),
-)}
+MODELS: dict[str, ModelPreset] = {
+    m.name: m
+    for m in (
+        # Llama: the models' config.json (Meta); MPT: llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml
+        _llama("llama3.1-8b", 4096, 32, 32, 8, 14_336, 128_256),
+        _llama("llama3-8b", 4096, 32, 32, 8, 14_336, 128_256),
+        _llama("llama3-70b", 8192, 80, 64, 8, 28_672, 128_256),
+        _llama("llama2-13b", 5120, 40, 40, 40, 13_824, 32_000),
+        _llama("llama2-70b", 8192, 80, 64, 8, 28_672, 32_000),
+        _mpt("mpt-760m", 1536, 24, 12),
+        _mpt("mpt-1b", 2048, 24, 16),
+        _mpt("mpt-3b", 2560, 32, 20),
+        _mpt("mpt-7b", 4096, 32, 32),
+        _mpt("mpt-13b", 5120, 40, 40),
+        _mpt("mpt-30b", 7168, 48, 56),
+        _mpt("mpt-70b", 8192, 80, 64),
+    )
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,18 +159,39 @@ def runs() -> tuple[PublishedRun, ...]:
         rows = list(csv.DictReader(f))
     out = []
     for r in rows:
-        if r["precision"] not in ("bf16", "fp8") or r["split"] not in ("fit", "heldout", "context") or r["role"] not in (
-                "comparable", "ceiling", "context"):
-            raise ValueError(f"{DATA}: a row with precision {r['precision']!r}, split {r['split']!r}, role "
-                             f"{r['role']!r}: precision bf16 or fp8, split fit, heldout or context, role comparable, ceiling "
-                             "or context")  # context rows are neither fitted nor judged
-        out.append(PublishedRun(
-            split=r["split"], role=r["role"], gpu=r["gpu"], instance_type=r["instance_type"], nodes=int(r["nodes"]),
-            gpus_per_node=int(r["gpus_per_node"]), model=r["model"], model_type=r["model_type"], seq=int(r["seq"]),
-            micro_batch=int(r["micro_batch"]), grad_accumulation=int(r["grad_accumulation"]),
-            precision=r["precision"], compile=r["compile"] == "true", checkpointing=r["checkpointing"],
-            stack=r["stack"], tokens_per_s_per_gpu=float(r["tokens_per_s_per_gpu"]), date=r["date"],
-            source=r["source"], note=r["note"]))
+        if (
+            r["precision"] not in ("bf16", "fp8")
+            or r["split"] not in ("fit", "heldout", "context")
+            or r["role"] not in ("comparable", "ceiling", "context")
+        ):
+            raise ValueError(
+                f"{DATA}: a row with precision {r['precision']!r}, split {r['split']!r}, role "
+                f"{r['role']!r}: precision bf16 or fp8, split fit, heldout or context, role comparable, ceiling "
+                "or context"
+            )  # context rows are neither fitted nor judged
+        out.append(
+            PublishedRun(
+                split=r["split"],
+                role=r["role"],
+                gpu=r["gpu"],
+                instance_type=r["instance_type"],
+                nodes=int(r["nodes"]),
+                gpus_per_node=int(r["gpus_per_node"]),
+                model=r["model"],
+                model_type=r["model_type"],
+                seq=int(r["seq"]),
+                micro_batch=int(r["micro_batch"]),
+                grad_accumulation=int(r["grad_accumulation"]),
+                precision=r["precision"],
+                compile=r["compile"] == "true",
+                checkpointing=r["checkpointing"],
+                stack=r["stack"],
+                tokens_per_s_per_gpu=float(r["tokens_per_s_per_gpu"]),
+                date=r["date"],
+                source=r["source"],
+                note=r["note"],
+            )
+        )
     return tuple(out)
 
 
@@ -153,15 +216,27 @@ def _preset(run: PublishedRun) -> ModelPreset:
 def predict(run: PublishedRun) -> float:
     """The plan's tokens/s per GPU for the run's configuration (see the module docstring)."""
     instance = catalog.GPU_INSTANCES[run.instance_type]
-    t = TrainingSettings(micro_batch=run.micro_batch, seq_len=min(run.seq, 32_768),
-                         grad_accumulation=run.grad_accumulation,
-                         precision=cast(Literal["bf16", "fp8"], run.precision), compile=run.compile,
-                         activation_checkpointing=_CHECKPOINTING[run.checkpointing], sharding="fsdp",
-                         grad_reduce_dtype="fp32")
+    t = TrainingSettings(
+        micro_batch=run.micro_batch,
+        seq_len=min(run.seq, 32_768),
+        grad_accumulation=run.grad_accumulation,
+        precision=cast(Literal["bf16", "fp8"], run.precision),
+        compile=run.compile,
+        activation_checkpointing=_CHECKPOINTING[run.checkpointing],
+        sharding="fsdp",
+        grad_reduce_dtype="fp32",
+    )
     if run.seq != t.seq_len:
         raise ValueError(f"{run.model}: seq {run.seq} beyond what the settings take")
-    prediction = perf.predict(t, instance=instance, nodes=run.nodes, gpus_per_node=run.gpus_per_node,
-                              network="efa", strategy="fsdp", model=_preset(run))
+    prediction = perf.predict(
+        t,
+        instance=instance,
+        nodes=run.nodes,
+        gpus_per_node=run.gpus_per_node,
+        network="efa",
+        strategy="fsdp",
+        model=_preset(run),
+    )
     return prediction.tokens_per_s_per_gpu
 
 
@@ -200,16 +275,23 @@ def judge(split: str = "heldout") -> Verdict:
     by_gpu: dict[str, list[float]] = {}
     for run, error in errors:
         by_gpu.setdefault(run.gpu, []).append(error)
-    return Verdict(within=sum(abs(e) <= TOLERANCE for _, e in errors), comparable=len(errors),
-                   medians={gpu: statistics.median(values) for gpu, values in by_gpu.items()},
-                   ceilings_exceeded=tuple(exceeded), errors=tuple(errors))
+    return Verdict(
+        within=sum(abs(e) <= TOLERANCE for _, e in errors),
+        comparable=len(errors),
+        medians={gpu: statistics.median(values) for gpu, values in by_gpu.items()},
+        ceilings_exceeded=tuple(exceeded),
+        errors=tuple(errors),
+    )
 
 
 def fit_scale(gpu: str) -> float:
     """The factor that, times a family's compute efficiency, makes the geometric mean of its fit runs' predicted /
     published 1 (what tools use to refit core.catalog.gpu_constants; not used at run time)."""
-    ratios = [predict(r) / r.tokens_per_s_per_gpu for r in runs()
-              if r.split == "fit" and r.role == "comparable" and r.gpu == gpu]
+    ratios = [
+        predict(r) / r.tokens_per_s_per_gpu
+        for r in runs()
+        if r.split == "fit" and r.role == "comparable" and r.gpu == gpu
+    ]
     return math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else 1.0
 
 
@@ -221,20 +303,32 @@ vs compiled fp8)."""
 
 
 def _pair_key(run: PublishedRun) -> tuple[object, ...]:
-    return (run.source, run.gpu, run.model, run.nodes, run.gpus_per_node, run.seq, run.micro_batch,
-            run.grad_accumulation, run.checkpointing)
+    return (
+        run.source,
+        run.gpu,
+        run.model,
+        run.nodes,
+        run.gpus_per_node,
+        run.seq,
+        run.micro_batch,
+        run.grad_accumulation,
+        run.checkpointing,
+    )
 
 
 def pairs(lever: str, gpu: str | None = None) -> tuple[tuple[PublishedRun, PublishedRun], ...]:
     """Same-machine pairs of `lever` (LEVERS): two rows of one source, GPU, model, nodes, GPUs per node, sequence,
     micro batch, accumulation and checkpointing that differ only in the lever, as (without, with). Any split: a
     pair's ratio holds where its absolute numbers do not (torchtitan's 500 W H100s: the power cancels)."""
+
     def wanted(a: PublishedRun, b: PublishedRun) -> bool:
         if lever == "compile":
             return a.precision == b.precision == "bf16" and not a.compile and b.compile
         return a.compile and b.compile and a.precision == "bf16" and b.precision == "fp8"
 
-    rows = [r for r in runs() if (gpu is None or r.gpu == gpu) and r.role != "ceiling" and source_of(r) not in _LEFT_OUT]
+    rows = [
+        r for r in runs() if (gpu is None or r.gpu == gpu) and r.role != "ceiling" and source_of(r) not in _LEFT_OUT
+    ]
     return tuple((a, b) for a in rows for b in rows if _pair_key(a) == _pair_key(b) and wanted(a, b))
 
 
@@ -296,29 +390,39 @@ def fit_family(gpu: str, rows: list[PublishedRun]) -> dict[str, float]:
         for _ in range(3):  # the eager share and the compute efficiency move each other a little: alternate
             published = ratio("compile", gpu, predicted=False)
             if published is not None:
+
                 def compile_error(x: float, published: float = published) -> float:
                     with _constants(gpu, eager_speed=x):
                         return -math.log(ratio("compile", gpu, predicted=True) or 1.0) + math.log(published)
+
                 fitted["eager_speed"] = _bisect(compile_error, 0.3, 1.0)
                 gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(
-                    gpu_constants.GPU_CONSTANTS[gpu], eager_speed=fitted["eager_speed"])
+                    gpu_constants.GPU_CONSTANTS[gpu], eager_speed=fitted["eager_speed"]
+                )
             if bf16:
+
                 def compute_error(x: float) -> float:
                     with _constants(gpu, compute_efficiency=x):
                         return _log_error(bf16)
+
                 fitted["compute_efficiency"] = _bisect(compute_error, 0.05, 1.0)
                 gpu_constants.GPU_CONSTANTS[gpu] = dataclasses.replace(
-                    gpu_constants.GPU_CONSTANTS[gpu], compute_efficiency=fitted["compute_efficiency"])
+                    gpu_constants.GPU_CONSTANTS[gpu], compute_efficiency=fitted["compute_efficiency"]
+                )
         published_fp8 = ratio("fp8", gpu, predicted=False) if family.fp8_compute_efficiency else None
         if published_fp8 is not None:
+
             def fp8_error(x: float) -> float:
                 with _constants(gpu, fp8_compute_efficiency=x):
                     return math.log(ratio("fp8", gpu, predicted=True) or 1.0) - math.log(published_fp8)
+
             fitted["fp8_compute_efficiency"] = _bisect(fp8_error, 0.05, 1.0)
         elif fp8_rows and family.fp8_compute_efficiency:
+
             def fp8_rows_error(x: float) -> float:
                 with _constants(gpu, fp8_compute_efficiency=x):
                     return _log_error(fp8_rows)
+
             fitted["fp8_compute_efficiency"] = _bisect(fp8_rows_error, 0.05, 1.0)
     return fitted
 

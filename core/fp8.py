@@ -16,8 +16,16 @@ from __future__ import annotations
 
 from ray_efa.core.models import ModelPreset
 
-__all__ = ["SMALL_K", "SMALL_N", "CAST_BYTES_PER_ELEMENT", "converts_to_fp8", "decoder_linears", "fp8_linears",
-           "fp8_parameters", "cast_bytes_per_token"]
+__all__ = [
+    "SMALL_K",
+    "SMALL_N",
+    "CAST_BYTES_PER_ELEMENT",
+    "converts_to_fp8",
+    "decoder_linears",
+    "fp8_linears",
+    "fp8_parameters",
+    "cast_bytes_per_token",
+]
 
 SMALL_K = 4096
 SMALL_N = 1024

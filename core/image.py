@@ -48,10 +48,15 @@ class DlcImage:
 
 
 DLC_IMAGE = DlcImage(
-    repository="public.ecr.aws/deep-learning-containers/ray", tag="train-ml-cuda-v1.1",
-    same_release_tags=("train-ml-cuda-v1.1.0",), digest=None,
+    repository="public.ecr.aws/deep-learning-containers/ray",
+    tag="train-ml-cuda-v1.1",
+    same_release_tags=("train-ml-cuda-v1.1.0",),
+    digest=None,
     # the release of 2026-09-01 (its versions as the image reports them; the maintainers' reference notes)
-    ray_version="2.58.0", torch_version="2.13.0", cuda_version="13.0.2", nccl_version="2.29.7",
+    ray_version="2.58.0",
+    torch_version="2.13.0",
+    cuda_version="13.0.2",
+    nccl_version="2.29.7",
 )
 """The image of the project's default settings (dlcImage)."""
 

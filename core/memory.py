@@ -60,9 +60,20 @@ from ray_efa.core import catalog, fp8
 from ray_efa.core.models import ModelPreset
 from ray_efa.core.settings import Settings, SettingsError, TrainingSettings
 
-__all__ = ["MemoryEstimate", "estimate", "estimate_for", "OVERHEAD_FIXED_GIB", "FRAGMENTATION", "COMPILED_ACTIVATIONS",
-           "ACCUMULATION_GRADIENT_COPIES", "FP8_ACTIVATIONS", "SUGGESTED_LOSS_CHUNK", "FRAGMENTATION_ACCUMULATING",
-           "COMPILED_LOSS_BYTES_PER_LOGIT", "grad_sync_every_micro_batch"]
+__all__ = [
+    "MemoryEstimate",
+    "estimate",
+    "estimate_for",
+    "OVERHEAD_FIXED_GIB",
+    "FRAGMENTATION",
+    "COMPILED_ACTIVATIONS",
+    "ACCUMULATION_GRADIENT_COPIES",
+    "FP8_ACTIVATIONS",
+    "SUGGESTED_LOSS_CHUNK",
+    "FRAGMENTATION_ACCUMULATING",
+    "COMPILED_LOSS_BYTES_PER_LOGIT",
+    "grad_sync_every_micro_batch",
+]
 
 _GIB = 2**30
 OVERHEAD_FIXED_GIB = 1.5
@@ -168,7 +179,9 @@ def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = F
         return 12 * v * tokens
     held = min(chunk, tokens)
     if compiled:  # the calibrated 8 bytes up to the reference chunk, the measured marginal bytes beyond it
-        logits = 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(0, held - _LOSS_CHUNK_REFERENCE)
+        logits = 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(
+            0, held - _LOSS_CHUNK_REFERENCE
+        )
     else:
         logits = 8 * v * held
     return logits + 6 * v * d + 2 * d * tokens
@@ -182,19 +195,25 @@ def _gathered_layer_bytes(p: ModelPreset, fp8_all_gather: bool) -> int:
     return 2 * p.layer_parameters - converted
 
 
-def grad_sync_every_micro_batch(t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int,
-                                nvlink: bool) -> bool:
+def grad_sync_every_micro_batch(
+    t: TrainingSettings, *, strategy: str, nodes: int, gpus_per_node: int, nvlink: bool
+) -> bool:
     """Whether gradients are reduce-scattered after every micro-batch (gradSyncEveryMicroBatch; auto: under fsdp with
     accumulation on one node of several NVLink-connected GPUs, where the k reduce-scatters stay on NVLink and the
     unsharded fp32 gradients, 4 bytes a parameter, are never held). hsdp reduces inside the node every micro-batch
     anyway; training.train and core.perf read the same answer."""
     if t.grad_sync_every_micro_batch != "auto":
         return bool(t.grad_sync_every_micro_batch)
-    return (strategy == "fsdp" and t.accumulation_steps > 1 and nodes == 1 and gpus_per_node > 1 and nvlink)
+    return strategy == "fsdp" and t.accumulation_steps > 1 and nodes == 1 and gpus_per_node > 1 and nvlink
 
 
 def estimate_for(
-    t: TrainingSettings, *, world_size: int, gpu: catalog.Gpu, shard_size: int | None = None, strategy: str = "fsdp",
+    t: TrainingSettings,
+    *,
+    world_size: int,
+    gpu: catalog.Gpu,
+    shard_size: int | None = None,
+    strategy: str = "fsdp",
     sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
     """GiB per GPU of training `t` on `world_size` GPUs of model `gpu` (any world size, e.g. a measured one).
@@ -230,8 +249,9 @@ def estimate_for(
         "gathered": (2 * params if shard == 1 else 2 * root + 2 * _gathered_layer_bytes(p, fp8)) + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and
         # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
-        "activations": tokens * _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
-                       * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
+        "activations": tokens
+        * _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
+        * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
         "logits": _logits_bytes(p, tokens, t.loss_chunk, compiled=t.compile),
     }
     gib = {k: v / _GIB for k, v in parts.items()}
@@ -240,9 +260,16 @@ def estimate_for(
     fragmentation = FRAGMENTATION_ACCUMULATING if t.accumulation_steps > 1 and world_size == 1 else FRAGMENTATION
     overhead = OVERHEAD_FIXED_GIB + fragmentation * allocated
     return MemoryEstimate(
-        parameters_gib=gib["parameters"], gradients_gib=gib["gradients"], optimizer_gib=gib["optimizer"],
-        gathered_gib=gib["gathered"], activations_gib=gib["activations"], logits_gib=gib["logits"],
-        overhead_gib=overhead, total_gib=allocated + overhead, capacity_gib=gpu.memory_gib, gpu=gpu.name,
+        parameters_gib=gib["parameters"],
+        gradients_gib=gib["gradients"],
+        optimizer_gib=gib["optimizer"],
+        gathered_gib=gib["gathered"],
+        activations_gib=gib["activations"],
+        logits_gib=gib["logits"],
+        overhead_gib=overhead,
+        total_gib=allocated + overhead,
+        capacity_gib=gpu.memory_gib,
+        gpu=gpu.name,
         world_size=world_size,
     )
 
@@ -258,9 +285,17 @@ def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
     shard = gpus_per_node if strategy == "hsdp" and settings.nodes.gpu_node_count > 1 else settings.world_size
     instance = settings.nodes.gpu_instance
     sync = grad_sync_every_micro_batch(
-        settings.training, strategy=strategy, nodes=settings.nodes.gpu_node_count, gpus_per_node=instance.gpus,
-        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
+        settings.training,
+        strategy=strategy,
+        nodes=settings.nodes.gpu_node_count,
+        gpus_per_node=instance.gpus,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"),
+    )
     return estimate_for(
-        settings.training, world_size=settings.world_size, gpu=instance.gpu, shard_size=shard,
-        strategy=strategy, sync_every_micro_batch=sync,
+        settings.training,
+        world_size=settings.world_size,
+        gpu=instance.gpu,
+        shard_size=shard,
+        strategy=strategy,
+        sync_every_micro_batch=sync,
     )

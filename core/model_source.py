@@ -88,10 +88,26 @@ class JobPathFields(Protocol):
     @property
     def workload(self) -> SharedVolumeFields: ...
 
+
 __all__ = [
-    "ModelSource", "parse_model_path", "model_path_problem", "data_path_problem", "parse_s3_url", "model_cache_root",
-    "s3_cache_dir", "hub_cache_root", "hub_snapshot_dir", "local_model_dir", "architecture", "model_label", "tokenizer_size",
-    "model_problems", "pod_path_problems", "s3_read_locations", "CONFIG_FILE", "MODEL_CACHE_ENV",
+    "ModelSource",
+    "parse_model_path",
+    "model_path_problem",
+    "data_path_problem",
+    "parse_s3_url",
+    "model_cache_root",
+    "s3_cache_dir",
+    "hub_cache_root",
+    "hub_snapshot_dir",
+    "local_model_dir",
+    "architecture",
+    "model_label",
+    "tokenizer_size",
+    "model_problems",
+    "pod_path_problems",
+    "s3_read_locations",
+    "CONFIG_FILE",
+    "MODEL_CACHE_ENV",
 ]
 
 CONFIG_FILE = "config.json"
@@ -123,7 +139,7 @@ class ModelSource:
 
 def parse_s3_url(url: str) -> tuple[str, str]:
     """(bucket, prefix without a trailing '/') of s3://bucket/prefix; ValueError if it names no valid bucket."""
-    bucket, _, prefix = url[len("s3://"):].partition("/")
+    bucket, _, prefix = url[len("s3://") :].partition("/")
     if not _S3_BUCKET.match(bucket) or ".." in bucket:
         raise ValueError("must name a bucket: s3://bucket/prefix (bucket: 3-63 lowercase letters, digits, '.', '-')")
     return bucket, prefix.strip("/")
@@ -135,10 +151,12 @@ def parse_model_path(text: str) -> ModelSource:
         bucket, prefix = parse_s3_url(text)
         return ModelSource(kind="s3", text=text, bucket=bucket, prefix=prefix)
     if text.startswith("hf://"):
-        match = _HF_ID.match(text[len("hf://"):])
+        match = _HF_ID.match(text[len("hf://") :])
         if not match or "--" in match[1] + match[2] or ".." in match[1] + match[2]:
-            raise ValueError("must be hf://org/name or hf://org/name@revision (a Hub repository id: letters, digits, "
-                             "'.', '-', '_', no '--' or '..'; revision: a branch, tag or commit)")
+            raise ValueError(
+                "must be hf://org/name or hf://org/name@revision (a Hub repository id: letters, digits, "
+                "'.', '-', '_', no '--' or '..'; revision: a branch, tag or commit)"
+            )
         return ModelSource(kind="hf", text=text, repo_id=f"{match[1]}/{match[2]}", revision=match[3] or "main")
     if "://" in text:
         raise ValueError(f"must be {_MODEL_PATH_FORMS}")
@@ -165,8 +183,10 @@ def data_path_problem(text: str) -> str | None:
         return None
     if text.startswith("/"):
         return None
-    return ("must be an absolute path or s3://bucket/prefix of parquet or JSON-lines files (with a text or an "
-            "input_ids column)")
+    return (
+        "must be an absolute path or s3://bucket/prefix of parquet or JSON-lines files (with a text or an "
+        "input_ids column)"
+    )
 
 
 def model_cache_root() -> Path:
@@ -271,23 +291,36 @@ def _model_config_architecture(model_config: str, name: str) -> ModelPreset:
         return dataclasses.replace(model_preset(model_config), name=name)
     path = Path(model_config)
     if not path.is_file():
-        raise SettingsError([Problem("modelConfig", model_config, "must be a readable config.json file or one of "
-                                     f"the presets {', '.join(MODEL_PRESETS)}")])
+        raise SettingsError(
+            [
+                Problem(
+                    "modelConfig",
+                    model_config,
+                    f"must be a readable config.json file or one of the presets {', '.join(MODEL_PRESETS)}",
+                )
+            ]
+        )
     return _config_architecture(path, name, "modelConfig", model_config)
 
 
 def _not_here(source: ModelSource) -> str:
     if source.kind == "local":
-        return (f"has no {CONFIG_FILE} on this machine (the architecture and the plan come from it): point it at a "
-                "save_pretrained folder, or, for a folder only the pods see, set modelConfig to a local copy of its "
-                "config.json or to a preset name")
+        return (
+            f"has no {CONFIG_FILE} on this machine (the architecture and the plan come from it): point it at a "
+            "save_pretrained folder, or, for a folder only the pods see, set modelConfig to a local copy of its "
+            "config.json or to a preset name"
+        )
     if source.kind == "hf":
-        return (f"has no {CONFIG_FILE} in the Hub cache ({hub_cache_root()}), and plan reaches no network: run "
-                f"`hf download {source.repo_id} config.json tokenizer.json"
-                + (f" --revision {source.revision}" if source.revision != "main" else "")
-                + "`, or set modelConfig to a local copy of its config.json or to a preset name")
-    return (f"has no {CONFIG_FILE} on this machine, and plan reaches no AWS: set modelConfig to a local copy "
-            f"(aws s3 cp {source.text.rstrip('/')}/{CONFIG_FILE} .) or to a preset name")
+        return (
+            f"has no {CONFIG_FILE} in the Hub cache ({hub_cache_root()}), and plan reaches no network: run "
+            f"`hf download {source.repo_id} config.json tokenizer.json"
+            + (f" --revision {source.revision}" if source.revision != "main" else "")
+            + "`, or set modelConfig to a local copy of its config.json or to a preset name"
+        )
+    return (
+        f"has no {CONFIG_FILE} on this machine, and plan reaches no AWS: set modelConfig to a local copy "
+        f"(aws s3 cp {source.text.rstrip('/')}/{CONFIG_FILE} .) or to a preset name"
+    )
 
 
 def tokenizer_size(folder: Path) -> int | None:
@@ -315,17 +348,33 @@ def model_problems(t: ModelFields) -> list[Problem]:
     except SettingsError as error:
         return error.problems
     if t.seq_len > arch.max_position_embeddings:
-        key, value = (("modelPath", t.model_path) if t.model_path else ("modelConfig", t.model_configuration)
-                      if t.model_configuration else ("model", t.model))
-        return [Problem("seqLen", t.seq_len, f"must be <= {arch.max_position_embeddings}, the max positions of "
-                                             f"{arch.name} ({key} {value})")]
+        key, value = (
+            ("modelPath", t.model_path)
+            if t.model_path
+            else ("modelConfig", t.model_configuration)
+            if t.model_configuration
+            else ("model", t.model)
+        )
+        return [
+            Problem(
+                "seqLen",
+                t.seq_len,
+                f"must be <= {arch.max_position_embeddings}, the max positions of {arch.name} ({key} {value})",
+            )
+        ]
     if t.model_path is None:
         return []
     folder = local_model_dir(parse_model_path(t.model_path))
     size = tokenizer_size(folder) if folder is not None else None
     if size is not None and size > arch.vocab_size:
-        return [Problem("modelPath", t.model_path, f"has a tokenizer of {size:,} token ids, more than the model's "
-                                                    f"{arch.vocab_size:,} embeddings (config.json vocab_size)")]
+        return [
+            Problem(
+                "modelPath",
+                t.model_path,
+                f"has a tokenizer of {size:,} token ids, more than the model's "
+                f"{arch.vocab_size:,} embeddings (config.json vocab_size)",
+            )
+        ]
     return []
 
 
@@ -337,21 +386,37 @@ def pod_path_problems(settings: JobPathFields) -> list[Problem]:
     """Local paths of a cluster run (modelPath, dataset, evalDataset, storagePath) that no pod can read: each must be
     s3:// (or hf:// for the model), or lie under sharedVolumeMountPath with sharedVolumeClaim set."""
     t, w = settings.training, settings.workload
-    paths = {"modelPath": t.model_path, "dataset": t.dataset, "evalDataset": t.eval_dataset,
-             "storagePath": w.storage_path}
+    paths = {
+        "modelPath": t.model_path,
+        "dataset": t.dataset,
+        "evalDataset": t.eval_dataset,
+        "storagePath": w.storage_path,
+    }
     problems = []
     for key, value in paths.items():
         if value is None or not value.startswith("/"):
             continue
         if w.shared_volume_claim is None:
-            problems.append(Problem(key, value, "is a local path, which no pod can read: use s3://bucket/prefix, or "
-                                                "mount a shared filesystem (FSx for Lustre, EFS) into the pods with "
-                                                "sharedVolumeClaim=<PersistentVolumeClaim> and sharedVolumeMountPath "
-                                                "(the folder it is mounted at, holding this path)"))
+            problems.append(
+                Problem(
+                    key,
+                    value,
+                    "is a local path, which no pod can read: use s3://bucket/prefix, or "
+                    "mount a shared filesystem (FSx for Lustre, EFS) into the pods with "
+                    "sharedVolumeClaim=<PersistentVolumeClaim> and sharedVolumeMountPath "
+                    "(the folder it is mounted at, holding this path)",
+                )
+            )
         elif not _under(value, w.shared_volume_mount_path):
-            problems.append(Problem(key, value, f"is not under sharedVolumeMountPath {w.shared_volume_mount_path}, "
-                                                f"where the pods mount PersistentVolumeClaim {w.shared_volume_claim}: "
-                                                "no pod can read it"))
+            problems.append(
+                Problem(
+                    key,
+                    value,
+                    f"is not under sharedVolumeMountPath {w.shared_volume_mount_path}, "
+                    f"where the pods mount PersistentVolumeClaim {w.shared_volume_claim}: "
+                    "no pod can read it",
+                )
+            )
     return problems
 
 

@@ -31,15 +31,31 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
-    "ModelPreset", "ModelArchitecture", "MODEL_PRESETS", "model_preset", "preset_from_config", "parameters_label",
-    "QWEN2_MODEL_TYPE", "SUPPORTED_MODEL_TYPES", "unsupported_model_type", "FULL_ATTENTION", "SLIDING_ATTENTION",
+    "ModelPreset",
+    "ModelArchitecture",
+    "MODEL_PRESETS",
+    "model_preset",
+    "preset_from_config",
+    "parameters_label",
+    "QWEN2_MODEL_TYPE",
+    "SUPPORTED_MODEL_TYPES",
+    "unsupported_model_type",
+    "FULL_ATTENTION",
+    "SLIDING_ATTENTION",
 ]
 
 QWEN2_MODEL_TYPE = "qwen2"
 """The model_type of the presets (Qwen2ForCausalLM)."""
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
-    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "olmo2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
 )
 """config.json model_types the built-in train function builds and the planner counts; "gemma3" (the multimodal
 config) is read through its text_config, as gemma3_text."""
@@ -51,10 +67,19 @@ SLIDING_ATTENTION = "sliding_attention"
 _QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "width"}
 _FOUR_NORMS = frozenset({"gemma2", "gemma3_text"})
 _TIED_BY_DEFAULT = frozenset({"gemma2", "gemma3_text"})
-_NOT_ARCHITECTURE = frozenset({
-    "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path", "auto_map",
-    "use_cache", "attn_implementation",
-})
+_NOT_ARCHITECTURE = frozenset(
+    {
+        "model_type",
+        "architectures",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "_name_or_path",
+        "auto_map",
+        "use_cache",
+        "attn_implementation",
+    }
+)
 """config.json keys config_dict leaves out: what the file says about where it came from or how to run it (the job
 decides dtype, cache and attention kernel), not the architecture."""
 
@@ -112,13 +137,23 @@ class ModelPreset:
         them (phi3 fuses q, k, v into qkv_proj and gate, up into gate_up_proj)."""
         d, q, kv, inter = self.hidden_size, self.q_width, self.kv_width, self.intermediate_size
         if self.model_type == "phi3":
-            return (("qkv_proj", d, q + 2 * kv, False), ("o_proj", q, d, False),
-                    ("gate_up_proj", d, 2 * inter, False), ("down_proj", inter, d, False))
+            return (
+                ("qkv_proj", d, q + 2 * kv, False),
+                ("o_proj", q, d, False),
+                ("gate_up_proj", d, 2 * inter, False),
+                ("down_proj", inter, d, False),
+            )
         qkv_bias = self.attention_bias or self.model_type == QWEN2_MODEL_TYPE
         o_bias = self.attention_bias and self.model_type != QWEN2_MODEL_TYPE
-        return (("q_proj", d, q, qkv_bias), ("k_proj", d, kv, qkv_bias), ("v_proj", d, kv, qkv_bias),
-                ("o_proj", q, d, o_bias), ("gate_proj", d, inter, self.mlp_bias), ("up_proj", d, inter, self.mlp_bias),
-                ("down_proj", inter, d, self.mlp_bias))
+        return (
+            ("q_proj", d, q, qkv_bias),
+            ("k_proj", d, kv, qkv_bias),
+            ("v_proj", d, kv, qkv_bias),
+            ("o_proj", q, d, o_bias),
+            ("gate_proj", d, inter, self.mlp_bias),
+            ("up_proj", d, inter, self.mlp_bias),
+            ("down_proj", inter, d, self.mlp_bias),
+        )
 
     @property
     def qk_norm_parameters(self) -> int:
@@ -134,7 +169,9 @@ class ModelPreset:
         linears = sum(k * n + (n if bias else 0) for _, k, n, bias in self.linears())
         return linears + self.norms_per_layer * self.hidden_size + self.qk_norm_parameters
 
-    def selective_linears(self) -> tuple[tuple[tuple[str, int, int, bool], ...], tuple[tuple[str, int, int, bool], ...]]:
+    def selective_linears(
+        self,
+    ) -> tuple[tuple[tuple[str, int, int, bool], ...], tuple[tuple[str, int, int, bool], ...]]:
         """(saved, recomputed) linears of one layer under selective (per-op) activation checkpointing: torchtitan's
         policy (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac: "Saves output of all compute ops,
         except every second mm"; training.parallelize.selective_policy), which keeps the 1st, 3rd, 5th ... matrix
@@ -153,8 +190,13 @@ class ModelPreset:
         key/value channel; no seq x seq scores), the gated MLP (gate, activation, up, product: 8 an MLP channel).
         Qwen2: 22d + 4kv + 8I."""
         qk_norms = 8 * (self.q_width + self.kv_width) if self.model_type in _QK_NORM else 0
-        return (8 * self.norms_per_layer * self.hidden_size + 6 * self.q_width + 4 * self.kv_width
-                + 8 * self.intermediate_size + qk_norms)
+        return (
+            8 * self.norms_per_layer * self.hidden_size
+            + 6 * self.q_width
+            + 4 * self.kv_width
+            + 8 * self.intermediate_size
+            + qk_norms
+        )
 
     def selective_bytes_per_token_layer(self) -> int:
         """Bytes one layer keeps per token under selective checkpointing: its bf16 input, the saved linears' bf16
@@ -246,25 +288,53 @@ class ModelPreset:
 ModelArchitecture = ModelPreset
 """The clearer name: any supported architecture, a preset's or a config.json's."""
 
-_PRESET_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-                "vocab_size", "max_position_embeddings", "tie_word_embeddings", "rope_theta", "rms_norm_eps")
+_PRESET_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "rope_theta",
+    "rms_norm_eps",
+)
 
 
 MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
         ModelPreset(
-            name="qwen2.5-1.5b", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-            num_key_value_heads=2, intermediate_size=8960, vocab_size=151_936, max_position_embeddings=32_768,
+            name="qwen2.5-1.5b",
+            hidden_size=1536,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            intermediate_size=8960,
+            vocab_size=151_936,
+            max_position_embeddings=32_768,
         ),
         ModelPreset(
-            name="qwen2.5-0.5b", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-            num_key_value_heads=2, intermediate_size=4864, vocab_size=151_936, max_position_embeddings=32_768,
+            name="qwen2.5-0.5b",
+            hidden_size=896,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            intermediate_size=4864,
+            vocab_size=151_936,
+            max_position_embeddings=32_768,
         ),
         # The same architecture at a size a 2-core laptop trains in seconds: the embedded local default.
         ModelPreset(
-            name="tiny", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, intermediate_size=256, vocab_size=1024, max_position_embeddings=32_768,
+            name="tiny",
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=256,
+            vocab_size=1024,
+            max_position_embeddings=32_768,
         ),
     )
 }
@@ -287,8 +357,10 @@ def parameters_label(count: int) -> str:
 
 def unsupported_model_type(model_type: object) -> str:
     """What a config.json of a family the job cannot build is told."""
-    return (f"has model_type {model_type!r}, which the built-in train function and the planner do not support: "
-            f"model_type must be one of {', '.join(SUPPORTED_MODEL_TYPES)} (or gemma3, read as its text_config)")
+    return (
+        f"has model_type {model_type!r}, which the built-in train function and the planner do not support: "
+        f"model_type must be one of {', '.join(SUPPORTED_MODEL_TYPES)} (or gemma3, read as its text_config)"
+    )
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -343,15 +415,22 @@ def preset_from_config(name: str, config: dict[str, Any]) -> ModelPreset:
     window, kinds = _layer_types(model_type, config, layers)
     head_dim = config.get("head_dim")
     return ModelPreset(
-        name=name, model_type=model_type, hidden_size=config["hidden_size"], num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=int(config.get("num_key_value_heads") or heads),
-        intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"],
+        name=name,
+        model_type=model_type,
+        hidden_size=config["hidden_size"],
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+        intermediate_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
         max_position_embeddings=int(config.get("max_position_embeddings") or 32_768),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
-        rope_theta=_rope_theta(config), rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=_rope_theta(config),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         explicit_head_dim=int(head_dim) if isinstance(head_dim, int) else None,
         attention_bias=bool(config.get("attention_bias", False)) and model_type not in ("mistral", "phi3"),
         mlp_bias=bool(config.get("mlp_bias", False)) and model_type == "llama",
-        sliding_window=window, layer_types=kinds,
+        sliding_window=window,
+        layer_types=kinds,
         source_config=json.dumps({k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}, sort_keys=True),
     )

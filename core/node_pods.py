@@ -12,8 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ContainerRequests", "NodePod", "NodeKind", "DeviceAllocation", "node_daemonsets", "system_node_pods",
-           "pod_requests"]
+__all__ = [
+    "ContainerRequests",
+    "NodePod",
+    "NodeKind",
+    "DeviceAllocation",
+    "node_daemonsets",
+    "system_node_pods",
+    "pod_requests",
+]
 
 NodeKind = Literal["system", "gpu"]
 DeviceAllocation = Literal["device-plugin", "dra"]
@@ -54,69 +61,92 @@ class NodePod:
 
 # -- DaemonSets on every node -----------------------------------------------------------------------------------------
 _AWS_NODE = NodePod(
-    name="aws-node", namespace="kube-system", kind="DaemonSet",
+    name="aws-node",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="aws-node", cpu_m=25), ContainerRequests(name="aws-eks-nodeagent", cpu_m=25)),
     source="VPC CNI (vpc-cni add-on; aws/amazon-vpc-cni-k8s charts/aws-vpc-cni values.yaml resources.requests.cpu "
-           "25m and nodeAgent.resources.requests.cpu 25m; the node agent runs in every aws-node pod since VPC CNI "
-           "1.14, network policies or not)",
+    "25m and nodeAgent.resources.requests.cpu 25m; the node agent runs in every aws-node pod since VPC CNI "
+    "1.14, network policies or not)",
 )
 _KUBE_PROXY = NodePod(
-    name="kube-proxy", namespace="kube-system", kind="DaemonSet",
+    name="kube-proxy",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="kube-proxy", cpu_m=100),),
     source="kube-proxy add-on as EKS installs it (DaemonSet kube-system/kube-proxy: requests cpu 100m, no memory)",
 )
 _POD_IDENTITY_AGENT = NodePod(
-    name="eks-pod-identity-agent", namespace="kube-system", kind="DaemonSet",
+    name="eks-pod-identity-agent",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="eks-pod-identity-agent"),),
     source="eks-pod-identity-agent add-on (aws/eks-charts stable/eks-pod-identity-agent values.yaml: resources {}; "
-           "tolerates every taint, so it runs on the GPU nodes too); RayEksCluster installs it",
+    "tolerates every taint, so it runs on the GPU nodes too); RayEksCluster installs it",
 )
 # -- DaemonSets on the GPU nodes --------------------------------------------------------------------------------------
 _NVIDIA_DEVICE_PLUGIN = NodePod(
-    name="nvidia-device-plugin", namespace="kube-system", kind="DaemonSet",
+    name="nvidia-device-plugin",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="nvidia-device-plugin-ctr"),),
     source="nvidia-device-plugin chart 0.20.0 values.yaml: resources {} (GpuDevicePlugins; GPU nodes only)",
 )
 _EFA_DEVICE_PLUGIN = NodePod(
-    name="aws-efa-k8s-device-plugin", namespace="kube-system", kind="DaemonSet",
+    name="aws-efa-k8s-device-plugin",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="aws-efa-k8s-device-plugin", cpu_m=10, memory_mib=20),),
     source="aws-efa-k8s-device-plugin chart v0.5.30 values.yaml: resources.requests cpu 10m, memory 20Mi "
-           "(GpuDevicePlugins; GPU nodes only)",
+    "(GpuDevicePlugins; GPU nodes only)",
 )
 _NVIDIA_DRA_DRIVER = NodePod(
-    name="dra-driver-nvidia-gpu-kubelet-plugin", namespace="nvidia", kind="DaemonSet",
+    name="dra-driver-nvidia-gpu-kubelet-plugin",
+    namespace="nvidia",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="gpus"),),
     source="dra-driver-nvidia-gpu chart values.yaml: kubeletPlugin.containers.*.resources {} (GpuDraDrivers; GPU "
-           "nodes only; computeDomains off, so no ComputeDomain container or controller)",
+    "nodes only; computeDomains off, so no ComputeDomain container or controller)",
 )
 _EFA_DRA_DRIVER = NodePod(
-    name="aws-dranet", namespace="kube-system", kind="DaemonSet",
+    name="aws-dranet",
+    namespace="kube-system",
+    kind="DaemonSet",
     containers=(ContainerRequests(name="aws-dranet", cpu_m=100, memory_mib=50),),
     source="aws-dranet chart values.yaml (aws/eks-charts stable/aws-dranet): resources.requests cpu 100m, memory "
-           "50Mi (GpuDraDrivers; GPU nodes only)",
+    "50Mi (GpuDraDrivers; GPU nodes only)",
 )
 # -- what else the system nodes run -----------------------------------------------------------------------------------
 _COREDNS = NodePod(
-    name="coredns", namespace="kube-system", kind="Deployment", pods_per_node=2,
+    name="coredns",
+    namespace="kube-system",
+    kind="Deployment",
+    pods_per_node=2,
     containers=(ContainerRequests(name="coredns", cpu_m=100, memory_mib=70),),
     source="CoreDNS add-on as EKS installs it (2 replicas, requests cpu 100m, memory 70Mi each); both may land on "
-           "one system node: the GPU nodes' taint keeps them off the others",
+    "one system node: the GPU nodes' taint keeps them off the others",
 )
 _KUBERAY_OPERATOR = NodePod(
-    name="kuberay-operator", namespace="kuberay-system", kind="Deployment",
+    name="kuberay-operator",
+    namespace="kuberay-system",
+    kind="Deployment",
     containers=(ContainerRequests(name="kuberay-operator", cpu_m=100, memory_mib=512),),
     source="kuberay-operator chart values.yaml (1.4.0 and 1.7.0): resources.limits cpu 100m, memory 512Mi and no "
-           "requests, so the requests default to the limits (KubeRayOperator, on the system nodes)",
+    "requests, so the requests default to the limits (KubeRayOperator, on the system nodes)",
 )
 _RAY_JOB_SUBMITTER = NodePod(
-    name="ray-job-submitter", namespace="(the job's)", kind="Job",
+    name="ray-job-submitter",
+    namespace="(the job's)",
+    kind="Job",
     containers=(ContainerRequests(name="ray-job-submitter", cpu_m=500, memory_mib=1024),),
     source="the RayJob's submitter pod (k8s.cluster_spec.submitter_template: 500m, 1Gi, Guaranteed), beside the "
-           "head while the job runs",
+    "head while the job runs",
 )
 
 
-def node_daemonsets(node_kind: NodeKind, *, device_allocation: DeviceAllocation = "device-plugin") -> tuple[NodePod, ...]:
+def node_daemonsets(
+    node_kind: NodeKind, *, device_allocation: DeviceAllocation = "device-plugin"
+) -> tuple[NodePod, ...]:
     """The DaemonSets EKS and the stack run on a node of `node_kind`: on every node the VPC CNI, kube-proxy and the
     Pod Identity agent; on a GPU node also the device plugins (deviceAllocation device-plugin) or the DRA drivers (dra).
     The EBS CSI driver is not here: the stack does not install it (add it if your platform does)."""

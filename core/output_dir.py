@@ -29,8 +29,16 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["RECORD_NAME", "SOURCE_FOLDERS", "OutputDirError", "check_output_dir", "publish", "recorded_entries",
-           "check_output_file", "publish_file"]
+__all__ = [
+    "RECORD_NAME",
+    "SOURCE_FOLDERS",
+    "OutputDirError",
+    "check_output_dir",
+    "publish",
+    "recorded_entries",
+    "check_output_file",
+    "publish_file",
+]
 
 RECORD_NAME = ".ray-efa-output.json"
 """The record of what ray-efa wrote into a folder (one per output folder)."""
@@ -41,10 +49,23 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The repository root in a checkout (the folder above core/); the installed package folder in a wheel install."""
 
 SOURCE_FOLDERS = (
-    "core", "infra", "k8s", "training", "ops", "cli", "tests", "ray_efa", "bench", "tools", "docs",
-    ".git", ".venv", "node_modules",
+    "core",
+    "infra",
+    "k8s",
+    "training",
+    "ops",
+    "cli",
+    "tests",
+    "ray_efa",
+    "bench",
+    "tools",
+    "docs",
+    ".git",
+    ".venv",
+    "node_modules",
 )
 """Folders of the repository root that no command may write into (nor into any folder below them)."""
+
 
 def _umask() -> int:
     """The process's umask (os.umask can only be read by setting it: set back at once)."""
@@ -131,8 +152,11 @@ def check_output_dir(out: Path | str, *, accept: Callable[[Path], bool] | None =
         return resolved
     recorded = _read_record(resolved)
     foreign = sorted(
-        e.name for e in resolved.iterdir()
-        if e.name != RECORD_NAME and e.name not in recorded and not e.name.startswith(_STAGING_PREFIX)
+        e.name
+        for e in resolved.iterdir()
+        if e.name != RECORD_NAME
+        and e.name not in recorded
+        and not e.name.startswith(_STAGING_PREFIX)
         and not (accept and accept(e))
     )
     if foreign:
@@ -260,8 +284,10 @@ def check_output_file(path: Path | str, *, is_ours: Callable[[Path], bool]) -> P
     if existing is not None and not existing.is_dir():
         raise OutputDirError(f"refusing to write {given}: {existing} is a file, not a folder")
     if resolved.exists() and not is_ours(resolved):
-        raise OutputDirError(f"refusing to write {given}: the file exists and ray-efa did not write it. Give a new "
-                             "file name, or remove it yourself")
+        raise OutputDirError(
+            f"refusing to write {given}: the file exists and ray-efa did not write it. Give a new "
+            "file name, or remove it yourself"
+        )
     if existing is not None and not os.access(existing, os.W_OK):
         raise OutputDirError(f"cannot write {given}: {existing} is not writable")
     return resolved

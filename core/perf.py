@@ -32,6 +32,7 @@ docs/BENCHMARKS.md has the tables and what is still to measure. `Calibration` re
 with a finished run's (core.calibrate). This module is a leaf: choosing a strategy, which also needs the memory plan,
 is core.strategy's.
 """
+
 from __future__ import annotations
 
 import math
@@ -197,15 +198,28 @@ class StepPrediction:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "strategy": self.strategy, "step_time_s": round(self.step_time_s, 4), "compute_s": round(self.compute_s, 4),
-            "network_s": round(self.network_s, 4), "optimizer_s": round(self.optimizer_s, 4),
-            "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1), "mfu": round(self.mfu, 4),
-            "mfu_causal": round(self.mfu_causal, 4), "bottleneck": self.bottleneck,
-            "precision": self.precision, "reduce_dtype": self.reduce_dtype, "nodes": self.nodes,
+            "strategy": self.strategy,
+            "step_time_s": round(self.step_time_s, 4),
+            "compute_s": round(self.compute_s, 4),
+            "network_s": round(self.network_s, 4),
+            "optimizer_s": round(self.optimizer_s, 4),
+            "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
+            "mfu": round(self.mfu, 4),
+            "mfu_causal": round(self.mfu_causal, 4),
+            "bottleneck": self.bottleneck,
+            "precision": self.precision,
+            "reduce_dtype": self.reduce_dtype,
+            "nodes": self.nodes,
             "tokens_per_s": round(self.tokens_per_s_per_gpu * self.nodes * self.gpus_per_node, 1),
             "collectives": [
-                {"name": c.name, "link": c.link, "size_gb": round(c.size_gb, 3), "calls": c.calls,
-                 "wire_gb": round(c.wire_gb, 3), "per_micro_batch": c.per_micro_batch}
+                {
+                    "name": c.name,
+                    "link": c.link,
+                    "size_gb": round(c.size_gb, 3),
+                    "calls": c.calls,
+                    "wire_gb": round(c.wire_gb, 3),
+                    "per_micro_batch": c.per_micro_batch,
+                }
                 for c in self.collectives
             ],
         }
@@ -249,8 +263,9 @@ def socket_layout(instance: catalog.InstanceType, *, placement_group: bool = Tru
     within NCCL's caps (16 threads, 64 sockets)."""
     ena_threads, per_thread = NCCL_ENA_SOCKETS
     flows = instance.primary_card_gbps / FLOW_GBPS["placement" if placement_group else "spread"]
-    threads = min(max(ena_threads, math.ceil(flows / per_thread)), NCCL_MAX_SOCKET_THREADS,
-                  NCCL_MAX_SOCKETS // per_thread)
+    threads = min(
+        max(ena_threads, math.ceil(flows / per_thread)), NCCL_MAX_SOCKET_THREADS, NCCL_MAX_SOCKETS // per_thread
+    )
     return SocketLayout(threads=threads, sockets_per_thread=per_thread)
 
 
@@ -263,8 +278,13 @@ def socket_gb_s(instance: catalog.InstanceType, *, placement_group: bool = True)
     return min(line, flows, SOCKET_HOST_CEILING_GB_S)
 
 
-def links_for(instance: catalog.InstanceType, network: str, *, placement_group: bool = True,
-              message_bytes: float = network_module.GiB) -> tuple[Link, Link]:
+def links_for(
+    instance: catalog.InstanceType,
+    network: str,
+    *,
+    placement_group: bool = True,
+    message_bytes: float = network_module.GiB,
+) -> tuple[Link, Link]:
     """(intra-node link, inter-node link) of `instance` for network "efa" or "tcp", at achievable bandwidth for
     collectives of `message_bytes` (EFA's share falls with the message: core.catalog.network)."""
     if network not in NETWORKS:
@@ -272,11 +292,14 @@ def links_for(instance: catalog.InstanceType, network: str, *, placement_group: 
     gpu_link = catalog.gpu_link(instance)
     intra = Link(name=gpu_link.name, gb_s=gpu_link.gb_s * gpu_constants.link_share(gpu_link.name)[0])
     if network == "efa":
-        inter = Link(name=f"EFA {instance.network_gbps} Gbit/s",
-                     gb_s=network_module.efa_link(instance, message_bytes).gb_s)
+        inter = Link(
+            name=f"EFA {instance.network_gbps} Gbit/s", gb_s=network_module.efa_link(instance, message_bytes).gb_s
+        )
     else:
-        inter = Link(name=f"TCP sockets, {instance.primary_card_gbps:g} Gbit/s card",
-                     gb_s=socket_gb_s(instance, placement_group=placement_group))
+        inter = Link(
+            name=f"TCP sockets, {instance.primary_card_gbps:g} Gbit/s card",
+            gb_s=socket_gb_s(instance, placement_group=placement_group),
+        )
     return intra, inter
 
 
@@ -292,8 +315,14 @@ def flops_per_token_causal(p: ModelPreset, seq_len: int) -> float:
 
 
 def _collectives(
-    t: TrainingSettings, p: ModelPreset, strategy: str, nodes: int, gpus_per_node: int, reduce_bytes: int,
-    use_fp8: bool = False, sync_every: bool = False,
+    t: TrainingSettings,
+    p: ModelPreset,
+    strategy: str,
+    nodes: int,
+    gpus_per_node: int,
+    reduce_bytes: int,
+    use_fp8: bool = False,
+    sync_every: bool = False,
 ) -> list[Collective]:
     params = p.num_parameters
     root, last = _root_and_last_layer(p)
@@ -318,8 +347,16 @@ def _collectives(
             ("reduce-scatter gradients", grads, k if sync_every else 1, sync_every),
         ):
             for on in (link, "intra") if link == "inter" else (link,):  # the ring also runs through each node's GPUs
-                out.append(Collective(name=name, link=on, size_gb=size, calls=calls, wire_gb=size * calls * share,
-                                      per_micro_batch=every))
+                out.append(
+                    Collective(
+                        name=name,
+                        link=on,
+                        size_gb=size,
+                        calls=calls,
+                        wire_gb=size * calls * share,
+                        per_micro_batch=every,
+                    )
+                )
         return out
     # hsdp across nodes
     if gpus_per_node > 1:
@@ -329,10 +366,26 @@ def _collectives(
             ("all-gather parameters (backward)", gather_bwd, k),
             ("reduce-scatter gradients", grads, k),
         ):
-            out.append(Collective(name=name, link="intra", size_gb=size, calls=calls, wire_gb=size * calls * share,
-                                  per_micro_batch=True))
-    out.append(Collective(name="all-reduce gradient shards across nodes", link="inter", size_gb=grads, calls=1,
-                          wire_gb=grads * 2 * (nodes - 1) / nodes, per_micro_batch=False))
+            out.append(
+                Collective(
+                    name=name,
+                    link="intra",
+                    size_gb=size,
+                    calls=calls,
+                    wire_gb=size * calls * share,
+                    per_micro_batch=True,
+                )
+            )
+    out.append(
+        Collective(
+            name="all-reduce gradient shards across nodes",
+            link="inter",
+            size_gb=grads,
+            calls=1,
+            wire_gb=grads * 2 * (nodes - 1) / nodes,
+            per_micro_batch=False,
+        )
+    )
     return out
 
 
@@ -379,18 +432,25 @@ def recompute_factor(p: ModelPreset, mode: str, seq_len: int) -> float:
     return 1 + p.recompute_flops_per_token(mode, seq_len) / p.flops_per_token(seq_len)
 
 
-def _micro_batch_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, *, use_fp8: bool,
-                         calibration: Calibration | None) -> float:
+def _micro_batch_seconds(
+    p: ModelPreset, t: TrainingSettings, gpu: catalog.Gpu, *, use_fp8: bool, calibration: Calibration | None
+) -> float:
     """Seconds of one micro-batch's forward and backward on one GPU (the loss's chunking included), at the GPU's
     compute rate (core.catalog.gpu_constants: measured, published or assumed; or the calibration's)."""
     tokens = t.micro_batch_size * t.seq_len
     recompute = recompute_factor(p, t.checkpointing_mode, t.seq_len)
     flops = tokens * p.flops_per_token(t.seq_len) * recompute
     family = gpu_constants.constants_for(gpu.name)
-    efficiency = (calibration.compute_efficiency if calibration and calibration.compute_efficiency
-                  else family.compute_efficiency)
-    rate = (gpu.peak_bf16_tflops * 1e12 * efficiency * (1.0 if t.compile else family.eager_speed)
-            * (1.0 if t.loss_chunk else UNCHUNKED_LOSS_SPEED))
+    efficiency = (
+        calibration.compute_efficiency if calibration and calibration.compute_efficiency else family.compute_efficiency
+    )
+    rate = (
+        gpu.peak_bf16_tflops
+        * 1e12
+        * efficiency
+        * (1.0 if t.compile else family.eager_speed)
+        * (1.0 if t.loss_chunk else UNCHUNKED_LOSS_SPEED)
+    )
     if use_fp8 and not t.compile:  # measured, not derived: eager fp8 is slower than eager bf16 (EAGER_FP8_SPEED)
         micro = max(flops / rate + MICRO_STEP_FIXED_S, LAUNCH_FLOOR_S) / EAGER_FP8_SPEED
     elif use_fp8:
@@ -413,8 +473,17 @@ def _selective_traffic_seconds(p: ModelPreset, t: TrainingSettings, gpu: catalog
     return tokens * p.selective_recompute_bytes_per_token() / (gpu.memory_bandwidth_gb_s * 1e9)
 
 
-def _link_seconds(collectives: Sequence[Collective], p: ModelPreset, intra: Link, inter: Link, *, network: str,
-                  strategy: str, nodes: int, gpus_per_node: int) -> tuple[dict[str, float], dict[str, float]]:
+def _link_seconds(
+    collectives: Sequence[Collective],
+    p: ModelPreset,
+    intra: Link,
+    inter: Link,
+    *,
+    network: str,
+    strategy: str,
+    nodes: int,
+    gpus_per_node: int,
+) -> tuple[dict[str, float], dict[str, float]]:
     """Seconds each link is busy: with one micro-batch's collectives, and with those sent once per optimizer step;
     each call also pays its link's latency (core.catalog.network)."""
     hsdp_across = strategy == "hsdp" and nodes > 1
@@ -436,9 +505,18 @@ def _link_seconds(collectives: Sequence[Collective], p: ModelPreset, intra: Link
 
 
 def predict(
-    t: TrainingSettings, *, instance: catalog.GpuInstanceType, nodes: int, network: str, strategy: str,
-    gpus_per_node: int | None = None, links: tuple[Link, Link] | None = None, reduce_dtype: str | None = None,
-    precision: str | None = None, placement_group: bool = True, calibration: Calibration | None = None,
+    t: TrainingSettings,
+    *,
+    instance: catalog.GpuInstanceType,
+    nodes: int,
+    network: str,
+    strategy: str,
+    gpus_per_node: int | None = None,
+    links: tuple[Link, Link] | None = None,
+    reduce_dtype: str | None = None,
+    precision: str | None = None,
+    placement_group: bool = True,
+    calibration: Calibration | None = None,
     model: ModelPreset | None = None,
 ) -> StepPrediction:
     """The step of training `t` with `strategy` ("fsdp" or "hsdp") on `nodes` x `instance` over `network`.
@@ -458,8 +536,12 @@ def predict(
     # With accumulation, gradients are accumulated in fp32 and only the wire copy is bf16 (training.parallelize),
     # inside the node and, under hsdp, across nodes too (its own all-reduce: FSDP2's native one would send fp32).
     reduce_bytes = 2 if reduce == "bf16" else 4
-    intra, inter = links or links_for(instance, network, placement_group=placement_group,
-                                      message_bytes=message_bytes(p, strategy, nodes, g, reduce_bytes))
+    intra, inter = links or links_for(
+        instance,
+        network,
+        placement_group=placement_group,
+        message_bytes=message_bytes(p, strategy, nodes, g, reduce_bytes),
+    )
     if calibration and calibration.inter_node_gb_s and calibration.network in (None, network):
         inter = Link(name=f"{inter.name}, measured", gb_s=calibration.inter_node_gb_s)
     use_fp8 = (precision or t.precision) == "fp8"
@@ -475,11 +557,16 @@ def predict(
     optimizer = OPTIMIZER_BYTES_PER_PARAM * p.num_parameters / shard / (gpu.memory_bandwidth_gb_s * 1e9)
 
     sync_every = memory.grad_sync_every_micro_batch(
-        t, strategy=strategy, nodes=nodes, gpus_per_node=g,
-        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"))
+        t,
+        strategy=strategy,
+        nodes=nodes,
+        gpus_per_node=g,
+        nvlink=instance.gpu_link is not None and instance.gpu_link.name.startswith("NVLink"),
+    )
     collectives = tuple(_collectives(t, p, strategy, nodes, g, reduce_bytes, use_fp8, sync_every))
-    each, once = _link_seconds(collectives, p, intra, inter, network=network, strategy=strategy, nodes=nodes,
-                               gpus_per_node=g)
+    each, once = _link_seconds(
+        collectives, p, intra, inter, network=network, strategy=strategy, nodes=nodes, gpus_per_node=g
+    )
     k, layers = t.accumulation_steps, p.num_hidden_layers
     busy = {link: k * each[link] + once[link] for link in each}
     network_s = max(busy.values())
@@ -495,9 +582,19 @@ def predict(
     per_gpu = tokens * t.accumulation_steps / step
     peak = gpu.peak_bf16_tflops * 1e12
     return StepPrediction(
-        strategy=strategy, network=network, compute_s=compute, network_s=network_s, optimizer_s=optimizer,
-        step_time_s=step, tokens_per_s_per_gpu=per_gpu, mfu=per_gpu * p.flops_per_token(t.seq_len) / peak,
-        mfu_causal=per_gpu * flops_per_token_causal(p, t.seq_len) / peak, bottleneck=bottleneck,
-        collectives=collectives, precision="fp8" if use_fp8 else "bf16",
-        reduce_dtype="fp32" if reduce_bytes == 4 else "bf16", nodes=nodes, gpus_per_node=g,
+        strategy=strategy,
+        network=network,
+        compute_s=compute,
+        network_s=network_s,
+        optimizer_s=optimizer,
+        step_time_s=step,
+        tokens_per_s_per_gpu=per_gpu,
+        mfu=per_gpu * p.flops_per_token(t.seq_len) / peak,
+        mfu_causal=per_gpu * flops_per_token_causal(p, t.seq_len) / peak,
+        bottleneck=bottleneck,
+        collectives=collectives,
+        precision="fp8" if use_fp8 else "bf16",
+        reduce_dtype="fp32" if reduce_bytes == 4 else "bf16",
+        nodes=nodes,
+        gpus_per_node=g,
     )

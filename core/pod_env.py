@@ -16,9 +16,20 @@ from ray_efa.core import catalog, perf
 from ray_efa.core.settings import setting_choices
 from ray_efa.core.settings.checks import GATE_LOG_SUBSYSTEMS
 
-__all__ = ["NETWORKS", "network_env", "expected_transport", "POLL_INTERVAL_ENV", "RAY_DEFAULT_POLL_INTERVAL_S",
-           "JOB_POLL_INTERVAL_S", "job_env", "TORCHAO_VERSION", "GATE_LOG_ENV", "GATE_LOG_SUBSYSTEMS", "HOST_SYS",
-           "HOST_SYS_FOLDERS"]
+__all__ = [
+    "NETWORKS",
+    "network_env",
+    "expected_transport",
+    "POLL_INTERVAL_ENV",
+    "RAY_DEFAULT_POLL_INTERVAL_S",
+    "JOB_POLL_INTERVAL_S",
+    "job_env",
+    "TORCHAO_VERSION",
+    "GATE_LOG_ENV",
+    "GATE_LOG_SUBSYSTEMS",
+    "HOST_SYS",
+    "HOST_SYS_FOLDERS",
+]
 
 NETWORKS: tuple[str, ...] = setting_choices("network")
 """The values the `network` setting allows (read from the settings, not repeated here)."""
@@ -76,8 +87,9 @@ def _check_network(network: str) -> None:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
 
 
-def network_env(network: str, instance: catalog.InstanceType | str, *, placement_group: bool = True,
-                debug_subsys: str | None = None) -> dict[str, str]:
+def network_env(
+    network: str, instance: catalog.InstanceType | str, *, placement_group: bool = True, debug_subsys: str | None = None
+) -> dict[str, str]:
     """The environment variables every Ray worker needs for `network` ("efa" or "tcp") on `instance`.
 
     FI_EFA_USE_DEVICE_RDMA=1 is added only on EFA instances with GPUDirect RDMA (core.catalog.use_device_rdma);

@@ -36,9 +36,14 @@ class PreflightFloor:
     """Whether the preflight applies it: only between nodes (gpuNodeCount > 1)."""
 
     def as_dict(self) -> dict[str, object]:
-        return {"floor_gb_s": self.floor_gb_s, "source": self.source, "network": self.network,
-                "healthy_gb_s": None if self.healthy_gb_s is None else round(self.healthy_gb_s, 3),
-                "margin": catalog.FLOOR_MARGIN if self.healthy_gb_s is not None else None, "judged": self.judged}
+        return {
+            "floor_gb_s": self.floor_gb_s,
+            "source": self.source,
+            "network": self.network,
+            "healthy_gb_s": None if self.healthy_gb_s is None else round(self.healthy_gb_s, 3),
+            "margin": catalog.FLOOR_MARGIN if self.healthy_gb_s is not None else None,
+            "judged": self.judged,
+        }
 
 
 def network_floor(instance: catalog.InstanceType, network: str, *, placement_group: bool = True) -> PreflightFloor:
@@ -50,14 +55,20 @@ def network_floor(instance: catalog.InstanceType, network: str, *, placement_gro
     elif network == "tcp":
         layout = perf.socket_layout(instance, placement_group=placement_group)
         gb_s = perf.socket_gb_s(instance, placement_group=placement_group)
-        source = (f"socket model (core.perf.socket_gb_s): TCP on the {instance.primary_card_gbps:g} Gbit/s card 0, "
-                  f"{layout.threads} threads x {layout.sockets_per_thread} sockets a connection, "
-                  f"{'in' if placement_group else 'outside'} a placement group")
+        source = (
+            f"socket model (core.perf.socket_gb_s): TCP on the {instance.primary_card_gbps:g} Gbit/s card 0, "
+            f"{layout.threads} threads x {layout.sockets_per_thread} sockets a connection, "
+            f"{'in' if placement_group else 'outside'} a placement group"
+        )
     else:
         raise ValueError(f"network must be one of {', '.join(perf.NETWORKS)}, got {network!r}")
     floor = round(gb_s * catalog.FLOOR_MARGIN, 2)
-    return PreflightFloor(floor_gb_s=floor, source=f"{source}; floor {catalog.FLOOR_MARGIN:g} of {gb_s:.2f} GB/s",
-                          network=network, healthy_gb_s=gb_s)
+    return PreflightFloor(
+        floor_gb_s=floor,
+        source=f"{source}; floor {catalog.FLOOR_MARGIN:g} of {gb_s:.2f} GB/s",
+        network=network,
+        healthy_gb_s=gb_s,
+    )
 
 
 def preflight_floor(settings: Settings) -> PreflightFloor:
@@ -66,10 +77,12 @@ def preflight_floor(settings: Settings) -> PreflightFloor:
     network, judged = settings.workload.network, n.gpu_node_count > 1
     configured = settings.workload.preflight_min_busbw_gbps
     if configured is not None:
-        return PreflightFloor(floor_gb_s=configured, source="setting preflightMinBusbwGbps", network=network,
-                              judged=judged)
-    return dataclasses.replace(network_floor(n.gpu_instance, network, placement_group=n.use_placement_group),
-                               judged=judged)
+        return PreflightFloor(
+            floor_gb_s=configured, source="setting preflightMinBusbwGbps", network=network, judged=judged
+        )
+    return dataclasses.replace(
+        network_floor(n.gpu_instance, network, placement_group=n.use_placement_group), judged=judged
+    )
 
 
 def floor_gbps(settings: Settings) -> float:

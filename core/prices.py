@@ -35,13 +35,31 @@ from importlib import resources
 
 from ray_efa.core import catalog
 
-__all__ = ["ON_DEMAND_RECORDED", "ON_DEMAND_SOURCE", "CATALOG_REGIONS", "RECORDED_REGIONS", "CAPACITY_BLOCKS",
-           "STATUSES", "RecordedPrice", "ON_DEMAND_TABLE", "Price", "on_demand", "capacity_block", "SPOT_NOTE",
-           "offering", "offered_regions", "offering_problem", "buyable", "price_record_problems"]
+__all__ = [
+    "ON_DEMAND_RECORDED",
+    "ON_DEMAND_SOURCE",
+    "CATALOG_REGIONS",
+    "RECORDED_REGIONS",
+    "CAPACITY_BLOCKS",
+    "STATUSES",
+    "RecordedPrice",
+    "ON_DEMAND_TABLE",
+    "Price",
+    "on_demand",
+    "capacity_block",
+    "SPOT_NOTE",
+    "offering",
+    "offered_regions",
+    "offering_problem",
+    "buyable",
+    "price_record_problems",
+]
 
 ON_DEMAND_RECORDED = "2026-10/11"
-ON_DEMAND_SOURCE = ("AWS Price List API, On-Demand Linux, us-east-2 (core.catalog's rows; us-east-1 lists the same "
-                    "prices for these types)")
+ON_DEMAND_SOURCE = (
+    "AWS Price List API, On-Demand Linux, us-east-2 (core.catalog's rows; us-east-1 lists the same "
+    "prices for these types)"
+)
 CATALOG_REGIONS = frozenset({"us-east-1", "us-east-2"})
 """Regions whose On-Demand prices are the catalog's."""
 
@@ -68,11 +86,20 @@ def _load() -> dict[tuple[str, str], RecordedPrice]:
     text = resources.files("ray_efa.core").joinpath("data", "on_demand_prices.csv").read_text(encoding="utf-8")
     table: dict[tuple[str, str], RecordedPrice] = {}
     for row in csv.DictReader(text.splitlines()):
-        price = RecordedPrice(region=row["region"], instance_type=row["instance_type"],
-                              usd_per_hour=float(row["usd_per_hour"]) if row["usd_per_hour"] else None,
-                              status=row["status"], source=row["source"], retrieved=row["retrieved"])
+        price = RecordedPrice(
+            region=row["region"],
+            instance_type=row["instance_type"],
+            usd_per_hour=float(row["usd_per_hour"]) if row["usd_per_hour"] else None,
+            status=row["status"],
+            source=row["source"],
+            retrieved=row["retrieved"],
+        )
         key = (price.region, price.instance_type)
-        if key in table or price.status not in STATUSES or (price.status == "priced") != (price.usd_per_hour is not None):
+        if (
+            key in table
+            or price.status not in STATUSES
+            or (price.status == "priced") != (price.usd_per_hour is not None)
+        ):
             raise ValueError(f"core/data/on_demand_prices.csv: bad or repeated row {row}")
         table[key] = price
     return table
@@ -83,8 +110,10 @@ ON_DEMAND_TABLE: dict[tuple[str, str], RecordedPrice] = _load()
 RECORDED_REGIONS = CATALOG_REGIONS | {region for region, _ in ON_DEMAND_TABLE}
 """Regions whose On-Demand prices are recorded (the catalog's, or the table's)."""
 
-_CB_SOURCE = ("AWS 'Amazon EC2 Capacity Blocks for ML Pricing' page, effective instance hourly rate, as a public "
-              "snapshot quoted it (rates updated by supply and demand; that snapshot's next update 2025-01-01)")
+_CB_SOURCE = (
+    "AWS 'Amazon EC2 Capacity Blocks for ML Pricing' page, effective instance hourly rate, as a public "
+    "snapshot quoted it (rates updated by supply and demand; that snapshot's next update 2025-01-01)"
+)
 CAPACITY_BLOCKS: dict[tuple[str, str], float] = {
     ("p5.48xlarge", "us-east-1"): 39.33,
     ("p5.48xlarge", "us-east-2"): 39.33,
@@ -97,23 +126,32 @@ CAPACITY_BLOCKS: dict[tuple[str, str], float] = {
 }
 """(instance type, region) -> USD per instance hour of a Capacity Block (reservation fee; Linux adds nothing)."""
 
+
 def price_record_problems(types: Iterable[str] | None = None) -> list[str]:
     """Each built-in GPU type (core.catalog.families' records: `types`, the catalog's by default) without a row in
     core/data/on_demand_prices.csv, and each row or recorded Capacity Block of a type without a record: the prices
     are data beside the records, and neither may name what the other lacks."""
     known = set(catalog.BUILT_IN_GPU_INSTANCES if types is None else types)
     priced = {name for _, name in ON_DEMAND_TABLE}
-    problems = [f"{name}: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"
-                for name in sorted(known - priced)]
-    problems += [f"{name}: core/data/on_demand_prices.csv prices a type without a record in core.catalog.families"
-                 for name in sorted(priced - known)]
-    problems += [f"{name}: core.prices.CAPACITY_BLOCKS prices a type without a record in core.catalog.families"
-                 for name in sorted({name for name, _ in CAPACITY_BLOCKS} - known)]
+    problems = [
+        f"{name}: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"
+        for name in sorted(known - priced)
+    ]
+    problems += [
+        f"{name}: core/data/on_demand_prices.csv prices a type without a record in core.catalog.families"
+        for name in sorted(priced - known)
+    ]
+    problems += [
+        f"{name}: core.prices.CAPACITY_BLOCKS prices a type without a record in core.catalog.families"
+        for name in sorted({name for name, _ in CAPACITY_BLOCKS} - known)
+    ]
     return problems
 
 
-SPOT_NOTE = ("Spot: not recorded (prices move every few minutes per zone: aws ec2 describe-spot-price-history); the "
-             "job checkpoints, so it can run on Spot")
+SPOT_NOTE = (
+    "Spot: not recorded (prices move every few minutes per zone: aws ec2 describe-spot-price-history); the "
+    "job checkpoints, so it can run on Spot"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,8 +171,15 @@ class Price:
     """False where the source lists no offering of the type in the region (the price is then us-east-2's)."""
 
     def as_dict(self) -> dict[str, object]:
-        return {"usd_per_hour": round(self.usd_per_hour, 4), "option": self.option, "region": self.region,
-                "recorded": self.recorded, "offered": self.offered, "date": self.date, "source": self.source}
+        return {
+            "usd_per_hour": round(self.usd_per_hour, 4),
+            "option": self.option,
+            "region": self.region,
+            "recorded": self.recorded,
+            "offered": self.offered,
+            "date": self.date,
+            "source": self.source,
+        }
 
 
 def on_demand(instance: catalog.InstanceType, region: str) -> Price:
@@ -143,28 +188,62 @@ def on_demand(instance: catalog.InstanceType, region: str) -> Price:
     is not offered there)."""
     row = None if instance.described else ON_DEMAND_TABLE.get((region, instance.name))
     if row is None and region in CATALOG_REGIONS:
-        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=True,
-                     date=ON_DEMAND_RECORDED, source=ON_DEMAND_SOURCE)
+        return Price(
+            usd_per_hour=instance.usd_per_hour,
+            option="on-demand",
+            region=region,
+            recorded=True,
+            date=ON_DEMAND_RECORDED,
+            source=ON_DEMAND_SOURCE,
+        )
     if instance.described:
-        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
-                     date=ON_DEMAND_RECORDED,
-                     source="your description's usdPerHour (extraGpuInstanceTypes), region not stated")
+        return Price(
+            usd_per_hour=instance.usd_per_hour,
+            option="on-demand",
+            region=region,
+            recorded=False,
+            date=ON_DEMAND_RECORDED,
+            source="your description's usdPerHour (extraGpuInstanceTypes), region not stated",
+        )
     if row is not None and row.usd_per_hour is not None:
-        return Price(usd_per_hour=row.usd_per_hour, option="on-demand", region=region, recorded=True,
-                     date=row.retrieved, source=row.source)
+        return Price(
+            usd_per_hour=row.usd_per_hour,
+            option="on-demand",
+            region=region,
+            recorded=True,
+            date=row.retrieved,
+            source=row.source,
+        )
     lower_bound = f"us-east-2's list price shown as a lower bound ({ON_DEMAND_SOURCE})"
     if row is None:
-        return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
-                     date=ON_DEMAND_RECORDED, source=(f"not recorded for {region}: {lower_bound}; `aws pricing "
-                                                      f"get-products` gives {region}'s"))
+        return Price(
+            usd_per_hour=instance.usd_per_hour,
+            option="on-demand",
+            region=region,
+            recorded=False,
+            date=ON_DEMAND_RECORDED,
+            source=(f"not recorded for {region}: {lower_bound}; `aws pricing get-products` gives {region}'s"),
+        )
     offered = row.status != "not-offered"
-    why = (f"not offered in {region}" if not offered else
-           f"offered in {region} but no On-Demand price listed (Capacity Blocks)")
-    figure = (lower_bound if not offered else
-              "the figure shown is the catalog's (for p5e its us-east-2 Capacity Block rate), not an On-Demand price")
-    return Price(usd_per_hour=instance.usd_per_hour, option="on-demand", region=region, recorded=False,
-                 offered=offered, date=row.retrieved,
-                 source=f"{why}, per {row.source} (read {row.retrieved}); {figure}")
+    why = (
+        f"not offered in {region}"
+        if not offered
+        else f"offered in {region} but no On-Demand price listed (Capacity Blocks)"
+    )
+    figure = (
+        lower_bound
+        if not offered
+        else "the figure shown is the catalog's (for p5e its us-east-2 Capacity Block rate), not an On-Demand price"
+    )
+    return Price(
+        usd_per_hour=instance.usd_per_hour,
+        option="on-demand",
+        region=region,
+        recorded=False,
+        offered=offered,
+        date=row.retrieved,
+        source=f"{why}, per {row.source} (read {row.retrieved}); {figure}",
+    )
 
 
 def offering(instance_name: str, region: str) -> str | None:
@@ -175,8 +254,11 @@ def offering(instance_name: str, region: str) -> str | None:
 
 def offered_regions(instance_name: str) -> list[str]:
     """The recorded regions that offer `instance_name` (priced there, or offered without an On-Demand price)."""
-    return sorted(region for (region, name), row in ON_DEMAND_TABLE.items()
-                  if name == instance_name and row.status != "not-offered")
+    return sorted(
+        region
+        for (region, name), row in ON_DEMAND_TABLE.items()
+        if name == instance_name and row.status != "not-offered"
+    )
 
 
 def offering_problem(instance_name: str, region: str) -> str | None:
@@ -186,15 +268,19 @@ def offering_problem(instance_name: str, region: str) -> str | None:
         return None
     row = ON_DEMAND_TABLE[(region, instance_name)]
     where = offered_regions(instance_name)
-    return (f"is not offered in {region} (core/data/on_demand_prices.csv, per {row.source}, read {row.retrieved}); "
-            + (f"regions that offer it: {', '.join(where)}" if where else "no recorded region offers it"))
+    return f"is not offered in {region} (core/data/on_demand_prices.csv, per {row.source}, read {row.retrieved}); " + (
+        f"regions that offer it: {', '.join(where)}" if where else "no recorded region offers it"
+    )
 
 
 def buyable(instance: catalog.InstanceType, region: str) -> list[Price]:
     """The prices of `instance` in `region` that are recorded for that region: On-Demand where priced, a Capacity
     Block where recorded. Empty: nothing here can be bought at a known price (plan --recommend leaves it out)."""
-    found = [price for price in (on_demand(instance, region), capacity_block(instance, region))
-             if price is not None and price.recorded]
+    found = [
+        price
+        for price in (on_demand(instance, region), capacity_block(instance, region))
+        if price is not None and price.recorded
+    ]
     return found
 
 
@@ -204,5 +290,6 @@ def capacity_block(instance: catalog.InstanceType, region: str) -> Price | None:
     usd = CAPACITY_BLOCKS.get((instance.name, region))
     if usd is None:
         return None
-    return Price(usd_per_hour=usd, option="capacity-block", region=region, recorded=True, date="2024-12",
-                 source=_CB_SOURCE)
+    return Price(
+        usd_per_hour=usd, option="capacity-block", region=region, recorded=True, date="2024-12", source=_CB_SOURCE
+    )

@@ -78,8 +78,9 @@ def parse_taint(text: str) -> Taint:
     head, _, effect = text.rpartition(":")
     key, _, value = head.partition("=")
     if not head or effect not in TAINT_EFFECTS:
-        raise ValueError(f"taint {text!r} must be key=value:Effect or key:Effect, Effect one of "
-                         f"{', '.join(TAINT_EFFECTS)}")
+        raise ValueError(
+            f"taint {text!r} must be key=value:Effect or key:Effect, Effect one of {', '.join(TAINT_EFFECTS)}"
+        )
     if (problem := _key_problem(key)) is not None:
         raise ValueError(f"taint {text!r}: {problem}")
     if value and not _NAME.match(value):

@@ -25,8 +25,20 @@ from ray_efa.core.provenance import fp8_evidence
 from ray_efa.core.settings import Problem, Settings, SettingsError, TrainingSettings
 
 __all__ = [
-    "Option", "BF16_REDUCE_GAIN", "fp8_evidence", "AUTO_MEMORY_SHARE", "GlobalBatch", "global_batch", "resolve", "evaluate", "choose", "resolve_sharding", "resolve_reduce_dtype", "estimate",
-    "check_fits", "performance",
+    "Option",
+    "BF16_REDUCE_GAIN",
+    "fp8_evidence",
+    "AUTO_MEMORY_SHARE",
+    "GlobalBatch",
+    "global_batch",
+    "resolve",
+    "evaluate",
+    "choose",
+    "resolve_sharding",
+    "resolve_reduce_dtype",
+    "estimate",
+    "check_fits",
+    "performance",
 ]
 
 BF16_REDUCE_GAIN = 0.05
@@ -59,8 +71,12 @@ class Option:
         return self.prediction.tokens_per_s_per_gpu * self.memory.world_size
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.prediction.as_dict(), "grad_reduce_dtype": self.reduce_dtype,
-                "memory_gib": round(self.memory.total_gib, 2), "fits": self.fits}
+        return {
+            **self.prediction.as_dict(),
+            "grad_reduce_dtype": self.reduce_dtype,
+            "memory_gib": round(self.memory.total_gib, 2),
+            "fits": self.fits,
+        }
 
 
 def _memory(settings: Settings, t: TrainingSettings, strategy: str) -> MemoryEstimate:
@@ -68,28 +84,56 @@ def _memory(settings: Settings, t: TrainingSettings, strategy: str) -> MemoryEst
     n = settings.nodes
     shard = n.gpu_instance.gpus if strategy == "hsdp" and n.gpu_node_count > 1 else settings.world_size
     link = n.gpu_instance.gpu_link
-    sync = memory.grad_sync_every_micro_batch(t, strategy=strategy, nodes=n.gpu_node_count,
-                                              gpus_per_node=n.gpu_instance.gpus,
-                                              nvlink=link is not None and link.name.startswith("NVLink"))
-    return memory.estimate_for(t, world_size=settings.world_size, gpu=n.gpu_instance.gpu, shard_size=shard,
-                               strategy=strategy, sync_every_micro_batch=sync)
+    sync = memory.grad_sync_every_micro_batch(
+        t,
+        strategy=strategy,
+        nodes=n.gpu_node_count,
+        gpus_per_node=n.gpu_instance.gpus,
+        nvlink=link is not None and link.name.startswith("NVLink"),
+    )
+    return memory.estimate_for(
+        t,
+        world_size=settings.world_size,
+        gpu=n.gpu_instance.gpu,
+        shard_size=shard,
+        strategy=strategy,
+        sync_every_micro_batch=sync,
+    )
 
 
-def evaluate(settings: Settings, *, strategy: str, reduce_dtype: str, network: str | None = None,
-             calibration: perf.Calibration | None = None, training: TrainingSettings | None = None) -> Option:
+def evaluate(
+    settings: Settings,
+    *,
+    strategy: str,
+    reduce_dtype: str,
+    network: str | None = None,
+    calibration: perf.Calibration | None = None,
+    training: TrainingSettings | None = None,
+) -> Option:
     """The predicted step and memory plan of the settings run with `strategy` and `reduce_dtype` (and `training`
     in place of the settings' own, decided, training section: a candidate shape of core.strategy.resolve)."""
     n = settings.nodes
     t = training or resolve(settings, network, calibration).training
     prediction = perf.predict(
-        t, instance=n.gpu_instance, nodes=n.gpu_node_count, network=network or settings.workload.network,
-        strategy=strategy, reduce_dtype=reduce_dtype, placement_group=n.use_placement_group, calibration=calibration,
+        t,
+        instance=n.gpu_instance,
+        nodes=n.gpu_node_count,
+        network=network or settings.workload.network,
+        strategy=strategy,
+        reduce_dtype=reduce_dtype,
+        placement_group=n.use_placement_group,
+        calibration=calibration,
     )
     return Option(prediction=prediction, memory=_memory(settings, t, strategy), reduce_dtype=reduce_dtype, training=t)
 
 
-def _options(settings: Settings, network: str | None, calibration: perf.Calibration | None,
-             strategy: str | None = None, training: TrainingSettings | None = None) -> list[Option]:
+def _options(
+    settings: Settings,
+    network: str | None,
+    calibration: perf.Calibration | None,
+    strategy: str | None = None,
+    training: TrainingSettings | None = None,
+) -> list[Option]:
     t = training or resolve(settings, network, calibration).training
     own = settings.training  # the candidates are what the settings leave open (resolved settings: the decided one)
     if strategy is not None:
@@ -101,12 +145,21 @@ def _options(settings: Settings, network: str | None, calibration: perf.Calibrat
     else:
         shardings = perf.STRATEGIES
     reduces = ("fp32", "bf16") if own.grad_reduce_dtype == "auto" else (own.grad_reduce_dtype,)
-    return [evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration, training=t)
-            for s in shardings for r in reduces]
+    return [
+        evaluate(settings, strategy=s, reduce_dtype=r, network=network, calibration=calibration, training=t)
+        for s in shardings
+        for r in reduces
+    ]
 
 
-def choose(settings: Settings, network: str | None = None, calibration: perf.Calibration | None = None, *,
-           strategy: str | None = None, training: TrainingSettings | None = None) -> Option:
+def choose(
+    settings: Settings,
+    network: str | None = None,
+    calibration: perf.Calibration | None = None,
+    *,
+    strategy: str | None = None,
+    training: TrainingSettings | None = None,
+) -> Option:
     """What the job runs: the fastest option that fits memory (bf16 reduction by auto only when BF16_REDUCE_GAIN
     faster; fsdp before hsdp and fp32 before bf16 on a tie), else the one that needs the least memory. `strategy`
     restricts the choice to one sharding (the reduction dtype is still chosen); the batch shape and precision are
@@ -118,8 +171,11 @@ def choose(settings: Settings, network: str | None = None, calibration: perf.Cal
 
     def score(option: Option) -> tuple[float, int, int]:
         penalty = 1 + BF16_REDUCE_GAIN if (auto_reduce and option.reduce_dtype == "bf16") else 1.0
-        return (option.prediction.step_time_s * penalty, perf.STRATEGIES.index(option.strategy),
-                option.reduce_dtype == "bf16")
+        return (
+            option.prediction.step_time_s * penalty,
+            perf.STRATEGIES.index(option.strategy),
+            option.reduce_dtype == "bf16",
+        )
 
     fitting = [o for o in options if o.fits]
     if fitting:
@@ -170,22 +226,36 @@ class GlobalBatch:
         """What the plan says when the split misses globalBatchTokens."""
         if self.exact:
             return None
-        return (f"the global batch is {self.tokens:,} tokens, not globalBatchTokens {self.target_tokens:,}: "
-                f"microBatch {self.micro_batch} x seqLen {self.seq_len} x gradAccumulation {self.grad_accumulation} "
-                f"x {self.ranks} ranks cannot reach it exactly")
+        return (
+            f"the global batch is {self.tokens:,} tokens, not globalBatchTokens {self.target_tokens:,}: "
+            f"microBatch {self.micro_batch} x seqLen {self.seq_len} x gradAccumulation {self.grad_accumulation} "
+            f"x {self.ranks} ranks cannot reach it exactly"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"target_tokens": self.target_tokens, "tokens": self.tokens, "exact": self.exact,
-                "micro_batch": self.micro_batch, "seq_len": self.seq_len, "grad_accumulation": self.grad_accumulation,
-                "data_parallel_ranks": self.ranks, "note": self.note}
+        return {
+            "target_tokens": self.target_tokens,
+            "tokens": self.tokens,
+            "exact": self.exact,
+            "micro_batch": self.micro_batch,
+            "seq_len": self.seq_len,
+            "grad_accumulation": self.grad_accumulation,
+            "data_parallel_ranks": self.ranks,
+            "note": self.note,
+        }
 
 
 def global_batch(settings: Settings, training: TrainingSettings | None = None) -> GlobalBatch:
     """The split of the settings' global batch as the job runs it (resolve's decisions, or `training`'s)."""
     t = training or resolve(settings).training
     assert isinstance(t.micro_batch, int) and isinstance(t.grad_accumulation, int)  # resolve decided them
-    return GlobalBatch(target_tokens=t.global_batch_tokens, micro_batch=t.micro_batch, seq_len=t.seq_len,
-                       grad_accumulation=t.grad_accumulation, ranks=max(1, settings.world_size))
+    return GlobalBatch(
+        target_tokens=t.global_batch_tokens,
+        micro_batch=t.micro_batch,
+        seq_len=t.seq_len,
+        grad_accumulation=t.grad_accumulation,
+        ranks=max(1, settings.world_size),
+    )
 
 
 def _accumulation(t: TrainingSettings, micro_batch: int, ranks: int) -> int:
@@ -202,8 +272,7 @@ def _micro_batches(t: TrainingSettings, ranks: int) -> list[int]:
         return [int(t.micro_batch)]
     per_rank = max(1, t.global_batch_tokens // (t.seq_len * ranks))
     top = min(MAX_AUTO_MICRO_BATCH, per_rank)
-    exact = [m for m in range(1, top + 1)
-             if t.global_batch_tokens % (m * t.seq_len * ranks) == 0]
+    exact = [m for m in range(1, top + 1) if t.global_batch_tokens % (m * t.seq_len * ranks) == 0]
     return exact or list(range(1, top + 1))
 
 
@@ -218,7 +287,6 @@ def _precisions(settings: Settings) -> tuple[str, ...]:
     if gpu is None or not gpu.has_fp8 or not t.compile:
         return ("bf16",)
     return ("bf16", "fp8") if gpu_constants.constants_for(gpu.name).fp8_evidenced else ("bf16",)
-
 
 
 AUTO_LOSS_CHUNKS = (4096, 2048, 1024)
@@ -256,8 +324,15 @@ def _decide(settings: Settings, network: str | None, calibration: perf.Calibrati
             for checkpointing in _checkpointing(t):
                 fits = False
                 for chunk in _loss_chunks(t):
-                    shape = t.model_copy(update={"micro_batch": m, "grad_accumulation": k, "precision": precision,
-                                                 "activation_checkpointing": checkpointing, "loss_chunk_size": chunk})
+                    shape = t.model_copy(
+                        update={
+                            "micro_batch": m,
+                            "grad_accumulation": k,
+                            "precision": precision,
+                            "activation_checkpointing": checkpointing,
+                            "loss_chunk_size": chunk,
+                        }
+                    )
                     option = choose(settings, network, calibration, training=shape)
                     error = abs(m * t.seq_len * k * ranks - t.global_batch_tokens) / t.global_batch_tokens
                     candidates.append((option, error))
@@ -305,19 +380,31 @@ def resolve(settings: Settings, network: str | None = None, calibration: perf.Ca
         return _RESOLVED[key]
     if settings.nodes.scaled_to_zero:
         m = 1 if t.micro_batch == "auto" else int(t.micro_batch)
-        decided = t.model_copy(update={
-            "micro_batch": m, "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
-            "precision": "bf16" if t.precision == "auto" else t.precision,
-            "activation_checkpointing": False if t.activation_checkpointing == "auto" else t.activation_checkpointing,
-            "loss_chunk_size": memory.SUGGESTED_LOSS_CHUNK if t.loss_chunk_size == "auto" else t.loss_chunk_size})
+        decided = t.model_copy(
+            update={
+                "micro_batch": m,
+                "grad_accumulation": _accumulation(t, m, max(1, settings.nodes.gpu_instance.gpus)),
+                "precision": "bf16" if t.precision == "auto" else t.precision,
+                "activation_checkpointing": False
+                if t.activation_checkpointing == "auto"
+                else t.activation_checkpointing,
+                "loss_chunk_size": memory.SUGGESTED_LOSS_CHUNK if t.loss_chunk_size == "auto" else t.loss_chunk_size,
+            }
+        )
         strategy = "fsdp" if t.sharding == "auto" else t.sharding
         reduce_dtype = "fp32" if t.grad_reduce_dtype == "auto" else t.grad_reduce_dtype
     else:
         option = _decide(settings, network, calibration)
         decided, strategy, reduce_dtype = option.training, option.strategy, option.reduce_dtype
-    change = {"microBatch": decided.micro_batch, "gradAccumulation": decided.grad_accumulation,
-              "precision": decided.precision, "activationCheckpointing": decided.activation_checkpointing,
-              "sharding": strategy, "gradReduceDtype": reduce_dtype, "lossChunkSize": decided.loss_chunk_size}
+    change = {
+        "microBatch": decided.micro_batch,
+        "gradAccumulation": decided.grad_accumulation,
+        "precision": decided.precision,
+        "activationCheckpointing": decided.activation_checkpointing,
+        "sharding": strategy,
+        "gradReduceDtype": reduce_dtype,
+        "lossChunkSize": decided.loss_chunk_size,
+    }
     resolved = settings.replace(**{key: change[key] for key in undecided})
     if len(_RESOLVED) > 4096:  # a long-lived process (tests, --recommend) keeps the newest only
         _RESOLVED.clear()
@@ -364,9 +451,13 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
     # fp32 gradients (4 bytes a parameter) for k times the gradient traffic (NVLink in one node)
     if t.accumulation_steps > 1 and t.sharding == "fsdp" and t.grad_sync_every_micro_batch is not True:
         link = n.gpu_instance.gpu_link
-        if not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
-                                                  gpus_per_node=n.gpu_instance.gpus,
-                                                  nvlink=link is not None and link.name.startswith("NVLink")):
+        if not memory.grad_sync_every_micro_batch(
+            t,
+            strategy="fsdp",
+            nodes=n.gpu_node_count,
+            gpus_per_node=n.gpu_instance.gpus,
+            nvlink=link is not None and link.name.startswith("NVLink"),
+        ):
             out.append(("gradSyncEveryMicroBatch", t.grad_sync_every_micro_batch, {"gradSyncEveryMicroBatch": True}))
     if t.loss_chunk_size == 0:
         out.append(("lossChunkSize", 0, {"lossChunkSize": memory.SUGGESTED_LOSS_CHUNK}))
@@ -381,12 +472,17 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
     if n.gpu_node_count < _MAX_GPU_NODES:
         out.append(("gpuNodeCount", n.gpu_node_count, _more_nodes(settings) or {"gpuNodeCount": _MAX_GPU_NODES}))
     bigger = sorted(
-        (row for row in catalog.GPU_INSTANCES.values()
-         # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
-         if row.efa_capable and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib and row.gpus >= n.gpu_instance.gpus
-         and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
-         # sold in the stack's region (the one offering lookup, core.prices): advice names only what can be launched
-         and (n.offering_check == "off" or prices.offering_problem(row.name, settings.cluster.region) is None)),
+        (
+            row
+            for row in catalog.GPU_INSTANCES.values()
+            # a larger GPU in a node of the same shape or larger: not a single-GPU node sharding over fewer GPUs
+            if row.efa_capable
+            and row.gpu.memory_gib > n.gpu_instance.gpu.memory_gib
+            and row.gpus >= n.gpu_instance.gpus
+            and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
+            # sold in the stack's region (the one offering lookup, core.prices): advice names only what can be launched
+            and (n.offering_check == "off" or prices.offering_problem(row.name, settings.cluster.region) is None)
+        ),
         key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
     )
     for row in bigger:
@@ -395,8 +491,18 @@ def _alternatives(settings: Settings) -> list[tuple[str, object, dict[str, objec
 
 
 _PLAN_KEYS = (
-    "gradSyncEveryMicroBatch", "lossChunkSize", "activationCheckpointing", "microBatch", "seqLen", "gpuNodeCount",
-    "gpuInstanceType", "compile", "model", "sharding", "gradAccumulation", "precision",
+    "gradSyncEveryMicroBatch",
+    "lossChunkSize",
+    "activationCheckpointing",
+    "microBatch",
+    "seqLen",
+    "gpuNodeCount",
+    "gpuInstanceType",
+    "compile",
+    "model",
+    "sharding",
+    "gradAccumulation",
+    "precision",
 )
 """The settings the memory plan depends on, in the order a refusal names them."""
 
@@ -456,7 +562,9 @@ def check_fits(settings: Settings) -> MemoryEstimate:
     cause = _changed_cause(raw)
     if cause:  # the one setting that broke a plan the defaults fit: name it first
         key, value, default = cause
-        fixes.append(f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)")
+        fixes.append(
+            f"{_describe({key: default})}, its default ({estimate(settings.replace(**{key: default})).total_gib:.1f} GiB)"
+        )
     seen_instance = False
     for lever, current, change in _alternatives(settings):
         if (lever == "gpuInstanceType" and seen_instance) or (cause and change == {cause[0]: cause[2]}):
@@ -513,8 +621,9 @@ def _advice(settings: Settings, network: str, chosen: Option, others: list[Optio
         if other.fits or other.prediction.step_time_s >= chosen.prediction.step_time_s:
             continue
         for change in _levers(settings):
-            alt = evaluate(settings.replace(**change), strategy=other.strategy, reduce_dtype=other.reduce_dtype,
-                           network=network)
+            alt = evaluate(
+                settings.replace(**change), strategy=other.strategy, reduce_dtype=other.reduce_dtype, network=network
+            )
             if alt.fits and alt.prediction.step_time_s < chosen.prediction.step_time_s:
                 return (
                     f"{other.strategy} ({other.reduce_dtype} reduction) would be "
@@ -550,14 +659,23 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict[str, Any]
         return None
     fewer = [(n, choose(settings.replace(gpuNodeCount=n), network)) for n in range(1, nodes)]
     fewer = [(n, o) for n, o in fewer if o.fits]
-    out: dict[str, Any] = {"nodes": nodes, "tokens_per_s": round(chosen.tokens_per_s, 1),
-                           "slower_than_fewer_nodes": False}
+    out: dict[str, Any] = {
+        "nodes": nodes,
+        "tokens_per_s": round(chosen.tokens_per_s, 1),
+        "slower_than_fewer_nodes": False,
+    }
     if not fewer:
         return out
     best_n, best = max(fewer, key=lambda item: item[1].tokens_per_s)
     ratio = chosen.tokens_per_s / best.tokens_per_s
-    out.update({"fewer_nodes": best_n, "fewer_nodes_tokens_per_s": round(best.tokens_per_s, 1),
-                "ratio": round(ratio, 3), "slower_than_fewer_nodes": ratio < 1.0})
+    out.update(
+        {
+            "fewer_nodes": best_n,
+            "fewer_nodes_tokens_per_s": round(best.tokens_per_s, 1),
+            "ratio": round(ratio, 3),
+            "slower_than_fewer_nodes": ratio < 1.0,
+        }
+    )
     if ratio >= 1.0:
         return out
     turnarounds = []
@@ -568,24 +686,36 @@ def _scaling(settings: Settings, network: str, chosen: Option) -> dict[str, Any]
             continue
         net = str(change.get("network", network))
         option = choose(changed, net)
-        rival = max((choose(changed.replace(gpuNodeCount=n), net) for n in range(1, nodes)),
-                    key=lambda o: o.tokens_per_s if o.fits else 0.0)
+        rival = max(
+            (choose(changed.replace(gpuNodeCount=n), net) for n in range(1, nodes)),
+            key=lambda o: o.tokens_per_s if o.fits else 0.0,
+        )
         if option.fits and option.tokens_per_s > best.tokens_per_s:
-            turnarounds.append({"change": _describe_change(change), "tokens_per_s": round(option.tokens_per_s, 1),
-                                "ratio_to_fewer_nodes_now": round(option.tokens_per_s / best.tokens_per_s, 3),
-                                "ratio_to_fewer_nodes_changed": round(option.tokens_per_s / max(1.0, rival.tokens_per_s), 3)
-                                if rival.fits else None})
+            turnarounds.append(
+                {
+                    "change": _describe_change(change),
+                    "tokens_per_s": round(option.tokens_per_s, 1),
+                    "ratio_to_fewer_nodes_now": round(option.tokens_per_s / best.tokens_per_s, 3),
+                    "ratio_to_fewer_nodes_changed": round(option.tokens_per_s / max(1.0, rival.tokens_per_s), 3)
+                    if rival.fits
+                    else None,
+                }
+            )
     turnarounds.sort(key=lambda c: -c["tokens_per_s"])
     out["changes"] = turnarounds[:3]
     p = chosen.prediction
-    text = (f"{nodes} x {settings.nodes.gpu_instance_type} are predicted at {chosen.tokens_per_s:,.0f} tokens/s, "
-            f"{ratio:.2f}x of {best_n} node{'s' if best_n > 1 else ''} ({best.tokens_per_s:,.0f}) at "
-            f"{nodes / best_n:.0f}x the GPU price: {p.network_s:.2f} s of the {p.step_time_s:.2f} s step is on the "
-            f"{'network' if p.bottleneck == 'network' else p.bottleneck}")
+    text = (
+        f"{nodes} x {settings.nodes.gpu_instance_type} are predicted at {chosen.tokens_per_s:,.0f} tokens/s, "
+        f"{ratio:.2f}x of {best_n} node{'s' if best_n > 1 else ''} ({best.tokens_per_s:,.0f}) at "
+        f"{nodes / best_n:.0f}x the GPU price: {p.network_s:.2f} s of the {p.step_time_s:.2f} s step is on the "
+        f"{'network' if p.bottleneck == 'network' else p.bottleneck}"
+    )
     if turnarounds:
         first = turnarounds[0]
-        text += (f"; {first['change']} would give {first['tokens_per_s']:,.0f} tokens/s "
-                 f"({first['ratio_to_fewer_nodes_now']:.2f}x of {best_n} node{'s' if best_n > 1 else ''} now)")
+        text += (
+            f"; {first['change']} would give {first['tokens_per_s']:,.0f} tokens/s "
+            f"({first['ratio_to_fewer_nodes_now']:.2f}x of {best_n} node{'s' if best_n > 1 else ''} now)"
+        )
     else:
         text += "; no single change here turns that around: fewer nodes, or a faster network"
     out["advice"] = text
@@ -601,8 +731,12 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
     for net in perf.NETWORKS:
         chosen = choose(settings, net, calibration)
         decided = resolve(settings, net, calibration)  # the shape auto takes on this network
-        options = _options(settings.replace(sharding="auto") if settings.nodes.gpu_node_count > 1 else settings, net,
-                           calibration, training=chosen.training)
+        options = _options(
+            settings.replace(sharding="auto") if settings.nodes.gpu_node_count > 1 else settings,
+            net,
+            calibration,
+            training=chosen.training,
+        )
         by_strategy: dict[str, dict] = {}
         for option in options:  # per strategy, the reduce dtype auto would take for it (or the set one)
             current = by_strategy.get(option.strategy)
@@ -614,7 +748,8 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
             "grad_reduce_dtype_setting": settings.training.grad_reduce_dtype,
             "advice": _advice(_shape_decided(settings, decided), net, chosen, options),
             "global_batch": global_batch(settings, chosen.training).as_dict(),
-            "micro_batch": chosen.training.micro_batch, "grad_accumulation": chosen.training.grad_accumulation,
+            "micro_batch": chosen.training.micro_batch,
+            "grad_accumulation": chosen.training.grad_accumulation,
             "activation_checkpointing": chosen.training.activation_checkpointing,
             "strategies": by_strategy,
             "scaling": _scaling(settings, net, chosen),
@@ -629,13 +764,19 @@ def performance(settings: Settings, calibration: perf.Calibration | None = None)
     other_net = "tcp" if job_net == "efa" else "efa"
     same = choose(resolve(settings, job_net, calibration), other_net, calibration)
     job = out[job_net]
-    efa, tcp = (job["tokens_per_s"], same.tokens_per_s) if job_net == "efa" else (same.tokens_per_s, job["tokens_per_s"])
+    efa, tcp = (
+        (job["tokens_per_s"], same.tokens_per_s) if job_net == "efa" else (same.tokens_per_s, job["tokens_per_s"])
+    )
     out[other_net]["same_job"] = {
-        "tokens_per_s": same.tokens_per_s, "tokens_per_s_per_gpu": same.prediction.tokens_per_s_per_gpu,
-        "precision": same.training.precision, "strategy": same.strategy, "grad_reduce_dtype": same.reduce_dtype,
-        "micro_batch": same.training.micro_batch, "grad_accumulation": same.training.grad_accumulation,
+        "tokens_per_s": same.tokens_per_s,
+        "tokens_per_s_per_gpu": same.prediction.tokens_per_s_per_gpu,
+        "precision": same.training.precision,
+        "strategy": same.strategy,
+        "grad_reduce_dtype": same.reduce_dtype,
+        "micro_batch": same.training.micro_batch,
+        "grad_accumulation": same.training.grad_accumulation,
         "efa_over_tcp": efa / tcp if tcp > 0 else None,
         "note": f"the {job_net} job's levers on {other_net}, nothing else changed: the comparison RayJob "
-                "(ray-efa manifests) and the transport ratio `ray-efa compare` reports",
+        "(ray-efa manifests) and the transport ratio `ray-efa compare` reports",
     }
     return out

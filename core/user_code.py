@@ -20,8 +20,15 @@ from pathlib import Path
 from ray_efa.core.context import find_app_dir
 from ray_efa.core.settings import Problem, Settings, SettingsError
 
-__all__ = ["UserCode", "code_dir_path", "check_user_code", "missing_imports", "code_files", "split_function",
-           "PROJECT_PACKAGE"]
+__all__ = [
+    "UserCode",
+    "code_dir_path",
+    "check_user_code",
+    "missing_imports",
+    "code_files",
+    "split_function",
+    "PROJECT_PACKAGE",
+]
 
 PROJECT_PACKAGE = "ray_efa"
 """The project's own package: codeDir may not hold one of that name (it would shadow the driver's)."""
@@ -43,7 +50,7 @@ class UserCode:
 
 
 def split_function(spec: str) -> tuple[str, str]:
-    """"pkg.mod:fn" -> ("pkg.mod", "fn")."""
+    """ "pkg.mod:fn" -> ("pkg.mod", "fn")."""
     module, _, function = spec.partition(":")
     return module, function
 
@@ -63,17 +70,29 @@ def _code_dir_problem(code_dir: Path, given: str) -> Problem | None:
         what = "is not a folder" if code_dir.exists() else "does not exist"
         return Problem("codeDir", given, f"must be a folder of your training code; {code_dir} {what}")
     if code_dir in (Path(os.path.expanduser("~")).resolve(), Path(code_dir.anchor)):
-        return Problem("codeDir", given, f"must be the folder of your training code, not {code_dir} (a home or "
-                                         "filesystem root: everything in it would ship to the pods)")
+        return Problem(
+            "codeDir",
+            given,
+            f"must be the folder of your training code, not {code_dir} (a home or "
+            "filesystem root: everything in it would ship to the pods)",
+        )
     if (code_dir / "cdk.json").is_file():
-        return Problem("codeDir", given, f"must be the folder of your training code, not the app directory {code_dir} "
-                                         "(it holds cdk.json: cdk.out/, tests and the app itself would ship); point it "
-                                         "at the folder that holds your package")
+        return Problem(
+            "codeDir",
+            given,
+            f"must be the folder of your training code, not the app directory {code_dir} "
+            "(it holds cdk.json: cdk.out/, tests and the app itself would ship); point it "
+            "at the folder that holds your package",
+        )
     if (code_dir / PROJECT_PACKAGE).exists():
         # The repository root of this project (or site-packages) holds ray_efa/: refused here too.
-        return Problem("codeDir", given, f"must not hold a {PROJECT_PACKAGE}/ ({code_dir / PROJECT_PACKAGE}): that is "
-                                         "this project's package (is codeDir the repository root?), and a copy would "
-                                         "shadow the driver on the pods")
+        return Problem(
+            "codeDir",
+            given,
+            f"must not hold a {PROJECT_PACKAGE}/ ({code_dir / PROJECT_PACKAGE}): that is "
+            "this project's package (is codeDir the repository root?), and a copy would "
+            "shadow the driver on the pods",
+        )
     return None
 
 
@@ -140,22 +159,46 @@ def check_user_code(settings: Settings, *, app_dir: Path | None = None) -> UserC
         found, source = _importable_source(module)
         if not found:
             expected = module.replace(".", "/")
-            raise SettingsError([Problem("trainFunction", spec, (
-                f"must name a module in {where} or one importable here: no {expected}.py or {expected}/__init__.py"
-                + ("" if code_dir is not None else "; set codeDir to the folder that holds it")))])
+            raise SettingsError(
+                [
+                    Problem(
+                        "trainFunction",
+                        spec,
+                        (
+                            f"must name a module in {where} or one importable here: no {expected}.py or {expected}/__init__.py"
+                            + ("" if code_dir is not None else "; set codeDir to the folder that holds it")
+                        ),
+                    )
+                ]
+            )
     if source is not None and source.is_file() and source.suffix == ".py":
         names = _top_level_names(source)
         if isinstance(names, str):
-            raise SettingsError([Problem("trainFunction", spec, f"must name a module that parses: syntax error in "
-                                                                f"{source}, {names}")])
+            raise SettingsError(
+                [Problem("trainFunction", spec, f"must name a module that parses: syntax error in {source}, {names}")]
+            )
         if function not in names:
             close = sorted(n for n in names if not n.startswith("_") and ("train" in n.lower() or "main" in n.lower()))
             hint = f" (it defines {', '.join(close)})" if close else ""
-            raise SettingsError([Problem("trainFunction", spec, f"must name a function of {module}: {source} defines "
-                                                                f"no {function} at its top level{hint}")])
+            raise SettingsError(
+                [
+                    Problem(
+                        "trainFunction",
+                        spec,
+                        f"must name a function of {module}: {source} defines no {function} at its top level{hint}",
+                    )
+                ]
+            )
     elif source is not None and source.is_dir():
-        raise SettingsError([Problem("trainFunction", spec, f"must name a module, not the folder {source} (a package "
-                                                            "without __init__.py defines no functions)")])
+        raise SettingsError(
+            [
+                Problem(
+                    "trainFunction",
+                    spec,
+                    f"must name a module, not the folder {source} (a package without __init__.py defines no functions)",
+                )
+            ]
+        )
     return UserCode(code_dir=code_dir, module=module, function=function, source=source)
 
 
@@ -191,10 +234,17 @@ def missing_imports(code: UserCode) -> list[Problem]:
     if not missing:
         return []
     where = f"codeDir {code.code_dir}" if code.code_dir is not None else "codeDir (unset)"
-    return [Problem("trainFunction", f"{code.module}:{code.function}", (
-        f"must name a module whose imports are there: {code.source} ({'; '.join(missing)}) imports a package that is "
-        f"neither in {where} nor installed on this machine; install it here (pip install; on the cluster, the setting "
-        f"pipPackages installs it in the containers), or put it in codeDir"))]
+    return [
+        Problem(
+            "trainFunction",
+            f"{code.module}:{code.function}",
+            (
+                f"must name a module whose imports are there: {code.source} ({'; '.join(missing)}) imports a package that is "
+                f"neither in {where} nor installed on this machine; install it here (pip install; on the cluster, the setting "
+                f"pipPackages installs it in the containers), or put it in codeDir"
+            ),
+        )
+    ]
 
 
 def code_files(code_dir: Path) -> list[tuple[str, Path]]:
@@ -202,8 +252,9 @@ def code_files(code_dir: Path) -> list[tuple[str, Path]]:
     folders (.git, .venv), __pycache__, node_modules, cdk.out and compiled .pyc files. Symlinks are followed."""
     out: list[tuple[str, Path]] = []
     for directory, folders, files in os.walk(code_dir, followlinks=True):
-        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_DIRS
-                            and not f.endswith(".egg-info"))
+        folders[:] = sorted(
+            f for f in folders if not f.startswith(".") and f not in _SKIPPED_DIRS and not f.endswith(".egg-info")
+        )
         for name in sorted(files):
             if name.startswith(".") or name.endswith(_SKIPPED_SUFFIXES):
                 continue

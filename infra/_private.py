@@ -36,7 +36,11 @@ def literal_cluster_name(cluster: eks.ICluster) -> str | None:
     if not Token.is_unresolved(cluster.cluster_name):
         return cluster.cluster_name
     resource = cluster.node.default_child
-    if isinstance(resource, eks.CfnCluster) and isinstance(resource.name, str) and not Token.is_unresolved(resource.name):
+    if (
+        isinstance(resource, eks.CfnCluster)
+        and isinstance(resource.name, str)
+        and not Token.is_unresolved(resource.name)
+    ):
         return resource.name
     return None
 
@@ -45,8 +49,11 @@ def literal_kubernetes_version(cluster: eks.ICluster) -> str | None:
     """The Kubernetes version a created eks.Cluster was given (its CfnCluster's Version), as a literal; None for an
     imported cluster, whose version the construct does not know."""
     resource = cluster.node.default_child
-    if isinstance(resource, eks.CfnCluster) and isinstance(resource.version, str) and not Token.is_unresolved(
-            resource.version):
+    if (
+        isinstance(resource, eks.CfnCluster)
+        and isinstance(resource.version, str)
+        and not Token.is_unresolved(resource.version)
+    ):
         return resource.version
     return None
 
@@ -61,14 +68,27 @@ def kubectl_layer(scope: Construct, version: str) -> lambda_.LayerVersion:
 
 
 def helm_chart(
-    scope: Construct, construct_id: str, cluster: eks.ICluster, release: HelmRelease, version: str,
+    scope: Construct,
+    construct_id: str,
+    cluster: eks.ICluster,
+    release: HelmRelease,
+    version: str,
     values: dict[str, Any],
     **options: Any,
 ) -> eks.HelmChart:
     """A pinned Helm release; `wait` so that what depends on it (CRDs, DaemonSets) exists when it completes."""
     return eks.HelmChart(
-        scope, construct_id, cluster=cluster, chart=release.chart, repository=release.repository,
-        release=release.release, namespace=release.namespace, version=version, values=values, wait=True, **options,
+        scope,
+        construct_id,
+        cluster=cluster,
+        chart=release.chart,
+        repository=release.repository,
+        release=release.release,
+        namespace=release.namespace,
+        version=version,
+        values=values,
+        wait=True,
+        **options,
     )
 
 
@@ -106,8 +126,10 @@ def nodegroup_name(prop: str, *parts: str) -> str:
     it (1-63 letters, digits, '-' or '_', starting with a letter or digit: CreateNodegroup's nodegroupName)."""
     name = "-".join(part if Token.is_unresolved(part) else part.replace(".", "-") for part in parts)
     if not Token.is_unresolved(name) and not _NODEGROUP_NAME.match(name):
-        raise ValueError(f"{prop} makes the node group name {name!r}, which EKS refuses: at most 63 letters, digits, "
-                         "'-' or '_'; choose a shorter cluster_name")
+        raise ValueError(
+            f"{prop} makes the node group name {name!r}, which EKS refuses: at most 63 letters, digits, "
+            "'-' or '_'; choose a shorter cluster_name"
+        )
     return name
 
 
@@ -132,8 +154,10 @@ _C = TypeVar("_C", bound=IConstruct)
 def on_cluster(scope: IConstruct, kind: type[_C], cluster: eks.ICluster) -> list[_C]:
     """The constructs of `kind` in `scope`'s whole app whose `cluster` attribute is `cluster` (the same object, or a
     construct at the same path)."""
+
     def same(other: object) -> bool:
         return other is cluster or (isinstance(other, Construct) and other.node.path == cluster.node.path)
+
     return [c for c in scope.node.root.node.find_all() if isinstance(c, kind) and same(getattr(c, "cluster", None))]
 
 
@@ -145,8 +169,10 @@ def common_labels(prop: str, label_sets: Iterable[Mapping[str, str]]) -> dict[st
         raise ValueError(f"{prop} is empty: pass the node group(s) the construct serves")
     common = {key: value for key, value in sets[0].items() if all(s.get(key) == value for s in sets[1:])}
     if not common:
-        raise ValueError(f"{prop}: the node groups share no label ({sets!r}), so no node selector selects them all; "
-                         "give them a common label")
+        raise ValueError(
+            f"{prop}: the node groups share no label ({sets!r}), so no node selector selects them all; "
+            "give them a common label"
+        )
     return common
 
 
@@ -164,5 +190,6 @@ def node_role_policies(nodegroup: eks.Nodegroup, policies: Iterable[str]) -> Non
     role = nodegroup.role.node.default_child
     assert isinstance(role, iam.CfnRole), f"{nodegroup.node.path}: a node group given a role of its own"
     # The L1 property itself (not an override), which cdk-nag reads too.
-    role.managed_policy_arns = [iam.ManagedPolicy.from_aws_managed_policy_name(name).managed_policy_arn
-                                for name in policies]
+    role.managed_policy_arns = [
+        iam.ManagedPolicy.from_aws_managed_policy_name(name).managed_policy_arn for name in policies
+    ]

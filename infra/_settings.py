@@ -61,8 +61,11 @@ def check_type(prop: str, value: Any, kind: type | tuple[type, ...], what: str) 
 def check_strings(prop: str, values: Any, problem: Callable[[str], str | None] | None = None) -> tuple[str, ...]:
     """A list-of-strings prop as a tuple: TypeError naming `prop` for a lone string (which Python would take as its
     characters) or anything but strings; ValueError for the first item `problem` (the setting's own check) refuses."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) \
-            or not all(isinstance(v, str) for v in values):
+    if (
+        isinstance(values, (str, bytes))
+        or not isinstance(values, (list, tuple))
+        or not all(isinstance(v, str) for v in values)
+    ):
         raise TypeError(f"{prop} must be a list of strings, got {values!r} ({type(values).__name__})")
     for value in values:
         if problem is not None and (why := problem(value)) is not None:

@@ -32,18 +32,28 @@ class ClusterAdminAccess(Construct):
     the ARN is the identity your AWS CLI already uses).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, principal_arns: tuple[str, ...]) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, principal_arns: tuple[str, ...]
+    ) -> None:
         super().__init__(scope, construct_id)
         self.entries: list[eks.AccessEntry] = []
         if not principal_arns:
             Annotations.of(self).add_warning_v2("ray-efa:no-admin-principal", NO_ADMIN_WARNING)
             return
-        admin = eks.AccessPolicy.from_access_policy_name(CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)
+        admin = eks.AccessPolicy.from_access_policy_name(
+            CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER
+        )
         for arn in principal_arns:
             # One id per ARN, not per position: removing one ARN must leave the others' entries untouched (EKS allows
             # one entry per principal, so a replaced entry would collide with its own predecessor).
             digest = hashlib.sha256(arn.encode()).hexdigest()[:12]
-            self.entries.append(eks.AccessEntry(
-                self, f"Admin{digest}", cluster=cluster, principal=arn, access_policies=[admin],
-                access_entry_type=eks.AccessEntryType.STANDARD,
-            ))
+            self.entries.append(
+                eks.AccessEntry(
+                    self,
+                    f"Admin{digest}",
+                    cluster=cluster,
+                    principal=arn,
+                    access_policies=[admin],
+                    access_entry_type=eks.AccessEntryType.STANDARD,
+                )
+            )

@@ -47,8 +47,15 @@ def stack_environment(settings: Settings) -> cdk.Environment:
     """
     account = os.environ.get("CDK_DEFAULT_ACCOUNT")
     if settings.cluster.vpc_id and not account:
-        raise SettingsError([Problem("vpcId", settings.cluster.vpc_id,
-                                     "needs AWS credentials (or CDK_DEFAULT_ACCOUNT) to look the VPC up; unset it to create a VPC")])
+        raise SettingsError(
+            [
+                Problem(
+                    "vpcId",
+                    settings.cluster.vpc_id,
+                    "needs AWS credentials (or CDK_DEFAULT_ACCOUNT) to look the VPC up; unset it to create a VPC",
+                )
+            ]
+        )
     return cdk.Environment(account=account, region=settings.cluster.region)
 
 

@@ -51,12 +51,21 @@ class HelmChartCrds(Construct):
     def can_apply(cluster: eks.ICluster) -> bool:
         """Whether the cluster's kubectl provider is one this construct can run as (built in this app, with a role)."""
         provider = cluster.kubectl_provider
-        return provider is not None and provider.role is not None and isinstance(
-            provider.node.try_find_child("Handler"), lambda_.Function)
+        return (
+            provider is not None
+            and provider.role is not None
+            and isinstance(provider.node.try_find_child("Handler"), lambda_.Function)
+        )
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str,
-        release: HelmRelease = KUBERAY_OPERATOR, logs: StackLogs | None = None,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        version: str,
+        release: HelmRelease = KUBERAY_OPERATOR,
+        logs: StackLogs | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, with a kubectl provider of this app.
@@ -72,19 +81,25 @@ class HelmChartCrds(Construct):
             raise ValueError(
                 f"{type(self).__name__} needs the cluster's kubectl provider built in this app (RayEksCluster, or "
                 "import_cluster with kubectl_role) to apply the chart's CRDs; with an imported provider pass "
-                "crds=False to KubeRayOperator and apply them yourself (kubectl apply --server-side -f crds/)")
+                "crds=False to KubeRayOperator and apply them yourself (kubectl apply --server-side -f crds/)"
+            )
         kubectl_function = kubectl_handler.node.default_child
         assert isinstance(kubectl_function, lambda_.CfnFunction)
         layer_arns = kubectl_function.layers or []
         self.function: lambda_.Function = lambda_.Function(
-            self, "Function",
+            self,
+            "Function",
             description=f"Server-side apply of the crds/ of Helm chart {release.chart} at a version",
             runtime=lambda_.Runtime.determine_latest_python_runtime(self),
             handler=f"{_HANDLER}.handler",
             code=lambda_.Code.from_asset(str(Path(__file__).parent), exclude=["*", f"!{_HANDLER}.py"]),
-            timeout=Duration.seconds(FUNCTION_TIMEOUT_S), memory_size=1024, role=provider.role,
-            layers=[lambda_.LayerVersion.from_layer_version_arn(self, f"Layer{i}", str(arn))
-                    for i, arn in enumerate(layer_arns)],
+            timeout=Duration.seconds(FUNCTION_TIMEOUT_S),
+            memory_size=1024,
+            role=provider.role,
+            layers=[
+                lambda_.LayerVersion.from_layer_version_arn(self, f"Layer{i}", str(arn))
+                for i, arn in enumerate(layer_arns)
+            ],
             environment={"AWS_STS_REGIONAL_ENDPOINTS": "regional"},
         )
         cfn_function = self.function.node.default_child
@@ -93,10 +108,17 @@ class HelmChartCrds(Construct):
         cfn_function.vpc_config = kubectl_function.vpc_config
         self.function.node.add_dependency(kubectl_handler)  # its role's policies (ENIs, EKS) exist first
         self.resource: CustomResource = CustomResource(
-            self, "Resource", service_token=self.function.function_arn, resource_type=CRDS_RESOURCE_TYPE,
+            self,
+            "Resource",
+            service_token=self.function.function_arn,
+            resource_type=CRDS_RESOURCE_TYPE,
             service_timeout=Duration.seconds(SERVICE_TIMEOUT_S),
-            properties={"ClusterName": cluster.cluster_name, "Chart": release.chart,
-                        "Repository": release.repository, "Version": version},
+            properties={
+                "ClusterName": cluster.cluster_name,
+                "Chart": release.chart,
+                "Repository": release.repository,
+                "Version": version,
+            },
         )
         # Its logs: with @aws-cdk/aws-lambda:useCdkManagedLogGroup (cdk.json) aws-lambda creates /aws/lambda/<name> in
         # the stack; under the stack's retention, key and lifecycle when `logs` is given (as RayEksCluster does for the
@@ -112,9 +134,12 @@ class HelmChartCrds(Construct):
         self._acknowledge_findings(in_vpc=kubectl_function.vpc_config is not None)
 
     def _acknowledge_findings(self, *, in_vpc: bool) -> None:
-        acknowledge(self.function, "AwsSolutions-L1",
-                    "The runtime is the latest Python runtime aws-cdk-lib deploys everywhere "
-                    "(Runtime.determine_latest_python_runtime), as aws-eks-v2's kubectl handler uses.")
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            "The runtime is the latest Python runtime aws-cdk-lib deploys everywhere "
+            "(Runtime.determine_latest_python_runtime), as aws-eks-v2's kubectl handler uses.",
+        )
         checks = [
             ("CKV_AWS_115", "CloudFormation calls it once per create or update of the chart's CRDs"),
             ("CKV_AWS_116", "CloudFormation is the caller and reports a failed call; a DLQ would hold nothing"),

@@ -51,7 +51,9 @@ def _tool_env() -> dict[str, str]:
     """The layers' tools first on PATH; helm's and kubectl's caches in the writable work directory (a Lambda
     function may write only /tmp)."""
     return {
-        **os.environ, "PATH": f"{_TOOL_PATHS}:{os.environ.get('PATH', '')}", "HOME": WORK_DIR,
+        **os.environ,
+        "PATH": f"{_TOOL_PATHS}:{os.environ.get('PATH', '')}",
+        "HOME": WORK_DIR,
         "HELM_CACHE_HOME": os.path.join(WORK_DIR, "helm", "cache"),
         "HELM_CONFIG_HOME": os.path.join(WORK_DIR, "helm", "config"),
         "HELM_DATA_HOME": os.path.join(WORK_DIR, "helm", "data"),
@@ -80,7 +82,9 @@ def _run(command: list[str], deadline: float) -> str:
         except subprocess.TimeoutExpired as expired:
             partial = (expired.stdout or b"") + (expired.stderr or b"")
             text = partial.decode(errors="replace") if isinstance(partial, bytes) else str(partial)
-            raise RuntimeError(f"{command[0]} {command[1]} timed out after {timeout:.0f} s: {text.strip()[-1000:]}") from None
+            raise RuntimeError(
+                f"{command[0]} {command[1]} timed out after {timeout:.0f} s: {text.strip()[-1000:]}"
+            ) from None
         output = result.stdout + result.stderr
         print(output, flush=True)
         if result.returncode == 0:
@@ -106,22 +110,51 @@ def apply_chart_crds(props: dict[str, Any], run: Run) -> list[str]:
     if not crds:
         raise RuntimeError(f"chart {chart} {version} from {repository} has no crds/*.yaml")
     for path in crds:
-        run(["kubectl", "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}",
-             "--kubeconfig", kubeconfig, "-f", path])
+        run(
+            [
+                "kubectl",
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                f"--field-manager={FIELD_MANAGER}",
+                "--kubeconfig",
+                kubeconfig,
+                "-f",
+                path,
+            ]
+        )
     for path in crds:
-        run(["kubectl", "wait", "--for=condition=Established", f"--timeout={_ESTABLISHED_TIMEOUT}",
-             "--kubeconfig", kubeconfig, "-f", path])
+        run(
+            [
+                "kubectl",
+                "wait",
+                "--for=condition=Established",
+                f"--timeout={_ESTABLISHED_TIMEOUT}",
+                "--kubeconfig",
+                kubeconfig,
+                "-f",
+                path,
+            ]
+        )
     return [os.path.basename(path) for path in crds]
 
 
 def _respond(event: dict[str, Any], status: str, reason: str, physical_id: str, data: dict[str, str]) -> None:
     """Answer CloudFormation at the presigned ResponseURL (a Lambda-backed custom resource must, or the stack waits)."""
-    body = json.dumps({
-        "Status": status, "Reason": reason[:3500], "PhysicalResourceId": physical_id, "StackId": event["StackId"],
-        "RequestId": event["RequestId"], "LogicalResourceId": event["LogicalResourceId"], "Data": data,
-    }).encode()
-    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
-                                     headers={"Content-Type": "", "Content-Length": str(len(body))})
+    body = json.dumps(
+        {
+            "Status": status,
+            "Reason": reason[:3500],
+            "PhysicalResourceId": physical_id,
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+            "Data": data,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - CloudFormation's https URL
         print(f"CloudFormation response: {response.status}", flush=True)
 

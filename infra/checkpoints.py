@@ -30,8 +30,9 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 """The add-on that hands Pod Identity credentials to pods; aws_eks_v2 adds it to a cluster it creates."""
 
 
-def _check_props(namespace: str, service_account: str, bucket: s3.IBucket | None, storage_path: str | None,
-                 prefix: str) -> None:
+def _check_props(
+    namespace: str, service_account: str, bucket: s3.IBucket | None, storage_path: str | None, prefix: str
+) -> None:
     """ValueError naming the first bad prop of CheckpointStorage."""
     for prop, value in (("namespace", namespace), ("service_account", service_account)):
         if not re.match(DNS_LABEL, value):
@@ -39,11 +40,14 @@ def _check_props(namespace: str, service_account: str, bucket: s3.IBucket | None
     if bucket is not None and storage_path is not None:
         raise ValueError("CheckpointStorage takes bucket or storage_path, not both: bucket is s3://<bucket>/prefix")
     if not prefix or prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
-        raise ValueError(f"CheckpointStorage prefix must be a key prefix like 'ray-efa' or 'team/ray-efa', got "
-                         f"{prefix!r}")
+        raise ValueError(
+            f"CheckpointStorage prefix must be a key prefix like 'ray-efa' or 'team/ray-efa', got {prefix!r}"
+        )
     if storage_path is not None and not storage_path.startswith(("s3://", "/")):
-        raise ValueError(f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
-                         f"every node shares, got {storage_path!r}")
+        raise ValueError(
+            f"CheckpointStorage storage_path must be s3://bucket/prefix or an absolute path on storage "
+            f"every node shares, got {storage_path!r}"
+        )
 
 
 def _read_locations(read_locations: Sequence[str]) -> list[tuple[str, str]]:
@@ -88,10 +92,21 @@ class CheckpointStorage(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, workload: RayWorkload | None = None,
-        namespace: str | None = None, service_account: str = default("serviceAccount"), storage_path: str | None = None,
-        after: IConstruct | None = None, pod_identity_agent: bool = False, read_locations: Sequence[str] = (),
-        storage_kms_key: str | None = None, bucket: s3.IBucket | None = None, prefix: str = "ray-efa",
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        workload: RayWorkload | None = None,
+        namespace: str | None = None,
+        service_account: str = default("serviceAccount"),
+        storage_path: str | None = None,
+        after: IConstruct | None = None,
+        pod_identity_agent: bool = False,
+        read_locations: Sequence[str] = (),
+        storage_kms_key: str | None = None,
+        bucket: s3.IBucket | None = None,
+        prefix: str = "ray-efa",
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -118,8 +133,10 @@ class CheckpointStorage(Construct):
         super().__init__(scope, construct_id)
         if workload is not None:
             if namespace is not None and namespace != workload.namespace_name:
-                raise ValueError(f"CheckpointStorage namespace {namespace!r} is not workload's, "
-                                 f"{workload.namespace_name!r}: leave namespace out (it comes from workload)")
+                raise ValueError(
+                    f"CheckpointStorage namespace {namespace!r} is not workload's, "
+                    f"{workload.namespace_name!r}: leave namespace out (it comes from workload)"
+                )
             namespace = workload.namespace_name
             after = after if after is not None else workload.namespace
         namespace_given = namespace is not None
@@ -133,10 +150,13 @@ class CheckpointStorage(Construct):
         locations = _read_locations(read_locations)
         self.pod_identity_agent: eks.Addon | None = None
         if pod_identity_agent:
-            self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=cluster,
-                                                addon_name=POD_IDENTITY_AGENT_ADDON)
+            self.pod_identity_agent = eks.Addon(
+                self, "PodIdentityAgent", cluster=cluster, addon_name=POD_IDENTITY_AGENT_ADDON
+            )
         self.service_account: eks.ServiceAccount = cluster.add_service_account(
-            "RayServiceAccount", name=service_account, namespace=resolved,
+            "RayServiceAccount",
+            name=service_account,
+            namespace=resolved,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )
         if after is not None:
@@ -158,8 +178,10 @@ class CheckpointStorage(Construct):
 
         if storage_kms_key is not None:
             if storage_path is None or not storage_path.startswith("s3://"):
-                raise ValueError(f"CheckpointStorage storage_kms_key {storage_kms_key!r} needs an s3:// storage_path: "
-                                 "the bucket made here is encrypted with S3-managed keys")
+                raise ValueError(
+                    f"CheckpointStorage storage_kms_key {storage_kms_key!r} needs an s3:// storage_path: "
+                    "the bucket made here is encrypted with S3-managed keys"
+                )
             self.grant_kms(storage_kms_key, ["kms:Decrypt", "kms:GenerateDataKey"])
 
         self.read_buckets: tuple[str, ...] = ()
@@ -177,26 +199,39 @@ class CheckpointStorage(Construct):
             bucket.encryption_key.grant_encrypt_decrypt(self.service_account)
             policy = cast(iam.CfnPolicy, self.service_account.role.node.find_child("DefaultPolicy").node.default_child)
             for finding in ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*"):
-                acknowledge(policy, "AwsSolutions-IAM5", "The checkpoint bucket's own KMS key (grant_encrypt_decrypt): "
-                            "S3 encrypts and decrypts the checkpoints with it for the Ray pods.", finding)
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5",
+                    "The checkpoint bucket's own KMS key (grant_encrypt_decrypt): "
+                    "S3 encrypts and decrypts the checkpoints with it for the Ray pods.",
+                    finding,
+                )
 
     def _make_bucket(self) -> None:
         """The encrypted, private, SSL-only, versioned bucket made here, which the service account may read and write."""
         self.bucket = s3.Bucket(
-            self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            removal_policy=RemovalPolicy.RETAIN,
             versioned=True,
-            lifecycle_rules=[s3.LifecycleRule(
-                id="expire-old-checkpoint-versions",
-                noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
-                abort_incomplete_multipart_upload_after=Duration.days(7),
-                expired_object_delete_marker=True,
-            )],
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-old-checkpoint-versions",
+                    noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                    expired_object_delete_marker=True,
+                )
+            ],
         )
         self.storage_path = f"s3://{self.bucket.bucket_name}/ray-efa"
         self._grant_prefix(self.bucket, "ray-efa")
-        no_access_logs = ("Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
-                          "CloudTrail data events, and an access-log bucket would double the buckets to retain.")
+        no_access_logs = (
+            "Checkpoint bucket written only by the Ray pods' own role; object-level audit belongs to "
+            "CloudTrail data events, and an access-log bucket would double the buckets to retain."
+        )
         acknowledge(self.bucket, "AwsSolutions-S1", no_access_logs)
         skip_checkov(self.bucket, "CKV_AWS_18", no_access_logs)
 
@@ -204,10 +239,13 @@ class CheckpointStorage(Construct):
         """Let the service account use KMS key `key_arn` through S3 alone (kms:ViaService): without it a bucket
         encrypted with that key answers the pods AccessDenied."""
         region = Stack.of(self).region
-        self.service_account.role.add_to_principal_policy(iam.PolicyStatement(
-            actions=list(actions), resources=[key_arn],
-            conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
-        ))
+        self.service_account.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=list(actions),
+                resources=[key_arn],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+            )
+        )
         self.kms_keys = (*self.kms_keys, key_arn)
 
     kms_keys: tuple[str, ...] = ()
@@ -217,9 +255,11 @@ class CheckpointStorage(Construct):
         others = sorted({w.namespace_name for w in on_cluster(self, RayWorkload, self.cluster)} - {self.namespace_name})
         if not others:
             return []
-        return [f"CheckpointStorage puts the Ray pods' service account in namespace {self.namespace_name!r}, but the "
-                f"RayWorkload of its cluster makes {', '.join(map(repr, others))}: pass workload=<that RayWorkload> "
-                "(the namespace comes from it)"]
+        return [
+            f"CheckpointStorage puts the Ray pods' service account in namespace {self.namespace_name!r}, but the "
+            f"RayWorkload of its cluster makes {', '.join(map(repr, others))}: pass workload=<that RayWorkload> "
+            "(the namespace comes from it)"
+        ]
 
     def _grant_storage(self, storage_path: str) -> None:
         """Read and write for the service account on the objects under an s3:// storage_path's prefix, and listing
@@ -243,22 +283,42 @@ class CheckpointStorage(Construct):
         under = f"{prefix}/" if prefix else ""
         objects = bucket.arn_for_objects(f"{under}*")
         role = self.service_account.role
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="CheckpointObjects", resources=[objects],
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
-                     "s3:ListMultipartUploadParts"]))
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="CheckpointBucket", resources=[bucket.bucket_arn],
-            actions=["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetBucketLocation"]))
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="CodeArchivesReadOnly", effect=iam.Effect.DENY,
-            resources=[bucket.arn_for_objects(f"{under}{CODE_ARCHIVE_FOLDER}/*")],
-            actions=["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"]))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="CheckpointObjects",
+                resources=[objects],
+                actions=[
+                    "s3:GetObject",
+                    "s3:PutObject",
+                    "s3:DeleteObject",
+                    "s3:AbortMultipartUpload",
+                    "s3:ListMultipartUploadParts",
+                ],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="CheckpointBucket",
+                resources=[bucket.bucket_arn],
+                actions=["s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetBucketLocation"],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="CodeArchivesReadOnly",
+                effect=iam.Effect.DENY,
+                resources=[bucket.arn_for_objects(f"{under}{CODE_ARCHIVE_FOLDER}/*")],
+                actions=["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
+            )
+        )
         policy = cast(iam.CfnPolicy, role.node.find_child("DefaultPolicy").node.default_child)
-        acknowledge(policy, "AwsSolutions-IAM5",
-                    "storagePath: Ray Train reads, writes and deletes checkpoint objects (their names are made at run "
-                    "time) under that one prefix of that one bucket, nothing else.",
-                    f"Resource::{_nag_arn(Stack.of(self).resolve(objects))}")
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "storagePath: Ray Train reads, writes and deletes checkpoint objects (their names are made at run "
+            "time) under that one prefix of that one bucket, nothing else.",
+            f"Resource::{_nag_arn(Stack.of(self).resolve(objects))}",
+        )
 
     def _grant_read(self, locations: list[tuple[str, str]]) -> None:
         """One statement per bucket for the objects under its prefixes, one for listing the buckets."""
@@ -268,30 +328,46 @@ class CheckpointStorage(Construct):
             pattern = f"{prefix}/*" if prefix else "*"
             if pattern not in buckets[bucket]:
                 buckets[bucket].append(pattern)
-        imported = {name: s3.Bucket.from_bucket_name(self, f"Read{index}", name)
-                    for index, name in enumerate(sorted(buckets))}
+        imported = {
+            name: s3.Bucket.from_bucket_name(self, f"Read{index}", name) for index, name in enumerate(sorted(buckets))
+        }
         role = self.service_account.role
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ReadModelAndDataObjects", actions=["s3:GetObject"],
-            resources=[imported[name].arn_for_objects(p) for name in sorted(buckets) for p in buckets[name]],
-        ))
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="ListModelAndDataBuckets", actions=["s3:ListBucket"],
-            resources=[imported[name].bucket_arn for name in sorted(buckets)],
-        ))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ReadModelAndDataObjects",
+                actions=["s3:GetObject"],
+                resources=[imported[name].arn_for_objects(p) for name in sorted(buckets) for p in buckets[name]],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListModelAndDataBuckets",
+                actions=["s3:ListBucket"],
+                resources=[imported[name].bucket_arn for name in sorted(buckets)],
+            )
+        )
         policy = cast(iam.CfnPolicy, role.node.find_child("DefaultPolicy").node.default_child)
         for name in sorted(buckets):
             for pattern in buckets[name]:
-                acknowledge(policy, "AwsSolutions-IAM5",
-                            "Read of modelPath / dataset / evalDataset: GetObject on the objects under the prefix the "
-                            "settings name (their file names are not known at synth), in that bucket alone.",
-                            f"Resource::{_nag_arn(Stack.of(self).resolve(imported[name].arn_for_objects(pattern)))}")
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5",
+                    "Read of modelPath / dataset / evalDataset: GetObject on the objects under the prefix the "
+                    "settings name (their file names are not known at synth), in that bucket alone.",
+                    f"Resource::{_nag_arn(Stack.of(self).resolve(imported[name].arn_for_objects(pattern)))}",
+                )
         self.read_buckets = tuple(sorted(buckets))
 
     @classmethod
     def from_settings(
-        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-        after: IConstruct | None = None, workload: RayWorkload | None = None,
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
+        after: IConstruct | None = None,
+        workload: RayWorkload | None = None,
     ) -> CheckpointStorage:
         """The storage of the project's own app: namespace (`workload`'s, when given and the settings do not name
         one), serviceAccount and storagePath of the settings, and read on the buckets of modelPath, dataset and
@@ -299,12 +375,28 @@ class CheckpointStorage(Construct):
         section = settings.workload
         namespace = section.namespace if workload is None or "namespace" in settings.given_keys else None
         if section.storage_kms_key is not None and not (section.storage_path or "").startswith("s3://"):
-            raise SettingsError([Problem("storageKmsKey", section.storage_kms_key,
-                                         "needs storagePath=s3://... (the bucket the cluster stack makes is encrypted "
-                                         "with S3-managed keys)")])
-        storage = cls(scope, construct_id, cluster=cluster, workload=workload, namespace=namespace,
-                      service_account=section.service_account, storage_path=section.storage_path, after=after,
-                      read_locations=s3_read_locations(settings), storage_kms_key=section.storage_kms_key)
+            raise SettingsError(
+                [
+                    Problem(
+                        "storageKmsKey",
+                        section.storage_kms_key,
+                        "needs storagePath=s3://... (the bucket the cluster stack makes is encrypted "
+                        "with S3-managed keys)",
+                    )
+                ]
+            )
+        storage = cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            workload=workload,
+            namespace=namespace,
+            service_account=section.service_account,
+            storage_path=section.storage_path,
+            after=after,
+            read_locations=s3_read_locations(settings),
+            storage_kms_key=section.storage_kms_key,
+        )
         if section.bootstrap_kms_key is not None:  # the code assets the pods fetch from the CDK asset bucket
             storage.grant_kms(section.bootstrap_kms_key, ["kms:Decrypt"])
         return storage

@@ -54,11 +54,19 @@ def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.Endpoint
     return base.only_from(*public_cidrs)
 
 
-def _check_props(kubernetes_version: str, endpoint_access: str, system_instance_type: str, system_node_count: int,
-                 system_root_volume_gib: int, system_node_selector: Mapping[str, str]) -> None:
+def _check_props(
+    kubernetes_version: str,
+    endpoint_access: str,
+    system_instance_type: str,
+    system_node_count: int,
+    system_root_volume_gib: int,
+    system_node_selector: Mapping[str, str],
+) -> None:
     """ValueError naming the first bad prop of RayEksCluster (the image's root volume aside)."""
-    for prop, value, key in (("kubernetes_version", kubernetes_version, "kubernetesVersion"),
-                             ("endpoint_access", endpoint_access, "endpointAccess")):
+    for prop, value, key in (
+        ("kubernetes_version", kubernetes_version, "kubernetesVersion"),
+        ("endpoint_access", endpoint_access, "endpointAccess"),
+    ):
         if value not in choices(key):
             raise ValueError(f"RayEksCluster {prop} must be one of {', '.join(choices(key))}, got {value!r}")
     check_type("RayEksCluster system_node_count", system_node_count, int, "a whole number")
@@ -94,15 +102,28 @@ class RayEksCluster(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, cluster_name: str = default("clusterName"),
-        kubernetes_version: str = default("kubernetesVersion"), endpoint_access: str = default("endpointAccess"),
-        public_access_cidrs: Sequence[str] = default("publicAccessCidrs"), admin_principal_arns: Sequence[str] = (),
-        system_instance_type: str = default("systemInstanceType"), system_node_count: int = default("systemNodeCount"),
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        cluster_name: str = default("clusterName"),
+        kubernetes_version: str = default("kubernetesVersion"),
+        endpoint_access: str = default("endpointAccess"),
+        public_access_cidrs: Sequence[str] = default("publicAccessCidrs"),
+        admin_principal_arns: Sequence[str] = (),
+        system_instance_type: str = default("systemInstanceType"),
+        system_node_count: int = default("systemNodeCount"),
         system_root_volume_gib: int = default("systemRootVolumeGib"),
-        system_node_selector: Mapping[str, str] = default("systemNodeSelector"), image: str | None = None,
-        logs: StackLogs | None = None, log_retention_days: int = default("logRetentionDays"), network_policy: bool = True,
-        node_repair: bool = default("nodeRepair"), node_monitoring_agent: bool = default("nodeMonitoringAgent"),
-        cluster_creator_admin: bool = default("clusterCreatorAdmin")) -> None:
+        system_node_selector: Mapping[str, str] = default("systemNodeSelector"),
+        image: str | None = None,
+        logs: StackLogs | None = None,
+        log_retention_days: int = default("logRetentionDays"),
+        network_policy: bool = True,
+        node_repair: bool = default("nodeRepair"),
+        node_monitoring_agent: bool = default("nodeMonitoringAgent"),
+        cluster_creator_admin: bool = default("clusterCreatorAdmin"),
+    ) -> None:
         """
         :param vpc: the VPC; the cluster and its system nodes use its private subnets (PRIVATE_WITH_EGRESS).
         :param cluster_name: the EKS cluster's name. @default "ray-train"
@@ -129,12 +150,19 @@ class RayEksCluster(Construct):
         :param cluster_creator_admin: its creator keeps cluster-admin (True for a cluster made before the prop). @default False
         """
         super().__init__(scope, construct_id)
-        _check_props(kubernetes_version, endpoint_access, system_instance_type, system_node_count,
-                     system_root_volume_gib, system_node_selector)
+        _check_props(
+            kubernetes_version,
+            endpoint_access,
+            system_instance_type,
+            system_node_count,
+            system_root_volume_gib,
+            system_node_selector,
+        )
         # each value checked as its setting is (one function for both): a lone string is an error, not its letters
         public_access_cidrs = check_strings("RayEksCluster public_access_cidrs", public_access_cidrs, cidr_problem)
-        admin_principal_arns = check_strings("RayEksCluster admin_principal_arns", admin_principal_arns,
-                                             admin_arn_problem)
+        admin_principal_arns = check_strings(
+            "RayEksCluster admin_principal_arns", admin_principal_arns, admin_arn_problem
+        )
         self.system_instance_type: str = system_instance_type
         """The system nodes' instance type (RayTrainingJob sizes the Ray head to fit it)."""
         self.system_node_selector: dict[str, str] = dict(system_node_selector)
@@ -147,18 +175,23 @@ class RayEksCluster(Construct):
         self.logs: StackLogs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
 
         self.secrets_key: kms.Key = kms.Key(
-            self, "SecretsKey", enable_key_rotation=True,
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
             description=f"Envelope encryption of Kubernetes secrets of EKS cluster {cluster_name}",
             # The key encrypts only this cluster's secrets: it goes with the cluster (deleted after a 7-day wait).
-            removal_policy=RemovalPolicy.DESTROY, pending_window=Duration.days(7),
+            removal_policy=RemovalPolicy.DESTROY,
+            pending_window=Duration.days(7),
         )
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, never expiring and outside
         # the stack, unless it exists: the stack creates it first.
         self.control_plane_logs: aws_logs.LogGroup = self.logs.log_group(
-            self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster")
+            self, "ControlPlaneLogs", name=f"/aws/eks/{cluster_name}/cluster"
+        )
         self.kubectl_layer: lambda_.LayerVersion = kubectl_layer(self, kubernetes_version)
-        self.eks_cluster: eks.Cluster = self._eks_cluster(vpc, cluster_name, kubernetes_version, endpoint_access,
-                                                          public_access_cidrs, cluster_creator_admin)
+        self.eks_cluster: eks.Cluster = self._eks_cluster(
+            vpc, cluster_name, kubernetes_version, endpoint_access, public_access_cidrs, cluster_creator_admin
+        )
         # The same cluster, typed as the eks.ICluster that every construct (this project's and aws-cdk-lib's) takes.
         # It is one: in TypeScript Cluster implements ICluster, but ICluster's optional kubectlProviderOptions is not
         # a member of Cluster (TypeScript lets a class omit an optional interface member, a Python Protocol does
@@ -166,13 +199,21 @@ class RayEksCluster(Construct):
         # once, so that `cluster=ray.cluster` type-checks wherever a platform passes it.
         self.cluster: eks.ICluster = cast(eks.ICluster, self.eks_cluster)
         self.admin_access: ClusterAdminAccess = ClusterAdminAccess(
-            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns))
+            self, "AdminAccess", cluster=self.cluster, principal_arns=tuple(admin_principal_arns)
+        )
 
         self.system_nodegroup: eks.Nodegroup = self._system_nodes(
-            f"{cluster_name}-system", system_instance_type, system_node_count, system_node_selector,
-            system_root_volume_gib, kubernetes_version, node_repair)
+            f"{cluster_name}-system",
+            system_instance_type,
+            system_node_count,
+            system_node_selector,
+            system_root_volume_gib,
+            kubernetes_version,
+            node_repair,
+        )
         self.node_monitoring_agent: NodeMonitoringAgent | None = (
-            NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=self.cluster) if node_monitoring_agent else None)
+            NodeMonitoringAgent(self, "NodeMonitoringAgent", cluster=self.cluster) if node_monitoring_agent else None
+        )
         self.vpc_cni: VpcCniAddon | None = VpcCniAddon(self, "VpcCni", cluster=self.cluster) if network_policy else None
         self._system_role_policies: tuple[str, ...] = self._system_node_role()
         self._adopt_provider_logs()
@@ -196,10 +237,18 @@ class RayEksCluster(Construct):
         Annotations.of(self).add_warning_v2(
             "ray-efa:publicEndpointOpen",
             f"The EKS API endpoint of {cluster_name} is public to 0.0.0.0/0: set publicAccessCidrs (cluster "
-            "settings) / public_access_cidrs to your networks, or endpointAccess private")
+            "settings) / public_access_cidrs to your networks, or endpointAccess private",
+        )
 
-    def _eks_cluster(self, vpc: ec2.IVpc, cluster_name: str, kubernetes_version: str, endpoint_access: str,
-                     public_access_cidrs: Sequence[str], cluster_creator_admin: bool) -> eks.Cluster:
+    def _eks_cluster(
+        self,
+        vpc: ec2.IVpc,
+        cluster_name: str,
+        kubernetes_version: str,
+        endpoint_access: str,
+        public_access_cidrs: Sequence[str],
+        cluster_creator_admin: bool,
+    ) -> eks.Cluster:
         """The EKS cluster itself, created after its control-plane log group, with no capacity of its own.
 
         `cluster_creator_admin` False: the principal that creates the cluster (CloudFormation's execution role) gets
@@ -229,13 +278,21 @@ class RayEksCluster(Construct):
         cluster.node.add_dependency(self.control_plane_logs)
         return cluster
 
-    def _system_nodes(self, system_name: str, system_instance_type: str, system_node_count: int,
-                      system_node_selector: Mapping[str, str], root_volume_gib: int, kubernetes_version: str,
-                      node_repair: bool) -> eks.Nodegroup:
+    def _system_nodes(
+        self,
+        system_name: str,
+        system_instance_type: str,
+        system_node_count: int,
+        system_node_selector: Mapping[str, str],
+        root_volume_gib: int,
+        kubernetes_version: str,
+        node_repair: bool,
+    ) -> eks.Nodegroup:
         """The system node group on its launch template (`system_launch_template`), following the cluster's version,
         with node auto repair as `node_repair` says."""
         self.system_launch_template: SystemNodeLaunchTemplate = SystemNodeLaunchTemplate(
-            self, "SystemLaunchTemplate", root_volume_gib=root_volume_gib, name=system_name)
+            self, "SystemLaunchTemplate", root_volume_gib=root_volume_gib, name=system_name
+        )
         nodegroup = self._system_nodegroup(system_name, system_instance_type, system_node_count, system_node_selector)
         # Upgraded with the control plane: the node group's Version is the cluster's (CloudFormation updates the
         # cluster first: the node group refers to it).
@@ -243,8 +300,13 @@ class RayEksCluster(Construct):
         enable_node_repair(nodegroup, node_repair)
         return nodegroup
 
-    def _system_nodegroup(self, system_name: str, system_instance_type: str, system_node_count: int,
-                          system_node_selector: Mapping[str, str]) -> eks.Nodegroup:
+    def _system_nodegroup(
+        self,
+        system_name: str,
+        system_instance_type: str,
+        system_node_count: int,
+        system_node_selector: Mapping[str, str],
+    ) -> eks.Nodegroup:
         """The managed system node group (the operator, the Ray head, the submitter) on its launch template."""
         return self.eks_cluster.add_nodegroup_capacity(
             "SystemNodes",
@@ -278,13 +340,23 @@ class RayEksCluster(Construct):
         # Checked here too, so that the error names the setting rather than the prop.
         check_root_volume("systemRootVolumeGib", nodes.system_root_volume_gib, settings.workload.dlc_image)
         return cls(
-            scope, construct_id, vpc=vpc, cluster_name=cluster.cluster_name, kubernetes_version=cluster.kubernetes_version,
-            endpoint_access=cluster.endpoint_access, public_access_cidrs=cluster.public_access_cidrs,
+            scope,
+            construct_id,
+            vpc=vpc,
+            cluster_name=cluster.cluster_name,
+            kubernetes_version=cluster.kubernetes_version,
+            endpoint_access=cluster.endpoint_access,
+            public_access_cidrs=cluster.public_access_cidrs,
             cluster_creator_admin=cluster.cluster_creator_admin,
-            admin_principal_arns=cluster.admin_principal_arns, system_instance_type=nodes.system_instance_type,
-            system_node_count=nodes.system_node_count, system_root_volume_gib=nodes.system_root_volume_gib,
-            system_node_selector=nodes.system_node_selector, image=settings.workload.dlc_image, logs=logs,
-            log_retention_days=cluster.log_retention_days, node_repair=nodes.node_repair,
+            admin_principal_arns=cluster.admin_principal_arns,
+            system_instance_type=nodes.system_instance_type,
+            system_node_count=nodes.system_node_count,
+            system_root_volume_gib=nodes.system_root_volume_gib,
+            system_node_selector=nodes.system_node_selector,
+            image=settings.workload.dlc_image,
+            logs=logs,
+            log_retention_days=cluster.log_retention_days,
+            node_repair=nodes.node_repair,
             node_monitoring_agent=nodes.node_monitoring_agent,
         )
 
@@ -295,7 +367,10 @@ class RayEksCluster(Construct):
         assert self.eks_cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
         provider = self.eks_cluster.kubectl_provider.node
         groups = []
-        for function in (provider.find_child("Handler"), provider.find_child("Provider").node.find_child("framework-onEvent")):
+        for function in (
+            provider.find_child("Handler"),
+            provider.find_child("Provider").node.find_child("framework-onEvent"),
+        ):
             group = function.node.try_find_child("LogGroup")
             if isinstance(group, logs.LogGroup):
                 self.logs.adopt(cast(logs.CfnLogGroup, group.node.default_child))
@@ -307,48 +382,71 @@ class RayEksCluster(Construct):
     def _acknowledge_findings(self) -> None:
         cluster = self.eks_cluster
         acknowledge_managed_policies(
-            cluster.role, ("AmazonEKSClusterPolicy",),
+            cluster.role,
+            ("AmazonEKSClusterPolicy",),
             "EKS requires AmazonEKSClusterPolicy on the cluster role; AWS keeps it in step with the EKS API.",
         )
         acknowledge_managed_policies(
-            self.system_nodegroup.role, self._system_role_policies,
+            self.system_nodegroup.role,
+            self._system_role_policies,
             "EKS requires these AWS managed policies on managed node group roles (worker node, ECR pulls).",
         )
         # The kubectl provider (Lambda functions that run kubectl/helm for the stack) is built by aws-eks-v2 itself.
         assert cluster.kubectl_provider is not None  # a Cluster given kubectl_provider_options has one
         provider = cluster.kubectl_provider.node
         handler_role = provider.find_child("Handler").node.find_child("ServiceRole")
-        on_event_role = provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("ServiceRole")
-        lambda_reason = ("aws-eks-v2's kubectl provider Lambda runs in the VPC; AWS managed execution policies for "
-                         "logs, ENIs and pulling its kubectl image are what the construct library attaches.")
+        on_event_role = (
+            provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("ServiceRole")
+        )
+        lambda_reason = (
+            "aws-eks-v2's kubectl provider Lambda runs in the VPC; AWS managed execution policies for "
+            "logs, ENIs and pulling its kubectl image are what the construct library attaches."
+        )
         for role in (handler_role, on_event_role):
-            acknowledge_managed_policies(role, ("service-role/AWSLambdaBasicExecutionRole",
-                                                "service-role/AWSLambdaVPCAccessExecutionRole"), lambda_reason)
+            acknowledge_managed_policies(
+                role,
+                ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole"),
+                lambda_reason,
+            )
         acknowledge_managed_policies(handler_role, ("AmazonEC2ContainerRegistryReadOnly",), lambda_reason)
         # Logical ids depend on where this construct sits, so read them instead of hard-coding them.
         handler = provider.find_child("Handler")
         stack = Stack.of(self)
         has_ecr_public = stack.get_logical_id(cast(CfnElement, handler.node.find_child("HasEcrPublic")))
         handler_function = stack.get_logical_id(cast(CfnElement, handler.node.find_child("Resource")))
-        acknowledge(handler_role, "AwsSolutions-IAM4", lambda_reason, (
-            f'Policy::{{"Fn::If":["{has_ecr_public}",{{"Fn::Join":["",["arn:",{{"Ref":"AWS::Partition"}},'
-            '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}'
-        ))
-        acknowledge(handler, "AwsSolutions-L1",
-                    "The kubectl handler's runtime is pinned by aws-eks-v2 to what its bundled kubectl/helm support.")
-        acknowledge(on_event_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5",
-                    "The custom-resource framework may invoke any version of its own handler function (Arn:*), nothing else.",
-                    f"Resource::<{handler_function}.Arn>:*")
-        functions = (handler.node.find_child("Resource"),
-                     provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("Resource"))
+        acknowledge(
+            handler_role,
+            "AwsSolutions-IAM4",
+            lambda_reason,
+            (
+                f'Policy::{{"Fn::If":["{has_ecr_public}",{{"Fn::Join":["",["arn:",{{"Ref":"AWS::Partition"}},'
+                '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}'
+            ),
+        )
+        acknowledge(
+            handler,
+            "AwsSolutions-L1",
+            "The kubectl handler's runtime is pinned by aws-eks-v2 to what its bundled kubectl/helm support.",
+        )
+        acknowledge(
+            on_event_role.node.find_child("DefaultPolicy"),
+            "AwsSolutions-IAM5",
+            "The custom-resource framework may invoke any version of its own handler function (Arn:*), nothing else.",
+            f"Resource::<{handler_function}.Arn>:*",
+        )
+        functions = (
+            handler.node.find_child("Resource"),
+            provider.find_child("Provider").node.find_child("framework-onEvent").node.find_child("Resource"),
+        )
         for function in functions:
             for check, why in (
                 ("CKV_AWS_115", "CloudFormation calls it once per custom resource change, so concurrency is bounded"),
                 ("CKV_AWS_116", "CloudFormation is the caller and reports a failed call; a DLQ would hold nothing"),
                 ("CKV_AWS_173", "its environment holds the cluster name and endpoint flags, no secrets"),
             ):
-                skip_checkov(function, check, f"aws-eks-v2's kubectl provider function, built by the construct "
-                                              f"library: {why}.")
+                skip_checkov(
+                    function, check, f"aws-eks-v2's kubectl provider function, built by the construct library: {why}."
+                )
 
 
 @jsii.implements(IAspect)

@@ -29,18 +29,29 @@ class ClusterStack(Stack):
     """Everything but the GPU nodes. `vpc` overrides the VPC the settings would create or look up."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, env: Environment | None = None,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        env: Environment | None = None,
         vpc: ec2.IVpc | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description=(
-            f"ray-efa: EKS cluster {settings.cluster.cluster_name} with system nodes, KubeRay operator and device plugins"
-        ))
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            description=(
+                f"ray-efa: EKS cluster {settings.cluster.cluster_name} with system nodes, KubeRay operator and device plugins"
+            ),
+        )
         self.settings = settings
         # One KMS key and one retention for every log group of the stack.
         self.logs: StackLogs = StackLogs(self, "Logs", retention_days=settings.cluster.log_retention_days)
         self.vpc: ec2.IVpc = vpc or ClusterVpc.from_settings(self, "Network", settings, logs=self.logs).vpc
         self.ray_cluster: RayEksCluster = RayEksCluster.from_settings(
-            self, "Eks", settings, vpc=self.vpc, logs=self.logs)
+            self, "Eks", settings, vpc=self.vpc, logs=self.logs
+        )
         cluster = self.ray_cluster.cluster
         # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
         # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
@@ -50,17 +61,25 @@ class ClusterStack(Stack):
         cast(CfnResource, self.vpc_cni.addon.node.default_child).override_logical_id("VpcCniAddon0A9AF95A")
         # After the system nodes (its release waits for its pod, which only they run) and its version's CRDs.
         self.kuberay: KubeRayOperator = KubeRayOperator.from_settings(
-            self, "KubeRay", settings, cluster=cluster, logs=self.logs)
+            self, "KubeRay", settings, cluster=cluster, logs=self.logs
+        )
         # Device plugins, or the DRA drivers (deviceAllocation dra): never both on one node.
         self.device_plugins: GpuDevicePlugins | GpuDraDrivers = (
             GpuDraDrivers.from_settings(self, "DraDrivers", settings, cluster=cluster)
             if settings.addons.device_allocation == "dra"
-            else GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster))
+            else GpuDevicePlugins.from_settings(self, "DevicePlugins", settings, cluster=cluster)
+        )
         # The namespace after the CRDs (KubeRay chart) and the device plugins; the job (GPU stack) after both.
-        self.workload: RayWorkload = RayWorkload.from_settings(self, "Workload", settings, cluster=cluster, after=[
-            self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa])
+        self.workload: RayWorkload = RayWorkload.from_settings(
+            self,
+            "Workload",
+            settings,
+            cluster=cluster,
+            after=[self.kuberay.chart, self.device_plugins.nvidia, self.device_plugins.efa],
+        )
         self.checkpoints: CheckpointStorage = CheckpointStorage.from_settings(
-            self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace)
+            self, "Checkpoints", settings, cluster=cluster, after=self.workload.namespace
+        )
         self._export_private_subnets()
         self._export_what_the_job_imports()
 
@@ -68,20 +87,40 @@ class ClusterStack(Stack):
         # those changes the GPU stack alone. The GPU stack has its own outputs.
         region = settings.cluster.region
         CfnOutput(self, "ClusterName", value=cluster.cluster_name, description="EKS cluster name")
-        CfnOutput(self, "UpdateKubeconfigCommand", description="Point kubectl at the cluster",
-                  value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}")
+        CfnOutput(
+            self,
+            "UpdateKubeconfigCommand",
+            description="Point kubectl at the cluster",
+            value=f"aws eks update-kubeconfig --region {region} --name {settings.cluster.cluster_name}",
+        )
         # Named outputs for a platform that builds on this stack (outputs add no resource: a day-2 diff adds them alone).
         CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the cluster")
         CfnOutput(self, "ClusterArn", value=cluster.cluster_arn, description="EKS cluster ARN")
-        CfnOutput(self, "ClusterSecurityGroupId", value=cluster.cluster_security_group_id,
-                  description="Security group EKS created for the control plane and the managed node groups")
-        CfnOutput(self, "CheckpointStoragePath", value=self.checkpoints.storage_path,
-                  description="Ray Train storagePath of the training job (pass it as -c storagePath=... to make manifests)")
+        CfnOutput(
+            self,
+            "ClusterSecurityGroupId",
+            value=cluster.cluster_security_group_id,
+            description="Security group EKS created for the control plane and the managed node groups",
+        )
+        CfnOutput(
+            self,
+            "CheckpointStoragePath",
+            value=self.checkpoints.storage_path,
+            description="Ray Train storagePath of the training job (pass it as -c storagePath=... to make manifests)",
+        )
         cost = hourly_cost(settings)
-        CfnOutput(self, "EstimatedUsdPerHourWithoutGpuStack", value=f"{cost.without_gpu_stack:.2f}",
-                  description="On-demand estimate of this stack alone (system nodes, control plane, NAT)")
-        CfnOutput(self, "RetainedAfterDestroy", description="What `cdk destroy` of both stacks leaves, and its monthly cost",
-                  value="; ".join(retained_after_destroy(settings)) or "nothing")
+        CfnOutput(
+            self,
+            "EstimatedUsdPerHourWithoutGpuStack",
+            value=f"{cost.without_gpu_stack:.2f}",
+            description="On-demand estimate of this stack alone (system nodes, control plane, NAT)",
+        )
+        CfnOutput(
+            self,
+            "RetainedAfterDestroy",
+            description="What `cdk destroy` of both stacks leaves, and its monthly cost",
+            value="; ".join(retained_after_destroy(settings)) or "nothing",
+        )
 
     def _export_what_the_job_imports(self) -> None:
         """Export what the GPU stack's training job imports (the kubectl provider's service token, the checkpoint

@@ -24,8 +24,9 @@ from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu
 __all__ = ["GpuDevicePlugins", "device_plugin_values"]
 
 
-def device_plugin_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
-                         taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
+def device_plugin_values(
+    node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, taints: Sequence[str] = DEFAULT_GPU_TAINTS
+) -> dict[str, Any]:
     """Values of both plugin charts: GPU nodes only, tolerating their taints (the EFA chart's defaults miss them).
 
     Helm ignores unknown keys silently; tests check these against each chart's values.yaml.
@@ -45,10 +46,16 @@ class GpuDevicePlugins(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
-        nvidia_version: str = default("nvidiaDevicePluginVersion"), efa_version: str = default("efaDevicePluginVersion"),
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        nvidia_version: str = default("nvidiaDevicePluginVersion"),
+        efa_version: str = default("efaDevicePluginVersion"),
         gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
-        node_selector: Mapping[str, str] | None = None, taints: Sequence[str] | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        taints: Sequence[str] | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
@@ -66,10 +73,14 @@ class GpuDevicePlugins(Construct):
         node_selector = gpu_nodes_selector("GpuDevicePlugins", self, cluster, gpu_nodes, node_selector)
         taints = gpu_nodes_taints("GpuDevicePlugins", gpu_nodes, taints)
         if not CHART_VERSION.match(nvidia_version):
-            raise ValueError(f"GpuDevicePlugins nvidia_version must be a chart version like 0.20.0, got {nvidia_version!r}")
+            raise ValueError(
+                f"GpuDevicePlugins nvidia_version must be a chart version like 0.20.0, got {nvidia_version!r}"
+            )
         if efa_version not in choices("efaDevicePluginVersion"):
-            raise ValueError(f"GpuDevicePlugins efa_version must be one of "
-                             f"{', '.join(choices('efaDevicePluginVersion'))}, got {efa_version!r}")
+            raise ValueError(
+                f"GpuDevicePlugins efa_version must be one of "
+                f"{', '.join(choices('efaDevicePluginVersion'))}, got {efa_version!r}"
+            )
         check_node_selector("GpuDevicePlugins node_selector", node_selector)
         self.node_selector: dict[str, str] = dict(node_selector)
         self.cluster: eks.ICluster = cluster
@@ -79,12 +90,25 @@ class GpuDevicePlugins(Construct):
         add_synth_check(self, lambda: unselected_gpu_nodes("GpuDevicePlugins", self, cluster, self.node_selector))
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-                      gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None) -> GpuDevicePlugins:
+    def from_settings(
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
+    ) -> GpuDevicePlugins:
         """The plugins of the project's own app: the chart versions of the settings, on `gpu_nodes`, else on
         gpuNodeSelector."""
         addons = settings.addons
-        return cls(scope, construct_id, cluster=cluster, nvidia_version=addons.nvidia_device_plugin_version,
-                   efa_version=addons.efa_device_plugin_version, gpu_nodes=gpu_nodes,
-                   node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
-                   taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None)
+        return cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            nvidia_version=addons.nvidia_device_plugin_version,
+            efa_version=addons.efa_device_plugin_version,
+            gpu_nodes=gpu_nodes,
+            node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
+            taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None,
+        )

@@ -27,8 +27,9 @@ from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup, gpu_nodes_selector, gpu
 __all__ = ["GpuDraDrivers", "nvidia_dra_values", "efa_dra_values"]
 
 
-def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
-                      taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
+def nvidia_dra_values(
+    node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, taints: Sequence[str] = DEFAULT_GPU_TAINTS
+) -> dict[str, Any]:
     """GPUs only (no ComputeDomains: that is Multi-Node NVLink, GB200), on the GPU nodes, as the EKS guide installs it.
     The chart's kubelet plugin already tolerates nvidia.com/gpu and needs nvidia.com/gpu.present=true, which
     EfaGpuNodegroup sets; the node selector keeps it to this stack's GPU nodes."""
@@ -39,8 +40,9 @@ def nvidia_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECT
     }
 
 
-def efa_dra_values(node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR,
-                   taints: Sequence[str] = DEFAULT_GPU_TAINTS) -> dict[str, Any]:
+def efa_dra_values(
+    node_selector: Mapping[str, str] = DEFAULT_GPU_NODE_SELECTOR, taints: Sequence[str] = DEFAULT_GPU_TAINTS
+) -> dict[str, Any]:
     """DRANET on the GPU nodes, tolerating the GPU taint (the chart tolerates only CriticalAddonsOnly by itself)."""
     return {"nodeSelector": dict(node_selector), "tolerations": gpu_tolerations(list(taints))}
 
@@ -51,11 +53,17 @@ class GpuDraDrivers(Construct):
     Wiring attributes, as GpuDevicePlugins': `nvidia` and `efa`, the Helm releases; `node_selector`."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster,
-        kubernetes_version: str = default("kubernetesVersion"), nvidia_version: str = default("nvidiaDraDriverVersion"),
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        kubernetes_version: str = default("kubernetesVersion"),
+        nvidia_version: str = default("nvidiaDraDriverVersion"),
         efa_version: str = default("efaDraDriverVersion"),
         gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
-        node_selector: Mapping[str, str] | None = None, taints: Sequence[str] | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        taints: Sequence[str] | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, on Kubernetes 1.34 or later.
@@ -71,29 +79,55 @@ class GpuDraDrivers(Construct):
         """
         super().__init__(scope, construct_id)
         if problem := dra_kubernetes_problem(kubernetes_version):
-            raise ValueError(f"GpuDraDrivers kubernetes_version {kubernetes_version!r}: the drivers {problem[problem.index('DRA'):]}")
+            raise ValueError(
+                f"GpuDraDrivers kubernetes_version {kubernetes_version!r}: the drivers {problem[problem.index('DRA') :]}"
+            )
         if not CHART_VERSION.match(nvidia_version):
             raise ValueError(f"GpuDraDrivers nvidia_version must be a chart version like 0.4.1, got {nvidia_version!r}")
         if efa_version not in choices("efaDraDriverVersion"):
-            raise ValueError(f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "
-                             f"got {efa_version!r}")
+            raise ValueError(
+                f"GpuDraDrivers efa_version must be one of {', '.join(choices('efaDraDriverVersion'))}, "
+                f"got {efa_version!r}"
+            )
         node_selector = gpu_nodes_selector("GpuDraDrivers", self, cluster, gpu_nodes, node_selector)
         taints = gpu_nodes_taints("GpuDraDrivers", gpu_nodes, taints)
         self.node_selector: dict[str, str] = node_selector
         self.cluster: eks.ICluster = cluster
-        self.nvidia: eks.HelmChart = helm_chart(self, "Nvidia", cluster, NVIDIA_DRA_DRIVER, nvidia_version,
-                                 nvidia_dra_values(node_selector, taints), create_namespace=True)
+        self.nvidia: eks.HelmChart = helm_chart(
+            self,
+            "Nvidia",
+            cluster,
+            NVIDIA_DRA_DRIVER,
+            nvidia_version,
+            nvidia_dra_values(node_selector, taints),
+            create_namespace=True,
+        )
         self.efa: eks.HelmChart = helm_chart(
-            self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector, taints))
+            self, "Efa", cluster, EFA_DRA_DRIVER, efa_version, efa_dra_values(node_selector, taints)
+        )
         add_synth_check(self, lambda: unselected_gpu_nodes("GpuDraDrivers", self, cluster, self.node_selector))
 
     @classmethod
-    def from_settings(cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-                      gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None) -> GpuDraDrivers:
+    def from_settings(
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None = None,
+    ) -> GpuDraDrivers:
         """The drivers of the project's own app: the chart versions of the settings, on `gpu_nodes`, else on
         gpuNodeSelector."""
         addons = settings.addons
-        return cls(scope, construct_id, cluster=cluster, kubernetes_version=settings.cluster.kubernetes_version,
-                   nvidia_version=addons.nvidia_dra_driver_version, efa_version=addons.efa_dra_driver_version,
-                   gpu_nodes=gpu_nodes, node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
-                   taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None)
+        return cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            kubernetes_version=settings.cluster.kubernetes_version,
+            nvidia_version=addons.nvidia_dra_driver_version,
+            efa_version=addons.efa_dra_driver_version,
+            gpu_nodes=gpu_nodes,
+            node_selector=settings.nodes.gpu_node_selector if gpu_nodes is None else None,
+            taints=settings.nodes.gpu_node_taints if gpu_nodes is None else None,
+        )

@@ -37,12 +37,22 @@ from ray_efa.infra.node_health import enable_node_repair
 from ray_efa.infra.node_storage import check_root_volume, encrypted_root_volume
 
 __all__ = [
-    "EfaGpuNodegroup", "launch_template_network_interfaces", "gpu_nodes_selector", "unselected_gpu_nodes", "settings_gpu_zone",
-    "NO_EGRESS_RULE", "gpu_nodegroup_name", "gpu_update_config", "gpu_nodes_taints",
+    "EfaGpuNodegroup",
+    "launch_template_network_interfaces",
+    "gpu_nodes_selector",
+    "unselected_gpu_nodes",
+    "settings_gpu_zone",
+    "NO_EGRESS_RULE",
+    "gpu_nodegroup_name",
+    "gpu_update_config",
+    "gpu_nodes_taints",
 ]
 
 NO_EGRESS_RULE: dict[str, str | int] = {
-    "CidrIp": "255.255.255.255/32", "Description": "Disallow all traffic", "IpProtocol": "icmp", "FromPort": 252,
+    "CidrIp": "255.255.255.255/32",
+    "Description": "Disallow all traffic",
+    "IpProtocol": "icmp",
+    "FromPort": 252,
     "ToPort": 86,
 }
 """aws-cdk-lib's own placeholder egress rule of a SecurityGroup with allowAllOutbound false (aws-ec2 security-group:
@@ -59,6 +69,7 @@ def gpu_nodegroup_name(prop: str, cluster_name: str, zone: str, capacity_type: s
     an ODCR are both ON_DEMAND (the reservation is in the launch template): no suffix, as before Capacity Blocks."""
     suffix = _CAPACITY_TYPE_SUFFIX[capacity_type]
     return nodegroup_name(prop, f"{cluster_name}-gpu", zone.rsplit("-", 1)[-1], *([suffix] if suffix else []))
+
 
 _TAINT_EFFECTS = {
     "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
@@ -114,27 +125,40 @@ def _checked_instance(instance_type: str | catalog.InstanceType) -> catalog.Inst
         raise ValueError(f"EfaGpuNodegroup instance_type {error}") from None
 
 
-def _checked_props(node_count: int, root_volume_gib: int, capacity_reservation_id: str | None,
-                   capacity_reservation_type: str, placement_group: bool | None, node_selector: Mapping[str, str],
-                   taints: Sequence[str], image: str | None) -> list[Taint]:
+def _checked_props(
+    node_count: int,
+    root_volume_gib: int,
+    capacity_reservation_id: str | None,
+    capacity_reservation_type: str,
+    placement_group: bool | None,
+    node_selector: Mapping[str, str],
+    taints: Sequence[str],
+    image: str | None,
+) -> list[Taint]:
     """ValueError naming the first bad prop of EfaGpuNodegroup (but instance_type); the parsed taints."""
     check_type("EfaGpuNodegroup node_count", node_count, int, "a whole number")
     check_type("EfaGpuNodegroup root_volume_gib", root_volume_gib, int, "a whole number")
     if capacity_reservation_id is not None:  # a CDK token (an imported reservation's id) is checked at deploy
         check_type("EfaGpuNodegroup capacity_reservation_id", capacity_reservation_id, str, "a reservation id")
-        if not Token.is_unresolved(capacity_reservation_id) and (
-                why := capacity_reservation_problem(capacity_reservation_id)) is not None:
+        if (
+            not Token.is_unresolved(capacity_reservation_id)
+            and (why := capacity_reservation_problem(capacity_reservation_id)) is not None
+        ):
             raise ValueError(f"EfaGpuNodegroup capacity_reservation_id {why}, got {capacity_reservation_id!r}")
     check_bounds("EfaGpuNodegroup node_count", node_count, "gpuNodeCount", " (scaled to zero)")
     check_bounds("EfaGpuNodegroup root_volume_gib", root_volume_gib, "gpuRootVolumeGib")
     if capacity_reservation_type not in choices("capacityReservationType"):
-        raise ValueError(f"EfaGpuNodegroup capacity_reservation_type must be one of "
-                         f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}")
+        raise ValueError(
+            f"EfaGpuNodegroup capacity_reservation_type must be one of "
+            f"{', '.join(choices('capacityReservationType'))}, got {capacity_reservation_type!r}"
+        )
     if capacity_reservation_type == "capacity-block" and capacity_reservation_id is None:
         raise ValueError("EfaGpuNodegroup capacity_reservation_type 'capacity-block' needs capacity_reservation_id")
     if placement_group and capacity_reservation_id is not None:
-        raise ValueError("EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
-                         "placement group can leave reserved capacity unused)")
+        raise ValueError(
+            "EfaGpuNodegroup placement_group must not be True with capacity_reservation_id (a forced "
+            "placement group can leave reserved capacity unused)"
+        )
     check_node_selector("EfaGpuNodegroup node_selector", node_selector)
     try:
         parsed_taints = [parse_taint(t) for t in taints]
@@ -148,8 +172,10 @@ def _checked_props(node_count: int, root_volume_gib: int, capacity_reservation_i
 def _agreed_with_cluster(prop: str, given: str | None, known: str | None) -> str | None:
     """The cluster's `prop` (its name or version): the one given, which must agree with the one known at synth."""
     if given is not None and known is not None and given != known:
-        raise ValueError(f"EfaGpuNodegroup {prop} {given!r} is not the {prop.split('_')[-1]} of its cluster, "
-                         f"{known!r}: leave {prop} out (it comes from the cluster)")
+        raise ValueError(
+            f"EfaGpuNodegroup {prop} {given!r} is not the {prop.split('_')[-1]} of its cluster, "
+            f"{known!r}: leave {prop} out (it comes from the cluster)"
+        )
     return given or known
 
 
@@ -172,13 +198,24 @@ class EfaGpuNodegroup(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, vpc: ec2.IVpc,
-        instance_type: str | catalog.InstanceType = default("gpuInstanceType"), node_count: int = default("gpuNodeCount"),
-        availability_zone: str | None = None, node_selector: Mapping[str, str] = default("gpuNodeSelector"),
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        vpc: ec2.IVpc,
+        instance_type: str | catalog.InstanceType = default("gpuInstanceType"),
+        node_count: int = default("gpuNodeCount"),
+        availability_zone: str | None = None,
+        node_selector: Mapping[str, str] = default("gpuNodeSelector"),
         capacity_reservation_id: str | None = None,
-        capacity_reservation_type: str = default("capacityReservationType"), placement_group: bool | None = None,
-        root_volume_gib: int = default("gpuRootVolumeGib"), taints: Sequence[str] = default("gpuNodeTaints"),
-        image: str | None = None, cluster_name: str | None = None, kubernetes_version: str | None = None,
+        capacity_reservation_type: str = default("capacityReservationType"),
+        placement_group: bool | None = None,
+        root_volume_gib: int = default("gpuRootVolumeGib"),
+        taints: Sequence[str] = default("gpuNodeTaints"),
+        image: str | None = None,
+        cluster_name: str | None = None,
+        kubernetes_version: str | None = None,
         node_repair: bool = default("nodeRepair"),
         cni_on_node_role: bool = False,
     ) -> None:
@@ -215,8 +252,16 @@ class EfaGpuNodegroup(Construct):
         # Validate every prop before creating any resource.
         instance = _checked_instance(instance_type)
         instance_type = instance.name
-        parsed_taints = _checked_props(node_count, root_volume_gib, capacity_reservation_id, capacity_reservation_type,
-                                       placement_group, node_selector, taints, image)
+        parsed_taints = _checked_props(
+            node_count,
+            root_volume_gib,
+            capacity_reservation_id,
+            capacity_reservation_type,
+            placement_group,
+            node_selector,
+            taints,
+            image,
+        )
         self.taints: tuple[str, ...] = tuple(taints)
         """The nodes' taints (what the Ray workers and the device plugins tolerate)."""
         zone = availability_zone if availability_zone is not None else default_gpu_zone(vpc)
@@ -235,7 +280,8 @@ class EfaGpuNodegroup(Construct):
         self.capacity_reservation_type: str = capacity_reservation_type
         cluster_name = _agreed_with_cluster("cluster_name", cluster_name, literal_cluster_name(cluster)) or "ray-efa"
         self.kubernetes_version: str | None = _agreed_with_cluster(
-            "kubernetes_version", kubernetes_version, literal_kubernetes_version(cluster))
+            "kubernetes_version", kubernetes_version, literal_kubernetes_version(cluster)
+        )
         """The version the node group follows (None: EKS keeps the one it was created with)."""
         self.root_volume_gib = root_volume_gib
         use_placement_group = placement_group if placement_group is not None else capacity_reservation_id is None
@@ -257,14 +303,18 @@ class EfaGpuNodegroup(Construct):
         policies = (*NODE_ROLE_POLICIES, CNI_POLICY) if cni_on_node_role else NODE_ROLE_POLICIES
         node_role_policies(self.nodegroup, policies)
         acknowledge_managed_policies(
-            self.nodegroup.role, policies,
+            self.nodegroup.role,
+            policies,
             "EKS requires these AWS managed policies on managed node group roles (worker node, ECR pulls).",
         )
 
     def _efa_security_group(self, cluster_name: str) -> ec2.SecurityGroup:
         """The EFA security group: all traffic to and from itself, and no other egress."""
         group = ec2.SecurityGroup(
-            self, "EfaSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
+            self,
+            "EfaSecurityGroup",
+            vpc=self.vpc,
+            allow_all_outbound=False,
             description=f"EFA traffic between the GPU nodes of {cluster_name}: all traffic to and from itself",
         )
         # EFA's SRD traffic is not TCP/UDP: it needs every protocol, in and out, between members of this group.
@@ -345,8 +395,9 @@ class EfaGpuNodegroup(Construct):
             # The AZ and the capacity type in the name: moving the GPU AZ (its Subnets) or switching to or from a
             # Capacity Block (its CapacityType) replaces the node group, and CloudFormation cannot replace a resource
             # whose custom name stays the same.
-            nodegroup_name=gpu_nodegroup_name("EfaGpuNodegroup cluster_name", cluster_name, self.availability_zone,
-                                              self.capacity_type),
+            nodegroup_name=gpu_nodegroup_name(
+                "EfaGpuNodegroup cluster_name", cluster_name, self.availability_zone, self.capacity_type
+            ),
             # The instance type is in the launch template: aws-cdk-lib's own GPU-family table does not know every
             # EFA GPU type (p5 is missing), and would reject the NVIDIA AMI for it.
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
@@ -374,7 +425,8 @@ class EfaGpuNodegroup(Construct):
         assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
         update = gpu_update_config(node_count)
         cfn_nodegroup.update_config = eks.CfnNodegroup.UpdateConfigProperty(
-            max_unavailable=int(update["max_unavailable"]), update_strategy=str(update["update_strategy"]))
+            max_unavailable=int(update["max_unavailable"]), update_strategy=str(update["update_strategy"])
+        )
         return nodegroup
 
     @classmethod
@@ -390,18 +442,32 @@ class EfaGpuNodegroup(Construct):
         zone = settings_gpu_zone(settings, Stack.of(scope).region, vpc)
         gpu_subnet(vpc, zone)
         return cls(
-            scope, construct_id, cluster=cluster, vpc=vpc, instance_type=nodes.gpu_instance,
-            node_count=nodes.gpu_node_count, availability_zone=zone,
-            node_selector=nodes.gpu_node_selector, capacity_reservation_id=nodes.capacity_reservation_id,
-            capacity_reservation_type=nodes.capacity_reservation_type, placement_group=nodes.use_placement_group,
-            root_volume_gib=nodes.gpu_root_volume_gib, taints=nodes.gpu_node_taints, image=settings.workload.dlc_image,
-            cluster_name=settings.cluster.cluster_name, node_repair=nodes.node_repair,
+            scope,
+            construct_id,
+            cluster=cluster,
+            vpc=vpc,
+            instance_type=nodes.gpu_instance,
+            node_count=nodes.gpu_node_count,
+            availability_zone=zone,
+            node_selector=nodes.gpu_node_selector,
+            capacity_reservation_id=nodes.capacity_reservation_id,
+            capacity_reservation_type=nodes.capacity_reservation_type,
+            placement_group=nodes.use_placement_group,
+            root_volume_gib=nodes.gpu_root_volume_gib,
+            taints=nodes.gpu_node_taints,
+            image=settings.workload.dlc_image,
+            cluster_name=settings.cluster.cluster_name,
+            node_repair=nodes.node_repair,
         )
 
 
-def gpu_nodes_selector(construct: str, scope: Construct, cluster: eks.ICluster,
-                       gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
-                       node_selector: Mapping[str, str] | None) -> dict[str, str]:
+def gpu_nodes_selector(
+    construct: str,
+    scope: Construct,
+    cluster: eks.ICluster,
+    gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
+    node_selector: Mapping[str, str] | None,
+) -> dict[str, str]:
     """The node selector of `construct` (a DaemonSet's construct that serves GPU nodes): the labels `gpu_nodes` share,
     else `node_selector`, else those of the EfaGpuNodegroups of `cluster` built so far, else the default. ValueError
     naming the props when `gpu_nodes` and `node_selector` disagree."""
@@ -409,19 +475,25 @@ def gpu_nodes_selector(construct: str, scope: Construct, cluster: eks.ICluster,
     if groups:
         derived = common_labels(f"{construct} gpu_nodes", (g.node_selector for g in groups))
         if node_selector is not None and dict(node_selector) != derived:
-            raise ValueError(f"{construct} node_selector {dict(node_selector)!r} disagrees with gpu_nodes' labels "
-                             f"{derived!r}: leave node_selector out (it comes from gpu_nodes)")
+            raise ValueError(
+                f"{construct} node_selector {dict(node_selector)!r} disagrees with gpu_nodes' labels "
+                f"{derived!r}: leave node_selector out (it comes from gpu_nodes)"
+            )
         return derived
     if node_selector is not None:
         check_node_selector(f"{construct} node_selector", node_selector)
         return dict(node_selector)
     built = on_cluster(scope, EfaGpuNodegroup, cluster)
-    return common_labels(f"{construct} gpu_nodes", (g.node_selector for g in built)) if built else dict(
-        DEFAULT_GPU_NODE_SELECTOR)
+    return (
+        common_labels(f"{construct} gpu_nodes", (g.node_selector for g in built))
+        if built
+        else dict(DEFAULT_GPU_NODE_SELECTOR)
+    )
 
 
-def gpu_nodes_taints(construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None,
-                     taints: Sequence[str] | None) -> tuple[str, ...]:
+def gpu_nodes_taints(
+    construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGpuNodegroup] | None, taints: Sequence[str] | None
+) -> tuple[str, ...]:
     """The taints `construct` (a DaemonSet's construct that serves GPU nodes) tolerates: those of `gpu_nodes` (all of
     them, when several groups), else `taints`, else the default GPU taint. ValueError naming the props when `gpu_nodes`
     and `taints` disagree."""
@@ -429,8 +501,10 @@ def gpu_nodes_taints(construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGp
     if groups:
         derived = tuple(dict.fromkeys(t for g in groups for t in g.taints))
         if taints is not None and tuple(taints) != derived:
-            raise ValueError(f"{construct} taints {list(taints)!r} disagree with gpu_nodes' taints {list(derived)!r}: "
-                             "leave taints out (they come from gpu_nodes)")
+            raise ValueError(
+                f"{construct} taints {list(taints)!r} disagree with gpu_nodes' taints {list(derived)!r}: "
+                "leave taints out (they come from gpu_nodes)"
+            )
         return derived
     if taints is not None:
         for text in taints:
@@ -439,12 +513,17 @@ def gpu_nodes_taints(construct: str, gpu_nodes: EfaGpuNodegroup | Sequence[EfaGp
     return DEFAULT_GPU_TAINTS
 
 
-def unselected_gpu_nodes(construct: str, scope: Construct, cluster: eks.ICluster, selector: Mapping[str, str]) -> list[str]:
+def unselected_gpu_nodes(
+    construct: str, scope: Construct, cluster: eks.ICluster, selector: Mapping[str, str]
+) -> list[str]:
     """At synth: an error for each EfaGpuNodegroup of `cluster` in the app whose nodes `selector` does not select."""
-    return [f"{construct} selects the nodes labelled {dict(selector)!r}, but EfaGpuNodegroup {g.node.path} labels its "
-            f"nodes {g.labels!r}: the DaemonSets would never run on them. Pass gpu_nodes=<that EfaGpuNodegroup> "
-            "(its labels become the node selector)"
-            for g in on_cluster(scope, EfaGpuNodegroup, cluster) if not selects(selector, g.labels)]
+    return [
+        f"{construct} selects the nodes labelled {dict(selector)!r}, but EfaGpuNodegroup {g.node.path} labels its "
+        f"nodes {g.labels!r}: the DaemonSets would never run on them. Pass gpu_nodes=<that EfaGpuNodegroup> "
+        "(its labels become the node selector)"
+        for g in on_cluster(scope, EfaGpuNodegroup, cluster)
+        if not selects(selector, g.labels)
+    ]
 
 
 def settings_gpu_zone(settings: Settings, stack_region: str, vpc: ec2.IVpc) -> str:
@@ -458,10 +537,14 @@ def settings_gpu_zone(settings: Settings, stack_region: str, vpc: ec2.IVpc) -> s
     if "region" in settings.given_keys or Token.is_unresolved(stack_region):
         region = settings.cluster.region
     recorded = regions.AVAILABILITY_ZONES.get(region, ())
-    candidate = settings.gpu_availability_zone if region == settings.cluster.region else (
-        recorded[0] if recorded else None)
-    known = [z for z in (s.availability_zone for s in vpc.private_subnets)
-             if not Token.is_unresolved(z) and not is_placeholder_zone(z)]
+    candidate = (
+        settings.gpu_availability_zone if region == settings.cluster.region else (recorded[0] if recorded else None)
+    )
+    known = [
+        z
+        for z in (s.availability_zone for s in vpc.private_subnets)
+        if not Token.is_unresolved(z) and not is_placeholder_zone(z)
+    ]
     if candidate is not None and (candidate in known or not known):
         return candidate
     return default_gpu_zone(vpc) if vpc.private_subnets or candidate is None else candidate

@@ -21,23 +21,35 @@ def gpu_nodes_roll_key(nodes: EfaGpuNodegroup) -> str:
     """What, changed, rolls the GPU nodes (or, the count, resizes them under a running job), as one line: `cdk diff`
     shows this output changed exactly when such a deploy is coming (the launch template's own diff says nothing
     of the nodes; the node group's refers to LatestVersionNumber)."""
-    return (f"gpuInstanceType={nodes.instance_type} gpuNodeCount={nodes.node_count} "
-            f"gpuAvailabilityZone={nodes.availability_zone} gpuRootVolumeGib={nodes.root_volume_gib} "
-            f"capacityReservationId={nodes.capacity_reservation_id or 'none'} "
-            f"capacityType={nodes.capacity_type} kubernetesVersion={nodes.kubernetes_version or 'unchanged'}")
+    return (
+        f"gpuInstanceType={nodes.instance_type} gpuNodeCount={nodes.node_count} "
+        f"gpuAvailabilityZone={nodes.availability_zone} gpuRootVolumeGib={nodes.root_volume_gib} "
+        f"capacityReservationId={nodes.capacity_reservation_id or 'none'} "
+        f"capacityType={nodes.capacity_type} kubernetesVersion={nodes.kubernetes_version or 'unchanged'}"
+    )
 
 
 class GpuStack(Stack):
     """The EFA GPU node group, its launch template, EFA security group and placement group."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, settings: Settings, cluster_stack: ClusterStack,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        cluster_stack: ClusterStack,
         env: Environment | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description=(
-            f"ray-efa: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} EFA GPU nodes "
-            f"for EKS cluster {settings.cluster.cluster_name}"
-        ))
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            description=(
+                f"ray-efa: {settings.nodes.gpu_node_count} x {settings.nodes.gpu_instance_type} EFA GPU nodes "
+                f"for EKS cluster {settings.cluster.cluster_name}"
+            ),
+        )
         self.gpu_nodes: EfaGpuNodegroup = EfaGpuNodegroup.from_settings(
             self, "GpuNodes", settings, cluster=cluster_stack.ray_cluster.cluster, vpc=cluster_stack.vpc
         )
@@ -52,19 +64,32 @@ class GpuStack(Stack):
         # deployment's settings from it (trainingJob false is the way to run jobs outside the stack).
         runs = settings.workload.training_job and not settings.nodes.scaled_to_zero
         job = RayTrainingJob.from_settings(
-            self, "TrainingJob", settings, cluster=cluster_stack.ray_cluster.cluster, gpu_nodes=self.gpu_nodes,
-            workload=cluster_stack.workload, storage=cluster_stack.checkpoints, apply_job=runs)
+            self,
+            "TrainingJob",
+            settings,
+            cluster=cluster_stack.ray_cluster.cluster,
+            gpu_nodes=self.gpu_nodes,
+            workload=cluster_stack.workload,
+            storage=cluster_stack.checkpoints,
+            apply_job=runs,
+        )
         self.training_job: RayTrainingJob | None = job if runs else None
         """The training job, when the stack applies one (its settings ConfigMap is applied either way)."""
 
         # The deploy path's own protection of a running job: a change that rolls or resizes the GPU nodes, or changes
         # or deletes the RayJob, fails before anything changes while a RayJob runs (infra.job_guard).
         self.job_guard: JobDisruptionGuard = JobDisruptionGuard(
-            self, "JobGuard", cluster=cluster_stack.ray_cluster.cluster, gpu_nodes=self.gpu_nodes,
+            self,
+            "JobGuard",
+            cluster=cluster_stack.ray_cluster.cluster,
+            gpu_nodes=self.gpu_nodes,
             job=self.training_job.job if self.training_job else None,
             job_object=self.training_job.job_object if self.training_job else None,
-            job_name=self.training_job.name if self.training_job else None, namespace=settings.workload.namespace,
-            allow=settings.workload.allow_job_disruption, logs=cluster_stack.logs)
+            job_name=self.training_job.name if self.training_job else None,
+            namespace=settings.workload.namespace,
+            allow=settings.workload.allow_job_disruption,
+            logs=cluster_stack.logs,
+        )
 
         if settings.workload.allow_job_disruption:
             self._force_drain()
@@ -77,26 +102,55 @@ class GpuStack(Stack):
             Annotations.of(self).add_info(
                 f"dlcImage {image} names a tag, which AWS moves: nodes that pull at different times can run different "
                 f"builds. Pin the digest you tested: dlcImage={image}@sha256:<digest> (docs/changes.md, 'Pin the "
-                "image')")
+                "image')"
+            )
         instance = settings.nodes.gpu_instance
         cost = hourly_cost(settings)
-        CfnOutput(self, "GpuNodeGroup", description="GPU node group",
-                  value=f"{settings.nodes.gpu_node_count} x {instance.name} ({instance.gpus} x {instance.gpu.name}, "
-                        f"{instance.efa_interfaces} EFA) in {settings.gpu_availability_zone}")
-        CfnOutput(self, "GpuNodesRollWhen", value=gpu_nodes_roll_key(self.gpu_nodes), description=(
-            "A deploy that changes one of these drains every GPU node (the node count: adds or removes nodes, which a "
-            "running job cannot use): a running RayJob dies. `ray-efa deploy-check` first (docs/changes.md)"))
-        CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes")
-        CfnOutput(self, "EstimatedGpuUsdPerHour", value=f"{cost.gpu_nodes:.2f}",
-                  description="On-demand estimate of the GPU nodes alone")
-        CfnOutput(self, "EstimatedUsdPerHour", value=f"{cost.total:.2f}",
-                  description="On-demand estimate with both stacks deployed (GPU + system nodes, control plane, NAT)")
+        CfnOutput(
+            self,
+            "GpuNodeGroup",
+            description="GPU node group",
+            value=f"{settings.nodes.gpu_node_count} x {instance.name} ({instance.gpus} x {instance.gpu.name}, "
+            f"{instance.efa_interfaces} EFA) in {settings.gpu_availability_zone}",
+        )
+        CfnOutput(
+            self,
+            "GpuNodesRollWhen",
+            value=gpu_nodes_roll_key(self.gpu_nodes),
+            description=(
+                "A deploy that changes one of these drains every GPU node (the node count: adds or removes nodes, which a "
+                "running job cannot use): a running RayJob dies. `ray-efa deploy-check` first (docs/changes.md)"
+            ),
+        )
+        CfnOutput(
+            self, "GpuAvailabilityZone", value=settings.gpu_availability_zone, description="The one AZ of the GPU nodes"
+        )
+        CfnOutput(
+            self,
+            "EstimatedGpuUsdPerHour",
+            value=f"{cost.gpu_nodes:.2f}",
+            description="On-demand estimate of the GPU nodes alone",
+        )
+        CfnOutput(
+            self,
+            "EstimatedUsdPerHour",
+            value=f"{cost.total:.2f}",
+            description="On-demand estimate with both stacks deployed (GPU + system nodes, control plane, NAT)",
+        )
         if settings.nodes.scaled_to_zero:
-            CfnOutput(self, "ComeBackCommand", value=settings.scale_commands[1],
-                      description="The GPU node group is scaled to zero and no job is applied: this brings them back")
+            CfnOutput(
+                self,
+                "ComeBackCommand",
+                value=settings.scale_commands[1],
+                description="The GPU node group is scaled to zero and no job is applied: this brings them back",
+            )
         if self.training_job:
-            CfnOutput(self, "TrainingJobWatchCommand", description="Watch the RayJob this stack applied",
-                      value=f"kubectl -n {settings.workload.namespace} get rayjob {self.training_job.name} -w")
+            CfnOutput(
+                self,
+                "TrainingJobWatchCommand",
+                description="Watch the RayJob this stack applied",
+                value=f"kubectl -n {settings.workload.namespace} get rayjob {self.training_job.name} -w",
+            )
 
     def _force_drain(self) -> None:
         """allowJobDisruption: the GPU node group's update may evict what the job's PodDisruptionBudget protects.
@@ -110,8 +164,10 @@ class GpuStack(Stack):
         nodegroup = self.gpu_nodes.nodegroup.node.default_child
         assert isinstance(nodegroup, CfnNodegroup)
         nodegroup.force_update_enabled = True
-        message = ("allowJobDisruption: this deploy forces the GPU node group's update (ForceUpdateEnabled true): "
-                   "EKS evicts the Ray pods past the job's PodDisruptionBudget, and a running RayJob dies. Deploy "
-                   "without it afterwards: a RayJob of a later deploy is protected again")
+        message = (
+            "allowJobDisruption: this deploy forces the GPU node group's update (ForceUpdateEnabled true): "
+            "EKS evicts the Ray pods past the job's PodDisruptionBudget, and a running RayJob dies. Deploy "
+            "without it afterwards: a RayJob of a later deploy is protected again"
+        )
         Annotations.of(self).add_info(message)
         CfnOutput(self, "JobDisruptionAllowed", value="ForceUpdateEnabled=true", description=message)

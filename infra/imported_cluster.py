@@ -23,8 +23,14 @@ __all__ = ["import_cluster"]
 
 
 def import_cluster(
-    scope: Construct, construct_id: str, *, cluster_name: str, cluster_security_group_id: str, vpc: ec2.IVpc,
-    kubernetes_version: str = default("kubernetesVersion"), kubectl_role: iam.IRole | None = None,
+    scope: Construct,
+    construct_id: str,
+    *,
+    cluster_name: str,
+    cluster_security_group_id: str,
+    vpc: ec2.IVpc,
+    kubernetes_version: str = default("kubernetesVersion"),
+    kubectl_role: iam.IRole | None = None,
     kubectl_provider: eks.IKubectlProvider | None = None,
 ) -> eks.ICluster:
     """The existing cluster `cluster_name`, with a kubectl provider, for EfaGpuNodegroup, GpuDevicePlugins,
@@ -40,24 +46,38 @@ def import_cluster(
         one with `kubectl_role`
     """
     if kubernetes_version not in choices("kubernetesVersion"):
-        raise ValueError(f"import_cluster kubernetes_version must be one of {', '.join(choices('kubernetesVersion'))}, "
-                         f"got {kubernetes_version!r}")
+        raise ValueError(
+            f"import_cluster kubernetes_version must be one of {', '.join(choices('kubernetesVersion'))}, "
+            f"got {kubernetes_version!r}"
+        )
     if (kubectl_role is None) == (kubectl_provider is None):
-        raise ValueError("import_cluster needs exactly one of kubectl_role (a role with cluster-admin, for a new "
-                         "kubectl provider) and kubectl_provider (an existing one)")
+        raise ValueError(
+            "import_cluster needs exactly one of kubectl_role (a role with cluster-admin, for a new "
+            "kubectl provider) and kubectl_provider (an existing one)"
+        )
     scope = Construct(scope, construct_id)
     if kubectl_provider is None:
         # The provider needs a cluster to be built (its ARN, VPC, security group); the cluster the constructs use
         # needs the provider: import twice.
         bare = eks.Cluster.from_cluster_attributes(
-            scope, "ForKubectlProvider", cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id,
+            scope,
+            "ForKubectlProvider",
+            cluster_name=cluster_name,
+            cluster_security_group_id=cluster_security_group_id,
             vpc=vpc,
         )
         kubectl_provider = eks.KubectlProvider(
-            scope, "KubectlProvider", cluster=bare, kubectl_layer=kubectl_layer(scope, kubernetes_version),
+            scope,
+            "KubectlProvider",
+            cluster=bare,
+            kubectl_layer=kubectl_layer(scope, kubernetes_version),
             role=kubectl_role,
         )
     return eks.Cluster.from_cluster_attributes(
-        scope, "Cluster", cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id, vpc=vpc,
+        scope,
+        "Cluster",
+        cluster_name=cluster_name,
+        cluster_security_group_id=cluster_security_group_id,
+        vpc=vpc,
         kubectl_provider=kubectl_provider,
     )

@@ -62,11 +62,20 @@ class _RollDigest:
         nodegroup = self._nodes.nodegroup.node.default_child
         assert isinstance(nodegroup, eks.CfnNodegroup)
         placement = self._nodes.placement_group.node.default_child if self._nodes.placement_group else None
-        parts: list[Any] = [self._nodes.launch_template.launch_template_data, nodegroup.ami_type, nodegroup.version,
-                            nodegroup.release_version, nodegroup.taints]
+        parts: list[Any] = [
+            self._nodes.launch_template.launch_template_data,
+            nodegroup.ami_type,
+            nodegroup.version,
+            nodegroup.release_version,
+            nodegroup.taints,
+        ]
         if isinstance(placement, ec2.CfnPlacementGroup):
-            parts += [placement.strategy, placement.spread_level, placement.partition_count,
-                      placement.tags.render_tags()]
+            parts += [
+                placement.strategy,
+                placement.spread_level,
+                placement.partition_count,
+                placement.tags.render_tags(),
+            ]
         resolved = Stack.of(self._nodes).resolve(parts)
         return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -78,21 +87,33 @@ def roll_digest(nodes: EfaGpuNodegroup) -> str:
 
 def roll_key(nodes: EfaGpuNodegroup) -> str:
     """What, changed, rolls the GPU nodes (the node count aside: a resize is its own property)."""
-    return (f"gpuInstanceType={nodes.instance_type} gpuAvailabilityZone={nodes.availability_zone} "
-            f"gpuRootVolumeGib={nodes.root_volume_gib} capacityReservationId={nodes.capacity_reservation_id or 'none'} "
-            f"capacityType={nodes.capacity_type} kubernetesVersion={nodes.kubernetes_version or 'unchanged'}")
+    return (
+        f"gpuInstanceType={nodes.instance_type} gpuAvailabilityZone={nodes.availability_zone} "
+        f"gpuRootVolumeGib={nodes.root_volume_gib} capacityReservationId={nodes.capacity_reservation_id or 'none'} "
+        f"capacityType={nodes.capacity_type} kubernetesVersion={nodes.kubernetes_version or 'unchanged'}"
+    )
 
 
 def job_guard_rbac(name: str) -> list[dict[str, Any]]:
     """The RBAC objects of a guard whose access entry has Kubernetes group `name`: list RayJobs, nothing else."""
-    meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "ray-efa-stack",
-                                      "app.kubernetes.io/component": "job-guard"}}
+    meta = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "ray-efa-stack", "app.kubernetes.io/component": "job-guard"},
+    }
     return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-         "rules": [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta,
+            "rules": [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}],
+        },
     ]
 
 
@@ -110,10 +131,18 @@ class JobDisruptionGuard(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup,
-        job: eks.KubernetesManifest | None = None, job_object: Mapping[str, Any] | None = None,
-        job_name: str | None = None, namespace: str = "ray",
-        allow: bool = False, logs: StackLogs | None = None,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup,
+        job: eks.KubernetesManifest | None = None,
+        job_object: Mapping[str, Any] | None = None,
+        job_name: str | None = None,
+        namespace: str = "ray",
+        allow: bool = False,
+        logs: StackLogs | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, with a kubectl provider (it applies the guard's RBAC objects; the guard runs
@@ -129,8 +158,10 @@ class JobDisruptionGuard(Construct):
         super().__init__(scope, construct_id)
         provider = eks.KubectlProvider.get_kubectl_provider(self, cluster)
         if provider is None:
-            raise ValueError(f"{type(self).__name__} needs a kubectl provider of the cluster (RayEksCluster, or "
-                             "import_cluster) to apply its RBAC objects")
+            raise ValueError(
+                f"{type(self).__name__} needs a kubectl provider of the cluster (RayEksCluster, or "
+                "import_cluster) to apply its RBAC objects"
+            )
         kubectl_handler = provider.node.try_find_child("Handler")
         vpc_config = None
         if isinstance(kubectl_handler, lambda_.Function):
@@ -138,12 +169,14 @@ class JobDisruptionGuard(Construct):
             assert isinstance(kubectl_function, lambda_.CfnFunction)
             vpc_config = kubectl_function.vpc_config  # where the cluster's private endpoint is reachable
         self.function: lambda_.Function = lambda_.Function(
-            self, "Function",
+            self,
+            "Function",
             description="Fails a deploy that would roll the GPU nodes or change the RayJob while a RayJob runs",
             runtime=lambda_.Runtime.determine_latest_python_runtime(self),
             handler=f"{_HANDLER}.handler",
             code=lambda_.Code.from_asset(str(Path(__file__).parent), exclude=["*", f"!{_HANDLER}.py"]),
-            timeout=Duration.seconds(FUNCTION_TIMEOUT_S), memory_size=256,
+            timeout=Duration.seconds(FUNCTION_TIMEOUT_S),
+            memory_size=256,
         )
         cfn_function = self.function.node.default_child
         assert isinstance(cfn_function, lambda_.CfnFunction)
@@ -158,12 +191,22 @@ class JobDisruptionGuard(Construct):
             resolved = Stack.of(self).resolve(dict(job_object))
             job_hash = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
         self.resource: CustomResource = CustomResource(
-            self, "Resource", service_token=self.function.function_arn, resource_type=JOB_GUARD_RESOURCE_TYPE,
+            self,
+            "Resource",
+            service_token=self.function.function_arn,
+            resource_type=JOB_GUARD_RESOURCE_TYPE,
             service_timeout=Duration.seconds(SERVICE_TIMEOUT_S),
-            properties={"ClusterName": cluster.cluster_name, "RollKey": roll_key(gpu_nodes),
-                        "RollDigest": roll_digest(gpu_nodes), "NodeCount": str(gpu_nodes.node_count), "CapacityType": gpu_nodes.capacity_type,
-                        "JobHash": job_hash, "JobName": job_name or "none", "Namespace": namespace,
-                        "AllowJobDisruption": "true" if allow else "false"},
+            properties={
+                "ClusterName": cluster.cluster_name,
+                "RollKey": roll_key(gpu_nodes),
+                "RollDigest": roll_digest(gpu_nodes),
+                "NodeCount": str(gpu_nodes.node_count),
+                "CapacityType": gpu_nodes.capacity_type,
+                "JobHash": job_hash,
+                "JobName": job_name or "none",
+                "Namespace": namespace,
+                "AllowJobDisruption": "true" if allow else "false",
+            },
         )
         # Its access to the cluster exists before CloudFormation first asks it.
         for what in (self.access_entry, *self.rbac):
@@ -187,26 +230,40 @@ class JobDisruptionGuard(Construct):
         """The role's rights: its stack's status, the cluster's endpoint and CA, RayJobs (an access entry whose group
         the RBAC objects bind), the network interfaces of a function in a VPC."""
         # The handler tells CloudFormation's rollback from a deploy by its stack's status: this stack alone.
-        role.add_to_policy(iam.PolicyStatement(actions=["cloudformation:DescribeStacks"],
-                                               resources=[Stack.of(self).stack_id]))
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[Stack.of(self).stack_id])
+        )
         role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster.cluster_arn]))
         if provider_in_vpc:
-            role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(
-                "service-role/AWSLambdaVPCAccessExecutionRole"))
+            role.add_managed_policy(
+                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaVPCAccessExecutionRole")
+            )
         self.access_entry: eks_l1.CfnAccessEntry = eks_l1.CfnAccessEntry(
-            self, "Access", cluster_name=cluster.cluster_name, principal_arn=role.role_arn,
-            kubernetes_groups=[self.group], type="STANDARD")
+            self,
+            "Access",
+            cluster_name=cluster.cluster_name,
+            principal_arn=role.role_arn,
+            kubernetes_groups=[self.group],
+            type="STANDARD",
+        )
         acknowledge_managed_policies(
-            role, ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole"),
+            role,
+            ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole"),
             "AWS's execution policies of a Lambda function (its logs; its network interfaces in the VPC), as "
-            "aws-cdk-lib attaches them to every function it creates.")
+            "aws-cdk-lib attaches them to every function it creates.",
+        )
 
     def _acknowledge_findings(self, *, in_vpc: bool) -> None:
-        acknowledge(self.function, "AwsSolutions-L1",
-                    "The runtime is the latest Python runtime aws-cdk-lib deploys everywhere "
-                    "(Runtime.determine_latest_python_runtime), as aws-eks-v2's kubectl handler uses.")
-        checks = [("CKV_AWS_115", "CloudFormation calls it once per update of the GPU nodes or the RayJob"),
-                  ("CKV_AWS_116", "CloudFormation is the caller and reports a failed call; a DLQ would hold nothing")]
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            "The runtime is the latest Python runtime aws-cdk-lib deploys everywhere "
+            "(Runtime.determine_latest_python_runtime), as aws-eks-v2's kubectl handler uses.",
+        )
+        checks = [
+            ("CKV_AWS_115", "CloudFormation calls it once per update of the GPU nodes or the RayJob"),
+            ("CKV_AWS_116", "CloudFormation is the caller and reports a failed call; a DLQ would hold nothing"),
+        ]
         if not in_vpc:
             checks.append(("CKV_AWS_117", "it runs where the kubectl provider runs, and that one is outside the VPC"))
         for check, why in checks:

@@ -35,9 +35,26 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["handler", "judge", "decide", "disruption", "node_disruption", "job_disruption", "active_ray_jobs",
-           "job_state", "eks_ray_jobs", "api_ray_jobs", "eks_token", "cloudformation_stack_status", "rolling_back",
-           "Unsure", "INACTIVE_STATES", "JOB_GUARD_RESOURCE_TYPE", "FUNCTION_TIMEOUT_S", "SERVICE_TIMEOUT_S"]
+__all__ = [
+    "handler",
+    "judge",
+    "decide",
+    "disruption",
+    "node_disruption",
+    "job_disruption",
+    "active_ray_jobs",
+    "job_state",
+    "eks_ray_jobs",
+    "api_ray_jobs",
+    "eks_token",
+    "cloudformation_stack_status",
+    "rolling_back",
+    "Unsure",
+    "INACTIVE_STATES",
+    "JOB_GUARD_RESOURCE_TYPE",
+    "FUNCTION_TIMEOUT_S",
+    "SERVICE_TIMEOUT_S",
+]
 
 JOB_GUARD_RESOURCE_TYPE = "Custom::RayEfa-JobDisruptionGuard"
 """The guard's CloudFormation resource type (infra.job_guard; `ray-efa deploy-check` finds it in `cdk diff`)."""
@@ -70,7 +87,9 @@ StackStatus = Callable[[str], str]
 def rolling_back(stack_status: str) -> bool:
     """Whether CloudFormation is rolling the stack back: UPDATE_ROLLBACK_IN_PROGRESS (a failed update, or
     continue-update-rollback), its cleanup, ROLLBACK_IN_PROGRESS (a failed create) and IMPORT_ROLLBACK_IN_PROGRESS."""
-    return stack_status.endswith("ROLLBACK_IN_PROGRESS") or stack_status == "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS"
+    return (
+        stack_status.endswith("ROLLBACK_IN_PROGRESS") or stack_status == "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS"
+    )
 
 
 def disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -120,12 +139,19 @@ def _changed(old: Any, new: Any) -> str:
     """The `key=value` words of two roll keys that differ, as `key old -> new`."""
     before = dict(w.split("=", 1) for w in str(old or "").split() if "=" in w)
     after = dict(w.split("=", 1) for w in str(new or "").split() if "=" in w)
-    return ", ".join(f"{k} {before.get(k)} -> {after.get(k)}" for k in sorted(before.keys() | after.keys())
-                     if before.get(k) != after.get(k)) or "its definition"
+    return (
+        ", ".join(
+            f"{k} {before.get(k)} -> {after.get(k)}"
+            for k in sorted(before.keys() | after.keys())
+            if before.get(k) != after.get(k)
+        )
+        or "its definition"
+    )
 
 
-def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], list_jobs: ListJobs,
-           stack: str = "STACK") -> str | None:
+def decide(
+    request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], list_jobs: ListJobs, stack: str = "STACK"
+) -> str | None:
     """Why the guard fails this request (None: it succeeds). `list_jobs` is called only when the update disrupts;
     `stack` (the guard's stack's name) goes into the remedies."""
     if request_type != "Update":
@@ -134,19 +160,23 @@ def decide(request_type: str, old: Mapping[str, Any], new: Mapping[str, Any], li
     if not what:
         return None
     if _rolls_a_capacity_block_in_place(old, new):
-        return (f"the deploy {'; '.join(what)} of a Capacity Block node group with {old.get('NodeCount')} node(s) up; "
-                "EKS updates a Capacity Block's node group only at desired size 0. Scale it to zero with the settings "
-                f"it has now: `npx cdk deploy {stack} --exclusively -c gpuNodeCount=0 {_settings_of(old)}`, then "
-                "deploy this change, then the node count back")
+        return (
+            f"the deploy {'; '.join(what)} of a Capacity Block node group with {old.get('NodeCount')} node(s) up; "
+            "EKS updates a Capacity Block's node group only at desired size 0. Scale it to zero with the settings "
+            f"it has now: `npx cdk deploy {stack} --exclusively -c gpuNodeCount=0 {_settings_of(old)}`, then "
+            "deploy this change, then the node count back"
+        )
     if str(new.get("AllowJobDisruption")).lower() == "true":
         return None
     active = {name: state for name, state in list_jobs().items() if state not in INACTIVE_STATES}
     if not active:
         return None
     running = ", ".join(f"{name} ({state or 'new'})" for name, state in sorted(active.items()))
-    return (f"the deploy {'; '.join(what)} while RayJob {running} runs: it would die. Nothing was changed. Wait for it "
-            f"(ray-efa follow NAME), or stop it (kubectl -n NAMESPACE delete rayjob NAME), or deploy with {OVERRIDE} "
-            "to accept losing it")
+    return (
+        f"the deploy {'; '.join(what)} while RayJob {running} runs: it would die. Nothing was changed. Wait for it "
+        f"(ray-efa follow NAME), or stop it (kubectl -n NAMESPACE delete rayjob NAME), or deploy with {OVERRIDE} "
+        "to accept losing it"
+    )
 
 
 def _rolls_a_capacity_block_in_place(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -160,15 +190,23 @@ def _rolls_a_capacity_block_in_place(old: Mapping[str, Any], new: Mapping[str, A
 def _settings_of(properties: Mapping[str, Any]) -> str:
     """The `-c key=value` of the settings in a roll key (what the deployed stack has), for a remedy's command."""
     words = dict(w.split("=", 1) for w in str(properties.get("RollKey") or "").split() if "=" in w)
-    settings = [f"-c {key}={value}" for key, value in words.items()
-                if key in _SETTINGS_IN_ROLL_KEY and value not in ("none", "unchanged")]
+    settings = [
+        f"-c {key}={value}"
+        for key, value in words.items()
+        if key in _SETTINGS_IN_ROLL_KEY and value not in ("none", "unchanged")
+    ]
     if properties.get("CapacityType") == "CAPACITY_BLOCK":
         settings.append("-c capacityReservationType=capacity-block")
     return " ".join(settings)
 
 
-_SETTINGS_IN_ROLL_KEY = ("gpuInstanceType", "gpuAvailabilityZone", "gpuRootVolumeGib", "capacityReservationId",
-                         "kubernetesVersion")
+_SETTINGS_IN_ROLL_KEY = (
+    "gpuInstanceType",
+    "gpuAvailabilityZone",
+    "gpuRootVolumeGib",
+    "capacityReservationId",
+    "kubernetesVersion",
+)
 """The words of infra.job_guard.roll_key that are settings (capacityType is derived from capacityReservationType)."""
 
 
@@ -212,12 +250,21 @@ def eks_token(cluster_name: str, region: str, session: Any = None) -> str:
 
     session = session or Session()
     sts = session.client("sts", region_name=region)
-    signer = RequestSigner(sts.meta.service_model.service_id, region, "sts", "v4", session.get_credentials(),
-                           session.events)
+    signer = RequestSigner(
+        sts.meta.service_model.service_id, region, "sts", "v4", session.get_credentials(), session.events
+    )
     url = signer.generate_presigned_url(
-        {"method": "GET", "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
-         "body": {}, "headers": {"x-k8s-aws-id": cluster_name}, "context": {}},
-        region_name=region, expires_in=60, operation_name="")
+        {
+            "method": "GET",
+            "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+            "body": {},
+            "headers": {"x-k8s-aws-id": cluster_name},
+            "context": {},
+        },
+        region_name=region,
+        expires_in=60,
+        operation_name="",
+    )
     return "k8s-aws-v1." + base64.urlsafe_b64encode(str(url).encode()).decode().rstrip("=")
 
 
@@ -231,8 +278,10 @@ def api_ray_jobs(endpoint: str, ca_pem: str, token: Callable[[], str], timeout_s
         page = ""
         while True:
             query = urllib.parse.urlencode({"limit": 500, **({"continue": page} if page else {})})
-            request = urllib.request.Request(f"{endpoint.rstrip('/')}/apis/ray.io/v1/rayjobs?{query}",
-                                             headers={"Authorization": f"Bearer {token()}", "Accept": "application/json"})
+            request = urllib.request.Request(
+                f"{endpoint.rstrip('/')}/apis/ray.io/v1/rayjobs?{query}",
+                headers={"Authorization": f"Bearer {token()}", "Accept": "application/json"},
+            )
             with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
                 listed = json.load(response)
             items += listed.get("items", [])
@@ -255,17 +304,26 @@ def eks_ray_jobs(cluster_name: str) -> ListJobs:
         ca_pem = base64.b64decode(cluster["certificateAuthority"]["data"]).decode()
         token = eks_token(cluster_name, str(session.region_name), session)  # AWS_REGION, set by Lambda
         return api_ray_jobs(cluster["endpoint"], ca_pem, lambda: token)()
+
     return list_jobs
 
 
 def _respond(event: Mapping[str, Any], status: str, reason: str, physical_id: str) -> None:
     """Answer CloudFormation at the presigned ResponseURL."""
-    body = json.dumps({
-        "Status": status, "Reason": reason[:3500], "PhysicalResourceId": physical_id, "StackId": event["StackId"],
-        "RequestId": event["RequestId"], "LogicalResourceId": event["LogicalResourceId"], "Data": {},
-    }).encode()
-    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
-                                     headers={"Content-Type": "", "Content-Length": str(len(body))})
+    body = json.dumps(
+        {
+            "Status": status,
+            "Reason": reason[:3500],
+            "PhysicalResourceId": physical_id,
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+            "Data": {},
+        }
+    ).encode()
+    request = urllib.request.Request(
+        event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
+    )
     with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:  # noqa: S310 - CloudFormation's URL
         print(f"CloudFormation response: {response.status}", flush=True)
 
@@ -323,8 +381,12 @@ def judge(event: Mapping[str, Any], list_jobs: ListJobs, stack_status: StackStat
     return decide(request_type, old, new, listed, stack)
 
 
-def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs | None = None,
-            stack_status: StackStatus | None = None) -> None:
+def handler(
+    event: Mapping[str, Any],
+    context: Any = None,
+    list_jobs: ListJobs | None = None,
+    stack_status: StackStatus | None = None,
+) -> None:
     """The Lambda's entry point: judge the request and answer CloudFormation at its ResponseURL, always.
 
     `list_jobs` (the cluster's RayJobs) and `stack_status` (a stack's status from its id) default to the API server
@@ -333,10 +395,12 @@ def handler(event: Mapping[str, Any], context: Any = None, list_jobs: ListJobs |
     physical_id = event.get("PhysicalResourceId") or f"{new.get('ClusterName')}/job-guard"
     print(json.dumps({key: value for key, value in event.items() if key != "ResponseURL"}), flush=True)
     try:
-        refusal = judge(event, list_jobs or eks_ray_jobs(str(new.get("ClusterName"))),
-                        stack_status or cloudformation_stack_status)
-        status, reason = ("FAILED", f"ray-efa job guard: {refusal}") if refusal else ("SUCCESS", "no running job "
-                                                                                      "disrupted")
+        refusal = judge(
+            event, list_jobs or eks_ray_jobs(str(new.get("ClusterName"))), stack_status or cloudformation_stack_status
+        )
+        status, reason = (
+            ("FAILED", f"ray-efa job guard: {refusal}") if refusal else ("SUCCESS", "no running job disrupted")
+        )
     except Exception as error:  # noqa: BLE001 - every failure must reach CloudFormation; unknown means refuse
         why = str(error) if isinstance(error, Unsure) else f"failed ({type(error).__name__}: {error})"
         status, reason = "FAILED", f"ray-efa job guard: {why}; deploy with {OVERRIDE} if no job runs"

@@ -61,9 +61,17 @@ class KubeRayOperator(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, version: str = default("kuberayVersion"),
-        node_selector: Mapping[str, str] | None = None, ray_version: str | None = None,
-        crds: bool | None = None, nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        version: str = default("kuberayVersion"),
+        node_selector: Mapping[str, str] | None = None,
+        ray_version: str | None = None,
+        crds: bool | None = None,
+        nodes: Sequence[IConstruct] | None = None,
+        logs: StackLogs | None = None,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported (its kubectl provider installs the chart).
@@ -86,14 +94,18 @@ class KubeRayOperator(Construct):
         """
         super().__init__(scope, construct_id)
         if version not in choices("kuberayVersion"):
-            raise ValueError(f"KubeRayOperator version must be one of {', '.join(choices('kuberayVersion'))}, "
-                             f"got {version!r}")
+            raise ValueError(
+                f"KubeRayOperator version must be one of {', '.join(choices('kuberayVersion'))}, got {version!r}"
+            )
         selector: Mapping[str, str]
         if node_selector is not None:
             selector = node_selector
         else:
-            labelled = [labels for n in (nodes if nodes is not None else cluster_nodegroups(cluster))
-                        if (labels := nodegroup_labels(n)) is not None]
+            labelled = [
+                labels
+                for n in (nodes if nodes is not None else cluster_nodegroups(cluster))
+                if (labels := nodegroup_labels(n)) is not None
+            ]
             selector = common_labels("KubeRayOperator nodes", labelled) if labelled else default("systemNodeSelector")
         check_node_selector("KubeRayOperator node_selector", selector)
         self.node_selector: dict[str, str] = dict(selector)
@@ -102,22 +114,34 @@ class KubeRayOperator(Construct):
         if crds is None:
             crds = HelmChartCrds.can_apply(cluster)
             if not crds:
-                Annotations.of(self).add_warning_v2("ray-efa:kuberay-crds-left-to-helm", (
-                    "the cluster's kubectl provider is imported by attributes, so the stack cannot apply the KubeRay "
-                    "CRDs itself: Helm installs them once and never upgrades them. Before changing the chart version, "
-                    "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
-                    "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
-                    "--untar`), or pass crds=False to silence this."))
+                Annotations.of(self).add_warning_v2(
+                    "ray-efa:kuberay-crds-left-to-helm",
+                    (
+                        "the cluster's kubectl provider is imported by attributes, so the stack cannot apply the KubeRay "
+                        "CRDs itself: Helm installs them once and never upgrades them. Before changing the chart version, "
+                        "run `kubectl apply --server-side --force-conflicts -f crds/` of the new chart "
+                        "(`helm pull kuberay-operator --repo https://ray-project.github.io/kuberay-helm/ --version V "
+                        "--untar`), or pass crds=False to silence this."
+                    ),
+                )
         self.crds: HelmChartCrds | None = (
-            HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None)
+            HelmChartCrds(self, "Crds", cluster=cluster, version=version, logs=logs) if crds else None
+        )
         self.chart: eks.HelmChart = helm_chart(
-            self, "Chart", cluster, KUBERAY_OPERATOR, version, kuberay_values(selector),
-            create_namespace=True, timeout=Duration.minutes(10),
+            self,
+            "Chart",
+            cluster,
+            KUBERAY_OPERATOR,
+            version,
+            kuberay_values(selector),
+            create_namespace=True,
+            timeout=Duration.minutes(10),
         )
         if self.crds is not None:
             self.chart.node.add_dependency(self.crds)
         self.nodes: Sequence[IConstruct] = (
-            list(nodes) if nodes is not None else nodegroups_selected_by(cluster, selector))
+            list(nodes) if nodes is not None else nodegroups_selected_by(cluster, selector)
+        )
         for nodegroup in self.nodes:
             self.chart.node.add_dependency(nodegroup)
         add_synth_check(self, self._check_schedules)
@@ -125,23 +149,39 @@ class KubeRayOperator(Construct):
             # Said at synth (cdk synth/deploy print warnings), so the weaker setup is a choice, not a surprise.
             Annotations.of(self).add_warning_v2(
                 "ray-efa:noRayTokenAuth",
-                f"Ray token authentication is off: {auth.reason}. The workload's NetworkPolicy is the only guard.")
+                f"Ray token authentication is off: {auth.reason}. The workload's NetworkPolicy is the only guard.",
+            )
 
     def _check_schedules(self) -> list[str]:
         groups = cluster_nodegroups(self.cluster)
         if not groups or any(selects(self.node_selector, nodegroup_labels(g) or {}) for g in groups):
             return []
         labels = ", ".join(f"{g.node.path} {nodegroup_labels(g)!r}" for g in groups)
-        return [f"KubeRayOperator node_selector {self.node_selector!r} selects none of the node groups of its cluster "
-                f"({labels}): the operator would never schedule. Leave node_selector out (it comes from the cluster's "
-                "node groups) or pass nodes=[the node group it runs on]"]
+        return [
+            f"KubeRayOperator node_selector {self.node_selector!r} selects none of the node groups of its cluster "
+            f"({labels}): the operator would never schedule. Leave node_selector out (it comes from the cluster's "
+            "node groups) or pass nodes=[the node group it runs on]"
+        ]
 
     @classmethod
     def from_settings(
-        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-        nodes: Sequence[IConstruct] | None = None, logs: StackLogs | None = None,
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
+        nodes: Sequence[IConstruct] | None = None,
+        logs: StackLogs | None = None,
     ) -> KubeRayOperator:
         """The operator of the project's own app: kuberayVersion on systemNodeSelector, checked against rayVersion."""
-        return cls(scope, construct_id, cluster=cluster, version=settings.addons.kuberay_version,
-                   node_selector=settings.nodes.system_node_selector, ray_version=settings.workload.ray_version,
-                   nodes=nodes, logs=logs)
+        return cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            version=settings.addons.kuberay_version,
+            node_selector=settings.nodes.system_node_selector,
+            ray_version=settings.workload.ray_version,
+            nodes=nodes,
+            logs=logs,
+        )

@@ -37,26 +37,43 @@ class StackLogs(Construct):
         self.retention_days = retention_days
         stack = Stack.of(self)
         self.key: kms.Key = kms.Key(
-            self, "Key", enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY,
+            self,
+            "Key",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
             pending_window=Duration.days(_KEY_PENDING_DAYS),
             description=f"CloudWatch Logs encryption of the log groups of stack {stack.stack_name}",
         )
         # CloudWatch Logs encrypts with the key only for log groups of this account and region (the encryption context
         # names the log group), as the CloudWatch Logs User Guide's key policy for encrypted log groups shows.
-        self.key.add_to_resource_policy(iam.PolicyStatement(
-            # The jsii stub of ServicePrincipal names a parameter `_statement` where IPrincipal says `statement`, so
-            # pyright finds the class unlike the protocol it implements (aws-cdk-lib 2.275).
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],  # pyright: ignore[reportArgumentType]
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                service="logs", resource="log-group", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME)}},
-        ))
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                # The jsii stub of ServicePrincipal names a parameter `_statement` where IPrincipal says `statement`, so
+                # pyright finds the class unlike the protocol it implements (aws-cdk-lib 2.275).
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],  # pyright: ignore[reportArgumentType]
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
+            )
+        )
 
     def log_group(self, scope: Construct, construct_id: str, *, name: str | None = None) -> logs.LogGroup:
         """A new encrypted log group with the stack's retention, deleted with the stack."""
         group = logs.LogGroup(
-            scope, construct_id, log_group_name=name, encryption_key=self.key, removal_policy=RemovalPolicy.DESTROY,
+            scope,
+            construct_id,
+            log_group_name=name,
+            encryption_key=self.key,
+            removal_policy=RemovalPolicy.DESTROY,
         )
         cast(logs.CfnLogGroup, group.node.default_child).retention_in_days = self.retention_days
         return group
@@ -69,8 +86,9 @@ class StackLogs(Construct):
         log_group.apply_removal_policy(RemovalPolicy.DESTROY)
         log_group.node.add_dependency(self.key)
 
-    def for_function(self, scope: Construct, construct_id: str, *, function_name: str,
-                     users: tuple[IConstruct, ...]) -> logs.LogGroup:
+    def for_function(
+        self, scope: Construct, construct_id: str, *, function_name: str, users: tuple[IConstruct, ...]
+    ) -> logs.LogGroup:
         """The log group Lambda writes a function's logs to (/aws/lambda/<name>), created before any of `users`
         (the custom resources that invoke the function) runs, so Lambda never creates it unmanaged."""
         group = self.log_group(scope, construct_id, name=f"/aws/lambda/{function_name}")

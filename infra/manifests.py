@@ -52,7 +52,11 @@ def check_payload(obj: dict[str, Any]) -> int:
 
 
 def apply_objects(
-    scope: Construct, cluster: eks.ICluster, objects: Sequence[dict[str, Any]], *, after: Sequence[IConstruct] = (),
+    scope: Construct,
+    cluster: eks.ICluster,
+    objects: Sequence[dict[str, Any]],
+    *,
+    after: Sequence[IConstruct] = (),
 ) -> list[eks.KubernetesManifest]:
     """One KubernetesManifest per object, in the given order (each waits for the one before and for `after`).
 
@@ -62,7 +66,10 @@ def apply_objects(
     for obj in objects:
         check_payload(obj)
         manifest = eks.KubernetesManifest(
-            scope, f"{obj['kind']}-{obj['metadata']['name']}", cluster=cluster, manifest=[obj],
+            scope,
+            f"{obj['kind']}-{obj['metadata']['name']}",
+            cluster=cluster,
+            manifest=[obj],
         )
         for dependency in [*after, *applied[-1:]]:
             manifest.node.add_dependency(dependency)

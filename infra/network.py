@@ -28,8 +28,14 @@ class ClusterVpc(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, availability_zones: Sequence[str] | None = None,
-        nat_gateways: int = default("natGateways"), vpc_id: str | None = None, logs: StackLogs | None = None,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        availability_zones: Sequence[str] | None = None,
+        nat_gateways: int = default("natGateways"),
+        vpc_id: str | None = None,
+        logs: StackLogs | None = None,
         log_retention_days: int = default("logRetentionDays"),
     ) -> None:
         """
@@ -45,8 +51,10 @@ class ClusterVpc(Construct):
             self.vpc: ec2.IVpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id)
             return
         if availability_zones is not None and len(availability_zones) < 2:
-            raise ValueError(f"ClusterVpc availability_zones must name at least two AZs (EKS needs subnets in two), "
-                             f"got {list(availability_zones)!r}")
+            raise ValueError(
+                f"ClusterVpc availability_zones must name at least two AZs (EKS needs subnets in two), "
+                f"got {list(availability_zones)!r}"
+            )
         check_bounds("ClusterVpc nat_gateways", nat_gateways, "natGateways")
         zones = list(availability_zones) if availability_zones is not None else Stack.of(self).availability_zones[:2]
         vpc = ec2.Vpc(
@@ -66,11 +74,15 @@ class ClusterVpc(Construct):
         # guide, "Gateway endpoints for Amazon S3"); S3 in the VPC's own region, which is the checkpoint bucket's.
         # Routes of every subnet (the default: all of the VPC's route tables).
         self.s3_endpoint: ec2.GatewayVpcEndpoint = vpc.add_gateway_endpoint(
-            "S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3
+        )
         logs = logs or StackLogs(self, "Logs", retention_days=log_retention_days)
         self.flow_logs: aws_logs.LogGroup = logs.log_group(self, "FlowLogs")
-        vpc.add_flow_log("FlowLog", traffic_type=ec2.FlowLogTrafficType.REJECT,
-                         destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs))
+        vpc.add_flow_log(
+            "FlowLog",
+            traffic_type=ec2.FlowLogTrafficType.REJECT,
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs),
+        )
         self._manage_restrict_default_sg_logs(vpc, logs)
         self.vpc = vpc
 
@@ -80,9 +92,15 @@ class ClusterVpc(Construct):
     ) -> ClusterVpc:
         """The VPC of the project's own app: vpcId, or a VPC in the GPU AZ and the next with natGateways."""
         cluster = settings.cluster
-        return cls(scope, construct_id, availability_zones=settings.vpc_availability_zones,
-                   nat_gateways=cluster.nat_gateways, vpc_id=cluster.vpc_id, logs=logs,
-                   log_retention_days=cluster.log_retention_days)
+        return cls(
+            scope,
+            construct_id,
+            availability_zones=settings.vpc_availability_zones,
+            nat_gateways=cluster.nat_gateways,
+            vpc_id=cluster.vpc_id,
+            logs=logs,
+            log_retention_days=cluster.log_retention_days,
+        )
 
     @staticmethod
     def _manage_restrict_default_sg_logs(vpc: ec2.Vpc, logs: StackLogs) -> None:
@@ -96,12 +114,16 @@ class ClusterVpc(Construct):
         handler = cast(CfnResource, provider.node.find_child("Handler"))
         if stack.node.try_find_child("VpcRestrictDefaultSGLogs") is None:
             logs.for_function(stack, "VpcRestrictDefaultSGLogs", function_name=handler.ref, users=(custom_resource,))
-        reason = ("aws-cdk-lib's singleton handler of restrictDefaultSecurityGroup: it runs once per deploy to revoke the "
-                  "default security group's rules, calls only the EC2 API and keeps no state")
-        for check, why in (("CKV_AWS_115", "concurrency is bounded by CloudFormation's one call per resource"),
-                           ("CKV_AWS_116", "CloudFormation retries and reports a failed call; a DLQ would hold nothing"),
-                           ("CKV_AWS_117", "it needs no VPC access; putting it in the VPC would only add ENIs"),
-                           ("CKV_AWS_173", "its environment holds no secrets")):
+        reason = (
+            "aws-cdk-lib's singleton handler of restrictDefaultSecurityGroup: it runs once per deploy to revoke the "
+            "default security group's rules, calls only the EC2 API and keeps no state"
+        )
+        for check, why in (
+            ("CKV_AWS_115", "concurrency is bounded by CloudFormation's one call per resource"),
+            ("CKV_AWS_116", "CloudFormation retries and reports a failed call; a DLQ would hold nothing"),
+            ("CKV_AWS_117", "it needs no VPC access; putting it in the VPC would only add ENIs"),
+            ("CKV_AWS_173", "its environment holds no secrets"),
+        ):
             skip_checkov(handler, check, f"{reason}; {why}.")
 
 
@@ -119,8 +141,10 @@ def is_placeholder_zone(zone: str) -> bool:
 def default_gpu_zone(vpc: ec2.IVpc) -> str:
     """The GPU AZ when none is given: the AZ of the VPC's first private subnet."""
     if not vpc.private_subnets:
-        raise ValueError("the VPC has no private subnets: the GPU nodes need one (PRIVATE_WITH_EGRESS); give it a "
-                         "SubnetType.PRIVATE_WITH_EGRESS subnet group, or pass a VPC that has one")
+        raise ValueError(
+            "the VPC has no private subnets: the GPU nodes need one (PRIVATE_WITH_EGRESS); give it a "
+            "SubnetType.PRIVATE_WITH_EGRESS subnet group, or pass a VPC that has one"
+        )
     return vpc.private_subnets[0].availability_zone
 
 
@@ -151,18 +175,23 @@ def gpu_subnet(vpc: ec2.IVpc, availability_zone: str, *, key: str = "gpuAvailabi
         # CDK's AZ (or VPC) lookup is still pending: CDK synthesizes once with placeholders, the CLI looks the zones
         # up and synthesizes again with real names, when the checks below apply. An error here would stop the CLI
         # before its lookup, for good.
-        subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
-                                     availability_zones=[availability_zone]).subnets
+        subnets = vpc.select_subnets(
+            subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[availability_zone]
+        ).subnets
         return subnets[0] if subnets else vpc.private_subnets[0]
     if not Token.is_unresolved(availability_zone) and (
-            problem := _zone_problem_in_region(availability_zone, region, known)):
+        problem := _zone_problem_in_region(availability_zone, region, known)
+    ):
         raise SettingsError([Problem(key, availability_zone, problem)])
     subnets = vpc.select_subnets(
         subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[availability_zone]
     ).subnets
     if not subnets:
-        where = (f"must be an AZ where the VPC has a private subnet: {', '.join(known)}" if known else
-                 "must be an AZ where the VPC has a private subnet; the stack's region is not known at synth, so "
-                 "neither are the VPC's AZs: give the stack an env with a region")
+        where = (
+            f"must be an AZ where the VPC has a private subnet: {', '.join(known)}"
+            if known
+            else "must be an AZ where the VPC has a private subnet; the stack's region is not known at synth, so "
+            "neither are the VPC's AZs: give the stack an env with a region"
+        )
         raise SettingsError([Problem(key, availability_zone, where)])
     return subnets[0]

@@ -11,8 +11,16 @@ from constructs import Construct
 from ray_efa.core.image import KNOWN_IMAGES, image_without_digest
 from ray_efa.core.settings import Problem, SettingsError
 
-__all__ = ["SystemNodeLaunchTemplate", "encrypted_root_volume", "check_root_volume", "ContainerImage",
-           "CONTAINER_IMAGES", "min_root_volume_gib", "root_volume_problem"]
+__all__ = [
+    "SystemNodeLaunchTemplate",
+    "encrypted_root_volume",
+    "check_root_volume",
+    "ContainerImage",
+    "CONTAINER_IMAGES",
+    "min_root_volume_gib",
+    "root_volume_problem",
+]
+
 
 # Kept here, not in core/catalog/__init__.py: the training job ships core/ in a ConfigMap with a size limit, and never needs this.
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,13 +67,15 @@ def root_volume_problem(image: str, volume_gib: int) -> str | None:
     minimum = min_root_volume_gib(image)
     if minimum is None or volume_gib >= minimum:
         return None
-    return (f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image_without_digest(image)].unpacked_gib:g} GiB "
-            f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)")
+    return (
+        f"must be at least {minimum} GiB to pull and run {image} (about {CONTAINER_IMAGES[image_without_digest(image)].unpacked_gib:g} GiB "
+        f"unpacked, its compressed layers during the pull, the OS, and the kubelet's 15% image-disk eviction margin)"
+    )
 
 
-
-def encrypted_root_volume(size_gib: int, *, iops: int | None = None, throughput: int | None = None
-                          ) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
+def encrypted_root_volume(
+    size_gib: int, *, iops: int | None = None, throughput: int | None = None
+) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
     """The AL2023 EKS AMIs' root device (/dev/xvda) as an encrypted gp3 volume of `size_gib` GiB.
 
     gp3 without iops/throughput gets its baseline, 3,000 IOPS and 125 MiB/s; encryption uses the account's default
@@ -74,8 +84,12 @@ def encrypted_root_volume(size_gib: int, *, iops: int | None = None, throughput:
     return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
         device_name="/dev/xvda",
         ebs=ec2.CfnLaunchTemplate.EbsProperty(
-            volume_size=size_gib, volume_type="gp3", encrypted=True, delete_on_termination=True,
-            iops=iops, throughput=throughput,
+            volume_size=size_gib,
+            volume_type="gp3",
+            encrypted=True,
+            delete_on_termination=True,
+            iops=iops,
+            throughput=throughput,
         ),
     )
 
@@ -112,7 +126,9 @@ class SystemNodeLaunchTemplate(Construct):
                 # No instance type, AMI or user data: the node group sets the type, EKS picks and bootstraps the AMI.
                 block_device_mappings=[encrypted_root_volume(root_volume_gib)],
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1,
+                    http_endpoint="enabled",
+                    http_tokens="required",
+                    http_put_response_hop_limit=1,
                 ),
                 tag_specifications=[
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(

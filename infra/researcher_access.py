@@ -61,15 +61,32 @@ def researcher_rbac(namespace: str, group: str = RESEARCHER_GROUP) -> list[dict[
     labels = {"app.kubernetes.io/part-of": "ray-efa-stack", "app.kubernetes.io/component": "researcher-access"}
     rbac = "rbac.authorization.k8s.io/v1"
     return [
-        {"apiVersion": rbac, "kind": "Role", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-         "rules": [dict(rule) for rule in NAMESPACE_RULES]},
-        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects},
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": cluster_name, "labels": labels},
-         "rules": [dict(rule) for rule in CLUSTER_RULES]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": cluster_name, "labels": labels},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
-         "subjects": subjects},
+        {
+            "apiVersion": rbac,
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "rules": [dict(rule) for rule in NAMESPACE_RULES],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": cluster_name, "labels": labels},
+            "rules": [dict(rule) for rule in CLUSTER_RULES],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": cluster_name, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
+            "subjects": subjects,
+        },
     ]
 
 
@@ -87,8 +104,17 @@ class ResearcherAccess(Construct):
     Wiring attributes: `entries` (the access entries), `manifests` (the RBAC objects' KubernetesManifests).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str,
-                 principal_arns: Sequence[str], group: str = RESEARCHER_GROUP, after: Sequence[IConstruct] = ()) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str,
+        principal_arns: Sequence[str],
+        group: str = RESEARCHER_GROUP,
+        after: Sequence[IConstruct] = (),
+    ) -> None:
         """
         :param cluster: the EKS cluster, created or imported.
         :param namespace: the workload namespace (RayWorkload's) where researchers submit and follow jobs.
@@ -98,18 +124,30 @@ class ResearcherAccess(Construct):
         """
         super().__init__(scope, construct_id)
         if len(set(principal_arns)) != len(principal_arns):
-            raise ValueError(f"ResearcherAccess principal_arns must not repeat an ARN (EKS allows one access entry per "
-                             f"principal), got {list(principal_arns)}")
+            raise ValueError(
+                f"ResearcherAccess principal_arns must not repeat an ARN (EKS allows one access entry per "
+                f"principal), got {list(principal_arns)}"
+            )
         self.group = group
         self.entries: list[eks_l1.CfnAccessEntry] = []
         for arn in principal_arns:
             # One id per ARN (as ClusterAdminAccess): removing one ARN leaves the others' entries untouched.
             digest = hashlib.sha256(arn.encode()).hexdigest()[:12]
-            self.entries.append(eks_l1.CfnAccessEntry(
-                self, f"Researcher{digest}", cluster_name=cluster.cluster_name, principal_arn=arn,
-                kubernetes_groups=[group], type="STANDARD"))
+            self.entries.append(
+                eks_l1.CfnAccessEntry(
+                    self,
+                    f"Researcher{digest}",
+                    cluster_name=cluster.cluster_name,
+                    principal_arn=arn,
+                    kubernetes_groups=[group],
+                    type="STANDARD",
+                )
+            )
         # RBAC lets the group create and patch ConfigMaps and NetworkPolicies and create and delete RayJobs; the
         # admission policy narrows that to immutable ConfigMaps and objects of their own (k8s.admission_policy).
         self.manifests: list[eks.KubernetesManifest] = apply_objects(
-            self, cluster, [*researcher_rbac(namespace, group), *researcher_admission(namespace, group=group)],
-            after=after)
+            self,
+            cluster,
+            [*researcher_rbac(namespace, group), *researcher_admission(namespace, group=group)],
+            after=after,
+        )

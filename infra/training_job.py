@@ -54,16 +54,20 @@ def _one(scope: Construct, kind: type, given: Any, prop: str) -> Any:
     found = [c for c in Stack.of(scope).node.find_all() if isinstance(c, kind)]
     if len(found) > 1:
         paths = ", ".join(c.node.path for c in found)
-        raise ValueError(f"RayTrainingJob: the stack holds {len(found)} {kind.__name__} constructs ({paths}); pass "
-                         f"{prop}= to say which one the job runs on")
+        raise ValueError(
+            f"RayTrainingJob: the stack holds {len(found)} {kind.__name__} constructs ({paths}); pass "
+            f"{prop}= to say which one the job runs on"
+        )
     return found[0] if found else None
 
 
-def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None,
-                  explicit: frozenset[str]) -> dict[str, Any]:
+def _zone_changes(
+    base: Settings, region: str, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None, explicit: frozenset[str]
+) -> dict[str, Any]:
     """gpuAvailabilityZone (and the zones of their VPC, which it must be one of) from the GPU nodes, else, in a region
     the settings have no AZ table for, from the cluster's VPC: the table is the project's own app's default, not a
     gate. Nothing where the settings already resolve to that zone."""
+
     def literal(zone: str) -> str | None:
         return None if Token.is_unresolved(zone) or is_placeholder_zone(zone) else zone
 
@@ -76,15 +80,21 @@ def _zone_changes(base: Settings, region: str, cluster: eks.ICluster, gpu_nodes:
     zone, source = None, ""
     if gpu_nodes is not None:
         zone, source = literal(gpu_nodes.availability_zone), f"EfaGpuNodegroup {gpu_nodes.node.path}"
-    elif (region not in regions.AVAILABILITY_ZONES and base.nodes.gpu_availability_zone is None and vpc is not None
-          and vpc.private_subnets):
+    elif (
+        region not in regions.AVAILABILITY_ZONES
+        and base.nodes.gpu_availability_zone is None
+        and vpc is not None
+        and vpc.private_subnets
+    ):
         zone, source = literal(vpc.private_subnets[0].availability_zone), "the cluster's VPC"
     if zone is None:
         return {}
     if "gpuAvailabilityZone" in explicit and base.nodes.gpu_availability_zone != zone:
-        raise ValueError(f"RayTrainingJob gpuAvailabilityZone: the settings say {base.nodes.gpu_availability_zone!r} "
-                         f"but {source} says {zone!r}; drop it from the settings (the construct is the source of "
-                         "truth) or make them agree")
+        raise ValueError(
+            f"RayTrainingJob gpuAvailabilityZone: the settings say {base.nodes.gpu_availability_zone!r} "
+            f"but {source} says {zone!r}; drop it from the settings (the construct is the source of "
+            "truth) or make them agree"
+        )
     recorded = regions.AVAILABILITY_ZONES.get(region)
     if zone == (base.nodes.gpu_availability_zone or (recorded[0] if recorded else None)):
         return {}  # what the settings resolve to already
@@ -103,16 +113,20 @@ def device_allocation_problems(job: Construct, cluster: eks.ICluster, allocation
     plugins = [c.node.path for c in on_cluster(job, GpuDevicePlugins, cluster)]
     drivers = [c.node.path for c in on_cluster(job, GpuDraDrivers, cluster)]
     if allocation != "dra" and drivers and not plugins:
-        return [f"RayTrainingJob deviceAllocation: the settings say {allocation!r}, so the workers ask for nvidia.com/gpu and "
-                f"vpc.amazonaws.com/efa, but the GPU nodes of {cluster.node.path} run the DRA drivers (GpuDraDrivers "
-                f"{', '.join(drivers)}) and no GpuDevicePlugins advertises those resources: the workers would stay "
-                "Pending. Set deviceAllocation to dra in the job's settings, or install GpuDevicePlugins instead"]
+        return [
+            f"RayTrainingJob deviceAllocation: the settings say {allocation!r}, so the workers ask for nvidia.com/gpu and "
+            f"vpc.amazonaws.com/efa, but the GPU nodes of {cluster.node.path} run the DRA drivers (GpuDraDrivers "
+            f"{', '.join(drivers)}) and no GpuDevicePlugins advertises those resources: the workers would stay "
+            "Pending. Set deviceAllocation to dra in the job's settings, or install GpuDevicePlugins instead"
+        ]
     if allocation == "dra" and plugins and not drivers:
-        return [f"RayTrainingJob deviceAllocation: the settings say 'dra', so the workers claim {GPU_DEVICE_CLASS} and "
-                f"{EFA_DEVICE_CLASS} devices, but the GPU nodes of {cluster.node.path} run the device plugins "
-                f"(GpuDevicePlugins {', '.join(plugins)}) and no GpuDraDrivers serves those claims: the workers would "
-                "stay Pending. Set deviceAllocation to device-plugin (the default) in the job's settings, or install "
-                "GpuDraDrivers instead"]
+        return [
+            f"RayTrainingJob deviceAllocation: the settings say 'dra', so the workers claim {GPU_DEVICE_CLASS} and "
+            f"{EFA_DEVICE_CLASS} devices, but the GPU nodes of {cluster.node.path} run the device plugins "
+            f"(GpuDevicePlugins {', '.join(plugins)}) and no GpuDraDrivers serves those claims: the workers would "
+            "stay Pending. Set deviceAllocation to device-plugin (the default) in the job's settings, or install "
+            "GpuDraDrivers instead"
+        ]
     return []
 
 
@@ -126,9 +140,15 @@ def _app_code_folder(settings: Settings) -> Path:
 
 
 def _construct_claims(
-    cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None, workload: RayWorkload | None,
-    storage: CheckpointStorage | None, operator: KubeRayOperator | None, *, storage_path: str | None,
-    system_node_selector: Mapping[str, str] | None, gpu_node_selector: Mapping[str, str] | None,
+    cluster: eks.ICluster,
+    gpu_nodes: EfaGpuNodegroup | None,
+    workload: RayWorkload | None,
+    storage: CheckpointStorage | None,
+    operator: KubeRayOperator | None,
+    *,
+    storage_path: str | None,
+    system_node_selector: Mapping[str, str] | None,
+    gpu_node_selector: Mapping[str, str] | None,
 ) -> dict[str, list[tuple[Any, str]]]:
     """Each setting the constructs and props decide, with who says what (in the order they are asked)."""
     claims: dict[str, list[tuple[Any, str]]] = {}
@@ -143,9 +163,11 @@ def _construct_claims(
         # The Ray head and the submitter run on its system nodes: the head is sized for their instance type.
         where = f"RayEksCluster {ray_cluster.node.path}"
         if ray_cluster.system_instance_type not in catalog.SYSTEM_INSTANCES:
-            raise ValueError(f"RayTrainingJob: {where} has system_instance_type {ray_cluster.system_instance_type!r}, "
-                             "for which the catalog cannot size the Ray head; choose one of "
-                             f"{', '.join(sorted(catalog.SYSTEM_INSTANCES))}")
+            raise ValueError(
+                f"RayTrainingJob: {where} has system_instance_type {ray_cluster.system_instance_type!r}, "
+                "for which the catalog cannot size the Ray head; choose one of "
+                f"{', '.join(sorted(catalog.SYSTEM_INSTANCES))}"
+            )
         claim("systemInstanceType", ray_cluster.system_instance_type, where)
         if operator is None:
             claim("systemNodeSelector", ray_cluster.system_node_selector, where)
@@ -168,88 +190,141 @@ def _construct_claims(
     if operator is not None:
         claim("systemNodeSelector", operator.node_selector, f"KubeRayOperator {operator.node.path}")
     claim("storagePath", storage_path, "RayTrainingJob storage_path")
-    claim("systemNodeSelector", dict(system_node_selector) if system_node_selector is not None else None,
-          "RayTrainingJob system_node_selector")
-    claim("gpuNodeSelector", dict(gpu_node_selector) if gpu_node_selector is not None else None,
-          "RayTrainingJob gpu_node_selector")
+    claim(
+        "systemNodeSelector",
+        dict(system_node_selector) if system_node_selector is not None else None,
+        "RayTrainingJob system_node_selector",
+    )
+    claim(
+        "gpuNodeSelector",
+        dict(gpu_node_selector) if gpu_node_selector is not None else None,
+        "RayTrainingJob gpu_node_selector",
+    )
     return claims
 
 
-def _claimed_changes(claims: Mapping[str, list[tuple[Any, str]]], given: Mapping[str, Any],
-                     explicit: frozenset[str]) -> dict[str, Any]:
+def _claimed_changes(
+    claims: Mapping[str, list[tuple[Any, str]]], given: Mapping[str, Any], explicit: frozenset[str]
+) -> dict[str, Any]:
     """The settings' changes the claims make; ValueError where two claims, or a claim and a given setting, disagree."""
     changes: dict[str, Any] = {}
     for key, values in claims.items():
         (first, first_source), *rest = values
         for value, source in rest:
             if value != first:
-                raise ValueError(f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
-                                 "make them agree (one cluster, one source of truth)")
+                raise ValueError(
+                    f"RayTrainingJob {key}: {first_source} says {first!r} but {source} says {value!r}; "
+                    "make them agree (one cluster, one source of truth)"
+                )
         if key in explicit and given[key] != first:
-            raise ValueError(f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
-                             f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
-                             "them agree")
+            raise ValueError(
+                f"RayTrainingJob {key}: the settings say {given[key]!r} but {first_source} says "
+                f"{first!r}; drop it from the settings (the construct is the source of truth) or make "
+                "them agree"
+            )
         if first != given[key]:
             changes[key] = first
     return changes
 
 
-def _placement_change(gpu_nodes: EfaGpuNodegroup, given: Mapping[str, Any],
-                      claims: Mapping[str, list[tuple[Any, str]]], explicit: frozenset[str]) -> dict[str, Any]:
+def _placement_change(
+    gpu_nodes: EfaGpuNodegroup,
+    given: Mapping[str, Any],
+    claims: Mapping[str, list[tuple[Any, str]]],
+    explicit: frozenset[str],
+) -> dict[str, Any]:
     """placementGroup is on, off or auto (on without a reservation): what it resolves to must be the nodes'."""
     placement, reservation = given["placementGroup"], claims["capacityReservationId"][0][0]
     if (placement == "on" or (placement == "auto" and reservation is None)) == gpu_nodes.use_placement_group:
         return {}
     built = "on" if gpu_nodes.use_placement_group else "off"
     if "placementGroup" in explicit:
-        raise ValueError(f"RayTrainingJob placementGroup: the settings say {placement!r} but EfaGpuNodegroup "
-                         f"{gpu_nodes.node.path} has it {built}; drop it from the settings (the construct "
-                         "is the source of truth) or make them agree")
+        raise ValueError(
+            f"RayTrainingJob placementGroup: the settings say {placement!r} but EfaGpuNodegroup "
+            f"{gpu_nodes.node.path} has it {built}; drop it from the settings (the construct "
+            "is the source of truth) or make them agree"
+        )
     return {"placementGroup": built}
 
 
-def _resolved_settings(base: Settings, changes: Mapping[str, Any],
-                       props: Mapping[str, Any]) -> tuple[Settings, Path | None]:
+def _resolved_settings(
+    base: Settings, changes: Mapping[str, Any], props: Mapping[str, Any]
+) -> tuple[Settings, Path | None]:
     """`base` with `changes`, and its checked code folder; a SettingsError names the job's props where they said it."""
     try:
         resolved = base.replace(**changes) if changes else base
         # The driver and `ray-efa manifests` refuse a multi-node job without shared storage; so does its construct.
         nodes = resolved.nodes.gpu_node_count
         if shared_storage_problem(nodes, resolved.workload.storage_path, resolved.cluster_stack_name) is not None:
-            raise SettingsError([Problem("RayTrainingJob storage_path", None, (
-                f"must be s3://... or a shared filesystem for a job on {nodes} GPU nodes (gpuNodeCount): every "
-                "node's workers write checkpoint shards into it, and a restart may land on other nodes; pass "
-                "storage= (a CheckpointStorage: its bucket), storage_path=, or the settings' storagePath"))])
+            raise SettingsError(
+                [
+                    Problem(
+                        "RayTrainingJob storage_path",
+                        None,
+                        (
+                            f"must be s3://... or a shared filesystem for a job on {nodes} GPU nodes (gpuNodeCount): every "
+                            "node's workers write checkpoint shards into it, and a restart may land on other nodes; pass "
+                            "storage= (a CheckpointStorage: its bucket), storage_path=, or the settings' storagePath"
+                        ),
+                    )
+                ]
+            )
         return resolved, check_user_code(resolved).code_dir
     except SettingsError as error:
-        raise SettingsError([
-            type(p)(f"RayTrainingJob {_PROPS[p.key]}" if p.key in _PROPS and props.get(p.key) is not None else p.key,
-                    p.value, p.message)
-            for p in error.problems
-        ]) from None
+        raise SettingsError(
+            [
+                type(p)(
+                    f"RayTrainingJob {_PROPS[p.key]}" if p.key in _PROPS and props.get(p.key) is not None else p.key,
+                    p.value,
+                    p.message,
+                )
+                for p in error.problems
+            ]
+        ) from None
 
 
-def _refuse_a_second_job_of_the_name(job: RayTrainingJob, cluster: eks.ICluster, settings: Settings, *,
-                                     explicit: bool) -> None:
+def _refuse_a_second_job_of_the_name(
+    job: RayTrainingJob, cluster: eks.ICluster, settings: Settings, *, explicit: bool
+) -> None:
     """ValueError naming job_name when another RayTrainingJob of the app applies a RayJob of the same name to the same
     namespace of the same cluster: the second would replace the first's objects at deploy."""
     name, namespace = ray_job_of(settings), settings.workload.namespace
     for other in job.node.root.node.find_all():
-        if (isinstance(other, RayTrainingJob) and other is not job and getattr(other, "cluster", None) is cluster
-                and getattr(other, "name", None) == name and other.settings.workload.namespace == namespace):
+        if (
+            isinstance(other, RayTrainingJob)
+            and other is not job
+            and getattr(other, "cluster", None) is cluster
+            and getattr(other, "name", None) == name
+            and other.settings.workload.namespace == namespace
+        ):
             prop = "job_name" if explicit else "job_name (the settings' jobName)"
-            raise ValueError(f"RayTrainingJob {prop} must differ from every other job's in namespace {namespace} of "
-                             f"{cluster.node.path}: {other.node.path} runs RayJob {name} there already, got "
-                             f"{settings.workload.job_name!r}")
+            raise ValueError(
+                f"RayTrainingJob {prop} must differ from every other job's in namespace {namespace} of "
+                f"{cluster.node.path}: {other.node.path} runs RayJob {name} there already, got "
+                f"{settings.workload.job_name!r}"
+            )
 
 
-def _waits(after: Sequence[IConstruct], gpu_nodes: EfaGpuNodegroup | None, workload: RayWorkload | None,
-           storage: CheckpointStorage | None) -> list[IConstruct]:
+def _waits(
+    after: Sequence[IConstruct],
+    gpu_nodes: EfaGpuNodegroup | None,
+    workload: RayWorkload | None,
+    storage: CheckpointStorage | None,
+) -> list[IConstruct]:
     """What the job's objects wait for: `after`, then the GPU node group (the deadline), the namespace and the pods'
     service account, which exist before the job's first object whatever `after` says."""
-    return [*after, *(c for c in (gpu_nodes.nodegroup if gpu_nodes else None,
-                                  workload.namespace if workload else None,
-                                  storage.service_account if storage else None) if c is not None and c not in after)]
+    return [
+        *after,
+        *(
+            c
+            for c in (
+                gpu_nodes.nodegroup if gpu_nodes else None,
+                workload.namespace if workload else None,
+                storage.service_account if storage else None,
+            )
+            if c is not None and c not in after
+        ),
+    ]
 
 
 class RayTrainingJob(Construct):
@@ -274,13 +349,26 @@ class RayTrainingJob(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, settings: Settings | None = None,
-        train_function: str | None = None, code: str | Path | None = None, job_name: str | None = None,
-        train_config: Mapping[str, Any] | None = None, gpu_nodes: EfaGpuNodegroup | None = None,
-        workload: RayWorkload | None = None, storage: CheckpointStorage | None = None,
-        operator: KubeRayOperator | None = None, storage_path: str | None = None,
-        system_node_selector: Mapping[str, str] | None = None, gpu_node_selector: Mapping[str, str] | None = None,
-        code_reader: iam.IRole | None = None, after: Sequence[IConstruct] = (), apply_job: bool = True,
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        settings: Settings | None = None,
+        train_function: str | None = None,
+        code: str | Path | None = None,
+        job_name: str | None = None,
+        train_config: Mapping[str, Any] | None = None,
+        gpu_nodes: EfaGpuNodegroup | None = None,
+        workload: RayWorkload | None = None,
+        storage: CheckpointStorage | None = None,
+        operator: KubeRayOperator | None = None,
+        storage_path: str | None = None,
+        system_node_selector: Mapping[str, str] | None = None,
+        gpu_node_selector: Mapping[str, str] | None = None,
+        code_reader: iam.IRole | None = None,
+        after: Sequence[IConstruct] = (),
+        apply_job: bool = True,
     ) -> None:
         """
         :param cluster: the EKS cluster, created or imported, with KubeRay and the device plugins installed.
@@ -316,10 +404,12 @@ class RayTrainingJob(Construct):
         super().__init__(scope, construct_id)
         # Resolve and validate everything before creating any child; the props' types first (a str train_config
         # would be read as a sequence of pairs, a non-str job_name as a pydantic error of the setting's name).
-        for prop, value, kind, what in (("train_function", train_function, str, "module:function"),
-                                        ("job_name", job_name, str, "a string"),
-                                        ("train_config", train_config, Mapping, "a mapping (dict) of your parameters"),
-                                        ("code", code, (str, Path), "a folder's path")):
+        for prop, value, kind, what in (
+            ("train_function", train_function, str, "module:function"),
+            ("job_name", job_name, str, "a string"),
+            ("train_config", train_config, Mapping, "a mapping (dict) of your parameters"),
+            ("code", code, (str, Path), "a folder's path"),
+        ):
             if value is not None:
                 check_type(f"RayTrainingJob {prop}", value, kind, what)
         gpu_nodes = _one(self, EfaGpuNodegroup, gpu_nodes, "gpu_nodes")
@@ -327,11 +417,22 @@ class RayTrainingJob(Construct):
         storage = _one(self, CheckpointStorage, storage, "storage")
         operator = _one(self, KubeRayOperator, operator, "operator")
         resolved, code_dir = self._resolve_settings(
-            settings, cluster, gpu_nodes, workload, storage, operator, storage_path=storage_path,
-            system_node_selector=system_node_selector, gpu_node_selector=gpu_node_selector,
-            props={"trainFunction": train_function, "jobName": job_name,
-                   "codeDir": str(Path(code).resolve()) if code is not None else None,
-                   "trainConfig": dict(train_config) if train_config is not None else None})
+            settings,
+            cluster,
+            gpu_nodes,
+            workload,
+            storage,
+            operator,
+            storage_path=storage_path,
+            system_node_selector=system_node_selector,
+            gpu_node_selector=gpu_node_selector,
+            props={
+                "trainFunction": train_function,
+                "jobName": job_name,
+                "codeDir": str(Path(code).resolve()) if code is not None else None,
+                "trainConfig": dict(train_config) if train_config is not None else None,
+            },
+        )
         self.settings: Settings = resolved
         """The settings the job runs with: the given ones, with where it runs taken from the constructs."""
         _refuse_a_second_job_of_the_name(self, cluster, resolved, explicit=job_name is not None)
@@ -352,17 +453,23 @@ class RayTrainingJob(Construct):
         self.app_asset: s3_assets.Asset | None = None
         if not apply_job:
             self.manifests: list[eks.KubernetesManifest] = apply_objects(
-                self, cluster, settings_chart(cdk8s.App(), resolved).to_json(),
-                after=_waits(after, None, workload, storage))
+                self,
+                cluster,
+                settings_chart(cdk8s.App(), resolved).to_json(),
+                after=_waits(after, None, workload, storage),
+            )
             return
         reader = code_reader or (storage.service_account.role if storage is not None else None)
         self.code_asset = self._user_code_asset(code_dir, reader)
         self.app_asset = self._app_code_asset(resolved) if reader is not None else None
         self._grant_code_read(reader)
 
-        objects = ray_job_chart(cdk8s.App(), resolved,
-                                code_archive_uri=self.code_asset.s3_object_url if self.code_asset else None,
-                                app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None).to_json()
+        objects = ray_job_chart(
+            cdk8s.App(),
+            resolved,
+            code_archive_uri=self.code_asset.s3_object_url if self.code_asset else None,
+            app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None,
+        ).to_json()
         waits = _waits(after, gpu_nodes, workload, storage)
         self.manifests = apply_objects(self, cluster, objects, after=waits)
         self.job = self.manifests[-1]
@@ -370,14 +477,23 @@ class RayTrainingJob(Construct):
         # The Ray pods' PodDisruptionBudget, before the job: a drain fails rather than evicting one of them. The
         # stack's alone (`ray-efa manifests` and `submit` create none).
         self.disruption_budget = apply_objects(
-            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits)[0]
+            self, cluster, [ray_pods_disruption_budget(self.name, resolved.workload.namespace)], after=waits
+        )[0]
         self.job.node.add_dependency(self.disruption_budget)
 
     def _resolve_settings(
-        self, settings: Settings | None, cluster: eks.ICluster, gpu_nodes: EfaGpuNodegroup | None,
-        workload: RayWorkload | None, storage: CheckpointStorage | None, operator: KubeRayOperator | None, *,
-        storage_path: str | None, system_node_selector: Mapping[str, str] | None,
-        gpu_node_selector: Mapping[str, str] | None, props: Mapping[str, Any],
+        self,
+        settings: Settings | None,
+        cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup | None,
+        workload: RayWorkload | None,
+        storage: CheckpointStorage | None,
+        operator: KubeRayOperator | None,
+        *,
+        storage_path: str | None,
+        system_node_selector: Mapping[str, str] | None,
+        gpu_node_selector: Mapping[str, str] | None,
+        props: Mapping[str, Any],
     ) -> tuple[Settings, Path | None]:
         """The settings the job runs with (the given ones, where it runs taken from the constructs and props) and its
         checked code folder; ValueError where they disagree."""
@@ -385,8 +501,16 @@ class RayTrainingJob(Construct):
             if selector is not None:
                 check_node_selector(f"RayTrainingJob {key}", selector)
         base = settings if settings is not None else Settings()
-        claims = _construct_claims(cluster, gpu_nodes, workload, storage, operator, storage_path=storage_path,
-                                   system_node_selector=system_node_selector, gpu_node_selector=gpu_node_selector)
+        claims = _construct_claims(
+            cluster,
+            gpu_nodes,
+            workload,
+            storage,
+            operator,
+            storage_path=storage_path,
+            system_node_selector=system_node_selector,
+            gpu_node_selector=gpu_node_selector,
+        )
         given = base.to_context()
         explicit = base.given_keys if settings is not None else frozenset()
         changes = _claimed_changes(claims, given, explicit)
@@ -406,9 +530,11 @@ class RayTrainingJob(Construct):
         if code_dir is None or config_map_problem(code_dir, user_code_config_map_name(self.name)) is None:
             return None
         if reader is None:
-            raise ValueError(f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
-                             "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
-                             "or code_reader= (the role of serviceAccount)")
+            raise ValueError(
+                f"RayTrainingJob code: {code_dir} is too large or binary for a ConfigMap, so it ships "
+                "as an S3 asset that the Ray pods' role must read: pass storage= (CheckpointStorage) "
+                "or code_reader= (the role of serviceAccount)"
+            )
         return s3_assets.Asset(self, "Code", path=str(code_dir), exclude=list(CODE_ASSET_EXCLUDE))
 
     def _app_code_asset(self, resolved: Settings) -> s3_assets.Asset:
@@ -424,16 +550,41 @@ class RayTrainingJob(Construct):
             # The grant lives here, in the job's stack, attached to the role of the (often other) storage stack: a
             # grant on the role's own policy would make that stack refer to this one's asset, a cycle.
             assert reader is not None
-            iam.Policy(self, "CodeRead", roles=[reader], statements=[iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[a.bucket.arn_for_objects(a.s3_object_key) for a in assets],
-            )])
+            iam.Policy(
+                self,
+                "CodeRead",
+                roles=[reader],
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["s3:GetObject"],
+                        resources=[a.bucket.arn_for_objects(a.s3_object_key) for a in assets],
+                    )
+                ],
+            )
 
     @classmethod
     def from_settings(
-        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
-        gpu_nodes: EfaGpuNodegroup | None = None, workload: RayWorkload | None = None,
-        storage: CheckpointStorage | None = None, after: Sequence[IConstruct] = (), apply_job: bool = True,
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
+        gpu_nodes: EfaGpuNodegroup | None = None,
+        workload: RayWorkload | None = None,
+        storage: CheckpointStorage | None = None,
+        after: Sequence[IConstruct] = (),
+        apply_job: bool = True,
     ) -> RayTrainingJob:
         """The job of the project's own app: trainFunction, codeDir, jobName and trainConfig of the settings."""
-        return cls(scope, construct_id, cluster=cluster, settings=settings, gpu_nodes=gpu_nodes, workload=workload,
-                   storage=storage, after=after, apply_job=apply_job)
+        return cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            settings=settings,
+            gpu_nodes=gpu_nodes,
+            workload=workload,
+            storage=storage,
+            after=after,
+            apply_job=apply_job,
+        )

@@ -24,8 +24,13 @@ from constructs import Construct
 
 from ray_efa.infra.nag import CNI_POLICY, acknowledge_managed_policies
 
-__all__ = ["VpcCniAddon", "VPC_CNI_ADDON", "VPC_CNI_SERVICE_ACCOUNT", "NETWORK_POLICY_CONFIGURATION",
-           "MIN_NETWORK_POLICY_VERSION"]
+__all__ = [
+    "VpcCniAddon",
+    "VPC_CNI_ADDON",
+    "VPC_CNI_SERVICE_ACCOUNT",
+    "NETWORK_POLICY_CONFIGURATION",
+    "MIN_NETWORK_POLICY_VERSION",
+]
 
 VPC_CNI_ADDON = "vpc-cni"
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
@@ -58,18 +63,31 @@ class VpcCniAddon(Construct):
             if match is None:
                 raise ValueError(f"vpc-cni addon_version must look like v1.21.1-eksbuild.3, got {addon_version!r}")
             if tuple(int(part) for part in match.groups()) < MIN_NETWORK_POLICY_VERSION:
-                raise ValueError(f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
-                                 f"got {addon_version!r}")
+                raise ValueError(
+                    f"vpc-cni addon_version must be v1.14.0 or later (network policy enforcement), "
+                    f"got {addon_version!r}"
+                )
         self.role: iam.Role = iam.Role(
-            self, "Role", description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, by EKS Pod Identity",
+            self,
+            "Role",
+            description=f"The VPC CNI ({VPC_CNI_SERVICE_ACCOUNT}) of the cluster, by EKS Pod Identity",
             # sts:AssumeRole and sts:TagSession, what EKS Pod Identity asks of a role's trust policy. (jsii's stub of
             # PrincipalBase names a parameter differently from IPrincipal's, so pyright takes it for no IPrincipal.)
             assumed_by=cast(iam.IPrincipal, iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags()),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY)])
-        acknowledge_managed_policies(self.role, (CNI_POLICY,), "The VPC CNI's own AWS managed policy, which AWS keeps "
-                                     "in step with what aws-node calls; on this role alone, not on the nodes'.")
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY)],
+        )
+        acknowledge_managed_policies(
+            self.role,
+            (CNI_POLICY,),
+            "The VPC CNI's own AWS managed policy, which AWS keeps "
+            "in step with what aws-node calls; on this role alone, not on the nodes'.",
+        )
         self.addon: eks.Addon = eks.Addon(
-            self, "Addon", cluster=cluster, addon_name=VPC_CNI_ADDON, addon_version=addon_version,
+            self,
+            "Addon",
+            cluster=cluster,
+            addon_name=VPC_CNI_ADDON,
+            addon_version=addon_version,
             configuration_values=dict(NETWORK_POLICY_CONFIGURATION),
             # Deleting the stack (or this construct) must not take pod networking away from running nodes.
             preserve_on_delete=True,
@@ -78,7 +96,10 @@ class VpcCniAddon(Construct):
         # CloudFormation fields.
         addon = cast(eks.CfnAddon, self.addon.node.default_child)
         addon.resolve_conflicts = "OVERWRITE"
-        addon.pod_identity_associations = [eks.CfnAddon.PodIdentityAssociationProperty(
-            role_arn=self.role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT)]
+        addon.pod_identity_associations = [
+            eks.CfnAddon.PodIdentityAssociationProperty(
+                role_arn=self.role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT
+            )
+        ]
         if isinstance(cluster, eks.Cluster):  # the agent that serves the association's credentials on every node
             self.addon.node.add_dependency(cluster.eks_pod_identity_agent)

@@ -36,8 +36,14 @@ class RayWorkload(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, namespace: str = default("namespace"),
-        after: Sequence[IConstruct] = (), researcher_principal_arns: Sequence[str] = (),
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str = default("namespace"),
+        after: Sequence[IConstruct] = (),
+        researcher_principal_arns: Sequence[str] = (),
         service_account: str = default("serviceAccount"),
     ) -> None:
         """
@@ -59,20 +65,42 @@ class RayWorkload(Construct):
         self.namespace: eks.KubernetesManifest
         (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
         self.admission_policy: list[eks.KubernetesManifest] = apply_objects(
-            self, cluster, workload_admission(namespace, service_account=service_account), after=[self.namespace])
+            self, cluster, workload_admission(namespace, service_account=service_account), after=[self.namespace]
+        )
         # Ingress to a pod of the namespace that no Ray cluster's own policy admits to: none.
         self.default_deny: list[eks.KubernetesManifest] = apply_objects(
-            self, cluster, [default_deny_ingress(namespace)], after=[self.namespace])
-        self.researcher_access: ResearcherAccess | None = ResearcherAccess(
-            self, "ResearcherAccess", cluster=cluster, namespace=namespace, principal_arns=researcher_principal_arns,
-            after=[self.namespace]) if researcher_principal_arns else None
+            self, cluster, [default_deny_ingress(namespace)], after=[self.namespace]
+        )
+        self.researcher_access: ResearcherAccess | None = (
+            ResearcherAccess(
+                self,
+                "ResearcherAccess",
+                cluster=cluster,
+                namespace=namespace,
+                principal_arns=researcher_principal_arns,
+                after=[self.namespace],
+            )
+            if researcher_principal_arns
+            else None
+        )
 
     @classmethod
     def from_settings(
-        cls, scope: Construct, construct_id: str, settings: Settings, *, cluster: eks.ICluster,
+        cls,
+        scope: Construct,
+        construct_id: str,
+        settings: Settings,
+        *,
+        cluster: eks.ICluster,
         after: Sequence[IConstruct] = (),
     ) -> RayWorkload:
         """The namespace of the project's own app (`namespace`), and its researchers (`researcherPrincipalArns`)."""
-        return cls(scope, construct_id, cluster=cluster, namespace=settings.workload.namespace, after=after,
-                   researcher_principal_arns=settings.cluster.researcher_principal_arns,
-                   service_account=settings.workload.service_account)
+        return cls(
+            scope,
+            construct_id,
+            cluster=cluster,
+            namespace=settings.workload.namespace,
+            after=after,
+            researcher_principal_arns=settings.cluster.researcher_principal_arns,
+            service_account=settings.workload.service_account,
+        )

@@ -35,7 +35,10 @@ def api_object(
     """A cdk8s ApiObject with metadata and the top-level fields in `body` (spec, data...), which come from typed
     builders' to_dict(); cdk8s's ApiObject props carry metadata only, so the body goes in as JSON patches."""
     obj = cdk8s.ApiObject(
-        scope, id, api_version=api_version, kind=kind,
+        scope,
+        id,
+        api_version=api_version,
+        kind=kind,
         metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace, labels=dict(object_labels)),
     )
     for field, value in body.items():

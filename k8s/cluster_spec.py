@@ -116,16 +116,19 @@ def _env(values: dict[str, str]) -> list[V1EnvVar]:
     return [V1EnvVar(name=name, value=value) for name, value in sorted({**_PYTHON_ENV, **values}.items())]
 
 
-def _code_env(settings: Settings, user_code: UserCodeVolume | None = None,
-              app_archive_uri: str | None = None) -> dict[str, str]:
+def _code_env(
+    settings: Settings, user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None
+) -> dict[str, str]:
     # PYTHONPATH, not a working_dir: Ray workers inherit the container env, so Ray Train workers on every node can
     # import training.* (the train function is pickled by reference) with no upload through the job API. codeDir
     # comes after the project's code, which it may not shadow (core.user_code refuses a ray_efa/ in it); the extra
     # packages (k8s.pip_packages) come last: they hold only what the image lacks. The project's code is at
     # APP_CODE_PATH when it comes as a zip (`app_archive_uri`), else in the ConfigMaps at CODE_MOUNT_PATH.
-    paths = [APP_CODE_PATH if app_archive_uri is not None else CODE_MOUNT_PATH,
-             *([USER_CODE_PATH] if user_code is not None else []),
-             *([PACKAGES_SITE_PATH] if pod_packages(settings) else [])]
+    paths = [
+        APP_CODE_PATH if app_archive_uri is not None else CODE_MOUNT_PATH,
+        *([USER_CODE_PATH] if user_code is not None else []),
+        *([PACKAGES_SITE_PATH] if pod_packages(settings) else []),
+    ]
     return {"PYTHONPATH": ":".join(paths)}
 
 
@@ -156,33 +159,44 @@ def _package_parts(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMou
         volume_mounts=[V1VolumeMount(name=_PACKAGES_VOLUME, mount_path=PACKAGES_PATH)],
         security_context=container_security_context(),
     )
-    return ([V1Volume(name=_PACKAGES_VOLUME, empty_dir=V1EmptyDirVolumeSource())],
-            [V1VolumeMount(name=_PACKAGES_VOLUME, mount_path=PACKAGES_PATH, read_only=True)], [init])
+    return (
+        [V1Volume(name=_PACKAGES_VOLUME, empty_dir=V1EmptyDirVolumeSource())],
+        [V1VolumeMount(name=_PACKAGES_VOLUME, mount_path=PACKAGES_PATH, read_only=True)],
+        [init],
+    )
 
 
 def _user_code_volume(user_code: UserCodeVolume) -> V1Volume:
     """codeDir: its ConfigMap with the items that restore the tree, or the emptyDir the init container fills."""
     if user_code.bundle is not None:
-        return V1Volume(name=_USER_CODE_VOLUME, config_map=V1ConfigMapVolumeSource(
-            name=user_code.config_map, items=[V1KeyToPath(key=key, path=path) for key, path in user_code.bundle.items]))
+        return V1Volume(
+            name=_USER_CODE_VOLUME,
+            config_map=V1ConfigMapVolumeSource(
+                name=user_code.config_map,
+                items=[V1KeyToPath(key=key, path=path) for key, path in user_code.bundle.items],
+            ),
+        )
     return V1Volume(name=_USER_CODE_VOLUME, empty_dir=V1EmptyDirVolumeSource())
 
 
-def _user_code_parts(settings: Settings, user_code: UserCodeVolume | None) -> tuple[
-        list[V1Volume], list[V1VolumeMount], list[V1Container]]:
+def _user_code_parts(
+    settings: Settings, user_code: UserCodeVolume | None
+) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1Container]]:
     """(volumes, main-container mounts, init containers) of codeDir on a Ray pod; nothing without user code."""
     if user_code is None:
         return [], [], []
     mount = V1VolumeMount(name=_USER_CODE_VOLUME, mount_path=USER_CODE_PATH, read_only=True)
     init: list[V1Container] = []
     if user_code.archive_uri is not None:
-        init.append(_fetch_container(settings, _FETCH_CODE_CONTAINER, user_code.archive_uri, _USER_CODE_VOLUME,
-                                     USER_CODE_PATH))
+        init.append(
+            _fetch_container(settings, _FETCH_CODE_CONTAINER, user_code.archive_uri, _USER_CODE_VOLUME, USER_CODE_PATH)
+        )
     return [_user_code_volume(user_code)], [mount], init
 
 
-def _app_code_parts(settings: Settings, config_map: str, bundle: CodeBundle, app_archive_uri: str | None) -> tuple[
-        list[V1Volume], list[V1VolumeMount], list[V1Container]]:
+def _app_code_parts(
+    settings: Settings, config_map: str, bundle: CodeBundle, app_archive_uri: str | None
+) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1Container]]:
     """(volumes, main-container mounts, init containers) of the project's code and settings.json on a Ray pod: the
     ConfigMaps at CODE_MOUNT_PATH, and with `app_archive_uri` the code's zip unpacked into APP_CODE_PATH first."""
     volumes, mounts = [_code_volume(config_map, bundle)], [_code_mount()]
@@ -190,15 +204,21 @@ def _app_code_parts(settings: Settings, config_map: str, bundle: CodeBundle, app
         return volumes, mounts, []
     volumes.append(V1Volume(name=_APP_CODE_VOLUME, empty_dir=V1EmptyDirVolumeSource()))
     mounts.append(V1VolumeMount(name=_APP_CODE_VOLUME, mount_path=APP_CODE_PATH, read_only=True))
-    return volumes, mounts, [_fetch_container(settings, _FETCH_APP_CONTAINER, app_archive_uri, _APP_CODE_VOLUME,
-                                              APP_CODE_PATH)]
+    return (
+        volumes,
+        mounts,
+        [_fetch_container(settings, _FETCH_APP_CONTAINER, app_archive_uri, _APP_CODE_VOLUME, APP_CODE_PATH)],
+    )
 
 
 def _code_volume(config_map: str, bundle: CodeBundle) -> V1Volume:
     """The code ConfigMaps and the settings ConfigMap (k8s.code_config_map) projected into one directory."""
     sources = [
-        V1VolumeProjection(config_map=V1ConfigMapProjection(
-            name=name, items=[V1KeyToPath(key=key, path=path) for key, path in part.items]))
+        V1VolumeProjection(
+            config_map=V1ConfigMapProjection(
+                name=name, items=[V1KeyToPath(key=key, path=path) for key, path in part.items]
+            )
+        )
         for name, part in bundle.config_maps(config_map)
     ]
     return V1Volume(name=_CODE_VOLUME, projected=V1ProjectedVolumeSource(sources=sources))
@@ -209,8 +229,10 @@ def _code_mount() -> V1VolumeMount:
 
 
 def _ray_tmp() -> tuple[V1Volume, V1VolumeMount]:
-    return (V1Volume(name=_RAY_TMP_VOLUME, empty_dir=V1EmptyDirVolumeSource()),
-            V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH))
+    return (
+        V1Volume(name=_RAY_TMP_VOLUME, empty_dir=V1EmptyDirVolumeSource()),
+        V1VolumeMount(name=_RAY_TMP_VOLUME, mount_path=RAY_TMP_PATH),
+    )
 
 
 def _data_volumes(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMount], dict[str, str]]:
@@ -223,8 +245,9 @@ def _data_volumes(settings: Settings) -> tuple[list[V1Volume], list[V1VolumeMoun
     mounts = [V1VolumeMount(name=_MODEL_CACHE_VOLUME, mount_path=MODEL_CACHE_PATH)]
     claim = settings.workload.shared_volume_claim
     if claim is not None:
-        volumes.append(V1Volume(name=_SHARED_VOLUME,
-                                persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name=claim)))
+        volumes.append(
+            V1Volume(name=_SHARED_VOLUME, persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name=claim))
+        )
         mounts.append(V1VolumeMount(name=_SHARED_VOLUME, mount_path=settings.workload.shared_volume_mount_path))
     env = {MODEL_CACHE_ENV: MODEL_CACHE_PATH, "HF_HUB_CACHE": f"{MODEL_CACHE_PATH}/hf"}
     return volumes, mounts, env
@@ -290,8 +313,15 @@ def _ray_stop_before_exit() -> V1Lifecycle:
     return V1Lifecycle(pre_stop=V1LifecycleHandler(_exec=V1ExecAction(command=["/bin/sh", "-c", "ray stop"])))
 
 
-def head_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                  user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> V1PodTemplateSpec:
+def head_template(
+    settings: Settings,
+    *,
+    owner: str,
+    config_map: str,
+    bundle: CodeBundle,
+    user_code: UserCodeVolume | None = None,
+    app_archive_uri: str | None = None,
+) -> V1PodTemplateSpec:
     """The GPU-less head on a system node: GCS, dashboard and the job driver. `owner`: the RayCluster or RayJob;
     `user_code`: codeDir, mounted at USER_CODE_PATH; `app_archive_uri`: the project's code as a zip in S3 (then
     `bundle` is settings.json alone)."""
@@ -307,8 +337,14 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
         name=_HEAD_CONTAINER,
         image=settings.workload.dlc_image,
         # The system node has no GPU; without "void" the NVIDIA container hook fails the pod on it.
-        env=_env({"NVIDIA_VISIBLE_DEVICES": "void", **_code_env(settings, user_code, app_archive_uri),
-                  **_region_env(settings), **data_env}),
+        env=_env(
+            {
+                "NVIDIA_VISIBLE_DEVICES": "void",
+                **_code_env(settings, user_code, app_archive_uri),
+                **_region_env(settings),
+                **data_env,
+            }
+        ),
         ports=[V1ContainerPort(name=name, container_port=port) for name, port in HEAD_PORTS.items()],
         resources=_guaranteed(str(cpu), _gib(memory_gib)),
         volume_mounts=[tmp_mount, *app_mounts, *user_mounts, *package_mounts, *data_mounts],
@@ -326,12 +362,19 @@ def head_template(settings: Settings, *, owner: str, config_map: str, bundle: Co
             volumes=[tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes],
             automount_service_account_token=False,  # see pod_security_context
             security_context=pod_security_context(),
-        )
+        ),
     )
 
 
-def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                    user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> V1PodTemplateSpec:
+def worker_template(
+    settings: Settings,
+    *,
+    owner: str,
+    config_map: str,
+    bundle: CodeBundle,
+    user_code: UserCodeVolume | None = None,
+    app_archive_uri: str | None = None,
+) -> V1PodTemplateSpec:
     """One worker pod per GPU node, holding all its GPUs and EFA interfaces, with the NCCL env of `settings.network`."""
     instance = settings.nodes.gpu_instance
     pod = catalog.worker_pod_resources(instance)
@@ -353,12 +396,31 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         # The image's CUDA forward-compatibility setup, which its ENTRYPOINT would run: KubeRay puts these args in
         # front of `ray start`, in the same shell (k8s.cuda_compat).
         args=[cuda_compat_setup()],
-        env=_env({**network_env(settings.workload.network, instance, placement_group=settings.nodes.use_placement_group,
-                              debug_subsys=settings.workload.nccl_debug_subsys),
-                  **_code_env(settings, user_code, app_archive_uri), **_region_env(settings), **data_env}),
-        resources=_guaranteed(str(pod.cpu), _gib(pod.memory_gib), extended, container_claims(instance) if dra else None),
-        volume_mounts=[V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH), tmp_mount, *app_mounts, *user_mounts,
-                       *package_mounts, *data_mounts, *sysfs_mounts],
+        env=_env(
+            {
+                **network_env(
+                    settings.workload.network,
+                    instance,
+                    placement_group=settings.nodes.use_placement_group,
+                    debug_subsys=settings.workload.nccl_debug_subsys,
+                ),
+                **_code_env(settings, user_code, app_archive_uri),
+                **_region_env(settings),
+                **data_env,
+            }
+        ),
+        resources=_guaranteed(
+            str(pod.cpu), _gib(pod.memory_gib), extended, container_claims(instance) if dra else None
+        ),
+        volume_mounts=[
+            V1VolumeMount(name=_SHM_VOLUME, mount_path=SHM_PATH),
+            tmp_mount,
+            *app_mounts,
+            *user_mounts,
+            *package_mounts,
+            *data_mounts,
+            *sysfs_mounts,
+        ],
         lifecycle=_ray_stop_before_exit(),
         # The TCP run keeps it too: its pods differ from the EFA run's only in the NCCL env.
         security_context=container_security_context(add=EFA_CAPABILITIES),
@@ -371,16 +433,17 @@ def worker_template(settings: Settings, *, owner: str, config_map: str, bundle: 
         spec=V1PodSpec(
             service_account_name=settings.workload.service_account,
             node_selector=dict(settings.nodes.gpu_node_selector),
-            tolerations=[V1Toleration(key=t["key"], operator=t["operator"], effect=t["effect"])
-                         for t in scheduling.gpu_tolerations(list(settings.nodes.gpu_node_taints))],
+            tolerations=[
+                V1Toleration(key=t["key"], operator=t["operator"], effect=t["effect"])
+                for t in scheduling.gpu_tolerations(list(settings.nodes.gpu_node_taints))
+            ],
             init_containers=[*init, *package_init] or None,
             containers=[container],
             resource_claims=pod_resource_claims(owner, instance) if dra else None,
-            volumes=[shm, tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes,
-                     *sysfs_volumes],
+            volumes=[shm, tmp_volume, *app_volumes, *user_volumes, *package_volumes, *data_volumes, *sysfs_volumes],
             automount_service_account_token=False,  # see pod_security_context
             security_context=pod_security_context(),
-        )
+        ),
     )
 
 
@@ -406,12 +469,19 @@ def submitter_template(settings: Settings, *, owner: str) -> V1PodTemplateSpec:
             restart_policy="Never",
             automount_service_account_token=False,  # see pod_security_context
             security_context=pod_security_context(),
-        )
+        ),
     )
 
 
-def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle: CodeBundle,
-                     user_code: UserCodeVolume | None = None, app_archive_uri: str | None = None) -> RayClusterSpec:
+def ray_cluster_spec(
+    settings: Settings,
+    *,
+    owner: str,
+    config_map: str,
+    bundle: CodeBundle,
+    user_code: UserCodeVolume | None = None,
+    app_archive_uri: str | None = None,
+) -> RayClusterSpec:
     """The whole Ray cluster: the head on a system node and gpuNodeCount GPU workers, fixed size, behind a token
     where KubeRay supports it. `owner`: the RayCluster or RayJob (its pods are labelled with it); `user_code`:
     codeDir, on every pod; `app_archive_uri`: the project's code as a zip in S3, on every pod (`bundle` is then
@@ -424,8 +494,14 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
         head_group_spec=HeadGroupSpec(
             # num-cpus 0 keeps Ray tasks off the small system node; Ray Train's controller asks for 0 CPUs.
             ray_start_params={"num-gpus": "0", "num-cpus": "0"},
-            template=head_template(settings, owner=owner, config_map=config_map, bundle=bundle, user_code=user_code,
-                                   app_archive_uri=app_archive_uri),
+            template=head_template(
+                settings,
+                owner=owner,
+                config_map=config_map,
+                bundle=bundle,
+                user_code=user_code,
+                app_archive_uri=app_archive_uri,
+            ),
         ),
         worker_group_specs=(
             WorkerGroupSpec(
@@ -434,8 +510,14 @@ def ray_cluster_spec(settings: Settings, *, owner: str, config_map: str, bundle:
                 min_replicas=nodes,
                 max_replicas=nodes,
                 ray_start_params={"num-gpus": str(catalog.worker_pod_resources(instance).gpus)},
-                template=worker_template(settings, owner=owner, config_map=config_map, bundle=bundle,
-                                         user_code=user_code, app_archive_uri=app_archive_uri),
+                template=worker_template(
+                    settings,
+                    owner=owner,
+                    config_map=config_map,
+                    bundle=bundle,
+                    user_code=user_code,
+                    app_archive_uri=app_archive_uri,
+                ),
             ),
         ),
     )

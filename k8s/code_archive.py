@@ -79,7 +79,8 @@ def _build(code_dir: Path, storage_path: str) -> CodeArchive:
         raise ManifestError(
             f"codeDir {code_dir} holds {total / 2**30:.1f} GiB, more than the {CODE_ARCHIVE_MAX_BYTES >> 30} GiB a "
             f"code archive may (largest: {', '.join(name for name, _ in largest)}); keep data and weights out of it: "
-            "dataset, evalDataset and modelPath read them from S3 or the shared volume")
+            "dataset, evalDataset and modelPath read them from S3 or the shared volume"
+        )
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, path in files:
@@ -89,5 +90,6 @@ def _build(code_dir: Path, storage_path: str) -> CodeArchive:
             archive.writestr(entry, path.read_bytes())
     data = buffer.getvalue()
     sha256 = hashlib.sha256(data).hexdigest()
-    return CodeArchive(data=data, files=len(files), sha256=sha256,
-                       uri=f"{storage_path}/{CODE_ARCHIVE_FOLDER}/code-{sha256}.zip")
+    return CodeArchive(
+        data=data, files=len(files), sha256=sha256, uri=f"{storage_path}/{CODE_ARCHIVE_FOLDER}/code-{sha256}.zip"
+    )

@@ -77,7 +77,9 @@ class CodeBundle:
         keys = [f.key for f in self.files]
         bad = [k for k in keys if not _KEY.match(k)]
         if bad:
-            raise ManifestError(f"shipped file names must give ConfigMap keys of letters, digits, '-', '_' or '.', got {bad}")
+            raise ManifestError(
+                f"shipped file names must give ConfigMap keys of letters, digits, '-', '_' or '.', got {bad}"
+            )
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
             raise ManifestError(f"shipped files map to the same ConfigMap keys {duplicates}; rename one of each pair")
@@ -151,7 +153,9 @@ class CodeBundle:
 
     def check_fits(self, config_map: str) -> None:
         """Raise ManifestError unless a ConfigMap with this data can be created and applied with kubectl."""
-        largest = ", ".join(f"{f.path} ({len(f.text.encode()):,} B)" for f in sorted(self.files, key=lambda f: -len(f.text))[:3])
+        largest = ", ".join(
+            f"{f.path} ({len(f.text.encode()):,} B)" for f in sorted(self.files, key=lambda f: -len(f.text))[:3]
+        )
         if self.size_bytes > CONFIG_MAP_MAX_BYTES:
             raise ManifestError(
                 f"ConfigMap {config_map} would hold {self.size_bytes:,} bytes of code, over the Kubernetes limit of "
@@ -169,7 +173,9 @@ class CodeBundle:
         """Raise ManifestError unless `module` (dotted) is a module of the bundle."""
         path = module.replace(".", "/")
         if f"{path}.py" not in self.paths() and f"{path}/__main__.py" not in self.paths():
-            raise ManifestError(f"module {module} is not in the shipped code (no {path}.py under {', '.join(SHIPPED_PACKAGES)})")
+            raise ManifestError(
+                f"module {module} is not in the shipped code (no {path}.py under {', '.join(SHIPPED_PACKAGES)})"
+            )
 
 
 def _applied_bytes(f: ShippedFile) -> int:
@@ -239,6 +245,7 @@ def _imported_from(files: dict[str, ShippedFile], *, roots: tuple[str, ...]) -> 
     ray_efa.core is shipped for training's sake: what training never imports (the CDK
     app's context files, cost tables) stays out, so the ConfigMap stays under kubectl's annotation limit.
     """
+
     def module_path(module: str) -> str | None:
         base = module.replace(".", "/")
         for candidate in (f"{base}.py", f"{base}/__init__.py"):
@@ -270,7 +277,9 @@ def _package_dir(package: str) -> Path:
     except ModuleNotFoundError:
         spec = None
     if spec is None or not spec.submodule_search_locations or spec.origin is None:
-        raise ManifestError(f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)")
+        raise ManifestError(
+            f"package {package} to ship is not importable here (no {package.replace('.', '/')}/__init__.py)"
+        )
     # the folder of its __init__.py (in a checkout ray_efa/core, the link: paths below it are the import names)
     return Path(spec.origin).parent
 

@@ -21,8 +21,16 @@ class CodeConfigMap(Construct):
     Raises ManifestError before creating anything when any of them would not fit a ConfigMap or a kubectl apply.
     """
 
-    def __init__(self, scope: Construct, id: str, *, name: str, namespace: str, bundle: CodeBundle,
-                 archive_uri: str | None = None):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        name: str,
+        namespace: str,
+        bundle: CodeBundle,
+        archive_uri: str | None = None,
+    ):
         """
         :param name: the first code ConfigMap's name (k8s.names.code_config_map_name of its owner); the settings one is
             k8s.names.settings_config_map_name of it.
@@ -45,7 +53,18 @@ class CodeConfigMap(Construct):
             is_settings = part_name == self.settings_name
             suffix = part_name.removeprefix(f"{name}-")
             # Never an integer-like id ("2"): construct children keep JavaScript object order, which puts those first.
-            construct_id = "Settings" if is_settings else ("Resource" if part_name == name else
-                                                           f"part-{suffix}" if suffix.isdigit() else suffix)
-            api_object(self, construct_id, api_version="v1", kind="ConfigMap", name=part_name, namespace=namespace,
-                       object_labels=labels(part_name, "settings" if is_settings else "code"), body={"data": part.data})
+            construct_id = (
+                "Settings"
+                if is_settings
+                else ("Resource" if part_name == name else f"part-{suffix}" if suffix.isdigit() else suffix)
+            )
+            api_object(
+                self,
+                construct_id,
+                api_version="v1",
+                kind="ConfigMap",
+                name=part_name,
+                namespace=namespace,
+                object_labels=labels(part_name, "settings" if is_settings else "code"),
+                body={"data": part.data},
+            )

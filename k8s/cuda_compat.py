@@ -39,6 +39,6 @@ def cuda_compat_setup(compat_dir: str = COMPAT_DIR, driver_version_file: str = _
         f'    export LD_LIBRARY_PATH="{compat_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; '
         '    echo "ray-efa: host NVIDIA driver $host_driver is older than the image CUDA driver $image_driver: '
         f'CUDA forward compatibility on ({compat_dir} first on LD_LIBRARY_PATH)"; '
-        '  fi; '
-        'fi'
+        "  fi; "
+        "fi"
     )

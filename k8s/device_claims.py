@@ -33,8 +33,17 @@ from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.ray_types import to_json
 
 __all__ = [
-    "CLAIM_NAME", "MAX_DEVICES_PER_CLAIM", "PCIE_ROOT", "RESOURCE_API_VERSION", "WorkerDeviceClaims", "claim_names",
-    "claim_template_name", "worker_device_claims", "claim_device_count", "pod_resource_claims", "container_claims",
+    "CLAIM_NAME",
+    "MAX_DEVICES_PER_CLAIM",
+    "PCIE_ROOT",
+    "RESOURCE_API_VERSION",
+    "WorkerDeviceClaims",
+    "claim_names",
+    "claim_template_name",
+    "worker_device_claims",
+    "claim_device_count",
+    "pod_resource_claims",
+    "container_claims",
 ]
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
@@ -63,8 +72,10 @@ def claim_template_name(owner: str, claim: str = CLAIM_NAME) -> str:
 
 
 def _exact(name: str, device_class: str, count: int) -> V1DeviceRequest:
-    return V1DeviceRequest(name=name, exactly=V1ExactDeviceRequest(
-        device_class_name=device_class, allocation_mode="ExactCount", count=count))
+    return V1DeviceRequest(
+        name=name,
+        exactly=V1ExactDeviceRequest(device_class_name=device_class, allocation_mode="ExactCount", count=count),
+    )
 
 
 def _efa_per_gpu(instance: catalog.InstanceType) -> int | None:
@@ -79,16 +90,20 @@ def _gpu_groups(instance: catalog.InstanceType) -> list[list[int]]:
     if per_gpu is None:
         devices = instance.gpus + instance.efa_interfaces
         if devices > MAX_DEVICES_PER_CLAIM:
-            raise ValueError(f"{instance.name}: {devices} devices (all GPUs and EFA interfaces, unpaired) exceed the "
-                             f"{MAX_DEVICES_PER_CLAIM} of one ResourceClaim (resource/v1 AllocationResultsMaxSize)")
+            raise ValueError(
+                f"{instance.name}: {devices} devices (all GPUs and EFA interfaces, unpaired) exceed the "
+                f"{MAX_DEVICES_PER_CLAIM} of one ResourceClaim (resource/v1 AllocationResultsMaxSize)"
+            )
         return [gpus]
     per_claim = MAX_DEVICES_PER_CLAIM // (1 + per_gpu)
     if per_claim == 0:
-        raise ValueError(f"{instance.name}: one GPU with its {per_gpu} EFA interfaces exceeds the "
-                         f"{MAX_DEVICES_PER_CLAIM} devices of one ResourceClaim (resource/v1 AllocationResultsMaxSize)")
+        raise ValueError(
+            f"{instance.name}: one GPU with its {per_gpu} EFA interfaces exceeds the "
+            f"{MAX_DEVICES_PER_CLAIM} devices of one ResourceClaim (resource/v1 AllocationResultsMaxSize)"
+        )
     claims = -(-len(gpus) // per_claim)
     size = -(-len(gpus) // claims)
-    return [gpus[start:start + size] for start in range(0, len(gpus), size)]
+    return [gpus[start : start + size] for start in range(0, len(gpus), size)]
 
 
 def worker_device_claims(instance: catalog.InstanceType) -> list[V1DeviceClaim]:
@@ -97,8 +112,14 @@ def worker_device_claims(instance: catalog.InstanceType) -> list[V1DeviceClaim]:
     per_gpu = _efa_per_gpu(instance)
     if per_gpu is None:
         _gpu_groups(instance)  # checks the size
-        return [V1DeviceClaim(requests=[_exact("gpus", GPU_DEVICE_CLASS, instance.gpus),
-                                        _exact("efa", EFA_DEVICE_CLASS, instance.efa_interfaces)])]
+        return [
+            V1DeviceClaim(
+                requests=[
+                    _exact("gpus", GPU_DEVICE_CLASS, instance.gpus),
+                    _exact("efa", EFA_DEVICE_CLASS, instance.efa_interfaces),
+                ]
+            )
+        ]
     claims = []
     for group in _gpu_groups(instance):
         requests, constraints = [], []
@@ -124,8 +145,10 @@ def _exact_count(request: V1DeviceRequest) -> int:
 
 def pod_resource_claims(owner: str, instance: catalog.InstanceType) -> list[V1PodResourceClaim]:
     """The worker pod's resourceClaims: one per claim of the node's devices, each made from the owner's template."""
-    return [V1PodResourceClaim(name=name, resource_claim_template_name=claim_template_name(owner, name))
-            for name in claim_names(instance)]
+    return [
+        V1PodResourceClaim(name=name, resource_claim_template_name=claim_template_name(owner, name))
+        for name in claim_names(instance)
+    ]
 
 
 def container_claims(instance: catalog.InstanceType) -> list[CoreV1ResourceClaim]:
@@ -145,6 +168,13 @@ class WorkerDeviceClaims(Construct):
                 metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
                 spec=V1ResourceClaimSpec(devices=claim),
             )
-            api_object(self, "Resource" if index == 0 else f"Resource{index}", api_version=RESOURCE_API_VERSION,
-                       kind="ResourceClaimTemplate", name=name, namespace=namespace,
-                       object_labels=labels(owner, "gpu-worker-devices"), body={"spec": to_json(spec)})
+            api_object(
+                self,
+                "Resource" if index == 0 else f"Resource{index}",
+                api_version=RESOURCE_API_VERSION,
+                kind="ResourceClaimTemplate",
+                name=name,
+                namespace=namespace,
+                object_labels=labels(owner, "gpu-worker-devices"),
+                body={"spec": to_json(spec)},
+            )

@@ -26,7 +26,8 @@ def ray_pods_disruption_budget(owner: str, namespace: str) -> dict[str, Any]:
     """The policy/v1 PodDisruptionBudget (as the API server takes it) of the head and workers of RayJob `owner`."""
     name = disruption_budget_name(owner)
     return {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": namespace, "labels": labels(name, "disruption-budget")},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": pod_labels(owner, RAY_NODE_COMPONENT)}},
     }

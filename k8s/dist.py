@@ -27,8 +27,9 @@ def write_manifests(settings: Settings, out: Path, *, code_archive: CodeArchive 
     """
 
     def synth(staging: Path) -> None:
-        app = cdk8s.App(outdir=str(staging), output_file_extension=".yaml",
-                        yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART)
+        app = cdk8s.App(
+            outdir=str(staging), output_file_extension=".yaml", yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART
+        )
         build_manifests(app, settings, code_archive_uri=code_archive.uri if code_archive is not None else None)
         app.synth()
         if code_archive is not None:
@@ -41,9 +42,12 @@ def write_manifests(settings: Settings, out: Path, *, code_archive: CodeArchive 
 def storage_warning(settings: Settings) -> str | None:
     """Why the RayJobs of these settings would refuse to train, if they would: a multi-node run without storagePath
     (core.settings.shared_storage_problem, the driver's own check)."""
-    problem = shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
-                                     settings.cluster_stack_name)
+    problem = shared_storage_problem(
+        settings.nodes.gpu_node_count, settings.workload.storage_path, settings.cluster_stack_name
+    )
     if problem is None:
         return None
-    return (f"storagePath is unset, so the RayJobs will refuse to train on {settings.nodes.gpu_node_count} nodes: "
-            f"storagePath {problem.message}")
+    return (
+        f"storagePath is unset, so the RayJobs will refuse to train on {settings.nodes.gpu_node_count} nodes: "
+        f"storagePath {problem.message}"
+    )

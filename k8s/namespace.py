@@ -18,5 +18,13 @@ class WorkloadNamespace(Construct):
         """
         super().__init__(scope, id)
         self.name = name
-        api_object(self, "Resource", api_version="v1", kind="Namespace", name=name, namespace=None,
-                   object_labels=labels(name, "namespace"), body={})
+        api_object(
+            self,
+            "Resource",
+            api_version="v1",
+            kind="Namespace",
+            name=name,
+            namespace=None,
+            object_labels=labels(name, "namespace"),
+            body={},
+        )

@@ -41,10 +41,16 @@ def default_deny_ingress(namespace: str) -> dict[str, Any]:
     admitted when any policy selecting the pod admits it), so each Ray cluster's own policy still admits what it
     lists; egress stays open (the submitter reaches the head, the pods S3, PyPI and DNS)."""
     spec = V1NetworkPolicySpec(pod_selector=V1LabelSelector(), policy_types=["Ingress"])
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": DEFAULT_DENY_NAME, "namespace": namespace,
-                         "labels": labels(DEFAULT_DENY_NAME, "network-policy")},
-            "spec": to_json(spec)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": DEFAULT_DENY_NAME,
+            "namespace": namespace,
+            "labels": labels(DEFAULT_DENY_NAME, "network-policy"),
+        },
+        "spec": to_json(spec),
+    }
 
 
 class RayNetworkPolicy(Construct):
@@ -73,14 +79,22 @@ class RayNetworkPolicy(Construct):
         ingress = [V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=ray_pods)])]
         if submitter:
             submitter_pod = V1LabelSelector(match_labels=pod_labels(owner, SUBMITTER_COMPONENT))
-            ingress.append(V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=submitter_pod)],
-                                                      ports=dashboard))
+            ingress.append(
+                V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=submitter_pod)], ports=dashboard)
+            )
         operator = V1NetworkPolicyPeer(
             namespace_selector=V1LabelSelector(match_labels={NAMESPACE_NAME_LABEL: KUBERAY_OPERATOR.namespace}),
             pod_selector=V1LabelSelector(match_labels=dict(OPERATOR_POD_LABELS)),
         )
         ingress.append(V1NetworkPolicyIngressRule(_from=[operator], ports=dashboard))
         spec = V1NetworkPolicySpec(pod_selector=ray_pods, policy_types=["Ingress"], ingress=ingress)
-        api_object(self, "Resource", api_version="networking.k8s.io/v1", kind="NetworkPolicy", name=self.name,
-                   namespace=settings.workload.namespace, object_labels=labels(self.name, "network-policy"),
-                   body={"spec": to_json(spec)})
+        api_object(
+            self,
+            "Resource",
+            api_version="networking.k8s.io/v1",
+            kind="NetworkPolicy",
+            name=self.name,
+            namespace=settings.workload.namespace,
+            object_labels=labels(self.name, "network-policy"),
+            body={"spec": to_json(spec)},
+        )

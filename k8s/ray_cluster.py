@@ -21,8 +21,16 @@ class RayCluster(Construct):
     It holds every GPU node while it exists, so a RayJob (which brings its own cluster) waits for it to be deleted.
     """
 
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap,
-                 user_code: UserCodeVolume | None = None):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: Settings,
+        name: str,
+        code: CodeConfigMap,
+        user_code: UserCodeVolume | None = None,
+    ):
         """
         :param settings: image, Ray version, node types and counts, network.
         :param name: the RayCluster's name (a DNS-1035 label of at most 47 characters).
@@ -31,8 +39,21 @@ class RayCluster(Construct):
         """
         super().__init__(scope, id)
         self.name: str = check_object_name(name)
-        spec = ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.mounted, user_code=user_code,
-                                app_archive_uri=code.archive_uri)
-        api_object(self, "Resource", api_version=API_VERSION, kind="RayCluster", name=name,
-                   namespace=settings.workload.namespace, object_labels=labels(name, "raycluster"),
-                   body={"spec": spec.to_dict()})
+        spec = ray_cluster_spec(
+            settings,
+            owner=name,
+            config_map=code.name,
+            bundle=code.mounted,
+            user_code=user_code,
+            app_archive_uri=code.archive_uri,
+        )
+        api_object(
+            self,
+            "Resource",
+            api_version=API_VERSION,
+            kind="RayCluster",
+            name=name,
+            namespace=settings.workload.namespace,
+            object_labels=labels(name, "raycluster"),
+            body={"spec": spec.to_dict()},
+        )

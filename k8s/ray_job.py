@@ -16,7 +16,13 @@ from ray_efa.k8s.names import DRIVER_MODULE, SETTINGS_PATH, check_object_name
 from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
 
-__all__ = ["RayJob", "driver_entrypoint", "runtime_env_yaml", "pre_running_deadline", "PRE_RUNNING_DEADLINE_MIN_KUBERAY"]
+__all__ = [
+    "RayJob",
+    "driver_entrypoint",
+    "runtime_env_yaml",
+    "pre_running_deadline",
+    "PRE_RUNNING_DEADLINE_MIN_KUBERAY",
+]
 
 PRE_RUNNING_DEADLINE_MIN_KUBERAY = (1, 7, 0)
 """The first KubeRay the stack supports whose RayJob CRD has spec.preRunningDeadlineSeconds (1.4.0's has not)."""
@@ -28,7 +34,10 @@ def pre_running_deadline(settings: Settings) -> int | None:
     below jobActiveDeadlineSeconds, which counts from the same moment and so ends the job first."""
     version = tuple(int(part) for part in settings.addons.kuberay_version.split("."))
     workload = settings.workload
-    if version < PRE_RUNNING_DEADLINE_MIN_KUBERAY or workload.job_pre_running_deadline_seconds >= workload.job_active_deadline_seconds:
+    if (
+        version < PRE_RUNNING_DEADLINE_MIN_KUBERAY
+        or workload.job_pre_running_deadline_seconds >= workload.job_active_deadline_seconds
+    ):
         return None
     return workload.job_pre_running_deadline_seconds
 
@@ -59,8 +68,16 @@ class RayJob(Construct):
     settings, carries its own network's env, and frees the GPU nodes after the TTL. See k8s/README.md.
     """
 
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, name: str, code: CodeConfigMap,
-                 user_code: UserCodeVolume | None = None):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: Settings,
+        name: str,
+        code: CodeConfigMap,
+        user_code: UserCodeVolume | None = None,
+    ):
         """
         :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
         :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
@@ -74,8 +91,14 @@ class RayJob(Construct):
         spec = RayJobSpec(
             entrypoint=driver_entrypoint(),
             runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(settings, owner=name, config_map=code.name, bundle=code.mounted,
-                                              user_code=user_code, app_archive_uri=code.archive_uri),
+            ray_cluster_spec=ray_cluster_spec(
+                settings,
+                owner=name,
+                config_map=code.name,
+                bundle=code.mounted,
+                user_code=user_code,
+                app_archive_uri=code.archive_uri,
+            ),
             submitter_pod_template=submitter_template(settings, owner=name),
             shutdown_after_job_finishes=True,
             ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
@@ -83,6 +106,13 @@ class RayJob(Construct):
             pre_running_deadline_seconds=pre_running_deadline(settings),
             backoff_limit=workload.job_backoff_limit,
         )
-        api_object(self, "Resource", api_version=API_VERSION, kind="RayJob", name=name,
-                   namespace=workload.namespace, object_labels=labels(name, "rayjob"),
-                   body={"spec": spec.to_dict()})
+        api_object(
+            self,
+            "Resource",
+            api_version=API_VERSION,
+            kind="RayJob",
+            name=name,
+            namespace=workload.namespace,
+            object_labels=labels(name, "rayjob"),
+            body={"spec": spec.to_dict()},
+        )

@@ -136,8 +136,11 @@ class RayJobSpec:
             "shutdownAfterJobFinishes": self.shutdown_after_job_finishes,
             "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
             "activeDeadlineSeconds": self.active_deadline_seconds,
-            **({"preRunningDeadlineSeconds": self.pre_running_deadline_seconds}
-               if self.pre_running_deadline_seconds is not None else {}),
+            **(
+                {"preRunningDeadlineSeconds": self.pre_running_deadline_seconds}
+                if self.pre_running_deadline_seconds is not None
+                else {}
+            ),
             "backoffLimit": self.backoff_limit,
             "rayClusterSpec": self.ray_cluster_spec.to_dict(),
         }

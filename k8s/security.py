@@ -87,15 +87,27 @@ def token_auth(settings: Settings) -> TokenAuth:
 def token_auth_of(kuberay: str, ray: str) -> TokenAuth:
     """token_auth for a KubeRay chart version and a Ray version (what the KubeRayOperator construct knows)."""
     if _version(kuberay) < TOKEN_AUTH_MIN_KUBERAY:
-        return TokenAuth(enabled=False, reason=(
-            f"kuberayVersion {kuberay} has no authOptions (token auth needs KubeRay 1.5.1 or later, e.g. 1.7.0): any "
-            "pod that gets past the NetworkPolicy can submit jobs to the Ray cluster"))
+        return TokenAuth(
+            enabled=False,
+            reason=(
+                f"kuberayVersion {kuberay} has no authOptions (token auth needs KubeRay 1.5.1 or later, e.g. 1.7.0): any "
+                "pod that gets past the NetworkPolicy can submit jobs to the Ray cluster"
+            ),
+        )
     if _version(ray) < TOKEN_AUTH_MIN_RAY:
-        return TokenAuth(enabled=False, reason=(
-            f"rayVersion {ray} is older than 2.52.0, which KubeRay requires for token auth: any pod that gets past "
-            "the NetworkPolicy can submit jobs to the Ray cluster"))
-    return TokenAuth(enabled=True, reason=(
-        f"KubeRay {kuberay} generates a token per Ray cluster and injects it into the head, workers and submitter"))
+        return TokenAuth(
+            enabled=False,
+            reason=(
+                f"rayVersion {ray} is older than 2.52.0, which KubeRay requires for token auth: any pod that gets past "
+                "the NetworkPolicy can submit jobs to the Ray cluster"
+            ),
+        )
+    return TokenAuth(
+        enabled=True,
+        reason=(
+            f"KubeRay {kuberay} generates a token per Ray cluster and injects it into the head, workers and submitter"
+        ),
+    )
 
 
 def pod_labels(owner: str, component: str) -> dict[str, str]:

@@ -38,7 +38,9 @@ class UserCodeVolume:
     """s3://bucket/key.zip (a CloudFormation token is fine), unpacked by an init container."""
 
     def __post_init__(self) -> None:
-        if (self.config_map is None) == (self.archive_uri is None) or (self.config_map is None) != (self.bundle is None):
+        if (self.config_map is None) == (self.archive_uri is None) or (self.config_map is None) != (
+            self.bundle is None
+        ):
             raise ValueError("UserCodeVolume takes config_map with bundle, or archive_uri")
 
 
@@ -92,5 +94,13 @@ class UserCodeConfigMap(Construct):
             ) from None
         self.name = name
         self.volume: UserCodeVolume = UserCodeVolume(config_map=name, bundle=bundle)
-        api_object(self, "Resource", api_version="v1", kind="ConfigMap", name=name, namespace=namespace,
-                   object_labels=labels(name, "user-code"), body={"data": bundle.data})
+        api_object(
+            self,
+            "Resource",
+            api_version="v1",
+            kind="ConfigMap",
+            name=name,
+            namespace=namespace,
+            object_labels=labels(name, "user-code"),
+            body={"data": bundle.data},
+        )

@@ -34,8 +34,15 @@ from ray_efa.k8s.ray_cluster import RayCluster
 from ray_efa.k8s.ray_job import RayJob
 from ray_efa.k8s.user_code import UserCodeConfigMap, UserCodeVolume
 
-__all__ = ["namespace_chart", "ray_cluster_chart", "ray_job_chart", "settings_chart", "build_workload", "build_manifests",
-           "shipped_settings"]
+__all__ = [
+    "namespace_chart",
+    "ray_cluster_chart",
+    "ray_job_chart",
+    "settings_chart",
+    "build_workload",
+    "build_manifests",
+    "shipped_settings",
+]
 
 
 def shipped_settings(settings: Settings) -> Settings:
@@ -51,8 +58,13 @@ def _user_code(chart: Construct, settings: Settings, owner: str, archive_uri: st
         return None
     if archive_uri is not None:
         return UserCodeVolume(archive_uri=archive_uri)
-    return UserCodeConfigMap(chart, "UserCode", name=user_code_config_map_name(owner),
-                             namespace=settings.workload.namespace, code_dir=code_dir).volume
+    return UserCodeConfigMap(
+        chart,
+        "UserCode",
+        name=user_code_config_map_name(owner),
+        namespace=settings.workload.namespace,
+        code_dir=code_dir,
+    ).volume
 
 
 def _chart(scope: Construct, id: str) -> cdk8s.Chart:
@@ -73,16 +85,22 @@ def ray_cluster_chart(scope: Construct, settings: Settings, *, code_archive_uri:
     chart = _chart(scope, "raycluster")
     shipped = shipped_settings(settings)
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=RAY_CLUSTER_NAME, submitter=False)
-    code = CodeConfigMap(chart, "Code", name=code_config_map_name(RAY_CLUSTER_NAME),
-                         namespace=settings.workload.namespace, bundle=collect_code(shipped))
+    code = CodeConfigMap(
+        chart,
+        "Code",
+        name=code_config_map_name(RAY_CLUSTER_NAME),
+        namespace=settings.workload.namespace,
+        bundle=collect_code(shipped),
+    )
     user_code = _user_code(chart, settings, RAY_CLUSTER_NAME, code_archive_uri)
     _device_claims(chart, settings, RAY_CLUSTER_NAME)
     RayCluster(chart, "RayCluster", settings=shipped, name=RAY_CLUSTER_NAME, code=code, user_code=user_code)
     return chart
 
 
-def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str | None = None,
-                  app_archive_uri: str | None = None) -> cdk8s.Chart:
+def ray_job_chart(
+    scope: Construct, settings: Settings, *, code_archive_uri: str | None = None, app_archive_uri: str | None = None
+) -> cdk8s.Chart:
     """The training RayJob on `settings.workload.network` named after jobName (k8s.names.ray_job_of), with the
     NetworkPolicy in front of its pods, its code and settings ConfigMaps and codeDir's (a ConfigMap, or the zip at
     `code_archive_uri`, s3://...), all before the job. With `app_archive_uri` (s3://... of the zip of
@@ -102,8 +120,14 @@ def ray_job_chart(scope: Construct, settings: Settings, *, code_archive_uri: str
     shipped = shipped_settings(settings)
     chart = _chart(scope, f"rayjob-{settings.workload.network}")
     RayNetworkPolicy(chart, "NetworkPolicy", settings=settings, owner=name, submitter=True)
-    code = CodeConfigMap(chart, "Code", name=code_config_map_name(name), namespace=settings.workload.namespace,
-                         bundle=collect_code(shipped), archive_uri=app_archive_uri)
+    code = CodeConfigMap(
+        chart,
+        "Code",
+        name=code_config_map_name(name),
+        namespace=settings.workload.namespace,
+        bundle=collect_code(shipped),
+        archive_uri=app_archive_uri,
+    )
     user_code = _user_code(chart, settings, name, code_archive_uri)
     _device_claims(chart, settings, name)
     RayJob(chart, "RayJob", settings=shipped, name=name, code=code, user_code=user_code)
@@ -116,16 +140,26 @@ def settings_chart(scope: Construct, settings: Settings) -> cdk8s.Chart:
     its GPU nodes at zero). No plan is checked: no job runs from it."""
     name = ray_job_of(settings)
     chart = _chart(scope, f"settings-{settings.workload.network}")
-    CodeConfigMap(chart, "Code", name=code_config_map_name(name), namespace=settings.workload.namespace,
-                  bundle=collect_code(shipped_settings(settings)).settings_only())
+    CodeConfigMap(
+        chart,
+        "Code",
+        name=code_config_map_name(name),
+        namespace=settings.workload.namespace,
+        bundle=collect_code(shipped_settings(settings)).settings_only(),
+    )
     return chart
 
 
 def _device_claims(chart: cdk8s.Chart, settings: Settings, owner: str) -> None:
     """With deviceAllocation dra, the workers' ResourceClaimTemplate, before the Ray object whose pods claim from it."""
     if settings.addons.device_allocation == "dra":
-        WorkerDeviceClaims(chart, "DeviceClaims", owner=owner, namespace=settings.workload.namespace,
-                           instance=settings.nodes.gpu_instance)
+        WorkerDeviceClaims(
+            chart,
+            "DeviceClaims",
+            owner=owner,
+            namespace=settings.workload.namespace,
+            instance=settings.nodes.gpu_instance,
+        )
 
 
 def _in_order(charts: list[cdk8s.Chart]) -> list[cdk8s.Chart]:
@@ -157,8 +191,10 @@ def build_manifests(scope: Construct, settings: Settings, *, code_archive_uri: s
     # HSDP and a bf16 wire over TCP against bf16 FSDP over EFA on p5: a ratio of two jobs, not of two transports.
     other = resolve(settings).replace(network=comparison_network(settings.workload.network), **unset_floor)
     jobs = sorted([settings, other], key=lambda s: s.workload.network)  # rayjob-efa before rayjob-tcp, always
-    return _in_order([
-        namespace_chart(scope, settings),
-        ray_cluster_chart(scope, settings, code_archive_uri=code_archive_uri),
-        *(ray_job_chart(scope, job, code_archive_uri=code_archive_uri) for job in jobs),
-    ])
+    return _in_order(
+        [
+            namespace_chart(scope, settings),
+            ray_cluster_chart(scope, settings, code_archive_uri=code_archive_uri),
+            *(ray_job_chart(scope, job, code_archive_uri=code_archive_uri) for job in jobs),
+        ]
+    )

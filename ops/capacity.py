@@ -151,9 +151,15 @@ class QuotaCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "code": self.code, "name": self.name, "region": self.region, "limit_vcpus": self.limit_vcpus,
-            "used_vcpus": self.used_vcpus, "needed_vcpus": self.needed_vcpus, "headroom_vcpus": self.headroom_vcpus,
-            "sufficient": self.sufficient, "error": self.error,
+            "code": self.code,
+            "name": self.name,
+            "region": self.region,
+            "limit_vcpus": self.limit_vcpus,
+            "used_vcpus": self.used_vcpus,
+            "needed_vcpus": self.needed_vcpus,
+            "headroom_vcpus": self.headroom_vcpus,
+            "sufficient": self.sufficient,
+            "error": self.error,
             "request_command": self.request_command() if self.sufficient is False else None,
         }
 
@@ -211,10 +217,18 @@ class ReservationCheck:
         return not self.problems
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reservation_id": self.reservation_id, "state": self.state, "instance_type": self.instance_type,
-                "zone": self.zone, "total": self.total, "available": self.available,
-                "reservation_type": self.reservation_type, "ok": self.ok, "problems": list(self.problems),
-                "notes": list(self.notes)}
+        return {
+            "reservation_id": self.reservation_id,
+            "state": self.state,
+            "instance_type": self.instance_type,
+            "zone": self.zone,
+            "total": self.total,
+            "available": self.available,
+            "reservation_type": self.reservation_type,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+        }
 
 
 _RESERVATION_READY = ("active",)
@@ -228,8 +242,10 @@ def reservation_check(request: CapacityRequest, reservation: dict[str, Any] | No
     rid = request.reservation_id or ""
     key = "capacityReservationId"
     if reservation is None:
-        return ReservationCheck(reservation_id=rid, problems=(
-            f"{key} {rid}: EC2 knows no such reservation in {request.region} for this account",))
+        return ReservationCheck(
+            reservation_id=rid,
+            problems=(f"{key} {rid}: EC2 knows no such reservation in {request.region} for this account",),
+        )
     state = reservation.get("State")
     instance_type = reservation.get("InstanceType")
     zone = reservation.get("AvailabilityZone")
@@ -238,27 +254,46 @@ def reservation_check(request: CapacityRequest, reservation: dict[str, Any] | No
     kind = reservation.get("ReservationType") or "default"
     problems, notes = [], []
     if instance_type != request.instance_type:
-        problems.append(f"{key} {rid} reserves {instance_type}, but gpuInstanceType is {request.instance_type}: "
-                        "instances launch only into a reservation of their own type")
+        problems.append(
+            f"{key} {rid} reserves {instance_type}, but gpuInstanceType is {request.instance_type}: "
+            "instances launch only into a reservation of their own type"
+        )
     if request.reservation_zone is not None and zone != request.reservation_zone:
-        problems.append(f"{key} {rid} is in {zone}, but the GPU nodes launch in {request.reservation_zone}: set "
-                        f"gpuAvailabilityZone={zone}")
+        problems.append(
+            f"{key} {rid} is in {zone}, but the GPU nodes launch in {request.reservation_zone}: set "
+            f"gpuAvailabilityZone={zone}"
+        )
     if total is not None and total < request.count:
-        problems.append(f"{key} {rid} holds {total} instance(s), but gpuNodeCount is {request.count}: EKS would "
-                        "retry the missing nodes until the node group fails")
+        problems.append(
+            f"{key} {rid} holds {total} instance(s), but gpuNodeCount is {request.count}: EKS would "
+            "retry the missing nodes until the node group fails"
+        )
     elif available is not None and available < request.count:
         notes.append(f"{key} {rid}: {available} of its {total} instance(s) are free now (others run in it)")
     if state in _RESERVATION_LATER:
-        notes.append(f"{key} {rid} is {state}: the nodes launch once it is active"
-                     + (f" ({reservation['StartDate']})" if reservation.get("StartDate") else ""))
+        notes.append(
+            f"{key} {rid} is {state}: the nodes launch once it is active"
+            + (f" ({reservation['StartDate']})" if reservation.get("StartDate") else "")
+        )
     elif state not in _RESERVATION_READY:
         problems.append(f"{key} {rid} is {state}: nothing launches into it; reserve again")
     if request.capacity_block != (kind == "capacity-block"):
         want = "capacity-block" if kind == "capacity-block" else "odcr"
-        problems.append(f"{key} {rid} is a {'Capacity Block' if kind == 'capacity-block' else 'capacity reservation'}"
-                        f": set capacityReservationType={want}")
-    return ReservationCheck(reservation_id=rid, state=state, instance_type=instance_type, zone=zone, total=total,
-                            available=available, reservation_type=kind, problems=tuple(problems), notes=tuple(notes))
+        problems.append(
+            f"{key} {rid} is a {'Capacity Block' if kind == 'capacity-block' else 'capacity reservation'}"
+            f": set capacityReservationType={want}"
+        )
+    return ReservationCheck(
+        reservation_id=rid,
+        state=state,
+        instance_type=instance_type,
+        zone=zone,
+        total=total,
+        available=available,
+        reservation_type=kind,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )
 
 
 def describe_reservation(ec2: Any, reservation_id: str) -> dict[str, Any] | None:
@@ -266,8 +301,10 @@ def describe_reservation(ec2: Any, reservation_id: str) -> dict[str, Any] | None
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("InvalidCapacityReservationId.NotFound",
-                                                            "InvalidCapacityReservationId.Malformed"):
+        if error.response.get("Error", {}).get("Code") in (
+            "InvalidCapacityReservationId.NotFound",
+            "InvalidCapacityReservationId.Malformed",
+        ):
             return None
         raise
     return found[0] if found else None
@@ -316,11 +353,19 @@ class CapacityReport:
             "quota": self.quota.as_dict() if self.quota else None,
             "zones": [
                 {
-                    "zone": z.zone, "zone_id": z.zone_id, "offered": z.offered, "usable": z.usable,
+                    "zone": z.zone,
+                    "zone_id": z.zone_id,
+                    "offered": z.offered,
+                    "usable": z.usable,
                     "placement_score": z.placement_score,
-                    "probe": None if z.probe is None else {
-                        "outcome": z.probe.outcome, "error_code": z.probe.error_code, "message": z.probe.message,
-                        "reservation_id": z.probe.reservation_id, "cancelled": z.probe.cancelled,
+                    "probe": None
+                    if z.probe is None
+                    else {
+                        "outcome": z.probe.outcome,
+                        "error_code": z.probe.error_code,
+                        "message": z.probe.message,
+                        "reservation_id": z.probe.reservation_id,
+                        "cancelled": z.probe.cancelled,
                     },
                 }
                 for z in self.zones
@@ -354,7 +399,7 @@ def instance_vcpus(ec2: Any, instance_types: Iterable[str]) -> dict[str, int]:
     names = sorted(set(instance_types))
     out: dict[str, int] = {}
     for start in range(0, len(names), 100):  # the API takes at most 100 types per call
-        response = ec2.describe_instance_types(InstanceTypes=names[start:start + 100])
+        response = ec2.describe_instance_types(InstanceTypes=names[start : start + 100])
         out.update({t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"] for t in response["InstanceTypes"]})
     return out
 
@@ -390,8 +435,9 @@ def quota_limit(service_quotas: Any, code: str) -> float:
     return float(service_quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
 
 
-def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: str, count: int,
-                vcpus_per_instance: int) -> QuotaCheck | None:
+def check_quota(
+    ec2: Any, service_quotas: Any, *, region: str, instance_type: str, count: int, vcpus_per_instance: int
+) -> QuotaCheck | None:
     """The family's vCPU quota against usage plus `count` new instances; read errors are kept, not raised."""
     quota = quota_class(instance_type)
     if quota is None:
@@ -407,20 +453,29 @@ def check_quota(ec2: Any, service_quotas: Any, *, region: str, instance_type: st
     except ClientError as error:
         errors.append(f"counting running vCPUs: {error_text(error)}")
     return QuotaCheck(
-        code=quota.code, name=quota.name, region=region, limit_vcpus=limit, used_vcpus=used,
-        needed_vcpus=count * vcpus_per_instance, error="; ".join(errors) or None,
+        code=quota.code,
+        name=quota.name,
+        region=region,
+        limit_vcpus=limit,
+        used_vcpus=used,
+        needed_vcpus=count * vcpus_per_instance,
+        error="; ".join(errors) or None,
     )
 
 
-def placement_scores(ec2: Any, *, region: str, instance_type: str, count: int,
-                     zone_names: dict[str, str]) -> dict[str, int]:
+def placement_scores(
+    ec2: Any, *, region: str, instance_type: str, count: int, zone_names: dict[str, str]
+) -> dict[str, int]:
     """AZ name -> EC2's Spot placement score (1-10) for `count` instances in that single AZ.
 
     The API answers with AZ IDs; `zone_names` maps them to the account's AZ names.
     """
     pages = ec2.get_paginator("get_spot_placement_scores").paginate(
-        InstanceTypes=[instance_type], TargetCapacity=count, TargetCapacityUnitType="units",
-        SingleAvailabilityZone=True, RegionNames=[region],
+        InstanceTypes=[instance_type],
+        TargetCapacity=count,
+        TargetCapacityUnitType="units",
+        SingleAvailabilityZone=True,
+        RegionNames=[region],
     )
     scores: dict[str, int] = {}
     for page in pages:
@@ -473,8 +528,14 @@ def check_capacity(
         notes.append(f"describe-instance-types failed ({error_text(error)}); using the catalog's {catalog_vcpus} vCPUs")
 
     status(f"reading the vCPU quota and usage of the {request.instance_type.split('.')[0]} family")
-    quota = check_quota(ec2, service_quotas, region=request.region, instance_type=request.instance_type,
-                        count=request.count, vcpus_per_instance=vcpus)
+    quota = check_quota(
+        ec2,
+        service_quotas,
+        region=request.region,
+        instance_type=request.instance_type,
+        count=request.count,
+        vcpus_per_instance=vcpus,
+    )
     if quota is not None and quota.error:
         notes.append(f"quota unknown ({quota.error}); check it in the Service Quotas console")
 
@@ -482,8 +543,9 @@ def check_capacity(
     scores: dict[str, int] = {}
     scores_error = None
     try:
-        scores = placement_scores(ec2, region=request.region, instance_type=request.instance_type,
-                                  count=request.count, zone_names=zone_names)
+        scores = placement_scores(
+            ec2, region=request.region, instance_type=request.instance_type, count=request.count, zone_names=zone_names
+        )
     except ClientError as error:
         scores_error = error_text(error)
         notes.append(f"no placement scores ({scores_error})")
@@ -495,25 +557,50 @@ def check_capacity(
         else:
             order = sorted(offered, key=lambda z: (-scores.get(z, 0), z))
             for zone in order:
-                probes[zone] = probe_zone(ec2, region=request.region, instance_type=request.instance_type, zone=zone,
-                                          count=request.count, status=status, **(probe_options or {}))
+                probes[zone] = probe_zone(
+                    ec2,
+                    region=request.region,
+                    instance_type=request.instance_type,
+                    zone=zone,
+                    count=request.count,
+                    status=status,
+                    **(probe_options or {}),
+                )
 
     reports = [
-        ZoneReport(zone=name, zone_id=zone_id, offered=name in offered, placement_score=scores.get(name),
-                   probe=probes.get(name))
+        ZoneReport(
+            zone=name,
+            zone_id=zone_id,
+            offered=name in offered,
+            placement_score=scores.get(name),
+            probe=probes.get(name),
+        )
         for name, zone_id in zones
     ]
     reservation = None
     if request.reservation_id:
         status(f"reading capacity reservation {request.reservation_id}")
         reservation = reservation_check(request, describe_reservation(ec2, request.reservation_id))
-    return CapacityReport(request=request, vcpus_per_instance=vcpus, zones=rank_zones(reports), quota=quota,
-                          placement_scores_error=scores_error, notes=tuple(notes), reservation=reservation)
+    return CapacityReport(
+        request=request,
+        vcpus_per_instance=vcpus,
+        zones=rank_zones(reports),
+        quota=quota,
+        placement_scores_error=scores_error,
+        notes=tuple(notes),
+        reservation=reservation,
+    )
 
 
 # -- rendering ------------------------------------------------------------------------------------------------------
 
-_OUTCOME_STYLE = {AVAILABLE: "green", INSUFFICIENT_CAPACITY: "red", QUOTA_EXCEEDED: "yellow", UNSUPPORTED: "red", ERROR: "yellow"}
+_OUTCOME_STYLE = {
+    AVAILABLE: "green",
+    INSUFFICIENT_CAPACITY: "red",
+    QUOTA_EXCEEDED: "yellow",
+    UNSUPPORTED: "red",
+    ERROR: "yellow",
+}
 
 
 def render_capacity(report: CapacityReport, console: Console) -> None:
@@ -533,8 +620,12 @@ def render_capacity(report: CapacityReport, console: Console) -> None:
             if z.probe.reservation_id:
                 probe += f", {z.probe.reservation_id} {'cancelled' if z.probe.cancelled else '[red]NOT cancelled[/]'}"
         zones.add_row(
-            str(rank), z.zone, z.zone_id or "?", "[green]yes[/]" if z.offered else "[red]no[/]",
-            "-" if z.placement_score is None else f"{z.placement_score}/10", probe,
+            str(rank),
+            z.zone,
+            z.zone_id or "?",
+            "[green]yes[/]" if z.offered else "[red]no[/]",
+            "-" if z.placement_score is None else f"{z.placement_score}/10",
+            probe,
         )
     console.print(zones)
 
@@ -548,7 +639,9 @@ def render_capacity(report: CapacityReport, console: Console) -> None:
         def num(value):
             return "?" if value is None else f"{value:g}"
 
-        quota.add_row(q.name, q.code, num(q.limit_vcpus), num(q.used_vcpus), str(q.needed_vcpus), num(q.headroom_vcpus), verdict)
+        quota.add_row(
+            q.name, q.code, num(q.limit_vcpus), num(q.used_vcpus), str(q.needed_vcpus), num(q.headroom_vcpus), verdict
+        )
         console.print(quota)
         if q.sufficient is False:
             console.print(f"Quota {q.code} ({q.name}) is short. Ask for more with:")
@@ -556,8 +649,11 @@ def render_capacity(report: CapacityReport, console: Console) -> None:
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     if (rc := report.reservation) is not None:
-        console.print(f"Reservation {rc.reservation_id}: {rc.state or 'unknown'}, {rc.total if rc.total is not None else '?'}"
-                      f" x {rc.instance_type or '?'} in {rc.zone or '?'} ({rc.reservation_type or '?'})", highlight=False)
+        console.print(
+            f"Reservation {rc.reservation_id}: {rc.state or 'unknown'}, {rc.total if rc.total is not None else '?'}"
+            f" x {rc.instance_type or '?'} in {rc.zone or '?'} ({rc.reservation_type or '?'})",
+            highlight=False,
+        )
         for note in rc.notes:
             console.print(f"[yellow]note:[/] {note}", highlight=False)
         for problem in rc.problems:
@@ -566,4 +662,7 @@ def render_capacity(report: CapacityReport, console: Console) -> None:
         console.print("[red]No usable AZ.[/]")
     else:
         colour = "green" if report.ok else "yellow"
-        console.print(f"[{colour}]Recommended AZ: {report.recommended_zone}[/]" + ("" if report.ok else " (but the quota is short)"))
+        console.print(
+            f"[{colour}]Recommended AZ: {report.recommended_zone}[/]"
+            + ("" if report.ok else " (but the quota is short)")
+        )

@@ -33,8 +33,16 @@ def app_config_file() -> Path | None:
 
 def context_flags(updates: Mapping[str, Any]) -> str:
     """The same values as `-c key=value` flags, for a user who keeps them out of cdk.json."""
+
     def text(value: Any) -> str:
-        return json.dumps(value) if isinstance(value, (list, dict)) else str(value).lower() if isinstance(value, bool) else str(value)
+        return (
+            json.dumps(value)
+            if isinstance(value, (list, dict))
+            else str(value).lower()
+            if isinstance(value, bool)
+            else str(value)
+        )
+
     return " ".join(f"-c {key}={text(value)}" for key, value in updates.items())
 
 
@@ -59,9 +67,12 @@ def write_context(updates: Mapping[str, Any], path: Path | None = None) -> Path:
     if path is None:
         raise ContextFileError(
             f"no {PROJECT_CONFIG} in {Path.cwd()} or above: run this in the app directory, or pass the values to cdk as "
-            f"{context_flags(updates)}; nothing was written")
+            f"{context_flags(updates)}; nothing was written"
+        )
     if not path.exists():
-        raise ContextFileError(f"{path} does not exist: it is the app's cdk.json, made by the project; nothing was written")
+        raise ContextFileError(
+            f"{path} does not exist: it is the app's cdk.json, made by the project; nothing was written"
+        )
     text = path.read_text()
     try:
         config = json.loads(text)
@@ -71,7 +82,9 @@ def write_context(updates: Mapping[str, Any], path: Path | None = None) -> Path:
         raise ContextFileError(f"{path} must hold a JSON object, found {type(config).__name__}; nothing was written")
     context = config.setdefault("context", {})
     if not isinstance(context, dict):
-        raise ContextFileError(f'{path}: "context" must be a JSON object, found {type(context).__name__}; nothing was written')
+        raise ContextFileError(
+            f'{path}: "context" must be a JSON object, found {type(context).__name__}; nothing was written'
+        )
     context.update(updates)
     mode = path.stat().st_mode & 0o777
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

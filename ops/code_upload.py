@@ -32,8 +32,9 @@ def _failed(uri: str, error: Exception) -> CodeUploadError:
     from botocore.exceptions import ClientError, NoCredentialsError
 
     if isinstance(error, NoCredentialsError):
-        return CodeUploadError(f"cannot upload the code to {uri}: no AWS credentials here (aws configure, AWS_PROFILE "
-                               "or aws sso login)")
+        return CodeUploadError(
+            f"cannot upload the code to {uri}: no AWS credentials here (aws configure, AWS_PROFILE or aws sso login)"
+        )
     if isinstance(error, ClientError):
         e = error.response.get("Error", {})
         code = str(e.get("Code", "?"))
@@ -41,7 +42,7 @@ def _failed(uri: str, error: Exception) -> CodeUploadError:
             "AccessDenied": " (these credentials need s3:GetObject and s3:PutObject under storagePath)",
             "403": " (these credentials need s3:GetObject and s3:PutObject under storagePath)",
             "NoSuchBucket": " (storagePath names a bucket that does not exist: the cluster stack's output "
-                            "CheckpointStoragePath gives the right one)",
+            "CheckpointStoragePath gives the right one)",
         }.get(code, "")
         return CodeUploadError(f"cannot upload the code to {uri}: {code}: {e.get('Message', error)}{hint}")
     return CodeUploadError(f"cannot upload the code to {uri}: {error}")
@@ -68,10 +69,16 @@ def upload_code_archive(s3_client: Any, archive: CodeArchive) -> bool:
             return False
         raise CodeUploadError(
             f"cannot upload the code to {uri}: an object is there that ray-efa did not write for this code (no "
-            f"x-amz-meta-{_HASH_METADATA} {archive.sha256}); it is left alone: move it, or give another storagePath")
+            f"x-amz-meta-{_HASH_METADATA} {archive.sha256}); it is left alone: move it, or give another storagePath"
+        )
     try:
-        s3_client.put_object(Bucket=bucket, Key=key, Body=archive.data, ContentType="application/zip",
-                             Metadata={_HASH_METADATA: archive.sha256})
+        s3_client.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=archive.data,
+            ContentType="application/zip",
+            Metadata={_HASH_METADATA: archive.sha256},
+        )
     except (ClientError, BotoCoreError) as error:
         raise _failed(uri, error) from None
     return True

@@ -52,8 +52,13 @@ class Comparison:
         return self.efa[_TOKENS] / self.tcp[_TOKENS]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"efa": self.efa, "tcp": self.tcp, "efa_over_tcp": self.ratio, "same_hardware": self.same_hardware,
-                "logs": {k: str(v) for k, v in self.sources.items()}}
+        return {
+            "efa": self.efa,
+            "tcp": self.tcp,
+            "efa_over_tcp": self.ratio,
+            "same_hardware": self.same_hardware,
+            "logs": {k: str(v) for k, v in self.sources.items()},
+        }
 
     def rows(self) -> list[tuple[str, str, str]]:
         def cell(run: dict[str, Any], key: str, fmt: str) -> str:
@@ -75,15 +80,19 @@ def _check(summary: object, path: Path) -> dict[str, Any]:
         raise CompareError(f"{path}: a RAY_EFA_RUN_SUMMARY line does not hold a JSON object")
     for key in REQUIRED:
         if key not in summary:
-            raise CompareError(f"{path}: the run summary of {summary.get('name', '(unnamed run)')!s} has no "
-                               f"field {key!r}")
+            raise CompareError(
+                f"{path}: the run summary of {summary.get('name', '(unnamed run)')!s} has no field {key!r}"
+            )
     tokens = summary[_TOKENS]
     if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens <= 0:
-        raise CompareError(f"{path}: the run summary of {summary['name']!s} has {_TOKENS}={tokens!r}; a finished run "
-                           "has a positive number of tokens per second")
+        raise CompareError(
+            f"{path}: the run summary of {summary['name']!s} has {_TOKENS}={tokens!r}; a finished run "
+            "has a positive number of tokens per second"
+        )
     if summary["network"] not in ("efa", "tcp"):
-        raise CompareError(f"{path}: the run summary of {summary['name']!s} has network={summary['network']!r}; "
-                           "allowed: efa, tcp")
+        raise CompareError(
+            f"{path}: the run summary of {summary['name']!s} has network={summary['network']!r}; allowed: efa, tcp"
+        )
     return summary
 
 
@@ -102,14 +111,17 @@ def compare_logs(paths: list[Path], *, allow_different_hardware: bool = False) -
             sources[summary["network"]] = Path(path)
     missing = [n for n in ("efa", "tcp") if n not in latest]
     if missing:
-        raise CompareError(f"no finished {' or '.join(missing)} run in {', '.join(map(str, paths))} "
-                           "(the driver prints a RAY_EFA_RUN_SUMMARY line at the end of each run)")
+        raise CompareError(
+            f"no finished {' or '.join(missing)} run in {', '.join(map(str, paths))} "
+            "(the driver prints a RAY_EFA_RUN_SUMMARY line at the end of each run)"
+        )
     same = hardware(latest["efa"]) == hardware(latest["tcp"])
     if not same and not allow_different_hardware:
         raise CompareError(
             f"the runs used different hardware: efa on {describe_hardware(latest['efa'])} ({sources['efa']}), tcp on "
             f"{describe_hardware(latest['tcp'])} ({sources['tcp']}); the ratio would not be the transport's "
-            "(--allow-different-hardware compares them anyway)")
+            "(--allow-different-hardware compares them anyway)"
+        )
     differ = training_differences(latest["efa"], latest["tcp"])
     if differ:
         raise CompareError(
@@ -117,9 +129,11 @@ def compare_logs(paths: list[Path], *, allow_different_hardware: bool = False) -
             + "; ".join(f"{k}: efa {a!r}, tcp {b!r}" for k, (a, b) in differ.items())
             + f"; {sources['efa']}, {sources['tcp']}): their ratio would be of two jobs, not two transports. Run the "
             "comparison job `ray-efa manifests` writes (rayjob-tcp carries the EFA job's levers), or put the two runs "
-            "side by side with `ray-efa compare --runs`")
-    problems = [p for n, want in (("efa", "efa"), ("tcp", "socket"))
-                if (p := transport_problem(latest[n], want, sources[n]))]
+            "side by side with `ray-efa compare --runs`"
+        )
+    problems = [
+        p for n, want in (("efa", "efa"), ("tcp", "socket")) if (p := transport_problem(latest[n], want, sources[n]))
+    ]
     if problems:
         raise CompareError("no transport ratio: " + "; ".join(problems))
     return Comparison(efa=latest["efa"], tcp=latest["tcp"], sources=sources, same_hardware=same)
@@ -148,8 +162,10 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     if path.is_dir():
         summary = path / SUMMARY_FILE
         if not summary.is_file():
-            raise CompareError(f"{path}: a folder without {SUMMARY_FILE}: not a finished run's folder (the driver "
-                               "writes it at the end of a run), nor a log file")
+            raise CompareError(
+                f"{path}: a folder without {SUMMARY_FILE}: not a finished run's folder (the driver "
+                "writes it at the end of a run), nor a log file"
+            )
         try:
             record = json.loads(summary.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
@@ -181,14 +197,21 @@ class RunPair:
         out = {k: (self.a.get(k), self.b.get(k)) for k in _WHERE if self.a.get(k) != self.b.get(k)}
         out.update(training_differences(self.a, self.b))
         if not isinstance(self.a.get("training"), dict) or not isinstance(self.b.get("training"), dict):
-            out["training"] = ("unknown" if not isinstance(self.a.get("training"), dict) else "recorded",
-                               "unknown" if not isinstance(self.b.get("training"), dict) else "recorded")
+            out["training"] = (
+                "unknown" if not isinstance(self.a.get("training"), dict) else "recorded",
+                "unknown" if not isinstance(self.b.get("training"), dict) else "recorded",
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "b_over_a": self.ratio, "transport_ratio": False,
-                "differences": {k: list(v) for k, v in self.differences.items()},
-                "runs": [str(p) for p in self.sources]}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "b_over_a": self.ratio,
+            "transport_ratio": False,
+            "differences": {k: list(v) for k, v in self.differences.items()},
+            "runs": [str(p) for p in self.sources],
+        }
 
     def rows(self) -> list[tuple[str, str, str]]:
         def cell(run: dict[str, Any], key: str, fmt: str) -> str:
@@ -199,20 +222,27 @@ class RunPair:
             training = run.get("training")
             return str(training.get(key, "-")) if isinstance(training, dict) else "-"
 
-        rows = [("run", str(self.a["name"]), str(self.b["name"])),
-                ("network", str(self.a.get("network")), str(self.b.get("network"))),
-                ("hardware", describe_hardware(self.a), describe_hardware(self.b)),
-                ("tokens/s", cell(self.a, _TOKENS, ",.0f"), cell(self.b, _TOKENS, ",.0f")),
-                ("step time (s)", cell(self.a, "time/step_s", ".3f"), cell(self.b, "time/step_s", ".3f")),
-                ("MFU (%)", cell(self.a, "throughput/mfu_pct", ".1f"), cell(self.b, "throughput/mfu_pct", ".1f"))]
+        rows = [
+            ("run", str(self.a["name"]), str(self.b["name"])),
+            ("network", str(self.a.get("network")), str(self.b.get("network"))),
+            ("hardware", describe_hardware(self.a), describe_hardware(self.b)),
+            ("tokens/s", cell(self.a, _TOKENS, ",.0f"), cell(self.b, _TOKENS, ",.0f")),
+            ("step time (s)", cell(self.a, "time/step_s", ".3f"), cell(self.b, "time/step_s", ".3f")),
+            ("MFU (%)", cell(self.a, "throughput/mfu_pct", ".1f"), cell(self.b, "throughput/mfu_pct", ".1f")),
+        ]
         own = [run.get("training", {}) for run in (self.a, self.b) if isinstance(run.get("training"), dict)]
         if any("train_function" in t for t in own):
             # functions of your own: what each was given, not the built-in function's levers (which it never ran)
             rows.append(("train function", lever(self.a, "train_function"), lever(self.b, "train_function")))
             configs = [(run.get("training") or {}).get("train_config") or {} for run in (self.a, self.b)]
-            rows += [(f"trainConfig.{k}", json.dumps(configs[0][k]) if k in configs[0] else "-",
-                      json.dumps(configs[1][k]) if k in configs[1] else "-")
-                     for k in sorted(set(configs[0]) | set(configs[1]))]
+            rows += [
+                (
+                    f"trainConfig.{k}",
+                    json.dumps(configs[0][k]) if k in configs[0] else "-",
+                    json.dumps(configs[1][k]) if k in configs[1] else "-",
+                )
+                for k in sorted(set(configs[0]) | set(configs[1]))
+            ]
         else:
             rows += [(k.replace("_", " "), lever(self.a, k), lever(self.b, k)) for k in TRAINING_LEVERS]
         return rows
@@ -224,7 +254,9 @@ def compare_runs(a: Path, b: Path) -> RunPair:
     for path in (a, b):
         runs = read_runs(path)
         if not runs:
-            raise CompareError(f"no finished run in {path} (the driver prints a RAY_EFA_RUN_SUMMARY line at the end "
-                               "of each run, and writes summary.json into its run folder)")
+            raise CompareError(
+                f"no finished run in {path} (the driver prints a RAY_EFA_RUN_SUMMARY line at the end "
+                "of each run, and writes summary.json into its run folder)"
+            )
         found.append(runs[-1])
     return RunPair(a=found[0], b=found[1], sources=(Path(a), Path(b)))

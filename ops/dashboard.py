@@ -219,7 +219,7 @@ class DashboardForward:
             raise DashboardRefused(
                 f"the API server refused to port-forward to pod {self.target.namespace}/{self.target.pod_name}: "
                 "create pods/portforward is not allowed (the stack's researcher Role does not grant it: "
-                "docs/security.md, \"Why researchers get no dashboard\")"
+                'docs/security.md, "Why researchers get no dashboard")'
             )
 
     def serve_forever(self) -> None:

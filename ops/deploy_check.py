@@ -34,8 +34,16 @@ from ray_efa.infra.job_guard_handler import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["DeployDiff", "GuardChange", "ClusterState", "Finding", "read_diff", "read_cluster", "check_deploy",
-           "INACTIVE_STATES"]
+__all__ = [
+    "DeployDiff",
+    "GuardChange",
+    "ClusterState",
+    "Finding",
+    "read_diff",
+    "read_cluster",
+    "check_deploy",
+    "INACTIVE_STATES",
+]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STACK = re.compile(r"^Stack (?P<stack>\S+)")
@@ -162,13 +170,22 @@ def read_diff(text: str) -> DeployDiff:
                 removed_jobs.append(job)
         elif match["type"] == _MANIFEST and job:
             jobs.append(job)
-        elif match["type"] == _HELM_CHART and match["op"] in "+-" and any(
-                path.replace("/", "").startswith(s) for s in _DEVICE_STACKS):
+        elif (
+            match["type"] == _HELM_CHART
+            and match["op"] in "+-"
+            and any(path.replace("/", "").startswith(s) for s in _DEVICE_STACKS)
+        ):
             switch.append(f"{stack}: {path} {'added' if match['op'] == '+' else 'removed'}")
-    return DeployDiff(rolled_node_groups=tuple(rolled), gpu_roll=gpu_roll, reapplied_jobs=tuple(dict.fromkeys(jobs)),
-                      removed_manifests=tuple(dict.fromkeys(removed)), removed_jobs=tuple(dict.fromkeys(removed_jobs)),
-                      device_stack_switch=tuple(switch), guards=tuple(guards),
-                      creator_admin_changes=tuple(creator_admin))
+    return DeployDiff(
+        rolled_node_groups=tuple(rolled),
+        gpu_roll=gpu_roll,
+        reapplied_jobs=tuple(dict.fromkeys(jobs)),
+        removed_manifests=tuple(dict.fromkeys(removed)),
+        removed_jobs=tuple(dict.fromkeys(removed_jobs)),
+        device_stack_switch=tuple(switch),
+        guards=tuple(guards),
+        creator_admin_changes=tuple(creator_admin),
+    )
 
 
 def _read_property(guard: GuardChange, line: str) -> None:
@@ -204,8 +221,9 @@ def read_cluster(api_client: Any, settings: Settings) -> ClusterState:
 
     # The kubernetes client ships no type annotations: a custom object list is the API server's JSON (a dict), a
     # node list its V1NodeList model.
-    jobs = cast(dict[str, Any], client.CustomObjectsApi(api_client).list_cluster_custom_object(
-        "ray.io", "v1", "rayjobs"))
+    jobs = cast(
+        dict[str, Any], client.CustomObjectsApi(api_client).list_cluster_custom_object("ray.io", "v1", "rayjobs")
+    )
     ray_jobs = active_ray_jobs(jobs.get("items", []))  # as the job guard reads them
     selector = label_selector(gpu_node_labels(settings.nodes.gpu_node_selector))
     nodes = cast(Any, client.CoreV1Api(api_client).list_node(label_selector=selector)).items or []
@@ -269,34 +287,68 @@ def check_deploy(diff: DeployDiff | None, state: ClusterState, settings: Setting
     active = state.active_jobs
     running = _names(f"{name} ({status or 'new'})" for name, status in active.items())
     if active and diff is None:
-        findings.append(Finding(id="active-jobs", message=(
-            f"RayJob {running} holds the nodes, and without a diff (--diff) any deploy may roll them: give the "
-            "`cdk diff` output to see whether this one does")))
+        findings.append(
+            Finding(
+                id="active-jobs",
+                message=(
+                    f"RayJob {running} holds the nodes, and without a diff (--diff) any deploy may roll them: give the "
+                    "`cdk diff` output to see whether this one does"
+                ),
+            )
+        )
     elif active and diff is not None and (what := node_rolls(diff, state)):
-        findings.append(Finding(id="nodes-roll", message=(
-            f"the deploy {'; '.join(what)}, and RayJob {running} runs on them: it dies (KubeRay does not move a "
-            "running job; recreated workers keep the old shape). The job guard refuses the deploy too. Wait for it "
-            "(`ray-efa follow NAME`), or stop it (`kubectl -n NAMESPACE delete rayjob NAME`), then deploy")))
+        findings.append(
+            Finding(
+                id="nodes-roll",
+                message=(
+                    f"the deploy {'; '.join(what)}, and RayJob {running} runs on them: it dies (KubeRay does not move a "
+                    "running job; recreated workers keep the old shape). The job guard refuses the deploy too. Wait for it "
+                    "(`ray-efa follow NAME`), or stop it (`kubectl -n NAMESPACE delete rayjob NAME`), then deploy"
+                ),
+            )
+        )
     namespace = settings.workload.namespace
-    stopped = [job for job in active if job.startswith(f"{namespace}/") and diff is not None
-               and _deletes_job(diff, job.split("/", 1)[1])]
+    stopped = [
+        job
+        for job in active
+        if job.startswith(f"{namespace}/") and diff is not None and _deletes_job(diff, job.split("/", 1)[1])
+    ]
     if stopped:
-        findings.append(Finding(id="job-deleted", message=(
-            f"the deploy deletes RayJob {_names(stopped)}, which is {_names(active[n] for n in stopped)}: it stops. "
-            "Wait for it to end, then deploy")))
+        findings.append(
+            Finding(
+                id="job-deleted",
+                message=(
+                    f"the deploy deletes RayJob {_names(stopped)}, which is {_names(active[n] for n in stopped)}: it stops. "
+                    "Wait for it to end, then deploy"
+                ),
+            )
+        )
     if diff is not None and diff.reapplied_jobs:
         gone = [name for name in diff.reapplied_jobs if f"{namespace}/{name}" not in state.ray_jobs]
         if gone:
-            findings.append(Finding(id="job-recreated", message=(
-                f"the deploy re-applies RayJob {_names(f'{namespace}/{n}' for n in gone)}, which is not in the "
-                "cluster (deleted since the last deploy): it is created again and starts a new run on every GPU node. "
-                f"To keep it gone, deploy with -c trainingJob=false (runs then come from `ray-efa submit`)")))
+            findings.append(
+                Finding(
+                    id="job-recreated",
+                    message=(
+                        f"the deploy re-applies RayJob {_names(f'{namespace}/{n}' for n in gone)}, which is not in the "
+                        "cluster (deleted since the last deploy): it is created again and starts a new run on every GPU node. "
+                        f"To keep it gone, deploy with -c trainingJob=false (runs then come from `ray-efa submit`)"
+                    ),
+                )
+            )
     if diff is not None and diff.device_stack_switch and state.gpu_nodes:
-        findings.append(Finding(id="device-allocation-switch", overridable=False, message=(
-            f"the deploy swaps the device stack ({_names(diff.device_stack_switch)}) with {len(state.gpu_nodes)} "
-            "GPU node(s) up: the DRA drivers and the device plugins would run side by side on them, which the EKS "
-            "User Guide forbids. Scale the GPU nodes to zero first (`npx cdk deploy "
-            f"{settings.gpu_stack_name} -c gpuNodeCount=0`), switch deviceAllocation, then come back")))
+        findings.append(
+            Finding(
+                id="device-allocation-switch",
+                overridable=False,
+                message=(
+                    f"the deploy swaps the device stack ({_names(diff.device_stack_switch)}) with {len(state.gpu_nodes)} "
+                    "GPU node(s) up: the DRA drivers and the device plugins would run side by side on them, which the EKS "
+                    "User Guide forbids. Scale the GPU nodes to zero first (`npx cdk deploy "
+                    f"{settings.gpu_stack_name} -c gpuNodeCount=0`), switch deviceAllocation, then come back"
+                ),
+            )
+        )
     if diff is not None and diff.creator_admin_changes:
         findings.append(_creator_admin_finding(diff.creator_admin_changes, settings))
     return findings
@@ -308,9 +360,16 @@ def _creator_admin_finding(clusters: tuple[str, ...], settings: Settings) -> Fin
     if settings.cluster.cluster_creator_admin:
         remedy = "a cluster created with clusterCreatorAdmin=false keeps it: deploy with -c clusterCreatorAdmin=false"
     else:
-        remedy = ("a cluster deployed before clusterCreatorAdmin existed keeps its creator's admin: deploy with "
-                  "-c clusterCreatorAdmin=true (the property left out, as deployed), then remove the creator's access "
-                  "entry by hand (`aws eks delete-access-entry`, docs/security.md \"The cluster creator\")")
-    return Finding(id="cluster-creator-admin", overridable=False, message=(
-        f"the deploy changes AccessConfig.{_CREATOR_ADMIN} of {_names(clusters)}, which EKS sets at creation only: "
-        f"CloudFormation would replace the cluster and refuses to (it has a custom name), so the update fails. {remedy}"))
+        remedy = (
+            "a cluster deployed before clusterCreatorAdmin existed keeps its creator's admin: deploy with "
+            "-c clusterCreatorAdmin=true (the property left out, as deployed), then remove the creator's access "
+            'entry by hand (`aws eks delete-access-entry`, docs/security.md "The cluster creator")'
+        )
+    return Finding(
+        id="cluster-creator-admin",
+        overridable=False,
+        message=(
+            f"the deploy changes AccessConfig.{_CREATOR_ADMIN} of {_names(clusters)}, which EKS sets at creation only: "
+            f"CloudFormation would replace the cluster and refuses to (it has a custom name), so the update fails. {remedy}"
+        ),
+    )

@@ -30,15 +30,18 @@ def admin_principal_arn(session: boto3.session.Session) -> str:
     try:
         arn = session.client("sts").get_caller_identity()["Arn"]
     except NoCredentialsError:
-        raise IdentityError("no AWS credentials found (configure them, e.g. `aws configure sso` or AWS_PROFILE)") from None
+        raise IdentityError(
+            "no AWS credentials found (configure them, e.g. `aws configure sso` or AWS_PROFILE)"
+        ) from None
     except (BotoCoreError, ClientError) as error:
         raise IdentityError(f"sts get-caller-identity failed: {error}") from None
     if _IAM_PRINCIPAL.match(arn):
         return arn
     assumed = _ASSUMED_ROLE.match(arn)
     if not assumed:
-        raise IdentityError(f"{arn} is not an IAM role or user (root and federated users cannot hold access entries); "
-                            "use a role")
+        raise IdentityError(
+            f"{arn} is not an IAM role or user (root and federated users cannot hold access entries); use a role"
+        )
     try:
         return session.client("iam").get_role(RoleName=assumed["role"])["Role"]["Arn"]
     except (BotoCoreError, ClientError) as error:

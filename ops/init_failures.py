@@ -19,8 +19,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["InitContainerFailure", "failing_init_containers", "job_pods_selector", "init_container_failures",
-           "with_log_tails", "describe_failures", "LOG_TAIL_LINES"]
+__all__ = [
+    "InitContainerFailure",
+    "failing_init_containers",
+    "job_pods_selector",
+    "init_container_failures",
+    "with_log_tails",
+    "describe_failures",
+    "LOG_TAIL_LINES",
+]
 
 LOG_TAIL_LINES = 20
 """How many of the failed container's last log lines are shown."""
@@ -90,9 +97,17 @@ def failing_init_containers(pods: Iterable[Any]) -> list[InitContainerFailure]:
             if failed is None:
                 continue
             code, reason, previous = failed
-            failures.append(InitContainerFailure(
-                namespace=_get(meta, "namespace") or "", pod=_get(meta, "name") or "", container=_get(entry, "name"),
-                exit_code=code, reason=reason, restarts=_get(entry, "restartCount") or 0, previous=previous))
+            failures.append(
+                InitContainerFailure(
+                    namespace=_get(meta, "namespace") or "",
+                    pod=_get(meta, "name") or "",
+                    container=_get(entry, "name"),
+                    exit_code=code,
+                    reason=reason,
+                    restarts=_get(entry, "restartCount") or 0,
+                    previous=previous,
+                )
+            )
     return sorted(failures, key=lambda f: f.pod)
 
 
@@ -104,8 +119,9 @@ def job_pods_selector(owner: str) -> str:
     return f"{INSTANCE_LABEL}={owner}"
 
 
-def with_log_tails(api_client: Any, failures: list[InitContainerFailure], *,
-                   tail_lines: int = LOG_TAIL_LINES) -> list[InitContainerFailure]:
+def with_log_tails(
+    api_client: Any, failures: list[InitContainerFailure], *, tail_lines: int = LOG_TAIL_LINES
+) -> list[InitContainerFailure]:
     """`failures` with the last `tail_lines` lines of each failed run's log (read_namespaced_pod_log with container=,
     tail_lines= and previous= where the failed run is the previous instance); a log that cannot be read says why."""
     from kubernetes import client
@@ -120,8 +136,13 @@ def with_log_tails(api_client: Any, failures: list[InitContainerFailure], *,
                 # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36).
                 # The client takes _preload_content on every call (its **kwargs); the kubernetes stubs leave it out.
                 response: Any = core.read_namespaced_pod_log(
-                    failure.pod, failure.namespace, container=failure.container, tail_lines=tail_lines,
-                    previous=previous, _preload_content=False)  # pyright: ignore[reportCallIssue]
+                    failure.pod,
+                    failure.namespace,
+                    container=failure.container,
+                    tail_lines=tail_lines,
+                    previous=previous,
+                    _preload_content=False,
+                )  # pyright: ignore[reportCallIssue]
                 text = response.data.decode("utf-8", "replace")
                 break
             except ApiException as error:
@@ -130,8 +151,9 @@ def with_log_tails(api_client: Any, failures: list[InitContainerFailure], *,
     return out
 
 
-def init_container_failures(api_client: Any, namespace: str, selector: str, *,
-                            tail_lines: int = LOG_TAIL_LINES) -> list[InitContainerFailure]:
+def init_container_failures(
+    api_client: Any, namespace: str, selector: str, *, tail_lines: int = LOG_TAIL_LINES
+) -> list[InitContainerFailure]:
     """The failed init containers of the pods in `namespace` that `selector` selects, each with its last log lines.
     ApiException from the listing propagates (the caller decides whether it matters)."""
     from kubernetes import client

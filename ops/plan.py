@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SettingRow", "PodResources", "Plan", "build_plan", "render_plan", "OWN_FUNCTION_NOTE"]
 
-OWN_FUNCTION_NOTE = ("the planner's memory and step model is the built-in train function's (its own model, FSDP2), "
-                     "not a trainFunction of your own, which builds what it builds; the cluster, pods, EFA, cost and "
-                     "preflight floor are the job's")
+OWN_FUNCTION_NOTE = (
+    "the planner's memory and step model is the built-in train function's (its own model, FSDP2), "
+    "not a trainFunction of your own, which builds what it builds; the cluster, pods, EFA, cost and "
+    "preflight floor are the job's"
+)
 """What plan says instead of the memory, step and scaling predictions when trainFunction is your own."""
 
 
@@ -109,28 +111,44 @@ class Plan:
 
     def _decided(self) -> dict[str, Any]:
         if not self.judged:  # the built-in's levers, decided for its model: nothing your function is held to
-            return {"precision": None, "micro_batch": None, "seq_len": None, "grad_accumulation": None,
-                    "activation_checkpointing": None, "loss_chunk_size": None, "global_batch_tokens": None,
-                    "achieved_global_batch_tokens": None,
-                    "global_batch": None}
+            return {
+                "precision": None,
+                "micro_batch": None,
+                "seq_len": None,
+                "grad_accumulation": None,
+                "activation_checkpointing": None,
+                "loss_chunk_size": None,
+                "global_batch_tokens": None,
+                "achieved_global_batch_tokens": None,
+                "global_batch": None,
+            }
         t = self.decided.training
         split = None if self.scaled_to_zero else global_batch(self.settings).as_dict()
-        return {"precision": t.precision, "micro_batch": t.micro_batch, "seq_len": t.seq_len,
-                "grad_accumulation": t.grad_accumulation, "activation_checkpointing": t.activation_checkpointing,
-                "loss_chunk_size": t.loss_chunk_size,
-                "global_batch_tokens": t.global_batch_tokens,
-                "achieved_global_batch_tokens": None if split is None else split["tokens"],
-                "global_batch": split}
+        return {
+            "precision": t.precision,
+            "micro_batch": t.micro_batch,
+            "seq_len": t.seq_len,
+            "grad_accumulation": t.grad_accumulation,
+            "activation_checkpointing": t.activation_checkpointing,
+            "loss_chunk_size": t.loss_chunk_size,
+            "global_batch_tokens": t.global_batch_tokens,
+            "achieved_global_batch_tokens": None if split is None else split["tokens"],
+            "global_batch": split,
+        }
 
     def as_dict(self) -> dict[str, Any]:
         s = self.settings
         return {
             "settings": {r.key: {"value": r.value, "source": r.source, "section": r.section} for r in self.rows},
             "deployment": {
-                "region": s.cluster.region, "availability_zone": self.availability_zone,
-                "cluster_stack": self.stacks[0], "gpu_stack": self.stacks[1],
-                "gpu_nodes": s.nodes.gpu_node_count, "world_size": s.world_size,
-                "placement_group": self.placement_group, "capacity_reservation_id": s.nodes.capacity_reservation_id,
+                "region": s.cluster.region,
+                "availability_zone": self.availability_zone,
+                "cluster_stack": self.stacks[0],
+                "gpu_stack": self.stacks[1],
+                "gpu_nodes": s.nodes.gpu_node_count,
+                "world_size": s.world_size,
+                "placement_group": self.placement_group,
+                "capacity_reservation_id": s.nodes.capacity_reservation_id,
                 "network": s.workload.network,
                 "sharding": None if s.nodes.scaled_to_zero or not self.judged else choose(s).strategy,
                 "grad_reduce_dtype": None if s.nodes.scaled_to_zero or not self.judged else choose(s).reduce_dtype,
@@ -144,24 +162,41 @@ class Plan:
                 "train_function": s.training.train_function,
                 "step_model": None if self.judged else OWN_FUNCTION_NOTE,
                 "scaled_to_zero": self.scaled_to_zero,
-                "scale_to_zero_command": s.scale_commands[0], "come_back_command": s.scale_commands[1],
+                "scale_to_zero_command": s.scale_commands[0],
+                "come_back_command": s.scale_commands[1],
             },
-            "instances": {"gpu": dataclasses.asdict(self.gpu_instance), "system": dataclasses.asdict(self.system_instance)},
+            "instances": {
+                "gpu": dataclasses.asdict(self.gpu_instance),
+                "system": dataclasses.asdict(self.system_instance),
+            },
             "efa": {
                 # snake_case like every key of the CLI's JSON (the launch template's own names are in CamelCase)
-                "interfaces": [{"network_card_index": i["NetworkCardIndex"], "device_index": i["DeviceIndex"],
-                                "interface_type": i["InterfaceType"]} for i in self.efa_interfaces],
+                "interfaces": [
+                    {
+                        "network_card_index": i["NetworkCardIndex"],
+                        "device_index": i["DeviceIndex"],
+                        "interface_type": i["InterfaceType"],
+                    }
+                    for i in self.efa_interfaces
+                ],
                 "fi_efa_use_device_rdma": "1" if self.use_device_rdma else "0",
-                "allreduce_floor_gbps": self.allreduce_floor_gbps, "allreduce_floor_source": self.allreduce_floor_source,
+                "allreduce_floor_gbps": self.allreduce_floor_gbps,
+                "allreduce_floor_source": self.allreduce_floor_source,
             },
             "pods": {p.role: dataclasses.asdict(p) for p in self.pods},
-            "memory_per_gpu": None if self.memory is None else {
-                **dataclasses.asdict(self.memory), "fits": self.memory.fits, "headroom_gib": self.memory.headroom_gib,
-                "advice": self.memory_advice, "judged": self.judged,
+            "memory_per_gpu": None
+            if self.memory is None
+            else {
+                **dataclasses.asdict(self.memory),
+                "fits": self.memory.fits,
+                "headroom_gib": self.memory.headroom_gib,
+                "advice": self.memory_advice,
+                "judged": self.judged,
             },
             "usd_per_hour": {
                 **{k: v for k, v in dataclasses.asdict(self.cost).items() if k != "gpu_price"},
-                "total": self.cost.total, "after_destroying_gpu_stack": self.cost.without_gpu_stack,
+                "total": self.cost.total,
+                "after_destroying_gpu_stack": self.cost.without_gpu_stack,
                 "gpu_price": None if self.cost.gpu_price is None else self.cost.gpu_price.as_dict(),
             },
             "performance": self.performance,
@@ -190,8 +225,9 @@ def _memory_advice(settings: Settings, memory: MemoryEstimate | None) -> str | N
     return None
 
 
-def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = None, *,
-               max_nodes: int | None = None) -> Plan:
+def build_plan(
+    resolved: ResolvedSettings, calibration: Calibration | None = None, *, max_nodes: int | None = None
+) -> Plan:
     """Everything `cdk deploy` would create and run, derived from the resolved settings (pure; no I/O); the scaling
     curve runs to `max_nodes` (default ops.scaling.default_max_nodes).
 
@@ -215,12 +251,23 @@ def build_plan(resolved: ResolvedSettings, calibration: Calibration | None = Non
         efa_interfaces=tuple(catalog.efa_network_interfaces(gpu)),
         use_device_rdma=catalog.use_device_rdma(gpu),
         allreduce_floor_gbps=floor.floor_gb_s,
-        allreduce_floor_source=("setting" if s.workload.preflight_min_busbw_gbps is not None
-                                else "catalog" if floor.network == "efa" else "socket model"),
+        allreduce_floor_source=(
+            "setting"
+            if s.workload.preflight_min_busbw_gbps is not None
+            else "catalog"
+            if floor.network == "efa"
+            else "socket model"
+        ),
         preflight=floor,
         pods=(
-            PodResources(role="worker", cpu=worker.cpu, memory_gib=worker.memory_gib, gpus=worker.gpus, efa=worker.efa,
-                         shm_gib=worker.shm_gib),
+            PodResources(
+                role="worker",
+                cpu=worker.cpu,
+                memory_gib=worker.memory_gib,
+                gpus=worker.gpus,
+                efa=worker.efa,
+                shm_gib=worker.shm_gib,
+            ),
             PodResources(role="head", cpu=head_cpu, memory_gib=head_memory),
         ),
         memory=memory,
@@ -281,14 +328,18 @@ def answer_lines(plan: Plan) -> list[str]:
     else:
         chosen = plan.performance.get(s.workload.network) or {}
         tokens = chosen.get("tokens_per_s") or 0.0
-        lines.append(f"  speed: {tokens:,.0f} tokens/s predicted ({chosen.get('step_time_s', 0.0):.2f} s a step, "
-                     f"{chosen.get('strategy', '?')})")
+        lines.append(
+            f"  speed: {tokens:,.0f} tokens/s predicted ({chosen.get('step_time_s', 0.0):.2f} s a step, "
+            f"{chosen.get('strategy', '?')})"
+        )
         if tokens:
             lines.append(f"  {_usd(c.total / (tokens * 3600) * 1e6)} per million tokens")
         memory = plan.memory
         if memory is not None:
-            lines.append(f"  memory: {memory.total_gib:.1f} of {memory.capacity_gib:.1f} GiB per GPU: "
-                         + ("fits" if memory.fits else "DOES NOT FIT (exit 1)"))
+            lines.append(
+                f"  memory: {memory.total_gib:.1f} of {memory.capacity_gib:.1f} GiB per GPU: "
+                + ("fits" if memory.fits else "DOES NOT FIT (exit 1)")
+            )
     lines.append("  --settings: every setting and its source; --json: everything")
     return lines
 
@@ -306,11 +357,15 @@ def render_plan(plan: Plan, console: Console, *, settings_table: bool = False) -
     for render in (_render_deployment, _render_instances, _render_efa, _render_pods):
         render(plan, console)
     if plan.scaled_to_zero:
-        console.print(f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
-                      f"job not applied). Come back with `{s.scale_commands[1]}`.", highlight=False)
+        console.print(
+            f"No training plan: gpuNodeCount is 0 (the GPU node group scaled to zero, both stacks kept, the "
+            f"job not applied). Come back with `{s.scale_commands[1]}`.",
+            highlight=False,
+        )
     elif not plan.judged:
-        console.print(f"memory per GPU, step time and scaling curve: not predicted: {OWN_FUNCTION_NOTE}",
-                      highlight=False)
+        console.print(
+            f"memory per GPU, step time and scaling curve: not predicted: {OWN_FUNCTION_NOTE}", highlight=False
+        )
     else:
         _render_memory(plan, console)
         _render_performance(plan, console)
@@ -324,8 +379,10 @@ def _render_settings(plan: Plan, console: Console) -> None:
     from rich.table import Table as RichTable
 
     Table = _folding(RichTable)
-    settings = Table(title="Settings",
-                     caption="source: default, ~/.cdk.json, cdk.context.json, cdk.json or -c (later wins, as in the CDK CLI)")
+    settings = Table(
+        title="Settings",
+        caption="source: default, ~/.cdk.json, cdk.context.json, cdk.json or -c (later wins, as in the CDK CLI)",
+    )
     for column in ("section", "key", "value", "source"):
         settings.add_column(column)
     previous = None
@@ -349,17 +406,28 @@ def _render_deployment(plan: Plan, console: Console) -> None:
     for what, value in (
         ("stacks", f"{plan.stacks[0]} (VPC, EKS, system nodes, charts), {plan.stacks[1]} (GPU node group)"),
         ("region / GPU AZ", f"{s.cluster.region} / {plan.availability_zone}"),
-        ("GPU nodes", f"0 x {gpu.name}: scaled to zero, no job applied; come back with `{s.scale_commands[1]}`"
-         if plan.scaled_to_zero else
-         f"{s.nodes.gpu_node_count} x {gpu.name} = {s.world_size} x {gpu.gpu.name} (world size {s.world_size})"),
+        (
+            "GPU nodes",
+            f"0 x {gpu.name}: scaled to zero, no job applied; come back with `{s.scale_commands[1]}`"
+            if plan.scaled_to_zero
+            else f"{s.nodes.gpu_node_count} x {gpu.name} = {s.world_size} x {gpu.gpu.name} (world size {s.world_size})",
+        ),
         ("system nodes", f"{s.nodes.system_node_count} x {system.name}"),
         ("placement group", "cluster strategy" if plan.placement_group else "none"),
         ("capacity reservation", s.nodes.capacity_reservation_id or "none (On-Demand capacity)"),
         ("network", s.workload.network),
-        *((("model", f"{s.training.preset.name}, {parameters_label(s.training.preset.num_parameters)}"
-                     + ("" if s.training.model_path else " (random initialization)")),
-           ("data", s.training.dataset or "random tokens")) if plan.judged else
-          (("trainFunction", f"{s.training.train_function} (your own: its model and data are its own)"),)),
+        *(
+            (
+                (
+                    "model",
+                    f"{s.training.preset.name}, {parameters_label(s.training.preset.num_parameters)}"
+                    + ("" if s.training.model_path else " (random initialization)"),
+                ),
+                ("data", s.training.dataset or "random tokens"),
+            )
+            if plan.judged
+            else (("trainFunction", f"{s.training.train_function} (your own: its model and data are its own)"),)
+        ),
     ):
         deployment.add_row(what, value)
     console.print(deployment)
@@ -395,10 +463,12 @@ def _render_efa(plan: Plan, console: Console) -> None:
 
     Table = _folding(RichTable)
     s = plan.settings
-    efa = Table(title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
-                caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
-                        f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB over {s.workload.network} "
-                        f"({plan.preflight.source if plan.preflight else plan.allreduce_floor_source})")
+    efa = Table(
+        title=f"EFA interfaces of the GPU launch template ({len(plan.efa_interfaces)})",
+        caption=f"FI_EFA_USE_DEVICE_RDMA={'1' if plan.use_device_rdma else '0'}; all-reduce floor "
+        f"{plan.allreduce_floor_gbps:g} GB/s at 1 GiB over {s.workload.network} "
+        f"({plan.preflight.source if plan.preflight else plan.allreduce_floor_source})",
+    )
     for column in ("NetworkCardIndex", "DeviceIndex", "InterfaceType"):  # the launch template's field names
         efa.add_column(column)
     for interface in plan.efa_interfaces:
@@ -415,7 +485,9 @@ def _render_pods(plan: Plan, console: Console) -> None:
     for column in ("pod", "cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "/dev/shm"):
         pods.add_column(column)
     for p in plan.pods:
-        pods.add_row(p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-")
+        pods.add_row(
+            p.role, str(p.cpu), f"{p.memory_gib} GiB", str(p.gpus), str(p.efa), f"{p.shm_gib} GiB" if p.shm_gib else "-"
+        )
     console.print(pods)
 
 
@@ -427,8 +499,11 @@ def _render_memory(plan: Plan, console: Console) -> None:
     s = plan.settings
     t = plan.decided.training
     assert m is not None  # render_plan says why there is no plan at zero GPU nodes
-    memory = Table(title="Memory per GPU", caption=f"{s.training.preset.name}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
-                                                  f"FSDP2 over {m.world_size} GPUs")
+    memory = Table(
+        title="Memory per GPU",
+        caption=f"{s.training.preset.name}, microBatch {t.micro_batch} x seqLen {t.seq_len}, "
+        f"FSDP2 over {m.world_size} GPUs",
+    )
     memory.add_column("part")
     memory.add_column("GiB", justify="right")
     rows = m.breakdown()
@@ -442,7 +517,6 @@ def _render_memory(plan: Plan, console: Console) -> None:
     console.print(memory)
     if plan.memory_advice:
         console.print(f"[red]memory:[/] {plan.memory_advice}", highlight=False)
-
 
 
 def _render_cost(plan: Plan, console: Console) -> None:
@@ -460,8 +534,11 @@ def _render_cost(plan: Plan, console: Console) -> None:
         priced = f"GPU nodes at {s.cluster.region}'s Capacity Block rate (no On-Demand price recorded there)"
     else:
         priced = f"GPU nodes: NO price recorded for {gpu.name} in {s.cluster.region}: {price.source}"
-    cost = Table(title="USD per hour", caption=f"{priced}; the rest at us-east-2's list prices; an estimate; excludes "
-                                               "data transfer, NAT data processing, EBS and S3")
+    cost = Table(
+        title="USD per hour",
+        caption=f"{priced}; the rest at us-east-2's list prices; an estimate; excludes "
+        "data transfer, NAT data processing, EBS and S3",
+    )
     cost.add_column("item")
     cost.add_column("USD/h", justify="right")
     nat = 0 if s.cluster.vpc_id else s.cluster.nat_gateways
@@ -478,8 +555,9 @@ def _render_cost(plan: Plan, console: Console) -> None:
         cost.add_row("scaled to zero (gpuNodeCount=0, both stacks kept)", _usd(c.without_gpu_stack))
     console.print(cost)
 
-    teardown = Table(title="Teardown, in order", caption="the GPU stack first, alone: it stops the GPU bill",
-                     show_header=False)
+    teardown = Table(
+        title="Teardown, in order", caption="the GPU stack first, alone: it stops the GPU bill", show_header=False
+    )
     teardown.add_column("step")
     teardown.add_column("command")
     for step, command in enumerate(plan.teardown, start=1):
@@ -502,12 +580,14 @@ def _render_performance(plan: Plan, console: Console) -> None:
     table = Table(
         title="Predicted step (core.perf)",
         caption=f"{s.training.preset.name}, {t.micro_batch} x {t.seq_len} tokens x gradAccumulation {t.grad_accumulation} per GPU, "
-                f"{t.precision}; red: gradients on the wire between nodes (gradReduceDtype {t.grad_reduce_dtype}); "
-                f"net s: busiest link (compute in --json); tok/s per GPU; * what the job runs (sharding {t.sharding}); GiB per GPU, ✗ does not fit memory; "
-                "MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token. "
-                + (f"Calibrated by {plan.performance['efa']['calibration']}."
-                   if plan.performance["efa"].get("calibration") else
-                   "A model calibrated on H200: a lead, not a measurement"),
+        f"{t.precision}; red: gradients on the wire between nodes (gradReduceDtype {t.grad_reduce_dtype}); "
+        f"net s: busiest link (compute in --json); tok/s per GPU; * what the job runs (sharding {t.sharding}); GiB per GPU, ✗ does not fit memory; "
+        "MFU % with 6N + 12 L d S / causal 6N + 6 L d S FLOPs per token. "
+        + (
+            f"Calibrated by {plan.performance['efa']['calibration']}."
+            if plan.performance["efa"].get("calibration")
+            else "A model calibrated on H200: a lead, not a measurement"
+        ),
     )
     for column in ("net", "shard", "red", "step s", "net s", "tok/s", "MFU %", "bound", "GiB"):
         table.add_column(column, justify="left" if column in ("net", "shard", "red", "bound") else "right")
@@ -515,9 +595,14 @@ def _render_performance(plan: Plan, console: Console) -> None:
         for strategy, row in prediction["strategies"].items():
             chosen = strategy == prediction["strategy"]
             table.add_row(
-                net, strategy + ("*" if chosen else ""), row["reduce_dtype"], f"{row['step_time_s']:.2f}",
-                f"{row['network_s']:.2f}", f"{row['tokens_per_s_per_gpu']:,.0f}",
-                f"{100 * row['mfu']:.1f}/{100 * row['mfu_causal']:.1f}", _BOUND.get(row["bottleneck"], row["bottleneck"]),
+                net,
+                strategy + ("*" if chosen else ""),
+                row["reduce_dtype"],
+                f"{row['step_time_s']:.2f}",
+                f"{row['network_s']:.2f}",
+                f"{row['tokens_per_s_per_gpu']:,.0f}",
+                f"{100 * row['mfu']:.1f}/{100 * row['mfu_causal']:.1f}",
+                _BOUND.get(row["bottleneck"], row["bottleneck"]),
                 f"{row['memory_gib']:.1f}" + ("" if row["fits"] else " ✗"),
                 style="bold" if chosen else None,
             )
@@ -526,13 +611,22 @@ def _render_performance(plan: Plan, console: Console) -> None:
     by_source: dict[tuple[object, object], list[str]] = {}  # constants of one source said once, with it
     for name, c in constants.items():
         by_source.setdefault((c["status"], c["source"]), []).append(f"{name.replace('_', ' ')} {c['value']:g}")
-    console.print("step-model constants: " + "; ".join(
-        f"{', '.join(names)} ({status}: {source})" for (status, source), names in by_source.items()), highlight=False)
+    console.print(
+        "step-model constants: "
+        + "; ".join(f"{', '.join(names)} ({status}: {source})" for (status, source), names in by_source.items()),
+        highlight=False,
+    )
     split = global_batch(s)
-    console.print(f"global batch: {split.tokens:,} tokens = microBatch {split.micro_batch} x seqLen {split.seq_len} x "
-                  f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"
-                  + ("" if split.exact else f" [yellow](not globalBatchTokens {split.target_tokens:,}: no split "
-                                            "reaches it exactly)[/]"), highlight=False)
+    console.print(
+        f"global batch: {split.tokens:,} tokens = microBatch {split.micro_batch} x seqLen {split.seq_len} x "
+        f"gradAccumulation {split.grad_accumulation} x {split.ranks} ranks"
+        + (
+            ""
+            if split.exact
+            else f" [yellow](not globalBatchTokens {split.target_tokens:,}: no split reaches it exactly)[/]"
+        ),
+        highlight=False,
+    )
     note = plan.performance["efa"].get("precision_note")
     if note:
         console.print(f"[yellow]precision:[/] {note}", highlight=False)

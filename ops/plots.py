@@ -22,8 +22,19 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "SOFTWARE", "png_bytes", "is_ray_efa_png", "series", "loss_chart", "metric_chart", "throughput_chart", "step_time_chart",
-    "memory_chart", "optimizer_chart", "scaling_chart", "comparison_chart", "recommendation_chart",
+    "SOFTWARE",
+    "png_bytes",
+    "is_ray_efa_png",
+    "series",
+    "loss_chart",
+    "metric_chart",
+    "throughput_chart",
+    "step_time_chart",
+    "memory_chart",
+    "optimizer_chart",
+    "scaling_chart",
+    "comparison_chart",
+    "recommendation_chart",
 ]
 
 SOFTWARE = "ray-efa"
@@ -52,8 +63,12 @@ def png_bytes(figure: Figure, *, command: str, dpi: int = _DPI) -> bytes:
     import matplotlib
 
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi,
-                   metadata={"Software": f"{SOFTWARE} {command} (matplotlib {matplotlib.__version__})"})
+    figure.savefig(
+        buffer,
+        format="png",
+        dpi=dpi,
+        metadata={"Software": f"{SOFTWARE} {command} (matplotlib {matplotlib.__version__})"},
+    )
     return buffer.getvalue()
 
 
@@ -63,8 +78,8 @@ def _png_texts(data: bytes) -> dict[str, str]:
         return {}
     texts, at = {}, 8
     while at + 8 <= len(data):
-        length, kind = struct.unpack(">I4s", data[at:at + 8])
-        body = data[at + 8:at + 8 + length]
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + length]
         if kind == b"tEXt" and b"\0" in body:
             key, _, value = body.partition(b"\0")
             texts[key.decode("latin-1")] = value.decode("latin-1")
@@ -115,8 +130,9 @@ def _headroom(ax: Axes, *values: float | None) -> None:
 
 def _legend_below(figure: Figure, lines: list) -> None:
     """One legend under the axes, for charts with a second y axis (a legend inside would cover a line)."""
-    figure.legend(lines, [str(line.get_label()) for line in lines], loc="outside lower center", ncol=len(lines),
-                  frameon=False)
+    figure.legend(
+        lines, [str(line.get_label()) for line in lines], loc="outside lower center", ncol=len(lines), frameon=False
+    )
 
 
 def _steps_axis(ax: Axes, title: str) -> None:
@@ -127,8 +143,7 @@ def _steps_axis(ax: Axes, title: str) -> None:
     ax.set_title(title, loc="left")
 
 
-def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str,
-               unit: str | None = "cross-entropy, nats") -> Figure:
+def loss_chart(history: Sequence[Mapping[str, Any]], *, run: str, unit: str | None = "cross-entropy, nats") -> Figure:
     """Training loss per reported step, each evaluation loss the history holds, and the held-out unigram baseline
     (eval_unigram_entropy: what a model that ignores context scores) where the run measured it. `unit`: the built-in
     model's; None for a function of yours, whose losses are labelled with their keys (no unit guessed)."""
@@ -174,8 +189,14 @@ def throughput_chart(history: Sequence[Mapping[str, Any]], *, run: str) -> Figur
     if has_series(history, "throughput/mfu_pct"):
         right = ax.twinx()
         mfu = series(history, "throughput/mfu_pct")
-        lines += right.plot(*mfu, marker="s", markersize=3, color="#d62728", linestyle="--",
-                            label="MFU, % of the bf16 peak (6N + 12LdS FLOPs/token)")
+        lines += right.plot(
+            *mfu,
+            marker="s",
+            markersize=3,
+            color="#d62728",
+            linestyle="--",
+            label="MFU, % of the bf16 peak (6N + 12LdS FLOPs/token)",
+        )
         right.set_ylabel("MFU (%)")
         _headroom(right, *mfu[1])
     _steps_axis(ax, f"Throughput: {run}")
@@ -189,8 +210,9 @@ def _thousands():
     return FuncFormatter(lambda value, _: f"{value:,.0f}")
 
 
-def step_time_chart(history: Sequence[Mapping[str, Any]], *, run: str, predicted_s: float | None = None,
-                    predicted_label: str = "") -> Figure:
+def step_time_chart(
+    history: Sequence[Mapping[str, Any]], *, run: str, predicted_s: float | None = None, predicted_label: str = ""
+) -> Figure:
     """Step time per reported step (the wall time between reports over the steps between), and the plan's prediction."""
     import statistics
 
@@ -199,29 +221,49 @@ def step_time_chart(history: Sequence[Mapping[str, Any]], *, run: str, predicted
     steps, values = series(history, "time/step_s")
     steady = values[1:] or values
     scale, unit = (1000.0, "ms") if statistics.median(steady + [predicted_s or steady[0]]) < 2.0 else (1.0, "s")
-    ax.plot(steps, [v * scale for v in values], marker="o", markersize=3,
-            label="measured (mean over each report interval)")
+    ax.plot(
+        steps, [v * scale for v in values], marker="o", markersize=3, label="measured (mean over each report interval)"
+    )
     if predicted_s is not None:
-        ax.axhline(predicted_s * scale, color="#d62728", linestyle="--",
-                   label=f"predicted {predicted_s * scale:,.3g} {unit}" + (f" ({predicted_label})" if predicted_label else ""))
+        ax.axhline(
+            predicted_s * scale,
+            color="#d62728",
+            linestyle="--",
+            label=f"predicted {predicted_s * scale:,.3g} {unit}" + (f" ({predicted_label})" if predicted_label else ""),
+        )
     ax.set_ylabel(f"step time ({unit})")
     _headroom(ax, *(v * scale for v in steady), (predicted_s or 0.0) * scale)
     if len(values) > 1 and values[0] > 3 * statistics.median(steady):  # the warm-up would flatten everything else
-        ax.annotate(f"step {steps[0]}: {values[0] * scale:,.0f} {unit} (warm-up, off the chart)", xy=(0.01, 0.97),
-                    xycoords="axes fraction", va="top", fontsize="small", color="#555555")
+        ax.annotate(
+            f"step {steps[0]}: {values[0] * scale:,.0f} {unit} (warm-up, off the chart)",
+            xy=(0.01, 0.97),
+            xycoords="axes fraction",
+            va="top",
+            fontsize="small",
+            color="#555555",
+        )
     _steps_axis(ax, f"Step time: {run}")
     ax.legend(loc="upper right")
     return figure
 
 
-def memory_chart(history: Sequence[Mapping[str, Any]], *, run: str, device: str, capacity_gib: float | None = None,
-                 estimate_gib: float | None = None) -> Figure:
+def memory_chart(
+    history: Sequence[Mapping[str, Any]],
+    *,
+    run: str,
+    device: str,
+    capacity_gib: float | None = None,
+    estimate_gib: float | None = None,
+) -> Figure:
     """Peak memory of rank 0 per reported step: allocated and reserved GPU memory against the device's capacity (and
     the memory planner's estimate), or the resident memory of a CPU run."""
     figure, axes = _figure()
     ax = axes[0, 0]
-    keys = (("memory/peak_allocated_gib", "peak allocated"), ("memory/peak_reserved_gib", "peak reserved")) if has_series(
-        history, "memory/peak_allocated_gib") else (("memory/peak_rss_gib", "peak resident (CPU)"),)
+    keys = (
+        (("memory/peak_allocated_gib", "peak allocated"), ("memory/peak_reserved_gib", "peak reserved"))
+        if has_series(history, "memory/peak_allocated_gib")
+        else (("memory/peak_rss_gib", "peak resident (CPU)"),)
+    )
     highest = []
     for (key, label), marker in zip(keys, "os"):
         steps, values = series(history, key)
@@ -292,15 +334,35 @@ def scaling_chart(scaling: Mapping[str, Any]) -> Figure:
     for (key, label, formatter), ax in zip(panels, axes[:, 0]):
         for s in series:
             style = {"color": _COLORS.get(s["strategy"], "black"), "linestyle": _NETWORK_STYLE.get(s["network"], ":")}
-            ax.plot(*_masked(s["points"], key, True), marker="o", markersize=4,
-                    label=f"{s['strategy']}, {s['network'].upper()}", **style)
-            ax.plot(*_masked(s["points"], key, False), marker="x", markersize=5, linewidth=0.8, alpha=0.35,
-                    **{**style, "linestyle": ":"})
+            ax.plot(
+                *_masked(s["points"], key, True),
+                marker="o",
+                markersize=4,
+                label=f"{s['strategy']}, {s['network'].upper()}",
+                **style,
+            )
+            ax.plot(
+                *_masked(s["points"], key, False),
+                marker="x",
+                markersize=5,
+                linewidth=0.8,
+                alpha=0.35,
+                **{**style, "linestyle": ":"},
+            )
             if s["network"] == chosen["network"] and s["strategy"] == chosen["strategy"]:
                 point = next((p for p in s["points"] if p["nodes"] == chosen["nodes"]), None)
                 if point is not None and point[key] is not None:
-                    ax.plot([chosen["nodes"]], [point[key]], marker="*", markersize=18, color="gold",
-                            markeredgecolor="black", linestyle="none", zorder=5, label="this plan")
+                    ax.plot(
+                        [chosen["nodes"]],
+                        [point[key]],
+                        marker="*",
+                        markersize=18,
+                        color="gold",
+                        markeredgecolor="black",
+                        linestyle="none",
+                        zorder=5,
+                        label="this plan",
+                    )
         for n in nothing_fits:
             ax.axvspan(n - 0.5, n + 0.5, color="#d62728", alpha=0.12, linewidth=0)
         ax.set_ylabel(label)
@@ -315,18 +377,30 @@ def scaling_chart(scaling: Mapping[str, Any]) -> Figure:
     handles: list[Any] = [  # Line2D and Patch legend entries
         *(Line2D([], [], color=c, label=s) for s, c in _COLORS.items()),
         *(Line2D([], [], color="black", linestyle=ls, label=n.upper()) for n, ls in _NETWORK_STYLE.items()),
-        Line2D([], [], marker="*", markersize=14, color="gold", markeredgecolor="black", linestyle="none",
-               label=f"this plan: {chosen['nodes']} nodes, {chosen['strategy']}, {chosen['network'].upper()}"),
+        Line2D(
+            [],
+            [],
+            marker="*",
+            markersize=14,
+            color="gold",
+            markeredgecolor="black",
+            linestyle="none",
+            label=f"this plan: {chosen['nodes']} nodes, {chosen['strategy']}, {chosen['network'].upper()}",
+        ),
         Line2D([], [], marker="x", color="black", alpha=0.35, linestyle=":", label="does not fit GPU memory"),
     ]
     if nothing_fits:
         handles.append(Patch(color="#d62728", alpha=0.12, label="no strategy fits GPU memory"))
     axes[0, 0].legend(handles=handles, loc="upper left", fontsize="small", ncol=2)
     # two lines: model, batch and instance type on one overflow the figure's width
-    figure.suptitle(f"Predicted scaling of {scaling['model']} on {scaling['instance']}\n({scaling['batch']})",
-                    fontweight="bold")
-    axes[0, 0].set_title("core.perf's step-time model: a lead, not a measurement; cost: the whole stack at on-demand "
-                         "prices", loc="left", fontsize="small")
+    figure.suptitle(
+        f"Predicted scaling of {scaling['model']} on {scaling['instance']}\n({scaling['batch']})", fontweight="bold"
+    )
+    axes[0, 0].set_title(
+        "core.perf's step-time model: a lead, not a measurement; cost: the whole stack at on-demand prices",
+        loc="left",
+        fontsize="small",
+    )
     return figure
 
 
@@ -337,13 +411,15 @@ def comparison_chart(comparison: Mapping[str, Any]) -> Figure:
     """`compare --json`: tokens/s and step time of the EFA and the TCP run as bars, with the ratio."""
     figure, axes = _figure(width=9.0, height=4.5, cols=2)
     efa, tcp = comparison["efa"], comparison["tcp"]
-    panels = (("throughput/tokens_per_s", "tokens/s (all devices)", "{:,.0f}"), ("time/step_s", "step time (s)", "{:.3f}"))
+    panels = (
+        ("throughput/tokens_per_s", "tokens/s (all devices)", "{:,.0f}"),
+        ("time/step_s", "step time (s)", "{:.3f}"),
+    )
     for (key, label, fmt), ax in zip(panels, axes[0]):
         values = [efa.get(key), tcp.get(key)]
         heights = [v if isinstance(v, (int, float)) else 0.0 for v in values]
         bars = ax.bar(["EFA", "TCP"], heights, color=[_EFA, _TCP], label=label)
-        ax.bar_label(bars, labels=[fmt.format(v) if isinstance(v, (int, float)) else "n/a" for v in values],
-                     padding=3)
+        ax.bar_label(bars, labels=[fmt.format(v) if isinstance(v, (int, float)) else "n/a" for v in values], padding=3)
         ax.set_ylabel(label)
         ax.set_ylim(0, max(heights + [1e-9]) * 1.18)
         ax.grid(True, axis="y", alpha=0.3)
@@ -355,10 +431,17 @@ def comparison_chart(comparison: Mapping[str, Any]) -> Figure:
     ratio = comparison["efa_over_tcp"]
     from ray_efa.training.run_summary import describe_hardware
 
-    where = describe_hardware(efa) if comparison.get("same_hardware", True) else (
-        f"different hardware: {describe_hardware(efa)} vs {describe_hardware(tcp)}, so not the transport's ratio alone")
-    figure.suptitle(f"EFA runs the job {ratio:.2f}x as fast as TCP\n{efa.get('name')} vs {tcp.get('name')}, {where}",
-                    fontweight="bold")
+    where = (
+        describe_hardware(efa)
+        if comparison.get("same_hardware", True)
+        else (
+            f"different hardware: {describe_hardware(efa)} vs {describe_hardware(tcp)}, so not the transport's ratio alone"
+        )
+    )
+    figure.suptitle(
+        f"EFA runs the job {ratio:.2f}x as fast as TCP\n{efa.get('name')} vs {tcp.get('name')}, {where}",
+        fontweight="bold",
+    )
     return figure
 
 

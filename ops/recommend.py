@@ -21,7 +21,15 @@ from ray_efa.core.cost import hourly_cost
 from ray_efa.core.settings import Settings, SettingsError, described_gpu_instances
 from ray_efa.core.strategy import choose, global_batch
 
-__all__ = ["instance_types", "recommend", "CAPACITY_CHOICES", "tokens_to_train", "TOKENS_PER_PARAMETER", "RANGE", "OWN_FUNCTION_NOTE"]
+__all__ = [
+    "instance_types",
+    "recommend",
+    "CAPACITY_CHOICES",
+    "tokens_to_train",
+    "TOKENS_PER_PARAMETER",
+    "RANGE",
+    "OWN_FUNCTION_NOTE",
+]
 
 TOKENS_PER_PARAMETER = 20
 """The default token budget: 20 tokens per parameter, the compute-optimal ratio of Hoffmann et al. 2022
@@ -31,8 +39,10 @@ RANGE = {"measured": 0.10, "published": 0.15, "assumed": 0.35}
 (the H200's runs), published within 15% (tests/core/test_evidence.py holds the held-out runs to it), assumed 35%;
 widened to the family's band (core.catalog.gpu_constants: 90% of its runs within it when their source was left out of the
 fit) where that is wider."""
-OWN_FUNCTION_NOTE = ("trainFunction is your own: the ranking models the built-in train function's architecture "
-                     "({model}), not what your function builds")
+OWN_FUNCTION_NOTE = (
+    "trainFunction is your own: the ranking models the built-in train function's architecture "
+    "({model}), not what your function builds"
+)
 
 
 def instance_types(settings: Settings) -> list[str]:
@@ -93,29 +103,45 @@ def _row(settings: Settings, tokens: int, option: Any, price: prices.Price) -> d
     band = gpu_constants.constants_for(n.gpu_instance.gpu.name).band
     spread = max(RANGE[constants["status"]], band or 0.0)  # the observed spread by source, where there is one
     return {
-        "instance_type": n.gpu_instance_type, "nodes": n.gpu_node_count, "purchase": price.option,
-        "gpus": settings.world_size, "gpu": n.gpu_instance.gpu.name,
-        "tokens_per_s": option.tokens_per_s, "tokens_per_s_per_gpu": option.prediction.tokens_per_s_per_gpu,
+        "instance_type": n.gpu_instance_type,
+        "nodes": n.gpu_node_count,
+        "purchase": price.option,
+        "gpus": settings.world_size,
+        "gpu": n.gpu_instance.gpu.name,
+        "tokens_per_s": option.tokens_per_s,
+        "tokens_per_s_per_gpu": option.prediction.tokens_per_s_per_gpu,
         "tokens_per_s_range": [option.tokens_per_s * (1 - spread), option.tokens_per_s * (1 + spread)],
-        "usd_per_hour": usd_per_hour, "usd_per_million_tokens": usd_per_hour / (option.tokens_per_s * 3600) * 1e6,
-        "hours": hours, "hours_range": [hours / (1 + spread), hours / (1 - spread)],
-        "usd": hours * usd_per_hour, "usd_range": [hours * usd_per_hour / (1 + spread),
-                                                    hours * usd_per_hour / (1 - spread)],
+        "usd_per_hour": usd_per_hour,
+        "usd_per_million_tokens": usd_per_hour / (option.tokens_per_s * 3600) * 1e6,
+        "hours": hours,
+        "hours_range": [hours / (1 + spread), hours / (1 - spread)],
+        "usd": hours * usd_per_hour,
+        "usd_range": [hours * usd_per_hour / (1 + spread), hours * usd_per_hour / (1 - spread)],
         "price": {
             "ranked": price.as_dict(),
             "on_demand": on_demand.as_dict(),
-            "capacity_block": None if block is None else {
-                **block.as_dict(), "usd_per_hour_total": fixed + n.gpu_node_count * block.usd_per_hour,
-                "usd": hours * (fixed + n.gpu_node_count * block.usd_per_hour)},
+            "capacity_block": None
+            if block is None
+            else {
+                **block.as_dict(),
+                "usd_per_hour_total": fixed + n.gpu_node_count * block.usd_per_hour,
+                "usd": hours * (fixed + n.gpu_node_count * block.usd_per_hour),
+            },
             "capacity_blocks_offered": n.gpu_instance.capacity_blocks,
-            "spot": None, "spot_note": prices.SPOT_NOTE,
+            "spot": None,
+            "spot_note": prices.SPOT_NOTE,
         },
         "constants": constants,
         "mfu_causal": option.prediction.mfu_causal,
-        "memory_gib": option.memory.total_gib, "capacity_gib": option.memory.capacity_gib,
-        "strategy": option.strategy, "grad_reduce_dtype": option.reduce_dtype, "precision": t.precision,
-        "micro_batch": t.micro_batch, "grad_accumulation": t.grad_accumulation,
-        "activation_checkpointing": t.activation_checkpointing, "global_batch_tokens": split.tokens,
+        "memory_gib": option.memory.total_gib,
+        "capacity_gib": option.memory.capacity_gib,
+        "strategy": option.strategy,
+        "grad_reduce_dtype": option.reduce_dtype,
+        "precision": t.precision,
+        "micro_batch": t.micro_batch,
+        "grad_accumulation": t.grad_accumulation,
+        "activation_checkpointing": t.activation_checkpointing,
+        "global_batch_tokens": split.tokens,
         "bottleneck": option.prediction.bottleneck,
     }
 
@@ -136,8 +162,15 @@ CAPACITY_CHOICES = ("any", "on-demand", "capacity-block")
 """What `plan --recommend --capacity` takes: every purchase option, or only On-Demand, or only Capacity Blocks."""
 
 
-def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int = 8, budget_usd: float | None = None,
-              max_hours: float | None = None, capacity: str = "any") -> dict[str, Any]:
+def recommend(
+    settings: Settings,
+    *,
+    tokens: int | None = None,
+    max_nodes: int = 8,
+    budget_usd: float | None = None,
+    max_hours: float | None = None,
+    capacity: str = "any",
+) -> dict[str, Any]:
     """{"tokens", "model", "region", "prices_recorded", "max_nodes", "note", "recommendations": every fitting
     (instance type, nodes, purchase option) sorted by usd_per_million_tokens, "skipped": the types the settings refuse,
     the region does not offer, or that have no price recorded for the region, with why}.
@@ -149,8 +182,13 @@ def recommend(settings: Settings, *, tokens: int | None = None, max_nodes: int =
         raise ValueError(f"capacity must be one of {', '.join(CAPACITY_CHOICES)}, got {capacity!r}")
     ranking = _ranking(settings, tokens=tokens, max_nodes=max_nodes)
     rows = ranking["recommendations"]
-    kept = [r for r in rows if (capacity == "any" or r["purchase"] == capacity)
-            and (budget_usd is None or r["usd"] <= budget_usd) and (max_hours is None or r["hours"] <= max_hours)]
+    kept = [
+        r
+        for r in rows
+        if (capacity == "any" or r["purchase"] == capacity)
+        and (budget_usd is None or r["usd"] <= budget_usd)
+        and (max_hours is None or r["hours"] <= max_hours)
+    ]
     ranking["recommendations"] = kept
     ranking["limits"] = {"budget_usd": budget_usd, "max_hours": max_hours, "capacity": capacity}
     ranking["left_out_by_limits"] = len(rows) - len(kept)
@@ -178,10 +216,16 @@ def _ranking(settings: Settings, *, tokens: int | None, max_nodes: int) -> dict[
     model = settings.training.preset
     region = settings.cluster.region
     return {
-        "tokens": tokens, "tokens_default": None if given else (f"{TOKENS_PER_PARAMETER} tokens per parameter x "
-                                                               f"{model.num_parameters:,} (Hoffmann et al. 2022)"),
-        "model": model.name, "model_parameters": model.num_parameters, "region": region,
+        "tokens": tokens,
+        "tokens_default": None
+        if given
+        else (f"{TOKENS_PER_PARAMETER} tokens per parameter x {model.num_parameters:,} (Hoffmann et al. 2022)"),
+        "model": model.name,
+        "model_parameters": model.num_parameters,
+        "region": region,
         "prices_recorded": region in prices.RECORDED_REGIONS,
         "note": None if settings.training.builtin else OWN_FUNCTION_NOTE.format(model=model.name),
-        "max_nodes": max_nodes, "recommendations": rows, "skipped": skipped,
+        "max_nodes": max_nodes,
+        "recommendations": rows,
+        "skipped": skipped,
     }

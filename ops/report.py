@@ -20,8 +20,18 @@ from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, SETTINGS_FILE, SUMMARY_FILE, VERDICT_FILE
 
-__all__ = ["ReportError", "RunRecords", "read_run", "charts", "render_html", "write_report", "CHARTS", "is_builtin",
-           "metric_keys", "OWN_RUN_TRAINING_KEYS"]
+__all__ = [
+    "ReportError",
+    "RunRecords",
+    "read_run",
+    "charts",
+    "render_html",
+    "write_report",
+    "CHARTS",
+    "is_builtin",
+    "metric_keys",
+    "OWN_RUN_TRAINING_KEYS",
+]
 
 
 class ReportError(ValueError):
@@ -71,7 +81,7 @@ def _s3_reader(uri: str) -> tuple[Callable[[str], bytes | None], Callable[[], li
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     prefix = prefix.strip("/")
     if not bucket or not prefix:
         raise ReportError(f"{uri}: give the run folder, s3://BUCKET/PREFIX/RUN-NAME")
@@ -98,8 +108,8 @@ def _s3_reader(uri: str) -> tuple[Callable[[str], bytes | None], Callable[[], li
             page = client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/", Delimiter="/", MaxKeys=50)
         except (ClientError, BotoCoreError) as error:
             raise failed(error) from None
-        names = [c["Prefix"][len(prefix) + 1:].rstrip("/") for c in page.get("CommonPrefixes", [])]
-        names += [o["Key"][len(prefix) + 1:] for o in page.get("Contents", [])]
+        names = [c["Prefix"][len(prefix) + 1 :].rstrip("/") for c in page.get("CommonPrefixes", [])]
+        names += [o["Key"][len(prefix) + 1 :] for o in page.get("Contents", [])]
         return sorted(n for n in names if n and not n.startswith("."))
 
     return read, listing
@@ -126,16 +136,22 @@ def _parse_history(data: bytes, where: str, notes: list[str]) -> list[dict[str, 
         by_step[step] = record  # a later attempt's report of a step wins
         seen[step] = seen.get(step, 0) + 1
     if cut:
-        notes.append(f"the last line of {where} is cut short (the run was stopped while writing it, or is still "
-                     "writing): it is left out")
+        notes.append(
+            f"the last line of {where} is cut short (the run was stopped while writing it, or is still "
+            "writing): it is left out"
+        )
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        notes.append(f"{len(bad)} line(s) of {where} could not be read (line {shown}; a line cut when an attempt "
-                     "was killed, before the next attempt appended): left out")
+        notes.append(
+            f"{len(bad)} line(s) of {where} could not be read (line {shown}; a line cut when an attempt "
+            "was killed, before the next attempt appended): left out"
+        )
     again = sorted(step for step, count in seen.items() if count > 1)
     if again:
-        notes.append(f"steps {_ranges(again)} were reported by more than one attempt (the run resumed from a "
-                     "checkpoint): the latest attempt's values are charted")
+        notes.append(
+            f"steps {_ranges(again)} were reported by more than one attempt (the run resumed from a "
+            "checkpoint): the latest attempt's values are charted"
+        )
     return [by_step[step] for step in sorted(by_step)]
 
 
@@ -170,15 +186,23 @@ def read_run(uri: str) -> RunRecords:
     data = read(METRICS_FILE)
     if data is None:
         entries = listing()
-        held = ", ".join(entries[:8]) + (f" and {len(entries) - 8} more" if len(entries) > 8 else "") if entries else "nothing"
-        raise ReportError(f"{uri} has no metrics history ({METRICS_FILE}); it holds {held}. Give a run folder "
-                          "(<storagePath>/<run name>) of a run that ray-efa trained: its rank 0 writes the history "
-                          "as it trains")
+        held = (
+            ", ".join(entries[:8]) + (f" and {len(entries) - 8} more" if len(entries) > 8 else "")
+            if entries
+            else "nothing"
+        )
+        raise ReportError(
+            f"{uri} has no metrics history ({METRICS_FILE}); it holds {held}. Give a run folder "
+            "(<storagePath>/<run name>) of a run that ray-efa trained: its rank 0 writes the history "
+            "as it trains"
+        )
     notes: list[str] = []
     history = _parse_history(data, METRICS_FILE, notes)
     if not history:
-        raise ReportError(f"{uri}/{METRICS_FILE} holds no complete report (the run was stopped before its first "
-                          "report, or the file is not a ray-efa history)")
+        raise ReportError(
+            f"{uri}/{METRICS_FILE} holds no complete report (the run was stopped before its first "
+            "report, or the file is not a ray-efa history)"
+        )
     settings = None
     raw = _json_file(read, SETTINGS_FILE, notes, "the settings are not shown and there is no prediction to draw")
     if raw is not None:
@@ -187,15 +211,26 @@ def read_run(uri: str) -> RunRecords:
         try:
             settings = Settings.from_json(json.dumps(raw))
         except ValueError as error:
-            notes.append(f"{SETTINGS_FILE} does not hold valid settings for this version ({str(error)[:200]}): "
-                         "the settings are not shown and there is no prediction to draw")
-    summary = _json_file(read, SUMMARY_FILE, notes, "the run has not finished (it failed, was stopped, or still runs), "
-                                                    "so there is no summary table")
-    verdict = _json_file(read, VERDICT_FILE, notes, "the transport gate did not judge this run (it was stopped "
-                                                    "before the gate ran), so there is no verdict")
+            notes.append(
+                f"{SETTINGS_FILE} does not hold valid settings for this version ({str(error)[:200]}): "
+                "the settings are not shown and there is no prediction to draw"
+            )
+    summary = _json_file(
+        read,
+        SUMMARY_FILE,
+        notes,
+        "the run has not finished (it failed, was stopped, or still runs), so there is no summary table",
+    )
+    verdict = _json_file(
+        read,
+        VERDICT_FILE,
+        notes,
+        "the transport gate did not judge this run (it was stopped before the gate ran), so there is no verdict",
+    )
     name = (summary or {}).get("name") or uri.rstrip("/").rsplit("/", 1)[-1]
-    return RunRecords(uri=uri, name=str(name), history=history, notes=notes, settings=settings, summary=summary,
-                      verdict=verdict)
+    return RunRecords(
+        uri=uri, name=str(name), history=history, notes=notes, settings=settings, summary=summary, verdict=verdict
+    )
 
 
 # -- charts ----------------------------------------------------------------------------------------------------------
@@ -213,6 +248,7 @@ _DATASET_KEYS = ("evalDataset", "evalFraction", "modelPath", "seqLen")
 def own_run_training_keys(settings: Any) -> tuple[str, ...]:
     """The training settings a run of your function used (OWN_RUN_TRAINING_KEYS, and with a dataset _DATASET_KEYS)."""
     return OWN_RUN_TRAINING_KEYS + (_DATASET_KEYS if settings.training.dataset is not None else ())
+
 
 CHARTS = ("loss", "throughput", "step_time", "memory", "optimizer")
 """The charts a report draws, each `<name>.png`, when the history holds their series."""
@@ -238,8 +274,10 @@ def _prediction(run: RunRecords) -> tuple[float | None, str]:
         return None, "no prediction line: the run has no summary saying which device it ran on"
     gpu = catalog.gpu_for_device_name(device)
     if gpu is None or gpu.name != planned.gpu.name:
-        return None, (f"no prediction line: the run ran on {device}, the settings plan {s.nodes.gpu_node_count} x "
-                      f"{planned.name} ({planned.gpu.name}); core.perf predicts the latter")
+        return None, (
+            f"no prediction line: the run ran on {device}, the settings plan {s.nodes.gpu_node_count} x "
+            f"{planned.name} ({planned.gpu.name}); core.perf predicts the latter"
+        )
     p = choose(s).prediction
     return p.step_time_s, f"core.perf, {s.nodes.gpu_node_count} x {planned.name}, {p.strategy}, {s.workload.network}"
 
@@ -310,8 +348,9 @@ def charts(run: RunRecords) -> dict[str, Any]:
         predicted, label = _prediction(run) if builtin else (None, "")
         if predicted is None and label:
             run.notes.append(label)
-        out["step_time"] = plots.step_time_chart(h, run=name, predicted_s=predicted,
-                                                 predicted_label=label if predicted is not None else "")
+        out["step_time"] = plots.step_time_chart(
+            h, run=name, predicted_s=predicted, predicted_label=label if predicted is not None else ""
+        )
         covered.add("time/step_s")
     if plots.has_series(h, "memory/peak_allocated_gib") or plots.has_series(h, "memory/peak_rss_gib"):
         out["memory"] = plots.memory_chart(h, run=name, device=_device(run) or "device", **_memory_lines(run))
@@ -325,8 +364,7 @@ def charts(run: RunRecords) -> dict[str, Any]:
         return out
     keys = metric_keys(h)
     for key in (k for k in keys if k not in covered):
-        out[chart_file_stem(key, set(out))] = plots.metric_chart(h, key, run=name,
-                                                                               group=metric_group(key, keys))
+        out[chart_file_stem(key, set(out))] = plots.metric_chart(h, key, run=name, group=metric_group(key, keys))
     if not keys:
         run.notes.append("the run reported no numeric metric (ray.train.report with numbers): nothing to chart")
     return out
@@ -339,7 +377,9 @@ def _memory_lines(run: RunRecords) -> dict[str, float | None]:
     device = _device(run)
     gpu = catalog.gpu_for_device_name(device) if device and device != "cpu" else None
     if gpu is None:
-        run.notes.append(f"memory: {'a CPU run: resident memory, no device capacity' if device == 'cpu' else 'the device is not in the catalog: no capacity line'}")
+        run.notes.append(
+            f"memory: {'a CPU run: resident memory, no device capacity' if device == 'cpu' else 'the device is not in the catalog: no capacity line'}"
+        )
         return {"capacity_gib": None, "estimate_gib": None}
     estimate = None
     if run.settings is not None and run.settings.nodes.gpu_instance.gpu.name == gpu.name:
@@ -376,37 +416,67 @@ def _summary_rows(run: RunRecords) -> list[tuple[str, str]]:
         return _reported_rows(run)
     if s is None:
         last = run.history[-1]
-        return [("status", "not finished: no summary.json"), ("last reported step", str(last["step"])),
-                ("loss at that step", _number(last.get("loss"), ".4f"))]
+        return [
+            ("status", "not finished: no summary.json"),
+            ("last reported step", str(last["step"])),
+            ("loss at that step", _number(last.get("loss"), ".4f")),
+        ]
     rows = [
-        ("run", str(s.get("name", run.name))), ("network", _network(s)),
+        ("run", str(s.get("name", run.name))),
+        ("network", _network(s)),
         ("hardware", describe_hardware(s)),
-        ("steps", f"{int(s.get('start_step') or 0) + 1}..{_number(s.get('steps'), 'd')}"
-                  + (f" (resumed after step {s['start_step']})" if s.get("start_step") else "")),
-        ("loss", f"{_number(s.get('first_loss'), '.4f')} (step {s.get('first_step', '?')}) -> "
-                 f"{_number(s.get('final_loss'), '.4f')}"),
+        (
+            "steps",
+            f"{int(s.get('start_step') or 0) + 1}..{_number(s.get('steps'), 'd')}"
+            + (f" (resumed after step {s['start_step']})" if s.get("start_step") else ""),
+        ),
+        (
+            "loss",
+            f"{_number(s.get('first_loss'), '.4f')} (step {s.get('first_step', '?')}) -> "
+            f"{_number(s.get('final_loss'), '.4f')}",
+        ),
         ("step time (steady state)", f"{_number(s.get('time/step_s'), '.4f')} s"),
-        ("tokens/s", f"{_number(s.get('throughput/tokens_per_s'), ',.0f')} "
-                     f"({_number(s.get('throughput/tokens_per_s_per_device'), ',.0f')} per device)"),
-        ("MFU", f"{_number(s.get('throughput/mfu_pct'), '.1f')}% (6N + 12LdS FLOPs per token)"
-         if "throughput/mfu_pct" in s else "n/a (no bf16 peak for this device)"),
+        (
+            "tokens/s",
+            f"{_number(s.get('throughput/tokens_per_s'), ',.0f')} "
+            f"({_number(s.get('throughput/tokens_per_s_per_device'), ',.0f')} per device)",
+        ),
+        (
+            "MFU",
+            f"{_number(s.get('throughput/mfu_pct'), '.1f')}% (6N + 12LdS FLOPs per token)"
+            if "throughput/mfu_pct" in s
+            else "n/a (no bf16 peak for this device)",
+        ),
     ]
     if "memory/peak_allocated_gib" in s:
-        rows.append(("peak memory (rank 0)", f"{_number(s['memory/peak_allocated_gib'], '.2f')} GiB allocated, "
-                                             f"{_number(s.get('memory/peak_reserved_gib'), '.2f')} GiB reserved"))
+        rows.append(
+            (
+                "peak memory (rank 0)",
+                f"{_number(s['memory/peak_allocated_gib'], '.2f')} GiB allocated, "
+                f"{_number(s.get('memory/peak_reserved_gib'), '.2f')} GiB reserved",
+            )
+        )
     elif "memory/peak_rss_gib" in s:
         rows.append(("peak memory (rank 0)", f"{_number(s['memory/peak_rss_gib'], '.2f')} GiB resident (CPU)"))
     if s.get("precision"):
-        rows.append(("precision", f"{s['precision']} matrix products"
-                                  + (f", gradients {s['grad_reduce_dtype']} on the wire"
-                                     if s.get("grad_reduce_dtype") else "")))
+        rows.append(
+            (
+                "precision",
+                f"{s['precision']} matrix products"
+                + (f", gradients {s['grad_reduce_dtype']} on the wire" if s.get("grad_reduce_dtype") else ""),
+            )
+        )
     if s.get("dataset"):
         rows.append(("data", str(s["dataset"])))
     if "eval_loss" in s:
-        unigram = (f"; unigram baseline {_number(s['eval_unigram_entropy'], '.4f')} (a model that ignores context)"
-                   if "eval_unigram_entropy" in s else "")
-        rows.append(("eval loss (held out)", f"{_number(s['eval_loss'], '.4f')} at step {s.get('eval_step', '?')}"
-                                             + unigram))
+        unigram = (
+            f"; unigram baseline {_number(s['eval_unigram_entropy'], '.4f')} (a model that ignores context)"
+            if "eval_unigram_entropy" in s
+            else ""
+        )
+        rows.append(
+            ("eval loss (held out)", f"{_number(s['eval_loss'], '.4f')} at step {s.get('eval_step', '?')}" + unigram)
+        )
     rows.append(("wall time", f"{_number(s.get('time/elapsed_s'), '.1f')} s"))
     return rows
 
@@ -416,8 +486,9 @@ def _network(summary: dict[str, Any]) -> str:
     from ray_efa.training.run_summary import LOCAL
 
     if summary.get("instance_type") == LOCAL:
-        return (f"gloo over loopback (a local run; the network setting, {summary.get('network', '-')}, is a "
-                "cluster run's)")
+        return (
+            f"gloo over loopback (a local run; the network setting, {summary.get('network', '-')}, is a cluster run's)"
+        )
     return str(summary.get("network", "-"))
 
 
@@ -435,8 +506,9 @@ def _reported_rows(run: RunRecords) -> list[tuple[str, str]]:
     rows.append(("reports", f"{len(h)}, steps {h[0]['step']}..{h[-1]['step']}"))
     for key in metric_keys(h):
         steps, values = _first_last(h, key)
-        rows.append((key, f"{_number(values[0], '.4g')} (step {steps[0]}) -> {_number(values[1], '.4g')} "
-                          f"(step {steps[1]})"))
+        rows.append(
+            (key, f"{_number(values[0], '.4g')} (step {steps[0]}) -> {_number(values[1], '.4g')} (step {steps[1]})")
+        )
     times = [r["wall_time"] for r in h if isinstance(r.get("wall_time"), (int, float))]
     if len(times) > 1:
         rows.append(("wall time", f"{times[-1] - times[0]:.1f} s from the first report to the last"))
@@ -462,14 +534,24 @@ def _verdict_html(verdict: dict[str, Any] | None) -> str:
     if verdict is None:
         return '<p class="note">No verdict: the transport gate did not judge this run.</p>'
     status = str(verdict.get("status", "?"))
-    parts = [f'<p>Expected <b>{e(str(verdict.get("expect", "?")))}</b>: <span class="{e(status)}">{e(status)}</span> '
-             f'(exit {e(str(verdict.get("exit_code", "?")))}). {e(str(verdict.get("summary", "")))}</p>']
+    parts = [
+        f'<p>Expected <b>{e(str(verdict.get("expect", "?")))}</b>: <span class="{e(status)}">{e(status)}</span> '
+        f"(exit {e(str(verdict.get('exit_code', '?')))}). {e(str(verdict.get('summary', '')))}</p>"
+    ]
     processes = verdict.get("processes") or []
     if processes:
-        rows = [(p.get("process", "?"), ",".join(map(str, p.get("ranks", []))) or "-",
-                 ", ".join(p.get("networks", [])) or "-", ", ".join(p.get("plugins", [])) or "-",
-                 ", ".join(p.get("providers", [])) or "-", p.get("verdict", "?"), p.get("cause") or "")
-                for p in processes]
+        rows = [
+            (
+                p.get("process", "?"),
+                ",".join(map(str, p.get("ranks", []))) or "-",
+                ", ".join(p.get("networks", [])) or "-",
+                ", ".join(p.get("plugins", [])) or "-",
+                ", ".join(p.get("providers", [])) or "-",
+                p.get("verdict", "?"),
+                p.get("cause") or "",
+            )
+            for p in processes
+        ]
         parts.append(_table(rows, ("process", "ranks", "network", "plugin", "provider", "verdict", "likely cause")))
     parts += [f'<p class="note">note: {e(str(n))}</p>' for n in verdict.get("notes", [])]
     if verdict.get("table"):
@@ -480,15 +562,22 @@ def _verdict_html(verdict: dict[str, Any] | None) -> str:
 def render_html(run: RunRecords, images: dict[str, bytes]) -> str:
     """The report page: every image inline (data: URIs), no script, nothing fetched when it is viewed."""
     e = html.escape
-    titles = {"loss": "Loss", "throughput": "Throughput", "step_time": "Step time", "memory": "Memory",
-              "optimizer": "Learning rate and gradient norm"}
+    titles = {
+        "loss": "Loss",
+        "throughput": "Throughput",
+        "step_time": "Step time",
+        "memory": "Memory",
+        "optimizer": "Learning rate and gradient norm",
+    }
     out = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>ray-efa run report: {e(run.name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>Run report: {e(run.name)}</h1>",
         f"<p>Run folder <code>{e(run.uri)}</code>; {len(run.history)} reports, steps {run.history[0]['step']} to "
         f"{run.history[-1]['step']}.</p>",
-        "<h2>Summary</h2>", _table(_summary_rows(run)),
+        "<h2>Summary</h2>",
+        _table(_summary_rows(run)),
     ]
     if run.notes:
         out += ["<h2>Gaps and notes</h2>", "<ul>", *(f'<li class="note">{e(n)}</li>' for n in run.notes), "</ul>"]
@@ -500,8 +589,7 @@ def render_html(run: RunRecords, images: dict[str, bytes]) -> str:
         data = base64.b64encode(png).decode("ascii")
         title = titles.get(name) if is_builtin(run) or name not in stems else stems[name]
         title = title or name
-        out.append(f'<h3>{e(title)}</h3><img alt="{e(title)} of {e(run.name)}" '
-                   f'src="data:image/png;base64,{data}">')
+        out.append(f'<h3>{e(title)}</h3><img alt="{e(title)} of {e(run.name)}" src="data:image/png;base64,{data}">')
     out += ["<h2>Transport gate</h2>", _verdict_html(run.verdict), "<h2>Settings</h2>"]
     if run.settings is None:
         out.append('<p class="note">No settings: settings.json is missing or unreadable.</p>')
@@ -511,17 +599,27 @@ def render_html(run: RunRecords, images: dict[str, bytes]) -> str:
         values = run.settings.to_context()
         shown = [(section, key) for key, (section, _) in setting_keys().items() if key in values]
         if not is_builtin(run):
-            left_out = [key for section, key in shown if section == "training" and key not in own_run_training_keys(run.settings)]
+            left_out = [
+                key
+                for section, key in shown
+                if section == "training" and key not in own_run_training_keys(run.settings)
+            ]
             shown = [(section, key) for section, key in shown if key not in left_out]
-            note = (f"The built-in function's training settings ({', '.join(left_out)}) are left out: they drive the "
-                    f"built-in function, not {run.settings.training.train_function}, which gets them all in "
-                    'config["settings"] and reads what it chooses (its own parameters are trainConfig).')
+            note = (
+                f"The built-in function's training settings ({', '.join(left_out)}) are left out: they drive the "
+                f"built-in function, not {run.settings.training.train_function}, which gets them all in "
+                'config["settings"] and reads what it chooses (its own parameters are trainConfig).'
+            )
             out.append(f'<p class="note">{e(note)}</p>')
-        rows = [(section, key, json.dumps(values[key]) if not isinstance(values[key], str) else values[key])
-                for section, key in shown]
+        rows = [
+            (section, key, json.dumps(values[key]) if not isinstance(values[key], str) else values[key])
+            for section, key in shown
+        ]
         out.append(_table(rows, ("section", "key", "value")))
-    out += ["<p><small>Written by <code>ray-efa report</code>; charts drawn with matplotlib.</small></p>",
-            "</body></html>"]
+    out += [
+        "<p><small>Written by <code>ray-efa report</code>; charts drawn with matplotlib.</small></p>",
+        "</body></html>",
+    ]
     return "\n".join(out) + "\n"
 
 

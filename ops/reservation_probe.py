@@ -26,8 +26,18 @@ from ray_efa.ops._status import Status, quiet
 
 # `ec2` is a boto3 client (or a botocore Stubber-wrapped one in the tests), typed Any as in ops.capacity.
 
-__all__ = ["AVAILABLE", "INSUFFICIENT_CAPACITY", "QUOTA_EXCEEDED", "UNSUPPORTED", "ERROR", "ProbeResult",
-           "ProbeInterrupted", "CancelFailed", "probe_zone", "error_text"]
+__all__ = [
+    "AVAILABLE",
+    "INSUFFICIENT_CAPACITY",
+    "QUOTA_EXCEEDED",
+    "UNSUPPORTED",
+    "ERROR",
+    "ProbeResult",
+    "ProbeInterrupted",
+    "CancelFailed",
+    "probe_zone",
+    "error_text",
+]
 
 # -- outcomes -------------------------------------------------------------------------------------------------------
 
@@ -43,10 +53,15 @@ ERROR = "error"
 """Anything else (permissions, a reservation that did not settle); says nothing about capacity."""
 
 _CAPACITY_ERRORS = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity"})
-_QUOTA_ERRORS = frozenset({
-    "InstanceLimitExceeded", "VcpuLimitExceeded", "ReservationCapacityExceeded", "ReservationLimitExceeded",
-    "CapacityReservationLimitExceeded",
-})
+_QUOTA_ERRORS = frozenset(
+    {
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "ReservationCapacityExceeded",
+        "ReservationLimitExceeded",
+        "CapacityReservationLimitExceeded",
+    }
+)
 _UNSUPPORTED_ERRORS = frozenset({"Unsupported", "UnsupportedOperation"})
 
 
@@ -152,7 +167,10 @@ def _cancel(ec2: Any, reservation_id: str, *, attempts: int = 3, sleep: Callable
             ec2.cancel_capacity_reservation(CapacityReservationId=reservation_id)
             return
         except (ClientError, BotoCoreError) as error:
-            if isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") == "InvalidCapacityReservationId.NotFound":
+            if (
+                isinstance(error, ClientError)
+                and error.response.get("Error", {}).get("Code") == "InvalidCapacityReservationId.NotFound"
+            ):
                 return  # already gone
             if attempt == attempts:
                 raise
@@ -175,7 +193,9 @@ def _outcome_of_error(zone: str, error: ClientError) -> ProbeResult:
         outcome = UNSUPPORTED
     else:
         outcome = ERROR
-    return ProbeResult(zone=zone, outcome=outcome, error_code=code, message=error.response.get("Error", {}).get("Message", ""))
+    return ProbeResult(
+        zone=zone, outcome=outcome, error_code=code, message=error.response.get("Error", {}).get("Message", "")
+    )
 
 
 def _reservation_request(token: str, *, instance_type: str, zone: str, count: int) -> dict[str, Any]:
@@ -190,22 +210,34 @@ def _reservation_request(token: str, *, instance_type: str, zone: str, count: in
         # Belt and braces: if this process is killed with SIGKILL between create and cancel, EC2 ends it itself.
         EndDateType="limited",
         EndDate=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
-        TagSpecifications=[{
-            "ResourceType": "capacity-reservation",
-            "Tags": [{"Key": _PROBE_TAG, "Value": token}, {"Key": "Name", "Value": "ray-efa capacity probe"}],
-        }],
+        TagSpecifications=[
+            {
+                "ResourceType": "capacity-reservation",
+                "Tags": [{"Key": _PROBE_TAG, "Value": token}, {"Key": "Name", "Value": "ray-efa capacity probe"}],
+            }
+        ],
     )
 
 
-def _settled_result(zone: str, reservation_id: str | None, state: str, what: str, settle_timeout_s: float) -> ProbeResult:
+def _settled_result(
+    zone: str, reservation_id: str | None, state: str, what: str, settle_timeout_s: float
+) -> ProbeResult:
     """What the reservation's state (`what`: count x type) says of the zone's capacity."""
     if state == "active":
         return ProbeResult(zone=zone, outcome=AVAILABLE, reservation_id=reservation_id, message=f"reserved {what}")
     if state == "unsupported":
-        return ProbeResult(zone=zone, outcome=UNSUPPORTED, reservation_id=reservation_id,
-                           message="EC2 does not support this reservation here")
-    return ProbeResult(zone=zone, outcome=ERROR, reservation_id=reservation_id,
-                       message=f"reservation {state} after {settle_timeout_s:.0f} s; capacity unknown")
+        return ProbeResult(
+            zone=zone,
+            outcome=UNSUPPORTED,
+            reservation_id=reservation_id,
+            message="EC2 does not support this reservation here",
+        )
+    return ProbeResult(
+        zone=zone,
+        outcome=ERROR,
+        reservation_id=reservation_id,
+        message=f"reservation {state} after {settle_timeout_s:.0f} s; capacity unknown",
+    )
 
 
 def probe_zone(
@@ -266,7 +298,8 @@ def probe_zone(
                         _cancel(ec2, rid, sleep=sleep)
                         cancelled = True
             except (ClientError, BotoCoreError) as error:
-                raise CancelFailed([reservation_id] if reservation_id else [f"(tag {_PROBE_TAG}={token})"],
-                                   region, error_text(error)) from error
+                raise CancelFailed(
+                    [reservation_id] if reservation_id else [f"(tag {_PROBE_TAG}={token})"], region, error_text(error)
+                ) from error
             guard.release()
     return replace(result, cancelled=cancelled)

@@ -45,21 +45,37 @@ def scaling(settings: Settings, *, max_nodes: int | None = None) -> dict[str, An
                 gpus = nodes * instance.gpus
                 tokens_per_s = p.tokens_per_s_per_gpu * gpus
                 usd_per_hour = fixed_usd_per_hour + nodes * instance.usd_per_hour
-                points.append({
-                    "nodes": nodes, "gpus": gpus, "step_time_s": p.step_time_s, "tokens_per_s": tokens_per_s,
-                    "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "mfu": p.mfu, "bottleneck": p.bottleneck,
-                    "memory_gib": option.memory.total_gib, "fits": option.fits,
-                    "grad_reduce_dtype": option.reduce_dtype, "usd_per_hour": usd_per_hour,
-                    "usd_per_million_tokens": usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s else None,
-                })
+                points.append(
+                    {
+                        "nodes": nodes,
+                        "gpus": gpus,
+                        "step_time_s": p.step_time_s,
+                        "tokens_per_s": tokens_per_s,
+                        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+                        "mfu": p.mfu,
+                        "bottleneck": p.bottleneck,
+                        "memory_gib": option.memory.total_gib,
+                        "fits": option.fits,
+                        "grad_reduce_dtype": option.reduce_dtype,
+                        "usd_per_hour": usd_per_hour,
+                        "usd_per_million_tokens": usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s else None,
+                    }
+                )
             series.append({"network": network, "strategy": strategy, "points": points})
     network = settings.workload.network
     return {
-        "model": t.preset.name, "instance": instance.name, "gpus_per_node": instance.gpus, "gpu": gpu.name,
-        "capacity_gib": gpu.memory_gib, "max_nodes": last,
+        "model": t.preset.name,
+        "instance": instance.name,
+        "gpus_per_node": instance.gpus,
+        "gpu": gpu.name,
+        "capacity_gib": gpu.memory_gib,
+        "max_nodes": last,
         "batch": _batch(settings),
-        "chosen": {"nodes": settings.nodes.gpu_node_count, "network": network,
-                   "strategy": resolve_sharding(settings, network=network)},
+        "chosen": {
+            "nodes": settings.nodes.gpu_node_count,
+            "network": network,
+            "strategy": resolve_sharding(settings, network=network),
+        },
         "series": series,
     }
 
@@ -70,4 +86,5 @@ def _batch(settings: Settings) -> str:
         return "no GPU nodes"
     t = resolve(settings).training
     return f"{t.micro_batch} x {t.seq_len} tokens per GPU" + (
-        f", gradAccumulation {t.grad_accumulation}" if int(t.grad_accumulation) > 1 else "")
+        f", gradAccumulation {t.grad_accumulation}" if int(t.grad_accumulation) > 1 else ""
+    )

@@ -27,13 +27,36 @@ from typing import Any
 
 from ray_efa.core.settings import MAX_JOB_NAME_LENGTH, Problem, Settings
 
-__all__ = ["SubmitError", "JobNotFound", "JobState", "unique_job_name", "submission", "gpu_holders", "create_objects",
-           "DeployedSettings", "NoDeployedSettings", "submitter_name", "mark_submitted", "DEPLOYED_KEYS", "SETTINGS_SELECTOR", "deployed_settings",
-           "on_deployed_cluster",
-           "own_by_job", "follow", "InitContainerFailed", "check_init_containers",
-           "submitter_log",
-           "job_exit_code", "gate_lines", "cleanup_command", "TERMINAL_STATES", "SUBMITTER_CONTAINER", "api_error",
-           "SUBMITTED_BY", "submitter_identity"]
+__all__ = [
+    "SubmitError",
+    "JobNotFound",
+    "JobState",
+    "unique_job_name",
+    "submission",
+    "gpu_holders",
+    "create_objects",
+    "DeployedSettings",
+    "NoDeployedSettings",
+    "submitter_name",
+    "mark_submitted",
+    "DEPLOYED_KEYS",
+    "SETTINGS_SELECTOR",
+    "deployed_settings",
+    "on_deployed_cluster",
+    "own_by_job",
+    "follow",
+    "InitContainerFailed",
+    "check_init_containers",
+    "submitter_log",
+    "job_exit_code",
+    "gate_lines",
+    "cleanup_command",
+    "TERMINAL_STATES",
+    "SUBMITTER_CONTAINER",
+    "api_error",
+    "SUBMITTED_BY",
+    "submitter_identity",
+]
 
 RAY_GROUP, RAY_VERSION, RAY_JOBS = "ray.io", "v1", "rayjobs"
 STRICT = "Strict"
@@ -97,11 +120,12 @@ class JobState:
 def unique_job_name(base: str, token: str | None = None) -> str:
     """`base` with a random 5-character suffix, within jobName's limit: train-efa -> train-efa-k3x9a."""
     token = token or "".join(secrets.choice(_TOKEN_CHARS) for _ in range(_TOKEN_LENGTH))
-    return f"{base[:MAX_JOB_NAME_LENGTH - len(token) - 1].rstrip('-')}-{token}"
+    return f"{base[: MAX_JOB_NAME_LENGTH - len(token) - 1].rstrip('-')}-{token}"
 
 
-def submission(settings: Settings, *, job_name: str | None = None,
-               code_archive_uri: str | None = None) -> tuple[Settings, list[dict[str, Any]]]:
+def submission(
+    settings: Settings, *, job_name: str | None = None, code_archive_uri: str | None = None
+) -> tuple[Settings, list[dict[str, Any]]]:
     """The settings with jobName `job_name` (default: a unique one) and the job's objects, in apply order;
     `code_archive_uri`: codeDir's zip in S3 (k8s.code_archive), fetched by the pods in place of a ConfigMap.
 
@@ -118,17 +142,39 @@ def submission(settings: Settings, *, job_name: str | None = None,
 
 DEPLOYED_KEYS: tuple[str, ...] = (
     # the EKS cluster and its network
-    "clusterName", "region", "kubernetesVersion", "vpcId", "vpcAvailabilityZones",
+    "clusterName",
+    "region",
+    "kubernetesVersion",
+    "vpcId",
+    "vpcAvailabilityZones",
     # the node groups: what the workers are, how many, where, and the labels their pods select
-    "systemInstanceType", "systemNodeCount", "gpuInstanceType", "gpuNodeCount", "gpuAvailabilityZone",
-    "capacityReservationId", "capacityReservationType", "placementGroup", "systemNodeSelector", "gpuNodeSelector",
-    "extraGpuInstanceTypes", "gpuRootVolumeGib", "systemRootVolumeGib",
+    "systemInstanceType",
+    "systemNodeCount",
+    "gpuInstanceType",
+    "gpuNodeCount",
+    "gpuAvailabilityZone",
+    "capacityReservationId",
+    "capacityReservationType",
+    "placementGroup",
+    "systemNodeSelector",
+    "gpuNodeSelector",
+    "extraGpuInstanceTypes",
+    "gpuRootVolumeGib",
+    "systemRootVolumeGib",
     # what is installed into the cluster: the operator's CRDs, how pods get GPUs and EFA interfaces
-    "kuberayVersion", "deviceAllocation", "nvidiaDevicePluginVersion", "efaDevicePluginVersion",
-    "nvidiaDraDriverVersion", "efaDraDriverVersion",
+    "kuberayVersion",
+    "deviceAllocation",
+    "nvidiaDevicePluginVersion",
+    "efaDevicePluginVersion",
+    "nvidiaDraDriverVersion",
+    "efaDraDriverVersion",
     # what the cluster stack made for the pods: their namespace, the service account with access to the checkpoint
     # bucket, the storage it grants and the shared volume
-    "namespace", "serviceAccount", "storagePath", "sharedVolumeClaim", "sharedVolumeMountPath",
+    "namespace",
+    "serviceAccount",
+    "storagePath",
+    "sharedVolumeClaim",
+    "sharedVolumeMountPath",
 )
 """The settings a job takes from the cluster it runs on, not from the submitting machine: a job that asks for other
 nodes, labels, a namespace or storage than the deployment made waits Pending until its deadline, or fails at Ray's
@@ -160,15 +206,20 @@ def _settings_of(config_map: Any, where: str) -> dict[str, Any]:
         if not isinstance(values, dict):
             raise ValueError("not a JSON object")
     except (KeyError, ValueError) as error:
-        raise NoDeployedSettings(f"{where} holds no readable {SETTINGS_FILE} ({error}): was it written by "
-                                 "ray-efa-stack? Name the deployment's with --deployed NAMESPACE/JOB") from None
+        raise NoDeployedSettings(
+            f"{where} holds no readable {SETTINGS_FILE} ({error}): was it written by "
+            "ray-efa-stack? Name the deployment's with --deployed NAMESPACE/JOB"
+        ) from None
     return {key: values[key] for key in DEPLOYED_KEYS if key in values}
 
 
 def _owned_by_job(config_map: Any) -> bool:
     """Whether a RayJob owns it: `ray-efa submit` made it (own_by_job), it is no deployment's."""
-    owners = (config_map.metadata.owner_references or []) if not isinstance(config_map, dict) else \
-        (config_map.get("metadata") or {}).get("ownerReferences") or []
+    owners = (
+        (config_map.metadata.owner_references or [])
+        if not isinstance(config_map, dict)
+        else (config_map.get("metadata") or {}).get("ownerReferences") or []
+    )
     return any((o.kind if not isinstance(o, dict) else o.get("kind")) == "RayJob" for o in owners)
 
 
@@ -177,8 +228,11 @@ def _submitted_by(config_map: Any) -> str | None:
     ConfigMap in the namespace, never one without this annotation (k8s.admission_policy)."""
     from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION
 
-    annotations = (config_map.metadata.annotations or {}) if not isinstance(config_map, dict) else \
-        (config_map.get("metadata") or {}).get("annotations") or {}
+    annotations = (
+        (config_map.metadata.annotations or {})
+        if not isinstance(config_map, dict)
+        else (config_map.get("metadata") or {}).get("annotations") or {}
+    )
     return annotations.get(SUBMITTED_BY_ANNOTATION)
 
 
@@ -207,35 +261,46 @@ def deployed_settings(api_client: Any, namespace: str, job: str, *, exact: bool 
     else:
         # storagePath comes from here, and the code is uploaded there: never from a ConfigMap a researcher wrote.
         if (user := _submitted_by(config_map)) is not None:
-            raise NoDeployedSettings(f"{where} was made by `ray-efa submit` (user {user}), not by the deployment: "
-                                     "its settings are not trusted; name the deployment's job with --deployed "
-                                     "NAMESPACE/JOB")
+            raise NoDeployedSettings(
+                f"{where} was made by `ray-efa submit` (user {user}), not by the deployment: "
+                "its settings are not trusted; name the deployment's job with --deployed "
+                "NAMESPACE/JOB"
+            )
         return DeployedSettings(source=where, context=_settings_of(config_map, where))
-    what_to_do = (f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
-                  f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed by an earlier release with "
-                  "trainingJob false or gpuNodeCount 0 has none: deploy it again (ray-efa-stack writes "
-                  "<jobName>-settings in the job's namespace, with its training job or without)")
+    what_to_do = (
+        f"--deployed NAMESPACE/JOB names the deployment's training job (kubectl get configmaps -A -l "
+        f"{SETTINGS_SELECTOR} lists the settings ConfigMaps); a cluster deployed by an earlier release with "
+        "trainingJob false or gpuNodeCount 0 has none: deploy it again (ray-efa-stack writes "
+        "<jobName>-settings in the job's namespace, with its training job or without)"
+    )
     if exact:
-        raise NoDeployedSettings(f"no {where} in the cluster (404 Not Found), so its deployed settings are unknown: "
-                                 f"{what_to_do}")
+        raise NoDeployedSettings(
+            f"no {where} in the cluster (404 Not Found), so its deployed settings are unknown: {what_to_do}"
+        )
     try:
         listing: Any = core.list_config_map_for_all_namespaces(label_selector=SETTINGS_SELECTOR)
     except ApiException as error:
-        raise NoDeployedSettings(f"no {where} (404 Not Found), and the settings ConfigMaps of the other namespaces "
-                                 f"cannot be listed: {api_error(error)}; {what_to_do}") from None
+        raise NoDeployedSettings(
+            f"no {where} (404 Not Found), and the settings ConfigMaps of the other namespaces "
+            f"cannot be listed: {api_error(error)}; {what_to_do}"
+        ) from None
     found: dict[str, dict[str, Any]] = {}
     for item in listing.items or []:
         if not _owned_by_job(item) and _submitted_by(item) is None:
             at = f"ConfigMap {item.metadata.namespace}/{item.metadata.name}"
             found[at] = _settings_of(item, at)
     if not found:
-        raise NoDeployedSettings(f"no {where}, nor any other settings ConfigMap of a deployment in the cluster, so "
-                                 f"its deployed settings are unknown: {what_to_do}")
+        raise NoDeployedSettings(
+            f"no {where}, nor any other settings ConfigMap of a deployment in the cluster, so "
+            f"its deployed settings are unknown: {what_to_do}"
+        )
     first, *others = sorted(found)
     if differ := [at for at in others if found[at] != found[first]]:
-        raise NoDeployedSettings(f"no {where}, and the cluster holds the settings of deployments that differ "
-                                 f"({', '.join([first, *differ])}): name the one to run on with --deployed "
-                                 "NAMESPACE/JOB")
+        raise NoDeployedSettings(
+            f"no {where}, and the cluster holds the settings of deployments that differ "
+            f"({', '.join([first, *differ])}): name the one to run on with --deployed "
+            "NAMESPACE/JOB"
+        )
     return DeployedSettings(source=first, context=found[first])
 
 
@@ -247,8 +312,9 @@ COMMAND_LINE = "-c"
 """The source name core.context gives a value of the command line."""
 
 
-def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
-                        sources: dict[str, str] | None = None) -> tuple[Settings, list[Problem]]:
+def on_deployed_cluster(
+    settings: Settings, deployed: DeployedSettings, *, sources: dict[str, str] | None = None
+) -> tuple[Settings, list[Problem]]:
     """`settings` with the cluster side (DEPLOYED_KEYS) as deployed, and a problem for each value stated here that
     contradicts the deployment, naming both values; a storagePath under the deployed one (a run's own folder in the
     granted bucket) is no contradiction and stays. `sources`: context key -> where the local value came from
@@ -271,11 +337,18 @@ def on_deployed_cluster(settings: Settings, deployed: DeployedSettings, *,
         if key in given and (sources is None or sources.get(key) == COMMAND_LINE):
             source = (sources or {}).get(key)
             origin = f" (from {source})" if source and source != "default" else ""
-            problems.append(Problem(key, mine, (
-                f"the cluster was deployed with {json.dumps(value)} ({deployed.source}) and the local value{origin} "
-                f"contradicts it: a job runs on what was deployed; drop {key} from the local settings to take the "
-                f"cluster's{' (or name a folder under it)' if key == 'storagePath' else ''}, or deploy the cluster "
-                "with it")))
+            problems.append(
+                Problem(
+                    key,
+                    mine,
+                    (
+                        f"the cluster was deployed with {json.dumps(value)} ({deployed.source}) and the local value{origin} "
+                        f"contradicts it: a job runs on what was deployed; drop {key} from the local settings to take the "
+                        f"cluster's{' (or name a folder under it)' if key == 'storagePath' else ''}, or deploy the cluster "
+                        "with it"
+                    ),
+                )
+            )
         else:
             taken[key] = value
     if problems or not taken:
@@ -308,7 +381,8 @@ def gpu_holders(api_client: Any, namespace: str) -> tuple[list[str], str | None]
 
     try:
         listing: Any = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
-            RAY_GROUP, RAY_VERSION, namespace, "rayclusters")
+            RAY_GROUP, RAY_VERSION, namespace, "rayclusters"
+        )
     except ApiException as error:
         return [], None if error.status == 404 else api_error(error)
     holders = []
@@ -334,10 +408,12 @@ def submitter_name(api_client: Any) -> str:
 
     try:
         review: Any = client.AuthenticationV1Api(api_client).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})  # pyright: ignore[reportArgumentType]
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )  # pyright: ignore[reportArgumentType]
     except ApiException as error:
-        raise SubmitError(f"cannot ask the API server who these credentials are (SelfSubjectReview): "
-                          f"{api_error(error)}") from None
+        raise SubmitError(
+            f"cannot ask the API server who these credentials are (SelfSubjectReview): {api_error(error)}"
+        ) from None
     return review.status.user_info.username
 
 
@@ -352,8 +428,13 @@ def mark_submitted(objects: list[dict[str, Any]], user: str) -> list[dict[str, A
     for obj in objects:
         if obj["kind"] in ("ConfigMap", "NetworkPolicy", "RayJob"):
             metadata = obj["metadata"]
-            obj = {**obj, "metadata": {**metadata, "annotations": {**(metadata.get("annotations") or {}),
-                                                                   SUBMITTED_BY_ANNOTATION: user}}}
+            obj = {
+                **obj,
+                "metadata": {
+                    **metadata,
+                    "annotations": {**(metadata.get("annotations") or {}), SUBMITTED_BY_ANNOTATION: user},
+                },
+            }
             if obj["kind"] == "ConfigMap":
                 obj["immutable"] = True
         marked.append(obj)
@@ -388,7 +469,11 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]], *, submitted_
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    core, networking, custom = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client), client.CustomObjectsApi(api_client)
+    core, networking, custom = (
+        client.CoreV1Api(api_client),
+        client.NetworkingV1Api(api_client),
+        client.CustomObjectsApi(api_client),
+    )
     job_uid = None
     for obj in objects:
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
@@ -396,26 +481,40 @@ def create_objects(api_client: Any, objects: list[dict[str, Any]], *, submitted_
             # The client takes a manifest dict as the body (ApiClient.sanitize_for_serialization passes it through);
             # the kubernetes stubs name only the model class.
             if kind == "ConfigMap":
-                core.create_namespaced_config_map(namespace, obj,  # pyright: ignore[reportArgumentType]
-                                                  field_validation=STRICT)
+                core.create_namespaced_config_map(
+                    namespace,
+                    obj,  # pyright: ignore[reportArgumentType]
+                    field_validation=STRICT,
+                )
             elif kind == "NetworkPolicy":
-                networking.create_namespaced_network_policy(namespace, obj,  # pyright: ignore[reportArgumentType]
-                                                            field_validation=STRICT)
+                networking.create_namespaced_network_policy(
+                    namespace,
+                    obj,  # pyright: ignore[reportArgumentType]
+                    field_validation=STRICT,
+                )
             elif kind == "RayJob":
                 if submitted_by:
                     meta = obj["metadata"]
-                    obj = {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}),
-                                                                       SUBMITTED_BY: submitted_by}}}
-                created: Any = custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj,
-                                                                     field_validation=STRICT)
+                    obj = {
+                        **obj,
+                        "metadata": {
+                            **meta,
+                            "annotations": {**meta.get("annotations", {}), SUBMITTED_BY: submitted_by},
+                        },
+                    }
+                created: Any = custom.create_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, obj, field_validation=STRICT
+                )
                 job_uid = (created.get("metadata") or {}).get("uid")
             else:
                 raise SubmitError(f"cannot create a {kind} ({name}): not a kind the job's chart holds")
         except ApiException as error:
             hint = ""
             if error.status == 404:
-                hint = (f" (is namespace {namespace} there, and the KubeRay operator with its CRDs? `ray-efa verify` "
-                        "checks the cluster)")
+                hint = (
+                    f" (is namespace {namespace} there, and the KubeRay operator with its CRDs? `ray-efa verify` "
+                    "checks the cluster)"
+                )
             elif error.status in (401, 403):
                 hint = " (are these credentials allowed into the cluster? see adminPrincipalArns)"
             raise SubmitError(f"cannot create {kind} {namespace}/{name}: {api_error(error)}{hint}") from None
@@ -452,12 +551,16 @@ def job_state(api_client: Any, namespace: str, name: str) -> JobState:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        job: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace,
-                                                                                    RAY_JOBS, name)
+        job: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, namespace, RAY_JOBS, name
+        )
     except ApiException as error:
         if error.status == 404:
             raise JobNotFound(f"no RayJob {namespace}/{name} (kubectl -n {namespace} get rayjobs lists them)") from None
-        if error.status in (401, 403):  # the credentials, not this job: the CLI says what to check (unreachable_message)
+        if error.status in (
+            401,
+            403,
+        ):  # the credentials, not this job: the CLI says what to check (unreachable_message)
             raise
         raise SubmitError(f"cannot read RayJob {namespace}/{name}: {api_error(error)}") from None
     status = job.get("status") or {}
@@ -473,8 +576,14 @@ def _submitter_pod(api_client: Any, namespace: str, name: str) -> Any | None:
     return max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
 
 
-def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: bool = False,
-                  on_line: Callable[[str], None] | None = None) -> str:
+def submitter_log(
+    api_client: Any,
+    namespace: str,
+    name: str,
+    *,
+    follow_log: bool = False,
+    on_line: Callable[[str], None] | None = None,
+) -> str:
     """The submitter's log (the driver's output: progress, the summary, the gate's table); "" if no pod has one.
 
     `follow_log`: stream it until the pod ends, calling `on_line` for each line as it arrives.
@@ -490,12 +599,18 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
         if not follow_log:
             # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36). The
             # client takes _preload_content on every call (its **kwargs); the kubernetes stubs leave it out.
-            whole: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
-                                                      _preload_content=False)  # pyright: ignore[reportCallIssue]
+            whole: Any = core.read_namespaced_pod_log(
+                pod.metadata.name, namespace, container=SUBMITTER_CONTAINER, _preload_content=False
+            )  # pyright: ignore[reportCallIssue]
             return whole.data.decode("utf-8", "replace")
-        response: Any = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=SUBMITTER_CONTAINER,
-                                                follow=True, _preload_content=False,  # pyright: ignore[reportCallIssue]
-                                                _request_timeout=(None, None))  # lines come when they come
+        response: Any = core.read_namespaced_pod_log(
+            pod.metadata.name,
+            namespace,
+            container=SUBMITTER_CONTAINER,
+            follow=True,
+            _preload_content=False,  # pyright: ignore[reportCallIssue]
+            _request_timeout=(None, None),
+        )  # lines come when they come
     except ApiException as error:
         if error.status == 400:  # the container has not started yet
             return ""
@@ -523,10 +638,18 @@ def submitter_log(api_client: Any, namespace: str, name: str, *, follow_log: boo
     return "\n".join(lines)
 
 
-def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll_s: float = 5.0,
-           on_state: Callable[[JobState, float], None] = lambda state, elapsed: None,
-           on_line: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep) -> tuple[JobState, str]:
+def follow(
+    api_client: Any,
+    namespace: str,
+    name: str,
+    *,
+    timeout_s: float,
+    poll_s: float = 5.0,
+    on_state: Callable[[JobState, float], None] = lambda state, elapsed: None,
+    on_line: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[JobState, str]:
     """Poll the RayJob until it is Complete or Failed (or `timeout_s` passed: SubmitError), reporting each new state;
     once the submitter runs, stream its log through `on_line`. Returns the final state and the whole log."""
     start = clock()
@@ -552,8 +675,10 @@ def follow(api_client: Any, namespace: str, name: str, *, timeout_s: float, poll
         if state.deployment != "Running":
             check_init_containers(api_client, namespace, name, state)
         if clock() - start > timeout_s:
-            raise SubmitError(f"RayJob {namespace}/{name} is still {state.describe()} after {timeout_s:.0f} s; it keeps "
-                              f"running: kubectl -n {namespace} get rayjob {name} -w")
+            raise SubmitError(
+                f"RayJob {namespace}/{name} is still {state.describe()} after {timeout_s:.0f} s; it keeps "
+                f"running: kubectl -n {namespace} get rayjob {name} -w"
+            )
         sleep(poll_s)
 
 
@@ -584,7 +709,9 @@ def check_init_containers(api_client: Any, namespace: str, name: str, state: Job
             f"job {state.describe()} until preRunningDeadlineSeconds (or activeDeadlineSeconds) while its nodes "
             f"bill (KubeRay issue 4637).\n{describe_failures(failures)}\nFix the cause (fetch-*: the code zip and the "
             f"pods' access to it; install-packages: pipPackages) and delete the job: kubectl -n {namespace} delete "
-            f"rayjob {name}", failures)
+            f"rayjob {name}",
+            failures,
+        )
 
 
 def job_exit_code(state: JobState) -> int:
@@ -599,12 +726,14 @@ def job_exit_code(state: JobState) -> int:
 
 def gate_lines(log: str) -> list[str]:
     """The transport gate's verdict lines of the driver's log ("transport gate: ...")."""
-    return [line[line.index("transport gate:"):] for line in log.splitlines() if "transport gate:" in line]
+    return [line[line.index("transport gate:") :] for line in log.splitlines() if "transport gate:" in line]
 
 
 def cleanup_command(objects: list[dict[str, Any]], *, owned: bool = False) -> str:
     """The kubectl command that deletes what submit created (the RayJob deletes its own Ray cluster, and with
     `owned`, the objects own_by_job made it the owner of)."""
     namespace = objects[-1]["metadata"]["namespace"]
-    names = " ".join(f"{o['kind'].lower()}/{o['metadata']['name']}" for o in (objects[-1:] if owned else reversed(objects)))
+    names = " ".join(
+        f"{o['kind'].lower()}/{o['metadata']['name']}" for o in (objects[-1:] if owned else reversed(objects))
+    )
     return f"kubectl -n {namespace} delete {names}"

@@ -85,11 +85,12 @@ POLICY_AGENT_FLAG = "--enable-network-policy=true"
 DRA_DRIVER_NAMES = {"gpu": "gpu.nvidia.com", "efa": "dra.net"}
 """The `spec.driver` of the ResourceSlices each DRA driver publishes (EKS User Guide: DRANET's driver is dra.net; the
 NVIDIA DRA driver publishes GPUs as gpu.nvidia.com, its DeviceClass's name)."""
-DRA_DAEMON_SETS = {NVIDIA_DRA_DRIVER.release: f"{NVIDIA_DRA_DRIVER.chart}-kubelet-plugin",
-                   EFA_DRA_DRIVER.release: EFA_DRA_DRIVER.release}
+DRA_DAEMON_SETS = {
+    NVIDIA_DRA_DRIVER.release: f"{NVIDIA_DRA_DRIVER.chart}-kubelet-plugin",
+    EFA_DRA_DRIVER.release: EFA_DRA_DRIVER.release,
+}
 """The node DaemonSet of each DRA driver's chart (dra-driver-nvidia-gpu templates/kubeletplugin.yaml names it
 <chart>-kubelet-plugin; aws-dranet names it after the release)."""
-
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,7 +117,9 @@ class Expectations:
     @property
     def daemon_set_names(self) -> dict[str, str]:
         """Release -> the name of the node DaemonSet it runs."""
-        return {release.release: DRA_DAEMON_SETS.get(release.release, release.release) for release in self.device_plugins}
+        return {
+            release.release: DRA_DAEMON_SETS.get(release.release, release.release) for release in self.device_plugins
+        }
 
     @property
     def scaled_to_zero(self) -> bool:
@@ -133,8 +136,11 @@ class Expectations:
             gpus_per_node=instance.gpus,
             efa_per_node=catalog.worker_pod_resources(instance).efa,
             gpu_node_selector=label_selector(settings.nodes.gpu_node_selector),
-            device_plugins=((NVIDIA_DRA_DRIVER, EFA_DRA_DRIVER) if settings.addons.device_allocation == "dra"
-                            else (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN)),
+            device_plugins=(
+                (NVIDIA_DRA_DRIVER, EFA_DRA_DRIVER)
+                if settings.addons.device_allocation == "dra"
+                else (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN)
+            ),
             device_allocation=settings.addons.device_allocation,
             operator=KUBERAY_OPERATOR,
             namespace=settings.workload.namespace,
@@ -193,7 +199,9 @@ def check_gpu_nodes(nodes: list[Any], expected: Expectations) -> Check:
     ready = [n.metadata.name for n in nodes if _is_ready(n)]
     not_ready = [n.metadata.name for n in nodes if not _is_ready(n)]
     ok = len(ready) == expected.gpu_nodes
-    detail = f"{len(ready)} Ready of {len(nodes)} nodes labelled {expected.gpu_node_selector}, expected {expected.gpu_nodes}"
+    detail = (
+        f"{len(ready)} Ready of {len(nodes)} nodes labelled {expected.gpu_node_selector}, expected {expected.gpu_nodes}"
+    )
     if not_ready:
         detail += f"; not Ready: {', '.join(not_ready)}"
     if not nodes:
@@ -217,25 +225,44 @@ def check_node_health(nodes: list[Any]) -> Check:
                 why = " ".join(x for x in (condition.reason or "", condition.message or "") if x)
                 faults.append(f"{node.metadata.name} {kind}=False" + (f" ({why[:200]})" if why else ""))
     if faults:
-        return Check(id="node-health", name=name, ok=False, detail=(
-            "unhealthy: " + "; ".join(faults) + ". With nodeRepair on, EKS reboots or replaces the node (GPU faults "
-            "after 10 min, others after 30); the job restarts from its last checkpoint on the new node "
-            "(docs/node-health.md)"))
+        return Check(
+            id="node-health",
+            name=name,
+            ok=False,
+            detail=(
+                "unhealthy: "
+                + "; ".join(faults)
+                + ". With nodeRepair on, EKS reboots or replaces the node (GPU faults "
+                "after 10 min, others after 30); the job restarts from its last checkpoint on the new node "
+                "(docs/node-health.md)"
+            ),
+        )
     if not nodes:
         return Check(id="node-health", name=name, ok=True, detail="no GPU node to check")
     if not reported:
-        return Check(id="node-health", name=name, ok=True, detail=(
-            f"no condition of the agent on {len(nodes)} GPU nodes: is the {NODE_MONITORING_AGENT_ADDON} add-on "
-            "installed (nodeMonitoringAgent)?"))
-    return Check(id="node-health", name=name, ok=True,
-                 detail=f"{len(nodes)} GPU nodes healthy ({', '.join(NODE_HEALTH_CONDITIONS)} not False)")
+        return Check(
+            id="node-health",
+            name=name,
+            ok=True,
+            detail=(
+                f"no condition of the agent on {len(nodes)} GPU nodes: is the {NODE_MONITORING_AGENT_ADDON} add-on "
+                "installed (nodeMonitoringAgent)?"
+            ),
+        )
+    return Check(
+        id="node-health",
+        name=name,
+        ok=True,
+        detail=f"{len(nodes)} GPU nodes healthy ({', '.join(NODE_HEALTH_CONDITIONS)} not False)",
+    )
 
 
 _SCALED_TO_ZERO = "gpuNodeCount is 0 (the GPU node group scaled to zero)"
 
 
-def check_allocatable(nodes: list[Any], *, resource: str, want: int, check_id: str, provider: str,
-                      scaled_to_zero: bool = False) -> Check:
+def check_allocatable(
+    nodes: list[Any], *, resource: str, want: int, check_id: str, provider: str, scaled_to_zero: bool = False
+) -> Check:
     name = f"allocatable {resource}"
     if not nodes and scaled_to_zero:
         return Check(id=check_id, name=name, ok=True, detail=f"no GPU node to check: {_SCALED_TO_ZERO}")
@@ -245,21 +272,36 @@ def check_allocatable(nodes: list[Any], *, resource: str, want: int, check_id: s
     if not wrong:
         return Check(id=check_id, name=name, ok=True, detail=f"{want} on each of {len(nodes)} GPU nodes")
     found = ", ".join(f"{node}: {'missing' if have is None else have}" for node, have in sorted(wrong.items()))
-    return Check(id=check_id, name=name, ok=False,
-                 detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)")
+    return Check(
+        id=check_id,
+        name=name,
+        ok=False,
+        detail=f"expected {want} per node; {found} (is the {provider} DaemonSet running on that node?)",
+    )
 
 
-def check_resource_slices(nodes: list[Any], slices: list[dict[str, Any]], *, kind: str, want: int, check_id: str,
-                          provider: str,
-                          scaled_to_zero: bool = False) -> Check:
+def check_resource_slices(
+    nodes: list[Any],
+    slices: list[dict[str, Any]],
+    *,
+    kind: str,
+    want: int,
+    check_id: str,
+    provider: str,
+    scaled_to_zero: bool = False,
+) -> Check:
     """deviceAllocation dra: every GPU node has `want` devices of the DRA driver of `kind` (gpu, efa) in its
     ResourceSlices (resource.k8s.io/v1, spec.nodeName and spec.devices), where the device plugins' nodes would have
     allocatable extended resources."""
     driver = DRA_DRIVER_NAMES[kind]
     name = f"DRA devices {driver}"
     if not nodes:
-        return Check(id=check_id, name=name, ok=scaled_to_zero,
-                     detail=f"no GPU node to check: {_SCALED_TO_ZERO}" if scaled_to_zero else "no GPU nodes to check")
+        return Check(
+            id=check_id,
+            name=name,
+            ok=scaled_to_zero,
+            detail=f"no GPU node to check: {_SCALED_TO_ZERO}" if scaled_to_zero else "no GPU nodes to check",
+        )
     counts: dict[str, int] = {}
     for item in slices:
         spec = item.get("spec") or {}
@@ -269,49 +311,74 @@ def check_resource_slices(nodes: list[Any], slices: list[dict[str, Any]], *, kin
     if not wrong:
         return Check(id=check_id, name=name, ok=True, detail=f"{want} on each of {len(nodes)} GPU nodes")
     found = ", ".join(f"{node}: {have}" for node, have in sorted(wrong.items()))
-    return Check(id=check_id, name=name, ok=False, detail=(
-        f"expected {want} per node in ResourceSlices of driver {driver}; {found} (is the {provider} DaemonSet running "
-        f"on that node? kubectl get resourceslices --field-selector spec.driver={driver})"))
+    return Check(
+        id=check_id,
+        name=name,
+        ok=False,
+        detail=(
+            f"expected {want} per node in ResourceSlices of driver {driver}; {found} (is the {provider} DaemonSet running "
+            f"on that node? kubectl get resourceslices --field-selector spec.driver={driver})"
+        ),
+    )
 
 
 _ZERO_DESIRED_HINT = {
     NVIDIA_DEVICE_PLUGIN.release: "its affinity needs the node label nvidia.com/gpu.present=true and a toleration of the GPU taint",
     EFA_DEVICE_PLUGIN.release: "its chart schedules only on the instance types in supportedInstanceLabels.values "
-                               "and tolerates only CriticalAddonsOnly unless tolerations are set",
+    "and tolerates only CriticalAddonsOnly unless tolerations are set",
     NVIDIA_DRA_DRIVER.release: "its kubelet plugin's affinity needs the node label nvidia.com/gpu.present=true and its "
-                               "nodeSelector the GPU nodes' labels",
+    "nodeSelector the GPU nodes' labels",
     EFA_DRA_DRIVER.release: "its chart schedules only on the instance types in supportedInstanceLabels.values and "
-                            "tolerates only CriticalAddonsOnly unless tolerations are set",
+    "tolerates only CriticalAddonsOnly unless tolerations are set",
 }
 
 
-def check_daemon_set(daemon_set: Any, release: HelmRelease, *, scaled_to_zero: bool = False,
-                     name: str | None = None) -> Check:
+def check_daemon_set(
+    daemon_set: Any, release: HelmRelease, *, scaled_to_zero: bool = False, name: str | None = None
+) -> Check:
     daemon_set_name = name or DRA_DAEMON_SETS.get(release.release, release.release)
     name = f"DaemonSet {release.namespace}/{daemon_set_name}"
     if daemon_set is None:
-        return Check(id=release.release, name=name, ok=False,
-                     detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
+        return Check(
+            id=release.release,
+            name=name,
+            ok=False,
+            detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?",
+        )
     s = daemon_set.status
     desired, ready = s.desired_number_scheduled or 0, s.number_ready or 0
     if desired == 0 and scaled_to_zero:
         return Check(id=release.release, name=name, ok=True, detail=f"desired 0, as planned: {_SCALED_TO_ZERO}")
     if desired == 0:
         hint = _ZERO_DESIRED_HINT.get(release.release, "check its nodeSelector, affinity and tolerations")
-        return Check(id=release.release, name=name, ok=False, detail=(
-            "desired 0: the DaemonSet schedules on no node, the silent failure (no error anywhere, and no node gets "
-            f"the device resource); {hint}"))
+        return Check(
+            id=release.release,
+            name=name,
+            ok=False,
+            detail=(
+                "desired 0: the DaemonSet schedules on no node, the silent failure (no error anywhere, and no node gets "
+                f"the device resource); {hint}"
+            ),
+        )
     if ready != desired:
-        return Check(id=release.release, name=name, ok=False,
-                     detail=f"{ready} of {desired} pods ready (kubectl -n {release.namespace} describe ds {daemon_set_name})")
+        return Check(
+            id=release.release,
+            name=name,
+            ok=False,
+            detail=f"{ready} of {desired} pods ready (kubectl -n {release.namespace} describe ds {daemon_set_name})",
+        )
     return Check(id=release.release, name=name, ok=True, detail=f"{ready} of {desired} pods ready")
 
 
 def check_deployment_available(deployment: Any, release: HelmRelease) -> Check:
     name = f"Deployment {release.namespace}/{release.release}"
     if deployment is None:
-        return Check(id=release.release, name=name, ok=False,
-                     detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?")
+        return Check(
+            id=release.release,
+            name=name,
+            ok=False,
+            detail=f"not found: is the Helm release {release.release} installed in {release.namespace}?",
+        )
     available = next((c for c in (deployment.status.conditions or []) if c.type == "Available"), None)
     replicas = f"{deployment.status.available_replicas or 0} of {deployment.spec.replicas} replicas available"
     if available is None or available.status != "True":
@@ -333,7 +400,9 @@ def ray_cluster_ready(cluster: dict[str, Any]) -> tuple[bool, str]:
     status = cluster.get("status", {}) or {}
     state = status.get("state")
     conditions = _conditions(cluster)
-    ready = state == "ready" or (conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True")
+    ready = state == "ready" or (
+        conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True"
+    )
     desired = status.get("desiredWorkerReplicas")
     # KubeRay omits a zero count (its status fields are omitempty): no readyWorkerReplicas beside a desired count is 0
     workers = status.get("readyWorkerReplicas", 0 if desired is not None else None)
@@ -350,23 +419,35 @@ def ray_cluster_ready(cluster: dict[str, Any]) -> tuple[bool, str]:
 def check_ray_cluster(cluster: dict[str, Any] | None, job: dict[str, Any] | None, expected: Expectations) -> Check:
     where = expected.namespace
     if cluster is None and expected.scaled_to_zero:
-        return Check(id="raycluster", name=f"RayCluster in {where}", ok=True,
-                     detail=f"none, as planned: {_SCALED_TO_ZERO}, so no job is applied")
+        return Check(
+            id="raycluster",
+            name=f"RayCluster in {where}",
+            ok=True,
+            detail=f"none, as planned: {_SCALED_TO_ZERO}, so no job is applied",
+        )
     if cluster is None:
         if job is None:
-            detail = (f"no RayCluster {where}/{expected.ray_cluster} and no RayJob {where}/{expected.ray_job}: "
-                      "nothing runs Ray (was the workload applied?)")
+            detail = (
+                f"no RayCluster {where}/{expected.ray_cluster} and no RayJob {where}/{expected.ray_job}: "
+                "nothing runs Ray (was the workload applied?)"
+            )
         else:
             js = job.get("status", {}) or {}
-            detail = (f"RayJob {where}/{expected.ray_job} has no live RayCluster (jobDeploymentStatus "
-                      f"{js.get('jobDeploymentStatus', 'unset')}, jobStatus {js.get('jobStatus', 'unset')}); a finished "
-                      "job deletes its cluster after jobTtlSecondsAfterFinished")
+            detail = (
+                f"RayJob {where}/{expected.ray_job} has no live RayCluster (jobDeploymentStatus "
+                f"{js.get('jobDeploymentStatus', 'unset')}, jobStatus {js.get('jobStatus', 'unset')}); a finished "
+                "job deletes its cluster after jobTtlSecondsAfterFinished"
+            )
         return Check(id="raycluster", name=f"RayCluster in {where}", ok=False, detail=detail)
     name = cluster["metadata"]["name"]
     ready, description = ray_cluster_ready(cluster)
     owner = f" (of RayJob {expected.ray_job})" if name != expected.ray_cluster else ""
-    return Check(id="raycluster", name=f"RayCluster {where}/{name}{owner}", ok=ready,
-                 detail=description if ready else f"not ready: {description}")
+    return Check(
+        id="raycluster",
+        name=f"RayCluster {where}/{name}{owner}",
+        ok=ready,
+        detail=description if ready else f"not ready: {description}",
+    )
 
 
 INIT_CONTAINERS_CHECK = "ray-init-containers"
@@ -378,9 +459,15 @@ def check_init_containers(failures: list[InitContainerFailure], owner: str, name
     name = f"init containers of {owner}'s Ray pods"
     if not failures:
         return Check(id=INIT_CONTAINERS_CHECK, name=name, ok=True, detail="none failed")
-    return Check(id=INIT_CONTAINERS_CHECK, name=name, ok=False, detail=(
-        f"{describe_failures(failures)}\nthe Ray cluster cannot start until this is fixed (kubectl -n {namespace} "
-        f"get pods -l {job_pods_selector(owner)})"))
+    return Check(
+        id=INIT_CONTAINERS_CHECK,
+        name=name,
+        ok=False,
+        detail=(
+            f"{describe_failures(failures)}\nthe Ray cluster cannot start until this is fixed (kubectl -n {namespace} "
+            f"get pods -l {job_pods_selector(owner)})"
+        ),
+    )
 
 
 def check_token_auth(cluster: dict[str, Any] | None, head_pods: list[Any], expected: Expectations) -> Check:
@@ -395,21 +482,43 @@ def check_token_auth(cluster: dict[str, Any] | None, head_pods: list[Any], expec
     cluster_name = cluster["metadata"]["name"]
     mode = ((cluster.get("spec") or {}).get("authOptions") or {}).get("mode")
     if mode != "token":
-        return Check(id="ray-token-auth", name=name, ok=False, detail=(
-            f"RayCluster {cluster_name} has authOptions.mode {mode or 'unset'}, expected token (an operator whose CRD "
-            "lacks authOptions prunes it: is the kuberay-operator chart the kuberayVersion of the settings?)"))
+        return Check(
+            id="ray-token-auth",
+            name=name,
+            ok=False,
+            detail=(
+                f"RayCluster {cluster_name} has authOptions.mode {mode or 'unset'}, expected token (an operator whose CRD "
+                "lacks authOptions prunes it: is the kuberay-operator chart the kuberayVersion of the settings?)"
+            ),
+        )
     if not head_pods:
-        return Check(id="ray-token-auth", name=name, ok=False,
-                     detail=f"RayCluster {cluster_name} asks for a token, but its head pod was not found")
+        return Check(
+            id="ray-token-auth",
+            name=name,
+            ok=False,
+            detail=f"RayCluster {cluster_name} asks for a token, but its head pod was not found",
+        )
     head = head_pods[0]
     ray_container = head.spec.containers[0]
     env = {e.name: e.value for e in (ray_container.env or [])}
     if env.get(AUTH_MODE_ENV) != "token":
-        return Check(id="ray-token-auth", name=name, ok=False, detail=(
-            f"head pod {head.metadata.name} runs without {AUTH_MODE_ENV}=token: the operator did not inject the "
-            "token (was the pod created before the operator supported authOptions?)"))
-    return Check(id="ray-token-auth", name=name, ok=True, detail=(
-        f"RayCluster {cluster_name}: authOptions.mode token, head pod {head.metadata.name} has {AUTH_MODE_ENV}=token"))
+        return Check(
+            id="ray-token-auth",
+            name=name,
+            ok=False,
+            detail=(
+                f"head pod {head.metadata.name} runs without {AUTH_MODE_ENV}=token: the operator did not inject the "
+                "token (was the pod created before the operator supported authOptions?)"
+            ),
+        )
+    return Check(
+        id="ray-token-auth",
+        name=name,
+        ok=True,
+        detail=(
+            f"RayCluster {cluster_name}: authOptions.mode token, head pod {head.metadata.name} has {AUTH_MODE_ENV}=token"
+        ),
+    )
 
 
 def check_policy_enforcement(daemon_set: Any) -> Check:
@@ -417,29 +526,49 @@ def check_policy_enforcement(daemon_set: Any) -> Check:
     namespace, release = VPC_CNI_DAEMON_SET
     name = "network policies enforced"
     if daemon_set is None:
-        return Check(id="network-policy-enforcement", name=name, ok=False,
-                     detail=f"DaemonSet {namespace}/{release} not found: this cluster does not run the VPC CNI")
+        return Check(
+            id="network-policy-enforcement",
+            name=name,
+            ok=False,
+            detail=f"DaemonSet {namespace}/{release} not found: this cluster does not run the VPC CNI",
+        )
     agents = [c for c in daemon_set.spec.template.spec.containers if c.name == POLICY_AGENT_CONTAINER]
     if not agents or POLICY_AGENT_FLAG not in (agents[0].args or []):
         found = "no such container" if not agents else f"args {' '.join(agents[0].args or []) or '(none)'}"
-        return Check(id="network-policy-enforcement", name=name, ok=False, detail=(
-            f"{namespace}/{release} container {POLICY_AGENT_CONTAINER}: {found}, expected {POLICY_AGENT_FLAG}; "
-            "NetworkPolicies are stored but not enforced (is the vpc-cni add-on configured with enableNetworkPolicy?)"))
-    return Check(id="network-policy-enforcement", name=name, ok=True,
-                 detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}")
+        return Check(
+            id="network-policy-enforcement",
+            name=name,
+            ok=False,
+            detail=(
+                f"{namespace}/{release} container {POLICY_AGENT_CONTAINER}: {found}, expected {POLICY_AGENT_FLAG}; "
+                "NetworkPolicies are stored but not enforced (is the vpc-cni add-on configured with enableNetworkPolicy?)"
+            ),
+        )
+    return Check(
+        id="network-policy-enforcement",
+        name=name,
+        ok=True,
+        detail=f"{namespace}/{release} runs {POLICY_AGENT_CONTAINER} with {POLICY_AGENT_FLAG}",
+    )
 
 
-def check_network_policy(policy: dict[str, Any] | None, policy_name: str, namespace: str, *,
-                         scaled_to_zero: bool = False) -> Check:
+def check_network_policy(
+    policy: dict[str, Any] | None, policy_name: str, namespace: str, *, scaled_to_zero: bool = False
+) -> Check:
     name = f"NetworkPolicy {namespace}/{policy_name}"
     if policy is None and scaled_to_zero:
         return Check(id="network-policy", name=name, ok=True, detail=f"none: no Ray pod to guard ({_SCALED_TO_ZERO})")
     if policy is None:
-        return Check(id="network-policy", name=name, ok=False, detail=(
-            "not found: any pod in the cluster can reach the Ray pods (apply the manifests' NetworkPolicy)"))
+        return Check(
+            id="network-policy",
+            name=name,
+            ok=False,
+            detail=("not found: any pod in the cluster can reach the Ray pods (apply the manifests' NetworkPolicy)"),
+        )
     peers = sum(len(rule.get("from") or []) for rule in (policy.get("spec") or {}).get("ingress") or [])
-    return Check(id="network-policy", name=name, ok=True,
-                 detail=f"present: ingress to the Ray pods from {peers} peers only")
+    return Check(
+        id="network-policy", name=name, ok=True, detail=f"present: ingress to the Ray pods from {peers} peers only"
+    )
 
 
 # -- reading the cluster --------------------------------------------------------------------------------------------
@@ -448,7 +577,11 @@ def check_network_policy(policy: dict[str, Any] | None, policy_name: str, namesp
 def _api_failure(check_id: str, name: str, error: Exception) -> Check:
     status = getattr(error, "status", None)
     reason = getattr(error, "reason", None)
-    text = f"API error {status} {reason}" if status else f"cannot reach the Kubernetes API ({type(error).__name__}: {error})"
+    text = (
+        f"API error {status} {reason}"
+        if status
+        else f"cannot reach the Kubernetes API ({type(error).__name__}: {error})"
+    )
     return Check(id=check_id, name=name, ok=False, detail=text)
 
 
@@ -479,8 +612,9 @@ def verify_cluster(api_client: Any, expected: Expectations, *, status: Status = 
     return VerifyReport(checks=tuple(checks))
 
 
-def _node_checks(api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...],
-                 status: Status) -> list[Check]:
+def _node_checks(
+    api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...], status: Status
+) -> list[Check]:
     """The GPU nodes: Ready, and their allocatable GPUs and EFA devices (device plugins' resources or DRA slices).
     The first read: an API server that cannot be reached raises."""
     from kubernetes import client
@@ -491,44 +625,85 @@ def _node_checks(api_client: Any, expected: Expectations, failures: tuple[type[E
         # The generated API methods are typed as returning the object, or (object, status, headers) with
         # _return_http_data_only=False, or a thread with async_req=True; called plainly they return the object: the
         # cast says which.
-        nodes = cast(client.V1NodeList, client.CoreV1Api(api_client).list_node(
-            label_selector=expected.gpu_node_selector)).items or []
+        nodes = (
+            cast(
+                client.V1NodeList, client.CoreV1Api(api_client).list_node(label_selector=expected.gpu_node_selector)
+            ).items
+            or []
+        )
         checks.append(check_gpu_nodes(nodes, expected))
         checks.append(check_node_health(nodes))
         if expected.device_allocation == "dra":
             slices = api_client.sanitize_for_serialization(client.ResourceV1Api(api_client).list_resource_slice()).get(
-                "items", [])
-            checks.append(check_resource_slices(nodes, slices, kind="gpu", want=expected.gpus_per_node,
-                                                check_id="gpu-allocatable", provider=NVIDIA_DRA_DRIVER.release,
-                                                scaled_to_zero=expected.scaled_to_zero))
-            checks.append(check_resource_slices(nodes, slices, kind="efa", want=expected.efa_per_node,
-                                                check_id="efa-allocatable", provider=EFA_DRA_DRIVER.release,
-                                                scaled_to_zero=expected.scaled_to_zero))
+                "items", []
+            )
+            checks.append(
+                check_resource_slices(
+                    nodes,
+                    slices,
+                    kind="gpu",
+                    want=expected.gpus_per_node,
+                    check_id="gpu-allocatable",
+                    provider=NVIDIA_DRA_DRIVER.release,
+                    scaled_to_zero=expected.scaled_to_zero,
+                )
+            )
+            checks.append(
+                check_resource_slices(
+                    nodes,
+                    slices,
+                    kind="efa",
+                    want=expected.efa_per_node,
+                    check_id="efa-allocatable",
+                    provider=EFA_DRA_DRIVER.release,
+                    scaled_to_zero=expected.scaled_to_zero,
+                )
+            )
         else:
-            checks.append(check_allocatable(nodes, resource=GPU_RESOURCE, want=expected.gpus_per_node,
-                                            check_id="gpu-allocatable", provider=NVIDIA_DEVICE_PLUGIN.release,
-                                            scaled_to_zero=expected.scaled_to_zero))
-            checks.append(check_allocatable(nodes, resource=EFA_RESOURCE, want=expected.efa_per_node,
-                                            check_id="efa-allocatable", provider=EFA_DEVICE_PLUGIN.release,
-                                            scaled_to_zero=expected.scaled_to_zero))
+            checks.append(
+                check_allocatable(
+                    nodes,
+                    resource=GPU_RESOURCE,
+                    want=expected.gpus_per_node,
+                    check_id="gpu-allocatable",
+                    provider=NVIDIA_DEVICE_PLUGIN.release,
+                    scaled_to_zero=expected.scaled_to_zero,
+                )
+            )
+            checks.append(
+                check_allocatable(
+                    nodes,
+                    resource=EFA_RESOURCE,
+                    want=expected.efa_per_node,
+                    check_id="efa-allocatable",
+                    provider=EFA_DEVICE_PLUGIN.release,
+                    scaled_to_zero=expected.scaled_to_zero,
+                )
+            )
     except failures as error:
         if _unreachable(error):  # the first read: nothing else can be read either (the CLI says what to check)
             raise
-        for check_id, name in (("gpu-nodes", "GPU nodes Ready"), ("node-health", "GPU node health"), ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
-                               ("efa-allocatable", f"allocatable {EFA_RESOURCE}")):
+        for check_id, name in (
+            ("gpu-nodes", "GPU nodes Ready"),
+            ("node-health", "GPU node health"),
+            ("gpu-allocatable", f"allocatable {GPU_RESOURCE}"),
+            ("efa-allocatable", f"allocatable {EFA_RESOURCE}"),
+        ):
             checks.append(_api_failure(check_id, name, error))
     return checks
 
 
-def _release_checks(api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...],
-                    status: Status) -> list[Check]:
+def _release_checks(
+    api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...], status: Status
+) -> list[Check]:
     """The device plugins' (or DRA drivers') DaemonSets and the KubeRay operator's Deployment."""
     from kubernetes import client
 
     apps_v1 = client.AppsV1Api(api_client)
 
-    def check_release(kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge,
-                      name: str | None = None) -> Check:
+    def check_release(
+        kind: str, release: HelmRelease, read: Callable[[str, str], Any], judge, name: str | None = None
+    ) -> Check:
         """Read the workload a Helm release made (named after the release unless `name`) and judge it; an API error is
         a failure."""
         name = name or release.release
@@ -542,15 +717,27 @@ def _release_checks(api_client: Any, expected: Expectations, failures: tuple[typ
     def judge_daemon_set(daemon_set, release: HelmRelease) -> Check:
         return check_daemon_set(daemon_set, release, scaled_to_zero=expected.scaled_to_zero)
 
-    checks = [check_release("DaemonSet", release, apps_v1.read_namespaced_daemon_set, judge_daemon_set,
-                            name=expected.daemon_set_names[release.release]) for release in expected.device_plugins]
-    checks.append(check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment,
-                                check_deployment_available))
+    checks = [
+        check_release(
+            "DaemonSet",
+            release,
+            apps_v1.read_namespaced_daemon_set,
+            judge_daemon_set,
+            name=expected.daemon_set_names[release.release],
+        )
+        for release in expected.device_plugins
+    ]
+    checks.append(
+        check_release("Deployment", expected.operator, apps_v1.read_namespaced_deployment, check_deployment_available)
+    )
     return checks
 
 
 def _ray_cluster_checks(
-    api_client: Any, expected: Expectations, failures: tuple[type[Exception], ...], status: Status,
+    api_client: Any,
+    expected: Expectations,
+    failures: tuple[type[Exception], ...],
+    status: Status,
 ) -> tuple[list[Check], dict[str, Any] | None, Exception | None]:
     """The RayCluster (or the RayJob's) and its Ray pods' init containers; with the RayCluster read, and why it could
     not be, if it could not."""
@@ -561,9 +748,11 @@ def _ray_cluster_checks(
     status(f"reading the RayCluster in {expected.namespace}")
     cluster, cluster_error = None, None
     try:
+
         def get(plural: str, name: str) -> dict[str, Any] | None:
-            return _read_or_none(lambda: custom.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, expected.namespace, plural, name))
+            return _read_or_none(
+                lambda: custom.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, expected.namespace, plural, name)
+            )
 
         cluster = get("rayclusters", expected.ray_cluster)
         job = None
@@ -579,16 +768,24 @@ def _ray_cluster_checks(
         owner = _ray_owner(cluster, expected)
         status(f"reading the init containers of {owner}'s Ray pods")
         try:
-            checks.append(check_init_containers(
-                init_container_failures(api_client, expected.namespace, job_pods_selector(owner)), owner,
-                expected.namespace))
+            checks.append(
+                check_init_containers(
+                    init_container_failures(api_client, expected.namespace, job_pods_selector(owner)),
+                    owner,
+                    expected.namespace,
+                )
+            )
         except failures as error:
             checks.append(_api_failure(INIT_CONTAINERS_CHECK, f"init containers of {owner}'s Ray pods", error))
     return checks, cluster, cluster_error
 
 
 def _security_checks(
-    api_client, expected: Expectations, cluster: dict[str, Any] | None, cluster_error: Exception | None, failures,
+    api_client,
+    expected: Expectations,
+    cluster: dict[str, Any] | None,
+    cluster_error: Exception | None,
+    failures,
     status: Status,
 ) -> list[Check]:
     """Token auth on the live Ray cluster, network-policy enforcement, and the Ray object's NetworkPolicy.
@@ -605,8 +802,10 @@ def _security_checks(
         head_pods = []
         if cluster is not None and expected.token_auth:
             selector = f"ray.io/cluster={cluster['metadata']['name']},ray.io/node-type=head"
-            head_pods = cast(client.V1PodList, core_v1.list_namespaced_pod(expected.namespace,
-                                                                           label_selector=selector)).items or []
+            head_pods = (
+                cast(client.V1PodList, core_v1.list_namespaced_pod(expected.namespace, label_selector=selector)).items
+                or []
+            )
         checks.append(check_token_auth(cluster, head_pods, expected))
     except failures as error:
         checks.append(_api_failure("ray-token-auth", "Ray token authentication", error))
@@ -625,8 +824,9 @@ def _security_checks(
     try:
         policy = _read_or_none(lambda: networking.read_namespaced_network_policy(policy_name, expected.namespace))
         policy = api_client.sanitize_for_serialization(policy) if policy is not None else None
-        checks.append(check_network_policy(policy, policy_name, expected.namespace,
-                                           scaled_to_zero=expected.scaled_to_zero))
+        checks.append(
+            check_network_policy(policy, policy_name, expected.namespace, scaled_to_zero=expected.scaled_to_zero)
+        )
     except failures as error:
         checks.append(_api_failure("network-policy", f"NetworkPolicy {expected.namespace}/{policy_name}", error))
     return checks
@@ -636,8 +836,11 @@ def _ray_owner(cluster: dict[str, Any] | None, expected: Expectations) -> str:
     """The RayCluster or RayJob whose pods these are: the RayJob that created `cluster`, else `cluster` itself (the
     long-lived one), else the training RayJob."""
     labels = ((cluster or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get("ray.io/originated-from-cr-name") or (cluster or {}).get("metadata", {}).get("name") \
+    return (
+        labels.get("ray.io/originated-from-cr-name")
+        or (cluster or {}).get("metadata", {}).get("name")
         or expected.ray_job
+    )
 
 
 def _unreachable(error: Exception) -> bool:

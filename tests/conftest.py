@@ -60,13 +60,17 @@ MARKS: dict[str, tuple[str, ...]] = {
     "[compile+checkpointing+chunked]": ("spawn",),
     "tests/training/test_replica_all_reduce_hook.py::"
     "test_hsdp_falls_back_to_the_native_fp32_all_reduce_where_the_hook_is_not_proven": ("spawn",),  # gloo ranks
-    "tests/training/test_reporting.py::test_two_gloo_ranks_agree_on_the_report_steps_through_one_all_reduce": ("spawn",),
+    "tests/training/test_reporting.py::test_two_gloo_ranks_agree_on_the_report_steps_through_one_all_reduce": (
+        "spawn",
+    ),
     "tests/training/test_transport_cli.py::test_a_subprocess_reads_stdin_and_returns_the_exit_code": ("spawn",),
 }
 """Marks given here rather than in the test files, by module path or node id (without [...]: every case)."""
 
 FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
-    "synth": ("synth",), "default_synth": ("synth",), "synthesized": ("synth",),  # the k8s and infra session synths
+    "synth": ("synth",),
+    "default_synth": ("synth",),
+    "synthesized": ("synth",),  # the k8s and infra session synths
     "gloo_results": ("spawn",),  # tests/training/test_preflight.py's two gloo ranks
     "site": ("spawn",),  # tests/test_docs_site.py's mkdocs build
 }
@@ -93,9 +97,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--record-durations", metavar="PATH", default=None,
-                     help="write each test's seconds (setup + call + teardown) to PATH for the longest-first order "
-                          "(tests/scheduling.py; `make test-durations` writes tests/durations.json)")
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        default=None,
+        help="write each test's seconds (setup + call + teardown) to PATH for the longest-first order "
+        "(tests/scheduling.py; `make test-durations` writes tests/durations.json)",
+    )
 
 
 def pytest_configure(config):
@@ -156,8 +164,10 @@ def _marked_for_what_it_runs(item: pytest.Item) -> Iterator[None]:
         return
 
     def refuse(mark: str, what: str) -> NoReturn:
-        raise UnmarkedCost(f"{item.nodeid} {what} but is not marked {mark}: add @pytest.mark.{mark} (or a pytestmark, "
-                           "or an entry in tests/conftest.py's MARKS), so that `make test-fast` leaves it out")
+        raise UnmarkedCost(
+            f"{item.nodeid} {what} but is not marked {mark}: add @pytest.mark.{mark} (or a pytestmark, "
+            "or an entry in tests/conftest.py's MARKS), so that `make test-fast` leaves it out"
+        )
 
     ray = sys.modules.get("ray")
     ray_was_up = ray is not None and ray.is_initialized()
@@ -166,8 +176,11 @@ def _marked_for_what_it_runs(item: pytest.Item) -> Iterator[None]:
             patch.setattr(ray, "init", lambda *a, **k: refuse("ray", "starts Ray (ray.init)"))
         jsii_process = sys.modules.get("jsii._kernel.providers.process")
         if jsii_process is not None:
-            patch.setattr(jsii_process._NodeProcess, "send",
-                          lambda *a, **k: refuse("synth", "calls into jsii (a CDK or cdk8s object)"))
+            patch.setattr(
+                jsii_process._NodeProcess,
+                "send",
+                lambda *a, **k: refuse("synth", "calls into jsii (a CDK or cdk8s object)"),
+            )
         execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
         def popen(self, args, *rest, **kwargs):
@@ -199,4 +212,6 @@ def _starts_slowly(args) -> bool:
     if not words:
         return False
     program = os.path.basename(words[0])
-    return words[0] == sys.executable or program.startswith(("python", "node", "npx", "cdk", "pyright", "ray", "checkov"))
+    return words[0] == sys.executable or program.startswith(
+        ("python", "node", "npx", "cdk", "pyright", "ray", "checkov")
+    )

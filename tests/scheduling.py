@@ -102,6 +102,10 @@ def write_durations(path: Path, seconds: Mapping[str, float], *, command: str) -
     diffs by what changed); return how many tests."""
     kept = {key: round(value, 1) for key, value in sorted(seconds.items()) if value >= MIN_RECORDED_S}
     modules = sorted({module_of(key) for key in seconds})
-    path.write_text(json.dumps({"written_by": command, "min_seconds": MIN_RECORDED_S, "modules": modules,
-                                "seconds": kept}, indent=1) + "\n")
+    path.write_text(
+        json.dumps(
+            {"written_by": command, "min_seconds": MIN_RECORDED_S, "modules": modules, "seconds": kept}, indent=1
+        )
+        + "\n"
+    )
     return len(kept)

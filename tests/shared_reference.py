@@ -20,9 +20,9 @@ SHARED = PROJECT_ROOT.parent / "shared"
 
 HOW_TO_GET = {
     "kuberay-crds": "copy ray-operator/config/crd/bases/ray.io_rayclusters.yaml and ray.io_rayjobs.yaml of "
-                    "github.com/ray-project/kuberay at tag v<version> into ../shared/kuberay-crds/v<version>/",
+    "github.com/ray-project/kuberay at tag v<version> into ../shared/kuberay-crds/v<version>/",
     "helm-values": "write each chart's defaults with `helm show values <repo>/<chart> --version <version>` into "
-                   "../shared/helm-values/<chart>-<version>/values.yaml (docs/development.md names the repositories)",
+    "../shared/helm-values/<chart>-<version>/values.yaml (docs/development.md names the repositories)",
 }
 
 

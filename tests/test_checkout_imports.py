@@ -58,12 +58,14 @@ def test_a_checkout_imports_the_six_packages_and_nothing_else_of_the_repository(
     # GIVEN a module added to core/ after the checkout (nothing installed or redone)
     (checkout / "core" / "added_here.py").write_text("ANSWER = 42\n")
     # WHEN the checkout's ray_efa imports it, a module that already was there, and the repository's other folders
-    code = ("import importlib, json, ray_efa.core.added_here as a, ray_efa.training.transport as t\n"
-            "def found(name):\n"
-            "    try:\n        importlib.import_module(name)\n        return True\n"
-            "    except ModuleNotFoundError:\n        return False\n"
-            "print(json.dumps([a.ANSWER, a.__file__, t.__file__,\n"
-            "                  {n: found('ray_efa.' + n) for n in ('tests', 'tools', 'docs', 'app', 'ray_efa')}]))")
+    code = (
+        "import importlib, json, ray_efa.core.added_here as a, ray_efa.training.transport as t\n"
+        "def found(name):\n"
+        "    try:\n        importlib.import_module(name)\n        return True\n"
+        "    except ModuleNotFoundError:\n        return False\n"
+        "print(json.dumps([a.ANSWER, a.__file__, t.__file__,\n"
+        "                  {n: found('ray_efa.' + n) for n in ('tests', 'tools', 'docs', 'app', 'ray_efa')}]))"
+    )
     result = _python(checkout, code)
     assert result.returncode == 0, result.stderr[-3000:]
     answer, added, transport, others = json.loads(result.stdout)
@@ -78,8 +80,12 @@ def test_no_module_imports_a_package_folder_by_its_bare_name():
     # `import core` from the repository root would load core/ a second time (core.catalog beside
     # ray_efa.core.catalog, two copies of every class): every import names ray_efa. examples/platform is an app of its
     # own, whose `core` and `infra` are its own packages.
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-                            check=True, capture_output=True, text=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     bare = []
     for name in listed:
         if name.startswith("examples/platform/") or not (ROOT / name).is_file():
@@ -100,8 +106,20 @@ def test_the_editable_install_gives_the_same_files_from_any_folder(tmp_path, che
     # GIVEN the checkout installed editable as `make install` installs it (setuptools' strict mode: a tree of links to
     # the package's files, which a type checker reads too) into a fresh venv that has setuptools
     python, _ = fresh_venv(tmp_path / "venv", ["setuptools>=77"], pip=True)
-    command = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
-               str(checkout), "--config-settings", "editable_mode=strict"]
+    command = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-e",
+        str(checkout),
+        "--config-settings",
+        "editable_mode=strict",
+    ]
     install = run(command, cwd=tmp_path)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     # and a module added after the install
@@ -109,18 +127,22 @@ def test_the_editable_install_gives_the_same_files_from_any_folder(tmp_path, che
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # (ray_efa.infra's file by its spec: importing it needs aws_cdk, which this venv leaves out)
-    code = ("import importlib.util, json\n"
-            "added = importlib.util.find_spec('ray_efa.training.added_later')\n"
-            "print(json.dumps([importlib.util.find_spec('ray_efa.infra').origin, added and added.origin,\n"
-            "                  [importlib.util.find_spec(n) is not None for n in ('core', 'tests', 'app', 'tools')]]))")
+    code = (
+        "import importlib.util, json\n"
+        "added = importlib.util.find_spec('ray_efa.training.added_later')\n"
+        "print(json.dumps([importlib.util.find_spec('ray_efa.infra').origin, added and added.origin,\n"
+        "                  [importlib.util.find_spec(n) is not None for n in ('core', 'tests', 'app', 'tools')]]))"
+    )
     folders = (checkout, checkout / "tests", elsewhere)
 
     def seen() -> list:
         results = [_python(folder, code, str(python)) for folder in folders]
         assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
         # each path as the file it is (the strict tree's entries are links to the checkout's files)
-        return [[str(Path(s[0]).resolve()), s[1] and str(Path(s[1]).resolve()), s[2]]
-                for s in (json.loads(r.stdout) for r in results)]
+        return [
+            [str(Path(s[0]).resolve()), s[1] and str(Path(s[1]).resolve()), s[2]]
+            for s in (json.loads(r.stdout) for r in results)
+        ]
 
     infra = str((checkout / "infra" / "__init__.py").resolve())
     added = str((checkout / "training" / "added_later.py").resolve())

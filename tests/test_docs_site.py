@@ -28,10 +28,23 @@ spec.loader.exec_module(settings_table)
 def _build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
     """`mkdocs build --strict` of `project`/mkdocs.yml into `site`, as `make docs` runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(project / "mkdocs.yml"),
-         "--site-dir", str(site)],
-        cwd=project, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(project / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +69,14 @@ def _copy_project(tmp_path: Path) -> Path:
     return project
 
 
-@pytest.mark.parametrize(("breakage", "named"), [
-    ("link", "no-such-page.md"),
-    ("anchor", "#no-such-heading"),
-    ("orphan", "orphan.md"),
-])
+@pytest.mark.parametrize(
+    ("breakage", "named"),
+    [
+        ("link", "no-such-page.md"),
+        ("anchor", "#no-such-heading"),
+        ("orphan", "orphan.md"),
+    ],
+)
 def test_the_strict_build_fails_on_what_would_break_a_reader(tmp_path, breakage, named):
     # GIVEN a copy of the site's sources with one thing broken
     project = _copy_project(tmp_path)
@@ -117,13 +133,17 @@ def test_the_readme_links_every_page():
 @pytest.mark.parametrize("name", settings_table.TABLES)
 def test_generated_sections_are_current(name):
     # GIVEN every page of docs/ that holds the section's markers
-    found = [(page, section) for page in settings_table.pages()
-             for section in settings_table.marked_sections(page.read_text(encoding="utf-8"), name)]
+    found = [
+        (page, section)
+        for page in settings_table.pages()
+        for section in settings_table.marked_sections(page.read_text(encoding="utf-8"), name)
+    ]
     # THEN at least one does, and each holds what the code prints now
     assert found, f"no page of docs/ holds <!-- BEGIN {name} --> ... <!-- END {name} -->"
     for page, section in found:
         assert section == settings_table.TABLES[name](), (
-            f"{page.relative_to(ROOT)}'s {name} is stale: run `python tools/settings_table.py --write`")
+            f"{page.relative_to(ROOT)}'s {name} is stale: run `python tools/settings_table.py --write`"
+        )
 
 
 def render_problems(markdown: str) -> list[str]:
@@ -154,8 +174,10 @@ def render_problems(markdown: str) -> list[str]:
 def test_the_render_check_finds_a_table_cut_by_a_paragraph():
     # GIVEN a table whose last row follows a paragraph that was put inside it, and a list glued to its paragraph
     broken = "| a | b |\n|---|---|\n| 1 | 2 |\n\nA paragraph put in between.\n| 3 | 4 |\n\nText:\n- item\n"
-    assert render_problems(broken) == ["line 6: a table row right after a paragraph",
-                                       "line 9: a list right after a paragraph"]
+    assert render_problems(broken) == [
+        "line 6: a table row right after a paragraph",
+        "line 9: a list right after a paragraph",
+    ]
 
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))], ids=lambda p: p.name)

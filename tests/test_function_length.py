@@ -20,8 +20,13 @@ tool = _tool()
 
 def _function(name: str, lines: int, *, indent: str = "", decorators: int = 0) -> str:
     """Source of a function `name` of exactly `lines` lines (def line to the body's last), under `decorators`."""
-    return "".join([f"{indent}@staticmethod\n" * decorators, f"{indent}def {name}():\n",
-                    *(f"{indent}    x = {i}\n" for i in range(lines - 1))])
+    return "".join(
+        [
+            f"{indent}@staticmethod\n" * decorators,
+            f"{indent}def {name}():\n",
+            *(f"{indent}    x = {i}\n" for i in range(lines - 1)),
+        ]
+    )
 
 
 def test_no_function_of_the_package_is_over_the_limit():
@@ -36,15 +41,23 @@ def test_no_function_of_the_package_is_over_the_limit():
 def test_a_planted_long_function_is_listed_with_its_length(tmp_path, capsys):
     # GIVEN a module with a method one line over the limit (under two decorators), one at the limit, and a nested
     # function over it
-    source = ("class Stack:\n" + _function("build", 81, indent="    ", decorators=2) + _function("fits", 80, indent="    ")
-              + "def outer():\n" + _function("inner", 90, indent="    "))
+    source = (
+        "class Stack:\n"
+        + _function("build", 81, indent="    ", decorators=2)
+        + _function("fits", 80, indent="    ")
+        + "def outer():\n"
+        + _function("inner", 90, indent="    ")
+    )
     (tmp_path / "mod.py").write_text(source)
     # WHEN the tool runs on it
     found = tool.long_functions([tmp_path], root=tmp_path)
     # THEN the over-long ones are listed by qualified name, def line and length, longest first; decorators do not
     # count, and 80 lines is allowed
-    assert [(f.name, f.line, f.length) for f in found] == [("outer", 165, 91), ("outer.inner", 166, 90),
-                                                          ("Stack.build", 4, 81)]
+    assert [(f.name, f.line, f.length) for f in found] == [
+        ("outer", 165, 91),
+        ("outer.inner", 166, 90),
+        ("Stack.build", 4, 81),
+    ]
     # and the command says so, exit 1
     assert tool.main([str(tmp_path / "mod.py")]) == 1
     out = capsys.readouterr()

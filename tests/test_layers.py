@@ -19,15 +19,22 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 CONTRACTS = {contract["id"]: contract for contract in PYPROJECT["tool"]["importlinter"]["contracts"]}
 PACKAGES = tuple(sorted(path.name for path in (ROOT / "ray_efa").iterdir() if path.is_symlink()))
 """The subpackages: ray_efa/'s links to the top-level folders (docs/development.md, "Layout")."""
-LINT_IMPORTS = ("import sys; from importlinter.cli import lint_imports_command; "
-                "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
+LINT_IMPORTS = (
+    "import sys; from importlinter.cli import lint_imports_command; "
+    "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())"
+)
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """`lint-imports --no-cache --no-logo` as `make lint` runs it, from `root` (import-linter puts it first on sys.path,
     so its ray_efa/ is what the contracts read)."""
-    return subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--no-logo"], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--no-logo"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -57,19 +64,29 @@ def test_the_code_keeps_its_layer_contracts():
     assert analyzed >= sum(len(list((ROOT / p).glob("*.py"))) for p in PACKAGES)
 
 
-@pytest.mark.parametrize(("module", "added", "broken"), [
-    # a lazy import counts like one at the top: it runs on the first call
-    ("k8s/names.py", "def _gate():\n    from ray_efa.training import transport\n",
-     "ray_efa.k8s.names -> ray_efa.training.transport"),
-    ("core/catalog/__init__.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
-    ("training/history.py", "import aws_cdk\n", "ray_efa.training.history -> aws_cdk"),
-    ("core/perf.py", "def _probe():\n    import torch\n", "ray_efa.core.perf -> torch"),
-    # the base install (no `train` extra): infra/, k8s/ and ops/ reach no training dependency, directly or through
-    # training/
-    ("infra/network.py", "def _probe():\n    import numpy\n", "ray_efa.infra.network -> numpy"),
-    ("k8s/dist.py", "import transformers\n", "ray_efa.k8s.dist -> transformers"),
-    ("ops/plan.py", "def _probe():\n    from ray_efa.training import model\n", "ray_efa.ops.plan -> ray_efa.training.model"),
-])
+@pytest.mark.parametrize(
+    ("module", "added", "broken"),
+    [
+        # a lazy import counts like one at the top: it runs on the first call
+        (
+            "k8s/names.py",
+            "def _gate():\n    from ray_efa.training import transport\n",
+            "ray_efa.k8s.names -> ray_efa.training.transport",
+        ),
+        ("core/catalog/__init__.py", "from ray_efa.infra import nag\n", "ray_efa.core.catalog -> ray_efa.infra.nag"),
+        ("training/history.py", "import aws_cdk\n", "ray_efa.training.history -> aws_cdk"),
+        ("core/perf.py", "def _probe():\n    import torch\n", "ray_efa.core.perf -> torch"),
+        # the base install (no `train` extra): infra/, k8s/ and ops/ reach no training dependency, directly or through
+        # training/
+        ("infra/network.py", "def _probe():\n    import numpy\n", "ray_efa.infra.network -> numpy"),
+        ("k8s/dist.py", "import transformers\n", "ray_efa.k8s.dist -> transformers"),
+        (
+            "ops/plan.py",
+            "def _probe():\n    from ray_efa.training import model\n",
+            "ray_efa.ops.plan -> ray_efa.training.model",
+        ),
+    ],
+)
 def test_an_import_against_the_layers_breaks_the_check(tmp_path, module, added, broken):
     # GIVEN a copy of the checkout with one import against a contract
     copy = _copy(tmp_path)
@@ -81,17 +98,29 @@ def test_an_import_against_the_layers_breaks_the_check(tmp_path, module, added, 
     assert broken in result.stdout and " BROKEN" in result.stdout
 
 
-@pytest.mark.parametrize(("module", "added", "cycle"), [
-    # two modules of core/: problems is imported by the settings, and would import them back, lazily
-    ("core/problems.py", "def _late():\n    from ray_efa.core import settings\n    return settings\n",
-     ("No cycles are allowed in ray_efa.core.", ".problems -> .settings")),
-    # two modules of one subpackage folder (core/settings/): the framework importing the sections that build on it
-    ("core/settings/framework.py", "def _late():\n    from ray_efa.core.settings import sections\n",
-     ("No cycles are allowed in ray_efa.core.settings.", ".framework -> .sections")),
-    # a module of training/ and a subpackage of it: the gate's verdict reads the counters, which would read it back
-    ("training/efa_counters/counter_verdict.py", "from ray_efa.training.transport import verdict\n",
-     ("No cycles are allowed in ray_efa.training.", ".efa_counters -> .transport")),
-])
+@pytest.mark.parametrize(
+    ("module", "added", "cycle"),
+    [
+        # two modules of core/: problems is imported by the settings, and would import them back, lazily
+        (
+            "core/problems.py",
+            "def _late():\n    from ray_efa.core import settings\n    return settings\n",
+            ("No cycles are allowed in ray_efa.core.", ".problems -> .settings"),
+        ),
+        # two modules of one subpackage folder (core/settings/): the framework importing the sections that build on it
+        (
+            "core/settings/framework.py",
+            "def _late():\n    from ray_efa.core.settings import sections\n",
+            ("No cycles are allowed in ray_efa.core.settings.", ".framework -> .sections"),
+        ),
+        # a module of training/ and a subpackage of it: the gate's verdict reads the counters, which would read it back
+        (
+            "training/efa_counters/counter_verdict.py",
+            "from ray_efa.training.transport import verdict\n",
+            ("No cycles are allowed in ray_efa.training.", ".efa_counters -> .transport"),
+        ),
+    ],
+)
 def test_an_import_cycle_between_siblings_breaks_the_check(tmp_path, module, added, cycle):
     # GIVEN a copy of the checkout with one import that closes a cycle inside a package
     copy = _copy(tmp_path)

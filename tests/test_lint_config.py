@@ -23,8 +23,10 @@ def test_the_wheel_finds_the_packages_through_ray_efas_links():
     # setuptools finds ray_efa and its subpackages where Python does (through the links): no second map of folder to
     # package in pyproject (tests/test_checkout_imports.py checks the links, tests/test_wheel.py what the wheel holds)
     setuptools = PYPROJECT["tool"]["setuptools"]
-    assert setuptools == {"packages": {"find": {"include": ["ray_efa", "ray_efa.*"]}},
-                          "package-data": setuptools["package-data"]}
+    assert setuptools == {
+        "packages": {"find": {"include": ["ray_efa", "ray_efa.*"]}},
+        "package-data": setuptools["package-data"],
+    }
 
 
 def test_pyright_includes_every_package_once_by_its_import_path():

@@ -61,12 +61,29 @@ def test_a_cdk_object_needs_the_synth_mark():
 def test_make_test_fast_leaves_out_what_the_conftest_marks():
     # GIVEN a module marked ray through MARKS, and a test marked spawn through a fixture of FIXTURE_MARKS
     # WHEN make test-fast's selection collects them
-    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          "-m", "not (ray or synth or spawn or wheel or cluster)", "tests/cli/test_demo.py",
-                          "tests/test_docs_site.py"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not (ray or synth or spawn or wheel or cluster)",
+            "tests/cli/test_demo.py",
+            "tests/test_docs_site.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # THEN neither is left, the marks were there before `-m` deselected, and the unmarked tests beside them are
     collected = [line.split("::")[-1] for line in run.stdout.splitlines() if "::" in line]
     assert "test_the_readme_links_every_page" in collected, run.stdout[-2000:]
-    for marked in ("test_demo_runs_every_step_and_writes_stack_and_manifests",
-                   "test_the_site_builds_strictly_with_every_page"):
+    for marked in (
+        "test_demo_runs_every_step_and_writes_stack_and_manifests",
+        "test_the_site_builds_strictly_with_every_page",
+    ):
         assert marked not in collected, run.stdout[-2000:]

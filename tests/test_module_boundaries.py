@@ -23,8 +23,13 @@ private_uses = boundaries.private_uses
 
 
 def _run(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "module_boundaries.py"), str(root)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "module_boundaries.py"), str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_package_keeps_the_rule():
@@ -38,8 +43,9 @@ def test_the_package_keeps_the_rule():
 def checkout(tmp_path: Path) -> Path:
     """A copy of the six package folders, which the tool reads as it reads the checkout."""
     for subpackage in boundaries.SUBPACKAGES:
-        shutil.copytree(boundaries.package_folder(subpackage), tmp_path / subpackage,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            boundaries.package_folder(subpackage), tmp_path / subpackage, ignore=shutil.ignore_patterns("__pycache__")
+        )
     assert boundaries.check(tmp_path) == []
     return tmp_path
 
@@ -49,16 +55,36 @@ def _plant(checkout: Path, module: str, line: str) -> None:
     path.write_text(path.read_text() + "\n" + line + "\n")
 
 
-@pytest.mark.parametrize(("module", "line", "where", "what"), [
-    ("ops/report.py", "from ray_efa.training.transport.lines import _HOST",
-     "ray_efa.ops.report:", "uses ray_efa.training.transport.lines's private _HOST"),
-    ("training/transport/parse.py", "from . import lines\nHOST = lines._HOST",
-     "ray_efa.training.transport.parse:", "uses ray_efa.training.transport.lines's private _HOST"),
-    ("cli/plan.py", "import ray_efa.core.settings\nRULES = ray_efa.core.settings._RULES",
-     "ray_efa.cli.plan:", "uses ray_efa.core.settings's private _RULES"),
-    ("ops/plan.py", "from ray_efa.infra._private import *",
-     "ray_efa.ops.plan:", "uses ray_efa.infra's private module _private"),
-], ids=["from-import", "module-attribute", "dotted-path", "private-module"])
+@pytest.mark.parametrize(
+    ("module", "line", "where", "what"),
+    [
+        (
+            "ops/report.py",
+            "from ray_efa.training.transport.lines import _HOST",
+            "ray_efa.ops.report:",
+            "uses ray_efa.training.transport.lines's private _HOST",
+        ),
+        (
+            "training/transport/parse.py",
+            "from . import lines\nHOST = lines._HOST",
+            "ray_efa.training.transport.parse:",
+            "uses ray_efa.training.transport.lines's private _HOST",
+        ),
+        (
+            "cli/plan.py",
+            "import ray_efa.core.settings\nRULES = ray_efa.core.settings._RULES",
+            "ray_efa.cli.plan:",
+            "uses ray_efa.core.settings's private _RULES",
+        ),
+        (
+            "ops/plan.py",
+            "from ray_efa.infra._private import *",
+            "ray_efa.ops.plan:",
+            "uses ray_efa.infra's private module _private",
+        ),
+    ],
+    ids=["from-import", "module-attribute", "dotted-path", "private-module"],
+)
 def test_a_planted_private_use_fails_the_tool(checkout, module, line, where, what):
     # GIVEN one module that reaches into another's private name WHEN the tool reads the copy
     _plant(checkout, module, line)
@@ -77,14 +103,18 @@ def test_a_planted_private_use_fails_the_command(checkout):
     assert "ray_efa.ops.plan:" in result.stdout and "uses ray_efa.core.settings's private _RULES" in result.stdout
 
 
-@pytest.mark.parametrize("source", [
-    "from pkg.a import _x\n",  # from-import
-    "from .a import _x\n",  # relative
-    "import pkg.a as a\ny = a._x\n",  # attribute of an aliased module
-    "from pkg import a\ny = a._x\n",  # attribute of a module imported from its package
-    "import pkg.a\ny = pkg.a._x\n",  # the dotted path
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import _x\n",  # for the type checker: counts
-], ids=["from", "relative", "alias", "from-package", "dotted", "type-checking"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from pkg.a import _x\n",  # from-import
+        "from .a import _x\n",  # relative
+        "import pkg.a as a\ny = a._x\n",  # attribute of an aliased module
+        "from pkg import a\ny = a._x\n",  # attribute of a module imported from its package
+        "import pkg.a\ny = pkg.a._x\n",  # the dotted path
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import _x\n",  # for the type checker: counts
+    ],
+    ids=["from", "relative", "alias", "from-package", "dotted", "type-checking"],
+)
 def test_every_form_of_a_private_use_is_found(source):
     modules = {"pkg": "", "pkg.a": "_x = 1\n", "pkg.b": source}
     (use,) = private_uses(modules, frozenset({"pkg"}))
@@ -97,14 +127,15 @@ def test_what_stays_allowed():
         "pkg._impl": "thing = 1\n",
         "pkg.a": "_x = 1\ny = _x\nclass C:\n    _z = 2\n",  # a module's own private names
         "pkg.b": "from pkg._impl import thing\nfrom pkg.a import C\nfrom pkg import a\n"
-                 "n = a.__name__\nv = C._z\n",  # a sibling's private module, dunders, a class's attribute
+        "n = a.__name__\nv = C._z\n",  # a sibling's private module, dunders, a class's attribute
         "pkg.c": "from collections import _chain_from_iterable\n",  # outside the package: not this rule's business
     }
     assert private_uses(modules, frozenset({"pkg"})) == []
     # but the private module from another package is not its own
     modules["other.d"] = "from pkg._impl import thing\n"
     assert [str(use) for use in private_uses(modules, frozenset({"pkg"}))] == [
-        "other.d:1 uses pkg's private module _impl"]
+        "other.d:1 uses pkg's private module _impl"
+    ]
 
 
 def test_settings_still_exports_what_moved_out_of_it():

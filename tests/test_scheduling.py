@@ -26,12 +26,24 @@ def _ids(items):
 
 def test_recorded_seconds_put_the_longest_unit_first_and_keep_each_module_whole():
     # GIVEN two modules, the second one's tests recorded as longer in total, and a group across both
-    items = [FakeItem("a.py::t1"), FakeItem("a.py::t2"), FakeItem("b.py::t1"), FakeItem("b.py::t2"),
-             FakeItem("a.py::g", {"xdist_group": ("g",)}), FakeItem("b.py::g@g", {"xdist_group": ("g",)})]
+    items = [
+        FakeItem("a.py::t1"),
+        FakeItem("a.py::t2"),
+        FakeItem("b.py::t1"),
+        FakeItem("b.py::t2"),
+        FakeItem("a.py::g", {"xdist_group": ("g",)}),
+        FakeItem("b.py::g@g", {"xdist_group": ("g",)}),
+    ]
     durations = {"a.py::t1": 5.0, "b.py::t1": 4.0, "b.py::t2": 4.0, "a.py::g": 1.0, "b.py::g": 1.0}
     # WHEN they are ordered THEN b's 8 s, then a's 5 s, then the group's 2 s; each unit's tests in collection order
     assert _ids(scheduling.longest_first(items, durations)) == [
-        "b.py::t1", "b.py::t2", "a.py::t1", "a.py::t2", "a.py::g", "b.py::g@g"]
+        "b.py::t1",
+        "b.py::t2",
+        "a.py::t1",
+        "a.py::t2",
+        "a.py::g",
+        "b.py::g@g",
+    ]
 
 
 def test_a_test_the_file_does_not_list_is_quick_in_a_recorded_module_else_counts_by_its_slowest_mark():

@@ -63,7 +63,7 @@ PLATFORM_CORE = '''
 TEAM = "research"
 '''
 
-PLATFORM_APP = '''
+PLATFORM_APP = """
 import json
 import sys
 
@@ -87,7 +87,7 @@ print(json.dumps({
     "vpcs": types.count("AWS::EC2::VPC"), "nodegroups": types.count("AWS::EKS::Nodegroup"),
     "clusters": [r["Properties"].get("Name") for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Cluster"],
 }))
-'''
+"""
 
 
 def _copy(names: tuple[str, ...], into: Path) -> Path:
@@ -119,7 +119,20 @@ def installed(tmp_path_factory) -> Installed:
     """The wheel, built from a copy of the repository and installed into a fresh venv with its base closure only."""
     work = tmp_path_factory.mktemp("wheel")
     source = _copy(SOURCES, work / "source")
-    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(source)])
+    built = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "dist"),
+            str(source),
+        ]
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (work / "dist").glob("ray_efa_stack-*.whl")
 
@@ -128,8 +141,15 @@ def installed(tmp_path_factory) -> Installed:
     before = set(os.listdir(site))
     install = run([str(python), "-m", "pip", "install", "--no-index", "--no-cache-dir", str(wheel)])
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-    return Installed(wheel=wheel, venv=venv, python=python, site=site, base_site=work / "venv-deps",
-                     added=set(os.listdir(site)) - before, work=work)
+    return Installed(
+        wheel=wheel,
+        venv=venv,
+        python=python,
+        site=site,
+        base_site=work / "venv-deps",
+        added=set(os.listdir(site)) - before,
+        work=work,
+    )
 
 
 def test_wheel_holds_one_top_level_package(installed):
@@ -150,8 +170,13 @@ def test_wheel_ships_py_typed_so_importers_type_check_against_it(installed):
 
 
 def test_base_install_has_no_training_dependencies(installed):
-    probe = run([str(installed["python"]), "-c",
-                  f"import importlib.util, json; print(json.dumps({{m: importlib.util.find_spec(m) is not None for m in {TRAIN_EXTRA!r}}}))"])
+    probe = run(
+        [
+            str(installed["python"]),
+            "-c",
+            f"import importlib.util, json; print(json.dumps({{m: importlib.util.find_spec(m) is not None for m in {TRAIN_EXTRA!r}}}))",
+        ]
+    )
     assert json.loads(probe.stdout) == dict.fromkeys(TRAIN_EXTRA, False), probe.stderr
 
 
@@ -187,14 +212,18 @@ def test_embedding_snippet_synthesizes_beside_the_platforms_own_infra_and_core(i
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     # THEN both `infra` packages import side by side, and one stack holds the VPC, the cluster and both node groups
-    assert Path(out["platform_infra"]).parent.parent == platform and Path(out["platform_core"]).parent.parent == platform
+    assert (
+        Path(out["platform_infra"]).parent.parent == platform and Path(out["platform_core"]).parent.parent == platform
+    )
     assert Path(out["ray_efa"]).is_relative_to(installed["site"])
     assert (out["vpcs"], out["nodegroups"], out["clusters"]) == (1, 2, ["research"])
 
 
 def test_installed_package_writes_the_settings_schema_for_editors(installed):
     # docs/settings.md's command for a platform repository's cdk.json
-    command = "import json; from ray_efa.core.settings import context_json_schema as s; print(json.dumps(s(), indent=2))"
+    command = (
+        "import json; from ray_efa.core.settings import context_json_schema as s; print(json.dumps(s(), indent=2))"
+    )
     result = run([str(installed["python"]), "-c", command], cwd=installed["work"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout) == json.loads((ROOT / "docs" / "settings.schema.json").read_text())
@@ -204,20 +233,30 @@ def test_every_exported_symbol_has_a_known_type_for_importers(installed, tmp_pat
     # GIVEN the wheel as a platform repository installs it (py.typed, the base closure: no torch, Ray or transformers)
     pyright = ROOT / "node_modules" / ".bin" / "pyright"
     # WHEN the pinned pyright checks the public interface as an importer's type checker sees it
-    result = run([str(pyright), "--verifytypes", "ray_efa", "--ignoreexternal", "--outputjson"], cwd=tmp_path,
-                 extra_env={"VIRTUAL_ENV": str(installed["venv"]),
-                            "PATH": f"{installed['venv'] / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    result = run(
+        [str(pyright), "--verifytypes", "ray_efa", "--ignoreexternal", "--outputjson"],
+        cwd=tmp_path,
+        extra_env={
+            "VIRTUAL_ENV": str(installed["venv"]),
+            "PATH": f"{installed['venv'] / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        },
+    )
     report = json.loads(result.stdout)["typeCompleteness"]
     assert report["packageRootDirectory"].startswith(str(installed["site"]))
     unknown = {s["name"] for s in report["symbols"] if s["isExported"] and not s["isTypeKnown"]}
     # THEN every exported symbol has a known type (no inferred, ambiguous or partially unknown public attribute), but
     # the nine built on torch's or Ray's types, which the base install does not have (they are the `train` extra's)
-    assert unknown == {"ray_efa.training.model.CausalLM", "ray_efa.training.model.build_model",
-                       "ray_efa.training.lean_block.LeanAttention", "ray_efa.training.lean_block.LeanDecoderLayer",
-                       "ray_efa.training.lean_block.LeanDecoderLayer.self_attn",
-                       "ray_efa.training.parallelize.Bf16WireReduceScatter", "ray_efa.training.parallelize.parallelize",
-                       "ray_efa.training.failure_policy.RetryLostWorkersPolicy",
-                       "ray_efa.training.progress.ReportLines"}
+    assert unknown == {
+        "ray_efa.training.model.CausalLM",
+        "ray_efa.training.model.build_model",
+        "ray_efa.training.lean_block.LeanAttention",
+        "ray_efa.training.lean_block.LeanDecoderLayer",
+        "ray_efa.training.lean_block.LeanDecoderLayer.self_attn",
+        "ray_efa.training.parallelize.Bf16WireReduceScatter",
+        "ray_efa.training.parallelize.parallelize",
+        "ray_efa.training.failure_policy.RetryLostWorkersPolicy",
+        "ray_efa.training.progress.ReportLines",
+    }
     assert report["exportedSymbolCounts"]["withAmbiguousType"] == 0
 
 
@@ -237,11 +276,11 @@ ray = RayEksCluster(stack, "Ray", vpc=vpc, cluster_name=settings.cluster.cluster
 EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p5.48xlarge")
 '''
 
-PLATFORM_MISTYPED = '''
+PLATFORM_MISTYPED = """
 from ray_efa.core.settings import Settings
 
 name: int = Settings.from_context({}).cluster.cluster_name  # a str: only a checker that reads the types says so
-'''
+"""
 
 
 def _pyright_on_a_platform_app(python: Path, platform: Path) -> dict[str, list[dict]]:
@@ -263,7 +302,9 @@ def _assert_typed(errors: dict[str, list[dict]]) -> None:
     # the app: every ray_efa import resolved, 0 errors (an unresolved import is an error in pyright's standard mode)
     assert errors["app.py"] == [], [e["message"] for e in errors["app.py"]]
     # and the types are read, not Unknown: a str setting assigned to an int is the one error of the other file
-    assert [(e.get("rule"), e["range"]["start"]["line"]) for e in errors["mistyped.py"]] == [("reportAssignmentType", 3)]
+    assert [(e.get("rule"), e["range"]["start"]["line"]) for e in errors["mistyped.py"]] == [
+        ("reportAssignmentType", 3)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -276,14 +317,18 @@ def editable(tmp_path_factory) -> Path:
     python, _ = fresh_venv(venv, (*BASE_REQUIREMENTS, "setuptools"), pip=True)
     (venv / ".installed").touch()  # the dependencies are there (linked): make goes on with the install of ray_efa alone
     # offline: the build uses the venv's setuptools (PIP_NO_BUILD_ISOLATION=0 turns build isolation off)
-    made = run(["make", "-C", str(source), f"VENV={venv}", f"{venv}/.editable"], extra_env={"PIP_NO_BUILD_ISOLATION": "0"})
+    made = run(
+        ["make", "-C", str(source), f"VENV={venv}", f"{venv}/.editable"], extra_env={"PIP_NO_BUILD_ISOLATION": "0"}
+    )
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     return python
 
 
 def test_the_editable_install_is_the_checkouts_ray_efa_and_nothing_else(editable, tmp_path):
-    probe = ("import importlib.util, json, ray_efa.infra; print(json.dumps([ray_efa.infra.__file__, "
-             "{name: importlib.util.find_spec(name) is not None for name in ('core', 'infra', 'tests', 'tools', 'app')}]))")
+    probe = (
+        "import importlib.util, json, ray_efa.infra; print(json.dumps([ray_efa.infra.__file__, "
+        "{name: importlib.util.find_spec(name) is not None for name in ('core', 'infra', 'tests', 'tools', 'app')}]))"
+    )
     result = run([str(editable), "-c", probe], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     infra, others = json.loads(result.stdout)

@@ -34,9 +34,27 @@ def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
         (suite / name).write_text(GROUPED_MODULE)
     # WHEN they run the way `make test` runs
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
-         "--basetemp", str(tmp_path / "basetemp"), "--rootdir", str(suite), str(suite)],
-        cwd=suite, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(tmp_path / "basetemp"),
+            "--rootdir",
+            str(suite),
+            str(suite),
+        ],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "WORKERS_FILE": str(tmp_path / "workers")},
     )
     assert run.returncode == 0, run.stdout + run.stderr
@@ -81,10 +99,30 @@ def test_the_suite_hands_out_the_longest_unit_first(tmp_path):
         (suite / name).write_text(text)
     # WHEN one worker runs them the way `make test` runs (one worker: it runs the units in the order handed out)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
-         "-p", "tests.conftest", "--basetemp", str(tmp_path / "basetemp"), "--rootdir", str(suite),
-         str(suite / "test_quick.py"), str(suite / "test_slow.py")],
-        cwd=suite, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "1",
+            "--dist",
+            "loadgroup",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            "--basetemp",
+            str(tmp_path / "basetemp"),
+            "--rootdir",
+            str(suite),
+            str(suite / "test_quick.py"),
+            str(suite / "test_slow.py"),
+        ],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "ORDER_FILE": str(tmp_path / "order"), "PYTHONPATH": str(ROOT)},
     )
     assert run.returncode == 0, run.stdout + run.stderr

@@ -22,8 +22,14 @@ from packaging.utils import NormalizedName, canonicalize_name
 def run(args: list[str], extra_env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
     """A command with no AWS credentials, no Python environment variables (but `extra_env`) and no package index."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_EC2_METADATA_DISABLED="true",
-               JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(
+        AWS_CONFIG_FILE="/nonexistent",
+        AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+        AWS_EC2_METADATA_DISABLED="true",
+        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+        PIP_NO_INDEX="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
     env.update(extra_env or {})
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=240, **kwargs)
 
@@ -44,7 +50,8 @@ def closure(requirements: Iterable[str]) -> dict[str, metadata.Distribution]:
         assert name in installed, f"{req} is required but not installed in the test venv"
         dist = installed[name]
         assert req.specifier.contains(dist.version, prereleases=True), (
-            f"the locked {name}=={dist.version} is outside the declared {req}")
+            f"the locked {name}=={dist.version} is outside the declared {req}"
+        )
         first_time = name not in chosen
         new_extras = set(req.extras) - chosen.get(name, set())
         if not first_time and not new_extras:

@@ -22,19 +22,27 @@ def main() -> None:
         for lever in evidence.LEVERS:
             published = evidence.ratio(lever, gpu, predicted=False)
             if published is not None:
-                print(f"  {lever} gain: published {published:.3f}, planned {evidence.ratio(lever, gpu, predicted=True):.3f}")
+                print(
+                    f"  {lever} gain: published {published:.3f}, planned {evidence.ratio(lever, gpu, predicted=True):.3f}"
+                )
     verdict = evidence.judge("heldout")
-    print(f"held out: {verdict.within} of {verdict.comparable} within +-{evidence.TOLERANCE:.0%}; medians "
-          + ", ".join(f"{gpu} {m:+.1%}" for gpu, m in verdict.medians.items())
-          + f"; ceilings exceeded: {len(verdict.ceilings_exceeded)}")
+    print(
+        f"held out: {verdict.within} of {verdict.comparable} within +-{evidence.TOLERANCE:.0%}; medians "
+        + ", ".join(f"{gpu} {m:+.1%}" for gpu, m in verdict.medians.items())
+        + f"; ceilings exceeded: {len(verdict.ceilings_exceeded)}"
+    )
     check = evidence.leave_one_source_out()
-    print(f"by source (each source left out of the fit): {check.within} of {len(check.errors)} within "
-          f"+-{evidence.TOLERANCE:.0%}; {len(check.uncovered)} runs of a family no other source has; ceilings "
-          f"exceeded: {len(check.ceilings_exceeded)}")
+    print(
+        f"by source (each source left out of the fit): {check.within} of {len(check.errors)} within "
+        f"+-{evidence.TOLERANCE:.0%}; {len(check.uncovered)} runs of a family no other source has; ceilings "
+        f"exceeded: {len(check.ceilings_exceeded)}"
+    )
     for source in sorted({evidence.source_of(r) for r, _ in check.errors}):
         errors = [e for r, e in check.errors if evidence.source_of(r) == source]
-        print(f"  {source}: {sum(abs(e) <= evidence.TOLERANCE for e in errors)} of {len(errors)}, "
-              + " ".join(f"{e:+.0%}" for e in errors))
+        print(
+            f"  {source}: {sum(abs(e) <= evidence.TOLERANCE for e in errors)} of {len(errors)}, "
+            + " ".join(f"{e:+.0%}" for e in errors)
+        )
     for gpu in sorted({r.gpu for r, _ in check.errors}):
         band = check.band(gpu)
         print(f"  {gpu}: 90% of its held-out runs within +-{band:.0%}" if band is not None else f"  {gpu}: -")

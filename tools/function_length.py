@@ -79,7 +79,9 @@ def long_functions(paths: Iterable[Path], *, root: Path = ROOT, limit: int = LIM
     files = sorted({f for p in paths for f in ([p] if p.is_file() else p.rglob("*.py"))})
     found = [
         LongFunction(str(f.relative_to(root)) if f.is_relative_to(root) else str(f), line, name, length)
-        for f in files for name, line, length in function_lengths(f.read_text(encoding="utf-8")) if length > limit
+        for f in files
+        for name, line, length in function_lengths(f.read_text(encoding="utf-8"))
+        if length > limit
     ]
     return sorted(found, key=lambda f: (-f.length, f.path, f.line))
 
@@ -90,8 +92,11 @@ def main(argv: list[str]) -> int:
     for offender in offenders:
         print(offender)
     if offenders:
-        print(f"{len(offenders)} function(s) over {LIMIT} lines: split each by responsibility "
-              "(tools/function_length.py says how it counts)", file=sys.stderr)
+        print(
+            f"{len(offenders)} function(s) over {LIMIT} lines: split each by responsibility "
+            "(tools/function_length.py says how it counts)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -45,14 +45,25 @@ VARIANTS = {
     "ofi_missing": {"NCCL_NET_PLUGIN": "ofi", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
 }
 
-BASE_ENV = {"NCCL_DEBUG": "INFO", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+BASE_ENV = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 def torchrun(out: Path, name: str, env: dict[str, str], script: Path) -> None:
     log = out / f"{name}.log"
     with log.open("w") as sink:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-                       env={**os.environ, **BASE_ENV, **env}, stdout=sink, stderr=subprocess.STDOUT, check=True, timeout=240)
+        subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+            env={**os.environ, **BASE_ENV, **env},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=240,
+        )
     print(f"{name}: {sum(1 for _ in log.open())} lines")
 
 
@@ -66,7 +77,8 @@ def two_hosts_script(out: Path) -> Path:
 def ray_train(out: Path, name: str, env: dict[str, str]) -> None:
     """A Ray Train run of the same all-reduce; the driver output carries the forwarded, prefixed worker lines."""
     driver = out / f"_{name}_driver.py"
-    driver.write_text(textwrap.dedent(f"""
+    driver.write_text(
+        textwrap.dedent(f"""
         import os, ray, torch, torch.distributed as dist
         from ray.train import ScalingConfig
         from ray.train.torch import TorchTrainer
@@ -79,18 +91,27 @@ def ray_train(out: Path, name: str, env: dict[str, str]) -> None:
 
         ray.init(include_dashboard=False, runtime_env={{"env_vars": {dict(BASE_ENV, **env)!r}}})
         TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, use_gpu=True)).fit()
-    """))
+    """)
+    )
     log = out / f"{name}.log"
     with log.open("w") as sink:
-        subprocess.run([sys.executable, str(driver)], env={**os.environ, **BASE_ENV, **env}, stdout=sink,
-                       stderr=subprocess.STDOUT, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, str(driver)],
+            env={**os.environ, **BASE_ENV, **env},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=300,
+        )
     sessions = sorted(glob.glob("/tmp/ray/session_*/logs"), key=os.path.getmtime)
     worker_dir = out / f"{name}_worker_logs"
     worker_dir.mkdir(exist_ok=True)
     for path in glob.glob(f"{sessions[-1]}/worker-*"):
         if os.path.getsize(path) and "NCCL" in Path(path).read_text(errors="replace"):
             shutil.copy(path, worker_dir)
-    print(f"{name}: {sum(1 for _ in log.open())} driver lines, {len(list(worker_dir.iterdir()))} worker logs with NCCL lines")
+    print(
+        f"{name}: {sum(1 for _ in log.open())} driver lines, {len(list(worker_dir.iterdir()))} worker logs with NCCL lines"
+    )
 
 
 def main(out: Path) -> None:

@@ -107,7 +107,9 @@ def private_uses(modules: dict[str, str], packages: frozenset[str] = frozenset()
 
         bound: dict[str, str] = {}  # a local name -> the package module it is bound to (by any import in the file)
         attributes: list[ast.Attribute] = []
-        for node in ast.walk(tree):  # every import, TYPE_CHECKING ones too: a private name is private to the type checker
+        for node in ast.walk(
+            tree
+        ):  # every import, TYPE_CHECKING ones too: a private name is private to the type checker
             if isinstance(node, ast.Attribute):
                 attributes.append(node)
             elif isinstance(node, ast.Import):
@@ -178,8 +180,10 @@ def check(root: Path = ROOT) -> list[PrivateUse]:
 
 
 def report(uses: list[PrivateUse]) -> str:
-    lines = [f"{len(uses)} private names used across modules (make the name public in its owner, with a "
-             "docstring, or move the user next to it):"]
+    lines = [
+        f"{len(uses)} private names used across modules (make the name public in its owner, with a "
+        "docstring, or move the user next to it):"
+    ]
     lines += [f"  {use}" for use in uses]
     return "\n".join(lines)
 

@@ -53,9 +53,11 @@ def _efa_rows() -> list[catalog.GpuInstanceType]:
 
 def instances_table() -> str:
     allowed = catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS[Settings().addons.efa_device_plugin_version]
-    rows = ["| `gpuInstanceType` | GPUs | GPU memory | vCPU / GiB | EFA interfaces | GPUDirect RDMA | GPU link | "
-            "secondary cards | Capacity Blocks | worker pod CPU / memory / shm | EFA plugin default | USD/h per node |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| `gpuInstanceType` | GPUs | GPU memory | vCPU / GiB | EFA interfaces | GPUDirect RDMA | GPU link | "
+        "secondary cards | Capacity Blocks | worker pod CPU / memory / shm | EFA plugin default | USD/h per node |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in _efa_rows():
         pod = catalog.worker_pod_resources(row)
         secondary = "-" if row.efa_interfaces == 1 else "`efa-only`" if row.efa_only_secondary else "`efa`"
@@ -76,8 +78,9 @@ def _and(names: list[str]) -> str:
 # Lists inside the pages' prose, from the same rows (one line each between the markers).
 LISTS = {
     "CAPACITY_BLOCK_TYPES": lambda: ", ".join(row.name for row in _efa_rows() if row.capacity_blocks),
-    "EFA_ONLY_FAMILIES": lambda: _and([row.family for row in _efa_rows() if row.efa_only_secondary
-                                       and row.efa_interfaces > 1]),
+    "EFA_ONLY_FAMILIES": lambda: _and(
+        [row.family for row in _efa_rows() if row.efa_only_secondary and row.efa_interfaces > 1]
+    ),
     "GPUDIRECT_RDMA_FAMILIES": lambda: _and([row.family for row in _efa_rows() if row.gpudirect_rdma]),
     "HOST_STAGED_FAMILIES": lambda: _and([row.family for row in _efa_rows() if not row.gpudirect_rdma]),
 }

@@ -28,8 +28,16 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ray_efa.core.settings import Problem, SettingsError, TrainingSettings
 
-__all__ = ["save_and_report", "restore", "restore_with_state", "save_shards", "load_shards", "TRAIN_STATE_FILE", "run_shape",
-           "remap_train_state"]
+__all__ = [
+    "save_and_report",
+    "restore",
+    "restore_with_state",
+    "save_shards",
+    "load_shards",
+    "TRAIN_STATE_FILE",
+    "run_shape",
+    "remap_train_state",
+]
 
 TRAIN_STATE_FILE = "train_state.json"
 
@@ -39,7 +47,12 @@ def _dir_name(step: int) -> str:
 
 
 def save_and_report(
-    metrics: dict[str, Any], *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int,
+    metrics: dict[str, Any],
+    *,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rank: int,
     train_state: dict[str, Any] | None = None,
 ) -> None:
     """Write this rank's shard, then report it with `metrics` (a barrier: every rank calls this at the same step).
@@ -53,7 +66,9 @@ def save_and_report(
         save_shards(model, optimizer, local)
         if rank == 0:
             (local / TRAIN_STATE_FILE).write_text(json.dumps({**(train_state or {}), "step": step}))
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step))
+        ray.train.report(
+            metrics, checkpoint=ray.train.Checkpoint.from_directory(local), checkpoint_dir_name=_dir_name(step)
+        )
     finally:
         shutil.rmtree(local, ignore_errors=True)  # the upload is synchronous: storage has its copy now
 
@@ -97,8 +112,12 @@ def load_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer, direct
 
 def run_shape(t: TrainingSettings, world_size: int) -> dict[str, int]:
     """What train_state.json records of the run's batch: decided values (core.strategy.resolve), and the ranks."""
-    return {"world_size": world_size, "micro_batch": int(t.micro_batch), "seq_len": t.seq_len,
-            "grad_accumulation": int(t.grad_accumulation)}
+    return {
+        "world_size": world_size,
+        "micro_batch": int(t.micro_batch),
+        "seq_len": t.seq_len,
+        "grad_accumulation": int(t.grad_accumulation),
+    }
 
 
 def _sequences_per_step(shape: dict[str, int]) -> int:
@@ -106,8 +125,10 @@ def _sequences_per_step(shape: dict[str, int]) -> int:
 
 
 def _split(shape: dict[str, int]) -> str:
-    return (f"microBatch {shape['micro_batch']} x gradAccumulation {shape['grad_accumulation']} x "
-            f"{shape['world_size']} ranks of seqLen {shape['seq_len']}")
+    return (
+        f"microBatch {shape['micro_batch']} x gradAccumulation {shape['grad_accumulation']} x "
+        f"{shape['world_size']} ranks of seqLen {shape['seq_len']}"
+    )
 
 
 def remap_train_state(saved: dict[str, Any], shape: dict[str, int]) -> dict[str, Any]:
@@ -122,22 +143,43 @@ def remap_train_state(saved: dict[str, Any], shape: dict[str, int]) -> dict[str,
     if not old or old == shape:
         return saved
     if old["seq_len"] != shape["seq_len"]:
-        raise SettingsError([Problem("seqLen", shape["seq_len"], f"must be {old['seq_len']} to resume this run: its "
-                                     "checkpoint's data position counts sequences of that length (or start a new run "
-                                     "name)")])
+        raise SettingsError(
+            [
+                Problem(
+                    "seqLen",
+                    shape["seq_len"],
+                    f"must be {old['seq_len']} to resume this run: its "
+                    "checkpoint's data position counts sequences of that length (or start a new run "
+                    "name)",
+                )
+            ]
+        )
     if _sequences_per_step(old) != _sequences_per_step(shape):
-        raise SettingsError([Problem(
-            "globalBatchTokens", _sequences_per_step(shape) * shape["seq_len"],
-            f"must be {_sequences_per_step(old) * old['seq_len']:,} tokens to resume this run: its steps were global "
-            f"batches of {_split(old)}, this run's {_split(shape)} (set globalBatchTokens, microBatch or "
-            "gradAccumulation to reach it, or start a new run name)")])
+        raise SettingsError(
+            [
+                Problem(
+                    "globalBatchTokens",
+                    _sequences_per_step(shape) * shape["seq_len"],
+                    f"must be {_sequences_per_step(old) * old['seq_len']:,} tokens to resume this run: its steps were global "
+                    f"batches of {_split(old)}, this run's {_split(shape)} (set globalBatchTokens, microBatch or "
+                    "gradAccumulation to reach it, or start a new run name)",
+                )
+            ]
+        )
     data = saved.get("data")
     if not data:
         return {**saved, "shape": shape}
     samples = data["consumed"] * old["micro_batch"] * old["world_size"]
     per_batch = shape["micro_batch"] * shape["world_size"]
     if samples % per_batch:
-        raise SettingsError([Problem(
-            "microBatch", shape["micro_batch"], f"must divide the {samples:,} samples this run's checkpoint consumed "
-            f"in epoch {data['epoch']} over {shape['world_size']} ranks to resume it ({_split(old)} before)")])
+        raise SettingsError(
+            [
+                Problem(
+                    "microBatch",
+                    shape["micro_batch"],
+                    f"must divide the {samples:,} samples this run's checkpoint consumed "
+                    f"in epoch {data['epoch']} over {shape['world_size']} ranks to resume it ({_split(old)} before)",
+                )
+            ]
+        )
     return {**saved, "shape": shape, "data": {**data, "consumed": samples // per_batch}}

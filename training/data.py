@@ -41,7 +41,9 @@ class TokenBatches:
         if self._pool is None:
             tokens = self._tokens(_STEP_STREAM, step, self.micro_batch)
         else:
-            rows = np.random.default_rng([self.seed, self.rank, _STEP_STREAM, step]).integers(0, self.pool_size, self.micro_batch)
+            rows = np.random.default_rng([self.seed, self.rank, _STEP_STREAM, step]).integers(
+                0, self.pool_size, self.micro_batch
+            )
             tokens = self._pool[rows]
         tokens = torch.from_numpy(tokens)
         return tokens[:, :-1], tokens[:, 1:]

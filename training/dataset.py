@@ -47,8 +47,22 @@ if TYPE_CHECKING:
 
     from ray_efa.core.settings import Problem, Settings
 
-__all__ = ["DataFiles", "inspect", "dataset_problems", "Tokenizer", "load_tokenizer", "build_datasets", "data_config",
-           "ShardBatches", "SHUFFLE_WINDOW", "DataTooSmall", "too_small", "TRAIN", "EVAL", "ROW_COLUMN"]
+__all__ = [
+    "DataFiles",
+    "inspect",
+    "dataset_problems",
+    "Tokenizer",
+    "load_tokenizer",
+    "build_datasets",
+    "data_config",
+    "ShardBatches",
+    "SHUFFLE_WINDOW",
+    "DataTooSmall",
+    "too_small",
+    "TRAIN",
+    "EVAL",
+    "ROW_COLUMN",
+]
 
 TRAIN, EVAL = "train", "eval"
 ROW_COLUMN = "tokens"
@@ -153,8 +167,14 @@ def inspect(key: str, path: str) -> DataFiles:
     column = next((c for c in _COLUMNS if c in columns), None)
     if column is None:
         raise fail(f"has neither a text nor an input_ids column ({files[0]} has {', '.join(columns) or 'no columns'})")
-    return DataFiles(key=key, path=path, files=tuple(files), format=fmt, column=column,  # type: ignore[arg-type]
-                     filesystem=filesystem)
+    return DataFiles(
+        key=key,
+        path=path,
+        files=tuple(files),
+        format=fmt,
+        column=column,  # type: ignore[arg-type]
+        filesystem=filesystem,
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -175,11 +195,21 @@ def load_tokenizer(folder: str, *, key: str = "modelPath", value: str | None = N
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as error:
-        raise SettingsError([Problem(key, value or folder, f"has no tokenizer transformers can load: {error}")]) from None
+        raise SettingsError(
+            [Problem(key, value or folder, f"has no tokenizer transformers can load: {error}")]
+        ) from None
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or tokenizer.eos_token_id is None:
-        raise SettingsError([Problem(key, value or folder, "needs a fast tokenizer with an EOS token (tokenizer.json "
-                                                           "and eos_token in tokenizer_config.json) to pack documents")])
+        raise SettingsError(
+            [
+                Problem(
+                    key,
+                    value or folder,
+                    "needs a fast tokenizer with an EOS token (tokenizer.json "
+                    "and eos_token in tokenizer_config.json) to pack documents",
+                )
+            ]
+        )
     return Tokenizer(json=backend.to_str(), eos_id=int(tokenizer.eos_token_id), size=len(tokenizer))
 
 
@@ -194,20 +224,36 @@ def _held_out(documents: list, fraction: float) -> np.ndarray:
     """Whether each document is held out: crc32 of its bytes below `fraction` of 2**32 (run-, seed- and
     layout-independent)."""
     limit = fraction * 2**32
-    codes = [zlib.crc32(d.encode("utf-8") if isinstance(d, str) else np.asarray(d, dtype=np.int64).tobytes())
-             for d in documents]
+    codes = [
+        zlib.crc32(d.encode("utf-8") if isinstance(d, str) else np.asarray(d, dtype=np.int64).tobytes())
+        for d in documents
+    ]
     return np.asarray(codes, dtype=np.float64) < limit
 
 
-def _pack(batch: dict[str, np.ndarray], *, column: str, row: int, split: str, fraction: float, tokenizer: str | None,
-          eos_id: int, vocab_size: int, source: str) -> dict[str, np.ndarray]:
+def _pack(
+    batch: dict[str, np.ndarray],
+    *,
+    column: str,
+    row: int,
+    split: str,
+    fraction: float,
+    tokenizer: str | None,
+    eos_id: int,
+    vocab_size: int,
+    source: str,
+) -> dict[str, np.ndarray]:
     """One block of documents -> rows of `row` tokens (map_batches with batch_size None: the whole block)."""
     documents = list(batch[column])
     if fraction > 0:
         keep = _held_out(documents, fraction)
         documents = [d for d, held in zip(documents, keep, strict=True) if held == (split == EVAL)]
     if column == "text":
-        encoded = _tokenizer(tokenizer).encode_batch([str(d) for d in documents], add_special_tokens=False) if documents else []  # type: ignore[arg-type]
+        encoded = (
+            _tokenizer(tokenizer).encode_batch([str(d) for d in documents], add_special_tokens=False)
+            if documents
+            else []
+        )  # type: ignore[arg-type]
         pieces = [np.asarray(e.ids + [eos_id], dtype=np.int32) for e in encoded]
     else:
         pieces = [np.asarray(d, dtype=np.int64) for d in documents]
@@ -258,10 +304,19 @@ def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: 
             raise _no_tokenizer(files)
         udf: Any = _pack  # Ray's UDF type knows no keyword arguments; fn_kwargs supplies them
         return _read(files, paths).map_batches(
-            udf, batch_size=None, batch_format="numpy",
-            fn_kwargs={"column": files.column, "row": t.seq_len + 1, "split": split, "fraction": fraction,
-                       "tokenizer": tokenizer.json if tokenizer else None, "eos_id": tokenizer.eos_id if tokenizer else 0,
-                       "vocab_size": vocab_size, "source": f"{files.key} {files.path}"},
+            udf,
+            batch_size=None,
+            batch_format="numpy",
+            fn_kwargs={
+                "column": files.column,
+                "row": t.seq_len + 1,
+                "split": split,
+                "fraction": fraction,
+                "tokenizer": tokenizer.json if tokenizer else None,
+                "eos_id": tokenizer.eos_id if tokenizer else 0,
+                "vocab_size": vocab_size,
+                "source": f"{files.key} {files.path}",
+            },
         )
 
     datasets = {TRAIN: packed(train, order, TRAIN, t.eval_fraction)}
@@ -275,19 +330,36 @@ def build_datasets(settings: Settings, *, model_folder: str | None, vocab_size: 
             from ray_efa.core.settings import Problem, SettingsError
 
             key, value = ("evalFraction", t.eval_fraction) if t.eval_fraction > 0 else ("evalDataset", t.eval_dataset)
-            raise SettingsError([Problem(key, value, (
-                f"holds no held-out sequence of seqLen + 1 = {t.seq_len + 1} tokens after packing (each document's "
-                "tokens are packed into rows, and a tail shorter than a row is dropped): hold out more documents, "
-                "or lower seqLen"))])
+            raise SettingsError(
+                [
+                    Problem(
+                        key,
+                        value,
+                        (
+                            f"holds no held-out sequence of seqLen + 1 = {t.seq_len + 1} tokens after packing (each document's "
+                            "tokens are packed into rows, and a tail shorter than a row is dropped): hold out more documents, "
+                            "or lower seqLen"
+                        ),
+                    )
+                ]
+            )
     return datasets
 
 
 def _no_tokenizer(files: DataFiles):
     from ray_efa.core.settings import Problem, SettingsError
 
-    return SettingsError([Problem(files.key, files.path, "has a text column, which needs a tokenizer: set modelPath to "
-                                                         "a model with its tokenizer files, or pre-tokenize into an "
-                                                         "input_ids column")])
+    return SettingsError(
+        [
+            Problem(
+                files.key,
+                files.path,
+                "has a text column, which needs a tokenizer: set modelPath to "
+                "a model with its tokenizer files, or pre-tokenize into an "
+                "input_ids column",
+            )
+        ]
+    )
 
 
 def dataset_problems(settings: Settings, *, model_folder: str | None) -> list[Problem]:
@@ -331,8 +403,9 @@ def data_config() -> DataConfig:
     from ray.data import ExecutionOptions
     from ray.train import DataConfig
 
-    return DataConfig(datasets_to_split=[TRAIN],
-                      execution_options=ExecutionOptions(preserve_order=True, verbose_progress=False))
+    return DataConfig(
+        datasets_to_split=[TRAIN], execution_options=ExecutionOptions(preserve_order=True, verbose_progress=False)
+    )
 
 
 def too_small(what: str, *, rows: int, row_tokens: int, needed: int, world_size: int) -> DataTooSmall:
@@ -357,8 +430,18 @@ class BatchSource(Protocol):
 class ShardBatches:
     """This rank's micro-batches of its `get_dataset_shard` iterator, epoch after epoch, from a saved position."""
 
-    def __init__(self, shard: BatchSource, *, micro_batch: int, row_tokens: int, seed: int, epoch: int = 0,
-                 consumed: int = 0, world_size: int = 1, what: str = "dataset") -> None:
+    def __init__(
+        self,
+        shard: BatchSource,
+        *,
+        micro_batch: int,
+        row_tokens: int,
+        seed: int,
+        epoch: int = 0,
+        consumed: int = 0,
+        world_size: int = 1,
+        what: str = "dataset",
+    ) -> None:
         self.shard: BatchSource
         self.micro_batch: int
         self.row_tokens: int
@@ -394,8 +477,13 @@ class ShardBatches:
             index, pending = index + 1, []
         # the epoch's last, partial micro-batch (pending) is dropped, as every rank's is (equal shards)
         if rows < self.micro_batch:
-            raise too_small(self.what, rows=rows * self.world_size, row_tokens=self.row_tokens,
-                            needed=self.micro_batch * self.world_size, world_size=self.world_size)
+            raise too_small(
+                self.what,
+                rows=rows * self.world_size,
+                row_tokens=self.row_tokens,
+                needed=self.micro_batch * self.world_size,
+                world_size=self.world_size,
+            )
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, labels), each (micro_batch, seqLen) int64; a new epoch starts where the last one ends."""

@@ -50,9 +50,25 @@ if TYPE_CHECKING:
     from ray_efa.training.transport import Verdict
 
 __all__ = [
-    "check_plan", "init_ray", "scaling_config", "run_config", "default_run_name", "fit", "transport_gate", "gate_exit_code",
-    "reported_summary", "run", "describe_data", "open_run_folder", "claim_run_folder", "record_in_run_folder", "main", "EXIT_OK", "EXIT_FAILED",
-    "EXIT_BAD_SETTINGS", "EXIT_UNPROVEN",
+    "check_plan",
+    "init_ray",
+    "scaling_config",
+    "run_config",
+    "default_run_name",
+    "fit",
+    "transport_gate",
+    "gate_exit_code",
+    "reported_summary",
+    "run",
+    "describe_data",
+    "open_run_folder",
+    "claim_run_folder",
+    "record_in_run_folder",
+    "main",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_BAD_SETTINGS",
+    "EXIT_UNPROVEN",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SETTINGS, EXIT_UNPROVEN = 0, 1, 2, 3
@@ -80,8 +96,11 @@ def check_plan(settings: Settings, *, local: bool) -> None:
     if local:
         return  # CPU workers: no GPU memory to plan, and one machine shares ~/ray_results
     problems: list[Problem] = pod_path_problems(settings)
-    if (storage := shared_storage_problem(settings.nodes.gpu_node_count, settings.workload.storage_path,
-                                          settings.cluster_stack_name)) is not None:
+    if (
+        storage := shared_storage_problem(
+            settings.nodes.gpu_node_count, settings.workload.storage_path, settings.cluster_stack_name
+        )
+    ) is not None:
         problems.append(storage)
     try:
         strategy.check_fits(settings)
@@ -120,8 +139,9 @@ def run_config(settings: Settings, name: str) -> RunConfig:
     )
 
 
-GENERIC_FUNCTION_NAMES = frozenset({"train_func", "train_loop_per_worker", "train_loop", "train_fn", "train", "main",
-                                    "fit", "run"})
+GENERIC_FUNCTION_NAMES = frozenset(
+    {"train_func", "train_loop_per_worker", "train_loop", "train_fn", "train", "main", "fit", "run"}
+)
 """Names Ray Train's documentation and most functions use (train_func above all): they tell no two runs apart."""
 
 
@@ -194,8 +214,15 @@ def init_ray(*, local: bool, code_dir: str | None = None) -> None:
         ray.init(address="auto")
 
 
-def fit(settings: Settings, *, local: bool, name: str | None = None, test_config: dict[str, Any] | None = None,
-        local_workers: int = LOCAL_WORKERS, datasets: dict[str, Any] | None = None) -> Result:
+def fit(
+    settings: Settings,
+    *,
+    local: bool,
+    name: str | None = None,
+    test_config: dict[str, Any] | None = None,
+    local_workers: int = LOCAL_WORKERS,
+    datasets: dict[str, Any] | None = None,
+) -> Result:
     """Run trainFunction on a TorchTrainer (each worker through training.worker.train_loop); return the Ray Train
     Result (raises ray.train.TrainingFailedError). `datasets`: Ray Data datasets for the TorchTrainer (the function
     reads its shard with ray.train.get_dataset_shard(name))."""
@@ -265,12 +292,16 @@ def _unwrapped(result: Any) -> Any:
     return dataclasses.replace(result, return_value=outcome["return_value"], metrics=metrics)
 
 
-def reported_summary(metrics: dict[str, Any] | None, settings: Settings, *, local: bool,
-                     local_workers: int = LOCAL_WORKERS) -> dict[str, Any]:
+def reported_summary(
+    metrics: dict[str, Any] | None, settings: Settings, *, local: bool, local_workers: int = LOCAL_WORKERS
+) -> dict[str, Any]:
     """The run summary of a function of yours: what it reported last (Result.metrics; JSON scalars only) and where it
     ran (devices, hosts, device), as the built-in's summary says it."""
-    values = {key: value for key, value in (metrics or {}).items()
-              if isinstance(value, (bool, int, float, str)) or value is None}
+    values = {
+        key: value
+        for key, value in (metrics or {}).items()
+        if isinstance(value, (bool, int, float, str)) or value is None
+    }
     if local:
         where = {"devices": local_workers, "hosts": 1, "device": "cpu"}
     else:
@@ -296,13 +327,21 @@ def nodes_without_logs(logs: list[Path], gpu_nodes: int) -> str | None:
     if len(with_lines) >= gpu_nodes:
         return None
     have = ", ".join(p.name for p in with_lines) or "none"
-    return (f"NCCL lines were collected from {len(with_lines)} of the job's {gpu_nodes} GPU nodes ({have}): the "
-            "other nodes' logs are missing (their collector timed out, or the node died), and their transport is "
-            "unknown")
+    return (
+        f"NCCL lines were collected from {len(with_lines)} of the job's {gpu_nodes} GPU nodes ({have}): the "
+        "other nodes' logs are missing (their collector timed out, or the node died), and their transport is "
+        "unknown"
+    )
 
 
-def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folder: RunFolder | None = None,
-                   verdicts: list[Verdict] | None = None) -> int:
+def transport_gate(
+    settings: Settings,
+    *,
+    local: bool,
+    logs_dir: Path,
+    run_folder: RunFolder | None = None,
+    verdicts: list[Verdict] | None = None,
+) -> int:
     """Collect the workers' NCCL logs, classify them and judge them against the expected transport (the verdict also
     goes to the run folder's verdict.json, and is appended to `verdicts` for the run summary)."""
     from ray_efa.core.output_dir import publish
@@ -311,8 +350,12 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     from ray_efa.training.log_collect import collect_nccl_logs, is_collected_file
     from ray_efa.training.transport import classify_paths, gate
 
-    paths = publish(logs_dir, collect_nccl_logs, command="ray-efa train (NCCL logs and EFA counters of the transport gate)",
-                    accept=is_collected_file)
+    paths = publish(
+        logs_dir,
+        collect_nccl_logs,
+        command="ray-efa train (NCCL logs and EFA counters of the transport gate)",
+        accept=is_collected_file,
+    )
     logs = [p for p in paths if not efa_counters.is_counter_file(p)]
     # The driver knows how many hosts the job ran on: a network every process chose then contradicts, even unlogged.
     hosts = 1 if local else settings.nodes.gpu_node_count
@@ -321,15 +364,26 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
         snapshots = efa_counters.load_snapshots([p for p in paths if efa_counters.is_counter_file(p)])
     except efa_counters.CounterFileError as error:
         unusable, snapshots = error, []
-    verdict = gate(classify_paths(logs), expected_transport(settings.workload.network), hosts=hosts,
-                   counters=None if local else snapshots)
+    verdict = gate(
+        classify_paths(logs),
+        expected_transport(settings.workload.network),
+        hosts=hosts,
+        counters=None if local else snapshots,
+    )
     missing = None if local else nodes_without_logs(logs, hosts)
     if missing is not None and verdict.exit_code == EXIT_OK:  # every node's logs, or no proof
-        verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, cause="missing-nodes",
-                                      summary=f"NO PROOF: {missing}; the rest: {verdict.summary}")
+        verdict = dataclasses.replace(
+            verdict,
+            exit_code=EXIT_UNPROVEN,
+            cause="missing-nodes",
+            summary=f"NO PROOF: {missing}; the rest: {verdict.summary}",
+        )
     if unusable is not None and verdict.exit_code == EXIT_OK:  # a counter file we cannot read never lets a job pass
-        verdict = dataclasses.replace(verdict, exit_code=EXIT_UNPROVEN, summary=(
-            f"NO PROOF: an EFA counter snapshot cannot be used ({unusable}); the rest: {verdict.summary}"))
+        verdict = dataclasses.replace(
+            verdict,
+            exit_code=EXIT_UNPROVEN,
+            summary=(f"NO PROOF: an EFA counter snapshot cannot be used ({unusable}); the rest: {verdict.summary}"),
+        )
     if verdicts is not None:
         verdicts.append(verdict)
     print(verdict.render_table())
@@ -338,11 +392,14 @@ def transport_gate(settings: Settings, *, local: bool, logs_dir: Path, run_folde
     if run_folder is not None:
         # The evidence with the verdict: logs_dir is in the head pod's /tmp and goes with the RayCluster.
         record_in_run_folder(run_folder, GATE_LOGS_FILE, archive_files(paths))
-    record_in_run_folder(run_folder, VERDICT_FILE, {**verdict.to_json(), "table": verdict.render_table(),
-                                                    "driver_exit_code": code})
+    record_in_run_folder(
+        run_folder, VERDICT_FILE, {**verdict.to_json(), "table": verdict.render_table(), "driver_exit_code": code}
+    )
     if local and verdict.exit_code == EXIT_UNPROVEN:
-        print("transport gate: the local run talks gloo over loopback, not NCCL, so it proves nothing about EFA "
-              "(exit 3); this passes locally and fails a cluster run")
+        print(
+            "transport gate: the local run talks gloo over loopback, not NCCL, so it proves nothing about EFA "
+            "(exit 3); this passes locally and fails a cluster run"
+        )
     return code
 
 
@@ -361,23 +418,53 @@ def claim_run_folder(settings: Settings, name: str, *, resume: bool) -> RunFolde
         return None
     exists = folder.exists()
     if not exists and resume:
-        raise SettingsError([Problem("--resume", None, f"there is no run folder {folder.uri} to resume: leave "
-                                                       "--resume out to start the run")])
+        raise SettingsError(
+            [
+                Problem(
+                    "--resume",
+                    None,
+                    f"there is no run folder {folder.uri} to resume: leave --resume out to start the run",
+                )
+            ]
+        )
     if not exists:
         return folder
     if not resume:
-        raise SettingsError([Problem("--name", name, (
-            f"the run folder {folder.uri} exists (an earlier run of that name): nothing in it is changed. Give a new "
-            "--name, or add --resume to continue that run with the same settings"))])
+        raise SettingsError(
+            [
+                Problem(
+                    "--name",
+                    name,
+                    (
+                        f"the run folder {folder.uri} exists (an earlier run of that name): nothing in it is changed. Give a new "
+                        "--name, or add --resume to continue that run with the same settings"
+                    ),
+                )
+            ]
+        )
     recorded = folder.read_bytes(SETTINGS_FILE)
     try:
         before = Settings.from_json(recorded.decode()).to_context() if recorded is not None else None
     except (ValueError, UnicodeDecodeError) as error:
-        raise SettingsError([Problem("--resume", None, f"{folder.uri}/{SETTINGS_FILE} cannot be read ({error}): "
-                                                       "nothing says what the run trained with")]) from None
+        raise SettingsError(
+            [
+                Problem(
+                    "--resume",
+                    None,
+                    f"{folder.uri}/{SETTINGS_FILE} cannot be read ({error}): nothing says what the run trained with",
+                )
+            ]
+        ) from None
     if before is None:
-        raise SettingsError([Problem("--resume", None, f"{folder.uri} holds no {SETTINGS_FILE}: nothing says what "
-                                                       "the run trained with; give a new --name")])
+        raise SettingsError(
+            [
+                Problem(
+                    "--resume",
+                    None,
+                    f"{folder.uri} holds no {SETTINGS_FILE}: nothing says what the run trained with; give a new --name",
+                )
+            ]
+        )
     now = settings.to_context()
     # What the run trains is the training section; where it runs (cluster, nodes, network) may change, and so may the
     # split of its global batch, which the workers check against the checkpoint (training.checkpoint).
@@ -385,12 +472,23 @@ def claim_run_folder(settings: Settings, name: str, *, resume: bool) -> RunFolde
     changed = sorted(k for k in keys if before.get(k) != now.get(k))
     if changed:
         shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
-        raise SettingsError([Problem("--resume", None, (
-            f"{folder.uri} was trained with other settings ({shown}): a resumed run continues the same run. Resume "
-            "with its settings, or give a new --name"))])
+        raise SettingsError(
+            [
+                Problem(
+                    "--resume",
+                    None,
+                    (
+                        f"{folder.uri} was trained with other settings ({shown}): a resumed run continues the same run. Resume "
+                        "with its settings, or give a new --name"
+                    ),
+                )
+            ]
+        )
     checkpoint = folder.latest_checkpoint()
-    print(f"resuming {folder.uri} from " + (f"{checkpoint}" if checkpoint else "its start (no checkpoint yet)"),
-          flush=True)
+    print(
+        f"resuming {folder.uri} from " + (f"{checkpoint}" if checkpoint else "its start (no checkpoint yet)"),
+        flush=True,
+    )
     return folder
 
 
@@ -400,8 +498,9 @@ def progress(what: str) -> None:
     print(f"[ray-efa] {what}", flush=True)
 
 
-def _refusals_before_ray(settings: Settings, *, local: bool, name: str | None, logs_dir: Path | None,
-                         resume: bool) -> tuple[str, RunFolder | None] | None:
+def _refusals_before_ray(
+    settings: Settings, *, local: bool, name: str | None, logs_dir: Path | None, resume: bool
+) -> tuple[str, RunFolder | None] | None:
     """(run name, run folder) once everything refused before Ray starts is not: the plan and inputs (check_plan), the
     train function's imports, the run name, the gate's log folder, an earlier run of that name; else None, said."""
     from ray_efa.core.output_dir import OutputDirError, check_output_dir
@@ -427,8 +526,9 @@ def _refusals_before_ray(settings: Settings, *, local: bool, name: str | None, l
     return None
 
 
-def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None,
-        resume: bool = False) -> int:
+def run(
+    settings: Settings, *, local: bool, name: str | None = None, logs_dir: Path | None = None, resume: bool = False
+) -> int:
     """Check, train, print the summary, gate the transport; the process exit code."""
     if (claimed := _refusals_before_ray(settings, local=local, name=name, logs_dir=logs_dir, resume=resume)) is None:
         return EXIT_BAD_SETTINGS
@@ -442,24 +542,34 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         progress("starting a local Ray cluster (2 CPU workers, about 10 s)" if local else "joining the Ray cluster")
         init_ray(local=local, code_dir=str(code_dir) if code_dir is not None else None)
     except ConnectionError as error:  # `ray-efa train` without --local, away from the cluster
-        print(f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
-              "or locally with --local.", file=sys.stderr)
+        print(
+            f"ray_efa.training.driver: no Ray cluster to join (address auto): {error} Run it as the cluster's RayJob, "
+            "or locally with --local.",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if not resume:  # a resumed run's settings.json is the same settings already
         record_in_run_folder(folder, SETTINGS_FILE, settings.to_json().encode())
     if (data := describe_data(settings)) is not None:
         print(data)
     function = settings.training.train_function
-    progress(f"starting the workers: they load {settings.training.model_path or settings.training.preset.name + ' (built)'}"
-             + (" and compile it" if settings.training.compile else "") + ", then train"
-             if settings.training.builtin else f"starting the workers, which run {function}")
+    progress(
+        f"starting the workers: they load {settings.training.model_path or settings.training.preset.name + ' (built)'}"
+        + (" and compile it" if settings.training.compile else "")
+        + ", then train"
+        if settings.training.builtin
+        else f"starting the workers, which run {function}"
+    )
     try:
         result = fit(settings, local=local, name=name)
     except KeyboardInterrupt:  # Ctrl-C: one line, and how to go on from the last checkpoint
         again = f"ray-efa train{' --local' if local else ''} --name {name} --resume"
         kept = f"{folder.uri} keeps its history and checkpoints" if folder is not None else "its checkpoints stay"
-        print(f"ray-efa train: interrupted; {kept}: continue with {again} (and the same -c settings)",
-              file=sys.stderr, flush=True)
+        print(
+            f"ray-efa train: interrupted; {kept}: continue with {again} (and the same -c settings)",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_INTERRUPTED
     except SettingsError as error:  # found while building the data sets (an eval split smaller than the ranks)
         print(f"ray_efa.training.driver: {error}", file=sys.stderr)
@@ -476,17 +586,25 @@ def run(settings: Settings, *, local: bool, name: str | None = None, logs_dir: P
         return EXIT_FAILED
     summary = _print_summary(result, settings, name=name, local=local)
     # A local run names this machine, never the settings' cluster: compare must not take it for a cluster run.
-    where = {"name": name, "network": settings.workload.network, "summary": summary,
-             "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
-             "nodes": 1 if local else settings.nodes.gpu_node_count}
+    where = {
+        "name": name,
+        "network": settings.workload.network,
+        "summary": summary,
+        "instance_type": LOCAL if local else settings.nodes.gpu_instance_type,
+        "nodes": 1 if local else settings.nodes.gpu_node_count,
+    }
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
     verdicts: list[Verdict] = []
-    code = transport_gate(settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder,
-                          verdicts=verdicts)
+    code = transport_gate(
+        settings, local=local, logs_dir=_logs_dir(logs_dir, name), run_folder=folder, verdicts=verdicts
+    )
     # After the gate: the summary carries what the gate proved, so that compare compares transports, not labels.
-    where["summary"] = {**summary, **gate_fields(verdicts[0] if verdicts else None),
-                        "training": training_levers(settings)}
+    where["summary"] = {
+        **summary,
+        **gate_fields(verdicts[0] if verdicts else None),
+        "training": training_levers(settings),
+    }
     print(summary_line(**where), flush=True)
     record_in_run_folder(folder, SUMMARY_FILE, summary_record(**where))
     _say_report(folder)
@@ -507,8 +625,11 @@ def _print_summary(result: Result, settings: Settings, *, name: str, local: bool
     reported = ", ".join(f"{k}={v}" for k, v in sorted((result.metrics or {}).items())) or "nothing"
     print(f"{settings.training.train_function} finished: {name}; reported last: {reported}")
     if not result.metrics:
-        print(f"ray_efa.training.driver: warning: {settings.training.train_function} returned without calling "
-              "ray.train.report: no metrics, no history, nothing for ray-efa report to chart", file=sys.stderr)
+        print(
+            f"ray_efa.training.driver: warning: {settings.training.train_function} returned without calling "
+            "ray.train.report: no metrics, no history, nothing for ray-efa report to chart",
+            file=sys.stderr,
+        )
     return summary
 
 
@@ -520,8 +641,13 @@ def describe_data(settings: Settings) -> str | None:
     if t.dataset is None:
         pool = f"a pool of {t.data_pool_size} sequences per rank" if t.data_pool_size else "fresh every step"
         return f"data: random tokens ({pool}, nothing held out)"
-    held = (f", {t.eval_fraction:g} of its documents held out" if t.eval_fraction
-            else f", held out: {t.eval_dataset}" if t.eval_dataset else ", nothing held out")
+    held = (
+        f", {t.eval_fraction:g} of its documents held out"
+        if t.eval_fraction
+        else f", held out: {t.eval_dataset}"
+        if t.eval_dataset
+        else ", nothing held out"
+    )
     return f"data: {t.dataset}{held}"
 
 
@@ -530,8 +656,11 @@ def open_run_folder(settings: Settings, name: str) -> RunFolder | None:
     try:
         return RunFolder.of(settings.workload.storage_path, name)
     except Exception as error:  # noqa: BLE001 - pyarrow's errors for a bad URI or missing credentials vary
-        print(f"ray_efa.training.driver: cannot open the run folder {settings.workload.storage_path}/{name}: {error}; "
-              "no settings, summary or verdict will be kept there", file=sys.stderr)
+        print(
+            f"ray_efa.training.driver: cannot open the run folder {settings.workload.storage_path}/{name}: {error}; "
+            "no settings, summary or verdict will be kept there",
+            file=sys.stderr,
+        )
         return None
 
 
@@ -585,9 +714,12 @@ def _say_not_retried(error: Exception, settings: Settings) -> None:
     raised = code_errors(error) if isinstance(error, WorkerGroupError) else {}
     if raised:
         rank, first = min(raised.items())
-        print(f"not retried: {type(first).__name__} on rank {rank} is an exception of "
-              f"{settings.training.train_function}, which would fail the same way again (maxFailures "
-              f"{settings.training.max_failures} retries lost workers and nodes only)", file=sys.stderr)
+        print(
+            f"not retried: {type(first).__name__} on rank {rank} is an exception of "
+            f"{settings.training.train_function}, which would fail the same way again (maxFailures "
+            f"{settings.training.max_failures} retries lost workers and nodes only)",
+            file=sys.stderr,
+        )
 
 
 def _say_report(folder: RunFolder | None) -> None:
@@ -616,12 +748,21 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset")
-    parser.add_argument("--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster")
+    parser = argparse.ArgumentParser(
+        prog="python -m ray_efa.training.driver", description=(__doc__ or "").partition("\n")[0]
+    )
+    parser.add_argument(
+        "--settings", help="settings JSON (Settings.to_json()); with --local, default: the local preset"
+    )
+    parser.add_argument(
+        "--local", action="store_true", help=f"{LOCAL_WORKERS} CPU workers on an in-process Ray cluster"
+    )
     parser.add_argument("--name", help="Ray Train run name; an existing run's name is refused unless --resume")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run --name from its latest checkpoint, with the settings it was run with")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run --name from its latest checkpoint, with the settings it was run with",
+    )
     parser.add_argument("--logs-dir", type=Path, help="where the NCCL logs are collected for the transport gate")
     args = parser.parse_args(argv)
     try:

@@ -30,8 +30,18 @@ __all__ = ["evaluate"]
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, split: DataIterator, *, micro_batch: int, max_batches: int,
-             device: torch.device, rank: int, world_size: int, row_tokens: int, vocab_size: int) -> dict[str, float]:
+def evaluate(
+    model: torch.nn.Module,
+    split: DataIterator,
+    *,
+    micro_batch: int,
+    max_batches: int,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+    row_tokens: int,
+    vocab_size: int,
+) -> dict[str, float]:
     """{"eval_loss", "eval_perplexity", "eval_tokens", "eval_unigram_entropy"} over the whole eval split (or its
     first `max_batches` x world size micro-batches); the model is back in training mode afterwards.
 
@@ -45,7 +55,7 @@ def evaluate(model: torch.nn.Module, split: DataIterator, *, micro_batch: int, m
             if max_batches and index >= max_batches:
                 break
             rows = batch[ROW_COLUMN]
-            mine = rows[rank * micro_batch:(rank + 1) * micro_batch]
+            mine = rows[rank * micro_batch : (rank + 1) * micro_batch]
             weight = 1.0 if len(mine) else 0.0
             tokens = torch.from_numpy((mine if len(mine) else rows[:1]).astype(np.int64))
             inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
@@ -65,5 +75,9 @@ def evaluate(model: torch.nn.Module, split: DataIterator, *, micro_batch: int, m
     mean = loss_sum / count
     p = counts[counts > 0] / count
     unigram = float(-(p * p.log()).sum())
-    return {"eval_loss": mean, "eval_perplexity": math.exp(min(mean, 700.0)), "eval_tokens": count,
-            "eval_unigram_entropy": unigram}
+    return {
+        "eval_loss": mean,
+        "eval_perplexity": math.exp(min(mean, 700.0)),
+        "eval_tokens": count,
+        "eval_unigram_entropy": unigram,
+    }

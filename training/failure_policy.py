@@ -92,7 +92,9 @@ class RetryLostWorkersPolicy(DefaultFailurePolicy):
                 failures, limit = self._worker_group_failures, config.max_failures
             total = "unlimited" if limit == -1 else str(limit + 1)
             # The controller's stdout reaches the driver's output (Ray's log_to_driver), one line.
-            sys.stdout.write(f"{what} ({_reason(training_failed_error)}): retrying from the last checkpoint, "
-                             f"attempt {failures + 1} of {total}\n")
+            sys.stdout.write(
+                f"{what} ({_reason(training_failed_error)}): retrying from the last checkpoint, "
+                f"attempt {failures + 1} of {total}\n"
+            )
             sys.stdout.flush()
         return decision

@@ -25,8 +25,15 @@ from typing import Any
 
 from ray_efa.training.run_folder import METRICS_FILE, TENSORBOARD_DIR, RunFolder
 
-__all__ = ["History", "open_history", "UPLOAD_EVERY_S", "LAST_CHECKPOINT", "CHECKPOINT_KEY", "cut_back",
-           "last_checkpointed_step"]
+__all__ = [
+    "History",
+    "open_history",
+    "UPLOAD_EVERY_S",
+    "LAST_CHECKPOINT",
+    "CHECKPOINT_KEY",
+    "cut_back",
+    "last_checkpointed_step",
+]
 
 UPLOAD_EVERY_S = 30.0
 LAST_CHECKPOINT = "last checkpoint"
@@ -42,8 +49,15 @@ def _number(value: Any) -> Any:
 class History:
     """`log(metrics, step)` at each report; `close()` at the end."""
 
-    def __init__(self, folder: RunFolder, *, start_step: int = 0, upload_every_s: float = UPLOAD_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic, keep_through: int | None | str = "start") -> None:
+    def __init__(
+        self,
+        folder: RunFolder,
+        *,
+        start_step: int = 0,
+        upload_every_s: float = UPLOAD_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        keep_through: int | None | str = "start",
+    ) -> None:
         """`keep_through`: the last step of the earlier history this attempt resumes after ("start": start_step when
         it is above 0; LAST_CHECKPOINT: the last report that carried a checkpoint); None, or 0: a fresh run, whose
         earlier history (another run under this name) is kept aside as metrics.<UTC time>.jsonl, said on stderr."""
@@ -74,8 +88,10 @@ class History:
             aside = f"metrics.{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.jsonl"
             self.folder.write_bytes(aside, earlier)
             metrics.write_bytes(b"")
-            _warn(f"{self.folder.uri} held the history of an earlier run with nothing to resume: kept as {aside}; "
-                  f"this run starts a fresh {METRICS_FILE}")
+            _warn(
+                f"{self.folder.uri} held the history of an earlier run with nothing to resume: kept as {aside}; "
+                f"this run starts a fresh {METRICS_FILE}"
+            )
         elif earlier.strip() and through:  # resumed: the history is cut back to the checkpoint it resumes from
             kept = cut_back(earlier, through)
             if kept != earlier:
@@ -105,22 +121,25 @@ class History:
         self._guard(lambda: self._log(metrics, step))
 
     def _log(self, metrics: Mapping[str, Any], step: int) -> None:
-        record = {"step": step, "wall_time": time.time(),
-                  **{k: _number(v) for k, v in metrics.items() if k != "step"}}
+        record = {"step": step, "wall_time": time.time(), **{k: _number(v) for k, v in metrics.items() if k != "step"}}
         self._lines.write(json.dumps(record) + "\n")
         self._lines.flush()
         if self._writer is not None:
-            values = [self._summary.Value(tag=key, simple_value=value) for key, value in record.items()
-                      if key not in ("step", "wall_time") and isinstance(value, (int, float))
-                      and not isinstance(value, bool)]
-            self._writer.write_event(self._event(wall_time=record["wall_time"], step=step,
-                                                 summary=self._summary(value=values)))
+            values = [
+                self._summary.Value(tag=key, simple_value=value)
+                for key, value in record.items()
+                if key not in ("step", "wall_time") and isinstance(value, (int, float)) and not isinstance(value, bool)
+            ]
+            self._writer.write_event(
+                self._event(wall_time=record["wall_time"], step=step, summary=self._summary(value=values))
+            )
             self._writer.flush()
         if self._staging is not None and self._clock() - self._uploaded >= self._every:
             self._upload()
 
     def close(self) -> None:
         """Flush, upload what is staged, and remove the staging folder."""
+
         def finish() -> None:
             self._lines.close()
             if self._writer is not None:
@@ -187,5 +206,8 @@ def open_history(start_step: int, keep_through: int | None | str = "start") -> H
     storage = context.get_storage()
     if storage is None:  # not inside a Ray Train run: nowhere to keep it
         return None
-    return History(RunFolder(storage.storage_filesystem, storage.experiment_fs_path), start_step=start_step,
-                   keep_through=keep_through)
+    return History(
+        RunFolder(storage.storage_filesystem, storage.experiment_fs_path),
+        start_step=start_step,
+        keep_through=keep_through,
+    )

@@ -52,7 +52,9 @@ def driver_datasets(settings: Settings) -> dict[str, Dataset]:
     """TorchTrainer's datasets for `dataset` (training.dataset.build_datasets), tokenized with modelPath's tokenizer."""
     from ray_efa.training.dataset import build_datasets
 
-    return build_datasets(settings, model_folder=_model_folder(settings), vocab_size=settings.training.preset.vocab_size)
+    return build_datasets(
+        settings, model_folder=_model_folder(settings), vocab_size=settings.training.preset.vocab_size
+    )
 
 
 def _shard(name: str) -> DataIterator:
@@ -67,8 +69,9 @@ def _shard(name: str) -> DataIterator:
 class Inputs:
     """The micro-batches of one rank, their position for a checkpoint, and the evaluations due."""
 
-    def __init__(self, settings: Settings, *, rank: int, world_size: int, vocab_size: int,
-                 data_state: dict[str, Any]) -> None:
+    def __init__(
+        self, settings: Settings, *, rank: int, world_size: int, vocab_size: int, data_state: dict[str, Any]
+    ) -> None:
 
         t = settings.training
         self.t: TrainingSettings
@@ -76,14 +79,26 @@ class Inputs:
         self.vocab_size: int
         self.t, self.world_size, self.vocab_size = t, world_size, vocab_size
         self.rank: int = rank
-        self.random: TokenBatches = TokenBatches(vocab_size=vocab_size, seq_len=t.seq_len, micro_batch=t.micro_batch_size,
-                                                 seed=t.seed, rank=rank, pool_size=t.data_pool_size)
+        self.random: TokenBatches = TokenBatches(
+            vocab_size=vocab_size,
+            seq_len=t.seq_len,
+            micro_batch=t.micro_batch_size,
+            seed=t.seed,
+            rank=rank,
+            pool_size=t.data_pool_size,
+        )
         self.shard: ShardBatches | None = None
         if t.dataset is not None:
             quiet_ray_data()
-            self.shard = ShardBatches(_shard(TRAIN), micro_batch=t.micro_batch_size,
-                                      row_tokens=t.seq_len + 1, seed=t.seed, world_size=world_size,
-                                      what=f"dataset {t.dataset}", **data_state)
+            self.shard = ShardBatches(
+                _shard(TRAIN),
+                micro_batch=t.micro_batch_size,
+                row_tokens=t.seq_len + 1,
+                seed=t.seed,
+                world_size=world_size,
+                what=f"dataset {t.dataset}",
+                **data_state,
+            )
         held_out = t.dataset is not None and (t.eval_fraction > 0 or t.eval_dataset is not None)
         self.eval_split: DataIterator | None = _shard(EVAL) if held_out else None
 
@@ -102,6 +117,14 @@ class Inputs:
 
     def evaluate(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         assert self.eval_split is not None
-        return evaluate(model, self.eval_split, micro_batch=self.t.micro_batch_size, max_batches=self.t.eval_batches,
-                        device=device, rank=self.rank, world_size=self.world_size, row_tokens=self.t.seq_len + 1,
-                        vocab_size=self.vocab_size)
+        return evaluate(
+            model,
+            self.eval_split,
+            micro_batch=self.t.micro_batch_size,
+            max_batches=self.t.eval_batches,
+            device=device,
+            rank=self.rank,
+            world_size=self.world_size,
+            row_tokens=self.t.seq_len + 1,
+            vocab_size=self.vocab_size,
+        )

@@ -115,7 +115,11 @@ class LeanAttention(nn.Module):
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=self.scaling,
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            is_causal=True,
+            scale=self.scaling,
             enable_gqa=self.num_kv_heads != self.num_heads,
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim))
@@ -127,8 +131,12 @@ class LeanDecoderLayer(nn.Module):
     def __init__(self, hf_layer: nn.Module, config: Any) -> None:
         super().__init__()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.self_attn: LeanAttention = LeanAttention(hf_layer.self_attn, num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
-                                       num_kv_heads=config.num_key_value_heads, head_dim=head_dim)
+        self.self_attn: LeanAttention = LeanAttention(
+            hf_layer.self_attn,
+            num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
+            num_kv_heads=config.num_key_value_heads,
+            head_dim=head_dim,
+        )
         # Qwen2MLP / LlamaMLP / MistralMLP / Qwen3MLP: down(silu(gate(x)) * up(x)), plain already
         self.mlp: nn.Module = cast(nn.Module, hf_layer.mlp)
         # RMSNorm in fp32, weight times the input-dtype result

@@ -20,7 +20,14 @@ from typing import Any
 
 from ray_efa.core.settings import Settings, SettingsError
 
-__all__ = ["LOCAL_PRESET", "LOCAL_WORKERS", "TINY_MODEL_LAYER", "wants_tiny_model", "tiny_model_layer", "local_settings"]
+__all__ = [
+    "LOCAL_PRESET",
+    "LOCAL_WORKERS",
+    "TINY_MODEL_LAYER",
+    "wants_tiny_model",
+    "tiny_model_layer",
+    "local_settings",
+]
 
 LOCAL_WORKERS = 2
 """CPU workers of the local run (gloo), one per core of the smallest machine we support."""
@@ -55,8 +62,13 @@ def wants_tiny_model(context: Mapping[str, Any]) -> bool:
         t = Settings.from_context({key: context[key] for key in _INPUT_KEYS if key in context}).training
     except SettingsError:  # a bad value: the whole resolution names it, with no tiny model to hide it
         return False
-    return (t.builtin and t.model_path is None and t.model_configuration is None and t.dataset is None
-            and t.data_pool_size == 0)
+    return (
+        t.builtin
+        and t.model_path is None
+        and t.model_configuration is None
+        and t.dataset is None
+        and t.data_pool_size == 0
+    )
 
 
 def tiny_model_layer(context: Mapping[str, Any]) -> tuple[str, dict[str, object]] | None:

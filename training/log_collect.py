@@ -23,8 +23,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NodeLines", "collect_nccl_logs", "is_collected_log", "is_collected_file", "find_logs_dir", "read_nccl_lines",
-           "MAX_LINES_PER_NODE"]
+__all__ = [
+    "NodeLines",
+    "collect_nccl_logs",
+    "is_collected_log",
+    "is_collected_file",
+    "find_logs_dir",
+    "read_nccl_lines",
+    "MAX_LINES_PER_NODE",
+]
 
 log: logging.Logger = logging.getLogger(__name__)
 
@@ -123,7 +130,7 @@ def read_nccl_lines(
             with stream:
                 for line in _bounded(stream):
                     if line.startswith(_JOB_MARKER):
-                        current = line[len(_JOB_MARKER):].strip()
+                        current = line[len(_JOB_MARKER) :].strip()
                         continue
                     if "NCCL" not in line:
                         continue
@@ -155,9 +162,14 @@ def _read_this_node(job_id: str | None, max_lines: int) -> NodeLines:
     from ray_efa.training.efa_counters import read_spool
 
     return NodeLines(
-        node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),
-        hostname=socket.gethostname(), logs_dir=str(logs_dir) if logs_dir else None, files=files,
-        lines=tuple(lines), truncated=truncated, counter_files=tuple(read_spool(job_id)) if job_id else (),
+        node_id=ray.get_runtime_context().get_node_id(),
+        ip=ray.util.get_node_ip_address(),
+        hostname=socket.gethostname(),
+        logs_dir=str(logs_dir) if logs_dir else None,
+        files=files,
+        lines=tuple(lines),
+        truncated=truncated,
+        counter_files=tuple(read_spool(job_id)) if job_id else (),
     )
 
 
@@ -243,7 +255,9 @@ def _write(out_dir: Path, node: NodeLines, job: str | None) -> Path:
         for line in node.lines:
             f.write(line + "\n")
     for name, text in node.counter_files:  # efa-counters-<host>-<phase>-<us>.json: the node id keeps them apart
-        (out_dir / f"efa-counters-{node.node_id[:8]}-{name.removeprefix('efa-counters-')}").write_text(text, encoding="utf-8")
+        (out_dir / f"efa-counters-{node.node_id[:8]}-{name.removeprefix('efa-counters-')}").write_text(
+            text, encoding="utf-8"
+        )
     return path
 
 

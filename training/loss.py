@@ -27,8 +27,14 @@ __all__ = ["causal_lm_loss", "inductor_options"]
 
 
 def causal_lm_loss(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, chunk_size: int = 0, compiled: bool = False,
-    tuned: bool = False, softcap: float | None = None,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    chunk_size: int = 0,
+    compiled: bool = False,
+    tuned: bool = False,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of `hidden @ weight.T` against `labels`.
 
@@ -50,7 +56,9 @@ def causal_lm_loss(
     return _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size, compiled, tuned)
 
 
-def _chunked_loss_no_grad(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int) -> torch.Tensor:
+def _chunked_loss_no_grad(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int
+) -> torch.Tensor:
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     for start in range(0, labels.numel(), chunk_size):
         logits = F.linear(hidden[start : start + chunk_size], weight).float()
@@ -63,7 +71,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int, compiled: bool,
+        ctx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        labels: torch.Tensor,
+        chunk_size: int,
+        compiled: bool,
         tuned: bool,
     ) -> torch.Tensor:
         n = labels.numel()
@@ -127,7 +140,9 @@ def _softmax_grad(logits: torch.Tensor, labels: torch.Tensor, scale: float) -> t
     return loss_sum, probs.mul_(scale).to(logits.dtype)
 
 
-def _softmax_grad_functional(logits: torch.Tensor, labels: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _softmax_grad_functional(
+    logits: torch.Tensor, labels: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same as _softmax_grad without in-place ops, which is the form torch.compile fuses into two kernels."""
     x = logits.float()
     lse = torch.logsumexp(x, dim=-1)

@@ -50,7 +50,7 @@ def peak_flops_per_s(device: torch.device) -> float | None:
 
 
 def device_name(device: torch.device) -> str:
-    """"cpu", or the GPU's name as torch reports it (what the catalog matches for the MFU peak)."""
+    """ "cpu", or the GPU's name as torch reports it (what the catalog matches for the MFU peak)."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
@@ -68,7 +68,12 @@ class Meter:
     """Times the steps between reports and turns them into metrics; also keeps what the final table needs."""
 
     def __init__(
-        self, *, throughput: Throughput, total_steps: int, start_step: int, device: torch.device,
+        self,
+        *,
+        throughput: Throughput,
+        total_steps: int,
+        start_step: int,
+        device: torch.device,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.throughput: Throughput
@@ -140,8 +145,10 @@ class Meter:
 
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
     )
 
 
@@ -173,29 +180,59 @@ def format_line(metrics: dict[str, float], total_steps: int) -> str:
 def format_summary(summary: dict[str, float | str], *, title: str = "training summary") -> str:
     """The final table, plain text (the container has no rich)."""
     rows = [
-        ("steps", f"{int(summary['start_step']) + 1}..{int(summary['steps'])}"
-                  + (f" (resumed after step {int(summary['start_step'])})" if summary["start_step"] else "")),
+        (
+            "steps",
+            f"{int(summary['start_step']) + 1}..{int(summary['steps'])}"
+            + (f" (resumed after step {int(summary['start_step'])})" if summary["start_step"] else ""),
+        ),
         ("loss", f"{summary['first_loss']:.4f} (step {int(summary['first_step'])}) -> {summary['final_loss']:.4f}"),
         ("step time", f"{summary['time/step_s'] * 1000:.1f} ms (steady state)"),
-        ("tokens/s", f"{summary['throughput/tokens_per_s']:,.0f} ({summary['throughput/tokens_per_s_per_device']:,.0f} per device)"),
-        ("MFU", f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak (6N + 12 L d S)"
-                + (f", {summary['throughput/mfu_causal_pct']:.1f}% causal (6N + 6 L d S)"
-                   if "throughput/mfu_causal_pct" in summary else "")
-                if "throughput/mfu_pct" in summary else f"n/a ({summary['device']}: no bf16 peak in the catalog)"),
+        (
+            "tokens/s",
+            f"{summary['throughput/tokens_per_s']:,.0f} ({summary['throughput/tokens_per_s_per_device']:,.0f} per device)",
+        ),
+        (
+            "MFU",
+            f"{summary['throughput/mfu_pct']:.1f}% of the {summary['device']} bf16 peak (6N + 12 L d S)"
+            + (
+                f", {summary['throughput/mfu_causal_pct']:.1f}% causal (6N + 6 L d S)"
+                if "throughput/mfu_causal_pct" in summary
+                else ""
+            )
+            if "throughput/mfu_pct" in summary
+            else f"n/a ({summary['device']}: no bf16 peak in the catalog)",
+        ),
     ]
     if "memory/peak_allocated_gib" in summary:
-        rows.append(("peak memory", f"{summary['memory/peak_allocated_gib']:.2f} GiB allocated, "
-                                    f"{summary['memory/peak_reserved_gib']:.2f} GiB reserved (rank 0)"))
+        rows.append(
+            (
+                "peak memory",
+                f"{summary['memory/peak_allocated_gib']:.2f} GiB allocated, "
+                f"{summary['memory/peak_reserved_gib']:.2f} GiB reserved (rank 0)",
+            )
+        )
     else:
-        rows.append(("peak memory", f"{summary.get('memory/peak_rss_gib', float('nan')):.2f} GiB resident (rank 0, CPU)"))
+        rows.append(
+            ("peak memory", f"{summary.get('memory/peak_rss_gib', float('nan')):.2f} GiB resident (rank 0, CPU)")
+        )
     if summary.get("dataset"):
         rows.append(("data", str(summary["dataset"])))
     if "eval_loss" in summary:
-        rows.append(("eval loss", f"{summary['eval_loss']:.4f} (perplexity {summary['eval_perplexity']:.2f}, "
-                                  f"step {int(summary['eval_step'])}, {int(summary['eval_tokens']):,} tokens)"))
+        rows.append(
+            (
+                "eval loss",
+                f"{summary['eval_loss']:.4f} (perplexity {summary['eval_perplexity']:.2f}, "
+                f"step {int(summary['eval_step'])}, {int(summary['eval_tokens']):,} tokens)",
+            )
+        )
     if "eval_unigram_entropy" in summary:
-        rows.append(("unigram", f"{summary['eval_unigram_entropy']:.4f} (the held-out tokens' entropy: the eval loss of "
-                                "a model that ignores context)"))
+        rows.append(
+            (
+                "unigram",
+                f"{summary['eval_unigram_entropy']:.4f} (the held-out tokens' entropy: the eval loss of "
+                "a model that ignores context)",
+            )
+        )
     rows.append(("wall time", _duration(float(summary["time/elapsed_s"]))))
     width = max(len(k) for k, _ in rows)
     rule = "-" * (width + 2 + max(len(v) for _, v in rows))

@@ -27,8 +27,7 @@ from ray_efa.training.loss import causal_lm_loss
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, Qwen2Config  # imported where used: it loads slowly
 
-__all__ = ["CausalLM", "build_model", "hf_config", "qwen2_config", "decoder_layers", "ModelPathError",
-           "DECODER_BLOCKS"]
+__all__ = ["CausalLM", "build_model", "hf_config", "qwen2_config", "decoder_layers", "ModelPathError", "DECODER_BLOCKS"]
 
 DECODER_BLOCKS = ("lean", "transformers")
 """The decoderBlock setting's values: training.lean_block's layer over transformers' weights, or transformers' own."""
@@ -72,8 +71,10 @@ def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
     transformers builds keeps them there: LlamaModel.layers, Gemma2Model.layers, Phi3Model.layers, ...)."""
     layers = getattr(getattr(hf_model, "model", None), "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
-        raise ValueError(f"{type(hf_model).__name__} has no list of decoder layers at model.layers: not a "
-                         "decoder-only causal LM the built-in train function can shard layer by layer")
+        raise ValueError(
+            f"{type(hf_model).__name__} has no list of decoder layers at model.layers: not a "
+            "decoder-only causal LM the built-in train function can shard layer by layer"
+        )
     return layers
 
 
@@ -113,8 +114,13 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         hidden = self.hidden_states(input_ids)
         return causal_lm_loss(
-            hidden, self.hf.lm_head.weight, labels, chunk_size=self.loss_chunk_size, compiled=self.compile_loss,
-            tuned=self.tune_kernels, softcap=self.logit_softcap,
+            hidden,
+            self.hf.lm_head.weight,
+            labels,
+            chunk_size=self.loss_chunk_size,
+            compiled=self.compile_loss,
+            tuned=self.tune_kernels,
+            softcap=self.logit_softcap,
         )
 
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -136,7 +142,12 @@ class CausalLM(nn.Module):
 
 
 def build_model(
-    preset: ModelPreset, *, seed: int, device: torch.device, model_path: str | None = None, loss_chunk_size: int = 0,
+    preset: ModelPreset,
+    *,
+    seed: int,
+    device: torch.device,
+    model_path: str | None = None,
+    loss_chunk_size: int = 0,
     decoder: str = "lean",
 ) -> CausalLM:
     """The preset's architecture (its model_type's transformers causal LM) in fp32 on `device`: random weights from
@@ -164,7 +175,11 @@ def build_model(
     fallback = lean_unsupported(hf_model) if decoder == "lean" else None
     if decoder == "lean" and fallback is None:
         to_lean(hf_model)
-    model = CausalLM(hf_model, loss_chunk_size=loss_chunk_size, decoder="lean" if decoder == "lean" and not fallback else "transformers")
+    model = CausalLM(
+        hf_model,
+        loss_chunk_size=loss_chunk_size,
+        decoder="lean" if decoder == "lean" and not fallback else "transformers",
+    )
     model.decoder_fallback = fallback or ""
     return model
 
@@ -186,8 +201,14 @@ class _TorchaoEnumRegistration(logging.Filter):
 
 # The fields that must agree between a stored model and the preset for the plan (memory, FLOPs, MFU) to be true.
 _ARCHITECTURE_FIELDS = (
-    "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "intermediate_size", "vocab_size", "tie_word_embeddings",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "tie_word_embeddings",
 )
 
 
@@ -195,9 +216,14 @@ def _load_local(path: Path, config: PretrainedConfig) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     if not path.is_dir():
-        raise ModelPathError(f"modelPath must be a local directory of saved weights (config.json + safetensors), got {str(path)!r}")
+        raise ModelPathError(
+            f"modelPath must be a local directory of saved weights (config.json + safetensors), got {str(path)!r}"
+        )
     model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, dtype=torch.float32, attn_implementation=attention_implementation(config),
+        path,
+        local_files_only=True,
+        dtype=torch.float32,
+        attn_implementation=attention_implementation(config),
         use_cache=False,
     )
     wrong = [
@@ -206,5 +232,7 @@ def _load_local(path: Path, config: PretrainedConfig) -> PreTrainedModel:
         if getattr(model.config, name) != getattr(config, name)
     ]
     if wrong:
-        raise ModelPathError(f"modelPath {str(path)!r} holds another architecture than the model preset: {', '.join(wrong)}")
+        raise ModelPathError(
+            f"modelPath {str(path)!r} holds another architecture than the model preset: {', '.join(wrong)}"
+        )
     return model

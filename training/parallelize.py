@@ -60,17 +60,30 @@ if TYPE_CHECKING:
     import torch.distributed as dist
 
 __all__ = [
-    "ParallelPlan", "parallelize", "CHECKPOINTING_MODES", "checkpointing_mode", "selective_policy", "mixed_precision_policy", "gradient_precision", "set_gradient_sync", "set_hold_gathered",
-    "Bf16WireReduceScatter", "Bf16WireReplicaAllReduce", "keep_for_current_stream", "after_optimizer_step",
-    "BF16_ALL_REDUCE_HOOK_PROVEN", "all_reduce_hook_proven", "TORCHAO_VERSION",
+    "ParallelPlan",
+    "parallelize",
+    "CHECKPOINTING_MODES",
+    "checkpointing_mode",
+    "selective_policy",
+    "mixed_precision_policy",
+    "gradient_precision",
+    "set_gradient_sync",
+    "set_hold_gathered",
+    "Bf16WireReduceScatter",
+    "Bf16WireReplicaAllReduce",
+    "keep_for_current_stream",
+    "after_optimizer_step",
+    "BF16_ALL_REDUCE_HOOK_PROVEN",
+    "all_reduce_hook_proven",
+    "TORCHAO_VERSION",
 ]
 
 BF16_ALL_REDUCE_HOOK_PROVEN: dict[str, str] = {
     "2.11": "CUDA + NCCL against a deliberately slow all-reduce, bitwise equal with the fix and 52.8% off without "
-            "(bench/replica_all_reduce_race.py on one H200, docs/BENCHMARKS.md, 2026-12-03)",
+    "(bench/replica_all_reduce_race.py on one H200, docs/BENCHMARKS.md, 2026-12-03)",
     "2.13": "the container's torch (train-ml-cuda-v1.1): FSDP2's foreach_reduce calls the hook on the all-reduce stream "
-            "and views the first shard as the .grads, as on 2.11 (read in its source); the storage contract is tested "
-            "on 2.13 (tests/training/test_accumulation.py); the slow-link check itself ran on 2.11",
+    "and views the first shard as the .grads, as on 2.11 (read in its source); the storage contract is tested "
+    "on 2.13 (tests/training/test_accumulation.py); the slow-link check itself ran on 2.11",
 }
 """The torch releases (major.minor) that Bf16WireReplicaAllReduce leans on FSDP2's private behaviour of, with the
 evidence. On any other release HSDP falls back to FSDP2's native all-reduce (fp32 across nodes) and says so."""
@@ -133,10 +146,17 @@ def _saved_ops() -> set[Any]:
     aten = torch.ops.aten
     # OpOverloadPackets (typed as functions): each one's .default overload, as torchtitan takes them
     ops: set[Any] = {cast(Any, op).default for op in get_default_op_list().compute_intensive_ops}
-    ops |= {aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_attention_math.default,
-            aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
-            aten._scaled_dot_product_flash_attention_for_cpu.default, aten.max.default, aten.linear.default,
-            aten._scaled_mm.default, torch.ops._c10d_functional.reduce_scatter_tensor.default}
+    ops |= {
+        aten._scaled_dot_product_cudnn_attention.default,
+        aten._scaled_dot_product_attention_math.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten.max.default,
+        aten.linear.default,
+        aten._scaled_mm.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    }
     return ops
 
 
@@ -169,8 +189,9 @@ def _checkpointed(layer: torch.nn.Module, mode: str) -> torch.nn.Module:
 
     if mode == "full":
         return checkpoint_wrapper(layer, preserve_rng_state=False)
-    return checkpoint_wrapper(layer, preserve_rng_state=False,
-                              context_fn=lambda: create_selective_checkpoint_contexts(selective_policy()))
+    return checkpoint_wrapper(
+        layer, preserve_rng_state=False, context_fn=lambda: create_selective_checkpoint_contexts(selective_policy())
+    )
 
 
 def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
@@ -181,7 +202,9 @@ def mixed_precision_policy(device: torch.device, reduce_dtype: str = "fp32") -> 
     return None
 
 
-def gradient_precision(device: torch.device, reduce_dtype: str, grad_accumulation: int) -> tuple[MixedPrecisionPolicy | None, bool]:
+def gradient_precision(
+    device: torch.device, reduce_dtype: str, grad_accumulation: int
+) -> tuple[MixedPrecisionPolicy | None, bool]:
     """(policy, bf16_wire) for a resolved gradReduceDtype: with accumulation, fp32 policy and a bf16 wire."""
     if reduce_dtype == "bf16" and grad_accumulation > 1:
         return mixed_precision_policy(device, "fp32"), device.type == "cuda"
@@ -194,8 +217,14 @@ class Bf16WireReduceScatter(ReduceScatter):
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 op: dist.ReduceOp | dist.ReduceOp.RedOpType, async_op: bool = False) -> None:
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: dist.ReduceOp | dist.ReduceOp.RedOpType,
+        async_op: bool = False,
+    ) -> None:
         import torch.distributed as dist
 
         wire_out = torch.empty(output_tensor.shape, dtype=torch.bfloat16, device=output_tensor.device)
@@ -242,8 +271,10 @@ class Bf16WireReplicaAllReduce:
             local = getattr(grad, "_local_tensor", grad)
             if local is None or local.untyped_storage().data_ptr() != held.untyped_storage().data_ptr():
                 # FSDP2 copied the first shard instead of viewing it: the held sum is not the .grads' (a torch change)
-                raise RuntimeError("Bf16WireReplicaAllReduce: FSDP2 no longer keeps the sharded gradients in the "
-                                   "reduce-scatter's output; use gradReduceDtype fp32 or sharding fsdp")
+                raise RuntimeError(
+                    "Bf16WireReplicaAllReduce: FSDP2 no longer keeps the sharded gradients in the "
+                    "reduce-scatter's output; use gradReduceDtype fp32 or sharding fsdp"
+                )
             reduce_output += held
             held.zero_()  # the .grads: FSDP2 adds the all-reduced sum into them next
         wire = reduce_output.to(torch.bfloat16)
@@ -280,13 +311,17 @@ def _convert_to_fp8(model: CausalLM, all_gather: bool) -> None:
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as error:
-        raise RuntimeError(f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
-                           f"(the Ray pods' init container installs it: k8s.pip_packages): {error}") from None
+        raise RuntimeError(
+            f"precision fp8 needs torchao=={TORCHAO_VERSION} in the job's environment "
+            f"(the Ray pods' init container installs it: k8s.pip_packages): {error}"
+        ) from None
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
     convert_to_float8_training(
-        model.layers, config=config,
-        module_filter_fn=lambda module, fqn: (isinstance(module, torch.nn.Linear)
-                                              and converts_to_fp8(module.in_features, module.out_features)),
+        model.layers,
+        config=config,
+        module_filter_fn=lambda module, fqn: (
+            isinstance(module, torch.nn.Linear) and converts_to_fp8(module.in_features, module.out_features)
+        ),
     )
 
 
@@ -335,8 +370,9 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     """Wrap the layers as `plan` says and shard the model over the default process group, in place."""
     mode = checkpointing_mode(plan)
     hold = plan.hold_gathered if plan.hold_gathered is not None else _shard_ranks(plan) == 1
-    fp8_all_gather = plan.fp8 and (plan.fp8_all_gather if plan.fp8_all_gather is not None
-                                   else hold or _shard_ranks(plan) > 1)
+    fp8_all_gather = plan.fp8 and (
+        plan.fp8_all_gather if plan.fp8_all_gather is not None else hold or _shard_ranks(plan) > 1
+    )
     if plan.fp8:
         _convert_to_fp8(model, fp8_all_gather)  # before sharding
     layers = model.layers
@@ -355,9 +391,11 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
     # on the torch releases it is proven on
     own_all_reduce = mesh is not None and plan.bf16_wire and all_reduce_hook_proven()
     if mesh is not None and plan.bf16_wire and not own_all_reduce:
-        _say_once(f"hsdp: the bf16 all-reduce across nodes is proven on torch {', '.join(BF16_ALL_REDUCE_HOOK_PROVEN)} "
-                  f"only, this is {torch.__version__}: FSDP2's native HSDP all-reduces in fp32 instead (slower across "
-                  "nodes, same gradients)")
+        _say_once(
+            f"hsdp: the bf16 all-reduce across nodes is proven on torch {', '.join(BF16_ALL_REDUCE_HOOK_PROVEN)} "
+            f"only, this is {torch.__version__}: FSDP2's native HSDP all-reduces in fp32 instead (slower across "
+            "nodes, same gradients)"
+        )
     if mesh is not None:
         mp["mesh"] = mesh["shard"] if own_all_reduce else mesh
     for index, layer in enumerate(layers):
@@ -373,7 +411,7 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
         assert mesh is not None
         in_layers = {id(p) for layer in layers for p in layer.parameters()}
         root_param = next(p for p in model.parameters() if id(p) not in in_layers)  # the root unit's own
-        for module, owner in ((*zip(layers, (next(layer.parameters()) for layer in layers)), (model, root_param))):
+        for module, owner in (*zip(layers, (next(layer.parameters()) for layer in layers)), (model, root_param)):
             hook = Bf16WireReplicaAllReduce(mesh.get_group("replicate"), plan.replicas, owner)
             cast(FSDPModule, module).set_all_reduce_hook(hook)
             model.replica_all_reduce.append(hook)

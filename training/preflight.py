@@ -70,8 +70,14 @@ class ProbeResult:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size!r}")
         algbw = size_bytes / seconds / 1e9
-        return cls(size_bytes=size_bytes, seconds=seconds, algbw_gbps=algbw,
-                   busbw_gbps=algbw * 2 * (world_size - 1) / world_size, world_size=world_size, dtype=dtype)
+        return cls(
+            size_bytes=size_bytes,
+            seconds=seconds,
+            algbw_gbps=algbw,
+            busbw_gbps=algbw * 2 * (world_size - 1) / world_size,
+            world_size=world_size,
+            dtype=dtype,
+        )
 
 
 def allreduce_probe(
@@ -90,7 +96,9 @@ def allreduce_probe(
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("allreduce_probe needs an initialized torch.distributed process group (call it in the train function)")
+        raise RuntimeError(
+            "allreduce_probe needs an initialized torch.distributed process group (call it in the train function)"
+        )
     sizes = list(sizes_bytes)
     if not sizes or any(not isinstance(s, int) or s < 1 for s in sizes):
         raise ValueError(f"sizes_bytes must be positive integers, got {sizes_bytes!r}")
@@ -132,19 +140,31 @@ def allreduce_probe(
         elapsed, wrong = verdict.tolist()
         del buffer
         if wrong:
-            raise PreflightError(f"all_reduce of {_size(size)} over {world} ranks returned a wrong sum on some rank: "
-                                 "the path between the GPUs corrupts data; do not train on it")
-        results.append(ProbeResult.from_timing(size_bytes=numel * dtype.itemsize, seconds=elapsed / iters,
-                                               world_size=world, dtype=str(dtype).removeprefix("torch.")))
+            raise PreflightError(
+                f"all_reduce of {_size(size)} over {world} ranks returned a wrong sum on some rank: "
+                "the path between the GPUs corrupts data; do not train on it"
+            )
+        results.append(
+            ProbeResult.from_timing(
+                size_bytes=numel * dtype.itemsize,
+                seconds=elapsed / iters,
+                world_size=world,
+                dtype=str(dtype).removeprefix("torch."),
+            )
+        )
     return results
 
 
 _LIKELY_CAUSE = {
-    "efa": ("Likely cause: NCCL fell back to TCP sockets (the OFI plugin or the EFA provider did not load: run "
-            "`ray-efa check-transport` on the NCCL log), or the nodes are not in one AZ and placement group."),
-    "tcp": ("Likely cause: fewer sockets than the job sets (NCCL logs 'NET/Socket: Using N threads and M sockets per "
-            "thread'; NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD), or the nodes are not in one placement group "
-            "(EC2 holds one flow to 5 Gbit/s outside it)."),
+    "efa": (
+        "Likely cause: NCCL fell back to TCP sockets (the OFI plugin or the EFA provider did not load: run "
+        "`ray-efa check-transport` on the NCCL log), or the nodes are not in one AZ and placement group."
+    ),
+    "tcp": (
+        "Likely cause: fewer sockets than the job sets (NCCL logs 'NET/Socket: Using N threads and M sockets per "
+        "thread'; NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD), or the nodes are not in one placement group "
+        "(EC2 holds one flow to 5 Gbit/s outside it)."
+    ),
 }
 
 
@@ -191,10 +211,14 @@ def format_probe_table(results: Sequence[ProbeResult]) -> str:
     if not results:
         return "all_reduce: no results"
     first = results[0]
-    lines = [f"all_reduce (sum, {first.dtype}) over {first.world_size} ranks",
-             f"{'size':>10}  {'time (ms)':>10}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
-    lines += [f"{_size(r.size_bytes):>10}  {r.seconds * 1e3:>10.3f}  {r.algbw_gbps:>12.2f}  {r.busbw_gbps:>12.2f}"
-              for r in results]
+    lines = [
+        f"all_reduce (sum, {first.dtype}) over {first.world_size} ranks",
+        f"{'size':>10}  {'time (ms)':>10}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}",
+    ]
+    lines += [
+        f"{_size(r.size_bytes):>10}  {r.seconds * 1e3:>10.3f}  {r.algbw_gbps:>12.2f}  {r.busbw_gbps:>12.2f}"
+        for r in results
+    ]
     return "\n".join(lines)
 
 

@@ -157,8 +157,9 @@ class Reporter:
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         norm = None if grad_norm is None else grad_norm.detach().float().reshape(())
-        self._pending.append(_Pending(step=step, loss=loss.detach().float().reshape(()), lr=lr, mark=self._mark(),
-                                      grad_norm=norm))
+        self._pending.append(
+            _Pending(step=step, loss=loss.detach().float().reshape(()), lr=lr, mark=self._mark(), grad_norm=norm)
+        )
 
     def is_measure_step(self, step: int, *, save: bool) -> bool:
         """The steps that measure (and may report)."""
@@ -175,18 +176,26 @@ class Reporter:
         values = self.reduce(packed).tolist()  # the host sync of this interval
         report = values[-1] > 0.5
         means = [v / self.world_size for v in values[:-1]]
-        loss_means, norm_means = iter(means[:len(losses)]), iter(means[len(losses):])
+        loss_means, norm_means = iter(means[: len(losses)]), iter(means[len(losses) :])
         for pending in self._pending:
             seconds = self._seconds(self._previous_mark, pending.mark)
             self._previous_mark = pending.mark
-            entry = {"step": pending.step, "loss": next(loss_means), "lr": pending.lr, "time/step_s": seconds,
-                     **self.meter.rates(seconds)}
+            entry = {
+                "step": pending.step,
+                "loss": next(loss_means),
+                "lr": pending.lr,
+                "time/step_s": seconds,
+                **self.meter.rates(seconds),
+            }
             if pending.grad_norm is not None:
                 entry["grad_norm"] = next(norm_means)
             self.history.append(entry)
         self._pending.clear()
         last = self.history[-1] if self.history and self.history[-1]["step"] == step else None
-        metrics = {**self.meter.measure(step, last["loss"] if last else float("nan")), "lr": last["lr"] if last else 0.0}
+        metrics = {
+            **self.meter.measure(step, last["loss"] if last else float("nan")),
+            "lr": last["lr"] if last else 0.0,
+        }
         if last is not None and "grad_norm" in last:
             metrics["grad_norm"] = last["grad_norm"]
         if last is not None:
@@ -200,7 +209,7 @@ class Reporter:
 
     def take_unlogged(self) -> list[dict[str, float]]:
         """The entries since the last call (for the history writer)."""
-        entries = self.history[self._logged:]
+        entries = self.history[self._logged :]
         self._logged = len(self.history)
         return entries
 

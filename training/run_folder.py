@@ -15,8 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "RUN_NAME", "run_name_problem", "METRICS_FILE", "TENSORBOARD_DIR", "SETTINGS_FILE", "SUMMARY_FILE", "VERDICT_FILE",
-           "GATE_LOGS_FILE"]
+__all__ = [
+    "RunFolder",
+    "RUN_NAME",
+    "run_name_problem",
+    "METRICS_FILE",
+    "TENSORBOARD_DIR",
+    "SETTINGS_FILE",
+    "SUMMARY_FILE",
+    "VERDICT_FILE",
+    "GATE_LOGS_FILE",
+]
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -102,6 +111,9 @@ class RunFolder:
         import pyarrow.fs
 
         entries = self.fs.get_file_info(pyarrow.fs.FileSelector(self.path, allow_not_found=True))
-        names = sorted(e.base_name for e in entries
-                       if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith("checkpoint_"))
+        names = sorted(
+            e.base_name
+            for e in entries
+            if e.type == pyarrow.fs.FileType.Directory and e.base_name.startswith("checkpoint_")
+        )
         return names[-1] if names else None

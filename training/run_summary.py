@@ -10,8 +10,20 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MARKER", "LOCAL", "summary_line", "summary_record", "find_summaries", "hardware", "describe_hardware",
-           "gate_fields", "TRAINING_LEVERS", "training_levers", "training_differences", "own_function_differences"]
+__all__ = [
+    "MARKER",
+    "LOCAL",
+    "summary_line",
+    "summary_record",
+    "find_summaries",
+    "hardware",
+    "describe_hardware",
+    "gate_fields",
+    "TRAINING_LEVERS",
+    "training_levers",
+    "training_differences",
+    "own_function_differences",
+]
 
 MARKER = "RAY_EFA_RUN_SUMMARY"
 
@@ -26,8 +38,9 @@ def summary_line(*, name: str, network: str, instance_type: str, nodes: int, sum
     return f"{MARKER} {json.dumps(record, sort_keys=True)}"
 
 
-def summary_record(*, name: str, network: str, instance_type: str, nodes: int,
-                   summary: dict[str, Any]) -> dict[str, Any]:
+def summary_record(
+    *, name: str, network: str, instance_type: str, nodes: int, summary: dict[str, Any]
+) -> dict[str, Any]:
     """One run: its name, transport, where it ran, and its steady-state figures (training.metrics).
 
     Where it ran: `instance_type` (the gpuInstanceType, or "local" for a run on this machine), `hosts` (machines the
@@ -45,19 +58,27 @@ def gate_fields(verdict: Any) -> dict[str, Any]:
     if verdict is None:
         return {"gate_status": "no-proof", "gate_exit_code": None, "transport": None, "gate_hosts": None}
     passed = verdict.exit_code == 0
-    return {"gate_status": verdict.status, "gate_exit_code": verdict.exit_code,
-            "transport": verdict.expect if passed else None, "gate_hosts": verdict.hosts}
+    return {
+        "gate_status": verdict.status,
+        "gate_exit_code": verdict.exit_code,
+        "transport": verdict.expect if passed else None,
+        "gate_hosts": verdict.hosts,
+    }
 
 
 def hardware(record: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     """What two runs must share for their throughput ratio to be the transport's: (instance type, device, devices,
     hosts); a field an older summary lacks is None."""
-    return (record.get("instance_type"), record.get("device"), record.get("devices"),
-            record.get("hosts", record.get("nodes")))
+    return (
+        record.get("instance_type"),
+        record.get("device"),
+        record.get("devices"),
+        record.get("hosts", record.get("nodes")),
+    )
 
 
 def describe_hardware(record: dict[str, Any]) -> str:
-    """"2 x g6.12xlarge, 8 x NVIDIA L4", or "this machine, 2 x cpu" for a local run."""
+    """ "2 x g6.12xlarge, 8 x NVIDIA L4", or "this machine, 2 x cpu" for a local run."""
     hosts = record.get("hosts", record.get("nodes", "?"))
     devices = record.get("devices")
     kind = record.get("instance_type", "?")
@@ -65,8 +86,17 @@ def describe_hardware(record: dict[str, Any]) -> str:
     return text + (f", {devices} x {record.get('device', '?')}" if devices is not None else "")
 
 
-TRAINING_LEVERS = ("model", "seq_len", "micro_batch", "grad_accumulation", "precision", "compile",
-                   "activation_checkpointing", "sharding", "grad_reduce_dtype")
+TRAINING_LEVERS = (
+    "model",
+    "seq_len",
+    "micro_batch",
+    "grad_accumulation",
+    "precision",
+    "compile",
+    "activation_checkpointing",
+    "sharding",
+    "grad_reduce_dtype",
+)
 """The training settings a run summary records (`training`): a transport ratio needs them equal on both sides."""
 
 
@@ -79,13 +109,21 @@ def training_levers(settings: Any) -> dict[str, Any]:
         t = resolve(settings).training
     except Exception:  # noqa: BLE001 - the summary must still be printed; the levers as set then (auto shows)
         t = settings.training
-    levers = {"model": t.preset.name, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
-              "grad_accumulation": t.grad_accumulation, "precision": t.precision, "compile": t.compile,
-              "activation_checkpointing": t.activation_checkpointing, "sharding": t.sharding,
-              "grad_reduce_dtype": t.grad_reduce_dtype}
+    levers = {
+        "model": t.preset.name,
+        "seq_len": t.seq_len,
+        "micro_batch": t.micro_batch,
+        "grad_accumulation": t.grad_accumulation,
+        "precision": t.precision,
+        "compile": t.compile,
+        "activation_checkpointing": t.activation_checkpointing,
+        "sharding": t.sharding,
+        "grad_reduce_dtype": t.grad_reduce_dtype,
+    }
     if not settings.training.builtin:  # a function of your own: what it was given is what it trained by
-        levers.update(train_function=settings.training.train_function,
-                      train_config=dict(settings.training.train_config))
+        levers.update(
+            train_function=settings.training.train_function, train_config=dict(settings.training.train_config)
+        )
     return levers
 
 
@@ -126,7 +164,7 @@ def find_summaries(lines: Iterable[str]) -> list[dict[str, Any]]:
         at = line.find(MARKER + " {")
         if at >= 0:
             try:
-                found.append(json.loads(line[at + len(MARKER) + 1:].strip()))
+                found.append(json.loads(line[at + len(MARKER) + 1 :].strip()))
             except json.JSONDecodeError:
                 continue  # a line cut by a log shipper: not a summary we can trust
     return found

@@ -29,9 +29,22 @@ from pathlib import Path
 from ray_efa.core.model_source import model_cache_root
 from ray_efa.core.output_dir import RECORD_NAME, publish
 
-__all__ = ["MODEL_FOLDER", "EOS", "VOCAB", "TINY_VOCAB", "TinyModel", "TinyModelError", "license_texts", "save_tokenizer",
-           "save_tiny_qwen2", "save_model_folder", "write_parquet", "write_tiny_model", "make_tiny_model",
-           "tiny_model_cache"]
+__all__ = [
+    "MODEL_FOLDER",
+    "EOS",
+    "VOCAB",
+    "TINY_VOCAB",
+    "TinyModel",
+    "TinyModelError",
+    "license_texts",
+    "save_tokenizer",
+    "save_tiny_qwen2",
+    "save_model_folder",
+    "write_parquet",
+    "write_tiny_model",
+    "make_tiny_model",
+    "tiny_model_cache",
+]
 
 MODEL_FOLDER = "tiny-qwen2"
 """The model's folder in a tiny model folder (modelPath): its name names the runs that fine-tune it."""
@@ -87,7 +100,9 @@ def _paragraphs(limit: int | None = None, max_chars: int | None = None) -> tuple
             text = " ".join(block.split())
             if len(text) < 200 or text in seen:  # headings, copyright lines and the many copies of MIT's text
                 continue
-            if (limit is not None and len(paragraphs) >= limit) or (max_chars is not None and size + len(text) > max_chars):
+            if (limit is not None and len(paragraphs) >= limit) or (
+                max_chars is not None and size + len(text) > max_chars
+            ):
                 return paragraphs, sources
             seen.add(text)
             paragraphs.append(text)
@@ -109,9 +124,11 @@ def license_texts(limit: int | None = None, *, max_chars: int | None = None) -> 
 
 def _check_enough(paragraphs: list[str], needed: int) -> None:
     if len(paragraphs) < needed:
-        raise TinyModelError(f"only {len(paragraphs)} license paragraphs of 200 characters or more in the "
-                             f"*.dist-info folders of {', '.join(site.getsitepackages())}; {needed} are needed "
-                             "(is the train extra installed: pip install 'ray-efa-stack[train]'?)")
+        raise TinyModelError(
+            f"only {len(paragraphs)} license paragraphs of 200 characters or more in the "
+            f"*.dist-info folders of {', '.join(site.getsitepackages())}; {needed} are needed "
+            "(is the train extra installed: pip install 'ray-efa-stack[train]'?)"
+        )
 
 
 def save_tokenizer(folder: Path, texts: list[str], vocab_size: int = VOCAB) -> None:
@@ -122,8 +139,12 @@ def save_tokenizer(folder: Path, texts: list[str], vocab_size: int = VOCAB) -> N
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS).save_pretrained(folder)
 
@@ -188,7 +209,9 @@ def write_tiny_model(root: Path, texts: list[str] | None = None, sources: list[P
     (root / "SOURCES.txt").write_text(
         f"{len(texts)} paragraphs ({sum(map(len, texts)):,} characters) of English text, one per row of data/, "
         f"from these license files of the Python packages installed on the machine that made this folder "
-        f"(Python {sys.version.split()[0]}):\n{listed}", encoding="utf-8")
+        f"(Python {sys.version.split()[0]}):\n{listed}",
+        encoding="utf-8",
+    )
     return TinyModel(root, root / MODEL_FOLDER, root / "data", len(texts))
 
 

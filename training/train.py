@@ -38,8 +38,18 @@ from ray_efa.training.parallelize import (
 )
 from ray_efa.training.reporting import Reporter
 
-__all__ = ["train_func", "check_fp8_capability", "trained_precision", "train_step", "StepResult", "learning_rate",
-           "build_optimizer", "parallel_plan", "step_throughput", "run_steps"]
+__all__ = [
+    "train_func",
+    "check_fp8_capability",
+    "trained_precision",
+    "train_step",
+    "StepResult",
+    "learning_rate",
+    "build_optimizer",
+    "parallel_plan",
+    "step_throughput",
+    "run_steps",
+]
 
 
 def learning_rate(step: int, t: TrainingSettings) -> float:
@@ -81,8 +91,14 @@ class StepResult(NamedTuple):
 
 
 def train_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch | list[Batch], *,
-    lr: float, grad_clip: float, device: torch.device, sync_every_micro_batch: bool = False,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch | list[Batch],
+    *,
+    lr: float,
+    grad_clip: float,
+    device: torch.device,
+    sync_every_micro_batch: bool = False,
 ) -> StepResult:
     """One optimizer step on one batch or on a list of equal micro-batches (gradient accumulation); returns the
     (unsynchronized) mean loss over them and the gradient norm. bench/fsdp_reference.py runs it too.
@@ -119,9 +135,17 @@ def check_fp8_capability(capability: tuple[int, int], device_name: str) -> None:
     """At run time, whatever the plan said: SettingsError naming precision on a GPU without fp8 tensor cores."""
     if tuple(capability) < FP8_COMPUTE_CAPABILITY:
         major, minor = capability
-        raise SettingsError([Problem("precision", "fp8", f"must be bf16 on this {device_name}: compute capability "
-                                     f"{major}.{minor} has no fp8 tensor cores (fp8 needs "
-                                     f"{FP8_COMPUTE_CAPABILITY[0]}.{FP8_COMPUTE_CAPABILITY[1]} or later)")])
+        raise SettingsError(
+            [
+                Problem(
+                    "precision",
+                    "fp8",
+                    f"must be bf16 on this {device_name}: compute capability "
+                    f"{major}.{minor} has no fp8 tensor cores (fp8 needs "
+                    f"{FP8_COMPUTE_CAPABILITY[0]}.{FP8_COMPUTE_CAPABILITY[1]} or later)",
+                )
+            ]
+        )
 
 
 def trained_precision(policy: Any, *, fp8: bool) -> str:
@@ -142,8 +166,14 @@ def parallel_plan(t: TrainingSettings, device: torch.device, world: int, local_w
     replicas = nodes if t.sharding == "hsdp" and nodes > 1 and world % nodes == 0 else 1
     policy, bf16_wire = gradient_precision(device, t.grad_reduce_dtype, t.accumulation_steps)
     return ("hsdp" if replicas > 1 else "fsdp"), ParallelPlan(
-        activation_checkpointing=t.checkpointing_mode, compile=t.compile, tune_kernels=t.compile_tuning,
-        mixed_precision=policy, replicas=replicas, bf16_wire=bf16_wire, fp8=t.precision == "fp8" and device.type == "cuda")
+        activation_checkpointing=t.checkpointing_mode,
+        compile=t.compile,
+        tune_kernels=t.compile_tuning,
+        mixed_precision=policy,
+        replicas=replicas,
+        bf16_wire=bf16_wire,
+        fp8=t.precision == "fp8" and device.type == "cuda",
+    )
 
 
 class _Batches(Protocol):
@@ -154,9 +184,18 @@ class _StepReporter(Protocol):
     def step(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor | None = None) -> None: ...
 
 
-def run_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: _Batches, reporter: _StepReporter,
-              t: TrainingSettings, *, start: int, last_step: int, device: torch.device,
-              sync_every_micro_batch: bool = False) -> None:
+def run_steps(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: _Batches,
+    reporter: _StepReporter,
+    t: TrainingSettings,
+    *,
+    start: int,
+    last_step: int,
+    device: torch.device,
+    sync_every_micro_batch: bool = False,
+) -> None:
     """The loop: optimizer steps start+1 .. last_step, each at its own step's learning rate (a resumed run goes on
     with the schedule where it stopped) on its own micro-batches, then `reporter.step`. `sync_every_micro_batch`:
     gradSyncEveryMicroBatch as the plan decided it (core.memory)."""
@@ -166,8 +205,15 @@ def run_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: _B
         lr = learning_rate(step, t)
         # micro-batches (step-1)k+1 .. sk: random tokens are a function of the index; a dataset's shard comes in order
         batches = [data.batch((step - 1) * k + i) for i in range(1, k + 1)]
-        loss, grad_norm = train_step(model, optimizer, batches, lr=lr, grad_clip=t.grad_clip, device=device,
-                                     sync_every_micro_batch=sync_every_micro_batch)
+        loss, grad_norm = train_step(
+            model,
+            optimizer,
+            batches,
+            lr=lr,
+            grad_clip=t.grad_clip,
+            device=device,
+            sync_every_micro_batch=sync_every_micro_batch,
+        )
         reporter.step(step, loss, lr, grad_norm)  # progress line, history, evaluation, checkpoint, report: when due
 
 
@@ -175,8 +221,10 @@ def step_throughput(t: TrainingSettings, arch: ModelPreset, world: int, device: 
     """What turns the loop's measured step time into tokens/s and MFU: every token of the step's k micro-batches
     (microBatch x seqLen x gradAccumulation per device), FLOPs per token by both conventions, the device's peak."""
     return Throughput(
-        tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps, world_size=world,
-        flops_per_token=arch.flops_per_token(t.seq_len), peak_flops_per_s=peak_flops_per_s(device),
+        tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps,
+        world_size=world,
+        flops_per_token=arch.flops_per_token(t.seq_len),
+        peak_flops_per_s=peak_flops_per_s(device),
         flops_per_token_causal=flops_per_token_causal(arch, t.seq_len),
     )
 
@@ -190,8 +238,14 @@ def _load_model(t: TrainingSettings, device: torch.device, rank: int) -> CausalL
     """The model on `device`: modelPath's weights (its files on this node: s3:// and hf:// downloaded once per node;
     the architecture is its config.json), else the preset's, randomly initialized."""
     folder = weights.fetch_model(t.model_path) if t.model_path else None
-    model = build_model(t.preset, seed=t.seed, device=device, model_path=str(folder) if folder else None,
-                        loss_chunk_size=t.loss_chunk, decoder=t.decoder_block)
+    model = build_model(
+        t.preset,
+        seed=t.seed,
+        device=device,
+        model_path=str(folder) if folder else None,
+        loss_chunk_size=t.loss_chunk,
+        decoder=t.decoder_block,
+    )
     if rank == 0 and model.decoder_fallback:
         _say(f"decoderBlock lean does not cover this model ({model.decoder_fallback}): transformers' own layer runs")
     if rank == 0 and folder is not None and t.model_path is not None:
@@ -199,26 +253,41 @@ def _load_model(t: TrainingSettings, device: torch.device, rank: int) -> CausalL
     return model
 
 
-def _sync_every_micro_batch(settings: Settings, strategy: str, world: int, local_world: int,
-                            device: torch.device) -> bool:
+def _sync_every_micro_batch(
+    settings: Settings, strategy: str, world: int, local_world: int, device: torch.device
+) -> bool:
     """The plan's answer (core.memory) to gradSyncEveryMicroBatch, on the ranks Ray started."""
     link = settings.nodes.gpu_instance.gpu_link
     local = max(1, local_world)
     return memory.grad_sync_every_micro_batch(
-        settings.training, strategy=strategy, nodes=max(1, world // local), gpus_per_node=local,
-        nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"))
+        settings.training,
+        strategy=strategy,
+        nodes=max(1, world // local),
+        gpus_per_node=local,
+        nvlink=device.type == "cuda" and link is not None and link.name.startswith("NVLink"),
+    )
 
 
 def _what_ran(t: TrainingSettings, model: CausalLM, strategy: str, plan: ParallelPlan) -> dict[str, Any]:
     """What ran, for `ray-efa calibrate`: the architecture (model_type: its transformers family) among it."""
-    return {"model": t.model, "model_type": model.model_type, "micro_batch": t.micro_batch_size, "seq_len": t.seq_len,
-            "grad_accumulation": t.accumulation_steps, "compile": t.compile, "loss_chunk_size": t.loss_chunk,
-            "decoder_block": model.decoder,
-            "activation_checkpointing": t.checkpointing, "checkpointing_mode": t.checkpointing_mode,
-            "sharding": strategy, "replicas": plan.replicas,
-            "grad_reduce_dtype": t.grad_reduce_dtype if plan.mixed_precision is not None else "fp32",
-            "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
-            "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(), "dataset": t.dataset}
+    return {
+        "model": t.model,
+        "model_type": model.model_type,
+        "micro_batch": t.micro_batch_size,
+        "seq_len": t.seq_len,
+        "grad_accumulation": t.accumulation_steps,
+        "compile": t.compile,
+        "loss_chunk_size": t.loss_chunk,
+        "decoder_block": model.decoder,
+        "activation_checkpointing": t.checkpointing,
+        "checkpointing_mode": t.checkpointing_mode,
+        "sharding": strategy,
+        "replicas": plan.replicas,
+        "grad_reduce_dtype": t.grad_reduce_dtype if plan.mixed_precision is not None else "fp32",
+        "precision": trained_precision(plan.mixed_precision, fp8=plan.fp8),
+        "preflight_busbw_gb_s": preflight.measured_busbw_gb_s(),
+        "dataset": t.dataset,
+    }
 
 
 def train_func(config: dict[str, Any]) -> dict[str, Any]:
@@ -249,42 +318,75 @@ def train_func(config: dict[str, Any]) -> dict[str, Any]:
     strategy, plan = parallel_plan(t, device, world, context.get_local_world_size())
     replicas, reduce_dtype = plan.replicas, t.grad_reduce_dtype
     if rank == 0:
-        _say(f"sharding: {strategy}" + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else "")
-             + (f", gradients {reduce_dtype} on the wire" if device.type == "cuda" else "")
-             + (", fp8 decoder linears" if plan.fp8 else ""))
+        _say(
+            f"sharding: {strategy}"
+            + (f" ({replicas} replicas x {world // replicas} shards)" if replicas > 1 else "")
+            + (f", gradients {reduce_dtype} on the wire" if device.type == "cuda" else "")
+            + (", fp8 decoder linears" if plan.fp8 else "")
+        )
     model = parallelize(model, plan)
     optimizer = build_optimizer(model, t, device)
     start, train_state = checkpoint.restore_with_state(model, optimizer)  # 0 unless Ray hands us this run's checkpoint
     shape = checkpoint.run_shape(t, world)
     train_state = checkpoint.remap_train_state(train_state, shape)  # the plan may differ from the checkpoint's
-    data = Inputs(settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {}))
-    meter = Meter(throughput=step_throughput(t, arch, world, device), total_steps=t.steps, start_step=start, device=device)
+    data = Inputs(
+        settings, rank=rank, world_size=world, vocab_size=arch.vocab_size, data_state=train_state.get("data", {})
+    )
+    meter = Meter(
+        throughput=step_throughput(t, arch, world, device), total_steps=t.steps, start_step=start, device=device
+    )
     if rank == 0 and start:
         _say(f"resumed from the checkpoint of step {start}")
     history = open_history(start)  # rank 0: metrics.jsonl and TensorBoard events in the run folder; else None
 
     def save(metrics: dict[str, float], step: int) -> None:
-        checkpoint.save_and_report(metrics, step=step, model=model, optimizer=optimizer, rank=rank,
-                                   train_state={**data.state(), "shape": shape})
+        checkpoint.save_and_report(
+            metrics,
+            step=step,
+            model=model,
+            optimizer=optimizer,
+            rank=rank,
+            train_state={**data.state(), "shape": shape},
+        )
 
     reporter = Reporter(
-        meter=meter, report_every=t.report_every, rank=rank, world_size=world, device=device,
-        checkpoint_every=t.checkpoint_every, save=save, eval_due=data.eval_due,
+        meter=meter,
+        report_every=t.report_every,
+        rank=rank,
+        world_size=world,
+        device=device,
+        checkpoint_every=t.checkpoint_every,
+        save=save,
+        eval_due=data.eval_due,
         evaluate=(lambda: data.evaluate(model, device)) if data.eval_split is not None else None,
-        log=history, say=_say, after_record=faults.hook(rank=rank, start_step=start) if faults else None,
+        log=history,
+        say=_say,
+        after_record=faults.hook(rank=rank, start_step=start) if faults else None,
     )
     last_step = faults.last_step(t.steps) if faults else t.steps
     sync_every = _sync_every_micro_batch(settings, strategy, world, context.get_local_world_size(), device)
     if rank == 0 and sync_every and t.accumulation_steps > 1:
         _say("gradients reduce-scattered after every micro-batch (gradSyncEveryMicroBatch)")
-    run_steps(model, optimizer, data, reporter, t, start=start, last_step=last_step, device=device,
-              sync_every_micro_batch=sync_every)
+    run_steps(
+        model,
+        optimizer,
+        data,
+        reporter,
+        t,
+        start=start,
+        last_step=last_step,
+        device=device,
+        sync_every_micro_batch=sync_every,
+    )
     if history:
         history.close()
 
     efa_counters.snapshot_ray_worker("after", steps=max(0, last_step - start), settings=settings)
     where = {"devices": world, "hosts": max(1, world // max(1, context.get_local_world_size()))}  # where it ran
     ran = _what_ran(t, model, strategy, plan)
-    return {"summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
-            "history": reporter.losses(),
-            "step_metrics": reporter.history, "optimizer_steps": _optimizer_steps(optimizer)}
+    return {
+        "summary": {**meter.summary(), **reporter.last_eval, **where, **ran, "reports": reporter.reports},
+        "history": reporter.losses(),
+        "step_metrics": reporter.history,
+        "optimizer_steps": _optimizer_steps(optimizer),
+    }

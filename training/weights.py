@@ -30,8 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["fetch_model", "describe_loaded", "SMALL_FILES", "WEIGHT_PATTERNS", "ModelFetchError"]
 
 SMALL_FILES = (
-    CONFIG_FILE, "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
+    CONFIG_FILE,
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
 )
 """Config and tokenizer: what the driver needs to plan and to tokenize, without the weights."""
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
@@ -98,8 +106,9 @@ class _Progress:
     def line(self, now: float) -> str:
         rate = self.done / max(now - self.started, 1e-9)
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        return (f"model: {self.what}: {pct:.0f}% ({self.done / 1e9:.2f}/{self.total / 1e9:.2f} GB, "
-                f"{rate / 1e6:.0f} MB/s)")
+        return (
+            f"model: {self.what}: {pct:.0f}% ({self.done / 1e9:.2f}/{self.total / 1e9:.2f} GB, {rate / 1e6:.0f} MB/s)"
+        )
 
 
 def _fetch_s3(source: ModelSource, *, small_only: bool, say: Callable[[str], None], client=None) -> Path:
@@ -112,10 +121,10 @@ def _fetch_s3(source: ModelSource, *, small_only: bool, say: Callable[[str], Non
         objects = []
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=base):
             objects += [o for o in page.get("Contents", ()) if not o["Key"].endswith("/")]
-        wanted = [o for o in objects if _wanted(o["Key"][len(base):], small_only)]
-        if not any(o["Key"][len(base):] == CONFIG_FILE for o in wanted):
+        wanted = [o for o in objects if _wanted(o["Key"][len(base) :], small_only)]
+        if not any(o["Key"][len(base) :] == CONFIG_FILE for o in wanted):
             raise ModelFetchError(source.text, f"no {CONFIG_FILE} under it ({len(objects)} objects)")
-        missing = [o for o in wanted if not _present(folder / o["Key"][len(base):], o["Size"])]
+        missing = [o for o in wanted if not _present(folder / o["Key"][len(base) :], o["Size"])]
         if not missing:
             return folder
         total = sum(o["Size"] for o in missing)
@@ -123,7 +132,7 @@ def _fetch_s3(source: ModelSource, *, small_only: bool, say: Callable[[str], Non
         say(f"model: downloading {len(missing)} files ({total / 1e9:.2f} GB) of {what}")
         progress = _Progress(what, total, say)
         for obj in missing:
-            target = folder / obj["Key"][len(base):]
+            target = folder / obj["Key"][len(base) :]
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
             s3.download_file(source.bucket, obj["Key"], str(partial), Callback=progress)
@@ -141,15 +150,24 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     patterns: list[str] = [*SMALL_FILES, *([] if small_only else WEIGHT_PATTERNS)]
-    say(f"model: {source.text}: {'looking up the Hub cache' if offline else 'snapshot_download from the Hub'} "
-        f"({'config and tokenizer' if small_only else 'weights, config and tokenizer'})")
+    say(
+        f"model: {source.text}: {'looking up the Hub cache' if offline else 'snapshot_download from the Hub'} "
+        f"({'config and tokenizer' if small_only else 'weights, config and tokenizer'})"
+    )
     cache = hub_cache_root()
     try:
         # One snapshot_download per node at a time (the others then find the files cached); cache_dir explicitly:
         # huggingface_hub reads HF_HUB_CACHE once, at import, and the plan reads it at each call.
         with _NodeLock(cache / ("ray-efa--" + source.repo_id.replace("/", "--"))):
-            folder = Path(snapshot_download(source.repo_id, revision=source.revision, allow_patterns=patterns,
-                                            local_files_only=offline, cache_dir=cache))
+            folder = Path(
+                snapshot_download(
+                    source.repo_id,
+                    revision=source.revision,
+                    allow_patterns=patterns,
+                    local_files_only=offline,
+                    cache_dir=cache,
+                )
+            )
     except Exception as error:  # noqa: BLE001 - huggingface_hub raises many kinds; the message says which
         raise ModelFetchError(source.text, f"{type(error).__name__}: {error}") from None
     if not (folder / CONFIG_FILE).is_file():
@@ -157,8 +175,9 @@ def _fetch_hub(source: ModelSource, *, small_only: bool, say: Callable[[str], No
     return folder
 
 
-def fetch_model(model_path: str, *, small_only: bool = False, say: Callable[[str], None] = _say,
-                s3_client: Any = None) -> Path:  # a boto3 S3 client: boto3 ships no types
+def fetch_model(
+    model_path: str, *, small_only: bool = False, say: Callable[[str], None] = _say, s3_client: Any = None
+) -> Path:  # a boto3 S3 client: boto3 ships no types
     """The local folder of modelPath's files, fetching what this node lacks: config and tokenizer only with
     `small_only`, else the safetensors weights too. Raises ModelFetchError."""
     source = parse_model_path(model_path)
@@ -186,5 +205,7 @@ def describe_loaded(model_path: str, folder: Path, model: torch.nn.Module) -> st
     parameters = sum(p.numel() for p in model.parameters())
     dtype = next(model.parameters()).dtype
     where = "" if str(folder) == model_path else f" (from {folder})"
-    return (f"model: loaded {model_path}{where}: {parameters:,} parameters, stored {stored}, "
-            f"trained in {str(dtype).removeprefix('torch.')} master weights")
+    return (
+        f"model: loaded {model_path}{where}: {parameters:,} parameters, stored {stored}, "
+        f"trained in {str(dtype).removeprefix('torch.')} master weights"
+    )

@@ -35,8 +35,16 @@ from ray_efa.core.strategy import resolve
 from ray_efa.core.user_code import split_function
 from ray_efa.training.history import CHECKPOINT_KEY, LAST_CHECKPOINT, open_history
 
-__all__ = ["WRAPPER_KEY", "WorkerRun", "train_loop", "train_loop_config", "load_train_function", "before_training",
-           "after_training", "crossing"]
+__all__ = [
+    "WRAPPER_KEY",
+    "WorkerRun",
+    "train_loop",
+    "train_loop_config",
+    "load_train_function",
+    "before_training",
+    "after_training",
+    "crossing",
+]
 
 WRAPPER_KEY = "_ray_efa"
 """The config key of the wrapper's own values (removed before the function sees the config)."""
@@ -57,7 +65,9 @@ class WorkerRun:
     """The worker's torch.device."""
 
 
-def train_loop_config(settings: Settings, *, code_dir: str | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def train_loop_config(
+    settings: Settings, *, code_dir: str | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The TorchTrainer's train_loop_config: trainConfig's keys, "settings" (every auto lever decided), `extra` (test
     hooks), the wrapper's."""
     return {
@@ -96,16 +106,20 @@ def crossing(error: BaseException) -> BaseException:
         pickle.loads(dumps(error))
     except Exception as why:  # noqa: BLE001 - whatever the class's pickling raises
         kind = type(error)
-        return UserCodeError(f"{kind.__module__}.{kind.__qualname__}: {error} (re-raised as UserCodeError, its "
-                             f"traceback above: Ray cannot rebuild this exception on the controller: "
-                             f"{type(why).__name__}: {why})")
+        return UserCodeError(
+            f"{kind.__module__}.{kind.__qualname__}: {error} (re-raised as UserCodeError, its "
+            f"traceback above: Ray cannot rebuild this exception on the controller: "
+            f"{type(why).__name__}: {why})"
+        )
     return error
 
 
 def missing_module_hint(spec: str, error: ModuleNotFoundError) -> str:
     """What a ModuleNotFoundError in a function of yours means, and the setting that fixes it."""
-    return (f"trainFunction {spec}: {error} on the workers: add the package that provides {error.name!r} to the "
-            "pipPackages setting (the cluster's workers install it), or install it here for --local")
+    return (
+        f"trainFunction {spec}: {error} on the workers: add the package that provides {error.name!r} to the "
+        "pipPackages setting (the cluster's workers install it), or install it here for --local"
+    )
 
 
 def _say(text: str) -> None:
@@ -225,22 +239,31 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     wrapper = config[WRAPPER_KEY]
     user_config = {key: value for key, value in config.items() if key != WRAPPER_KEY}
     context = ray.train.get_context()
-    run = WorkerRun(settings=Settings.from_context(config["settings"]), rank=context.get_world_rank(),
-                    world_size=context.get_world_size(), local_world_size=context.get_local_world_size(),
-                    device=ray.train.torch.get_device())
+    run = WorkerRun(
+        settings=Settings.from_context(config["settings"]),
+        rank=context.get_world_rank(),
+        world_size=context.get_world_size(),
+        local_world_size=context.get_local_world_size(),
+        device=ray.train.torch.get_device(),
+    )
     _quiet_report_log()
     _quiet_error_echo()
     # A function of yours gets the built-in's metrics history (metrics.jsonl and TensorBoard in the run folder, rank 0),
     # one record per report; the built-in keeps its own, by optimizer step.
     # A rerun under the same name resumes after the last report that carried a checkpoint, or starts a fresh history.
-    history = None if run.settings.training.builtin else open_history(
-        0, LAST_CHECKPOINT if ray.train.get_checkpoint() is not None else None)
+    history = (
+        None
+        if run.settings.training.builtin
+        else open_history(0, LAST_CHECKPOINT if ray.train.get_checkpoint() is not None else None)
+    )
 
     def record(metrics: dict[str, Any], index: int, checkpointed: bool) -> None:
         if history is not None:
             step = metrics.get("step")
-            history.log({**metrics, **({CHECKPOINT_KEY: True} if checkpointed else {})},
-                        step if isinstance(step, int) and not isinstance(step, bool) else index)
+            history.log(
+                {**metrics, **({CHECKPOINT_KEY: True} if checkpointed else {})},
+                step if isinstance(step, int) and not isinstance(step, bool) else index,
+            )
 
     try:
         with _ReportRecorder(record) as reports:  # installed before the import: `from ray.train import report` too
@@ -249,8 +272,10 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
             except ModuleNotFoundError as error:
                 raise UserCodeError(missing_module_hint(wrapper["train_function"], error)) from error
             except SyntaxError as error:  # Ray's failure text may keep only the message: say where it is
-                raise UserCodeError(f"trainFunction {wrapper['train_function']}: syntax error in {error.filename}, "
-                                    f"line {error.lineno}: {error.msg}") from error
+                raise UserCodeError(
+                    f"trainFunction {wrapper['train_function']}: syntax error in {error.filename}, "
+                    f"line {error.lineno}: {error.msg}"
+                ) from error
             before_training(run)
             try:
                 value = _call(function, user_config)

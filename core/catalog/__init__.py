@@ -176,7 +176,11 @@ def efa_network_interfaces(instance: InstanceType) -> list[NetworkInterface]:
         raise CatalogError(f"{instance.name} has no EFA interfaces")
     secondary = "efa-only" if instance.efa_only_secondary else "efa"
     return [
-        {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa" if card == 0 else secondary}
+        {
+            "NetworkCardIndex": card,
+            "DeviceIndex": 0 if card == 0 else 1,
+            "InterfaceType": "efa" if card == 0 else secondary,
+        }
         for card in range(instance.efa_interfaces)
     ]
 
@@ -210,7 +214,9 @@ _SHM_FRACTION, _SHM_MAX_GIB = 0.25, 128
 def worker_pod_resources(instance: InstanceType) -> WorkerPodResources:
     """Resources of the Ray worker pod that fills one GPU node: all GPUs and EFA interfaces, most CPU and memory."""
     cpu = instance.vcpus - max(_RESERVED_CPU_MIN, math.ceil(instance.vcpus * _RESERVED_CPU_FRACTION))
-    memory = instance.memory_gib - max(_RESERVED_MEMORY_MIN_GIB, math.ceil(instance.memory_gib * _RESERVED_MEMORY_FRACTION))
+    memory = instance.memory_gib - max(
+        _RESERVED_MEMORY_MIN_GIB, math.ceil(instance.memory_gib * _RESERVED_MEMORY_FRACTION)
+    )
     return WorkerPodResources(
         cpu=cpu,
         memory_gib=memory,
@@ -233,7 +239,8 @@ _KUBE_RESERVED_MEMORY_BASE_MIB = 255
 _EVICTION_MEMORY_MIB = 100
 _KERNEL_MEMORY_SHARE = 0.95
 SYSTEM_NODE_NEIGHBOURS: dict[str, tuple[int, int]] = {
-    f"{pod.name} ({pod.source})": (pod.cpu_m, pod.memory_mib) for pod in node_pods.system_node_pods()}
+    f"{pod.name} ({pod.source})": (pod.cpu_m, pod.memory_mib) for pod in node_pods.system_node_pods()
+}
 """The other pods a system node runs beside the Ray head, with their requests (millicores, MiB): core.node_pods's
 DaemonSets of a system node, CoreDNS, the KubeRay operator and the RayJob's submitter, each with its source."""
 _HEAD_MIN_CPU, _HEAD_MIN_MEMORY_GIB = 1, 2
@@ -242,7 +249,7 @@ _HEAD_MIN_CPU, _HEAD_MIN_MEMORY_GIB = 1, 2
 def node_allocatable(instance: InstanceType) -> tuple[int, int]:
     """(millicores, MiB) the kubelet of an EKS AL2023 node of `instance` offers pods: capacity less kube-reserved and
     the eviction threshold (maxPods taken at 110 below 30 vCPUs, 250 from there: nodeadm's caps, the most it can be)."""
-    shares = [*_KUBE_RESERVED_CPU_SHARES[:instance.vcpus]]
+    shares = [*_KUBE_RESERVED_CPU_SHARES[: instance.vcpus]]
     reserved_cpu = sum(shares) + _KUBE_RESERVED_CPU_REST * max(0, instance.vcpus - len(_KUBE_RESERVED_CPU_SHARES))
     max_pods = 110 if instance.vcpus < 30 else 250
     capacity_mib = instance.memory_gib * 1024 * _KERNEL_MEMORY_SHARE
@@ -259,7 +266,9 @@ def system_node_room(instance: InstanceType) -> tuple[int, int]:
     return allocatable_cpu - cpu, allocatable_mib - memory
 
 
-def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> tuple[int, int]:
+def gpu_node_room(
+    instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin"
+) -> tuple[int, int]:
     """(millicores, MiB) that a GPU node of `instance` has left for its Ray worker: node_allocatable less the requests
     of the node's DaemonSets (core.node_pods.node_daemonsets("gpu"): the device plugins or the DRA drivers)."""
     allocatable_cpu, allocatable_mib = node_allocatable(instance)
@@ -267,15 +276,19 @@ def gpu_node_room(instance: InstanceType, device_allocation: node_pods.DeviceAll
     return allocatable_cpu - cpu, allocatable_mib - memory
 
 
-def worker_fit_problem(instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin") -> str | None:
+def worker_fit_problem(
+    instance: InstanceType, device_allocation: node_pods.DeviceAllocation = "device-plugin"
+) -> str | None:
     """Why the Ray worker pod (worker_pod_resources) would not fit a GPU node of `instance` beside its DaemonSets, or
     None."""
     pod = worker_pod_resources(instance)
     room_cpu, room_mib = gpu_node_room(instance, device_allocation)
     if pod.cpu * 1000 <= room_cpu and pod.memory_gib * 1024 <= room_mib:
         return None
-    return (f"the Ray worker asks {pod.cpu} CPU and {pod.memory_gib} GiB, but a {instance.name} node leaves "
-            f"{room_cpu}m CPU and {room_mib} MiB beside the kubelet's reserve and its DaemonSets")
+    return (
+        f"the Ray worker asks {pod.cpu} CPU and {pod.memory_gib} GiB, but a {instance.name} node leaves "
+        f"{room_cpu}m CPU and {room_mib} MiB beside the kubelet's reserve and its DaemonSets"
+    )
 
 
 def head_pod_resources(instance: InstanceType) -> tuple[int, int]:
@@ -295,6 +308,7 @@ def head_fit_problem(instance: InstanceType) -> str | None:
     """Why the Ray head (at least 1 CPU and 2 GiB, requests == limits) would not fit a system node of `instance` beside
     the pods it shares the node with (SYSTEM_NODE_NEIGHBOURS), naming the room, the head's ask and the system types
     where it fits; None when it fits."""
+
     def fits(row: InstanceType) -> bool:
         room_cpu, room_mib = system_node_room(row)
         return room_cpu >= _HEAD_MIN_CPU * 1000 and room_mib >= _HEAD_MIN_MEMORY_GIB * 1024
@@ -304,10 +318,12 @@ def head_fit_problem(instance: InstanceType) -> str | None:
     room_cpu, room_mib = system_node_room(instance)
     others = ", ".join(f"{pod.name} {pod.cpu_m}m/{pod.memory_mib}Mi" for pod in node_pods.system_node_pods())
     fitting = [name for name, row in SYSTEM_INSTANCES.items() if fits(row)]
-    return (f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
-            f"MiB for the Ray head once the kubelet's reserve and the pods beside it ({others}) are placed, less than "
-            f"the head's {_HEAD_MIN_CPU * 1000}m CPU and {_HEAD_MIN_MEMORY_GIB * 1024} MiB: its pod would stay "
-            f"Pending; choose a larger system instance type ({', '.join(fitting)})")
+    return (
+        f"{instance.name} ({instance.vcpus} vCPU, {instance.memory_gib} GiB) leaves {room_cpu}m CPU and {room_mib} "
+        f"MiB for the Ray head once the kubelet's reserve and the pods beside it ({others}) are placed, less than "
+        f"the head's {_HEAD_MIN_CPU * 1000}m CPU and {_HEAD_MIN_MEMORY_GIB * 1024} MiB: its pod would stay "
+        f"Pending; choose a larger system instance type ({', '.join(fitting)})"
+    )
 
 
 # -- the preflight's all-reduce floor over EFA ------------------------------------------------------------------------
@@ -387,19 +403,37 @@ DESCRIPTION_KEYS: dict[str, tuple[type | tuple[type, ...], bool, str]] = {
     "gpuName": (str, True, "the GPU's short name; a catalog GPU (B200, H200, ...) brings its own facts"),
     "gpuMemoryGib": ((int, float), False, "device memory per GPU as CUDA reports it, GiB (a catalog GPU's otherwise)"),
     "peakBf16Tflops": ((int, float), False, "dense bf16 tensor TFLOP/s per GPU, for MFU and the step model"),
-    "memoryBandwidthGbS": ((int, float), False, "device-memory bandwidth per GPU, GB/s, for the step model's optimizer "
-                                                "time (a catalog GPU's otherwise)"),
+    "memoryBandwidthGbS": (
+        (int, float),
+        False,
+        "device-memory bandwidth per GPU, GB/s, for the step model's optimizer time (a catalog GPU's otherwise)",
+    ),
     "vcpus": (int, True, "vCPUs per node"),
     "memoryGib": (int, True, "host memory per node, GiB"),
     "efaInterfaces": (int, True, "EFA interfaces per node: one per network card with EFA (>= 1)"),
     "networkGbps": (int, True, "aggregate network bandwidth per node, Gbit/s"),
     "usdPerHour": ((int, float), True, "on-demand price per node, USD per hour"),
-    "gpudirectRdma": (bool, False, "EFA reads and writes GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1); default false"),
-    "gpuLinkGbS": ((int, float), False, "GPU-to-GPU bandwidth inside the node per direction, GB/s; default PCIe Gen4 32"),
-    "efaOnlySecondary": (bool, False, "`efa-only` interfaces on the cards after the first (no IP each; VPC CNI v1.18.4 "
-                                      "or later); default false, as for every row"),
-    "capacityBlocks": (bool, False, "Capacity Blocks for ML offer the type (capacityReservationType capacity-block); "
-                                    "default false"),
+    "gpudirectRdma": (
+        bool,
+        False,
+        "EFA reads and writes GPU memory directly (FI_EFA_USE_DEVICE_RDMA=1); default false",
+    ),
+    "gpuLinkGbS": (
+        (int, float),
+        False,
+        "GPU-to-GPU bandwidth inside the node per direction, GB/s; default PCIe Gen4 32",
+    ),
+    "efaOnlySecondary": (
+        bool,
+        False,
+        "`efa-only` interfaces on the cards after the first (no IP each; VPC CNI v1.18.4 "
+        "or later); default false, as for every row",
+    ),
+    "capacityBlocks": (
+        bool,
+        False,
+        "Capacity Blocks for ML offer the type (capacityReservationType capacity-block); default false",
+    ),
 }
 """The keys of a described GPU instance type: (type, required, meaning)."""
 
@@ -420,56 +454,89 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
                 problems.append(f"{key} is required: {meaning}")
             continue
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            problems.append(f"{key} must be {'a number' if isinstance(kind, tuple) else kind.__name__}: {meaning}, "
-                            f"got {value!r}")
+            problems.append(
+                f"{key} must be {'a number' if isinstance(kind, tuple) else kind.__name__}: {meaning}, got {value!r}"
+            )
     if problems:
         raise CatalogError("; ".join(problems))
     name = str(description["name"])
     known_gpu = GPUS.get(str(description["gpuName"]))
     for key in ("gpuMemoryGib", "peakBf16Tflops", "memoryBandwidthGbS"):
         if known_gpu is None and description.get(key) is None:
-            problems.append(f"{key} is required for a GPU the catalog does not know ({description['gpuName']}; known: "
-                            f"{', '.join(GPUS)}): {DESCRIPTION_KEYS[key][2]}")
+            problems.append(
+                f"{key} is required for a GPU the catalog does not know ({description['gpuName']}; known: "
+                f"{', '.join(GPUS)}): {DESCRIPTION_KEYS[key][2]}"
+            )
     checks = [
-        (_INSTANCE_NAME.match(name) is not None, f"name must be an EC2 instance type like p6-b300.48xlarge, got {name!r}"),
-        (not new_name or (name not in BUILT_IN_GPU_INSTANCES and name not in SYSTEM_INSTANCES),
-         f"name {name} is in the catalog already: choose it by gpuInstanceType alone"),
-        (int(description["efaInterfaces"]) >= 1,  # type: ignore[call-overload]
-         f"efaInterfaces must be >= 1: {name} needs EFA for the GPU nodes' all-reduce (a GPU type without EFA is "
-         f"refused like g6.xlarge), got {description['efaInterfaces']}"),
+        (
+            _INSTANCE_NAME.match(name) is not None,
+            f"name must be an EC2 instance type like p6-b300.48xlarge, got {name!r}",
+        ),
+        (
+            not new_name or (name not in BUILT_IN_GPU_INSTANCES and name not in SYSTEM_INSTANCES),
+            f"name {name} is in the catalog already: choose it by gpuInstanceType alone",
+        ),
+        (
+            int(description["efaInterfaces"]) >= 1,  # type: ignore[call-overload]
+            f"efaInterfaces must be >= 1: {name} needs EFA for the GPU nodes' all-reduce (a GPU type without EFA is "
+            f"refused like g6.xlarge), got {description['efaInterfaces']}",
+        ),
         (int(description["gpus"]) >= 1, f"gpus must be >= 1, got {description['gpus']}"),  # type: ignore[call-overload]
     ]
-    for key in ("vcpus", "memoryGib", "networkGbps", "usdPerHour", "gpuMemoryGib", "peakBf16Tflops",
-                "memoryBandwidthGbS", "gpuLinkGbS"):
+    for key in (
+        "vcpus",
+        "memoryGib",
+        "networkGbps",
+        "usdPerHour",
+        "gpuMemoryGib",
+        "peakBf16Tflops",
+        "memoryBandwidthGbS",
+        "gpuLinkGbS",
+    ):
         value = description.get(key)
         checks.append((value is None or float(value) > 0, f"{key} must be > 0, got {value}"))  # type: ignore[arg-type]
     problems += [message for ok, message in checks if not ok]
     if problems:
         raise CatalogError("; ".join(problems))
     gpu = known_gpu or Gpu(
-        name=str(description["gpuName"]), memory_gib=float(description["gpuMemoryGib"]),  # type: ignore[arg-type]
-        peak_bf16_tflops=float(description["peakBf16Tflops"]), device_names=(str(description["gpuName"]),),  # type: ignore[arg-type]
+        name=str(description["gpuName"]),
+        memory_gib=float(description["gpuMemoryGib"]),  # type: ignore[arg-type]
+        peak_bf16_tflops=float(description["peakBf16Tflops"]),
+        device_names=(str(description["gpuName"]),),  # type: ignore[arg-type]
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
-    gpu_link = None if link is None else RECORDED_LINKS.get(
-        float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))  # type: ignore[arg-type]
+    gpu_link = (
+        None
+        if link is None
+        else RECORDED_LINKS.get(float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))
+    )  # type: ignore[arg-type]
     # Only what the description states; build_gpu_row gives the rest the defaults every row gets.
     row = build_gpu_row(
-        name=name, vcpus=int(description["vcpus"]), memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
-        usd_per_hour=float(description["usdPerHour"]), gpu=gpu, gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
+        name=name,
+        vcpus=int(description["vcpus"]),
+        memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
+        usd_per_hour=float(description["usdPerHour"]),
+        gpu=gpu,
+        gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]
-        gpudirect_rdma=description.get("gpudirectRdma"), network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
+        gpudirect_rdma=description.get("gpudirectRdma"),
+        network_gbps=int(description["networkGbps"]),  # type: ignore[call-overload]
         gpu_link=gpu_link,
-        efa_only_secondary=description.get("efaOnlySecondary"), capacity_blocks=description.get("capacityBlocks"),
+        efa_only_secondary=description.get("efaOnlySecondary"),
+        capacity_blocks=description.get("capacityBlocks"),
         described=True,
     )
     pod = worker_pod_resources(row)
     if pod.cpu < 1 or pod.memory_gib < 1:
-        raise CatalogError(f"vcpus and memoryGib leave no room for a worker pod next to the node's reserve "
-                           f"(vcpus {row.vcpus}, memoryGib {row.memory_gib})")
+        raise CatalogError(
+            f"vcpus and memoryGib leave no room for a worker pod next to the node's reserve "
+            f"(vcpus {row.vcpus}, memoryGib {row.memory_gib})"
+        )
     if (problem := worker_fit_problem(row)) is not None:
-        raise CatalogError(f"vcpus {row.vcpus} and memoryGib {row.memory_gib} leave no room for the worker pod: {problem}")
+        raise CatalogError(
+            f"vcpus {row.vcpus} and memoryGib {row.memory_gib} leave no room for the worker pod: {problem}"
+        )
     return row
 
 
@@ -504,13 +571,21 @@ def description_of(instance: InstanceType) -> dict[str, object]:
     if instance.gpu is None:
         raise CatalogError(f"{instance.name} has no GPU")
     description: dict[str, object] = {
-        "name": instance.name, "gpus": instance.gpus, "gpuName": instance.gpu.name,
-        "gpuMemoryGib": instance.gpu.memory_gib, "peakBf16Tflops": instance.gpu.peak_bf16_tflops,
-        "memoryBandwidthGbS": instance.gpu.memory_bandwidth_gb_s or None, "vcpus": instance.vcpus,
-        "memoryGib": instance.memory_gib, "efaInterfaces": instance.efa_interfaces,
-        "networkGbps": instance.network_gbps, "usdPerHour": instance.usd_per_hour,
-        "gpudirectRdma": instance.gpudirect_rdma, "gpuLinkGbS": instance.gpu_link.gb_s if instance.gpu_link else None,
-        "efaOnlySecondary": instance.efa_only_secondary, "capacityBlocks": instance.capacity_blocks,
+        "name": instance.name,
+        "gpus": instance.gpus,
+        "gpuName": instance.gpu.name,
+        "gpuMemoryGib": instance.gpu.memory_gib,
+        "peakBf16Tflops": instance.gpu.peak_bf16_tflops,
+        "memoryBandwidthGbS": instance.gpu.memory_bandwidth_gb_s or None,
+        "vcpus": instance.vcpus,
+        "memoryGib": instance.memory_gib,
+        "efaInterfaces": instance.efa_interfaces,
+        "networkGbps": instance.network_gbps,
+        "usdPerHour": instance.usd_per_hour,
+        "gpudirectRdma": instance.gpudirect_rdma,
+        "gpuLinkGbS": instance.gpu_link.gb_s if instance.gpu_link else None,
+        "efaOnlySecondary": instance.efa_only_secondary,
+        "capacityBlocks": instance.capacity_blocks,
     }
     return {key: value for key, value in description.items() if value is not None}
 

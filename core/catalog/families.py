@@ -36,29 +36,52 @@ _PUBLISHED = "core/data/published_runs.csv"
 _NO_FP8 = "no fp8 tensor cores (NVIDIA data sheet): precision fp8 is refused"
 
 # The H200 is the GPU of two families (p5e, p5en): one model, one set of constants.
-_H200 = Gpu(name="H200", memory_gib=139.8, peak_bf16_tflops=989.0, device_names=("H200",), memory_bandwidth_gb_s=4800.0,
-            peak_fp8_tflops=1979.0)
+_H200 = Gpu(
+    name="H200",
+    memory_gib=139.8,
+    peak_bf16_tflops=989.0,
+    device_names=("H200",),
+    memory_bandwidth_gb_s=4800.0,
+    peak_fp8_tflops=1979.0,
+)
 _H200_CONSTANTS = GpuConstants(
     # bench/calibrate.py on one H200 gave 0.666 (658 TFLOP/s of 989 over four shapes), which predicted the project's
     # own measured steps up to 10% fast (docs/BENCHMARKS.md); refitted with tools/fit_constants.py to the measured and
     # published H200 rows of core/data/published_runs.csv (the project's bf16 runs on one H200, 48,930-51,828
     # tokens/s at 8 x 4096; Trainy's torchtitan on 8 x 8 H200).
-    compute_efficiency=0.63, compute_status="measured",
+    compute_efficiency=0.63,
+    compute_status="measured",
     compute_source="bench/calibrate.py on one H200 (docs/BENCHMARKS.md); held against published torchtitan H200 "
-                   f"runs ({_PUBLISHED})",
+    f"runs ({_PUBLISHED})",
     # tools/fit_constants.py on the H200 fp8 rows of core/data/published_runs.csv (the project's 12 x 4096 fp8 run on
     # one H200, 1.17x its bf16; Trainy's torchtitan float8 on 8 x 8 H200), with the casts timed at memory bandwidth
     # (core.fp8) and the k/v projections left in bf16.
-    fp8_compute_efficiency=0.419, fp8_status="measured",
+    fp8_compute_efficiency=0.419,
+    fp8_status="measured",
     fp8_source="bench/speed.py on one H200: fp8 1.16x bf16 at 8 x 4096, 0.70x at 2 x 2048 (docs/BENCHMARKS.md)",
-    eager_speed=H200_EAGER_SPEED, eager_status="measured",
-    eager_source="eager vs compiled on 2 x H200, 4 x 4096, the same machine (the maintainers' reference notes, outside the repository)", band=0.17)
+    eager_speed=H200_EAGER_SPEED,
+    eager_status="measured",
+    eager_source="eager vs compiled on 2 x H200, 4 x 4096, the same machine (the maintainers' reference notes, outside the repository)",
+    band=0.17,
+)
 
 _A10G = Gpu(name="A10G", memory_gib=22.49, peak_bf16_tflops=70.0, device_names=("A10G",), memory_bandwidth_gb_s=600.0)
-_L4 = Gpu(name="L4", memory_gib=22.49, peak_bf16_tflops=121.0, device_names=("L4",), memory_bandwidth_gb_s=300.0,
-          peak_fp8_tflops=242.5)
-_L40S = Gpu(name="L40S", memory_gib=44.99, peak_bf16_tflops=362.0, device_names=("L40S",), memory_bandwidth_gb_s=864.0,
-            peak_fp8_tflops=733.0)
+_L4 = Gpu(
+    name="L4",
+    memory_gib=22.49,
+    peak_bf16_tflops=121.0,
+    device_names=("L4",),
+    memory_bandwidth_gb_s=300.0,
+    peak_fp8_tflops=242.5,
+)
+_L40S = Gpu(
+    name="L40S",
+    memory_gib=44.99,
+    peak_bf16_tflops=362.0,
+    device_names=("L40S",),
+    memory_bandwidth_gb_s=864.0,
+    peak_fp8_tflops=733.0,
+)
 
 # fmt: off
 FAMILIES: tuple[GpuFamily, ...] = (

@@ -22,15 +22,23 @@ of one GPU agree on them: core.catalog.rows checks it). A dict that core.evidenc
 they try values."""
 
 _DEFAULT = GpuConstants(
-    compute_efficiency=0.40, compute_status="assumed",
+    compute_efficiency=0.40,
+    compute_status="assumed",
     compute_source="a prior for a GPU the model has no constants for (a described type): below the H200's measured "
-                   "0.666, as every other family's",
-    fp8_compute_efficiency=0.25, fp8_status="assumed", fp8_source="a prior for a GPU the model has no constants for")
+    "0.666, as every other family's",
+    fp8_compute_efficiency=0.25,
+    fp8_status="assumed",
+    fp8_source="a prior for a GPU the model has no constants for",
+)
 
 LINK_SHARES: dict[str, tuple[float, bool, str]] = {
     "NVLink": (0.72, True, "all-reduce bus bandwidth 325 GB/s over NVLink 4 (450 per direction), 2 x H200"),
-    "PCIe": (0.65, False, "a prior: NCCL over {link} without NVLink (through the host bridge) reaches less of its "
-                          "{gb_s:g} GB/s than NVSwitch does of NVLink; no PCIe node measured here"),
+    "PCIe": (
+        0.65,
+        False,
+        "a prior: NCCL over {link} without NVLink (through the host bridge) reaches less of its "
+        "{gb_s:g} GB/s than NVSwitch does of NVLink; no PCIe node measured here",
+    ),
 }
 """(share of the data-sheet GPU link bandwidth NCCL reaches, measured, source) by link kind (its name's first word);
 a source's {link} and {gb_s} are the link's own name and bandwidth."""
@@ -55,10 +63,19 @@ def describe(gpu_name: str, link_name: str, link_gb_s: float | None = None) -> d
     family = constants_for(gpu_name)
     share, link_measured, link_source = link_share(link_name, link_gb_s)
     return {
-        "compute_efficiency": {"value": family.compute_efficiency, "status": family.compute_status,
-                               "source": family.compute_source},
-        "fp8_compute_efficiency": {"value": family.fp8_compute_efficiency, "status": family.fp8_status,
-                                   "source": family.fp8_source},
-        "intra_node_link_share": {"value": share, "status": "measured" if link_measured else "assumed",
-                                  "source": link_source},
+        "compute_efficiency": {
+            "value": family.compute_efficiency,
+            "status": family.compute_status,
+            "source": family.compute_source,
+        },
+        "fp8_compute_efficiency": {
+            "value": family.fp8_compute_efficiency,
+            "status": family.fp8_status,
+            "source": family.fp8_source,
+        },
+        "intra_node_link_share": {
+            "value": share,
+            "status": "measured" if link_measured else "assumed",
+            "source": link_source,
+        },
     }

@@ -46,8 +46,19 @@ class InstanceType(Protocol):
     @property
     def gpu_link(self) -> _GpuLink | None: ...
 
-__all__ = ["HOST_STAGED_GB_S", "EFA_SHARE", "MESSAGE_SIZE_SHARE", "COLLECTIVE_LATENCY_S", "GiB", "MiB", "LinkFigure",
-           "efa_share", "efa_link", "collective_latency_s"]
+
+__all__ = [
+    "HOST_STAGED_GB_S",
+    "EFA_SHARE",
+    "MESSAGE_SIZE_SHARE",
+    "COLLECTIVE_LATENCY_S",
+    "GiB",
+    "MiB",
+    "LinkFigure",
+    "efa_share",
+    "efa_link",
+    "collective_latency_s",
+]
 
 GiB: int = 1 << 30
 MiB: int = 1 << 20
@@ -55,11 +66,14 @@ MiB: int = 1 << 20
 HOST_STAGED_GB_S = 3.0
 """All-reduce bus bandwidth a healthy EFA pair reaches without GPUDirect RDMA, GB/s: nccl-tests on g6e
 (aws/aws-ofi-nccl#547), applied to every family without GPUDirect RDMA (all PCIe Gen4)."""
-HOST_STAGED_SOURCE = ("aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s; no GPUDirect RDMA, so every byte is "
-                      "staged through host memory")
+HOST_STAGED_SOURCE = (
+    "aws/aws-ofi-nccl#547: nccl-tests on g6e max out at 3 GB/s; no GPUDirect RDMA, so every byte is "
+    "staged through host memory"
+)
 
 EFA_SHARE: dict[str, tuple[float, str, str]] = {
-    family.name: family.efa_share for family in FAMILIES if family.efa_share is not None}
+    family.name: family.efa_share for family in FAMILIES if family.efa_share is not None
+}
 """(share of the aggregate EFA line rate at >= 1 GiB, status, source) of each family with GPUDirect RDMA that records
 one (its record in core.catalog.families: GpuFamily.efa_share)."""
 _DEFAULT_SHARE = (0.6, "assumed", "a family without its own nccl-tests here: p5's published 0.6")
@@ -112,20 +126,32 @@ def efa_link(instance: InstanceType, message_bytes: float = GiB) -> LinkFigure:
     cards = f"{instance.efa_interfaces} EFA x {instance.primary_card_gbps:g} Gbit/s"
     if instance.gpudirect_rdma:
         share, status, source = efa_share(instance, message_bytes)
-        figure = LinkFigure(gb_s=line * share, status=status,
-                            source=f"GPUDirect RDMA, {cards}: {share:.2f} of {instance.network_gbps} Gbit/s at "
-                                   f"{message_bytes / MiB:,.0f} MiB per collective ({source})")
+        figure = LinkFigure(
+            gb_s=line * share,
+            status=status,
+            source=f"GPUDirect RDMA, {cards}: {share:.2f} of {instance.network_gbps} Gbit/s at "
+            f"{message_bytes / MiB:,.0f} MiB per collective ({source})",
+        )
     else:
         staged = min(HOST_STAGED_GB_S, line * EFA_SHARE["p4d"][0])
-        figure = LinkFigure(gb_s=staged, status="published",
-                            source=f"no GPUDirect RDMA, {cards}: staged through host memory, at most "
-                                   f"{HOST_STAGED_GB_S:g} GB/s ({HOST_STAGED_SOURCE})"
-                                   + ("" if staged == HOST_STAGED_GB_S else
-                                      f", here {EFA_SHARE['p4d'][0]:g} of the {instance.network_gbps} Gbit/s line"))
+        figure = LinkFigure(
+            gb_s=staged,
+            status="published",
+            source=f"no GPUDirect RDMA, {cards}: staged through host memory, at most "
+            f"{HOST_STAGED_GB_S:g} GB/s ({HOST_STAGED_SOURCE})"
+            + (
+                ""
+                if staged == HOST_STAGED_GB_S
+                else f", here {EFA_SHARE['p4d'][0]:g} of the {instance.network_gbps} Gbit/s line"
+            ),
+        )
     link = instance.gpu_link
     if link is not None and link.gb_s < figure.gb_s:
-        figure = LinkFigure(gb_s=link.gb_s, status=figure.status,
-                            source=f"{figure.source}; capped by the intra-node {link.name} at {link.gb_s:g} GB/s")
+        figure = LinkFigure(
+            gb_s=link.gb_s,
+            status=figure.status,
+            source=f"{figure.source}; capped by the intra-node {link.name} at {link.gb_s:g} GB/s",
+        )
     return figure
 
 

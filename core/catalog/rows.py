@@ -43,7 +43,8 @@ def _gpus() -> dict[str, Gpu]:
         first = next((other for other in FAMILIES if other.gpu.name == family.gpu.name), family)
         if (first.gpu, first.constants) != (family.gpu, family.constants):
             raise CatalogError(
-                f"families {first.name} and {family.name} describe the GPU {family.gpu.name} differently")
+                f"families {first.name} and {family.name} describe the GPU {family.gpu.name} differently"
+            )
         gpus.setdefault(family.gpu.name, family.gpu)
     return gpus
 
@@ -55,8 +56,9 @@ GPUS: dict[str, Gpu] = _gpus()
 def gpu_for_device_name(device_name: str) -> Gpu | None:
     """The catalog GPU whose name appears in a torch device name (e.g. "NVIDIA H200"), or None."""
     # Longest match first so "A100-SXM4-80GB" never resolves to a shorter, wrong pattern.
-    candidates = [(len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names
-                  if pattern in device_name]
+    candidates = [
+        (len(pattern), gpu) for gpu in GPUS.values() for pattern in gpu.device_names if pattern in device_name
+    ]
     return max(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
@@ -64,12 +66,13 @@ RECORDED_LINKS: dict[float, GpuLink] = {family.gpu_link.gb_s: family.gpu_link fo
 """A described link of a recorded link's bandwidth is that link (its name says its kind to core.catalog.gpu_constants)."""
 
 
-
 def _plugin_listed_since(row: GpuInstanceType) -> int:
     """How late the EFA device plugin's chart came to list `row`: the index of the oldest recorded version that lists
     it (oldest first), or the number of versions for a type none lists (one without EFA)."""
-    versions = sorted((key for key in CHART_GPU_ALLOWLISTS if key.startswith(f"{EFA_PLUGIN_CHART} ")),
-                      key=lambda key: tuple(int(part) for part in key.rsplit(" v", 1)[1].split(".")))
+    versions = sorted(
+        (key for key in CHART_GPU_ALLOWLISTS if key.startswith(f"{EFA_PLUGIN_CHART} ")),
+        key=lambda key: tuple(int(part) for part in key.rsplit(" v", 1)[1].split(".")),
+    )
     return next((i for i, key in enumerate(versions) if key in row.allowlisted_by), len(versions))
 
 
@@ -99,7 +102,8 @@ NAT_GATEWAY_USD_PER_HOUR = 0.045
 """Per NAT gateway, before data processing charges."""
 
 CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW: dict[str, frozenset[str]] = {
-    chart: names - set(BUILT_IN_GPU_INSTANCES) for chart, names in CHART_GPU_ALLOWLISTS.items()}
+    chart: names - set(BUILT_IN_GPU_INSTANCES) for chart, names in CHART_GPU_ALLOWLISTS.items()
+}
 """The GPU types each recorded chart version lists that have no built-in row (a described type may be one)."""
 
 
@@ -107,9 +111,10 @@ def _allowlists(chart: str) -> dict[str, frozenset[str]]:
     """Each recorded version of `chart` -> the instance types its allowlist holds: the rows that say so, and the
     types without a row."""
     return {
-        key.split(" ", 1)[1]: beyond | {
-            row.name for row in BUILT_IN_GPU_INSTANCES.values() if key in row.allowlisted_by}
-        for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items() if key.split(" ", 1)[0] == chart
+        key.split(" ", 1)[1]: beyond
+        | {row.name for row in BUILT_IN_GPU_INSTANCES.values() if key in row.allowlisted_by}
+        for key, beyond in CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW.items()
+        if key.split(" ", 1)[0] == chart
     }
 
 
@@ -124,5 +129,6 @@ GPU_LINKS: dict[str, GpuLink] = {family.name: family.gpu_link for family in FAMI
 EFA_ONLY_FAMILIES: frozenset[str] = frozenset(family.name for family in FAMILIES if family.efa_only_secondary)
 """Built-in families whose secondary network cards get `efa-only` interfaces (InstanceType.efa_only_secondary)."""
 CAPACITY_BLOCK_INSTANCES: frozenset[str] = frozenset(
-    row.name for row in BUILT_IN_GPU_INSTANCES.values() if row.capacity_blocks)
+    row.name for row in BUILT_IN_GPU_INSTANCES.values() if row.capacity_blocks
+)
 """Built-in GPU types that Capacity Blocks for ML offer (InstanceType.capacity_blocks)."""

@@ -72,8 +72,10 @@ H200_EAGER_SPEED = 0.946
 """Eager vs compiled layers on the H200: 35,434 vs 37,465 tokens/s/GPU, 2 x H200, 4x4096, unchunked
 (the maintainers' reference notes, outside the repository): the share of a compiled step's compute rate an eager
 step reaches (the H200's record states it measured; a family without a same-machine pair of its own is lent it)."""
-_LENT_EAGER = ("the H200's measured eager/compiled share (0.946), lent: no same-machine compile pair recorded for this "
-               "family (eager rows fit its compute efficiency; a compiled prediction leans on this ratio)")
+_LENT_EAGER = (
+    "the H200's measured eager/compiled share (0.946), lent: no same-machine compile pair recorded for this "
+    "family (eager rows fit its compute efficiency; a compiled prediction leans on this ratio)"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -248,20 +250,35 @@ class GpuFamily:
     def __post_init__(self) -> None:
         wrong = [size.name for size in self.sizes if size.name.split(".")[0] != self.name]
         if wrong or not self.sizes:
-            raise CatalogError(f"family {self.name}: every size is named {self.name}.<size>, and there is one at least "
-                               f"(got {', '.join(wrong) or 'none'})")
+            raise CatalogError(
+                f"family {self.name}: every size is named {self.name}.<size>, and there is one at least "
+                f"(got {', '.join(wrong) or 'none'})"
+            )
         if self.efa_share is not None and not self.gpudirect_rdma:
-            raise CatalogError(f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every "
-                               "family is host-staged (core.catalog.network.HOST_STAGED_GB_S)")
+            raise CatalogError(
+                f"family {self.name}: an EFA share is NCCL's with GPUDirect RDMA; without it every "
+                "family is host-staged (core.catalog.network.HOST_STAGED_GB_S)"
+            )
 
     def rows(self) -> tuple[GpuInstanceType, ...]:
         """The catalog row of each size, built as every GPU row is (build_gpu_row)."""
         return tuple(
-            build_gpu_row(name=size.name, gpu=self.gpu, gpus=size.gpus, vcpus=size.vcpus, memory_gib=size.memory_gib,
-                          efa_interfaces=size.efa_interfaces, gpudirect_rdma=self.gpudirect_rdma,
-                          network_gbps=size.network_gbps, usd_per_hour=size.usd_per_hour, gpu_link=self.gpu_link,
-                          efa_only_secondary=self.efa_only_secondary, capacity_blocks=size.capacity_blocks)
-            for size in self.sizes)
+            build_gpu_row(
+                name=size.name,
+                gpu=self.gpu,
+                gpus=size.gpus,
+                vcpus=size.vcpus,
+                memory_gib=size.memory_gib,
+                efa_interfaces=size.efa_interfaces,
+                gpudirect_rdma=self.gpudirect_rdma,
+                network_gbps=size.network_gbps,
+                usd_per_hour=size.usd_per_hour,
+                gpu_link=self.gpu_link,
+                efa_only_secondary=self.efa_only_secondary,
+                capacity_blocks=size.capacity_blocks,
+            )
+            for size in self.sizes
+        )
 
 
 # The chart allowlists this project has read (values key supportedInstanceLabels.values): each chart schedules its
@@ -270,17 +287,53 @@ class GpuFamily:
 EFA_PLUGIN_CHART: str = "aws-efa-k8s-device-plugin"
 EFA_DRA_CHART: str = "aws-dranet"
 
-_LISTED_SINCE_V0_5_28 = frozenset({
-    "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge", "g6e.24xlarge", "g6e.48xlarge", "p4d.24xlarge",
-    "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-})
-_LISTED_SINCE_V0_5_30 = _LISTED_SINCE_V0_5_28 | frozenset({
-    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal", "g5.8xlarge", "g5.16xlarge", "g5.24xlarge",
-    "g6.8xlarge", "g6.16xlarge", "g6.24xlarge", "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g7.8xlarge",
-    "g7.12xlarge", "g7.24xlarge", "g7.48xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge",
-    "gr6.8xlarge", "p3dn.24xlarge", "p5.4xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge",
-    "p6e-gb300.36xlarge",
-})
+_LISTED_SINCE_V0_5_28 = frozenset(
+    {
+        "g5.12xlarge",
+        "g5.48xlarge",
+        "g6.12xlarge",
+        "g6.48xlarge",
+        "g6e.24xlarge",
+        "g6e.48xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+    }
+)
+_LISTED_SINCE_V0_5_30 = _LISTED_SINCE_V0_5_28 | frozenset(
+    {
+        "g4dn.8xlarge",
+        "g4dn.12xlarge",
+        "g4dn.16xlarge",
+        "g4dn.metal",
+        "g5.8xlarge",
+        "g5.16xlarge",
+        "g5.24xlarge",
+        "g6.8xlarge",
+        "g6.16xlarge",
+        "g6.24xlarge",
+        "g6e.8xlarge",
+        "g6e.12xlarge",
+        "g6e.16xlarge",
+        "g7.8xlarge",
+        "g7.12xlarge",
+        "g7.24xlarge",
+        "g7.48xlarge",
+        "g7e.8xlarge",
+        "g7e.12xlarge",
+        "g7e.24xlarge",
+        "g7e.48xlarge",
+        "gr6.8xlarge",
+        "p3dn.24xlarge",
+        "p5.4xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+        "p6e-gb200.36xlarge",
+        "p6e-gb300.36xlarge",
+    }
+)
 CHART_GPU_ALLOWLISTS: dict[str, frozenset[str]] = {
     # v0.5.30's allowlist has 303 entries (PROVENANCE.md lists them all); these are its GPU types, built in or not,
     # so that a row or a described type is checked against what the chart really lists.
@@ -301,5 +354,6 @@ def build_gpu_row(**facts: Any) -> GpuInstanceType:
     given = {key: value for key, value in facts.items() if value is not None}
     if not given.get("allowlisted_by"):
         given["allowlisted_by"] = frozenset(
-            chart for chart, names in CHART_GPU_ALLOWLISTS.items() if given["name"] in names)
+            chart for chart, names in CHART_GPU_ALLOWLISTS.items() if given["name"] in names
+        )
     return GpuInstanceType(**given)

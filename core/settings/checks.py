@@ -30,8 +30,30 @@ from ray_efa.core.settings.framework import string_schema as _schema
 KUBERNETES_VERSIONS = ("1.35", "1.36")
 """Versions that both aws_eks_v2 (aws-cdk-lib 2.275.0) and a pinned kubectl layer package support."""
 
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-                      3288, 3653)
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
 """The retention periods CloudWatch Logs accepts (AWS::Logs::LogGroup RetentionInDays)."""
 
 KUBERAY_VERSIONS = ("1.4.0", "1.7.0")
@@ -103,8 +125,10 @@ def admin_arn_problem(arn: str) -> str | None:
     session = _STS_ASSUMED_ROLE_ARN.match(arn)
     if session:
         # EKS refuses session ARNs, which lack the role's path: no way to derive the role ARN here.
-        return ("must be IAM role or user ARNs, not an STS session; `ray-efa whoami` prints the role's ARN "
-                f"(or: aws iam get-role --role-name {session['role']} --query Role.Arn --output text)")
+        return (
+            "must be IAM role or user ARNs, not an STS session; `ray-efa whoami` prints the role's ARN "
+            f"(or: aws iam get-role --role-name {session['role']} --query Role.Arn --output text)"
+        )
     if not re.match(_IAM_PRINCIPAL_ARN, arn):
         return "must be IAM role or user ARNs like arn:aws:iam::111122223333:role/Admin"
     return None
@@ -134,7 +158,11 @@ def _gpu_instance_problem(name: str) -> str | None:
 def _descriptions_problem(descriptions: tuple[dict[str, Any], ...]) -> str | None:
     problems, names = [], []
     for index, description in enumerate(descriptions):
-        label = f"entry {index} ({description.get('name', 'no name')})" if isinstance(description, dict) else f"entry {index}"
+        label = (
+            f"entry {index} ({description.get('name', 'no name')})"
+            if isinstance(description, dict)
+            else f"entry {index}"
+        )
         if not isinstance(description, dict):
             problems.append(f"{label} must be a JSON object")
             continue
@@ -165,7 +193,7 @@ def _storage_path_problem(path: str) -> str | None:
     # Every node writes checkpoint shards here, so a relative path (each node's own working directory) is useless.
     # The bucket name is not checked: a stack passes its own bucket as a CDK token, unresolved until deploy.
     if path.startswith("s3://"):
-        bucket = path[len("s3://"):].partition("/")[0]
+        bucket = path[len("s3://") :].partition("/")[0]
         return None if bucket else "must name a bucket: s3://bucket/prefix"
     if path.startswith("/"):
         return None
@@ -193,11 +221,15 @@ starting with "_", which the project's test hooks use)."""
 def job_name_problem(name: str) -> str | None:
     """jobName's (and RayTrainingJob job_name's) check: a DNS-1035 label of at most MAX_JOB_NAME_LENGTH characters."""
     if not re.match(_DNS_1035, name):
-        return ("must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a "
-                "letter or digit)")
+        return (
+            "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a "
+            "letter or digit)"
+        )
     if len(name) > MAX_JOB_NAME_LENGTH:
-        return (f"must be at most {MAX_JOB_NAME_LENGTH} characters, not {len(name)}: KubeRay's 47 minus the -tcp of "
-                "the comparison job")
+        return (
+            f"must be at most {MAX_JOB_NAME_LENGTH} characters, not {len(name)}: KubeRay's 47 minus the -tcp of "
+            "the comparison job"
+        )
     if name.endswith("-tcp"):
         return "must not end with -tcp: that is the suffix of the TCP comparison job (train-efa's is train-tcp)"
     return None
@@ -216,53 +248,106 @@ def _train_config_problem(config: dict[str, Any]) -> str | None:
         return "must be a JSON object"
     reserved = sorted(k for k in config if k == TRAIN_CONFIG_RESERVED or k.startswith("_"))
     if reserved:
-        return (f"must not use the keys {', '.join(reserved)}: config[{TRAIN_CONFIG_RESERVED!r}] holds the resolved "
-                "settings, and keys starting with '_' are the project's")
+        return (
+            f"must not use the keys {', '.join(reserved)}: config[{TRAIN_CONFIG_RESERVED!r}] holds the resolved "
+            "settings, and keys starting with '_' are the project's"
+        )
     return None
 
 
 # Annotated types with their checks; pydantic runs them after the type.
 Region = Annotated[str, _check(_region_problem), _schema(pattern=regions.REGION_PATTERN.pattern)]
 Cidr = Annotated[str, _check(cidr_problem), _schema(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
-GpuInstanceType = Annotated[str, _check(_gpu_instance_problem), _schema(
-    pattern=_INSTANCE_TYPE, examples=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))]
+GpuInstanceType = Annotated[
+    str,
+    _check(_gpu_instance_problem),
+    _schema(pattern=_INSTANCE_TYPE, examples=sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable)),
+]
 _DESCRIPTION_SCHEMA = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "required": [key for key, (_, required, _) in catalog.DESCRIPTION_KEYS.items() if required],
-    "properties": {key: {"description": meaning, **({"type": "string"} if kind is str else {"type": "boolean"}
-                                                     if kind is bool else {"type": "integer"} if kind is int
-                                                     else {"type": "number"})}
-                   for key, (kind, _, meaning) in catalog.DESCRIPTION_KEYS.items()},
+    "properties": {
+        key: {
+            "description": meaning,
+            **(
+                {"type": "string"}
+                if kind is str
+                else {"type": "boolean"}
+                if kind is bool
+                else {"type": "integer"}
+                if kind is int
+                else {"type": "number"}
+            ),
+        }
+        for key, (kind, _, meaning) in catalog.DESCRIPTION_KEYS.items()
+    },
 }
-GpuDescriptions = Annotated[tuple[dict[str, Any], ...], _LIST_AS_TUPLE, _check(_descriptions_problem),
-                            WithJsonSchema({"type": "array", "items": _DESCRIPTION_SCHEMA})]
+GpuDescriptions = Annotated[
+    tuple[dict[str, Any], ...],
+    _LIST_AS_TUPLE,
+    _check(_descriptions_problem),
+    WithJsonSchema({"type": "array", "items": _DESCRIPTION_SCHEMA}),
+]
 """GPU instance types a user describes (catalog.DESCRIPTION_KEYS), checked like the catalog's own rows."""
-ImageReference = Annotated[str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")]
+ImageReference = Annotated[
+    str, _check(_image_problem), _schema(pattern=r"^[^\s]+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})$")
+]
 StoragePath = Annotated[str, _check(_storage_path_problem), _schema(pattern=r"^(s3://[^/]+(/.*)?|/.*)$")]
-ModelPath = Annotated[str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")]
+ModelPath = Annotated[
+    str, _check(model_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?|hf://[^/@]+/[^/@]+(@.+)?)$")
+]
 DataPath = Annotated[str, _check(data_path_problem), _schema(pattern=r"^(/.*|s3://[^/]+(/.*)?)$")]
 AdminPrincipalArn = Annotated[str, _check(admin_arn_problem), _schema(pattern=_IAM_PRINCIPAL_ARN)]
-LogRetentionDays = Annotated[int, _check(_log_retention_problem),
-                             WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})]
+LogRetentionDays = Annotated[
+    int, _check(_log_retention_problem), WithJsonSchema({"type": "integer", "enum": list(LOG_RETENTION_DAYS)})
+]
 NodeSelector = Annotated[
-    dict[str, str], _check(scheduling.node_selector_problem),
+    dict[str, str],
+    _check(scheduling.node_selector_problem),
     WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
 ]
 """Node labels a pod must match; on `-c` a JSON object or key=value,key2=value2."""
-NodeTaints = Annotated[tuple[str, ...], _LIST_AS_TUPLE, _check(scheduling.taints_problem),
-                       WithJsonSchema({"type": "array", "items": {"type": "string",
-                                                                  "pattern": r"^[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"}})]
+NodeTaints = Annotated[
+    tuple[str, ...],
+    _LIST_AS_TUPLE,
+    _check(scheduling.taints_problem),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"},
+        }
+    ),
+]
 """Node taints, each key=value:Effect or key:Effect."""
 TrainConfig = Annotated[dict[str, Any], _check(_train_config_problem), WithJsonSchema({"type": "object"})]
 """A free-form JSON object; on `-c` its JSON text."""
-JobName = Annotated[str, _check(job_name_problem),
-                    _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}})]
+JobName = Annotated[
+    str,
+    _check(job_name_problem),
+    _schema(pattern=_DNS_1035, maxLength=MAX_JOB_NAME_LENGTH, **{"not": {"pattern": "-tcp$"}}),
+]
 CodeDir = Annotated[str, _check(_code_dir_problem), _schema(minLength=1)]
 
 
 NCCL_DEBUG_SUBSYSTEMS: tuple[str, ...] = (
-    "INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG",
-    "PROFILE", "RAS", "ALL",
+    "INIT",
+    "COLL",
+    "P2P",
+    "SHM",
+    "NET",
+    "GRAPH",
+    "TUNING",
+    "ENV",
+    "ALLOC",
+    "CALL",
+    "PROXY",
+    "NVLS",
+    "BOOTSTRAP",
+    "REG",
+    "PROFILE",
+    "RAS",
+    "ALL",
 )
 """The names NCCL_DEBUG_SUBSYS takes (NCCL 2.29.7, src/debug.cc ncclDebugInit: a comma list, case-insensitive, or
 "^" and the subsystems to leave out of all; a name it does not know it ignores)."""
@@ -279,11 +364,16 @@ def nccl_debug_subsys_problem(value: str) -> str | None:
     allowed = f"a comma list of {', '.join(NCCL_DEBUG_SUBSYSTEMS)} (or ^ and the ones to leave out)"
     if unknown := [name for name in names if name not in NCCL_DEBUG_SUBSYSTEMS]:
         return f"names no NCCL subsystem ({', '.join(unknown)}): must be {allowed}"
-    kept = ({*NCCL_DEBUG_SUBSYSTEMS} - {*names} if "ALL" not in names else set()) if invert else (
-        {*NCCL_DEBUG_SUBSYSTEMS} if "ALL" in names else {*names})
+    kept = (
+        ({*NCCL_DEBUG_SUBSYSTEMS} - {*names} if "ALL" not in names else set())
+        if invert
+        else ({*NCCL_DEBUG_SUBSYSTEMS} if "ALL" in names else {*names})
+    )
     if missing := [name for name in GATE_LOG_SUBSYSTEMS if name not in kept]:
-        return (f"leaves out {' and '.join(missing)}, whose INFO lines the transport gate reads: must keep "
-                f"{' and '.join(GATE_LOG_SUBSYSTEMS)} (e.g. INIT,NET,ENV or ALL), as {allowed}")
+        return (
+            f"leaves out {' and '.join(missing)}, whose INFO lines the transport gate reads: must keep "
+            f"{' and '.join(GATE_LOG_SUBSYSTEMS)} (e.g. INIT,NET,ENV or ALL), as {allowed}"
+        )
     return None
 
 
@@ -295,21 +385,31 @@ def _positive_or_auto(value: int | str) -> str | None:
     return None if value == "auto" or (isinstance(value, int) and value >= 1) else "must be auto or an integer >= 1"
 
 
-AutoCount = Annotated[Literal["auto"] | int, _check(_positive_or_auto),
-                      WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 1}]})]
+AutoCount = Annotated[
+    Literal["auto"] | int,
+    _check(_positive_or_auto),
+    WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 1}]}),
+]
 """A count core.strategy decides when left at auto (microBatch, gradAccumulation); on `-c` auto or an integer."""
+
+
 def _non_negative_or_auto(value: int | str) -> str | None:
     return None if value == "auto" or (isinstance(value, int) and value >= 0) else "must be auto or an integer >= 0"
 
 
-AutoChunk = Annotated[Literal["auto"] | int, _check(_non_negative_or_auto),
-                      WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 0}]})]
+AutoChunk = Annotated[
+    Literal["auto"] | int,
+    _check(_non_negative_or_auto),
+    WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "integer", "minimum": 0}]}),
+]
 """A token count core.strategy decides when left at auto, where 0 means none (lossChunkSize); on `-c` auto or an integer."""
 AutoBool = Annotated[Literal["auto"] | bool, WithJsonSchema({"anyOf": [{"const": "auto"}, {"type": "boolean"}]})]
 """A switch core.strategy decides when left at auto (gradSyncEveryMicroBatch); on `-c` auto, true or false."""
 CHECKPOINTING_MODES = ("none", "selective", "full")
 """What activationCheckpointing can be decided to (true means full, false none)."""
-AutoCheckpointing = Annotated[Literal["auto", "none", "selective", "full"] | bool,
-                              WithJsonSchema({"anyOf": [{"enum": ["auto", *CHECKPOINTING_MODES]}, {"type": "boolean"}]})]
+AutoCheckpointing = Annotated[
+    Literal["auto", "none", "selective", "full"] | bool,
+    WithJsonSchema({"anyOf": [{"enum": ["auto", *CHECKPOINTING_MODES]}, {"type": "boolean"}]}),
+]
 """activationCheckpointing: auto (core.strategy decides), none, selective or full; true and false, its first values,
 mean full and none."""

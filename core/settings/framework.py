@@ -37,12 +37,23 @@ if TYPE_CHECKING:
     from pydantic.config import JsonDict
 
 __all__ = [
-    "setting", "check", "string_schema", "LIST_AS_TUPLE", "Rule", "RULES", "rule", "rule_problems", "choices_of",
-    "Model", "Section", "parse_context_value",
+    "setting",
+    "check",
+    "string_schema",
+    "LIST_AS_TUPLE",
+    "Rule",
+    "RULES",
+    "rule",
+    "rule_problems",
+    "choices_of",
+    "Model",
+    "Section",
+    "parse_context_value",
 ]
 
 
 # -- how a field is declared --------------------------------------------------------------------------------------
+
 
 def setting(default: Any, key: str, doc: str, *, message: str | None = None, **constraints: Any) -> Any:
     """A settings field: its context key, a one-line description and pydantic constraints (ge, le, pattern...).
@@ -76,6 +87,7 @@ LIST_AS_TUPLE: BeforeValidator = BeforeValidator(lambda value: tuple(value) if i
 
 
 # -- rules across fields ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -118,10 +130,16 @@ def rule_problems(rules: Iterable[Rule], values: Mapping[str, Any], invalid: set
 # -- translating pydantic's errors into problems ------------------------------------------------------------------
 
 _TYPE_MESSAGES = {
-    "int_type": "must be an integer", "int_parsing": "must be an integer", "int_from_float": "must be an integer",
-    "float_type": "must be a number", "float_parsing": "must be a number", "finite_number": "must be a finite number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be a string", "tuple_type": "must be a list of strings",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "tuple_type": "must be a list of strings",
 }
 
 
@@ -168,8 +186,10 @@ def _field_message(error_type: str, info: Any, fallback: str) -> str:
 
 def _problems_of(error: ValidationError, model: type[BaseModel]) -> list[Problem]:
     """pydantic's errors as Problems: each names the context key, the value and what is allowed."""
-    by_name = {**{name: name for name in model.model_fields},
-               **{info.alias: name for name, info in model.model_fields.items() if info.alias}}
+    by_name = {
+        **{name: name for name in model.model_fields},
+        **{info.alias: name for name, info in model.model_fields.items() if info.alias},
+    }
     problems: list[Problem] = []
     for item in error.errors():
         ctx_error = (item.get("ctx") or {}).get("error")
@@ -205,7 +225,12 @@ class Model(BaseModel):
     # populate_by_name (not validate_by_name, which needs pydantic 2.11): the container's Ray accepts pydantic >= 2.5.
     # No protected namespaces: model_path is a setting, not pydantic's.
     model_config: ClassVar[ConfigDict] = ConfigDict(
-        frozen=True, strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False, protected_namespaces=(),
+        frozen=True,
+        strict=True,
+        extra="forbid",
+        populate_by_name=True,
+        allow_inf_nan=False,
+        protected_namespaces=(),
     )
 
     def __hash__(self) -> int:
@@ -305,8 +330,9 @@ def _parse_json_object(raw: Any) -> dict[str, Any]:
     try:
         return json.loads(json.dumps(dict(raw), allow_nan=False))  # a copy, never the caller's
     except (TypeError, ValueError) as error:  # a value JSON has no form for: a set, an object, NaN
-        raise ValueError(f"must be a JSON object (strings, numbers, booleans, null, lists and objects; {error})") \
-            from None
+        raise ValueError(
+            f"must be a JSON object (strings, numbers, booleans, null, lists and objects; {error})"
+        ) from None
 
 
 def _parse_strings(raw: Any) -> tuple[str, ...]:

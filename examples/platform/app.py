@@ -1,6 +1,6 @@
 """A platform team's CDK app that embeds ray-efa-stack: its own `infra` and `core` packages beside `ray_efa`.
 
-    npx cdk synth        (in this folder; offline: no lookups, explicit region, imported ids as attributes)
+npx cdk synth        (in this folder; offline: no lookups, explicit region, imported ids as attributes)
 """
 
 import aws_cdk as cdk

@@ -24,8 +24,9 @@ from ray_efa.core.context import parse_overrides, resolve_settings
 from ray_efa.core.settings import Settings, SettingsError, setting_keys
 from ray_efa.training import transport
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-                database=None)
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None
+)
 """Bounded: a fixed number of examples, no shrinking database left behind in the repository."""
 
 KEYS = sorted(setting_keys())
@@ -33,7 +34,10 @@ KEYS = sorted(setting_keys())
 # -- settings -------------------------------------------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=True)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True)
     | st.text(max_size=40),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=8,
@@ -73,17 +77,71 @@ def test_any_string_for_any_key_raises_only_settings_error(key, value):
 
 # -- the transport gate ---------------------------------------------------------------------------------------------
 
-PREFIXES = ["", "ip-10-0-1-1:4100:4200 [0] NCCL INFO ", "ip-10-0-1-2:4100:4200 [1] NCCL INFO ",
-            "(RayTrainWorker pid=4100, ip=10.0.1.1) ip-10-0-1-1:4100:4200 [0] NCCL INFO ",
-            "ip-10-0-1-1:4100:4200 [0] NCCL WARN ", "NCCL INFO ", "2026-11-29T10:00:00Z stdout F "]
-WORDS = ["NET/OFI", "Selected", "provider", "is", "efa", "Using", "network", "Socket", "IB", "Libfabric", "comm",
-         "0x55d0", "rank", "nRanks", "nNodes", "localRanks", "localRank", "Channel", "00/0", ":", "0[0]", "->",
-         "1[1]", "via", "NET/Socket/0", "NET/IB/0", "P2P/CUMEM", "SHM/direct/direct", "[send]", "[receive]",
-         "NCCL_NET_PLUGIN", "libnccl-net-ofi.so", "Init", "COMPLETE", "version", "2.29.7+cuda12.9", "Failed",
-         "Bootstrap", "NET/Plugin", "Loaded", "plugin", "aws-ofi-nccl", "1.20.0", "0", "1", "2", "8", "-1", "\t"]
+PREFIXES = [
+    "",
+    "ip-10-0-1-1:4100:4200 [0] NCCL INFO ",
+    "ip-10-0-1-2:4100:4200 [1] NCCL INFO ",
+    "(RayTrainWorker pid=4100, ip=10.0.1.1) ip-10-0-1-1:4100:4200 [0] NCCL INFO ",
+    "ip-10-0-1-1:4100:4200 [0] NCCL WARN ",
+    "NCCL INFO ",
+    "2026-11-29T10:00:00Z stdout F ",
+]
+WORDS = [
+    "NET/OFI",
+    "Selected",
+    "provider",
+    "is",
+    "efa",
+    "Using",
+    "network",
+    "Socket",
+    "IB",
+    "Libfabric",
+    "comm",
+    "0x55d0",
+    "rank",
+    "nRanks",
+    "nNodes",
+    "localRanks",
+    "localRank",
+    "Channel",
+    "00/0",
+    ":",
+    "0[0]",
+    "->",
+    "1[1]",
+    "via",
+    "NET/Socket/0",
+    "NET/IB/0",
+    "P2P/CUMEM",
+    "SHM/direct/direct",
+    "[send]",
+    "[receive]",
+    "NCCL_NET_PLUGIN",
+    "libnccl-net-ofi.so",
+    "Init",
+    "COMPLETE",
+    "version",
+    "2.29.7+cuda12.9",
+    "Failed",
+    "Bootstrap",
+    "NET/Plugin",
+    "Loaded",
+    "plugin",
+    "aws-ofi-nccl",
+    "1.20.0",
+    "0",
+    "1",
+    "2",
+    "8",
+    "-1",
+    "\t",
+]
 nccl_like_lines = st.builds(
     lambda prefix, words, tail: prefix + " ".join(words) + tail,
-    st.sampled_from(PREFIXES), st.lists(st.sampled_from(WORDS), max_size=12), st.text(max_size=10),
+    st.sampled_from(PREFIXES),
+    st.lists(st.sampled_from(WORDS), max_size=12),
+    st.text(max_size=10),
 )
 
 
@@ -153,8 +211,11 @@ def test_random_counter_files_never_raise_and_never_pass(tmp_path_factory, data)
 
 
 @FUZZ
-@given(st.sampled_from(sorted(COUNTERS.glob("*.json"))), st.integers(min_value=0, max_value=4096),
-       st.sampled_from(["cut", "flip", "negate"]))
+@given(
+    st.sampled_from(sorted(COUNTERS.glob("*.json"))),
+    st.integers(min_value=0, max_value=4096),
+    st.sampled_from(["cut", "flip", "negate"]),
+)
 def test_damaged_snapshots_of_a_passing_job_are_exit_2_or_a_named_verdict(tmp_path_factory, victim, at, how):
     # GIVEN the four snapshots of a job that passes on counters alone, one of them damaged
     folder = tmp_path_factory.mktemp("fuzz")
@@ -166,7 +227,7 @@ def test_damaged_snapshots_of_a_passing_job_are_exit_2_or_a_named_verdict(tmp_pa
     if how == "cut":
         target.write_text(text[:at])
     elif how == "flip":
-        target.write_text(text[:at] + ("x" if text[at] != "x" else "y") + text[at + 1:])
+        target.write_text(text[:at] + ("x" if text[at] != "x" else "y") + text[at + 1 :])
     else:  # a counter that went down: the device was reset
         data = json.loads(text)
         device = next(iter(data["devices"]))
@@ -211,9 +272,11 @@ def bad_files(tmp_path, monkeypatch):
     (foreign / "kustomization.yaml").write_text("resources: []\n")
     (tmp_path / "truncated.log.gz").write_bytes(gzip.compress(b"NCCL INFO Using network Libfabric\n" * 500)[:60])
     (tmp_path / "garbage.bin").write_bytes(bytes(range(256)) * 4)
-    (tmp_path / "zero.log").write_text('RAY_EFA_RUN_SUMMARY {"name": "t", "network": "tcp", '
-                                       '"throughput/tokens_per_s": 0}\nRAY_EFA_RUN_SUMMARY {"name": "e", '
-                                       '"network": "efa", "throughput/tokens_per_s": 5}\n')
+    (tmp_path / "zero.log").write_text(
+        'RAY_EFA_RUN_SUMMARY {"name": "t", "network": "tcp", '
+        '"throughput/tokens_per_s": 0}\nRAY_EFA_RUN_SUMMARY {"name": "e", '
+        '"network": "efa", "throughput/tokens_per_s": 5}\n'
+    )
     (tmp_path / "nokey.log").write_text('RAY_EFA_RUN_SUMMARY {"network": "tcp"}\n')
     (tmp_path / "kubeconfig").write_text("clusters: [this is: not, a kubeconfig\n")
     (tmp_path / "kubeconfig-list").write_text("- 1\n- 2\n")

@@ -37,8 +37,9 @@ def test_the_editable_install_is_redone_only_for_what_it_depends_on():
     # on the list of the package's files, besides the metadata (pyproject.toml) and the venv itself
     (editable,) = [c for c in _recipe("install") if "pip install" in c and " -e ." in c]
     assert "--config-settings editable_mode=strict" in editable, editable
-    database = subprocess.run(["make", "-p", "-n", "-B", ".venv/.editable"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60).stdout.splitlines()
+    database = subprocess.run(
+        ["make", "-p", "-n", "-B", ".venv/.editable"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()
     (rule,) = [line for line in database if line.startswith(".venv/.editable:")]
     assert rule.split(":", 1)[1].split() == [".venv/.installed", "pyproject.toml", ".venv/.package-files"]
 
@@ -51,8 +52,13 @@ def test_the_list_of_package_files_changes_only_with_a_module_added_or_removed(t
     listed = tmp_path / "venv" / ".package-files"
 
     def make() -> float:
-        result = subprocess.run(["make", "-f", str(ROOT / "Makefile"), f"VENV={tmp_path / 'venv'}", str(listed)],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            ["make", "-f", str(ROOT / "Makefile"), f"VENV={tmp_path / 'venv'}", str(listed)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         return listed.stat().st_mtime
 

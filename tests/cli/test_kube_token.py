@@ -29,10 +29,18 @@ request asks it again, numbering its tokens."""
 
 def _kubeconfig(tmp_path: Path, user: dict) -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
-        "users": [{"name": "u", "user": user}], "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -53,9 +61,18 @@ def test_a_static_token_is_sent(tmp_path):
 
 def test_an_exec_plugins_token_is_sent_and_sent_anew_after_it_expires(tmp_path):
     (tmp_path / "plugin.py").write_text(EXEC_PLUGIN)
-    api_client = _client(_kubeconfig(tmp_path, {"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
-        "args": [str(tmp_path / "plugin.py"), str(tmp_path / "count")]}}))
+    api_client = _client(
+        _kubeconfig(
+            tmp_path,
+            {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": sys.executable,
+                    "args": [str(tmp_path / "plugin.py"), str(tmp_path / "count")],
+                }
+            },
+        )
+    )
     sent = [_sent_authorization(api_client) for _ in range(3)]
     assert all(header is not None and header.startswith("Bearer token-") for header in sent), sent
     # each request after the token expired carries the plugin's next token, not the first one again

@@ -54,8 +54,9 @@ def test_manifests_refuses_the_working_directory(tmp_path, monkeypatch, capsys):
     assert list(empty.iterdir()) == []
 
 
-@pytest.mark.parametrize("relative", ["", "k8s", "core", "infra", "training", "ops", "cli", "tests", "ray_efa",
-                                      "k8s/generated", "tests/out"])
+@pytest.mark.parametrize(
+    "relative", ["", "k8s", "core", "infra", "training", "ops", "cli", "tests", "ray_efa", "k8s/generated", "tests/out"]
+)
 def test_manifests_refuses_the_repository_and_its_source_folders(relative, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # not the cause of the refusal
     target = ROOT / relative if relative else ROOT
@@ -81,7 +82,9 @@ def test_new_folders_and_files_follow_the_umask(tmp_path, umask, folders, files)
 def test_a_second_run_replaces_its_own_files_and_refuses_a_file_added_since(tmp_path, capsys):
     out = tmp_path / "dist"
     assert run_cli("manifests", "--allow-no-storage", "--out", str(out)) == 0
-    assert run_cli("manifests", "--allow-no-storage", "--out", str(out), "-c", "gpuNodeCount=3") == 0  # its own files: replaced
+    assert (
+        run_cli("manifests", "--allow-no-storage", "--out", str(out), "-c", "gpuNodeCount=3") == 0
+    )  # its own files: replaced
     assert "replicas: 3" in (out / "0001-raycluster.yaml").read_text()
     (out / "kustomization.yaml").write_text("resources: []\n")
     capsys.readouterr()

@@ -65,8 +65,12 @@ def test_it_replaces_its_own_folder_and_refuses_any_other(tmp_path, capsys):
     # and the other is refused with exit 2, one line naming the file, nothing written
     assert run_cli("tiny-model", str(theirs)) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"ray-efa tiny-model: refusing to write into {theirs}: it holds files ray-efa did not "
-                          "write (notes.txt)") and "Traceback" not in err
+    assert (
+        err.startswith(
+            f"ray-efa tiny-model: refusing to write into {theirs}: it holds files ray-efa did not write (notes.txt)"
+        )
+        and "Traceback" not in err
+    )
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
 
 
@@ -94,7 +98,10 @@ def test_too_little_text_is_an_error_that_says_how_much_there_is():
         ({"evalFraction": "0.2"}, True),  # valid once the tiny model's dataset is there
         ({"modelPath": "/models/mine"}, False),
         ({"dataset": "/data/mine"}, False),
-        ({"trainFunction": "my_pkg.train:train_func"}, False),  # a function of yours gets no data set it did not ask for
+        (
+            {"trainFunction": "my_pkg.train:train_func"},
+            False,
+        ),  # a function of yours gets no data set it did not ask for
     ],
     ids=["default", "random-pool", "random-pool-string", "eval-fraction", "model-path", "dataset", "own-function"],
 )
@@ -143,17 +150,29 @@ def test_a_refusal_is_its_one_line_with_nothing_imported_before_it(tmp_path, wha
     from pathlib import Path
 
     # GIVEN a DIR that cannot be written: a file, a folder holding files ray-efa did not write, a path under a file
-    target = {"a-file": tmp_path / "model", "a-folder-of-yours": tmp_path / "mine",
-              "under-a-file": tmp_path / "model" / "sub"}[what]
+    target = {
+        "a-file": tmp_path / "model",
+        "a-folder-of-yours": tmp_path / "mine",
+        "under-a-file": tmp_path / "model" / "sub",
+    }[what]
     (tmp_path / "model").write_text("mine")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     # WHEN `ray-efa tiny-model DIR` runs in a fresh process (which says whether torch was imported)
-    probe = ("import sys; from ray_efa.cli import main; code = main(['tiny-model', sys.argv[1]]); "
-             "print('torch' in sys.modules, 'transformers' in sys.modules); sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[2])
+    probe = (
+        "import sys; from ray_efa.cli import main; code = main(['tiny-model', sys.argv[1]]); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     # THEN exit 2 and one line naming DIR, before torch or transformers is imported (whose warnings would come first)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("ray-efa tiny-model: ") and str(target) in done.stderr
+    assert (
+        done.stderr.count("\n") == 1 and done.stderr.startswith("ray-efa tiny-model: ") and str(target) in done.stderr
+    )
     assert done.stdout.split() == ["False", "False"]

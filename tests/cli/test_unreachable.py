@@ -28,11 +28,18 @@ KUBE_FAILURES = ["refused", "dns", "timeout"]
 
 def _kubeconfig(tmp_path: Path, server: str) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": server}}],
-        "users": [{"name": "me", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "me"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": server}}],
+                "users": [{"name": "me", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "me"}}],
+            }
+        )
+    )
     return path
 
 
@@ -48,9 +55,13 @@ class _Refusing(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         code = self.server.code  # type: ignore[attr-defined]
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        kind, body = "text/xml", (
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>"
-            "<Message>no</Message></Error></Errors><RequestID>r</RequestID></Response>")
+        kind, body = (
+            "text/xml",
+            (
+                '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>UnauthorizedOperation</Code>'
+                "<Message>no</Message></Error></Errors><RequestID>r</RequestID></Response>"
+            ),
+        )
         data = body.encode()
         self.send_response(code)
         self.send_header("Content-Type", kind)
@@ -76,16 +87,22 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -122,8 +139,14 @@ def endpoint(request, tmp_path) -> Iterator[tuple[str, str]]:
 
 
 def _ray_efa(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _check_one_line(result: subprocess.CompletedProcess, *words: str, code: int = 1) -> None:
@@ -165,9 +188,16 @@ def test_aws_unreachable_or_refusing(tmp_path, endpoint):
     url, word = endpoint
     if word == "403":
         word = "UnauthorizedOperation"
-    env = {"AWS_ENDPOINT_URL_EC2": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_CONFIG_FILE": str(tmp_path / "no-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-creds"),
-           "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard", "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        "AWS_ENDPOINT_URL_EC2": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-creds"),
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_RETRY_MODE": "standard",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     result = _ray_efa("capacity", "--region", "us-east-2", "--request-timeout", "1", "--json", env=env)
     _check_one_line(result, url.split("://")[1].split(":")[0], word)
 
@@ -177,8 +207,9 @@ def test_aws_unreachable_or_refusing(tmp_path, endpoint):
 def test_a_server_that_is_not_a_kubernetes_api_server_is_named_as_such(tmp_path, command, endpoint):
     # GIVEN a kubeconfig whose server answers 404 to everything, /api included (a web server, not an API server)
     url, _ = endpoint
-    result = _ray_efa(*_kube_argv(command), "--kubeconfig", str(_kubeconfig(tmp_path, url)), "--request-timeout", "5",
-                      "--json")
+    result = _ray_efa(
+        *_kube_argv(command), "--kubeconfig", str(_kubeconfig(tmp_path, url)), "--request-timeout", "5", "--json"
+    )
     # THEN one line saying that server does not answer the Kubernetes API, exit 1: not a missing ConfigMap or RayJob
     # with the raw ApiException
     _check_one_line(result, url.split("://")[1], "does not answer the Kubernetes API (404 Not Found on /api")

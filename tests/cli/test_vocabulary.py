@@ -22,6 +22,7 @@ def run_cli(*argv: str) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
 
+
 ROOT = Path(__file__).resolve().parents[2]
 NCCL = ROOT / "tests" / "training" / "fixtures" / "nccl" / "synthetic"
 SNAKE = re.compile(r"[a-z][a-z0-9_]*(/[a-z0-9_]+)?")
@@ -93,21 +94,27 @@ def test_check_transport_json_is_snake_case(capsys):
     data = json.loads(capsys.readouterr().out)
     # channels maps NCCL's transport names (data, not field names) to counts
     assert _bad_keys(data, exempt=("/processes[]/channels",)) == [] and data["exit_code"] == 0
-    assert data["processes"][0]["channels"] and data["processes"][0]["n_ranks"] if "n_ranks" in data["processes"][0] \
+    assert (
+        data["processes"][0]["channels"] and data["processes"][0]["n_ranks"]
+        if "n_ranks" in data["processes"][0]
         else data["processes"][0]["comms"][0]["n_ranks"] == 8
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ("plan", "--json", "-c", "gpuNodeCount=65"),
-    ("manifests", "--json", "--out", "."),
-    ("check-transport", "--json", "/nonexistent.log"),
-    ("compare", "--json", "/nonexistent.log"),
-    ("report", "--json", "/nonexistent-run"),
-    ("plan", "--json", "--plot", "/"),
-    ("verify", "--json", "--kubeconfig", "/nonexistent"),
-    ("verify", "--json", "--wait", "-1"),
-    ("capacity", "--json", "--count", "0"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "--json", "-c", "gpuNodeCount=65"),
+        ("manifests", "--json", "--out", "."),
+        ("check-transport", "--json", "/nonexistent.log"),
+        ("compare", "--json", "/nonexistent.log"),
+        ("report", "--json", "/nonexistent-run"),
+        ("plan", "--json", "--plot", "/"),
+        ("verify", "--json", "--kubeconfig", "/nonexistent"),
+        ("verify", "--json", "--wait", "-1"),
+        ("capacity", "--json", "--count", "0"),
+    ],
+)
 def test_errors_under_json_are_json_with_the_exit_code(argv, capsys):
     code = run_cli(*argv)
     captured = capsys.readouterr()
@@ -120,8 +127,14 @@ def test_errors_under_json_are_json_with_the_exit_code(argv, capsys):
 
 
 def _at_80(*argv: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "ray_efa.cli", *argv], cwd=ROOT, capture_output=True, text=True,
-                            env={**__import__("os").environ, "COLUMNS": "80"}, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "COLUMNS": "80"},
+        timeout=300,
+    )
     assert result.returncode in (0, 1), result.stderr
     return result.stdout
 
@@ -153,9 +166,17 @@ def test_compare_and_verify_tables_at_80_columns(tmp_path):
     from ray_efa.ops.compare import Comparison
     from ray_efa.ops.verify import Check, VerifyReport, render_verify
 
-    run = {"name": "ray-train-efa-with-a-long-name", "network": "efa", "instance_type": "p5en.48xlarge", "hosts": 16,
-           "devices": 128, "device": "NVIDIA H200", "throughput/tokens_per_s": 12345678.9, "time/step_s": 0.123,
-           "throughput/mfu_pct": 55.2}
+    run = {
+        "name": "ray-train-efa-with-a-long-name",
+        "network": "efa",
+        "instance_type": "p5en.48xlarge",
+        "hosts": 16,
+        "devices": 128,
+        "device": "NVIDIA H200",
+        "throughput/tokens_per_s": 12345678.9,
+        "time/step_s": 0.123,
+        "throughput/mfu_pct": 55.2,
+    }
     console = Console(width=80, record=True, file=open(tmp_path / "out.txt", "w"))
     table_rows = Comparison(efa=run, tcp={**run, "network": "tcp"}).rows()
     from rich.table import Table
@@ -166,8 +187,16 @@ def test_compare_and_verify_tables_at_80_columns(tmp_path):
     for row in table_rows:
         table.add_row(*row)
     console.print(table)
-    render_verify(VerifyReport(checks=(Check(id="gpu-nodes", name="GPU nodes Ready", ok=False,
-                                             detail="0 Ready of 2 nodes labelled " + "x" * 120),)), console)
+    render_verify(
+        VerifyReport(
+            checks=(
+                Check(
+                    id="gpu-nodes", name="GPU nodes Ready", ok=False, detail="0 Ready of 2 nodes labelled " + "x" * 120
+                ),
+            )
+        ),
+        console,
+    )
     out = console.export_text()
     _fits_80(out)
     assert "12,345,679" in out and "0.123" in out and "55.2" in out
@@ -220,8 +249,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
     # 20 KB table and 45 KB of JSON cannot all be written before the reader goes)
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    process = subprocess.Popen([sys.executable, "-m", "ray_efa.cli", *argv], cwd=ROOT, stdout=write_end,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ray_efa.cli", *argv], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True
+    )
     os.close(write_end)
     with os.fdopen(read_end) as reader:
         reader.readline()

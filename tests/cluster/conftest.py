@@ -118,31 +118,49 @@ def recorded_node(instance: str) -> dict[str, Any]:
     for node in json.loads(NODE_SHAPES.read_text())["items"]:
         if node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == instance:
             return node
-    raise LookupError(f"{NODE_SHAPES} has no node of {instance}: record one (docs/testing.md, \"Node shapes\")")
+    raise LookupError(f'{NODE_SHAPES} has no node of {instance}: record one (docs/testing.md, "Node shapes")')
 
 
-def node_object(name: str, instance: catalog.InstanceType, *, labels: dict[str, str], taints: list[dict[str, str]],
-                zone: str = "us-east-2a", nodegroup: str = "", device_plugins: bool = True) -> dict[str, Any]:
+def node_object(
+    name: str,
+    instance: catalog.InstanceType,
+    *,
+    labels: dict[str, str],
+    taints: list[dict[str, str]],
+    zone: str = "us-east-2a",
+    nodegroup: str = "",
+    device_plugins: bool = True,
+) -> dict[str, Any]:
     """A Node as the kubelet of an EKS managed node of `instance` registers it: capacity and allocatable as recorded
     (NODE_SHAPES; `nvidia.com/gpu` and `vpc.amazonaws.com/efa` as the device plugins advertise them, not with
     `device_plugins` False: DRA drivers publish ResourceSlices instead), the well-known labels EKS sets, the node
     group's own labels and taints. KWOK keeps it Ready (the annotation is KWOK's)."""
     recorded = recorded_node(instance.name)["status"]
     plugin_resources = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
-    capacity, allocatable = ({k: v for k, v in recorded[key].items() if device_plugins or k not in plugin_resources}
-                             for key in ("capacity", "allocatable"))
+    capacity, allocatable = (
+        {k: v for k, v in recorded[key].items() if device_plugins or k not in plugin_resources}
+        for key in ("capacity", "allocatable")
+    )
     well_known = {
-        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": instance.name, "topology.kubernetes.io/zone": zone,
-        "topology.kubernetes.io/region": zone[:-1], "eks.amazonaws.com/capacityType": "ON_DEMAND",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": instance.name,
+        "topology.kubernetes.io/zone": zone,
+        "topology.kubernetes.io/region": zone[:-1],
+        "eks.amazonaws.com/capacityType": "ON_DEMAND",
         **({"eks.amazonaws.com/nodegroup": nodegroup} if nodegroup else {}),
     }
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "labels": {**well_known, **labels}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
         "spec": {"taints": taints},
-        "status": {"capacity": capacity, "allocatable": allocatable,
-                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.36.3"}},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.36.3"},
+        },
     }
 
 
@@ -153,8 +171,16 @@ class Nodes:
         self.api, self.core = api, client.CoreV1Api(api)
         self.names: list[str] = []
 
-    def add(self, instance: catalog.InstanceType, count: int, *, labels: dict[str, str],
-            taints: list[dict[str, str]] | None = None, prefix: str = "", **kwargs: Any) -> list[str]:
+    def add(
+        self,
+        instance: catalog.InstanceType,
+        count: int,
+        *,
+        labels: dict[str, str],
+        taints: list[dict[str, str]] | None = None,
+        prefix: str = "",
+        **kwargs: Any,
+    ) -> list[str]:
         names = []
         for _ in range(count):
             name = _node_name(f"{prefix}{instance.name}")

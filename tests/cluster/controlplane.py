@@ -46,11 +46,28 @@ HERE = Path(__file__).resolve().parent
 # following admission controllers are enabled for all 1.3x platform versions"). ExtendedResourceToleration matters
 # here: a pod that asks for nvidia.com/gpu gets a toleration of the nvidia.com/gpu taint from the API server itself.
 EKS_ADMISSION_PLUGINS = (
-    "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "DefaultStorageClass", "ResourceQuota",
-    "DefaultTolerationSeconds", "NodeRestriction", "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook",
-    "PodSecurity", "TaintNodesByCondition", "StorageObjectInUseProtection", "PersistentVolumeClaimResize",
-    "ExtendedResourceToleration", "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction",
-    "Priority", "RuntimeClass", "DefaultIngressClass", "ClusterTrustBundleAttest", "ValidatingAdmissionPolicy",
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "DefaultStorageClass",
+    "ResourceQuota",
+    "DefaultTolerationSeconds",
+    "NodeRestriction",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "PodSecurity",
+    "TaintNodesByCondition",
+    "StorageObjectInUseProtection",
+    "PersistentVolumeClaimResize",
+    "ExtendedResourceToleration",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "Priority",
+    "RuntimeClass",
+    "DefaultIngressClass",
+    "ClusterTrustBundleAttest",
+    "ValidatingAdmissionPolicy",
 )
 SERVICE_CIDR = "10.100.0.0/16"  # EKS's default service range
 
@@ -88,22 +105,38 @@ def cri_log(text: str, stream: str = "stdout") -> str:
 
 # -- certificates ------------------------------------------------------------------------------------------------------
 
+
 def _key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
 def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
-def _certificate(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey, *,
-                 ca: bool = False, hosts: Iterable[str] = (), client_auth: bool = False) -> x509.Certificate:
+def _certificate(
+    subject: x509.Name,
+    key: rsa.RSAPrivateKey,
+    issuer: x509.Name,
+    issuer_key: rsa.RSAPrivateKey,
+    *,
+    ca: bool = False,
+    hosts: Iterable[str] = (),
+    client_auth: bool = False,
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=2))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:
@@ -141,27 +174,47 @@ class Pki:
         ca_key, serving_key, admin_key, sa_key = _key(), _key(), _key(), _key()
         ca_name = _name("ray-efa-test-ca")
         ca = _certificate(ca_name, ca_key, ca_name, ca_key, ca=True)
-        serving = _certificate(_name("kube-apiserver"), serving_key, ca_name, ca_key,
-                               hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                                      "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.100.0.1"))
+        serving = _certificate(
+            _name("kube-apiserver"),
+            serving_key,
+            ca_name,
+            ca_key,
+            hosts=(
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+                "10.100.0.1",
+            ),
+        )
         # system:masters: the group RBAC never refuses, as the cluster creator's access entry is on EKS
         admin = _certificate(_name("admin", "system:masters"), admin_key, ca_name, ca_key, client_auth=True)
         files = {
             "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
             "ca.key": _pem_key(ca_key),  # signs the client certificates of other users (tests/cluster/rbac.py)
-            "serving.crt": serving.public_bytes(serialization.Encoding.PEM), "serving.key": _pem_key(serving_key),
-            "admin.crt": admin.public_bytes(serialization.Encoding.PEM), "admin.key": _pem_key(admin_key),
+            "serving.crt": serving.public_bytes(serialization.Encoding.PEM),
+            "serving.key": _pem_key(serving_key),
+            "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
+            "admin.key": _pem_key(admin_key),
             "sa.key": _pem_key(sa_key),
-            "sa.pub": sa_key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                        serialization.PublicFormat.SubjectPublicKeyInfo),
+            "sa.pub": sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
         }
         for name, data in files.items():
             (folder / name).write_bytes(data)
-        return Pki(*(folder / n for n in ("ca.crt", "serving.crt", "serving.key", "admin.crt", "admin.key", "sa.key",
-                                           "sa.pub")))
+        return Pki(
+            *(
+                folder / n
+                for n in ("ca.crt", "serving.crt", "serving.key", "admin.crt", "admin.key", "sa.key", "sa.pub")
+            )
+        )
 
 
 # -- processes ---------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Process:
@@ -198,8 +251,10 @@ class ControlPlane:
         binaries = build.bin_dirs()
         missing = [str(path) for path in binaries.values() if not path.is_file()]
         if missing:
-            raise ControlPlaneError(f"control-plane binaries not built ({', '.join(missing)}): run "
-                                    "`python tools/controlplane/build.py` (make test-cluster does)")
+            raise ControlPlaneError(
+                f"control-plane binaries not built ({', '.join(missing)}): run "
+                "`python tools/controlplane/build.py` (make test-cluster does)"
+            )
         pki = Pki.make(workdir / "pki")
         port = free_port()
         plane = cls(workdir, f"https://127.0.0.1:{port}", workdir / "admin.kubeconfig", pki)
@@ -214,9 +269,15 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         log = self.workdir / f"{name}.log"
         handle = log.open("wb")
-        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True,
-                                 preexec_fn=die_with_parent())  # killed when this process dies (lifetime.py)
+        popen = subprocess.Popen(
+            argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )  # killed when this process dies (lifetime.py)
         process = Process(name, popen, log, handle)
         self.processes[name] = process
         return process
@@ -224,43 +285,89 @@ class ControlPlane:
     def _start_all(self, binaries: dict[str, Path], port: int, crds: list[Path], *, operator: bool = True) -> None:
         etcd_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self._spawn("etcd", [
-            str(binaries["etcd"]), "--data-dir", str(self.workdir / "etcd"), "--name", "test",
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-cluster", f"test=http://127.0.0.1:{peer_port}",
-            "--unsafe-no-fsync", "--log-level", "warn"])
-        self._spawn("kube-apiserver", [
-            str(binaries["kube-apiserver"]), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}", "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none",
-            f"--tls-cert-file={self.pki.serving_cert}", f"--tls-private-key-file={self.pki.serving_key}",
-            f"--client-ca-file={self.pki.ca}",
-            f"--service-account-key-file={self.pki.service_account_pub}",
-            f"--service-account-signing-key-file={self.pki.service_account_key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={','.join(EKS_ADMISSION_PLUGINS)}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
-            # pods/log, /exec, /attach: the API server calls the node's kubelet API, which KWOK serves (below) at the
-            # node's InternalIP and kubeletEndpoint port (its node stage writes both); the node's Hostname address (its
-            # name) resolves nowhere here. No --kubelet-certificate-authority: KWOK's certificate is not checked.
-            f"--kubelet-client-certificate={self.pki.admin_cert}", f"--kubelet-client-key={self.pki.admin_key}",
-            "--kubelet-preferred-address-types=InternalIP",
-            # the API server's own record of the requests of every user but admin (audit_events)
-            f"--audit-policy-file={self._write_audit_policy()}", f"--audit-log-path={self.audit_log}",
-            "--audit-log-mode=blocking", "--v=1"])
+        self._spawn(
+            "etcd",
+            [
+                str(binaries["etcd"]),
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--name",
+                "test",
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(binaries["kube-apiserver"]),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+                f"--client-ca-file={self.pki.ca}",
+                f"--service-account-key-file={self.pki.service_account_pub}",
+                f"--service-account-signing-key-file={self.pki.service_account_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=Node,RBAC",
+                f"--enable-admission-plugins={','.join(EKS_ADMISSION_PLUGINS)}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                # pods/log, /exec, /attach: the API server calls the node's kubelet API, which KWOK serves (below) at the
+                # node's InternalIP and kubeletEndpoint port (its node stage writes both); the node's Hostname address (its
+                # name) resolves nowhere here. No --kubelet-certificate-authority: KWOK's certificate is not checked.
+                f"--kubelet-client-certificate={self.pki.admin_cert}",
+                f"--kubelet-client-key={self.pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
+                # the API server's own record of the requests of every user but admin (audit_events)
+                f"--audit-policy-file={self._write_audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-mode=blocking",
+                "--v=1",
+            ],
+        )
         self._wait("kube-apiserver", self._ready, timeout_s=240)
         kubeconfig = f"--kubeconfig={self.kubeconfig}"
-        self._spawn("kube-controller-manager", [
-            str(binaries["kube-controller-manager"]), kubeconfig, "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            f"--service-account-private-key-file={self.pki.service_account_key}", f"--root-ca-file={self.pki.ca}",
-            "--use-service-account-credentials=false", "--controllers=*,-nodeipam,-cloud-node-lifecycle",
-            "--v=1"])
-        self._spawn("kube-scheduler", [
-            str(binaries["kube-scheduler"]), kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}", "--v=1"])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(binaries["kube-controller-manager"]),
+                kubeconfig,
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca}",
+                "--use-service-account-credentials=false",
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(binaries["kube-scheduler"]),
+                kubeconfig,
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+        )
         stages = self.workdir / "kwok-stages.yaml"
         stages.write_text(kwok_stages())
         # KWOK serves the kubelet API (containerLogs) for every node at --node-port, with the container logs that
@@ -268,20 +375,37 @@ class ControlPlane:
         self.apply_files(kwok_crds())
         self._wait("KWOK's CRDs", lambda: self._crds_established("kwok.x-k8s.io"), timeout_s=120)
         self.kubelet_port = free_port()
-        self._spawn("kwok", [
-            str(binaries["kwok"]), kubeconfig, "--manage-all-nodes=true", f"--config={stages}",
-            "--node-ip=127.0.0.1", "--cidr=10.0.0.1/16", f"--node-port={self.kubelet_port}",
-            f"--server-address=127.0.0.1:{self.kubelet_port}", f"--tls-cert-file={self.pki.serving_cert}",
-            f"--tls-private-key-file={self.pki.serving_key}", "--enable-crds=Logs,ClusterLogs,ClusterPortForward"])
+        self._spawn(
+            "kwok",
+            [
+                str(binaries["kwok"]),
+                kubeconfig,
+                "--manage-all-nodes=true",
+                f"--config={stages}",
+                "--node-ip=127.0.0.1",
+                "--cidr=10.0.0.1/16",
+                f"--node-port={self.kubelet_port}",
+                f"--server-address=127.0.0.1:{self.kubelet_port}",
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+                "--enable-crds=Logs,ClusterLogs,ClusterPortForward",
+            ],
+        )
         # The RayCluster and RayJob CRDs asked for (tests/cluster/conftest.py's served_crds); the operator also
         # watches RayServices: its own CRD, as the build cached it.
         self.apply_files([*crds, *(p for p in build.operator_crds() if p.name == "ray.io_rayservices.yaml")])
         self._wait("the KubeRay CRDs", self._crds_established, timeout_s=120)
         if operator:
-            self._spawn("kuberay-operator", [
-                str(binaries["kuberay-operator"]), f"--metrics-addr=127.0.0.1:{free_port()}",
-                f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--enable-leader-election=false"],
-                env={"KUBECONFIG": str(self.kubeconfig)})
+            self._spawn(
+                "kuberay-operator",
+                [
+                    str(binaries["kuberay-operator"]),
+                    f"--metrics-addr=127.0.0.1:{free_port()}",
+                    f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+                    "--enable-leader-election=false",
+                ],
+                env={"KUBECONFIG": str(self.kubeconfig)},
+            )
         self._wait("the default service account", self._default_service_account, timeout_s=180)
 
     @property
@@ -292,10 +416,20 @@ class ControlPlane:
         """Metadata of each request of a user other than admin (the control plane's own components and the test
         setup are admin): what a test's own user (tests/cluster/rbac.py's user_kubeconfig) asked, in order."""
         path = self.workdir / "audit-policy.yaml"
-        path.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                                    "rules": [{"level": "None", "users": ["admin"]},
-                                              {"level": "None", "userGroups": ["system:serviceaccounts", "system:nodes"]},
-                                              {"level": "Metadata"}]}))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {"level": "None", "users": ["admin"]},
+                        {"level": "None", "userGroups": ["system:serviceaccounts", "system:nodes"]},
+                        {"level": "Metadata"},
+                    ],
+                }
+            )
+        )
         return path
 
     def audit_events(self, user: str) -> list[dict]:
@@ -333,28 +467,34 @@ class ControlPlane:
         while time.monotonic() < deadline:
             for process in self.processes.values():
                 if process.popen.poll() is not None:
-                    raise ControlPlaneError(f"{process.name} exited ({process.popen.returncode}) while waiting for "
-                                            f"{what}:\n{process.tail()}")
+                    raise ControlPlaneError(
+                        f"{process.name} exited ({process.popen.returncode}) while waiting for "
+                        f"{what}:\n{process.tail()}"
+                    )
             try:
                 if check():
                     return
             except Exception:  # noqa: BLE001 (not up yet)
                 pass
             time.sleep(0.2)
-        raise ControlPlaneError(f"timed out after {timeout_s} s waiting for {what}:\n"
-                                + "\n".join(f"--- {p.name}\n{p.tail(10)}" for p in self.processes.values()))
+        raise ControlPlaneError(
+            f"timed out after {timeout_s} s waiting for {what}:\n"
+            + "\n".join(f"--- {p.name}\n{p.tail(10)}" for p in self.processes.values())
+        )
 
     def _ready(self) -> bool:
         # ApiClient.call_api is the client's own (every generated call goes through it); the stubs leave it out
         response = self.api_client().call_api(  # pyright: ignore[reportAttributeAccessIssue]
-            "/readyz", "GET", _preload_content=False, _request_timeout=2)
+            "/readyz", "GET", _preload_content=False, _request_timeout=2
+        )
         return getattr(response[0] if isinstance(response, tuple) else response, "status", 0) == 200
 
     def _crds_established(self, group: str = "ray.io") -> bool:
         ext = client.ApiextensionsV1Api(self.api_client())
         for crd in ext.list_custom_resource_definition(_request_timeout=5).items:
             if spec_of(crd).group == group and not any(
-                    c.type == "Established" and c.status == "True" for c in (status_of(crd).conditions or [])):
+                c.type == "Established" and c.status == "True" for c in (status_of(crd).conditions or [])
+            ):
                 return False
         return True
 
@@ -366,10 +506,16 @@ class ControlPlane:
 
     def _write_kubeconfig(self) -> None:
         document = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.pki.ca)}}],
-            "users": [{"name": "admin", "user": {"client-certificate": str(self.pki.admin_cert),
-                                                 "client-key": str(self.pki.admin_key)}}],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {"client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)},
+                }
+            ],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
         }
         self.kubeconfig.write_text(json.dumps(document))
@@ -381,8 +527,14 @@ class ControlPlane:
 
     # -- objects -------------------------------------------------------------------------------------------------------
 
-    def apply(self, objects: Iterable[dict], *, field_manager: str = "ray-efa-test", namespace: str | None = None,
-              dry_run: bool = False) -> list[dict]:
+    def apply(
+        self,
+        objects: Iterable[dict],
+        *,
+        field_manager: str = "ray-efa-test",
+        namespace: str | None = None,
+        dry_run: bool = False,
+    ) -> list[dict]:
         """Server-side apply of each object (what `kubectl apply --server-side` sends); returns what the server
         stored. An object the server refuses raises kubernetes.client.ApiException with the server's reason."""
         from kubernetes.dynamic import DynamicClient
@@ -395,8 +547,13 @@ class ControlPlane:
             if resource.namespaced and ns:
                 obj = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
             result = resource.server_side_apply(
-                body=obj, name=obj["metadata"]["name"], namespace=ns, field_manager=field_manager,
-                force_conflicts=True, dry_run="All" if dry_run else None)
+                body=obj,
+                name=obj["metadata"]["name"],
+                namespace=ns,
+                field_manager=field_manager,
+                force_conflicts=True,
+                dry_run="All" if dry_run else None,
+            )
             stored.append(result.to_dict())
         return stored
 
@@ -406,8 +563,9 @@ class ControlPlane:
 
     # -- pod logs ------------------------------------------------------------------------------------------------------
 
-    def serve_logs(self, namespace: str, logs: dict[str, str], *, previous: dict[str, str] | None = None,
-                   pods: Iterable[str] = ()) -> str:
+    def serve_logs(
+        self, namespace: str, logs: dict[str, str], *, previous: dict[str, str] | None = None, pods: Iterable[str] = ()
+    ) -> str:
         """Make the kubelet API (KWOK) answer the logs of the pods in `namespace` (only `pods`, if named): container
         name -> its log text; `previous`: container name -> the log of its previous instance (a crash-looping
         container's failed run, read with previous=true). Writes each as a CRI log file under the workdir and creates
@@ -419,8 +577,10 @@ class ControlPlane:
         entries = []
         for container, text in logs.items():
             entry: dict[str, object] = {"containers": [container]}
-            for key, content, suffix in (("logsFile", text, ""), ("previousLogsFile", (previous or {}).get(container),
-                                                                   ".previous")):
+            for key, content, suffix in (
+                ("logsFile", text, ""),
+                ("previousLogsFile", (previous or {}).get(container), ".previous"),
+            ):
                 if content is not None:
                     path = folder / f"{name}-{container}{suffix}.log"
                     path.write_text(cri_log(content))
@@ -430,7 +590,14 @@ class ControlPlane:
         if pods:
             selector["matchNames"] = list(pods)
         client.CustomObjectsApi(self.api_client()).create_cluster_custom_object(
-            "kwok.x-k8s.io", "v1alpha1", "clusterlogs",
-            {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": name},
-             "spec": {"selector": selector, "logs": entries}})
+            "kwok.x-k8s.io",
+            "v1alpha1",
+            "clusterlogs",
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterLogs",
+                "metadata": {"name": name},
+                "spec": {"selector": selector, "logs": entries},
+            },
+        )
         return name

@@ -41,8 +41,14 @@ from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import meta_of, name_of, namespace_of, status_of
 
 PAUSE = "registry.k8s.io/pause:3.10"
-POLICY_AGENT_ARGS = ["--enable-ipv6=false", "--enable-network-policy=true", "--enable-cloudwatch-logs=false",
-                     "--enable-policy-event-logs=false", "--metrics-bind-addr=:8162", "--health-probe-bind-addr=:8163"]
+POLICY_AGENT_ARGS = [
+    "--enable-ipv6=false",
+    "--enable-network-policy=true",
+    "--enable-cloudwatch-logs=false",
+    "--enable-policy-event-logs=false",
+    "--metrics-bind-addr=:8162",
+    "--health-probe-bind-addr=:8163",
+]
 """The aws-eks-nodeagent container's args as the vpc-cni add-on sets them with enableNetworkPolicy on."""
 
 
@@ -54,15 +60,27 @@ def _container(name: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": PAUSE, **extra}
 
 
-def daemon_set(name: str, namespace: str, *, node_selector: dict[str, str] | None = None,
-               containers: list[dict[str, Any]] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def daemon_set(
+    name: str,
+    namespace: str,
+    *,
+    node_selector: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A DaemonSet as a chart makes it: tolerating every taint (the plugins tolerate the GPU taint)."""
     match = {"app.kubernetes.io/name": name, **(labels or {})}
-    spec = _pod_spec(containers or [_container(name)], tolerations=[{"operator": "Exists"}],
-                     **({"nodeSelector": node_selector} if node_selector else {}))
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace,
-                                                                       "labels": match},
-            "spec": {"selector": {"matchLabels": match}, "template": {"metadata": {"labels": match}, "spec": spec}}}
+    spec = _pod_spec(
+        containers or [_container(name)],
+        tolerations=[{"operator": "Exists"}],
+        **({"nodeSelector": node_selector} if node_selector else {}),
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": match},
+        "spec": {"selector": {"matchLabels": match}, "template": {"metadata": {"labels": match}, "spec": spec}},
+    }
 
 
 def cluster_addons(settings: Settings) -> list[dict[str, Any]]:
@@ -70,23 +88,46 @@ def cluster_addons(settings: Settings) -> list[dict[str, Any]]:
     gpu = gpu_node_labels(settings.nodes.gpu_node_selector)
     shared = {"app.kubernetes.io/instance": "nvidia-device-plugin"}  # the NVIDIA chart labels both alike
     return [
-        daemon_set("nvidia-device-plugin", "kube-system", labels=shared,
-                   node_selector={"nvidia.com/gpu.present": gpu["nvidia.com/gpu.present"]}),
+        daemon_set(
+            "nvidia-device-plugin",
+            "kube-system",
+            labels=shared,
+            node_selector={"nvidia.com/gpu.present": gpu["nvidia.com/gpu.present"]},
+        ),
         # the chart's MPS control daemon: selects nodes labelled for MPS, of which there are none (desired 0)
-        daemon_set("nvidia-device-plugin-mps-control-daemon", "kube-system", labels=shared,
-                   node_selector={"nvidia.com/mps.capable": "true"}),
+        daemon_set(
+            "nvidia-device-plugin-mps-control-daemon",
+            "kube-system",
+            labels=shared,
+            node_selector={"nvidia.com/mps.capable": "true"},
+        ),
         # the EFA chart selects by its instance-type allowlist
-        daemon_set("aws-efa-k8s-device-plugin", "kube-system",
-                   node_selector={"node.kubernetes.io/instance-type": settings.nodes.gpu_instance.name}),
-        daemon_set("aws-node", "kube-system", containers=[
-            _container("aws-node"), _container("aws-eks-nodeagent", args=list(POLICY_AGENT_ARGS))]),
+        daemon_set(
+            "aws-efa-k8s-device-plugin",
+            "kube-system",
+            node_selector={"node.kubernetes.io/instance-type": settings.nodes.gpu_instance.name},
+        ),
+        daemon_set(
+            "aws-node",
+            "kube-system",
+            containers=[_container("aws-node"), _container("aws-eks-nodeagent", args=list(POLICY_AGENT_ARGS))],
+        ),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kuberay-system"}},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": "kuberay-operator", "namespace": "kuberay-system"},
-         "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
-                  "template": {"metadata": {"labels": {"app.kubernetes.io/name": "kuberay-operator"}},
-                               "spec": _pod_spec([_container("kuberay-operator")],
-                                                 nodeSelector=dict(settings.nodes.system_node_selector))}}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "kuberay-operator", "namespace": "kuberay-system"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+                "template": {
+                    "metadata": {"labels": {"app.kubernetes.io/name": "kuberay-operator"}},
+                    "spec": _pod_spec(
+                        [_container("kuberay-operator")], nodeSelector=dict(settings.nodes.system_node_selector)
+                    ),
+                },
+            },
+        },
     ]
 
 
@@ -117,12 +158,18 @@ def ray_job_cluster(api: ApiClient, namespace: str, job: str, *, timeout_s: floa
     state New, getOrCreateRayClusterInstance in Initializing), so a read or patch of the named RayCluster can be a 404
     for a moment."""
     objects = client.CustomObjectsApi(api)
-    name = wait_for(lambda: (objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job)
-                             .get("status") or {}).get("rayClusterName"), f"RayJob {namespace}/{job}'s RayCluster",
-                    timeout_s=timeout_s)
-    wait_for(lambda: exists(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
-                                                                         name)),
-             f"RayCluster {namespace}/{name} created", timeout_s=timeout_s)
+    name = wait_for(
+        lambda: (
+            objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", job).get("status") or {}
+        ).get("rayClusterName"),
+        f"RayJob {namespace}/{job}'s RayCluster",
+        timeout_s=timeout_s,
+    )
+    wait_for(
+        lambda: exists(lambda: objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)),
+        f"RayCluster {namespace}/{name} created",
+        timeout_s=timeout_s,
+    )
     return name
 
 
@@ -136,23 +183,28 @@ def ray_cluster_ready(api: ApiClient, namespace: str, name: str) -> dict[str, An
     def ready() -> dict[str, Any] | None:
         cluster = objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)
         return cluster if judged(cluster)[0] else None
+
     try:
         return wait_for(ready, f"RayCluster {namespace}/{name} ready", timeout_s=90)
     except pytest.fail.Exception as error:
         cluster = objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)
-        pods = {name_of(p): (status_of(p).phase, [(c.type, c.status, c.message) for c in status_of(p).conditions or []])
-                for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
+        pods = {
+            name_of(p): (status_of(p).phase, [(c.type, c.status, c.message) for c in status_of(p).conditions or []])
+            for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items
+        }
         raise AssertionError(f"{error}\nstatus: {cluster.get('status')}\npods: {pods}") from None
 
 
 def set_auth_options(api: ApiClient, namespace: str, cluster: str) -> None:
     """What a 1.7.0 operator copies from the RayJob into the RayCluster it creates (see the module docstring)."""
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        "ray.io", "v1", namespace, "rayclusters", cluster, {"spec": {"authOptions": {"mode": "token"}}})
+        "ray.io", "v1", namespace, "rayclusters", cluster, {"spec": {"authOptions": {"mode": "token"}}}
+    )
 
 
-def daemon_set_settled(api: ApiClient, name: str, namespace: str = "kube-system",
-                       desired: int | None = None) -> client.V1DaemonSet:
+def daemon_set_settled(
+    api: ApiClient, name: str, namespace: str = "kube-system", desired: int | None = None
+) -> client.V1DaemonSet:
     """The DaemonSet once its controller has counted every pod it wants as ready (and wants `desired`, if given)."""
     apps = client.AppsV1Api(api)
 
@@ -164,6 +216,7 @@ def daemon_set_settled(api: ApiClient, name: str, namespace: str = "kube-system"
         if desired is not None and (s.desired_number_scheduled or 0) != desired:
             return None
         return ds if (s.number_ready or 0) == (s.desired_number_scheduled or 0) else None
+
     return wait_for(settled, f"DaemonSet {namespace}/{name} settled", timeout_s=60)
 
 
@@ -171,11 +224,21 @@ def set_pod_ready(api: ApiClient, pod: client.V1Pod, ready: bool) -> None:
     """The kubelet's readiness report for one pod (its Ready and ContainersReady conditions), as a failing readiness
     probe makes it; the controllers that own the pod count it again."""
     status = "True" if ready else "False"
-    conditions = [{"type": c.type, "status": status if c.type in ("Ready", "ContainersReady") else c.status}
-                  for c in status_of(pod).conditions or []]
-    statuses = [{"name": c.name, "ready": ready, "image": c.image, "imageID": c.image_id or "",
-                 "restartCount": c.restart_count, "state": {"running": {"startedAt": _started_at(c)}}}
-                for c in status_of(pod).container_statuses or []]
+    conditions = [
+        {"type": c.type, "status": status if c.type in ("Ready", "ContainersReady") else c.status}
+        for c in status_of(pod).conditions or []
+    ]
+    statuses = [
+        {
+            "name": c.name,
+            "ready": ready,
+            "image": c.image,
+            "imageID": c.image_id or "",
+            "restartCount": c.restart_count,
+            "state": {"running": {"startedAt": _started_at(c)}},
+        }
+        for c in status_of(pod).container_statuses or []
+    ]
     body: dict[str, Any] = {"status": {"conditions": conditions}}
     if statuses:
         body["status"]["containerStatuses"] = statuses
@@ -207,30 +270,40 @@ class Deployment:
         return self.settings.workload.namespace
 
     @classmethod
-    def up(cls, plane: ControlPlane, api: ApiClient, settings: Settings, *, job: bool = True,
-           token_auth: bool = True) -> Deployment:
+    def up(
+        cls, plane: ControlPlane, api: ApiClient, settings: Settings, *, job: bool = True, token_auth: bool = True
+    ) -> Deployment:
         made = cls(plane, api, settings, Nodes(api))
-        made.system_nodes = made.nodes.add(settings.nodes.system_instance, 1, labels=dict(SYSTEM_NODE_LABELS),
-                                           prefix="sys-", nodegroup="systemnodes")
+        made.system_nodes = made.nodes.add(
+            settings.nodes.system_instance, 1, labels=dict(SYSTEM_NODE_LABELS), prefix="sys-", nodegroup="systemnodes"
+        )
         made.gpu_nodes = made.nodes.add(
-            settings.nodes.gpu_instance, settings.nodes.gpu_node_count,
+            settings.nodes.gpu_instance,
+            settings.nodes.gpu_node_count,
             labels=gpu_node_labels(settings.nodes.gpu_node_selector),
             taints=[{"key": GPU_TAINT.key, "value": GPU_TAINT.value, "effect": GPU_TAINT.effect}],
-            prefix="gpu-", nodegroup="gpunodes")
+            prefix="gpu-",
+            nodegroup="gpunodes",
+        )
         plane.apply(cluster_addons(settings))
         for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin", "aws-node"):
             daemon_set_settled(api, name)
         operator = client.AppsV1Api(api).read_namespaced_deployment
-        wait_for(lambda: (status_of(operator("kuberay-operator", "kuberay-system")).available_replicas or 0) >= 1,
-                 "Deployment kuberay-system/kuberay-operator Available")
+        wait_for(
+            lambda: (status_of(operator("kuberay-operator", "kuberay-system")).available_replicas or 0) >= 1,
+            "Deployment kuberay-system/kuberay-operator Available",
+        )
         if job:
             made.run_job(token_auth=token_auth)
         return made
 
     def run_job(self, *, token_auth: bool = True) -> None:
         core = client.CoreV1Api(self.api)
-        wait_for(lambda: not exists(lambda: core.read_namespace(self.namespace)),
-                 f"namespace {self.namespace} gone (an earlier test's)", timeout_s=90)
+        wait_for(
+            lambda: not exists(lambda: core.read_namespace(self.namespace)),
+            f"namespace {self.namespace} gone (an earlier test's)",
+            timeout_s=90,
+        )
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
         # the Ray pods' service account as the cluster stack creates it (for Pod Identity) before any job: a job that
         # names another one gets no pods (the API server's ServiceAccount admission refuses them)
@@ -245,7 +318,9 @@ class Deployment:
         ray_cluster_ready(self.api, self.namespace, self.ray_cluster)
 
     def pods(self, selector: str, namespace: str | None = None) -> list[client.V1Pod]:
-        return client.CoreV1Api(self.api).list_namespaced_pod(namespace or self.namespace, label_selector=selector).items
+        return (
+            client.CoreV1Api(self.api).list_namespaced_pod(namespace or self.namespace, label_selector=selector).items
+        )
 
     def remove(self) -> None:
         core = client.CoreV1Api(self.api)
@@ -306,8 +381,10 @@ def kubeconfig_with_context(plane: ControlPlane, folder: Path, context: str = "r
 
     document = json.loads(plane.kubeconfig.read_text())
     document["clusters"].append({"name": "none", "cluster": {"server": "https://127.0.0.1:9"}})
-    document["contexts"] = [{"name": context, "context": {"cluster": "test", "user": "admin"}},
-                            {"name": "elsewhere", "context": {"cluster": "none", "user": "admin"}}]
+    document["contexts"] = [
+        {"name": context, "context": {"cluster": "test", "user": "admin"}},
+        {"name": "elsewhere", "context": {"cluster": "none", "user": "admin"}},
+    ]
     document["current-context"] = "elsewhere"
     path = folder / "kubeconfig"
     path.write_text(json.dumps(document))

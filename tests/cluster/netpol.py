@@ -65,8 +65,12 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
         return False
     for expr in selector.get("matchExpressions") or []:
         key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
         if not ok:
             return False
     return True
@@ -75,8 +79,10 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 def _peer(peer: Peer) -> dict[str, Any]:
     if isinstance(peer, Outside):
         return {"Internal": None, "IP": peer.ip}
-    return {"Internal": {"PodLabels": peer.labels, "NamespaceLabels": peer.namespace_labels,
-                         "Namespace": peer.namespace}, "IP": peer.ip}
+    return {
+        "Internal": {"PodLabels": peer.labels, "NamespaceLabels": peer.namespace_labels, "Namespace": peer.namespace},
+        "IP": peer.ip,
+    }
 
 
 _VERDICT = re.compile(r"is allowed\?\s*\|\s*(true|false)\s*\|", re.IGNORECASE)
@@ -87,16 +93,52 @@ def allowed(policies: list[dict[str, Any]], connections: list[Connection]) -> li
     binary = build.bin_dirs()["cyclonus"]
     with tempfile.TemporaryDirectory(prefix="ray-efa-netpol-") as folder:
         policy_file, traffic_file = Path(folder) / "policies.json", Path(folder) / "traffic.json"
-        policy_file.write_text(json.dumps({
-            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList",
-            "items": [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                       "metadata": {"name": p["metadata"]["name"], "namespace": p["metadata"]["namespace"]},
-                       "spec": p["spec"]} for p in policies]}))
-        traffic_file.write_text(json.dumps([
-            {"Source": _peer(c.source), "Destination": _peer(c.destination), "Protocol": c.protocol,
-             "ResolvedPort": c.port, "ResolvedPortName": ""} for c in connections]))
-        result = subprocess.run([str(binary), "analyze", "--mode", "query-traffic", "--policy-path", str(policy_file),
-                                 "--traffic-path", str(traffic_file)], capture_output=True, text=True, timeout=120)
+        policy_file.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "networking.k8s.io/v1",
+                    "kind": "NetworkPolicyList",
+                    "items": [
+                        {
+                            "apiVersion": "networking.k8s.io/v1",
+                            "kind": "NetworkPolicy",
+                            "metadata": {"name": p["metadata"]["name"], "namespace": p["metadata"]["namespace"]},
+                            "spec": p["spec"],
+                        }
+                        for p in policies
+                    ],
+                }
+            )
+        )
+        traffic_file.write_text(
+            json.dumps(
+                [
+                    {
+                        "Source": _peer(c.source),
+                        "Destination": _peer(c.destination),
+                        "Protocol": c.protocol,
+                        "ResolvedPort": c.port,
+                        "ResolvedPortName": "",
+                    }
+                    for c in connections
+                ]
+            )
+        )
+        result = subprocess.run(
+            [
+                str(binary),
+                "analyze",
+                "--mode",
+                "query-traffic",
+                "--policy-path",
+                str(policy_file),
+                "--traffic-path",
+                str(traffic_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     if result.returncode != 0:
         raise RuntimeError(f"cyclonus analyze failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
     verdicts = [word.lower() == "true" for word in _VERDICT.findall(result.stdout)]

@@ -31,8 +31,10 @@ class Subject:
     @staticmethod
     def service_account(namespace: str, name: str) -> Subject:
         """A pod's service account, with the groups the token authenticator adds."""
-        return Subject(f"system:serviceaccount:{namespace}:{name}",
-                       ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"))
+        return Subject(
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+        )
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,13 @@ def allowed(api: ApiClient, subject: Subject, request: Request) -> tuple[bool, s
         if value:
             attributes[key] = value
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    review: Any = client.AuthorizationV1Api(api).create_subject_access_review({  # pyright: ignore[reportArgumentType]
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes}})
+    review: Any = client.AuthorizationV1Api(api).create_subject_access_review(
+        {  # pyright: ignore[reportArgumentType]
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes},
+        }
+    )
     return bool(review.status.allowed), review.status.reason or review.status.evaluation_error or ""
 
 
@@ -73,26 +79,47 @@ def user_kubeconfig(plane: ControlPlane, folder: Path, *, user: str, groups: tup
     ca = x509.load_pem_x509_certificate(plane.pki.ca.read_bytes())
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user),
-                         *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups)])
-    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(hours=2))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                   .sign(ca_key, hashes.SHA256()))
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, user),
+            *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups),
+        ]
+    )
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=2))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     folder.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = folder / f"{user}.crt", folder / f"{user}.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
     kubeconfig = folder / f"{user}.kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": user,
-        "clusters": [{"name": "test", "cluster": {"server": plane.url, "certificate-authority": str(plane.pki.ca)}}],
-        "users": [{"name": user, "user": {"client-certificate": str(cert_path), "client-key": str(key_path)}}],
-        "contexts": [{"name": user, "context": {"cluster": "test", "user": user}}],
-    }))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": user,
+                "clusters": [
+                    {"name": "test", "cluster": {"server": plane.url, "certificate-authority": str(plane.pki.ca)}}
+                ],
+                "users": [{"name": user, "user": {"client-certificate": str(cert_path), "client-key": str(key_path)}}],
+                "contexts": [{"name": user, "context": {"cluster": "test", "user": user}}],
+            }
+        )
+    )
     return kubeconfig
 
 

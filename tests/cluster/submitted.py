@@ -36,23 +36,34 @@ SUBMITTER = "researcher-admin"
 """The user `ray-efa submit` runs as in these tests: in system:masters (as the cluster creator is on EKS), but not
 admin, so that the audit log holds its requests alone."""
 SUBMITTER_CONTAINER = "ray-job-submitter"
-_VERBS = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "patch": "PATCH", "update": "PUT",
-          "delete": "DELETE", "deletecollection": "DELETE"}
+_VERBS = {
+    "get": "GET",
+    "list": "GET",
+    "watch": "GET",
+    "create": "POST",
+    "patch": "PATCH",
+    "update": "PUT",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
 
 
 def load(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
 
 
-def kubeconfig(plane: ControlPlane, folder: Path, *, user: str = SUBMITTER,
-               groups: tuple[str, ...] = ("system:masters",)) -> str:
+def kubeconfig(
+    plane: ControlPlane, folder: Path, *, user: str = SUBMITTER, groups: tuple[str, ...] = ("system:masters",)
+) -> str:
     """A kubeconfig of `user` with two contexts: the current one points nowhere, so only `--kube-context research`
     reaches the API server (as a user with several clusters has it)."""
     path = user_kubeconfig(plane, folder, user=user, groups=groups)
     document = json.loads(path.read_text())
     document["clusters"].append({"name": "none", "cluster": {"server": "https://127.0.0.1:9"}})
-    document["contexts"] = [{"name": "research", "context": {"cluster": "test", "user": user}},
-                            {"name": "elsewhere", "context": {"cluster": "none", "user": user}}]
+    document["contexts"] = [
+        {"name": "research", "context": {"cluster": "test", "user": user}},
+        {"name": "elsewhere", "context": {"cluster": "none", "user": user}},
+    ]
     document["current-context"] = "elsewhere"
     path.write_text(json.dumps(document))
     return str(path)
@@ -60,8 +71,10 @@ def kubeconfig(plane: ControlPlane, folder: Path, *, user: str = SUBMITTER,
 
 def requests(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:
     """(HTTP method, path) of each request `user` made, in the order the API server answered them (its audit log)."""
-    return [(str(_VERBS.get(e["verb"], e["verb"])), str(e["requestURI"]).partition("?")[0])
-            for e in plane.audit_events(user)]
+    return [
+        (str(_VERBS.get(e["verb"], e["verb"])), str(e["requestURI"]).partition("?")[0])
+        for e in plane.audit_events(user)
+    ]
 
 
 def writes(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:
@@ -77,8 +90,11 @@ def deployed_settings_map(*context: str) -> dict[str, Any]:
     from ray_efa.k8s.workload import ray_job_chart
 
     settings = Settings.from_context(dict(c.split("=", 1) for c in context))
-    return next(o for o in ray_job_chart(cdk8s.App(), settings).to_json()
-                if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-settings"))
+    return next(
+        o
+        for o in ray_job_chart(cdk8s.App(), settings).to_json()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-settings")
+    )
 
 
 class RecordedProgress:
@@ -98,19 +114,24 @@ class RecordedProgress:
             if (namespace, name) == (self.namespace, self.name):
                 self.advance()
             return job_state(api_client, namespace, name)
+
         return read
 
     def advance(self) -> None:
         status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         if not status or status in self.written[-1:]:
             return
-        if status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed") and not self.submitter_pod \
-                and self.log is not None:
+        if (
+            status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
+            and not self.submitter_pod
+            and self.log is not None
+        ):
             self.start_submitter()
         objects: Any = client.CustomObjectsApi(self.api)
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
-        stored = objects.replace_namespaced_custom_object_status("ray.io", "v1", self.namespace, "rayjobs", self.name,
-                                                                 {**job, "status": status})
+        stored = objects.replace_namespaced_custom_object_status(
+            "ray.io", "v1", self.namespace, "rayjobs", self.name, {**job, "status": status}
+        )
         # the API server kept every recorded field (adding the CRD's defaults): the status fits the CRD it serves
         assert contains(stored.get("status"), status), (status, stored.get("status"))
         self.written.append(status)
@@ -120,41 +141,65 @@ class RecordedProgress:
         runs its pod to Succeeded, and serves `log` as its container's log."""
         objects: Any = client.CustomObjectsApi(self.api)
         job = objects.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs", self.name)
-        owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": self.name, "uid": job["metadata"]["uid"],
-                 "controller": True, "blockOwnerDeletion": True}
+        owner = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "name": self.name,
+            "uid": job["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-        client.BatchV1Api(self.api).create_namespaced_job(self.namespace, {  # pyright: ignore[reportArgumentType]
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [owner]},
-            "spec": {"backoffLimit": 2, "template": job["spec"]["submitterPodTemplate"]}})
+        client.BatchV1Api(self.api).create_namespaced_job(
+            self.namespace,
+            {  # pyright: ignore[reportArgumentType]
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": self.name, "namespace": self.namespace, "ownerReferences": [owner]},
+                "spec": {"backoffLimit": 2, "template": job["spec"]["submitterPodTemplate"]},
+            },
+        )
         core: Any = client.CoreV1Api(self.api)
-        pod = wait_for(lambda: next(iter(core.list_namespaced_pod(self.namespace,
-                                                                   label_selector=f"job-name={self.name}").items), None),
-                       f"the submitter pod of Job {self.namespace}/{self.name}")
+        pod = wait_for(
+            lambda: next(
+                iter(core.list_namespaced_pod(self.namespace, label_selector=f"job-name={self.name}").items), None
+            ),
+            f"the submitter pod of Job {self.namespace}/{self.name}",
+        )
         self.submitter_pod = pod.metadata.name
         assert self.log is not None
         self.plane.serve_logs(self.namespace, {SUBMITTER_CONTAINER: self.log}, pods=[self.submitter_pod])
-        wait_for(lambda: core.read_namespaced_pod(self.submitter_pod, self.namespace).status.phase == "Succeeded",
-                 f"pod {self.namespace}/{self.submitter_pod} Succeeded (KWOK)", timeout_s=60)
+        wait_for(
+            lambda: core.read_namespaced_pod(self.submitter_pod, self.namespace).status.phase == "Succeeded",
+            f"pod {self.namespace}/{self.submitter_pod} Succeeded (KWOK)",
+            timeout_s=60,
+        )
         wait_for(lambda: self._log_served(core), f"KWOK serving the log of {self.submitter_pod}")
 
     def _log_served(self, core: Any) -> bool:
         try:
-            response: Any = core.read_namespaced_pod_log(self.submitter_pod, self.namespace,
-                                                         container=SUBMITTER_CONTAINER, _preload_content=False)
+            response: Any = core.read_namespaced_pod_log(
+                self.submitter_pod, self.namespace, container=SUBMITTER_CONTAINER, _preload_content=False
+            )
         except ApiException:
             return False
         return response.data.decode() == self.log
 
 
-def progress(monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, outcome: str, *,
-             submitter: bool = True) -> RecordedProgress:
+def progress(
+    monkeypatch: Any, plane: ControlPlane, namespace: str, name: str, outcome: str, *, submitter: bool = True
+) -> RecordedProgress:
     """RayJob `name` in `namespace` moved through the recorded statuses of `outcome` (complete, unproven) while the
     command runs, with the recorded submitter log of that outcome (`submitter` False: no submitter is started)."""
     from ray_efa.ops import submit as ops_submit
 
-    moved = RecordedProgress(plane, namespace, name, load(f"statuses_{outcome}.json"),
-                             (FIXTURES / f"submitter_{outcome}.log").read_text() if submitter else None)
+    moved = RecordedProgress(
+        plane,
+        namespace,
+        name,
+        load(f"statuses_{outcome}.json"),
+        (FIXTURES / f"submitter_{outcome}.log").read_text() if submitter else None,
+    )
     monkeypatch.setattr(ops_submit, "job_state", moved.wrap(ops_submit.job_state))
     return moved
 
@@ -168,8 +213,11 @@ def clear(api: ApiClient, namespace: str) -> None:
     batch: Any = client.BatchV1Api(api)
     for plural in ("rayjobs", "rayclusters"):
         for item in objects.list_namespaced_custom_object("ray.io", "v1", namespace, plural)["items"]:
-            _gone(lambda p=plural, n=item["metadata"]["name"]: objects.delete_namespaced_custom_object(
-                "ray.io", "v1", namespace, p, n))
+            _gone(
+                lambda p=plural, n=item["metadata"]["name"]: objects.delete_namespaced_custom_object(
+                    "ray.io", "v1", namespace, p, n
+                )
+            )
     for job in batch.list_namespaced_job(namespace).items:
         _gone(lambda n=job.metadata.name: batch.delete_namespaced_job(n, namespace, propagation_policy="Background"))
     for config_map in core.list_namespaced_config_map(namespace).items:
@@ -185,12 +233,20 @@ def _left(api: ApiClient, namespace: str) -> list[str]:
     objects: Any = client.CustomObjectsApi(api)
     core: Any = client.CoreV1Api(api)
     batch: Any = client.BatchV1Api(api)
-    return [*(f"{p}/{i['metadata']['name']}" for p in ("rayjobs", "rayclusters")
-              for i in objects.list_namespaced_custom_object("ray.io", "v1", namespace, p)["items"]),
-            *(f"configmap/{c.metadata.name}" for c in core.list_namespaced_config_map(namespace).items
-              if c.metadata.name != "kube-root-ca.crt"),
-            *(f"job/{j.metadata.name}" for j in batch.list_namespaced_job(namespace).items),
-            *(f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace).items)]
+    return [
+        *(
+            f"{p}/{i['metadata']['name']}"
+            for p in ("rayjobs", "rayclusters")
+            for i in objects.list_namespaced_custom_object("ray.io", "v1", namespace, p)["items"]
+        ),
+        *(
+            f"configmap/{c.metadata.name}"
+            for c in core.list_namespaced_config_map(namespace).items
+            if c.metadata.name != "kube-root-ca.crt"
+        ),
+        *(f"job/{j.metadata.name}" for j in batch.list_namespaced_job(namespace).items),
+        *(f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace).items),
+    ]
 
 
 def _gone(call: Callable[[], Any]) -> None:
@@ -207,8 +263,11 @@ def contains(stored: Any, written: Any) -> bool:
     if isinstance(written, dict):
         return isinstance(stored, dict) and all(k in stored and contains(stored[k], v) for k, v in written.items())
     if isinstance(written, list):
-        return isinstance(stored, list) and len(stored) == len(written) and all(
-            contains(s, w) for s, w in zip(stored, written, strict=True))
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(written)
+            and all(contains(s, w) for s, w in zip(stored, written, strict=True))
+        )
     return stored == written
 
 
@@ -221,8 +280,13 @@ def module_nodes(api: ApiClient, labels: dict[str, str]) -> Iterator[list[str]]:
     from tests.cluster.conftest import Nodes
 
     made = Nodes(api)
-    names = made.add(catalog.SYSTEM_INSTANCES["m7i.large"], 1, labels={**SYSTEM_NODE_LABELS, **labels}, prefix="sys-",
-                     nodegroup="systemnodes")
+    names = made.add(
+        catalog.SYSTEM_INSTANCES["m7i.large"],
+        1,
+        labels={**SYSTEM_NODE_LABELS, **labels},
+        prefix="sys-",
+        nodegroup="systemnodes",
+    )
     try:
         yield names
     finally:

@@ -318,8 +318,21 @@ def test_a_researcher_cancels_their_own_job_and_no_one_elses(
 
     # GIVEN alice's own job, submitted with `ray-efa submit` (its RayJob annotated with her user name), and the
     # deployment's training job
-    submitted = main(["submit", "--kubeconfig", str(guarded.kubeconfig), "--deployed", f"{NS}/{JOB}",
-                      "--name", "alices", "--timeout", "1", "--poll", "0.5"])
+    submitted = main(
+        [
+            "submit",
+            "--kubeconfig",
+            str(guarded.kubeconfig),
+            "--deployed",
+            f"{NS}/{JOB}",
+            "--name",
+            "alices",
+            "--timeout",
+            "1",
+            "--poll",
+            "0.5",
+        ]
+    )
     text = "".join(capsys.readouterr())
     assert f"submitted RayJob {NS}/alices" in text, f"exit {submitted}: {text}"
     custom = client.CustomObjectsApi(api)
@@ -341,5 +354,7 @@ def test_a_researcher_cancels_their_own_job_and_no_one_elses(
     # WHEN alice cancels her own, THEN it is deleted (exit 0) and goes
     code, text = cancel(guarded.kubeconfig, "alices")
     assert code == 0 and f"deleted RayJob {NS}/alices" in text, (code, text)
-    wait_for(lambda: _refusal(lambda: custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "alices")),
-             "RayJob alices gone")
+    wait_for(
+        lambda: _refusal(lambda: custom.get_namespaced_custom_object(RAY, "v1", NS, "rayjobs", "alices")),
+        "RayJob alices gone",
+    )

@@ -23,8 +23,13 @@ from tests.ops.cli_helpers import run_cli
 
 DIFFS = Path(__file__).parents[1] / "ops" / "fixtures" / "deploy_check"
 NAMESPACE = "ops-deploy"
-CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa",
-           "kuberayVersion": served_kuberay()}  # the KubeRay version whose CRDs the API server serves
+CONTEXT = {
+    "gpuInstanceType": "g6.12xlarge",
+    "gpuNodeCount": 2,
+    "namespace": NAMESPACE,
+    "network": "efa",
+    "kuberayVersion": served_kuberay(),
+}  # the KubeRay version whose CRDs the API server serves
 SETTINGS = Settings.from_context(CONTEXT)
 CLI = ("--kubeconfig", "KUBECONFIG", *(a for k, v in CONTEXT.items() for a in ("-c", f"{k}={v}")))
 JOB = f"{NAMESPACE}/train-efa"
@@ -94,8 +99,10 @@ def test_the_command_refuses_a_rolling_deploy_under_a_running_job(deployed, cont
     report = json.loads(captured.out)
     assert report["ok"] is False and [f["id"] for f in report["findings"]] == ["nodes-roll"]
     assert report["active_jobs"] == {JOB: "Running"} and report["gpu_nodes"] == 2
-    assert ("refused: nodes-roll: the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)"
-            in captured.err)
+    assert (
+        "refused: nodes-roll: the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)"
+        in captured.err
+    )
     # --yes accepts what may be accepted
     assert cli(control_plane, "--diff", str(diff_file(tmp_path, "instance_type")), "--yes") == 0
 
@@ -123,10 +130,14 @@ def test_a_job_still_initializing_holds_the_nodes(deployed, api, control_plane):
 
 def test_a_finished_job_lets_a_roll_go_and_a_deleted_one_comes_back(deployed, api):
     # GIVEN the job Complete (as the operator writes it when Ray's job succeeded)
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status("ray.io", "v1", NAMESPACE, "rayjobs",
-                                                                        "train-efa", {"status": {
-                                                                            "jobDeploymentStatus": "Complete",
-                                                                            "jobStatus": "SUCCEEDED"}})
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "ray.io",
+        "v1",
+        NAMESPACE,
+        "rayjobs",
+        "train-efa",
+        {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}},
+    )
     wait_for(lambda: job_status(api) == "Complete", "the RayJob Complete")
     # THEN a roll may go (re-applying a finished job does not rerun it), and so may any deploy
     assert findings(api, "instance_type") == {}
@@ -147,4 +158,3 @@ def test_at_zero_gpu_nodes_the_device_switch_goes(deployed, api):
     wait_for(lambda: not read_cluster(api, SETTINGS).gpu_nodes, "the GPU nodes gone")
     # the swap is fine with no GPU node up (the job this diff re-applies was deleted by the test before: said too)
     assert findings(api, "dra_nodes_up") == {"job-recreated": True}
-

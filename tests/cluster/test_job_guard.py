@@ -35,8 +35,9 @@ def stack() -> Stack:
 
 def guard_properties(template: Mapping[str, Any]) -> dict[str, Any]:
     """The synthesized guard's properties, as CloudFormation sends them to the handler (strings)."""
-    (props,) = [r["Properties"] for r in template["Resources"].values()
-                if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"]
+    (props,) = [
+        r["Properties"] for r in template["Resources"].values() if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"
+    ]
     return {k: v if isinstance(v, str) else str(v) for k, v in props.items() if k != "ServiceToken"}
 
 
@@ -44,22 +45,27 @@ def guard_token(plane: ControlPlane, api: ApiClient, stack: Stack) -> str:
     """A bearer token of an identity with the guard's synthesized ClusterRole (the access entry's stand-in)."""
     (role,) = [o for o in stack_manifests(stack.gpu_template) if o["kind"] == "ClusterRole"]
     name = role["metadata"]["name"]
-    plane.apply([
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GUARD_NAMESPACE}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "guard", "namespace": GUARD_NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": f"{name}-test"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": "guard", "namespace": GUARD_NAMESPACE}]},
-    ])
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],
-                                                                                  expiration_seconds=600))
+    plane.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GUARD_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "guard", "namespace": GUARD_NAMESPACE}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{name}-test"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": "guard", "namespace": GUARD_NAMESPACE}],
+            },
+        ]
+    )
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600))
     issued = client.CoreV1Api(api).create_namespaced_service_account_token("guard", GUARD_NAMESPACE, request)
     return str(issued.status.token)  # type: ignore[union-attr]
 
 
 def test_the_guard_refuses_a_roll_while_the_stack_s_job_runs_and_lets_it_through_once_it_is_gone(
-        control_plane: ControlPlane, api: ApiClient, stack: Stack):
+    control_plane: ControlPlane, api: ApiClient, stack: Stack
+):
     # GIVEN both stacks' objects applied, the guard's RBAC among them
     objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
     apply_in_order(control_plane, [o for o in objects if o["kind"] != "RayJob"])
@@ -73,8 +79,14 @@ def test_the_guard_refuses_a_roll_while_the_stack_s_job_runs_and_lets_it_through
     apply_in_order(control_plane, [o for o in objects if o["kind"] == "RayJob"])
     job = next(o for o in objects if o["kind"] == "RayJob")["metadata"]
     objects_api = client.CustomObjectsApi(api)
-    wait_for(lambda: objects_api.get_namespaced_custom_object("ray.io", "v1", job["namespace"], "rayjobs", job["name"])
-             .get("status", {}).get("jobDeploymentStatus"), "the operator's first status of the RayJob")
+    wait_for(
+        lambda: (
+            objects_api.get_namespaced_custom_object("ray.io", "v1", job["namespace"], "rayjobs", job["name"])
+            .get("status", {})
+            .get("jobDeploymentStatus")
+        ),
+        "the operator's first status of the RayJob",
+    )
     # THEN the same roll is refused, naming the job and the override; with the override it goes through
     refusal = guard.decide("Update", old, new, list_jobs)
     assert refusal is not None and f"{job['namespace']}/{job['name']}" in refusal and guard.OVERRIDE in refusal
@@ -82,8 +94,11 @@ def test_the_guard_refuses_a_roll_while_the_stack_s_job_runs_and_lets_it_through
     # and deleting the job itself (trainingJob=false) is refused the same way
     assert "deletes RayJob" in (guard.decide("Update", old, {**old, "JobHash": "none"}, list_jobs) or "")
     # and the guard's identity may list RayJobs and nothing else (no pods, no secrets, no single RayJob's spec)
-    for path in ("/api/v1/pods", "/api/v1/secrets", f"/apis/ray.io/v1/namespaces/{job['namespace']}/rayjobs/"
-                 f"{job['name']}"):
+    for path in (
+        "/api/v1/pods",
+        "/api/v1/secrets",
+        f"/apis/ray.io/v1/namespaces/{job['namespace']}/rayjobs/{job['name']}",
+    ):
         with pytest.raises(urllib.error.HTTPError, match="403"):
             get(control_plane, path, token)
     # GIVEN the job gone, THEN the roll goes through again
@@ -101,8 +116,9 @@ def get(plane: ControlPlane, path: str, token: str) -> bytes:
         return response.read()
 
 
-def test_the_guard_refuses_when_the_api_server_refuses_it(control_plane: ControlPlane, stack: Stack,
-                                                          monkeypatch: pytest.MonkeyPatch):
+def test_the_guard_refuses_when_the_api_server_refuses_it(
+    control_plane: ControlPlane, stack: Stack, monkeypatch: pytest.MonkeyPatch
+):
     # GIVEN a token the API server does not accept, THEN listing fails and the guard refuses the roll rather than
     # guess, naming the override (a deploy: the stack is not rolling back)
     old = guard_properties(stack.gpu_template)
@@ -110,14 +126,22 @@ def test_the_guard_refuses_when_the_api_server_refuses_it(control_plane: Control
     list_jobs = guard.api_ray_jobs(control_plane.url, control_plane.pki.ca.read_text(), lambda: "k8s-aws-v1.bogus")
     answers: list[tuple[str, str]] = []
     monkeypatch.setattr(guard, "_respond", lambda event, status, reason, physical_id: answers.append((status, reason)))
-    event = {"RequestType": "Update", "StackId": "ray-train-gpu", "ResourceProperties": new,
-             "OldResourceProperties": old}
+    event = {
+        "RequestType": "Update",
+        "StackId": "ray-train-gpu",
+        "ResourceProperties": new,
+        "OldResourceProperties": old,
+    }
     guard.handler(event, None, list_jobs, stack_status=lambda stack_id: "UPDATE_IN_PROGRESS")
     ((status, reason),) = answers
     assert status == "FAILED" and "could not list the cluster's RayJobs" in reason and "401" in reason
     assert guard.OVERRIDE in reason
     # ... and the same answer during the rollback is a success, the cluster not asked
     answers.clear()
-    guard.handler({**event, "ResourceProperties": old, "OldResourceProperties": new}, None, list_jobs,
-                  stack_status=lambda stack_id: "UPDATE_ROLLBACK_IN_PROGRESS")
+    guard.handler(
+        {**event, "ResourceProperties": old, "OldResourceProperties": new},
+        None,
+        list_jobs,
+        stack_status=lambda stack_id: "UPDATE_ROLLBACK_IN_PROGRESS",
+    )
     assert answers[0][0] == "SUCCESS"

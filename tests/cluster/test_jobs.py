@@ -35,8 +35,9 @@ from tests.cluster.rbac import api_client_of, user_kubeconfig
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-jobs"
-SETTINGS = Settings.from_context({"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE,
-                                  "kuberayVersion": served_kuberay()})  # what the served CRDs take
+SETTINGS = Settings.from_context(
+    {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "kuberayVersion": served_kuberay()}
+)  # what the served CRDs take
 JOB = ray_job_name(SETTINGS)
 NS = ("-c", f"namespace={NAMESPACE}")
 DRIVER_LOG = (
@@ -256,8 +257,17 @@ def test_cancel_refuses_what_it_may_not_or_cannot_delete(
     # a researcher, whom RBAC lets delete a RayJob and the admission policy only one they submitted: the deployment's
     # is refused (once the API server enforces the policy: a dry-run delete says when), exit 1, saying why
     as_researcher = client.CustomObjectsApi(api_client_of(Path(researcher)))
-    wait_for(lambda: _status(lambda: as_researcher.delete_namespaced_custom_object(
-        "ray.io", "v1", NAMESPACE, "rayjobs", JOB, dry_run="All")) == 422, "the researchers' admission policy enforced")
+    wait_for(
+        lambda: (
+            _status(
+                lambda: as_researcher.delete_namespaced_custom_object(
+                    "ray.io", "v1", NAMESPACE, "rayjobs", JOB, dry_run="All"
+                )
+            )
+            == 422
+        ),
+        "the researchers' admission policy enforced",
+    )
     assert run_cli("cancel", JOB, "--yes", "--kubeconfig", researcher, *NS) == 1
     err = capsys.readouterr().err
     assert "422" in err and SUBMITTED_BY_ANNOTATION in err and "delete only the RayJobs they submitted" in err, err

@@ -58,8 +58,9 @@ def _running(pid: int) -> bool:
 
 def _spawn_and_kill_parent(tmp_path: Path, death_signal: str) -> int:
     """Starts PARENT, SIGKILLs it once its child runs; the child's pid."""
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), death_signal], cwd=PROJECT_ROOT,
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path), death_signal], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -85,13 +86,23 @@ def _gone_within(pid: int, seconds: float) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_every_process_of_a_control_plane_dies_within_seconds_of_a_killed_pytest(tmp_path: Path):
     crds = served_crds()
-    parent = subprocess.Popen([sys.executable, "-c", PLANE_PARENT, str(tmp_path), *map(str, crds)], cwd=PROJECT_ROOT,
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PLANE_PARENT, str(tmp_path), *map(str, crds)],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert parent.stdout is not None
         pids = {name: int(pid) for name, pid in (item.split("=") for item in parent.stdout.readline().split())}
-        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                             "kuberay-operator"}, f"the plane did not start: {pids} (parent exit {parent.poll()})"
+        assert set(pids) == {
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+            "kuberay-operator",
+        }, f"the plane did not start: {pids} (parent exit {parent.poll()})"
         assert all(_running(pid) for pid in pids.values())
     finally:
         parent.kill()  # as a CI timeout or the OOM killer ends pytest: no teardown runs

@@ -47,8 +47,11 @@ LAPTOP = Outside("203.0.113.7")  # a machine outside the cluster (TEST-NET-3)
 # The operator pod's labels as the kuberay-operator chart 1.7.0 templates them (templates/deployment.yaml, chart name
 # and release kuberay-operator). Helm does not run here and the operator runs as a process beside the API server, so a
 # Deployment with the chart's pod labels stands in for it (the Deployment controller adds pod-template-hash).
-OPERATOR_CHART_LABELS = {"app.kubernetes.io/name": "kuberay-operator", "app.kubernetes.io/instance": "kuberay-operator",
-                         "app.kubernetes.io/component": "kuberay-operator"}
+OPERATOR_CHART_LABELS = {
+    "app.kubernetes.io/name": "kuberay-operator",
+    "app.kubernetes.io/instance": "kuberay-operator",
+    "app.kubernetes.io/component": "kuberay-operator",
+}
 PAUSE = [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]
 
 
@@ -79,12 +82,18 @@ class Reconciled:
 def observed(core: client.CoreV1Api, pod: Any) -> Pod:
     """`pod` (a V1Pod) with its labels and its namespace's, as the API server has them now."""
     namespace: Any = core.read_namespace(pod.metadata.namespace)
-    return Pod(pod.metadata.name, pod.metadata.namespace, dict(pod.metadata.labels or {}),
-               dict(namespace.metadata.labels or {}), ip=(pod.status and pod.status.pod_ip) or "10.0.255.254")
+    return Pod(
+        pod.metadata.name,
+        pod.metadata.namespace,
+        dict(pod.metadata.labels or {}),
+        dict(namespace.metadata.labels or {}),
+        ip=(pod.status and pod.status.pod_ip) or "10.0.255.254",
+    )
 
 
-def _placed(api: ApiClient, selector: str, count: int, what: str, phase: str | None = "Running",
-            namespace: str = NS) -> list[client.V1Pod]:
+def _placed(
+    api: ApiClient, selector: str, count: int, what: str, phase: str | None = "Running", namespace: str = NS
+) -> list[client.V1Pod]:
     try:
         return wait_for_pods(api, namespace, selector, count, what=what, phase=phase, timeout_s=180)
     except pytest.fail.Exception as error:
@@ -104,8 +113,13 @@ def _ray_pods(api: ApiClient, cluster: str, workers: int, job: str | None = None
 
 def _stranger(core: client.CoreV1Api, name: str, namespace: str, labels: dict[str, str]) -> Pod:
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
-        "metadata": {"name": name, "labels": labels}, "spec": {"containers": PAUSE}})
+    core.create_namespaced_pod(
+        namespace,
+        {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": PAUSE},
+        },
+    )
     return observed(core, core.read_namespaced_pod(name, namespace))
 
 
@@ -114,10 +128,17 @@ def _operator(api: ApiClient) -> Pod:
     namespace = KUBERAY_OPERATOR.namespace
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    apps.create_namespaced_deployment(namespace, {  # pyright: ignore[reportArgumentType]
-        "metadata": {"name": "kuberay-operator"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": OPERATOR_CHART_LABELS},
-                 "template": {"metadata": {"labels": OPERATOR_CHART_LABELS}, "spec": {"containers": PAUSE}}}})
+    apps.create_namespaced_deployment(
+        namespace,
+        {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": "kuberay-operator"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": OPERATOR_CHART_LABELS},
+                "template": {"metadata": {"labels": OPERATOR_CHART_LABELS}, "spec": {"containers": PAUSE}},
+            },
+        },
+    )
     (pod,) = _placed(api, "app.kubernetes.io/name=kuberay-operator", 1, "operator", phase=None, namespace=namespace)
     return observed(core, pod)
 
@@ -131,26 +152,35 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
     # one system node per head and one for the submitters; one GPU node per worker of the three clusters
     nodes.add(catalog.SYSTEM_INSTANCES[SETTINGS.nodes.system_instance_type], 4, labels=head["nodeSelector"])
     worker = group["template"]["spec"]
-    nodes.add(catalog.GPU_INSTANCES[SETTINGS.nodes.gpu_instance_type], 3 * workers, labels=worker["nodeSelector"],
-              taints=[{"key": t["key"], "effect": t["effect"]} for t in worker["tolerations"]])
+    nodes.add(
+        catalog.GPU_INSTANCES[SETTINGS.nodes.gpu_instance_type],
+        3 * workers,
+        labels=worker["nodeSelector"],
+        taints=[{"key": t["key"], "effect": t["effect"]} for t in worker["tolerations"]],
+    )
     # the pods' service account as the synthesized cluster stack creates it
     apply_in_order(control_plane, [*stack_service_accounts(SETTINGS), *synth.objects()])
     raycluster = _ray_pods(api, synth.ray_cluster["metadata"]["name"], workers)
-    jobs = {network: _ray_pods(api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers,
-                               job=f"train-{network}")
-            for network in ("efa", "tcp")}
+    jobs = {
+        network: _ray_pods(
+            api, ray_job_cluster(api, NS, f"train-{network}", timeout_s=120), workers, job=f"train-{network}"
+        )
+        for network in ("efa", "tcp")
+    }
     efa_submitter = jobs["efa"].submitter
     assert efa_submitter is not None
     strangers = {
         "a pod in another namespace": _stranger(core, "curl", "default", {"app": "curl"}),
-        "a pod in another namespace labelled like the submitter": _stranger(core, "mimic", "default",
-                                                                            efa_submitter.labels),
+        "a pod in another namespace labelled like the submitter": _stranger(
+            core, "mimic", "default", efa_submitter.labels
+        ),
         "an unlabelled pod in the Ray namespace": _stranger(core, "debug", NS, {"run": "debug"}),
     }
     dns = _stranger(core, "coredns", "kube-system", {"k8s-app": "kube-dns", "eks.amazonaws.com/component": "coredns"})
     operator = _operator(api)
-    strangers["another pod in the operator's namespace"] = _stranger(core, "webhook", operator.namespace,
-                                                                      {"app": "webhook"})
+    strangers["another pod in the operator's namespace"] = _stranger(
+        core, "webhook", operator.namespace, {"app": "webhook"}
+    )
     networking = client.NetworkingV1Api(api)
     stored: Any = networking.list_namespaced_network_policy(NS)
     policies = [cast("dict[str, Any]", api.sanitize_for_serialization(p)) for p in stored.items]
@@ -179,8 +209,7 @@ def _label_selector(selector: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("owner", ["ray-efa", "train-efa", "train-tcp"])
-def test_each_policy_selects_exactly_its_clusters_head_and_workers(reconciled: Reconciled, api: ApiClient,
-                                                                  owner: str):
+def test_each_policy_selects_exactly_its_clusters_head_and_workers(reconciled: Reconciled, api: ApiClient, owner: str):
     pods = reconciled.raycluster if owner == "ray-efa" else reconciled.jobs[owner.removeprefix("train-")]
     selector = _policy(reconciled, owner)["spec"]["podSelector"]
     # THEN of every pod in the namespace (three clusters, two submitters, a stranger) it selects the head and the
@@ -247,19 +276,30 @@ def test_the_ray_pods_reach_dns_s3_pypi_and_the_pod_identity_agent(reconciled: R
     # the Ray pods' own egress: names resolved by CoreDNS, checkpoints to S3, the init container's packages from PyPI,
     # S3 credentials from the Pod Identity agent. A policy that lists Egress in its policyTypes without rules for these
     # (on EKS: every one of them refused) fails here.
-    needed = [(53, "UDP", reconciled.dns), (53, "TCP", reconciled.dns), (443, "TCP", S3), (443, "TCP", PYPI),
-              (80, "TCP", POD_IDENTITY_AGENT)]
-    connections = [Connection(pod, to, port, protocol) for pod in (pods.head, *pods.workers)
-                   for port, protocol, to in needed]
+    needed = [
+        (53, "UDP", reconciled.dns),
+        (53, "TCP", reconciled.dns),
+        (443, "TCP", S3),
+        (443, "TCP", PYPI),
+        (80, "TCP", POD_IDENTITY_AGENT),
+    ]
+    connections = [
+        Connection(pod, to, port, protocol) for pod in (pods.head, *pods.workers) for port, protocol, to in needed
+    ]
     verdicts = allowed(reconciled.policies, connections)
-    refused = [(c.source.name, c.destination, c.port, c.protocol) for c, ok in zip(connections, verdicts, strict=True)
-               if not ok and isinstance(c.source, Pod)]
+    refused = [
+        (c.source.name, c.destination, c.port, c.protocol)
+        for c, ok in zip(connections, verdicts, strict=True)
+        if not ok and isinstance(c.source, Pod)
+    ]
     assert refused == [], refused
 
 
 def test_from_outside_the_cluster_nothing_gets_in(reconciled: Reconciled):
     efa = reconciled.jobs["efa"]
-    connections = [Connection(LAPTOP, target, port) for target in (efa.head, *efa.workers)
-                   for port in (GCS, DASHBOARD, CLIENT, RAYLET, OBJECT_MANAGER)]
+    connections = [
+        Connection(LAPTOP, target, port)
+        for target in (efa.head, *efa.workers)
+        for port in (GCS, DASHBOARD, CLIENT, RAYLET, OBJECT_MANAGER)
+    ]
     assert not any(allowed(reconciled.policies, connections))
-

@@ -24,10 +24,18 @@ KUBE_COMMANDS = ["submit", "follow", "verify"]
 def _with_user(plane: ControlPlane, path: Path, user: dict, *, trusted: bool = True) -> Path:
     """A kubeconfig for the plane's URL with `user`'s credentials; `trusted` False leaves the plane's CA out."""
     cluster = {"server": plane.url, **({"certificate-authority": str(plane.pki.ca)} if trusted else {})}
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": cluster}], "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": cluster}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
     return path
 
 
@@ -43,13 +51,21 @@ def _refusing(plane: ControlPlane, folder: Path, refusal: str) -> tuple[Path, st
 
 
 def _ray_efa(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *argv], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
 
 
 def _kube_argv(command: str) -> list[str]:
-    return [command, *(["some-job"] if command == "follow" else ["-c", "storagePath=s3://b/runs"] if command == "submit"
-                       else [])]
+    return [
+        command,
+        *(["some-job"] if command == "follow" else ["-c", "storagePath=s3://b/runs"] if command == "submit" else []),
+    ]
 
 
 @pytest.mark.parametrize("refusal", ["401", "403", "tls"])
@@ -78,8 +94,11 @@ def test_a_token_the_server_issued_is_sent_and_names_its_user(control_plane, api
     core = client.CoreV1Api(api)
     name = f"token-user-{command}"
     core.create_namespaced_service_account("default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
-    issued = core.create_namespaced_service_account_token(name, "default", client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)))
+    issued = core.create_namespaced_service_account_token(
+        name,
+        "default",
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)),
+    )
     assert issued.status is not None  # the API server answers a TokenRequest with its status: the token
     config = _with_user(control_plane, tmp_path / "kubeconfig", {"token": issued.status.token})
     # WHEN a cluster-facing command runs with it

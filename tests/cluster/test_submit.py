@@ -39,13 +39,25 @@ from tests.ops.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "mlp-exp-run1"
-SETTINGS = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-training/src",
-            "storagePath=s3://research-checkpoints/runs", 'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+SETTINGS = (
+    "trainFunction=own_training.train:train_func",
+    "codeDir=examples/own-training/src",
+    "storagePath=s3://research-checkpoints/runs",
+    'trainConfig={"epochs": 3}',
+    "jobName=mlp-exp",
+)
 DEPLOYED = ("jobName=mlp-exp", "storagePath=s3://research-checkpoints/runs")
 """The cluster these tests submit to: deployed with the defaults (as the repository's cdk.json) and their bucket."""
-PLATFORM = ("gpuInstanceType=p5.48xlarge", "gpuNodeCount=3", "region=ap-southeast-2", "namespace=research",
-            'gpuNodeSelector={"example.com/pool": "p5-train"}', 'systemNodeSelector={"example.com/pool": "platform"}',
-            "storagePath=s3://company-checkpoints/research", "placementGroup=off")
+PLATFORM = (
+    "gpuInstanceType=p5.48xlarge",
+    "gpuNodeCount=3",
+    "region=ap-southeast-2",
+    "namespace=research",
+    'gpuNodeSelector={"example.com/pool": "p5-train"}',
+    'systemNodeSelector={"example.com/pool": "platform"}',
+    "storagePath=s3://company-checkpoints/research",
+    "placementGroup=off",
+)
 """A platform team's cluster: 3 x p5.48xlarge in ap-southeast-2, namespace research, company node labels, an
 existing checkpoint bucket; its training job is the default train-efa."""
 NAMESPACES = ("ray", "research")
@@ -114,9 +126,13 @@ def states(err: str) -> list[str]:
 def creates(plane: ControlPlane, user: str) -> list[str]:
     """`kind/name` of each object `user` created, in order (the audit log's objectRef), not the SelfSubjectReview
     (a question to the API server, stored nowhere) submit asks its user name with."""
-    return [f"{e['objectRef']['resource']}/{e['objectRef']['name']}" for e in plane.audit_events(user)
-            if e["verb"] == "create" and e.get("responseStatus", {}).get("code") == 201
-            and e["objectRef"]["resource"] != "selfsubjectreviews"]
+    return [
+        f"{e['objectRef']['resource']}/{e['objectRef']['name']}"
+        for e in plane.audit_events(user)
+        if e["verb"] == "create"
+        and e.get("responseStatus", {}).get("code") == 201
+        and e["objectRef"]["resource"] != "selfsubjectreviews"
+    ]
 
 
 def stored(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
@@ -155,21 +171,34 @@ def test_recorded_statuses_follow_the_rayjob_crd_schema(outcome):
 
 
 def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_verdict(
-        plane, api, config, user, monkeypatch, tmp_path, capsys):
+    plane, api, config, user, monkeypatch, tmp_path, capsys
+):
     # GIVEN a cluster deployed with the defaults, whose RayJob will go Initializing, Running, Complete
     deploy(plane, *DEPLOYED)
     moved = progress(monkeypatch, plane, "ray", JOB, "complete")
     # WHEN `ray-efa submit` runs the own function against the kube context "research"
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*SETTINGS))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*SETTINGS),
+    )
     out, err = capsys.readouterr()
     # THEN it succeeds, with each state, the driver's log (KWOK's kubelet API, through the API server), the gate's
     # verdict and the exit code
     assert code == 0, err
     assert states(err) == [
-        f"RayJob {JOB}: New", f"RayJob {JOB}: Initializing, Ray cluster {JOB}-x8k2p",
+        f"RayJob {JOB}: New",
+        f"RayJob {JOB}: Initializing, Ray cluster {JOB}-x8k2p",
         f"RayJob {JOB}: Running (RUNNING), Ray cluster {JOB}-x8k2p",
-        f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p"]
+        f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p",
+    ]
     assert len(moved.written) == 3
     assert "epoch 3/3  loss 0.4020  (16 workers)" in out and "RAY_EFA_RUN_SUMMARY {" in out
     assert out.rstrip().endswith("exit code 0")
@@ -195,8 +224,9 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     # and the RayJob owns the rest, so that deleting it deletes them (the clean-up line names the RayJob alone)
     job_uid = ray_job(api)["metadata"]["uid"]
     owners = {o["metadata"]["name"]: stored(api, o)["metadata"].get("ownerReferences") for o in written[:-1]}
-    assert owners == {name: [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": JOB, "uid": job_uid}]
-                      for name in owners}
+    assert owners == {
+        name: [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": JOB, "uid": job_uid}] for name in owners
+    }
     assert f"clean up: kubectl -n ray delete rayjob/{JOB} (its ConfigMaps and NetworkPolicy go with it" in err
 
 
@@ -204,15 +234,31 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     # GIVEN a job submitted and finished
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    assert run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*SETTINGS)) == 0, capsys.readouterr().err
+    assert (
+        run_cli(
+            "submit",
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            config,
+            "--name",
+            JOB,
+            "--poll",
+            "0.05",
+            *args(*SETTINGS),
+        )
+        == 0
+    ), capsys.readouterr().err
     core: Any = client.CoreV1Api(api)
     networking: Any = client.NetworkingV1Api(api)
     batch: Any = client.BatchV1Api(api)
 
     def mine() -> list[str]:
-        return sorted(c.metadata.name for c in core.list_namespaced_config_map("ray").items
-                      if c.metadata.name.startswith(f"{JOB}-"))
+        return sorted(
+            c.metadata.name
+            for c in core.list_namespaced_config_map("ray").items
+            if c.metadata.name.startswith(f"{JOB}-")
+        )
 
     assert f"{JOB}-settings" in mine()
     # WHEN the clean-up line's command runs (the RayJob alone is deleted)
@@ -220,32 +266,61 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     # THEN the real garbage collector deletes its ConfigMaps and NetworkPolicy, and the submitter's Job
     from tests.cluster.conftest import wait_for
 
-    wait_for(lambda: not mine() and not networking.list_namespaced_network_policy("ray").items
-             and not batch.list_namespaced_job("ray").items,
-             "the job's ConfigMaps, NetworkPolicy and Job deleted with it", timeout_s=60)
+    wait_for(
+        lambda: (
+            not mine()
+            and not networking.list_namespaced_network_policy("ray").items
+            and not batch.list_namespaced_job("ray").items
+        ),
+        "the job's ConfigMaps, NetworkPolicy and Job deleted with it",
+        timeout_s=60,
+    )
     assert deploy(plane, *DEPLOYED)["metadata"]["name"] == "mlp-exp-settings"  # the deployment's own stays
 
 
 def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_object(
-        plane, api, monkeypatch, tmp_path, capsys):
+    plane, api, monkeypatch, tmp_path, capsys
+):
     # GIVEN credentials that may create but not patch: a Role without "patch" on configmaps and networkpolicies
     deploy(plane, *DEPLOYED)
-    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create"]},
-             {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
-             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
-             {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": ["get", "list", "create"]}]
-    plane.apply([
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "no-patch", "namespace": "ray"}, "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "no-patch", "namespace": "ray"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-patch"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "no-patch"}]}])
+    rules = [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create"]},
+        {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": ["get", "list", "create"]},
+    ]
+    plane.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "no-patch", "namespace": "ray"},
+                "rules": rules,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "no-patch", "namespace": "ray"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-patch"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "no-patch"}],
+            },
+        ]
+    )
     config = kubeconfig(plane, tmp_path / "users", user="no-patch", groups=())
     progress(monkeypatch, plane, "ray", JOB, "complete")
     try:
-        code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-                   "--poll", "0.05", *args(*SETTINGS))
+        code = run_cli(
+            "submit",
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            config,
+            "--name",
+            JOB,
+            "--poll",
+            "0.05",
+            *args(*SETTINGS),
+        )
     finally:
         rbac = client.RbacAuthorizationV1Api(api)
         rbac.delete_namespaced_role_binding("no-patch", "ray")
@@ -265,8 +340,18 @@ def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_obj
 def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "unproven")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*SETTINGS))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*SETTINGS),
+    )
     out = capsys.readouterr().out
     assert code == 3
     assert f"RayJob ray/{JOB}: Failed (FAILED), Ray cluster {JOB}-x8k2p, reason AppFailed" in out
@@ -276,19 +361,27 @@ def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch
 def test_a_missing_namespace_is_named_with_what_to_check(plane, config, user, capsys):
     # GIVEN deployed settings whose namespace is not there (deleted since; its settings ConfigMap left in "ray")
     deploy(plane, *DEPLOYED, "namespace=ray-gone", namespace="ray")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-               *args(*SETTINGS))
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, *args(*SETTINGS))
     err = capsys.readouterr().err
     # THEN the API server's 404 for the first create is named, with what to check
     assert code == 1, err
-    assert f"cannot create NetworkPolicy ray-gone/{JOB}-" in err and '404 Not Found: namespaces "ray-gone" not found' \
-        in err and "ray-efa verify" in err
+    assert (
+        f"cannot create NetworkPolicy ray-gone/{JOB}-" in err
+        and '404 Not Found: namespaces "ray-gone" not found' in err
+        and "ray-efa verify" in err
+    )
     assert [c.split("/")[0] for c in creates(plane, user)] == []
 
 
 def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys):
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-               *args(*SETTINGS, "trainFunction=own_training.train:nope"))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        *args(*SETTINGS, "trainFunction=own_training.train:nope"),
+    )
     assert code == 2 and "trainFunction: must name a function of own_training.train" in capsys.readouterr().err
     assert requests(plane, user) == []
 
@@ -296,8 +389,14 @@ def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys)
 def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_created(plane, config, user, capsys):
     # GIVEN a cluster deployed with no storagePath, and local settings that name none either
     deploy(plane, "jobName=mlp-exp")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-               *args(*(s for s in SETTINGS if not s.startswith("storagePath="))))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        *args(*(s for s in SETTINGS if not s.startswith("storagePath="))),
+    )
     # THEN the job is refused as the driver would refuse it on the cluster, and nothing is created
     assert code == 2 and "storagePath: must be s3://... or a shared filesystem" in capsys.readouterr().err
     assert ("GET", "/api/v1/namespaces/ray/configmaps/mlp-exp-settings") in requests(plane, user)
@@ -307,8 +406,19 @@ def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_
 def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-               "--poll", "0.05", *args(*SETTINGS))
+    code = run_cli(
+        "submit",
+        "--json",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*SETTINGS),
+    )
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert code == 0 and result["exit_code"] == 0 and result["ray_job"] == JOB
@@ -318,8 +428,7 @@ def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, mon
 
 
 def test_a_bad_name_is_exit_2_naming_the_flag(plane, config, user, capsys):
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", "Run_1",
-               *args(*SETTINGS))
+    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", "Run_1", *args(*SETTINGS))
     assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
     assert requests(plane, user) == []
 
@@ -333,7 +442,8 @@ def _binary_code(tmp_path: Path) -> Path:
 
 
 def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_by_the_pods(
-        plane, api, config, user, monkeypatch, tmp_path, capsys):
+    plane, api, config, user, monkeypatch, tmp_path, capsys
+):
     # GIVEN binary code, storagePath in a bucket (moto: the S3 API cannot exist here) and a cluster that runs the job
     import boto3
     from moto import mock_aws
@@ -350,8 +460,18 @@ def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_
         s3 = boto3.client("s3", region_name="us-east-2")
         s3.create_bucket(Bucket="research-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
         # WHEN `ray-efa submit` runs it
-        exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-                        "--poll", "0.05", *args(*settings))
+        exit_code = run_cli(
+            "submit",
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            config,
+            "--name",
+            JOB,
+            "--poll",
+            "0.05",
+            *args(*settings),
+        )
         stored_zip = s3.get_object(Bucket="research-checkpoints", Key=uri.removeprefix("s3://research-checkpoints/"))
         assert stored_zip["Body"].read() == archive.data
     err = capsys.readouterr().err
@@ -374,20 +494,39 @@ def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(plane, conf
     code = _binary_code(tmp_path)
     settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://no-such-bucket-here/runs")
     with mock_aws():
-        exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-                        "--poll", "0.05", "--timeout", "1", *args(*settings))
+        exit_code = run_cli(
+            "submit",
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            config,
+            "--name",
+            JOB,
+            "--poll",
+            "0.05",
+            "--timeout",
+            "1",
+            *args(*settings),
+        )
     assert exit_code == 1
     assert "cannot upload the code to s3://no-such-bucket-here/runs/ray-efa-code/code-" in capsys.readouterr().err
     assert writes(plane, user) == []
 
 
 def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_anything_is_created(
-        plane, config, user, tmp_path, capsys):
+    plane, config, user, tmp_path, capsys
+):
     code = _binary_code(tmp_path)
     shared = ("storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx", "sharedVolumeMountPath=/mnt/fsx")
     deploy(plane, *shared)
-    exit_code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-                    *args("trainFunction=pkg:fit", f"codeDir={code}", *shared))
+    exit_code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        *args("trainFunction=pkg:fit", f"codeDir={code}", *shared),
+    )
     assert exit_code == 2
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
     assert writes(plane, user) == []
@@ -398,13 +537,32 @@ def _ray_cluster(name: str, *, replicas: int, owner: dict[str, Any] | None = Non
     template = {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.58.0"}]}}
     meta: dict[str, Any] = {"name": name, "namespace": "ray"}
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": owner["metadata"]["name"],
-                                    "uid": owner["metadata"]["uid"]}]
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
-            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": template},
-                     "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": replicas,
-                                           "maxReplicas": max(replicas, 1), "rayStartParams": {},
-                                           "template": template}]}}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayJob",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": meta,
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": template},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": replicas,
+                    "minReplicas": replicas,
+                    "maxReplicas": max(replicas, 1),
+                    "rayStartParams": {},
+                    "template": template,
+                }
+            ],
+        },
+    }
 
 
 def _earlier_job(plane: ControlPlane, job_name: str, *context: str) -> dict[str, Any]:
@@ -414,42 +572,68 @@ def _earlier_job(plane: ControlPlane, job_name: str, *context: str) -> dict[str,
     from ray_efa.core.settings import Settings
     from ray_efa.k8s.workload import ray_job_chart
 
-    objects = ray_job_chart(cdk8s.App(), Settings.from_context(
-        {"jobName": job_name, **dict(c.split("=", 1) for c in (SERVED, *context))})).to_json()
+    objects = ray_job_chart(
+        cdk8s.App(), Settings.from_context({"jobName": job_name, **dict(c.split("=", 1) for c in (SERVED, *context))})
+    ).to_json()
     plane.apply([o for o in objects if o["kind"] != "RayJob"])
     (job,) = plane.apply([o for o in objects if o["kind"] == "RayJob"])
     return job
 
 
-def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_created(plane, api, config, monkeypatch,
-                                                                                     capsys):
+def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_created(
+    plane, api, config, monkeypatch, capsys
+):
     # GIVEN the cluster of an earlier job still running, and a RayCluster scaled to no workers (which holds none)
     deploy(plane, *DEPLOYED)
     earlier = _earlier_job(plane, "train-efa-a1b2c", *DEPLOYED[1:])
     objects = client.CustomObjectsApi(api)
-    for cluster in plane.apply([_ray_cluster("train-efa-a1b2c-x8k2p", replicas=2, owner=earlier),
-                                _ray_cluster("idle", replicas=0)]):
-        objects.patch_namespaced_custom_object_status("ray.io", "v1", "ray", "rayclusters", cluster["metadata"]["name"],
-                                                      {"status": {"state": "ready"}})
+    for cluster in plane.apply(
+        [_ray_cluster("train-efa-a1b2c-x8k2p", replicas=2, owner=earlier), _ray_cluster("idle", replicas=0)]
+    ):
+        objects.patch_namespaced_custom_object_status(
+            "ray.io", "v1", "ray", "rayclusters", cluster["metadata"]["name"], {"status": {"state": "ready"}}
+        )
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*SETTINGS))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*SETTINGS),
+    )
     err = capsys.readouterr().err
     # THEN the job is still submitted (queueing behind it may be what the user wants), with what it will wait for and
     # that its deadline counts meanwhile (KubeRay counts activeDeadlineSeconds from Initializing)
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
-    assert warnings == [f"warning: RayCluster ray/train-efa-a1b2c-x8k2p (of RayJob train-efa-a1b2c, ready) holds the "
-                        f"GPU nodes: the workers of {JOB} wait until it is gone, and its jobActiveDeadlineSeconds (3600 s) "
-                        "counts from now"]
+    assert warnings == [
+        f"warning: RayCluster ray/train-efa-a1b2c-x8k2p (of RayJob train-efa-a1b2c, ready) holds the "
+        f"GPU nodes: the workers of {JOB} wait until it is gone, and its jobActiveDeadlineSeconds (3600 s) "
+        "counts from now"
+    ]
     assert err.index("warning: RayCluster") < err.index("submitted RayJob")
 
 
 def test_no_warning_when_no_ray_cluster_holds_the_gpu_nodes(plane, config, user, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*SETTINGS))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*SETTINGS),
+    )
     err = capsys.readouterr().err
     assert code == 0 and "holds the GPU nodes" not in err
     assert ("GET", "/apis/ray.io/v1/namespaces/ray/rayclusters") in requests(plane, user)
@@ -460,8 +644,9 @@ def _existing_job(plane: ControlPlane) -> None:
     _earlier_job(plane, JOB, *SETTINGS[:4])
 
 
-def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(plane, config, user, monkeypatch,
-                                                                               capsys):
+def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(
+    plane, config, user, monkeypatch, capsys
+):
     _existing_job(plane)
     progress(monkeypatch, plane, "ray", JOB, "complete")
     code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
@@ -482,8 +667,9 @@ def test_follow_exits_with_the_jobs_code_and_json_has_the_outcome(plane, config,
     assert result["transport_gate"][0].startswith("transport gate: NO PROOF")
 
 
-def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_verdict(plane, api, config,
-                                                                                         monkeypatch, capsys):
+def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_verdict(
+    plane, api, config, monkeypatch, capsys
+):
     # GIVEN a job whose submitter ran on a node that is gone since (scaled in): its pod is still listed, ended, but the
     # API server finds no node to ask for its log
     _existing_job(plane)
@@ -491,10 +677,18 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
     core = client.CoreV1Api(api)
     pod = f"{JOB}-7xk2q"
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod("ray", {  # pyright: ignore[reportArgumentType]
-        "metadata": {"name": pod, "labels": {"job-name": JOB}}, "spec": {
-        "nodeName": "sys-scaled-in", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
+    core.create_namespaced_pod(
+        "ray",
+        {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": pod, "labels": {"job-name": JOB}},
+            "spec": {
+                "nodeName": "sys-scaled-in",
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        },
+    )
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})
     # WHEN it is followed
     code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
@@ -511,28 +705,58 @@ def _researcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, .
     home = tmp_path / "research-repo"
     home.mkdir(exist_ok=True)
     monkeypatch.chdir(home)
-    return ("trainFunction=own_training.train:train_func", f"codeDir={ROOT / 'examples/own-training/src'}",
-            'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+    return (
+        "trainFunction=own_training.train:train_func",
+        f"codeDir={ROOT / 'examples/own-training/src'}",
+        'trainConfig={"epochs": 3}',
+        "jobName=mlp-exp",
+    )
 
 
-def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(plane, api, config, user, tmp_path,
-                                                                               monkeypatch, capsys):
+def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(
+    plane, api, config, user, tmp_path, monkeypatch, capsys
+):
     # GIVEN the platform's cluster, where an earlier submitted job (owned by its RayJob) left other settings behind
     deploy(plane, *PLATFORM)
     stale = _earlier_job(plane, "old-run-k3x9a", "namespace=research", "gpuInstanceType=g6e.12xlarge")
-    client.CoreV1Api(api).patch_namespaced_config_map("old-run-k3x9a-settings", "research", {"metadata": {
-        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "old-run-k3x9a",
-                             "uid": stale["metadata"]["uid"]}]}})
+    client.CoreV1Api(api).patch_namespaced_config_map(
+        "old-run-k3x9a-settings",
+        "research",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "ray.io/v1",
+                        "kind": "RayJob",
+                        "name": "old-run-k3x9a",
+                        "uid": stale["metadata"]["uid"],
+                    }
+                ]
+            }
+        },
+    )
     progress(monkeypatch, plane, "research", JOB, "complete")
     # WHEN a researcher submits from their own repository, naming nothing of the cluster
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*_researcher(tmp_path, monkeypatch)))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*_researcher(tmp_path, monkeypatch)),
+    )
     err = capsys.readouterr().err
     # THEN it looked for the settings of its jobName in its namespace (the API's 404), found the deployment's
     assert code == 0, err
     assert ("GET", "/api/v1/namespaces/ray/configmaps/mlp-exp-settings") in requests(plane, user)
-    assert "cluster: 3 x p5.48xlarge in namespace research, ap-southeast-2 (from ConfigMap research/train-efa-settings)" \
+    assert (
+        "cluster: 3 x p5.48xlarge in namespace research, ap-southeast-2 (from ConfigMap research/train-efa-settings)"
         in err
+    )
     # and the job is the deployed cluster's: its namespace, node count, node labels, bucket and instance's resources
     assert {c.split("/")[0] for c in creates(plane, user)} == {"networkpolicies", "configmaps", "rayjobs"}
     spec = ray_job(api, "research")["spec"]["rayClusterSpec"]
@@ -544,8 +768,12 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(p
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
     settings = shipped(api, "research")
     assert {k: settings[k] for k in ("gpuInstanceType", "gpuNodeCount", "region", "storagePath", "namespace")} == {
-        "gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 3, "region": "ap-southeast-2",
-        "storagePath": "s3://company-checkpoints/research", "namespace": "research"}
+        "gpuInstanceType": "p5.48xlarge",
+        "gpuNodeCount": 3,
+        "region": "ap-southeast-2",
+        "storagePath": "s3://company-checkpoints/research",
+        "namespace": "research",
+    }
     # while the job's own side stays the researcher's
     assert settings["trainFunction"] == "own_training.train:train_func" and settings["trainConfig"] == {"epochs": 3}
 
@@ -554,8 +782,17 @@ def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_b
     # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2), the platform's cluster, and on the command line
     # storagePath and gpuNodeCount that are not the cluster's
     deploy(plane, *PLATFORM)
-    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", config, "--name", JOB,
-               *args(*SETTINGS, "gpuNodeCount=2"))
+    code = run_cli(
+        "submit",
+        "--json",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        *args(*SETTINGS, "gpuNodeCount=2"),
+    )
     out, err = capsys.readouterr()
     # THEN exit 2, each contradiction of the command line named with its value and the deployed one; what cdk.json
     # holds (the type, the region) describes the checkout's own deployment and yields to the cluster's
@@ -563,7 +800,7 @@ def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_b
     problems = {p["key"]: p for p in json.loads(out)["problems"]}
     assert set(problems) == {"gpuNodeCount", "storagePath"}
     assert "gpuNodeCount: the cluster was deployed with 3 " in err and ", got 2" in err
-    assert "storagePath: the cluster was deployed with \"s3://company-checkpoints/research\"" in err
+    assert 'storagePath: the cluster was deployed with "s3://company-checkpoints/research"' in err
     assert "(from -c)" in problems["storagePath"]["message"] and "(from -c)" in problems["gpuNodeCount"]["message"]
     # and nothing was created
     assert writes(plane, user) == []
@@ -574,38 +811,73 @@ def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(plane
     # somebody else deployed (3 x p5.48xlarge in ap-southeast-2): nothing contradicting on the command line
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*(s for s in SETTINGS if not s.startswith("storagePath="))))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*(s for s in SETTINGS if not s.startswith("storagePath="))),
+    )
     err = capsys.readouterr().err
     # THEN the job is built for the cluster as deployed, not for the checkout's defaults
     assert code == 0, err
     settings = shipped(api, "research")
-    assert (settings["gpuInstanceType"], settings["gpuNodeCount"], settings["region"]) == ("p5.48xlarge", 3,
-                                                                                          "ap-southeast-2")
+    assert (settings["gpuInstanceType"], settings["gpuNodeCount"], settings["region"]) == (
+        "p5.48xlarge",
+        3,
+        "ap-southeast-2",
+    )
 
 
 def test_a_storage_path_under_the_deployed_one_is_no_contradiction(plane, api, config, tmp_path, monkeypatch, capsys):
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
     settings = (*_researcher(tmp_path, monkeypatch), "storagePath=s3://company-checkpoints/research/mlp")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-               *args(*settings))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        *args(*settings),
+    )
     assert code == 0, capsys.readouterr().err
     assert shipped(api, "research")["storagePath"] == "s3://company-checkpoints/research/mlp"
 
 
-def test_a_cluster_without_deployed_settings_is_exit_2_saying_what_to_do(plane, config, user, tmp_path, monkeypatch,
-                                                                         capsys):
+def test_a_cluster_without_deployed_settings_is_exit_2_saying_what_to_do(
+    plane, config, user, tmp_path, monkeypatch, capsys
+):
     # GIVEN a cluster that holds no settings ConfigMap (deployed with trainingJob false, or not by ray-efa-stack)
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-               *args(*_researcher(tmp_path, monkeypatch)))
+    code = run_cli(
+        "submit", "--kube-context", "research", "--kubeconfig", config, *args(*_researcher(tmp_path, monkeypatch))
+    )
     # and one named with --deployed that is not there (the API server's 404 Status)
-    named = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--deployed",
-                "research/train-efa", *args(*_researcher(tmp_path, monkeypatch)))
+    named = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--deployed",
+        "research/train-efa",
+        *args(*_researcher(tmp_path, monkeypatch)),
+    )
     err = capsys.readouterr().err
     assert (code, named) == (2, 2)
-    assert ("no ConfigMap ray/mlp-exp-settings, nor any other settings ConfigMap of a deployment in the cluster, so its "
-            "deployed settings are unknown: --deployed NAMESPACE/JOB names the deployment's training job") in err
+    assert (
+        "no ConfigMap ray/mlp-exp-settings, nor any other settings ConfigMap of a deployment in the cluster, so its "
+        "deployed settings are unknown: --deployed NAMESPACE/JOB names the deployment's training job"
+    ) in err
     assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in err
     assert "trainingJob false" in err
     assert writes(plane, user) == []
@@ -616,23 +888,49 @@ def test_deployments_that_differ_must_be_named(plane, config, tmp_path, monkeypa
     deploy(plane, *PLATFORM)
     deploy(plane, "namespace=research", "jobName=vision", "gpuInstanceType=g6e.12xlarge")
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-               *args(*_researcher(tmp_path, monkeypatch)))
-    named = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, "--poll", "0.05",
-                "--deployed", "research/train-efa", *args(*_researcher(tmp_path, monkeypatch)))
+    code = run_cli(
+        "submit", "--kube-context", "research", "--kubeconfig", config, *args(*_researcher(tmp_path, monkeypatch))
+    )
+    named = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        "--name",
+        JOB,
+        "--poll",
+        "0.05",
+        "--deployed",
+        "research/train-efa",
+        *args(*_researcher(tmp_path, monkeypatch)),
+    )
     err = capsys.readouterr().err
-    assert code == 2 and ("differ (ConfigMap research/train-efa-settings, ConfigMap research/vision-settings): name the "
-                          "one to run on with --deployed NAMESPACE/JOB") in err
+    assert (
+        code == 2
+        and (
+            "differ (ConfigMap research/train-efa-settings, ConfigMap research/vision-settings): name the "
+            "one to run on with --deployed NAMESPACE/JOB"
+        )
+        in err
+    )
     assert named == 0, err
     assert "from ConfigMap research/train-efa-settings" in err
 
 
-def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(plane, config, user, tmp_path, monkeypatch,
-                                                                         capsys):
+def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(
+    plane, config, user, tmp_path, monkeypatch, capsys
+):
     # GIVEN a cluster of A100 nodes (no fp8 tensor cores), and a job that asks for fp8
     deploy(plane, "gpuInstanceType=p4d.24xlarge", "storagePath=s3://research-checkpoints/runs")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config,
-               *args(*_researcher(tmp_path, monkeypatch), "precision=fp8"))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        config,
+        *args(*_researcher(tmp_path, monkeypatch), "precision=fp8"),
+    )
     err = capsys.readouterr().err
     # THEN the rule across the two sides names the job's setting, before anything is created
     assert code == 2, err
@@ -649,27 +947,35 @@ def test_the_submitters_log_read_whole_is_its_text_not_the_bytes_repr(plane, api
 
     text = "epoch 1/3\ntransport gate: PASS: all 16 processes\n"
     core: Any = client.CoreV1Api(api)
-    core.create_namespaced_pod("ray", {"metadata": {"name": f"{JOB}-7xk2q", "labels": {"job-name": JOB}},
-                                       "spec": {"nodeSelector": {"example.com/pool": "platform"},
-                                                "terminationGracePeriodSeconds": 0, "containers": [
-                                                    {"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}]}})
+    core.create_namespaced_pod(
+        "ray",
+        {
+            "metadata": {"name": f"{JOB}-7xk2q", "labels": {"job-name": JOB}},
+            "spec": {
+                "nodeSelector": {"example.com/pool": "platform"},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "ray-job-submitter", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        },
+    )
     wait_for(lambda: core.read_namespaced_pod(f"{JOB}-7xk2q", "ray").status.phase == "Running", "the pod Running")
     plane.serve_logs("ray", {"ray-job-submitter": text}, pods=[f"{JOB}-7xk2q"])
-    assert wait_for(lambda: submitter_log(api, "ray", JOB) == text and submitter_log(api, "ray", JOB),
-                    "the log served") == text
+    assert (
+        wait_for(lambda: submitter_log(api, "ray", JOB) == text and submitter_log(api, "ray", JOB), "the log served")
+        == text
+    )
 
 
-
-@pytest.mark.parametrize(("kind", "where"), [("NetworkPolicy", "spec"), ("ConfigMap", "metadata"),
-                                             ("RayJob", "spec")])
+@pytest.mark.parametrize(("kind", "where"), [("NetworkPolicy", "spec"), ("ConfigMap", "metadata"), ("RayJob", "spec")])
 def test_an_unknown_field_is_refused_by_the_api_server_not_dropped(plane, api, kind, where):
     from ray_efa.core.settings import Settings
     from ray_efa.ops.submit import SubmitError, create_objects, submission
 
     # GIVEN the objects `submit` creates for a job, one of them with a field its schema does not declare (a misspelt
     # key: on a plain POST the API server stores the object without it)
-    _, objects = submission(Settings.from_context({"jobName": "mlp-exp", "kuberayVersion": served_kuberay()}),
-                            job_name="strict-run1")
+    _, objects = submission(
+        Settings.from_context({"jobName": "mlp-exp", "kuberayVersion": served_kuberay()}), job_name="strict-run1"
+    )
     typo = next(o for o in objects if o["kind"] == kind)
     typo[where]["entrypoitn"] = "python train.py"
     # WHEN submit creates them

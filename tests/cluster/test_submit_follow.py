@@ -31,19 +31,31 @@ from tests.cluster.objects import name_of, namespace_of
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-submit"
-DEPLOYED = {"jobName": "mlp-exp", "storagePath": "s3://research-checkpoints/runs", "namespace": NAMESPACE,
-            "kuberayVersion": served_kuberay()}
+DEPLOYED = {
+    "jobName": "mlp-exp",
+    "storagePath": "s3://research-checkpoints/runs",
+    "namespace": NAMESPACE,
+    "kuberayVersion": served_kuberay(),
+}
 """The deployment: the defaults (2 x g6.12xlarge), its bucket, its training job mlp-exp in namespace ops-submit, for
 the KubeRay version whose CRDs the API server serves (conftest.served_kuberay)."""
 JOB = "mlp-exp-run1"
-LOCAL = ("trainFunction=own_training.train:train_func", "codeDir=examples/own-training/src",
-         "storagePath=s3://research-checkpoints/runs", 'trainConfig={"epochs": 3}', "jobName=mlp-exp")
+LOCAL = (
+    "trainFunction=own_training.train:train_func",
+    "codeDir=examples/own-training/src",
+    "storagePath=s3://research-checkpoints/runs",
+    'trainConfig={"epochs": 3}',
+    "jobName=mlp-exp",
+)
 FAILING = "ray-efa.test/fails-init-container"
 
 
 def settings_maps(api: ApiClient) -> list[str]:
-    return [f"{namespace_of(c)}/{name_of(c)}" for c in
-            client.CoreV1Api(api).list_config_map_for_all_namespaces().items if name_of(c).endswith("-settings")]
+    return [
+        f"{namespace_of(c)}/{name_of(c)}"
+        for c in client.CoreV1Api(api).list_config_map_for_all_namespaces().items
+        if name_of(c).endswith("-settings")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +66,12 @@ def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment
     wait_for(lambda: not exists(lambda: core.read_namespace(NAMESPACE)), f"namespace {NAMESPACE} gone", timeout_s=90)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     core.create_namespaced_service_account(
-        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(made.settings))))
+        NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=service_account(made.settings)))
+    )
     # the deployment's training job ran and was deleted since: its settings ConfigMap (and the code's) stay
     control_plane.apply([o for o in training_job(made.settings) if o["kind"] == "ConfigMap"])
     yield made
     made.remove()
-
-
 
 
 @pytest.fixture
@@ -79,23 +90,46 @@ def _delete_job(api: ApiClient, name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise
-    wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
-        NAMESPACE, label_selector=f"app.kubernetes.io/instance={name}").items, f"the pods of RayJob {name} gone",
-        timeout_s=90)
+    wait_for(
+        lambda: (
+            not client.CoreV1Api(api)
+            .list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/instance={name}")
+            .items
+        ),
+        f"the pods of RayJob {name} gone",
+        timeout_s=90,
+    )
 
 
-SUBMITTER_LOG = ("Job submission server address: http://mlp-exp-run1-head-svc.ops-submit.svc.cluster.local:8265\n"
-                 "Job 'mlp-exp-run1-wq7zt' submitted successfully\n")
+SUBMITTER_LOG = (
+    "Job submission server address: http://mlp-exp-run1-head-svc.ops-submit.svc.cluster.local:8265\n"
+    "Job 'mlp-exp-run1-wq7zt' submitted successfully\n"
+)
 """What the submitter pod's container printed (KWOK's kubelet API serves it: ControlPlane.serve_logs)."""
 
 
 def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator_to_its_end(
-        deployed: Deployment, api: ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys):
+    deployed: Deployment, api: ApiClient, control_plane: ControlPlane, kubeconfig: str, capsys
+):
     served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
-                "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120", *_settings_args(*LOCAL))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        kubeconfig,
+        "--name",
+        JOB,
+        "--deployed",
+        f"{NAMESPACE}/mlp-exp",
+        "--poll",
+        "0.5",
+        "--timeout",
+        "120",
+        *_settings_args(*LOCAL),
+    )
     out, err = capsys.readouterr()
     try:
         # THEN the job was built from the ConfigMap the deployment wrote, created in its namespace
@@ -119,48 +153,87 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
         assert time.monotonic() - started < 110
         # the objects the RayJob owns (ownerReferences written by submit) go with it: the real garbage collector
         core = client.CoreV1Api(api)
-        owned = [name_of(c) for c in core.list_namespaced_config_map(NAMESPACE).items
-                 if name_of(c).startswith(f"{JOB}-")]
+        owned = [
+            name_of(c) for c in core.list_namespaced_config_map(NAMESPACE).items if name_of(c).startswith(f"{JOB}-")
+        ]
         assert f"{JOB}-settings" in owned
     finally:
         client.CustomObjectsApi(api).delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", served)
         _delete_job(api, JOB)
-    wait_for(lambda: not [c for c in client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
-                          if name_of(c).startswith(f"{JOB}-")], "the job's ConfigMaps deleted with it")
+    wait_for(
+        lambda: (
+            not [
+                c
+                for c in client.CoreV1Api(api).list_namespaced_config_map(NAMESPACE).items
+                if name_of(c).startswith(f"{JOB}-")
+            ]
+        ),
+        "the job's ConfigMaps deleted with it",
+    )
 
 
 def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfig, capsys):
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig,
-                "--deployed", "research/train-efa", *_settings_args(*LOCAL))
+    code = run_cli(
+        "submit",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        kubeconfig,
+        "--deployed",
+        "research/train-efa",
+        *_settings_args(*LOCAL),
+    )
     assert code == 2
     assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in capsys.readouterr().err
 
 
-def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_created(deployed, api, kubeconfig,
-                                                                                     capsys):
-    code = run_cli("submit", "--json", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", JOB,
-                *_settings_args(*LOCAL, "gpuInstanceType=p5.48xlarge"))
+def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_created(
+    deployed, api, kubeconfig, capsys
+):
+    code = run_cli(
+        "submit",
+        "--json",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        kubeconfig,
+        "--name",
+        JOB,
+        *_settings_args(*LOCAL, "gpuInstanceType=p5.48xlarge"),
+    )
     out, err = capsys.readouterr()
     assert code == 2, err
     problems = {p["key"]: p for p in json.loads(out)["problems"]}
     assert "gpuInstanceType" in problems
-    assert (f'the cluster was deployed with "g6.12xlarge" (ConfigMap {NAMESPACE}/mlp-exp-settings)'
-            in problems["gpuInstanceType"]["message"])
+    assert (
+        f'the cluster was deployed with "g6.12xlarge" (ConfigMap {NAMESPACE}/mlp-exp-settings)'
+        in problems["gpuInstanceType"]["message"]
+    )
     assert not client.CustomObjectsApi(api).list_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs")["items"]
 
 
 def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(deployed, kubeconfig, capsys):
-    code = run_cli("follow", "no-such-job", "--kube-context", "research", "--kubeconfig", kubeconfig,
-                *_settings_args(f"namespace={NAMESPACE}"))
+    code = run_cli(
+        "follow",
+        "no-such-job",
+        "--kube-context",
+        "research",
+        "--kubeconfig",
+        kubeconfig,
+        *_settings_args(f"namespace={NAMESPACE}"),
+    )
     assert code == 2
-    assert f"no RayJob {NAMESPACE}/no-such-job (kubectl -n {NAMESPACE} get rayjobs lists them)" in capsys.readouterr().err
+    assert (
+        f"no RayJob {NAMESPACE}/no-such-job (kubectl -n {NAMESPACE} get rayjobs lists them)" in capsys.readouterr().err
+    )
 
 
 # -- a failing init container ------------------------------------------------------------------------------------------
 
 
-def failing_job(plane: ControlPlane, settings: Settings, container: str, group: str = "head",
-                exit_code: int = 1) -> str:
+def failing_job(
+    plane: ControlPlane, settings: Settings, container: str, group: str = "head", exit_code: int = 1
+) -> str:
     """The settings' training job applied with `container` of its `group` pods failing (KWOK's stage); its name."""
     objects = training_job(settings)
     job = next(o for o in objects if o["kind"] == "RayJob")
@@ -180,18 +253,34 @@ def test_follow_ends_within_a_minute_naming_the_failed_pip_install(deployed, api
     name = failing_job(control_plane, settings, "install-packages")
     try:
         started = time.monotonic()
-        code = run_cli("follow", name, "--kube-context", "research", "--kubeconfig", kubeconfig, "--poll", "0.5",
-                    "--timeout", "600", *_settings_args(f"namespace={NAMESPACE}"))
+        code = run_cli(
+            "follow",
+            name,
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            kubeconfig,
+            "--poll",
+            "0.5",
+            "--timeout",
+            "600",
+            *_settings_args(f"namespace={NAMESPACE}"),
+        )
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
         # THEN exit 1 within a minute, not at the deadline, naming the pod, the container and its exit code
         assert code == 1, err
         assert elapsed < 60
         assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
-        (head,) = client.CoreV1Api(api).list_namespaced_pod(
-            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
-        assert (f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
-                "CrashLoopBackOff, 3 restarts)") in err
+        (head,) = (
+            client.CoreV1Api(api)
+            .list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head")
+            .items
+        )
+        assert (
+            f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
+            "CrashLoopBackOff, 3 restarts)"
+        ) in err
         assert "its log cannot be read" in err  # no kubelet: said, not hidden
         assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err
     finally:
@@ -208,13 +297,24 @@ def test_verify_fails_the_init_container_check_alone_and_stops_waiting_on_it(dep
     core = client.CoreV1Api(api)
     try:
         # both workers' reports: the check below names each, and one worker's can come seconds after the other's
-        wait_for(lambda: len(failing_init_containers(core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=worker").items)) >= 2,
-            "the kubelet's (KWOK's) report of the failing init container on both workers")
+        wait_for(
+            lambda: (
+                len(
+                    failing_init_containers(
+                        core.list_namespaced_pod(
+                            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=worker"
+                        ).items
+                    )
+                )
+                >= 2
+            ),
+            "the kubelet's (KWOK's) report of the failing init container on both workers",
+        )
         # WHEN verified with --wait 600
         sleeps: list[float] = []
-        report = verify_until(api, Expectations.from_settings(settings), timeout_s=600, sleep=sleeps.append,
-                              clock=lambda: sum(sleeps))
+        report = verify_until(
+            api, Expectations.from_settings(settings), timeout_s=600, sleep=sleeps.append, clock=lambda: sum(sleeps)
+        )
         # THEN the check names each worker's container and exit code, and nothing was waited for
         detail = next(c for c in report.failed if c.id == INIT_CONTAINERS_CHECK).detail
         assert detail.count("init container install-packages failed (exit code 2, CrashLoopBackOff, 3 restarts)") == 2
@@ -229,48 +329,98 @@ def fail_init_container_at_admission(plane: ControlPlane, job: str, container: s
     `job` in NAMESPACE for KWOK's init-container-crashloop stage as the API server admits it: the pods `submit`
     makes the operator create fail `container` from their first status on, as a failing pip install does."""
     name = f"fail-{job}"
-    condition = (f"has(object.metadata.labels) && object.metadata.labels.exists(k, k == 'ray.io/node-type') && "
-                 f"object.metadata.labels['ray.io/node-type'] == 'head' && "
-                 f"object.metadata.labels.exists(k, k == 'app.kubernetes.io/instance') && "
-                 f"object.metadata.labels['app.kubernetes.io/instance'] == '{job}'")
-    mutation = (f'Object{{metadata: Object.metadata{{labels: {{"{FAILING}": "{container}"}}, '
-                f'annotations: {{"ray-efa.test/exit-code": "{exit_code}"}}}}}}')
-    plane.apply([
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
-         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                          "operations": ["CREATE"], "resources": ["pods"]}]},
-                  "matchConditions": [{"name": "the-jobs-head", "expression": condition}],
-                  "failurePolicy": "Fail", "reinvocationPolicy": "Never",
-                  "mutations": [{"patchType": "ApplyConfiguration",
-                                 "applyConfiguration": {"expression": mutation}}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": {"name": name},
-         "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
-             "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}}}])
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "probe", "namespace": NAMESPACE,
-        "labels": {"ray.io/node-type": "head", "app.kubernetes.io/instance": job}},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
-    wait_for(lambda: FAILING in (plane.apply([probe], dry_run=True)[0]["metadata"].get("labels") or {}),
-             "the MutatingAdmissionPolicy in force (a dry-run pod labelled)")
+    condition = (
+        f"has(object.metadata.labels) && object.metadata.labels.exists(k, k == 'ray.io/node-type') && "
+        f"object.metadata.labels['ray.io/node-type'] == 'head' && "
+        f"object.metadata.labels.exists(k, k == 'app.kubernetes.io/instance') && "
+        f"object.metadata.labels['app.kubernetes.io/instance'] == '{job}'"
+    )
+    mutation = (
+        f'Object{{metadata: Object.metadata{{labels: {{"{FAILING}": "{container}"}}, '
+        f'annotations: {{"ray-efa.test/exit-code": "{exit_code}"}}}}}}'
+    )
+    plane.apply(
+        [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "matchConstraints": {
+                        "resourceRules": [
+                            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                        ]
+                    },
+                    "matchConditions": [{"name": "the-jobs-head", "expression": condition}],
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "Never",
+                    "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": mutation}}],
+                },
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": name},
+                "spec": {
+                    "policyName": name,
+                    "matchResources": {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+                    },
+                },
+            },
+        ]
+    )
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "probe",
+            "namespace": NAMESPACE,
+            "labels": {"ray.io/node-type": "head", "app.kubernetes.io/instance": job},
+        },
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    wait_for(
+        lambda: FAILING in (plane.apply([probe], dry_run=True)[0]["metadata"].get("labels") or {}),
+        "the MutatingAdmissionPolicy in force (a dry-run pod labelled)",
+    )
 
 
 def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_log_lines(
-        deployed, api, control_plane, kubeconfig, capsys):
+    deployed, api, control_plane, kubeconfig, capsys
+):
     # GIVEN a job whose head's pip install of pipPackages fails: the pods the operator makes for it are labelled
     # at admission for KWOK's failing init container, whose failed run's log KWOK's kubelet API serves
     name = "pip-fails-submit"
     fail_init_container_at_admission(control_plane, name, "install-packages")
-    served = control_plane.serve_logs(NAMESPACE, {"install-packages": "Collecting einops==0.9.9\n"}, previous={
-        "install-packages": "Collecting einops==0.9.9\nERROR: Could not find a version that satisfies the requirement "
-                            "einops==0.9.9\nERROR: No matching distribution found for einops==0.9.9\n"})
+    served = control_plane.serve_logs(
+        NAMESPACE,
+        {"install-packages": "Collecting einops==0.9.9\n"},
+        previous={
+            "install-packages": "Collecting einops==0.9.9\nERROR: Could not find a version that satisfies the requirement "
+            "einops==0.9.9\nERROR: No matching distribution found for einops==0.9.9\n"
+        },
+    )
     admission = client.AdmissionregistrationV1Api(api)
     try:
         # WHEN it is submitted (its deadline: an hour; the test stops following after 2 minutes)
         started = time.monotonic()
-        code = run_cli("submit", "--kube-context", "research", "--kubeconfig", kubeconfig, "--name", name,
-                    "--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120",
-                    *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'))
+        code = run_cli(
+            "submit",
+            "--kube-context",
+            "research",
+            "--kubeconfig",
+            kubeconfig,
+            "--name",
+            name,
+            "--deployed",
+            f"{NAMESPACE}/mlp-exp",
+            "--poll",
+            "0.5",
+            "--timeout",
+            "120",
+            *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'),
+        )
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
         # THEN exit 1 within a minute, not at the deadline, naming the pod, the container, its exit code and the last
@@ -280,9 +430,12 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
         assert f"RayJob {NAMESPACE}/{name} cannot start: an init container of its Ray pods failed" in err
         core: Any = client.CoreV1Api(api)
         (head,) = core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head").items
-        assert (f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
-                "CrashLoopBackOff, 3 restarts)") in err
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={name},ray.io/node-type=head"
+        ).items
+        assert (
+            f"pod {NAMESPACE}/{name_of(head)}: init container install-packages failed (exit code 1, "
+            "CrashLoopBackOff, 3 restarts)"
+        ) in err
         assert "    ERROR: No matching distribution found for einops==0.9.9" in err
         assert f"kubectl -n {NAMESPACE} delete rayjob {name}" in err
     finally:

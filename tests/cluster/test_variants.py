@@ -30,11 +30,26 @@ pytestmark = pytest.mark.synth
 # driver dra.net (core/addons.py). Both publish the standard resource.kubernetes.io/pcieRoot attribute.
 GPU_DRIVER, EFA_DRIVER = "gpu.nvidia.com", "dra.net"
 DEVICE_CLASSES = [
-    {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": addons.GPU_DEVICE_CLASS},
-     "spec": {"selectors": [{"cel": {"expression":
-                                     f"device.driver == '{GPU_DRIVER}' && device.attributes['{GPU_DRIVER}'].type == 'gpu'"}}]}},
-    {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": addons.EFA_DEVICE_CLASS},
-     "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{EFA_DRIVER}'"}}]}},
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": addons.GPU_DEVICE_CLASS},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f"device.driver == '{GPU_DRIVER}' && device.attributes['{GPU_DRIVER}'].type == 'gpu'"
+                    }
+                }
+            ]
+        },
+    },
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": addons.EFA_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{EFA_DRIVER}'"}}]},
+    },
 ]
 
 
@@ -46,15 +61,31 @@ def resource_slices(node: str, instance: catalog.GpuInstanceType) -> list[dict[s
     def root(index: int) -> dict[str, str]:
         return {"string": f"pci0000:{index:02x}"}
 
-    gpus = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "resource.kubernetes.io/pcieRoot": root(i)}}
-            for i in range(instance.gpus)]
-    efas = [{"name": f"efa-{j}", "attributes": {"resource.kubernetes.io/pcieRoot": root(min(j // per_root,
-                                                                                             instance.gpus - 1))}}
-            for j in range(instance.efa_interfaces)]
-    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{kind}"},
-             "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
-                                                                    "resourceSliceCount": 1}, "devices": devices}}
-            for kind, driver, devices in (("gpu", GPU_DRIVER, gpus), ("efa", EFA_DRIVER, efas))]
+    gpus = [
+        {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "resource.kubernetes.io/pcieRoot": root(i)}}
+        for i in range(instance.gpus)
+    ]
+    efas = [
+        {
+            "name": f"efa-{j}",
+            "attributes": {"resource.kubernetes.io/pcieRoot": root(min(j // per_root, instance.gpus - 1))},
+        }
+        for j in range(instance.efa_interfaces)
+    ]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{kind}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        }
+        for kind, driver, devices in (("gpu", GPU_DRIVER, gpus), ("efa", EFA_DRIVER, efas))
+    ]
 
 
 def _claim_name(status: client.V1PodResourceClaimStatus) -> str:
@@ -72,29 +103,33 @@ def _allocated(claim: client.ResourceV1ResourceClaim) -> list[client.V1DeviceReq
 
 @pytest.mark.parametrize("row", ["p5.48xlarge", "p5en.48xlarge", "g6.12xlarge"])
 def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_publish(
-        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
-        tmp_path: Path):
+    row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str, tmp_path: Path
+):
     # GIVEN GPU nodes that advertise no extended resources, only the DRA drivers' ResourceSlices
     instance = catalog.GPU_INSTANCES[row]
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu, instance=row, device_plugins=False)
     control_plane.apply([*DEVICE_CLASSES, *(s for node in gpu for s in resource_slices(node, instance))])
     # WHEN the deviceAllocation=dra job is deployed
-    deploy(control_plane, stack, namespace, tmp_path, f"gpuInstanceType={row}", "deviceAllocation=dra",
-           on=(system, gpu))
+    deploy(
+        control_plane, stack, namespace, tmp_path, f"gpuInstanceType={row}", "deviceAllocation=dra", on=(system, gpu)
+    )
     cluster = ray_job_cluster(api, namespace, "train-efa")
     workers = ray_pods(api, namespace, cluster, "worker", len(gpu))
     # THEN each worker is on its own node, with every GPU and EFA device of that node allocated to its claims
     assert sorted(node_of(w) for w in workers) == sorted(gpu)
     resources = client.ResourceV1Api(api)
     for worker in workers:
-        claims = [resources.read_namespaced_resource_claim(_claim_name(status), namespace)
-                  for status in status_of(worker).resource_claim_statuses or []]
+        claims = [
+            resources.read_namespaced_resource_claim(_claim_name(status), namespace)
+            for status in status_of(worker).resource_claim_statuses or []
+        ]
         assert claims, f"{name_of(worker)} has no allocated claims"
         results = [r for claim in claims for r in _allocated(claim)]
         assert all(r.pool == node_of(worker) for r in results)
         assert sorted(r.device for r in results if r.driver == GPU_DRIVER) == sorted(
-            f"gpu-{i}" for i in range(instance.gpus))
+            f"gpu-{i}" for i in range(instance.gpus)
+        )
         assert len([r for r in results if r.driver == EFA_DRIVER]) == instance.efa_interfaces
     # and the ResourceClaims leave the extended resources alone (nothing asks for nvidia.com/gpu)
     assert all("nvidia.com/gpu" not in requests_of(spec_of(w).containers[0]) for w in workers)
@@ -105,12 +140,19 @@ def test_dra_claims_are_allocated_by_the_scheduler_from_the_devices_the_drivers_
 
 
 def test_an_own_train_function_ships_and_is_placed(
-        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
-        tmp_path: Path):
+    control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str, tmp_path: Path
+):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
-    stored = deploy(control_plane, stack, namespace, tmp_path, "trainFunction=own_training.train:train_func",
-                    "codeDir=examples/own-training/src", on=(system, gpu))
+    stored = deploy(
+        control_plane,
+        stack,
+        namespace,
+        tmp_path,
+        "trainFunction=own_training.train:train_func",
+        "codeDir=examples/own-training/src",
+        on=(system, gpu),
+    )
     # the user's code ships beside the job, in objects the server took
     assert any(o["kind"] == "ConfigMap" and "own_training" in json.dumps(o.get("data", {})) for o in stored)
     cluster = ray_job_cluster(api, namespace, "train-efa")
@@ -141,8 +183,14 @@ def platform() -> dict[str, dict]:
     from tests.infra.test_app import offline_env
 
     out = Path(__file__).parent / ".platform-cdk-out"
-    result = subprocess.run(["npx", "cdk", "synth", "--quiet", "--output", str(out)], cwd=EXAMPLE,
-                            env=offline_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(out)],
+        cwd=EXAMPLE,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     try:
         return json.loads((out / "PlatformWithRay.template.json").read_text())
@@ -167,7 +215,8 @@ def _as_served(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
-        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, platform: dict[str, Any]):
+    control_plane: ControlPlane, api: ApiClient, nodes: Nodes, platform: dict[str, Any]
+):
     groups = NodeGroup.from_template(platform)
     system_group = next(g for g in groups if "nvidia.com/gpu.present" not in g.labels)
     gpu_group = next(g for g in groups if "nvidia.com/gpu.present" in g.labels)
@@ -186,5 +235,8 @@ def test_the_platform_apps_job_runs_on_the_platforms_own_labelled_nodes(
         assert sorted(node_of(w) for w in workers) == sorted(gpu)
     finally:
         client.CoreV1Api(api).delete_namespace(namespace)
-        wait_for(lambda: namespace not in {name_of(n) for n in client.CoreV1Api(api).list_namespace().items},
-                 f"namespace {namespace} gone", timeout_s=60)
+        wait_for(
+            lambda: namespace not in {name_of(n) for n in client.CoreV1Api(api).list_namespace().items},
+            f"namespace {namespace} gone",
+            timeout_s=60,
+        )

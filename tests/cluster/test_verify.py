@@ -31,14 +31,30 @@ from tests.cluster.objects import name_of, namespace_of, status_of
 from tests.ops.cli_helpers import run_cli
 
 NAMESPACE = "ops-verify"
-CONTEXT = {"gpuInstanceType": "g6.12xlarge", "gpuNodeCount": 2, "namespace": NAMESPACE, "network": "efa",
-           "kuberayVersion": served_kuberay()}  # the KubeRay version whose CRDs the API server serves
+CONTEXT = {
+    "gpuInstanceType": "g6.12xlarge",
+    "gpuNodeCount": 2,
+    "namespace": NAMESPACE,
+    "network": "efa",
+    "kuberayVersion": served_kuberay(),
+}  # the KubeRay version whose CRDs the API server serves
 SETTINGS = Settings.from_context(CONTEXT)
 EXPECTED = Expectations.from_settings(SETTINGS)  # 2 x g6.12xlarge: 4 GPUs and 1 EFA interface per node
 CLI_SETTINGS = tuple(a for k, v in CONTEXT.items() for a in ("-c", f"{k}={v}"))
-ALL_CHECKS = ["gpu-nodes", "node-health", "gpu-allocatable", "efa-allocatable", "nvidia-device-plugin", "aws-efa-k8s-device-plugin",
-              "kuberay-operator", "raycluster", "ray-init-containers", "ray-token-auth", "network-policy-enforcement",
-              "network-policy"]
+ALL_CHECKS = [
+    "gpu-nodes",
+    "node-health",
+    "gpu-allocatable",
+    "efa-allocatable",
+    "nvidia-device-plugin",
+    "aws-efa-k8s-device-plugin",
+    "kuberay-operator",
+    "raycluster",
+    "ray-init-containers",
+    "ray-token-auth",
+    "network-policy-enforcement",
+    "network-policy",
+]
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +131,15 @@ def test_daemon_set_with_pods_not_ready_fails(deployed, api):
     pod = deployed.pods("app.kubernetes.io/name=aws-efa-k8s-device-plugin", "kube-system")[0]
     set_pod_ready(api, pod, False)
     try:
-        wait_for(lambda: status_of(client.AppsV1Api(api).read_namespaced_daemon_set(
-            "aws-efa-k8s-device-plugin", "kube-system")).number_ready == 1, "the DaemonSet controller's count")
+        wait_for(
+            lambda: (
+                status_of(
+                    client.AppsV1Api(api).read_namespaced_daemon_set("aws-efa-k8s-device-plugin", "kube-system")
+                ).number_ready
+                == 1
+            ),
+            "the DaemonSet controller's count",
+        )
         report = verify(api)
         assert [c.id for c in report.failed] == ["aws-efa-k8s-device-plugin"]
         assert report.failed[0].detail.startswith("1 of 2 pods ready")
@@ -175,6 +198,7 @@ def test_unavailable_operator_fails_the_operator_check(deployed, api):
     def available() -> str:
         conditions = status_of(apps.read_namespaced_deployment("kuberay-operator", "kuberay-system")).conditions or []
         return next((c.status for c in conditions if c.type == "Available"), "")
+
     try:
         wait_for(lambda: available() == "False", "the Deployment controller's Available=False")
         report = verify(api)
@@ -193,8 +217,13 @@ def test_ray_cluster_not_ready_fails_the_raycluster_check(deployed, api):
         set_pod_ready(api, pod, False)
 
     def ready_workers() -> int:
-        return (objects.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster)
-                .get("status") or {}).get("readyWorkerReplicas", 0)
+        return (
+            objects.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster).get(
+                "status"
+            )
+            or {}
+        ).get("readyWorkerReplicas", 0)
+
     try:
         wait_for(lambda: ready_workers() == 0, "the operator's readyWorkerReplicas 0")
         report = verify(api)
@@ -211,8 +240,15 @@ def test_verify_until_polls_until_the_cluster_is_healthy(deployed, api):
     plugin = deployed.pods("app.kubernetes.io/name=aws-efa-k8s-device-plugin", "kube-system")
     for pod in plugin:
         set_pod_ready(api, pod, False)
-    wait_for(lambda: status_of(client.AppsV1Api(api).read_namespaced_daemon_set(
-        "aws-efa-k8s-device-plugin", "kube-system")).number_ready == 0, "the DaemonSet controller's count")
+    wait_for(
+        lambda: (
+            status_of(
+                client.AppsV1Api(api).read_namespaced_daemon_set("aws-efa-k8s-device-plugin", "kube-system")
+            ).number_ready
+            == 0
+        ),
+        "the DaemonSet controller's count",
+    )
     polls = []
 
     def sleep(seconds):
@@ -232,13 +268,25 @@ def test_verify_until_polls_until_the_cluster_is_healthy(deployed, api):
 def test_policy_agent_without_enforcement_fails_naming_the_addon_setting(deployed, api, control_plane):
     # GIVEN the VPC CNI as EKS installs it by default: the agent runs with enforcement off
     args = ["--enable-network-policy=false"]
-    control_plane.apply([daemon_set("aws-node", "kube-system", containers=[
-        {"name": "aws-node", "image": "registry.k8s.io/pause:3.10"},
-        {"name": "aws-eks-nodeagent", "image": "registry.k8s.io/pause:3.10", "args": args}])])
+    control_plane.apply(
+        [
+            daemon_set(
+                "aws-node",
+                "kube-system",
+                containers=[
+                    {"name": "aws-node", "image": "registry.k8s.io/pause:3.10"},
+                    {"name": "aws-eks-nodeagent", "image": "registry.k8s.io/pause:3.10", "args": args},
+                ],
+            )
+        ]
+    )
     try:
         report = verify(api)
         assert [c.id for c in report.failed] == ["network-policy-enforcement"]
-        assert "enableNetworkPolicy" in report.failed[0].detail and "--enable-network-policy=false" in report.failed[0].detail
+        assert (
+            "enableNetworkPolicy" in report.failed[0].detail
+            and "--enable-network-policy=false" in report.failed[0].detail
+        )
         # and without the agent container at all
         control_plane.apply([daemon_set("aws-node", "kube-system")])
         report = verify(api)
@@ -262,7 +310,8 @@ def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(dep
     # GIVEN a RayCluster without authOptions, as an operator whose types lack it makes it (this one, v1.5.0, does; in a
     # clone alone the served 1.5.0 schema has no authOptions, so the RayCluster has none already)
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        "ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster, {"spec": {"authOptions": None}})
+        "ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster, {"spec": {"authOptions": None}}
+    )
     try:
         # THEN settings of the deployed KubeRay, which plan a token, fail the token check
         report = verify(api, Expectations.from_settings(SETTINGS.replace(kuberayVersion=DEPLOYED_KUBERAY)))
@@ -271,7 +320,9 @@ def test_auth_options_pruned_fail_the_token_check_and_kuberay_1_4_plans_none(dep
         # while settings pinning KubeRay 1.4.0 plan no token, and the report says so
         report = verify(api, Expectations.from_settings(SETTINGS.replace(kuberayVersion="1.4.0")))
         assert report.ok, report.as_dict()
-        assert check(report, "ray-token-auth").detail.startswith("off, as planned: kuberayVersion 1.4.0 has no authOptions")
+        assert check(report, "ray-token-auth").detail.startswith(
+            "off, as planned: kuberayVersion 1.4.0 has no authOptions"
+        )
     finally:
         if EXPECTED.token_auth:
             set_auth_options(api, NAMESPACE, deployed.ray_cluster)
@@ -281,10 +332,16 @@ def test_the_head_pod_is_found_by_its_cluster_not_by_name(deployed, api):
     # GIVEN another Ray cluster's head pod in the namespace, without a token
     core = client.CoreV1Api(api)
     # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-    core.create_namespaced_pod(NAMESPACE, {  # pyright: ignore[reportArgumentType]
-        "metadata": {"name": "other-head-abcde", "labels": {
-        "ray.io/cluster": "other", "ray.io/node-type": "head"}}, "spec": {"containers": [
-            {"name": "ray-head", "image": "registry.k8s.io/pause:3.10"}], "nodeSelector": {"role": "system"}}})
+    core.create_namespaced_pod(
+        NAMESPACE,
+        {  # pyright: ignore[reportArgumentType]
+            "metadata": {"name": "other-head-abcde", "labels": {"ray.io/cluster": "other", "ray.io/node-type": "head"}},
+            "spec": {
+                "containers": [{"name": "ray-head", "image": "registry.k8s.io/pause:3.10"}],
+                "nodeSelector": {"role": "system"},
+            },
+        },
+    )
     try:
         # THEN the check reads the head of the live cluster and passes
         assert check(verify(api), "ray-token-auth").ok
@@ -304,8 +361,9 @@ def test_command_passes_with_a_table(deployed, control_plane, capsys, monkeypatc
 
 
 def test_command_exits_1_naming_the_failing_check(deployed, api, control_plane, capsys):
-    apply_addon(control_plane, "aws-efa-k8s-device-plugin",
-                node_selector={"node.kubernetes.io/instance-type": "no-such-type"})
+    apply_addon(
+        control_plane, "aws-efa-k8s-device-plugin", node_selector={"node.kubernetes.io/instance-type": "no-such-type"}
+    )
     try:
         daemon_set_settled(api, "aws-efa-k8s-device-plugin", desired=0)
         code = run_cli("verify", "--kubeconfig", str(control_plane.kubeconfig), "--json", *CLI_SETTINGS)
@@ -324,12 +382,22 @@ def test_command_exits_1_naming_the_failing_check(deployed, api, control_plane, 
 def test_the_long_lived_ray_cluster_is_checked_when_applied_with_its_own_policy(deployed, api, control_plane):
     # GIVEN the long-lived RayCluster (k8s.names.RAY_CLUSTER_NAME) applied beside the job's, its workers with no room
     job = next(o for o in training_job(SETTINGS) if o["kind"] == "RayJob")
-    control_plane.apply([{"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                          "metadata": {"name": "ray-efa", "namespace": NAMESPACE},
-                          "spec": job["spec"]["rayClusterSpec"]}])
+    control_plane.apply(
+        [
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayCluster",
+                "metadata": {"name": "ray-efa", "namespace": NAMESPACE},
+                "spec": job["spec"]["rayClusterSpec"],
+            }
+        ]
+    )
     # THEN it is the one verified: not ready, and the NetworkPolicy named after it is missing
     report = verify(api)
-    assert (check(report, "raycluster").ok, check(report, "raycluster").name) == (False, f"RayCluster {NAMESPACE}/ray-efa")
+    assert (check(report, "raycluster").ok, check(report, "raycluster").name) == (
+        False,
+        f"RayCluster {NAMESPACE}/ray-efa",
+    )
     policy = check(report, "network-policy")
     assert (policy.ok, policy.name) == (False, f"NetworkPolicy {NAMESPACE}/ray-efa-ray-ingress")
     client.CustomObjectsApi(api).delete_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", "ray-efa")
@@ -338,14 +406,22 @@ def test_the_long_lived_ray_cluster_is_checked_when_applied_with_its_own_policy(
 def test_finished_job_without_a_cluster_fails_saying_so(deployed, api):
     # GIVEN the RayJob finished (its status as the operator writes it once Ray's job succeeded) and its cluster gone
     objects = client.CustomObjectsApi(api)
-    objects.patch_namespaced_custom_object_status("ray.io", "v1", NAMESPACE, "rayjobs", "train-efa", {
-        "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+    objects.patch_namespaced_custom_object_status(
+        "ray.io",
+        "v1",
+        NAMESPACE,
+        "rayjobs",
+        "train-efa",
+        {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}},
+    )
     objects.delete_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", deployed.ray_cluster)
-    wait_for(lambda: not objects.list_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters")["items"],
-             "the RayCluster gone")
+    wait_for(
+        lambda: not objects.list_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters")["items"],
+        "the RayCluster gone",
+    )
     report = verify(api)
     # THEN the cluster check says why, and token auth (where planned) cannot be confirmed without a cluster
-    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"][:1 + EXPECTED.token_auth]
+    assert [c.id for c in report.failed] == ["raycluster", "ray-token-auth"][: 1 + EXPECTED.token_auth]
     assert "jobDeploymentStatus Complete" in report.failed[0].detail
     if EXPECTED.token_auth:
         assert "no live RayCluster" in report.failed[1].detail

@@ -63,8 +63,9 @@ def stack(control_plane: ControlPlane) -> Stack:
     return made
 
 
-def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *context: str,
-           on: tuple[list[str], list[str]]) -> list[dict[str, Any]]:
+def deploy(
+    plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *context: str, on: tuple[list[str], list[str]]
+) -> list[dict[str, Any]]:
     """The kubectl route (README): every file `ray-efa manifests` wrote is accepted by a server-side dry run (schema,
     CEL rules, defaulting, admission); then, as the `train:` lines it prints say, the namespace and the EFA RayJob are
     applied, beside the service account the cluster stack creates, once the node pods run on the (system, GPU) nodes
@@ -78,8 +79,9 @@ def deploy(plane: ControlPlane, stack: Stack, namespace: str, tmp_path: Path, *c
 
 def ray_pods(api: ApiClient, namespace: str, cluster: str, node_type: str, count: int) -> list[client.V1Pod]:
     try:
-        return wait_for_pods(api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count,
-                             what=f"Ray {node_type}")
+        return wait_for_pods(
+            api, namespace, f"ray.io/cluster={cluster},ray.io/node-type={node_type}", count, what=f"Ray {node_type}"
+        )
     except pytest.fail.Exception as error:
         raise AssertionError(f"{error}; the scheduler says: {pending_reasons(api, namespace)}") from None
 
@@ -105,8 +107,8 @@ def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: Co
 
 
 def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_gpu_node(
-        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
-        tmp_path: Path):
+    control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str, tmp_path: Path
+):
     system = add_node_group(nodes, stack.system)
     gpu = add_node_group(nodes, stack.gpu)
     stored = deploy(control_plane, stack, namespace, tmp_path, on=(system, gpu))
@@ -120,7 +122,8 @@ def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_g
 
 
 def test_the_stack_s_own_manifests_are_accepted_and_its_job_reconciled(
-        control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path):
+    control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, tmp_path: Path
+):
     # GIVEN the objects both stacks apply through the kubectl handler (namespace, service account, RayJob, ...)
     objects = stack_manifests(stack.cluster_template) + stack_manifests(stack.gpu_template)
     assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "RayJob"}
@@ -151,8 +154,8 @@ def _refusal(*context: str) -> str | None:
 
 @pytest.mark.parametrize("row", sorted(catalog.GPU_INSTANCES))
 def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
-        row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str,
-        tmp_path: Path):
+    row: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack, namespace: str, tmp_path: Path
+):
     refusal = _refusal(f"gpuInstanceType={row}")
     if refusal is not None:  # a row the job cannot use is refused before anything is written, naming the setting
         assert "gpuInstanceType" in refusal, refusal
@@ -174,8 +177,14 @@ def test_each_gpu_row_at_its_default_count_runs_one_worker_on_each_of_its_nodes(
 
 @pytest.mark.parametrize("system_type", sorted(catalog.SYSTEM_INSTANCES))
 def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says_it_cannot(
-        system_type: str, control_plane: ControlPlane, api: ApiClient, nodes: Nodes, stack: Stack,
-        namespace: str, tmp_path: Path):
+    system_type: str,
+    control_plane: ControlPlane,
+    api: ApiClient,
+    nodes: Nodes,
+    stack: Stack,
+    namespace: str,
+    tmp_path: Path,
+):
     context = f"systemInstanceType={system_type}"
     refusal = _refusal(context)
     system = add_node_group(nodes, stack.system, instance=system_type)
@@ -186,13 +195,31 @@ def test_the_head_fits_each_system_node_type_beside_its_neighbours_or_synth_says
         assert "systemInstanceType" in refusal, refusal
         wait_for_node_pods(api, system, gpu)
         (submitter_pod,) = [p for p in node_pods_data.system_node_pods() if p.kind == "Job"]
-        asks = {"smallest-head": ("1", "2Gi"), "submitter": (f"{submitter_pod.cpu_m}m", f"{submitter_pod.memory_mib}Mi")}
+        asks = {
+            "smallest-head": ("1", "2Gi"),
+            "submitter": (f"{submitter_pod.cpu_m}m", f"{submitter_pod.memory_mib}Mi"),
+        }
         for name, (cpu, memory) in asks.items():
             # a manifest dict as the body: the client takes one (the kubernetes stubs name only the model)
-            client.CoreV1Api(api).create_namespaced_pod(namespace, {  # pyright: ignore[reportArgumentType]
-                "metadata": {"name": name}, "spec": {
-                "nodeSelector": stack.system.labels, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}}]}})
+            client.CoreV1Api(api).create_namespaced_pod(
+                namespace,
+                {  # pyright: ignore[reportArgumentType]
+                    "metadata": {"name": name},
+                    "spec": {
+                        "nodeSelector": stack.system.labels,
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {
+                                    "requests": {"cpu": cpu, "memory": memory},
+                                    "limits": {"cpu": cpu, "memory": memory},
+                                },
+                            }
+                        ],
+                    },
+                },
+            )
         reasons = wait_for(lambda: pending_reasons(api, namespace), "the scheduler to leave one of them Pending")
         assert any("Insufficient cpu" in reason for reason in reasons.values()), reasons
         return

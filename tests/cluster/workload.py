@@ -38,25 +38,48 @@ class NodeGroup:
             if resource.get("Type") != "AWS::EKS::Nodegroup":
                 continue
             props = resource["Properties"]
-            taints = tuple({"key": t["Key"], "value": t.get("Value", ""), "effect": _EFFECTS[t["Effect"]]}
-                           for t in props.get("Taints") or [])
+            taints = tuple(
+                {"key": t["Key"], "value": t.get("Value", ""), "effect": _EFFECTS[t["Effect"]]}
+                for t in props.get("Taints") or []
+            )
             instance_types = tuple(props.get("InstanceTypes") or ())
             if not instance_types:  # the type is the launch template's (the EFA node group states it there)
                 reference = props["LaunchTemplate"]["Id"]["Ref"]
                 data = template["Resources"][reference]["Properties"]["LaunchTemplateData"]
                 instance_types = (data["InstanceType"],)
-            groups.append(NodeGroup(logical_id, instance_types,
-                                    int(props["ScalingConfig"]["DesiredSize"]), dict(props.get("Labels") or {}), taints))
+            groups.append(
+                NodeGroup(
+                    logical_id,
+                    instance_types,
+                    int(props["ScalingConfig"]["DesiredSize"]),
+                    dict(props.get("Labels") or {}),
+                    taints,
+                )
+            )
         return groups
 
 
-def add_node_group(nodes: Nodes, group: NodeGroup, *, instance: str | None = None, count: int | None = None,
-                   prefix: str = "", **kwargs: Any) -> list[str]:
+def add_node_group(
+    nodes: Nodes,
+    group: NodeGroup,
+    *,
+    instance: str | None = None,
+    count: int | None = None,
+    prefix: str = "",
+    **kwargs: Any,
+) -> list[str]:
     """The nodes `group` brings up: `count` (its desired size) of `instance` (its first instance type)."""
     name = instance or group.instance_types[0]
     row = catalog.GPU_INSTANCES.get(name) or catalog.SYSTEM_INSTANCES[name]
-    return nodes.add(row, group.desired if count is None else count, labels=group.labels, taints=list(group.taints),
-                     prefix=prefix, nodegroup=group.logical_id.lower(), **kwargs)
+    return nodes.add(
+        row,
+        group.desired if count is None else count,
+        labels=group.labels,
+        taints=list(group.taints),
+        prefix=prefix,
+        nodegroup=group.logical_id.lower(),
+        **kwargs,
+    )
 
 
 def write_manifests(out: Path, *context: str) -> list[Path]:
@@ -80,13 +103,23 @@ def pods(api: ApiClient, namespace: str, selector: str = "") -> list[client.V1Po
     return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
 
 
-def wait_for_pods(api: ApiClient, namespace: str, selector: str, count: int, *, what: str,
-                  timeout_s: float = 90, phase: str | None = "Running") -> list[client.V1Pod]:
+def wait_for_pods(
+    api: ApiClient,
+    namespace: str,
+    selector: str,
+    count: int,
+    *,
+    what: str,
+    timeout_s: float = 90,
+    phase: str | None = "Running",
+) -> list[client.V1Pod]:
     """`count` pods matching `selector`, each bound to a node (and in `phase`, unless None)."""
+
     def settled() -> list[client.V1Pod] | None:
         found = pods(api, namespace, selector)
         placed = [p for p in found if spec_of(p).node_name and (phase is None or status_of(p).phase == phase)]
         return placed if len(placed) >= count else None
+
     return wait_for(settled, f"{count} {what} pods ({selector}) in {namespace}", timeout_s=timeout_s)
 
 
@@ -100,8 +133,9 @@ def pending_reasons(api: ApiClient, namespace: str) -> dict[str, str]:
     return reasons
 
 
-def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str],
-              device_allocation: str = "device-plugin") -> None:
+def node_pods(
+    plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str], device_allocation: str = "device-plugin"
+) -> None:
     """The pods that share the nodes with the Ray pods (core.node_pods: EKS's and the stack's DaemonSets, CoreDNS and
     the KubeRay operator's Deployment), as real DaemonSets and Deployments with the requests core.node_pods gives
     them, so the real scheduler counts them beside the Ray pods. `system` and `gpu` are the node groups' labels. The
@@ -109,13 +143,25 @@ def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str
     from ray_efa.core import node_pods as known
 
     every_node = {pod.name for pod in known.node_daemonsets("system")}
-    workloads = [*known.node_daemonsets("gpu", device_allocation=device_allocation),  # type: ignore[arg-type]
-                 *(pod for pod in known.system_node_pods() if pod.kind == "Deployment")]
+    workloads = [
+        *known.node_daemonsets("gpu", device_allocation=device_allocation),  # type: ignore[arg-type]
+        *(pod for pod in known.system_node_pods() if pod.kind == "Deployment"),
+    ]
     objects: list[dict[str, Any]] = []
     for pod in workloads:
-        containers = [{"name": c.name, "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {
-            **({"cpu": f"{c.cpu_m}m"} if c.cpu_m else {}), **({"memory": f"{c.memory_mib}Mi"} if c.memory_mib else {})}}}
-            for c in pod.containers]
+        containers = [
+            {
+                "name": c.name,
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {
+                    "requests": {
+                        **({"cpu": f"{c.cpu_m}m"} if c.cpu_m else {}),
+                        **({"memory": f"{c.memory_mib}Mi"} if c.memory_mib else {}),
+                    }
+                },
+            }
+            for c in pod.containers
+        ]
         spec: dict[str, Any] = {"containers": containers}
         if pod.kind == "DaemonSet":  # EKS's DaemonSets tolerate every taint; the GPU ones select the GPU nodes
             spec["tolerations"] = [{"operator": "Exists"}]
@@ -124,12 +170,20 @@ def node_pods(plane: ControlPlane, *, system: dict[str, str], gpu: dict[str, str
         elif pod.name == "kuberay-operator":
             spec["nodeSelector"] = system
         labels = {"app": pod.name}
-        body: dict[str, Any] = {"selector": {"matchLabels": labels},
-                                "template": {"metadata": {"labels": labels}, "spec": spec}}
+        body: dict[str, Any] = {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        }
         if pod.kind == "Deployment":
             body["replicas"] = pod.pods_per_node
-        objects.append({"apiVersion": "apps/v1", "kind": pod.kind,
-                        "metadata": {"name": pod.name, "namespace": "kube-system"}, "spec": body})
+        objects.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": pod.kind,
+                "metadata": {"name": pod.name, "namespace": "kube-system"},
+                "spec": body,
+            }
+        )
     plane.apply(objects)
 
 
@@ -139,17 +193,23 @@ def wait_for_node_pods(api: ApiClient, system: list[str], gpu: list[str]) -> Non
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
 
     def settled() -> bool:
-        running = [p for p in core.list_namespaced_pod("kube-system").items
-                   if status_of(p).phase == "Running" and spec_of(p).node_name in (*system, *gpu)]
+        running = [
+            p
+            for p in core.list_namespaced_pod("kube-system").items
+            if status_of(p).phase == "Running" and spec_of(p).node_name in (*system, *gpu)
+        ]
         nodes = {name_of(n): n for n in core.list_node().items if name_of(n) in (*system, *gpu)}
 
         def targets(spec: client.V1PodSpec) -> set[str]:
             # the nodes a pod of `spec` may land on: its selector's, untainted ones unless it tolerates every taint
             # (node pods made for another app's node groups select none of these nodes and are not waited for)
             tolerates_all = any(t.operator == "Exists" and not t.key for t in spec.tolerations or [])
-            return {name for name, node in nodes.items()
-                    if all(labels_of(node).get(k) == v for k, v in (spec.node_selector or {}).items())
-                    and (tolerates_all or not spec_of(node).taints)}
+            return {
+                name
+                for name, node in nodes.items()
+                if all(labels_of(node).get(k) == v for k, v in (spec.node_selector or {}).items())
+                and (tolerates_all or not spec_of(node).taints)
+            }
 
         for daemon_set in apps.list_namespaced_daemon_set("kube-system").items:
             placed = {spec_of(p).node_name for p in running if labels_of(p).get("app") == name_of(daemon_set)}
@@ -160,6 +220,7 @@ def wait_for_node_pods(api: ApiClient, system: list[str], gpu: list[str]) -> Non
             if targets(spec_of(spec_of(deployment).template)) and len(placed) < (spec_of(deployment).replicas or 1):
                 return False
         return True
+
     wait_for(settled, f"the node pods on {system + gpu}", timeout_s=60)
 
 
@@ -167,13 +228,17 @@ def _resolve(value: Any, template: Mapping[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics replaced by plausible stand-ins (what the deploy would put there:
     an ARN for a GetAtt of Arn, the logical id for a Ref); Fn::Join joined."""
     if isinstance(value, dict) and len(value) == 1:
-        (key, arg), = value.items()
+        ((key, arg),) = value.items()
         if key == "Fn::Join":
             separator, parts = arg
             return separator.join(str(_resolve(part, template)) for part in parts)
         if key == "Ref":
-            return {"AWS::Region": "us-east-2", "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
-                    "AWS::URLSuffix": "amazonaws.com"}.get(arg, arg.lower())
+            return {
+                "AWS::Region": "us-east-2",
+                "AWS::AccountId": "123456789012",
+                "AWS::Partition": "aws",
+                "AWS::URLSuffix": "amazonaws.com",
+            }.get(arg, arg.lower())
         if key == "Fn::GetAtt":
             logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
             return f"arn:aws:iam::123456789012:role/{logical_id}" if attribute == "Arn" else f"{logical_id}-{attribute}"

@@ -8,10 +8,20 @@ from typing import Any
 
 from ray_efa.core.settings import Settings, TrainingSettings
 
-FIXED = {"microBatch": 2, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False,
-         "lossChunkSize": 1024}
-_FIELDS = {"microBatch": "micro_batch", "gradAccumulation": "grad_accumulation", "precision": "precision",
-           "activationCheckpointing": "activation_checkpointing", "lossChunkSize": "loss_chunk_size"}
+FIXED = {
+    "microBatch": 2,
+    "gradAccumulation": 1,
+    "precision": "bf16",
+    "activationCheckpointing": False,
+    "lossChunkSize": 1024,
+}
+_FIELDS = {
+    "microBatch": "micro_batch",
+    "gradAccumulation": "grad_accumulation",
+    "precision": "precision",
+    "activationCheckpointing": "activation_checkpointing",
+    "lossChunkSize": "loss_chunk_size",
+}
 
 
 def fixed_training(**fields: Any) -> TrainingSettings:

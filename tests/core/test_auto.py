@@ -29,7 +29,9 @@ def test_one_global_batch_on_every_cluster():
     assert 250_000 <= Settings().training.global_batch_tokens <= 1_000_000
 
 
-@pytest.mark.parametrize(("instance", "nodes"), CLUSTERS + [("p5en.48xlarge", 1), ("g6e.12xlarge", 1), ("p4d.24xlarge", 2)])
+@pytest.mark.parametrize(
+    ("instance", "nodes"), CLUSTERS + [("p5en.48xlarge", 1), ("g6e.12xlarge", 1), ("p4d.24xlarge", 2)]
+)
 def test_every_default_plan_leaves_the_headroom(instance, nodes):
     planned = strategy.estimate(_settings(instance, nodes))
     assert planned.total_gib <= strategy.AUTO_MEMORY_SHARE * planned.capacity_gib
@@ -105,24 +107,40 @@ def test_eager_fp8_is_planned_like_eager_bf16_in_memory_and_slower():
     eager = {p: fixed_training(micro_batch=4, seq_len=4096, compile=False, precision=p) for p in ("bf16", "fp8")}
     gib = {p: memory.estimate_for(t, world_size=1, gpu=gpu.gpu).total_gib for p, t in eager.items()}
     assert gib["fp8"] >= 0.95 * gib["bf16"]
-    speed = {p: perf.predict(t, instance=gpu, nodes=1, network="efa", strategy="fsdp", gpus_per_node=1)
-             .tokens_per_s_per_gpu for p, t in eager.items()}
+    speed = {
+        p: perf.predict(t, instance=gpu, nodes=1, network="efa", strategy="fsdp", gpus_per_node=1).tokens_per_s_per_gpu
+        for p, t in eager.items()
+    }
     assert speed["fp8"] < speed["bf16"]
     # compiled, fp8 keeps its activation saving
     compiled = fixed_training(micro_batch=4, seq_len=4096, precision="fp8")
-    assert memory.estimate_for(compiled, world_size=1, gpu=gpu.gpu).activations_gib < 0.7 * memory.estimate_for(
-        fixed_training(micro_batch=4, seq_len=4096), world_size=1, gpu=gpu.gpu).activations_gib
+    assert (
+        memory.estimate_for(compiled, world_size=1, gpu=gpu.gpu).activations_gib
+        < 0.7
+        * memory.estimate_for(fixed_training(micro_batch=4, seq_len=4096), world_size=1, gpu=gpu.gpu).activations_gib
+    )
 
 
-V100 = {"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
-        "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
-        "usdPerHour": 31.2}
+V100 = {
+    "name": "p3dn.24xlarge",
+    "gpus": 8,
+    "gpuName": "V100",
+    "gpuMemoryGib": 31.7,
+    "peakBf16Tflops": 125,
+    "memoryBandwidthGbS": 900,
+    "vcpus": 96,
+    "memoryGib": 768,
+    "efaInterfaces": 1,
+    "networkGbps": 100,
+    "usdPerHour": 31.2,
+}
 
 
 def test_fp8_on_a_described_gpu_without_fp8_names_precision():
     with pytest.raises(SettingsError) as raised:
-        Settings.from_context({"gpuInstanceType": "p3dn.24xlarge", "extraGpuInstanceTypes": json.dumps(V100),
-                               "precision": "fp8"})
+        Settings.from_context(
+            {"gpuInstanceType": "p3dn.24xlarge", "extraGpuInstanceTypes": json.dumps(V100), "precision": "fp8"}
+        )
     assert [p.key for p in raised.value.problems] == ["precision"]
     assert "V100 has no fp8 tensor cores" in raised.value.problems[0].message
     # auto on it plans bf16 and predicts without dividing by its zero fp8 peak
@@ -136,8 +154,14 @@ def test_the_job_decides_what_the_plan_shows_from_the_settings_it_is_shipped():
     for instance, nodes in CLUSTERS:
         planned = strategy.resolve(_settings(instance, nodes)).training
         shipped = strategy.resolve(Settings.from_context(_settings(instance, nodes).to_context())).training
-        assert (shipped.micro_batch, shipped.grad_accumulation, shipped.precision, shipped.activation_checkpointing) == (
-            planned.micro_batch, planned.grad_accumulation, planned.precision, planned.activation_checkpointing)
+        assert (
+            shipped.micro_batch,
+            shipped.grad_accumulation,
+            shipped.precision,
+            shipped.activation_checkpointing,
+        ) == (planned.micro_batch, planned.grad_accumulation, planned.precision, planned.activation_checkpointing)
         assert not shipped.undecided
         # decided settings decide nothing further
-        assert strategy.resolve(strategy.resolve(_settings(instance, nodes))) == strategy.resolve(_settings(instance, nodes))
+        assert strategy.resolve(strategy.resolve(_settings(instance, nodes))) == strategy.resolve(
+            _settings(instance, nodes)
+        )

@@ -15,21 +15,52 @@ from tests.ops.cli_helpers import run_cli
 # One H200, 8 x 4096 tokens (docs/BENCHMARKS.md, bench/results/2026-12-01-h200x1-calibrate-expandable.jsonl): 0.632 s
 # per step, 51,828 tokens/s, written as the summary a run of that shape prints. One GPU: compute-bound.
 H200_RUN = {
-    "name": "h200-8x4096", "network": "efa", "instance_type": "p5en.48xlarge", "hosts": 1, "devices": 1,
-    "device": "NVIDIA H200", "time/step_s": 0.632, "throughput/tokens_per_s_per_device": 51828.0,
-    "model": "qwen2.5-1.5b", "micro_batch": 8, "seq_len": 4096, "grad_accumulation": 1, "compile": True,
-    "loss_chunk_size": 4096, "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "fp32",
-    "precision": "bf16", "preflight_busbw_gb_s": None,
+    "name": "h200-8x4096",
+    "network": "efa",
+    "instance_type": "p5en.48xlarge",
+    "hosts": 1,
+    "devices": 1,
+    "device": "NVIDIA H200",
+    "time/step_s": 0.632,
+    "throughput/tokens_per_s_per_device": 51828.0,
+    "model": "qwen2.5-1.5b",
+    "micro_batch": 8,
+    "seq_len": 4096,
+    "grad_accumulation": 1,
+    "compile": True,
+    "loss_chunk_size": 4096,
+    "activation_checkpointing": False,
+    "sharding": "fsdp",
+    "grad_reduce_dtype": "fp32",
+    "precision": "bf16",
+    "preflight_busbw_gb_s": None,
 }
 # The train function through Ray at 2 x 2048 x 4 on one H200 (the ga4 run there): launch-bound, 0.613 s per step.
-LAUNCH_BOUND_RUN = {**H200_RUN, "name": "ga4", "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0,
-                    "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "grad_reduce_dtype": "bf16"}
+LAUNCH_BOUND_RUN = {
+    **H200_RUN,
+    "name": "ga4",
+    "time/step_s": 0.613,
+    "throughput/tokens_per_s_per_device": 26746.0,
+    "micro_batch": 2,
+    "seq_len": 2048,
+    "grad_accumulation": 4,
+    "grad_reduce_dtype": "bf16",
+}
 # A network-bound 2-node run (made up: what an L4 pair might show), its probe below the host-staged 3 GB/s the model
 # gives a pair without GPUDirect RDMA (core.catalog.network).
 L4_RUN = {
-    "name": "train-efa", "network": "efa", "instance_type": "g6.12xlarge", "hosts": 2, "devices": 8,
-    "time/step_s": 1.5, "throughput/tokens_per_s_per_device": 2730.0, "micro_batch": 2, "seq_len": 2048,
-    "sharding": "hsdp", "grad_reduce_dtype": "bf16", "preflight_busbw_gb_s": 2.6,
+    "name": "train-efa",
+    "network": "efa",
+    "instance_type": "g6.12xlarge",
+    "hosts": 2,
+    "devices": 8,
+    "time/step_s": 1.5,
+    "throughput/tokens_per_s_per_device": 2730.0,
+    "micro_batch": 2,
+    "seq_len": 2048,
+    "sharding": "hsdp",
+    "grad_reduce_dtype": "bf16",
+    "preflight_busbw_gb_s": 2.6,
 }
 
 
@@ -62,12 +93,27 @@ def test_a_network_bound_run_takes_the_probed_link_and_keeps_the_model_compute()
     assert abs(comparison.calibrated.step_time_s - 1.5) < abs(comparison.predicted.step_time_s - 1.5)
     # and the measured link applies to predictions on its own network only
     fixed = fixed_training()  # the run's shape (2 x 2048, bf16), as its summary says
-    on_efa = perf.predict(fixed, instance=Settings().nodes.gpu_instance, nodes=2, network="efa",
-                          strategy="hsdp", reduce_dtype="bf16", calibration=comparison.calibration)
-    on_tcp = perf.predict(fixed, instance=Settings().nodes.gpu_instance, nodes=2, network="tcp",
-                          strategy="hsdp", reduce_dtype="bf16", calibration=comparison.calibration)
-    plain_tcp = perf.predict(fixed, instance=Settings().nodes.gpu_instance, nodes=2, network="tcp",
-                             strategy="hsdp", reduce_dtype="bf16")
+    on_efa = perf.predict(
+        fixed,
+        instance=Settings().nodes.gpu_instance,
+        nodes=2,
+        network="efa",
+        strategy="hsdp",
+        reduce_dtype="bf16",
+        calibration=comparison.calibration,
+    )
+    on_tcp = perf.predict(
+        fixed,
+        instance=Settings().nodes.gpu_instance,
+        nodes=2,
+        network="tcp",
+        strategy="hsdp",
+        reduce_dtype="bf16",
+        calibration=comparison.calibration,
+    )
+    plain_tcp = perf.predict(
+        fixed, instance=Settings().nodes.gpu_instance, nodes=2, network="tcp", strategy="hsdp", reduce_dtype="bf16"
+    )
     assert on_efa.step_time_s == pytest.approx(comparison.calibrated.step_time_s)
     assert on_tcp.step_time_s == pytest.approx(plain_tcp.step_time_s)
 
@@ -87,9 +133,25 @@ def test_command_reads_the_summary_line_of_a_driver_log_and_plan_uses_it(tmp_pat
     assert out["measured"]["step_time_s"] == 1.5 and out["calibration"]["inter_node_gb_s"] == pytest.approx(2.6)
     assert {"step_time_s", "compute_s", "network_s", "mfu", "mfu_causal"} <= set(out["calibrated"])
     # plan --calibration predicts the EFA step with the measured link
-    assert run_cli("plan", "--json", "--calibration", str(log), "-c", "microBatch=2", "-c", "gradAccumulation=1",
-                   "-c", "precision=bf16", "-c", "activationCheckpointing=false",
-                   "-c", "lossChunkSize=1024") == 0  # the run's shape
+    assert (
+        run_cli(
+            "plan",
+            "--json",
+            "--calibration",
+            str(log),
+            "-c",
+            "microBatch=2",
+            "-c",
+            "gradAccumulation=1",
+            "-c",
+            "precision=bf16",
+            "-c",
+            "activationCheckpointing=false",
+            "-c",
+            "lossChunkSize=1024",
+        )
+        == 0
+    )  # the run's shape
     performance = json.loads(capsys.readouterr().out)["performance"]
     assert performance["efa"]["step_time_s"] == pytest.approx(out["calibrated"]["step_time_s"], rel=1e-3)
     assert performance["efa"]["calibration"].startswith("run train-efa")
@@ -106,12 +168,19 @@ def test_a_run_across_nodes_suggests_the_floor_its_probe_measured(tmp_path, caps
     assert compare_run(Settings(), H200_RUN).suggested_floor is None
     # AND the command says how to use it
     log = tmp_path / "driver.log"
-    log.write_text("RAY_EFA_RUN_SUMMARY " + json.dumps({**L4_RUN, "network": "tcp", "preflight_busbw_gb_s": 1.8}) + "\n")
+    log.write_text(
+        "RAY_EFA_RUN_SUMMARY " + json.dumps({**L4_RUN, "network": "tcp", "preflight_busbw_gb_s": 1.8}) + "\n"
+    )
     assert run_cli("calibrate", str(log), "--json") == 0
     suggested = json.loads(capsys.readouterr().out)["preflight"]
     assert suggested.pop("source").startswith("calibration: run train-efa")
-    assert suggested == {"floor_gb_s": 0.9, "network": "tcp", "measured_busbw_gb_s": 1.8, "margin": 0.5,
-                         "setting": "preflightMinBusbwGbps=0.9"}
+    assert suggested == {
+        "floor_gb_s": 0.9,
+        "network": "tcp",
+        "measured_busbw_gb_s": 1.8,
+        "margin": 0.5,
+        "setting": "preflightMinBusbwGbps=0.9",
+    }
     assert run_cli("calibrate", str(log)) == 0
     assert "-c network=tcp -c preflightMinBusbwGbps=0.9" in " ".join(capsys.readouterr().out.split())
 

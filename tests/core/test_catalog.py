@@ -55,17 +55,33 @@ def test_worker_pod_takes_all_gpus_and_efa_and_leaves_room_for_the_node(name):
 
 def test_g6_12xlarge_worker_pod():
     assert catalog.worker_pod_resources(catalog.gpu_instance("g6.12xlarge")) == catalog.WorkerPodResources(
-        cpu=44, memory_gib=176, gpus=4, efa=1, shm_gib=44)
+        cpu=44, memory_gib=176, gpus=4, efa=1, shm_gib=44
+    )
 
 
-@pytest.mark.parametrize("name, expected", [("g6.12xlarge", False), ("g6e.48xlarge", False), ("p4d.24xlarge", True),
-                                            ("p5.48xlarge", True), ("p5en.48xlarge", True), ("g5.48xlarge", False)])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("g6.12xlarge", False),
+        ("g6e.48xlarge", False),
+        ("p4d.24xlarge", True),
+        ("p5.48xlarge", True),
+        ("p5en.48xlarge", True),
+        ("g5.48xlarge", False),
+    ],
+)
 def test_device_rdma_only_with_gpudirect(name, expected):
     assert catalog.use_device_rdma(catalog.gpu_instance(name)) is expected
 
 
-@pytest.mark.parametrize("name", [name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable
-                                  and not row.gpudirect_rdma and row.network_gbps / 8 * catalog.EFA_LINE_SHARE >= 3.0])
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        for name, row in catalog.GPU_INSTANCES.items()
+        if row.efa_capable and not row.gpudirect_rdma and row.network_gbps / 8 * catalog.EFA_LINE_SHARE >= 3.0
+    ],
+)
 def test_without_gpudirect_rdma_the_floor_is_what_a_healthy_host_staged_node_reaches_not_the_line_rate(name):
     # GIVEN a family without GPUDirect RDMA: 40 to 400 Gbit/s, 1 to 4 EFA cards
     row = catalog.gpu_instance(name)
@@ -104,9 +120,18 @@ def test_the_intra_node_link_caps_what_a_healthy_node_reaches():
     assert catalog.allreduce_floor_gbps(row) == 5.0
 
 
-@pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA L4", "L4"),
-                                         ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-                                         ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G")])
+@pytest.mark.parametrize(
+    "device, gpu",
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+    ],
+)
 def test_gpu_from_torch_device_name(device, gpu):
     found = catalog.gpu_for_device_name(device)
     assert found is not None and found.name == gpu
@@ -116,11 +141,14 @@ def test_unknown_device_has_no_peak():
     assert catalog.gpu_for_device_name("cpu") is None
 
 
-@pytest.mark.parametrize("name, message", [
-    ("m7i.xlarge", "m7i.xlarge has no GPU; choose one of: g5.12xlarge"),
-    ("g6.xlarge", "g6.xlarge has 1 x L4 but no EFA support"),
-    ("p9.96xlarge", "unknown GPU instance type 'p9.96xlarge'; known: "),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("m7i.xlarge", "m7i.xlarge has no GPU; choose one of: g5.12xlarge"),
+        ("g6.xlarge", "g6.xlarge has 1 x L4 but no EFA support"),
+        ("p9.96xlarge", "unknown GPU instance type 'p9.96xlarge'; known: "),
+    ],
+)
 def test_unusable_gpu_types_are_refused_with_the_choices(name, message):
     with pytest.raises(catalog.CatalogError, match=message):
         catalog.gpu_instance(name)
@@ -128,7 +156,9 @@ def test_unusable_gpu_types_are_refused_with_the_choices(name, message):
 
 def test_efa_plugin_allowlist_lookup():
     assert catalog.efa_plugin_supports("p5.48xlarge", "v0.5.30")
-    with pytest.raises(catalog.CatalogError, match="no allowlist recorded for aws-efa-k8s-device-plugin chart 'v0.5.32'"):
+    with pytest.raises(
+        catalog.CatalogError, match="no allowlist recorded for aws-efa-k8s-device-plugin chart 'v0.5.32'"
+    ):
         catalog.efa_plugin_supports("p5.48xlarge", "v0.5.32")
 
 
@@ -138,8 +168,11 @@ ALLOWLISTS = {"v0.5.9": frozenset({"p4d.24xlarge"}), "v0.5.10": frozenset({"p4d.
 def test_efa_plugin_problem_names_the_version_that_lists_the_type():
     assert catalog.efa_plugin_problem("p5.48xlarge", "v0.5.10", ALLOWLISTS) is None
     assert catalog.efa_plugin_problem("p5.48xlarge", "v0.5.9", ALLOWLISTS) == (
-        "its allowlist does not hold p5.48xlarge, so the plugin would schedule on no node; use efaDevicePluginVersion v0.5.10")
-    assert "no recorded chart version lists it" in (catalog.efa_plugin_problem("g6.12xlarge", "v0.5.9", ALLOWLISTS) or "")
+        "its allowlist does not hold p5.48xlarge, so the plugin would schedule on no node; use efaDevicePluginVersion v0.5.10"
+    )
+    assert "no recorded chart version lists it" in (
+        catalog.efa_plugin_problem("g6.12xlarge", "v0.5.9", ALLOWLISTS) or ""
+    )
 
 
 # -- the open catalog ------------------------------------------------------------------------------------------------
@@ -147,10 +180,17 @@ def test_efa_plugin_problem_names_the_version_that_lists_the_type():
 # From AWS's "Specifications for Amazon EC2 accelerated computing instances" (performance and network tables):
 # instance -> (GPUs, vCPUs, memory GiB, network cards = EFA interfaces, Gbit/s)
 AC_SPECS = {
-    "g5.8xlarge": (1, 32, 128, 1, 25), "g5.16xlarge": (1, 64, 256, 1, 25), "g5.24xlarge": (4, 96, 384, 1, 50),
-    "g6.8xlarge": (1, 32, 128, 1, 25), "g6.16xlarge": (1, 64, 256, 1, 25), "g6.24xlarge": (4, 96, 384, 1, 50),
-    "g6e.8xlarge": (1, 32, 256, 1, 25), "g6e.12xlarge": (4, 48, 384, 1, 100), "g6e.16xlarge": (1, 64, 512, 1, 35),
-    "p5.4xlarge": (1, 16, 256, 1, 100), "p6-b200.48xlarge": (8, 192, 2048, 8, 3200),
+    "g5.8xlarge": (1, 32, 128, 1, 25),
+    "g5.16xlarge": (1, 64, 256, 1, 25),
+    "g5.24xlarge": (4, 96, 384, 1, 50),
+    "g6.8xlarge": (1, 32, 128, 1, 25),
+    "g6.16xlarge": (1, 64, 256, 1, 25),
+    "g6.24xlarge": (4, 96, 384, 1, 50),
+    "g6e.8xlarge": (1, 32, 256, 1, 25),
+    "g6e.12xlarge": (4, 48, 384, 1, 100),
+    "g6e.16xlarge": (1, 64, 512, 1, 35),
+    "p5.4xlarge": (1, 16, 256, 1, 100),
+    "p6-b200.48xlarge": (8, 192, 2048, 8, 3200),
 }
 
 
@@ -177,32 +217,50 @@ def test_every_built_in_efa_row_is_one_the_efa_device_plugin_lists_and_has_a_gpu
             assert catalog.gpu_link(row).gb_s > 0
 
 
-B300 = {"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
-        "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0,
-        "gpudirectRdma": True, "gpuLinkGbS": 900}
+B300 = {
+    "name": "p6-b300.48xlarge",
+    "gpus": 8,
+    "gpuName": "B300",
+    "gpuMemoryGib": 268,
+    "peakBf16Tflops": 2250,
+    "memoryBandwidthGbS": 8000,
+    "vcpus": 192,
+    "memoryGib": 4096,
+    "efaInterfaces": 16,
+    "networkGbps": 6400,
+    "usdPerHour": 150.0,
+    "gpudirectRdma": True,
+    "gpuLinkGbS": 900,
+}
 
 
 def test_a_described_type_gets_every_derived_value_a_built_in_row_gets():
     row = catalog.describe_gpu_instance(B300)
     assert row.described and row.gpu.name == "B300" and catalog.gpu_link(row).gb_s == 900
     assert len(catalog.efa_network_interfaces(row)) == 16 and catalog.use_device_rdma(row)
-    assert catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 240.0  # 6400 / 8 x 0.6 x 0.5
+    assert (
+        catalog.worker_pod_resources(row).efa == 16 and catalog.allreduce_floor_gbps(row) == 240.0
+    )  # 6400 / 8 x 0.6 x 0.5
     # a GPU the catalog knows brings its facts: no memory or peak needed
-    known = catalog.describe_gpu_instance({k: v for k, v in B300.items() if k not in ("gpuMemoryGib", "peakBf16Tflops",
-                                                                                  "memoryBandwidthGbS")}
-                                          | {"gpuName": "B200", "name": "p6-b200x.48xlarge"})
+    known = catalog.describe_gpu_instance(
+        {k: v for k, v in B300.items() if k not in ("gpuMemoryGib", "peakBf16Tflops", "memoryBandwidthGbS")}
+        | {"gpuName": "B200", "name": "p6-b200x.48xlarge"}
+    )
     assert known.gpu == catalog.GPUS["B200"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"efaInterfaces": 0}, "efaInterfaces must be >= 1: p6-b300.48xlarge needs EFA"),
-    ({"gpus": 0}, "gpus must be >= 1"),
-    ({"name": "p5.48xlarge"}, "name p5.48xlarge is in the catalog already"),
-    ({"name": "B300 box"}, "name must be an EC2 instance type"),
-    ({"usdPerHour": "cheap"}, "usdPerHour must be a number"),
-    ({"peakBf16Tflops": None}, "peakBf16Tflops is required for a GPU the catalog does not know"),
-    ({"nvlink": True}, "unknown keys nvlink"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"efaInterfaces": 0}, "efaInterfaces must be >= 1: p6-b300.48xlarge needs EFA"),
+        ({"gpus": 0}, "gpus must be >= 1"),
+        ({"name": "p5.48xlarge"}, "name p5.48xlarge is in the catalog already"),
+        ({"name": "B300 box"}, "name must be an EC2 instance type"),
+        ({"usdPerHour": "cheap"}, "usdPerHour must be a number"),
+        ({"peakBf16Tflops": None}, "peakBf16Tflops is required for a GPU the catalog does not know"),
+        ({"nvlink": True}, "unknown keys nvlink"),
+    ],
+)
 def test_a_described_type_is_checked_like_a_built_in_row(change, message):
     description = {k: v for k, v in {**B300, **change}.items() if v is not None}
     with pytest.raises(catalog.CatalogError, match=message):
@@ -228,7 +286,10 @@ def test_a_row_built_in_python_is_checked_and_can_be_added_by_name():
 
 def test_secondary_cards_are_efa_only_on_the_rows_that_say_so():
     # p5.48xlarge's 31 secondary cards save 31 private IPs; g6e.48xlarge and p4d keep `efa` (an IP per card)
-    assert catalog.gpu_instance("p5.48xlarge").efa_only_secondary and catalog.gpu_instance("p5en.48xlarge").efa_only_secondary
+    assert (
+        catalog.gpu_instance("p5.48xlarge").efa_only_secondary
+        and catalog.gpu_instance("p5en.48xlarge").efa_only_secondary
+    )
     assert not catalog.gpu_instance("g6e.48xlarge").efa_only_secondary
     assert not catalog.gpu_instance("p4d.24xlarge").efa_only_secondary
 
@@ -237,16 +298,26 @@ def test_a_described_type_with_g6e_48xlarge_facts_builds_the_same_launch_templat
     # GIVEN the facts of g6e.48xlarge as AWS's specification page gives them, described under another name and
     # another family (so nothing can come from a table by family); efaOnlySecondary and gpuLinkGbS left unsaid
     built_in = catalog.gpu_instance("g6e.48xlarge")
-    described = catalog.describe_gpu_instance({
-        "name": "x6e.48xlarge", "gpus": 8, "gpuName": "L40S", "vcpus": 192, "memoryGib": 1536, "efaInterfaces": 4,
-        "networkGbps": 400, "usdPerHour": 30.1312,
-    })
+    described = catalog.describe_gpu_instance(
+        {
+            "name": "x6e.48xlarge",
+            "gpus": 8,
+            "gpuName": "L40S",
+            "vcpus": 192,
+            "memoryGib": 1536,
+            "efaInterfaces": 4,
+            "networkGbps": 400,
+            "usdPerHour": 30.1312,
+        }
+    )
     # THEN its launch template gets the same interfaces: efa on every card, as the built-in row
     assert catalog.efa_network_interfaces(described) == catalog.efa_network_interfaces(built_in)
     assert [i["InterfaceType"] for i in catalog.efa_network_interfaces(described)] == ["efa"] * 4
     # and every other fact but its name and the charts that list it is the built-in row's
-    assert dataclasses.replace(described, name=built_in.name, described=False,
-                               allowlisted_by=built_in.allowlisted_by) == built_in
+    assert (
+        dataclasses.replace(described, name=built_in.name, described=False, allowlisted_by=built_in.allowlisted_by)
+        == built_in
+    )
 
 
 @pytest.mark.parametrize("name", [name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable])
@@ -261,8 +332,11 @@ def test_every_built_in_row_described_again_is_the_same_row(name):
 
 def test_the_views_by_family_and_name_are_the_rows_facts():
     rows = catalog.GPU_INSTANCES.values()
-    assert catalog.CAPACITY_BLOCK_INSTANCES == {row.name for row in rows if row.capacity_blocks} == {
-        "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"}  # EC2 User Guide, Capacity Blocks
+    assert (
+        catalog.CAPACITY_BLOCK_INSTANCES
+        == {row.name for row in rows if row.capacity_blocks}
+        == {"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"}
+    )  # EC2 User Guide, Capacity Blocks
     assert catalog.EFA_ONLY_FAMILIES == {row.family for row in rows if row.efa_only_secondary}
     for row in rows:
         assert catalog.GPU_LINKS[row.family] == row.gpu_link == catalog.gpu_link(row)
@@ -275,15 +349,20 @@ def test_the_views_by_family_and_name_are_the_rows_facts():
 def test_chart_allowlists_are_the_rows_and_the_types_without_a_row():
     from ray_efa.core import addons
 
-    for chart, allowlists in ((catalog.EFA_PLUGIN_CHART, catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS),
-                              (catalog.EFA_DRA_CHART, addons.EFA_DRA_DRIVER_ALLOWLISTS)):
+    for chart, allowlists in (
+        (catalog.EFA_PLUGIN_CHART, catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS),
+        (catalog.EFA_DRA_CHART, addons.EFA_DRA_DRIVER_ALLOWLISTS),
+    ):
         assert allowlists, chart
         for version, names in allowlists.items():
             key = f"{chart} {version}"
             rows = {row.name for row in catalog.GPU_INSTANCES.values() if key in row.allowlisted_by}
             assert names == rows | catalog.CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW[key]
             assert not catalog.CHART_ALLOWLISTED_TYPES_WITHOUT_A_ROW[key] & set(catalog.GPU_INSTANCES)
-    assert addons.EFA_DEVICE_PLUGIN.chart == catalog.EFA_PLUGIN_CHART and addons.EFA_DRA_DRIVER.chart == catalog.EFA_DRA_CHART
+    assert (
+        addons.EFA_DEVICE_PLUGIN.chart == catalog.EFA_PLUGIN_CHART
+        and addons.EFA_DRA_DRIVER.chart == catalog.EFA_DRA_CHART
+    )
 
 
 def test_a_described_type_is_listed_by_the_charts_that_list_its_name():

@@ -20,8 +20,9 @@ def project(tmp_path):
 def test_precedence_and_sources(project, tmp_path_factory):
     # GIVEN cdk.json, cdk.context.json, a named layer and -c all setting values (and no ~/.cdk.json)
     home = tmp_path_factory.mktemp("home")
-    resolved = resolve_settings({"steps": "12"}, root=project, home=home,
-                                extra_layers=[("--local preset", {"model": "tiny", "steps": 5})])
+    resolved = resolve_settings(
+        {"steps": "12"}, root=project, home=home, extra_layers=[("--local preset", {"model": "tiny", "steps": 5})]
+    )
     s, sources = resolved.settings, resolved.sources
     # THEN -c wins over the layers below it, and each value says where it came from
     assert s.training.steps == 12 and sources["steps"] == "-c"

@@ -41,10 +41,16 @@ with open(os.path.join(out, "manifest.json"), "w") as stream:
 def cdk_context(app_dir, home, overrides: list[str]) -> dict:
     """The context the real CDK CLI hands the app of `app_dir`, with `~` at `home` and `-c` overrides."""
     dump = app_dir / "dumped-context.json"
-    env = {**os.environ, "HOME": str(home), "RAY_EFA_TEST_DUMP": str(dump), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RAY_EFA_TEST_DUMP": str(dump),
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
     flags = [arg for pair in overrides for arg in ("-c", pair)]
-    result = subprocess.run([str(CDK), "ls", "--no-notices", *flags], cwd=app_dir, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(CDK), "ls", "--no-notices", *flags], cwd=app_dir, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0 and result.stdout.split() == ["Dump"], result.stderr
     return json.loads(dump.read_text())
 
@@ -56,13 +62,34 @@ def conflicting_app(tmp_path):
     app_dir.mkdir()
     home.mkdir()
     (app_dir / "dump.py").write_text(DUMP_APP)
-    (app_dir / "cdk.json").write_text(json.dumps({"app": f"{sys.executable} dump.py", "context": {
-        "gpuNodeCount": 2, "steps": 30, "gpuAvailabilityZone": "us-east-2b", "pipPackages": ["einops==0.8.1"],
-        "team": {"owner": "ml", "budget": 1}}}))
-    (app_dir / "cdk.context.json").write_text(json.dumps({
-        "gpuNodeCount": 3, "seqLen": 1024, "gpuAvailabilityZone": "us-east-2c", "pipPackages": ["a==1", "b==2"],
-        "team": {"budget": 2, "cost-center": "x"}}))
-    (home / ".cdk.json").write_text(json.dumps({"context": {"seqLen": 512, "model": "tiny", "steps": 1, "microBatch": 1}}))
+    (app_dir / "cdk.json").write_text(
+        json.dumps(
+            {
+                "app": f"{sys.executable} dump.py",
+                "context": {
+                    "gpuNodeCount": 2,
+                    "steps": 30,
+                    "gpuAvailabilityZone": "us-east-2b",
+                    "pipPackages": ["einops==0.8.1"],
+                    "team": {"owner": "ml", "budget": 1},
+                },
+            }
+        )
+    )
+    (app_dir / "cdk.context.json").write_text(
+        json.dumps(
+            {
+                "gpuNodeCount": 3,
+                "seqLen": 1024,
+                "gpuAvailabilityZone": "us-east-2c",
+                "pipPackages": ["a==1", "b==2"],
+                "team": {"budget": 2, "cost-center": "x"},
+            }
+        )
+    )
+    (home / ".cdk.json").write_text(
+        json.dumps({"context": {"seqLen": 512, "model": "tiny", "steps": 1, "microBatch": 1}})
+    )
     return app_dir, home
 
 
@@ -83,7 +110,11 @@ def test_context_resolution_matches_the_real_cdk_cli(conflicting_app):
     assert handed["steps"] == "9" and handed["microBatch"] == "4"
     assert handed["gpuNodeCount"] == 2 and handed["gpuAvailabilityZone"] == "us-east-2b"
     assert handed["seqLen"] == 1024 and handed["model"] == "tiny"
-    assert handed["pipPackages"] == ["einops==0.8.1"] and handed["team"] == {"owner": "ml", "budget": 1, "cost-center": "x"}
+    assert handed["pipPackages"] == ["einops==0.8.1"] and handed["team"] == {
+        "owner": "ml",
+        "budget": 1,
+        "cost-center": "x",
+    }
 
 
 @pytest.mark.xdist_group("cdk-cli")

@@ -16,6 +16,8 @@ def test_default_cost_breakdown():
 
 
 def test_cost_scales_with_gpu_nodes_and_skips_nat_of_an_existing_vpc():
-    cost = hourly_cost(Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4, "vpcId": "vpc-0123456789abcdef0"}))
+    cost = hourly_cost(
+        Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4, "vpcId": "vpc-0123456789abcdef0"})
+    )
     assert cost.gpu_nodes == pytest.approx(4 * 55.04)
     assert cost.nat_gateways == 0

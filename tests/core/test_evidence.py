@@ -29,8 +29,19 @@ def test_held_out_published_runs_are_predicted_within_15_percent():
 def test_the_fit_does_not_fit_the_held_out_runs():
     # every held-out run's configuration differs from every fitted one's (no duplicate disguised as a test point)
     def key(r):
-        return (r.gpu, r.model, r.nodes, r.gpus_per_node, r.seq, r.micro_batch, r.grad_accumulation, r.precision,
-                r.compile, r.checkpointing, r.tokens_per_s_per_gpu)
+        return (
+            r.gpu,
+            r.model,
+            r.nodes,
+            r.gpus_per_node,
+            r.seq,
+            r.micro_batch,
+            r.grad_accumulation,
+            r.precision,
+            r.compile,
+            r.checkpointing,
+            r.tokens_per_s_per_gpu,
+        )
 
     fit = {key(r) for r in evidence.runs() if r.split == "fit"}
     held = [r for r in evidence.runs() if r.split == "heldout"]
@@ -41,9 +52,15 @@ def test_the_fit_does_not_fit_the_held_out_runs():
 def test_the_verdict_fails_when_a_family_constant_is_wrong(monkeypatch):
     # GIVEN the H100 given the H200's constant, as before the published fit (issue 38: +26% to +59%)
     h200 = gpu_constants.GPU_CONSTANTS["H200"]
-    monkeypatch.setitem(gpu_constants.GPU_CONSTANTS, "H100", dataclasses.replace(
-        gpu_constants.GPU_CONSTANTS["H100"], compute_efficiency=0.666,
-        fp8_compute_efficiency=h200.fp8_compute_efficiency))
+    monkeypatch.setitem(
+        gpu_constants.GPU_CONSTANTS,
+        "H100",
+        dataclasses.replace(
+            gpu_constants.GPU_CONSTANTS["H100"],
+            compute_efficiency=0.666,
+            fp8_compute_efficiency=h200.fp8_compute_efficiency,
+        ),
+    )
     verdict = evidence.judge("heldout")
     # THEN the H100's median is off by more than the bar allows
     assert verdict.medians["H100"] > 0.10
@@ -66,8 +83,12 @@ def test_many_nodes_lose_per_gpu_throughput_as_published_runs_do():
     # GIVEN the same shape on 1 to 64 p5 nodes
     t = fixed_training(micro_batch=2, seq_len=8192, precision="bf16")
     p5 = catalog.gpu_instance("p5.48xlarge")
-    per_gpu = {n: perf.predict(t, instance=p5, nodes=n, network="efa", strategy="fsdp",
-                               model=evidence.MODELS["llama3.1-8b"]).tokens_per_s_per_gpu for n in (1, 2, 16, 64)}
+    per_gpu = {
+        n: perf.predict(
+            t, instance=p5, nodes=n, network="efa", strategy="fsdp", model=evidence.MODELS["llama3.1-8b"]
+        ).tokens_per_s_per_gpu
+        for n in (1, 2, 16, 64)
+    }
     # THEN per-GPU throughput falls with the nodes (torchtitan lost 2.3% from 1 to 16 nodes)
     assert per_gpu[1] > per_gpu[2] > per_gpu[16] > per_gpu[64]
     assert 0.9 < per_gpu[16] / per_gpu[1] < 0.99
@@ -110,7 +131,12 @@ def test_fp8_leaves_the_small_linears_in_bf16():
     assert fp8.converts_to_fp8(1536, 1536) and fp8.converts_to_fp8(1536, 8960) and fp8.converts_to_fp8(8960, 1536)
     assert not fp8.converts_to_fp8(1000, 8960)
     assert {name for name, _, _ in fp8.fp8_linears(model_preset("qwen2.5-1.5b"))} == {
-        "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+        "q_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
 
 
 def test_fp8_casts_weigh_more_on_a_gpu_with_less_bandwidth_per_flop():
@@ -119,8 +145,10 @@ def test_fp8_casts_weigh_more_on_a_gpu_with_less_bandwidth_per_flop():
     ratio = {}
     for name in ("p5en.48xlarge", "g6.12xlarge"):
         row = catalog.gpu_instance(name)
-        bf16, f = (perf.predict(t, instance=row, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp",
-                                precision=x) for x in ("bf16", "fp8"))
+        bf16, f = (
+            perf.predict(t, instance=row, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision=x)
+            for x in ("bf16", "fp8")
+        )
         ratio[name] = f.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu
     casts = fp8.cast_bytes_per_token(model_preset("qwen2.5-1.5b"))
     # THEN the casts are a larger share of the L4's step: 16x less bandwidth for 8x less compute
@@ -141,17 +169,35 @@ def test_a_pcie_link_s_source_names_that_link_not_another_generation():
 
 def _llama3_8b_on_p5(precision: Literal["bf16", "fp8"], compile_: bool) -> float:
     """tokens/s/GPU the plan gives Llama-3-8B at 2 x 8192 on one p5.48xlarge (torchtitan's Table 1 shape)."""
-    t = TrainingSettings(micro_batch=2, seq_len=8192, grad_accumulation=1, precision=precision, compile=compile_,
-                         activation_checkpointing=False, sharding="fsdp", grad_reduce_dtype="fp32")
-    return perf.predict(t, instance=catalog.GPU_INSTANCES["p5.48xlarge"], nodes=1, gpus_per_node=8, network="efa",
-                        strategy="fsdp", model=evidence.MODELS["llama3-8b"]).tokens_per_s_per_gpu
+    t = TrainingSettings(
+        micro_batch=2,
+        seq_len=8192,
+        grad_accumulation=1,
+        precision=precision,
+        compile=compile_,
+        activation_checkpointing=False,
+        sharding="fsdp",
+        grad_reduce_dtype="fp32",
+    )
+    return perf.predict(
+        t,
+        instance=catalog.GPU_INSTANCES["p5.48xlarge"],
+        nodes=1,
+        gpus_per_node=8,
+        network="efa",
+        strategy="fsdp",
+        model=evidence.MODELS["llama3-8b"],
+    ).tokens_per_s_per_gpu
 
 
 def test_p5s_compile_and_fp8_gains_land_in_the_published_range():
     # GIVEN torchtitan's H100 tables (same machine: compile 1.16x, fp8 1.28-1.29x over compiled bf16) and torchao's
     # README (float8 up to 1.25x at 8 GPUs / 8B)
-    eager, compiled, fp8_ = (_llama3_8b_on_p5("bf16", False), _llama3_8b_on_p5("bf16", True),
-                             _llama3_8b_on_p5("fp8", True))
+    eager, compiled, fp8_ = (
+        _llama3_8b_on_p5("bf16", False),
+        _llama3_8b_on_p5("bf16", True),
+        _llama3_8b_on_p5("fp8", True),
+    )
     # THEN the plan's gains on p5.48xlarge are theirs (it gave 1.055 and 1.044 when the H100 borrowed the H200's eager
     # share and its fp8 constant was fitted to one AWS row)
     assert 1.12 <= compiled / eager <= 1.20, compiled / eager
@@ -178,8 +224,9 @@ def test_validation_by_source_predicts_sources_the_fit_never_saw():
     check = evidence.leave_one_source_out()
     assert {evidence.source_of(r) for r, _ in check.errors} >= {"mosaicml/llm-foundry", "pytorch/torchtitan"}
     # THEN at least 85% land within +-15%, and no ceiling is exceeded
-    assert check.within / len(check.errors) >= 0.85, [(r.model, r.gpu, round(e, 2)) for r, e in check.errors
-                                                      if abs(e) > evidence.TOLERANCE]
+    assert check.within / len(check.errors) >= 0.85, [
+        (r.model, r.gpu, round(e, 2)) for r, e in check.errors if abs(e) > evidence.TOLERANCE
+    ]
     assert not check.ceilings_exceeded
     # and each fitted family's recorded band covers 90% of its held-out runs (the observed spread, not a guess)
     for gpu in ("H100", "H200", "A100-80GB"):

@@ -101,8 +101,14 @@ def test_a_family_added_as_one_record_reaches_every_derived_place(tmp_path):
     families_py = copy / "core" / "catalog" / "families.py"
     families_py.write_text(families_py.read_text() + FAKE_FAMILY)
     # WHEN a fresh Python process imports that copy (its folder first on the path; this checkout's tests/ after it)
-    result = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "cdk.out")], cwd=copy, capture_output=True,
-                            text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path / "cdk.out")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     out = json.loads(line.removeprefix("PROBE "))
@@ -118,7 +124,8 @@ def test_a_family_added_as_one_record_reaches_every_derived_place(tmp_path):
     assert out["plugin"] == ["v0.5.30"] and out["dra"] == ["1.0.0"] and not out["beyond"]
     # the price check names the record that has no price row yet
     assert out["price_problems"] == [
-        "g7e.48xlarge: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"]
+        "g7e.48xlarge: a GPU type without a row in core/data/on_demand_prices.csv (add one per recorded region)"
+    ]
     # the memory plan's advice names it as the smallest bigger GPU that fits (p5e.48xlarge before it), as the memory
     # test derives it
     assert out["smallest"] == "gpuInstanceType=g7e.48xlarge" and out["smallest"] in out["advice"]
@@ -134,7 +141,11 @@ def test_the_records_are_the_catalogs_rows_and_tables():
     for name, row in catalog.BUILT_IN_GPU_INSTANCES.items():
         family = sizes[name]
         assert (row.family, row.gpu, row.gpu_link, row.gpudirect_rdma) == (
-            family.name, family.gpu, family.gpu_link, family.gpudirect_rdma)
+            family.name,
+            family.gpu,
+            family.gpu_link,
+            family.gpudirect_rdma,
+        )
         assert gpu_constants.constants_for(row.gpu.name) == family.constants
     assert network.EFA_SHARE == {f.name: f.efa_share for f in families.FAMILIES if f.efa_share is not None}
     assert catalog.GPUS == {f.gpu.name: f.gpu for f in families.FAMILIES}
@@ -143,8 +154,22 @@ def test_the_records_are_the_catalogs_rows_and_tables():
 def test_a_record_is_checked_when_it_is_made():
     family = families.FAMILIES[0]
     with pytest.raises(catalog.CatalogError, match="every size is named g5.<size>"):
-        catalog.GpuFamily(**{**_fields(family), "sizes": (catalog.InstanceSize(
-            name="g9.xlarge", gpus=1, vcpus=4, memory_gib=16, efa_interfaces=0, network_gbps=10, usd_per_hour=1.0),)})
+        catalog.GpuFamily(
+            **{
+                **_fields(family),
+                "sizes": (
+                    catalog.InstanceSize(
+                        name="g9.xlarge",
+                        gpus=1,
+                        vcpus=4,
+                        memory_gib=16,
+                        efa_interfaces=0,
+                        network_gbps=10,
+                        usd_per_hour=1.0,
+                    ),
+                ),
+            }
+        )
     with pytest.raises(catalog.CatalogError, match="GPUDirect RDMA"):
         catalog.GpuFamily(**{**_fields(family), "efa_share": network.EFA_SHARE["p5"]})
 

@@ -26,8 +26,14 @@ def test_each_chunk_costs_what_the_h100_measured():
 
 def test_compiled_chunks_hold_the_measured_bytes_beyond_1024_tokens():
     # the H100's peak allocated rose 2.33 GiB from lossChunkSize 1024 to 4096 (3072 x 151,936 more logits)
-    at = {c: memory.estimate_for(fixed_training(model="qwen2.5-1.5b", micro_batch=16, seq_len=2048, loss_chunk_size=c,
-                                                precision="fp8"), world_size=1, gpu=H100).logits_gib for c in (1024, 4096)}
+    at = {
+        c: memory.estimate_for(
+            fixed_training(model="qwen2.5-1.5b", micro_batch=16, seq_len=2048, loss_chunk_size=c, precision="fp8"),
+            world_size=1,
+            gpu=H100,
+        ).logits_gib
+        for c in (1024, 4096)
+    }
     assert at[4096] - at[1024] == pytest.approx(2.33, abs=0.02)
 
 
@@ -38,8 +44,11 @@ def test_the_default_job_on_an_h100_takes_the_largest_chunk_that_fits():
     # plans over AUTO_MEMORY_SHARE at any chunk and the shape is micro 8, where the largest chunk, 4096, fits
     assert (t.precision, t.micro_batch, t.activation_checkpointing, t.loss_chunk_size) == ("fp8", 8, False, 4096)
     with pytest.raises(SettingsError, match="microBatch=8"):  # micro 16 plans over the card, naming micro 8
-        strategy.check_fits(settings.replace(microBatch=16, gradAccumulation=16, precision="fp8",
-                                             activationCheckpointing=False, lossChunkSize=1024))
+        strategy.check_fits(
+            settings.replace(
+                microBatch=16, gradAccumulation=16, precision="fp8", activationCheckpointing=False, lossChunkSize=1024
+            )
+        )
     chosen = memory.estimate(strategy.resolve(settings), "fsdp")
     assert chosen.total_gib <= strategy.AUTO_MEMORY_SHARE * chosen.capacity_gib
 

@@ -45,7 +45,13 @@ def test_sharded_states_are_fp32_bytes_per_parameter_over_the_world_size(world_s
         # chunked, eager: one chunk of 8-byte logits, the fp32 weight-gradient accumulator and a bf16 product, grad of
         # hidden
         (4, 4096, 4096, False, 8 * 151_936 * 4096 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
-        (1, 1024, 4096, False, 8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 1024),  # a chunk larger than the batch
+        (
+            1,
+            1024,
+            4096,
+            False,
+            8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 1024,
+        ),  # a chunk larger than the batch
         # compiled: 8 bytes per logit up to 1024 tokens, the measured 5.4 beyond (COMPILED_LOSS_BYTES_PER_LOGIT)
         (4, 4096, 4096, True, (8 * 1024 + 5.4 * 3072) * 151_936 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
         (4, 4096, 1024, True, 8 * 151_936 * 1024 + 6 * 151_936 * 1536 + 2 * 1536 * 4 * 4096),
@@ -53,8 +59,9 @@ def test_sharded_states_are_fp32_bytes_per_parameter_over_the_world_size(world_s
 )
 def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, compiled, expected_bytes):
     # GIVEN micro_batch x seq_len tokens per GPU, the loss chunked by `chunk` tokens (0: not at all)
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk,
-                       compile=compiled)
+    t = fixed_training(
+        model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=seq_len, loss_chunk_size=chunk, compile=compiled
+    )
     # WHEN it is planned
     plan = estimate_for(t, world_size=8, gpu=catalog.GPUS["H200"])
     # THEN the logits part is the formula's bytes
@@ -65,8 +72,9 @@ def test_logits_follow_the_documented_formula(micro_batch, seq_len, chunk, compi
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_activations_follow_the_documented_formula(checkpointing, compiled):
     # GIVEN Qwen2.5-1.5B (d 1536, kv 256, MLP 8960, 28 layers) at 2 x 2048 tokens, eager or compiled
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=2, seq_len=2048, activation_checkpointing=checkpointing,
-                         compile=compiled)
+    t = fixed_training(
+        model="qwen2.5-1.5b", micro_batch=2, seq_len=2048, activation_checkpointing=checkpointing, compile=compiled
+    )
     d, kv, inter, layers, tokens = 1536, 256, 8960, 28, 4096
     per_layer = (22 * d + 4 * kv + 8 * inter) * (COMPILED_ACTIVATIONS if compiled else 1)
     expected = tokens * ((layers * 2 * d + per_layer) if checkpointing else layers * per_layer) + tokens * 10 * d
@@ -110,8 +118,11 @@ def test_total_is_the_parts_plus_overhead_and_fits_compares_with_the_catalog_gpu
 def test_plan_is_an_upper_bound_close_to_the_h200_measurement():
     # GIVEN the run measured on 2 x H200 on 2026-11-29 (the maintainers' reference notes, outside the repository;
     # docs/BENCHMARKS.md lists its cells): 1.5B, 4 x 4096 tokens, unchunked loss, 81 GiB peak
-    plan = estimate_for(fixed_training(model="qwen2.5-1.5b", micro_batch=4, seq_len=4096, compile=False,
-                                         loss_chunk_size=0), world_size=2, gpu=catalog.GPUS["H200"])
+    plan = estimate_for(
+        fixed_training(model="qwen2.5-1.5b", micro_batch=4, seq_len=4096, compile=False, loss_chunk_size=0),
+        world_size=2,
+        gpu=catalog.GPUS["H200"],
+    )
     allocated = plan.total_gib - plan.overhead_gib
     # THEN the allocator's share of the plan is above the measurement, by less than 10%
     assert 81 <= allocated <= 81 * 1.10
@@ -147,11 +158,18 @@ def smallest_bigger_gpu_that_fits(settings) -> str:
     plugin's chart lists it, the region offers it) whose GPU has more memory in a node of as many GPUs or more, the
     one of least GPU memory (then price) whose plan fits."""
     current = settings.nodes.gpu_instance
-    bigger = sorted((row for row in catalog.GPU_INSTANCES.values()
-                     if row.efa_capable and row.gpu.memory_gib > current.gpu.memory_gib and row.gpus >= current.gpus
-                     and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
-                     and prices.offering_problem(row.name, settings.cluster.region) is None),
-                    key=lambda row: (row.gpu.memory_gib, row.usd_per_hour))
+    bigger = sorted(
+        (
+            row
+            for row in catalog.GPU_INSTANCES.values()
+            if row.efa_capable
+            and row.gpu.memory_gib > current.gpu.memory_gib
+            and row.gpus >= current.gpus
+            and catalog.efa_plugin_supports(row.name, settings.addons.efa_device_plugin_version)
+            and prices.offering_problem(row.name, settings.cluster.region) is None
+        ),
+        key=lambda row: (row.gpu.memory_gib, row.usd_per_hour),
+    )
     fits = [row.name for row in bigger if estimate(settings.replace(gpuInstanceType=row.name)).fits]
     assert fits, "no bigger GPU fits: the case needs another shape"
     return f"gpuInstanceType={fits[0]}"
@@ -161,11 +179,23 @@ def smallest_bigger_gpu_that_fits(settings) -> str:
     ("context", "key", "mentions"),
     [
         # 44 GiB on a 22.5 GiB L4: activation checkpointing alone fits, and so does the next bigger GPU
-        ({"microBatch": 2, "seqLen": 4096}, "activationCheckpointing",
-         ("activationCheckpointing=true", SMALLEST_BIGGER_GPU_THAT_FITS, "22.5 GiB")),
+        (
+            {"microBatch": 2, "seqLen": 4096},
+            "activationCheckpointing",
+            ("activationCheckpointing=true", SMALLEST_BIGGER_GPU_THAT_FITS, "22.5 GiB"),
+        ),
         # nothing single fits (not even the largest GPU, p6-b200's B200): the combination of every lever is offered
-        ({"microBatch": 32, "seqLen": 4096}, "microBatch",
-         ("no single change fits", "lossChunkSize=1024", "activationCheckpointing=true", "microBatch=16", "seqLen=2048")),
+        (
+            {"microBatch": 32, "seqLen": 4096},
+            "microBatch",
+            (
+                "no single change fits",
+                "lossChunkSize=1024",
+                "activationCheckpointing=true",
+                "microBatch=16",
+                "seqLen=2048",
+            ),
+        ),
         # micro batch 1 already: the sequence is the setting to name, and its default fits
         ({"microBatch": 1, "seqLen": 32768}, "seqLen", ("seqLen=2048, its default",)),
         # the sequence 8 times its default: the default is named first; of the GPUs with more memory, the smallest
@@ -177,8 +207,9 @@ def test_check_fits_refuses_naming_the_settings_to_change(context, key, mentions
     # GIVEN settings whose plan is larger than the GPU (the eager, unchunked step these cases were written for)
     settings = fixed_settings({"compile": False, "lossChunkSize": 0, **context})
     assert not estimate(settings).fits
-    mentions = tuple(smallest_bigger_gpu_that_fits(settings) if text is SMALLEST_BIGGER_GPU_THAT_FITS else text
-                     for text in mentions)
+    mentions = tuple(
+        smallest_bigger_gpu_that_fits(settings) if text is SMALLEST_BIGGER_GPU_THAT_FITS else text for text in mentions
+    )
     # WHEN they are checked
     with pytest.raises(SettingsError) as raised:
         check_fits(settings)
@@ -201,8 +232,13 @@ def test_a_one_node_plan_that_does_not_fit_is_offered_more_nodes():
     # auto it would be on here), and every lever is offered: more nodes, and the training settings
     (problem,) = raised.value.problems
     assert (problem.key, problem.value) == ("activationCheckpointing", False)
-    for lever in ("activationCheckpointing=auto, its default", "gpuNodeCount=2", "microBatch=1", "seqLen=1024",
-                  "gpuInstanceType="):
+    for lever in (
+        "activationCheckpointing=auto, its default",
+        "gpuNodeCount=2",
+        "microBatch=1",
+        "seqLen=1024",
+        "gpuInstanceType=",
+    ):
         assert lever in problem.message, (lever, problem.message)
 
 
@@ -217,8 +253,11 @@ def test_more_gpu_nodes_is_offered_when_they_fit():
         check_fits(settings)
     # THEN the smallest node count that fits is named with its GiB, and it does fit
     message = raised.value.problems[0].message
-    counts = [int(word.split("=")[1]) for word in message.replace(",", " ").replace(";", " ").split()
-              if word.startswith("gpuNodeCount=")]
+    counts = [
+        int(word.split("=")[1])
+        for word in message.replace(",", " ").replace(";", " ").split()
+        if word.startswith("gpuNodeCount=")
+    ]
     assert counts, message
     assert estimate(settings.replace(gpuNodeCount=counts[0])).fits
     assert not estimate(settings.replace(gpuNodeCount=counts[0] - 1)).fits
@@ -244,12 +283,18 @@ def _reserved_rows():
     return [r for r in rows if "peak_reserved_gib" in r]
 
 
-@pytest.mark.parametrize("row", _reserved_rows(), ids=lambda r: f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']}")
+@pytest.mark.parametrize(
+    "row", _reserved_rows(), ids=lambda r: f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']}"
+)
 def test_plan_covers_reserved_memory_plus_context_on_the_real_allocator(row):
     # GIVEN a shape measured on one H200 with expandable segments (bench/calibrate.py): peak *reserved* memory and what
     # was in use outside the allocator (CUDA context, NCCL), which is what runs out
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
-                         grad_accumulation=row["grad_accumulation"])
+    t = fixed_training(
+        model="qwen2.5-1.5b",
+        micro_batch=row["micro_batch"],
+        seq_len=row["seq_len"],
+        grad_accumulation=row["grad_accumulation"],
+    )
     measured = row["peak_reserved_gib"] + row["outside_allocator_gib"]
     # WHEN the planner plans it at the same world size (1)
     plan = estimate_for(t, world_size=1, gpu=catalog.GPUS["H200"])
@@ -279,11 +324,18 @@ def _two_gpu_rows():
     return rows
 
 
-@pytest.mark.parametrize("row", _two_gpu_rows(), ids=lambda r: f"{r['link']}-{r['micro_batch']}x{r['seq_len']}-{r['cell']}")
+@pytest.mark.parametrize(
+    "row", _two_gpu_rows(), ids=lambda r: f"{r['link']}-{r['micro_batch']}x{r['seq_len']}-{r['cell']}"
+)
 def test_plan_covers_reserved_memory_of_fsdp_hsdp_and_accumulation_on_two_gpus(row):
     # GIVEN a cell measured on 2 x H200 (bench/sharding_proof.py): hsdp there replicates over 2 and shards over 1
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=row["micro_batch"], seq_len=row["seq_len"],
-                         grad_accumulation=row["grad_accumulation"], grad_reduce_dtype=row["grad_reduce_dtype"])
+    t = fixed_training(
+        model="qwen2.5-1.5b",
+        micro_batch=row["micro_batch"],
+        seq_len=row["seq_len"],
+        grad_accumulation=row["grad_accumulation"],
+        grad_reduce_dtype=row["grad_reduce_dtype"],
+    )
     shard = 1 if row["strategy"] == "hsdp" else 2
     # WHEN the planner plans it; THEN it covers the reserved peak plus the 1.3 GiB measured outside the allocator
     plan = estimate_for(t, world_size=2, gpu=catalog.GPUS["H200"], shard_size=shard, strategy=row["strategy"])
@@ -317,10 +369,12 @@ CAPPED_RESERVED = [("H100", 16, 16, "fp8", 78.5), ("L40S", 2, 128, "bf16", 39.2)
 
 
 @pytest.mark.parametrize("gpu, micro_batch, accumulation, precision, reserved", CAPPED_RESERVED)
-def test_the_plan_covers_the_reserved_peak_of_the_default_job_on_one_gpu(gpu, micro_batch, accumulation, precision,
-                                                                         reserved):
-    t = fixed_training(model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=2048, grad_accumulation=accumulation,
-                       precision=precision)
+def test_the_plan_covers_the_reserved_peak_of_the_default_job_on_one_gpu(
+    gpu, micro_batch, accumulation, precision, reserved
+):
+    t = fixed_training(
+        model="qwen2.5-1.5b", micro_batch=micro_batch, seq_len=2048, grad_accumulation=accumulation, precision=precision
+    )
     plan = estimate_for(t, world_size=1, gpu=catalog.GPUS[gpu])
     # the allocator's reserved peak plus the 1.3 GiB measured outside it (it planned 72.6 and 37.6 before)
     assert plan.total_gib >= reserved + 1.3, plan.total_gib
@@ -341,9 +395,18 @@ def test_grad_sync_every_micro_batch_trades_the_unsharded_gradients_for_nvlink_t
     from ray_efa.core import perf
 
     # GIVEN one p5.48xlarge (8 GPUs on NVLink) accumulating 4 micro-batches under fsdp
-    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 1, "microBatch": 2, "gradAccumulation": 4,
-                        "sharding": "fsdp", "gradReduceDtype": "fp32", "precision": "bf16",
-                        "activationCheckpointing": False})
+    s = fixed_settings(
+        {
+            "gpuInstanceType": "p5.48xlarge",
+            "gpuNodeCount": 1,
+            "microBatch": 2,
+            "gradAccumulation": 4,
+            "sharding": "fsdp",
+            "gradReduceDtype": "fp32",
+            "precision": "bf16",
+            "activationCheckpointing": False,
+        }
+    )
     params = s.training.preset.num_parameters
     held, synced = (memory.estimate(s.replace(gradSyncEveryMicroBatch=v), "fsdp") for v in (False, True))
     # THEN reduce-scattering every micro-batch holds 4 bytes a parameter less per GPU
@@ -353,8 +416,14 @@ def test_grad_sync_every_micro_batch_trades_the_unsharded_gradients_for_nvlink_t
 
     def reduce_scatters(settings):
         t = settings.training
-        prediction = perf.predict(t, instance=settings.nodes.gpu_instance, nodes=settings.nodes.gpu_node_count,
-                                  network="efa", strategy="fsdp", reduce_dtype="fp32")
+        prediction = perf.predict(
+            t,
+            instance=settings.nodes.gpu_instance,
+            nodes=settings.nodes.gpu_node_count,
+            network="efa",
+            strategy="fsdp",
+            reduce_dtype="fp32",
+        )
         (rs,) = [c for c in prediction.collectives if c.name == "reduce-scatter gradients"]
         return rs
 
@@ -365,16 +434,30 @@ def test_grad_sync_every_micro_batch_trades_the_unsharded_gradients_for_nvlink_t
         t = s.replace(**other).training
         n = s.replace(**other).nodes
         link = n.gpu_instance.gpu_link
-        assert not memory.grad_sync_every_micro_batch(t, strategy="fsdp", nodes=n.gpu_node_count,
-                                                      gpus_per_node=n.gpu_instance.gpus,
-                                                      nvlink=link is not None and link.name.startswith("NVLink"))
+        assert not memory.grad_sync_every_micro_batch(
+            t,
+            strategy="fsdp",
+            nodes=n.gpu_node_count,
+            gpus_per_node=n.gpu_instance.gpus,
+            nvlink=link is not None and link.name.startswith("NVLink"),
+        )
 
 
 def test_memory_advice_offers_the_reduce_schedule_where_accumulation_holds_the_gradients():
     # GIVEN 2 x p5.48xlarge (auto keeps the gradients: EFA traffic) with a plan too large for its GPUs
-    s = fixed_settings({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 2, "model": "qwen2.5-1.5b", "seqLen": 2048,
-                        "microBatch": 17, "gradAccumulation": 2, "sharding": "fsdp", "precision": "bf16",
-                        "activationCheckpointing": False})
+    s = fixed_settings(
+        {
+            "gpuInstanceType": "p5.48xlarge",
+            "gpuNodeCount": 2,
+            "model": "qwen2.5-1.5b",
+            "seqLen": 2048,
+            "microBatch": 17,
+            "gradAccumulation": 2,
+            "sharding": "fsdp",
+            "precision": "bf16",
+            "activationCheckpointing": False,
+        }
+    )
     assert not estimate(s).fits
     with pytest.raises(SettingsError) as raised:
         check_fits(s)

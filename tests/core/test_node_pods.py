@@ -30,12 +30,17 @@ def test_gpu_nodes_add_the_device_plugins_or_the_dra_drivers_never_both():
     plugins = _requests(node_pods.node_daemonsets("gpu"))
     dra = _requests(node_pods.node_daemonsets("gpu", device_allocation="dra"))
     assert {addons.NVIDIA_DEVICE_PLUGIN.release, addons.EFA_DEVICE_PLUGIN.release} <= set(plugins)
-    assert addons.EFA_DRA_DRIVER.release in dra and not {addons.NVIDIA_DEVICE_PLUGIN.release,
-                                                          addons.EFA_DEVICE_PLUGIN.release} & set(dra)
+    assert addons.EFA_DRA_DRIVER.release in dra and not {
+        addons.NVIDIA_DEVICE_PLUGIN.release,
+        addons.EFA_DEVICE_PLUGIN.release,
+    } & set(dra)
     assert plugins["aws-efa-k8s-device-plugin"] == (10, 20) and dra["aws-dranet"] == (100, 50)
     # the system nodes run neither: the plugins and drivers select the GPU nodes
     assert not set(_requests(node_pods.node_daemonsets("system"))) & (set(plugins) | set(dra)) - {
-        "aws-node", "kube-proxy", "eks-pod-identity-agent"}
+        "aws-node",
+        "kube-proxy",
+        "eks-pod-identity-agent",
+    }
 
 
 def test_the_system_node_also_holds_coredns_twice_the_operator_and_the_submitter():
@@ -48,6 +53,7 @@ def test_the_system_node_also_holds_coredns_twice_the_operator_and_the_submitter
 
 def test_the_submitters_requests_are_the_pods():
     from ray_efa.k8s import cluster_spec  # noqa: PLC0415 - k8s builds on core, not the other way
+
     assert (cluster_spec._SUBMITTER_CPU, cluster_spec._SUBMITTER_MEMORY) == ("500m", "1Gi")
 
 
@@ -70,8 +76,11 @@ def test_m7i_large_is_refused_for_the_head_naming_the_setting_the_room_and_what_
     with pytest.raises(SettingsError) as error:
         Settings.from_context({"systemInstanceType": "m7i.large"})
     text = str(error.value)
-    assert re.search(r"systemInstanceType: is too small for the Ray head: m7i\.large .* leaves 980m CPU .* less than "
-                     r"the head's 1000m CPU and 2048 MiB.*\(m7i\.xlarge, m7i\.2xlarge", text), text
+    assert re.search(
+        r"systemInstanceType: is too small for the Ray head: m7i\.large .* leaves 980m CPU .* less than "
+        r"the head's 1000m CPU and 2048 MiB.*\(m7i\.xlarge, m7i\.2xlarge",
+        text,
+    ), text
     assert text.endswith("got 'm7i.large'")
     # every other offered type fits
     for name in set(catalog.SYSTEM_INSTANCES) - {"m7i.large"}:
@@ -93,7 +102,10 @@ def test_a_described_gpu_type_without_room_for_its_worker_beside_the_daemonsets_
     assert catalog.worker_fit_problem(catalog.describe_gpu_instance(description)) is None
     # 32 vCPU and 100 GiB: the worker keeps 92 GiB (8 GiB reserve), but the kernel's 5%, kube-reserved for 250 pods,
     # the eviction threshold and the EFA plugin's 20Mi leave 94155 MiB < 94208
-    with pytest.raises(catalog.CatalogError, match=r"vcpus 32 and memoryGib 100 leave no room for the worker pod: the "
-                                                   r"Ray worker asks 29 CPU and 92 GiB, but a x9.8xlarge node leaves "
-                                                   r"\d+m CPU and 94155 MiB"):
+    with pytest.raises(
+        catalog.CatalogError,
+        match=r"vcpus 32 and memoryGib 100 leave no room for the worker pod: the "
+        r"Ray worker asks 29 CPU and 92 GiB, but a x9.8xlarge node leaves "
+        r"\d+m CPU and 94155 MiB",
+    ):
         catalog.describe_gpu_instance({**description, "memoryGib": 100})

@@ -30,34 +30,43 @@ def test_defaults_are_todays_role_labels():
     assert nodes.gpu_node_selector == DEFAULT_GPU_NODE_SELECTOR == {"role": "gpu-worker"}
 
 
-@pytest.mark.parametrize("text, selector", [
-    ("role=gpu", {"role": "gpu"}),
-    ("platform.example.com/pool=gpu, team=ml", PLATFORM_GPU),
-    ('{"platform.example.com/pool": "gpu", "team": "ml"}', PLATFORM_GPU),
-    ("dedicated=", {"dedicated": ""}),  # an empty value is a valid label value
-])
+@pytest.mark.parametrize(
+    "text, selector",
+    [
+        ("role=gpu", {"role": "gpu"}),
+        ("platform.example.com/pool=gpu, team=ml", PLATFORM_GPU),
+        ('{"platform.example.com/pool": "gpu", "team": "ml"}', PLATFORM_GPU),
+        ("dedicated=", {"dedicated": ""}),  # an empty value is a valid label value
+    ],
+)
 def test_minus_c_takes_key_value_pairs_or_a_json_object(text, selector):
     assert parse_node_selector(text) == selector
     assert Settings.from_context({"gpuNodeSelector": text}).nodes.gpu_node_selector == selector
 
 
-@pytest.mark.parametrize("text, message", [
-    ("role", r"'role' has no '='"),
-    ('{"role": 1}', "JSON object of string labels"),
-    ('{"role": ', "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("role", r"'role' has no '='"),
+        ('{"role": 1}', "JSON object of string labels"),
+        ('{"role": ', "must be a JSON object"),
+    ],
+)
 def test_unparsable_selectors_are_refused_by_name(text, message):
     with pytest.raises(SettingsError, match=rf"gpuNodeSelector: .*{message}"):
         Settings.from_context({"gpuNodeSelector": text})
 
 
-@pytest.mark.parametrize("selector, message", [
-    ({}, "at least one node label"),
-    ({"bad key": "x"}, "label key 'bad key' must be"),
-    ({"Example.com/pool": "x"}, "label key 'Example.com/pool' has a bad prefix"),
-    ({"pool": "-gpu"}, "label value '-gpu' of pool must be empty or"),
-    ({"pool": "x" * 64}, "label value 'x{64}' of pool"),
-])
+@pytest.mark.parametrize(
+    "selector, message",
+    [
+        ({}, "at least one node label"),
+        ({"bad key": "x"}, "label key 'bad key' must be"),
+        ({"Example.com/pool": "x"}, "label key 'Example.com/pool' has a bad prefix"),
+        ({"pool": "-gpu"}, "label value '-gpu' of pool must be empty or"),
+        ({"pool": "x" * 64}, "label value 'x{64}' of pool"),
+    ],
+)
 def test_label_keys_and_values_follow_kubernetes_syntax(selector, message):
     assert node_selector_problem(selector) is not None
     with pytest.raises(SettingsError, match=rf"systemNodeSelector: .*{message}"):
@@ -72,14 +81,19 @@ def test_python_api_takes_a_mapping_strictly():
 
 def test_a_gpu_selector_that_also_picks_the_system_nodes_is_refused():
     # GIVEN system nodes labelled pool=shared,kind=system and GPU workers selecting pool=shared alone
-    with pytest.raises(SettingsError, match=r"gpuNodeSelector: must not also select the system nodes \(pool=shared,kind=system\)"):
+    with pytest.raises(
+        SettingsError, match=r"gpuNodeSelector: must not also select the system nodes \(pool=shared,kind=system\)"
+    ):
         Settings.from_context({"systemNodeSelector": "pool=shared,kind=system", "gpuNodeSelector": "pool=shared"})
 
 
-@pytest.mark.parametrize("selector, labels", [
-    ({"role": "gpu-worker"}, {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}),
-    (PLATFORM_GPU, {**PLATFORM_GPU, "nvidia.com/gpu.present": "true"}),
-])
+@pytest.mark.parametrize(
+    "selector, labels",
+    [
+        ({"role": "gpu-worker"}, {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}),
+        (PLATFORM_GPU, {**PLATFORM_GPU, "nvidia.com/gpu.present": "true"}),
+    ],
+)
 def test_gpu_node_groups_also_carry_what_the_nvidia_plugin_affinity_needs(selector, labels):
     assert gpu_node_labels(selector) == labels
 

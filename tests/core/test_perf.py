@@ -31,8 +31,18 @@ def test_the_tcp_run_opens_enough_sockets_to_fill_card_0_and_never_fewer_than_nc
 @pytest.mark.parametrize("placement_group", [True, False])
 def test_every_socket_layout_is_within_nccls_caps(placement_group):
     # net_socket.cc: NCCL_SOCKET_NTHREADS at most 16, NTHREADS x NSOCKS_PERTHREAD at most 64
-    huge = catalog.describe_gpu_instance({"name": "x9.48xlarge", "gpus": 8, "gpuName": "B200", "vcpus": 192,
-                                          "memoryGib": 2048, "efaInterfaces": 1, "networkGbps": 6400, "usdPerHour": 1})
+    huge = catalog.describe_gpu_instance(
+        {
+            "name": "x9.48xlarge",
+            "gpus": 8,
+            "gpuName": "B200",
+            "vcpus": 192,
+            "memoryGib": 2048,
+            "efaInterfaces": 1,
+            "networkGbps": 6400,
+            "usdPerHour": 1,
+        }
+    )
     flow = perf.FLOW_GBPS["placement" if placement_group else "spread"]
     for row in [*(r for r in catalog.GPU_INSTANCES.values() if r.efa_capable), huge]:
         layout = perf.socket_layout(row, placement_group=placement_group)
@@ -44,10 +54,13 @@ def test_every_socket_layout_is_within_nccls_caps(placement_group):
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: f"{r['micro_batch']}x{r['seq_len']}x{r['grad_accumulation']}")
 def test_one_gpu_step_is_predicted_within_20_percent_of_the_h200_measurement(row):
     # GIVEN a step measured on one H200 (bench/calibrate.py: no communication at world size 1)
-    t = fixed_training(micro_batch=row["micro_batch"], seq_len=row["seq_len"], grad_accumulation=row["grad_accumulation"])
+    t = fixed_training(
+        micro_batch=row["micro_batch"], seq_len=row["seq_len"], grad_accumulation=row["grad_accumulation"]
+    )
     # WHEN the model predicts it on one GPU of an H200 instance
-    p = perf.predict(t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=1, gpus_per_node=1, network="efa",
-                     strategy="fsdp")
+    p = perf.predict(
+        t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=1, gpus_per_node=1, network="efa", strategy="fsdp"
+    )
     # THEN it is within 20% of the measured step time, and nothing was sent
     assert p.step_time_s == pytest.approx(row["step_time_s"], rel=0.2)
     assert p.network_s == 0 and p.collectives == () and p.bottleneck == "compute"
@@ -98,6 +111,7 @@ def test_with_accumulation_bf16_reduction_sends_bf16_between_nodes_under_hsdp_an
 def test_accumulation_spreads_the_network_over_more_compute():
     s = fixed_settings({"gradAccumulation": 4})
     one, four = _evaluate(s.replace(gradAccumulation=1)), _evaluate(s)
+
     def between_nodes(p):
         return sum(c.wire_gb for c in p.collectives if c.link == "inter")
 
@@ -145,13 +159,21 @@ def test_fp8_runs_the_layer_linears_faster_and_halves_their_all_gathers():
     assert fp8.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(56_360 / 48_930, rel=0.06)
     # and at 2 x 2048, launch-bound, fp8 is slower (0.70x measured)
     small = fixed_training(micro_batch=2, seq_len=2048)
-    b, f = (perf.predict(small, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision=x)
-            for x in ("bf16", "fp8"))
+    b, f = (
+        perf.predict(small, instance=h200, nodes=1, gpus_per_node=1, network="efa", strategy="fsdp", precision=x)
+        for x in ("bf16", "fp8")
+    )
     assert f.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu == pytest.approx(0.73, abs=0.05)
     # across nodes, fsdp's all-gathers carry 1 byte per linear weight: well under bf16's bytes
     s = fixed_settings({"sharding": "fsdp"})
-    gathers = {x: sum(c.wire_gb for c in _evaluate(s.replace(precision=x), strategy_="fsdp").collectives
-                      if c.link == "inter" and c.name.startswith("all-gather")) for x in ("bf16", "fp8")}
+    gathers = {
+        x: sum(
+            c.wire_gb
+            for c in _evaluate(s.replace(precision=x), strategy_="fsdp").collectives
+            if c.link == "inter" and c.name.startswith("all-gather")
+        )
+        for x in ("bf16", "fp8")
+    }
     assert 0.5 < gathers["fp8"] / gathers["bf16"] < 0.65
 
 
@@ -198,8 +220,9 @@ def test_plan_says_when_more_nodes_are_slower_than_fewer_and_what_would_change_i
     # them (at the host-staged 3 GB/s, core.catalog.network, more accumulation with checkpointing gains more)
     changes = [c["change"] for c in scaling["changes"]]
     assert "network=efa" in changes
-    assert [c["tokens_per_s"] for c in scaling["changes"]] == sorted((c["tokens_per_s"] for c in scaling["changes"]),
-                                                                     reverse=True)
+    assert [c["tokens_per_s"] for c in scaling["changes"]] == sorted(
+        (c["tokens_per_s"] for c in scaling["changes"]), reverse=True
+    )
     assert all(c["ratio_to_fewer_nodes_now"] > 1 for c in scaling["changes"])
     assert f"{scaling['ratio']:.2f}x of 1 node" in scaling["advice"] and changes[0] in scaling["advice"]
     # and over EFA the default's 2 nodes beat one
@@ -232,7 +255,14 @@ def test_two_gpu_fsdp_cells_measured_before_are_predicted_within_20_percent(link
     t = fixed_training(micro_batch=4, seq_len=4096, compile=compile_, loss_chunk_size=0)
     link = perf.Link(name="measured", gb_s=link_gb_s)
     # WHEN the model predicts the same run as 2 "nodes" of one GPU joined by that link
-    p = perf.predict(t, instance=catalog.gpu_instance("p5en.48xlarge"), nodes=2, gpus_per_node=1, network="efa",
-                     strategy="fsdp", links=(link, link))
+    p = perf.predict(
+        t,
+        instance=catalog.gpu_instance("p5en.48xlarge"),
+        nodes=2,
+        gpus_per_node=1,
+        network="efa",
+        strategy="fsdp",
+        links=(link, link),
+    )
     # THEN it is within 20%
     assert p.tokens_per_s_per_gpu == pytest.approx(measured, rel=0.2)

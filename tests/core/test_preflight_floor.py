@@ -16,8 +16,13 @@ def test_floor_comes_from_the_catalog_unless_the_setting_overrides_it():
     assert floor_gbps(Settings.from_context({"preflightMinBusbwGbps": "3.5"})) == 3.5
     configured = preflight_floor(Settings.from_context({"preflightMinBusbwGbps": "3.5", "network": "tcp"}))
     assert configured.as_dict() == {
-        "floor_gb_s": 3.5, "source": "setting preflightMinBusbwGbps", "network": "tcp", "healthy_gb_s": None,
-        "margin": None, "judged": True}
+        "floor_gb_s": 3.5,
+        "source": "setting preflightMinBusbwGbps",
+        "network": "tcp",
+        "healthy_gb_s": None,
+        "margin": None,
+        "judged": True,
+    }
 
 
 @pytest.mark.parametrize("instance", ["g6e.24xlarge", "g6e.48xlarge"])

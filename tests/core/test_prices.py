@@ -47,8 +47,10 @@ def test_no_recorded_region_is_cheaper_than_us_east_2():
             assert row.usd_per_hour >= catalog.GPU_INSTANCES[name].usd_per_hour - 1e-3, (region, name)
 
 
-@pytest.mark.parametrize(("region", "recorded", "offered"), [
-    ("us-east-2", True, True), ("ap-southeast-2", True, True), ("sa-east-1", False, True)])
+@pytest.mark.parametrize(
+    ("region", "recorded", "offered"),
+    [("us-east-2", True, True), ("ap-southeast-2", True, True), ("sa-east-1", False, True)],
+)
 def test_on_demand_uses_the_regions_recorded_price(region, recorded, offered):
     p5 = catalog.gpu_instance("p5.48xlarge")
     price = prices.on_demand(p5, region)
@@ -78,7 +80,9 @@ def test_p5e_has_no_on_demand_price_in_the_catalog_regions_and_is_not_given_p5en
     assert [p.option for p in prices.buyable(p5e, "us-east-2")] == ["capacity-block"]
     assert prices.buyable(p5e, "us-east-1") == []
     assert [p.option for p in prices.buyable(catalog.gpu_instance("p5.48xlarge"), "us-east-1")] == [
-        "on-demand", "capacity-block"]
+        "on-demand",
+        "capacity-block",
+    ]
 
 
 def test_the_offering_lookup_names_the_regions_that_offer_a_type():

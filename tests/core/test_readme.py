@@ -21,7 +21,13 @@ def test_readme_quickstart_is_the_two_commands():
 def test_readme_is_short_and_says_where_the_reference_is():
     assert len(README.splitlines()) <= 250
     sections = [line[3:] for line in README.splitlines() if line.startswith("## ")]
-    assert sections == ["Quickstart", "Your own training", "Deploy, run, destroy", "Embedding in a platform repository",
-                        "Reference", "Development"]
+    assert sections == [
+        "Quickstart",
+        "Your own training",
+        "Deploy, run, destroy",
+        "Embedding in a platform repository",
+        "Reference",
+        "Development",
+    ]
     # the reference is the docs pages, not generated tables copied into the README
     assert "<!-- BEGIN" not in README

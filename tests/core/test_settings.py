@@ -19,7 +19,11 @@ from ray_efa.core.settings import (
 
 def test_defaults_match_the_reference_deployment():
     s = Settings()
-    assert (s.cluster.cluster_name, s.cluster.region, s.cluster.kubernetes_version) == ("ray-train", "us-east-2", "1.36")
+    assert (s.cluster.cluster_name, s.cluster.region, s.cluster.kubernetes_version) == (
+        "ray-train",
+        "us-east-2",
+        "1.36",
+    )
     assert (s.nodes.system_instance_type, s.nodes.system_node_count) == ("m7i.xlarge", 1)
     assert (s.nodes.gpu_instance_type, s.nodes.gpu_node_count) == ("g6.12xlarge", 2)
     assert s.nodes.gpu_availability_zone is None and s.gpu_availability_zone == "us-east-2a"
@@ -33,9 +37,16 @@ def test_defaults_match_the_reference_deployment():
 
 def test_context_strings_are_parsed_to_field_types():
     # GIVEN values as `cdk -c` passes them: strings
-    s = Settings.from_context({"gpuNodeCount": "4", "preflight": "false", "learningRate": "1e-4",
-                               "pipPackages": "einops==0.8.1, datasets==4.0.0", "gpuAvailabilityZone": "us-east-2c",
-                               "storagePath": "none"})
+    s = Settings.from_context(
+        {
+            "gpuNodeCount": "4",
+            "preflight": "false",
+            "learningRate": "1e-4",
+            "pipPackages": "einops==0.8.1, datasets==4.0.0",
+            "gpuAvailabilityZone": "us-east-2c",
+            "storagePath": "none",
+        }
+    )
     assert s.nodes.gpu_node_count == 4 and s.workload.preflight is False and s.training.learning_rate == 1e-4
     assert s.workload.pip_packages == ("einops==0.8.1", "datasets==4.0.0")
     assert s.nodes.gpu_availability_zone == "us-east-2c" and s.workload.storage_path is None
@@ -47,8 +58,13 @@ def test_json_values_from_cdk_json_are_accepted():
 
 
 def test_cdk_own_context_keys_are_not_settings_and_not_errors():
-    Settings.from_context({"@aws-cdk/core:enablePartitionLiterals": True,
-                           "availability-zones:account=1:region=us-east-2": ["us-east-2a"], "aws:cdk:enable-path-metadata": True})
+    Settings.from_context(
+        {
+            "@aws-cdk/core:enablePartitionLiterals": True,
+            "availability-zones:account=1:region=us-east-2": ["us-east-2a"],
+            "aws:cdk:enable-path-metadata": True,
+        }
+    )
 
 
 def test_every_problem_is_reported_at_once_with_key_value_and_allowed():
@@ -62,24 +78,35 @@ def test_every_problem_is_reported_at_once_with_key_value_and_allowed():
     assert "steps: must be >= 1, got 0" in str(caught.value)
 
 
-@pytest.mark.parametrize("context, key, fragment", [
-    ({"seqLen": "40000"}, "seqLen", "must be <= 32768, the max positions of qwen2.5-1.5b"),
-    ({"microBatch": "0"}, "microBatch", "must be auto or an integer >= 1"),
-    ({"learningRate": "-0.1"}, "learningRate", "must be > 0"),
-    ({"model": "llama"}, "model", "must be one of"),
-    ({"region": "Ohio"}, "region", "must be a region name"),
-    ({"region": "mx-central-1"}, "region", "has no recorded AZ names; set gpuAvailabilityZone"),
-    ({"clusterName": "-bad"}, "clusterName", "must be 1-100 letters"),
-    ({"vpcId": "vpc-1"}, "vpcId", "must look like vpc-"),
-    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "must be one of 1.35, 1.36"),
-    ({"kuberayVersion": "0.6.0"}, "kuberayVersion", "must be one of 1.4.0, 1.7.0"),
-    ({"efaDevicePluginVersion": "v0.5.32"}, "efaDevicePluginVersion", "must be one of v0.5.30"),
-    ({"rayVersion": "2.49.0"}, "rayVersion", "must equal the Ray inside public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"),
-    ({"capacityReservationId": "cr-0123456789abcdef0", "placementGroup": "on"}, "placementGroup", "must be auto or off"),
-    ({"namespace": "Ray_Jobs"}, "namespace", "must be a DNS label"),
-    ({"publicAccessCidrs": "10.0.0.0"}, "publicAccessCidrs", "must be IPv4 CIDRs"),
-    ({"gpuRootVolumeGib": "20"}, "gpuRootVolumeGib", "must be between 100 and 16384"),
-])
+@pytest.mark.parametrize(
+    "context, key, fragment",
+    [
+        ({"seqLen": "40000"}, "seqLen", "must be <= 32768, the max positions of qwen2.5-1.5b"),
+        ({"microBatch": "0"}, "microBatch", "must be auto or an integer >= 1"),
+        ({"learningRate": "-0.1"}, "learningRate", "must be > 0"),
+        ({"model": "llama"}, "model", "must be one of"),
+        ({"region": "Ohio"}, "region", "must be a region name"),
+        ({"region": "mx-central-1"}, "region", "has no recorded AZ names; set gpuAvailabilityZone"),
+        ({"clusterName": "-bad"}, "clusterName", "must be 1-100 letters"),
+        ({"vpcId": "vpc-1"}, "vpcId", "must look like vpc-"),
+        ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "must be one of 1.35, 1.36"),
+        ({"kuberayVersion": "0.6.0"}, "kuberayVersion", "must be one of 1.4.0, 1.7.0"),
+        ({"efaDevicePluginVersion": "v0.5.32"}, "efaDevicePluginVersion", "must be one of v0.5.30"),
+        (
+            {"rayVersion": "2.49.0"},
+            "rayVersion",
+            "must equal the Ray inside public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1",
+        ),
+        (
+            {"capacityReservationId": "cr-0123456789abcdef0", "placementGroup": "on"},
+            "placementGroup",
+            "must be auto or off",
+        ),
+        ({"namespace": "Ray_Jobs"}, "namespace", "must be a DNS label"),
+        ({"publicAccessCidrs": "10.0.0.0"}, "publicAccessCidrs", "must be IPv4 CIDRs"),
+        ({"gpuRootVolumeGib": "20"}, "gpuRootVolumeGib", "must be between 100 and 16384"),
+    ],
+)
 def test_bad_values_name_the_setting(context, key, fragment):
     with pytest.raises(SettingsError) as caught:
         Settings.from_context(context)
@@ -88,7 +115,12 @@ def test_bad_values_name_the_setting(context, key, fragment):
 
 def test_az_in_a_region_without_a_table_is_checked_by_name():
     zones = {"vpcAvailabilityZones": "mx-central-1a,mx-central-1b"}
-    assert Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1b", **zones}).gpu_availability_zone == "mx-central-1b"
+    assert (
+        Settings.from_context(
+            {"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1b", **zones}
+        ).gpu_availability_zone
+        == "mx-central-1b"
+    )
     assert Settings.from_context({"region": "mx-central-1", **zones}).gpu_availability_zone == "mx-central-1a"
     with pytest.raises(SettingsError, match="vpcAvailabilityZones: must name two AZs or more of mx-central-1"):
         Settings.from_context({"region": "mx-central-1", "gpuAvailabilityZone": "mx-central-1a"})
@@ -101,16 +133,24 @@ def test_image_by_digest_is_accepted():
     assert Settings.from_context({"dlcImage": f"123456789012.dkr.ecr.us-east-2.amazonaws.com/ray@{digest}"})
 
 
-@pytest.mark.parametrize("placement, reservation, expected", [
-    ("auto", None, True), ("auto", "cr-0123456789abcdef0", False), ("off", None, False), ("on", None, True),
-])
+@pytest.mark.parametrize(
+    "placement, reservation, expected",
+    [
+        ("auto", None, True),
+        ("auto", "cr-0123456789abcdef0", False),
+        ("off", None, False),
+        ("on", None, True),
+    ],
+)
 def test_placement_group_resolution(placement, reservation, expected):
     s = Settings.from_context({"placementGroup": placement, "capacityReservationId": reservation or ""})
     assert s.nodes.use_placement_group is expected
 
 
 def test_settings_round_trip_through_json():
-    s = Settings.from_context({"gpuInstanceType": "p5.48xlarge", "pipPackages": "x==1", "storagePath": "s3://bucket/runs"})
+    s = Settings.from_context(
+        {"gpuInstanceType": "p5.48xlarge", "pipPackages": "x==1", "storagePath": "s3://bucket/runs"}
+    )
     assert Settings.from_json(s.to_json()) == s
     assert json.loads(s.to_json())["gpuInstanceType"] == "p5.48xlarge"
 
@@ -134,7 +174,11 @@ def test_vpc_azs_do_not_move_with_the_gpu_az(gpu_zone):
 
 
 def test_vpc_azs_are_at_most_the_first_three_in_name_order():
-    assert Settings.from_context({"region": "us-east-1"}).vpc_availability_zones == ("us-east-1a", "us-east-1b", "us-east-1c")
+    assert Settings.from_context({"region": "us-east-1"}).vpc_availability_zones == (
+        "us-east-1a",
+        "us-east-1b",
+        "us-east-1c",
+    )
     assert Settings.from_context({"region": "us-west-1"}).vpc_availability_zones == ("us-west-1a", "us-west-1c")
 
 
@@ -148,17 +192,23 @@ def test_a_gpu_az_outside_the_vpc_azs_is_refused_naming_both_keys():
     assert "must be one of the VPC's AZs (us-east-1a, us-east-1b, us-east-1c)" in problem.message
     assert "vpcAvailabilityZones" in problem.message
     # WHEN vpcAvailabilityZones includes it THEN it is accepted; an existing VPC (vpcId) is checked at synth instead
-    chosen = Settings.from_context({"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d",
-                                    "vpcAvailabilityZones": "us-east-1a,us-east-1d"})
+    chosen = Settings.from_context(
+        {"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d", "vpcAvailabilityZones": "us-east-1a,us-east-1d"}
+    )
     assert chosen.vpc_availability_zones == ("us-east-1a", "us-east-1d")
-    assert Settings.from_context({"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d", "vpcId": "vpc-0123456789abcdef0"})
+    assert Settings.from_context(
+        {"region": "us-east-1", "gpuAvailabilityZone": "us-east-1d", "vpcId": "vpc-0123456789abcdef0"}
+    )
 
 
-@pytest.mark.parametrize("zones, fragment", [
-    ("us-east-2a", "must be 2 to 6 different AZs"),
-    ("us-east-2a,us-east-2a", "must be 2 to 6 different AZs"),
-    ("us-east-2a,us-west-2b", "must be AZs of region us-east-2"),
-])
+@pytest.mark.parametrize(
+    "zones, fragment",
+    [
+        ("us-east-2a", "must be 2 to 6 different AZs"),
+        ("us-east-2a,us-east-2a", "must be 2 to 6 different AZs"),
+        ("us-east-2a,us-west-2b", "must be AZs of region us-east-2"),
+    ],
+)
 def test_bad_vpc_azs_name_the_setting(zones, fragment):
     with pytest.raises(SettingsError) as caught:
         Settings.from_context({"vpcAvailabilityZones": zones})
@@ -168,26 +218,36 @@ def test_bad_vpc_azs_name_the_setting(zones, fragment):
 _RESEARCHER = "arn:aws:iam::111122223333:role/Researcher"
 
 
-@pytest.mark.parametrize("context, fragment", [
-    ({"researcherPrincipalArns": f"{_RESEARCHER},{_RESEARCHER}"}, "must not repeat an ARN"),
-    ({"researcherPrincipalArns": _RESEARCHER, "adminPrincipalArns": _RESEARCHER}, "must not name an ARN of adminPrincipalArns"),
-    ({"researcherPrincipalArns": "Researcher"}, "must be IAM role or user ARNs"),
-    ({"researcherPrincipalArns": "arn:aws:sts::111122223333:assumed-role/Researcher/me"}, "not an STS session"),
-])
+@pytest.mark.parametrize(
+    "context, fragment",
+    [
+        ({"researcherPrincipalArns": f"{_RESEARCHER},{_RESEARCHER}"}, "must not repeat an ARN"),
+        (
+            {"researcherPrincipalArns": _RESEARCHER, "adminPrincipalArns": _RESEARCHER},
+            "must not name an ARN of adminPrincipalArns",
+        ),
+        ({"researcherPrincipalArns": "Researcher"}, "must be IAM role or user ARNs"),
+        ({"researcherPrincipalArns": "arn:aws:sts::111122223333:assumed-role/Researcher/me"}, "not an STS session"),
+    ],
+)
 def test_bad_researcher_principals_name_the_setting(context, fragment):
     with pytest.raises(SettingsError) as caught:
         Settings.from_context(context)
-    assert any(p.key == "researcherPrincipalArns" and fragment in p.message for p in caught.value.problems), caught.value
+    assert any(p.key == "researcherPrincipalArns" and fragment in p.message for p in caught.value.problems), (
+        caught.value
+    )
 
 
 def test_researcher_principals_are_a_list_of_arns():
     other = "arn:aws:iam::111122223333:user/alice"
-    assert Settings.from_context({"researcherPrincipalArns": f"{_RESEARCHER},{other}"}).cluster.researcher_principal_arns \
-        == (_RESEARCHER, other)
+    assert Settings.from_context(
+        {"researcherPrincipalArns": f"{_RESEARCHER},{other}"}
+    ).cluster.researcher_principal_arns == (_RESEARCHER, other)
     assert Settings().cluster.researcher_principal_arns == ()
 
 
 # -- the typed Python API: strict types, every problem as a SettingsError naming the setting -------------------------
+
 
 @pytest.mark.parametrize("value", [2.5, True, "4", None])
 def test_python_api_takes_the_field_type_only(value):
@@ -195,7 +255,9 @@ def test_python_api_takes_the_field_type_only(value):
     with pytest.raises(SettingsError) as caught:
         NodeSettings(gpu_node_count=value)
     # THEN a SettingsError names the setting, the value and the type; no TypeError
-    assert [(p.key, p.value, p.message) for p in caught.value.problems] == [("gpuNodeCount", value, "must be an integer")]
+    assert [(p.key, p.value, p.message) for p in caught.value.problems] == [
+        ("gpuNodeCount", value, "must be an integer")
+    ]
 
 
 def test_python_api_accepts_names_or_keys_and_a_list_for_a_tuple():
@@ -225,12 +287,16 @@ def test_python_api_reports_field_and_cross_field_problems_together():
 
 # -- values the hand-rolled checks let through --------------------------------------------------------------------
 
-@pytest.mark.parametrize("cidrs, message", [
-    ("999.1.1.1/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
-    ("10.0.0.0/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
-    ("10.0.0.1/8", "must be a network address with its host bits zero: 10.0.0.0/8"),
-    ("2001:db8::/32", "must be IPv4 CIDRs like 203.0.113.0/24"),
-])
+
+@pytest.mark.parametrize(
+    "cidrs, message",
+    [
+        ("999.1.1.1/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
+        ("10.0.0.0/33", "must be IPv4 CIDRs like 203.0.113.0/24"),
+        ("10.0.0.1/8", "must be a network address with its host bits zero: 10.0.0.0/8"),
+        ("2001:db8::/32", "must be IPv4 CIDRs like 203.0.113.0/24"),
+    ],
+)
 def test_cidrs_are_parsed_as_networks(cidrs, message):
     with pytest.raises(SettingsError) as caught:
         Settings.from_context({"publicAccessCidrs": f"10.0.0.0/8,{cidrs}"})
@@ -238,12 +304,20 @@ def test_cidrs_are_parsed_as_networks(cidrs, message):
 
 
 def test_good_cidrs_pass():
-    assert Settings.from_context({"publicAccessCidrs": '["203.0.113.0/24", "198.51.100.7/32"]'}).cluster.public_access_cidrs == (
-        "203.0.113.0/24", "198.51.100.7/32")
+    assert Settings.from_context(
+        {"publicAccessCidrs": '["203.0.113.0/24", "198.51.100.7/32"]'}
+    ).cluster.public_access_cidrs == ("203.0.113.0/24", "198.51.100.7/32")
 
 
-@pytest.mark.parametrize("context", [{"learningRate": "inf"}, {"learningRate": "nan"}, {"weightDecay": float("inf")},
-                                     {"preflightMinBusbwGbps": "-inf"}])
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"learningRate": "inf"},
+        {"learningRate": "nan"},
+        {"weightDecay": float("inf")},
+        {"preflightMinBusbwGbps": "-inf"},
+    ],
+)
 def test_numbers_must_be_finite(context):
     ((key, _),) = context.items()
     with pytest.raises(SettingsError, match=rf"{key}: must be a finite number"):
@@ -252,10 +326,18 @@ def test_numbers_must_be_finite(context):
         TrainingSettings(learning_rate=float("inf"))
 
 
-@pytest.mark.parametrize("path, ok", [
-    ("s3://bucket/prefix", True), ("s3://bucket", True), ("/mnt/fsx/runs", True),
-    ("bucket/prefix", False), ("runs", False), ("s3:///prefix", False), ("~/ray_results", False),
-])
+@pytest.mark.parametrize(
+    "path, ok",
+    [
+        ("s3://bucket/prefix", True),
+        ("s3://bucket", True),
+        ("/mnt/fsx/runs", True),
+        ("bucket/prefix", False),
+        ("runs", False),
+        ("s3:///prefix", False),
+        ("~/ray_results", False),
+    ],
+)
 def test_storage_path_is_s3_or_absolute(path, ok):
     if ok:
         assert Settings.from_context({"storagePath": path}).workload.storage_path == path
@@ -267,8 +349,15 @@ def test_storage_path_is_s3_or_absolute(path, ok):
 def test_a_bad_zone_is_reported_with_field_errors():
     # GIVEN a field error AND a zone of another region WHEN parsed THEN both are in the one error
     with pytest.raises(SettingsError) as caught:
-        Settings.from_context({"gpuNodeCount": "zero", "region": "us-west-2", "gpuAvailabilityZone": "us-east-2a",
-                               "seqLen": "99999", "stpes": "3"})
+        Settings.from_context(
+            {
+                "gpuNodeCount": "zero",
+                "region": "us-west-2",
+                "gpuAvailabilityZone": "us-east-2a",
+                "seqLen": "99999",
+                "stpes": "3",
+            }
+        )
     assert [p.key for p in caught.value.problems] == ["gpuNodeCount", "stpes", "seqLen", "gpuAvailabilityZone"]
     assert "stpes: unknown setting (did you mean steps?)" in str(caught.value)
 
@@ -282,7 +371,12 @@ def test_a_rule_over_a_bad_setting_is_skipped_not_misreported():
 
 def test_setting_info_describes_each_key():
     section, info = setting_keys()["placementGroup"]
-    assert (section, info.name, info.default, info.choices) == ("nodes", "placement_group", "auto", ("auto", "on", "off"))
+    assert (section, info.name, info.default, info.choices) == (
+        "nodes",
+        "placement_group",
+        "auto",
+        ("auto", "on", "off"),
+    )
     assert info.metadata["choices"] == info.choices  # the dataclass-era form still reads
 
 
@@ -297,15 +391,29 @@ def test_sections_given_as_mappings_are_judged_by_their_own_values():
 
 # -- GPU types of your own (extraGpuInstanceTypes) -------------------------------------------------------------------
 
-_B300 = {"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
-         "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0,
-         "gpudirectRdma": True, "gpuLinkGbS": 900}
+_B300 = {
+    "name": "p6-b300.48xlarge",
+    "gpus": 8,
+    "gpuName": "B300",
+    "gpuMemoryGib": 268,
+    "peakBf16Tflops": 2250,
+    "memoryBandwidthGbS": 8000,
+    "vcpus": 192,
+    "memoryGib": 4096,
+    "efaInterfaces": 16,
+    "networkGbps": 6400,
+    "usdPerHour": 150.0,
+    "gpudirectRdma": True,
+    "gpuLinkGbS": 900,
+}
 
 
 def test_a_described_gpu_type_is_chosen_by_name_and_travels_with_the_settings():
     import json
 
-    settings = Settings.from_context({"gpuInstanceType": "p6-b300.48xlarge", "extraGpuInstanceTypes": json.dumps(_B300)})
+    settings = Settings.from_context(
+        {"gpuInstanceType": "p6-b300.48xlarge", "extraGpuInstanceTypes": json.dumps(_B300)}
+    )
     assert settings.nodes.gpu_instance.gpus == 8 and settings.world_size == 16
     # ...the job's settings.json carries the description, so the container resolves the same row
     assert Settings.from_json(settings.to_json()) == settings
@@ -315,8 +423,12 @@ def test_a_described_type_without_efa_names_the_setting():
     import json
 
     with pytest.raises(SettingsError) as raised:
-        Settings.from_context({"gpuInstanceType": "p6-b300.48xlarge",
-                               "extraGpuInstanceTypes": json.dumps([{**_B300, "efaInterfaces": 0}])})
+        Settings.from_context(
+            {
+                "gpuInstanceType": "p6-b300.48xlarge",
+                "extraGpuInstanceTypes": json.dumps([{**_B300, "efaInterfaces": 0}]),
+            }
+        )
     (problem,) = raised.value.problems
     assert problem.key == "extraGpuInstanceTypes" and "efaInterfaces must be >= 1" in problem.message
 
@@ -325,16 +437,25 @@ def test_a_described_type_the_efa_device_plugin_does_not_list_is_refused_like_a_
     import json
 
     with pytest.raises(SettingsError) as raised:
-        Settings.from_context({"gpuInstanceType": "zz9.48xlarge",
-                               "extraGpuInstanceTypes": json.dumps([{**_B300, "name": "zz9.48xlarge"}])})
+        Settings.from_context(
+            {
+                "gpuInstanceType": "zz9.48xlarge",
+                "extraGpuInstanceTypes": json.dumps([{**_B300, "name": "zz9.48xlarge"}]),
+            }
+        )
     (problem,) = raised.value.problems
     assert problem.key == "efaDevicePluginVersion" and "does not hold zz9.48xlarge" in problem.message
 
 
 def test_a_described_type_goes_into_a_capacity_block_when_its_row_says_capacity_blocks_offer_it():
-    block = {"gpuInstanceType": "p6-b300.48xlarge", "capacityReservationType": "capacity-block",
-             "capacityReservationId": "cr-0123456789abcdef0"}
-    settings = Settings.from_context({**block, "extraGpuInstanceTypes": json.dumps([{**_B300, "capacityBlocks": True}])})
+    block = {
+        "gpuInstanceType": "p6-b300.48xlarge",
+        "capacityReservationType": "capacity-block",
+        "capacityReservationId": "cr-0123456789abcdef0",
+    }
+    settings = Settings.from_context(
+        {**block, "extraGpuInstanceTypes": json.dumps([{**_B300, "capacityBlocks": True}])}
+    )
     assert settings.nodes.capacity_block and settings.nodes.gpu_instance.capacity_blocks
     # ...and is refused, as g6e.48xlarge is, when it does not say so (the default of every row)
     with pytest.raises(SettingsError) as raised:
@@ -352,5 +473,7 @@ def test_the_extra_gpu_instance_types_doc_names_every_description_key():
 
 
 def test_an_unknown_type_says_it_can_be_described():
-    with pytest.raises(SettingsError, match="unknown GPU instance type 'p9.96xlarge'.*describe it in extraGpuInstanceTypes"):
+    with pytest.raises(
+        SettingsError, match="unknown GPU instance type 'p9.96xlarge'.*describe it in extraGpuInstanceTypes"
+    ):
         Settings.from_context({"gpuInstanceType": "p9.96xlarge"})

@@ -43,7 +43,11 @@ def test_core_settings_imports_with_pydantic_alone(tmp_path):
     out = json.loads(result.stdout)
     # THEN it works, with the same messages, and nothing of the CDK or of training was imported
     assert out["nodes"] == 4
-    assert out["problems"] == ["learningRate: must be a finite number, got 'inf'",
-                               "gpuNodeCont: unknown setting (did you mean gpuNodeCount?), got '2'"]
-    assert not {"aws_cdk", "constructs", "jsii", "cdk8s", "kubernetes", "yaml", "boto3", "rich", "torch", "ray"} & set(out["modules"])
+    assert out["problems"] == [
+        "learningRate: must be a finite number, got 'inf'",
+        "gpuNodeCont: unknown setting (did you mean gpuNodeCount?), got '2'",
+    ]
+    assert not {"aws_cdk", "constructs", "jsii", "cdk8s", "kubernetes", "yaml", "boto3", "rich", "torch", "ray"} & set(
+        out["modules"]
+    )
     assert run([str(python), "-c", "import aws_cdk"]).returncode != 0  # the venv really lacks the CDK

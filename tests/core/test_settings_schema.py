@@ -31,7 +31,8 @@ def _errors(document: dict) -> list[str]:
 def test_schema_file_is_current():
     # Compared as data: pydantic releases differ in how they print a bound (0 or 0.0), not in what it means.
     assert json.loads(SCHEMA_PATH.read_text()) == json.loads(_tool().render()), (
-        "docs/settings.schema.json is stale: run `python tools/settings_schema.py --write`")
+        "docs/settings.schema.json is stale: run `python tools/settings_schema.py --write`"
+    )
     jsonschema.Draft202012Validator.check_schema(context_json_schema())
 
 
@@ -51,17 +52,23 @@ def test_project_cdk_json_names_the_schema_and_passes_it():
     assert _errors(cdk_json) == []
 
 
-@pytest.mark.parametrize("context, expected", [
-    ({"gpuNodeCount": -1}, ["context/gpuNodeCount: minimum"]),
-    ({"gpuNodeCont": 2}, ["context: additionalProperties"]),
-    ({"placementGroup": "sometimes"}, ["context/placementGroup: enum"]),
-    # any EC2 type name (extraGpuInstanceTypes may describe it); the settings check the rest
-    ({"gpuInstanceType": "G6 12XL"}, ["context/gpuInstanceType: pattern"]),
-    ({"extraGpuInstanceTypes": [{"name": "p6-b300.48xlarge", "gpus": 8}]}, ["context/extraGpuInstanceTypes/0: required"] * 6),
-    ({"publicAccessCidrs": ["10.0.0.0"]}, ["context/publicAccessCidrs/0: pattern"]),
-    ({"storagePath": "bucket/prefix"}, ["context/storagePath: anyOf"]),
-    ({"learningRate": "fast"}, ["context/learningRate: type"]),
-    ({"@aws-cdk/core:newStyleStackSynthesis": True, "availability-zones:account=1:region=us-east-2": ["a"]}, []),
-])
+@pytest.mark.parametrize(
+    "context, expected",
+    [
+        ({"gpuNodeCount": -1}, ["context/gpuNodeCount: minimum"]),
+        ({"gpuNodeCont": 2}, ["context: additionalProperties"]),
+        ({"placementGroup": "sometimes"}, ["context/placementGroup: enum"]),
+        # any EC2 type name (extraGpuInstanceTypes may describe it); the settings check the rest
+        ({"gpuInstanceType": "G6 12XL"}, ["context/gpuInstanceType: pattern"]),
+        (
+            {"extraGpuInstanceTypes": [{"name": "p6-b300.48xlarge", "gpus": 8}]},
+            ["context/extraGpuInstanceTypes/0: required"] * 6,
+        ),
+        ({"publicAccessCidrs": ["10.0.0.0"]}, ["context/publicAccessCidrs/0: pattern"]),
+        ({"storagePath": "bucket/prefix"}, ["context/storagePath: anyOf"]),
+        ({"learningRate": "fast"}, ["context/learningRate: type"]),
+        ({"@aws-cdk/core:newStyleStackSynthesis": True, "availability-zones:account=1:region=us-east-2": ["a"]}, []),
+    ],
+)
 def test_editors_flag_what_the_settings_reject(context, expected):
     assert _errors({"app": "python app.py", "context": context}) == expected

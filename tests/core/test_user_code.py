@@ -39,8 +39,13 @@ def test_the_default_is_the_built_in_function_and_needs_no_code_dir():
 
 def test_a_function_in_code_dir_is_found_without_importing_its_heavy_imports(tmp_path):
     # GIVEN a package whose module imports something this machine lacks
-    code = _code(tmp_path, {"my_train/__init__.py": "", "my_train/loop.py":
-                            "import not_installed_here\n\ndef fit(config):\n    return config\n"})
+    code = _code(
+        tmp_path,
+        {
+            "my_train/__init__.py": "",
+            "my_train/loop.py": "import not_installed_here\n\ndef fit(config):\n    return config\n",
+        },
+    )
     # WHEN it is checked THEN it is found, and nothing was imported
     found = check_user_code(Settings.from_context({"trainFunction": "my_train.loop:fit", "codeDir": str(code)}))
     assert (found.code_dir, found.source) == (code, code / "my_train" / "loop.py")
@@ -48,9 +53,16 @@ def test_a_function_in_code_dir_is_found_without_importing_its_heavy_imports(tmp
     assert not Settings.from_context({"trainFunction": "my_train.loop:fit"}).training.builtin
 
 
-@pytest.mark.parametrize("source", [
-    "from .impl import fit\n", "fit = make()\n", "if True:\n    def fit(c): pass\n", "async def fit(c): pass\n",
-], ids=["re-export", "assignment", "conditional", "async"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from .impl import fit\n",
+        "fit = make()\n",
+        "if True:\n    def fit(c): pass\n",
+        "async def fit(c): pass\n",
+    ],
+    ids=["re-export", "assignment", "conditional", "async"],
+)
 def test_a_function_bound_any_top_level_way_counts(tmp_path, source):
     code = _code(tmp_path, {"mod.py": source})
     check_user_code(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(code)}))
@@ -83,12 +95,16 @@ def test_a_module_that_does_not_parse_is_named_with_its_file_and_line(tmp_path):
     assert f"syntax error in {code / 'mod.py'}, line 3: invalid syntax" in message, message
 
 
-@pytest.mark.parametrize(("code_dir", "message"), [
-    ("{tmp}/missing", "does not exist"),
-    ("{root}", "not the app directory"),
-    ("/", "filesystem root"),
-    ("{tmp}/file.txt", "is not a folder"),
-], ids=["missing", "repository-root", "filesystem-root", "a-file"])
+@pytest.mark.parametrize(
+    ("code_dir", "message"),
+    [
+        ("{tmp}/missing", "does not exist"),
+        ("{root}", "not the app directory"),
+        ("/", "filesystem root"),
+        ("{tmp}/file.txt", "is not a folder"),
+    ],
+    ids=["missing", "repository-root", "filesystem-root", "a-file"],
+)
 def test_bad_code_dirs_are_refused_naming_code_dir(tmp_path, code_dir, message):
     (tmp_path / "file.txt").write_text("x")
     settings = Settings.from_context({"codeDir": code_dir.format(tmp=tmp_path, root=ROOT)})
@@ -113,22 +129,36 @@ def test_a_relative_code_dir_is_relative_to_the_app_directory(tmp_path, monkeypa
 
 
 def test_code_files_skip_caches_and_hidden_files(tmp_path):
-    code = _code(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "", "pkg/__pycache__/a.cpython-311.pyc": "",
-                            ".git/config": "", "pkg/.env": "", "conf/run.yaml": "", "x.egg-info/PKG-INFO": ""})
+    code = _code(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "",
+            "pkg/__pycache__/a.cpython-311.pyc": "",
+            ".git/config": "",
+            "pkg/.env": "",
+            "conf/run.yaml": "",
+            "x.egg-info/PKG-INFO": "",
+        },
+    )
     assert [path for path, _ in code_files(code)] == ["conf/run.yaml", "pkg/__init__.py", "pkg/a.py"]
 
 
-@pytest.mark.parametrize(("context", "key", "message"), [
-    ({"trainFunction": "my_train"}, "trainFunction", "must be module:function"),
-    ({"trainFunction": "my-train:fit"}, "trainFunction", "must be module:function"),
-    ({"jobName": "Exp_1"}, "jobName", "must be a DNS-1035 label (lowercase letters, digits and '-'"),
-    ({"jobName": "e" * 44}, "jobName", "must be at most 43 characters, not 44"),
-    ({"jobName": "exp-tcp"}, "jobName", "must not end with -tcp"),
-    ({"trainConfig": "[1, 2]"}, "trainConfig", "must be a JSON object"),
-    ({"trainConfig": "{lr: 1}"}, "trainConfig", "must be a JSON object (Expecting property name"),
-    ({"trainConfig": '{"settings": {}}'}, "trainConfig", "must not use the keys settings"),
-    ({"trainConfig": '{"_faults": {}}'}, "trainConfig", "must not use the keys _faults"),
-], ids=["no-colon", "dash", "upper", "long", "tcp-suffix", "list", "bad-json", "settings", "underscore"])
+@pytest.mark.parametrize(
+    ("context", "key", "message"),
+    [
+        ({"trainFunction": "my_train"}, "trainFunction", "must be module:function"),
+        ({"trainFunction": "my-train:fit"}, "trainFunction", "must be module:function"),
+        ({"jobName": "Exp_1"}, "jobName", "must be a DNS-1035 label (lowercase letters, digits and '-'"),
+        ({"jobName": "e" * 44}, "jobName", "must be at most 43 characters, not 44"),
+        ({"jobName": "exp-tcp"}, "jobName", "must not end with -tcp"),
+        ({"trainConfig": "[1, 2]"}, "trainConfig", "must be a JSON object"),
+        ({"trainConfig": "{lr: 1}"}, "trainConfig", "must be a JSON object (Expecting property name"),
+        ({"trainConfig": '{"settings": {}}'}, "trainConfig", "must not use the keys settings"),
+        ({"trainConfig": '{"_faults": {}}'}, "trainConfig", "must not use the keys _faults"),
+    ],
+    ids=["no-colon", "dash", "upper", "long", "tcp-suffix", "list", "bad-json", "settings", "underscore"],
+)
 def test_bad_values_name_the_setting(context, key, message):
     with pytest.raises(SettingsError) as raised:
         Settings.from_context(context)
@@ -156,7 +186,8 @@ def test_an_import_that_is_neither_in_code_dir_nor_installed_is_named_with_its_l
     (code / "helpers" / "__init__.py").write_text("")
     (code / "mod.py").write_text(
         "import json\nimport numpy as np\nfrom helpers import x\ntry:\n    import optional_thing\nexcept ImportError:\n"
-        "    pass\nfrom no_such_package_here.sub import y\n\ndef fit(config):\n    import also_missing_but_later\n")
+        "    pass\nfrom no_such_package_here.sub import y\n\ndef fit(config):\n    import also_missing_but_later\n"
+    )
     code_found = check_user_code(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(code)}))
     # WHEN its imports are looked up (nothing of the code runs)
     (problem,) = missing_imports(code_found)
@@ -168,5 +199,7 @@ def test_an_import_that_is_neither_in_code_dir_nor_installed_is_named_with_its_l
 
 def test_a_module_whose_imports_are_all_there_has_no_problem(tmp_path):
     (tmp_path / "mod.py").write_text("import os\nimport pydantic\n\ndef fit(config):\n    pass\n")
-    assert missing_imports(check_user_code(Settings.from_context({"trainFunction": "mod:fit",
-                                                                  "codeDir": str(tmp_path)}))) == []
+    assert (
+        missing_imports(check_user_code(Settings.from_context({"trainFunction": "mod:fit", "codeDir": str(tmp_path)})))
+        == []
+    )

@@ -84,29 +84,47 @@ def platform(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def template(platform) -> dict:
     out = platform.parent / "cdk.out"
-    result = subprocess.run([sys.executable, "app.py", str(out)], cwd=platform, capture_output=True, text=True,
-                            timeout=600, env=offline_env(PYTHONPATH=str(platform.parent / "site")))
+    result = subprocess.run(
+        [sys.executable, "app.py", str(out)],
+        cwd=platform,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=offline_env(PYTHONPATH=str(platform.parent / "site")),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((out / "Research.template.json").read_text())
 
 
 def _manifests(template: dict) -> dict[str, dict]:
-    return {key: resource for key, resource in template["Resources"].items()
-            if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"}
+    return {
+        key: resource
+        for key, resource in template["Resources"].items()
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    }
 
 
 def test_the_platform_app_synthesizes_in_a_region_without_an_az_table(template):
-    (gpu,) = [r["Properties"] for r in template["Resources"].values()
-              if r["Type"] == "AWS::EKS::Nodegroup" and "NVIDIA" in r["Properties"]["AmiType"]]
+    (gpu,) = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EKS::Nodegroup" and "NVIDIA" in r["Properties"]["AmiType"]
+    ]
     # THEN the node group takes the cluster's name from the cluster (no cluster_name given) and the AZ given
     assert gpu["NodegroupName"] == "research-gpu-1b"
 
 
 def test_its_rayjob_waits_for_the_gpu_node_group_without_after(template):
-    (nodegroup_id,) = [key for key, r in template["Resources"].items()
-                       if r["Type"] == "AWS::EKS::Nodegroup" and "NVIDIA" in r["Properties"]["AmiType"]]
-    (job,) = [r for r in _manifests(template).values() if '"kind":"RayJob"' in json.dumps(r["Properties"]["Manifest"])
-              .replace(" ", "").replace("\\", "")]
+    (nodegroup_id,) = [
+        key
+        for key, r in template["Resources"].items()
+        if r["Type"] == "AWS::EKS::Nodegroup" and "NVIDIA" in r["Properties"]["AmiType"]
+    ]
+    (job,) = [
+        r
+        for r in _manifests(template).values()
+        if '"kind":"RayJob"' in json.dumps(r["Properties"]["Manifest"]).replace(" ", "").replace("\\", "")
+    ]
     assert nodegroup_id in job["DependsOn"]
 
 
@@ -114,8 +132,14 @@ def test_the_job_runs_with_what_the_constructs_say(template):
     (settings,) = [r for key, r in _manifests(template).items() if "settings" in key.lower()]
     text = json.dumps(settings["Properties"]["Manifest"]).replace("\\", "")
     # the cluster's name, the stack's region, the GPU nodes' AZ, type and count, the namespace
-    for key, value in (("clusterName", '"research"'), ("region", '"eu-south-1"'), ("gpuAvailabilityZone", '"eu-south-1b"'),
-                       ("gpuInstanceType", '"p5.48xlarge"'), ("gpuNodeCount", "4"), ("namespace", '"ml"')):
+    for key, value in (
+        ("clusterName", '"research"'),
+        ("region", '"eu-south-1"'),
+        ("gpuAvailabilityZone", '"eu-south-1b"'),
+        ("gpuInstanceType", '"p5.48xlarge"'),
+        ("gpuNodeCount", "4"),
+        ("namespace", '"ml"'),
+    ):
         assert f'"{key}": {value}' in text, key
 
 
@@ -123,13 +147,24 @@ def test_pyright_reports_no_error_on_the_platform_app(platform):
     if not PYRIGHT.exists():
         pytest.fail(f"needs the pinned pyright at {PYRIGHT.relative_to(ROOT)}: `make install` (npm ci)", pytrace=False)
     # GIVEN the platform's own pyright configuration: the project's .venv, and the path entry that holds ray_efa
-    (platform / "pyrightconfig.json").write_text(json.dumps({
-        "venvPath": str(ROOT), "venv": ".venv", "extraPaths": [str(platform.parent / "site")],
-        "typeCheckingMode": "standard", "pythonVersion": "3.11", "include": ["app.py"],
-    }))
+    (platform / "pyrightconfig.json").write_text(
+        json.dumps(
+            {
+                "venvPath": str(ROOT),
+                "venv": ".venv",
+                "extraPaths": [str(platform.parent / "site")],
+                "typeCheckingMode": "standard",
+                "pythonVersion": "3.11",
+                "include": ["app.py"],
+            }
+        )
+    )
     result = subprocess.run([str(PYRIGHT), "--outputjson"], cwd=platform, capture_output=True, text=True, timeout=600)
     report = json.loads(result.stdout)
-    errors = [f"{d['range']['start']['line'] + 1}: {d['message']}" for d in report["generalDiagnostics"]
-              if d["severity"] == "error"]
+    errors = [
+        f"{d['range']['start']['line'] + 1}: {d['message']}"
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    ]
     # THEN `cluster=ray.cluster` and every prop type-check, and ray_efa resolves (no import error)
     assert errors == [] and report["summary"]["filesAnalyzed"] == 1, errors

@@ -127,12 +127,22 @@ def synthesized(tmp_path_factory) -> dict[str, dict]:
     (app / "src" / "lab" / "train.py").write_text(textwrap.dedent(TRAIN))
     (app / "app.py").write_text(textwrap.dedent(APP))
     out = work / "cdk.out"
-    result = subprocess.run([sys.executable, "app.py", str(out)], cwd=app, capture_output=True, text=True, timeout=600,
-                            env=offline_env(PYTHONPATH=str(work / "site")))
+    result = subprocess.run(
+        [sys.executable, "app.py", str(out)],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=offline_env(PYTHONPATH=str(work / "site")),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return {name: {"path": out / f"{name}.template.json",
-                   "template": json.loads((out / f"{name}.template.json").read_text())}
-            for name in ("Research", "EuSouth")}
+    return {
+        name: {
+            "path": out / f"{name}.template.json",
+            "template": json.loads((out / f"{name}.template.json").read_text()),
+        }
+        for name in ("Research", "EuSouth")
+    }
 
 
 def _resources(template: dict, kind: str) -> dict[str, dict]:
@@ -140,8 +150,11 @@ def _resources(template: dict, kind: str) -> dict[str, dict]:
 
 
 def _helm_values(template: dict, chart: str) -> dict:
-    (values,) = [json.loads(r["Properties"]["Values"]) for r in _resources(template, "Custom::AWSCDK-EKS-HelmChart")
-                 .values() if r["Properties"]["Chart"] == chart]
+    (values,) = [
+        json.loads(r["Properties"]["Values"])
+        for r in _resources(template, "Custom::AWSCDK-EKS-HelmChart").values()
+        if r["Properties"]["Chart"] == chart
+    ]
     return values
 
 
@@ -202,16 +215,20 @@ def test_the_ray_head_fits_the_system_nodes(synthesized):
 
 def test_the_pods_may_use_the_existing_bucket(synthesized):
     template = synthesized["Research"]["template"]
-    statements = [s for policy in _resources(template, "AWS::IAM::Policy").values()
-                  for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s
+        for policy in _resources(template, "AWS::IAM::Policy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
     text = json.dumps(statements)
 
     def granted(action: str, resource: str) -> bool:
         for statement in statements:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            if any(re.fullmatch(a.replace("*", ".*"), action) for a in actions) and \
-                    any(resource in json.dumps(r) for r in resources):
+            if any(re.fullmatch(a.replace("*", ".*"), action) for a in actions) and any(
+                resource in json.dumps(r) for r in resources
+            ):
                 return True
         return False
 
@@ -231,9 +248,15 @@ def test_the_recorded_settings_are_what_was_built(synthesized):
     assert settings["placementGroup"] in ("auto", "off")
     assert not _resources(synthesized["Research"]["template"], "AWS::EC2::PlacementGroup")
     assert (settings["gpuInstanceType"], settings["gpuNodeCount"], settings["gpuAvailabilityZone"]) == (
-        "p5.48xlarge", 3, "ap-southeast-2b")
+        "p5.48xlarge",
+        3,
+        "ap-southeast-2b",
+    )
     assert (settings["namespace"], settings["region"], settings["trainFunction"]) == (
-        "research", "ap-southeast-2", "lab.train:train_func")
+        "research",
+        "ap-southeast-2",
+        "lab.train:train_func",
+    )
 
 
 def test_the_template_holds_no_source_code(synthesized):
@@ -253,13 +276,19 @@ def test_the_template_holds_no_source_code(synthesized):
 
 def test_from_settings_in_a_region_without_an_az_table_derives_what_was_not_set(synthesized):
     template = synthesized["EuSouth"]["template"]
-    (gpu,) = [r["Properties"] for r in _resources(template, "AWS::EKS::Nodegroup").values()
-              if "NVIDIA" in r["Properties"]["AmiType"]]
+    (gpu,) = [
+        r["Properties"]
+        for r in _resources(template, "AWS::EKS::Nodegroup").values()
+        if "NVIDIA" in r["Properties"]["AmiType"]
+    ]
     # THEN the GPU nodes are in the VPC's first zone, named after it, and the job records the stack's region and zone
     assert gpu["NodegroupName"].endswith("-1a"), gpu["NodegroupName"]
     settings = _job_settings(template)
     assert (settings["region"], settings["gpuAvailabilityZone"], settings["namespace"]) == (
-        "eu-south-1", "eu-south-1a", "ml")
+        "eu-south-1",
+        "eu-south-1a",
+        "ml",
+    )
     assert _helm_values(template, "nvidia-device-plugin")["nodeSelector"] == {"role": "gpu-worker"}
 
 
@@ -272,12 +301,23 @@ def test_the_smallest_embedding_type_checks_in_strict_mode(tmp_path):
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "ray_efa").symlink_to(ROOT / "ray_efa", target_is_directory=True)
     (tmp_path / "app.py").write_text((ROOT / "examples" / "platform" / "infra" / "smallest.py").read_text())
-    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
-        "venvPath": str(ROOT), "venv": ".venv", "extraPaths": [str(tmp_path / "site")],
-        "typeCheckingMode": "strict", "pythonVersion": "3.11", "include": ["app.py"],
-    }))
+    (tmp_path / "pyrightconfig.json").write_text(
+        json.dumps(
+            {
+                "venvPath": str(ROOT),
+                "venv": ".venv",
+                "extraPaths": [str(tmp_path / "site")],
+                "typeCheckingMode": "strict",
+                "pythonVersion": "3.11",
+                "include": ["app.py"],
+            }
+        )
+    )
     result = subprocess.run([str(pyright), "--outputjson"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     report = json.loads(result.stdout)
-    errors = [f"{d['range']['start']['line'] + 1}: {d['message']}" for d in report["generalDiagnostics"]
-              if d["severity"] == "error"]
+    errors = [
+        f"{d['range']['start']['line'] + 1}: {d['message']}"
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    ]
     assert errors == [] and report["summary"]["filesAnalyzed"] == 1, errors

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-OWN_FUNCTION = '''
+OWN_FUNCTION = """
 import time
 
 import ray.train
@@ -41,7 +41,7 @@ def train_func(config):
         accuracy = ((out > 0).float() == y).float().mean().item()
         ray.train.report({"step": step, "loss": loss.item(), "accuracy": accuracy,
                           "samples_per_s": len(x) / (time.perf_counter() - started)})
-'''
+"""
 
 
 def _env() -> dict[str, str]:
@@ -51,8 +51,14 @@ def _env() -> dict[str, str]:
 
 
 def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ray_efa.cli", *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +68,22 @@ def own_run(tmp_path_factory) -> Path:
     (root / "src" / "mlp_l1").mkdir(parents=True)
     (root / "src" / "mlp_l1" / "__init__.py").write_text("")
     (root / "src" / "mlp_l1" / "train.py").write_text(textwrap.dedent(OWN_FUNCTION))
-    result = _cli("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
-                  "-c", f"codeDir={root / 'src'}", "-c", f"storagePath={root / 'runs'}", "-c", "preflight=false",
-                  "--logs-dir", str(root / "nccl"))
+    result = _cli(
+        "train",
+        "--local",
+        "--name",
+        "mlp-l1",
+        "-c",
+        "trainFunction=mlp_l1.train:train_func",
+        "-c",
+        f"codeDir={root / 'src'}",
+        "-c",
+        f"storagePath={root / 'runs'}",
+        "-c",
+        "preflight=false",
+        "--logs-dir",
+        str(root / "nccl"),
+    )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     return root / "runs" / "mlp-l1"
 
@@ -96,14 +115,29 @@ def test_an_l1_loss_is_labelled_with_its_key(own_run):
 
 @pytest.mark.ray
 @pytest.mark.xdist_group("own-run")  # one run of the function for the three
-def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_resume_keeps_the_old_history_aside(own_run):
+def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_resume_keeps_the_old_history_aside(
+    own_run,
+):
     import json
 
     before = (own_run / "metrics.jsonl").read_bytes()
     src = own_run.parent.parent / "src"
-    args = ("train", "--local", "--name", "mlp-l1", "-c", "trainFunction=mlp_l1.train:train_func",
-            "-c", f"codeDir={src}", "-c", f"storagePath={own_run.parent}", "-c", "preflight=false",
-            "--logs-dir", str(own_run.parent.parent / "nccl2"))
+    args = (
+        "train",
+        "--local",
+        "--name",
+        "mlp-l1",
+        "-c",
+        "trainFunction=mlp_l1.train:train_func",
+        "-c",
+        f"codeDir={src}",
+        "-c",
+        f"storagePath={own_run.parent}",
+        "-c",
+        "preflight=false",
+        "--logs-dir",
+        str(own_run.parent.parent / "nccl2"),
+    )
     files = sorted(p.name for p in own_run.iterdir())
     # WHEN the same run is started again under the same name: refused before anything is written (exit 2, settings)
     refused = _cli(*args)
@@ -119,16 +153,32 @@ def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_res
     assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
 
 
-def _run_own(tmp_path: Path, source: str, *, max_failures: int = 0,
-             modules: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run_own(
+    tmp_path: Path, source: str, *, max_failures: int = 0, modules: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "src" / "own_fn").mkdir(parents=True)
     (tmp_path / "src" / "own_fn" / "__init__.py").write_text("")
     (tmp_path / "src" / "own_fn" / "train.py").write_text(textwrap.dedent(source))
     for name, text in (modules or {}).items():  # more modules of the package
         (tmp_path / "src" / "own_fn" / f"{name}.py").write_text(textwrap.dedent(text))
-    return _cli("train", "--local", "--name", "own-fn", "-c", "trainFunction=own_fn.train:train_func",
-                "-c", f"codeDir={tmp_path / 'src'}", "-c", f"storagePath={tmp_path / 'runs'}", "-c", "preflight=false",
-                "-c", f"maxFailures={max_failures}", "--logs-dir", str(tmp_path / "nccl"))
+    return _cli(
+        "train",
+        "--local",
+        "--name",
+        "own-fn",
+        "-c",
+        "trainFunction=own_fn.train:train_func",
+        "-c",
+        f"codeDir={tmp_path / 'src'}",
+        "-c",
+        f"storagePath={tmp_path / 'runs'}",
+        "-c",
+        "preflight=false",
+        "-c",
+        f"maxFailures={max_failures}",
+        "--logs-dir",
+        str(tmp_path / "nccl"),
+    )
 
 
 @pytest.mark.ray
@@ -151,7 +201,9 @@ def test_a_missing_import_names_pip_packages(tmp_path):
 def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_once(tmp_path):
     # GIVEN a function whose rank 0 raises ValueError on every attempt, counting its attempts, and maxFailures 2
     attempts = tmp_path / "attempts"
-    result = _run_own(tmp_path, f"""
+    result = _run_own(
+        tmp_path,
+        f"""
         import ray.train
 
         def train_func(config):
@@ -159,7 +211,9 @@ def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_onc
                 with open({str(attempts)!r}, "a") as f:
                     f.write("attempt\\n")
                 raise ValueError("bad-shape-7f3a: a deterministic bug")
-        """, max_failures=2)
+        """,
+        max_failures=2,
+    )
     # THEN it failed once, not three times: an exception of the code is not retried
     assert result.returncode == 1, result.stderr[-3000:]
     assert attempts.read_text().splitlines() == ["attempt"]
@@ -174,8 +228,11 @@ def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_onc
 @pytest.mark.ray
 def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line(tmp_path):
     # GIVEN a train module that parses, importing a module of the package with a syntax error on its line 3
-    result = _run_own(tmp_path, "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",
-                      modules={"helpers": "def go():\n    pass\nx = (1,\n"})
+    result = _run_own(
+        tmp_path,
+        "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",
+        modules={"helpers": "def go():\n    pass\nx = (1,\n"},
+    )
     # THEN the run fails naming that file and line
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"syntax error in {tmp_path / 'src' / 'own_fn' / 'helpers.py'}, line 3" in result.stdout + result.stderr
@@ -193,24 +250,35 @@ def _own_run_folder(tmp_path: Path, records: list[dict], *, function: str = "mlp
     from ray_efa.training.run_folder import RunFolder
     from ray_efa.training.run_summary import LOCAL, summary_record
 
-    settings = Settings.from_context({**LOCAL_PRESET, "trainFunction": function, "trainConfig": {"epochs": 3},
-                                      "storagePath": str(tmp_path)})
+    settings = Settings.from_context(
+        {**LOCAL_PRESET, "trainFunction": function, "trainConfig": {"epochs": 3}, "storagePath": str(tmp_path)}
+    )
     folder = RunFolder.of(str(tmp_path), "own-run")
     history = History(folder, keep_through=None)
     for record in records:
         history.log(record, record["step"])
     history.close()
     folder.write_bytes("settings.json", settings.to_json().encode())
-    folder.write_json("summary.json", summary_record(name="own-run", network="efa", instance_type=LOCAL, nodes=1,
-                                                     summary={**records[-1], "devices": 2, "hosts": 1, "device": "cpu"}))
+    folder.write_json(
+        "summary.json",
+        summary_record(
+            name="own-run",
+            network="efa",
+            instance_type=LOCAL,
+            nodes=1,
+            summary={**records[-1], "devices": 2, "hosts": 1, "device": "cpu"},
+        ),
+    )
     return tmp_path / "own-run"
 
 
 def test_an_own_runs_loss_and_eval_loss_share_one_chart_labelled_with_their_keys(tmp_path):
     from ray_efa.ops.report import charts, read_run
 
-    records = [{"step": s, "loss": 1.0 / s, **({"eval_loss": 1.2 / s} if s % 2 == 0 else {}), "accuracy": 0.1 * s}
-               for s in range(1, 7)]
+    records = [
+        {"step": s, "loss": 1.0 / s, **({"eval_loss": 1.2 / s} if s % 2 == 0 else {}), "accuracy": 0.1 * s}
+        for s in range(1, 7)
+    ]
     figures = charts(read_run(str(_own_run_folder(tmp_path, records))))
     # THEN one loss chart holds both, each line named by its key, no unit guessed; no chart of eval_loss alone
     assert "eval_loss" not in figures and "accuracy" in figures
@@ -223,8 +291,14 @@ def test_an_own_runs_page_shows_its_settings_and_where_it_ran_not_the_builtins(t
     from ray_efa.ops.report import read_run, render_html
 
     page = render_html(read_run(str(_own_run_folder(tmp_path, [{"step": 1, "loss": 0.5}]))), {})
-    rows = {k: html.unescape(v) for k, v in re.findall(r"<tr><td>(?:training|workload|nodes|cluster|addons)</td>"
-                                                          r"<td>([^<]+)</td><td>([^<]*)</td></tr>", page)}
+    rows = {
+        k: html.unescape(v)
+        for k, v in re.findall(
+            r"<tr><td>(?:training|workload|nodes|cluster|addons)</td>"
+            r"<td>([^<]+)</td><td>([^<]*)</td></tr>",
+            page,
+        )
+    }
     # the settings the stack used for it are there; the built-in's knobs of the local preset (steps 60, lr 0.005) not
     assert rows["trainFunction"] == "mlp_l1.train:train_func" and rows["trainConfig"] == '{"epochs": 3}'
     assert "steps" not in rows and "learningRate" not in rows and "model" not in rows

@@ -17,8 +17,17 @@ import pytest
 from ray_efa.training.run_summary import find_summaries
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = [sys.executable, "-m", "ray_efa.cli", "train", "--local", "-c", "trainFunction=own_training.train:train_func",
-           "-c", "codeDir=examples/own-training/src"]
+COMMAND = [
+    sys.executable,
+    "-m",
+    "ray_efa.cli",
+    "train",
+    "--local",
+    "-c",
+    "trainFunction=own_training.train:train_func",
+    "-c",
+    "codeDir=examples/own-training/src",
+]
 
 
 def _env() -> dict[str, str]:
@@ -35,9 +44,21 @@ def _env() -> dict[str, str]:
 def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
     # WHEN the README's local command runs, with a short trainConfig
     result = subprocess.run(
-        [*COMMAND, "-c", 'trainConfig={"epochs": 6, "lr": 0.01}', "--logs-dir", str(tmp_path / "nccl"),
-         "-c", f"storagePath={tmp_path}"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+        [
+            *COMMAND,
+            "-c",
+            'trainConfig={"epochs": 6, "lr": 0.01}',
+            "--logs-dir",
+            str(tmp_path / "nccl"),
+            "-c",
+            f"storagePath={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = result.stdout
     # THEN it succeeds: the preflight ran before the function, both workers trained in one process group
     assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
@@ -50,7 +71,9 @@ def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
     assert summary["loss"] < 0.5 * summary["first_loss"]
     # what it was given is recorded (compare names the trainConfig keys two runs differ in), nothing else of it
     assert (summary["training"]["train_function"], summary["training"]["train_config"]) == (
-        "own_training.train:train_func", {"epochs": 6, "lr": 0.01})
+        "own_training.train:train_func",
+        {"epochs": 6, "lr": 0.01},
+    )
     assert "own_training" not in json.dumps({k: v for k, v in summary.items() if k not in ("name", "training")})
     # a line per report it made, as it made it (training.progress), and a first line at once
     reports = [line for line in out.splitlines() if "report " in line and ": step " in line]
@@ -66,9 +89,23 @@ def test_own_package_trains_on_the_local_cluster_through_the_driver(tmp_path):
 
 def test_a_missing_function_is_exit_2_naming_train_function_before_ray_starts():
     result = subprocess.run(
-        [sys.executable, "-m", "ray_efa.cli", "train", "--local", "-c", "trainFunction=own_training.train:fit",
-         "-c", "codeDir=examples/own-training/src"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "ray_efa.cli",
+            "train",
+            "--local",
+            "-c",
+            "trainFunction=own_training.train:fit",
+            "-c",
+            "codeDir=examples/own-training/src",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert "trainFunction: must name a function of own_training.train" in result.stderr
     assert "(it defines train_func)" in result.stderr and "Traceback" not in result.stderr
@@ -112,11 +149,35 @@ def test_a_lost_worker_resumes_from_the_last_checkpoint_the_function_reported(tm
     (src / "lose_a_worker.py").write_text(textwrap.dedent(LOSE_A_WORKER.format(marker=str(tmp_path / "lost"))))
     # WHEN it runs locally with maxFailures 1
     result = subprocess.run(
-        [sys.executable, "-m", "ray_efa.cli", "train", "--local", "--name", "resume", "-c",
-         "trainFunction=lose_a_worker:train_func", "-c", f"codeDir={src}", "-c", "maxFailures=1",
-         "-c", "preflight=false", "-c", 'trainConfig={"epochs": 4, "samples": 256}', "-c", f"storagePath={tmp_path}",
-         "--logs-dir", str(tmp_path / "nccl")],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "ray_efa.cli",
+            "train",
+            "--local",
+            "--name",
+            "resume",
+            "-c",
+            "trainFunction=lose_a_worker:train_func",
+            "-c",
+            f"codeDir={src}",
+            "-c",
+            "maxFailures=1",
+            "-c",
+            "preflight=false",
+            "-c",
+            'trainConfig={"epochs": 4, "samples": 256}',
+            "-c",
+            f"storagePath={tmp_path}",
+            "--logs-dir",
+            str(tmp_path / "nccl"),
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = result.stdout
     # THEN the worker was lost once, and the second attempt went on from epoch 3 with the checkpoint's weights
     assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
@@ -135,8 +196,15 @@ def test_a_local_run_says_what_it_does_within_5_seconds():
     import time
 
     started = time.monotonic()
-    process = subprocess.Popen([*COMMAND, "-c", 'trainConfig={"epochs": 1}'], cwd=ROOT, env=_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [*COMMAND, "-c", 'trainConfig={"epochs": 1}'],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert process.stdout is not None
         first = process.stdout.readline()

@@ -24,11 +24,19 @@ pytestmark = needs_cdk_cli
 def synthesized(tmp_path_factory) -> dict[str, dict]:
     """`npx cdk synth` in examples/platform, offline (npx finds the repository's node_modules above it)."""
     out = tmp_path_factory.mktemp("platform-cdk-out")
-    result = subprocess.run(["npx", "cdk", "synth", "--quiet", "--output", str(out)], cwd=EXAMPLE,
-                            env=offline_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "--output", str(out)],
+        cwd=EXAMPLE,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return {name: json.loads((out / f"{name}.template.json").read_text())
-            for name in ("ImportedClusterGpu", "PlatformWithRay")}
+    return {
+        name: json.loads((out / f"{name}.template.json").read_text())
+        for name in ("ImportedClusterGpu", "PlatformWithRay")
+    }
 
 
 def _types(template: dict) -> Counter:
@@ -36,10 +44,13 @@ def _types(template: dict) -> Counter:
 
 
 def _helm_values(template: dict, chart: str) -> dict:
-    (values,) = [json.loads(r["Properties"]["Values"]) if isinstance(r["Properties"]["Values"], str)
-                 else r["Properties"]["Values"]
-                 for r in template["Resources"].values()
-                 if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == chart]
+    (values,) = [
+        json.loads(r["Properties"]["Values"])
+        if isinstance(r["Properties"]["Values"], str)
+        else r["Properties"]["Values"]
+        for r in template["Resources"].values()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == chart
+    ]
     return values
 
 
@@ -54,8 +65,11 @@ def test_imported_cluster_gets_the_gpu_side_with_the_platforms_labels(synthesize
     (nodegroup,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Nodegroup"]
     assert nodegroup["ClusterName"] == "research-prod"
     assert nodegroup["Subnets"] == ["subnet-0a1b2c3d4e5f60002"]  # us-west-2b, the AZ the platform chose
-    assert nodegroup["Labels"] == {"platform.example.com/pool": "gpu", "platform.example.com/team": "research",
-                                   "nvidia.com/gpu.present": "true"}
+    assert nodegroup["Labels"] == {
+        "platform.example.com/pool": "gpu",
+        "platform.example.com/team": "research",
+        "nvidia.com/gpu.present": "true",
+    }
     # the operator on the platform's own system nodes
     assert _helm_values(template, "kuberay-operator")["nodeSelector"] == {"platform.example.com/pool": "system"}
     addons = [r["Properties"]["AddonName"] for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Addon"]
@@ -72,19 +86,40 @@ def test_platform_stack_holds_a_whole_new_cluster(synthesized):
     assert types["AWS::EKS::Cluster"] == 1 and types["AWS::EC2::VPC"] == 1
     assert types["AWS::EKS::Nodegroup"] == 2  # system and GPU
     assert types["AWS::S3::Bucket"] == 1
-    labels = sorted(json.dumps(r["Properties"]["Labels"], sort_keys=True)
-                    for r in synthesized["PlatformWithRay"]["Resources"].values() if r["Type"] == "AWS::EKS::Nodegroup")
-    assert labels == sorted([json.dumps({"platform.example.com/pool": "system"}, sort_keys=True), json.dumps(
-        {"nvidia.com/gpu.present": "true", "platform.example.com/pool": "gpu", "platform.example.com/team": "research"},
-        sort_keys=True)])
+    labels = sorted(
+        json.dumps(r["Properties"]["Labels"], sort_keys=True)
+        for r in synthesized["PlatformWithRay"]["Resources"].values()
+        if r["Type"] == "AWS::EKS::Nodegroup"
+    )
+    assert labels == sorted(
+        [
+            json.dumps({"platform.example.com/pool": "system"}, sort_keys=True),
+            json.dumps(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "platform.example.com/pool": "gpu",
+                    "platform.example.com/team": "research",
+                },
+                sort_keys=True,
+            ),
+        ]
+    )
 
 
 def test_the_platforms_own_infra_and_core_import_next_to_ray_efa():
     # GIVEN the example folder as the app's working directory (what `cdk synth` runs in)
-    probe = ("import json, core, core.naming, infra, infra.network, ray_efa, ray_efa.infra.network;"
-             "print(json.dumps({m: sys.modules[m].__file__ for m in ('core', 'infra', 'ray_efa', 'ray_efa.infra.network')}))")
-    result = subprocess.run([sys.executable, "-c", "import sys;" + probe], cwd=EXAMPLE, capture_output=True, text=True,
-                            timeout=120, check=True)
+    probe = (
+        "import json, core, core.naming, infra, infra.network, ray_efa, ray_efa.infra.network;"
+        "print(json.dumps({m: sys.modules[m].__file__ for m in ('core', 'infra', 'ray_efa', 'ray_efa.infra.network')}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys;" + probe],
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     files = json.loads(result.stdout)
     # THEN `core` and `infra` are the platform's, and ray_efa's own modules are the project's
     assert Path(files["core"]).parent == EXAMPLE / "core"

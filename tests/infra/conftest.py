@@ -58,8 +58,12 @@ def default_synth() -> Synthesized:
 
 
 XDIST_GROUPS: dict[str, str | None] = {
-    "test_day2.py": "infra-changes", "test_deploy_ready.py": "infra-changes", "test_checkov.py": "infra-changes",
-    "test_app.py": None, "test_props.py": None, "test_training_job.py": None,
+    "test_day2.py": "infra-changes",
+    "test_deploy_ready.py": "infra-changes",
+    "test_checkov.py": "infra-changes",
+    "test_app.py": None,
+    "test_props.py": None,
+    "test_training_job.py": None,
 }
 """The xdist group of each module (`make test`: pytest -n 2 --dist loadgroup) that is not in "infra". A group runs on
 one worker, whose process shares the synths of its modules (synthesize() caches per process): two groups of about

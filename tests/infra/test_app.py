@@ -30,8 +30,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def offline_env(**extra: str) -> dict[str, str]:
     """The environment of a fresh machine: no AWS credentials or profile anywhere."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
-    env.update(AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
-               AWS_EC2_METADATA_DISABLED="true", JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", **extra)
+    env.update(
+        AWS_CONFIG_FILE="/nonexistent",
+        AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+        AWS_EC2_METADATA_DISABLED="true",
+        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+        **extra,
+    )
     return env
 
 
@@ -43,13 +48,19 @@ def test_cdk_cli_synthesizes_offline_and_switches_instance_family_with_context(t
     # GIVEN no AWS credentials WHEN `npx cdk synth -c gpuInstanceType=p5.48xlarge` runs with the pinned CLI
     result = subprocess.run(
         ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "gpuInstanceType=p5.48xlarge"],
-        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # THEN both templates exist, with real AZ names and the p5's 32 EFA interfaces
     cluster = json.loads((tmp_path / "ray-train-cluster.template.json").read_text())
     gpu = json.loads((tmp_path / "ray-train-gpu.template.json").read_text())
-    zones = {r["Properties"]["AvailabilityZone"] for r in cluster["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"}
+    zones = {
+        r["Properties"]["AvailabilityZone"] for r in cluster["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"
+    }
     assert zones == {"us-east-2a", "us-east-2b", "us-east-2c"}
     (launch_template,) = [r for r in gpu["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 32
@@ -60,7 +71,11 @@ def test_cdk_synth_refuses_a_training_plan_that_cannot_fit(tmp_path):
     # GIVEN `npx cdk synth -c microBatch=64`: 32 times the default micro batch, far beyond an L4's 22.5 GiB
     result = subprocess.run(
         ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "microBatch=64"],
-        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     # THEN the synth fails naming the setting and the fix, and no template is written (nothing to deploy)
     assert result.returncode != 0
@@ -74,9 +89,23 @@ def test_cdk_synth_refuses_a_gpu_type_the_region_does_not_sell(tmp_path):
     # GIVEN `npx cdk synth -c region=eu-west-1 -c gpuInstanceType=p5.48xlarge`: core/data/on_demand_prices.csv records
     # p5.48xlarge as not offered in eu-west-1 (SkyPilot's AWS catalog lists no offering there)
     result = subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "region=eu-west-1",
-         "-c", "gpuInstanceType=p5.48xlarge"],
-        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300,
+        [
+            "npx",
+            "cdk",
+            "synth",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+            "-c",
+            "region=eu-west-1",
+            "-c",
+            "gpuInstanceType=p5.48xlarge",
+        ],
+        cwd=ROOT,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     # THEN the synth fails naming the setting, the regions that offer the type and the override; nothing is written
     assert result.returncode != 0
@@ -102,11 +131,23 @@ BAD_CONTEXT = {
     "GPU type without EFA": ({"gpuInstanceType": "g6.xlarge"}, "no EFA support"),
     "unknown type": ({"gpuInstanceType": "p9.96xlarge"}, "unknown GPU instance type 'p9.96xlarge'"),
     "too many GPU nodes": ({"gpuNodeCount": "65"}, "gpuNodeCount: must be between 0 and 64, got '?65'?"),
-    "AZ of another region": ({"gpuAvailabilityZone": "us-west-2a"}, "gpuAvailabilityZone: must be an AZ of region us-east-2"),
-    "malformed reservation": ({"capacityReservationId": "cr-123"}, "capacityReservationId: must be 'cr-' and 17 hex digits"),
-    "typo in a key": ({"gpuInstanceTyp": "p5.48xlarge"}, "gpuInstanceTyp: unknown setting \\(did you mean gpuInstanceType\\?\\)"),
+    "AZ of another region": (
+        {"gpuAvailabilityZone": "us-west-2a"},
+        "gpuAvailabilityZone: must be an AZ of region us-east-2",
+    ),
+    "malformed reservation": (
+        {"capacityReservationId": "cr-123"},
+        "capacityReservationId: must be 'cr-' and 17 hex digits",
+    ),
+    "typo in a key": (
+        {"gpuInstanceTyp": "p5.48xlarge"},
+        "gpuInstanceTyp: unknown setting \\(did you mean gpuInstanceType\\?\\)",
+    ),
     "malformed image": ({"dlcImage": "Not An Image"}, "dlcImage: must be an image reference with a tag or digest"),
-    "untagged image": ({"dlcImage": "public.ecr.aws/deep-learning-containers/ray"}, "dlcImage: must be an image reference"),
+    "untagged image": (
+        {"dlcImage": "public.ecr.aws/deep-learning-containers/ray"},
+        "dlcImage: must be an image reference",
+    ),
 }
 
 
@@ -120,8 +161,14 @@ def test_bad_settings_stop_the_app_and_write_nothing(tmp_path):
     # GIVEN `-c gpuNodeCount=65 -c gpuInstanceTyp=x` as the CDK CLI passes them (CDK_CONTEXT_JSON)
     outdir = tmp_path / "cdk.out"
     context = json.dumps({"gpuNodeCount": "65", "gpuInstanceTyp": "x"})
-    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env=offline_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(outdir)))
+    result = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(CDK_CONTEXT_JSON=context, CDK_OUTDIR=str(outdir)),
+    )
     # THEN it exits non-zero naming both problems, and no template was written
     assert result.returncode == 1
     assert "gpuNodeCount: must be between 0 and 64" in result.stderr
@@ -145,16 +192,37 @@ def existing_vpc_context(vpc_id: str, account: str) -> dict:
     key = f"vpc-provider:account={account}:filter.vpc-id={vpc_id}:region=us-east-2:returnAsymmetricSubnets=true"
 
     def subnet(i: int, az: str, cidr: str) -> dict:
-        return {"subnetId": f"subnet-0000000000000000{i}", "cidr": cidr, "availabilityZone": az, "routeTableId": f"rtb-{i}"}
+        return {
+            "subnetId": f"subnet-0000000000000000{i}",
+            "cidr": cidr,
+            "availabilityZone": az,
+            "routeTableId": f"rtb-{i}",
+        }
 
-    return {key: {
-        "vpcId": vpc_id, "vpcCidrBlock": "10.20.0.0/16", "ownerAccountId": account, "availabilityZones": [],
-        "subnetGroups": [
-            {"name": "Private", "type": "Private", "subnets": [
-                subnet(1, "us-east-2a", "10.20.0.0/19"), subnet(2, "us-east-2b", "10.20.32.0/19"), subnet(3, "us-east-2c", "10.20.64.0/19")]},
-            {"name": "Public", "type": "Public", "subnets": [subnet(4, "us-east-2a", "10.20.96.0/24"), subnet(5, "us-east-2b", "10.20.97.0/24")]},
-        ],
-    }}
+    return {
+        key: {
+            "vpcId": vpc_id,
+            "vpcCidrBlock": "10.20.0.0/16",
+            "ownerAccountId": account,
+            "availabilityZones": [],
+            "subnetGroups": [
+                {
+                    "name": "Private",
+                    "type": "Private",
+                    "subnets": [
+                        subnet(1, "us-east-2a", "10.20.0.0/19"),
+                        subnet(2, "us-east-2b", "10.20.32.0/19"),
+                        subnet(3, "us-east-2c", "10.20.64.0/19"),
+                    ],
+                },
+                {
+                    "name": "Public",
+                    "type": "Public",
+                    "subnets": [subnet(4, "us-east-2a", "10.20.96.0/24"), subnet(5, "us-east-2b", "10.20.97.0/24")],
+                },
+            ],
+        }
+    }
 
 
 def test_existing_vpc_is_looked_up_and_gpu_nodes_use_its_subnet_in_the_gpu_az():
@@ -180,7 +248,10 @@ def test_existing_vpc_without_a_private_subnet_in_the_gpu_az_fails_clearly():
     next(iter(context.values()))["subnetGroups"][0]["subnets"].pop()  # drop us-east-2c
     app = cdk.App(context=context)
     settings = Settings.from_context({"vpcId": vpc_id, "gpuAvailabilityZone": "us-east-2c"})
-    with pytest.raises(ValueError, match="gpuAvailabilityZone: must be an AZ where the VPC has a private subnet: us-east-2a, us-east-2b"):
+    with pytest.raises(
+        ValueError,
+        match="gpuAvailabilityZone: must be an AZ where the VPC has a private subnet: us-east-2a, us-east-2b",
+    ):
         build_stacks(app, settings, env=cdk.Environment(account=account, region="us-east-2"))
 
 
@@ -207,21 +278,28 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
     vpc = ec2.Vpc(platform, "PlatformVpc", availability_zones=["us-east-2a", "us-east-2b"], nat_gateways=1)
     # WHEN it adds our constructs to that stack, with props of its own
     ray = RayEksCluster(platform, "Ray", vpc=vpc, cluster_name="research")
-    gpu = EfaGpuNodegroup(platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p4d.24xlarge",
-                          cluster_name="research")
+    gpu = EfaGpuNodegroup(
+        platform, "Gpu", cluster=ray.cluster, vpc=vpc, instance_type="p4d.24xlarge", cluster_name="research"
+    )
     template = Template.from_stack(platform)
     # THEN one stack holds the cluster and both node groups, on the platform's VPC
     template.resource_count_is("AWS::EC2::VPC", 1)
     template.resource_count_is("AWS::EKS::Nodegroup", 2)
     template.has_resource_properties("AWS::EKS::Cluster", {"Name": "research"})
-    private_a = platform.resolve(vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
-                                                    availability_zones=["us-east-2a"]).subnet_ids[0])
+    private_a = platform.resolve(
+        vpc.select_subnets(
+            subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=["us-east-2a"]
+        ).subnet_ids[0]
+    )
     cfn_nodegroup = gpu.nodegroup.node.default_child
     assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
     gpu_nodegroup = platform.resolve(cfn_nodegroup.subnets)
     assert gpu_nodegroup == [private_a]
-    (launch_data,) = [t["Properties"]["LaunchTemplateData"] for t in template.find_resources("AWS::EC2::LaunchTemplate").values()
-                      if "NetworkInterfaces" in t["Properties"]["LaunchTemplateData"]]  # the GPU one (not the system nodes')
+    (launch_data,) = [
+        t["Properties"]["LaunchTemplateData"]
+        for t in template.find_resources("AWS::EC2::LaunchTemplate").values()
+        if "NetworkInterfaces" in t["Properties"]["LaunchTemplateData"]
+    ]  # the GPU one (not the system nodes')
     assert len(launch_data["NetworkInterfaces"]) == 4
 
 
@@ -229,7 +307,9 @@ def test_constructs_embed_in_a_platform_stack_with_its_own_vpc():
 def test_embedding_snippet_synthesizes(page):
     # GIVEN the smallest embedding snippet, as written in the README and on the embedding page
     text = (ROOT / page).read_text()
-    (snippet,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "class ResearchPlatform" in block]
+    (snippet,) = [
+        block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "class ResearchPlatform" in block
+    ]
     namespace: dict = {}
     exec(compile(snippet, page, "exec"), namespace)  # noqa: S102 - our own docs
     # WHEN a platform app in us-west-2 puts it in a stack of its own, on its own VPC
@@ -291,6 +371,9 @@ def test_an_az_outside_the_stacks_region_names_the_prop_and_the_zones_to_pass():
     stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-1"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"])
     ray = RayEksCluster(stack, "Ray", vpc=vpc)
-    with pytest.raises(ValueError, match=r"EfaGpuNodegroup availability_zone: must be an AZ of the stack's region "
-                                         r"us-east-1: one of us-east-1a, us-east-1b, got 'us-west-2a'"):
+    with pytest.raises(
+        ValueError,
+        match=r"EfaGpuNodegroup availability_zone: must be an AZ of the stack's region "
+        r"us-east-1: one of us-east-1a, us-east-1b, got 'us-west-2a'",
+    ):
         EfaGpuNodegroup(stack, "Gpu", cluster=ray.cluster, vpc=vpc, availability_zone="us-west-2a")

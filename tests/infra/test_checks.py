@@ -41,9 +41,15 @@ def test_nag_passes_with_only_reasoned_acknowledgements(synthesized):
 def test_every_acknowledgement_names_the_finding_and_a_specific_reason(default_synth):
     suppressed = validation_report(default_synth)["AwsSolutions"]["suppressedViolations"]
     assert {v["ruleName"].split("[")[0] for v in suppressed} == {
-        "AwsSolutions-IAM4", "AwsSolutions-IAM5", "AwsSolutions-L1", "AwsSolutions-S1"}
+        "AwsSolutions-IAM4",
+        "AwsSolutions-IAM5",
+        "AwsSolutions-L1",
+        "AwsSolutions-S1",
+    }
     for violation in suppressed:
-        assert violation["acknowledgedId"] == f"AwsSolutions::{violation['ruleName']}"  # the finding itself, not the rule
+        assert (
+            violation["acknowledgedId"] == f"AwsSolutions::{violation['ruleName']}"
+        )  # the finding itself, not the rule
         assert len(violation["reason"]) > 40, violation["reason"]  # a specific reason, not a shrug
 
 
@@ -81,8 +87,18 @@ def test_cfn_lint_finds_no_errors(synthesized):
 
 def test_cfn_lint_catches_an_error(tmp_path):
     broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps({"Resources": {"Lt": {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
-        "LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "sometimes"}}}}}}))
+    broken.write_text(
+        json.dumps(
+            {
+                "Resources": {
+                    "Lt": {
+                        "Type": "AWS::EC2::LaunchTemplate",
+                        "Properties": {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "sometimes"}}},
+                    }
+                }
+            }
+        )
+    )
     assert errors(lint(broken))
 
 

@@ -39,8 +39,9 @@ def crds_resource(template) -> tuple[str, dict]:
 
 
 def rayjob_cluster_spec_fields(version: str) -> set[str]:
-    crd = yaml.load(crd_file(version, "ray.io_rayjobs.yaml").read_text(),
-                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = yaml.load(
+        crd_file(version, "ray.io_rayjobs.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return set(v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rayClusterSpec"]["properties"])
 
@@ -89,8 +90,12 @@ def test_the_crd_function_runs_as_the_kubectl_provider_runs(default_synth):
     resources = default_synth.cluster.to_json()["Resources"]
     _, crds = crds_resource(default_synth.cluster)
     function = resources[crds["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
-    (kubectl,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
-                  and r["Properties"].get("Description") == "onEvent handler for EKS kubectl resource provider"]
+    (kubectl,) = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::Function"
+        and r["Properties"].get("Description") == "onEvent handler for EKS kubectl resource provider"
+    ]
     # THEN it has the kubectl provider's role (cluster-admin), layers (kubectl, helm, AWS CLI) and VPC placement
     assert function["Role"] == kubectl["Role"]
     assert function["Layers"] == kubectl["Layers"]
@@ -105,6 +110,7 @@ def test_kuberay_operator_on_a_provider_it_cannot_reuse_says_what_to_do():
     stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region="us-east-2"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
     from aws_cdk import aws_eks_v2 as eks
+
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(stack, "P", service_token="arn:aws:lambda:x")
     cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c", vpc=vpc, kubectl_provider=provider)
     # an explicit crds=True cannot be honoured: the error says what to do
@@ -146,10 +152,21 @@ def response_url():
 
 
 def event(response_url: str, request_type: str, version: str = "1.7.0", **extra) -> dict:
-    return {"RequestType": request_type, "ResponseURL": response_url, "StackId": "arn:stack", "RequestId": "r1",
-            "LogicalResourceId": "KubeRayCrds", "ResourceType": CRDS_RESOURCE_TYPE, **extra,
-            "ResourceProperties": {"ClusterName": "ray-train", "Chart": "kuberay-operator", "Version": version,
-                                   "Repository": "https://ray-project.github.io/kuberay-helm/"}}
+    return {
+        "RequestType": request_type,
+        "ResponseURL": response_url,
+        "StackId": "arn:stack",
+        "RequestId": "r1",
+        "LogicalResourceId": "KubeRayCrds",
+        "ResourceType": CRDS_RESOURCE_TYPE,
+        **extra,
+        "ResourceProperties": {
+            "ClusterName": "ray-train",
+            "Chart": "kuberay-operator",
+            "Version": version,
+            "Repository": "https://ray-project.github.io/kuberay-helm/",
+        },
+    }
 
 
 class Recorder:
@@ -175,12 +192,26 @@ def test_an_update_server_side_applies_each_crd_of_the_new_version_and_waits(tmp
     url, bodies = response_url
     run = Recorder()
     # WHEN CloudFormation updates the resource to 1.7.0 (from 1.4.0)
-    chart_crds_handler.handler(event(url, "Update", PhysicalResourceId="ray-train/kuberay-operator-crds",
-                                     OldResourceProperties={"Version": "1.4.0"}), None, run)
+    chart_crds_handler.handler(
+        event(
+            url,
+            "Update",
+            PhysicalResourceId="ray-train/kuberay-operator-crds",
+            OldResourceProperties={"Version": "1.4.0"},
+        ),
+        None,
+        run,
+    )
     # THEN it logs in, pulls that chart version, applies every CRD server-side (taking over Helm's fields), waits
     assert run.commands[0][:3] == ["aws", "eks", "update-kubeconfig"]
-    assert run.commands[1][:6] == ["helm", "pull", "kuberay-operator", "--repo",
-                                   "https://ray-project.github.io/kuberay-helm/", "--version"]
+    assert run.commands[1][:6] == [
+        "helm",
+        "pull",
+        "kuberay-operator",
+        "--repo",
+        "https://ray-project.github.io/kuberay-helm/",
+        "--version",
+    ]
     applied = [c for c in run.commands if c[:2] == ["kubectl", "apply"]]
     assert [Path(c[-1]).name for c in applied] == ["ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml"]
     assert all({"--server-side", "--force-conflicts"} <= set(c) for c in applied)
@@ -197,12 +228,12 @@ def test_a_failure_reaches_cloudformation_with_the_tools_words(tmp_path, monkeyp
 
     def failing(command: list[str]) -> str:
         if command[0] == "helm":
-            raise RuntimeError("helm pull failed: chart \"kuberay-operator\" version \"9.9.9\" not found")
+            raise RuntimeError('helm pull failed: chart "kuberay-operator" version "9.9.9" not found')
         return ""
 
     chart_crds_handler.handler(event(url, "Create", "9.9.9"), None, failing)
     (body,) = bodies
-    assert body["Status"] == "FAILED" and "version \"9.9.9\" not found" in body["Reason"]
+    assert body["Status"] == "FAILED" and 'version "9.9.9" not found' in body["Reason"]
     assert body["PhysicalResourceId"] == "ray-train/kuberay-operator-crds"
 
 
@@ -240,8 +271,9 @@ def test_the_handlers_flags_exist_in_the_layers_kubectl_and_helm(layer_tools, tm
     for command in run.commands:
         if command[0] not in tools:
             continue
-        help_text = subprocess.run([str(tools[command[0]]), command[1], "--help"], capture_output=True, text=True,
-                                   timeout=60).stdout
+        help_text = subprocess.run(
+            [str(tools[command[0]]), command[1], "--help"], capture_output=True, text=True, timeout=60
+        ).stdout
         flags = {arg.split("=")[0] for arg in command if arg.startswith("--")}
         missing = [flag for flag in flags if flag not in help_text and flag != "--kubeconfig"]  # a global flag
         assert not missing, f"{command[0]} {command[1]} has no {missing}"

@@ -42,13 +42,19 @@ CHANGES = [
     ("capacityReservationId set", {}, {"capacityReservationId": RESERVATION}),
     ("capacityReservationId unset", {"capacityReservationId": RESERVATION}, {}),
     ("kuberayVersion 1.4.0 -> 1.7.0", {"kuberayVersion": "1.4.0"}, {}),
-    ("chart versions (kuberay, NVIDIA and EFA plugins)", {},
-     {"kuberayVersion": "1.4.0", "nvidiaDevicePluginVersion": "0.19.0", "efaDevicePluginVersion": "v0.5.29"}),
+    (
+        "chart versions (kuberay, NVIDIA and EFA plugins)",
+        {},
+        {"kuberayVersion": "1.4.0", "nvidiaDevicePluginVersion": "0.19.0", "efaDevicePluginVersion": "v0.5.29"},
+    ),
     ("dlcImage", {}, {"dlcImage": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1.0"}),
     ("a training setting (steps 20 -> 40)", {}, {"steps": 40}),
     ("systemInstanceType m7i.xlarge -> m7i.2xlarge", {}, {"systemInstanceType": "m7i.2xlarge"}),
-    ("deviceAllocation device-plugin -> dra (GPU nodes at zero)", {"gpuNodeCount": 0},
-     {"gpuNodeCount": 0, "deviceAllocation": "dra"}),
+    (
+        "deviceAllocation device-plugin -> dra (GPU nodes at zero)",
+        {"gpuNodeCount": 0},
+        {"gpuNodeCount": 0, "deviceAllocation": "dra"},
+    ),
     ("deviceAllocation device-plugin -> dra (GPU nodes up)", {}, {"deviceAllocation": "dra"}),
     ("capacityReservationType odcr -> capacity-block", ODCR_P5, BLOCK_P5),
     ("capacityReservationType capacity-block -> odcr", BLOCK_P5, ODCR_P5),
@@ -71,8 +77,15 @@ EXPECTED_REPLACEMENTS = {
 """Long-lived resources a change replaces on purpose, by construct path."""
 
 LONG_LIVED_TYPES = {
-    "AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::RouteTable", "AWS::EC2::SubnetRouteTableAssociation",
-    "AWS::EC2::NatGateway", "AWS::EC2::EIP", "AWS::EC2::InternetGateway", "AWS::EKS::Cluster", "AWS::KMS::Key",
+    "AWS::EC2::VPC",
+    "AWS::EC2::Subnet",
+    "AWS::EC2::RouteTable",
+    "AWS::EC2::SubnetRouteTableAssociation",
+    "AWS::EC2::NatGateway",
+    "AWS::EC2::EIP",
+    "AWS::EC2::InternetGateway",
+    "AWS::EKS::Cluster",
+    "AWS::KMS::Key",
     "AWS::S3::Bucket",
 }
 """What the cluster is built on: replacing any of these fails the update or loses state."""
@@ -111,8 +124,13 @@ def summary(changes: list[Change]) -> str:
     return "; ".join(rows) or "outputs only"
 
 
-_NAME_PROPERTIES = {"AWS::EKS::Nodegroup": "NodegroupName", "AWS::EKS::Cluster": "Name", "AWS::S3::Bucket": "BucketName",
-                    "AWS::EC2::LaunchTemplate": "LaunchTemplateName", "AWS::IAM::Role": "RoleName"}
+_NAME_PROPERTIES = {
+    "AWS::EKS::Nodegroup": "NodegroupName",
+    "AWS::EKS::Cluster": "Name",
+    "AWS::S3::Bucket": "BucketName",
+    "AWS::EC2::LaunchTemplate": "LaunchTemplateName",
+    "AWS::IAM::Role": "RoleName",
+}
 
 
 def custom_name_kept(change: Change, before: dict, after: dict) -> bool:
@@ -126,13 +144,26 @@ def custom_name_kept(change: Change, before: dict, after: dict) -> bool:
 
 def cdk_diff(before: Synthesized | str, after: Synthesized, stack: str) -> tuple[str, list[Change]]:
     """The real CDK CLI's diff of `stack` from `before`'s template (or a template file) to `after`'s assembly."""
-    template = (before if isinstance(before, str)
-                else os.path.join(before.assembly.directory, f"{stack}.template.json"))
+    template = before if isinstance(before, str) else os.path.join(before.assembly.directory, f"{stack}.template.json")
     env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     result = subprocess.run(
-        [str(CDK), "diff", "--app", after.assembly.directory, "--template", template, stack, "--exclusively",
-         "--no-notices", "--no-color"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            str(CDK),
+            "diff",
+            "--app",
+            after.assembly.directory,
+            "--template",
+            template,
+            stack,
+            "--exclusively",
+            "--no-notices",
+            "--no-color",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     output = _ANSI.sub("", result.stdout + result.stderr)
     assert result.returncode == 0, output[-2000:]
@@ -146,8 +177,16 @@ def cdk_diff(before: Synthesized | str, after: Synthesized, stack: str) -> tuple
         if match or not line.startswith((" ", "\t")):
             if header:
                 marker = header["marker"] or ""
-                changes.append(Change(header["op"], header["type"], header["path"], header["id"],
-                                      "replace" in marker or "replace" in "\n".join(block), "\n".join(block)))
+                changes.append(
+                    Change(
+                        header["op"],
+                        header["type"],
+                        header["path"],
+                        header["id"],
+                        "replace" in marker or "replace" in "\n".join(block),
+                        "\n".join(block),
+                    )
+                )
             header, block = match, []
         else:
             block.append(line)
@@ -167,8 +206,10 @@ def _imports(node) -> set[str]:
 def exports_in_use_removed(old: Synthesized, new: Synthesized) -> set[str]:
     """Exports of the cluster stack that the change removes while the deployed GPU stack still imports them:
     `cdk deploy` updates the cluster stack first, and CloudFormation refuses to delete an export in use."""
+
     def exports(template) -> set[str]:
         return {o["Export"]["Name"] for o in template.to_json().get("Outputs", {}).values() if "Export" in o}
+
     return (exports(old.cluster) - exports(new.cluster)) & _imports(old.gpu.to_json())
 
 
@@ -190,8 +231,10 @@ def _diff_of(change: str) -> tuple[StackDiff, ...]:
     _, before, after = next(c for c in CHANGES if c[0] == change)
     old, new = synth_of(before), synth_of(after)
     diffs = []
-    for stack, template_old, template_new in ((old.settings.cluster_stack_name, old.cluster, new.cluster),
-                                              (old.settings.gpu_stack_name, old.gpu, new.gpu)):
+    for stack, template_old, template_new in (
+        (old.settings.cluster_stack_name, old.cluster, new.cluster),
+        (old.settings.gpu_stack_name, old.gpu, new.gpu),
+    ):
         if template_old.to_json() != template_new.to_json():
             output, changes = cdk_diff(old, new, stack)
             diffs.append(StackDiff(stack, output, changes))
@@ -206,8 +249,10 @@ def rolls_gpu_nodes(diff: StackDiff) -> bool:
 def reapplies_ray_job(diff: StackDiff) -> bool:
     """The RayJob's manifest is created or updated: the kubectl handler runs `kubectl apply` (or create) of it, so a
     RayJob deleted since the last deploy is created again and runs."""
-    return any(c.type == "Custom::AWSCDK-EKS-KubernetesResource" and "/RayJob-" in c.path and c.op in "+~"
-               for c in diff.changes)
+    return any(
+        c.type == "Custom::AWSCDK-EKS-KubernetesResource" and "/RayJob-" in c.path and c.op in "+~"
+        for c in diff.changes
+    )
 
 
 @pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
@@ -259,9 +304,12 @@ def exports_in_use_changed(change: str, old: Synthesized, new: Synthesized) -> d
 
     A value changes when its expression does, or when a resource it refers to is replaced (the real CLI's `cdk diff`
     says which), as a Lambda LayerVersion is on any change of its content: its Ref is a new ARN."""
+
     def exports(template) -> dict[str, dict]:
-        return {o["Export"]["Name"]: o["Value"] for o in template.to_json().get("Outputs", {}).values()
-                if "Export" in o}
+        return {
+            o["Export"]["Name"]: o["Value"] for o in template.to_json().get("Outputs", {}).values() if "Export" in o
+        }
+
     before, after = exports(old.cluster), exports(new.cluster)
     diffs = {d.stack: d for d in _diff_of(change)}
     cluster_diff = diffs.get(old.settings.cluster_stack_name)
@@ -291,8 +339,13 @@ def test_the_gpu_stack_imports_nothing_built_from_a_package_s_content(default_sy
     resources = default_synth.cluster.to_json()["Resources"]
     outputs = default_synth.cluster.to_json().get("Outputs", {}).values()
     imported = _imports(default_synth.gpu.to_json())
-    layers = {o["Export"]["Name"] for o in outputs if "Export" in o and o["Export"]["Name"] in imported
-              and any(resources[i]["Type"] == "AWS::Lambda::LayerVersion" for i in _referenced(o["Value"]))}
+    layers = {
+        o["Export"]["Name"]
+        for o in outputs
+        if "Export" in o
+        and o["Export"]["Name"] in imported
+        and any(resources[i]["Type"] == "AWS::Lambda::LayerVersion" for i in _referenced(o["Value"]))
+    }
     assert not layers
 
 
@@ -318,7 +371,9 @@ def test_no_placement_group_is_shared_across_azs_while_cloudformation_updates(ch
     in_use = placement_groups_in_use(old, {})
     for group, zone in placement_groups_in_use(new, replaced).items():
         # THEN a group kept (same logical id, not replaced) serves the same AZ before and after
-        assert in_use.get(group, zone) == zone, f"{change}: placement group {group[0]} kept across {in_use[group]} -> {zone}"
+        assert in_use.get(group, zone) == zone, (
+            f"{change}: placement group {group[0]} kept across {in_use[group]} -> {zone}"
+        )
 
 
 def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
@@ -329,8 +384,12 @@ def test_moving_the_gpu_az_changes_the_gpu_stack_alone():
     _, changes = cdk_diff(old, new, old.settings.gpu_stack_name)
     # (the settings ConfigMap holds every setting, the AZ too; the job guard's roll key names the GPU AZ, so it asks
     # the API server for running jobs before the roll)
-    assert {c.path for c in changes} == {"GpuNodes/Nodegroup", "GpuNodes/PlacementGroup",
-                                         "TrainingJob/ConfigMap-train-efa-settings/Resource", "JobGuard/Resource"}
+    assert {c.path for c in changes} == {
+        "GpuNodes/Nodegroup",
+        "GpuNodes/PlacementGroup",
+        "TrainingJob/ConfigMap-train-efa-settings/Resource",
+        "JobGuard/Resource",
+    }
     (nodegroup,) = [c for c in changes if c.type == "AWS::EKS::Nodegroup"]
     assert nodegroup.replaced  # new subnet: a new node group, under a new name (the AZ is in it)
     (placement_group,) = [c for c in changes if c.type == "AWS::EC2::PlacementGroup"]
@@ -346,8 +405,11 @@ def test_a_kuberay_upgrade_updates_its_crds_in_place_before_the_chart():
     assert crds.op == "~" and not crds.replaced and "[-] 1.4.0" in crds.details and "[+] 1.7.0" in crds.details
     # ... and the Helm release waits for it, so the operator of 1.7.0 starts on the 1.7.0 schema
     resources = new.cluster.to_json()["Resources"]
-    (chart,) = [r for r in resources.values()
-                if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"]
+    (chart,) = [
+        r
+        for r in resources.values()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"
+    ]
     assert crds.logical_id in chart["DependsOn"]
     assert by_path["KubeRay/Chart"].op == "~"
 
@@ -378,10 +440,17 @@ def test_the_named_outputs_reach_a_deployed_cluster_stack_without_touching_a_res
 
 
 ROLLING_CHANGES = {
-    "gpuInstanceType g6.12xlarge -> g6e.24xlarge", "gpuNodeCount 2 -> 4", "gpuNodeCount 2 -> 0 (scale to zero)",
-    "gpuNodeCount 0 -> 2 (come back)", "gpuAvailabilityZone us-east-2a -> us-east-2c", "capacityReservationId set",
-    "capacityReservationId unset", "capacityReservationType odcr -> capacity-block",
-    "capacityReservationType capacity-block -> odcr", "on-demand -> Capacity Block", "kubernetesVersion 1.35 -> 1.36",
+    "gpuInstanceType g6.12xlarge -> g6e.24xlarge",
+    "gpuNodeCount 2 -> 4",
+    "gpuNodeCount 2 -> 0 (scale to zero)",
+    "gpuNodeCount 0 -> 2 (come back)",
+    "gpuAvailabilityZone us-east-2a -> us-east-2c",
+    "capacityReservationId set",
+    "capacityReservationId unset",
+    "capacityReservationType odcr -> capacity-block",
+    "capacityReservationType capacity-block -> odcr",
+    "on-demand -> Capacity Block",
+    "kubernetesVersion 1.35 -> 1.36",
     "gpuRootVolumeGib 500 -> 600",
 }
 """The changes that drain, replace or resize the GPU nodes: a running RayJob dies (or, scaled up, idles new nodes)."""
@@ -399,13 +468,23 @@ def test_cdk_diff_says_when_the_gpu_nodes_roll(change, before, after):
     assert rolls == (change in ROLLING_CHANGES), (change, diff.output[-3000:] if diff else "no GPU stack change")
     if diff is not None:
         # ... and never misses one: a changed launch template, or a GPU node group replaced, always changes the key
-        touched = [c for c in diff.changes if c.type in ("AWS::EC2::LaunchTemplate", "AWS::EKS::Nodegroup")
-                   and (c.op != "~" or c.type == "AWS::EC2::LaunchTemplate" or c.replaced)]
+        touched = [
+            c
+            for c in diff.changes
+            if c.type in ("AWS::EC2::LaunchTemplate", "AWS::EKS::Nodegroup")
+            and (c.op != "~" or c.type == "AWS::EC2::LaunchTemplate" or c.replaced)
+        ]
         assert not touched or rolls, f"{change}: {[c.describe() for c in touched]} but the roll key is unchanged"
 
 
-@pytest.mark.parametrize("change", ["capacityReservationType odcr -> capacity-block",
-                                    "capacityReservationType capacity-block -> odcr", "on-demand -> Capacity Block"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "capacityReservationType odcr -> capacity-block",
+        "capacityReservationType capacity-block -> odcr",
+        "on-demand -> Capacity Block",
+    ],
+)
 def test_the_capacity_switch_replaces_the_gpu_node_group_under_a_new_name(change):
     _, before, after = next(c for c in CHANGES if c[0] == change)
     names = []
@@ -432,8 +511,10 @@ def test_a_kubernetes_version_bump_upgrades_both_node_groups():
             # THEN both node groups carry the cluster's version ...
             assert nodegroup["Properties"]["Version"] == version
     # ... and the bump updates both in place (EKS rolls them onto the new version's AMI), not replaces them
-    for stack, path in ((old.settings.cluster_stack_name, "Eks/Cluster/NodegroupSystemNodes"),
-                        (old.settings.gpu_stack_name, "GpuNodes/Nodegroup")):
+    for stack, path in (
+        (old.settings.cluster_stack_name, "Eks/Cluster/NodegroupSystemNodes"),
+        (old.settings.gpu_stack_name, "GpuNodes/Nodegroup"),
+    ):
         (nodegroup,) = [c for c in diffs[stack].changes if c.path == path]
         assert nodegroup.op == "~" and not nodegroup.replaced and "Version" in nodegroup.details, nodegroup
     (cluster,) = [c for c in diffs[old.settings.cluster_stack_name].changes if c.type == "AWS::EKS::Cluster"]
@@ -443,13 +524,16 @@ def test_a_kubernetes_version_bump_upgrades_both_node_groups():
 def _egress_of(template, group_id: str) -> list[dict]:
     resources = template.to_json()["Resources"]
     inline = resources[group_id]["Properties"].get("SecurityGroupEgress")
-    separate = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EC2::SecurityGroupEgress"
-                and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}]
+    separate = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::SecurityGroupEgress"
+        and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    ]
     return [*(inline or []), *separate] if inline is not None else []
 
 
-@pytest.mark.parametrize("context", [{}, {"capacityReservationId": RESERVATION}, P5],
-                         ids=["default", "odcr", "p5"])
+@pytest.mark.parametrize("context", [{}, {"capacityReservationId": RESERVATION}, P5], ids=["default", "odcr", "p5"])
 def test_the_efa_security_group_states_its_egress(context):
     synth = synth_of(context)
     groups = synth.gpu.find_resources("AWS::EC2::SecurityGroup")
@@ -460,17 +544,27 @@ def test_the_efa_security_group_states_its_egress(context):
     # ... and it allows nothing but EFA to itself: no 0.0.0.0/0 or ::/0
     assert not [e for e in egress if e.get("CidrIp") == "0.0.0.0/0" or e.get("CidrIpv6") == "::/0"], egress
     allowed = [e for e in egress if e.get("CidrIp") != "255.255.255.255/32"]
-    assert allowed == [{"Description": "EFA to GPU nodes", "DestinationSecurityGroupId": {"Fn::GetAtt": [group_id, "GroupId"]},
-                        "GroupId": {"Fn::GetAtt": [group_id, "GroupId"]}, "IpProtocol": "-1"}], allowed
+    assert allowed == [
+        {
+            "Description": "EFA to GPU nodes",
+            "DestinationSecurityGroupId": {"Fn::GetAtt": [group_id, "GroupId"]},
+            "GroupId": {"Fn::GetAtt": [group_id, "GroupId"]},
+            "IpProtocol": "-1",
+        }
+    ], allowed
 
 
-@pytest.mark.parametrize("context, expected", [
-    ({"capacityReservationId": RESERVATION}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
-    ({"capacityReservationId": RESERVATION, "gpuNodeCount": 4}, {"MaxUnavailable": 4, "UpdateStrategy": "MINIMAL"}),
-    ({}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
-    (BLOCK_P5, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
-    ({"gpuNodeCount": 0}, {"MaxUnavailable": 1, "UpdateStrategy": "MINIMAL"}),
-], ids=["odcr-2", "odcr-4", "on-demand", "capacity-block", "scaled-to-zero"])
+@pytest.mark.parametrize(
+    "context, expected",
+    [
+        ({"capacityReservationId": RESERVATION}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+        ({"capacityReservationId": RESERVATION, "gpuNodeCount": 4}, {"MaxUnavailable": 4, "UpdateStrategy": "MINIMAL"}),
+        ({}, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+        (BLOCK_P5, {"MaxUnavailable": 2, "UpdateStrategy": "MINIMAL"}),
+        ({"gpuNodeCount": 0}, {"MaxUnavailable": 1, "UpdateStrategy": "MINIMAL"}),
+    ],
+    ids=["odcr-2", "odcr-4", "on-demand", "capacity-block", "scaled-to-zero"],
+)
 def test_a_gpu_node_group_never_surges_nor_forces_an_update(context, expected):
     synth = synth_of(context)
     (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
@@ -537,8 +631,12 @@ def test_deploy_check_reads_the_live_diff_as_this_table_does(change, before, aft
     assert bool(read.reapplied_jobs) == (gpu is not None and reapplies_ray_job(gpu))
     assert bool(read.device_stack_switch) == change.startswith("deviceAllocation")
     # ... and every node group or launch template the deploy touches is one it names
-    touched = {f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}" for d in diffs for c in d.changes
-               if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")}
+    touched = {
+        f"{d.stack}: {c.path.rsplit('/Resource', 1)[0]}"
+        for d in diffs
+        for c in d.changes
+        if c.type in ("AWS::EKS::Nodegroup", "AWS::EC2::LaunchTemplate")
+    }
     assert set(read.rolled_node_groups) == touched
 
 
@@ -579,8 +677,10 @@ def test_deploy_check_refuses_a_roll_exactly_when_the_job_guard_will(change, bef
     old, new = synth_of(before), synth_of(after)
     diffs = _diff_of(change)
     read = read_diff("".join(d.output for d in diffs))
-    state = ClusterState(ray_jobs={"ray/train-efa": "Running"},
-                         gpu_nodes=tuple(f"gpu-{i}" for i in range(old.settings.nodes.gpu_node_count)))
+    state = ClusterState(
+        ray_jobs={"ray/train-efa": "Running"},
+        gpu_nodes=tuple(f"gpu-{i}" for i in range(old.settings.nodes.gpu_node_count)),
+    )
     guard = node_disruption(_guard_properties(old.gpu), _guard_properties(new.gpu))
     unguarded = [c for d in diffs for c in d.changes if c.path in UNGUARDED_NODE_GROUPS]
     # THEN deploy-check says the nodes roll exactly when the guard will refuse, or an unguarded node group changes
@@ -590,8 +690,12 @@ def test_deploy_check_refuses_a_roll_exactly_when_the_job_guard_will(change, bef
 
 
 def _infos(synth: Synthesized) -> list[str]:
-    return [str(message.entry.data) for stack in synth.assembly.stacks for message in stack.messages
-            if message.level == cdk.cx_api.SynthesisMessageLevel.INFO]
+    return [
+        str(message.entry.data)
+        for stack in synth.assembly.stacks
+        for message in stack.messages
+        if message.level == cdk.cx_api.SynthesisMessageLevel.INFO
+    ]
 
 
 def test_synth_says_that_a_tag_floats_and_not_once_a_digest_pins_it(default_synth):

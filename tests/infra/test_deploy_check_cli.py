@@ -44,8 +44,9 @@ def live_diff(change: str) -> str:
 def creator_admin_diff() -> str:
     """The upgrade of a cluster deployed before clusterCreatorAdmin existed: its template is what -c
     clusterCreatorAdmin=true synthesizes (the property left out), the deploy after has the default settings."""
-    return cli_diff(_assembly("before"), _assembly("creator_admin_kept") / f"{CLUSTER_STACK}.template.json",
-                    CLUSTER_STACK)
+    return cli_diff(
+        _assembly("before"), _assembly("creator_admin_kept") / f"{CLUSTER_STACK}.template.json", CLUSTER_STACK
+    )
 
 
 def record() -> None:
@@ -69,15 +70,19 @@ def test_an_upgrade_that_adds_bootstrap_cluster_creator_admin_permissions_is_ref
 
 def test_the_deployed_template_names_a_removed_resource_by_its_construct_path():
     # THEN the CLI prints `[-] TYPE PATH LOGICAL_ID destroy` for the RayJob, the form deploy-check must read
-    assert ("[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/RayJob-train-efa/Resource "
-            "TrainingJobRayJobtrainefaFE58B741 destroy") in live_diff("training_job_off")
+    assert (
+        "[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/RayJob-train-efa/Resource "
+        "TrainingJobRayJobtrainefaFE58B741 destroy"
+    ) in live_diff("training_job_off")
 
 
 def test_training_job_false_keeps_the_settings_that_submit_reads():
     # THEN the deployed settings ConfigMap is updated in place (the same resource: never deleted, never created twice)
     lines = live_diff("training_job_off").splitlines()
-    assert ("[~] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/ConfigMap-train-efa-settings/Resource "
-            "TrainingJobConfigMaptrainefasettingsCFE365B5") in lines
+    assert (
+        "[~] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/ConfigMap-train-efa-settings/Resource "
+        "TrainingJobConfigMaptrainefasettingsCFE365B5"
+    ) in lines
     assert not [line for line in lines if line.startswith("[-]") and "ConfigMap-train-efa-settings" in line]
 
 
@@ -97,7 +102,8 @@ def test_a_job_rename_is_refused_while_the_old_job_runs():
     # THEN the rename deletes the Running train-efa: refused (and the new job's run is said too)
     assert [f.id for f in check_deploy(diff, RUNNING, Settings())] == ["job-deleted", "job-recreated"]
     assert [f.id for f in check_deploy(diff, ClusterState(ray_jobs={"ray/train-efa": "Failed"}), Settings())] == [
-        "job-recreated"]
+        "job-recreated"
+    ]
 
 
 def test_the_job_guards_hash_of_the_rayjob_is_the_same_from_synth_to_synth():

@@ -17,8 +17,11 @@ from tests.infra.conftest import synthesize
 
 ADMIN = "arn:aws:iam::111122223333:role/aws-reserved/sso.amazonaws.com/us-east-2/AWSReservedSSO_Admin_0123abcd"
 OTHER = "arn:aws:iam::111122223333:user/alice"
-BLOCK = {"gpuInstanceType": "p5.48xlarge", "capacityReservationId": "cr-0123456789abcdef0",
-         "capacityReservationType": "capacity-block"}
+BLOCK = {
+    "gpuInstanceType": "p5.48xlarge",
+    "capacityReservationId": "cr-0123456789abcdef0",
+    "capacityReservationType": "capacity-block",
+}
 DLC = Settings().workload.dlc_image
 
 
@@ -47,8 +50,10 @@ def test_system_nodes_get_an_encrypted_gp3_root_of_system_root_volume_gib(defaul
     assert "DiskSize" not in nodegroup["Properties"]
     assert nodegroup["Properties"]["LaunchTemplate"]["Version"]["Fn::GetAtt"][1] == "LatestVersionNumber"
     (root,) = system_launch_template(default_synth)["BlockDeviceMappings"]
-    assert root == {"DeviceName": "/dev/xvda", "Ebs": {
-        "VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}}
+    assert root == {
+        "DeviceName": "/dev/xvda",
+        "Ebs": {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+    }
 
 
 def test_system_root_volume_follows_the_setting():
@@ -59,7 +64,11 @@ def test_system_root_volume_follows_the_setting():
 def test_system_nodes_require_imdsv2_with_hop_limit_one(default_synth):
     # Pods on the system nodes (operator, Ray head, submitter) must not reach the node role through IMDS
     data = system_launch_template(default_synth)
-    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
+    assert data["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 1,
+    }
     assert "InstanceType" not in data and "ImageId" not in data and "UserData" not in data
 
 
@@ -110,8 +119,9 @@ def test_system_root_volume_setting_has_gp3_bounds():
 
 def test_admin_principals_get_cluster_admin_access_entries():
     synth = synthesize(adminPrincipalArns=f"{ADMIN},{OTHER}")
-    entries = sorted(resources(synth.cluster, "AWS::EKS::AccessEntry").values(),
-                     key=lambda e: str(e["Properties"]["PrincipalArn"]))
+    entries = sorted(
+        resources(synth.cluster, "AWS::EKS::AccessEntry").values(), key=lambda e: str(e["Properties"]["PrincipalArn"])
+    )
     ours = [e["Properties"] for e in entries if e["Properties"]["PrincipalArn"] in (ADMIN, OTHER)]
     assert [e["PrincipalArn"] for e in ours] == [ADMIN, OTHER]
     for entry in ours:
@@ -126,15 +136,23 @@ def test_removing_one_admin_leaves_the_other_entry_in_place():
     # entry would collide with its predecessor
     def logical_ids(arns: str) -> dict[str, str]:
         entries = resources(synthesize(adminPrincipalArns=arns).cluster, "AWS::EKS::AccessEntry")
-        return {e["Properties"]["PrincipalArn"]: lid for lid, e in entries.items() if isinstance(e["Properties"]["PrincipalArn"], str)}
+        return {
+            e["Properties"]["PrincipalArn"]: lid
+            for lid, e in entries.items()
+            if isinstance(e["Properties"]["PrincipalArn"], str)
+        }
 
     assert logical_ids(f"{ADMIN},{OTHER}")[OTHER] == logical_ids(OTHER)[OTHER]
 
 
 def test_without_admins_synth_warns_that_nobody_can_reach_the_cluster(default_synth):
     # GIVEN no adminPrincipalArns THEN the assembly carries a warning the CDK CLI prints at synth
-    messages = [message.entry.data for stack in default_synth.assembly.stacks for message in stack.messages
-                if message.level == cdk.cx_api.SynthesisMessageLevel.WARNING]
+    messages = [
+        message.entry.data
+        for stack in default_synth.assembly.stacks
+        for message in stack.messages
+        if message.level == cdk.cx_api.SynthesisMessageLevel.WARNING
+    ]
     assert any("(setting adminPrincipalArns) is empty: no human IAM principal" in str(m) for m in messages), messages
     assert "ray-efa whoami" in NO_ADMIN_WARNING
     # ...and it names the prop a CDK app of its own passes, where `-c` does nothing
@@ -148,12 +166,15 @@ def test_with_admins_and_a_narrowed_endpoint_there_is_no_warning():
     assert all(plugin["violations"] == [] for plugin in report["pluginReports"])
 
 
-@pytest.mark.parametrize("arn, message", [
-    ("arn:aws:sts::111122223333:assumed-role/Admin/me", "must be IAM role or user ARNs, not an STS session"),
-    ("arn:aws:iam::111122223333:group/Admins", "must be IAM role or user ARNs"),
-    ("arn:aws:iam::1111:role/Admin", "must be IAM role or user ARNs"),
-    (f"{OTHER},{OTHER}", "must not repeat an ARN"),
-])
+@pytest.mark.parametrize(
+    "arn, message",
+    [
+        ("arn:aws:sts::111122223333:assumed-role/Admin/me", "must be IAM role or user ARNs, not an STS session"),
+        ("arn:aws:iam::111122223333:group/Admins", "must be IAM role or user ARNs"),
+        ("arn:aws:iam::1111:role/Admin", "must be IAM role or user ARNs"),
+        (f"{OTHER},{OTHER}", "must not repeat an ARN"),
+    ],
+)
 def test_admin_principal_arns_are_validated(arn, message):
     with pytest.raises(SettingsError, match="adminPrincipalArns: " + message):
         Settings.from_context({"adminPrincipalArns": arn})
@@ -177,7 +198,8 @@ def test_capacity_block_nodes_use_the_capacity_block_market():
     assert nodegroup["Properties"]["CapacityType"] == "CAPACITY_BLOCK"
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {
-        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
     assert data["InstanceType"] == "p5.48xlarge" and "InstanceTypes" not in nodegroup["Properties"]
     # ...and no placement group: the block already places its instances in one UltraCluster
     assert "Placement" not in data
@@ -191,13 +213,19 @@ def test_an_odcr_stays_on_demand_without_a_market_type():
     assert "InstanceMarketOptions" not in gpu_launch_template(synth)
 
 
-@pytest.mark.parametrize("context, key, message", [
-    ({"capacityReservationType": "capacity-block", "gpuInstanceType": "p5.48xlarge"}, "capacityReservationType",
-     "needs capacityReservationId"),
-    ({**BLOCK, "gpuInstanceType": "g6e.48xlarge"}, "gpuInstanceType", "must be a type Capacity Blocks offer"),
-    ({**BLOCK, "placementGroup": "on"}, "placementGroup", "must be auto or off"),
-    ({"capacityReservationType": "spot"}, "capacityReservationType", "must be one of odcr, capacity-block"),
-])
+@pytest.mark.parametrize(
+    "context, key, message",
+    [
+        (
+            {"capacityReservationType": "capacity-block", "gpuInstanceType": "p5.48xlarge"},
+            "capacityReservationType",
+            "needs capacityReservationId",
+        ),
+        ({**BLOCK, "gpuInstanceType": "g6e.48xlarge"}, "gpuInstanceType", "must be a type Capacity Blocks offer"),
+        ({**BLOCK, "placementGroup": "on"}, "placementGroup", "must be auto or off"),
+        ({"capacityReservationType": "spot"}, "capacityReservationType", "must be one of odcr, capacity-block"),
+    ],
+)
 def test_capacity_block_settings_are_validated(context, key, message):
     with pytest.raises(SettingsError, match=f"{key}: {message}"):
         Settings.from_context(context)
@@ -231,8 +259,11 @@ def test_log_retention_follows_the_setting():
 
 def test_control_plane_logs_go_to_a_log_group_the_stack_created_first(default_synth):
     template = default_synth.cluster.to_json()["Resources"]
-    (group_id,) = [lid for lid, r in template.items() if r["Type"] == "AWS::Logs::LogGroup"
-                   and r["Properties"].get("LogGroupName") == "/aws/eks/ray-train/cluster"]
+    (group_id,) = [
+        lid
+        for lid, r in template.items()
+        if r["Type"] == "AWS::Logs::LogGroup" and r["Properties"].get("LogGroupName") == "/aws/eks/ray-train/cluster"
+    ]
     (cluster,) = [r for r in template.values() if r["Type"] == "AWS::EKS::Cluster"]
     assert group_id in cluster["DependsOn"]
 
@@ -240,7 +271,9 @@ def test_control_plane_logs_go_to_a_log_group_the_stack_created_first(default_sy
 def test_every_lambda_function_writes_to_a_log_group_of_the_stack(default_synth):
     # Otherwise Lambda creates /aws/lambda/<name> on first write: never expiring, left after cdk destroy
     template = default_synth.cluster.to_json()["Resources"]
-    named = {json.dumps(r["Properties"].get("LogGroupName")) for r in template.values() if r["Type"] == "AWS::Logs::LogGroup"}
+    named = {
+        json.dumps(r["Properties"].get("LogGroupName")) for r in template.values() if r["Type"] == "AWS::Logs::LogGroup"
+    }
     functions = [lid for lid, r in template.items() if r["Type"] == "AWS::Lambda::Function"]
     assert len(functions) == 4  # the kubectl provider's two, the default-SG one, the KubeRay CRDs' one
     for function in functions:
@@ -250,7 +283,9 @@ def test_every_lambda_function_writes_to_a_log_group_of_the_stack(default_synth)
 def test_log_groups_outlive_the_custom_resources_whose_functions_write_to_them(default_synth):
     # cdk destroy deletes the Helm releases and manifests through the kubectl provider: its log groups must still exist
     template = default_synth.cluster.to_json()["Resources"]
-    provider_groups = {lid for lid, r in template.items() if r["Type"] == "AWS::Logs::LogGroup" and "KubectlProvider" in lid}
+    provider_groups = {
+        lid for lid, r in template.items() if r["Type"] == "AWS::Logs::LogGroup" and "KubectlProvider" in lid
+    }
     assert len(provider_groups) == 2
     for lid, resource in template.items():
         if resource["Type"].startswith("Custom::AWSCDK-EKS-"):
@@ -260,8 +295,12 @@ def test_log_groups_outlive_the_custom_resources_whose_functions_write_to_them(d
 def test_the_logs_key_lets_cloudwatch_logs_use_it_for_this_accounts_log_groups_only(default_synth):
     keys = resources(default_synth.cluster, "AWS::KMS::Key")
     assert len(keys) == 2  # Kubernetes secrets, log groups
-    statements = [s for k in keys.values() for s in k["Properties"]["KeyPolicy"]["Statement"]
-                  if s.get("Principal", {}).get("Service") == "logs.us-east-2.amazonaws.com"]
+    statements = [
+        s
+        for k in keys.values()
+        for s in k["Properties"]["KeyPolicy"]["Statement"]
+        if s.get("Principal", {}).get("Service") == "logs.us-east-2.amazonaws.com"
+    ]
     (statement,) = statements
     assert "kms:EncryptionContext:aws:logs:arn" in statement["Condition"]["ArnLike"]
     for key in keys.values():
@@ -271,8 +310,12 @@ def test_the_logs_key_lets_cloudwatch_logs_use_it_for_this_accounts_log_groups_o
 
 def test_destroy_leaves_only_the_checkpoint_bucket(default_synth):
     # GIVEN both stacks THEN the only resource CloudFormation keeps on delete is the checkpoint bucket
-    retained = [(stack, r["Type"]) for stack, template in (("cluster", default_synth.cluster), ("gpu", default_synth.gpu))
-                for r in template.to_json()["Resources"].values() if r.get("DeletionPolicy") in ("Retain", "RetainExceptOnCreate")]
+    retained = [
+        (stack, r["Type"])
+        for stack, template in (("cluster", default_synth.cluster), ("gpu", default_synth.gpu))
+        for r in template.to_json()["Resources"].values()
+        if r.get("DeletionPolicy") in ("Retain", "RetainExceptOnCreate")
+    ]
     assert retained == [("cluster", "AWS::S3::Bucket")]
     # ...and the stack says so, with the monthly cost
     output = default_synth.cluster.to_json()["Outputs"]["RetainedAfterDestroy"]["Value"]

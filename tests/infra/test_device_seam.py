@@ -36,7 +36,10 @@ def _app(installed: type, allocation: str | None, *, job_first: bool = False):
 def test_dra_drivers_without_the_device_plugins_refuse_a_job_that_asks_for_nvidia_com_gpu():
     app, _ = _app(GpuDraDrivers, None, job_first=True)
     errors = _synth_errors(app)
-    assert "RayTrainingJob deviceAllocation: the settings say 'device-plugin', so the workers ask for nvidia.com/gpu" in errors
+    assert (
+        "RayTrainingJob deviceAllocation: the settings say 'device-plugin', so the workers ask for nvidia.com/gpu"
+        in errors
+    )
     assert "GpuDraDrivers Platform/Devices" in errors and "Set deviceAllocation to dra" in errors
 
 

@@ -23,9 +23,16 @@ from ray_efa.infra import job_guard_handler as guard
 from tests.infra.conftest import synthesize
 from tests.infra.test_workload import find
 
-BEFORE = {"ClusterName": "ray-train", "RollKey": "gpuInstanceType=g6.12xlarge capacityType=ON_DEMAND",
-          "NodeCount": "2", "CapacityType": "ON_DEMAND", "JobHash": "aaaa", "JobName": "train-efa", "Namespace": "ray",
-          "AllowJobDisruption": "false"}
+BEFORE = {
+    "ClusterName": "ray-train",
+    "RollKey": "gpuInstanceType=g6.12xlarge capacityType=ON_DEMAND",
+    "NodeCount": "2",
+    "CapacityType": "ON_DEMAND",
+    "JobHash": "aaaa",
+    "JobName": "train-efa",
+    "Namespace": "ray",
+    "AllowJobDisruption": "false",
+}
 RUNNING = {"ray/train-efa": "Running"}
 
 CKPT = "s3://ckpt-bucket/runs"  # a job on 2 GPU nodes needs shared storage (shared_storage_problem)
@@ -41,13 +48,18 @@ def jobs(listed: dict[str, str]):
     return list_jobs, calls
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"RollKey": "gpuInstanceType=g6e.24xlarge capacityType=ON_DEMAND"},
-     "rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)"),
-    ({"NodeCount": "4"}, "resizes the GPU nodes from 2 to 4"),
-    ({"JobHash": "none", "JobName": "none"}, "deletes RayJob ray/train-efa"),
-    ({"JobHash": "bbbb", "JobName": "train-efa-2"}, "replaces RayJob ray/train-efa with train-efa-2"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"RollKey": "gpuInstanceType=g6e.24xlarge capacityType=ON_DEMAND"},
+            "rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge)",
+        ),
+        ({"NodeCount": "4"}, "resizes the GPU nodes from 2 to 4"),
+        ({"JobHash": "none", "JobName": "none"}, "deletes RayJob ray/train-efa"),
+        ({"JobHash": "bbbb", "JobName": "train-efa-2"}, "replaces RayJob ray/train-efa with train-efa-2"),
+    ],
+)
 def test_a_disrupting_update_fails_while_a_job_runs_naming_it_and_the_override(change, says):
     list_jobs, _ = jobs({**RUNNING, "ray/done": "Complete"})
     refusal = guard.decide("Update", BEFORE, {**BEFORE, **change}, list_jobs)
@@ -79,9 +91,14 @@ def test_the_override_and_harmless_updates_never_ask_the_api_server():
     assert calls == []
 
 
-BLOCK = {**BEFORE, "CapacityType": "CAPACITY_BLOCK", "RollKey": (
-    "gpuInstanceType=p5.48xlarge gpuAvailabilityZone=us-east-2a gpuRootVolumeGib=500 "
-    "capacityReservationId=cr-0123456789abcdef0 capacityType=CAPACITY_BLOCK kubernetesVersion=1.35")}
+BLOCK = {
+    **BEFORE,
+    "CapacityType": "CAPACITY_BLOCK",
+    "RollKey": (
+        "gpuInstanceType=p5.48xlarge gpuAvailabilityZone=us-east-2a gpuRootVolumeGib=500 "
+        "capacityReservationId=cr-0123456789abcdef0 capacityType=CAPACITY_BLOCK kubernetesVersion=1.35"
+    ),
+}
 
 
 def test_a_capacity_block_group_rolls_only_from_zero_nodes():
@@ -91,9 +108,11 @@ def test_a_capacity_block_group_rolls_only_from_zero_nodes():
     refusal = guard.decide("Update", BLOCK, {**rolled, "AllowJobDisruption": "true"}, list_jobs, "ray-train-gpu")
     assert refusal is not None and "Capacity Block node group with 2 node(s) up" in refusal
     # ... with a remedy that works as written: this stack alone, at zero, with the settings it has now
-    assert ("`npx cdk deploy ray-train-gpu --exclusively -c gpuNodeCount=0 -c gpuInstanceType=p5.48xlarge "
-            "-c gpuAvailabilityZone=us-east-2a -c gpuRootVolumeGib=500 -c capacityReservationId=cr-0123456789abcdef0 "
-            "-c kubernetesVersion=1.35 -c capacityReservationType=capacity-block`") in refusal
+    assert (
+        "`npx cdk deploy ray-train-gpu --exclusively -c gpuNodeCount=0 -c gpuInstanceType=p5.48xlarge "
+        "-c gpuAvailabilityZone=us-east-2a -c gpuRootVolumeGib=500 -c capacityReservationId=cr-0123456789abcdef0 "
+        "-c kubernetesVersion=1.35 -c capacityReservationType=capacity-block`"
+    ) in refusal
     # ... and at zero nodes it goes ahead, as does scaling to zero itself
     assert guard.decide("Update", {**BLOCK, "NodeCount": "0"}, {**rolled, "NodeCount": "0"}, list_jobs) is None
     assert guard.decide("Update", BLOCK, {**BLOCK, "NodeCount": "0"}, list_jobs) is None
@@ -130,17 +149,22 @@ def test_what_touches_no_running_pod_goes_ahead_while_jobs_run_or_wait():
 
 
 def test_the_rayjobs_are_read_from_the_api_servers_list():
-    listed = {"items": [
-        {"metadata": {"namespace": "ray", "name": "train-efa"}, "status": {"jobDeploymentStatus": "Running"}},
-        {"metadata": {"namespace": "team", "name": "fresh"}},
-    ]}
+    listed = {
+        "items": [
+            {"metadata": {"namespace": "ray", "name": "train-efa"}, "status": {"jobDeploymentStatus": "Running"}},
+            {"metadata": {"namespace": "team", "name": "fresh"}},
+        ]
+    }
     assert guard.active_ray_jobs(listed["items"]) == {"ray/train-efa": "Running", "team/fresh": ""}
 
 
 def _ended(state: str, ended: str | None = "2026-12-07T12:00:00Z", **spec: object) -> dict:
     status = {"jobDeploymentStatus": state, **({"endTime": ended} if ended else {})}
-    return {"metadata": {"namespace": "ray", "name": "done"}, "status": status,
-            "spec": {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, **spec}}
+    return {
+        "metadata": {"namespace": "ray", "name": "done"},
+        "status": status,
+        "spec": {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 600, **spec},
+    }
 
 
 @pytest.mark.parametrize("state", ["Complete", "Failed"])
@@ -165,8 +189,12 @@ def test_a_finished_job_holds_the_nodes_until_kuberay_deletes_its_cluster(state)
     # the job only selected (clusterSelector) is not the job's
     kept = guard.job_state(_ended(state, shutdownAfterJobFinishes=False), at("23:00:00"))
     assert kept.startswith(f"{state}, its Ray cluster kept") and kept not in guard.INACTIVE_STATES
-    assert guard.job_state(_ended(state, clusterSelector={"ray.io/cluster": "x"}, shutdownAfterJobFinishes=False),
-                           at("12:05:00")) == state
+    assert (
+        guard.job_state(
+            _ended(state, clusterSelector={"ray.io/cluster": "x"}, shutdownAfterJobFinishes=False), at("12:05:00")
+        )
+        == state
+    )
 
 
 def test_the_eks_token_is_a_presigned_sts_call_naming_the_cluster(monkeypatch):
@@ -176,8 +204,7 @@ def test_the_eks_token_is_a_presigned_sts_call_naming_the_cluster(monkeypatch):
 
     from boto3.session import Session
 
-    session = Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
-                                    region_name="us-east-2")
+    session = Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-2")
     token = guard.eks_token("ray-train", "us-east-2", session)
     assert token.startswith("k8s-aws-v1.") and "=" not in token
     url = base64.urlsafe_b64decode(token.removeprefix("k8s-aws-v1.") + "==").decode()
@@ -210,9 +237,16 @@ def _handle(event_props: tuple[dict, dict], list_jobs) -> dict:
     thread = threading.Thread(target=server.handle_request)
     thread.start()
     old, new = event_props
-    event = {"RequestType": "Update", "ResponseURL": f"http://127.0.0.1:{server.server_port}/", "StackId": "s",
-             "RequestId": "r", "LogicalResourceId": "JobGuard", "PhysicalResourceId": "ray-train/job-guard",
-             "OldResourceProperties": old, "ResourceProperties": new}
+    event = {
+        "RequestType": "Update",
+        "ResponseURL": f"http://127.0.0.1:{server.server_port}/",
+        "StackId": "s",
+        "RequestId": "r",
+        "LogicalResourceId": "JobGuard",
+        "PhysicalResourceId": "ray-train/job-guard",
+        "OldResourceProperties": old,
+        "ResourceProperties": new,
+    }
     guard.handler(event, None, list_jobs, stack_status=lambda stack_id: "UPDATE_IN_PROGRESS")
     thread.join(10)
     server.server_close()
@@ -242,8 +276,11 @@ STACK_ID = "arn:aws:cloudformation:us-east-2:111122223333:stack/ray-train-gpu/0a
 
 def asset_handler(synth) -> ModuleType:
     """The guard's handler module as the Lambda runs it: loaded from the function's asset in the cloud assembly."""
-    (function,) = [r for r in synth.gpu.find_resources("AWS::Lambda::Function").values()
-                   if r["Properties"]["Handler"] == "job_guard_handler.handler"]
+    (function,) = [
+        r
+        for r in synth.gpu.find_resources("AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"] == "job_guard_handler.handler"
+    ]
     # Code.S3Key is the asset's hash and ".zip"; the stack's asset manifest says which folder of the assembly it is
     asset_hash = function["Properties"]["Code"]["S3Key"].removesuffix(".zip")
     assembly = Path(synth.assembly.directory)
@@ -274,9 +311,15 @@ class CloudFormation:
         server = HTTPServer(("127.0.0.1", 0), _Recorder)
         thread = threading.Thread(target=server.handle_request)
         thread.start()
-        event = {"RequestType": request_type, "ResponseURL": f"http://127.0.0.1:{server.server_port}/",
-                 "StackId": STACK_ID, "RequestId": f"r{len(self.answers)}", "LogicalResourceId": "JobGuard",
-                 "ResourceType": "Custom::RayEfa-JobDisruptionGuard", "ResourceProperties": new}
+        event = {
+            "RequestType": request_type,
+            "ResponseURL": f"http://127.0.0.1:{server.server_port}/",
+            "StackId": STACK_ID,
+            "RequestId": f"r{len(self.answers)}",
+            "LogicalResourceId": "JobGuard",
+            "ResourceType": "Custom::RayEfa-JobDisruptionGuard",
+            "ResourceProperties": new,
+        }
         if request_type != "Create":
             event |= {"PhysicalResourceId": "ray-train/job-guard", "OldResourceProperties": old}
 
@@ -332,8 +375,10 @@ def test_a_refused_roll_is_rolled_back_and_the_stack_can_be_deployed_again(asset
     # WHEN a deploy rolls the nodes under a running job, THEN the guard refuses it, and its rollback (the same
     # change reversed, the job still running) succeeds: the stack is deployable again
     assert cloudformation.update({**BEFORE, "NodeCount": "4"}) == "UPDATE_ROLLBACK_COMPLETE"
-    assert cloudformation.answers[1:] == [("UPDATE_IN_PROGRESS", "Update", "FAILED"),
-                                          ("UPDATE_ROLLBACK_IN_PROGRESS", "Update", "SUCCESS")]
+    assert cloudformation.answers[1:] == [
+        ("UPDATE_IN_PROGRESS", "Update", "FAILED"),
+        ("UPDATE_ROLLBACK_IN_PROGRESS", "Update", "SUCCESS"),
+    ]
     assert cloudformation.properties == BEFORE
 
 
@@ -377,8 +422,12 @@ def test_what_disrupts_nothing_needs_neither_the_stack_status_nor_the_cluster(as
     def no_call(*_: object) -> str:
         raise AssertionError("not asked")
 
-    event = {"RequestType": "Update", "StackId": STACK_ID, "OldResourceProperties": BEFORE,
-             "ResourceProperties": {**BEFORE, "AllowJobDisruption": "true"}}
+    event = {
+        "RequestType": "Update",
+        "StackId": STACK_ID,
+        "OldResourceProperties": BEFORE,
+        "ResourceProperties": {**BEFORE, "AllowJobDisruption": "true"},
+    }
     assert asset_guard.judge(event, no_call, no_call) is None
     assert asset_guard.judge({**event, "RequestType": "Delete"}, no_call, no_call) is None
     # and a stack status it cannot read, for a change that disrupts, refuses (a deploy; never a rollback it read)
@@ -388,10 +437,12 @@ def test_what_disrupts_nothing_needs_neither_the_stack_status_nor_the_cluster(as
 
 # -- the guard in the GPU stack ------------------------------------------------------------------------------------
 
+
 def _guard(synth) -> tuple[str, dict]:
     resources = synth.gpu.to_json()["Resources"]
-    ((logical_id, resource),) = [(i, r) for i, r in resources.items()
-                                 if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"]
+    ((logical_id, resource),) = [
+        (i, r) for i, r in resources.items() if r["Type"] == "Custom::RayEfa-JobDisruptionGuard"
+    ]
     return logical_id, resource
 
 
@@ -414,17 +465,24 @@ def test_the_node_group_and_the_rayjob_wait_for_the_guard():
 def test_the_guard_runs_as_its_own_role_that_may_read_little_and_imports_no_layer():
     synth = synthesize()
     template = synth.gpu.to_json()["Resources"]
-    (function,) = [r for r in template.values() if r["Type"] == "AWS::Lambda::Function"
-                   and r["Properties"]["Handler"] == "job_guard_handler.handler"]
+    (function,) = [
+        r
+        for r in template.values()
+        if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == "job_guard_handler.handler"
+    ]
     role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
     assert template[role_id]["Type"] == "AWS::IAM::Role" and "Layers" not in function["Properties"]
-    statements = [statement for policy in template.values() if policy["Type"] == "AWS::IAM::Policy"
-                  and {"Ref": role_id} in policy["Properties"]["Roles"]
-                  for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        statement
+        for policy in template.values()
+        if policy["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
     # THEN its stack's status (this stack only) and the cluster's endpoint, nothing else of AWS ...
     assert sorted((s["Action"], json.dumps(s["Resource"])) for s in statements) == [
         ("cloudformation:DescribeStacks", json.dumps({"Ref": "AWS::StackId"})),
-        ("eks:DescribeCluster", json.dumps(function_cluster_arn(synth)))]
+        ("eks:DescribeCluster", json.dumps(function_cluster_arn(synth))),
+    ]
     # ... and in the cluster, an access entry whose group may list RayJobs, nothing else
     ((entry_id, entry),) = synth.gpu.find_resources("AWS::EKS::AccessEntry").items()
     assert entry["Properties"]["PrincipalArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
@@ -433,8 +491,9 @@ def test_the_guard_runs_as_its_own_role_that_may_read_little_and_imports_no_laye
     _, _, role = find(synth.gpu, "ClusterRole", "ray-train-gpu-job-guard")
     assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]
     _, _, binding = find(synth.gpu, "ClusterRoleBinding", "ray-train-gpu-job-guard")
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                    "name": "ray-train-gpu-job-guard"}]
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ray-train-gpu-job-guard"}
+    ]
     # ... which exist before CloudFormation first asks the guard
     _, guard_resource = _guard(synth)
     assert entry_id in guard_resource["DependsOn"]
@@ -502,14 +561,19 @@ def test_the_jobs_ray_pods_have_a_disruption_budget_that_refuses_every_eviction(
 
 # -- the GPU nodes' taints flow to what runs on them, as their labels do ---------------------------------------------
 
+
 def test_the_gpu_taints_reach_the_node_group_the_ray_workers_and_the_device_plugins():
     taints = "team=ml:NoSchedule,dedicated:NoExecute"
     synth = synthesize(gpuNodeTaints=taints)
     (nodegroup,) = synth.gpu.find_resources("AWS::EKS::Nodegroup").values()
-    assert nodegroup["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "team", "Value": "ml"},
-                                                 {"Effect": "NO_EXECUTE", "Key": "dedicated"}]
-    expected = [{"key": "team", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]
+    assert nodegroup["Properties"]["Taints"] == [
+        {"Effect": "NO_SCHEDULE", "Key": "team", "Value": "ml"},
+        {"Effect": "NO_EXECUTE", "Key": "dedicated"},
+    ]
+    expected = [
+        {"key": "team", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},
+    ]
     _, _, job = find(synth.gpu, "RayJob")
     (workers,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert workers["template"]["spec"]["tolerations"] == expected

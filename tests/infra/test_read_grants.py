@@ -10,8 +10,12 @@ from aws_cdk import aws_eks_v2 as eks
 from ray_efa.infra.checkpoints import CheckpointStorage
 from tests.infra.conftest import synthesize
 
-S3_INPUTS = {"modelPath": "s3://models-bucket/qwen2.5-1.5b", "modelConfig": "qwen2.5-1.5b",
-             "dataset": "s3://data-bucket/text/train", "evalDataset": "s3://data-bucket/text/eval"}
+S3_INPUTS = {
+    "modelPath": "s3://models-bucket/qwen2.5-1.5b",
+    "modelConfig": "qwen2.5-1.5b",
+    "dataset": "s3://data-bucket/text/train",
+    "evalDataset": "s3://data-bucket/text/eval",
+}
 
 
 def _arn(resource) -> str:
@@ -41,13 +45,18 @@ def test_synth_grants_read_on_exactly_the_input_buckets():
     assert objects is not None
     assert objects["Action"] == "s3:GetObject" and objects["Effect"] == "Allow"
     assert sorted(map(_arn, objects["Resource"])) == [
-        "arn:<partition>:s3:::data-bucket/text/eval/*", "arn:<partition>:s3:::data-bucket/text/train/*",
-        "arn:<partition>:s3:::models-bucket/qwen2.5-1.5b/*"]
+        "arn:<partition>:s3:::data-bucket/text/eval/*",
+        "arn:<partition>:s3:::data-bucket/text/train/*",
+        "arn:<partition>:s3:::models-bucket/qwen2.5-1.5b/*",
+    ]
     # and the two buckets can be listed, no other
     listing = _by_sid(statements, "ListModelAndDataBuckets")
     assert listing is not None
     assert listing["Action"] == "s3:ListBucket"
-    assert sorted(map(_arn, listing["Resource"])) == ["arn:<partition>:s3:::data-bucket", "arn:<partition>:s3:::models-bucket"]
+    assert sorted(map(_arn, listing["Resource"])) == [
+        "arn:<partition>:s3:::data-bucket",
+        "arn:<partition>:s3:::models-bucket",
+    ]
     # and no other statement of the role names either bucket (the rest is the checkpoint bucket's read-write)
     others = [s for s in statements if s.get("Sid") not in ("ReadModelAndDataObjects", "ListModelAndDataBuckets")]
     assert not [s for s in others if "models-bucket" in str(s) or "data-bucket" in str(s)]
@@ -56,7 +65,10 @@ def test_synth_grants_read_on_exactly_the_input_buckets():
 
 def test_no_s3_inputs_no_read_grant(default_synth):
     statements = _statements(default_synth.cluster)
-    assert _by_sid(statements, "ReadModelAndDataObjects") is None and _by_sid(statements, "ListModelAndDataBuckets") is None
+    assert (
+        _by_sid(statements, "ReadModelAndDataObjects") is None
+        and _by_sid(statements, "ListModelAndDataBuckets") is None
+    )
 
 
 def _imported_cluster(stack: Stack) -> eks.ICluster:
@@ -64,26 +76,43 @@ def _imported_cluster(stack: Stack) -> eks.ICluster:
 
     from ray_efa.infra.imported_cluster import import_cluster
 
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0",
-                                      availability_zones=["us-west-2a", "us-west-2b"],
-                                      private_subnet_ids=["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"])
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-west-2a", "us-west-2b"],
+        private_subnet_ids=["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"],
+    )
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Provider", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl")
-    return import_cluster(stack, "Cluster", cluster_name="platform", cluster_security_group_id="sg-0123456789abcdef0",
-                          vpc=vpc, kubectl_provider=provider)
+        stack, "Provider", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl"
+    )
+    return import_cluster(
+        stack,
+        "Cluster",
+        cluster_name="platform",
+        cluster_security_group_id="sg-0123456789abcdef0",
+        vpc=vpc,
+        kubectl_provider=provider,
+    )
 
 
 def test_whole_bucket_and_repeated_locations_grant_once():
     # GIVEN the construct alone, on an imported cluster, reading one whole bucket named three ways
     stack = Stack(App(), "S")
     cluster = _imported_cluster(stack)
-    storage = CheckpointStorage(stack, "X", cluster=cluster, storage_path="s3://own/ckpt",
-                                read_locations=["s3://whole-bucket", "s3://whole-bucket/", "s3://whole-bucket"])
+    storage = CheckpointStorage(
+        stack,
+        "X",
+        cluster=cluster,
+        storage_path="s3://own/ckpt",
+        read_locations=["s3://whole-bucket", "s3://whole-bucket/", "s3://whole-bucket"],
+    )
     from aws_cdk.assertions import Template
 
     (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
-    (objects,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
-                  if s.get("Sid") == "ReadModelAndDataObjects"]
+    (objects,) = [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "ReadModelAndDataObjects"
+    ]
     assert _arn(objects["Resource"]) == "arn:<partition>:s3:::whole-bucket/*"
     assert storage.read_buckets == ("whole-bucket",)
 
@@ -143,6 +172,7 @@ def test_a_storage_key_without_a_bucket_of_your_own_is_a_settings_error():
 
 # -- CheckpointStorage(bucket=...): a bucket the app creates or references -------------------------------------------
 
+
 def test_a_bucket_the_app_creates_or_references_is_the_storage():
     import aws_cdk as cdk
     from aws_cdk import aws_kms as kms
@@ -154,19 +184,32 @@ def test_a_bucket_the_app_creates_or_references_is_the_storage():
     stack, other = (Stack(app, name, env=cdk.Environment(region="us-west-2")) for name in ("S", "T"))
     key = kms.Key(stack, "Key", enable_key_rotation=True)
     # jsii's stubs: Key.add_alias names its parameter alias_name, IKey's alias, so pyright takes a Key for no IKey
-    own = s3.Bucket(stack, "Own", encryption_key=key,  # pyright: ignore[reportArgumentType]
-                    enforce_ssl=True, server_access_logs_prefix="logs/")
+    own = s3.Bucket(
+        stack,
+        "Own",
+        encryption_key=key,  # pyright: ignore[reportArgumentType]
+        enforce_ssl=True,
+        server_access_logs_prefix="logs/",
+    )
     made = CheckpointStorage(stack, "Made", cluster=_imported_cluster(stack), bucket=own, prefix="team/ckpt")
-    referenced = CheckpointStorage(other, "Ref", cluster=_imported_cluster(other), bucket=s3.Bucket.from_bucket_name(
-        other, "Shared", "shared-bucket"))
+    referenced = CheckpointStorage(
+        other,
+        "Ref",
+        cluster=_imported_cluster(other),
+        bucket=s3.Bucket.from_bucket_name(other, "Shared", "shared-bucket"),
+    )
     # THEN the storage path is the bucket's (a token for the created one) under the prefix ...
     assert made.storage_path.startswith("s3://${Token[") and made.storage_path.endswith("/team/ckpt")
     assert referenced.storage_path == "s3://shared-bucket/ray-efa" and referenced.storage_bucket is not None
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()  # cdk-nag: every finding acknowledged
-    (made_policy,), (ref_policy,) = ([p["Properties"]["PolicyDocument"]["Statement"] for p in
-                                      Template.from_stack(s).find_resources("AWS::IAM::Policy").values()]
-                                     for s in (stack, other))
+    (made_policy,), (ref_policy,) = (
+        [
+            p["Properties"]["PolicyDocument"]["Statement"]
+            for p in Template.from_stack(s).find_resources("AWS::IAM::Policy").values()
+        ]
+        for s in (stack, other)
+    )
     # ... read and write under the prefix, and the created bucket's key with it
     assert any("/team/ckpt/*" in str(s["Resource"]) and "s3:PutObject" in s["Action"] for s in made_policy)
     assert any("kms:Decrypt" in s["Action"] for s in made_policy)
@@ -180,7 +223,10 @@ def test_bucket_and_storage_path_are_one_or_the_other():
     stack = Stack(App(), "S")
     cluster = _imported_cluster(stack)
     with pytest.raises(ValueError, match="takes bucket or storage_path, not both"):
-        CheckpointStorage(stack, "X", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "B", "bbb"),
-                          storage_path="s3://bbb/p")
+        CheckpointStorage(
+            stack, "X", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "B", "bbb"), storage_path="s3://bbb/p"
+        )
     with pytest.raises(ValueError, match="prefix must be a key prefix"):
-        CheckpointStorage(stack, "Y", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "C", "ccc"), prefix="/x/")
+        CheckpointStorage(
+            stack, "Y", cluster=cluster, bucket=s3.Bucket.from_bucket_name(stack, "C", "ccc"), prefix="/x/"
+        )

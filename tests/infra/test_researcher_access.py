@@ -26,9 +26,11 @@ def _manifests(template) -> dict[str, tuple[dict, list]]:
 
 def test_researchers_get_an_access_entry_in_their_group_with_no_access_policy_and_rbac_after_the_namespace():
     synth = synthesize(researcherPrincipalArns=RESEARCHER, adminPrincipalArns=ADMIN)
-    entries = {e["Properties"]["PrincipalArn"]: e["Properties"]
-               for e in synth.cluster.find_resources("AWS::EKS::AccessEntry").values()
-               if isinstance(e["Properties"]["PrincipalArn"], str)}  # not the deploy role's (a token)
+    entries = {
+        e["Properties"]["PrincipalArn"]: e["Properties"]
+        for e in synth.cluster.find_resources("AWS::EKS::AccessEntry").values()
+        if isinstance(e["Properties"]["PrincipalArn"], str)
+    }  # not the deploy role's (a token)
     # THEN the researcher's entry carries the group and no EKS policy (RBAC alone authorizes it); the admin's is as before
     assert entries[RESEARCHER]["KubernetesGroups"] == [RESEARCHER_GROUP]
     assert entries[RESEARCHER]["Type"] == "STANDARD" and "AccessPolicies" not in entries[RESEARCHER]
@@ -36,25 +38,41 @@ def test_researchers_get_an_access_entry_in_their_group_with_no_access_policy_an
     # AND the Role, the ClusterRole and their bindings name that group, each applied after the namespace
     manifests = _manifests(synth.cluster)
     namespace = synth.settings.workload.namespace
-    (namespace_id,) = [lid for lid, r in synth.cluster.find_resources("Custom::AWSCDK-EKS-KubernetesResource").items()
-                       if '"kind":"Namespace"' in r["Properties"]["Manifest"]]
-    for key in ("Role/ray-efa-researcher", "RoleBinding/ray-efa-researcher", f"ClusterRole/ray-efa-researcher-{namespace}",
-                f"ClusterRoleBinding/ray-efa-researcher-{namespace}"):
+    (namespace_id,) = [
+        lid
+        for lid, r in synth.cluster.find_resources("Custom::AWSCDK-EKS-KubernetesResource").items()
+        if '"kind":"Namespace"' in r["Properties"]["Manifest"]
+    ]
+    for key in (
+        "Role/ray-efa-researcher",
+        "RoleBinding/ray-efa-researcher",
+        f"ClusterRole/ray-efa-researcher-{namespace}",
+        f"ClusterRoleBinding/ray-efa-researcher-{namespace}",
+    ):
         obj, depends_on = manifests[key]
         assert namespace_id in depends_on, f"{key} must wait for the namespace: {depends_on}"
         if "Binding" in key:
-            assert obj["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": RESEARCHER_GROUP}]
+            assert obj["subjects"] == [
+                {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": RESEARCHER_GROUP}
+            ]
     assert manifests["Role/ray-efa-researcher"][0]["metadata"]["namespace"] == namespace
     # AND the Role's delete of RayJobs comes with the admission policy that admits the delete of one's own alone
     policy, _ = manifests[f"ValidatingAdmissionPolicy/ray-efa-researchers-{namespace}"]
-    assert {"apiGroups": ["ray.io"], "apiVersions": ["*"], "resources": ["rayjobs"],
-            "operations": ["CREATE", "DELETE"]} in policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {
+        "apiGroups": ["ray.io"],
+        "apiVersions": ["*"],
+        "resources": ["rayjobs"],
+        "operations": ["CREATE", "DELETE"],
+    } in policy["spec"]["matchConstraints"]["resourceRules"]
 
 
 def test_without_researchers_the_stack_has_no_researcher_rbac(default_synth):
     assert not [key for key in _manifests(default_synth.cluster) if "researcher" in key]
-    assert not [e for e in default_synth.cluster.find_resources("AWS::EKS::AccessEntry").values()
-                if e["Properties"].get("KubernetesGroups")]
+    assert not [
+        e
+        for e in default_synth.cluster.find_resources("AWS::EKS::AccessEntry").values()
+        if e["Properties"].get("KubernetesGroups")
+    ]
 
 
 def test_no_researcher_rule_deletes_changes_the_cluster_or_names_secrets():

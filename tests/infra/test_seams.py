@@ -36,13 +36,23 @@ def _imported(region: str = "us-west-2") -> tuple[cdk.App, cdk.Stack, ec2.IVpc, 
     app = cdk.App()
     stack = cdk.Stack(app, "Platform", env=cdk.Environment(region=region))
     vpc = ec2.Vpc.from_vpc_attributes(
-        stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=[f"{region}a", f"{region}b"],
-        private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa", "subnet-01aaaaaaaaaaaaaaa"])
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=[f"{region}a", f"{region}b"],
+        private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa", "subnet-01aaaaaaaaaaaaaaa"],
+    )
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token=f"arn:aws:lambda:{region}:111122223333:function:kubectl")
+        stack, "Kubectl", service_token=f"arn:aws:lambda:{region}:111122223333:function:kubectl"
+    )
     cluster = eks.Cluster.from_cluster_attributes(
-        stack, "Cluster", cluster_name="platform", cluster_security_group_id="sg-0123456789abcdef0", vpc=vpc,
-        kubectl_provider=provider)
+        stack,
+        "Cluster",
+        cluster_name="platform",
+        cluster_security_group_id="sg-0123456789abcdef0",
+        vpc=vpc,
+        kubectl_provider=provider,
+    )
     return app, stack, vpc, cluster
 
 
@@ -61,9 +71,11 @@ def test_device_plugins_take_the_labels_of_the_gpu_nodes_they_are_given():
     plugins = GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_nodes=gpu)
     drivers = GpuDraDrivers(stack, "Dra", cluster=cluster, gpu_nodes=[gpu])
     assert plugins.node_selector == drivers.node_selector == GPU
-    values = [json.loads(c["Properties"]["Values"]) for c in
-              Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart").values()
-              if c["Properties"]["Chart"] == "nvidia-device-plugin"]
+    values = [
+        json.loads(c["Properties"]["Values"])
+        for c in Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+        if c["Properties"]["Chart"] == "nvidia-device-plugin"
+    ]
     assert [v["nodeSelector"] for v in values] == [GPU]
 
 
@@ -93,8 +105,11 @@ def test_device_plugins_with_nothing_to_go_by_use_the_settings_default():
 def test_gpu_nodes_and_a_node_selector_that_disagree_are_refused():
     _, stack, vpc, cluster = _imported()
     gpu = EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, node_selector=GPU)
-    with pytest.raises(ValueError, match=r"GpuDevicePlugins node_selector \{'role': 'gpu-worker'\} disagrees with "
-                                         r"gpu_nodes' labels .*leave node_selector out"):
+    with pytest.raises(
+        ValueError,
+        match=r"GpuDevicePlugins node_selector \{'role': 'gpu-worker'\} disagrees with "
+        r"gpu_nodes' labels .*leave node_selector out",
+    ):
         GpuDevicePlugins(stack, "Plugins", cluster=cluster, gpu_nodes=gpu, node_selector={"role": "gpu-worker"})
 
 
@@ -104,8 +119,14 @@ def created() -> tuple[cdk.App, cdk.Stack, ec2.Vpc, RayEksCluster]:
     app = cdk.App()
     stack = cdk.Stack(app, "Created", env=cdk.Environment(region="us-west-2"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=1)
-    ray = RayEksCluster(stack, "Ray", vpc=vpc, system_node_selector=SYSTEM, system_instance_type="m7i.2xlarge",
-                        public_access_cidrs=["203.0.113.0/24"])
+    ray = RayEksCluster(
+        stack,
+        "Ray",
+        vpc=vpc,
+        system_node_selector=SYSTEM,
+        system_instance_type="m7i.2xlarge",
+        public_access_cidrs=["203.0.113.0/24"],
+    )
     return app, stack, vpc, ray
 
 
@@ -137,8 +158,7 @@ def test_checkpoint_storage_takes_the_workloads_namespace():
     assert storage.namespace_name == "research"
     namespace = workload.namespace.node.default_child
     assert isinstance(namespace, cdk.CfnElement)
-    assert stack.get_logical_id(namespace) in json.dumps(
-        Template.from_stack(stack).to_json()["Resources"])
+    assert stack.get_logical_id(namespace) in json.dumps(Template.from_stack(stack).to_json()["Resources"])
     with pytest.raises(ValueError, match=r"CheckpointStorage namespace 'ray' is not workload's, 'research'"):
         CheckpointStorage(stack, "Other", cluster=cluster, workload=workload, namespace="ray")
 
@@ -159,8 +179,12 @@ def test_a_storage_path_in_an_existing_bucket_is_granted_on_its_prefix_alone():
     _, stack, _, cluster = _imported()
     storage = CheckpointStorage(stack, "Checkpoints", cluster=cluster, storage_path="s3://existing/team/ckpt")
     assert storage.bucket is None and storage.storage_bucket is not None
-    statements = json.dumps([p["Properties"]["PolicyDocument"] for p in
-                             Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()])
+    statements = json.dumps(
+        [
+            p["Properties"]["PolicyDocument"]
+            for p in Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+        ]
+    )
     assert ":s3:::existing/team/ckpt/*" in statements and ':s3:::existing"' in statements
     # the current version of objects under the prefix: never s3:DeleteObjectVersion (only in the code folder's Deny)
     assert "s3:PutObject" in statements and '"s3:DeleteObject"' in statements and "s3:DeleteObject*" not in statements
@@ -183,14 +207,20 @@ def test_the_head_fits_every_system_type_of_the_catalog_and_a_too_small_one_is_n
         assert cpu * 1000 <= room_cpu and memory * 1024 <= room_mib, name
     # m7i.large: 1930m allocatable less 950m of DaemonSets (aws-node's two 25m containers), CoreDNS, the operator and
     # the submitter leaves 980m: a 1-CPU head would stay Pending, so it is refused, naming what fits
-    with pytest.raises(catalog.CatalogError, match=r"m7i\.large \(2 vCPU, 8 GiB\) leaves 980m CPU and 4541 MiB .*"
-                                                   r"aws-node 50m/0Mi.* less than the head's 1000m CPU and 2048 MiB.*"
-                                                   r"choose a larger system instance type \(m7i\.xlarge, "):
+    with pytest.raises(
+        catalog.CatalogError,
+        match=r"m7i\.large \(2 vCPU, 8 GiB\) leaves 980m CPU and 4541 MiB .*"
+        r"aws-node 50m/0Mi.* less than the head's 1000m CPU and 2048 MiB.*"
+        r"choose a larger system instance type \(m7i\.xlarge, ",
+    ):
         catalog.head_pod_resources(catalog.system_instance("m7i.large"))
     assert catalog.head_pod_resources(catalog.system_instance("m7i.xlarge")) == (2, 10)  # as before: no job change
     tiny = catalog.InstanceType(name="t3.small", vcpus=2, memory_gib=2, usd_per_hour=0.02)
-    with pytest.raises(catalog.CatalogError, match=r"t3\.small .* less than the head's 1000m CPU and 2048 MiB: its pod "
-                                                   r"would stay Pending; choose a larger system instance type"):
+    with pytest.raises(
+        catalog.CatalogError,
+        match=r"t3\.small .* less than the head's 1000m CPU and 2048 MiB: its pod "
+        r"would stay Pending; choose a larger system instance type",
+    ):
         catalog.head_pod_resources(tiny)
 
 
@@ -200,19 +230,35 @@ def test_a_cluster_whose_system_nodes_cannot_hold_the_head_is_refused_naming_the
     stack = cdk.Stack(app, "Small", env=cdk.Environment(region="us-west-2"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-west-2a", "us-west-2b"], nat_gateways=1)
     # THEN the cluster is refused before anything is synthesized, not a head Pending until the job's deadline
-    with pytest.raises(ValueError, match=r"RayEksCluster system_instance_type m7i\.large \(2 vCPU, 8 GiB\) leaves "
-                                         r"980m CPU .* less than the head's 1000m CPU .*\(m7i\.xlarge, "):
+    with pytest.raises(
+        ValueError,
+        match=r"RayEksCluster system_instance_type m7i\.large \(2 vCPU, 8 GiB\) leaves "
+        r"980m CPU .* less than the head's 1000m CPU .*\(m7i\.xlarge, ",
+    ):
         RayEksCluster(stack, "Ray", vpc=vpc, system_instance_type="m7i.large", public_access_cidrs=["203.0.113.0/24"])
 
 
 def test_the_job_sizes_its_head_for_the_clusters_system_nodes(created):
     _, stack, vpc, ray = created
-    gpu = EfaGpuNodegroup(stack, "GpuForHead", cluster=ray.cluster, vpc=vpc, node_selector=GPU,
-                          capacity_reservation_id="cr-0123456789abcdef0")
+    gpu = EfaGpuNodegroup(
+        stack,
+        "GpuForHead",
+        cluster=ray.cluster,
+        vpc=vpc,
+        node_selector=GPU,
+        capacity_reservation_id="cr-0123456789abcdef0",
+    )
     storage = CheckpointStorage(stack, "CheckpointsForHead", cluster=ray.cluster, service_account="head-test")
     # GIVEN settings that say nothing of the system nodes or the reservation (Settings(): m7i.xlarge, none)
-    job = RayTrainingJob(stack, "JobForHead", cluster=ray.cluster, settings=Settings(), gpu_nodes=gpu,
-                         storage=storage, operator=KubeRayOperator(stack, "KubeRayForHead", cluster=ray.cluster))
+    job = RayTrainingJob(
+        stack,
+        "JobForHead",
+        cluster=ray.cluster,
+        settings=Settings(),
+        gpu_nodes=gpu,
+        storage=storage,
+        operator=KubeRayOperator(stack, "KubeRayForHead", cluster=ray.cluster),
+    )
     # THEN the job runs with what was built: m7i.2xlarge's head, the node group's reservation and no placement group
     assert job.settings.nodes.system_instance_type == "m7i.2xlarge"
     assert job.settings.nodes.capacity_reservation_id == "cr-0123456789abcdef0"
@@ -225,7 +271,12 @@ def test_the_job_sizes_its_head_for_the_clusters_system_nodes(created):
 def test_settings_that_contradict_the_node_groups_placement_are_refused():
     _, stack, vpc, cluster = _imported()
     gpu = EfaGpuNodegroup(stack, "Gpu", cluster=cluster, vpc=vpc, placement_group=False)
-    with pytest.raises(ValueError, match=re.escape("RayTrainingJob placementGroup: the settings say 'on' but "
-                                                   "EfaGpuNodegroup Platform/Gpu has it off")):
-        RayTrainingJob(stack, "Job", cluster=cluster, settings=Settings.from_context({"placementGroup": "on"}),
-                       gpu_nodes=gpu)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "RayTrainingJob placementGroup: the settings say 'on' but EfaGpuNodegroup Platform/Gpu has it off"
+        ),
+    ):
+        RayTrainingJob(
+            stack, "Job", cluster=cluster, settings=Settings.from_context({"placementGroup": "on"}), gpu_nodes=gpu
+        )

@@ -50,14 +50,21 @@ def test_kuberay_1_7_synthesizes_without_the_token_warning(default_synth):
 def test_kuberay_1_4_warns_at_synth_that_ray_has_no_token():
     synth = synthesize(**KUBERAY_1_4)
     annotations = Annotations.from_stack(synth.stacks.cluster)
-    annotations.has_warning("*", Match.string_like_regexp(
-        r"Ray token authentication is off: kuberayVersion 1\.4\.0 has no authOptions.*NetworkPolicy is the only guard"))
+    annotations.has_warning(
+        "*",
+        Match.string_like_regexp(
+            r"Ray token authentication is off: kuberayVersion 1\.4\.0 has no authOptions.*NetworkPolicy is the only guard"
+        ),
+    )
 
 
-@pytest.mark.parametrize("version, message", [
-    ("1.21.1", "must look like v1.21.1-eksbuild.3"),
-    ("v1.13.4-eksbuild.1", "must be v1.14.0 or later"),
-])
+@pytest.mark.parametrize(
+    "version, message",
+    [
+        ("1.21.1", "must look like v1.21.1-eksbuild.3"),
+        ("v1.13.4-eksbuild.1", "must be v1.14.0 or later"),
+    ],
+)
 def test_a_pinned_vpc_cni_version_is_checked(version, message):
     stack = cdk.Stack(cdk.App(), "Test")
     cluster = eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c")
@@ -69,8 +76,9 @@ def test_a_pinned_vpc_cni_version_is_used():
     stack = cdk.Stack(cdk.App(), "Test")
     cluster = eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c")
     VpcCniAddon(stack, "VpcCni", cluster=cluster, addon_version="v1.21.1-eksbuild.3")
-    Template.from_stack(stack).has_resource_properties("AWS::EKS::Addon", {
-        "AddonName": "vpc-cni", "AddonVersion": "v1.21.1-eksbuild.3", "ClusterName": "c"})
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::EKS::Addon", {"AddonName": "vpc-cni", "AddonVersion": "v1.21.1-eksbuild.3", "ClusterName": "c"}
+    )
 
 
 def test_the_stack_applies_the_jobs_network_policy_with_the_job_and_token_auth_on(default_synth):
@@ -80,9 +88,11 @@ def test_the_stack_applies_the_jobs_network_policy_with_the_job_and_token_auth_o
     # THEN the NetworkPolicy in front of its pods is applied before the job (the job waits on the chain after it),
     # in the job's namespace
     resources = default_synth.gpu.to_json()["Resources"]
+
     def waits_for(logical_id: str, target: str) -> bool:
         depends = resources[logical_id].get("DependsOn", [])
         return target in depends or any(waits_for(d, target) for d in depends if d in resources)
+
     assert waits_for(job_id, policy_id)
     assert policy["metadata"]["namespace"] == job["metadata"]["namespace"] == "ray"
     # AND the job's cluster requires a token

@@ -73,7 +73,9 @@ def test_cluster_secrets_are_envelope_encrypted_with_a_rotated_key(default_synth
 
 
 def test_cluster_version_and_endpoint_come_from_settings():
-    synth = synthesize(kubernetesVersion="1.35", endpointAccess="public_and_private", publicAccessCidrs="203.0.113.0/24")
+    synth = synthesize(
+        kubernetesVersion="1.35", endpointAccess="public_and_private", publicAccessCidrs="203.0.113.0/24"
+    )
     cluster = only(synth.cluster, "AWS::EKS::Cluster")["Properties"]
     assert cluster["Version"] == "1.35"
     vpc_config = cluster["ResourcesVpcConfig"]
@@ -83,8 +85,11 @@ def test_cluster_version_and_endpoint_come_from_settings():
 
 def public_endpoint_warnings(synth) -> list[str]:
     stack = synth.assembly.get_stack_by_name(synth.settings.cluster_stack_name)
-    return [m.entry.data for m in stack.messages
-            if m.level == cdk.cx_api.SynthesisMessageLevel.WARNING and "ray-efa:publicEndpointOpen" in str(m.entry.data)]
+    return [
+        m.entry.data
+        for m in stack.messages
+        if m.level == cdk.cx_api.SynthesisMessageLevel.WARNING and "ray-efa:publicEndpointOpen" in str(m.entry.data)
+    ]
 
 
 def test_an_endpoint_open_to_the_internet_is_a_synth_warning(default_synth):
@@ -125,12 +130,15 @@ def test_kubectl_layer_matches_cluster_version(default_synth):
 
 
 def test_system_nodegroup_runs_operator_and_head(default_synth):
-    default_synth.cluster.has_resource_properties("AWS::EKS::Nodegroup", {
-        "InstanceTypes": ["m7i.xlarge"],
-        "AmiType": "AL2023_x86_64_STANDARD",
-        "Labels": SYSTEM_NODE_LABELS,
-        "ScalingConfig": {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1},
-    })
+    default_synth.cluster.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "InstanceTypes": ["m7i.xlarge"],
+            "AmiType": "AL2023_x86_64_STANDARD",
+            "Labels": SYSTEM_NODE_LABELS,
+            "ScalingConfig": {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1},
+        },
+    )
 
 
 def test_cluster_stack_holds_no_gpu_capacity(synthesized):
@@ -176,7 +184,9 @@ def test_gpu_az_setting_moves_the_nodegroup_subnet():
     synth = synthesize(gpuAvailabilityZone="us-east-2c")
     (subnet_ref,) = only(synth.gpu, "AWS::EKS::Nodegroup")["Properties"]["Subnets"]
     cluster = synth.cluster.to_json()
-    (output,) = [o for o in cluster["Outputs"].values() if o.get("Export", {}).get("Name") == subnet_ref["Fn::ImportValue"]]
+    (output,) = [
+        o for o in cluster["Outputs"].values() if o.get("Export", {}).get("Name") == subnet_ref["Fn::ImportValue"]
+    ]
     assert cluster["Resources"][output["Value"]["Ref"]]["Properties"]["AvailabilityZone"] == "us-east-2c"
 
 
@@ -215,8 +225,11 @@ def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(default_s
     assert ingress["IpProtocol"] == "-1" and ingress["SourceSecurityGroupId"] == own and ingress["GroupId"] == own
     assert egress["IpProtocol"] == "-1" and egress["DestinationSecurityGroupId"] == own and egress["GroupId"] == own
     # No other egress: the group must not open the nodes to the world (the cluster group handles that).
-    assert "SecurityGroupEgress" not in gpu.to_json()["Resources"][group_id]["Properties"] or \
-        gpu.to_json()["Resources"][group_id]["Properties"]["SecurityGroupEgress"][0]["CidrIp"] == "255.255.255.255/32"
+    assert (
+        "SecurityGroupEgress" not in gpu.to_json()["Resources"][group_id]["Properties"]
+        or gpu.to_json()["Resources"][group_id]["Properties"]["SecurityGroupEgress"][0]["CidrIp"]
+        == "255.255.255.255/32"
+    )
 
 
 def test_launch_template_requires_imdsv2_and_encrypted_gp3_root(synthesized):
@@ -243,7 +256,8 @@ def test_capacity_reservation_is_targeted_and_placement_group_skipped():
     data = launch_template_data(synth)
     # THEN the launch template targets the reservation and no placement group exists
     assert data["CapacityReservationSpecification"] == {
-        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
     assert "Placement" not in data
     synth.gpu.resource_count_is("AWS::EC2::PlacementGroup", 0)
 
@@ -258,7 +272,9 @@ def test_node_count_and_instance_type_follow_settings():
     synth = synthesize(gpuInstanceType="p5en.48xlarge", gpuNodeCount="4", systemNodeCount="2")
     assert only(synth.gpu, "AWS::EKS::Nodegroup")["Properties"]["ScalingConfig"]["DesiredSize"] == 4
     assert launch_template_data(synth)["InstanceType"] == "p5en.48xlarge"
-    synth.cluster.has_resource_properties("AWS::EKS::Nodegroup", {"ScalingConfig": {"DesiredSize": 2, "MinSize": 2, "MaxSize": 2}})
+    synth.cluster.has_resource_properties(
+        "AWS::EKS::Nodegroup", {"ScalingConfig": {"DesiredSize": 2, "MinSize": 2, "MaxSize": 2}}
+    )
 
 
 # -- Helm charts ------------------------------------------------------------------------------------------------
@@ -313,16 +329,22 @@ def test_kuberay_operator_runs_on_system_nodes(default_synth):
 def test_outputs_name_cluster_kubeconfig_az_and_cost(synthesized):
     outputs = synthesized.cluster.to_json()["Outputs"]
     settings = synthesized.settings
-    assert outputs["UpdateKubeconfigCommand"]["Value"] == "aws eks update-kubeconfig --region us-east-2 --name ray-train"
-    assert outputs["ClusterName"]["Value"] == {"Ref": next(iter(synthesized.cluster.find_resources("AWS::EKS::Cluster")))}
+    assert (
+        outputs["UpdateKubeconfigCommand"]["Value"] == "aws eks update-kubeconfig --region us-east-2 --name ray-train"
+    )
+    assert outputs["ClusterName"]["Value"] == {
+        "Ref": next(iter(synthesized.cluster.find_resources("AWS::EKS::Cluster")))
+    }
     assert float(outputs["EstimatedUsdPerHourWithoutGpuStack"]["Value"]) == pytest.approx(
-        hourly_cost(settings).without_gpu_stack, abs=0.01)
+        hourly_cost(settings).without_gpu_stack, abs=0.01
+    )
     # the GPU settings' outputs are the GPU stack's: changing them leaves the cluster stack alone
     gpu_outputs = synthesized.gpu.to_json()["Outputs"]
     assert gpu_outputs["GpuAvailabilityZone"]["Value"] == "us-east-2a"
     assert float(gpu_outputs["EstimatedUsdPerHour"]["Value"]) == pytest.approx(hourly_cost(settings).total, abs=0.01)
     assert float(gpu_outputs["EstimatedGpuUsdPerHour"]["Value"]) == pytest.approx(
-        2 * settings.nodes.gpu_instance.usd_per_hour, abs=0.01)
+        2 * settings.nodes.gpu_instance.usd_per_hour, abs=0.01
+    )
     assert gpu_outputs["TrainingJobWatchCommand"]["Value"] == "kubectl -n ray get rayjob train-efa -w"
 
 
@@ -333,7 +355,9 @@ def test_default_stack_costs_about_nine_and_a_half_dollars_an_hour(default_synth
 
 
 def test_stacks_are_tagged(default_synth):
-    default_synth.gpu.has_resource_properties("AWS::EKS::Nodegroup", {"Tags": Match.object_like({"project": "ray-efa"})})
+    default_synth.gpu.has_resource_properties(
+        "AWS::EKS::Nodegroup", {"Tags": Match.object_like({"project": "ray-efa"})}
+    )
 
 
 # -- scaled to zero ---------------------------------------------------------------------------------------------
@@ -384,9 +408,21 @@ def test_a_gpu_type_of_your_own_goes_into_the_construct_checked():
     from ray_efa.infra.cluster import RayEksCluster
     from ray_efa.infra.gpu_nodegroup import EfaGpuNodegroup
 
-    row = catalog.describe_gpu_instance({
-        "name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268, "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000,
-        "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 16, "networkGbps": 6400, "usdPerHour": 150.0})
+    row = catalog.describe_gpu_instance(
+        {
+            "name": "p6-b300.48xlarge",
+            "gpus": 8,
+            "gpuName": "B300",
+            "gpuMemoryGib": 268,
+            "peakBf16Tflops": 2250,
+            "memoryBandwidthGbS": 8000,
+            "vcpus": 192,
+            "memoryGib": 4096,
+            "efaInterfaces": 16,
+            "networkGbps": 6400,
+            "usdPerHour": 150.0,
+        }
+    )
     stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
     vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-2a", "us-east-2b"])
     ray = RayEksCluster(stack, "Ray", vpc=vpc)
@@ -402,9 +438,18 @@ def test_a_described_type_with_g6e_48xlarge_facts_gets_the_built_in_rows_launch_
     from ray_efa.infra.gpu_nodegroup import launch_template_network_interfaces
 
     # GIVEN g6e.48xlarge's facts described under a name of their own, efaOnlySecondary unsaid
-    described = catalog.describe_gpu_instance({
-        "name": "x6e.48xlarge", "gpus": 8, "gpuName": "L40S", "vcpus": 192, "memoryGib": 1536, "efaInterfaces": 4,
-        "networkGbps": 400, "usdPerHour": 30.1312})
+    described = catalog.describe_gpu_instance(
+        {
+            "name": "x6e.48xlarge",
+            "gpus": 8,
+            "gpuName": "L40S",
+            "vcpus": 192,
+            "memoryGib": 1536,
+            "efaInterfaces": 4,
+            "networkGbps": 400,
+            "usdPerHour": 30.1312,
+        }
+    )
     built_in = catalog.gpu_instance("g6e.48xlarge")
     # THEN the launch template's interfaces are the built-in row's: efa on all 4 cards, the same groups
     interfaces = launch_template_network_interfaces(described, ["sg-efa", "sg-cluster"])
@@ -417,15 +462,24 @@ def test_a_described_type_with_g6e_48xlarge_facts_gets_the_built_in_rows_launch_
 
 def test_dra_installs_both_dra_drivers_on_the_gpu_nodes_and_no_device_plugin():
     synth = synthesize(deviceAllocation="dra", gpuInstanceType="p5.48xlarge")
-    charts = {c["Properties"]["Chart"]: c for c in synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    charts = {
+        c["Properties"]["Chart"]: c for c in synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    }
     assert set(charts) == {"kuberay-operator", "dra-driver-nvidia-gpu", "aws-dranet"}
     nvidia, efa = charts["dra-driver-nvidia-gpu"]["Properties"], charts["aws-dranet"]["Properties"]
     assert nvidia["Repository"] == "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
-    assert (nvidia["Version"], nvidia["Namespace"], efa["Version"], efa["Namespace"]) == ("0.4.1", "nvidia", "1.0.0", "kube-system")
+    assert (nvidia["Version"], nvidia["Namespace"], efa["Version"], efa["Namespace"]) == (
+        "0.4.1",
+        "nvidia",
+        "1.0.0",
+        "kube-system",
+    )
     values = json.loads(nvidia["Values"])
     assert values["resources"]["computeDomains"] == {"enabled": False} and values["gpuResourcesEnabledOverride"] is True
     assert values["kubeletPlugin"]["nodeSelector"] == {"role": GPU_NODE_LABELS["role"]}
-    assert json.loads(efa["Values"])["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert json.loads(efa["Values"])["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     # the training job claims from its ResourceClaimTemplate, applied before the RayJob
     from tests.infra.test_workload import find
 

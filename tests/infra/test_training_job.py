@@ -38,21 +38,39 @@ class Platform(cdk.Stack):
     def __init__(self, scope, construct_id: str, *, nodes: int = 4, second_nodegroup: bool = False, **kwargs):
         super().__init__(scope, construct_id, env=cdk.Environment(region="us-west-2"), **kwargs)
         self.vpc = ec2.Vpc.from_vpc_attributes(
-            self, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-west-2a", "us-west-2b"],
-            private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa", "subnet-01aaaaaaaaaaaaaaa"])
+            self,
+            "Vpc",
+            vpc_id="vpc-0123456789abcdef0",
+            availability_zones=["us-west-2a", "us-west-2b"],
+            private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa", "subnet-01aaaaaaaaaaaaaaa"],
+        )
         provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-            self, "Kubectl", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl")
+            self, "Kubectl", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl"
+        )
         self.cluster = eks.Cluster.from_cluster_attributes(
-            self, "Cluster", cluster_name="platform", cluster_security_group_id="sg-0123456789abcdef0", vpc=self.vpc,
-            kubectl_provider=provider)
-        self.gpu = EfaGpuNodegroup(self, "GpuNodes", cluster=self.cluster, vpc=self.vpc, instance_type="p5.48xlarge",
-                                   node_count=nodes, node_selector=GPU)
+            self,
+            "Cluster",
+            cluster_name="platform",
+            cluster_security_group_id="sg-0123456789abcdef0",
+            vpc=self.vpc,
+            kubectl_provider=provider,
+        )
+        self.gpu = EfaGpuNodegroup(
+            self,
+            "GpuNodes",
+            cluster=self.cluster,
+            vpc=self.vpc,
+            instance_type="p5.48xlarge",
+            node_count=nodes,
+            node_selector=GPU,
+        )
         if second_nodegroup:
             EfaGpuNodegroup(self, "MoreGpuNodes", cluster=self.cluster, vpc=self.vpc, node_selector=GPU)
         self.operator = KubeRayOperator(self, "KubeRay", cluster=self.cluster, node_selector=SYSTEM)
         self.workload = RayWorkload(self, "Workload", cluster=self.cluster, namespace="ml", after=[self.operator.chart])
-        self.storage = CheckpointStorage(self, "Checkpoints", cluster=self.cluster, namespace="ml",
-                                         after=self.workload.namespace)
+        self.storage = CheckpointStorage(
+            self, "Checkpoints", cluster=self.cluster, namespace="ml", after=self.workload.namespace
+        )
 
 
 def _job_settings(template: Template, job: str = "train-efa") -> dict:
@@ -78,26 +96,37 @@ def test_a_default_settings_object_takes_the_platforms_cluster():
     assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
     # the preflight floor follows: the settings the driver reads are p5's, so preflight_floor.floor_gbps is p5's
     from ray_efa.core import preflight_floor
+
     assert preflight_floor.floor_gbps(Settings.from_context(settings)) == preflight_floor.floor_gbps(
-        Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}))
+        Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4})
+    )
     assert settings["storagePath"].startswith("s3://")  # the platform's bucket (a token until deploy)
 
 
 def test_settings_that_describe_another_cluster_fail_synth_naming_both_values():
     stack = Platform(cdk.App(), "Platform")
-    with pytest.raises(ValueError, match=r"gpuNodeCount: the settings say 2 but EfaGpuNodegroup Platform/GpuNodes "
-                                         r"says 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"gpuNodeCount: the settings say 2 but EfaGpuNodegroup Platform/GpuNodes "
+        r"says 4",
+    ):
         RayTrainingJob(stack, "Job", cluster=stack.cluster, settings=Settings.from_context({"gpuNodeCount": 2}))
     stack = Platform(cdk.App(), "Platform")
-    with pytest.raises(ValueError, match=r"namespace: the settings say 'ray-ml' but RayWorkload Platform/Workload "
-                                         r"says 'ml'"):
+    with pytest.raises(
+        ValueError,
+        match=r"namespace: the settings say 'ray-ml' but RayWorkload Platform/Workload "
+        r"says 'ml'",
+    ):
         RayTrainingJob(stack, "Job", cluster=stack.cluster, settings=Settings.from_context({"namespace": "ray-ml"}))
 
 
 def test_props_that_disagree_with_the_constructs_fail_naming_both():
     stack = Platform(cdk.App(), "Platform")
-    with pytest.raises(ValueError, match=r"gpuNodeSelector: EfaGpuNodegroup Platform/GpuNodes says .* but "
-                                         r"RayTrainingJob gpu_node_selector says"):
+    with pytest.raises(
+        ValueError,
+        match=r"gpuNodeSelector: EfaGpuNodegroup Platform/GpuNodes says .* but "
+        r"RayTrainingJob gpu_node_selector says",
+    ):
         RayTrainingJob(stack, "Job", cluster=stack.cluster, gpu_node_selector={"role": "other"})
 
 
@@ -112,13 +141,23 @@ def test_two_node_groups_need_the_one_to_be_named():
 
 def test_own_function_and_small_code_ship_in_a_config_map_under_the_job_name():
     stack = Platform(cdk.App(), "Platform")
-    job = RayTrainingJob(stack, "Job", cluster=stack.cluster, train_function="own_training.train:train_func",
-                         code=EXAMPLE_SRC, job_name="mlp-exp", train_config={"epochs": 3})
+    job = RayTrainingJob(
+        stack,
+        "Job",
+        cluster=stack.cluster,
+        train_function="own_training.train:train_func",
+        code=EXAMPLE_SRC,
+        job_name="mlp-exp",
+        train_config={"epochs": 3},
+    )
     template = Template.from_stack(stack)
     assert job.name == "mlp-exp" and job.code_asset is None
     settings = _job_settings(template, "mlp-exp")
     assert (settings["trainFunction"], settings["codeDir"], settings["trainConfig"]) == (
-        "own_training.train:train_func", USER_CODE_PATH, {"epochs": 3})
+        "own_training.train:train_func",
+        USER_CODE_PATH,
+        {"epochs": 3},
+    )
     _, _, code = find(template, "ConfigMap", "mlp-exp-user-code")
     assert "own_training.train.py" in code["data"]
     _, _, ray_job = find(template, "RayJob", "mlp-exp")
@@ -146,13 +185,23 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
     # GIVEN code over kubectl's annotation limit
     app = cdk.App(outdir=str(tmp_path / "cdk.out"))
     stack = Platform(app, "Platform")
-    job = RayTrainingJob(stack, "Job", cluster=stack.cluster, train_function="big_train:train_func",
-                         code=_large_code(tmp_path), after=[stack.gpu.nodegroup])
+    job = RayTrainingJob(
+        stack,
+        "Job",
+        cluster=stack.cluster,
+        train_function="big_train:train_func",
+        code=_large_code(tmp_path),
+        after=[stack.gpu.nodegroup],
+    )
     template = Template.from_stack(stack)
     # THEN no user-code ConfigMap: every Ray pod fetches the asset's zip into USER_CODE_PATH
     assert job.code_asset is not None
-    assert not [o for r in manifests(template).values() for o in manifest_objects(r)
-                if o["metadata"]["name"].endswith("user-code")]
+    assert not [
+        o
+        for r in manifests(template).values()
+        for o in manifest_objects(r)
+        if o["metadata"]["name"].endswith("user-code")
+    ]
     _, _, ray_job = find(template, "RayJob")
     spec = ray_job["spec"]["rayClusterSpec"]
     for pod in (spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]):
@@ -163,8 +212,11 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
         uri, dest = init["command"][-2:]
         assert uri.startswith("s3://cdk-") and uri.endswith(".zip") and dest == USER_CODE_PATH
     # and the pods' role (the CheckpointStorage service account's) may read those two objects, and only them
-    policies = [p["Properties"] for p in template.find_resources("AWS::IAM::Policy").values()
-                if "s3:GetObject" == p["Properties"]["PolicyDocument"]["Statement"][0]["Action"]]
+    policies = [
+        p["Properties"]
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if "s3:GetObject" == p["Properties"]["PolicyDocument"]["Statement"][0]["Action"]
+    ]
     (policy,) = policies
     (statement,) = policy["PolicyDocument"]["Statement"]
     assert len(statement["Resource"]) == 2
@@ -178,19 +230,35 @@ def test_large_code_ships_as_an_s3_asset_the_pods_role_reads(tmp_path):
     assembly = app.synth()
     staged = Path(assembly.directory) / f"asset.{job.code_asset.asset_hash}"
     assert sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()) == [
-        "big_train/__init__.py", "big_train/vocab.txt"]
+        "big_train/__init__.py",
+        "big_train/vocab.txt",
+    ]
 
 
 def test_large_code_without_a_role_to_read_it_names_the_props(tmp_path):
     stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-west-2"))
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl")
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-west-2a"],
-                                      private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa"])
-    cluster = eks.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c", kubectl_provider=provider, vpc=vpc)
+        stack, "Kubectl", service_token="arn:aws:lambda:us-west-2:111122223333:function:kubectl"
+    )
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-west-2a"],
+        private_subnet_ids=["subnet-00aaaaaaaaaaaaaaa"],
+    )
+    cluster = eks.Cluster.from_cluster_attributes(
+        stack, "Cluster", cluster_name="c", kubectl_provider=provider, vpc=vpc
+    )
     with pytest.raises(ValueError, match="pass storage= .* or code_reader="):
-        RayTrainingJob(stack, "Job", cluster=cluster, train_function="big_train:train_func", code=_large_code(tmp_path),
-                       storage_path=CKPT)
+        RayTrainingJob(
+            stack,
+            "Job",
+            cluster=cluster,
+            train_function="big_train:train_func",
+            code=_large_code(tmp_path),
+            storage_path=CKPT,
+        )
 
 
 def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(tmp_path):
@@ -199,8 +267,9 @@ def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(
     from ray_efa.infra.app import build_stacks, feature_flags
 
     # GIVEN the project's own two stacks with a large codeDir (the service account lives in the cluster stack)
-    settings = Settings.from_context({"trainFunction": "big_train:train_func", "codeDir": str(_large_code(tmp_path)),
-                                      "jobName": "big"})
+    settings = Settings.from_context(
+        {"trainFunction": "big_train:train_func", "codeDir": str(_large_code(tmp_path)), "jobName": "big"}
+    )
     app = cdk.App(outdir=tempfile.mkdtemp(dir=tmp_path), context=feature_flags())
     stacks = build_stacks(app, settings)
     # WHEN synthesized (cdk-nag raises on any unacknowledged finding) THEN the asset and its read grant are in the
@@ -208,8 +277,11 @@ def test_the_project_app_ships_large_code_from_the_gpu_stack_with_cdk_nag_clean(
     app.synth()
     gpu = Template.from_stack(stacks.gpu)
     # (the GPU stack's other policy is the job guard's own role's)
-    (policy,) = [p["Properties"] for p in gpu.find_resources("AWS::IAM::Policy").values()
-                 if p["Properties"]["PolicyDocument"]["Statement"][0]["Action"] == "s3:GetObject"]
+    (policy,) = [
+        p["Properties"]
+        for p in gpu.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"]["PolicyDocument"]["Statement"][0]["Action"] == "s3:GetObject"
+    ]
     assert "Fn::ImportValue" in json.dumps(policy["Roles"])
     _, _, ray_job = find(gpu, "RayJob", "big")
     assert ray_job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"]
@@ -224,9 +296,28 @@ def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
 
     # WHEN the real CDK CLI synthesizes the project's app with the three settings (codeDir relative to the app dir)
     result = subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path), "-c", "trainFunction=own_training.train:train_func",
-         "-c", "codeDir=examples/own-training/src", "-c", "jobName=mlp-exp", "-c", 'trainConfig={"epochs": 3}'],
-        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+        [
+            "npx",
+            "cdk",
+            "synth",
+            "--quiet",
+            "--output",
+            str(tmp_path),
+            "-c",
+            "trainFunction=own_training.train:train_func",
+            "-c",
+            "codeDir=examples/own-training/src",
+            "-c",
+            "jobName=mlp-exp",
+            "-c",
+            'trainConfig={"epochs": 3}',
+        ],
+        cwd=ROOT,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # THEN the GPU stack applies the code ConfigMap of codeDir and the RayJob mlp-exp, whose settings name the function
     template = Template.from_json(json.loads((tmp_path / "ray-train-gpu.template.json").read_text()))
@@ -234,14 +325,32 @@ def test_cdk_synth_ships_your_function_under_its_job_name(tmp_path):
     assert code["data"]["own_training.train.py"] == (EXAMPLE_SRC / "own_training" / "train.py").read_text()
     settings = _job_settings(template, "mlp-exp")
     assert (settings["trainFunction"], settings["codeDir"], settings["trainConfig"]) == (
-        "own_training.train:train_func", USER_CODE_PATH, {"epochs": 3})
+        "own_training.train:train_func",
+        USER_CODE_PATH,
+        {"epochs": 3},
+    )
     _, _, job = find(template, "RayJob", "mlp-exp")
     assert job["metadata"]["namespace"] == "ray"
     # and a function that is not there stops synth before anything is written, naming trainFunction
     bad = subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "--output", str(tmp_path / "bad"), "-c", "trainFunction=own_training.train:nope",
-         "-c", "codeDir=examples/own-training/src"],
-        cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+        [
+            "npx",
+            "cdk",
+            "synth",
+            "--quiet",
+            "--output",
+            str(tmp_path / "bad"),
+            "-c",
+            "trainFunction=own_training.train:nope",
+            "-c",
+            "codeDir=examples/own-training/src",
+        ],
+        cwd=ROOT,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "trainFunction: must name a function of own_training.train" in bad.stderr
     assert not (tmp_path / "bad" / "ray-train-gpu.template.json").exists()
 
@@ -259,5 +368,8 @@ def test_the_job_waits_for_the_namespace_and_the_service_account_it_was_given():
     assert isinstance(namespace, cdk.CfnElement)
     namespace_id = stack.get_logical_id(namespace)
     assert namespace_id in waits
-    assert any(stack.get_logical_id(c.node.default_child) in waits
-               for c in stack.storage.service_account.node.find_all() if isinstance(c.node.default_child, cdk.CfnResource))
+    assert any(
+        stack.get_logical_id(c.node.default_child) in waits
+        for c in stack.storage.service_account.node.find_all()
+        if isinstance(c.node.default_child, cdk.CfnResource)
+    )

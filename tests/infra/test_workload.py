@@ -44,9 +44,14 @@ def manifests(template) -> dict[str, dict]:
 
 def job_manifests(template) -> dict[str, dict]:
     """manifests(), less the job guard's own RBAC (the guard stays with or without a job: `submit` runs them too)."""
-    return {logical_id: resource for logical_id, resource in manifests(template).items()
-            if not any(o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "job-guard"
-                       for o in manifest_objects(resource))}
+    return {
+        logical_id: resource
+        for logical_id, resource in manifests(template).items()
+        if not any(
+            o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "job-guard"
+            for o in manifest_objects(resource)
+        )
+    }
 
 
 def find(template, kind: str, name: str | None = None) -> tuple[str, dict, dict]:
@@ -70,9 +75,14 @@ def test_namespace_waits_for_the_kuberay_crds_and_both_device_plugins(default_sy
 
 def test_kuberay_operator_waits_for_the_system_node_group(default_synth):
     # GIVEN the operator's Helm release, which waits for its Deployment, which only system nodes can run
-    operator = default_synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart")[helm_chart_ids(default_synth)["kuberay-operator"]]
-    (system_nodegroup,) = [i for i, r in default_synth.cluster.find_resources("AWS::EKS::Nodegroup").items()
-                           if r["Properties"]["NodegroupName"] == "ray-train-system-m7i-xlarge"]
+    operator = default_synth.cluster.find_resources("Custom::AWSCDK-EKS-HelmChart")[
+        helm_chart_ids(default_synth)["kuberay-operator"]
+    ]
+    (system_nodegroup,) = [
+        i
+        for i, r in default_synth.cluster.find_resources("AWS::EKS::Nodegroup").items()
+        if r["Properties"]["NodegroupName"] == "ray-train-system-m7i-xlarge"
+    ]
     # THEN CloudFormation creates it only after the system node group
     assert system_nodegroup in operator["DependsOn"]
 
@@ -82,13 +92,19 @@ def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(def
     # (one per package) are not there: the project's code is an S3 asset the pods fetch
     names = [name for name, _ in collect_code(default_synth.settings).config_maps("train-efa-code")]  # code, settings
     assert names[0] == "train-efa-code" and "train-efa-code-training" in names and names[-1] == "train-efa-settings"
-    shipped = {o["metadata"]["name"] for r in manifests(default_synth.gpu).values() for o in manifest_objects(r)
-               if o["kind"] == "ConfigMap"}
+    shipped = {
+        o["metadata"]["name"]
+        for r in manifests(default_synth.gpu).values()
+        for o in manifest_objects(r)
+        if o["kind"] == "ConfigMap"
+    }
     assert shipped == {"train-efa-settings"}
     names = ["train-efa-settings"]
     config_maps = [find(default_synth.gpu, "ConfigMap", name)[:2] for name in names]
     job_id, job_resource, job = find(default_synth.gpu, "RayJob")
-    assert [len(manifest_objects(r)) for _, r in config_maps] + [len(manifest_objects(job_resource))] == [1] * (len(names) + 1)
+    assert [len(manifest_objects(r)) for _, r in config_maps] + [len(manifest_objects(job_resource))] == [1] * (
+        len(names) + 1
+    )
     # THEN they are applied in that order, the first after the GPU node group: the job's activeDeadlineSeconds starts
     # when GPU nodes exist, not while the cluster stack is still being built
     (nodegroup_id,) = default_synth.gpu.find_resources("AWS::EKS::Nodegroup")
@@ -99,8 +115,13 @@ def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(def
     assert job["metadata"]["name"] == "train-efa" and job["metadata"]["namespace"] == "ray"
     # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket)
     kinds = {o["kind"] for r in manifests(default_synth.cluster).values() for o in manifest_objects(r)}
-    assert kinds == {"Namespace", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                     "NetworkPolicy"}
+    assert kinds == {
+        "Namespace",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "NetworkPolicy",
+    }
     gpu_stack = default_synth.assembly.get_stack_by_name("ray-train-gpu")
     assert "ray-train-cluster" in [d.id for d in gpu_stack.dependencies]
 
@@ -122,8 +143,9 @@ def test_ray_pods_run_as_the_service_account_that_may_use_the_bucket(default_syn
     accounts = {spec["headGroupSpec"]["template"]["spec"]["serviceAccountName"]}
     accounts |= {g["template"]["spec"]["serviceAccountName"] for g in spec["workerGroupSpecs"]}
     assert accounts == {"ray-train"}
-    default_synth.cluster.has_resource_properties("AWS::EKS::PodIdentityAssociation", {
-        "Namespace": "ray", "ServiceAccount": "ray-train"})
+    default_synth.cluster.has_resource_properties(
+        "AWS::EKS::PodIdentityAssociation", {"Namespace": "ray", "ServiceAccount": "ray-train"}
+    )
     (bucket_id,) = default_synth.cluster.find_resources("AWS::S3::Bucket")
     policies = default_synth.cluster.find_resources("AWS::IAM::Policy")
     granted = [p for p in policies.values() if bucket_id in json.dumps(p["Properties"]["PolicyDocument"])]
@@ -131,11 +153,20 @@ def test_ray_pods_run_as_the_service_account_that_may_use_the_bucket(default_syn
 
 
 def test_checkpoint_bucket_is_private_encrypted_ssl_only_and_retained(default_synth):
-    (bucket_id, bucket), = default_synth.cluster.find_resources("AWS::S3::Bucket").items()
+    ((bucket_id, bucket),) = default_synth.cluster.find_resources("AWS::S3::Bucket").items()
     props = bucket["Properties"]
-    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert (
+        props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"][
+            "SSEAlgorithm"
+        ]
+        == "AES256"
+    )
     assert props["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert bucket["DeletionPolicy"] == "Retain"
     policy = next(iter(default_synth.cluster.find_resources("AWS::S3::BucketPolicy").values()))
     assert '"aws:SecureTransport": "false"' in json.dumps(policy["Properties"]["PolicyDocument"])
@@ -194,25 +225,34 @@ def test_the_rerun_path_applies_the_job_the_stack_applied(default_synth):
     deployed = {}
     for resource in job_manifests(default_synth.gpu).values():
         (obj,) = manifest_objects(resource)
-        obj["metadata"]["labels"] = {k: v for k, v in obj["metadata"]["labels"].items() if not k.startswith(PRUNE_LABEL_PREFIX)}
+        obj["metadata"]["labels"] = {
+            k: v for k, v in obj["metadata"]["labels"].items() if not k.startswith(PRUNE_LABEL_PREFIX)
+        }
         deployed[(obj["kind"], obj["metadata"]["name"])] = obj
     # (the stack's PodDisruptionBudget of the job's pods is the stack's own: k8s.disruption_budget)
     assert deployed.pop(("PodDisruptionBudget", "train-efa-ray-pods"))["spec"]["maxUnavailable"] == 0
     storage_path = json.loads(deployed[("ConfigMap", "train-efa-settings")]["data"]["settings.json"])["storagePath"]
     settings = default_synth.settings.replace(storagePath=storage_path)
-    written = {(o["kind"], o["metadata"]["name"]): o
-               for chart in build_manifests(cdk8s.App(), settings) if chart.node.id == "rayjob-efa"
-               for o in chart.to_json()}
+    written = {
+        (o["kind"], o["metadata"]["name"]): o
+        for chart in build_manifests(cdk8s.App(), settings)
+        if chart.node.id == "rayjob-efa"
+        for o in chart.to_json()
+    }
     # THEN they are the same job: `kubectl delete rayjob train-efa` then `kubectl apply` of dist/'s
     # 0002-rayjob-efa.yaml (made with -c storagePath=<the stack's CheckpointStoragePath>) runs it again, with the same
     # settings and policy; its code comes from ConfigMaps instead of the stack's S3 asset (the same files)
     for key in (("ConfigMap", "train-efa-settings"), ("NetworkPolicy", "train-efa-ray-ingress")):
         assert written[key] == deployed[key], key
     assert {k for k in written if k[0] == "ConfigMap"} - {k for k in deployed if k[0] == "ConfigMap"} == {
-        ("ConfigMap", name) for name, _ in collect_code(settings).config_maps("train-efa-code")[:-1]}
+        ("ConfigMap", name) for name, _ in collect_code(settings).config_maps("train-efa-code")[:-1]
+    }
     # ...and with the asset's URI the rerun objects are exactly the deployed ones
     head = deployed[("RayJob", "train-efa")]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     (fetch,) = [c for c in head["initContainers"] if c["name"] == "fetch-app"]
     uri = fetch["command"][-2]
-    same = {(o["kind"], o["metadata"]["name"]): o for o in ray_job_chart(cdk8s.App(), settings, app_archive_uri=uri).to_json()}
+    same = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in ray_job_chart(cdk8s.App(), settings, app_archive_uri=uri).to_json()
+    }
     assert same == deployed

@@ -19,7 +19,10 @@ INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", 
 """The same GPU types as the infra tests."""
 
 BASE = Settings().replace(
-    gpuNodeCount=3, jobTtlSecondsAfterFinished=123, jobActiveDeadlineSeconds=4567, jobBackoffLimit=2,
+    gpuNodeCount=3,
+    jobTtlSecondsAfterFinished=123,
+    jobActiveDeadlineSeconds=4567,
+    jobBackoffLimit=2,
     pipPackages="einops==0.8.1,tabulate==0.9.0",
 )
 """Non-default values wherever a default would hide a field that is not read from the settings."""
@@ -88,8 +91,14 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-NOT_NETWORK_ENV = ("PYTHONPATH", "AWS_REGION", "AWS_DEFAULT_REGION", "RAY_EFA_MODEL_CACHE", "HF_HUB_CACHE",
-                   "PYTHONUNBUFFERED")
+NOT_NETWORK_ENV = (
+    "PYTHONPATH",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "RAY_EFA_MODEL_CACHE",
+    "HF_HUB_CACHE",
+    "PYTHONUNBUFFERED",
+)
 """Env of every Ray container that is not the network's: the shipped code, the AWS region, the model caches, stdio."""
 
 
@@ -148,10 +157,17 @@ def fetch_like_the_pods(archive: bytes, tmp_path: Path, *, name: str = "code.zip
 
     (tmp_path / "bucket").mkdir()
     (tmp_path / "bucket" / name).write_bytes(archive)
-    script = FETCH_SCRIPT.replace("fs.S3FileSystem(region=os.environ['AWS_REGION'])",
-                                  f"fs.SubTreeFileSystem({str(tmp_path)!r}, fs.LocalFileSystem())")
+    script = FETCH_SCRIPT.replace(
+        "fs.S3FileSystem(region=os.environ['AWS_REGION'])",
+        f"fs.SubTreeFileSystem({str(tmp_path)!r}, fs.LocalFileSystem())",
+    )
     assert script != FETCH_SCRIPT, "the init container's script no longer opens S3 as this helper expects"
     dest = tmp_path / "user"
-    subprocess.run([sys.executable, "-c", script, f"s3://bucket/{name}", str(dest)], check=True, timeout=60,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-c", script, f"s3://bucket/{name}", str(dest)],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
     return dest

@@ -30,21 +30,33 @@ def run(tmp_path, host_driver: str | None, with_compat: bool = True) -> subproce
         (compat / "libcuda.so.1").symlink_to(f"libcuda.so.{IMAGE_DRIVER}")
     version = tmp_path / "version"
     if host_driver:
-        version.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {host_driver}  Release Build  (dvs-builder)\n")
+        version.write_text(
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {host_driver}  Release Build  (dvs-builder)\n"
+        )
     setup = cuda_compat_setup(compat_dir=str(compat), driver_version_file=str(version))
     env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/amazon/efa/lib"}  # no nvidia-smi on PATH here
-    return subprocess.run(kuberay_command([setup], 'echo "ray start sees LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'),
-                          capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(
+        kuberay_command([setup], 'echo "ray start sees LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
 
 
-@pytest.mark.parametrize("host_driver, compat_first", [
-    ("570.172.08", True),   # older than the image's CUDA driver: forward compatibility on
-    ("535.247.01", True),
-    (IMAGE_DRIVER, False),  # the same driver: the host's own
-    ("580.105.08", False),  # newer: the host's own
-    (None, False),          # driver unknown (no /proc/driver/nvidia, no nvidia-smi): nothing to decide
-])
-def test_ray_start_runs_with_the_compat_libraries_exactly_when_the_host_driver_is_older(tmp_path, host_driver, compat_first):
+@pytest.mark.parametrize(
+    "host_driver, compat_first",
+    [
+        ("570.172.08", True),  # older than the image's CUDA driver: forward compatibility on
+        ("535.247.01", True),
+        (IMAGE_DRIVER, False),  # the same driver: the host's own
+        ("580.105.08", False),  # newer: the host's own
+        (None, False),  # driver unknown (no /proc/driver/nvidia, no nvidia-smi): nothing to decide
+    ],
+)
+def test_ray_start_runs_with_the_compat_libraries_exactly_when_the_host_driver_is_older(
+    tmp_path, host_driver, compat_first
+):
     result = run(tmp_path, host_driver)
     assert result.returncode == 0, result.stderr
     seen = result.stdout.strip().splitlines()[-1]

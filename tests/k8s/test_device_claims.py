@@ -24,8 +24,13 @@ from ray_efa.k8s.workload import build_manifests, ray_job_chart
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
 # instance -> (GPUs, EFA interfaces per GPU when they pair up, else None)
-PAIRING = {"g6.12xlarge": (4, None), "p4d.24xlarge": (8, None), "p5.48xlarge": (8, 4), "p5en.48xlarge": (8, 2),
-           "p6-b200.48xlarge": (8, 1)}
+PAIRING = {
+    "g6.12xlarge": (4, None),
+    "p4d.24xlarge": (8, None),
+    "p5.48xlarge": (8, 4),
+    "p5en.48xlarge": (8, 2),
+    "p6-b200.48xlarge": (8, 1),
+}
 
 
 def job_objects(**context) -> list[dict]:
@@ -50,8 +55,9 @@ def test_each_gpu_gets_the_efa_interfaces_on_its_pcie_root_within_claims_of_32(i
         if per_gpu is not None:  # ... and each GPU's EFA interfaces are in the GPU's own claim, on its PCIe root
             indices = sorted(int(name.split("-")[1]) for name in claim if name.startswith("gpu-"))
             assert set(claim) == {f"{kind}-{i}" for i in indices for kind in ("gpu", "efa")}
-            assert devices["constraints"] == [{"requests": [f"gpu-{i}", f"efa-{i}"], "matchAttribute": PCIE_ROOT}
-                                              for i in indices]
+            assert devices["constraints"] == [
+                {"requests": [f"gpu-{i}", f"efa-{i}"], "matchAttribute": PCIE_ROOT} for i in indices
+            ]
         counts.update(claim)
         # ... each a valid resource.k8s.io/v1 object for Kubernetes 1.36 (unknown fields rejected)
         assert k8s_validate(template, "1.36") == "1.36"
@@ -101,8 +107,10 @@ def test_the_workers_claim_it_and_ask_for_no_extended_resources_valid_for_both_c
     # still Guaranteed: CPU and memory requests equal limits
     assert container["resources"]["limits"] == container["resources"]["requests"]
     assert crd_errors(job, kuberay_version) == []
-    assert k8s_validate(pod_template_object(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]),
-                        "1.36") == "1.36"
+    assert (
+        k8s_validate(pod_template_object(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]), "1.36")
+        == "1.36"
+    )
 
 
 def test_the_long_lived_raycluster_gets_its_own_template():
@@ -124,7 +132,9 @@ def test_dra_on_a_kubernetes_without_it_is_refused_naming_the_setting():
     # platform's imported cluster may run (and for the day the list grows): checked through the settings' own rules.
     problems = rule_problems(
         settings_module.Settings._rules(),
-        {**Settings().to_context(), "deviceAllocation": "dra", "kubernetesVersion": "1.33"}, set())
+        {**Settings().to_context(), "deviceAllocation": "dra", "kubernetesVersion": "1.33"},
+        set(),
+    )
     (problem,) = [p for p in problems if p.key == "deviceAllocation"]
     assert "needs Kubernetes 1.34 or later" in problem.message and problem.value == "dra"
     assert not [p for p in problems if p.key == "deviceAllocation" and p.value == "device-plugin"]

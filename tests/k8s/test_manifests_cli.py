@@ -44,9 +44,14 @@ def test_writes_one_file_per_chart_in_apply_order(dist):
 
 def test_files_are_plain_yaml_of_the_charts(dist):
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in dist.glob("*.yaml")}
-    code = [("ConfigMap", name) for name, _ in collect_code(Settings()).config_maps("train-efa-code")]  # code, then settings
+    code = [
+        ("ConfigMap", name) for name, _ in collect_code(Settings()).config_maps("train-efa-code")
+    ]  # code, then settings
     assert [(d["kind"], d["metadata"]["name"]) for d in docs["0002-rayjob-efa.yaml"]] == [
-        ("NetworkPolicy", "train-efa-ray-ingress"), *code, ("RayJob", "train-efa")]
+        ("NetworkPolicy", "train-efa-ray-ingress"),
+        *code,
+        ("RayJob", "train-efa"),
+    ]
     assert ("ConfigMap", "train-efa-code-training") in code and code[-1] == ("ConfigMap", "train-efa-settings")
     assert docs["0000-namespace.yaml"][0]["kind"] == "Namespace"
 
@@ -123,7 +128,9 @@ def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypa
     # WHEN the manifests are written THEN the error is named, nothing is half-written, no staging dir is left
     assert _run("--out", str(out)) == 1
     assert "over the Kubernetes limit of 1,048,576 bytes" in capsys.readouterr().err
-    assert [p.name for p in tmp_path.iterdir()] == ["dist"] and {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["dist"] and {
+        p.name: p.read_bytes() for p in out.iterdir()
+    } == before
 
 
 def test_stale_files_of_an_earlier_run_are_gone(tmp_path):
@@ -176,7 +183,9 @@ def test_a_multi_node_job_without_storage_path_is_refused_unless_allowed(tmp_pat
     # WHEN `ray-efa manifests` runs THEN exit 2 naming storagePath, the bucket's output and the way past, nothing written
     assert args.run(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ray-efa manifests: storagePath must be s3://... or a shared filesystem when gpuNodeCount is 2")
+    assert err.startswith(
+        "ray-efa manifests: storagePath must be s3://... or a shared filesystem when gpuNodeCount is 2"
+    )
     assert "CheckpointStoragePath" in err and "or --allow-no-storage to write them anyway" in err
     assert not (tmp_path / "dist").exists()
     # AND one node, or a storagePath, writes them

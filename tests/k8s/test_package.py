@@ -18,7 +18,9 @@ def test_builders_are_exported_from_the_package():
 
 def test_names_import_without_cdk8s():
     # GIVEN a fresh interpreter WHEN ops/ or cli/ import the object names THEN neither cdk8s nor the k8s client loads
-    probe = "import sys, ray_efa.k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
+    probe = (
+        "import sys, ray_efa.k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -27,6 +29,9 @@ def test_the_readme_names_every_module_of_the_package():
     # k8s/README.md's table is the package's map: a module added without its line fails here
     root = Path(__file__).resolve().parents[2] / "k8s"
     readme = (root / "README.md").read_text()
-    missing = [module.name for module in sorted(root.glob("*.py")) if module.name != "__init__.py"
-               and f"`{module.name}`" not in readme]
+    missing = [
+        module.name
+        for module in sorted(root.glob("*.py"))
+        if module.name != "__init__.py" and f"`{module.name}`" not in readme
+    ]
     assert not missing, f"k8s/README.md does not name {missing}"

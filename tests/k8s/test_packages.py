@@ -78,15 +78,18 @@ def test_without_packages_no_pod_gets_an_init_container_or_the_path():
 
 # --- the install script, run for real ---
 
-def _wheel(folder: Path, name: str, requires: tuple[str, ...] = (), version: str = "1.0",
-           modules: dict[str, str] | None = None) -> Path:
+
+def _wheel(
+    folder: Path, name: str, requires: tuple[str, ...] = (), version: str = "1.0", modules: dict[str, str] | None = None
+) -> Path:
     """A minimal pure-Python wheel of `name` `version`: `modules` (path -> text), by default one module, `name`, whose
     VALUE is "<name> <version>"."""
     dist = f"{name}-{version}.dist-info"
     files = {
         **(modules if modules is not None else {f"{name}.py": f"VALUE = '{name} {version}'\n"}),
         f"{dist}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
+            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
@@ -104,10 +107,20 @@ def _install(tmp_path: Path, *packages: str, image_path: Path | None = None) -> 
     """The install script with this venv as the image (and `image_path` on its PYTHONPATH: more of the image)."""
     dest = tmp_path / "packages"
     dest.mkdir()
-    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels"),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", **({"PYTHONPATH": str(image_path)} if image_path else {})}
-    return subprocess.run([sys.executable, "-c", INSTALL_SCRIPT, str(dest), *packages], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        **({"PYTHONPATH": str(image_path)} if image_path else {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", INSTALL_SCRIPT, str(dest), *packages],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -130,8 +143,13 @@ def test_the_install_script_adds_only_what_the_image_lacks(wheelhouse):
     assert "ray-efa: installed probe into" in result.stdout
     assert not [p for p in (wheelhouse / "packages").iterdir() if p.name.startswith("prefix-")]  # cleaned up
     # what the Ray container then imports, with the site on PYTHONPATH
-    probe = subprocess.run([sys.executable, "-c", "import probe, probe_dep, yaml; print(probe.VALUE, yaml.__file__)"],
-                           env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import probe, probe_dep, yaml; print(probe.VALUE, yaml.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.startswith("probe 1.0 ") and str(site) not in probe.stdout  # yaml is still the image's
 
 
@@ -148,10 +166,26 @@ def test_a_package_installed_from_a_local_wheel_file_is_pinned_too(tmp_path, whe
     local = tmp_path / "local-wheels"
     local.mkdir()
     image = tmp_path / "image"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(image),
-                    str(_wheel(local, "pinned"))], check=True, capture_output=True, timeout=300)
-    frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--path", str(image)], capture_output=True,
-                            text=True, check=True).stdout
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--target",
+            str(image),
+            str(_wheel(local, "pinned")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--path", str(image)], capture_output=True, text=True, check=True
+    ).stdout
     assert frozen.startswith("pinned @ file://"), frozen
     # ... and pipPackages wants a package that needs a newer one, which the index has
     _wheel(wheelhouse / "wheels", "pinned", version="2.0")

@@ -82,7 +82,9 @@ def test_worker_requests_every_efa_interface_of_the_node(synth):
     efa = _row(synth).efa_interfaces
     for owner, spec in synth.cluster_specs():
         resources = container(worker_group(spec)["template"])["resources"]
-        assert resources["limits"]["vpc.amazonaws.com/efa"] == str(efa) == resources["requests"]["vpc.amazonaws.com/efa"], owner
+        assert (
+            resources["limits"]["vpc.amazonaws.com/efa"] == str(efa) == resources["requests"]["vpc.amazonaws.com/efa"]
+        ), owner
 
 
 def test_worker_cpu_and_memory_come_from_the_catalog(synth):
@@ -101,12 +103,19 @@ def test_head_cpu_and_memory_come_from_the_catalog(synth):
 
 def test_efa_workers_get_the_efa_nccl_env_and_rdma_only_with_gpudirect(synth):
     rdma = _row(synth).gpudirect_rdma
-    expected = {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    expected = {
+        "FI_PROVIDER": "efa",
+        "NCCL_NET_PLUGIN": "ofi",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
     if rdma:
         expected["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    for owner, spec in (("RayCluster", synth.ray_cluster["spec"]),
-                        ("RayJob efa", synth.ray_job("efa")["spec"]["rayClusterSpec"])):
+    for owner, spec in (
+        ("RayCluster", synth.ray_cluster["spec"]),
+        ("RayJob efa", synth.ray_job("efa")["spec"]["rayClusterSpec"]),
+    ):
         worker_env = env(worker_group(spec)["template"])
         assert {k: v for k, v in worker_env.items() if k not in NOT_NETWORK_ENV} == expected, owner
 
@@ -151,8 +160,11 @@ def test_the_efa_jobs_cluster_is_the_raycluster_but_for_the_code_it_mounts(synth
     cluster = synth.ray_cluster["spec"]
     job_cluster = synth.ray_job("efa")["spec"]["rayClusterSpec"]
     # WHEN the job's ConfigMap names and the owner its pods are labelled with are swapped for the RayCluster's
-    renamed = json.loads(re.sub(r'"train-efa-(code|code-[a-z0-9-]+|settings)"', r'"ray-efa-\1"', json.dumps(job_cluster))
-                         .replace('"train-efa"', '"ray-efa"'))
+    renamed = json.loads(
+        re.sub(r'"train-efa-(code|code-[a-z0-9-]+|settings)"', r'"ray-efa-\1"', json.dumps(job_cluster)).replace(
+            '"train-efa"', '"ray-efa"'
+        )
+    )
     # THEN nothing else differs
     assert renamed == cluster
 

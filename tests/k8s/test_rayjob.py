@@ -32,7 +32,9 @@ from tests.k8s.conftest import (
 
 
 def _settings_json(synth, network: str) -> dict:
-    (config_map,) = [o for o in synth.charts[f"rayjob-{network}"] if o["metadata"]["name"] == f"train-{network}-settings"]
+    (config_map,) = [
+        o for o in synth.charts[f"rayjob-{network}"] if o["metadata"]["name"] == f"train-{network}-settings"
+    ]
     return json.loads(config_map["data"]["settings.json"])
 
 
@@ -56,7 +58,10 @@ def test_job_lifecycle_comes_from_settings(default_synth):
     spec = default_synth.ray_job("efa")["spec"]
     workload = default_synth.settings.workload
     assert (spec["ttlSecondsAfterFinished"], spec["activeDeadlineSeconds"], spec["backoffLimit"]) == (
-        workload.job_ttl_seconds_after_finished, workload.job_active_deadline_seconds, workload.job_backoff_limit)
+        workload.job_ttl_seconds_after_finished,
+        workload.job_active_deadline_seconds,
+        workload.job_backoff_limit,
+    )
     assert (123, 4567, 2) == (spec["ttlSecondsAfterFinished"], spec["activeDeadlineSeconds"], spec["backoffLimit"])
 
 
@@ -115,7 +120,9 @@ def test_runtime_env_only_sets_the_controller_poll_interval_never_pip(default_sy
     # pip (it clones the image's whole venv on every node): the pods' init container installs them (test_packages).
     for settings in (BASE, BASE.replace(precision="fp8"), BASE.replace(pipPackages="", precision="bf16")):
         job = synthesize(settings).ray_job("efa") if settings is not BASE else default_synth.ray_job("efa")
-        assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}}
+        assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {
+            "env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1.0"}
+        }
 
 
 def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_synth):
@@ -128,17 +135,27 @@ def test_submitter_runs_on_a_system_node_and_never_restarts_in_place(default_syn
 def test_tcp_variant_workers_force_nccl_sockets(default_synth):
     worker_env = env(worker_group(default_synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
     assert {k: v for k, v in worker_env.items() if k not in NOT_NETWORK_ENV} == {
-        "NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
-        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
+        "NCCL_NET": "Socket",
+        "FI_PROVIDER": "tcp",
+        "NCCL_NET_PLUGIN": "none",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "INFO",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        "NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8",  # g6.12xlarge: NCCL's own choice on an ENA NIC
+        "NCCL_SOCKET_NTHREADS": "2",
+        "NCCL_NSOCKS_PERTHREAD": "8",  # g6.12xlarge: NCCL's own choice on an ENA NIC
     }
 
 
-@pytest.mark.parametrize("instance, placement", [
-    ("g6.12xlarge", {}), ("g6e.48xlarge", {}), ("p5en.48xlarge", {}), ("p6-b200.48xlarge", {}),
-    ("p5en.48xlarge", {"capacityReservationId": "cr-0123456789abcdef0"}),  # no placement group: 5 Gbit/s a flow
-])
+@pytest.mark.parametrize(
+    "instance, placement",
+    [
+        ("g6.12xlarge", {}),
+        ("g6e.48xlarge", {}),
+        ("p5en.48xlarge", {}),
+        ("p6-b200.48xlarge", {}),
+        ("p5en.48xlarge", {"capacityReservationId": "cr-0123456789abcdef0"}),  # no placement group: 5 Gbit/s a flow
+    ],
+)
 def test_the_tcp_rayjob_sets_its_sockets_from_the_card_and_the_model_uses_them(instance, placement):
     # GIVEN the synthesized TCP comparison RayJob (a pod's veth would leave NCCL at 1 socket a connection)
     synth = synthesize(BASE.replace(gpuInstanceType=instance, **placement))
@@ -179,7 +196,9 @@ def test_tcp_variant_never_asks_for_gpudirect_rdma():
     synth = synthesize(BASE.replace(gpuInstanceType="p5.48xlarge"))
     # THEN the TCP run does not
     assert "FI_EFA_USE_DEVICE_RDMA" not in env(worker_group(synth.ray_job("tcp")["spec"]["rayClusterSpec"])["template"])
-    assert env(worker_group(synth.ray_job("efa")["spec"]["rayClusterSpec"])["template"])["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert (
+        env(worker_group(synth.ray_job("efa")["spec"]["rayClusterSpec"])["template"])["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    )
 
 
 def test_each_job_ships_settings_for_its_own_network(default_synth):
@@ -190,9 +209,16 @@ def test_each_job_ships_settings_for_its_own_network(default_synth):
 def _trains_as(settings_json: dict) -> dict:
     """The training levers a job's settings.json makes its driver run (core.strategy.resolve, on its own network)."""
     t = resolve(Settings.from_json(json.dumps(settings_json))).training
-    return {"microBatch": t.micro_batch, "gradAccumulation": t.grad_accumulation, "precision": t.precision,
-            "activationCheckpointing": t.activation_checkpointing, "sharding": t.sharding,
-            "gradReduceDtype": t.grad_reduce_dtype, "seqLen": t.seq_len, "compile": t.compile}
+    return {
+        "microBatch": t.micro_batch,
+        "gradAccumulation": t.grad_accumulation,
+        "precision": t.precision,
+        "activationCheckpointing": t.activation_checkpointing,
+        "sharding": t.sharding,
+        "gradReduceDtype": t.grad_reduce_dtype,
+        "seqLen": t.seq_len,
+        "compile": t.compile,
+    }
 
 
 def test_tcp_variant_differs_from_the_efa_run_only_in_network(default_synth):
@@ -209,14 +235,25 @@ def test_the_tcp_comparison_trains_the_efa_jobs_levers_not_its_own(instance):
     efa, tcp = _settings_json(synth, "efa"), _settings_json(synth, "tcp")
     # THEN the comparison RayJob trains exactly what the EFA job trains: the network flipped, nothing else
     assert tcp["network"] == "tcp" and _trains_as(efa) == _trains_as(tcp)
-    assert all(tcp[k] != "auto" for k in ("microBatch", "gradAccumulation", "precision", "sharding",
-                                          "gradReduceDtype", "activationCheckpointing"))
+    assert all(
+        tcp[k] != "auto"
+        for k in (
+            "microBatch",
+            "gradAccumulation",
+            "precision",
+            "sharding",
+            "gradReduceDtype",
+            "activationCheckpointing",
+        )
+    )
 
 
 def test_tcp_variant_keeps_the_same_pod_resources(default_synth):
     # The comparison measures the transport alone: same nodes, same devices, same CPU and memory.
-    resources = [container(worker_group(default_synth.ray_job(n)["spec"]["rayClusterSpec"])["template"])["resources"]
-                 for n in ("efa", "tcp")]
+    resources = [
+        container(worker_group(default_synth.ray_job(n)["spec"]["rayClusterSpec"])["template"])["resources"]
+        for n in ("efa", "tcp")
+    ]
     assert resources[0] == resources[1]
 
 
@@ -247,9 +284,13 @@ def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
     # standing RayCluster
     assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
     config_maps = [("ConfigMap", name) for name, _ in collect_code(settings).config_maps(f"train-{network}-code")]
-    assert config_maps[0] == ("ConfigMap", f"train-{network}-code") and config_maps[-1][1] == f"train-{network}-settings"
+    assert (
+        config_maps[0] == ("ConfigMap", f"train-{network}-code") and config_maps[-1][1] == f"train-{network}-settings"
+    )
     assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
-        [("Namespace", "ray")], [("NetworkPolicy", f"train-{network}-ray-ingress"), *config_maps, ("RayJob", f"train-{network}")]]
+        [("Namespace", "ray")],
+        [("NetworkPolicy", f"train-{network}-ray-ingress"), *config_maps, ("RayJob", f"train-{network}")],
+    ]
     assert charts[0] in charts[1].node.dependencies
 
 
@@ -263,8 +304,15 @@ def test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it(default_synth
     entrypoint = default_synth.ray_job("efa")["spec"]["entrypoint"].replace(CODE_MOUNT_PATH, str(root))
     # WHEN the entrypoint runs through a shell, as Ray's job supervisor runs it, with the pod's PYTHONPATH
     path = f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"
-    done = subprocess.run(entrypoint, shell=True, cwd=tmp_path, capture_output=True, text=True,
-                          env={"PATH": path, "PYTHONPATH": str(root)}, timeout=120)
+    done = subprocess.run(
+        entrypoint,
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": path, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
     # THEN the driver's own failure is the command's exit status, which Ray turns into a FAILED job
     assert done.returncode == EXIT_BAD_SETTINGS, done.stderr
     assert "storagePath" in done.stderr

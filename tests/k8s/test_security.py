@@ -106,7 +106,8 @@ def test_only_workers_mount_the_host_and_only_its_rdma_sysfs_folders_read_only(s
         assert {h["type"] for h in host.values()} == {"Directory"}, where
         mounts = {m["name"]: m for m in container(template)["volumeMounts"] if m["name"] in host}
         assert {n: (m["mountPath"], m.get("readOnly")) for n, m in mounts.items()} == {
-            n: ("/host" + h["path"], True) for n, h in host.items()}, where
+            n: ("/host" + h["path"], True) for n, h in host.items()
+        }, where
         assert not [m for m in mounts.values() if "mountPropagation" in m], where
         for init in template["spec"].get("initContainers", []):
             assert not [m for m in init.get("volumeMounts", []) if m["name"] in host], where

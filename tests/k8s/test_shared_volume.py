@@ -13,8 +13,14 @@ from ray_efa.k8s.workload import ray_job_chart
 from tests.k8s.conftest import BASE, env, synthesize, volume_at
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
-FSX = BASE.replace(sharedVolumeClaim="fsx-claim", sharedVolumeMountPath="/mnt/fsx", storagePath="/mnt/fsx/runs",
-                   modelPath="/mnt/fsx/models/qwen", modelConfig="qwen2.5-1.5b", dataset="/mnt/fsx/data/text")
+FSX = BASE.replace(
+    sharedVolumeClaim="fsx-claim",
+    sharedVolumeMountPath="/mnt/fsx",
+    storagePath="/mnt/fsx/runs",
+    modelPath="/mnt/fsx/models/qwen",
+    modelConfig="qwen2.5-1.5b",
+    dataset="/mnt/fsx/data/text",
+)
 
 
 def _ray_pods(synth):
@@ -26,9 +32,14 @@ def test_the_claim_is_mounted_into_every_ray_pod_and_validates():
     pods = _ray_pods(synth)
     assert len(pods) == 6  # head and workers of the RayCluster and of both RayJobs
     for where, template in pods:
-        assert volume_at(template, "/mnt/fsx") == {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}}, where
+        assert volume_at(template, "/mnt/fsx") == {
+            "name": "shared",
+            "persistentVolumeClaim": {"claimName": "fsx-claim"},
+        }, where
         assert volume_at(template, MODEL_CACHE_PATH) == {"emptyDir": {}, "name": "model-cache"}, where
-        assert env(template)["RAY_EFA_MODEL_CACHE"] == MODEL_CACHE_PATH and env(template)["HF_HUB_CACHE"].startswith(MODEL_CACHE_PATH)
+        assert env(template)["RAY_EFA_MODEL_CACHE"] == MODEL_CACHE_PATH and env(template)["HF_HUB_CACHE"].startswith(
+            MODEL_CACHE_PATH
+        )
         assert k8s_validate(pod_template_object(template), FSX.cluster.kubernetes_version)
     for obj in synth.objects():
         if obj["apiVersion"] == "ray.io/v1":
@@ -40,11 +51,14 @@ def test_no_claim_no_shared_volume(default_synth):
         assert "shared" not in {v["name"] for v in template["spec"]["volumes"]}, where
 
 
-@pytest.mark.parametrize(("change", "key"), [
-    ({"sharedVolumeClaim": None}, "storagePath"),
-    ({"dataset": "/home/me/text"}, "dataset"),
-    ({"modelPath": "/opt/models/qwen"}, "modelPath"),
-])
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"sharedVolumeClaim": None}, "storagePath"),
+        ({"dataset": "/home/me/text"}, "dataset"),
+        ({"modelPath": "/opt/models/qwen"}, "modelPath"),
+    ],
+)
 def test_synth_refuses_a_path_no_pod_can_read(change, key):
     with pytest.raises(SettingsError) as error:
         ray_job_chart(cdk8s.App(), FSX.replace(**change))

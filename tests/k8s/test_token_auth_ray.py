@@ -85,11 +85,24 @@ def token_head():
     head_env = _env(scratch / "home", **{AUTH_MODE_ENV: "token", "RAY_AUTH_TOKEN": token})
     log = (scratch / "head.log").open("w")
     head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=false",
-         f"--temp-dir={scratch / 't'}", f"--dashboard-agent-listen-port={agent}",
-         f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-         f"--runtime-env-agent-port={runtime_env}"],
-        env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            f"--port={gcs}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            f"--temp-dir={scratch / 't'}",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--metrics-export-port={metrics}",
+            f"--runtime-env-agent-port={runtime_env}",
+        ],
+        env=head_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -129,8 +142,9 @@ def test_a_driver_started_on_the_head_joins_with_no_token_handed_to_it(token_hea
     address, token, scratch = token_head
     env = _env(scratch / "home", **{AUTH_MODE_ENV: "token", "RAY_AUTH_TOKEN": token})
     # WHEN a Ray worker on the head starts a driver the way the job supervisor does, passing it no token
-    done = subprocess.run([sys.executable, "-c", DRIVER_FROM_A_WORKER, address], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER_FROM_A_WORKER, address], env=env, capture_output=True, text=True, timeout=300
+    )
     # THEN the driver joined the cluster and ran a task: it had the token from the head's environment
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "worker_had_token True" in done.stdout and "driver 42" in done.stdout
@@ -149,8 +163,13 @@ def test_a_client_without_the_right_token_is_refused(token_head):
     for who, (extra, _) in clients.items():  # at once: each refusal takes Ray's connection timeout
         home = scratch / who.replace(" ", "-")
         home.mkdir(exist_ok=True)
-        running[who] = subprocess.Popen([sys.executable, "-c", CONNECT, address], env=_env(home, **extra),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        running[who] = subprocess.Popen(
+            [sys.executable, "-c", CONNECT, address],
+            env=_env(home, **extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     # WHEN they connect THEN none gets in
     for who, client in running.items():
         stdout, stderr = client.communicate(timeout=240)

@@ -22,8 +22,13 @@ from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SRC = ROOT / "examples" / "own-training" / "src"
-OWN = BASE.replace(trainFunction="own_training.train:train_func", codeDir=str(EXAMPLE_SRC), jobName="mlp-exp",
-                   trainConfig='{"epochs": 3}', storagePath="s3://bucket/runs")
+OWN = BASE.replace(
+    trainFunction="own_training.train:train_func",
+    codeDir=str(EXAMPLE_SRC),
+    jobName="mlp-exp",
+    trainConfig='{"epochs": 3}',
+    storagePath="s3://bucket/runs",
+)
 
 
 def _charts(settings: Settings) -> dict[str, list[dict]]:
@@ -42,21 +47,32 @@ def _job(charts, network: str) -> dict:
 
 def _pods(job: dict) -> list[tuple[str, dict]]:
     spec = job["spec"]["rayClusterSpec"]
-    return [("head", spec["headGroupSpec"]["template"]),
-            *((f"worker {g['groupName']}", g["template"]) for g in spec["workerGroupSpecs"])]
+    return [
+        ("head", spec["headGroupSpec"]["template"]),
+        *((f"worker {g['groupName']}", g["template"]) for g in spec["workerGroupSpecs"]),
+    ]
 
 
 def test_job_name_names_every_object_of_both_jobs(own):
     # GIVEN jobName mlp-exp THEN the EFA job is mlp-exp and its TCP comparison mlp-exp-tcp, each with its own objects
     for network, name in (("efa", "mlp-exp"), ("tcp", "mlp-exp-tcp")):
         names = sorted((o["kind"], o["metadata"]["name"]) for o in own[f"rayjob-{network}"])
-        code = [o["metadata"]["name"] for o in own[f"rayjob-{network}"]
-                if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "code"]
+        code = [
+            o["metadata"]["name"]
+            for o in own[f"rayjob-{network}"]
+            if o["kind"] == "ConfigMap" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "code"
+        ]
         assert f"{name}-code" in code and f"{name}-code-training" in code
         assert all(c == f"{name}-code" or c.startswith(f"{name}-code-") for c in code)  # the code, in chunks
-        assert names == sorted([
-            ("NetworkPolicy", f"{name}-ray-ingress"), *(("ConfigMap", c) for c in code),
-            ("ConfigMap", f"{name}-settings"), ("ConfigMap", f"{name}-user-code"), ("RayJob", name)])
+        assert names == sorted(
+            [
+                ("NetworkPolicy", f"{name}-ray-ingress"),
+                *(("ConfigMap", c) for c in code),
+                ("ConfigMap", f"{name}-settings"),
+                ("ConfigMap", f"{name}-user-code"),
+                ("RayJob", name),
+            ]
+        )
     # and the default keeps its names
     assert (ray_job_name("efa"), ray_job_name("tcp")) == ("train-efa", "train-tcp")
     assert (ray_job_name("efa", "exp1-efa"), ray_job_name("tcp", "exp1-efa")) == ("exp1-efa", "exp1-tcp")
@@ -70,7 +86,10 @@ def test_the_code_config_map_holds_code_dir_and_every_pod_mounts_it_on_its_path(
         volume = volume_at(template, USER_CODE_PATH)
         assert volume["configMap"]["name"] == "mlp-exp-user-code", where
         assert {i["path"] for i in volume["configMap"]["items"]} == {
-            "own_training/__init__.py", "own_training/model.py", "own_training/train.py"}
+            "own_training/__init__.py",
+            "own_training/model.py",
+            "own_training/train.py",
+        }
         # codeDir after the project's code, then the pipPackages (BASE names two), installed by their own init
         # container: nothing fetches the code
         assert env(template)["PYTHONPATH"] == f"{CODE_MOUNT_PATH}:{USER_CODE_PATH}:{PACKAGES_SITE_PATH}", where
@@ -161,22 +180,38 @@ def test_manifests_cli_ships_the_code_and_names_the_job(tmp_path, capsys):
 
     # WHEN `ray-efa manifests` runs with the three settings (codeDir relative to the app directory, the checkout)
     out = tmp_path / "dist"
-    code = _manifests_cli("--out", str(out), "-c", "trainFunction=own_training.train:train_func",
-                          "-c", "codeDir=examples/own-training/src", "-c", "jobName=mlp-exp", "-c", "storagePath=s3://b/p")
+    code = _manifests_cli(
+        "--out",
+        str(out),
+        "-c",
+        "trainFunction=own_training.train:train_func",
+        "-c",
+        "codeDir=examples/own-training/src",
+        "-c",
+        "jobName=mlp-exp",
+        "-c",
+        "storagePath=s3://b/p",
+    )
     # THEN the job files name the job, ship the code and say how to follow the job
     assert code == 0, capsys.readouterr().err
     docs = list(yaml.safe_load_all((out / "0002-rayjob-efa.yaml").read_text()))
-    assert [(d["kind"], d["metadata"]["name"]) for d in docs][-2:] == [("ConfigMap", "mlp-exp-user-code"),
-                                                                        ("RayJob", "mlp-exp")]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs][-2:] == [
+        ("ConfigMap", "mlp-exp-user-code"),
+        ("RayJob", "mlp-exp"),
+    ]
     assert "kubectl -n ray get rayjob mlp-exp -w" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("context", "key"), [
-    (("trainFunction=own_training.train:nope", f"codeDir={EXAMPLE_SRC}"), "trainFunction"),
-    (("trainFunction=own_training.train:train_func", "codeDir=examples/missing"), "codeDir"),
-    (("trainFunction=own_training.train:train_func", "codeDir=."), "codeDir"),
-    (("jobName=Bad_Name",), "jobName"),
-], ids=["missing-function", "missing-dir", "repository-root", "bad-job-name"])
+@pytest.mark.parametrize(
+    ("context", "key"),
+    [
+        (("trainFunction=own_training.train:nope", f"codeDir={EXAMPLE_SRC}"), "trainFunction"),
+        (("trainFunction=own_training.train:train_func", "codeDir=examples/missing"), "codeDir"),
+        (("trainFunction=own_training.train:train_func", "codeDir=."), "codeDir"),
+        (("jobName=Bad_Name",), "jobName"),
+    ],
+    ids=["missing-function", "missing-dir", "repository-root", "bad-job-name"],
+)
 def test_manifests_cli_refuses_bad_code_settings_with_exit_2_writing_nothing(tmp_path, capsys, context, key):
     out = tmp_path / "dist"
     assert _manifests_cli("--out", str(out), *(arg for c in context for arg in ("-c", c))) == 2
@@ -195,9 +230,23 @@ def _binary_code(tmp_path: Path) -> Path:
 def test_manifests_cli_refuses_code_too_large_for_a_config_map_without_s3_storage_naming_both(tmp_path, capsys):
     code = _binary_code(tmp_path)
     out = tmp_path / "dist"
-    assert _manifests_cli("--out", str(out), "-c", "trainFunction=pkg:fit", "-c", f"codeDir={code}",
-                          "-c", "storagePath=/mnt/fsx/runs", "-c", "sharedVolumeClaim=fsx",
-                          "-c", "sharedVolumeMountPath=/mnt/fsx") == 2
+    assert (
+        _manifests_cli(
+            "--out",
+            str(out),
+            "-c",
+            "trainFunction=pkg:fit",
+            "-c",
+            f"codeDir={code}",
+            "-c",
+            "storagePath=/mnt/fsx/runs",
+            "-c",
+            "sharedVolumeClaim=fsx",
+            "-c",
+            "sharedVolumeMountPath=/mnt/fsx",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"codeDir {code} cannot ship in a ConfigMap" in err and "not UTF-8 text" in err
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in err and "cdk deploy" in err
@@ -212,8 +261,16 @@ def test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_uplo
     # GIVEN code no ConfigMap can hold, and storagePath on S3
     code = _binary_code(tmp_path)
     out = tmp_path / "dist"
-    argv = ("--out", str(out), "-c", "trainFunction=pkg:fit", "-c", f"codeDir={code}",
-            "-c", "storagePath=s3://research-ckpt/ray-efa")
+    argv = (
+        "--out",
+        str(out),
+        "-c",
+        "trainFunction=pkg:fit",
+        "-c",
+        f"codeDir={code}",
+        "-c",
+        "storagePath=s3://research-ckpt/ray-efa",
+    )
     # WHEN `ray-efa manifests` runs
     assert _manifests_cli(*argv) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
@@ -236,7 +293,8 @@ def test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_uplo
     # and a second run over the same folder replaces its own files, the zip included, with the same bytes
     assert _manifests_cli(*argv) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [".ray-efa-output.json", archive.file_name, *(p.name for p in out.glob("*.yaml"))])
+        [".ray-efa-output.json", archive.file_name, *(p.name for p in out.glob("*.yaml"))]
+    )
     assert (out / archive.file_name).read_bytes() == archive.data
 
 

@@ -77,8 +77,11 @@ def test_crd_schema_rejects_a_wrongly_typed_rayjob_field(default_synth, kuberay_
 
 @pytest.mark.parametrize("kuberay_version", KUBERAY_VERSIONS)
 def test_crd_schema_rejects_a_misspelt_field_inside_an_embedded_pod(default_synth, kuberay_version):
-    broken = _broken(default_synth.ray_job("efa"),
-                     ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec", "nodeSelectr"), {"role": "system"})
+    broken = _broken(
+        default_synth.ray_job("efa"),
+        ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec", "nodeSelectr"),
+        {"role": "system"},
+    )
     assert any("'nodeSelectr' was unexpected" in e for e in crd_errors(broken, kuberay_version))
 
 
@@ -96,7 +99,10 @@ def test_kubernetes_validate_rejects_an_unknown_namespace_field(default_synth):
 
 
 def test_kubernetes_validate_rejects_a_misspelt_container_field(default_synth):
-    template = _broken(default_synth.ray_cluster["spec"]["headGroupSpec"]["template"],
-                       ("spec", "containers", 0, "imagePullPolcy"), "Always")
+    template = _broken(
+        default_synth.ray_cluster["spec"]["headGroupSpec"]["template"],
+        ("spec", "containers", 0, "imagePullPolcy"),
+        "Always",
+    )
     with pytest.raises(kubernetes_validate.ValidationError, match="'imagePullPolcy' was unexpected"):
         k8s_validate(pod_template_object(template), "1.36")

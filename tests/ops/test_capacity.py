@@ -50,8 +50,13 @@ def moto_region():
 
 def launch(ec2, instance_type: str, count: int = 1, zone: str = "us-east-1a") -> list[str]:
     # moto's example AMI ID: listing moto's 1,300 recorded images would cost seconds per test
-    response = ec2.run_instances(ImageId="ami-12c6146b", MinCount=count, MaxCount=count, InstanceType=instance_type,
-                                 Placement={"AvailabilityZone": zone})
+    response = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=count,
+        MaxCount=count,
+        InstanceType=instance_type,
+        Placement={"AvailabilityZone": zone},
+    )
     return [i["InstanceId"] for i in response["Instances"]]
 
 
@@ -133,11 +138,15 @@ def test_check_quota_short_gives_the_exact_request_command(moto_region):
     # GIVEN a G quota of 64 vCPUs with one g6.12xlarge (48 vCPUs) already running
     launch(ec2, "g6.12xlarge")
     with Stubber(quotas) as stub:
-        stub.add_response("get_service_quota", recorded("service_quota_g_and_vt.json"),
-                          {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"})
+        stub.add_response(
+            "get_service_quota",
+            recorded("service_quota_g_and_vt.json"),
+            {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"},
+        )
         # WHEN two more g6.12xlarge are needed
-        quota = capacity.check_quota(ec2, quotas, region="us-east-1", instance_type="g6.12xlarge", count=2,
-                                     vcpus_per_instance=48)
+        quota = capacity.check_quota(
+            ec2, quotas, region="us-east-1", instance_type="g6.12xlarge", count=2, vcpus_per_instance=48
+        )
     # THEN the quota is short by the right amount and the request asks for usage + need
     assert quota is not None
     assert (quota.limit_vcpus, quota.used_vcpus, quota.needed_vcpus, quota.sufficient) == (64, 48, 96, False)
@@ -153,7 +162,11 @@ def test_quota_limit_falls_back_to_the_aws_default_when_no_value_is_applied():
     default = recorded("service_quota_p.json")
     default["Quota"]["Value"] = 0.0
     with Stubber(quotas) as stub:
-        stub.add_client_error("get_service_quota", "NoSuchResourceException", "The request failed because the specified service does not exist.")
+        stub.add_client_error(
+            "get_service_quota",
+            "NoSuchResourceException",
+            "The request failed because the specified service does not exist.",
+        )
         stub.add_response("get_aws_default_service_quota", default, {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
         # WHEN reading the P quota THEN the default is used
         assert capacity.quota_limit(quotas, "L-417A185B") == 0.0
@@ -164,11 +177,17 @@ def test_unreadable_quota_is_a_note_not_a_failure(moto_region):
     """Stubber: AccessDeniedException from Service Quotas (moto has no IAM enforcement here)."""
     ec2, quotas = moto_region
     with PartialStubber(ec2) as ec2_stub, Stubber(quotas) as quota_stub:
-        quota_stub.add_client_error("get_service_quota", "AccessDeniedException", "not authorized to perform servicequotas:GetServiceQuota")
+        quota_stub.add_client_error(
+            "get_service_quota", "AccessDeniedException", "not authorized to perform servicequotas:GetServiceQuota"
+        )
         ec2_stub.add_response("get_spot_placement_scores", recorded("spot_placement_scores_us_east_1.json"))
         # WHEN the whole check runs without quota permissions
-        report = capacity.check_capacity(CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
-                                         ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
+        report = capacity.check_capacity(
+            CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
+            ec2=ec2,
+            service_quotas=quotas,
+            catalog_vcpus=192,
+        )
     # THEN the quota is unknown, a note says why, and the check still recommends an AZ
     assert report.quota is not None and report.quota.sufficient is None
     assert any("AccessDeniedException" in note for note in report.notes)
@@ -184,13 +203,25 @@ def test_placement_scores_map_zone_ids_to_the_accounts_zone_names():
     response = recorded("spot_placement_scores_us_east_1.json")
     response["SpotPlacementScores"].append({"Region": "us-west-2", "AvailabilityZoneId": "usw2-az1", "Score": 9})
     with Stubber(ec2) as stub:
-        stub.add_response("get_spot_placement_scores", response, {
-            "InstanceTypes": ["p5en.48xlarge"], "TargetCapacity": 2, "TargetCapacityUnitType": "units",
-            "SingleAvailabilityZone": True, "RegionNames": ["us-east-1"],
-        })
+        stub.add_response(
+            "get_spot_placement_scores",
+            response,
+            {
+                "InstanceTypes": ["p5en.48xlarge"],
+                "TargetCapacity": 2,
+                "TargetCapacityUnitType": "units",
+                "SingleAvailabilityZone": True,
+                "RegionNames": ["us-east-1"],
+            },
+        )
         # WHEN reading the scores with this account's ID -> name mapping
-        scores = capacity.placement_scores(ec2, region="us-east-1", instance_type="p5en.48xlarge", count=2,
-                                           zone_names={"use1-az6": "us-east-1a", "use1-az2": "us-east-1c", "use1-az4": "us-east-1d"})
+        scores = capacity.placement_scores(
+            ec2,
+            region="us-east-1",
+            instance_type="p5en.48xlarge",
+            count=2,
+            zone_names={"use1-az6": "us-east-1a", "use1-az2": "us-east-1c", "use1-az4": "us-east-1d"},
+        )
     # THEN they are keyed by AZ name, and other regions' entries are dropped
     assert scores == {"us-east-1a": 3, "us-east-1c": 8, "us-east-1d": 1}
 
@@ -201,8 +232,12 @@ def test_missing_placement_scores_leave_the_offered_zones_usable(moto_region):
     with PartialStubber(ec2) as ec2_stub, Stubber(quotas) as quota_stub:
         quota_stub.add_response("get_service_quota", recorded("service_quota_p.json"))
         ec2_stub.add_client_error("get_spot_placement_scores", "UnauthorizedOperation", "not authorized")
-        report = capacity.check_capacity(CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
-                                         ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
+        report = capacity.check_capacity(
+            CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
+            ec2=ec2,
+            service_quotas=quotas,
+            catalog_vcpus=192,
+        )
     # THEN the error is reported and the first offered AZ (by name) is recommended
     assert report.placement_scores_error is not None
     assert report.placement_scores_error.startswith("UnauthorizedOperation")
@@ -216,25 +251,47 @@ def test_rank_zones_orders_offered_then_probe_then_score():
     # GIVEN zones with every kind of signal
     zones = [
         ZoneReport(zone="z-not-offered", zone_id=None, offered=False, placement_score=10),
-        ZoneReport(zone="z-no-capacity", zone_id=None, offered=True, placement_score=9,
-                   probe=ProbeResult(zone="z-no-capacity", outcome=INSUFFICIENT_CAPACITY)),
+        ZoneReport(
+            zone="z-no-capacity",
+            zone_id=None,
+            offered=True,
+            placement_score=9,
+            probe=ProbeResult(zone="z-no-capacity", outcome=INSUFFICIENT_CAPACITY),
+        ),
         ZoneReport(zone="z-unknown-high", zone_id=None, offered=True, placement_score=7),
         ZoneReport(zone="z-unknown-low", zone_id=None, offered=True, placement_score=2),
-        ZoneReport(zone="z-reserved", zone_id=None, offered=True, placement_score=1,
-                   probe=ProbeResult(zone="z-reserved", outcome=AVAILABLE)),
+        ZoneReport(
+            zone="z-reserved",
+            zone_id=None,
+            offered=True,
+            placement_score=1,
+            probe=ProbeResult(zone="z-reserved", outcome=AVAILABLE),
+        ),
     ]
     # WHEN ranked THEN a reserved AZ beats any score, no capacity sinks below unknown, not offered is last
     assert [z.zone for z in capacity.rank_zones(zones)] == [
-        "z-reserved", "z-unknown-high", "z-unknown-low", "z-no-capacity", "z-not-offered"]
+        "z-reserved",
+        "z-unknown-high",
+        "z-unknown-low",
+        "z-no-capacity",
+        "z-not-offered",
+    ]
 
 
 # -- the probe (Stubber: moto implements no capacity reservation call) ----------------------------------------------
 
+
 def create_params() -> dict:
     return {
-        "ClientToken": ANY, "InstanceType": "p5en.48xlarge", "InstancePlatform": "Linux/UNIX",
-        "AvailabilityZone": "us-east-1c", "InstanceCount": 2, "InstanceMatchCriteria": "targeted",
-        "EndDateType": "limited", "EndDate": ANY, "TagSpecifications": ANY,
+        "ClientToken": ANY,
+        "InstanceType": "p5en.48xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-east-1c",
+        "InstanceCount": 2,
+        "InstanceMatchCriteria": "targeted",
+        "EndDateType": "limited",
+        "EndDate": ANY,
+        "TagSpecifications": ANY,
     }
 
 
@@ -286,8 +343,13 @@ def test_probe_cancels_when_an_exception_is_raised_between_create_and_cancel():
 def interrupted_probe(scenario: str) -> dict[str, object]:
     """The probe of tests/ops/probe_signals.py, interrupted by real signals in a process of its own: a signal sent to
     pytest's process could still be pending when the test ends and reach a later one."""
-    child = subprocess.run([sys.executable, "-m", "tests.ops.probe_signals", scenario], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.ops.probe_signals", scenario],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == 0, f"the probe's process ended with {child.returncode}:\n{child.stderr}"
     return json.loads(child.stdout.splitlines()[-1])
 
@@ -298,7 +360,11 @@ def test_probe_cancels_when_a_signal_arrives_between_create_and_cancel(signum: s
     # WHEN the signal arrives while the probe waits for its reservation to settle
     outcome = interrupted_probe(signum.name)
     # THEN it surfaces as ProbeInterrupted after the cancel (the last stubbed call)
-    assert (outcome["raised"], outcome["signum"], outcome["every_stubbed_call_made"]) == ("ProbeInterrupted", signum, True)
+    assert (outcome["raised"], outcome["signum"], outcome["every_stubbed_call_made"]) == (
+        "ProbeInterrupted",
+        signum,
+        True,
+    )
     # AND the process's own signal handlers are back
     assert outcome["handlers_back"] is True
 
@@ -321,9 +387,11 @@ def test_probe_finds_and_cancels_a_reservation_whose_create_answer_was_lost():
     with Stubber(ec2) as stub:
         stub.add_response("create_capacity_reservation", reservation("active"))
         # THEN it is found by the probe's own tag and cancelled
-        stub.add_response("describe_capacity_reservations",
-                          {"CapacityReservations": [reservation("active")["CapacityReservation"]]},
-                          {"Filters": [{"Name": "tag:ray-efa:capacity-probe", "Values": [ANY]}]})
+        stub.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [reservation("active")["CapacityReservation"]]},
+            {"Filters": [{"Name": "tag:ray-efa:capacity-probe", "Values": [ANY]}]},
+        )
         stub.add_response(*CANCEL)
         with pytest.raises(KeyboardInterrupt):
             capacity.probe_zone(ec2, **PROBE)
@@ -337,7 +405,10 @@ def test_a_failed_cancel_says_which_command_to_run():
         for _ in range(3):
             stub.add_client_error("cancel_capacity_reservation", "InternalError", "try again")
         # WHEN every cancel attempt fails THEN the error names the reservation and the exact command
-        with pytest.raises(CancelFailed, match=f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {RESERVATION_ID} --region us-east-1"):
+        with pytest.raises(
+            CancelFailed,
+            match=f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {RESERVATION_ID} --region us-east-1",
+        ):
             capacity.probe_zone(ec2, **PROBE, sleep=lambda _: None)
 
 
@@ -349,8 +420,12 @@ def test_check_capacity_ranks_by_placement_score_and_lists_zones_that_do_not_off
     with PartialStubber(ec2) as ec2_stub, Stubber(quotas) as quota_stub:
         quota_stub.add_response("get_service_quota", recorded("service_quota_p.json"))
         ec2_stub.add_response("get_spot_placement_scores", recorded("spot_placement_scores_us_east_1.json"))
-        report = capacity.check_capacity(CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
-                                         ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
+        report = capacity.check_capacity(
+            CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2),
+            ec2=ec2,
+            service_quotas=quotas,
+            catalog_vcpus=192,
+        )
     # THEN us-east-1c (score 8) beats us-east-1a (score 3); the four AZs without p5en come after, not usable
     assert [z.zone for z in report.zones[:2]] == ["us-east-1c", "us-east-1a"]
     assert not any(z.offered for z in report.zones[2:]) and len(report.zones) == 6
@@ -364,14 +439,22 @@ def test_check_capacity_probes_offered_zones_best_score_first_and_prefers_reserv
         quota_stub.add_response("get_service_quota", recorded("service_quota_p.json"))
         ec2_stub.add_response("get_spot_placement_scores", recorded("spot_placement_scores_us_east_1.json"))
         # GIVEN the higher-scored us-east-1c has no capacity now, us-east-1a has
-        ec2_stub.add_client_error("create_capacity_reservation", "InsufficientInstanceCapacity", "no capacity",
-                                  expected_params={**create_params(), "AvailabilityZone": "us-east-1c"})
-        ec2_stub.add_response("create_capacity_reservation", reservation("active"),
-                              {**create_params(), "AvailabilityZone": "us-east-1a"})
+        ec2_stub.add_client_error(
+            "create_capacity_reservation",
+            "InsufficientInstanceCapacity",
+            "no capacity",
+            expected_params={**create_params(), "AvailabilityZone": "us-east-1c"},
+        )
+        ec2_stub.add_response(
+            "create_capacity_reservation", reservation("active"), {**create_params(), "AvailabilityZone": "us-east-1a"}
+        )
         ec2_stub.add_response(*CANCEL)
         report = capacity.check_capacity(
             CapacityRequest(region="us-east-1", instance_type="p5en.48xlarge", count=2, probe=True),
-            ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
+            ec2=ec2,
+            service_quotas=quotas,
+            catalog_vcpus=192,
+        )
         ec2_stub.assert_no_pending_responses()
     # THEN the AZ with reserved (and cancelled) capacity is recommended
     assert report.recommended_zone == "us-east-1a"
@@ -389,7 +472,10 @@ def test_check_capacity_skips_the_probe_when_the_quota_is_short(moto_region):
         # WHEN probing with a short quota (no create call is queued: one would fail the test)
         report = capacity.check_capacity(
             CapacityRequest(region="us-east-1", instance_type="g6.12xlarge", count=2, probe=True),
-            ec2=ec2, service_quotas=quotas, catalog_vcpus=48)
+            ec2=ec2,
+            service_quotas=quotas,
+            catalog_vcpus=48,
+        )
     # THEN no reservation was attempted and the report fails on the quota
     assert all(z.probe is None for z in report.zones)
     assert report.quota_refused and not report.ok
@@ -399,9 +485,18 @@ def test_check_capacity_skips_the_probe_when_the_quota_is_short(moto_region):
 # moto has no capacity reservations: describe-capacity-reservations is answered from the recorded reservation
 # (validated by botocore against the EC2 model); the rest of the check runs on moto.
 
+
 def _reservation_request(**changes) -> CapacityRequest:
-    return CapacityRequest(**{"region": "us-east-1", "instance_type": "p5en.48xlarge", "count": 2,
-                              "reservation_id": RESERVATION_ID, "reservation_zone": "us-east-1c", **changes})
+    return CapacityRequest(
+        **{
+            "region": "us-east-1",
+            "instance_type": "p5en.48xlarge",
+            "count": 2,
+            "reservation_id": RESERVATION_ID,
+            "reservation_zone": "us-east-1c",
+            **changes,
+        }
+    )
 
 
 def _check_with(moto_region, request: CapacityRequest, described: dict | None, error: str | None = None):
@@ -412,8 +507,11 @@ def _check_with(moto_region, request: CapacityRequest, described: dict | None, e
         if error:
             ec2_stub.add_client_error("describe_capacity_reservations", service_error_code=error, http_status_code=400)
         else:
-            ec2_stub.add_response("describe_capacity_reservations", {"CapacityReservations": [described]},
-                                  {"CapacityReservationIds": [RESERVATION_ID]})
+            ec2_stub.add_response(
+                "describe_capacity_reservations",
+                {"CapacityReservations": [described]},
+                {"CapacityReservationIds": [RESERVATION_ID]},
+            )
         return capacity.check_capacity(request, ec2=ec2, service_quotas=quotas, catalog_vcpus=192)
 
 
@@ -427,18 +525,25 @@ def test_a_reservation_that_fits_the_nodes_passes(moto_region):
     assert report.as_dict()["reservation"]["zone"] == "us-east-1c"
 
 
-@pytest.mark.parametrize("changes, request_changes, says", [
-    ({"AvailabilityZone": "us-east-1a"}, {}, "is in us-east-1a, but the GPU nodes launch in us-east-1c: set "
-                                             "gpuAvailabilityZone=us-east-1a"),
-    ({"InstanceType": "p5.48xlarge"}, {}, "reserves p5.48xlarge, but gpuInstanceType is p5en.48xlarge"),
-    ({"TotalInstanceCount": 1, "AvailableInstanceCount": 1}, {}, "holds 1 instance(s), but gpuNodeCount is 2"),
-    ({"State": "expired"}, {}, "is expired: nothing launches into it"),
-    ({"State": "cancelled"}, {}, "is cancelled"),
-    ({}, {"capacity_block": True}, "is a capacity reservation: set capacityReservationType=odcr"),
-    ({"ReservationType": "capacity-block"}, {}, "is a Capacity Block: set capacityReservationType=capacity-block"),
-])
-def test_a_reservation_the_nodes_cannot_launch_into_is_refused_naming_the_setting(moto_region, changes,
-                                                                                   request_changes, says):
+@pytest.mark.parametrize(
+    "changes, request_changes, says",
+    [
+        (
+            {"AvailabilityZone": "us-east-1a"},
+            {},
+            "is in us-east-1a, but the GPU nodes launch in us-east-1c: set gpuAvailabilityZone=us-east-1a",
+        ),
+        ({"InstanceType": "p5.48xlarge"}, {}, "reserves p5.48xlarge, but gpuInstanceType is p5en.48xlarge"),
+        ({"TotalInstanceCount": 1, "AvailableInstanceCount": 1}, {}, "holds 1 instance(s), but gpuNodeCount is 2"),
+        ({"State": "expired"}, {}, "is expired: nothing launches into it"),
+        ({"State": "cancelled"}, {}, "is cancelled"),
+        ({}, {"capacity_block": True}, "is a capacity reservation: set capacityReservationType=odcr"),
+        ({"ReservationType": "capacity-block"}, {}, "is a Capacity Block: set capacityReservationType=capacity-block"),
+    ],
+)
+def test_a_reservation_the_nodes_cannot_launch_into_is_refused_naming_the_setting(
+    moto_region, changes, request_changes, says
+):
     report = _check_with(moto_region, _reservation_request(**request_changes), _reserved(**changes))
     assert report.reservation is not None and not report.ok
     assert any(says in p for p in report.reservation.problems), report.reservation.problems
@@ -456,4 +561,5 @@ def test_a_reservation_ec2_does_not_know_is_refused(moto_region):
     report = _check_with(moto_region, _reservation_request(), None, error="InvalidCapacityReservationId.NotFound")
     assert not report.ok and report.reservation is not None
     assert report.reservation.problems == (
-        f"capacityReservationId {RESERVATION_ID}: EC2 knows no such reservation in us-east-1 for this account",)
+        f"capacityReservationId {RESERVATION_ID}: EC2 knows no such reservation in us-east-1 for this account",
+    )

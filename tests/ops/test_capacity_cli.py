@@ -50,7 +50,9 @@ LOOKUP_CACHE = {"availability-zones:account=123456789012:region=us-east-1": ["us
 def context_file(monkeypatch, tmp_path):
     """The cdk.json of an app directory (the working directory), beside a lookup cache that must stay untouched."""
     path = tmp_path / "cdk.json"
-    path.write_text(json.dumps({"app": "python3 app.py", "context": {"region": "us-east-1", "@aws-cdk/x:y": True}}, indent=2))
+    path.write_text(
+        json.dumps({"app": "python3 app.py", "context": {"region": "us-east-1", "@aws-cdk/x:y": True}}, indent=2)
+    )
     (tmp_path / "cdk.context.json").write_text(json.dumps(LOOKUP_CACHE))
     monkeypatch.chdir(tmp_path)
     return path
@@ -81,8 +83,10 @@ def test_write_context_stores_the_zone_and_keeps_other_keys(aws, context_file, c
     # THEN cdk.json's context gains gpuAvailabilityZone and keeps its keys; the CDK's lookup cache is not touched
     stored = json.loads(context_file.read_text())
     assert code == 0
-    assert stored == {"app": "python3 app.py", "context": {"region": "us-east-1", "@aws-cdk/x:y": True,
-                                                           "gpuAvailabilityZone": "us-east-1c"}}
+    assert stored == {
+        "app": "python3 app.py",
+        "context": {"region": "us-east-1", "@aws-cdk/x:y": True, "gpuAvailabilityZone": "us-east-1c"},
+    }
     assert json.loads((context_file.parent / "cdk.context.json").read_text()) == LOOKUP_CACHE
     report = json.loads(capsys.readouterr().out)
     assert report["context_written"] == str(context_file)
@@ -112,8 +116,10 @@ def test_short_quota_exits_1_and_prints_the_request_command(aws, capsys):
     # THEN the command fails, names the quota and prints the exact increase request
     assert code == 1
     assert "Running On-Demand P instances" in out
-    assert ("aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-417A185B "
-            "--desired-value 384 --region us-east-1") in out
+    assert (
+        "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-417A185B "
+        "--desired-value 384 --region us-east-1"
+    ) in out
 
 
 def test_short_quota_writes_no_context(aws, context_file):

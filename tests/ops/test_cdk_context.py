@@ -27,7 +27,9 @@ USER_CDK_JSON = """{
 def app_dir(tmp_path, monkeypatch):
     """An app directory with a user's cdk.json and a lookup cache, as the working directory."""
     (tmp_path / "cdk.json").write_text(USER_CDK_JSON)
-    (tmp_path / "cdk.context.json").write_text(json.dumps({"vpc-provider:account=1:filter.vpc-id=vpc-1": {"vpcId": "vpc-1"}}))
+    (tmp_path / "cdk.context.json").write_text(
+        json.dumps({"vpc-provider:account=1:filter.vpc-id=vpc-1": {"vpcId": "vpc-1"}})
+    )
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -39,12 +41,18 @@ def test_write_context_merges_into_cdk_json_and_keeps_every_other_key(app_dir):
     assert written == app_dir / "cdk.json"
     config = json.loads(written.read_text())
     assert list(config) == ["app", "watch", "context", "toolkitStackName"]
-    assert config["context"] == {"clusterName": "research", "@aws-cdk/core:newStyleStackSynthesis": True,
-                                 "gpuAvailabilityZone": "us-east-2b", "gpuNodeCount": 4}
+    assert config["context"] == {
+        "clusterName": "research",
+        "@aws-cdk/core:newStyleStackSynthesis": True,
+        "gpuAvailabilityZone": "us-east-2b",
+        "gpuNodeCount": 4,
+    }
     assert config["toolkitStackName"] == "MyToolkit" and config["watch"] == {"include": ["**/*.py"]}
     # ...with the file's 4-space indentation, and the lookup cache untouched
     assert '\n    "app": ' in written.read_text() and written.read_text().endswith("}\n")
-    assert json.loads((app_dir / "cdk.context.json").read_text()) == {"vpc-provider:account=1:filter.vpc-id=vpc-1": {"vpcId": "vpc-1"}}
+    assert json.loads((app_dir / "cdk.context.json").read_text()) == {
+        "vpc-provider:account=1:filter.vpc-id=vpc-1": {"vpcId": "vpc-1"}
+    }
     assert sorted(p.name for p in app_dir.iterdir()) == ["cdk.context.json", "cdk.json"]  # no temporary left
 
 
@@ -64,16 +72,21 @@ def test_a_cdk_json_without_context_gets_one(tmp_path):
 
 def test_outside_an_app_nothing_is_written_and_the_flags_are_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ContextFileError, match="no cdk.json in .* -c gpuAvailabilityZone=us-east-2b; nothing was written"):
+    with pytest.raises(
+        ContextFileError, match="no cdk.json in .* -c gpuAvailabilityZone=us-east-2b; nothing was written"
+    ):
         write_context({"gpuAvailabilityZone": "us-east-2b"})
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"context": ', "is not valid JSON"),
-    ("[1, 2]", "must hold a JSON object, found list"),
-    ('{"context": [1]}', '"context" must be a JSON object, found list'),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"context": ', "is not valid JSON"),
+        ("[1, 2]", "must hold a JSON object, found list"),
+        ('{"context": [1]}', '"context" must be a JSON object, found list'),
+    ],
+)
 def test_a_broken_cdk_json_is_refused_and_left_as_it_was(tmp_path, text, message):
     path = tmp_path / "cdk.json"
     path.write_text(text)
@@ -84,4 +97,5 @@ def test_a_broken_cdk_json_is_refused_and_left_as_it_was(tmp_path, text, message
 
 def test_context_flags_are_what_cdk_takes():
     assert context_flags({"gpuAvailabilityZone": "us-east-2b", "preflight": False, "pipPackages": ["a==1"]}) == (
-        '-c gpuAvailabilityZone=us-east-2b -c preflight=false -c pipPackages=["a==1"]')
+        '-c gpuAvailabilityZone=us-east-2b -c preflight=false -c pipPackages=["a==1"]'
+    )

@@ -69,9 +69,13 @@ def test_credentials_that_may_not_write_are_told_what_they_need(archive):
     client = boto3.client("s3", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="y")
     with Stubber(client) as stub:
         stub.add_client_error("head_object", service_error_code="404", http_status_code=404)
-        stub.add_client_error("put_object", service_error_code="AccessDenied", service_message="Access Denied",
-                              http_status_code=403)
-        with pytest.raises(CodeUploadError, match=r"AccessDenied: Access Denied \(these credentials need "
-                                                  r"s3:GetObject and s3:PutObject under storagePath\)"):
+        stub.add_client_error(
+            "put_object", service_error_code="AccessDenied", service_message="Access Denied", http_status_code=403
+        )
+        with pytest.raises(
+            CodeUploadError,
+            match=r"AccessDenied: Access Denied \(these credentials need "
+            r"s3:GetObject and s3:PutObject under storagePath\)",
+        ):
             upload_code_archive(client, archive)
         stub.assert_no_pending_responses()

@@ -13,21 +13,37 @@ from tests.ops.cli_helpers import run_cli
 
 
 def _summary(tokens_per_s: float, step_s: float) -> dict:
-    return {"steps": 20, "first_loss": 12.24, "final_loss": 12.18, "time/step_s": step_s,
-            "throughput/tokens_per_s": tokens_per_s, "throughput/tokens_per_s_per_device": tokens_per_s / 8,
-            "throughput/mfu_pct": 30.0, "device": "NVIDIA L4"}
+    return {
+        "steps": 20,
+        "first_loss": 12.24,
+        "final_loss": 12.18,
+        "time/step_s": step_s,
+        "throughput/tokens_per_s": tokens_per_s,
+        "throughput/tokens_per_s_per_device": tokens_per_s / 8,
+        "throughput/mfu_pct": 30.0,
+        "device": "NVIDIA L4",
+    }
 
 
 def _proven(network: str, hosts: int = 2) -> dict:
     """The gate fields of a run whose gate proved its network's transport across `hosts` hosts."""
-    return {"gate_status": "pass", "gate_exit_code": 0, "transport": {"efa": "efa", "tcp": "socket"}[network],
-            "gate_hosts": hosts}
+    return {
+        "gate_status": "pass",
+        "gate_exit_code": 0,
+        "transport": {"efa": "efa", "tcp": "socket"}[network],
+        "gate_hosts": hosts,
+    }
 
 
 def _driver_log(path, network: str, tokens_per_s: float, step_s: float, prefix: str = ""):
     # What the driver prints at the end of a run, behind whatever prefix the log's carrier adds.
-    line = summary_line(name=f"ray-train-{network}", network=network, instance_type="g6.12xlarge", nodes=2,
-                        summary={**_summary(tokens_per_s, step_s), **_proven(network)})
+    line = summary_line(
+        name=f"ray-train-{network}",
+        network=network,
+        instance_type="g6.12xlarge",
+        nodes=2,
+        summary={**_summary(tokens_per_s, step_s), **_proven(network)},
+    )
     path.write_text(f"{prefix}step 20/20 | loss 12.1800\n{prefix}{line}\n{prefix}transport gate: PASS\n")
     return path
 
@@ -77,15 +93,18 @@ def _summary_log(path, record: dict):
     return path
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"throughput/tokens_per_s": 0}, "throughput/tokens_per_s=0"),
-    ({"throughput/tokens_per_s": -5.0}, "throughput/tokens_per_s=-5.0"),
-    ({"throughput/tokens_per_s": "fast"}, "throughput/tokens_per_s='fast'"),
-    ({"throughput/tokens_per_s": None}, "throughput/tokens_per_s=None"),
-    ({"throughput/tokens_per_s": ...}, "no field 'throughput/tokens_per_s'"),
-    ({"name": ...}, "no field 'name'"),
-    ({"network": "carrier-pigeon"}, "network='carrier-pigeon'"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"throughput/tokens_per_s": 0}, "throughput/tokens_per_s=0"),
+        ({"throughput/tokens_per_s": -5.0}, "throughput/tokens_per_s=-5.0"),
+        ({"throughput/tokens_per_s": "fast"}, "throughput/tokens_per_s='fast'"),
+        ({"throughput/tokens_per_s": None}, "throughput/tokens_per_s=None"),
+        ({"throughput/tokens_per_s": ...}, "no field 'throughput/tokens_per_s'"),
+        ({"name": ...}, "no field 'name'"),
+        ({"network": "carrier-pigeon"}, "network='carrier-pigeon'"),
+    ],
+)
 def test_a_bad_summary_exits_2_naming_the_file_and_the_field(change, field, tmp_path, capsys):
     # GIVEN a good EFA run and a TCP run whose summary is zero, missing a key, or wrong
     efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
@@ -104,7 +123,7 @@ def test_a_bad_summary_exits_2_naming_the_file_and_the_field(change, field, tmp_
 def test_a_summary_that_is_not_an_object_is_exit_2(tmp_path, capsys):
     efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
     tcp = tmp_path / "tcp.log"
-    tcp.write_text("RAY_EFA_RUN_SUMMARY {}\nRAY_EFA_RUN_SUMMARY [1, 2]\n".replace("{}", "{\"a\": 1}"))
+    tcp.write_text("RAY_EFA_RUN_SUMMARY {}\nRAY_EFA_RUN_SUMMARY [1, 2]\n".replace("{}", '{"a": 1}'))
     assert run_cli("compare", str(efa), str(tcp)) == 2
     assert str(tcp) in capsys.readouterr().err
 
@@ -112,8 +131,10 @@ def test_a_summary_that_is_not_an_object_is_exit_2(tmp_path, capsys):
 def test_unreadable_logs_are_exit_2(tmp_path, capsys):
     efa = _driver_log(tmp_path / "efa.log", "efa", 20_600, 0.40)
     # a missing file, and a folder that is no run folder (a run folder holds the driver's summary.json)
-    for bad, said in ((tmp_path / "missing.log", f"cannot read {tmp_path / 'missing.log'}"),
-                      (tmp_path, f"{tmp_path}: a folder without summary.json")):
+    for bad, said in (
+        (tmp_path / "missing.log", f"cannot read {tmp_path / 'missing.log'}"),
+        (tmp_path, f"{tmp_path}: a folder without summary.json"),
+    ):
         assert run_cli("compare", str(efa), str(bad)) == 2
         assert said in capsys.readouterr().err
 
@@ -121,11 +142,25 @@ def test_unreadable_logs_are_exit_2(tmp_path, capsys):
 def test_a_local_run_is_not_compared_with_a_cluster_run(tmp_path, capsys):
     # GIVEN a cluster EFA run and a laptop TCP run (what `ray-efa train --local -c network=tcp` prints)
     efa = tmp_path / "efa.log"
-    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
-                                summary={**_summary(20_600, 0.4), "devices": 8, "hosts": 2}))
+    efa.write_text(
+        summary_line(
+            name="e",
+            network="efa",
+            instance_type="g6.12xlarge",
+            nodes=2,
+            summary={**_summary(20_600, 0.4), "devices": 8, "hosts": 2},
+        )
+    )
     tcp = tmp_path / "tcp.log"
-    tcp.write_text(summary_line(name="t", network="tcp", instance_type="local", nodes=1,
-                                summary={**_summary(100, 1.0), "device": "cpu", "devices": 2, "hosts": 1}))
+    tcp.write_text(
+        summary_line(
+            name="t",
+            network="tcp",
+            instance_type="local",
+            nodes=1,
+            summary={**_summary(100, 1.0), "device": "cpu", "devices": 2, "hosts": 1},
+        )
+    )
     # THEN compare refuses, naming both machines
     assert run_cli("compare", str(efa), str(tcp)) == 2
     err = capsys.readouterr().err
@@ -139,9 +174,16 @@ def test_a_local_run_is_not_compared_with_a_cluster_run(tmp_path, capsys):
 
 def _local_log(path, network: str, tokens_per_s: float, gate: dict):
     # What `ray-efa train --local -c network=...` prints: one host, 2 CPU workers, gloo; the gate proves nothing (3).
-    path.write_text(summary_line(name=f"local-{network}", network=network, instance_type="local", nodes=1,
-                                 summary={**_summary(tokens_per_s, 1.0), "device": "cpu", "devices": 2, "hosts": 1,
-                                          **gate}) + "\n")
+    path.write_text(
+        summary_line(
+            name=f"local-{network}",
+            network=network,
+            instance_type="local",
+            nodes=1,
+            summary={**_summary(tokens_per_s, 1.0), "device": "cpu", "devices": 2, "hosts": 1, **gate},
+        )
+        + "\n"
+    )
     return path
 
 
@@ -162,20 +204,48 @@ def test_two_one_host_runs_get_no_ratio_and_no_chart(tmp_path, capsys):
 def test_the_ratio_needs_proof_of_each_transport(tmp_path, capsys):
     # GIVEN cluster runs on the same hardware: the tcp one proven, the efa one unproven, then both proven socket
     tcp = tmp_path / "tcp.log"
-    tcp.write_text(summary_line(name="t", network="tcp", instance_type="g6.12xlarge", nodes=2,
-                                summary={**_summary(10_000, 0.8), **_proven("tcp")}))
+    tcp.write_text(
+        summary_line(
+            name="t",
+            network="tcp",
+            instance_type="g6.12xlarge",
+            nodes=2,
+            summary={**_summary(10_000, 0.8), **_proven("tcp")},
+        )
+    )
     efa = tmp_path / "efa.log"
-    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2, summary={
-        **_summary(20_000, 0.4), "gate_status": "no-proof", "gate_exit_code": 3, "transport": None, "gate_hosts": 2}))
+    efa.write_text(
+        summary_line(
+            name="e",
+            network="efa",
+            instance_type="g6.12xlarge",
+            nodes=2,
+            summary={
+                **_summary(20_000, 0.4),
+                "gate_status": "no-proof",
+                "gate_exit_code": 3,
+                "transport": None,
+                "gate_hosts": 2,
+            },
+        )
+    )
     assert run_cli("compare", "--json", str(efa), str(tcp)) == 2
     assert "e (" in json.loads(capsys.readouterr().out)["error"]
-    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
-                                summary={**_summary(20_000, 0.4), **_proven("tcp")}))
+    efa.write_text(
+        summary_line(
+            name="e",
+            network="efa",
+            instance_type="g6.12xlarge",
+            nodes=2,
+            summary={**_summary(20_000, 0.4), **_proven("tcp")},
+        )
+    )
     assert run_cli("compare", str(efa), str(tcp)) == 2
     assert "the gate proved socket, not efa" in capsys.readouterr().err
     # AND an older summary without the verdict is refused, saying so
-    efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2,
-                                summary=_summary(20_000, 0.4)))
+    efa.write_text(
+        summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2, summary=_summary(20_000, 0.4))
+    )
     assert run_cli("compare", str(efa), str(tcp)) == 2
     assert "no transport gate verdict" in capsys.readouterr().err
 
@@ -186,8 +256,9 @@ def test_runs_on_different_host_or_device_counts_are_refused(field, value, tmp_p
     efa = tmp_path / "efa.log"
     efa.write_text(summary_line(name="e", network="efa", instance_type="g6.12xlarge", nodes=2, summary=base))
     tcp = tmp_path / "tcp.log"
-    tcp.write_text(summary_line(name="t", network="tcp", instance_type="g6.12xlarge", nodes=2,
-                                summary={**base, field: value}))
+    tcp.write_text(
+        summary_line(name="t", network="tcp", instance_type="g6.12xlarge", nodes=2, summary={**base, field: value})
+    )
     assert run_cli("compare", str(efa), str(tcp)) == 2
     assert "different hardware" in capsys.readouterr().err
 
@@ -200,15 +271,28 @@ def test_json_numbers_are_rounded(tmp_path, capsys):
     assert out["efa_over_tcp"] == 6866.71 and out["efa"]["throughput/tokens_per_s"] == 20600.1
 
 
-_LEVERS = {"model": "qwen2.5-1.5b", "seq_len": 2048, "micro_batch": 16, "grad_accumulation": 1, "precision": "bf16",
-           "compile": True, "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "fp32"}
+_LEVERS = {
+    "model": "qwen2.5-1.5b",
+    "seq_len": 2048,
+    "micro_batch": 16,
+    "grad_accumulation": 1,
+    "precision": "bf16",
+    "compile": True,
+    "activation_checkpointing": False,
+    "sharding": "fsdp",
+    "grad_reduce_dtype": "fp32",
+}
 
 
 def _run(path: Path, network: str, tokens_per_s: float, **training) -> Path:
     """A driver log of one finished run on 2 x p5.48xlarge whose gate proved its network, with its training levers."""
-    line = summary_line(name=f"ray-train-{network}", network=network, instance_type="p5.48xlarge", nodes=2,
-                        summary={**_summary(tokens_per_s, 0.5), **_proven(network),
-                                 "training": {**_LEVERS, **training}})
+    line = summary_line(
+        name=f"ray-train-{network}",
+        network=network,
+        instance_type="p5.48xlarge",
+        nodes=2,
+        summary={**_summary(tokens_per_s, 0.5), **_proven(network), "training": {**_LEVERS, **training}},
+    )
     path.write_text(f"{line}\n")
     return path
 
@@ -234,9 +318,13 @@ def test_any_two_runs_side_by_side_from_run_folders_never_a_transport_ratio(tmp_
     for name, precision, tokens in (("bf16", "bf16", 900_000), ("fp8", "fp8", 1_100_000)):
         folder = tmp_path / name
         folder.mkdir()
-        record = summary_record(name=f"run-{name}", network="efa", instance_type="p5.48xlarge", nodes=2,
-                                summary={**_summary(tokens, 0.5), **_proven("efa"),
-                                         "training": {**_LEVERS, "precision": precision}})
+        record = summary_record(
+            name=f"run-{name}",
+            network="efa",
+            instance_type="p5.48xlarge",
+            nodes=2,
+            summary={**_summary(tokens, 0.5), **_proven("efa"), "training": {**_LEVERS, "precision": precision}},
+        )
         (folder / "summary.json").write_text(json.dumps(record))
     # WHEN compared
     assert run_cli("compare", "--json", str(tmp_path / "bf16"), str(tmp_path / "fp8")) == 0
@@ -274,4 +362,7 @@ def test_a_run_summary_records_the_levers_its_driver_decided():
     assert set(levers) == set(TRAINING_LEVERS) and "auto" not in levers.values()
     decided = resolve(settings).training
     assert (levers["precision"], levers["sharding"], levers["micro_batch"]) == (
-        decided.precision, decided.sharding, decided.micro_batch)
+        decided.precision,
+        decided.sharding,
+        decided.micro_batch,
+    )

@@ -26,9 +26,12 @@ def diff_text(name: str) -> str:
 
 def cluster(job_status: str | None = "Running", gpu_nodes: bool = True) -> ClusterState:
     """Two GPU nodes and the training RayJob in `job_status` (None: deleted)."""
-    return ClusterState(ray_jobs={} if job_status is None else {"ray/train-efa": job_status},
-                        gpu_nodes=("ip-10-0-1-17.us-east-2.compute.internal", "ip-10-0-2-41.us-east-2.compute.internal")
-                        if gpu_nodes else ())
+    return ClusterState(
+        ray_jobs={} if job_status is None else {"ray/train-efa": job_status},
+        gpu_nodes=("ip-10-0-1-17.us-east-2.compute.internal", "ip-10-0-2-41.us-east-2.compute.internal")
+        if gpu_nodes
+        else (),
+    )
 
 
 def findings(diff: str | None, state: ClusterState) -> dict[str, bool]:
@@ -49,7 +52,9 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
     assert not system.gpu_roll and system.rolled_node_groups == ("ray-train-cluster: Eks/Cluster/NodegroupSystemNodes",)
     allowed = read_diff(diff_text("allow_disruption"))
     assert allowed.rolled_node_groups == ("ray-train-gpu: GpuNodes/Nodegroup",)
-    assert [(g.old, g.new) for g in allowed.guards] == [({"AllowJobDisruption": "false"}, {"AllowJobDisruption": "true"})]
+    assert [(g.old, g.new) for g in allowed.guards] == [
+        ({"AllowJobDisruption": "false"}, {"AllowJobDisruption": "true"})
+    ]
     dra = read_diff(diff_text("dra_nodes_up"))
     assert len(dra.device_stack_switch) == 4 and dra.reapplied_jobs == ("train-efa",)
     zero = read_diff(diff_text("scale_to_zero"))
@@ -57,32 +62,35 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
     assert any(i.startswith("TrainingJobRayJobtrainefa") for i in zero.removed_manifests)
 
 
-@pytest.mark.parametrize("diff, job, nodes, expected", [
-    # a roll with the job running: refused; with it finished: go (re-applying a finished job does not rerun it)
-    ("instance_type", "Running", True, {"nodes-roll": True}),
-    ("instance_type", "Initializing", True, {"nodes-roll": True}),
-    ("instance_type", "Complete", True, {}),
-    # a deleted job that the deploy re-applies comes back
-    ("instance_type", None, True, {"job-recreated": True}),
-    # a training setting leaves the nodes and the RayJob alone: go, job running or deleted
-    ("steps", "Running", True, {}),
-    ("steps", None, True, {}),
-    # the system nodes hold the head: their roll kills the job too
-    ("system_type", "Running", True, {"nodes-roll": True}),
-    # a node group update that rolls no node (ForceUpdateEnabled): the guard is asked nothing of the nodes, nor is this
-    ("allow_disruption", "Running", True, {}),
-    # nodes back from zero for a job that waits for them, or a roll of a group at zero nodes: no pod is touched
-    ("come_back", "Initializing", False, {}),
-    ("roll_at_zero", "Running", False, {}),
-    # scaling to zero under a running job: the nodes go and the RayJob is deleted
-    ("scale_to_zero", "Running", True, {"nodes-roll": True, "job-deleted": True}),
-    # DRA next to the device plugins on GPU nodes: never; at zero nodes the same swap is fine
-    ("dra_nodes_up", "Complete", True, {"device-allocation-switch": False}),
-    ("dra_nodes_up", "Complete", False, {}),
-    # no diff: an active job refuses any deploy, a finished one none
-    (None, "Running", True, {"active-jobs": True}),
-    (None, "Failed", True, {}),
-])
+@pytest.mark.parametrize(
+    "diff, job, nodes, expected",
+    [
+        # a roll with the job running: refused; with it finished: go (re-applying a finished job does not rerun it)
+        ("instance_type", "Running", True, {"nodes-roll": True}),
+        ("instance_type", "Initializing", True, {"nodes-roll": True}),
+        ("instance_type", "Complete", True, {}),
+        # a deleted job that the deploy re-applies comes back
+        ("instance_type", None, True, {"job-recreated": True}),
+        # a training setting leaves the nodes and the RayJob alone: go, job running or deleted
+        ("steps", "Running", True, {}),
+        ("steps", None, True, {}),
+        # the system nodes hold the head: their roll kills the job too
+        ("system_type", "Running", True, {"nodes-roll": True}),
+        # a node group update that rolls no node (ForceUpdateEnabled): the guard is asked nothing of the nodes, nor is this
+        ("allow_disruption", "Running", True, {}),
+        # nodes back from zero for a job that waits for them, or a roll of a group at zero nodes: no pod is touched
+        ("come_back", "Initializing", False, {}),
+        ("roll_at_zero", "Running", False, {}),
+        # scaling to zero under a running job: the nodes go and the RayJob is deleted
+        ("scale_to_zero", "Running", True, {"nodes-roll": True, "job-deleted": True}),
+        # DRA next to the device plugins on GPU nodes: never; at zero nodes the same swap is fine
+        ("dra_nodes_up", "Complete", True, {"device-allocation-switch": False}),
+        ("dra_nodes_up", "Complete", False, {}),
+        # no diff: an active job refuses any deploy, a finished one none
+        (None, "Running", True, {"active-jobs": True}),
+        (None, "Failed", True, {}),
+    ],
+)
 def test_a_deploy_is_refused_for_what_it_would_do_to_what_runs(diff, job, nodes, expected):
     assert findings(diff, cluster(job, nodes)) == expected
 
@@ -90,18 +98,23 @@ def test_a_deploy_is_refused_for_what_it_would_do_to_what_runs(diff, job, nodes,
 def test_a_roll_is_said_in_the_job_guards_words():
     (finding,) = check_deploy(read_diff(diff_text("instance_type")), cluster("Running"), Settings())
     assert finding.id == "nodes-roll"
-    assert finding.message.startswith("the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge), "
-                                      "and RayJob ray/train-efa (Running) runs on them")
-    (finding,) = check_deploy(read_diff(diff_text("scale_to_zero")), cluster("Complete"),
-                              Settings()) or [None]  # nothing runs: no finding
+    assert finding.message.startswith(
+        "the deploy rolls the GPU nodes (gpuInstanceType g6.12xlarge -> g6e.24xlarge), "
+        "and RayJob ray/train-efa (Running) runs on them"
+    )
+    (finding,) = check_deploy(read_diff(diff_text("scale_to_zero")), cluster("Complete"), Settings()) or [
+        None
+    ]  # nothing runs: no finding
     assert finding is None
 
 
 def test_a_guard_the_deploy_creates_guards_nothing_yet():
     # GIVEN a stack deployed before it had a guard: CloudFormation creates the guard (a Create judges nothing) and
     # updates the launch template in the same deploy
-    text = ("Stack ray-train-gpu\n[+] Custom::RayEfa-JobDisruptionGuard JobGuard/Resource JobGuardFE2367F1\n"
-            "[~] AWS::EC2::LaunchTemplate GpuNodes/LaunchTemplate GpuNodesLaunchTemplate8E6E2A4C\n")
+    text = (
+        "Stack ray-train-gpu\n[+] Custom::RayEfa-JobDisruptionGuard JobGuard/Resource JobGuardFE2367F1\n"
+        "[~] AWS::EC2::LaunchTemplate GpuNodes/LaunchTemplate GpuNodesLaunchTemplate8E6E2A4C\n"
+    )
     # THEN the touched launch template drains the nodes
     findings = check_deploy(read_diff(text), cluster("Running"), Settings())
     assert [f.id for f in findings] == ["nodes-roll"]
@@ -120,15 +133,18 @@ def test_a_file_that_is_not_a_cdk_diff_is_exit_2(tmp_path, capsys):
 RUNNING = ClusterState(ray_jobs={"ray/train-efa": "Running"}, gpu_nodes=("gpu-a", "gpu-b"))
 
 
-@pytest.mark.parametrize("diff, job, expected", [
-    # -c trainingJob=false deletes the RayJob: refused while it runs, fine once it is complete
-    ("training_job_off_cli", "Running", {"job-deleted": True}),
-    ("training_job_off_cli", "Initializing", {"job-deleted": True}),
-    ("training_job_off_cli", "Complete", {}),
-    # a jobName rename deletes the old RayJob, and applies the new one (a new run on every GPU node)
-    ("job_rename_cli", "Running", {"job-deleted": True, "job-recreated": True}),
-    ("job_rename_cli", "Failed", {"job-recreated": True}),
-])
+@pytest.mark.parametrize(
+    "diff, job, expected",
+    [
+        # -c trainingJob=false deletes the RayJob: refused while it runs, fine once it is complete
+        ("training_job_off_cli", "Running", {"job-deleted": True}),
+        ("training_job_off_cli", "Initializing", {"job-deleted": True}),
+        ("training_job_off_cli", "Complete", {}),
+        # a jobName rename deletes the old RayJob, and applies the new one (a new run on every GPU node)
+        ("job_rename_cli", "Running", {"job-deleted": True, "job-recreated": True}),
+        ("job_rename_cli", "Failed", {"job-recreated": True}),
+    ],
+)
 def test_a_deployed_stacks_diff_is_read_by_construct_path(diff, job, expected):
     # GIVEN the diff the CLI prints against a deployed template: `[-] TYPE PATH LOGICAL_ID destroy`
     state = ClusterState(ray_jobs={"ray/train-efa": job}, gpu_nodes=RUNNING.gpu_nodes)
@@ -137,8 +153,10 @@ def test_a_deployed_stacks_diff_is_read_by_construct_path(diff, job, expected):
 
 
 def test_a_removed_resource_is_read_in_both_forms_the_cli_prints():
-    by_path = read_diff("Stack s\n[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/RayJob-a-b/Resource "
-                        "TrainingJobRayJobabFE58B741 destroy\n")
+    by_path = read_diff(
+        "Stack s\n[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJob/RayJob-a-b/Resource "
+        "TrainingJobRayJobabFE58B741 destroy\n"
+    )
     by_id = read_diff("Stack s\n[-] Custom::AWSCDK-EKS-KubernetesResource TrainingJobRayJobabFE58B741 destroy\n")
     assert by_path.removed_jobs == ("a-b",) and by_path.removed_manifests == ("TrainingJobRayJobabFE58B741",)
     assert by_id.removed_jobs == () and by_id.removed_manifests == ("TrainingJobRayJobabFE58B741",)

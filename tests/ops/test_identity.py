@@ -27,11 +27,18 @@ def aws(monkeypatch):
 
 
 def assumed_session(session, path: str) -> boto3.Session:
-    role = session.client("iam").create_role(RoleName="AWSReservedSSO_Admin_0123", Path=path,
-                                             AssumeRolePolicyDocument=TRUST)["Role"]
-    credentials = session.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="me@example.com")["Credentials"]
-    return boto3.Session(aws_access_key_id=credentials["AccessKeyId"], aws_secret_access_key=credentials["SecretAccessKey"],
-                         aws_session_token=credentials["SessionToken"], region_name="us-east-2")
+    role = session.client("iam").create_role(
+        RoleName="AWSReservedSSO_Admin_0123", Path=path, AssumeRolePolicyDocument=TRUST
+    )["Role"]
+    credentials = session.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="me@example.com")[
+        "Credentials"
+    ]
+    return boto3.Session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+        region_name="us-east-2",
+    )
 
 
 def test_an_assumed_role_gives_the_roles_arn_with_its_path(aws):
@@ -47,8 +54,9 @@ def test_an_assumed_role_gives_the_roles_arn_with_its_path(aws):
 def test_an_iam_user_is_returned_as_is(aws):
     aws.client("iam").create_user(UserName="alice")
     keys = aws.client("iam").create_access_key(UserName="alice")["AccessKey"]
-    session = boto3.Session(aws_access_key_id=keys["AccessKeyId"], aws_secret_access_key=keys["SecretAccessKey"],
-                            region_name="us-east-2")
+    session = boto3.Session(
+        aws_access_key_id=keys["AccessKeyId"], aws_secret_access_key=keys["SecretAccessKey"], region_name="us-east-2"
+    )
     assert admin_principal_arn(session).endswith(":user/alice")
 
 
@@ -65,7 +73,13 @@ def test_whoami_prints_the_arn_for_the_deploy_command(aws, capsys, monkeypatch):
 
 
 def test_whoami_without_credentials_says_so_in_one_line(monkeypatch, capsys, tmp_path):
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+    for key in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))

@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def project(tmp_path):
     """A project directory with its own cdk.json, so the tests do not depend on the repository's."""
-    (tmp_path / "cdk.json").write_text(json.dumps({"app": "true", "context": {"region": "us-west-2", "gpuNodeCount": 2}}))
+    (tmp_path / "cdk.json").write_text(
+        json.dumps({"app": "true", "context": {"region": "us-west-2", "gpuNodeCount": 2}})
+    )
     return tmp_path
 
 
@@ -60,8 +62,17 @@ def test_pods_match_the_catalog(project):
     plan = plan_of(project, gpuInstanceType="g6e.48xlarge", systemInstanceType="m7i.2xlarge")
     worker, head = plan.pods
     w = catalog.worker_pod_resources(catalog.gpu_instance("g6e.48xlarge"))
-    assert (worker.cpu, worker.memory_gib, worker.gpus, worker.efa, worker.shm_gib) == (w.cpu, w.memory_gib, 8, 4, w.shm_gib)
-    assert (head.cpu, head.memory_gib, head.gpus) == (*catalog.head_pod_resources(catalog.system_instance("m7i.2xlarge")), 0)
+    assert (worker.cpu, worker.memory_gib, worker.gpus, worker.efa, worker.shm_gib) == (
+        w.cpu,
+        w.memory_gib,
+        8,
+        4,
+        w.shm_gib,
+    )
+    assert (head.cpu, head.memory_gib, head.gpus) == (
+        *catalog.head_pod_resources(catalog.system_instance("m7i.2xlarge")),
+        0,
+    )
 
 
 @pytest.fixture
@@ -77,8 +88,18 @@ def eight_byte_logits(monkeypatch):
     strategy._RESOLVED.clear()
 
 
-OLD_SHAPE = ("-c", "microBatch=2", "-c", "gradAccumulation=1", "-c", "precision=bf16", "-c", "activationCheckpointing=false",
-             "-c", "lossChunkSize=1024")
+OLD_SHAPE = (
+    "-c",
+    "microBatch=2",
+    "-c",
+    "gradAccumulation=1",
+    "-c",
+    "precision=bf16",
+    "-c",
+    "activationCheckpointing=false",
+    "-c",
+    "lossChunkSize=1024",
+)
 """The batch shape and precision the defaults had before auto: what these step-model tests were written at."""
 
 
@@ -86,7 +107,9 @@ def test_memory_and_cost_are_core_s(project):
     plan = plan_of(project)
     assert plan.memory == estimate(plan.settings)
     assert plan.cost == hourly_cost(plan.settings)
-    assert plan.as_dict()["usd_per_hour"]["after_destroying_gpu_stack"] == pytest.approx(plan.cost.total - plan.cost.gpu_nodes)
+    assert plan.as_dict()["usd_per_hour"]["after_destroying_gpu_stack"] == pytest.approx(
+        plan.cost.total - plan.cost.gpu_nodes
+    )
 
 
 def test_a_run_that_does_not_fit_carries_the_planners_advice(project):
@@ -111,14 +134,17 @@ def test_a_capacity_reservation_turns_the_placement_group_off(project):
     assert plan.as_dict()["deployment"]["capacity_reservation_id"] == "cr-0123456789abcdef0"
 
 
-@pytest.mark.parametrize("context, network, at_most, source", [
-    ({}, "efa", 1.5, "catalog: no GPUDirect RDMA"),                             # 2 x g6.12xlarge over EFA
-    ({"network": "tcp"}, "tcp", 1.5, "socket model"),                            # its TCP comparison run
-    ({"gpuInstanceType": "g6e.24xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
-    ({"gpuInstanceType": "g6e.48xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
-    ({"gpuInstanceType": "p5.48xlarge"}, "efa", 160.0, "catalog: GPUDirect RDMA"),
-    ({"preflightMinBusbwGbps": 2.2}, "efa", 2.2, "setting preflightMinBusbwGbps"),
-])
+@pytest.mark.parametrize(
+    "context, network, at_most, source",
+    [
+        ({}, "efa", 1.5, "catalog: no GPUDirect RDMA"),  # 2 x g6.12xlarge over EFA
+        ({"network": "tcp"}, "tcp", 1.5, "socket model"),  # its TCP comparison run
+        ({"gpuInstanceType": "g6e.24xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
+        ({"gpuInstanceType": "g6e.48xlarge"}, "efa", 2.5, "catalog: no GPUDirect RDMA"),
+        ({"gpuInstanceType": "p5.48xlarge"}, "efa", 160.0, "catalog: GPUDirect RDMA"),
+        ({"preflightMinBusbwGbps": 2.2}, "efa", 2.2, "setting preflightMinBusbwGbps"),
+    ],
+)
 def test_command_json_reports_the_floor_the_job_runs_with(capsys, context, network, at_most, source):
     options = [arg for key, value in context.items() for arg in ("-c", f"{key}={value}")]
     assert run_cli("plan", *options, "--json") == 0
@@ -135,8 +161,16 @@ def test_render_prints_every_section(project):
     render_plan(plan_of(project), console, settings_table=True)
     text = " ".join(console.export_text().split())  # wrapped at 80 columns
     # THEN every section is there, with the numbers
-    for title in ("Settings", "Deployment", "Instances", "EFA interfaces", "Ray pods", "Memory per GPU", "USD per hour",
-                  "Teardown"):
+    for title in (
+        "Settings",
+        "Deployment",
+        "Instances",
+        "EFA interfaces",
+        "Ray pods",
+        "Memory per GPU",
+        "USD per hour",
+        "Teardown",
+    ):
         assert title in text
     assert "after `cdk destroy ray-train-gpu`" in text and "$0.045" in text and "npx cdk destroy ray-train-gpu" in text
 
@@ -148,8 +182,20 @@ def test_command_json_is_complete(capsys):
     code = run_cli("plan", "-c", "gpuInstanceType=p5en.48xlarge", "-c", "gpuNodeCount=2", "--json")
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert set(out) == {"settings", "deployment", "instances", "efa", "pods", "memory_per_gpu", "usd_per_hour",
-                        "performance", "teardown", "retained_after_destroy", "scaling", "preflight"}
+    assert set(out) == {
+        "settings",
+        "deployment",
+        "instances",
+        "efa",
+        "pods",
+        "memory_per_gpu",
+        "usd_per_hour",
+        "performance",
+        "teardown",
+        "retained_after_destroy",
+        "scaling",
+        "preflight",
+    }
     assert out["settings"]["gpuInstanceType"] == {"value": "p5en.48xlarge", "source": "-c", "section": "nodes"}
     assert len(out["efa"]["interfaces"]) == 16 and out["efa"]["fi_efa_use_device_rdma"] == "1"
     assert out["pods"]["worker"]["efa"] == 16
@@ -162,7 +208,15 @@ def test_command_json_predicts_the_step_on_efa_and_on_tcp(capsys):
     # THEN each network has the strategy the job would run and its predicted step, in snake_case keys
     assert set(performance) == {"efa", "tcp"}
     for row in performance.values():
-        assert {"strategy", "step_time_s", "compute_s", "network_s", "tokens_per_s_per_gpu", "mfu", "bottleneck"} <= set(row)
+        assert {
+            "strategy",
+            "step_time_s",
+            "compute_s",
+            "network_s",
+            "tokens_per_s_per_gpu",
+            "mfu",
+            "bottleneck",
+        } <= set(row)
         assert row["strategy"] in ("fsdp", "hsdp") and set(row["strategies"]) == {"fsdp", "hsdp"}
     # and the default step waits on the one EFA link, more so over TCP
     assert performance["efa"]["bottleneck"] == "network"
@@ -199,7 +253,9 @@ def test_command_reports_every_bad_setting_at_once_with_allowed_values(capsys):
 
 
 def test_command_exits_1_when_training_does_not_fit(capsys):
-    assert run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge", "-c", "seqLen=32768", "-c", "microBatch=8", "--json") == 1
+    assert (
+        run_cli("plan", "-c", "gpuInstanceType=g6.12xlarge", "-c", "seqLen=32768", "-c", "microBatch=8", "--json") == 1
+    )
     assert json.loads(capsys.readouterr().out)["memory_per_gpu"]["fits"] is False
 
 
@@ -229,10 +285,24 @@ def test_a_running_plan_shows_what_scaling_to_zero_would_cost(project):
 
 
 def test_a_described_gpu_type_without_efa_is_exit_2_naming_the_setting(capsys):
-    description = json.dumps({"name": "p6-b300.48xlarge", "gpus": 8, "gpuName": "B300", "gpuMemoryGib": 268,
-                              "peakBf16Tflops": 2250, "memoryBandwidthGbS": 8000, "vcpus": 192, "memoryGib": 4096, "efaInterfaces": 0,
-                              "networkGbps": 6400, "usdPerHour": 150.0})
-    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={description}")
+    description = json.dumps(
+        {
+            "name": "p6-b300.48xlarge",
+            "gpus": 8,
+            "gpuName": "B300",
+            "gpuMemoryGib": 268,
+            "peakBf16Tflops": 2250,
+            "memoryBandwidthGbS": 8000,
+            "vcpus": 192,
+            "memoryGib": 4096,
+            "efaInterfaces": 0,
+            "networkGbps": 6400,
+            "usdPerHour": 150.0,
+        }
+    )
+    code = run_cli(
+        "plan", "--json", "-c", "gpuInstanceType=p6-b300.48xlarge", "-c", f"extraGpuInstanceTypes={description}"
+    )
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert code == 2 and [p["key"] for p in problems] == ["extraGpuInstanceTypes"]
     assert "efaInterfaces must be >= 1" in problems[0]["message"]
@@ -256,7 +326,12 @@ def test_a_function_of_your_own_is_not_judged_by_the_built_in_models_memory(proj
     assert "Memory per GPU" not in text and "Predicted step" not in text
 
 
-OWN = ("-c", "trainFunction=own_training.train:train_func", "-c", f"codeDir={ROOT / 'examples' / 'own-training' / 'src'}")
+OWN = (
+    "-c",
+    "trainFunction=own_training.train:train_func",
+    "-c",
+    f"codeDir={ROOT / 'examples' / 'own-training' / 'src'}",
+)
 
 
 def test_plan_of_a_function_of_your_own_describes_the_job_and_no_built_in_model(capsys):
@@ -298,16 +373,37 @@ def test_with_model_path_every_caption_names_that_model_and_its_size(project, tm
     assert "0.00 B" not in text
     # and the built-in preset only where the settings list the `model` setting
     assert [line for line in text.splitlines() if "qwen" in line] == [
-        line for line in text.splitlines() if "qwen" in line and "│ model " in line]
+        line for line in text.splitlines() if "qwen" in line and "│ model " in line
+    ]
 
 
 def test_fp8_on_a_described_v100_is_exit_2_naming_precision(capsys):
     # a V100 described in extraGpuInstanceTypes (no fp8 tensor cores): before, plan crashed dividing by its fp8 peak
-    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
-                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
-                       "usdPerHour": 31.2})
-    code = run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}",
-                   "-c", "precision=fp8")
+    v100 = json.dumps(
+        {
+            "name": "p3dn.24xlarge",
+            "gpus": 8,
+            "gpuName": "V100",
+            "gpuMemoryGib": 31.7,
+            "peakBf16Tflops": 125,
+            "memoryBandwidthGbS": 900,
+            "vcpus": 96,
+            "memoryGib": 768,
+            "efaInterfaces": 1,
+            "networkGbps": 100,
+            "usdPerHour": 31.2,
+        }
+    )
+    code = run_cli(
+        "plan",
+        "--json",
+        "-c",
+        "gpuInstanceType=p3dn.24xlarge",
+        "-c",
+        f"extraGpuInstanceTypes={v100}",
+        "-c",
+        "precision=fp8",
+    )
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert code == 2 and [p["key"] for p in problems] == ["precision"]
     assert run_cli("plan", "--json", "-c", "gpuInstanceType=p3dn.24xlarge", "-c", f"extraGpuInstanceTypes={v100}") == 0
@@ -319,7 +415,9 @@ def test_plan_json_reports_the_global_batch_and_its_split(capsys):
     deployment = json.loads(capsys.readouterr().out)["deployment"]
     split = deployment["global_batch"]
     assert deployment["global_batch_tokens"] == split["tokens"] == 524_288 and split["exact"]
-    assert split["micro_batch"] * split["seq_len"] * split["grad_accumulation"] * split["data_parallel_ranks"] == 524_288
+    assert (
+        split["micro_batch"] * split["seq_len"] * split["grad_accumulation"] * split["data_parallel_ranks"] == 524_288
+    )
     assert deployment["micro_batch"] == split["micro_batch"] and deployment["precision"] == "fp8"
 
 
@@ -341,9 +439,21 @@ def test_recommend_ranks_every_instance_type_by_usd_per_million_tokens(capsys):
 
 
 def test_recommend_includes_a_described_type(capsys):
-    v100 = json.dumps({"name": "p3dn.24xlarge", "gpus": 8, "gpuName": "V100", "gpuMemoryGib": 31.7, "peakBf16Tflops": 125,
-                       "memoryBandwidthGbS": 900, "vcpus": 96, "memoryGib": 768, "efaInterfaces": 1, "networkGbps": 100,
-                       "usdPerHour": 31.2})
+    v100 = json.dumps(
+        {
+            "name": "p3dn.24xlarge",
+            "gpus": 8,
+            "gpuName": "V100",
+            "gpuMemoryGib": 31.7,
+            "peakBf16Tflops": 125,
+            "memoryBandwidthGbS": 900,
+            "vcpus": 96,
+            "memoryGib": 768,
+            "efaInterfaces": 1,
+            "networkGbps": 100,
+            "usdPerHour": 31.2,
+        }
+    )
     assert run_cli("plan", "--recommend", "--json", "--max-nodes", "2", "-c", f"extraGpuInstanceTypes={v100}") == 0
     rows = json.loads(capsys.readouterr().out)["recommendations"]
     described = [r for r in rows if r["instance_type"] == "p3dn.24xlarge"]
@@ -387,8 +497,16 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
     assert ohio["tokens"] == 20 * ohio["model_parameters"] and ohio["model"] == "qwen2.5-1.5b"
     rows = ohio["recommendations"]
     assert all(r["hours"] > 1 and r["usd"] > 100 for r in rows)
-    assert {"instance_type", "nodes", "tokens_per_s", "usd_per_million_tokens", "usd_per_hour", "hours", "usd",
-            "constants"} <= set(rows[0])
+    assert {
+        "instance_type",
+        "nodes",
+        "tokens_per_s",
+        "usd_per_million_tokens",
+        "usd_per_hour",
+        "hours",
+        "usd",
+        "constants",
+    } <= set(rows[0])
     statuses = {r["gpu"]: r["constants"]["status"] for r in rows if r["nodes"] == 1}
     assert statuses["H200"] == "measured" and statuses["H100"] == "published" and statuses["L4"] == "assumed"
     # a row's status covers every constant it uses, not the compute constant's alone: the eager share always, the
@@ -402,6 +520,7 @@ def test_recommend_says_what_each_row_rests_on_and_prices_in_the_stacks_region(c
     # an A100 row rests on the H200's eager share, lent (no same-machine compile pair for it): assumed
     p4d = next(r for r in rows if r["instance_type"] == "p4d.24xlarge")
     assert p4d["constants"]["eager_speed"]["status"] == "assumed" and p4d["constants"]["status"] == "assumed"
+
     # an assumed constant gets a wider predicted range than a measured one
     def spread(r):
         return r["tokens_per_s_range"][1] / r["tokens_per_s"] - 1
@@ -435,7 +554,9 @@ def test_recommend_prices_ap_southeast_2_as_sydney_lists_them_not_as_us_east_2(c
             assert r["usd_per_hour"] > ohio_usd[(r["instance_type"], r["nodes"])]
     # a type Sydney does not offer is left out, saying why; so is a type offered there without an On-Demand price and
     # without a recorded Capacity Block (p5e): never ranked at another region's price
-    assert "p6-b200.48xlarge" not in on_demand and "not offered in ap-southeast-2" in sydney["skipped"]["p6-b200.48xlarge"]
+    assert (
+        "p6-b200.48xlarge" not in on_demand and "not offered in ap-southeast-2" in sydney["skipped"]["p6-b200.48xlarge"]
+    )
     assert "p5e.48xlarge" not in on_demand
     assert "no On-Demand or Capacity Block price recorded for ap-southeast-2" in sydney["skipped"]["p5e.48xlarge"]
     # and the table says what it left out
@@ -447,8 +568,20 @@ def test_recommend_prices_ap_southeast_2_as_sydney_lists_them_not_as_us_east_2(c
 @pytest.mark.parametrize("region", ["us-east-2", "us-east-1", "us-west-2", "ap-southeast-2", "eu-west-1"])
 def test_recommend_ranks_only_prices_recorded_for_the_region(capsys, region):
     # GIVEN the ranking in a recorded region
-    assert run_cli("plan", "--recommend", "--json", "--max-nodes", "1", "-c", f"region={region}",
-                   "-c", "gpuInstanceType=p4d.24xlarge") == 0
+    assert (
+        run_cli(
+            "plan",
+            "--recommend",
+            "--json",
+            "--max-nodes",
+            "1",
+            "-c",
+            f"region={region}",
+            "-c",
+            "gpuInstanceType=p4d.24xlarge",
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     rows = out["recommendations"]
     # THEN every ranked row's price is recorded for that region, On-Demand or a Capacity Block labelled as such
@@ -467,8 +600,13 @@ def test_recommend_ranks_only_prices_recorded_for_the_region(capsys, region):
         assert "not offered in us-east-1" in out["skipped"]["p5e.48xlarge"]
     # p5 on a Capacity Block is ranked beside p5 On-Demand where both are recorded
     p5 = {r["purchase"] for r in rows if r["instance_type"] == "p5.48xlarge"}
-    assert p5 == ({"on-demand", "capacity-block"} if region in ("us-east-1", "us-east-2") else
-                  set() if region == "eu-west-1" else {"on-demand"})  # p5 is not offered in eu-west-1
+    assert p5 == (
+        {"on-demand", "capacity-block"}
+        if region in ("us-east-1", "us-east-2")
+        else set()
+        if region == "eu-west-1"
+        else {"on-demand"}
+    )  # p5 is not offered in eu-west-1
 
 
 def test_recommend_in_a_region_without_a_record_says_so(capsys):
@@ -487,6 +625,7 @@ def test_recommend_table_names_the_model_fits_100_columns_and_shows_the_top_rows
     out = capsys.readouterr().out
     assert "Cheapest to train qwen2.5-1.5b" in out and "in us-east-2" in out
     assert max(len(line) for line in out.splitlines()) <= 100
+
     def table_rows(text):
         return [line for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+ x [a-z0-9-]+\.", line)]
 

@@ -43,9 +43,13 @@ def test_one_global_batch_on_every_cluster(capsys):
     splits = {row: default_plan(capsys, row)["deployment"]["global_batch"] for row in ROWS}
     # THEN each reaches the same number of tokens a step exactly, through its own micro batch x accumulation x ranks
     assert {s["tokens"] for s in splits.values()} == {524_288}, splits
-    assert all(s["exact"] and s["micro_batch"] * s["seq_len"] * s["grad_accumulation"] * s["data_parallel_ranks"]
-               == 524_288 for s in splits.values()), splits
-    assert len({(s["micro_batch"], s["grad_accumulation"]) for s in splits.values()}) > 1  # the split moves, not the batch
+    assert all(
+        s["exact"] and s["micro_batch"] * s["seq_len"] * s["grad_accumulation"] * s["data_parallel_ranks"] == 524_288
+        for s in splits.values()
+    ), splits
+    assert (
+        len({(s["micro_batch"], s["grad_accumulation"]) for s in splits.values()}) > 1
+    )  # the split moves, not the batch
 
 
 @pytest.mark.parametrize("row", ROWS)
@@ -74,7 +78,9 @@ def test_the_default_cluster_runs_at_4k_tokens_per_gpu_in_bf16_and_beats_the_old
     # GIVEN the default cluster, 2 x g6.12xlarge (4 L4s each, 40 Gbit/s EFA between them)
     row = ("gpuInstanceType=g6.12xlarge", "gpuNodeCount=2")
     new = plan(capsys, *row)["performance"]["efa"]
-    old = plan(capsys, *row, "microBatch=2", "seqLen=2048", "precision=bf16", "gradAccumulation=1")["performance"]["efa"]
+    old = plan(capsys, *row, "microBatch=2", "seqLen=2048", "precision=bf16", "gradAccumulation=1")["performance"][
+        "efa"
+    ]
     # THEN the chosen plan reaches 4,000 tokens/s/GPU: hsdp with bf16 on the wire, inside the node and across it (the
     # fp32 partial sums' own all-reduce sends half of FSDP2's native fp32 one), in bf16 (the L4's fp8 is assumed)
     assert new["tokens_per_s_per_gpu"] >= 4_000, new

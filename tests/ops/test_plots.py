@@ -42,13 +42,19 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys, monkey
     # THEN the JSON's scaling holds 1..8 nodes for each strategy on EFA and TCP, with memory and cost
     s = data["scaling"]
     assert s["chosen"] == {"nodes": 2, "network": "efa", "strategy": data["performance"]["efa"]["strategy"]}
-    assert {(x["network"], x["strategy"]) for x in s["series"]} == {("efa", "fsdp"), ("efa", "hsdp"), ("tcp", "fsdp"),
-                                                                   ("tcp", "hsdp")}
+    assert {(x["network"], x["strategy"]) for x in s["series"]} == {
+        ("efa", "fsdp"),
+        ("efa", "hsdp"),
+        ("tcp", "fsdp"),
+        ("tcp", "hsdp"),
+    }
     for series in s["series"]:
         assert [p["nodes"] for p in series["points"]] == list(range(1, 9))
         for p in series["points"]:
             assert p["tokens_per_s"] == pytest.approx(p["tokens_per_s_per_gpu"] * p["gpus"], rel=1e-4)
-            assert p["usd_per_million_tokens"] == pytest.approx(p["usd_per_hour"] / p["tokens_per_s"] / 3600 * 1e6, rel=1e-4)
+            assert p["usd_per_million_tokens"] == pytest.approx(
+                p["usd_per_hour"] / p["tokens_per_s"] / 3600 * 1e6, rel=1e-4
+            )
     # and the plan's own point is the prediction plan prints
     chosen = next(x for x in s["series"] if (x["network"], x["strategy"]) == ("efa", s["chosen"]["strategy"]))
     assert chosen["points"][1]["step_time_s"] == pytest.approx(data["performance"]["efa"]["step_time_s"], rel=1e-3)
@@ -64,7 +70,11 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys, monkey
     drawn = lines["fsdp, EFA"][0].get_ydata()  # NaN: a gap where the strategy does not fit memory
     for point, y in zip(fsdp_efa["points"], drawn):
         assert y == pytest.approx(point["tokens_per_s"], rel=1e-4) if point["fits"] else y != y
-    assert [ax.get_ylabel() for ax in figure.axes] == ["tokens/s, all GPUs", "tokens/s per GPU", "USD per million tokens"]
+    assert [ax.get_ylabel() for ax in figure.axes] == [
+        "tokens/s, all GPUs",
+        "tokens/s per GPU",
+        "USD per million tokens",
+    ]
     # and the node counts where no strategy fits are shaded: none with the defaults (loss chunk 1024) ...
     nothing_fits = [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in s["series"])]
     assert len(figure.axes[0].patches) == len(nothing_fits)
@@ -74,8 +84,17 @@ def test_plan_plot_draws_the_scaling_curve_of_plan_json(tmp_path, capsys, monkey
 
     monkeypatch.setattr(memory, "COMPILED_LOSS_BYTES_PER_LOGIT", 8)
     monkeypatch.setattr(strategy, "_RESOLVED", {})
-    big = scaling(Settings.from_context({"lossChunkSize": 4096, "microBatch": 2, "gradAccumulation": 1,
-                                         "precision": "bf16", "activationCheckpointing": False}))
+    big = scaling(
+        Settings.from_context(
+            {
+                "lossChunkSize": 4096,
+                "microBatch": 2,
+                "gradAccumulation": 1,
+                "precision": "bf16",
+                "activationCheckpointing": False,
+            }
+        )
+    )
     assert [n for n in range(1, 9) if not any(x["points"][n - 1]["fits"] for x in big["series"])] == [1]
     assert len(plots.scaling_chart(big).axes[0].patches) == 1
 
@@ -127,12 +146,28 @@ def test_plan_max_nodes_is_checked(capsys, value):
 
 
 def _log(path: Path, network: str, tokens_per_s: float, step_s: float, **where) -> Path:
-    summary = {"steps": 20, "first_loss": 12.2, "final_loss": 12.1, "time/step_s": step_s,
-               "throughput/tokens_per_s": tokens_per_s, "throughput/tokens_per_s_per_device": tokens_per_s / 8,
-               "device": "NVIDIA L4", "devices": 8, "hosts": 2, "gate_status": "pass", "gate_exit_code": 0,
-               "transport": {"efa": "efa", "tcp": "socket"}[network], "gate_hosts": 2, **where}
-    path.write_text(summary_line(name=f"ray-train-{network}", network=network, instance_type="g6.12xlarge", nodes=2,
-                                 summary=summary) + "\n")
+    summary = {
+        "steps": 20,
+        "first_loss": 12.2,
+        "final_loss": 12.1,
+        "time/step_s": step_s,
+        "throughput/tokens_per_s": tokens_per_s,
+        "throughput/tokens_per_s_per_device": tokens_per_s / 8,
+        "device": "NVIDIA L4",
+        "devices": 8,
+        "hosts": 2,
+        "gate_status": "pass",
+        "gate_exit_code": 0,
+        "transport": {"efa": "efa", "tcp": "socket"}[network],
+        "gate_hosts": 2,
+        **where,
+    }
+    path.write_text(
+        summary_line(
+            name=f"ray-train-{network}", network=network, instance_type="g6.12xlarge", nodes=2, summary=summary
+        )
+        + "\n"
+    )
     return path
 
 
@@ -159,9 +194,17 @@ def test_compare_plot_names_different_hardware_and_refuses_a_users_file(tmp_path
     efa, tcp = _log(tmp_path / "efa.log", "efa", 20_600, 0.40), _log(tmp_path / "tcp.log", "tcp", 10_000, 0.82, hosts=1)
     chart = tmp_path / "compare.png"
     assert run_cli("compare", str(efa), str(tcp), "--allow-different-hardware", "--plot", str(chart)) == 0
-    assert "different hardware" in plots.comparison_chart(
-        {"efa": json.loads(efa.read_text().split(" ", 1)[1]), "tcp": json.loads(tcp.read_text().split(" ", 1)[1]),
-         "efa_over_tcp": 2.06, "same_hardware": False}).get_suptitle()
+    assert (
+        "different hardware"
+        in plots.comparison_chart(
+            {
+                "efa": json.loads(efa.read_text().split(" ", 1)[1]),
+                "tcp": json.loads(tcp.read_text().split(" ", 1)[1]),
+                "efa_over_tcp": 2.06,
+                "same_hardware": False,
+            }
+        ).get_suptitle()
+    )
     capsys.readouterr()
     mine = tmp_path / "mine.png"
     mine.write_text("mine")
@@ -196,4 +239,5 @@ def test_plan_recommend_plot_draws_the_ranking_of_its_json(tmp_path, capsys):
     expected = [r["usd_per_million_tokens"] for r in ranking["recommendations"][:20]]
     assert [width for _, width in drawn] == pytest.approx(expected)
     assert [t.get_text() for t in cost.get_yticklabels()][0] == (
-        f"{ranking['recommendations'][0]['nodes']} x {ranking['recommendations'][0]['instance_type']}")
+        f"{ranking['recommendations'][0]['nodes']} x {ranking['recommendations'][0]['instance_type']}"
+    )

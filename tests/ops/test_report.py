@@ -30,8 +30,17 @@ CHARTS = ["loss.png", "memory.png", "optimizer.png", "step_time.png", "throughpu
 # batch was split, and the default globalBatchTokens would be 4,096 micro-batches a step (minutes a step on 2 cores).
 # Eager: inductor's C++ build on CPU would cost more than the run (tests/training/test_train_ray.py compiles).
 RUN = {
-    "model": "tiny", "steps": 8, "seqLen": 32, "microBatch": 2, "globalBatchTokens": 128, "compile": False,
-    "learningRate": 3e-3, "warmupSteps": 2, "checkpointEvery": 4, "reportEvery": 1, "preflight": False,
+    "model": "tiny",
+    "steps": 8,
+    "seqLen": 32,
+    "microBatch": 2,
+    "globalBatchTokens": 128,
+    "compile": False,
+    "learningRate": 3e-3,
+    "warmupSteps": 2,
+    "checkpointEvery": 4,
+    "reportEvery": 1,
+    "preflight": False,
     "dataPoolSize": 4,
 }
 
@@ -47,8 +56,12 @@ def run_folder(tmp_path_factory) -> Path:
         env.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         env.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         try:
-            code = driver.run(Settings.from_context({**RUN, "storagePath": str(storage)}), local=True, name="viz-run",
-                              logs_dir=storage / "nccl")
+            code = driver.run(
+                Settings.from_context({**RUN, "storagePath": str(storage)}),
+                local=True,
+                name="viz-run",
+                logs_dir=storage / "nccl",
+            )
         finally:
             ray.shutdown()
     assert code == 0
@@ -76,7 +89,12 @@ def test_the_driver_leaves_settings_summary_and_verdict_in_the_run_folder(run_fo
     settings = Settings.from_json((run_folder / "settings.json").read_text())
     assert settings.training.steps == 8 and settings.workload.storage_path == str(run_folder.parent)
     summary = json.loads((run_folder / "summary.json").read_text())
-    assert (summary["name"], summary["steps"], summary["instance_type"], summary["devices"]) == ("viz-run", 8, "local", 2)
+    assert (summary["name"], summary["steps"], summary["instance_type"], summary["devices"]) == (
+        "viz-run",
+        8,
+        "local",
+        2,
+    )
     verdict = json.loads((run_folder / "verdict.json").read_text())
     assert verdict["status"] == "no-proof" and verdict["driver_exit_code"] == 0 and "PROCESS" in verdict["table"]
 
@@ -156,7 +174,9 @@ def test_a_gpu_run_gets_the_prediction_and_the_capacity_lines(run_folder):
     # THEN the step time has core.perf's prediction for those settings as a line
     from ray_efa.core.strategy import choose
 
-    predicted = [line for line in figures["step_time"].axes[0].get_lines() if str(line.get_label()).startswith("predicted")]
+    predicted = [
+        line for line in figures["step_time"].axes[0].get_lines() if str(line.get_label()).startswith("predicted")
+    ]
     assert len(predicted) == 1
     scale = 1000.0 if figures["step_time"].axes[0].get_ylabel() == "step time (ms)" else 1.0
     assert predicted[0].get_ydata()[0] == pytest.approx(choose(run.settings).prediction.step_time_s * scale)
@@ -174,8 +194,13 @@ def test_a_fine_tunes_eval_loss_is_drawn_and_summarized_against_its_unigram_base
     run = read_run(str(run_folder))
     last = run.history[-1]
     last.update(eval_loss=4.9, eval_unigram_entropy=5.2)
-    run.summary = {**(run.summary or {}), "dataset": "/data/text", "eval_loss": 4.9, "eval_step": last["step"],
-                   "eval_unigram_entropy": 5.2}
+    run.summary = {
+        **(run.summary or {}),
+        "dataset": "/data/text",
+        "eval_loss": 4.9,
+        "eval_step": last["step"],
+        "eval_unigram_entropy": 5.2,
+    }
     # WHEN the charts and the summary are made
     lines = {str(line.get_label()): line for line in charts(run)["loss"].axes[0].get_lines()}
     rows = dict(_summary_rows(run))
@@ -183,8 +208,9 @@ def test_a_fine_tunes_eval_loss_is_drawn_and_summarized_against_its_unigram_base
     assert list(lines["eval_loss"].get_ydata()) == [4.9]
     assert set(lines["unigram baseline (held out), 5.20"].get_ydata()) == {5.2}
     assert rows["data"] == "/data/text"
-    assert rows["eval loss (held out)"] == (f"4.9000 at step {last['step']}; unigram baseline 5.2000 (a model that "
-                                            "ignores context)")
+    assert rows["eval loss (held out)"] == (
+        f"4.9000 at step {last['step']}; unigram baseline 5.2000 (a model that ignores context)"
+    )
 
 
 def _copy(run_folder: Path, tmp_path: Path) -> Path:
@@ -206,8 +232,11 @@ def test_a_run_killed_mid_way_is_reported_with_its_gaps_named(run_folder, tmp_pa
     printed = capsys.readouterr().out
     # THEN the report holds the five complete reports and names each gap
     assert "5 reports, steps 1..5" in printed
-    for gap in ("the last line of metrics.jsonl is cut short", "no summary.json: the run has not finished",
-                "no verdict.json"):
+    for gap in (
+        "the last line of metrics.jsonl is cut short",
+        "no summary.json: the run has not finished",
+        "no verdict.json",
+    ):
         assert gap in printed
     page = (out / "index.html").read_text()
     assert "not finished: no summary.json" in page and "No verdict" in page
@@ -238,7 +267,7 @@ def test_a_folder_that_cannot_be_reported_is_exit_2_naming_it(run_folder, tmp_pa
         (folder / "metrics.jsonl").unlink()
     elif case == "garbage":
         folder.mkdir()
-        (folder / "metrics.jsonl").write_text("not json\n{\"no\": \"step\"}\n")
+        (folder / "metrics.jsonl").write_text('not json\n{"no": "step"}\n')
     elif case == "file":
         folder.write_text("x")
     out = tmp_path / "report"
@@ -273,26 +302,37 @@ def test_an_s3_run_folder_is_reported(run_folder, tmp_path, capsys):
         s3.create_bucket(Bucket="ray-efa-runs", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
         for path in run_folder.rglob("*"):
             if path.is_file():
-                s3.put_object(Bucket="ray-efa-runs", Key=f"runs/viz-run/{path.relative_to(run_folder)}",
-                              Body=path.read_bytes())
+                s3.put_object(
+                    Bucket="ray-efa-runs", Key=f"runs/viz-run/{path.relative_to(run_folder)}", Body=path.read_bytes()
+                )
         # WHEN it is reported THEN the same charts are written
         out = tmp_path / "report"
         assert run_cli("report", "s3://ray-efa-runs/runs/viz-run", "--out", str(out)) == 0
         assert sorted(p.name for p in out.glob("*.png")) == CHARTS
         # and a run name that is not there, or a bucket that is not, is exit 2 naming what was found
         assert run_cli("report", "s3://ray-efa-runs/runs/other", "--out", str(tmp_path / "r2")) == 2
-        assert "s3://ray-efa-runs/runs/other has no metrics history (metrics.jsonl); it holds nothing" in capsys.readouterr().err
+        assert (
+            "s3://ray-efa-runs/runs/other has no metrics history (metrics.jsonl); it holds nothing"
+            in capsys.readouterr().err
+        )
         assert run_cli("report", "s3://no-such-bucket-here/runs/x", "--out", str(tmp_path / "r3")) == 2
         assert "cannot read s3://no-such-bucket-here/runs/x: NoSuchBucket" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["report", "somewhere"], ["plan", "--plot", "x.png"],
-                                  ["compare", "a.log", "b.log", "--plot", "x.png"]])
+@pytest.mark.parametrize(
+    "argv", [["report", "somewhere"], ["plan", "--plot", "x.png"], ["compare", "a.log", "b.log", "--plot", "x.png"]]
+)
 def test_charts_without_matplotlib_are_exit_4_naming_the_extra(argv, tmp_path):
     # GIVEN an install without matplotlib (hidden from this process) WHEN a charting command runs
     code = "import sys; sys.modules['matplotlib'] = None; from ray_efa.cli import main; sys.exit(main(sys.argv[1:]))"
-    result = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     # THEN exit 4 with how to install the extra, and nothing written
     assert result.returncode == 4, result.stderr
     assert "pip install 'ray-efa-stack[plots]'" in result.stderr and "Traceback" not in result.stderr

@@ -19,12 +19,28 @@ def test_unique_names_fit_job_name_and_differ():
     assert unique_job_name("x" * 43, token="abcde") == "x" * 37 + "-abcde"
 
 
-@pytest.mark.parametrize(("status", "code"), [
-    ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, 0),
-    ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
-      "message": "Job entrypoint command failed with exit code 2, last available logs"}, 2),
-    ({"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "message": "The RayJob has passed the deadline"}, 1),
-])
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, 0),
+        (
+            {
+                "jobDeploymentStatus": "Failed",
+                "jobStatus": "FAILED",
+                "message": "Job entrypoint command failed with exit code 2, last available logs",
+            },
+            2,
+        ),
+        (
+            {
+                "jobDeploymentStatus": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "The RayJob has passed the deadline",
+            },
+            1,
+        ),
+    ],
+)
 def test_the_exit_code_is_the_drivers(status, code):
     state = JobState(deployment=status["jobDeploymentStatus"], job=status.get("jobStatus", ""), status=status)
     assert job_exit_code(state) == code

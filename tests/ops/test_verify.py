@@ -21,14 +21,18 @@ EXPECTED = Expectations.from_settings(Settings())  # 2 x g6.12xlarge: 4 GPUs and
 
 
 def _node(name: str, ready: str = "True", **condition) -> client.V1Node:
-    return client.V1Node(metadata=client.V1ObjectMeta(name=name), status=client.V1NodeStatus(conditions=[
-        client.V1NodeCondition(type="Ready", status=ready, **condition)]))
+    return client.V1Node(
+        metadata=client.V1ObjectMeta(name=name),
+        status=client.V1NodeStatus(conditions=[client.V1NodeCondition(type="Ready", status=ready, **condition)]),
+    )
 
 
 def test_not_ready_gpu_node_fails_the_node_check():
     # (a kubelet that stops reporting: on the control plane KWOK keeps every node Ready, so this one is pure)
-    nodes = [_node("gpu-a"), _node("gpu-b", "False", reason="KubeletNotReady",
-                                   message="container runtime network not ready")]
+    nodes = [
+        _node("gpu-a"),
+        _node("gpu-b", "False", reason="KubeletNotReady", message="container runtime network not ready"),
+    ]
     check = check_gpu_nodes(nodes, EXPECTED)
     assert not check.ok and check.id == "gpu-nodes"
     assert "1 Ready of 2 nodes labelled role=gpu-worker, expected 2; not Ready: gpu-b" in check.detail
@@ -70,12 +74,18 @@ def test_an_unreachable_api_raises_on_the_first_read():
 
 def kubeconfig(tmp_path, url: str):
     path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({  # JSON is YAML
-        "apiVersion": "v1", "kind": "Config", "current-context": "recorded",
-        "clusters": [{"name": "recorded", "cluster": {"server": url}}],
-        "users": [{"name": "reader", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "reader"}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "recorded",
+                "clusters": [{"name": "recorded", "cluster": {"server": url}}],
+                "users": [{"name": "reader", "user": {"token": "not-a-real-token"}}],
+                "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "reader"}}],
+            }
+        )
+    )
     return path
 
 
@@ -106,8 +116,14 @@ def _agent_node(name: str, **faults: str) -> client.V1Node:
     conditions = [client.V1NodeCondition(type="Ready", status="True")]
     for kind in NODE_HEALTH_CONDITIONS:
         reason = faults.get(kind)
-        conditions.append(client.V1NodeCondition(type=kind, status="False" if reason else "True", reason=reason,
-                                                 message="XID 79: GPU has fallen off the bus" if reason else None))
+        conditions.append(
+            client.V1NodeCondition(
+                type=kind,
+                status="False" if reason else "True",
+                reason=reason,
+                message="XID 79: GPU has fallen off the bus" if reason else None,
+            )
+        )
     return client.V1Node(metadata=client.V1ObjectMeta(name=name), status=client.V1NodeStatus(conditions=conditions))
 
 

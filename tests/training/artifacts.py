@@ -23,8 +23,18 @@ from ray_efa.training.tiny_model import (
 if TYPE_CHECKING:  # Ray is imported by the tests that train, not by every user of the builders
     from ray.train import Result
 
-__all__ = ["EOS", "VOCAB", "TINY_VOCAB", "license_texts", "save_tokenizer", "save_tiny_qwen2", "save_model_folder",
-           "write_parquet", "write_jsonl", "returned"]
+__all__ = [
+    "EOS",
+    "VOCAB",
+    "TINY_VOCAB",
+    "license_texts",
+    "save_tokenizer",
+    "save_tiny_qwen2",
+    "save_model_folder",
+    "write_parquet",
+    "write_jsonl",
+    "returned",
+]
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

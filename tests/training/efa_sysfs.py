@@ -19,9 +19,16 @@ from pathlib import Path
 from ray_efa.training.efa_counters import PORT_COUNTERS
 
 
-def make_efa_sysfs(base: Path, devices: dict[str, dict[str, int | str]], *, guid_prefix: str = "0a1b:2c3d:4e5f",
-                   uverbs: int | None = None, mlx5: bool = False, hw_counters: bool = True,
-                   pod_devices: tuple[str, ...] | None = None) -> tuple[Path, Path]:
+def make_efa_sysfs(
+    base: Path,
+    devices: dict[str, dict[str, int | str]],
+    *,
+    guid_prefix: str = "0a1b:2c3d:4e5f",
+    uverbs: int | None = None,
+    mlx5: bool = False,
+    hw_counters: bool = True,
+    pod_devices: tuple[str, ...] | None = None,
+) -> tuple[Path, Path]:
     """(sysfs root /sys/class/infiniband, /dev/infiniband) under `base`, one EFA device per entry of `devices` with
     its counters (every other efa counter 0); the node's uverbsN map to the devices in order, and the pod holds
     `uverbs` of them (default all), or those of `pod_devices`."""
@@ -32,7 +39,7 @@ def make_efa_sysfs(base: Path, devices: dict[str, dict[str, int | str]], *, guid
     (drivers / "efa").mkdir(parents=True, exist_ok=True)
     (drivers / "mlx5_core").mkdir(parents=True, exist_ok=True)
     for index, (name, values) in enumerate(devices.items()):
-        pci = sys_root / "devices" / "pci0000:00" / f"0000:00:{0x1d + index:02x}.0"
+        pci = sys_root / "devices" / "pci0000:00" / f"0000:00:{0x1D + index:02x}.0"
         _device(klass, pci, name, drivers / "efa", "0x1d0f", f"{guid_prefix}:{index:04x}")
         hw = pci / "infiniband" / name / "ports" / "1" / "hw_counters"
         hw.parent.mkdir(parents=True)

@@ -45,8 +45,7 @@ def run_cases(case: Callable[..., dict | None], cases: Sequence[tuple], *, world
     meet at a barrier between cases, so a case sees the state a freshly started rank would.
     """
     out = tmp_path / f"cases-w{world}.json"
-    spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world), nprocs=world,
-             join=True)
+    spawn(_rank, args=(case, list(cases), str(tmp_path / f"store-w{world}"), str(out), world), nprocs=world, join=True)
     return json.loads(out.read_text())
 
 

@@ -61,8 +61,10 @@ def _case(rank: int, mode: str, world: int) -> dict:
     replicas = 2 if mode.startswith("hsdp") else 1
     # what gradient_precision gives a GPU with bf16 reduction and accumulation: fp32 policy, bf16 wire
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
-                        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire))
+    model = parallelize(
+        build_model(model_preset("tiny"), seed=0, device=CPU),
+        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire),
+    )
     all_reduces: list[tuple[str, int]] = []
     real_all_reduce = dist.all_reduce
 
@@ -84,8 +86,15 @@ def _case(rank: int, mode: str, world: int) -> dict:
     if mode.endswith("-copied"):  # the .grad no longer views the held shard (as if FSDP2 copied it): refused
         return {"raised": _copied_grad_step(model, batches)}
     before = _full(model)
-    train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU,
-               sync_every_micro_batch="sync" in mode)
+    train_step(
+        model,
+        optimizer,
+        batches if accumulation > 1 else batches[0],
+        lr=1.0,
+        grad_clip=0.0,
+        device=CPU,
+        sync_every_micro_batch="sync" in mode,
+    )
     after = _full(model)
     gradients = {name: (before[name] - after[name]).flatten().tolist() for name in before}
     return {"gradients": gradients, "wire": _SpyWire.calls, "all_reduces": all_reduces}
@@ -113,8 +122,10 @@ def runs(tmp_path_factory):
     # (mode, world size): at world 2 plain FSDP; at world 4 HSDP with a shard group of 2, each against its own
     # one-micro-batch reference (the mean gradient over 4 ranks' data is not the one over 2). One rank set per world
     # size runs its cases in turn; the refused one last, as its backward raised part way.
-    cases = {2: ("k1", "fsdp-k2", "bf16wire-k2", "fsdp-sync-k2"),
-             4: ("k1", "hsdp-k2", "hsdp-bf16wire-k2", "k1-s4", "hsdp-k4", "hsdp-bf16wire-k4", "hsdp-bf16wire-copied")}
+    cases = {
+        2: ("k1", "fsdp-k2", "bf16wire-k2", "fsdp-sync-k2"),
+        4: ("k1", "hsdp-k2", "hsdp-bf16wire-k2", "k1-s4", "hsdp-k4", "hsdp-bf16wire-k4", "hsdp-bf16wire-copied"),
+    }
     results = {}
     for world, modes in cases.items():
         outcomes = run_cases(_case, [(mode, world) for mode in modes], world=world, tmp_path=tmp)
@@ -166,9 +177,13 @@ def test_bf16_on_the_wire_rounds_only_the_wire_and_reduces_once_per_step(runs, m
 def test_gpu_gradient_precision_keeps_fp32_accumulation_under_bf16_reduction():
     gpu = torch.device("cuda", 0)
     policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=1)
-    assert policy is not None and policy.reduce_dtype == torch.bfloat16 and not wire  # one micro-batch: reduce in bf16 directly
+    assert (
+        policy is not None and policy.reduce_dtype == torch.bfloat16 and not wire
+    )  # one micro-batch: reduce in bf16 directly
     policy, wire = gradient_precision(gpu, "bf16", grad_accumulation=4)
-    assert policy is not None and policy.reduce_dtype == torch.float32 and wire  # accumulate in fp32, bf16 only on the wire
+    assert (
+        policy is not None and policy.reduce_dtype == torch.float32 and wire
+    )  # accumulate in fp32, bf16 only on the wire
     policy, wire = gradient_precision(gpu, "fp32", grad_accumulation=4)
     assert policy is not None and policy.reduce_dtype == torch.float32 and not wire
     assert gradient_precision(CPU, "bf16", grad_accumulation=4) == (None, False)  # CPU stays fp32 throughout

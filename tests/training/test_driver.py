@@ -71,8 +71,9 @@ def test_local_plan_is_never_refused():
 
 def test_cluster_plan_names_every_problem_at_once():
     # GIVEN 4 GPU nodes without shared storage and a batch no L4 holds (eager step, unchunked loss)
-    settings = Settings.from_context({"gpuNodeCount": 4, "microBatch": 8, "seqLen": 4096, "compile": False,
-                                      "lossChunkSize": 0})
+    settings = Settings.from_context(
+        {"gpuNodeCount": 4, "microBatch": 8, "seqLen": 4096, "compile": False, "lossChunkSize": 0}
+    )
     # WHEN the cluster plan is checked
     with pytest.raises(SettingsError) as raised:
         driver.check_plan(settings, local=False)
@@ -99,7 +100,11 @@ def test_one_node_needs_no_shared_storage():
         ([], None, "--settings: is required without --local"),
         (["--settings", "{path}"], "{not json", "ray_efa.training.driver:"),
         (["--settings", "{path}"], json.dumps({"seqLen": 99999, "model": "tiny"}), "seqLen: must be <= 32768"),
-        (["--settings", "{path}"], Settings.from_context({"microBatch": 32, "seqLen": 8192}).to_json(), "GiB per GPU"),  # even checkpointed
+        (
+            ["--settings", "{path}"],
+            Settings.from_context({"microBatch": 32, "seqLen": 8192}).to_json(),
+            "GiB per GPU",
+        ),  # even checkpointed
     ],
     ids=["no-settings", "bad-json", "bad-value", "plan-too-big"],
 )
@@ -131,8 +136,10 @@ def _fake_collection(monkeypatch, counters_case: str | None, extra: dict[str, st
         logs = []
         for node, ip in ((1, "10.0.1.11"), (2, "10.0.1.12")):
             log = out_dir / f"nccl-{ip}-{node:08d}.log"
-            log.write_text(f"# ray-efa log collection: node {node} host ip-10-0-1-{node} ip {ip}\n"
-                           + (FIXTURES / "nccl" / "synthetic" / f"efa_split_node{node}.log").read_text())
+            log.write_text(
+                f"# ray-efa log collection: node {node} host ip-10-0-1-{node} ip {ip}\n"
+                + (FIXTURES / "nccl" / "synthetic" / f"efa_split_node{node}.log").read_text()
+            )
             logs.append(log)
         for path in sorted((FIXTURES / "efa_counters" / counters_case).glob("*.json")) if counters_case else []:
             shutil.copy(path, out_dir / path.name)
@@ -147,21 +154,25 @@ def _cluster_settings():
     return Settings.from_context({})
 
 
-@pytest.mark.parametrize("case, code, says", [
-    ("g6_2node_efa", EXIT_OK, "EFA counters prove it"),
-    ("g6_2node_tcp_fallback", EXIT_FAILED, "FAIL: EFA counters contradict"),
-    ("g6_2node_device_reset", EXIT_UNPROVEN, "the EFA counters cannot be trusted"),
-    # the pods' own /sys (compat devices without hw_counters): not readable, so the logs' PASS stands
-    ("g6_2node_pod_view", EXIT_OK, "EFA counters not readable on 2 of 2 nodes"),
-    (None, EXIT_OK, "no EFA counter snapshots were given"),
-])
+@pytest.mark.parametrize(
+    "case, code, says",
+    [
+        ("g6_2node_efa", EXIT_OK, "EFA counters prove it"),
+        ("g6_2node_tcp_fallback", EXIT_FAILED, "FAIL: EFA counters contradict"),
+        ("g6_2node_device_reset", EXIT_UNPROVEN, "the EFA counters cannot be trusted"),
+        # the pods' own /sys (compat devices without hw_counters): not readable, so the logs' PASS stands
+        ("g6_2node_pod_view", EXIT_OK, "EFA counters not readable on 2 of 2 nodes"),
+        (None, EXIT_OK, "no EFA counter snapshots were given"),
+    ],
+)
 def test_the_cluster_gate_judges_the_collected_counters_with_the_logs(monkeypatch, tmp_path, capsys, case, code, says):
     _fake_collection(monkeypatch, case)
     assert transport_gate(_cluster_settings(), local=False, logs_dir=tmp_path / "logs") == code
     out = capsys.readouterr().out
     assert says in out
     assert sorted(p.name for p in (tmp_path / "logs").glob("efa-counters-*.json")) == (
-        sorted(p.name for p in (FIXTURES / "efa_counters" / case).glob("*.json")) if case else [])
+        sorted(p.name for p in (FIXTURES / "efa_counters" / case).glob("*.json")) if case else []
+    )
 
 
 def test_an_unreadable_collected_snapshot_never_lets_the_job_pass(monkeypatch, tmp_path, capsys):
@@ -181,8 +192,10 @@ def test_the_local_gate_ignores_counters(monkeypatch, tmp_path, capsys):
 def test_the_gate_needs_a_log_of_every_gpu_node(tmp_path):
     # GIVEN the collector's files of a 2-node job: node 1's NCCL lines, the head's file without any, no file of node 2
     node1 = tmp_path / "nccl-10.0.1.11-aaaa.log"
-    node1.write_text("# ray-efa log collection: node a host ip-10-0-1-11 ip 10.0.1.11\n"
-                     "ip-10-0-1-11:4100:4101 [0] NCCL INFO Using network Libfabric\n")
+    node1.write_text(
+        "# ray-efa log collection: node a host ip-10-0-1-11 ip 10.0.1.11\n"
+        "ip-10-0-1-11:4100:4101 [0] NCCL INFO Using network Libfabric\n"
+    )
     head = tmp_path / "nccl-10.0.0.5-bbbb.log"
     head.write_text("# ray-efa log collection: node b host head ip 10.0.0.5\n")
     # THEN two GPU nodes are not covered, naming the file it has; one is

@@ -27,17 +27,30 @@ HOSTS = ("ip-10-0-1-11", "ip-10-0-1-12")
 # A healthy 2-node EFA job's NCCL lines, one process per node (as in test_transport.py)
 A, B = f"{HOSTS[0]}:4100:4101 [0] NCCL INFO ", f"{HOSTS[1]}:4200:4201 [0] NCCL INFO "
 EFA_JOB = [
-    A + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)", A + "Using network Libfabric",
+    A + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)",
+    A + "Using network Libfabric",
     A + "comm 0x55d0 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
-    B + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)", B + "Using network Libfabric",
+    B + "NET/OFI Selected provider is efa, fabric is efa (found 1 nics)",
+    B + "Using network Libfabric",
     B + "comm 0x55d1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
-    A + "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0", B + "Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Libfabric/0",
+    A + "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0",
+    B + "Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Libfabric/0",
 ]
 SOCKET_JOB = [line.replace("Libfabric", "Socket") for line in EFA_JOB if "NET/OFI" not in line]
 
 
-def _node_run(tmp_path, host, *, moved_tx, moved_rx, devices=("rdmap16s27",), steps=100, per_step=1 * GB,
-              before_values=None, run="02000000"):
+def _node_run(
+    tmp_path,
+    host,
+    *,
+    moved_tx,
+    moved_rx,
+    devices=("rdmap16s27",),
+    steps=100,
+    per_step=1 * GB,
+    before_values=None,
+    run="02000000",
+):
     """Before and after snapshots of one node whose devices' counters moved by moved_tx/moved_rx (split evenly)."""
     base = tmp_path / host
     start = before_values or {"tx_bytes": 5 * GB, "rx_bytes": 7 * GB, "tx_pkts": 1000}
@@ -46,8 +59,9 @@ def _node_run(tmp_path, host, *, moved_tx, moved_rx, devices=("rdmap16s27",), st
     for d in devices:
         set_counter(klass, d, "tx_bytes", start["tx_bytes"] + moved_tx // len(devices))
         set_counter(klass, d, "rx_bytes", start["rx_bytes"] + moved_rx // len(devices))
-    after = take_snapshot("after", run=run, root=klass, dev_root=dev, host=host, steps=steps,
-                          predicted_bytes_per_step=per_step)
+    after = take_snapshot(
+        "after", run=run, root=klass, dev_root=dev, host=host, steps=steps, predicted_bytes_per_step=per_step
+    )
     return before, after, klass, dev
 
 
@@ -111,7 +125,9 @@ def test_counters_that_moved_as_predicted_pass_on_every_node(tmp_path):
     # THEN each node passes at 50% of the prediction, and the counters alone prove EFA
     assert verdict.exit_code == 0
     assert [(n.host, n.sent_bytes, n.received_bytes, n.predicted_bytes, n.status) for n in verdict.nodes] == [
-        (HOSTS[0], 50 * GB, 50 * GB, 100 * GB, "pass"), (HOSTS[1], 50 * GB, 50 * GB, 100 * GB, "pass")]
+        (HOSTS[0], 50 * GB, 50 * GB, 100 * GB, "pass"),
+        (HOSTS[1], 50 * GB, 50 * GB, 100 * GB, "pass"),
+    ]
     table = verdict.render_table()
     assert "50.00 GB" in table and "100.00 GB (100 steps)" in table and "50%" in table
 
@@ -154,17 +170,24 @@ def test_without_a_prediction_the_counters_support_but_never_prove(tmp_path):
     assert {n.status for n in idle.nodes} == {"idle"} and idle.exit_code == 3
 
 
-@pytest.mark.parametrize("pod_devices, detail", [
-    (0, "the pod was given no EFA device (no /dev/infiniband/uverbs*): request vpc.amazonaws.com/efa"),
-    (None, "the node has no EFA device in /sys/class/infiniband"),
-], ids=["no uverbs in the pod", "no device on the node"])
+@pytest.mark.parametrize(
+    "pod_devices, detail",
+    [
+        (0, "the pod was given no EFA device (no /dev/infiniband/uverbs*): request vpc.amazonaws.com/efa"),
+        (None, "the node has no EFA device in /sys/class/infiniband"),
+    ],
+    ids=["no uverbs in the pod", "no device on the node"],
+)
 def test_no_efa_device_is_its_own_verdict(tmp_path, pod_devices, detail):
     if pod_devices is None:
         klass, dev = tmp_path / "sys", tmp_path / "dev"
     else:
         klass, dev = make_efa_sysfs(tmp_path, {"rdmap16s27": {}}, uverbs=pod_devices)
-    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, steps=10, predicted_bytes_per_step=GB)
-             for h in HOSTS for phase in ("before", "after")]
+    snaps = [
+        take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, steps=10, predicted_bytes_per_step=GB)
+        for h in HOSTS
+        for phase in ("before", "after")
+    ]
     verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
     assert verdict.exit_code == EXIT_CONTRADICTED
     assert {n.status for n in counters_of(verdict).nodes} == {"no EFA device"} and detail in verdict.summary
@@ -189,18 +212,24 @@ def test_efa_busy_in_a_tcp_run_fails_and_is_named_beside_the_socket_logs(tmp_pat
 def test_a_counter_that_went_down_is_a_device_reset(tmp_path):
     before, after, klass, dev = _node_run(tmp_path, HOSTS[0], moved_tx=50 * GB, moved_rx=50 * GB)
     set_counter(klass, "rdmap16s27", "tx_pkts", 3)  # lower than the 1000 before
-    after = take_snapshot("after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=100,
-                          predicted_bytes_per_step=GB)
+    after = take_snapshot(
+        "after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=100, predicted_bytes_per_step=GB
+    )
     other = _job(tmp_path / "b")[2:]
     verdict = gate(classify(EFA_JOB), "efa", counters=[before, after, *other])
     assert verdict.exit_code == EXIT_NO_PROOF and "cannot be trusted" in verdict.summary
-    assert counters_of(verdict).nodes[0].status == "reset" and "tx_pkts went down (1000 -> 3)" in counters_of(verdict).nodes[0].detail
+    assert (
+        counters_of(verdict).nodes[0].status == "reset"
+        and "tx_pkts went down (1000 -> 3)" in counters_of(verdict).nodes[0].detail
+    )
 
 
 def test_snapshots_of_different_devices_are_a_mismatch(tmp_path):
     before, _, *_ = _node_run(tmp_path / "a", HOSTS[0], moved_tx=0, moved_rx=0)
     _, after, *_ = _node_run(tmp_path / "b", HOSTS[0], moved_tx=GB, moved_rx=GB)
-    after = efa_counters.Snapshot(**{**{f: getattr(after, f) for f in after.__slots__}, "guids": {"rdmap16s27": "ffff"}})
+    after = efa_counters.Snapshot(
+        **{**{f: getattr(after, f) for f in after.__slots__}, "guids": {"rdmap16s27": "ffff"}}
+    )
     verdict = judge([before, after], "efa")
     assert verdict.nodes[0].status == "mismatch" and "node_guid" in verdict.nodes[0].detail and verdict.exit_code == 3
 
@@ -210,7 +239,9 @@ def test_a_missing_after_snapshot_or_counter_is_incomplete(tmp_path):
     assert judge([before], "efa").nodes[0].status == "incomplete"
     assert judge([after], "efa").nodes[0].status == "incomplete"
     set_counter(klass, "rdmap16s27", "rx_bytes", "garbage")
-    cut = take_snapshot("after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=1, predicted_bytes_per_step=1)
+    cut = take_snapshot(
+        "after", run=before.run, root=klass, dev_root=dev, host=HOSTS[0], steps=1, predicted_bytes_per_step=1
+    )
     node = judge([before, cut], "efa").nodes[0]
     assert node.status == "incomplete" and "rx_bytes is not a number" in node.detail
 
@@ -222,20 +253,38 @@ def test_counters_of_a_host_the_logs_do_not_name_are_foreign(tmp_path):
     assert [n.host for n in foreign] == [HOSTS[1]] and verdict.exit_code == EXIT_NO_PROOF
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "not JSON"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": "12"}}}}',
-     "counter d/1/tx_bytes must be a whole number >= 0, got '12'"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": -5}}}}',
-     "must be a whole number >= 0, got -5"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "later", "run": "r", "host": "h", "time_s": 1, "devices": {}}', "phase must be"),
-    ('{"format": "something-else"}', "not an EFA counter snapshot"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "job_devices": "d"}',
-     "job_devices must be a list of device names or null, got 'd'"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "unreadable": {"d": 1}}',
-     "unreadable must be an object of device -> reason"),
-    ('{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "dev', "not JSON"),
-], ids=["empty", "string value", "negative", "bad phase", "other format", "job devices", "unreadable", "cut short"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "not JSON"),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": "12"}}}}',
+            "counter d/1/tx_bytes must be a whole number >= 0, got '12'",
+        ),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {"d": {"1": {"tx_bytes": -5}}}}',
+            "must be a whole number >= 0, got -5",
+        ),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "later", "run": "r", "host": "h", "time_s": 1, "devices": {}}',
+            "phase must be",
+        ),
+        ('{"format": "something-else"}', "not an EFA counter snapshot"),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "job_devices": "d"}',
+            "job_devices must be a list of device names or null, got 'd'",
+        ),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "devices": {}, "unreadable": {"d": 1}}',
+            "unreadable must be an object of device -> reason",
+        ),
+        (
+            '{"format": "ray-efa/efa-counters/1", "phase": "after", "run": "r", "host": "h", "time_s": 1, "dev',
+            "not JSON",
+        ),
+    ],
+    ids=["empty", "string value", "negative", "bad phase", "other format", "job devices", "unreadable", "cut short"],
+)
 def test_a_bad_counter_file_raises_naming_the_file(tmp_path, text, message):
     path = tmp_path / "efa-counters-h-after-1.json"
     path.write_text(text)
@@ -278,8 +327,12 @@ def _pod_view_job(tmp_path, **kw):
     snaps = []
     for host in HOSTS:
         klass, dev = make_efa_sysfs(tmp_path / host, {"rdmap16s27": {}}, hw_counters=False)
-        snaps += [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=host, steps=100,
-                                predicted_bytes_per_step=GB, **kw) for phase in ("before", "after")]
+        snaps += [
+            take_snapshot(
+                phase, run="r", root=klass, dev_root=dev, host=host, steps=100, predicted_bytes_per_step=GB, **kw
+            )
+            for phase in ("before", "after")
+        ]
     return snaps
 
 
@@ -304,8 +357,9 @@ def test_counters_not_visible_on_both_nodes_leave_the_logs_verdict_standing(tmp_
     # AND the healthy EFA job passes on its logs, with a note; logs that prove nothing still prove nothing
     efa = gate(classify(EFA_JOB), "efa", counters=snaps)
     assert efa.exit_code == EXIT_PASS and efa.summary.startswith("PASS: all")
-    assert any(n.startswith("EFA counters not readable on 2 of 2 nodes") and "the logs' verdict stands" in n
-               for n in efa.notes)
+    assert any(
+        n.startswith("EFA counters not readable on 2 of 2 nodes") and "the logs' verdict stands" in n for n in efa.notes
+    )
     assert gate(classify([]), "efa", counters=snaps).exit_code == EXIT_NO_PROOF
     # AND the TCP comparison run is not failed by counters it cannot read
     assert gate(classify(SOCKET_JOB), "socket", counters=snaps).exit_code == EXIT_PASS
@@ -324,8 +378,11 @@ def test_a_denied_listing_is_not_visible_not_no_device(tmp_path):
         return efa_counters.LOCAL.listdir(path)
 
     denied = efa_counters.Filesystem(listdir=listdir)
-    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied, steps=1,
-                           predicted_bytes_per_step=GB) for h in HOSTS for phase in ("before", "after")]
+    snaps = [
+        take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied, steps=1, predicted_bytes_per_step=GB)
+        for h in HOSTS
+        for phase in ("before", "after")
+    ]
     assert snaps[0].not_visible == f"cannot list {klass}: Permission denied" and snaps[0].devices == {}
     # THEN each node is "not visible", naming the listing, and the logs decide
     verdict = gate(classify(EFA_JOB), "efa", counters=snaps)
@@ -335,15 +392,22 @@ def test_a_denied_listing_is_not_visible_not_no_device(tmp_path):
     # AND a pod given no EFA device is still failed: its /dev/infiniband says so whatever sysfs hides
     for uverbs in dev.iterdir():
         uverbs.unlink()
-    bare = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied)
-            for h in HOSTS for phase in ("before", "after")]
+    bare = [
+        take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=denied)
+        for h in HOSTS
+        for phase in ("before", "after")
+    ]
     assert {n.status for n in judge(bare, "efa").nodes} == {"no EFA device"} and judge(bare, "efa").exit_code == 1
 
 
-@pytest.mark.parametrize("break_it, says", [
-    ("deny", "cannot read {hw}/tx_bytes: Permission denied"),
-    ("remove", "port 1 has no rx_bytes in {hw}"),
-], ids=["tx_bytes refused", "no rx_bytes"])
+@pytest.mark.parametrize(
+    "break_it, says",
+    [
+        ("deny", "cannot read {hw}/tx_bytes: Permission denied"),
+        ("remove", "port 1 has no rx_bytes in {hw}"),
+    ],
+    ids=["tx_bytes refused", "no rx_bytes"],
+)
 def test_a_required_counter_that_cannot_be_read_is_named_not_missing(tmp_path, break_it, says):
     import errno
 
@@ -358,8 +422,11 @@ def test_a_required_counter_that_cannot_be_read_is_named_not_missing(tmp_path, b
     fs = efa_counters.Filesystem(read=read) if break_it == "deny" else efa_counters.LOCAL
     if break_it == "remove":
         (hw / "rx_bytes").unlink()
-    snaps = [take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=fs)
-             for h in HOSTS for phase in ("before", "after")]
+    snaps = [
+        take_snapshot(phase, run="r", root=klass, dev_root=dev, host=h, fs=fs)
+        for h in HOSTS
+        for phase in ("before", "after")
+    ]
     node = judge(snaps, "efa").nodes[0]
     assert node.status == "not visible" and says.format(hw=hw) in node.detail and "counter missing" not in node.detail
 
@@ -397,8 +464,9 @@ def _shared_node_job(tmp_path, *, moved: dict[str, int], mine: str = TWO[0], dev
     snaps = []
     for host in HOSTS:
         start = {"tx_bytes": 5 * GB, "rx_bytes": 7 * GB}
-        klass, dev = make_efa_sysfs(tmp_path / host, {d: dict(start) for d in TWO},
-                                    pod_devices=() if devices is not None else (mine,))
+        klass, dev = make_efa_sysfs(
+            tmp_path / host, {d: dict(start) for d in TWO}, pod_devices=() if devices is not None else (mine,)
+        )
         kw = {"root": klass, "dev_root": dev, "host": host, "devices": devices}
         snaps.append(take_snapshot("before", run="r", **kw))
         for name, amount in moved.items():
@@ -479,16 +547,23 @@ def test_the_counter_fixtures_equal_what_their_generator_writes(tmp_path):
         assert committed == expected, f"{case}: rerun tests/training/fixtures/efa_counters/make_counters.py"
 
 
-@pytest.mark.parametrize("case, expect, code, says", [
-    ("g6_2node_efa", "efa", 0, "EFA counters prove it"),
-    ("g6_2node_efa", "socket", 1, "EFA counters contradict"),
-    ("g6_2node_tcp_fallback", "efa", 1, "EFA carried 0.0% of the 206.31 GB predicted"),
-    ("g6_2node_tcp_fallback", "socket", 1, "expected TCP sockets"),
-    ("g6_2node_device_reset", "efa", 3, "tx_bytes went down"),
-    ("g6_2node_pod_view", "efa", 0, "EFA counters not readable on 2 of 2 nodes (ip-10-0-1-1: rdmap16s27 port 1 has "
-                                    "no hw_counters"),
-    ("g6_2node_pod_view", "socket", 1, "expected TCP sockets"),
-])
+@pytest.mark.parametrize(
+    "case, expect, code, says",
+    [
+        ("g6_2node_efa", "efa", 0, "EFA counters prove it"),
+        ("g6_2node_efa", "socket", 1, "EFA counters contradict"),
+        ("g6_2node_tcp_fallback", "efa", 1, "EFA carried 0.0% of the 206.31 GB predicted"),
+        ("g6_2node_tcp_fallback", "socket", 1, "expected TCP sockets"),
+        ("g6_2node_device_reset", "efa", 3, "tx_bytes went down"),
+        (
+            "g6_2node_pod_view",
+            "efa",
+            0,
+            "EFA counters not readable on 2 of 2 nodes (ip-10-0-1-1: rdmap16s27 port 1 has no hw_counters",
+        ),
+        ("g6_2node_pod_view", "socket", 1, "expected TCP sockets"),
+    ],
+)
 def test_check_transport_judges_logs_and_counters_together(case, expect, code, says, capsys, monkeypatch):
     from ray_efa.cli import check_transport
 
@@ -525,11 +600,15 @@ def test_predicted_bytes_from_the_command_line_override_the_snapshots(capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("make_bad, message", [
-    (lambda tmp: (tmp / "efa-counters-x.json", "{\"format\": \"ray-efa/efa-counters/1\", \"pha"), "not JSON"),
-    (lambda tmp: (tmp / "empty-dir", None), "holds no efa-counters-*.json snapshot"),
-    (lambda tmp: (tmp / "missing-dir", "gone"), "no such file"),
-], ids=["cut short", "empty folder", "missing"])
+@pytest.mark.parametrize(
+    "make_bad, message",
+    [
+        (lambda tmp: (tmp / "efa-counters-x.json", '{"format": "ray-efa/efa-counters/1", "pha'), "not JSON"),
+        (lambda tmp: (tmp / "empty-dir", None), "holds no efa-counters-*.json snapshot"),
+        (lambda tmp: (tmp / "missing-dir", "gone"), "no such file"),
+    ],
+    ids=["cut short", "empty folder", "missing"],
+)
 def test_a_bad_counter_path_is_exit_2_naming_it(tmp_path, capsys, make_bad, message):
     from ray_efa.cli import check_transport
 
@@ -551,8 +630,23 @@ def test_the_snapshot_command_writes_what_check_transport_reads(tmp_path, capsys
     assert efa_counters.main(["snapshot", "--phase", "before", "--out", str(out), *roots]) == 0
     set_counter(klass, "rdmap16s27", "tx_bytes", 1 + 3 * GB)
     set_counter(klass, "rdmap16s27", "rx_bytes", 2 + 3 * GB)
-    assert efa_counters.main(["snapshot", "--phase", "after", "--out", str(out), *roots,
-                              "--steps", "3", "--predicted-bytes-per-step", "1e9"]) == 0
+    assert (
+        efa_counters.main(
+            [
+                "snapshot",
+                "--phase",
+                "after",
+                "--out",
+                str(out),
+                *roots,
+                "--steps",
+                "3",
+                "--predicted-bytes-per-step",
+                "1e9",
+            ]
+        )
+        == 0
+    )
     assert "wrote " in capsys.readouterr().out
     # THEN the two files pair up as this node's training: 3 GB each way, all of the prediction
     (node,) = judge(load_snapshots([out]), "efa").nodes
@@ -574,22 +668,37 @@ def test_the_gate_pages_example_is_what_check_transport_prints(monkeypatch, caps
     # WHEN the same command runs at 80 columns
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(COUNTERS.parents[3])
-    assert check_transport.main(["--counters", "tests/training/fixtures/efa_counters/g6_2node_tcp_fallback",
-                                 "tests/training/fixtures/nccl/synthetic/efa_g6_2node_nccl2.29.log"]) == 1
+    assert (
+        check_transport.main(
+            [
+                "--counters",
+                "tests/training/fixtures/efa_counters/g6_2node_tcp_fallback",
+                "tests/training/fixtures/nccl/synthetic/efa_g6_2node_nccl2.29.log",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     # THEN the page shows its real output, from the counters' table to the verdict
-    assert out[out.index("EFA hardware counters"):].rstrip("\n") == shown
+    assert out[out.index("EFA hardware counters") :].rstrip("\n") == shown
 
 
 def test_a_node_of_an_attempt_ray_train_restarted_away_from_is_not_judged(tmp_path):
     # GIVEN attempt 1 on nodes a and b (b died: a before snapshot only), attempt 2 on a and c, which finished
     stale = _node_run(tmp_path / "b", "node-b", moved_tx=0, moved_rx=0)[0]
     stale = efa_counters.Snapshot(**{**{f: getattr(stale, f) for f in stale.__slots__}, "time_s": stale.time_s - 600})
-    finished = [s for host in ("node-a", "node-c")
-                for s in _node_run(tmp_path / host, host, moved_tx=50 * GB, moved_rx=50 * GB)[:2]]
+    finished = [
+        s
+        for host in ("node-a", "node-c")
+        for s in _node_run(tmp_path / host, host, moved_tx=50 * GB, moved_rx=50 * GB)[:2]
+    ]
     verdict = judge([stale, *finished], "efa")
     # THEN b is "superseded", a and c prove EFA
-    assert [(n.host, n.status) for n in verdict.nodes] == [("node-a", "pass"), ("node-b", "superseded"), ("node-c", "pass")]
+    assert [(n.host, n.status) for n in verdict.nodes] == [
+        ("node-a", "pass"),
+        ("node-b", "superseded"),
+        ("node-c", "pass"),
+    ]
     assert verdict.exit_code == 0
     # AND a before-only node as recent as the others is still incomplete: it never passes
     fresh = _node_run(tmp_path / "d", "node-d", moved_tx=0, moved_rx=0)[0]
@@ -615,8 +724,24 @@ def test_the_snapshot_command_names_the_jobs_devices_from_the_host_side(tmp_path
     # GIVEN a host shell: the node's two devices, no uverbs of the job, and the job's device named with --devices
     klass, dev = make_efa_sysfs(tmp_path / "node", {d: {} for d in TWO}, uverbs=0)
     out = tmp_path / "counters"
-    assert efa_counters.main(["snapshot", "--phase", "before", "--out", str(out), "--sysfs-root", str(klass),
-                              "--dev-root", str(dev), "--devices", TWO[1]]) == 0
+    assert (
+        efa_counters.main(
+            [
+                "snapshot",
+                "--phase",
+                "before",
+                "--out",
+                str(out),
+                "--sysfs-root",
+                str(klass),
+                "--dev-root",
+                str(dev),
+                "--devices",
+                TWO[1],
+            ]
+        )
+        == 0
+    )
     (snap,) = load_snapshots([out])
     assert snap.job_devices == (TWO[1],) and snap.uverbs == () and snap.sysfs == str(klass)
 
@@ -632,8 +757,14 @@ def test_the_two_host_folders_the_workers_mount_are_enough_to_read_the_counters(
         shutil.copytree(klass.parents[1] / folder, mounted / folder, symlinks=True)
     assert not (mounted / "class" / "infiniband" / "rdmap16s27" / "device" / "driver").exists()
     # WHEN the worker snapshots them (its uverbs map from its own /sys, which needs no host view)
-    snap = take_snapshot("after", run="r", root=mounted / "class" / "infiniband", dev_root=dev,
-                         verbs_root=klass.parent / "infiniband_verbs", host="h")
+    snap = take_snapshot(
+        "after",
+        run="r",
+        root=mounted / "class" / "infiniband",
+        dev_root=dev,
+        verbs_root=klass.parent / "infiniband_verbs",
+        host="h",
+    )
     # THEN the device and its counters are read
     assert snap.unreadable == {} and snap.job_devices == ("rdmap16s27",)
     assert (snap.devices["rdmap16s27"]["1"]["tx_bytes"], snap.devices["rdmap16s27"]["1"]["rx_bytes"]) == (3, 4)

@@ -27,7 +27,7 @@ class _Split:
     def iter_batches(self, *, batch_size: int, batch_format: str):
         assert batch_format == "numpy"
         for start in range(0, len(self.rows), batch_size):
-            yield {ROW_COLUMN: self.rows[start:start + batch_size]}
+            yield {ROW_COLUMN: self.rows[start : start + batch_size]}
 
 
 class _Recorder(torch.nn.Module):
@@ -40,24 +40,35 @@ class _Recorder(torch.nn.Module):
         return torch.ones((), dtype=torch.float32)
 
 
-@pytest.mark.parametrize(("rows", "micro_batch", "world_size", "max_batches"), [
-    (11, 2, 3, 0),  # blocks of 6: the second holds 5 rows, the last rank gets one
-    (7, 2, 3, 0),  # the second block holds 1 row: two ranks get none (each runs a row weighted 0)
-    (24, 3, 4, 0),  # whole blocks
-    (10, 1, 4, 0),  # one row per rank and block
-    (23, 2, 4, 2),  # evalBatches 2: the first 2 blocks of 8 rows only
-])
+@pytest.mark.parametrize(
+    ("rows", "micro_batch", "world_size", "max_batches"),
+    [
+        (11, 2, 3, 0),  # blocks of 6: the second holds 5 rows, the last rank gets one
+        (7, 2, 3, 0),  # the second block holds 1 row: two ranks get none (each runs a row weighted 0)
+        (24, 3, 4, 0),  # whole blocks
+        (10, 1, 4, 0),  # one row per rank and block
+        (23, 2, 4, 2),  # evalBatches 2: the first 2 blocks of 8 rows only
+    ],
+)
 def test_every_held_out_row_is_counted_once_across_the_ranks(rows, micro_batch, world_size, max_batches):
     counted: list[float] = []
     scored: list[int] = []
     for rank in range(world_size):
         model = _Recorder()
-        result = evaluate(model, _Split(rows), micro_batch=micro_batch, max_batches=max_batches,  # type: ignore[arg-type]
-                          device=torch.device("cpu"), rank=rank, world_size=world_size, row_tokens=ROW_TOKENS,
-                          vocab_size=rows)
+        result = evaluate(
+            model,
+            _Split(rows),
+            micro_batch=micro_batch,
+            max_batches=max_batches,  # type: ignore[arg-type]
+            device=torch.device("cpu"),
+            rank=rank,
+            world_size=world_size,
+            row_tokens=ROW_TOKENS,
+            vocab_size=rows,
+        )
         counted.append(result["eval_tokens"])
         # a rank left with no row of the last block runs one anyway, weighted 0, last: only its counted rows score
-        scored.extend(model.seen[:int(result["eval_tokens"]) // (ROW_TOKENS - 1)])
+        scored.extend(model.seen[: int(result["eval_tokens"]) // (ROW_TOKENS - 1)])
     expected = rows if not max_batches else min(rows, max_batches * micro_batch * world_size)
     # THEN the ranks' tokens add up to every row's 4 labels, once
     assert sum(counted) == expected * (ROW_TOKENS - 1)
@@ -78,9 +89,17 @@ def test_eval_loss_is_the_mean_over_every_held_out_token(world_size, micro_batch
     # WHEN each rank evaluates its slices (the sums the all-reduce would add, added here)
     sums = [0.0, 0.0]
     for rank in range(world_size):
-        result = evaluate(_LabelLoss(), _Split(5), micro_batch=micro_batch, max_batches=0,  # type: ignore[arg-type]
-                          device=torch.device("cpu"), rank=rank, world_size=world_size, row_tokens=ROW_TOKENS,
-                          vocab_size=5)
+        result = evaluate(
+            _LabelLoss(),
+            _Split(5),
+            micro_batch=micro_batch,
+            max_batches=0,  # type: ignore[arg-type]
+            device=torch.device("cpu"),
+            rank=rank,
+            world_size=world_size,
+            row_tokens=ROW_TOKENS,
+            vocab_size=5,
+        )
         sums[0] += result["eval_loss"] * result["eval_tokens"]
         sums[1] += result["eval_tokens"]
     # THEN eval_loss is the token-weighted mean, (0 + 1 + 2 + 3 + 4) / 5 rows of 4 tokens: not the mean of the
@@ -91,7 +110,16 @@ def test_eval_loss_is_the_mean_over_every_held_out_token(world_size, micro_batch
 
 
 def test_eval_loss_and_perplexity_of_one_rank():
-    result = evaluate(_LabelLoss(), _Split(5), micro_batch=2, max_batches=0,  # type: ignore[arg-type]
-                      device=torch.device("cpu"), rank=0, world_size=1, row_tokens=ROW_TOKENS, vocab_size=5)
+    result = evaluate(
+        _LabelLoss(),
+        _Split(5),
+        micro_batch=2,
+        max_batches=0,  # type: ignore[arg-type]
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        row_tokens=ROW_TOKENS,
+        vocab_size=5,
+    )
     assert result["eval_loss"] == pytest.approx(2.0)
     assert result["eval_perplexity"] == pytest.approx(np.exp(2.0))

@@ -25,8 +25,13 @@ def test_an_exception_of_the_code_is_raised_at_once_whatever_max_failures(capsys
     assert capsys.readouterr().out == ""  # the driver prints the traceback; nothing about a retry
 
 
-@pytest.mark.parametrize("error", [RuntimeError("CUDA error: an illegal memory access was encountered"),
-                                   RuntimeError("mat1 and mat2 shapes cannot be multiplied")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
+    ],
+)
 def test_a_runtime_error_of_the_code_is_not_a_lost_worker(capsys, error):
     # GIVEN a RuntimeError on one rank and nothing lost (torch raises RuntimeError for the code's own bugs)
     policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
@@ -41,8 +46,11 @@ def test_a_lost_worker_is_retried_max_failures_times_each_said_in_one_line(capsy
     policy = RetryLostWorkersPolicy(FailureConfig(max_failures=2))
     # the lost rank's peers fail in their collectives, or with the code's own error that followed: still a loss
     error = _failed(r0=RuntimeError("gloo: Connection closed by peer"), r1=_lost())
-    assert [policy.make_decision(error) for _ in range(3)] == [FailureDecision.RETRY, FailureDecision.RETRY,
-                                                               FailureDecision.RAISE]
+    assert [policy.make_decision(error) for _ in range(3)] == [
+        FailureDecision.RETRY,
+        FailureDecision.RETRY,
+        FailureDecision.RAISE,
+    ]
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2, lines
     assert lines[0].startswith("worker lost (rank 1: ActorDiedError: The actor died unexpectedly")
@@ -55,12 +63,15 @@ def test_a_broken_collective_alone_is_retried():
     assert policy.make_decision(_failed(r0=dist.DistBackendError("NCCL error"))) == FailureDecision.RETRY
 
 
-@pytest.mark.parametrize(("failures", "code"), [
-    ({0: ValueError("x")}, {0}),
-    ({0: ValueError("x"), 1: dist.DistNetworkError("peer gone")}, {0}),  # the code's error, its peer's collective
-    ({0: ValueError("x"), 1: ActorDiedError()}, set()),  # a lost worker explains the rest
-    ({0: dist.DistBackendError("timeout")}, set()),
-])
+@pytest.mark.parametrize(
+    ("failures", "code"),
+    [
+        ({0: ValueError("x")}, {0}),
+        ({0: ValueError("x"), 1: dist.DistNetworkError("peer gone")}, {0}),  # the code's error, its peer's collective
+        ({0: ValueError("x"), 1: ActorDiedError()}, set()),  # a lost worker explains the rest
+        ({0: dist.DistBackendError("timeout")}, set()),
+    ],
+)
 def test_the_code_errors_are_the_ranks_that_raised_without_a_lost_worker(failures, code):
     assert set(code_errors(WorkerGroupError("failed", failures))) == code
 
@@ -68,8 +79,10 @@ def test_the_code_errors_are_the_ranks_that_raised_without_a_lost_worker(failure
 def _unpicklable() -> Exception:
     """The failed health check of a live worker whose exception the controller cannot rebuild (the TypeError
     unpickling raises for an exception class with a required second argument, as Ray 2.58 reports it)."""
-    return WorkerHealthCheckFailedError("A worker health check failed.", TypeError(
-        "TwoPartError.__init__() missing 1 required positional argument: 'code'"))
+    return WorkerHealthCheckFailedError(
+        "A worker health check failed.",
+        TypeError("TwoPartError.__init__() missing 1 required positional argument: 'code'"),
+    )
 
 
 def test_a_health_check_that_failed_on_the_codes_exception_is_not_a_lost_worker(capsys):
@@ -91,12 +104,20 @@ def test_a_health_check_that_failed_on_a_dead_actor_or_node_is_a_lost_worker(cau
 def test_a_preemption_retry_counts_preemptions(capsys):
     # GIVEN a worker on a preempted node (Ray Train counts these apart, against maxPreemptionFailures) and 2 allowed
     policy = RetryLostWorkersPolicy(FailureConfig(max_failures=0, max_preemption_failures=2))
-    preempted = _failed(r1=WorkerHealthCheckFailedError("worker 1 health check failed",
-                                                        RayActorError(error_msg="node preempted", preempted=True)))
+    preempted = _failed(
+        r1=WorkerHealthCheckFailedError(
+            "worker 1 health check failed", RayActorError(error_msg="node preempted", preempted=True)
+        )
+    )
     # WHEN it is preempted three times
-    assert [policy.make_decision(preempted) for _ in range(3)] == [FailureDecision.RETRY, FailureDecision.RETRY,
-                                                                   FailureDecision.RAISE]
+    assert [policy.make_decision(preempted) for _ in range(3)] == [
+        FailureDecision.RETRY,
+        FailureDecision.RETRY,
+        FailureDecision.RAISE,
+    ]
     # THEN each retry line counts the preemptions, against their own limit (not attempt 1 of 1 each time)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(": retrying")[0] for line in lines] == ["worker preempted (rank 1: RayActorError: node preempted)"] * 2
+    assert [line.split(": retrying")[0] for line in lines] == [
+        "worker preempted (rank 1: RayActorError: node preempted)"
+    ] * 2
     assert [line.rsplit(", ", 1)[1] for line in lines] == ["attempt 2 of 3", "attempt 3 of 3"]

@@ -109,7 +109,9 @@ def test_decoder_lean_computes_transformers_logits_loss_and_gradients(case):
     grads = dict(reference.named_parameters())
     for name, param in lean.named_parameters():
         assert param.grad is not None, name
-        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -117,8 +119,11 @@ def test_the_plans_decoder_linears_are_the_models(family):
     # the fp8 filter and the plan's FLOPs read these shapes: they must be the layer transformers builds
     preset = family_preset(family)
     model = build_model(preset, seed=0, device=CPU, decoder="transformers")
-    built = sorted((name.rsplit(".", 1)[-1], m.in_features, m.out_features)
-                   for name, m in model.layers[0].named_modules() if isinstance(m, torch.nn.Linear))
+    built = sorted(
+        (name.rsplit(".", 1)[-1], m.in_features, m.out_features)
+        for name, m in model.layers[0].named_modules()
+        if isinstance(m, torch.nn.Linear)
+    )
     assert built == sorted(decoder_linears(preset))
     assert sum(p.numel() for p in model.parameters()) == preset.num_parameters
 
@@ -129,10 +134,16 @@ def _saved_checkpoint(family: str, folder: Path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(**family_config(family))
-    saved = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_implementation(config))
+    saved = AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32, attn_implementation=attention_implementation(config)
+    )
     g = torch.Generator().manual_seed(5)
-    saved.load_state_dict({name: torch.randn(t.shape, generator=g) * (0.2 if "norm" in name else 0.3) + ("norm" in name)
-                           for name, t in saved.state_dict().items()})
+    saved.load_state_dict(
+        {
+            name: torch.randn(t.shape, generator=g) * (0.2 if "norm" in name else 0.3) + ("norm" in name)
+            for name, t in saved.state_dict().items()
+        }
+    )
     saved.save_pretrained(folder)
     return saved.eval()
 
@@ -169,7 +180,7 @@ class _HeldOutRows:
     def iter_batches(self, *, batch_size: int, batch_format: str):
         assert batch_format == "numpy"
         for start in range(0, len(self.rows), batch_size):
-            yield {ROW_COLUMN: self.rows[start:start + batch_size]}
+            yield {ROW_COLUMN: self.rows[start : start + batch_size]}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -183,8 +194,17 @@ def test_evaluate_gives_each_familys_token_weighted_held_out_loss(family):
     model.load_state_dict(reference.state_dict())
     rows = torch.randint(0, preset.vocab_size, (5, 13), generator=torch.Generator().manual_seed(2)).numpy()
     # WHEN evaluate runs the split through it
-    result = evaluate(model, _HeldOutRows(rows), micro_batch=2, max_batches=0,  # type: ignore[arg-type]
-                      device=CPU, rank=0, world_size=1, row_tokens=13, vocab_size=preset.vocab_size)
+    result = evaluate(
+        model,
+        _HeldOutRows(rows),
+        micro_batch=2,
+        max_batches=0,  # type: ignore[arg-type]
+        device=CPU,
+        rank=0,
+        world_size=1,
+        row_tokens=13,
+        vocab_size=preset.vocab_size,
+    )
     # THEN eval_loss is the mean over every held-out token of the next-token loss, from transformers' own logits
     # (Gemma 2's final soft-capping included)
     tokens = torch.from_numpy(rows)
@@ -232,7 +252,12 @@ def _train_case(rank: int, family: str, folder: str) -> dict:
     model, optimizer = fresh()  # a restarted worker: new model and optimizer, the checkpoint loaded into them
     load_shards(model, optimizer, Path(folder))
     resumed = steps(model, optimizer, SAVE_AT + 1, STEPS)
-    return {"uninterrupted": uninterrupted, "resumed": resumed, "decoder": model.decoder, "model_type": model.model_type}
+    return {
+        "uninterrupted": uninterrupted,
+        "resumed": resumed,
+        "decoder": model.decoder,
+        "model_type": model.model_type,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ def _keys(error: SettingsError) -> list[str]:
 
 # -- the architecture comes from config.json ---------------------------------------------------------------------
 
+
 def test_the_plan_counts_the_saved_models_own_parameters(model_folder):
     # GIVEN a saved model whose embeddings (640) differ from every preset's
     import torch
@@ -65,8 +66,9 @@ def test_a_tokenizer_past_the_embeddings_is_refused(tmp_path, texts):
     assert problem.key == "modelPath" and "512 token ids, more than the model's 300 embeddings" in problem.message
 
 
-@pytest.mark.parametrize("value", ["hf://just-a-name", "hf://org/na--me", "hf://org/name@", "s3://", "models/qwen",
-                                   "gs://bucket/model"])
+@pytest.mark.parametrize(
+    "value", ["hf://just-a-name", "hf://org/na--me", "hf://org/name@", "s3://", "models/qwen", "gs://bucket/model"]
+)
 def test_malformed_model_paths_are_settings_errors(value):
     with pytest.raises(SettingsError) as error:
         Settings.from_context({"modelPath": value})
@@ -86,6 +88,7 @@ def test_s3_model_plans_from_model_config_or_says_how(tmp_path, model_folder, mo
 
 
 # -- hf:// through the Hub cache, offline --------------------------------------------------------------------------
+
 
 def _fill_hub_cache(cache: Path, repo_id: str, folder: Path, revision: str = "main") -> Path:
     """huggingface_hub's cache layout: blobs by hash, snapshots/<commit>/ of links to them, refs/<revision>."""
@@ -128,6 +131,7 @@ def test_hf_revision_not_in_the_cache_says_what_to_download(tmp_path, monkeypatc
 
 
 # -- s3:// against moto, once per node ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def s3_model(model_folder, tmp_path, monkeypatch):
@@ -173,9 +177,10 @@ def test_s3_model_downloads_once_per_node(s3_model, model_folder):
     clients = [_CountingClient() for _ in range(4)]
     folders: list[Path] = []
     said: list[str] = []
-    threads = [threading.Thread(target=lambda c=c: folders.append(weights.fetch_model(s3_model, s3_client=c,
-                                                                                       say=said.append)))
-               for c in clients]
+    threads = [
+        threading.Thread(target=lambda c=c: folders.append(weights.fetch_model(s3_model, s3_client=c, say=said.append)))
+        for c in clients
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -190,7 +195,8 @@ def test_s3_model_downloads_once_per_node(s3_model, model_folder):
         assert (folder / file.name).read_bytes() == file.read_bytes()
     assert [line for line in said if "downloading" in line] == [
         f"model: downloading {len(expected)} files ({sum(f.stat().st_size for f in model_folder.iterdir()) / 1e9:.2f} GB)"
-        f" of {s3_model} -> {folder}"]
+        f" of {s3_model} -> {folder}"
+    ]
     # and the plan now reads the node's copy: no modelConfig needed
     assert Settings.from_context({"modelPath": s3_model}).training.preset.vocab_size == 640
 
@@ -204,10 +210,14 @@ def test_s3_small_files_only_and_a_missing_config(s3_model):
 
 # -- dataset: files, columns, packing -------------------------------------------------------------------------------
 
+
 def test_missing_and_columnless_datasets_name_the_setting(tmp_path, model_folder):
     artifacts.write_parquet(tmp_path / "wrong", ["a", "b"], files=1, column="body")
-    cases = {str(tmp_path / "missing"): "does not exist", str(tmp_path / "wrong"): "has neither a text nor an "
-             "input_ids column", str(tmp_path): "mixes parquet and JSON-lines files"}
+    cases = {
+        str(tmp_path / "missing"): "does not exist",
+        str(tmp_path / "wrong"): "has neither a text nor an input_ids column",
+        str(tmp_path): "mixes parquet and JSON-lines files",
+    }
     artifacts.write_jsonl(tmp_path / "x.jsonl", [{"text": "a"}])
     for path, message in cases.items():
         problems = dataset_problems(Settings.from_context({"dataset": path}), model_folder=str(model_folder))
@@ -231,8 +241,17 @@ def test_packing_puts_eos_between_documents_in_rows_of_seq_len_plus_one(model_fo
     from tokenizers import Tokenizer
 
     docs = texts[:6]
-    out = _pack({"text": np.array(docs, dtype=object)}, column="text", row=33, split="train", fraction=0.0,
-                tokenizer=tokenizer.json, eos_id=tokenizer.eos_id, vocab_size=640, source="test")[ROW_COLUMN]
+    out = _pack(
+        {"text": np.array(docs, dtype=object)},
+        column="text",
+        row=33,
+        split="train",
+        fraction=0.0,
+        tokenizer=tokenizer.json,
+        eos_id=tokenizer.eos_id,
+        vocab_size=640,
+        source="test",
+    )[ROW_COLUMN]
     ids = [e.ids for e in Tokenizer.from_str(tokenizer.json).encode_batch(docs, add_special_tokens=False)]
     stream = [token for doc in ids for token in [*doc, tokenizer.eos_id]]
     assert out.shape == (len(stream) // 33, 33)
@@ -241,8 +260,16 @@ def test_packing_puts_eos_between_documents_in_rows_of_seq_len_plus_one(model_fo
 
 def test_eval_fraction_splits_documents_the_same_way_every_time(model_folder, texts):
     tokenizer = load_tokenizer(str(model_folder))
-    pack = functools.partial(_pack, column="text", row=17, fraction=0.25, tokenizer=tokenizer.json,
-                             eos_id=tokenizer.eos_id, vocab_size=640, source="test")
+    pack = functools.partial(
+        _pack,
+        column="text",
+        row=17,
+        fraction=0.25,
+        tokenizer=tokenizer.json,
+        eos_id=tokenizer.eos_id,
+        vocab_size=640,
+        source="test",
+    )
     batch = {"text": np.array(texts, dtype=object)}
     train, held = (pack(batch, split=s)[ROW_COLUMN] for s in ("train", "eval"))
     again = pack({"text": np.array(texts[::-1], dtype=object)}, split="eval")[ROW_COLUMN]
@@ -253,11 +280,21 @@ def test_eval_fraction_splits_documents_the_same_way_every_time(model_folder, te
 
 def test_token_ids_past_the_embeddings_are_refused():
     with pytest.raises(ValueError, match="token id 900 is outside the model's 640 embeddings"):
-        _pack({"input_ids": np.array([[1, 900]], dtype=object)}, column="input_ids", row=2, split="train",
-              fraction=0.0, tokenizer=None, eos_id=0, vocab_size=640, source="dataset /x")
+        _pack(
+            {"input_ids": np.array([[1, 900]], dtype=object)},
+            column="input_ids",
+            row=2,
+            split="train",
+            fraction=0.0,
+            tokenizer=None,
+            eos_id=0,
+            vocab_size=640,
+            source="dataset /x",
+        )
 
 
 # -- volumes: no path that no pod can read --------------------------------------------------------------------------
+
 
 def test_local_paths_of_a_cluster_run_need_the_shared_volume():
     paths = {"modelPath": "/mnt/fsx/models/qwen", "dataset": "/mnt/fsx/data", "storagePath": "/mnt/fsx/runs"}
@@ -268,17 +305,26 @@ def test_local_paths_of_a_cluster_run_need_the_shared_volume():
     assert pod_path_problems(mounted) == []
     elsewhere = pod_path_problems(mounted.replace(dataset="/home/me/data"))
     assert [(p.key, "not under sharedVolumeMountPath /mnt/fsx" in p.message) for p in elsewhere] == [("dataset", True)]
-    assert pod_path_problems(Settings.from_context({"modelPath": "hf://Qwen/Qwen2.5-1.5B",
-                                                    "dataset": "s3://data-bucket/text"})) == []
+    assert (
+        pod_path_problems(
+            Settings.from_context({"modelPath": "hf://Qwen/Qwen2.5-1.5B", "dataset": "s3://data-bucket/text"})
+        )
+        == []
+    )
 
 
 # -- the CLI: exit 2 before Ray starts ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("context", "key", "message"), [
-    (["dataset=/nonexistent/text"], "dataset", "dataset: does not exist, got '/nonexistent/text'"),
-    (["modelPath=hf://not-an-id"], "modelPath", "modelPath: must be hf://org/name"),
-    (["dataset=/tmp", "evalFraction=0.2", "evalDataset=/tmp"], "evalFraction", "must be 0 when evalDataset is set"),
-], ids=["missing-dataset", "malformed-hf", "two-held-out-sets"])
+
+@pytest.mark.parametrize(
+    ("context", "key", "message"),
+    [
+        (["dataset=/nonexistent/text"], "dataset", "dataset: does not exist, got '/nonexistent/text'"),
+        (["modelPath=hf://not-an-id"], "modelPath", "modelPath: must be hf://org/name"),
+        (["dataset=/tmp", "evalFraction=0.2", "evalDataset=/tmp"], "evalFraction", "must be 0 when evalDataset is set"),
+    ],
+    ids=["missing-dataset", "malformed-hf", "two-held-out-sets"],
+)
 def test_bad_inputs_exit_2_naming_the_setting_before_ray_starts(capsys, context, key, message):
     import ray
 
@@ -297,7 +343,10 @@ def test_a_model_folder_without_config_is_exit_2_before_ray_starts(capsys, tmp_p
     from tests.training.test_train_cli import run_cli
 
     assert run_cli("--local", "-c", f"modelPath={tmp_path}") == 2
-    assert f"modelPath: has no config.json (it must be a save_pretrained folder), got '{tmp_path}'" in capsys.readouterr().err
+    assert (
+        f"modelPath: has no config.json (it must be a save_pretrained folder), got '{tmp_path}'"
+        in capsys.readouterr().err
+    )
     assert not ray.is_initialized()
 
 
@@ -312,8 +361,10 @@ def test_a_dangling_symlink_is_named_as_such(tmp_path, texts):
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     # THEN each is refused naming the setting, the link and its missing target: not "holds no .parquet files" or
     # "does not exist", and not read as a data set without the missing file
-    for path, link, target in ((links, links / "b.parquet", tmp_path / "moved" / second.name),
-                               (tmp_path / "gone", tmp_path / "gone", tmp_path / "nowhere")):
+    for path, link, target in (
+        (links, links / "b.parquet", tmp_path / "moved" / second.name),
+        (tmp_path / "gone", tmp_path / "gone", tmp_path / "nowhere"),
+    ):
         (problem,) = dataset_problems(Settings.from_context({"dataset": str(path)}), model_folder=None)
         assert problem.key == "dataset"
         assert f"holds symbolic links whose targets do not exist: {link} -> {target}" in problem.message

@@ -46,20 +46,44 @@ def fine_tune_inputs(tmp_path_factory, texts):
 
 def test_local_fine_tune_learns_and_reports_an_eval_loss(tmp_path, fine_tune_inputs):
     # GIVEN the local preset fine-tuning the saved model on the parquet set, 10% of its documents held out
-    settings = {**LOCAL_PRESET, **fine_tune_inputs, "steps": 40, "checkpointEvery": 20, "evalFraction": 0.1,
-                "evalEvery": 20, "storagePath": str(tmp_path / "results")}
+    settings = {
+        **LOCAL_PRESET,
+        **fine_tune_inputs,
+        "steps": 40,
+        "checkpointEvery": 20,
+        "evalFraction": 0.1,
+        "evalEvery": 20,
+        "storagePath": str(tmp_path / "results"),
+    }
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(settings))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), os.getcwd()) if p)}
     env.pop("RAY_ADDRESS", None)
     # WHEN the driver runs it as `ray-efa train --local` does, with a bound on the whole run
     try:
-        done = subprocess.run([sys.executable, "-m", "ray_efa.training.driver", "--local", "--settings", str(path),
-                               "--name", "fine-tune", "--logs-dir", str(tmp_path / "nccl")],
-                              capture_output=True, text=True, timeout=_HANG_BOUND_S, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ray_efa.training.driver",
+                "--local",
+                "--settings",
+                str(path),
+                "--name",
+                "fine-tune",
+                "--logs-dir",
+                str(tmp_path / "nccl"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=_HANG_BOUND_S,
+            env=env,
+        )
     except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the local fine-tune did not finish in {_HANG_BOUND_S} s (a starved Ray Data read hangs):\n"
-                    f"{(expired.stdout or b'')[-3000:]!r}")
+        pytest.fail(
+            f"the local fine-tune did not finish in {_HANG_BOUND_S} s (a starved Ray Data read hangs):\n"
+            f"{(expired.stdout or b'')[-3000:]!r}"
+        )
     # THEN it succeeds, having said what it loaded
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"model: loaded {fine_tune_inputs['modelPath']}: 377,984 parameters, stored float32" in done.stdout
@@ -87,9 +111,21 @@ def ray_cluster():
 
 # 178 packed rows of 129 tokens: 89 per rank, 22 micro-batches of 4 per epoch. 30 steps cross into epoch 2, the
 # checkpoint of step 24 lies inside it.
-RESUME = {"model": "tiny", "steps": 30, "seqLen": 128, "microBatch": 4, "gradAccumulation": 1, "learningRate": 3e-3,
-          "warmupSteps": 2, "checkpointEvery": 12, "reportEvery": 1, "maxFailures": 0, "preflight": False, "compile": False,
-          "evalFraction": 0.1}
+RESUME = {
+    "model": "tiny",
+    "steps": 30,
+    "seqLen": 128,
+    "microBatch": 4,
+    "gradAccumulation": 1,
+    "learningRate": 3e-3,
+    "warmupSteps": 2,
+    "checkpointEvery": 12,
+    "reportEvery": 1,
+    "maxFailures": 0,
+    "preflight": False,
+    "compile": False,
+    "evalFraction": 0.1,
+}
 
 
 def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_path, fine_tune_inputs):
@@ -105,19 +141,30 @@ def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_pat
     assert returned(resumed)["summary"]["start_step"] == 24
     expected = {step: loss for step, loss in dict(returned(whole)["history"]).items() if step > 24}
     assert dict(returned(resumed)["history"]) == pytest.approx(expected, rel=1e-5)
-    assert returned(resumed)["summary"]["eval_loss"] == pytest.approx(returned(whole)["summary"]["eval_loss"],
-                                                                         rel=1e-5)
+    assert returned(resumed)["summary"]["eval_loss"] == pytest.approx(returned(whole)["summary"]["eval_loss"], rel=1e-5)
     state = json.loads((tmp_path / "whole" / "checkpoint_000024" / "train_state.json").read_text())
-    assert state == {"step": 24, "data": {"epoch": 1, "consumed": 2},
-                     "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
+    assert state == {
+        "step": 24,
+        "data": {"epoch": 1, "consumed": 2},
+        "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1},
+    }
 
 
 def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_changed_global_batch_is_refused(
-        ray_cluster, tmp_path, fine_tune_inputs, capsys):
+    ray_cluster, tmp_path, fine_tune_inputs, capsys
+):
     def settings(micro: int, accumulation: int) -> Settings:
-        return Settings.from_context({**RESUME, **fine_tune_inputs, "steps": 8, "checkpointEvery": 4,
-                                      "microBatch": micro, "gradAccumulation": accumulation,
-                                      "storagePath": str(tmp_path)})
+        return Settings.from_context(
+            {
+                **RESUME,
+                **fine_tune_inputs,
+                "steps": 8,
+                "checkpointEvery": 4,
+                "microBatch": micro,
+                "gradAccumulation": accumulation,
+                "storagePath": str(tmp_path),
+            }
+        )
 
     # GIVEN a run of 2 x 2 micro-batches per rank and step (8 sequences a step on 2 ranks), stopped after step 6:
     # its last checkpoint, step 4, has consumed 8 micro-batches of 2 per rank
@@ -131,8 +178,10 @@ def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_chang
     # THEN the workers refuse before a step, naming the setting and the split to reach, and the driver exits 2
     err = capsys.readouterr().err
     assert code == driver.EXIT_BAD_SETTINGS, err[-3000:]
-    assert ("ray_efa.training.driver: invalid settings:\n  - globalBatchTokens: must be 1,024 tokens to resume this "
-            "run: its steps were global batches of microBatch 2 x gradAccumulation 2 x 2 ranks of seqLen 128") in err
+    assert (
+        "ray_efa.training.driver: invalid settings:\n  - globalBatchTokens: must be 1,024 tokens to resume this "
+        "run: its steps were global batches of microBatch 2 x gradAccumulation 2 x 2 ranks of seqLen 128"
+    ) in err
     assert "training failed" not in err
     assert sorted(p.name for p in (tmp_path / "reshaped").glob("checkpoint_0*")) == ["checkpoint_000004"]
     # WHEN it is resumed with one micro-batch of 4 instead (the same 8 sequences a step: auto may well do this on
@@ -144,8 +193,10 @@ def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_chang
     assert returned(resumed)["summary"]["start_step"] == 4
     assert returned(resumed)["optimizer_steps"] == 8
     assert _train_state(tmp_path / "reshaped", 8) == {
-        "step": 8, "data": {"epoch": 0, "consumed": 8},
-        "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1}}
+        "step": 8,
+        "data": {"epoch": 0, "consumed": 8},
+        "shape": {"world_size": 2, "micro_batch": 4, "seq_len": 128, "grad_accumulation": 1},
+    }
 
 
 def _train_state(run: Path, step: int) -> dict:
@@ -157,12 +208,22 @@ def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluste
 
     # GIVEN two short documents: fewer packed rows than the 2 x 4 one step needs
     artifacts.write_parquet(tmp_path / "small", [texts[0][:300], texts[1][:300]], files=1)
-    settings = Settings.from_context({**RESUME, **fine_tune_inputs, "dataset": str(tmp_path / "small"),
-                                      "evalFraction": 0.0, "storagePath": str(tmp_path)})
+    settings = Settings.from_context(
+        {
+            **RESUME,
+            **fine_tune_inputs,
+            "dataset": str(tmp_path / "small"),
+            "evalFraction": 0.0,
+            "storagePath": str(tmp_path),
+        }
+    )
     # WHEN it trains THEN it fails, saying how many sequences and tokens the set holds and how many a step needs
-    with pytest.raises(ray.train.TrainingFailedError, match=r"is too small: it holds \d sequences of seqLen \+ 1 = "
-                                                            r"129 tokens after packing \(\d+ tokens\), and one step "
-                                                            r"needs 8 \(1,032 tokens"):
+    with pytest.raises(
+        ray.train.TrainingFailedError,
+        match=r"is too small: it holds \d sequences of seqLen \+ 1 = "
+        r"129 tokens after packing \(\d+ tokens\), and one step "
+        r"needs 8 \(1,032 tokens",
+    ):
         driver.fit(settings, local=True, name="too-small")
 
 
@@ -170,9 +231,17 @@ def test_an_eval_split_smaller_than_the_ranks_is_evaluated_whole(ray_cluster, tm
     # GIVEN an evalDataset of one short document: one packed row of 129 tokens for two ranks (Ray Train's equal
     # split would give each rank none of it)
     artifacts.write_parquet(tmp_path / "held-out", [texts[0][:400]], files=1)
-    settings = Settings.from_context({**RESUME, **fine_tune_inputs, "steps": 2, "checkpointEvery": 0,
-                                      "evalFraction": 0.0, "evalDataset": str(tmp_path / "held-out"),
-                                      "storagePath": str(tmp_path)})
+    settings = Settings.from_context(
+        {
+            **RESUME,
+            **fine_tune_inputs,
+            "steps": 2,
+            "checkpointEvery": 0,
+            "evalFraction": 0.0,
+            "evalDataset": str(tmp_path / "held-out"),
+            "storagePath": str(tmp_path),
+        }
+    )
     # WHEN it trains THEN the eval loss is that row's: its 128 target tokens, counted once
     summary = returned(driver.fit(settings, local=True, name="eval-one-row"))["summary"]
     assert (summary["eval_step"], summary["eval_tokens"]) == (2, 128)
@@ -184,9 +253,19 @@ def test_an_empty_eval_split_is_refused_before_training(ray_cluster, tmp_path, f
 
     # GIVEN an evalDataset of a document shorter than one packed row of seqLen + 1 = 129 tokens
     artifacts.write_parquet(tmp_path / "held-out", [texts[0][:60]], files=1)
-    settings = Settings.from_context({**RESUME, **fine_tune_inputs, "evalFraction": 0.0,
-                                      "evalDataset": str(tmp_path / "held-out"), "storagePath": str(tmp_path)})
+    settings = Settings.from_context(
+        {
+            **RESUME,
+            **fine_tune_inputs,
+            "evalFraction": 0.0,
+            "evalDataset": str(tmp_path / "held-out"),
+            "storagePath": str(tmp_path),
+        }
+    )
     # WHEN the driver builds the data sets THEN it refuses, naming evalDataset and why it is empty
-    with pytest.raises(SettingsError, match=r"evalDataset: holds no held-out sequence of seqLen \+ 1 = 129 tokens "
-                                            r"after packing"):
+    with pytest.raises(
+        SettingsError,
+        match=r"evalDataset: holds no held-out sequence of seqLen \+ 1 = 129 tokens "
+        r"after packing",
+    ):
         driver.fit(settings, local=True, name="eval-empty")

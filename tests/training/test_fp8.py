@@ -37,8 +37,13 @@ def _case(rank: int, fp8: bool, replicas: int = 1) -> dict:
     from torchao.float8.float8_linear import Float8Linear  # torchao's own module: its package does not export it
 
     model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=fp8, replicas=replicas))
-    converted = sorted({(name.rsplit(".", 1)[1], type(m).__name__) for name, m in model.named_modules()
-                        if ".layers." in name and name.endswith("proj")})
+    converted = sorted(
+        {
+            (name.rsplit(".", 1)[1], type(m).__name__)
+            for name, m in model.named_modules()
+            if ".layers." in name and name.endswith("proj")
+        }
+    )
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
     losses = []
@@ -47,16 +52,25 @@ def _case(rank: int, fp8: bool, replicas: int = 1) -> dict:
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / WORLD)
-    return {"losses": losses, "converted": converted, "lm_head": type(model.hf.lm_head).__name__, "fp8": model.fp8,
-            "fp8_all_gather": model.fp8_all_gather, "held": model.hold_gathered, "hsdp": model.hsdp,
-            "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
-                                         for m in model.modules() if isinstance(m, Float8Linear)})}
+    return {
+        "losses": losses,
+        "converted": converted,
+        "lm_head": type(model.hf.lm_head).__name__,
+        "fp8": model.fp8,
+        "fp8_all_gather": model.fp8_all_gather,
+        "held": model.hold_gathered,
+        "hsdp": model.hsdp,
+        "all_gather_config": sorted(
+            {m.config.enable_fsdp_float8_all_gather for m in model.modules() if isinstance(m, Float8Linear)}
+        ),
+    }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    fp32, fp8, hsdp = run_cases(_case, [(False,), (True,), (True, WORLD)], world=WORLD,
-                                tmp_path=tmp_path_factory.mktemp("fp8"))
+    fp32, fp8, hsdp = run_cases(
+        _case, [(False,), (True,), (True, WORLD)], world=WORLD, tmp_path=tmp_path_factory.mktemp("fp8")
+    )
     return {False: fp32, True: fp8, "hsdp": hsdp}
 
 
@@ -66,9 +80,10 @@ def test_fp8_converts_the_decoder_layer_linears_the_plan_predicts(runs):
     # down: torchao's tensorwise auto filter) stay nn.Linear; so does the tied output projection
     worth = {name for name, _, _ in fp8_linears(MODEL)}
     assert worth == {"gate_proj", "up_proj"}
-    assert runs[True]["converted"] == sorted([name, "Float8Linear" if name in worth else "Linear"]
-                                             for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                          "up_proj", "down_proj"))
+    assert runs[True]["converted"] == sorted(
+        [name, "Float8Linear" if name in worth else "Linear"]
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    )
     assert converts_to_fp8(MODEL.hidden_size, MODEL.vocab_size)  # the head's shape is worth fp8: only the rule keeps it
     assert runs[True]["lm_head"] == "Linear" and {kind for _, kind in runs[False]["converted"]} == {"Linear"}
 
@@ -94,11 +109,22 @@ def _one_rank_case(rank: int, hold: bool | None) -> dict:
     model = parallelize(build_model(MODEL, seed=0, device=CPU), ParallelPlan(fp8=True, hold_gathered=hold))
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank, pool_size=2)
-    losses = [float(train_step(model, optimizer, [data.batch(2 * step), data.batch(2 * step + 1)], lr=3e-3,
-                               grad_clip=1.0, device=CPU).loss) for step in range(3)]
-    return {"losses": losses, "held": model.hold_gathered, "fp8_all_gather": model.fp8_all_gather,
-            "all_gather_config": sorted({m.config.enable_fsdp_float8_all_gather
-                                         for m in model.modules() if isinstance(m, Float8Linear)})}
+    losses = [
+        float(
+            train_step(
+                model, optimizer, [data.batch(2 * step), data.batch(2 * step + 1)], lr=3e-3, grad_clip=1.0, device=CPU
+            ).loss
+        )
+        for step in range(3)
+    ]
+    return {
+        "losses": losses,
+        "held": model.hold_gathered,
+        "fp8_all_gather": model.fp8_all_gather,
+        "all_gather_config": sorted(
+            {m.config.enable_fsdp_float8_all_gather for m in model.modules() if isinstance(m, Float8Linear)}
+        ),
+    }
 
 
 def test_one_rank_gathers_in_fp8_only_when_it_holds_the_gathered_model(tmp_path):

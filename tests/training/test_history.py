@@ -19,8 +19,14 @@ from ray_efa.training.run_folder import METRICS_FILE, TENSORBOARD_DIR, RunFolder
 
 
 def _metrics(step: int) -> dict:
-    return {"step": step, "loss": 7.0 - step, "lr": 1e-3 * step, "throughput/tokens_per_s": 1000.0 + step,
-            "time/step_s": 0.5, "grad_norm": float("nan") if step == 2 else 1.0 / step}
+    return {
+        "step": step,
+        "loss": 7.0 - step,
+        "lr": 1e-3 * step,
+        "throughput/tokens_per_s": 1000.0 + step,
+        "time/step_s": 0.5,
+        "grad_norm": float("nan") if step == 2 else 1.0 / step,
+    }
 
 
 def _records(path) -> list[dict]:
@@ -148,8 +154,11 @@ def test_a_storage_error_is_said_once_and_never_stops_training(capsys):
 
 @pytest.mark.parametrize("kind", ["local", "remote"])
 def test_the_run_folder_writes_and_reads_its_files(tmp_path, kind):
-    fs = pyarrow.fs.LocalFileSystem() if kind == "local" else pyarrow.fs.PyFileSystem(
-        pyarrow.fs.FSSpecHandler(MemoryFileSystem()))
+    fs = (
+        pyarrow.fs.LocalFileSystem()
+        if kind == "local"
+        else pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(MemoryFileSystem()))
+    )
     folder = RunFolder(fs, str(tmp_path / "run"))
     folder.write_json("summary.json", {"b": 1, "a": [1.5]})
     data = folder.read_bytes("summary.json")

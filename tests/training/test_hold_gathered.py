@@ -27,8 +27,9 @@ pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 
 def _case(rank: int, accumulation: int, hold: bool | None, replicas: int = 1) -> dict:
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
-                        ParallelPlan(hold_gathered=hold, replicas=replicas))
+    model = parallelize(
+        build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(hold_gathered=hold, replicas=replicas)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     data = TokenBatches(vocab_size=1024, seq_len=SEQ, micro_batch=2, seed=0, rank=rank)
     gathers: list[int] = []
@@ -45,8 +46,7 @@ def _case(rank: int, accumulation: int, hold: bool | None, replicas: int = 1) ->
             inputs, labels = data.batch(step)
             batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
             gathers.append(0)
-            train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0,
-                       device=CPU)
+            train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=1.0, grad_clip=0.0, device=CPU)
     finally:
         FSDPParamGroup._to_unsharded = real_to_unsharded
     full = {}
@@ -60,8 +60,10 @@ def _case(rank: int, accumulation: int, hold: bool | None, replicas: int = 1) ->
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hold-gathered")
     # (accumulation, hold, replicas): at world 2, FSDP over both ranks and HSDP of 2 replicas of one rank each
-    cases = {1: [(1, None, 1), (2, None, 1), (2, False, 1)],
-             2: [(1, False, 1), (2, True, 1), (2, None, 1), (1, False, 2), (2, None, 2)]}
+    cases = {
+        1: [(1, None, 1), (2, None, 1), (2, False, 1)],
+        2: [(1, False, 1), (2, True, 1), (2, None, 1), (1, False, 2), (2, None, 2)],
+    }
     results = {}
     for world, args in cases.items():
         for arg, result in zip(args, run_cases(_case, args, world=world, tmp_path=tmp)):

@@ -22,7 +22,9 @@ def checkpoint(tmp_path_factory):
     model = Qwen2ForCausalLM(qwen2_config(TINY))
     with torch.no_grad():
         for name, param in model.named_parameters():
-            param.copy_(torch.randn_like(param) * (0.3 if "norm" not in name else 0.2) + (1.0 if "norm" in name else 0.0))
+            param.copy_(
+                torch.randn_like(param) * (0.3 if "norm" not in name else 0.2) + (1.0 if "norm" in name else 0.0)
+            )
     folder = tmp_path_factory.mktemp("tiny-qwen2")
     model.save_pretrained(folder)
     return str(folder)

@@ -19,10 +19,21 @@ def _worker_file(logs_dir, name: str, *lines: str) -> None:
 
 def test_only_nccl_lines_of_the_requested_job_are_kept(tmp_path):
     # GIVEN one worker that served job 01000000, then another worker of job 02000000 (Ray's job markers)
-    _worker_file(tmp_path, "worker-aa11-ffffffff-101.out",
-                 ":job_id:01000000", ":actor_name:RayTrainWorker", "h:101:102 [0] NCCL INFO Using network Socket", "step 1")
-    _worker_file(tmp_path, "worker-bb22-ffffffff-202.out",
-                 ":job_id:02000000", "h:202:203 [0] NCCL INFO Using network Libfabric", "loss 1.0")
+    _worker_file(
+        tmp_path,
+        "worker-aa11-ffffffff-101.out",
+        ":job_id:01000000",
+        ":actor_name:RayTrainWorker",
+        "h:101:102 [0] NCCL INFO Using network Socket",
+        "step 1",
+    )
+    _worker_file(
+        tmp_path,
+        "worker-bb22-ffffffff-202.out",
+        ":job_id:02000000",
+        "h:202:203 [0] NCCL INFO Using network Libfabric",
+        "loss 1.0",
+    )
     # WHEN job 02000000's lines are read
     lines, files, truncated = read_nccl_lines(tmp_path, "02000000")
     # THEN only its NCCL line is there
@@ -88,10 +99,14 @@ class FakeTrainWorker:
     def speak(self, network: str) -> int:
         pid = os.getpid()
         print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO Using network {network}", flush=True)
-        print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0",
-              flush=True)
-        print(f"test-node:{pid}:{pid + 1} [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/{network}/0",
-              flush=True)
+        print(
+            f"test-node:{pid}:{pid + 1} [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0",
+            flush=True,
+        )
+        print(
+            f"test-node:{pid}:{pid + 1} [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/{network}/0",
+            flush=True,
+        )
         print("step 1 loss 12.0", flush=True)
         print(f"test-node:{pid}:{pid + 1} [0] net.cc:1 NCCL WARN stderr line", file=sys.stderr, flush=True)
         return pid

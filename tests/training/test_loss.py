@@ -17,8 +17,10 @@ class Tolerance(TypedDict):
 
 
 # bf16 rounds to 8 bits of mantissa; the two paths round at different places (per chunk vs once).
-TOLERANCE: dict[torch.dtype, Tolerance] = {torch.float32: {"rtol": 1e-5, "atol": 1e-6},
-                                           torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3}}
+TOLERANCE: dict[torch.dtype, Tolerance] = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-3},
+}
 
 
 def _inputs(dtype, tokens=(3, 37), hidden=16, vocab=97, seed=0):

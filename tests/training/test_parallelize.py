@@ -120,7 +120,9 @@ def _backward_matmuls(mode: Literal["none", "selective", "full"]) -> int:
                 self.matmuls += 1
             return func(*args, **(kwargs or {}))
 
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(activation_checkpointing=mode))
+    model = parallelize(
+        build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan(activation_checkpointing=mode)
+    )
     data = TokenBatches(vocab_size=1024, seq_len=32, micro_batch=2, seed=0, rank=0)
     loss = model(*data.batch(1))
     with Count() as count:
@@ -140,6 +142,9 @@ def test_an_unknown_checkpointing_mode_is_refused():
     from ray_efa.training.parallelize import checkpointing_mode
 
     assert [checkpointing_mode(ParallelPlan(activation_checkpointing=m)) for m in (False, True, "selective")] == [
-        "none", "full", "selective"]
+        "none",
+        "full",
+        "selective",
+    ]
     with pytest.raises(ValueError, match="activation checkpointing must be one of none, selective, full, got 'some'"):
         checkpointing_mode(ParallelPlan(activation_checkpointing="some"))  # pyright: ignore[reportArgumentType]

@@ -42,8 +42,9 @@ def gloo_results(tmp_path_factory) -> dict[int, list[ProbeResult]]:
         env.setenv("GLOO_SOCKET_IFNAME", "lo")  # talk over loopback only, whatever the machine's NICs
         # spawn, not fork: this pytest worker may hold jsii's or Ray's threads (other tests ran here first), and a
         # fork taken while one of them holds a lock deadlocks the child. Spawning costs seconds, once per module.
-        start_processes(_probe_worker, args=(2, str(tmp / "rendezvous"), str(tmp)), nprocs=2, join=True,
-                        start_method="spawn")
+        start_processes(
+            _probe_worker, args=(2, str(tmp / "rendezvous"), str(tmp)), nprocs=2, join=True, start_method="spawn"
+        )
     return {rank: [ProbeResult(**row) for row in json.loads((tmp / f"rank{rank}.json").read_text())] for rank in (0, 1)}
 
 
@@ -91,9 +92,15 @@ def test_check_busbw_does_not_judge_a_single_node_run_by_the_network_floor(gloo_
 # -- pure parts ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("size, seconds, world, algbw, busbw", [
-    (10**9, 1.0, 8, 1.0, 1.75), (10**9, 0.5, 2, 2.0, 2.0), (2 * 10**9, 1.0, 16, 2.0, 3.75), (10**9, 1.0, 1, 1.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "size, seconds, world, algbw, busbw",
+    [
+        (10**9, 1.0, 8, 1.0, 1.75),
+        (10**9, 0.5, 2, 2.0, 2.0),
+        (2 * 10**9, 1.0, 16, 2.0, 3.75),
+        (10**9, 1.0, 1, 1.0, 0.0),
+    ],
+)
 def test_from_timing(size, seconds, world, algbw, busbw):
     r = ProbeResult.from_timing(size_bytes=size, seconds=seconds, world_size=world)
     assert (r.algbw_gbps, r.busbw_gbps) == (pytest.approx(algbw), pytest.approx(busbw))
@@ -101,18 +108,23 @@ def test_from_timing(size, seconds, world, algbw, busbw):
 
 def test_check_busbw_uses_the_largest_size():
     # GIVEN a slow small message and a fast large one
-    results = [ProbeResult.from_timing(size_bytes=1 << 30, seconds=0.1, world_size=8),
-               ProbeResult.from_timing(size_bytes=1 << 20, seconds=0.1, world_size=8)]
+    results = [
+        ProbeResult.from_timing(size_bytes=1 << 30, seconds=0.1, world_size=8),
+        ProbeResult.from_timing(size_bytes=1 << 20, seconds=0.1, world_size=8),
+    ]
     # THEN only the 1 GiB result is judged
     check_busbw(results, floor_gbps=10.0, inter_node=True)
     with pytest.raises(PreflightError, match="at 1 GiB over 8 ranks"):
         check_busbw(results, floor_gbps=20.0, inter_node=True)
 
 
-@pytest.mark.parametrize("results, floor, message", [
-    ([], 1.0, "results must hold at least one"),
-    ([ProbeResult.from_timing(size_bytes=1, seconds=1.0, world_size=2)], 0.0, "floor_gbps must be > 0, got 0.0"),
-])
+@pytest.mark.parametrize(
+    "results, floor, message",
+    [
+        ([], 1.0, "results must hold at least one"),
+        ([ProbeResult.from_timing(size_bytes=1, seconds=1.0, world_size=2)], 0.0, "floor_gbps must be > 0, got 0.0"),
+    ],
+)
 def test_check_busbw_rejects_bad_arguments(results, floor, message):
     with pytest.raises(ValueError, match=message):
         check_busbw(results, floor_gbps=floor, inter_node=True)

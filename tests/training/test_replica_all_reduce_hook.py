@@ -43,8 +43,11 @@ def test_the_hook_ties_every_buffer_it_is_given_to_its_stream_before_using_it(mo
     hook(second)
     hook.last = True
     hook(last)
-    assert [entry for entry in order if entry[0] == "keep"] == [("keep", id(first)), ("keep", id(second)),
-                                                                ("keep", id(last))]
+    assert [entry for entry in order if entry[0] == "keep"] == [
+        ("keep", id(first)),
+        ("keep", id(second)),
+        ("keep", id(last)),
+    ]
     assert order.index(("keep", id(last))) < next(i for i, entry in enumerate(order) if entry[0] == "all_reduce")
     # the held first shard and the last one, sent once and averaged over the 2 replicas
     assert torch.equal(last, torch.full((4,), 2.0))
@@ -81,10 +84,17 @@ def test_keep_for_current_stream_leaves_a_cpu_tensor_alone():
     assert torch.equal(tensor, torch.ones(3))
 
 
-@pytest.mark.parametrize(("version", "proven"), [
-    ("2.13.0", True), ("2.13.0+cpu", True), ("2.11.0+cu130", True), ("2.14.0", False), ("2.12.1", False),
-    ("3.0.0", False),
-])
+@pytest.mark.parametrize(
+    ("version", "proven"),
+    [
+        ("2.13.0", True),
+        ("2.13.0+cpu", True),
+        ("2.11.0+cu130", True),
+        ("2.14.0", False),
+        ("2.12.1", False),
+        ("3.0.0", False),
+    ],
+)
 def test_the_hook_is_proven_on_named_torch_releases_only(version, proven):
     assert par.all_reduce_hook_proven(version) is proven
 
@@ -108,13 +118,13 @@ def _worker(rank: int, store_path: str, out_path: str, proven: bool) -> None:
 
     dist.all_reduce = counted_all_reduce
     # HSDP over 2 "nodes" of one rank, fp32 reduction with a bf16 wire: the plan of the default cluster
-    model = par.parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
-                            par.ParallelPlan(replicas=2, mixed_precision=MixedPrecisionPolicy(reduce_dtype=torch.float32),
-                                             bf16_wire=True))
+    model = par.parallelize(
+        build_model(model_preset("tiny"), seed=0, device=CPU),
+        par.ParallelPlan(replicas=2, mixed_precision=MixedPrecisionPolicy(reduce_dtype=torch.float32), bf16_wire=True),
+    )
     inputs, labels = TokenBatches(vocab_size=1024, seq_len=16, micro_batch=2, seed=0, rank=rank).batch(1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss = train_step(model, optimizer, list(zip(inputs.chunk(2), labels.chunk(2))), lr=0.1, grad_clip=0.0,
-                          device=CPU)
+    loss = train_step(model, optimizer, list(zip(inputs.chunk(2), labels.chunk(2))), lr=0.1, grad_clip=0.0, device=CPU)
     dist.all_reduce = real_all_reduce
     # the replicas' parameters after the step: each rank trained on its own batch, so only the all-reduce across
     # the replicas makes them equal (each rank holds the whole of each parameter: 1 shard per replica)
@@ -123,10 +133,18 @@ def _worker(rank: int, store_path: str, out_path: str, proven: bool) -> None:
     dist.all_gather(gathered, local)
     if rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"hooks": len(model.replica_all_reduce), "hsdp": model.hsdp, "loss": float(loss.loss),
-                       "all_reduce_dtypes": sorted(set(all_reduces)), "all_reduces": len(all_reduces),
-                       "units": len(model.layers) + 1,
-                       "replica_drift": float((gathered[0] - gathered[1]).abs().max())}, f)
+            json.dump(
+                {
+                    "hooks": len(model.replica_all_reduce),
+                    "hsdp": model.hsdp,
+                    "loss": float(loss.loss),
+                    "all_reduce_dtypes": sorted(set(all_reduces)),
+                    "all_reduces": len(all_reduces),
+                    "units": len(model.layers) + 1,
+                    "replica_drift": float((gathered[0] - gathered[1]).abs().max()),
+                },
+                f,
+            )
     end_rank()
 
 

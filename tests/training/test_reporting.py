@@ -22,12 +22,26 @@ class Clock:
 
 
 def _reporter(clock, *, rank=0, world=1, report_every=1, min_interval_s=2.5, reduce=None, total=100):
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=1000, world_size=world, flops_per_token=1.0,
-                                        peak_flops_per_s=None),
-                  total_steps=total, start_step=0, device=torch.device("cpu"), clock=clock)
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=1000, world_size=world, flops_per_token=1.0, peak_flops_per_s=None
+        ),
+        total_steps=total,
+        start_step=0,
+        device=torch.device("cpu"),
+        clock=clock,
+    )
     kwargs = {"reduce": reduce} if reduce else {}
-    return Reporter(meter=meter, report_every=report_every, rank=rank, world_size=world, device=torch.device("cpu"),
-                    min_interval_s=min_interval_s, clock=clock, **kwargs)
+    return Reporter(
+        meter=meter,
+        report_every=report_every,
+        rank=rank,
+        world_size=world,
+        device=torch.device("cpu"),
+        min_interval_s=min_interval_s,
+        clock=clock,
+        **kwargs,
+    )
 
 
 def _run(reporter, clock, steps, step_s, *, save_at=()):
@@ -148,9 +162,17 @@ def test_one_call_a_step_measures_evaluates_checkpoints_and_reports_when_due():
     # the evaluation); checkpoints at 3 and 6 carry their report, plain reports elsewhere; step 4's report has its
     # evaluation; nothing else happens between measure steps
     assert [e for e in events if e[0] != "recorded"] == [
-        ("say", 1, False), ("report", 1, False), ("say", 2, False), ("report", 2, False),
-        ("say", 3, False), ("save", 3, False), ("say", 4, False), ("report", 4, True),
-        ("say", 6, False), ("save", 6, False)]
+        ("say", 1, False),
+        ("report", 1, False),
+        ("say", 2, False),
+        ("report", 2, False),
+        ("say", 3, False),
+        ("save", 3, False),
+        ("say", 4, False),
+        ("report", 4, True),
+        ("say", 6, False),
+        ("save", 6, False),
+    ]
     assert [e[1] for e in events if e[0] == "recorded"] == [1, 2, 3, 4, 5, 6]
     assert events.index(("recorded", 3, False)) < events.index(("save", 3, False))
     # and the history got every step once, in order, the evaluation kept for the summary
@@ -199,11 +221,18 @@ def test_a_checkpoint_saves_seconds_are_not_counted_as_the_next_step():
 def test_a_resumed_run_measures_its_first_step_and_times_each_step_from_the_resume():
     # GIVEN a run resumed after step 15 of 30 (Meter and Reporter start at step 15), 1 s steps, a measure every 10
     clock = Clock()
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=1000, world_size=1, flops_per_token=1.0,
-                                        peak_flops_per_s=None),
-                  total_steps=30, start_step=15, device=torch.device("cpu"), clock=clock)
-    reporter = Reporter(meter=meter, report_every=10, rank=0, world_size=1, device=torch.device("cpu"),
-                        min_interval_s=0.5, clock=clock)
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=1000, world_size=1, flops_per_token=1.0, peak_flops_per_s=None
+        ),
+        total_steps=30,
+        start_step=15,
+        device=torch.device("cpu"),
+        clock=clock,
+    )
+    reporter = Reporter(
+        meter=meter, report_every=10, rank=0, world_size=1, device=torch.device("cpu"), min_interval_s=0.5, clock=clock
+    )
     lines, reports = [], []
     reporter.say, reporter.report = lines.append, reports.append
     # WHEN steps 16 to 20 run

@@ -76,7 +76,7 @@ class _Shard:
     def iter_batches(self, *, batch_size: int, batch_format: str, drop_last: bool):
         assert batch_format == "numpy" and not drop_last
         for start in range(0, len(self.rows), batch_size):
-            yield {ROW_COLUMN: self.rows[start:start + batch_size]}
+            yield {ROW_COLUMN: self.rows[start : start + batch_size]}
 
 
 def _trained(batches: ShardBatches, micro_batches: int) -> list[int]:
@@ -101,8 +101,9 @@ def test_a_resume_at_another_micro_batch_trains_each_sample_of_the_epoch_exactly
     assert sorted(trained) == list(range(samples))
     assert resumed.epoch == 0  # still the first epoch
     # and the order is the one an uninterrupted run at either micro batch trains (a seeded order of the samples)
-    whole = _trained(ShardBatches(_Shard(samples, row_tokens), micro_batch=after, row_tokens=row_tokens, seed=7),
-                     samples // after)
+    whole = _trained(
+        ShardBatches(_Shard(samples, row_tokens), micro_batch=after, row_tokens=row_tokens, seed=7), samples // after
+    )
     assert trained == whole and whole != list(range(samples))
 
 
@@ -132,8 +133,9 @@ def test_the_position_after_an_epoch_rollover_counts_the_new_epochs_micro_batche
     # THEN the position is 3 micro-batches into epoch 1: a resume from it goes on with the 4th
     assert batches.state() == {"epoch": 1, "consumed": 3}
     state = batches.state()
-    resumed = ShardBatches(_Shard(21, 5), micro_batch=2, row_tokens=5, seed=3, epoch=state["epoch"],
-                           consumed=state["consumed"])
+    resumed = ShardBatches(
+        _Shard(21, 5), micro_batch=2, row_tokens=5, seed=3, epoch=state["epoch"], consumed=state["consumed"]
+    )
     rest = _trained(resumed, 7)
     assert sorted(trained + rest) == sorted(set(trained + rest)) and len(trained + rest) == 20
     assert resumed.state() == {"epoch": 1, "consumed": 10}

@@ -32,8 +32,16 @@ def earlier_run(tmp_path):
 
 
 def train(tmp_path, *argv: str) -> int:
-    return run_cli("--local", "--logs-dir", str(tmp_path / "nccl"), "-c", f"storagePath={tmp_path / 'storage'}",
-                   "-c", "steps=10", *argv)
+    return run_cli(
+        "--local",
+        "--logs-dir",
+        str(tmp_path / "nccl"),
+        "-c",
+        f"storagePath={tmp_path / 'storage'}",
+        "-c",
+        "steps=10",
+        *argv,
+    )
 
 
 def test_a_second_run_of_the_same_name_is_refused_and_changes_nothing(tmp_path, earlier_run, capsys):

@@ -34,8 +34,11 @@ pytestmark = pytest.mark.xdist_group("gloo-spawn")
 
 def _count_collectives(counts: collections.Counter) -> None:
     """Wrap the two gradient collectives FSDP2 calls so each call is counted by (name, group size); they still run."""
-    for name, kind in (("reduce_scatter_single", "reduce_scatter"), ("reduce_scatter_tensor", "reduce_scatter"),
-                       ("all_reduce", "all_reduce")):
+    for name, kind in (
+        ("reduce_scatter_single", "reduce_scatter"),
+        ("reduce_scatter_tensor", "reduce_scatter"),
+        ("all_reduce", "all_reduce"),
+    ):
         real = getattr(dist, name, None)
         if real is None:
             continue
@@ -51,8 +54,10 @@ def _case(rank: int, replicas: int, accumulation: int, wire: bool, checkpoint: s
     # wire: bf16 on the wire with fp32 accumulation, as a GPU runs gradReduceDtype bf16 with accumulation (under HSDP
     # each node's FSDP is 1-D and the all-reduce across nodes is Bf16WireReplicaAllReduce)
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if wire else None
-    model = parallelize(build_model(model_preset("tiny"), seed=0, device=CPU),
-                        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire))
+    model = parallelize(
+        build_model(model_preset("tiny"), seed=0, device=CPU),
+        ParallelPlan(replicas=replicas, mixed_precision=policy, bf16_wire=wire),
+    )
     optimizer = build_optimizer(model, TrainingSettings(model="tiny", learning_rate=3e-3), CPU)
     # Each rank's 2 sequences of a step, split into `accumulation` micro-batches of equal size.
     # A small pool of sequences the model can memorize, so that the loss falls within a few steps.
@@ -64,14 +69,20 @@ def _case(rank: int, replicas: int, accumulation: int, wire: bool, checkpoint: s
     for step in range(1, STEPS + 1):
         inputs, labels = data.batch(step)
         batches = list(zip(inputs.chunk(accumulation), labels.chunk(accumulation)))
-        loss, norm = train_step(model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0,
-                                device=CPU)
+        loss, norm = train_step(
+            model, optimizer, batches if accumulation > 1 else batches[0], lr=3e-3, grad_clip=1.0, device=CPU
+        )
         steps.append((loss, norm))
         mean = loss.detach().clone()
         torch.distributed.all_reduce(mean)
         counts["all_reduce/4"] -= 1  # the loss average above is ours, not FSDP2's
         losses.append(mean.item() / WORLD)
-    result = {"losses": losses, "counts": dict(counts), "hsdp": model.hsdp, **_reported_grad_norms(rank, steps, real_all_reduce)}
+    result = {
+        "losses": losses,
+        "counts": dict(counts),
+        "hsdp": model.hsdp,
+        **_reported_grad_norms(rank, steps, real_all_reduce),
+    }
     if wire:  # its DCP checkpoint (1-D shards, replicated across the "nodes") loads into plain FSDP over all 4
         result["restored_max_difference"] = _checkpoint_round_trip(model, optimizer, checkpoint)
     return result
@@ -79,10 +90,24 @@ def _case(rank: int, replicas: int, accumulation: int, wire: bool, checkpoint: s
 
 def _reported_grad_norms(rank: int, steps: list, all_reduce) -> dict:
     """The gradient norms training.reporting reports for these steps, and each step's whole norm (the DTensor's)."""
-    meter = Meter(throughput=Throughput(tokens_per_step_per_device=1, world_size=WORLD, flops_per_token=1.0,
-                                        peak_flops_per_s=None), total_steps=STEPS, start_step=0, device=CPU)
-    reporter = Reporter(meter=meter, report_every=STEPS, rank=rank, world_size=WORLD, device=CPU, min_interval_s=0.0,
-                        reduce=lambda values: (all_reduce(values), values)[1], report=lambda metrics: None)
+    meter = Meter(
+        throughput=Throughput(
+            tokens_per_step_per_device=1, world_size=WORLD, flops_per_token=1.0, peak_flops_per_s=None
+        ),
+        total_steps=STEPS,
+        start_step=0,
+        device=CPU,
+    )
+    reporter = Reporter(
+        meter=meter,
+        report_every=STEPS,
+        rank=rank,
+        world_size=WORLD,
+        device=CPU,
+        min_interval_s=0.0,
+        reduce=lambda values: (all_reduce(values), values)[1],
+        report=lambda metrics: None,
+    )
     for step, (loss, norm) in enumerate(steps, 1):
         reporter.record(step, loss, 3e-3, grad_norm=norm)
     reporter.measure(STEPS, save=False)
@@ -91,13 +116,23 @@ def _reported_grad_norms(rank: int, steps: list, all_reduce) -> dict:
     # returned it, each rank holding its shards' part) must be reduced before it is read: here rank r holds r + 1
     partial = DTensor.from_local(torch.tensor(float(rank + 1)), init_device_mesh("cpu", (WORLD,)), [Partial()])
     meter = Meter(throughput=meter.throughput, total_steps=1, start_step=0, device=CPU)
-    reporter_of_partial = Reporter(meter=meter, report_every=1, rank=rank, world_size=WORLD, device=CPU,
-                                   min_interval_s=0.0, reduce=lambda values: (all_reduce(values), values)[1],
-                                   report=lambda metrics: None)
+    reporter_of_partial = Reporter(
+        meter=meter,
+        report_every=1,
+        rank=rank,
+        world_size=WORLD,
+        device=CPU,
+        min_interval_s=0.0,
+        reduce=lambda values: (all_reduce(values), values)[1],
+        report=lambda metrics: None,
+    )
     reporter_of_partial.record(1, torch.tensor(1.0), 3e-3, grad_norm=partial)
     reporter_of_partial.measure(1, save=False)
-    return {"reported_grad_norms": [entry["grad_norm"] for entry in reporter.history], "grad_norms": whole,
-            "reported_partial_norm": reporter_of_partial.history[0]["grad_norm"]}
+    return {
+        "reported_grad_norms": [entry["grad_norm"] for entry in reporter.history],
+        "grad_norms": whole,
+        "reported_partial_norm": reporter_of_partial.history[0]["grad_norm"],
+    }
 
 
 def _checkpoint_round_trip(model, optimizer, directory: str) -> float:

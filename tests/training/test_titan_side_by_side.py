@@ -37,10 +37,18 @@ TITAN_LOG = (
 
 
 def _project_line(step: int, step_s: float, tokens_per_s: float) -> str:
-    metrics = {"step": step, "loss": 12.2, "time/step_s": step_s, "time/eta_s": 10.0,
-               "throughput/tokens_per_s": tokens_per_s, "throughput/tokens_per_s_per_device": tokens_per_s,
-               "throughput/mfu_pct": 60.0, "throughput/mfu_causal_pct": 57.0,
-               "memory/peak_allocated_gib": 68.2, "memory/peak_reserved_gib": 80.4}
+    metrics = {
+        "step": step,
+        "loss": 12.2,
+        "time/step_s": step_s,
+        "time/eta_s": 10.0,
+        "throughput/tokens_per_s": tokens_per_s,
+        "throughput/tokens_per_s_per_device": tokens_per_s,
+        "throughput/mfu_pct": 60.0,
+        "throughput/mfu_causal_pct": 57.0,
+        "memory/peak_allocated_gib": 68.2,
+        "memory/peak_reserved_gib": 80.4,
+    }
     return format_line(metrics, total_steps=6)
 
 
@@ -56,9 +64,13 @@ def _options(args: list[str]) -> dict[str, str | None]:
 
 def test_the_project_progress_lines_are_read_as_training_metrics_writes_them():
     # GIVEN the driver's log with two steps, the second repeated as Ray's log deduplication can print it
-    log = "\n".join(["(RayTrainWorker pid=1) " + _project_line(1, 30.0, 17_476.0),
-                     "(RayTrainWorker pid=1) " + _project_line(2, 8.4, 62_415.0),
-                     "(RayTrainWorker pid=1) " + _project_line(2, 8.4, 62_415.0)])
+    log = "\n".join(
+        [
+            "(RayTrainWorker pid=1) " + _project_line(1, 30.0, 17_476.0),
+            "(RayTrainWorker pid=1) " + _project_line(2, 8.4, 62_415.0),
+            "(RayTrainWorker pid=1) " + _project_line(2, 8.4, 62_415.0),
+        ]
+    )
     # THEN one row per step, with its tokens/s per device
     rows = titan_compare.project_steps(log)
     assert [(r["step"], r["tps"]) for r in rows] == [(1, 17_476.0), (2, 62_415.0)]
@@ -80,7 +92,9 @@ def test_the_project_metrics_history_is_read_as_training_history_writes_it(tmp_p
 def test_torchtitan_step_lines_are_read_with_their_colours_and_signs():
     rows = titan_compare.titan_steps(TITAN_LOG)
     assert [(r["step"], r["tps"], r["own_mfu_pct"], r["reserved_gib"]) for r in rows] == [
-        (1, 47.0, 0.0, -0.0), (12, 61_234.0, 56.3, 91.25)]
+        (1, 47.0, 0.0, -0.0),
+        (12, 61_234.0, 56.3, 91.25),
+    ]
 
 
 def test_the_steady_rate_leaves_out_the_first_step_and_weighs_each_step_by_its_time():
@@ -94,8 +108,14 @@ def test_the_steady_rate_leaves_out_the_first_step_and_weighs_each_step_by_its_t
 def test_torchtitan_runs_the_batch_shape_precision_and_compile_the_plan_decides(tmp_path):
     # GIVEN the plan of the default job's one-GPU row, as `ray-efa plan --json` writes it
     (tmp_path / "cdk.json").write_text(json.dumps({"app": "true", "context": {}}))
-    plan = json.loads(json.dumps(build_plan(resolve_settings(
-        {"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": "1", "steps": "6"}, root=tmp_path)).as_dict(), default=str))
+    plan = json.loads(
+        json.dumps(
+            build_plan(
+                resolve_settings({"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": "1", "steps": "6"}, root=tmp_path)
+            ).as_dict(),
+            default=str,
+        )
+    )
     d = plan["deployment"]
     # WHEN torchtitan's arguments are built from it
     args = titan_compare.titan_args(plan, "fp8", 6)
@@ -120,12 +140,28 @@ def test_torchtitan_runs_the_batch_shape_precision_and_compile_the_plan_decides(
 
 def test_the_report_compares_per_gpu_rates_in_both_flop_conventions(tmp_path, capsys):
     # GIVEN a project summary at the 2026-12-02 measurement and a torchtitan log
-    (tmp_path / "plan.json").write_text(json.dumps({"deployment": {
-        "seq_len": 2048, "micro_batch": 16, "grad_accumulation": 16, "global_batch_tokens": 524_288}}))
+    (tmp_path / "plan.json").write_text(
+        json.dumps(
+            {
+                "deployment": {
+                    "seq_len": 2048,
+                    "micro_batch": 16,
+                    "grad_accumulation": 16,
+                    "global_batch_tokens": 524_288,
+                }
+            }
+        )
+    )
     (tmp_path / "project").mkdir()
-    (tmp_path / "project" / "summary.json").write_text(json.dumps({
-        "throughput/tokens_per_s_per_device": 62_355.75, "throughput/mfu_pct": 65.06214429358414,
-        "throughput/mfu_causal_pct": 61.730100736154}))
+    (tmp_path / "project" / "summary.json").write_text(
+        json.dumps(
+            {
+                "throughput/tokens_per_s_per_device": 62_355.75,
+                "throughput/mfu_pct": 65.06214429358414,
+                "throughput/mfu_causal_pct": 61.730100736154,
+            }
+        )
+    )
     (tmp_path / "titan-fp8.log").write_text(TITAN_LOG)
     (tmp_path / "titan-bf16.log").write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
     result = titan_compare.report(tmp_path)
@@ -152,8 +188,10 @@ def _rounds_report():
 
 
 def _titan_line(step: int, tokens_per_s: int) -> str:
-    return (f"[titan] - root - INFO - step: {step:2d}  loss: 12.1  grad_norm:  1.5  memory: 57.40GiB(72.5%)  "
-            f"tps: {tokens_per_s:,}  tflops: 500.1  mfu: 55.1%")
+    return (
+        f"[titan] - root - INFO - step: {step:2d}  loss: 12.1  grad_norm:  1.5  memory: 57.40GiB(72.5%)  "
+        f"tps: {tokens_per_s:,}  tflops: 500.1  mfu: 55.1%"
+    )
 
 
 def test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_llama_flops(tmp_path, capsys):
@@ -166,7 +204,8 @@ def test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_ll
         "titan:t1:fp8: out of memory at micro 0 (0: the plan's); again at 8\n"
         "titan:t1-m8:fp8:8: exit 0 after 95 s\n"
         "project:p1:compileTuning=false: exit 1 after 150 s\n"
-        "titan:t2:fp8: not run, 40 s left\n")
+        "titan:t2:fp8: not run, 40 s left\n"
+    )
     (raw / "t1.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB\n")
     (raw / "t1-m8.log").write_text("\n".join(_titan_line(step, 56_000) for step in range(1, 22)))
     (raw / "p1.log").write_text("\n".join(_project_line(step, 1.1, 59_000.0) for step in range(1, 22)))
@@ -176,10 +215,13 @@ def test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_ll
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     # THEN the runs are the two that exited, under their own names and logs
     assert [(r["kind"], r["name"], r["steady_steps"]) for r in records if r["record"] == "run"] == [
-        ("titan", "t1-m8", 20), ("project", "p1", 20)]
+        ("titan", "t1-m8", 20),
+        ("project", "p1", 20),
+    ]
     # the FLOPs are the Llama's, causal: 6 x 1,235,814,400 matrix parameters + 6 L d S (16 x 2048 x 2048)
     ratio = next(r for r in records if r["record"] == "ratio")
     assert ratio["causal_flops_per_token"] == 6 * 1_235_814_400 + 6 * 16 * 2048 * 2048
     assert ratio["project_over_titan_fp8"] == pytest.approx(59_000 / 56_000)
     assert "project / torchtitan llama3 fp8: 1.05x (median of 1 runs a side, 20 steady steps each)" in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )

@@ -21,8 +21,11 @@ from ray_efa.training.tiny_model import MODEL_FOLDER
 
 def tree_bytes(folder) -> dict[str, tuple[bytes, int]]:
     """Every file under `folder`: its bytes and modification time (ns), by relative path."""
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_cli(*argv: str) -> int:
@@ -76,11 +79,24 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     monkeypatch.setenv("RAY_EFA_MODEL_CACHE", str(tmp_path / "model-cache"))  # an empty one: the tiny model is made
     try:
         # WHEN `ray-efa train --local` runs a short version of the preset, with no inputs given
-        code = run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"),
-                       "-c", f"storagePath={tmp_path}", "-c", "steps=10", "-c", "checkpointEvery=0")
+        code = run_cli(
+            "--local",
+            "--name",
+            "cli-local",
+            "--logs-dir",
+            str(tmp_path / "nccl"),
+            "-c",
+            f"storagePath={tmp_path}",
+            "-c",
+            "steps=10",
+            "-c",
+            "checkpointEvery=0",
+        )
         # the held-out split the run evaluated, read again here from the same inputs while its cluster is up
         held_out = driver_datasets(local_settings().replace(storagePath=str(tmp_path)))[EVAL]
-        rows = np.concatenate([b[ROW_COLUMN] for b in held_out.iter_batches(batch_format="numpy")]) if code == 0 else None
+        rows = (
+            np.concatenate([b[ROW_COLUMN] for b in held_out.iter_batches(batch_format="numpy")]) if code == 0 else None
+        )
     finally:
         ray.shutdown()
     out = capsys.readouterr().out
@@ -115,8 +131,22 @@ def test_local_run_trains_prints_the_table_and_passes_the_gate_honestly(tmp_path
     assert (tmp_path / "nccl" / ".ray-efa-output.json").is_file()
     # WHEN the same command runs again: THEN it is refused before Ray starts, and the first run's files are unchanged
     before = tree_bytes(tmp_path / "cli-local")
-    assert run_cli("--local", "--name", "cli-local", "--logs-dir", str(tmp_path / "nccl"), "-c", f"storagePath={tmp_path}",
-                   "-c", "steps=10", "-c", "checkpointEvery=0") == 2
+    assert (
+        run_cli(
+            "--local",
+            "--name",
+            "cli-local",
+            "--logs-dir",
+            str(tmp_path / "nccl"),
+            "-c",
+            f"storagePath={tmp_path}",
+            "-c",
+            "steps=10",
+            "-c",
+            "checkpointEvery=0",
+        )
+        == 2
+    )
     assert f"the run folder {tmp_path}/cli-local exists" in capsys.readouterr().err
     assert not ray.is_initialized() and tree_bytes(tmp_path / "cli-local") == before
 
@@ -132,8 +162,23 @@ def test_local_run_trains_a_random_initialization_of_a_llama_config_json(tmp_pat
     config = os.path.join(os.path.dirname(__file__), "fixtures", "families", "llama.json")
     try:
         # WHEN `ray-efa train --local -c modelConfig=<it>` runs
-        code = run_cli("--local", "--name", "cli-llama", "--logs-dir", str(tmp_path / "nccl"), "-c", f"modelConfig={config}",
-                       "-c", f"storagePath={tmp_path}", "-c", "steps=4", "-c", "reportEvery=2", "-c", "checkpointEvery=0")
+        code = run_cli(
+            "--local",
+            "--name",
+            "cli-llama",
+            "--logs-dir",
+            str(tmp_path / "nccl"),
+            "-c",
+            f"modelConfig={config}",
+            "-c",
+            f"storagePath={tmp_path}",
+            "-c",
+            "steps=4",
+            "-c",
+            "reportEvery=2",
+            "-c",
+            "checkpointEvery=0",
+        )
     finally:
         ray.shutdown()
     out = capsys.readouterr().out
@@ -148,8 +193,10 @@ def _alone_on_the_machine() -> list[str]:
     """A command prefix that runs a process in a PID namespace of its own, as in a fresh container: it sees no other
     process, so no Ray cluster another test (on the other xdist worker) runs. Root gets it directly; anyone else
     through a user namespace. Empty when neither is allowed here."""
-    for prefix in (["unshare", "--pid", "--fork", "--mount-proc"],
-                   ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]):
+    for prefix in (
+        ["unshare", "--pid", "--fork", "--mount-proc"],
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"],
+    ):
         try:
             if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
                 return prefix
@@ -163,14 +210,21 @@ def test_cluster_run_away_from_a_cluster_says_so(tmp_path):
     # `address="auto"` joins ANY Ray cluster it sees running on the machine: the run goes where it sees none
     alone = _alone_on_the_machine()
     if not alone:
-        pytest.skip("unshare cannot make a PID namespace here (needs root or user namespaces); without one, "
-                    "address=auto would join the Ray cluster of another test")
+        pytest.skip(
+            "unshare cannot make a PID namespace here (needs root or user namespaces); without one, "
+            "address=auto would join the Ray cluster of another test"
+        )
     # GIVEN no Ray cluster (and an empty temp dir as Ray's record of the last one) and settings that plan fine
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = str(tmp_path)
     # WHEN `ray-efa train` runs without --local
-    done = subprocess.run([*alone, sys.executable, "-m", "ray_efa.cli", "train", "-c", "gpuNodeCount=1",
-                           "-c", "microBatch=1"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*alone, sys.executable, "-m", "ray_efa.cli", "train", "-c", "gpuNodeCount=1", "-c", "microBatch=1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # THEN it fails with a sentence, not a traceback, and points at --local
     assert done.returncode == 1, done.stderr[-3000:]
     assert "no Ray cluster to join" in done.stderr and "--local" in done.stderr
@@ -186,7 +240,11 @@ def test_a_local_run_starts_its_own_cluster_whatever_ray_address_names(monkeypat
     # GIVEN RAY_ADDRESS naming another cluster: here an address where nothing listens, so joining it would fail
     # (a joined cluster would also be another Ray instance on the machine, and its jobs' workers)
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
-    for name in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "RAY_TRAIN_ENABLE_PRINT_PATCH"):
+    for name in (
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
+        "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER",
+        "RAY_TRAIN_ENABLE_PRINT_PATCH",
+    ):
         monkeypatch.setenv(name, os.environ.get(name, "0.2" if name.endswith("_S") else "0"))
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     try:
@@ -204,15 +262,26 @@ def test_a_train_function_whose_import_is_missing_is_exit_2_before_ray_starts(tm
     import ray
 
     # GIVEN your function in codeDir, whose module imports a package this machine does not have
-    (tmp_path / "my_train.py").write_text("import json\nimport wandb_not_installed_here\n\n\ndef fit(config):\n    pass\n")
+    (tmp_path / "my_train.py").write_text(
+        "import json\nimport wandb_not_installed_here\n\n\ndef fit(config):\n    pass\n"
+    )
     # WHEN `ray-efa train --local` runs it
-    code = run_cli("--local", "-c", "trainFunction=my_train:fit", "-c", f"codeDir={tmp_path}", "-c",
-                   f"storagePath={tmp_path / 'storage'}")
+    code = run_cli(
+        "--local",
+        "-c",
+        "trainFunction=my_train:fit",
+        "-c",
+        f"codeDir={tmp_path}",
+        "-c",
+        f"storagePath={tmp_path / 'storage'}",
+    )
     # THEN exit 2 in seconds, naming trainFunction, the file, the line and codeDir, before Ray starts (the workers
     # would otherwise each fail to import it, with three tracebacks, after Ray started)
     err = capsys.readouterr().err
     assert code == 2, err
     assert "trainFunction: must name a module whose imports are there" in err
-    assert f"{tmp_path / 'my_train.py'} (line 2: import wandb_not_installed_here)" in err and f"codeDir {tmp_path}" in err
+    assert (
+        f"{tmp_path / 'my_train.py'} (line 2: import wandb_not_installed_here)" in err and f"codeDir {tmp_path}" in err
+    )
     assert "Traceback" not in err and not ray.is_initialized()
     assert not (tmp_path / "storage").exists()

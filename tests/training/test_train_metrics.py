@@ -18,8 +18,12 @@ class Clock:
 
 def _meter(peak=None, start_step=0, total=100):
     clock = Clock()
-    throughput = Throughput(tokens_per_step_per_device=4 * 4096, world_size=8, flops_per_token=1e10, peak_flops_per_s=peak)
-    return Meter(throughput=throughput, total_steps=total, start_step=start_step, device=torch.device("cpu"), clock=clock), clock
+    throughput = Throughput(
+        tokens_per_step_per_device=4 * 4096, world_size=8, flops_per_token=1e10, peak_flops_per_s=peak
+    )
+    return Meter(
+        throughput=throughput, total_steps=total, start_step=start_step, device=torch.device("cpu"), clock=clock
+    ), clock
 
 
 def test_step_time_is_the_wall_time_between_reports_over_the_steps_in_between():
@@ -87,8 +91,13 @@ def test_progress_line_and_table_show_what_was_measured():
 
 def test_mfu_is_also_given_under_the_causal_convention():
     # GIVEN FLOPs per token under both conventions (12 L d S attention, and causal 6 L d S)
-    throughput = Throughput(tokens_per_step_per_device=1000, world_size=1, flops_per_token=1e10,
-                            peak_flops_per_s=989e12, flops_per_token_causal=0.9e10)
+    throughput = Throughput(
+        tokens_per_step_per_device=1000,
+        world_size=1,
+        flops_per_token=1e10,
+        peak_flops_per_s=989e12,
+        flops_per_token_causal=0.9e10,
+    )
     clock = Clock()
     meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=clock)
     clock.now += 0.5
@@ -108,7 +117,9 @@ def test_the_loops_tokens_and_mfu_of_a_hand_computed_step():
 
     t = fixed_training(model="tiny", micro_batch=2, grad_accumulation=4, seq_len=64)
     throughput = dataclasses.replace(step_throughput(t, t.preset, 2, torch.device("cpu")), peak_flops_per_s=1e12)
-    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
+    meter = Meter(
+        throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock())
+    )
     # WHEN a step takes 0.5 s
     clock.now += 0.5
     metrics = meter.measure(1, 6.0)
@@ -130,10 +141,25 @@ def test_the_loop_counts_a_step_as_the_plan_and_calibrate_do():
     from ray_efa.core.settings import Settings
     from ray_efa.training.train import step_throughput
 
-    summary = {"name": "ga4", "network": "efa", "instance_type": "p5en.48xlarge", "hosts": 1, "devices": 1,
-               "time/step_s": 0.613, "throughput/tokens_per_s_per_device": 26746.0, "model": "qwen2.5-1.5b",
-               "micro_batch": 2, "seq_len": 2048, "grad_accumulation": 4, "compile": True, "loss_chunk_size": 4096,
-               "activation_checkpointing": False, "sharding": "fsdp", "grad_reduce_dtype": "bf16", "precision": "bf16"}
+    summary = {
+        "name": "ga4",
+        "network": "efa",
+        "instance_type": "p5en.48xlarge",
+        "hosts": 1,
+        "devices": 1,
+        "time/step_s": 0.613,
+        "throughput/tokens_per_s_per_device": 26746.0,
+        "model": "qwen2.5-1.5b",
+        "micro_batch": 2,
+        "seq_len": 2048,
+        "grad_accumulation": 4,
+        "compile": True,
+        "loss_chunk_size": 4096,
+        "activation_checkpointing": False,
+        "sharding": "fsdp",
+        "grad_reduce_dtype": "bf16",
+        "precision": "bf16",
+    }
     t = settings_of_run(Settings(), summary).training
     predicted = compare_run(Settings(), summary).predicted
     # WHEN the loop measures a step of the predicted length on that GPU (its peak from the catalog)
@@ -141,7 +167,9 @@ def test_the_loop_counts_a_step_as_the_plan_and_calibrate_do():
     assert h200 is not None
     peak = h200.peak_bf16_tflops * 1e12
     throughput = dataclasses.replace(step_throughput(t, t.preset, 1, torch.device("cpu")), peak_flops_per_s=peak)
-    meter = Meter(throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock()))
+    meter = Meter(
+        throughput=throughput, total_steps=10, start_step=0, device=torch.device("cpu"), clock=(clock := Clock())
+    )
     clock.now += predicted.step_time_s
     metrics = meter.measure(1, 6.0)
     # THEN its tokens/s and MFU (both conventions) are the plan's for that step: what calibrate fits and compare

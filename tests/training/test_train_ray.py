@@ -20,9 +20,17 @@ pytestmark = pytest.mark.ray
 # Six steps, a checkpoint every two, a report every step: small enough to run four times in a test. One micro-batch a
 # step (gradAccumulation 1): auto would split the default globalBatchTokens into thousands of tiny micro-batches.
 SHORT = {
-    "model": "tiny", "steps": 6, "seqLen": 32, "microBatch": 2, "gradAccumulation": 1, "learningRate": 1e-3,
+    "model": "tiny",
+    "steps": 6,
+    "seqLen": 32,
+    "microBatch": 2,
+    "gradAccumulation": 1,
+    "learningRate": 1e-3,
     "warmupSteps": 2,
-    "checkpointEvery": 2, "reportEvery": 1, "maxFailures": 1, "preflight": False,
+    "checkpointEvery": 2,
+    "reportEvery": 1,
+    "maxFailures": 1,
+    "preflight": False,
 }
 
 
@@ -61,7 +69,9 @@ def uninterrupted(storage):
 @pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     # GIVEN a run stopped after step 3, between its checkpoints at steps 2 and 4
-    stopped = driver.fit(_settings(storage), local=True, name="resumed", test_config={"_faults": {"stop_after_step": 3}})
+    stopped = driver.fit(
+        _settings(storage), local=True, name="resumed", test_config={"_faults": {"stop_after_step": 3}}
+    )
     assert max(_losses(stopped)) == 3
     # WHEN the same run (same name and storage) is started again
     resumed = driver.fit(_settings(storage), local=True, name="resumed")
@@ -75,8 +85,9 @@ def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     folder = os.path.join(storage, "resumed")
     assert [r["step"] for r in _history(folder)] == [1, 2, 3, 4, 5, 6]
     assert [r["loss"] for r in _history(folder)][2:] == pytest.approx([_losses(resumed)[s] for s in range(3, 7)])
-    assert _tensorboard(folder, "loss") == pytest.approx({**{s: v for s, v in _losses(stopped).items() if s < 3},
-                                                          **_losses(resumed)}, rel=1e-6)
+    assert _tensorboard(folder, "loss") == pytest.approx(
+        {**{s: v for s, v in _losses(stopped).items() if s < 3}, **_losses(resumed)}, rel=1e-6
+    )
 
 
 def _history(folder):
@@ -101,7 +112,10 @@ def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     summary = returned(uninterrupted)["summary"]
     # THEN the built-in ran the decided reduction dtype and batch shape
     assert (summary["grad_reduce_dtype"], summary["micro_batch"], summary["grad_accumulation"]) == (
-        decided.grad_reduce_dtype, decided.micro_batch, decided.grad_accumulation)
+        decided.grad_reduce_dtype,
+        decided.micro_batch,
+        decided.grad_accumulation,
+    )
     # and the decided sharding on the ranks Ray started: both local ranks share one node, so hsdp has nothing to
     # replicate across and runs as plain FSDP
     assert decided.sharding in ("fsdp", "hsdp") and (summary["sharding"], summary["replicas"]) == ("fsdp", 1)
@@ -165,7 +179,6 @@ def test_a_fault_beyond_max_failures_fails_the_run(storage):
     assert os.path.isdir(os.path.join(storage, "fault-fatal"))
 
 
-
 def test_an_exception_ray_cannot_rebuild_is_not_retried_and_names_itself(storage, tmp_path):
     import ray.train
 
@@ -174,8 +187,11 @@ def test_an_exception_ray_cannot_rebuild_is_not_retried_and_names_itself(storage
     # maxFailures 1
     marks = tmp_path / "marks"
     marks.mkdir()
-    settings = _settings(storage, trainFunction="tests.training.user_functions:fit_and_raise_two_part_error",
-                         trainConfig=f'{{"marks": "{marks}"}}')
+    settings = _settings(
+        storage,
+        trainFunction="tests.training.user_functions:fit_and_raise_two_part_error",
+        trainConfig=f'{{"marks": "{marks}"}}',
+    )
     # WHEN it runs
     with pytest.raises(ray.train.TrainingFailedError) as raised:
         driver.fit(settings, local=True, name="user-error")

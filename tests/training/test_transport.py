@@ -77,7 +77,10 @@ def test_a_single_socket_channel_among_efa_ones_fails():
 
 def test_per_rank_disagreement_fails_for_either_expectation():
     # GIVEN node 1 on EFA and node 2 fallen back to Socket
-    lines = EFA_JOB[:3] + [B + "Using network Socket", B + "comm 0x55d1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0"]
+    lines = EFA_JOB[:3] + [
+        B + "Using network Socket",
+        B + "comm 0x55d1 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0",
+    ]
     # WHEN judged against EFA and against Socket
     # THEN both fail: each names the processes that disagree
     efa, socket = verdict_of(lines, "efa"), verdict_of(lines, "socket")
@@ -86,8 +89,9 @@ def test_per_rank_disagreement_fails_for_either_expectation():
     assert "ip-10-0-1-11:4100" in socket.summary
 
 
-@pytest.mark.parametrize("lines", [[], [""], ["step 1 loss 12.0", "(RayTrainWorker pid=1) ready"]],
-                         ids=["empty", "blank", "no NCCL lines"])
+@pytest.mark.parametrize(
+    "lines", [[], [""], ["step 1 loss 12.0", "(RayTrainWorker pid=1) ready"]], ids=["empty", "blank", "no NCCL lines"]
+)
 def test_no_proof_without_nccl_lines(lines):
     # GIVEN input with no NCCL line
     verdict = verdict_of(lines)
@@ -98,7 +102,10 @@ def test_no_proof_without_nccl_lines(lines):
 
 def test_no_proof_for_a_warn_only_log():
     # GIVEN only WARN lines (NCCL_DEBUG=WARN), even ones about the OFI plugin failing
-    lines = ["", "[2026-11-29 18:44:12] ip-10-0-1-11:4100:4101 [0] net.cc:12 NCCL WARN NET/OFI aws-ofi-nccl initialization failed"]
+    lines = [
+        "",
+        "[2026-11-29 18:44:12] ip-10-0-1-11:4100:4101 [0] net.cc:12 NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
+    ]
     verdict = verdict_of(lines)
     # THEN it proves nothing, and the summary says why
     assert verdict.exit_code == EXIT_NO_PROOF
@@ -108,9 +115,13 @@ def test_no_proof_for_a_warn_only_log():
 @pytest.mark.parametrize("expect", EXPECTS)
 def test_single_node_using_network_socket_neither_proves_nor_contradicts(expect):
     # GIVEN one node: NCCL prints "Using network Socket" though all traffic stays on P2P
-    lines = [A + "NET/Plugin: Could not find: ofi libnccl-net-ofi.so", A + "Using network Socket",
-             A + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0", A + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
-             B.replace("12:4200", "11:4101") + "comm 0x2 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1"]
+    lines = [
+        A + "NET/Plugin: Could not find: ofi libnccl-net-ofi.so",
+        A + "Using network Socket",
+        A + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+        A + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+        B.replace("12:4200", "11:4101") + "comm 0x2 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1",
+    ]
     # WHEN judged against any transport
     verdict = verdict_of(lines, expect)
     # THEN it proves nothing
@@ -121,10 +132,13 @@ def test_single_node_using_network_socket_neither_proves_nor_contradicts(expect)
 
 def test_net_channels_on_one_node_do_count():
     # GIVEN one node with P2P and SHM disabled, so its ranks really talk through NET/Socket
-    lines = [A + "Using network Socket", A + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
-             A + "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0",
-             A2 + "comm 0x2 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1",
-             A2 + "Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0"]
+    lines = [
+        A + "Using network Socket",
+        A + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+        A + "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0",
+        A2 + "comm 0x2 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1",
+        A2 + "Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0",
+    ]
     # THEN EFA is contradicted and Socket proven
     assert verdict_of(lines, "efa").exit_code == EXIT_CONTRADICTED
     assert verdict_of(lines, "socket").exit_code == EXIT_PASS
@@ -149,7 +163,9 @@ PREFIXES = {
     "raw": lambda line: line,
     "ray": lambda line: f"(RayTrainWorker pid={line.split(':')[1]}, ip=10.0.1.11) {line}",
     "ray colour": lambda line: f"\x1b[36m(RayTrainWorker pid={line.split(':')[1]}, ip=10.0.1.11)\x1b[0m {line}",
-    "ray repeated": lambda line: f"(RayTrainWorker pid=1, ip=10.0.1.9) {line}\x1b[2m [repeated 7x across cluster]\x1b[0m",
+    "ray repeated": lambda line: (
+        f"(RayTrainWorker pid=1, ip=10.0.1.9) {line}\x1b[2m [repeated 7x across cluster]\x1b[0m"
+    ),
     "mpirun": lambda line: f"[1,3]<stdout>:{line}",
     "cloudwatch": lambda line: f"2026-11-29T18:44:12.123Z {line}",
     "aws logs tail": lambda line: f"2026-11-29T18:44:12.123000+00:00 ray-worker/abc {line}",
@@ -173,8 +189,10 @@ def test_every_prefix_style_is_read_and_keyed_by_host_pid(style):
 
 def test_ray_repeated_count_is_recorded_and_stripped_from_the_network_name():
     # GIVEN Ray's folded line with its once-per-driver note
-    line = (A + "Using network Libfabric\x1b[2m [repeated 7x across cluster] (Ray deduplicates logs by default. "
-            "Set RAY_DEDUP_LOGS=0 to disable log deduplication.)\x1b[0m")
+    line = (
+        A + "Using network Libfabric\x1b[2m [repeated 7x across cluster] (Ray deduplicates logs by default. "
+        "Set RAY_DEDUP_LOGS=0 to disable log deduplication.)\x1b[0m"
+    )
     report = classify([line])
     # THEN the network is Libfabric and the 7 hidden copies are counted
     assert report.processes[0].networks == ("Libfabric",)
@@ -183,9 +201,11 @@ def test_ray_repeated_count_is_recorded_and_stripped_from_the_network_name():
 
 def test_lines_without_an_nccl_prefix_fall_back_to_rays_pid_and_ip():
     # GIVEN a process whose NCCL prefix was lost but whose Ray prefix remains, and one that has both
-    lines = ["(RayTrainWorker pid=77, ip=10.0.1.13) NCCL INFO Using network Socket",
-             "(RayTrainWorker pid=88, ip=10.0.1.14) host-d:88:90 [0] NCCL INFO Using network Libfabric",
-             "(RayTrainWorker pid=88, ip=10.0.1.14) NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Libfabric/0"]
+    lines = [
+        "(RayTrainWorker pid=77, ip=10.0.1.13) NCCL INFO Using network Socket",
+        "(RayTrainWorker pid=88, ip=10.0.1.14) host-d:88:90 [0] NCCL INFO Using network Libfabric",
+        "(RayTrainWorker pid=88, ip=10.0.1.14) NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Libfabric/0",
+    ]
     keys = sorted(p.key for p in classify(lines).processes)
     # THEN the first is keyed ip:pid and the second's unprefixed line joins its host:pid
     assert keys == ["10.0.1.13:77", "host-d:88"]
@@ -196,12 +216,18 @@ def test_interleaved_processes_of_one_file_are_kept_apart():
     lines = []
     for i in range(4):
         net = "Socket" if i >= 2 else "Libfabric"
-        lines += [f"node-{i // 2}:{500 + i}:{600 + i} [{i % 2}] NCCL INFO Channel 00/0 : {i}[0] -> {(i + 1) % 4}[0] [send] via NET/{net}/0"]
+        lines += [
+            f"node-{i // 2}:{500 + i}:{600 + i} [{i % 2}] NCCL INFO Channel 00/0 : {i}[0] -> {(i + 1) % 4}[0] [send] via NET/{net}/0"
+        ]
     report = classify(lines)
     verdict = report.verdict("efa")
     # THEN each process has only its own transport, and exactly the Socket ones fail
     assert {p.key: p.net_transports for p in report.processes} == {
-        "node-0:500": ("Libfabric",), "node-0:501": ("Libfabric",), "node-1:502": ("Socket",), "node-1:503": ("Socket",)}
+        "node-0:500": ("Libfabric",),
+        "node-0:501": ("Libfabric",),
+        "node-1:502": ("Socket",),
+        "node-1:503": ("Socket",),
+    }
     assert [r.evidence.key for r in verdict.rows if r.status == "FAIL"] == ["node-1:502", "node-1:503"]
 
 
@@ -243,10 +269,12 @@ def test_an_overlong_line_is_cut_and_the_next_line_still_read(tmp_path):
 
 def test_nccl_2_4_ring_lines_with_the_old_aws_libfabric_name_pass():
     # GIVEN NCCL 2.4: no "Using network" line, "Ring" connection lines and an old comm line without nNodes
-    lines = ["p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
-             "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0",
-             "p4d-1:10:11 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
-             "p4d-1:10:10 [0] NCCL INFO comm 0x7f00 rank 0 nranks 16 cudaDev 0 nvmlDev 0 - Init COMPLETE"]
+    lines = [
+        "p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
+        "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0",
+        "p4d-1:10:11 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC",
+        "p4d-1:10:10 [0] NCCL INFO comm 0x7f00 rank 0 nranks 16 cudaDev 0 nvmlDev 0 - Init COMPLETE",
+    ]
     report = classify(lines)
     # THEN the receive line counts for rank 0, the shape has no node count, and rank 0 used EFA
     (p,) = report.processes
@@ -260,15 +288,25 @@ def test_nccl_2_4_ring_lines_with_the_old_aws_libfabric_name_pass():
 
 
 def test_receive_lines_belong_to_the_destination_rank_and_send_lines_to_the_source():
-    lines = [A + "Channel 00/0 : 7[3] -> 8[0] [receive] via NET/Socket/0", B + "Channel 00/0 : 8[0] -> 9[1] [send] via NET/Socket/0"]
+    lines = [
+        A + "Channel 00/0 : 7[3] -> 8[0] [receive] via NET/Socket/0",
+        B + "Channel 00/0 : 8[0] -> 9[1] [send] via NET/Socket/0",
+    ]
     assert {p.key: p.ranks for p in classify(lines).processes} == {"ip-10-0-1-11:4100": (8,), "ip-10-0-1-12:4200": (8,)}
 
 
-@pytest.mark.parametrize("network, expect, code", [
-    ("IB", "ib", EXIT_PASS), ("IBext_v8", "ib", EXIT_PASS), ("IB", "efa", EXIT_CONTRADICTED),
-    ("IBext_v8", "socket", EXIT_CONTRADICTED), ("AWS Libfabric", "efa", EXIT_NO_PROOF), ("Libfabric", "ib", EXIT_CONTRADICTED),
-    ("Libfabric", "socket", EXIT_CONTRADICTED),
-])
+@pytest.mark.parametrize(
+    "network, expect, code",
+    [
+        ("IB", "ib", EXIT_PASS),
+        ("IBext_v8", "ib", EXIT_PASS),
+        ("IB", "efa", EXIT_CONTRADICTED),
+        ("IBext_v8", "socket", EXIT_CONTRADICTED),
+        ("AWS Libfabric", "efa", EXIT_NO_PROOF),
+        ("Libfabric", "ib", EXIT_CONTRADICTED),
+        ("Libfabric", "socket", EXIT_CONTRADICTED),
+    ],
+)
 def test_infiniband_and_libfabric_names(network, expect, code):
     # GIVEN a 2-node job on the named network (without aws-ofi-nccl's provider line: Libfabric alone is no EFA)
     lines = [line.replace("Libfabric", network) for line in EFA_JOB if "NET/OFI" not in line]
@@ -278,7 +316,10 @@ def test_infiniband_and_libfabric_names(network, expect, code):
 
 def test_old_nccl_bootstrap_net_socket_line_is_not_socket_traffic():
     # GIVEN an IB job whose NCCL printed "NET/Socket : Using [0]ib0" during bootstrap
-    lines = [A + "NET/Socket : Using [0]ib0:10.1.0.1<0>", *[line.replace("Libfabric", "IB") for line in EFA_JOB if "OFI" not in line]]
+    lines = [
+        A + "NET/Socket : Using [0]ib0:10.1.0.1<0>",
+        *[line.replace("Libfabric", "IB") for line in EFA_JOB if "OFI" not in line],
+    ]
     # THEN the job proves IB and does not count as Socket
     assert verdict_of(lines, "ib").exit_code == EXIT_PASS
     assert verdict_of(lines, "socket").exit_code == EXIT_CONTRADICTED
@@ -286,7 +327,9 @@ def test_old_nccl_bootstrap_net_socket_line_is_not_socket_traffic():
 
 
 def test_libfabric_on_the_tcp_provider_is_not_efa():
-    lines = [line.replace("provider is efa, fabric is efa", "provider is tcp, fabric is 10.0.0.0/16") for line in EFA_JOB]
+    lines = [
+        line.replace("provider is efa, fabric is efa", "provider is tcp, fabric is 10.0.0.0/16") for line in EFA_JOB
+    ]
     verdict = verdict_of(lines)
     assert verdict.exit_code == EXIT_CONTRADICTED
     assert "libfabric provider tcp" in verdict.summary
@@ -309,9 +352,13 @@ def test_the_gpudirect_retry_on_g6_is_not_reported_as_a_cause():
 
 
 def test_new_nccl_plugin_lines_record_the_plugin_and_the_chosen_network():
-    lines = [A + "NET/Plugin: Loaded net plugin Libfabric (v10)", A + "Initialized NET plugin Libfabric",
-             A + "Initialized NET plugin Socket", A + "Assigned NET plugin Libfabric to comm",
-             A + "NET/OFI Initializing aws-ofi-nccl 1.20.0"]
+    lines = [
+        A + "NET/Plugin: Loaded net plugin Libfabric (v10)",
+        A + "Initialized NET plugin Libfabric",
+        A + "Initialized NET plugin Socket",
+        A + "Assigned NET plugin Libfabric to comm",
+        A + "NET/OFI Initializing aws-ofi-nccl 1.20.0",
+    ]
     (p,) = classify(lines).processes
     assert p.plugins == ("Libfabric",)  # the internal Socket transport is not a plugin
     assert p.networks == ("Libfabric",)
@@ -323,11 +370,19 @@ def test_the_cause_is_guessed_when_the_log_has_no_plugin_error():
     assert "NCCL_NET=Socket or NCCL_NET_PLUGIN=none" in (verdict.rows[0].cause or "")
 
 
-@pytest.mark.parametrize("name, providers, kinds", [
-    ("Socket", (), {"socket"}), ("IB", (), {"ib"}), ("IBext_v11", (), {"ib"}), ("Libfabric", (), {"libfabric"}),
-    ("AWS Libfabric", ("efa",), {"efa"}), ("Libfabric", ("tcp;ofi_rxm",), {"libfabric/tcp;ofi_rxm"}),
-    ("Libfabric", ("efa", "tcp"), {"efa", "libfabric/tcp"}), ("UCX", (), {"other/UCX"}),
-])
+@pytest.mark.parametrize(
+    "name, providers, kinds",
+    [
+        ("Socket", (), {"socket"}),
+        ("IB", (), {"ib"}),
+        ("IBext_v11", (), {"ib"}),
+        ("Libfabric", (), {"libfabric"}),
+        ("AWS Libfabric", ("efa",), {"efa"}),
+        ("Libfabric", ("tcp;ofi_rxm",), {"libfabric/tcp;ofi_rxm"}),
+        ("Libfabric", ("efa", "tcp"), {"efa", "libfabric/tcp"}),
+        ("UCX", (), {"other/UCX"}),
+    ],
+)
 def test_transport_kind(name, providers, kinds):
     assert transport_kind(name, providers) == kinds
 
@@ -348,7 +403,9 @@ def test_to_json_is_plain_json_with_the_verdict_per_process():
     data = json.loads(json.dumps(verdict_of(EFA_JOB).to_json()))
     assert data["status"] == "pass" and data["exit_code"] == 0 and data["expect"] == "efa"
     assert [(p["process"], p["verdict"], p["transports"]) for p in data["processes"]] == [
-        ("ip-10-0-1-11:4100", "pass", ["efa"]), ("ip-10-0-1-12:4200", "pass", ["efa"])]
+        ("ip-10-0-1-11:4100", "pass", ["efa"]),
+        ("ip-10-0-1-12:4200", "pass", ["efa"]),
+    ]
 
 
 # -- memory --------------------------------------------------------------------------------------------------------
@@ -360,8 +417,11 @@ def _pool() -> list[str]:
     for i in range(960):
         proc = i % 16
         host = f"ip-10-0-1-{proc // 8}:{4000 + proc}:{4001 + proc} [{proc % 8}] NCCL INFO "
-        lines.append(host + f"Channel {i % 32:02d}/0 : {proc}[0] -> {(proc + 1) % 16}[0] [send] via NET/Libfabric/0"
-                     if i % 3 else f"step {i} loss 1.0")
+        lines.append(
+            host + f"Channel {i % 32:02d}/0 : {proc}[0] -> {(proc + 1) % 16}[0] [send] via NET/Libfabric/0"
+            if i % 3
+            else f"step {i} loss 1.0"
+        )
     return lines
 
 
@@ -440,17 +500,28 @@ def test_the_caller_says_how_many_hosts_the_job_had():
     assert one.exit_code == EXIT_NO_PROOF and {r.status for r in one.rows} == {"single-node"}
 
 
-@pytest.mark.parametrize("failure, cause", [
-    ("NET/OFI aws-ofi-nccl initialization failed", "aws-ofi-nccl failed to initialize"),
-    ("NET/OFI Initializing plugin failed", "aws-ofi-nccl failed to initialize"),
-    ("NET/OFI Could not find any optimal provider", "libfabric found no usable EFA provider"),
-    ("NET/Plugin: Could not find: ofi libnccl-net-ofi.so", "could not load the net plugin (ofi libnccl-net-ofi.so)"),
-    ("NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file",
-     "could not load the net plugin (libnccl-net.so)"),
-    ("NET/Plugin : No plugin found, using internal implementation", "no NCCL net plugin was found"),
-    ("NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are not supported.",
-     "exports no ncclNetPlugin API this NCCL supports"),
-], ids=["ofi init", "plugin init", "no provider", "no libnccl-net-ofi", "plugin load", "no plugin", "old symbols"])
+@pytest.mark.parametrize(
+    "failure, cause",
+    [
+        ("NET/OFI aws-ofi-nccl initialization failed", "aws-ofi-nccl failed to initialize"),
+        ("NET/OFI Initializing plugin failed", "aws-ofi-nccl failed to initialize"),
+        ("NET/OFI Could not find any optimal provider", "libfabric found no usable EFA provider"),
+        (
+            "NET/Plugin: Could not find: ofi libnccl-net-ofi.so",
+            "could not load the net plugin (ofi libnccl-net-ofi.so)",
+        ),
+        (
+            "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file",
+            "could not load the net plugin (libnccl-net.so)",
+        ),
+        ("NET/Plugin : No plugin found, using internal implementation", "no NCCL net plugin was found"),
+        (
+            "NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are not supported.",
+            "exports no ncclNetPlugin API this NCCL supports",
+        ),
+    ],
+    ids=["ofi init", "plugin init", "no provider", "no libnccl-net-ofi", "plugin load", "no plugin", "old symbols"],
+)
 def test_socket_chosen_right_after_a_plugin_failure_is_a_contradiction_naming_the_failure(failure, cause):
     # GIVEN one process (shape unknown) whose plugin failed, then NCCL chose Socket
     lines = [A + failure, A + "NET/Socket : Using [0]eth0:10.0.1.11<0>", A + "Using network Socket"]
@@ -474,16 +545,22 @@ def test_a_plugin_failure_on_a_known_single_node_job_proves_nothing():
 
 
 def test_a_one_rank_communicator_is_single_node():
-    lines = [A + "NET/Plugin : No plugin found, using internal implementation", A + "Using network Socket",
-             A + "comm 0x55f0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 30 commId 0x43 - Init START"]
+    lines = [
+        A + "NET/Plugin : No plugin found, using internal implementation",
+        A + "Using network Socket",
+        A + "comm 0x55f0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 30 commId 0x43 - Init START",
+    ]
     assert verdict_of(lines).exit_code == EXIT_NO_PROOF
     assert classify(lines).processes[0].multi_node is False
 
 
 def test_old_nccl_socket_initialized_after_a_missing_plugin_is_socket():
     # GIVEN NCCL 2.4, which prints no "Using network": no plugin, no IB device, then its Socket transport initialized
-    lines = [A + "NET/Plugin : No plugin found (libnccl-net.so).", A + "NET/IB : No device found.",
-             A + "NET/Socket : Using [0]eth0:10.0.1.11<0>"]
+    lines = [
+        A + "NET/Plugin : No plugin found (libnccl-net.so).",
+        A + "NET/IB : No device found.",
+        A + "NET/Socket : Using [0]eth0:10.0.1.11<0>",
+    ]
     # THEN EFA is contradicted: Socket is the network NCCL fell back to
     verdict = verdict_of(lines)
     assert verdict.exit_code == EXIT_CONTRADICTED and verdict.rows[0].transports == ("socket",)
@@ -493,7 +570,12 @@ def test_old_nccl_socket_initialized_after_a_missing_plugin_is_socket():
 
 def test_processes_that_disagree_are_named_with_their_hosts_and_ranks():
     # GIVEN node 1 on EFA (nNodes 2, channels) and node 2 choosing Socket after its plugin failed
-    lines = [*EFA_JOB[:3], EFA_JOB[6], B + "NET/Plugin: Could not find: ofi libnccl-net-ofi.so", B + "Using network Socket"]
+    lines = [
+        *EFA_JOB[:3],
+        EFA_JOB[6],
+        B + "NET/Plugin: Could not find: ofi libnccl-net-ofi.so",
+        B + "Using network Socket",
+    ]
     verdict = verdict_of(lines)
     # THEN it fails, and the summary groups the processes by transport with their hosts and ranks
     assert verdict.exit_code == EXIT_CONTRADICTED
@@ -503,7 +585,10 @@ def test_processes_that_disagree_are_named_with_their_hosts_and_ranks():
 
 def test_the_collnet_and_versioned_symbol_probes_are_not_failures():
     # NCCL probes newer plugin symbols first and aws-ofi-nccl has no CollNet: both lines are normal
-    lines = [A + "NET/Plugin: Failed to find ncclCollNetPlugin_v8 symbol.", A + "NET/Plugin: Failed to find ncclNetPlugin_v7 symbol."]
+    lines = [
+        A + "NET/Plugin: Failed to find ncclCollNetPlugin_v8 symbol.",
+        A + "NET/Plugin: Failed to find ncclNetPlugin_v7 symbol.",
+    ]
     assert classify(lines).hints == ()
 
 
@@ -530,8 +615,10 @@ def test_the_rdma_probe_of_a_healthy_g6_gets_no_provider_note():
 
 def test_two_hosts_given_and_one_hosts_old_lines_never_pass():
     # GIVEN NCCL 2.4 lines (no communicator shape) of one host of a job the caller ran on 2
-    lines = ["p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
-             "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0"]
+    lines = [
+        "p4d-1:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa",
+        "p4d-1:10:11 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/AWS Libfabric/0",
+    ]
     verdict = classify(lines).verdict("efa", hosts=2)
     # THEN it proves nothing, naming the host it has
     assert verdict.exit_code == EXIT_NO_PROOF and verdict.cause == "missing-nodes"
@@ -541,14 +628,22 @@ def test_two_hosts_given_and_one_hosts_old_lines_never_pass():
 
 
 def test_a_warn_and_error_returns_fail_whatever_the_channels_say():
-    lines = [*EFA_JOB, B.replace("NCCL INFO ", "transport/net.cc:1 NCCL WARN ") + "NET/OFI Unable to register memory "
-             "(type = 2) for device 0. RC: -22, Error: Invalid argument", B + "transport/net.cc:829 -> 2"]
+    lines = [
+        *EFA_JOB,
+        B.replace("NCCL INFO ", "transport/net.cc:1 NCCL WARN ") + "NET/OFI Unable to register memory "
+        "(type = 2) for device 0. RC: -22, Error: Invalid argument",
+        B + "transport/net.cc:829 -> 2",
+    ]
     verdict = verdict_of(lines)
     assert verdict.exit_code == EXIT_CONTRADICTED and verdict.cause == "nccl-error"
     assert "ip-10-0-1-12:4200 rank 1" in verdict.summary and "Unable to register memory" in verdict.summary
     # AND the returns of a plugin that failed while NCCL fell back (in-progress 7 included) are no failed collective
-    fallback = [*EFA_JOB, A.replace("NCCL INFO ", "x:1 NCCL WARN ") + "NET/OFI aws-ofi-nccl initialization failed",
-                A + "net.cc:56 -> 2", B + "init.cc:9 -> 7"]
+    fallback = [
+        *EFA_JOB,
+        A.replace("NCCL INFO ", "x:1 NCCL WARN ") + "NET/OFI aws-ofi-nccl initialization failed",
+        A + "net.cc:56 -> 2",
+        B + "init.cc:9 -> 7",
+    ]
     assert verdict_of(fallback).cause != "nccl-error"
 
 
@@ -565,7 +660,8 @@ def test_every_hint_example_gets_through_the_pre_filter_and_names_its_cause(inde
     assert next(h for h in _lines.HINTS if h.pattern.search(hint.example)) is hint
     match = hint.pattern.search(hint.example)
     assert match and _lines.HINT_WORDS.search(match.group(0)), (
-        f"HINT_WORDS has no word of {hint.id}'s pattern: {match and match.group(0)!r}")
+        f"HINT_WORDS has no word of {hint.id}'s pattern: {match and match.group(0)!r}"
+    )
     # WHEN a process logs it and then falls back to Socket
     expect = "efa" if "efa" in hint.expects else "ib"
     lines = [A + hint.example, A + "NET/Socket : Using [0]eth0:10.0.1.11<0>", A + "Using network Socket"]
@@ -578,8 +674,12 @@ def test_every_fixture_line_a_hint_matches_gets_through_the_pre_filter():
     from pathlib import Path
 
     logs = [p for p in (Path(__file__).parent / "fixtures" / "nccl").rglob("*") if p.is_file() and p.suffix != ".md"]
-    matched = [line for path in logs for line in path.read_text(errors="replace").splitlines()
-               if any(h.pattern.search(line) for h in _lines.HINTS)]
+    matched = [
+        line
+        for path in logs
+        for line in path.read_text(errors="replace").splitlines()
+        if any(h.pattern.search(line) for h in _lines.HINTS)
+    ]
     assert len(matched) > 10  # the corpus holds hint lines at all
     assert [line for line in matched if not _lines.HINT_WORDS.search(line)] == []
     # ...and the pre-filter saves the hint table most lines: it passes few of the corpus's lines

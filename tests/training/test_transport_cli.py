@@ -65,10 +65,14 @@ def test_json_output_carries_the_verdict_and_the_logs(capsys):
     assert {p["verdict"] for p in data["processes"]} == {"FAIL"}
 
 
-@pytest.mark.parametrize("make_bad, message", [
-    (lambda tmp: str(tmp / "missing.log"), "no such file"),
-    (lambda tmp: str(tmp), "it is a directory"),
-], ids=["missing", "directory"])
+@pytest.mark.parametrize(
+    "make_bad, message",
+    [
+        (lambda tmp: str(tmp / "missing.log"), "no such file"),
+        (lambda tmp: str(tmp), "it is a directory"),
+    ],
+    ids=["missing", "directory"],
+)
 def test_an_unreadable_log_is_a_usage_error(tmp_path, capsys, make_bad, message):
     # GIVEN a good log and a bad path
     bad = make_bad(tmp_path)
@@ -115,8 +119,15 @@ def _python_env() -> dict[str, str]:
 def test_a_subprocess_reads_stdin_and_returns_the_exit_code():
     # GIVEN the fallback log piped into a separate process
     with FALLBACK_LOG.open("rb") as stdin:
-        done = subprocess.run([sys.executable, "-m", "ray_efa.cli.check_transport", "--expect", "efa", "-"], stdin=stdin,
-                              capture_output=True, text=True, cwd=PROJECT_ROOT, env=_python_env(), timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "ray_efa.cli.check_transport", "--expect", "efa", "-"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
+            env=_python_env(),
+            timeout=60,
+        )
     # THEN the shell sees exit 1 and the FAIL line
     assert done.returncode == 1, done.stderr
     assert "FAIL: expected EFA" in done.stdout

@@ -40,16 +40,31 @@ def test_fixture_gets_its_expected_verdict(row):
 # expect, exit code, cause, note). A caller's count may be lower than NCCL's nNodes (pods on one machine) and higher
 # than the hosts the logs show.
 HOSTS_ROWS = [
-    ("synthetic/efa_two_pods_one_host_socket_cut.log", 1, "efa", 1, "plugin-not-found",
-     "--hosts 1, but NCCL's nNodes 2: the rank that chose Socket (shape not logged) spans the pods, not single-node"),
-    ("synthetic/efa_ray_driver_one_rank_folded.log", 2, "efa", 0, "traffic",
-     "--hosts 2 and one rank's lines folded for all 8: the folded ranks count as present"),
+    (
+        "synthetic/efa_two_pods_one_host_socket_cut.log",
+        1,
+        "efa",
+        1,
+        "plugin-not-found",
+        "--hosts 1, but NCCL's nNodes 2: the rank that chose Socket (shape not logged) spans the pods, not single-node",
+    ),
+    (
+        "synthetic/efa_ray_driver_one_rank_folded.log",
+        2,
+        "efa",
+        0,
+        "traffic",
+        "--hosts 2 and one rank's lines folded for all 8: the folded ranks count as present",
+    ),
     ("synthetic/efa_provider_with_suffix.log", 2, "efa", 0, "traffic", "--hosts 2: efa;ofi_rxr on both hosts"),
 ]
 
 
-@pytest.mark.parametrize(("files", "hosts", "expect", "exit_code", "cause", "note"), HOSTS_ROWS,
-                         ids=[f"{r[0]}--hosts-{r[1]}->{r[2]}" for r in HOSTS_ROWS])
+@pytest.mark.parametrize(
+    ("files", "hosts", "expect", "exit_code", "cause", "note"),
+    HOSTS_ROWS,
+    ids=[f"{r[0]}--hosts-{r[1]}->{r[2]}" for r in HOSTS_ROWS],
+)
 def test_fixture_with_the_callers_host_count_gets_its_verdict(files, hosts, expect, exit_code, cause, note):
     verdict = classify_paths([FIXTURES / f for f in files.split(";")]).verdict(expect, hosts=hosts)
     assert (verdict.exit_code, verdict.cause) == (exit_code, cause), f"{note}\n{verdict.summary}"
@@ -57,8 +72,12 @@ def test_fixture_with_the_callers_host_count_gets_its_verdict(files, hosts, expe
 
 def test_every_fixture_log_has_a_row():
     # GIVEN every log under fixtures/nccl/synthetic, real and public (any name: .log, .out, .gz...)
-    logs = {p.relative_to(FIXTURES).as_posix() for d in ("synthetic", "real", "public") for p in (FIXTURES / d).rglob("*")
-            if p.is_file() and p.name != "README.md" and not p.name.startswith(".")}
+    logs = {
+        p.relative_to(FIXTURES).as_posix()
+        for d in ("synthetic", "real", "public")
+        for p in (FIXTURES / d).rglob("*")
+        if p.is_file() and p.name != "README.md" and not p.name.startswith(".")
+    }
     # WHEN compared with the files named in expected.csv
     listed = {f for r in ROWS for f in r["files"].split(";")}
     # THEN none is left without an expected verdict, and no row names a missing file

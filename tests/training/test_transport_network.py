@@ -18,8 +18,13 @@ def test_efa_env_on_an_instance_without_gpudirect_rdma():
     # WHEN the EFA environment is built
     env = network_env("efa", catalog.gpu_instance("g6.12xlarge"))
     # THEN it selects the OFI plugin on the efa provider, on eth0, with the INFO log, and no device RDMA
-    assert env == {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert env == {
+        "FI_PROVIDER": "efa",
+        "NCCL_NET_PLUGIN": "ofi",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(n for n, row in catalog.GPU_INSTANCES.items() if row.efa_capable))
@@ -33,10 +38,16 @@ def test_device_rdma_follows_the_catalog(name):
 
 def test_tcp_env_forces_nccls_socket_transport_and_keeps_the_plugin_out():
     env = network_env("tcp", "p5.48xlarge")
-    assert env == {"NCCL_NET": "Socket", "FI_PROVIDER": "tcp", "NCCL_NET_PLUGIN": "none",
-                   "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO",
-                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-                   "NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8"}
+    assert env == {
+        "NCCL_NET": "Socket",
+        "FI_PROVIDER": "tcp",
+        "NCCL_NET_PLUGIN": "none",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "NCCL_SOCKET_NTHREADS": "2",
+        "NCCL_NSOCKS_PERTHREAD": "8",
+    }
 
 
 def test_tcp_env_sets_the_sockets_from_the_card_and_the_placement_group():
@@ -87,13 +98,16 @@ def test_an_nccl_debug_subsys_that_keeps_the_gates_lines_goes_to_the_pods(value)
     assert "NCCL_DEBUG_SUBSYS" not in network_env("efa", "g6.12xlarge")  # unset: NCCL's default (INIT, BOOTSTRAP, ENV)
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("INIT,BOOTSTRAP,ENV", "leaves out NET"),  # NCCL 2.29's default, written out: no NET
-    ("COLL", "leaves out INIT and NET"),
-    ("^NET", "leaves out NET"),
-    ("^ALL", "leaves out INIT and NET"),
-    ("INIT,NETT", "names no NCCL subsystem (NETT)"),
-])
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("INIT,BOOTSTRAP,ENV", "leaves out NET"),  # NCCL 2.29's default, written out: no NET
+        ("COLL", "leaves out INIT and NET"),
+        ("^NET", "leaves out NET"),
+        ("^ALL", "leaves out INIT and NET"),
+        ("INIT,NETT", "names no NCCL subsystem (NETT)"),
+    ],
+)
 def test_an_nccl_debug_subsys_that_hides_the_gates_lines_is_refused_naming_the_setting(value, why):
     with pytest.raises(SettingsError) as raised:
         Settings.from_context({"ncclDebugSubsys": value})

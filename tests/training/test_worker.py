@@ -26,19 +26,33 @@ def test_the_function_gets_train_config_keys_and_the_settings():
     assert config[worker.WRAPPER_KEY] == {"train_function": "ray_efa.training.train:train_func", "code_dir": "/code"}
 
 
-@pytest.mark.parametrize("cluster", [{}, {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4},
-                                     {"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1, "compile": False}])
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        {},
+        {"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4},
+        {"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1, "compile": False},
+    ],
+)
 def test_a_function_of_yours_gets_the_levers_the_plan_decided(cluster):
     """The defaults leave microBatch, gradAccumulation, precision and activationCheckpointing at auto; the config a
     trainFunction of yours gets holds what core.strategy.resolve decided (the built-in's values), never "auto"."""
     settings = Settings.from_context({**cluster, "trainFunction": "my_pkg.train:fit"})
-    assert set(settings.training.undecided) == {"microBatch", "gradAccumulation", "precision",
-                                                "activationCheckpointing"}
+    assert set(settings.training.undecided) == {
+        "microBatch",
+        "gradAccumulation",
+        "precision",
+        "activationCheckpointing",
+    }
     assert (settings.training.sharding, settings.training.grad_reduce_dtype) == ("auto", "auto")
     got = worker.train_loop_config(settings, code_dir=None)["settings"]
     t = resolve(settings).training
     assert (got["microBatch"], got["gradAccumulation"], got["precision"], got["activationCheckpointing"]) == (
-        t.micro_batch, t.grad_accumulation, t.precision, t.activation_checkpointing)
+        t.micro_batch,
+        t.grad_accumulation,
+        t.precision,
+        t.activation_checkpointing,
+    )
     # sharding and the reduction dtype too: the plan's choice for that shape (core.strategy.choose), not "auto"
     chosen = choose(settings)
     assert (got["sharding"], got["gradReduceDtype"]) == (chosen.strategy, chosen.reduce_dtype)
@@ -50,26 +64,74 @@ def test_a_function_of_yours_gets_the_levers_the_plan_decided(cluster):
     assert abs(tokens - got["globalBatchTokens"]) <= 0.05 * got["globalBatchTokens"]
     assert Settings.from_context(got).training.undecided == ()  # the typed object rebuilt from it is decided too
     # what the user set is kept
-    own = Settings.from_context({**cluster, "microBatch": 3, "gradAccumulation": 2, "precision": "bf16",
-                                 "activationCheckpointing": True, "sharding": "fsdp", "gradReduceDtype": "bf16"})
+    own = Settings.from_context(
+        {
+            **cluster,
+            "microBatch": 3,
+            "gradAccumulation": 2,
+            "precision": "bf16",
+            "activationCheckpointing": True,
+            "sharding": "fsdp",
+            "gradReduceDtype": "bf16",
+        }
+    )
     kept = worker.train_loop_config(own, code_dir=None)["settings"]
-    assert (kept["microBatch"], kept["gradAccumulation"], kept["precision"], kept["activationCheckpointing"],
-            kept["sharding"], kept["gradReduceDtype"]) == (3, 2, "bf16", True, "fsdp", "bf16")
+    assert (
+        kept["microBatch"],
+        kept["gradAccumulation"],
+        kept["precision"],
+        kept["activationCheckpointing"],
+        kept["sharding"],
+        kept["gradReduceDtype"],
+    ) == (3, 2, "bf16", True, "fsdp", "bf16")
 
 
 GPU = torch.device("cuda", 0)  # a device object only: nothing runs on it
 
 
-@pytest.mark.parametrize(("levers", "world", "local_world", "expected"), [
-    # (strategy, replicas, bf16 wire, FSDP2's reduction dtype)
-    ({"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 4}, 8, 4, ("hsdp", 2, True, torch.float32)),
-    ({"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1}, 8, 4, ("hsdp", 2, False, torch.bfloat16)),
-    ({"sharding": "fsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 8, 4, ("fsdp", 1, False, torch.float32)),
-    ({"sharding": "fsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1}, 8, 4, ("fsdp", 1, False, torch.bfloat16)),
-    # hsdp planned for 2 nodes, but Ray started every rank on one: nothing to replicate across
-    ({"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 4, 4, ("fsdp", 1, False, torch.float32)),
-    ({"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4}, 12, 4, ("hsdp", 3, False, torch.float32)),
-])
+@pytest.mark.parametrize(
+    ("levers", "world", "local_world", "expected"),
+    [
+        # (strategy, replicas, bf16 wire, FSDP2's reduction dtype)
+        (
+            {"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 4},
+            8,
+            4,
+            ("hsdp", 2, True, torch.float32),
+        ),
+        (
+            {"sharding": "hsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1},
+            8,
+            4,
+            ("hsdp", 2, False, torch.bfloat16),
+        ),
+        (
+            {"sharding": "fsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4},
+            8,
+            4,
+            ("fsdp", 1, False, torch.float32),
+        ),
+        (
+            {"sharding": "fsdp", "gradReduceDtype": "bf16", "gradAccumulation": 1},
+            8,
+            4,
+            ("fsdp", 1, False, torch.bfloat16),
+        ),
+        # hsdp planned for 2 nodes, but Ray started every rank on one: nothing to replicate across
+        (
+            {"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4},
+            4,
+            4,
+            ("fsdp", 1, False, torch.float32),
+        ),
+        (
+            {"sharding": "hsdp", "gradReduceDtype": "fp32", "gradAccumulation": 4},
+            12,
+            4,
+            ("hsdp", 3, False, torch.float32),
+        ),
+    ],
+)
 def test_the_built_in_runs_the_sharding_and_reduction_it_is_handed(levers, world, local_world, expected):
     # GIVEN settings as the driver hands them (resolved: the levers set keep their value)
     t = resolve(Settings.from_context({"gpuNodeCount": 2, **levers})).training
@@ -93,12 +155,14 @@ def test_the_built_in_runs_what_the_plan_decided_at_auto(cluster):
     assert plan.replicas == (settings.nodes.gpu_node_count if chosen.strategy == "hsdp" else 1)
     wire = chosen.reduce_dtype == "bf16" and int(t.grad_accumulation) > 1
     assert plan.bf16_wire == wire and plan.mixed_precision is not None
-    assert plan.mixed_precision.reduce_dtype == (torch.bfloat16 if chosen.reduce_dtype == "bf16" and not wire
-                                                 else torch.float32)
+    assert plan.mixed_precision.reduce_dtype == (
+        torch.bfloat16 if chosen.reduce_dtype == "bf16" and not wire else torch.float32
+    )
 
 
-@pytest.mark.parametrize(("context", "tuned"), [({}, True), ({"compileTuning": False}, False),
-                                               ({"compileTuning": "false"}, False)])
+@pytest.mark.parametrize(
+    ("context", "tuned"), [({}, True), ({"compileTuning": False}, False), ({"compileTuning": "false"}, False)]
+)
 def test_compile_tuning_reaches_the_compiled_layers(context, tuned):
     # GIVEN compileTuning as a user sets it (-c gives strings) or leaves it
     t = resolve(Settings.from_context({"gpuNodeCount": 1, **context})).training
@@ -110,14 +174,17 @@ def test_compile_tuning_reaches_the_compiled_layers(context, tuned):
 
 
 def test_the_built_in_refuses_settings_nobody_resolved():
-    t = Settings.from_context({"microBatch": 1, "gradAccumulation": 1, "precision": "bf16",
-                               "activationCheckpointing": False}).training
+    t = Settings.from_context(
+        {"microBatch": 1, "gradAccumulation": 1, "precision": "bf16", "activationCheckpointing": False}
+    ).training
     with pytest.raises(ValueError, match="sharding and gradReduceDtype must be decided first"):
         train.parallel_plan(t, GPU, 8, 4)
 
 
 def test_functions_are_imported_from_code_dir_first(tmp_path, monkeypatch):
-    (tmp_path / "my_train_mod.py").write_text("def fit(config):\n    return config['x'] * 2\n\ndef bare():\n    return 1\n")
+    (tmp_path / "my_train_mod.py").write_text(
+        "def fit(config):\n    return config['x'] * 2\n\ndef bare():\n    return 1\n"
+    )
     monkeypatch.setattr(sys, "path", list(sys.path))
     fit = worker.load_train_function("my_train_mod:fit", str(tmp_path))
     assert sys.path[0] == str(tmp_path)
@@ -130,23 +197,43 @@ def test_functions_are_imported_from_code_dir_first(tmp_path, monkeypatch):
 def test_a_functions_summary_is_what_it_reported_and_where_it_ran():
     metrics = {"loss": 0.4, "epoch": 3, "note": "ok", "tensor": object(), "flag": True}
     local = driver.reported_summary(metrics, Settings(), local=True)
-    assert local == {"loss": 0.4, "epoch": 3, "note": "ok", "flag": True, "devices": LOCAL_WORKERS, "hosts": 1,
-                     "device": "cpu"}
-    cluster = driver.reported_summary(None, Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}),
-                                      local=False)
+    assert local == {
+        "loss": 0.4,
+        "epoch": 3,
+        "note": "ok",
+        "flag": True,
+        "devices": LOCAL_WORKERS,
+        "hosts": 1,
+        "device": "cpu",
+    }
+    cluster = driver.reported_summary(
+        None, Settings.from_context({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": 4}), local=False
+    )
     assert (cluster["devices"], cluster["hosts"], cluster["device"]) == (32, 4, "H100")  # the catalog's name
 
 
 def test_the_unwrapped_result_holds_the_functions_return_value_and_last_report():
     from ray.train import Result
 
-    raw = Result(metrics=None, checkpoint=None, error=None, path="/tmp/run",
-                 return_value={"return_value": {"losses": [1.0]}, "reported": {"loss": 0.5}})
+    raw = Result(
+        metrics=None,
+        checkpoint=None,
+        error=None,
+        path="/tmp/run",
+        return_value={"return_value": {"losses": [1.0]}, "reported": {"loss": 0.5}},
+    )
     result = driver._unwrapped(raw)
     assert result.return_value == {"losses": [1.0]} and result.metrics == {"loss": 0.5}
     # a report with a checkpoint keeps Ray's own metrics when the function never reported through the wrapper
-    kept = driver._unwrapped(Result(metrics={"a": 1}, checkpoint=None, error=None, path="/p",
-                                    return_value={"return_value": None, "reported": None}))
+    kept = driver._unwrapped(
+        Result(
+            metrics={"a": 1},
+            checkpoint=None,
+            error=None,
+            path="/p",
+            return_value={"return_value": None, "reported": None},
+        )
+    )
     assert kept.metrics == {"a": 1} and kept.return_value is None
 
 

@@ -55,21 +55,35 @@ class Module:
         if self.version_of:
             version = required_version(self.folder, self.version_of)
             major, minor = version.lstrip("v").split(".")[:2]
-            flags += "".join(f" -X k8s.io/component-base/version.{key}={value}" for key, value in (
-                ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")))
+            flags += "".join(
+                f" -X k8s.io/component-base/version.{key}={value}"
+                for key, value in (
+                    ("gitVersion", version),
+                    ("gitMajor", major),
+                    ("gitMinor", minor),
+                    ("gitTreeState", "clean"),
+                )
+            )
         return flags
 
 
 MODULES = (
-    Module("kube", version_of="k8s.io/kubernetes", binaries={
-        "etcd": "./cmd/etcd",
-        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
-        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
-        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
-        "kubectl": "k8s.io/kubernetes/cmd/kubectl",
-    }),
-    Module("kuberay", {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
-           data={"crds": ("github.com/ray-project/kuberay/ray-operator", "config/crd/bases/ray.io_*.yaml")}),
+    Module(
+        "kube",
+        version_of="k8s.io/kubernetes",
+        binaries={
+            "etcd": "./cmd/etcd",
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+    ),
+    Module(
+        "kuberay",
+        {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
+        data={"crds": ("github.com/ray-project/kuberay/ray-operator", "config/crd/bases/ray.io_*.yaml")},
+    ),
     Module("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
     Module("cyclonus", {"cyclonus": "github.com/mattfenwick/cyclonus/cmd/cyclonus"}),
 )
@@ -91,8 +105,14 @@ def required_version(folder: str, module_path: str) -> str:
 def module_source(folder: str, module_path: str) -> Path:
     """The folder of `module_path`'s source in the Go module cache, at the version `folder`'s go.mod pins (the module
     is there once build() has run): its own data files (CRDs, KWOK's stages) come from the pinned release."""
-    out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module_path], cwd=HERE / folder, check=True,
-                         capture_output=True, text=True, env={**os.environ, "GOFLAGS": "-mod=readonly"}).stdout.strip()
+    out = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", module_path],
+        cwd=HERE / folder,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GOFLAGS": "-mod=readonly"},
+    ).stdout.strip()
     return Path(out)
 
 
@@ -106,8 +126,10 @@ def cache_root() -> Path:
 def go_version() -> str:
     go = shutil.which("go")
     if go is None:
-        raise SystemExit("tools/controlplane/build.py: no `go` on PATH; the control plane is built from Go modules "
-                         "(Go 1.26, see README's requirements)")
+        raise SystemExit(
+            "tools/controlplane/build.py: no `go` on PATH; the control plane is built from Go modules "
+            "(Go 1.26, see README's requirements)"
+        )
     return subprocess.run([go, "version"], check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -180,14 +202,24 @@ def build(module: Module, go: str) -> Path:
     names = ", ".join(module.binaries)
     print(f"== building {names} from Go modules ({HERE / module.folder}/go.mod) into {target}", flush=True)
     started = time.monotonic()
-    command = ["go", "build", *BUILD_FLAGS, f"-ldflags={module.ldflags()}", "-o", f"{partial}/", *module.binaries.values()]
+    command = [
+        "go",
+        "build",
+        *BUILD_FLAGS,
+        f"-ldflags={module.ldflags()}",
+        "-o",
+        f"{partial}/",
+        *module.binaries.values(),
+    ]
     # -mod=readonly: the pins are go.mod and go.sum as committed; a build never rewrites them.
     env = {**os.environ, "GOFLAGS": "-mod=readonly"}
     result = subprocess.run(command, cwd=HERE / module.folder, env=env)
     if result.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        raise SystemExit(f"tools/controlplane/build.py: `{' '.join(command)}` in {HERE / module.folder} failed "
-                         f"(exit {result.returncode})")
+        raise SystemExit(
+            f"tools/controlplane/build.py: `{' '.join(command)}` in {HERE / module.folder} failed "
+            f"(exit {result.returncode})"
+        )
     # go build names a main package's binary after its folder: rename to the name the harness asks for.
     for name, package in module.binaries.items():
         built = partial / package.rstrip("/").rsplit("/", 1)[-1]

@@ -55,19 +55,61 @@ from ray_efa.training.efa_counters.counter_verdict import (
 )
 
 __all__ = [
-    "PORT_COUNTERS", "SYSFS_ROOT", "VERBS_ROOT", "DEV_ROOT", "HOST_SYS", "HOST_SYS_FOLDERS", "FORMAT", "MIN_SHARE",
-    "CounterFileError", "Snapshot", "SysfsRead", "Filesystem", "LOCAL", "NodeCounters", "CounterVerdict", "read_sysfs",
-    "job_devices", "default_sysfs_root", "take_snapshot", "write_snapshot", "load_snapshot", "load_snapshots",
-    "is_counter_file", "judge", "spool_dir", "snapshot_ray_worker", "read_spool", "predicted_bytes_per_step",
+    "PORT_COUNTERS",
+    "SYSFS_ROOT",
+    "VERBS_ROOT",
+    "DEV_ROOT",
+    "HOST_SYS",
+    "HOST_SYS_FOLDERS",
+    "FORMAT",
+    "MIN_SHARE",
+    "CounterFileError",
+    "Snapshot",
+    "SysfsRead",
+    "Filesystem",
+    "LOCAL",
+    "NodeCounters",
+    "CounterVerdict",
+    "read_sysfs",
+    "job_devices",
+    "default_sysfs_root",
+    "take_snapshot",
+    "write_snapshot",
+    "load_snapshot",
+    "load_snapshots",
+    "is_counter_file",
+    "judge",
+    "spool_dir",
+    "snapshot_ray_worker",
+    "read_spool",
+    "predicted_bytes_per_step",
     "is_written_snapshot",
 ]
 
 
 PORT_COUNTERS: tuple[str, ...] = (
-    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes", "recv_wrs",
-    "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes", "rdma_write_wrs",
-    "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts",
-    "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events",
+    "tx_bytes",
+    "tx_pkts",
+    "rx_bytes",
+    "rx_pkts",
+    "rx_drops",
+    "send_bytes",
+    "send_wrs",
+    "recv_bytes",
+    "recv_wrs",
+    "rdma_read_wrs",
+    "rdma_read_bytes",
+    "rdma_read_wr_err",
+    "rdma_read_resp_bytes",
+    "rdma_write_wrs",
+    "rdma_write_bytes",
+    "rdma_write_wr_err",
+    "rdma_write_recv_bytes",
+    "retrans_bytes",
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
 )
 """The efa driver's per-port hardware counters (efa_verbs.c EFA_DEFINE_PORT_STATS). The names carry no prefix in any
 driver version (amzn-drivers 030ef70, 2020, already has tx_bytes and rx_bytes); older drivers have fewer of them
@@ -142,8 +184,10 @@ def _is_efa(device: Path, fs: Filesystem) -> bool:
     except OSError:
         pass
     try:  # no PCI link (a copied tree): the efa driver's own counter names decide
-        return any("rdma_read_resp_bytes" in fs.listdir(device / "ports" / p / "hw_counters")
-                   for p in fs.listdir(device / "ports"))
+        return any(
+            "rdma_read_resp_bytes" in fs.listdir(device / "ports" / p / "hw_counters")
+            for p in fs.listdir(device / "ports")
+        )
     except OSError:
         return False
 
@@ -153,9 +197,15 @@ def _read_port(device: str, port: str, hw: Path, fs: Filesystem) -> tuple[dict[s
     try:
         present = set(fs.listdir(hw))
     except FileNotFoundError:
-        return {}, (f"port {port} has no hw_counters ({hw.parent}): this namespace sees the device's compat copy, "
-                    "which the kernel gives no counters (drivers/infiniband/core/sysfs.c setup_port: only the full "
-                    "device of the host's network namespace has them)"), []
+        return (
+            {},
+            (
+                f"port {port} has no hw_counters ({hw.parent}): this namespace sees the device's compat copy, "
+                "which the kernel gives no counters (drivers/infiniband/core/sysfs.c setup_port: only the full "
+                "device of the host's network namespace has them)"
+            ),
+            [],
+        )
     except OSError as error:
         return {}, f"cannot list {hw}: {_why(error)}", []
     counters: dict[str, int] = {}
@@ -219,8 +269,9 @@ def read_sysfs(root: Path = SYSFS_ROOT, *, fs: Filesystem = LOCAL) -> SysfsRead:
     return SysfsRead(devices=devices, guids=guids, unreadable=unreadable, problems=tuple(problems))
 
 
-def job_devices(dev_root: Path = DEV_ROOT, verbs_root: Path = VERBS_ROOT, *,
-                fs: Filesystem = LOCAL) -> tuple[tuple[str, ...], tuple[str, ...] | None, str | None]:
+def job_devices(
+    dev_root: Path = DEV_ROOT, verbs_root: Path = VERBS_ROOT, *, fs: Filesystem = LOCAL
+) -> tuple[tuple[str, ...], tuple[str, ...] | None, str | None]:
     """(the pod's uverbsN, their devices or None, why not) from /dev/infiniband and the infiniband_verbs class."""
     try:
         uverbs = tuple(sorted(n for n in fs.listdir(dev_root) if n.startswith("uverbs")))
@@ -231,8 +282,14 @@ def job_devices(dev_root: Path = DEV_ROOT, verbs_root: Path = VERBS_ROOT, *,
         try:
             names.append(fs.read(verbs_root / verbs / "ibdev"))
         except OSError as error:
-            return uverbs, None, (f"cannot tell which device /dev/infiniband/{verbs} is "
-                                  f"({verbs_root / verbs / 'ibdev'}: {_why(error)})")
+            return (
+                uverbs,
+                None,
+                (
+                    f"cannot tell which device /dev/infiniband/{verbs} is "
+                    f"({verbs_root / verbs / 'ibdev'}: {_why(error)})"
+                ),
+            )
     return uverbs, tuple(sorted(set(names))), None
 
 
@@ -246,9 +303,18 @@ def default_sysfs_root() -> Path:
 
 
 def take_snapshot(
-    phase: str, *, run: str, root: Path = SYSFS_ROOT, dev_root: Path = DEV_ROOT, verbs_root: Path | None = None,
-    devices: Iterable[str] | None = None, host: str | None = None, node_ip: str | None = None,
-    steps: int | None = None, predicted_bytes_per_step: float | None = None, fs: Filesystem = LOCAL,
+    phase: str,
+    *,
+    run: str,
+    root: Path = SYSFS_ROOT,
+    dev_root: Path = DEV_ROOT,
+    verbs_root: Path | None = None,
+    devices: Iterable[str] | None = None,
+    host: str | None = None,
+    node_ip: str | None = None,
+    steps: int | None = None,
+    predicted_bytes_per_step: float | None = None,
+    fs: Filesystem = LOCAL,
 ) -> Snapshot:
     """This node's EFA counters now. Never raises for what sysfs holds: what cannot be read is recorded.
 
@@ -266,10 +332,21 @@ def take_snapshot(
     if devices is not None:
         mapped, unmapped = tuple(sorted(set(devices))), None
     return Snapshot(
-        phase=phase, run=run, host=host or socket.gethostname().split(".")[0], node_ip=node_ip, time_s=time.time(),
-        devices=seen.devices, guids=seen.guids, uverbs=uverbs, problems=seen.problems, steps=steps,
-        predicted_bytes_per_step=predicted_bytes_per_step, job_devices=mapped, unreadable=seen.unreadable,
-        not_visible=seen.not_visible or unmapped, sysfs=str(root),
+        phase=phase,
+        run=run,
+        host=host or socket.gethostname().split(".")[0],
+        node_ip=node_ip,
+        time_s=time.time(),
+        devices=seen.devices,
+        guids=seen.guids,
+        uverbs=uverbs,
+        problems=seen.problems,
+        steps=steps,
+        predicted_bytes_per_step=predicted_bytes_per_step,
+        job_devices=mapped,
+        unreadable=seen.unreadable,
+        not_visible=seen.not_visible or unmapped,
+        sysfs=str(root),
     )
 
 
@@ -308,7 +385,7 @@ def load_snapshot(path: str | Path) -> Snapshot:
             raise
         raise CounterFileError(path, f"not JSON (cut short or not a counter snapshot): {error}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CounterFileError(path, f"not an EFA counter snapshot (no \"format\": \"{FORMAT}\")")
+        raise CounterFileError(path, f'not an EFA counter snapshot (no "format": "{FORMAT}")')
     if data.get("phase") not in ("before", "after"):
         raise CounterFileError(path, f"phase must be 'before' or 'after', got {data.get('phase')!r}")
     for key in ("run", "host"):
@@ -328,7 +405,9 @@ def load_snapshot(path: str | Path) -> Snapshot:
                 raise CounterFileError(path, f"devices.{device}.{port} must be an object of counters")
             for name, value in counters.items():
                 if not _int(value):
-                    raise CounterFileError(path, f"counter {device}/{port}/{name} must be a whole number >= 0, got {value!r}")
+                    raise CounterFileError(
+                        path, f"counter {device}/{port}/{name} must be a whole number >= 0, got {value!r}"
+                    )
     steps, per_step = data.get("steps"), data.get("predicted_bytes_per_step")
     if steps is not None and not _int(steps):
         raise CounterFileError(path, f"steps must be a whole number >= 0 or null, got {steps!r}")
@@ -347,12 +426,22 @@ def load_snapshot(path: str | Path) -> Snapshot:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise CounterFileError(path, f"{key} must be a string or null, got {data[key]!r}")
     return Snapshot(
-        phase=data["phase"], run=data["run"], host=data["host"], node_ip=data.get("node_ip") or None,
-        time_s=float(stamp), devices=devices, guids={str(k): str(v) for k, v in guids.items()},
-        uverbs=tuple(str(u) for u in uverbs), problems=tuple(str(p) for p in problems), steps=steps,
+        phase=data["phase"],
+        run=data["run"],
+        host=data["host"],
+        node_ip=data.get("node_ip") or None,
+        time_s=float(stamp),
+        devices=devices,
+        guids={str(k): str(v) for k, v in guids.items()},
+        uverbs=tuple(str(u) for u in uverbs),
+        problems=tuple(str(p) for p in problems),
+        steps=steps,
         predicted_bytes_per_step=None if per_step is None else float(per_step),
-        job_devices=None if own is None else tuple(own), unreadable=dict(unreadable), not_visible=hidden or None,
-        sysfs=data.get("sysfs") or None, source=str(path),
+        job_devices=None if own is None else tuple(own),
+        unreadable=dict(unreadable),
+        not_visible=hidden or None,
+        sysfs=data.get("sysfs") or None,
+        source=str(path),
     )
 
 
@@ -426,8 +515,15 @@ def snapshot_ray_worker(phase: str, *, steps: int | None = None, settings: Any =
             per_step = None
     try:
         # The counters from the host's view where the pod mounts it; the uverbsN -> device map from the pod's own /sys
-        snap = take_snapshot(phase, run=run, node_ip=ip, steps=steps, predicted_bytes_per_step=per_step,
-                             root=default_sysfs_root(), verbs_root=VERBS_ROOT)
+        snap = take_snapshot(
+            phase,
+            run=run,
+            node_ip=ip,
+            steps=steps,
+            predicted_bytes_per_step=per_step,
+            root=default_sysfs_root(),
+            verbs_root=VERBS_ROOT,
+        )
         return write_snapshot(snap, spool_dir(run))
     except Exception as error:  # noqa: BLE001 - a failed snapshot is a missing witness, which the gate names
         print(f"efa counters: could not snapshot ({phase}): {error}", flush=True)
@@ -458,22 +554,41 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     snap = sub.add_parser("snapshot", help="write this node's EFA counters to DIR")
     snap.add_argument("--phase", choices=("before", "after"), required=True)
-    snap.add_argument("--out", type=Path, required=True, help="folder to write efa-counters-<host>-<phase>-<time>.json in")
-    snap.add_argument("--run", default=os.environ.get("RAY_EFA_RUN", "run"),
-                      help="a name shared by the job's snapshots (default $RAY_EFA_RUN or 'run')")
+    snap.add_argument(
+        "--out", type=Path, required=True, help="folder to write efa-counters-<host>-<phase>-<time>.json in"
+    )
+    snap.add_argument(
+        "--run",
+        default=os.environ.get("RAY_EFA_RUN", "run"),
+        help="a name shared by the job's snapshots (default $RAY_EFA_RUN or 'run')",
+    )
     snap.add_argument("--steps", type=int, help="after: optimizer steps since the before snapshot")
-    snap.add_argument("--predicted-bytes-per-step", type=float,
-                      help="after: bytes each node sends (and receives) between nodes per step")
-    snap.add_argument("--sysfs-root", type=Path, default=None,
-                      help=f"the infiniband class folder to read (default $RAY_EFA_SYSFS_ROOT, else "
-                           f"{HOST_SYS}/class/infiniband where mounted, else {SYSFS_ROOT})")
+    snap.add_argument(
+        "--predicted-bytes-per-step",
+        type=float,
+        help="after: bytes each node sends (and receives) between nodes per step",
+    )
+    snap.add_argument(
+        "--sysfs-root",
+        type=Path,
+        default=None,
+        help=f"the infiniband class folder to read (default $RAY_EFA_SYSFS_ROOT, else "
+        f"{HOST_SYS}/class/infiniband where mounted, else {SYSFS_ROOT})",
+    )
     snap.add_argument("--dev-root", type=Path, default=DEV_ROOT, help="where the pod's uverbs device files are")
-    snap.add_argument("--verbs-root", type=Path, default=None,
-                      help="the infiniband_verbs class folder that maps each uverbsN to its device (default: the one "
-                           f"beside --sysfs-root, else {VERBS_ROOT})")
-    snap.add_argument("--devices", type=lambda text: [d for d in text.split(",") if d],
-                      help="the job's EFA devices, comma-separated (e.g. rdmap16s27): for a snapshot taken outside the "
-                           "job's pod (a host shell, a DaemonSet), whose own uverbs devices are not the job's")
+    snap.add_argument(
+        "--verbs-root",
+        type=Path,
+        default=None,
+        help="the infiniband_verbs class folder that maps each uverbsN to its device (default: the one "
+        f"beside --sysfs-root, else {VERBS_ROOT})",
+    )
+    snap.add_argument(
+        "--devices",
+        type=lambda text: [d for d in text.split(",") if d],
+        help="the job's EFA devices, comma-separated (e.g. rdmap16s27): for a snapshot taken outside the "
+        "job's pod (a host shell, a DaemonSet), whose own uverbs devices are not the job's",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "predicted_bytes_per_step"):
         value = getattr(args, name)
@@ -481,9 +596,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{parser.prog}: --{name.replace('_', '-')} must be >= 0, got {value!r}", file=sys.stderr)
             return 2
     try:
-        snapshot = take_snapshot(args.phase, run=args.run, root=args.sysfs_root or default_sysfs_root(),
-                                 dev_root=args.dev_root, verbs_root=args.verbs_root, devices=args.devices,
-                                 steps=args.steps, predicted_bytes_per_step=args.predicted_bytes_per_step)
+        snapshot = take_snapshot(
+            args.phase,
+            run=args.run,
+            root=args.sysfs_root or default_sysfs_root(),
+            dev_root=args.dev_root,
+            verbs_root=args.verbs_root,
+            devices=args.devices,
+            steps=args.steps,
+            predicted_bytes_per_step=args.predicted_bytes_per_step,
+        )
         path = write_snapshot(snapshot, args.out)
     except OSError as error:
         print(f"{parser.prog}: cannot write to {args.out}: {error.strerror or error}", file=sys.stderr)

@@ -24,9 +24,11 @@ MIN_SHARE = 0.10
 _MOVED_BYTES = 64 << 20
 """With no prediction, this many bytes each way count as "EFA carried traffic" (a training step sends far more)."""
 _UNREADABLE = "counters not readable here: "
-_FIX = (f"the worker pods of this project read the host's view, {HOST_SYS}/class/infiniband (a read-only hostPath, "
-        "k8s/cluster_spec.py); elsewhere mount the host's /sys/class/infiniband and /sys/devices read-only the same "
-        "way, or snapshot on the host naming the job's devices (--devices)")
+_FIX = (
+    f"the worker pods of this project read the host's view, {HOST_SYS}/class/infiniband (a read-only hostPath, "
+    "k8s/cluster_spec.py); elsewhere mount the host's /sys/class/infiniband and /sys/devices read-only the same "
+    "way, or snapshot on the host naming the job's devices (--devices)"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,11 +70,22 @@ class Snapshot:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "phase": self.phase, "run": self.run, "host": self.host, "node_ip": self.node_ip,
-            "time_s": self.time_s, "devices": self.devices, "guids": self.guids, "uverbs": list(self.uverbs),
-            "problems": list(self.problems), "steps": self.steps, "predicted_bytes_per_step": self.predicted_bytes_per_step,
-            "job_devices": None if self.job_devices is None else list(self.job_devices), "unreadable": self.unreadable,
-            "not_visible": self.not_visible, "sysfs": self.sysfs,
+            "format": FORMAT,
+            "phase": self.phase,
+            "run": self.run,
+            "host": self.host,
+            "node_ip": self.node_ip,
+            "time_s": self.time_s,
+            "devices": self.devices,
+            "guids": self.guids,
+            "uverbs": list(self.uverbs),
+            "problems": list(self.problems),
+            "steps": self.steps,
+            "predicted_bytes_per_step": self.predicted_bytes_per_step,
+            "job_devices": None if self.job_devices is None else list(self.job_devices),
+            "unreadable": self.unreadable,
+            "not_visible": self.not_visible,
+            "sysfs": self.sysfs,
         }
 
 
@@ -133,32 +146,65 @@ class CounterVerdict:
         import textwrap
 
         header = ("NODE", "EFA", "SENT", "RECEIVED", "PREDICTED", "SHARE", "VERDICT")
-        rows = [header] + [(
-            n.host, str(n.devices), _bytes(n.sent_bytes), _bytes(n.received_bytes),
-            _bytes(n.predicted_bytes) + (f" ({n.steps} steps)" if n.predicted_bytes is not None and n.steps else ""),
-            "-" if n.share is None else f"{n.share:.0%}", n.status) for n in self.nodes]
+        rows = [header] + [
+            (
+                n.host,
+                str(n.devices),
+                _bytes(n.sent_bytes),
+                _bytes(n.received_bytes),
+                _bytes(n.predicted_bytes)
+                + (f" ({n.steps} steps)" if n.predicted_bytes is not None and n.steps else ""),
+                "-" if n.share is None else f"{n.share:.0%}",
+                n.status,
+            )
+            for n in self.nodes
+        ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         if width is not None and max(map(len, lines)) > width:
             lines = []
             for r in rows[1:]:
-                lines += [f"{r[0]}  {r[6]}", f"  EFA devices {r[1]}; sent {r[2]}; received {r[3]}",
-                          f"  predicted {r[4]}; share {r[5]}"]
+                lines += [
+                    f"{r[0]}  {r[6]}",
+                    f"  EFA devices {r[1]}; sent {r[2]}; received {r[3]}",
+                    f"  predicted {r[4]}; share {r[5]}",
+                ]
         wrap = max(20, width or 10**6)
         for n in self.nodes:
             if n.detail:
-                lines += textwrap.wrap(f"{n.host}: {n.detail}", width=wrap, initial_indent="  ",
-                                       subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+                lines += textwrap.wrap(
+                    f"{n.host}: {n.detail}",
+                    width=wrap,
+                    initial_indent="  ",
+                    subsequent_indent="    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
         return "\n".join(["EFA hardware counters during training (bytes per node, each way; EFA = devices):", *lines])
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "exit_code": self.exit_code, "summary": self.summary, "notes": list(self.notes),
-            "nodes": [{"host": n.host, "run": n.run, "efa_devices": n.devices, "sent_bytes": n.sent_bytes,
-                       "received_bytes": n.received_bytes, "predicted_bytes": n.predicted_bytes, "steps": n.steps,
-                       "share": n.share, "status": n.status, "fails": n.fails, "detail": n.detail, "files": list(n.files)}
-                      for n in self.nodes],
+            "exit_code": self.exit_code,
+            "summary": self.summary,
+            "notes": list(self.notes),
+            "nodes": [
+                {
+                    "host": n.host,
+                    "run": n.run,
+                    "efa_devices": n.devices,
+                    "sent_bytes": n.sent_bytes,
+                    "received_bytes": n.received_bytes,
+                    "predicted_bytes": n.predicted_bytes,
+                    "steps": n.steps,
+                    "share": n.share,
+                    "status": n.status,
+                    "fails": n.fails,
+                    "detail": n.detail,
+                    "files": list(n.files),
+                }
+                for n in self.nodes
+            ],
         }
 
 
@@ -183,21 +229,40 @@ def _not_visible(snapshot: Snapshot, names: list[str]) -> str | None:
     return None
 
 
-def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], expect: str,
-          predicted_override: float | None, log_hosts: frozenset[str]) -> NodeCounters:
+def _node(
+    host: str,
+    run: str,
+    befores: list[Snapshot],
+    afters: list[Snapshot],
+    expect: str,
+    predicted_override: float | None,
+    log_hosts: frozenset[str],
+) -> NodeCounters:
     files = tuple(s.source or "" for s in befores + afters)
 
     def row(status: str, detail: str, **kw: Any) -> NodeCounters:
-        base: dict[str, Any] = {"devices": 0, "sent_bytes": None, "received_bytes": None, "predicted_bytes": None,
-                                "steps": None}
+        base: dict[str, Any] = {
+            "devices": 0,
+            "sent_bytes": None,
+            "received_bytes": None,
+            "predicted_bytes": None,
+            "steps": None,
+        }
         fails = status in ("LOW", "EFA moved") or (status == "no EFA device" and expect == "efa")
-        return NodeCounters(host=host, run=run, status=status, detail=detail, files=files, fails=fails, **{**base, **kw})
+        return NodeCounters(
+            host=host, run=run, status=status, detail=detail, files=files, fails=fails, **{**base, **kw}
+        )
 
     if log_hosts and host not in log_hosts:
-        return row("foreign", f"no NCCL process of the logs ran on host {host} (logs name {', '.join(sorted(log_hosts)[:4])}): "
-                   "these counters are of another node or job")
+        return row(
+            "foreign",
+            f"no NCCL process of the logs ran on host {host} (logs name {', '.join(sorted(log_hosts)[:4])}): "
+            "these counters are of another node or job",
+        )
     if not afters:
-        return row("incomplete", "a 'before' snapshot without an 'after' one (training did not end, or the file is missing)")
+        return row(
+            "incomplete", "a 'before' snapshot without an 'after' one (training did not end, or the file is missing)"
+        )
     after = max(afters, key=lambda s: s.time_s)
     earlier = [b for b in befores if b.time_s <= after.time_s]
     if not earlier:
@@ -210,9 +275,13 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
         return row("no EFA device", pod)
     given = after.job_devices if after.job_devices is not None else after.uverbs
     if expect == "efa" and not given:  # known whatever sysfs shows: the pod's /dev/infiniband holds no uverbs
-        return row("no EFA device", "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
-                   "request vpc.amazonaws.com/efa (a snapshot taken outside the pod names the job's devices: "
-                   "--devices)", devices=len(after.devices))
+        return row(
+            "no EFA device",
+            "EFA expected, but the pod was given no EFA device (no /dev/infiniband/uverbs*): "
+            "request vpc.amazonaws.com/efa (a snapshot taken outside the pod names the job's devices: "
+            "--devices)",
+            devices=len(after.devices),
+        )
     # Only the job's own devices: another job's traffic on the same node proves nothing about this one.
     names = sorted(after.job_devices if after.job_devices is not None else set(after.devices) | set(after.unreadable))
     count = {"devices": len(names)}
@@ -220,12 +289,20 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
     if hidden is not None:
         return row(NOT_VISIBLE, f"{_UNREADABLE}{hidden}; {_FIX}", **count)
     if before.job_devices is not None and after.job_devices is not None and set(before.job_devices) != set(names):
-        return row("mismatch", f"the job's EFA devices changed between the snapshots ({sorted(before.job_devices)} vs "
-                   f"{names})", **count)
-    if (after.job_devices is None and set(before.devices) != set(after.devices)) \
-            or any(before.guids.get(d) != after.guids.get(d) for d in names):
-        return row("mismatch", f"the before and after snapshots are of different devices ({sorted(before.devices)} "
-                   f"vs {sorted(after.devices)}, by name and node_guid): from another node?", **count)
+        return row(
+            "mismatch",
+            f"the job's EFA devices changed between the snapshots ({sorted(before.job_devices)} vs {names})",
+            **count,
+        )
+    if (after.job_devices is None and set(before.devices) != set(after.devices)) or any(
+        before.guids.get(d) != after.guids.get(d) for d in names
+    ):
+        return row(
+            "mismatch",
+            f"the before and after snapshots are of different devices ({sorted(before.devices)} "
+            f"vs {sorted(after.devices)}, by name and node_guid): from another node?",
+            **count,
+        )
     moved = _bytes_moved(before, after, names)
     if isinstance(moved, _Problem):
         return row(moved.status, moved.detail, **count)
@@ -234,8 +311,13 @@ def _node(host: str, run: str, befores: list[Snapshot], afters: list[Snapshot], 
     predicted = predicted_override
     if predicted is None and steps is not None and after.predicted_bytes_per_step is not None:
         predicted = steps * after.predicted_bytes_per_step
-    seen = {"devices": len(names), "sent_bytes": sent, "received_bytes": received, "predicted_bytes": predicted,
-            "steps": steps}
+    seen = {
+        "devices": len(names),
+        "sent_bytes": sent,
+        "received_bytes": received,
+        "predicted_bytes": predicted,
+        "steps": steps,
+    }
     status, detail = _amount_verdict(expect, min(sent, received), predicted, steps)
     return row(status, detail, **seen)
 
@@ -257,13 +339,19 @@ def _bytes_moved(before: Snapshot, after: Snapshot, names: list[str]) -> tuple[i
                 return _Problem("mismatch", f"port {port} of {device} is only in the after snapshot")
             for name in REQUIRED_COUNTERS:
                 if name not in counters or name not in old:
-                    return _Problem("incomplete", f"{device} port {port} has no {name} in the "
-                                    f"{'after' if name not in counters else 'before'} snapshot "
-                                    f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})")
+                    return _Problem(
+                        "incomplete",
+                        f"{device} port {port} has no {name} in the "
+                        f"{'after' if name not in counters else 'before'} snapshot "
+                        f"({'; '.join((before.problems + after.problems)[:2]) or 'counter missing'})",
+                    )
             for name, value in counters.items():
                 if name in old and value < old[name]:
-                    return _Problem("reset", f"{device} port {port} {name} went down ({old[name]} -> {value}): the "
-                                    "device was reset between the snapshots, so its counts say nothing")
+                    return _Problem(
+                        "reset",
+                        f"{device} port {port} {name} went down ({old[name]} -> {value}): the "
+                        "device was reset between the snapshots, so its counts say nothing",
+                    )
             sent += counters["tx_bytes"] - old["tx_bytes"]
             received += counters["rx_bytes"] - old["rx_bytes"]
     return sent, received
@@ -276,33 +364,50 @@ def _amount_verdict(expect: str, least: int, predicted: float | None, steps: int
         return "not judged", "InfiniBand expected: EFA counters are not its witness"
     if predicted is not None and predicted <= 0:
         moved = least >= _MOVED_BYTES
-        return ("EFA moved" if moved and expect == "socket" else "no traffic predicted",
-                "no traffic between nodes was predicted (one node)" + (", yet EFA carried traffic" if moved else ""))
+        return (
+            "EFA moved" if moved and expect == "socket" else "no traffic predicted",
+            "no traffic between nodes was predicted (one node)" + (", yet EFA carried traffic" if moved else ""),
+        )
     if expect == "efa":
         if predicted is None:
             if least >= _MOVED_BYTES:
-                return "moved", ("EFA carried traffic; no prediction to compare with (the train function's "
-                                 "traffic is not modelled), so this supports the logs but proves no amount")
-            return "idle", (f"EFA carried {_bytes(least)} at most each way and no prediction says how much it should "
-                            "have: if the function sent tensors between nodes, they went another way")
+                return "moved", (
+                    "EFA carried traffic; no prediction to compare with (the train function's "
+                    "traffic is not modelled), so this supports the logs but proves no amount"
+                )
+            return "idle", (
+                f"EFA carried {_bytes(least)} at most each way and no prediction says how much it should "
+                "have: if the function sent tensors between nodes, they went another way"
+            )
         if least < MIN_SHARE * predicted:
-            return "LOW", (f"EFA carried {least / predicted:.1%} of the {_bytes(predicted)} predicted each way for "
-                           f"{steps} steps (under {MIN_SHARE:.0%}): NCCL's traffic between nodes went another way "
-                           "(TCP?)")
+            return "LOW", (
+                f"EFA carried {least / predicted:.1%} of the {_bytes(predicted)} predicted each way for "
+                f"{steps} steps (under {MIN_SHARE:.0%}): NCCL's traffic between nodes went another way "
+                "(TCP?)"
+            )
         return "pass", ""
     # socket expected (the TCP comparison run): EFA should carry next to nothing
     if predicted is not None:
         if least >= MIN_SHARE * predicted:
-            return "EFA moved", (f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
-                                 "comparison run's NCCL_NET=Socket was not applied")
+            return "EFA moved", (
+                f"a TCP run, yet EFA carried {least / predicted:.0%} of the predicted bytes: the "
+                "comparison run's NCCL_NET=Socket was not applied"
+            )
         return "pass", ""
-    return ("moved" if least >= _MOVED_BYTES else "idle",
-            "" if least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no prediction to say how much is too "
-            "much)")
+    return (
+        "moved" if least >= _MOVED_BYTES else "idle",
+        "" if least < _MOVED_BYTES else "EFA carried traffic in a TCP run (no prediction to say how much is too much)",
+    )
 
 
-def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes: float | None = None,
-          log_hosts: Iterable[str] = (), hosts: int | None = None) -> CounterVerdict:
+def judge(
+    snapshots: Iterable[Snapshot],
+    expect: str = "efa",
+    *,
+    predicted_bytes: float | None = None,
+    log_hosts: Iterable[str] = (),
+    hosts: int | None = None,
+) -> CounterVerdict:
     """Judge snapshots (any order, any nodes) against the expected transport.
 
     `predicted_bytes` overrides each node's predicted bytes per direction (else steps x predicted_bytes_per_step of
@@ -314,48 +419,94 @@ def judge(snapshots: Iterable[Snapshot], expect: str = "efa", *, predicted_bytes
         pair = groups.setdefault((s.run, s.host.split(".")[0]), ([], []))
         pair[0 if s.phase == "before" else 1].append(s)
     names = frozenset(h.split(".")[0] for h in log_hosts)
-    nodes = tuple(_node(host, run, b, a, expect, predicted_bytes, names) for (run, host), (b, a) in sorted(groups.items()))
+    nodes = tuple(
+        _node(host, run, b, a, expect, predicted_bytes, names) for (run, host), (b, a) in sorted(groups.items())
+    )
     # Ray Train restarted the run (FailureConfig): a node of a failed attempt that the last attempt did not use has a
     # before snapshot and no after one. Older than every finished node's before snapshot, it is that attempt's.
     finished = [max(b, key=lambda x: x.time_s).time_s for (_, _), (b, a) in groups.items() if a and b]
     nodes = tuple(
-        replace(n, status="superseded", detail="a before snapshot of an attempt that did not finish (Ray Train "
-                "restarted the run on other nodes): not judged")
-        if n.status == "incomplete" and not groups[(n.run, n.host)][1] and finished
-        and max(x.time_s for x in groups[(n.run, n.host)][0]) < min(finished) else n
-        for n in nodes)
+        replace(
+            n,
+            status="superseded",
+            detail="a before snapshot of an attempt that did not finish (Ray Train "
+            "restarted the run on other nodes): not judged",
+        )
+        if n.status == "incomplete"
+        and not groups[(n.run, n.host)][1]
+        and finished
+        and max(x.time_s for x in groups[(n.run, n.host)][0]) < min(finished)
+        else n
+        for n in nodes
+    )
     notes: list[str] = []
     runs = sorted({n.run for n in nodes})
     if len(runs) > 1:
-        notes.append(f"snapshots of {len(runs)} runs ({', '.join(runs[:3])}): each is judged apart, and none proves the others")
+        notes.append(
+            f"snapshots of {len(runs)} runs ({', '.join(runs[:3])}): each is judged apart, and none proves the others"
+        )
     failed = [n for n in nodes if n.fails]
     bad = [n for n in nodes if n.status in _BAD]
     hidden = [n for n in nodes if n.status == NOT_VISIBLE]
     if hidden:
-        notes.append(f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes "
-                     f"({', '.join(n.host for n in hidden[:4])}): they neither confirm nor contradict the transport, so "
-                     "the logs' verdict stands")
+        notes.append(
+            f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes "
+            f"({', '.join(n.host for n in hidden[:4])}): they neither confirm nor contradict the transport, so "
+            "the logs' verdict stands"
+        )
     if not nodes:
-        return CounterVerdict(expect=expect, nodes=(), exit_code=3, summary="no EFA counter snapshots", notes=tuple(notes))
+        return CounterVerdict(
+            expect=expect, nodes=(), exit_code=3, summary="no EFA counter snapshots", notes=tuple(notes)
+        )
     if failed:
         first = failed[0]
-        return CounterVerdict(expect=expect, nodes=nodes, exit_code=1, notes=tuple(notes), summary=(
-            f"EFA counters contradict: {len(failed)} of {len(nodes)} nodes ({', '.join(n.host for n in failed[:4])}): "
-            f"{first.detail}"))
+        return CounterVerdict(
+            expect=expect,
+            nodes=nodes,
+            exit_code=1,
+            notes=tuple(notes),
+            summary=(
+                f"EFA counters contradict: {len(failed)} of {len(nodes)} nodes ({', '.join(n.host for n in failed[:4])}): "
+                f"{first.detail}"
+            ),
+        )
     passed = [n for n in nodes if n.status == "pass"]
     needed = max(hosts or 0, 2)
-    if passed and not bad and len(runs) == 1 and all(n.status in ("pass", "superseded") for n in nodes) \
-            and len(passed) >= needed \
-            and expect == "efa":
+    if (
+        passed
+        and not bad
+        and len(runs) == 1
+        and all(n.status in ("pass", "superseded") for n in nodes)
+        and len(passed) >= needed
+        and expect == "efa"
+    ):
         total = sum(n.sent_bytes or 0 for n in passed)
-        return CounterVerdict(expect=expect, nodes=nodes, exit_code=0, notes=tuple(notes), summary=(
-            f"EFA counters prove it: all {len(passed)} nodes sent and received at least {MIN_SHARE:.0%} of the predicted "
-            f"bytes over EFA ({_bytes(total)} sent in all)"))
+        return CounterVerdict(
+            expect=expect,
+            nodes=nodes,
+            exit_code=0,
+            notes=tuple(notes),
+            summary=(
+                f"EFA counters prove it: all {len(passed)} nodes sent and received at least {MIN_SHARE:.0%} of the predicted "
+                f"bytes over EFA ({_bytes(total)} sent in all)"
+            ),
+        )
     if hidden and not bad and not passed:
         first = hidden[0].detail.removeprefix(_UNREADABLE).removesuffix(f"; {_FIX}")
-        return CounterVerdict(expect=expect, nodes=nodes, exit_code=3, notes=tuple(notes), summary=(
-            f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes ({hidden[0].host}: {first})"))
-    why = (f"{bad[0].host}: {bad[0].status}: {bad[0].detail}" if bad else
-           f"counters of {len(passed)} node(s) match the prediction, {needed} needed" if passed and expect == "efa" else
-           "the counters neither confirm nor contradict: " + ", ".join(sorted({n.status for n in nodes})))
-    return CounterVerdict(expect=expect, nodes=nodes, exit_code=3, notes=tuple(notes), summary=f"EFA counters prove nothing ({why})")
+        return CounterVerdict(
+            expect=expect,
+            nodes=nodes,
+            exit_code=3,
+            notes=tuple(notes),
+            summary=(f"EFA counters not readable on {len(hidden)} of {len(nodes)} nodes ({hidden[0].host}: {first})"),
+        )
+    why = (
+        f"{bad[0].host}: {bad[0].status}: {bad[0].detail}"
+        if bad
+        else f"counters of {len(passed)} node(s) match the prediction, {needed} needed"
+        if passed and expect == "efa"
+        else "the counters neither confirm nor contradict: " + ", ".join(sorted({n.status for n in nodes}))
+    )
+    return CounterVerdict(
+        expect=expect, nodes=nodes, exit_code=3, notes=tuple(notes), summary=f"EFA counters prove nothing ({why})"
+    )

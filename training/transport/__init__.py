@@ -81,8 +81,14 @@ __all__ = [
 ]
 
 
-def gate(report: TransportReport, expect: str = "efa", *, hosts: int | None = None,
-         counters: Iterable[efa_counters.Snapshot] | None = None, predicted_bytes: float | None = None) -> Verdict:
+def gate(
+    report: TransportReport,
+    expect: str = "efa",
+    *,
+    hosts: int | None = None,
+    counters: Iterable[efa_counters.Snapshot] | None = None,
+    predicted_bytes: float | None = None,
+) -> Verdict:
     """The whole gate: the logs' verdict, then the EFA counters' where snapshots are given (None: the logs alone).
 
     Counters that contradict (EFA expected and under 10% of the predicted bytes, no EFA device, EFA busy in a TCP run)
@@ -92,8 +98,9 @@ def gate(report: TransportReport, expect: str = "efa", *, hosts: int | None = No
     verdict = report.verdict(expect, hosts=hosts)
     if counters is None:
         return verdict
-    judged = efa_counters.judge(counters, expect, predicted_bytes=predicted_bytes, log_hosts=report.host_names,
-                                hosts=verdict.hosts)
+    judged = efa_counters.judge(
+        counters, expect, predicted_bytes=predicted_bytes, log_hosts=report.host_names, hosts=verdict.hosts
+    )
     return with_counters(verdict, judged)
 
 
@@ -104,17 +111,20 @@ def with_counters(verdict: Verdict, counters: efa_counters.CounterVerdict) -> Ve
         socket_rows = [r for r in verdict.rows if r.evidence.host == node.host and "socket" in r.transports]
         least = min(node.sent_bytes or 0, node.received_bytes or 0)
         if socket_rows and least >= max(efa_counters.MIN_SHARE * (node.predicted_bytes or 0), 64 << 20):
-            notes.append(f"{node.host}: NCCL logged Socket ({process_name(socket_rows[0])}), yet its EFA devices carried "
-                         f"{least:,} bytes each way during training: another process used EFA, or the logs and the "
-                         "counters are not of the same run")
+            notes.append(
+                f"{node.host}: NCCL logged Socket ({process_name(socket_rows[0])}), yet its EFA devices carried "
+                f"{least:,} bytes each way during training: another process used EFA, or the logs and the "
+                "counters are not of the same run"
+            )
     if not counters.nodes:
         notes.append("no EFA counter snapshots were given: the logs alone decide")
         return replace(verdict, notes=tuple(notes), counters=counters)
     logs, own = verdict.exit_code, counters.exit_code
     if own == EXIT_CONTRADICTED:
         code = EXIT_CONTRADICTED
-        summary = (f"FAIL: {counters.summary}" + (f"; the logs: {verdict.summary}" if logs != EXIT_CONTRADICTED
-                                                  else f"; and {verdict.summary}"))
+        summary = f"FAIL: {counters.summary}" + (
+            f"; the logs: {verdict.summary}" if logs != EXIT_CONTRADICTED else f"; and {verdict.summary}"
+        )
     elif logs == EXIT_CONTRADICTED:
         code, summary = EXIT_CONTRADICTED, f"{verdict.summary}; {counters.summary}"
     elif logs == EXIT_PASS and counters.bad:

@@ -78,58 +78,104 @@ _EFA, _EFA_IB = frozenset({"efa"}), frozenset({"efa", "ib"})
 # The hints, first match wins: training.transport.parse looks for them in WARN lines, training.transport.verdict
 # names the first as the likely cause of a fallback.
 HINTS: tuple[Hint, ...] = (
-    Hint("ofi-init-failed", re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"), _EFA,
-          "aws-ofi-nccl failed to initialize (EFA userspace, libfabric and plugin do not match, "
-          "or the pod has no EFA device: vpc.amazonaws.com/efa)",
-          example="NET/OFI aws-ofi-nccl initialization failed"),
+    Hint(
+        "ofi-init-failed",
+        re.compile(r"aws-ofi-nccl initialization failed|NET/OFI Initializing plugin failed"),
+        _EFA,
+        "aws-ofi-nccl failed to initialize (EFA userspace, libfabric and plugin do not match, "
+        "or the pod has no EFA device: vpc.amazonaws.com/efa)",
+        example="NET/OFI aws-ofi-nccl initialization failed",
+    ),
     # aws-ofi-nccl <= 1.5 (src/nccl_ofi_net.c, ofi_init in 1.1, nccl_net_ofi_init in 1.5): the plugin refuses any
     # libfabric provider but efa, and NCCL then falls back to its own transports.
-    Hint("ofi-only-efa", re.compile(r"NET/OFI Only EFA provider is supported"), _EFA,
-          "aws-ofi-nccl found no efa provider (\"Only EFA provider is supported\": no EFA device in the pod, or "
-          "FI_PROVIDER names another provider)",
-          example="NET/OFI Only EFA provider is supported"),
+    Hint(
+        "ofi-only-efa",
+        re.compile(r"NET/OFI Only EFA provider is supported"),
+        _EFA,
+        'aws-ofi-nccl found no efa provider ("Only EFA provider is supported": no EFA device in the pod, or '
+        "FI_PROVIDER names another provider)",
+        example="NET/OFI Only EFA provider is supported",
+    ),
     # "... supporting GPUDirect RDMA" is a normal retry on instances without GPUDirect RDMA (g5, g6, g6e). "NET/OFI
     # No eligible providers were found" is not a failure either: aws-ofi-nccl 1.14-1.21 logs it at INFO when its
     # RDMA protocol's probe finds no provider (nccl_ofi_rdma.cpp, nccl_net_ofi_rdma_init, fi_getinfo -FI_ENODATA),
     # then nccl_net_ofi_create_plugin (nccl_ofi_net.cpp) tries SENDRECV, which is what a healthy g6 runs on; only
     # "Unable to find a protocol that worked" (both failed) is.
-    Hint("ofi-no-provider", re.compile(r"Could not find any optimal provider(?! supporting GPUDirect)"
-                                        r"|Couldn't find any optimal provider"
-                                        r"|Unable to find a protocol that worked"), _EFA,
-          "libfabric found no usable EFA provider (no EFA device in the pod: request vpc.amazonaws.com/efa; "
-          "or FI_PROVIDER names a provider that is not installed)",
-          example="NET/OFI Unable to find a protocol that worked.  Failing initialization."),
-    Hint("plugin-not-found", re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"), _EFA,
-          "NCCL could not load the net plugin ({what}): aws-ofi-nccl is not installed or not on "
-          "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library",
-          example="NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin."),
-    Hint("no-plugin", re.compile(r"No plugin found \((?P<what>[^)]+)\)"), _EFA,
-          "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports",
-          example="NET/Plugin : No plugin found (libnccl-net.so), using internal implementation"),
+    Hint(
+        "ofi-no-provider",
+        re.compile(
+            r"Could not find any optimal provider(?! supporting GPUDirect)"
+            r"|Couldn't find any optimal provider"
+            r"|Unable to find a protocol that worked"
+        ),
+        _EFA,
+        "libfabric found no usable EFA provider (no EFA device in the pod: request vpc.amazonaws.com/efa; "
+        "or FI_PROVIDER names a provider that is not installed)",
+        example="NET/OFI Unable to find a protocol that worked.  Failing initialization.",
+    ),
+    Hint(
+        "plugin-not-found",
+        re.compile(r"NET/Plugin ?: ?Could not find:? (?P<what>.+?\.so(?:\.\d+)*)"),
+        _EFA,
+        "NCCL could not load the net plugin ({what}): aws-ofi-nccl is not installed or not on "
+        "LD_LIBRARY_PATH, or NCCL_NET_PLUGIN names another library",
+        example="NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.",
+    ),
+    Hint(
+        "no-plugin",
+        re.compile(r"No plugin found \((?P<what>[^)]+)\)"),
+        _EFA,
+        "no NCCL net plugin was found ({what}), so NCCL used its internal IB/Socket transports",
+        example="NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+    ),
     # NCCL 2.12-2.18: "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : ...", then "No plugin found, using
     # internal implementation".
-    Hint("plugin-load-failed", re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"), _EFA,
-          "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports",
-          example="NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object "
-                  "file: No such file or directory"),
-    Hint("no-plugin", re.compile(r"No plugin found, using internal"), _EFA,
-          "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports",
-          example="NET/Plugin : No plugin found, using internal implementation"),
+    Hint(
+        "plugin-load-failed",
+        re.compile(r"Plugin load \((?P<what>[^)]+)\) returned \d+"),
+        _EFA,
+        "NCCL could not load the net plugin ({what}), so NCCL used its internal IB/Socket transports",
+        example="NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object "
+        "file: No such file or directory",
+    ),
+    Hint(
+        "no-plugin",
+        re.compile(r"No plugin found, using internal"),
+        _EFA,
+        "no NCCL net plugin was found (libnccl-net.so), so NCCL used its internal IB/Socket transports",
+        example="NET/Plugin : No plugin found, using internal implementation",
+    ),
     # NCCL 2.19+: the library loaded but exports no net API this NCCL can use (a plugin too old or too new).
-    Hint("plugin-symbols", re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"), _EFA,
-          "the net plugin library exports no ncclNetPlugin API this NCCL supports (plugin and NCCL versions do "
-          "not match), so NCCL used its internal IB/Socket transports",
-          example="NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are "
-                  "not supported."),
-    Hint("no-net-plugin", re.compile(r"Failed to initialize any NET plugin"), _EFA_IB,
-          "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)",
-          example="Failed to initialize any NET plugin"),
-    Hint("net-not-found", re.compile(r"Error: network (?P<what>.+?) not found"), _EFA_IB,
-          "NCCL_NET asks for network {what}, which no loaded plugin provides",
-          example="Error: network AWS Libfabric not found."),
-    Hint("ib-no-device", re.compile(r"NET/IB ?: ?No device found"), frozenset({"ib"}),
-          "NCCL found no InfiniBand device (NET/IB : No device found)",
-          example="NET/IB : No device found."),
+    Hint(
+        "plugin-symbols",
+        re.compile(r"Failed to find ncclNetPlugin symbol \(>= ?v\d+\)"),
+        _EFA,
+        "the net plugin library exports no ncclNetPlugin API this NCCL supports (plugin and NCCL versions do "
+        "not match), so NCCL used its internal IB/Socket transports",
+        example="NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are "
+        "not supported.",
+    ),
+    Hint(
+        "no-net-plugin",
+        re.compile(r"Failed to initialize any NET plugin"),
+        _EFA_IB,
+        "no NET plugin initialized (check NCCL_NET and NCCL_NET_PLUGIN)",
+        example="Failed to initialize any NET plugin",
+    ),
+    Hint(
+        "net-not-found",
+        re.compile(r"Error: network (?P<what>.+?) not found"),
+        _EFA_IB,
+        "NCCL_NET asks for network {what}, which no loaded plugin provides",
+        example="Error: network AWS Libfabric not found.",
+    ),
+    Hint(
+        "ib-no-device",
+        re.compile(r"NET/IB ?: ?No device found"),
+        frozenset({"ib"}),
+        "NCCL found no InfiniBand device (NET/IB : No device found)",
+        example="NET/IB : No device found.",
+    ),
 )
 
 
@@ -153,14 +199,18 @@ NOT_ERRORS = frozenset({"0", "7"})
 """RETURN codes that are not errors: ncclSuccess (0) and ncclInProgress (7)."""
 # Errors as PyTorch (ProcessGroupNCCL: "NCCL error in: ..., unhandled system error ...") and NCCL's ncclGetErrorString
 # name them; torch prints them without NCCL's prefix, often after "[rankN]:".
-FATAL = re.compile(r"NCCL error|unhandled (?:system|cuda) error|nccl(?:Internal|System|UnhandledCuda|Remote)Error"
-                    r"|ncclInvalid(?:Usage|Argument)")
+FATAL = re.compile(
+    r"NCCL error|unhandled (?:system|cuda) error|nccl(?:Internal|System|UnhandledCuda|Remote)Error"
+    r"|ncclInvalid(?:Usage|Argument)"
+)
 _FATAL_WORDS = ("NCCL error", "nccl", "unhandled")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 """PyTorch's "[rank3]:" prefix of a line it prints for a rank."""
 # init.cc: "... comm %p rank %d nranks %d ... - Init START" (2.18+), "- Init COMPLETE" (2.4+), "- Abort COMPLETE".
-INIT_STATE = re.compile(r"\bcomm (?P<comm>\S+) rank (?P<rank>\d+) .*- "
-                         r"(?P<state>Init START|Init COMPLETE|Abort COMPLETE)")
+INIT_STATE = re.compile(
+    r"\bcomm (?P<comm>\S+) rank (?P<rank>\d+) .*- "
+    r"(?P<state>Init START|Init COMPLETE|Abort COMPLETE)"
+)
 # aws-ofi-nccl <= 1.5 (src/nccl_ofi_net.c, ofi_init / nccl_net_ofi_init) logs this only where the selected provider
 # is efa (IS_EFA_PROVIDER and no GPUDirect RDMA): it names the provider as surely as "Selected Provider is efa".
 FORCING_NDEV = "NET/OFI Forcing AWS OFI ndev"
@@ -210,9 +260,9 @@ def nccl_prefix(line: str, at: int) -> tuple[str, str] | None:
     if bracket < 0:
         return None
     close = line.find("] ", bracket, at + 1)
-    if close < 0 or not line[bracket + 2:close].lstrip("-").isdigit():
+    if close < 0 or not line[bracket + 2 : close].lstrip("-").isdigit():
         return None
-    token = line[line.rfind(" ", 0, bracket) + 1:bracket]  # "host:pid:tid", perhaps after mpirun's "<stdout>:"
+    token = line[line.rfind(" ", 0, bracket) + 1 : bracket]  # "host:pid:tid", perhaps after mpirun's "<stdout>:"
     parts = token.rsplit(":", 2)
     if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
         return None

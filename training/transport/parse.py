@@ -61,9 +61,34 @@ _UNATTRIBUTED_KEY = "(unattributed)"
 class _Process:
     """Mutable evidence of one process while the stream is read; every container is bounded."""
 
-    __slots__ = ("key", "host", "ip", "comm_ranks", "chan_ranks", "shapes", "networks", "plugins", "providers",
-                 "ofi_version", "channels", "nets", "hints", "info", "warn", "repeated", "socket_init", "ib_init",
-                 "first_warn", "returns", "first_return", "fatal", "init_started", "init_done", "aborted", "folded")
+    __slots__ = (
+        "key",
+        "host",
+        "ip",
+        "comm_ranks",
+        "chan_ranks",
+        "shapes",
+        "networks",
+        "plugins",
+        "providers",
+        "ofi_version",
+        "channels",
+        "nets",
+        "hints",
+        "info",
+        "warn",
+        "repeated",
+        "socket_init",
+        "ib_init",
+        "first_warn",
+        "returns",
+        "first_return",
+        "fatal",
+        "init_started",
+        "init_done",
+        "aborted",
+        "folded",
+    )
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -105,13 +130,27 @@ class _Process:
         if error is None and any(c in self.aborted for c in incomplete):
             error = f"communicator {incomplete[0]} was aborted before its init completed"
         return ProcessEvidence(
-            error=error, incomplete_inits=incomplete, folded_comm_lines=self.folded,
-            key=self.key, host=self.host, ip=self.ip, ranks=tuple(sorted(ranks)), shapes=shapes, networks=tuple(self.networks),
-            plugins=tuple(self.plugins), providers=tuple(self.providers), ofi_version=self.ofi_version,
+            error=error,
+            incomplete_inits=incomplete,
+            folded_comm_lines=self.folded,
+            key=self.key,
+            host=self.host,
+            ip=self.ip,
+            ranks=tuple(sorted(ranks)),
+            shapes=shapes,
+            networks=tuple(self.networks),
+            plugins=tuple(self.plugins),
+            providers=tuple(self.providers),
+            ofi_version=self.ofi_version,
             channels=tuple(sorted(self.channels.items(), key=lambda kv: (-kv[1], kv[0]))),
-            net_transports=tuple(self.nets), hints=tuple(self.hints), hint_expects=tuple(self.hints.values()),
-            info_lines=self.info, warn_lines=self.warn, repeated=self.repeated,
-            socket_net_initialized=self.socket_init, ib_net_initialized=self.ib_init,
+            net_transports=tuple(self.nets),
+            hints=tuple(self.hints),
+            hint_expects=tuple(self.hints.values()),
+            info_lines=self.info,
+            warn_lines=self.warn,
+            repeated=self.repeated,
+            socket_net_initialized=self.socket_init,
+            ib_net_initialized=self.ib_init,
         )
 
 
@@ -149,7 +188,7 @@ class _Reader:
             self._fatal(line)
             return
         self.nccl += 1
-        msg = line[at + len(level):]
+        msg = line[at + len(level) :]
         if "\t" in msg:  # tab-separated exports carry more columns after the message
             msg = msg.split("\t", 1)[0]
         repeats = 0
@@ -245,9 +284,15 @@ class _Reader:
                 hints.setdefault(text, expects)
         return TransportReport(
             processes=tuple(p.freeze() for p in self.processes.values()),
-            lines=self.lines, nccl_lines=self.nccl, info_lines=self.info, warn_lines=self.warn,
-            repeated=self.repeated, nccl_versions=tuple(self.versions), warnings=tuple(self.warnings),
-            hints=tuple(hints), hint_expects=tuple(hints.values()),
+            lines=self.lines,
+            nccl_lines=self.nccl,
+            info_lines=self.info,
+            warn_lines=self.warn,
+            repeated=self.repeated,
+            nccl_versions=tuple(self.versions),
+            warnings=tuple(self.warnings),
+            hints=tuple(hints),
+            hint_expects=tuple(hints.values()),
         )
 
 
@@ -431,5 +476,6 @@ def _lines_of_paths(paths: Iterable[str | Path]) -> Iterator[str]:
                 yield from _read_lines(stream)
         except (EOFError, zlib.error, gzip.BadGzipFile) as error:
             # A truncated or corrupt .gz is unreadable input, never evidence: callers treat it like any OSError.
-            raise LogReadError(f"{path}: corrupt or truncated compressed log ({error or type(error).__name__})",
-                               path) from None
+            raise LogReadError(
+                f"{path}: corrupt or truncated compressed log ({error or type(error).__name__})", path
+            ) from None

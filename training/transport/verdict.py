@@ -109,9 +109,14 @@ class TransportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "lines": self.lines, "nccl_lines": self.nccl_lines, "info_lines": self.info_lines,
-            "warn_lines": self.warn_lines, "repeated": self.repeated, "nccl_versions": list(self.nccl_versions),
-            "multi_node": self.multi_node, "warnings": list(self.warnings),
+            "lines": self.lines,
+            "nccl_lines": self.nccl_lines,
+            "info_lines": self.info_lines,
+            "warn_lines": self.warn_lines,
+            "repeated": self.repeated,
+            "nccl_versions": list(self.nccl_versions),
+            "multi_node": self.multi_node,
+            "warnings": list(self.warnings),
             "processes": [_process_json(p) for p in self.processes],
         }
 
@@ -172,8 +177,16 @@ class Verdict:
         When the table is wider than `width` (a terminal or CI log of 80 columns), each process becomes a block of
         "field: value" lines instead, so that nothing is cut: the values are the same.
         """
-        header = ("PROCESS", "RANKS", "nRanks/nNodes/localRanks", "NETWORK", "PLUGIN / PROVIDER", "CHANNELS",
-                  "VERDICT", "LIKELY CAUSE")
+        header = (
+            "PROCESS",
+            "RANKS",
+            "nRanks/nNodes/localRanks",
+            "NETWORK",
+            "PLUGIN / PROVIDER",
+            "CHANNELS",
+            "VERDICT",
+            "LIKELY CAUSE",
+        )
         table = [header] + [_row_cells(r) for r in self.rows]
         if not self.rows:
             table.append(("(no NCCL process found)",) + ("",) * (len(header) - 1))
@@ -189,17 +202,27 @@ class Verdict:
                 lines.append(f"{row[0]}  {row[-2]}")
                 for name, value in (*zip(header[1:-2], row[1:-2]), (header[-1], row[-1])):
                     if value:  # wrapped at spaces only: a value (a number, a library name) is never split
-                        lines += textwrap.wrap(f"{name}: {value}", width=max(20, width), initial_indent="  ",
-                                               subsequent_indent="      ", break_long_words=False,
-                                               break_on_hyphens=False)
+                        lines += textwrap.wrap(
+                            f"{name}: {value}",
+                            width=max(20, width),
+                            initial_indent="  ",
+                            subsequent_indent="      ",
+                            break_long_words=False,
+                            break_on_hyphens=False,
+                        )
         for note in self.notes:
             if width is None:
                 lines.append(f"note: {note}")
             else:
                 import textwrap
 
-                lines += textwrap.wrap(f"note: {note}", width=max(20, width), subsequent_indent="      ",
-                                       break_long_words=False, break_on_hyphens=False)
+                lines += textwrap.wrap(
+                    f"note: {note}",
+                    width=max(20, width),
+                    subsequent_indent="      ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
         if self.counters is not None and self.counters.nodes:
             lines += ["", self.counters.render_table(width)]
         return "\n".join(lines)
@@ -216,15 +239,21 @@ class Verdict:
             "cause": self.cause,
             "counters": None if self.counters is None else self.counters.to_json(),
             "processes": [
-                {**_process_json(r.evidence), "verdict": r.status, "transports": list(r.transports), "cause": r.cause,
-                 "basis": r.basis}
+                {
+                    **_process_json(r.evidence),
+                    "verdict": r.status,
+                    "transports": list(r.transports),
+                    "cause": r.cause,
+                    "basis": r.basis,
+                }
                 for r in self.rows
             ],
         }
 
 
-def _judge(p: ProcessEvidence, report: TransportReport, expect: str, *, job: tuple[int | None, str],
-           given: int | None) -> ProcessVerdict:
+def _judge(
+    p: ProcessEvidence, report: TransportReport, expect: str, *, job: tuple[int | None, str], given: int | None
+) -> ProcessVerdict:
     # A process that logged no provider shares the job's: Ray's deduplication keeps only one process's copy of
     # "Selected provider is efa" when every process printed the same line.
     providers = p.providers or report.providers
@@ -259,16 +288,28 @@ def _judge(p: ProcessEvidence, report: TransportReport, expect: str, *, job: tup
             seen, basis = wrong, "chosen right after a plugin failure"
     transports = tuple(sorted(seen))
     if p.error is not None:
-        return ProcessVerdict(evidence=p, status="error", transports=transports, cause=f"a NCCL call failed: {p.error}",
-                              basis=basis, cause_id="nccl-error")
+        return ProcessVerdict(
+            evidence=p,
+            status="error",
+            transports=transports,
+            cause=f"a NCCL call failed: {p.error}",
+            basis=basis,
+            cause_id="nccl-error",
+        )
     if wrong := seen - {expect} - _unknown(expect):
         cause_id, cause = _cause(p, report, expect, wrong, chose=bool(basis and basis.startswith("chosen")))
-        return ProcessVerdict(evidence=p, status="FAIL", transports=transports, cause=cause, basis=basis,
-                              cause_id=cause_id)
+        return ProcessVerdict(
+            evidence=p, status="FAIL", transports=transports, cause=cause, basis=basis, cause_id=cause_id
+        )
     if seen - {expect}:
-        return ProcessVerdict(evidence=p, status="provider unknown", transports=transports, basis=basis,
-                              cause="aws-ofi-nccl carried it, but no line of the job names its libfabric provider",
-                              cause_id="provider-unknown")
+        return ProcessVerdict(
+            evidence=p,
+            status="provider unknown",
+            transports=transports,
+            basis=basis,
+            cause="aws-ofi-nccl carried it, but no line of the job names its libfabric provider",
+            cause_id="provider-unknown",
+        )
     if seen:
         return ProcessVerdict(evidence=p, status="pass", transports=transports, cause=None, basis=basis)
     if multi:
@@ -289,30 +330,39 @@ def _unknown(expect: str) -> set[str]:
     return {"libfabric"} if expect == "efa" else set()
 
 
-def _cause(p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str], *,
-           chose: bool = False) -> tuple[str, str]:
+def _cause(
+    p: ProcessEvidence, report: TransportReport, expect: str, wrong: set[str], *, chose: bool = False
+) -> tuple[str, str]:
     """The most likely reason a process used `wrong` instead of `expect` (its own log lines, the job's, or a guess),
     as (short name, text)."""
-    for texts, expects, where in ((p.hints, p.hint_expects, ""),
-                                  (report.hints, report.hint_expects, " (logged by another process)")):
+    for texts, expects, where in (
+        (p.hints, p.hint_expects, ""),
+        (report.hints, report.hint_expects, " (logged by another process)"),
+    ):
         relevant = [t for t, e in zip(texts, expects) if expect in e]
         if relevant:
             return hint_id(relevant[0]), relevant[0] + where
     got = sorted(wrong)[0]
     if got == "socket":
-        return "chose-socket", ("NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or "
-                                "NCCL_NET_PLUGIN=none is set, or no net plugin is installed")
+        return "chose-socket", (
+            "NCCL chose Socket with no plugin error logged: NCCL_NET=Socket or "
+            "NCCL_NET_PLUGIN=none is set, or no net plugin is installed"
+        )
     if got == "ib":
         return "chose-ib", "NCCL chose InfiniBand verbs, not the OFI plugin: check NCCL_NET_PLUGIN=ofi and NCCL_NET"
     if got.startswith("libfabric/"):
         provider = got.split("/", 1)[1]
-        return (f"provider-{provider.split(';')[0].lower()}",
-                f"aws-ofi-nccl ran on libfabric provider {provider}, not efa: check FI_PROVIDER=efa")
+        return (
+            f"provider-{provider.split(';')[0].lower()}",
+            f"aws-ofi-nccl ran on libfabric provider {provider}, not efa: check FI_PROVIDER=efa",
+        )
     if got == "libfabric":
         return "chose-libfabric", "aws-ofi-nccl (provider not logged) carried the traffic, not the expected transport"
     if got == "efa":
-        return "chose-efa", (f"EFA {'was chosen' if chose else 'carried the traffic'} although another transport was "
-                             "expected (the comparison run's NCCL_NET=Socket was not applied)")
+        return "chose-efa", (
+            f"EFA {'was chosen' if chose else 'carried the traffic'} although another transport was "
+            "expected (the comparison run's NCCL_NET=Socket was not applied)"
+        )
     return "chose-other", f"NCCL used network {got.split('/', 1)[-1]}"
 
 
@@ -320,8 +370,14 @@ def _row_order(r: ProcessVerdict) -> tuple[int, str]:
     return (min(r.evidence.ranks) if r.evidence.ranks else 1 << 30, r.evidence.key)
 
 
-def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, ...], *,
-             job: tuple[int | None, str] = (None, "unknown"), given: int | None = None) -> Verdict:
+def _verdict(
+    report: TransportReport,
+    expect: str,
+    rows: tuple[ProcessVerdict, ...],
+    *,
+    job: tuple[int | None, str] = (None, "unknown"),
+    given: int | None = None,
+) -> Verdict:
     label = _LABEL[expect]
     errors = [r for r in rows if r.status == "error"]
     failed = [r for r in rows if r.status == "FAIL"]
@@ -331,24 +387,40 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
     notes = _notes(report, expect, unproven, given=given)
 
     def verdict(code: int, summary: str, cause: str) -> Verdict:
-        return Verdict(expect=expect, exit_code=code, summary=summary, rows=rows, notes=notes, hosts=job[0],
-                       hosts_source=job[1], cause=cause)
+        return Verdict(
+            expect=expect,
+            exit_code=code,
+            summary=summary,
+            rows=rows,
+            notes=notes,
+            hosts=job[0],
+            hosts_source=job[1],
+            cause=cause,
+        )
 
     if errors:  # whatever the channels say: a call that failed means the traffic did not run over them
         first = errors[0]
-        summary = (f"FAIL: NCCL calls failed in {len(errors)} of {len(rows)} processes, so the collectives did not run "
-                   f"as their channels say; first error, {process_name(first)}: {first.evidence.error}")
+        summary = (
+            f"FAIL: NCCL calls failed in {len(errors)} of {len(rows)} processes, so the collectives did not run "
+            f"as their channels say; first error, {process_name(first)}: {first.evidence.error}"
+        )
         if failed:
-            summary += (f"; {len(failed)} processes also used "
-                        f"{', '.join(sorted({_short(t) for r in failed for t in r.transports if t != expect}))}")
+            summary += (
+                f"; {len(failed)} processes also used "
+                f"{', '.join(sorted({_short(t) for r in failed for t in r.transports if t != expect}))}"
+            )
         return verdict(EXIT_CONTRADICTED, summary, "nccl-error")
     if failed:
         seen = sorted({_short(t) for r in failed for t in r.transports if t != expect and t not in _unknown(expect)})
         chose_only = all(r.basis and r.basis.startswith("chosen") for r in failed)
         verb = "chose" if chose_only else "used"
-        who = ", ".join(process_name(r) for r in failed[:4]) + (f" and {len(failed) - 4} more" if len(failed) > 4 else "")
-        summary = (f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes {verb} {', '.join(seen)} "
-                   f"({who}); likely cause: {failed[0].cause}")
+        who = ", ".join(process_name(r) for r in failed[:4]) + (
+            f" and {len(failed) - 4} more" if len(failed) > 4 else ""
+        )
+        summary = (
+            f"FAIL: expected {label}, but {len(failed)} of {len(rows)} processes {verb} {', '.join(seen)} "
+            f"({who}); likely cause: {failed[0].cause}"
+        )
         if chose_only:
             summary += f" (no channel line shows the traffic; the network counts because it was {failed[0].basis})"
         groups = _disagreement(rows, expect)
@@ -356,12 +428,19 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
             summary += "; the processes disagree: " + "; ".join(groups)
         return verdict(EXIT_CONTRADICTED, summary, failed[0].cause_id or "contradicted")
     if unknown:
-        who = ", ".join(process_name(r) for r in unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
-        return verdict(EXIT_NO_PROOF, (
-            f"NO PROOF: {len(unknown)} of {len(rows)} processes sent through aws-ofi-nccl ({who}), but no line of the "
-            "job names its libfabric provider (\"NET/OFI Selected provider is efa\"): the plugin runs on "
-            f"{', '.join(OTHER_PROVIDERS)} as well, so the logs alone do not prove {label} (the nodes' EFA counters "
-            "can)"), "provider-unknown")
+        who = ", ".join(process_name(r) for r in unknown[:4]) + (
+            f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
+        )
+        return verdict(
+            EXIT_NO_PROOF,
+            (
+                f"NO PROOF: {len(unknown)} of {len(rows)} processes sent through aws-ofi-nccl ({who}), but no line of the "
+                'job names its libfabric provider ("NET/OFI Selected provider is efa"): the plugin runs on '
+                f"{', '.join(OTHER_PROVIDERS)} as well, so the logs alone do not prove {label} (the nodes' EFA counters "
+                "can)"
+            ),
+            "provider-unknown",
+        )
     if passed:
         gap = _missing(report, rows, job, given)
         if gap is not None:
@@ -369,23 +448,33 @@ def _verdict(report: TransportReport, expect: str, rows: tuple[ProcessVerdict, .
         incomplete = [r for r in rows if r.evidence.incomplete_inits]
         if incomplete:
             r = incomplete[0]
-            return verdict(EXIT_NO_PROOF, (
-                f"NO PROOF: {len(incomplete)} processes started a communicator's init and never logged its Init "
-                f"COMPLETE (first {process_name(r)}, comm {r.evidence.incomplete_inits[0]}): the job hung or failed in init, "
-                "or the log is cut"), "init-incomplete")
+            return verdict(
+                EXIT_NO_PROOF,
+                (
+                    f"NO PROOF: {len(incomplete)} processes started a communicator's init and never logged its Init "
+                    f"COMPLETE (first {process_name(r)}, comm {r.evidence.incomplete_inits[0]}): the job hung or failed in init, "
+                    "or the log is cut"
+                ),
+                "init-incomplete",
+            )
         ranks = sorted({rank for r in passed for rank in r.evidence.ranks})
         nodes = max((s.nnodes for r in passed for s in r.evidence.shapes if s.nnodes), default=None)
         where = f"{nodes} nodes" if nodes else "nodes"
-        summary = (f"PASS: all {len(passed)} processes whose traffic crossed {where} used {label}"
-                   + (f" (ranks {_ranges(ranks)})" if ranks else "") + "; none used another transport")
-        return verdict(EXIT_PASS, summary, "traffic" if any(r.basis == "traffic" for r in passed) else
-                       "multi-node communicator")
+        summary = (
+            f"PASS: all {len(passed)} processes whose traffic crossed {where} used {label}"
+            + (f" (ranks {_ranges(ranks)})" if ranks else "")
+            + "; none used another transport"
+        )
+        return verdict(
+            EXIT_PASS, summary, "traffic" if any(r.basis == "traffic" for r in passed) else "multi-node communicator"
+        )
     cause, why = _why_nothing(report, rows, job)
     return verdict(EXIT_NO_PROOF, f"NO PROOF: {why}; {label} is neither confirmed nor contradicted", cause)
 
 
-def _missing(report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tuple[int | None, str],
-             given: int | None) -> tuple[str, str] | None:
+def _missing(
+    report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tuple[int | None, str], given: int | None
+) -> tuple[str, str] | None:
     """("missing-nodes" | "missing-ranks", why) where the logs lack nodes or ranks the job had, else None.
 
     The job's size comes from the caller (`hosts`, which the driver knows) and from NCCL itself ("comm ... rank R
@@ -395,15 +484,21 @@ def _missing(report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tup
     """
     largest = max((s.nranks for p in report.processes for s in p.shapes), default=0)
     if largest >= 2:  # every rank of the largest communicator logged: every node that ran one is there
-        present = {rank for r in rows for rank in r.evidence.ranks
-                   if not r.evidence.shapes or max(s.nranks for s in r.evidence.shapes) == largest}
+        present = {
+            rank
+            for r in rows
+            for rank in r.evidence.ranks
+            if not r.evidence.shapes or max(s.nranks for s in r.evidence.shapes) == largest
+        }
         absent = sorted(set(range(largest)) - present)
         folded = sum(p.folded_comm_lines for p in report.processes)
         if absent and len(absent) > folded:
             nodes = f" on {report.max_nnodes} nodes" if report.max_nnodes > 1 else ""
-            return "missing-ranks", (f"NCCL's communicator has {largest} ranks{nodes}, but ranks {_ranges(absent)} "
-                                     f"logged nothing here (the logs hold ranks {_ranges(sorted(present)) or 'none'}: "
-                                     "a node's log not given, or a collector that timed out)")
+            return "missing-ranks", (
+                f"NCCL's communicator has {largest} ranks{nodes}, but ranks {_ranges(absent)} "
+                f"logged nothing here (the logs hold ranks {_ranges(sorted(present)) or 'none'}: "
+                "a node's log not given, or a collector that timed out)"
+            )
         return None
     # No communicator shape logged (NCCL before 2.9 prints none with nNodes): the hosts the caller named must appear.
     # Host names can undercount nodes (NCCL_HOSTID), never overcount them.
@@ -412,9 +507,11 @@ def _missing(report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tup
     expected = given or 0
     if expected >= 2 and len(seen) < expected:
         have = f"{len(seen)} ({_few(seen)})" if seen else "no host name or node IP"
-        return "missing-nodes", (f"the job ran on {expected} hosts ({job[1]}), but the logs hold lines of {have}: "
-                                 f"{expected - len(seen)} host{'s' if expected - len(seen) > 1 else ''}' lines are "
-                                 "missing (a log not given, or a collector that timed out)")
+        return "missing-nodes", (
+            f"the job ran on {expected} hosts ({job[1]}), but the logs hold lines of {have}: "
+            f"{expected - len(seen)} host{'s' if expected - len(seen) > 1 else ''}' lines are "
+            "missing (a log not given, or a collector that timed out)"
+        )
     return None
 
 
@@ -428,8 +525,10 @@ def _disagreement(rows: tuple[ProcessVerdict, ...], expect: str) -> list[str]:
     for name, members in sorted(groups.items(), key=lambda kv: (kv[0] != _short(expect), kv[0])):
         hosts = sorted({m.evidence.host or m.evidence.ip or m.evidence.key for m in members})
         ranks = sorted({rank for m in members for rank in m.evidence.ranks})
-        out.append(f"{name} on {len(members)} process{'es' if len(members) > 1 else ''} (host{'s' if len(hosts) > 1 else ''} "
-                   f"{_few(hosts)}" + (f", ranks {_ranges(ranks)}" if ranks else "") + ")")
+        out.append(
+            f"{name} on {len(members)} process{'es' if len(members) > 1 else ''} (host{'s' if len(hosts) > 1 else ''} "
+            f"{_few(hosts)}" + (f", ranks {_ranges(ranks)}" if ranks else "") + ")"
+        )
     return out
 
 
@@ -438,47 +537,64 @@ def _few(names: Iterable[str], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _why_nothing(report: TransportReport, rows: tuple[ProcessVerdict, ...],
-                 job: tuple[int | None, str] = (None, "unknown")) -> tuple[str, str]:
+def _why_nothing(
+    report: TransportReport, rows: tuple[ProcessVerdict, ...], job: tuple[int | None, str] = (None, "unknown")
+) -> tuple[str, str]:
     """(short name, why) of a verdict that proves nothing."""
     if report.nccl_lines == 0:
-        return "no-nccl-lines", (f"no NCCL lines in {report.lines} lines (is {_GATE_LOG} set, and is this the "
-                                 "workers' log?)")
+        return "no-nccl-lines", (
+            f"no NCCL lines in {report.lines} lines (is {_GATE_LOG} set, and is this the workers' log?)"
+        )
     if report.info_lines == 0:
         return "warn-only", f"only NCCL WARN lines ({report.warn_lines}), no INFO lines (NCCL_DEBUG=WARN?)"
     statuses = {r.status for r in rows}
     if statuses == {"single-node"}:
-        return "single-node", ("single-node job: its traffic never used the network (a chosen network such as Socket "
-                               "proves nothing here)")
+        return "single-node", (
+            "single-node job: its traffic never used the network (a chosen network such as Socket proves nothing here)"
+        )
     if "unproven" in statuses:
         n = sum(r.status == "unproven" for r in rows)
-        return "unproven", (f"{n} processes span nodes but logged no channel or network line (log truncated, or "
-                            f"NCCL_DEBUG_SUBSYS without {'/'.join(GATE_LOG_SUBSYSTEMS)}?)")
+        return "unproven", (
+            f"{n} processes span nodes but logged no channel or network line (log truncated, or "
+            f"NCCL_DEBUG_SUBSYS without {'/'.join(GATE_LOG_SUBSYSTEMS)}?)"
+        )
     hosts, how = job
     if hosts is not None and hosts >= 2 and any(r.evidence.networks for r in rows):
-        return "no-transport-line", (f"the job spans {how} and its processes chose a network, but no channel line or "
-                                     "nNodes shows that traffic crossed them (the job stopped before connecting, or "
-                                     "the log is cut)")
-    return "no-transport-line", ("no line says which transport carried traffic between nodes (no channel, network or "
-                                 "communicator lines)")
+        return "no-transport-line", (
+            f"the job spans {how} and its processes chose a network, but no channel line or "
+            "nNodes shows that traffic crossed them (the job stopped before connecting, or "
+            "the log is cut)"
+        )
+    return "no-transport-line", (
+        "no line says which transport carried traffic between nodes (no channel, network or communicator lines)"
+    )
 
 
-def _notes(report: TransportReport, expect: str, unproven: list[ProcessVerdict], *,
-           given: int | None = None) -> tuple[str, ...]:
+def _notes(
+    report: TransportReport, expect: str, unproven: list[ProcessVerdict], *, given: int | None = None
+) -> tuple[str, ...]:
     notes = [f"plugin/provider problem logged: {t}" for t, e in zip(report.hints, report.hint_expects) if expect in e]
     if given is not None:
         nnodes, names = report.max_nnodes, report.host_names
         if given == 1 and (nnodes > 1 or len(names) > 1):
-            notes.append(f"the caller said 1 host, but NCCL saw {max(nnodes, len(names))} (nNodes or host names): "
-                         "pods with their own host names, or NCCL_HOSTID, make one machine several nodes to NCCL")
+            notes.append(
+                f"the caller said 1 host, but NCCL saw {max(nnodes, len(names))} (nNodes or host names): "
+                "pods with their own host names, or NCCL_HOSTID, make one machine several nodes to NCCL"
+            )
         elif given > 1 and report.processes and max(nnodes, len(names)) < given:
-            notes.append(f"the caller said {given} hosts, but the logs show {max(nnodes, len(names), 1)}: "
-                         "are the other nodes' logs missing?")
+            notes.append(
+                f"the caller said {given} hosts, but the logs show {max(nnodes, len(names), 1)}: "
+                "are the other nodes' logs missing?"
+            )
     if unproven:
-        notes.append(f"{len(unproven)} processes span nodes without a transport line ({', '.join(r.evidence.key for r in unproven[:4])})")
+        notes.append(
+            f"{len(unproven)} processes span nodes without a transport line ({', '.join(r.evidence.key for r in unproven[:4])})"
+        )
     if report.repeated:
-        notes.append(f"Ray folded {report.repeated} lines of other processes into '[repeated Nx across cluster]'; "
-                     "their transport equals the line shown, but their identity is lost (read the workers' own logs)")
+        notes.append(
+            f"Ray folded {report.repeated} lines of other processes into '[repeated Nx across cluster]'; "
+            "their transport equals the line shown, but their identity is lost (read the workers' own logs)"
+        )
     if report.warn_lines and not notes:
         notes.append(f"{report.warn_lines} NCCL WARN lines, first: {report.warnings[0]}")
     return tuple(notes[: MAX_NOTES + 1])
@@ -524,16 +640,34 @@ def _row_cells(r: ProcessVerdict) -> tuple[str, ...]:
     provider = ", ".join(p.providers) or "-"
     channels = ", ".join(f"{label} x{n}" for label, n in p.channels) or "-"
     shapes = ", ".join(str(s) for s in sorted(p.shapes, key=lambda s: -s.nranks)[:2]) or "-"
-    return (p.key, _ranges(p.ranks) or "-", shapes, ", ".join(p.networks) or "-", f"{plugin} / {provider}",
-            channels, r.status, r.cause or "")
+    return (
+        p.key,
+        _ranges(p.ranks) or "-",
+        shapes,
+        ", ".join(p.networks) or "-",
+        f"{plugin} / {provider}",
+        channels,
+        r.status,
+        r.cause or "",
+    )
 
 
 def _process_json(p: ProcessEvidence) -> dict[str, Any]:
     return {
-        "process": p.key, "host": p.host, "ip": p.ip, "ranks": list(p.ranks),
+        "process": p.key,
+        "host": p.host,
+        "ip": p.ip,
+        "ranks": list(p.ranks),
         "comms": [{"n_ranks": s.nranks, "n_nodes": s.nnodes, "local_ranks": s.local_ranks} for s in p.shapes],
-        "multi_node": p.multi_node, "networks": list(p.networks), "plugins": list(p.plugins),
-        "providers": list(p.providers), "ofi_version": p.ofi_version, "channels": dict(p.channels),
-        "net_transports": list(p.net_transports), "hints": list(p.hints), "info_lines": p.info_lines,
-        "warn_lines": p.warn_lines, "repeated": p.repeated,
+        "multi_node": p.multi_node,
+        "networks": list(p.networks),
+        "plugins": list(p.plugins),
+        "providers": list(p.providers),
+        "ofi_version": p.ofi_version,
+        "channels": dict(p.channels),
+        "net_transports": list(p.net_transports),
+        "hints": list(p.hints),
+        "info_lines": p.info_lines,
+        "warn_lines": p.warn_lines,
+        "repeated": p.repeated,
     }

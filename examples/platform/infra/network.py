@@ -19,7 +19,13 @@ def imported_prod_vpc(scope: Construct) -> ec2.IVpc:
 
 def platform_vpc(scope: Construct, zones: list[str]) -> ec2.Vpc:
     """A new VPC with public and private subnets in `zones` (the first one gets the GPU nodes)."""
-    return ec2.Vpc(scope, "PlatformVpc", availability_zones=zones, nat_gateways=1, subnet_configuration=[
-        ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
-        ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18),
-    ])
+    return ec2.Vpc(
+        scope,
+        "PlatformVpc",
+        availability_zones=zones,
+        nat_gateways=1,
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+            ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18),
+        ],
+    )

@@ -9,8 +9,9 @@ from torch import nn
 
 
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
-                         nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, outputs)
+    )
 
 
 @torch.no_grad()

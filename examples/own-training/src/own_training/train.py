@@ -24,8 +24,16 @@ from torch import nn
 
 from own_training.model import mlp, teacher_data
 
-DEFAULTS = {"lr": 3e-3, "epochs": 10, "hidden": 64, "batch_size": 64, "samples": 1024, "inputs": 16, "outputs": 4,
-            "checkpoint_every": 1}
+DEFAULTS = {
+    "lr": 3e-3,
+    "epochs": 10,
+    "hidden": 64,
+    "batch_size": 64,
+    "samples": 1024,
+    "inputs": 16,
+    "outputs": 4,
+    "checkpoint_every": 1,
+}
 CHECKPOINT_FILE = "state.pt"
 
 
@@ -91,7 +99,7 @@ def train_func(config: dict) -> dict:
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed + epoch))
         total = torch.zeros((), device=device)
         for begin in range(0, len(x), c["batch_size"]):
-            batch = order[begin:begin + c["batch_size"]]
+            batch = order[begin : begin + c["batch_size"]]
             loss = nn.functional.mse_loss(model(x[batch]), y[batch])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP all-reduces the gradients here
@@ -102,9 +110,15 @@ def train_func(config: dict) -> dict:
         if rank == 0:
             print(f"epoch {epoch}/{c['epochs']}  loss {epoch_loss:.4f}  ({world} workers)", flush=True)
         due = c["checkpoint_every"] > 0 and (epoch % c["checkpoint_every"] == 0 or epoch == c["epochs"])
-        state = {"model": student.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-                 "losses": losses} if due else None
+        state = (
+            {"model": student.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "losses": losses}
+            if due
+            else None
+        )
         # "step" is the x axis of `ray-efa report` and where a resumed run's history continues
-        _report({"step": epoch, "epoch": epoch, "loss": epoch_loss, "first_loss": losses[0], "world_size": world},
-                rank=rank, state=state)
+        _report(
+            {"step": epoch, "epoch": epoch, "loss": epoch_loss, "first_loss": losses[0], "world_size": world},
+            rank=rank,
+            state=state,
+        )
     return {"losses": losses}
