@@ -118,8 +118,7 @@ test-durations: install controlplane
 ## and 0 pyright errors or warnings; CI runs it before `make test`.
 lint: $(VENV)/.editable node_modules/.installed
 	$(PY) -m ruff check .
-# Ready for when the tree is formatted (one mechanical `ruff format .` commit), then a recipe line:
-#	$(PY) -m ruff format --check .
+	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) tools/module_boundaries.py
 	$(PY) tools/function_length.py

@@ -77,9 +77,9 @@ class BoundedApiClient(ApiClient):
         """Whether the server knows the Kubernetes API's discovery path /api: anything but a 404 (a 401 or 403 of an
         anonymous request included: every API server serves /api, to whom RBAC allows)."""
         try:
-            super().request(
+            super().request(  # pyright: ignore[reportAttributeAccessIssue]
                 "GET",
-                f"{self.configuration.host}/api",  # pyright: ignore[reportAttributeAccessIssue]
+                f"{self.configuration.host}/api",
                 headers={"Accept": "application/json"},
                 _request_timeout=(self.timeout_s, self.timeout_s),
             )

@@ -141,8 +141,8 @@ def with_log_tails(
                     container=failure.container,
                     tail_lines=tail_lines,
                     previous=previous,
-                    _preload_content=False,
-                )  # pyright: ignore[reportCallIssue]
+                    _preload_content=False,  # pyright: ignore[reportCallIssue]
+                )
                 text = response.data.decode("utf-8", "replace")
                 break
             except ApiException as error:

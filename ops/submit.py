@@ -408,8 +408,8 @@ def submitter_name(api_client: Any) -> str:
 
     try:
         review: Any = client.AuthenticationV1Api(api_client).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-        )  # pyright: ignore[reportArgumentType]
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}  # pyright: ignore[reportArgumentType]
+        )
     except ApiException as error:
         raise SubmitError(
             f"cannot ask the API server who these credentials are (SelfSubjectReview): {api_error(error)}"
@@ -600,8 +600,11 @@ def submitter_log(
             # The raw body: the client's own deserialization of a plain-text log gives "b'...'" (kubernetes 36). The
             # client takes _preload_content on every call (its **kwargs); the kubernetes stubs leave it out.
             whole: Any = core.read_namespaced_pod_log(
-                pod.metadata.name, namespace, container=SUBMITTER_CONTAINER, _preload_content=False
-            )  # pyright: ignore[reportCallIssue]
+                pod.metadata.name,
+                namespace,
+                container=SUBMITTER_CONTAINER,
+                _preload_content=False,  # pyright: ignore[reportCallIssue]
+            )
             return whole.data.decode("utf-8", "replace")
         response: Any = core.read_namespaced_pod_log(
             pod.metadata.name,

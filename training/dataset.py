@@ -171,7 +171,7 @@ def inspect(key: str, path: str) -> DataFiles:
         key=key,
         path=path,
         files=tuple(files),
-        format=fmt,
+        format=fmt,  # pyright: ignore[reportArgumentType]
         column=column,  # type: ignore[arg-type]
         filesystem=filesystem,
     )

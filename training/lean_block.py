@@ -132,8 +132,8 @@ class LeanDecoderLayer(nn.Module):
         super().__init__()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.self_attn: LeanAttention = LeanAttention(
-            hf_layer.self_attn,
-            num_heads=config.num_attention_heads,  # pyright: ignore[reportArgumentType]
+            hf_layer.self_attn,  # pyright: ignore[reportArgumentType]
+            num_heads=config.num_attention_heads,
             num_kv_heads=config.num_key_value_heads,
             head_dim=head_dim,
         )

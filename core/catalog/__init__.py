@@ -501,22 +501,22 @@ def describe_gpu_instance(description: Mapping[str, object], *, new_name: bool =
     gpu = known_gpu or Gpu(
         name=str(description["gpuName"]),
         memory_gib=float(description["gpuMemoryGib"]),  # type: ignore[arg-type]
-        peak_bf16_tflops=float(description["peakBf16Tflops"]),
-        device_names=(str(description["gpuName"]),),  # type: ignore[arg-type]
+        peak_bf16_tflops=float(description["peakBf16Tflops"]),  # pyright: ignore[reportArgumentType]
+        device_names=(str(description["gpuName"]),),
         memory_bandwidth_gb_s=float(description["memoryBandwidthGbS"]),  # type: ignore[arg-type]
     )
     link = description.get("gpuLinkGbS")
     gpu_link = (
         None
         if link is None
-        else RECORDED_LINKS.get(float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))
-    )  # type: ignore[arg-type]
+        else RECORDED_LINKS.get(float(link), GpuLink(name=f"described ({link} GB/s)", gb_s=float(link)))  # pyright: ignore[reportArgumentType]
+    )
     # Only what the description states; build_gpu_row gives the rest the defaults every row gets.
     row = build_gpu_row(
         name=name,
-        vcpus=int(description["vcpus"]),
+        vcpus=int(description["vcpus"]),  # pyright: ignore[reportArgumentType]
         memory_gib=int(description["memoryGib"]),  # type: ignore[call-overload]
-        usd_per_hour=float(description["usdPerHour"]),
+        usd_per_hour=float(description["usdPerHour"]),  # pyright: ignore[reportArgumentType]
         gpu=gpu,
         gpus=int(description["gpus"]),  # type: ignore[arg-type, call-overload]
         efa_interfaces=int(description["efaInterfaces"]),  # type: ignore[call-overload]

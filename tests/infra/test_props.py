@@ -409,18 +409,18 @@ def test_a_job_on_two_nodes_without_shared_storage_is_refused_as_the_cli_refuses
             r"RayEksCluster admin_principal_arns must be a list of strings, got 'arn:aws:iam::",
         ),
         (
-            lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count="2"),
-            TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+            lambda s, v, c: EfaGpuNodegroup(s, "X", cluster=c, vpc=v, node_count="2"),  # pyright: ignore[reportArgumentType]
+            TypeError,
             r"EfaGpuNodegroup node_count must be a whole number, got '2' \(str\)",
         ),
         (
-            lambda s, v, c: RayEksCluster(s, "X", vpc=v, system_node_count=1.0),
-            TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+            lambda s, v, c: RayEksCluster(s, "X", vpc=v, system_node_count=1.0),  # pyright: ignore[reportArgumentType]
+            TypeError,
             r"RayEksCluster system_node_count must be a whole number, got 1\.0 \(float\)",
         ),
         (
-            lambda s, v, c: RayTrainingJob(s, "X", cluster=c, train_config='{"lr": 1}'),
-            TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+            lambda s, v, c: RayTrainingJob(s, "X", cluster=c, train_config='{"lr": 1}'),  # pyright: ignore[reportArgumentType]
+            TypeError,
             r"RayTrainingJob train_config must be a mapping \(dict\) of your parameters, got '\{\"lr\": 1\}' \(str\)",
         ),
         (
@@ -429,8 +429,8 @@ def test_a_job_on_two_nodes_without_shared_storage_is_refused_as_the_cli_refuses
             r"RayTrainingJob train_config: must be a JSON object",
         ),
         (
-            lambda s, v, c: RayTrainingJob(s, "X", cluster=c, job_name=7),
-            TypeError,  # pyright: ignore[reportArgumentType]  (the wrong type is the test)
+            lambda s, v, c: RayTrainingJob(s, "X", cluster=c, job_name=7),  # pyright: ignore[reportArgumentType]
+            TypeError,
             r"RayTrainingJob job_name must be a string, got 7 \(int\)",
         ),
         (

@@ -57,9 +57,9 @@ def test_every_held_out_row_is_counted_once_across_the_ranks(rows, micro_batch, 
         model = _Recorder()
         result = evaluate(
             model,
-            _Split(rows),
+            _Split(rows),  # pyright: ignore[reportArgumentType]
             micro_batch=micro_batch,
-            max_batches=max_batches,  # type: ignore[arg-type]
+            max_batches=max_batches,
             device=torch.device("cpu"),
             rank=rank,
             world_size=world_size,
@@ -91,9 +91,9 @@ def test_eval_loss_is_the_mean_over_every_held_out_token(world_size, micro_batch
     for rank in range(world_size):
         result = evaluate(
             _LabelLoss(),
-            _Split(5),
+            _Split(5),  # pyright: ignore[reportArgumentType]
             micro_batch=micro_batch,
-            max_batches=0,  # type: ignore[arg-type]
+            max_batches=0,
             device=torch.device("cpu"),
             rank=rank,
             world_size=world_size,
@@ -112,9 +112,9 @@ def test_eval_loss_is_the_mean_over_every_held_out_token(world_size, micro_batch
 def test_eval_loss_and_perplexity_of_one_rank():
     result = evaluate(
         _LabelLoss(),
-        _Split(5),
+        _Split(5),  # pyright: ignore[reportArgumentType]
         micro_batch=2,
-        max_batches=0,  # type: ignore[arg-type]
+        max_batches=0,
         device=torch.device("cpu"),
         rank=0,
         world_size=1,

@@ -196,9 +196,9 @@ def test_evaluate_gives_each_familys_token_weighted_held_out_loss(family):
     # WHEN evaluate runs the split through it
     result = evaluate(
         model,
-        _HeldOutRows(rows),
+        _HeldOutRows(rows),  # pyright: ignore[reportArgumentType]
         micro_batch=2,
-        max_batches=0,  # type: ignore[arg-type]
+        max_batches=0,
         device=CPU,
         rank=0,
         world_size=1,
