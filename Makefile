@@ -77,7 +77,7 @@ check-transport: $(VENV)/.installed
 controlplane:
 	$(PYTHON) tools/controlplane/build.py
 
-## The PR tier, what to run before a commit: meant for under 10 minutes on 2 cores (docs/testing.md). make lint and the
+## The PR tier, what to run before a commit: 7.5 minutes on 2 quiet cores (docs/test-runs.md). make lint and the
 ## tests of every mark but ray, spawn, wheel and cluster (the fast ones, the synth and k8s ones) side by side (-j2:
 ## pyright is one process, pytest two workers), then one Ray smoke run: `ray-efa train --local` on a real local Ray
 ## cluster, its table and the transport gate's verdict. make test runs everything.
