@@ -206,6 +206,7 @@ class DashboardForward:
         """DashboardRefused unless the API server says this identity may create pods/portforward here. Asked first
         because a refused port-forward handshake reaches the kubernetes client (36) as an AttributeError, not a 403."""
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
         review = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
@@ -214,7 +215,12 @@ class DashboardForward:
                 )
             )
         )
-        answer: Any = client.AuthorizationV1Api(self.api_client).create_self_subject_access_review(review)
+        try:
+            answer: Any = client.AuthorizationV1Api(self.api_client).create_self_subject_access_review(review)
+        except ApiException as error:
+            raise SubmitError(
+                f"cannot ask the API server whether this identity may port-forward: {api_error(error)}"
+            ) from None
         if not answer.status.allowed:
             raise DashboardRefused(
                 f"the API server refused to port-forward to pod {self.target.namespace}/{self.target.pod_name}: "
