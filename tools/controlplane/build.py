@@ -1,6 +1,6 @@
 """Build the test control plane's binaries from Go modules at pinned versions, once per machine.
 
-    python tools/controlplane/build.py          # builds what is missing, prints where the binaries are
+    python tools/controlplane/build.py          # builds what is missing; a line a module names its cache key and folder
     python tools/controlplane/build.py --where  # prints the folder only (builds nothing)
 
 Three Go modules beside this file pin what `make test-cluster` runs (go.mod and go.sum are the pins):
@@ -19,8 +19,9 @@ clone without ../shared (tests/cluster/conftest.py).
 Each module builds into a folder of its own under the cache (`$RAY_EFA_CACHE`, else `$XDG_CACHE_HOME/ray-efa`, else
 `~/.cache/ray-efa`), named by a hash of everything that decides its binaries (the module's files and `go version`):
 a changed pin builds anew beside the old folder, an unchanged one is never rebuilt. A build goes to a temporary folder
-first and is renamed into place whole, so an interrupted build leaves nothing that looks finished. First build on 2
-cores: about 8 minutes for kube/, 4 for kuberay/, 3 for kwok/ (docs/testing.md, "The control plane"). Pure standard
+first and is renamed into place whole, so an interrupted build leaves nothing that looks finished. The first build,
+on 2 cores with an empty Go module cache, takes about 20 minutes in all (docs/testing.md, "The control plane"); each
+module prints a line naming its cache key and folder, before it builds or when it reuses the cache. Pure standard
 library, so that it runs before anything is installed.
 """
 
@@ -148,6 +149,39 @@ def module_dir(module: Module, go: str) -> Path:
     return cache_root() / f"{module.folder}-{module_key(module, go)}"
 
 
+def pins(folder: str) -> list[str]:
+    """The modules `folder`'s go.mod requires directly, as 'path version' (its indirect requirements and replacements
+    are in the cache key too, through the file's bytes)."""
+    required, in_block = [], False
+    for line in (HERE / folder / "go.mod").read_text().splitlines():
+        words = line.split()
+        if words[:2] == ["require", "("]:
+            in_block = True
+            continue
+        if in_block and words[:1] == [")"]:
+            in_block = False
+            continue
+        if words[:1] == ["require"]:
+            words = words[1:]
+        elif not in_block:
+            continue
+        if len(words) >= 2 and "indirect" not in words:
+            required.append(f"{words[0]} {words[1]}")
+    return required
+
+
+def cache_line(module: Module, go: str, target: Path, state: str) -> str:
+    """One line that names a module's cache key (what its hash covers) and where its binaries are: printed before a
+    build and when the cache is reused, so that a rebuild (or its absence) is explained by the line."""
+    go_words = go.split()
+    toolchain = " ".join(go_words[2:]) if go_words[:2] == ["go", "version"] else go
+    return (
+        f"control plane {module.folder}: cache key {module_key(module, go)} = sha256 of {', '.join(pins(module.folder))}"
+        f" (tools/controlplane/{module.folder}/go.mod, go.sum and sources), {toolchain}, flags "
+        f"{' '.join(BUILD_FLAGS)}; {state} {target}"
+    )
+
+
 def bin_dirs() -> dict[str, Path]:
     """Binary name -> the file it would be at (built or not)."""
     go = go_version()
@@ -193,6 +227,7 @@ def _copy_data(module: Module, target: Path) -> None:
 def build(module: Module, go: str) -> Path:
     target = module_dir(module, go)
     if all((target / name).is_file() for name in module.binaries):
+        print(cache_line(module, go, target, "reusing the binaries in"), flush=True)
         _copy_data(module, target)  # (a folder built before its module had data files gets them now)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +235,7 @@ def build(module: Module, go: str) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     names = ", ".join(module.binaries)
+    print(cache_line(module, go, target, "not built yet: building into"), flush=True)
     print(f"== building {names} from Go modules ({HERE / module.folder}/go.mod) into {target}", flush=True)
     started = time.monotonic()
     command = [
@@ -250,8 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     go = go_version()
     for module in MODULES:
-        folder = build(module, go)
-        print(f"control plane: {', '.join(module.binaries)} in {folder}", flush=True)
+        build(module, go)  # prints its cache line: the key, and where the binaries are
     return 0
 
 
