@@ -8,16 +8,20 @@ without it, Qwen2.5-1.5B.
 
 Each run's tokens/s per GPU is over its steps after the first (the first compiles), the harmonic mean of the steps'
 rates (equal tokens per step): the project's from its per-step progress lines, torchtitan's from its own step lines.
-A side's number is the median of its runs; the spread is min-max. MFU of the H100's 989 TFLOP/s dense bf16 peak, causal
+A side's number is the median of its runs at the rounds' shape; a project run with settings of its own (a lever,
+`project:NAME:key=value`) is in the table but in neither side. The spread is min-max. MFU of the H100's 989 TFLOP/s dense bf16 peak, causal
 convention (6N + 6 L d S, core.perf.flops_per_token_causal). Writes one JSON line per run, one per side, one for
 the ratio, one with both sides' mean loss per step (the loss curves), one per folder with its card and versions
-(gpu.txt) and one with the plan both sides ran (plan.json), and prints the table.
+(gpu.txt) and one with the plan both sides ran (plan.json), and prints the table. Each project run's row also has
+what `ray-efa plan` predicts for its memory per GPU, from the rounds' settings and the run's own, beside the
+allocator's reserved peak it recorded (issue 57: the plan within 5% of it, never under it by more).
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +38,29 @@ def _causal_flops(seq_len: int, model_config: Path | None = None) -> float:
         return perf.flops_per_token_causal(models.model_preset("qwen2.5-1.5b"), seq_len)
     preset = models.preset_from_config(model_config.parent.name, json.loads(model_config.read_text()))
     return perf.flops_per_token_causal(preset, seq_len)
+
+
+def is_lever(run: dict) -> bool:
+    """A project run with settings of its own (`project:NAME:key=value,...`): not the rounds' shape."""
+    return run["kind"] == "project" and run["spec"].count(":") >= 2
+
+
+def plan_memory_gib(plan: dict, spec: str) -> float | None:
+    """What `ray-efa plan` predicts for the memory per GPU of a project run: the settings the rounds gave every run
+    (those of plan.json not at their default) and the run's own (`project:NAME:key=value,...`)."""
+    if "settings" not in plan:  # a plan.json that `ray-efa plan --json` did not write
+        return None
+    given = {key: s["value"] for key, s in plan["settings"].items() if s["source"] != "default"}
+    own = spec.split(":", 2)[2] if spec.count(":") >= 2 else ""
+    given.update(pair.split("=", 1) for pair in own.split(",") if pair)
+    args = [arg for key, value in given.items() for arg in ("-c", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "ray_efa.cli", "plan", "--json", *args], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return None
+    memory = json.loads(done.stdout).get("memory_per_gpu") or {}
+    return memory.get("total_gib")
 
 
 def runs(raw: Path) -> list[dict]:
@@ -74,6 +101,7 @@ def runs(raw: Path) -> list[dict]:
             )
             run["peak_reserved_gib"] = summary.get("memory/peak_reserved_gib")
             run["peak_allocated_gib"] = summary.get("memory/peak_allocated_gib")
+            run["plan_memory_gib"] = plan_memory_gib(json.loads((raw / "plan.json").read_text()), spec)
         else:
             run["peak_reserved_gib"] = max((r["reserved_gib"] for r in rows), default=None)
             run["titan_own_mfu_pct"] = statistics.mean(r["own_mfu_pct"] for r in rows[1:]) if len(rows) > 1 else None
@@ -99,7 +127,7 @@ def main(argv: list[str]) -> None:
         rates = [
             r["tokens_per_s_per_gpu"]
             for r in all_runs
-            if r["kind"] == kind and r["tokens_per_s_per_gpu"] and r["steady_steps"] >= 20
+            if r["kind"] == kind and not is_lever(r) and r["tokens_per_s_per_gpu"] and r["steady_steps"] >= 20
         ]
         if rates:
             sides[kind] = {
@@ -108,7 +136,9 @@ def main(argv: list[str]) -> None:
                 "min": min(rates),
                 "max": max(rates),
                 "min_steady_steps": min(
-                    r["steady_steps"] for r in all_runs if r["kind"] == kind and r["steady_steps"] >= 20
+                    r["steady_steps"]
+                    for r in all_runs
+                    if r["kind"] == kind and not is_lever(r) and r["steady_steps"] >= 20
                 ),
                 "median_mfu_causal_pct": 100 * statistics.median(rates) * causal / PEAK_FLOPS,
             }
@@ -117,7 +147,7 @@ def main(argv: list[str]) -> None:
     for kind in ("project", "titan"):
         steps: dict[int, list[float]] = {}
         for run in all_runs:
-            if run["kind"] == kind:
+            if run["kind"] == kind and not is_lever(run):
                 for step, loss in run["losses"]:
                     steps.setdefault(step, []).append(loss)
         curves[kind] = {step: statistics.mean(v) for step, v in sorted(steps.items())}
@@ -145,17 +175,20 @@ def main(argv: list[str]) -> None:
                 + "\n"
             )
         f.write(json.dumps({"record": "plan", "deployment": plan["deployment"]}) + "\n")
-    print("| run | tokens/s per GPU | MFU causal | steady steps | peak reserved GiB | first / last loss |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| run | tokens/s per GPU | MFU causal | steady steps | peak reserved GiB | plan GiB (error) | first / last loss |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for run in all_runs:
         t = run["tokens_per_s_per_gpu"]
         losses = run["losses"]
         first_last = f"{losses[0][1]:.4f} / {losses[-1][1]:.4f}" if losses else "-"
+        label = f"{run['folder']}/{run['name']}" + (f" ({run['spec'].split(':', 2)[2]})" if is_lever(run) else "")
         print(
-            f"| {run['folder']}/{run['name']} | {t:,.0f} | {run['mfu_causal_pct']:.1f}% | {run['steady_steps']} "
-            f"| {run['peak_reserved_gib'] or 0:.1f} | {first_last} |"
+            f"| {label} | {t:,.0f} | {run['mfu_causal_pct']:.1f}% | {run['steady_steps']} "
+            f"| {run['peak_reserved_gib'] or 0:.1f} | {_plan_cell(run)} | {first_last} |"
             if t
-            else f"| {run['name']} | - |"
+            else f"| {label} | - |"
         )
     for kind, side in sides.items():
         print(
@@ -168,6 +201,13 @@ def main(argv: list[str]) -> None:
         "loss per step (mean over runs), project / torchtitan: "
         + ", ".join(f"{s}: {curves['project'][s]:.4f}/{curves['titan'][s]:.4f}" for s in both)
     )
+
+
+def _plan_cell(run: dict) -> str:
+    plan, measured = run.get("plan_memory_gib"), run.get("peak_reserved_gib")
+    if not plan or not measured:
+        return "-"
+    return f"{plan:.1f} ({100 * (plan - measured) / measured:+.1f}%)"
 
 
 def line(ratio: float | None, sides: dict, name: str = "fp8") -> str:

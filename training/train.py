@@ -269,9 +269,11 @@ def _sync_every_micro_batch(
 
 
 def _what_ran(t: TrainingSettings, model: CausalLM, strategy: str, plan: ParallelPlan) -> dict[str, Any]:
-    """What ran, for `ray-efa calibrate`: the architecture (model_type: its transformers family) among it."""
+    """What ran, for `ray-efa calibrate`: the `model` setting as given, and the architecture trained (modelPath's or
+    modelConfig's config.json where set, else that preset; model_type: its transformers family)."""
     return {
         "model": t.model,
+        "architecture": t.preset.name,
         "model_type": model.model_type,
         "micro_batch": t.micro_batch_size,
         "seq_len": t.seq_len,

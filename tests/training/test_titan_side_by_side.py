@@ -196,28 +196,40 @@ def _titan_line(step: int, tokens_per_s: int) -> str:
 
 def test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_llama_flops(tmp_path, capsys):
     # GIVEN titan_rounds.sh's raw folder where torchtitan ran out of memory at the plan's micro-batch and ran again at 8
-    # (its note in runs.txt), a project run, and a spec the budget left unrun
+    # (its note in runs.txt), a project run, a project run with a setting of its own (a lever), and a spec the budget
+    # left unrun; the plan.json `ray-efa plan --json` wrote for the rounds' settings
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "plan.json").write_text(json.dumps({"deployment": {"seq_len": 2048}}))
+    config = ROOT / "bench" / "configs" / "llama-3.2-1b-untied" / "config.json"
+    given = {"gpuInstanceType": "p5.4xlarge", "gpuNodeCount": 1, "modelConfig": str(config), "microBatch": 16}
+    settings = {key: {"value": value, "source": "context"} for key, value in given.items()}
+    settings["region"] = {"value": "us-east-2", "source": "default"}
+    (raw / "plan.json").write_text(json.dumps({"deployment": {"seq_len": 2048}, "settings": settings}))
     (raw / "runs.txt").write_text(
         "titan:t1:fp8: out of memory at micro 0 (0: the plan's); again at 8\n"
         "titan:t1-m8:fp8:8: exit 0 after 95 s\n"
-        "project:p1:compileTuning=false: exit 1 after 150 s\n"
+        "project:p1: exit 1 after 150 s\n"
+        "project:m8:microBatch=8: exit 1 after 150 s\n"
         "titan:t2:fp8: not run, 40 s left\n"
     )
     (raw / "t1.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB\n")
     (raw / "t1-m8.log").write_text("\n".join(_titan_line(step, 56_000) for step in range(1, 22)))
     (raw / "p1.log").write_text("\n".join(_project_line(step, 1.1, 59_000.0) for step in range(1, 22)))
-    config = ROOT / "bench" / "configs" / "llama-3.2-1b-untied" / "config.json"
+    (raw / "m8.log").write_text("\n".join(_project_line(step, 0.6, 50_000.0) for step in range(1, 22)))
     # WHEN the report is made with that model's config.json
     _rounds_report().main(["--model-config", str(config), str(tmp_path / "out.jsonl"), str(raw)])
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     # THEN the runs are the two that exited, under their own names and logs
-    assert [(r["kind"], r["name"], r["steady_steps"]) for r in records if r["record"] == "run"] == [
+    runs = {r["name"]: r for r in records if r["record"] == "run"}
+    assert [(r["kind"], r["name"], r["steady_steps"]) for r in runs.values()] == [
         ("titan", "t1-m8", 20),
         ("project", "p1", 20),
+        ("project", "m8", 20),
     ]
+    # each project run has the plan's memory for its own settings: half the micro-batch, less memory
+    assert 40 < runs["m8"]["plan_memory_gib"] < runs["p1"]["plan_memory_gib"] < 80
+    # the lever is in the table, not in the project's side (its median is p1's alone)
+    assert next(r for r in records if r["record"] == "side" and r["side"] == "project")["runs"] == 1
     # the FLOPs are the Llama's, causal: 6 x 1,235,814,400 matrix parameters + 6 L d S (16 x 2048 x 2048)
     ratio = next(r for r in records if r["record"] == "ratio")
     assert ratio["causal_flops_per_token"] == 6 * 1_235_814_400 + 6 * 16 * 2048 * 2048

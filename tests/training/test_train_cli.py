@@ -187,6 +187,7 @@ def test_local_run_trains_a_random_initialization_of_a_llama_config_json(tmp_pat
     assert "training summary: cli-llama" in out and "tiny model:" not in out
     (summary,) = find_summaries(out.splitlines())
     assert (summary["model_type"], summary["steps"], summary["decoder_block"]) == ("llama", 4, "lean")
+    assert summary["architecture"] == "llama"  # the config.json's, not the `model` preset's name
 
 
 def _alone_on_the_machine() -> list[str]:
