@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import cdk8s
 from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -35,7 +34,7 @@ from ray_efa.infra.workload import RayWorkload
 from ray_efa.k8s.code_bundle import collect_code, config_map_problem
 from ray_efa.k8s.disruption_budget import ray_pods_disruption_budget
 from ray_efa.k8s.names import ray_job_of, user_code_config_map_name
-from ray_efa.k8s.workload import ray_job_chart, settings_chart, shipped_settings
+from ray_efa.k8s.objects import ray_job_objects, settings_objects, shipped_settings
 
 __all__ = ["RayTrainingJob", "CODE_ASSET_EXCLUDE", "device_allocation_problems"]
 
@@ -455,7 +454,7 @@ class RayTrainingJob(Construct):
             self.manifests: list[eks.KubernetesManifest] = apply_objects(
                 self,
                 cluster,
-                settings_chart(cdk8s.App(), resolved).to_json(),
+                settings_objects(resolved),
                 after=_waits(after, None, workload, storage),
             )
             return
@@ -464,12 +463,11 @@ class RayTrainingJob(Construct):
         self.app_asset = self._app_code_asset(resolved) if reader is not None else None
         self._grant_code_read(reader)
 
-        objects = ray_job_chart(
-            cdk8s.App(),
+        objects = ray_job_objects(
             resolved,
             code_archive_uri=self.code_asset.s3_object_url if self.code_asset else None,
             app_archive_uri=self.app_asset.s3_object_url if self.app_asset else None,
-        ).to_json()
+        )
         waits = _waits(after, gpu_nodes, workload, storage)
         self.manifests = apply_objects(self, cluster, objects, after=waits)
         self.job = self.manifests[-1]

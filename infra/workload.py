@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import cdk8s
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IConstruct
 
@@ -15,7 +14,7 @@ from ray_efa.infra._settings import default
 from ray_efa.infra.manifests import apply_objects
 from ray_efa.infra.researcher_access import ResearcherAccess
 from ray_efa.k8s.admission_policy import workload_admission
-from ray_efa.k8s.namespace import WorkloadNamespace
+from ray_efa.k8s.namespace import workload_namespace
 from ray_efa.k8s.network_policy import default_deny_ingress
 
 __all__ = ["RayWorkload"]
@@ -60,10 +59,8 @@ class RayWorkload(Construct):
             raise ValueError(f"RayWorkload namespace {DNS_LABEL_MESSAGE}, got {namespace!r}")
         self.namespace_name = namespace
         self.cluster: eks.ICluster = cluster
-        chart = cdk8s.Chart(cdk8s.App(), "namespace", disable_resource_name_hashes=True)  # as k8s.workload
-        WorkloadNamespace(chart, "Namespace", name=namespace)
         self.namespace: eks.KubernetesManifest
-        (self.namespace,) = apply_objects(self, cluster, chart.to_json(), after=after)
+        (self.namespace,) = apply_objects(self, cluster, [workload_namespace(namespace)], after=after)
         self.admission_policy: list[eks.KubernetesManifest] = apply_objects(
             self, cluster, workload_admission(namespace, service_account=service_account), after=[self.namespace]
         )

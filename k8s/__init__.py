@@ -4,7 +4,8 @@ CDK stack. See k8s/README.md for the charts, their apply order and the design ch
     import cdk8s, k8s
     charts = k8s.build_workload(cdk8s.App(), settings)   # [namespace, rayjob-<network>], in apply order
 
-The chart builders load cdk8s (jsii) on first use, so `import k8s.names` stays cheap for ops/ and cli/.
+The chart builders load cdk8s (jsii) on first use, so `import k8s.names` stays cheap for ops/ and cli/. The objects
+the charts hold are plain data from k8s.objects (no cdk8s): what infra/ and `ray-efa submit` apply.
 """
 
 from __future__ import annotations

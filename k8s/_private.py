@@ -1,12 +1,10 @@
-"""Helpers shared by the constructs of this package: the ApiObject wrapper and the labels every object carries."""
+"""Helpers shared by the object builders of this package: the object every builder returns, and the labels every
+object carries. Plain data, no cdk8s: the charts (k8s.workload) wrap these objects, and nothing else does."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-import cdk8s
-from constructs import Construct
 
 PART_OF = "ray-efa-stack"
 
@@ -22,8 +20,6 @@ def labels(name: str, component: str) -> dict[str, str]:
 
 
 def api_object(
-    scope: Construct,
-    id: str,
     *,
     api_version: str,
     kind: str,
@@ -31,16 +27,14 @@ def api_object(
     namespace: str | None,
     object_labels: Mapping[str, str],
     body: Mapping[str, Any],
-) -> cdk8s.ApiObject:
-    """A cdk8s ApiObject with metadata and the top-level fields in `body` (spec, data...), which come from typed
-    builders' to_dict(); cdk8s's ApiObject props carry metadata only, so the body goes in as JSON patches."""
-    obj = cdk8s.ApiObject(
-        scope,
-        id,
-        api_version=api_version,
-        kind=kind,
-        metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace, labels=dict(object_labels)),
-    )
-    for field, value in body.items():
-        obj.add_json_patch(cdk8s.JsonPatch.add(f"/{field}", value))
-    return obj
+) -> dict[str, Any]:
+    """A Kubernetes object as the API server takes it: metadata, then the top-level fields in `body` (spec, data...),
+    which come from typed builders' to_dict().
+
+    Keys in the order cdk8s writes them (ApiObject.toJson sorts the keys of apiVersion, kind and metadata, then adds
+    the body as JSON patches, in order), so that an object applied as it is here (infra/, `ray-efa submit`) is the
+    text a chart of k8s.workload synthesizes for it."""
+    metadata: dict[str, Any] = {"labels": dict(sorted(object_labels.items())), "name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **body}

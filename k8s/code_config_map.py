@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from constructs import Construct
+from typing import Any
 
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.code_bundle import CodeBundle
@@ -11,26 +11,17 @@ from ray_efa.k8s.names import settings_config_map_name
 __all__ = ["CodeConfigMap"]
 
 
-class CodeConfigMap(Construct):
+class CodeConfigMap:
     """The ConfigMaps holding a CodeBundle (CodeBundle.config_maps): one per shipped package, the first named `name`,
     then one with settings.json alone. The pods mount them all as one projected volume (see k8s.cluster_spec).
 
     With `archive_uri` (the code zipped in S3, CodeBundle.write_tree's folder) only the settings ConfigMap is made: the
     pods' init container unpacks the zip into k8s.names.APP_CODE_PATH.
 
-    Raises ManifestError before creating anything when any of them would not fit a ConfigMap or a kubectl apply.
+    Raises ManifestError when any of them would not fit a ConfigMap or a kubectl apply.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        name: str,
-        namespace: str,
-        bundle: CodeBundle,
-        archive_uri: str | None = None,
-    ):
+    def __init__(self, *, name: str, namespace: str, bundle: CodeBundle, archive_uri: str | None = None):
         """
         :param name: the first code ConfigMap's name (k8s.names.code_config_map_name of its owner); the settings one is
             k8s.names.settings_config_map_name of it.
@@ -39,7 +30,6 @@ class CodeConfigMap(Construct):
         :param archive_uri: s3://bucket/key.zip of the bundle's code without settings.json (a token is fine).
             @default - the code ships in ConfigMaps too
         """
-        super().__init__(scope, id)
         self.archive_uri: str | None = archive_uri
         self.mounted: CodeBundle = bundle.settings_only() if archive_uri is not None else bundle
         """What the ConfigMaps hold, and the pods mount at k8s.names.CODE_MOUNT_PATH."""
@@ -49,22 +39,15 @@ class CodeConfigMap(Construct):
         self.name = name
         self.settings_name: str = settings_config_map_name(name)
         self.bundle = bundle
-        for part_name, part in parts:
-            is_settings = part_name == self.settings_name
-            suffix = part_name.removeprefix(f"{name}-")
-            # Never an integer-like id ("2"): construct children keep JavaScript object order, which puts those first.
-            construct_id = (
-                "Settings"
-                if is_settings
-                else ("Resource" if part_name == name else f"part-{suffix}" if suffix.isdigit() else suffix)
-            )
+        self.objects: list[dict[str, Any]] = [
             api_object(
-                self,
-                construct_id,
                 api_version="v1",
                 kind="ConfigMap",
                 name=part_name,
                 namespace=namespace,
-                object_labels=labels(part_name, "settings" if is_settings else "code"),
+                object_labels=labels(part_name, "settings" if part_name == self.settings_name else "code"),
                 body={"data": part.data},
             )
+            for part_name, part in parts
+        ]
+        """The v1 ConfigMaps, the settings one last."""

@@ -14,7 +14,8 @@ container's `resources.claims` are in both KubeRay CRDs (1.4.0 and 1.7.0) and ar
 
 from __future__ import annotations
 
-from constructs import Construct
+from typing import Any
+
 from kubernetes.client import (
     CoreV1ResourceClaim,
     V1DeviceClaim,
@@ -37,10 +38,10 @@ __all__ = [
     "MAX_DEVICES_PER_CLAIM",
     "PCIE_ROOT",
     "RESOURCE_API_VERSION",
-    "WorkerDeviceClaims",
     "claim_names",
     "claim_template_name",
     "worker_device_claims",
+    "worker_claim_templates",
     "claim_device_count",
     "pod_resource_claims",
     "container_claims",
@@ -156,25 +157,23 @@ def container_claims(instance: catalog.InstanceType) -> list[CoreV1ResourceClaim
     return [CoreV1ResourceClaim(name=name) for name in claim_names(instance)]
 
 
-class WorkerDeviceClaims(Construct):
-    """The ResourceClaimTemplates the GPU workers of `owner` claim their devices from (apply them before them)."""
-
-    def __init__(self, scope: Construct, id: str, *, owner: str, namespace: str, instance: catalog.InstanceType):
-        super().__init__(scope, id)
-        self.names: list[str] = [claim_template_name(owner, claim) for claim in claim_names(instance)]
-        self.name: str = self.names[0]
-        for index, (name, claim) in enumerate(zip(self.names, worker_device_claims(instance), strict=True)):
-            spec = V1ResourceClaimTemplateSpec(
-                metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
-                spec=V1ResourceClaimSpec(devices=claim),
-            )
+def worker_claim_templates(owner: str, namespace: str, instance: catalog.InstanceType) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates the GPU workers of `owner` claim their devices from, one per name of claim_names
+    (apply them before the workers)."""
+    objects = []
+    for claim, devices in zip(claim_names(instance), worker_device_claims(instance), strict=True):
+        spec = V1ResourceClaimTemplateSpec(
+            metadata=V1ObjectMeta(labels=labels(owner, "gpu-worker-devices")),
+            spec=V1ResourceClaimSpec(devices=devices),
+        )
+        objects.append(
             api_object(
-                self,
-                "Resource" if index == 0 else f"Resource{index}",
                 api_version=RESOURCE_API_VERSION,
                 kind="ResourceClaimTemplate",
-                name=name,
+                name=claim_template_name(owner, claim),
                 namespace=namespace,
                 object_labels=labels(owner, "gpu-worker-devices"),
                 body={"spec": to_json(spec)},
             )
+        )
+    return objects

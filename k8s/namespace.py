@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-from constructs import Construct
+from typing import Any
 
 from ray_efa.k8s._private import api_object, labels
 
-__all__ = ["WorkloadNamespace"]
+__all__ = ["workload_namespace"]
 
 
-class WorkloadNamespace(Construct):
-    """A Namespace. Apply it before anything that lives in it."""
-
-    def __init__(self, scope: Construct, id: str, *, name: str):
-        """
-        :param name: the namespace (settings workload.namespace).
-        """
-        super().__init__(scope, id)
-        self.name = name
-        api_object(
-            self,
-            "Resource",
-            api_version="v1",
-            kind="Namespace",
-            name=name,
-            namespace=None,
-            object_labels=labels(name, "namespace"),
-            body={},
-        )
+def workload_namespace(name: str) -> dict[str, Any]:
+    """The v1 Namespace `name` (settings workload.namespace). Apply it before anything that lives in it."""
+    return api_object(
+        api_version="v1",
+        kind="Namespace",
+        name=name,
+        namespace=None,
+        object_labels=labels(name, "namespace"),
+        body={},
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from constructs import Construct
 from kubernetes.client import (
     V1LabelSelector,
     V1NetworkPolicyIngressRule,
@@ -14,7 +13,6 @@ from kubernetes.client import (
 )
 
 from ray_efa.core.addons import KUBERAY_OPERATOR
-from ray_efa.core.settings import Settings
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.ray_types import to_json
 from ray_efa.k8s.security import (
@@ -26,7 +24,7 @@ from ray_efa.k8s.security import (
     pod_labels,
 )
 
-__all__ = ["RayNetworkPolicy", "NAMESPACE_NAME_LABEL", "DEFAULT_DENY_NAME", "default_deny_ingress"]
+__all__ = ["ray_network_policy", "NAMESPACE_NAME_LABEL", "DEFAULT_DENY_NAME", "default_deny_ingress"]
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace by its name."""
@@ -36,7 +34,7 @@ DEFAULT_DENY_NAME = "default-deny-ingress"
 
 
 def default_deny_ingress(namespace: str) -> dict[str, Any]:
-    """A NetworkPolicy that selects every pod of `namespace` and admits no ingress: a pod that no RayNetworkPolicy
+    """A NetworkPolicy that selects every pod of `namespace` and admits no ingress: a pod that no ray_network_policy
     admits anything to (one that is not a Ray pod) is reached by nobody. NetworkPolicies add up (a connection is
     admitted when any policy selecting the pod admits it), so each Ray cluster's own policy still admits what it
     lists; egress stays open (the submitter reaches the head, the pods S3, PyPI and DNS)."""
@@ -53,12 +51,14 @@ def default_deny_ingress(namespace: str) -> dict[str, Any]:
     }
 
 
-class RayNetworkPolicy(Construct):
-    """Ingress to the Ray pods (head and workers) of `owner`, a RayCluster or RayJob, and nothing else:
+def ray_network_policy(owner: str, namespace: str, *, submitter: bool) -> dict[str, Any]:
+    """The NetworkPolicy (k8s.security.network_policy_name of `owner`) admitting ingress to the Ray pods (head and
+    workers) of `owner`, a RayCluster or RayJob, and nothing else:
 
     - from the same Ray cluster's pods, every port: GCS, raylets, object managers, Ray workers and NCCL (the TCP
       run's sockets, every run's bootstrap) use ports Ray picks at run time;
-    - from the RayJob's submitter pod (`submitter`), the dashboard port: `ray job submit` and the log tail;
+    - from the RayJob's submitter pod (`submitter`: RayJobs in K8sJobMode), the dashboard port: `ray job submit` and
+      the log tail;
     - from the KubeRay operator's pod in its namespace, the dashboard port: it polls the job's status there.
 
     Egress stays open: the pods reach S3 for checkpoints, PyPI for the packages their init container installs
@@ -66,35 +66,26 @@ class RayNetworkPolicy(Construct):
     Traffic from the node itself (kubelet probes) is always allowed by the VPC CNI's policy agent; EFA's SRD traffic
     goes through the EFA device, not the pod's IP interface, and the EFA security group governs it.
     """
-
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, owner: str, submitter: bool):
-        """
-        :param owner: the RayCluster or RayJob whose pods are guarded (their app.kubernetes.io/instance label).
-        :param submitter: admit the RayJob's submitter pod to the dashboard (RayJobs in K8sJobMode).
-        """
-        super().__init__(scope, id)
-        self.name: str = network_policy_name(owner)
-        ray_pods = V1LabelSelector(match_labels=pod_labels(owner, RAY_NODE_COMPONENT))
-        dashboard = [V1NetworkPolicyPort(protocol="TCP", port=DASHBOARD_PORT)]
-        ingress = [V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=ray_pods)])]
-        if submitter:
-            submitter_pod = V1LabelSelector(match_labels=pod_labels(owner, SUBMITTER_COMPONENT))
-            ingress.append(
-                V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=submitter_pod)], ports=dashboard)
-            )
-        operator = V1NetworkPolicyPeer(
-            namespace_selector=V1LabelSelector(match_labels={NAMESPACE_NAME_LABEL: KUBERAY_OPERATOR.namespace}),
-            pod_selector=V1LabelSelector(match_labels=dict(OPERATOR_POD_LABELS)),
+    name = network_policy_name(owner)
+    ray_pods = V1LabelSelector(match_labels=pod_labels(owner, RAY_NODE_COMPONENT))
+    dashboard = [V1NetworkPolicyPort(protocol="TCP", port=DASHBOARD_PORT)]
+    ingress = [V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=ray_pods)])]
+    if submitter:
+        submitter_pod = V1LabelSelector(match_labels=pod_labels(owner, SUBMITTER_COMPONENT))
+        ingress.append(
+            V1NetworkPolicyIngressRule(_from=[V1NetworkPolicyPeer(pod_selector=submitter_pod)], ports=dashboard)
         )
-        ingress.append(V1NetworkPolicyIngressRule(_from=[operator], ports=dashboard))
-        spec = V1NetworkPolicySpec(pod_selector=ray_pods, policy_types=["Ingress"], ingress=ingress)
-        api_object(
-            self,
-            "Resource",
-            api_version="networking.k8s.io/v1",
-            kind="NetworkPolicy",
-            name=self.name,
-            namespace=settings.workload.namespace,
-            object_labels=labels(self.name, "network-policy"),
-            body={"spec": to_json(spec)},
-        )
+    operator = V1NetworkPolicyPeer(
+        namespace_selector=V1LabelSelector(match_labels={NAMESPACE_NAME_LABEL: KUBERAY_OPERATOR.namespace}),
+        pod_selector=V1LabelSelector(match_labels=dict(OPERATOR_POD_LABELS)),
+    )
+    ingress.append(V1NetworkPolicyIngressRule(_from=[operator], ports=dashboard))
+    spec = V1NetworkPolicySpec(pod_selector=ray_pods, policy_types=["Ingress"], ingress=ingress)
+    return api_object(
+        api_version="networking.k8s.io/v1",
+        kind="NetworkPolicy",
+        name=name,
+        namespace=namespace,
+        object_labels=labels(name, "network-policy"),
+        body={"spec": to_json(spec)},
+    )

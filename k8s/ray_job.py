@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import yaml
-from constructs import Construct
 
 from ray_efa.core.pod_env import job_env
 from ray_efa.core.settings import Settings
@@ -17,7 +17,7 @@ from ray_efa.k8s.ray_types import API_VERSION, RayJobSpec
 from ray_efa.k8s.user_code import UserCodeVolume
 
 __all__ = [
-    "RayJob",
+    "ray_job",
     "driver_entrypoint",
     "runtime_env_yaml",
     "pre_running_deadline",
@@ -59,60 +59,47 @@ def runtime_env_yaml(settings: Settings) -> str:
     return yaml.safe_dump({"env_vars": job_env()}, sort_keys=True)
 
 
-class RayJob(Construct):
+def ray_job(
+    settings: Settings, *, name: str, code: CodeConfigMap, user_code: UserCodeVolume | None = None
+) -> dict[str, Any]:
     """A ray.io/v1 RayJob in K8sJobMode that owns its RayCluster (same builder as the long-lived RayCluster).
 
     Why not clusterSelector (attach to the long-lived RayCluster): KubeRay ignores shutdownAfterJobFinishes for a
     selected cluster and (since kuberay PR #3653) rejects ttlSecondsAfterFinished > 0 without it, and a retry
     (backoffLimit > 0) deletes the selected cluster (ray-project/kuberay#4516). An owned cluster honours all four
     settings, carries its own network's env, and frees the GPU nodes after the TTL. See k8s/README.md.
-    """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        settings: Settings,
-        name: str,
-        code: CodeConfigMap,
-        user_code: UserCodeVolume | None = None,
-    ):
-        """
-        :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
-        :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
-        :param code: the ConfigMaps with the code (or its zip's URI) and this run's settings.json (same namespace).
-        :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
-        """
-        super().__init__(scope, id)
-        self.name: str = check_object_name(name)
-        code.bundle.require_module(DRIVER_MODULE)
-        workload = settings.workload
-        spec = RayJobSpec(
-            entrypoint=driver_entrypoint(),
-            runtime_env_yaml=runtime_env_yaml(settings),
-            ray_cluster_spec=ray_cluster_spec(
-                settings,
-                owner=name,
-                config_map=code.name,
-                bundle=code.mounted,
-                user_code=user_code,
-                app_archive_uri=code.archive_uri,
-            ),
-            submitter_pod_template=submitter_template(settings, owner=name),
-            shutdown_after_job_finishes=True,
-            ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
-            active_deadline_seconds=workload.job_active_deadline_seconds,
-            pre_running_deadline_seconds=pre_running_deadline(settings),
-            backoff_limit=workload.job_backoff_limit,
-        )
-        api_object(
-            self,
-            "Resource",
-            api_version=API_VERSION,
-            kind="RayJob",
-            name=name,
-            namespace=workload.namespace,
-            object_labels=labels(name, "rayjob"),
-            body={"spec": spec.to_dict()},
-        )
+    :param settings: the run; its `network` picks the NCCL env, its job* fields the RayJob's lifecycle.
+    :param name: the RayJob's name (a DNS-1035 label of at most 47 characters).
+    :param code: the ConfigMaps with the code (or its zip's URI) and this run's settings.json (same namespace).
+    :param user_code: codeDir on every Ray pod (k8s.user_code). @default - none
+    """
+    check_object_name(name)
+    code.bundle.require_module(DRIVER_MODULE)
+    workload = settings.workload
+    spec = RayJobSpec(
+        entrypoint=driver_entrypoint(),
+        runtime_env_yaml=runtime_env_yaml(settings),
+        ray_cluster_spec=ray_cluster_spec(
+            settings,
+            owner=name,
+            config_map=code.name,
+            bundle=code.mounted,
+            user_code=user_code,
+            app_archive_uri=code.archive_uri,
+        ),
+        submitter_pod_template=submitter_template(settings, owner=name),
+        shutdown_after_job_finishes=True,
+        ttl_seconds_after_finished=workload.job_ttl_seconds_after_finished,
+        active_deadline_seconds=workload.job_active_deadline_seconds,
+        pre_running_deadline_seconds=pre_running_deadline(settings),
+        backoff_limit=workload.job_backoff_limit,
+    )
+    return api_object(
+        api_version=API_VERSION,
+        kind="RayJob",
+        name=name,
+        namespace=workload.namespace,
+        object_labels=labels(name, "rayjob"),
+        body={"spec": spec.to_dict()},
+    )

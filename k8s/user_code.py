@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from constructs import Construct
+from typing import Any
 
 from ray_efa.k8s._private import api_object, labels
 from ray_efa.k8s.code_bundle import CodeBundle, ManifestError, collect_user_code
@@ -72,17 +71,16 @@ refuses absolute and '..' paths). A CDK asset's key is a hash of its source, not
 the Ray pods may only read the CDK assets bucket."""
 
 
-class UserCodeConfigMap(Construct):
-    """One ConfigMap holding codeDir, checked against the ConfigMap and kubectl annotation limits before anything is
-    created (ManifestError, naming the route for larger code)."""
+class UserCodeConfigMap:
+    """One ConfigMap holding codeDir, checked against the ConfigMap and kubectl annotation limits first (ManifestError,
+    naming the route for larger code)."""
 
-    def __init__(self, scope: Construct, id: str, *, name: str, namespace: str, code_dir: Path):
+    def __init__(self, *, name: str, namespace: str, code_dir: Path):
         """
         :param name: the ConfigMap's name (k8s.names.user_code_config_map_name of its owner).
         :param namespace: where the pods that mount it run.
         :param code_dir: the folder to ship (absolute).
         """
-        super().__init__(scope, id)
         try:
             bundle = collect_user_code(code_dir)
             bundle.check_fits(name)
@@ -94,9 +92,7 @@ class UserCodeConfigMap(Construct):
             ) from None
         self.name = name
         self.volume: UserCodeVolume = UserCodeVolume(config_map=name, bundle=bundle)
-        api_object(
-            self,
-            "Resource",
+        self.object: dict[str, Any] = api_object(
             api_version="v1",
             kind="ConfigMap",
             name=name,
@@ -104,3 +100,4 @@ class UserCodeConfigMap(Construct):
             object_labels=labels(name, "user-code"),
             body={"data": bundle.data},
         )
+        """The v1 ConfigMap."""

@@ -11,8 +11,9 @@
     final = follow(api_client, namespace, name, ...) # status changes, the submitter's log as it is written
     code = job_exit_code(final.status)               # the driver's exit code: 0, 1 failed, 2 refused, 3 unproven
 
-The objects are exactly those of k8s.workload.ray_job_chart, which `ray-efa manifests` writes for the same settings
-(a test compares them). Everything goes through a kubernetes ApiClient passed in: the CLI's, from the kubeconfig.
+The objects are exactly those of k8s.objects.ray_job_objects, which `ray-efa manifests` writes for the same settings
+(its chart wraps them: tests/k8s/test_charts.py compares the two). Everything goes through a kubernetes ApiClient
+passed in: the CLI's, from the kubeconfig.
 """
 
 from __future__ import annotations
@@ -132,12 +133,10 @@ def submission(
     Raises SettingsError or ManifestError as `ray-efa manifests` would (a plan that cannot fit, a trainFunction
     missing from codeDir, code too large for a ConfigMap without an archive).
     """
-    import cdk8s
-
-    from ray_efa.k8s.workload import ray_job_chart
+    from ray_efa.k8s.objects import ray_job_objects
 
     settings = settings.replace(jobName=job_name or unique_job_name(settings.workload.job_name))
-    return settings, ray_job_chart(cdk8s.App(), settings, code_archive_uri=code_archive_uri).to_json()
+    return settings, ray_job_objects(settings, code_archive_uri=code_archive_uri)
 
 
 DEPLOYED_KEYS: tuple[str, ...] = (

@@ -29,17 +29,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/examples/test_embedding.py": ("synth",),
     "tests/examples/test_own_training.py": ("spawn",),
     "tests/examples/test_platform.py": ("synth",),
-    "tests/k8s/test_code_bundle.py": ("synth",),
-    "tests/k8s/test_cuda_compat.py": ("synth",),
-    "tests/k8s/test_device_claims.py": ("synth",),
     "tests/k8s/test_manifests_cli.py": ("synth",),
-    "tests/k8s/test_packages.py": ("synth",),
-    "tests/k8s/test_raycluster.py": ("synth",),
-    "tests/k8s/test_rayjob.py": ("synth",),
-    "tests/k8s/test_security.py": ("synth",),
-    "tests/k8s/test_shared_volume.py": ("synth",),
-    "tests/k8s/test_user_code.py": ("synth",),
-    "tests/ops/test_submit.py": ("synth",),  # submit synthesizes the manifests in-process
     "tests/test_xdist_groups.py": ("spawn",),
     "tests/training/test_accumulation.py": ("spawn",),  # gloo ranks
     "tests/training/test_fp8.py": ("spawn",),
@@ -51,6 +41,25 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/core/test_context_cdk_cli.py::test_resolved_settings_and_sources_are_what_cdk_deploy_gets": ("synth",),
     "tests/core/test_settings_alone.py::test_core_settings_imports_with_pydantic_alone": ("spawn",),
     "tests/k8s/test_code_archive.py::test_the_zip_holds_what_ships_and_the_pods_unpack_the_same_tree": ("spawn",),
+    "tests/k8s/test_code_archive.py::test_the_init_container_refuses_an_archive_that_is_not_what_its_name_says": (
+        "spawn",
+    ),
+    "tests/k8s/test_code_bundle.py::test_shipped_code_imports_and_its_settings_round_trip": ("spawn",),
+    "tests/k8s/test_packages.py::test_a_package_installed_from_a_local_wheel_file_is_pinned_too": ("spawn",),
+    "tests/k8s/test_packages.py::test_a_package_that_shadows_the_standard_library_is_refused": ("spawn",),
+    "tests/k8s/test_packages.py::test_a_package_that_would_replace_an_image_package_fails_naming_the_setting": (
+        "spawn",
+    ),
+    "tests/k8s/test_packages.py::test_a_stray_test_suite_is_left_out_and_the_package_installed": ("spawn",),
+    "tests/k8s/test_packages.py::test_the_install_script_adds_only_what_the_image_lacks": ("spawn",),
+    "tests/k8s/test_rayjob.py::test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it": ("spawn",),
+    # `ray-efa manifests` in-process: write_manifests synthesizes the charts (k8s.dist)
+    "tests/k8s/test_user_code.py::test_manifests_cli_names_the_follow_line_for_the_jobs_namespace": ("synth",),
+    "tests/k8s/test_user_code.py::test_manifests_cli_ships_binary_code_as_a_zip_under_s3_storage_with_its_upload_line": (
+        "synth",
+    ),
+    "tests/k8s/test_user_code.py::test_manifests_cli_ships_the_code_and_names_the_job": ("synth",),
+    "tests/k8s/test_user_code.py::test_the_fetch_script_unpacks_a_zip_through_pyarrows_s3_filesystem": ("spawn",),
     "tests/k8s/test_package.py::test_names_import_without_cdk8s": ("spawn",),
     "tests/examples/test_one_truth.py::test_the_smallest_embedding_type_checks_in_strict_mode": ("spawn",),  # pyright
     "tests/test_docs_site.py::test_the_strict_build_fails_on_what_would_break_a_reader": ("spawn",),  # mkdocs
@@ -68,9 +77,7 @@ MARKS: dict[str, tuple[str, ...]] = {
 """Marks given here rather than in the test files, by module path or node id (without [...]: every case)."""
 
 FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
-    "synth": ("synth",),
-    "default_synth": ("synth",),
-    "synthesized": ("synth",),  # the k8s and infra session synths
+    "synthesized": ("synth",),  # the infra session synths (tests/infra marks all its tests synth anyway)
     "gloo_results": ("spawn",),  # tests/training/test_preflight.py's two gloo ranks
     "site": ("spawn",),  # tests/test_docs_site.py's mkdocs build
 }

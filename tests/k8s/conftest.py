@@ -1,4 +1,7 @@
-"""Fixtures of the k8s tests: the charts synthesized once per session per settings, with lookups into them."""
+"""Fixtures of the k8s tests: the charts' objects, built once per session per settings, with lookups into them.
+
+The objects come from the pure builders (k8s.objects.manifest_objects), not a cdk8s synth: no jsii, so these tests run
+in `make test-fast`. tests/k8s/test_charts.py (marked synth) proves a cdk8s synth of the charts is these objects."""
 
 from __future__ import annotations
 
@@ -7,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cdk8s
 import pytest
 
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.names import CODE_MOUNT_PATH
-from ray_efa.k8s.workload import build_manifests
+from ray_efa.k8s.objects import manifest_objects
 from tests.settings_cache import per_settings
 
 INSTANCE_TYPES = ("g6.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")
@@ -30,7 +32,8 @@ BASE = Settings().replace(
 
 @dataclass(frozen=True)
 class Synth:
-    """The manifests of build_manifests for one Settings, by chart id (namespace, raycluster, rayjob-efa, rayjob-tcp)."""
+    """The objects of every chart of build_manifests for one Settings, by chart id (namespace, raycluster, rayjob-efa,
+    rayjob-tcp): k8s.objects.manifest_objects, which the charts wrap."""
 
     settings: Settings
     charts: dict[str, list[dict[str, Any]]]
@@ -70,9 +73,8 @@ class Synth:
 
 @per_settings
 def synthesize(settings: Settings) -> Synth:
-    """Synthesize every chart for `settings`, once per process (xdist workers each keep their own cache)."""
-    charts = build_manifests(cdk8s.App(), settings)
-    return Synth(settings=settings, charts={chart.node.id: chart.to_json() for chart in charts})
+    """The objects of every chart for `settings`, once per process (xdist workers each keep their own cache)."""
+    return Synth(settings=settings, charts=manifest_objects(settings))
 
 
 @pytest.fixture(scope="session", params=INSTANCE_TYPES)

@@ -19,12 +19,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-import cdk8s
 import pytest
 
 from tests.k8s.conftest import BASE, synthesize
-
-pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
 
 SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
 PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
@@ -37,9 +34,9 @@ USER_CODE = BASE.replace(
 
 
 def _job_with_code_archive() -> list[dict[str, Any]]:
-    from ray_efa.k8s.workload import ray_job_chart
+    from ray_efa.k8s.objects import ray_job_objects
 
-    return ray_job_chart(cdk8s.App(), USER_CODE, code_archive_uri="s3://research-checkpoints/runs/code/x.zip").to_json()
+    return ray_job_objects(USER_CODE, code_archive_uri="s3://research-checkpoints/runs/code/x.zip")
 
 
 def _templates(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import subprocess
 
-import cdk8s
 import pytest
 
 from ray_efa.core.settings import Settings
 from ray_efa.k8s.cuda_compat import cuda_compat_setup
-from ray_efa.k8s.workload import ray_job_chart
+from ray_efa.k8s.objects import ray_job_objects
 
 IMAGE_DRIVER = "580.95.05"  # what the CUDA 13.0 compat package's libcuda.so.1 points at
 
@@ -72,7 +71,7 @@ def test_an_image_without_compat_libraries_starts_ray_unchanged(tmp_path):
 
 
 def test_the_gpu_workers_run_it_before_ray_start_and_keep_kuberays_command():
-    job = ray_job_chart(cdk8s.App(), Settings()).to_json()[-1]
+    job = ray_job_objects(Settings())[-1]
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     # args only: KubeRay keeps them in front of its generated `ray start`; a command or "ray start" in them would
     # make KubeRay leave the command alone

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import cdk8s
 import pytest
 
 from ray_efa.core import catalog
@@ -20,7 +19,7 @@ from ray_efa.k8s.device_claims import (
     claim_device_count,
     worker_device_claims,
 )
-from ray_efa.k8s.workload import build_manifests, ray_job_chart
+from ray_efa.k8s.objects import manifest_objects, ray_job_objects
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
 # instance -> (GPUs, EFA interfaces per GPU when they pair up, else None)
@@ -34,7 +33,7 @@ PAIRING = {
 
 
 def job_objects(**context) -> list[dict]:
-    return ray_job_chart(cdk8s.App(), Settings.from_context({"deviceAllocation": "dra", **context})).to_json()
+    return ray_job_objects(Settings.from_context({"deviceAllocation": "dra", **context}))
 
 
 def worker_spec(job: dict) -> dict:
@@ -114,13 +113,13 @@ def test_the_workers_claim_it_and_ask_for_no_extended_resources_valid_for_both_c
 
 
 def test_the_long_lived_raycluster_gets_its_own_template():
-    charts = build_manifests(cdk8s.App(), Settings.from_context({"deviceAllocation": "dra"}))
-    templates = [o["metadata"]["name"] for c in charts for o in c.to_json() if o["kind"] == "ResourceClaimTemplate"]
+    charts = manifest_objects(Settings.from_context({"deviceAllocation": "dra"}))
+    templates = [o["metadata"]["name"] for c in charts.values() for o in c if o["kind"] == "ResourceClaimTemplate"]
     assert templates == ["ray-efa-gpus-efa", "train-efa-gpus-efa", "train-tcp-gpus-efa"]  # one per Ray object
 
 
 def test_device_plugins_stay_the_default_with_extended_resources_and_no_claims():
-    objects = ray_job_chart(cdk8s.App(), Settings()).to_json()
+    objects = ray_job_objects(Settings())
     assert "ResourceClaimTemplate" not in [o["kind"] for o in objects]
     spec = worker_spec(objects[-1])
     assert "resourceClaims" not in spec

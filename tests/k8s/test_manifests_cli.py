@@ -11,8 +11,9 @@ import yaml
 from ray_efa.cli import manifests
 from ray_efa.core.output_dir import RECORD_NAME
 from ray_efa.core.settings import Settings
-from ray_efa.k8s import code_bundle, workload
+from ray_efa.k8s import code_bundle, objects
 from ray_efa.k8s.code_bundle import collect_code
+from ray_efa.k8s.objects import ray_job_objects
 
 EXPECTED_FILES = ["0000-namespace.yaml", "0001-raycluster.yaml", "0002-rayjob-efa.yaml", "0003-rayjob-tcp.yaml"]
 
@@ -106,16 +107,15 @@ def test_a_plan_that_cannot_fit_exits_2_naming_the_setting_and_writes_nothing(tm
     assert [p.name for p in out.iterdir()] == ["keep.yaml"]
 
 
-def test_the_rayjob_chart_itself_refuses_a_plan_that_cannot_fit():
+def test_the_rayjob_objects_themselves_refuse_a_plan_that_cannot_fit():
     # GIVEN settings whose plan does not fit (one node of four L4s, the 1.5B model with 32 x 8192 tokens per GPU: no auto lever fits it)
-    import cdk8s
-
     from ray_efa.core.settings import Settings, SettingsError
 
     settings = Settings.from_context({"gpuNodeCount": 1, "microBatch": 32, "seqLen": 8192})
-    # WHEN any caller builds the RayJob chart (the CDK stack does, through infra.workload) THEN it is refused
+    # WHEN any caller builds the RayJob's objects (the CDK stack does, through infra.training_job; the charts and
+    # `ray-efa submit` too) THEN it is refused
     with pytest.raises(SettingsError, match="microBatch: the training plan needs"):
-        workload.ray_job_chart(cdk8s.App(), settings)
+        ray_job_objects(settings)
 
 
 def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypatch, capsys):
@@ -124,7 +124,7 @@ def test_failed_synthesis_exits_1_and_leaves_the_output_alone(tmp_path, monkeypa
     before = _earlier_run(out)
     capsys.readouterr()
     big = code_bundle.CodeBundle(files=(code_bundle.ShippedFile(path="core/big.py", text="#" * (1 << 20)),))
-    monkeypatch.setattr(workload, "collect_code", lambda settings: big)
+    monkeypatch.setattr(objects, "collect_code", lambda settings: big)
     # WHEN the manifests are written THEN the error is named, nothing is half-written, no staging dir is left
     assert _run("--out", str(out)) == 1
     assert "over the Kubernetes limit of 1,048,576 bytes" in capsys.readouterr().err

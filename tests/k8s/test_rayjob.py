@@ -8,7 +8,6 @@ import shlex
 import subprocess
 import sys
 
-import cdk8s
 import pytest
 import yaml
 
@@ -18,7 +17,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.core.strategy import resolve
 from ray_efa.k8s.code_bundle import collect_code
 from ray_efa.k8s.names import CODE_MOUNT_PATH, check_object_name
-from ray_efa.k8s.workload import build_workload
+from ray_efa.k8s.objects import workload_objects
 from tests.k8s.conftest import (
     BASE,
     NOT_NETWORK_ENV,
@@ -275,23 +274,22 @@ def test_a_tcp_run_gets_an_efa_comparison():
 
 
 @pytest.mark.parametrize("network", ["efa", "tcp"])
-def test_build_workload_is_the_namespace_then_the_job_of_the_network(network):
+def test_the_workload_is_the_namespace_then_the_job_of_the_network(network):
     # GIVEN settings for a run on `network`
     settings = BASE.replace(network=network)
-    # WHEN the CDK stack's charts are built
-    charts = build_workload(cdk8s.App(), settings)
+    # WHEN the objects of the CDK stack's charts are built (build_workload wraps them: tests/k8s/test_charts.py)
+    charts = workload_objects(settings)
     # THEN they are the namespace, then that network's RayJob with its NetworkPolicy and ConfigMap first, and no
     # standing RayCluster
-    assert [c.node.id for c in charts] == ["namespace", f"rayjob-{network}"]
+    assert list(charts) == ["namespace", f"rayjob-{network}"]
     config_maps = [("ConfigMap", name) for name, _ in collect_code(settings).config_maps(f"train-{network}-code")]
     assert (
         config_maps[0] == ("ConfigMap", f"train-{network}-code") and config_maps[-1][1] == f"train-{network}-settings"
     )
-    assert [[(o["kind"], o["metadata"]["name"]) for o in c.to_json()] for c in charts] == [
+    assert [[(o["kind"], o["metadata"]["name"]) for o in objects] for objects in charts.values()] == [
         [("Namespace", "ray")],
         [("NetworkPolicy", f"train-{network}-ray-ingress"), *config_maps, ("RayJob", f"train-{network}")],
     ]
-    assert charts[0] in charts[1].node.dependencies
 
 
 def test_a_failing_driver_fails_the_entrypoint_as_the_head_runs_it(default_synth, tmp_path):

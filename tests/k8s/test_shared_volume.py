@@ -4,12 +4,11 @@ local path no pod can read."""
 
 from __future__ import annotations
 
-import cdk8s
 import pytest
 
 from ray_efa.core.settings import SettingsError
 from ray_efa.k8s.cluster_spec import MODEL_CACHE_PATH
-from ray_efa.k8s.workload import ray_job_chart
+from ray_efa.k8s.objects import ray_job_objects
 from tests.k8s.conftest import BASE, env, synthesize, volume_at
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
@@ -61,6 +60,6 @@ def test_no_claim_no_shared_volume(default_synth):
 )
 def test_synth_refuses_a_path_no_pod_can_read(change, key):
     with pytest.raises(SettingsError) as error:
-        ray_job_chart(cdk8s.App(), FSX.replace(**change))
+        ray_job_objects(FSX.replace(**change))
     assert key in [p.key for p in error.value.problems]
     assert "no pod can read" in str(error.value)

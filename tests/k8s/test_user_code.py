@@ -8,15 +8,14 @@ import json
 import zipfile
 from pathlib import Path
 
-import cdk8s
 import pytest
 
 from ray_efa.core.settings import KUBERAY_VERSIONS, Settings, SettingsError
 from ray_efa.k8s.code_bundle import LAST_APPLIED_MAX_BYTES, ManifestError
 from ray_efa.k8s.names import CODE_MOUNT_PATH, USER_CODE_PATH, ray_job_name
+from ray_efa.k8s.objects import manifest_objects, ray_job_objects
 from ray_efa.k8s.pip_packages import PACKAGES_SITE_PATH
 from ray_efa.k8s.user_code import FETCH_SCRIPT
-from ray_efa.k8s.workload import build_manifests, ray_job_chart
 from tests.k8s.conftest import BASE, container, env, fetch_like_the_pods, volume_at
 from tests.k8s.schemas import crd_errors, k8s_validate, pod_template_object
 
@@ -32,7 +31,7 @@ OWN = BASE.replace(
 
 
 def _charts(settings: Settings) -> dict[str, list[dict]]:
-    return {chart.node.id: chart.to_json() for chart in build_manifests(cdk8s.App(), settings)}
+    return manifest_objects(settings)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +119,7 @@ def test_own_training_manifests_validate_against_the_crds(kuberay_version):
 def test_a_zip_in_s3_is_fetched_by_an_init_container_into_the_same_path():
     # GIVEN the code as an archive (what RayTrainingJob's S3 asset gives)
     uri = "s3://cdk-assets-bucket/0123abcd.zip"
-    job = next(o for o in ray_job_chart(cdk8s.App(), OWN, code_archive_uri=uri).to_json() if o["kind"] == "RayJob")
+    job = next(o for o in ray_job_objects(OWN, code_archive_uri=uri) if o["kind"] == "RayJob")
     # THEN no code ConfigMap is needed, and each pod unpacks the zip into an emptyDir at USER_CODE_PATH first
     for where, template in _pods(job):
         (init,) = [c for c in template["spec"]["initContainers"] if c["name"] == "fetch-code"]
