@@ -1,11 +1,11 @@
 """The manifests against both KubeRay schemas, on the real API server: the operator's own (v1.5.0, the CRDs of its Go
-module, which the control plane serves in a clone alone) and the deployed chart's (1.7.0, from ../shared).
+module, which the control plane serves in a clone alone) and the deployed chart's (1.7.0, from ../shared; in a clone
+alone its stand-in, the operator's own with the 1.7.0 fields the manifests use as recorded: tests/k8s/schemas.py).
 
 The stack deploys kuberay-operator 1.7.0 by default; the Go module proxy serves ray-operator v1.4.0 and v1.5.0 only,
 so the operator binary of the control plane is v1.5.0 (docs/testing.md, "The control plane"). The difference is
 stated here as a test: a server-side dry run with fieldValidation=Strict (what `ray-efa submit` and kubectl send)
-of each Ray object the default synth makes, first against the operator's CRDs, then, where ../shared has them,
-against the deployed version's. The 1.5.0 schema refuses exactly the fields that came after it (authOptions: token
+of each Ray object the default synth makes, first against the operator's CRDs, then against the deployed version's. The 1.5.0 schema refuses exactly the fields that came after it (authOptions: token
 auth, 1.5.1; preRunningDeadlineSeconds, 1.7.0) and nothing else; 1.7.0's accepts everything; the kuberayVersion 1.4.0
 synth (no authOptions, no deadline) is accepted by the operator's own schema.
 """
@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import DEPLOYED_KUBERAY, ensure_built, running_plane, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.k8s.conftest import BASE, synthesize
-from tests.shared_reference import shared_path
+from tests.k8s.schemas import crd_folder
 from tools.controlplane import build
 
 pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
@@ -106,7 +106,7 @@ def test_the_operators_own_schema_lacks_exactly_the_fields_after_it(control_plan
 
 
 def test_the_deployed_versions_schema_takes_the_manifests_whole(control_plane: ControlPlane, api: ApiClient):
-    crds = shared_path("kuberay-crds", f"v{DEPLOYED_KUBERAY}")
+    crds = crd_folder(DEPLOYED_KUBERAY)  # (in a clone alone: the operator's own with the recorded 1.7.0 fields)
     _serve(control_plane, sorted(crds.glob("ray.io_*.yaml")))
     refused = _answer(api, _ray_objects(), set())
     assert refused == {"RayCluster ray-efa": set(), "RayJob train-efa": set(), "RayJob train-tcp": set()}

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 
 from ray_efa.core import addons, catalog, node_pods
 from ray_efa.core.problems import SettingsError
 from ray_efa.core.settings import Settings
-from tests.shared_reference import shared_path
+from tests.shared_reference import chart_values
 
 
 def _requests(pods: tuple[node_pods.NodePod, ...]) -> dict[str, tuple[int, int]]:
@@ -58,13 +57,12 @@ def test_the_submitters_requests_are_the_pods():
 
 
 def test_the_chart_requests_are_the_pinned_charts_values():
-    values = shared_path("helm-values")
-    efa = yaml.safe_load((values / "aws-efa-k8s-device-plugin-v0.5.30" / "values.yaml").read_text())
+    efa = chart_values("aws-efa-k8s-device-plugin-v0.5.30")
     assert efa["resources"]["requests"] == {"cpu": "10m", "memory": "20Mi"}
-    nvidia = yaml.safe_load((values / "nvidia-device-plugin-0.20.0" / "values.yaml").read_text())
+    nvidia = chart_values("nvidia-device-plugin-0.20.0")
     assert nvidia["resources"] == {}
     for version in ("1.4.0", "1.7.0"):
-        operator = yaml.safe_load((values / f"kuberay-operator-{version}" / "values.yaml").read_text())
+        operator = chart_values(f"kuberay-operator-{version}")
         # limits only: Kubernetes defaults the requests to them
         assert operator["resources"] == {"limits": {"cpu": "100m", "memory": "512Mi"}}, version
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
-import yaml
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
 
 from ray_efa.infra.device_plugins import device_plugin_values
 from ray_efa.infra.kuberay import kuberay_values
-from tests.shared_reference import shared_path
+from tests.shared_reference import chart_values, recorded_charts, reference_path
 
 # -- cdk-nag ----------------------------------------------------------------------------------------------------
 
@@ -106,7 +105,7 @@ def test_cfn_lint_catches_an_error(tmp_path):
 
 
 def chart_keys(folder: str) -> set[str]:
-    return set(yaml.safe_load(shared_path("helm-values", folder, "values.yaml").read_text()))
+    return set(chart_values(folder))
 
 
 @pytest.mark.parametrize("folder", ["nvidia-device-plugin-0.20.0", "aws-efa-k8s-device-plugin-v0.5.30"])
@@ -117,14 +116,15 @@ def test_device_plugin_values_are_keys_of_the_chart(folder):
 def test_kuberay_values_are_keys_of_the_chart():
     # 1.7.0 declares nodeSelector; 1.4.0's template reads it without declaring it (PROVENANCE.md)
     assert set(kuberay_values()) <= chart_keys("kuberay-operator-1.7.0")
-    template_keys = shared_path("helm-values", "PROVENANCE.md").read_text()
-    assert "`.Values.nodeSelector`" in template_keys
+    assert "nodeSelector" in recorded_charts()["kuberay-operator-1.4.0"]["template_reads"]
+    provenance = reference_path("helm-values", "PROVENANCE.md")
+    assert provenance is None or "`.Values.nodeSelector`" in provenance.read_text()
 
 
 def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
     from ray_efa.core import catalog
 
-    values = yaml.safe_load(shared_path("helm-values", "aws-efa-k8s-device-plugin-v0.5.30", "values.yaml").read_text())
+    values = chart_values("aws-efa-k8s-device-plugin-v0.5.30")
     allowlist = set(values["supportedInstanceLabels"]["values"])
     recorded = catalog.EFA_DEVICE_PLUGIN_ALLOWLISTS["v0.5.30"]
     efa_gpu_types = {name for name, row in catalog.GPU_INSTANCES.items() if row.efa_capable}
@@ -136,7 +136,7 @@ def test_efa_chart_allowlist_holds_every_efa_gpu_type_the_catalog_records():
 def test_nvidia_default_affinity_matches_gpu_node_label():
     from ray_efa.core.scheduling import GPU_NODE_LABELS
 
-    values = yaml.safe_load(shared_path("helm-values", "nvidia-device-plugin-0.20.0", "values.yaml").read_text())
+    values = chart_values("nvidia-device-plugin-0.20.0")
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     wanted = [{"key": k, "operator": "In", "values": [v]} for k, v in GPU_NODE_LABELS.items()]
     assert any(term["matchExpressions"][0] in wanted for term in terms)

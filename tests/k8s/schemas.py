@@ -1,15 +1,20 @@
 """Strict validators for the k8s tests: KubeRay CRD schemas with unknown fields rejected, and kubernetes-validate.
 
-The CRDs are read from ../shared/kuberay-crds/<version>/ (never copied into this repository; without it the tests
-that need them skip, tests/shared_reference.py). CRD schemas accept
+The CRDs are read from ../shared/kuberay-crds/<version>/ where it is there (never copied into this repository; CI has
+it, and there a missing file fails the test: tests/shared_reference.py); in a clone alone, from the Go module cache
+(crd_folder says which). CRD schemas accept
 unknown fields unless told otherwise, so `strict()` adds additionalProperties: false wherever a schema object lists
 properties and does not say x-kubernetes-preserve-unknown-fields, which is how the API server prunes them.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
+import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from tests.shared_reference import shared_path
+from tests.shared_reference import HOW_TO_GET, reference_path
+from tools.controlplane import build
 
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 
@@ -44,9 +50,45 @@ def strict(schema: Any) -> Any:
     return schema
 
 
+RECORDED_FIELDS = Path(__file__).parents[1] / "recorded" / "kuberay-1.7.0-fields.json"
+"""The fields of the 1.7.0 CRDs that the manifests use and the operator's own (1.5.0) lack, as published."""
+
+
+def crd_folder(kuberay_version: str) -> Path:
+    """A folder with the RayCluster and RayJob CRDs of KubeRay `kuberay_version`: ../shared/kuberay-crds/v<version>/
+    where ../shared has it (CI: a missing one fails the test); else, in a clone alone, the published files from the
+    Go module cache (v1.4.0 and the operator's v1.5.0: tools/controlplane/build.py published_crds); for 1.7.0, which
+    the Go module proxy does not serve, the operator's own with the recorded fields added (RECORDED_FIELDS)."""
+    shared = reference_path("kuberay-crds", f"v{kuberay_version}")
+    return shared if shared is not None else _clone_alone_crds(kuberay_version)
+
+
+@functools.cache
+def _clone_alone_crds(kuberay_version: str) -> Path:
+    """The CRDs of crd_folder in a clone alone, written to a temporary folder of this process (removed at its exit)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"ray-efa-kuberay-crds-v{kuberay_version}-"))
+    atexit.register(shutil.rmtree, folder, True)
+    published = build.published_crds(kuberay_version)
+    recorded = json.loads(RECORDED_FIELDS.read_text())
+    if not published and recorded["version"] != kuberay_version:
+        raise LookupError(f"no CRDs of KubeRay {kuberay_version} here: {HOW_TO_GET['kuberay-crds']}")
+    for path in published or build.published_crds(recorded["base"]):
+        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        if not published:
+            (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+            for dotted, field in recorded["fields"][path.name].items():
+                *parents, name = dotted.split(".")
+                node = version["schema"]["openAPIV3Schema"]
+                for parent in parents:
+                    node = node["properties"][parent]
+                node["properties"][name] = field
+        (folder / path.name).write_text(json.dumps(crd))  # (JSON is YAML)
+    return folder
+
+
 def crd_file(kuberay_version: str, name: str) -> Path:
-    """One published CRD file (ray.io_rayclusters.yaml or ray.io_rayjobs.yaml); the test skips without ../shared."""
-    return shared_path("kuberay-crds", f"v{kuberay_version}", name)
+    """One CRD file (ray.io_rayclusters.yaml or ray.io_rayjobs.yaml) of crd_folder."""
+    return crd_folder(kuberay_version) / name
 
 
 @functools.cache

@@ -91,10 +91,10 @@ def test_a_pre_running_deadline_that_is_not_a_positive_int32_is_refused_naming_t
 
 def test_the_crds_say_which_kuberay_has_the_pre_running_deadline():
     from ray_efa.k8s.ray_job import PRE_RUNNING_DEADLINE_MIN_KUBERAY  # noqa: PLC0415
-    from tests.shared_reference import shared_path  # noqa: PLC0415
+    from tests.k8s.schemas import crd_file  # noqa: PLC0415
 
     def fields(version: str) -> dict:
-        crd = yaml.safe_load(shared_path("kuberay-crds", f"v{version}", "ray.io_rayjobs.yaml").read_text())
+        crd = yaml.safe_load(crd_file(version, "ray.io_rayjobs.yaml").read_text())
         return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
 
     assert fields("1.7.0")["preRunningDeadlineSeconds"] == {"format": "int32", "minimum": 1, "type": "integer"}

@@ -104,17 +104,17 @@ def required_version(folder: str, module_path: str) -> str:
 
 
 def module_source(folder: str, module_path: str) -> Path:
-    """The folder of `module_path`'s source in the Go module cache, at the version `folder`'s go.mod pins (the module
-    is there once build() has run): its own data files (CRDs, KWOK's stages) come from the pinned release."""
-    out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", module_path],
-        cwd=HERE / folder,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=readonly"},
-    ).stdout.strip()
-    return Path(out)
+    """The folder of `module_path`'s source in the Go module cache, at the version `folder`'s go.mod pins (downloaded
+    where it is not there yet, checked against go.sum): its own data files (CRDs, KWOK's stages) come from the pinned
+    release."""
+    go_version()  # (says what to install where there is no go)
+    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
+    where = ["go", "list", "-m", "-f", "{{.Dir}}", module_path]
+    out = subprocess.run(where, cwd=HERE / folder, check=True, capture_output=True, text=True, env=env).stdout.strip()
+    if not out:  # go list names no folder for a module it has not downloaded
+        subprocess.run(["go", "mod", "download", module_path], cwd=HERE / folder, check=True, env=env)
+        out = subprocess.run(where, cwd=HERE / folder, check=True, capture_output=True, text=True, env=env).stdout
+    return Path(out.strip())
 
 
 def cache_root() -> Path:
@@ -196,6 +196,21 @@ def operator_crds() -> list[Path]:
     """The CRDs of the operator binary (ray-operator's config/crd/bases at the version kuberay/go.mod pins), as the
     build copied them into the cache beside it; empty before the build."""
     return sorted((module_dir(_module("kuberay"), go_version()) / "crds").glob("ray.io_*.yaml"))
+
+
+CRD_PINS = ("kuberay", "kuberay-1.4.0")
+"""The folders whose go.mod pins a version of ray-operator whose published CRDs (its config/crd/bases) the tests read:
+the operator's own, and v1.4.0 (kuberay-1.4.0/ builds nothing). The Go module proxy serves no other version."""
+
+
+def published_crds(version: str) -> list[Path]:
+    """ray-operator's RayCluster and RayJob CRDs as published at v<version>, read from the Go module cache (downloaded
+    where missing): for each version a folder of CRD_PINS pins; [] for another."""
+    for folder in CRD_PINS:
+        if required_version(folder, OPERATOR) == f"v{version}":
+            bases = module_source(folder, OPERATOR) / "config" / "crd" / "bases"
+            return [bases / name for name in ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml")]
+    return []
 
 
 def operator_version() -> str:
