@@ -31,7 +31,9 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           one layer is recomputed at a time in backward.
                with selective (per-op) checkpointing: T * (L * s + a + 10d), s = 2d + 2 (saved linears' outputs) +
                           2 q: each layer keeps its input, the outputs of every other matrix product (torchtitan's
-                          op policy, ModelPreset.selective_linears) and the attention output.
+                          op policy, ModelPreset.selective_linears) and the attention output. Compiled:
+                          T * (L * s' + 10d), s' without the output no backward reads (down_proj's, pre-norm families) and
+                          no recomputed layer on top (SELECTIVE_COMPILED_RECOMPUTE).
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
@@ -39,7 +41,7 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 for each token beyond 1024, measured) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states).
-- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (16% with
+- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (9% with
                gradAccumulation > 1 on one GPU: FRAGMENTATION_ACCUMULATING): the caching allocator's reserved peak over its
                allocated one (rounding, fragmentation), as measured.
 
@@ -67,6 +69,7 @@ __all__ = [
     "OVERHEAD_FIXED_GIB",
     "FRAGMENTATION",
     "COMPILED_ACTIVATIONS",
+    "SELECTIVE_COMPILED_RECOMPUTE",
     "ACCUMULATION_GRADIENT_COPIES",
     "FP8_ACTIVATIONS",
     "SUGGESTED_LOSS_CHUNK",
@@ -82,14 +85,16 @@ OVERHEAD_FIXED_GIB = 1.5
 FRAGMENTATION = 0.05
 """Headroom over the parts without accumulation: measured peak reserved memory was at most 0.986 of them (one H200,
 expandable segments, bench/calibrate.py)."""
-FRAGMENTATION_ACCUMULATING = 0.16
+FRAGMENTATION_ACCUMULATING = 0.09
 """Headroom over the parts with gradAccumulation > 1 on one GPU (on more, ACCUMULATION_GRADIENT_COPIES, fitted to
-2 x H200 reserved memory, covers it): what the caching allocator reserves beyond the allocated peak
-when micro-batches' activations come and go beside gradients held across them (its rounding and fragmentation, as
-measured). The default job reserved 78.5 GiB (72.1 allocated) on an H200 capped at 79.1 GiB as the p5.4xlarge row
-(16 x 2048 x 16) against 67.8 GiB of planned parts, and 39.2 on the g6e.8xlarge row (2 x 2048 x 128) against 34.4
-(issue 48): 0.156 and 0.134 over the parts, with the 1.3 GiB outside the allocator; 0.16 covers both, so a plan that
-fits keeps real headroom."""
+2 x H200 reserved memory, covers it): what the caching allocator reserves beyond the allocated peak when
+micro-batches' activations come and go beside gradients held across them (its rounding and fragmentation). Fitted
+with FP8_ACTIVATIONS on the five runs of the current train path on one H100 (2026-12-07, bench/results/
+2026-12-07-h100x1-llama3-side-by-side.jsonl and -qwen-side-by-side.jsonl; docs/plan-evidence.md, "The memory plan
+against the measured reserved peak"), whose reserved peaks lay 5.8 to 6.8 GiB (10-14%) over their allocated ones:
+0.09 plans each of them 1.4 to 3.8% over its reserved peak. It was 0.16, fitted (issue 48) to parts whose fp8
+activations were planned 0.66 of bf16's, which hid that share's shortfall in this headroom and over-planned bf16 by
+8%."""
 _LOSS_CHUNK_REFERENCE = 1024  # the chunk the calibrated constants were measured with
 COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
 """Bytes per logit of a compiled chunk beyond 1024 tokens (the calibrated 8 up to there, whose slack the measured
@@ -143,13 +148,27 @@ COMPILED_ACTIVATIONS = 0.68
 """Share of eager activation bytes compiled layers keep: fitted to reserved peaks of six shapes on one H200 (0.63 fits
 allocated peaks)."""
 
+SELECTIVE_COMPILED_RECOMPUTE = 0.0
+"""Bytes a token of the one layer selective checkpointing recomputes at a time in backward, over the layers' kept
+bytes, when the layers are compiled: none. A compiled checkpointed layer recomputes inside its own backward graph,
+which frees each recomputed tensor as its gradient is taken, and its peak falls after the loss's logits (planned
+apart) are freed. Measured on one H100 (2026-12-07, Llama 3.2 1B dims bf16 16 x 2048 x 2, selective, compiled):
+44.29 GiB allocated against 45.48 planned this way (the other parts' usual excess of about 1 GiB, as in the fp8 runs
+beside it) and 47.8 with a whole compiled layer's recompute added. Eager selective and full checkpointing keep it."""
 
-FP8_ACTIVATIONS = 0.66
+
+FP8_ACTIVATIONS = 0.75
 """Share of the bf16 activation bytes kept with precision fp8 and compile on and no activation checkpointing (torchao
 float8 saves the linears' inputs in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input,
-and eager fp8 peaked at 71.1 GiB reserved like bf16 at 4 x 4096 on one H200): 88.8 against 69.7 GiB reserved at
-8 x 4096 on one H200 (bench/speed.py, docs/BENCHMARKS.md) against the 62 GiB compiled activations planned there.
-Re-validated against published fp8 runs, which save next to nothing: torchtitan's Llama 3.1 8B 77.0 vs 76.8 GiB on
+and eager fp8 peaked at 71.1 GiB reserved like bf16 at 4 x 4096 on one H200). From first principles the 1-byte
+inputs of the linears (d + q + d + I bytes a token and layer of Llama's) would keep 0.81 of the compiled bf16 bytes;
+the compiled fp8 layer keeps less, its fused cast also dropping bf16 copies. Measured on one H100 (2026-12-07,
+bench/results/2026-12-07-h100x1-*-side-by-side.jsonl): Llama 3.2 1B dims fp8 at 16 and 8 x 2048 allocated 14.3 GiB
+apart, 0.752 of the bf16 bytes planned for those 16,384 tokens; Qwen2.5-1.5B 8 x 2048 x 4 allocated 8.8 GiB less in
+fp8 than in bf16, of which 0.49 is the fp8 gathered weights (docs/BENCHMARKS.md, 2026-12-06), 0.73 to 0.74 of the
+bf16 activations planned. 0.75 covers both. It was 0.66 (H200, bench/speed.py at 8 x 4096 against 62 GiB of
+compiled activations planned there), which with FRAGMENTATION_ACCUMULATING's former 0.16 over-planned bf16 by 8%.
+Published fp8 runs save next to nothing: torchtitan's Llama 3.1 8B 77.0 vs 76.8 GiB on
 8 H100s and 62.0 vs 61.8 on 128 (benchmarks/llama3_h100_202412_torchtitan.md), all with selective or full activation
 checkpointing, where a layer keeps only what checkpointing keeps (its bf16 input, or the matrix products' outputs)
 and fp8 has no linear input to shrink. So the saving applies without checkpointing only; with it, fp8 plans the
@@ -169,8 +188,11 @@ def _activation_bytes_per_token(p: ModelPreset, mode: str, compiled: bool = Fals
         per_layer *= COMPILED_ACTIVATIONS
     if mode == "none":
         return layers * per_layer + 10 * d
-    kept = 2 * d if mode == "full" else p.selective_bytes_per_token_layer()
-    return layers * kept + per_layer + 10 * d  # + the one layer recomputed at a time in backward
+    if mode == "full":
+        return layers * 2 * d + per_layer + 10 * d  # + the one layer recomputed at a time in backward
+    if compiled:  # SELECTIVE_COMPILED_RECOMPUTE: nothing beyond the kept bytes
+        return layers * p.selective_bytes_per_token_layer(compiled=True) + SELECTIVE_COMPILED_RECOMPUTE + 10 * d
+    return layers * p.selective_bytes_per_token_layer() + per_layer + 10 * d
 
 
 def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:

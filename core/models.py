@@ -66,6 +66,10 @@ SLIDING_ATTENTION = "sliding_attention"
 
 _QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "width"}
 _FOUR_NORMS = frozenset({"gemma2", "gemma3_text"})
+_POST_NORMS = frozenset({"gemma2", "gemma3_text", "olmo2"})
+"""Families whose attention and MLP outputs pass a norm before the residual add (its backward reads them)."""
+_RESIDUAL_LINEARS = frozenset({"down_proj"})
+"""The linear whose output goes straight into the residual add, read by no backward op, in a pre-norm layer."""
 _TIED_BY_DEFAULT = frozenset({"gemma2", "gemma3_text"})
 _NOT_ARCHITECTURE = frozenset(
     {
@@ -198,10 +202,20 @@ class ModelPreset:
             + qk_norms
         )
 
-    def selective_bytes_per_token_layer(self) -> int:
+    def selective_bytes_per_token_layer(self, *, compiled: bool = False) -> int:
         """Bytes one layer keeps per token under selective checkpointing: its bf16 input, the saved linears' bf16
-        outputs (selective_linears) and the attention output (q's width)."""
+        outputs (selective_linears) and the attention output (q's width).
+
+        compiled: the partitioner of a compiled layer keeps a saved output only where its backward reads it, and no
+        backward op reads the output of the layer's last linear (down_proj's) where it only enters the residual add:
+        every family but gemma2/gemma3 and olmo2, whose post-norms read it. (o_proj's output, where saved, rebuilds
+        the residual stream the MLP's norm recomputes from, so it stays.) Measured on one H100 (2026-12-07, Llama 3.2
+        1B dims bf16 16 x 2048 x 2, bench/results/2026-12-07-h100x1-llama3-side-by-side.jsonl, run b16): the eager
+        count with a recomputed layer on top planned 5.5 GiB over the allocated peak, this one with
+        core.memory.SELECTIVE_COMPILED_RECOMPUTE 1.2 (about 1 of it the other parts' usual excess there)."""
         saved, _ = self.selective_linears()
+        if compiled and self.model_type not in _POST_NORMS:
+            saved = tuple(row for row in saved if row[0] not in _RESIDUAL_LINEARS)
         return 2 * self.hidden_size + 2 * sum(n for _, _, n, _ in saved) + 2 * self.q_width
 
     def selective_recompute_bytes_per_token(self) -> int:

@@ -112,11 +112,11 @@ def test_eager_fp8_is_planned_like_eager_bf16_in_memory_and_slower():
         for p, t in eager.items()
     }
     assert speed["fp8"] < speed["bf16"]
-    # compiled, fp8 keeps its activation saving
+    # compiled, fp8 keeps its activation saving (core.memory.FP8_ACTIVATIONS, 0.75 as measured on one H100)
     compiled = fixed_training(micro_batch=4, seq_len=4096, precision="fp8")
     assert (
         memory.estimate_for(compiled, world_size=1, gpu=gpu.gpu).activations_gib
-        < 0.7
+        < 0.8
         * memory.estimate_for(fixed_training(micro_batch=4, seq_len=4096), world_size=1, gpu=gpu.gpu).activations_gib
     )
 

@@ -152,6 +152,24 @@ def test_selective_checkpointing_keeps_every_other_product_and_costs_what_it_rec
     assert 2 * 8192 < p.selective_bytes_per_token_layer() < p.activation_bytes_per_token_layer() / 2
 
 
+@pytest.mark.parametrize(
+    ("name", "unread"),
+    [
+        ("llama-3.1-8b", 2 * 4096),  # down_proj's output is saved and only enters the residual add
+        ("mistral-7b-v0.3", 2 * 4096),
+        ("qwen3-8b", 2 * 4096),
+        ("gemma-2-2b", 0),  # the post-feedforward norm's backward reads down_proj's output
+        ("olmo-2-7b", 0),  # so does OLMo 2's post-norm's
+        ("phi-3-mini-4k", 0),  # qkv, o, gate_up, down: down is recomputed, not saved
+    ],
+)
+def test_compiled_selective_drops_the_output_no_backward_reads(name, unread):
+    # GIVEN a family's layer under selective checkpointing
+    p = architecture(name)
+    # WHEN it is compiled, THEN it keeps the saved outputs less down_proj's where no backward reads it
+    assert p.selective_bytes_per_token_layer() - p.selective_bytes_per_token_layer(compiled=True) == unread
+
+
 def test_selective_sits_between_none_and_full_in_memory_and_speed():
     t = {
         mode: fixed_training(model="qwen2.5-1.5b", micro_batch=4, seq_len=4096, activation_checkpointing=mode)

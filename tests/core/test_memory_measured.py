@@ -1,0 +1,100 @@
+"""The memory plan against the allocator's reserved peak of every recorded GPU run of the current train path: for
+each run's settings the plan of the code as it is now lies within 5% over what the run reserved: never under it (the
+plan counts what lies outside the allocator too), and never so far over that a shape that fits is refused.
+
+The runs are read from bench/results as recorded (their settings and torch.cuda.max_memory_reserved). Runs of an
+older train path are left out by name, with why: before 2026-12-06 09:39 (training.parallelize: hold_gathered) a
+rank alone in its shard group did not hold the gathered model for the step, 2.36 GiB less than today's job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ray_efa.core import memory
+from ray_efa.core.settings import Settings
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+LLAMA_UNTIED = Path(__file__).resolve().parents[2] / "bench" / "configs" / "llama-3.2-1b-untied" / "config.json"
+TOLERANCE = 0.05
+
+RECORDED = {
+    # file: (the model's settings, the row it ran on)
+    "2026-12-07-h100x1-llama3-side-by-side.jsonl": {"modelConfig": str(LLAMA_UNTIED)},
+    "2026-12-07-h100x1-qwen-side-by-side.jsonl": {},
+    "2026-12-06-h100x1-side-by-side-tuned.jsonl": {},
+}
+"""The recorded one-H100 runs of `ray-efa train` on the p5.4xlarge row (seq 2048, compile, the lean layer) since
+the gathered model is held; the Qwen2.5-1.5B default model where no modelConfig is named."""
+
+SELECTIVE_RUNS = {("2026-12-07-h100x1-llama3-side-by-side.jsonl", "b16")}
+"""Runs whose record says activation_checkpointing true where the summary.json beside it (the -raw.tar.gz) says
+selective: the plan chose it (the record keeps a bool)."""
+
+CUT_SHORT = {("2026-12-07-h100x1-qwen-side-by-side.jsonl", "qb16"): ("bf16", 8, 4, False, 4096, 68.6171875)}
+"""A run whose summary the call's time limit cut: its record keeps no settings; they and its reserved peak are those
+of its last metrics line (qb16.metrics.jsonl in the -raw.tar.gz: memory/peak_reserved_gib 68.617) and of the
+project:qb16:precision=bf16 spec, the Qwen job at 8 x 2048 x 4."""
+
+
+def _runs() -> list[tuple[str, str, dict[str, object], float]]:
+    runs: list[tuple[str, str, dict[str, object], float]] = []
+    for name, model in RECORDED.items():
+        for line in (RESULTS / name).read_text().splitlines():
+            record = json.loads(line)
+            if record.get("record") != "run" or record.get("kind") != "project":
+                continue
+            key = (name, record["name"])
+            if key in CUT_SHORT:
+                precision, micro, accumulation, checkpointing, chunk, reserved = CUT_SHORT[key]
+            else:
+                precision, micro, accumulation = record["precision"], record["micro_batch"], record["grad_accumulation"]
+                checkpointing, chunk = record["activation_checkpointing"], record["loss_chunk_size"]
+                reserved = record["peak_reserved_gib"]
+            assert record.get("compile") in (True, None) and record.get("decoder_block") in ("lean", None), key
+            mode = "selective" if key in SELECTIVE_RUNS else ("full" if checkpointing else "none")
+            context = {
+                "gpuInstanceType": "p5.4xlarge",
+                "gpuNodeCount": 1,
+                "steps": 21,
+                "microBatch": micro,
+                "gradAccumulation": accumulation,
+                "precision": precision,
+                "activationCheckpointing": mode,
+                "lossChunkSize": chunk,
+                **model,
+            }
+            runs.append((name, record["name"], context, float(reserved)))
+    return runs
+
+
+RUNS = _runs()
+
+
+def test_the_recorded_runs_cover_two_families_and_three_shapes():
+    # GIVEN the recorded runs
+    # THEN the validation spans what the issue asks: two model families and at least three shapes
+    families = {bool(context.get("modelConfig")) for _, _, context, _ in RUNS}
+    shapes = {
+        (context["microBatch"], context["gradAccumulation"], context["precision"], context["activationCheckpointing"])
+        for _, _, context, _ in RUNS
+    }
+    assert families == {True, False}
+    assert len(shapes) >= 3
+    assert {context["precision"] for _, _, context, _ in RUNS} == {"bf16", "fp8"}
+
+
+@pytest.mark.parametrize(("name", "run", "context", "reserved"), RUNS, ids=[f"{n[:10]}-{r}" for n, r, _, _ in RUNS])
+def test_the_plan_is_within_five_percent_of_the_measured_reserved_peak(name, run, context, reserved):
+    # GIVEN a run recorded on one H100 with its settings and its allocator's reserved peak
+    settings = Settings.from_context(context)
+    # WHEN the current code plans those settings
+    plan = memory.estimate(settings, "fsdp")
+    # THEN the plan's memory is within 5% over what the run reserved, never under it: the plan also counts what lies
+    # outside the allocator (1.5 GiB), so a plan under the reserved peak would pass a shape that runs out
+    error = (plan.total_gib - reserved) / reserved
+    assert 0 <= error <= TOLERANCE, (
+        f"{name} {run}: plan {plan.total_gib:.2f} GiB, reserved {reserved:.2f} ({error:+.1%})"
+    )
