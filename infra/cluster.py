@@ -93,7 +93,8 @@ class RayEksCluster(Construct):
     holds the stack's log groups; without one the construct makes its own.
 
     Wiring attributes:
-      `cluster` the cluster as eks.ICluster (every other construct's `cluster=`, and aws-cdk-lib's); `eks_cluster`
+      `cluster_name` and `kubernetes_version` as given (literals: the system nodes' job guard, which comes before
+      the cluster, names it so); `cluster` the cluster as eks.ICluster (every other construct's `cluster=`, and aws-cdk-lib's); `eks_cluster`
       the same cluster as its eks.Cluster class (its `role`, `add_nodegroup_capacity`...); `system_nodegroup` the system eks.Nodegroup
       (KubeRayOperator finds it by its labels); `vpc_cni` the VpcCniAddon, None with `network_policy=False`;
       `kubectl_layer` the kubectl/helm Lambda layer; `logs` the StackLogs (pass it on as `logs=`); `secrets_key`
@@ -163,6 +164,10 @@ class RayEksCluster(Construct):
         admin_principal_arns = check_strings(
             "RayEksCluster admin_principal_arns", admin_principal_arns, admin_arn_problem
         )
+        self.cluster_name: str = cluster_name
+        """The cluster's name as given (a literal, where `cluster.cluster_name` is a reference to the cluster)."""
+        self.kubernetes_version: str = kubernetes_version
+        """The control plane's and the system nodes' Kubernetes version."""
         self.system_instance_type: str = system_instance_type
         """The system nodes' instance type (RayTrainingJob sizes the Ray head to fit it)."""
         self.system_node_selector: dict[str, str] = dict(system_node_selector)

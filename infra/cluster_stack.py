@@ -14,6 +14,7 @@ from ray_efa.infra.checkpoints import CheckpointStorage
 from ray_efa.infra.cluster import RayEksCluster
 from ray_efa.infra.device_plugins import GpuDevicePlugins
 from ray_efa.infra.dra_drivers import GpuDraDrivers
+from ray_efa.infra.job_guard import JobDisruptionGuard
 from ray_efa.infra.kuberay import KubeRayOperator
 from ray_efa.infra.log_groups import StackLogs
 from ray_efa.infra.network import ClusterVpc
@@ -53,6 +54,16 @@ class ClusterStack(Stack):
             self, "Eks", settings, vpc=self.vpc, logs=self.logs
         )
         cluster = self.ray_cluster.cluster
+        # The deploy path's protection of a running job's Ray head, on the system nodes: a change that rolls them
+        # (kubernetesVersion, systemInstanceType, their launch template) fails while a RayJob runs, before the control
+        # plane or the node group changes (infra.job_guard: the cluster and the node group wait for it).
+        self.job_guard: JobDisruptionGuard = JobDisruptionGuard(
+            self,
+            "SystemJobGuard",
+            system_nodes=self.ray_cluster,
+            allow=settings.workload.allow_job_disruption,
+            logs=self.logs,
+        )
         # RayEksCluster enforces the workload's NetworkPolicies (the vpc-cni add-on). Its logical id is the one it
         # had when this stack created the add-on itself: a deployed stack updates in place (a new id would create a
         # second vpc-cni add-on, which EKS refuses, before deleting the first).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aws_cdk import Annotations, CfnOutput, Environment, Stack
-from aws_cdk.aws_eks_v2 import CfnNodegroup
 from constructs import Construct
 
 from ray_efa.core.cost import hourly_cost
@@ -92,7 +91,9 @@ class GpuStack(Stack):
         )
 
         if settings.workload.allow_job_disruption:
-            self._force_drain()
+            # the guard forces the node group's update for this deploy: say so in its outputs
+            message = JobDisruptionGuard.force_message("GPU nodes")
+            CfnOutput(self, "JobDisruptionAllowed", value="ForceUpdateEnabled=true", description=message)
 
         image = settings.workload.dlc_image
         if self.training_job and image_digest(image) is None:
@@ -151,23 +152,3 @@ class GpuStack(Stack):
                 description="Watch the RayJob this stack applied",
                 value=f"kubectl -n {settings.workload.namespace} get rayjob {self.training_job.name} -w",
             )
-
-    def _force_drain(self) -> None:
-        """allowJobDisruption: the GPU node group's update may evict what the job's PodDisruptionBudget protects.
-
-        With ForceUpdateEnabled false EKS fails an update whose drain a PodDisruptionBudget blocks (after its 15
-        minutes of retries), and the budget of a running job (maxUnavailable 0) blocks every eviction: the override
-        would pass the guard only to fail in EKS. So for the deploy that says so the node group's update is forced
-        ("Force the update if any Pod on the existing node group can't be drained due to a Pod disruption budget
-        issue", UpdateNodegroupVersion, EKS API reference); the next deploy without the override turns it off again
-        (a property of the node group: no roll)."""
-        nodegroup = self.gpu_nodes.nodegroup.node.default_child
-        assert isinstance(nodegroup, CfnNodegroup)
-        nodegroup.force_update_enabled = True
-        message = (
-            "allowJobDisruption: this deploy forces the GPU node group's update (ForceUpdateEnabled true): "
-            "EKS evicts the Ray pods past the job's PodDisruptionBudget, and a running RayJob dies. Deploy "
-            "without it afterwards: a RayJob of a later deploy is protected again"
-        )
-        Annotations.of(self).add_info(message)
-        CfnOutput(self, "JobDisruptionAllowed", value="ForceUpdateEnabled=true", description=message)

@@ -1,13 +1,15 @@
 """The Lambda handler of JobDisruptionGuard (infra/job_guard.py): fail a deploy that would disrupt a running RayJob.
 
-CloudFormation updates the guard before the GPU node group and the stack's RayJob (they depend on it), and sends an
-Update only when its properties change: what rolls or resizes the GPU nodes (RollKey, NodeCount) or the RayJob's
-definition (JobHash; "none" when the stack applies no job). On such an Update, `decide` (pure) says whether the
+CloudFormation updates the guard before what it guards (the GPU node group and the stack's RayJob; in the cluster
+stack the EKS cluster and the system node group: they depend on it), and sends an Update only when its properties
+change: what rolls the nodes (RollKey, RollDigest), what resizes the GPU nodes (NodeCount) or the RayJob's definition
+(JobHash; "none" when the stack applies no job; the system nodes' guard has no NodeCount nor JobHash). On such an Update, `decide` (pure) says whether the
 change disrupts a job; if it does, the handler asks the API server for the RayJobs of the cluster (GET
 /apis/ray.io/v1/rayjobs over HTTPS, verified with the cluster's CA from DescribeCluster, as the guard's own role:
 an EKS token made from a presigned STS GetCallerIdentity URL, no kubectl, no layer) and fails the update when one is
 active, naming it and the override: CloudFormation then rolls the stack back before the node
-group or the RayJob changes. Create and Delete never refuse. Standard library and boto3 (as the Lambda runtime has
+group or the RayJob changes. Create and Delete never refuse, and ask the cluster nothing (the system nodes' guard is
+created before its cluster). A cluster DescribeCluster does not find runs no job: the update goes ahead. Standard library and boto3 (as the Lambda runtime has
 it) only: this module is the Lambda asset.
 
 CloudFormation rolls a failed update back by updating each resource it updated back to its previous properties: the
@@ -52,12 +54,16 @@ __all__ = [
     "Unsure",
     "INACTIVE_STATES",
     "JOB_GUARD_RESOURCE_TYPE",
+    "SYSTEM_NODES",
     "FUNCTION_TIMEOUT_S",
     "SERVICE_TIMEOUT_S",
 ]
 
 JOB_GUARD_RESOURCE_TYPE = "Custom::RayEfa-JobDisruptionGuard"
 """The guard's CloudFormation resource type (infra.job_guard; `ray-efa deploy-check` finds it in `cdk diff`)."""
+
+SYSTEM_NODES = "system nodes"
+"""The system nodes' guard's Nodes property: its messages say what rolls (the GPU nodes' guard has none)."""
 
 FUNCTION_TIMEOUT_S = 180
 """The Lambda's timeout: more than the AWS calls' and the API server's timeouts with their retries, and the answer's
@@ -131,7 +137,7 @@ def job_disruption(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def _nodes(properties: Mapping[str, Any]) -> str:
-    """The guarded node group, in words (the GPU nodes, unless the properties name others)."""
+    """The guarded node group, in words (the GPU nodes, unless the properties name others: SYSTEM_NODES)."""
     return str(properties.get("Nodes") or "GPU nodes")
 
 
@@ -294,13 +300,20 @@ def api_ray_jobs(endpoint: str, ca_pem: str, token: Callable[[], str], timeout_s
 
 def eks_ray_jobs(cluster_name: str) -> ListJobs:
     """The cluster's RayJobs as this function's role sees them: its endpoint and CA from DescribeCluster, a token
-    from STS (no kubectl, no kubeconfig)."""
+    from STS (no kubectl, no kubeconfig); none when DescribeCluster does not find the cluster."""
 
     def list_jobs() -> Mapping[str, str]:
         from boto3.session import Session
 
         session = Session()
-        cluster = session.client("eks", config=_aws_config()).describe_cluster(name=cluster_name)["cluster"]
+        eks = session.client("eks", config=_aws_config())
+        try:
+            cluster = eks.describe_cluster(name=cluster_name)["cluster"]
+        except eks.exceptions.ResourceNotFoundException:
+            # not created yet, or deleted: no RayJob runs on it (the system nodes' guard is updated before its
+            # cluster, which a failed first deploy may not have left)
+            print(f"EKS cluster {cluster_name} not found: it runs no RayJob", flush=True)
+            return {}
         ca_pem = base64.b64decode(cluster["certificateAuthority"]["data"]).decode()
         token = eks_token(cluster_name, str(session.region_name), session)  # AWS_REGION, set by Lambda
         return api_ray_jobs(cluster["endpoint"], ca_pem, lambda: token)()

@@ -27,6 +27,7 @@ from ray_efa.core.settings import Settings
 from ray_efa.infra.job_guard_handler import (
     INACTIVE_STATES,
     JOB_GUARD_RESOURCE_TYPE,
+    SYSTEM_NODES,
     active_ray_jobs,
     node_disruption,
 )
@@ -65,9 +66,15 @@ _CREATOR_ADMIN = "BootstrapClusterCreatorAdminPermissions"
 diff` prints it as an update (`├─ [~] AccessConfig` then `│   └─ [+] Added: .BootstrapClusterCreatorAdminPermissions`)."""
 _DEVICE_STACKS = ("DevicePlugins", "DraDrivers")
 """Construct ids of the cluster stack's device plugins and DRA drivers (infra.cluster_stack)."""
-_GUARDED = {"GpuNodes/": "JobGuard/"}
+_GUARDED = {
+    "GpuNodes/": "JobGuard/",
+    "Eks/Cluster/NodegroupSystemNodes": "SystemJobGuard/",
+    "Eks/SystemLaunchTemplate": "SystemJobGuard/",
+}
 """Construct path prefixes of node groups and launch templates -> that of the guard whose properties cover them
-(infra.gpu_stack: the GPU nodes and the JobDisruptionGuard)."""
+(infra.gpu_stack: the GPU nodes and their JobDisruptionGuard; infra.cluster_stack: the system nodes and theirs)."""
+_NODES_OF_GUARD = {"SystemJobGuard": SYSTEM_NODES}
+"""A guard's Nodes property (unchanged, so not in the diff) by its construct id: its words for the nodes."""
 _GPU_GUARD = "JobGuard"
 """The construct id of the GPU nodes' guard (infra.gpu_stack)."""
 # `├─ [~] RollKey`, then `│   ├─ [-] old` and `│   └─ [+] new`: a changed property of a resource and its two values
@@ -265,18 +272,28 @@ def node_rolls(diff: DeployDiff, state: ClusterState) -> list[str]:
     """What the deploy does to the nodes, in the job guards' words (empty: it rolls none that holds a pod).
 
     A guard the deploy updates judges its changed properties (infra.job_guard_handler.node_disruption; a node count
-    the diff does not print is that of the GPU nodes up now). A node group or launch template that the diff touches
-    is drained when no guard covers it, or when the deploy creates or removes its guard (a Create judges nothing);
-    one whose guard the deploy leaves alone rolls nothing (a label, a ForceUpdateEnabled, an update config)."""
+    the diff does not print is that of the GPU nodes up now): the GPU nodes' guard and the system nodes' alike. A
+    node group or launch template that the diff touches is drained when no guard covers it, or when the deploy
+    creates or removes its guard (a Create judges nothing); one whose guard the deploy leaves alone rolls nothing (a
+    label, a node count of the system nodes, a ForceUpdateEnabled, an update config: what rolls is in the guard's
+    properties, so the guard would change too)."""
     what: list[str] = []
-    judged = {f"{g.stack}: {g.path.split('/', 1)[0]}/": g for g in diff.guards if g.op == "~"}
-    unguarded = [n for n in diff.rolled_node_groups if _guard_of(n) not in judged]
+    guards = {f"{g.stack}: {g.path.split('/', 1)[0]}/": g for g in diff.guards}
+    unguarded = [
+        n
+        for n in diff.rolled_node_groups
+        if (guard := _guard_of(n)) is None or guard in guards and guards[guard].op != "~"
+    ]
     if unguarded:
         what.append(f"drains the nodes of {_names(unguarded)}")
-    for guard in judged.values():
+    for guard in (g for g in guards.values() if g.op == "~"):
         old, new = dict(guard.old), dict(guard.new)
-        if "NodeCount" not in old and guard.path.split("/", 1)[0] == _GPU_GUARD:
+        construct_id = guard.path.split("/", 1)[0]
+        if "NodeCount" not in old and construct_id == _GPU_GUARD:
             old["NodeCount"] = new["NodeCount"] = str(len(state.gpu_nodes))
+        if construct_id in _NODES_OF_GUARD:
+            old.setdefault("Nodes", _NODES_OF_GUARD[construct_id])
+            new.setdefault("Nodes", _NODES_OF_GUARD[construct_id])
         what += node_disruption(old, new)
     return what
 

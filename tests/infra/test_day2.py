@@ -663,8 +663,9 @@ def _guard_properties(template) -> dict:
     return guard["Properties"]
 
 
-UNGUARDED_NODE_GROUPS = ("Eks/Cluster/NodegroupSystemNodes",)
-"""Node groups no job guard covers yet: the system nodes (the Ray head's)."""
+UNGUARDED_NODE_GROUPS: tuple[str, ...] = ()
+"""Node groups no job guard covers: none (the GPU nodes have the GPU stack's, the system nodes, where the Ray heads
+run, the cluster stack's)."""
 
 
 @pytest.mark.parametrize("change, before, after", CHANGES, ids=[c[0] for c in CHANGES])
@@ -681,12 +682,19 @@ def test_deploy_check_refuses_a_roll_exactly_when_the_job_guard_will(change, bef
         ray_jobs={"ray/train-efa": "Running"},
         gpu_nodes=tuple(f"gpu-{i}" for i in range(old.settings.nodes.gpu_node_count)),
     )
-    guard = node_disruption(_guard_properties(old.gpu), _guard_properties(new.gpu))
+    # (both stacks' guards: the GPU nodes' and the system nodes')
+    guard = [
+        *node_disruption(_guard_properties(old.gpu), _guard_properties(new.gpu)),
+        *node_disruption(_guard_properties(old.cluster), _guard_properties(new.cluster)),
+    ]
     unguarded = [c for d in diffs for c in d.changes if c.path in UNGUARDED_NODE_GROUPS]
-    # THEN deploy-check says the nodes roll exactly when the guard will refuse, or an unguarded node group changes
+    # THEN deploy-check says the nodes roll exactly when a guard will refuse, or an unguarded node group changes
     assert bool(node_rolls(read, state)) == bool(guard or unguarded), (node_rolls(read, state), guard, unguarded)
-    # ... and in the guard's own words
+    # ... and in the guards' own words
     assert set(guard) <= set(node_rolls(read, state))
+    # ... and every node group the deploy touches is one a guard covers
+    touched = [c.path for d in diffs for c in d.changes if c.type == "AWS::EKS::Nodegroup"]
+    assert set(touched) <= {"GpuNodes/Nodegroup", "Eks/Cluster/NodegroupSystemNodes"}, touched
 
 
 def _infos(synth: Synthesized) -> list[str]:
@@ -706,3 +714,44 @@ def test_synth_says_that_a_tag_floats_and_not_once_a_digest_pins_it(default_synt
     # WHEN it is pinned by digest THEN it says nothing of the kind
     pinned = synth_of({"dlcImage": f"{DLC_IMAGE.reference}@sha256:{'0' * 64}"})
     assert not [i for i in _infos(pinned) if "names a tag" in i]
+
+
+def _system_guard_change(diff: StackDiff) -> Change | None:
+    return next((c for c in diff.changes if c.path == "SystemJobGuard/Resource"), None)
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ("kubernetesVersion 1.35 -> 1.36", "kubernetesVersion=1.36"),
+        ("systemInstanceType m7i.xlarge -> m7i.2xlarge", "systemInstanceType=m7i.2xlarge"),
+    ],
+)
+def test_what_rolls_the_system_nodes_reaches_their_guard_first(change, key):
+    """The real CLI's diff of the cluster stack: the system nodes' guard is updated (so CloudFormation asks it, before
+    the cluster and the node group, which wait for it) with the roll key and the digest changed."""
+    (diff,) = [d for d in _diff_of(change) if d.stack.endswith("-cluster")]
+    guard = _system_guard_change(diff)
+    assert guard is not None and guard.op == "~" and not guard.replaced, diff.output[-3000:]
+    assert "[~] RollKey" in guard.details and "[~] RollDigest" in guard.details, guard.details
+    assert re.search(rf"\[\+\] (.* )?{re.escape(key)}( |$)", guard.details, re.MULTILINE), guard.details
+
+
+def test_a_label_or_a_scaling_change_of_the_system_nodes_asks_their_guard_nothing(tmp_path):
+    """EKS changes a node group's labels and size in place (no node rolls): the guard's properties stay, so
+    CloudFormation sends it no update, and deploy-check lets the deploy through while a job runs."""
+    from ray_efa.ops.deploy_check import ClusterState, node_rolls, read_diff
+
+    old = synth_of({})
+    for after in ({"systemNodeSelector": "role=system,pool=head"}, {"systemNodeCount": 2}):
+        new = synth_of(after)
+        template = tmp_path / "before.template.json"
+        template.write_text(json.dumps(old.cluster.to_json()))
+        output, changes = cdk_diff(str(template), new, old.settings.cluster_stack_name)
+        (nodegroup,) = [c for c in changes if c.type == "AWS::EKS::Nodegroup"]
+        # THEN the system node group is updated in place, its guard not at all ...
+        assert nodegroup.op == "~" and not nodegroup.replaced, output[-3000:]
+        assert not [c for c in changes if c.type == "Custom::RayEfa-JobDisruptionGuard"], output[-3000:]
+        # ... and deploy-check sees no roll
+        running = ClusterState(ray_jobs={"ray/train-efa": "Running"}, gpu_nodes=("gpu-0", "gpu-1"))
+        assert node_rolls(read_diff(output), running) == [], after

@@ -242,8 +242,9 @@ def test_p5_secondary_cards_are_efa_only():
 
 def test_every_log_group_is_encrypted_expires_and_goes_with_the_stack(default_synth):
     groups = resources(default_synth.cluster, "AWS::Logs::LogGroup")
-    # control plane, VPC flow logs, the kubectl provider's two functions, the default-SG function, the KubeRay CRDs' one
-    assert len(groups) == 6
+    # control plane, VPC flow logs, the kubectl provider's two functions, the default-SG function, the KubeRay CRDs' one,
+    # the system nodes' job guard's
+    assert len(groups) == 7
     for group in groups.values():
         assert group["Properties"]["RetentionInDays"] == 365
         assert "KmsKeyId" in group["Properties"]
@@ -275,7 +276,8 @@ def test_every_lambda_function_writes_to_a_log_group_of_the_stack(default_synth)
         json.dumps(r["Properties"].get("LogGroupName")) for r in template.values() if r["Type"] == "AWS::Logs::LogGroup"
     }
     functions = [lid for lid, r in template.items() if r["Type"] == "AWS::Lambda::Function"]
-    assert len(functions) == 4  # the kubectl provider's two, the default-SG one, the KubeRay CRDs' one
+    # the kubectl provider's two, the default-SG one, the KubeRay CRDs' one, the system nodes' job guard
+    assert len(functions) == 5
     for function in functions:
         assert json.dumps({"Fn::Join": ["", ["/aws/lambda/", {"Ref": function}]]}) in named, function
 

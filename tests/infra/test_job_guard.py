@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -274,17 +275,18 @@ def test_the_handler_answers_cloudformation_and_refuses_what_it_cannot_check():
 STACK_ID = "arn:aws:cloudformation:us-east-2:111122223333:stack/ray-train-gpu/0a1b2c3d"
 
 
-def asset_handler(synth) -> ModuleType:
-    """The guard's handler module as the Lambda runs it: loaded from the function's asset in the cloud assembly."""
+def asset_handler(synth, stack: str = "gpu") -> ModuleType:
+    """The guard's handler module as the Lambda runs it: loaded from the function's asset in the cloud assembly (of
+    the `stack` "gpu" or "cluster")."""
     (function,) = [
         r
-        for r in synth.gpu.find_resources("AWS::Lambda::Function").values()
+        for r in getattr(synth, stack).find_resources("AWS::Lambda::Function").values()
         if r["Properties"]["Handler"] == "job_guard_handler.handler"
     ]
     # Code.S3Key is the asset's hash and ".zip"; the stack's asset manifest says which folder of the assembly it is
     asset_hash = function["Properties"]["Code"]["S3Key"].removesuffix(".zip")
     assembly = Path(synth.assembly.directory)
-    manifest = json.loads((assembly / f"{synth.stacks.gpu.stack_name}.assets.json").read_text())
+    manifest = json.loads((assembly / f"{getattr(synth.stacks, stack).stack_name}.assets.json").read_text())
     asset = assembly / manifest["files"][asset_hash]["source"]["path"]
     assert sorted(p.name for p in asset.iterdir()) == ["job_guard_handler.py"]  # the handler alone, stdlib + boto3
     spec = importlib.util.spec_from_file_location("job_guard_asset", asset / "job_guard_handler.py")
@@ -302,10 +304,14 @@ class CloudFormation:
     `stack_status` seam: the one AWS call, which cannot run here), and a failed update rolled back by an Update with
     the properties reversed; a failed rollback leaves the stack in UPDATE_ROLLBACK_FAILED."""
 
-    def __init__(self, handler: ModuleType, list_jobs: Callable[[], Mapping[str, str]]) -> None:
-        self.handler, self.list_jobs = handler, list_jobs
+    def __init__(
+        self, handler: ModuleType, list_jobs: Callable[[], Mapping[str, str]] | None, stack_id: str = STACK_ID
+    ) -> None:
+        """`list_jobs` None: the handler's own (DescribeCluster, then the API server)."""
+        self.handler, self.list_jobs, self.stack_id = handler, list_jobs, stack_id
         self.status, self.properties, self.pending = "", {}, {}
         self.answers: list[tuple[str, str, str]] = []  # (stack status when asked, request, answer)
+        self.reasons: list[str] = []  # the answers' Reason
 
     def _ask(self, request_type: str, old: dict, new: dict) -> bool:
         server = HTTPServer(("127.0.0.1", 0), _Recorder)
@@ -314,7 +320,7 @@ class CloudFormation:
         event = {
             "RequestType": request_type,
             "ResponseURL": f"http://127.0.0.1:{server.server_port}/",
-            "StackId": STACK_ID,
+            "StackId": self.stack_id,
             "RequestId": f"r{len(self.answers)}",
             "LogicalResourceId": "JobGuard",
             "ResourceType": "Custom::RayEfa-JobDisruptionGuard",
@@ -324,7 +330,7 @@ class CloudFormation:
             event |= {"PhysicalResourceId": "ray-train/job-guard", "OldResourceProperties": old}
 
         def stack_status(stack_id: str) -> str:
-            assert stack_id == STACK_ID  # the event's own stack, which the role may describe
+            assert stack_id == self.stack_id  # the event's own stack, which the role may describe
             return self.status
 
         self.handler.handler(event, None, list_jobs=self.list_jobs, stack_status=stack_status)
@@ -332,6 +338,7 @@ class CloudFormation:
         server.server_close()
         answer = _Recorder.bodies.pop()
         self.answers.append((self.status, request_type, answer["Status"]))
+        self.reasons.append(answer["Reason"])
         return answer["Status"] == "SUCCESS"
 
     def create(self, properties: dict) -> str:
@@ -601,3 +608,215 @@ def test_a_platforms_gpu_node_group_taints_are_what_its_job_tolerates():
     # ... and a bad taint is the prop's error
     with pytest.raises(ValueError, match="EfaGpuNodegroup taints: taint 'pool' must be key=value:Effect"):
         EfaGpuNodegroup(stack, "Bad", cluster=cluster, vpc=vpc, taints=["pool"])
+
+
+# -- the system nodes' guard, in the cluster stack ------------------------------------------------------------------
+
+CLUSTER_STACK_ID = "arn:aws:cloudformation:us-east-2:111122223333:stack/ray-train-cluster/4e5f6a7b"
+
+
+def _system_guard(synth) -> tuple[str, dict]:
+    ((logical_id, resource),) = synth.cluster.find_resources(guard.JOB_GUARD_RESOURCE_TYPE).items()
+    return logical_id, resource
+
+
+def _system_properties(synth) -> dict:
+    return {k: v for k, v in _system_guard(synth)[1]["Properties"].items() if k != "ServiceToken"}
+
+
+def _refs(node) -> set[str]:
+    """The logical ids (and parameters) that `node` refers to: Ref, Fn::GetAtt, Fn::Sub's ${...}."""
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    if isinstance(node.get("Ref"), str):
+        return {node["Ref"]}
+    if "Fn::GetAtt" in node:
+        target = node["Fn::GetAtt"]
+        return {target[0] if isinstance(target, list) else target.split(".", 1)[0]}
+    if "Fn::Sub" in node:
+        sub = node["Fn::Sub"]
+        text, variables = (sub, {}) if isinstance(sub, str) else (sub[0], sub[1])
+        return set(re.findall(r"\$\{([A-Za-z0-9]+)[.}]", text)) - set(variables) | _refs(variables)
+    return set().union(*(_refs(v) for v in node.values())) if node else set()
+
+
+def _direct(resources: dict, logical_id: str) -> set[str]:
+    """What CloudFormation creates and updates before `logical_id` ("Resource B is updated before resource A",
+    CloudFormation User Guide, aws-attribute-dependson): its DependsOn and what its properties refer to."""
+    resource = resources[logical_id]
+    depends = resource.get("DependsOn", [])
+    return ({depends} if isinstance(depends, str) else set(depends)) | _refs(resource.get("Properties", {})) & set(
+        resources
+    )
+
+
+def _before(resources: dict, logical_id: str) -> set[str]:
+    """Every resource CloudFormation creates and updates before `logical_id` (its dependencies, transitively)."""
+    seen: set[str] = set()
+    todo = [logical_id]
+    while todo:
+        for dependency in _direct(resources, todo.pop()) - seen:
+            seen.add(dependency)
+            todo.append(dependency)
+    return seen
+
+
+def _cycle(resources: dict) -> list[str]:
+    """The resources on or behind a dependency cycle (CloudFormation refuses such a template): empty when none."""
+    waiting = {i: _direct(resources, i) for i in resources}
+    done: set[str] = set()
+    while ready := [i for i, deps in waiting.items() if deps <= done]:
+        done |= set(ready)
+        for i in ready:
+            del waiting[i]
+    return sorted(waiting)
+
+
+def test_the_cluster_and_the_system_nodes_wait_for_a_guard_that_waits_for_nothing_of_the_cluster():
+    """CloudFormation updates the control plane before the node group (the node group refers to it), and EKS has no
+    update back to a lower version: the guard must come before both, or its refusal's rollback fails."""
+    synth = synthesize()
+    resources = synth.cluster.to_json()["Resources"]
+    guard_id, guard_resource = _system_guard(synth)
+    (cluster_id,) = synth.cluster.find_resources("AWS::EKS::Cluster")
+    (nodegroup_id,) = synth.cluster.find_resources("AWS::EKS::Nodegroup")
+    # THEN the template's dependencies have no cycle ...
+    assert _cycle(resources) == []
+    # ... the cluster and the system node group wait for the guard ...
+    assert guard_id in resources[cluster_id]["DependsOn"] and guard_id in resources[nodegroup_id]["DependsOn"]
+    # ... and the guard for nothing that is, or waits for, the cluster
+    after_cluster = {i for i in resources if cluster_id in _before(resources, i)} | {cluster_id}
+    assert not _before(resources, guard_id) & after_cluster, sorted(_before(resources, guard_id) & after_cluster)
+    # ... its properties name the cluster by the literal it is created under, referring to its own function alone
+    properties = guard_resource["Properties"]
+    assert properties["ClusterName"] == "ray-train"
+    assert _refs(properties) == {guard_resource["Properties"]["ServiceToken"]["Fn::GetAtt"][0]}
+    # ... and its access to the cluster (an access entry, RBAC objects) comes after the cluster: a Create of the
+    # guard, before the cluster exists, asks the cluster nothing
+    ((entry_id, entry),) = [
+        (i, r)
+        for i, r in synth.cluster.find_resources("AWS::EKS::AccessEntry").items()
+        if r["Properties"].get("KubernetesGroups") == ["ray-train-cluster-job-guard"]
+    ]
+    role_binding_id, _, binding = find(synth.cluster, "ClusterRoleBinding", "ray-train-cluster-job-guard")
+    role_id, _, role = find(synth.cluster, "ClusterRole", "ray-train-cluster-job-guard")
+    for access in (entry_id, role_id, role_binding_id):
+        assert cluster_id in _before(resources, access), access
+    assert "AccessPolicies" not in entry["Properties"]
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]
+    assert binding["subjects"][0]["name"] == "ray-train-cluster-job-guard"
+
+
+def test_the_system_guard_reaches_the_endpoint_with_a_security_group_of_its_own():
+    synth = synthesize()
+    resources = synth.cluster.to_json()["Resources"]
+    (function,) = [
+        r
+        for r in synth.cluster.find_resources("AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"] == "job_guard_handler.handler"
+    ]
+    (group_ref,) = function["Properties"]["VpcConfig"]["SecurityGroupIds"]
+    group_id = group_ref["Fn::GetAtt"][0]
+    # THEN its own group, HTTPS out only ...
+    assert [
+        (e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in resources[group_id]["Properties"]["SecurityGroupEgress"]
+    ] == [("tcp", 443, 443)]
+    # ... which the cluster's security group (on the endpoint's interfaces) lets in on 443
+    (cluster_id,) = synth.cluster.find_resources("AWS::EKS::Cluster")
+    (ingress,) = [
+        r["Properties"]
+        for r in synth.cluster.find_resources("AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"].get("SourceSecurityGroupId") == group_ref
+    ]
+    assert ingress["GroupId"] == {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]} and ingress["FromPort"] == 443
+    # ... and its role reads the cluster by a name it builds, not by a reference to the cluster
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    statements = [
+        statement
+        for policy in synth.cluster.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert sorted(s["Action"] for s in statements) == ["cloudformation:DescribeStacks", "eks:DescribeCluster"]
+    (describe,) = [s for s in statements if s["Action"] == "eks:DescribeCluster"]
+    assert json.dumps(describe["Resource"]).endswith(':cluster/ray-train"]]}') and cluster_id not in json.dumps(
+        describe["Resource"]
+    )
+
+
+def test_the_system_guards_properties_say_what_rolls_the_system_nodes():
+    properties = _system_properties(synthesize())
+    assert properties["RollKey"] == "systemInstanceType=m7i.xlarge kubernetesVersion=1.36"
+    assert properties["Nodes"] == "system nodes" and len(properties["RollDigest"]) == 16
+    # (no node count, job or capacity type: a resize of the system nodes or a RayJob's change is no question for it)
+    assert set(properties) == {"ClusterName", "RollKey", "RollDigest", "Nodes", "AllowJobDisruption", "ServiceTimeout"}
+
+
+@pytest.fixture(scope="module")
+def cluster_asset_guard() -> ModuleType:
+    return asset_handler(synthesize(), "cluster")
+
+
+def test_a_kubernetes_upgrade_under_a_running_job_is_refused_and_rolled_back(cluster_asset_guard):
+    old, new = _system_properties(synthesize(kubernetesVersion="1.35")), _system_properties(synthesize())
+    cloudformation = CloudFormation(cluster_asset_guard, jobs(RUNNING)[0], CLUSTER_STACK_ID)
+    assert cloudformation.create(old) == "CREATE_COMPLETE"
+    # WHEN the deploy upgrades the cluster while a RayJob runs (its head on the system nodes), THEN the guard refuses
+    # it before the control plane changes, and its rollback (the properties reversed, the job running) succeeds
+    assert cloudformation.update(new) == "UPDATE_ROLLBACK_COMPLETE"
+    assert cloudformation.answers[1:] == [
+        ("UPDATE_IN_PROGRESS", "Update", "FAILED"),
+        ("UPDATE_ROLLBACK_IN_PROGRESS", "Update", "SUCCESS"),
+    ]
+    assert (
+        "the deploy rolls the system nodes (kubernetesVersion 1.35 -> 1.36) while RayJob ray/train-efa (Running) runs"
+        in cloudformation.reasons[1]
+    )
+    # ... and once no job runs, the same deploy goes ahead
+    cloudformation.list_jobs = jobs({"ray/train-efa": "Complete"})[0]
+    assert cloudformation.update(new) == "UPDATE_COMPLETE"
+
+
+def test_the_system_guard_is_created_before_its_cluster_asking_nothing(cluster_asset_guard):
+    list_jobs, calls = jobs(RUNNING)
+    cloudformation = CloudFormation(cluster_asset_guard, list_jobs, CLUSTER_STACK_ID)
+    # THEN its Create (the cluster created after it) succeeds without asking the cluster
+    assert cloudformation.create(_system_properties(synthesize())) == "CREATE_COMPLETE" and calls == []
+
+
+def test_a_cluster_that_is_not_there_runs_no_job(cluster_asset_guard, monkeypatch):
+    """The handler's own DescribeCluster, against moto's EKS (AWS cannot be reached here): ResourceNotFound."""
+    from moto import mock_aws
+
+    for variable, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-2"),
+        ("AWS_REGION", "us-east-2"),
+    ):
+        monkeypatch.setenv(variable, value)
+    old, new = _system_properties(synthesize(kubernetesVersion="1.35")), _system_properties(synthesize())
+    with mock_aws():
+        cloudformation = CloudFormation(cluster_asset_guard, None, CLUSTER_STACK_ID)
+        cloudformation.create(old)
+        # THEN an upgrade of a cluster EKS does not find (a first deploy that failed, a cluster deleted) goes ahead
+        assert cloudformation.update(new) == "UPDATE_COMPLETE", cloudformation.reasons
+
+
+def test_the_guard_guards_one_node_group():
+    import aws_cdk as cdk
+
+    from ray_efa.infra.cluster import RayEksCluster
+    from ray_efa.infra.job_guard import JobDisruptionGuard
+    from ray_efa.infra.network import ClusterVpc
+
+    stack = cdk.Stack(cdk.App(), "Platform", env=cdk.Environment(region="us-east-2"))
+    ray = RayEksCluster(stack, "Eks", vpc=ClusterVpc(stack, "Vpc").vpc)
+    with pytest.raises(ValueError, match="JobDisruptionGuard guards one node group: give gpu_nodes or system_nodes"):
+        JobDisruptionGuard(stack, "Neither", cluster=ray.cluster)
+    other = cdk.Stack(cdk.App(), "Other", env=cdk.Environment(region="us-east-2"))
+    elsewhere = RayEksCluster(other, "Eks", vpc=ClusterVpc(other, "Vpc").vpc)
+    with pytest.raises(ValueError, match="cluster must be system_nodes' own cluster"):
+        JobDisruptionGuard(stack, "Mixed", cluster=elsewhere.cluster, system_nodes=ray)

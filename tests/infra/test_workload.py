@@ -113,7 +113,8 @@ def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(def
         assert before_id in after["DependsOn"]
     assert config_maps[-1][0] in job_resource["DependsOn"]
     assert job["metadata"]["name"] == "train-efa" and job["metadata"]["namespace"] == "ray"
-    # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket)
+    # ...and no job in the cluster stack, which the GPU stack deploys after (namespace, service account, bucket; the
+    # system nodes' job guard's ClusterRole and binding)
     kinds = {o["kind"] for r in manifests(default_synth.cluster).values() for o in manifest_objects(r)}
     assert kinds == {
         "Namespace",
@@ -121,6 +122,8 @@ def test_training_job_is_applied_from_the_gpu_stack_after_the_gpu_node_group(def
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "NetworkPolicy",
+        "ClusterRole",
+        "ClusterRoleBinding",
     }
     gpu_stack = default_synth.assembly.get_stack_by_name("ray-train-gpu")
     assert "ray-train-cluster" in [d.id for d in gpu_stack.dependencies]

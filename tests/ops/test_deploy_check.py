@@ -50,11 +50,19 @@ def test_the_recorded_diffs_read_as_the_changes_they_are():
     assert guard.new["RollKey"].startswith("gpuInstanceType=g6e.24xlarge ") and guard.new["RollDigest"]
     system = read_diff(diff_text("system_type"))
     assert not system.gpu_roll and system.rolled_node_groups == ("ray-train-cluster: Eks/Cluster/NodegroupSystemNodes",)
+    system_guard = next(g for g in system.guards if g.stack == "ray-train-cluster")
+    assert (system_guard.path, system_guard.op) == ("SystemJobGuard", "~")
+    assert system_guard.old["RollKey"] == "systemInstanceType=m7i.xlarge kubernetesVersion=1.36"
+    assert system_guard.new["RollKey"] == "systemInstanceType=m7i.2xlarge kubernetesVersion=1.36"
     allowed = read_diff(diff_text("allow_disruption"))
-    assert allowed.rolled_node_groups == ("ray-train-gpu: GpuNodes/Nodegroup",)
+    # (the override forces both node groups' updates: a property of each, no roll)
+    assert allowed.rolled_node_groups == (
+        "ray-train-cluster: Eks/Cluster/NodegroupSystemNodes",
+        "ray-train-gpu: GpuNodes/Nodegroup",
+    )
     assert [(g.old, g.new) for g in allowed.guards] == [
         ({"AllowJobDisruption": "false"}, {"AllowJobDisruption": "true"})
-    ]
+    ] * 2
     dra = read_diff(diff_text("dra_nodes_up"))
     assert len(dra.device_stack_switch) == 4 and dra.reapplied_jobs == ("train-efa",)
     zero = read_diff(diff_text("scale_to_zero"))
@@ -106,6 +114,33 @@ def test_a_roll_is_said_in_the_job_guards_words():
         None
     ]  # nothing runs: no finding
     assert finding is None
+
+
+def test_a_roll_of_the_system_nodes_is_said_in_their_guards_words():
+    findings = check_deploy(read_diff(diff_text("system_type")), cluster("Running"), Settings())
+    assert [f.id for f in findings] == ["nodes-roll"]
+    assert findings[0].message.startswith(
+        "the deploy rolls the system nodes (systemInstanceType m7i.xlarge -> m7i.2xlarge), "
+        "and RayJob ray/train-efa (Running) runs on them"
+    )
+
+
+SYSTEM_NODEGROUP = "[~] AWS::EKS::Nodegroup Eks/Cluster/NodegroupSystemNodes EksClusterNodegroupSystemNodes7D54C381\n"
+
+
+def test_a_system_node_group_change_its_guard_does_not_see_rolls_nothing():
+    # GIVEN a deploy that changes the system nodes' labels or size alone: EKS changes them in place, and the guard's
+    # properties (what rolls the nodes) are the same, so CloudFormation does not ask it
+    text = f"Stack ray-train-cluster\nResources\n{SYSTEM_NODEGROUP} └─ [~] Labels\n"
+    # THEN deploy-check lets it through, a job running
+    assert check_deploy(read_diff(text), cluster("Running"), Settings()) == []
+    # ... but not where the deploy creates the guard (a stack deployed before it had one: a Create judges nothing)
+    created = (
+        "Stack ray-train-cluster\nResources\n"
+        "[+] Custom::RayEfa-JobDisruptionGuard SystemJobGuard/Resource SystemJobGuard2F050C31\n" + SYSTEM_NODEGROUP
+    )
+    (finding,) = check_deploy(read_diff(created), cluster("Running"), Settings())
+    assert "drains the nodes of ray-train-cluster: Eks/Cluster/NodegroupSystemNodes" in finding.message
 
 
 def test_a_guard_the_deploy_creates_guards_nothing_yet():
