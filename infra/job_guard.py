@@ -23,9 +23,9 @@ It never refuses CloudFormation's rollback of a failed update (its stack UPDATE_
 handler reads with DescribeStacks on this stack alone): every refusal, and every later failure, can be rolled back.
 
 It runs as its own role, where the cluster's kubectl provider runs (in the VPC when the endpoint is private or both),
-with no layer: the handler gets an EKS token from STS with boto3 and lists RayJobs over HTTPS. So nothing it uses changes value when the cluster stack's
-kubectl layer does (a Kubernetes version, a new layer package): CloudFormation refuses to change an export another
-stack imports.
+with no layer: the handler gets an EKS token from STS with boto3 and lists RayJobs over HTTPS. So nothing it uses
+changes value when the cluster stack's kubectl layer does (a Kubernetes version, a new layer package): CloudFormation
+refuses to change an export another stack imports.
 """
 
 from __future__ import annotations
