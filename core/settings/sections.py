@@ -382,8 +382,9 @@ class WorkloadSettings(_Section):
     allow_job_disruption: bool = setting(
         False,
         "allowJobDisruption",
-        "Let a deploy roll or resize the GPU nodes, or change or delete the stack's RayJob, while a RayJob runs (it "
-        "dies); false: the GPU stack's job guard fails such a deploy before anything changes, naming the job.",
+        "Let a deploy roll the system nodes (the Ray heads) or the GPU nodes, resize the GPU nodes, or change or "
+        "delete the stack's RayJob, while a RayJob runs (it dies; the node groups' updates are forced for that "
+        "deploy); false: the stacks' job guards fail such a deploy before anything changes, naming the job.",
     )
     job_name: JobName = setting(
         DEFAULT_JOB_NAME,
