@@ -674,10 +674,12 @@ def _cycle(resources: dict) -> list[str]:
     return sorted(waiting)
 
 
-def test_the_cluster_and_the_system_nodes_wait_for_a_guard_that_waits_for_nothing_of_the_cluster():
+@pytest.mark.parametrize("endpoint", ["public_and_private", "private"])
+def test_the_cluster_and_the_system_nodes_wait_for_a_guard_that_waits_for_nothing_of_the_cluster(endpoint):
     """CloudFormation updates the control plane before the node group (the node group refers to it), and EKS has no
-    update back to a lower version: the guard must come before both, or its refusal's rollback fails."""
-    synth = synthesize()
+    update back to a lower version: the guard must come before both, or its refusal's rollback fails. (It runs in
+    the VPC, as the kubectl provider does, wherever the endpoint has private access.)"""
+    synth = synthesize(endpointAccess=endpoint)
     resources = synth.cluster.to_json()["Resources"]
     guard_id, guard_resource = _system_guard(synth)
     (cluster_id,) = synth.cluster.find_resources("AWS::EKS::Cluster")
@@ -707,6 +709,8 @@ def test_the_cluster_and_the_system_nodes_wait_for_a_guard_that_waits_for_nothin
     assert "AccessPolicies" not in entry["Properties"]
     assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list"]}]
     assert binding["subjects"][0]["name"] == "ray-train-cluster-job-guard"
+    function_id = properties["ServiceToken"]["Fn::GetAtt"][0]
+    assert "VpcConfig" in resources[function_id]["Properties"]
 
 
 def test_the_system_guard_reaches_the_endpoint_with_a_security_group_of_its_own():
