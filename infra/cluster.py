@@ -47,11 +47,14 @@ CONTROL_PLANE_LOG_TYPES = (
 
 
 def _endpoint_access(access: str, public_cidrs: tuple[str, ...]) -> eks.EndpointAccess:
-    """The API endpoint setting; the public side is limited to `publicAccessCidrs`."""
+    """The API endpoint setting; the public side of public_and_private is limited to `publicAccessCidrs`. A public-only
+    endpoint stays open (the settings refuse other CIDRs with it): the nodes reach it from the internet, and CDK
+    refuses to restrict it."""
     if access == "private":
         return eks.EndpointAccess.PRIVATE
-    base = eks.EndpointAccess.PUBLIC if access == "public" else eks.EndpointAccess.PUBLIC_AND_PRIVATE
-    return base.only_from(*public_cidrs)
+    if access == "public":
+        return eks.EndpointAccess.PUBLIC
+    return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*public_cidrs)
 
 
 def _check_props(
@@ -161,6 +164,12 @@ class RayEksCluster(Construct):
         )
         # each value checked as its setting is (one function for both): a lone string is an error, not its letters
         public_access_cidrs = check_strings("RayEksCluster public_access_cidrs", public_access_cidrs, cidr_problem)
+        if endpoint_access == "public" and tuple(public_access_cidrs) != ("0.0.0.0/0",):
+            raise ValueError(
+                f"RayEksCluster public_access_cidrs must be ('0.0.0.0/0',) with endpoint_access 'public', got "
+                f"{tuple(public_access_cidrs)!r}: the nodes reach a public-only endpoint from the internet; restrict it "
+                "with endpoint_access 'public_and_private'"
+            )
         admin_principal_arns = check_strings(
             "RayEksCluster admin_principal_arns", admin_principal_arns, admin_arn_problem
         )

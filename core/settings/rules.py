@@ -39,6 +39,20 @@ def _forced_placement_group(reservation: str | None, placement: str) -> Problem 
     return None
 
 
+@_rule("endpointAccess", "publicAccessCidrs")
+def _public_only_endpoint_is_open(access: str, cidrs: tuple[str, ...]) -> Problem | None:
+    # EKS: a public-only endpoint is how the nodes reach the API server too, from addresses no CIDR list can name, so
+    # CDK refuses to restrict it (CannotRestricPublicAccessEndpoint) and EKS would cut the nodes off.
+    if access == "public" and tuple(cidrs) != ("0.0.0.0/0",):
+        return Problem(
+            "publicAccessCidrs",
+            list(cidrs),
+            "must be 0.0.0.0/0 (the default) with endpointAccess public: the nodes reach a public-only endpoint "
+            "from the internet; restrict it with endpointAccess public_and_private",
+        )
+    return None
+
+
 @_rule("systemNodeSelector", "gpuNodeSelector")
 def _gpu_selector_skips_system_nodes(system: dict[str, str], gpu: dict[str, str]) -> Problem | None:
     # Workers asking for GPUs on a system node would stay Pending forever.

@@ -303,6 +303,16 @@ def test_cidrs_are_parsed_as_networks(cidrs, message):
     assert [(p.key, p.value, p.message) for p in caught.value.problems] == [("publicAccessCidrs", cidrs, message)]
 
 
+def test_a_public_only_endpoint_cannot_be_narrowed():
+    # EKS: the nodes reach a public-only endpoint from the internet; CDK refuses to restrict it at synth
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_context({"endpointAccess": "public", "publicAccessCidrs": "203.0.113.0/24"})
+    ((key, value, message),) = [(p.key, p.value, p.message) for p in caught.value.problems]
+    assert (key, value) == ("publicAccessCidrs", ["203.0.113.0/24"])
+    assert "endpointAccess public" in message and "public_and_private" in message
+    assert Settings.from_context({"endpointAccess": "public"}).cluster.endpoint_access == "public"
+
+
 def test_good_cidrs_pass():
     assert Settings.from_context(
         {"publicAccessCidrs": '["203.0.113.0/24", "198.51.100.7/32"]'}

@@ -148,6 +148,13 @@ def test_an_unknown_region_is_said_in_words_not_tokens():
             r"GpuDraDrivers nvidia_version must be a chart version like 0\.4\.1, got '0\.4'",
         ),
         (
+            lambda s, v, c: RayEksCluster(
+                s, "X", vpc=v, endpoint_access="public", public_access_cidrs=["203.0.113.0/24"]
+            ),
+            r"RayEksCluster public_access_cidrs must be \('0.0.0.0/0',\) with endpoint_access 'public', got "
+            r"\('203.0.113.0/24',\)",
+        ),
+        (
             lambda s, v, c: ClusterVpc(s, "X", availability_zones=["us-west-2a"]),
             r"ClusterVpc availability_zones must name at least two AZs.*\['us-west-2a'\]",
         ),

@@ -119,6 +119,14 @@ def test_private_endpoint_turns_public_access_off():
     assert vpc_config["EndpointPublicAccess"] is False and vpc_config["EndpointPrivateAccess"] is True
 
 
+def test_a_public_only_endpoint_synthesizes_open():
+    # CDK raised CannotRestricPublicAccessEndpoint here while the construct narrowed every public endpoint
+    synth = synthesize(endpointAccess="public")
+    vpc_config = only(synth.cluster, "AWS::EKS::Cluster")["Properties"]["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is False
+    assert vpc_config.get("PublicAccessCidrs", ["0.0.0.0/0"]) == ["0.0.0.0/0"]
+
+
 def test_kubectl_layer_matches_cluster_version(default_synth):
     # The kubectl provider's layer is the v1.36 package: its asset is a Lambda layer in the cluster stack.
     default_synth.cluster.resource_count_is("AWS::Lambda::LayerVersion", 2)  # kubectl + awscli
