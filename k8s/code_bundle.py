@@ -9,6 +9,7 @@ with a clear message instead of a rejected `kubectl apply` half-way through a de
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import json
 import re
@@ -260,14 +261,22 @@ def _imported_from(files: dict[str, ShippedFile], *, roots: tuple[str, ...]) -> 
         if path in keep:
             continue
         keep.add(path)
-        for node in ast.walk(ast.parse(files[path].text)):
-            names: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            todo.extend(found for name in names if (found := module_path(name)) is not None)
+        todo.extend(found for name in _imported_names(files[path].text) if (found := module_path(name)) is not None)
     return {path: file for path, file in files.items() if path in keep}
+
+
+@functools.lru_cache(maxsize=1024)
+def _imported_names(source: str) -> tuple[str, ...]:
+    """Every absolute module name `source` imports (`from a.b import c`: a.b and a.b.c), in order. Cached by the text,
+    which is all it depends on: parsing the shipped modules was 90% of building a chart's objects, and every chart
+    (the RayCluster and each job) ships the same files."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return tuple(names)
 
 
 def _package_dir(package: str) -> Path:
