@@ -61,6 +61,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/k8s/test_user_code.py::test_manifests_cli_ships_the_code_and_names_the_job": ("synth",),
     "tests/k8s/test_user_code.py::test_the_fetch_script_unpacks_a_zip_through_pyarrows_s3_filesystem": ("spawn",),
     "tests/k8s/test_package.py::test_names_import_without_cdk8s": ("spawn",),
+    "tests/k8s/test_package.py::test_the_object_builders_import_without_cdk8s": ("spawn",),
     "tests/examples/test_one_truth.py::test_the_smallest_embedding_type_checks_in_strict_mode": ("spawn",),  # pyright
     "tests/test_docs_site.py::test_the_strict_build_fails_on_what_would_break_a_reader": ("spawn",),  # mkdocs
     "tests/training/test_families.py::test_two_gloo_ranks_train_each_family_and_resume_bit_identically": ("spawn",),

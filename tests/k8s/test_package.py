@@ -25,6 +25,17 @@ def test_names_import_without_cdk8s():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_object_builders_import_without_cdk8s():
+    # GIVEN a fresh interpreter WHEN the builders of every chart's objects are imported and used THEN cdk8s (jsii's
+    # node process) never loads: only k8s.workload's charts wrap the objects in cdk8s
+    probe = (
+        "import sys; from ray_efa.core.settings import Settings; from ray_efa.k8s.objects import manifest_objects; "
+        "manifest_objects(Settings()); print(sorted(m for m in ('cdk8s', 'constructs', 'jsii') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_readme_names_every_module_of_the_package():
     # k8s/README.md's table is the package's map: a module added without its line fails here
     root = Path(__file__).resolve().parents[2] / "k8s"
