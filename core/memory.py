@@ -27,23 +27,24 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           input: 6d + 4kv; no seq x seq scores), SwiGLU MLP (gate, SiLU, up, product: 8I); 10d for
                           the final norm and the hidden states the loss reads.
                (a per family: ModelPreset.activation_bytes_per_token_layer, its norms, q/k norms and head widths.)
-               with full activation checkpointing: T * (L * 2d + a + 10d): each layer keeps only its bf16 input, and
-                          one layer is recomputed at a time in backward.
-               with selective (per-op) checkpointing: T * (L * s + a + 10d), s = 2d + 2 (saved linears' outputs) +
-                          2 q: each layer keeps its input, the outputs of every other matrix product (torchtitan's
-                          op policy, ModelPreset.selective_linears) and the attention output. Compiled:
-                          T * (L * s' + 10d), s' without the output no backward reads (down_proj's, pre-norm families) and
-                          no recomputed layer on top (SELECTIVE_COMPILED_RECOMPUTE).
+               with full activation checkpointing: T * (L * 2d + 10d) + max(0, T a - C): each layer keeps only
+                          its bf16 input, and one layer is recomputed at a time in backward; that layer's T a bytes
+                          never meet the loss's logits (C, below: freed once the hidden states have their gradient,
+                          before the first layer's backward), so only what it needs beyond them counts.
+               with selective (per-op) checkpointing: T * (L * s + 10d) + max(0, T a - C), s = 2d + 2 (saved
+                          linears' outputs) + 2 q: each layer keeps its input, the outputs of every other matrix
+                          product (torchtitan's op policy, ModelPreset.selective_linears) and the attention output;
+                          compiled, less the output no backward reads (down_proj's, in pre-norm families).
                with compile: a x COMPILED_ACTIVATIONS (0.68, calibrated against reserved memory on H200).
 - logits       unchunked: 12 V T bytes, the backward of the fp32 cross-entropy (saved log-softmax, its gradient
                           and the logits' gradient, 4 bytes each).
                chunked (lossChunkSize = c): 8 V min(c, T) for one chunk (fp32 logits, bf16 copies; compiled,
                           COMPILED_LOSS_BYTES_PER_LOGIT = 5.4 for each token beyond 1024, measured) plus 6 V d
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
-                          (the stored gradient of the hidden states).
-- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (9% with
-               gradAccumulation > 1 on one GPU: FRAGMENTATION_ACCUMULATING): the caching allocator's reserved peak over its
-               allocated one (rounding, fragmentation), as measured.
+                          (the stored gradient of the hidden states). C: the unchunked 12 V T, or the one chunk's.
+- overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (FRAGMENTATION;
+               with gradAccumulation > 1 on one GPU 0.9 x 4P/S instead: ACCUMULATING_RESERVED_GRADIENTS): the caching
+               allocator's reserved peak over its allocated one (rounding, fragmentation), as measured.
 
 The constants are calibrated against what runs out: *reserved* memory plus what lies outside the allocator
 (bench/calibrate.py and bench/sharding_proof.py on H200, expandable segments on; docs/BENCHMARKS.md).
@@ -69,11 +70,10 @@ __all__ = [
     "OVERHEAD_FIXED_GIB",
     "FRAGMENTATION",
     "COMPILED_ACTIVATIONS",
-    "SELECTIVE_COMPILED_RECOMPUTE",
     "ACCUMULATION_GRADIENT_COPIES",
     "FP8_ACTIVATIONS",
     "SUGGESTED_LOSS_CHUNK",
-    "FRAGMENTATION_ACCUMULATING",
+    "ACCUMULATING_RESERVED_GRADIENTS",
     "COMPILED_LOSS_BYTES_PER_LOGIT",
     "grad_sync_every_micro_batch",
 ]
@@ -85,16 +85,21 @@ OVERHEAD_FIXED_GIB = 1.5
 FRAGMENTATION = 0.05
 """Headroom over the parts without accumulation: measured peak reserved memory was at most 0.986 of them (one H200,
 expandable segments, bench/calibrate.py)."""
-FRAGMENTATION_ACCUMULATING = 0.09
-"""Headroom over the parts with gradAccumulation > 1 on one GPU (on more, ACCUMULATION_GRADIENT_COPIES, fitted to
-2 x H200 reserved memory, covers it): what the caching allocator reserves beyond the allocated peak when
-micro-batches' activations come and go beside gradients held across them (its rounding and fragmentation). Fitted
-with FP8_ACTIVATIONS on the five runs of the current train path on one H100 (2026-12-07, bench/results/
-2026-12-07-h100x1-llama3-side-by-side.jsonl and -qwen-side-by-side.jsonl; docs/plan-evidence.md, "The memory plan
-against the measured reserved peak"), whose reserved peaks lay 5.8 to 6.8 GiB (10-14%) over their allocated ones:
-0.09 plans each of them 1.4 to 3.8% over its reserved peak. It was 0.16, fitted (issue 48) to parts whose fp8
-activations were planned 0.66 of bf16's, which hid that share's shortfall in this headroom and over-planned bf16 by
-8%."""
+ACCUMULATING_RESERVED_GRADIENTS = 0.9
+"""With gradAccumulation > 1 on one GPU (on more, ACCUMULATION_GRADIENT_COPIES, fitted to 2 x H200 reserved memory,
+covers it), what the caching allocator reserves beyond the allocated peak, in fp32 gradient bytes per GPU (4P/S):
+planned as 0.9 of them, and no share of the parts (FRAGMENTATION). Every one-GPU run with accumulation reserved 5.8
+to 6.8 GiB over its allocated peak, whatever that peak was: 57.4, 43.1 and 44.3 GiB allocated for Llama 3.2 1B dims
+(4P = 5.58 GiB), 53.1 and 61.9 for Qwen2.5-1.5B (5.75) on one H100 (2026-12-07, bench/results/
+2026-12-07-h100x1-*-side-by-side.jsonl), and 29 to 72 GiB in the older Qwen runs on H100 and H200 (2026-12-01 to
+12-06). A constant of about the gradients' size, not a share: the likely cause, not traced, is that FSDP2 writes the
+reduced gradients on its own stream, and the caching allocator's pools are per stream, so those blocks cannot reuse
+the activations' cached ones. 0.9 is fitted on the five 2026-12-07 runs (docs/plan-evidence.md, "The memory plan
+against the measured reserved peak"): each planned 0.7 to 4.5% over what it reserved; the older runs of the path
+before the gathered model was held (+2.36 GiB added to what they reserved), -0.1 to +4.3%. Both models are 1.5B, so
+a gap fixed in GiB and one that grows with the model cannot be told apart here; the gradients' size is the cause
+named. It replaces a share of 0.16 (issue 48), then 0.09, of the parts: a share over-planned the large bf16 runs and
+under-planned the small checkpointed ones, whose gap is as large."""
 _LOSS_CHUNK_REFERENCE = 1024  # the chunk the calibrated constants were measured with
 COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
 """Bytes per logit of a compiled chunk beyond 1024 tokens (the calibrated 8 up to there, whose slack the measured
@@ -148,26 +153,17 @@ COMPILED_ACTIVATIONS = 0.68
 """Share of eager activation bytes compiled layers keep: fitted to reserved peaks of six shapes on one H200 (0.63 fits
 allocated peaks)."""
 
-SELECTIVE_COMPILED_RECOMPUTE = 0.0
-"""Bytes a token of the one layer selective checkpointing recomputes at a time in backward, over the layers' kept
-bytes, when the layers are compiled: none. A compiled checkpointed layer recomputes inside its own backward graph,
-which frees each recomputed tensor as its gradient is taken, and its peak falls after the loss's logits (planned
-apart) are freed. Measured on one H100 (2026-12-07, Llama 3.2 1B dims bf16 16 x 2048 x 2, selective, compiled):
-44.29 GiB allocated against 45.48 planned this way (the other parts' usual excess of about 1 GiB, as in the fp8 runs
-beside it) and 47.8 with a whole compiled layer's recompute added. Eager selective and full checkpointing keep it."""
-
-
 FP8_ACTIVATIONS = 0.75
 """Share of the bf16 activation bytes kept with precision fp8 and compile on and no activation checkpointing (torchao
 float8 saves the linears' inputs in fp8 only under torch.compile; in eager mode float8_linear.py saves the bf16 input,
 and eager fp8 peaked at 71.1 GiB reserved like bf16 at 4 x 4096 on one H200). From first principles the 1-byte
 inputs of the linears (d + q + d + I bytes a token and layer of Llama's) would keep 0.81 of the compiled bf16 bytes;
-the compiled fp8 layer keeps less, its fused cast also dropping bf16 copies. Measured on one H100 (2026-12-07,
+the compiled fp8 layer keeps less (what else its fused casts drop is not counted here), so the share is measured on one H100 (2026-12-07,
 bench/results/2026-12-07-h100x1-*-side-by-side.jsonl): Llama 3.2 1B dims fp8 at 16 and 8 x 2048 allocated 14.3 GiB
 apart, 0.752 of the bf16 bytes planned for those 16,384 tokens; Qwen2.5-1.5B 8 x 2048 x 4 allocated 8.8 GiB less in
 fp8 than in bf16, of which 0.49 is the fp8 gathered weights (docs/BENCHMARKS.md, 2026-12-06), 0.73 to 0.74 of the
 bf16 activations planned. 0.75 covers both. It was 0.66 (H200, bench/speed.py at 8 x 4096 against 62 GiB of
-compiled activations planned there), which with FRAGMENTATION_ACCUMULATING's former 0.16 over-planned bf16 by 8%.
+compiled activations planned there), whose shortfall a share of 0.16 over the parts had covered (and over-planned bf16 by 8%).
 Published fp8 runs save next to nothing: torchtitan's Llama 3.1 8B 77.0 vs 76.8 GiB on
 8 H100s and 62.0 vs 61.8 on 128 (benchmarks/llama3_h100_202412_torchtitan.md), all with selective or full activation
 checkpointing, where a layer keeps only what checkpointing keeps (its bf16 input, or the matrix products' outputs)
@@ -180,33 +176,38 @@ ACCUMULATION_GRADIENT_COPIES = {"fsdp": 2, "hsdp": 3}
 a slow link lags): fitted to reserved memory of the 2 x H200 cells (shard groups of 1 and 2)."""
 
 
-def _activation_bytes_per_token(p: ModelPreset, mode: str, compiled: bool = False) -> float:
-    """Bytes of activations per token of a micro-batch under checkpointing `mode` (none, selective, full)."""
+def _activation_bytes_per_token(p: ModelPreset, mode: str, compiled: bool = False) -> tuple[float, float]:
+    """(kept, recomputed): bytes of activations per token of a micro-batch the layers keep from forward to backward
+    under checkpointing `mode` (none, selective, full), and those of the one layer recomputed at a time in backward
+    (none without checkpointing)."""
     d, layers = p.hidden_size, p.num_hidden_layers
     per_layer: float = p.activation_bytes_per_token_layer()
     if compiled:
         per_layer *= COMPILED_ACTIVATIONS
     if mode == "none":
-        return layers * per_layer + 10 * d
-    if mode == "full":
-        return layers * 2 * d + per_layer + 10 * d  # + the one layer recomputed at a time in backward
-    if compiled:  # SELECTIVE_COMPILED_RECOMPUTE: nothing beyond the kept bytes
-        return layers * p.selective_bytes_per_token_layer(compiled=True) + SELECTIVE_COMPILED_RECOMPUTE + 10 * d
-    return layers * p.selective_bytes_per_token_layer() + per_layer + 10 * d
+        return layers * per_layer + 10 * d, 0.0
+    kept = 2 * d if mode == "full" else p.selective_bytes_per_token_layer(compiled=compiled)
+    return layers * kept + 10 * d, per_layer
 
 
-def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
-    v, d = p.vocab_size, p.hidden_size
+def _loss_chunk_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
+    """Bytes of the loss's logits and their gradients, freed once the loss has given the hidden states their
+    gradient (before the first layer's backward): all of the unchunked loss's, one chunk's of the chunked one."""
+    v = p.vocab_size
     if chunk <= 0:
         return 12 * v * tokens
     held = min(chunk, tokens)
     if compiled:  # the calibrated 8 bytes up to the reference chunk, the measured marginal bytes beyond it
-        logits = 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(
+        return 8 * v * min(held, _LOSS_CHUNK_REFERENCE) + COMPILED_LOSS_BYTES_PER_LOGIT * v * max(
             0, held - _LOSS_CHUNK_REFERENCE
         )
-    else:
-        logits = 8 * v * held
-    return logits + 6 * v * d + 2 * d * tokens
+    return 8 * v * held
+
+
+def _logits_bytes(p: ModelPreset, tokens: int, chunk: int, *, compiled: bool = False) -> float:
+    v, d = p.vocab_size, p.hidden_size
+    held = _loss_chunk_bytes(p, tokens, chunk, compiled=compiled)
+    return held if chunk <= 0 else held + 6 * v * d + 2 * d * tokens
 
 
 def _gathered_layer_bytes(p: ModelPreset, fp8_all_gather: bool) -> int:
@@ -253,6 +254,7 @@ def estimate_for(
     layer = p.layer_parameters
     root = params - p.num_hidden_layers * layer
     tokens = t.micro_batch_size * t.seq_len
+    kept, recomputed = _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
     shard = shard_size or world_size
     accumulated = 0.0
     if t.accumulation_steps > 1 and world_size > 1:
@@ -270,17 +272,19 @@ def estimate_for(
         # Otherwise the root and two layers; with the fp8 all-gather the layers hold 1-byte linear weights.
         "gathered": (2 * params if shard == 1 else 2 * root + 2 * _gathered_layer_bytes(p, fp8)) + 2 * 6 * layer,
         # torchao saves the linears' fp8 inputs only when compiled (eager float8_linear.py saves the bf16 input) and
-        # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS)
-        "activations": tokens
-        * _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
-        * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0),
+        # only where the layer keeps them: with checkpointing it keeps its bf16 input (FP8_ACTIVATIONS). The layer
+        # recomputed in backward never meets the loss's logits, freed before it: only what it needs beyond them counts
+        "activations": tokens * kept * (FP8_ACTIVATIONS if fp8 and t.compile and not t.checkpointing else 1.0)
+        + max(0.0, tokens * recomputed - _loss_chunk_bytes(p, tokens, t.loss_chunk, compiled=t.compile)),
         "logits": _logits_bytes(p, tokens, t.loss_chunk, compiled=t.compile),
     }
     gib = {k: v / _GIB for k, v in parts.items()}
     allocated = sum(gib.values())
     # on one GPU the accumulation copies term (fitted on two) adds nothing; what accumulation costs there is reserved
-    fragmentation = FRAGMENTATION_ACCUMULATING if t.accumulation_steps > 1 and world_size == 1 else FRAGMENTATION
-    overhead = OVERHEAD_FIXED_GIB + fragmentation * allocated
+    if t.accumulation_steps > 1 and world_size == 1:
+        overhead = OVERHEAD_FIXED_GIB + ACCUMULATING_RESERVED_GRADIENTS * 4 * params / shard / _GIB
+    else:
+        overhead = OVERHEAD_FIXED_GIB + FRAGMENTATION * allocated
     return MemoryEstimate(
         parameters_gib=gib["parameters"],
         gradients_gib=gib["gradients"],

@@ -211,8 +211,9 @@ class ModelPreset:
         every family but gemma2/gemma3 and olmo2, whose post-norms read it. (o_proj's output, where saved, rebuilds
         the residual stream the MLP's norm recomputes from, so it stays.) Measured on one H100 (2026-12-07, Llama 3.2
         1B dims bf16 16 x 2048 x 2, bench/results/2026-12-07-h100x1-llama3-side-by-side.jsonl, run b16): the eager
-        count with a recomputed layer on top planned 5.5 GiB over the allocated peak, this one with
-        core.memory.SELECTIVE_COMPILED_RECOMPUTE 1.2 (about 1 of it the other parts' usual excess there)."""
+        count with a whole recomputed layer on top planned 5.5 GiB over the allocated peak, this one (with
+        core.memory's recomputed layer that never meets the loss's logits) 1.2, about 1 of it the other parts' usual
+        excess there."""
         saved, _ = self.selective_linears()
         if compiled and self.model_type not in _POST_NORMS:
             saved = tuple(row for row in saved if row[0] not in _RESIDUAL_LINEARS)

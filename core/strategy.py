@@ -187,8 +187,8 @@ def choose(
 
 AUTO_MEMORY_SHARE = 0.95
 """An auto shape must plan at most this share of the GPU's memory. The plan is the caching allocator's reserved peak
-as measured (core.memory: the parts, and over them FRAGMENTATION, or FRAGMENTATION_ACCUMULATING with accumulation:
-the default 16 x 2048 x 16 reserved 78.5 GiB against 79.1 usable on the p5.4xlarge row, 67.8 GiB of parts), plus
+as measured (core.memory: the parts, and over them FRAGMENTATION, or ACCUMULATING_RESERVED_GRADIENTS with accumulation
+on one GPU: the default 16 x 2048 x 16 reserved 78.5 GiB against 79.1 usable on the p5.4xlarge row), plus
 what lies outside the allocator; 5% is left for what no measurement here covers (another driver, a longer run). It
 was 0.92 while the plan was the allocated peak and the reserved one was 11% above it. With activation checkpointing
 fp8 plans bf16's activations (core.memory.FP8_ACTIVATIONS), as published fp8 runs measure. On an 80 GB H100 itself
