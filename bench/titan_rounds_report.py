@@ -52,7 +52,9 @@ def plan_memory_gib(plan: dict, spec: str) -> float | None:
         return None
     given = {key: s["value"] for key, s in plan["settings"].items() if s["source"] != "default"}
     own = spec.split(":", 2)[2] if spec.count(":") >= 2 else ""
-    given.update(pair.split("=", 1) for pair in own.split(",") if pair)
+    for pair in filter(None, own.split(",")):
+        key, _, value = pair.partition("=")
+        given[key] = value
     args = [arg for key, value in given.items() for arg in ("-c", f"{key}={value}")]
     done = subprocess.run(
         [sys.executable, "-m", "ray_efa.cli", "plan", "--json", *args], capture_output=True, text=True, check=False
