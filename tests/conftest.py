@@ -32,6 +32,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/k8s/test_manifests_cli.py": ("synth",),
     "tests/test_xdist_groups.py": ("spawn",),
     "tests/training/test_accumulation.py": ("spawn",),  # gloo ranks
+    "tests/training/test_hold_gathered.py": ("spawn",),  # gloo ranks
     "tests/training/test_fp8.py": ("spawn",),
     "tests/training/test_sharding.py": ("spawn",),
     # single tests
@@ -78,6 +79,13 @@ MARKS: dict[str, tuple[str, ...]] = {
         "spawn",
     ),
     "tests/training/test_transport_cli.py::test_a_subprocess_reads_stdin_and_returns_the_exit_code": ("spawn",),
+    "tests/cli/test_kube_token.py::test_an_exec_plugins_token_is_sent_and_sent_anew_after_it_expires": ("spawn",),
+    "tests/test_checkout_imports.py::test_a_checkout_imports_the_six_packages_and_nothing_else_of_the_repository": (
+        "spawn",
+    ),
+    # `ray-efa plan --json` in a process of its own for each project run's memory
+    "tests/training/test_titan_side_by_side.py::"
+    "test_the_rounds_report_reads_the_run_again_after_an_out_of_memory_and_the_llama_flops": ("spawn",),
 }
 """Marks given here rather than in the test files, by module path or node id (without [...]: every case)."""
 
