@@ -3,11 +3,13 @@ stack's node groups would bring, shaped as recorded EKS nodes (fixtures/nodes.js
 synthesized node groups say.
 
 Every test here is marked `cluster` (make test-fast leaves them out; `make test-cluster` runs them alone) and runs in
-the xdist group "cluster", so one worker runs them, one control plane a module at a time.
+the xdist group "cluster", so one worker runs them, on one control plane that its modules share in turn, each reset
+to how it started after a module (SharedPlane).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -25,6 +27,7 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core import catalog
+from tests.cluster import baseline
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import name_of, namespace_of, status_of
 from tests.shared_reference import reference_path
@@ -83,11 +86,67 @@ def running_plane(*, operator: bool = True) -> Iterator[ControlPlane]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class SharedPlane:
+    """The control plane of one test process, shared by its modules in turn (a start costs about 30 s on 2 cores, a
+    reset a few): each module gets it as the plane was when it started, with the operator running or not as the
+    module asks; after the module, everything it made is deleted (tests/cluster/baseline.py). A reset that fails
+    stops the plane, and the next module starts a new one."""
+
+    def __init__(self) -> None:
+        self._running: contextlib.ExitStack | None = None
+        self._plane: ControlPlane | None = None
+        self._baseline: frozenset[str] = frozenset()
+
+    def acquire(self, *, operator: bool = True) -> ControlPlane:
+        if self._plane is None:
+            self._running = contextlib.ExitStack()
+            self._plane = self._running.enter_context(running_plane(operator=operator))
+            self._baseline = baseline.snapshot(self._plane.api_client())
+        if operator:
+            self._plane.start_operator()
+        else:
+            self._plane.stop_operator()
+        return self._plane
+
+    def release(self) -> None:
+        """Deletes what the module made and waits until it is gone (a failure stops the plane, and is raised)."""
+        if self._plane is None:
+            return
+        try:
+            baseline.restore(self._plane.api_client(), self._baseline)
+        except BaseException:
+            self.close()
+            raise
+        self._plane.audit_from = self._plane.audit_log.stat().st_size if self._plane.audit_log.exists() else 0
+
+    def close(self) -> None:
+        if self._running is not None:
+            self._running.close()
+        self._running, self._plane = None, None
+
+
+@pytest.fixture(scope="session")
+def shared_plane() -> Iterator[SharedPlane]:
+    shared = SharedPlane()
+    yield shared
+    shared.close()
+
+
+@contextmanager
+def module_plane(shared: SharedPlane, *, operator: bool = True) -> Iterator[ControlPlane]:
+    """The shared plane for one module (`operator` as ControlPlane.start), reset after it."""
+    plane = shared.acquire(operator=operator)
+    try:
+        yield plane
+    finally:
+        shared.release()
+
+
 @pytest.fixture(scope="module")
-def control_plane() -> Iterator[ControlPlane]:
-    """A control plane of the module's own (about 30 s to start): what one module leaves behind (DaemonSets, RayJobs,
-    namespaces still terminating) never meets another module's expectations."""
-    with running_plane() as plane:
+def control_plane(shared_plane: SharedPlane) -> Iterator[ControlPlane]:
+    """The process's control plane, with the operator, as fresh for this module: what an earlier module left behind
+    (DaemonSets, RayJobs, namespaces, nodes) was deleted after it (SharedPlane)."""
+    with module_plane(shared_plane) as plane:
         yield plane
 
 

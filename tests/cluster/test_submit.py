@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 
-from tests.cluster.conftest import running_plane, served_crds, served_kuberay
+from tests.cluster.conftest import SharedPlane, module_plane, served_crds, served_kuberay
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.submitted import (
     SUBMITTER,
@@ -67,9 +67,9 @@ RayJob submit makes takes the deployed kuberayVersion, and the server refuses fi
 
 
 @pytest.fixture(scope="module")
-def control_plane() -> Iterator[ControlPlane]:
-    """This module's control plane, without the KubeRay operator (the module docstring says why)."""
-    with running_plane(operator=False) as plane:
+def control_plane(shared_plane: SharedPlane) -> Iterator[ControlPlane]:
+    """The process's control plane, without the KubeRay operator for this module (the module docstring says why)."""
+    with module_plane(shared_plane, operator=False) as plane:
         yield plane
 
 
