@@ -79,15 +79,18 @@ def _ray_objects(**context: Any) -> list[dict[str, Any]]:
 
 
 def _answer(api: ApiClient, objects: list[dict[str, Any]], expected: set[str]) -> dict[str, set[str]]:
-    """The refused fields once the union of them is `expected` (the schema just served has taken over), within 30 s;
-    else the test fails with the last answer."""
-    return wait_for(
-        lambda: (lambda refused: refused if set().union(*refused.values()) == expected else None)(
-            _refused_fields(api, objects)
-        ),
-        f"the served schema refusing exactly {sorted(expected)}",
-        timeout_s=30,
-    )
+    """The refused fields once the union of them is `expected` and two answers in a row agree (the schema just served
+    has taken over for every object: while it takes over, one object can still be judged by the old schema in the same
+    round), within 30 s; else the test fails with the last answer."""
+    last: list[dict[str, set[str]]] = []
+
+    def settled() -> dict[str, set[str]] | None:
+        refused = _refused_fields(api, objects)
+        agreed = last[-1:] == [refused]
+        last.append(refused)
+        return refused if agreed and set().union(*refused.values()) == expected else None
+
+    return wait_for(settled, f"the served schema refusing exactly {sorted(expected)}", timeout_s=30)
 
 
 def test_the_operators_own_schema_lacks_exactly_the_fields_after_it(control_plane: ControlPlane, api: ApiClient):
