@@ -13,7 +13,6 @@ missing reference file fails the test instead.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 import yaml
 
 from ray_efa.core.context import PROJECT_ROOT
+from tests.ci import in_ci  # CI (CI=true) has ../shared beside the clone
 
 SHARED = PROJECT_ROOT.parent / "shared"
 
@@ -30,11 +30,6 @@ HOW_TO_GET = {
     "helm-values": "write each chart's defaults with `helm show values <repo>/<chart> --version <version>` into "
     "../shared/helm-values/<chart>-<version>/values.yaml (docs/development.md names the repositories)",
 }
-
-
-def in_ci() -> bool:
-    """Whether this is CI's run (CI=true), where ../shared is always beside the clone."""
-    return os.environ.get("CI", "").lower() in ("true", "1")
 
 
 def _missing(path: Path, parts: tuple[str, ...]) -> str:

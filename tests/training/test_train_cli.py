@@ -17,6 +17,7 @@ from ray_efa.training.inputs import driver_datasets
 from ray_efa.training.local import LOCAL_PRESET, local_settings
 from ray_efa.training.run_summary import find_summaries
 from ray_efa.training.tiny_model import MODEL_FOLDER
+from tests.ci import unavailable
 
 
 def tree_bytes(folder) -> dict[str, tuple[bytes, int]]:
@@ -211,7 +212,7 @@ def test_cluster_run_away_from_a_cluster_says_so(tmp_path):
     # `address="auto"` joins ANY Ray cluster it sees running on the machine: the run goes where it sees none
     alone = _alone_on_the_machine()
     if not alone:
-        pytest.skip(
+        unavailable(
             "unshare cannot make a PID namespace here (needs root or user namespaces); without one, "
             "address=auto would join the Ray cluster of another test"
         )
