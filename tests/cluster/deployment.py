@@ -8,8 +8,8 @@ deploy-check, submit, follow) to read: what the recordings of tests/ops once hel
   network-policy agent's args; kuberay-system: the operator's Deployment. Their pods are pause containers: the real
   DaemonSet and Deployment controllers create them, the scheduler places them, KWOK reports them Ready, and the
   controllers count them into the status that verify reads.
-- The training RayJob of the settings (k8s.workload.ray_job_chart: what the stacks apply), which the real KubeRay
-  operator reconciles into a RayCluster and pods.
+- The training RayJob of the settings (k8s.objects.ray_job_objects: the objects the stacks' chart wraps, built
+  without cdk8s), which the real KubeRay operator reconciles into a RayCluster and pods.
 
 What the operator binary here (v1.5.0, the newest the Go proxy serves) cannot do for the deployed chart's 1.7.0:
 inject Ray token auth. `token_auth=True` puts on the head's template the env a 1.7.0 operator puts on the head pod
@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from ray_efa.core import catalog
 from ray_efa.core.scheduling import GPU_TAINT, SYSTEM_NODE_LABELS, gpu_node_labels
 from ray_efa.core.settings import Settings
+from ray_efa.k8s.objects import ray_job_objects
 from tests.cluster.conftest import Nodes, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.objects import meta_of, name_of, namespace_of, status_of
@@ -136,12 +137,11 @@ def training_job(settings: Settings, *, token_auth: bool = True, driver_runs: bo
 
     `driver_runs`: the submitter's pod keeps running (stages.yaml, pod-keeps-running), as it does while the driver
     trains; else KWOK completes it at once and the operator, which finds no Ray job behind it, fails the RayJob 30 s
-    later ("the ray job did not reach terminal state within 30s")."""
-    import cdk8s
+    later ("the ray job did not reach terminal state within 30s").
 
-    from ray_efa.k8s.workload import ray_job_chart
-
-    objects = copy.deepcopy(ray_job_chart(cdk8s.App(), settings).to_json())
+    The objects are k8s.objects.ray_job_objects', which the chart the stacks apply wraps unchanged
+    (tests/k8s/test_charts.py): no cdk8s synth here."""
+    objects = copy.deepcopy(ray_job_objects(settings))
     if driver_runs:
         job = next(o for o in objects if o["kind"] == "RayJob")
         job["spec"]["submitterPodTemplate"]["metadata"]["labels"]["ray-efa.test/keeps-running"] = "true"
@@ -307,7 +307,7 @@ class Deployment:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
         # the Ray pods' service account as the cluster stack creates it (for Pod Identity) before any job: a job that
         # names another one gets no pods (the API server's ServiceAccount admission refuses them)
-        self.plane.apply(stack_service_accounts(self.settings))
+        self.plane.apply([stack_service_account(self.settings)])
         job = ray_job_name(self.settings)
         objects = training_job(self.settings, token_auth=token_auth)
         self.plane.apply([o for o in objects if o["kind"] != "RayJob"])
@@ -334,14 +334,27 @@ class Deployment:
         self.nodes.remove_all()
 
 
-def stack_service_accounts(settings: Settings) -> list[dict[str, Any]]:
-    """The ServiceAccounts the synthesized cluster stack applies for `settings` (its checkpoint bucket's, for the
-    Ray pods), from a real CDK synth of both stacks (tests/infra/conftest.py, cached per settings)."""
-    from tests.cluster.workload import stack_manifests
-    from tests.infra.conftest import synthesize
+POD_ROLE_ARN = "arn:aws:iam::123456789012:role/ray-efa-pods"
+"""The stand-in for the ARN of the checkpoint bucket's role, which the stack's ServiceAccount names (a deploy-time
+token in the template)."""
 
-    synth = synthesize(namespace=settings.workload.namespace, serviceAccount=settings.workload.service_account)
-    return [o for o in stack_manifests(synth.cluster.to_json()) if o["kind"] == "ServiceAccount"]
+
+def stack_service_account(settings: Settings) -> dict[str, Any]:
+    """The Ray pods' ServiceAccount as the cluster stack applies it for `settings` (infra.checkpoints'
+    add_service_account: aws_eks_v2's manifest, its name, namespace, name label and role annotation), built here
+    without a CDK synth of both stacks (about 20 s a settings on 2 cores). tests/cluster/test_workload.py proves it is
+    the synthesized stack's, less the label aws_eks_v2's kubectl handler prunes by."""
+    name = settings.workload.service_account
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": name,
+            "namespace": settings.workload.namespace,
+            "labels": {"app.kubernetes.io/name": name},
+            "annotations": {"eks.amazonaws.com/role-arn": POD_ROLE_ARN},
+        },
+    }
 
 
 def service_account(settings: Settings) -> str:

@@ -83,17 +83,13 @@ def writes(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:
 
 def deployed_settings_map(*context: str) -> dict[str, Any]:
     """The settings ConfigMap that a deployment's training job wrote into the cluster for `context` (the built-in
-    function's RayJob), as the chart the stacks apply makes it."""
-    import cdk8s
-
+    function's RayJob), as the chart the stacks apply makes it (k8s.objects.ray_job_objects, which it wraps)."""
     from ray_efa.core.settings import Settings
-    from ray_efa.k8s.workload import ray_job_chart
+    from ray_efa.k8s.objects import ray_job_objects
 
     settings = Settings.from_context(dict(c.split("=", 1) for c in context))
     return next(
-        o
-        for o in ray_job_chart(cdk8s.App(), settings).to_json()
-        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-settings")
+        o for o in ray_job_objects(settings) if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-settings")
     )
 
 

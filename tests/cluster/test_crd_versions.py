@@ -28,8 +28,6 @@ from tests.k8s.conftest import BASE, synthesize
 from tests.k8s.schemas import crd_folder
 from tools.controlplane import build
 
-pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
-
 NEWER_THAN_THE_OPERATOR = {"spec.authOptions", "spec.rayClusterSpec.authOptions", "spec.preRunningDeadlineSeconds"}
 """The fields of the default synth that the operator's own CRDs (v1.5.0) do not declare."""
 PLURAL = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}

@@ -1,8 +1,8 @@
 """The NetworkPolicy in front of each Ray cluster, against the pods the real KubeRay operator creates from the manifests.
 
-The default synth's RayCluster and both RayJobs, each with its NetworkPolicy, are applied to the real control plane;
-the operator makes each cluster's head and workers, and each RayJob's submitter Job once its head is ready (the Job
-controller makes the pod). Every pod's labels, and its namespace's, are read back from the API server, so the labels
+The default manifests' RayCluster and both RayJobs (k8s.objects: the objects the charts wrap), each with its
+NetworkPolicy, are applied to the real control plane; the operator makes each cluster's head and workers, and each
+RayJob's submitter Job once its head is ready (the Job controller makes the pod). Every pod's labels, and its namespace's, are read back from the API server, so the labels
 are the ones the operator, the Job controller and the API server really put there, not a copy of KubeRay's code.
 
 No CNI runs beside the control plane, so nothing enforces a policy here: the API server stores each one, and
@@ -29,12 +29,10 @@ from ray_efa.core import catalog
 from ray_efa.core.addons import KUBERAY_OPERATOR
 from tests.cluster.conftest import Nodes, served_kuberay
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.deployment import ray_job_cluster, stack_service_accounts
+from tests.cluster.deployment import ray_job_cluster, stack_service_account
 from tests.cluster.netpol import Connection, Outside, Pod, admitted, allowed, selects
 from tests.cluster.workload import apply_in_order, pending_reasons, wait_for_pods
 from tests.k8s.conftest import BASE, synthesize
-
-pytestmark = pytest.mark.synth  # the manifests are a cdk8s synth
 
 SETTINGS = BASE.replace(kuberayVersion=served_kuberay())  # what the served CRDs take (conftest.served_kuberay)
 NS = SETTINGS.workload.namespace
@@ -158,8 +156,8 @@ def _deploy(control_plane: ControlPlane, api: ApiClient, nodes: Nodes) -> Reconc
         labels=worker["nodeSelector"],
         taints=[{"key": t["key"], "effect": t["effect"]} for t in worker["tolerations"]],
     )
-    # the pods' service account as the synthesized cluster stack creates it
-    apply_in_order(control_plane, [*stack_service_accounts(SETTINGS), *synth.objects()])
+    # the pods' service account as the cluster stack applies it
+    apply_in_order(control_plane, [stack_service_account(SETTINGS), *synth.objects()])
     raycluster = _ray_pods(api, synth.ray_cluster["metadata"]["name"], workers)
     jobs = {
         network: _ray_pods(

@@ -170,6 +170,7 @@ def test_recorded_statuses_follow_the_rayjob_crd_schema(outcome):
         assert list(jsonschema.Draft7Validator(status_schema).iter_errors(status)) == [], status
 
 
+@pytest.mark.synth  # `ray-efa manifests` in this process, for what submit must have created (a cdk8s synth)
 def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_verdict(
     plane, api, config, user, monkeypatch, tmp_path, capsys
 ):
@@ -566,15 +567,14 @@ def _ray_cluster(name: str, *, replicas: int, owner: dict[str, Any] | None = Non
 
 
 def _earlier_job(plane: ControlPlane, job_name: str, *context: str) -> dict[str, Any]:
-    """The objects of an earlier job `job_name` in the cluster (as kubectl applies the manifests); its RayJob."""
-    import cdk8s
-
+    """The objects of an earlier job `job_name` in the cluster (as kubectl applies the manifests: the chart's objects,
+    k8s.objects.ray_job_objects); its RayJob."""
     from ray_efa.core.settings import Settings
-    from ray_efa.k8s.workload import ray_job_chart
+    from ray_efa.k8s.objects import ray_job_objects
 
-    objects = ray_job_chart(
-        cdk8s.App(), Settings.from_context({"jobName": job_name, **dict(c.split("=", 1) for c in (SERVED, *context))})
-    ).to_json()
+    objects = ray_job_objects(
+        Settings.from_context({"jobName": job_name, **dict(c.split("=", 1) for c in (SERVED, *context))})
+    )
     plane.apply([o for o in objects if o["kind"] != "RayJob"])
     (job,) = plane.apply([o for o in objects if o["kind"] == "RayJob"])
     return job

@@ -46,6 +46,7 @@ class Stack:
         self.cluster_template, self.gpu_template = synth.cluster.to_json(), synth.gpu.to_json()
         (self.system,) = NodeGroup.from_template(self.cluster_template)
         (self.gpu,) = NodeGroup.from_template(self.gpu_template)
+        self.settings = synth.settings
         self.namespace = synth.settings.workload.namespace
 
     def service_account(self, namespace: str) -> dict[str, Any]:
@@ -104,6 +105,23 @@ def test_the_api_server_and_the_operator_are_the_pinned_builds(control_plane: Co
     crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
     assert {name_of(c) for c in crds} >= {"rayclusters.ray.io", "rayjobs.ray.io"}
     assert control_plane.processes["kuberay-operator"].popen.poll() is None
+
+
+def test_the_service_account_the_other_modules_apply_is_the_one_the_stack_applies(stack: Stack):
+    # GIVEN the synthesized cluster stack's ServiceAccount for the Ray pods, and the one tests/cluster builds without
+    # a synth for the modules that deploy a job (deployment.stack_service_account)
+    from tests.cluster.deployment import POD_ROLE_ARN, stack_service_account
+
+    (synthesized,) = [o for o in stack_manifests(stack.cluster_template) if o["kind"] == "ServiceAccount"]
+    meta = synthesized["metadata"]
+    # THEN they are the same object, but for the label aws_eks_v2's kubectl handler prunes by and the role's ARN (a
+    # deploy-time token in the template)
+    labels = {k: v for k, v in meta["labels"].items() if not k.startswith("aws.cdk.eks/prune-")}
+    assert set(meta["annotations"]) == {"eks.amazonaws.com/role-arn"}
+    annotations = {"eks.amazonaws.com/role-arn": POD_ROLE_ARN}
+    assert {**synthesized, "metadata": {**meta, "labels": labels, "annotations": annotations}} == (
+        stack_service_account(stack.settings)
+    )
 
 
 def test_the_default_job_runs_its_head_on_a_system_node_and_one_worker_on_each_gpu_node(
