@@ -18,7 +18,7 @@ own (SUBMITTER, or one with a narrower Role), whose requests the audit policy re
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.rbac import user_kubeconfig
+from tests.ops.cli_helpers import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "submit"
 SUBMITTER = "researcher-admin"
@@ -67,6 +68,18 @@ def kubeconfig(
     document["current-context"] = "elsewhere"
     path.write_text(json.dumps(document))
     return str(path)
+
+
+def settings_args(*settings: str) -> list[str]:
+    """`-c KEY=VALUE` for each setting."""
+    return [a for s in settings for a in ("-c", s)]
+
+
+def research_cli(command: str, kubeconfig: str, *words: str, settings: Iterable[str] = ()) -> int:
+    """The exit code of `ray-efa COMMAND --kube-context research --kubeconfig KUBECONFIG WORDS -c SETTING...`, run in
+    this process (tests.ops.cli_helpers.run_cli): "research" is the context of these kubeconfigs that reaches the API
+    server, named as a user with several clusters names it."""
+    return run_cli(command, "--kube-context", "research", "--kubeconfig", kubeconfig, *words, *settings_args(*settings))
 
 
 def requests(plane: ControlPlane, user: str = SUBMITTER) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from tests.cluster.submitted import (
     module_nodes,
     progress,
     requests,
+    research_cli,
+    settings_args,
     writes,
 )
 from tests.ops.cli_helpers import run_cli
@@ -115,8 +117,18 @@ def deploy(plane: ControlPlane, *context: str, namespace: str | None = None) -> 
     return stored
 
 
-def args(*settings: str) -> list[str]:
-    return [a for s in settings for a in ("-c", s)]
+FOLLOWED = ("--name", JOB, "--poll", "0.05")
+"""submit's flags for a job it follows to its end: its name, and a poll quick enough for the recorded states."""
+
+
+def submit(config: str, *flags: str, settings: Iterable[str] = SETTINGS) -> int:
+    """`ray-efa submit` of `settings` with `flags`, as the user of `config`; its exit code."""
+    return research_cli("submit", config, *flags, settings=settings)
+
+
+def follow(config: str, *flags: str) -> int:
+    """`ray-efa follow JOB` with `flags`, as the user of `config`, polling as submit does here; its exit code."""
+    return research_cli("follow", config, JOB, "--poll", "0.05", *flags)
 
 
 def states(err: str) -> list[str]:
@@ -178,18 +190,7 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     deploy(plane, *DEPLOYED)
     moved = progress(monkeypatch, plane, "ray", JOB, "complete")
     # WHEN `ray-efa submit` runs the own function against the kube context "research"
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*SETTINGS),
-    )
+    code = submit(config, *FOLLOWED)
     out, err = capsys.readouterr()
     # THEN it succeeds, with each state, the driver's log (KWOK's kubelet API, through the API server), the gate's
     # verdict and the exit code
@@ -208,7 +209,7 @@ def test_submit_creates_the_manifests_objects_follows_the_job_and_ends_with_the_
     # and what it created is exactly what `ray-efa manifests` writes for the same settings, in that order, each
     # object stored by the API server with every field as written
     dist = tmp_path / "dist"
-    assert run_cli("manifests", "--out", str(dist), *args(SERVED, *SETTINGS, f"jobName={JOB}")) == 0
+    assert run_cli("manifests", "--out", str(dist), *settings_args(SERVED, *SETTINGS, f"jobName={JOB}")) == 0
     written = list(yaml.safe_load_all((dist / "0002-rayjob-efa.yaml").read_text()))
     plural = {"NetworkPolicy": "networkpolicies", "ConfigMap": "configmaps", "RayJob": "rayjobs"}
     assert creates(plane, user) == [f"{plural[o['kind']]}/{o['metadata']['name']}" for o in written]
@@ -235,21 +236,7 @@ def test_deleting_the_rayjob_deletes_what_submit_created_with_it(plane, api, con
     # GIVEN a job submitted and finished
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    assert (
-        run_cli(
-            "submit",
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            config,
-            "--name",
-            JOB,
-            "--poll",
-            "0.05",
-            *args(*SETTINGS),
-        )
-        == 0
-    ), capsys.readouterr().err
+    assert submit(config, *FOLLOWED) == 0, capsys.readouterr().err
     core: Any = client.CoreV1Api(api)
     networking: Any = client.NetworkingV1Api(api)
     batch: Any = client.BatchV1Api(api)
@@ -310,18 +297,7 @@ def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_obj
     config = kubeconfig(plane, tmp_path / "users", user="no-patch", groups=())
     progress(monkeypatch, plane, "ray", JOB, "complete")
     try:
-        code = run_cli(
-            "submit",
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            config,
-            "--name",
-            JOB,
-            "--poll",
-            "0.05",
-            *args(*SETTINGS),
-        )
+        code = submit(config, *FOLLOWED)
     finally:
         rbac = client.RbacAuthorizationV1Api(api)
         rbac.delete_namespaced_role_binding("no-patch", "ray")
@@ -341,18 +317,7 @@ def test_without_patch_rights_the_job_runs_and_the_clean_up_line_names_every_obj
 def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "unproven")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*SETTINGS),
-    )
+    code = submit(config, *FOLLOWED)
     out = capsys.readouterr().out
     assert code == 3
     assert f"RayJob ray/{JOB}: Failed (FAILED), Ray cluster {JOB}-x8k2p, reason AppFailed" in out
@@ -362,7 +327,7 @@ def test_a_job_the_gate_cannot_prove_ends_with_exit_3(plane, config, monkeypatch
 def test_a_missing_namespace_is_named_with_what_to_check(plane, config, user, capsys):
     # GIVEN deployed settings whose namespace is not there (deleted since; its settings ConfigMap left in "ray")
     deploy(plane, *DEPLOYED, "namespace=ray-gone", namespace="ray")
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", JOB, *args(*SETTINGS))
+    code = submit(config, "--name", JOB)
     err = capsys.readouterr().err
     # THEN the API server's 404 for the first create is named, with what to check
     assert code == 1, err
@@ -375,14 +340,7 @@ def test_a_missing_namespace_is_named_with_what_to_check(plane, config, user, ca
 
 
 def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys):
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        *args(*SETTINGS, "trainFunction=own_training.train:nope"),
-    )
+    code = submit(config, settings=(*SETTINGS, "trainFunction=own_training.train:nope"))
     assert code == 2 and "trainFunction: must name a function of own_training.train" in capsys.readouterr().err
     assert requests(plane, user) == []
 
@@ -390,14 +348,7 @@ def test_bad_settings_are_exit_2_before_any_request(plane, config, user, capsys)
 def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_created(plane, config, user, capsys):
     # GIVEN a cluster deployed with no storagePath, and local settings that name none either
     deploy(plane, "jobName=mlp-exp")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        *args(*(s for s in SETTINGS if not s.startswith("storagePath="))),
-    )
+    code = submit(config, settings=(s for s in SETTINGS if not s.startswith("storagePath=")))
     # THEN the job is refused as the driver would refuse it on the cluster, and nothing is created
     assert code == 2 and "storagePath: must be s3://... or a shared filesystem" in capsys.readouterr().err
     assert ("GET", "/api/v1/namespaces/ray/configmaps/mlp-exp-settings") in requests(plane, user)
@@ -407,19 +358,7 @@ def test_a_cluster_deployed_without_shared_storage_is_exit_2_before_anything_is_
 def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli(
-        "submit",
-        "--json",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*SETTINGS),
-    )
+    code = submit(config, "--json", *FOLLOWED)
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert code == 0 and result["exit_code"] == 0 and result["ray_job"] == JOB
@@ -429,7 +368,7 @@ def test_json_puts_one_object_on_stdout_and_the_log_on_stderr(plane, config, mon
 
 
 def test_a_bad_name_is_exit_2_naming_the_flag(plane, config, user, capsys):
-    code = run_cli("submit", "--kube-context", "research", "--kubeconfig", config, "--name", "Run_1", *args(*SETTINGS))
+    code = submit(config, "--name", "Run_1")
     assert code == 2 and "--name: must be a DNS-1035 label" in capsys.readouterr().err
     assert requests(plane, user) == []
 
@@ -461,18 +400,7 @@ def test_code_no_config_map_can_hold_is_uploaded_under_storage_path_and_fetched_
         s3 = boto3.client("s3", region_name="us-east-2")
         s3.create_bucket(Bucket="research-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
         # WHEN `ray-efa submit` runs it
-        exit_code = run_cli(
-            "submit",
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            config,
-            "--name",
-            JOB,
-            "--poll",
-            "0.05",
-            *args(*settings),
-        )
+        exit_code = submit(config, *FOLLOWED, settings=settings)
         stored_zip = s3.get_object(Bucket="research-checkpoints", Key=uri.removeprefix("s3://research-checkpoints/"))
         assert stored_zip["Body"].read() == archive.data
     err = capsys.readouterr().err
@@ -495,20 +423,7 @@ def test_an_upload_s3_refuses_is_exit_1_before_any_object_is_created(plane, conf
     code = _binary_code(tmp_path)
     settings = ("trainFunction=pkg:fit", f"codeDir={code}", "storagePath=s3://no-such-bucket-here/runs")
     with mock_aws():
-        exit_code = run_cli(
-            "submit",
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            config,
-            "--name",
-            JOB,
-            "--poll",
-            "0.05",
-            "--timeout",
-            "1",
-            *args(*settings),
-        )
+        exit_code = submit(config, *FOLLOWED, "--timeout", "1", settings=settings)
     assert exit_code == 1
     assert "cannot upload the code to s3://no-such-bucket-here/runs/ray-efa-code/code-" in capsys.readouterr().err
     assert writes(plane, user) == []
@@ -520,14 +435,7 @@ def test_code_no_config_map_can_hold_without_s3_storage_is_exit_2_before_anythin
     code = _binary_code(tmp_path)
     shared = ("storagePath=/mnt/fsx/runs", "sharedVolumeClaim=fsx", "sharedVolumeMountPath=/mnt/fsx")
     deploy(plane, *shared)
-    exit_code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        *args("trainFunction=pkg:fit", f"codeDir={code}", *shared),
-    )
+    exit_code = submit(config, settings=("trainFunction=pkg:fit", f"codeDir={code}", *shared))
     assert exit_code == 2
     assert "under an s3:// storagePath (storagePath is /mnt/fsx/runs" in capsys.readouterr().err
     assert writes(plane, user) == []
@@ -594,18 +502,7 @@ def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_creat
             "ray.io", "v1", "ray", "rayclusters", cluster["metadata"]["name"], {"status": {"state": "ready"}}
         )
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*SETTINGS),
-    )
+    code = submit(config, *FOLLOWED)
     err = capsys.readouterr().err
     # THEN the job is still submitted (queueing behind it may be what the user wants), with what it will wait for and
     # that its deadline counts meanwhile (KubeRay counts activeDeadlineSeconds from Initializing)
@@ -622,18 +519,7 @@ def test_a_ray_cluster_that_holds_the_gpu_nodes_is_named_before_the_job_is_creat
 def test_no_warning_when_no_ray_cluster_holds_the_gpu_nodes(plane, config, user, monkeypatch, capsys):
     deploy(plane, *DEPLOYED)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*SETTINGS),
-    )
+    code = submit(config, *FOLLOWED)
     err = capsys.readouterr().err
     assert code == 0 and "holds the GPU nodes" not in err
     assert ("GET", "/apis/ray.io/v1/namespaces/ray/rayclusters") in requests(plane, user)
@@ -649,7 +535,7 @@ def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(
 ):
     _existing_job(plane)
     progress(monkeypatch, plane, "ray", JOB, "complete")
-    code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = follow(config)
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f"RayJob {JOB}: Complete (SUCCEEDED), Ray cluster {JOB}-x8k2p" in err
@@ -661,7 +547,7 @@ def test_follow_picks_up_a_running_job_and_ends_with_its_verdict_and_exit_code(
 def test_follow_exits_with_the_jobs_code_and_json_has_the_outcome(plane, config, monkeypatch, capsys):
     _existing_job(plane)
     progress(monkeypatch, plane, "ray", JOB, "unproven")
-    code = run_cli("follow", JOB, "--json", "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = follow(config, "--json")
     result = json.loads(capsys.readouterr().out)
     assert code == 3 and result["exit_code"] == 3 and result["ray_job"] == JOB
     assert result["transport_gate"][0].startswith("transport gate: NO PROOF")
@@ -691,7 +577,7 @@ def test_follow_says_when_the_submitters_log_cannot_be_read_and_goes_on_to_the_v
     )
     core.patch_namespaced_pod_status(pod, "ray", {"status": {"phase": "Succeeded"}})
     # WHEN it is followed
-    code = run_cli("follow", JOB, "--kube-context", "research", "--kubeconfig", config, "--poll", "0.05")
+    code = follow(config)
     out, err = capsys.readouterr()
     # THEN the log's place says it cannot be read and why, and the job's end still ends the command with its code
     assert code == 0, err
@@ -737,18 +623,7 @@ def test_a_job_is_built_for_the_cluster_as_deployed_not_for_the_local_defaults(
     )
     progress(monkeypatch, plane, "research", JOB, "complete")
     # WHEN a researcher submits from their own repository, naming nothing of the cluster
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*_researcher(tmp_path, monkeypatch)),
-    )
+    code = submit(config, *FOLLOWED, settings=_researcher(tmp_path, monkeypatch))
     err = capsys.readouterr().err
     # THEN it looked for the settings of its jobName in its namespace (the API's 404), found the deployment's
     assert code == 0, err
@@ -782,17 +657,7 @@ def test_a_command_line_value_that_contradicts_the_deployment_is_exit_2_naming_b
     # GIVEN the repository's cdk.json (2 x g6.12xlarge in us-east-2), the platform's cluster, and on the command line
     # storagePath and gpuNodeCount that are not the cluster's
     deploy(plane, *PLATFORM)
-    code = run_cli(
-        "submit",
-        "--json",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        *args(*SETTINGS, "gpuNodeCount=2"),
-    )
+    code = submit(config, "--json", "--name", JOB, settings=(*SETTINGS, "gpuNodeCount=2"))
     out, err = capsys.readouterr()
     # THEN exit 2, each contradiction of the command line named with its value and the deployed one; what cdk.json
     # holds (the type, the region) describes the checkout's own deployment and yields to the cluster's
@@ -811,18 +676,7 @@ def test_submit_from_the_checkout_takes_the_deployed_cluster_over_cdk_json(plane
     # somebody else deployed (3 x p5.48xlarge in ap-southeast-2): nothing contradicting on the command line
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*(s for s in SETTINGS if not s.startswith("storagePath="))),
-    )
+    code = submit(config, *FOLLOWED, settings=(s for s in SETTINGS if not s.startswith("storagePath=")))
     err = capsys.readouterr().err
     # THEN the job is built for the cluster as deployed, not for the checkout's defaults
     assert code == 0, err
@@ -838,18 +692,7 @@ def test_a_storage_path_under_the_deployed_one_is_no_contradiction(plane, api, c
     deploy(plane, *PLATFORM)
     progress(monkeypatch, plane, "research", JOB, "complete")
     settings = (*_researcher(tmp_path, monkeypatch), "storagePath=s3://company-checkpoints/research/mlp")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        *args(*settings),
-    )
+    code = submit(config, *FOLLOWED, settings=settings)
     assert code == 0, capsys.readouterr().err
     assert shipped(api, "research")["storagePath"] == "s3://company-checkpoints/research/mlp"
 
@@ -858,20 +701,9 @@ def test_a_cluster_without_deployed_settings_is_exit_2_saying_what_to_do(
     plane, config, user, tmp_path, monkeypatch, capsys
 ):
     # GIVEN a cluster that holds no settings ConfigMap (deployed with trainingJob false, or not by ray-efa-stack)
-    code = run_cli(
-        "submit", "--kube-context", "research", "--kubeconfig", config, *args(*_researcher(tmp_path, monkeypatch))
-    )
+    code = submit(config, settings=_researcher(tmp_path, monkeypatch))
     # and one named with --deployed that is not there (the API server's 404 Status)
-    named = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--deployed",
-        "research/train-efa",
-        *args(*_researcher(tmp_path, monkeypatch)),
-    )
+    named = submit(config, "--deployed", "research/train-efa", settings=_researcher(tmp_path, monkeypatch))
     err = capsys.readouterr().err
     assert (code, named) == (2, 2)
     assert (
@@ -888,23 +720,8 @@ def test_deployments_that_differ_must_be_named(plane, config, tmp_path, monkeypa
     deploy(plane, *PLATFORM)
     deploy(plane, "namespace=research", "jobName=vision", "gpuInstanceType=g6e.12xlarge")
     progress(monkeypatch, plane, "research", JOB, "complete")
-    code = run_cli(
-        "submit", "--kube-context", "research", "--kubeconfig", config, *args(*_researcher(tmp_path, monkeypatch))
-    )
-    named = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        "--name",
-        JOB,
-        "--poll",
-        "0.05",
-        "--deployed",
-        "research/train-efa",
-        *args(*_researcher(tmp_path, monkeypatch)),
-    )
+    code = submit(config, settings=_researcher(tmp_path, monkeypatch))
+    named = submit(config, *FOLLOWED, "--deployed", "research/train-efa", settings=_researcher(tmp_path, monkeypatch))
     err = capsys.readouterr().err
     assert (
         code == 2
@@ -923,14 +740,7 @@ def test_a_job_setting_the_deployed_nodes_cannot_run_is_exit_2_naming_it(
 ):
     # GIVEN a cluster of A100 nodes (no fp8 tensor cores), and a job that asks for fp8
     deploy(plane, "gpuInstanceType=p4d.24xlarge", "storagePath=s3://research-checkpoints/runs")
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        config,
-        *args(*_researcher(tmp_path, monkeypatch), "precision=fp8"),
-    )
+    code = submit(config, settings=(*_researcher(tmp_path, monkeypatch), "precision=fp8"))
     err = capsys.readouterr().err
     # THEN the rule across the two sides names the job's setting, before anything is created
     assert code == 2, err

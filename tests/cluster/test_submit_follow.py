@@ -28,7 +28,7 @@ from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, service_account, training_job
 from tests.cluster.objects import name_of, namespace_of
-from tests.ops.cli_helpers import run_cli
+from tests.cluster.submitted import research_cli
 
 NAMESPACE = "ops-submit"
 DEPLOYED = {
@@ -48,6 +48,8 @@ LOCAL = (
     "jobName=mlp-exp",
 )
 FAILING = "ray-efa.test/fails-init-container"
+ON_THE_DEPLOYMENT = ("--deployed", f"{NAMESPACE}/mlp-exp", "--poll", "0.5", "--timeout", "120")
+"""submit's flags for a job of the deployment's settings that it follows for at most two minutes."""
 
 
 def settings_maps(api: ApiClient) -> list[str]:
@@ -77,10 +79,6 @@ def deployed(control_plane: ControlPlane, api: ApiClient) -> Iterator[Deployment
 @pytest.fixture
 def kubeconfig(control_plane: ControlPlane, tmp_path: Path) -> str:
     return str(kubeconfig_with_context(control_plane, tmp_path))
-
-
-def _settings_args(*settings: str) -> list[str]:
-    return [a for s in settings for a in ("-c", s)]
 
 
 def _delete_job(api: ApiClient, name: str) -> None:
@@ -114,22 +112,7 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
     served = control_plane.serve_logs(NAMESPACE, {"ray-job-submitter": SUBMITTER_LOG})
     # WHEN a researcher submits their function to the deployment, named with --deployed
     started = time.monotonic()
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        kubeconfig,
-        "--name",
-        JOB,
-        "--deployed",
-        f"{NAMESPACE}/mlp-exp",
-        "--poll",
-        "0.5",
-        "--timeout",
-        "120",
-        *_settings_args(*LOCAL),
-    )
+    code = research_cli("submit", kubeconfig, "--name", JOB, *ON_THE_DEPLOYMENT, settings=LOCAL)
     out, err = capsys.readouterr()
     try:
         # THEN the job was built from the ConfigMap the deployment wrote, created in its namespace
@@ -173,16 +156,7 @@ def test_submit_builds_the_job_for_the_deployed_cluster_and_follows_the_operator
 
 
 def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfig, capsys):
-    code = run_cli(
-        "submit",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        kubeconfig,
-        "--deployed",
-        "research/train-efa",
-        *_settings_args(*LOCAL),
-    )
+    code = research_cli("submit", kubeconfig, "--deployed", "research/train-efa", settings=LOCAL)
     assert code == 2
     assert "no ConfigMap research/train-efa-settings in the cluster (404 Not Found)" in capsys.readouterr().err
 
@@ -190,17 +164,7 @@ def test_a_named_deployment_that_is_not_there_is_exit_2(deployed, api, kubeconfi
 def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_created(
     deployed, api, kubeconfig, capsys
 ):
-    code = run_cli(
-        "submit",
-        "--json",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        kubeconfig,
-        "--name",
-        JOB,
-        *_settings_args(*LOCAL, "gpuInstanceType=p5.48xlarge"),
-    )
+    code = research_cli("submit", kubeconfig, "--json", "--name", JOB, settings=(*LOCAL, "gpuInstanceType=p5.48xlarge"))
     out, err = capsys.readouterr()
     assert code == 2, err
     problems = {p["key"]: p for p in json.loads(out)["problems"]}
@@ -213,15 +177,7 @@ def test_a_local_value_that_contradicts_the_deployment_is_exit_2_and_nothing_is_
 
 
 def test_follow_of_a_job_that_is_not_there_is_exit_2_naming_it(deployed, kubeconfig, capsys):
-    code = run_cli(
-        "follow",
-        "no-such-job",
-        "--kube-context",
-        "research",
-        "--kubeconfig",
-        kubeconfig,
-        *_settings_args(f"namespace={NAMESPACE}"),
-    )
+    code = research_cli("follow", kubeconfig, "no-such-job", settings=[f"namespace={NAMESPACE}"])
     assert code == 2
     assert (
         f"no RayJob {NAMESPACE}/no-such-job (kubectl -n {NAMESPACE} get rayjobs lists them)" in capsys.readouterr().err
@@ -253,18 +209,8 @@ def test_follow_ends_within_a_minute_naming_the_failed_pip_install(deployed, api
     name = failing_job(control_plane, settings, "install-packages")
     try:
         started = time.monotonic()
-        code = run_cli(
-            "follow",
-            name,
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            kubeconfig,
-            "--poll",
-            "0.5",
-            "--timeout",
-            "600",
-            *_settings_args(f"namespace={NAMESPACE}"),
+        code = research_cli(
+            "follow", kubeconfig, name, "--poll", "0.5", "--timeout", "600", settings=[f"namespace={NAMESPACE}"]
         )
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
@@ -405,21 +351,8 @@ def test_submit_ends_within_a_minute_naming_the_failed_pip_install_and_its_last_
     try:
         # WHEN it is submitted (its deadline: an hour; the test stops following after 2 minutes)
         started = time.monotonic()
-        code = run_cli(
-            "submit",
-            "--kube-context",
-            "research",
-            "--kubeconfig",
-            kubeconfig,
-            "--name",
-            name,
-            "--deployed",
-            f"{NAMESPACE}/mlp-exp",
-            "--poll",
-            "0.5",
-            "--timeout",
-            "120",
-            *_settings_args(*LOCAL, 'pipPackages=["einops==0.9.9"]'),
+        code = research_cli(
+            "submit", kubeconfig, "--name", name, *ON_THE_DEPLOYMENT, settings=(*LOCAL, 'pipPackages=["einops==0.9.9"]')
         )
         elapsed = time.monotonic() - started
         err = capsys.readouterr().err
