@@ -33,6 +33,7 @@ permutation of transformers' own Llama conversion script, as torchtitan's Llama3
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import types
@@ -78,38 +79,23 @@ from torchtitan.protocols.train_spec import register_train_spec  # noqa: E402
 SPEC = "qwen2_5_shape"
 LLAMA_SPEC = "llama3_shape"
 
-# Qwen2.5-1.5B (core.models: hidden 1536, 28 layers, 12 heads of 128, 2 KV heads, MLP 8960, vocabulary 151,936,
-# tied embeddings, RoPE theta 1e6, RMSNorm eps 1e-6); no q/k norm, as in Qwen2.5.
+# Qwen2.5 (core.models): RoPE theta 1e6, RMSNorm eps 1e-6, tied embeddings, no q/k norm (as in Qwen2.5); each flavor
+# gives its size.
+_qwen2_5_shape = functools.partial(
+    Qwen3ModelArgs,
+    norm_eps=1e-6,
+    rope_theta=1_000_000,
+    qk_norm=False,
+    max_seq_len=32_768,
+    enable_weight_tying=True,
+)
 MODEL_ARGS = {
-    "1.5B": Qwen3ModelArgs(
-        dim=1536,
-        n_layers=28,
-        n_heads=12,
-        n_kv_heads=2,
-        head_dim=128,
-        hidden_dim=8960,
-        vocab_size=151_936,
-        norm_eps=1e-6,
-        rope_theta=1_000_000,
-        qk_norm=False,
-        max_seq_len=32_768,
-        enable_weight_tying=True,
+    # Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads of 128, 2 KV heads, MLP 8960, vocabulary 151,936
+    "1.5B": _qwen2_5_shape(
+        dim=1536, n_layers=28, n_heads=12, n_kv_heads=2, head_dim=128, hidden_dim=8960, vocab_size=151_936
     ),
     # A few-MB model of the same code, for a CPU check of this file.
-    "tiny": Qwen3ModelArgs(
-        dim=128,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=32,
-        hidden_dim=256,
-        vocab_size=1024,
-        norm_eps=1e-6,
-        rope_theta=1_000_000,
-        qk_norm=False,
-        max_seq_len=32_768,
-        enable_weight_tying=True,
-    ),
+    "tiny": _qwen2_5_shape(dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, hidden_dim=256, vocab_size=1024),
 }
 
 
@@ -119,34 +105,19 @@ MODEL_ARGS = {
 LLAMA_ROPE = RoPEScalingArgs(
     scaling_factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
 )
+_llama3_2_shape = functools.partial(
+    TransformerModelArgs,
+    ffn_dim_multiplier=1.5,
+    multiple_of=256,
+    norm_eps=1e-5,
+    rope_theta=500_000,
+    rope_scaling_args=LLAMA_ROPE,
+    max_seq_len=131_072,
+)
 LLAMA_MODEL_ARGS = {
-    "1B": TransformerModelArgs(
-        dim=2048,
-        n_layers=16,
-        n_heads=32,
-        n_kv_heads=8,
-        vocab_size=128_256,
-        ffn_dim_multiplier=1.5,
-        multiple_of=256,
-        norm_eps=1e-5,
-        rope_theta=500_000,
-        rope_scaling_args=LLAMA_ROPE,
-        max_seq_len=131_072,
-    ),
+    "1B": _llama3_2_shape(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128_256),
     # dim 128 -> MLP int(2/3 x 512) = 341 -> x 1.5 = 511 -> 512; for the CPU check (check_llama)
-    "tiny": TransformerModelArgs(
-        dim=128,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        vocab_size=1024,
-        ffn_dim_multiplier=1.5,
-        multiple_of=256,
-        norm_eps=1e-5,
-        rope_theta=500_000,
-        rope_scaling_args=LLAMA_ROPE,
-        max_seq_len=131_072,
-    ),
+    "tiny": _llama3_2_shape(dim=128, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024),
 }
 ALL_MODEL_ARGS = {SPEC: MODEL_ARGS, LLAMA_SPEC: LLAMA_MODEL_ARGS}
 

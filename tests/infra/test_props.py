@@ -53,6 +53,18 @@ def _imported(stack: cdk.Stack, zones=("us-west-2a", "us-west-2b")) -> tuple[ec2
     return vpc, cluster
 
 
+def _research_cluster(stack: cdk.Stack, vpc: ec2.IVpc) -> eks.ICluster:
+    """The platform team's cluster "platform", imported into `stack` as a research team's app imports it."""
+    return import_cluster(
+        stack,
+        "Research",
+        cluster_name="platform",
+        cluster_security_group_id="sg-1",
+        vpc=vpc,
+        kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"),
+    )
+
+
 def _children(stack: cdk.Stack, construct_id: str) -> list:
     return list(stack.node.find_child(construct_id).node.children)
 
@@ -333,14 +345,7 @@ def test_a_job_in_a_region_without_an_az_table_takes_the_zone_from_the_clusters_
     # GIVEN a cluster imported in eu-south-1 (the settings record no AZs there) and no GPU node group in the stack
     stack = _stack("eu-south-1")
     vpc, _ = _imported(stack, zones=("eu-south-1b", "eu-south-1a"))
-    cluster = import_cluster(
-        stack,
-        "Research",
-        cluster_name="platform",
-        cluster_security_group_id="sg-1",
-        vpc=vpc,
-        kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"),
-    )
+    cluster = _research_cluster(stack, vpc)
     # WHEN the job is built there THEN it synthesizes, with the region, the zones and the name of what it was given
     job = RayTrainingJob(stack, "Job", cluster=cluster, storage_path=CKPT)
     assert job.settings.cluster.region == "eu-south-1"
@@ -353,14 +358,7 @@ def test_a_job_on_two_nodes_without_shared_storage_is_refused_as_the_cli_refuses
     # GIVEN an imported cluster with no CheckpointStorage in the stack
     stack = _stack()
     vpc, _ = _imported(stack)
-    cluster = import_cluster(
-        stack,
-        "Research",
-        cluster_name="platform",
-        cluster_security_group_id="sg-1",
-        vpc=vpc,
-        kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"),
-    )
+    cluster = _research_cluster(stack, vpc)
     # WHEN a job on the default 2 GPU nodes names no storage THEN synth refuses it, naming the props that give one
     with pytest.raises(
         ValueError,
@@ -492,14 +490,7 @@ def test_a_second_job_of_one_name_in_one_namespace_is_refused_naming_job_name():
     # GIVEN a job on the cluster
     stack = _stack()
     vpc, _ = _imported(stack)
-    cluster = import_cluster(
-        stack,
-        "Research",
-        cluster_name="platform",
-        cluster_security_group_id="sg-1",
-        vpc=vpc,
-        kubectl_role=iam.Role.from_role_name(stack, "Kubectl", "platform-eks-admin"),
-    )
+    cluster = _research_cluster(stack, vpc)
     RayTrainingJob(stack, "First", cluster=cluster, storage_path=CKPT)
     # WHEN a second one gets the same RayJob name in the same namespace (the default jobName), THEN synth refuses it
     with pytest.raises(
