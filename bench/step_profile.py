@@ -88,13 +88,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt")
+VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "chunkN")
 
 
 def parse_variant(name: str) -> dict:
-    """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones."""
+    """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones.
+    `fp8all`: every decoder linear in fp8 (the k/v projections too); `mat`: inductor's max-autotune of the compiled
+    layers' matrix products; `chunkN`: lossChunkSize N instead of --loss-chunk."""
     words = name.split("+")
-    unknown = [w for w in words if w not in VARIANT_WORDS]
+    chunks = [w for w in words if re.fullmatch(r"chunk\d+", w)]
+    unknown = [w for w in words if w not in VARIANT_WORDS and w not in chunks]
     if unknown:
         raise SystemExit(
             f"variant {name!r}: unknown {', '.join(unknown)}; allowed, joined by '+': {', '.join(VARIANT_WORDS)}"
@@ -103,6 +106,9 @@ def parse_variant(name: str) -> dict:
         "hold_gathered": True if "hold" in words else False if "nohold" in words else None,
         "fp8_all_gather": True if "fp8ag" in words else False if "nofp8ag" in words else None,
         "coordinate_descent": "cdt" in words,
+        "fp8_everywhere": "fp8all" in words,
+        "max_autotune": "mat" in words,
+        "loss_chunk_override": int(chunks[-1][5:]) if chunks else None,
     }
 
 
@@ -113,11 +119,17 @@ def _project_step(
     hold_gathered: bool | None = None,
     fp8_all_gather: bool | None = None,
     coordinate_descent: bool = False,
+    fp8_everywhere: bool = False,
+    max_autotune: bool = False,
+    loss_chunk_override: int | None = None,
+    model_config: Path | None = None,
 ):
-    """The default job's step as train_func builds it on one GPU, without Ray: a function of the step's index."""
+    """The default job's step as train_func builds it on one GPU, without Ray: a function of the step's index.
+    `model_config`: a config.json's architecture instead of the default Qwen2.5-1.5B."""
     import torch
+    import torch._inductor.config as inductor
 
-    from ray_efa.core.models import model_preset
+    from ray_efa.core.models import model_preset, preset_from_config
     from ray_efa.core.settings import TrainingSettings
     from ray_efa.training import parallelize as par
     from ray_efa.training.data import TokenBatches
@@ -125,7 +137,14 @@ def _project_step(
     from ray_efa.training.train import build_optimizer, train_step
 
     device = torch.device("cuda", 0)
-    preset = model_preset("qwen2.5-1.5b")
+    preset = (
+        preset_from_config(model_config.parent.name, json.loads(model_config.read_text()))
+        if model_config
+        else model_preset("qwen2.5-1.5b")
+    )
+    loss_chunk = loss_chunk_override or loss_chunk
+    inductor.max_autotune = max_autotune
+    par.converts_to_fp8 = (lambda _in, _out: True) if fp8_everywhere else _CONVERTS_TO_FP8  # type: ignore[assignment]
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(
@@ -148,6 +167,15 @@ def _project_step(
         return float(result.loss)
 
     return step
+
+
+def _converts_to_fp8_default():
+    from ray_efa.core.fp8 import converts_to_fp8
+
+    return converts_to_fp8
+
+
+_CONVERTS_TO_FP8 = None
 
 
 def _init(port: int):
@@ -188,6 +216,7 @@ def time_variants(
     loss_chunk: int,
     steps: int,
     profile: bool = False,
+    model_config: Path | None = None,
 ) -> list[dict]:
     """Each variant's step (parse_variant): the losses of the same batches, the step time (3 steps to warm up, then
     `steps`, synchronized at both ends), peak memory, and with `profile` one more step's kernel time by kind."""
@@ -201,6 +230,8 @@ def time_variants(
     from torch.profiler import profile as profiler
 
     overrides = [parse_variant(v) for v in variants]  # every name checked before the first model is built
+    global _CONVERTS_TO_FP8
+    _CONVERTS_TO_FP8 = _converts_to_fp8_default()
     device = _init(29621)
     out.mkdir(parents=True, exist_ok=True)
     target = out / "variants.jsonl"
@@ -214,6 +245,7 @@ def time_variants(
                     "accumulation": accumulation,
                     "loss_chunk": loss_chunk,
                     "steps": steps,
+                    "model_config": str(model_config) if model_config else "qwen2.5-1.5b",
                 }
             )
             + "\n"
@@ -222,7 +254,7 @@ def time_variants(
     for name, override in zip(variants, overrides):
         torch._dynamo.reset()
         built = time.perf_counter()
-        step = _project_step(micro_batch, accumulation, loss_chunk, **override)
+        step = _project_step(micro_batch, accumulation, loss_chunk, **override, model_config=model_config)
         losses = [step(n) for n in range(3)]
         torch.cuda.synchronize(device)
         warm_s = time.perf_counter() - built
@@ -276,6 +308,7 @@ def main() -> None:
     step.add_argument("--micro-batch", type=int, default=8)
     step.add_argument("--accumulation", type=int, default=4)
     step.add_argument("--loss-chunk", type=int, default=4096)
+    step.add_argument("--model-config", type=Path, help="a config.json's architecture (default: Qwen2.5-1.5B)")
     sub.add_parser("project", parents=[step])
     sub.add_parser("hold", parents=[step]).add_argument("--steps", type=int, default=8)
     v = sub.add_parser("variants", parents=[step])
@@ -296,6 +329,7 @@ def main() -> None:
             args.loss_chunk,
             args.steps,
             profile=getattr(args, "profile", False),
+            model_config=args.model_config,
         )
         return
     if args.command == "project":
