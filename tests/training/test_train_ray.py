@@ -19,8 +19,13 @@ pytestmark = pytest.mark.ray
 
 # Six steps, a checkpoint every two, a report every step: small enough to run four times in a test. One micro-batch a
 # step (gradAccumulation 1): auto would split the default globalBatchTokens into thousands of tiny micro-batches.
+# Eager (compile off, as the local preset runs): inductor's C++ build costs each run about 6 s on a 2-core machine,
+# and what these tests prove (resume, retries) does not depend on it. One run compiles, so that the cluster's default
+# (compiled decoder layers) still trains in a Ray worker here (test_a_fault_beyond_max_failures_fails_the_run); that
+# compiled layers keep their checkpoint keys is tests/training/test_parallelize.py's.
 SHORT = {
     "model": "tiny",
+    "compile": False,
     "steps": 6,
     "seqLen": 32,
     "microBatch": 2,
@@ -168,10 +173,10 @@ def test_an_exception_of_the_code_is_not_retried(storage):
 
 
 def test_a_fault_beyond_max_failures_fails_the_run(storage):
-    # GIVEN maxFailures 0 and a lost worker
+    # GIVEN maxFailures 0 and a lost worker, in a run of compiled decoder layers (the cluster's default)
     import ray.train
 
-    settings = _settings(storage, maxFailures=0)
+    settings = _settings(storage, maxFailures=0, compile=True)
     # WHEN it trains, THEN fit raises Ray Train's error for the lost worker
     with pytest.raises(ray.train.WorkerGroupError) as raised:
         driver.fit(settings, local=True, name="fault-fatal", test_config={"_faults": {"exit_at_step": 5}})
