@@ -1,10 +1,17 @@
 """A training function of its own, written here (not in this repository): an MLP on DDP over gloo reporting an L1
 `loss`, `accuracy` and `samples_per_s`, run once by `ray-efa train --local` on a real local Ray cluster (2 CPU
 workers), then `ray-efa report` of its run folder: a chart per reported metric, named after it, labelled with its
-key (no cross-entropy for an L1 loss), and a summary from what it reported."""
+key (no cross-entropy for an L1 loss), and a summary from what it reported.
+
+The runs whose outcome the driver itself prints (the run, a function that never reports, a syntax error) go through
+`ray-efa train --local`'s own code in this process, on one local Ray cluster for the module (the driver joins a
+cluster its process already runs: training.driver.init_ray), not a Python process and a cluster each; those whose
+proof is in what the workers print (a traceback printed once, the history kept aside) or in the process (no
+traceback before Ray starts) run the CLI as a process of its own."""
 
 from __future__ import annotations
 
+import argparse
 import html
 import os
 import re
@@ -12,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,14 +70,43 @@ def _cli(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def own_run(tmp_path_factory) -> Path:
+def ray_cluster():
+    """The module's local Ray cluster, for the runs made in this process (`_train_here`)."""
+    import ray
+
+    from ray_efa.training import driver
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")  # as _env() gives the CLI processes
+        # the local driver sets these for its workers; the context puts this process's values back afterwards
+        env.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+        env.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        driver.init_ray(local=True)
+        yield
+        ray.shutdown()
+
+
+def _train_here(*args: str) -> int:
+    """`ray-efa train ARGS` in this process, on the module's Ray cluster: the exit code the process would have."""
+    from ray_efa.cli import train
+
+    parser = argparse.ArgumentParser(prog="ray-efa")
+    train.register(parser.add_subparsers(dest="command", required=True).add_parser, "train")
+    try:
+        parsed = parser.parse_args(["train", *args])
+        return int(parsed.run(parsed) or 0)
+    except SystemExit as exit_:  # resolve_or_exit's bad settings
+        return int(exit_.code or 0)
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory, ray_cluster) -> Path:
     """The run folder of one local run of the function above."""
     root = tmp_path_factory.mktemp("own")
     (root / "src" / "mlp_l1").mkdir(parents=True)
     (root / "src" / "mlp_l1" / "__init__.py").write_text("")
     (root / "src" / "mlp_l1" / "train.py").write_text(textwrap.dedent(OWN_FUNCTION))
-    result = _cli(
-        "train",
+    code = _train_here(
         "--local",
         "--name",
         "mlp-l1",
@@ -84,12 +121,12 @@ def own_run(tmp_path_factory) -> Path:
         "--logs-dir",
         str(root / "nccl"),
     )
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert code == 0  # its output is the first test's
     return root / "runs" / "mlp-l1"
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("own-run")  # one run of the function for the three
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three, one Ray cluster for the module
 def test_the_report_draws_each_reported_metric_and_summarizes_it(own_run, tmp_path):
     out = tmp_path / "report"
     result = _cli("report", str(own_run), "--out", str(out), timeout=300)
@@ -104,7 +141,7 @@ def test_the_report_draws_each_reported_metric_and_summarizes_it(own_run, tmp_pa
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("own-run")  # one run of the function for the three
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three, one Ray cluster for the module
 def test_an_l1_loss_is_labelled_with_its_key(own_run):
     from ray_efa.ops.report import charts, read_run
 
@@ -114,7 +151,7 @@ def test_an_l1_loss_is_labelled_with_its_key(own_run):
 
 
 @pytest.mark.ray
-@pytest.mark.xdist_group("own-run")  # one run of the function for the three
+@pytest.mark.xdist_group("own-run")  # one run of the function for the three, one Ray cluster for the module
 def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_resume_keeps_the_old_history_aside(
     own_run,
 ):
@@ -153,16 +190,16 @@ def test_a_rerun_under_the_same_name_is_refused_and_a_resume_with_nothing_to_res
     assert aside.read_bytes() == before and aside.name in result.stderr + result.stdout
 
 
-def _run_own(
+def _own_args(
     tmp_path: Path, source: str, *, max_failures: int = 0, modules: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+) -> tuple[str, ...]:
+    """The arguments of `ray-efa train` for a run of `source` (its package own_fn written under tmp_path)."""
     (tmp_path / "src" / "own_fn").mkdir(parents=True)
     (tmp_path / "src" / "own_fn" / "__init__.py").write_text("")
     (tmp_path / "src" / "own_fn" / "train.py").write_text(textwrap.dedent(source))
     for name, text in (modules or {}).items():  # more modules of the package
         (tmp_path / "src" / "own_fn" / f"{name}.py").write_text(textwrap.dedent(text))
-    return _cli(
-        "train",
+    return (
         "--local",
         "--name",
         "own-fn",
@@ -181,11 +218,18 @@ def _run_own(
     )
 
 
+def _run_own(tmp_path: Path, source: str, **own: Any) -> subprocess.CompletedProcess[str]:
+    """`ray-efa train` of `source` (see _own_args) as a process of its own, with a cluster of its own."""
+    return _cli("train", *_own_args(tmp_path, source, **own))
+
+
 @pytest.mark.ray
-def test_a_function_that_never_reports_is_warned_about(tmp_path):
-    result = _run_own(tmp_path, "def train_func(config):\n    return 1\n")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "returned without calling ray.train.report" in result.stderr
+@pytest.mark.xdist_group("own-run")  # on the module's Ray cluster
+def test_a_function_that_never_reports_is_warned_about(tmp_path, ray_cluster, capfd):
+    code = _train_here(*_own_args(tmp_path, "def train_func(config):\n    return 1\n"))
+    err = capfd.readouterr().err
+    assert code == 0, err[-3000:]
+    assert "returned without calling ray.train.report" in err
 
 
 @pytest.mark.ray
@@ -226,16 +270,20 @@ def test_an_exception_of_the_function_runs_once_and_its_traceback_is_printed_onc
 
 
 @pytest.mark.ray
-def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line(tmp_path):
+@pytest.mark.xdist_group("own-run")  # on the module's Ray cluster
+def test_a_syntax_error_in_a_module_the_function_imports_names_its_file_and_line(tmp_path, ray_cluster, capfd):
     # GIVEN a train module that parses, importing a module of the package with a syntax error on its line 3
-    result = _run_own(
-        tmp_path,
-        "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",
-        modules={"helpers": "def go():\n    pass\nx = (1,\n"},
+    code = _train_here(
+        *_own_args(
+            tmp_path,
+            "from own_fn import helpers\n\ndef train_func(config):\n    helpers.go()\n",
+            modules={"helpers": "def go():\n    pass\nx = (1,\n"},
+        )
     )
     # THEN the run fails naming that file and line
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert f"syntax error in {tmp_path / 'src' / 'own_fn' / 'helpers.py'}, line 3" in result.stdout + result.stderr
+    out, err = capfd.readouterr()
+    assert code == 1, err[-3000:]
+    assert f"syntax error in {tmp_path / 'src' / 'own_fn' / 'helpers.py'}, line 3" in out + err
 
 
 # -- the report of a run of yours, from a run folder written by the driver's own writers (no Ray: fast) -------------
