@@ -3,9 +3,9 @@
 
 The first test runs the driver as the RayJob does, in a child process under a timeout: before the local cluster kept
 CPUs for Ray Data, a dataset read there waited forever (Ray Train takes the workers' CPUs out of Ray Data's budget),
-so a hang fails it instead of stalling the suite. The others share one Ray instance: a resumed run sees exactly the
-data an uninterrupted one sees, across an epoch boundary; a data set smaller than one step says how small; every
-held-out row is evaluated, even one row for two ranks.
+so a hang fails it instead of stalling the suite. The others share one Ray instance, on one xdist worker (their
+group): a resumed run sees exactly the data an uninterrupted one sees, across an epoch boundary; a data set smaller
+than one step says how small; every held-out row is evaluated, even one row for two ranks.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ RESUME = {
 }
 
 
+@pytest.mark.xdist_group("fine-tune-cluster")  # one Ray cluster for the module
 def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_path, fine_tune_inputs):
     settings = Settings.from_context({**RESUME, **fine_tune_inputs, "storagePath": str(tmp_path)})
     # GIVEN an uninterrupted run, and the same run stopped after step 26 (its last checkpoint: step 24, epoch 2)
@@ -150,6 +151,7 @@ def test_resumed_fine_tune_sees_the_uninterrupted_runs_data(ray_cluster, tmp_pat
     }
 
 
+@pytest.mark.xdist_group("fine-tune-cluster")  # one Ray cluster for the module
 def test_a_run_resumed_at_another_split_continues_at_the_same_sample_and_a_changed_global_batch_is_refused(
     ray_cluster, tmp_path, fine_tune_inputs, capsys
 ):
@@ -203,6 +205,7 @@ def _train_state(run: Path, step: int) -> dict:
     return json.loads((run / f"checkpoint_{step:06d}" / "train_state.json").read_text())
 
 
+@pytest.mark.xdist_group("fine-tune-cluster")  # one Ray cluster for the module
 def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluster, tmp_path, fine_tune_inputs, texts):
     import ray.train
 
@@ -227,6 +230,7 @@ def test_a_data_set_smaller_than_one_step_says_how_many_tokens_it_has(ray_cluste
         driver.fit(settings, local=True, name="too-small")
 
 
+@pytest.mark.xdist_group("fine-tune-cluster")  # one Ray cluster for the module
 def test_an_eval_split_smaller_than_the_ranks_is_evaluated_whole(ray_cluster, tmp_path, fine_tune_inputs, texts):
     # GIVEN an evalDataset of one short document: one packed row of 129 tokens for two ranks (Ray Train's equal
     # split would give each rank none of it)
@@ -248,6 +252,7 @@ def test_an_eval_split_smaller_than_the_ranks_is_evaluated_whole(ray_cluster, tm
     assert math.isfinite(summary["eval_loss"])
 
 
+@pytest.mark.xdist_group("fine-tune-cluster")  # one Ray cluster for the module
 def test_an_empty_eval_split_is_refused_before_training(ray_cluster, tmp_path, fine_tune_inputs, texts):
     from ray_efa.core.settings import SettingsError
 

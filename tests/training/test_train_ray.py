@@ -1,7 +1,8 @@
 """train_func on a real local Ray cluster (2 CPU workers, gloo): a resumed run equals an uninterrupted one, and a
 worker failure is recovered with no lost or repeated optimizer step; what is not retried fails once.
 
-One Ray instance for the module; every test uses the tiny model. That the local preset learns (the loss falls, the
+One Ray instance for the module, on one xdist worker (the module's xdist group: a test on the other worker would
+start a second cluster); every test uses the tiny model. That the local preset learns (the loss falls, the
 held-out loss ends below the unigram baseline) is tests/cli/test_demo.py's, on the run `make demo` makes; that the
 held-out split is evaluated whole, tests/training/test_train_cli.py's.
 """
@@ -15,7 +16,7 @@ from ray_efa.core.strategy import resolve
 from ray_efa.training import driver, failure_policy
 from tests.training.artifacts import returned
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray-uninterrupted")]  # one uninterrupted run, one cluster
 
 # Six steps, a checkpoint every two, a report every step: small enough to run four times in a test. One micro-batch a
 # step (gradAccumulation 1): auto would split the default globalBatchTokens into thousands of tiny micro-batches.
@@ -71,7 +72,6 @@ def uninterrupted(storage):
     return driver.fit(_settings(storage), local=True, name="uninterrupted")
 
 
-@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_resumed_run_equals_uninterrupted(storage, uninterrupted):
     # GIVEN a run stopped after step 3, between its checkpoints at steps 2 and 4
     stopped = driver.fit(
@@ -110,7 +110,6 @@ def _tensorboard(folder, tag):
     return {e.step: e.value for e in events.Scalars(tag)}
 
 
-@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     # GIVEN the uninterrupted run's settings, sharding and gradReduceDtype at auto (decided once, by resolve)
     decided = resolve(_settings(storage)).training
@@ -126,7 +125,6 @@ def test_the_run_trains_the_levers_the_plan_decided(storage, uninterrupted):
     assert decided.sharding in ("fsdp", "hsdp") and (summary["sharding"], summary["replicas"]) == ("fsdp", 1)
 
 
-@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storage, uninterrupted):
     # GIVEN the uninterrupted run (a report every step) WHEN its run folder is read
     folder = os.path.join(storage, "uninterrupted")
@@ -142,7 +140,6 @@ def test_every_report_is_kept_in_the_run_folder_and_as_tensorboard_events(storag
     assert _tensorboard(folder, "grad_norm") == pytest.approx({r["step"]: r["grad_norm"] for r in history}, rel=1e-6)
 
 
-@pytest.mark.xdist_group("ray-uninterrupted")  # one uninterrupted run for the four
 def test_worker_failure_restarts_without_lost_or_repeated_steps(storage, uninterrupted, capfd):
     # GIVEN rank 1's process ending right after optimizer step 5 (its step-4 checkpoint is saved), and maxFailures 1
     faults = {"_faults": {"exit_at_step": 5, "raise_on_rank": 1}}
