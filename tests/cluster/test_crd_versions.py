@@ -22,7 +22,15 @@ from kubernetes import client
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.conftest import DEPLOYED_KUBERAY, ensure_built, running_plane, wait_for
+from tests.cluster.conftest import (
+    DEPLOYED_KUBERAY,
+    SharedPlane,
+    ensure_built,
+    module_plane,
+    served_crds,
+    served_kuberay,
+    wait_for,
+)
 from tests.cluster.controlplane import ControlPlane
 from tests.k8s.conftest import BASE, synthesize
 from tests.k8s.schemas import crd_folder
@@ -34,10 +42,17 @@ PLURAL = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
 
 
 @pytest.fixture(scope="module")
-def control_plane() -> Iterator[ControlPlane]:
-    """A plane without the operator: only the API server's schema is asked here."""
-    with running_plane(operator=False) as plane:
-        yield plane
+def control_plane(shared_plane: SharedPlane) -> Iterator[ControlPlane]:
+    """The process's shared plane without the operator (only the API server's schema is asked here), serving its own
+    CRDs again after the module: the tests swap them, and a CRD updated in place is not something the plane's reset
+    deletes. The next module meets the schema it would on a fresh plane (waited for, as the tests wait)."""
+    with module_plane(shared_plane, operator=False) as plane:
+        try:
+            yield plane
+        finally:
+            _serve(plane, served_crds())
+            refused_by_the_served = set() if served_kuberay() == DEPLOYED_KUBERAY else NEWER_THAN_THE_OPERATOR
+            _answer(plane.api_client(), _ray_objects(), refused_by_the_served)
 
 
 def _serve(plane: ControlPlane, crds: list[Path]) -> None:
