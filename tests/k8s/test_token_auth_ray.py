@@ -123,11 +123,13 @@ def token_head():
     finally:
         # Our own process group (start_new_session): the head and everything it started, nothing else.
         os.killpg(head.pid, signal.SIGTERM)
+        # A moment for the raylet and the agents, which exit on SIGTERM at once. `ray start --block` itself does not
+        # (it keeps the GCS up: both still there 10 s later), so a longer wait only ever ran out.
         try:
-            head.wait(timeout=5)
+            head.wait(timeout=1)
         except subprocess.TimeoutExpired:
             pass
-        if _group_alive(head.pid):  # `ray start --block` may leave GCS and raylet behind on SIGTERM
+        if _group_alive(head.pid):  # `ray start --block` leaves GCS (and itself) behind on SIGTERM
             os.killpg(head.pid, signal.SIGKILL)
         head.wait(timeout=30)
         log.close()
