@@ -587,7 +587,10 @@ class ControlPlane:
         return stored
 
     def apply_files(self, paths: Iterable[Path], **kwargs) -> list[dict]:  # noqa: ANN003
-        objects = [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
+        # libyaml's safe loader where PyYAML has it (the same objects): a KubeRay CRD is 1 MB of YAML, 1.5 s for
+        # the pure-Python loader, and each plane start and CRD swap loads three of them
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        objects = [doc for path in paths for doc in yaml.load_all(path.read_text(), Loader=loader) if doc]
         return self.apply(objects, **kwargs)
 
     # -- pod logs ------------------------------------------------------------------------------------------------------

@@ -94,7 +94,9 @@ def test_the_crds_say_which_kuberay_has_the_pre_running_deadline():
     from tests.k8s.schemas import crd_file  # noqa: PLC0415
 
     def fields(version: str) -> dict:
-        crd = yaml.safe_load(crd_file(version, "ray.io_rayjobs.yaml").read_text())
+        crd = yaml.load(
+            crd_file(version, "ray.io_rayjobs.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
         return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
 
     assert fields("1.7.0")["preRunningDeadlineSeconds"] == {"format": "int32", "minimum": 1, "type": "integer"}
