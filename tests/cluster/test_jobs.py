@@ -200,6 +200,8 @@ def test_dashboard_forwards_to_the_head_with_the_ray_token_until_ctrl_c(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a terminal starts it: a suite run under nohup (SIGINT ignored, inherited) must still send it Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert process.stdout is not None
