@@ -12,7 +12,7 @@ Ray container (Ray docs, "Configure Ray clusters to use token authentication",
 https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html). A browser cannot add the
 Authorization header, so each request through the forward gets it here, and `Connection: close` so that every request
 has a connection (and its header) of its own. Reading the Secret and port-forwarding need `get secrets` and `create
-pods/portforward`, which the stack's researcher Role does not grant (infra.researcher_access): DashboardRefused names
+pods/portforward`, which the stack's researcher Role does not grant (k8s.researcher_rbac): DashboardRefused names
 what was refused.
 """
 

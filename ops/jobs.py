@@ -5,7 +5,7 @@
     cancel_job(api_client, namespace, name)            # delete the RayJob: its RayCluster and pods go with it
 
 Everything goes through a kubernetes ApiClient passed in (the CLI's, from the kubeconfig), with the verbs the stack's
-researcher Role grants (infra.researcher_access: get/list/watch on rayjobs, pods, pods/log and configmaps, delete on
+researcher Role grants (k8s.researcher_rbac: get/list/watch on rayjobs, pods, pods/log and configmaps, delete on
 rayjobs, which its admission policy admits for a researcher's own RayJobs alone): `cancel_job` raises
 JobDeleteRefused on a 403 or the policy's 422, which the CLI explains.
 """

@@ -374,7 +374,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         name="researcher-role-without-pod-logs",
-        file="infra/researcher_access.py",
+        file="k8s/researcher_rbac.py",
         old='    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},\n',
         new="",
         tests=("tests/cluster/test_rbac.py", "-k", "reads_the_submitters_log"),

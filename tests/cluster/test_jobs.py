@@ -1,7 +1,7 @@
 """`ray-efa jobs`, `logs` and `cancel` against the real control plane: the deployment's training RayJob (running: its
 submitter pod keeps running, tests/cluster/deployment.py) reconciled by the real KubeRay operator into a RayCluster and
-pods on the nodes, read by a researcher (the stack's Role and admission policy, infra.researcher_access: read, and
-delete only their own RayJobs) and by an admin.
+pods on the nodes, read by a researcher (the stack's Role and admission policy, k8s.researcher_rbac and
+k8s.admission_policy: read, and delete only their own RayJobs) and by an admin.
 The pods' logs come from KWOK's kubelet API through the API server (ControlPlane.serve_logs)."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ray_efa.core.settings import Settings
-from ray_efa.infra.researcher_access import RESEARCHER_GROUP, researcher_rbac
 from ray_efa.k8s.admission_policy import SUBMITTED_BY_ANNOTATION, researcher_admission
+from ray_efa.k8s.researcher_rbac import RESEARCHER_GROUP, researcher_rbac
 from tests.cluster.conftest import served_kuberay, wait_for
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.deployment import Deployment, exists, kubeconfig_with_context, ray_job_name

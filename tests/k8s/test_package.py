@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import ray_efa.k8s as k8s
 from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.k8s import workload
@@ -31,6 +33,20 @@ def test_the_object_builders_import_without_cdk8s():
     probe = (
         "import sys; from ray_efa.core.settings import Settings; from ray_efa.k8s.objects import manifest_objects; "
         "manifest_objects(Settings()); print(sorted(m for m in ('cdk8s', 'constructs', 'jsii') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.spawn
+def test_the_researcher_rbac_imports_without_the_cdk():
+    # GIVEN a fresh interpreter WHEN the researchers' RBAC objects and admission policy are built (what the cluster
+    # tests apply: tests/cluster/test_jobs.py) THEN no CDK loads: ResearcherAccess alone (infra/) needs it
+    probe = (
+        "import sys; from ray_efa.k8s.researcher_rbac import RESEARCHER_GROUP, researcher_rbac; "
+        "from ray_efa.k8s.admission_policy import researcher_admission; "
+        "researcher_rbac('ns'); researcher_admission('ns', group=RESEARCHER_GROUP); "
+        "print(sorted(m for m in ('aws_cdk', 'cdk8s', 'constructs', 'jsii') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
