@@ -126,7 +126,7 @@ def test_the_editable_install_gives_the_same_files_from_any_folder(tmp_path, che
     (checkout / "training" / "added_later.py").write_text("ANSWER = 42\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    # (ray_efa.infra's file by its spec: importing it needs aws_cdk, which this venv leaves out)
+    # (ray_efa.infra's file by its spec: its constructs need aws_cdk, which this venv leaves out)
     code = (
         "import importlib.util, json\n"
         "added = importlib.util.find_spec('ray_efa.training.added_later')\n"
