@@ -69,7 +69,7 @@ def summarize(trace: Path) -> dict:
         "span_ms": round(span, 2),
         "busy_ms": round(busy, 2),
         "ms_by_kind": {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-        "top_kernels_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:25]},
+        "top_kernels_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:60]},
     }
 
 
@@ -88,13 +88,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "chunkN")
+VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "mulclip", "chunkN")
 
 
 def parse_variant(name: str) -> dict:
     """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones.
     `fp8all`: every decoder linear in fp8 (the k/v projections too); `mat`: inductor's max-autotune of the compiled
-    layers' matrix products; `chunkN`: lossChunkSize N instead of --loss-chunk."""
+    layers' matrix products; `mulclip`: the gradient clip as clip_grad_norm_'s in-place multiply, not folded into fused
+    AdamW (training.train.clip_and_step); `chunkN`: lossChunkSize N instead of --loss-chunk."""
     words = name.split("+")
     chunks = [w for w in words if re.fullmatch(r"chunk\d+", w)]
     unknown = [w for w in words if w not in VARIANT_WORDS and w not in chunks]
@@ -108,6 +109,7 @@ def parse_variant(name: str) -> dict:
         "coordinate_descent": "cdt" in words,
         "fp8_everywhere": "fp8all" in words,
         "max_autotune": "mat" in words,
+        "multiply_clip": "mulclip" in words,
         "loss_chunk_override": int(chunks[-1][5:]) if chunks else None,
     }
 
@@ -121,6 +123,7 @@ def _project_step(
     coordinate_descent: bool = False,
     fp8_everywhere: bool = False,
     max_autotune: bool = False,
+    multiply_clip: bool = False,
     loss_chunk_override: int | None = None,
     model_config: Path | None = None,
 ):
@@ -132,6 +135,7 @@ def _project_step(
     from ray_efa.core.models import model_preset, preset_from_config
     from ray_efa.core.settings import TrainingSettings
     from ray_efa.training import parallelize as par
+    from ray_efa.training import train as train_module
     from ray_efa.training.data import TokenBatches
     from ray_efa.training.model import build_model
     from ray_efa.training.train import build_optimizer, train_step
@@ -145,6 +149,7 @@ def _project_step(
     loss_chunk = loss_chunk_override or loss_chunk
     inductor.max_autotune = max_autotune
     par.converts_to_fp8 = (lambda _in, _out: True) if fp8_everywhere else _CONVERTS_TO_FP8  # type: ignore[assignment]
+    train_module.clip_and_step = _multiply_clip if multiply_clip else _CLIP_AND_STEP  # type: ignore[assignment]
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(
@@ -169,6 +174,15 @@ def _project_step(
     return step
 
 
+def _multiply_clip(model, optimizer, grad_clip: float):
+    """train_step's clip and step before clip_and_step: clip_grad_norm_ (its in-place multiply), then the step."""
+    import torch
+
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None
+    optimizer.step()
+    return norm
+
+
 def _converts_to_fp8_default():
     from ray_efa.core.fp8 import converts_to_fp8
 
@@ -176,6 +190,7 @@ def _converts_to_fp8_default():
 
 
 _CONVERTS_TO_FP8 = None
+_CLIP_AND_STEP = None
 
 
 def _init(port: int):
@@ -230,8 +245,10 @@ def time_variants(
     from torch.profiler import profile as profiler
 
     overrides = [parse_variant(v) for v in variants]  # every name checked before the first model is built
-    global _CONVERTS_TO_FP8
-    _CONVERTS_TO_FP8 = _converts_to_fp8_default()
+    global _CONVERTS_TO_FP8, _CLIP_AND_STEP
+    from ray_efa.training.train import clip_and_step
+
+    _CONVERTS_TO_FP8, _CLIP_AND_STEP = _converts_to_fp8_default(), clip_and_step
     device = _init(29621)
     out.mkdir(parents=True, exist_ok=True)
     target = out / "variants.jsonl"

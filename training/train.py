@@ -17,6 +17,7 @@ import sys
 from typing import Any, NamedTuple, Protocol
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from ray_efa.core import memory
 from ray_efa.core.models import ModelPreset
@@ -43,6 +44,7 @@ __all__ = [
     "check_fp8_capability",
     "trained_precision",
     "train_step",
+    "clip_and_step",
     "StepResult",
     "learning_rate",
     "build_optimizer",
@@ -120,11 +122,36 @@ def train_step(
         micro = model(inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True))
         (micro / k).backward()
         loss = loss + micro.detach() / k
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None
-    optimizer.step()
+    norm = clip_and_step(model, optimizer, grad_clip)
     after_optimizer_step(model)  # fp8: the next all-gather's weight scales, in one all-reduce
     optimizer.zero_grad(set_to_none=True)  # frees the gradients before the next forward: its peak is lower
     return StepResult(loss, norm)
+
+
+def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor | None:
+    """The optimizer step after clipping the gradients' total norm to `grad_clip` (0: no clipping); returns the norm
+    before clipping (clip_grad_norm_'s), None without clipping.
+
+    A fused Adam/AdamW divides each gradient by its `grad_scale` inside its own kernel (GradScaler's unscaling), so
+    there the clip is that divisor, max(1, (norm + 1e-6) / grad_clip), the reciprocal of clip_grad_norm_'s clamped
+    coefficient: one pass over the gradients fewer (clip_grad_norm_'s in-place multiply reads and writes every fp32
+    gradient once more, about 4 ms a step of a 1.5B model on an H100). Elsewhere, clip_grad_norm_ itself."""
+    if not grad_clip:
+        optimizer.step()
+        return None
+    if not (isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and optimizer.defaults.get("fused")):
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        return norm
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    whole = norm.full_tensor() if isinstance(norm, DTensor) else norm  # a plain scalar: replicated on every rank
+    optimizer.grad_scale = torch.clamp((whole + 1e-6) / grad_clip, min=1.0)  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        optimizer.grad_scale = None  # type: ignore[attr-defined]
+    return norm
 
 
 FP8_COMPUTE_CAPABILITY = (8, 9)
