@@ -25,6 +25,7 @@ RECORDED = {
     "2026-12-07-h100x1-llama3-side-by-side.jsonl": {"modelConfig": str(LLAMA_UNTIED)},
     "2026-12-07-h100x1-qwen-side-by-side.jsonl": {},
     "2026-12-06-h100x1-side-by-side-tuned.jsonl": {},
+    "2026-12-07-h100x1-qwen-side-by-side-rerun.jsonl": {},
 }
 """The recorded one-H100 runs of `ray-efa train` on the p5.4xlarge row (seq 2048, compile, the lean layer) since
 the gathered model is held; the Qwen2.5-1.5B default model where no modelConfig is named."""
@@ -37,6 +38,19 @@ CUT_SHORT = {("2026-12-07-h100x1-qwen-side-by-side.jsonl", "qb16"): ("bf16", 8, 
 """A run whose summary the call's time limit cut: its record keeps no settings; they and its reserved peak are those
 of its last metrics line (qb16.metrics.jsonl in the -raw.tar.gz: memory/peak_reserved_gib 68.617) and of the
 project:qb16:precision=bf16 spec, the Qwen job at 8 x 2048 x 4."""
+
+
+OVER_PLANNED = {
+    ("2026-12-07-h100x1-qwen-side-by-side-rerun.jsonl", "qfull"): (
+        "issue 57, open: full checkpointing is planned 39.48 GiB, 7.5% over the 36.74 reserved (fp8 8 x 2048 x 4, "
+        "Qwen2.5-1.5B). Its allocated peak, 30.66 GiB, leaves about 3.2 GiB beside the held model, states and layer "
+        "inputs where the plan counts 4.86 for the loss (4 bytes a logit and the fp32 accumulator would be 3.19), but "
+        "the chunk's 5.35 bytes a logit were measured directly without checkpointing (tests/core/test_loss_chunk.py); "
+        "a refit that moves bytes from the logits to COMPILED_ACTIVATIONS fits every run here and contradicts that "
+        "measurement. A memory snapshot of a checkpointed run is what would settle it."
+    ),
+}
+"""Runs the plan errs on by more than TOLERANCE, each with what is known: strict xfails, so a fix turns them red."""
 
 
 def _runs() -> list[tuple[str, str, dict[str, object], float]]:
@@ -86,7 +100,18 @@ def test_the_recorded_runs_cover_two_families_and_three_shapes():
     assert {context["precision"] for _, _, context, _ in RUNS} == {"bf16", "fp8"}
 
 
-@pytest.mark.parametrize(("name", "run", "context", "reserved"), RUNS, ids=[f"{n[:10]}-{r}" for n, r, _, _ in RUNS])
+def _params() -> list:
+    return [
+        pytest.param(
+            *run,
+            id=f"{run[0][:10]}-{run[1]}",
+            marks=[pytest.mark.xfail(strict=True, reason=OVER_PLANNED[run[:2]])] if run[:2] in OVER_PLANNED else [],
+        )
+        for run in RUNS
+    ]
+
+
+@pytest.mark.parametrize(("name", "run", "context", "reserved"), _params())
 def test_the_plan_is_within_five_percent_of_the_measured_reserved_peak(name, run, context, reserved):
     # GIVEN a run recorded on one H100 with its settings and its allocator's reserved peak
     settings = Settings.from_context(context)
