@@ -100,6 +100,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="precision auto takes fp8 on an assumed efficiency constant (the default 2 x g6.12xlarge)",
     ),
     Mutation(
+        name="fused-clip-not-applied",
+        file="training/train.py",
+        old="optimizer.grad_scale = torch.clamp((whole + 1e-6) / grad_clip, min=1.0)",
+        new="optimizer.grad_scale = None",
+        tests=("tests/training/test_clip.py",),
+        why="on GPU (fused AdamW) the gradients are never clipped: gradClip is reported but not applied",
+    ),
+    Mutation(
         name="tokens-per-step-without-accumulation",
         file="training/train.py",
         old="tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps,",
@@ -238,8 +246,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="clip-computed-never-applied",
         file="training/train.py",
-        old="norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip else None",
-        new="norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf) if grad_clip else None",
+        old="norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)\n",
+        new="norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)\n",
         tests=("tests/training/test_train_loop.py", "-k", "clip_value"),
         why="gradClip's norm is computed and reported but never clips: AdamW's runs barely notice",
     ),
