@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 KINDS = (
@@ -88,14 +89,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "mulclip", "chunkN")
+VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "mulclip", "r1g", "chunkN")
 
 
 def parse_variant(name: str) -> dict:
     """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones.
     `fp8all`: every decoder linear in fp8 (the k/v projections too); `mat`: inductor's max-autotune of the compiled
     layers' matrix products; `mulclip`: the gradient clip as clip_grad_norm_'s in-place multiply, not folded into fused
-    AdamW (training.train.clip_and_step); `chunkN`: lossChunkSize N instead of --loss-chunk."""
+    AdamW (training.train.clip_and_step); `r1g`: FSDP2's post-backward without its one-rank copies
+    (bench/one_rank_grads.py, a candidate); `chunkN`: lossChunkSize N instead of --loss-chunk."""
     words = name.split("+")
     chunks = [w for w in words if re.fullmatch(r"chunk\d+", w)]
     unknown = [w for w in words if w not in VARIANT_WORDS and w not in chunks]
@@ -110,6 +112,7 @@ def parse_variant(name: str) -> dict:
         "fp8_everywhere": "fp8all" in words,
         "max_autotune": "mat" in words,
         "multiply_clip": "mulclip" in words,
+        "one_rank_grads": "r1g" in words,
         "loss_chunk_override": int(chunks[-1][5:]) if chunks else None,
     }
 
@@ -124,6 +127,7 @@ def _project_step(
     fp8_everywhere: bool = False,
     max_autotune: bool = False,
     multiply_clip: bool = False,
+    one_rank_grads: bool = False,
     loss_chunk_override: int | None = None,
     model_config: Path | None = None,
 ):
@@ -150,6 +154,7 @@ def _project_step(
     inductor.max_autotune = max_autotune
     par.converts_to_fp8 = (lambda _in, _out: True) if fp8_everywhere else _CONVERTS_TO_FP8  # type: ignore[assignment]
     train_module.clip_and_step = _multiply_clip if multiply_clip else _CLIP_AND_STEP  # type: ignore[assignment]
+    (_one_rank_grads().install if one_rank_grads else _one_rank_grads().uninstall)()
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(
@@ -172,6 +177,14 @@ def _project_step(
         return float(result.loss)
 
     return step
+
+
+def _one_rank_grads():
+    """bench/one_rank_grads.py, beside this script."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import one_rank_grads
+
+    return one_rank_grads
 
 
 def _multiply_clip(model, optimizer, grad_clip: float):
