@@ -23,7 +23,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo, HSDPMeshInfo, TrainingState
 from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
