@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import ray_efa.k8s as k8s
-from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.k8s import workload
+from tests.fresh_import import loaded_by
 
 
 def test_builders_are_exported_from_the_package():
@@ -20,36 +18,31 @@ def test_builders_are_exported_from_the_package():
 
 def test_names_import_without_cdk8s():
     # GIVEN a fresh interpreter WHEN ops/ or cli/ import the object names THEN neither cdk8s nor the k8s client loads
-    probe = (
-        "import sys, ray_efa.k8s.names; print(sorted(m for m in ('cdk8s', 'jsii', 'kubernetes') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded_by("import ray_efa.k8s.names", ("cdk8s", "jsii", "kubernetes")) == []
 
 
 def test_the_object_builders_import_without_cdk8s():
     # GIVEN a fresh interpreter WHEN the builders of every chart's objects are imported and used THEN cdk8s (jsii's
     # node process) never loads: only k8s.workload's charts wrap the objects in cdk8s
-    probe = (
-        "import sys; from ray_efa.core.settings import Settings; from ray_efa.k8s.objects import manifest_objects; "
-        "manifest_objects(Settings()); print(sorted(m for m in ('cdk8s', 'constructs', 'jsii') if m in sys.modules))"
+    statements = (
+        "from ray_efa.core.settings import Settings\n"
+        "from ray_efa.k8s.objects import manifest_objects\n"
+        "manifest_objects(Settings())"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded_by(statements, ("cdk8s", "constructs", "jsii")) == []
 
 
 @pytest.mark.spawn
 def test_the_researcher_rbac_imports_without_the_cdk():
     # GIVEN a fresh interpreter WHEN the researchers' RBAC objects and admission policy are built (what the cluster
     # tests apply: tests/cluster/test_jobs.py) THEN no CDK loads: ResearcherAccess alone (infra/) needs it
-    probe = (
-        "import sys; from ray_efa.k8s.researcher_rbac import RESEARCHER_GROUP, researcher_rbac; "
-        "from ray_efa.k8s.admission_policy import researcher_admission; "
-        "researcher_rbac('ns'); researcher_admission('ns', group=RESEARCHER_GROUP); "
-        "print(sorted(m for m in ('aws_cdk', 'cdk8s', 'constructs', 'jsii') if m in sys.modules))"
+    statements = (
+        "from ray_efa.k8s.researcher_rbac import RESEARCHER_GROUP, researcher_rbac\n"
+        "from ray_efa.k8s.admission_policy import researcher_admission\n"
+        "researcher_rbac('ns')\n"
+        "researcher_admission('ns', group=RESEARCHER_GROUP)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded_by(statements, ("aws_cdk", "cdk8s", "constructs", "jsii")) == []
 
 
 def test_the_readme_names_every_module_of_the_package():

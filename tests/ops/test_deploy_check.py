@@ -8,15 +8,13 @@ from the Kubernetes API, and the command, run against the real control plane in 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ray_efa.core.context import PROJECT_ROOT
 from ray_efa.core.settings import Settings
 from ray_efa.ops.deploy_check import ClusterState, check_deploy, read_diff
+from tests.fresh_import import loaded_by
 from tests.ops.cli_helpers import run_cli
 
 DIFFS = Path(__file__).parent / "fixtures" / "deploy_check"
@@ -225,9 +223,4 @@ def test_a_cluster_deployed_before_cluster_creator_admin_is_refused_its_replacem
 def test_the_command_imports_no_cdk():
     # GIVEN a fresh interpreter WHEN `ray-efa deploy-check`'s module is imported, with the job guard's rules it judges
     # by (infra.job_guard_handler) THEN no CDK loads: importing aws_cdk starts jsii's node process, for nothing here
-    probe = (
-        "import sys, ray_efa.ops.deploy_check; "
-        "print(sorted(m for m in ('aws_cdk', 'constructs', 'jsii', 'cdk8s') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded_by("import ray_efa.ops.deploy_check", ("aws_cdk", "constructs", "jsii", "cdk8s")) == []
