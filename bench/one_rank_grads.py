@@ -80,20 +80,22 @@ def _post_backward(self: FSDPParamGroup, *unused: Any) -> None:
             sharded.grad = fsdp_param.to_sharded_dtensor(local)
 
 
-@contextlib.contextmanager
-def installed() -> Iterator[None]:
-    """FSDP2's post-backward without the one-rank copies, for every group of one rank, while the context lasts."""
-    FSDPParamGroup.post_backward = _post_backward  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        FSDPParamGroup.post_backward = _FSDP_POST_BACKWARD  # type: ignore[method-assign]
-
-
 def install() -> None:
-    """The same for the rest of the process (bench/step_profile.py's `r1g` variant)."""
+    """FSDP2's post-backward without the one-rank copies, for every group of one rank, for the rest of the process
+    (bench/step_profile.py's `r1g` variant)."""
     FSDPParamGroup.post_backward = _post_backward  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
+    """FSDP2's own post-backward again."""
     FSDPParamGroup.post_backward = _FSDP_POST_BACKWARD  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """install() while the context lasts."""
+    install()
+    try:
+        yield
+    finally:
+        uninstall()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from ray_efa.core.models import model_preset
 from ray_efa.training.data import TokenBatches
 from ray_efa.training.model import build_model
 from ray_efa.training.parallelize import ParallelPlan, parallelize, set_gradient_sync, set_hold_gathered
+from tests.load_script import load_script
 from tests.training.gloo_ranks import run_cases
 
 CPU = torch.device("cpu")
@@ -31,19 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.xdist_group("gloo-spawn"), pytest.mark.spawn]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("one_rank_grads", ROOT / "bench" / "one_rank_grads.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _gradients(
     accumulation: int, replicas: int, patched: bool, fp8: bool
 ) -> tuple[dict[str, list[float]], set[str], int]:
     """One step's accumulated gradients of the tiny model, as train_step runs the micro-batches (sharded, whole)."""
-    one_rank_grads = _module()
+    one_rank_grads = load_script(ROOT / "bench" / "one_rank_grads.py")
     # fp8: torchao's float8 linears and fp8 all-gather (fp32 parameters: the CPU's _scaled_mm, as test_fp8.py runs it)
     policy = None if fp8 else MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     model = parallelize(
