@@ -79,9 +79,10 @@ def test_without_clipping_it_steps_and_reports_no_norm():
     assert not torch.equal(model.weight, before)
 
 
-def _sharded_case(rank: int, clip: float) -> dict:
+def _sharded_case(rank: int, clip: float, replicas: int = 1) -> dict:
     steps, grad_differences = [], []
-    models = [parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), ParallelPlan()) for _ in range(2)]
+    plan = ParallelPlan(replicas=replicas)
+    models = [parallelize(build_model(model_preset("tiny"), seed=0, device=CPU), plan) for _ in range(2)]
     optimizers = [_fused(m) for m in models]
     data = TokenBatches(vocab_size=1024, seq_len=32, micro_batch=2, seed=0, rank=rank)
     for step in range(1, 4):
@@ -100,6 +101,7 @@ def _sharded_case(rank: int, clip: float) -> dict:
     ]
     sharded = all(isinstance(p, DTensor) for p in models[0].parameters())
     return {
+        "hsdp": bool(getattr(models[0], "hsdp", False)),
         "norms": steps,
         "grad_relative_difference": max(grad_differences),
         "max_difference": max(differences),
@@ -111,7 +113,10 @@ def _sharded_case(rank: int, clip: float) -> dict:
 def test_fused_clip_on_fsdp_shards_takes_clip_grad_norms_step(tmp_path):
     # GIVEN the tiny model sharded by FSDP2 over 2 gloo ranks, twice, each with fused AdamW over DTensor shards
     clipped, under = run_cases(_sharded_case, [(0.5,), (1e4,)], world=2, tmp_path=tmp_path)
-    for run in (clipped, under):
+    # and HSDP over 2 "nodes" of 2 ranks (the norm over a 2-D mesh's shards and replicas), clipped
+    (hsdp,) = run_cases(_sharded_case, [(0.5, 2)], world=4, tmp_path=tmp_path)
+    assert hsdp["hsdp"] and not clipped["hsdp"]
+    for run in (clipped, under, hsdp):
         assert run["sharded"]
         # THEN clip_and_step reports the whole model's norm and steps as clip_grad_norm_ + step, shard by shard
         for ours, expected in run["norms"]:
