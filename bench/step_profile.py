@@ -14,8 +14,10 @@ torchtitan writes its own trace (`--profiling.enable_profiling`, bench/titan_tra
 `variants` times the same step built each way named, in order (interleave them: A B A B), each a '+'-joined set of
 `hold` / `nohold` (ParallelPlan.hold_gathered on / off; neither: the plan's default), `fp8ag` / `nofp8ag`
 (ParallelPlan.fp8_all_gather on / off; neither: the default) and `cdt` (ParallelPlan.tune_kernels: inductor's
-coordinate-descent tuning of the compiled layers and loss; without it, off); `--profile` adds each one's kernel time
-by kind from one more, profiled step. `hold` is `variants nohold+nofp8ag hold+nofp8ag nohold+nofp8ag`.
+coordinate-descent tuning of the compiled layers and loss; without it, off), and the words parse_variant lists;
+`--profile` adds each one's kernel time by kind, and by the operator that launched it, from one more, profiled step;
+`--memory` what was allocated at the measured steps' peak, by where (peak_breakdown). `hold` is `variants
+nohold+nofp8ag hold+nofp8ag nohold+nofp8ag`.
 
 The summary (one JSON line per trace, and a table): the kernels' time by kind (matrix products, fp8 and bf16 alike,
 attention, compiled Triton kernels, eager elementwise and reductions, the optimizer, copies, collectives), the GPU's
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 KINDS = (
@@ -89,15 +90,30 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-VARIANT_WORDS = ("hold", "nohold", "fp8ag", "nofp8ag", "cdt", "fp8all", "mat", "mulclip", "r1g", "chunkN")
+VARIANT_WORDS = (
+    "hold",
+    "nohold",
+    "fp8ag",
+    "nofp8ag",
+    "cdt",
+    "fp8all",
+    "mat",
+    "mulclip",
+    "r1g",
+    "nor1g",
+    "full",
+    "sel",
+    "chunkN",
+)
 
 
 def parse_variant(name: str) -> dict:
     """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones.
     `fp8all`: every decoder linear in fp8 (the k/v projections too); `mat`: inductor's max-autotune of the compiled
     layers' matrix products; `mulclip`: the gradient clip as clip_grad_norm_'s in-place multiply, not folded into fused
-    AdamW (training.train.clip_and_step); `r1g`: FSDP2's post-backward without its one-rank copies
-    (bench/one_rank_grads.py, a candidate); `chunkN`: lossChunkSize N instead of --loss-chunk."""
+    AdamW (training.train.clip_and_step); `r1g` / `nor1g`: ParallelPlan.one_rank_gradients on / off (training.one_rank;
+    neither: the default); `full` / `sel`: full or selective activation checkpointing (neither: none); `chunkN`:
+    lossChunkSize N instead of --loss-chunk."""
     words = name.split("+")
     chunks = [w for w in words if re.fullmatch(r"chunk\d+", w)]
     unknown = [w for w in words if w not in VARIANT_WORDS and w not in chunks]
@@ -112,7 +128,8 @@ def parse_variant(name: str) -> dict:
         "fp8_everywhere": "fp8all" in words,
         "max_autotune": "mat" in words,
         "multiply_clip": "mulclip" in words,
-        "one_rank_grads": "r1g" in words,
+        "one_rank_gradients": True if "r1g" in words else False if "nor1g" in words else None,
+        "checkpointing": "full" if "full" in words else "selective" if "sel" in words else "none",
         "loss_chunk_override": int(chunks[-1][5:]) if chunks else None,
     }
 
@@ -127,7 +144,8 @@ def _project_step(
     fp8_everywhere: bool = False,
     max_autotune: bool = False,
     multiply_clip: bool = False,
-    one_rank_grads: bool = False,
+    one_rank_gradients: bool | None = None,
+    checkpointing: str = "none",
     loss_chunk_override: int | None = None,
     model_config: Path | None = None,
 ):
@@ -154,7 +172,6 @@ def _project_step(
     inductor.max_autotune = max_autotune
     par.converts_to_fp8 = (lambda _in, _out: True) if fp8_everywhere else _CONVERTS_TO_FP8  # type: ignore[assignment]
     train_module.clip_and_step = _multiply_clip if multiply_clip else _CLIP_AND_STEP  # type: ignore[assignment]
-    (_one_rank_grads().install if one_rank_grads else _one_rank_grads().uninstall)()
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(
@@ -166,6 +183,8 @@ def _project_step(
             fp8_all_gather=fp8_all_gather,
             tune_kernels=coordinate_descent,
             mixed_precision=par.mixed_precision_policy(device),
+            activation_checkpointing=checkpointing,  # type: ignore[arg-type]
+            **({} if one_rank_gradients is None else {"one_rank_gradients": one_rank_gradients}),
         ),
     )
     optimizer = build_optimizer(model, t, device)
@@ -179,12 +198,65 @@ def _project_step(
     return step
 
 
-def _one_rank_grads():
-    """bench/one_rank_grads.py, beside this script."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import one_rank_grads
+def top_ops(prof, n: int = 40) -> list[list]:
+    """The operators (with the first frames of the Python stack that called them) whose own kernels took the most
+    GPU time in a profiled step: [name, stack, ms, calls]; what tells an eager copy from an add."""
+    rows = []
+    for event in prof.key_averages(group_by_stack_n=4):
+        ms = getattr(event, "self_device_time_total", 0) / 1000
+        if ms >= 0.2:
+            stack = [frame for frame in event.stack if "torch/" not in frame or "fsdp" in frame][:3]
+            rows.append([event.key, stack, round(ms, 2), event.count])
+    return sorted(rows, key=lambda r: -r[2])[:n]
 
-    return one_rank_grads
+
+def peak_breakdown(snapshot: dict, since: int = 0, n: int = 25) -> dict:
+    """Replays the allocator's history (torch.cuda.memory._snapshot with _record_memory_history on from before the
+    model was built): the allocated peak after trace event `since` (the measured steps), and the blocks live at it
+    grouped by where they were allocated: the first project frame (ray_efa/...) and the innermost frame outside
+    torch's own helpers. GiB each, largest first."""
+    events = snapshot["device_traces"][0]
+    live: dict[int, tuple[int, list]] = {}
+    total = peak = 0
+    peak_at = -1
+    peak_live: dict[int, tuple[int, list]] = {}
+    for index, event in enumerate(events):
+        action = event["action"]
+        if action == "alloc":
+            live[event["addr"]] = (event["size"], event.get("frames", []))
+            total += event["size"]
+        elif action in ("free_requested", "free_completed") and event["addr"] in live:  # the stat drops at the first
+            total -= live.pop(event["addr"])[0]
+        if index >= since and total > peak:
+            peak, peak_at = total, index
+            peak_live = dict(live)
+
+    def frame_name(frame: dict) -> str:
+        return f"{frame['filename'].rsplit('/', 2)[-1]}:{frame['line']} {frame['name']}"
+
+    def grouped(key) -> list[list]:
+        sums: dict[str, int] = {}
+        for size, frames in peak_live.values():
+            sums[key(frames)] = sums.get(key(frames), 0) + size
+        return [[k, round(v / 2**30, 3)] for k, v in sorted(sums.items(), key=lambda kv: -kv[1])[:n]]
+
+    def project_frame(frames: list) -> str:
+        own = [f for f in frames if "ray_efa/" in f["filename"] or "/bench/" in f["filename"]]
+        return frame_name(own[0]) if own else "(no project frame)"
+
+    def inner_frame(frames: list) -> str:
+        skip = ("torch/utils/", "torch/_ops.py", "torch/_tensor.py", "torch/autograd/", "contextlib.py", "<frozen")
+        kept = [f for f in frames if not any(s in f["filename"] for s in skip) and f["filename"] != "??"]
+        return frame_name(kept[0]) if kept else "(no Python frame)"
+
+    return {
+        "peak_gib": round(peak / 2**30, 3),
+        "peak_event": peak_at,
+        "events": len(events),
+        "blocks": len(peak_live),
+        "by_project_frame": grouped(project_frame),
+        "by_inner_frame": grouped(inner_frame),
+    }
 
 
 def _multiply_clip(model, optimizer, grad_clip: float):
@@ -245,9 +317,11 @@ def time_variants(
     steps: int,
     profile: bool = False,
     model_config: Path | None = None,
+    memory: bool = False,
 ) -> list[dict]:
     """Each variant's step (parse_variant): the losses of the same batches, the step time (3 steps to warm up, then
-    `steps`, synchronized at both ends), peak memory, and with `profile` one more step's kernel time by kind."""
+    `steps`, synchronized at both ends), peak memory, and with `profile` one more step's kernel time by kind and by
+    the operator that launched it; with `memory`, what was allocated at the measured steps' peak (peak_breakdown)."""
     import gc
     import time
 
@@ -283,12 +357,15 @@ def time_variants(
     rows = []
     for name, override in zip(variants, overrides):
         torch._dynamo.reset()
+        if memory:  # from before the model exists: every live block's allocation is in the history
+            torch.cuda.memory._record_memory_history(max_entries=3_000_000, stacks="python")
         built = time.perf_counter()
         step = _project_step(micro_batch, accumulation, loss_chunk, **override, model_config=model_config)
         losses = [step(n) for n in range(3)]
         torch.cuda.synchronize(device)
         warm_s = time.perf_counter() - built
         torch.cuda.reset_peak_memory_stats(device)
+        warm_events = len(torch.cuda.memory._snapshot().get("device_traces", [[]])[0]) if memory else 0
         start = time.perf_counter()
         losses += [step(n) for n in range(3, 3 + steps)]
         torch.cuda.synchronize(device)
@@ -303,8 +380,13 @@ def time_variants(
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / 2**30, 2),
             "build_and_warm_s": round(warm_s, 1),
         }
+        if memory:
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            row["memory_at_peak"] = peak_breakdown(dict(snapshot), since=warm_events)
+            del snapshot
         if profile:
-            with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+            with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
                 step(3 + steps)
                 torch.cuda.synchronize(device)
             trace = out / f"{name}_trace.json"
@@ -312,6 +394,7 @@ def time_variants(
             summary = summarize(trace)
             trace.unlink()  # ~100 MB each; the summary is what is kept
             row["profile"] = {k: summary[k] for k in ("kernels", "span_ms", "busy_ms", "ms_by_kind", "top_kernels_ms")}
+            row["profile"]["top_ops_ms"] = top_ops(prof)
         rows.append(row)
         with target.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -345,6 +428,7 @@ def main() -> None:
     v.add_argument("variants", nargs="+", help="each a '+'-joined set of " + ", ".join(VARIANT_WORDS))
     v.add_argument("--steps", type=int, default=8)
     v.add_argument("--profile", action="store_true")
+    v.add_argument("--memory", action="store_true", help="what is allocated at the peak (peak_breakdown)")
     s = sub.add_parser("summarize")
     s.add_argument("traces", type=Path, nargs="+")
     s.add_argument("--out", type=Path, required=True)
@@ -360,6 +444,7 @@ def main() -> None:
             args.steps,
             profile=getattr(args, "profile", False),
             model_config=args.model_config,
+            memory=getattr(args, "memory", False),
         )
         return
     if args.command == "project":

@@ -108,6 +108,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="on GPU (fused AdamW) the gradients are never clipped: gradClip is reported but not applied",
     ),
     Mutation(
+        name="one-rank-first-gradient-dropped",
+        file="training/one_rank.py",
+        old="fsdp_param.unsharded_accumulated_grad = sum_in_fp32(self.pending.pop(index), grad, self.fused)",
+        new="fsdp_param.unsharded_accumulated_grad = grad.float()",
+        tests=("tests/training/test_one_rank.py", "-k", "bit_for_bit"),
+        why="on one GPU the first micro-batch's gradients are lost when the second arrives: half the step's gradient",
+    ),
+    Mutation(
+        name="one-rank-replicated-group-taken",
+        file="training/one_rank.py",
+        old="and not isinstance(mesh, HSDPMeshInfo)",
+        new="and True",
+        tests=("tests/training/test_one_rank.py", "-k", "replicated"),
+        why="HSDP with one GPU a node takes the one-rank path: gradients never cross the replicas",
+    ),
+    Mutation(
         name="tokens-per-step-without-accumulation",
         file="training/train.py",
         old="tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps,",

@@ -98,6 +98,7 @@ class CausalLM(nn.Module):
         self.fp8 = False  # set by parallelize(): whether the decoder layers' linears train in float8 (torchao)
         self.fp8_all_gather = False  # set by parallelize(): whether FSDP2 all-gathers those weights in fp8
         self.hold_gathered = False  # set by parallelize(): whether the gathered parameters are held for the whole step
+        self.one_rank_units = 0  # set by parallelize(): FSDP units on training.one_rank's post-backward
         # Gemma 2's final_logit_softcapping: the logits are tanh(logits / cap) x cap (the loss applies it)
         self.logit_softcap: float | None = getattr(hf_model.config, "final_logit_softcapping", None) or None
 

@@ -29,7 +29,8 @@ k/v projections), all-gathered in fp8 where a weight is sharded over more than o
 Each decoder layer is its own FSDP unit (`fully_shard` per layer, then the root for the embeddings, final norm and
 tied output projection), so only one or two layers are ever all-gathered at a time; where the shard group has one
 rank there is nothing to shard, and the gathered model is held for the whole step instead (ParallelPlan.hold_gathered:
-one cast and copy a step, not two a micro-batch). On GPU the parameters are
+one cast and copy a step, not two a micro-batch), and its gradients skip FSDP2's one-rank reduce
+(ParallelPlan.one_rank_gradients, training.one_rank). On GPU the parameters are
 gathered in bf16 and gradients reduce-scattered in fp32 (MixedPrecisionPolicy); the sharded master weights and
 AdamW's state stay fp32.
 
@@ -55,6 +56,7 @@ from ray_efa.core.fp8 import converts_to_fp8
 from ray_efa.core.pod_env import TORCHAO_VERSION
 from ray_efa.training.loss import inductor_options
 from ray_efa.training.model import CausalLM
+from ray_efa.training.one_rank import use_one_rank_gradients
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -122,6 +124,10 @@ class ParallelPlan:
     """Keep the gathered bf16 parameters from a step's first forward to its last backward: one all-gather a step
     instead of two a micro-batch (train_step, set_hold_gathered). None: where the shard group has one rank, where
     every all-gather is only a cast and a copy of the whole model and holding its result costs 2 bytes a parameter."""
+    one_rank_gradients: bool = True
+    """Where a unit's shard group is one rank (one GPU, no replicas), its gradients skip FSDP2's one-rank reduce
+    copies and the first micro-batch's fp32 cast (training.one_rank; the same gradients, bit for bit). False: FSDP2's
+    own post-backward everywhere."""
 
 
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -415,6 +421,9 @@ def parallelize(model: CausalLM, plan: ParallelPlan) -> CausalLM:
             hook = Bf16WireReplicaAllReduce(mesh.get_group("replicate"), plan.replicas, owner)
             cast(FSDPModule, module).set_all_reduce_hook(hook)
             model.replica_all_reduce.append(hook)
+    # after every hook is set: a unit with an all-reduce hook keeps FSDP2's post-backward
+    fused = plan.compile and next(model.parameters()).device.type == "cuda"
+    model.one_rank_units = use_one_rank_gradients(model, fused) if plan.one_rank_gradients else 0
     model.hsdp = mesh is not None
     model.hold_gathered = hold
     model.fp8 = plan.fp8
