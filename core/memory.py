@@ -14,6 +14,10 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           node at every micro-batch and accumulates sharded gradients only.
                + c 4P/S   with gradAccumulation > 1 on more than one GPU: c = ACCUMULATION_GRADIENT_COPIES (fsdp 2,
                           hsdp 3) sharded copies held across micro-batches, fitted to 2 x H200 reserved memory.
+               2P instead on one GPU with gradAccumulation 2: training.one_rank keeps the first micro-batch's bf16
+                          gradients until the second's arrive (the fp32 sums are made during the last backward, as
+                          the activations are freed), measured 2P = 2.79 GiB less allocated than FSDP2's fp32
+                          accumulator on one H100 (Llama 3.2 1B dims, 2026-12-08).
 - optimizer    8P/S       AdamW exp_avg and exp_avg_sq, fp32, sharded.
 - gathered     2*P_root + 2*B_layer + 2*6*P_layer (B_layer = 2*P_layer bytes; with fp8, 1 byte for each weight
                           of a converted linear, core.fp8.fp8_linears)
@@ -43,8 +47,10 @@ d hidden, kv key/value width, I MLP width, V vocabulary):
                           (the fp32 accumulator of the projection's gradient and one bf16 chunk product) plus 2 d T
                           (the stored gradient of the hidden states). C: the unchunked 12 V T, or the one chunk's.
 - overhead     1.5 GiB outside PyTorch's allocator (CUDA context and NCCL buffers) + 5% of the rest (FRAGMENTATION;
-               with gradAccumulation > 1 on one GPU 0.9 x 4P/S instead: ACCUMULATING_RESERVED_GRADIENTS): the caching
-               allocator's reserved peak over its allocated one (rounding, fragmentation), as measured.
+               with gradAccumulation > 1 on one GPU 1% (ONE_RANK_FRAGMENTATION): training.one_rank's gradients stay
+               on the compute stream; with FSDP2's own post-backward there, 0.9 x 4P/S instead:
+               ACCUMULATING_RESERVED_GRADIENTS): the caching allocator's reserved peak over its allocated one
+               (rounding, fragmentation, blocks cached per stream), as measured.
 
 The constants are calibrated against what runs out: *reserved* memory plus what lies outside the allocator
 (bench/calibrate.py and bench/sharding_proof.py on H200, expandable segments on; docs/BENCHMARKS.md).
@@ -74,6 +80,7 @@ __all__ = [
     "FP8_ACTIVATIONS",
     "SUGGESTED_LOSS_CHUNK",
     "ACCUMULATING_RESERVED_GRADIENTS",
+    "ONE_RANK_FRAGMENTATION",
     "COMPILED_LOSS_BYTES_PER_LOGIT",
     "grad_sync_every_micro_batch",
 ]
@@ -100,6 +107,14 @@ before the gathered model was held (+2.36 GiB added to what they reserved), -0.1
 a gap fixed in GiB and one that grows with the model cannot be told apart here; the gradients' size is the cause
 named. It replaces a share of 0.16 (issue 48), then 0.09, of the parts: a share over-planned the large bf16 runs and
 under-planned the small checkpointed ones, whose gap is as large."""
+ONE_RANK_FRAGMENTATION = 0.01
+"""With gradAccumulation > 1 on one GPU under training.one_rank (the train function's path there, on the torch releases
+it is proven on), what the caching allocator reserves beyond the allocated peak, as a share of the parts: its gradients
+never leave the compute stream, and the 5.8-6.8 GiB gap of FSDP2's own post-backward (ACCUMULATING_RESERVED_GRADIENTS,
+whose cause was named there as blocks cached for FSDP2's reduce-scatter stream) is gone: 54.63 GiB allocated, 54.98
+reserved (0.64%) in every run of the Llama 3.2 1B dims job at fp8 16 x 2048 x 2 on one H100, against 57.42 and 63.28
+with FSDP2's (bench/step_profile.py variants, bench/results/2026-12-08-h100x1-one-rank-variants.jsonl; `ray-efa train`
+reported 54.6 / 55.0 in all four side-by-side runs). One shape measured: 1%, over what it showed."""
 _LOSS_CHUNK_REFERENCE = 1024  # the chunk the calibrated constants were measured with
 COMPILED_LOSS_BYTES_PER_LOGIT = 5.4
 """Bytes per logit of a compiled chunk beyond 1024 tokens (the calibrated 8 up to there, whose slack the measured
@@ -238,6 +253,7 @@ def estimate_for(
     shard_size: int | None = None,
     strategy: str = "fsdp",
     sync_every_micro_batch: bool = False,
+    one_rank_gradients: bool = True,
 ) -> MemoryEstimate:
     """GiB per GPU of training `t` on `world_size` GPUs of model `gpu` (any world size, e.g. a measured one).
 
@@ -245,6 +261,8 @@ def estimate_for(
     strategy: "fsdp" or "hsdp", which decides where gradients accumulate when gradAccumulation > 1.
     sync_every_micro_batch: fsdp reduce-scatters every micro-batch (grad_sync_every_micro_batch): no unsharded fp32
     gradients are held between micro-batches.
+    one_rank_gradients: on one GPU, training.one_rank's post-backward (the train function's, ParallelPlan's default);
+    False: FSDP2's own (the path of the runs recorded before 2026-12-08, and of a torch release it is not proven on).
     """
     if t.undecided:
         raise ValueError(f"{', '.join(t.undecided)} must be decided first (core.strategy.resolve), not auto")
@@ -256,6 +274,7 @@ def estimate_for(
     tokens = t.micro_batch_size * t.seq_len
     kept, recomputed = _activation_bytes_per_token(p, t.checkpointing_mode, t.compile)
     shard = shard_size or world_size
+    one_rank = one_rank_gradients and world_size == 1 and t.accumulation_steps > 1
     accumulated = 0.0
     if t.accumulation_steps > 1 and world_size > 1:
         copies = ACCUMULATION_GRADIENT_COPIES[strategy]
@@ -263,7 +282,8 @@ def estimate_for(
         accumulated = (4 * params if unsharded else 0) + copies * 4 * params / shard
     parts = {
         "parameters": 4 * params / shard,
-        "gradients": 4 * params / shard + accumulated,
+        # one_rank with 2 micro-batches: the first's bf16 gradients are what is held at the peak (2P, not 4P)
+        "gradients": (2 * params if one_rank and t.accumulation_steps == 2 else 4 * params / shard) + accumulated,
         "optimizer": 8 * params / shard,
         # one rank in the shard group: training.parallelize holds the whole gathered model for the step: measured +2.36
         # GiB allocated on one H100 with it in bf16 (docs/BENCHMARKS.md, 2026-12-06). With fp8 the held linears are
@@ -281,7 +301,9 @@ def estimate_for(
     gib = {k: v / _GIB for k, v in parts.items()}
     allocated = sum(gib.values())
     # on one GPU the accumulation copies term (fitted on two) adds nothing; what accumulation costs there is reserved
-    if t.accumulation_steps > 1 and world_size == 1:
+    if one_rank:
+        overhead = OVERHEAD_FIXED_GIB + ONE_RANK_FRAGMENTATION * allocated
+    elif t.accumulation_steps > 1 and world_size == 1:
         overhead = OVERHEAD_FIXED_GIB + ACCUMULATING_RESERVED_GRADIENTS * 4 * params / shard / _GIB
     else:
         overhead = OVERHEAD_FIXED_GIB + FRAGMENTATION * allocated
@@ -300,9 +322,9 @@ def estimate_for(
     )
 
 
-def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
+def estimate(settings: Settings, strategy: str, *, one_rank_gradients: bool = True) -> MemoryEstimate:
     """GiB per GPU of the run the settings describe with `strategy` ("fsdp" or "hsdp", resolved: core.strategy
-    resolves auto, and its `estimate` takes the settings alone)."""
+    resolves auto, and its `estimate` takes the settings alone); one_rank_gradients as estimate_for takes it."""
     if strategy not in ("fsdp", "hsdp"):
         raise ValueError(f"strategy must be fsdp or hsdp (core.strategy resolves auto), got {strategy!r}")
     if settings.nodes.scaled_to_zero:
@@ -324,4 +346,5 @@ def estimate(settings: Settings, strategy: str) -> MemoryEstimate:
         shard_size=shard,
         strategy=strategy,
         sync_every_micro_batch=sync,
+        one_rank_gradients=one_rank_gradients,
     )

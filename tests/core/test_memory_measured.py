@@ -4,7 +4,9 @@ plan counts what lies outside the allocator too), and never so far over that a s
 
 The runs are read from bench/results as recorded (their settings and torch.cuda.max_memory_reserved). Runs of an
 older train path are left out by name, with why: before 2026-12-06 09:39 (training.parallelize: hold_gathered) a
-rank alone in its shard group did not hold the gathered model for the step, 2.36 GiB less than today's job."""
+rank alone in its shard group did not hold the gathered model for the step, 2.36 GiB less than today's job. Runs
+before 2026-12-08 ran FSDP2's own post-backward on their one rank, not training.one_rank's: the plan plans them as
+that path (core.memory's one_rank_gradients=False), which still runs where training.one_rank is not proven."""
 
 from __future__ import annotations
 
@@ -21,11 +23,12 @@ LLAMA_UNTIED = Path(__file__).resolve().parents[2] / "bench" / "configs" / "llam
 TOLERANCE = 0.05
 
 RECORDED = {
-    # file: (the model's settings, the row it ran on)
-    "2026-12-07-h100x1-llama3-side-by-side.jsonl": {"modelConfig": str(LLAMA_UNTIED)},
-    "2026-12-07-h100x1-qwen-side-by-side.jsonl": {},
-    "2026-12-06-h100x1-side-by-side-tuned.jsonl": {},
-    "2026-12-07-h100x1-qwen-side-by-side-rerun.jsonl": {},
+    # file: (the model's settings, whether its one rank ran training.one_rank's post-backward)
+    "2026-12-07-h100x1-llama3-side-by-side.jsonl": ({"modelConfig": str(LLAMA_UNTIED)}, False),
+    "2026-12-07-h100x1-qwen-side-by-side.jsonl": ({}, False),
+    "2026-12-06-h100x1-side-by-side-tuned.jsonl": ({}, False),
+    "2026-12-07-h100x1-qwen-side-by-side-rerun.jsonl": ({}, False),
+    "2026-12-08-h100x1-llama3-side-by-side.jsonl": ({"modelConfig": str(LLAMA_UNTIED)}, True),
 }
 """The recorded one-H100 runs of `ray-efa train` on the p5.4xlarge row (seq 2048, compile, the lean layer) since
 the gathered model is held; the Qwen2.5-1.5B default model where no modelConfig is named."""
@@ -52,10 +55,21 @@ OVER_PLANNED = {
 }
 """Runs the plan errs on by more than TOLERANCE, each with what is known: strict xfails, so a fix turns them red."""
 
+_ONE_RANK_LLAMA = (
+    "issue 57, open: on training.one_rank's path the Llama 3.2 1B dims job (fp8 16 x 2048 x 2) is planned 58.14 GiB, "
+    "5.8% over the 54.96 reserved. The allocator's gap is gone (54.63 allocated: ONE_RANK_FRAGMENTATION plans 1%), "
+    "so the excess is the parts' own: they plan 56.08 GiB against the 54.63 allocated (+1.45), of which about 0.4 is "
+    "the held fp8 linears planned at the bf16 figure (core.memory's gathered term; measured 0.49 GiB less on the Qwen "
+    "job), and 1.5 GiB lie outside the allocator. A memory snapshot of this path at its peak is what would settle it "
+    "(bench/step_profile.py variants --memory; the 2026-12-08 call ran out of time before it)."
+)
+for _run in ("p1", "p2", "p3", "p4"):
+    OVER_PLANNED[("2026-12-08-h100x1-llama3-side-by-side.jsonl", _run)] = _ONE_RANK_LLAMA
 
-def _runs() -> list[tuple[str, str, dict[str, object], float]]:
-    runs: list[tuple[str, str, dict[str, object], float]] = []
-    for name, model in RECORDED.items():
+
+def _runs() -> list[tuple[str, str, dict[str, object], float, bool]]:
+    runs: list[tuple[str, str, dict[str, object], float, bool]] = []
+    for name, (model, one_rank) in RECORDED.items():
         for line in (RESULTS / name).read_text().splitlines():
             record = json.loads(line)
             if record.get("record") != "run" or record.get("kind") != "project":
@@ -80,7 +94,7 @@ def _runs() -> list[tuple[str, str, dict[str, object], float]]:
                 "lossChunkSize": chunk,
                 **model,
             }
-            runs.append((name, record["name"], context, float(reserved)))
+            runs.append((name, record["name"], context, float(reserved), one_rank))
     return runs
 
 
@@ -90,14 +104,16 @@ RUNS = _runs()
 def test_the_recorded_runs_cover_two_families_and_three_shapes():
     # GIVEN the recorded runs
     # THEN the validation spans what the issue asks: two model families and at least three shapes
-    families = {bool(context.get("modelConfig")) for _, _, context, _ in RUNS}
+    families = {bool(context.get("modelConfig")) for _, _, context, _, _ in RUNS}
     shapes = {
         (context["microBatch"], context["gradAccumulation"], context["precision"], context["activationCheckpointing"])
-        for _, _, context, _ in RUNS
+        for _, _, context, _, _ in RUNS
     }
     assert families == {True, False}
     assert len(shapes) >= 3
-    assert {context["precision"] for _, _, context, _ in RUNS} == {"bf16", "fp8"}
+    assert {context["precision"] for _, _, context, _, _ in RUNS} == {"bf16", "fp8"}
+    # and both post-backward paths a rank alone in its shard group can run
+    assert {one_rank for *_, one_rank in RUNS} == {True, False}
 
 
 def _params() -> list:
@@ -111,12 +127,12 @@ def _params() -> list:
     ]
 
 
-@pytest.mark.parametrize(("name", "run", "context", "reserved"), _params())
-def test_the_plan_is_within_five_percent_of_the_measured_reserved_peak(name, run, context, reserved):
-    # GIVEN a run recorded on one H100 with its settings and its allocator's reserved peak
+@pytest.mark.parametrize(("name", "run", "context", "reserved", "one_rank"), _params())
+def test_the_plan_is_within_five_percent_of_the_measured_reserved_peak(name, run, context, reserved, one_rank):
+    # GIVEN a run recorded on one H100 with its settings, its post-backward path and its allocator's reserved peak
     settings = Settings.from_context(context)
-    # WHEN the current code plans those settings
-    plan = memory.estimate(settings, "fsdp")
+    # WHEN the current code plans those settings on that path
+    plan = memory.estimate(settings, "fsdp", one_rank_gradients=one_rank)
     # THEN the plan's memory is within 5% over what the run reserved, never under it: the plan also counts what lies
     # outside the allocator (1.5 GiB), so a plan under the reserved peak would pass a shape that runs out
     error = (plan.total_gib - reserved) / reserved
