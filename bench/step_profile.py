@@ -210,32 +210,39 @@ def top_ops(prof, n: int = 40) -> list[list]:
     return sorted(rows, key=lambda r: -r[2])[:n]
 
 
-def peak_breakdown(snapshot: dict, since: int = 0, n: int = 25) -> dict:
-    """Replays the allocator's history (torch.cuda.memory._snapshot with _record_memory_history on from before the
-    model was built): the allocated peak after trace event `since` (the measured steps), and the blocks live at it
-    grouped by where they were allocated: the first project frame (ray_efa/...) and the innermost frame outside
-    torch's own helpers. GiB each, largest first."""
+def peak_breakdown(snapshot: dict, allocated_before: int = 0, n: int = 25) -> dict:
+    """Replays the allocator's history (torch.cuda.memory._snapshot, _record_memory_history turned on when
+    `allocated_before` bytes were allocated): the allocated peak, and the blocks live at it grouped by where they were
+    allocated: the first project frame (ray_efa/...) and the innermost frame outside torch's own helpers; what was
+    allocated before the recording (the model's states, the held gathered model) is one group of its own, less what of
+    it was freed before the peak. GiB each, largest first."""
     events = snapshot["device_traces"][0]
     live: dict[int, tuple[int, list]] = {}
-    total = peak = 0
+    freed_before: set[int] = set()
+    before = total = peak = allocated_before
     peak_at = -1
     peak_live: dict[int, tuple[int, list]] = {}
+    peak_before = before
     for index, event in enumerate(events):
-        action = event["action"]
+        action, addr = event["action"], event["addr"]
         if action == "alloc":
-            live[event["addr"]] = (event["size"], event.get("frames", []))
+            live[addr] = (event["size"], event.get("frames", []))
             total += event["size"]
-        elif action in ("free_requested", "free_completed") and event["addr"] in live:  # the stat drops at the first
-            total -= live.pop(event["addr"])[0]
-        if index >= since and total > peak:
-            peak, peak_at = total, index
-            peak_live = dict(live)
+        elif action in ("free_requested", "free_completed"):  # the allocated stat drops at the first of the two
+            if addr in live:
+                total -= live.pop(addr)[0]
+            elif addr not in freed_before:  # a block allocated before the recording
+                freed_before.add(addr)
+                before -= event["size"]
+                total -= event["size"]
+        if total > peak:
+            peak, peak_at, peak_live, peak_before = total, index, dict(live), before
 
     def frame_name(frame: dict) -> str:
         return f"{frame['filename'].rsplit('/', 2)[-1]}:{frame['line']} {frame['name']}"
 
     def grouped(key) -> list[list]:
-        sums: dict[str, int] = {}
+        sums: dict[str, int] = {"(allocated before the recording)": peak_before}
         for size, frames in peak_live.values():
             sums[key(frames)] = sums.get(key(frames), 0) + size
         return [[k, round(v / 2**30, 3)] for k, v in sorted(sums.items(), key=lambda kv: -kv[1])[:n]]
@@ -357,15 +364,15 @@ def time_variants(
     rows = []
     for name, override in zip(variants, overrides):
         torch._dynamo.reset()
-        if memory:  # from before the model exists: every live block's allocation is in the history
-            torch.cuda.memory._record_memory_history(max_entries=3_000_000, stacks="python")
         built = time.perf_counter()
         step = _project_step(micro_batch, accumulation, loss_chunk, **override, model_config=model_config)
         losses = [step(n) for n in range(3)]
         torch.cuda.synchronize(device)
         warm_s = time.perf_counter() - built
         torch.cuda.reset_peak_memory_stats(device)
-        warm_events = len(torch.cuda.memory._snapshot().get("device_traces", [[]])[0]) if memory else 0
+        before = torch.cuda.memory_allocated(device)
+        if memory:  # the measured steps only: recording Python stacks through the compile took minutes (2026-12-08)
+            torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
         start = time.perf_counter()
         losses += [step(n) for n in range(3, 3 + steps)]
         torch.cuda.synchronize(device)
@@ -383,7 +390,7 @@ def time_variants(
         if memory:
             snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
-            row["memory_at_peak"] = peak_breakdown(dict(snapshot), since=warm_events)
+            row["memory_at_peak"] = peak_breakdown(dict(snapshot), allocated_before=before)
             del snapshot
         if profile:
             with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:

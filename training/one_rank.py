@@ -5,7 +5,8 @@ On one GPU (one rank, no replicas) FSDP2 still runs its reduce-scatter path at e
 second (its one-rank branch, `reduce_output.copy_`, a device-to-device memcpy) and hands views of the second to the
 sharded parameters. Between micro-batches it casts each bf16 gradient to an fp32 accumulator, then adds the next one
 into it: two passes over the fp32 gradients where one does. On the Llama 3.2 1B step of issue 57 (one H100, fp8
-16 x 2048 x 2) these are about 23 ms of a 0.81 s step (docs/BENCHMARKS.md).
+16 x 2048 x 2) this post-backward takes 21 ms of copies and passes out of the step and adds the one-pass sum (4.9 ms):
+-1.4%, and 8.3 GiB less reserved (docs/BENCHMARKS.md, "One GPU without FSDP2's one-rank reduce").
 
 On one rank the sharded parameter's local tensor has the unsharded shape, so the unsharded gradient can be the
 sharded one as it is. `OneRankPostBackward` is that post-backward: the last micro-batch's gradient (or the fp32 sum
