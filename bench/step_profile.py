@@ -99,6 +99,7 @@ VARIANT_WORDS = (
     "fp8all",
     "mat",
     "mulclip",
+    "mulscale",
     "r1g",
     "nor1g",
     "full",
@@ -111,7 +112,8 @@ def parse_variant(name: str) -> dict:
     """'hold+fp8ag' -> the overrides _project_step takes; an unknown word is an error naming the allowed ones.
     `fp8all`: every decoder linear in fp8 (the k/v projections too); `mat`: inductor's max-autotune of the compiled
     layers' matrix products; `mulclip`: the gradient clip as clip_grad_norm_'s in-place multiply, not folded into fused
-    AdamW (training.train.clip_and_step); `r1g` / `nor1g`: ParallelPlan.one_rank_gradients on / off (training.one_rank;
+    AdamW (training.train.clip_and_step); `mulscale`: the chunked loss's backward scale as `mul_` by the 0-dim tensor
+    (training.loss.scale_gradients before it took `_foreach_mul_`); `r1g` / `nor1g`: ParallelPlan.one_rank_gradients on / off (training.one_rank;
     neither: the default); `full` / `sel`: full or selective activation checkpointing (neither: none); `chunkN`:
     lossChunkSize N instead of --loss-chunk."""
     words = name.split("+")
@@ -128,6 +130,7 @@ def parse_variant(name: str) -> dict:
         "fp8_everywhere": "fp8all" in words,
         "max_autotune": "mat" in words,
         "multiply_clip": "mulclip" in words,
+        "multiply_scale": "mulscale" in words,
         "one_rank_gradients": True if "r1g" in words else False if "nor1g" in words else None,
         "checkpointing": "full" if "full" in words else "selective" if "sel" in words else "none",
         "loss_chunk_override": int(chunks[-1][5:]) if chunks else None,
@@ -144,6 +147,7 @@ def _project_step(
     fp8_everywhere: bool = False,
     max_autotune: bool = False,
     multiply_clip: bool = False,
+    multiply_scale: bool = False,
     one_rank_gradients: bool | None = None,
     checkpointing: str = "none",
     loss_chunk_override: int | None = None,
@@ -156,6 +160,7 @@ def _project_step(
 
     from ray_efa.core.models import model_preset, preset_from_config
     from ray_efa.core.settings import TrainingSettings
+    from ray_efa.training import loss as loss_module
     from ray_efa.training import parallelize as par
     from ray_efa.training import train as train_module
     from ray_efa.training.data import TokenBatches
@@ -172,6 +177,7 @@ def _project_step(
     inductor.max_autotune = max_autotune
     par.converts_to_fp8 = (lambda _in, _out: True) if fp8_everywhere else _CONVERTS_TO_FP8  # type: ignore[assignment]
     train_module.clip_and_step = _multiply_clip if multiply_clip else _CLIP_AND_STEP  # type: ignore[assignment]
+    loss_module.scale_gradients = _multiply_scale if multiply_scale else _SCALE_GRADIENTS  # type: ignore[assignment]
     t = TrainingSettings(model="qwen2.5-1.5b", learning_rate=3e-4)
     model = build_model(preset, seed=0, device=device, loss_chunk_size=loss_chunk, decoder="lean")
     model = par.parallelize(
@@ -275,6 +281,11 @@ def _multiply_clip(model, optimizer, grad_clip: float):
     return norm
 
 
+def _multiply_scale(grad_hidden, grad_weight, grad_output, weight_dtype):
+    """training.loss.scale_gradients before 2026-12-08: `mul_` by the 0-dim tensor (torch's strided kernel on CUDA)."""
+    return grad_hidden.mul_(grad_output.to(grad_hidden.dtype)), grad_weight.mul_(grad_output).to(weight_dtype)
+
+
 def _converts_to_fp8_default():
     from ray_efa.core.fp8 import converts_to_fp8
 
@@ -283,6 +294,7 @@ def _converts_to_fp8_default():
 
 _CONVERTS_TO_FP8 = None
 _CLIP_AND_STEP = None
+_SCALE_GRADIENTS = None
 
 
 def _init(port: int):
@@ -339,10 +351,11 @@ def time_variants(
     from torch.profiler import profile as profiler
 
     overrides = [parse_variant(v) for v in variants]  # every name checked before the first model is built
-    global _CONVERTS_TO_FP8, _CLIP_AND_STEP
+    global _CONVERTS_TO_FP8, _CLIP_AND_STEP, _SCALE_GRADIENTS
+    from ray_efa.training.loss import scale_gradients
     from ray_efa.training.train import clip_and_step
 
-    _CONVERTS_TO_FP8, _CLIP_AND_STEP = _converts_to_fp8_default(), clip_and_step
+    _CONVERTS_TO_FP8, _CLIP_AND_STEP, _SCALE_GRADIENTS = _converts_to_fp8_default(), clip_and_step, scale_gradients
     device = _init(29621)
     out.mkdir(parents=True, exist_ok=True)
     target = out / "variants.jsonl"

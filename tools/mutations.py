@@ -124,6 +124,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         why="HSDP with one GPU a node takes the one-rank path: gradients never cross the replicas",
     ),
     Mutation(
+        name="loss-scale-rounded-to-bf16",
+        file="training/loss.py",
+        old="torch._foreach_mul_([grad_weight], grad_output)  #",
+        new="torch._foreach_mul_([grad_weight], grad_output.to(torch.bfloat16))  #",
+        tests=("tests/training/test_loss.py", "-k", "value_for_value"),
+        why="the output projection's fp32 gradient scaled by 1/k rounded to bf16: every step's lm_head gradient off",
+    ),
+    Mutation(
         name="tokens-per-step-without-accumulation",
         file="training/train.py",
         old="tokens_per_step_per_device=t.micro_batch_size * t.seq_len * t.accumulation_steps,",

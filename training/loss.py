@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-__all__ = ["causal_lm_loss", "inductor_options"]
+__all__ = ["causal_lm_loss", "inductor_options", "scale_gradients"]
 
 
 def causal_lm_loss(
@@ -101,16 +101,25 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     # torch's documented form takes one gradient per forward output; the base class declares *grad_outputs.
     def backward(ctx, grad_output: torch.Tensor):  # pyright: ignore[reportIncompatibleMethodOverride]
         grad_hidden, grad_weight = ctx.saved_tensors
-        # grad_output is 1.0 for loss.backward(); anything else (a loss scale, a sum of losses) scales both. In place:
-        # the stored gradients are used once, and a copy of the fp32 accumulator would cost vocab x hidden x 4 bytes.
-        return (
-            grad_hidden.mul_(grad_output.to(grad_hidden.dtype)),
-            grad_weight.mul_(grad_output).to(ctx.weight_dtype),
-            None,
-            None,
-            None,
-            None,
-        )
+        return (*scale_gradients(grad_hidden, grad_weight, grad_output, ctx.weight_dtype), None, None, None, None)
+
+
+def scale_gradients(
+    grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_output: torch.Tensor, weight_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stored gradients times grad_output (1.0 for loss.backward(); 1/k for train_step's k micro-batches, a loss
+    scale or a sum of losses otherwise), the weight's in its own dtype.
+
+    In place: the stored gradients are used once, and a copy of the fp32 accumulator would cost vocab x hidden x 4
+    bytes. `_foreach_mul_` by the 0-dim tensor, not `mul_`: on CUDA a `mul_` by a 0-dim CUDA tensor broadcasts it and
+    takes torch's strided elementwise kernel (`elementwise_kernel<128, 2, gpu_kernel_impl_nocast>`, 6.3 ms a step
+    over the Llama 3.2 1B job's 1 GiB accumulator in the 2026-12-08 profile, bench/results/
+    2026-12-08-h100x1-one-rank-variants.jsonl), where the foreach op reads the scalar on the device and stays
+    vectorized; the same products (tests/training/test_loss.py)."""
+    # the op clip_grad_norm_ scales gradients by its 0-dim clip coefficient with (torch.nn.utils.clip_grad)
+    torch._foreach_mul_([grad_hidden], grad_output.to(grad_hidden.dtype))  # pyright: ignore[reportPrivateImportUsage]
+    torch._foreach_mul_([grad_weight], grad_output)  # pyright: ignore[reportPrivateImportUsage]
+    return grad_hidden, grad_weight.to(weight_dtype)
 
 
 def _accumulate_product(acc: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:

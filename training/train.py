@@ -308,6 +308,8 @@ def _what_ran(t: TrainingSettings, model: CausalLM, strategy: str, plan: Paralle
         "compile": t.compile,
         "loss_chunk_size": t.loss_chunk,
         "decoder_block": model.decoder,
+        # whose post-backward the gradients took: training.one_rank's on a rank alone in its shard group, else FSDP2's
+        "gradient_path": "one-rank" if model.one_rank_units else "fsdp2",
         "activation_checkpointing": t.checkpointing,
         "checkpointing_mode": t.checkpointing_mode,
         "sharding": strategy,

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ray_efa.core.models import model_preset
-from ray_efa.training.loss import causal_lm_loss
+from ray_efa.training.loss import causal_lm_loss, scale_gradients
 from ray_efa.training.model import build_model
 
 
@@ -105,3 +105,18 @@ def test_tied_embedding_gets_both_gradients_with_the_chunked_loss():
     used[inputs.flatten()] = True
     assert lookup[used].abs().amax(dim=1).min() > 0
     torch.testing.assert_close(lookup[~used], torch.zeros_like(lookup[~used]), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("hidden_dtype", [torch.float32, torch.bfloat16])
+def test_the_backward_scale_is_mul_by_the_same_scalar_value_for_value(hidden_dtype):
+    # GIVEN the stored gradients (hidden in the model's dtype, the weight's fp32 accumulator) and a scale that no
+    # binary fraction holds exactly (1/3: a mean over 3 micro-batches)
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(5, 8, generator=g).to(hidden_dtype), torch.randn(11, 8, generator=g)
+    scale = torch.tensor(1 / 3)
+    expected = (hidden * scale.to(hidden_dtype), (weight * scale).to(torch.bfloat16))
+    # WHEN the backward scales them
+    got = scale_gradients(hidden.clone(), weight.clone(), scale, torch.bfloat16)
+    # THEN they are mul_'s products exactly, the weight's cast to its dtype after the fp32 product
+    assert torch.equal(got[0], expected[0]) and got[0].dtype == hidden_dtype
+    assert torch.equal(got[1], expected[1]) and got[1].dtype == torch.bfloat16

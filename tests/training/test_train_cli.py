@@ -189,6 +189,8 @@ def test_local_run_trains_a_random_initialization_of_a_llama_config_json(tmp_pat
     (summary,) = find_summaries(out.splitlines())
     assert (summary["model_type"], summary["steps"], summary["decoder_block"]) == ("llama", 4, "lean")
     assert summary["architecture"] == "llama"  # the config.json's, not the `model` preset's name
+    # and whose post-backward its gradients took (training.one_rank where a rank is alone in its shard group)
+    assert summary["gradient_path"] == ("one-rank" if summary["devices"] == 1 else "fsdp2"), summary["devices"]
 
 
 def _alone_on_the_machine() -> list[str]:
