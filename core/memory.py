@@ -93,7 +93,9 @@ FRAGMENTATION = 0.05
 """Headroom over the parts without accumulation: measured peak reserved memory was at most 0.986 of them (one H200,
 expandable segments, bench/calibrate.py)."""
 ACCUMULATING_RESERVED_GRADIENTS = 0.9
-"""With gradAccumulation > 1 on one GPU (on more, ACCUMULATION_GRADIENT_COPIES, fitted to 2 x H200 reserved memory,
+"""With gradAccumulation > 1 on one GPU under FSDP2's own post-backward (one_rank_gradients=False: every run recorded
+before 2026-12-08, and a torch release training.one_rank is not proven on; training.one_rank's path is
+ONE_RANK_FRAGMENTATION's; on more GPUs, ACCUMULATION_GRADIENT_COPIES, fitted to 2 x H200 reserved memory,
 covers it), what the caching allocator reserves beyond the allocated peak, in fp32 gradient bytes per GPU (4P/S):
 planned as 0.9 of them, and no share of the parts (FRAGMENTATION). Every one-GPU run with accumulation reserved 5.8
 to 6.8 GiB over its allocated peak, whatever that peak was: 57.4, 43.1 and 44.3 GiB allocated for Llama 3.2 1B dims
