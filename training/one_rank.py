@@ -15,7 +15,7 @@ gradient is kept until the second arrives, the two summed into fp32 in one pass 
 exact, so the sums are FSDP2's). Everything runs on the compute stream, in order with the backward: no
 reduce-scatter stream, nothing to record.
 
-It reads FSDP2's private state (FSDPParamGroup, FSDPParam; the same on torch 2.11 and 2.13), so `use_one_rank_gradients`
+It reads FSDP2's private state (FSDPParamGroup, FSDPParam), so `use_one_rank_gradients`
 installs it only on groups it knows to be plain (`applies`) and only on the torch releases in PROVEN, and leaves every
 other group to FSDP2: the gradients are FSDP2's bit for bit (tests/training/test_one_rank.py on CPU; on CUDA with NCCL,
 bench/one_rank_check.py).
@@ -33,9 +33,10 @@ from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 __all__ = ["OneRankPostBackward", "applies", "sum_in_fp32", "use_one_rank_gradients", "PROVEN"]
 
 PROVEN: dict[str, str] = {
-    "2.11": "the GPU machine's torch: bit for bit FSDP2's on CUDA with NCCL (bench/one_rank_check.py on one H100)",
-    "2.13": "the container's torch: bit for bit FSDP2's on gloo (tests/training/test_one_rank.py), FSDP2's "
-    "post_backward and FSDPParam's accumulation read in its source as on 2.11",
+    "2.11": "the GPU machine's torch: bit for bit FSDP2's on CUDA with NCCL (bench/one_rank_check.py on one H100, "
+    "2026-12-08; the Llama side-by-side's runs trained on it)",
+    "2.13": "the container's torch: bit for bit FSDP2's on gloo (tests/training/test_one_rank.py); its "
+    "FSDPParamGroup.post_backward and FSDPParam's accumulation read in its source (2026-12-08)",
 }
 """The torch releases (major.minor) whose FSDP2 internals OneRankPostBackward is checked against, with the evidence."""
 
@@ -50,7 +51,7 @@ def applies(group: FSDPParamGroup) -> bool:
         and not isinstance(mesh, HSDPMeshInfo)
         and group._all_reduce_hook is None
         and getattr(group, "gradient_divide_factor", None) is None
-        and not getattr(group, "reduce_scatter_unused_params", False)  # torch 2.13's; 2.11 has none
+        and not getattr(group, "reduce_scatter_unused_params", False)  # getattr: a newer FSDP2 option
         and len(group.modules) == 1
         and not any(p.offload_to_cpu for p in group.fsdp_params)
     )
